@@ -1,0 +1,331 @@
+"""The event envelope and every event type the kernel records.
+
+Every step of every DecisionFlow is one of these, appended to the journal.
+Events are frozen, tagged msgspec Structs: the tag is the event's ``type``.
+New fields always get defaults, so journals written by older kernels still
+decode.
+
+The hash of an event covers its canonical bytes (JSON with sorted keys, no
+insignificant whitespace, empty defaults omitted) chained to the hash of the
+event before it, so editing, dropping or reordering any recorded event breaks
+the chain from that point on.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+import msgspec
+
+from kernel.reasons import ReasonCode
+
+GENESIS_HASH = bytes(32)
+"""The ``prev_hash`` of the first event of every journal."""
+
+
+class Payload(msgspec.Struct, frozen=True, kw_only=True, tag_field="type", omit_defaults=True):
+    """Base of every event payload; the subclass name is the event type."""
+
+
+class Record(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """Base of the plain records nested inside payloads."""
+
+
+# --- records nested in payloads ---------------------------------------------
+
+
+class PackRef(Record):
+    """A policy pack as loaded: name, version and content hash."""
+
+    name: str
+    version: str
+    hash: str
+
+
+class ManifestRecord(Record):
+    """What an agent declared at its handshake."""
+
+    agent_id: str
+    version: str
+    capabilities: list[str] = []
+    subscriptions: list[str] = []
+    limits: dict[str, Any] = {}
+    max_attempts: int = 3
+
+
+class ProposalRecord(Record):
+    """A PolicyProposal exactly as the agent submitted it (still an untrusted claim)."""
+
+    kind: str
+    params: dict[str, Any] = {}
+    version: str = ""
+    explain: str = ""
+    confidence: float = 1.0
+    valid_until_ns: int | None = None
+    context_ref: str = ""
+
+
+class Feedback(Record):
+    """Why a proposal was not accepted, as handed back to the agent."""
+
+    reason_code: ReasonCode
+    detail: str = ""
+    layer: str = ""
+    field: str = ""
+
+
+class IntentRecord(Record):
+    """An ExecutionIntent: minted by the kernel only, never by an agent."""
+
+    key: str
+    kind: str
+    adapter: str
+    params: dict[str, Any] = {}
+    step: int = 0
+    valid_until_ns: int | None = None
+
+
+# --- kernel lifecycle ---------------------------------------------------------
+
+
+class KernelStarted(Payload, tag=True):
+    kernel_version: str
+    packs: list[PackRef] = []
+
+
+class KernelStopped(Payload, tag=True):
+    reason: str
+    detail: str = ""
+
+
+class ActorRestarted(Payload, tag=True):
+    actor: str
+    error: str
+    restarts: int
+
+
+class MessageDeadLettered(Payload, tag=True):
+    actor: str
+    message: str
+    error: str
+
+
+# --- registry -----------------------------------------------------------------
+
+
+class AgentRegistered(Payload, tag=True):
+    manifest: ManifestRecord
+    session_hash: str
+
+
+class AgentRefused(Payload, tag=True):
+    reason_code: ReasonCode
+    detail: str = ""
+    version: str = ""
+
+
+class AgentStatusChanged(Payload, tag=True):
+    status: str
+    reason: str = ""
+    operator: str = ""
+
+
+# --- the world and its triggers -----------------------------------------------
+
+
+class TriggerFired(Payload, tag=True):
+    """Something happened in the world; ``facts`` update the state layer."""
+
+    topic: str
+    facts: dict[str, Any] = {}
+    source: str = ""
+
+
+# --- DecisionFlow -------------------------------------------------------------
+
+
+class FlowCreated(Payload, tag=True):
+    root_dfid: str
+    topic: str = ""
+    trigger_seq: int | None = None
+
+
+class ContextCompiled(Payload, tag=True):
+    attempt: int
+    context_ref: str
+    state: dict[str, Any] = {}
+    feedback: Feedback | None = None
+
+
+class ProposalSubmitted(Payload, tag=True):
+    attempt: int
+    proposal: ProposalRecord
+    by_human: bool = False
+
+
+class ProposalRejected(Payload, tag=True):
+    attempt: int
+    feedback: Feedback
+
+
+class ProposalAccepted(Payload, tag=True):
+    attempt: int
+    by_human: bool = False
+
+
+class FlowEscalated(Payload, tag=True):
+    reason_code: ReasonCode
+    detail: str = ""
+
+
+class HumanDecided(Payload, tag=True):
+    decision: str
+    operator: str
+    reason: str = ""
+    params: dict[str, Any] | None = None
+
+
+class ExecutionStarted(Payload, tag=True):
+    intent: IntentRecord
+
+
+class ExecutionSucceeded(Payload, tag=True):
+    key: str
+    external_id: str = ""
+    detail: dict[str, Any] = {}
+
+
+class ExecutionFailed(Payload, tag=True):
+    key: str
+    error: str
+    transient: bool = False
+
+
+class DuplicateSuppressed(Payload, tag=True):
+    """A repeated submission or delivery was answered from the record, with no new effect."""
+
+    key: str
+    source: str
+
+
+class FlowClosed(Payload, tag=True):
+    pass
+
+
+class FlowAborted(Payload, tag=True):
+    reason_code: ReasonCode
+    detail: str = ""
+
+
+class SubmissionRefused(Payload, tag=True):
+    """A submission refused at the kernel's boundary, before it could touch a flow."""
+
+    reason_code: ReasonCode
+    detail: str = ""
+    claimed_agent: str = ""
+
+
+AnyPayload = (
+    KernelStarted
+    | KernelStopped
+    | ActorRestarted
+    | MessageDeadLettered
+    | AgentRegistered
+    | AgentRefused
+    | AgentStatusChanged
+    | TriggerFired
+    | FlowCreated
+    | ContextCompiled
+    | ProposalSubmitted
+    | ProposalRejected
+    | ProposalAccepted
+    | FlowEscalated
+    | HumanDecided
+    | ExecutionStarted
+    | ExecutionSucceeded
+    | ExecutionFailed
+    | DuplicateSuppressed
+    | FlowClosed
+    | FlowAborted
+    | SubmissionRefused
+)
+
+
+class Draft(msgspec.Struct, frozen=True, kw_only=True):
+    """An event before the journal numbers, stamps and chains it."""
+
+    payload: AnyPayload
+    dfid: str | None = None
+    parent_dfid: str | None = None
+    caused_by: int | None = None
+    agent_id: str | None = None
+
+
+class Event(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """The envelope every recorded fact travels in.
+
+    ``seq`` is global and gap-free; ``ts`` is the wall-clock time of the
+    append in nanoseconds (read through the kernel's clock port); ``caused_by``
+    is the seq of the event that led to this one.
+    """
+
+    seq: int
+    ts: int
+    payload: AnyPayload
+    dfid: str | None = None
+    parent_dfid: str | None = None
+    caused_by: int | None = None
+    agent_id: str | None = None
+    prev_hash: str = ""
+    hash: str = ""
+
+    @property
+    def type(self) -> str:
+        """The event type: the payload's tag."""
+        return type(self.payload).__name__
+
+
+_encoder = msgspec.json.Encoder(order="sorted")
+_decoder = msgspec.json.Decoder(Event)
+
+
+def event_type(payload: Payload) -> str:
+    """Return the type name recorded for ``payload``."""
+    return type(payload).__name__
+
+
+def canonical(obj: Any) -> bytes:
+    """Return the canonical JSON bytes of ``obj``: sorted keys, compact, defaults omitted."""
+    return _encoder.encode(obj)
+
+
+def body_of(draft: Draft, seq: int, ts: int) -> bytes:
+    """Return the canonical bytes that are stored and hashed for an event."""
+    return _encoder.encode(
+        Event(
+            seq=seq,
+            ts=ts,
+            payload=draft.payload,
+            dfid=draft.dfid,
+            parent_dfid=draft.parent_dfid,
+            caused_by=draft.caused_by,
+            agent_id=draft.agent_id,
+        )
+    )
+
+
+def chain(prev_hash: bytes, body: bytes) -> bytes:
+    """Return the hash of an event whose canonical bytes are ``body``."""
+    return hashlib.sha256(prev_hash + body).digest()
+
+
+def decode_body(body: bytes, prev_hash: bytes, hash_: bytes) -> Event:
+    """Decode stored canonical bytes back into an Event carrying its chain hashes."""
+    event = _decoder.decode(body)
+    return msgspec.structs.replace(event, prev_hash=prev_hash.hex(), hash=hash_.hex())
+
+
+def digest(obj: Any) -> str:
+    """Return the hex SHA-256 of the canonical bytes of ``obj``."""
+    return hashlib.sha256(canonical(obj)).hexdigest()
