@@ -1,0 +1,78 @@
+"""The Decision Intelligence Runtime kernel.
+
+Agents propose; this kernel, with no LLM inside, compiles their context,
+validates every proposal deterministically, escalates to a human when it must,
+executes accepted intents exactly once, and records every step in a
+hash-chained journal.
+"""
+
+from kernel.actors import MailboxClosed, RestartIntensityExceeded
+from kernel.contracts import (
+    HandshakeRefused,
+    Outcome,
+    Proposal,
+    Session,
+    ValidationFeedback,
+    Verdict,
+    WorkingContext,
+)
+from kernel.escalation import Decision
+from kernel.events import Event, ExecutionIntent, Manifest
+from kernel.execution import Adapter, AdapterError, Receipt, idempotency_key
+from kernel.flow import TERMINAL, FlowState, FlowStatus, IllegalTransition
+from kernel.journal import (
+    JournalError,
+    JournalFaults,
+    open_journal,
+    verify_journal,
+)
+from kernel.kernel import Kernel, KernelFault, KernelShutdown, open_kernel
+from kernel.packs import PackError, PolicyKind, PolicyPack
+from kernel.ports import Clock, IdSource, ManualClock, RandomIds, SeededIds, SystemClock
+from kernel.projection import AgentStatus, Projections, fold
+from kernel.reasons import ReasonCode
+
+__all__ = [
+    "TERMINAL",
+    "Adapter",
+    "AdapterError",
+    "AgentStatus",
+    "Clock",
+    "Decision",
+    "Event",
+    "ExecutionIntent",
+    "FlowState",
+    "FlowStatus",
+    "HandshakeRefused",
+    "IdSource",
+    "IllegalTransition",
+    "JournalError",
+    "JournalFaults",
+    "Kernel",
+    "KernelFault",
+    "KernelShutdown",
+    "MailboxClosed",
+    "Manifest",
+    "ManualClock",
+    "Outcome",
+    "PackError",
+    "PolicyKind",
+    "PolicyPack",
+    "Projections",
+    "Proposal",
+    "RandomIds",
+    "ReasonCode",
+    "Receipt",
+    "RestartIntensityExceeded",
+    "SeededIds",
+    "Session",
+    "SystemClock",
+    "ValidationFeedback",
+    "Verdict",
+    "WorkingContext",
+    "fold",
+    "idempotency_key",
+    "open_journal",
+    "open_kernel",
+    "verify_journal",
+]

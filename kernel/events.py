@@ -43,8 +43,14 @@ class PackRef(Record):
     hash: str
 
 
-class ManifestRecord(Record):
-    """What an agent declared at its handshake."""
+class Manifest(Record):
+    """What an agent declares at its handshake: who it is and what it may do.
+
+    ``version`` is the semver of the DIR contract the agent speaks (the kernel
+    accepts its own major and any minor up to its own); ``capabilities`` are
+    the policy kinds it may propose; ``subscriptions`` are the trigger topics
+    (dotted prefixes) it wakes on and the state it may see.
+    """
 
     agent_id: str
     version: str
@@ -75,8 +81,8 @@ class Feedback(Record):
     field: str = ""
 
 
-class IntentRecord(Record):
-    """An ExecutionIntent: minted by the kernel only, never by an agent."""
+class ExecutionIntent(Record):
+    """What the kernel will carry out: minted by the kernel only, never by an agent."""
 
     key: str
     kind: str
@@ -115,7 +121,7 @@ class MessageDeadLettered(Payload, tag=True):
 
 
 class AgentRegistered(Payload, tag=True):
-    manifest: ManifestRecord
+    manifest: Manifest
     session_hash: str
 
 
@@ -148,7 +154,6 @@ class TriggerFired(Payload, tag=True):
 class FlowCreated(Payload, tag=True):
     root_dfid: str
     topic: str = ""
-    trigger_seq: int | None = None
 
 
 class ContextCompiled(Payload, tag=True):
@@ -187,7 +192,7 @@ class HumanDecided(Payload, tag=True):
 
 
 class ExecutionStarted(Payload, tag=True):
-    intent: IntentRecord
+    intent: ExecutionIntent
 
 
 class ExecutionSucceeded(Payload, tag=True):
@@ -253,7 +258,12 @@ AnyPayload = (
 
 
 class Draft(msgspec.Struct, frozen=True, kw_only=True):
-    """An event before the journal numbers, stamps and chains it."""
+    """An event before the journal numbers, stamps and chains it.
+
+    A negative ``caused_by`` is relative: -k names the event k places before
+    this one in the same append (whose seqs are contiguous), because that seq
+    is not known until the journal assigns it.
+    """
 
     payload: AnyPayload
     dfid: str | None = None

@@ -1,0 +1,211 @@
+"""``dirk``: inspect, verify and re-export a kernel's journal from the command line.
+
+Every command reads the journal read-only; none of them needs the kernel to
+be running. Errors are one line with a reason code, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+import anyio
+import msgspec
+
+from kernel import events as ev
+from kernel.events import Event
+from kernel.flow import FlowState, IllegalTransition
+from kernel.journal import JournalError, open_journal, verify_journal
+from kernel.projection import Projections
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the ``dirk`` command line; return the exit status."""
+    parser = _parser()
+    args = parser.parse_args(argv)
+    try:
+        return anyio.run(args.run, args)
+    except JournalError as exc:
+        print(f"error: {exc.code}: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="dirk", description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    verify = commands.add_parser("verify", help="recompute the hash chain and the projections")
+    verify.add_argument("--db", required=True, help="the journal file")
+    verify.set_defaults(run=_verify)
+
+    flows = commands.add_parser("flows", help="list DecisionFlows")
+    flows.add_argument("--db", required=True)
+    flows.add_argument("--status", help="only flows in this status (e.g. ABORTED)")
+    flows.add_argument("--json", action="store_true", help="one JSON object per line")
+    flows.set_defaults(run=_flows)
+
+    show = commands.add_parser("show", help="print the narrative of one flow")
+    show.add_argument("dfid")
+    show.add_argument("--db", required=True)
+    show.set_defaults(run=_show)
+
+    traces = commands.add_parser("traces", help="OpenTelemetry spans from the journal")
+    traces_commands = traces.add_subparsers(dest="traces_command", required=True, metavar="COMMAND")
+    export = traces_commands.add_parser("export", help="re-emit past flows as spans (OTEL_* env)")
+    export.add_argument("--db", required=True)
+    export.add_argument("--dfid", help="only this flow and its children")
+    export.set_defaults(run=_traces_export)
+    return parser
+
+
+async def _fold(db: str) -> Projections:
+    projections = Projections()
+    async with open_journal(db, readonly=True) as journal:
+        async for batch in journal.scan():
+            projections.apply(batch)
+    return projections
+
+
+async def _verify(args: argparse.Namespace) -> int:
+    report = await verify_journal(args.db)
+    if not report.ok:
+        where = f"seq {report.first_bad_seq}" if report.first_bad_seq is not None else "the file"
+        print(f"verify: FAILED at {where}: {report.problem}")
+        return 1
+    projections = Projections()
+    async with open_journal(args.db, readonly=True) as journal:
+        async for batch in journal.scan():
+            for event in batch:
+                try:
+                    projections.apply((event,))
+                except IllegalTransition as exc:
+                    print(f"verify: FAILED at seq {event.seq}: projection: {exc}")
+                    return 1
+    print(f"verify: chain ok, projections ok (digest {projections.digest()[:16]})")
+    print(f"verify: ok events={report.events} head={report.head}")
+    return 0
+
+
+def _flow_row(flow: FlowState) -> dict[str, Any]:
+    return {
+        "dfid": flow.dfid,
+        "status": str(flow.status),
+        "agent_id": flow.agent_id,
+        "policy_kind": flow.proposal.kind if flow.proposal else "",
+        "attempts": flow.attempts,
+        "reason_code": str(flow.reason_code) if flow.reason_code else "",
+        "parent_dfid": flow.parent_dfid,
+        "created": _time(flow.created_ts),
+    }
+
+
+async def _flows(args: argparse.Namespace) -> int:
+    projections = await _fold(args.db)
+    flows = sorted(projections.flows.values(), key=lambda f: f.created_ts)
+    if args.status:
+        flows = [f for f in flows if f.status == args.status.upper()]
+    rows = [_flow_row(f) for f in flows]
+    if args.json:
+        for row in rows:
+            print(json.dumps(row))
+        return 0
+    print(f"{'DFID':36}  {'STATUS':10}  {'AGENT':16}  {'KIND':24}  {'TRIES':>5}  REASON")
+    for row in rows:
+        print(
+            f"{row['dfid']:36}  {row['status']:10}  {row['agent_id']:16.16}  "
+            f"{row['policy_kind']:24.24}  {row['attempts']:>5}  {row['reason_code']}"
+        )
+    print(f"{len(rows)} flows")
+    return 0
+
+
+async def _show(args: argparse.Namespace) -> int:
+    async with open_journal(args.db, readonly=True) as journal:
+        events = await journal.flow_events(args.dfid)
+    if not events:
+        print(f"error: UNKNOWN_FLOW: no flow {args.dfid} in {args.db}", file=sys.stderr)
+        return 1
+    start = events[0].ts
+    first = events[0]
+    print(f"DecisionFlow {args.dfid}")
+    print(f"  agent {first.agent_id}, parent {first.parent_dfid or '-'}, started {_time(start)}")
+    for event in events:
+        offset = (event.ts - start) / 1e6
+        print(f"  +{offset:9.3f} ms  #{event.seq:<6} {event.type:20} {_narrate(event)}")
+    return 0
+
+
+def _narrate(event: Event) -> str:
+    match event.payload:
+        case ev.FlowCreated(topic=topic):
+            return f"trigger {topic!r}" + (
+                f" (caused by #{event.caused_by})" if event.caused_by else ""
+            )
+        case ev.ContextCompiled(attempt=attempt, context_ref=ref, state=state, feedback=feedback):
+            seen = ", ".join(f"{k}={v}" for k, v in list(state.items())[:6])
+            more = f" (+{len(state) - 6} more)" if len(state) > 6 else ""
+            after = f"; feedback {feedback.reason_code}" if feedback else ""
+            return f"attempt {attempt}, context {ref[:12]}: {seen}{more}{after}"
+        case ev.ProposalSubmitted(attempt=attempt, proposal=p, by_human=by_human):
+            who = "human modification" if by_human else f"attempt {attempt}"
+            params = json.dumps(p.params, sort_keys=True)
+            explain = f"\n{'':40}explain: {p.explain!r}"
+            return f"{who}: {p.kind} {params} confidence {p.confidence:g}{explain}"
+        case ev.ProposalRejected(feedback=f):
+            where = f" at {f.field}" if f.field else ""
+            return f"REJECTED {f.reason_code} ({f.layer}{where}): {f.detail}"
+        case ev.ProposalAccepted(by_human=by_human):
+            return "ACCEPTED" + (" by a human" if by_human else " by the DIM")
+        case ev.FlowEscalated(reason_code=code, detail=detail):
+            return f"ESCALATED {code}: {detail}"
+        case ev.HumanDecided(decision=decision, operator=operator, reason=reason, params=params):
+            changed = f" params {json.dumps(params, sort_keys=True)}" if params else ""
+            return f"{decision} by {operator}: {reason!r}{changed}"
+        case ev.ExecutionStarted(intent=intent):
+            return f"intent {intent.kind} via {intent.adapter}, key {intent.key}"
+        case ev.ExecutionSucceeded(key=key, external_id=external_id):
+            return f"effect recorded: external id {external_id} (key {key})"
+        case ev.ExecutionFailed(error=error, transient=transient):
+            return f"{'transient' if transient else 'terminal'} failure: {error}"
+        case ev.DuplicateSuppressed(source=source):
+            return f"duplicate {source} answered from the record; no second effect"
+        case ev.FlowClosed():
+            return "CLOSED"
+        case ev.FlowAborted(reason_code=code, detail=detail):
+            return f"ABORTED {code}: {detail}"
+        case ev.SubmissionRefused(reason_code=code, detail=detail):
+            return f"submission refused {code}: {detail}"
+        case payload:
+            return msgspec.json.encode(payload).decode()[:200]
+
+
+def _time(ts_ns: int) -> str:
+    return dt.datetime.fromtimestamp(ts_ns / 1e9, tz=dt.UTC).isoformat(timespec="milliseconds")
+
+
+async def _traces_export(args: argparse.Namespace) -> int:
+    from kernel.telemetry import configure_exporter, export_flows
+
+    processor = configure_exporter()
+    if processor is None:
+        print(
+            "error: NO_EXPORTER: set OTEL_EXPORTER_OTLP_ENDPOINT (e.g. http://127.0.0.1:4318)",
+            file=sys.stderr,
+        )
+        return 2
+    events: list[Event] = []
+    async with open_journal(args.db, readonly=True) as journal:
+        async for batch in journal.scan():
+            events.extend(batch)
+    try:
+        count = export_flows(events, processor, dfid=args.dfid)
+    finally:
+        await anyio.to_thread.run_sync(processor.shutdown)
+    print(f"traces: exported {count} spans")
+    return 0

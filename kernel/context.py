@@ -1,0 +1,122 @@
+"""The context compiler: triggers in, one immutable WorkingContext per attempt out.
+
+Agents never query anything. When a trigger fires, the compiler records it
+(its facts update the state layer), opens a DecisionFlow for every hosted,
+ACTIVE agent subscribed to its topic, and compiles each agent's context: the
+state it is entitled to see (need-to-know, from its manifest subscriptions)
+and the hash of that snapshot, the reference the DIM later checks for
+staleness.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import msgspec
+
+from kernel.actors import Mailbox, Outbox, Reply
+from kernel.contracts import WorkingContext
+from kernel.events import ContextCompiled, Feedback, FlowCreated, TriggerFired, digest
+from kernel.flow import FlowStatus
+from kernel.ports import Clock, IdSource
+from kernel.projection import AgentStatus, Projections, visible
+
+
+class FireTrigger(msgspec.Struct, frozen=True, kw_only=True):
+    topic: str
+    facts: dict[str, Any]
+    source: str
+    parent_dfid: str | None
+    reply: Reply[list[str]]
+
+
+class Compile(msgspec.Struct, frozen=True, kw_only=True):
+    dfid: str
+    attempt: int
+    feedback: Feedback | None = None
+
+
+def context_ref(state: Mapping[str, Any]) -> str:
+    """Return the snapshot reference of a visible state."""
+    return digest(state)
+
+
+class ContextCompiler:
+    """The context compiler actor."""
+
+    def __init__(
+        self,
+        projections: Projections,
+        clock: Clock,
+        ids: IdSource,
+        mailbox: Mailbox[Any],
+        hosts: Mapping[str, Mailbox[WorkingContext]],
+    ) -> None:
+        self._projections = projections
+        self._clock = clock
+        self._ids = ids
+        self._mailbox = mailbox
+        self._hosts = hosts
+
+    async def handle(self, msg: FireTrigger | Compile, out: Outbox) -> None:
+        match msg:
+            case FireTrigger():
+                self._fire(msg, out)
+            case Compile():
+                self._compile(msg, out)
+
+    def _fire(self, msg: FireTrigger, out: Outbox) -> None:
+        root = self._projections.flows.get(msg.parent_dfid) if msg.parent_dfid else None
+        root_dfid = root.root_dfid if root else None
+        trigger = out.emit(TriggerFired(topic=msg.topic, facts=msg.facts, source=msg.source))
+        dfids = []
+        for agent_id in sorted(self._hosts):
+            agent = self._projections.agents.get(agent_id)
+            if agent is None or agent.status is not AgentStatus.ACTIVE:
+                continue
+            if not visible(agent.manifest.subscriptions, msg.topic):
+                continue
+            dfid = self._ids.new_dfid()
+            out.emit(
+                FlowCreated(root_dfid=root_dfid or dfid, topic=msg.topic),
+                dfid=dfid,
+                after=trigger,
+                parent_dfid=msg.parent_dfid,
+                agent_id=agent_id,
+            )
+            out.send(self._mailbox, Compile(dfid=dfid, attempt=1))
+            dfids.append(dfid)
+        out.reply(msg.reply, dfids)
+
+    def _compile(self, msg: Compile, out: Outbox) -> None:
+        flow = out.flow(msg.dfid)
+        if flow is None or flow.status not in (FlowStatus.CREATED, FlowStatus.ACTIVE):
+            return
+        if flow.compiled != msg.attempt - 1 or flow.attempts != msg.attempt - 1:
+            return  # a compile request overtaken by events
+        agent = self._projections.agents[flow.agent_id]
+        state = self._projections.visible_state(agent.manifest.subscriptions)
+        ref = context_ref(state)
+        out.emit(
+            ContextCompiled(
+                attempt=msg.attempt, context_ref=ref, state=state, feedback=msg.feedback
+            ),
+            dfid=msg.dfid,
+        )
+        host = self._hosts.get(flow.agent_id)
+        if host is None:
+            return
+        ctx = WorkingContext(
+            dfid=msg.dfid,
+            agent_id=flow.agent_id,
+            attempt=msg.attempt,
+            topic=flow.topic,
+            state=state,
+            context_ref=ref,
+            now_ns=self._clock.now_ns(),
+            root_dfid=flow.root_dfid,
+            parent_dfid=flow.parent_dfid,
+            feedback=msg.feedback,
+        )
+        out.send(host, ctx)

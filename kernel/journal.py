@@ -1,0 +1,817 @@
+"""The journal: the append-only, hash-chained event log on SQLite.
+
+Every step of every DecisionFlow is appended here before anything acts on it
+("record first", DESIGN.md section 4). One writer task owns every write and
+commits in groups: whatever callers append while a transaction is in flight
+goes into the next one, so the cost of a commit is shared by everyone who
+waited for it. Each row keeps the event's canonical bytes and the SHA-256
+chaining them to the row before, so :func:`verify_journal` can prove nothing
+was edited, dropped or reordered.
+
+Reads use a second connection (aiosqlite); with WAL they never wait for a
+commit, and subscriptions follow live commits without ever slowing the writer.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sqlite3
+import uuid
+from collections.abc import AsyncIterator, Callable, Collection, Iterable, Sequence
+from pathlib import Path
+from typing import Any, NamedTuple, NoReturn
+
+import aiosqlite
+import anyio
+import msgspec
+
+from kernel.events import GENESIS_HASH, Draft, Event, body_of, chain, decode_body, event_type
+from kernel.ports import Clock, SystemClock
+
+APPLICATION_ID = 0x44495231
+"""``PRAGMA application_id`` of every journal ("DIR1"), so foreign SQLite files are recognised."""
+
+SCHEMA_VERSION = "1"
+
+_SCHEMA = f"""
+PRAGMA application_id = {APPLICATION_ID};
+CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE events (
+    seq INTEGER PRIMARY KEY, type TEXT NOT NULL, dfid TEXT, body BLOB NOT NULL, hash BLOB NOT NULL
+);
+CREATE INDEX events_dfid ON events (dfid) WHERE dfid IS NOT NULL;
+CREATE INDEX events_type ON events (type);
+"""
+_INSERT = "INSERT INTO events (seq, type, dfid, body, hash) VALUES (?, ?, ?, ?, ?)"
+_ROWS = "SELECT seq, type, dfid, body, hash FROM events"
+# prev_hash comes from the row before; a NULL there means seq 1 (genesis) or a missing row.
+_EVENTS = (
+    "SELECT e.seq, e.body, e.hash, p.hash FROM events AS e"
+    " LEFT JOIN events AS p ON p.seq = e.seq - 1 WHERE e.seq >= ?"
+)
+_SYNCHRONOUS = frozenset({"OFF", "NORMAL", "FULL", "EXTRA"})
+_BATCH = 5000
+
+Listener = Callable[[Sequence[Event]], None]
+GuardFactory = Callable[[], Callable[[Sequence[Draft]], None]]
+_Row = tuple[int, str, str | None, bytes, bytes]
+
+
+class JournalError(Exception):
+    """A journal could not be opened, read or written.
+
+    Attributes:
+        code: A short upper-case name of the condition, stable for logs and the CLI.
+        path: The journal file.
+        detail: What went wrong, without the path.
+    """
+
+    code = "JOURNAL_ERROR"
+
+    def __init__(self, path: str, detail: str) -> None:
+        super().__init__(f"journal {path}: {detail}")
+        self.path = path
+        self.detail = detail
+
+
+class JournalCorrupt(JournalError):
+    """The file is not a readable SQLite database, or its events do not check out."""
+
+    code = "JOURNAL_CORRUPT"
+
+
+class JournalForeign(JournalError):
+    """The file is a SQLite database, but not a journal."""
+
+    code = "JOURNAL_FOREIGN"
+
+
+class JournalVersionError(JournalError):
+    """The journal was written with a schema version this kernel does not read."""
+
+    code = "JOURNAL_VERSION"
+
+
+class JournalClosed(JournalError):
+    """The journal is closed, or was opened read-only, and takes no appends."""
+
+    code = "JOURNAL_CLOSED"
+
+
+class JournalWriteFailed(JournalError):
+    """A write failed; the journal takes no more events until it is reopened."""
+
+    code = "JOURNAL_WRITE_FAILED"
+
+
+class JournalFaults(msgspec.Struct, frozen=True, kw_only=True):
+    """Faults to inject, a seam for tests; production code never passes one.
+
+    Attributes:
+        fail_transaction: The Nth write transaction (1-based) fails after its
+            rows were written and before commit, as if the disk had failed.
+    """
+
+    fail_transaction: int | None = None
+
+
+class JournalStatistics(msgspec.Struct, frozen=True, kw_only=True):
+    """What a journal committed since it was opened."""
+
+    appends: int
+    transactions: int
+    events: int
+
+
+class VerifyReport(msgspec.Struct, frozen=True, kw_only=True):
+    """The outcome of :func:`verify_journal`.
+
+    Attributes:
+        ok: True if every event checked out.
+        events: Events that checked out (all of them when ``ok``).
+        head: Hex hash of the last event that checked out.
+        first_bad_seq: Seq of the first bad or missing event; None when ok or
+            when the problem is with the file rather than a row.
+        problem: What is wrong, empty when ok.
+    """
+
+    ok: bool
+    events: int
+    head: str
+    first_bad_seq: int | None = None
+    problem: str = ""
+
+
+class _Head(NamedTuple):
+    journal_id: str
+    seq: int
+    hash: bytes
+
+
+class _Batch:
+    """The appends gathered for one transaction, and their outcomes."""
+
+    __slots__ = ("done", "ready", "requests", "results")
+
+    def __init__(self) -> None:
+        self.requests: list[Sequence[Draft]] = []
+        # Per request: its events, the exception its own drafts raised, or None if not written.
+        self.results: list[list[Event] | Exception | None] = []
+        self.ready = anyio.Event()  # the first append, or closing, wakes the writer
+        self.done = anyio.Event()
+
+
+class Journal:
+    """An open journal; get one from :func:`open_journal`."""
+
+    def __init__(
+        self,
+        path: str,
+        reader: aiosqlite.Connection,
+        writer: sqlite3.Connection | None,
+        head: _Head,
+        clock: Clock,
+        faults: JournalFaults,
+    ) -> None:
+        self._path = path
+        self._reader = reader
+        self._writer = writer
+        self._journal_id = head.journal_id
+        self._head_seq, self._head_hash, self._head_hex = head.seq, head.hash, head.hash.hex()
+        self._clock = clock
+        self._faults = faults
+        # Its own limiter, so the writer never queues behind other users of anyio's thread pool.
+        self._limiter = anyio.CapacityLimiter(1)
+        self._pending = _Batch()
+        self._listeners: list[Listener] = []
+        self._guard: GuardFactory | None = None
+        self._subscriptions: set[Subscription] = set()
+        self._closing = writer is None
+        self._closed = False
+        self._failure: Exception | None = None
+        self._failure_what = ""
+        self._attempts = self._appends = self._transactions = self._events = 0
+
+    @property
+    def path(self) -> str:
+        """The journal file."""
+        return self._path
+
+    @property
+    def journal_id(self) -> str:
+        """The UUID this journal was given when it was created."""
+        return self._journal_id
+
+    @property
+    def head_seq(self) -> int:
+        """Seq of the last committed event; 0 when the journal is empty."""
+        return self._head_seq
+
+    @property
+    def head_hash(self) -> str:
+        """Hex hash of the last committed event (the genesis hash when empty)."""
+        return self._head_hex
+
+    @property
+    def failed(self) -> bool:
+        """True once a write (or a listener) failed: the journal takes no more events."""
+        return self._failure is not None
+
+    def statistics(self) -> JournalStatistics:
+        """Return what was committed since the journal was opened."""
+        return JournalStatistics(
+            appends=self._appends, transactions=self._transactions, events=self._events
+        )
+
+    async def append(self, drafts: Sequence[Draft]) -> list[Event]:
+        """Record ``drafts`` as consecutive events; return once they are committed.
+
+        Concurrent appends share transactions (group commit), but one call's
+        events are always contiguous and committed together. Once called, the
+        drafts are written even if the caller is cancelled while waiting.
+
+        Args:
+            drafts: The events to record, in order.
+
+        Returns:
+            The committed events, numbered, stamped and chained.
+
+        Raises:
+            JournalWriteFailed: This or an earlier transaction failed, or a listener raised.
+            JournalClosed: The journal is closing, closed or read-only.
+        """
+        if self._closing or self._failure is not None:
+            self._raise_unwritable()
+        if not drafts:
+            return []
+        batch = self._pending
+        index = len(batch.requests)
+        batch.requests.append(drafts)
+        batch.results.append(None)
+        batch.ready.set()
+        await batch.done.wait()
+        result = batch.results[index]
+        if isinstance(result, list):
+            return result
+        if result is not None:
+            raise result
+        self._raise_unwritable()
+
+    def set_guard(self, guard: GuardFactory | None) -> None:
+        """Check every append before it is written.
+
+        ``guard`` is called once per transaction and returns a check that is
+        called with each append's drafts, in order; a check that raises refuses
+        that append alone (its caller gets the exception, nothing of it is
+        written) while the others in the transaction are written. The kernel
+        uses it to make an illegal flow transition impossible on disk.
+        """
+        self._guard = guard
+
+    def add_listener(self, listener: Listener) -> None:
+        """Call ``listener`` with every committed batch of events, in commit order.
+
+        Listeners run synchronously in the writer task, after the commit and
+        before any appender wakes, so a projection fed by one is never behind
+        an append that returned. They must be quick and must not raise: a
+        listener that raises leaves the projections it feeds unreliable, so the
+        journal fails as if a write had failed (the batch stays committed, but
+        its callers and all later appends get :class:`JournalWriteFailed`).
+        """
+        self._listeners.append(listener)
+
+    def subscribe(self, from_seq: int = 1, *, buffer: int = 64) -> Subscription:
+        """Follow the journal from ``from_seq``: history first, then live commits.
+
+        Use it as ``async with journal.subscribe() as sub: async for batch in sub``.
+        A slow subscriber never slows the writer: when its ``buffer`` of batches
+        is full it falls back to reading the database, so it still sees every
+        event exactly once, in order, in bounded memory. Iteration ends when the
+        journal closes.
+        """
+        if buffer < 1:
+            raise ValueError("buffer must be at least 1")
+        subscription = Subscription(self, from_seq, buffer)
+        if not self._closed:
+            self._subscriptions.add(subscription)
+        return subscription
+
+    async def read(
+        self,
+        start: int = 1,
+        stop: int | None = None,
+        *,
+        dfid: str | None = None,
+        types: Collection[str] | None = None,
+        limit: int | None = None,
+    ) -> list[Event]:
+        """Return committed events in seq order.
+
+        Args:
+            start: The first seq to return.
+            stop: The seq to stop before (exclusive); None for no bound.
+            dfid: Only events of this DecisionFlow.
+            types: Only events of these types.
+            limit: At most this many events.
+        """
+        sql, params = [_EVENTS], list[object]([start])
+        if stop is not None:
+            sql.append("AND e.seq < ?")
+            params.append(stop)
+        if dfid is not None:
+            sql.append("AND e.dfid = ?")
+            params.append(dfid)
+        if types is not None:
+            types = list(types)
+            if not types:
+                return []
+            sql.append(f"AND e.type IN ({', '.join('?' * len(types))})")
+            params += types
+        sql.append("ORDER BY e.seq")
+        if limit is not None:
+            sql.append("LIMIT ?")
+            params.append(limit)
+        rows = await self._query(" ".join(sql), params)
+        try:
+            return [
+                decode_body(body, GENESIS_HASH if seq == 1 else prev or b"", hash_)
+                for seq, body, hash_, prev in rows
+            ]
+        except msgspec.DecodeError as exc:
+            raise JournalCorrupt(self._path, f"an event does not decode ({exc})") from exc
+
+    async def scan(self, start: int = 1, batch_size: int = _BATCH) -> AsyncIterator[list[Event]]:
+        """Yield every event from ``start`` on, in seq-ordered batches of ``batch_size``."""
+        while True:
+            batch = await self.read(start, limit=batch_size)
+            if batch:
+                yield batch
+            if len(batch) < batch_size:
+                return
+            start = batch[-1].seq + 1
+
+    async def flow_events(self, dfid: str) -> list[Event]:
+        """Return the events of one DecisionFlow in seq order."""
+        return await self.read(dfid=dfid)
+
+    async def _query(self, sql: str, params: Sequence[Any]) -> Iterable[Any]:
+        if self._closed:
+            raise JournalClosed(self._path, "closed")
+        try:
+            return await self._reader.execute_fetchall(sql, params)
+        except sqlite3.Error as exc:
+            raise _sqlite_error(self._path, exc) from exc
+
+    def _raise_unwritable(self) -> NoReturn:
+        if self._failure is not None:
+            raise JournalWriteFailed(
+                self._path, f"{self._failure_what}; no more events are taken ({self._failure!r})"
+            ) from self._failure
+        raise JournalClosed(self._path, "closed" if self._writer else "opened read-only")
+
+    async def _run_writer(self) -> None:
+        """Commit what is pending, one transaction at a time, until the journal closes."""
+        batch = self._pending
+        try:
+            while not (self._closing and not self._pending.requests):
+                batch = self._pending
+                await batch.ready.wait()
+                if batch.requests:
+                    self._pending = _Batch()
+                    if self._failure is None:
+                        await self._commit(batch)
+                    batch.done.set()
+        finally:
+            # If cancelled, nobody may be left waiting for a transaction that will not come.
+            self._closing = True
+            batch.done.set()
+            self._pending.done.set()
+
+    async def _commit(self, batch: _Batch) -> None:
+        """Write one batch in one transaction, then publish it; a failure fails the journal."""
+        assert self._writer is not None
+        ts = self._clock.now_ns()
+        seq, prev = self._head_seq, self._head_hash
+        rows: list[_Row] = []
+        sealed: list[tuple[int, list[Event]]] = []
+        check = self._guard() if self._guard is not None else None
+        for index, drafts in enumerate(batch.requests):
+            try:
+                request_rows, events = _seal(drafts, seq, prev, ts)
+                if check is not None:
+                    check(drafts)
+            except Exception as exc:
+                # A draft that cannot be encoded fails its own caller, not the whole batch.
+                batch.results[index] = exc
+                continue
+            rows += request_rows
+            sealed.append((index, events))
+            seq, prev = request_rows[-1][0], request_rows[-1][4]
+        if not rows:
+            return
+        self._attempts += 1
+        injected = self._attempts == self._faults.fail_transaction
+        try:
+            # One hop per transaction. A plain sqlite3 connection, used only here, lets
+            # BEGIN/executemany/COMMIT run as one call in a worker thread through public
+            # APIs (aiosqlite needs two awaits, or its private _execute, for the same).
+            # Measured per-transaction cost is the same either way (the fsync dominates);
+            # the difference is that run_sync waits out a cancellation, so the writer
+            # always learns whether the commit happened.
+            await anyio.to_thread.run_sync(
+                _write_rows, self._writer, rows, injected, limiter=self._limiter
+            )
+        except Exception as exc:
+            self._fail("a write failed", exc)
+            return
+        committed = [event for _, events in sealed for event in events]
+        self._head_seq, self._head_hash, self._head_hex = seq, prev, committed[-1].hash
+        self._appends += len(sealed)
+        self._transactions += 1
+        self._events += len(committed)
+        try:
+            for listener in self._listeners:
+                listener(committed)
+        except Exception as exc:
+            self._fail("a listener raised", exc)
+        for subscription in tuple(self._subscriptions):
+            subscription._offer(committed)
+        if self._failure is None:
+            for index, events in sealed:
+                batch.results[index] = events
+
+    def _fail(self, what: str, exc: Exception) -> None:
+        self._failure, self._failure_what = exc, what
+
+    def _stop(self) -> None:
+        self._closing = True
+        self._pending.ready.set()
+
+    def _close(self) -> None:
+        self._stop()
+        self._closed = True
+        for subscription in self._subscriptions:
+            subscription._send.close()
+        self._subscriptions.clear()
+
+
+class Subscription:
+    """Batches of committed events in seq order; see :meth:`Journal.subscribe`."""
+
+    def __init__(self, journal: Journal, from_seq: int, buffer: int) -> None:
+        self._journal = journal
+        self._next_seq = max(from_seq, 1)
+        # Live means the writer hands batches over; otherwise the next ones come from the database.
+        self._live = False
+        self._send, self._receive = anyio.create_memory_object_stream[list[Event]](buffer)
+
+    @property
+    def lagging(self) -> bool:
+        """True while the subscription reads from the database instead of following live."""
+        return not self._live
+
+    async def __aenter__(self) -> Subscription:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Stop following the journal."""
+        self._journal._subscriptions.discard(self)
+        self._send.close()
+        self._receive.close()
+
+    def __aiter__(self) -> Subscription:
+        return self
+
+    async def __anext__(self) -> list[Event]:
+        try:
+            while True:
+                batch = await self._next_batch()
+                # A live batch may overlap the last read from the database.
+                if batch and batch[0].seq < self._next_seq:
+                    batch = batch[self._next_seq - batch[0].seq :]
+                if batch:
+                    self._next_seq = batch[-1].seq + 1
+                    return batch
+        except (anyio.EndOfStream, anyio.ClosedResourceError):
+            await self.aclose()
+            raise StopAsyncIteration from None
+
+    async def _next_batch(self) -> list[Event]:
+        # Batches handed over before a lag come first: they precede whatever was missed.
+        with contextlib.suppress(anyio.WouldBlock):
+            return self._receive.receive_nowait()
+        if self._live:
+            return await self._receive.receive()
+        journal = self._journal
+        if journal._closed:
+            raise anyio.EndOfStream
+        events = await journal.read(self._next_seq, limit=_BATCH)
+        # No await between this check and going live, so no commit can slip past unseen.
+        if (events[-1].seq if events else self._next_seq - 1) >= journal.head_seq:
+            self._live = True
+        return events
+
+    def _offer(self, events: list[Event]) -> None:
+        """Hand a committed batch over without waiting; on a full buffer, fall behind instead."""
+        if not self._live:
+            return
+        try:
+            self._send.send_nowait(list(events))
+        except anyio.WouldBlock:
+            self._live = False
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+            self._journal._subscriptions.discard(self)
+
+
+@contextlib.asynccontextmanager
+async def open_journal(
+    path: str | os.PathLike[str],
+    *,
+    clock: Clock | None = None,
+    synchronous: str = "FULL",
+    readonly: bool = False,
+    faults: JournalFaults | None = None,
+) -> AsyncIterator[Journal]:
+    """Open the journal at ``path``, creating it if it does not exist.
+
+    On exit, pending appends are committed, the writer stops and the file is closed.
+
+    Args:
+        path: The SQLite file.
+        clock: Where event timestamps come from; the system clock by default.
+        synchronous: SQLite's ``PRAGMA synchronous``; FULL makes every commit durable.
+        readonly: Open for reading only (appends raise :class:`JournalClosed`).
+        faults: Faults to inject, for tests.
+
+    Raises:
+        JournalCorrupt: Not a SQLite database, truncated, or its last event does not check out.
+        JournalForeign: A SQLite database of something else.
+        JournalVersionError: A journal of a schema version this kernel does not read.
+        JournalError: The file cannot be opened at all.
+    """
+    synchronous = synchronous.upper()
+    if synchronous not in _SYNCHRONOUS:
+        raise ValueError(f"synchronous must be one of {sorted(_SYNCHRONOUS)}, not {synchronous!r}")
+    path = os.fspath(path)
+    reader = await _connect(path, readonly=readonly)
+    writer: sqlite3.Connection | None = None
+    journal: Journal | None = None
+    try:
+        journal_id = await _inspect(reader, path)
+        head = _Head("", 0, GENESIS_HASH)
+        if journal_id is not None:
+            head = _Head(journal_id, *await _read_head(reader, path))
+        elif readonly:
+            raise JournalForeign(path, "an empty database, not a journal")
+        if not readonly:
+            try:
+                writer, created_id = await anyio.to_thread.run_sync(
+                    _open_writer, path, synchronous, journal_id
+                )
+            except sqlite3.Error as exc:
+                raise _sqlite_error(path, exc) from exc
+            head = head._replace(journal_id=created_id)
+        journal = Journal(
+            path, reader, writer, head, clock or SystemClock(), faults or JournalFaults()
+        )
+        body_error: Exception | None = None
+        async with anyio.create_task_group() as tg:
+            if writer is not None:
+                tg.start_soon(journal._run_writer)
+            try:
+                yield journal
+            except Exception as exc:
+                # Re-raised outside the task group, so the caller sees it and not an ExceptionGroup.
+                body_error = exc
+            finally:
+                journal._stop()
+        if body_error is not None:
+            raise body_error
+    finally:
+        with anyio.CancelScope(shield=True):
+            if journal is not None:
+                journal._close()
+            if writer is not None:
+                await anyio.to_thread.run_sync(writer.close)
+            await reader.close()
+
+
+async def verify_journal(path: str | os.PathLike[str]) -> VerifyReport:
+    """Check every event of the journal at ``path`` from genesis on; never raise for a bad file.
+
+    Recomputes each hash, checks seqs run 1..N without gaps and that each body
+    decodes to its own seq, type and DecisionFlow.
+    """
+    path = os.fspath(path)
+    events, prev = 0, GENESIS_HASH
+
+    def report(problem: str = "", first_bad_seq: int | None = None) -> VerifyReport:
+        return VerifyReport(
+            ok=not problem,
+            events=events,
+            head=prev.hex(),
+            first_bad_seq=first_bad_seq,
+            problem=problem,
+        )
+
+    try:
+        db = await _connect(path, readonly=True)
+        try:
+            if await _inspect(db, path) is None:
+                return report("an empty database, not a journal")
+            start = -(2**63)  # rows below seq 1 would be forgeries: look at them too
+            while True:
+                query = f"{_ROWS} WHERE seq >= ? ORDER BY seq LIMIT ?"
+                rows = list(await db.execute_fetchall(query, (start, _BATCH)))
+                for row in rows:
+                    problem = _row_problem(row, events + 1, prev)
+                    if problem:
+                        return report(problem, min(row[0], events + 1))
+                    events, prev = events + 1, row[4]
+                if len(rows) < _BATCH:
+                    return report()
+                start = events + 1
+        finally:
+            with anyio.CancelScope(shield=True):
+                await db.close()
+    except sqlite3.Error as exc:
+        return report(_sqlite_error(path, exc).detail)
+    except JournalError as exc:
+        return report(exc.detail)
+
+
+def _seal(
+    drafts: Sequence[Draft], seq: int, prev: bytes, ts: int
+) -> tuple[list[_Row], list[Event]]:
+    """Number, stamp and chain one caller's drafts after event ``seq``, whose hash is ``prev``.
+
+    A negative ``caused_by`` (-k: the event k places before, in this append) becomes a seq here.
+    """
+    rows: list[_Row] = []
+    events: list[Event] = []
+    prev_hex = prev.hex()
+    for position, draft in enumerate(drafts):
+        seq += 1
+        if draft.caused_by is not None and draft.caused_by < 0:
+            if -draft.caused_by > position:
+                raise ValueError(f"caused_by={draft.caused_by} reaches outside its append")
+            draft = msgspec.structs.replace(draft, caused_by=seq + draft.caused_by)
+        body = body_of(draft, seq, ts)
+        hash_ = chain(prev, body)
+        hash_hex = hash_.hex()
+        rows.append((seq, event_type(draft.payload), draft.dfid, body, hash_))
+        events.append(
+            Event(
+                seq=seq,
+                ts=ts,
+                payload=draft.payload,
+                dfid=draft.dfid,
+                parent_dfid=draft.parent_dfid,
+                caused_by=draft.caused_by,
+                agent_id=draft.agent_id,
+                prev_hash=prev_hex,
+                hash=hash_hex,
+            )
+        )
+        prev, prev_hex = hash_, hash_hex
+    return rows, events
+
+
+def _write_rows(conn: sqlite3.Connection, rows: list[_Row], injected: bool) -> None:
+    """Insert ``rows`` in one transaction, or none of them (runs in a worker thread).
+
+    seq is the primary key, so a second writer on the same file fails here instead
+    of forking the chain.
+    """
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        conn.executemany(_INSERT, rows)
+        if injected:
+            raise sqlite3.OperationalError("disk I/O error (injected by JournalFaults)")
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            with contextlib.suppress(sqlite3.Error):
+                conn.execute("ROLLBACK")
+        raise
+
+
+def _open_writer(
+    path: str, synchronous: str, journal_id: str | None
+) -> tuple[sqlite3.Connection, str]:
+    """Open the writer's connection, creating the schema if ``journal_id`` is None (blank file)."""
+    # check_same_thread is off because anyio's worker threads take turns; only the
+    # writer task ever uses this connection, one call at a time.
+    conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    try:
+        conn.execute("PRAGMA journal_mode = WAL")
+        conn.execute(f"PRAGMA synchronous = {synchronous}")
+        if journal_id is None:
+            journal_id = str(uuid.uuid4())
+            conn.executescript(
+                f"BEGIN IMMEDIATE; {_SCHEMA} INSERT INTO meta (key, value) VALUES"
+                f" ('schema_version', '{SCHEMA_VERSION}'), ('journal_id', '{journal_id}'); COMMIT;"
+            )
+    except BaseException:
+        conn.close()
+        raise
+    return conn, journal_id
+
+
+def _sqlite_connect(path: str, readonly: bool) -> sqlite3.Connection:
+    target = Path(path).absolute().as_uri() + "?mode=ro" if readonly else path
+    return sqlite3.connect(target, uri=readonly, check_same_thread=False)
+
+
+async def _connect(path: str, *, readonly: bool) -> aiosqlite.Connection:
+    """Open an aiosqlite connection for reading ``path``."""
+    try:
+        conn = await anyio.to_thread.run_sync(_sqlite_connect, path, readonly)
+    except sqlite3.Error as exc:
+        raise _sqlite_error(path, exc) from exc
+    # Opened here rather than by aiosqlite.connect: when that fails, it leaves its thread
+    # reporting to an event loop that may be gone (omnilib/aiosqlite#241).
+    return await aiosqlite.Connection(lambda: conn, iter_chunk_size=64)
+
+
+async def _inspect(db: aiosqlite.Connection, path: str) -> str | None:
+    """Check ``db`` holds a journal this kernel reads; return its id, or None if it is blank."""
+    try:
+        ((application_id,),) = await db.execute_fetchall("PRAGMA application_id")
+        tables = {
+            name
+            for (name,) in await db.execute_fetchall(
+                "SELECT name FROM sqlite_master WHERE type = 'table'"
+            )
+        }
+        if application_id == 0 and not tables:
+            return None
+        if application_id != APPLICATION_ID or not {"meta", "events"} <= tables:
+            raise JournalForeign(
+                path,
+                f"a SQLite database of something else (application_id {application_id:#x},"
+                f" a journal has {APPLICATION_ID:#x} and tables meta and events)",
+            )
+        rows = await db.execute_fetchall("SELECT key, value FROM meta")
+        meta: dict[Any, Any] = dict(rows)  # type: ignore[arg-type]
+    except sqlite3.Error as exc:
+        raise _sqlite_error(path, exc) from exc
+    version = meta.get("schema_version")
+    if version != SCHEMA_VERSION:
+        raise JournalVersionError(
+            path, f"schema version {version!r}; this kernel reads version {SCHEMA_VERSION!r}"
+        )
+    if "journal_id" not in meta:
+        raise JournalCorrupt(path, "the meta table has no journal_id")
+    return str(meta["journal_id"])
+
+
+async def _read_head(db: aiosqlite.Connection, path: str) -> tuple[int, bytes]:
+    """Return the last event's seq and hash, after checking it chains to the one before."""
+    try:
+        rows = list(await db.execute_fetchall(f"{_ROWS} ORDER BY seq DESC LIMIT 2"))
+    except sqlite3.Error as exc:
+        raise _sqlite_error(path, exc) from exc
+    if not rows:
+        return 0, GENESIS_HASH
+    before = rows[1] if len(rows) == 2 else None
+    expected = before[0] + 1 if before else 1
+    prev = before[4] if before and isinstance(before[4], bytes) else GENESIS_HASH
+    problem = _row_problem(rows[0], expected, prev)
+    if problem:
+        raise JournalCorrupt(path, f"{problem} (run verify to find the first bad event)")
+    return rows[0][0], rows[0][4]
+
+
+def _row_problem(row: Any, expected_seq: int, prev: bytes) -> str:
+    """Return what is wrong with a row; "" if it is event ``expected_seq`` chained to ``prev``."""
+    seq, type_, dfid, body, hash_ = row
+    if seq != expected_seq:
+        if seq > expected_seq:
+            return f"event {expected_seq} is missing (the next row is event {seq})"
+        return f"unexpected row with seq {seq}"
+    if not isinstance(body, bytes) or not isinstance(hash_, bytes):
+        return f"event {seq} is not stored as bytes"
+    try:
+        event = decode_body(body, prev, hash_)
+    except msgspec.DecodeError as exc:
+        return f"event {seq} does not decode ({exc})"
+    if event.seq != seq:
+        return f"event {seq} records seq {event.seq} in its body"
+    if hash_ != chain(prev, body):
+        return f"event {seq} does not match its hash: its body or hash was altered"
+    if type_ != event.type or dfid != event.dfid:
+        return f"event {seq} has type or dfid columns that differ from its body"
+    return ""
+
+
+def _sqlite_error(path: str, exc: sqlite3.Error) -> JournalError:
+    """Translate a sqlite3 error met on ``path`` into a JournalError."""
+    name = getattr(exc, "sqlite_errorname", "")
+    if name == "SQLITE_NOTADB" or name.startswith("SQLITE_CORRUPT"):
+        return JournalCorrupt(path, f"not a SQLite database, or a damaged or truncated one ({exc})")
+    return JournalError(path, f"cannot be used ({exc})")

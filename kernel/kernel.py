@@ -1,0 +1,575 @@
+"""The Kernel: wiring, the supervision tree, and the API an agent process embeds.
+
+::
+
+    async with open_kernel("dir.db", packs=[TRADING], adapters={"broker": broker},
+                           allow=["trader"]) as kernel:
+        await kernel.register(Trader())
+        dfids = await kernel.trigger("market.ACME", {"market.ACME.price": "101.25"})
+        flow = await kernel.wait_flow(dfids[0])
+
+Data flows one way: trigger -> context compiler -> agent (user space) -> DIM
+-> (escalation) -> execution -> journal, and every arrow is a message between
+supervised actors. The kernel itself only routes calls from the embedding
+code into mailboxes and waits for their durable answers.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Collection, Mapping, Sequence
+from contextlib import asynccontextmanager
+from os import PathLike
+from typing import Any, Protocol
+
+import anyio
+from anyio.abc import TaskGroup
+
+from kernel import events
+from kernel.actors import ChildSpec, Mailbox, Outbox, Reply, RestartIntensityExceeded, Supervisor
+from kernel.context import ContextCompiler, FireTrigger
+from kernel.contracts import (
+    HandshakeRefused,
+    Outcome,
+    Proposal,
+    ProposalInvalid,
+    Session,
+    Verdict,
+    WorkingContext,
+    to_record,
+)
+from kernel.escalation import Decide, Decision, EscalationManager
+from kernel.events import (
+    Draft,
+    Event,
+    Feedback,
+    FlowAborted,
+    KernelStarted,
+    Manifest,
+    ProposalRecord,
+)
+from kernel.execution import Adapter, ExecutionEngine
+from kernel.flow import FLOW_EVENTS, TERMINAL, FlowState, FlowStatus
+from kernel.integrity import IntegrityModule, Validate, Withdraw
+from kernel.journal import Journal, JournalError, JournalFaults, open_journal
+from kernel.packs import PackError, PolicyCatalog, PolicyPack
+from kernel.ports import Clock, IdSource, RandomIds, SystemClock
+from kernel.projection import AgentStatus, Projections
+from kernel.reasons import ReasonCode
+from kernel.registry import KERNEL_VERSION, Register, Registry, SetStatus
+from kernel.telemetry import Telemetry
+
+log = logging.getLogger("kernel")
+
+
+class AgentLike(Protocol):
+    """What the kernel needs of an agent it hosts (agents_sdk.Agent provides it)."""
+
+    manifest: Manifest
+
+    async def decide(self, ctx: WorkingContext) -> Proposal | None:
+        """Reason over ``ctx`` and propose (or return None to decline)."""
+        ...
+
+
+class KernelShutdown(Exception):
+    """The kernel stopped (closed, restart intensity exceeded, or the journal failed)."""
+
+    def __init__(self, reason: str, detail: str = "") -> None:
+        super().__init__(f"{reason}: {detail}" if detail else reason)
+        self.reason = reason
+        self.detail = detail
+
+
+class KernelFault(Exception):
+    """A request the kernel could not carry out because an actor failed on it twice."""
+
+
+_STOPPED = object()
+
+
+class Kernel:
+    """A running kernel; obtain one with :func:`open_kernel`."""
+
+    def __init__(
+        self,
+        journal: Journal,
+        projections: Projections,
+        catalog: PolicyCatalog,
+        adapters: Mapping[str, Adapter],
+        clock: Clock,
+        ids: IdSource,
+        allow: Collection[str],
+        agent_concurrency: int,
+    ) -> None:
+        self.journal = journal
+        self.projections = projections
+        self.catalog = catalog
+        self.clock = clock
+        self._agent_concurrency = agent_concurrency
+        self._hosts: dict[str, Mailbox[WorkingContext]] = {}
+        self._sessions: dict[str, Session] = {}
+        self._pending: set[Reply[Any]] = set()
+        self._waiters: dict[str, list[tuple[frozenset[FlowStatus], anyio.Event]]] = {}
+        self._stop_reason: KernelShutdown | None = None
+        self._quiet: anyio.Event | None = None
+        self._agents_tg: TaskGroup | None = None
+        self._effects_tg: TaskGroup | None = None
+
+        self.registry_mailbox: Mailbox[Any] = Mailbox("registry")
+        self.compiler_mailbox: Mailbox[Any] = Mailbox("context")
+        self.integrity_mailbox: Mailbox[Any] = Mailbox("integrity")
+        self.escalation_mailbox: Mailbox[Any] = Mailbox("escalation")
+        self.execution_mailbox: Mailbox[Any] = Mailbox("execution")
+        self.specs = [
+            ChildSpec(
+                "registry",
+                lambda: Registry(projections, catalog, ids, allow),
+                self.registry_mailbox,
+            ),
+            ChildSpec(
+                "context",
+                lambda: ContextCompiler(
+                    projections, clock, ids, self.compiler_mailbox, self._hosts
+                ),
+                self.compiler_mailbox,
+            ),
+            ChildSpec(
+                "integrity",
+                lambda: IntegrityModule(
+                    projections,
+                    catalog,
+                    clock,
+                    self.compiler_mailbox,
+                    self.escalation_mailbox,
+                    self.execution_mailbox,
+                ),
+                self.integrity_mailbox,
+            ),
+            ChildSpec(
+                "escalation",
+                lambda: EscalationManager(self.integrity_mailbox, self.execution_mailbox),
+                self.escalation_mailbox,
+            ),
+            ChildSpec(
+                "execution",
+                lambda: ExecutionEngine(
+                    catalog, adapters, self.execution_mailbox, self._spawn_effect
+                ),
+                self.execution_mailbox,
+            ),
+        ]
+
+    # --- the embedding API -------------------------------------------------
+
+    async def register(self, agent: AgentLike) -> Session:
+        """Hand the agent's manifest to the registry and host the agent in this kernel.
+
+        Raises:
+            HandshakeRefused: with VERSION_MISMATCH, UNKNOWN_AGENT, AGENT_SUSPENDED, ...
+        """
+        session = await self.handshake(agent.manifest)
+        agent_id = session.agent_id
+        if agent_id not in self._hosts:
+            mailbox: Mailbox[WorkingContext] = Mailbox(f"agent:{agent_id}", capacity=1024)
+            self._hosts[agent_id] = mailbox
+            assert self._agents_tg is not None
+            self._agents_tg.start_soon(self._host, agent, mailbox, name=f"agent:{agent_id}")
+        self._sessions[agent_id] = session
+        return session
+
+    async def handshake(self, manifest: Manifest) -> Session:
+        """Register a manifest without hosting the agent (it submits on its own).
+
+        Raises:
+            HandshakeRefused: when the registry refuses the manifest.
+        """
+        reply: Reply[Session | HandshakeRefused] = Reply()
+        return await self._call(
+            self.registry_mailbox, Register(manifest=manifest, reply=reply), reply
+        )
+
+    async def trigger(
+        self,
+        topic: str,
+        facts: Mapping[str, Any] | None = None,
+        *,
+        source: str = "",
+        parent: str | None = None,
+    ) -> list[str]:
+        """Record that something happened; return the DFIDs of the flows it opened.
+
+        ``facts`` update the state layer; every hosted ACTIVE agent subscribed to
+        ``topic`` gets a new DecisionFlow (a child of ``parent`` when given).
+        """
+        reply: Reply[list[str]] = Reply()
+        msg = FireTrigger(
+            topic=topic, facts=dict(facts or {}), source=source, parent_dfid=parent, reply=reply
+        )
+        return await self._call(self.compiler_mailbox, msg, reply)
+
+    async def submit(
+        self, token: str, dfid: str, proposal: Proposal | Mapping[str, Any] | bytes | str
+    ) -> Verdict:
+        """Submit a proposal for flow ``dfid``; return the verdict once it is durable."""
+        invalid: Feedback | None = None
+        try:
+            record = to_record(proposal)
+        except ProposalInvalid as exc:
+            kind = proposal.get("kind") if isinstance(proposal, Mapping) else None
+            record = ProposalRecord(kind=kind if isinstance(kind, str) else "")
+            invalid = Feedback(
+                reason_code=ReasonCode.SCHEMA_INVALID,
+                detail=exc.detail[:500],
+                layer="schema",
+                field=exc.field,
+            )
+        reply: Reply[Verdict] = Reply()
+        msg = Validate(dfid=dfid, proposal=record, token=token, invalid=invalid, reply=reply)
+        return await self._call(self.integrity_mailbox, msg, reply)
+
+    async def decide(
+        self,
+        dfid: str,
+        decision: Decision | str,
+        *,
+        operator: str,
+        reason: str,
+        params: Mapping[str, Any] | None = None,
+    ) -> Verdict:
+        """Give a human decision on an escalated flow: override, modify or abort."""
+        reply: Reply[Verdict] = Reply()
+        msg = Decide(
+            dfid=dfid,
+            decision=Decision(decision),
+            operator=operator,
+            reason=reason,
+            params=dict(params) if params is not None else None,
+            reply=reply,
+        )
+        return await self._call(self.escalation_mailbox, msg, reply)
+
+    async def set_agent_status(
+        self, agent_id: str, status: AgentStatus | str, *, operator: str, reason: str
+    ) -> None:
+        """Change an agent's status (an operator's act, recorded with who and why)."""
+        reply: Reply[ReasonCode | None] = Reply()
+        msg = SetStatus(
+            agent_id=agent_id,
+            status=AgentStatus(status),
+            operator=operator,
+            reason=reason,
+            reply=reply,
+        )
+        code = await self._call(self.registry_mailbox, msg, reply)
+        if code is not None:
+            raise HandshakeRefused(code, f"no agent {agent_id!r}")
+
+    def flow(self, dfid: str) -> FlowState | None:
+        """Return the current state of a flow."""
+        return self.projections.flows.get(dfid)
+
+    def flows(self, status: FlowStatus | str | None = None) -> list[FlowState]:
+        """Return every flow, or those in ``status``, oldest first."""
+        flows = self.projections.flows.values()
+        if status is not None:
+            flows = [f for f in flows if f.status == status]  # type: ignore[assignment]
+        return sorted(flows, key=lambda f: f.created_ts)
+
+    async def wait_flow(
+        self, dfid: str, until: Collection[FlowStatus] = TERMINAL | {FlowStatus.ESCALATED}
+    ) -> FlowState:
+        """Wait until flow ``dfid`` is in one of the ``until`` statuses, and return it."""
+        targets = frozenset(until)
+        while True:
+            current = self.projections.flows.get(dfid)
+            if current is not None and current.status in targets:
+                return current
+            self._raise_if_stopped()
+            wake = anyio.Event()
+            self._waiters.setdefault(dfid, []).append((targets, wake))
+            await wake.wait()
+
+    async def wait_quiet(self) -> None:
+        """Wait until no flow moves on its own (every flow ended or waits for a human)."""
+        while self.projections.moving:
+            self._raise_if_stopped()
+            self._quiet = self._quiet or anyio.Event()
+            await self._quiet.wait()
+
+    @property
+    def stopped(self) -> KernelShutdown | None:
+        """Why the kernel stopped, or None while it runs."""
+        return self._stop_reason
+
+    # --- internals ---------------------------------------------------------
+
+    async def _call(self, mailbox: Mailbox[Any], msg: Any, reply: Reply[Any]) -> Any:
+        self._raise_if_stopped()
+        self._pending.add(reply)
+        try:
+            await mailbox.send(msg)
+            answer = await reply.wait()
+        finally:
+            self._pending.discard(reply)
+        if answer is _STOPPED:
+            self._raise_if_stopped()
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    def _raise_if_stopped(self) -> None:
+        if self._stop_reason is not None:
+            raise self._stop_reason
+
+    def _stop(self, reason: str, detail: str = "") -> None:
+        """Stop accepting work and release everyone waiting on the kernel."""
+        if self._stop_reason is not None:
+            return
+        self._stop_reason = KernelShutdown(reason, detail)
+        for reply in list(self._pending):
+            reply.set(_STOPPED)
+        for waiters in self._waiters.values():
+            for _, wake in waiters:
+                wake.set()
+        self._waiters.clear()
+        if self._quiet is not None:
+            self._quiet.set()
+
+    def _on_commit(self, events: Sequence[Event]) -> None:
+        self.projections.apply(events)
+        if self._waiters:
+            for event in events:
+                if event.dfid is None or type(event.payload) not in FLOW_EVENTS:
+                    continue
+                waiters = self._waiters.get(event.dfid)
+                if not waiters:
+                    continue
+                status = self.projections.flows[event.dfid].status
+                keep = []
+                for targets, wake in waiters:
+                    if status in targets:
+                        wake.set()
+                    else:
+                        keep.append((targets, wake))
+                if keep:
+                    self._waiters[event.dfid] = keep
+                else:
+                    del self._waiters[event.dfid]
+        if self._quiet is not None and not self.projections.moving:
+            self._quiet.set()
+            self._quiet = None
+
+    def _spawn_effect(self, fn: Any) -> None:
+        assert self._effects_tg is not None
+        self._effects_tg.start_soon(fn)
+
+    def _on_dead_letter(self, actor: str, msg: Any, exc: BaseException, out: Outbox) -> None:
+        dfid = getattr(msg, "dfid", None)
+        flow = out.flow(dfid) if isinstance(dfid, str) else None
+        detail = f"actor {actor} failed twice on this flow: {type(exc).__name__}: {exc}"[:500]
+        if flow is not None and not flow.terminal and flow.status is not FlowStatus.DIRTY:
+            out.emit(
+                FlowAborted(reason_code=ReasonCode.KERNEL_FAULT, detail=detail), dfid=flow.dfid
+            )
+        reply = getattr(msg, "reply", None)
+        if isinstance(reply, Reply):
+            if isinstance(dfid, str):
+                feedback = Feedback(reason_code=ReasonCode.KERNEL_FAULT, detail=detail, layer=actor)
+                out.reply(reply, Verdict(outcome=Outcome.ABORTED, dfid=dfid, feedback=feedback))
+            else:
+                out.reply(reply, KernelFault(detail))
+
+    async def _host(self, agent: AgentLike, mailbox: Mailbox[WorkingContext]) -> None:
+        limit = anyio.Semaphore(self._agent_concurrency)
+        async with anyio.create_task_group() as tg:
+            while True:
+                for ctx in await mailbox.receive_batch(256):
+                    await limit.acquire()
+                    tg.start_soon(self._reason, agent, ctx, limit)
+
+    async def _reason(self, agent: AgentLike, ctx: WorkingContext, limit: anyio.Semaphore) -> None:
+        """Run one step of an agent's reasoning in user space and submit what it proposes."""
+        token = self._sessions[ctx.agent_id].token
+        try:
+            try:
+                proposal = await agent.decide(ctx)
+            except Exception as exc:
+                log.warning("agent %s failed on flow %s: %r", ctx.agent_id, ctx.dfid, exc)
+                detail = f"{type(exc).__name__}: {exc}"[:500]
+                await self.integrity_mailbox.send(
+                    Withdraw(
+                        dfid=ctx.dfid,
+                        token=token,
+                        attempt=ctx.attempt,
+                        reason_code=ReasonCode.AGENT_ERROR,
+                        detail=detail,
+                    )
+                )
+                return
+            if proposal is None:
+                await self.integrity_mailbox.send(
+                    Withdraw(
+                        dfid=ctx.dfid,
+                        token=token,
+                        attempt=ctx.attempt,
+                        reason_code=ReasonCode.AGENT_DECLINED,
+                        detail="no action",
+                    )
+                )
+                return
+            await self.submit(token, ctx.dfid, proposal)
+        except KernelShutdown:
+            return
+        finally:
+            limit.release()
+
+
+@asynccontextmanager
+async def open_kernel(
+    path: str | PathLike[str],
+    *,
+    packs: Sequence[PolicyPack],
+    adapters: Mapping[str, Adapter],
+    allow: Collection[str],
+    clock: Clock | None = None,
+    ids: IdSource | None = None,
+    telemetry: Telemetry | None = None,
+    synchronous: str = "FULL",
+    agent_concurrency: int = 64,
+    max_restarts: int = 3,
+    restart_period_s: float = 5.0,
+    faults: JournalFaults | None = None,
+) -> AsyncIterator[Kernel]:
+    """Open a kernel on the journal at ``path`` and run it for the body of the block.
+
+    Args:
+        path: the SQLite journal (created if missing).
+        packs: the policy packs; the kernel refuses to start on an invalid one.
+        adapters: the adapters by name; every policy kind's adapter must be present.
+        allow: the agent ids allowed to register.
+        clock: the time port (default: the system clock).
+        ids: the DFID and token port (default: OS randomness).
+        telemetry: span export (default: configured from the ``OTEL_*`` environment).
+        synchronous: SQLite's synchronous setting; FULL is the durable default.
+        agent_concurrency: flows one hosted agent reasons about at once.
+        max_restarts: actor restarts allowed within ``restart_period_s``.
+        restart_period_s: the window of the restart intensity.
+        faults: fault injection for tests.
+
+    Raises:
+        PackError: on an invalid policy pack or a missing adapter.
+        JournalError: when the journal cannot be opened (corrupt, foreign, too new).
+        KernelShutdown: when the kernel had to stop (restart intensity, journal failure).
+    """
+    catalog = PolicyCatalog(packs)
+    missing = [name for name in catalog.adapters_needed() if name not in adapters]
+    if missing:
+        raise PackError(f"no adapter registered for {', '.join(missing)}")
+    clock = clock or SystemClock()
+    telemetry = telemetry if telemetry is not None else Telemetry.from_env()
+    async with open_journal(path, clock=clock, synchronous=synchronous, faults=faults) as journal:
+        projections = Projections()
+        async for batch in journal.scan():
+            projections.apply(batch)
+        kernel = Kernel(
+            journal,
+            projections,
+            catalog,
+            adapters,
+            clock,
+            ids or RandomIds(),
+            allow,
+            agent_concurrency,
+        )
+        journal.set_guard(projections.guard)
+        journal.add_listener(kernel._on_commit)
+        await journal.append(
+            [Draft(payload=KernelStarted(kernel_version=KERNEL_VERSION, packs=catalog.refs()))]
+        )
+        supervisor = Supervisor(
+            kernel.specs,
+            append=journal.append,
+            projections=projections,
+            clock=clock,
+            on_dead_letter=kernel._on_dead_letter,
+            max_restarts=max_restarts,
+            period_s=restart_period_s,
+            fatal=(JournalError,),
+        )
+        failure: KernelShutdown | None = None
+        body_error: Exception | None = None
+        exported = [journal.head_seq]
+        try:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(_supervise, kernel, supervisor, name="supervisor")
+                if telemetry.enabled:
+                    tg.start_soon(_export, telemetry, journal, exported, name="telemetry")
+                async with (
+                    anyio.create_task_group() as agents_tg,
+                    anyio.create_task_group() as effects_tg,
+                ):
+                    kernel._agents_tg = agents_tg
+                    kernel._effects_tg = effects_tg
+                    try:
+                        yield kernel
+                    except Exception as exc:
+                        # Re-raised outside the task groups: the caller sees it, not a group.
+                        body_error = exc
+                    finally:
+                        agents_tg.cancel_scope.cancel()
+                        effects_tg.cancel_scope.cancel()
+                kernel._stop("KERNEL_CLOSED")
+                tg.cancel_scope.cancel()
+        except BaseExceptionGroup as group:
+            stopped = [e for e in _leaves(group) if isinstance(e, KernelShutdown)]
+            if not stopped:
+                raise
+            failure = stopped[0]
+        finally:
+            kernel._stop("KERNEL_CLOSED")
+            for mailbox in [*(spec.mailbox for spec in kernel.specs), *kernel._hosts.values()]:
+                mailbox.close()
+            with anyio.CancelScope(shield=True):
+                if not journal.failed:
+                    reason = failure.reason if failure else "KERNEL_CLOSED"
+                    detail = failure.detail if failure else ""
+                    await journal.append(
+                        [Draft(payload=events.KernelStopped(reason=reason, detail=detail))]
+                    )
+                if telemetry.enabled:
+                    # Spans of what committed after the exporter's last batch.
+                    telemetry.emit(await journal.read(exported[0] + 1))
+                    await anyio.to_thread.run_sync(telemetry.shutdown)
+        if failure is not None:
+            raise failure
+        if body_error is not None:
+            raise body_error
+
+
+async def _export(telemetry: Telemetry, journal: Journal, exported: list[int]) -> None:
+    async with journal.subscribe(exported[0] + 1) as batches:
+        async for batch in batches:
+            telemetry.emit(batch)
+            exported[0] = batch[-1].seq
+
+
+async def _supervise(kernel: Kernel, supervisor: Supervisor) -> None:
+    try:
+        await supervisor.run()
+    except RestartIntensityExceeded as exc:
+        kernel._stop("RESTART_INTENSITY_EXCEEDED", str(exc))
+        raise kernel._stop_reason from exc  # type: ignore[misc]
+    except JournalError as exc:
+        kernel._stop("JOURNAL_FAILED", str(exc))
+        raise kernel._stop_reason from exc  # type: ignore[misc]
+
+
+def _leaves(group: BaseExceptionGroup[BaseException]) -> list[BaseException]:
+    leaves: list[BaseException] = []
+    for exc in group.exceptions:
+        if isinstance(exc, BaseExceptionGroup):
+            leaves.extend(_leaves(exc))
+        else:
+            leaves.append(exc)
+    return leaves

@@ -1,0 +1,38 @@
+"""Append to the journal at argv[1] until killed, printing each acknowledged seq.
+
+The crash test runs this as a subprocess and kills it with SIGKILL at a random
+point: every seq printed here was acknowledged by ``Journal.append``, so it must
+still be in the journal when it is reopened.
+"""
+
+import sys
+
+import anyio
+
+from kernel.events import Draft, TriggerFired
+from kernel.journal import Journal, open_journal
+
+APPENDERS = 4
+
+
+async def append_forever(journal: Journal, appender: int) -> None:
+    """Append batches of one to three events, printing their seqs once acknowledged."""
+    for i in range(sys.maxsize):
+        drafts = [
+            Draft(payload=TriggerFired(topic="crash", facts={"appender": appender, "i": i, "k": k}))
+            for k in range(1 + i % 3)
+        ]
+        events = await journal.append(drafts)
+        sys.stdout.write("".join(f"{event.seq}\n" for event in events))
+        sys.stdout.flush()
+
+
+async def main(path: str) -> None:
+    """Run the appenders until the process is killed."""
+    async with open_journal(path) as journal, anyio.create_task_group() as tg:
+        for appender in range(APPENDERS):
+            tg.start_soon(append_forever, journal, appender)
+
+
+if __name__ == "__main__":
+    anyio.run(main, sys.argv[1])

@@ -1,0 +1,118 @@
+"""A minimal OTLP/HTTP trace receiver for tests: prints every span it gets as a JSON line.
+
+Run ``python tests/otlp_receiver.py``: it binds 127.0.0.1 on a free port,
+prints ``PORT <n>``, then one JSON object per received span, each line
+flushed. It exits on SIGTERM, SIGINT or end of its standard input, so a test
+that dies cannot leave it behind.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import signal
+import sys
+import threading
+import zlib
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+    ExportTraceServiceRequest,
+    ExportTraceServiceResponse,
+)
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue
+
+_print_lock = threading.Lock()
+
+
+def _value(value: AnyValue) -> Any:
+    kind = value.WhichOneof("value")
+    if kind == "array_value":
+        return [_value(v) for v in value.array_value.values]
+    if kind == "kvlist_value":
+        return _attributes(value.kvlist_value.values)
+    if kind == "bytes_value":
+        return value.bytes_value.hex()
+    return getattr(value, kind) if kind else None
+
+
+def _attributes(pairs: Any) -> dict[str, Any]:
+    return {pair.key: _value(pair.value) for pair in pairs}
+
+
+def _span_lines(request: ExportTraceServiceRequest) -> list[str]:
+    lines = []
+    for resource_spans in request.resource_spans:
+        resource = _attributes(resource_spans.resource.attributes)
+        for scope_spans in resource_spans.scope_spans:
+            for span in scope_spans.spans:
+                record = {
+                    "trace_id": span.trace_id.hex(),
+                    "span_id": span.span_id.hex(),
+                    "parent_span_id": span.parent_span_id.hex(),
+                    "name": span.name,
+                    "attributes": _attributes(span.attributes),
+                    "status_code": span.status.code,
+                    "service_name": resource.get("service.name"),
+                }
+                lines.append(json.dumps(record, sort_keys=True))
+    return lines
+
+
+class _Handler(BaseHTTPRequestHandler):
+    def do_POST(self) -> None:
+        if self.path != "/v1/traces":
+            self.send_error(404)
+            return
+        body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        encoding = self.headers.get("Content-Encoding", "").lower()
+        try:
+            if encoding == "gzip":
+                body = gzip.decompress(body)
+            elif encoding == "deflate":
+                body = zlib.decompress(body)
+            request = ExportTraceServiceRequest.FromString(body)
+        except Exception:  # a garbled request is the exporter's bug: say so, stay up
+            self.send_error(400)
+            return
+        lines = _span_lines(request)
+        with _print_lock:
+            for line in lines:
+                print(line, flush=True)
+        reply = ExportTraceServiceResponse().SerializeToString()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/x-protobuf")
+        self.send_header("Content-Length", str(len(reply)))
+        self.end_headers()
+        self.wfile.write(reply)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass  # stdout carries spans only; per-request logs would be noise on stderr
+
+
+def _stop(signum: int, frame: object) -> None:
+    raise SystemExit(0)
+
+
+def main() -> None:
+    """Serve until SIGTERM, SIGINT or end of standard input."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+    server.daemon_threads = True
+    signal.signal(signal.SIGTERM, _stop)
+    serving = threading.Thread(target=server.serve_forever, daemon=True)
+    serving.start()
+    print(f"PORT {server.server_address[1]}", flush=True)
+    try:
+        # Reading stdin until EOF ties our life to the parent's pipe.
+        while sys.stdin.buffer.read1(65536):
+            pass
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,61 @@
+"""The public names of the kernel are pinned: changing them is a decision, not an accident."""
+
+import agents_sdk
+import kernel
+
+
+def test_kernel_exports():
+    assert sorted(kernel.__all__) == sorted(
+        [
+            "TERMINAL",
+            "Adapter",
+            "AdapterError",
+            "AgentStatus",
+            "Clock",
+            "Decision",
+            "Event",
+            "ExecutionIntent",
+            "FlowState",
+            "FlowStatus",
+            "HandshakeRefused",
+            "IdSource",
+            "IllegalTransition",
+            "JournalError",
+            "JournalFaults",
+            "Kernel",
+            "KernelFault",
+            "KernelShutdown",
+            "MailboxClosed",
+            "Manifest",
+            "ManualClock",
+            "Outcome",
+            "PackError",
+            "PolicyKind",
+            "PolicyPack",
+            "Projections",
+            "Proposal",
+            "RandomIds",
+            "Receipt",
+            "ReasonCode",
+            "RestartIntensityExceeded",
+            "SeededIds",
+            "Session",
+            "SystemClock",
+            "ValidationFeedback",
+            "Verdict",
+            "WorkingContext",
+            "fold",
+            "idempotency_key",
+            "open_journal",
+            "open_kernel",
+            "verify_journal",
+        ]
+    )
+    for name in kernel.__all__:
+        assert getattr(kernel, name) is not None
+
+
+def test_sdk_exports_only_kernel_public_names():
+    for name in agents_sdk.__all__:
+        if name != "Agent":
+            assert getattr(agents_sdk, name) is getattr(kernel, name)

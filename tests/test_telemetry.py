@@ -1,0 +1,599 @@
+"""Spans projected from hand-built journals, checked in memory and through a real OTLP receiver."""
+
+from __future__ import annotations
+
+import json
+import socket
+import sys
+import uuid
+from collections.abc import AsyncIterator, Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from anyio.streams.buffered import BufferedByteReceiveStream
+from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcExporter
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpExporter
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.trace.export import (
+    BatchSpanProcessor,
+    ConsoleSpanExporter,
+    SimpleSpanProcessor,
+    SpanExporter,
+)
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import StatusCode
+
+from kernel.events import (
+    AgentRegistered,
+    AnyPayload,
+    ContextCompiled,
+    DuplicateSuppressed,
+    Event,
+    ExecutionFailed,
+    ExecutionIntent,
+    ExecutionStarted,
+    ExecutionSucceeded,
+    Feedback,
+    FlowAborted,
+    FlowClosed,
+    FlowCreated,
+    FlowEscalated,
+    HumanDecided,
+    KernelStarted,
+    Manifest,
+    ProposalAccepted,
+    ProposalRecord,
+    ProposalRejected,
+    ProposalSubmitted,
+    TriggerFired,
+)
+from kernel.reasons import ReasonCode
+from kernel.telemetry import (
+    SpanProjector,
+    Telemetry,
+    configure_exporter,
+    export_flows,
+    span_id_for,
+    spans_for_events,
+    trace_id_for,
+)
+
+T0 = 1_700_000_000_000_000_000
+MS = 1_000_000
+AGENT = "restock-agent"
+PARENT = "7f0c2a52-9d1e-4c4b-8a53-0d6a1b2c3d4e"
+CHILD = "0b9e5c1d-2f3a-4b5c-9d6e-7f8091a2b3c4"
+RECEIVER = Path(__file__).with_name("otlp_receiver.py")
+
+
+class JournalBuilder:
+    """Number and stamp events the way the journal would, with time in ms after T0."""
+
+    def __init__(self) -> None:
+        self.events: list[Event] = []
+
+    def add(
+        self,
+        payload: AnyPayload,
+        *,
+        at_ms: int,
+        dfid: str | None = PARENT,
+        parent_dfid: str | None = None,
+        agent_id: str | None = AGENT,
+    ) -> Event:
+        event = Event(
+            seq=len(self.events) + 1,
+            ts=T0 + at_ms * MS,
+            payload=payload,
+            dfid=dfid,
+            parent_dfid=parent_dfid,
+            caused_by=len(self.events) or None,
+            agent_id=agent_id,
+        )
+        self.events.append(event)
+        return event
+
+
+def proposal(attempt: int, kind: str = "reorder") -> ProposalSubmitted:
+    record = ProposalRecord(
+        kind=kind, params={"sku": "A-1", "qty": 5}, context_ref=f"ctx-{attempt}"
+    )
+    return ProposalSubmitted(attempt=attempt, proposal=record)
+
+
+def executed_flow(j: JournalBuilder, dfid: str = PARENT, *, start_ms: int = 0) -> None:
+    """Append an accepted, executed and closed flow: the happy path."""
+    at = start_ms
+    j.add(FlowCreated(root_dfid=dfid, topic="stock.low"), at_ms=at, dfid=dfid)
+    j.add(ContextCompiled(attempt=1, context_ref="ctx-1"), at_ms=at + 2, dfid=dfid)
+    j.add(proposal(1), at_ms=at + 50, dfid=dfid)
+    j.add(ProposalAccepted(attempt=1), at_ms=at + 51, dfid=dfid)
+    intent = ExecutionIntent(key="key-1", kind="reorder", adapter="erp", step=0)
+    j.add(ExecutionStarted(intent=intent), at_ms=at + 52, dfid=dfid)
+    j.add(ExecutionSucceeded(key="key-1", external_id="PO-7"), at_ms=at + 80, dfid=dfid)
+    j.add(FlowClosed(), at_ms=at + 81, dfid=dfid)
+
+
+def exported(events: Iterable[Event]) -> list[ReadableSpan]:
+    """Run events through Telemetry into the SDK's in-memory exporter."""
+    exporter = InMemorySpanExporter()
+    telemetry = Telemetry(SimpleSpanProcessor(exporter))
+    telemetry.emit(events)
+    telemetry.shutdown()
+    return list(exporter.get_finished_spans())
+
+
+def by_name(spans: Sequence[ReadableSpan]) -> dict[str, list[ReadableSpan]]:
+    named: dict[str, list[ReadableSpan]] = {}
+    for span in spans:
+        named.setdefault(span.name, []).append(span)
+    return named
+
+
+def root_of(spans: Sequence[ReadableSpan], dfid: str) -> ReadableSpan:
+    (root,) = [s for s in spans if s.name.startswith("flow") and s.attributes["dir.dfid"] == dfid]
+    return root
+
+
+def span_id(span: ReadableSpan) -> int:
+    assert span.context is not None
+    return span.context.span_id
+
+
+def parent_id(span: ReadableSpan) -> int | None:
+    return span.parent.span_id if span.parent is not None else None
+
+
+# --- the span tree -------------------------------------------------------------
+
+
+def test_accepted_and_executed_flow_is_one_trace_with_a_span_per_stage() -> None:
+    j = JournalBuilder()
+    executed_flow(j)
+
+    spans = exported(j.events)
+
+    named = by_name(spans)
+    assert sorted(named) == ["context", "execute", "flow reorder", "reason", "validate"]
+    root = named["flow reorder"][0]
+    assert root.parent is None
+    assert {s.context.trace_id for s in spans if s.context} == {uuid.UUID(PARENT).int}
+    assert all(parent_id(s) == span_id(root) for s in spans if s is not root)
+    assert span_id(root) == span_id_for(PARENT, "flow", 0)
+
+    assert (root.start_time, root.end_time) == (T0, T0 + 81 * MS)
+    assert root.status.status_code is StatusCode.OK
+    assert dict(root.attributes) == {
+        "dir.dfid": PARENT,
+        "dir.agent_id": AGENT,
+        "dir.topic": "stock.low",
+        "dir.policy_kind": "reorder",
+        "dir.status": "CLOSED",
+        "dir.attempts": 1,
+        "gen_ai.operation.name": "invoke_agent",
+        "gen_ai.agent.id": AGENT,
+        "gen_ai.agent.name": AGENT,
+    }
+    assert root.resource.attributes["service.name"]
+    assert root.instrumentation_scope is not None
+
+    context, reason = named["context"][0], named["reason"][0]
+    validate, execute = named["validate"][0], named["execute"][0]
+    assert (context.start_time, context.end_time) == (T0, T0 + 2 * MS)
+    assert context.attributes["dir.context_ref"] == "ctx-1"
+    assert (reason.start_time, reason.end_time) == (T0 + 2 * MS, T0 + 50 * MS)
+    assert (validate.start_time, validate.end_time) == (T0 + 50 * MS, T0 + 51 * MS)
+    assert validate.attributes["dir.verdict"] == "ACCEPTED"
+    assert validate.status.status_code is StatusCode.UNSET
+    assert (execute.start_time, execute.end_time) == (T0 + 52 * MS, T0 + 80 * MS)
+    assert execute.attributes["dir.idempotency_key"] == "key-1"
+    assert execute.attributes["dir.adapter"] == "erp"
+    assert execute.attributes["dir.external_id"] == "PO-7"
+    assert all(s.attributes["dir.attempt"] == 1 for s in (context, reason, validate))
+
+
+def test_a_rejected_attempt_is_an_error_validate_span_carrying_the_feedback() -> None:
+    j = JournalBuilder()
+    j.add(FlowCreated(root_dfid=PARENT, topic="stock.low"), at_ms=0)
+    j.add(ContextCompiled(attempt=1, context_ref="ctx-1"), at_ms=1)
+    j.add(proposal(1), at_ms=10)
+    feedback = Feedback(
+        reason_code=ReasonCode.RISK_LIMIT_EXCEEDED, detail="qty 5 > 3", layer="risk", field="qty"
+    )
+    j.add(ProposalRejected(attempt=1, feedback=feedback), at_ms=11)
+    j.add(ContextCompiled(attempt=2, context_ref="ctx-2", feedback=feedback), at_ms=12)
+    j.add(proposal(2), at_ms=20)
+    j.add(ProposalAccepted(attempt=2), at_ms=21)
+    j.add(FlowClosed(), at_ms=22)
+
+    named = by_name(exported(j.events))
+
+    first, second = sorted(named["validate"], key=lambda s: s.attributes["dir.attempt"])
+    assert first.status.status_code is StatusCode.ERROR
+    assert first.status.description == "RISK_LIMIT_EXCEEDED"
+    assert first.attributes["dir.reason_code"] == "RISK_LIMIT_EXCEEDED"
+    assert first.attributes["dir.verdict"] == "REJECTED"
+    (event,) = first.events
+    assert event.name == "feedback"
+    assert event.timestamp == T0 + 11 * MS
+    assert dict(event.attributes or {}) == {
+        "dir.reason_code": "RISK_LIMIT_EXCEEDED",
+        "dir.detail": "qty 5 > 3",
+        "dir.layer": "risk",
+        "dir.field": "qty",
+    }
+    assert second.status.status_code is StatusCode.UNSET
+    assert second.attributes["dir.attempt"] == 2
+    # The second context span covers the gap since the rejection.
+    contexts = sorted(named["context"], key=lambda s: s.attributes["dir.attempt"])
+    assert [(c.start_time, c.end_time) for c in contexts] == [
+        (T0, T0 + 1 * MS),
+        (T0 + 11 * MS, T0 + 12 * MS),
+    ]
+    assert len(named["reason"]) == 2
+    root = named["flow reorder"][0]
+    assert root.attributes["dir.attempts"] == 2
+    assert root.status.status_code is StatusCode.OK
+
+
+def test_an_aborted_flow_has_an_error_root_naming_the_reason_code() -> None:
+    j = JournalBuilder()
+    j.add(FlowCreated(root_dfid=PARENT, topic="stock.low"), at_ms=0)
+    j.add(ContextCompiled(attempt=1, context_ref="ctx-1"), at_ms=1)
+    j.add(FlowAborted(reason_code=ReasonCode.REASONING_EXHAUSTION, detail="no proposal"), at_ms=30)
+
+    named = by_name(exported(j.events))
+
+    root = named["flow stock.low"][0]
+    assert root.status.status_code is StatusCode.ERROR
+    assert root.status.description == "REASONING_EXHAUSTION"
+    assert root.attributes["dir.status"] == "ABORTED"
+    assert root.attributes["dir.reason_code"] == "REASONING_EXHAUSTION"
+    assert root.attributes["dir.detail"] == "no proposal"
+    # The agent never answered: its reason span runs until the abort.
+    (reason,) = named["reason"]
+    assert (reason.start_time, reason.end_time) == (T0 + 1 * MS, T0 + 30 * MS)
+
+
+def test_a_failed_execution_is_an_error_execute_span() -> None:
+    j = JournalBuilder()
+    j.add(FlowCreated(root_dfid=PARENT), at_ms=0)
+    j.add(proposal(1), at_ms=1)
+    j.add(ProposalAccepted(attempt=1), at_ms=2)
+    intent = ExecutionIntent(key="key-1", kind="reorder", adapter="erp")
+    j.add(ExecutionStarted(intent=intent), at_ms=3)
+    j.add(ExecutionFailed(key="key-1", error="erp down", transient=False), at_ms=9)
+    j.add(FlowAborted(reason_code=ReasonCode.EXECUTION_FAILED), at_ms=10)
+
+    (execute,) = by_name(exported(j.events))["execute"]
+
+    assert execute.status.status_code is StatusCode.ERROR
+    assert execute.attributes["dir.reason_code"] == "EXECUTION_FAILED"
+    assert execute.attributes["dir.error"] == "erp down"
+    assert (execute.start_time, execute.end_time) == (T0 + 3 * MS, T0 + 9 * MS)
+
+
+def test_a_resumed_execution_ends_the_interrupted_attempt_and_starts_a_new_span() -> None:
+    j = JournalBuilder()
+    j.add(FlowCreated(root_dfid=PARENT), at_ms=0)
+    intent = ExecutionIntent(key="key-1", kind="reorder", adapter="erp")
+    j.add(ExecutionStarted(intent=intent), at_ms=1)
+    j.add(ExecutionStarted(intent=intent), at_ms=5)  # after a crash, same idempotency key
+    j.add(ExecutionSucceeded(key="key-1"), at_ms=6)
+    j.add(FlowClosed(), at_ms=7)
+
+    executes = by_name(exported(j.events))["execute"]
+
+    assert sorted((s.start_time, s.end_time) for s in executes) == [
+        (T0 + 1 * MS, T0 + 5 * MS),
+        (T0 + 5 * MS, T0 + 6 * MS),
+    ]
+    assert len({span_id(s) for s in executes}) == 2
+
+
+def test_an_escalation_span_records_the_human_decision_and_the_wait() -> None:
+    j = JournalBuilder()
+    j.add(FlowCreated(root_dfid=PARENT, topic="stock.low"), at_ms=0)
+    j.add(ContextCompiled(attempt=1, context_ref="ctx-1"), at_ms=1)
+    j.add(proposal(1), at_ms=5)
+    j.add(FlowEscalated(reason_code=ReasonCode.VERIFICATION_REQUIRED), at_ms=6)
+    j.add(HumanDecided(decision="approve", operator="ops@example"), at_ms=90_006, agent_id=None)
+    j.add(ProposalAccepted(attempt=1, by_human=True), at_ms=90_007)
+    j.add(FlowClosed(), at_ms=90_008)
+
+    named = by_name(exported(j.events))
+
+    (validate,) = named["validate"]
+    assert validate.attributes["dir.verdict"] == "ESCALATED"
+    assert validate.status.status_code is StatusCode.UNSET
+    (escalation,) = named["escalation"]
+    assert (escalation.start_time, escalation.end_time) == (T0 + 6 * MS, T0 + 90_006 * MS)
+    assert escalation.attributes["dir.wait_ms"] == 90_000
+    assert escalation.attributes["dir.reason_code"] == "VERIFICATION_REQUIRED"
+    assert escalation.attributes["dir.operator"] == "ops@example"
+    assert escalation.attributes["dir.decision"] == "approve"
+    assert parent_id(escalation) == span_id(named["flow reorder"][0])
+
+
+def test_a_child_flow_nests_under_its_parents_root_span_in_the_parents_trace() -> None:
+    j = JournalBuilder()
+    j.add(FlowCreated(root_dfid=PARENT, topic="stock.low"), at_ms=0)
+    j.add(
+        FlowCreated(root_dfid=PARENT, topic="supplier.quote"),
+        at_ms=1,
+        dfid=CHILD,
+        parent_dfid=PARENT,
+    )
+    j.add(proposal(1, kind="quote"), at_ms=2, dfid=CHILD, parent_dfid=PARENT)
+    j.add(ProposalAccepted(attempt=1), at_ms=3, dfid=CHILD, parent_dfid=PARENT)
+    j.add(FlowClosed(), at_ms=4, dfid=CHILD, parent_dfid=PARENT)
+    j.add(proposal(1), at_ms=5)
+    j.add(ProposalAccepted(attempt=1), at_ms=6)
+    j.add(FlowClosed(), at_ms=7)
+
+    spans = exported(j.events)
+
+    parent_root, child_root = root_of(spans, PARENT), root_of(spans, CHILD)
+    assert child_root.name == "flow quote"
+    assert parent_id(child_root) == span_id(parent_root)
+    assert child_root.attributes["dir.parent_dfid"] == PARENT
+    assert {s.context.trace_id for s in spans if s.context} == {trace_id_for(PARENT)}
+    (child_validate,) = [s for s in spans if parent_id(s) == span_id(child_root)]
+    assert child_validate.name == "validate"
+
+
+def test_export_flows_selects_a_flow_and_its_descendants() -> None:
+    j = JournalBuilder()
+    j.add(FlowCreated(root_dfid=PARENT), at_ms=0)
+    j.add(FlowCreated(root_dfid=PARENT), at_ms=1, dfid=CHILD, parent_dfid=PARENT)
+    j.add(FlowClosed(), at_ms=2, dfid=CHILD, parent_dfid=PARENT)
+    j.add(FlowClosed(), at_ms=3)
+    other = str(uuid.UUID(int=42, version=4))
+    executed_flow(j, other, start_ms=10)
+
+    def dfids(**kwargs: Any) -> set[str]:
+        exporter = InMemorySpanExporter()
+        count = export_flows(j.events, SimpleSpanProcessor(exporter), **kwargs)
+        spans = exporter.get_finished_spans()
+        assert count == len(spans)
+        return {str(s.attributes["dir.dfid"]) for s in spans if s.name.startswith("flow")}
+
+    assert dfids() == {PARENT, CHILD, other}
+    assert dfids(dfid=PARENT) == {PARENT, CHILD}
+    assert dfids(dfid=CHILD) == {CHILD}
+    assert dfids(dfid=other) == {other}
+
+
+# --- determinism and memory ------------------------------------------------------
+
+
+def test_the_same_events_give_the_same_span_ids() -> None:
+    j = JournalBuilder()
+    executed_flow(j)
+
+    def identities() -> list[tuple[int, int, int | None, str]]:
+        return [
+            (s.context.trace_id, s.context.span_id, parent_id(s), s.name)
+            for s in spans_for_events(j.events)
+            if s.context
+        ]
+
+    first = identities()
+    assert first == identities()
+    assert len({span for _, span, _, _ in first}) == len(first)
+
+
+def test_fed_in_batches_equals_fed_at_once_and_nothing_is_retained_after_terminal() -> None:
+    j = JournalBuilder()
+    j.add(KernelStarted(kernel_version="0.1.0"), at_ms=0, dfid=None, agent_id=None)
+    manifest = Manifest(agent_id=AGENT, version="1")
+    j.add(AgentRegistered(manifest=manifest, session_hash="h"), at_ms=0, dfid=None)
+    executed_flow(j, PARENT, start_ms=1)
+    j.add(TriggerFired(topic="stock.low"), at_ms=200, dfid=None, agent_id=None)
+    # A duplicate answered after the flow closed must not reopen it.
+    j.add(DuplicateSuppressed(key="key-1", source="adapter"), at_ms=201)
+    projector = SpanProjector()
+
+    spans: list[ReadableSpan] = []
+    open_counts = []
+    for event in j.events:
+        spans += projector.feed([event])
+        open_counts.append(projector.open_flows)
+
+    assert max(open_counts) == 1
+    assert projector.open_flows == 0
+    assert projector.flush_open() == []
+    ids = [(s.name, s.context.span_id, s.start_time, s.end_time) for s in spans if s.context]
+    at_once = [
+        (s.name, s.context.span_id, s.start_time, s.end_time)
+        for s in spans_for_events(j.events)
+        if s.context
+    ]
+    assert ids == at_once
+
+
+def test_flush_open_ends_in_progress_flows_at_their_last_event() -> None:
+    j = JournalBuilder()
+    j.add(FlowCreated(root_dfid=PARENT, topic="stock.low"), at_ms=0)
+    j.add(ContextCompiled(attempt=1, context_ref="ctx-1"), at_ms=1)
+    j.add(proposal(1), at_ms=7)
+    projector = SpanProjector()
+
+    assert projector.feed(j.events) == []
+    assert projector.open_flows == 1
+    named = by_name(projector.flush_open())
+
+    assert projector.open_flows == 0
+    root = named["flow reorder"][0]
+    assert root.attributes["dir.open"] is True
+    assert root.attributes["dir.status"] == "OPEN"
+    assert root.status.status_code is StatusCode.UNSET
+    assert root.end_time == T0 + 7 * MS
+    (validate,) = named["validate"]
+    assert validate.attributes["dir.open"] is True
+    assert (validate.start_time, validate.end_time) == (T0 + 7 * MS, T0 + 7 * MS)
+
+
+def test_duplicates_inside_a_flow_are_events_on_its_root_span() -> None:
+    j = JournalBuilder()
+    j.add(FlowCreated(root_dfid=PARENT), at_ms=0)
+    j.add(DuplicateSuppressed(key="key-1", source="agent"), at_ms=1)
+    j.add(FlowClosed(), at_ms=2)
+
+    (root,) = spans_for_events(j.events)
+
+    (event,) = root.events
+    assert event.name == "duplicate_suppressed"
+    assert dict(event.attributes or {}) == {"dir.idempotency_key": "key-1", "dir.source": "agent"}
+
+
+# --- configuration and the disabled path ----------------------------------------
+
+
+@pytest.mark.parametrize(
+    "env",
+    [
+        {},
+        {"OTEL_SERVICE_NAME": "x"},
+        {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318", "OTEL_SDK_DISABLED": "true"},
+        {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318", "OTEL_TRACES_EXPORTER": "none"},
+    ],
+)
+def test_export_is_off_unless_configured(env: dict[str, str]) -> None:
+    assert configure_exporter(env) is None
+    assert not Telemetry.from_env(env).enabled
+
+
+def exporter_of(env: dict[str, str]) -> SpanExporter:
+    """Return the exporter ``env`` configures, shutting its processor down again."""
+    processor = configure_exporter(env)
+    assert isinstance(processor, BatchSpanProcessor)
+    processor.shutdown()
+    exporter: SpanExporter = processor.span_exporter
+    return exporter
+
+
+@pytest.mark.parametrize(
+    ("env", "endpoint"),
+    [
+        ({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318/"}, "http://c:4318/v1/traces"),
+        ({"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://c:4318/t"}, "http://c:4318/t"),
+    ],
+)
+def test_the_http_endpoint_follows_the_sdk_rule(env: dict[str, str], endpoint: str) -> None:
+    exporter = exporter_of(env)
+
+    assert isinstance(exporter, HttpExporter)
+    assert exporter._endpoint == endpoint
+
+
+def test_the_protocol_and_exporter_variables_choose_the_exporter() -> None:
+    grpc = {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4317", "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"}
+    assert isinstance(exporter_of(grpc), GrpcExporter)
+    assert isinstance(exporter_of({"OTEL_TRACES_EXPORTER": "console"}), ConsoleSpanExporter)
+
+    both = configure_exporter(
+        {"OTEL_TRACES_EXPORTER": "otlp,console", "OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318"}
+    )
+    assert both is not None
+    both.shutdown()
+
+
+async def test_disabled_telemetry_is_a_no_op() -> None:
+    j = JournalBuilder()
+    executed_flow(j)
+    telemetry = Telemetry(None)
+
+    telemetry.emit(j.events)
+
+    assert not telemetry.enabled
+    await telemetry.run(batches([j.events]))  # drains and returns
+    assert telemetry.shutdown()
+
+
+async def batches(chunks: Iterable[list[Event]]) -> AsyncIterator[list[Event]]:
+    for chunk in chunks:
+        yield chunk
+
+
+async def test_run_exports_each_flow_as_its_batches_arrive() -> None:
+    j = JournalBuilder()
+    executed_flow(j)
+    exporter = InMemorySpanExporter()
+    telemetry = Telemetry(SimpleSpanProcessor(exporter))
+
+    await telemetry.run(batches([j.events[:3], j.events[3:]]))
+
+    assert len(exporter.get_finished_spans()) == 5
+    telemetry.shutdown()
+
+
+# --- through a real OTLP receiver -----------------------------------------------
+
+
+async def read_line(stdout: BufferedByteReceiveStream) -> str:
+    return (await stdout.receive_until(b"\n", 1 << 20)).decode()
+
+
+@pytest.mark.parametrize("compression", ["none", "gzip"])
+async def test_spans_reach_a_real_otlp_receiver(compression: str) -> None:
+    j = JournalBuilder()
+    executed_flow(j)
+    expected = {span_id(s): s for s in spans_for_events(j.events)}
+    trace_hex = f"{trace_id_for(PARENT):032x}"
+
+    with anyio.fail_after(30):
+        async with await anyio.open_process([sys.executable, str(RECEIVER)]) as receiver:
+            try:
+                assert receiver.stdout is not None
+                stdout = BufferedByteReceiveStream(receiver.stdout)
+                port = int((await read_line(stdout)).removeprefix("PORT "))
+                env = {
+                    "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{port}",
+                    "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
+                    "OTEL_EXPORTER_OTLP_COMPRESSION": compression,
+                    "OTEL_SERVICE_NAME": "dir-test",
+                }
+                telemetry = Telemetry.from_env(env)
+                telemetry.emit(j.events)
+                await anyio.to_thread.run_sync(telemetry.shutdown)
+
+                received: dict[int, dict[str, Any]] = {}
+                while received.keys() != expected.keys():
+                    span = json.loads(await read_line(stdout))
+                    if span["trace_id"] == trace_hex:
+                        received[int(span["span_id"], 16)] = span
+            finally:
+                receiver.terminate()
+
+    root = expected[span_id_for(PARENT, "flow", 0)]
+    for sid, span in received.items():
+        assert span["name"] == expected[sid].name
+        assert span["service_name"] == "dir-test"
+        parent = parent_id(expected[sid])
+        assert span["parent_span_id"] == (f"{parent:016x}" if parent else "")
+    assert received[span_id(root)]["attributes"]["dir.dfid"] == PARENT
+    assert received[span_id(root)]["attributes"]["dir.attempts"] == 1
+
+
+def closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+async def test_shutdown_returns_when_the_collector_is_unreachable() -> None:
+    j = JournalBuilder()
+    executed_flow(j)
+    env = {"OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{closed_port()}"}
+    telemetry = Telemetry.from_env(env)
+    telemetry.emit(j.events)
+
+    # Abandoning the worker thread on timeout keeps a regression from hanging the suite.
+    with anyio.fail_after(20):
+        finished = await anyio.to_thread.run_sync(telemetry.shutdown, abandon_on_cancel=True)
+
+    assert isinstance(finished, bool)
+    assert not telemetry.enabled
