@@ -28,7 +28,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
     try:
-        return anyio.run(args.run, args)
+        return int(anyio.run(args.run, args))
     except JournalError as exc:
         print(f"error: {exc.code}: {exc}", file=sys.stderr)
         return 2

@@ -35,7 +35,7 @@ class Record(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
 # --- records nested in payloads ---------------------------------------------
 
 
-class PackRef(Record):
+class PackRef(Record, frozen=True):
     """A policy pack as loaded: name, version and content hash."""
 
     name: str
@@ -43,7 +43,7 @@ class PackRef(Record):
     hash: str
 
 
-class Manifest(Record):
+class Manifest(Record, frozen=True):
     """What an agent declares at its handshake: who it is and what it may do.
 
     ``version`` is the semver of the DIR contract the agent speaks (the kernel
@@ -60,7 +60,7 @@ class Manifest(Record):
     max_attempts: int = 3
 
 
-class ProposalRecord(Record):
+class ProposalRecord(Record, frozen=True):
     """A PolicyProposal exactly as the agent submitted it (still an untrusted claim)."""
 
     kind: str
@@ -72,7 +72,7 @@ class ProposalRecord(Record):
     context_ref: str = ""
 
 
-class Feedback(Record):
+class Feedback(Record, frozen=True):
     """Why a proposal was not accepted, as handed back to the agent."""
 
     reason_code: ReasonCode
@@ -81,7 +81,7 @@ class Feedback(Record):
     field: str = ""
 
 
-class ExecutionIntent(Record):
+class ExecutionIntent(Record, frozen=True):
     """What the kernel will carry out: minted by the kernel only, never by an agent."""
 
     key: str
@@ -95,23 +95,23 @@ class ExecutionIntent(Record):
 # --- kernel lifecycle ---------------------------------------------------------
 
 
-class KernelStarted(Payload, tag=True):
+class KernelStarted(Payload, frozen=True, tag=True):
     kernel_version: str
     packs: list[PackRef] = []
 
 
-class KernelStopped(Payload, tag=True):
+class KernelStopped(Payload, frozen=True, tag=True):
     reason: str
     detail: str = ""
 
 
-class ActorRestarted(Payload, tag=True):
+class ActorRestarted(Payload, frozen=True, tag=True):
     actor: str
     error: str
     restarts: int
 
 
-class MessageDeadLettered(Payload, tag=True):
+class MessageDeadLettered(Payload, frozen=True, tag=True):
     actor: str
     message: str
     error: str
@@ -120,18 +120,18 @@ class MessageDeadLettered(Payload, tag=True):
 # --- registry -----------------------------------------------------------------
 
 
-class AgentRegistered(Payload, tag=True):
+class AgentRegistered(Payload, frozen=True, tag=True):
     manifest: Manifest
     session_hash: str
 
 
-class AgentRefused(Payload, tag=True):
+class AgentRefused(Payload, frozen=True, tag=True):
     reason_code: ReasonCode
     detail: str = ""
     version: str = ""
 
 
-class AgentStatusChanged(Payload, tag=True):
+class AgentStatusChanged(Payload, frozen=True, tag=True):
     status: str
     reason: str = ""
     operator: str = ""
@@ -140,7 +140,7 @@ class AgentStatusChanged(Payload, tag=True):
 # --- the world and its triggers -----------------------------------------------
 
 
-class TriggerFired(Payload, tag=True):
+class TriggerFired(Payload, frozen=True, tag=True):
     """Something happened in the world; ``facts`` update the state layer."""
 
     topic: str
@@ -151,79 +151,79 @@ class TriggerFired(Payload, tag=True):
 # --- DecisionFlow -------------------------------------------------------------
 
 
-class FlowCreated(Payload, tag=True):
+class FlowCreated(Payload, frozen=True, tag=True):
     root_dfid: str
     topic: str = ""
 
 
-class ContextCompiled(Payload, tag=True):
+class ContextCompiled(Payload, frozen=True, tag=True):
     attempt: int
     context_ref: str
     state: dict[str, Any] = {}
     feedback: Feedback | None = None
 
 
-class ProposalSubmitted(Payload, tag=True):
+class ProposalSubmitted(Payload, frozen=True, tag=True):
     attempt: int
     proposal: ProposalRecord
     by_human: bool = False
 
 
-class ProposalRejected(Payload, tag=True):
+class ProposalRejected(Payload, frozen=True, tag=True):
     attempt: int
     feedback: Feedback
 
 
-class ProposalAccepted(Payload, tag=True):
+class ProposalAccepted(Payload, frozen=True, tag=True):
     attempt: int
     by_human: bool = False
 
 
-class FlowEscalated(Payload, tag=True):
+class FlowEscalated(Payload, frozen=True, tag=True):
     reason_code: ReasonCode
     detail: str = ""
 
 
-class HumanDecided(Payload, tag=True):
+class HumanDecided(Payload, frozen=True, tag=True):
     decision: str
     operator: str
     reason: str = ""
     params: dict[str, Any] | None = None
 
 
-class ExecutionStarted(Payload, tag=True):
+class ExecutionStarted(Payload, frozen=True, tag=True):
     intent: ExecutionIntent
 
 
-class ExecutionSucceeded(Payload, tag=True):
+class ExecutionSucceeded(Payload, frozen=True, tag=True):
     key: str
     external_id: str = ""
     detail: dict[str, Any] = {}
 
 
-class ExecutionFailed(Payload, tag=True):
+class ExecutionFailed(Payload, frozen=True, tag=True):
     key: str
     error: str
     transient: bool = False
 
 
-class DuplicateSuppressed(Payload, tag=True):
+class DuplicateSuppressed(Payload, frozen=True, tag=True):
     """A repeated submission or delivery was answered from the record, with no new effect."""
 
     key: str
     source: str
 
 
-class FlowClosed(Payload, tag=True):
+class FlowClosed(Payload, frozen=True, tag=True):
     pass
 
 
-class FlowAborted(Payload, tag=True):
+class FlowAborted(Payload, frozen=True, tag=True):
     reason_code: ReasonCode
     detail: str = ""
 
 
-class SubmissionRefused(Payload, tag=True):
+class SubmissionRefused(Payload, frozen=True, tag=True):
     """A submission refused at the kernel's boundary, before it could touch a flow."""
 
     reason_code: ReasonCode

@@ -20,7 +20,7 @@ import logging
 from collections.abc import AsyncIterator, Collection, Mapping, Sequence
 from contextlib import asynccontextmanager
 from os import PathLike
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import anyio
 from anyio.abc import TaskGroup
@@ -60,6 +60,8 @@ from kernel.registry import KERNEL_VERSION, Register, Registry, SetStatus
 from kernel.telemetry import Telemetry
 
 log = logging.getLogger("kernel")
+
+T = TypeVar("T")
 
 
 class AgentLike(Protocol):
@@ -185,9 +187,10 @@ class Kernel:
             HandshakeRefused: when the registry refuses the manifest.
         """
         reply: Reply[Session | HandshakeRefused] = Reply()
-        return await self._call(
-            self.registry_mailbox, Register(manifest=manifest, reply=reply), reply
-        )
+        msg = Register(manifest=manifest, reply=reply)
+        answer = await self._call(self.registry_mailbox, msg, reply)
+        assert isinstance(answer, Session)  # _call raised a refusal
+        return answer
 
     async def trigger(
         self,
@@ -304,7 +307,7 @@ class Kernel:
 
     # --- internals ---------------------------------------------------------
 
-    async def _call(self, mailbox: Mailbox[Any], msg: Any, reply: Reply[Any]) -> Any:
+    async def _call(self, mailbox: Mailbox[Any], msg: Any, reply: Reply[T]) -> T:
         self._raise_if_stopped()
         self._pending.add(reply)
         try:
@@ -504,7 +507,9 @@ async def open_kernel(
             async with anyio.create_task_group() as tg:
                 tg.start_soon(_supervise, kernel, supervisor, name="supervisor")
                 if telemetry.enabled:
-                    tg.start_soon(_export, telemetry, journal, exported, name="telemetry")
+                    tg.start_soon(
+                        _export, telemetry, journal, projections, exported, name="telemetry"
+                    )
                 async with (
                     anyio.create_task_group() as agents_tg,
                     anyio.create_task_group() as effects_tg,
@@ -547,8 +552,15 @@ async def open_kernel(
             raise body_error
 
 
-async def _export(telemetry: Telemetry, journal: Journal, exported: list[int]) -> None:
-    async with journal.subscribe(exported[0] + 1) as batches:
+async def _export(
+    telemetry: Telemetry, journal: Journal, projections: Projections, exported: list[int]
+) -> None:
+    """Feed committed events to telemetry, starting with flows left open by an earlier run."""
+    start = exported[0] + 1
+    for flow in list(projections.flows.values()):
+        if not flow.terminal:
+            telemetry.emit(await journal.read(stop=start, dfid=flow.dfid))
+    async with journal.subscribe(start) as batches:
         async for batch in batches:
             telemetry.emit(batch)
             exported[0] = batch[-1].seq

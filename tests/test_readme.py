@@ -1,0 +1,28 @@
+"""The README's embedding example runs as written."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+README = Path(__file__).resolve().parent.parent / "README.md"
+
+
+def python_blocks() -> list[str]:
+    return re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)
+
+
+async def test_the_embedding_example_runs(tmp_path, capsys):
+    [example] = python_blocks()
+    assert example.rstrip().endswith("anyio.run(main)")
+    namespace: dict[str, object] = {"__name__": "readme_example"}
+    exec(compile(example.rstrip().removesuffix("anyio.run(main)"), "README.md", "exec"), namespace)
+    await namespace["main"](str(tmp_path / "desk.db"))
+    assert capsys.readouterr().out.startswith("CLOSED order-")
+
+
+def test_the_readme_opens_with_the_two_commands():
+    text = README.read_text()
+    commands = re.findall(r"```sh\n(.*?)```", text, flags=re.S)
+    assert "pip install -e '.[test]'" in commands[0] and "python -m examples.trading" in commands[0]
+    assert commands[1].strip() == "python -m pytest"
