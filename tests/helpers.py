@@ -116,9 +116,18 @@ class ScriptedAgent(Agent):
         self.steps = list(steps) or [transfer()]
         self.contexts: list[WorkingContext] = []
         self.gate = gate
+        self._arrived = anyio.Event()
+
+    async def wait_context(self, count: int = 1) -> WorkingContext:
+        """Wait until the agent has been handed ``count`` contexts; return the last."""
+        while len(self.contexts) < count:
+            await self._arrived.wait()
+            self._arrived = anyio.Event()
+        return self.contexts[count - 1]
 
     async def decide(self, ctx: WorkingContext) -> Proposal | None:
         self.contexts.append(ctx)
+        self._arrived.set()
         if self.gate is not None:
             await self.gate.wait()
         step = self.steps[min(ctx.attempt, len(self.steps)) - 1]

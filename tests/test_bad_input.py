@@ -101,8 +101,7 @@ async def test_bad_proposals_get_schema_invalid_naming_the_field(tmp_path, name,
         agent = ScriptedAgent(gate=gate, max_attempts=5)
         session = await kernel.register(agent)
         [dfid] = await kernel.trigger("bank.invoice")
-        while not agent.contexts:
-            await anyio.lowlevel.checkpoint()
+        await agent.wait_context()
 
         verdict = await kernel.submit(session.token, dfid, make(agent.contexts[0].context_ref))
         assert verdict.outcome is Outcome.REJECTED, verdict
@@ -127,8 +126,7 @@ async def test_a_burst_of_garbage_does_not_stall_the_kernel(tmp_path):
         agent = ScriptedAgent(gate=gate, max_attempts=1000, steps=[transfer()])
         session = await kernel.register(agent)
         [dfid] = await kernel.trigger("bank.invoice")
-        while not agent.contexts:
-            await anyio.lowlevel.checkpoint()
+        await agent.wait_context()
         async with anyio.create_task_group() as tg:
             for i in range(200):
                 tg.start_soon(kernel.submit, session.token, dfid, CASES[i % len(CASES)][1](""))

@@ -71,8 +71,7 @@ async def test_a_forged_token_is_refused_and_the_flow_goes_on(tmp_path):
         agent = ScriptedAgent(gate=gate)
         await kernel.register(agent)
         [dfid] = await kernel.trigger("bank.invoice")
-        while not agent.contexts:
-            await anyio.lowlevel.checkpoint()
+        await agent.wait_context()
         proposal = agent.steps[0](agent.contexts[0])
 
         verdict = await kernel.submit("forged-token", dfid, proposal)
@@ -94,8 +93,7 @@ async def test_another_agents_token_cannot_act_on_a_flow(tmp_path):
         await kernel.register(agent)
         other = await kernel.handshake(ScriptedAgent("other", subscriptions=["elsewhere"]).manifest)
         [dfid] = await kernel.trigger("bank.invoice")
-        while not agent.contexts:
-            await anyio.lowlevel.checkpoint()
+        await agent.wait_context()
         verdict = await kernel.submit(other.token, dfid, agent.steps[0](agent.contexts[0]))
         assert verdict.reason_code is ReasonCode.FLOW_NOT_ACTIVE
         gate.set()
@@ -124,8 +122,7 @@ async def test_a_new_handshake_replaces_the_old_token(tmp_path):
         second = await kernel.handshake(agent.manifest)
         assert first.token != second.token
         [dfid] = await kernel.trigger("bank.invoice")
-        while not agent.contexts:
-            await anyio.lowlevel.checkpoint()
+        await agent.wait_context()
         proposal = agent.steps[0](agent.contexts[0])
         assert (
             await kernel.submit(first.token, dfid, proposal)
@@ -139,8 +136,7 @@ async def test_status_changes_gate_proposals_and_handshakes(tmp_path):
         agent = ScriptedAgent(gate=gate, max_attempts=1)
         await kernel.register(agent)
         [dfid] = await kernel.trigger("bank.invoice")
-        while not agent.contexts:
-            await anyio.lowlevel.checkpoint()
+        await agent.wait_context()
         await kernel.set_agent_status("clerk", AgentStatus.PASSIVE, operator="ana", reason="review")
         gate.set()
         flow = await kernel.wait_flow(dfid)

@@ -5,7 +5,8 @@ from __future__ import annotations
 import anyio
 import anyio.lowlevel
 
-from kernel import Decision, FlowStatus, Outcome, ReasonCode
+from kernel import Decision, FlowStatus, Outcome, ReasonCode, Verdict
+from kernel.actors import Reply
 from kernel.integrity import Execute
 from tests.helpers import Bank, ScriptedAgent, Transfer, kernel_for, transfer, types_of
 
@@ -48,15 +49,13 @@ async def test_the_same_intent_again_has_no_second_effect(tmp_path):
         assert again.external_id == closed.external_id
 
         # The accepted intent delivered to the engine a second time.
-        await kernel.execution_mailbox.send(Execute(dfid=dfid))
-        await kernel.wait_quiet()
-        types = await types_of(kernel, dfid)
-        for _ in range(100):
-            if types.count("DuplicateSuppressed") == 2:
-                break
-            await anyio.lowlevel.checkpoint()
-            types = await types_of(kernel, dfid)
+        reply: Reply[Verdict] = Reply()
+        await kernel.execution_mailbox.send(Execute(dfid=dfid, reply=reply))
+        redelivered = await reply.wait()
+        assert redelivered.outcome is Outcome.DUPLICATE
+        assert redelivered.external_id == closed.external_id
 
+        types = await types_of(kernel, dfid)
         assert types.count("DuplicateSuppressed") == 2
         assert types.count("ExecutionStarted") == 1
         assert len(bank.calls) == 1
@@ -171,8 +170,7 @@ async def test_a_proposal_past_its_validity_window_is_expired(tmp_path):
         agent = ScriptedAgent(steps=[transfer(valid_for_s=1)], gate=gate, max_attempts=1)
         await kernel.register(agent)
         [dfid] = await kernel.trigger("bank.invoice")
-        while not agent.contexts:
-            await anyio.lowlevel.checkpoint()
+        await agent.wait_context()
         kernel.clock.advance(5)
         gate.set()
         flow = await kernel.wait_flow(dfid)
@@ -187,8 +185,7 @@ async def test_a_proposal_on_a_changed_state_is_stale_and_retried_on_fresh_conte
         agent = ScriptedAgent(subscriptions=["bank.rates"], gate=gate)
         await kernel.register(agent)
         [dfid] = await kernel.trigger("bank.rates", {"bank.rates.eur": "1.10"})
-        while not agent.contexts:
-            await anyio.lowlevel.checkpoint()
+        await agent.wait_context()
         # The world moves while the agent thinks (a source nobody subscribes to as a topic).
         await kernel.trigger("feeds.fx", {"bank.rates.eur": "1.12"})
         gate.set()
