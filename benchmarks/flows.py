@@ -1,0 +1,279 @@
+"""End-to-end DecisionFlows through the real kernel (P1, P2).
+
+A dedicated tiny domain keeps the figure about the kernel: one policy kind
+with an int field, agents that decide instantly with high confidence and a
+valid proposal, and an adapter that returns a Receipt without waiting. Every
+flow takes the happy path (trigger, context, proposal, acceptance, execution,
+close), and every one of them must end CLOSED or the run fails: a benchmark
+that silently measures failures is worthless.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import ClassVar
+
+import anyio
+
+from agents_sdk import Agent, Manifest, Proposal, WorkingContext
+from kernel import (
+    ExecutionIntent,
+    FlowStatus,
+    PolicyKind,
+    PolicyPack,
+    Receipt,
+    SeededIds,
+    open_kernel,
+)
+from kernel.telemetry import Telemetry, configure_exporter
+
+TOPIC = "bench.tick"
+SPANS_PER_FLOW = 5
+"""A happy-path flow projects to a root span plus context, reason, validate and execute."""
+
+RECEIVER = Path(__file__).resolve().parent.parent / "tests" / "otlp_receiver.py"
+
+# A small state layer, recorded before any agent is hosted (so it opens no flow):
+# every context carries it and its hash, as a real one would.
+STATE = {f"bench.fact.{i}": f"value-{i}" for i in range(8)}
+
+
+class Order(PolicyKind, tag="bench.order"):
+    """The benchmark's one policy kind."""
+
+    version: ClassVar[str] = "1.0"
+    adapter: ClassVar[str] = "noop"
+
+    quantity: int
+
+
+PACK = PolicyPack(name="bench", version="1.0.0", kinds=(Order,), escalate_below_confidence=0.5)
+
+
+class NoopAdapter:
+    """An adapter that carries nothing out and answers at once; it counts its calls."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    async def execute(self, intent: ExecutionIntent) -> Receipt:
+        self.calls += 1
+        return Receipt(external_id=f"noop-{self.calls}")
+
+
+class InstantAgent(Agent):
+    """Proposes a valid Order on every context, with high confidence, without waiting."""
+
+    def __init__(self, agent_id: str) -> None:
+        self.manifest = Manifest(
+            agent_id=agent_id,
+            version="1.0.0",
+            capabilities=["bench.order"],
+            subscriptions=["bench"],
+        )
+
+    async def decide(self, ctx: WorkingContext) -> Proposal | None:
+        return ctx.propose(Order(quantity=1), explain="benchmark", confidence=0.9)
+
+
+class BenchmarkFailed(Exception):
+    """A run whose flows did not all close: its timing would measure failures."""
+
+
+@dataclass(frozen=True)
+class FlowRun:
+    """What one end-to-end run measured."""
+
+    flows: int
+    seconds: float
+    events: int
+    """Events committed between the first trigger and quiet (TriggerFired included)."""
+    journal_events: int
+    """Every event in the file, kernel lifecycle and registrations included."""
+    journal_bytes: int
+    """The database file plus its -wal, after a checkpoint."""
+    body_bytes: int
+    """The canonical JSON bodies alone, summed over every event in the file."""
+    transactions: int
+    close_seconds: float
+    """From quiet until the kernel closed (for P2: the final span flush)."""
+    spans_received: int | None = None
+
+    @property
+    def flows_per_s(self) -> float:
+        return self.flows / self.seconds
+
+    @property
+    def events_per_s(self) -> float:
+        return self.events / self.seconds
+
+
+async def run_flows(
+    path: Path,
+    flows: int,
+    *,
+    agents: int = 4,
+    outstanding: int = 256,
+    telemetry: Telemetry | None = None,
+) -> FlowRun:
+    """Drive ``flows`` DecisionFlows through a kernel on a fresh journal at ``path``.
+
+    ``flows // agents`` triggers are fired by ``outstanding`` concurrent tasks
+    (each waits for its trigger to be durable before firing the next); every
+    one of the ``agents`` hosted agents is subscribed, so each trigger opens
+    ``agents`` flows. The clock starts at the first trigger and stops when the
+    kernel is quiet (no flow moves on its own).
+
+    Raises:
+        BenchmarkFailed: when a flow did not close, or the adapter was not called once per flow.
+    """
+    if flows % agents:
+        raise ValueError(f"flows ({flows}) must be a multiple of agents ({agents})")
+    adapter = NoopAdapter()
+    names = [f"agent-{i}" for i in range(agents)]
+    triggers = iter(range(flows // agents))
+
+    async with open_kernel(
+        path,
+        packs=[PACK],
+        adapters={"noop": adapter},
+        allow=names,
+        ids=SeededIds(7),
+        telemetry=telemetry if telemetry is not None else Telemetry(None),
+        synchronous="FULL",
+    ) as kernel:
+        await kernel.trigger("bench.setup", STATE, source="benchmark")
+        for name in names:
+            await kernel.register(InstantAgent(name))
+
+        async def fire() -> None:
+            for _ in triggers:  # shared by every firing task
+                await kernel.trigger(TOPIC, source="benchmark")
+
+        first_seq = kernel.journal.head_seq
+        first_tx = kernel.journal.statistics().transactions
+        start = time.perf_counter()
+        async with anyio.create_task_group() as tg:
+            for _ in range(min(outstanding, flows // agents)):
+                tg.start_soon(fire)
+        await kernel.wait_quiet()
+        seconds = time.perf_counter() - start
+        events = kernel.journal.head_seq - first_seq
+        transactions = kernel.journal.statistics().transactions - first_tx
+
+        statuses = Counter(str(f.status) for f in kernel.flows())
+        reasons = Counter(str(f.reason_code) for f in kernel.flows() if f.reason_code)
+        closing = time.perf_counter()
+    close_seconds = time.perf_counter() - closing
+
+    if statuses != {str(FlowStatus.CLOSED): flows} or adapter.calls != flows:
+        raise BenchmarkFailed(
+            f"expected {flows} CLOSED flows and as many adapter calls; got"
+            f" {dict(statuses)} (reasons {dict(reasons)}) and {adapter.calls} calls"
+        )
+    journal_events, body_bytes = _checkpoint(path)
+    return FlowRun(
+        flows=flows,
+        seconds=seconds,
+        events=events,
+        journal_events=journal_events,
+        journal_bytes=_file_bytes(path),
+        body_bytes=body_bytes,
+        transactions=transactions,
+        close_seconds=close_seconds,
+    )
+
+
+def _checkpoint(path: Path) -> tuple[int, int]:
+    """Checkpoint the closed journal's WAL; return its event count and summed body bytes."""
+    conn = sqlite3.connect(path)
+    try:
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        count, body = conn.execute("SELECT count(*), sum(length(body)) FROM events").fetchone()
+    finally:
+        conn.close()
+    return int(count), int(body)
+
+
+def _file_bytes(path: Path) -> int:
+    return sum(
+        p.stat().st_size for p in (path, path.with_name(path.name + "-wal")) if p.exists()
+    )
+
+
+class SpanReceiver:
+    """A real OTLP/HTTP receiver in its own process (tests/otlp_receiver.py).
+
+    Its stdout (one line per span) is drained by a thread that only counts the
+    lines, so the receiver never blocks on a full pipe.
+    """
+
+    def __init__(self, proc: subprocess.Popen[bytes], port: int) -> None:
+        self._proc = proc
+        self.port = port
+        self.spans = 0
+        self._drain = threading.Thread(target=self._count, name="span-receiver", daemon=True)
+        self._drain.start()
+
+    def _count(self) -> None:
+        assert self._proc.stdout is not None
+        for _ in self._proc.stdout:
+            self.spans += 1
+
+    def telemetry(self) -> Telemetry:
+        """Return fresh telemetry exporting to this receiver (the kernel shuts it down)."""
+        processor = configure_exporter(
+            {
+                "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{self.port}",
+                "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
+            }
+        )
+        return Telemetry(processor)
+
+    async def wait_settled(self, since: int, expected: int, timeout_s: float = 5.0) -> int:
+        """Wait until ``expected`` spans arrived after ``since`` or none arrive for 0.5 s."""
+        deadline = time.monotonic() + timeout_s
+        last, last_change = self.spans, time.monotonic()
+        while self.spans - since < expected and time.monotonic() < deadline:
+            await anyio.sleep(0.05)
+            if self.spans != last:
+                last, last_change = self.spans, time.monotonic()
+            elif time.monotonic() - last_change > 0.5:
+                break
+        return self.spans - since
+
+
+@contextmanager
+def open_receiver() -> Iterator[SpanReceiver]:
+    """Start the OTLP receiver subprocess and stop it on exit."""
+    proc = subprocess.Popen(
+        [sys.executable, str(RECEIVER)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    try:
+        assert proc.stdout is not None
+        first = proc.stdout.readline().decode().strip()
+        if not first.startswith("PORT "):
+            raise RuntimeError(f"the OTLP receiver did not start (said {first!r})")
+        yield SpanReceiver(proc, int(first.removeprefix("PORT ")))
+    finally:
+        if proc.stdin is not None:
+            proc.stdin.close()  # its end-of-input is its signal to stop
+        proc.terminate()
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()

@@ -1,0 +1,80 @@
+"""Events: canonical bytes, round trips and the hash chain."""
+
+from __future__ import annotations
+
+import json
+
+import msgspec
+from hypothesis import given
+from hypothesis import strategies as st
+
+from kernel import events as ev
+from kernel.events import GENESIS_HASH, Draft, body_of, chain, decode_body
+from kernel.reasons import ReasonCode
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**63), 2**63 - 1) | st.text(max_size=20),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4)
+    ),
+    max_leaves=12,
+)
+
+SAMPLES = [
+    ev.KernelStarted(kernel_version="0.1.0", packs=[ev.PackRef(name="p", version="1", hash="h")]),
+    ev.KernelStopped(reason="KERNEL_CLOSED"),
+    ev.ActorRestarted(actor="integrity", error="RuntimeError: x", restarts=1),
+    ev.MessageDeadLettered(actor="integrity", message="Validate(...)", error="x"),
+    ev.AgentRegistered(manifest=ev.Manifest(agent_id="a", version="1.0"), session_hash="s"),
+    ev.AgentRefused(reason_code=ReasonCode.UNKNOWN_AGENT),
+    ev.AgentStatusChanged(status="PASSIVE", operator="ana"),
+    ev.TriggerFired(topic="market.ACME", facts={"market.ACME.price": "101.25"}),
+    ev.FlowCreated(root_dfid="r", topic="market"),
+    ev.ContextCompiled(attempt=1, context_ref="c", state={"k": 1}),
+    ev.ProposalSubmitted(attempt=1, proposal=ev.ProposalRecord(kind="k", params={"q": 1})),
+    ev.ProposalRejected(attempt=1, feedback=ev.Feedback(reason_code=ReasonCode.EXPIRED)),
+    ev.ProposalAccepted(attempt=1),
+    ev.FlowEscalated(reason_code=ReasonCode.LOW_CONFIDENCE),
+    ev.HumanDecided(decision="override", operator="ana", reason="ok"),
+    ev.ExecutionStarted(intent=ev.ExecutionIntent(key="k", kind="k", adapter="a")),
+    ev.ExecutionSucceeded(key="k", external_id="x"),
+    ev.ExecutionFailed(key="k", error="boom", transient=True),
+    ev.DuplicateSuppressed(key="k", source="delivery"),
+    ev.FlowClosed(),
+    ev.FlowAborted(reason_code=ReasonCode.KERNEL_FAULT),
+    ev.SubmissionRefused(reason_code=ReasonCode.INVALID_SESSION),
+]
+
+
+def test_every_event_type_has_a_sample_and_round_trips():
+    assert {type(p) for p in SAMPLES} == set(ev.AnyPayload.__args__)
+    prev = GENESIS_HASH
+    for seq, payload in enumerate(SAMPLES, 1):
+        draft = Draft(payload=payload, dfid="d", agent_id="a", caused_by=seq - 1 or None)
+        body = body_of(draft, seq, 1_000 + seq)
+        hash_ = chain(prev, body)
+        event = decode_body(body, prev, hash_)
+        assert (
+            event.payload == payload and event.seq == seq and event.type == type(payload).__name__
+        )
+        assert event.hash == hash_.hex() and event.prev_hash == prev.hex()
+        prev = hash_
+
+
+def test_canonical_bytes_sort_keys_and_omit_defaults():
+    body = body_of(Draft(payload=ev.FlowClosed(), dfid="d"), 3, 9)
+    assert body == b'{"dfid":"d","payload":{"type":"FlowClosed"},"seq":3,"ts":9}'
+    decoded = json.loads(body)
+    assert list(decoded) == sorted(decoded)
+
+
+@given(
+    facts=st.dictionaries(st.text(max_size=12), json_values, max_size=6), seq=st.integers(1, 10**9)
+)
+def test_trigger_facts_round_trip_and_any_change_changes_the_hash(facts, seq):
+    draft = Draft(payload=ev.TriggerFired(topic="t", facts=facts))
+    body = body_of(draft, seq, 0)
+    assert msgspec.json.decode(body, type=ev.Event).payload == draft.payload
+    changed = body_of(Draft(payload=ev.TriggerFired(topic="t", facts={**facts, "\0": 1})), seq, 0)
+    assert chain(GENESIS_HASH, body) != chain(GENESIS_HASH, changed)
+    assert chain(GENESIS_HASH, body) != chain(b"\1" * 32, body)
