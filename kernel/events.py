@@ -310,19 +310,22 @@ def canonical(obj: Any) -> bytes:
     return _encoder.encode(obj)
 
 
+def stamp(draft: Draft, seq: int, ts: int) -> Event:
+    """Return the event a draft becomes at ``seq`` and ``ts``, before it is chained."""
+    return Event(
+        seq=seq,
+        ts=ts,
+        payload=draft.payload,
+        dfid=draft.dfid,
+        parent_dfid=draft.parent_dfid,
+        caused_by=draft.caused_by,
+        agent_id=draft.agent_id,
+    )
+
+
 def body_of(draft: Draft, seq: int, ts: int) -> bytes:
     """Return the canonical bytes that are stored and hashed for an event."""
-    return _encoder.encode(
-        Event(
-            seq=seq,
-            ts=ts,
-            payload=draft.payload,
-            dfid=draft.dfid,
-            parent_dfid=draft.parent_dfid,
-            caused_by=draft.caused_by,
-            agent_id=draft.agent_id,
-        )
-    )
+    return _encoder.encode(stamp(draft, seq, ts))
 
 
 def chain(prev_hash: bytes, body: bytes) -> bytes:

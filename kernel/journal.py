@@ -26,7 +26,16 @@ import aiosqlite
 import anyio
 import msgspec
 
-from kernel.events import GENESIS_HASH, Draft, Event, body_of, chain, decode_body, event_type
+from kernel.events import (
+    GENESIS_HASH,
+    Draft,
+    Event,
+    canonical,
+    chain,
+    decode_body,
+    event_type,
+    stamp,
+)
 from kernel.ports import Clock, SystemClock
 
 APPLICATION_ID = 0x44495231
@@ -660,23 +669,12 @@ def _seal(
             if -draft.caused_by > position:
                 raise ValueError(f"caused_by={draft.caused_by} reaches outside its append")
             draft = msgspec.structs.replace(draft, caused_by=seq + draft.caused_by)
-        body = body_of(draft, seq, ts)
+        event = stamp(draft, seq, ts)
+        body = canonical(event)
         hash_ = chain(prev, body)
         hash_hex = hash_.hex()
         rows.append((seq, event_type(draft.payload), draft.dfid, body, hash_))
-        events.append(
-            Event(
-                seq=seq,
-                ts=ts,
-                payload=draft.payload,
-                dfid=draft.dfid,
-                parent_dfid=draft.parent_dfid,
-                caused_by=draft.caused_by,
-                agent_id=draft.agent_id,
-                prev_hash=prev_hex,
-                hash=hash_hex,
-            )
-        )
+        events.append(msgspec.structs.replace(event, prev_hash=prev_hex, hash=hash_hex))
         prev, prev_hex = hash_, hash_hex
     return rows, events
 

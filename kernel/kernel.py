@@ -394,32 +394,22 @@ class Kernel:
     async def _reason(self, agent: AgentLike, ctx: WorkingContext, limit: anyio.Semaphore) -> None:
         """Run one step of an agent's reasoning in user space and submit what it proposes."""
         token = self._sessions[ctx.agent_id].token
+
+        async def withdraw(code: ReasonCode, detail: str) -> None:
+            msg = Withdraw(
+                dfid=ctx.dfid, token=token, attempt=ctx.attempt, reason_code=code, detail=detail
+            )
+            await self.integrity_mailbox.send(msg)
+
         try:
             try:
                 proposal = await agent.decide(ctx)
             except Exception as exc:
                 log.warning("agent %s failed on flow %s: %r", ctx.agent_id, ctx.dfid, exc)
-                detail = f"{type(exc).__name__}: {exc}"[:500]
-                await self.integrity_mailbox.send(
-                    Withdraw(
-                        dfid=ctx.dfid,
-                        token=token,
-                        attempt=ctx.attempt,
-                        reason_code=ReasonCode.AGENT_ERROR,
-                        detail=detail,
-                    )
-                )
+                await withdraw(ReasonCode.AGENT_ERROR, f"{type(exc).__name__}: {exc}"[:500])
                 return
             if proposal is None:
-                await self.integrity_mailbox.send(
-                    Withdraw(
-                        dfid=ctx.dfid,
-                        token=token,
-                        attempt=ctx.attempt,
-                        reason_code=ReasonCode.AGENT_DECLINED,
-                        detail="no action",
-                    )
-                )
+                await withdraw(ReasonCode.AGENT_DECLINED, "no action")
                 return
             await self.submit(token, ctx.dfid, proposal)
         except KernelShutdown:
