@@ -9,6 +9,8 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+import logging
+import os
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -18,19 +20,40 @@ import msgspec
 
 from kernel import events as ev
 from kernel.events import Event
-from kernel.flow import FlowState, IllegalTransition
-from kernel.journal import JournalError, open_journal, verify_journal
+from kernel.flow import FlowState, FlowStatus, IllegalTransition
+from kernel.journal import JournalCorrupt, JournalError, open_journal, verify_journal
 from kernel.projection import Projections
+
+# How long ``traces export`` waits for the collector to take the spans, unless told.
+_EXPORT_TIMEOUT_S = 10.0
+# The batch span processor's smallest sensible queue (its batches are 512 spans).
+_MIN_QUEUE = 8192
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the ``dirk`` command line; return the exit status."""
+    """Run the ``dirk`` command line; return the exit status.
+
+    0 when the command did its work, 1 when it found something wrong (a journal
+    that does not verify, an unknown flow, spans the collector did not take),
+    2 when it could not run at all (an unreadable journal, no exporter).
+    """
     parser = _parser()
     args = parser.parse_args(argv)
     try:
+        if not os.path.isfile(args.db):
+            # SQLite's own words for this are "unable to open database file".
+            what = "no such file" if not os.path.exists(args.db) else "not a file"
+            raise JournalError(args.db, what)
         return int(anyio.run(args.run, args))
     except JournalError as exc:
         print(f"error: {exc.code}: {exc}", file=sys.stderr)
+        return 2
+    except IllegalTransition as exc:
+        # Events that decode but do not fold: edited behind the kernel's back.
+        print(
+            f"error: {JournalCorrupt.code}: journal {args.db}: {exc} (run dirk verify)",
+            file=sys.stderr,
+        )
         return 2
     except KeyboardInterrupt:
         return 130
@@ -46,7 +69,13 @@ def _parser() -> argparse.ArgumentParser:
 
     flows = commands.add_parser("flows", help="list DecisionFlows")
     flows.add_argument("--db", required=True)
-    flows.add_argument("--status", help="only flows in this status (e.g. ABORTED)")
+    flows.add_argument(
+        "--status",
+        type=str.upper,
+        choices=[status.value for status in FlowStatus],
+        metavar="STATUS",
+        help="only flows in this status (e.g. ABORTED)",
+    )
     flows.add_argument("--json", action="store_true", help="one JSON object per line")
     flows.set_defaults(run=_flows)
 
@@ -60,6 +89,13 @@ def _parser() -> argparse.ArgumentParser:
     export = traces_commands.add_parser("export", help="re-emit past flows as spans (OTEL_* env)")
     export.add_argument("--db", required=True)
     export.add_argument("--dfid", help="only this flow and its children")
+    export.add_argument(
+        "--timeout",
+        type=float,
+        default=_EXPORT_TIMEOUT_S,
+        metavar="SECONDS",
+        help=f"give up on the collector after this long (default {_EXPORT_TIMEOUT_S:g})",
+    )
     export.set_defaults(run=_traces_export)
     return parser
 
@@ -74,9 +110,13 @@ async def _fold(db: str) -> Projections:
 
 async def _verify(args: argparse.Namespace) -> int:
     report = await verify_journal(args.db)
+    if not report.ok and report.first_bad_seq is None:
+        # Not a journal at all rather than a bad event: opening it names the condition.
+        async with open_journal(args.db, readonly=True):
+            pass
+        raise JournalCorrupt(args.db, report.problem)
     if not report.ok:
-        where = f"seq {report.first_bad_seq}" if report.first_bad_seq is not None else "the file"
-        print(f"verify: FAILED at {where}: {report.problem}")
+        print(f"verify: FAILED at seq {report.first_bad_seq}: {report.problem}")
         return 1
     projections = Projections()
     async with open_journal(args.db, readonly=True) as journal:
@@ -109,7 +149,7 @@ async def _flows(args: argparse.Namespace) -> int:
     projections = await _fold(args.db)
     flows = sorted(projections.flows.values(), key=lambda f: f.created_ts)
     if args.status:
-        flows = [f for f in flows if f.status == args.status.upper()]
+        flows = [f for f in flows if f.status == args.status]
     rows = [_flow_row(f) for f in flows]
     if args.json:
         for row in rows:
@@ -138,7 +178,22 @@ async def _show(args: argparse.Namespace) -> int:
     for event in events:
         offset = (event.ts - start) / 1e6
         print(f"  +{offset:9.3f} ms  #{event.seq:<6} {event.type:20} {_narrate(event)}")
+    projections = Projections()
+    projections.apply(events)
+    flow = projections.flows.get(args.dfid)
+    if flow is not None:
+        print(f"  {_outcome(flow)}")
     return 0
+
+
+def _outcome(flow: FlowState) -> str:
+    tries = f"{flow.attempts} attempt{'s' if flow.attempts != 1 else ''}"
+    line = f"final status {flow.status} after {tries}"
+    if flow.reason_code:
+        line += f", reason {flow.reason_code}"
+    if flow.external_id:
+        line += f", external id {flow.external_id}"
+    return line
 
 
 def _narrate(event: Event) -> str:
@@ -189,23 +244,69 @@ def _time(ts_ns: int) -> str:
     return dt.datetime.fromtimestamp(ts_ns / 1e9, tz=dt.UTC).isoformat(timespec="milliseconds")
 
 
-async def _traces_export(args: argparse.Namespace) -> int:
-    from kernel.telemetry import configure_exporter, export_flows
+class _ExportProblems(logging.Handler):
+    """Count the exporter's errors, and show its warnings on one line each.
 
-    processor = configure_exporter()
+    The batch span processor drops what its exporter failed to send and says so
+    only in its log, so that log is how the command learns the export failed.
+    """
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.errors = 0
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.levelno >= logging.ERROR:
+            self.errors += 1
+        # The message without its traceback: the CLI prints no tracebacks.
+        print(f"otel: {record.getMessage()}", file=sys.stderr)
+
+
+async def _traces_export(args: argparse.Namespace) -> int:
+    from kernel.telemetry import configure_exporter, export_flows, shutdown_processor
+
+    events: list[Event] = []
+    async with open_journal(args.db, readonly=True) as journal:
+        async for batch in journal.scan():
+            events.extend(batch)
+    if args.dfid and not any(
+        e.dfid == args.dfid and isinstance(e.payload, ev.FlowCreated) for e in events
+    ):
+        print(f"error: UNKNOWN_FLOW: no flow {args.dfid} in {args.db}", file=sys.stderr)
+        return 1
+    env = dict(os.environ)
+    # Every span is handed over at once, and a full queue drops spans: make room for
+    # them all (a flow has at most two spans per event).
+    env.setdefault("OTEL_BSP_MAX_QUEUE_SIZE", str(max(_MIN_QUEUE, 2 * len(events))))
+    processor = configure_exporter(env)
     if processor is None:
         print(
             "error: NO_EXPORTER: set OTEL_EXPORTER_OTLP_ENDPOINT (e.g. http://127.0.0.1:4318)",
             file=sys.stderr,
         )
         return 2
-    events: list[Event] = []
-    async with open_journal(args.db, readonly=True) as journal:
-        async for batch in journal.scan():
-            events.extend(batch)
+    problems = _ExportProblems()
+    otel_log = logging.getLogger("opentelemetry")
+    otel_log.addHandler(problems)
     try:
         count = export_flows(events, processor, dfid=args.dfid)
     finally:
-        await anyio.to_thread.run_sync(processor.shutdown)
+        # Bounded: an unreachable collector must not hold the command.
+        finished = await anyio.to_thread.run_sync(shutdown_processor, processor, args.timeout)
+        # An export still running past the timeout logs through Python's last resort.
+        otel_log.removeHandler(problems)
+    if not finished:
+        print(
+            f"error: EXPORT_TIMEOUT: the collector did not take the {count} spans"
+            f" within {args.timeout:g} s; those not sent were dropped",
+            file=sys.stderr,
+        )
+        return 1
+    if problems.errors:
+        print(
+            f"error: EXPORT_FAILED: the collector did not take all {count} spans (see above)",
+            file=sys.stderr,
+        )
+        return 1
     print(f"traces: exported {count} spans")
     return 0

@@ -493,13 +493,16 @@ async def open_kernel(
         failure: KernelShutdown | None = None
         body_error: Exception | None = None
         exported = [journal.head_seq]
+        if telemetry.enabled:
+            # Flows an earlier run left open: their spans need their beginnings too.
+            for flow in list(projections.flows.values()):
+                if not flow.terminal:
+                    telemetry.emit(await journal.read(stop=exported[0] + 1, dfid=flow.dfid))
         try:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(_supervise, kernel, supervisor, name="supervisor")
                 if telemetry.enabled:
-                    tg.start_soon(
-                        _export, telemetry, journal, projections, exported, name="telemetry"
-                    )
+                    tg.start_soon(_export, telemetry, journal, exported, name="telemetry")
                 async with (
                     anyio.create_task_group() as agents_tg,
                     anyio.create_task_group() as effects_tg,
@@ -542,15 +545,9 @@ async def open_kernel(
             raise body_error
 
 
-async def _export(
-    telemetry: Telemetry, journal: Journal, projections: Projections, exported: list[int]
-) -> None:
-    """Feed committed events to telemetry, starting with flows left open by an earlier run."""
-    start = exported[0] + 1
-    for flow in list(projections.flows.values()):
-        if not flow.terminal:
-            telemetry.emit(await journal.read(stop=start, dfid=flow.dfid))
-    async with journal.subscribe(start) as batches:
+async def _export(telemetry: Telemetry, journal: Journal, exported: list[int]) -> None:
+    """Feed committed events to telemetry as they commit."""
+    async with journal.subscribe(exported[0] + 1) as batches:
         async for batch in batches:
             telemetry.emit(batch)
             exported[0] = batch[-1].seq
