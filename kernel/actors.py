@@ -77,6 +77,20 @@ class Mailbox(Generic[M]):
         except (anyio.ClosedResourceError, anyio.BrokenResourceError) as exc:
             raise MailboxClosed(self.name) from exc
 
+    def offer(self, msg: M) -> Awaitable[None] | None:
+        """Deliver ``msg`` without waiting if there is room; else return the wait for room.
+
+        Actors hand many messages over per batch: skipping the scheduler round trip
+        of ``send`` when the mailbox has room is most of the cost of a hand-over.
+        """
+        try:
+            self._send.send_nowait(msg)
+        except anyio.WouldBlock:
+            return self.send(msg)
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError) as exc:
+            raise MailboxClosed(self.name) from exc
+        return None
+
     def send_nowait(self, msg: M) -> None:
         """Deliver ``msg`` now; raise ``anyio.WouldBlock`` when the mailbox is full."""
         try:
@@ -197,7 +211,7 @@ class Outbox:
 
     def send(self, mailbox: Mailbox[Any], msg: Any) -> None:
         """Deliver ``msg`` once the staged events have committed."""
-        self.effects.append(lambda: mailbox.send(msg))
+        self.effects.append(lambda: mailbox.offer(msg))
 
     def reply(self, reply: Reply[Any] | None, value: Any) -> None:
         """Answer ``reply`` once the staged events have committed."""

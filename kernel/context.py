@@ -31,7 +31,7 @@ class FireTrigger(msgspec.Struct, frozen=True, kw_only=True):
     reply: Reply[list[str]]
 
 
-class Compile(msgspec.Struct, frozen=True, kw_only=True):
+class Compile(msgspec.Struct, frozen=True, gc=False, kw_only=True):
     dfid: str
     attempt: int
     feedback: Feedback | None = None

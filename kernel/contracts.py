@@ -42,7 +42,7 @@ class Proposal(msgspec.Struct, frozen=True, kw_only=True):
     context_ref: str = ""
 
 
-class WorkingContext(msgspec.Struct, frozen=True, kw_only=True):
+class WorkingContext(msgspec.Struct, frozen=True, gc=False, kw_only=True):
     """Everything an agent may know for one attempt of one DecisionFlow; immutable."""
 
     dfid: str
@@ -85,7 +85,7 @@ class Outcome(StrEnum):
     DUPLICATE = "DUPLICATE"
 
 
-class Verdict(msgspec.Struct, frozen=True, kw_only=True):
+class Verdict(msgspec.Struct, frozen=True, gc=False, kw_only=True):
     """The kernel's answer to a submission, given once its events are durable."""
 
     outcome: Outcome

@@ -37,7 +37,7 @@ from kernel.packs import PolicyCatalog
 from kernel.reasons import ReasonCode
 
 
-class Receipt(msgspec.Struct, frozen=True, kw_only=True):
+class Receipt(msgspec.Struct, frozen=True, gc=False, kw_only=True):
     """What an adapter returns for an effect it carried out."""
 
     external_id: str
@@ -65,7 +65,7 @@ def idempotency_key(dfid: str, action: str, step: int = 0) -> str:
     return hashlib.sha256(f"{dfid}|{action}|{step}".encode()).hexdigest()[:32]
 
 
-class AdapterDone(msgspec.Struct, frozen=True, kw_only=True):
+class AdapterDone(msgspec.Struct, frozen=True, gc=False, kw_only=True):
     """An adapter call finished (successfully or not)."""
 
     dfid: str

@@ -16,7 +16,9 @@ Lifecycle::
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from enum import StrEnum
+from typing import Any
 
 import msgspec
 
@@ -65,20 +67,20 @@ _ABORTABLE = (S.CREATED, S.ACTIVE, S.VALIDATING, S.ACCEPTED, S.ESCALATED, S.EXEC
 
 # For each flow event type: the statuses it may occur in, and the status it leads to
 # (None: the status does not change).
-_TRANSITIONS: dict[type[Payload], tuple[tuple[FlowStatus, ...], FlowStatus | None]] = {
-    ContextCompiled: ((S.CREATED, S.ACTIVE), S.ACTIVE),
-    ProposalSubmitted: ((S.ACTIVE, S.VALIDATING), S.VALIDATING),
-    ProposalRejected: ((S.VALIDATING,), S.ACTIVE),
-    ProposalAccepted: ((S.VALIDATING, S.ESCALATED), S.ACCEPTED),
-    FlowEscalated: ((S.VALIDATING, S.DIRTY), S.ESCALATED),
-    HumanDecided: ((S.ESCALATED,), None),
-    ExecutionStarted: ((S.ACCEPTED, S.EXECUTING), S.EXECUTING),
-    ExecutionSucceeded: ((S.EXECUTING,), None),
-    ExecutionFailed: ((S.EXECUTING,), None),
-    FlowClosed: ((S.EXECUTING,), S.CLOSED),
-    FlowAborted: (_ABORTABLE, S.ABORTED),
-    DuplicateSuppressed: (tuple(S), None),
-    SubmissionRefused: (tuple(S), None),
+_TRANSITIONS: dict[type[Payload], tuple[frozenset[FlowStatus], FlowStatus | None]] = {
+    ContextCompiled: (frozenset((S.CREATED, S.ACTIVE)), S.ACTIVE),
+    ProposalSubmitted: (frozenset((S.ACTIVE, S.VALIDATING)), S.VALIDATING),
+    ProposalRejected: (frozenset((S.VALIDATING,)), S.ACTIVE),
+    ProposalAccepted: (frozenset((S.VALIDATING, S.ESCALATED)), S.ACCEPTED),
+    FlowEscalated: (frozenset((S.VALIDATING, S.DIRTY)), S.ESCALATED),
+    HumanDecided: (frozenset((S.ESCALATED,)), None),
+    ExecutionStarted: (frozenset((S.ACCEPTED, S.EXECUTING)), S.EXECUTING),
+    ExecutionSucceeded: (frozenset((S.EXECUTING,)), None),
+    ExecutionFailed: (frozenset((S.EXECUTING,)), None),
+    FlowClosed: (frozenset((S.EXECUTING,)), S.CLOSED),
+    FlowAborted: (frozenset(_ABORTABLE), S.ABORTED),
+    DuplicateSuppressed: (frozenset(S), None),
+    SubmissionRefused: (frozenset(S), None),
 }
 
 FLOW_EVENTS = frozenset(_TRANSITIONS) | {FlowCreated}
@@ -95,7 +97,7 @@ class IllegalTransition(Exception):
         self.event_type = event_type
 
 
-class FlowState(msgspec.Struct, frozen=True, kw_only=True):
+class FlowState(msgspec.Struct, frozen=True, gc=False, kw_only=True):
     """Everything the kernel knows about one DecisionFlow, derived from its events."""
 
     dfid: str
@@ -134,15 +136,77 @@ class FlowState(msgspec.Struct, frozen=True, kw_only=True):
         return self.status is S.ACTIVE and self.compiled == self.attempts + 1
 
 
+def _context(state: FlowState, p: ContextCompiled) -> dict[str, object]:
+    return {"context_ref": p.context_ref, "compiled": p.attempt}
+
+
+def _decided(state: FlowState, p: HumanDecided) -> dict[str, object]:
+    # A modification is judged by the DIM next; nobody else may act meanwhile.
+    return {"status": S.VALIDATING} if p.decision == "modify" else {}
+
+
+def _submitted(state: FlowState, p: ProposalSubmitted) -> dict[str, object]:
+    return {"attempts": p.attempt, "proposal": p.proposal}
+
+
+def _rejected(state: FlowState, p: ProposalRejected) -> dict[str, object]:
+    return {
+        "rejections": state.rejections + 1,
+        "reason_code": p.feedback.reason_code,
+        "detail": p.feedback.detail,
+    }
+
+
+def _accepted(state: FlowState, p: ProposalAccepted) -> dict[str, object]:
+    return {"reason_code": None, "detail": ""}
+
+
+def _escalated(state: FlowState, p: FlowEscalated) -> dict[str, object]:
+    return {"escalated": True, "reason_code": p.reason_code, "detail": p.detail}
+
+
+def _started(state: FlowState, p: ExecutionStarted) -> dict[str, object]:
+    return {"intent_key": p.intent.key}
+
+
+def _succeeded(state: FlowState, p: ExecutionSucceeded) -> dict[str, object]:
+    return {"external_id": p.external_id}
+
+
+def _failed(state: FlowState, p: ExecutionFailed) -> dict[str, object]:
+    return {"detail": p.error}
+
+
+def _aborted(state: FlowState, p: FlowAborted) -> dict[str, object]:
+    return {"reason_code": p.reason_code, "detail": p.detail}
+
+
+# What each event records in the flow besides its status (dispatch by type: the
+# fold runs several times per event, and a chain of class patterns is slow).
+_UPDATES: dict[type[Payload], Callable[[FlowState, Any], dict[str, object]]] = {
+    ContextCompiled: _context,
+    HumanDecided: _decided,
+    ProposalSubmitted: _submitted,
+    ProposalRejected: _rejected,
+    ProposalAccepted: _accepted,
+    FlowEscalated: _escalated,
+    ExecutionStarted: _started,
+    ExecutionSucceeded: _succeeded,
+    ExecutionFailed: _failed,
+    FlowAborted: _aborted,
+}
+
+
 def apply(state: FlowState | None, event: Event) -> FlowState:
     """Return the flow state after ``event``; raise IllegalTransition if it is not allowed."""
     payload = event.payload
-    dfid = event.dfid or ""
-    if isinstance(payload, FlowCreated):
+    kind = type(payload)
+    if kind is FlowCreated:
         if state is not None:
-            raise IllegalTransition(dfid, state.status, "FlowCreated")
+            raise IllegalTransition(event.dfid or "", state.status, "FlowCreated")
+        assert isinstance(payload, FlowCreated)
         return FlowState(
-            dfid=dfid,
+            dfid=event.dfid or "",
             root_dfid=payload.root_dfid,
             parent_dfid=event.parent_dfid,
             agent_id=event.agent_id or "",
@@ -152,47 +216,11 @@ def apply(state: FlowState | None, event: Event) -> FlowState:
             updated_ts=event.ts,
             last_seq=event.seq,
         )
-    rule = _TRANSITIONS.get(type(payload))
-    if rule is None:
-        raise IllegalTransition(dfid, state.status if state else None, event.type)
-    allowed, target = rule
-    if state is None or state.status not in allowed:
-        raise IllegalTransition(dfid, state.status if state else None, event.type)
-    changes: dict[str, object] = {
-        "status": target or state.status,
-        "updated_ts": event.ts,
-        "last_seq": event.seq,
-    }
-    match payload:
-        case ContextCompiled(attempt=attempt, context_ref=ref):
-            changes["context_ref"] = ref
-            changes["compiled"] = attempt
-        case HumanDecided(decision="modify"):
-            # The modification is judged by the DIM next; nobody else may act meanwhile.
-            changes["status"] = S.VALIDATING
-        case ProposalSubmitted(attempt=attempt, proposal=proposal):
-            changes["attempts"] = attempt
-            changes["proposal"] = proposal
-        case ProposalRejected(feedback=feedback):
-            changes["rejections"] = state.rejections + 1
-            changes["reason_code"] = feedback.reason_code
-            changes["detail"] = feedback.detail
-        case ProposalAccepted():
-            changes["reason_code"] = None
-            changes["detail"] = ""
-        case FlowEscalated(reason_code=code, detail=detail):
-            changes["escalated"] = True
-            changes["reason_code"] = code
-            changes["detail"] = detail
-        case ExecutionStarted(intent=intent):
-            changes["intent_key"] = intent.key
-        case ExecutionSucceeded(external_id=external_id):
-            changes["external_id"] = external_id
-        case ExecutionFailed(error=error):
-            changes["detail"] = error
-        case FlowAborted(reason_code=code, detail=detail):
-            changes["reason_code"] = code
-            changes["detail"] = detail
-        case _:
-            pass
-    return msgspec.structs.replace(state, **changes)
+    rule = _TRANSITIONS.get(kind)
+    if rule is None or state is None or state.status not in rule[0]:
+        raise IllegalTransition(event.dfid or "", state.status if state else None, event.type)
+    update = _UPDATES.get(kind)
+    changes = update(state, payload) if update is not None else {}
+    if "status" not in changes:
+        changes["status"] = rule[1] or state.status
+    return msgspec.structs.replace(state, updated_ts=event.ts, last_seq=event.seq, **changes)

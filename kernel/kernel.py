@@ -16,6 +16,8 @@ code into mailboxes and waits for their durable answers.
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import logging
 from collections.abc import AsyncIterator, Collection, Mapping, Sequence
 from contextlib import asynccontextmanager
@@ -51,10 +53,17 @@ from kernel.events import (
 from kernel.execution import Adapter, ExecutionEngine
 from kernel.flow import FLOW_EVENTS, TERMINAL, FlowState, FlowStatus
 from kernel.integrity import IntegrityModule, Validate, Withdraw
-from kernel.journal import Journal, JournalError, JournalFaults, open_journal
+from kernel.journal import (
+    Journal,
+    JournalClosed,
+    JournalError,
+    JournalFaults,
+    JournalWriteFailed,
+    open_journal,
+)
 from kernel.packs import PackError, PolicyCatalog, PolicyPack
 from kernel.ports import Clock, IdSource, RandomIds, SystemClock
-from kernel.projection import AgentStatus, Projections
+from kernel.projection import AgentStatus, Projections, visible
 from kernel.reasons import ReasonCode
 from kernel.registry import KERNEL_VERSION, Register, Registry, SetStatus
 from kernel.telemetry import Telemetry
@@ -103,12 +112,16 @@ class Kernel:
         ids: IdSource,
         allow: Collection[str],
         agent_concurrency: int,
+        max_in_flight: int,
     ) -> None:
         self.journal = journal
         self.projections = projections
         self.catalog = catalog
         self.clock = clock
         self._agent_concurrency = agent_concurrency
+        self._max_in_flight = max_in_flight
+        self._admitting = 0
+        self._room: anyio.Event | None = None
         self._hosts: dict[str, Mailbox[WorkingContext]] = {}
         self._sessions: dict[str, Session] = {}
         self._pending: set[Reply[Any]] = set()
@@ -118,11 +131,16 @@ class Kernel:
         self._agents_tg: TaskGroup | None = None
         self._effects_tg: TaskGroup | None = None
 
-        self.registry_mailbox: Mailbox[Any] = Mailbox("registry")
-        self.compiler_mailbox: Mailbox[Any] = Mailbox("context")
-        self.integrity_mailbox: Mailbox[Any] = Mailbox("integrity")
-        self.escalation_mailbox: Mailbox[Any] = Mailbox("escalation")
-        self.execution_mailbox: Mailbox[Any] = Mailbox("execution")
+        # A flow has at most one message on its way between actors at any time, so
+        # mailboxes larger than the flows admitted at once can never fill up in a
+        # cycle (compiler -> agent -> DIM -> compiler) and deadlock.
+        capacity = 2 * max_in_flight + 64
+        self._capacity = capacity
+        self.registry_mailbox: Mailbox[Any] = Mailbox("registry", capacity)
+        self.compiler_mailbox: Mailbox[Any] = Mailbox("context", capacity)
+        self.integrity_mailbox: Mailbox[Any] = Mailbox("integrity", capacity)
+        self.escalation_mailbox: Mailbox[Any] = Mailbox("escalation", capacity)
+        self.execution_mailbox: Mailbox[Any] = Mailbox("execution", capacity)
         self.specs = [
             ChildSpec(
                 "registry",
@@ -173,7 +191,7 @@ class Kernel:
         session = await self.handshake(agent.manifest)
         agent_id = session.agent_id
         if agent_id not in self._hosts:
-            mailbox: Mailbox[WorkingContext] = Mailbox(f"agent:{agent_id}", capacity=1024)
+            mailbox: Mailbox[WorkingContext] = Mailbox(f"agent:{agent_id}", self._capacity)
             self._hosts[agent_id] = mailbox
             assert self._agents_tg is not None
             self._agents_tg.start_soon(self._host, agent, mailbox, name=f"agent:{agent_id}")
@@ -203,13 +221,31 @@ class Kernel:
         """Record that something happened; return the DFIDs of the flows it opened.
 
         ``facts`` update the state layer; every hosted ACTIVE agent subscribed to
-        ``topic`` gets a new DecisionFlow (a child of ``parent`` when given).
+        ``topic`` gets a new DecisionFlow (a child of ``parent`` when given). When
+        ``max_in_flight`` flows are already moving, it waits for room first: the
+        backpressure starts at the kernel's edge.
         """
+        fan_out = sum(
+            1
+            for agent_id in self._hosts
+            if (agent := self.projections.agents.get(agent_id)) is not None
+            and visible(agent.manifest.subscriptions, topic)
+        )
+        while self._admitting + len(self.projections.moving) + fan_out > self._max_in_flight:
+            if self._admitting + len(self.projections.moving) == 0:
+                break  # a single trigger wider than the limit still goes through, alone
+            self._raise_if_stopped()
+            self._room = self._room or anyio.Event()
+            await self._room.wait()
         reply: Reply[list[str]] = Reply()
         msg = FireTrigger(
             topic=topic, facts=dict(facts or {}), source=source, parent_dfid=parent, reply=reply
         )
-        return await self._call(self.compiler_mailbox, msg, reply)
+        self._admitting += fan_out
+        try:
+            return await self._call(self.compiler_mailbox, msg, reply)
+        finally:
+            self._admitting -= fan_out
 
     async def submit(
         self, token: str, dfid: str, proposal: Proposal | Mapping[str, Any] | bytes | str
@@ -336,8 +372,9 @@ class Kernel:
             for _, wake in waiters:
                 wake.set()
         self._waiters.clear()
-        if self._quiet is not None:
-            self._quiet.set()
+        for event in (self._quiet, self._room):
+            if event is not None:
+                event.set()
 
     def _on_commit(self, events: Sequence[Event]) -> None:
         self.projections.apply(events)
@@ -359,9 +396,13 @@ class Kernel:
                     self._waiters[event.dfid] = keep
                 else:
                     del self._waiters[event.dfid]
-        if self._quiet is not None and not self.projections.moving:
+        moving = len(self.projections.moving)
+        if self._quiet is not None and not moving:
             self._quiet.set()
             self._quiet = None
+        if self._room is not None and moving + self._admitting < self._max_in_flight:
+            self._room.set()
+            self._room = None
 
     def _spawn_effect(self, fn: Any) -> None:
         assert self._effects_tg is not None
@@ -430,6 +471,7 @@ async def open_kernel(
     telemetry: Telemetry | None = None,
     synchronous: str = "FULL",
     agent_concurrency: int = 64,
+    max_in_flight: int = 2048,
     max_restarts: int = 3,
     restart_period_s: float = 5.0,
     faults: JournalFaults | None = None,
@@ -446,6 +488,7 @@ async def open_kernel(
         telemetry: span export (default: configured from the ``OTEL_*`` environment).
         synchronous: SQLite's synchronous setting; FULL is the durable default.
         agent_concurrency: flows one hosted agent reasons about at once.
+        max_in_flight: flows moving at once; triggers wait for room beyond it.
         max_restarts: actor restarts allowed within ``restart_period_s``.
         restart_period_s: the window of the restart intensity.
         faults: fault injection for tests.
@@ -465,6 +508,8 @@ async def open_kernel(
         projections = Projections()
         async for batch in journal.scan():
             projections.apply(batch)
+        # What replay built lives as long as the kernel: keep the collector off it.
+        gc.freeze()
         kernel = Kernel(
             journal,
             projections,
@@ -474,6 +519,7 @@ async def open_kernel(
             ids or RandomIds(),
             allow,
             agent_concurrency,
+            max_in_flight,
         )
         journal.set_guard(projections.guard)
         journal.add_listener(kernel._on_commit)
@@ -529,9 +575,10 @@ async def open_kernel(
             for mailbox in [*(spec.mailbox for spec in kernel.specs), *kernel._hosts.values()]:
                 mailbox.close()
             with anyio.CancelScope(shield=True):
-                if not journal.failed:
-                    reason = failure.reason if failure else "KERNEL_CLOSED"
-                    detail = failure.detail if failure else ""
+                reason = failure.reason if failure else "KERNEL_CLOSED"
+                detail = failure.detail if failure else ""
+                with contextlib.suppress(JournalClosed, JournalWriteFailed):
+                    # Not recordable when the journal failed or was closed under us.
                     await journal.append(
                         [Draft(payload=events.KernelStopped(reason=reason, detail=detail))]
                     )

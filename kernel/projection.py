@@ -49,7 +49,7 @@ class AgentStatus(StrEnum):
     RETIRED = "RETIRED"
 
 
-class AgentView(msgspec.Struct, frozen=True, kw_only=True):
+class AgentView(msgspec.Struct, frozen=True, gc=False, kw_only=True):
     """A registered agent as the registry knows it."""
 
     manifest: Manifest
@@ -58,7 +58,7 @@ class AgentView(msgspec.Struct, frozen=True, kw_only=True):
     registered_seq: int
 
 
-class Fact(msgspec.Struct, frozen=True, kw_only=True):
+class Fact(msgspec.Struct, frozen=True, gc=False, kw_only=True):
     """One key of the state layer: its value, where it came from and when."""
 
     value: Any
@@ -67,7 +67,7 @@ class Fact(msgspec.Struct, frozen=True, kw_only=True):
     ts: int
 
 
-class ExecutionRecord(msgspec.Struct, frozen=True, kw_only=True):
+class ExecutionRecord(msgspec.Struct, frozen=True, gc=False, kw_only=True):
     """The recorded result of an idempotency key."""
 
     dfid: str

@@ -245,3 +245,21 @@ async def test_transfer_kind_has_no_floats():
 
     with pytest.raises(msgspec.ValidationError):
         msgspec.convert({"kind": "test.transfer", "account": "a", "amount_cents": 1.5}, Transfer)
+
+
+async def test_a_burst_wider_than_the_mailboxes_is_admitted_gradually_and_completes(tmp_path):
+    # 16 agents on one topic and 200 concurrent triggers: 3,200 flows through mailboxes
+    # sized for 32 in flight. Without admission at the edge this deadlocks.
+    names = [f"agent-{i}" for i in range(16)]
+    async with kernel_for(tmp_path / "j.db", allow=names, max_in_flight=32) as kernel:
+        for name in names:
+            await kernel.register(ScriptedAgent(name))
+        peak = []
+        kernel.journal.add_listener(lambda _: peak.append(len(kernel.projections.moving)))
+        with anyio.fail_after(60):
+            async with anyio.create_task_group() as tg:
+                for _ in range(200):
+                    tg.start_soon(kernel.trigger, "bank.invoice")
+            await kernel.wait_quiet()
+        assert len(kernel.flows(FlowStatus.CLOSED)) == 3_200
+        assert max(peak) <= 32

@@ -1,0 +1,257 @@
+"""``python -m benchmarks [--quick] [--json PATH]``: measure the kernel against its baselines.
+
+Every figure is measured ``repeats`` times, in rounds (B1, B2, P1, P2, then
+again), so slow drift in the machine's load touches every figure alike; the
+ratios of a round are taken within that round. There is no warm-up run: the
+first round pays first-use costs, and the median absorbs them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import gc
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from contextlib import ExitStack
+from pathlib import Path
+
+import anyio
+
+from benchmarks.baselines import ROWS_PER_TRANSACTION, queue_round_trips, sqlite_appends
+from benchmarks.flows import (
+    SPANS_PER_FLOW,
+    BenchmarkFailed,
+    FlowRun,
+    SpanReceiver,
+    open_receiver,
+    run_flows,
+)
+from benchmarks.report import Figure, machine, table
+
+FLOWS_GOAL = 5_000.0
+"""DecisionFlows per second, durable, telemetry off (P1)."""
+RATIO_GOAL = 0.05
+"""P1 as a share of B1: a whole governed decision against one bare queue round trip."""
+FIGURES = ("B1", "B2", "P1", "P2")
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """How much each figure measures, and how often."""
+
+    repeats: int
+    round_trips: int
+    rows: int
+    flows: int
+    agents: int = 4
+    outstanding: int = 256
+
+
+QUICK = Plan(repeats=2, round_trips=50_000, rows=20_000, flows=4_000)
+FULL = Plan(repeats=5, round_trips=200_000, rows=100_000, flows=20_000)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the benchmarks; return the exit status (1 when a run's flows did not all close)."""
+    args = _parser().parse_args(argv)
+    plan = QUICK if args.quick else FULL
+    overrides = {"repeats": args.repeats, "flows": args.flows, "agents": args.agents}
+    plan = dataclasses.replace(plan, **{k: v for k, v in overrides.items() if v is not None})
+    if plan.flows % plan.agents:
+        print("error: --flows must be a multiple of --agents", file=sys.stderr)
+        return 2
+    if args.gc_threshold is not None:
+        # For profiling only: the figures of a run with it are not the interpreter's default.
+        gc.set_threshold(args.gc_threshold, 20, 20)
+    only = set(args.only.split(",")) if args.only else set(FIGURES)
+    if unknown := only - set(FIGURES):
+        print(f"error: unknown figures {sorted(unknown)}", file=sys.stderr)
+        return 2
+
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="dir-bench-", dir=args.dir) as tmp:
+        info = machine(Path(tmp))
+        try:
+            figures = _measure(plan, only, Path(tmp))
+        except BenchmarkFailed as exc:
+            print(f"error: BENCHMARK_FAILED: {exc}", file=sys.stderr)
+            return 1
+    info["load_average_end"] = list(os.getloadavg())
+    elapsed = time.perf_counter() - started
+
+    mode = "quick" if args.quick else "full"
+    if args.gc_threshold is not None:
+        mode += f", gc threshold {args.gc_threshold} (not the default)"
+    print(f"\n{mode} run: {plan.repeats} repeats, {plan.flows:,} flows per run, {elapsed:.0f} s")
+    print(table(figures))
+    if args.json:
+        record = {
+            "machine": info,
+            "plan": {"mode": mode, "gc_threshold": gc.get_threshold(), **dataclasses.asdict(plan)},
+            "elapsed_s": elapsed,
+            "figures": {f.id: f.to_json() for f in figures},
+        }
+        Path(args.json).write_text(json.dumps(record, indent=2) + "\n")
+    return 0
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks", description=__doc__.splitlines()[0]
+    )
+    parser.add_argument("--quick", action="store_true", help="few repeats of small runs (< 1 min)")
+    parser.add_argument("--json", metavar="PATH", help="also write the figures as JSON here")
+    parser.add_argument("--only", metavar="IDS", help="measure only these, e.g. P1 or B1,P1")
+    parser.add_argument("--repeats", type=int, help="override the number of repeats")
+    parser.add_argument("--flows", type=int, help="override the flows per P1/P2 run")
+    parser.add_argument("--agents", type=int, help="override the agents per trigger")
+    parser.add_argument("--dir", help="where journals are written (default: the temp dir)")
+    parser.add_argument(
+        "--gc-threshold", type=int, help="raise the GC's first threshold (for profiling only)"
+    )
+    return parser
+
+
+def _measure(plan: Plan, only: set[str], tmp: Path) -> list[Figure]:
+    b1: list[float] = []
+    b2: list[float] = []
+    p1: list[FlowRun] = []
+    p2: list[FlowRun] = []
+    with ExitStack() as stack:
+        receiver = stack.enter_context(open_receiver()) if "P2" in only else None
+        for n in range(plan.repeats):
+            said = [f"round {n + 1}/{plan.repeats}:"]
+            if "B1" in only:
+                b1.append(asyncio.run(queue_round_trips(plan.round_trips)))
+                said.append(f"B1 {b1[-1]:,.0f}/s")
+            if "B2" in only:
+                path = tmp / f"b2-{n}.db"
+                b2.append(asyncio.run(sqlite_appends(path, plan.rows)))
+                _remove(path)
+                said.append(f"B2 {b2[-1]:,.0f} rows/s")
+            if "P1" in only:
+                p1.append(_flows(plan, tmp / f"p1-{n}.db"))
+                said.append(f"P1 {p1[-1].flows_per_s:,.0f} flows/s")
+            if receiver is not None:
+                p2.append(_flows(plan, tmp / f"p2-{n}.db", receiver))
+                said.append(f"P2 {p2[-1].flows_per_s:,.0f} flows/s")
+            print(" ".join(said), file=sys.stderr, flush=True)
+    return _figures(plan, b1, b2, p1, p2)
+
+
+def _flows(plan: Plan, path: Path, receiver: SpanReceiver | None = None) -> FlowRun:
+    async def run() -> FlowRun:
+        if receiver is None:
+            return await run_flows(
+                path, plan.flows, agents=plan.agents, outstanding=plan.outstanding
+            )
+        before = receiver.spans
+        result = await run_flows(
+            path,
+            plan.flows,
+            agents=plan.agents,
+            outstanding=plan.outstanding,
+            telemetry=receiver.telemetry(),
+        )
+        received = await receiver.wait_settled(before, plan.flows * SPANS_PER_FLOW)
+        return dataclasses.replace(result, spans_received=received)
+
+    try:
+        return anyio.run(run, backend="asyncio")
+    finally:
+        _remove(path)
+
+
+def _remove(path: Path) -> None:
+    for suffix in ("", "-wal", "-shm", "-journal"):
+        path.with_name(path.name + suffix).unlink(missing_ok=True)
+
+
+def _figures(
+    plan: Plan, b1: list[float], b2: list[float], p1: list[FlowRun], p2: list[FlowRun]
+) -> list[Figure]:
+    figures = []
+    if b1:
+        figures.append(Figure("B1", "asyncio.Queue ping-pong, 2 tasks", "round trips/s", b1))
+    if b2:
+        name = f"aiosqlite executemany {ROWS_PER_TRANSACTION}/txn, WAL, FULL"
+        figures.append(Figure("B2", name, "rows/s", b2))
+    shape = {"flows_per_run": plan.flows, "agents": plan.agents, "outstanding": plan.outstanding}
+    if p1:
+        f1 = Figure(
+            "P1",
+            "durable DecisionFlows, telemetry off",
+            "flows/s",
+            [r.flows_per_s for r in p1],
+            goal=FLOWS_GOAL,
+            extra={
+                **shape,
+                "events_per_transaction": statistics.median(r.events / r.transactions for r in p1),
+                "close_s": statistics.median(r.close_seconds for r in p1),
+            },
+        )
+        figures.append(f1)
+        if b1:
+            f1.ratios["B1"] = f1.median / statistics.median(b1)
+            # Paired within each round, so the spread is not inflated by drift between rounds.
+            paired = [r.flows_per_s / b for r, b in zip(p1, b1, strict=True)]
+            figures.append(Figure("R1", "P1 / B1", "ratio", paired, goal=RATIO_GOAL))
+        cpu = [r.cpu_seconds / r.flows * 1e6 for r in p1]
+        figures.append(Figure("C1", "CPU per flow in P1 (all threads)", "us", cpu))
+        gc_share = [r.gc_seconds / r.seconds for r in p1]
+        figures.append(Figure("G1", "cyclic GC share of P1 wall time", "share", gc_share))
+        figures.append(Figure("E1", "events per flow", "events", [r.events / r.flows for r in p1]))
+        e2 = Figure("E2", "events/s in P1", "events/s", [r.events_per_s for r in p1])
+        if b2:
+            e2.ratios["B2"] = e2.median / statistics.median(b2)
+        figures.append(e2)
+        body = statistics.median(r.body_bytes / r.journal_events for r in p1)
+        figures.append(
+            Figure(
+                "J1",
+                "journal bytes per event (file + wal)",
+                "bytes",
+                [r.journal_bytes / r.journal_events for r in p1],
+                extra={"json_body_bytes_per_event": body},
+            )
+        )
+    if p2:
+        f2 = Figure(
+            "P2",
+            "P1 + spans over OTLP/HTTP to a receiver",
+            "flows/s",
+            [r.flows_per_s for r in p2],
+            extra={
+                **shape,
+                "close_s": statistics.median(r.close_seconds for r in p2),
+                "cpu_us_per_flow": statistics.median(r.cpu_seconds / r.flows * 1e6 for r in p2),
+                "gc_share": statistics.median(r.gc_seconds / r.seconds for r in p2),
+            },
+        )
+        if p1:
+            f2.ratios["P1"] = f2.median / statistics.median(r.flows_per_s for r in p1)
+        figures.append(f2)
+        delivered = [(r.spans_received or 0) / (r.flows * SPANS_PER_FLOW) for r in p2]
+        lost = [r.flows * SPANS_PER_FLOW - (r.spans_received or 0) for r in p2]
+        figures.append(
+            Figure(
+                "S2",
+                "spans delivered in P2",
+                "share",
+                delivered,
+                goal=1.0,
+                extra={"spans_per_flow": SPANS_PER_FLOW, "spans_lost": lost},
+            )
+        )
+    return figures
+
+
+if __name__ == "__main__":
+    sys.exit(main())
