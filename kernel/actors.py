@@ -152,14 +152,17 @@ class Outbox:
         self._clock = clock
         self.drafts: list[Draft] = []
         self.effects: list[Callable[[], Awaitable[None] | None]] = []
-        self._overlay: dict[str, FlowState] = {}
-        self._undo: dict[str, FlowState | None] = {}
+        self.scratch: dict[str, Any] = {}
+        """Whatever else an actor stages for this batch (derived, never recorded)."""
+        # Per flow staged in this batch: its state and the index of its last event.
+        self._overlay: dict[str, tuple[FlowState, int]] = {}
+        self._undo: dict[str, tuple[FlowState, int] | None] = {}
         self._mark = (0, 0)
 
     def flow(self, dfid: str) -> FlowState | None:
         """Return the flow as it will be once the staged events commit."""
         staged = self._overlay.get(dfid)
-        return staged if staged is not None else self._projections.flows.get(dfid)
+        return staged[0] if staged is not None else self._projections.flows.get(dfid)
 
     def emit(
         self,
@@ -173,20 +176,24 @@ class Outbox:
     ) -> int:
         """Stage an event and return its index in this batch.
 
-        Flow events default their envelope fields from the flow, and ``caused_by``
-        to the flow's last recorded event. ``after`` names the index of an event
-        staged earlier in this batch as the cause; its seq is not known until the
-        journal assigns it, so it is recorded as a relative (negative) reference
-        that the journal resolves.
+        Flow events default their envelope fields from the flow, and their cause
+        to the flow's previous event. ``after`` names the index of an event staged
+        earlier in this batch as the cause; its seq is not known until the journal
+        assigns it, so it is recorded as a relative (negative) reference that the
+        journal resolves.
         """
-        if after is not None:
-            caused_by = after - len(self.drafts)
+        index = len(self.drafts)
         if dfid is not None and type(payload) in FLOW_EVENTS:
-            current = self.flow(dfid)
+            staged = self._overlay.get(dfid)
+            current = staged[0] if staged else self._projections.flows.get(dfid)
             if current is not None:
                 parent_dfid = parent_dfid or current.parent_dfid
                 agent_id = agent_id or current.agent_id
-                caused_by = caused_by if caused_by is not None else current.last_seq
+                if after is None and caused_by is None:
+                    if staged is not None:
+                        after = staged[1]
+                    else:
+                        caused_by = current.last_seq
             provisional = Event(
                 seq=current.last_seq if current else 0,
                 ts=self._clock.now_ns(),
@@ -196,8 +203,10 @@ class Outbox:
                 agent_id=agent_id,
             )
             if dfid not in self._undo:
-                self._undo[dfid] = self._overlay.get(dfid)
-            self._overlay[dfid] = flow.apply(current, provisional)
+                self._undo[dfid] = staged
+            self._overlay[dfid] = (flow.apply(current, provisional), index)
+        if after is not None:
+            caused_by = after - index
         self.drafts.append(
             Draft(
                 payload=payload,  # type: ignore[arg-type]
@@ -207,7 +216,7 @@ class Outbox:
                 agent_id=agent_id,
             )
         )
-        return len(self.drafts) - 1
+        return index
 
     def send(self, mailbox: Mailbox[Any], msg: Any) -> None:
         """Deliver ``msg`` once the staged events have committed."""

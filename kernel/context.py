@@ -50,13 +50,11 @@ class ContextCompiler:
         projections: Projections,
         clock: Clock,
         ids: IdSource,
-        mailbox: Mailbox[Any],
         hosts: Mapping[str, Mailbox[WorkingContext]],
     ) -> None:
         self._projections = projections
         self._clock = clock
         self._ids = ids
-        self._mailbox = mailbox
         self._hosts = hosts
 
     async def handle(self, msg: FireTrigger | Compile, out: Outbox) -> None:
@@ -70,6 +68,10 @@ class ContextCompiler:
         root = self._projections.flows.get(msg.parent_dfid) if msg.parent_dfid else None
         root_dfid = root.root_dfid if root else None
         trigger = out.emit(TriggerFired(topic=msg.topic, facts=msg.facts, source=msg.source))
+        # Facts of triggers staged in this batch are not in the projections yet, but
+        # they are what the agents woken now must see.
+        staged: dict[str, Any] = out.scratch.setdefault("facts", {})
+        staged.update(msg.facts)
         dfids = []
         for agent_id in sorted(self._hosts):
             agent = self._projections.agents.get(agent_id)
@@ -81,11 +83,11 @@ class ContextCompiler:
             out.emit(
                 FlowCreated(root_dfid=root_dfid or dfid, topic=msg.topic),
                 dfid=dfid,
-                after=trigger,
                 parent_dfid=msg.parent_dfid,
                 agent_id=agent_id,
+                after=trigger,
             )
-            out.send(self._mailbox, Compile(dfid=dfid, attempt=1))
+            self._compile(Compile(dfid=dfid, attempt=1), out)
             dfids.append(dfid)
         out.reply(msg.reply, dfids)
 
@@ -96,7 +98,9 @@ class ContextCompiler:
         if flow.compiled != msg.attempt - 1 or flow.attempts != msg.attempt - 1:
             return  # a compile request overtaken by events
         agent = self._projections.agents[flow.agent_id]
-        state = self._projections.visible_state(agent.manifest.subscriptions)
+        state = self._projections.visible_state(
+            agent.manifest.subscriptions, out.scratch.get("facts")
+        )
         ref = context_ref(state)
         out.emit(
             ContextCompiled(

@@ -149,9 +149,7 @@ class Kernel:
             ),
             ChildSpec(
                 "context",
-                lambda: ContextCompiler(
-                    projections, clock, ids, self.compiler_mailbox, self._hosts
-                ),
+                lambda: ContextCompiler(projections, clock, ids, self._hosts),
                 self.compiler_mailbox,
             ),
             ChildSpec(

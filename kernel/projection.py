@@ -173,10 +173,18 @@ class Projections:
 
         return check
 
-    def visible_state(self, subscriptions: Iterable[str]) -> dict[str, Any]:
-        """Return the state values an agent with these subscriptions may see, sorted by key."""
+    def visible_state(
+        self, subscriptions: Iterable[str], staged: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
+        """Return the state an agent with these subscriptions may see, sorted by key.
+
+        ``staged`` holds facts recorded but not yet folded (they win over the state).
+        """
         subs = tuple(subscriptions)
-        return {k: self.state[k].value for k in sorted(self.state) if visible(subs, k)}
+        seen = {k: fact.value for k, fact in self.state.items() if visible(subs, k)}
+        if staged:
+            seen.update((k, v) for k, v in staged.items() if visible(subs, k))
+        return dict(sorted(seen.items()))
 
     def snapshot(self) -> dict[str, Any]:
         """Return the whole state as plain data (for digests, time travel and the CLI)."""

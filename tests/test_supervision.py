@@ -193,7 +193,8 @@ async def test_a_journal_write_failure_stops_the_kernel_without_acting_unrecorde
     async with kernel_for(tmp_path / "j.db") as kernel:
         await kernel.register(ScriptedAgent())
     with pytest.raises(KernelShutdown) as stopped:
-        # Transactions: 1 KernelStarted, 2 the handshake, 3 the trigger, 4 the context (fails).
+        # Transactions: 1 KernelStarted, 2 the handshake, 3 the trigger and its context,
+        # 4 the verdict on the agent's proposal: that write fails.
         async with kernel_for(
             tmp_path / "j.db", bank=bank, faults=JournalFaults(fail_transaction=4)
         ) as kernel:
@@ -207,7 +208,7 @@ async def test_a_journal_write_failure_stops_the_kernel_without_acting_unrecorde
     assert report.ok
     async with kernel_for(tmp_path / "j.db", bank=bank) as kernel:
         # Nothing after the failure was recorded, and the kernel opens again.
-        assert [f.status for f in kernel.flows()] == [FlowStatus.CREATED]
+        assert [f.status for f in kernel.flows()] == [FlowStatus.ACTIVE]
         verdict_types = [
             e.type
             for e in await kernel.journal.read(types=["ProposalAccepted", "ExecutionStarted"])
