@@ -7,6 +7,7 @@ hash-chained journal.
 """
 
 from kernel.actors import MailboxClosed, RestartIntensityExceeded
+from kernel.adapters import Quote, RetryPolicy, SagaStep
 from kernel.contracts import (
     HandshakeRefused,
     Outcome,
@@ -60,10 +61,13 @@ __all__ = [
     "PolicyPack",
     "Projections",
     "Proposal",
+    "Quote",
     "RandomIds",
     "ReasonCode",
     "Receipt",
     "RestartIntensityExceeded",
+    "RetryPolicy",
+    "SagaStep",
     "SeededIds",
     "Session",
     "SystemClock",

@@ -95,6 +95,12 @@ class ExecutionIntent(Record, frozen=True):
     params: dict[str, Any] = {}
     step: int = 0
     valid_until_ns: int | None = None
+    action: str = ""
+    """The saga step's action (empty for a one-step intent)."""
+    compensation: bool = False
+    """Whether this intent undoes the completed step ``step``."""
+    bounds: dict[str, Any] = {}
+    """Execution constraints checked against the adapter's live quote before the call."""
 
 
 # --- kernel lifecycle ---------------------------------------------------------
@@ -187,6 +193,8 @@ class ProposalAccepted(Payload, frozen=True, tag=True):
 class FlowEscalated(Payload, frozen=True, tag=True):
     reason_code: ReasonCode
     detail: str = ""
+    partial: dict[str, Any] = {}
+    """For a saga: which steps are in effect, undone and failed (the human's starting point)."""
 
 
 class HumanDecided(Payload, frozen=True, tag=True):
@@ -204,12 +212,68 @@ class ExecutionSucceeded(Payload, frozen=True, tag=True):
     key: str
     external_id: str = ""
     detail: dict[str, Any] = {}
+    recovered: bool = False
+    """The result was found by the adapter's ``lookup`` after a restart, not by a call."""
 
 
 class ExecutionFailed(Payload, frozen=True, tag=True):
     key: str
     error: str
     transient: bool = False
+
+
+class ExecutionRetried(Payload, frozen=True, tag=True):
+    """A transient failure of attempt ``attempt``; the next one is due at ``retry_at_ns``."""
+
+    key: str
+    attempt: int
+    error: str
+    delay_ns: int
+    retry_at_ns: int
+
+
+class ExecutionRefused(Payload, frozen=True, tag=True):
+    """An intent refused at the moment of execution: the world moved outside its bounds."""
+
+    key: str
+    reason_code: ReasonCode
+    bound: str
+    detail: str = ""
+    bounds: dict[str, Any] = {}
+    observed: dict[str, Any] = {}
+
+
+class FlowDirty(Payload, frozen=True, tag=True):
+    """A saga step failed after earlier steps took effect; compensations follow."""
+
+    step: int
+    reason_code: ReasonCode
+    detail: str = ""
+
+
+class CompensationStarted(Payload, frozen=True, tag=True):
+    intent: ExecutionIntent
+
+
+class CompensationSucceeded(Payload, frozen=True, tag=True):
+    key: str
+    step: int
+    external_id: str = ""
+    detail: dict[str, Any] = {}
+    recovered: bool = False
+
+
+class CompensationFailed(Payload, frozen=True, tag=True):
+    key: str
+    step: int
+    error: str
+    transient: bool = False
+
+
+class FlowCompensated(Payload, frozen=True, tag=True):
+    """Every completed step of a failed saga was undone."""
+
+    steps: int = 0
 
 
 class DuplicateSuppressed(Payload, frozen=True, tag=True):
@@ -259,6 +323,13 @@ AnyPayload = (
     | FlowClosed
     | FlowAborted
     | SubmissionRefused
+    | ExecutionRetried
+    | ExecutionRefused
+    | FlowDirty
+    | CompensationStarted
+    | CompensationSucceeded
+    | CompensationFailed
+    | FlowCompensated
 )
 
 

@@ -1,78 +1,102 @@
 """The execution engine: accepted intents cross into the world exactly once.
 
 Only this actor mints ExecutionIntents, and only from a flow the DIM (or a
-human) accepted. The intent's idempotency key is derived from (dfid, action,
-step). ExecutionStarted is committed before the adapter is called and the
-result after; a key that already has a recorded result, or a call in flight,
-is answered from the record and never reaches the adapter again.
+human) accepted. Record first: ExecutionStarted (with the key) commits before
+the adapter is called, the result after; a key that already has a recorded
+result, or a call in flight, is answered from the record and never reaches
+the adapter again. The adapter contract is in :mod:`kernel.adapters`.
 
-The adapter contract: an adapter receives the intent, including its key, and
-must honour the key (the system behind it deduplicates on it), so that a call
-repeated after a crash has at most one effect. It raises
-:class:`AdapterError` with ``transient`` set when a retry could succeed.
+Everything the engine needs to go on lives in the flow's projection (the
+pending intent, its retries, the steps done and undone), never in the actor:
+a restarted actor or a restarted kernel continues from the journal.
+
+- Retries: a transient error is recorded (ExecutionRetried, with the delay)
+  and the same intent is called again after an exponential backoff with
+  jitter, on the injected clock, up to the adapter's budget; then the flow is
+  escalated (operational failure) or aborted, EXECUTION_FAILED. Terminal
+  errors fail at once.
+- Constraints: before the first call of a key the intent's bounds are checked
+  against the adapter's live quote (:mod:`kernel.constraints`).
+- Sagas: a kind with ``steps()`` runs them in order, each its own key. When
+  step k fails after earlier steps took effect, the flow becomes DIRTY, steps
+  k-1..1 are compensated in reverse order, and it ends COMPENSATED; a failing
+  compensation escalates it with the exact partial state.
+- Recovery: on start (:class:`Recover`), a pending intent is resumed with the
+  same key (``lookup`` first where the adapter has it), accepted flows never
+  started are started, and interrupted compensations continue.
 """
 
 from __future__ import annotations
 
-import hashlib
+import random
 from collections.abc import Callable, Mapping
-from typing import Any, Protocol
+from typing import Any
 
 import msgspec
 
 from kernel.actors import Mailbox, Outbox
+from kernel.adapters import (
+    Adapter,
+    AdapterError,
+    Quote,
+    Receipt,
+    RetryPolicy,
+    SagaStep,
+    compensation_key,
+    idempotency_key,
+)
+from kernel.constraints import Violation, bounds_of, check
 from kernel.contracts import Outcome, Verdict
 from kernel.events import (
+    CompensationFailed,
+    CompensationStarted,
+    CompensationSucceeded,
     DuplicateSuppressed,
     ExecutionFailed,
     ExecutionIntent,
+    ExecutionRefused,
+    ExecutionRetried,
     ExecutionStarted,
     ExecutionSucceeded,
     FlowAborted,
     FlowClosed,
+    FlowCompensated,
+    FlowDirty,
+    FlowEscalated,
 )
-from kernel.flow import FlowStatus
-from kernel.integrity import Execute
+from kernel.flow import FlowState, FlowStatus
+from kernel.integrity import Escalate, Execute
 from kernel.packs import PolicyCatalog
+from kernel.ports import Clock
+from kernel.projection import Projections
 from kernel.reasons import ReasonCode
 
-
-class Receipt(msgspec.Struct, frozen=True, gc=False, kw_only=True):
-    """What an adapter returns for an effect it carried out."""
-
-    external_id: str
-    detail: dict[str, Any] = {}
-
-
-class AdapterError(Exception):
-    """An adapter call that failed; ``transient`` says whether a retry could succeed."""
-
-    def __init__(self, message: str, *, transient: bool = False) -> None:
-        super().__init__(message)
-        self.transient = transient
-
-
-class Adapter(Protocol):
-    """The port to a broker, a booking system, a database or a notifier."""
-
-    async def execute(self, intent: ExecutionIntent) -> Receipt:
-        """Carry out ``intent`` at most once per ``intent.key``."""
-        ...
-
-
-def idempotency_key(dfid: str, action: str, step: int = 0) -> str:
-    """Return the key of one step of one flow's action."""
-    return hashlib.sha256(f"{dfid}|{action}|{step}".encode()).hexdigest()[:32]
+__all__ = [
+    "Adapter",
+    "AdapterDone",
+    "AdapterError",
+    "ExecutionEngine",
+    "Receipt",
+    "Recover",
+    "idempotency_key",
+]
 
 
 class AdapterDone(msgspec.Struct, frozen=True, gc=False, kw_only=True):
-    """An adapter call finished (successfully or not)."""
+    """An adapter call (attempt ``attempt`` of ``key``) finished, one way or another."""
 
     dfid: str
     key: str
+    attempt: int = 1
     receipt: Receipt | None = None
+    found: bool = False
+    violation: Violation | None = None
     error: str = ""
     transient: bool = False
+
+
+class Recover(msgspec.Struct, frozen=True, gc=False, kw_only=True):
+    """Resume every execution an earlier run left unfinished (sent once at start)."""
 
 
 Spawn = Callable[[Callable[[], Any]], None]
@@ -84,6 +108,9 @@ class ExecutionEngine:
     Args:
         spawn: starts a coroutine function in the kernel's task group (adapter calls
             run beside the actor, so one slow adapter never stalls other flows).
+        clock: the time port: backoff waits and validity checks read it.
+        rng: the seeded source of backoff jitter (shared across actor restarts).
+        retry: the retry policy of adapters that declare none.
     """
 
     def __init__(
@@ -92,18 +119,33 @@ class ExecutionEngine:
         adapters: Mapping[str, Adapter],
         mailbox: Mailbox[Any],
         spawn: Spawn,
+        *,
+        projections: Projections | None = None,
+        clock: Clock | None = None,
+        rng: random.Random | None = None,
+        retry: RetryPolicy | None = None,
+        escalation: Mailbox[Any] | None = None,
     ) -> None:
         self._catalog = catalog
         self._adapters = adapters
         self._mailbox = mailbox
         self._spawn = spawn
+        self._projections = projections
+        self._clock = clock
+        self._rng = rng or random.Random(0)
+        self._retry = retry or RetryPolicy()
+        self._escalation = escalation
 
-    async def handle(self, msg: Execute | AdapterDone, out: Outbox) -> None:
+    async def handle(self, msg: Execute | AdapterDone | Recover, out: Outbox) -> None:
         match msg:
             case Execute():
                 self._execute(msg, out)
             case AdapterDone():
                 self._done(msg, out)
+            case Recover():
+                self._recover(out)
+
+    # --- starting ------------------------------------------------------------
 
     def _execute(self, msg: Execute, out: Outbox) -> None:
         flow = out.flow(msg.dfid)
@@ -123,55 +165,336 @@ class ExecutionEngine:
                 ),
             )
             return
-        proposal = flow.proposal
-        kind = self._catalog.kinds[proposal.kind]
-        # Normalise the parameters through the kind's type, so the adapter sees
-        # exactly what the DIM validated.
-        policy = msgspec.convert({"kind": proposal.kind, **proposal.params}, kind)
-        params = msgspec.to_builtins(policy)
-        params.pop("kind", None)
-        intent = ExecutionIntent(
-            key=idempotency_key(msg.dfid, proposal.kind),
-            kind=proposal.kind,
-            adapter=kind.adapter,
-            params=params,
-            valid_until_ns=proposal.valid_until_ns,
-        )
-        out.emit(ExecutionStarted(intent=intent), dfid=msg.dfid)
-        adapter = self._adapters[kind.adapter]
-        out.after_commit(lambda: self._spawn(lambda: self._call(adapter, msg.dfid, intent)))
+        self._start_accepted(flow, out)
         out.reply(
             msg.reply, Verdict(outcome=Outcome.ACCEPTED, dfid=msg.dfid, attempt=flow.attempts)
         )
 
-    async def _call(self, adapter: Adapter, dfid: str, intent: ExecutionIntent) -> None:
+    def _start_accepted(self, flow: FlowState, out: Outbox) -> None:
+        if flow.done > 0:
+            # A saga a human took over after a compensation failed: its effects are
+            # partly undone, so running it forward again would guess. Refuse loudly.
+            out.emit(
+                FlowAborted(
+                    reason_code=ReasonCode.EXECUTION_FAILED,
+                    detail=f"saga has {flow.done - flow.undone} step(s) in effect after a"
+                    " failed compensation; it cannot be executed again, resolve by hand",
+                ),
+                dfid=flow.dfid,
+            )
+            return
+        steps = self._steps(flow)
+        self._start(flow.dfid, self._intent(flow, 1 if steps else 0), out)
+
+    def _start(self, dfid: str, intent: ExecutionIntent, out: Outbox) -> None:
+        if intent.compensation:
+            out.emit(CompensationStarted(intent=intent), dfid=dfid)
+        else:
+            out.emit(ExecutionStarted(intent=intent), dfid=dfid)
+        self._call_after_commit(dfid, intent, 1, fresh=True, out=out)
+
+    def _call_after_commit(
+        self,
+        dfid: str,
+        intent: ExecutionIntent,
+        attempt: int,
+        *,
+        fresh: bool,
+        out: Outbox,
+        at_ns: int | None = None,
+    ) -> None:
+        call = lambda: self._call(dfid, intent, attempt, fresh, at_ns)  # noqa: E731
+        out.after_commit(lambda: self._spawn(call))
+
+    # --- the policy kind's side ------------------------------------------------
+
+    def _policy(self, flow: FlowState) -> tuple[Any, dict[str, Any]]:
+        assert flow.proposal is not None
+        kind = self._catalog.kinds[flow.proposal.kind]
+        # Normalise the parameters through the kind's type, so the adapter sees
+        # exactly what the DIM validated.
+        policy = msgspec.convert({"kind": flow.proposal.kind, **flow.proposal.params}, kind)
+        params = msgspec.to_builtins(policy)
+        params.pop("kind", None)
+        return policy, params
+
+    def _steps(self, flow: FlowState) -> list[SagaStep]:
+        steps = getattr(self._policy(flow)[0], "steps", None)
+        return list(steps()) if callable(steps) else []
+
+    def _intent(self, flow: FlowState, step: int, *, compensation: bool = False) -> ExecutionIntent:
+        assert flow.proposal is not None
+        policy, params = self._policy(flow)
+        kind = self._catalog.kinds[flow.proposal.kind]
+        common: dict[str, Any] = {"kind": flow.proposal.kind, "adapter": kind.adapter}
+        if step == 0:
+            return ExecutionIntent(
+                key=idempotency_key(flow.dfid, flow.proposal.kind),
+                params=params,
+                valid_until_ns=flow.proposal.valid_until_ns,
+                bounds=bounds_of(policy, params),
+                **common,
+            )
+        saga = self._steps(flow)[step - 1]
+        if compensation:
+            # Compensations carry no bounds and no deadline: undoing must not be refused.
+            return ExecutionIntent(
+                key=compensation_key(flow.dfid, saga.action, step),
+                params=saga.compensation or {},
+                step=step,
+                action=saga.action,
+                compensation=True,
+                **common,
+            )
+        return ExecutionIntent(
+            key=idempotency_key(flow.dfid, saga.action, step),
+            params=saga.params,
+            step=step,
+            action=saga.action,
+            valid_until_ns=flow.proposal.valid_until_ns,
+            bounds=bounds_of(policy, params),
+            **common,
+        )
+
+    # --- calling the adapter (beside the actor) -------------------------------
+
+    def _policy_of(self, adapter_name: str) -> RetryPolicy:
+        policy = getattr(self._adapters[adapter_name], "retry_policy", None)
+        return policy if isinstance(policy, RetryPolicy) else self._retry
+
+    async def _call(
+        self, dfid: str, intent: ExecutionIntent, attempt: int, fresh: bool, at_ns: int | None
+    ) -> None:
+        """Call the adapter once for ``intent`` and report back; never raises."""
+        adapter = self._adapters[intent.adapter]
+        done = AdapterDone(dfid=dfid, key=intent.key, attempt=attempt)
         try:
+            if at_ns is not None and self._clock is not None:
+                # The due time was recorded: a clock moved past it meanwhile waits no more.
+                await self._clock.sleep(max(0, at_ns - self._clock.now_ns()) / 1e9)
+            lookup = getattr(adapter, "lookup", None)
+            if not fresh and callable(lookup):
+                found = await lookup(intent.key)
+                if found is not None:
+                    await self._mailbox.send(
+                        msgspec.structs.replace(done, receipt=found, found=True)
+                    )
+                    return
+                fresh = True  # the adapter says no effect exists for this key
+            if fresh and not intent.compensation:
+                violation = await self._check(adapter, intent)
+                if violation is not None:
+                    await self._mailbox.send(msgspec.structs.replace(done, violation=violation))
+                    return
             receipt = await adapter.execute(intent)
-            done = AdapterDone(dfid=dfid, key=intent.key, receipt=receipt)
+            done = msgspec.structs.replace(done, receipt=receipt)
         except AdapterError as exc:
-            done = AdapterDone(dfid=dfid, key=intent.key, error=str(exc), transient=exc.transient)
+            done = msgspec.structs.replace(done, error=str(exc)[:500], transient=exc.transient)
         except Exception as exc:
-            done = AdapterDone(dfid=dfid, key=intent.key, error=f"{type(exc).__name__}: {exc}")
+            done = msgspec.structs.replace(done, error=f"{type(exc).__name__}: {exc}"[:500])
         await self._mailbox.send(done)
+
+    async def _check(self, adapter: Adapter, intent: ExecutionIntent) -> Violation | None:
+        if self._clock is None:
+            return None
+        quote_fn = getattr(adapter, "quote", None)
+        if not callable(quote_fn):
+            # No live view of the world here: the bounds travel in the intent and the
+            # system behind the adapter enforces them (a limit order at the exchange).
+            return check({}, intent.valid_until_ns, None, self._clock.now_ns())
+        quote: Quote | None = await quote_fn(intent) if intent.bounds else None
+        return check(intent.bounds, intent.valid_until_ns, quote, self._clock.now_ns())
+
+    # --- results ----------------------------------------------------------------
 
     def _done(self, msg: AdapterDone, out: Outbox) -> None:
         flow = out.flow(msg.dfid)
-        if flow is None or flow.status is not FlowStatus.EXECUTING:
-            return
-        if msg.receipt is not None:
-            succeeded = out.emit(
+        if (
+            flow is None
+            or flow.pending is None
+            or flow.pending.key != msg.key
+            or msg.attempt != flow.retries + 1
+        ):
+            return  # a late answer to something already decided
+        intent = flow.pending
+        policy = self._policy_of(intent.adapter)
+        if msg.receipt is None and msg.transient and msg.attempt < policy.max_attempts:
+            self._retry_later(flow, intent, msg, policy, out)
+        elif intent.compensation:
+            self._compensation_done(flow, intent, msg, out)
+        elif msg.receipt is not None:
+            out.emit(
                 ExecutionSucceeded(
-                    key=msg.key, external_id=msg.receipt.external_id, detail=msg.receipt.detail
+                    key=msg.key,
+                    external_id=msg.receipt.external_id,
+                    detail=msg.receipt.detail,
+                    recovered=msg.found,
                 ),
                 dfid=msg.dfid,
             )
-            out.emit(FlowClosed(), dfid=msg.dfid, after=succeeded)
-            return
-        failed = out.emit(
-            ExecutionFailed(key=msg.key, error=msg.error, transient=msg.transient), dfid=msg.dfid
-        )
+            self._advance(msg.dfid, out)
+        elif msg.violation is not None:
+            v = msg.violation
+            out.emit(
+                ExecutionRefused(
+                    key=msg.key,
+                    reason_code=ReasonCode.EXECUTION_CONSTRAINT_VIOLATED,
+                    bound=v.bound,
+                    detail=v.detail,
+                    bounds=intent.bounds,
+                    observed=v.observed,
+                ),
+                dfid=msg.dfid,
+            )
+            self._fail(flow, intent, ReasonCode.EXECUTION_CONSTRAINT_VIOLATED, v.detail, out)
+        else:
+            out.emit(
+                ExecutionFailed(key=msg.key, error=msg.error, transient=msg.transient),
+                dfid=msg.dfid,
+            )
+            detail = (
+                f"{policy.max_attempts} attempts failed; last: {msg.error}"
+                if msg.transient
+                else msg.error
+            )
+            escalate = msg.transient and policy.on_exhausted == "escalate"
+            self._fail(flow, intent, ReasonCode.EXECUTION_FAILED, detail, out, escalate=escalate)
+
+    def _retry_later(
+        self,
+        flow: FlowState,
+        intent: ExecutionIntent,
+        msg: AdapterDone,
+        policy: RetryPolicy,
+        out: Outbox,
+    ) -> None:
+        assert self._clock is not None
+        delay_ns = int(policy.delay_s(msg.attempt, self._rng) * 1e9)
+        at_ns = self._clock.now_ns() + delay_ns
         out.emit(
-            FlowAborted(reason_code=ReasonCode.EXECUTION_FAILED, detail=msg.error),
-            dfid=msg.dfid,
-            after=failed,
+            ExecutionRetried(
+                key=msg.key,
+                attempt=msg.attempt,
+                error=msg.error,
+                delay_ns=delay_ns,
+                retry_at_ns=at_ns,
+            ),
+            dfid=flow.dfid,
         )
+        self._call_after_commit(
+            flow.dfid, intent, msg.attempt + 1, fresh=False, out=out, at_ns=at_ns
+        )
+
+    def _advance(self, dfid: str, out: Outbox) -> None:
+        """Start the next step of an executing flow, or close it when none is left."""
+        flow = out.flow(dfid)
+        assert flow is not None
+        steps = self._steps(flow)
+        if flow.done < len(steps):
+            self._start(dfid, self._intent(flow, flow.done + 1), out)
+        else:
+            out.emit(FlowClosed(), dfid=dfid)
+
+    def _fail(
+        self,
+        flow: FlowState,
+        intent: ExecutionIntent,
+        code: ReasonCode,
+        detail: str,
+        out: Outbox,
+        *,
+        escalate: bool = False,
+    ) -> None:
+        if flow.done > 0:
+            out.emit(FlowDirty(step=intent.step, reason_code=code, detail=detail), dfid=flow.dfid)
+            self._compensate_next(flow.dfid, out)
+        elif escalate:
+            out.emit(FlowEscalated(reason_code=code, detail=detail), dfid=flow.dfid)
+            if self._escalation is not None:
+                out.send(self._escalation, Escalate(dfid=flow.dfid))
+        else:
+            out.emit(FlowAborted(reason_code=code, detail=detail), dfid=flow.dfid)
+
+    # --- compensation -------------------------------------------------------------
+
+    def _compensate_next(self, dfid: str, out: Outbox) -> None:
+        """Undo the latest step still in effect, or end the flow COMPENSATED."""
+        flow = out.flow(dfid)
+        assert flow is not None
+        steps = self._steps(flow)
+        step = flow.done - flow.undone
+        while step >= 1 and steps[step - 1].compensation is None:
+            # Nothing to undo for this step: record that, so recovery need not ask.
+            key = compensation_key(dfid, steps[step - 1].action, step)
+            out.emit(CompensationSucceeded(key=key, step=step), dfid=dfid)
+            step -= 1
+        if step == 0:
+            out.emit(FlowCompensated(steps=flow.done), dfid=dfid)
+            return
+        flow = out.flow(dfid)
+        assert flow is not None
+        self._start(dfid, self._intent(flow, step, compensation=True), out)
+
+    def _compensation_done(
+        self, flow: FlowState, intent: ExecutionIntent, msg: AdapterDone, out: Outbox
+    ) -> None:
+        if msg.receipt is not None:
+            out.emit(
+                CompensationSucceeded(
+                    key=msg.key,
+                    step=intent.step,
+                    external_id=msg.receipt.external_id,
+                    detail=msg.receipt.detail,
+                    recovered=msg.found,
+                ),
+                dfid=flow.dfid,
+            )
+            self._compensate_next(flow.dfid, out)
+            return
+        out.emit(
+            CompensationFailed(
+                key=msg.key, step=intent.step, error=msg.error, transient=msg.transient
+            ),
+            dfid=flow.dfid,
+        )
+        in_effect = list(range(1, intent.step + 1))
+        undone = list(range(flow.done, intent.step, -1))
+        detail = (
+            f"compensation of step {intent.step} ({intent.action}) failed: {msg.error};"
+            f" steps {in_effect} are still in effect, steps {undone} were undone,"
+            f" step {flow.done + 1} failed ({flow.detail})"
+        )
+        partial = {
+            "in_effect": in_effect,
+            "undone": undone,
+            "failed_step": flow.done + 1,
+            "failed_compensation": intent.step,
+        }
+        out.emit(
+            FlowEscalated(
+                reason_code=ReasonCode.EXECUTION_FAILED, detail=detail[:1000], partial=partial
+            ),
+            dfid=flow.dfid,
+        )
+        if self._escalation is not None:
+            out.send(self._escalation, Escalate(dfid=flow.dfid))
+
+    # --- recovery -------------------------------------------------------------------
+
+    def _recover(self, out: Outbox) -> None:
+        """Resume what an earlier run left between acceptance and a recorded end."""
+        if self._projections is None:
+            return
+        for flow in list(self._projections.flows.values()):
+            if flow.status is FlowStatus.ACCEPTED:
+                self._start_accepted(flow, out)
+            elif flow.status in (FlowStatus.EXECUTING, FlowStatus.DIRTY):
+                if flow.pending is not None:
+                    # Started, maybe carried out, not answered: the same key again,
+                    # asking the adapter's lookup first where it has one.
+                    attempt = flow.retries + 1
+                    self._call_after_commit(flow.dfid, flow.pending, attempt, fresh=False, out=out)
+                elif flow.status is FlowStatus.DIRTY:
+                    self._compensate_next(flow.dfid, out)
+                else:
+                    self._advance(flow.dfid, out)

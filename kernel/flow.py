@@ -10,8 +10,8 @@ Lifecycle::
     CREATED -> ACTIVE -> VALIDATING -> ACTIVE (feedback, retries left)
                                     -> ACCEPTED | ESCALATED | ABORTED
     ESCALATED -> ACCEPTED (override) | VALIDATING (a modification, judged again) | ABORTED
-    ACCEPTED -> EXECUTING -> CLOSED | ABORTED | DIRTY
-    DIRTY -> COMPENSATED | ESCALATED
+    ACCEPTED -> EXECUTING -> CLOSED | ABORTED | DIRTY | ESCALATED (operational failure)
+    DIRTY -> COMPENSATED | ESCALATED (a compensation failed)
 """
 
 from __future__ import annotations
@@ -23,15 +23,23 @@ from typing import Any
 import msgspec
 
 from kernel.events import (
+    CompensationFailed,
+    CompensationStarted,
+    CompensationSucceeded,
     ContextCompiled,
     DuplicateSuppressed,
     Event,
     ExecutionFailed,
+    ExecutionIntent,
+    ExecutionRefused,
+    ExecutionRetried,
     ExecutionStarted,
     ExecutionSucceeded,
     FlowAborted,
     FlowClosed,
+    FlowCompensated,
     FlowCreated,
+    FlowDirty,
     FlowEscalated,
     HumanDecided,
     Payload,
@@ -72,11 +80,18 @@ _TRANSITIONS: dict[type[Payload], tuple[frozenset[FlowStatus], FlowStatus | None
     ProposalSubmitted: (frozenset((S.ACTIVE, S.VALIDATING)), S.VALIDATING),
     ProposalRejected: (frozenset((S.VALIDATING,)), S.ACTIVE),
     ProposalAccepted: (frozenset((S.VALIDATING, S.ESCALATED)), S.ACCEPTED),
-    FlowEscalated: (frozenset((S.VALIDATING, S.DIRTY)), S.ESCALATED),
+    FlowEscalated: (frozenset((S.VALIDATING, S.EXECUTING, S.DIRTY)), S.ESCALATED),
     HumanDecided: (frozenset((S.ESCALATED,)), None),
     ExecutionStarted: (frozenset((S.ACCEPTED, S.EXECUTING)), S.EXECUTING),
     ExecutionSucceeded: (frozenset((S.EXECUTING,)), None),
     ExecutionFailed: (frozenset((S.EXECUTING,)), None),
+    ExecutionRetried: (frozenset((S.EXECUTING, S.DIRTY)), None),
+    ExecutionRefused: (frozenset((S.EXECUTING,)), None),
+    FlowDirty: (frozenset((S.EXECUTING,)), S.DIRTY),
+    CompensationStarted: (frozenset((S.DIRTY,)), None),
+    CompensationSucceeded: (frozenset((S.DIRTY,)), None),
+    CompensationFailed: (frozenset((S.DIRTY,)), None),
+    FlowCompensated: (frozenset((S.DIRTY,)), S.COMPENSATED),
     FlowClosed: (frozenset((S.EXECUTING,)), S.CLOSED),
     FlowAborted: (frozenset(_ABORTABLE), S.ABORTED),
     DuplicateSuppressed: (frozenset(S), None),
@@ -119,6 +134,14 @@ class FlowState(msgspec.Struct, frozen=True, gc=False, kw_only=True):
     external_id: str = ""
     reason_code: ReasonCode | None = None
     detail: str = ""
+    pending: ExecutionIntent | None = None
+    """The intent (step or compensation) started and not yet answered: what recovery resumes."""
+    retries: int = 0
+    """Transient failures of the pending intent so far."""
+    done: int = 0
+    """Steps of the intent that took effect."""
+    undone: int = 0
+    """Completed steps compensated since the flow became DIRTY."""
 
     @property
     def terminal(self) -> bool:
@@ -166,15 +189,43 @@ def _escalated(state: FlowState, p: FlowEscalated) -> dict[str, object]:
 
 
 def _started(state: FlowState, p: ExecutionStarted) -> dict[str, object]:
-    return {"intent_key": p.intent.key}
+    return {"intent_key": p.intent.key, "pending": p.intent, "retries": 0}
 
 
 def _succeeded(state: FlowState, p: ExecutionSucceeded) -> dict[str, object]:
-    return {"external_id": p.external_id}
+    return {"external_id": p.external_id, "pending": None, "done": state.done + 1}
 
 
 def _failed(state: FlowState, p: ExecutionFailed) -> dict[str, object]:
-    return {"detail": p.error}
+    return {"detail": p.error, "pending": None}
+
+
+def _retried(state: FlowState, p: ExecutionRetried) -> dict[str, object]:
+    return {"retries": p.attempt}
+
+
+def _refused(state: FlowState, p: ExecutionRefused) -> dict[str, object]:
+    return {"reason_code": p.reason_code, "detail": p.detail, "pending": None}
+
+
+def _dirty(state: FlowState, p: FlowDirty) -> dict[str, object]:
+    return {"reason_code": p.reason_code, "detail": p.detail}
+
+
+def _compensating(state: FlowState, p: CompensationStarted) -> dict[str, object]:
+    return {"pending": p.intent, "retries": 0}
+
+
+def _compensated_step(state: FlowState, p: CompensationSucceeded) -> dict[str, object]:
+    return {"pending": None, "undone": state.undone + 1}
+
+
+def _compensation_failed(state: FlowState, p: CompensationFailed) -> dict[str, object]:
+    return {"pending": None, "detail": p.error}
+
+
+def _compensated(state: FlowState, p: FlowCompensated) -> dict[str, object]:
+    return {"reason_code": ReasonCode.COMPENSATED}
 
 
 def _aborted(state: FlowState, p: FlowAborted) -> dict[str, object]:
@@ -193,6 +244,13 @@ _UPDATES: dict[type[Payload], Callable[[FlowState, Any], dict[str, object]]] = {
     ExecutionStarted: _started,
     ExecutionSucceeded: _succeeded,
     ExecutionFailed: _failed,
+    ExecutionRetried: _retried,
+    ExecutionRefused: _refused,
+    FlowDirty: _dirty,
+    CompensationStarted: _compensating,
+    CompensationSucceeded: _compensated_step,
+    CompensationFailed: _compensation_failed,
+    FlowCompensated: _compensated,
     FlowAborted: _aborted,
 }
 

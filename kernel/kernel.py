@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import logging
+import random
 from collections.abc import AsyncIterator, Collection, Mapping, Sequence
 from contextlib import asynccontextmanager
 from os import PathLike
@@ -29,6 +30,7 @@ from anyio.abc import TaskGroup
 
 from kernel import events
 from kernel.actors import ChildSpec, Mailbox, Outbox, Reply, RestartIntensityExceeded, Supervisor
+from kernel.adapters import RetryPolicy
 from kernel.context import ContextCompiler, FireTrigger
 from kernel.contracts import (
     HandshakeRefused,
@@ -50,7 +52,7 @@ from kernel.events import (
     Manifest,
     ProposalRecord,
 )
-from kernel.execution import Adapter, ExecutionEngine
+from kernel.execution import Adapter, ExecutionEngine, Recover
 from kernel.flow import FLOW_EVENTS, TERMINAL, FlowState, FlowStatus
 from kernel.integrity import IntegrityModule, Validate, Withdraw
 from kernel.journal import (
@@ -113,6 +115,8 @@ class Kernel:
         allow: Collection[str],
         agent_concurrency: int,
         max_in_flight: int,
+        retry: RetryPolicy | None = None,
+        jitter_seed: int | None = None,
     ) -> None:
         self.journal = journal
         self.projections = projections
@@ -135,6 +139,9 @@ class Kernel:
         # mailboxes larger than the flows admitted at once can never fill up in a
         # cycle (compiler -> agent -> DIM -> compiler) and deadlock.
         capacity = 2 * max_in_flight + 64
+        # One jitter source for every instance of the engine, so a restart does not
+        # replay the same draws.
+        jitter = random.Random(jitter_seed)
         self._capacity = capacity
         self.registry_mailbox: Mailbox[Any] = Mailbox("registry", capacity)
         self.compiler_mailbox: Mailbox[Any] = Mailbox("context", capacity)
@@ -172,7 +179,15 @@ class Kernel:
             ChildSpec(
                 "execution",
                 lambda: ExecutionEngine(
-                    catalog, adapters, self.execution_mailbox, self._spawn_effect
+                    catalog,
+                    adapters,
+                    self.execution_mailbox,
+                    self._spawn_effect,
+                    projections=projections,
+                    clock=clock,
+                    rng=jitter,
+                    retry=retry,
+                    escalation=self.escalation_mailbox,
                 ),
                 self.execution_mailbox,
             ),
@@ -473,6 +488,8 @@ async def open_kernel(
     max_restarts: int = 3,
     restart_period_s: float = 5.0,
     faults: JournalFaults | None = None,
+    retry: RetryPolicy | None = None,
+    jitter_seed: int | None = None,
 ) -> AsyncIterator[Kernel]:
     """Open a kernel on the journal at ``path`` and run it for the body of the block.
 
@@ -490,6 +507,8 @@ async def open_kernel(
         max_restarts: actor restarts allowed within ``restart_period_s``.
         restart_period_s: the window of the restart intensity.
         faults: fault injection for tests.
+        retry: the retry policy of adapters without a ``retry_policy`` of their own.
+        jitter_seed: seeds the backoff jitter (default: OS randomness).
 
     Raises:
         PackError: on an invalid policy pack or a missing adapter.
@@ -518,6 +537,8 @@ async def open_kernel(
             allow,
             agent_concurrency,
             max_in_flight,
+            retry,
+            jitter_seed,
         )
         journal.set_guard(projections.guard)
         journal.add_listener(kernel._on_commit)
@@ -553,6 +574,8 @@ async def open_kernel(
                 ):
                     kernel._agents_tg = agents_tg
                     kernel._effects_tg = effects_tg
+                    # What an earlier run left between acceptance and a recorded end.
+                    kernel.execution_mailbox.send_nowait(Recover())
                     try:
                         yield kernel
                     except Exception as exc:

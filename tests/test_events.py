@@ -43,6 +43,23 @@ SAMPLES = [
     ev.FlowClosed(),
     ev.FlowAborted(reason_code=ReasonCode.KERNEL_FAULT),
     ev.SubmissionRefused(reason_code=ReasonCode.INVALID_SESSION),
+    ev.ExecutionRetried(key="k", attempt=1, error="503", delay_ns=5, retry_at_ns=10),
+    ev.ExecutionRefused(
+        key="k",
+        reason_code=ReasonCode.EXECUTION_CONSTRAINT_VIOLATED,
+        bound="max_slippage_bps",
+        bounds={"max_slippage_bps": 50, "reference_price": "100.00"},
+        observed={"price": "101.20"},
+    ),
+    ev.FlowDirty(step=2, reason_code=ReasonCode.EXECUTION_FAILED, detail="no rooms"),
+    ev.CompensationStarted(
+        intent=ev.ExecutionIntent(
+            key="c", kind="k", adapter="a", step=1, action="book", compensation=True
+        )
+    ),
+    ev.CompensationSucceeded(key="c", step=1, external_id="x"),
+    ev.CompensationFailed(key="c", step=1, error="boom"),
+    ev.FlowCompensated(steps=1),
 ]
 
 

@@ -1,0 +1,136 @@
+"""The adapter contract: how accepted intents reach brokers, booking systems and databases.
+
+An adapter is registered with the kernel by name (``adapters={"broker": b}``),
+holds its own credentials, and is reachable only from the execution engine:
+agent code never sees it. The engine calls it with an :class:`ExecutionIntent`
+minted by the kernel from an accepted (or human-approved) proposal.
+
+The contract every adapter keeps:
+
+1. **The key.** Every call carries ``intent.key`` (a hash of dfid, action and
+   step). The engine may call ``execute`` more than once with the same key: a
+   retry after a transient error, or a resumption after a crash between the
+   call and the recorded result. The adapter must therefore either *honour the
+   key* (the system behind it deduplicates on it, and a repeated call returns
+   the first call's receipt) or offer ``async lookup(key) -> Receipt | None``,
+   which the engine asks before any repeated call; an adapter may do both.
+2. **Errors are classified.** A failure raises :class:`AdapterError`;
+   ``transient=True`` means a retry could succeed (a timeout, a 5xx, a
+   throttle), ``transient=False`` means it cannot and that *no effect
+   happened* (a refusal, a validation error). Any other exception counts as
+   terminal. The engine retries transient errors with backoff up to the
+   adapter's :class:`RetryPolicy`; agents never retry side effects.
+3. **Optional live state.** ``async quote(intent) -> Quote`` returns the price
+   and market state now; the engine checks the intent's bounds against it just
+   before the first call of a key (see :mod:`kernel.constraints`).
+4. **Sagas.** A step's compensation arrives as an intent with
+   ``compensation=True``, the same ``step`` and its own key; it obeys the same
+   rules (idempotent on its key, classified errors).
+5. **Retry budget.** An optional ``retry_policy`` attribute overrides the
+   kernel's default :class:`RetryPolicy` for this adapter.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+from typing import Any, Literal, Protocol
+
+import msgspec
+
+from kernel.events import ExecutionIntent
+
+
+class Receipt(msgspec.Struct, frozen=True, gc=False, kw_only=True):
+    """What an adapter returns for an effect it carried out."""
+
+    external_id: str
+    detail: dict[str, Any] = {}
+
+
+class Quote(msgspec.Struct, frozen=True, gc=False, kw_only=True):
+    """The world as an adapter sees it now: price as a decimal string, market state."""
+
+    price: str | None = None
+    market_state: str | None = None
+
+
+class AdapterError(Exception):
+    """An adapter call that failed; ``transient`` says whether a retry could succeed."""
+
+    def __init__(self, message: str, *, transient: bool = False) -> None:
+        super().__init__(message)
+        self.transient = transient
+
+
+class Adapter(Protocol):
+    """The port to a broker, a booking system, a database or a notifier.
+
+    Only ``execute`` is required; ``lookup``, ``quote`` and ``retry_policy``
+    are optional and found by attribute.
+    """
+
+    async def execute(self, intent: ExecutionIntent) -> Receipt:
+        """Carry out ``intent`` at most once per ``intent.key``."""
+        ...
+
+
+class RetryPolicy(msgspec.Struct, frozen=True, kw_only=True):
+    """How transient adapter errors are retried, and what happens when the budget is spent.
+
+    The delay before retry ``n`` (1-based) is ``min(max_s, base_s * factor**(n-1))``
+    shortened by up to ``jitter`` of itself, drawn from the kernel's seeded source.
+
+    Args:
+        max_attempts: calls of one key in all, the first included.
+        base_s: the first delay.
+        factor: growth per retry.
+        max_s: the ceiling of a delay.
+        jitter: the fraction of a delay that may be cut at random (0 for none).
+        on_exhausted: ``"escalate"`` hands the flow to a human (operational
+            failure), ``"abort"`` ends it with EXECUTION_FAILED.
+    """
+
+    max_attempts: int = 4
+    base_s: float = 0.5
+    factor: float = 2.0
+    max_s: float = 30.0
+    jitter: float = 0.2
+    on_exhausted: Literal["escalate", "abort"] = "escalate"
+
+    def delay_s(self, retry: int, rng: random.Random) -> float:
+        """Return the wait before retry ``retry`` (1-based)."""
+        delay = min(self.max_s, self.base_s * self.factor ** (retry - 1))
+        if self.jitter:
+            # Always drawn when jitter is on, so a seed replays the same schedule.
+            delay *= 1.0 - self.jitter * rng.random()
+        return delay
+
+
+class SagaStep(msgspec.Struct, frozen=True, kw_only=True):
+    """One ordered step of a multi-step intent and how to undo it.
+
+    A policy kind becomes a saga by defining ``steps(self) -> list[SagaStep]``;
+    the list must be a pure function of the kind's parameters (recovery
+    derives it again from the recorded proposal).
+
+    Args:
+        action: what the step does, e.g. ``"book_flight"``; part of its key.
+        params: what the adapter receives for the step.
+        compensation: what the adapter receives to undo the step; None when
+            there is nothing to undo.
+    """
+
+    action: str
+    params: dict[str, Any] = {}
+    compensation: dict[str, Any] | None = None
+
+
+def idempotency_key(dfid: str, action: str, step: int = 0) -> str:
+    """Return the key of one step of one flow's action."""
+    return hashlib.sha256(f"{dfid}|{action}|{step}".encode()).hexdigest()[:32]
+
+
+def compensation_key(dfid: str, action: str, step: int) -> str:
+    """Return the key of the compensation of one completed step."""
+    return idempotency_key(dfid, f"compensate:{action}", step)
