@@ -153,6 +153,23 @@ def evaluate(
     return None
 
 
+# --- execution coordination (issue 4): kept apart so the layers above can change freely.
+def unsettled(projections: Projections, agent_id: str) -> Feedback | None:
+    """Refuse with AGENT_PASSIVE while one of the agent's sagas has effects not converged.
+
+    An agent whose earlier intent is half done and being undone (DIRTY), or
+    waiting for a human after an undo failed, may start no new side effects.
+    """
+    flows = projections.unsettled_flows(agent_id)
+    if not flows:
+        return None
+    return reject(
+        "status",
+        ReasonCode.AGENT_PASSIVE,
+        f"agent {agent_id} has flow(s) {', '.join(flows)} with effects not yet converged",
+    )
+
+
 class IntegrityModule:
     """The DIM actor."""
 
@@ -224,8 +241,17 @@ class IntegrityModule:
             dfid=msg.dfid,
         )
         current = context_ref(self._projections.visible_state(agent.manifest.subscriptions))
-        feedback = msg.invalid or evaluate(
-            msg.proposal, agent, self._catalog, self._clock.now_ns(), current, by_human=msg.by_human
+        feedback = (
+            msg.invalid
+            or evaluate(
+                msg.proposal,
+                agent,
+                self._catalog,
+                self._clock.now_ns(),
+                current,
+                by_human=msg.by_human,
+            )
+            or (None if msg.by_human else unsettled(self._projections, flow.agent_id))
         )
         if feedback is not None:
             self._rejected(msg, agent, attempt, feedback, submitted, out)

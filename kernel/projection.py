@@ -39,6 +39,8 @@ MOVING = frozenset(
 )
 """Statuses in which a flow moves on without a human."""
 
+_UNSETTLED = frozenset({FlowStatus.DIRTY, FlowStatus.ESCALATED})
+
 
 class AgentStatus(StrEnum):
     """What an agent may do: ACTIVE proposes, PASSIVE only observes, the others nothing."""
@@ -95,6 +97,9 @@ class Projections:
         self.state: dict[str, Fact] = {}
         self.executions: dict[str, ExecutionRecord] = {}
         self.moving: set[str] = set()
+        # Derived (not part of the digest): per agent, its flows whose effects have not
+        # converged (a saga unwinding, or escalated with steps still in effect).
+        self.unsettled: dict[str, set[str]] = {}
 
     def apply(self, events: Iterable[Event]) -> None:
         """Fold committed events, in seq order, into the state."""
@@ -107,6 +112,10 @@ class Projections:
                     self.moving.add(dfid)
                 else:
                     self.moving.discard(dfid)
+                if state.done and state.status in _UNSETTLED:
+                    self.unsettled.setdefault(state.agent_id, set()).add(dfid)
+                elif state.done and state.agent_id in self.unsettled:
+                    self.unsettled[state.agent_id].discard(dfid)
                 if isinstance(payload, ExecutionSucceeded):
                     self.executions[payload.key] = ExecutionRecord(
                         dfid=dfid,
@@ -142,6 +151,11 @@ class Projections:
                         agent, status=AgentStatus(payload.status)
                     )
             self.last_seq = event.seq
+
+    def unsettled_flows(self, agent_id: str) -> list[str]:
+        """Return the agent's flows with partial effects not yet converged (DIRTY, or
+        escalated after a failed compensation)."""
+        return sorted(self.unsettled.get(agent_id, ()))
 
     def guard(self) -> Callable[[Sequence[Draft]], None]:
         """Return a check for one journal transaction: it refuses illegal flow transitions.

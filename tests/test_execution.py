@@ -1,0 +1,310 @@
+"""The execution engine: retries and budgets, exactly-once effects, constraints, sagas."""
+
+from __future__ import annotations
+
+import random
+
+import anyio
+import pytest
+
+from kernel import AdapterError, FlowStatus, Outcome, ReasonCode, RetryPolicy, Verdict
+from kernel.actors import Reply
+from kernel.integrity import Execute
+from tests.execution_domain import (
+    After,
+    Desk,
+    LookupDesk,
+    Order,
+    Ping,
+    Trip,
+    Watch,
+    agent,
+    desk_kernel,
+)
+from tests.helpers import types_of
+
+STEADY = RetryPolicy(max_attempts=4, base_s=1.0, factor=2.0, jitter=0.0)
+
+
+def transient(n: int) -> list[Exception]:
+    return [AdapterError("503 from upstream", transient=True) for _ in range(n)]
+
+
+async def test_transient_errors_are_retried_on_the_backoff_schedule(tmp_path):
+    desk = Desk({"desk.ping": transient(3)}, retry_policy=STEADY)
+    async with desk_kernel(tmp_path / "j.db", desk) as kernel:
+        watch = Watch(kernel)
+        await kernel.register(agent(Ping(text="hi")))
+        [dfid] = await kernel.trigger("desk.go")
+        for n, delay in enumerate([1, 2, 4], 1):
+            [*_, retried] = await watch.events(dfid, "ExecutionRetried", n)
+            assert (retried.payload.attempt, retried.payload.delay_ns) == (n, delay * 10**9)
+            # Nothing happens until the clock reaches the recorded due time.
+            assert len(desk.calls) == n
+            kernel.clock.advance(delay)
+        flow = await kernel.wait_flow(dfid)
+
+        assert flow.status is FlowStatus.CLOSED
+        assert len(desk.calls) == 4 and len({c.key for c in desk.calls}) == 1
+        assert len(desk.effects) == 1
+
+
+def test_jitter_is_seeded_and_only_shortens_the_delay():
+    policy = RetryPolicy(base_s=1.0, factor=2.0, max_s=5.0, jitter=0.5)
+    first = [policy.delay_s(n, random.Random(3)) for n in range(1, 6)]
+    again = [policy.delay_s(n, random.Random(3)) for n in range(1, 6)]
+    assert first == again
+    for n, delay in enumerate(first, 1):
+        full = min(5.0, 2.0 ** (n - 1))
+        assert full * 0.5 <= delay <= full
+
+
+async def test_a_spent_budget_escalates_and_a_human_override_retries_the_same_key(tmp_path):
+    policy = RetryPolicy(max_attempts=2, base_s=1.0, jitter=0.0)
+    desk = Desk({"desk.ping": transient(2)}, retry_policy=policy)
+    async with desk_kernel(tmp_path / "j.db", desk) as kernel:
+        watch = Watch(kernel)
+        await kernel.register(agent(Ping(text="hi")))
+        [dfid] = await kernel.trigger("desk.go")
+        await watch.events(dfid, "ExecutionRetried")
+        kernel.clock.advance(1)
+        flow = await kernel.wait_flow(dfid)
+        assert flow.status is FlowStatus.ESCALATED
+        assert flow.reason_code is ReasonCode.EXECUTION_FAILED
+        assert "2 attempts failed" in flow.detail
+
+        verdict = await kernel.decide(dfid, "override", operator="ana", reason="upstream is back")
+        assert verdict.outcome is Outcome.ACCEPTED
+        assert (await kernel.wait_flow(dfid)).status is FlowStatus.CLOSED
+        assert len(desk.calls) == 3 and len({c.key for c in desk.calls}) == 1
+
+
+async def test_a_spent_budget_aborts_when_the_policy_says_so(tmp_path):
+    policy = RetryPolicy(max_attempts=1, on_exhausted="abort")
+    desk = Desk({"desk.ping": transient(1)})
+    async with desk_kernel(tmp_path / "j.db", desk, retry=policy) as kernel:
+        await kernel.register(agent(Ping(text="hi")))
+        [dfid] = await kernel.trigger("desk.go")
+        flow = await kernel.wait_flow(dfid)
+        assert (flow.status, flow.reason_code) == (FlowStatus.ABORTED, ReasonCode.EXECUTION_FAILED)
+        assert "ExecutionRetried" not in await types_of(kernel, dfid)
+
+
+async def test_a_terminal_error_fails_at_once(tmp_path):
+    desk = Desk({"desk.ping": [AdapterError("account closed")]}, retry_policy=STEADY)
+    async with desk_kernel(tmp_path / "j.db", desk) as kernel:
+        await kernel.register(agent(Ping(text="hi")))
+        [dfid] = await kernel.trigger("desk.go")
+        flow = await kernel.wait_flow(dfid)
+
+        assert (flow.status, flow.reason_code) == (FlowStatus.ABORTED, ReasonCode.EXECUTION_FAILED)
+        assert flow.detail == "account closed"
+        assert len(desk.calls) == 1
+        types = await types_of(kernel, dfid)
+        assert types[-3:] == ["ExecutionStarted", "ExecutionFailed", "FlowAborted"]
+
+
+@pytest.mark.parametrize("desk_type", [Desk, LookupDesk])
+async def test_a_timeout_after_the_effect_does_not_double_it(tmp_path, desk_type):
+    lost = After(AdapterError("read timeout", transient=True))
+    desk = desk_type({"desk.ping": [lost]}, retry_policy=STEADY)
+    async with desk_kernel(tmp_path / "j.db", desk) as kernel:
+        watch = Watch(kernel)
+        await kernel.register(agent(Ping(text="hi")))
+        [dfid] = await kernel.trigger("desk.go")
+        await watch.events(dfid, "ExecutionRetried")
+        kernel.clock.advance(1)
+        flow = await kernel.wait_flow(dfid)
+
+        assert flow.status is FlowStatus.CLOSED
+        assert len(desk.effects) == 1
+        [succeeded] = await kernel.journal.read(dfid=dfid, types=["ExecutionSucceeded"])
+        if desk_type is LookupDesk:
+            # The retry asked first and found the effect: execute ran once only.
+            assert len(desk.calls) == 1 and succeeded.payload.recovered
+        else:
+            assert len(desk.calls) == 2 and not succeeded.payload.recovered
+
+
+async def test_a_delivery_while_the_call_is_in_flight_never_calls_twice(tmp_path):
+    gate = anyio.Event()
+    desk = Desk(gates={"desk.ping": gate})
+    async with desk_kernel(tmp_path / "j.db", desk) as kernel:
+        await kernel.register(agent(Ping(text="hi")))
+        [dfid] = await kernel.trigger("desk.go")
+        await kernel.wait_flow(dfid, {FlowStatus.EXECUTING})
+        for _ in range(3):
+            reply: Reply[Verdict] = Reply()
+            await kernel.execution_mailbox.send(Execute(dfid=dfid, reply=reply))
+            assert (await reply.wait()).outcome is Outcome.ACCEPTED
+        gate.set()
+        assert (await kernel.wait_flow(dfid)).status is FlowStatus.CLOSED
+        assert len(desk.calls) == 1
+        assert (await types_of(kernel, dfid)).count("DuplicateSuppressed") == 3
+
+
+def order(**kw):
+    fields = dict(
+        symbol="ACME", side="buy", quantity=10, reference_price="100.00", max_slippage_bps=50
+    )
+    return Order(**{**fields, **kw})
+
+
+@pytest.mark.parametrize(
+    ("price", "state", "policy", "bound"),
+    [
+        ("101.00", "open", order(), "max_slippage_bps"),
+        ("99.00", "open", order(side="sell"), "max_slippage_bps"),
+        ("100.30", "open", order(limit_price="100.20"), "limit_price"),
+        ("100.00", "halted", order(required_market_state="open"), "required_market_state"),
+    ],
+)
+async def test_the_world_moving_past_a_bound_refuses_execution(
+    tmp_path, price, state, policy, bound
+):
+    desk = Desk(price=price, market_state=state)
+    async with desk_kernel(tmp_path / "j.db", desk) as kernel:
+        await kernel.register(agent(policy))
+        [dfid] = await kernel.trigger("desk.go")
+        flow = await kernel.wait_flow(dfid)
+
+        assert flow.status is FlowStatus.ABORTED
+        assert flow.reason_code is ReasonCode.EXECUTION_CONSTRAINT_VIOLATED
+        assert desk.calls == [] and desk.quotes == 1
+        [refused] = await kernel.journal.read(dfid=dfid, types=["ExecutionRefused"])
+        assert refused.payload.bound == bound
+        # Both prices are on the record: the one decided on and the one found.
+        assert refused.payload.bounds["reference_price"] == "100.00"
+        assert refused.payload.observed["price"] == price
+
+
+async def test_a_price_within_the_bounds_executes(tmp_path):
+    desk = Desk(price="100.40")
+    async with desk_kernel(tmp_path / "j.db", desk) as kernel:
+        await kernel.register(agent(order(limit_price="100.50")))
+        [dfid] = await kernel.trigger("desk.go")
+        assert (await kernel.wait_flow(dfid)).status is FlowStatus.CLOSED
+        assert desk.calls[0].bounds["max_slippage_bps"] == 50
+
+
+async def test_an_intent_past_its_validity_when_executed_is_refused(tmp_path):
+    desk = Desk()
+    async with desk_kernel(tmp_path / "j.db", desk) as kernel:
+        await kernel.register(agent(Ping(text="hi"), confidence=0.2))
+        [dfid] = await kernel.trigger("desk.go")
+        assert (await kernel.wait_flow(dfid)).status is FlowStatus.ESCALATED
+        kernel.clock.advance(120)  # the human answers after the 60 s window
+        await kernel.decide(dfid, "override", operator="ana", reason="fine")
+        flow = await kernel.wait_flow(dfid)
+
+        assert flow.reason_code is ReasonCode.EXECUTION_CONSTRAINT_VIOLATED
+        [refused] = await kernel.journal.read(dfid=dfid, types=["ExecutionRefused"])
+        assert refused.payload.bound == "valid_until_ns" and desk.calls == []
+
+
+LEGS = ["flight", "hotel", "car"]
+
+
+@pytest.mark.parametrize("failing", [1, 2, 3])
+async def test_a_failed_saga_step_compensates_exactly_the_completed_steps_in_reverse(
+    tmp_path, failing
+):
+    leg = LEGS[failing - 1]
+    desk = Desk({f"book_{leg}": [AdapterError(f"no {leg} available")]})
+    async with desk_kernel(tmp_path / "j.db", desk) as kernel:
+        await kernel.register(agent(Trip(legs=LEGS)))
+        [dfid] = await kernel.trigger("desk.go")
+        flow = await kernel.wait_flow(dfid)
+
+        booked = [f"book_{x}" for x in LEGS[:failing]]
+        undone = [f"undo:book_{x}" for x in reversed(LEGS[: failing - 1])]
+        assert desk.names() == booked + undone
+        assert len({c.key for c in desk.calls}) == len(desk.calls)
+        if failing == 1:
+            # Nothing took effect: nothing to undo, the flow simply fails.
+            assert (flow.status, flow.reason_code) == (
+                FlowStatus.ABORTED,
+                ReasonCode.EXECUTION_FAILED,
+            )
+            return
+        assert (flow.status, flow.reason_code) == (FlowStatus.COMPENSATED, ReasonCode.COMPENSATED)
+        assert (flow.done, flow.undone) == (failing - 1, failing - 1)
+        types = await types_of(kernel, dfid)
+        assert types[types.index("FlowDirty") :] == [
+            "FlowDirty",
+            *["CompensationStarted", "CompensationSucceeded"] * (failing - 1),
+            "FlowCompensated",
+        ]
+
+
+async def test_a_saga_that_succeeds_runs_every_step_once(tmp_path):
+    desk = Desk()
+    async with desk_kernel(tmp_path / "j.db", desk) as kernel:
+        await kernel.register(agent(Trip(legs=LEGS)))
+        [dfid] = await kernel.trigger("desk.go")
+        flow = await kernel.wait_flow(dfid)
+        assert flow.status is FlowStatus.CLOSED and flow.done == 3
+        assert desk.names() == ["book_flight", "book_hotel", "book_car"]
+        assert [c.step for c in desk.calls] == [1, 2, 3]
+
+
+async def test_a_failing_compensation_escalates_with_the_exact_partial_state(tmp_path):
+    desk = Desk(
+        {
+            "book_car": [AdapterError("no car")],
+            "undo:book_flight": [AdapterError("non-refundable")],
+        }
+    )
+    async with desk_kernel(tmp_path / "j.db", desk) as kernel:
+        await kernel.register(agent(Trip(legs=LEGS)))
+        [dfid] = await kernel.trigger("desk.go")
+        flow = await kernel.wait_flow(dfid)
+
+        assert (flow.status, flow.reason_code) == (
+            FlowStatus.ESCALATED,
+            ReasonCode.EXECUTION_FAILED,
+        )
+        assert desk.names() == [
+            "book_flight",
+            "book_hotel",
+            "book_car",
+            "undo:book_hotel",
+            "undo:book_flight",
+        ]
+        [escalated] = await kernel.journal.read(dfid=dfid, types=["FlowEscalated"])
+        assert escalated.payload.partial == {
+            "in_effect": [1],
+            "undone": [2],
+            "failed_step": 3,
+            "failed_compensation": 1,
+        }
+        assert "non-refundable" in escalated.payload.detail
+        # A human closes it; executing it again is refused, not guessed.
+        verdict = await kernel.decide(dfid, "override", operator="ana", reason="retry")
+        assert verdict.outcome is Outcome.ACCEPTED
+        flow = await kernel.wait_flow(dfid)
+        assert flow.status is FlowStatus.ABORTED and len(desk.calls) == 5
+
+
+async def test_an_agent_with_a_dirty_flow_is_passive_until_it_converges(tmp_path):
+    gate = anyio.Event()
+    desk = Desk({"book_hotel": [AdapterError("full")]}, gates={"undo:book_flight": gate})
+    async with desk_kernel(tmp_path / "j.db", desk) as kernel:
+        clerk = agent(Trip(legs=["flight", "hotel"]), Ping(text="next"), max_attempts=1)
+        await kernel.register(clerk)
+        [first] = await kernel.trigger("desk.go")
+        await kernel.wait_flow(first, {FlowStatus.DIRTY})
+        assert kernel.projections.unsettled_flows("clerk") == [first]
+
+        [second] = await kernel.trigger("desk.go")
+        refused = await kernel.wait_flow(second)
+        assert refused.status is FlowStatus.ABORTED
+        [rejected] = await kernel.journal.read(dfid=second, types=["ProposalRejected"])
+        assert rejected.payload.feedback.reason_code is ReasonCode.AGENT_PASSIVE
+        assert first in rejected.payload.feedback.detail
+
+        gate.set()
+        assert (await kernel.wait_flow(first)).status is FlowStatus.COMPENSATED
+        assert kernel.projections.unsettled_flows("clerk") == []
+        [third] = await kernel.trigger("desk.go")
+        assert (await kernel.wait_flow(third)).status is FlowStatus.CLOSED
