@@ -7,8 +7,18 @@ import random
 import anyio
 import pytest
 
-from kernel import AdapterError, FlowStatus, Outcome, ReasonCode, RetryPolicy, Verdict
+from kernel import (
+    AdapterError,
+    FlowStatus,
+    Outcome,
+    ReasonCode,
+    Receipt,
+    RetryPolicy,
+    Verdict,
+    open_journal,
+)
 from kernel.actors import Reply
+from kernel.events import Draft, ProposalAccepted
 from kernel.integrity import Execute
 from tests.execution_domain import (
     After,
@@ -308,3 +318,58 @@ async def test_an_agent_with_a_dirty_flow_is_passive_until_it_converges(tmp_path
         assert kernel.projections.unsettled_flows("clerk") == []
         [third] = await kernel.trigger("desk.go")
         assert (await kernel.wait_flow(third)).status is FlowStatus.CLOSED
+
+
+async def test_an_intent_in_flight_at_shutdown_is_resumed_with_the_same_key(tmp_path):
+    gate = anyio.Event()
+    first = Desk(gates={"desk.ping": gate})
+    async with desk_kernel(tmp_path / "j.db", first) as kernel:
+        await kernel.register(agent(Ping(text="hi")))
+        [dfid] = await kernel.trigger("desk.go")
+        await kernel.wait_flow(dfid, {FlowStatus.EXECUTING})
+        # Started, and the effect happened; the answer never came back.
+        key = kernel.flow(dfid).pending.key
+        first.effects[key] = Receipt(external_id="desk.ping-1")
+
+    again = LookupDesk()
+    again.effects = dict(first.effects)
+    async with desk_kernel(tmp_path / "j.db", again) as kernel:
+        flow = await kernel.wait_flow(dfid)
+        assert (flow.status, flow.external_id) == (FlowStatus.CLOSED, "desk.ping-1")
+        assert again.lookups == [key] and again.calls == []
+        [succeeded] = await kernel.journal.read(dfid=dfid, types=["ExecutionSucceeded"])
+        assert succeeded.payload.recovered
+
+    # Without lookup the same key is simply called again (the system deduplicates).
+    plain = Desk()
+    async with desk_kernel(tmp_path / "k.db", Desk(gates={"desk.ping": anyio.Event()})) as kernel:
+        await kernel.register(agent(Ping(text="hi")))
+        [other] = await kernel.trigger("desk.go")
+        await kernel.wait_flow(other, {FlowStatus.EXECUTING})
+        key = kernel.flow(other).pending.key
+    async with desk_kernel(tmp_path / "k.db", plain) as kernel:
+        assert (await kernel.wait_flow(other)).status is FlowStatus.CLOSED
+        assert [c.key for c in plain.calls] == [key]
+
+
+async def test_a_flow_left_accepted_but_never_started_is_executed_on_start(tmp_path):
+    path = tmp_path / "j.db"
+    async with desk_kernel(path, Desk()) as kernel:
+        await kernel.register(agent(Ping(text="hi"), confidence=0.2))
+        [dfid] = await kernel.trigger("desk.go")
+        flow = await kernel.wait_flow(dfid)
+    # A run that recorded the acceptance and died before the engine heard of it.
+    async with open_journal(path) as journal:
+        await journal.append(
+            [
+                Draft(
+                    payload=ProposalAccepted(attempt=flow.attempts, by_human=True),
+                    dfid=dfid,
+                    agent_id=flow.agent_id,
+                )
+            ]
+        )
+    desk = Desk()
+    async with desk_kernel(path, desk) as kernel:
+        assert (await kernel.wait_flow(dfid)).status is FlowStatus.CLOSED
+        assert len(desk.calls) == 1
