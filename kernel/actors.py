@@ -98,6 +98,10 @@ class Mailbox(Generic[M]):
         except (anyio.ClosedResourceError, anyio.BrokenResourceError) as exc:
             raise MailboxClosed(self.name) from exc
 
+    async def receive(self) -> M:
+        """Wait for one message (several tasks may wait on one mailbox)."""
+        return await self._receive.receive()
+
     async def receive_batch(self, limit: int) -> list[M]:
         """Wait for at least one message, then take up to ``limit`` without waiting."""
         batch = [await self._receive.receive()]

@@ -63,7 +63,7 @@ _SYNCHRONOUS = frozenset({"OFF", "NORMAL", "FULL", "EXTRA"})
 _BATCH = 5000
 
 Listener = Callable[[Sequence[Event]], None]
-GuardFactory = Callable[[], Callable[[Sequence[Draft]], None]]
+GuardFactory = Callable[[], Callable[[Sequence[Event]], None]]
 _Row = tuple[int, str, str | None, bytes, bytes]
 
 
@@ -271,7 +271,8 @@ class Journal:
         """Check every append before it is written.
 
         ``guard`` is called once per transaction and returns a check that is
-        called with each append's drafts, in order; a check that raises refuses
+        called with each append's events (numbered and stamped, not yet written),
+        in order; a check that raises refuses
         that append alone (its caller gets the exception, nothing of it is
         written) while the others in the transaction are written. The kernel
         uses it to make an illegal flow transition impossible on disk.
@@ -409,7 +410,7 @@ class Journal:
             try:
                 request_rows, events = _seal(drafts, seq, prev, ts)
                 if check is not None:
-                    check(drafts)
+                    check(events)
             except Exception as exc:
                 # A draft that cannot be encoded fails its own caller, not the whole batch.
                 batch.results[index] = exc

@@ -438,14 +438,16 @@ class Kernel:
                 out.reply(reply, KernelFault(detail))
 
     async def _host(self, agent: AgentLike, mailbox: Mailbox[WorkingContext]) -> None:
-        limit = anyio.Semaphore(self._agent_concurrency)
+        # A fixed crew of reasoning tasks per agent: no task is spawned per flow.
         async with anyio.create_task_group() as tg:
-            while True:
-                for ctx in await mailbox.receive_batch(256):
-                    await limit.acquire()
-                    tg.start_soon(self._reason, agent, ctx, limit)
+            for n in range(self._agent_concurrency):
+                tg.start_soon(self._reasoner, agent, mailbox, name=f"agent:{n}")
 
-    async def _reason(self, agent: AgentLike, ctx: WorkingContext, limit: anyio.Semaphore) -> None:
+    async def _reasoner(self, agent: AgentLike, mailbox: Mailbox[WorkingContext]) -> None:
+        while True:
+            await self._reason(agent, await mailbox.receive())
+
+    async def _reason(self, agent: AgentLike, ctx: WorkingContext) -> None:
         """Run one step of an agent's reasoning in user space and submit what it proposes."""
         token = self._sessions[ctx.agent_id].token
 
@@ -468,8 +470,6 @@ class Kernel:
             await self.submit(token, ctx.dfid, proposal)
         except KernelShutdown:
             return
-        finally:
-            limit.release()
 
 
 @asynccontextmanager

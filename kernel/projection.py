@@ -18,7 +18,6 @@ from kernel import flow
 from kernel.events import (
     AgentRegistered,
     AgentStatusChanged,
-    Draft,
     Event,
     ExecutionSucceeded,
     Manifest,
@@ -100,22 +99,18 @@ class Projections:
         # Derived (not part of the digest): per agent, its flows whose effects have not
         # converged (a saga unwinding, or escalated with steps still in effect).
         self.unsettled: dict[str, set[str]] = {}
+        self._committing: dict[str, FlowState] | None = None
 
     def apply(self, events: Iterable[Event]) -> None:
         """Fold committed events, in seq order, into the state."""
+        # Flows the guard already folded for the transaction being committed.
+        committing, self._committing = self._committing, None
         for event in events:
             payload = event.payload
             if event.dfid is not None and type(payload) in FLOW_EVENTS:
                 dfid = event.dfid
-                state = self.flows[dfid] = flow.apply(self.flows.get(dfid), event)
-                if state.status in MOVING:
-                    self.moving.add(dfid)
-                else:
-                    self.moving.discard(dfid)
-                if state.done and state.status in _UNSETTLED:
-                    self.unsettled.setdefault(state.agent_id, set()).add(dfid)
-                elif state.done and state.agent_id in self.unsettled:
-                    self.unsettled[state.agent_id].discard(dfid)
+                if committing is None or dfid not in committing:
+                    self._set_flow(flow.apply(self.flows.get(dfid), event))
                 if isinstance(payload, ExecutionSucceeded):
                     self.executions[payload.key] = ExecutionRecord(
                         dfid=dfid,
@@ -151,37 +146,48 @@ class Projections:
                         agent, status=AgentStatus(payload.status)
                     )
             self.last_seq = event.seq
+        if committing:
+            for state in committing.values():
+                self._set_flow(state)
+
+    def _set_flow(self, state: FlowState) -> None:
+        self.flows[state.dfid] = state
+        if state.status in MOVING:
+            self.moving.add(state.dfid)
+        else:
+            self.moving.discard(state.dfid)
+        if state.done and state.status in _UNSETTLED:
+            self.unsettled.setdefault(state.agent_id, set()).add(state.dfid)
+        elif state.done and state.agent_id in self.unsettled:
+            self.unsettled[state.agent_id].discard(state.dfid)
 
     def unsettled_flows(self, agent_id: str) -> list[str]:
-        """Return the agent's flows with partial effects not yet converged (DIRTY, or
-        escalated after a failed compensation)."""
+        """Return the agent's flows whose effects have not converged.
+
+        Those are flows DIRTY (a saga unwinding) or escalated after a failed compensation.
+        """
         return sorted(self.unsettled.get(agent_id, ()))
 
-    def guard(self) -> Callable[[Sequence[Draft]], None]:
+    def guard(self) -> Callable[[Sequence[Event]], None]:
         """Return a check for one journal transaction: it refuses illegal flow transitions.
 
         The journal calls it for each append in the transaction, in order, before
         writing anything; an append whose events do not fold (because another actor
         moved the flow first) raises IllegalTransition and is not written, while the
         others are. This is what makes an illegal transition impossible on disk.
+        The flows it folds are the flows the transaction commits, so :meth:`apply`
+        adopts them rather than folding the same events a second time.
         """
         staged: dict[str, FlowState] = {}
+        self._committing = staged
 
-        def check(drafts: Sequence[Draft]) -> None:
+        def check(events: Sequence[Event]) -> None:
             mine: dict[str, FlowState] = {}
-            for draft in drafts:
-                dfid = draft.dfid
-                if dfid is None or type(draft.payload) not in FLOW_EVENTS:
+            for event in events:
+                dfid = event.dfid
+                if dfid is None or type(event.payload) not in FLOW_EVENTS:
                     continue
                 current = mine.get(dfid) or staged.get(dfid) or self.flows.get(dfid)
-                event = Event(
-                    seq=current.last_seq if current else 0,
-                    ts=0,
-                    payload=draft.payload,
-                    dfid=dfid,
-                    parent_dfid=draft.parent_dfid,
-                    agent_id=draft.agent_id,
-                )
                 mine[dfid] = flow.apply(current, event)
             staged.update(mine)
 
