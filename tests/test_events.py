@@ -43,6 +43,8 @@ SAMPLES = [
     ev.FlowClosed(),
     ev.FlowAborted(reason_code=ReasonCode.KERNEL_FAULT),
     ev.SubmissionRefused(reason_code=ReasonCode.INVALID_SESSION),
+    ev.ResourceReserved(pool="cash:desk", amount=100),
+    ev.ResourceReleased(pool="cash:desk", amount=100, reason="CLOSED"),
 ]
 
 
