@@ -22,6 +22,8 @@ from kernel.events import (
     Event,
     ExecutionSucceeded,
     Manifest,
+    ResourceReleased,
+    ResourceReserved,
     TriggerFired,
     digest,
 )
@@ -95,6 +97,10 @@ class Projections:
         self.state: dict[str, Fact] = {}
         self.executions: dict[str, ExecutionRecord] = {}
         self.moving: set[str] = set()
+        self.reservations: dict[str, dict[str, int]] = {}
+        """What each open flow holds, by pool (semantic locks)."""
+        self.held: dict[str, int] = {}
+        """The total held of each pool."""
 
     def apply(self, events: Iterable[Event]) -> None:
         """Fold committed events, in seq order, into the state."""
@@ -122,6 +128,8 @@ class Projections:
                         seq=event.seq,
                         ts=event.ts,
                     )
+            elif isinstance(payload, ResourceReserved | ResourceReleased):
+                self._reserve(event.dfid or "", payload)
             elif isinstance(payload, AgentRegistered):
                 manifest = payload.manifest
                 previous = self.agents.get(manifest.agent_id)
@@ -142,6 +150,20 @@ class Projections:
                         agent, status=AgentStatus(payload.status)
                     )
             self.last_seq = event.seq
+
+    def _reserve(self, dfid: str, payload: ResourceReserved | ResourceReleased) -> None:
+        holds = self.reservations.setdefault(dfid, {})
+        before = holds.pop(payload.pool, 0)
+        after = payload.amount if isinstance(payload, ResourceReserved) else 0
+        if after:
+            holds[payload.pool] = after
+        elif not holds:
+            del self.reservations[dfid]
+        total = self.held.get(payload.pool, 0) - before + after
+        if total:
+            self.held[payload.pool] = total
+        else:
+            self.held.pop(payload.pool, None)
 
     def guard(self) -> Callable[[Sequence[Draft]], None]:
         """Return a check for one journal transaction: it refuses illegal flow transitions.
@@ -195,6 +217,7 @@ class Projections:
             "sessions": self.sessions,
             "state": self.state,
             "executions": self.executions,
+            "reservations": self.reservations,
         }
 
     def digest(self) -> str:

@@ -84,10 +84,11 @@ class View:
         confidence: float = 1.0,
     ) -> None:
         self.params = params
-        self.state = MappingProxyType(dict(state))
+        # No copy: the caller hands a fresh mapping; the proxy keeps rules from writing it.
+        self.state = state if isinstance(state, MappingProxyType) else MappingProxyType(state)
         self.now_ns = now_ns
         self.agent_id = agent_id
-        self.limits = MappingProxyType(dict(limits or {}))
+        self.limits = MappingProxyType(limits if limits is not None else {})
         self.confidence = confidence
 
 
