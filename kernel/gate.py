@@ -280,7 +280,8 @@ def _resources(
                 f"{pool}: the amount must be a whole number of units, not {amount}",
                 rule=consume.pool,
             )
-        need[pool] = need.get(pool, 0) + int(amount)
+        if amount:
+            need[pool] = need.get(pool, 0) + int(amount)
     for pool, units in need.items():
         capacity = capacity_of(pool, pack, snapshot.capacities)
         if capacity is None or units > capacity:

@@ -109,7 +109,7 @@ class Rule:
     kind: type[Any]
     fn: RuleFn
     fields: tuple[str, ...] = ()
-    budget_us: int = 2_000
+    budget_us: int = 10_000
 
     @property
     def name(self) -> str:
@@ -118,7 +118,7 @@ class Rule:
 
 
 def rule(
-    kind: type[Any], *, fields: tuple[str, ...] = (), budget_us: int = 2_000
+    kind: type[Any], *, fields: tuple[str, ...] = (), budget_us: int = 10_000
 ) -> Callable[[RuleFn], Rule]:
     """Declare a function as a rule of ``kind`` (use as a decorator)."""
 
