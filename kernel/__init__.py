@@ -27,17 +27,20 @@ from kernel.journal import (
     verify_journal,
 )
 from kernel.kernel import Kernel, KernelFault, KernelShutdown, open_kernel
-from kernel.packs import PackError, PolicyKind, PolicyPack
+from kernel.packs import Consume, LimitSpec, PackError, PolicyKind, PolicyPack, Threshold
 from kernel.ports import Clock, IdSource, ManualClock, RandomIds, SeededIds, SystemClock
 from kernel.projection import AgentStatus, Projections, fold
 from kernel.reasons import ReasonCode
+from kernel.rules import ALLOW, OneOf, Range, Rule, RuleVerdict, StateMatch, View, deny, rule
 
 __all__ = [
+    "ALLOW",
     "TERMINAL",
     "Adapter",
     "AdapterError",
     "AgentStatus",
     "Clock",
+    "Consume",
     "Decision",
     "Event",
     "ExecutionIntent",
@@ -51,9 +54,11 @@ __all__ = [
     "Kernel",
     "KernelFault",
     "KernelShutdown",
+    "LimitSpec",
     "MailboxClosed",
     "Manifest",
     "ManualClock",
+    "OneOf",
     "Outcome",
     "PackError",
     "PolicyKind",
@@ -61,18 +66,26 @@ __all__ = [
     "Projections",
     "Proposal",
     "RandomIds",
+    "Range",
     "ReasonCode",
     "Receipt",
     "RestartIntensityExceeded",
+    "Rule",
+    "RuleVerdict",
     "SeededIds",
     "Session",
+    "StateMatch",
     "SystemClock",
+    "Threshold",
     "ValidationFeedback",
     "Verdict",
+    "View",
     "WorkingContext",
+    "deny",
     "fold",
     "idempotency_key",
     "open_journal",
     "open_kernel",
+    "rule",
     "verify_journal",
 ]

@@ -17,9 +17,21 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from kernel import PolicyKind, PolicyPack, ReasonCode
-from kernel.packs import Consume, LimitSpec, Threshold
-from kernel.rules import ALLOW, OneOf, Range, RuleVerdict, View, deny, rule
+from kernel import (
+    ALLOW,
+    Consume,
+    LimitSpec,
+    OneOf,
+    PolicyKind,
+    PolicyPack,
+    Range,
+    ReasonCode,
+    RuleVerdict,
+    Threshold,
+    View,
+    deny,
+    rule,
+)
 
 ROOM_TYPES = frozenset({"single", "double", "suite", "accessible"})
 

@@ -20,9 +20,21 @@ from __future__ import annotations
 from decimal import ROUND_CEILING, Decimal
 from typing import ClassVar, Literal
 
-from kernel import PolicyKind, PolicyPack
-from kernel.packs import Consume, LimitSpec, Threshold
-from kernel.rules import ALLOW, OneOf, Range, RuleVerdict, StateMatch, View, deny, rule
+from kernel import (
+    ALLOW,
+    Consume,
+    LimitSpec,
+    OneOf,
+    PolicyKind,
+    PolicyPack,
+    Range,
+    RuleVerdict,
+    StateMatch,
+    Threshold,
+    View,
+    deny,
+    rule,
+)
 
 INSTRUMENTS = frozenset({"ACME", "GLOBEX", "INITECH"})
 
