@@ -33,13 +33,14 @@ from benchmarks.flows import (
     open_receiver,
     run_flows,
 )
+from benchmarks.gate import GateRun, run_gate, summary
 from benchmarks.report import Figure, machine, table
 
 FLOWS_GOAL = 5_000.0
 """DecisionFlows per second, durable, telemetry off (P1)."""
 RATIO_GOAL = 0.05
 """P1 as a share of B1: a whole governed decision against one bare queue round trip."""
-FIGURES = ("B1", "B2", "P1", "P2")
+FIGURES = ("B1", "B2", "P1", "P2", "P4")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,6 +53,7 @@ class Plan:
     flows: int
     agents: int = 4
     outstanding: int = 256
+    proposals: int = 20_000
 
 
 QUICK = Plan(repeats=2, round_trips=50_000, rows=20_000, flows=4_000)
@@ -124,6 +126,7 @@ def _measure(plan: Plan, only: set[str], tmp: Path) -> list[Figure]:
     b2: list[float] = []
     p1: list[FlowRun] = []
     p2: list[FlowRun] = []
+    p4: list[GateRun] = []
     with ExitStack() as stack:
         receiver = stack.enter_context(open_receiver()) if "P2" in only else None
         for n in range(plan.repeats):
@@ -142,8 +145,25 @@ def _measure(plan: Plan, only: set[str], tmp: Path) -> list[Figure]:
             if receiver is not None:
                 p2.append(_flows(plan, tmp / f"p2-{n}.db", receiver))
                 said.append(f"P2 {p2[-1].flows_per_s:,.0f} flows/s")
+            if "P4" in only:
+                p4.append(run_gate(plan.proposals))
+                said.append(f"P4 {p4[-1].per_s():,.0f} verdicts/s")
             print(" ".join(said), file=sys.stderr, flush=True)
-    return _figures(plan, b1, b2, p1, p2)
+    figures = _figures(plan, b1, b2, p1, p2)
+    if p4:
+        figures.append(
+            Figure(
+                "P4",
+                "DIM verdicts, trading pack (judge(), no journal)",
+                "verdicts/s",
+                [r.per_s() for r in p4],
+                ratios={
+                    "bare": 1.0 / statistics.median(r.per_s(bare=True) / r.per_s() for r in p4)
+                },
+                extra={"proposals_per_run": plan.proposals, **summary(p4)},
+            )
+        )
+    return figures
 
 
 def _flows(plan: Plan, path: Path, receiver: SpanReceiver | None = None) -> FlowRun:

@@ -28,17 +28,20 @@ from kernel.journal import (
     verify_journal,
 )
 from kernel.kernel import Kernel, KernelFault, KernelShutdown, open_kernel
-from kernel.packs import PackError, PolicyKind, PolicyPack
+from kernel.packs import Consume, LimitSpec, PackError, PolicyKind, PolicyPack, Threshold
 from kernel.ports import Clock, IdSource, ManualClock, RandomIds, SeededIds, SystemClock
 from kernel.projection import AgentStatus, Projections, fold
 from kernel.reasons import ReasonCode
+from kernel.rules import ALLOW, OneOf, Range, Rule, RuleVerdict, StateMatch, View, deny, rule
 
 __all__ = [
+    "ALLOW",
     "TERMINAL",
     "Adapter",
     "AdapterError",
     "AgentStatus",
     "Clock",
+    "Consume",
     "Decision",
     "Event",
     "ExecutionIntent",
@@ -52,9 +55,11 @@ __all__ = [
     "Kernel",
     "KernelFault",
     "KernelShutdown",
+    "LimitSpec",
     "MailboxClosed",
     "Manifest",
     "ManualClock",
+    "OneOf",
     "Outcome",
     "PackError",
     "PolicyKind",
@@ -63,20 +68,28 @@ __all__ = [
     "Proposal",
     "Quote",
     "RandomIds",
+    "Range",
     "ReasonCode",
     "Receipt",
     "RestartIntensityExceeded",
     "RetryPolicy",
+    "Rule",
+    "RuleVerdict",
     "SagaStep",
     "SeededIds",
     "Session",
+    "StateMatch",
     "SystemClock",
+    "Threshold",
     "ValidationFeedback",
     "Verdict",
+    "View",
     "WorkingContext",
+    "deny",
     "fold",
     "idempotency_key",
     "open_journal",
     "open_kernel",
+    "rule",
     "verify_journal",
 ]

@@ -36,6 +36,7 @@ from kernel.events import (
     Event,
     MessageDeadLettered,
     Payload,
+    ResourceReleased,
 )
 from kernel.flow import FLOW_EVENTS, FlowState, IllegalTransition
 from kernel.ports import Clock
@@ -187,6 +188,7 @@ class Outbox:
         journal resolves.
         """
         index = len(self.drafts)
+        ended: FlowState | None = None
         if dfid is not None and type(payload) in FLOW_EVENTS:
             staged = self._overlay.get(dfid)
             current = staged[0] if staged else self._projections.flows.get(dfid)
@@ -208,7 +210,10 @@ class Outbox:
             )
             if dfid not in self._undo:
                 self._undo[dfid] = staged
-            self._overlay[dfid] = (flow.apply(current, provisional), index)
+            state = flow.apply(current, provisional)
+            self._overlay[dfid] = (state, index)
+            if state.terminal and (current is None or not current.terminal):
+                ended = state
         if after is not None:
             caused_by = after - index
         self.drafts.append(
@@ -220,7 +225,23 @@ class Outbox:
                 agent_id=agent_id,
             )
         )
+        if ended is not None and ended.dfid in self._projections.reservations:
+            self._release(ended, index)
         return index
+
+    def _release(self, ended: FlowState, index: int) -> None:
+        # Whoever records the end of a flow releases what it held, in the same append:
+        # a reservation can then never outlive its flow, on any path to an end.
+        held = self._projections.reservations[ended.dfid]
+        for pool, amount in sorted(held.items()):
+            self.drafts.append(
+                Draft(
+                    payload=ResourceReleased(pool=pool, amount=amount, reason=ended.status),
+                    dfid=ended.dfid,
+                    agent_id=ended.agent_id,
+                    caused_by=index - len(self.drafts),
+                )
+            )
 
     def send(self, mailbox: Mailbox[Any], msg: Any) -> None:
         """Deliver ``msg`` once the staged events have committed."""

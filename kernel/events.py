@@ -84,6 +84,8 @@ class Feedback(Record, frozen=True):
     detail: str = ""
     layer: str = ""
     field: str = ""
+    rule: str = ""
+    limit: str = ""
 
 
 class ExecutionIntent(Record, frozen=True):
@@ -181,13 +183,17 @@ class ProposalSubmitted(Payload, frozen=True, tag=True):
 
 
 class ProposalRejected(Payload, frozen=True, tag=True):
+    """A verdict against the proposal; ``pack`` is the hash of the pack that judged it."""
+
     attempt: int
     feedback: Feedback
+    pack: str = ""
 
 
 class ProposalAccepted(Payload, frozen=True, tag=True):
     attempt: int
     by_human: bool = False
+    pack: str = ""
 
 
 class FlowEscalated(Payload, frozen=True, tag=True):
@@ -195,6 +201,8 @@ class FlowEscalated(Payload, frozen=True, tag=True):
     detail: str = ""
     partial: dict[str, Any] = {}
     """For a saga: which steps are in effect, undone and failed (the human's starting point)."""
+    pack: str = ""
+    rule: str = ""
 
 
 class HumanDecided(Payload, frozen=True, tag=True):
@@ -300,6 +308,24 @@ class SubmissionRefused(Payload, frozen=True, tag=True):
     claimed_agent: str = ""
 
 
+# --- resources (semantic locks) -------------------------------------------------
+
+
+class ResourceReserved(Payload, frozen=True, tag=True):
+    """The flow (``dfid``) now holds ``amount`` of ``pool``; replaces what it held there."""
+
+    pool: str
+    amount: int
+
+
+class ResourceReleased(Payload, frozen=True, tag=True):
+    """The flow (``dfid``) no longer holds anything of ``pool``."""
+
+    pool: str
+    amount: int
+    reason: str = ""
+
+
 AnyPayload = (
     KernelStarted
     | KernelStopped
@@ -330,6 +356,8 @@ AnyPayload = (
     | CompensationSucceeded
     | CompensationFailed
     | FlowCompensated
+    | ResourceReserved
+    | ResourceReleased
 )
 
 

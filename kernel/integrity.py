@@ -1,16 +1,16 @@
 """The Decision Integrity Module: the deterministic gate every proposal passes.
 
 The verdict is a pure function of (proposal, projected state, time, policy
-packs). The layers run in a fixed order and the first that fails decides:
+packs), computed by :func:`kernel.gate.judge`; its docstring lists the layers
+in their fixed order. Before them, the boundary checks the session token
+(INVALID_SESSION) and the flow (FLOW_NOT_ACTIVE); refusals there touch no flow
+and count no attempt.
 
-1. boundary: the session token (INVALID_SESSION) and the flow (FLOW_NOT_ACTIVE);
-   refusals here touch no flow and count no attempt;
-2. schema: kind, version and parameters of the policy kind (SCHEMA_INVALID);
-3. agent status (AGENT_PASSIVE, AGENT_SUSPENDED, AGENT_RETIRED);
-4. authority: the kind is among the agent's capabilities (UNAUTHORIZED);
-5. time: the validity window (EXPIRED);
-6. state consistency: the context reference is the current snapshot (STALE_CONTEXT);
-7. escalation thresholds: confidence below the pack's threshold (ESCALATE).
+Acceptance and escalation reserve what the proposal consumes (ResourceReserved,
+in the same append as the verdict); whoever records the end of the flow
+releases it (see ``Outbox.emit``). This actor is the only one that reserves,
+and it counts what the current batch staged, so two proposals racing for the
+last unit cannot both win.
 
 A rejection with attempts left hands the agent its feedback through a fresh
 context; the intent retry governor ends the flow with REASONING_EXHAUSTION
@@ -19,13 +19,14 @@ once the agent's attempts are spent. There is no default-allow path.
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import msgspec
 
 from kernel.actors import Mailbox, Outbox, Reply
 from kernel.context import Compile, context_ref
-from kernel.contracts import Outcome, Verdict, field_of
+from kernel.contracts import Outcome, Verdict
 from kernel.events import (
     DuplicateSuppressed,
     Feedback,
@@ -35,20 +36,17 @@ from kernel.events import (
     ProposalRecord,
     ProposalRejected,
     ProposalSubmitted,
+    ResourceReleased,
+    ResourceReserved,
     SubmissionRefused,
 )
 from kernel.flow import FlowState, FlowStatus
+from kernel.gate import LAYERS, Judgement, MemoryCheck, Snapshot, judge, reject
 from kernel.packs import PolicyCatalog
 from kernel.ports import Clock
-from kernel.projection import AgentStatus, AgentView, Projections
+from kernel.projection import AgentView, Projections
 from kernel.reasons import ReasonCode
 from kernel.registry import session_hash
-
-_STATUS_CODES = {
-    AgentStatus.PASSIVE: ReasonCode.AGENT_PASSIVE,
-    AgentStatus.SUSPENDED: ReasonCode.AGENT_SUSPENDED,
-    AgentStatus.RETIRED: ReasonCode.AGENT_RETIRED,
-}
 
 
 class Validate(msgspec.Struct, frozen=True, kw_only=True):
@@ -85,11 +83,6 @@ class Execute(msgspec.Struct, frozen=True, kw_only=True):
     reply: Reply[Verdict] | None = None
 
 
-def reject(layer: str, code: ReasonCode, detail: str, field: str = "") -> Feedback:
-    """Build the feedback of a failed layer."""
-    return Feedback(reason_code=code, detail=detail, layer=layer, field=field)
-
-
 def evaluate(
     proposal: ProposalRecord,
     agent: AgentView,
@@ -99,58 +92,28 @@ def evaluate(
     *,
     by_human: bool = False,
 ) -> Feedback | None:
-    """Run layers 2-6 and return the first failure's feedback, or None if all pass."""
-    kind = catalog.kinds.get(proposal.kind)
-    if kind is None:
-        return reject(
-            "schema", ReasonCode.SCHEMA_INVALID, f"unknown policy kind {proposal.kind!r}", "kind"
-        )
-    if proposal.version and proposal.version.split(".")[0] != kind.version.split(".")[0]:
-        return reject(
-            "schema",
-            ReasonCode.SCHEMA_INVALID,
-            f"{proposal.kind} version {proposal.version} does not match the current {kind.version}",
-            "version",
-        )
-    try:
-        msgspec.convert({"kind": proposal.kind, **proposal.params}, kind)
-    except msgspec.ValidationError as exc:
-        field = field_of(exc)
-        return reject("schema", ReasonCode.SCHEMA_INVALID, str(exc), f"params.{field}")
-    if not 0.0 <= proposal.confidence <= 1.0:
-        return reject(
-            "schema", ReasonCode.SCHEMA_INVALID, "confidence must lie in [0, 1]", "confidence"
-        )
-    if proposal.valid_until_ns is None:
-        return reject(
-            "schema",
-            ReasonCode.SCHEMA_INVALID,
-            "a proposal needs a validity window",
-            "valid_until_ns",
-        )
-    if agent.status is not AgentStatus.ACTIVE:
-        code = _STATUS_CODES[agent.status]
-        return reject("status", code, f"agent {agent.manifest.agent_id} is {agent.status}")
-    if proposal.kind not in agent.manifest.capabilities:
-        return reject(
-            "authority",
-            ReasonCode.UNAUTHORIZED,
-            f"{proposal.kind} is not among the capabilities of {agent.manifest.agent_id}",
-            "kind",
-        )
-    if now_ns > proposal.valid_until_ns:
-        late_ms = (now_ns - proposal.valid_until_ns) // 1_000_000
-        return reject(
-            "time", ReasonCode.EXPIRED, f"validity window ended {late_ms} ms ago", "valid_until_ns"
-        )
-    if not by_human and proposal.context_ref != current_ref:
-        return reject(
-            "state",
-            ReasonCode.STALE_CONTEXT,
-            "the state this proposal reasoned on has changed since its context was compiled",
-            "context_ref",
-        )
-    return None
+    """Run the pipeline on a bare snapshot; return the rejection's feedback, or None."""
+    snapshot = Snapshot(context_ref=current_ref)
+    return judge(proposal, agent, catalog, now_ns, snapshot, by_human=by_human).rejection
+
+
+class _FactCapacities(Mapping[str, int]):
+    """Capacities set by ``capacity.<pool>`` facts, looked up only for the pools needed."""
+
+    def __init__(self, projections: Projections) -> None:
+        self._state = projections.state
+
+    def __getitem__(self, pool: str) -> int:
+        return int(self._state["capacity." + pool].value)
+
+    def __contains__(self, pool: object) -> bool:
+        return isinstance(pool, str) and "capacity." + pool in self._state
+
+    def __iter__(self) -> Iterator[str]:
+        return (k.removeprefix("capacity.") for k in self._state if k.startswith("capacity."))
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
 
 
 # --- execution coordination (issue 4): kept apart so the layers above can change freely.
@@ -170,6 +133,17 @@ def unsettled(projections: Projections, agent_id: str) -> Feedback | None:
     )
 
 
+def _with_unsettled(judgement: Judgement, projections: Projections, agent_id: str) -> Judgement:
+    """Put the unsettled-saga refusal (a status layer check) at its place in the order."""
+    rejection = judgement.rejection
+    if rejection is not None and (
+        rejection.layer not in LAYERS or LAYERS.index(rejection.layer) <= LAYERS.index("status")
+    ):
+        return judgement
+    refusal = unsettled(projections, agent_id)
+    return judgement if refusal is None else Judgement(rejection=refusal, pack=judgement.pack)
+
+
 class IntegrityModule:
     """The DIM actor."""
 
@@ -181,7 +155,10 @@ class IntegrityModule:
         compiler: Mailbox[Any],
         escalation: Mailbox[Any],
         execution: Mailbox[Any],
+        memory: MemoryCheck | None = None,
     ) -> None:
+        self._memory = memory
+        self._capacities = _FactCapacities(projections)
         self._projections = projections
         self._catalog = catalog
         self._clock = clock
@@ -240,59 +217,114 @@ class IntegrityModule:
             ProposalSubmitted(attempt=attempt, proposal=msg.proposal, by_human=msg.by_human),
             dfid=msg.dfid,
         )
-        current = context_ref(self._projections.visible_state(agent.manifest.subscriptions))
-        feedback = (
-            msg.invalid
-            or evaluate(
+        visible = self._projections.visible_state(agent.manifest.subscriptions)
+        # What this batch staged but has not committed yet counts as held.
+        staged: dict[str, dict[str, int]] = out.scratch.setdefault("reserved", {})
+        held = dict(self._projections.held)
+        for dfid, pools in staged.items():
+            before = self._projections.reservations.get(dfid, {})
+            for pool, amount in pools.items():
+                held[pool] = held.get(pool, 0) + amount - before.get(pool, 0)
+        own = staged.get(msg.dfid, self._projections.reservations.get(msg.dfid, {}))
+        snapshot = Snapshot(
+            context_ref=context_ref(visible),
+            state=visible,
+            held=held,
+            own=own,
+            capacities=self._capacities,
+        )
+        if msg.invalid is not None:
+            judgement = Judgement(rejection=msg.invalid)
+        else:
+            judgement = judge(
                 msg.proposal,
                 agent,
                 self._catalog,
                 self._clock.now_ns(),
-                current,
+                snapshot,
                 by_human=msg.by_human,
+                memory=self._memory,
             )
-            or (None if msg.by_human else unsettled(self._projections, flow.agent_id))
-        )
-        if feedback is not None:
-            self._rejected(msg, agent, attempt, feedback, submitted, out)
+        if not msg.by_human:
+            judgement = _with_unsettled(judgement, self._projections, flow.agent_id)
+        if judgement.rejection is not None:
+            self._rejected(msg, agent, attempt, judgement, submitted, out)
             return
-        pack = self._catalog.pack_of[msg.proposal.kind]
-        if not msg.by_human and msg.proposal.confidence < pack.escalate_below_confidence:
-            detail = (
-                f"confidence {msg.proposal.confidence:g} is below the threshold"
-                f" {pack.escalate_below_confidence:g} of pack {pack.name}"
-            )
-            out.emit(
-                FlowEscalated(reason_code=ReasonCode.LOW_CONFIDENCE, detail=detail),
+        escalation = judgement.escalation
+        if escalation is not None:
+            verdict = out.emit(
+                FlowEscalated(
+                    reason_code=escalation.reason_code,
+                    detail=escalation.detail,
+                    pack=judgement.pack,
+                    rule=escalation.rule,
+                ),
                 dfid=msg.dfid,
                 after=submitted,
             )
+            self._reserve(msg.dfid, flow.agent_id, judgement, own, verdict, out)
             out.send(self._escalation, Escalate(dfid=msg.dfid))
-            feedback = reject("escalation", ReasonCode.LOW_CONFIDENCE, detail, "confidence")
             out.reply(
                 msg.reply,
                 Verdict(
-                    outcome=Outcome.ESCALATED, dfid=msg.dfid, attempt=attempt, feedback=feedback
+                    outcome=Outcome.ESCALATED, dfid=msg.dfid, attempt=attempt, feedback=escalation
                 ),
             )
             return
-        out.emit(
-            ProposalAccepted(attempt=attempt, by_human=msg.by_human), dfid=msg.dfid, after=submitted
+        verdict = out.emit(
+            ProposalAccepted(attempt=attempt, by_human=msg.by_human, pack=judgement.pack),
+            dfid=msg.dfid,
+            after=submitted,
         )
+        self._reserve(msg.dfid, flow.agent_id, judgement, own, verdict, out)
         out.send(self._execution, Execute(dfid=msg.dfid))
         out.reply(msg.reply, Verdict(outcome=Outcome.ACCEPTED, dfid=msg.dfid, attempt=attempt))
+
+    def _reserve(
+        self,
+        dfid: str,
+        agent_id: str,
+        judgement: Judgement,
+        own: Mapping[str, int],
+        verdict: int,
+        out: Outbox,
+    ) -> None:
+        """Stage what the flow now holds: new amounts reserved, pools no longer needed released."""
+        want = judgement.reserve
+        for pool, amount in sorted(want.items()):
+            if own.get(pool) != amount:
+                out.emit(
+                    ResourceReserved(pool=pool, amount=amount),
+                    dfid=dfid,
+                    agent_id=agent_id,
+                    after=verdict,
+                )
+        for pool, amount in sorted(own.items()):
+            if pool not in want:
+                out.emit(
+                    ResourceReleased(pool=pool, amount=amount, reason="modified"),
+                    dfid=dfid,
+                    agent_id=agent_id,
+                    after=verdict,
+                )
+        if want or own:
+            out.scratch["reserved"][dfid] = dict(want)
 
     def _rejected(
         self,
         msg: Validate,
         agent: AgentView,
         attempt: int,
-        feedback: Feedback,
+        judgement: Judgement,
         submitted: int,
         out: Outbox,
     ) -> None:
+        feedback = judgement.rejection
+        assert feedback is not None
         rejected = out.emit(
-            ProposalRejected(attempt=attempt, feedback=feedback), dfid=msg.dfid, after=submitted
+            ProposalRejected(attempt=attempt, feedback=feedback, pack=judgement.pack),
+            dfid=msg.dfid,
+            after=submitted,
         )
         if msg.by_human:
             out.emit(

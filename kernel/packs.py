@@ -3,21 +3,45 @@
 A policy kind is a msgspec Struct tagged with its kind name (the ``kind``
 field on the wire) and carrying a ``version`` and the name of the adapter
 that executes it. A policy pack groups the kinds of one domain under a name,
-a version and a content hash; every verdict can then say which rules decided.
+a version and a content hash, with what it says about them: rules (pure
+functions), invariants (checks as data), the resources each kind consumes,
+escalation thresholds and amendable limits. Every verdict records the pack's
+hash, so replay knows which rules decided.
+
+Packs are validated when loaded (:class:`PolicyCatalog`); the kernel refuses
+to start on a pack that names a field its kind does not have, defines a kind
+twice, or calls something non-deterministic in a rule, and the
+:class:`PackError` points at the rule's file and line.
 """
 
 from __future__ import annotations
 
 import hashlib
 import inspect
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from decimal import Decimal
 from functools import cached_property
 from typing import Any, ClassVar
 
 import msgspec
 
 from kernel.events import PackRef, canonical
+from kernel.rules import (
+    Invariant,
+    OneOf,
+    Range,
+    Rule,
+    StateMatch,
+    attributes_read,
+    decimal_of,
+    impurity,
+    source_of,
+    template_fields,
+)
+
+Amount = str | Callable[[Any], int | Decimal | str]
+"""A field of the kind, or a pure function of the typed parameters returning an amount."""
 
 
 class PolicyKind(
@@ -43,6 +67,44 @@ class PackError(Exception):
 
 
 @dataclass(frozen=True)
+class Consume:
+    """A policy kind consumes ``amount`` (integer units) of ``pool`` while its flow is open.
+
+    ``pool`` may name fields of the kind in braces, e.g. ``"inventory:{sku}"``.
+    """
+
+    kind: type[PolicyKind]
+    pool: str
+    amount: Amount
+
+
+@dataclass(frozen=True)
+class Threshold:
+    """Escalate a kind to a human above an amount, or below a confidence.
+
+    Args:
+        kind: the policy kind.
+        amount: what is compared with ``above`` (a field or a pure function of the params).
+        above: the amount past which a human approves (APPROVAL_REQUIRED).
+        confidence_below: the confidence under which a human decides (LOW_CONFIDENCE).
+    """
+
+    kind: type[PolicyKind]
+    amount: Amount = ""
+    above: int | str | None = None
+    confidence_below: float | None = None
+
+
+@dataclass(frozen=True)
+class LimitSpec:
+    """A limit agents get by default, and the floor and ceiling an operator may amend it to."""
+
+    default: int | str
+    floor: int | str
+    ceiling: int | str
+
+
+@dataclass(frozen=True)
 class PolicyPack:
     """The policy kinds of one domain, under a name, a version and a content hash.
 
@@ -51,6 +113,13 @@ class PolicyPack:
         version: the pack's semver.
         kinds: the policy kinds it defines.
         escalate_below_confidence: proposals less confident than this go to a human.
+        rules: pure rules (see :func:`kernel.rules.rule`), run in order.
+        invariants: checks as data (Range, OneOf, StateMatch), run before the rules.
+        consumes: the resources each kind holds while its flow is open.
+        capacities: each pool's capacity in integer units (a ``"prefix:*"`` key covers a
+            family of pools); a ``capacity.<pool>`` fact in the state overrides it.
+        thresholds: escalation thresholds per kind.
+        limits: limits rules read from ``view.limits``, amendable within floor and ceiling.
     """
 
     name: str
@@ -58,6 +127,12 @@ class PolicyPack:
     kinds: Sequence[type[PolicyKind]]
     escalate_below_confidence: float = 0.5
     extra: dict[str, Any] = field(default_factory=dict)
+    rules: Sequence[Rule] = ()
+    invariants: Sequence[Invariant] = ()
+    consumes: Sequence[Consume] = ()
+    capacities: Mapping[str, int] = field(default_factory=dict)
+    thresholds: Sequence[Threshold] = ()
+    limits: Mapping[str, LimitSpec] = field(default_factory=dict)
 
     @cached_property
     def by_name(self) -> dict[str, type[PolicyKind]]:
@@ -66,7 +141,7 @@ class PolicyPack:
 
     @cached_property
     def hash(self) -> str:
-        """A hash of everything that decides: kinds, their schemas, versions and settings."""
+        """A hash of everything that decides: kinds, schemas, rules, invariants and settings."""
         content = {
             "name": self.name,
             "version": self.version,
@@ -79,6 +154,17 @@ class PolicyPack:
                     "source": _source(k),
                 }
                 for k in self.kinds
+            },
+            "rules": [[_name(r.kind), _source(r.fn), r.fields, r.budget_us] for r in self.rules],
+            "invariants": [_described(i) for i in self.invariants],
+            "consumes": [[_name(c.kind), c.pool, _described(c.amount)] for c in self.consumes],
+            "capacities": dict(self.capacities),
+            "thresholds": [
+                [_name(t.kind), _described(t.amount), str(t.above), repr(t.confidence_below)]
+                for t in self.thresholds
+            ],
+            "limits": {
+                k: [str(v.default), str(v.floor), str(v.ceiling)] for k, v in self.limits.items()
             },
         }
         return hashlib.sha256(canonical(content)).hexdigest()
@@ -96,6 +182,24 @@ def _source(obj: Any) -> str:
         return ""
 
 
+def _name(kind: Any) -> str:
+    return (
+        kind_name(kind) if isinstance(kind, type) and issubclass(kind, PolicyKind) else repr(kind)
+    )
+
+
+def _described(obj: Any) -> str:
+    """A stable description of a piece of a pack, for its hash (functions by their source)."""
+    if callable(obj) and not isinstance(obj, type):
+        return _source(obj) or repr(obj)
+    if isinstance(obj, Range | OneOf | StateMatch):
+        fields = {k: v for k, v in vars(obj).items() if k != "kind"}
+        if isinstance(obj, OneOf):
+            fields["values"] = sorted(map(str, obj.values))
+        return f"{type(obj).__name__}({_name(obj.kind)}, {sorted(fields.items())!r})"
+    return repr(obj)
+
+
 @dataclass(frozen=True)
 class PolicyCatalog:
     """Every policy kind of every loaded pack, validated together."""
@@ -105,22 +209,7 @@ class PolicyCatalog:
     def __post_init__(self) -> None:
         seen: dict[str, str] = {}
         for pack in self.packs:
-            if not pack.name or not pack.version:
-                raise PackError(f"pack {pack!r}: a pack needs a name and a version")
-            for kind in pack.kinds:
-                if not (isinstance(kind, type) and issubclass(kind, PolicyKind)):
-                    raise PackError(f"pack {pack.name}: {kind!r} is not a PolicyKind subclass")
-                name = kind_name(kind)
-                if name in seen:
-                    raise PackError(
-                        f"policy kind {name!r} is defined by both pack {seen[name]!r}"
-                        f" and pack {pack.name!r}"
-                    )
-                if not kind.adapter:
-                    raise PackError(
-                        f"pack {pack.name}: policy kind {name!r} names no adapter to execute it"
-                    )
-                seen[name] = pack.name
+            _check_pack(pack, seen)
 
     @cached_property
     def kinds(self) -> dict[str, type[PolicyKind]]:
@@ -137,6 +226,26 @@ class PolicyCatalog:
         """The JSON Schema of each kind, generated from its msgspec type."""
         return {name: msgspec.json.schema(kind) for name, kind in self.kinds.items()}
 
+    @cached_property
+    def rules_of(self) -> dict[str, list[Rule]]:
+        """Each kind's rules, in the pack's order."""
+        return _by_kind(r for p in self.packs for r in p.rules)
+
+    @cached_property
+    def invariants_of(self) -> dict[str, list[Invariant]]:
+        """Each kind's invariants, in the pack's order."""
+        return _by_kind(i for p in self.packs for i in p.invariants)
+
+    @cached_property
+    def consumes_of(self) -> dict[str, list[Consume]]:
+        """The resources each kind consumes."""
+        return _by_kind(c for p in self.packs for c in p.consumes)
+
+    @cached_property
+    def thresholds_of(self) -> dict[str, list[Threshold]]:
+        """Each kind's escalation thresholds."""
+        return _by_kind(t for p in self.packs for t in p.thresholds)
+
     def refs(self) -> list[PackRef]:
         """The loaded packs as recorded in events."""
         return [pack.ref for pack in self.packs]
@@ -144,3 +253,103 @@ class PolicyCatalog:
     def adapters_needed(self) -> Iterable[str]:
         """The adapter names the kinds execute through."""
         return sorted({kind.adapter for kind in self.kinds.values()})
+
+
+def _by_kind(items: Iterable[Any]) -> dict[str, list[Any]]:
+    grouped: dict[str, list[Any]] = {}
+    for item in items:
+        grouped.setdefault(kind_name(item.kind), []).append(item)
+    return grouped
+
+
+def amount_of(amount: Amount, params: Any) -> Decimal | None:
+    """Evaluate an amount declaration (a field or a pure function) on typed parameters."""
+    value = getattr(params, amount) if isinstance(amount, str) else amount(params)
+    return decimal_of(value)
+
+
+def _check_pack(pack: PolicyPack, seen: dict[str, str]) -> None:
+    """Raise PackError naming the first problem of ``pack`` (and where it is)."""
+    if not pack.name or not pack.version:
+        raise PackError(f"pack {pack!r}: a pack needs a name and a version")
+    for kind in pack.kinds:
+        if not (isinstance(kind, type) and issubclass(kind, PolicyKind)):
+            raise PackError(f"pack {pack.name}: {kind!r} is not a PolicyKind subclass")
+        name = kind_name(kind)
+        if name in seen:
+            raise PackError(
+                f"policy kind {name!r} is defined by both pack {seen[name]!r}"
+                f" and pack {pack.name!r}"
+            )
+        if not kind.adapter:
+            raise PackError(
+                f"pack {pack.name}: policy kind {name!r} names no adapter to execute it"
+            )
+        seen[name] = pack.name
+    own = set(pack.kinds)
+
+    def fields_of(part: str, kind: Any) -> tuple[str, ...]:
+        if kind not in own:
+            raise PackError(
+                f"pack {pack.name}: {part} is about {_name(kind)}, not a kind of this pack"
+            )
+        return tuple(kind.__struct_fields__)
+
+    def need(part: str, kind: Any, names: Iterable[str], where: str = "") -> None:
+        fields = fields_of(part, kind)
+        for f in names:
+            if f not in fields:
+                at = f" ({where})" if where else ""
+                raise PackError(
+                    f"pack {pack.name}: {part}{at} names field {f!r},"
+                    f" which {_name(kind)} does not have (it has {', '.join(fields)})"
+                )
+
+    def pure(part: str, fn: Callable[..., Any]) -> None:
+        problem = impurity(fn)
+        if problem is not None:
+            raise PackError(f"pack {pack.name}: {part} is not deterministic: {problem}")
+
+    for r in pack.rules:
+        if not isinstance(r, Rule):
+            raise PackError(f"pack {pack.name}: {r!r} is not a Rule (declare it with @rule)")
+        where, _ = source_of(r.fn)
+        part = f"rule {r.name}"
+        need(part, r.kind, r.fields, where)
+        for f, line in attributes_read(r.fn):
+            need(part, r.kind, [f], f"{where.rsplit(':', 1)[0]}:{line}")
+        pure(part, r.fn)
+    for inv in pack.invariants:
+        if not isinstance(inv, Range | OneOf | StateMatch):
+            raise PackError(f"pack {pack.name}: {inv!r} is not an invariant")
+        need(f"invariant {inv.name}", inv.kind, [inv.field])
+        if isinstance(inv, StateMatch):
+            need(f"invariant {inv.name}", inv.kind, template_fields(inv.state_key))
+        if isinstance(inv, Range):
+            for bound in (inv.min, inv.max):
+                if bound is not None and decimal_of(bound) is None:
+                    raise PackError(f"pack {pack.name}: invariant {inv.name}: bad bound {bound!r}")
+    for c in pack.consumes:
+        part = f"resource {c.pool}"
+        need(part, c.kind, template_fields(c.pool))
+        if isinstance(c.amount, str):
+            need(part, c.kind, [c.amount])
+        else:
+            fields_of(part, c.kind)
+            pure(part, c.amount)
+    for t in pack.thresholds:
+        part = f"threshold of {_name(t.kind)}"
+        if t.above is not None:
+            if isinstance(t.amount, str):
+                need(part, t.kind, [t.amount])
+            else:
+                fields_of(part, t.kind)
+                pure(part, t.amount)
+            if decimal_of(t.above) is None:
+                raise PackError(f"pack {pack.name}: {part}: bad amount {t.above!r}")
+        else:
+            fields_of(part, t.kind)
+    for key, spec in pack.limits.items():
+        low, default, high = (decimal_of(v) for v in (spec.floor, spec.default, spec.ceiling))
+        if low is None or default is None or high is None or not low <= default <= high:
+            raise PackError(f"pack {pack.name}: limit {key!r} needs floor <= default <= ceiling")

@@ -21,6 +21,8 @@ from kernel.events import (
     Event,
     ExecutionSucceeded,
     Manifest,
+    ResourceReleased,
+    ResourceReserved,
     TriggerFired,
     digest,
 )
@@ -100,6 +102,10 @@ class Projections:
         # converged (a saga unwinding, or escalated with steps still in effect).
         self.unsettled: dict[str, set[str]] = {}
         self._committing: dict[str, FlowState] | None = None
+        self.reservations: dict[str, dict[str, int]] = {}
+        """What each open flow holds, by pool (semantic locks)."""
+        self.held: dict[str, int] = {}
+        """The total held of each pool."""
 
     def apply(self, events: Iterable[Event]) -> None:
         """Fold committed events, in seq order, into the state."""
@@ -126,6 +132,8 @@ class Projections:
                         seq=event.seq,
                         ts=event.ts,
                     )
+            elif isinstance(payload, ResourceReserved | ResourceReleased):
+                self._reserve(event.dfid or "", payload)
             elif isinstance(payload, AgentRegistered):
                 manifest = payload.manifest
                 previous = self.agents.get(manifest.agent_id)
@@ -167,6 +175,20 @@ class Projections:
         Those are flows DIRTY (a saga unwinding) or escalated after a failed compensation.
         """
         return sorted(self.unsettled.get(agent_id, ()))
+
+    def _reserve(self, dfid: str, payload: ResourceReserved | ResourceReleased) -> None:
+        holds = self.reservations.setdefault(dfid, {})
+        before = holds.pop(payload.pool, 0)
+        after = payload.amount if isinstance(payload, ResourceReserved) else 0
+        if after:
+            holds[payload.pool] = after
+        elif not holds:
+            del self.reservations[dfid]
+        total = self.held.get(payload.pool, 0) - before + after
+        if total:
+            self.held[payload.pool] = total
+        else:
+            self.held.pop(payload.pool, None)
 
     def guard(self) -> Callable[[Sequence[Event]], None]:
         """Return a check for one journal transaction: it refuses illegal flow transitions.
@@ -215,6 +237,7 @@ class Projections:
             "sessions": self.sessions,
             "state": self.state,
             "executions": self.executions,
+            "reservations": self.reservations,
         }
 
     def digest(self) -> str:

@@ -1,14 +1,42 @@
 """The trading pack: order kinds for position agents and mandates for strategists.
 
-Prices are decimal strings and quantities whole units: no floats reach a
-hashed or validated field.
+Prices are decimal strings and quantities whole units; notionals are integer
+minor units (cents): no floats reach a hashed or validated field.
+
+What it enforces on ``trading.place_order``, in the DIM's order:
+
+- resources: a buy holds its notional of the desk's cash pool ``cash:desk``
+  while its flow is open (a ``capacity.cash:desk`` fact resizes the pool);
+- invariants: allowed instruments, a sane quantity, a slippage setting of at
+  most 100 bps, and a limit price within 50 bps of the snapshot's
+  ``market.<symbol>.price``;
+- rules: the order's notional under the agent's ``max_order_notional`` and the
+  resulting position (``position.<symbol>`` in the state) under ``max_position``;
+- escalation: a notional above 25,000.00, or a confidence below 0.6, goes to a human.
 """
 
 from __future__ import annotations
 
+from decimal import ROUND_CEILING, Decimal
 from typing import ClassVar, Literal
 
-from kernel import PolicyKind, PolicyPack
+from kernel import (
+    ALLOW,
+    Consume,
+    LimitSpec,
+    OneOf,
+    PolicyKind,
+    PolicyPack,
+    Range,
+    RuleVerdict,
+    StateMatch,
+    Threshold,
+    View,
+    deny,
+    rule,
+)
+
+INSTRUMENTS = frozenset({"ACME", "GLOBEX", "INITECH"})
 
 
 class PlaceOrder(PolicyKind, tag="trading.place_order"):
@@ -35,9 +63,65 @@ class SetMandate(PolicyKind, tag="trading.set_mandate"):
     horizon_minutes: int = 60
 
 
+def notional_minor(order: PlaceOrder) -> int:
+    """The order's notional in cents, rounded up (a limit is never under-counted)."""
+    cents = Decimal(order.limit_price) * order.quantity * 100
+    return int(cents.to_integral_value(rounding=ROUND_CEILING))
+
+
+def cash_needed(order: PlaceOrder) -> int:
+    """What a buy holds of the cash pool; a sell holds none."""
+    return notional_minor(order) if order.side == "buy" else 0
+
+
+@rule(PlaceOrder, fields=("limit_price", "quantity"))
+def notional_limit(view: View) -> RuleVerdict:
+    """One order may not exceed the agent's ``max_order_notional`` (cents)."""
+    notional = notional_minor(view.params)
+    limit = int(view.limits["max_order_notional"])
+    if notional > limit:
+        return deny(
+            f"notional {notional} cents is above the limit of {limit}",
+            field="quantity",
+            limit=limit,
+        )
+    return ALLOW
+
+
+@rule(PlaceOrder, fields=("symbol", "side", "quantity"))
+def position_limit(view: View) -> RuleVerdict:
+    """The position after the order stays within ``max_position`` units either way."""
+    order = view.params
+    held = int(view.state.get(f"position.{order.symbol}", 0))
+    after = held + (order.quantity if order.side == "buy" else -order.quantity)
+    limit = int(view.limits["max_position"])
+    if abs(after) > limit:
+        return deny(
+            f"position in {order.symbol} would be {after}, beyond {limit}",
+            field="quantity",
+            limit=limit,
+        )
+    return ALLOW
+
+
 TRADING = PolicyPack(
     name="trading",
-    version="0.1.0",
+    version="0.2.0",
     kinds=(PlaceOrder, SetMandate),
     escalate_below_confidence=0.6,
+    invariants=(
+        OneOf(PlaceOrder, "symbol", INSTRUMENTS),
+        Range(PlaceOrder, "quantity", min=1, max=100_000),
+        Range(PlaceOrder, "max_slippage_bps", min=0, max=100),
+        StateMatch(PlaceOrder, "limit_price", "market.{symbol}.price", max_drift_bps=50),
+    ),
+    rules=(notional_limit, position_limit),
+    consumes=(Consume(PlaceOrder, "cash:desk", cash_needed),),
+    capacities={"cash:desk": 100_000_000},
+    thresholds=(Threshold(PlaceOrder, amount=notional_minor, above=2_500_000),),
+    limits={
+        "max_order_notional": LimitSpec(default=5_000_000, floor=0, ceiling=20_000_000),
+        "max_position": LimitSpec(default=10_000, floor=0, ceiling=50_000),
+    },
 )
+"""The shipped trading pack."""

@@ -60,6 +60,8 @@ SAMPLES = [
     ev.CompensationSucceeded(key="c", step=1, external_id="x"),
     ev.CompensationFailed(key="c", step=1, error="boom"),
     ev.FlowCompensated(steps=1),
+    ev.ResourceReserved(pool="cash:desk", amount=100),
+    ev.ResourceReleased(pool="cash:desk", amount=100, reason="CLOSED"),
 ]
 
 

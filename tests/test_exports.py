@@ -7,7 +7,19 @@ import kernel
 def test_kernel_exports():
     assert sorted(kernel.__all__) == sorted(
         [
+            "ALLOW",
             "TERMINAL",
+            "Consume",
+            "LimitSpec",
+            "OneOf",
+            "Range",
+            "Rule",
+            "RuleVerdict",
+            "StateMatch",
+            "Threshold",
+            "View",
+            "deny",
+            "rule",
             "Adapter",
             "AdapterError",
             "AgentStatus",

@@ -1,0 +1,347 @@
+"""The DIM's pipeline, layer by layer: each reason code, the order, determinism, fail closed."""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from kernel import AgentStatus, PolicyPack, ReasonCode
+from kernel.gate import LAYERS, Snapshot, judge
+from kernel.packs import PolicyCatalog
+from kernel.rules import ALLOW, RuleVerdict, View, rule
+from tests.gate_domain import NOW, SHOP, STATE, Buy, agent, proposal
+
+CATALOG = PolicyCatalog([SHOP])
+R = ReasonCode
+
+
+def snapshot(**changes: Any) -> Snapshot:
+    return Snapshot(**{"context_ref": "ref", "state": dict(STATE), **changes})
+
+
+def run(prop=None, who=None, snap=None, now=NOW, catalog=CATALOG, **kw):
+    return judge(prop or proposal(), who or agent(), catalog, now, snap or snapshot(), **kw)
+
+
+# (id, proposal changes, agent, snapshot changes, now) -> (layer, code, field, rule, limit)
+CASES = [
+    ("unknown-kind", {"kind": "shop.sell"}, {}, {}, NOW, ("schema", R.SCHEMA_INVALID, "kind")),
+    ("major-version", {"version": "2.0"}, {}, {}, NOW, ("schema", R.SCHEMA_INVALID, "version")),
+    (
+        "bad-param",
+        {"params": {"qty": "two"}},
+        {},
+        {},
+        NOW,
+        ("schema", R.SCHEMA_INVALID, "params.qty"),
+    ),
+    ("confidence", {"confidence": 1.5}, {}, {}, NOW, ("schema", R.SCHEMA_INVALID, "confidence")),
+    ("no-window", {"valid_until_ns": None}, {}, {}, NOW, ("schema", R.SCHEMA_INVALID)),
+    ("passive", {}, {"status": AgentStatus.PASSIVE}, {}, NOW, ("status", R.AGENT_PASSIVE)),
+    ("suspended", {}, {"status": AgentStatus.SUSPENDED}, {}, NOW, ("status", R.AGENT_SUSPENDED)),
+    ("retired", {}, {"status": AgentStatus.RETIRED}, {}, NOW, ("status", R.AGENT_RETIRED)),
+    ("capability", {}, {"capabilities": ()}, {}, NOW, ("authority", R.UNAUTHORIZED, "kind")),
+    (
+        "scope",
+        {},
+        {"limits": {"sku": ["B"]}},
+        {},
+        NOW,
+        ("authority", R.UNAUTHORIZED, "params.sku", "manifest.limits", "B"),
+    ),
+    (
+        "manifest-max",
+        {},
+        {"limits": {"qty": 1}},
+        {},
+        NOW,
+        ("authority", R.UNAUTHORIZED, "params.qty", "manifest.limits", "1"),
+    ),
+    ("expired", {}, {}, {}, 3_000, ("time", R.EXPIRED, "valid_until_ns")),
+    ("stale", {}, {}, {"context_ref": "other"}, NOW, ("state", R.STALE_CONTEXT, "context_ref")),
+    (
+        "capacity",
+        {"params": {"qty": 11}},
+        {},
+        {},
+        NOW,
+        ("resources", R.INSUFFICIENT_RESOURCES, "", "inventory:A", "10"),
+    ),
+    (
+        "capacity-fact",
+        {},
+        {},
+        {"capacities": {"inventory:A": 1}},
+        NOW,
+        ("resources", R.INSUFFICIENT_RESOURCES, "", "inventory:A", "1"),
+    ),
+    (
+        "contention",
+        {},
+        {},
+        {"held": {"inventory:A": 9}},
+        NOW,
+        ("resources", R.RESOURCE_CONTENTION, "", "inventory:A", "1"),
+    ),
+    (
+        "one-of",
+        {"params": {"sku": "D", "price": "1.00"}},
+        {},
+        {},
+        NOW,
+        ("rules", R.CONSTRAINT_VIOLATION, "params.sku", "one_of(sku)", "A,B,C"),
+    ),
+    (
+        "drift",
+        {"params": {"price": "10.10"}},
+        {},
+        {},
+        NOW,
+        ("rules", R.RISK_LIMIT_EXCEEDED, "params.price", "state_match(price)", "50 bps"),
+    ),
+    (
+        "no-reference",
+        {"params": {"sku": "C"}},
+        {},
+        {},
+        NOW,
+        ("rules", R.RISK_LIMIT_EXCEEDED, "params.price", "state_match(price)"),
+    ),
+    (
+        "rule",
+        {"params": {"qty": 10}},
+        {},
+        {},
+        NOW,
+        ("rules", R.RISK_LIMIT_EXCEEDED, "params.qty", "qty_cap", "9"),
+    ),
+    (
+        "manifest-cannot-raise",
+        {"params": {"qty": 10}},
+        {"limits": {"max_qty": 20}},
+        {},
+        NOW,
+        ("rules", R.RISK_LIMIT_EXCEEDED, "params.qty", "qty_cap", "9"),
+    ),
+    (
+        "low-confidence",
+        {"confidence": 0.4},
+        {},
+        {},
+        NOW,
+        ("escalation", R.LOW_CONFIDENCE, "confidence"),
+    ),
+    (
+        "threshold",
+        {"params": {"qty": 9}},
+        {},
+        {},
+        NOW,
+        ("escalation", R.APPROVAL_REQUIRED, "params.qty", "threshold shop.buy", "8"),
+    ),
+    (
+        "amended",
+        {"params": {"qty": 10}},
+        {},
+        {"amendments": {"max_qty": 12}},
+        NOW,
+        ("escalation", R.APPROVAL_REQUIRED, "params.qty"),
+    ),
+    # Ordering: a proposal failing several layers reports the first.
+    (
+        "schema-before-status",
+        {"params": {"qty": "two"}},
+        {"status": AgentStatus.PASSIVE},
+        {},
+        NOW,
+        ("schema", R.SCHEMA_INVALID),
+    ),
+    (
+        "authority-before-time-and-state",
+        {},
+        {"capabilities": ()},
+        {"context_ref": "other"},
+        3_000,
+        ("authority", R.UNAUTHORIZED),
+    ),
+    ("time-before-state", {}, {}, {"context_ref": "other"}, 3_000, ("time", R.EXPIRED)),
+    (
+        "state-before-resources",
+        {"params": {"qty": 11}},
+        {},
+        {"context_ref": "other"},
+        NOW,
+        ("state", R.STALE_CONTEXT),
+    ),
+    (
+        "resources-before-rules",
+        {"params": {"qty": 11, "price": "99"}},
+        {},
+        {},
+        NOW,
+        ("resources", R.INSUFFICIENT_RESOURCES),
+    ),
+    (
+        "rules-before-escalation",
+        {"params": {"qty": 10}, "confidence": 0.1},
+        {},
+        {},
+        NOW,
+        ("rules", R.RISK_LIMIT_EXCEEDED),
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("changes", "who", "snap", "now", "expected"),
+    [c[1:] for c in CASES],
+    ids=[c[0] for c in CASES],
+)
+def test_each_layer_and_reason_code(changes, who, snap, now, expected):
+    judgement = run(proposal(**changes), agent(**who), snapshot(**snap), now)
+    feedback = judgement.rejection or judgement.escalation
+    assert feedback is not None
+    got = (feedback.layer, feedback.reason_code, feedback.field, feedback.rule, feedback.limit)
+    assert got[: len(expected)] == expected
+    if feedback.layer == "escalation":
+        assert judgement.rejection is None and judgement.reserve  # escalated flows hold
+    if changes.get("kind") != "shop.sell":
+        assert judgement.pack == SHOP.hash
+
+
+def test_every_layer_is_covered_by_the_table():
+    layers = {c[5][0] for c in CASES}
+    assert layers == set(LAYERS) - {"memory"}
+
+
+def test_an_acceptable_proposal_is_accepted_and_reserves():
+    judgement = run()
+    assert judgement.rejection is None and judgement.escalation is None
+    assert dict(judgement.reserve) == {"inventory:A": 2}
+    assert judgement.pack == SHOP.hash
+
+
+def test_a_flow_does_not_contend_with_what_it_already_holds():
+    snap = snapshot(held={"inventory:A": 10}, own={"inventory:A": 8})
+    assert run(proposal(params={"qty": 2}), snap=snap).rejection is None
+
+
+def test_a_human_modification_skips_state_and_escalation():
+    judgement = run(
+        proposal(params={"qty": 9}, confidence=0.1),
+        snap=snapshot(context_ref="moved"),
+        by_human=True,
+    )
+    assert judgement.rejection is None and judgement.escalation is None
+
+
+def test_the_memory_hook_runs_after_the_rules():
+    from kernel.gate import reject
+
+    seen = []
+
+    def memory(prop, view):
+        seen.append(view.params)
+        return reject("memory", R.CONSTRAINT_VIOLATION, "remembered constraint", rule="no-A")
+
+    feedback = run(memory=memory).rejection
+    assert (feedback.layer, feedback.reason_code, feedback.rule) == (
+        "memory",
+        R.CONSTRAINT_VIOLATION,
+        "no-A",
+    )
+    assert run(proposal(params={"qty": 10}), memory=memory).rejection.layer == "rules"
+    assert len(seen) == 1
+
+
+# --- fail closed -----------------------------------------------------------------
+
+
+def _pack_with(r) -> PolicyCatalog:
+    return PolicyCatalog([PolicyPack(name="shop", version="1.0.0", kinds=(Buy,), rules=(r,))])
+
+
+@rule(Buy)
+def raises(view: View) -> RuleVerdict:
+    raise ZeroDivisionError("bug")
+
+
+@rule(Buy)
+def returns_none(view: View) -> RuleVerdict:
+    return None  # type: ignore[return-value]
+
+
+@rule(Buy)
+def denies_without_code(view: View) -> RuleVerdict:
+    return RuleVerdict(ok=False)
+
+
+@rule(Buy, budget_us=500)
+def slow(view: View) -> RuleVerdict:
+    return ALLOW
+
+
+@pytest.mark.parametrize(
+    ("r", "words"),
+    [
+        (raises, "raised ZeroDivisionError"),
+        (returns_none, "returned NoneType"),
+        (denies_without_code, "without a reason code"),
+    ],
+    ids=["raises", "returns-none", "no-code"],
+)
+def test_a_broken_rule_rejects_with_kernel_fault(r, words):
+    feedback = run(catalog=_pack_with(r)).rejection
+    assert feedback is not None
+    assert (feedback.layer, feedback.reason_code, feedback.rule) == (
+        "rules",
+        R.KERNEL_FAULT,
+        r.name,
+    )
+    assert words in feedback.detail
+
+
+def test_a_rule_over_its_budget_rejects_with_kernel_fault():
+    # A timer that moves 1 ms per reading: the rule "took" 1000 us, over its 500.
+    ticks = itertools.count()
+    feedback = run(catalog=_pack_with(slow), timer=lambda: next(ticks) / 1000).rejection
+    assert feedback is not None and feedback.reason_code is R.KERNEL_FAULT
+    assert feedback.rule == "slow" and "over its 500 us" in feedback.detail
+    assert run(catalog=_pack_with(slow), timer=lambda: 0.0).rejection is None
+
+
+# --- determinism -------------------------------------------------------------------
+
+proposals = st.builds(
+    lambda sku, qty, price, confidence, valid: proposal(
+        params={"sku": sku, "qty": qty, "price": price},
+        confidence=confidence,
+        valid_until_ns=valid,
+    ),
+    st.sampled_from(["A", "B", "C", "D"]),
+    st.one_of(st.integers(-5, 15), st.text(max_size=3)),
+    st.sampled_from(["10.00", "10.04", "10.10", "20.00", "x", "1e400"]),
+    st.floats(0, 1),
+    st.integers(0, 3_000),
+)
+snapshots = st.builds(
+    lambda held, ref, amend: snapshot(
+        held={"inventory:A": held}, context_ref=ref, amendments=amend
+    ),
+    st.integers(0, 10),
+    st.sampled_from(["ref", "old"]),
+    st.sampled_from([{}, {"max_qty": 12}]),
+)
+
+
+@given(prop=proposals, snap=snapshots, now=st.integers(0, 3_000))
+def test_the_same_inputs_give_the_same_verdict(prop, snap, now):
+    # The rule budget is the one reading of real time (a fault check): held still here.
+    first = run(prop, snap=snap, now=now, timer=lambda: 0.0)
+    again = judge(prop, agent(), PolicyCatalog([SHOP]), now, snap, timer=lambda: 0.0)
+    assert first == again
+    assert (first.rejection is None) or first.rejection.reason_code in set(ReasonCode)

@@ -1,0 +1,180 @@
+"""Pack validation: each kind of broken pack is refused, naming the problem and the line."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import inspect
+import os
+import random
+import time
+import uuid
+from random import random as rand
+
+import pytest
+
+from kernel import PackError, PolicyPack, open_kernel
+from kernel.packs import Consume, LimitSpec, PolicyCatalog, Threshold
+from kernel.rules import ALLOW, OneOf, Range, RuleVerdict, StateMatch, View, deny, rule
+from policies.booking import BOOKING
+from policies.trading import TRADING
+from tests.gate_domain import SHOP, Buy, qty_cap
+
+HERE = __file__
+
+
+def pack(**parts) -> PolicyPack:
+    return PolicyPack(name="broken", version="1.0.0", kinds=parts.pop("kinds", (Buy,)), **parts)
+
+
+@rule(Buy, fields=("weight",))
+def declares_missing(view: View) -> RuleVerdict:
+    return ALLOW
+
+
+@rule(Buy)
+def reads_missing(view: View) -> RuleVerdict:
+    if view.params.colour == "red":
+        return ALLOW
+    return ALLOW
+
+
+@rule(Buy)
+def reads_missing_via_alias(view: View) -> RuleVerdict:
+    order = view.params
+    return ALLOW if order.size else deny("no")
+
+
+@rule(Buy)
+def reads_the_clock(view: View) -> RuleVerdict:
+    return ALLOW if time.time() > 0 else deny("no")
+
+
+@rule(Buy)
+def reads_datetime(view: View) -> RuleVerdict:
+    return ALLOW if datetime.datetime.now() else deny("no")
+
+
+@rule(Buy)
+def draws_random(view: View) -> RuleVerdict:
+    return ALLOW if random.random() < 2 else deny("no")
+
+
+@rule(Buy)
+def draws_imported_random(view: View) -> RuleVerdict:
+    return ALLOW if rand() < 2 else deny("no")
+
+
+@rule(Buy)
+def mints_uuid(view: View) -> RuleVerdict:
+    return ALLOW if uuid.uuid4() else deny("no")
+
+
+@rule(Buy)
+def reads_urandom(view: View) -> RuleVerdict:
+    return ALLOW if os.urandom(1) else deny("no")
+
+
+def _line_of(fn, text: str) -> int:
+    lines, first = inspect.getsourcelines(fn.fn)
+    return first + next(i for i, line in enumerate(lines) if text in line)
+
+
+@pytest.mark.parametrize(
+    ("parts", "words"),
+    [
+        ({"rules": (declares_missing,)}, ["rule declares_missing", "'weight'", "does not have"]),
+        ({"rules": (reads_missing,)}, ["rule reads_missing", "'colour'", HERE]),
+        ({"rules": (reads_missing_via_alias,)}, ["'size'"]),
+        ({"kinds": (Buy, Buy)}, ["'shop.buy'", "defined by both"]),
+        ({"invariants": (Range(Buy, "weight", max=3),)}, ["range(weight)", "'weight'"]),
+        ({"invariants": (OneOf(Buy, "colour", frozenset()),)}, ["one_of(colour)"]),
+        (
+            {"invariants": (StateMatch(Buy, "price", "shop.{colour}.price", 50),)},
+            ["state_match(price)", "'colour'"],
+        ),
+        ({"invariants": (Range(Buy, "qty", max="lots"),)}, ["bad bound"]),
+        ({"consumes": (Consume(Buy, "inventory:{sku}", "weight"),)}, ["resource", "'weight'"]),
+        ({"consumes": (Consume(Buy, "bin:{colour}", "qty"),)}, ["'colour'"]),
+        ({"thresholds": (Threshold(Buy, amount="weight", above=3),)}, ["threshold", "'weight'"]),
+        ({"limits": {"max_qty": LimitSpec(default=30, floor=0, ceiling=20)}}, ["floor <= default"]),
+        ({"rules": (qty_cap.fn,)}, ["is not a Rule"]),
+    ],
+    ids=[
+        "declared-field",
+        "read-field",
+        "aliased-field",
+        "duplicate-kind",
+        "range-path",
+        "one-of-path",
+        "state-match-template",
+        "range-bound",
+        "consume-amount",
+        "consume-pool",
+        "threshold-amount",
+        "limit-order",
+        "bare-function",
+    ],
+)
+def test_a_broken_pack_is_refused_naming_the_problem(parts, words):
+    with pytest.raises(PackError) as refused:
+        PolicyCatalog([pack(**parts)])
+    for word in words:
+        assert word in str(refused.value)
+
+
+@pytest.mark.parametrize(
+    ("r", "call"),
+    [
+        (reads_the_clock, "time.time"),
+        (reads_datetime, "datetime.datetime.now"),
+        (draws_random, "random.random"),
+        (draws_imported_random, "rand"),
+        (mints_uuid, "uuid.uuid4"),
+        (reads_urandom, "os.urandom"),
+    ],
+    ids=["time", "datetime", "random", "imported-random", "uuid", "urandom"],
+)
+def test_a_non_deterministic_rule_is_refused_with_its_line(r, call):
+    with pytest.raises(PackError) as refused:
+        PolicyCatalog([pack(rules=(r,))])
+    message = str(refused.value)
+    assert "not deterministic" in message and f"calls {call}()" in message
+    assert f"{HERE}:{_line_of(r, call + '(')}" in message
+
+
+def test_a_kind_in_two_packs_is_refused():
+    with pytest.raises(PackError, match="defined by both"):
+        PolicyCatalog([SHOP, PolicyPack(name="other", version="1.0.0", kinds=(Buy,))])
+
+
+def test_a_rule_about_a_kind_of_another_pack_is_refused():
+    from policies.trading import PlaceOrder
+
+    @rule(PlaceOrder)
+    def elsewhere(view: View) -> RuleVerdict:
+        return ALLOW
+
+    with pytest.raises(PackError, match="not a kind of this pack"):
+        PolicyCatalog([pack(rules=(elsewhere,))])
+
+
+async def test_the_kernel_refuses_to_start_on_a_broken_pack(tmp_path):
+    with pytest.raises(PackError, match="'colour'"):
+        async with open_kernel(
+            tmp_path / "j.db", packs=[pack(rules=(reads_missing,))], adapters={}, allow=[]
+        ):
+            pass
+    assert not (tmp_path / "j.db").exists()
+
+
+def test_the_shipped_packs_load_and_their_hash_covers_the_rules():
+    catalog = PolicyCatalog([TRADING, BOOKING, SHOP])
+    assert len({p.hash for p in catalog.packs}) == 3
+
+    @rule(Buy, fields=("qty",))
+    def qty_cap(view: View) -> RuleVerdict:  # same name, different body
+        return ALLOW
+
+    changed = dataclasses.replace(SHOP, rules=(qty_cap,))
+    assert changed.hash != SHOP.hash
