@@ -12,6 +12,7 @@ Lifecycle::
     ESCALATED -> ACCEPTED (override) | VALIDATING (a modification, judged again) | ABORTED
     ACCEPTED -> EXECUTING -> CLOSED | ABORTED | DIRTY
     DIRTY -> COMPENSATED | ESCALATED
+    ACTIVE -> ESCALATED (the agent fell silent); EXECUTING -> ESCALATED (operational failure)
 """
 
 from __future__ import annotations
@@ -23,7 +24,9 @@ from typing import Any
 import msgspec
 
 from kernel.events import (
+    ApprovalExpired,
     ContextCompiled,
+    DecisionRefused,
     DuplicateSuppressed,
     Event,
     ExecutionFailed,
@@ -72,8 +75,10 @@ _TRANSITIONS: dict[type[Payload], tuple[frozenset[FlowStatus], FlowStatus | None
     ProposalSubmitted: (frozenset((S.ACTIVE, S.VALIDATING)), S.VALIDATING),
     ProposalRejected: (frozenset((S.VALIDATING,)), S.ACTIVE),
     ProposalAccepted: (frozenset((S.VALIDATING, S.ESCALATED)), S.ACCEPTED),
-    FlowEscalated: (frozenset((S.VALIDATING, S.DIRTY)), S.ESCALATED),
+    FlowEscalated: (frozenset((S.VALIDATING, S.DIRTY, S.ACTIVE, S.EXECUTING)), S.ESCALATED),
     HumanDecided: (frozenset((S.ESCALATED,)), None),
+    ApprovalExpired: (frozenset((S.ESCALATED,)), None),
+    DecisionRefused: (frozenset(S), None),
     ExecutionStarted: (frozenset((S.ACCEPTED, S.EXECUTING)), S.EXECUTING),
     ExecutionSucceeded: (frozenset((S.EXECUTING,)), None),
     ExecutionFailed: (frozenset((S.EXECUTING,)), None),

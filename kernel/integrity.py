@@ -24,13 +24,13 @@ from typing import Any
 import msgspec
 
 from kernel.actors import Mailbox, Outbox, Reply
+from kernel.approvals import escalation, policy_trigger
 from kernel.context import Compile, context_ref
 from kernel.contracts import Outcome, Verdict, field_of
 from kernel.events import (
     DuplicateSuppressed,
     Feedback,
     FlowAborted,
-    FlowEscalated,
     ProposalAccepted,
     ProposalRecord,
     ProposalRejected,
@@ -38,7 +38,7 @@ from kernel.events import (
     SubmissionRefused,
 )
 from kernel.flow import FlowState, FlowStatus
-from kernel.packs import PolicyCatalog
+from kernel.packs import NeedsHuman, PolicyCatalog
 from kernel.ports import Clock
 from kernel.projection import AgentStatus, AgentView, Projections
 from kernel.reasons import ReasonCode
@@ -231,18 +231,27 @@ class IntegrityModule:
             self._rejected(msg, agent, attempt, feedback, submitted, out)
             return
         pack = self._catalog.pack_of[msg.proposal.kind]
+        trigger: NeedsHuman | None = None
         if not msg.by_human and msg.proposal.confidence < pack.escalate_below_confidence:
             detail = (
                 f"confidence {msg.proposal.confidence:g} is below the threshold"
                 f" {pack.escalate_below_confidence:g} of pack {pack.name}"
             )
+            trigger = NeedsHuman(reason_code=ReasonCode.LOW_CONFIDENCE, detail=detail)
+        elif not msg.by_human:
+            # The kind's own rule: authority threshold, ambiguity (kernel/approvals.py).
+            trigger = policy_trigger(msg.proposal, self._catalog)
+        if trigger is not None:
             out.emit(
-                FlowEscalated(reason_code=ReasonCode.LOW_CONFIDENCE, detail=detail),
+                escalation(
+                    msg.dfid, msg.proposal, self._catalog, trigger.reason_code, trigger.detail
+                ),
                 dfid=msg.dfid,
                 after=submitted,
             )
             out.send(self._escalation, Escalate(dfid=msg.dfid))
-            feedback = reject("escalation", ReasonCode.LOW_CONFIDENCE, detail, "confidence")
+            field = "confidence" if trigger.reason_code is ReasonCode.LOW_CONFIDENCE else ""
+            feedback = reject("escalation", trigger.reason_code, trigger.detail, field)
             out.reply(
                 msg.reply,
                 Verdict(

@@ -12,12 +12,30 @@ import hashlib
 import inspect
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from enum import StrEnum
 from functools import cached_property
 from typing import Any, ClassVar
 
 import msgspec
 
 from kernel.events import PackRef, canonical
+from kernel.reasons import ReasonCode
+
+
+class Impact(StrEnum):
+    """How much an escalated action can hurt: declared by the pack, never by the agent."""
+
+    LOW_IMPACT = "LOW_IMPACT"
+    """Reversible or informational: approving it takes one decision."""
+    HIGH_IMPACT = "HIGH_IMPACT"
+    """Financial or irreversible: approving it takes typing the action's short hash."""
+
+
+class NeedsHuman(msgspec.Struct, frozen=True, kw_only=True):
+    """What a policy kind's rule says when an otherwise valid proposal needs a human."""
+
+    reason_code: ReasonCode
+    detail: str
 
 
 class PolicyKind(
@@ -30,6 +48,17 @@ class PolicyKind(
 
     version: ClassVar[str] = "1.0"
     adapter: ClassVar[str] = ""
+    impact: ClassVar[Impact] = Impact.HIGH_IMPACT
+    """Fail closed: a kind that declares nothing is HIGH_IMPACT."""
+
+    def needs_human(self) -> NeedsHuman | None:
+        """Return why this (valid) action needs a human, or None: the pack's escalation rule.
+
+        Override it for an authority threshold (e.g. RISK_LIMIT_EXCEEDED above a
+        notional limit) or to report ambiguity (AMBIGUOUS). It must be pure: the
+        DIM calls it with nothing but the parameters.
+        """
+        return None
 
 
 def kind_name(kind: type[PolicyKind]) -> str:
@@ -75,6 +104,7 @@ class PolicyPack:
                 kind_name(k): {
                     "version": k.version,
                     "adapter": k.adapter,
+                    "impact": str(k.impact),
                     "schema": msgspec.json.schema(k),
                     "source": _source(k),
                 }
@@ -115,6 +145,11 @@ class PolicyCatalog:
                     raise PackError(
                         f"policy kind {name!r} is defined by both pack {seen[name]!r}"
                         f" and pack {pack.name!r}"
+                    )
+                if kind.impact not in tuple(Impact):
+                    raise PackError(
+                        f"pack {pack.name}: policy kind {name!r} declares an unknown impact"
+                        f" {kind.impact!r}"
                     )
                 if not kind.adapter:
                     raise PackError(

@@ -14,13 +14,17 @@ from typing import Any
 
 import msgspec
 
-from kernel import flow
+from kernel import approvals, flow
+from kernel.approvals import APPROVAL_EVENTS, Approval
 from kernel.events import (
     AgentRegistered,
     AgentStatusChanged,
+    DecisionRefused,
     Draft,
     Event,
     ExecutionSucceeded,
+    FlowEscalated,
+    HumanDecided,
     Manifest,
     TriggerFired,
     digest,
@@ -38,6 +42,12 @@ MOVING = frozenset(
     }
 )
 """Statuses in which a flow moves on without a human."""
+
+HISTORY = 256
+"""Escalations kept per agent for its budget; older ones no longer matter to any bucket."""
+
+# Operational failures are the adapters' doing, not the agent's: they spend no budget.
+_UNCHARGED = frozenset({"EXECUTION_FAILED"})
 
 
 class AgentStatus(StrEnum):
@@ -95,6 +105,11 @@ class Projections:
         self.state: dict[str, Fact] = {}
         self.executions: dict[str, ExecutionRecord] = {}
         self.moving: set[str] = set()
+        self.approvals: dict[str, Approval] = {}
+        # Per agent: (dfid, ts) of its escalations since its budget was last filled.
+        self.escalations: dict[str, list[tuple[str, int]]] = {}
+        # Operator inbox rows already taken, and the seq of the event that took each.
+        self.inbox_taken: dict[int, int] = {}
 
     def apply(self, events: Iterable[Event]) -> None:
         """Fold committed events, in seq order, into the state."""
@@ -107,6 +122,12 @@ class Projections:
                     self.moving.add(dfid)
                 else:
                     self.moving.discard(dfid)
+                if type(payload) in APPROVAL_EVENTS:
+                    approvals.apply(self.approvals, event)
+                    if isinstance(payload, FlowEscalated) and payload.reason_code not in _UNCHARGED:
+                        history = self.escalations.setdefault(state.agent_id, [])
+                        history.append((dfid, event.ts))
+                        del history[:-HISTORY]
                 if isinstance(payload, ExecutionSucceeded):
                     self.executions[payload.key] = ExecutionRecord(
                         dfid=dfid,
@@ -141,6 +162,11 @@ class Projections:
                     self.agents[agent.manifest.agent_id] = msgspec.structs.replace(
                         agent, status=AgentStatus(payload.status)
                     )
+                    if payload.status == AgentStatus.ACTIVE:
+                        # Restored by an operator: a full escalation budget again.
+                        self.escalations.pop(agent.manifest.agent_id, None)
+            if isinstance(payload, HumanDecided | DecisionRefused) and payload.inbox_id is not None:
+                self.inbox_taken.setdefault(payload.inbox_id, event.seq)
             self.last_seq = event.seq
 
     def guard(self) -> Callable[[Sequence[Draft]], None]:
@@ -195,6 +221,9 @@ class Projections:
             "sessions": self.sessions,
             "state": self.state,
             "executions": self.executions,
+            "approvals": self.approvals,
+            "escalations": self.escalations,
+            "inbox_taken": sorted(self.inbox_taken.items()),
         }
 
     def digest(self) -> str:
