@@ -7,6 +7,7 @@ hash-chained journal.
 """
 
 from kernel.actors import MailboxClosed, RestartIntensityExceeded
+from kernel.approvals import Approval, ApprovalStatus, EscalationBudget
 from kernel.contracts import (
     HandshakeRefused,
     Outcome,
@@ -16,7 +17,7 @@ from kernel.contracts import (
     Verdict,
     WorkingContext,
 )
-from kernel.escalation import Decision
+from kernel.escalation import Decision, EscalateOperational, EscalationPolicy
 from kernel.events import Event, ExecutionIntent, Manifest
 from kernel.execution import Adapter, AdapterError, Receipt, idempotency_key
 from kernel.flow import TERMINAL, FlowState, FlowStatus, IllegalTransition
@@ -27,7 +28,7 @@ from kernel.journal import (
     verify_journal,
 )
 from kernel.kernel import Kernel, KernelFault, KernelShutdown, open_kernel
-from kernel.packs import PackError, PolicyKind, PolicyPack
+from kernel.packs import Impact, NeedsHuman, PackError, PolicyKind, PolicyPack
 from kernel.ports import Clock, IdSource, ManualClock, RandomIds, SeededIds, SystemClock
 from kernel.projection import AgentStatus, Projections, fold
 from kernel.reasons import ReasonCode
@@ -37,8 +38,13 @@ __all__ = [
     "Adapter",
     "AdapterError",
     "AgentStatus",
+    "Approval",
+    "ApprovalStatus",
     "Clock",
     "Decision",
+    "EscalateOperational",
+    "EscalationBudget",
+    "EscalationPolicy",
     "Event",
     "ExecutionIntent",
     "FlowState",
@@ -46,6 +52,7 @@ __all__ = [
     "HandshakeRefused",
     "IdSource",
     "IllegalTransition",
+    "Impact",
     "JournalError",
     "JournalFaults",
     "Kernel",
@@ -54,6 +61,7 @@ __all__ = [
     "MailboxClosed",
     "Manifest",
     "ManualClock",
+    "NeedsHuman",
     "Outcome",
     "PackError",
     "PolicyKind",

@@ -172,14 +172,14 @@ APPROVAL_EVENTS = frozenset({FlowEscalated, HumanDecided, ApprovalExpired, Execu
 """The event types :func:`apply` reacts to."""
 
 
-class Bucket(msgspec.Struct, frozen=True, kw_only=True):
+class EscalationBudget(msgspec.Struct, frozen=True, kw_only=True):
     """An escalation budget: ``capacity`` escalations, refilled evenly over ``period_s``."""
 
     capacity: int = 3
     period_s: float = 3600.0
 
 
-def over_budget(history: list[tuple[str, int]], bucket: Bucket) -> set[str]:
+def over_budget(history: list[tuple[str, int]], bucket: EscalationBudget) -> set[str]:
     """Return the DFIDs whose escalation found the bucket empty.
 
     ``history`` holds (dfid, ts) of one agent's escalations since its bucket was

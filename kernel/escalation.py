@@ -29,7 +29,7 @@ from kernel.approvals import (
     REJECT_WORDS,
     Approval,
     ApprovalStatus,
-    Bucket,
+    EscalationBudget,
     escalation,
     over_budget,
 )
@@ -78,7 +78,7 @@ class EscalationPolicy(msgspec.Struct, frozen=True, kw_only=True):
     """
 
     approval_ttl_s: float | None = 3600.0
-    budget: Bucket | None = Bucket()
+    budget: EscalationBudget | None = EscalationBudget()
     silence_s: float | None = None
 
 
