@@ -195,8 +195,9 @@ class EscalationManager:
         now = self._clock.now_ns()
         ttl = self._policy.approval_ttl_s
         if ttl is not None:
-            for approval in list(self._projections.approvals.values()):
-                if approval.status is not ApprovalStatus.PENDING:
+            for dfid in sorted(self._projections.waiting):
+                approval = self._projections.approvals.get(dfid)
+                if approval is None or approval.status is not ApprovalStatus.PENDING:
                     continue
                 flow = out.flow(approval.dfid)
                 if flow is not None and flow.status is FlowStatus.ESCALATED:

@@ -106,6 +106,8 @@ class Projections:
         self.executions: dict[str, ExecutionRecord] = {}
         self.moving: set[str] = set()
         self.approvals: dict[str, Approval] = {}
+        self.waiting: set[str] = set()
+        """Flows waiting for a human (ESCALATED)."""
         # Per agent: (dfid, ts) of its escalations since its budget was last filled.
         self.escalations: dict[str, list[tuple[str, int]]] = {}
         # Operator inbox rows already taken, and the seq of the event that took each.
@@ -120,8 +122,13 @@ class Projections:
                 state = self.flows[dfid] = flow.apply(self.flows.get(dfid), event)
                 if state.status in MOVING:
                     self.moving.add(dfid)
+                    self.waiting.discard(dfid)
                 else:
                     self.moving.discard(dfid)
+                    if state.status is FlowStatus.ESCALATED:
+                        self.waiting.add(dfid)
+                    else:
+                        self.waiting.discard(dfid)
                 if type(payload) in APPROVAL_EVENTS:
                     approvals.apply(self.approvals, event)
                     if isinstance(payload, FlowEscalated) and payload.reason_code not in _UNCHARGED:

@@ -28,10 +28,12 @@ from kernel import (
     PolicyPack,
     ReasonCode,
     SeededIds,
+    open_journal,
     open_kernel,
 )
 from kernel.approvals import EscalationBudget as Budget
 from kernel.approvals import over_budget
+from kernel.events import Draft, HumanDecided, ProposalAccepted
 from kernel.telemetry import Telemetry
 from tests.helpers import PACK, Bank, ScriptedAgent, transfer, types_of
 
@@ -419,3 +421,46 @@ async def test_the_escalation_span_shows_how_long_the_flow_waited(tmp_path):
     assert span.attributes["dir.wait_ms"] == 90_000
     assert span.attributes["dir.impact"] == "HIGH_IMPACT"
     assert span.attributes["dir.decision"] == "approve"
+
+
+async def test_a_decision_recorded_just_before_a_crash_executes_once_after_restart(tmp_path):
+    path = tmp_path / "j.db"
+    async with gov_kernel(path, inbox_poll_s=None) as kernel:
+        await kernel.register(agent([transfer(confidence=0.2)]))
+        [dfid] = await kernel.trigger("bank.invoice")
+        flow = await kernel.wait_flow(dfid)
+        approval = kernel.projections.approvals[dfid]
+    # What the escalation manager commits for an approval, written as if the kernel
+    # died right after that commit, before the engine got the flow.
+    async with open_journal(path) as journal:
+        decided, _ = await journal.append(
+            [
+                Draft(
+                    payload=HumanDecided(
+                        decision="approve",
+                        operator="ana",
+                        reason="ok",
+                        action_hash=approval.action_hash,
+                        inbox_id=1,
+                    ),
+                    dfid=dfid,
+                    agent_id=flow.agent_id,
+                ),
+                Draft(
+                    payload=ProposalAccepted(attempt=1, by_human=True),
+                    dfid=dfid,
+                    agent_id=flow.agent_id,
+                    caused_by=-1,
+                ),
+            ]
+        )
+    bank = Bank()
+    async with gov_kernel(path, bank=bank, inbox_poll_s=None) as kernel:
+        assert (await kernel.wait_flow(dfid)).status is FlowStatus.CLOSED
+        assert len(bank.calls) == 1
+        assert kernel.projections.inbox_taken == {1: decided.seq}
+        again = await kernel.decide(dfid, "approve", operator="ana", reason="ok")
+        assert again.outcome is Outcome.REFUSED
+    async with gov_kernel(path, bank=bank, inbox_poll_s=None) as kernel:
+        assert len(bank.calls) == 1
+        assert (await types_of(kernel, dfid)).count("ExecutionStarted") == 1
