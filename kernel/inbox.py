@@ -16,6 +16,7 @@ import logging
 import sqlite3
 from collections.abc import Awaitable, Callable, Mapping
 from contextlib import closing
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -51,6 +52,17 @@ def connect(path: str) -> sqlite3.Connection:
     )
     conn.executescript(INBOX_SCHEMA)
     return conn
+
+
+def queued_dfids(path: str) -> set[str]:
+    """Return the DFIDs with a decision the kernel has not taken yet (reads only)."""
+    uri = Path(path).absolute().as_uri() + "?mode=ro"
+    with closing(sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT_S)) as conn:
+        try:
+            rows = conn.execute("SELECT dfid FROM operator_inbox WHERE taken_seq IS NULL")
+        except sqlite3.OperationalError:
+            return set()  # a journal no kernel of this version opened yet: no inbox
+        return {dfid for (dfid,) in rows}
 
 
 def post(path: str, dfid: str, decision: Mapping[str, Any], now_ns: int) -> int:

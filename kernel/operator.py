@@ -23,7 +23,7 @@ from kernel import events as ev
 from kernel.approvals import Approval, ApprovalStatus
 from kernel.events import Event
 from kernel.flow import FlowState, FlowStatus
-from kernel.inbox import connect, post, read_rows
+from kernel.inbox import post, queued_dfids
 from kernel.journal import open_journal
 from kernel.packs import Impact
 from kernel.projection import Projections
@@ -110,15 +110,9 @@ def _pending(projections: Projections) -> list[tuple[FlowState, Approval]]:
     return sorted(rows, key=lambda row: row[1].escalated_ts)
 
 
-def _queued(db: str) -> set[str]:
-    """DFIDs with a decision in the inbox that the kernel has not taken yet."""
-    with closing(connect(db)) as conn:
-        return {row.dfid for row in read_rows(conn)}
-
-
 async def _escalations(args: argparse.Namespace) -> int:
     projections = await _fold(args.db)
-    queued = _queued(args.db)
+    queued = queued_dfids(args.db)
     rows = [
         {
             "dfid": flow.dfid,
@@ -241,7 +235,7 @@ async def _decide(args: argparse.Namespace) -> int:
         return _error(
             "FLOW_NOT_ACTIVE", f"flow {args.dfid} is {flow.status}, not waiting for a human"
         )
-    if args.dfid in _queued(args.db):
+    if args.dfid in queued_dfids(args.db):
         return _error(
             "DECISION_QUEUED", f"a decision on {args.dfid} already waits for the kernel to apply it"
         )

@@ -48,6 +48,8 @@ HISTORY = 256
 
 # Operational failures are the adapters' doing, not the agent's: they spend no budget.
 _UNCHARGED = frozenset({"EXECUTION_FAILED"})
+# Events that may take an operator inbox row.
+_INBOX_EVENTS = frozenset({HumanDecided, DecisionRefused})
 
 
 class AgentStatus(StrEnum):
@@ -172,8 +174,10 @@ class Projections:
                     if payload.status == AgentStatus.ACTIVE:
                         # Restored by an operator: a full escalation budget again.
                         self.escalations.pop(agent.manifest.agent_id, None)
-            if isinstance(payload, HumanDecided | DecisionRefused) and payload.inbox_id is not None:
-                self.inbox_taken.setdefault(payload.inbox_id, event.seq)
+            if type(payload) in _INBOX_EVENTS:
+                inbox_id = payload.inbox_id  # type: ignore[union-attr]
+                if inbox_id is not None:
+                    self.inbox_taken.setdefault(inbox_id, event.seq)
             self.last_seq = event.seq
 
     def guard(self) -> Callable[[Sequence[Draft]], None]:

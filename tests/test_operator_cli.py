@@ -10,8 +10,11 @@ from collections.abc import Iterator
 from contextlib import closing, contextmanager
 from pathlib import Path
 
+import anyio
+import pytest
+
 from kernel.inbox import post
-from tests.test_cli import COMMAND_TIMEOUT_S, dirk, one_error_line
+from tests.test_cli import COMMAND_TIMEOUT_S, Recorded, dirk, one_error_line, record
 
 ROOT = Path(__file__).resolve().parent.parent
 WAIT = "30"  # dirk decide --wait: how long the CLI itself waits for the kernel
@@ -195,3 +198,33 @@ def test_a_decision_is_applied_once_across_restarts_and_repeats(tmp_path: Path) 
         taken = [seq for (seq,) in conn.execute("SELECT taken_seq FROM operator_inbox")]
     assert len(taken) == 2 and all(isinstance(seq, int) and seq > 0 for seq in taken)
     assert dirk("verify", "--db", db).returncode == 0
+
+
+@pytest.fixture(scope="module")
+def journal(tmp_path_factory: pytest.TempPathFactory) -> Recorded:
+    return anyio.run(record, tmp_path_factory.mktemp("journal") / "j.db")
+
+
+def test_review_of_a_decided_flow_and_bad_decisions(journal: Recorded) -> None:
+    review = dirk("review", journal.aborted, "--db", journal.path)
+    assert review.returncode == 0, review.stderr
+    assert "approval REJECTED" in review.stdout and "decided by ana: 'looks wrong'" in review.stdout
+    assert "To decide" not in review.stdout
+
+    unknown = dirk("review", "no-such-flow", "--db", journal.path)
+    assert (unknown.returncode, one_error_line(unknown)) == (1, "UNKNOWN_FLOW")
+    who = ("--operator", "ana", "--reason", "r")
+    late = dirk("decide", journal.aborted, "--reject", *who, "--db", journal.path)
+    assert (late.returncode, one_error_line(late)) == (1, "FLOW_NOT_ACTIVE")
+    empty = dirk("escalations", "--db", journal.path)
+    assert empty.returncode == 0 and "0 pending escalations" in empty.stdout
+
+
+def test_a_modification_must_be_a_json_object(tmp_path: Path) -> None:
+    db = tmp_path / "j.db"
+    with running_kernel(db, "--flows", "1") as (_, dfids):
+        who = ("--operator", "ana", "--reason", "r")
+        for bad in ("{not json", "[1, 2]"):
+            result = dirk("decide", dfids[0], "--modify", bad, *who, "--db", db)
+            assert (result.returncode, one_error_line(result)) == (2, "SCHEMA_INVALID")
+        assert set(escalations(db)) == set(dfids)
