@@ -28,6 +28,8 @@ import anyio.lowlevel
 
 from agents_sdk import Agent, Manifest, Proposal, WorkingContext
 from kernel import (
+    EscalationBudget,
+    EscalationPolicy,
     ExecutionIntent,
     FlowStatus,
     Kernel,
@@ -153,6 +155,9 @@ async def run(seed: int, db: Path, flows: int, progress: bool = True) -> dict[st
         adapters={"broker": broker, "ledger": Ledger()},
         allow=["strategist", "pm-1", "pm-2"],
         ids=SeededIds(seed),
+        # The simulation compresses a trading day into seconds: a budget sized for
+        # real hours (3 an hour) would demote the whole desk in the first minute.
+        escalation=EscalationPolicy(budget=EscalationBudget(capacity=100, period_s=3600)),
     ) as kernel:
         await kernel.register(Strategist(seed))
         for name in ("pm-1", "pm-2"):

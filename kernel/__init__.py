@@ -8,6 +8,7 @@ hash-chained journal.
 
 from kernel.actors import MailboxClosed, RestartIntensityExceeded
 from kernel.adapters import Quote, RetryPolicy, SagaStep
+from kernel.approvals import Approval, ApprovalStatus, EscalationBudget
 from kernel.contracts import (
     HandshakeRefused,
     Outcome,
@@ -17,7 +18,7 @@ from kernel.contracts import (
     Verdict,
     WorkingContext,
 )
-from kernel.escalation import Decision
+from kernel.escalation import Decision, EscalateOperational, EscalationPolicy
 from kernel.events import Event, ExecutionIntent, Manifest
 from kernel.execution import Adapter, AdapterError, Receipt, idempotency_key
 from kernel.flow import TERMINAL, FlowState, FlowStatus, IllegalTransition
@@ -28,7 +29,16 @@ from kernel.journal import (
     verify_journal,
 )
 from kernel.kernel import Kernel, KernelFault, KernelShutdown, open_kernel
-from kernel.packs import Consume, LimitSpec, PackError, PolicyKind, PolicyPack, Threshold
+from kernel.packs import (
+    Consume,
+    Impact,
+    LimitSpec,
+    NeedsHuman,
+    PackError,
+    PolicyKind,
+    PolicyPack,
+    Threshold,
+)
 from kernel.ports import Clock, IdSource, ManualClock, RandomIds, SeededIds, SystemClock
 from kernel.projection import AgentStatus, Projections, fold
 from kernel.reasons import ReasonCode
@@ -40,9 +50,14 @@ __all__ = [
     "Adapter",
     "AdapterError",
     "AgentStatus",
+    "Approval",
+    "ApprovalStatus",
     "Clock",
     "Consume",
     "Decision",
+    "EscalateOperational",
+    "EscalationBudget",
+    "EscalationPolicy",
     "Event",
     "ExecutionIntent",
     "FlowState",
@@ -50,6 +65,7 @@ __all__ = [
     "HandshakeRefused",
     "IdSource",
     "IllegalTransition",
+    "Impact",
     "JournalError",
     "JournalFaults",
     "Kernel",
@@ -59,6 +75,7 @@ __all__ = [
     "MailboxClosed",
     "Manifest",
     "ManualClock",
+    "NeedsHuman",
     "OneOf",
     "Outcome",
     "PackError",

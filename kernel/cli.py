@@ -1,7 +1,8 @@
 """``dirk``: inspect, verify and re-export a kernel's journal from the command line.
 
-Every command reads the journal read-only; none of them needs the kernel to
-be running. Errors are one line with a reason code, never a traceback.
+Every command reads the journal read-only, except ``decide``, which writes
+one row into the journal file's operator inbox; none of them needs the kernel
+to be running. Errors are one line with a reason code, never a traceback.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from kernel import events as ev
 from kernel.events import Event
 from kernel.flow import FlowState, FlowStatus, IllegalTransition
 from kernel.journal import JournalCorrupt, JournalError, open_journal, verify_journal
+from kernel.operator import add_commands
 from kernel.projection import Projections
 
 # How long ``traces export`` waits for the collector to take the spans, unless told.
@@ -97,6 +99,7 @@ def _parser() -> argparse.ArgumentParser:
         help=f"give up on the collector after this long (default {_EXPORT_TIMEOUT_S:g})",
     )
     export.set_defaults(run=_traces_export)
+    add_commands(commands)
     return parser
 
 
@@ -217,8 +220,13 @@ def _narrate(event: Event) -> str:
             return f"REJECTED {f.reason_code} ({f.layer}{where}): {f.detail}"
         case ev.ProposalAccepted(by_human=by_human):
             return "ACCEPTED" + (" by a human" if by_human else " by the DIM")
-        case ev.FlowEscalated(reason_code=code, detail=detail):
-            return f"ESCALATED {code}: {detail}"
+        case ev.FlowEscalated(reason_code=code, detail=detail, impact=impact, action_hash=h):
+            action = f", action {h[:10]}" if h else ", nothing to approve"
+            return f"ESCALATED {code} ({impact}{action}): {detail}"
+        case ev.ApprovalExpired(detail=detail):
+            return f"approval EXPIRED: {detail}"
+        case ev.DecisionRefused(reason_code=code, decision=decision, operator=operator, detail=d):
+            return f"{decision} by {operator} refused {code}: {d}"
         case ev.HumanDecided(decision=decision, operator=operator, reason=reason, params=params):
             changed = f" params {json.dumps(params, sort_keys=True)}" if params else ""
             return f"{decision} by {operator}: {reason!r}{changed}"

@@ -15,6 +15,7 @@ import msgspec
 
 from kernel.events import Feedback, ProposalRecord
 from kernel.packs import PolicyKind, kind_name
+from kernel.reasoning import report_usage
 from kernel.reasons import ReasonCode
 
 ValidationFeedback = Feedback
@@ -55,6 +56,14 @@ class WorkingContext(msgspec.Struct, frozen=True, gc=False, kw_only=True):
     root_dfid: str = ""
     parent_dfid: str | None = None
     feedback: Feedback | None = None
+
+    def report_usage(self, *, tokens: int) -> None:
+        """Tell the kernel this flow's reasoning spent ``tokens`` more (e.g. LLM tokens).
+
+        Past the flow's cap the kernel cancels this reasoning at its next await
+        and aborts the flow with TOKEN_BUDGET_EXHAUSTED.
+        """
+        report_usage(self.dfid, tokens)
 
     def propose(
         self,

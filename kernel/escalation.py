@@ -1,10 +1,19 @@
 """The escalation manager: flows that need a human wait here for one.
 
-A flow reaches ESCALATED when the DIM judges a proposal beyond what the
-kernel may decide alone (below the confidence threshold, for now). A human
-then overrides (the proposal executes as it is), modifies (the changed
-proposal goes through the DIM again before anything executes) or aborts.
-Every decision records who made it and why.
+Governance by exception: the kernel acts alone inside its bounds and asks a
+human only when a trigger fires. The triggers, each recorded with its reason:
+
+- model uncertainty and authority or ambiguity rules of the policy kind (the
+  DIM escalates, then tells this actor with :class:`Escalate`);
+- operational failure (:class:`EscalateOperational`, sent by the execution engine);
+- a silent agent (the watchdog, on :class:`Tick`).
+
+Each escalation opens an approval bound to the action's hash
+(:mod:`kernel.approvals`). A human then approves (the action executes as it
+is), modifies (the changed proposal goes through the DIM again) or rejects;
+every decision records who made it and why. An approval nobody decides on in
+time expires (noticed on a tick, or when a decision arrives late), and an
+agent that escalates more often than its budget allows is demoted to PASSIVE.
 """
 
 from __future__ import annotations
@@ -15,116 +24,337 @@ from typing import Any
 import msgspec
 
 from kernel.actors import Mailbox, Outbox, Reply
+from kernel.approvals import (
+    APPROVE_WORDS,
+    REJECT_WORDS,
+    Approval,
+    ApprovalStatus,
+    EscalationBudget,
+    escalation,
+    over_budget,
+)
 from kernel.contracts import Outcome, Verdict
-from kernel.events import Feedback, FlowAborted, HumanDecided, ProposalAccepted
-from kernel.flow import FlowStatus
+from kernel.events import (
+    AgentStatusChanged,
+    ApprovalExpired,
+    DecisionRefused,
+    Feedback,
+    FlowAborted,
+    HumanDecided,
+    ProposalAccepted,
+)
+from kernel.flow import FlowState, FlowStatus
 from kernel.integrity import Escalate, Execute, Validate
+from kernel.packs import PolicyCatalog
+from kernel.ports import Clock
+from kernel.projection import AgentStatus, Projections
 from kernel.reasons import ReasonCode
+
+KERNEL_OPERATOR = "kernel"
+"""The operator named on status changes the kernel makes by itself (a demotion)."""
 
 
 class Decision(StrEnum):
-    """What a human may decide about an escalated flow."""
+    """What a human may decide about an escalated flow.
 
-    OVERRIDE = "override"
+    APPROVE, REJECT and MODIFY are the operator's words; OVERRIDE and ABORT are
+    the older words for approve and reject, still accepted and recorded as given.
+    """
+
+    APPROVE = "approve"
+    REJECT = "reject"
     MODIFY = "modify"
+    OVERRIDE = "override"
     ABORT = "abort"
 
 
+class EscalationPolicy(msgspec.Struct, frozen=True, kw_only=True):
+    """How the escalation manager governs.
+
+    Attributes:
+        approval_ttl_s: an approval nobody decides on within this time expires (None: never).
+        budget: escalations allowed per agent (a token bucket); None: unlimited.
+        silence_s: escalate a flow whose agent has not proposed within this time (None: off).
+    """
+
+    approval_ttl_s: float | None = 3600.0
+    budget: EscalationBudget | None = EscalationBudget()
+    silence_s: float | None = None
+
+
 class Decide(msgspec.Struct, frozen=True, kw_only=True):
+    """A human decision; from the embedding API, or from the operator inbox (``inbox_id``)."""
+
     dfid: str
     decision: Decision
     operator: str
     reason: str
     params: dict[str, Any] | None = None
+    action_hash: str | None = None
+    inbox_id: int | None = None
     reply: Reply[Verdict] | None = None
+
+
+class Tick(msgspec.Struct, frozen=True, kw_only=True):
+    """Time passed: expire approvals, and wake the silence watchdog."""
+
+
+class EscalateOperational(msgspec.Struct, frozen=True, kw_only=True):
+    """The execution engine gives up on a flow (adapter errors beyond its retry budget)."""
+
+    dfid: str
+    detail: str
 
 
 class EscalationManager:
     """The escalation manager actor."""
 
-    def __init__(self, integrity: Mailbox[Any], execution: Mailbox[Any]) -> None:
+    def __init__(
+        self,
+        projections: Projections,
+        catalog: PolicyCatalog,
+        clock: Clock,
+        integrity: Mailbox[Any],
+        execution: Mailbox[Any],
+        policy: EscalationPolicy | None = None,
+    ) -> None:
+        self._projections = projections
+        self._catalog = catalog
+        self._clock = clock
         self._integrity = integrity
         self._execution = execution
+        self._policy = policy or EscalationPolicy()
 
-    async def handle(self, msg: Escalate | Decide, out: Outbox) -> None:
+    async def handle(
+        self, msg: Escalate | Decide | Tick | EscalateOperational, out: Outbox
+    ) -> None:
         match msg:
             case Escalate():
-                # The flow is already recorded as ESCALATED; it waits for a Decide.
-                return
+                flow = out.flow(msg.dfid)
+                if flow is not None and flow.status is FlowStatus.ESCALATED:
+                    self._charge(flow, out, staged=False)
             case Decide():
                 self._decide(msg, out)
+            case Tick():
+                self._tick(out)
+            case EscalateOperational():
+                flow = out.flow(msg.dfid)
+                if flow is not None and flow.status in (FlowStatus.EXECUTING, FlowStatus.DIRTY):
+                    event = escalation(
+                        msg.dfid,
+                        flow.proposal,
+                        self._catalog,
+                        ReasonCode.EXECUTION_FAILED,
+                        msg.detail,
+                    )
+                    out.emit(event, dfid=msg.dfid)
+
+    # --- budgets, expiry, the watchdog ----------------------------------------
+
+    def _charge(self, flow: FlowState, out: Outbox, *, staged: bool) -> None:
+        """Spend one escalation of the agent's budget; demote and abort when it is empty."""
+        bucket = self._policy.budget
+        if bucket is None:
+            return
+        history = list(self._projections.escalations.get(flow.agent_id, ()))
+        # Escalations staged by this batch are not folded yet, but they spent tokens.
+        pending: dict[str, list[tuple[str, int]]] = out.scratch.setdefault("escalated", {})
+        history += pending.get(flow.agent_id, [])
+        if staged:
+            entry = (flow.dfid, self._clock.now_ns())
+            history.append(entry)
+            pending.setdefault(flow.agent_id, []).append(entry)
+        if flow.dfid not in over_budget(history, bucket):
+            return
+        detail = (
+            f"agent {flow.agent_id} escalated more than {bucket.capacity} times"
+            f" per {bucket.period_s:g} s"
+        )
+        demoted: set[str] = out.scratch.setdefault("demoted", set())
+        agent = self._projections.agents.get(flow.agent_id)
+        if (
+            agent is not None
+            and agent.status is AgentStatus.ACTIVE
+            and flow.agent_id not in demoted
+        ):
+            demoted.add(flow.agent_id)
+            out.emit(
+                AgentStatusChanged(
+                    status=AgentStatus.PASSIVE,
+                    reason=f"{ReasonCode.ESCALATION_BUDGET_EXHAUSTED}: {detail}",
+                    operator=KERNEL_OPERATOR,
+                ),
+                agent_id=flow.agent_id,
+            )
+        out.emit(
+            FlowAborted(reason_code=ReasonCode.ESCALATION_BUDGET_EXHAUSTED, detail=detail),
+            dfid=flow.dfid,
+        )
+
+    def _tick(self, out: Outbox) -> None:
+        now = self._clock.now_ns()
+        ttl = self._policy.approval_ttl_s
+        if ttl is not None:
+            for dfid in sorted(self._projections.waiting):
+                approval = self._projections.approvals.get(dfid)
+                if approval is None or approval.status is not ApprovalStatus.PENDING:
+                    continue
+                flow = out.flow(approval.dfid)
+                if flow is not None and flow.status is FlowStatus.ESCALATED:
+                    if self._expired(approval, now):
+                        self._expire(approval, out)
+        silence = self._policy.silence_s
+        if silence is not None:
+            for dfid in sorted(self._projections.moving):
+                flow = out.flow(dfid)
+                if flow is None or not flow.awaiting_proposal:
+                    continue
+                quiet_s = (now - flow.updated_ts) / 1e9
+                if quiet_s < silence:
+                    continue
+                detail = (
+                    f"agent {flow.agent_id} has not proposed for {quiet_s:g} s"
+                    f" (the watchdog allows {silence:g} s)"
+                )
+                out.emit(
+                    escalation(dfid, None, self._catalog, ReasonCode.AGENT_SILENT, detail),
+                    dfid=dfid,
+                )
+                self._charge(out.flow(dfid) or flow, out, staged=True)
+
+    def _expired(self, approval: Approval, now: int) -> bool:
+        ttl = self._policy.approval_ttl_s
+        return ttl is not None and now - approval.escalated_ts > int(ttl * 1e9)
+
+    def _expire(self, approval: Approval, out: Outbox) -> None:
+        detail = f"no human decision within {self._policy.approval_ttl_s:g} s"
+        expired = out.emit(
+            ApprovalExpired(action_hash=approval.action_hash, detail=detail), dfid=approval.dfid
+        )
+        out.emit(
+            FlowAborted(reason_code=ReasonCode.EXPIRED, detail=detail),
+            dfid=approval.dfid,
+            after=expired,
+        )
+
+    # --- human decisions ------------------------------------------------------
 
     def _decide(self, msg: Decide, out: Outbox) -> None:
+        if msg.inbox_id is not None:
+            # The durable dedupe: an inbox row is taken by exactly one recorded event.
+            taken: set[int] = out.scratch.setdefault("inbox", set())
+            if msg.inbox_id in self._projections.inbox_taken or msg.inbox_id in taken:
+                out.reply(msg.reply, Verdict(outcome=Outcome.DUPLICATE, dfid=msg.dfid))
+                return
+            taken.add(msg.inbox_id)
         flow = out.flow(msg.dfid)
-        if flow is None or flow.status is not FlowStatus.ESCALATED or flow.proposal is None:
+        approval = self._projections.approvals.get(msg.dfid)
+        if flow is None or flow.status is not FlowStatus.ESCALATED or approval is None:
             status = flow.status if flow else "unknown"
-            feedback = Feedback(
-                reason_code=ReasonCode.FLOW_NOT_ACTIVE,
-                detail=f"flow {msg.dfid} is {status}, not waiting for a human decision",
-                layer="escalation",
-            )
-            out.reply(msg.reply, Verdict(outcome=Outcome.REFUSED, dfid=msg.dfid, feedback=feedback))
+            detail = f"flow {msg.dfid} is {status}, not waiting for a human decision"
+            self._refuse(msg, flow, ReasonCode.FLOW_NOT_ACTIVE, detail, out)
             return
-        if not msg.operator or not msg.reason:
-            feedback = Feedback(
-                reason_code=ReasonCode.SCHEMA_INVALID,
-                detail="a human decision needs an operator and a reason",
-                layer="escalation",
-                field="operator" if not msg.operator else "reason",
-            )
-            out.reply(msg.reply, Verdict(outcome=Outcome.REFUSED, dfid=msg.dfid, feedback=feedback))
+        if self._expired(approval, self._clock.now_ns()):
+            self._expire(approval, out)
+            detail = f"the approval expired: no decision within {self._policy.approval_ttl_s:g} s"
+            self._refuse(msg, flow, ReasonCode.EXPIRED, detail, out)
             return
-        if msg.decision is Decision.MODIFY and msg.params is None:
-            feedback = Feedback(
-                reason_code=ReasonCode.SCHEMA_INVALID,
-                detail="a modification needs the new parameters",
-                layer="escalation",
-                field="params",
-            )
-            out.reply(msg.reply, Verdict(outcome=Outcome.REFUSED, dfid=msg.dfid, feedback=feedback))
+        problem = self._problem(msg, approval, flow)
+        if problem is not None:
+            code, detail, field = problem
+            self._refuse(msg, flow, code, detail, out, field)
             return
         decided = out.emit(
             HumanDecided(
-                decision=msg.decision, operator=msg.operator, reason=msg.reason, params=msg.params
+                decision=msg.decision,
+                operator=msg.operator,
+                reason=msg.reason,
+                params=msg.params,
+                action_hash=approval.action_hash,
+                inbox_id=msg.inbox_id,
             ),
             dfid=msg.dfid,
         )
-        match msg.decision:
-            case Decision.OVERRIDE:
-                out.emit(
-                    ProposalAccepted(attempt=flow.attempts, by_human=True),
-                    dfid=msg.dfid,
-                    after=decided,
-                )
-                out.send(self._execution, Execute(dfid=msg.dfid))
-                out.reply(
-                    msg.reply,
-                    Verdict(outcome=Outcome.ACCEPTED, dfid=msg.dfid, attempt=flow.attempts),
-                )
-            case Decision.ABORT:
-                out.emit(
-                    FlowAborted(
-                        reason_code=ReasonCode.HUMAN_REJECTED,
-                        detail=f"{msg.operator}: {msg.reason}",
-                    ),
-                    dfid=msg.dfid,
-                    after=decided,
-                )
-                feedback = Feedback(
-                    reason_code=ReasonCode.HUMAN_REJECTED, detail=msg.reason, layer="escalation"
-                )
-                out.reply(
-                    msg.reply,
-                    Verdict(
-                        outcome=Outcome.ABORTED,
-                        dfid=msg.dfid,
-                        attempt=flow.attempts,
-                        feedback=feedback,
-                    ),
-                )
-            case Decision.MODIFY:
-                modified = msgspec.structs.replace(flow.proposal, params=msg.params or {})
-                out.send(
-                    self._integrity,
-                    Validate(dfid=msg.dfid, proposal=modified, by_human=True, reply=msg.reply),
-                )
+        if msg.decision in APPROVE_WORDS:
+            out.emit(
+                ProposalAccepted(attempt=flow.attempts, by_human=True), dfid=msg.dfid, after=decided
+            )
+            out.send(self._execution, Execute(dfid=msg.dfid))
+            out.reply(
+                msg.reply, Verdict(outcome=Outcome.ACCEPTED, dfid=msg.dfid, attempt=flow.attempts)
+            )
+        elif msg.decision in REJECT_WORDS:
+            out.emit(
+                FlowAborted(
+                    reason_code=ReasonCode.HUMAN_REJECTED, detail=f"{msg.operator}: {msg.reason}"
+                ),
+                dfid=msg.dfid,
+                after=decided,
+            )
+            feedback = Feedback(
+                reason_code=ReasonCode.HUMAN_REJECTED, detail=msg.reason, layer="escalation"
+            )
+            out.reply(
+                msg.reply,
+                Verdict(
+                    outcome=Outcome.ABORTED, dfid=msg.dfid, attempt=flow.attempts, feedback=feedback
+                ),
+            )
+        else:
+            # _problem refused a modification of nothing (an escalation with no action).
+            assert flow.proposal is not None
+            modified = msgspec.structs.replace(flow.proposal, params=msg.params or {})
+            out.send(
+                self._integrity,
+                Validate(dfid=msg.dfid, proposal=modified, by_human=True, reply=msg.reply),
+            )
+
+    def _problem(
+        self, msg: Decide, approval: Approval, flow: FlowState
+    ) -> tuple[ReasonCode, str, str] | None:
+        """Return why ``msg`` cannot be applied to ``approval`` (code, detail, field), or None."""
+        if not msg.operator or not msg.reason:
+            field = "operator" if not msg.operator else "reason"
+            return (
+                ReasonCode.SCHEMA_INVALID,
+                "a human decision needs an operator and a reason",
+                field,
+            )
+        if msg.action_hash is not None and not approval.names(msg.action_hash):
+            detail = (
+                f"the decision names action {msg.action_hash[:16]!r}, but the flow waits"
+                f" for a decision on action {approval.short_hash!r}"
+            )
+            return ReasonCode.ACTION_MISMATCH, detail, "action_hash"
+        if msg.inbox_id is not None and msg.action_hash is None:
+            detail = "a decision from the operator inbox must name the action it was made on"
+            return ReasonCode.ACTION_MISMATCH, detail, "action_hash"
+        if msg.decision not in REJECT_WORDS and not approval.action_hash:
+            detail = f"there is no proposed action to {msg.decision} ({approval.reason_code})"
+            return ReasonCode.SCHEMA_INVALID, detail, "decision"
+        if msg.decision is Decision.MODIFY and msg.params is None:
+            return ReasonCode.SCHEMA_INVALID, "a modification needs the new parameters", "params"
+        return None
+
+    def _refuse(
+        self,
+        msg: Decide,
+        flow: FlowState | None,
+        code: ReasonCode,
+        detail: str,
+        out: Outbox,
+        field: str = "",
+    ) -> None:
+        out.emit(
+            DecisionRefused(
+                reason_code=code,
+                decision=msg.decision,
+                operator=msg.operator,
+                detail=detail,
+                inbox_id=msg.inbox_id,
+                target="" if flow is not None else msg.dfid,
+            ),
+            dfid=flow.dfid if flow is not None else None,
+        )
+        feedback = Feedback(reason_code=code, detail=detail, layer="escalation", field=field)
+        out.reply(msg.reply, Verdict(outcome=Outcome.REFUSED, dfid=msg.dfid, feedback=feedback))

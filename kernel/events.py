@@ -197,19 +197,53 @@ class ProposalAccepted(Payload, frozen=True, tag=True):
 
 
 class FlowEscalated(Payload, frozen=True, tag=True):
+    """A flow waits for a human; it opens an approval bound to ``action_hash``.
+
+    ``impact`` comes from the policy kind's pack, never from the agent; an
+    empty ``action_hash`` means there is no proposal to approve (a silent agent).
+    """
+
     reason_code: ReasonCode
     detail: str = ""
     partial: dict[str, Any] = {}
     """For a saga: which steps are in effect, undone and failed (the human's starting point)."""
     pack: str = ""
     rule: str = ""
+    impact: str = "HIGH_IMPACT"
+    action_hash: str = ""
 
 
 class HumanDecided(Payload, frozen=True, tag=True):
+    """A human's decision on an escalated flow; ``inbox_id`` names the inbox row it came from."""
+
     decision: str
     operator: str
     reason: str = ""
     params: dict[str, Any] | None = None
+    action_hash: str = ""
+    inbox_id: int | None = None
+
+
+class ApprovalExpired(Payload, frozen=True, tag=True):
+    """Nobody decided within the approval's time; the escalation manager noticed at ``ts``."""
+
+    action_hash: str = ""
+    detail: str = ""
+
+
+class DecisionRefused(Payload, frozen=True, tag=True):
+    """A human decision the kernel did not apply (late, for another action, malformed...).
+
+    Recorded so that an inbox row is taken exactly once whatever became of it;
+    ``target`` names the flow when no flow of that DFID exists.
+    """
+
+    reason_code: ReasonCode
+    decision: str = ""
+    operator: str = ""
+    detail: str = ""
+    inbox_id: int | None = None
+    target: str = ""
 
 
 class ExecutionStarted(Payload, frozen=True, tag=True):
@@ -342,6 +376,8 @@ AnyPayload = (
     | ProposalAccepted
     | FlowEscalated
     | HumanDecided
+    | ApprovalExpired
+    | DecisionRefused
     | ExecutionStarted
     | ExecutionSucceeded
     | ExecutionFailed

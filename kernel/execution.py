@@ -45,6 +45,7 @@ from kernel.adapters import (
     compensation_key,
     idempotency_key,
 )
+from kernel.approvals import escalation as escalation_event
 from kernel.constraints import Violation, bounds_of, check
 from kernel.contracts import Outcome, Verdict
 from kernel.events import (
@@ -62,7 +63,6 @@ from kernel.events import (
     FlowClosed,
     FlowCompensated,
     FlowDirty,
-    FlowEscalated,
 )
 from kernel.flow import FlowState, FlowStatus
 from kernel.integrity import Escalate, Execute
@@ -409,7 +409,11 @@ class ExecutionEngine:
             out.emit(FlowDirty(step=intent.step, reason_code=code, detail=detail), dfid=flow.dfid)
             self._compensate_next(flow.dfid, out)
         elif escalate:
-            out.emit(FlowEscalated(reason_code=code, detail=detail), dfid=flow.dfid)
+            # An operational escalation: the human approves (or not) the very action.
+            out.emit(
+                escalation_event(flow.dfid, flow.proposal, self._catalog, code, detail),
+                dfid=flow.dfid,
+            )
             if self._escalation is not None:
                 out.send(self._escalation, Escalate(dfid=flow.dfid))
         else:
@@ -470,12 +474,10 @@ class ExecutionEngine:
             "failed_step": flow.done + 1,
             "failed_compensation": intent.step,
         }
-        out.emit(
-            FlowEscalated(
-                reason_code=ReasonCode.EXECUTION_FAILED, detail=detail[:1000], partial=partial
-            ),
-            dfid=flow.dfid,
+        event = escalation_event(
+            flow.dfid, flow.proposal, self._catalog, ReasonCode.EXECUTION_FAILED, detail[:1000]
         )
+        out.emit(msgspec.structs.replace(event, partial=partial), dfid=flow.dfid)
         if self._escalation is not None:
             out.send(self._escalation, Escalate(dfid=flow.dfid))
 

@@ -12,6 +12,7 @@ Lifecycle::
     ESCALATED -> ACCEPTED (override) | VALIDATING (a modification, judged again) | ABORTED
     ACCEPTED -> EXECUTING -> CLOSED | ABORTED | DIRTY | ESCALATED (operational failure)
     DIRTY -> COMPENSATED | ESCALATED (a compensation failed)
+    ACTIVE -> ESCALATED (the agent fell silent)
 """
 
 from __future__ import annotations
@@ -23,10 +24,12 @@ from typing import Any
 import msgspec
 
 from kernel.events import (
+    ApprovalExpired,
     CompensationFailed,
     CompensationStarted,
     CompensationSucceeded,
     ContextCompiled,
+    DecisionRefused,
     DuplicateSuppressed,
     Event,
     ExecutionFailed,
@@ -80,8 +83,10 @@ _TRANSITIONS: dict[type[Payload], tuple[frozenset[FlowStatus], FlowStatus | None
     ProposalSubmitted: (frozenset((S.ACTIVE, S.VALIDATING)), S.VALIDATING),
     ProposalRejected: (frozenset((S.VALIDATING,)), S.ACTIVE),
     ProposalAccepted: (frozenset((S.VALIDATING, S.ESCALATED)), S.ACCEPTED),
-    FlowEscalated: (frozenset((S.VALIDATING, S.EXECUTING, S.DIRTY)), S.ESCALATED),
+    FlowEscalated: (frozenset((S.VALIDATING, S.DIRTY, S.ACTIVE, S.EXECUTING)), S.ESCALATED),
     HumanDecided: (frozenset((S.ESCALATED,)), None),
+    ApprovalExpired: (frozenset((S.ESCALATED,)), None),
+    DecisionRefused: (frozenset(S), None),
     ExecutionStarted: (frozenset((S.ACCEPTED, S.EXECUTING)), S.EXECUTING),
     ExecutionSucceeded: (frozenset((S.EXECUTING,)), None),
     ExecutionFailed: (frozenset((S.EXECUTING,)), None),

@@ -25,13 +25,14 @@ from typing import Any
 import msgspec
 
 from kernel.actors import Mailbox, Outbox, Reply
+from kernel.approvals import escalation as escalation_event
+from kernel.approvals import policy_trigger
 from kernel.context import Compile, context_ref
 from kernel.contracts import Outcome, Verdict
 from kernel.events import (
     DuplicateSuppressed,
     Feedback,
     FlowAborted,
-    FlowEscalated,
     ProposalAccepted,
     ProposalRecord,
     ProposalRejected,
@@ -251,14 +252,17 @@ class IntegrityModule:
             self._rejected(msg, agent, attempt, judgement, submitted, out)
             return
         escalation = judgement.escalation
+        if escalation is None and not msg.by_human:
+            # The kind's own rule: authority threshold, ambiguity (kernel/approvals.py).
+            trigger = policy_trigger(msg.proposal, self._catalog)
+            if trigger is not None:
+                escalation = reject("escalation", trigger.reason_code, trigger.detail)
         if escalation is not None:
+            event = escalation_event(
+                msg.dfid, msg.proposal, self._catalog, escalation.reason_code, escalation.detail
+            )
             verdict = out.emit(
-                FlowEscalated(
-                    reason_code=escalation.reason_code,
-                    detail=escalation.detail,
-                    pack=judgement.pack,
-                    rule=escalation.rule,
-                ),
+                msgspec.structs.replace(event, pack=judgement.pack, rule=escalation.rule),
                 dfid=msg.dfid,
                 after=submitted,
             )

@@ -52,6 +52,19 @@ CREATE TABLE events (
 CREATE INDEX events_dfid ON events (dfid) WHERE dfid IS NOT NULL;
 CREATE INDEX events_type ON events (type);
 """
+INBOX_SCHEMA = """
+CREATE TABLE IF NOT EXISTS operator_inbox (
+    id INTEGER PRIMARY KEY AUTOINCREMENT, dfid TEXT NOT NULL, decision TEXT NOT NULL,
+    created_ts INTEGER NOT NULL, taken_seq INTEGER
+);
+"""
+"""The operator inbox: human decisions written by another process (``dirk decide``).
+
+It lives beside the events but outside the hash chain: a row is only a request.
+What the kernel made of it is an event (HumanDecided or DecisionRefused naming
+the row's id), which is what makes each row count exactly once; ``taken_seq``
+is a marker for the poller, set after that event committed.
+"""
 _INSERT = "INSERT INTO events (seq, type, dfid, body, hash) VALUES (?, ?, ?, ?, ?)"
 _ROWS = "SELECT seq, type, dfid, body, hash FROM events"
 # prev_hash comes from the row before; a NULL there means seq 1 (genesis) or a missing row.
@@ -715,6 +728,8 @@ def _open_writer(
                 f"BEGIN IMMEDIATE; {_SCHEMA} INSERT INTO meta (key, value) VALUES"
                 f" ('schema_version', '{SCHEMA_VERSION}'), ('journal_id', '{journal_id}'); COMMIT;"
             )
+        # Journals created before the inbox existed get it the first time a kernel opens them.
+        conn.executescript(INBOX_SCHEMA)
     except BaseException:
         conn.close()
         raise

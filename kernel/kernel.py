@@ -29,7 +29,15 @@ import anyio
 from anyio.abc import TaskGroup
 
 from kernel import events
-from kernel.actors import ChildSpec, Mailbox, Outbox, Reply, RestartIntensityExceeded, Supervisor
+from kernel.actors import (
+    ChildSpec,
+    Mailbox,
+    MailboxClosed,
+    Outbox,
+    Reply,
+    RestartIntensityExceeded,
+    Supervisor,
+)
 from kernel.adapters import RetryPolicy
 from kernel.context import ContextCompiler, FireTrigger
 from kernel.contracts import (
@@ -42,7 +50,7 @@ from kernel.contracts import (
     WorkingContext,
     to_record,
 )
-from kernel.escalation import Decide, Decision, EscalationManager
+from kernel.escalation import Decide, Decision, EscalationManager, EscalationPolicy
 from kernel.events import (
     Draft,
     Event,
@@ -54,6 +62,7 @@ from kernel.events import (
 )
 from kernel.execution import Adapter, ExecutionEngine, Recover
 from kernel.flow import FLOW_EVENTS, TERMINAL, FlowState, FlowStatus
+from kernel.inbox import poll as poll_inbox
 from kernel.integrity import IntegrityModule, Validate, Withdraw
 from kernel.journal import (
     Journal,
@@ -66,6 +75,7 @@ from kernel.journal import (
 from kernel.packs import PackError, PolicyCatalog, PolicyPack
 from kernel.ports import Clock, IdSource, RandomIds, SystemClock
 from kernel.projection import AgentStatus, Projections, visible
+from kernel.reasoning import UsageMeter, metered
 from kernel.reasons import ReasonCode
 from kernel.registry import KERNEL_VERSION, Register, Registry, SetStatus
 from kernel.telemetry import Telemetry
@@ -117,6 +127,9 @@ class Kernel:
         max_in_flight: int,
         retry: RetryPolicy | None = None,
         jitter_seed: int | None = None,
+        escalation: EscalationPolicy | None = None,
+        token_budget: int | None = None,
+        reasoning_timeout_s: float | None = None,
     ) -> None:
         self.journal = journal
         self.projections = projections
@@ -134,6 +147,10 @@ class Kernel:
         self._quiet: anyio.Event | None = None
         self._agents_tg: TaskGroup | None = None
         self._effects_tg: TaskGroup | None = None
+        self._token_budget = token_budget
+        self._reasoning_timeout_s = reasoning_timeout_s
+        # Tokens each flow's reasoning spent in earlier attempts (dropped when it stops reasoning).
+        self._usage: dict[str, int] = {}
 
         # A flow has at most one message on its way between actors at any time, so
         # mailboxes larger than the flows admitted at once can never fill up in a
@@ -173,7 +190,14 @@ class Kernel:
             ),
             ChildSpec(
                 "escalation",
-                lambda: EscalationManager(self.integrity_mailbox, self.execution_mailbox),
+                lambda: EscalationManager(
+                    projections,
+                    catalog,
+                    clock,
+                    self.integrity_mailbox,
+                    self.execution_mailbox,
+                    escalation,
+                ),
                 self.escalation_mailbox,
             ),
             ChildSpec(
@@ -288,8 +312,17 @@ class Kernel:
         operator: str,
         reason: str,
         params: Mapping[str, Any] | None = None,
+        action_hash: str | None = None,
     ) -> Verdict:
-        """Give a human decision on an escalated flow: override, modify or abort."""
+        """Give a human decision on an escalated flow: approve, modify or reject.
+
+        ``override`` and ``abort`` are accepted for approve and reject. With
+        ``action_hash`` (whole, or a prefix of 8 characters or more) the decision
+        applies only if the flow still waits on that very action; otherwise it
+        is refused with ACTION_MISMATCH. A late decision finds the approval
+        expired (EXPIRED), and a flow not waiting for a human refuses it
+        (FLOW_NOT_ACTIVE); every refusal is recorded.
+        """
         reply: Reply[Verdict] = Reply()
         msg = Decide(
             dfid=dfid,
@@ -297,6 +330,7 @@ class Kernel:
             operator=operator,
             reason=reason,
             params=dict(params) if params is not None else None,
+            action_hash=action_hash,
             reply=reply,
         )
         return await self._call(self.escalation_mailbox, msg, reply)
@@ -457,18 +491,49 @@ class Kernel:
             )
             await self.integrity_mailbox.send(msg)
 
+        meter = UsageMeter(ctx.dfid, self._token_budget, self._usage.pop(ctx.dfid, 0))
         try:
             try:
-                proposal = await agent.decide(ctx)
+                proposal = await metered(
+                    lambda: agent.decide(ctx),
+                    meter,
+                    self.clock,
+                    self._reasoning_timeout_s,
+                    self._spawn_beside_agents,
+                )
             except Exception as exc:
                 log.warning("agent %s failed on flow %s: %r", ctx.agent_id, ctx.dfid, exc)
                 await withdraw(ReasonCode.AGENT_ERROR, f"{type(exc).__name__}: {exc}"[:500])
                 return
+            if meter.stopped is not None:
+                # The computation budget cancelled the thought; the flow ends with the reason.
+                await withdraw(*meter.stopped)
+                return
             if proposal is None:
                 await withdraw(ReasonCode.AGENT_DECLINED, "no action")
                 return
-            await self.submit(token, ctx.dfid, proposal)
+            verdict = await self.submit(token, ctx.dfid, proposal)
+            if verdict.outcome is Outcome.REJECTED and meter.tokens:
+                self._usage[ctx.dfid] = meter.tokens  # the next attempt spends from the rest
         except KernelShutdown:
+            return
+
+    def _spawn_beside_agents(self, fn: Any) -> None:
+        assert self._agents_tg is not None
+        self._agents_tg.start_soon(fn)
+
+    async def _poll_inbox(self, interval_s: float) -> None:
+        """Run the operator inbox poller until the kernel stops."""
+        try:
+            await poll_inbox(
+                self.journal.path,
+                self.clock,
+                interval_s,
+                self.escalation_mailbox,
+                self.projections,
+                self._call,
+            )
+        except (KernelShutdown, MailboxClosed):
             return
 
 
@@ -490,6 +555,10 @@ async def open_kernel(
     faults: JournalFaults | None = None,
     retry: RetryPolicy | None = None,
     jitter_seed: int | None = None,
+    escalation: EscalationPolicy | None = None,
+    inbox_poll_s: float | None = 1.0,
+    token_budget: int | None = None,
+    reasoning_timeout_s: float | None = None,
 ) -> AsyncIterator[Kernel]:
     """Open a kernel on the journal at ``path`` and run it for the body of the block.
 
@@ -509,6 +578,14 @@ async def open_kernel(
         faults: fault injection for tests.
         retry: the retry policy of adapters without a ``retry_policy`` of their own.
         jitter_seed: seeds the backoff jitter (default: OS randomness).
+        escalation: approval expiry, the escalation budget per agent and the silence
+            watchdog (default: approvals expire after an hour, 3 escalations per agent
+            per hour, no watchdog).
+        inbox_poll_s: how often (on ``clock``) to read the operator inbox and tick the
+            escalation manager; None: neither (decisions only through :meth:`Kernel.decide`).
+        token_budget: the most tokens one flow's reasoning may report spending in all
+            attempts together (None: no cap).
+        reasoning_timeout_s: the longest one reasoning step may take on ``clock`` (None: no cap).
 
     Raises:
         PackError: on an invalid policy pack or a missing adapter.
@@ -539,6 +616,9 @@ async def open_kernel(
             max_in_flight,
             retry,
             jitter_seed,
+            escalation,
+            token_budget,
+            reasoning_timeout_s,
         )
         journal.set_guard(projections.guard)
         journal.add_listener(kernel._on_commit)
@@ -566,6 +646,8 @@ async def open_kernel(
         try:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(_supervise, kernel, supervisor, name="supervisor")
+                if inbox_poll_s is not None:
+                    tg.start_soon(kernel._poll_inbox, inbox_poll_s, name="operator-inbox")
                 if telemetry.enabled:
                     tg.start_soon(_export, telemetry, journal, exported, name="telemetry")
                 async with (

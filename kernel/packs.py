@@ -21,12 +21,14 @@ import inspect
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
+from enum import StrEnum
 from functools import cached_property
 from typing import Any, ClassVar
 
 import msgspec
 
 from kernel.events import PackRef, canonical
+from kernel.reasons import ReasonCode
 from kernel.rules import (
     Invariant,
     OneOf,
@@ -44,6 +46,22 @@ Amount = str | Callable[[Any], int | Decimal | str]
 """A field of the kind, or a pure function of the typed parameters returning an amount."""
 
 
+class Impact(StrEnum):
+    """How much an escalated action can hurt: declared by the pack, never by the agent."""
+
+    LOW_IMPACT = "LOW_IMPACT"
+    """Reversible or informational: approving it takes one decision."""
+    HIGH_IMPACT = "HIGH_IMPACT"
+    """Financial or irreversible: approving it takes typing the action's short hash."""
+
+
+class NeedsHuman(msgspec.Struct, frozen=True, kw_only=True):
+    """What a policy kind's rule says when an otherwise valid proposal needs a human."""
+
+    reason_code: ReasonCode
+    detail: str
+
+
 class PolicyKind(
     msgspec.Struct, frozen=True, kw_only=True, tag_field="kind", forbid_unknown_fields=True
 ):
@@ -54,6 +72,17 @@ class PolicyKind(
 
     version: ClassVar[str] = "1.0"
     adapter: ClassVar[str] = ""
+    impact: ClassVar[Impact] = Impact.HIGH_IMPACT
+    """Fail closed: a kind that declares nothing is HIGH_IMPACT."""
+
+    def needs_human(self) -> NeedsHuman | None:
+        """Return why this (valid) action needs a human, or None: the pack's escalation rule.
+
+        Override it for an authority threshold (e.g. RISK_LIMIT_EXCEEDED above a
+        notional limit) or to report ambiguity (AMBIGUOUS). It must be pure: the
+        DIM calls it with nothing but the parameters.
+        """
+        return None
 
 
 def kind_name(kind: type[PolicyKind]) -> str:
@@ -150,6 +179,7 @@ class PolicyPack:
                 kind_name(k): {
                     "version": k.version,
                     "adapter": k.adapter,
+                    "impact": str(k.impact),
                     "schema": msgspec.json.schema(k),
                     "source": _source(k),
                 }
@@ -284,6 +314,10 @@ def _check_pack(pack: PolicyPack, seen: dict[str, str]) -> None:
         if not kind.adapter:
             raise PackError(
                 f"pack {pack.name}: policy kind {name!r} names no adapter to execute it"
+            )
+        if kind.impact not in tuple(Impact):
+            raise PackError(
+                f"pack {pack.name}: policy kind {name!r} declares an unknown impact {kind.impact!r}"
             )
         seen[name] = pack.name
     own = set(pack.kinds)

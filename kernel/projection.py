@@ -14,12 +14,16 @@ from typing import Any
 
 import msgspec
 
-from kernel import flow
+from kernel import approvals, flow
+from kernel.approvals import APPROVAL_EVENTS, Approval
 from kernel.events import (
     AgentRegistered,
     AgentStatusChanged,
+    DecisionRefused,
     Event,
     ExecutionSucceeded,
+    FlowEscalated,
+    HumanDecided,
     Manifest,
     ResourceReleased,
     ResourceReserved,
@@ -41,6 +45,13 @@ MOVING = frozenset(
 """Statuses in which a flow moves on without a human."""
 
 _UNSETTLED = frozenset({FlowStatus.DIRTY, FlowStatus.ESCALATED})
+HISTORY = 256
+"""Escalations kept per agent for its budget; older ones no longer matter to any bucket."""
+
+# Operational failures are the adapters' doing, not the agent's: they spend no budget.
+_UNCHARGED = frozenset({"EXECUTION_FAILED"})
+# Events that may take an operator inbox row.
+_INBOX_EVENTS = frozenset({HumanDecided, DecisionRefused})
 
 
 class AgentStatus(StrEnum):
@@ -106,6 +117,13 @@ class Projections:
         """What each open flow holds, by pool (semantic locks)."""
         self.held: dict[str, int] = {}
         """The total held of each pool."""
+        self.approvals: dict[str, Approval] = {}
+        self.waiting: set[str] = set()
+        """Flows waiting for a human (ESCALATED)."""
+        # Per agent: (dfid, ts) of its escalations since its budget was last filled.
+        self.escalations: dict[str, list[tuple[str, int]]] = {}
+        # Operator inbox rows already taken, and the seq of the event that took each.
+        self.inbox_taken: dict[int, int] = {}
 
     def apply(self, events: Iterable[Event]) -> None:
         """Fold committed events, in seq order, into the state."""
@@ -117,6 +135,14 @@ class Projections:
                 dfid = event.dfid
                 if committing is None or dfid not in committing:
                     self._set_flow(flow.apply(self.flows.get(dfid), event))
+                if type(payload) in APPROVAL_EVENTS:
+                    approvals.apply(self.approvals, event)
+                    if isinstance(payload, FlowEscalated) and payload.reason_code not in _UNCHARGED:
+                        owner = committing.get(dfid) if committing else None
+                        agent_id = (owner or self.flows[dfid]).agent_id
+                        history = self.escalations.setdefault(agent_id, [])
+                        history.append((dfid, event.ts))
+                        del history[:-HISTORY]
                 if isinstance(payload, ExecutionSucceeded):
                     self.executions[payload.key] = ExecutionRecord(
                         dfid=dfid,
@@ -153,6 +179,13 @@ class Projections:
                     self.agents[agent.manifest.agent_id] = msgspec.structs.replace(
                         agent, status=AgentStatus(payload.status)
                     )
+                    if payload.status == AgentStatus.ACTIVE:
+                        # Restored by an operator: a full escalation budget again.
+                        self.escalations.pop(agent.manifest.agent_id, None)
+            if type(payload) in _INBOX_EVENTS:
+                inbox_id = payload.inbox_id  # type: ignore[union-attr]
+                if inbox_id is not None:
+                    self.inbox_taken.setdefault(inbox_id, event.seq)
             self.last_seq = event.seq
         if committing:
             for state in committing.values():
@@ -164,6 +197,10 @@ class Projections:
             self.moving.add(state.dfid)
         else:
             self.moving.discard(state.dfid)
+        if state.status is FlowStatus.ESCALATED:
+            self.waiting.add(state.dfid)
+        else:
+            self.waiting.discard(state.dfid)
         if state.done and state.status in _UNSETTLED:
             self.unsettled.setdefault(state.agent_id, set()).add(state.dfid)
         elif state.done and state.agent_id in self.unsettled:
@@ -238,6 +275,9 @@ class Projections:
             "state": self.state,
             "executions": self.executions,
             "reservations": self.reservations,
+            "approvals": self.approvals,
+            "escalations": self.escalations,
+            "inbox_taken": sorted(self.inbox_taken.items()),
         }
 
     def digest(self) -> str:

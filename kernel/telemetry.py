@@ -27,6 +27,7 @@ from opentelemetry.trace import SpanContext, Status, StatusCode, TraceFlags
 from opentelemetry.util.re import parse_env_headers
 
 from kernel.events import (
+    ApprovalExpired,
     ContextCompiled,
     DuplicateSuppressed,
     Event,
@@ -224,10 +225,12 @@ def _project(
                 b.finish("validate", ts, rejected, Status(StatusCode.ERROR, code), detail)
             case ProposalAccepted():
                 b.finish("validate", ts, {"dir.verdict": "ACCEPTED"})
-            case FlowEscalated(reason_code=reason_code):
+            case FlowEscalated(reason_code=reason_code, impact=impact):
                 code = str(reason_code)
                 b.finish("validate", ts, {"dir.verdict": "ESCALATED", "dir.reason_code": code})
-                b.start("escalation", ts, {"dir.reason_code": code})
+                b.start("escalation", ts, {"dir.reason_code": code, "dir.impact": impact})
+            case ApprovalExpired():
+                b.finish("escalation", ts, {"dir.decision": "expired"})
             case HumanDecided(decision=decision, operator=operator):
                 b.finish("escalation", ts, {"dir.decision": decision, "dir.operator": operator})
             case ExecutionStarted(intent=intent):

@@ -36,6 +36,8 @@ SAMPLES = [
     ev.ProposalAccepted(attempt=1),
     ev.FlowEscalated(reason_code=ReasonCode.LOW_CONFIDENCE),
     ev.HumanDecided(decision="override", operator="ana", reason="ok"),
+    ev.ApprovalExpired(action_hash="ab12"),
+    ev.DecisionRefused(reason_code=ReasonCode.EXPIRED, inbox_id=3),
     ev.ExecutionStarted(intent=ev.ExecutionIntent(key="k", kind="k", adapter="a")),
     ev.ExecutionSucceeded(key="k", external_id="x"),
     ev.ExecutionFailed(key="k", error="boom", transient=True),

@@ -1,0 +1,203 @@
+"""Approvals: what a human is asked to approve, as a durable state machine folded from events.
+
+An escalation opens an approval bound to the hash of the exact action (the
+DFID, the policy kind and its version, the parameters, the pack's content
+hash), so a decision made on what the operator was shown can never approve
+anything else::
+
+    PENDING -> APPROVED -> CONSUMED (executed)
+            -> MODIFIED (judged by the DIM again)
+            -> REJECTED | EXPIRED
+
+Like every projection, the fold reads no clock: expiry is a fact the
+escalation manager records (ApprovalExpired) when it notices it.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+import msgspec
+
+from kernel.events import (
+    ApprovalExpired,
+    Event,
+    ExecutionStarted,
+    FlowEscalated,
+    HumanDecided,
+    ProposalRecord,
+    digest,
+)
+from kernel.packs import Impact, NeedsHuman, PolicyCatalog
+from kernel.reasons import ReasonCode
+
+SHORT_HASH = 10
+"""Characters of the action hash an operator reads and types back to approve."""
+
+MIN_HASH = 8
+"""The shortest prefix of an action hash a decision may name."""
+
+APPROVE_WORDS = frozenset({"approve", "override"})
+REJECT_WORDS = frozenset({"reject", "abort"})
+
+
+class ApprovalStatus(StrEnum):
+    """Where an approval is in its lifecycle."""
+
+    PENDING = "PENDING"
+    APPROVED = "APPROVED"
+    MODIFIED = "MODIFIED"
+    REJECTED = "REJECTED"
+    EXPIRED = "EXPIRED"
+    CONSUMED = "CONSUMED"
+
+
+class Approval(msgspec.Struct, frozen=True, gc=False, kw_only=True):
+    """The approval an escalation opened, as of the last event that touched it."""
+
+    dfid: str
+    agent_id: str
+    action_hash: str
+    impact: Impact
+    reason_code: ReasonCode
+    detail: str
+    escalated_seq: int
+    escalated_ts: int
+    status: ApprovalStatus = ApprovalStatus.PENDING
+    operator: str = ""
+    reason: str = ""
+    decided_ts: int = 0
+
+    @property
+    def short_hash(self) -> str:
+        """The part of the action hash shown to (and typed back by) the operator."""
+        return self.action_hash[:SHORT_HASH]
+
+    def names(self, action_hash: str) -> bool:
+        """Whether ``action_hash`` (whole, or a prefix of MIN_HASH or more) names this action."""
+        return (
+            bool(self.action_hash)
+            and len(action_hash) >= MIN_HASH
+            and self.action_hash.startswith(action_hash.lower())
+        )
+
+
+def action_hash(dfid: str, proposal: ProposalRecord, catalog: PolicyCatalog) -> str:
+    """Return the hash an approval of ``proposal`` in flow ``dfid`` is bound to."""
+    pack = catalog.pack_of.get(proposal.kind)
+    return digest(
+        {
+            "dfid": dfid,
+            "kind": proposal.kind,
+            "version": proposal.version,
+            "params": proposal.params,
+            "pack": pack.hash if pack else "",
+        }
+    )
+
+
+def impact_of(kind: str, catalog: PolicyCatalog) -> Impact:
+    """Return the impact the pack declares for ``kind``; HIGH_IMPACT when it is unknown."""
+    policy_kind = catalog.kinds.get(kind)
+    return policy_kind.impact if policy_kind is not None else Impact.HIGH_IMPACT
+
+
+def escalation(
+    dfid: str,
+    proposal: ProposalRecord | None,
+    catalog: PolicyCatalog,
+    reason_code: ReasonCode,
+    detail: str,
+) -> FlowEscalated:
+    """Build the event that escalates a flow, with its impact and action hash."""
+    if proposal is None:
+        return FlowEscalated(reason_code=reason_code, detail=detail)
+    return FlowEscalated(
+        reason_code=reason_code,
+        detail=detail,
+        impact=impact_of(proposal.kind, catalog),
+        action_hash=action_hash(dfid, proposal, catalog),
+    )
+
+
+def policy_trigger(proposal: ProposalRecord, catalog: PolicyCatalog) -> NeedsHuman | None:
+    """Run the kind's own escalation rule (authority threshold, ambiguity) on a valid proposal."""
+    kind = catalog.kinds[proposal.kind]
+    policy = msgspec.convert({"kind": proposal.kind, **proposal.params}, kind)
+    return policy.needs_human()
+
+
+def apply(approvals: dict[str, Approval], event: Event) -> None:
+    """Fold one flow event into the approvals (events of other types are ignored)."""
+    payload = event.payload
+    dfid = event.dfid or ""
+    if isinstance(payload, FlowEscalated):
+        approvals[dfid] = Approval(
+            dfid=dfid,
+            agent_id=event.agent_id or "",
+            action_hash=payload.action_hash,
+            impact=Impact(payload.impact),
+            reason_code=payload.reason_code,
+            detail=payload.detail,
+            escalated_seq=event.seq,
+            escalated_ts=event.ts,
+        )
+        return
+    current = approvals.get(dfid)
+    if current is None:
+        return
+    if isinstance(payload, HumanDecided) and current.status is ApprovalStatus.PENDING:
+        if payload.decision in APPROVE_WORDS:
+            status = ApprovalStatus.APPROVED
+        elif payload.decision in REJECT_WORDS:
+            status = ApprovalStatus.REJECTED
+        else:
+            status = ApprovalStatus.MODIFIED
+        approvals[dfid] = msgspec.structs.replace(
+            current,
+            status=status,
+            operator=payload.operator,
+            reason=payload.reason,
+            decided_ts=event.ts,
+        )
+    elif isinstance(payload, ApprovalExpired) and current.status is ApprovalStatus.PENDING:
+        approvals[dfid] = msgspec.structs.replace(
+            current, status=ApprovalStatus.EXPIRED, decided_ts=event.ts
+        )
+    elif isinstance(payload, ExecutionStarted) and current.status is ApprovalStatus.APPROVED:
+        approvals[dfid] = msgspec.structs.replace(current, status=ApprovalStatus.CONSUMED)
+
+
+APPROVAL_EVENTS = frozenset({FlowEscalated, HumanDecided, ApprovalExpired, ExecutionStarted})
+"""The event types :func:`apply` reacts to."""
+
+
+class EscalationBudget(msgspec.Struct, frozen=True, kw_only=True):
+    """An escalation budget: ``capacity`` escalations, refilled evenly over ``period_s``."""
+
+    capacity: int = 3
+    period_s: float = 3600.0
+
+
+def over_budget(history: list[tuple[str, int]], bucket: EscalationBudget) -> set[str]:
+    """Return the DFIDs whose escalation found the bucket empty.
+
+    ``history`` holds (dfid, ts) of one agent's escalations since its bucket was
+    last filled (registration or restoration), oldest first. The bucket is
+    replayed over them, so the answer depends only on recorded times; an
+    escalation over budget takes no token (its flow is aborted instead).
+    """
+    capacity = bucket.capacity
+    # Tokens in units of 1/period ns, so the refill is exact integer arithmetic.
+    unit = int(bucket.period_s * 1e9)
+    full = capacity * unit
+    tokens, last, over = full, None, set()
+    for dfid, ts in history:
+        if last is not None:
+            tokens = min(full, tokens + (ts - last) * capacity)
+        last = ts
+        if tokens >= unit:
+            tokens -= unit
+        else:
+            over.add(dfid)
+    return over
