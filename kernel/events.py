@@ -236,6 +236,72 @@ class SubmissionRefused(Payload, frozen=True, tag=True):
     claimed_agent: str = ""
 
 
+# --- replay -------------------------------------------------------------------
+
+
+class ProjectionCheckpoint(Payload, frozen=True, tag=True):
+    """The kernel's own record of the projected state's hash after event ``seq``.
+
+    ``dirk verify`` recomputes the hash by replay; a snapshot stored beside the
+    journal is trusted only if it hashes to a checkpoint's digest.
+    """
+
+    seq: int
+    digest: str
+
+
+# --- memory (facts, constraints, decisions), written by the memory executor ----
+
+
+class FactAdded(Payload, frozen=True, tag=True):
+    """A fact an agent learned, accepted by the DIM; ``key`` the intent key that wrote it."""
+
+    name: str
+    value: str
+    confidence: str = "1"
+    correlation_id: str = ""
+    key: str = ""
+
+
+class ConstraintAdded(Payload, frozen=True, tag=True):
+    """A constraint on every later proposal; its id is this event's seq.
+
+    ``priority`` is required or learned (enforced) or preferred (advisory);
+    a learned constraint names the event of the mistake in ``triggered_by``.
+    """
+
+    text: str
+    priority: str = "required"
+    triggered_by: int | None = None
+    correlation_id: str = ""
+    key: str = ""
+
+
+class ConstraintDeactivated(Payload, frozen=True, tag=True):
+    constraint: int
+    reason: str = ""
+    correlation_id: str = ""
+    key: str = ""
+
+
+class DecisionMade(Payload, frozen=True, tag=True):
+    text: str
+    rationale: str = ""
+    refs: list[int] = []
+    correlation_id: str = ""
+    key: str = ""
+
+
+class MemoryQueried(Payload, frozen=True, tag=True):
+    """An agent consulted memory about ``topic`` (what procedural constraints wait for)."""
+
+    topic: str
+    facts: list[str] = []
+    constraints: list[int] = []
+    correlation_id: str = ""
+    key: str = ""
+
+
 AnyPayload = (
     KernelStarted
     | KernelStopped
@@ -259,6 +325,12 @@ AnyPayload = (
     | FlowClosed
     | FlowAborted
     | SubmissionRefused
+    | ProjectionCheckpoint
+    | FactAdded
+    | ConstraintAdded
+    | ConstraintDeactivated
+    | DecisionMade
+    | MemoryQueried
 )
 
 

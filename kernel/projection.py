@@ -19,12 +19,14 @@ from kernel.events import (
     AgentRegistered,
     AgentStatusChanged,
     Event,
+    ExecutionStarted,
     ExecutionSucceeded,
     Manifest,
     TriggerFired,
     digest,
 )
 from kernel.flow import FLOW_EVENTS, FlowState, FlowStatus
+from kernel.memory import MEMORY_ADAPTER, MEMORY_EVENTS, MemoryState, Pending
 
 MOVING = frozenset(
     {
@@ -94,6 +96,7 @@ class Projections:
         self.state: dict[str, Fact] = {}
         self.executions: dict[str, ExecutionRecord] = {}
         self.moving: set[str] = set()
+        self.memory = MemoryState()
         self._committing: dict[str, FlowState] | None = None
 
     def apply(self, events: Iterable[Event]) -> None:
@@ -113,6 +116,13 @@ class Projections:
                         detail=payload.detail,
                         seq=event.seq,
                     )
+                elif (
+                    isinstance(payload, ExecutionStarted)
+                    and payload.intent.adapter == MEMORY_ADAPTER
+                ):
+                    self._memory_started(event, payload)
+            elif type(payload) in MEMORY_EVENTS:
+                self.memory.apply(event)
             elif isinstance(payload, TriggerFired):
                 for key, value in payload.facts.items():
                     self.state[key] = Fact(
@@ -144,6 +154,18 @@ class Projections:
         if committing:
             for state in committing.values():
                 self._set_flow(state)
+
+    def _memory_started(self, event: Event, payload: ExecutionStarted) -> None:
+        flow_state = self.flows.get(event.dfid or "")
+        self.memory.started(
+            payload.intent.key,
+            Pending(
+                dfid=event.dfid or "",
+                root_dfid=flow_state.root_dfid if flow_state else event.dfid or "",
+                agent_id=event.agent_id or "",
+                started_seq=event.seq,
+            ),
+        )
 
     def _set_flow(self, state: FlowState) -> None:
         self.flows[state.dfid] = state
@@ -199,6 +221,7 @@ class Projections:
             "sessions": self.sessions,
             "state": self.state,
             "executions": self.executions,
+            "memory": self.memory,
         }
 
     def digest(self) -> str:

@@ -43,6 +43,14 @@ SAMPLES = [
     ev.FlowClosed(),
     ev.FlowAborted(reason_code=ReasonCode.KERNEL_FAULT),
     ev.SubmissionRefused(reason_code=ReasonCode.INVALID_SESSION),
+    ev.ProjectionCheckpoint(seq=10, digest="d"),
+    ev.FactAdded(name="guest.needs", value="step-free access", correlation_id="r", key="k"),
+    ev.ConstraintAdded(
+        text="verify accessibility before booking", priority="learned", triggered_by=3
+    ),
+    ev.ConstraintDeactivated(constraint=4, reason="obsolete"),
+    ev.DecisionMade(text="book Granvia", rationale="step-free", refs=[4]),
+    ev.MemoryQueried(topic="accessibility", facts=["guest.needs"], constraints=[4]),
 ]
 
 
