@@ -10,7 +10,9 @@ packs). The layers run in a fixed order and the first that fails decides:
 4. authority: the kind is among the agent's capabilities (UNAUTHORIZED);
 5. time: the validity window (EXPIRED);
 6. state consistency: the context reference is the current snapshot (STALE_CONTEXT);
-7. escalation thresholds: confidence below the pack's threshold (ESCALATE).
+7. memory: the active constraints of governed memory (CONSTRAINT_VIOLATION,
+   VERIFICATION_REQUIRED; see kernel.memory.check);
+8. escalation thresholds: confidence below the pack's threshold (ESCALATE).
 
 A rejection with attempts left hands the agent its feedback through a fresh
 context; the intent retry governor ends the flow with REASONING_EXHAUSTION
@@ -38,6 +40,8 @@ from kernel.events import (
     SubmissionRefused,
 )
 from kernel.flow import FlowState, FlowStatus
+from kernel.memory import MemoryState
+from kernel.memory import check as check_memory
 from kernel.packs import PolicyCatalog
 from kernel.ports import Clock
 from kernel.projection import AgentStatus, AgentView, Projections
@@ -98,8 +102,10 @@ def evaluate(
     current_ref: str,
     *,
     by_human: bool = False,
+    memory: MemoryState | None = None,
+    correlation_id: str = "",
 ) -> Feedback | None:
-    """Run layers 2-6 and return the first failure's feedback, or None if all pass."""
+    """Run layers 2-7 and return the first failure's feedback, or None if all pass."""
     kind = catalog.kinds.get(proposal.kind)
     if kind is None:
         return reject(
@@ -150,6 +156,9 @@ def evaluate(
             "the state this proposal reasoned on has changed since its context was compiled",
             "context_ref",
         )
+    # Layer 7, governed memory: a pure function of the proposal and the memory projection.
+    if memory is not None:
+        return check_memory(memory, proposal, agent.manifest.agent_id, correlation_id)
     return None
 
 
@@ -225,7 +234,14 @@ class IntegrityModule:
         )
         current = context_ref(self._projections.visible_state(agent.manifest.subscriptions))
         feedback = msg.invalid or evaluate(
-            msg.proposal, agent, self._catalog, self._clock.now_ns(), current, by_human=msg.by_human
+            msg.proposal,
+            agent,
+            self._catalog,
+            self._clock.now_ns(),
+            current,
+            by_human=msg.by_human,
+            memory=self._projections.memory,
+            correlation_id=flow.root_dfid,
         )
         if feedback is not None:
             self._rejected(msg, agent, attempt, feedback, submitted, out)

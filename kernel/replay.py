@@ -161,13 +161,13 @@ async def verify_projections(journal: Journal) -> ProjectionReport:
         for point in points.pop(seq, []):
             compared += 1
             if point.digest != replayed:
-                problems.append(f"checkpoint at seq {seq}: digest differs from replay")
+                problems.append(f"at seq {seq}: checkpoint digest differs from replay")
         stored = await journal.read_snapshot(seq)
         if stored is not None:
             snapshots += 1
             restored = decode_snapshot(stored[1])
             if restored is None or restored.digest() != replayed or stored[0] != replayed:
-                problems.append(f"snapshot at seq {seq}: does not match replay")
+                problems.append(f"at seq {seq}: snapshot does not match replay")
 
     if 0 in points:
         await compare(0)
@@ -176,12 +176,12 @@ async def verify_projections(journal: Journal) -> ProjectionReport:
             try:
                 projections.apply((event,))
             except IllegalTransition as exc:
-                problems.append(f"seq {event.seq}: projection: {exc}")
+                problems.append(f"at seq {event.seq}: projection: {exc}")
                 return ProjectionReport(ok=False, digest="", problems=problems)
             if event.seq in points:
                 await compare(event.seq)
     for seq in points:
-        problems.append(f"checkpoint at seq {seq}: beyond the last event")
+        problems.append(f"at seq {seq}: checkpoint beyond the last event")
     return ProjectionReport(
         ok=not problems,
         digest=projections.digest(),
