@@ -16,6 +16,10 @@ Constraint texts are parsed, not interpreted by a model:
   explanation or parameters) is refused with VERIFICATION_REQUIRED unless its
   agent, or its flow's tree, queried memory about X before.
 
+Constraint management (adding or retiring a constraint) is exempt from both:
+its text talks about behaviour rather than performing it. Queries are exempt
+from procedures (a query is the verification).
+
 Priorities ``required`` and ``learned`` are enforced; ``preferred`` is
 advisory: :func:`advisories` names the preferred constraints a proposal
 breaks, and the verdict does not change.
@@ -55,7 +59,8 @@ MEMORY_ADAPTER = "memory"
 
 QUERY_KIND = "memory.query"
 CONSTRAINT_KINDS = frozenset({"memory.add_constraint", "memory.deactivate_constraint"})
-"""Kinds that talk about behaviour rather than perform it: prohibitions do not apply to them."""
+"""Kinds that talk about behaviour rather than perform it: constraints do not apply to them
+(else "never use eval()" could not be restated as learned, nor any constraint be retired)."""
 
 _PROHIBITION = re.compile(
     r"^\s*(?:never|do\s+not|don't|avoid)\s+(?:(?:use|using|call)\s+)?(.+?)\s*\.?\s*$", re.I
@@ -231,6 +236,8 @@ def violations(
     state: MemoryState, proposal: ProposalRecord, agent_id: str, correlation_id: str
 ) -> Iterator[tuple[ConstraintRecord, ReasonCode]]:
     """Yield each active constraint the proposal breaks, by priority then age."""
+    if proposal.kind in CONSTRAINT_KINDS:
+        return
     text = text_of(proposal)
     about = f"{proposal.kind}\n{text}"
     who = (agent_id, correlation_id)
@@ -240,7 +247,7 @@ def violations(
             continue
         form, subject, action = parsed
         if form == "never":
-            if proposal.kind not in CONSTRAINT_KINDS and mentions(text, subject):
+            if mentions(text, subject):
                 yield constraint, ReasonCode.CONSTRAINT_VIOLATION
         elif (
             proposal.kind != QUERY_KIND
