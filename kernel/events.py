@@ -162,10 +162,19 @@ class FlowCreated(Payload, frozen=True, tag=True):
 
 
 class ContextCompiled(Payload, frozen=True, tag=True):
+    """A context handed to an agent: the state it was shown and what the budget dropped.
+
+    ``context_ref`` hashes the state the agent is entitled to see (what the DIM
+    checks for staleness); ``as_of_ns`` is recorded when a time window applied.
+    """
+
     attempt: int
     context_ref: str
     state: dict[str, Any] = {}
     feedback: Feedback | None = None
+    tokens: int = 0
+    dropped: list[str] = []
+    as_of_ns: int = 0
 
 
 class ProposalSubmitted(Payload, frozen=True, tag=True):

@@ -153,7 +153,7 @@ class Kernel:
             ),
             ChildSpec(
                 "context",
-                lambda: ContextCompiler(projections, clock, ids, self._hosts),
+                lambda: ContextCompiler(projections, clock, ids, self._hosts, catalog.schemas),
                 self.compiler_mailbox,
             ),
             ChildSpec(
