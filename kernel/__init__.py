@@ -16,6 +16,7 @@ from kernel.contracts import (
     Verdict,
     WorkingContext,
 )
+from kernel.counterfactual import whatif
 from kernel.escalation import Decision
 from kernel.events import Event, ExecutionIntent, Manifest
 from kernel.execution import Adapter, AdapterError, Receipt, idempotency_key
@@ -27,12 +28,16 @@ from kernel.journal import (
     verify_journal,
 )
 from kernel.kernel import Kernel, KernelFault, KernelShutdown, open_kernel
+from kernel.memory import MemoryState
+from kernel.memory_pack import MEMORY_PACK
 from kernel.packs import PackError, PolicyKind, PolicyPack
 from kernel.ports import Clock, IdSource, ManualClock, RandomIds, SeededIds, SystemClock
 from kernel.projection import AgentStatus, Projections, fold
 from kernel.reasons import ReasonCode
+from kernel.replay import state_at, verify_projections
 
 __all__ = [
+    "MEMORY_PACK",
     "TERMINAL",
     "Adapter",
     "AdapterError",
@@ -54,6 +59,7 @@ __all__ = [
     "MailboxClosed",
     "Manifest",
     "ManualClock",
+    "MemoryState",
     "Outcome",
     "PackError",
     "PolicyKind",
@@ -74,5 +80,8 @@ __all__ = [
     "idempotency_key",
     "open_journal",
     "open_kernel",
+    "state_at",
     "verify_journal",
+    "verify_projections",
+    "whatif",
 ]

@@ -7,6 +7,7 @@ import kernel
 def test_kernel_exports():
     assert sorted(kernel.__all__) == sorted(
         [
+            "MEMORY_PACK",
             "TERMINAL",
             "Adapter",
             "AdapterError",
@@ -26,6 +27,7 @@ def test_kernel_exports():
             "KernelFault",
             "KernelShutdown",
             "MailboxClosed",
+            "MemoryState",
             "Manifest",
             "ManualClock",
             "Outcome",
@@ -48,7 +50,10 @@ def test_kernel_exports():
             "idempotency_key",
             "open_journal",
             "open_kernel",
+            "state_at",
             "verify_journal",
+            "verify_projections",
+            "whatif",
         ]
     )
     for name in kernel.__all__:
