@@ -58,6 +58,23 @@ def estimate(obj: Any) -> int:
     return (len(canonical(obj)) + 3) // 4
 
 
+def _item_tokens(key: str, body: bytes) -> int:
+    # Exactly estimate({key: value}) given the value's canonical body, without encoding twice.
+    return (len(canonical(key)) + len(body) + 3 + 3) // 4
+
+
+_schema_tokens: dict[tuple[int, tuple[str, ...]], int] = {}
+
+
+def _schemas_estimate(schemas: Mapping[str, Any], mine: dict[str, Any]) -> int:
+    # Schemas change only with the loaded packs: estimate each agent's set once.
+    key = (id(schemas), tuple(mine))
+    cached = _schema_tokens.get(key)
+    if cached is None:
+        cached = _schema_tokens[key] = estimate(mine)
+    return cached
+
+
 def _limit(limits: Mapping[str, Any], name: str) -> int | None:
     value = limits.get(name)
     return int(value) if isinstance(value, int | float) and value >= 0 else None
@@ -109,23 +126,23 @@ def compile_layers(
         dropped = [f"state:{key}" for _, key, _ in facts[:cut]]
         facts = facts[cut:]
 
-    state: list[tuple[str, str, Any]] = []
-    artifacts: list[tuple[str, str, str]] = []
+    state: list[tuple[str, str, Any, int]] = []
+    artifacts: list[tuple[str, str, Any, int]] = []
     for _, key, value in facts:
         body = canonical(value)
         if len(body) > ARTIFACT_BYTES:
             ref = f"sha256:{hashlib.sha256(body).hexdigest()}"
-            artifacts.append(("artifact", key, ref))
+            artifacts.append(("artifact", key, ref, _item_tokens(key, canonical(ref))))
         else:
-            state.append(("state", key, value))
+            state.append(("state", key, value, _item_tokens(key, body)))
     memory_facts = [
-        ("memory", name, fact.value)
+        ("memory", name, fact.value, _item_tokens(name, canonical(fact.value)))
         for name, fact in sorted(projections.memory.facts.items(), key=lambda i: i[1].seq)
     ]
     max_facts = _limit(limits, "context.memory.max_facts")
     if max_facts is not None and len(memory_facts) > max_facts:
         cut = len(memory_facts) - max_facts
-        dropped += [f"memory:{name}" for _, name, _ in memory_facts[:cut]]
+        dropped += [f"memory:{name}" for _, name, _, _ in memory_facts[:cut]]
         memory_facts = memory_facts[cut:]
 
     session: dict[str, Any] = {
@@ -141,23 +158,23 @@ def compile_layers(
     mine = {k: schemas[k] for k in sorted(manifest.capabilities) if k in schemas}
 
     budget = _limit(limits, "context.tokens") or DEFAULT_TOKENS
-    fixed = estimate(session) + estimate(constraints) + estimate(mine)
+    fixed = estimate(session) + estimate(constraints) + _schemas_estimate(schemas, mine)
     items = {"artifact": artifacts, "memory": memory_facts, "state": state}
-    tokens = fixed + sum(estimate({k: v}) for group in items.values() for _, k, v in group)
+    tokens = fixed + sum(item[3] for group in items.values() for item in group)
     for layer in DROP_ORDER:
         group = items[layer]
         while tokens > budget and group:
-            _, key, value = group.pop(0)
-            tokens -= estimate({key: value})
+            _, key, _, cost = group.pop(0)
+            tokens -= cost
             dropped.append(f"{layer}:{key}")
     return Layers(
         session=session,
-        state=dict(sorted((k, v) for _, k, v in state)),
+        state=dict(sorted((k, v) for _, k, v, _ in state)),
         memory={
             "constraints": constraints,
-            "facts": dict(sorted((k, v) for _, k, v in memory_facts)),
+            "facts": dict(sorted((k, v) for _, k, v, _ in memory_facts)),
         },
-        artifacts=dict(sorted((k, v) for _, k, v in artifacts)),
+        artifacts=dict(sorted((k, v) for _, k, v, _ in artifacts)),
         schemas=mine,
         tokens=tokens,
         dropped=dropped,
