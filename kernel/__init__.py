@@ -18,6 +18,7 @@ from kernel.contracts import (
     Verdict,
     WorkingContext,
 )
+from kernel.counterfactual import whatif
 from kernel.escalation import Decision, EscalateOperational, EscalationPolicy
 from kernel.events import Event, ExecutionIntent, Manifest
 from kernel.execution import Adapter, AdapterError, Receipt, idempotency_key
@@ -29,6 +30,8 @@ from kernel.journal import (
     verify_journal,
 )
 from kernel.kernel import Kernel, KernelFault, KernelShutdown, open_kernel
+from kernel.memory import MemoryState
+from kernel.memory_pack import MEMORY_PACK
 from kernel.packs import (
     Consume,
     Impact,
@@ -42,10 +45,12 @@ from kernel.packs import (
 from kernel.ports import Clock, IdSource, ManualClock, RandomIds, SeededIds, SystemClock
 from kernel.projection import AgentStatus, Projections, fold
 from kernel.reasons import ReasonCode
+from kernel.replay import state_at, verify_projections
 from kernel.rules import ALLOW, OneOf, Range, Rule, RuleVerdict, StateMatch, View, deny, rule
 
 __all__ = [
     "ALLOW",
+    "MEMORY_PACK",
     "TERMINAL",
     "Adapter",
     "AdapterError",
@@ -75,6 +80,7 @@ __all__ = [
     "MailboxClosed",
     "Manifest",
     "ManualClock",
+    "MemoryState",
     "NeedsHuman",
     "OneOf",
     "Outcome",
@@ -108,5 +114,8 @@ __all__ = [
     "open_journal",
     "open_kernel",
     "rule",
+    "state_at",
     "verify_journal",
+    "verify_projections",
+    "whatif",
 ]

@@ -19,6 +19,7 @@ from kernel.actors import Mailbox, Outbox, Reply
 from kernel.contracts import WorkingContext
 from kernel.events import ContextCompiled, Feedback, FlowCreated, TriggerFired, digest
 from kernel.flow import FlowStatus
+from kernel.layers import compile_layers, window_ns
 from kernel.ports import Clock, IdSource
 from kernel.projection import AgentStatus, Projections, visible
 
@@ -51,7 +52,9 @@ class ContextCompiler:
         clock: Clock,
         ids: IdSource,
         hosts: Mapping[str, Mailbox[WorkingContext]],
+        schemas: Mapping[str, Any] | None = None,
     ) -> None:
+        self._schemas = schemas or {}
         self._projections = projections
         self._clock = clock
         self._ids = ids
@@ -98,13 +101,23 @@ class ContextCompiler:
         if flow.compiled != msg.attempt - 1 or flow.attempts != msg.attempt - 1:
             return  # a compile request overtaken by events
         agent = self._projections.agents[flow.agent_id]
-        state = self._projections.visible_state(
-            agent.manifest.subscriptions, out.scratch.get("facts")
+        staged = out.scratch.get("facts")
+        # The reference covers everything the agent is entitled to see, whatever the
+        # limits show it: the DIM recomputes it the same way to detect a stale context.
+        ref = context_ref(self._projections.visible_state(agent.manifest.subscriptions, staged))
+        as_of = self._clock.now_ns() if window_ns(agent.manifest) is not None else 0
+        layers = compile_layers(
+            self._projections, flow, agent.manifest, self._schemas, staged=staged, as_of_ns=as_of
         )
-        ref = context_ref(state)
         out.emit(
             ContextCompiled(
-                attempt=msg.attempt, context_ref=ref, state=state, feedback=msg.feedback
+                attempt=msg.attempt,
+                context_ref=ref,
+                state=layers.state,
+                feedback=msg.feedback,
+                tokens=layers.tokens,
+                dropped=layers.dropped,
+                as_of_ns=as_of,
             ),
             dfid=msg.dfid,
         )
@@ -116,11 +129,17 @@ class ContextCompiler:
             agent_id=flow.agent_id,
             attempt=msg.attempt,
             topic=flow.topic,
-            state=state,
+            state=layers.state,
             context_ref=ref,
             now_ns=self._clock.now_ns(),
             root_dfid=flow.root_dfid,
             parent_dfid=flow.parent_dfid,
             feedback=msg.feedback,
+            session=layers.session,
+            memory=layers.memory,
+            artifacts=layers.artifacts,
+            schemas=layers.schemas,
+            tokens=layers.tokens,
+            dropped=layers.dropped,
         )
         out.send(host, ctx)

@@ -44,7 +44,13 @@ class Proposal(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class WorkingContext(msgspec.Struct, frozen=True, gc=False, kw_only=True):
-    """Everything an agent may know for one attempt of one DecisionFlow; immutable."""
+    """Everything an agent may know for one attempt of one DecisionFlow; immutable.
+
+    The layers: ``session`` (the flow), ``state`` (need-to-know facts), ``memory``
+    (active constraints and facts), ``artifacts`` (large values by reference);
+    ``schemas`` of the kinds the agent may propose; ``tokens`` the estimate and
+    ``dropped`` what the token budget or the limits left out (see kernel.layers).
+    """
 
     dfid: str
     agent_id: str
@@ -56,6 +62,12 @@ class WorkingContext(msgspec.Struct, frozen=True, gc=False, kw_only=True):
     root_dfid: str = ""
     parent_dfid: str | None = None
     feedback: Feedback | None = None
+    session: dict[str, Any] = {}
+    memory: dict[str, Any] = {}
+    artifacts: dict[str, str] = {}
+    schemas: dict[str, Any] = {}
+    tokens: int = 0
+    dropped: list[str] = []
 
     def report_usage(self, *, tokens: int) -> None:
         """Tell the kernel this flow's reasoning spent ``tokens`` more (e.g. LLM tokens).

@@ -170,10 +170,19 @@ class FlowCreated(Payload, frozen=True, tag=True):
 
 
 class ContextCompiled(Payload, frozen=True, tag=True):
+    """A context handed to an agent: the state it was shown and what the budget dropped.
+
+    ``context_ref`` hashes the state the agent is entitled to see (what the DIM
+    checks for staleness); ``as_of_ns`` is recorded when a time window applied.
+    """
+
     attempt: int
     context_ref: str
     state: dict[str, Any] = {}
     feedback: Feedback | None = None
+    tokens: int = 0
+    dropped: list[str] = []
+    as_of_ns: int = 0
 
 
 class ProposalSubmitted(Payload, frozen=True, tag=True):
@@ -360,6 +369,72 @@ class ResourceReleased(Payload, frozen=True, tag=True):
     reason: str = ""
 
 
+# --- replay -------------------------------------------------------------------
+
+
+class ProjectionCheckpoint(Payload, frozen=True, tag=True):
+    """The kernel's own record of the projected state's hash after event ``seq``.
+
+    ``dirk verify`` recomputes the hash by replay; a snapshot stored beside the
+    journal is trusted only if it hashes to a checkpoint's digest.
+    """
+
+    seq: int
+    digest: str
+
+
+# --- memory (facts, constraints, decisions), written by the memory executor ----
+
+
+class FactAdded(Payload, frozen=True, tag=True):
+    """A fact an agent learned, accepted by the DIM; ``key`` the intent key that wrote it."""
+
+    name: str
+    value: str
+    confidence: str = "1"
+    correlation_id: str = ""
+    key: str = ""
+
+
+class ConstraintAdded(Payload, frozen=True, tag=True):
+    """A constraint on every later proposal; its id is this event's seq.
+
+    ``priority`` is required or learned (enforced) or preferred (advisory);
+    a learned constraint names the event of the mistake in ``triggered_by``.
+    """
+
+    text: str
+    priority: str = "required"
+    triggered_by: int | None = None
+    correlation_id: str = ""
+    key: str = ""
+
+
+class ConstraintDeactivated(Payload, frozen=True, tag=True):
+    constraint: int
+    reason: str = ""
+    correlation_id: str = ""
+    key: str = ""
+
+
+class DecisionMade(Payload, frozen=True, tag=True):
+    text: str
+    rationale: str = ""
+    refs: list[int] = []
+    correlation_id: str = ""
+    key: str = ""
+
+
+class MemoryQueried(Payload, frozen=True, tag=True):
+    """An agent consulted memory about ``topic`` (what procedural constraints wait for)."""
+
+    topic: str
+    facts: list[str] = []
+    constraints: list[int] = []
+    correlation_id: str = ""
+    key: str = ""
+
+
 AnyPayload = (
     KernelStarted
     | KernelStopped
@@ -394,6 +469,12 @@ AnyPayload = (
     | FlowCompensated
     | ResourceReserved
     | ResourceReleased
+    | ProjectionCheckpoint
+    | FactAdded
+    | ConstraintAdded
+    | ConstraintDeactivated
+    | DecisionMade
+    | MemoryQueried
 )
 
 

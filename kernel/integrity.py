@@ -43,6 +43,8 @@ from kernel.events import (
 )
 from kernel.flow import FlowState, FlowStatus
 from kernel.gate import LAYERS, Judgement, MemoryCheck, Snapshot, judge, reject
+from kernel.memory import MemoryState
+from kernel.memory import check as check_memory
 from kernel.packs import PolicyCatalog
 from kernel.ports import Clock
 from kernel.projection import AgentView, Projections
@@ -92,10 +94,15 @@ def evaluate(
     current_ref: str,
     *,
     by_human: bool = False,
+    memory: MemoryState | None = None,
+    correlation_id: str = "",
 ) -> Feedback | None:
     """Run the pipeline on a bare snapshot; return the rejection's feedback, or None."""
     snapshot = Snapshot(context_ref=current_ref)
-    return judge(proposal, agent, catalog, now_ns, snapshot, by_human=by_human).rejection
+    check = _memory_check(memory, correlation_id) if memory is not None else None
+    return judge(
+        proposal, agent, catalog, now_ns, snapshot, by_human=by_human, memory=check
+    ).rejection
 
 
 class _FactCapacities(Mapping[str, int]):
@@ -132,6 +139,11 @@ def unsettled(projections: Projections, agent_id: str) -> Feedback | None:
         ReasonCode.AGENT_PASSIVE,
         f"agent {agent_id} has flow(s) {', '.join(flows)} with effects not yet converged",
     )
+
+
+def _memory_check(memory: MemoryState, correlation_id: str) -> MemoryCheck:
+    """The memory layer over governed memory: enforced constraints refuse (kernel.memory)."""
+    return lambda proposal, view: check_memory(memory, proposal, view.agent_id, correlation_id)
 
 
 def _with_unsettled(judgement: Judgement, projections: Projections, agent_id: str) -> Judgement:
@@ -244,7 +256,7 @@ class IntegrityModule:
                 self._clock.now_ns(),
                 snapshot,
                 by_human=msg.by_human,
-                memory=self._memory,
+                memory=self._memory or _memory_check(self._projections.memory, flow.root_dfid),
             )
         if not msg.by_human:
             judgement = _with_unsettled(judgement, self._projections, flow.agent_id)

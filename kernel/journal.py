@@ -65,6 +65,12 @@ What the kernel made of it is an event (HumanDecided or DecisionRefused naming
 the row's id), which is what makes each row count exactly once; ``taken_seq``
 is a marker for the poller, set after that event committed.
 """
+# Snapshots of the projected state live beside the events, never in the hash chain: each
+# is only trusted if it hashes to a ProjectionCheckpoint recorded in the chain.
+_SNAPSHOTS = (
+    "CREATE TABLE IF NOT EXISTS snapshots"
+    " (seq INTEGER PRIMARY KEY, digest TEXT NOT NULL, body BLOB NOT NULL)"
+)
 _INSERT = "INSERT INTO events (seq, type, dfid, body, hash) VALUES (?, ?, ?, ?, ?)"
 _ROWS = "SELECT seq, type, dfid, body, hash FROM events"
 # prev_hash comes from the row before; a NULL there means seq 1 (genesis) or a missing row.
@@ -377,6 +383,36 @@ class Journal:
     async def flow_events(self, dfid: str) -> list[Event]:
         """Return the events of one DecisionFlow in seq order."""
         return await self.read(dfid=dfid)
+
+    async def write_snapshot(self, seq: int, digest: str, body: bytes) -> None:
+        """Store the projected state after event ``seq`` (replacing one stored before).
+
+        Raises:
+            JournalClosed: The journal is closing, closed or read-only.
+            JournalError: The write failed (the events are untouched).
+        """
+        if self._writer is None or self._closing:
+            self._raise_unwritable()
+        writer = self._writer
+        try:
+            # The writer's limiter: this connection is used by one thread at a time.
+            await anyio.to_thread.run_sync(
+                _write_snapshot, writer, seq, digest, body, limiter=self._limiter
+            )
+        except sqlite3.Error as exc:
+            raise _sqlite_error(self._path, exc) from exc
+
+    async def read_snapshot(self, seq: int) -> tuple[str, bytes] | None:
+        """Return the (digest, body) stored for ``seq``, or None (journals before snapshots too)."""
+        try:
+            rows = list(
+                await self._query("SELECT digest, body FROM snapshots WHERE seq = ?", [seq])
+            )
+        except JournalError as exc:
+            if "no such table" in exc.detail:
+                return None
+            raise
+        return (str(rows[0][0]), bytes(rows[0][1])) if rows else None
 
     async def _query(self, sql: str, params: Sequence[Any]) -> Iterable[Any]:
         if self._closed:
@@ -712,6 +748,12 @@ def _write_rows(conn: sqlite3.Connection, rows: list[_Row], injected: bool) -> N
         raise
 
 
+def _write_snapshot(conn: sqlite3.Connection, seq: int, digest: str, body: bytes) -> None:
+    conn.execute(
+        "INSERT OR REPLACE INTO snapshots (seq, digest, body) VALUES (?, ?, ?)", (seq, digest, body)
+    )
+
+
 def _open_writer(
     path: str, synchronous: str, journal_id: str | None
 ) -> tuple[sqlite3.Connection, str]:
@@ -730,6 +772,7 @@ def _open_writer(
             )
         # Journals created before the inbox existed get it the first time a kernel opens them.
         conn.executescript(INBOX_SCHEMA)
+        conn.execute(_SNAPSHOTS)
     except BaseException:
         conn.close()
         raise

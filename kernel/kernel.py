@@ -72,12 +72,15 @@ from kernel.journal import (
     JournalWriteFailed,
     open_journal,
 )
+from kernel.memory import MEMORY_ADAPTER
+from kernel.memory_pack import MemoryExecutor
 from kernel.packs import PackError, PolicyCatalog, PolicyPack
 from kernel.ports import Clock, IdSource, RandomIds, SystemClock
 from kernel.projection import AgentStatus, Projections, visible
 from kernel.reasoning import UsageMeter, metered
 from kernel.reasons import ReasonCode
 from kernel.registry import KERNEL_VERSION, Register, Registry, SetStatus
+from kernel.replay import CHECKPOINT_EVERY, Checkpointer, restore
 from kernel.telemetry import Telemetry
 
 log = logging.getLogger("kernel")
@@ -151,6 +154,7 @@ class Kernel:
         self._reasoning_timeout_s = reasoning_timeout_s
         # Tokens each flow's reasoning spent in earlier attempts (dropped when it stops reasoning).
         self._usage: dict[str, int] = {}
+        self._checkpointer: Checkpointer | None = None
 
         # A flow has at most one message on its way between actors at any time, so
         # mailboxes larger than the flows admitted at once can never fill up in a
@@ -173,7 +177,7 @@ class Kernel:
             ),
             ChildSpec(
                 "context",
-                lambda: ContextCompiler(projections, clock, ids, self._hosts),
+                lambda: ContextCompiler(projections, clock, ids, self._hosts, catalog.schemas),
                 self.compiler_mailbox,
             ),
             ChildSpec(
@@ -425,6 +429,8 @@ class Kernel:
 
     def _on_commit(self, events: Sequence[Event]) -> None:
         self.projections.apply(events)
+        if self._checkpointer is not None:
+            self._checkpointer.observe(self.projections)
         if self._waiters:
             for event in events:
                 if event.dfid is None or type(event.payload) not in FLOW_EVENTS:
@@ -559,6 +565,7 @@ async def open_kernel(
     inbox_poll_s: float | None = 1.0,
     token_budget: int | None = None,
     reasoning_timeout_s: float | None = None,
+    checkpoint_every: int = CHECKPOINT_EVERY,
 ) -> AsyncIterator[Kernel]:
     """Open a kernel on the journal at ``path`` and run it for the body of the block.
 
@@ -586,6 +593,7 @@ async def open_kernel(
         token_budget: the most tokens one flow's reasoning may report spending in all
             attempts together (None: no cap).
         reasoning_timeout_s: the longest one reasoning step may take on ``clock`` (None: no cap).
+        checkpoint_every: events between projection checkpoints and snapshots (0: none).
 
     Raises:
         PackError: on an invalid policy pack or a missing adapter.
@@ -593,15 +601,21 @@ async def open_kernel(
         KernelShutdown: when the kernel had to stop (restart intensity, journal failure).
     """
     catalog = PolicyCatalog(packs)
-    missing = [name for name in catalog.adapters_needed() if name not in adapters]
+    # The memory executor is built in: it records memory events in this journal.
+    missing = [
+        name
+        for name in catalog.adapters_needed()
+        if name not in adapters and name != MEMORY_ADAPTER
+    ]
     if missing:
         raise PackError(f"no adapter registered for {', '.join(missing)}")
     clock = clock or SystemClock()
     telemetry = telemetry if telemetry is not None else Telemetry.from_env()
     async with open_journal(path, clock=clock, synchronous=synchronous, faults=faults) as journal:
-        projections = Projections()
-        async for batch in journal.scan():
-            projections.apply(batch)
+        # The latest snapshot that matches its checkpoint, then the events after it.
+        projections = await restore(journal)
+        if MEMORY_ADAPTER in catalog.adapters_needed() and MEMORY_ADAPTER not in adapters:
+            adapters = {**adapters, MEMORY_ADAPTER: MemoryExecutor(projections, journal.append)}
         # What replay built lives as long as the kernel: keep the collector off it.
         gc.freeze()
         kernel = Kernel(
@@ -620,6 +634,8 @@ async def open_kernel(
             token_budget,
             reasoning_timeout_s,
         )
+        if checkpoint_every > 0:
+            kernel._checkpointer = Checkpointer(checkpoint_every, journal.head_seq)
         journal.set_guard(projections.guard)
         journal.add_listener(kernel._on_commit)
         await journal.append(
@@ -648,6 +664,8 @@ async def open_kernel(
                 tg.start_soon(_supervise, kernel, supervisor, name="supervisor")
                 if inbox_poll_s is not None:
                     tg.start_soon(kernel._poll_inbox, inbox_poll_s, name="operator-inbox")
+                if kernel._checkpointer is not None:
+                    tg.start_soon(kernel._checkpointer.run, journal, name="checkpoints")
                 if telemetry.enabled:
                     tg.start_soon(_export, telemetry, journal, exported, name="telemetry")
                 async with (

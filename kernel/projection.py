@@ -21,6 +21,7 @@ from kernel.events import (
     AgentStatusChanged,
     DecisionRefused,
     Event,
+    ExecutionStarted,
     ExecutionSucceeded,
     FlowEscalated,
     HumanDecided,
@@ -31,6 +32,7 @@ from kernel.events import (
     digest,
 )
 from kernel.flow import FLOW_EVENTS, FlowState, FlowStatus
+from kernel.memory import MEMORY_ADAPTER, MEMORY_EVENTS, MemoryState, Pending
 
 MOVING = frozenset(
     {
@@ -112,6 +114,7 @@ class Projections:
         # Derived (not part of the digest): per agent, its flows whose effects have not
         # converged (a saga unwinding, or escalated with steps still in effect).
         self.unsettled: dict[str, set[str]] = {}
+        self.memory = MemoryState()
         self._committing: dict[str, FlowState] | None = None
         self.reservations: dict[str, dict[str, int]] = {}
         """What each open flow holds, by pool (semantic locks)."""
@@ -150,6 +153,13 @@ class Projections:
                         detail=payload.detail,
                         seq=event.seq,
                     )
+                elif (
+                    isinstance(payload, ExecutionStarted)
+                    and payload.intent.adapter == MEMORY_ADAPTER
+                ):
+                    self._memory_started(event, payload)
+            elif type(payload) in MEMORY_EVENTS:
+                self.memory.apply(event)
             elif isinstance(payload, TriggerFired):
                 for key, value in payload.facts.items():
                     self.state[key] = Fact(
@@ -190,6 +200,18 @@ class Projections:
         if committing:
             for state in committing.values():
                 self._set_flow(state)
+
+    def _memory_started(self, event: Event, payload: ExecutionStarted) -> None:
+        flow_state = self.flows.get(event.dfid or "")
+        self.memory.started(
+            payload.intent.key,
+            Pending(
+                dfid=event.dfid or "",
+                root_dfid=flow_state.root_dfid if flow_state else event.dfid or "",
+                agent_id=event.agent_id or "",
+                started_seq=event.seq,
+            ),
+        )
 
     def _set_flow(self, state: FlowState) -> None:
         self.flows[state.dfid] = state
@@ -278,6 +300,7 @@ class Projections:
             "approvals": self.approvals,
             "escalations": self.escalations,
             "inbox_taken": sorted(self.inbox_taken.items()),
+            "memory": self.memory,
         }
 
     def digest(self) -> str:

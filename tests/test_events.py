@@ -64,6 +64,14 @@ SAMPLES = [
     ev.FlowCompensated(steps=1),
     ev.ResourceReserved(pool="cash:desk", amount=100),
     ev.ResourceReleased(pool="cash:desk", amount=100, reason="CLOSED"),
+    ev.ProjectionCheckpoint(seq=10, digest="d"),
+    ev.FactAdded(name="guest.needs", value="step-free access", correlation_id="r", key="k"),
+    ev.ConstraintAdded(
+        text="verify accessibility before booking", priority="learned", triggered_by=3
+    ),
+    ev.ConstraintDeactivated(constraint=4, reason="obsolete"),
+    ev.DecisionMade(text="book Granvia", rationale="step-free", refs=[4]),
+    ev.MemoryQueried(topic="accessibility", facts=["guest.needs"], constraints=[4]),
 ]
 
 

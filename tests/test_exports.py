@@ -8,6 +8,7 @@ def test_kernel_exports():
     assert sorted(kernel.__all__) == sorted(
         [
             "ALLOW",
+            "MEMORY_PACK",
             "TERMINAL",
             "Consume",
             "LimitSpec",
@@ -45,6 +46,7 @@ def test_kernel_exports():
             "KernelFault",
             "KernelShutdown",
             "MailboxClosed",
+            "MemoryState",
             "Manifest",
             "ManualClock",
             "Outcome",
@@ -70,7 +72,10 @@ def test_kernel_exports():
             "idempotency_key",
             "open_journal",
             "open_kernel",
+            "state_at",
             "verify_journal",
+            "verify_projections",
+            "whatif",
         ]
     )
     for name in kernel.__all__:

@@ -65,3 +65,18 @@ async def test_fold_from_scratch_equals_the_live_projections(tmp_path, seed):
     async with kernel_for(tmp_path / "j.db") as reopened:
         # Reopening folds the same journal (plus the new KernelStarted) to the same flows.
         assert reopened.projections.flows == rebuilt.flows
+
+
+async def test_a_kernel_opened_from_a_snapshot_holds_the_whole_state(tmp_path):
+    # Approvals, escalation budgets and every other projection survive the snapshot.
+    async with kernel_for(tmp_path / "j.db", checkpoint_every=5) as kernel:
+        await kernel.register(ScriptedAgent(steps=[transfer(confidence=0.2)]))
+        for _ in range(4):
+            await kernel.trigger("bank.invoice")
+        await kernel.wait_quiet()
+        assert kernel.projections.approvals
+    async with kernel_for(tmp_path / "j.db", checkpoint_every=5) as reopened:
+        events = await reopened.journal.read()
+        assert any(e.type == "ProjectionCheckpoint" for e in events)
+        assert reopened.projections.digest() == fold(events).digest()
+        assert reopened.projections.waiting == fold(events).waiting

@@ -1,0 +1,271 @@
+"""Replay: time travel, projection checkpoints, snapshots and their verification.
+
+Every state the kernel was ever in is a fold of a prefix of the journal
+(:func:`state_at`). Every ``every`` events the running kernel records a
+:class:`~kernel.events.ProjectionCheckpoint`: the seq it describes and the hash
+of the canonical projected state after it (ESAA's projection hash). Beside
+the checkpoint it stores a snapshot of that state (msgspec MessagePack, in the
+journal file's ``snapshots`` table, outside the hash chain), so that opening a
+long journal folds only the tail after the latest snapshot.
+
+A snapshot is trusted only when its decoded state hashes to the digest of a
+checkpoint event: the event is in the hash chain, the snapshot is not, so an
+edited snapshot is never loaded (the kernel replays from zero instead) and
+``dirk verify`` reports it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import anyio
+import msgspec
+
+from kernel.approvals import Approval
+from kernel.events import Draft, Event, ProjectionCheckpoint
+from kernel.flow import FlowState, IllegalTransition
+from kernel.journal import Journal, JournalError
+from kernel.memory import MemoryState
+from kernel.projection import AgentView, ExecutionRecord, Fact, Projections
+
+log = logging.getLogger("kernel.replay")
+
+CHECKPOINT_EVERY = 10_000
+"""Events between projection checkpoints, unless ``open_kernel`` is told otherwise."""
+
+
+class ProjectedState(msgspec.Struct, kw_only=True):
+    """The whole projected state as stored in a snapshot (see Projections.snapshot)."""
+
+    last_seq: int
+    flows: dict[str, FlowState]
+    agents: dict[str, AgentView]
+    sessions: dict[str, str]
+    state: dict[str, Fact]
+    executions: dict[str, ExecutionRecord]
+    memory: MemoryState
+    reservations: dict[str, dict[str, int]] = {}
+    approvals: dict[str, Approval] = {}
+    escalations: dict[str, list[tuple[str, int]]] = {}
+    inbox_taken: dict[int, int] = {}
+
+
+_encoder = msgspec.msgpack.Encoder()
+_decoder = msgspec.msgpack.Decoder(ProjectedState)
+
+
+def capture(projections: Projections) -> ProjectedState:
+    """Return a copy of the state that later folds leave alone (the records are immutable)."""
+    return ProjectedState(
+        last_seq=projections.last_seq,
+        flows=dict(projections.flows),
+        agents=dict(projections.agents),
+        sessions=dict(projections.sessions),
+        state=dict(projections.state),
+        executions=dict(projections.executions),
+        memory=projections.memory.copy(),
+        reservations={dfid: dict(pools) for dfid, pools in projections.reservations.items()},
+        approvals=dict(projections.approvals),
+        escalations={a: list(h) for a, h in projections.escalations.items()},
+        inbox_taken=dict(projections.inbox_taken),
+    )
+
+
+def restore_state(captured: ProjectedState) -> Projections:
+    """Return live projections holding ``captured``."""
+    projections = Projections()
+    projections.last_seq = captured.last_seq
+    for flow in captured.flows.values():
+        projections._set_flow(flow)  # also rebuilds what is derived from flows
+    projections.agents = captured.agents
+    projections.sessions = captured.sessions
+    projections.state = captured.state
+    projections.executions = captured.executions
+    projections.memory = captured.memory
+    projections.approvals = captured.approvals
+    projections.escalations = captured.escalations
+    projections.inbox_taken = captured.inbox_taken
+    projections.reservations = captured.reservations
+    for pools in captured.reservations.values():
+        for pool, amount in pools.items():
+            projections.held[pool] = projections.held.get(pool, 0) + amount
+    return projections
+
+
+def encode_snapshot(captured: ProjectedState) -> tuple[str, bytes]:
+    """Return the projection hash and the snapshot body of a captured state."""
+    return restore_state(captured).digest(), _encoder.encode(captured)
+
+
+def decode_snapshot(body: bytes) -> Projections | None:
+    """Return the projections a snapshot body holds, or None if it does not decode."""
+    try:
+        return restore_state(_decoder.decode(body))
+    except (msgspec.DecodeError, msgspec.ValidationError, ValueError):
+        return None
+
+
+async def checkpoints(journal: Journal, stop: int | None = None) -> list[ProjectionCheckpoint]:
+    """Return the checkpoints recorded in the journal (before seq ``stop``), oldest first."""
+    events = await journal.read(stop=stop, types=["ProjectionCheckpoint"])
+    return [e.payload for e in events if isinstance(e.payload, ProjectionCheckpoint)]
+
+
+async def trusted_snapshot(journal: Journal, at: int | None = None) -> Projections | None:
+    """Return the latest snapshot (after at most event ``at``) that matches its checkpoint."""
+    for point in reversed(await checkpoints(journal)):
+        if at is not None and point.seq > at:
+            continue
+        stored = await journal.read_snapshot(point.seq)
+        if stored is None:
+            continue
+        projections = decode_snapshot(stored[1])
+        if projections is not None and projections.digest() == point.digest:
+            return projections
+        log.warning("snapshot at seq %d does not match its checkpoint; not used", point.seq)
+    return None
+
+
+async def restore(journal: Journal) -> Projections:
+    """Return the projections of the whole journal: the latest trusted snapshot plus the tail."""
+    return await state_at(journal, None)
+
+
+async def state_at(journal: Journal, seq: int | None) -> Projections:
+    """Return the projected state after event ``seq`` (the whole journal when None)."""
+    projections = await trusted_snapshot(journal, seq) or Projections()
+    stop = None if seq is None else seq + 1
+    async for batch in journal.scan(projections.last_seq + 1):
+        if stop is not None and batch[0].seq >= stop:
+            break
+        projections.apply([e for e in batch if stop is None or e.seq < stop])
+    return projections
+
+
+class ProjectionReport(msgspec.Struct, frozen=True, kw_only=True):
+    """What replaying the projections found.
+
+    Attributes:
+        ok: every event folded and every checkpoint and snapshot matched replay.
+        digest: the projection hash after the last event.
+        checkpoints: checkpoints compared with replay.
+        snapshots: snapshots compared with replay.
+        problems: one line per mismatch, with its seq.
+    """
+
+    ok: bool
+    digest: str
+    checkpoints: int = 0
+    snapshots: int = 0
+    problems: list[str] = []
+
+
+async def verify_projections(journal: Journal) -> ProjectionReport:
+    """Fold the journal from scratch, comparing each checkpoint and snapshot with replay."""
+    points: dict[int, list[ProjectionCheckpoint]] = {}
+    for point in await checkpoints(journal):
+        points.setdefault(point.seq, []).append(point)
+    projections = Projections()
+    problems: list[str] = []
+    compared = snapshots = 0
+
+    async def compare(seq: int) -> None:
+        nonlocal compared, snapshots
+        replayed = projections.digest()
+        for point in points.pop(seq, []):
+            compared += 1
+            if point.digest != replayed:
+                problems.append(f"at seq {seq}: checkpoint digest differs from replay")
+        stored = await journal.read_snapshot(seq)
+        if stored is not None:
+            snapshots += 1
+            restored = decode_snapshot(stored[1])
+            if restored is None or restored.digest() != replayed or stored[0] != replayed:
+                problems.append(f"at seq {seq}: snapshot does not match replay")
+
+    if 0 in points:
+        await compare(0)
+    async for batch in journal.scan():
+        for event in batch:
+            try:
+                projections.apply((event,))
+            except IllegalTransition as exc:
+                problems.append(f"at seq {event.seq}: projection: {exc}")
+                return ProjectionReport(ok=False, digest="", problems=problems)
+            if event.seq in points:
+                await compare(event.seq)
+    for seq in points:
+        problems.append(f"at seq {seq}: checkpoint beyond the last event")
+    return ProjectionReport(
+        ok=not problems,
+        digest=projections.digest(),
+        checkpoints=compared,
+        snapshots=snapshots,
+        problems=problems,
+    )
+
+
+class Checkpointer:
+    """Records a checkpoint and a snapshot every ``every`` events of a running kernel.
+
+    :meth:`observe` runs in the journal listener, right after a batch was folded:
+    it only copies the state (cheap: the records are immutable). The hashing and
+    encoding run in a worker thread, then the snapshot is stored and the
+    checkpoint appended, by the kernel itself and not by any actor.
+    """
+
+    def __init__(self, every: int, head: int) -> None:
+        self._every = every
+        self._next = (head // every + 1) * every if every > 0 else 0
+        self._captured: ProjectedState | None = None
+        self._ready = anyio.Event()
+
+    def observe(self, projections: Projections) -> None:
+        """Capture the state when the journal crossed the next multiple of ``every``."""
+        if self._every <= 0 or projections.last_seq < self._next:
+            return
+        self._next = (projections.last_seq // self._every + 1) * self._every
+        self._captured = capture(projections)
+        self._ready.set()
+
+    async def run(self, journal: Journal) -> None:
+        """Store snapshots and append checkpoints until cancelled."""
+        while True:
+            await self._ready.wait()
+            self._ready = anyio.Event()
+            captured, self._captured = self._captured, None
+            if captured is None:
+                continue
+            await record_checkpoint(journal, captured)
+
+
+async def record_checkpoint(
+    journal: Journal,
+    captured: ProjectedState,
+    encode: Callable[[ProjectedState], tuple[str, bytes]] = encode_snapshot,
+) -> Event | None:
+    """Store the snapshot of ``captured``, then append its checkpoint; return the event.
+
+    The snapshot goes first: a checkpoint whose snapshot is missing only costs a
+    longer replay, never a wrong state.
+    """
+    digest, body = await anyio.to_thread.run_sync(encode, captured)
+    try:
+        await journal.write_snapshot(captured.last_seq, digest, body)
+    except JournalError as exc:
+        log.warning("snapshot at seq %d not stored: %s", captured.last_seq, exc)
+    try:
+        [event] = await journal.append(
+            [Draft(payload=ProjectionCheckpoint(seq=captured.last_seq, digest=digest))]
+        )
+    except JournalError as exc:
+        log.warning("checkpoint at seq %d not recorded: %s", captured.last_seq, exc)
+        return None
+    return event
+
+
+def state_json(projections: Projections) -> Any:
+    """Return the whole projected state as JSON-ready builtins, keys sorted."""
+    return msgspec.to_builtins(projections.snapshot(), order="sorted")

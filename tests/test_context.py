@@ -1,0 +1,126 @@
+"""The context compiler: need-to-know, limits, the token budget, byte-identical recompilation."""
+
+from __future__ import annotations
+
+import msgspec
+
+from kernel import fold
+from kernel.events import ContextCompiled, Manifest
+from kernel.layers import DROP_ORDER, compile_layers, estimate
+from kernel.projection import Projections
+from tests.helpers import ScriptedAgent, kernel_for
+
+
+def manifest(**limits) -> Manifest:
+    return Manifest(agent_id="a", version="1.0", subscriptions=["bank"], limits=limits)
+
+
+async def test_need_to_know_limits_and_byte_identical_recompilation(tmp_path):
+    async with kernel_for(tmp_path / "j.db") as kernel:
+        agent = ScriptedAgent(subscriptions=["bank.rates"])
+        agent.manifest = msgspec.structs.replace(
+            agent.manifest, limits={"context.state.max_items": 2}
+        )
+        await kernel.register(agent)
+        await kernel.trigger("fx.spot", {"fx.spot.eur": "1.08"})  # nobody subscribed
+        await kernel.trigger("bank.rates", {"bank.rates.a": 1, "bank.rates.b": 2})
+        kernel.clock.advance(1)
+        [dfid] = await kernel.trigger("bank.rates", {"bank.rates.c": 3, "bank.secret": "x"})
+        await kernel.wait_flow(dfid)
+        ctx = agent.contexts[-1]
+        # Need-to-know: only bank.rates.*; the limit keeps the two newest.
+        assert ctx.state == {"bank.rates.b": 2, "bank.rates.c": 3}
+        assert ctx.dropped == ["state:bank.rates.a"]
+        assert set(ctx.schemas) == {"test.transfer"}
+        assert ctx.session["topic"] == "bank.rates" and ctx.session["attempt"] == 1
+        assert ctx.tokens > 0
+
+        events = await kernel.journal.read()
+        [compiled] = [
+            e for e in events if e.dfid == dfid and isinstance(e.payload, ContextCompiled)
+        ]
+        assert compiled.payload.dropped == ctx.dropped and compiled.payload.tokens == ctx.tokens
+        # Recompile from the journal position just before the recorded context, twice.
+        outputs = []
+        for _ in range(2):
+            before = fold(events[: compiled.seq - 1])
+            layers = compile_layers(
+                before,
+                before.flows[dfid],
+                before.agents["clerk"].manifest,
+                kernel.catalog.schemas,
+                as_of_ns=compiled.payload.as_of_ns,
+            )
+            outputs.append(msgspec.msgpack.encode(layers))
+        assert outputs[0] == outputs[1]
+        layers = msgspec.msgpack.decode(outputs[0])
+        assert layers["state"] == compiled.payload.state == ctx.state
+        assert layers["dropped"] == ctx.dropped and layers["tokens"] == ctx.tokens
+        assert layers["session"] == ctx.session and layers["memory"] == ctx.memory
+
+
+def projections_with(facts: dict[str, object], step_ns: int = 10**9) -> Projections:
+    from kernel.events import Event, TriggerFired
+
+    projections = Projections()
+    for seq, (key, value) in enumerate(facts.items(), 1):
+        projections.apply(
+            [
+                Event(
+                    seq=seq,
+                    ts=seq * step_ns,
+                    payload=TriggerFired(topic="bank", facts={key: value}),
+                )
+            ]
+        )
+    return projections
+
+
+def flow_of():
+    from kernel.flow import FlowState, FlowStatus
+
+    return FlowState(
+        dfid="d",
+        root_dfid="d",
+        parent_dfid=None,
+        agent_id="a",
+        topic="bank",
+        status=FlowStatus.CREATED,
+        created_ts=0,
+        updated_ts=0,
+        last_seq=0,
+    )
+
+
+def test_time_window_keeps_recent_facts_only():
+    projections = projections_with({"bank.old": 1, "bank.mid": 2, "bank.new": 3})
+    layers = compile_layers(
+        projections, flow_of(), manifest(**{"context.state.window_s": 1.5}), {}, as_of_ns=3 * 10**9
+    )
+    assert layers.state == {"bank.mid": 2, "bank.new": 3}
+
+
+def test_over_budget_drops_artifacts_then_memory_then_state_oldest_first():
+    assert DROP_ORDER == ("artifact", "memory", "state")
+    big = "x" * 5000
+    projections = projections_with(
+        {"bank.blob": big, "bank.s1": "a" * 40, "bank.s2": "b" * 40, "bank.s3": "c" * 40}
+    )
+    unlimited = compile_layers(projections, flow_of(), manifest(), {})
+    # The large value goes by reference, never inlined.
+    assert unlimited.artifacts["bank.blob"].startswith("sha256:")
+    assert "bank.blob" not in unlimited.state and unlimited.dropped == []
+
+    budget = unlimited.tokens - estimate({"bank.s1": "a" * 40})
+    tight = compile_layers(projections, flow_of(), manifest(**{"context.tokens": budget}), {})
+    assert tight.dropped == ["artifact:bank.blob"]
+    assert tight.tokens <= budget
+
+    fixed = compile_layers(projections, flow_of(), manifest(**{"context.tokens": 1}), {})
+    assert fixed.dropped == [
+        "artifact:bank.blob",
+        "state:bank.s1",
+        "state:bank.s2",
+        "state:bank.s3",
+    ]
+    assert fixed.state == {} and fixed.session["topic"] == "bank"  # the session is never dropped

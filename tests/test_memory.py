@@ -1,0 +1,201 @@
+"""Governed memory: the DML scenarios, end to end through the kernel, and the pure parts."""
+
+from __future__ import annotations
+
+import pytest
+
+from kernel import FlowStatus, ReasonCode, fold
+from kernel.events import (
+    ConstraintAdded,
+    ExecutionStarted,
+    FactAdded,
+    MemoryQueried,
+    ProposalRecord,
+)
+from kernel.memory import MemoryState, advisories, check, mentions, parse
+from kernel.memory_pack import MemoryExecutor
+from tests.memory_domain import Planner, book, booking_kernel, note, remember, run
+
+ACCESS = "verify accessibility before booking"
+
+
+async def reasons(kernel, dfid: str) -> list[ReasonCode]:
+    return [
+        e.payload.feedback.reason_code
+        for e in await kernel.journal.flow_events(dfid)
+        if e.type == "ProposalRejected"
+    ]
+
+
+async def test_never_use_eval_refuses_eval_and_not_evaluate(tmp_path):
+    async with booking_kernel(tmp_path / "j.db") as kernel:
+        agent = Planner(max_attempts=1)
+        await kernel.register(agent)
+        await run(kernel, agent, remember("memory.add_constraint", text="Never use eval()"))
+
+        refused = await run(kernel, agent, note("parse the rule with eval() on the input"))
+        fine = await run(kernel, agent, note("evaluate the rule with a parser"))
+        # Memory writes are checked against the constraints too.
+        fact = await run(kernel, agent, remember("memory.add_fact", name="tip", value="eval() it"))
+
+        assert kernel.flow(refused).status is FlowStatus.ABORTED
+        assert await reasons(kernel, refused) == [ReasonCode.CONSTRAINT_VIOLATION]
+        [event] = [
+            e for e in await kernel.journal.flow_events(refused) if e.type == "ProposalRejected"
+        ]
+        assert "Never use eval()" in event.payload.feedback.detail
+        assert event.payload.feedback.layer == "memory"
+        assert kernel.flow(fine).status is FlowStatus.CLOSED
+        assert await reasons(kernel, fact) == [ReasonCode.CONSTRAINT_VIOLATION]
+        assert kernel.projections.memory.facts == {}
+
+
+async def test_verify_before_booking_refuses_until_queried_then_accepts(tmp_path):
+    async with booking_kernel(tmp_path / "j.db") as kernel:
+        agent = Planner()
+        await kernel.register(agent)
+        await run(
+            kernel,
+            agent,
+            remember("memory.add_fact", name="guest.accessibility", value="step-free"),
+        )
+        await run(kernel, agent, remember("memory.add_constraint", text=ACCESS))
+
+        # Attempt 1 books and is refused; attempt 2 queries memory (the flow closes on it).
+        first = await run(kernel, agent, book(), remember("memory.query", topic="accessibility"))
+        assert await reasons(kernel, first) == [ReasonCode.VERIFICATION_REQUIRED]
+        assert agent.contexts[-1].feedback.reason_code is ReasonCode.VERIFICATION_REQUIRED
+        queried = [e for e in await kernel.journal.flow_events(first) if e.type == "MemoryQueried"]
+        assert [e.payload.facts for e in queried] == [["guest.accessibility"]]
+        assert kernel.flow(first).status is FlowStatus.CLOSED
+
+        again = await run(kernel, agent, book())
+        assert await reasons(kernel, again) == []
+        assert kernel.flow(again).status is FlowStatus.CLOSED
+
+        # Another agent has not verified anything: the same booking is refused for it.
+        other = Planner("other", max_attempts=1)
+        await kernel.register(other)
+        theirs = await run(kernel, other, book())
+        assert await reasons(kernel, theirs) == [ReasonCode.VERIFICATION_REQUIRED]
+
+
+async def test_learned_constraint_after_a_bad_booking_refuses_the_next(tmp_path):
+    async with booking_kernel(tmp_path / "j.db") as kernel:
+        agent = Planner(max_attempts=1)
+        await kernel.register(agent)
+        bad = await run(kernel, agent, book("Bluebell"))
+        assert kernel.flow(bad).status is FlowStatus.CLOSED
+        mistake = next(
+            e.seq for e in await kernel.journal.flow_events(bad) if e.type == "ExecutionSucceeded"
+        )
+        # Without the event of the mistake a learned constraint is refused (fail closed).
+        unlinked = await run(
+            kernel, agent, remember("memory.add_constraint", text=ACCESS, priority="learned")
+        )
+        assert await reasons(kernel, unlinked) == [ReasonCode.SCHEMA_INVALID]
+        learn = await run(
+            kernel,
+            agent,
+            remember(
+                "memory.add_constraint", text=ACCESS, priority="learned", triggered_by=mistake
+            ),
+        )
+        [added] = [
+            e for e in await kernel.journal.flow_events(learn) if e.type == "ConstraintAdded"
+        ]
+        assert added.payload.triggered_by == mistake
+        assert added.payload.priority == "learned"
+        assert added.payload.correlation_id == learn
+        started = next(
+            e.seq for e in await kernel.journal.flow_events(learn) if e.type == "ExecutionStarted"
+        )
+        assert added.caused_by == started  # provenance: the intent that wrote it
+
+        nxt = await run(kernel, agent, book("Granvia"))
+        assert await reasons(kernel, nxt) == [ReasonCode.VERIFICATION_REQUIRED]
+        constraint = kernel.projections.memory.constraints[added.seq]
+        assert constraint.triggered_by == mistake
+
+        # Deactivated, it no longer applies.
+        await run(kernel, agent, remember("memory.deactivate_constraint", constraint=added.seq))
+        assert kernel.projections.memory.constraints == {}
+        assert kernel.flow(await run(kernel, agent, book("Granvia"))).status is FlowStatus.CLOSED
+        assert fold(await kernel.journal.read()).memory == kernel.projections.memory
+
+
+async def test_the_memory_executor_honours_the_intent_key(tmp_path):
+    async with booking_kernel(tmp_path / "j.db") as kernel:
+        agent = Planner()
+        await kernel.register(agent)
+        dfid = await run(kernel, agent, remember("memory.add_fact", name="a", value="b"))
+        events = await kernel.journal.flow_events(dfid)
+        intent = next(e.payload.intent for e in events if isinstance(e.payload, ExecutionStarted))
+        [fact] = [e for e in events if isinstance(e.payload, FactAdded)]
+        again = await MemoryExecutor(kernel.projections, kernel.journal.append).execute(intent)
+        assert again.external_id == f"memory#{fact.seq}"
+        assert kernel.flow(dfid).external_id == again.external_id
+        assert len(await kernel.journal.read(types=["FactAdded"])) == 1
+
+
+def proposal(kind: str = "test.note", explain: str = "", **params) -> ProposalRecord:
+    return ProposalRecord(kind=kind, params=params, explain=explain)
+
+
+def with_constraints(*texts: tuple[str, str]) -> MemoryState:
+    from kernel.events import Event
+
+    state = MemoryState()
+    for seq, (text, priority) in enumerate(texts, 1):
+        state.apply(Event(seq=seq, ts=0, payload=ConstraintAdded(text=text, priority=priority)))
+    return state
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("Never use eval()", ("never", "eval()", "")),
+        ("do not wire money abroad", ("never", "wire money abroad", "")),
+        ("Avoid cat.", ("never", "cat", "")),
+        ("Verify accessibility before booking", ("verify", "accessibility", "booking")),
+        ("be nice", None),
+    ],
+)
+def test_constraint_texts_parse(text, expected):
+    assert parse(text) == expected
+
+
+def test_whole_words_only():
+    assert not mentions("concatenate the lists", "cat")
+    assert mentions("feed the cat", "cat") and mentions("Cat!", "cat")
+    assert mentions("x = eval(s)", "eval()") is False  # the term is eval(), with its parentheses
+    assert mentions("call eval() now", "eval()")
+    assert not mentions("evaluate", "eval()")
+
+
+def test_avoid_cat_does_not_refuse_concatenate_and_preferred_is_advisory():
+    state = with_constraints(("avoid cat", "required"), ("never use sudo", "preferred"))
+    assert check(state, proposal(text="concatenate"), "a", "r") is None
+    refused = check(state, proposal(text="pet the cat"), "a", "r")
+    assert refused is not None and refused.reason_code is ReasonCode.CONSTRAINT_VIOLATION
+    assert check(state, proposal(text="run sudo"), "a", "r") is None
+    assert advisories(state, proposal(text="run sudo"), "a", "r") == [2]
+
+
+def test_a_query_verifies_for_its_agent_and_its_flow_tree():
+    state = with_constraints((ACCESS, "required"))
+    booking = proposal("booking.reserve", hotel="Granvia", nights=2)
+    assert check(state, booking, "a", "root").reason_code is ReasonCode.VERIFICATION_REQUIRED
+    from kernel.events import Event
+
+    state.apply(
+        Event(
+            seq=9,
+            ts=0,
+            agent_id="b",
+            payload=MemoryQueried(topic="accessibility of rooms", correlation_id="root"),
+        )
+    )
+    assert check(state, booking, "a", "root") is None  # same flow tree
+    assert check(state, booking, "b", "elsewhere") is None  # same agent
+    assert check(state, booking, "c", "elsewhere") is not None
