@@ -641,6 +641,7 @@ async def open_kernel(
         await journal.append(
             [Draft(payload=KernelStarted(kernel_version=KERNEL_VERSION, packs=catalog.refs()))]
         )
+        await _abort_interrupted(journal, projections)
         supervisor = Supervisor(
             kernel.specs,
             append=journal.append,
@@ -711,6 +712,33 @@ async def open_kernel(
             raise failure
         if body_error is not None:
             raise body_error
+
+
+async def _abort_interrupted(journal: Journal, projections: Projections) -> None:
+    """End the flows an earlier run left in memory (an agent thinking), saying so.
+
+    Their reasoning died with that process; nothing was accepted, so there is
+    nothing to resume, and a flow never just disappears.
+    """
+    interrupted = [
+        projections.flows[dfid]
+        for dfid in sorted(projections.moving)
+        if projections.flows[dfid].status
+        in (FlowStatus.CREATED, FlowStatus.ACTIVE, FlowStatus.VALIDATING)
+    ]
+    detail = "the kernel stopped while this flow was being reasoned about; it was not resumed"
+    await journal.append(
+        [
+            Draft(
+                payload=FlowAborted(reason_code=ReasonCode.INTERRUPTED, detail=detail),
+                dfid=flow.dfid,
+                parent_dfid=flow.parent_dfid,
+                agent_id=flow.agent_id,
+                caused_by=flow.last_seq,
+            )
+            for flow in interrupted
+        ]
+    )
 
 
 async def _export(telemetry: Telemetry, journal: Journal, exported: list[int]) -> None:

@@ -263,3 +263,16 @@ async def test_a_burst_wider_than_the_mailboxes_is_admitted_gradually_and_comple
             await kernel.wait_quiet()
         assert len(kernel.flows(FlowStatus.CLOSED)) == 3_200
         assert max(peak) <= 32
+
+
+async def test_a_flow_left_in_an_agents_mind_by_a_stopped_kernel_ends_interrupted(tmp_path):
+    gate = anyio.Event()
+    async with kernel_for(tmp_path / "j.db") as kernel:
+        agent = ScriptedAgent(gate=gate)
+        await kernel.register(agent)
+        [dfid] = await kernel.trigger("bank.invoice")
+        await agent.wait_context()
+    async with kernel_for(tmp_path / "j.db") as reopened:
+        flow = reopened.flow(dfid)
+        assert (flow.status, flow.reason_code) == (FlowStatus.ABORTED, ReasonCode.INTERRUPTED)
+        assert "not resumed" in flow.detail

@@ -208,7 +208,8 @@ async def test_a_journal_write_failure_stops_the_kernel_without_acting_unrecorde
     assert report.ok
     async with kernel_for(tmp_path / "j.db", bank=bank) as kernel:
         # Nothing after the failure was recorded, and the kernel opens again.
-        assert [f.status for f in kernel.flows()] == [FlowStatus.ACTIVE]
+        [flow] = kernel.flows()
+        assert (flow.status, flow.reason_code) == (FlowStatus.ABORTED, ReasonCode.INTERRUPTED)
         verdict_types = [
             e.type
             for e in await kernel.journal.read(types=["ProposalAccepted", "ExecutionStarted"])
