@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import os
 import signal
-import sqlite3
 import sys
 from typing import Any
 
 import anyio
 
-from kernel import AdapterError, ExecutionIntent, FlowStatus, Receipt, open_kernel
+from examples.simulated import Faults, SimulatedSystem
+from kernel import AdapterError, ExecutionIntent, FlowStatus, open_kernel
 from tests.execution_domain import DESK, KINDS, Ping, Trip, name_of
 from tests.helpers import ScriptedAgent
 
@@ -32,45 +32,29 @@ def die() -> None:
     os.kill(os.getpid(), signal.SIGKILL)
 
 
-class Ledger:
-    """An external system with its own SQLite file: every effect is a row, by key."""
+class Ledger(SimulatedSystem):
+    """The shipped simulated system (durable ledger by key, lost answers, duplicate
+    deliveries), plus this harness's kill points and a leg that is always refused."""
 
     def __init__(self, path: str, kill: str, lookup: bool) -> None:
-        self._db = sqlite3.connect(path)
-        unique = "" if lookup else " UNIQUE"
-        self._db.execute(
-            "CREATE TABLE IF NOT EXISTS effects (id INTEGER PRIMARY KEY AUTOINCREMENT,"
-            f" key TEXT NOT NULL{unique}, name TEXT NOT NULL)"
-        )
-        self._db.commit()
+        faults = Faults(lost_answer=0.15, duplicate=0.2)
+        super().__init__(path, seed=7, faults=faults, dedupe=not lookup)
         what, _, n = kill.partition(":")
         self._kill = (what, int(n or 0))
-        self._calls = 0
-        self._effects = 0
-        if lookup:
-            self.lookup = self._lookup
+        self._calls_made = 0
+        self._effects_made = 0
 
-    async def execute(self, intent: ExecutionIntent) -> Receipt:
-        self._calls += 1
-        if self._kill == ("call", self._calls):
+    def before_call(self, intent: ExecutionIntent, call: int) -> None:
+        self._calls_made += 1
+        if self._kill == ("call", self._calls_made):
             die()
-        name = name_of(intent)
-        if name == "book_fail":
+        if name_of(intent) == "book_fail":
             raise AdapterError("no such leg")
-        self._db.execute(
-            "INSERT OR IGNORE INTO effects (key, name) VALUES (?, ?)", (intent.key, name)
-        )
-        self._db.commit()
-        self._effects += 1
-        if self._kill == ("effect", self._effects):
-            die()
-        receipt = await self._lookup(intent.key)
-        assert receipt is not None
-        return receipt
 
-    async def _lookup(self, key: str) -> Receipt | None:
-        row = self._db.execute("SELECT min(id) FROM effects WHERE key = ?", (key,)).fetchone()
-        return Receipt(external_id=f"L{row[0]}") if row[0] is not None else None
+    def after_effect(self, intent: ExecutionIntent, call: int) -> None:
+        self._effects_made += 1
+        if self._kill == ("effect", self._effects_made):
+            die()
 
 
 def decide(ctx: Any) -> Any:

@@ -12,6 +12,7 @@ import anyio
 
 from agents_sdk import Agent, Manifest, Proposal, WorkingContext
 from kernel import (
+    Clock,
     ExecutionIntent,
     Kernel,
     ManualClock,
@@ -140,7 +141,7 @@ async def kernel_for(
     *,
     bank: Bank | None = None,
     allow: Sequence[str] = ("clerk", "auditor", "other"),
-    clock: ManualClock | None = None,
+    clock: Clock | None = None,
     **kw: Any,
 ) -> AsyncIterator[Kernel]:
     """Open a kernel on a real journal file with the test pack and a bank."""
