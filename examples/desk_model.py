@@ -92,6 +92,7 @@ def trade_playbook(plan: Plan) -> Playbook:
                 answer["explain"] += " Good till the quote I saw last minute."
             case "hesitant":
                 answer["confidence"] = 0.45
+                answer["good_for_minutes"] = 10  # it waits for a human: a longer window
                 answer["explain"] += " Not sure; the signal is weak."
             case "conviction" | "conviction_big" | "pile_on":
                 notional = {"conviction": 30_000, "conviction_big": 48_000, "pile_on": 45_000}
@@ -99,6 +100,7 @@ def trade_playbook(plan: Plan) -> Playbook:
                     proposal.update(side="buy", limit_price=_limit(price, "buy"))
                 proposal["quantity"] = _units(notional[mistake], price)
                 answer["confidence"] = 0.88
+                answer["good_for_minutes"] = 10
                 answer["explain"] = f"Strong conviction in {symbol}; size it up."
         return answer
 

@@ -28,6 +28,8 @@ MARKET_OPEN_NS = 1_709_562_600_000_000_000
 MIN_MINUTES = 30
 """The shortest day that has room for every beat and every scripted mistake."""
 CENT = Decimal("0.01")
+OPERATOR_EVERY = 5
+"""The scripted operator looks at the escalation queue every this many minutes."""
 
 MISTAKES = (
     "lots_text",  # quantity written as "12 lots": SCHEMA_INVALID
@@ -108,7 +110,7 @@ def plan_day(seed: int, minutes: int) -> Plan:
 
     rotation = pair(lambda m: True)
     beats[rotation], beats[rotation + 1] = "rotation", "halted_order"
-    big = pair(lambda m: m % 10 < 8)
+    big = pair(lambda m: m % OPERATOR_EVERY != OPERATOR_EVERY - 1)
     mistakes[big], mistakes[big + 1] = "conviction_big", "pile_on"
     for name in BEATS:
         beats[free.pop()] = name

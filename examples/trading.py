@@ -35,7 +35,7 @@ from examples.desk import (
 )
 from examples.desk_model import playbooks
 from examples.llm import ModelError, open_model
-from examples.market import MIN_MINUTES, Market, Plan, SimClock, headline, plan_day
+from examples.market import MIN_MINUTES, OPERATOR_EVERY, Market, Plan, SimClock, headline, plan_day
 from examples.simulated import Faults, SimulatedSystem
 from examples.summary import show, summarize
 from kernel import (
@@ -97,8 +97,9 @@ class Desk:
             await self.kernel.trigger("book", {"capacity.cash:desk": cents}, source="mandate")
         for minute in range(1, self.plan.minutes):
             await self.minute(minute)
-            if minute % 10 == 9:
+            if minute % OPERATOR_EVERY == OPERATOR_EVERY - 1:
                 await self.answer_escalations()
+            if minute % 10 == 9:
                 self.report(minute)
         await self.answer_escalations()
         await self.settle()
