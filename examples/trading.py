@@ -23,6 +23,7 @@ from typing import Any
 
 import anyio
 
+from examples.clock import SimClock
 from examples.desk import (
     DESK,
     MANDATE_NOTIONAL,
@@ -35,7 +36,7 @@ from examples.desk import (
 )
 from examples.desk_model import playbooks
 from examples.llm import ModelError, open_model
-from examples.market import MIN_MINUTES, OPERATOR_EVERY, Market, Plan, SimClock, headline, plan_day
+from examples.market import MIN_MINUTES, OPERATOR_EVERY, Market, Plan, headline, plan_day
 from examples.simulated import Faults, SimulatedSystem
 from examples.summary import show, summarize
 from kernel import (
