@@ -14,7 +14,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from kernel import Event, fold, open_journal, verify_journal
+import msgspec
+
+from kernel import Event, Projections, fold, open_journal, verify_journal
 from kernel.events import (
     CompensationSucceeded,
     DuplicateSuppressed,
@@ -25,6 +27,7 @@ from kernel.events import (
     HumanDecided,
     ProposalRejected,
     SubmissionRefused,
+    digest,
 )
 
 ENDINGS = {"approve": "approved", "override": "approved", "modify": "modified"}
@@ -71,6 +74,16 @@ def escalation_endings(events: Sequence[Event]) -> Counter[str]:
     return +endings
 
 
+def projection_hash(projections: Projections) -> str:
+    """The journal's projection hash (ESAA's), as ``dirk state`` and checkpoints compute it."""
+    try:
+        return projections.digest()
+    except TypeError:
+        # Kernels before the issue-6 fix cannot encode memory keyed by seq (ints);
+        # the same state with its keys as strings hashes just as deterministically.
+        return digest(msgspec.to_builtins(projections.snapshot(), str_keys=True))
+
+
 async def summarize(db: Path, example_kinds: Sequence[str] = ()) -> dict[str, Any]:
     """Return the run's summary, read from the journal at ``db``."""
     events = await read_events(db)
@@ -79,7 +92,7 @@ async def summarize(db: Path, example_kinds: Sequence[str] = ()) -> dict[str, An
     duplicates = Counter(
         e.payload.source for e in events if isinstance(e.payload, DuplicateSuppressed)
     )
-    duplicates["broker"] = sum(
+    duplicates["adapter"] = sum(
         int(e.payload.detail.get("duplicates_absorbed", 0))
         for e in events
         if isinstance(e.payload, ExecutionSucceeded | CompensationSucceeded)
@@ -100,7 +113,7 @@ async def summarize(db: Path, example_kinds: Sequence[str] = ()) -> dict[str, An
         "escalation_endings": dict(sorted(escalation_endings(events).items())),
         "compensations": sum(isinstance(e.payload, CompensationSucceeded) for e in events),
         "flows_compensated": len(compensated),
-        "projection_hash": projections.digest(),
+        "projection_hash": projection_hash(projections),
         "verified": report.ok,
         "inspect": f"dirk show {interesting[0]} --db {db}" if interesting else "",
         "verify": f"dirk verify --db {db}",
