@@ -38,6 +38,7 @@ from kernel import (
     open_kernel,
     whatif,
 )
+from kernel.events import ConstraintAdded
 from policies.booking import BOOKING
 
 LESSON = "verify accessibility before booking"
@@ -223,12 +224,12 @@ async def story(db: Path) -> dict[str, Any]:
     """The summary, the learned-constraint story and the counterfactual, from the journal."""
     summary = await summarize(db, ("booking.reserve_room",))
     events = await read_events(db)
-    learned = [e for e in events if type(e.payload).__name__ == "ConstraintAdded"]
+    learned = [e.payload for e in events if isinstance(e.payload, ConstraintAdded)]
     progress("6/6 counterfactual: the lesson in force from the start")
     async with open_journal(db, readonly=True) as journal:
         replay = await whatif(journal, constraint=LESSON, at=1, priority="learned")
     summary["story.learned"] = [
-        f"#{e.seq} {e.payload.text!r} triggered_by #{e.payload.triggered_by}" for e in learned
+        f"{c.text!r} ({c.priority}) triggered_by #{c.triggered_by}" for c in learned
     ]
     summary["story.counterfactual"] = [change.line() for change in replay.changes]
     return summary
