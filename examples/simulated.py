@@ -20,6 +20,7 @@ import random
 import sqlite3
 from collections.abc import Awaitable, Callable
 from os import PathLike
+from typing import Any
 
 import anyio
 import msgspec
@@ -73,6 +74,10 @@ class SimulatedSystem:
             "CREATE TABLE IF NOT EXISTS effects (id INTEGER PRIMARY KEY AUTOINCREMENT,"
             f" key TEXT NOT NULL{unique}, kind TEXT NOT NULL, params TEXT NOT NULL)"
         )
+        # Deliveries absorbed per key: the system's own word that it did nothing twice.
+        self._db.execute(
+            "CREATE TABLE IF NOT EXISTS absorbed (key TEXT PRIMARY KEY, n INTEGER NOT NULL)"
+        )
         self._seed = seed
         self._faults = faults or Faults()
         self._dedupe = dedupe
@@ -111,7 +116,16 @@ class SimulatedSystem:
 
     async def _lookup(self, key: str) -> Receipt | None:
         row = self._db.execute("SELECT min(id) FROM effects WHERE key = ?", (key,)).fetchone()
-        return Receipt(external_id=f"sim-{row[0]:06d}") if row[0] is not None else None
+        if row[0] is None:
+            return None
+        absorbed = self._db.execute("SELECT n FROM absorbed WHERE key = ?", (key,)).fetchone()
+        detail = {"duplicates_absorbed": absorbed[0]} if absorbed else {}
+        return Receipt(external_id=f"sim-{row[0]:06d}", detail=detail)
+
+    def ledger(self) -> list[tuple[str, str, dict[str, Any]]]:
+        """Every effect in the ledger, as (key, kind, params), oldest first."""
+        rows = self._db.execute("SELECT key, kind, params FROM effects ORDER BY id")
+        return [(key, kind, msgspec.json.decode(params)) for key, kind, params in rows]
 
     def effects(self) -> list[tuple[str, str]]:
         """Every effect in the ledger, as (key, kind), oldest first."""
@@ -131,6 +145,11 @@ class SimulatedSystem:
         seen = self._db.execute("SELECT 1 FROM effects WHERE key = ?", (intent.key,)).fetchone()
         if seen and (self._dedupe or self._delivered == (intent.key, self._calls[intent.key])):
             self.duplicates_absorbed += 1
+            self._db.execute(
+                "INSERT INTO absorbed (key, n) VALUES (?, 1)"
+                " ON CONFLICT (key) DO UPDATE SET n = n + 1",
+                (intent.key,),
+            )
             return
         self._delivered = (intent.key, self._calls[intent.key])
         self._db.execute(

@@ -1,11 +1,13 @@
 """A seeded trading desk run through the kernel, end to end.
 
-A strategist sets a mandate (the parent DecisionFlow); position agents trade
-inside it (child flows) as market ticks arrive. The agents' "model" is
-scripted from the seed and makes the mistakes real models make: quantities
-in the wrong units, overconfident guesses, hesitation. The kernel validates
-every proposal, sends low-confidence ones to a scripted operator, and
-executes accepted orders exactly once on a simulated broker.
+A strategist reads the news and sets a mandate (the parent DecisionFlow);
+position agents trade their symbols inside it (child flows) as signals
+arrive; a risk agent trims exposure; a scripted operator answers escalations.
+Agents reason through the LLM port (a seeded scripted model by default) and
+make the mistakes models make; the kernel validates every proposal, reserves
+the desk's cash for open buys, escalates, and executes accepted orders exactly
+once on a simulated broker that is slow, flaky, loses answers and delivers
+twice. The summary at the end is read from the journal.
 
     python -m examples.trading --seed 7 --db trading.db
 """
@@ -13,259 +15,292 @@ executes accepted orders exactly once on a simulated broker.
 from __future__ import annotations
 
 import argparse
-import hashlib
-import json
-import random
 import sys
 import tempfile
-from collections import Counter
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
 import anyio
-import anyio.lowlevel
 
-from agents_sdk import Agent, Manifest, Proposal, WorkingContext
+from examples.clock import SimClock
+from examples.desk import (
+    DESK,
+    MANDATE_NOTIONAL,
+    Broker,
+    DeskAgent,
+    OperatorPolicy,
+    PositionAgent,
+    RiskAgent,
+    Strategist,
+)
+from examples.desk_model import playbooks
+from examples.llm import ModelError, open_model
+from examples.market import MIN_MINUTES, OPERATOR_EVERY, Market, Plan, headline, plan_day
+from examples.simulated import Faults, SimulatedSystem
+from examples.summary import show, summarize
 from kernel import (
     EscalationBudget,
     EscalationPolicy,
-    ExecutionIntent,
     FlowStatus,
     Kernel,
-    Receipt,
+    RetryPolicy,
     SeededIds,
+    Session,
     open_kernel,
-    verify_journal,
 )
-from policies.trading import TRADING, PlaceOrder, SetMandate
+from policies.trading import TRADING
 
-SYMBOLS = ("ACME", "GLOBEX", "INITECH")
-
-
-def draw(seed: int, *parts: object) -> random.Random:
-    """A random stream that depends only on the seed and the names given, never on scheduling."""
-    digest = hashlib.sha256("/".join(map(str, (seed, *parts))).encode()).digest()
-    return random.Random(int.from_bytes(digest[:8], "big"))
+BROKER_FAULTS = Faults(latency_s=(0.05, 0.4), transient=0.12, lost_answer=0.08, duplicate=0.15)
+BROKER_RETRY = RetryPolicy(base_s=0.5, max_s=4.0, max_attempts=6)
+OWNERS = {"pm-1": ("ACME", "GLOBEX"), "pm-2": ("INITECH",)}
 
 
-class Strategist(Agent):
-    """Reads the news and sets the desk's mandate."""
-
-    def __init__(self, seed: int) -> None:
-        self.seed = seed
-        self.manifest = Manifest(
-            agent_id="strategist",
-            version="1.0.0",
-            capabilities=["trading.set_mandate"],
-            subscriptions=["news"],
-        )
-
-    async def decide(self, ctx: WorkingContext) -> Proposal | None:
-        headline = ctx.state.get("news.headline", "")
-        return ctx.propose(
-            SetMandate(symbols=list(SYMBOLS), max_notional="250000.00", horizon_minutes=60),
-            explain=f"Headline {headline!r}: keep exposure moderate across the desk's symbols.",
-            confidence=0.9,
-        )
+def sidecar(db: Path, name: str) -> Path:
+    """Where a simulated system keeps its own ledger, beside the journal."""
+    return db.with_name(f"{db.stem}.{name}.db")
 
 
-class PositionAgent(Agent):
-    """Trades one market tick at a time, with a scripted model's habits and mistakes."""
+class Desk:
+    """The simulation's driver: the market's minutes, the news, and the operator.
 
-    def __init__(self, agent_id: str, seed: int) -> None:
-        self.seed = seed
-        self.manifest = Manifest(
-            agent_id=agent_id,
-            version="1.0.0",
-            capabilities=["trading.place_order"],
-            subscriptions=["market"],
-        )
+    One flow moves at a time (the driver waits for quiet after each trigger),
+    so the run, and the journal, are a function of the seed.
+    """
 
-    async def decide(self, ctx: WorkingContext) -> Proposal | None:
-        rng = draw(self.seed, self.manifest.agent_id, ctx.dfid, ctx.attempt)
-        symbol = ctx.topic.rsplit(".", 1)[-1]
-        price = Decimal(ctx.state[f"market.{symbol}.price"])
-        mood = rng.random()
-        if mood < 0.1:
-            return None  # nothing worth doing on this tick
-        quantity = rng.randrange(5, 200)
-        side = "buy" if rng.random() < 0.55 else "sell"
-        limit = price * (Decimal("1.002") if side == "buy" else Decimal("0.998"))
-        params: dict[str, Any] = {
-            "kind": "trading.place_order",
-            "symbol": symbol,
-            "side": side,
-            "quantity": quantity,
-            "limit_price": str(limit.quantize(Decimal("0.01"))),
+    def __init__(
+        self,
+        kernel: Kernel,
+        clock: SimClock,
+        market: Market,
+        plan: Plan,
+        broker: Broker,
+        agents: dict[str, DeskAgent],
+        sessions: dict[str, Session],
+        operator: OperatorPolicy | None,
+        progress: bool,
+    ) -> None:
+        self.kernel, self.clock, self.market, self.plan = kernel, clock, market, plan
+        self.broker, self.agents, self.sessions = broker, agents, sessions
+        self.operator = operator
+        self.progress = progress
+        self.mandate: str | None = None
+        self.positions: dict[str, int] = {}
+
+    async def run(self) -> None:
+        await self.kernel.trigger("feed", self.market.facts(), source="feed")
+        opening = headline(self.market.seed, "macro", self.plan)
+        [self.mandate] = await self.news(opening)
+        mandate = self.kernel.flow(self.mandate)
+        if mandate is not None and mandate.status is FlowStatus.CLOSED:
+            # The mandate sizes the desk's cash pool (in cents) that open buys reserve.
+            cents = int(Decimal(MANDATE_NOTIONAL) * 100)
+            await self.kernel.trigger("book", {"capacity.cash:desk": cents}, source="mandate")
+        for minute in range(1, self.plan.minutes):
+            await self.minute(minute)
+            if minute % OPERATOR_EVERY == OPERATOR_EVERY - 1:
+                await self.answer_escalations()
+            if minute % 10 == 9:
+                self.report(minute)
+        await self.answer_escalations()
+        await self.settle()
+
+    async def minute(self, minute: int) -> None:
+        self.clock.at_minute(minute)
+        await self.kernel.trigger("feed", self.market.step(minute), source="feed")
+        beat = self.plan.beats.get(minute)
+        if beat == "rotation":
+            # The broker halts the bought symbol; the feed (and the desk) learn it too late.
+            self.market.halt(self.plan.rotation[1], minutes=3)
+        if beat in ("injection", "rotation"):
+            await self.news(headline(self.market.seed, beat, self.plan))
+        symbol = self.plan.symbol_at(minute, self.market.mover(minute))
+        owner = next(a for a, symbols in OWNERS.items() if symbol in symbols)
+        if beat == "gap":
+            self.market.gap(symbol)
+        if beat == "stall":
+            self.agents[owner].stall.armed = True
+        facts = {
+            f"signal.{symbol}.history": self.market.history[symbol],
+            f"signal.{symbol}.minute": minute,
         }
-        if mood < 0.2 and ctx.feedback is None:
-            # The model's classic slip: quantity in words and units, not an integer.
-            params["quantity"] = f"{quantity} shares"
-        confidence = 0.35 if mood > 0.88 else round(0.6 + rng.random() * 0.39, 2)
-        explain = f"{symbol} at {price}: {side} {quantity} with a limit of {params['limit_price']}."
-        if ctx.feedback is not None:
-            explain += f" Revised after {ctx.feedback.reason_code}."
-        return ctx.propose(params, explain=explain, confidence=confidence, valid_for_s=30)
-
-
-class SimBroker:
-    """A simulated broker: fills limit orders and deduplicates on the idempotency key."""
-
-    def __init__(self, seed: int) -> None:
-        self.seed = seed
-        self.fills: dict[str, Receipt] = {}
-        self.calls = 0
-
-    async def execute(self, intent: ExecutionIntent) -> Receipt:
-        self.calls += 1
-        await anyio.lowlevel.checkpoint()  # the network
-        if intent.key not in self.fills:
-            order = PlaceOrder(**intent.params)
-            self.fills[intent.key] = Receipt(
-                external_id=f"fill-{len(self.fills) + 1:05d}",
-                detail={
-                    "symbol": order.symbol,
-                    "quantity": order.quantity,
-                    "price": order.limit_price,
-                },
-            )
-        return self.fills[intent.key]
-
-
-class Ledger:
-    """Where mandates are filed."""
-
-    async def execute(self, intent: ExecutionIntent) -> Receipt:
-        return Receipt(external_id=f"mandate-{intent.key[:8]}")
-
-
-def operator_policy(flow_notional: Decimal) -> tuple[str, str]:
-    """The scripted operator: approves modest orders, refuses large uncertain ones."""
-    if flow_notional <= Decimal("10000"):
-        return "override", "small and in mandate"
-    return "abort", "too large for an uncertain call"
-
-
-async def run(seed: int, db: Path, flows: int, progress: bool = True) -> dict[str, Any]:
-    broker = SimBroker(seed)
-    async with open_kernel(
-        db,
-        packs=[TRADING],
-        adapters={"broker": broker, "ledger": Ledger()},
-        allow=["strategist", "pm-1", "pm-2"],
-        ids=SeededIds(seed),
-        # The simulation compresses a trading day into seconds: a budget sized for
-        # real hours (3 an hour) would demote the whole desk in the first minute.
-        escalation=EscalationPolicy(budget=EscalationBudget(capacity=100, period_s=3600)),
-    ) as kernel:
-        await kernel.register(Strategist(seed))
-        for name in ("pm-1", "pm-2"):
-            await kernel.register(PositionAgent(name, seed))
-
-        [mandate] = await kernel.trigger(
-            "news.macro", {"news.headline": "Rates on hold"}, source="wire"
+        dfids = await self.kernel.trigger(
+            f"signal.{symbol}", facts, source="signals", parent=self.mandate
         )
-        await kernel.wait_flow(mandate)
-        market = draw(seed, "market")
-        prices = {s: Decimal(market.randrange(50, 300)) for s in SYMBOLS}
-        for tick in range(flows):
-            # Mostly a calm market that waits for the desk; now and then a burst of
-            # ticks lands while agents are still thinking (and their contexts go stale).
-            if market.random() < 0.8:
-                await kernel.wait_quiet()
-            symbol = market.choice(SYMBOLS)
-            move = Decimal(str(round(market.gauss(0, 0.01), 4)))
-            prices[symbol] = (prices[symbol] * (1 + move)).quantize(Decimal("0.01"))
-            await kernel.trigger(
-                f"market.{symbol}",
-                {f"market.{symbol}.price": str(prices[symbol])},
-                source="feed",
-                parent=mandate,
-            )
-            if tick % 10 == 9:
-                await kernel.wait_quiet()
-                await answer_escalations(kernel)
-                if progress:
-                    print(
-                        f"  tick {tick + 1}/{flows}: {len(kernel.flows())} flows", file=sys.stderr
-                    )
-        await kernel.wait_quiet()
-        await answer_escalations(kernel)
-        await kernel.wait_quiet()
-        return await summarize(kernel, broker, db)
+        await self.settle(self.agents[owner])
+        if beat == "resend":
+            await self.resend(owner, dfids)
+        if minute % 15 == 14:
+            await self.kernel.trigger("risk.review", source="risk", parent=self.mandate)
+            await self.settle()
+        await self.publish_positions()
+
+    async def news(self, text: str) -> list[str]:
+        dfids = await self.kernel.trigger(
+            "news.wire", {"news.headline": text}, source="wire", parent=self.mandate
+        )
+        await self.settle()
+        return dfids
+
+    async def settle(self, thinker: DeskAgent | None = None) -> None:
+        """Wait until nothing moves; if the thinker's model stalls, move the market meanwhile."""
+        while thinker is not None and await self._stalls_before_quiet(thinker):
+            # The model is slow; the feed publishes again before it answers.
+            facts = self.market.step(self.market.minute, part=1)
+            await self.kernel.trigger("feed", facts, source="feed")
+            thinker.stall.resume.set()
+        await self.kernel.wait_quiet()
+
+    async def _stalls_before_quiet(self, thinker: DeskAgent) -> bool:
+        stalled = False
+        stall = thinker.stall.stalled
+        async with anyio.create_task_group() as tg:
+
+            async def quiet() -> None:
+                await self.kernel.wait_quiet()
+                tg.cancel_scope.cancel()
+
+            async def slow() -> None:
+                nonlocal stalled
+                await stall.wait()
+                stalled = True
+                tg.cancel_scope.cancel()
+
+            tg.start_soon(quiet)
+            tg.start_soon(slow)
+        return stalled
+
+    async def resend(self, owner: str, dfids: list[str]) -> None:
+        """The agent's client timed out and sends its last proposal again."""
+        for dfid in dfids:
+            proposal = self.agents[owner].sent.get(dfid)
+            if proposal is not None:
+                await self.kernel.submit(self.sessions[owner].token, dfid, proposal)
+        await self.settle()
+
+    async def publish_positions(self) -> None:
+        positions = self.broker.positions()
+        if positions != self.positions:
+            self.positions = positions
+            facts = {f"position.{s}": q for s, q in positions.items()}
+            await self.kernel.trigger("book", facts, source="broker")
+
+    async def answer_escalations(self) -> None:
+        if self.operator is None:
+            return
+        for flow in self.kernel.flows(FlowStatus.ESCALATED):
+            if flow.proposal is None:
+                continue
+            decision, reason = self.operator.decide(dict(flow.proposal.params))
+            await self.kernel.decide(flow.dfid, decision, operator="dana", reason=reason)
+            await self.settle()
+
+    def report(self, minute: int) -> None:
+        if not self.progress:
+            return
+        flows = self.kernel.flows()
+        closed = sum(f.status is FlowStatus.CLOSED for f in flows)
+        waiting = sum(f.status is FlowStatus.ESCALATED for f in flows)
+        print(
+            f"  minute {minute + 1}/{self.plan.minutes}: {len(flows)} flows,"
+            f" {closed} closed, {waiting} waiting for a human",
+            file=sys.stderr,
+            flush=True,
+        )
 
 
-async def answer_escalations(kernel: Kernel) -> None:
-    for flow in kernel.flows(FlowStatus.ESCALATED):
-        assert flow.proposal is not None
-        params = flow.proposal.params
-        notional = Decimal(params.get("limit_price", "0")) * int(params.get("quantity", 0))
-        decision, reason = operator_policy(notional)
-        await kernel.decide(flow.dfid, decision, operator="desk-operator", reason=reason)
-
-
-async def summarize(kernel: Kernel, broker: SimBroker, db: Path) -> dict[str, Any]:
-    events = await kernel.journal.read()
-    reasons = Counter(
-        str(e.payload.feedback.reason_code) for e in events if e.type == "ProposalRejected"
+async def simulate(
+    seed: int, db: Path, minutes: int, llm: str, operator: str, progress: bool = True
+) -> None:
+    """Run the desk for ``minutes`` simulated minutes, journaling into ``db``."""
+    plan = plan_day(seed, minutes)
+    model = open_model(llm, seed, playbooks(plan))
+    clock = SimClock()
+    market = Market(seed)
+    broker_system = SimulatedSystem(
+        sidecar(db, "broker"),
+        seed=seed,
+        faults=BROKER_FAULTS,
+        sleep=clock.sleep,
+        retry=BROKER_RETRY,
     )
-    reasons.update(str(e.payload.reason_code) for e in events if e.type == "FlowAborted")
-    decisions = Counter(e.payload.decision for e in events if e.type == "HumanDecided")
-    closed = [
-        f
-        for f in kernel.flows(FlowStatus.CLOSED)
-        if f.proposal and f.proposal.kind == "trading.place_order"
-    ]
-    return {
-        "flows": dict(sorted(Counter(str(f.status) for f in kernel.flows()).items())),
-        "reason_codes": dict(sorted(reasons.items())),
-        "effects_executed": len(broker.fills),
-        "adapter_calls": broker.calls,
-        "duplicates_prevented": sum(1 for e in events if e.type == "DuplicateSuppressed"),
-        "escalations": sum(1 for e in events if e.type == "FlowEscalated"),
-        "human_decisions": dict(sorted(decisions.items())),
-        "events": len(events),
-        "example_flow": closed[0].dfid if closed else "",
-        "db": str(db),
+    ledger = SimulatedSystem(sidecar(db, "ledger"), seed=seed, sleep=clock.sleep)
+    broker = Broker(broker_system, market)
+    agents: dict[str, DeskAgent] = {
+        "strategist": Strategist(model),
+        **{name: PositionAgent(name, symbols, model) for name, symbols in OWNERS.items()},
+        "risk": RiskAgent(model),
     }
+    try:
+        async with open_kernel(
+            db,
+            packs=[TRADING, DESK],
+            adapters={"broker": broker, "ledger": ledger},
+            allow=list(agents),
+            clock=clock,
+            ids=SeededIds(seed),
+            jitter_seed=seed,
+            inbox_poll_s=None,
+            # A simulated day in seconds: a budget sized for real hours would demote the desk.
+            escalation=EscalationPolicy(budget=EscalationBudget(capacity=100, period_s=3600)),
+        ) as kernel:
+            sessions = {name: await kernel.register(agent) for name, agent in agents.items()}
+            desk = Desk(
+                kernel,
+                clock,
+                market,
+                plan,
+                broker,
+                agents,
+                sessions,
+                OperatorPolicy() if operator == "scripted" else None,
+                progress,
+            )
+            await desk.run()
+    finally:
+        broker_system.close()
+        ledger.close()
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m examples.trading", description=__doc__.split("\n")[0]
+    )
+    p.add_argument("--seed", type=int, default=7, help="the seed of the whole run (default 7)")
+    p.add_argument("--db", type=Path, help="journal file (default: a fresh temporary file)")
+    p.add_argument(
+        "--minutes",
+        "--flows",
+        dest="minutes",
+        type=int,
+        default=60,
+        help=f"simulated market minutes, one signal each (at least {MIN_MINUTES}; default 60)",
+    )
+    p.add_argument("--llm", choices=("scripted", "openai"), default="scripted")
+    p.add_argument("--operator", choices=("scripted", "none"), default="scripted")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON on the last line")
+    return p
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m examples.trading", description=__doc__.splitlines()[0]
-    )
-    parser.add_argument("--seed", type=int, default=7)
-    parser.add_argument("--db", type=Path, help="journal file (default: a fresh temporary file)")
-    parser.add_argument("--flows", type=int, default=200, help="market ticks to trade on")
-    parser.add_argument(
-        "--json", action="store_true", help="print the summary as JSON on the last line"
-    )
-    args = parser.parse_args(argv)
-    db = args.db or Path(tempfile.mkdtemp(prefix="dirk-")) / "trading.db"
-    if db.exists():
-        print(f"error: {db} exists; pick a new --db path", file=sys.stderr)
+    args = parser().parse_args(argv)
+    db: Path = args.db or Path(tempfile.mkdtemp(prefix="dirk-")) / "trading.db"
+    taken = [p for p in (db, sidecar(db, "broker"), sidecar(db, "ledger")) if p.exists()]
+    if taken:
+        print(f"error: {taken[0]} exists; pick a new --db path", file=sys.stderr)
         return 2
-    summary = anyio.run(run, args.seed, db, args.flows, not args.json)
-    report = anyio.run(verify_journal, db)
-    summary["verified"] = report.ok
-    if args.json:
-        print(json.dumps(summary))
-        return 0
-    print(f"trading simulation, seed {args.seed}: {summary['events']} events in {db}")
-    print(f"  flows by final state   {summary['flows']}")
-    print(f"  reason codes           {summary['reason_codes']}")
-    calls = summary["adapter_calls"]
-    print(f"  effects executed       {summary['effects_executed']} ({calls} broker calls)")
-    print(f"  duplicates prevented   {summary['duplicates_prevented']}")
-    print(
-        f"  escalations            {summary['escalations']}, decided {summary['human_decisions']}"
-    )
-    print(f"  journal verified       {report.ok} (head {report.head[:16]})")
-    if summary["example_flow"]:
-        print(f"inspect a flow:  dirk show {summary['example_flow']} --db {db}")
-    print(f"verify the log:  dirk verify --db {db}")
-    return 0 if report.ok else 1
+    if args.minutes < MIN_MINUTES:
+        print(f"error: --minutes must be at least {MIN_MINUTES}", file=sys.stderr)
+        return 2
+    print(f"trading desk, seed {args.seed}, {args.minutes} minutes -> {db}", file=sys.stderr)
+    try:
+        anyio.run(simulate, args.seed, db, args.minutes, args.llm, args.operator)
+    except ModelError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    summary: dict[str, Any] = anyio.run(summarize, db, ("trading.place_order",))
+    show(f"trading desk, seed {args.seed}", summary, args.json)
+    return 0 if summary["verified"] else 1
 
 
 if __name__ == "__main__":

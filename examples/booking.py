@@ -1,0 +1,264 @@
+"""A travel desk that learns from its mistake, through governed memory, end to end.
+
+The story (after the DML reference): a travel agent books a room that is not
+accessible for a traveller who needs step-free access. The traveller's
+correction becomes a *learned* constraint, "verify accessibility before
+booking", whose ``triggered_by`` names the mistaken booking's event. The next
+booking is refused (VERIFICATION_REQUIRED) until the agent queries memory about
+accessibility; then it goes through. A counterfactual replay, which only reads
+the journal, shows the first booking would have been refused had the
+constraint existed from the start. On the way: a booking over the agent's
+budget is refused and revised, and an expensive one waits for a human.
+
+    python -m examples.booking --seed 1 --db booking.db
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from agents_sdk import Agent, Manifest, Proposal, WorkingContext
+from examples.clock import SimClock
+from examples.llm import LanguageModel, ModelError, answer_of, conversation, open_model
+from examples.simulated import Faults, SimulatedSystem
+from examples.summary import read_events, show, summarize
+from kernel import (
+    MEMORY_PACK,
+    Event,
+    FlowStatus,
+    Kernel,
+    SeededIds,
+    open_journal,
+    open_kernel,
+    whatif,
+)
+from kernel.events import ConstraintAdded
+from policies.booking import BOOKING
+
+LESSON = "verify accessibility before booking"
+TRAVEL_KINDS = [
+    "booking.reserve_room",
+    "booking.cancel",
+    "memory.add_constraint",
+    "memory.query",
+]
+REQUESTS: list[dict[str, Any]] = [
+    # The mistake: nobody asked whether Ana needs step-free access.
+    {"traveller": "ana", "hotel": "Miramar", "nights": 3, "note": "conference in Lisbon"},
+    # Over the agent's budget at first: a suite for a week.
+    {"traveller": "bo", "hotel": "Grand Palace", "nights": 6, "note": "wants something nice"},
+    # Above the pack's approval threshold: a human signs it off.
+    {"traveller": "cy", "hotel": "Grand Palace", "nights": 4, "note": "board offsite, suite"},
+]
+RATES = {"single": 12_000, "double": 18_000, "accessible": 21_000, "suite": 60_000}
+
+
+def travel(task: dict[str, Any], rng: Any) -> dict[str, Any]:
+    """The scripted travel model: books quickly, learns when told, checks once reminded."""
+    feedback = task.get("feedback") or {}
+    code = feedback.get("reason_code", "")
+    if task["kind"] == "correction":
+        return {
+            "proposal": {
+                "kind": "memory.add_constraint",
+                "text": LESSON,
+                "priority": "learned",
+                "triggered_by": task["booking_event"],
+            },
+            "confidence": 0.95,
+            "explain": f"{task['traveller']} says: {task['message']} Never again without checking.",
+        }
+    request = task["request"]
+    if code == "VERIFICATION_REQUIRED":
+        # Reminded of the lesson: consult memory (the verification) before booking.
+        return {
+            "proposal": {"kind": "memory.query", "topic": f"accessibility {request['hotel']}"},
+            "confidence": 0.9,
+            "explain": f"Check accessibility at {request['hotel']} before booking.",
+        }
+    needs = task.get("needs_step_free", False)
+    room = "accessible" if needs else "double"
+    if "suite" in request["note"] or (request["note"].endswith("nice") and not code):
+        room = "suite"
+    if code == "RISK_LIMIT_EXCEEDED":
+        room = "double"  # over budget: the model trades down
+    confidence = round(0.85 + rng.random() * 0.1, 2)
+    return {
+        "proposal": {
+            "kind": "booking.reserve_room",
+            "traveller": request["traveller"],
+            "hotel": request["hotel"],
+            "room_type": room,
+            "nights": request["nights"],
+            "nightly_rate_cents": RATES[room],
+            "step_free": needs,
+            "accessible": room == "accessible",
+        },
+        "confidence": confidence,
+        "explain": f"A {room} room at {request['hotel']} for {request['note']}; great reviews.",
+    }
+
+
+class TravelAgent(Agent):
+    """Books rooms for travellers and keeps what it learns in governed memory."""
+
+    def __init__(self, model: LanguageModel) -> None:
+        self.model = model
+        self.manifest = Manifest(
+            agent_id="travel-agent",
+            version="1.0.0",
+            capabilities=TRAVEL_KINDS,
+            subscriptions=["request", "correction", "traveller"],
+        )
+
+    async def decide(self, ctx: WorkingContext) -> Proposal | None:
+        kind, _, name = ctx.topic.partition(".")
+        task: dict[str, Any] = {"task": "travel", "id": ctx.dfid, "attempt": ctx.attempt}
+        task["kind"] = kind
+        if kind == "correction":
+            task.update(ctx.state[f"correction.{name}"])
+        else:
+            request = ctx.state[f"request.{name}"]
+            task["request"] = request
+            task["needs_step_free"] = bool(
+                ctx.state.get(f"traveller.{request['traveller']}.step_free")
+            )
+        if ctx.feedback is not None:
+            task["feedback"] = {"reason_code": str(ctx.feedback.reason_code)}
+        try:
+            answer = answer_of(
+                await self.model.complete(conversation("You are a travel agent.", task))
+            )
+        except ModelError:
+            return None
+        policy = answer.get("proposal")
+        if not isinstance(policy, dict):
+            return None
+        return ctx.propose(
+            policy,
+            explain=str(answer.get("explain", "")),
+            confidence=float(answer.get("confidence", 0.5)),
+            valid_for_s=600,
+        )
+
+
+async def book(kernel: Kernel, name: str, request: dict[str, Any]) -> str:
+    """The traveller's request arrives; return its flow once it has settled."""
+    [dfid] = await kernel.trigger(f"request.{name}", {f"request.{name}": request}, source="app")
+    await kernel.wait_quiet()
+    return dfid
+
+
+async def first_event(kernel: Kernel, dfid: str, type_: str) -> Event:
+    [event, *_] = await kernel.journal.read(dfid=dfid, types=[type_])
+    return event
+
+
+async def simulate(seed: int, db: Path, llm: str) -> None:
+    """Run the travel desk's day, journaling into ``db``."""
+    model = open_model(llm, seed, {"travel": travel})
+    clock = SimClock()
+    hotel = SimulatedSystem(
+        db.with_name(f"{db.stem}.hotel.db"),
+        seed=seed,
+        faults=Faults(latency_s=(0.1, 0.5), transient=0.2, duplicate=0.3),
+        sleep=clock.sleep,
+    )
+    try:
+        async with open_kernel(
+            db,
+            packs=[BOOKING, MEMORY_PACK],
+            adapters={"hotel": hotel},
+            allow=["travel-agent"],
+            clock=clock,
+            ids=SeededIds(seed),
+            jitter_seed=seed,
+            inbox_poll_s=None,
+        ) as kernel:
+            await kernel.register(TravelAgent(model))
+            ana, bo, cy = REQUESTS
+            progress("1/6 booking for ana (nobody asked about access)")
+            mistake = await book(kernel, "ana-1", ana)
+            submitted = await first_event(kernel, mistake, "ProposalSubmitted")
+            clock.at_minute(30)
+            progress("2/6 ana's correction becomes a learned constraint")
+            correction = {
+                "traveller": "ana",
+                "message": "I use a wheelchair and the Miramar room has steps.",
+                "booking_event": submitted.seq,
+            }
+            await kernel.trigger(
+                "correction.ana", {"correction.ana": correction, "traveller.ana.step_free": True}
+            )
+            await kernel.wait_quiet()
+            clock.at_minute(40)
+            progress("3/6 rebooking ana: refused until the agent verifies accessibility")
+            await book(kernel, "ana-2", ana)
+            await book(kernel, "ana-3", ana)
+            clock.at_minute(60)
+            progress("4/6 bo's suite is over budget; the agent trades down")
+            await book(kernel, "bo-1", bo)
+            progress("5/6 cy's offsite suite needs a human's approval")
+            offsite = await book(kernel, "cy-1", cy)
+            flow = kernel.flow(offsite)
+            if flow is not None and flow.status is FlowStatus.ESCALATED:
+                await kernel.decide(
+                    offsite, "approve", operator="rui", reason="board offsite, budgeted"
+                )
+                await kernel.wait_quiet()
+    finally:
+        hotel.close()
+
+
+def progress(line: str) -> None:
+    print(f"  {line}", file=sys.stderr, flush=True)
+
+
+async def story(db: Path) -> dict[str, Any]:
+    """The summary, the learned-constraint story and the counterfactual, from the journal."""
+    summary = await summarize(db, ("booking.reserve_room",))
+    events = await read_events(db)
+    learned = [e.payload for e in events if isinstance(e.payload, ConstraintAdded)]
+    progress("6/6 counterfactual: the lesson in force from the start")
+    async with open_journal(db, readonly=True) as journal:
+        replay = await whatif(journal, constraint=LESSON, at=1, priority="learned")
+    summary["story.learned"] = [
+        f"{c.text!r} ({c.priority}) triggered_by #{c.triggered_by}" for c in learned
+    ]
+    summary["story.counterfactual"] = [change.line() for change in replay.changes]
+    return summary
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(
+        prog="python -m examples.booking", description=__doc__.split("\n")[0]
+    )
+    p.add_argument("--seed", type=int, default=1, help="the seed of the whole run (default 1)")
+    p.add_argument("--db", type=Path, help="journal file (default: a fresh temporary file)")
+    p.add_argument("--llm", choices=("scripted", "openai"), default="scripted")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON on the last line")
+    args = p.parse_args(argv)
+    db: Path = args.db or Path(tempfile.mkdtemp(prefix="dirk-")) / "booking.db"
+    for taken in (db, db.with_name(f"{db.stem}.hotel.db")):
+        if taken.exists():
+            print(f"error: {taken} exists; pick a new --db path", file=sys.stderr)
+            return 2
+    print(f"travel desk, seed {args.seed} -> {db}", file=sys.stderr)
+    try:
+        anyio.run(simulate, args.seed, db, args.llm)
+    except ModelError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    summary = anyio.run(story, db)
+    show(f"travel desk, seed {args.seed}", summary, args.json)
+    return 0 if summary["verified"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

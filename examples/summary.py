@@ -1,0 +1,149 @@
+"""The end-of-run summary, computed from the journal alone.
+
+Nothing here reads an agent's counters: the summary is a fold of the recorded
+events (and the projection they give), so it says what the log can prove, and
+`dirk verify` checks the same log.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections import Counter
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from kernel import Event, Projections, fold, open_journal, verify_journal
+from kernel.events import (
+    CompensationSucceeded,
+    DuplicateSuppressed,
+    ExecutionSucceeded,
+    FlowAborted,
+    FlowCompensated,
+    FlowEscalated,
+    HumanDecided,
+    ProposalRejected,
+    SubmissionRefused,
+    digest,
+)
+
+ENDINGS = {"approve": "approved", "override": "approved", "modify": "modified"}
+
+
+async def read_events(db: Path) -> list[Event]:
+    """Every event of the journal at ``db``, read-only."""
+    async with open_journal(db, readonly=True) as journal:
+        return [event async for batch in journal.scan() for event in batch]
+
+
+def reason_codes(events: Sequence[Event]) -> Counter[str]:
+    """Every reason code the log records for a refusal, an escalation or an ending."""
+    codes: Counter[str] = Counter()
+    for event in events:
+        match event.payload:
+            case ProposalRejected(feedback=feedback):
+                codes[str(feedback.reason_code)] += 1
+            case FlowEscalated(reason_code=code) | FlowAborted(reason_code=code):
+                codes[str(code)] += 1
+            case SubmissionRefused(reason_code=code):
+                codes[str(code)] += 1
+            case FlowCompensated():
+                codes["COMPENSATED"] += 1
+    return codes
+
+
+def escalation_endings(events: Sequence[Event]) -> Counter[str]:
+    """How each escalation ended: approved, modified, rejected, expired or still pending."""
+    open_: dict[str, int] = {}
+    endings: Counter[str] = Counter()
+    for event in events:
+        dfid = event.dfid or ""
+        match event.payload:
+            case FlowEscalated():
+                open_[dfid] = open_.get(dfid, 0) + 1
+            case HumanDecided(decision=decision) if open_.get(dfid):
+                open_[dfid] -= 1
+                endings[ENDINGS.get(decision, "rejected")] += 1
+            case FlowAborted() if open_.get(dfid):
+                open_[dfid] -= 1
+                endings["expired" if event.payload.reason_code == "EXPIRED" else "aborted"] += 1
+    endings["pending"] += sum(open_.values())
+    return +endings
+
+
+def projection_hash(projections: Projections) -> str:
+    """The journal's projection hash (ESAA's), as ``dirk state`` and checkpoints compute it."""
+    try:
+        return projections.digest()
+    except TypeError:
+        # Kernels before the issue-6 fix cannot encode memory keyed by seq (ints);
+        # the same state with its keys as strings hashes just as deterministically.
+        return digest(msgspec.to_builtins(projections.snapshot(), str_keys=True))
+
+
+async def summarize(db: Path, example_kinds: Sequence[str] = ()) -> dict[str, Any]:
+    """Return the run's summary, read from the journal at ``db``."""
+    events = await read_events(db)
+    projections = fold(events)
+    flows = projections.flows.values()
+    duplicates = Counter(
+        e.payload.source for e in events if isinstance(e.payload, DuplicateSuppressed)
+    )
+    duplicates["adapter"] = sum(
+        int(e.payload.detail.get("duplicates_absorbed", 0))
+        for e in events
+        if isinstance(e.payload, ExecutionSucceeded | CompensationSucceeded)
+    )
+    compensated = [f.dfid for f in flows if f.status == "COMPENSATED"]
+    interesting = compensated or [
+        f.dfid for f in flows if f.proposal and f.proposal.kind in example_kinds
+    ]
+    report = await verify_journal(db)
+    return {
+        "events": len(events),
+        "flows": dict(sorted(Counter(str(f.status) for f in flows).items())),
+        "reason_codes": dict(sorted(reason_codes(events).items())),
+        "effects_executed": sum(isinstance(e.payload, ExecutionSucceeded) for e in events),
+        "duplicates_prevented": sum(duplicates.values()),
+        "duplicates_by_source": dict(sorted((+duplicates).items())),
+        "escalations": sum(isinstance(e.payload, FlowEscalated) for e in events),
+        "escalation_endings": dict(sorted(escalation_endings(events).items())),
+        "compensations": sum(isinstance(e.payload, CompensationSucceeded) for e in events),
+        "flows_compensated": len(compensated),
+        "projection_hash": projection_hash(projections),
+        "verified": report.ok,
+        "inspect": f"dirk show {interesting[0]} --db {db}" if interesting else "",
+        "verify": f"dirk verify --db {db}",
+    }
+
+
+def show(title: str, summary: dict[str, Any], as_json: bool) -> None:
+    """Print the summary: as lines for people, or as one JSON object on the last line."""
+    if as_json:
+        print(json.dumps(summary, sort_keys=True))
+        return
+    print(f"{title}: {summary['events']} events")
+    print(f"  flows by final state   {summary['flows']}")
+    print(f"  reason codes           {summary['reason_codes']}")
+    print(f"  effects executed       {summary['effects_executed']}")
+    print(
+        f"  duplicates prevented   {summary['duplicates_prevented']}"
+        f" {summary['duplicates_by_source']}"
+    )
+    print(f"  escalations            {summary['escalations']} {summary['escalation_endings']}")
+    print(
+        f"  compensations          {summary['compensations']} steps undone in"
+        f" {summary['flows_compensated']} flows"
+    )
+    for key, label in sorted(summary.items()):
+        if key.startswith("story."):
+            print(f"  {key[6:]:<22} {label}")
+    print(f"  projection hash        {summary['projection_hash']}")
+    print(f"  journal verified       {summary['verified']}")
+    if summary["inspect"]:
+        print(f"inspect a flow:  {summary['inspect']}")
+    print(f"verify the log:  {summary['verify']}")
+    sys.stdout.flush()

@@ -1,0 +1,271 @@
+"""The example simulations, run for real and checked from their journals.
+
+Runs go in-process through each example's ``main`` (a fresh journal in
+tmp_path, the scripted model); ``dirk verify`` runs as a subprocess. What the
+tests assert is read back from the journal, never from printed text.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import anyio
+import msgspec
+import pytest
+
+from examples import booking, trading
+from examples.market import plan_day
+from examples.summary import read_events
+from kernel import Event, Projections, fold, open_journal, whatif
+from kernel.events import ConstraintAdded, digest
+
+MINUTES = "40"
+TRADING_PACK_CODES = {
+    # The DIM's layers over trading.place_order, as the scenario reaches them.
+    "SCHEMA_INVALID",
+    "UNAUTHORIZED",
+    "EXPIRED",
+    "STALE_CONTEXT",
+    "INSUFFICIENT_RESOURCES",
+    "RESOURCE_CONTENTION",
+    "RISK_LIMIT_EXCEEDED",
+    "LOW_CONFIDENCE",
+    "APPROVAL_REQUIRED",
+    # A human's answer, and what execution can say.
+    "HUMAN_REJECTED",
+    "EXECUTION_CONSTRAINT_VIOLATED",
+    "EXECUTION_FAILED",
+    "COMPENSATED",
+}
+
+
+def read_events_of(db: Path) -> list[Event]:
+    return anyio.run(read_events, db)
+
+
+def run_example(module: Any, db: Path, *args: str, capsys: Any) -> dict[str, Any]:
+    code = module.main(["--db", str(db), "--json", *args])
+    out = capsys.readouterr().out.strip().splitlines()
+    assert code == 0, out
+    return dict(json.loads(out[-1]))
+
+
+def codes_in(events: list[Event]) -> Counter[str]:
+    """Reason codes recorded by rejections, escalations and endings (read from the journal)."""
+    codes: Counter[str] = Counter()
+    for e in events:
+        p = e.payload
+        feedback = getattr(p, "feedback", None)
+        if type(p).__name__ == "ProposalRejected" and feedback is not None:
+            codes[str(feedback.reason_code)] += 1
+        elif type(p).__name__ in ("FlowEscalated", "FlowAborted"):
+            codes[str(p.reason_code)] += 1  # type: ignore[union-attr]
+        elif type(p).__name__ == "FlowCompensated":
+            codes["COMPENSATED"] += 1
+    return codes
+
+
+def of_type(events: list[Event], name: str) -> list[Event]:
+    return [e for e in events if type(e.payload).__name__ == name]
+
+
+def without_paths(summary: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in summary.items() if k not in ("inspect", "verify")}
+
+
+def digest_of(projections: Projections) -> str:
+    try:
+        return projections.digest()
+    except TypeError:  # memory keyed by seq, before the issue-6 fix
+        return digest(msgspec.to_builtins(projections.snapshot(), str_keys=True))
+
+
+def test_the_same_trading_seed_gives_the_same_summary_and_projection(tmp_path, capsys):
+    first = run_example(
+        trading, tmp_path / "a.db", "--seed", "3", "--minutes", MINUTES, capsys=capsys
+    )
+    second = run_example(
+        trading, tmp_path / "b.db", "--seed", "3", "--minutes", MINUTES, capsys=capsys
+    )
+    assert without_paths(first) == without_paths(second)
+    events = read_events_of(tmp_path / "b.db")
+    assert first["projection_hash"] == digest_of(fold(events))
+    other = run_example(
+        trading, tmp_path / "c.db", "--seed", "4", "--minutes", MINUTES, capsys=capsys
+    )
+    assert other["projection_hash"] != first["projection_hash"]
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_a_trading_day_shows_every_part_of_the_kernel(tmp_path, capsys, seed):
+    db = tmp_path / "desk.db"
+    summary = run_example(trading, db, "--seed", str(seed), "--minutes", MINUTES, capsys=capsys)
+    events = read_events_of(db)
+    codes = codes_in(events)
+    assert TRADING_PACK_CODES <= set(codes), TRADING_PACK_CODES - set(codes)
+    assert summary["reason_codes"] == dict(sorted(codes.items()))
+
+    # Duplicates: a resent submission answered from the record, and deliveries the
+    # broker absorbed (its receipts say so, and the journal keeps the receipts).
+    assert of_type(events, "DuplicateSuppressed")
+    absorbed = [e for e in of_type(events, "ExecutionSucceeded") if e.payload.detail]
+    assert absorbed and summary["duplicates_prevented"] >= 1 + len(absorbed)
+
+    # The rotation saga: the sell took effect, the halted buy failed, the sell was undone.
+    [dirty] = of_type(events, "FlowDirty")
+    assert dirty.payload.step == 2
+    undone = [e for e in of_type(events, "CompensationSucceeded") if e.dfid == dirty.dfid]
+    assert [e.payload.step for e in undone] == [1]
+    assert fold(events).flows[dirty.dfid].status == "COMPENSATED"
+
+    # Escalations answered by the scripted operator: at least one each way.
+    decisions = Counter(e.payload.decision for e in of_type(events, "HumanDecided"))
+    assert decisions["approve"] >= 1 and decisions["reject"] >= 1
+    # An approved order went on to execute; no flow is left waiting.
+    approved = {e.dfid for e in of_type(events, "HumanDecided") if e.payload.decision == "approve"}
+    executed = {e.dfid for e in of_type(events, "ExecutionSucceeded")}
+    assert approved & executed
+    assert "ESCALATED" not in summary["flows"]
+
+    # Child flows of the mandate; the broker's effects happened once per key.
+    flows = fold(events).flows
+    mandate = next(f for f in flows.values() if f.proposal and f.proposal.kind.endswith("mandate"))
+    assert sum(f.parent_dfid == mandate.dfid for f in flows.values()) >= int(MINUTES) - 1
+    keys = [k for k, *_ in trading_ledger(tmp_path / "desk.broker.db")]
+    assert len(keys) == len(set(keys))
+
+
+def trading_ledger(path: Path) -> list[tuple[str, str, dict[str, Any]]]:
+    from examples.simulated import SimulatedSystem
+
+    system = SimulatedSystem(path)
+    try:
+        return system.ledger()
+    finally:
+        system.close()
+
+
+def test_without_an_operator_escalations_stay_pending(tmp_path, capsys):
+    db = tmp_path / "desk.db"
+    args = ("--seed", "1", "--minutes", MINUTES, "--operator", "none")
+    summary = run_example(trading, db, *args, capsys=capsys)
+    events = read_events_of(db)
+    assert not of_type(events, "HumanDecided")
+    escalated = {e.dfid for e in of_type(events, "FlowEscalated")}
+    flows = fold(events).flows
+    assert escalated and all(flows[d].status == "ESCALATED" for d in escalated)
+    assert summary["escalation_endings"] == {"pending": len(escalated)}
+
+
+def test_a_day_too_short_for_the_plan_is_refused_with_a_reason():
+    with pytest.raises(ValueError, match="at least"):
+        plan_day(1, 10)
+    assert trading.main(["--minutes", "10"]) == 2
+
+
+def test_openai_without_its_environment_is_a_clear_error(tmp_path, monkeypatch, capsys):
+    for name in ("OPENAI_API_KEY", "OPENAI_MODEL", "OPENAI_BASE_URL"):
+        monkeypatch.delenv(name, raising=False)
+    for module in (trading, booking):
+        db = tmp_path / f"{module.__name__}.db"
+        assert module.main(["--llm", "openai", "--db", str(db)]) == 2
+        err = capsys.readouterr().err
+        assert "OPENAI_API_KEY" in err and "Traceback" not in err
+        assert not db.exists()
+
+
+def test_the_booking_story_is_in_the_journal(tmp_path, capsys):
+    db = tmp_path / "travel.db"
+    summary = run_example(booking, db, "--seed", "1", capsys=capsys)
+    events = read_events_of(db)
+    by_seq = {e.seq: e for e in events}
+
+    # The mistake: a non-accessible room for ana, accepted and booked.
+    [lesson] = of_type(events, "ConstraintAdded")
+    assert isinstance(lesson.payload, ConstraintAdded)
+    assert lesson.payload.text == booking.LESSON and lesson.payload.priority == "learned"
+    mistake = by_seq[lesson.payload.triggered_by or 0]
+    assert type(mistake.payload).__name__ == "ProposalSubmitted"
+    params = mistake.payload.proposal.params  # type: ignore[union-attr]
+    assert params["traveller"] == "ana" and params["room_type"] != "accessible"
+    assert fold([e for e in events if e.seq < lesson.seq]).flows[mistake.dfid or ""].status == (
+        "CLOSED"
+    )
+
+    # After the lesson: refused until the agent queried accessibility, then booked.
+    after = [e for e in events if e.seq > lesson.seq]
+    refused = [
+        e
+        for e in of_type(after, "ProposalRejected")
+        if e.payload.feedback.reason_code == "VERIFICATION_REQUIRED"
+    ]
+    [query] = of_type(after, "MemoryQueried")
+    assert refused and refused[0].seq < query.seq and "accessibility" in query.payload.topic
+    rebooked = [
+        e
+        for e in of_type(after, "ProposalSubmitted")
+        if e.seq > query.seq and e.payload.proposal.params.get("traveller") == "ana"
+    ]
+    flows = fold(events).flows
+    assert rebooked[0].payload.proposal.params["room_type"] == "accessible"
+    assert flows[rebooked[0].dfid or ""].status == "CLOSED"
+
+    # A budget refusal and an approved expensive booking.
+    codes = codes_in(events)
+    assert codes["RISK_LIMIT_EXCEEDED"] >= 1 and codes["APPROVAL_REQUIRED"] >= 1
+    assert [e.payload.decision for e in of_type(events, "HumanDecided")] == ["approve"]
+
+    # The counterfactual: had the lesson been in force from the start, the first
+    # booking would have been refused; and replaying it wrote nothing.
+    replay = anyio.run(counterfactual, db)
+    [change] = [c for c in replay.changes if c.dfid == mistake.dfid]
+    assert change.then == "accepted" and change.reason_code == "VERIFICATION_REQUIRED"
+    assert len(read_events_of(db)) == len(events)
+    assert summary["story.counterfactual"] == [c.line() for c in replay.changes]
+
+
+async def counterfactual(db: Path) -> Any:
+    async with open_journal(db, readonly=True) as journal:
+        head = journal.head_seq
+        replay = await whatif(journal, constraint=booking.LESSON, at=1, priority="learned")
+        assert journal.head_seq == head
+    return replay
+
+
+def test_the_same_booking_seed_gives_the_same_summary(tmp_path, capsys):
+    first = run_example(booking, tmp_path / "a.db", "--seed", "5", capsys=capsys)
+    second = run_example(booking, tmp_path / "b.db", "--seed", "5", capsys=capsys)
+    assert without_paths(first) == without_paths(second)
+
+
+def memory_digest_works() -> bool:
+    """Whether this kernel's projection digest encodes memory keyed by seq (issue-6 fix)."""
+    projections = Projections()
+    projections.memory.constraints[1] = None  # type: ignore[assignment]
+    try:
+        projections.digest()
+    except TypeError:
+        return False
+    return True
+
+
+@pytest.mark.parametrize("example", ["trading", "booking"])
+def test_dirk_verify_passes_on_the_example_journals(tmp_path, example):
+    if example == "booking" and not memory_digest_works():
+        pytest.skip("kernel bug: Projections.digest() fails on seq-keyed memory (fixed on issue-6)")
+    db = tmp_path / f"{example}.db"
+    args = ["--minutes", MINUTES] if example == "trading" else []
+    run = [sys.executable, "-m", f"examples.{example}", "--seed", "1", "--db", str(db), *args]
+    subprocess.run(run, check=True, capture_output=True, timeout=120)
+    verify = subprocess.run(
+        [sys.executable, "-m", "kernel", "verify", "--db", str(db)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert verify.returncode == 0, verify.stdout + verify.stderr
