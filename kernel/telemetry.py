@@ -28,6 +28,9 @@ from opentelemetry.util.re import parse_env_headers
 
 from kernel.events import (
     ApprovalExpired,
+    CompensationFailed,
+    CompensationStarted,
+    CompensationSucceeded,
     ContextCompiled,
     DuplicateSuppressed,
     Event,
@@ -37,7 +40,9 @@ from kernel.events import (
     Feedback,
     FlowAborted,
     FlowClosed,
+    FlowCompensated,
     FlowCreated,
+    FlowDirty,
     FlowEscalated,
     HumanDecided,
     ProposalAccepted,
@@ -76,7 +81,7 @@ _SAMPLED = TraceFlags(TraceFlags.SAMPLED)
 _OK = Status(StatusCode.OK)
 _UNSET = Status(StatusCode.UNSET)
 _NO_EVENTS: tuple[SpanEvent, ...] = ()
-_TERMINAL = (FlowClosed, FlowAborted)
+_TERMINAL = (FlowClosed, FlowAborted, FlowCompensated)
 
 
 # --- identities ---------------------------------------------------------------
@@ -251,8 +256,32 @@ def _project(
             case DuplicateSuppressed(key=key, source=source):
                 dup = {"dir.idempotency_key": key, "dir.source": source}
                 root_events.append(SpanEvent("duplicate_suppressed", dup, ts))
+            case FlowDirty(step=step, reason_code=reason_code, detail=detail):
+                code = str(reason_code)
+                dirty = {"dir.step": step, "dir.reason_code": code, "dir.detail": detail}
+                root_events.append(SpanEvent("dirty", dirty, ts))
+            case CompensationStarted(intent=intent):
+                attrs = {
+                    "dir.idempotency_key": intent.key,
+                    "dir.adapter": intent.adapter,
+                    "dir.intent_kind": intent.kind,
+                    "dir.step": intent.step,
+                }
+                b.start("compensate", ts, attrs, key=f"compensate/{intent.key}")
+            case CompensationSucceeded(key=key, external_id=external_id):
+                done = {"dir.external_id": external_id} if external_id else None
+                b.finish(f"compensate/{key}", ts, done)
+            case CompensationFailed(key=key, error=error, transient=transient):
+                failed = {"dir.error": error, "dir.transient": transient}
+                status_failed = Status(StatusCode.ERROR, "COMPENSATION_FAILED")
+                b.finish(f"compensate/{key}", ts, failed, status_failed)
             case FlowClosed():
                 status, outcome = _OK, "CLOSED"
+            case FlowCompensated(steps=steps):
+                code = ReasonCode.COMPENSATED.value
+                status, outcome = Status(StatusCode.ERROR, code), "COMPENSATED"
+                root_attrs["dir.reason_code"] = code
+                root_attrs["dir.compensated_steps"] = steps
             case FlowAborted(reason_code=reason_code, detail=detail):
                 code = str(reason_code)
                 status, outcome = Status(StatusCode.ERROR, code), "ABORTED"
@@ -302,7 +331,7 @@ class SpanProjector:
     """Fold committed events, in seq order, into the spans of DecisionFlows that ended.
 
     The only state is the buffered events of flows not yet terminal, dropped
-    when their FlowClosed or FlowAborted arrives. A flow is projected only if
+    when their FlowClosed, FlowAborted or FlowCompensated arrives. A flow is projected only if
     its FlowCreated was seen; events for a flow already ended (a late
     DuplicateSuppressed, say) are ignored, since its spans are already out.
     """

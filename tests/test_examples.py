@@ -8,6 +8,7 @@ tests assert is read back from the journal, never from printed text.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from collections import Counter
@@ -23,6 +24,7 @@ from examples.market import plan_day
 from examples.summary import read_events
 from kernel import Event, Projections, fold, open_journal, whatif
 from kernel.events import ConstraintAdded, digest
+from kernel.telemetry import spans_for_events
 
 MINUTES = "40"
 TRADING_PACK_CODES = {
@@ -269,3 +271,44 @@ def test_dirk_verify_passes_on_the_example_journals(tmp_path, example):
         timeout=120,
     )
     assert verify.returncode == 0, verify.stdout + verify.stderr
+
+
+RECEIVER = Path(__file__).with_name("otlp_receiver.py")
+
+
+def test_the_trading_desk_sends_every_flow_to_an_otlp_receiver(tmp_path):
+    """With the standard variable set, every span the journal implies reaches a real receiver."""
+    db = tmp_path / "desk.db"
+    receiver = subprocess.Popen(
+        [sys.executable, str(RECEIVER)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert receiver.stdout is not None
+        port = int(receiver.stdout.readline().removeprefix("PORT "))
+        env = {
+            **os.environ,
+            "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{port}",
+            "OTEL_SERVICE_NAME": "trading-desk",
+        }
+        run = [sys.executable, "-m", "examples.trading", "--seed", "1", "--db", str(db)]
+        subprocess.run([*run, "--minutes", MINUTES], env=env, check=True, capture_output=True)
+        # The example has exited, so its exporter has flushed; closing the receiver's stdin
+        # ends it, and everything it received is on its stdout.
+        out, _ = receiver.communicate(timeout=60)
+    finally:
+        receiver.kill()
+    received = [json.loads(line) for line in out.splitlines()]
+
+    expected = spans_for_events(read_events_of(db))
+    assert len(expected) > 100
+    assert sorted((s["trace_id"], s["span_id"]) for s in received) == sorted(
+        (f"{s.context.trace_id:032x}", f"{s.context.span_id:016x}") for s in expected
+    )
+    assert {s["service_name"] for s in received} == {"trading-desk"}
+    roots = [s for s in received if not s["parent_span_id"]]
+    mandate = [s for s in roots if s["attributes"]["dir.agent_id"] == "strategist"]
+    assert mandate, "the strategist's mandate is a root flow"
+    [saga] = [s for s in received if s["attributes"].get("dir.status") == "COMPENSATED"]
+    assert saga["attributes"]["dir.reason_code"] == "COMPENSATED"
+    undone = [s for s in received if s["name"] == "compensate"]
+    assert undone and {s["parent_span_id"] for s in undone} == {saga["span_id"]}
