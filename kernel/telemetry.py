@@ -258,7 +258,11 @@ def _project(
                 root_events.append(SpanEvent("duplicate_suppressed", dup, ts))
             case FlowDirty(step=step, reason_code=reason_code, detail=detail):
                 code = str(reason_code)
-                dirty = {"dir.step": step, "dir.reason_code": code, "dir.detail": detail}
+                dirty: dict[str, Any] = {
+                    "dir.step": step,
+                    "dir.reason_code": code,
+                    "dir.detail": detail,
+                }
                 root_events.append(SpanEvent("dirty", dirty, ts))
             case CompensationStarted(intent=intent):
                 attrs = {
