@@ -8,6 +8,7 @@ hash-chained journal.
 
 from kernel.actors import MailboxClosed, RestartIntensityExceeded
 from kernel.adapters import Quote, RetryPolicy, SagaStep
+from kernel.amendments import AmendmentInvalid
 from kernel.approvals import Approval, ApprovalStatus, EscalationBudget
 from kernel.contracts import (
     HandshakeRefused,
@@ -55,6 +56,7 @@ __all__ = [
     "Adapter",
     "AdapterError",
     "AgentStatus",
+    "AmendmentInvalid",
     "Approval",
     "ApprovalStatus",
     "Clock",

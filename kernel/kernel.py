@@ -22,6 +22,7 @@ import logging
 import random
 from collections.abc import AsyncIterator, Collection, Mapping, Sequence
 from contextlib import asynccontextmanager
+from decimal import Decimal
 from os import PathLike
 from typing import Any, Protocol, TypeVar
 
@@ -39,6 +40,7 @@ from kernel.actors import (
     Supervisor,
 )
 from kernel.adapters import RetryPolicy
+from kernel.amendments import AmendLimit, AmendmentInvalid
 from kernel.context import ContextCompiler, FireTrigger
 from kernel.contracts import (
     HandshakeRefused,
@@ -57,7 +59,9 @@ from kernel.events import (
     Feedback,
     FlowAborted,
     KernelStarted,
+    LimitAmended,
     Manifest,
+    PackRef,
     ProposalRecord,
 )
 from kernel.execution import Adapter, ExecutionEngine, Recover
@@ -74,6 +78,7 @@ from kernel.journal import (
 )
 from kernel.memory import MEMORY_ADAPTER
 from kernel.memory_pack import MemoryExecutor
+from kernel.pack_loading import LoadPack
 from kernel.packs import PackError, PolicyCatalog, PolicyPack
 from kernel.ports import Clock, IdSource, RandomIds, SystemClock
 from kernel.projection import AgentStatus, Projections, visible
@@ -138,6 +143,7 @@ class Kernel:
         self.projections = projections
         self.catalog = catalog
         self.clock = clock
+        self._adapter_names = frozenset(adapters)
         self._agent_concurrency = agent_concurrency
         self._max_in_flight = max_in_flight
         self._admitting = 0
@@ -355,6 +361,56 @@ class Kernel:
         if code is not None:
             raise HandshakeRefused(code, f"no agent {agent_id!r}")
 
+    async def amend_limit(
+        self,
+        agent_id: str,
+        limit: str,
+        value: int | str | Decimal,
+        *,
+        ttl_s: float,
+        operator: str,
+        reason: str,
+    ) -> LimitAmended:
+        """Set one of an agent's pack limits, within the pack's floor and ceiling, for ``ttl_s``.
+
+        The DIM judges that agent with the amended value until it expires on the
+        kernel's clock (see kernel.amendments). A refusal is recorded too.
+
+        Raises:
+            AmendmentInvalid: UNKNOWN_AGENT, UNKNOWN_LIMIT, LIMIT_OUT_OF_BOUNDS, SCHEMA_INVALID.
+        """
+        reply: Reply[Any] = Reply()
+        msg = AmendLimit(
+            agent_id=agent_id,
+            limit=limit,
+            value=value,
+            ttl_s=ttl_s,
+            operator=operator,
+            reason=reason,
+            reply=reply,
+        )
+        event = await self._call(self.integrity_mailbox, msg, reply)
+        if not isinstance(event, LimitAmended):
+            raise AmendmentInvalid(event.reason_code, event.detail)
+        return event
+
+    async def load_pack(self, pack: PolicyPack, *, operator: str = "", reason: str = "") -> PackRef:
+        """Load a new version of a pack (or a new pack); record PackLoaded and judge with it.
+
+        Flows already judged keep their verdicts. Loading the version in force records nothing.
+
+        Raises:
+            PackError: the pack is invalid (nothing changes), with the same message as at start.
+        """
+        reply: Reply[Any] = Reply()
+        msg = LoadPack(
+            pack=pack, adapters=self._adapter_names, operator=operator, reason=reason, reply=reply
+        )
+        answer = await self._call(self.integrity_mailbox, msg, reply)
+        if isinstance(answer, PackError):
+            raise answer
+        return answer if answer is not None else pack.ref
+
     def flow(self, dfid: str) -> FlowState | None:
         """Return the current state of a flow."""
         return self.projections.flows.get(dfid)
@@ -538,6 +594,7 @@ class Kernel:
                 self.escalation_mailbox,
                 self.projections,
                 self._call,
+                self.integrity_mailbox,
             )
         except (KernelShutdown, MailboxClosed):
             return

@@ -276,6 +276,23 @@ class PolicyCatalog:
         """Each kind's escalation thresholds."""
         return _by_kind(t for p in self.packs for t in p.thresholds)
 
+    def adopt(self, other: PolicyCatalog) -> None:
+        """Take ``other``'s packs in place (a pack loaded at runtime).
+
+        Every actor holds this catalog (and some its ``schemas``), so the derived
+        tables are refilled where they are rather than replaced.
+        """
+        object.__setattr__(self, "packs", other.packs)
+        for name, value in list(vars(self).items()):
+            if name == "packs":
+                continue
+            fresh = getattr(other, name)
+            if isinstance(value, dict):
+                value.clear()
+                value.update(fresh)
+            else:
+                vars(self)[name] = fresh
+
     def refs(self) -> list[PackRef]:
         """The loaded packs as recorded in events."""
         return [pack.ref for pack in self.packs]

@@ -37,6 +37,7 @@ def test_kernel_exports():
             "ExecutionIntent",
             "FlowState",
             "FlowStatus",
+            "AmendmentInvalid",
             "HandshakeRefused",
             "IdSource",
             "IllegalTransition",
