@@ -5,6 +5,7 @@ from __future__ import annotations
 from decimal import Decimal
 from typing import ClassVar
 
+import anyio
 import pytest
 
 from kernel import (
@@ -19,6 +20,7 @@ from kernel import (
     Receipt,
     RuleVerdict,
     SeededIds,
+    SystemClock,
     View,
     deny,
     fold,
@@ -27,6 +29,7 @@ from kernel import (
 )
 from kernel.replay import capture, decode_snapshot, encode_snapshot
 from tests.helpers import ScriptedAgent
+from tests.test_cli import dirk, one_error_line
 
 
 class Order(PolicyKind, tag="desk.order"):
@@ -72,8 +75,7 @@ def kernel(path, clock, **kw):
         allow=["trader", "other"],
         clock=clock,
         ids=SeededIds(5),
-        inbox_poll_s=None,
-        **kw,
+        **{"inbox_poll_s": None, **kw},
     )
 
 
@@ -185,3 +187,44 @@ async def test_amendments_survive_a_restart_and_a_snapshot(tmp_path):
         assert await verdict(k) == (FlowStatus.CLOSED, None)
         assert fold(await k.journal.read()).digest() == k.projections.digest()
         assert restored.digest() != fold([]).digest()
+
+
+async def test_dirk_amend_goes_through_the_inbox_of_a_running_kernel(tmp_path):
+    db = tmp_path / "j.db"
+
+    def amend(*args):
+        return dirk(
+            "amend", "--agent", "trader", "--operator", "ana", "--reason", "desk call",
+            "--db", db, "--wait", "30", *args,
+        )  # fmt: skip
+
+    async with kernel(db, SystemClock(), inbox_poll_s=0.02) as k:
+        await k.register(trader(qty=8))
+        done = await anyio.to_thread.run_sync(
+            amend, "--limit", "max_qty", "--value", "8", "--ttl", "3600"
+        )
+        assert done.returncode == 0, done.stderr
+        assert "applied: max_qty = 8 for trader by ana" in done.stdout
+        assert await verdict(k) == (FlowStatus.CLOSED, None)
+
+        high = await anyio.to_thread.run_sync(
+            amend, "--limit", "max_qty", "--value", "50", "--ttl", "60"
+        )
+        assert one_error_line(high) == "LIMIT_OUT_OF_BOUNDS"
+        unknown = await anyio.to_thread.run_sync(
+            amend, "--limit", "max_gamma", "--value", "1", "--ttl", "60"
+        )
+        assert one_error_line(unknown) == "UNKNOWN_LIMIT"
+        # Each row was taken once, by the event that recorded what became of it.
+        taken = k.projections.inbox_taken
+        assert len(taken) == 3
+        amended = await k.journal.read(types=["LimitAmended", "AmendmentRefused"])
+        assert sorted(taken.values()) == [e.seq for e in amended]
+        assert k.projections.amendments["trader"]["max_qty"].value == 8
+
+    bad = dirk("amend", "--agent", "nobody", "--limit", "max_qty", "--value", "1", "--ttl", "1",
+               "--operator", "ana", "--reason", "r", "--db", db)  # fmt: skip
+    assert one_error_line(bad) == "UNKNOWN_AGENT"
+    floaty = dirk("amend", "--agent", "trader", "--limit", "max_qty", "--value", "x",
+                  "--ttl", "1", "--operator", "ana", "--reason", "r", "--db", db)  # fmt: skip
+    assert one_error_line(floaty) == "SCHEMA_INVALID"
