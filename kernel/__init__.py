@@ -21,9 +21,10 @@ from kernel.contracts import (
 )
 from kernel.counterfactual import whatif
 from kernel.escalation import Decision, EscalateOperational, EscalationPolicy
-from kernel.events import Event, ExecutionIntent, Manifest
+from kernel.events import Event, ExecutionIntent, Manifest, ProposalRecord
 from kernel.execution import Adapter, AdapterError, Receipt, idempotency_key
 from kernel.flow import TERMINAL, FlowState, FlowStatus, IllegalTransition
+from kernel.guards import Guard, GuardFinding, SoftGuard
 from kernel.journal import (
     JournalError,
     JournalFaults,
@@ -69,6 +70,8 @@ __all__ = [
     "ExecutionIntent",
     "FlowState",
     "FlowStatus",
+    "Guard",
+    "GuardFinding",
     "HandshakeRefused",
     "IdSource",
     "IllegalTransition",
@@ -91,6 +94,7 @@ __all__ = [
     "PolicyPack",
     "Projections",
     "Proposal",
+    "ProposalRecord",
     "Quote",
     "RandomIds",
     "Range",
@@ -103,6 +107,7 @@ __all__ = [
     "SagaStep",
     "SeededIds",
     "Session",
+    "SoftGuard",
     "StateMatch",
     "SystemClock",
     "Threshold",

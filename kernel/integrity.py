@@ -45,6 +45,7 @@ from kernel.events import (
 )
 from kernel.flow import FlowState, FlowStatus
 from kernel.gate import LAYERS, Judgement, MemoryCheck, Snapshot, judge, reject
+from kernel.guard_runner import Screen
 from kernel.memory import MemoryState
 from kernel.memory import check as check_memory
 from kernel.pack_loading import LoadPack, load
@@ -172,8 +173,10 @@ class IntegrityModule:
         escalation: Mailbox[Any],
         execution: Mailbox[Any],
         memory: MemoryCheck | None = None,
+        guards: Mailbox[Any] | None = None,
     ) -> None:
         self._memory = memory
+        self._guards = guards
         self._capacities = _FactCapacities(projections)
         self._projections = projections
         self._catalog = catalog
@@ -302,6 +305,7 @@ class IntegrityModule:
                 after=submitted,
             )
             self._reserve(msg.dfid, flow.agent_id, judgement, own, verdict, out)
+            self._screen(msg, snapshot.state, out)
             out.send(self._escalation, Escalate(dfid=msg.dfid))
             out.reply(
                 msg.reply,
@@ -316,8 +320,14 @@ class IntegrityModule:
             after=submitted,
         )
         self._reserve(msg.dfid, flow.agent_id, judgement, own, verdict, out)
+        self._screen(msg, snapshot.state, out)
         out.send(self._execution, Execute(dfid=msg.dfid))
         out.reply(msg.reply, Verdict(outcome=Outcome.ACCEPTED, dfid=msg.dfid, attempt=attempt))
+
+    def _screen(self, msg: Validate, state: Mapping[str, Any], out: Outbox) -> None:
+        """Hand a proposal let through to the soft guards, once its verdict is recorded."""
+        if self._guards is not None and msg.proposal.kind in self._catalog.guards_of:
+            out.send(self._guards, Screen(dfid=msg.dfid, proposal=msg.proposal, state=state))
 
     def _reserve(
         self,

@@ -66,6 +66,7 @@ from kernel.events import (
 )
 from kernel.execution import Adapter, ExecutionEngine, Recover
 from kernel.flow import FLOW_EVENTS, TERMINAL, FlowState, FlowStatus
+from kernel.guard_runner import GUARD_TIMEOUT_S, GuardRunner
 from kernel.inbox import poll as poll_inbox
 from kernel.integrity import IntegrityModule, Validate, Withdraw
 from kernel.journal import (
@@ -138,6 +139,7 @@ class Kernel:
         escalation: EscalationPolicy | None = None,
         token_budget: int | None = None,
         reasoning_timeout_s: float | None = None,
+        guard_timeout_s: float = GUARD_TIMEOUT_S,
     ) -> None:
         self.journal = journal
         self.projections = projections
@@ -175,6 +177,7 @@ class Kernel:
         self.integrity_mailbox: Mailbox[Any] = Mailbox("integrity", capacity)
         self.escalation_mailbox: Mailbox[Any] = Mailbox("escalation", capacity)
         self.execution_mailbox: Mailbox[Any] = Mailbox("execution", capacity)
+        self.guards_mailbox: Mailbox[Any] = Mailbox("guards", capacity)
         self.specs = [
             ChildSpec(
                 "registry",
@@ -195,8 +198,20 @@ class Kernel:
                     self.compiler_mailbox,
                     self.escalation_mailbox,
                     self.execution_mailbox,
+                    guards=self.guards_mailbox,
                 ),
                 self.integrity_mailbox,
+            ),
+            ChildSpec(
+                "guards",
+                lambda: GuardRunner(
+                    catalog.guards_of,
+                    catalog.kinds,
+                    self.guards_mailbox,
+                    self._spawn_effect,
+                    guard_timeout_s,
+                ),
+                self.guards_mailbox,
             ),
             ChildSpec(
                 "escalation",
@@ -623,6 +638,7 @@ async def open_kernel(
     token_budget: int | None = None,
     reasoning_timeout_s: float | None = None,
     checkpoint_every: int = CHECKPOINT_EVERY,
+    guard_timeout_s: float = GUARD_TIMEOUT_S,
 ) -> AsyncIterator[Kernel]:
     """Open a kernel on the journal at ``path`` and run it for the body of the block.
 
@@ -651,6 +667,7 @@ async def open_kernel(
             attempts together (None: no cap).
         reasoning_timeout_s: the longest one reasoning step may take on ``clock`` (None: no cap).
         checkpoint_every: events between projection checkpoints and snapshots (0: none).
+        guard_timeout_s: how long a soft guard may take before its flow is flagged anyway.
 
     Raises:
         PackError: on an invalid policy pack or a missing adapter.
@@ -690,6 +707,7 @@ async def open_kernel(
             escalation,
             token_budget,
             reasoning_timeout_s,
+            guard_timeout_s,
         )
         if checkpoint_every > 0:
             kernel._checkpointer = Checkpointer(checkpoint_every, journal.head_seq)
