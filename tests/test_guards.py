@@ -6,6 +6,8 @@ from typing import ClassVar
 
 import anyio
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from kernel import (
     FlowStatus,
@@ -277,3 +279,56 @@ def test_a_badly_declared_guard_is_refused(guard, message):
 def test_guards_change_the_hash_and_a_pack_without_guards_keeps_its_own():
     assert pack().hash != pack(Guard(Note, says_urgent)).hash
     assert pack(Guard(Note, says_urgent)).hash != pack(Guard(Note, says_urgent, 0.6)).hash
+
+
+def bad_emergency(proposal, note, state):
+    """An emergency rule with a bug."""
+    if proposal.explain == "raise":
+        raise RuntimeError("bug")
+    return GuardFinding(confidence=2.0, reason="nonsense") if proposal.explain == "junk" else None
+
+
+@pytest.mark.parametrize("explain", ["raise", "junk"])
+def test_an_emergency_rule_that_cannot_judge_rejects_with_kernel_fault(explain):
+    catalog = PolicyCatalog([pack(Guard(Note, bad_emergency, emergency_above=0.95))])
+    record = ProposalRecord(
+        kind="desk.note",
+        params={"text": "hi"},
+        explain=explain,
+        valid_until_ns=2_000,
+        context_ref="ref",
+    )
+    memory_calls = []
+    judgement = judge(
+        record,
+        agent(capabilities=("desk.note",)),
+        catalog,
+        NOW,
+        Snapshot(context_ref="ref"),
+        memory=lambda p, v: memory_calls.append(p),
+    )
+    feedback = judgement.rejection
+    assert feedback is not None and feedback.reason_code is ReasonCode.KERNEL_FAULT
+    assert (feedback.layer, feedback.rule) == ("rules", "guard bad_emergency")
+    assert memory_calls == []  # the memory layer comes after
+
+
+@given(
+    explain=st.lists(
+        st.sampled_from(["buy", "sell", "hedge", "de-risk", "trim", "go long", "ok", "exit"]),
+        max_size=6,
+    ).map(" ".join),
+    side=st.sampled_from(["buy", "sell"]),
+    held=st.integers(-50, 50),
+)
+def test_the_trading_pack_with_its_guard_gives_the_same_verdict_twice(explain, side, held):
+    record, _ = order(side, explain=explain)
+    view = agent(capabilities=("trading.place_order",))
+    state = {"market.ACME.price": "100.00", "position.ACME": held}
+    catalog = PolicyCatalog([TRADING])
+    first = judge(record, view, catalog, NOW, Snapshot(context_ref="ref", state=state))
+    again = judge(record, view, catalog, NOW, Snapshot(context_ref="ref", state=dict(state)))
+    assert first == again
+    finding = direction_mismatch(record, PlaceOrder(**record.params), state)
+    blocked = finding is not None and finding.confidence >= 0.95
+    assert (first.rejection is not None) == blocked
