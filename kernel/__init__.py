@@ -8,6 +8,7 @@ hash-chained journal.
 
 from kernel.actors import MailboxClosed, RestartIntensityExceeded
 from kernel.adapters import Quote, RetryPolicy, SagaStep
+from kernel.amendments import AmendmentInvalid
 from kernel.approvals import Approval, ApprovalStatus, EscalationBudget
 from kernel.contracts import (
     HandshakeRefused,
@@ -20,9 +21,10 @@ from kernel.contracts import (
 )
 from kernel.counterfactual import whatif
 from kernel.escalation import Decision, EscalateOperational, EscalationPolicy
-from kernel.events import Event, ExecutionIntent, Manifest
+from kernel.events import Event, ExecutionIntent, Manifest, ProposalRecord
 from kernel.execution import Adapter, AdapterError, Receipt, idempotency_key
 from kernel.flow import TERMINAL, FlowState, FlowStatus, IllegalTransition
+from kernel.guards import Guard, GuardFinding, SoftGuard
 from kernel.journal import (
     JournalError,
     JournalFaults,
@@ -55,6 +57,7 @@ __all__ = [
     "Adapter",
     "AdapterError",
     "AgentStatus",
+    "AmendmentInvalid",
     "Approval",
     "ApprovalStatus",
     "Clock",
@@ -67,6 +70,8 @@ __all__ = [
     "ExecutionIntent",
     "FlowState",
     "FlowStatus",
+    "Guard",
+    "GuardFinding",
     "HandshakeRefused",
     "IdSource",
     "IllegalTransition",
@@ -89,6 +94,7 @@ __all__ = [
     "PolicyPack",
     "Projections",
     "Proposal",
+    "ProposalRecord",
     "Quote",
     "RandomIds",
     "Range",
@@ -101,6 +107,7 @@ __all__ = [
     "SagaStep",
     "SeededIds",
     "Session",
+    "SoftGuard",
     "StateMatch",
     "SystemClock",
     "Threshold",

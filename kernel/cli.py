@@ -148,6 +148,7 @@ def _flow_row(flow: FlowState) -> dict[str, Any]:
         "reason_code": str(flow.reason_code) if flow.reason_code else "",
         "parent_dfid": flow.parent_dfid,
         "created": _time(flow.created_ts),
+        "needs_review": flow.needs_review,
     }
 
 
@@ -166,6 +167,7 @@ async def _flows(args: argparse.Namespace) -> int:
         print(
             f"{row['dfid']:36}  {row['status']:10}  {row['agent_id']:16.16}  "
             f"{row['policy_kind']:24.24}  {row['attempts']:>5}  {row['reason_code']}"
+            + ("  NEEDS_REVIEW" if row["needs_review"] else "")
         )
     print(f"{len(rows)} flows")
     return 0
@@ -199,6 +201,8 @@ def _outcome(flow: FlowState) -> str:
         line += f", reason {flow.reason_code}"
     if flow.external_id:
         line += f", external id {flow.external_id}"
+    if flow.needs_review:
+        line += "; NEEDS_REVIEW (flagged by a soft guard)"
     return line
 
 
@@ -247,6 +251,9 @@ def _narrate(event: Event) -> str:
             return f"ABORTED {code}: {detail}"
         case ev.SubmissionRefused(reason_code=code, detail=detail):
             return f"submission refused {code}: {detail}"
+        case ev.FlowFlagged(guard=guard, reason=reason, confidence=confidence):
+            sure = f" (confidence {confidence})" if confidence else ""
+            return f"NEEDS_REVIEW by guard {guard}{sure}: {reason}"
         case payload:
             return msgspec.json.encode(payload).decode()[:200]
 

@@ -369,6 +369,62 @@ class ResourceReleased(Payload, frozen=True, tag=True):
     reason: str = ""
 
 
+# --- policy packs, limit amendments and soft guards -----------------------------
+
+
+class PackLoaded(Payload, frozen=True, tag=True):
+    """A pack version loaded into the running kernel: proposals judged after it use it.
+
+    ``previous`` is the hash of the version it replaced (empty for a new pack).
+    """
+
+    pack: PackRef
+    previous: str = ""
+    operator: str = ""
+    reason: str = ""
+
+
+class LimitAmended(Payload, frozen=True, tag=True):
+    """An operator set one of an agent's limits (``agent_id``) until ``expires_at_ns``.
+
+    ``floor`` and ``ceiling`` are the pack's bounds the value was checked against.
+    """
+
+    limit: str
+    value: int | str
+    floor: str
+    ceiling: str
+    expires_at_ns: int
+    operator: str
+    reason: str = ""
+    pack: str = ""
+    inbox_id: int | None = None
+
+
+class AmendmentRefused(Payload, frozen=True, tag=True):
+    """A limit amendment the kernel did not apply (unknown limit, out of bounds...)."""
+
+    reason_code: ReasonCode
+    limit: str = ""
+    value: str = ""
+    operator: str = ""
+    detail: str = ""
+    inbox_id: int | None = None
+
+
+class FlowFlagged(Payload, frozen=True, tag=True):
+    """A soft guard found the flow worth a human look (NEEDS_REVIEW); the verdict stands.
+
+    ``confidence`` is the guard's score as a decimal string; ``failed`` says the
+    guard could not judge at all (it raised or overran), which is flagged too.
+    """
+
+    guard: str
+    reason: str
+    confidence: str = ""
+    failed: bool = False
+
+
 # --- replay -------------------------------------------------------------------
 
 
@@ -475,6 +531,10 @@ AnyPayload = (
     | ConstraintDeactivated
     | DecisionMade
     | MemoryQueried
+    | PackLoaded
+    | LimitAmended
+    | AmendmentRefused
+    | FlowFlagged
 )
 
 

@@ -44,6 +44,7 @@ from kernel.events import (
     FlowCreated,
     FlowDirty,
     FlowEscalated,
+    FlowFlagged,
     HumanDecided,
     Payload,
     ProposalAccepted,
@@ -101,6 +102,7 @@ _TRANSITIONS: dict[type[Payload], tuple[frozenset[FlowStatus], FlowStatus | None
     FlowAborted: (frozenset(_ABORTABLE), S.ABORTED),
     DuplicateSuppressed: (frozenset(S), None),
     SubmissionRefused: (frozenset(S), None),
+    FlowFlagged: (frozenset(S), None),
 }
 
 FLOW_EVENTS = frozenset(_TRANSITIONS) | {FlowCreated}
@@ -147,6 +149,8 @@ class FlowState(msgspec.Struct, frozen=True, gc=False, kw_only=True):
     """Steps of the intent that took effect."""
     undone: int = 0
     """Completed steps compensated since the flow became DIRTY."""
+    needs_review: bool = False
+    """A soft guard flagged the flow (FlowFlagged): a human should look; the verdict stands."""
 
     @property
     def terminal(self) -> bool:
@@ -233,6 +237,10 @@ def _compensated(state: FlowState, p: FlowCompensated) -> dict[str, object]:
     return {"reason_code": ReasonCode.COMPENSATED}
 
 
+def _flagged(state: FlowState, p: FlowFlagged) -> dict[str, object]:
+    return {"needs_review": True}
+
+
 def _aborted(state: FlowState, p: FlowAborted) -> dict[str, object]:
     return {"reason_code": p.reason_code, "detail": p.detail}
 
@@ -257,6 +265,7 @@ _UPDATES: dict[type[Payload], Callable[[FlowState, Any], dict[str, object]]] = {
     CompensationFailed: _compensation_failed,
     FlowCompensated: _compensated,
     FlowAborted: _aborted,
+    FlowFlagged: _flagged,
 }
 
 

@@ -13,7 +13,8 @@ feedback names the layer, the rule, the field and the limit:
 6. ``resources``: what the kind consumes fits its pools (INSUFFICIENT_RESOURCES
    when the capacity is too small, RESOURCE_CONTENTION when other open flows hold it);
 7. ``rules``: the pack's invariants, then its rules (RISK_LIMIT_EXCEEDED and the
-   pack's own codes; KERNEL_FAULT when a rule raises, returns nothing or overruns);
+   pack's own codes; KERNEL_FAULT when a rule raises, returns nothing or overruns),
+   then its emergency rules (GUARD_EMERGENCY, see kernel.guards);
 8. ``memory``: constraints from memory (a hook, :data:`MemoryCheck`, filled by the
    memory issue; CONSTRAINT_VIOLATION, VERIFICATION_REQUIRED);
 9. ``escalation``: thresholds (LOW_CONFIDENCE, APPROVAL_REQUIRED): an ESCALATE verdict.
@@ -34,6 +35,7 @@ import msgspec
 
 from kernel.contracts import field_of
 from kernel.events import Feedback, ProposalRecord
+from kernel.guards import emergency
 from kernel.packs import PolicyCatalog, PolicyPack, amount_of
 from kernel.projection import AgentStatus, AgentView
 from kernel.reasons import ReasonCode
@@ -154,6 +156,8 @@ def judge(
         proposal.confidence,
     )
     failed = _rules(proposal.kind, view, catalog, timer)
+    if failed is None and not by_human and proposal.kind in catalog.emergencies_of:
+        failed = emergency(proposal, params, view.state, catalog.emergencies_of[proposal.kind])
     if failed is None and memory is not None:
         failed = memory(proposal, view)
     if failed is not None:

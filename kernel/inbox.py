@@ -23,6 +23,7 @@ import anyio
 import msgspec
 
 from kernel.actors import Mailbox, Reply
+from kernel.amendments import AmendLimit
 from kernel.escalation import Decide, Decision, Tick
 from kernel.journal import INBOX_SCHEMA
 from kernel.ports import Clock
@@ -103,6 +104,25 @@ def mark_taken(conn: sqlite3.Connection, row_id: int, seq: int) -> None:
     conn.execute("UPDATE operator_inbox SET taken_seq = ? WHERE id = ?", (seq, row_id))
 
 
+AMEND = "amend"
+"""The ``type`` of an inbox row that amends a limit (``dirk amend``) rather than decides a flow."""
+
+
+def to_amend(row: InboxRow, reply: Reply[Any]) -> AmendLimit:
+    """Turn an amendment row into the message the DIM handles (it checks every field)."""
+    body = row.decision
+    return AmendLimit(
+        agent_id=str(body.get("agent_id", "")),
+        limit=str(body.get("limit", "")),
+        value=body.get("value"),
+        ttl_s=body.get("ttl_s"),
+        operator=str(body.get("operator", "")),
+        reason=str(body.get("reason", "")),
+        inbox_id=row.id,
+        reply=reply,
+    )
+
+
 def to_decide(row: InboxRow, reply: Reply[Any]) -> Decide:
     """Turn an inbox row into the message the escalation manager handles.
 
@@ -134,6 +154,7 @@ async def poll(
     escalation: Mailbox[Any],
     projections: Projections,
     call: Call,
+    integrity: Mailbox[Any] | None = None,
 ) -> None:
     """Tick the escalation manager and apply new inbox rows, every ``interval_s`` on ``clock``.
 
@@ -148,7 +169,7 @@ async def poll(
             try:
                 rows = await anyio.to_thread.run_sync(read_rows, conn, limiter=limiter)
                 for row in rows:
-                    seq = await _apply(row, escalation, projections, call)
+                    seq = await _apply(row, escalation, projections, call, integrity)
                     await anyio.to_thread.run_sync(mark_taken, conn, row.id, seq, limiter=limiter)
             except sqlite3.Error as exc:
                 log.warning("operator inbox of %s: %r; trying again", path, exc)
@@ -159,12 +180,20 @@ async def poll(
 
 
 async def _apply(
-    row: InboxRow, escalation: Mailbox[Any], projections: Projections, call: Call
+    row: InboxRow,
+    escalation: Mailbox[Any],
+    projections: Projections,
+    call: Call,
+    integrity: Mailbox[Any] | None = None,
 ) -> int:
-    """Hand one row to the escalation manager; return the seq of the event that took it."""
+    """Hand one row to the escalation manager (an amendment to the DIM); return its taker's seq."""
     taken = projections.inbox_taken.get(row.id)
     if taken is not None:
         return taken  # taken before a restart, and not marked yet: never applied twice
+    if row.decision.get("type") == AMEND and integrity is not None:
+        reply_: Reply[Any] = Reply()
+        await call(integrity, to_amend(row, reply_), reply_)
+        return projections.inbox_taken.get(row.id, -1)
     try:
         reply: Reply[Any] = Reply()
         msg = to_decide(row, reply)

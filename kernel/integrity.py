@@ -25,6 +25,7 @@ from typing import Any
 import msgspec
 
 from kernel.actors import Mailbox, Outbox, Reply
+from kernel.amendments import AmendLimit, Amendment, amend, folded, in_force
 from kernel.approvals import escalation as escalation_event
 from kernel.approvals import policy_trigger
 from kernel.context import Compile, context_ref
@@ -33,6 +34,7 @@ from kernel.events import (
     DuplicateSuppressed,
     Feedback,
     FlowAborted,
+    LimitAmended,
     ProposalAccepted,
     ProposalRecord,
     ProposalRejected,
@@ -43,8 +45,10 @@ from kernel.events import (
 )
 from kernel.flow import FlowState, FlowStatus
 from kernel.gate import LAYERS, Judgement, MemoryCheck, Snapshot, judge, reject
+from kernel.guard_runner import Screen
 from kernel.memory import MemoryState
 from kernel.memory import check as check_memory
+from kernel.pack_loading import LoadPack, load
 from kernel.packs import PolicyCatalog
 from kernel.ports import Clock
 from kernel.projection import AgentView, Projections
@@ -169,8 +173,10 @@ class IntegrityModule:
         escalation: Mailbox[Any],
         execution: Mailbox[Any],
         memory: MemoryCheck | None = None,
+        guards: Mailbox[Any] | None = None,
     ) -> None:
         self._memory = memory
+        self._guards = guards
         self._capacities = _FactCapacities(projections)
         self._projections = projections
         self._catalog = catalog
@@ -179,10 +185,14 @@ class IntegrityModule:
         self._escalation = escalation
         self._execution = execution
 
-    async def handle(self, msg: Validate | Withdraw, out: Outbox) -> None:
+    async def handle(self, msg: Validate | Withdraw | AmendLimit | LoadPack, out: Outbox) -> None:
         match msg:
             case Validate():
                 self._validate(msg, out)
+            case AmendLimit():
+                self._amend(msg, out)
+            case LoadPack():
+                load(msg, self._catalog, self._projections.packs, out)
             case Withdraw():
                 flow = out.flow(msg.dfid)
                 owner = self._projections.sessions.get(session_hash(msg.token))
@@ -195,6 +205,20 @@ class IntegrityModule:
                     out.emit(
                         FlowAborted(reason_code=msg.reason_code, detail=msg.detail), dfid=msg.dfid
                     )
+
+    def _amend(self, msg: AmendLimit, out: Outbox) -> None:
+        event = amend(msg, self._catalog, self._projections.agents, self._clock.now_ns())
+        out.emit(event, agent_id=msg.agent_id or None)
+        if isinstance(event, LimitAmended):
+            # In force for the proposals this batch judges after it, as replay will see it.
+            staged: dict[str, dict[str, Amendment]] = out.scratch.setdefault("amended", {})
+            staged.setdefault(msg.agent_id, {})[event.limit] = folded(event, 0)
+        out.reply(msg.reply, event)
+
+    def _amendments(self, agent_id: str, now_ns: int, out: Outbox) -> dict[str, int | str]:
+        amended = self._projections.amendments.get(agent_id, {})
+        staged = out.scratch.get("amended", {}).get(agent_id)
+        return in_force({**amended, **staged} if staged else amended, now_ns)
 
     def _validate(self, msg: Validate, out: Outbox) -> None:
         flow = out.flow(msg.dfid)
@@ -239,12 +263,14 @@ class IntegrityModule:
             for pool, amount in pools.items():
                 held[pool] = held.get(pool, 0) + amount - before.get(pool, 0)
         own = staged.get(msg.dfid, self._projections.reservations.get(msg.dfid, {}))
+        now_ns = self._clock.now_ns()
         snapshot = Snapshot(
             context_ref=context_ref(visible),
             state=visible,
             held=held,
             own=own,
             capacities=self._capacities,
+            amendments=self._amendments(flow.agent_id, now_ns, out),
         )
         if msg.invalid is not None:
             judgement = Judgement(rejection=msg.invalid)
@@ -253,7 +279,7 @@ class IntegrityModule:
                 msg.proposal,
                 agent,
                 self._catalog,
-                self._clock.now_ns(),
+                now_ns,
                 snapshot,
                 by_human=msg.by_human,
                 memory=self._memory or _memory_check(self._projections.memory, flow.root_dfid),
@@ -279,6 +305,7 @@ class IntegrityModule:
                 after=submitted,
             )
             self._reserve(msg.dfid, flow.agent_id, judgement, own, verdict, out)
+            self._screen(msg, snapshot.state, out)
             out.send(self._escalation, Escalate(dfid=msg.dfid))
             out.reply(
                 msg.reply,
@@ -293,8 +320,14 @@ class IntegrityModule:
             after=submitted,
         )
         self._reserve(msg.dfid, flow.agent_id, judgement, own, verdict, out)
+        self._screen(msg, snapshot.state, out)
         out.send(self._execution, Execute(dfid=msg.dfid))
         out.reply(msg.reply, Verdict(outcome=Outcome.ACCEPTED, dfid=msg.dfid, attempt=attempt))
+
+    def _screen(self, msg: Validate, state: Mapping[str, Any], out: Outbox) -> None:
+        """Hand a proposal let through to the soft guards, once its verdict is recorded."""
+        if self._guards is not None and msg.proposal.kind in self._catalog.guards_of:
+            out.send(self._guards, Screen(dfid=msg.dfid, proposal=msg.proposal, state=state))
 
     def _reserve(
         self,

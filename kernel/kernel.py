@@ -22,6 +22,7 @@ import logging
 import random
 from collections.abc import AsyncIterator, Collection, Mapping, Sequence
 from contextlib import asynccontextmanager
+from decimal import Decimal
 from os import PathLike
 from typing import Any, Protocol, TypeVar
 
@@ -39,6 +40,7 @@ from kernel.actors import (
     Supervisor,
 )
 from kernel.adapters import RetryPolicy
+from kernel.amendments import AmendLimit, AmendmentInvalid
 from kernel.context import ContextCompiler, FireTrigger
 from kernel.contracts import (
     HandshakeRefused,
@@ -57,11 +59,14 @@ from kernel.events import (
     Feedback,
     FlowAborted,
     KernelStarted,
+    LimitAmended,
     Manifest,
+    PackRef,
     ProposalRecord,
 )
 from kernel.execution import Adapter, ExecutionEngine, Recover
 from kernel.flow import FLOW_EVENTS, TERMINAL, FlowState, FlowStatus
+from kernel.guard_runner import GUARD_TIMEOUT_S, GuardRunner
 from kernel.inbox import poll as poll_inbox
 from kernel.integrity import IntegrityModule, Validate, Withdraw
 from kernel.journal import (
@@ -74,6 +79,7 @@ from kernel.journal import (
 )
 from kernel.memory import MEMORY_ADAPTER
 from kernel.memory_pack import MemoryExecutor
+from kernel.pack_loading import LoadPack
 from kernel.packs import PackError, PolicyCatalog, PolicyPack
 from kernel.ports import Clock, IdSource, RandomIds, SystemClock
 from kernel.projection import AgentStatus, Projections, visible
@@ -133,11 +139,13 @@ class Kernel:
         escalation: EscalationPolicy | None = None,
         token_budget: int | None = None,
         reasoning_timeout_s: float | None = None,
+        guard_timeout_s: float = GUARD_TIMEOUT_S,
     ) -> None:
         self.journal = journal
         self.projections = projections
         self.catalog = catalog
         self.clock = clock
+        self._adapter_names = frozenset(adapters)
         self._agent_concurrency = agent_concurrency
         self._max_in_flight = max_in_flight
         self._admitting = 0
@@ -169,6 +177,7 @@ class Kernel:
         self.integrity_mailbox: Mailbox[Any] = Mailbox("integrity", capacity)
         self.escalation_mailbox: Mailbox[Any] = Mailbox("escalation", capacity)
         self.execution_mailbox: Mailbox[Any] = Mailbox("execution", capacity)
+        self.guards_mailbox: Mailbox[Any] = Mailbox("guards", capacity)
         self.specs = [
             ChildSpec(
                 "registry",
@@ -189,8 +198,20 @@ class Kernel:
                     self.compiler_mailbox,
                     self.escalation_mailbox,
                     self.execution_mailbox,
+                    guards=self.guards_mailbox,
                 ),
                 self.integrity_mailbox,
+            ),
+            ChildSpec(
+                "guards",
+                lambda: GuardRunner(
+                    catalog.guards_of,
+                    catalog.kinds,
+                    self.guards_mailbox,
+                    self._spawn_effect,
+                    guard_timeout_s,
+                ),
+                self.guards_mailbox,
             ),
             ChildSpec(
                 "escalation",
@@ -354,6 +375,56 @@ class Kernel:
         code = await self._call(self.registry_mailbox, msg, reply)
         if code is not None:
             raise HandshakeRefused(code, f"no agent {agent_id!r}")
+
+    async def amend_limit(
+        self,
+        agent_id: str,
+        limit: str,
+        value: int | str | Decimal,
+        *,
+        ttl_s: float,
+        operator: str,
+        reason: str,
+    ) -> LimitAmended:
+        """Set one of an agent's pack limits, within the pack's floor and ceiling, for ``ttl_s``.
+
+        The DIM judges that agent with the amended value until it expires on the
+        kernel's clock (see kernel.amendments). A refusal is recorded too.
+
+        Raises:
+            AmendmentInvalid: UNKNOWN_AGENT, UNKNOWN_LIMIT, LIMIT_OUT_OF_BOUNDS, SCHEMA_INVALID.
+        """
+        reply: Reply[Any] = Reply()
+        msg = AmendLimit(
+            agent_id=agent_id,
+            limit=limit,
+            value=value,
+            ttl_s=ttl_s,
+            operator=operator,
+            reason=reason,
+            reply=reply,
+        )
+        event = await self._call(self.integrity_mailbox, msg, reply)
+        if not isinstance(event, LimitAmended):
+            raise AmendmentInvalid(event.reason_code, event.detail)
+        return event
+
+    async def load_pack(self, pack: PolicyPack, *, operator: str = "", reason: str = "") -> PackRef:
+        """Load a new version of a pack (or a new pack); record PackLoaded and judge with it.
+
+        Flows already judged keep their verdicts. Loading the version in force records nothing.
+
+        Raises:
+            PackError: the pack is invalid (nothing changes), with the same message as at start.
+        """
+        reply: Reply[Any] = Reply()
+        msg = LoadPack(
+            pack=pack, adapters=self._adapter_names, operator=operator, reason=reason, reply=reply
+        )
+        answer = await self._call(self.integrity_mailbox, msg, reply)
+        if isinstance(answer, PackError):
+            raise answer
+        return answer if answer is not None else pack.ref
 
     def flow(self, dfid: str) -> FlowState | None:
         """Return the current state of a flow."""
@@ -538,6 +609,7 @@ class Kernel:
                 self.escalation_mailbox,
                 self.projections,
                 self._call,
+                self.integrity_mailbox,
             )
         except (KernelShutdown, MailboxClosed):
             return
@@ -566,6 +638,7 @@ async def open_kernel(
     token_budget: int | None = None,
     reasoning_timeout_s: float | None = None,
     checkpoint_every: int = CHECKPOINT_EVERY,
+    guard_timeout_s: float = GUARD_TIMEOUT_S,
 ) -> AsyncIterator[Kernel]:
     """Open a kernel on the journal at ``path`` and run it for the body of the block.
 
@@ -594,6 +667,7 @@ async def open_kernel(
             attempts together (None: no cap).
         reasoning_timeout_s: the longest one reasoning step may take on ``clock`` (None: no cap).
         checkpoint_every: events between projection checkpoints and snapshots (0: none).
+        guard_timeout_s: how long a soft guard may take before its flow is flagged anyway.
 
     Raises:
         PackError: on an invalid policy pack or a missing adapter.
@@ -633,6 +707,7 @@ async def open_kernel(
             escalation,
             token_budget,
             reasoning_timeout_s,
+            guard_timeout_s,
         )
         if checkpoint_every > 0:
             kernel._checkpointer = Checkpointer(checkpoint_every, journal.head_seq)

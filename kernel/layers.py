@@ -75,6 +75,11 @@ def _schemas_estimate(schemas: Mapping[str, Any], mine: dict[str, Any]) -> int:
     return cached
 
 
+def forget_schema_estimates() -> None:
+    """Drop the cached schema estimates: a pack loaded at runtime changed the schemas in place."""
+    _schema_tokens.clear()
+
+
 def _limit(limits: Mapping[str, Any], name: str) -> int | None:
     value = limits.get(name)
     return int(value) if isinstance(value, int | float) and value >= 0 else None

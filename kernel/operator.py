@@ -23,10 +23,11 @@ from kernel import events as ev
 from kernel.approvals import Approval, ApprovalStatus
 from kernel.events import Event
 from kernel.flow import FlowState, FlowStatus
-from kernel.inbox import post, queued_dfids
+from kernel.inbox import AMEND, post, queued_dfids
 from kernel.journal import open_journal
 from kernel.packs import Impact
 from kernel.projection import Projections
+from kernel.rules import decimal_of
 
 # How often ``decide --wait`` looks whether the kernel took the decision.
 _WAIT_POLL_S = 0.05
@@ -68,6 +69,25 @@ def add_commands(commands: Any) -> None:
     )
     decide.add_argument("--db", required=True)
     decide.set_defaults(run=_decide)
+
+    amend = commands.add_parser(
+        "amend", help="amend one agent's limit within its pack's bounds (via the inbox)"
+    )
+    amend.add_argument("--agent", required=True, help="the agent whose limit changes")
+    amend.add_argument("--limit", required=True, help="an amendable limit of a loaded pack")
+    amend.add_argument("--value", required=True, help="an integer or a decimal string")
+    amend.add_argument("--ttl", required=True, type=float, metavar="SECONDS", help="how long")
+    amend.add_argument("--operator", required=True, help="who amends (recorded)")
+    amend.add_argument("--reason", required=True, help="why (recorded)")
+    amend.add_argument(
+        "--wait",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="wait this long for the kernel to apply the amendment and report the outcome",
+    )
+    amend.add_argument("--db", required=True)
+    amend.set_defaults(run=_amend)
 
 
 def _error(code: str, message: str) -> int:
@@ -273,6 +293,31 @@ async def _decide(args: argparse.Namespace) -> int:
     return await _wait_taken(args.db, row_id, args.wait)
 
 
+async def _amend(args: argparse.Namespace) -> int:
+    if decimal_of(args.value) is None:
+        return _error("SCHEMA_INVALID", f"--value {args.value!r} is not an integer or a decimal")
+    if not args.ttl > 0:
+        return _error("SCHEMA_INVALID", f"--ttl must be positive seconds, not {args.ttl}")
+    async with open_journal(args.db, readonly=True) as journal:
+        agents = await journal.read(types=["AgentRegistered"])
+    if _manifest(agents, args.agent) is None:
+        return _error("UNKNOWN_AGENT", f"no agent {args.agent!r} ever registered in {args.db}")
+    amendment = {
+        "type": AMEND,
+        "agent_id": args.agent,
+        "limit": args.limit,
+        "value": args.value,
+        "ttl_s": args.ttl,
+        "operator": args.operator,
+        "reason": args.reason,
+    }
+    row_id = post(args.db, "", amendment, time.time_ns())
+    print(f"amendment of {args.limit} for {args.agent} queued as inbox row {row_id}")
+    if args.wait <= 0:
+        return 0
+    return await _wait_taken(args.db, row_id, args.wait)
+
+
 async def _wait_taken(db: str, row_id: int, timeout_s: float) -> int:
     """Wait for the kernel to take inbox row ``row_id``; print what it made of it."""
     seq = None
@@ -292,6 +337,12 @@ async def _wait_taken(db: str, row_id: int, timeout_s: float) -> int:
     if isinstance(payload, ev.HumanDecided):
         print(f"applied: {payload.decision} by {payload.operator} (event #{seq})")
         return 0
-    if isinstance(payload, ev.DecisionRefused):
+    if isinstance(payload, ev.DecisionRefused | ev.AmendmentRefused):
         return _error(str(payload.reason_code), payload.detail)
+    if isinstance(payload, ev.LimitAmended):
+        print(
+            f"applied: {payload.limit} = {payload.value} for {events[0].agent_id} by"
+            f" {payload.operator} (event #{seq}, floor {payload.floor}, ceiling {payload.ceiling})"
+        )
+        return 0
     return _error("NOT_APPLIED", f"inbox row {row_id} was not applied (marker {seq})")

@@ -28,6 +28,7 @@ from typing import Any, ClassVar
 import msgspec
 
 from kernel.events import PackRef, canonical
+from kernel.guards import Guard
 from kernel.reasons import ReasonCode
 from kernel.rules import (
     Invariant,
@@ -149,6 +150,8 @@ class PolicyPack:
             family of pools); a ``capacity.<pool>`` fact in the state overrides it.
         thresholds: escalation thresholds per kind.
         limits: limits rules read from ``view.limits``, amendable within floor and ceiling.
+        guards: soft guards (kernel.guards): they flag flows NEEDS_REVIEW off the blocking
+            path; a pure one with ``emergency_above`` may reject (GUARD_EMERGENCY).
     """
 
     name: str
@@ -162,6 +165,7 @@ class PolicyPack:
     capacities: Mapping[str, int] = field(default_factory=dict)
     thresholds: Sequence[Threshold] = ()
     limits: Mapping[str, LimitSpec] = field(default_factory=dict)
+    guards: Sequence[Guard] = ()
 
     @cached_property
     def by_name(self) -> dict[str, type[PolicyKind]]:
@@ -197,6 +201,12 @@ class PolicyPack:
                 k: [str(v.default), str(v.floor), str(v.ceiling)] for k, v in self.limits.items()
             },
         }
+        if self.guards:  # absent from older hashes: a pack without guards keeps its hash
+            content["guards"] = [
+                [_name(g.kind), g.name, _described(g.check), repr(g.flag_above),
+                 repr(g.emergency_above)]
+                for g in self.guards
+            ]  # fmt: skip
         return hashlib.sha256(canonical(content)).hexdigest()
 
     @property
@@ -275,6 +285,33 @@ class PolicyCatalog:
     def thresholds_of(self) -> dict[str, list[Threshold]]:
         """Each kind's escalation thresholds."""
         return _by_kind(t for p in self.packs for t in p.thresholds)
+
+    def adopt(self, other: PolicyCatalog) -> None:
+        """Take ``other``'s packs in place (a pack loaded at runtime).
+
+        Every actor holds this catalog (and some its ``schemas``), so the derived
+        tables are refilled where they are rather than replaced.
+        """
+        object.__setattr__(self, "packs", other.packs)
+        for name, value in list(vars(self).items()):
+            if name == "packs":
+                continue
+            fresh = getattr(other, name)
+            if isinstance(value, dict):
+                value.clear()
+                value.update(fresh)
+            else:
+                vars(self)[name] = fresh
+
+    @cached_property
+    def guards_of(self) -> dict[str, list[Guard]]:
+        """Each kind's soft guards."""
+        return _by_kind(g for p in self.packs for g in p.guards)
+
+    @cached_property
+    def emergencies_of(self) -> dict[str, list[Guard]]:
+        """Each kind's emergency rules: the guards that may reject, run inline by the DIM."""
+        return _by_kind(g for p in self.packs for g in p.guards if g.emergency_above is not None)
 
     def refs(self) -> list[PackRef]:
         """The loaded packs as recorded in events."""
@@ -383,6 +420,27 @@ def _check_pack(pack: PolicyPack, seen: dict[str, str]) -> None:
                 raise PackError(f"pack {pack.name}: {part}: bad amount {t.above!r}")
         else:
             fields_of(part, t.kind)
+    for g in pack.guards:
+        if not isinstance(g, Guard):
+            raise PackError(f"pack {pack.name}: {g!r} is not a Guard")
+        part = f"guard {g.name}"
+        fields_of(part, g.kind)
+        if not 0.0 <= g.flag_above <= 1.0:
+            raise PackError(f"pack {pack.name}: {part}: flag_above must lie in [0, 1]")
+        if g.emergency_above is not None:
+            if not g.deterministic:
+                raise PackError(
+                    f"pack {pack.name}: {part}: an emergency rule must be a pure function,"
+                    " not an async guard (its verdict must replay)"
+                )
+            if not g.flag_above <= g.emergency_above <= 1.0:
+                raise PackError(
+                    f"pack {pack.name}: {part}: emergency_above must lie in [flag_above, 1]"
+                )
+        if g.deterministic:
+            pure(part, g.check)
+        elif not callable(g.check):
+            raise PackError(f"pack {pack.name}: {part}: the check is not callable")
     for key, spec in pack.limits.items():
         low, default, high = (decimal_of(v) for v in (spec.floor, spec.default, spec.ceiling))
         if low is None or default is None or high is None or not low <= default <= high:

@@ -15,17 +15,23 @@ from typing import Any
 import msgspec
 
 from kernel import approvals, flow
+from kernel.amendments import Amendment, folded
 from kernel.approvals import APPROVAL_EVENTS, Approval
 from kernel.events import (
     AgentRegistered,
     AgentStatusChanged,
+    AmendmentRefused,
     DecisionRefused,
     Event,
     ExecutionStarted,
     ExecutionSucceeded,
     FlowEscalated,
     HumanDecided,
+    KernelStarted,
+    LimitAmended,
     Manifest,
+    PackLoaded,
+    PackRef,
     ResourceReleased,
     ResourceReserved,
     TriggerFired,
@@ -53,7 +59,7 @@ HISTORY = 256
 # Operational failures are the adapters' doing, not the agent's: they spend no budget.
 _UNCHARGED = frozenset({"EXECUTION_FAILED"})
 # Events that may take an operator inbox row.
-_INBOX_EVENTS = frozenset({HumanDecided, DecisionRefused})
+_INBOX_EVENTS = frozenset({HumanDecided, DecisionRefused, LimitAmended, AmendmentRefused})
 
 
 class AgentStatus(StrEnum):
@@ -127,6 +133,10 @@ class Projections:
         self.escalations: dict[str, list[tuple[str, int]]] = {}
         # Operator inbox rows already taken, and the seq of the event that took each.
         self.inbox_taken: dict[int, int] = {}
+        self.packs: dict[str, PackRef] = {}
+        """The pack versions in force, by name (KernelStarted, then PackLoaded)."""
+        self.amendments: dict[str, dict[str, Amendment]] = {}
+        """Per agent, its amended limits by name (expired ones too: see amendments.in_force)."""
 
     def apply(self, events: Iterable[Event]) -> None:
         """Fold committed events, in seq order, into the state."""
@@ -192,6 +202,13 @@ class Projections:
                     if payload.status == AgentStatus.ACTIVE:
                         # Restored by an operator: a full escalation budget again.
                         self.escalations.pop(agent.manifest.agent_id, None)
+            elif isinstance(payload, KernelStarted):
+                self.packs = {pack.name: pack for pack in payload.packs}
+            elif isinstance(payload, PackLoaded):
+                self.packs[payload.pack.name] = payload.pack
+            elif isinstance(payload, LimitAmended):
+                limits = self.amendments.setdefault(event.agent_id or "", {})
+                limits[payload.limit] = folded(payload, event.seq)
             if type(payload) in _INBOX_EVENTS:
                 inbox_id = payload.inbox_id  # type: ignore[union-attr]
                 if inbox_id is not None:
@@ -301,6 +318,8 @@ class Projections:
             "escalations": self.escalations,
             "inbox_taken": sorted(self.inbox_taken.items()),
             "memory": self.memory,
+            "packs": self.packs,
+            "amendments": self.amendments,
         }
 
     def digest(self) -> str:

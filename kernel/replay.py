@@ -23,8 +23,9 @@ from typing import Any
 import anyio
 import msgspec
 
+from kernel.amendments import Amendment
 from kernel.approvals import Approval
-from kernel.events import Draft, Event, ProjectionCheckpoint
+from kernel.events import Draft, Event, PackRef, ProjectionCheckpoint
 from kernel.flow import FlowState, IllegalTransition
 from kernel.journal import Journal, JournalError
 from kernel.memory import MemoryState
@@ -50,6 +51,8 @@ class ProjectedState(msgspec.Struct, kw_only=True):
     approvals: dict[str, Approval] = {}
     escalations: dict[str, list[tuple[str, int]]] = {}
     inbox_taken: dict[int, int] = {}
+    packs: dict[str, PackRef] = {}
+    amendments: dict[str, dict[str, Amendment]] = {}
 
 
 _encoder = msgspec.msgpack.Encoder()
@@ -70,6 +73,8 @@ def capture(projections: Projections) -> ProjectedState:
         approvals=dict(projections.approvals),
         escalations={a: list(h) for a, h in projections.escalations.items()},
         inbox_taken=dict(projections.inbox_taken),
+        packs=dict(projections.packs),
+        amendments={a: dict(limits) for a, limits in projections.amendments.items()},
     )
 
 
@@ -87,6 +92,8 @@ def restore_state(captured: ProjectedState) -> Projections:
     projections.approvals = captured.approvals
     projections.escalations = captured.escalations
     projections.inbox_taken = captured.inbox_taken
+    projections.packs = captured.packs
+    projections.amendments = captured.amendments
     projections.reservations = captured.reservations
     for pools in captured.reservations.values():
         for pool, amount in pools.items():

@@ -12,21 +12,29 @@ What it enforces on ``trading.place_order``, in the DIM's order:
   ``market.<symbol>.price``;
 - rules: the order's notional under the agent's ``max_order_notional`` and the
   resulting position (``position.<symbol>`` in the state) under ``max_position``;
-- escalation: a notional above 25,000.00, or a confidence below 0.6, goes to a human.
+- escalation: a notional above 25,000.00, or a confidence below 0.6, goes to a human;
+- soft guard: :func:`direction_mismatch` flags an order whose explanation argues
+  the other way (NEEDS_REVIEW at 0.7), and blocks it as an emergency (GUARD_EMERGENCY)
+  when it is all but certain (0.95).
 """
 
 from __future__ import annotations
 
+import re
+from collections.abc import Mapping
 from decimal import ROUND_CEILING, Decimal
-from typing import ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
 from kernel import (
     ALLOW,
     Consume,
+    Guard,
+    GuardFinding,
     LimitSpec,
     OneOf,
     PolicyKind,
     PolicyPack,
+    ProposalRecord,
     Range,
     RuleVerdict,
     StateMatch,
@@ -104,6 +112,51 @@ def position_limit(view: View) -> RuleVerdict:
     return ALLOW
 
 
+def _phrases(*words: str) -> re.Pattern[str]:
+    return re.compile(r"\b(" + "|".join(re.escape(w) for w in words) + r")\b")
+
+
+_LESS_RISK = _phrases(
+    "reduce risk", "reducing risk", "reduces risk", "lower risk", "de-risk", "derisk",
+    "de-risking", "hedge", "hedging", "reduce exposure", "cut exposure", "trim", "unwind",
+)  # fmt: skip
+_SIDE_WORDS = {
+    "buy": _phrases("buy", "buying", "go long", "accumulate", "add exposure", "increase exposure"),
+    "sell": _phrases("sell", "selling", "go short", "dump", "take profit", "exit"),
+}
+
+
+def direction_mismatch(
+    proposal: ProposalRecord, order: PlaceOrder, state: Mapping[str, Any]
+) -> GuardFinding | None:
+    """Flag an explanation that argues against the order it comes with.
+
+    Counted against the order: words of reducing risk beside an order that adds
+    exposure (a buy from a flat or long position, a sell from a flat or short
+    one), and words of the other side ("buy" beside a sell). Each such phrase
+    adds confidence; words of the order's own side take some away.
+    """
+    text = proposal.explain.lower()
+    if not text:
+        return None
+    held = int(state.get(f"position.{order.symbol}", 0))
+    adds = held >= 0 if order.side == "buy" else held <= 0
+    other = "sell" if order.side == "buy" else "buy"
+    against = set(_SIDE_WORDS[other].findall(text))
+    if adds:
+        against |= set(_LESS_RISK.findall(text))
+    if not against:
+        return None
+    support = len(set(_SIDE_WORDS[order.side].findall(text)))
+    confidence = max(0.0, min(0.99, 0.6 + 0.15 * len(against)) - 0.1 * support)
+    return GuardFinding(
+        confidence=confidence,
+        reason=f"the explanation says {', '.join(sorted(against))!s} beside a"
+        f" {order.side} of {order.quantity} {order.symbol}"
+        + (" that adds exposure" if adds else ""),
+    )
+
+
 TRADING = PolicyPack(
     name="trading",
     version="0.2.0",
@@ -123,5 +176,6 @@ TRADING = PolicyPack(
         "max_order_notional": LimitSpec(default=5_000_000, floor=0, ceiling=20_000_000),
         "max_position": LimitSpec(default=10_000, floor=0, ceiling=50_000),
     },
+    guards=(Guard(PlaceOrder, direction_mismatch, flag_above=0.7, emergency_above=0.95),),
 )
 """The shipped trading pack."""

@@ -72,6 +72,18 @@ SAMPLES = [
     ev.ConstraintDeactivated(constraint=4, reason="obsolete"),
     ev.DecisionMade(text="book Granvia", rationale="step-free", refs=[4]),
     ev.MemoryQueried(topic="accessibility", facts=["guest.needs"], constraints=[4]),
+    ev.PackLoaded(pack=ev.PackRef(name="p", version="2", hash="h2"), previous="h", operator="ana"),
+    ev.LimitAmended(
+        limit="max_position",
+        value=20_000,
+        floor="0",
+        ceiling="50000",
+        expires_at_ns=10,
+        operator="ana",
+        inbox_id=4,
+    ),
+    ev.AmendmentRefused(reason_code=ReasonCode.LIMIT_OUT_OF_BOUNDS, limit="max_position"),
+    ev.FlowFlagged(guard="direction", reason="says hedge beside a buy", confidence="0.75"),
 ]
 
 
