@@ -44,6 +44,7 @@ from kernel.events import (
     FlowCreated,
     FlowDirty,
     FlowEscalated,
+    FlowFlagged,
     HumanDecided,
     ProposalAccepted,
     ProposalRejected,
@@ -279,6 +280,10 @@ def _project(
                 failed = {"dir.error": error, "dir.transient": transient}
                 status_failed = Status(StatusCode.ERROR, "COMPENSATION_FAILED")
                 b.finish(f"compensate/{key}", ts, failed, status_failed)
+            case FlowFlagged(guard=guard, reason=reason, confidence=confidence):
+                root_attrs["dir.needs_review"] = True
+                flag = {"dir.guard": guard, "dir.reason": reason, "dir.confidence": confidence}
+                root_events.append(SpanEvent("needs_review", flag, ts))
             case FlowClosed():
                 status, outcome = _OK, "CLOSED"
             case FlowCompensated(steps=steps):

@@ -28,6 +28,8 @@ from opentelemetry.trace import StatusCode
 from kernel.events import (
     AgentRegistered,
     AnyPayload,
+    CompensationStarted,
+    CompensationSucceeded,
     ContextCompiled,
     DuplicateSuppressed,
     Event,
@@ -38,8 +40,11 @@ from kernel.events import (
     Feedback,
     FlowAborted,
     FlowClosed,
+    FlowCompensated,
     FlowCreated,
+    FlowDirty,
     FlowEscalated,
+    FlowFlagged,
     HumanDecided,
     KernelStarted,
     Manifest,
@@ -597,3 +602,41 @@ async def test_shutdown_returns_when_the_collector_is_unreachable() -> None:
 
     assert isinstance(finished, bool)
     assert not telemetry.enabled
+
+
+def test_a_compensated_saga_ends_its_trace_with_its_compensations() -> None:
+    j = JournalBuilder()
+    j.add(FlowCreated(root_dfid=PARENT, topic="desk.rebalance"), at_ms=0)
+    j.add(ContextCompiled(attempt=1, context_ref="ctx-1"), at_ms=1)
+    j.add(proposal(1, kind="desk.rebalance"), at_ms=5)
+    j.add(ProposalAccepted(attempt=1), at_ms=6)
+    j.add(
+        FlowFlagged(guard="direction_mismatch", reason="says hedge, buys", confidence="0.7"),
+        at_ms=6,
+    )
+    sell = ExecutionIntent(key="k-sell", kind="sell", adapter="broker", step=0)
+    buy = ExecutionIntent(key="k-buy", kind="buy", adapter="broker", step=1)
+    j.add(ExecutionStarted(intent=sell), at_ms=7)
+    j.add(ExecutionSucceeded(key="k-sell", external_id="S-1"), at_ms=9)
+    j.add(ExecutionStarted(intent=buy), at_ms=10)
+    j.add(ExecutionFailed(key="k-buy", error="halted"), at_ms=12)
+    j.add(FlowDirty(step=1, reason_code=ReasonCode.EXECUTION_FAILED, detail="halted"), at_ms=13)
+    undo = ExecutionIntent(key="k-sell-undo", kind="buy_back", adapter="broker", step=0)
+    j.add(CompensationStarted(intent=undo), at_ms=14)
+    j.add(CompensationSucceeded(key="k-sell-undo", step=0, external_id="B-1"), at_ms=20)
+    j.add(FlowCompensated(steps=1), at_ms=21)
+
+    projector = SpanProjector()
+    spans = projector.feed(j.events)
+    assert projector.open_flows == 0, "FlowCompensated ends the flow"
+    root = root_of(spans, PARENT)
+    assert root.attributes["dir.status"] == "COMPENSATED"
+    assert root.status.status_code is StatusCode.ERROR
+    assert root.status.description == "COMPENSATED"
+    assert root.attributes["dir.needs_review"] is True
+    assert [e.name for e in root.events] == ["needs_review", "dirty"]
+    [compensate] = by_name(spans)["compensate"]
+    assert compensate.parent is not None and compensate.parent.span_id == span_id(root)
+    assert compensate.attributes["dir.idempotency_key"] == "k-sell-undo"
+    assert compensate.attributes["dir.external_id"] == "B-1"
+    assert (compensate.start_time, compensate.end_time) == (T0 + 14 * MS, T0 + 20 * MS)
