@@ -247,6 +247,17 @@ def _narrate(event: Event) -> str:
             return f"ABORTED {code}: {detail}"
         case ev.SubmissionRefused(reason_code=code, detail=detail):
             return f"submission refused {code}: {detail}"
+        case ev.CitationsChecked(correct=correct, incorrect=incorrect):
+            wrong = "; ".join(f"{ref} {why}" for ref, why in incorrect.items())
+            return f"citations: correct [{', '.join(correct)}]" + (
+                f", INCORRECT {wrong}" if wrong else ""
+            )
+        case ev.ConstraintAdvisory(detail=detail):
+            return f"ADVISORY (not refused) {detail}"
+        case ev.RuleProposed(rule=rule, title=title, proposer=proposer):
+            return f"rule {rule} proposed by {proposer}: {title!r}"
+        case ev.RuleDecided(rule=rule, decision=d, actor=actor, reason=reason, version=v):
+            return f"rule {rule}: {d} by {actor} ({reason})" + (f" -> v{v}" if v else "")
         case payload:
             return msgspec.json.encode(payload).decode()[:200]
 

@@ -1,8 +1,9 @@
-"""``dirk state`` and ``dirk whatif``: time travel and counterfactuals from the command line.
+"""``dirk state``, ``whatif`` and ``why``: time travel, counterfactuals and rule history.
 
-Both only read the journal. ``state`` prints the whole projected state after
+All only read the journal. ``state`` prints the whole projected state after
 any event; ``whatif`` prints the recorded verdicts another history would
-change (see :mod:`kernel.counterfactual`).
+change (see :mod:`kernel.counterfactual`); ``why`` prints a rule's versions,
+the promoter's and operators' decisions, and where each version comes from.
 """
 
 from __future__ import annotations
@@ -14,8 +15,10 @@ from typing import Any
 import msgspec
 
 from kernel.counterfactual import whatif
+from kernel.events import RuleProposed
 from kernel.journal import open_journal
 from kernel.replay import ProjectionReport, state_at, state_json, verify_projections
+from kernel.rulebook import RuleItem, history
 
 
 def add_commands(commands: Any) -> None:
@@ -34,6 +37,11 @@ def add_commands(commands: Any) -> None:
         "--priority", default="required", choices=["required", "learned", "preferred"]
     )
     what.set_defaults(run=_whatif)
+
+    why = commands.add_parser("why", help="a rule's versions, decisions and provenance")
+    why.add_argument("rule", metavar="RULE_ID")
+    why.add_argument("--db", required=True, help="the journal file")
+    why.set_defaults(run=_why)
 
 
 async def _state(args: argparse.Namespace) -> int:
@@ -69,6 +77,55 @@ async def _whatif(args: argparse.Namespace) -> int:
         print(change.line())
     print(f"whatif: {result.judged} recorded verdicts judged again, {len(result.changes)} change")
     return 0
+
+
+async def _why(args: argparse.Namespace) -> int:
+    async with open_journal(args.db, readonly=True) as journal:
+        events = await journal.read(types=["RuleProposed", "RuleDecided"])
+    book = history(events)
+    item = book.items.get(args.rule)
+    if item is None:
+        print(f"error: UNKNOWN_RULE: no rule {args.rule!r} in {args.db}", file=sys.stderr)
+        return 1
+    proposals = {e.seq: e.payload for e in events if isinstance(e.payload, RuleProposed)}
+    for line in why_lines(args.rule, item, proposals):
+        print(line)
+    return 0
+
+
+def why_lines(rule: str, item: RuleItem, proposals: dict[int, RuleProposed]) -> list[str]:
+    """Return ``dirk why``'s text: the current version, every version, every decision."""
+    current = item.current
+    lines = [
+        f"rule {rule}: "
+        + (f"current v{current.version} {current.title!r}" if current else "no version in force")
+    ]
+    lines.append("versions:")
+    for v in item.versions:
+        source = v.source
+        lines.append(
+            f"  v{v.version} {v.title!r} labels [{', '.join(v.labels)}]"
+            f" (proposal #{v.proposal}, decision #{v.decided} by {v.actor})"
+        )
+        lines.append(
+            f"     source repo {source.repo or '-'} ref {source.ref or '-'}"
+            f" path {source.path or '-'} blob {source.blob or '-'}"
+        )
+        lines.append(f"     {v.content}")
+    lines.append("decisions:")
+    for d in item.decisions:
+        proposal = proposals.get(d.proposal)
+        who = ""
+        if proposal is not None:
+            role = "operator" if proposal.by_operator else "agent"
+            who = f" by {role} {proposal.proposer or '-'}"
+        after = f" -> v{d.version}" if d.version else ""
+        detail = f": {d.detail}" if d.detail else ""
+        lines.append(
+            f"  #{d.seq} {d.decision.upper()} by {d.actor}, {d.reason}{detail}"
+            f" (proposal #{d.proposal}{who}; prior v{d.prior_version}{after})"
+        )
+    return lines
 
 
 async def verify_replay(db: str) -> ProjectionReport:

@@ -19,6 +19,7 @@ from kernel.approvals import APPROVAL_EVENTS, Approval
 from kernel.events import (
     AgentRegistered,
     AgentStatusChanged,
+    ContextCompiled,
     DecisionRefused,
     Event,
     ExecutionStarted,
@@ -138,6 +139,9 @@ class Projections:
                 dfid = event.dfid
                 if committing is None or dfid not in committing:
                     self._set_flow(flow.apply(self.flows.get(dfid), event))
+                if isinstance(payload, ContextCompiled):
+                    # The rules this attempt showed: what its citations are checked against.
+                    self.memory.rulebook.context_shown(dfid, payload.rules)
                 if type(payload) in APPROVAL_EVENTS:
                     approvals.apply(self.approvals, event)
                     if isinstance(payload, FlowEscalated) and payload.reason_code not in _UNCHARGED:
@@ -215,6 +219,8 @@ class Projections:
 
     def _set_flow(self, state: FlowState) -> None:
         self.flows[state.dfid] = state
+        if state.terminal:
+            self.memory.rulebook.shown.pop(state.dfid, None)
         if state.status in MOVING:
             self.moving.add(state.dfid)
         else:
@@ -300,7 +306,8 @@ class Projections:
             "approvals": self.approvals,
             "escalations": self.escalations,
             "inbox_taken": sorted(self.inbox_taken.items()),
-            "memory": self.memory,
+            # Constraints and rule proposals are keyed by seq: canonical JSON keys are strings.
+            "memory": msgspec.to_builtins(self.memory, str_keys=True),
         }
 
     def digest(self) -> str:
