@@ -17,7 +17,10 @@ import msgspec
 from kernel.counterfactual import whatif
 from kernel.events import RuleProposed
 from kernel.journal import open_journal
+from kernel.memory_pack import MEMORY_PACK
+from kernel.packs import PolicyPack
 from kernel.replay import ProjectionReport, state_at, state_json, verify_projections
+from kernel.reverify import PackPathError, load_packs, rejudge
 from kernel.rulebook import RuleItem, history
 
 
@@ -35,6 +38,12 @@ def add_commands(commands: Any) -> None:
     what.add_argument("--at", type=int, default=1, metavar="SEQ", help="... from event SEQ on")
     what.add_argument(
         "--priority", default="required", choices=["required", "learned", "preferred"]
+    )
+    what.add_argument(
+        "--pack",
+        action="append",
+        metavar="PATH",
+        help="judge again with this pack: FILE.py[:ATTR] or MODULE[:ATTR] (repeatable)",
     )
     what.set_defaults(run=_whatif)
 
@@ -62,8 +71,16 @@ async def _whatif(args: argparse.Namespace) -> int:
     except ValueError:
         print(f"error: BAD_ARGUMENT: --exclude takes seqs, not {args.exclude!r}", file=sys.stderr)
         return 2
+    if args.pack:
+        if exclude or args.inject_constraint:
+            print(
+                "error: BAD_ARGUMENT: --pack goes alone, not with --exclude or --inject-constraint",
+                file=sys.stderr,
+            )
+            return 2
+        return await _whatif_pack(args.db, args.pack)
     if not exclude and not args.inject_constraint:
-        print("error: BAD_ARGUMENT: give --exclude or --inject-constraint", file=sys.stderr)
+        print("error: BAD_ARGUMENT: give --exclude, --inject-constraint or --pack", file=sys.stderr)
         return 2
     async with open_journal(args.db, readonly=True) as journal:
         result = await whatif(
@@ -126,6 +143,49 @@ def why_lines(rule: str, item: RuleItem, proposals: dict[int, RuleProposed]) -> 
             f" (proposal #{d.proposal}{who}; prior v{d.prior_version}{after})"
         )
     return lines
+
+
+def packs_from(specs: list[str]) -> list[PolicyPack]:
+    """Load the packs the ``--pack`` arguments name; the memory pack unless one is given.
+
+    Raises:
+        PackPathError: a path names no loadable pack.
+    """
+    packs = [pack for spec in specs for pack in load_packs(spec)]
+    if not any(pack.name == MEMORY_PACK.name for pack in packs):
+        packs.append(MEMORY_PACK)
+    return packs
+
+
+async def _whatif_pack(db: str, specs: list[str]) -> int:
+    try:
+        packs = packs_from(specs)
+    except PackPathError as exc:
+        print(f"error: {exc.code}: {exc}", file=sys.stderr)
+        return 2
+    async with open_journal(db, readonly=True) as journal:
+        result = await rejudge(journal, packs, check_hash=False)
+    for change in result.changes:
+        print(change.line())
+    print(
+        f"whatif: {result.judged} recorded verdicts judged again, {len(result.changes)} change"
+        f" ({result.skipped} of kinds no given pack defines)"
+    )
+    return 0
+
+
+async def verify_verdicts(db: str, specs: list[str]) -> tuple[bool, list[str]]:
+    """Re-judge every recorded verdict with the packs ``specs`` name; return (ok, lines)."""
+    async with open_journal(db, readonly=True) as journal:
+        result = await rejudge(journal, packs_from(specs), check_hash=True)
+    lines = [f"verify: FAILED {line}" for line in result.mismatches]
+    lines += [f"verify: FAILED verdict differs: {change.line()}" for change in result.changes]
+    ok = not lines
+    lines.append(
+        f"verify: verdicts {'ok' if ok else 'FAILED'}: {result.judged} re-judged,"
+        f" {len(result.changes)} differ, {result.skipped} not compared"
+    )
+    return ok, lines
 
 
 async def verify_replay(db: str) -> ProjectionReport:
