@@ -321,3 +321,26 @@ def test_the_search_port_the_limit_and_the_token_budget_shape_the_memory_layer()
     )
     assert tighter.dropped == ["memory:rule:bank-1@v1", "memory:rule:bank-2@v1"]
     assert "rules" not in tighter.memory and tighter.state == {"bank.x": "1"}
+
+
+async def test_checkpoints_and_time_travel_hold_constraints_and_rules(tmp_path):
+    from kernel import open_journal, state_at, verify_projections
+    from kernel.replay import checkpoints, state_json
+
+    path = tmp_path / "j.db"
+    async with booking_kernel(path, checkpoint_every=7) as kernel:
+        agent = Planner(max_attempts=1)
+        await kernel.register(agent)
+        await run(kernel, agent, remember("memory.add_constraint", text="never use eval()"))
+        await propose(kernel, agent, **ACCESS)
+        await run(kernel, agent, remember("memory.add_fact", name="a", value="b"))
+        live = kernel.projections.digest()
+        events = await kernel.journal.read()
+    async with open_journal(path, readonly=True) as journal:
+        assert len(await checkpoints(journal)) >= 3
+        report = await verify_projections(journal)
+        assert report.ok, report.problems
+        whole = await state_at(journal, events[-1].seq)
+    assert whole.digest() == live
+    assert whole.memory.rulebook.items["access"].current.version == 1
+    assert state_json(whole)["memory"]["constraints"]  # seq keys serialise
