@@ -14,8 +14,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import msgspec
-
 from kernel import Event, Projections, fold, open_journal, verify_journal
 from kernel.events import (
     CompensationSucceeded,
@@ -27,7 +25,6 @@ from kernel.events import (
     HumanDecided,
     ProposalRejected,
     SubmissionRefused,
-    digest,
 )
 
 ENDINGS = {"approve": "approved", "override": "approved", "modify": "modified"}
@@ -76,12 +73,7 @@ def escalation_endings(events: Sequence[Event]) -> Counter[str]:
 
 def projection_hash(projections: Projections) -> str:
     """The journal's projection hash (ESAA's), as ``dirk state`` and checkpoints compute it."""
-    try:
-        return projections.digest()
-    except TypeError:
-        # Kernels before the issue-6 fix cannot encode memory keyed by seq (ints);
-        # the same state with its keys as strings hashes just as deterministically.
-        return digest(msgspec.to_builtins(projections.snapshot(), str_keys=True))
+    return projections.digest()
 
 
 async def summarize(db: Path, example_kinds: Sequence[str] = ()) -> dict[str, Any]:

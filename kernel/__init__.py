@@ -21,7 +21,7 @@ from kernel.contracts import (
 )
 from kernel.counterfactual import whatif
 from kernel.escalation import Decision, EscalateOperational, EscalationPolicy
-from kernel.events import Event, ExecutionIntent, Manifest, ProposalRecord
+from kernel.events import Event, ExecutionIntent, Manifest, ProposalRecord, RuleSource
 from kernel.execution import Adapter, AdapterError, Receipt, idempotency_key
 from kernel.flow import TERMINAL, FlowState, FlowStatus, IllegalTransition
 from kernel.guards import Guard, GuardFinding, SoftGuard
@@ -48,6 +48,8 @@ from kernel.ports import Clock, IdSource, ManualClock, RandomIds, SeededIds, Sys
 from kernel.projection import AgentStatus, Projections, fold
 from kernel.reasons import ReasonCode
 from kernel.replay import state_at, verify_projections
+from kernel.reverify import rejudge
+from kernel.rulebook import LexicalSearch, RuleNotPending, RuleSearch
 from kernel.rules import ALLOW, OneOf, Range, Rule, RuleVerdict, StateMatch, View, deny, rule
 
 __all__ = [
@@ -81,6 +83,7 @@ __all__ = [
     "Kernel",
     "KernelFault",
     "KernelShutdown",
+    "LexicalSearch",
     "LimitSpec",
     "MailboxClosed",
     "Manifest",
@@ -103,6 +106,9 @@ __all__ = [
     "RestartIntensityExceeded",
     "RetryPolicy",
     "Rule",
+    "RuleNotPending",
+    "RuleSearch",
+    "RuleSource",
     "RuleVerdict",
     "SagaStep",
     "SeededIds",
@@ -120,6 +126,7 @@ __all__ = [
     "idempotency_key",
     "open_journal",
     "open_kernel",
+    "rejudge",
     "rule",
     "state_at",
     "verify_journal",

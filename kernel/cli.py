@@ -21,12 +21,13 @@ import msgspec
 
 from kernel import events as ev
 from kernel.cli_replay import add_commands as add_replay_commands
-from kernel.cli_replay import verify_replay
+from kernel.cli_replay import verify_replay, verify_verdicts
 from kernel.events import Event
 from kernel.flow import FlowState, FlowStatus, IllegalTransition
 from kernel.journal import JournalCorrupt, JournalError, open_journal, verify_journal
 from kernel.operator import add_commands
 from kernel.projection import Projections
+from kernel.reverify import PackPathError
 
 # How long ``traces export`` waits for the collector to take the spans, unless told.
 _EXPORT_TIMEOUT_S = 10.0
@@ -69,6 +70,18 @@ def _parser() -> argparse.ArgumentParser:
 
     verify = commands.add_parser("verify", help="recompute the hash chain and the projections")
     verify.add_argument("--db", required=True, help="the journal file")
+    verify.add_argument(
+        "--verdicts",
+        action="store_true",
+        help="also re-judge every recorded verdict with the packs given by --pack",
+    )
+    verify.add_argument(
+        "--pack",
+        action="append",
+        default=[],
+        metavar="PATH",
+        help="a pack the journal was judged by: FILE.py[:ATTR] or MODULE[:ATTR] (repeatable)",
+    )
     verify.set_defaults(run=_verify)
 
     flows = commands.add_parser("flows", help="list DecisionFlows")
@@ -115,6 +128,9 @@ async def _fold(db: str) -> Projections:
 
 
 async def _verify(args: argparse.Namespace) -> int:
+    if args.verdicts and not args.pack:
+        print("error: BAD_ARGUMENT: --verdicts needs the packs: --pack PATH", file=sys.stderr)
+        return 2
     report = await verify_journal(args.db)
     if not report.ok and report.first_bad_seq is None:
         # Not a journal at all rather than a bad event: opening it names the condition.
@@ -134,6 +150,15 @@ async def _verify(args: argparse.Namespace) -> int:
         f"verify: chain ok, projections ok (digest {replay.digest[:16]};"
         f" {replay.checkpoints} checkpoints, {replay.snapshots} snapshots match replay)"
     )
+    if args.verdicts:
+        try:
+            ok, lines = await verify_verdicts(args.db, args.pack)
+        except PackPathError as exc:
+            print(f"error: {exc.code}: {exc}", file=sys.stderr)
+            return 2
+        print("\n".join(lines))
+        if not ok:
+            return 1
     print(f"verify: ok events={report.events} head={report.head}")
     return 0
 
@@ -254,6 +279,17 @@ def _narrate(event: Event) -> str:
         case ev.FlowFlagged(guard=guard, reason=reason, confidence=confidence):
             sure = f" (confidence {confidence})" if confidence else ""
             return f"NEEDS_REVIEW by guard {guard}{sure}: {reason}"
+        case ev.CitationsChecked(correct=correct, incorrect=incorrect):
+            wrong = "; ".join(f"{ref} {why}" for ref, why in incorrect.items())
+            return f"citations: correct [{', '.join(correct)}]" + (
+                f", INCORRECT {wrong}" if wrong else ""
+            )
+        case ev.ConstraintAdvisory(detail=detail):
+            return f"ADVISORY (not refused) {detail}"
+        case ev.RuleProposed(rule=rule, title=title, proposer=proposer):
+            return f"rule {rule} proposed by {proposer}: {title!r}"
+        case ev.RuleDecided(rule=rule, decision=d, actor=actor, reason=reason, version=v):
+            return f"rule {rule}: {d} by {actor} ({reason})" + (f" -> v{v}" if v else "")
         case payload:
             return msgspec.json.encode(payload).decode()[:200]
 

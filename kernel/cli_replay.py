@@ -1,8 +1,9 @@
-"""``dirk state`` and ``dirk whatif``: time travel and counterfactuals from the command line.
+"""``dirk state``, ``whatif`` and ``why``: time travel, counterfactuals and rule history.
 
-Both only read the journal. ``state`` prints the whole projected state after
+All only read the journal. ``state`` prints the whole projected state after
 any event; ``whatif`` prints the recorded verdicts another history would
-change (see :mod:`kernel.counterfactual`).
+change (see :mod:`kernel.counterfactual`); ``why`` prints a rule's versions,
+the promoter's and operators' decisions, and where each version comes from.
 """
 
 from __future__ import annotations
@@ -14,8 +15,13 @@ from typing import Any
 import msgspec
 
 from kernel.counterfactual import whatif
+from kernel.events import RuleProposed
 from kernel.journal import open_journal
+from kernel.memory_pack import MEMORY_PACK
+from kernel.packs import PolicyPack
 from kernel.replay import ProjectionReport, state_at, state_json, verify_projections
+from kernel.reverify import PackPathError, load_packs, rejudge
+from kernel.rulebook import RuleItem, history
 
 
 def add_commands(commands: Any) -> None:
@@ -33,7 +39,18 @@ def add_commands(commands: Any) -> None:
     what.add_argument(
         "--priority", default="required", choices=["required", "learned", "preferred"]
     )
+    what.add_argument(
+        "--pack",
+        action="append",
+        metavar="PATH",
+        help="judge again with this pack: FILE.py[:ATTR] or MODULE[:ATTR] (repeatable)",
+    )
     what.set_defaults(run=_whatif)
+
+    why = commands.add_parser("why", help="a rule's versions, decisions and provenance")
+    why.add_argument("rule", metavar="RULE_ID")
+    why.add_argument("--db", required=True, help="the journal file")
+    why.set_defaults(run=_why)
 
 
 async def _state(args: argparse.Namespace) -> int:
@@ -54,8 +71,16 @@ async def _whatif(args: argparse.Namespace) -> int:
     except ValueError:
         print(f"error: BAD_ARGUMENT: --exclude takes seqs, not {args.exclude!r}", file=sys.stderr)
         return 2
+    if args.pack:
+        if exclude or args.inject_constraint:
+            print(
+                "error: BAD_ARGUMENT: --pack goes alone, not with --exclude or --inject-constraint",
+                file=sys.stderr,
+            )
+            return 2
+        return await _whatif_pack(args.db, args.pack)
     if not exclude and not args.inject_constraint:
-        print("error: BAD_ARGUMENT: give --exclude or --inject-constraint", file=sys.stderr)
+        print("error: BAD_ARGUMENT: give --exclude, --inject-constraint or --pack", file=sys.stderr)
         return 2
     async with open_journal(args.db, readonly=True) as journal:
         result = await whatif(
@@ -69,6 +94,98 @@ async def _whatif(args: argparse.Namespace) -> int:
         print(change.line())
     print(f"whatif: {result.judged} recorded verdicts judged again, {len(result.changes)} change")
     return 0
+
+
+async def _why(args: argparse.Namespace) -> int:
+    async with open_journal(args.db, readonly=True) as journal:
+        events = await journal.read(types=["RuleProposed", "RuleDecided"])
+    book = history(events)
+    item = book.items.get(args.rule)
+    if item is None:
+        print(f"error: UNKNOWN_RULE: no rule {args.rule!r} in {args.db}", file=sys.stderr)
+        return 1
+    proposals = {e.seq: e.payload for e in events if isinstance(e.payload, RuleProposed)}
+    for line in why_lines(args.rule, item, proposals):
+        print(line)
+    return 0
+
+
+def why_lines(rule: str, item: RuleItem, proposals: dict[int, RuleProposed]) -> list[str]:
+    """Return ``dirk why``'s text: the current version, every version, every decision."""
+    current = item.current
+    lines = [
+        f"rule {rule}: "
+        + (f"current v{current.version} {current.title!r}" if current else "no version in force")
+    ]
+    lines.append("versions:")
+    for v in item.versions:
+        source = v.source
+        lines.append(
+            f"  v{v.version} {v.title!r} labels [{', '.join(v.labels)}]"
+            f" (proposal #{v.proposal}, decision #{v.decided} by {v.actor})"
+        )
+        lines.append(
+            f"     source repo {source.repo or '-'} ref {source.ref or '-'}"
+            f" path {source.path or '-'} blob {source.blob or '-'}"
+        )
+        lines.append(f"     {v.content}")
+    lines.append("decisions:")
+    for d in item.decisions:
+        proposal = proposals.get(d.proposal)
+        who = ""
+        if proposal is not None:
+            role = "operator" if proposal.by_operator else "agent"
+            who = f" by {role} {proposal.proposer or '-'}"
+        after = f" -> v{d.version}" if d.version else ""
+        detail = f": {d.detail}" if d.detail else ""
+        lines.append(
+            f"  #{d.seq} {d.decision.upper()} by {d.actor}, {d.reason}{detail}"
+            f" (proposal #{d.proposal}{who}; prior v{d.prior_version}{after})"
+        )
+    return lines
+
+
+def packs_from(specs: list[str]) -> list[PolicyPack]:
+    """Load the packs the ``--pack`` arguments name; the memory pack unless one is given.
+
+    Raises:
+        PackPathError: a path names no loadable pack.
+    """
+    packs = [pack for spec in specs for pack in load_packs(spec)]
+    if not any(pack.name == MEMORY_PACK.name for pack in packs):
+        packs.append(MEMORY_PACK)
+    return packs
+
+
+async def _whatif_pack(db: str, specs: list[str]) -> int:
+    try:
+        packs = packs_from(specs)
+    except PackPathError as exc:
+        print(f"error: {exc.code}: {exc}", file=sys.stderr)
+        return 2
+    async with open_journal(db, readonly=True) as journal:
+        result = await rejudge(journal, packs, check_hash=False)
+    for change in result.changes:
+        print(change.line())
+    print(
+        f"whatif: {result.judged} recorded verdicts judged again, {len(result.changes)} change"
+        f" ({result.skipped} of kinds no given pack defines)"
+    )
+    return 0
+
+
+async def verify_verdicts(db: str, specs: list[str]) -> tuple[bool, list[str]]:
+    """Re-judge every recorded verdict with the packs ``specs`` name; return (ok, lines)."""
+    async with open_journal(db, readonly=True) as journal:
+        result = await rejudge(journal, packs_from(specs), check_hash=True)
+    lines = [f"verify: FAILED {line}" for line in result.mismatches]
+    lines += [f"verify: FAILED verdict differs: {change.line()}" for change in result.changes]
+    ok = not lines
+    lines.append(
+        f"verify: verdicts {'ok' if ok else 'FAILED'}: {result.judged} re-judged,"
+        f" {len(result.changes)} differ, {result.skipped} not compared"
+    )
+    return ok, lines
 
 
 async def verify_replay(db: str) -> ProjectionReport:

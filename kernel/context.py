@@ -22,6 +22,7 @@ from kernel.flow import FlowStatus
 from kernel.layers import compile_layers, window_ns
 from kernel.ports import Clock, IdSource
 from kernel.projection import AgentStatus, Projections, visible
+from kernel.rulebook import RuleSearch
 
 
 class FireTrigger(msgspec.Struct, frozen=True, kw_only=True):
@@ -53,7 +54,9 @@ class ContextCompiler:
         ids: IdSource,
         hosts: Mapping[str, Mailbox[WorkingContext]],
         schemas: Mapping[str, Any] | None = None,
+        rule_search: RuleSearch | None = None,
     ) -> None:
+        self._rule_search = rule_search
         self._schemas = schemas or {}
         self._projections = projections
         self._clock = clock
@@ -107,7 +110,13 @@ class ContextCompiler:
         ref = context_ref(self._projections.visible_state(agent.manifest.subscriptions, staged))
         as_of = self._clock.now_ns() if window_ns(agent.manifest) is not None else 0
         layers = compile_layers(
-            self._projections, flow, agent.manifest, self._schemas, staged=staged, as_of_ns=as_of
+            self._projections,
+            flow,
+            agent.manifest,
+            self._schemas,
+            staged=staged,
+            as_of_ns=as_of,
+            search=self._rule_search,
         )
         out.emit(
             ContextCompiled(
@@ -118,6 +127,7 @@ class ContextCompiler:
                 tokens=layers.tokens,
                 dropped=layers.dropped,
                 as_of_ns=as_of,
+                rules=layers.rules,
             ),
             dfid=msg.dfid,
         )

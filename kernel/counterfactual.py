@@ -4,7 +4,9 @@
 added at a point, and judges every recorded agent proposal again with the
 memory layer of the DIM (:func:`kernel.memory.check`) against the memory of
 that other history. It reports the verdicts that flip: accepted then, refused
-now (and why), or refused by memory then, passing the memory layer now.
+now (and why), or refused by memory then, passing the memory layer now; and
+the accepted ones whose advisories (preferred constraints touched, recorded
+as ConstraintAdvisory) would differ.
 
 Consequences follow: a memory write that would now be refused writes nothing
 in the other history, so a query that would not have happened verifies
@@ -20,6 +22,7 @@ import msgspec
 
 from kernel.events import (
     ConstraintAdded,
+    ConstraintAdvisory,
     Event,
     FlowAborted,
     FlowCreated,
@@ -30,7 +33,7 @@ from kernel.events import (
     ProposalSubmitted,
 )
 from kernel.journal import Journal
-from kernel.memory import MEMORY_EVENTS, MemoryState, check
+from kernel.memory import MEMORY_EVENTS, MemoryState, advisories, check
 
 INJECTED_ID = 0
 """The id an injected constraint carries (real constraints are ids of recorded events)."""
@@ -71,6 +74,8 @@ class _Judged(msgspec.Struct, kw_only=True):
     proposal: ProposalRecord
     refused_now: str
     detail_now: str
+    advised_now: list[int] = []
+    advised_then: list[int] = []
 
 
 async def whatif(
@@ -120,13 +125,15 @@ async def whatif(
                 roots[dfid] = payload.root_dfid
             elif isinstance(payload, ProposalSubmitted) and not payload.by_human:
                 agent = event.agent_id or ""
-                feedback = check(memory, payload.proposal, agent, roots.get(dfid, dfid))
+                root = roots.get(dfid, dfid)
+                feedback = check(memory, payload.proposal, agent, root)
                 judged[event.seq] = _Judged(
                     dfid=dfid,
                     agent_id=agent,
                     proposal=payload.proposal,
                     refused_now=str(feedback.reason_code) if feedback else "",
                     detail_now=feedback.detail if feedback else "",
+                    advised_now=advisories(memory, payload.proposal, agent, root),
                 )
                 waiting[dfid] = event.seq
                 count += 1
@@ -141,6 +148,8 @@ async def whatif(
                 if isinstance(payload, ProposalRejected):
                     # A rejected attempt wrote nothing; the flow's next attempt is judged anew.
                     refused_dfids.discard(dfid)
+            elif isinstance(payload, ConstraintAdvisory) and event.caused_by in judged:
+                judged[event.caused_by].advised_then = list(payload.constraints)
             elif isinstance(payload, FlowAborted):
                 waiting.pop(dfid, None)
     return WhatIf(judged=count, changes=changes)
@@ -167,7 +176,15 @@ def _compare(
             )
         return None
     if not judged.refused_now:
-        return None
+        if sorted(judged.advised_now) == sorted(judged.advised_then):
+            return None
+        # Preferred constraints never refuse: what changes is the advisory on the record.
+        then_word = "accepted" if isinstance(verdict, ProposalAccepted) else "escalated"
+        return msgspec.structs.replace(
+            base,
+            then=f"{then_word} with advisories {_ids(judged.advised_then)}",
+            now=f"would carry advisories {_ids(judged.advised_now)}",
+        )
     then_word = "accepted" if isinstance(verdict, ProposalAccepted) else "escalated"
     return msgspec.structs.replace(
         base,
@@ -176,3 +193,7 @@ def _compare(
         reason_code=judged.refused_now,
         detail=judged.detail_now,
     )
+
+
+def _ids(constraints: list[int]) -> str:
+    return ", ".join(f"#{i}" for i in sorted(constraints)) or "none"

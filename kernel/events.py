@@ -183,6 +183,8 @@ class ContextCompiled(Payload, frozen=True, tag=True):
     tokens: int = 0
     dropped: list[str] = []
     as_of_ns: int = 0
+    rules: list[str] = []
+    """The rulebook items the context showed, as ``id@vN`` (what citations are checked against)."""
 
 
 class ProposalSubmitted(Payload, frozen=True, tag=True):
@@ -491,6 +493,74 @@ class MemoryQueried(Payload, frozen=True, tag=True):
     key: str = ""
 
 
+# --- the rulebook: versioned rules with provenance, through the promoter gate ----
+
+
+class RuleSource(Record, frozen=True):
+    """Where a rule's text comes from: repository, ref, path and blob (content) hash."""
+
+    repo: str = ""
+    ref: str = ""
+    path: str = ""
+    blob: str = ""
+
+
+class RuleProposed(Payload, frozen=True, tag=True):
+    """A proposed version of the rulebook item ``rule``; the promoter decides on it.
+
+    ``base_version`` is the version the proposer saw (0 for a new rule);
+    ``proposer`` is the agent or the operator; ``key`` is the memory intent key
+    when an agent proposed it through ``memory.propose_rule``.
+    """
+
+    rule: str
+    title: str
+    content: str
+    labels: list[str] = []
+    source: RuleSource = msgspec.field(default_factory=RuleSource)
+    base_version: int = 0
+    proposer: str = ""
+    by_operator: bool = False
+    reason: str = ""
+    correlation_id: str = ""
+    key: str = ""
+
+
+class RuleDecided(Payload, frozen=True, tag=True):
+    """The audit record of one decision on the proposal this event is ``caused_by``.
+
+    ``decision`` is promote, defer, skip or override; ``actor`` is ``promoter``
+    (the kernel's deterministic gate) or the operator's name; ``version`` is
+    the version the decision created (0 when it created none).
+    """
+
+    rule: str
+    decision: str
+    actor: str
+    reason: str
+    detail: str = ""
+    prior_version: int = 0
+    version: int = 0
+
+
+class CitationsChecked(Payload, frozen=True, tag=True):
+    """Which ``[rule:id@vN]`` citations of a proposal's explanation its context held.
+
+    ``incorrect`` maps each citation the flow's context did not hold to why
+    (not shown, another version shown, no such rule).
+    """
+
+    correct: list[str] = []
+    incorrect: dict[str, str] = {}
+
+
+class ConstraintAdvisory(Payload, frozen=True, tag=True):
+    """A proposal touches preferred (advisory) constraints: recorded, not refused."""
+
+    constraints: list[int]
+    detail: str = ""
+
+
 AnyPayload = (
     KernelStarted
     | KernelStopped
@@ -535,6 +605,10 @@ AnyPayload = (
     | LimitAmended
     | AmendmentRefused
     | FlowFlagged
+    | RuleProposed
+    | RuleDecided
+    | CitationsChecked
+    | ConstraintAdvisory
 )
 
 

@@ -28,6 +28,7 @@ from kernel.actors import Mailbox, Outbox, Reply
 from kernel.amendments import AmendLimit, Amendment, amend, folded, in_force
 from kernel.approvals import escalation as escalation_event
 from kernel.approvals import policy_trigger
+from kernel.citations import notes_on
 from kernel.context import Compile, context_ref
 from kernel.contracts import Outcome, Verdict
 from kernel.events import (
@@ -254,6 +255,9 @@ class IntegrityModule:
             ProposalSubmitted(attempt=attempt, proposal=msg.proposal, by_human=msg.by_human),
             dfid=msg.dfid,
         )
+        # Citations and advisory constraints are recorded, never judged (kernel.citations).
+        for note in notes_on(self._projections.memory, flow, msg.proposal):
+            out.emit(note, dfid=msg.dfid, agent_id=flow.agent_id, after=submitted)
         visible = self._projections.visible_state(agent.manifest.subscriptions)
         # What this batch staged but has not committed yet counts as held.
         staged: dict[str, dict[str, int]] = out.scratch.setdefault("reserved", {})

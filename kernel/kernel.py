@@ -87,6 +87,7 @@ from kernel.reasoning import UsageMeter, metered
 from kernel.reasons import ReasonCode
 from kernel.registry import KERNEL_VERSION, Register, Registry, SetStatus
 from kernel.replay import CHECKPOINT_EVERY, Checkpointer, restore
+from kernel.rulebook import Promoter, RuleSearch
 from kernel.telemetry import Telemetry
 
 log = logging.getLogger("kernel")
@@ -140,6 +141,7 @@ class Kernel:
         token_budget: int | None = None,
         reasoning_timeout_s: float | None = None,
         guard_timeout_s: float = GUARD_TIMEOUT_S,
+        rule_search: RuleSearch | None = None,
     ) -> None:
         self.journal = journal
         self.projections = projections
@@ -163,6 +165,8 @@ class Kernel:
         # Tokens each flow's reasoning spent in earlier attempts (dropped when it stops reasoning).
         self._usage: dict[str, int] = {}
         self._checkpointer: Checkpointer | None = None
+        self.promoter = Promoter(lambda: projections.memory.rulebook, journal.append)
+        """Records rule proposals and decisions (shared with the memory executor)."""
 
         # A flow has at most one message on its way between actors at any time, so
         # mailboxes larger than the flows admitted at once can never fill up in a
@@ -186,7 +190,9 @@ class Kernel:
             ),
             ChildSpec(
                 "context",
-                lambda: ContextCompiler(projections, clock, ids, self._hosts, catalog.schemas),
+                lambda: ContextCompiler(
+                    projections, clock, ids, self._hosts, catalog.schemas, rule_search
+                ),
                 self.compiler_mailbox,
             ),
             ChildSpec(
@@ -426,6 +432,54 @@ class Kernel:
             raise answer
         return answer if answer is not None else pack.ref
 
+    async def propose_rule(
+        self,
+        rule: str,
+        *,
+        title: str,
+        content: str,
+        operator: str,
+        reason: str,
+        labels: Sequence[str] = (),
+        source: events.RuleSource | None = None,
+        base_version: int = 0,
+        override: bool = False,
+    ) -> Event:
+        """Propose a rule version as an operator; return the audited decision (RuleDecided).
+
+        The proposal passes the promoter gate like an agent's (kernel.rulebook);
+        with ``override`` the operator puts it in force at once, recorded as an
+        override with their name and reason.
+        """
+        self._raise_if_stopped()
+        proposal = events.RuleProposed(
+            rule=rule,
+            title=title,
+            content=content,
+            labels=list(labels),
+            source=source or events.RuleSource(),
+            base_version=base_version,
+            proposer=operator,
+            by_operator=True,
+            reason=reason,
+        )
+        if override:
+            return await self.promoter.override(proposal, operator=operator, reason=reason)
+        _, decided = await self.promoter.propose(proposal)
+        return decided
+
+    async def decide_rule(
+        self, proposal_seq: int, decision: str, *, operator: str, reason: str
+    ) -> Event:
+        """Override or skip a deferred rule proposal; return the audit record (RuleDecided).
+
+        Raises:
+            RuleNotPending: the proposal is not waiting for an operator.
+            ValueError: another decision than override or skip, or no operator or reason.
+        """
+        self._raise_if_stopped()
+        return await self.promoter.decide(proposal_seq, decision, operator=operator, reason=reason)
+
     def flow(self, dfid: str) -> FlowState | None:
         """Return the current state of a flow."""
         return self.projections.flows.get(dfid)
@@ -639,6 +693,7 @@ async def open_kernel(
     reasoning_timeout_s: float | None = None,
     checkpoint_every: int = CHECKPOINT_EVERY,
     guard_timeout_s: float = GUARD_TIMEOUT_S,
+    rule_search: RuleSearch | None = None,
 ) -> AsyncIterator[Kernel]:
     """Open a kernel on the journal at ``path`` and run it for the body of the block.
 
@@ -668,6 +723,8 @@ async def open_kernel(
         reasoning_timeout_s: the longest one reasoning step may take on ``clock`` (None: no cap).
         checkpoint_every: events between projection checkpoints and snapshots (0: none).
         guard_timeout_s: how long a soft guard may take before its flow is flagged anyway.
+        rule_search: how rules relevant to a flow are found for its context (default:
+            lexical search; a vector search plugs in through the same port).
 
     Raises:
         PackError: on an invalid policy pack or a missing adapter.
@@ -688,8 +745,13 @@ async def open_kernel(
     async with open_journal(path, clock=clock, synchronous=synchronous, faults=faults) as journal:
         # The latest snapshot that matches its checkpoint, then the events after it.
         projections = await restore(journal)
+        # One promoter for agents' rule proposals (the memory executor) and operators'.
+        promoter = Promoter(lambda: projections.memory.rulebook, journal.append)
         if MEMORY_ADAPTER in catalog.adapters_needed() and MEMORY_ADAPTER not in adapters:
-            adapters = {**adapters, MEMORY_ADAPTER: MemoryExecutor(projections, journal.append)}
+            adapters = {
+                **adapters,
+                MEMORY_ADAPTER: MemoryExecutor(projections, journal.append, promoter),
+            }
         # What replay built lives as long as the kernel: keep the collector off it.
         gc.freeze()
         kernel = Kernel(
@@ -708,7 +770,9 @@ async def open_kernel(
             token_budget,
             reasoning_timeout_s,
             guard_timeout_s,
+            rule_search,
         )
+        kernel.promoter = promoter
         if checkpoint_every > 0:
             kernel._checkpointer = Checkpointer(checkpoint_every, journal.head_seq)
         journal.set_guard(projections.guard)

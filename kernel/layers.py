@@ -7,19 +7,23 @@ same position gives byte-identical layers (tested):
 - session: the flow itself (topic, attempt, lineage, the last proposal);
 - state: the facts the agent is entitled to see (need-to-know from its
   subscriptions), newest first within the manifest's limits;
-- memory: the active constraints (all of them: the agent is judged by them)
-  and the newest facts of governed memory;
+- memory: the active constraints (all of them: the agent is judged by them),
+  the newest facts of governed memory, and the rulebook's rules relevant to
+  the flow (its topic, the agent's kinds and the state keys it sees; see
+  :func:`kernel.rulebook.select`), most relevant first, each with how to cite it;
 - artifacts: state values larger than :data:`ARTIFACT_BYTES`, by reference
   (``sha256:<hex>``, fetched by tool use), never inlined.
 
 Limits come from the manifest's ``limits``: ``context.state.max_items``,
 ``context.state.window_s`` (facts recorded within that many seconds of the
-compile), ``context.memory.max_facts`` and ``context.tokens`` (the budget,
+compile), ``context.memory.max_facts``, ``context.memory.max_rules`` (default
+:data:`~kernel.rulebook.DEFAULT_RULES`) and ``context.tokens`` (the budget,
 default :data:`DEFAULT_TOKENS`). Tokens are estimated as a quarter of the
 canonical JSON bytes. Over budget, items are dropped in this order until the
-context fits: artifact references, then memory facts, then state facts, each
-oldest first. The session, the constraints and the schemas are never dropped.
-What was dropped is recorded in ContextCompiled.
+context fits: artifact references, then memory facts (oldest first) and then
+rules (least relevant first), then state facts (oldest first). The session,
+the constraints and the schemas are never dropped. What was dropped is
+recorded in ContextCompiled.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ import msgspec
 from kernel.events import Manifest, canonical
 from kernel.flow import FlowState
 from kernel.projection import Projections, visible
+from kernel.rulebook import DEFAULT_RULES, RuleSearch, select, shown_item
 
 ARTIFACT_BYTES = 2048
 """State values larger than this (canonical JSON) go by reference."""
@@ -51,6 +56,8 @@ class Layers(msgspec.Struct, frozen=True, gc=False, kw_only=True):
     schemas: dict[str, Any]
     tokens: int
     dropped: list[str] = []
+    rules: list[str] = []
+    """The rules shown, as ``id@vN``."""
 
 
 def estimate(obj: Any) -> int:
@@ -99,6 +106,7 @@ def compile_layers(
     *,
     staged: Mapping[str, Any] | None = None,
     as_of_ns: int = 0,
+    search: RuleSearch | None = None,
 ) -> Layers:
     """Compile the layers of one attempt's context.
 
@@ -109,6 +117,7 @@ def compile_layers(
         schemas: the JSON schema of every policy kind by name.
         staged: facts of triggers recorded in the same batch, not folded yet (newest).
         as_of_ns: the recorded compile time, for the state time window.
+        search: the rule relevance port (lexical by default).
     """
     limits = manifest.limits
     subs = tuple(manifest.subscriptions)
@@ -150,6 +159,16 @@ def compile_layers(
         dropped += [f"memory:{name}" for _, name, _, _ in memory_facts[:cut]]
         memory_facts = memory_facts[cut:]
 
+    rules: list[tuple[str, str, Any, int]] = []
+    if projections.memory.rulebook.items:
+        max_rules = _limit(limits, "context.memory.max_rules")
+        query = " ".join([flow.topic, *sorted(manifest.capabilities), *(f[1] for f in facts)])
+        k = DEFAULT_RULES if max_rules is None else max_rules
+        for version in select(projections.memory.rulebook, query, k, search):
+            item = shown_item(version)
+            key = f"rule:{version.ref}"
+            rules.append(("rule", key, item, _item_tokens(key, canonical(item))))
+
     session: dict[str, Any] = {
         "topic": flow.topic,
         "attempt": flow.compiled + 1,
@@ -164,7 +183,8 @@ def compile_layers(
 
     budget = _limit(limits, "context.tokens") or DEFAULT_TOKENS
     fixed = estimate(session) + estimate(constraints) + _schemas_estimate(schemas, mine)
-    items = {"artifact": artifacts, "memory": memory_facts, "state": state}
+    # Within memory: facts oldest first, then rules least relevant first.
+    items = {"artifact": artifacts, "memory": memory_facts + rules[::-1], "state": state}
     tokens = fixed + sum(item[3] for group in items.values() for item in group)
     for layer in DROP_ORDER:
         group = items[layer]
@@ -172,15 +192,20 @@ def compile_layers(
             _, key, _, cost = group.pop(0)
             tokens -= cost
             dropped.append(f"{layer}:{key}")
+    kept = [item for tag, _, item, _ in items["memory"] if tag == "rule"][::-1]
+    memory: dict[str, Any] = {
+        "constraints": constraints,
+        "facts": dict(sorted((k, v) for tag, k, v, _ in items["memory"] if tag == "memory")),
+    }
+    if kept:
+        memory["rules"] = kept
     return Layers(
         session=session,
         state=dict(sorted((k, v) for _, k, v, _ in state)),
-        memory={
-            "constraints": constraints,
-            "facts": dict(sorted((k, v) for _, k, v, _ in memory_facts)),
-        },
+        memory=memory,
         artifacts=dict(sorted((k, v) for _, k, v, _ in artifacts)),
         schemas=mine,
         tokens=tokens,
         dropped=dropped,
+        rules=[f"{item['id']}@v{item['version']}" for item in kept],
     )

@@ -43,11 +43,22 @@ from kernel.events import (
     Feedback,
     MemoryQueried,
     ProposalRecord,
+    RuleDecided,
+    RuleProposed,
 )
 from kernel.reasons import ReasonCode
+from kernel.rulebook import Rulebook
 
 MEMORY_EVENTS = frozenset(
-    {FactAdded, ConstraintAdded, ConstraintDeactivated, DecisionMade, MemoryQueried}
+    {
+        FactAdded,
+        ConstraintAdded,
+        ConstraintDeactivated,
+        DecisionMade,
+        MemoryQueried,
+        RuleProposed,
+        RuleDecided,
+    }
 )
 """Payload types folded into :class:`MemoryState`."""
 
@@ -110,6 +121,7 @@ class MemoryState(msgspec.Struct, kw_only=True):
     queried: dict[str, dict[str, int]] = {}
     written: dict[str, int] = {}
     pending: dict[str, Pending] = {}
+    rulebook: Rulebook = msgspec.field(default_factory=Rulebook)
 
     def copy(self) -> MemoryState:
         """Return a copy that later folds do not change (records are immutable)."""
@@ -120,6 +132,7 @@ class MemoryState(msgspec.Struct, kw_only=True):
             queried={who: dict(topics) for who, topics in self.queried.items()},
             written=dict(self.written),
             pending=dict(self.pending),
+            rulebook=self.rulebook.copy(),
         )
 
     def started(self, key: str, pending: Pending) -> None:
@@ -162,6 +175,8 @@ class MemoryState(msgspec.Struct, kw_only=True):
                 for who in (agent, correlation):
                     if who:
                         self.queried.setdefault(who, {})[topic] = event.seq
+            case RuleProposed() | RuleDecided():
+                self.rulebook.apply(event)
 
     def view(self, max_facts: int | None = None) -> dict[str, Any]:
         """Return the memory layer an agent's context shows: constraints, then newest facts."""

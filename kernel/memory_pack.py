@@ -30,11 +30,17 @@ from kernel.events import (
     FactAdded,
     MemoryQueried,
     Payload,
+    RuleDecided,
+    RuleProposed,
+    RuleSource,
 )
 from kernel.execution import AdapterError, Receipt
-from kernel.memory import MEMORY_ADAPTER, mentions
+from kernel.memory import MEMORY_ADAPTER, Pending, mentions
 from kernel.packs import PolicyKind, PolicyPack
 from kernel.projection import Projections
+from kernel.rulebook import Promoter
+
+PROPOSE_RULE = "memory.propose_rule"
 
 
 class AddFact(PolicyKind, frozen=True, tag="memory.add_fact"):
@@ -72,6 +78,28 @@ class RecordDecision(PolicyKind, frozen=True, tag="memory.record_decision"):
     refs: list[int] = []
 
 
+class ProposeRule(PolicyKind, frozen=True, tag="memory.propose_rule"):
+    """Propose a version of rulebook item ``rule``; the promoter gate decides on it.
+
+    ``repo``, ``ref``, ``path`` and ``blob`` say where the text comes from (a rule
+    without them is deferred to an operator); ``base_version`` is the version the
+    agent saw in its context (0 for a new rule).
+    """
+
+    adapter: ClassVar[str] = MEMORY_ADAPTER
+
+    rule: str
+    title: str
+    content: str
+    labels: list[str] = []
+    repo: str = ""
+    ref: str = ""
+    path: str = ""
+    blob: str = ""
+    base_version: int = 0
+    reason: str = ""
+
+
 class Query(PolicyKind, frozen=True, tag="memory.query"):
     """Consult memory about ``topic``: what procedural constraints wait for."""
 
@@ -83,7 +111,7 @@ class Query(PolicyKind, frozen=True, tag="memory.query"):
 MEMORY_PACK = PolicyPack(
     name="memory",
     version="1.0.0",
-    kinds=(AddFact, AddConstraint, DeactivateConstraint, RecordDecision, Query),
+    kinds=(AddFact, AddConstraint, DeactivateConstraint, RecordDecision, Query, ProposeRule),
     escalate_below_confidence=0.0,
 )
 """Load it beside a domain pack to let agents (with these capabilities) keep memory."""
@@ -94,9 +122,12 @@ Append = Callable[[Sequence[Draft]], Awaitable[list[Event]]]
 class MemoryExecutor:
     """The adapter that turns accepted memory intents into memory events."""
 
-    def __init__(self, projections: Projections, append: Append) -> None:
+    def __init__(
+        self, projections: Projections, append: Append, promoter: Promoter | None = None
+    ) -> None:
         self._projections = projections
         self._append = append
+        self._promoter = promoter or Promoter(lambda: projections.memory.rulebook, append)
 
     async def execute(self, intent: ExecutionIntent) -> Receipt:
         """Record the memory event of ``intent`` once per key; return where it is."""
@@ -107,6 +138,8 @@ class MemoryExecutor:
         pending = memory.pending.get(intent.key)
         if pending is None:
             raise AdapterError(f"no started memory intent {intent.key}")
+        if intent.kind == PROPOSE_RULE:
+            return await self._propose_rule(intent, pending.root_dfid, pending)
         payload, detail = self._payload(intent, pending.root_dfid)
         [event] = await self._append(
             [
@@ -119,6 +152,41 @@ class MemoryExecutor:
             ]
         )
         return Receipt(external_id=f"memory#{event.seq}", detail=detail)
+
+    async def _propose_rule(
+        self, intent: ExecutionIntent, correlation: str, pending: Pending
+    ) -> Receipt:
+        p = intent.params
+        proposal = RuleProposed(
+            rule=p["rule"],
+            title=p["title"],
+            content=p["content"],
+            labels=list(p.get("labels", [])),
+            source=RuleSource(
+                repo=p.get("repo", ""),
+                ref=p.get("ref", ""),
+                path=p.get("path", ""),
+                blob=p.get("blob", ""),
+            ),
+            base_version=p.get("base_version", 0),
+            proposer=pending.agent_id,
+            reason=p.get("reason", ""),
+            correlation_id=correlation,
+            key=intent.key,
+        )
+        proposed, decided = await self._promoter.propose(
+            proposal, dfid=pending.dfid, caused_by=pending.started_seq, agent_id=pending.agent_id
+        )
+        decision = decided.payload
+        assert isinstance(decision, RuleDecided)
+        return Receipt(
+            external_id=f"memory#{proposed.seq}",
+            detail={
+                "decision": decision.decision,
+                "reason": decision.reason,
+                "version": decision.version,
+            },
+        )
 
     def _payload(
         self, intent: ExecutionIntent, correlation: str

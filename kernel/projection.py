@@ -21,6 +21,7 @@ from kernel.events import (
     AgentRegistered,
     AgentStatusChanged,
     AmendmentRefused,
+    ContextCompiled,
     DecisionRefused,
     Event,
     ExecutionStarted,
@@ -148,6 +149,9 @@ class Projections:
                 dfid = event.dfid
                 if committing is None or dfid not in committing:
                     self._set_flow(flow.apply(self.flows.get(dfid), event))
+                if isinstance(payload, ContextCompiled):
+                    # The rules this attempt showed: what its citations are checked against.
+                    self.memory.rulebook.context_shown(dfid, payload.rules)
                 if type(payload) in APPROVAL_EVENTS:
                     approvals.apply(self.approvals, event)
                     if isinstance(payload, FlowEscalated) and payload.reason_code not in _UNCHARGED:
@@ -232,6 +236,8 @@ class Projections:
 
     def _set_flow(self, state: FlowState) -> None:
         self.flows[state.dfid] = state
+        if state.terminal:
+            self.memory.rulebook.shown.pop(state.dfid, None)
         if state.status in MOVING:
             self.moving.add(state.dfid)
         else:
@@ -317,7 +323,8 @@ class Projections:
             "approvals": self.approvals,
             "escalations": self.escalations,
             "inbox_taken": sorted(self.inbox_taken.items()),
-            "memory": self.memory,
+            # Constraints and rule proposals are keyed by seq: canonical JSON keys are strings.
+            "memory": msgspec.to_builtins(self.memory, str_keys=True),
             "packs": self.packs,
             "amendments": self.amendments,
         }

@@ -27,6 +27,7 @@ MEMORY_KINDS = [
     "memory.deactivate_constraint",
     "memory.record_decision",
     "memory.query",
+    "memory.propose_rule",
 ]
 
 Step = Callable[[WorkingContext], Proposal | None]

@@ -84,6 +84,20 @@ SAMPLES = [
     ),
     ev.AmendmentRefused(reason_code=ReasonCode.LIMIT_OUT_OF_BOUNDS, limit="max_position"),
     ev.FlowFlagged(guard="direction", reason="says hedge beside a buy", confidence="0.75"),
+    ev.RuleProposed(
+        rule="access",
+        title="Accessibility",
+        content="Query accessibility before booking.",
+        labels=["booking"],
+        source=ev.RuleSource(repo="acme/runbooks", ref="main", path="a.md", blob="3f2a"),
+        base_version=1,
+        proposer="booker",
+    ),
+    ev.RuleDecided(
+        rule="access", decision="promote", actor="promoter", reason="NEW_RULE", version=1
+    ),
+    ev.CitationsChecked(correct=["access@v1"], incorrect={"x@v2": "UNKNOWN_RULE"}),
+    ev.ConstraintAdvisory(constraints=[4], detail="preferred: #4 'avoid sudo'"),
 ]
 
 

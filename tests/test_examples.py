@@ -245,21 +245,8 @@ def test_the_same_booking_seed_gives_the_same_summary(tmp_path, capsys):
     assert without_paths(first) == without_paths(second)
 
 
-def memory_digest_works() -> bool:
-    """Whether this kernel's projection digest encodes memory keyed by seq (issue-6 fix)."""
-    projections = Projections()
-    projections.memory.constraints[1] = None  # type: ignore[assignment]
-    try:
-        projections.digest()
-    except TypeError:
-        return False
-    return True
-
-
 @pytest.mark.parametrize("example", ["trading", "booking"])
 def test_dirk_verify_passes_on_the_example_journals(tmp_path, example):
-    if example == "booking" and not memory_digest_works():
-        pytest.skip("kernel bug: Projections.digest() fails on seq-keyed memory (fixed on issue-6)")
     db = tmp_path / f"{example}.db"
     args = ["--minutes", MINUTES] if example == "trading" else []
     run = [sys.executable, "-m", f"examples.{example}", "--seed", "1", "--db", str(db), *args]

@@ -199,3 +199,49 @@ def test_a_query_verifies_for_its_agent_and_its_flow_tree():
     assert check(state, booking, "a", "root") is None  # same flow tree
     assert check(state, booking, "b", "elsewhere") is None  # same agent
     assert check(state, booking, "c", "elsewhere") is not None
+
+
+async def test_a_preferred_constraint_is_recorded_as_advisory_not_refused(tmp_path, capsys):
+    from kernel.cli import main
+    from kernel.counterfactual import whatif
+
+    path = tmp_path / "j.db"
+    async with booking_kernel(path) as kernel:
+        agent = Planner(max_attempts=1)
+        await kernel.register(agent)
+        rule = await run(
+            kernel,
+            agent,
+            remember("memory.add_constraint", text="avoid Bluebell", priority="preferred"),
+        )
+        [added] = [e for e in await kernel.journal.flow_events(rule) if e.type == "ConstraintAdded"]
+        advised = await run(kernel, agent, book("Bluebell"))
+        plain = await run(kernel, agent, book("Granvia"))
+        assert kernel.flow(advised).status is FlowStatus.CLOSED  # advisory: not refused
+        events = await kernel.journal.flow_events(advised)
+        [advisory] = [e for e in events if e.type == "ConstraintAdvisory"]
+        assert advisory.payload.constraints == [added.seq]
+        assert "avoid Bluebell" in advisory.payload.detail
+        assert advisory.caused_by == next(e.seq for e in events if e.type == "ProposalSubmitted")
+        assert not [
+            e for e in await kernel.journal.flow_events(plain) if e.type == "ConstraintAdvisory"
+        ]
+
+    import anyio
+
+    assert await anyio.to_thread.run_sync(main, ["show", advised, "--db", str(path)]) == 0
+    assert "ADVISORY (not refused) preferred: #" in capsys.readouterr().out
+
+    from kernel import open_journal
+
+    async with open_journal(path, readonly=True) as journal:
+        # Counterfactuals see advisories: without the constraint, or with another one.
+        without = await whatif(journal, exclude=[added.seq])
+        other = await whatif(journal, constraint="avoid Granvia", priority="preferred")
+    [gone] = without.changes
+    assert gone.dfid == advised
+    assert gone.line().endswith(
+        f"accepted with advisories #{added.seq} then, would carry advisories none"
+    )
+    [new] = other.changes
+    assert new.dfid == plain and new.now == "would carry advisories #0"
