@@ -10,6 +10,7 @@ from kernel.actors import MailboxClosed, RestartIntensityExceeded
 from kernel.adapters import Quote, RetryPolicy, SagaStep
 from kernel.amendments import AmendmentInvalid
 from kernel.approvals import Approval, ApprovalStatus, EscalationBudget
+from kernel.boot import open_kernel
 from kernel.contracts import (
     HandshakeRefused,
     Outcome,
@@ -20,6 +21,7 @@ from kernel.contracts import (
     WorkingContext,
 )
 from kernel.counterfactual import whatif
+from kernel.errors import KernelFault, KernelShutdown
 from kernel.escalation import Decision, EscalateOperational, EscalationPolicy
 from kernel.events import Event, ExecutionIntent, Manifest, ProposalRecord, RuleSource
 from kernel.execution import Adapter, AdapterError, Receipt, idempotency_key
@@ -31,7 +33,7 @@ from kernel.journal import (
     open_journal,
     verify_journal,
 )
-from kernel.kernel import Kernel, KernelFault, KernelShutdown, open_kernel
+from kernel.kernel import Kernel
 from kernel.memory import MemoryState
 from kernel.memory_pack import MEMORY_PACK
 from kernel.packs import (

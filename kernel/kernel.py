@@ -1,4 +1,4 @@
-"""The Kernel: wiring, the supervision tree, and the API an agent process embeds.
+"""The Kernel: the actors' wiring and the API an agent process embeds.
 
 ::
 
@@ -11,34 +11,22 @@
 Data flows one way: trigger -> context compiler -> agent (user space) -> DIM
 -> (escalation) -> execution -> journal, and every arrow is a message between
 supervised actors. The kernel itself only routes calls from the embedding
-code into mailboxes and waits for their durable answers.
+code into mailboxes and waits for their durable answers. Opening, running and
+stopping one is :func:`kernel.boot.open_kernel`; hosting agents, kernel.hosting.
 """
 
 from __future__ import annotations
 
-import contextlib
-import gc
-import logging
 import random
-from collections.abc import AsyncIterator, Collection, Mapping, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import Collection, Mapping, Sequence
 from decimal import Decimal
-from os import PathLike
-from typing import Any, Protocol, TypeVar
+from typing import Any, TypeVar
 
 import anyio
 from anyio.abc import TaskGroup
 
 from kernel import events
-from kernel.actors import (
-    ChildSpec,
-    Mailbox,
-    MailboxClosed,
-    Outbox,
-    Reply,
-    RestartIntensityExceeded,
-    Supervisor,
-)
+from kernel.actors import ChildSpec, Mailbox, MailboxClosed, Outbox, Reply
 from kernel.adapters import RetryPolicy
 from kernel.amendments import AmendLimit, AmendmentInvalid
 from kernel.context import ContextCompiler, FireTrigger
@@ -52,70 +40,34 @@ from kernel.contracts import (
     WorkingContext,
     to_record,
 )
+from kernel.errors import KernelFault, KernelShutdown
 from kernel.escalation import Decide, Decision, EscalationManager, EscalationPolicy
 from kernel.events import (
-    Draft,
     Event,
     Feedback,
     FlowAborted,
-    KernelStarted,
     LimitAmended,
     Manifest,
     PackRef,
     ProposalRecord,
 )
-from kernel.execution import Adapter, ExecutionEngine, Recover
+from kernel.execution import Adapter, ExecutionEngine
 from kernel.flow import FLOW_EVENTS, TERMINAL, FlowState, FlowStatus
 from kernel.guard_runner import GUARD_TIMEOUT_S, GuardRunner
+from kernel.hosting import AgentHost, AgentLike
 from kernel.inbox import poll as poll_inbox
-from kernel.integrity import IntegrityModule, Validate, Withdraw
-from kernel.journal import (
-    Journal,
-    JournalClosed,
-    JournalError,
-    JournalFaults,
-    JournalWriteFailed,
-    open_journal,
-)
-from kernel.memory import MEMORY_ADAPTER
-from kernel.memory_pack import MemoryExecutor
+from kernel.integrity import IntegrityModule, Validate
+from kernel.journal import Journal
 from kernel.pack_loading import LoadPack
 from kernel.packs import PackError, PolicyCatalog, PolicyPack
-from kernel.ports import Clock, IdSource, RandomIds, SystemClock
+from kernel.ports import Clock, IdSource
 from kernel.projection import AgentStatus, Projections, visible
-from kernel.reasoning import UsageMeter, metered
 from kernel.reasons import ReasonCode
-from kernel.registry import KERNEL_VERSION, Register, Registry, SetStatus
-from kernel.replay import CHECKPOINT_EVERY, Checkpointer, restore
+from kernel.registry import Register, Registry, SetStatus
+from kernel.replay import Checkpointer
 from kernel.rulebook import Promoter, RuleSearch
-from kernel.telemetry import Telemetry
-
-log = logging.getLogger("kernel")
 
 T = TypeVar("T")
-
-
-class AgentLike(Protocol):
-    """What the kernel needs of an agent it hosts (agents_sdk.Agent provides it)."""
-
-    manifest: Manifest
-
-    async def decide(self, ctx: WorkingContext) -> Proposal | None:
-        """Reason over ``ctx`` and propose (or return None to decline)."""
-        ...
-
-
-class KernelShutdown(Exception):
-    """The kernel stopped (closed, restart intensity exceeded, or the journal failed)."""
-
-    def __init__(self, reason: str, detail: str = "") -> None:
-        super().__init__(f"{reason}: {detail}" if detail else reason)
-        self.reason = reason
-        self.detail = detail
-
-
-class KernelFault(Exception):
-    """A request the kernel could not carry out because an actor failed on it twice."""
 
 
 _STOPPED = object()
@@ -142,30 +94,25 @@ class Kernel:
         reasoning_timeout_s: float | None = None,
         guard_timeout_s: float = GUARD_TIMEOUT_S,
         rule_search: RuleSearch | None = None,
+        *,
+        promoter: Promoter,
     ) -> None:
         self.journal = journal
         self.projections = projections
         self.catalog = catalog
         self.clock = clock
         self._adapter_names = frozenset(adapters)
-        self._agent_concurrency = agent_concurrency
         self._max_in_flight = max_in_flight
         self._admitting = 0
         self._room: anyio.Event | None = None
         self._hosts: dict[str, Mailbox[WorkingContext]] = {}
-        self._sessions: dict[str, Session] = {}
         self._pending: set[Reply[Any]] = set()
         self._waiters: dict[str, list[tuple[frozenset[FlowStatus], anyio.Event]]] = {}
         self._stop_reason: KernelShutdown | None = None
         self._quiet: anyio.Event | None = None
-        self._agents_tg: TaskGroup | None = None
         self._effects_tg: TaskGroup | None = None
-        self._token_budget = token_budget
-        self._reasoning_timeout_s = reasoning_timeout_s
-        # Tokens each flow's reasoning spent in earlier attempts (dropped when it stops reasoning).
-        self._usage: dict[str, int] = {}
         self._checkpointer: Checkpointer | None = None
-        self.promoter = Promoter(lambda: projections.memory.rulebook, journal.append)
+        self.promoter = promoter
         """Records rule proposals and decisions (shared with the memory executor)."""
 
         # A flow has at most one message on its way between actors at any time, so
@@ -182,6 +129,14 @@ class Kernel:
         self.escalation_mailbox: Mailbox[Any] = Mailbox("escalation", capacity)
         self.execution_mailbox: Mailbox[Any] = Mailbox("execution", capacity)
         self.guards_mailbox: Mailbox[Any] = Mailbox("guards", capacity)
+        self.agents = AgentHost(
+            submit=self.submit,
+            integrity=self.integrity_mailbox,
+            clock=clock,
+            concurrency=agent_concurrency,
+            token_budget=token_budget,
+            reasoning_timeout_s=reasoning_timeout_s,
+        )
         self.specs = [
             ChildSpec(
                 "registry",
@@ -261,9 +216,8 @@ class Kernel:
         if agent_id not in self._hosts:
             mailbox: Mailbox[WorkingContext] = Mailbox(f"agent:{agent_id}", self._capacity)
             self._hosts[agent_id] = mailbox
-            assert self._agents_tg is not None
-            self._agents_tg.start_soon(self._host, agent, mailbox, name=f"agent:{agent_id}")
-        self._sessions[agent_id] = session
+            self.agents.host(agent, mailbox)
+        self.agents.sessions[agent_id] = session
         return session
 
     async def handshake(self, manifest: Manifest) -> Session:
@@ -602,57 +556,6 @@ class Kernel:
             else:
                 out.reply(reply, KernelFault(detail))
 
-    async def _host(self, agent: AgentLike, mailbox: Mailbox[WorkingContext]) -> None:
-        # A fixed crew of reasoning tasks per agent: no task is spawned per flow.
-        async with anyio.create_task_group() as tg:
-            for n in range(self._agent_concurrency):
-                tg.start_soon(self._reasoner, agent, mailbox, name=f"agent:{n}")
-
-    async def _reasoner(self, agent: AgentLike, mailbox: Mailbox[WorkingContext]) -> None:
-        while True:
-            await self._reason(agent, await mailbox.receive())
-
-    async def _reason(self, agent: AgentLike, ctx: WorkingContext) -> None:
-        """Run one step of an agent's reasoning in user space and submit what it proposes."""
-        token = self._sessions[ctx.agent_id].token
-
-        async def withdraw(code: ReasonCode, detail: str) -> None:
-            msg = Withdraw(
-                dfid=ctx.dfid, token=token, attempt=ctx.attempt, reason_code=code, detail=detail
-            )
-            await self.integrity_mailbox.send(msg)
-
-        meter = UsageMeter(ctx.dfid, self._token_budget, self._usage.pop(ctx.dfid, 0))
-        try:
-            try:
-                proposal = await metered(
-                    lambda: agent.decide(ctx),
-                    meter,
-                    self.clock,
-                    self._reasoning_timeout_s,
-                    self._spawn_beside_agents,
-                )
-            except Exception as exc:
-                log.warning("agent %s failed on flow %s: %r", ctx.agent_id, ctx.dfid, exc)
-                await withdraw(ReasonCode.AGENT_ERROR, f"{type(exc).__name__}: {exc}"[:500])
-                return
-            if meter.stopped is not None:
-                # The computation budget cancelled the thought; the flow ends with the reason.
-                await withdraw(*meter.stopped)
-                return
-            if proposal is None:
-                await withdraw(ReasonCode.AGENT_DECLINED, "no action")
-                return
-            verdict = await self.submit(token, ctx.dfid, proposal)
-            if verdict.outcome is Outcome.REJECTED and meter.tokens:
-                self._usage[ctx.dfid] = meter.tokens  # the next attempt spends from the rest
-        except KernelShutdown:
-            return
-
-    def _spawn_beside_agents(self, fn: Any) -> None:
-        assert self._agents_tg is not None
-        self._agents_tg.start_soon(fn)
-
     async def _poll_inbox(self, interval_s: float) -> None:
         """Run the operator inbox poller until the kernel stops."""
         try:
@@ -667,243 +570,3 @@ class Kernel:
             )
         except (KernelShutdown, MailboxClosed):
             return
-
-
-@asynccontextmanager
-async def open_kernel(
-    path: str | PathLike[str],
-    *,
-    packs: Sequence[PolicyPack],
-    adapters: Mapping[str, Adapter],
-    allow: Collection[str],
-    clock: Clock | None = None,
-    ids: IdSource | None = None,
-    telemetry: Telemetry | None = None,
-    synchronous: str = "FULL",
-    agent_concurrency: int = 64,
-    max_in_flight: int = 2048,
-    max_restarts: int = 3,
-    restart_period_s: float = 5.0,
-    faults: JournalFaults | None = None,
-    retry: RetryPolicy | None = None,
-    jitter_seed: int | None = None,
-    escalation: EscalationPolicy | None = None,
-    inbox_poll_s: float | None = 1.0,
-    token_budget: int | None = None,
-    reasoning_timeout_s: float | None = None,
-    checkpoint_every: int = CHECKPOINT_EVERY,
-    guard_timeout_s: float = GUARD_TIMEOUT_S,
-    rule_search: RuleSearch | None = None,
-) -> AsyncIterator[Kernel]:
-    """Open a kernel on the journal at ``path`` and run it for the body of the block.
-
-    Args:
-        path: the SQLite journal (created if missing).
-        packs: the policy packs; the kernel refuses to start on an invalid one.
-        adapters: the adapters by name; every policy kind's adapter must be present.
-        allow: the agent ids allowed to register.
-        clock: the time port (default: the system clock).
-        ids: the DFID and token port (default: OS randomness).
-        telemetry: span export (default: configured from the ``OTEL_*`` environment).
-        synchronous: SQLite's synchronous setting; FULL is the durable default.
-        agent_concurrency: flows one hosted agent reasons about at once.
-        max_in_flight: flows moving at once; triggers wait for room beyond it.
-        max_restarts: actor restarts allowed within ``restart_period_s``.
-        restart_period_s: the window of the restart intensity.
-        faults: fault injection for tests.
-        retry: the retry policy of adapters without a ``retry_policy`` of their own.
-        jitter_seed: seeds the backoff jitter (default: OS randomness).
-        escalation: approval expiry, the escalation budget per agent and the silence
-            watchdog (default: approvals expire after an hour, 3 escalations per agent
-            per hour, no watchdog).
-        inbox_poll_s: how often (on ``clock``) to read the operator inbox and tick the
-            escalation manager; None: neither (decisions only through :meth:`Kernel.decide`).
-        token_budget: the most tokens one flow's reasoning may report spending in all
-            attempts together (None: no cap).
-        reasoning_timeout_s: the longest one reasoning step may take on ``clock`` (None: no cap).
-        checkpoint_every: events between projection checkpoints and snapshots (0: none).
-        guard_timeout_s: how long a soft guard may take before its flow is flagged anyway.
-        rule_search: how rules relevant to a flow are found for its context (default:
-            lexical search; a vector search plugs in through the same port).
-
-    Raises:
-        PackError: on an invalid policy pack or a missing adapter.
-        JournalError: when the journal cannot be opened (corrupt, foreign, too new).
-        KernelShutdown: when the kernel had to stop (restart intensity, journal failure).
-    """
-    catalog = PolicyCatalog(packs)
-    # The memory executor is built in: it records memory events in this journal.
-    missing = [
-        name
-        for name in catalog.adapters_needed()
-        if name not in adapters and name != MEMORY_ADAPTER
-    ]
-    if missing:
-        raise PackError(f"no adapter registered for {', '.join(missing)}")
-    clock = clock or SystemClock()
-    telemetry = telemetry if telemetry is not None else Telemetry.from_env()
-    async with open_journal(path, clock=clock, synchronous=synchronous, faults=faults) as journal:
-        # The latest snapshot that matches its checkpoint, then the events after it.
-        projections = await restore(journal)
-        # One promoter for agents' rule proposals (the memory executor) and operators'.
-        promoter = Promoter(lambda: projections.memory.rulebook, journal.append)
-        if MEMORY_ADAPTER in catalog.adapters_needed() and MEMORY_ADAPTER not in adapters:
-            adapters = {
-                **adapters,
-                MEMORY_ADAPTER: MemoryExecutor(projections, journal.append, promoter),
-            }
-        # What replay built lives as long as the kernel: keep the collector off it.
-        gc.freeze()
-        kernel = Kernel(
-            journal,
-            projections,
-            catalog,
-            adapters,
-            clock,
-            ids or RandomIds(),
-            allow,
-            agent_concurrency,
-            max_in_flight,
-            retry,
-            jitter_seed,
-            escalation,
-            token_budget,
-            reasoning_timeout_s,
-            guard_timeout_s,
-            rule_search,
-        )
-        kernel.promoter = promoter
-        if checkpoint_every > 0:
-            kernel._checkpointer = Checkpointer(checkpoint_every, journal.head_seq)
-        journal.set_guard(projections.guard)
-        journal.add_listener(kernel._on_commit)
-        await journal.append(
-            [Draft(payload=KernelStarted(kernel_version=KERNEL_VERSION, packs=catalog.refs()))]
-        )
-        await _abort_interrupted(journal, projections)
-        supervisor = Supervisor(
-            kernel.specs,
-            append=journal.append,
-            projections=projections,
-            clock=clock,
-            on_dead_letter=kernel._on_dead_letter,
-            max_restarts=max_restarts,
-            period_s=restart_period_s,
-            fatal=(JournalError,),
-        )
-        failure: KernelShutdown | None = None
-        body_error: Exception | None = None
-        exported = [journal.head_seq]
-        if telemetry.enabled:
-            # Flows an earlier run left open: their spans need their beginnings too.
-            for flow in list(projections.flows.values()):
-                if not flow.terminal:
-                    telemetry.emit(await journal.read(stop=exported[0] + 1, dfid=flow.dfid))
-        try:
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(_supervise, kernel, supervisor, name="supervisor")
-                if inbox_poll_s is not None:
-                    tg.start_soon(kernel._poll_inbox, inbox_poll_s, name="operator-inbox")
-                if kernel._checkpointer is not None:
-                    tg.start_soon(kernel._checkpointer.run, journal, name="checkpoints")
-                if telemetry.enabled:
-                    tg.start_soon(_export, telemetry, journal, exported, name="telemetry")
-                async with (
-                    anyio.create_task_group() as agents_tg,
-                    anyio.create_task_group() as effects_tg,
-                ):
-                    kernel._agents_tg = agents_tg
-                    kernel._effects_tg = effects_tg
-                    # What an earlier run left between acceptance and a recorded end.
-                    kernel.execution_mailbox.send_nowait(Recover())
-                    try:
-                        yield kernel
-                    except Exception as exc:
-                        # Re-raised outside the task groups: the caller sees it, not a group.
-                        body_error = exc
-                    finally:
-                        agents_tg.cancel_scope.cancel()
-                        effects_tg.cancel_scope.cancel()
-                kernel._stop("KERNEL_CLOSED")
-                tg.cancel_scope.cancel()
-        except BaseExceptionGroup as group:
-            stopped = [e for e in _leaves(group) if isinstance(e, KernelShutdown)]
-            if not stopped:
-                raise
-            failure = stopped[0]
-        finally:
-            kernel._stop("KERNEL_CLOSED")
-            for mailbox in [*(spec.mailbox for spec in kernel.specs), *kernel._hosts.values()]:
-                mailbox.close()
-            with anyio.CancelScope(shield=True):
-                reason = failure.reason if failure else "KERNEL_CLOSED"
-                detail = failure.detail if failure else ""
-                with contextlib.suppress(JournalClosed, JournalWriteFailed):
-                    # Not recordable when the journal failed or was closed under us.
-                    await journal.append(
-                        [Draft(payload=events.KernelStopped(reason=reason, detail=detail))]
-                    )
-                if telemetry.enabled:
-                    # Spans of what committed after the exporter's last batch.
-                    telemetry.emit(await journal.read(exported[0] + 1))
-                    await anyio.to_thread.run_sync(telemetry.shutdown)
-        if failure is not None:
-            raise failure
-        if body_error is not None:
-            raise body_error
-
-
-async def _abort_interrupted(journal: Journal, projections: Projections) -> None:
-    """End the flows an earlier run left in memory (an agent thinking), saying so.
-
-    Their reasoning died with that process; nothing was accepted, so there is
-    nothing to resume, and a flow never just disappears.
-    """
-    interrupted = [
-        projections.flows[dfid]
-        for dfid in sorted(projections.moving)
-        if projections.flows[dfid].status
-        in (FlowStatus.CREATED, FlowStatus.ACTIVE, FlowStatus.VALIDATING)
-    ]
-    detail = "the kernel stopped while this flow was being reasoned about; it was not resumed"
-    await journal.append(
-        [
-            Draft(
-                payload=FlowAborted(reason_code=ReasonCode.INTERRUPTED, detail=detail),
-                dfid=flow.dfid,
-                parent_dfid=flow.parent_dfid,
-                agent_id=flow.agent_id,
-                caused_by=flow.last_seq,
-            )
-            for flow in interrupted
-        ]
-    )
-
-
-async def _export(telemetry: Telemetry, journal: Journal, exported: list[int]) -> None:
-    """Feed committed events to telemetry as they commit."""
-    async with journal.subscribe(exported[0] + 1) as batches:
-        async for batch in batches:
-            telemetry.emit(batch)
-            exported[0] = batch[-1].seq
-
-
-async def _supervise(kernel: Kernel, supervisor: Supervisor) -> None:
-    try:
-        await supervisor.run()
-    except RestartIntensityExceeded as exc:
-        kernel._stop("RESTART_INTENSITY_EXCEEDED", str(exc))
-        raise kernel._stop_reason from exc  # type: ignore[misc]
-    except JournalError as exc:
-        kernel._stop("JOURNAL_FAILED", str(exc))
-        raise kernel._stop_reason from exc  # type: ignore[misc]
-
-
-def _leaves(group: BaseExceptionGroup[BaseException]) -> list[BaseException]:
-    leaves: list[BaseException] = []
-    for exc in group.exceptions:
-        if isinstance(exc, BaseExceptionGroup):
-            leaves.extend(_leaves(exc))
-        else:
-            leaves.append(exc)
-    return leaves
