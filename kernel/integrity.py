@@ -104,13 +104,13 @@ def evaluate(
 ) -> Feedback | None:
     """Run the pipeline on a bare snapshot; return the rejection's feedback, or None."""
     snapshot = Snapshot(context_ref=current_ref)
-    check = _memory_check(memory, correlation_id) if memory is not None else None
+    check = memory_check(memory, correlation_id) if memory is not None else None
     return judge(
         proposal, agent, catalog, now_ns, snapshot, by_human=by_human, memory=check
     ).rejection
 
 
-class _FactCapacities(Mapping[str, int]):
+class FactCapacities(Mapping[str, int]):
     """Capacities set by ``capacity.<pool>`` facts, looked up only for the pools needed."""
 
     def __init__(self, projections: Projections) -> None:
@@ -146,12 +146,12 @@ def unsettled(projections: Projections, agent_id: str) -> Feedback | None:
     )
 
 
-def _memory_check(memory: MemoryState, correlation_id: str) -> MemoryCheck:
+def memory_check(memory: MemoryState, correlation_id: str) -> MemoryCheck:
     """The memory layer over governed memory: enforced constraints refuse (kernel.memory)."""
     return lambda proposal, view: check_memory(memory, proposal, view.agent_id, correlation_id)
 
 
-def _with_unsettled(judgement: Judgement, projections: Projections, agent_id: str) -> Judgement:
+def with_unsettled(judgement: Judgement, projections: Projections, agent_id: str) -> Judgement:
     """Put the unsettled-saga refusal (a status layer check) at its place in the order."""
     rejection = judgement.rejection
     if rejection is not None and (
@@ -178,7 +178,7 @@ class IntegrityModule:
     ) -> None:
         self._memory = memory
         self._guards = guards
-        self._capacities = _FactCapacities(projections)
+        self._capacities = FactCapacities(projections)
         self._projections = projections
         self._catalog = catalog
         self._clock = clock
@@ -286,10 +286,10 @@ class IntegrityModule:
                 now_ns,
                 snapshot,
                 by_human=msg.by_human,
-                memory=self._memory or _memory_check(self._projections.memory, flow.root_dfid),
+                memory=self._memory or memory_check(self._projections.memory, flow.root_dfid),
             )
         if not msg.by_human:
-            judgement = _with_unsettled(judgement, self._projections, flow.agent_id)
+            judgement = with_unsettled(judgement, self._projections, flow.agent_id)
         if judgement.rejection is not None:
             self._rejected(msg, agent, attempt, judgement, submitted, out)
             return

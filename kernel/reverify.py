@@ -51,7 +51,7 @@ from kernel.events import (
     ProposalSubmitted,
 )
 from kernel.gate import Snapshot, judge
-from kernel.integrity import _FactCapacities, _memory_check, _with_unsettled
+from kernel.integrity import FactCapacities, memory_check, with_unsettled
 from kernel.journal import Journal
 from kernel.packs import PackError, PolicyCatalog, PolicyPack
 from kernel.projection import Projections
@@ -122,7 +122,7 @@ def judge_at(projections: Projections, event: Event, catalog: PolicyCatalog) -> 
         state=visible,
         held=dict(projections.held),
         own=projections.reservations.get(flow.dfid, {}),
-        capacities=_FactCapacities(projections),
+        capacities=FactCapacities(projections),
         amendments=in_force(projections.amendments.get(flow.agent_id, {}), event.ts),
     )
     proposal = payload.proposal
@@ -133,10 +133,10 @@ def judge_at(projections: Projections, event: Event, catalog: PolicyCatalog) -> 
         event.ts,
         snapshot,
         by_human=payload.by_human,
-        memory=_memory_check(projections.memory, flow.root_dfid),
+        memory=memory_check(projections.memory, flow.root_dfid),
     )
     if not payload.by_human:
-        judgement = _with_unsettled(judgement, projections, flow.agent_id)
+        judgement = with_unsettled(judgement, projections, flow.agent_id)
     if judgement.rejection is not None:
         f = judgement.rejection
         return Outcome(
