@@ -64,7 +64,10 @@ def trade_playbook(plan: Plan) -> Playbook:
             "good_for_minutes": 2,
             "explain": f"{symbol} moved {move:+} last minute; {side} {quantity} on momentum.",
         }
-        if feedback:
+        if feedback and feedback["reason_code"] == "GUARD_EMERGENCY":
+            # Quoting the guard's reason back would repeat the words it objected to.
+            answer["explain"] += " Revised: the explanation now matches the order."
+        elif feedback:
             answer["explain"] += f" Revised after {feedback['reason_code']}: {feedback['detail']}"
         proposal = answer["proposal"]
         match mistake:
@@ -90,6 +93,14 @@ def trade_playbook(plan: Plan) -> Playbook:
             case "expired":
                 answer["good_for_minutes"] = -1
                 answer["explain"] += " Good till the quote I saw last minute."
+            case "wrong_side":
+                # The text argues one way, the structured order goes the other.
+                proposal.update(side="sell", limit_price=_limit(price, "sell"))
+                answer["explain"] = f"Buy the dip in {symbol} and accumulate into weakness."
+            case "contradiction":
+                proposal.update(side="sell", limit_price=_limit(price, "sell"))
+                answer["confidence"] = 0.95
+                answer["explain"] = f"Go long {symbol}: buy now and accumulate, it only goes up."
             case "hesitant":
                 answer["confidence"] = 0.45
                 answer["good_for_minutes"] = 10  # it waits for a human: a longer window

@@ -37,6 +37,8 @@ MISTAKES = (
     "hesitant",  # low confidence: LOW_CONFIDENCE, a human decides
     "conviction",  # above the notional threshold: APPROVAL_REQUIRED
     "hold",  # nothing worth doing: AGENT_DECLINED
+    "wrong_side",  # "buy the dip" beside a sell: the guard flags it NEEDS_REVIEW
+    "contradiction",  # argues hard for the other side: the guard's emergency rule blocks it
 )
 BEATS = ("injection", "gap", "stall", "resend")
 """Single-minute beats; ``rotation`` takes two minutes and the big order pair two more."""

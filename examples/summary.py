@@ -22,6 +22,7 @@ from kernel.events import (
     FlowAborted,
     FlowCompensated,
     FlowEscalated,
+    FlowFlagged,
     HumanDecided,
     ProposalRejected,
     SubmissionRefused,
@@ -103,6 +104,7 @@ async def summarize(db: Path, example_kinds: Sequence[str] = ()) -> dict[str, An
         "duplicates_by_source": dict(sorted((+duplicates).items())),
         "escalations": sum(isinstance(e.payload, FlowEscalated) for e in events),
         "escalation_endings": dict(sorted(escalation_endings(events).items())),
+        "needs_review": len({e.dfid for e in events if isinstance(e.payload, FlowFlagged)}),
         "compensations": sum(isinstance(e.payload, CompensationSucceeded) for e in events),
         "flows_compensated": len(compensated),
         "projection_hash": projection_hash(projections),
@@ -126,6 +128,7 @@ def show(title: str, summary: dict[str, Any], as_json: bool) -> None:
         f" {summary['duplicates_by_source']}"
     )
     print(f"  escalations            {summary['escalations']} {summary['escalation_endings']}")
+    print(f"  flagged for review     {summary['needs_review']} flows (soft guards)")
     print(
         f"  compensations          {summary['compensations']} steps undone in"
         f" {summary['flows_compensated']} flows"

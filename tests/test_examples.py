@@ -38,6 +38,7 @@ TRADING_PACK_CODES = {
     "RISK_LIMIT_EXCEEDED",
     "LOW_CONFIDENCE",
     "APPROVAL_REQUIRED",
+    "GUARD_EMERGENCY",
     # A human's answer, and what execution can say.
     "HUMAN_REJECTED",
     "EXECUTION_CONSTRAINT_VIOLATED",
@@ -133,6 +134,18 @@ def test_a_trading_day_shows_every_part_of_the_kernel(tmp_path, capsys, seed):
     executed = {e.dfid for e in of_type(events, "ExecutionSucceeded")}
     assert approved & executed
     assert "ESCALATED" not in summary["flows"]
+
+    # The soft guard: an order whose explanation argues for the other side is flagged
+    # after its verdict and still executes; one that argues hard is blocked and revised.
+    flagged = {e.dfid for e in of_type(events, "FlowFlagged")}
+    assert flagged and summary["needs_review"] == len(flagged)
+    assert flagged & executed
+    blocked = [
+        e.dfid
+        for e in of_type(events, "ProposalRejected")
+        if e.payload.feedback.reason_code == "GUARD_EMERGENCY"
+    ]
+    assert blocked and all(fold(events).flows[d].status == "CLOSED" for d in blocked)
 
     # Child flows of the mandate; the broker's effects happened once per key.
     flows = fold(events).flows
