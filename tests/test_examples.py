@@ -264,13 +264,17 @@ def test_dirk_verify_passes_on_the_example_journals(tmp_path, example):
     args = ["--minutes", MINUTES] if example == "trading" else []
     run = [sys.executable, "-m", f"examples.{example}", "--seed", "1", "--db", str(db), *args]
     subprocess.run(run, check=True, capture_output=True, timeout=120)
+    # The chain, the projections, and every verdict judged again by the example's packs.
+    packs = {"trading": ["policies.trading", "examples.desk"], "booking": ["policies.booking"]}
+    verdicts = [arg for pack in packs[example] for arg in ("--pack", pack)]
     verify = subprocess.run(
-        [sys.executable, "-m", "kernel", "verify", "--db", str(db)],
+        [sys.executable, "-m", "kernel", "verify", "--db", str(db), "--verdicts", *verdicts],
         capture_output=True,
         text=True,
         timeout=120,
     )
     assert verify.returncode == 0, verify.stdout + verify.stderr
+    assert "0 differ, 0 not compared" in verify.stdout
 
 
 RECEIVER = Path(__file__).with_name("otlp_receiver.py")
