@@ -20,6 +20,7 @@ import anyio
 import msgspec
 
 from kernel import events as ev
+from kernel.cli_admin import add_commands as add_admin_commands
 from kernel.cli_replay import add_commands as add_replay_commands
 from kernel.cli_replay import verify_replay, verify_verdicts
 from kernel.events import Event
@@ -115,6 +116,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     export.set_defaults(run=_traces_export)
     add_commands(commands)
+    add_admin_commands(commands)
     add_replay_commands(commands)
     return parser
 

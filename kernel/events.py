@@ -145,9 +145,12 @@ class AgentRefused(Payload, frozen=True, tag=True):
 
 
 class AgentStatusChanged(Payload, frozen=True, tag=True):
+    """An operator changed an agent's status; ``inbox_id`` names the inbox row it came from."""
+
     status: str
     reason: str = ""
     operator: str = ""
+    inbox_id: int | None = None
 
 
 # --- the world and its triggers -----------------------------------------------
@@ -541,6 +544,7 @@ class RuleDecided(Payload, frozen=True, tag=True):
     detail: str = ""
     prior_version: int = 0
     version: int = 0
+    inbox_id: int | None = None
 
 
 class CitationsChecked(Payload, frozen=True, tag=True):

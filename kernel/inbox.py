@@ -4,8 +4,9 @@
 row into ``operator_inbox`` with plain sqlite3; the kernel polls the table on
 its clock and turns each new row into a Decide message. The operator needs no
 server, and nothing is lost if either side restarts: a row stays until the
-kernel has recorded what it made of it, and that record (HumanDecided or
-DecisionRefused naming the row's id) is what makes the row count exactly once,
+kernel has recorded what it made of it, and that record (HumanDecided,
+DecisionRefused, LimitAmended, AmendmentRefused, AgentStatusChanged or
+RuleDecided naming the row's id) is what makes the row count exactly once,
 however often it is read.
 """
 
@@ -106,6 +107,17 @@ def mark_taken(conn: sqlite3.Connection, row_id: int, seq: int) -> None:
 
 AMEND = "amend"
 """The ``type`` of an inbox row that amends a limit (``dirk amend``) rather than decides a flow."""
+AGENT_STATUS = "agent_status"
+"""The ``type`` of a row that changes an agent's status (``dirk agent``)."""
+RULE = "rule"
+"""The ``type`` of a row that overrides or skips a deferred rule proposal (``dirk rules``)."""
+DECIDE = "decide"
+"""The ``type`` of a decision on an escalated flow (rows without a type are decisions too)."""
+
+
+def row_type(row: InboxRow) -> str:
+    """What a row asks for: DECIDE, AMEND, AGENT_STATUS or RULE (or something unknown)."""
+    return str(row.decision.get("type") or DECIDE)
 
 
 def to_amend(row: InboxRow, reply: Reply[Any]) -> AmendLimit:
@@ -144,7 +156,8 @@ def to_decide(row: InboxRow, reply: Reply[Any]) -> Decide:
     )
 
 
-Call = Callable[[Mailbox[Any], Any, Reply[Any]], Awaitable[Any]]
+Handler = Callable[[InboxRow], Awaitable[None]]
+"""Applies one row of its type; the event it records names the row's id."""
 
 
 async def poll(
@@ -153,10 +166,11 @@ async def poll(
     interval_s: float,
     escalation: Mailbox[Any],
     projections: Projections,
-    call: Call,
-    integrity: Mailbox[Any] | None = None,
+    handlers: Mapping[str, Handler],
 ) -> None:
     """Tick the escalation manager and apply new inbox rows, every ``interval_s`` on ``clock``.
+
+    ``handlers`` apply the rows of each type (see :func:`row_type`).
 
     A failed round (the file busy beyond the timeout, say) is logged and tried
     again on the next one: the rows wait in the table meanwhile.
@@ -169,7 +183,7 @@ async def poll(
             try:
                 rows = await anyio.to_thread.run_sync(read_rows, conn, limiter=limiter)
                 for row in rows:
-                    seq = await _apply(row, escalation, projections, call, integrity)
+                    seq = await _apply(row, projections, handlers)
                     await anyio.to_thread.run_sync(mark_taken, conn, row.id, seq, limiter=limiter)
             except sqlite3.Error as exc:
                 log.warning("operator inbox of %s: %r; trying again", path, exc)
@@ -179,26 +193,20 @@ async def poll(
             await anyio.to_thread.run_sync(conn.close, limiter=limiter)
 
 
-async def _apply(
-    row: InboxRow,
-    escalation: Mailbox[Any],
-    projections: Projections,
-    call: Call,
-    integrity: Mailbox[Any] | None = None,
-) -> int:
-    """Hand one row to the escalation manager (an amendment to the DIM); return its taker's seq."""
+async def _apply(row: InboxRow, projections: Projections, handlers: Mapping[str, Handler]) -> int:
+    """Apply one row through the handler of its type; return the seq of the event that took it.
+
+    -1 marks a row that nothing took (an unknown type, or a refusal with no record).
+    """
     taken = projections.inbox_taken.get(row.id)
     if taken is not None:
         return taken  # taken before a restart, and not marked yet: never applied twice
-    if row.decision.get("type") == AMEND and integrity is not None:
-        reply_: Reply[Any] = Reply()
-        await call(integrity, to_amend(row, reply_), reply_)
-        return projections.inbox_taken.get(row.id, -1)
-    try:
-        reply: Reply[Any] = Reply()
-        msg = to_decide(row, reply)
-    except ValueError as exc:
-        log.warning("operator inbox row %d is not a decision (%s); left unapplied", row.id, exc)
+    handler = handlers.get(row_type(row))
+    if handler is None:
+        log.warning("operator inbox row %d asks for %r; left unapplied", row.id, row_type(row))
         return -1
-    await call(escalation, msg, reply)
+    try:
+        await handler(row)
+    except ValueError as exc:
+        log.warning("operator inbox row %d is malformed (%s); left unapplied", row.id, exc)
     return projections.inbox_taken.get(row.id, -1)

@@ -25,7 +25,7 @@ from typing import Any, TypeVar
 import anyio
 from anyio.abc import TaskGroup
 
-from kernel import events
+from kernel import events, inbox
 from kernel.actors import ChildSpec, Mailbox, MailboxClosed, Outbox, Reply
 from kernel.adapters import RetryPolicy
 from kernel.amendments import AmendLimit, AmendmentInvalid
@@ -55,7 +55,7 @@ from kernel.execution import Adapter, ExecutionEngine
 from kernel.flow import FLOW_EVENTS, TERMINAL, FlowState, FlowStatus
 from kernel.guard_runner import GUARD_TIMEOUT_S, GuardRunner
 from kernel.hosting import AgentHost, AgentLike
-from kernel.inbox import poll as poll_inbox
+from kernel.inbox import InboxRow
 from kernel.integrity import IntegrityModule, Validate
 from kernel.journal import Journal
 from kernel.pack_loading import LoadPack
@@ -65,7 +65,7 @@ from kernel.projection import AgentStatus, Projections, visible
 from kernel.reasons import ReasonCode
 from kernel.registry import Register, Registry, SetStatus
 from kernel.replay import Checkpointer
-from kernel.rulebook import Promoter, RuleSearch
+from kernel.rulebook import Promoter, RuleNotPending, RuleSearch
 
 T = TypeVar("T")
 
@@ -558,15 +558,55 @@ class Kernel:
 
     async def _poll_inbox(self, interval_s: float) -> None:
         """Run the operator inbox poller until the kernel stops."""
+
+        async def decide(row: InboxRow) -> None:
+            reply: Reply[Any] = Reply()
+            await self._call(self.escalation_mailbox, inbox.to_decide(row, reply), reply)
+
+        async def amend(row: InboxRow) -> None:
+            reply: Reply[Any] = Reply()
+            await self._call(self.integrity_mailbox, inbox.to_amend(row, reply), reply)
+
+        async def agent_status(row: InboxRow) -> None:
+            body = row.decision
+            reply: Reply[ReasonCode | None] = Reply()
+            msg = SetStatus(
+                agent_id=str(body.get("agent_id", "")),
+                status=AgentStatus(str(body.get("status", ""))),
+                operator=str(body.get("operator", "")),
+                reason=str(body.get("reason", "")),
+                inbox_id=row.id,
+                reply=reply,
+            )
+            await self._call(self.registry_mailbox, msg, reply)
+
+        async def rule(row: InboxRow) -> None:
+            body = row.decision
+            try:
+                await self.promoter.decide(
+                    int(body.get("proposal_seq", 0)),
+                    str(body.get("decision", "")),
+                    operator=str(body.get("operator", "")),
+                    reason=str(body.get("reason", "")),
+                    inbox_id=row.id,
+                )
+            except RuleNotPending as exc:
+                raise ValueError(str(exc)) from exc
+
+        handlers = {
+            inbox.DECIDE: decide,
+            inbox.AMEND: amend,
+            inbox.AGENT_STATUS: agent_status,
+            inbox.RULE: rule,
+        }
         try:
-            await poll_inbox(
+            await inbox.poll(
                 self.journal.path,
                 self.clock,
                 interval_s,
                 self.escalation_mailbox,
                 self.projections,
-                self._call,
-                self.integrity_mailbox,
+                handlers,
             )
         except (KernelShutdown, MailboxClosed):
             return

@@ -90,7 +90,7 @@ def add_commands(commands: Any) -> None:
     amend.set_defaults(run=_amend)
 
 
-def _error(code: str, message: str) -> int:
+def error(code: str, message: str) -> int:
     print(f"error: {code}: {message}", file=sys.stderr)
     return 1
 
@@ -112,7 +112,7 @@ def _age(ts_ns: int) -> str:
     return f"{seconds // 3600}h"
 
 
-async def _fold(db: str) -> Projections:
+async def fold_journal(db: str) -> Projections:
     projections = Projections()
     async with open_journal(db, readonly=True) as journal:
         async for batch in journal.scan():
@@ -131,7 +131,7 @@ def _pending(projections: Projections) -> list[tuple[FlowState, Approval]]:
 
 
 async def _escalations(args: argparse.Namespace) -> int:
-    projections = await _fold(args.db)
+    projections = await fold_journal(args.db)
     queued = queued_dfids(args.db)
     rows = [
         {
@@ -170,7 +170,7 @@ async def _review(args: argparse.Namespace) -> int:
         started = await journal.read(types=["KernelStarted"])
         agents = await journal.read(types=["AgentRegistered"])
     if not events:
-        return _error("UNKNOWN_FLOW", f"no flow {args.dfid} in {args.db}")
+        return error("UNKNOWN_FLOW", f"no flow {args.dfid} in {args.db}")
     projections = Projections()
     projections.apply(events)
     flow = projections.flows[args.dfid]
@@ -246,30 +246,30 @@ def _manifest(agents: list[Event], agent_id: str) -> ev.Manifest | None:
 
 
 async def _decide(args: argparse.Namespace) -> int:
-    projections = await _fold(args.db)
+    projections = await fold_journal(args.db)
     flow = projections.flows.get(args.dfid)
     approval = projections.approvals.get(args.dfid)
     if flow is None:
-        return _error("UNKNOWN_FLOW", f"no flow {args.dfid} in {args.db}")
+        return error("UNKNOWN_FLOW", f"no flow {args.dfid} in {args.db}")
     if flow.status is not FlowStatus.ESCALATED or approval is None:
-        return _error(
+        return error(
             "FLOW_NOT_ACTIVE", f"flow {args.dfid} is {flow.status}, not waiting for a human"
         )
     if args.dfid in queued_dfids(args.db):
-        return _error(
+        return error(
             "DECISION_QUEUED", f"a decision on {args.dfid} already waits for the kernel to apply it"
         )
     decision: dict[str, Any] = {"operator": args.operator, "reason": args.reason}
     if args.approve:
         if approval.impact is Impact.HIGH_IMPACT and not args.confirm:
-            return _error(
+            return error(
                 "CONFIRMATION_REQUIRED",
                 f"approving a HIGH_IMPACT action takes its short hash: --confirm HASH"
                 f" (see dirk review {args.dfid})",
             )
         typed = args.confirm or approval.action_hash
         if not approval.names(typed):
-            return _error(
+            return error(
                 "ACTION_MISMATCH",
                 f"{typed!r} is not the hash of the action this flow waits on (see dirk review)",
             )
@@ -290,18 +290,18 @@ async def _decide(args: argparse.Namespace) -> int:
     print(f"decision {decision['decision']} queued as inbox row {row_id}")
     if args.wait <= 0:
         return 0
-    return await _wait_taken(args.db, row_id, args.wait)
+    return await wait_taken(args.db, row_id, args.wait)
 
 
 async def _amend(args: argparse.Namespace) -> int:
     if decimal_of(args.value) is None:
-        return _error("SCHEMA_INVALID", f"--value {args.value!r} is not an integer or a decimal")
+        return error("SCHEMA_INVALID", f"--value {args.value!r} is not an integer or a decimal")
     if not args.ttl > 0:
-        return _error("SCHEMA_INVALID", f"--ttl must be positive seconds, not {args.ttl}")
+        return error("SCHEMA_INVALID", f"--ttl must be positive seconds, not {args.ttl}")
     async with open_journal(args.db, readonly=True) as journal:
         agents = await journal.read(types=["AgentRegistered"])
     if _manifest(agents, args.agent) is None:
-        return _error("UNKNOWN_AGENT", f"no agent {args.agent!r} ever registered in {args.db}")
+        return error("UNKNOWN_AGENT", f"no agent {args.agent!r} ever registered in {args.db}")
     amendment = {
         "type": AMEND,
         "agent_id": args.agent,
@@ -315,10 +315,10 @@ async def _amend(args: argparse.Namespace) -> int:
     print(f"amendment of {args.limit} for {args.agent} queued as inbox row {row_id}")
     if args.wait <= 0:
         return 0
-    return await _wait_taken(args.db, row_id, args.wait)
+    return await wait_taken(args.db, row_id, args.wait)
 
 
-async def _wait_taken(db: str, row_id: int, timeout_s: float) -> int:
+async def wait_taken(db: str, row_id: int, timeout_s: float) -> int:
     """Wait for the kernel to take inbox row ``row_id``; print what it made of it."""
     seq = None
     with anyio.move_on_after(timeout_s):
@@ -330,7 +330,7 @@ async def _wait_taken(db: str, row_id: int, timeout_s: float) -> int:
             if seq is None:
                 await anyio.sleep(_WAIT_POLL_S)
     if seq is None:
-        return _error("NOT_TAKEN", f"the kernel did not take the decision within {timeout_s:g} s")
+        return error("NOT_TAKEN", f"the kernel did not take the decision within {timeout_s:g} s")
     async with open_journal(db, readonly=True) as journal:
         events = await journal.read(seq, seq + 1)
     payload = events[0].payload if events else None
@@ -338,11 +338,20 @@ async def _wait_taken(db: str, row_id: int, timeout_s: float) -> int:
         print(f"applied: {payload.decision} by {payload.operator} (event #{seq})")
         return 0
     if isinstance(payload, ev.DecisionRefused | ev.AmendmentRefused):
-        return _error(str(payload.reason_code), payload.detail)
+        return error(str(payload.reason_code), payload.detail)
+    if isinstance(payload, ev.AgentStatusChanged):
+        who = f"by {payload.operator} (event #{seq})"
+        print(f"applied: {events[0].agent_id} is {payload.status}, {who}")
+        return 0
+    if isinstance(payload, ev.RuleDecided):
+        version = f", now v{payload.version}" if payload.version else ""
+        what = f"rule {payload.rule} {payload.decision} by {payload.actor}{version}"
+        print(f"applied: {what} (event #{seq})")
+        return 0
     if isinstance(payload, ev.LimitAmended):
         print(
             f"applied: {payload.limit} = {payload.value} for {events[0].agent_id} by"
             f" {payload.operator} (event #{seq}, floor {payload.floor}, ceiling {payload.ceiling})"
         )
         return 0
-    return _error("NOT_APPLIED", f"inbox row {row_id} was not applied (marker {seq})")
+    return error("NOT_APPLIED", f"inbox row {row_id} was not applied (marker {seq})")

@@ -35,6 +35,7 @@ from kernel.events import (
     PackRef,
     ResourceReleased,
     ResourceReserved,
+    RuleDecided,
     TriggerFired,
     digest,
 )
@@ -60,7 +61,9 @@ HISTORY = 256
 # Operational failures are the adapters' doing, not the agent's: they spend no budget.
 _UNCHARGED = frozenset({"EXECUTION_FAILED"})
 # Events that may take an operator inbox row.
-_INBOX_EVENTS = frozenset({HumanDecided, DecisionRefused, LimitAmended, AmendmentRefused})
+_INBOX_EVENTS = frozenset(
+    {HumanDecided, DecisionRefused, LimitAmended, AmendmentRefused, AgentStatusChanged, RuleDecided}
+)
 
 
 class AgentStatus(StrEnum):

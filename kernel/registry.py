@@ -57,6 +57,7 @@ class SetStatus(msgspec.Struct, frozen=True, kw_only=True):
     operator: str
     reason: str
     reply: Reply[ReasonCode | None]
+    inbox_id: int | None = None
 
 
 class Registry:
@@ -84,7 +85,12 @@ class Registry:
                     out.reply(msg.reply, ReasonCode.UNKNOWN_AGENT)
                     return
                 out.emit(
-                    AgentStatusChanged(status=msg.status, reason=msg.reason, operator=msg.operator),
+                    AgentStatusChanged(
+                        status=msg.status,
+                        reason=msg.reason,
+                        operator=msg.operator,
+                        inbox_id=msg.inbox_id,
+                    ),
                     agent_id=msg.agent_id,
                 )
                 out.reply(msg.reply, None)

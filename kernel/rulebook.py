@@ -369,7 +369,13 @@ class Promoter:
             return decision
 
     async def decide(
-        self, proposal_seq: int, decision: str, *, operator: str, reason: str
+        self,
+        proposal_seq: int,
+        decision: str,
+        *,
+        operator: str,
+        reason: str,
+        inbox_id: int | None = None,
     ) -> Event:
         """Record an operator's override or skip of a deferred proposal.
 
@@ -384,11 +390,20 @@ class Promoter:
         async with self._lock:
             if proposal_seq not in self._book().pending:
                 raise RuleNotPending(f"no deferred rule proposal #{proposal_seq}")
-            return await self._decide(proposal_seq, decision, operator, reason)
+            return await self._decide(proposal_seq, decision, operator, reason, inbox_id)
 
-    async def _decide(self, proposal_seq: int, decision: str, operator: str, reason: str) -> Event:
+    async def _decide(
+        self,
+        proposal_seq: int,
+        decision: str,
+        operator: str,
+        reason: str,
+        inbox_id: int | None = None,
+    ) -> Event:
         book = self._book()
         decided = _by_operator(book, book.pending[proposal_seq], decision, operator, reason)
+        if inbox_id is not None:
+            decided = msgspec.structs.replace(decided, inbox_id=inbox_id)
         [event] = await self._append([Draft(payload=decided, caused_by=proposal_seq)])
         return event
 
