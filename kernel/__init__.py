@@ -27,7 +27,6 @@ from kernel.journal import (
     JournalError,
     JournalFaults,
     open_journal,
-    verify_journal,
 )
 from kernel.kernel import Kernel, KernelFault, KernelShutdown, open_kernel
 from kernel.memory import MemoryState
@@ -47,6 +46,7 @@ from kernel.projection import AgentStatus, Projections, fold
 from kernel.reasons import ReasonCode
 from kernel.replay import state_at, verify_projections
 from kernel.rules import ALLOW, OneOf, Range, Rule, RuleVerdict, StateMatch, View, deny, rule
+from kernel.verify import verify_journal
 
 __all__ = [
     "ALLOW",
