@@ -1,7 +1,9 @@
 """Performance of the kernel, measured against baselines in the same run.
 
-Run ``python -m benchmarks`` (about 5 minutes) or ``python -m benchmarks --quick``
-(well under a minute); add ``--json PATH`` to keep the figures. Performance
+Run ``python -m benchmarks`` (about 10 minutes on 2 cores) or
+``python -m benchmarks --quick`` (well under a minute, smaller sizes, said in
+the table); add ``--json PATH`` to keep the figures. docs/benchmarks.md
+describes each figure and holds the latest full run. Performance
 lives here, never in tests: no test asserts a timing.
 
 Figures:
@@ -16,4 +18,12 @@ Figures:
 - E1, E2, J1: events per flow, events per second, journal bytes per event.
 - P2: P1 with spans exported over OTLP/HTTP to a receiver process; S2: the
   share of the expected spans that reached it.
+- P3: added latency trigger -> CLOSED at 500 flows/s offered (p50, p99).
+- P4: DIM verdicts on the trading pack, against a bare function.
+- P5: replay (fold every projection) and verify (chain + projection hash), events/s.
+- P6: journal bytes per event on disk for the trading simulation, with a breakdown.
+- P7: opening a journal of 1M events with checkpoints until its state is ready.
+- P8: resident memory growth between 100k and 200k closed flows (own process).
+- P9: DBOS, LangGraph and autogen-core doing one decision (extra ``[bench]``),
+  each skipped with its reason when not installed.
 """

@@ -25,6 +25,14 @@ from pathlib import Path
 import anyio
 
 from benchmarks.baselines import ROWS_PER_TRANSACTION, queue_round_trips, sqlite_appends
+from benchmarks.figures import (
+    latency_figures,
+    memory_figure,
+    open_figure,
+    peer_figures,
+    replay_figures,
+    storage_figure,
+)
 from benchmarks.flows import (
     SPANS_PER_FLOW,
     BenchmarkFailed,
@@ -34,13 +42,16 @@ from benchmarks.flows import (
     run_flows,
 )
 from benchmarks.gate import GateRun, run_gate, summary
+from benchmarks.latency import LatencyRun, run_latency
+from benchmarks.replay import ReplayMismatch, ReplayRun, run_replay
 from benchmarks.report import Figure, machine, table
+from benchmarks.storage import StorageRun, run_storage
 
 FLOWS_GOAL = 5_000.0
 """DecisionFlows per second, durable, telemetry off (P1)."""
 RATIO_GOAL = 0.05
 """P1 as a share of B1: a whole governed decision against one bare queue round trip."""
-FIGURES = ("B1", "B2", "P1", "P2", "P4")
+FIGURES = ("B1", "B2", "P1", "P2", "P3", "P4", "P5", "P6", "P7", "P8", "P9")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,9 +65,31 @@ class Plan:
     agents: int = 4
     outstanding: int = 256
     proposals: int = 20_000
+    latency_flows: int = 2_500
+    """P3: flows offered at 500/s per round."""
+    trading_ticks: int = 1_000
+    """P6: market ticks of the trading simulation per round."""
+    open_events: int = 1_000_000
+    """P7: events in the journal opened."""
+    memory_flows: tuple[int, int] = (100_000, 200_000)
+    """P8: closed flows at the two memory readings."""
+    memory_repeats: int = 1
+    """Each P8 run closes 200k flows in its own process (~1.5-3 min here): once is enough."""
+    peer_decisions: int = 1_000
 
 
-QUICK = Plan(repeats=2, round_trips=50_000, rows=20_000, flows=4_000)
+QUICK = Plan(
+    repeats=2,
+    round_trips=50_000,
+    rows=20_000,
+    flows=4_000,
+    latency_flows=500,
+    trading_ticks=300,
+    open_events=100_000,
+    memory_flows=(5_000, 10_000),
+    memory_repeats=1,
+    peer_decisions=200,
+)
 FULL = Plan(repeats=5, round_trips=200_000, rows=100_000, flows=20_000)
 
 
@@ -81,8 +114,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="dir-bench-", dir=args.dir) as tmp:
         info = machine(Path(tmp))
         try:
-            figures = _measure(plan, only, Path(tmp))
-        except BenchmarkFailed as exc:
+            figures = _measure(plan, only, Path(tmp), args.quick)
+        except (BenchmarkFailed, ReplayMismatch) as exc:
             print(f"error: BENCHMARK_FAILED: {exc}", file=sys.stderr)
             return 1
     info["load_average_end"] = list(os.getloadavg())
@@ -121,12 +154,15 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _measure(plan: Plan, only: set[str], tmp: Path) -> list[Figure]:
+def _measure(plan: Plan, only: set[str], tmp: Path, quick: bool) -> list[Figure]:
     b1: list[float] = []
     b2: list[float] = []
     p1: list[FlowRun] = []
     p2: list[FlowRun] = []
+    p3: list[LatencyRun] = []
     p4: list[GateRun] = []
+    p5: list[ReplayRun] = []
+    p6: list[StorageRun] = []
     with ExitStack() as stack:
         receiver = stack.enter_context(open_receiver()) if "P2" in only else None
         for n in range(plan.repeats):
@@ -139,17 +175,41 @@ def _measure(plan: Plan, only: set[str], tmp: Path) -> list[Figure]:
                 b2.append(asyncio.run(sqlite_appends(path, plan.rows)))
                 _remove(path)
                 said.append(f"B2 {b2[-1]:,.0f} rows/s")
-            if "P1" in only:
-                p1.append(_flows(plan, tmp / f"p1-{n}.db"))
-                said.append(f"P1 {p1[-1].flows_per_s:,.0f} flows/s")
+            if "P1" in only or "P5" in only:
+                path = tmp / f"p1-{n}.db"
+                try:
+                    p1.append(_flows(plan, path))
+                    said.append(f"P1 {p1[-1].flows_per_s:,.0f} flows/s")
+                    if "P5" in only:
+                        p5.append(anyio.run(run_replay, path, backend="asyncio"))
+                        said.append(f"P5 {p5[-1].replay_per_s:,.0f} events/s")
+                finally:
+                    _remove(path)
             if receiver is not None:
                 p2.append(_flows(plan, tmp / f"p2-{n}.db", receiver))
+                _remove(tmp / f"p2-{n}.db")
                 said.append(f"P2 {p2[-1].flows_per_s:,.0f} flows/s")
+            if "P3" in only:
+                path = tmp / f"p3-{n}.db"
+                try:
+                    p3.append(anyio.run(run_latency, path, plan.latency_flows, backend="asyncio"))
+                finally:
+                    _remove(path)
+                said.append(f"P3 p50 {p3[-1].percentile_us(0.5):,.0f} us")
             if "P4" in only:
                 p4.append(run_gate(plan.proposals))
                 said.append(f"P4 {p4[-1].per_s():,.0f} verdicts/s")
+            if "P6" in only:
+                path = tmp / f"p6-{n}.db"
+                try:
+                    p6.append(anyio.run(run_storage, path, plan.trading_ticks, backend="asyncio"))
+                finally:
+                    _remove(path)
+                said.append(f"P6 {p6[-1].bytes_per_event:,.0f} bytes/event")
             print(" ".join(said), file=sys.stderr, flush=True)
-    figures = _figures(plan, b1, b2, p1, p2)
+    figures = _figures(plan, b1, b2, p1 if "P1" in only else [], p2)
+    if p3:
+        figures += latency_figures(p3)
     if p4:
         figures.append(
             Figure(
@@ -163,6 +223,21 @@ def _measure(plan: Plan, only: set[str], tmp: Path) -> list[Figure]:
                 extra={"proposals_per_run": plan.proposals, **summary(p4)},
             )
         )
+    if p5:
+        figures += replay_figures(p5, p1)
+    if p6:
+        figures.append(storage_figure(p6, plan.trading_ticks))
+    scaled = " [quick: smaller than the goal's]" if quick else ""
+    if "P7" in only:
+        print(f"P7: building {plan.open_events:,} events{scaled}", file=sys.stderr, flush=True)
+        figures.append(open_figure(plan.open_events, plan.repeats, 5_000, tmp, scaled))
+    if "P8" in only:
+        first, second = plan.memory_flows
+        print(f"P8: {first:,} then {second:,} flows{scaled}", file=sys.stderr, flush=True)
+        figures.append(memory_figure(first, second, plan.memory_repeats, str(tmp), scaled))
+    if "P9" in only:
+        print("P9: peers", file=sys.stderr, flush=True)
+        figures += peer_figures(plan.peer_decisions, plan.repeats, p1, str(tmp))
     return figures
 
 
@@ -183,10 +258,7 @@ def _flows(plan: Plan, path: Path, receiver: SpanReceiver | None = None) -> Flow
         received = await receiver.wait_settled(before, plan.flows * SPANS_PER_FLOW)
         return dataclasses.replace(result, spans_received=received)
 
-    try:
-        return anyio.run(run, backend="asyncio")
-    finally:
-        _remove(path)
+    return anyio.run(run, backend="asyncio")
 
 
 def _remove(path: Path) -> None:

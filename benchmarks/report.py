@@ -32,6 +32,8 @@ class Figure:
         goal: the value to reach (at least), if there is one.
         ratios: named ratios (``{"B1": 0.018}``), numbers derived from medians.
         extra: anything else worth keeping in the JSON.
+        lower_is_better: the goal is a ceiling (latency, bytes), not a floor.
+        skipped: nothing was measured; ``name`` says why (a peer not installed).
     """
 
     id: str
@@ -41,6 +43,14 @@ class Figure:
     goal: float | None = None
     ratios: dict[str, float] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)
+    lower_is_better: bool = False
+    skipped: bool = False
+
+    @property
+    def goal_met(self) -> bool | None:
+        if self.goal is None or self.skipped:
+            return None
+        return self.median <= self.goal if self.lower_is_better else self.median >= self.goal
 
     @property
     def median(self) -> float:
@@ -55,6 +65,8 @@ class Figure:
         return max(self.samples)
 
     def to_json(self) -> dict[str, Any]:
+        if self.skipped:
+            return {"name": self.name, "skipped": True, **self.extra}
         record: dict[str, Any] = {
             "name": self.name,
             "median": self.median,
@@ -66,7 +78,8 @@ class Figure:
         if self.goal is not None:
             record["goal"] = self.goal
             record["ratio_to_goal"] = self.median / self.goal
-            record["goal_met"] = self.median >= self.goal
+            record["goal_met"] = self.goal_met
+            record["goal_is"] = "at most" if self.lower_is_better else "at least"
         for name, value in self.ratios.items():
             record[f"ratio_to_{name}"] = value
         record.update(self.extra)
@@ -84,24 +97,32 @@ def _number(value: float) -> str:
 def _ratio_text(figure: Figure) -> str:
     parts = []
     if figure.goal is not None:
-        met = "met" if figure.median >= figure.goal else "missed"
+        met = "met" if figure.goal_met else "missed"
         parts.append(f"{figure.median / figure.goal:.3g}x goal ({met})")
     parts += [f"{value:.3g}x {name}" for name, value in figure.ratios.items()]
     return "; ".join(parts)
+
+
+def _goal_text(figure: Figure) -> str:
+    if figure.goal is None:
+        return ""
+    return f"{'<=' if figure.lower_is_better else '>='} {_number(figure.goal)}"
 
 
 def table(figures: Sequence[Figure]) -> str:
     """Return the figures as an aligned text table."""
     header = ("id", "figure", "median", "min", "max", "unit", "goal", "ratio")
     rows = [header] + [
-        (
+        (f.id, f.name, "-", "-", "-", "", "", "skipped")
+        if f.skipped
+        else (
             f.id,
             f.name,
             _number(f.median),
             _number(f.min),
             _number(f.max),
             f.unit,
-            f">= {_number(f.goal)}" if f.goal is not None else "",
+            _goal_text(f),
             _ratio_text(f),
         )
         for f in figures

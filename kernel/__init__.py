@@ -31,7 +31,6 @@ from kernel.journal import (
     JournalError,
     JournalFaults,
     open_journal,
-    verify_journal,
 )
 from kernel.kernel import Kernel
 from kernel.memory import MemoryState
@@ -53,6 +52,7 @@ from kernel.replay import state_at, verify_projections
 from kernel.reverify import rejudge
 from kernel.rulebook import LexicalSearch, RuleNotPending, RuleSearch
 from kernel.rules import ALLOW, OneOf, Range, Rule, RuleVerdict, StateMatch, View, deny, rule
+from kernel.verify import verify_journal
 
 __all__ = [
     "ALLOW",

@@ -25,10 +25,11 @@ from kernel.cli_replay import add_commands as add_replay_commands
 from kernel.cli_replay import verify_replay, verify_verdicts
 from kernel.events import Event
 from kernel.flow import FlowState, FlowStatus, IllegalTransition
-from kernel.journal import JournalCorrupt, JournalError, open_journal, verify_journal
+from kernel.journal import JournalCorrupt, JournalError, open_journal
 from kernel.operator import add_commands
 from kernel.projection import Projections
 from kernel.reverify import PackPathError
+from kernel.verify import verify_journal
 
 # How long ``traces export`` waits for the collector to take the spans, unless told.
 _EXPORT_TIMEOUT_S = 10.0

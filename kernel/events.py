@@ -442,6 +442,8 @@ class ProjectionCheckpoint(Payload, frozen=True, tag=True):
 
     seq: int
     digest: str
+    snapshot: str = ""
+    """Hex SHA-256 of the stored snapshot's bytes: checking it is far cheaper than the digest."""
 
 
 # --- memory (facts, constraints, decisions), written by the memory executor ----

@@ -5,8 +5,8 @@ Every step of every DecisionFlow is appended here before anything acts on it
 commits in groups: whatever callers append while a transaction is in flight
 goes into the next one, so the cost of a commit is shared by everyone who
 waited for it. Each row keeps the event's canonical bytes and the SHA-256
-chaining them to the row before, so :func:`verify_journal` can prove nothing
-was edited, dropped or reordered.
+chaining them to the row before, so :func:`kernel.verify.verify_journal` can
+prove nothing was edited, dropped or reordered.
 
 Reads use a second connection (aiosqlite); with WAL they never wait for a
 commit, and subscriptions follow live commits without ever slowing the writer.
@@ -37,6 +37,8 @@ from kernel.events import (
     stamp,
 )
 from kernel.ports import Clock, SystemClock
+from kernel.subscription import READ_BATCH as _BATCH
+from kernel.subscription import Subscription
 
 APPLICATION_ID = 0x44495231
 """``PRAGMA application_id`` of every journal ("DIR1"), so foreign SQLite files are recognised."""
@@ -79,7 +81,6 @@ _EVENTS = (
     " LEFT JOIN events AS p ON p.seq = e.seq - 1 WHERE e.seq >= ?"
 )
 _SYNCHRONOUS = frozenset({"OFF", "NORMAL", "FULL", "EXTRA"})
-_BATCH = 5000
 
 Listener = Callable[[Sequence[Event]], None]
 GuardFactory = Callable[[], Callable[[Sequence[Event]], None]]
@@ -150,25 +151,6 @@ class JournalStatistics(msgspec.Struct, frozen=True, kw_only=True):
     appends: int
     transactions: int
     events: int
-
-
-class VerifyReport(msgspec.Struct, frozen=True, kw_only=True):
-    """The outcome of :func:`verify_journal`.
-
-    Attributes:
-        ok: True if every event checked out.
-        events: Events that checked out (all of them when ``ok``).
-        head: Hex hash of the last event that checked out.
-        first_bad_seq: Seq of the first bad or missing event; None when ok or
-            when the problem is with the file rather than a row.
-        problem: What is wrong, empty when ok.
-    """
-
-    ok: bool
-    events: int
-    head: str
-    first_bad_seq: int | None = None
-    problem: str = ""
 
 
 class _Head(NamedTuple):
@@ -515,77 +497,6 @@ class Journal:
         self._subscriptions.clear()
 
 
-class Subscription:
-    """Batches of committed events in seq order; see :meth:`Journal.subscribe`."""
-
-    def __init__(self, journal: Journal, from_seq: int, buffer: int) -> None:
-        self._journal = journal
-        self._next_seq = max(from_seq, 1)
-        # Live means the writer hands batches over; otherwise the next ones come from the database.
-        self._live = False
-        self._send, self._receive = anyio.create_memory_object_stream[list[Event]](buffer)
-
-    @property
-    def lagging(self) -> bool:
-        """True while the subscription reads from the database instead of following live."""
-        return not self._live
-
-    async def __aenter__(self) -> Subscription:
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.aclose()
-
-    async def aclose(self) -> None:
-        """Stop following the journal."""
-        self._journal._subscriptions.discard(self)
-        self._send.close()
-        self._receive.close()
-
-    def __aiter__(self) -> Subscription:
-        return self
-
-    async def __anext__(self) -> list[Event]:
-        try:
-            while True:
-                batch = await self._next_batch()
-                # A live batch may overlap the last read from the database.
-                if batch and batch[0].seq < self._next_seq:
-                    batch = batch[self._next_seq - batch[0].seq :]
-                if batch:
-                    self._next_seq = batch[-1].seq + 1
-                    return batch
-        except (anyio.EndOfStream, anyio.ClosedResourceError):
-            await self.aclose()
-            raise StopAsyncIteration from None
-
-    async def _next_batch(self) -> list[Event]:
-        # Batches handed over before a lag come first: they precede whatever was missed.
-        with contextlib.suppress(anyio.WouldBlock):
-            return self._receive.receive_nowait()
-        if self._live:
-            return await self._receive.receive()
-        journal = self._journal
-        if journal._closed:
-            raise anyio.EndOfStream
-        events = await journal.read(self._next_seq, limit=_BATCH)
-        # No await between this check and going live, so no commit can slip past unseen.
-        if (events[-1].seq if events else self._next_seq - 1) >= journal.head_seq:
-            self._live = True
-        return events
-
-    def _offer(self, events: list[Event]) -> None:
-        """Hand a committed batch over without waiting; on a full buffer, fall behind instead."""
-        if not self._live:
-            return
-        try:
-            self._send.send_nowait(list(events))
-        except anyio.WouldBlock:
-            self._live = False
-        except (anyio.BrokenResourceError, anyio.ClosedResourceError):
-            self._journal._subscriptions.discard(self)
-
-
 @contextlib.asynccontextmanager
 async def open_journal(
     path: str | os.PathLike[str],
@@ -657,50 +568,6 @@ async def open_journal(
             if writer is not None:
                 await anyio.to_thread.run_sync(writer.close)
             await reader.close()
-
-
-async def verify_journal(path: str | os.PathLike[str]) -> VerifyReport:
-    """Check every event of the journal at ``path`` from genesis on; never raise for a bad file.
-
-    Recomputes each hash, checks seqs run 1..N without gaps and that each body
-    decodes to its own seq, type and DecisionFlow.
-    """
-    path = os.fspath(path)
-    events, prev = 0, GENESIS_HASH
-
-    def report(problem: str = "", first_bad_seq: int | None = None) -> VerifyReport:
-        return VerifyReport(
-            ok=not problem,
-            events=events,
-            head=prev.hex(),
-            first_bad_seq=first_bad_seq,
-            problem=problem,
-        )
-
-    try:
-        db = await _connect(path, readonly=True)
-        try:
-            if await _inspect(db, path) is None:
-                return report("an empty database, not a journal")
-            start = -(2**63)  # rows below seq 1 would be forgeries: look at them too
-            while True:
-                query = f"{_ROWS} WHERE seq >= ? ORDER BY seq LIMIT ?"
-                rows = list(await db.execute_fetchall(query, (start, _BATCH)))
-                for row in rows:
-                    problem = _row_problem(row, events + 1, prev)
-                    if problem:
-                        return report(problem, min(row[0], events + 1))
-                    events, prev = events + 1, row[4]
-                if len(rows) < _BATCH:
-                    return report()
-                start = events + 1
-        finally:
-            with anyio.CancelScope(shield=True):
-                await db.close()
-    except sqlite3.Error as exc:
-        return report(_sqlite_error(path, exc).detail)
-    except JournalError as exc:
-        return report(exc.detail)
 
 
 def _seal(

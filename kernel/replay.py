@@ -8,14 +8,19 @@ the checkpoint it stores a snapshot of that state (msgspec MessagePack, in the
 journal file's ``snapshots`` table, outside the hash chain), so that opening a
 long journal folds only the tail after the latest snapshot.
 
-A snapshot is trusted only when its decoded state hashes to the digest of a
-checkpoint event: the event is in the hash chain, the snapshot is not, so an
-edited snapshot is never loaded (the kernel replays from zero instead) and
-``dirk verify`` reports it.
+A snapshot is trusted only when it matches a checkpoint event: its bytes hash
+to the checkpoint's ``snapshot`` (checkpoints recorded before that field
+existed: its decoded state hashes to the checkpoint's digest). The event is in
+the hash chain, the snapshot is not, so an edited snapshot is never loaded
+(the kernel replays from zero instead) and ``dirk verify`` reports it.
+Checking the bytes' hash rather than re-hashing the decoded state is what
+makes opening a long journal fast: the state's canonical JSON costs as much
+as decoding it.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -120,6 +125,18 @@ async def checkpoints(journal: Journal, stop: int | None = None) -> list[Project
     return [e.payload for e in events if isinstance(e.payload, ProjectionCheckpoint)]
 
 
+def _matches(point: ProjectionCheckpoint, body: bytes) -> Projections | None:
+    """Return the projections of a snapshot if it is the one ``point`` recorded, else None."""
+    if point.snapshot:
+        if hashlib.sha256(body).hexdigest() != point.snapshot:
+            return None
+        return decode_snapshot(body)
+    projections = decode_snapshot(body)
+    if projections is None or projections.digest() != point.digest:
+        return None
+    return projections
+
+
 async def trusted_snapshot(journal: Journal, at: int | None = None) -> Projections | None:
     """Return the latest snapshot (after at most event ``at``) that matches its checkpoint."""
     for point in reversed(await checkpoints(journal)):
@@ -128,8 +145,8 @@ async def trusted_snapshot(journal: Journal, at: int | None = None) -> Projectio
         stored = await journal.read_snapshot(point.seq)
         if stored is None:
             continue
-        projections = decode_snapshot(stored[1])
-        if projections is not None and projections.digest() == point.digest:
+        projections = _matches(point, stored[1])
+        if projections is not None:
             return projections
         log.warning("snapshot at seq %d does not match its checkpoint; not used", point.seq)
     return None
@@ -181,7 +198,8 @@ async def verify_projections(journal: Journal) -> ProjectionReport:
     async def compare(seq: int) -> None:
         nonlocal compared, snapshots
         replayed = projections.digest()
-        for point in points.pop(seq, []):
+        here = points.pop(seq, [])
+        for point in here:
             compared += 1
             if point.digest != replayed:
                 problems.append(f"at seq {seq}: checkpoint digest differs from replay")
@@ -189,7 +207,13 @@ async def verify_projections(journal: Journal) -> ProjectionReport:
         if stored is not None:
             snapshots += 1
             restored = decode_snapshot(stored[1])
-            if restored is None or restored.digest() != replayed or stored[0] != replayed:
+            recorded = {p.snapshot for p in here} - {""}
+            if (
+                restored is None
+                or restored.digest() != replayed
+                or stored[0] != replayed
+                or recorded - {hashlib.sha256(stored[1]).hexdigest()}
+            ):
                 problems.append(f"at seq {seq}: snapshot does not match replay")
 
     if 0 in points:
@@ -259,13 +283,20 @@ async def record_checkpoint(
     longer replay, never a wrong state.
     """
     digest, body = await anyio.to_thread.run_sync(encode, captured)
+    snapshot = hashlib.sha256(body).hexdigest()
     try:
         await journal.write_snapshot(captured.last_seq, digest, body)
     except JournalError as exc:
         log.warning("snapshot at seq %d not stored: %s", captured.last_seq, exc)
     try:
         [event] = await journal.append(
-            [Draft(payload=ProjectionCheckpoint(seq=captured.last_seq, digest=digest))]
+            [
+                Draft(
+                    payload=ProjectionCheckpoint(
+                        seq=captured.last_seq, digest=digest, snapshot=snapshot
+                    )
+                )
+            ]
         )
     except JournalError as exc:
         log.warning("checkpoint at seq %d not recorded: %s", captured.last_seq, exc)

@@ -27,9 +27,9 @@ from kernel.journal import (
     JournalVersionError,
     JournalWriteFailed,
     open_journal,
-    verify_journal,
 )
 from kernel.ports import ManualClock
+from kernel.verify import verify_journal
 
 ROOT = Path(__file__).resolve().parents[1]
 WRITER = Path(__file__).with_name("journal_writer.py")

@@ -1,0 +1,223 @@
+"""P3 and P5-P9: latency, replay, storage, opening, memory and peers, as Figures.
+
+The runner (``benchmarks.__main__``) measures P3, P5 and P6 once per round
+beside B1 and P1, so their ratios pair with the same round's baselines; P7,
+P8 and P9 build or start something big of their own and run after the rounds.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from benchmarks.checkpoints import build, measure, open_ready
+from benchmarks.flows import BenchmarkFailed, FlowRun
+from benchmarks.latency import LatencyRun
+from benchmarks.peers import PEERS
+from benchmarks.replay import ReplayRun
+from benchmarks.report import Figure
+from benchmarks.storage import StorageRun
+
+P3_P50_GOAL_US = 1_000.0
+P3_P99_GOAL_US = 5_000.0
+REPLAY_GOAL = 200_000.0
+VERIFY_GOAL = 150_000.0
+BYTES_GOAL = 350.0
+OPEN_GOAL_S = 1.0
+GROWTH_GOAL = 0.10
+PEER_GOALS = {"dbos": 10.0, "langgraph": 20.0, "autogen": 1.0}
+"""P1 as a multiple of each peer's decisions per second, at least."""
+
+
+def latency_figures(runs: list[LatencyRun]) -> list[Figure]:
+    """P3: added latency at the offered rate (lower is better, so goals are stated, not met)."""
+    rate = runs[0].rate
+    shape = {
+        "offered_flows_per_s": rate,
+        "flows_per_run": len(runs[0].added_ns),
+        "achieved_flows_per_s": statistics.median(r.achieved_rate for r in runs),
+    }
+    return [
+        Figure(
+            "P3",
+            f"added latency trigger -> CLOSED at {rate:,.0f} flows/s, p50 (think time excluded)",
+            "us",
+            [r.percentile_us(0.5) for r in runs],
+            goal=P3_P50_GOAL_US,
+            lower_is_better=True,
+            extra=shape,
+        ),
+        Figure(
+            "P3.99",
+            "  same, p99",
+            "us",
+            [r.percentile_us(0.99) for r in runs],
+            goal=P3_P99_GOAL_US,
+            lower_is_better=True,
+        ),
+    ]
+
+
+def replay_figures(runs: list[ReplayRun], p1: list[FlowRun]) -> list[Figure]:
+    """P5: replay and verify of each round's P1 journal, events per second."""
+    events = {"events": statistics.median(r.events for r in runs), "journal": "P1's"}
+    replay = Figure(
+        "P5",
+        "replay: fold every projection from event 1",
+        "events/s",
+        [r.replay_per_s for r in runs],
+        goal=REPLAY_GOAL,
+        extra=events,
+    )
+    verify = Figure(
+        "P5.v",
+        "verify: hash chain + projection hash (dirk verify)",
+        "events/s",
+        [r.verify_per_s for r in runs],
+        goal=VERIFY_GOAL,
+        extra={
+            **events,
+            "chain_events_per_s": statistics.median(r.events / r.chain_s for r in runs),
+            "projections_events_per_s": statistics.median(r.events / r.projections_s for r in runs),
+        },
+    )
+    if p1:
+        # The kernel writes events at E2; how many times faster it reads them back.
+        written = statistics.median(r.events_per_s for r in p1)
+        replay.ratios["E2"] = replay.median / written
+        verify.ratios["E2"] = verify.median / written
+    return [replay, verify]
+
+
+def storage_figure(runs: list[StorageRun], ticks: int) -> Figure:
+    """P6: bytes per event of the trading simulation's journal."""
+    keys = runs[0].breakdown.keys()
+    return Figure(
+        "P6",
+        "journal bytes per event on disk, trading simulation",
+        "bytes",
+        [r.bytes_per_event for r in runs],
+        goal=BYTES_GOAL,
+        lower_is_better=True,
+        extra={
+            "ticks": ticks,
+            "events": statistics.median(r.events for r in runs),
+            "breakdown_bytes_per_event": {
+                k: statistics.median(r.breakdown[k] for r in runs) for k in keys
+            },
+        },
+    )
+
+
+def open_figure(events: int, repeats: int, tail: int, directory: Path, note: str = "") -> Figure:
+    """P7: open a journal of ``events`` events with a checkpoint until its projections are ready."""
+    path = directory / "p7.db"
+    anyio.run(build, path, events, tail)
+    try:
+        opens = []
+        for _ in range(repeats):
+            seconds, _ = anyio.run(open_ready, path)
+            opens.append(seconds)
+        _, full_s, count = anyio.run(measure, path)
+    finally:
+        for suffix in ("", "-wal", "-shm"):
+            path.with_name(path.name + suffix).unlink(missing_ok=True)
+    figure = Figure(
+        "P7",
+        f"open {events:,} events with checkpoints until ready{note}",
+        "s",
+        opens,
+        goal=OPEN_GOAL_S,
+        lower_is_better=True,
+        extra={"events": count, "tail_after_snapshot": tail, "fold_from_zero_s": full_s},
+    )
+    figure.ratios["fold from zero"] = figure.median / full_s
+    return figure
+
+
+def memory_figure(
+    first: int, second: int, repeats: int, directory: str | None, note: str = ""
+) -> Figure:
+    """P8: resident memory growth between ``first`` and ``second`` closed flows."""
+    records = []
+    for _ in range(repeats):
+        argv = ["--first", str(first), "--second", str(second)]
+        records.append(_child("benchmarks.memory", argv, directory))
+    return Figure(
+        "P8",
+        f"RSS growth from {first:,} to {second:,} closed flows{note}",
+        "share",
+        [r["growth"] for r in records],
+        goal=GROWTH_GOAL,
+        lower_is_better=True,
+        extra={
+            "first_flows": first,
+            "second_flows": second,
+            "rss_first_bytes": statistics.median(r["rss_first"] for r in records),
+            "rss_second_bytes": statistics.median(r["rss_second"] for r in records),
+            "bytes_per_flow": statistics.median(r["bytes_per_flow"] for r in records),
+        },
+    )
+
+
+def peer_figures(
+    decisions: int, repeats: int, p1: list[FlowRun], directory: str | None
+) -> list[Figure]:
+    """P9: each peer's decisions per second, and P1 as a multiple of it."""
+    figures = []
+    p1_median = statistics.median(r.flows_per_s for r in p1) if p1 else None
+    for peer in PEERS:
+        records = []
+        for _ in range(repeats):
+            record = _child("benchmarks.peers", [peer, "--decisions", str(decisions)], directory)
+            records.append(record)
+            if "error" in record:
+                break
+        failed = next((r for r in records if "error" in r), None)
+        if failed is not None:
+            figures.append(Figure(f"P9.{peer}", f"{peer}: {failed['error']}", "", skipped=True))
+            continue
+        versions = {k: v for k, v in records[0].items() if k not in _PEER_FIELDS}
+        figure = Figure(
+            f"P9.{peer}",
+            f"{peer}: one decision ({_PEER_SHAPES[peer]})",
+            "decisions/s",
+            [r["per_s"] for r in records],
+            extra={"decisions_per_run": decisions, "versions": versions},
+        )
+        if p1_median is not None:
+            figure.ratios["P1 / peer"] = p1_median / figure.median
+            figure.extra["p1_multiple_goal"] = PEER_GOALS[peer]
+            figure.extra["p1_multiple_goal_met"] = p1_median / figure.median >= PEER_GOALS[peer]
+        figures.append(figure)
+    return figures
+
+
+_PEER_FIELDS = {"peer", "decisions", "seconds", "per_s"}
+_PEER_SHAPES = {
+    "dbos": "workflow, validate + execute steps, SQLite WAL",
+    "langgraph": "3-node graph, SqliteSaver",
+    "autogen": "request/response, no durability",
+}
+
+
+def _child(module: str, argv: list[str], directory: str | None) -> dict[str, Any]:
+    """Run ``python -m module argv`` in a fresh process; return the JSON it printed."""
+    with tempfile.TemporaryDirectory(prefix="dir-bench-child-", dir=directory) as tmp:
+        done = subprocess.run(
+            [sys.executable, "-m", module, *argv, "--dir", tmp],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+    if done.returncode != 0:
+        raise BenchmarkFailed(f"{module} exited {done.returncode}: {done.stderr.strip()[-500:]}")
+    record: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return record

@@ -1,0 +1,110 @@
+"""P8: resident memory growth of a kernel between two counts of completed flows.
+
+``python -m benchmarks.memory --first N --second M [--dir DIR]`` runs in a
+process of its own (so nothing the other figures allocated is counted): it
+drives the benchmark's happy-path flows through one kernel, and when N and
+then M flows have closed it collects garbage and reads the resident set size
+(``/proc/self/statm``). It prints one JSON object. Growth is
+``(rss(M) - rss(N)) / rss(N)``: a kernel that keeps nothing per finished
+flow grows by its caches' warm-up only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import anyio
+
+from benchmarks.flows import PACK, STATE, TOPIC, BenchmarkFailed, InstantAgent, NoopAdapter
+from kernel import FlowStatus, SeededIds, open_kernel
+from kernel.telemetry import Telemetry
+
+PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
+def resident_bytes() -> int:
+    """Return this process's resident set size in bytes (Linux)."""
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[1]) * PAGE
+
+
+async def grow(path: Path, marks: list[int], agents: int = 4, outstanding: int = 256) -> list[int]:
+    """Close flows until each count in ``marks`` is reached; return the RSS at each mark."""
+    names = [f"agent-{i}" for i in range(agents)]
+    adapter = NoopAdapter()
+    sizes: list[int] = []
+    async with open_kernel(
+        path,
+        packs=[PACK],
+        adapters={"noop": adapter},
+        allow=names,
+        ids=SeededIds(5),
+        telemetry=Telemetry(None),
+        synchronous="FULL",
+    ) as kernel:
+        await kernel.trigger("bench.setup", STATE, source="benchmark")
+        for name in names:
+            await kernel.register(InstantAgent(name))
+        done = 0
+        for mark in marks:
+            triggers = iter(range((mark - done) // agents))
+
+            async def fire(triggers: Iterator[int]) -> None:
+                for _ in triggers:  # shared by every firing task
+                    await kernel.trigger(TOPIC, source="benchmark")
+
+            async with anyio.create_task_group() as tg:
+                for _ in range(outstanding):
+                    tg.start_soon(fire, triggers)
+            await kernel.wait_quiet()
+            done = mark
+            closed = len(kernel.flows(FlowStatus.CLOSED))
+            if closed != mark or adapter.calls != mark:
+                raise BenchmarkFailed(f"P8: {closed} flows closed of {mark}")
+            gc.collect()
+            sizes.append(resident_bytes())
+    return sizes
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.memory", description=__doc__)
+    parser.add_argument("--first", type=int, default=100_000)
+    parser.add_argument("--second", type=int, default=200_000)
+    parser.add_argument("--agents", type=int, default=4)
+    parser.add_argument("--dir", help="where the journal is written (default: a temp dir)")
+    args = parser.parse_args(argv)
+    if args.first % args.agents or args.second % args.agents or args.second <= args.first:
+        print("error: counts must be multiples of --agents, second > first", file=sys.stderr)
+        return 2
+    with tempfile.TemporaryDirectory(prefix="dir-bench-p8-", dir=args.dir) as tmp:
+        try:
+            first, second = anyio.run(
+                grow, Path(tmp) / "p8.db", [args.first, args.second], args.agents
+            )
+        except BenchmarkFailed as exc:
+            print(f"error: BENCHMARK_FAILED: {exc}", file=sys.stderr)
+            return 1
+    print(
+        json.dumps(
+            {
+                "first_flows": args.first,
+                "second_flows": args.second,
+                "rss_first": first,
+                "rss_second": second,
+                "growth": (second - first) / first,
+                "bytes_per_flow": (second - first) / (args.second - args.first),
+            }
+        )
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,75 @@
+"""P6: journal bytes per event on disk for a trading-like workload, and where they go.
+
+The workload is the shipped trading simulation (``examples.trading``): a
+mandate flow, position agents proposing orders on market ticks, stale
+contexts, rejections, escalations answered by a scripted operator, executions
+on a simulated broker. Its mix of contexts, verdicts and executions is what
+a desk's journal holds; the benchmark's own no-op flows (J1) are not.
+
+Bytes are the database file after a WAL checkpoint, split by SQLite's
+``dbstat`` into the events table, each index and the rest, and the events
+table further into canonical JSON bodies, hashes and the indexed columns.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from examples import trading
+
+
+@dataclass(frozen=True)
+class StorageRun:
+    """Bytes on disk of one trading journal, and their breakdown per event."""
+
+    events: int
+    file_bytes: int
+    breakdown: dict[str, float] = field(default_factory=dict)
+    """Bytes per event by where they are stored."""
+
+    @property
+    def bytes_per_event(self) -> float:
+        return self.file_bytes / self.events
+
+
+async def run_storage(path: Path, ticks: int, seed: int = 1) -> StorageRun:
+    """Run the trading simulation for ``ticks`` market ticks into ``path``; measure the file."""
+    await trading.run(seed, path, ticks, progress=False)
+    return measure_file(path)
+
+
+def measure_file(path: Path) -> StorageRun:
+    """Checkpoint the closed journal at ``path`` and break its bytes down per event."""
+    conn = sqlite3.connect(path)
+    try:
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        (events,) = conn.execute("SELECT count(*) FROM events").fetchone()
+        columns = dict(
+            zip(
+                ("body", "hash", "type", "dfid"),
+                conn.execute(
+                    "SELECT sum(length(body)), sum(length(hash)), sum(length(type)),"
+                    " sum(coalesce(length(dfid), 0)) FROM events"
+                ).fetchone(),
+                strict=True,
+            )
+        )
+        try:
+            pages = dict(conn.execute("SELECT name, sum(pgsize) FROM dbstat GROUP BY name"))
+        except sqlite3.OperationalError:  # an SQLite built without dbstat
+            pages = {}
+    finally:
+        conn.close()
+    size = path.stat().st_size
+    breakdown = {f"column_{name}": value / events for name, value in columns.items()}
+    if pages:
+        table = pages.pop("events", 0)
+        breakdown["events_table_pages"] = table / events
+        breakdown["row_and_page_overhead"] = (table - sum(columns.values())) / events
+        for name in sorted(pages):
+            if name.startswith("events_"):
+                breakdown[f"index_{name}"] = pages.pop(name) / events
+        breakdown["other_tables"] = sum(pages.values()) / events
+    return StorageRun(events=events, file_bytes=size, breakdown=breakdown)
