@@ -384,6 +384,35 @@ class Journal:
         except sqlite3.Error as exc:
             raise _sqlite_error(self._path, exc) from exc
 
+    async def snapshot_seqs(self) -> list[int]:
+        """Return the seqs for which a snapshot is stored, oldest first."""
+        try:
+            rows = await self._query("SELECT seq FROM snapshots ORDER BY seq", [])
+        except JournalError as exc:
+            if "no such table" in exc.detail:
+                return []
+            raise
+        return [int(seq) for (seq,) in rows]
+
+    async def drop_snapshots(self, seqs: Collection[int]) -> None:
+        """Delete the snapshots stored for ``seqs`` (their checkpoints stay in the chain).
+
+        Raises:
+            JournalClosed: The journal is closing, closed or read-only.
+            JournalError: The delete failed (the events are untouched).
+        """
+        if not seqs:
+            return
+        if self._writer is None or self._closing:
+            self._raise_unwritable()
+        writer = self._writer
+        try:
+            await anyio.to_thread.run_sync(
+                _drop_snapshots, writer, sorted(seqs), limiter=self._limiter
+            )
+        except sqlite3.Error as exc:
+            raise _sqlite_error(self._path, exc) from exc
+
     async def read_snapshot(self, seq: int) -> tuple[str, bytes] | None:
         """Return the (digest, body) stored for ``seq``, or None (journals before snapshots too)."""
         try:
@@ -619,6 +648,18 @@ def _write_snapshot(conn: sqlite3.Connection, seq: int, digest: str, body: bytes
     conn.execute(
         "INSERT OR REPLACE INTO snapshots (seq, digest, body) VALUES (?, ?, ?)", (seq, digest, body)
     )
+
+
+def _drop_snapshots(conn: sqlite3.Connection, seqs: list[int]) -> None:
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        conn.executemany("DELETE FROM snapshots WHERE seq = ?", [(seq,) for seq in seqs])
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            with contextlib.suppress(sqlite3.Error):
+                conn.execute("ROLLBACK")
+        raise
 
 
 def _open_writer(

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import anyio
@@ -262,7 +262,7 @@ class Checkpointer:
         self._ready.set()
 
     async def run(self, journal: Journal) -> None:
-        """Store snapshots and append checkpoints until cancelled."""
+        """Store snapshots and append checkpoints until cancelled; thin out old snapshots."""
         while True:
             await self._ready.wait()
             self._ready = anyio.Event()
@@ -270,6 +270,34 @@ class Checkpointer:
             if captured is None:
                 continue
             await record_checkpoint(journal, captured)
+            try:
+                stored = await journal.snapshot_seqs()
+                kept = retained(stored, self._every)
+                await journal.drop_snapshots([seq for seq in stored if seq not in kept])
+            except JournalError as exc:
+                log.warning("old snapshots not thinned out: %s", exc)
+
+
+def retained(seqs: Sequence[int], every: int) -> set[int]:
+    """Return which of the snapshots at ``seqs`` to keep: the last two, then ever fewer.
+
+    A snapshot ``age`` checkpoints old is kept while its checkpoint number is a
+    multiple of the largest power of two not above ``age``, so about two per
+    doubling of age survive: opening needs only the latest, time travel to any
+    point folds at most about as many events as lie between it and now, and the
+    file holds O(log n) snapshots instead of n. Each snapshot's condition only
+    tightens as it ages, so a dropped one would never have been wanted back.
+    """
+    if not seqs or every <= 0:
+        return set(seqs)
+    latest = max(seqs) // every
+    kept = set()
+    for seq in seqs:
+        number = seq // every
+        age = latest - number
+        if age < 2 or number % (1 << (age.bit_length() - 1)) == 0:
+            kept.add(seq)
+    return kept
 
 
 async def record_checkpoint(

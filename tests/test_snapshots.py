@@ -21,10 +21,13 @@ async def test_a_checkpoint_records_the_hash_of_its_snapshot_bytes(tmp_path):
         events = await journal.read()
         points = [e.payload for e in events if isinstance(e.payload, ProjectionCheckpoint)]
         assert points
+        kept = await journal.snapshot_seqs()
+        assert kept and kept[-1] == points[-1].seq  # older ones may have been thinned out
         for point in points:
             stored = await journal.read_snapshot(point.seq)
-            assert stored is not None
-            assert point.snapshot == hashlib.sha256(stored[1]).hexdigest()
+            assert (stored is not None) == (point.seq in kept)
+            if stored is not None:
+                assert point.snapshot == hashlib.sha256(stored[1]).hexdigest()
         restored = await trusted_snapshot(journal)
     assert restored is not None and restored.last_seq == points[-1].seq
     assert restored.digest() == fold(events[: points[-1].seq]).digest()

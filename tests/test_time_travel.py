@@ -9,6 +9,8 @@ from contextlib import closing
 
 import anyio
 import msgspec
+from hypothesis import given
+from hypothesis import strategies as st
 
 from kernel import FlowStatus, fold, open_journal
 from kernel.cli import main
@@ -16,6 +18,7 @@ from kernel.events import ProjectionCheckpoint
 from kernel.replay import (
     ProjectedState,
     checkpoints,
+    retained,
     state_at,
     trusted_snapshot,
     verify_projections,
@@ -54,8 +57,14 @@ async def test_state_at_every_tenth_seq_equals_the_fold_of_the_prefix(tmp_path):
         # The whole journal, from the latest snapshot plus its tail, equals a full fold.
         assert (await state_at(journal, None)).digest() == fold(events).digest()
         report = await verify_projections(journal)
+        stored = await journal.snapshot_seqs()
     assert report.ok, report.problems
-    assert report.checkpoints == len(points) and report.snapshots == len(points)
+    # Every checkpoint is checked; old snapshots were thinned out as the journal grew.
+    assert report.checkpoints == len(points)
+    # (The kernel may close between a checkpoint and the thinning after it.)
+    assert retained([p.seq for p in points], 25) <= set(stored)
+    assert report.snapshots == len(stored) < len(points)
+    assert stored[-1] == points[-1].seq
 
 
 async def test_each_checkpoint_is_the_digest_of_the_state_it_names(tmp_path):
@@ -139,3 +148,23 @@ def test_dirk_state_at_and_verify(tmp_path, capsys):
     assert main(["verify", "--db", str(path)]) == 1
     assert "snapshot does not match replay" in capsys.readouterr().out
     assert main(["state", "--db", str(path), "--at", "999999"]) == 1
+
+
+@given(st.integers(1, 300), st.integers(1, 50), st.randoms(use_true_random=False))
+def test_snapshots_thin_out_to_about_two_per_doubling_of_age(n, every, rng):
+    """Thinning after each checkpoint keeps the same set as thinning once at the end."""
+    seqs: list[int] = []
+    kept: set[int] = set()
+    for number in range(1, n + 1):
+        seq = number * every + rng.randrange(every)  # a checkpoint lands a batch late
+        seqs.append(seq)
+        kept = retained(sorted(kept | {seq}), every)
+        assert seq in kept
+    assert kept == retained(seqs, every)
+    assert len(kept) <= 2 * n.bit_length() + 1
+    assert sorted(seqs)[-2:] == sorted(kept)[-2:]
+    # Time travel to any checkpoint starts from a snapshot at most about twice its age back.
+    for i, seq in enumerate(seqs):
+        age = n - 1 - i
+        start = max(s for s in kept | {0} if s <= seq)
+        assert (seq - start) // every <= 2 * age + 2
