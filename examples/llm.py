@@ -162,6 +162,10 @@ class OpenAIChat:
         try:
             with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
                 return bytes(response.read())
+        except urllib.error.HTTPError as exc:
+            with exc:  # the error carries the open response: read its reason, then close it
+                reason = exc.read(300).decode(errors="replace")
+            raise ModelError(f"{self.base_url}: HTTP {exc.code}: {reason}") from None
         except (urllib.error.URLError, TimeoutError, OSError) as exc:
             raise ModelError(f"{self.base_url}: {exc}") from exc
 
