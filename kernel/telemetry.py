@@ -35,6 +35,7 @@ from kernel.events import (
     DuplicateSuppressed,
     Event,
     ExecutionFailed,
+    ExecutionIntent,
     ExecutionStarted,
     ExecutionSucceeded,
     Feedback,
@@ -196,6 +197,15 @@ def _feedback_attrs(feedback: Feedback) -> dict[str, Any]:
     return attrs
 
 
+def _intent_attrs(intent: ExecutionIntent) -> dict[str, Any]:
+    return {
+        "dir.idempotency_key": intent.key,
+        "dir.adapter": intent.adapter,
+        "dir.intent_kind": intent.kind,
+        "dir.step": intent.step,
+    }
+
+
 def _project(
     dfid: str, events: list[Event], resource: Resource, still_open: bool
 ) -> list[ReadableSpan]:
@@ -240,13 +250,7 @@ def _project(
             case HumanDecided(decision=decision, operator=operator):
                 b.finish("escalation", ts, {"dir.decision": decision, "dir.operator": operator})
             case ExecutionStarted(intent=intent):
-                attrs = {
-                    "dir.idempotency_key": intent.key,
-                    "dir.adapter": intent.adapter,
-                    "dir.intent_kind": intent.kind,
-                    "dir.step": intent.step,
-                }
-                b.start("execute", ts, attrs, key=f"execute/{intent.key}")
+                b.start("execute", ts, _intent_attrs(intent), key=f"execute/{intent.key}")
             case ExecutionSucceeded(key=key, external_id=external_id):
                 done = {"dir.external_id": external_id} if external_id else None
                 b.finish(f"execute/{key}", ts, done)
@@ -266,13 +270,7 @@ def _project(
                 }
                 root_events.append(SpanEvent("dirty", dirty, ts))
             case CompensationStarted(intent=intent):
-                attrs = {
-                    "dir.idempotency_key": intent.key,
-                    "dir.adapter": intent.adapter,
-                    "dir.intent_kind": intent.kind,
-                    "dir.step": intent.step,
-                }
-                b.start("compensate", ts, attrs, key=f"compensate/{intent.key}")
+                b.start("compensate", ts, _intent_attrs(intent), key=f"compensate/{intent.key}")
             case CompensationSucceeded(key=key, external_id=external_id):
                 done = {"dir.external_id": external_id} if external_id else None
                 b.finish(f"compensate/{key}", ts, done)
