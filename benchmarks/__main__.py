@@ -67,8 +67,8 @@ class Plan:
     proposals: int = 20_000
     latency_flows: int = 2_500
     """P3: flows offered at 500/s per round."""
-    trading_ticks: int = 1_000
-    """P6: market ticks of the trading simulation per round."""
+    trading_minutes: int = 390
+    """P6: simulated market minutes of the trading desk per round (390: a whole day)."""
     open_events: int = 1_000_000
     """P7: events in the journal opened."""
     memory_flows: tuple[int, int] = (100_000, 200_000)
@@ -84,7 +84,7 @@ QUICK = Plan(
     rows=20_000,
     flows=4_000,
     latency_flows=500,
-    trading_ticks=300,
+    trading_minutes=60,
     open_events=100_000,
     memory_flows=(5_000, 10_000),
     memory_repeats=1,
@@ -202,7 +202,7 @@ def _measure(plan: Plan, only: set[str], tmp: Path, quick: bool) -> list[Figure]
             if "P6" in only:
                 path = tmp / f"p6-{n}.db"
                 try:
-                    p6.append(anyio.run(run_storage, path, plan.trading_ticks, backend="asyncio"))
+                    p6.append(anyio.run(run_storage, path, plan.trading_minutes, backend="asyncio"))
                 finally:
                     _remove(path)
                 said.append(f"P6 {p6[-1].bytes_per_event:,.0f} bytes/event")
@@ -226,7 +226,7 @@ def _measure(plan: Plan, only: set[str], tmp: Path, quick: bool) -> list[Figure]
     if p5:
         figures += replay_figures(p5, p1)
     if p6:
-        figures.append(storage_figure(p6, plan.trading_ticks))
+        figures.append(storage_figure(p6, plan.trading_minutes))
     scaled = " [quick: smaller than the goal's]" if quick else ""
     if "P7" in only:
         print(f"P7: building {plan.open_events:,} events{scaled}", file=sys.stderr, flush=True)

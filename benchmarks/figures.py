@@ -96,7 +96,7 @@ def replay_figures(runs: list[ReplayRun], p1: list[FlowRun]) -> list[Figure]:
     return [replay, verify]
 
 
-def storage_figure(runs: list[StorageRun], ticks: int) -> Figure:
+def storage_figure(runs: list[StorageRun], minutes: int) -> Figure:
     """P6: bytes per event of the trading simulation's journal."""
     keys = runs[0].breakdown.keys()
     return Figure(
@@ -107,7 +107,7 @@ def storage_figure(runs: list[StorageRun], ticks: int) -> Figure:
         goal=BYTES_GOAL,
         lower_is_better=True,
         extra={
-            "ticks": ticks,
+            "minutes": minutes,
             "events": statistics.median(r.events for r in runs),
             "breakdown_bytes_per_event": {
                 k: statistics.median(r.breakdown[k] for r in runs) for k in keys

@@ -1,10 +1,11 @@
 """P6: journal bytes per event on disk for a trading-like workload, and where they go.
 
-The workload is the shipped trading simulation (``examples.trading``): a
-mandate flow, position agents proposing orders on market ticks, stale
-contexts, rejections, escalations answered by a scripted operator, executions
-on a simulated broker. Its mix of contexts, verdicts and executions is what
-a desk's journal holds; the benchmark's own no-op flows (J1) are not.
+The workload is the shipped trading desk (``examples.trading``): a mandate
+flow, position, risk and strategy agents, stale contexts, rejections,
+escalations answered by a scripted operator, a compensated saga, executions on
+a simulated broker with retries and duplicate deliveries. Its mix of contexts,
+verdicts and executions is what a desk's journal holds; the benchmark's own
+no-op flows (J1) are not.
 
 Bytes are the database file after a WAL checkpoint, split by SQLite's
 ``dbstat`` into the events table, each index and the rest, and the events
@@ -34,9 +35,9 @@ class StorageRun:
         return self.file_bytes / self.events
 
 
-async def run_storage(path: Path, ticks: int, seed: int = 1) -> StorageRun:
-    """Run the trading simulation for ``ticks`` market ticks into ``path``; measure the file."""
-    await trading.run(seed, path, ticks, progress=False)
+async def run_storage(path: Path, minutes: int, seed: int = 1) -> StorageRun:
+    """Run the trading desk for ``minutes`` simulated minutes into ``path``; measure the file."""
+    await trading.simulate(seed, path, minutes, "scripted", "scripted", progress=False)
     return measure_file(path)
 
 

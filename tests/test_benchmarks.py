@@ -16,7 +16,8 @@ from pathlib import Path
 from benchmarks.memory import resident_bytes
 from benchmarks.peers import installed
 from benchmarks.report import Figure, table
-from benchmarks.storage import measure_file
+from benchmarks.storage import measure_file, run_storage
+from examples.market import MIN_MINUTES
 from kernel import open_journal
 from kernel.events import Draft, TriggerFired
 
@@ -77,3 +78,14 @@ def test_peer_runner_reports_as_json_in_its_own_process() -> None:
     assert record["peer"] == "autogen"
     # Either it ran all of them, or it says why not (the extra is not installed in CI).
     assert record.get("decisions") == 20 or record["error"].startswith("skipped")
+
+
+async def test_p6_measures_the_shipped_trading_desk(tmp_path: Path) -> None:
+    """P6 drives the example itself: its journal is the one measured, event for event."""
+    path = tmp_path / "desk.db"
+    run = await run_storage(path, MIN_MINUTES)
+    async with open_journal(path, readonly=True) as journal:
+        kinds = {e.payload.proposal.kind for e in await journal.read(types=["ProposalSubmitted"])}
+        assert run.events == journal.head_seq
+    assert {"trading.place_order", "trading.set_mandate", "desk.rebalance"} <= kinds
+    assert run.bytes_per_event == path.stat().st_size / run.events
