@@ -159,6 +159,7 @@ class Projections:
         self.unsettled: dict[str, set[str]] = {}
         self.memory = MemoryState()
         self._committing: dict[str, FlowState] | None = None
+        self._were_ended: set[str] = set()
         self.reservations: dict[str, dict[str, int]] = {}
         """What each open flow holds, by pool (semantic locks)."""
         self.held: dict[str, int] = {}
@@ -251,6 +252,11 @@ class Projections:
             self.last_seq = event.seq
         if committing:
             for state in committing.values():
+                if state.dfid in self._were_ended:
+                    # Only notes reach a finished flow: the index sees them, if it kept it.
+                    if state.dfid in self.ended:
+                        self.flows[state.dfid] = state
+                    continue
                 self._set_flow(state)
 
     def _memory_started(self, event: Event, payload: ExecutionStarted) -> None:
@@ -291,11 +297,11 @@ class Projections:
         self.finished_hash = finished_hash(self.finished_hash, state)
         self._index(dfid)
 
-    def _index(self, dfid: str) -> None:
-        """Note ``dfid`` as a finished flow kept in ``flows``; forget the oldest past the limit."""
+    def _index(self, dfid: str, at_least: int = 0) -> None:
+        """Note ``dfid`` as a finished flow in ``flows``; forget the oldest past the limit."""
         self.ended[dfid] = None
         keep = self.keep_finished
-        if keep is not None and len(self.ended) > keep:
+        if keep is not None and len(self.ended) > max(keep, at_least):
             oldest = next(iter(self.ended))
             del self.ended[oldest]
             self.flows.pop(oldest, None)
@@ -313,7 +319,7 @@ class Projections:
         self.flows[state.dfid] = state
         if approval is not None:
             self.approvals[state.dfid] = approval
-        self._index(state.dfid)
+        self._index(state.dfid, at_least=1)  # even keep_finished=0 holds it for the request
 
     def open_flows(self) -> dict[str, FlowState]:
         """Return the flows that have not ended, by DFID."""
@@ -353,6 +359,7 @@ class Projections:
         """
         staged: dict[str, FlowState] = {}
         self._committing = staged
+        were_ended = self._were_ended = set()
 
         def check(events: Sequence[Event]) -> None:
             mine: dict[str, FlowState] = {}
@@ -360,9 +367,13 @@ class Projections:
                 dfid = event.dfid
                 if dfid is None or type(event.payload) not in FLOW_EVENTS:
                     continue
-                current = mine.get(dfid) or staged.get(dfid) or self.flows.get(dfid)
-                if current is None and type(event.payload) in _NOTES:
-                    continue  # a note on a finished flow the index forgot
+                current = mine.get(dfid) or staged.get(dfid)
+                if current is None:
+                    current = self.flows.get(dfid)
+                    if current is None and type(event.payload) in _NOTES:
+                        continue  # a note on a finished flow the index forgot
+                    if current is not None and current.terminal:
+                        were_ended.add(dfid)  # it had ended before this transaction
                 mine[dfid] = flow.apply(current, event)
             staged.update(mine)
 
