@@ -47,6 +47,9 @@ from kernel.replay import CHECKPOINT_EVERY, Checkpointer, restore
 from kernel.rulebook import Promoter, RuleSearch
 from kernel.telemetry import Telemetry
 
+KEEP_FINISHED = 10_000
+"""Finished flows a kernel keeps in memory unless ``open_kernel`` is told otherwise."""
+
 
 @asynccontextmanager
 async def open_kernel(
@@ -73,6 +76,7 @@ async def open_kernel(
     checkpoint_every: int = CHECKPOINT_EVERY,
     guard_timeout_s: float = GUARD_TIMEOUT_S,
     rule_search: RuleSearch | None = None,
+    keep_finished: int | None = KEEP_FINISHED,
 ) -> AsyncIterator[Kernel]:
     """Open a kernel on the journal at ``path`` and run it for the body of the block.
 
@@ -104,6 +108,10 @@ async def open_kernel(
         guard_timeout_s: how long a soft guard may take before its flow is flagged anyway.
         rule_search: how rules relevant to a flow are found for its context (default:
             lexical search; a vector search plugs in through the same port).
+        keep_finished: finished flows kept in memory for :meth:`Kernel.flow` and
+            :meth:`Kernel.flows` (the most recently ended); older ones are read back
+            from the journal by :meth:`Kernel.wait_flow` and when a request names
+            them. None keeps every one (memory then grows with each flow).
 
     Raises:
         PackError: on an invalid policy pack or a missing adapter.
@@ -123,7 +131,7 @@ async def open_kernel(
     telemetry = telemetry if telemetry is not None else Telemetry.from_env()
     async with open_journal(path, clock=clock, synchronous=synchronous, faults=faults) as journal:
         # The latest snapshot that matches its checkpoint, then the events after it.
-        projections = await restore(journal)
+        projections = await restore(journal, keep_finished)
         # One promoter for agents' rule proposals (the memory executor) and operators'.
         promoter = Promoter(lambda: projections.memory.rulebook, journal.append)
         if MEMORY_ADAPTER in catalog.adapters_needed() and MEMORY_ADAPTER not in adapters:

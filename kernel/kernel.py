@@ -57,11 +57,11 @@ from kernel.guard_runner import GUARD_TIMEOUT_S, GuardRunner
 from kernel.hosting import AgentHost, AgentLike
 from kernel.inbox import InboxRow
 from kernel.integrity import IntegrityModule, Validate
-from kernel.journal import Journal
+from kernel.journal import Journal, JournalError
 from kernel.pack_loading import LoadPack
 from kernel.packs import PackError, PolicyCatalog, PolicyPack
 from kernel.ports import Clock, IdSource
-from kernel.projection import AgentStatus, Projections, visible
+from kernel.projection import AgentStatus, Projections, fold, visible
 from kernel.reasons import ReasonCode
 from kernel.registry import Register, Registry, SetStatus
 from kernel.replay import Checkpointer
@@ -285,6 +285,7 @@ class Kernel:
                 layer="schema",
                 field=exc.field,
             )
+        await self._recall(dfid)
         reply: Reply[Verdict] = Reply()
         msg = Validate(dfid=dfid, proposal=record, token=token, invalid=invalid, reply=reply)
         return await self._call(self.integrity_mailbox, msg, reply)
@@ -308,6 +309,7 @@ class Kernel:
         expired (EXPIRED), and a flow not waiting for a human refuses it
         (FLOW_NOT_ACTIVE); every refusal is recorded.
         """
+        await self._recall(dfid)
         reply: Reply[Verdict] = Reply()
         msg = Decide(
             dfid=dfid,
@@ -435,23 +437,42 @@ class Kernel:
         return await self.promoter.decide(proposal_seq, decision, operator=operator, reason=reason)
 
     def flow(self, dfid: str) -> FlowState | None:
-        """Return the current state of a flow."""
+        """Return the current state of a flow: open, or among the ``keep_finished`` last ended.
+
+        An older finished flow is not in memory: :meth:`wait_flow` reads it back
+        from the journal.
+        """
         return self.projections.flows.get(dfid)
 
     def flows(self, status: FlowStatus | str | None = None) -> list[FlowState]:
-        """Return every flow, or those in ``status``, oldest first."""
+        """Return the open flows and the ``keep_finished`` last ended, oldest first.
+
+        ``dirk flows`` lists every flow the journal holds.
+        """
         flows = self.projections.flows.values()
         if status is not None:
             flows = [f for f in flows if f.status == status]  # type: ignore[assignment]
         return sorted(flows, key=lambda f: f.created_ts)
 
+    def finished(self) -> dict[FlowStatus, int]:
+        """Return how many flows ever ended, by final status (kept in memory or not)."""
+        return {FlowStatus(status): n for status, n in self.projections.finished.items()}
+
     async def wait_flow(
         self, dfid: str, until: Collection[FlowStatus] = TERMINAL | {FlowStatus.ESCALATED}
     ) -> FlowState:
-        """Wait until flow ``dfid`` is in one of the ``until`` statuses, and return it."""
+        """Wait until flow ``dfid`` is in one of the ``until`` statuses, and return it.
+
+        A finished flow no longer in memory is read back from the journal.
+        """
         targets = frozenset(until)
         while True:
             current = self.projections.flows.get(dfid)
+            if current is None:
+                current = await self._recall(dfid)
+                if current is not None and current.status in targets:
+                    return current
+                current = self.projections.flows.get(dfid)  # it may have moved meanwhile
             if current is not None and current.status in targets:
                 return current
             self._raise_if_stopped()
@@ -472,6 +493,26 @@ class Kernel:
         return self._stop_reason
 
     # --- internals ---------------------------------------------------------
+
+    async def _recall(self, dfid: str) -> FlowState | None:
+        """Read a finished flow the projections forgot back from the journal, and keep it.
+
+        Requests naming an old flow (a repeated submission, a late decision) are
+        then answered from its record exactly as while it was kept. Returns the
+        flow if it finished, else None (an open flow is always in memory).
+        """
+        self._raise_if_stopped()
+        if dfid in self.projections.flows:
+            return None
+        try:
+            folded = fold(await self.journal.flow_events(dfid))
+        except JournalError:
+            return None  # the request goes on, and is refused or finds the kernel stopped
+        state = folded.flows.get(dfid)
+        if state is None or not state.terminal:
+            return None
+        self.projections.recall(state, folded.approvals.get(dfid))
+        return state
 
     async def _call(self, mailbox: Mailbox[Any], msg: Any, reply: Reply[T]) -> T:
         self._raise_if_stopped()
@@ -517,7 +558,10 @@ class Kernel:
                 waiters = self._waiters.get(event.dfid)
                 if not waiters:
                     continue
-                status = self.projections.flows[event.dfid].status
+                current = self.projections.flows.get(event.dfid)
+                if current is None:
+                    continue  # a note on a finished flow the index forgot
+                status = current.status
                 keep = []
                 for targets, wake in waiters:
                     if status in targets:

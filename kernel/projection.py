@@ -4,10 +4,20 @@ Every actor reads state from here and nowhere else. The live kernel applies
 each committed batch as the journal reports it; ``fold`` rebuilds the same
 state from scratch, and the two must agree (``digest`` compares them). Nothing
 here reads the clock or the network: time enters only as recorded event data.
+
+A finished flow (CLOSED, ABORTED, COMPENSATED) leaves the canonical state the
+moment it ends: the digest covers the open flows, the count of finished ones
+by status and a rolling hash of their final states, so a kernel that runs for
+months holds nothing per finished flow in what it must keep. The flows
+themselves stay readable in ``flows`` as an index beside the canonical state:
+a fold from scratch keeps every one (``keep_finished=None``, what the CLI
+uses), the live kernel only the most recent ``keep_finished`` (older ones are
+read back from the journal on demand, see :meth:`Projections.recall`).
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Iterable, Sequence
 from enum import StrEnum
 from typing import Any
@@ -23,10 +33,11 @@ from kernel.events import (
     AmendmentRefused,
     ContextCompiled,
     DecisionRefused,
+    DuplicateSuppressed,
     Event,
     ExecutionStarted,
-    ExecutionSucceeded,
     FlowEscalated,
+    FlowFlagged,
     HumanDecided,
     KernelStarted,
     LimitAmended,
@@ -36,6 +47,7 @@ from kernel.events import (
     ResourceReleased,
     ResourceReserved,
     RuleDecided,
+    SubmissionRefused,
     TriggerFired,
     digest,
 )
@@ -64,6 +76,24 @@ _UNCHARGED = frozenset({"EXECUTION_FAILED"})
 _INBOX_EVENTS = frozenset(
     {HumanDecided, DecisionRefused, LimitAmended, AmendmentRefused, AgentStatusChanged, RuleDecided}
 )
+# Flow events allowed in any status that never change it: the only ones a flow gets
+# after it ended. On a finished flow they touch the index, never the canonical state.
+_NOTES = frozenset({DecisionRefused, DuplicateSuppressed, SubmissionRefused, FlowFlagged})
+_MODULUS = 1 << 256
+# Sorted keys: a live payload and the same payload decoded from the journal encode alike.
+_flow_encoder = msgspec.msgpack.Encoder(order="sorted")
+
+
+def finished_hash(previous: str, state: FlowState) -> str:
+    """Return the rolling hash of finished flows with ``state`` added.
+
+    A sum of SHA-256 values modulo 2**256: the order in which flows of one batch
+    end does not matter (the live kernel and a fold may see them in different
+    orders), and each finished flow changes it.
+    """
+    value = int(previous, 16) if previous else 0
+    mine = int.from_bytes(hashlib.sha256(_flow_encoder.encode(state)).digest())
+    return f"{(value + mine) % _MODULUS:064x}"
 
 
 class AgentStatus(StrEnum):
@@ -93,15 +123,6 @@ class Fact(msgspec.Struct, frozen=True, gc=False, kw_only=True):
     ts: int
 
 
-class ExecutionRecord(msgspec.Struct, frozen=True, gc=False, kw_only=True):
-    """The recorded result of an idempotency key."""
-
-    dfid: str
-    external_id: str
-    detail: dict[str, Any]
-    seq: int
-
-
 def visible(subscriptions: Iterable[str], key: str) -> bool:
     """Whether a state key or topic falls under one of the dotted-prefix subscriptions."""
     for prefix in subscriptions:
@@ -111,21 +132,34 @@ def visible(subscriptions: Iterable[str], key: str) -> bool:
 
 
 class Projections:
-    """The state of the kernel as of ``last_seq``."""
+    """The state of the kernel as of ``last_seq``.
 
-    def __init__(self) -> None:
+    Args:
+        keep_finished: how many finished flows ``flows`` keeps beside the open
+            ones (the most recently ended); None keeps every one.
+    """
+
+    def __init__(self, keep_finished: int | None = None) -> None:
         self.last_seq = 0
+        self.keep_finished = keep_finished
         self.flows: dict[str, FlowState] = {}
+        """Open flows, and the finished ones kept (see ``keep_finished``)."""
+        self.ended: dict[str, None] = {}
+        """The finished flows in ``flows``, oldest first (an ordered set)."""
+        self.finished: dict[str, int] = {}
+        """How many flows ended, by final status (canonical)."""
+        self.finished_hash = ""
+        """The rolling hash of every finished flow's final state (canonical)."""
         self.agents: dict[str, AgentView] = {}
         self.sessions: dict[str, str] = {}
         self.state: dict[str, Fact] = {}
-        self.executions: dict[str, ExecutionRecord] = {}
         self.moving: set[str] = set()
         # Derived (not part of the digest): per agent, its flows whose effects have not
         # converged (a saga unwinding, or escalated with steps still in effect).
         self.unsettled: dict[str, set[str]] = {}
         self.memory = MemoryState()
         self._committing: dict[str, FlowState] | None = None
+        self._were_ended: set[str] = set()
         self.reservations: dict[str, dict[str, int]] = {}
         """What each open flow holds, by pool (semantic locks)."""
         self.held: dict[str, int] = {}
@@ -151,7 +185,9 @@ class Projections:
             if event.dfid is not None and type(payload) in FLOW_EVENTS:
                 dfid = event.dfid
                 if committing is None or dfid not in committing:
-                    self._set_flow(flow.apply(self.flows.get(dfid), event))
+                    current = self.flows.get(dfid)
+                    if current is not None or type(payload) not in _NOTES:
+                        self._set_flow(flow.apply(current, event))
                 if isinstance(payload, ContextCompiled):
                     # The rules this attempt showed: what its citations are checked against.
                     self.memory.rulebook.context_shown(dfid, payload.rules)
@@ -163,14 +199,7 @@ class Projections:
                         history = self.escalations.setdefault(agent_id, [])
                         history.append((dfid, event.ts))
                         del history[:-HISTORY]
-                if isinstance(payload, ExecutionSucceeded):
-                    self.executions[payload.key] = ExecutionRecord(
-                        dfid=dfid,
-                        external_id=payload.external_id,
-                        detail=payload.detail,
-                        seq=event.seq,
-                    )
-                elif (
+                if (
                     isinstance(payload, ExecutionStarted)
                     and payload.intent.adapter == MEMORY_ADAPTER
                 ):
@@ -223,6 +252,11 @@ class Projections:
             self.last_seq = event.seq
         if committing:
             for state in committing.values():
+                if state.dfid in self._were_ended:
+                    # Only notes reach a finished flow: the index sees them, if it kept it.
+                    if state.dfid in self.ended:
+                        self.flows[state.dfid] = state
+                    continue
                 self._set_flow(state)
 
     def _memory_started(self, event: Event, payload: ExecutionStarted) -> None:
@@ -238,9 +272,10 @@ class Projections:
         )
 
     def _set_flow(self, state: FlowState) -> None:
-        self.flows[state.dfid] = state
-        if state.terminal:
-            self.memory.rulebook.shown.pop(state.dfid, None)
+        dfid = state.dfid
+        self.flows[dfid] = state
+        if state.terminal and dfid not in self.ended:
+            self._finish(state)
         if state.status in MOVING:
             self.moving.add(state.dfid)
         else:
@@ -253,6 +288,43 @@ class Projections:
             self.unsettled.setdefault(state.agent_id, set()).add(state.dfid)
         elif state.done and state.agent_id in self.unsettled:
             self.unsettled[state.agent_id].discard(state.dfid)
+
+    def _finish(self, state: FlowState) -> None:
+        """Move a flow that just ended out of the canonical state, into the index."""
+        dfid = state.dfid
+        self.memory.rulebook.shown.pop(dfid, None)
+        self.finished[state.status] = self.finished.get(state.status, 0) + 1
+        self.finished_hash = finished_hash(self.finished_hash, state)
+        self._index(dfid)
+
+    def _index(self, dfid: str, at_least: int = 0) -> None:
+        """Note ``dfid`` as a finished flow in ``flows``; forget the oldest past the limit."""
+        self.ended[dfid] = None
+        keep = self.keep_finished
+        if keep is not None and len(self.ended) > max(keep, at_least):
+            oldest = next(iter(self.ended))
+            del self.ended[oldest]
+            self.flows.pop(oldest, None)
+            self.approvals.pop(oldest, None)
+
+    def recall(self, state: FlowState, approval: Approval | None = None) -> None:
+        """Put a finished flow read back from the journal into the index (not the digest).
+
+        The kernel calls it before answering a request about a flow the index
+        forgot (a repeated submission, a late decision), so the actors answer it
+        from the record exactly as they did while the flow was kept.
+        """
+        if not state.terminal or state.dfid in self.flows:
+            return
+        self.flows[state.dfid] = state
+        if approval is not None:
+            self.approvals[state.dfid] = approval
+        self._index(state.dfid, at_least=1)  # even keep_finished=0 holds it for the request
+
+    def open_flows(self) -> dict[str, FlowState]:
+        """Return the flows that have not ended, by DFID."""
+        ended = self.ended
+        return {dfid: state for dfid, state in self.flows.items() if dfid not in ended}
 
     def unsettled_flows(self, agent_id: str) -> list[str]:
         """Return the agent's flows whose effects have not converged.
@@ -287,6 +359,7 @@ class Projections:
         """
         staged: dict[str, FlowState] = {}
         self._committing = staged
+        were_ended = self._were_ended = set()
 
         def check(events: Sequence[Event]) -> None:
             mine: dict[str, FlowState] = {}
@@ -294,7 +367,13 @@ class Projections:
                 dfid = event.dfid
                 if dfid is None or type(event.payload) not in FLOW_EVENTS:
                     continue
-                current = mine.get(dfid) or staged.get(dfid) or self.flows.get(dfid)
+                current = mine.get(dfid) or staged.get(dfid)
+                if current is None:
+                    current = self.flows.get(dfid)
+                    if current is None and type(event.payload) in _NOTES:
+                        continue  # a note on a finished flow the index forgot
+                    if current is not None and current.terminal:
+                        were_ended.add(dfid)  # it had ended before this transaction
                 mine[dfid] = flow.apply(current, event)
             staged.update(mine)
 
@@ -314,16 +393,22 @@ class Projections:
         return dict(sorted(seen.items()))
 
     def snapshot(self) -> dict[str, Any]:
-        """Return the whole state as plain data (for digests, time travel and the CLI)."""
+        """Return the canonical state as plain data (for digests, time travel and the CLI).
+
+        Finished flows appear only as counts by status and their rolling hash;
+        the index of them (``flows``, ``approvals``) is left out.
+        """
+        ended = self.ended
         return {
             "last_seq": self.last_seq,
-            "flows": self.flows,
+            "flows": self.open_flows(),
+            "finished": dict(sorted(self.finished.items())),
+            "finished_hash": self.finished_hash,
             "agents": self.agents,
             "sessions": self.sessions,
             "state": self.state,
-            "executions": self.executions,
             "reservations": self.reservations,
-            "approvals": self.approvals,
+            "approvals": {d: a for d, a in self.approvals.items() if d not in ended},
             "escalations": self.escalations,
             "inbox_taken": sorted(self.inbox_taken.items()),
             # Constraints and rule proposals are keyed by seq: canonical JSON keys are strings.
@@ -337,8 +422,8 @@ class Projections:
         return digest(self.snapshot())
 
 
-def fold(events: Iterable[Event]) -> Projections:
-    """Rebuild projections from scratch."""
-    projections = Projections()
+def fold(events: Iterable[Event], keep_finished: int | None = None) -> Projections:
+    """Rebuild projections from scratch (keeping every finished flow unless told otherwise)."""
+    projections = Projections(keep_finished)
     projections.apply(events)
     return projections

@@ -34,7 +34,7 @@ from kernel.events import Draft, Event, PackRef, ProjectionCheckpoint
 from kernel.flow import FlowState, IllegalTransition
 from kernel.journal import Journal, JournalError
 from kernel.memory import MemoryState
-from kernel.projection import AgentView, ExecutionRecord, Fact, Projections
+from kernel.projection import AgentView, Fact, Projections
 
 log = logging.getLogger("kernel.replay")
 
@@ -43,15 +43,20 @@ CHECKPOINT_EVERY = 10_000
 
 
 class ProjectedState(msgspec.Struct, kw_only=True):
-    """The whole projected state as stored in a snapshot (see Projections.snapshot)."""
+    """The canonical projected state as stored in a snapshot (see Projections.snapshot).
+
+    Only open flows are stored, finished ones as counts and their rolling hash:
+    a snapshot's size does not grow with the flows that ever ran.
+    """
 
     last_seq: int
     flows: dict[str, FlowState]
     agents: dict[str, AgentView]
     sessions: dict[str, str]
     state: dict[str, Fact]
-    executions: dict[str, ExecutionRecord]
     memory: MemoryState
+    finished: dict[str, int] = {}
+    finished_hash: str = ""
     reservations: dict[str, dict[str, int]] = {}
     approvals: dict[str, Approval] = {}
     escalations: dict[str, list[tuple[str, int]]] = {}
@@ -68,14 +73,19 @@ def capture(projections: Projections) -> ProjectedState:
     """Return a copy of the state that later folds leave alone (the records are immutable)."""
     return ProjectedState(
         last_seq=projections.last_seq,
-        flows=dict(projections.flows),
+        flows=projections.open_flows(),
         agents=dict(projections.agents),
         sessions=dict(projections.sessions),
         state=dict(projections.state),
-        executions=dict(projections.executions),
         memory=projections.memory.copy(),
+        finished=dict(projections.finished),
+        finished_hash=projections.finished_hash,
         reservations={dfid: dict(pools) for dfid, pools in projections.reservations.items()},
-        approvals=dict(projections.approvals),
+        approvals={
+            dfid: approval
+            for dfid, approval in projections.approvals.items()
+            if dfid not in projections.ended
+        },
         escalations={a: list(h) for a, h in projections.escalations.items()},
         inbox_taken=dict(projections.inbox_taken),
         packs=dict(projections.packs),
@@ -83,16 +93,17 @@ def capture(projections: Projections) -> ProjectedState:
     )
 
 
-def restore_state(captured: ProjectedState) -> Projections:
-    """Return live projections holding ``captured``."""
-    projections = Projections()
+def restore_state(captured: ProjectedState, keep_finished: int | None = None) -> Projections:
+    """Return live projections holding ``captured`` (no finished flow in the index yet)."""
+    projections = Projections(keep_finished)
     projections.last_seq = captured.last_seq
     for flow in captured.flows.values():
         projections._set_flow(flow)  # also rebuilds what is derived from flows
+    projections.finished = captured.finished
+    projections.finished_hash = captured.finished_hash
     projections.agents = captured.agents
     projections.sessions = captured.sessions
     projections.state = captured.state
-    projections.executions = captured.executions
     projections.memory = captured.memory
     projections.approvals = captured.approvals
     projections.escalations = captured.escalations
@@ -111,10 +122,10 @@ def encode_snapshot(captured: ProjectedState) -> tuple[str, bytes]:
     return restore_state(captured).digest(), _encoder.encode(captured)
 
 
-def decode_snapshot(body: bytes) -> Projections | None:
+def decode_snapshot(body: bytes, keep_finished: int | None = None) -> Projections | None:
     """Return the projections a snapshot body holds, or None if it does not decode."""
     try:
-        return restore_state(_decoder.decode(body))
+        return restore_state(_decoder.decode(body), keep_finished)
     except (msgspec.DecodeError, msgspec.ValidationError, ValueError):
         return None
 
@@ -125,19 +136,23 @@ async def checkpoints(journal: Journal, stop: int | None = None) -> list[Project
     return [e.payload for e in events if isinstance(e.payload, ProjectionCheckpoint)]
 
 
-def _matches(point: ProjectionCheckpoint, body: bytes) -> Projections | None:
+def _matches(
+    point: ProjectionCheckpoint, body: bytes, keep_finished: int | None
+) -> Projections | None:
     """Return the projections of a snapshot if it is the one ``point`` recorded, else None."""
     if point.snapshot:
         if hashlib.sha256(body).hexdigest() != point.snapshot:
             return None
-        return decode_snapshot(body)
-    projections = decode_snapshot(body)
+        return decode_snapshot(body, keep_finished)
+    projections = decode_snapshot(body, keep_finished)
     if projections is None or projections.digest() != point.digest:
         return None
     return projections
 
 
-async def trusted_snapshot(journal: Journal, at: int | None = None) -> Projections | None:
+async def trusted_snapshot(
+    journal: Journal, at: int | None = None, keep_finished: int | None = None
+) -> Projections | None:
     """Return the latest snapshot (after at most event ``at``) that matches its checkpoint."""
     for point in reversed(await checkpoints(journal)):
         if at is not None and point.seq > at:
@@ -145,21 +160,27 @@ async def trusted_snapshot(journal: Journal, at: int | None = None) -> Projectio
         stored = await journal.read_snapshot(point.seq)
         if stored is None:
             continue
-        projections = _matches(point, stored[1])
+        projections = _matches(point, stored[1], keep_finished)
         if projections is not None:
             return projections
         log.warning("snapshot at seq %d does not match its checkpoint; not used", point.seq)
     return None
 
 
-async def restore(journal: Journal) -> Projections:
-    """Return the projections of the whole journal: the latest trusted snapshot plus the tail."""
-    return await state_at(journal, None)
+async def restore(journal: Journal, keep_finished: int | None = None) -> Projections:
+    """Return the projections of the whole journal: the latest trusted snapshot plus the tail.
+
+    The index holds the open flows and at most ``keep_finished`` finished ones
+    (those that ended in the tail); None keeps every finished flow of the tail.
+    """
+    return await state_at(journal, None, keep_finished)
 
 
-async def state_at(journal: Journal, seq: int | None) -> Projections:
+async def state_at(
+    journal: Journal, seq: int | None, keep_finished: int | None = None
+) -> Projections:
     """Return the projected state after event ``seq`` (the whole journal when None)."""
-    projections = await trusted_snapshot(journal, seq) or Projections()
+    projections = await trusted_snapshot(journal, seq, keep_finished) or Projections(keep_finished)
     stop = None if seq is None else seq + 1
     async for batch in journal.scan(projections.last_seq + 1):
         if stop is not None and batch[0].seq >= stop:
