@@ -47,6 +47,7 @@ from kernel.events import (
 from kernel.flow import FlowState, FlowStatus
 from kernel.gate import LAYERS, Judgement, MemoryCheck, Snapshot, judge, reject
 from kernel.guard_runner import Screen
+from kernel.intents import Dispatch, stage_start
 from kernel.memory import MemoryState
 from kernel.memory import check as check_memory
 from kernel.pack_loading import LoadPack, load
@@ -325,7 +326,13 @@ class IntegrityModule:
         )
         self._reserve(msg.dfid, flow.agent_id, judgement, own, verdict, out)
         self._screen(msg, snapshot.state, out)
-        out.send(self._execution, Execute(dfid=msg.dfid))
+        # The start of execution goes into this append too (one commit fewer per flow);
+        # the engine calls the adapter only once it is recorded (kernel.intents).
+        accepted = out.flow(msg.dfid)
+        assert accepted is not None
+        intent = stage_start(self._catalog, accepted, out)
+        if intent is not None:
+            out.send(self._execution, Dispatch(dfid=msg.dfid, key=intent.key))
         out.reply(msg.reply, Verdict(outcome=Outcome.ACCEPTED, dfid=msg.dfid, attempt=attempt))
 
     def _screen(self, msg: Validate, state: Mapping[str, Any], out: Outbox) -> None:

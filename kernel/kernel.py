@@ -538,6 +538,10 @@ class Kernel:
 
     def _spawn_effect(self, fn: Any) -> None:
         assert self._effects_tg is not None
+        if self._effects_tg.cancel_scope.cancel_called:
+            # Stopping: what was not called yet is recorded as started, and the next
+            # start resumes it (execution's Recover).
+            return
         self._effects_tg.start_soon(fn)
 
     def _on_dead_letter(self, actor: str, msg: Any, exc: BaseException, out: Outbox) -> None:
