@@ -27,7 +27,7 @@ from anyio.abc import TaskGroup
 
 from kernel import events, inbox
 from kernel.actors import ChildSpec, Mailbox, MailboxClosed, Outbox, Reply
-from kernel.adapters import RetryPolicy
+from kernel.adapters import CallPool, RetryPolicy
 from kernel.amendments import AmendLimit, AmendmentInvalid
 from kernel.context import ContextCompiler, FireTrigger
 from kernel.contracts import (
@@ -137,6 +137,8 @@ class Kernel:
             token_budget=token_budget,
             reasoning_timeout_s=reasoning_timeout_s,
         )
+        # Adapter calls run on kept worker tasks (shared by every engine instance).
+        adapter_calls = CallPool(self._spawn_effect)
         self.specs = [
             ChildSpec(
                 "registry",
@@ -192,7 +194,7 @@ class Kernel:
                     catalog,
                     adapters,
                     self.execution_mailbox,
-                    self._spawn_effect,
+                    adapter_calls,
                     projections=projections,
                     clock=clock,
                     rng=jitter,

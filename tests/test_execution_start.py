@@ -12,6 +12,7 @@ from collections.abc import Sequence
 import anyio
 
 from kernel import Event, ExecutionIntent, FlowStatus, Kernel, Receipt
+from kernel.adapters import CallPool
 from kernel.intents import Dispatch
 from tests.execution_domain import Desk, Ping, Trip, agent, desk_kernel
 from tests.helpers import types_of
@@ -96,3 +97,38 @@ async def test_a_dispatch_racing_with_recovery_calls_the_adapter_once(tmp_path):
         assert flow.status is FlowStatus.CLOSED
         assert [c.key for c in desk.calls] == [key]
         assert (await types_of(kernel, dfid)).count("ExecutionSucceeded") == 1
+
+
+async def test_the_call_pool_reuses_idle_workers_and_never_queues_behind_busy_ones():
+    gate = anyio.Event()
+    finished: list[str] = []
+    wake = {"slow": anyio.Event(), "fast": anyio.Event(), "again": anyio.Event()}
+
+    def call(name: str, wait: anyio.Event | None = None):
+        async def run() -> None:
+            if wait is not None:
+                await wait.wait()
+            finished.append(name)
+            if finished.count(name) == {"slow": 2}.get(name, 1):
+                wake[name].set()
+
+        return run
+
+    async with anyio.create_task_group() as tg:
+        pool = CallPool(tg.start_soon, size=2)
+        pool(call("slow", gate))
+        pool(call("slow", gate))
+        # Both workers wait on a slow adapter: the next call still runs at once.
+        pool(call("fast"))
+        await wake["fast"].wait()
+        assert finished == ["fast"] and pool.statistics() == (2, 0)
+        gate.set()
+        await wake["slow"].wait()
+        assert pool.statistics() == (2, 2)
+        # An idle worker takes the next call: no new worker, no new task.
+        pool(call("again"))
+        assert pool.statistics() == (2, 1)
+        await wake["again"].wait()
+        assert finished[-1] == "again"
+        tg.cancel_scope.cancel()
+    assert pool.statistics() == (0, 0)
