@@ -146,9 +146,11 @@ class CallPool:
 
     Starting a task per call (with its cancel scope and wrapper coroutine) cost
     more than the no-op adapter call itself in the P1 profile. Up to ``size``
-    workers are started on demand through ``spawn`` and then kept; a call finds
-    an idle worker, or starts one, or, when all ``size`` are busy, gets a task of
-    its own as before: a slow adapter never queues the calls of others.
+    workers are started on demand through ``spawn`` and then kept (the kernel
+    sizes it to the flows it admits at once, each has at most one call in
+    flight); a call finds an idle worker, or starts one, or, when all ``size``
+    are busy, gets a task of its own: a slow adapter never queues the calls of
+    others.
 
     Args:
         spawn: starts a coroutine function in the kernel's effects task group.

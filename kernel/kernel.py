@@ -137,8 +137,9 @@ class Kernel:
             token_budget=token_budget,
             reasoning_timeout_s=reasoning_timeout_s,
         )
-        # Adapter calls run on kept worker tasks (shared by every engine instance).
-        adapter_calls = CallPool(self._spawn_effect)
+        # Adapter calls run on kept worker tasks (shared by every engine instance); a
+        # flow has at most one call at a time, so this many never makes one wait.
+        adapter_calls = CallPool(self._spawn_effect, size=max_in_flight)
         self.specs = [
             ChildSpec(
                 "registry",
