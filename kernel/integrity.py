@@ -330,7 +330,7 @@ class IntegrityModule:
         # the engine calls the adapter only once it is recorded (kernel.intents).
         accepted = out.flow(msg.dfid)
         assert accepted is not None
-        intent = stage_start(self._catalog, accepted, out)
+        intent = stage_start(self._catalog, accepted, out, policy=judgement.policy)
         if intent is not None:
             out.send(self._execution, Dispatch(dfid=msg.dfid, key=intent.key))
         out.reply(msg.reply, Verdict(outcome=Outcome.ACCEPTED, dfid=msg.dfid, attempt=attempt))

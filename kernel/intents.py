@@ -37,14 +37,17 @@ class Dispatch(msgspec.Struct, frozen=True, gc=False, kw_only=True):
     key: str
 
 
-def policy_of(catalog: PolicyCatalog, proposal: ProposalRecord) -> tuple[Any, dict[str, Any]]:
+def policy_of(
+    catalog: PolicyCatalog, proposal: ProposalRecord, policy: Any = None
+) -> tuple[Any, dict[str, Any]]:
     """Return the proposal as its kind's typed policy, and that policy's parameters.
 
     The parameters go through the kind's type so the adapter sees exactly what
-    the DIM validated.
+    the DIM validated; ``policy``, when given, is that typed policy already.
     """
     kind = catalog.kinds[proposal.kind]
-    policy = msgspec.convert({"kind": proposal.kind, **proposal.params}, kind)
+    if type(policy) is not kind:
+        policy = msgspec.convert({"kind": proposal.kind, **proposal.params}, kind)
     params = msgspec.to_builtins(policy)
     params.pop("kind", None)
     return policy, params
@@ -57,15 +60,21 @@ def steps_of(policy: Any) -> list[SagaStep]:
 
 
 def mint(
-    catalog: PolicyCatalog, flow: FlowState, step: int | None = None, *, compensation: bool = False
+    catalog: PolicyCatalog,
+    flow: FlowState,
+    step: int | None = None,
+    *,
+    compensation: bool = False,
+    policy: Any = None,
 ) -> ExecutionIntent:
     """Mint the intent of ``flow``'s step ``step`` (0: the single action; None: the first).
 
     A compensation carries no bounds and no deadline: undoing must not be refused.
+    ``policy`` is the proposal already converted to its kind (by the DIM), if at hand.
     """
     proposal = flow.proposal
     assert proposal is not None
-    policy, params = policy_of(catalog, proposal)
+    policy, params = policy_of(catalog, proposal, policy)
     kind = catalog.kinds[proposal.kind]
     common: dict[str, Any] = {"kind": proposal.kind, "adapter": kind.adapter}
     steps = steps_of(policy) if step != 0 else []
@@ -101,7 +110,12 @@ def mint(
 
 
 def stage_start(
-    catalog: PolicyCatalog, flow: FlowState, out: Outbox, intent: ExecutionIntent | None = None
+    catalog: PolicyCatalog,
+    flow: FlowState,
+    out: Outbox,
+    intent: ExecutionIntent | None = None,
+    *,
+    policy: Any = None,
 ) -> ExecutionIntent | None:
     """Stage the start of an accepted flow's execution; return the intent, or None if refused.
 
@@ -122,7 +136,7 @@ def stage_start(
         )
         return None
     if intent is None:
-        intent = mint(catalog, flow)
+        intent = mint(catalog, flow, policy=policy)
     if intent.compensation:
         out.emit(CompensationStarted(intent=intent), dfid=flow.dfid)
     else:
