@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Mapping
+from functools import partial
 from typing import Any
 
 import msgspec
@@ -210,8 +211,7 @@ class ExecutionEngine:
         out: Outbox,
         at_ns: int | None = None,
     ) -> None:
-        call = lambda: self._call(dfid, intent, attempt, fresh, at_ns)  # noqa: E731
-        out.after_commit(lambda: self._spawn(call))
+        out.after_commit_with(self._spawn, partial(self._call, dfid, intent, attempt, fresh, at_ns))
 
     def _steps(self, flow: FlowState) -> list[SagaStep]:
         assert flow.proposal is not None
