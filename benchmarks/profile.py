@@ -13,8 +13,9 @@ Raising the GC threshold keeps the collector's time (G1 in the benchmark) from
 being smeared over whichever line happened to allocate.
 
 Each sample of the event loop thread goes to the concern of its deepest
-matching frame; samples of other threads (the journal writer's sqlite work
-while it holds the GIL) are one line of their own.
+matching frame; samples of other threads are two lines of their own: the
+checkpoint snapshots encoded in a worker thread, and the rest (the journal
+writer's sqlite work while it holds the GIL).
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ CONCERNS = [
         r"ContextCompiler|IntegrityModule|ExecutionEngine|evaluate \(kernel|idempotency_key"
         r"|session_hash|SeededIds",
     ),
-    ("task spawn per context and per adapter call", r"TaskGroup\.start_soon|_spawn_effect"),
+    ("task spawn per context; adapter call pool", r"TaskGroup\.start_soon|_spawn_effect|CallPool"),
     (
         "anyio checkpoints and backend lookups",
         r"checkpoint|get_async_backend|current_async_library",
@@ -51,6 +52,7 @@ CONCERNS = [
 ]
 LOOP = "asyncio loop: run_once, select, call_soon, task steps"
 THREADS = "other threads holding the GIL (sqlite writer)"
+SNAPSHOTS = "checkpoint snapshots encoded in a thread (holding the GIL)"
 
 
 def summarise(lines: Sequence[str]) -> tuple[int, Counter[str]]:
@@ -64,7 +66,7 @@ def summarise(lines: Sequence[str]) -> tuple[int, Counter[str]]:
             continue
         frames = stack.split(";")
         if "Thread._bootstrap" in frames[0]:
-            concern = THREADS
+            concern = SNAPSHOTS if "encode_snapshot" in stack else THREADS
         elif "_run_once" in stack:
             concern = next(
                 (

@@ -77,7 +77,9 @@ class ContextCompiler:
         # Facts of triggers staged in this batch are not in the projections yet, but
         # they are what the agents woken now must see.
         staged: dict[str, Any] = out.scratch.setdefault("facts", {})
-        staged.update(msg.facts)
+        if msg.facts:
+            staged.update(msg.facts)
+            out.scratch.pop("refs", None)  # the state changed: references seen so far are stale
         dfids = []
         for agent_id in sorted(self._hosts):
             agent = self._projections.agents.get(agent_id)
@@ -97,6 +99,15 @@ class ContextCompiler:
             dfids.append(dfid)
         out.reply(msg.reply, dfids)
 
+    def _ref(self, subscriptions: list[str], staged: dict[str, Any] | None, out: Outbox) -> str:
+        """Return the reference of what these subscriptions see, once per state per batch."""
+        refs: dict[tuple[str, ...], str] = out.scratch.setdefault("refs", {})
+        key = tuple(subscriptions)
+        ref = refs.get(key)
+        if ref is None:
+            ref = refs[key] = context_ref(self._projections.visible_state(key, staged))
+        return ref
+
     def _compile(self, msg: Compile, out: Outbox) -> None:
         flow = out.flow(msg.dfid)
         if flow is None or flow.status not in (FlowStatus.CREATED, FlowStatus.ACTIVE):
@@ -107,7 +118,7 @@ class ContextCompiler:
         staged = out.scratch.get("facts")
         # The reference covers everything the agent is entitled to see, whatever the
         # limits show it: the DIM recomputes it the same way to detect a stale context.
-        ref = context_ref(self._projections.visible_state(agent.manifest.subscriptions, staged))
+        ref = self._ref(agent.manifest.subscriptions, staged, out)
         as_of = self._clock.now_ns() if window_ns(agent.manifest) is not None else 0
         layers = compile_layers(
             self._projections,

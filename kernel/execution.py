@@ -1,8 +1,11 @@
 """The execution engine: accepted intents cross into the world exactly once.
 
-Only this actor mints ExecutionIntents, and only from a flow the DIM (or a
-human) accepted. Record first: ExecutionStarted (with the key) commits before
-the adapter is called, the result after; a key that already has a recorded
+Only this actor calls adapters, and only with an intent minted
+(:mod:`kernel.intents`) from a flow the DIM (or a human) accepted. Record
+first: ExecutionStarted (with the key) commits before the adapter is called,
+the result after. The DIM records the first start in its acceptance's append
+and sends a :class:`~kernel.intents.Dispatch`; a human approval sends
+``Execute`` and the engine records the start. A key that already has a recorded
 result, or a call in flight, is answered from the record and never reaches
 the adapter again. The adapter contract is in :mod:`kernel.adapters`.
 
@@ -30,6 +33,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Mapping
+from functools import partial
 from typing import Any
 
 import msgspec
@@ -46,18 +50,16 @@ from kernel.adapters import (
     idempotency_key,
 )
 from kernel.approvals import escalation as escalation_event
-from kernel.constraints import Violation, bounds_of, check
+from kernel.constraints import Violation, check
 from kernel.contracts import Outcome, Verdict
 from kernel.events import (
     CompensationFailed,
-    CompensationStarted,
     CompensationSucceeded,
     DuplicateSuppressed,
     ExecutionFailed,
     ExecutionIntent,
     ExecutionRefused,
     ExecutionRetried,
-    ExecutionStarted,
     ExecutionSucceeded,
     FlowAborted,
     FlowClosed,
@@ -66,6 +68,7 @@ from kernel.events import (
 )
 from kernel.flow import FlowState, FlowStatus
 from kernel.integrity import Escalate, Execute
+from kernel.intents import Dispatch, mint, policy_of, stage_start, steps_of
 from kernel.packs import PolicyCatalog
 from kernel.ports import Clock
 from kernel.projection import Projections
@@ -135,13 +138,17 @@ class ExecutionEngine:
         self._rng = rng or random.Random(0)
         self._retry = retry or RetryPolicy()
         self._escalation = escalation
+        self._resumed: set[str] = set()
+        """Keys recovery called again: a Dispatch racing with recovery must not call twice."""
 
-    async def handle(self, msg: Execute | AdapterDone | Recover, out: Outbox) -> None:
+    async def handle(self, msg: Execute | Dispatch | AdapterDone | Recover, out: Outbox) -> None:
         match msg:
             case Execute():
                 self._execute(msg, out)
             case AdapterDone():
                 self._done(msg, out)
+            case Dispatch():
+                self._dispatch(msg, out)
             case Recover():
                 self._recover(out)
 
@@ -171,27 +178,28 @@ class ExecutionEngine:
         )
 
     def _start_accepted(self, flow: FlowState, out: Outbox) -> None:
-        if flow.done > 0:
-            # A saga a human took over after a compensation failed: its effects are
-            # partly undone, so running it forward again would guess. Refuse loudly.
-            out.emit(
-                FlowAborted(
-                    reason_code=ReasonCode.EXECUTION_FAILED,
-                    detail=f"saga has {flow.done - flow.undone} step(s) in effect after a"
-                    " failed compensation; it cannot be executed again, resolve by hand",
-                ),
-                dfid=flow.dfid,
-            )
-            return
-        steps = self._steps(flow)
-        self._start(flow.dfid, self._intent(flow, 1 if steps else 0), out)
+        intent = stage_start(self._catalog, flow, out)
+        if intent is not None:
+            self._call_after_commit(flow.dfid, intent, 1, fresh=True, out=out)
 
     def _start(self, dfid: str, intent: ExecutionIntent, out: Outbox) -> None:
-        if intent.compensation:
-            out.emit(CompensationStarted(intent=intent), dfid=dfid)
-        else:
-            out.emit(ExecutionStarted(intent=intent), dfid=dfid)
+        flow = out.flow(dfid)
+        assert flow is not None
+        stage_start(self._catalog, flow, out, intent)
         self._call_after_commit(dfid, intent, 1, fresh=True, out=out)
+
+    def _dispatch(self, msg: Dispatch, out: Outbox) -> None:
+        """Call the adapter of an intent whose start the DIM recorded with its acceptance."""
+        flow = out.flow(msg.dfid)
+        if (
+            flow is None
+            or flow.pending is None
+            or flow.pending.key != msg.key
+            or flow.retries != 0
+            or msg.key in self._resumed
+        ):
+            return  # recovery already called it, or it was answered meanwhile
+        self._call_after_commit(msg.dfid, flow.pending, 1, fresh=True, out=out)
 
     def _call_after_commit(
         self,
@@ -203,58 +211,11 @@ class ExecutionEngine:
         out: Outbox,
         at_ns: int | None = None,
     ) -> None:
-        call = lambda: self._call(dfid, intent, attempt, fresh, at_ns)  # noqa: E731
-        out.after_commit(lambda: self._spawn(call))
-
-    # --- the policy kind's side ------------------------------------------------
-
-    def _policy(self, flow: FlowState) -> tuple[Any, dict[str, Any]]:
-        assert flow.proposal is not None
-        kind = self._catalog.kinds[flow.proposal.kind]
-        # Normalise the parameters through the kind's type, so the adapter sees
-        # exactly what the DIM validated.
-        policy = msgspec.convert({"kind": flow.proposal.kind, **flow.proposal.params}, kind)
-        params = msgspec.to_builtins(policy)
-        params.pop("kind", None)
-        return policy, params
+        out.after_commit_with(self._spawn, partial(self._call, dfid, intent, attempt, fresh, at_ns))
 
     def _steps(self, flow: FlowState) -> list[SagaStep]:
-        steps = getattr(self._policy(flow)[0], "steps", None)
-        return list(steps()) if callable(steps) else []
-
-    def _intent(self, flow: FlowState, step: int, *, compensation: bool = False) -> ExecutionIntent:
         assert flow.proposal is not None
-        policy, params = self._policy(flow)
-        kind = self._catalog.kinds[flow.proposal.kind]
-        common: dict[str, Any] = {"kind": flow.proposal.kind, "adapter": kind.adapter}
-        if step == 0:
-            return ExecutionIntent(
-                key=idempotency_key(flow.dfid, flow.proposal.kind),
-                params=params,
-                valid_until_ns=flow.proposal.valid_until_ns,
-                bounds=bounds_of(policy, params),
-                **common,
-            )
-        saga = self._steps(flow)[step - 1]
-        if compensation:
-            # Compensations carry no bounds and no deadline: undoing must not be refused.
-            return ExecutionIntent(
-                key=compensation_key(flow.dfid, saga.action, step),
-                params=saga.compensation or {},
-                step=step,
-                action=saga.action,
-                compensation=True,
-                **common,
-            )
-        return ExecutionIntent(
-            key=idempotency_key(flow.dfid, saga.action, step),
-            params=saga.params,
-            step=step,
-            action=saga.action,
-            valid_until_ns=flow.proposal.valid_until_ns,
-            bounds=bounds_of(policy, params),
-            **common,
-        )
+        return steps_of(policy_of(self._catalog, flow.proposal)[0])
 
     # --- calling the adapter (beside the actor) -------------------------------
 
@@ -332,7 +293,10 @@ class ExecutionEngine:
                 ),
                 dfid=msg.dfid,
             )
-            self._advance(msg.dfid, out)
+            if intent.step == 0:
+                out.emit(FlowClosed(), dfid=msg.dfid)  # a single action: nothing follows
+            else:
+                self._advance(msg.dfid, out)
         elif msg.violation is not None:
             v = msg.violation
             out.emit(
@@ -391,7 +355,7 @@ class ExecutionEngine:
         assert flow is not None
         steps = self._steps(flow)
         if flow.done < len(steps):
-            self._start(dfid, self._intent(flow, flow.done + 1), out)
+            self._start(dfid, mint(self._catalog, flow, flow.done + 1), out)
         else:
             out.emit(FlowClosed(), dfid=dfid)
 
@@ -437,7 +401,7 @@ class ExecutionEngine:
             return
         flow = out.flow(dfid)
         assert flow is not None
-        self._start(dfid, self._intent(flow, step, compensation=True), out)
+        self._start(dfid, mint(self._catalog, flow, step, compensation=True), out)
 
     def _compensation_done(
         self, flow: FlowState, intent: ExecutionIntent, msg: AdapterDone, out: Outbox
@@ -495,6 +459,7 @@ class ExecutionEngine:
                     # Started, maybe carried out, not answered: the same key again,
                     # asking the adapter's lookup first where it has one.
                     attempt = flow.retries + 1
+                    self._resumed.add(flow.pending.key)
                     self._call_after_commit(flow.dfid, flow.pending, attempt, fresh=False, out=out)
                 elif flow.status is FlowStatus.DIRTY:
                     self._compensate_next(flow.dfid, out)

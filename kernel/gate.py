@@ -90,13 +90,15 @@ class Judgement:
     """The pipeline's answer: a rejection, an escalation, or an acceptance.
 
     ``reserve`` holds what the flow must hold once accepted or escalated; ``pack``
-    is the hash of the pack that judged (empty when no pack knows the kind).
+    is the hash of the pack that judged (empty when no pack knows the kind);
+    ``policy`` is the proposal as its (frozen) kind, so execution need not convert again.
     """
 
     rejection: Feedback | None = None
     escalation: Feedback | None = None
     reserve: Mapping[str, int] = field(default_factory=dict)
     pack: str = ""
+    policy: Any = None
 
 
 def reject(
@@ -163,7 +165,7 @@ def judge(
     if failed is not None:
         return Judgement(rejection=failed, pack=pack.hash)
     escalation = None if by_human else _thresholds(proposal, params, catalog, pack)
-    return Judgement(escalation=escalation, reserve=need, pack=pack.hash)
+    return Judgement(escalation=escalation, reserve=need, pack=pack.hash, policy=params)
 
 
 def _schema(proposal: ProposalRecord, kind: type[Any]) -> Any:

@@ -47,6 +47,7 @@ from kernel.events import (
 from kernel.flow import FlowState, FlowStatus
 from kernel.gate import LAYERS, Judgement, MemoryCheck, Snapshot, judge, reject
 from kernel.guard_runner import Screen
+from kernel.intents import Dispatch, stage_start
 from kernel.memory import MemoryState
 from kernel.memory import check as check_memory
 from kernel.pack_loading import LoadPack, load
@@ -258,7 +259,7 @@ class IntegrityModule:
         # Citations and advisory constraints are recorded, never judged (kernel.citations).
         for note in notes_on(self._projections.memory, flow, msg.proposal):
             out.emit(note, dfid=msg.dfid, agent_id=flow.agent_id, after=submitted)
-        visible = self._projections.visible_state(agent.manifest.subscriptions)
+        visible, ref = self._visible(agent.manifest.subscriptions, out)
         # What this batch staged but has not committed yet counts as held.
         staged: dict[str, dict[str, int]] = out.scratch.setdefault("reserved", {})
         held = dict(self._projections.held)
@@ -269,7 +270,7 @@ class IntegrityModule:
         own = staged.get(msg.dfid, self._projections.reservations.get(msg.dfid, {}))
         now_ns = self._clock.now_ns()
         snapshot = Snapshot(
-            context_ref=context_ref(visible),
+            context_ref=ref,
             state=visible,
             held=held,
             own=own,
@@ -325,13 +326,36 @@ class IntegrityModule:
         )
         self._reserve(msg.dfid, flow.agent_id, judgement, own, verdict, out)
         self._screen(msg, snapshot.state, out)
-        out.send(self._execution, Execute(dfid=msg.dfid))
+        # The start of execution goes into this append too (one commit fewer per flow);
+        # the engine calls the adapter only once it is recorded (kernel.intents).
+        accepted = out.flow(msg.dfid)
+        assert accepted is not None
+        intent = stage_start(self._catalog, accepted, out, policy=judgement.policy)
+        if intent is not None:
+            out.send(self._execution, Dispatch(dfid=msg.dfid, key=intent.key))
         out.reply(msg.reply, Verdict(outcome=Outcome.ACCEPTED, dfid=msg.dfid, attempt=attempt))
+
+    def _visible(self, subscriptions: list[str], out: Outbox) -> tuple[dict[str, Any], str]:
+        """Return the state these subscriptions see and its reference, once per batch.
+
+        The DIM stages no facts, so the state cannot change within its batch; the
+        agents of one batch mostly share their subscriptions.
+        """
+        seen: dict[tuple[str, ...], tuple[dict[str, Any], str]]
+        seen = out.scratch.setdefault("visible", {})
+        key = tuple(subscriptions)
+        found = seen.get(key)
+        if found is None:
+            visible = self._projections.visible_state(key)
+            found = seen[key] = (visible, context_ref(visible))
+        return found
 
     def _screen(self, msg: Validate, state: Mapping[str, Any], out: Outbox) -> None:
         """Hand a proposal let through to the soft guards, once its verdict is recorded."""
         if self._guards is not None and msg.proposal.kind in self._catalog.guards_of:
-            out.send(self._guards, Screen(dfid=msg.dfid, proposal=msg.proposal, state=state))
+            # Its own copy: the state seen is shared by the flows of this batch.
+            screen = Screen(dfid=msg.dfid, proposal=msg.proposal, state=dict(state))
+            out.send(self._guards, screen)
 
     def _reserve(
         self,

@@ -27,7 +27,7 @@ from anyio.abc import TaskGroup
 
 from kernel import events, inbox
 from kernel.actors import ChildSpec, Mailbox, MailboxClosed, Outbox, Reply
-from kernel.adapters import RetryPolicy
+from kernel.adapters import CallPool, RetryPolicy
 from kernel.amendments import AmendLimit, AmendmentInvalid
 from kernel.context import ContextCompiler, FireTrigger
 from kernel.contracts import (
@@ -137,6 +137,9 @@ class Kernel:
             token_budget=token_budget,
             reasoning_timeout_s=reasoning_timeout_s,
         )
+        # Adapter calls run on kept worker tasks (shared by every engine instance); a
+        # flow has at most one call at a time, so this many never makes one wait.
+        adapter_calls = CallPool(self._spawn_effect, size=max_in_flight)
         self.specs = [
             ChildSpec(
                 "registry",
@@ -192,7 +195,7 @@ class Kernel:
                     catalog,
                     adapters,
                     self.execution_mailbox,
-                    self._spawn_effect,
+                    adapter_calls,
                     projections=projections,
                     clock=clock,
                     rng=jitter,
@@ -582,6 +585,10 @@ class Kernel:
 
     def _spawn_effect(self, fn: Any) -> None:
         assert self._effects_tg is not None
+        if self._effects_tg.cancel_scope.cancel_called:
+            # Stopping: what was not called yet is recorded as started, and the next
+            # start resumes it (execution's Recover).
+            return
         self._effects_tg.start_soon(fn)
 
     def _on_dead_letter(self, actor: str, msg: Any, exc: BaseException, out: Outbox) -> None:

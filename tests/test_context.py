@@ -124,3 +124,28 @@ def test_over_budget_drops_artifacts_then_memory_then_state_oldest_first():
         "state:bank.s3",
     ]
     assert fixed.state == {} and fixed.session["topic"] == "bank"  # the session is never dropped
+
+
+async def test_triggers_compiled_in_one_batch_each_get_the_reference_of_their_state(tmp_path):
+    from kernel.actors import Reply
+    from kernel.context import FireTrigger, context_ref
+
+    async with kernel_for(tmp_path / "j.db") as kernel:
+        agent = ScriptedAgent(subscriptions=["bank"])
+        await kernel.register(agent)
+        replies: list[Reply[list[str]]] = []
+        # Queued before the compiler wakes, so one batch handles all three.
+        for facts in ({}, {"bank.rate": 1}, {}):
+            replies.append(Reply())
+            kernel.compiler_mailbox.send_nowait(
+                FireTrigger(
+                    topic="bank", facts=facts, source="", parent_dfid=None, reply=replies[-1]
+                )
+            )
+        dfids = [(await reply.wait())[0] for reply in replies]
+        compiled = {
+            e.dfid: e.payload.context_ref
+            for e in await kernel.journal.read(types=["ContextCompiled"])
+        }
+    before, after = context_ref({}), context_ref({"bank.rate": 1})
+    assert [compiled[d] for d in dfids] == [before, after, after]
