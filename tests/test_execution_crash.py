@@ -19,6 +19,7 @@ from collections import Counter
 from pathlib import Path
 
 import anyio
+import msgspec
 import pytest
 
 from kernel import FlowStatus, fold, open_journal, verify_journal
@@ -71,9 +72,20 @@ async def test_a_killed_kernel_resumes_every_intent_with_exactly_one_effect(tmp_
     started = [e.payload.intent.key for e in events if e.type == "CompensationStarted"]
     accepted = {e.dfid for e in events if e.type == "ProposalAccepted"}
     # Every recorded effect happened exactly once, and nothing happened unrecorded.
+    unrecorded = set(effects) - succeeded
+    assert not unrecorded, [
+        (e.seq, e.type, e.dfid, msgspec.to_builtins(e.payload))
+        for e in events
+        if e.dfid in {ev.dfid for ev in events if unrecorded & {_key_of(ev)}}
+    ]
     assert set(effects) == succeeded
     assert all(count == 1 for count in effects.values()), effects
     # Every accepted intent ran to its end; every compensation that started finished.
     for dfid in accepted:
         assert state.flows[dfid].status in (FlowStatus.CLOSED, FlowStatus.COMPENSATED)
     assert set(started) <= succeeded
+
+
+def _key_of(event):  # type: ignore[no-untyped-def]
+    intent = getattr(event.payload, "intent", None)
+    return intent.key if intent is not None else getattr(event.payload, "key", None)
