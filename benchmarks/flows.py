@@ -179,7 +179,9 @@ async def run_flows(
         events = kernel.journal.head_seq - first_seq
         transactions = kernel.journal.statistics().transactions - first_tx
 
-        statuses = Counter(str(f.status) for f in kernel.flows())
+        # Every flow that ever ended (only the latest stay in memory), and any still open.
+        statuses = Counter({str(status): n for status, n in kernel.finished().items()})
+        statuses.update(str(f.status) for f in kernel.flows() if not f.terminal)
         reasons = Counter(str(f.reason_code) for f in kernel.flows() if f.reason_code)
         closing = time.perf_counter()
     close_seconds = time.perf_counter() - closing
