@@ -26,7 +26,7 @@ from kernel.cli_replay import verify_replay, verify_verdicts
 from kernel.events import Event
 from kernel.flow import FlowState, FlowStatus, IllegalTransition
 from kernel.journal import JournalCorrupt, JournalError, open_journal
-from kernel.operator import add_commands
+from kernel.operator import add_commands, fold_journal
 from kernel.projection import Projections
 from kernel.reverify import PackPathError
 from kernel.verify import verify_journal
@@ -122,14 +122,6 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-async def _fold(db: str) -> Projections:
-    projections = Projections()
-    async with open_journal(db, readonly=True) as journal:
-        async for batch in journal.scan():
-            projections.apply(batch)
-    return projections
-
-
 async def _verify(args: argparse.Namespace) -> int:
     if args.verdicts and not args.pack:
         print("error: BAD_ARGUMENT: --verdicts needs the packs: --pack PATH", file=sys.stderr)
@@ -181,7 +173,7 @@ def _flow_row(flow: FlowState) -> dict[str, Any]:
 
 
 async def _flows(args: argparse.Namespace) -> int:
-    projections = await _fold(args.db)
+    projections = await fold_journal(args.db)
     flows = sorted(projections.flows.values(), key=lambda f: f.created_ts)
     if args.status:
         flows = [f for f in flows if f.status == args.status]

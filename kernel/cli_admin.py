@@ -14,7 +14,6 @@ from typing import Any
 from kernel.inbox import AGENT_STATUS, RULE, post
 from kernel.operator import error, fold_journal, wait_taken
 from kernel.projection import AgentStatus
-from kernel.rulebook import OPERATOR_DECISIONS
 
 _WAIT_HELP = "wait this long for the kernel to apply it and report the outcome"
 
@@ -102,7 +101,6 @@ async def _rules(args: argparse.Namespace) -> int:
     if seq not in book.pending:
         return error("RULE_NOT_PENDING", f"no deferred rule proposal #{seq} in {args.db}")
     decision = "override" if args.override is not None else "skip"
-    assert decision in OPERATOR_DECISIONS
     body = {
         "type": RULE,
         "proposal_seq": seq,

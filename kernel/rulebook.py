@@ -388,28 +388,22 @@ class Promoter:
         if not operator or not reason:
             raise ValueError("an operator's decision names the operator and a reason")
         async with self._lock:
-            if proposal_seq not in self._book().pending:
+            book = self._book()
+            proposal = book.pending.get(proposal_seq)
+            if proposal is None:
                 raise RuleNotPending(f"no deferred rule proposal #{proposal_seq}")
-            return await self._decide(proposal_seq, decision, operator, reason, inbox_id)
-
-    async def _decide(
-        self,
-        proposal_seq: int,
-        decision: str,
-        operator: str,
-        reason: str,
-        inbox_id: int | None = None,
-    ) -> Event:
-        book = self._book()
-        decided = _by_operator(book, book.pending[proposal_seq], decision, operator, reason)
-        if inbox_id is not None:
-            decided = msgspec.structs.replace(decided, inbox_id=inbox_id)
-        [event] = await self._append([Draft(payload=decided, caused_by=proposal_seq)])
-        return event
+            decided = _by_operator(book, proposal, decision, operator, reason, inbox_id)
+            [event] = await self._append([Draft(payload=decided, caused_by=proposal_seq)])
+            return event
 
 
 def _by_operator(
-    book: Rulebook, proposal: RuleProposed, decision: str, operator: str, reason: str
+    book: Rulebook,
+    proposal: RuleProposed,
+    decision: str,
+    operator: str,
+    reason: str,
+    inbox_id: int | None = None,
 ) -> RuleDecided:
     item = book.items.get(proposal.rule)
     current = item.current if item is not None else None
@@ -421,6 +415,7 @@ def _by_operator(
         reason=reason,
         prior_version=prior,
         version=prior + 1 if decision == "override" else 0,
+        inbox_id=inbox_id,
     )
 
 
