@@ -139,6 +139,16 @@ class RuleDecisionSpec(_Spec, frozen=True):
     reason: Reason
 
 
+class RuleProposalSpec(_Spec, frozen=True):
+    rule: Name
+    title: Text
+    content: Text
+    operator: Name
+    reason: Reason
+    labels: list[Id] = []
+    base_version: Annotated[int, Meta(ge=0, le=INT_MAX)] = 0
+
+
 class UsageSpec(_Spec, frozen=True):
     tokens: Tokens
 
@@ -205,11 +215,11 @@ def check_value(value: Any, path: str = "$") -> None:
 
 def clip(text: Any, limit: int = MAX_ID) -> str:
     """Return ``text`` as a string of at most ``limit`` characters, saying so when it was cut."""
-    text = text if isinstance(text, str) else repr(text)
-    if len(text) <= limit:
-        return text
-    note = f"... ({len(text)} chars, cut)"
-    return text[: max(0, limit - len(note))] + note
+    shown: str = text if isinstance(text, str) else repr(text)
+    if len(shown) <= limit:
+        return shown
+    note = f"... ({len(shown)} chars, cut)"
+    return shown[: max(0, limit - len(note))] + note
 
 
 def _bare(path: str) -> str:
