@@ -53,6 +53,7 @@ from kernel.reverify import rejudge
 from kernel.rulebook import LexicalSearch, RuleNotPending, RuleSearch
 from kernel.rules import ALLOW, OneOf, Range, Rule, RuleVerdict, StateMatch, View, deny, rule
 from kernel.verify import verify_journal
+from kernel.wall import InputInvalid
 
 __all__ = [
     "ALLOW",
@@ -80,6 +81,7 @@ __all__ = [
     "IdSource",
     "IllegalTransition",
     "Impact",
+    "InputInvalid",
     "JournalError",
     "JournalFaults",
     "Kernel",

@@ -149,6 +149,11 @@ class RuleProposalSpec(_Spec, frozen=True):
     base_version: Annotated[int, Meta(ge=0, le=INT_MAX)] = 0
 
 
+class HumanActSpec(_Spec, frozen=True):
+    operator: Name
+    reason: Reason
+
+
 class UsageSpec(_Spec, frozen=True):
     tokens: Tokens
 
@@ -171,6 +176,18 @@ def admit(value: Any, spec: type[T]) -> T:
         return msgspec.convert(builtins, spec, strict=True)
     except msgspec.ValidationError as exc:
         raise InputInvalid(_field_of(exc), str(exc)[:MAX_DETAIL]) from None
+
+
+def who_and_why(operator: Any, reason: Any) -> str | None:
+    """Return why an operator's name and reason cannot be recorded for a human act, or None."""
+    try:
+        admit({"operator": operator, "reason": reason}, HumanActSpec)
+    except InputInvalid as exc:
+        return (
+            f"a human act names its --operator (up to {MAX_ID} characters) and a --reason"
+            f" (up to {MAX_REASON}), neither blank: {exc.field}: {exc.detail}"
+        )
+    return None
 
 
 def fields(**values: Any) -> dict[str, Any]:
