@@ -36,7 +36,7 @@ from kernel.escalation import Decide, Decision, Tick
 from kernel.journal import INBOX_SCHEMA
 from kernel.ports import Clock
 from kernel.projection import Projections
-from kernel.wall import DecisionSpec, InputInvalid, admit
+from kernel.wall import AgentSpec, DecisionSpec, InputInvalid, admit
 
 log = logging.getLogger("kernel.inbox")
 
@@ -156,11 +156,13 @@ def to_amend(row: InboxRow, reply: Reply[Any]) -> AmendLimit:
     """Turn an amendment row into the message the DIM handles (kernel.amendments checks it).
 
     Raises:
-        InputInvalid: the row carries a field an amendment does not have.
+        InputInvalid: the row carries a field an amendment does not have, or no agent id.
     """
     body = row_fields(row, AMEND_FIELDS)
+    # The agent names the event's envelope: checked here, the rest by kernel.amendments.
+    agent = admit({"agent_id": body.get("agent_id")}, AgentSpec)
     return AmendLimit(
-        agent_id=body.get("agent_id", ""),
+        agent_id=agent.agent_id,
         limit=body.get("limit", ""),
         value=body.get("value"),
         ttl_s=body.get("ttl_s"),

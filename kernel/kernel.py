@@ -272,7 +272,12 @@ class Kernel:
             InputInvalid: a topic, fact or id of the wrong type, out of range or too long.
         """
         checked = wall.admit(
-            wall.fields(topic=topic, facts=dict(facts or {}), source=source, parent=parent),
+            wall.fields(
+                topic=topic,
+                facts=dict(facts) if isinstance(facts, Mapping) else facts or {},
+                source=source,
+                parent=parent,
+            ),
             wall.TriggerSpec,
         )
         topic, facts, source, parent = checked.topic, checked.facts, checked.source, checked.parent
@@ -416,6 +421,12 @@ class Kernel:
         Raises:
             AmendmentInvalid: UNKNOWN_AGENT, UNKNOWN_LIMIT, LIMIT_OUT_OF_BOUNDS, SCHEMA_INVALID.
         """
+        try:
+            # The agent names the event's envelope; kernel.amendments checks the rest.
+            agent_id = wall.admit({"agent_id": agent_id}, wall.AgentSpec).agent_id
+        except InputInvalid as exc:
+            await self._record_refusal("amend", exc, operator, target=agent_id)
+            raise AmendmentInvalid(exc.reason_code, f"{exc.field}: {exc.detail}") from None
         reply: Reply[Any] = Reply()
         msg = AmendLimit(
             agent_id=agent_id,

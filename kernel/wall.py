@@ -154,6 +154,10 @@ class HumanActSpec(_Spec, frozen=True):
     reason: Reason
 
 
+class AgentSpec(_Spec, frozen=True):
+    agent_id: Name
+
+
 class UsageSpec(_Spec, frozen=True):
     tokens: Tokens
 
