@@ -358,7 +358,8 @@ class Kernel:
         its ``action_hash``, as ``dirk decide --confirm`` does; a refusal there is
         SCHEMA_INVALID, recorded as DecisionRefused.
         """
-        await self._recall(dfid)
+        if isinstance(dfid, str) and len(dfid) <= wall.MAX_ID:
+            await self._recall(dfid)
         try:
             checked = self._check_decision(dfid, decision, operator, reason, params, action_hash)
         except InputInvalid as exc:
@@ -623,6 +624,7 @@ class Kernel:
             word in APPROVE_WORDS
             and not checked.action_hash
             and approval is not None
+            and approval.action_hash  # else there is nothing to approve (escalation says so)
             and approval.impact is Impact.HIGH_IMPACT
         ):
             raise InputInvalid(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sqlite3
+from contextlib import closing
 
 import anyio
 import anyio.lowlevel
@@ -299,7 +300,7 @@ async def test_a_5_mb_agent_id_is_refused_with_a_small_record_that_says_it_was_c
         [refused] = await kernel.journal.read(types=["AgentRefused"])
         assert len(refused.agent_id) <= 256 and "5000000 chars, cut" in refused.agent_id
         assert len(canonical(refused)) < 4096
-    with sqlite3.connect(path) as conn:
+    with closing(sqlite3.connect(path)) as conn:
         [(largest,)] = conn.execute("SELECT max(length(body)) FROM events").fetchall()
     assert largest < 4096
     await sound(path)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import shutil
 import sqlite3
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -199,6 +200,7 @@ human_acts = st.fixed_dictionaries(
             human_acts,
             st.none() | values,
             st.booleans() | texts,
+            st.none() | texts,
         ),
         min_size=1,
         max_size=5,
@@ -210,11 +212,15 @@ async def test_no_decision_stops_the_kernel_or_poisons_the_journal(tmp_path, bat
         await kernel.register(ScriptedAgent(steps=[transfer(confidence=0.2, valid_for_s=600)]))
         [dfid] = await kernel.trigger("bank.invoice")
         assert (await kernel.wait_flow(dfid)).status is FlowStatus.ESCALATED
-        for decision, who, params, action in batch:
+        for decision, who, params, action, target in batch:
             action_hash = action_of(kernel, dfid) if action is True else action
             action_hash = None if action is False else action_hash
             verdict = await kernel.decide(
-                dfid, decision, params=params, action_hash=action_hash, **who
+                dfid if target is None else target,
+                decision,
+                params=params,
+                action_hash=action_hash,
+                **who,
             )
             answered(verdict)
             assert kernel.stopped is None
@@ -414,7 +420,7 @@ async def test_a_dirk_amend_row_with_ttl_inf_is_refused_on_record_never_a_crash_
     row = {"type": AMEND, "agent_id": "clerk", "limit": "max_qty", "value": "8"}
     row |= {"ttl_s": float("inf"), "operator": "ana", "reason": "r"}
     post(str(path), "", row, 0)
-    with sqlite3.connect(path) as conn:
+    with closing(sqlite3.connect(path)) as conn:
         [(text,)] = conn.execute("SELECT decision FROM operator_inbox").fetchall()
     assert "Infinity" in text
     await apply_rows_then_reject(path, dfid)
