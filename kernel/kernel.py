@@ -318,7 +318,10 @@ class Kernel:
             return Verdict(outcome=Outcome.REFUSED, dfid=clip(dfid), feedback=feedback)
         invalid: Feedback | None = None
         try:
-            record = to_record(proposal)
+            try:
+                record = to_record(proposal)
+            except RecursionError:
+                raise InputInvalid("$", f"nested deeper than {wall.MAX_DEPTH} levels") from None
             wall.admit(record, wall.ProposalSpec)
         except (ProposalInvalid, InputInvalid) as exc:
             kind = proposal.get("kind") if isinstance(proposal, Mapping) else None

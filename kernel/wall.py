@@ -45,6 +45,10 @@ MAX_VALUE_CHARS = 64 * 1024
 """The longest string inside a free-form value (params, facts, limits)."""
 MAX_DEPTH = 32
 """The deepest nesting of a free-form value."""
+MAX_NODES = 10_000
+"""The most values (scalars, lists, maps) one input may hold in all."""
+MAX_CHARS = 1_000_000
+"""The most characters of strings (keys included) one input may hold in all."""
 MAX_TTL_S = 10 * 366 * 24 * 3600
 """The longest an amendment may last: ten years, well inside 64-bit nanoseconds."""
 MAX_DETAIL = 1000
@@ -173,7 +177,7 @@ def admit(value: Any, spec: type[T]) -> T:
     """
     try:
         builtins = msgspec.to_builtins(value)
-    except (TypeError, ValueError, OverflowError) as exc:
+    except (TypeError, ValueError, OverflowError, RecursionError) as exc:
         raise InputInvalid("$", f"not plain data: {exc}"[:MAX_DETAIL]) from None
     check_value(builtins)
     try:
@@ -206,8 +210,12 @@ def check_value(value: Any, path: str = "$") -> None:
         InputInvalid: naming the path of the first value out of bounds.
     """
     stack: list[tuple[Any, str, int]] = [(value, path, 0)]
+    nodes = chars = 0
     while stack:
         item, where, depth = stack.pop()
+        nodes += 1
+        if nodes > MAX_NODES:
+            raise InputInvalid("$", f"more than {MAX_NODES} values in all")
         if depth > MAX_DEPTH:
             raise InputInvalid(_bare(where), f"nested deeper than {MAX_DEPTH} levels")
         if item is None or item is True or item is False:
@@ -219,6 +227,9 @@ def check_value(value: Any, path: str = "$") -> None:
             if not math.isfinite(item):
                 raise InputInvalid(_bare(where), f"{item} is not a finite number")
         elif isinstance(item, str):
+            chars += len(item)
+            if chars > MAX_CHARS:
+                raise InputInvalid("$", f"more than {MAX_CHARS} characters of text in all")
             if len(item) > MAX_VALUE_CHARS:
                 raise InputInvalid(
                     _bare(where), f"a string of {len(item)} characters, over {MAX_VALUE_CHARS}"
@@ -229,6 +240,7 @@ def check_value(value: Any, path: str = "$") -> None:
             for key, v in item.items():
                 if not isinstance(key, str):
                     raise InputInvalid(_bare(where), f"a key that is not a string: {key!r}"[:200])
+                chars += len(key)
                 stack.append((v, f"{where}.{key[:64]}", depth + 1))
         else:
             raise InputInvalid(_bare(where), f"a {type(item).__name__} is not plain data")

@@ -205,6 +205,32 @@ async def test_a_value_json_or_msgpack_cannot_keep_is_schema_invalid(tmp_path, s
     await sound(path)
 
 
+def nested(depth: int) -> list:
+    value: list = []
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+async def test_values_nested_past_any_recursion_limit_are_refused(tmp_path):
+    path = tmp_path / "j.db"
+    deep = nested(100_000)
+    steps = [lambda ctx: ctx.propose({"kind": "test.transfer", "account": deep}), transfer()]
+    async with kernel_for(path) as kernel:
+        await kernel.register(ScriptedAgent(steps=steps))
+        [dfid] = await kernel.trigger("bank.invoice")
+        assert (await kernel.wait_flow(dfid)).status is FlowStatus.CLOSED
+        feedback = await first_rejection(kernel, dfid)
+        assert feedback.reason_code is ReasonCode.SCHEMA_INVALID
+        for facts in ({"bank.deep": deep}, {"bank.deep": nested(40)}):
+            with pytest.raises(InputInvalid):
+                await kernel.trigger("bank.invoice", facts)
+        with pytest.raises(InputInvalid):
+            await kernel.trigger("bank.invoice", {f"bank.{i}": i for i in range(20_000)})
+        await sound(path, kernel)
+    await sound(path)
+
+
 async def test_a_trigger_fact_outside_64_bits_is_refused_and_the_kernel_goes_on(tmp_path):
     path = tmp_path / "j.db"
     async with kernel_for(path) as kernel:
