@@ -191,10 +191,10 @@ class IntegrityModule:
         execution: Mailbox[Any],
         memory: MemoryCheck | None = None,
         guards: Mailbox[Any] | None = None,
-        stopwatch: Callable[[], int] = time.perf_counter_ns,
+        rule_clock: Callable[[], int] = time.perf_counter_ns,
     ) -> None:
         # Measures rules beside the verdict; real time is right: it decides nothing.
-        self._stopwatch = stopwatch
+        self._rule_clock = rule_clock
         self._memory = memory
         self._guards = guards
         self._capacities = FactCapacities(projections)
@@ -295,7 +295,7 @@ class IntegrityModule:
             capacities=self._capacities,
             amendments=self._amendments(flow.agent_id, now_ns, out),
         )
-        stopwatch = Stopwatch(self._stopwatch)
+        stopwatch = Stopwatch(self._rule_clock)
         if msg.invalid is not None:
             judgement = Judgement(rejection=msg.invalid)
         else:
