@@ -422,12 +422,20 @@ class FlowFlagged(Payload, frozen=True, tag=True):
 
     ``confidence`` is the guard's score as a decimal string; ``failed`` says the
     guard could not judge at all (it raised or overran), which is flagged too.
+    The DIM flags a rule that overran its time budget the same way (guard
+    ``"rule budget"``): ``rule``, its ``budget_us``, the measured ``took_us``
+    and the ``pack`` hash name it for the pack's author. The measured time is a
+    recorded fact, never an input of the verdict.
     """
 
     guard: str
     reason: str
     confidence: str = ""
     failed: bool = False
+    rule: str = ""
+    budget_us: int = 0
+    took_us: int = 0
+    pack: str = ""
 
 
 # --- replay -------------------------------------------------------------------

@@ -13,19 +13,21 @@ feedback names the layer, the rule, the field and the limit:
 6. ``resources``: what the kind consumes fits its pools (INSUFFICIENT_RESOURCES
    when the capacity is too small, RESOURCE_CONTENTION when other open flows hold it);
 7. ``rules``: the pack's invariants, then its rules (RISK_LIMIT_EXCEEDED and the
-   pack's own codes; KERNEL_FAULT when a rule raises, returns nothing or overruns),
-   then its emergency rules (GUARD_EMERGENCY, see kernel.guards);
+   pack's own codes; KERNEL_FAULT when a rule raises or returns nothing), then its
+   emergency rules (GUARD_EMERGENCY, see kernel.guards);
 8. ``memory``: constraints from memory (a hook, :data:`MemoryCheck`, filled by the
    memory issue; CONSTRAINT_VIOLATION, VERIFICATION_REQUIRED);
 9. ``escalation``: thresholds (LOW_CONFIDENCE, APPROVAL_REQUIRED): an ESCALATE verdict.
 
 Human modifications skip the state and escalation layers: a human already looked.
-Nothing here reads the clock, except the rule budget's timer (see kernel.rules).
+Nothing here reads a clock: the verdict is a function of its arguments, which the
+journal records, so replay judges as the live kernel did. How long each rule took
+is measured beside the verdict by an optional :class:`~kernel.rules.Stopwatch`,
+whose findings never change it (see kernel.rules).
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -39,7 +41,7 @@ from kernel.guards import emergency
 from kernel.packs import PolicyCatalog, PolicyPack, amount_of
 from kernel.projection import AgentStatus, AgentView
 from kernel.reasons import ReasonCode
-from kernel.rules import RuleVerdict, View, decimal_of, run_rule
+from kernel.rules import RuleVerdict, Stopwatch, View, decimal_of, run_rule
 
 LAYERS = (
     "schema",
@@ -125,9 +127,13 @@ def judge(
     *,
     by_human: bool = False,
     memory: MemoryCheck | None = None,
-    timer: Callable[[], float] = time.perf_counter,
+    stopwatch: Stopwatch | None = None,
 ) -> Judgement:
-    """Run the pipeline; the first failing layer decides."""
+    """Run the pipeline; the first failing layer decides.
+
+    ``stopwatch`` times each rule and keeps the overruns of their budgets for the
+    caller to record; the judgement is the same with or without it.
+    """
     kind = catalog.kinds.get(proposal.kind)
     if kind is None:
         return Judgement(
@@ -157,7 +163,7 @@ def judge(
         limits_of(pack, agent, snapshot.amendments),
         proposal.confidence,
     )
-    failed = _rules(proposal.kind, view, catalog, timer)
+    failed = _rules(proposal.kind, view, catalog, stopwatch)
     if failed is None and not by_human and proposal.kind in catalog.emergencies_of:
         failed = emergency(proposal, params, view.state, catalog.emergencies_of[proposal.kind])
     if failed is None and memory is not None:
@@ -332,7 +338,7 @@ def limits_of(
 
 
 def _rules(
-    kind: str, view: View, catalog: PolicyCatalog, timer: Callable[[], float]
+    kind: str, view: View, catalog: PolicyCatalog, stopwatch: Stopwatch | None
 ) -> Feedback | None:
     """Layer 7: invariants, then rules; any failure to judge rejects (KERNEL_FAULT)."""
     for invariant in catalog.invariants_of.get(kind, ()):
@@ -344,7 +350,7 @@ def _rules(
         if not verdict.ok:
             return _from_rule(verdict, invariant.name)
     for r in catalog.rules_of.get(kind, ()):
-        verdict = run_rule(r, view, timer)
+        verdict = run_rule(r, view) if stopwatch is None else stopwatch.run(r, view)
         if not verdict.ok:
             return _from_rule(verdict, r.name)
     return None
