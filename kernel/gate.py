@@ -41,7 +41,7 @@ from kernel.guards import emergency
 from kernel.packs import PolicyCatalog, PolicyPack, amount_of
 from kernel.projection import AgentStatus, AgentView
 from kernel.reasons import ReasonCode
-from kernel.rules import RuleVerdict, Stopwatch, View, decimal_of, run_rule
+from kernel.rules import DECIMAL_PATTERN, RuleVerdict, Stopwatch, View, decimal_of, run_rule
 
 LAYERS = (
     "schema",
@@ -185,7 +185,12 @@ def _schema(proposal: ProposalRecord, kind: type[Any]) -> Any:
     try:
         params = msgspec.convert({"kind": proposal.kind, **proposal.params}, kind)
     except msgspec.ValidationError as exc:
-        return reject("schema", ReasonCode.SCHEMA_INVALID, str(exc), f"params.{field_of(exc)}")
+        name = f"params.{field_of(exc)}"
+        detail = str(exc)
+        if repr(DECIMAL_PATTERN) in detail:  # the regex itself tells an agent little
+            detail = f"{name} must be a decimal string: ASCII digits, an optional leading '-'"
+            detail += " and '.', no '+', leading zeros, exponent or spaces (e.g. '100.25')"
+        return reject("schema", ReasonCode.SCHEMA_INVALID, detail, name)
     if not 0.0 <= proposal.confidence <= 1.0:
         return reject(
             "schema", ReasonCode.SCHEMA_INVALID, "confidence must lie in [0, 1]", "confidence"
