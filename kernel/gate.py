@@ -367,14 +367,21 @@ def limits_of(
     """An agent's limits: the pack's default, tightened by its manifest, or as amended.
 
     A manifest is the agent's own declaration, so it may only lower a limit; only an
-    operator's amendment (within the pack's floor and ceiling) may raise one.
+    operator's amendment (within the pack's floor and ceiling) may raise one. A declared
+    limit that is not a number in the one accepted spelling is the pack's floor (fail
+    closed); one that is, reaches rules parsed (an int, or a Decimal), so a rule's
+    ``int()`` of it cannot raise.
     """
     limits: dict[str, Any] = {}
     for name, spec in pack.limits.items():
         value: Any = spec.default
-        declared = decimal_of(agent.manifest.limits.get(name))
-        if declared is not None and declared < Decimal(value):
-            value = agent.manifest.limits[name]
+        if name in agent.manifest.limits:
+            declared = decimal_of(agent.manifest.limits[name])
+            if declared is None:
+                value = spec.floor
+            elif declared < Decimal(value):
+                whole = declared == declared.to_integral_value()
+                value = int(declared) if whole else declared
         if name in amendments:
             value = amendments[name]
         limits[name] = value

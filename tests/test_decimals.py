@@ -352,3 +352,33 @@ def test_an_unparsable_execution_bound_fails_closed(bounds: dict[str, Any], boun
 def test_a_quote_price_that_is_not_a_decimal_string_is_no_price(price: Any) -> None:
     violation = check({"limit_price": "101.00", "side": "buy"}, None, Quote(price=price), 0)
     assert violation is not None and violation.bound == "price"
+
+
+@pytest.mark.parametrize(
+    ("declared", "code"),
+    [
+        ("1_000_000", "RISK_LIMIT_EXCEEDED"),  # unreadable: the pack's floor (0), not ignored
+        (" 2000000", "RISK_LIMIT_EXCEEDED"),
+        (1.5e6, "RISK_LIMIT_EXCEEDED"),
+        ("100000.5", ""),  # a readable fraction reaches the rule parsed: int() cannot raise
+        ("99999.99", "RISK_LIMIT_EXCEEDED"),
+    ],
+)
+def test_a_manifest_limit_is_read_strictly_and_fails_closed(declared: Any, code: str) -> None:
+    agent = AgentView(
+        manifest=Manifest(
+            agent_id="trader",
+            version="1",
+            capabilities=["trading.place_order"],
+            limits={"max_order_notional": declared},
+        ),
+        status=AgentStatus.ACTIVE,
+        session_hash="",
+        registered_seq=1,
+    )
+    proposal = ProposalRecord(
+        kind="trading.place_order", params=order("100.00", 10), confidence=0.9, valid_until_ns=1
+    )
+    judgement = judge(proposal, agent, PolicyCatalog([TRADING]), 0, Snapshot(state=PRICES))
+    found = judgement.rejection
+    assert (str(found.reason_code) if found else "") == code, found
