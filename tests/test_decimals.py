@@ -23,6 +23,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from agents_sdk import Agent, Manifest
+from examples.desk import DESK
 from kernel import (
     DecimalStr,
     Kernel,
@@ -382,3 +383,38 @@ def test_a_manifest_limit_is_read_strictly_and_fails_closed(declared: Any, code:
     judgement = judge(proposal, agent, PolicyCatalog([TRADING]), 0, Snapshot(state=PRICES))
     found = judgement.rejection
     assert (str(found.reason_code) if found else "") == code, found
+
+
+@pytest.mark.parametrize(
+    ("kind", "params", "field"),
+    [
+        ("trading.set_mandate", {"symbols": ["ACME"], "max_notional": "8_000"}, "max_notional"),
+        (
+            "desk.rebalance",
+            {
+                "sell_symbol": "ACME",
+                "sell_quantity": 1,
+                "sell_limit": "100.00",
+                "buy_symbol": "GLOBEX",
+                "buy_quantity": 1,
+                "buy_limit": "\uff15\uff10",
+            },
+            "buy_limit",
+        ),
+    ],
+)
+def test_every_money_field_of_the_shipped_packs_is_held_to_the_spelling(
+    kind: str, params: dict[str, Any], field: str
+) -> None:
+    agent = AgentView(
+        manifest=Manifest(agent_id="a", version="1", capabilities=[kind]),
+        status=AgentStatus.ACTIVE,
+        session_hash="",
+        registered_seq=1,
+    )
+    catalog = PolicyCatalog([TRADING, DESK])
+    proposal = ProposalRecord(kind=kind, params=params, confidence=0.9, valid_until_ns=1)
+    refused = judge(proposal, agent, catalog, 0, Snapshot(state=PRICES)).rejection
+    assert refused is not None
+    assert (refused.reason_code, refused.field) == (ReasonCode.SCHEMA_INVALID, f"params.{field}")
+    assert "decimal string" in refused.detail
