@@ -11,6 +11,7 @@ records each adapter call.
 from __future__ import annotations
 
 import itertools
+import shutil
 import tempfile
 from decimal import Decimal
 from pathlib import Path
@@ -36,7 +37,9 @@ from kernel import (
     ReasonCode,
     SeededIds,
     StateMatch,
+    open_journal,
     open_kernel,
+    rejudge,
 )
 from kernel.constraints import check
 from kernel.events import (
@@ -418,3 +421,12 @@ def test_every_money_field_of_the_shipped_packs_is_held_to_the_spelling(
     assert refused is not None
     assert (refused.reason_code, refused.field) == (ReasonCode.SCHEMA_INVALID, f"params.{field}")
     assert "decimal string" in refused.detail
+
+
+async def test_the_golden_journal_is_judged_the_same_by_the_strict_packs(tmp_path: Path) -> None:
+    # Its agents only ever spelled prices canonically: the new versions change no verdict.
+    db = tmp_path / "trading.db"
+    shutil.copyfile(Path(__file__).parent / "golden" / "trading.db", db)
+    async with open_journal(db, readonly=True) as journal:
+        result = await rejudge(journal, [TRADING, DESK], check_hash=False)
+    assert result.changes == [] and result.judged > 0 and result.skipped == 0
