@@ -41,7 +41,17 @@ from kernel.guards import emergency
 from kernel.packs import PolicyCatalog, PolicyPack, amount_of
 from kernel.projection import AgentStatus, AgentView
 from kernel.reasons import ReasonCode
-from kernel.rules import RuleVerdict, Stopwatch, View, decimal_of, run_rule
+from kernel.rules import (
+    DECIMAL_PATTERN,
+    Range,
+    RuleVerdict,
+    StateMatch,
+    Stopwatch,
+    View,
+    decimal_of,
+    is_decimal,
+    run_rule,
+)
 
 LAYERS = (
     "schema",
@@ -145,7 +155,7 @@ def judge(
             )
         )
     pack = catalog.pack_of[proposal.kind]
-    failed = _schema(proposal, kind)
+    failed = _schema(proposal, kind, catalog)
     if isinstance(failed, Feedback):
         return Judgement(rejection=failed, pack=pack.hash)
     params = failed
@@ -174,7 +184,7 @@ def judge(
     return Judgement(escalation=escalation, reserve=need, pack=pack.hash, policy=params)
 
 
-def _schema(proposal: ProposalRecord, kind: type[Any]) -> Any:
+def _schema(proposal: ProposalRecord, kind: type[Any], catalog: PolicyCatalog) -> Any:
     if proposal.version and proposal.version.split(".")[0] != kind.version.split(".")[0]:
         return reject(
             "schema",
@@ -185,7 +195,21 @@ def _schema(proposal: ProposalRecord, kind: type[Any]) -> Any:
     try:
         params = msgspec.convert({"kind": proposal.kind, **proposal.params}, kind)
     except msgspec.ValidationError as exc:
-        return reject("schema", ReasonCode.SCHEMA_INVALID, str(exc), f"params.{field_of(exc)}")
+        name = f"params.{field_of(exc)}"
+        detail = _not_decimal(name) if repr(DECIMAL_PATTERN) in str(exc) else str(exc)
+        return reject("schema", ReasonCode.SCHEMA_INVALID, detail, name)
+    # A field the pack's invariants or amounts read as a number is held to DecimalStr's
+    # spelling even when its kind types it plain ``str`` (an older pack): what is
+    # judged is then what is executed, and no parse fails later, in a rule.
+    for name in numbers_of(proposal.kind, catalog):
+        value = getattr(params, name, None)
+        if isinstance(value, str) and not is_decimal(value):
+            return reject(
+                "schema",
+                ReasonCode.SCHEMA_INVALID,
+                _not_decimal(f"params.{name}"),
+                f"params.{name}",
+            )
     if not 0.0 <= proposal.confidence <= 1.0:
         return reject(
             "schema", ReasonCode.SCHEMA_INVALID, "confidence must lie in [0, 1]", "confidence"
@@ -198,6 +222,26 @@ def _schema(proposal: ProposalRecord, kind: type[Any]) -> Any:
             "valid_until_ns",
         )
     return params
+
+
+def _not_decimal(name: str) -> str:
+    return (
+        f"{name} must be a decimal string: ASCII digits, an optional leading '-' and '.',"
+        " no '+', leading zeros, exponent or spaces (e.g. '100.25')"
+    )
+
+
+def numbers_of(kind: str, catalog: PolicyCatalog) -> list[str]:
+    """Return the fields of ``kind`` its pack reads as numbers (invariants, named amounts)."""
+    names = [
+        i.field for i in catalog.invariants_of.get(kind, ()) if isinstance(i, Range | StateMatch)
+    ]
+    for amount in [c.amount for c in catalog.consumes_of.get(kind, ())] + [
+        t.amount for t in catalog.thresholds_of.get(kind, ())
+    ]:
+        if isinstance(amount, str) and amount:
+            names.append(amount)
+    return names
 
 
 def _admission(
@@ -323,14 +367,21 @@ def limits_of(
     """An agent's limits: the pack's default, tightened by its manifest, or as amended.
 
     A manifest is the agent's own declaration, so it may only lower a limit; only an
-    operator's amendment (within the pack's floor and ceiling) may raise one.
+    operator's amendment (within the pack's floor and ceiling) may raise one. A declared
+    limit that is not a number in the one accepted spelling is the pack's floor (fail
+    closed); one that is, reaches rules parsed (an int, or a Decimal), so a rule's
+    ``int()`` of it cannot raise.
     """
     limits: dict[str, Any] = {}
     for name, spec in pack.limits.items():
         value: Any = spec.default
-        declared = decimal_of(agent.manifest.limits.get(name))
-        if declared is not None and declared < Decimal(value):
-            value = agent.manifest.limits[name]
+        if name in agent.manifest.limits:
+            declared = decimal_of(agent.manifest.limits[name])
+            if declared is None:
+                value = spec.floor
+            elif declared < Decimal(value):
+                whole = declared == declared.to_integral_value()
+                value = int(declared) if whole else declared
         if name in amendments:
             value = amendments[name]
         limits[name] = value

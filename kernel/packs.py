@@ -36,6 +36,7 @@ from types import MappingProxyType
 from typing import Any, ClassVar
 
 import msgspec
+import msgspec.inspect
 
 from kernel.events import PackRef, canonical
 from kernel.guards import Guard
@@ -377,6 +378,28 @@ def amount_of(amount: Amount, params: Any) -> Decimal | None:
     return decimal_of(value)
 
 
+def _decimal_field(kind: type[PolicyKind]) -> str | None:
+    """Return the first field of ``kind`` whose type holds a ``decimal.Decimal``, or None."""
+
+    def holds(t: Any, seen: set[type]) -> bool:
+        if isinstance(t, msgspec.inspect.DecimalType):
+            return True
+        if isinstance(t, msgspec.inspect.StructType | msgspec.inspect.DataclassType):
+            if t.cls in seen:
+                return False
+            seen.add(t.cls)
+            return any(holds(f.type, seen) for f in t.fields)
+        inner: list[Any] = []
+        for attr in ("type", "types", "item_type", "item_types", "key_type", "value_type"):
+            value = getattr(t, attr, None)
+            inner.extend(value if isinstance(value, tuple) else [value] if value else [])
+        return any(holds(i, seen) for i in inner)
+
+    info = msgspec.inspect.type_info(kind)
+    assert isinstance(info, msgspec.inspect.StructType)
+    return next((f.name for f in info.fields if holds(f.type, {kind})), None)
+
+
 def _check_pack(pack: PolicyPack, seen: dict[str, str]) -> None:
     """Raise PackError naming the first problem of ``pack`` (and where it is)."""
     if not pack.name or not pack.version:
@@ -393,6 +416,13 @@ def _check_pack(pack: PolicyPack, seen: dict[str, str]) -> None:
         if not kind.adapter:
             raise PackError(
                 f"pack {pack.name}: policy kind {name!r} names no adapter to execute it"
+            )
+        lenient = _decimal_field(kind)
+        if lenient is not None:
+            raise PackError(
+                f"pack {pack.name}: policy kind {name!r} types field {lenient!r} as Decimal,"
+                " which reads '1_0_0', ' 100 ', full-width digits and 'NaN' and re-spells them;"
+                " type it kernel.DecimalStr (the string the DIM judges is the one executed)"
             )
         if kind.impact not in tuple(Impact):
             raise PackError(

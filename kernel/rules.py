@@ -29,14 +29,15 @@ import ast
 import builtins
 import datetime as _datetime
 import inspect
+import re
 import string
 import textwrap
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 from types import MappingProxyType, ModuleType
-from typing import Any
+from typing import Annotated, Any
 
 import msgspec
 
@@ -201,18 +202,55 @@ class Stopwatch:
 # --- invariants: checks as data ------------------------------------------------
 
 
+DECIMAL_PATTERN = r"^(?!-0(\.0+)?$)-?(0|[1-9][0-9]{0,17})(\.[0-9]{1,9})?$(?!\n)"
+"""The one spelling of a decimal the kernel accepts: what :data:`DecimalStr` matches.
+
+ASCII digits, an optional leading ``-`` and an optional point followed by digits;
+no ``+``, no leading zeros, no negative zero, no exponent, no spaces, underscores or
+other scripts' digits. At most 18 digits before the point and 9 after it, so every
+value is exact in the default decimal context (28 digits). Each (value, scale) pair
+has exactly one spelling, so the string is never normalised: ``"100.00"`` and
+``"100.0"`` are both accepted (the scale is the author's) and each is recorded,
+judged and executed as written. The trailing ``(?!\n)`` keeps Python's ``$`` from
+accepting a final newline; in a JSON Schema (ECMA-262) it is a no-op.
+"""
+
+_DECIMAL = re.compile(DECIMAL_PATTERN)
+
+DecimalStr = Annotated[
+    str,
+    msgspec.Meta(
+        pattern=DECIMAL_PATTERN,
+        description="a decimal as a string: ASCII digits, optional '-' and '.', e.g. '100.25'",
+    ),
+]
+"""The type of a money or quantity field that is a decimal string (see :data:`DECIMAL_PATTERN`).
+
+The DIM's schema layer rejects any other string (SCHEMA_INVALID, naming the
+field), so rules may call ``Decimal()`` on such a field without a guard, and the
+adapter receives exactly the string the DIM judged.
+"""
+
+
+def is_decimal(text: str) -> bool:
+    """Return whether ``text`` is a decimal string in the one accepted spelling."""
+    return _DECIMAL.search(text) is not None
+
+
 def decimal_of(value: Any) -> Decimal | None:
-    """Return ``value`` (an int or a decimal string) as a Decimal, or None; never a float."""
+    """Return ``value`` (an int or a decimal string) as a Decimal, or None; never a float.
+
+    Strings are parsed strictly (:data:`DECIMAL_PATTERN`): ``"1_0_0"``, ``" 100 "``,
+    full-width digits, ``"1e3"`` and ``"NaN"`` are None, although ``Decimal()`` reads them.
+    """
     if isinstance(value, bool) or isinstance(value, float):
         return None
-    if isinstance(value, int | Decimal):
+    if isinstance(value, int):
         return Decimal(value)
-    if isinstance(value, str):
-        try:
-            result = Decimal(value)
-        except InvalidOperation:
-            return None
-        return result if result.is_finite() else None
+    if isinstance(value, Decimal):
+        return value if value.is_finite() else None
+    if isinstance(value, str) and is_decimal(value):
+        return Decimal(value)
     return None
 
 
