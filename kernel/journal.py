@@ -5,8 +5,11 @@ Every step of every DecisionFlow is appended here before anything acts on it
 commits in groups: whatever callers append while a transaction is in flight
 goes into the next one, so the cost of a commit is shared by everyone who
 waited for it. Each row keeps the event's canonical bytes and the SHA-256
-chaining them to the row before, so :func:`kernel.verify.verify_journal` can
-prove nothing was edited, dropped or reordered.
+chaining them to the row before (an HMAC-SHA256 when the journal has a chain
+key), so :func:`kernel.verify.verify_journal` can prove nothing was edited,
+dropped or reordered. The same transaction that appends rows rewrites the head
+record (the last seq and hash, in ``meta``), so a removed tail is caught on
+open and by verify; docs/integrity.md says what that proves and what it does not.
 
 Reads use a second connection (aiosqlite); with WAL they never wait for a
 commit, and subscriptions follow live commits without ever slowing the writer.
@@ -18,7 +21,7 @@ import contextlib
 import os
 import sqlite3
 import uuid
-from collections.abc import AsyncIterator, Callable, Collection, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple, NoReturn
 
@@ -32,6 +35,7 @@ from kernel.events import (
     Event,
     canonical,
     chain,
+    chain_key_id,
     decode_body,
     event_type,
     stamp,
@@ -81,6 +85,13 @@ _EVENTS = (
     " LEFT JOIN events AS p ON p.seq = e.seq - 1 WHERE e.seq >= ?"
 )
 _SYNCHRONOUS = frozenset({"OFF", "NORMAL", "FULL", "EXTRA"})
+# The head record: "<seq> <hex hash>" of the last event, rewritten in each append's transaction.
+_HEAD = "INSERT OR REPLACE INTO meta (key, value) VALUES ('head', ?)"
+KEYED_CHAIN = "hmac-sha256"
+"""``meta.chain`` of a journal whose hashes are HMACs under a chain key."""
+MIN_KEY_BYTES = 16
+CHAIN_KEY_ENV = "DIRK_CHAIN_KEY"
+"""The environment variable ``open_kernel`` and ``dirk`` take the chain key from."""
 
 Listener = Callable[[Sequence[Event]], None]
 GuardFactory = Callable[[], Callable[[Sequence[Event]], None]]
@@ -98,16 +109,23 @@ class JournalError(Exception):
 
     code = "JOURNAL_ERROR"
 
-    def __init__(self, path: str, detail: str) -> None:
+    def __init__(self, path: str, detail: str, *, seq: int | None = None) -> None:
         super().__init__(f"journal {path}: {detail}")
         self.path = path
         self.detail = detail
+        self.seq = seq
 
 
 class JournalCorrupt(JournalError):
     """The file is not a readable SQLite database, or its events do not check out."""
 
     code = "JOURNAL_CORRUPT"
+
+
+class JournalKeyError(JournalError):
+    """The chain key is missing, wrong, too short, or given for a journal that has none."""
+
+    code = "JOURNAL_KEY"
 
 
 class JournalForeign(JournalError):
@@ -159,6 +177,26 @@ class _Head(NamedTuple):
     hash: bytes
 
 
+def chain_key_from(value: bytes | str | None, path: str = "-") -> bytes | None:
+    """Return a chain key as bytes (None: no key); refuse one too short to be a secret.
+
+    Raises:
+        JournalKeyError: The key is shorter than 16 bytes (the message never shows it).
+    """
+    if value is None:
+        return None
+    key = value.encode() if isinstance(value, str) else bytes(value)
+    if len(key) < MIN_KEY_BYTES:
+        raise JournalKeyError(path, f"a chain key needs at least {MIN_KEY_BYTES} bytes")
+    return key
+
+
+def chain_key_from_env(environ: Mapping[str, str] | None = None, path: str = "-") -> bytes | None:
+    """Return the chain key ``DIRK_CHAIN_KEY`` holds (None when unset or empty)."""
+    value = (os.environ if environ is None else environ).get(CHAIN_KEY_ENV, "")
+    return chain_key_from(value, path) if value else None
+
+
 class _Batch:
     """The appends gathered for one transaction, and their outcomes."""
 
@@ -183,8 +221,13 @@ class Journal:
         head: _Head,
         clock: Clock,
         faults: JournalFaults,
+        key: bytes | None = None,
+        keyed: bool = False,
     ) -> None:
         self._path = path
+        # Never logged, never recorded: only chain() sees it.
+        self._key = key
+        self._keyed = keyed
         self._reader = reader
         self._writer = writer
         self._journal_id = head.journal_id
@@ -222,6 +265,11 @@ class Journal:
     def head_hash(self) -> str:
         """Hex hash of the last committed event (the genesis hash when empty)."""
         return self._head_hex
+
+    @property
+    def keyed(self) -> bool:
+        """True if the chain is keyed (its hashes are HMACs under a chain key)."""
+        return self._keyed
 
     @property
     def failed(self) -> bool:
@@ -349,8 +397,49 @@ class Journal:
                 decode_body(body, GENESIS_HASH if seq == 1 else prev or b"", hash_)
                 for seq, body, hash_, prev in rows
             ]
-        except msgspec.DecodeError as exc:
+        except (ValueError, TypeError) as exc:
+            # msgspec.DecodeError, or UnicodeDecodeError for bytes that are not UTF-8.
             raise JournalCorrupt(self._path, f"an event does not decode ({exc})") from exc
+
+    async def check_chain(self, start: int = 1) -> None:
+        """Check that events ``start``..head are whole and chain on from event ``start - 1``.
+
+        Opening a kernel calls it from its latest trusted snapshot on, so an edit
+        anywhere after that snapshot is refused. Without the key of a keyed
+        journal (a read-only open) the hashes cannot be recomputed and only the
+        rest is checked.
+
+        Raises:
+            JournalCorrupt: An event is missing, altered or out of place; ``seq`` names it.
+        """
+        head = self._head_seq
+        start = max(start, 1)
+        if start > head:
+            return
+        prev = GENESIS_HASH
+        if start > 1:
+            rows = list(await self._query("SELECT hash FROM events WHERE seq = ?", [start - 1]))
+            if not rows or not isinstance(rows[0][0], bytes):
+                raise self._corrupt(f"event {start - 1} is missing", start - 1)
+            prev = rows[0][0]
+        expected = start
+        sql = f"{_ROWS} WHERE seq >= ? AND seq <= ? ORDER BY seq LIMIT ?"
+        while expected <= head:
+            rows = list(await self._query(sql, [expected, head, _BATCH]))
+            if not rows:
+                raise self._corrupt(f"event {expected} is missing", expected)
+            for row in rows:
+                problem = _row_problem(row, expected, prev, self._key, self._hashes_checked)
+                if problem:
+                    raise self._corrupt(problem, expected)
+                expected, prev = expected + 1, row[4]
+
+    @property
+    def _hashes_checked(self) -> bool:
+        return self._key is not None or not self._keyed
+
+    def _corrupt(self, problem: str, seq: int) -> JournalCorrupt:
+        return JournalCorrupt(self._path, f"{problem} (run dirk verify)", seq=seq)
 
     async def scan(self, start: int = 1, batch_size: int = _BATCH) -> AsyncIterator[list[Event]]:
         """Yield every event from ``start`` on, in seq-ordered batches of ``batch_size``."""
@@ -469,6 +558,8 @@ class Journal:
         for index, drafts in enumerate(batch.requests):
             try:
                 request_rows, events = _seal(drafts, seq, prev, ts)
+                if self._key is not None:
+                    request_rows, events = _rekey(request_rows, events, prev, self._key)
                 if check is not None:
                     check(events)
             except Exception as exc:
@@ -534,6 +625,7 @@ async def open_journal(
     synchronous: str = "FULL",
     readonly: bool = False,
     faults: JournalFaults | None = None,
+    chain_key: bytes | None = None,
 ) -> AsyncIterator[Journal]:
     """Open the journal at ``path``, creating it if it does not exist.
 
@@ -545,9 +637,14 @@ async def open_journal(
         synchronous: SQLite's ``PRAGMA synchronous``; FULL makes every commit durable.
         readonly: Open for reading only (appends raise :class:`JournalClosed`).
         faults: Faults to inject, for tests.
+        chain_key: The chain key (see :func:`chain_key_from`): a new journal is keyed
+            with it; a keyed journal needs it to be appended to (reading does not).
+            Only a journal without events can be given a key.
 
     Raises:
-        JournalCorrupt: Not a SQLite database, truncated, or its last event does not check out.
+        JournalCorrupt: Not a SQLite database, or its last event does not check out, or
+            the head record says its tail was removed or appended to.
+        JournalKeyError: The key is missing (for writing), wrong, or the journal is unkeyed.
         JournalForeign: A SQLite database of something else.
         JournalVersionError: A journal of a schema version this kernel does not read.
         JournalError: The file cannot be opened at all.
@@ -560,22 +657,44 @@ async def open_journal(
     writer: sqlite3.Connection | None = None
     journal: Journal | None = None
     try:
-        journal_id = await _inspect(reader, path)
+        meta = await _inspect(reader, path)
         head = _Head("", 0, GENESIS_HASH)
-        if journal_id is not None:
-            head = _Head(journal_id, *await _read_head(reader, path))
+        journal_id: str | None = None
+        keyed = chain_key is not None
+        if meta is not None:
+            journal_id = meta["journal_id"]
+            keyed = _check_key(path, meta, chain_key, readonly)
+            checked = chain_key is not None or not keyed
+            key = chain_key if keyed else None
+            head = _Head(journal_id, *await _read_head(reader, path, meta, key, checked))
+            if chain_key is not None and not keyed:
+                if head.seq > 0 or readonly:
+                    raise JournalKeyError(
+                        path,
+                        "its chain is not keyed, but a chain key was given (a key can only be"
+                        " given to a journal without events, or the key's record was removed)",
+                    )
+                keyed = True
         elif readonly:
             raise JournalForeign(path, "an empty database, not a journal")
         if not readonly:
+            key_id = chain_key_id(chain_key) if chain_key is not None else None
             try:
                 writer, created_id = await anyio.to_thread.run_sync(
-                    _open_writer, path, synchronous, journal_id
+                    _open_writer, path, synchronous, journal_id, key_id
                 )
             except sqlite3.Error as exc:
                 raise _sqlite_error(path, exc) from exc
             head = head._replace(journal_id=created_id)
         journal = Journal(
-            path, reader, writer, head, clock or SystemClock(), faults or JournalFaults()
+            path,
+            reader,
+            writer,
+            head,
+            clock or SystemClock(),
+            faults or JournalFaults(),
+            chain_key if keyed else None,
+            keyed,
         )
         body_error: Exception | None = None
         async with anyio.create_task_group() as tg:
@@ -634,6 +753,7 @@ def _write_rows(conn: sqlite3.Connection, rows: list[_Row], injected: bool) -> N
     conn.execute("BEGIN IMMEDIATE")
     try:
         conn.executemany(_INSERT, rows)
+        conn.execute(_HEAD, (_head_value(rows[-1][0], rows[-1][4]),))
         if injected:
             raise sqlite3.OperationalError("disk I/O error (injected by JournalFaults)")
         conn.execute("COMMIT")
@@ -642,6 +762,39 @@ def _write_rows(conn: sqlite3.Connection, rows: list[_Row], injected: bool) -> N
             with contextlib.suppress(sqlite3.Error):
                 conn.execute("ROLLBACK")
         raise
+
+
+def _rekey(
+    rows: list[_Row], events: list[Event], prev: bytes, key: bytes
+) -> tuple[list[_Row], list[Event]]:
+    """Return ``_seal``'s rows and events with their hashes made HMACs under ``key``."""
+    keyed_rows: list[_Row] = []
+    keyed_events: list[Event] = []
+    prev_hex = prev.hex()
+    for (seq, type_, dfid, body, _), event in zip(rows, events, strict=True):
+        hash_ = chain(prev, body, key)
+        hash_hex = hash_.hex()
+        keyed_rows.append((seq, type_, dfid, body, hash_))
+        keyed_events.append(msgspec.structs.replace(event, prev_hash=prev_hex, hash=hash_hex))
+        prev, prev_hex = hash_, hash_hex
+    return keyed_rows, keyed_events
+
+
+def _head_value(seq: int, hash_: bytes) -> str:
+    return f"{seq} {hash_.hex()}"
+
+
+def parse_head(value: object) -> tuple[int, bytes] | None:
+    """Return the (seq, hash) a head record holds, or None if it is malformed."""
+    if not isinstance(value, str):
+        return None
+    seq, _, hex_ = value.partition(" ")
+    if not seq.isascii() or not seq.isdigit() or len(hex_) != 64:
+        return None
+    try:
+        return int(seq), bytes.fromhex(hex_)
+    except ValueError:
+        return None
 
 
 def _write_snapshot(conn: sqlite3.Connection, seq: int, digest: str, body: bytes) -> None:
@@ -663,9 +816,12 @@ def _drop_snapshots(conn: sqlite3.Connection, seqs: list[int]) -> None:
 
 
 def _open_writer(
-    path: str, synchronous: str, journal_id: str | None
+    path: str, synchronous: str, journal_id: str | None, key_id: str | None
 ) -> tuple[sqlite3.Connection, str]:
-    """Open the writer's connection, creating the schema if ``journal_id`` is None (blank file)."""
+    """Open the writer's connection, creating the schema if ``journal_id`` is None (blank file).
+
+    ``key_id`` names the chain key of a keyed journal (checked against an existing one before).
+    """
     # check_same_thread is off because anyio's worker threads take turns; only the
     # writer task ever uses this connection, one call at a time.
     conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
@@ -676,7 +832,14 @@ def _open_writer(
             journal_id = str(uuid.uuid4())
             conn.executescript(
                 f"BEGIN IMMEDIATE; {_SCHEMA} INSERT INTO meta (key, value) VALUES"
-                f" ('schema_version', '{SCHEMA_VERSION}'), ('journal_id', '{journal_id}'); COMMIT;"
+                f" ('schema_version', '{SCHEMA_VERSION}'), ('journal_id', '{journal_id}'),"
+                f" ('head', '{_head_value(0, GENESIS_HASH)}'); COMMIT;"
+            )
+        if key_id is not None:
+            # A new journal, or one without events: from its first event on, hashes are HMACs.
+            conn.executemany(
+                "INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)",
+                [("chain", KEYED_CHAIN), ("chain_key_id", key_id)],
             )
         # Journals created before the inbox existed get it the first time a kernel opens them.
         conn.executescript(INBOX_SCHEMA)
@@ -703,8 +866,8 @@ async def _connect(path: str, *, readonly: bool) -> aiosqlite.Connection:
     return await aiosqlite.Connection(lambda: conn, iter_chunk_size=64)
 
 
-async def _inspect(db: aiosqlite.Connection, path: str) -> str | None:
-    """Check ``db`` holds a journal this kernel reads; return its id, or None if it is blank."""
+async def _inspect(db: aiosqlite.Connection, path: str) -> dict[str, str] | None:
+    """Check ``db`` holds a journal this kernel reads; return its meta, or None if it is blank."""
     try:
         ((application_id,),) = await db.execute_fetchall("PRAGMA application_id")
         tables = {
@@ -730,30 +893,103 @@ async def _inspect(db: aiosqlite.Connection, path: str) -> str | None:
         raise JournalVersionError(
             path, f"schema version {version!r}; this kernel reads version {SCHEMA_VERSION!r}"
         )
-    if "journal_id" not in meta:
+    if not isinstance(meta.get("journal_id"), str):
         raise JournalCorrupt(path, "the meta table has no journal_id")
-    return str(meta["journal_id"])
+    if meta.get("chain", KEYED_CHAIN) != KEYED_CHAIN:
+        raise JournalVersionError(path, f"a chain of kind {meta['chain']!r}, which it does not know")
+    return {str(k): v for k, v in meta.items()}
 
 
-async def _read_head(db: aiosqlite.Connection, path: str) -> tuple[int, bytes]:
-    """Return the last event's seq and hash, after checking it chains to the one before."""
+def _check_key(path: str, meta: Mapping[str, str], key: bytes | None, readonly: bool) -> bool:
+    """Check ``key`` against the journal's meta; return True if the journal is keyed."""
+    if meta.get("chain") != KEYED_CHAIN:
+        return False
+    known = meta.get("chain_key_id", "?")
+    if key is None:
+        if readonly:
+            return True  # reading needs no key; the hashes go unchecked
+        raise JournalKeyError(
+            path,
+            f"its chain is keyed (key id {known}): writing to it needs its chain key"
+            f" ({CHAIN_KEY_ENV} or chain_key=)",
+        )
+    given = chain_key_id(key)
+    if given != known:
+        raise JournalKeyError(
+            path, f"the chain key given (key id {given}) is not this journal's (key id {known})"
+        )
+    return True
+
+
+def head_problem(
+    meta: Mapping[str, str], last_seq: int, last_hash: bytes | None
+) -> tuple[str, int | None]:
+    """Compare the head record with the last event; return (problem, its seq) or ("", None)."""
+    record = meta.get("head")
+    if record is None:
+        if meta.get("chain") == KEYED_CHAIN:
+            return "a keyed journal without a head record: it was removed", last_seq
+        return "", None  # a journal from before head records; its first append writes one
+    parsed = parse_head(record)
+    if parsed is None:
+        return "its head record is malformed", None
+    seq, hash_ = parsed
+    if last_seq < seq:
+        return (
+            f"the journal ends at event {last_seq}, but its head record is at event {seq}:"
+            f" events {last_seq + 1}..{seq} were removed",
+            last_seq + 1,
+        )
+    if last_seq > seq:
+        return (
+            f"events {seq + 1}..{last_seq} come after the head record (event {seq}):"
+            " they were not appended by a kernel",
+            seq + 1,
+        )
+    if last_hash is not None and last_hash != hash_:
+        return f"event {seq} differs from the head record: it was altered", seq
+    return "", None
+
+
+async def _read_head(
+    db: aiosqlite.Connection,
+    path: str,
+    meta: Mapping[str, str],
+    key: bytes | None,
+    hashes_checked: bool,
+) -> tuple[int, bytes]:
+    """Return the last event's seq and hash, after checking it against the head record
+    and that it chains to the one before."""
     try:
         rows = list(await db.execute_fetchall(f"{_ROWS} ORDER BY seq DESC LIMIT 2"))
     except sqlite3.Error as exc:
         raise _sqlite_error(path, exc) from exc
+    last_seq = int(rows[0][0]) if rows else 0
+    last_hash = rows[0][4] if rows and isinstance(rows[0][4], bytes) else None
+    problem, seq = head_problem(meta, last_seq, last_hash)
+    if problem:
+        raise JournalCorrupt(path, f"{problem} (run dirk verify)", seq=seq)
     if not rows:
         return 0, GENESIS_HASH
     before = rows[1] if len(rows) == 2 else None
     expected = before[0] + 1 if before else 1
     prev = before[4] if before and isinstance(before[4], bytes) else GENESIS_HASH
-    problem = _row_problem(rows[0], expected, prev)
+    problem = _row_problem(rows[0], expected, prev, key, hashes_checked)
     if problem:
-        raise JournalCorrupt(path, f"{problem} (run verify to find the first bad event)")
+        raise JournalCorrupt(
+            path, f"{problem} (run dirk verify to find the first bad event)", seq=expected
+        )
     return rows[0][0], rows[0][4]
 
 
-def _row_problem(row: Any, expected_seq: int, prev: bytes) -> str:
-    """Return what is wrong with a row; "" if it is event ``expected_seq`` chained to ``prev``."""
+def _row_problem(
+    row: Any, expected_seq: int, prev: bytes, key: bytes | None = None, hashes_checked: bool = True
+) -> str:
+    """Return what is wrong with a row; "" if it is event ``expected_seq`` chained to ``prev``.
+
+    ``key`` is the chain key of a keyed journal; ``hashes_checked`` False skips the
+    hash (a keyed journal read without its key).
+    """
     seq, type_, dfid, body, hash_ = row
     if seq != expected_seq:
         if seq > expected_seq:
@@ -763,11 +999,12 @@ def _row_problem(row: Any, expected_seq: int, prev: bytes) -> str:
         return f"event {seq} is not stored as bytes"
     try:
         event = decode_body(body, prev, hash_)
-    except msgspec.DecodeError as exc:
+    except (ValueError, TypeError) as exc:
+        # msgspec.DecodeError, or UnicodeDecodeError for bytes that are not UTF-8.
         return f"event {seq} does not decode ({exc})"
     if event.seq != seq:
         return f"event {seq} records seq {event.seq} in its body"
-    if hash_ != chain(prev, body):
+    if hashes_checked and hash_ != chain(prev, body, key):
         return f"event {seq} does not match its hash: its body or hash was altered"
     if type_ != event.type or dfid != event.dfid:
         return f"event {seq} has type or dfid columns that differ from its body"
