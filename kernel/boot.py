@@ -141,7 +141,8 @@ async def open_kernel(
     clock = clock or SystemClock()
     telemetry = telemetry if telemetry is not None else Telemetry.from_env()
     where = os.fspath(path)
-    key = chain_key_from(chain_key, where) if chain_key is not None else chain_key_from_env(None, where)
+    key = chain_key_from(chain_key, where) if chain_key is not None else None
+    key = key or chain_key_from_env(None, where)
     async with open_journal(
         path, clock=clock, synchronous=synchronous, faults=faults, chain_key=key
     ) as journal:

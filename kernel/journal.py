@@ -896,7 +896,7 @@ async def _inspect(db: aiosqlite.Connection, path: str) -> dict[str, str] | None
     if not isinstance(meta.get("journal_id"), str):
         raise JournalCorrupt(path, "the meta table has no journal_id")
     if meta.get("chain", KEYED_CHAIN) != KEYED_CHAIN:
-        raise JournalVersionError(path, f"a chain of kind {meta['chain']!r}, which it does not know")
+        raise JournalVersionError(path, f"a chain of kind {meta['chain']!r}, unknown here")
     return {str(k): v for k, v in meta.items()}
 
 

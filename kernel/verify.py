@@ -116,7 +116,10 @@ class VerifyReport(msgspec.Struct, frozen=True, kw_only=True):
     def anchor(self) -> Anchor:
         """Return the anchor of the head this report verified."""
         return Anchor(
-            journal_id=self.journal_id, seq=self.events, hash=self.head, ts=anchor_time(self.head_ts)
+            journal_id=self.journal_id,
+            seq=self.events,
+            hash=self.head,
+            ts=anchor_time(self.head_ts),
         )
 
 
