@@ -84,6 +84,8 @@ _EVENTS = (
     "SELECT e.seq, e.body, e.hash, p.hash FROM events AS e"
     " LEFT JOIN events AS p ON p.seq = e.seq - 1 WHERE e.seq >= ?"
 )
+# sqlite3 raises UnicodeDecodeError for a schema whose text was damaged.
+_SQLITE_ERRORS = (sqlite3.Error, UnicodeDecodeError)
 _SYNCHRONOUS = frozenset({"OFF", "NORMAL", "FULL", "EXTRA"})
 # The head record: "<seq> <hex hash>" of the last event, rewritten in each append's transaction.
 _HEAD = "INSERT OR REPLACE INTO meta (key, value) VALUES ('head', ?)"
@@ -404,10 +406,20 @@ class Journal:
     async def check_chain(self, start: int = 1) -> None:
         """Check that events ``start``..head are whole and chain on from event ``start - 1``.
 
-        Opening a kernel calls it from its latest trusted snapshot on, so an edit
-        anywhere after that snapshot is refused. Without the key of a keyed
-        journal (a read-only open) the hashes cannot be recomputed and only the
-        rest is checked.
+        Raises:
+            JournalCorrupt: An event is missing, altered or out of place; ``seq`` names it.
+        """
+        async for _ in self.scan_checked(start):
+            pass
+
+    async def scan_checked(self, start: int = 1) -> AsyncIterator[list[Event]]:
+        """Yield events ``start``..head like :meth:`scan`, checking that they chain on.
+
+        Opening a kernel folds its tail through this, from its latest trusted
+        snapshot on, so an edit anywhere after that snapshot is refused, at the
+        cost of one hash per event. Without the key of a keyed journal (a
+        read-only open) the hashes cannot be recomputed and only the rest is
+        checked.
 
         Raises:
             JournalCorrupt: An event is missing, altered or out of place; ``seq`` names it.
@@ -428,11 +440,14 @@ class Journal:
             rows = list(await self._query(sql, [expected, head, _BATCH]))
             if not rows:
                 raise self._corrupt(f"event {expected} is missing", expected)
+            batch: list[Event] = []
             for row in rows:
-                problem = _row_problem(row, expected, prev, self._key, self._hashes_checked)
-                if problem:
+                problem, event = _check_row(row, expected, prev, self._key, self._hashes_checked)
+                if event is None:
                     raise self._corrupt(problem, expected)
+                batch.append(event)
                 expected, prev = expected + 1, row[4]
+            yield batch
 
     @property
     def _hashes_checked(self) -> bool:
@@ -470,7 +485,7 @@ class Journal:
             await anyio.to_thread.run_sync(
                 _write_snapshot, writer, seq, digest, body, limiter=self._limiter
             )
-        except sqlite3.Error as exc:
+        except _SQLITE_ERRORS as exc:
             raise _sqlite_error(self._path, exc) from exc
 
     async def snapshot_seqs(self) -> list[int]:
@@ -499,7 +514,7 @@ class Journal:
             await anyio.to_thread.run_sync(
                 _drop_snapshots, writer, sorted(seqs), limiter=self._limiter
             )
-        except sqlite3.Error as exc:
+        except _SQLITE_ERRORS as exc:
             raise _sqlite_error(self._path, exc) from exc
 
     async def read_snapshot(self, seq: int) -> tuple[str, bytes] | None:
@@ -519,7 +534,7 @@ class Journal:
             raise JournalClosed(self._path, "closed")
         try:
             return await self._reader.execute_fetchall(sql, params)
-        except sqlite3.Error as exc:
+        except _SQLITE_ERRORS as exc:
             raise _sqlite_error(self._path, exc) from exc
 
     def _raise_unwritable(self) -> NoReturn:
@@ -683,7 +698,7 @@ async def open_journal(
                 writer, created_id = await anyio.to_thread.run_sync(
                     _open_writer, path, synchronous, journal_id, key_id
                 )
-            except sqlite3.Error as exc:
+            except _SQLITE_ERRORS as exc:
                 raise _sqlite_error(path, exc) from exc
             head = head._replace(journal_id=created_id)
         journal = Journal(
@@ -859,7 +874,7 @@ async def _connect(path: str, *, readonly: bool) -> aiosqlite.Connection:
     """Open an aiosqlite connection for reading ``path``."""
     try:
         conn = await anyio.to_thread.run_sync(_sqlite_connect, path, readonly)
-    except sqlite3.Error as exc:
+    except _SQLITE_ERRORS as exc:
         raise _sqlite_error(path, exc) from exc
     # Opened here rather than by aiosqlite.connect: when that fails, it leaves its thread
     # reporting to an event loop that may be gone (omnilib/aiosqlite#241).
@@ -886,7 +901,7 @@ async def _inspect(db: aiosqlite.Connection, path: str) -> dict[str, str] | None
             )
         rows = await db.execute_fetchall("SELECT key, value FROM meta")
         meta: dict[Any, Any] = dict(rows)  # type: ignore[arg-type]
-    except sqlite3.Error as exc:
+    except _SQLITE_ERRORS as exc:
         raise _sqlite_error(path, exc) from exc
     version = meta.get("schema_version")
     if version != SCHEMA_VERSION:
@@ -962,7 +977,7 @@ async def _read_head(
     and that it chains to the one before."""
     try:
         rows = list(await db.execute_fetchall(f"{_ROWS} ORDER BY seq DESC LIMIT 2"))
-    except sqlite3.Error as exc:
+    except _SQLITE_ERRORS as exc:
         raise _sqlite_error(path, exc) from exc
     last_seq = int(rows[0][0]) if rows else 0
     last_hash = rows[0][4] if rows and isinstance(rows[0][4], bytes) else None
@@ -974,7 +989,7 @@ async def _read_head(
     before = rows[1] if len(rows) == 2 else None
     expected = before[0] + 1 if before else 1
     prev = before[4] if before and isinstance(before[4], bytes) else GENESIS_HASH
-    problem = _row_problem(rows[0], expected, prev, key, hashes_checked)
+    problem, _ = _check_row(rows[0], expected, prev, key, hashes_checked)
     if problem:
         raise JournalCorrupt(
             path, f"{problem} (run dirk verify to find the first bad event)", seq=expected
@@ -990,29 +1005,40 @@ def _row_problem(
     ``key`` is the chain key of a keyed journal; ``hashes_checked`` False skips the
     hash (a keyed journal read without its key).
     """
+    return _check_row(row, expected_seq, prev, key, hashes_checked)[0]
+
+
+def _check_row(
+    row: Any, expected_seq: int, prev: bytes, key: bytes | None, hashes_checked: bool
+) -> tuple[str, Event | None]:
+    """Return ("", the event) if the row is event ``expected_seq`` chained to ``prev``,
+    else (what is wrong, None)."""
     seq, type_, dfid, body, hash_ = row
     if seq != expected_seq:
         if seq > expected_seq:
-            return f"event {expected_seq} is missing (the next row is event {seq})"
-        return f"unexpected row with seq {seq}"
+            return f"event {expected_seq} is missing (the next row is event {seq})", None
+        return f"unexpected row with seq {seq}", None
     if not isinstance(body, bytes) or not isinstance(hash_, bytes):
-        return f"event {seq} is not stored as bytes"
+        return f"event {seq} is not stored as bytes", None
     try:
         event = decode_body(body, prev, hash_)
     except (ValueError, TypeError) as exc:
         # msgspec.DecodeError, or UnicodeDecodeError for bytes that are not UTF-8.
-        return f"event {seq} does not decode ({exc})"
+        return f"event {seq} does not decode ({exc})", None
     if event.seq != seq:
-        return f"event {seq} records seq {event.seq} in its body"
+        return f"event {seq} records seq {event.seq} in its body", None
     if hashes_checked and hash_ != chain(prev, body, key):
-        return f"event {seq} does not match its hash: its body or hash was altered"
+        return f"event {seq} does not match its hash: its body or hash was altered", None
     if type_ != event.type or dfid != event.dfid:
-        return f"event {seq} has type or dfid columns that differ from its body"
-    return ""
+        return f"event {seq} has type or dfid columns that differ from its body", None
+    return "", event
 
 
-def _sqlite_error(path: str, exc: sqlite3.Error) -> JournalError:
+def _sqlite_error(path: str, exc: sqlite3.Error | UnicodeDecodeError) -> JournalError:
     """Translate a sqlite3 error met on ``path`` into a JournalError."""
+    if isinstance(exc, UnicodeDecodeError):
+        # SQLite read text that is not UTF-8 (a damaged schema), before any row.
+        return JournalCorrupt(path, f"a damaged database: text that is not UTF-8 ({exc})")
     name = getattr(exc, "sqlite_errorname", "")
     if name == "SQLITE_NOTADB" or name.startswith("SQLITE_CORRUPT"):
         return JournalCorrupt(path, f"not a SQLite database, or a damaged or truncated one ({exc})")

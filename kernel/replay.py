@@ -179,10 +179,11 @@ async def restore(journal: Journal, keep_finished: int | None = None) -> Project
     Raises:
         JournalCorrupt: An event after the snapshot is missing or altered (with its seq).
     """
-    projections = await trusted_snapshot(journal, None, keep_finished)
+    projections = await trusted_snapshot(journal, None, keep_finished) or Projections(keep_finished)
     # The checkpoint vouching for the snapshot comes after it, so it is in the checked tail.
-    await journal.check_chain((projections.last_seq if projections else 0) + 1)
-    return await _fold_tail(journal, projections or Projections(keep_finished), None)
+    async for batch in journal.scan_checked(projections.last_seq + 1):
+        projections.apply(batch)
+    return projections
 
 
 async def state_at(

@@ -14,7 +14,6 @@ from __future__ import annotations
 import datetime as dt
 import os
 import re
-import sqlite3
 from collections.abc import Mapping
 
 import anyio
@@ -23,6 +22,7 @@ import msgspec
 from kernel.events import GENESIS_HASH, KernelStarted, KernelStopped, chain_key_id, decode_body
 from kernel.journal import (
     _ROWS,
+    _SQLITE_ERRORS,
     KEYED_CHAIN,
     JournalError,
     _connect,
@@ -213,13 +213,13 @@ async def verify_journal(
         finally:
             with anyio.CancelScope(shield=True):
                 await db.close()
-    except sqlite3.Error as exc:
+    except _SQLITE_ERRORS as exc:
         return report(_sqlite_error(path, exc).detail)
     except JournalError as exc:
         return report(exc.detail, exc.seq)
     except (ValueError, TypeError) as exc:
         # Bytes that passed the checks above and still do not decode: reported, never raised.
-        return report(f"the journal does not read back ({exc})", events + 1)
+        return report(f"the journal does not read back ({exc})", events + 1 if journal_id else None)
     if "head" not in meta:
         head_record = False
         if head_events:
