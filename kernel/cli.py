@@ -76,7 +76,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.close(devnull)
         return 141
     except JournalError as exc:
-        print(f"error: {exc.code}: {exc}", file=sys.stderr)
+        print(_one_line(f"error: {exc.code}: {exc}"), file=sys.stderr)
         return 2
     except IllegalTransition as exc:
         # Events that decode but do not fold: edited behind the kernel's back.
@@ -158,6 +158,13 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _one_line(text: str) -> str:
+    """Return ``text`` with control characters escaped: what a damaged file says stays one line."""
+    return "".join(
+        char if char.isprintable() else char.encode("unicode_escape").decode() for char in text
+    )
+
+
 def _key_file_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--key-file",
@@ -198,7 +205,7 @@ async def _failed_file(command: str, db: str, problem: str) -> None:
         code, problem = exc.code, exc.detail
     except Exception as exc:
         problem = f"{problem} ({exc!r})"
-    print(f"{command}: FAILED: {code}: journal {db}: {problem}")
+    print(_one_line(f"{command}: FAILED: {code}: journal {db}: {problem}"))
 
 
 async def _anchor(args: argparse.Namespace) -> int:
@@ -207,7 +214,7 @@ async def _anchor(args: argparse.Namespace) -> int:
         if report.first_bad_seq is None:
             await _failed_file("anchor", args.db, report.problem)
         else:
-            print(f"anchor: FAILED at seq {report.first_bad_seq}: {report.problem}")
+            print(_one_line(f"anchor: FAILED at seq {report.first_bad_seq}: {report.problem}"))
         return 1
     print(report.anchor().line())
     return 0
@@ -228,18 +235,18 @@ async def _verify(args: argparse.Namespace) -> int:
         await _failed_file("verify", args.db, report.problem)
         return 1
     if not report.ok:
-        print(f"verify: FAILED at seq {report.first_bad_seq}: {report.problem}")
+        print(_one_line(f"verify: FAILED at seq {report.first_bad_seq}: {report.problem}"))
         return 1
     try:
         # One fold from scratch: the projections, checked against every checkpoint and snapshot.
         replay = await verify_replay(args.db)
     except (JournalError, IllegalTransition, ValueError) as exc:
         # The chain checked out, so only what lies outside it (snapshots) can be at fault.
-        print(f"verify: FAILED: {getattr(exc, 'code', JournalCorrupt.code)}: {exc}")
+        print(_one_line(f"verify: FAILED: {getattr(exc, 'code', JournalCorrupt.code)}: {exc}"))
         return 1
     if not replay.ok:
         for problem in replay.problems:
-            print(f"verify: FAILED {problem}")
+            print(_one_line(f"verify: FAILED {problem}"))
         return 1
     if not report.head_record:
         print(
