@@ -18,6 +18,8 @@ commit, and subscriptions follow live commits without ever slowing the writer.
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import hmac
 import os
 import sqlite3
 import uuid
@@ -596,7 +598,7 @@ class Journal:
             # the difference is that run_sync waits out a cancellation, so the writer
             # always learns whether the commit happened.
             await anyio.to_thread.run_sync(
-                _write_rows, self._writer, rows, injected, limiter=self._limiter
+                _write_rows, self._writer, rows, injected, self._key, limiter=self._limiter
             )
         except Exception as exc:
             self._fail("a write failed", exc)
@@ -693,10 +695,9 @@ async def open_journal(
         elif readonly:
             raise JournalForeign(path, "an empty database, not a journal")
         if not readonly:
-            key_id = chain_key_id(chain_key) if chain_key is not None else None
             try:
                 writer, created_id = await anyio.to_thread.run_sync(
-                    _open_writer, path, synchronous, journal_id, key_id
+                    _open_writer, path, synchronous, journal_id, chain_key if keyed else None
                 )
             except _SQLITE_ERRORS as exc:
                 raise _sqlite_error(path, exc) from exc
@@ -759,7 +760,9 @@ def _seal(
     return rows, events
 
 
-def _write_rows(conn: sqlite3.Connection, rows: list[_Row], injected: bool) -> None:
+def _write_rows(
+    conn: sqlite3.Connection, rows: list[_Row], injected: bool, key: bytes | None
+) -> None:
     """Insert ``rows`` in one transaction, or none of them (runs in a worker thread).
 
     seq is the primary key, so a second writer on the same file fails here instead
@@ -768,7 +771,7 @@ def _write_rows(conn: sqlite3.Connection, rows: list[_Row], injected: bool) -> N
     conn.execute("BEGIN IMMEDIATE")
     try:
         conn.executemany(_INSERT, rows)
-        conn.execute(_HEAD, (_head_value(rows[-1][0], rows[-1][4]),))
+        conn.execute(_HEAD, (_head_value(rows[-1][0], rows[-1][4], key),))
         if injected:
             raise sqlite3.OperationalError("disk I/O error (injected by JournalFaults)")
         conn.execute("COMMIT")
@@ -795,19 +798,28 @@ def _rekey(
     return keyed_rows, keyed_events
 
 
-def _head_value(seq: int, hash_: bytes) -> str:
-    return f"{seq} {hash_.hex()}"
+def _head_value(seq: int, hash_: bytes, key: bytes | None = None) -> str:
+    """Return the head record of event ``seq``: "<seq> <hash>", and its MAC when keyed."""
+    value = f"{seq} {hash_.hex()}"
+    return value if key is None else f"{value} {_head_mac(key, seq, hash_)}"
 
 
-def parse_head(value: object) -> tuple[int, bytes] | None:
-    """Return the (seq, hash) a head record holds, or None if it is malformed."""
+def _head_mac(key: bytes, seq: int, hash_: bytes) -> str:
+    # Without it a head record could be made from any row's hash, and a keyed
+    # journal's tail cut off at that row; only heads the kernel wrote carry one.
+    return hmac.new(key, b"dirk head v1 %d " % seq + hash_, hashlib.sha256).hexdigest()
+
+
+def parse_head(value: object) -> tuple[int, bytes, str] | None:
+    """Return the (seq, hash, MAC or "") a head record holds, or None if it is malformed."""
     if not isinstance(value, str):
         return None
-    seq, _, hex_ = value.partition(" ")
+    seq, _, rest = value.partition(" ")
+    hex_, _, mac = rest.partition(" ")
     if not seq.isascii() or not seq.isdigit() or len(hex_) != 64:
         return None
     try:
-        return int(seq), bytes.fromhex(hex_)
+        return int(seq), bytes.fromhex(hex_), mac
     except ValueError:
         return None
 
@@ -831,11 +843,11 @@ def _drop_snapshots(conn: sqlite3.Connection, seqs: list[int]) -> None:
 
 
 def _open_writer(
-    path: str, synchronous: str, journal_id: str | None, key_id: str | None
+    path: str, synchronous: str, journal_id: str | None, key: bytes | None
 ) -> tuple[sqlite3.Connection, str]:
     """Open the writer's connection, creating the schema if ``journal_id`` is None (blank file).
 
-    ``key_id`` names the chain key of a keyed journal (checked against an existing one before).
+    ``key`` is the chain key of a keyed journal (checked against an existing one before).
     """
     # check_same_thread is off because anyio's worker threads take turns; only the
     # writer task ever uses this connection, one call at a time.
@@ -850,11 +862,15 @@ def _open_writer(
                 f" ('schema_version', '{SCHEMA_VERSION}'), ('journal_id', '{journal_id}'),"
                 f" ('head', '{_head_value(0, GENESIS_HASH)}'); COMMIT;"
             )
-        if key_id is not None:
+        if key is not None and _has_no_events(conn):
             # A new journal, or one without events: from its first event on, hashes are HMACs.
             conn.executemany(
                 "INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)",
-                [("chain", KEYED_CHAIN), ("chain_key_id", key_id)],
+                [
+                    ("chain", KEYED_CHAIN),
+                    ("chain_key_id", chain_key_id(key)),
+                    ("head", _head_value(0, GENESIS_HASH, key)),
+                ],
             )
         # Journals created before the inbox existed get it the first time a kernel opens them.
         conn.executescript(INBOX_SCHEMA)
@@ -936,10 +952,17 @@ def _check_key(path: str, meta: Mapping[str, str], key: bytes | None, readonly: 
     return True
 
 
+def _has_no_events(conn: sqlite3.Connection) -> bool:
+    return conn.execute("SELECT 1 FROM events LIMIT 1").fetchone() is None
+
+
 def head_problem(
-    meta: Mapping[str, str], last_seq: int, last_hash: bytes | None
+    meta: Mapping[str, str], last_seq: int, last_hash: bytes | None, key: bytes | None = None
 ) -> tuple[str, int | None]:
-    """Compare the head record with the last event; return (problem, its seq) or ("", None)."""
+    """Compare the head record with the last event; return (problem, its seq) or ("", None).
+
+    With the ``key`` of a keyed journal the record's MAC is checked too.
+    """
     record = meta.get("head")
     if record is None:
         if meta.get("chain") == KEYED_CHAIN:
@@ -948,7 +971,9 @@ def head_problem(
     parsed = parse_head(record)
     if parsed is None:
         return "its head record is malformed", None
-    seq, hash_ = parsed
+    seq, hash_, mac = parsed
+    if key is not None and not hmac.compare_digest(mac, _head_mac(key, seq, hash_)):
+        return f"its head record (event {seq}) was not written by a kernel with this key", seq
     if last_seq < seq:
         return (
             f"the journal ends at event {last_seq}, but its head record is at event {seq}:"
@@ -981,7 +1006,7 @@ async def _read_head(
         raise _sqlite_error(path, exc) from exc
     last_seq = int(rows[0][0]) if rows else 0
     last_hash = rows[0][4] if rows and isinstance(rows[0][4], bytes) else None
-    problem, seq = head_problem(meta, last_seq, last_hash)
+    problem, seq = head_problem(meta, last_seq, last_hash, key if hashes_checked else None)
     if problem:
         raise JournalCorrupt(path, f"{problem} (run dirk verify)", seq=seq)
     if not rows:

@@ -226,7 +226,7 @@ async def verify_journal(
             return report(
                 "its head record was removed (a kernel that keeps one has written to it)", events
             )
-    problem, seq = head_problem(meta, events, prev)
+    problem, seq = head_problem(meta, events, prev, key)
     if problem:
         return report(problem, seq)
     if anchor is not None:

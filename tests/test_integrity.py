@@ -249,6 +249,22 @@ async def test_a_keyed_chain_catches_a_forged_row_in_the_middle_on_open(
     assert caught.value.seq is not None and caught.value.seq >= seq
 
 
+async def test_a_keyed_head_record_cannot_be_made_from_an_earlier_row(
+    keyed: tuple[Path, str], tmp_path: Path
+) -> None:
+    path = copy(keyed[0], tmp_path / "keyed.db")
+    end = last_seq(path)
+    truncate(path, end - 3)
+    set_head(path, end - 3)  # the row's own (keyed) hash, but no MAC only the key can make
+
+    report = await verify_journal(path, chain_key=KEY)
+    assert (report.ok, report.first_bad_seq) == (False, end - 3)
+    assert "head record" in report.problem
+    with pytest.raises(JournalCorrupt) as caught:
+        await reopen(path, chain_key=KEY)
+    assert caught.value.seq == end - 3
+
+
 # --- opening checks the chain, not just the last two rows ----------------------------
 
 
