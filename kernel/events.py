@@ -706,7 +706,7 @@ def chain(prev_hash: bytes, body: bytes, key: bytes | None = None) -> bytes:
     """
     if key is None:
         return hashlib.sha256(prev_hash + body).digest()
-    return hmac.new(key, prev_hash + body, hashlib.sha256).digest()
+    return hmac.digest(key, prev_hash + body, "sha256")
 
 
 def chain_key_id(key: bytes) -> str:
