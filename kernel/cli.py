@@ -28,8 +28,8 @@ from kernel.cli_replay import add_commands as add_replay_commands
 from kernel.cli_replay import verify_replay, verify_verdicts
 from kernel.events import Event
 from kernel.flow import FlowState, FlowStatus, IllegalTransition
+from kernel.head import CHAIN_KEY_ENV
 from kernel.journal import (
-    CHAIN_KEY_ENV,
     JournalCorrupt,
     JournalError,
     JournalKeyError,

@@ -18,8 +18,6 @@ commit, and subscriptions follow live commits without ever slowing the writer.
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import hmac
 import os
 import sqlite3
 import uuid
@@ -41,6 +39,15 @@ from kernel.events import (
     decode_body,
     event_type,
     stamp,
+)
+from kernel.head import (
+    CHAIN_KEY_ENV,
+    KEYED_CHAIN,
+    MIN_KEY_BYTES,
+    head_problem,
+    head_value,
+    key_problem,
+    rekey,
 )
 from kernel.ports import Clock, SystemClock
 from kernel.subscription import READ_BATCH as _BATCH
@@ -89,13 +96,8 @@ _EVENTS = (
 # sqlite3 raises UnicodeDecodeError for a schema whose text was damaged.
 _SQLITE_ERRORS = (sqlite3.Error, UnicodeDecodeError)
 _SYNCHRONOUS = frozenset({"OFF", "NORMAL", "FULL", "EXTRA"})
-# The head record: "<seq> <hex hash>" of the last event, rewritten in each append's transaction.
+# The head record (kernel.head), rewritten in each append's transaction.
 _HEAD = "INSERT OR REPLACE INTO meta (key, value) VALUES ('head', ?)"
-KEYED_CHAIN = "hmac-sha256"
-"""``meta.chain`` of a journal whose hashes are HMACs under a chain key."""
-MIN_KEY_BYTES = 16
-CHAIN_KEY_ENV = "DIRK_CHAIN_KEY"
-"""The environment variable ``open_kernel`` and ``dirk`` take the chain key from."""
 
 Listener = Callable[[Sequence[Event]], None]
 GuardFactory = Callable[[], Callable[[Sequence[Event]], None]]
@@ -576,7 +578,7 @@ class Journal:
             try:
                 request_rows, events = _seal(drafts, seq, prev, ts)
                 if self._key is not None:
-                    request_rows, events = _rekey(request_rows, events, prev, self._key)
+                    request_rows, events = rekey(request_rows, events, prev, self._key)
                 if check is not None:
                     check(events)
             except Exception as exc:
@@ -680,18 +682,21 @@ async def open_journal(
         keyed = chain_key is not None
         if meta is not None:
             journal_id = meta["journal_id"]
-            keyed = _check_key(path, meta, chain_key, readonly)
+            # Reading a keyed journal needs no key (its hashes then go unchecked); writing does.
+            problem = key_problem(meta, chain_key, events=0, need_key=not readonly)
+            if problem:
+                raise JournalKeyError(path, problem)
+            keyed = meta.get("chain") == KEYED_CHAIN
             checked = chain_key is not None or not keyed
             key = chain_key if keyed else None
             head = _Head(journal_id, *await _read_head(reader, path, meta, key, checked))
-            if chain_key is not None and not keyed:
-                if head.seq > 0 or readonly:
-                    raise JournalKeyError(
-                        path,
-                        "its chain is not keyed, but a chain key was given (a key can only be"
-                        " given to a journal without events, or the key's record was removed)",
-                    )
-                keyed = True
+            # A key given to an unkeyed journal: refused once it has events (a read-only open
+            # cannot key it either); a journal without events is keyed from its first on.
+            events = head.seq if not readonly else max(head.seq, 1)
+            problem = key_problem(meta, chain_key, events=events, need_key=False)
+            if problem:
+                raise JournalKeyError(path, problem)
+            keyed = keyed or chain_key is not None
         elif readonly:
             raise JournalForeign(path, "an empty database, not a journal")
         if not readonly:
@@ -771,7 +776,7 @@ def _write_rows(
     conn.execute("BEGIN IMMEDIATE")
     try:
         conn.executemany(_INSERT, rows)
-        conn.execute(_HEAD, (_head_value(rows[-1][0], rows[-1][4], key),))
+        conn.execute(_HEAD, (head_value(rows[-1][0], rows[-1][4], key),))
         if injected:
             raise sqlite3.OperationalError("disk I/O error (injected by JournalFaults)")
         conn.execute("COMMIT")
@@ -780,48 +785,6 @@ def _write_rows(
             with contextlib.suppress(sqlite3.Error):
                 conn.execute("ROLLBACK")
         raise
-
-
-def _rekey(
-    rows: list[_Row], events: list[Event], prev: bytes, key: bytes
-) -> tuple[list[_Row], list[Event]]:
-    """Return ``_seal``'s rows and events with their hashes made HMACs under ``key``."""
-    keyed_rows: list[_Row] = []
-    keyed_events: list[Event] = []
-    prev_hex = prev.hex()
-    for (seq, type_, dfid, body, _), event in zip(rows, events, strict=True):
-        hash_ = chain(prev, body, key)
-        hash_hex = hash_.hex()
-        keyed_rows.append((seq, type_, dfid, body, hash_))
-        keyed_events.append(msgspec.structs.replace(event, prev_hash=prev_hex, hash=hash_hex))
-        prev, prev_hex = hash_, hash_hex
-    return keyed_rows, keyed_events
-
-
-def _head_value(seq: int, hash_: bytes, key: bytes | None = None) -> str:
-    """Return the head record of event ``seq``: "<seq> <hash>", and its MAC when keyed."""
-    value = f"{seq} {hash_.hex()}"
-    return value if key is None else f"{value} {_head_mac(key, seq, hash_)}"
-
-
-def _head_mac(key: bytes, seq: int, hash_: bytes) -> str:
-    # Without it a head record could be made from any row's hash, and a keyed
-    # journal's tail cut off at that row; only heads the kernel wrote carry one.
-    return hmac.new(key, b"dirk head v1 %d " % seq + hash_, hashlib.sha256).hexdigest()
-
-
-def parse_head(value: object) -> tuple[int, bytes, str] | None:
-    """Return the (seq, hash, MAC or "") a head record holds, or None if it is malformed."""
-    if not isinstance(value, str):
-        return None
-    seq, _, rest = value.partition(" ")
-    hex_, _, mac = rest.partition(" ")
-    if not seq.isascii() or not seq.isdigit() or len(hex_) != 64:
-        return None
-    try:
-        return int(seq), bytes.fromhex(hex_), mac
-    except ValueError:
-        return None
 
 
 def _write_snapshot(conn: sqlite3.Connection, seq: int, digest: str, body: bytes) -> None:
@@ -860,7 +823,7 @@ def _open_writer(
             conn.executescript(
                 f"BEGIN IMMEDIATE; {_SCHEMA} INSERT INTO meta (key, value) VALUES"
                 f" ('schema_version', '{SCHEMA_VERSION}'), ('journal_id', '{journal_id}'),"
-                f" ('head', '{_head_value(0, GENESIS_HASH)}'); COMMIT;"
+                f" ('head', '{head_value(0, GENESIS_HASH)}'); COMMIT;"
             )
         if key is not None and _has_no_events(conn):
             # A new journal, or one without events: from its first event on, hashes are HMACs.
@@ -869,7 +832,7 @@ def _open_writer(
                 [
                     ("chain", KEYED_CHAIN),
                     ("chain_key_id", chain_key_id(key)),
-                    ("head", _head_value(0, GENESIS_HASH, key)),
+                    ("head", head_value(0, GENESIS_HASH, key)),
                 ],
             )
         # Journals created before the inbox existed get it the first time a kernel opens them.
@@ -931,64 +894,8 @@ async def _inspect(db: aiosqlite.Connection, path: str) -> dict[str, str] | None
     return {str(k): v for k, v in meta.items()}
 
 
-def _check_key(path: str, meta: Mapping[str, str], key: bytes | None, readonly: bool) -> bool:
-    """Check ``key`` against the journal's meta; return True if the journal is keyed."""
-    if meta.get("chain") != KEYED_CHAIN:
-        return False
-    known = meta.get("chain_key_id", "?")
-    if key is None:
-        if readonly:
-            return True  # reading needs no key; the hashes go unchecked
-        raise JournalKeyError(
-            path,
-            f"its chain is keyed (key id {known}): writing to it needs its chain key"
-            f" ({CHAIN_KEY_ENV} or chain_key=)",
-        )
-    given = chain_key_id(key)
-    if given != known:
-        raise JournalKeyError(
-            path, f"the chain key given (key id {given}) is not this journal's (key id {known})"
-        )
-    return True
-
-
 def _has_no_events(conn: sqlite3.Connection) -> bool:
     return conn.execute("SELECT 1 FROM events LIMIT 1").fetchone() is None
-
-
-def head_problem(
-    meta: Mapping[str, str], last_seq: int, last_hash: bytes | None, key: bytes | None = None
-) -> tuple[str, int | None]:
-    """Compare the head record with the last event; return (problem, its seq) or ("", None).
-
-    With the ``key`` of a keyed journal the record's MAC is checked too.
-    """
-    record = meta.get("head")
-    if record is None:
-        if meta.get("chain") == KEYED_CHAIN:
-            return "a keyed journal without a head record: it was removed", last_seq
-        return "", None  # a journal from before head records; its first append writes one
-    parsed = parse_head(record)
-    if parsed is None:
-        return "its head record is malformed", None
-    seq, hash_, mac = parsed
-    if key is not None and not hmac.compare_digest(mac, _head_mac(key, seq, hash_)):
-        return f"its head record (event {seq}) was not written by a kernel with this key", seq
-    if last_seq < seq:
-        return (
-            f"the journal ends at event {last_seq}, but its head record is at event {seq}:"
-            f" events {last_seq + 1}..{seq} were removed",
-            last_seq + 1,
-        )
-    if last_seq > seq:
-        return (
-            f"events {seq + 1}..{last_seq} come after the head record (event {seq}):"
-            " they were not appended by a kernel",
-            seq + 1,
-        )
-    if last_hash is not None and last_hash != hash_:
-        return f"event {seq} differs from the head record: it was altered", seq
-    return "", None
 
 
 async def _read_head(

@@ -14,22 +14,20 @@ from __future__ import annotations
 import datetime as dt
 import os
 import re
-from collections.abc import Mapping
 
 import anyio
 import msgspec
 
-from kernel.events import GENESIS_HASH, KernelStarted, KernelStopped, chain_key_id, decode_body
+from kernel.events import GENESIS_HASH, KernelStarted, KernelStopped, decode_body
+from kernel.head import head_problem, key_problem
 from kernel.journal import (
     _ROWS,
     _SQLITE_ERRORS,
-    KEYED_CHAIN,
     JournalError,
     _connect,
     _inspect,
     _row_problem,
     _sqlite_error,
-    head_problem,
 )
 from kernel.subscription import READ_BATCH
 
@@ -123,26 +121,6 @@ class VerifyReport(msgspec.Struct, frozen=True, kw_only=True):
         )
 
 
-def _key_problem(meta: Mapping[str, str], key: bytes | None) -> str:
-    keyed = meta.get("chain") == KEYED_CHAIN
-    if keyed and key is None:
-        return (
-            f"its chain is keyed (key id {meta.get('chain_key_id', '?')}): verifying it needs"
-            " its chain key (DIRK_CHAIN_KEY or --key-file)"
-        )
-    if keyed and key is not None and chain_key_id(key) != meta.get("chain_key_id"):
-        return (
-            f"the chain key given (key id {chain_key_id(key)}) is not this journal's"
-            f" (key id {meta.get('chain_key_id', '?')})"
-        )
-    if not keyed and key is not None:
-        return (
-            "its chain is not keyed, but a chain key was given (was its key record removed"
-            " and the chain rewritten?)"
-        )
-    return ""
-
-
 async def verify_journal(
     path: str | os.PathLike[str],
     *,
@@ -185,7 +163,7 @@ async def verify_journal(
             if meta is None:
                 return report("an empty database, not a journal")
             journal_id = meta["journal_id"]
-            problem = _key_problem(meta, chain_key)
+            problem = key_problem(meta, chain_key, events=1, need_key=True)
             if problem:
                 return report(problem)
             key = chain_key

@@ -35,7 +35,8 @@ from kernel.events import (
     event_type,
     stamp,
 )
-from kernel.journal import CHAIN_KEY_ENV, JournalCorrupt, JournalKeyError
+from kernel.head import CHAIN_KEY_ENV
+from kernel.journal import JournalCorrupt, JournalKeyError
 from kernel.verify import parse_anchor, verify_journal
 from tests.helpers import ScriptedAgent, kernel_for, transfer
 
