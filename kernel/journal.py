@@ -676,29 +676,16 @@ async def open_journal(
     writer: sqlite3.Connection | None = None
     journal: Journal | None = None
     try:
-        meta = await _inspect(reader, path)
-        head = _Head("", 0, GENESIS_HASH)
-        journal_id: str | None = None
-        keyed = chain_key is not None
-        if meta is not None:
-            journal_id = meta["journal_id"]
-            # Reading a keyed journal needs no key (its hashes then go unchecked); writing does.
-            problem = key_problem(meta, chain_key, events=0, need_key=not readonly)
-            if problem:
-                raise JournalKeyError(path, problem)
-            keyed = meta.get("chain") == KEYED_CHAIN
-            checked = chain_key is not None or not keyed
-            key = chain_key if keyed else None
-            head = _Head(journal_id, *await _read_head(reader, path, meta, key, checked))
-            # A key given to an unkeyed journal: refused once it has events (a read-only open
-            # cannot key it either); a journal without events is keyed from its first on.
-            events = head.seq if not readonly else max(head.seq, 1)
-            problem = key_problem(meta, chain_key, events=events, need_key=False)
-            if problem:
-                raise JournalKeyError(path, problem)
-            keyed = keyed or chain_key is not None
-        elif readonly:
-            raise JournalForeign(path, "an empty database, not a journal")
+        try:
+            # One read transaction: a kernel appending meanwhile moves rows and head record
+            # together, so they are seen together. Ended before the writer may create the schema.
+            await reader.execute("BEGIN")
+            journal_id, head, keyed = await _read_state(reader, path, chain_key, readonly)
+        except _SQLITE_ERRORS as exc:
+            raise _sqlite_error(path, exc) from exc
+        finally:
+            with contextlib.suppress(*_SQLITE_ERRORS):
+                await reader.rollback()
         if not readonly:
             try:
                 writer, created_id = await anyio.to_thread.run_sync(
@@ -892,6 +879,33 @@ async def _inspect(db: aiosqlite.Connection, path: str) -> dict[str, str] | None
     if meta.get("chain", KEYED_CHAIN) != KEYED_CHAIN:
         raise JournalVersionError(path, f"a chain of kind {meta['chain']!r}, unknown here")
     return {str(k): v for k, v in meta.items()}
+
+
+async def _read_state(
+    reader: aiosqlite.Connection, path: str, chain_key: bytes | None, readonly: bool
+) -> tuple[str | None, _Head, bool]:
+    """Return the journal's id (None: a blank file), checked head, and whether it is keyed."""
+    meta = await _inspect(reader, path)
+    if meta is None:
+        if readonly:
+            raise JournalForeign(path, "an empty database, not a journal")
+        return None, _Head("", 0, GENESIS_HASH), chain_key is not None
+    journal_id = meta["journal_id"]
+    # Reading a keyed journal needs no key (its hashes then go unchecked); writing does.
+    problem = key_problem(meta, chain_key, events=0, need_key=not readonly)
+    if problem:
+        raise JournalKeyError(path, problem)
+    keyed = meta.get("chain") == KEYED_CHAIN
+    checked = chain_key is not None or not keyed
+    key = chain_key if keyed else None
+    head = _Head(journal_id, *await _read_head(reader, path, meta, key, checked))
+    # A key given to an unkeyed journal: refused once it has events (a read-only open
+    # cannot key it either); a journal without events is keyed from its first on.
+    events = head.seq if not readonly else max(head.seq, 1)
+    problem = key_problem(meta, chain_key, events=events, need_key=False)
+    if problem:
+        raise JournalKeyError(path, problem)
+    return journal_id, head, keyed or chain_key is not None
 
 
 def _has_no_events(conn: sqlite3.Connection) -> bool:

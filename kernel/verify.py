@@ -159,6 +159,9 @@ async def verify_journal(
     try:
         db = await _connect(path, readonly=True)
         try:
+            # One read transaction: rows and head record as of one moment, even while a
+            # kernel appends.
+            await db.execute("BEGIN")
             meta = await _inspect(db, path)
             if meta is None:
                 return report("an empty database, not a journal")

@@ -266,6 +266,53 @@ async def test_a_keyed_head_record_cannot_be_made_from_an_earlier_row(
     assert caught.value.seq == end - 3
 
 
+# --- a journal a kernel is appending to ---------------------------------------------------
+
+
+async def test_verify_sees_rows_and_head_record_of_one_moment(
+    recorded: tuple[Path, str], plain: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import kernel.verify
+
+    check_row = kernel.verify._row_problem
+    commits: list[int] = []
+
+    def commit_midway(*args: Any) -> str:
+        if not commits:
+            # A kernel commits (rows and head record together) while verify reads.
+            commits.append(forge_approval(plain, recorded[1], update_head=True))
+        return check_row(*args)
+
+    monkeypatch.setattr(kernel.verify, "READ_BATCH", 2)
+    monkeypatch.setattr(kernel.verify, "_row_problem", commit_midway)
+    before = last_seq(plain)
+
+    report = await verify_journal(plain)
+
+    assert commits and last_seq(plain) == before + 2
+    assert report.ok, report.problem
+    assert report.events == before
+
+
+async def test_a_read_only_open_sees_rows_and_head_record_of_one_moment(
+    recorded: tuple[Path, str], plain: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import kernel.journal
+
+    inspect = kernel.journal._inspect
+
+    async def commit_after_meta(*args: Any) -> Any:
+        meta = await inspect(*args)
+        forge_approval(plain, recorded[1], update_head=True)
+        return meta
+
+    monkeypatch.setattr(kernel.journal, "_inspect", commit_after_meta)
+    before = last_seq(plain)
+
+    async with open_journal(plain, readonly=True) as journal:
+        assert journal.head_seq == before
+
+
 # --- opening checks the chain, not just the last two rows ----------------------------
 
 
