@@ -197,15 +197,16 @@ def _anchor_arg(args: argparse.Namespace) -> Anchor | None:
 
 async def _failed_file(command: str, db: str, problem: str) -> None:
     """Print one FAILED line for a file that is not a readable journal, naming the condition."""
-    code = JournalCorrupt.code
+    code = ""
     try:
         async with open_journal(db, readonly=True):
             pass
     except JournalError as exc:
-        code, problem = exc.code, exc.detail
+        code, problem = f"{exc.code}: ", exc.detail
     except Exception as exc:
-        problem = f"{problem} ({exc!r})"
-    print(_one_line(f"{command}: FAILED: {code}: journal {db}: {problem}"))
+        code, problem = f"{JournalCorrupt.code}: ", f"{problem} ({exc!r})"
+    # A journal that opens fails for what verify found (a key, an anchor), said as it is.
+    print(_one_line(f"{command}: FAILED: {code}journal {db}: {problem}"))
 
 
 async def _anchor(args: argparse.Namespace) -> int:
