@@ -131,6 +131,11 @@ def _parser() -> argparse.ArgumentParser:
         metavar="STATUS",
         help="only flows in this status (e.g. ABORTED)",
     )
+    flows.add_argument(
+        "--needs-review",
+        action="store_true",
+        help="only flows flagged NEEDS_REVIEW (by a soft guard or a rule past its budget)",
+    )
     flows.add_argument("--json", action="store_true", help="one JSON object per line")
     flows.set_defaults(run=_flows)
 
@@ -292,6 +297,8 @@ async def _flows(args: argparse.Namespace) -> int:
     flows = sorted(projections.flows.values(), key=lambda f: f.created_ts)
     if args.status:
         flows = [f for f in flows if f.status == args.status]
+    if args.needs_review:
+        flows = [f for f in flows if f.needs_review]
     rows = [_flow_row(f) for f in flows]
     if args.json:
         for row in rows:
@@ -337,7 +344,7 @@ def _outcome(flow: FlowState) -> str:
     if flow.external_id:
         line += f", external id {flow.external_id}"
     if flow.needs_review:
-        line += "; NEEDS_REVIEW (flagged by a soft guard)"
+        line += "; NEEDS_REVIEW (see the flags above)"
     return line
 
 
