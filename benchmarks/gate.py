@@ -4,6 +4,11 @@ Both sides judge the same proposals in the same run: ``judge()`` with every laye
 (schema, status, authority, time, state, resources, invariants, rules, thresholds),
 and a hand-written function that converts the parameters and applies the same
 checks inline. The ratio is what the pipeline's generality costs.
+
+The pipeline runs with a :class:`~kernel.rules.Stopwatch`, as in the DIM, so its
+cost is counted; the verdict never depends on what it measures, so a busy
+machine cannot make the two sides disagree (a rule past its budget is a finding
+the DIM records, never a different verdict).
 """
 
 from __future__ import annotations
@@ -17,8 +22,9 @@ import msgspec
 
 from kernel.events import Manifest, ProposalRecord
 from kernel.gate import Snapshot, judge
-from kernel.packs import PolicyCatalog
+from kernel.packs import PolicyCatalog, PolicyPack
 from kernel.projection import AgentStatus, AgentView
+from kernel.rules import Stopwatch
 from policies.trading import INSTRUMENTS, TRADING, PlaceOrder, notional_minor
 
 P50_GOAL_US = 25.0
@@ -32,6 +38,8 @@ class GateRun:
     pipeline_ns: list[int]
     bare_ns: list[int]
     accepted: int
+    overruns: int = 0
+    """Rules the stopwatch saw past their budget (the DIM would flag those flows)."""
 
     @staticmethod
     def _pct(samples: list[int], q: float) -> float:
@@ -70,9 +78,12 @@ def _bare(record: ProposalRecord, state: dict[str, str], now_ns: int) -> bool:
     return record.confidence >= 0.6 and notional <= 2_500_000
 
 
-def run_gate(proposals: int) -> GateRun:
-    """Judge ``proposals`` trading orders both ways; return the per-verdict latencies."""
-    catalog = PolicyCatalog([TRADING])
+def run_gate(proposals: int, pack: PolicyPack = TRADING) -> GateRun:
+    """Judge ``proposals`` trading orders both ways; return the per-verdict latencies.
+
+    ``pack`` is the trading pack or a variant with the same verdicts (a test slows its rules).
+    """
+    catalog = PolicyCatalog([pack])
     manifest = Manifest(agent_id="pm", version="1.0", capabilities=["trading.place_order"])
     agent = AgentView(
         manifest=manifest, status=AgentStatus.ACTIVE, session_hash="", registered_seq=1
@@ -96,11 +107,13 @@ def run_gate(proposals: int) -> GateRun:
         for i in range(proposals)
     ]
     clock = time.perf_counter_ns
-    pipeline, bare, accepted = [], [], 0
+    pipeline, bare, accepted, overruns = [], [], 0, 0
     for record in records:
         start = clock()
-        judgement = judge(record, agent, catalog, 1, snapshot)
+        stopwatch = Stopwatch()
+        judgement = judge(record, agent, catalog, 1, snapshot, stopwatch=stopwatch)
         pipeline.append(clock() - start)
+        overruns += len(stopwatch.overruns)
         start = clock()
         ok = _bare(record, state, 1)  # type: ignore[arg-type]
         bare.append(clock() - start)
@@ -108,7 +121,7 @@ def run_gate(proposals: int) -> GateRun:
         if verdict != ok:
             raise AssertionError(f"pipeline and bare function disagree on {record.params}")
         accepted += verdict
-    return GateRun(pipeline, bare, accepted)
+    return GateRun(pipeline, bare, accepted, overruns)
 
 
 def summary(runs: list[GateRun]) -> dict[str, float]:

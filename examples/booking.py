@@ -5,7 +5,10 @@ accessible for a traveller who needs step-free access. The traveller's
 correction becomes a *learned* constraint, "verify accessibility before
 booking", whose ``triggered_by`` names the mistaken booking's event. The next
 booking is refused (VERIFICATION_REQUIRED) until the agent queries memory about
-accessibility; then it goes through. A counterfactual replay, which only reads
+accessibility; then it goes through. The desk lead writes the lesson into the
+rulebook as rule ``access`` (with its provenance), and from then on the agent
+cites it in its explanations (``dirk why access`` tells its history). A
+counterfactual replay, which only reads
 the journal, shows the first booking would have been refused had the
 constraint existed from the start. On the way: a booking over the agent's
 budget is refused and revised, and an expensive one waits for a human.
@@ -16,6 +19,7 @@ budget is refused and revised, and an expensive one waits for a human.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import sys
 import tempfile
 from pathlib import Path
@@ -38,10 +42,14 @@ from kernel import (
     open_kernel,
     whatif,
 )
-from kernel.events import ConstraintAdded
+from kernel.events import ConstraintAdded, RuleSource
 from policies.booking import BOOKING
 
 LESSON = "verify accessibility before booking"
+ACCESS_RULE = (
+    "Before booking for a traveller who needs step-free access, verify with the hotel"
+    " that the room is accessible; an unverified room is never booked."
+)
 TRAVEL_KINDS = [
     "booking.reserve_room",
     "booking.cancel",
@@ -75,12 +83,14 @@ def travel(task: dict[str, Any], rng: Any) -> dict[str, Any]:
             "explain": f"{task['traveller']} says: {task['message']} Never again without checking.",
         }
     request = task["request"]
+    # Rules the desk put in the context are cited, so the kernel can check the citations.
+    cites = "".join(f" [rule:{rule}]" for rule in task.get("rules", []))
     if code == "VERIFICATION_REQUIRED":
         # Reminded of the lesson: consult memory (the verification) before booking.
         return {
             "proposal": {"kind": "memory.query", "topic": f"accessibility {request['hotel']}"},
             "confidence": 0.9,
-            "explain": f"Check accessibility at {request['hotel']} before booking.",
+            "explain": f"Check accessibility at {request['hotel']} before booking.{cites}",
         }
     needs = task.get("needs_step_free", False)
     room = "accessible" if needs else "double"
@@ -101,7 +111,9 @@ def travel(task: dict[str, Any], rng: Any) -> dict[str, Any]:
             "accessible": room == "accessible",
         },
         "confidence": confidence,
-        "explain": f"A {room} room at {request['hotel']} for {request['note']}; great reviews.",
+        "explain": (
+            f"A {room} room at {request['hotel']} for {request['note']}; great reviews.{cites}"
+        ),
     }
 
 
@@ -129,6 +141,8 @@ class TravelAgent(Agent):
             task["needs_step_free"] = bool(
                 ctx.state.get(f"traveller.{request['traveller']}.step_free")
             )
+        rules = ctx.memory.get("rules", [])
+        task["rules"] = [f"{rule['id']}@v{rule['version']}" for rule in rules]
         if ctx.feedback is not None:
             task["feedback"] = {"reason_code": str(ctx.feedback.reason_code)}
         try:
@@ -197,6 +211,21 @@ async def simulate(seed: int, db: Path, llm: str) -> None:
                 "correction.ana", {"correction.ana": correction, "traveller.ana.step_free": True}
             )
             await kernel.wait_quiet()
+            # The desk lead writes the lesson down as a house rule, with where it lives.
+            await kernel.propose_rule(
+                "access",
+                title="Accessibility first",
+                content=ACCESS_RULE,
+                labels=["accessibility", "booking", "step-free"],
+                source=RuleSource(
+                    repo="travel-desk/handbook",
+                    ref="main",
+                    path="rules/access.md",
+                    blob=hashlib.sha256(ACCESS_RULE.encode()).hexdigest(),
+                ),
+                operator="rui",
+                reason="ana's correction, for every traveller",
+            )
             clock.at_minute(40)
             progress("3/6 rebooking ana: refused until the agent verifies accessibility")
             await book(kernel, "ana-2", ana)

@@ -21,6 +21,7 @@ from examples.market import SYMBOLS, Market
 from examples.simulated import SimulatedSystem
 from kernel import (
     AdapterError,
+    DecimalStr,
     ExecutionIntent,
     OneOf,
     PolicyKind,
@@ -47,10 +48,10 @@ class Rebalance(PolicyKind, tag="desk.rebalance"):
 
     sell_symbol: str
     sell_quantity: int
-    sell_limit: str
+    sell_limit: DecimalStr
     buy_symbol: str
     buy_quantity: int
-    buy_limit: str
+    buy_limit: DecimalStr
 
     def steps(self) -> list[SagaStep]:
         sell = {"symbol": self.sell_symbol, "quantity": self.sell_quantity}
@@ -71,7 +72,7 @@ class Rebalance(PolicyKind, tag="desk.rebalance"):
 
 DESK = PolicyPack(
     name="desk",
-    version="0.1.0",
+    version="0.2.0",
     kinds=(Rebalance,),
     escalate_below_confidence=0.6,
     invariants=(
@@ -81,7 +82,10 @@ DESK = PolicyPack(
         Range(Rebalance, "buy_quantity", min=1, max=10_000),
     ),
 )
-"""The example's own pack: the rotation saga, beside the shipped trading pack."""
+"""The example's own pack: the rotation saga, beside the shipped trading pack.
+
+0.2.0 types the limits as DecimalStr; :mod:`examples.desk_0_1` keeps 0.1.0 for old journals.
+"""
 
 
 class Broker:

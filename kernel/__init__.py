@@ -51,7 +51,18 @@ from kernel.reasons import ReasonCode
 from kernel.replay import state_at, verify_projections
 from kernel.reverify import rejudge
 from kernel.rulebook import LexicalSearch, RuleNotPending, RuleSearch
-from kernel.rules import ALLOW, OneOf, Range, Rule, RuleVerdict, StateMatch, View, deny, rule
+from kernel.rules import (
+    ALLOW,
+    DecimalStr,
+    OneOf,
+    Range,
+    Rule,
+    RuleVerdict,
+    StateMatch,
+    View,
+    deny,
+    rule,
+)
 from kernel.verify import verify_journal
 from kernel.wall import InputInvalid
 
@@ -67,6 +78,7 @@ __all__ = [
     "ApprovalStatus",
     "Clock",
     "Consume",
+    "DecimalStr",
     "Decision",
     "EscalateOperational",
     "EscalationBudget",

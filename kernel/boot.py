@@ -2,7 +2,8 @@
 
 :func:`open_kernel` is the one way to obtain a :class:`~kernel.kernel.Kernel`. It
 restores the projections from the journal (latest trusted snapshot, then the
-events after it), records ``KernelStarted``, ends the flows an earlier run left
+events after it, whose chain it checks first), records ``KernelStarted`` with
+the head it found, ends the flows an earlier run left
 in an agent's mind, starts the supervised actors and the kernel's own tasks
 (operator inbox, checkpoints, span export), and on the way out records
 ``KernelStopped`` and flushes the spans.
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import os
 from collections.abc import AsyncIterator, Collection, Mapping, Sequence
 from contextlib import asynccontextmanager
 from os import PathLike
@@ -33,6 +35,8 @@ from kernel.journal import (
     JournalError,
     JournalFaults,
     JournalWriteFailed,
+    chain_key_from,
+    chain_key_from_env,
     open_journal,
 )
 from kernel.kernel import Kernel
@@ -77,6 +81,7 @@ async def open_kernel(
     guard_timeout_s: float = GUARD_TIMEOUT_S,
     rule_search: RuleSearch | None = None,
     keep_finished: int | None = KEEP_FINISHED,
+    chain_key: bytes | str | None = None,
 ) -> AsyncIterator[Kernel]:
     """Open a kernel on the journal at ``path`` and run it for the body of the block.
 
@@ -112,10 +117,16 @@ async def open_kernel(
             :meth:`Kernel.flows` (the most recently ended); older ones are read back
             from the journal by :meth:`Kernel.wait_flow` and when a request names
             them. None keeps every one (memory then grows with each flow).
+        chain_key: the journal's chain key, at least 16 bytes (default: ``DIRK_CHAIN_KEY``,
+            if set): every hash becomes an HMAC under it, so whoever can write the file
+            but lacks the key cannot forge an event that verifies. A new journal is
+            keyed with it; a keyed journal refuses to open without it or with another.
 
     Raises:
         PackError: on an invalid policy pack or a missing adapter.
-        JournalError: when the journal cannot be opened (corrupt, foreign, too new).
+        JournalError: when the journal cannot be opened (corrupt, foreign, too new), fails
+            its chain check from the latest trusted snapshot on (``JournalCorrupt``,
+            with the seq), or the chain key does not fit (``JournalKeyError``).
         KernelShutdown: when the kernel had to stop (restart intensity, journal failure).
     """
     catalog = PolicyCatalog(packs)
@@ -129,7 +140,12 @@ async def open_kernel(
         raise PackError(f"no adapter registered for {', '.join(missing)}")
     clock = clock or SystemClock()
     telemetry = telemetry if telemetry is not None else Telemetry.from_env()
-    async with open_journal(path, clock=clock, synchronous=synchronous, faults=faults) as journal:
+    where = os.fspath(path)
+    key = chain_key_from(chain_key, where) if chain_key is not None else None
+    key = key or chain_key_from_env(None, where)
+    async with open_journal(
+        path, clock=clock, synchronous=synchronous, faults=faults, chain_key=key
+    ) as journal:
         # The latest snapshot that matches its checkpoint, then the events after it.
         projections = await restore(journal, keep_finished)
         # One promoter for agents' rule proposals (the memory executor) and operators'.
@@ -165,7 +181,16 @@ async def open_kernel(
         journal.set_guard(projections.guard)
         journal.add_listener(kernel._on_commit)
         await journal.append(
-            [Draft(payload=KernelStarted(kernel_version=KERNEL_VERSION, packs=catalog.refs()))]
+            [
+                Draft(
+                    payload=KernelStarted(
+                        kernel_version=KERNEL_VERSION,
+                        packs=catalog.refs(),
+                        head_seq=journal.head_seq,
+                        head_hash=journal.head_hash,
+                    )
+                )
+            ]
         )
         await _abort_interrupted(journal, projections)
         supervisor = Supervisor(
@@ -228,7 +253,16 @@ async def open_kernel(
                 with contextlib.suppress(JournalClosed, JournalWriteFailed):
                     # Not recordable when the journal failed or was closed under us.
                     await journal.append(
-                        [Draft(payload=events.KernelStopped(reason=reason, detail=detail))]
+                        [
+                            Draft(
+                                payload=events.KernelStopped(
+                                    reason=reason,
+                                    detail=detail,
+                                    head_seq=journal.head_seq,
+                                    head_hash=journal.head_hash,
+                                )
+                            )
+                        ]
                     )
                 if telemetry.enabled:
                     # Spans of what committed after the exporter's last batch.

@@ -2,7 +2,10 @@
 
 Every command reads the journal read-only, except ``decide``, which writes
 one row into the journal file's operator inbox; none of them needs the kernel
-to be running. Errors are one line with a reason code, never a traceback.
+to be running. Errors are one line with a reason code, never a traceback,
+and a reader that goes away (``dirk flows | head -1``) ends a command quietly.
+The chain key of a keyed journal comes from ``DIRK_CHAIN_KEY`` or ``--key-file``,
+never from a flag's value, which other users of the machine could see.
 """
 
 from __future__ import annotations
@@ -25,11 +28,19 @@ from kernel.cli_replay import add_commands as add_replay_commands
 from kernel.cli_replay import verify_replay, verify_verdicts
 from kernel.events import Event
 from kernel.flow import FlowState, FlowStatus, IllegalTransition
-from kernel.journal import JournalCorrupt, JournalError, open_journal
+from kernel.head import CHAIN_KEY_ENV
+from kernel.journal import (
+    JournalCorrupt,
+    JournalError,
+    JournalKeyError,
+    chain_key_from,
+    chain_key_from_env,
+    open_journal,
+)
 from kernel.operator import add_commands, fold_journal
 from kernel.projection import Projections
 from kernel.reverify import PackPathError
-from kernel.verify import verify_journal
+from kernel.verify import Anchor, parse_anchor, verify_journal
 
 # How long ``traces export`` waits for the collector to take the spans, unless told.
 _EXPORT_TIMEOUT_S = 10.0
@@ -43,6 +54,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     0 when the command did its work, 1 when it found something wrong (a journal
     that does not verify, an unknown flow, spans the collector did not take),
     2 when it could not run at all (an unreadable journal, no exporter).
+    ``verify`` and ``anchor`` report any file that is there but does not check
+    out as one ``FAILED`` line and 1. A closed pipe on stdout ends any command
+    quietly with 141, as a pipe's writer killed by SIGPIPE would.
     """
     parser = _parser()
     args = parser.parse_args(argv)
@@ -51,9 +65,18 @@ def main(argv: Sequence[str] | None = None) -> int:
             # SQLite's own words for this are "unable to open database file".
             what = "no such file" if not os.path.exists(args.db) else "not a file"
             raise JournalError(args.db, what)
-        return int(anyio.run(args.run, args))
+        status = int(anyio.run(args.run, args))
+        # Flushed here, so a reader that went away is seen here and not at exit.
+        sys.stdout.flush()
+        return status
+    except BrokenPipeError:
+        # Whatever is still buffered goes nowhere, so the interpreter's last flush is quiet too.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return 141
     except JournalError as exc:
-        print(f"error: {exc.code}: {exc}", file=sys.stderr)
+        print(_one_line(f"error: {exc.code}: {exc}"), file=sys.stderr)
         return 2
     except IllegalTransition as exc:
         # Events that decode but do not fold: edited behind the kernel's back.
@@ -84,7 +107,20 @@ def _parser() -> argparse.ArgumentParser:
         metavar="PATH",
         help="a pack the journal was judged by: FILE.py[:ATTR] or MODULE[:ATTR] (repeatable)",
     )
+    verify.add_argument(
+        "--anchor",
+        metavar="LINE_OR_FILE",
+        help="also prove the journal still holds this anchor (a line from dirk anchor, or a file)",
+    )
+    _key_file_argument(verify)
     verify.set_defaults(run=_verify)
+
+    anchor = commands.add_parser(
+        "anchor", help="verify the chain and print its head as one line to keep elsewhere"
+    )
+    anchor.add_argument("--db", required=True, help="the journal file")
+    _key_file_argument(anchor)
+    anchor.set_defaults(run=_anchor)
 
     flows = commands.add_parser("flows", help="list DecisionFlows")
     flows.add_argument("--db", required=True)
@@ -94,6 +130,11 @@ def _parser() -> argparse.ArgumentParser:
         choices=[status.value for status in FlowStatus],
         metavar="STATUS",
         help="only flows in this status (e.g. ABORTED)",
+    )
+    flows.add_argument(
+        "--needs-review",
+        action="store_true",
+        help="only flows flagged NEEDS_REVIEW (by a soft guard or a rule past its budget)",
     )
     flows.add_argument("--json", action="store_true", help="one JSON object per line")
     flows.set_defaults(run=_flows)
@@ -122,25 +163,104 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _one_line(text: str) -> str:
+    """Return ``text`` with control characters escaped: what a damaged file says stays one line."""
+    return "".join(
+        char if char.isprintable() else char.encode("unicode_escape").decode() for char in text
+    )
+
+
+def _key_file_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--key-file",
+        metavar="PATH",
+        help=f"the chain key of a keyed journal, read from this file (default: ${CHAIN_KEY_ENV})",
+    )
+
+
+def _chain_key(args: argparse.Namespace) -> bytes | None:
+    """Return the chain key from ``--key-file`` or the environment (never from argv)."""
+    if args.key_file is None:
+        return chain_key_from_env(None, args.db)
+    try:
+        with open(args.key_file, "rb") as file:
+            # A trailing newline is the editor's, not the key's.
+            return chain_key_from(file.read().rstrip(b"\r\n"), args.db)
+    except OSError as exc:
+        raise JournalKeyError(args.db, f"the key file cannot be read ({exc.strerror})") from exc
+
+
+def _anchor_arg(args: argparse.Namespace) -> Anchor | None:
+    if args.anchor is None:
+        return None
+    text = args.anchor
+    if not text.startswith("dirk-anchor ") and os.path.isfile(text):
+        with open(text, encoding="utf-8", errors="replace") as file:
+            text = file.read()
+    return parse_anchor(text)
+
+
+async def _failed_file(command: str, db: str, problem: str) -> None:
+    """Print one FAILED line for a file that is not a readable journal, naming the condition."""
+    code = ""
+    try:
+        async with open_journal(db, readonly=True):
+            pass
+    except JournalError as exc:
+        code, problem = f"{exc.code}: ", exc.detail
+    except Exception as exc:
+        code, problem = f"{JournalCorrupt.code}: ", f"{problem} ({exc!r})"
+    # A journal that opens fails for what verify found (a key, an anchor), said as it is.
+    print(_one_line(f"{command}: FAILED: {code}journal {db}: {problem}"))
+
+
+async def _anchor(args: argparse.Namespace) -> int:
+    report = await verify_journal(args.db, chain_key=_chain_key(args))
+    if not report.ok:
+        if report.first_bad_seq is None:
+            await _failed_file("anchor", args.db, report.problem)
+        else:
+            print(_one_line(f"anchor: FAILED at seq {report.first_bad_seq}: {report.problem}"))
+        return 1
+    print(report.anchor().line())
+    return 0
+
+
 async def _verify(args: argparse.Namespace) -> int:
     if args.verdicts and not args.pack:
         print("error: BAD_ARGUMENT: --verdicts needs the packs: --pack PATH", file=sys.stderr)
         return 2
-    report = await verify_journal(args.db)
+    try:
+        anchor = _anchor_arg(args)
+    except ValueError as exc:
+        print(f"error: BAD_ARGUMENT: --anchor: {exc}", file=sys.stderr)
+        return 2
+    report = await verify_journal(args.db, chain_key=_chain_key(args), anchor=anchor)
     if not report.ok and report.first_bad_seq is None:
-        # Not a journal at all rather than a bad event: opening it names the condition.
-        async with open_journal(args.db, readonly=True):
-            pass
-        raise JournalCorrupt(args.db, report.problem)
-    if not report.ok:
-        print(f"verify: FAILED at seq {report.first_bad_seq}: {report.problem}")
+        # Not a readable journal rather than a bad event: opening it names the condition.
+        await _failed_file("verify", args.db, report.problem)
         return 1
-    # One fold from scratch: the projections, checked against every checkpoint and snapshot.
-    replay = await verify_replay(args.db)
+    if not report.ok:
+        print(_one_line(f"verify: FAILED at seq {report.first_bad_seq}: {report.problem}"))
+        return 1
+    try:
+        # One fold from scratch: the projections, checked against every checkpoint and snapshot.
+        replay = await verify_replay(args.db)
+    except (JournalError, IllegalTransition, ValueError) as exc:
+        # The chain checked out, so only what lies outside it (snapshots) can be at fault.
+        print(_one_line(f"verify: FAILED: {getattr(exc, 'code', JournalCorrupt.code)}: {exc}"))
+        return 1
     if not replay.ok:
         for problem in replay.problems:
-            print(f"verify: FAILED {problem}")
+            print(_one_line(f"verify: FAILED {problem}"))
         return 1
+    if not report.head_record:
+        print(
+            "verify: note: no head record (a journal from before head records): a removed tail"
+            " is not detectable until a kernel opens it for writing; keep an anchor"
+        )
+    if anchor is not None:
+        print(f"verify: anchor ok: event {anchor.seq} ({anchor.hash[:16]}) is in the journal")
     print(
         f"verify: chain ok, projections ok (digest {replay.digest[:16]};"
         f" {replay.checkpoints} checkpoints, {replay.snapshots} snapshots match replay)"
@@ -177,6 +297,8 @@ async def _flows(args: argparse.Namespace) -> int:
     flows = sorted(projections.flows.values(), key=lambda f: f.created_ts)
     if args.status:
         flows = [f for f in flows if f.status == args.status]
+    if args.needs_review:
+        flows = [f for f in flows if f.needs_review]
     rows = [_flow_row(f) for f in flows]
     if args.json:
         for row in rows:
@@ -222,7 +344,7 @@ def _outcome(flow: FlowState) -> str:
     if flow.external_id:
         line += f", external id {flow.external_id}"
     if flow.needs_review:
-        line += "; NEEDS_REVIEW (flagged by a soft guard)"
+        line += "; NEEDS_REVIEW (see the flags above)"
     return line
 
 

@@ -15,19 +15,21 @@ parameters, and the engine checks them against the adapter's live
 
 A policy kind may compute its bounds itself with ``execution_bounds(self)
 -> dict``; otherwise the parameters of these names are used. Prices are
-decimal strings: a bound is never compared in floating point. An adapter
+decimal strings, parsed strictly (:func:`kernel.rules.decimal_of`): a bound is
+never compared in floating point, and a quote's price that is not a decimal
+string (a float, ``"NaN"``, ``" 101.5"``) is no price: the check fails closed. An adapter
 without ``quote`` gets only the validity check; its bounds travel in the
 intent for the system behind it to enforce (a limit order at the exchange).
 """
 
 from __future__ import annotations
 
-from decimal import Decimal, InvalidOperation
 from typing import Any
 
 import msgspec
 
 from kernel.adapters import Quote
+from kernel.rules import decimal_of
 
 BOUND_NAMES = (
     "limit_price",
@@ -52,13 +54,6 @@ def bounds_of(policy: Any, params: dict[str, Any]) -> dict[str, Any]:
     if callable(custom):
         return dict(custom())
     return {name: params[name] for name in BOUND_NAMES if params.get(name) is not None}
-
-
-def _decimal(value: Any) -> Decimal | None:
-    try:
-        return Decimal(str(value))
-    except (InvalidOperation, ValueError):
-        return None
 
 
 def check(
@@ -86,14 +81,21 @@ def check(
             detail=f"market is {found}, the intent requires {state}",
             observed=observed,
         )
+    for name in ("limit_price", "reference_price", "max_slippage_bps"):
+        if bounds.get(name) is not None and decimal_of(bounds[name]) is None:
+            return Violation(
+                bound=name,
+                detail=f"{name} {bounds[name]!r} is not a decimal string: it bounds nothing",
+                observed=observed,
+            )
     needs_price = any(bounds.get(name) is not None for name in ("limit_price", "max_slippage_bps"))
     if not needs_price:
         return None
-    price = _decimal(quote.price) if quote is not None and quote.price is not None else None
+    price = decimal_of(quote.price) if quote is not None and quote.price is not None else None
     if price is None:
         return Violation(bound="price", detail="no live price to check bounds", observed=observed)
     side = bounds.get("side")
-    limit = _decimal(bounds.get("limit_price")) if bounds.get("limit_price") else None
+    limit = decimal_of(bounds.get("limit_price"))
     if limit is not None:
         if (side == "sell" and price < limit) or (side != "sell" and price > limit):
             return Violation(
@@ -101,12 +103,12 @@ def check(
                 detail=f"price {price} is beyond the limit {limit} ({side or 'buy'})",
                 observed=observed,
             )
-    max_bps = bounds.get("max_slippage_bps")
-    reference = _decimal(bounds.get("reference_price"))
+    max_bps = decimal_of(bounds.get("max_slippage_bps"))
+    reference = decimal_of(bounds.get("reference_price"))
     if max_bps is not None and reference is not None and reference > 0:
         move = (price - reference) / reference * 10_000
         adverse = {"buy": move, "sell": -move}.get(side or "", abs(move))
-        if adverse > Decimal(max_bps):
+        if adverse > max_bps:
             return Violation(
                 bound="max_slippage_bps",
                 detail=(

@@ -14,6 +14,7 @@ the chain from that point on.
 from __future__ import annotations
 
 import hashlib
+import hmac
 from typing import Any
 
 import msgspec
@@ -109,13 +110,21 @@ class ExecutionIntent(Record, frozen=True):
 
 
 class KernelStarted(Payload, frozen=True, tag=True):
+    """A kernel opened the journal; ``head_*`` is the last event it found (seq 0: none)."""
+
     kernel_version: str
     packs: list[PackRef] = []
+    head_seq: int = 0
+    head_hash: str = ""
 
 
 class KernelStopped(Payload, frozen=True, tag=True):
+    """A kernel stopped; ``head_*`` is the last event before this one."""
+
     reason: str
     detail: str = ""
+    head_seq: int = 0
+    head_hash: str = ""
 
 
 class ActorRestarted(Payload, frozen=True, tag=True):
@@ -422,12 +431,20 @@ class FlowFlagged(Payload, frozen=True, tag=True):
 
     ``confidence`` is the guard's score as a decimal string; ``failed`` says the
     guard could not judge at all (it raised or overran), which is flagged too.
+    The DIM flags a rule that overran its time budget the same way (guard
+    ``"rule budget"``): ``rule``, its ``budget_us``, the measured ``took_us``
+    and the ``pack`` hash name it for the pack's author. The measured time is a
+    recorded fact, never an input of the verdict.
     """
 
     guard: str
     reason: str
     confidence: str = ""
     failed: bool = False
+    rule: str = ""
+    budget_us: int = 0
+    took_us: int = 0
+    pack: str = ""
 
 
 # --- replay -------------------------------------------------------------------
@@ -711,9 +728,20 @@ def body_of(draft: Draft, seq: int, ts: int) -> bytes:
     return _encoder.encode(stamp(draft, seq, ts))
 
 
-def chain(prev_hash: bytes, body: bytes) -> bytes:
-    """Return the hash of an event whose canonical bytes are ``body``."""
-    return hashlib.sha256(prev_hash + body).digest()
+def chain(prev_hash: bytes, body: bytes, key: bytes | None = None) -> bytes:
+    """Return the hash of an event whose canonical bytes are ``body``.
+
+    With a chain ``key`` it is HMAC-SHA256 rather than SHA-256, so only a holder
+    of the key can compute a hash that verifies (see docs/integrity.md).
+    """
+    if key is None:
+        return hashlib.sha256(prev_hash + body).digest()
+    return hmac.digest(key, prev_hash + body, "sha256")
+
+
+def chain_key_id(key: bytes) -> str:
+    """Return a short id naming a chain key without revealing it (an HMAC of a fixed label)."""
+    return hmac.new(key, b"dirk chain key id v1", hashlib.sha256).hexdigest()[:16]
 
 
 def decode_body(body: bytes, prev_hash: bytes, hash_: bytes) -> Event:

@@ -13,19 +13,21 @@ feedback names the layer, the rule, the field and the limit:
 6. ``resources``: what the kind consumes fits its pools (INSUFFICIENT_RESOURCES
    when the capacity is too small, RESOURCE_CONTENTION when other open flows hold it);
 7. ``rules``: the pack's invariants, then its rules (RISK_LIMIT_EXCEEDED and the
-   pack's own codes; KERNEL_FAULT when a rule raises, returns nothing or overruns),
-   then its emergency rules (GUARD_EMERGENCY, see kernel.guards);
+   pack's own codes; KERNEL_FAULT when a rule raises or returns nothing), then its
+   emergency rules (GUARD_EMERGENCY, see kernel.guards);
 8. ``memory``: constraints from memory (a hook, :data:`MemoryCheck`, filled by the
    memory issue; CONSTRAINT_VIOLATION, VERIFICATION_REQUIRED);
 9. ``escalation``: thresholds (LOW_CONFIDENCE, APPROVAL_REQUIRED): an ESCALATE verdict.
 
 Human modifications skip the state and escalation layers: a human already looked.
-Nothing here reads the clock, except the rule budget's timer (see kernel.rules).
+Nothing here reads a clock: the verdict is a function of its arguments, which the
+journal records, so replay judges as the live kernel did. How long each rule took
+is measured beside the verdict by an optional :class:`~kernel.rules.Stopwatch`,
+whose findings never change it (see kernel.rules).
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -39,7 +41,17 @@ from kernel.guards import emergency
 from kernel.packs import PolicyCatalog, PolicyPack, amount_of
 from kernel.projection import AgentStatus, AgentView
 from kernel.reasons import ReasonCode
-from kernel.rules import RuleVerdict, View, decimal_of, run_rule
+from kernel.rules import (
+    DECIMAL_PATTERN,
+    Range,
+    RuleVerdict,
+    StateMatch,
+    Stopwatch,
+    View,
+    decimal_of,
+    is_decimal,
+    run_rule,
+)
 
 LAYERS = (
     "schema",
@@ -125,9 +137,13 @@ def judge(
     *,
     by_human: bool = False,
     memory: MemoryCheck | None = None,
-    timer: Callable[[], float] = time.perf_counter,
+    stopwatch: Stopwatch | None = None,
 ) -> Judgement:
-    """Run the pipeline; the first failing layer decides."""
+    """Run the pipeline; the first failing layer decides.
+
+    ``stopwatch`` times each rule and keeps the overruns of their budgets for the
+    caller to record; the judgement is the same with or without it.
+    """
     kind = catalog.kinds.get(proposal.kind)
     if kind is None:
         return Judgement(
@@ -139,7 +155,7 @@ def judge(
             )
         )
     pack = catalog.pack_of[proposal.kind]
-    failed = _schema(proposal, kind)
+    failed = _schema(proposal, kind, catalog)
     if isinstance(failed, Feedback):
         return Judgement(rejection=failed, pack=pack.hash)
     params = failed
@@ -157,7 +173,7 @@ def judge(
         limits_of(pack, agent, snapshot.amendments),
         proposal.confidence,
     )
-    failed = _rules(proposal.kind, view, catalog, timer)
+    failed = _rules(proposal.kind, view, catalog, stopwatch)
     if failed is None and not by_human and proposal.kind in catalog.emergencies_of:
         failed = emergency(proposal, params, view.state, catalog.emergencies_of[proposal.kind])
     if failed is None and memory is not None:
@@ -168,7 +184,7 @@ def judge(
     return Judgement(escalation=escalation, reserve=need, pack=pack.hash, policy=params)
 
 
-def _schema(proposal: ProposalRecord, kind: type[Any]) -> Any:
+def _schema(proposal: ProposalRecord, kind: type[Any], catalog: PolicyCatalog) -> Any:
     if proposal.version and proposal.version.split(".")[0] != kind.version.split(".")[0]:
         return reject(
             "schema",
@@ -179,7 +195,21 @@ def _schema(proposal: ProposalRecord, kind: type[Any]) -> Any:
     try:
         params = msgspec.convert({"kind": proposal.kind, **proposal.params}, kind)
     except msgspec.ValidationError as exc:
-        return reject("schema", ReasonCode.SCHEMA_INVALID, str(exc), f"params.{field_of(exc)}")
+        name = f"params.{field_of(exc)}"
+        detail = _not_decimal(name) if repr(DECIMAL_PATTERN) in str(exc) else str(exc)
+        return reject("schema", ReasonCode.SCHEMA_INVALID, detail, name)
+    # A field the pack's invariants or amounts read as a number is held to DecimalStr's
+    # spelling even when its kind types it plain ``str`` (an older pack): what is
+    # judged is then what is executed, and no parse fails later, in a rule.
+    for name in numbers_of(proposal.kind, catalog):
+        value = getattr(params, name, None)
+        if isinstance(value, str) and not is_decimal(value):
+            return reject(
+                "schema",
+                ReasonCode.SCHEMA_INVALID,
+                _not_decimal(f"params.{name}"),
+                f"params.{name}",
+            )
     if not 0.0 <= proposal.confidence <= 1.0:
         return reject(
             "schema", ReasonCode.SCHEMA_INVALID, "confidence must lie in [0, 1]", "confidence"
@@ -192,6 +222,26 @@ def _schema(proposal: ProposalRecord, kind: type[Any]) -> Any:
             "valid_until_ns",
         )
     return params
+
+
+def _not_decimal(name: str) -> str:
+    return (
+        f"{name} must be a decimal string: ASCII digits, an optional leading '-' and '.',"
+        " no '+', leading zeros, exponent or spaces (e.g. '100.25')"
+    )
+
+
+def numbers_of(kind: str, catalog: PolicyCatalog) -> list[str]:
+    """Return the fields of ``kind`` its pack reads as numbers (invariants, named amounts)."""
+    names = [
+        i.field for i in catalog.invariants_of.get(kind, ()) if isinstance(i, Range | StateMatch)
+    ]
+    for amount in [c.amount for c in catalog.consumes_of.get(kind, ())] + [
+        t.amount for t in catalog.thresholds_of.get(kind, ())
+    ]:
+        if isinstance(amount, str) and amount:
+            names.append(amount)
+    return names
 
 
 def _admission(
@@ -317,14 +367,21 @@ def limits_of(
     """An agent's limits: the pack's default, tightened by its manifest, or as amended.
 
     A manifest is the agent's own declaration, so it may only lower a limit; only an
-    operator's amendment (within the pack's floor and ceiling) may raise one.
+    operator's amendment (within the pack's floor and ceiling) may raise one. A declared
+    limit that is not a number in the one accepted spelling is the pack's floor (fail
+    closed); one that is, reaches rules parsed (an int, or a Decimal), so a rule's
+    ``int()`` of it cannot raise.
     """
     limits: dict[str, Any] = {}
     for name, spec in pack.limits.items():
         value: Any = spec.default
-        declared = decimal_of(agent.manifest.limits.get(name))
-        if declared is not None and declared < Decimal(value):
-            value = agent.manifest.limits[name]
+        if name in agent.manifest.limits:
+            declared = decimal_of(agent.manifest.limits[name])
+            if declared is None:
+                value = spec.floor
+            elif declared < Decimal(value):
+                whole = declared == declared.to_integral_value()
+                value = int(declared) if whole else declared
         if name in amendments:
             value = amendments[name]
         limits[name] = value
@@ -332,7 +389,7 @@ def limits_of(
 
 
 def _rules(
-    kind: str, view: View, catalog: PolicyCatalog, timer: Callable[[], float]
+    kind: str, view: View, catalog: PolicyCatalog, stopwatch: Stopwatch | None
 ) -> Feedback | None:
     """Layer 7: invariants, then rules; any failure to judge rejects (KERNEL_FAULT)."""
     for invariant in catalog.invariants_of.get(kind, ()):
@@ -344,7 +401,7 @@ def _rules(
         if not verdict.ok:
             return _from_rule(verdict, invariant.name)
     for r in catalog.rules_of.get(kind, ()):
-        verdict = run_rule(r, view, timer)
+        verdict = run_rule(r, view) if stopwatch is None else stopwatch.run(r, view)
         if not verdict.ok:
             return _from_rule(verdict, r.name)
     return None

@@ -12,6 +12,8 @@ plain, pure function (deterministic, so replay reproduces it) may declare
 rejects with GUARD_EMERGENCY when its confidence reaches that threshold. A
 :class:`SoftGuard` (an async port, e.g. an LLM judging whether the explanation
 agrees with the action) can only flag. The actor lives in kernel.guard_runner.
+The DIM flags a rule that overran its time budget the same way, under the guard
+name ``"rule budget"`` (kernel.integrity): a finding, never a different verdict.
 """
 
 from __future__ import annotations

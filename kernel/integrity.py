@@ -15,11 +15,19 @@ last unit cannot both win.
 A rejection with attempts left hands the agent its feedback through a fresh
 context; the intent retry governor ends the flow with REASONING_EXHAUSTION
 once the agent's attempts are spent. There is no default-allow path.
+
+The DIM times each rule it runs (a :class:`~kernel.rules.Stopwatch` on real
+monotonic time) and records a rule that overran its budget as a finding right
+after the verdict: FlowFlagged (guard ``"rule budget"``), which marks the flow
+NEEDS_REVIEW and names the rule, its pack, the budget and the measured time.
+The verdict is the same whatever the time, so replay reproduces it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+import logging
+import time
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import msgspec
@@ -35,6 +43,7 @@ from kernel.events import (
     DuplicateSuppressed,
     Feedback,
     FlowAborted,
+    FlowFlagged,
     LimitAmended,
     ProposalAccepted,
     ProposalRecord,
@@ -56,6 +65,12 @@ from kernel.ports import Clock
 from kernel.projection import AgentView, Projections
 from kernel.reasons import ReasonCode
 from kernel.registry import session_hash
+from kernel.rules import Overrun, Stopwatch
+
+log = logging.getLogger("kernel.integrity")
+
+BUDGET_GUARD = "rule budget"
+"""The name a rule's budget overrun is flagged under (FlowFlagged.guard)."""
 
 
 class Validate(msgspec.Struct, frozen=True, kw_only=True):
@@ -176,7 +191,10 @@ class IntegrityModule:
         execution: Mailbox[Any],
         memory: MemoryCheck | None = None,
         guards: Mailbox[Any] | None = None,
+        rule_clock: Callable[[], int] = time.perf_counter_ns,
     ) -> None:
+        # Measures rules beside the verdict; real time is right: it decides nothing.
+        self._rule_clock = rule_clock
         self._memory = memory
         self._guards = guards
         self._capacities = FactCapacities(projections)
@@ -277,6 +295,7 @@ class IntegrityModule:
             capacities=self._capacities,
             amendments=self._amendments(flow.agent_id, now_ns, out),
         )
+        stopwatch = Stopwatch(self._rule_clock)
         if msg.invalid is not None:
             judgement = Judgement(rejection=msg.invalid)
         else:
@@ -288,11 +307,13 @@ class IntegrityModule:
                 snapshot,
                 by_human=msg.by_human,
                 memory=self._memory or memory_check(self._projections.memory, flow.root_dfid),
+                stopwatch=stopwatch,
             )
+        overruns = stopwatch.overruns
         if not msg.by_human:
             judgement = with_unsettled(judgement, self._projections, flow.agent_id)
         if judgement.rejection is not None:
-            self._rejected(msg, agent, attempt, judgement, submitted, out)
+            self._rejected(msg, agent, attempt, judgement, submitted, overruns, out)
             return
         escalation = judgement.escalation
         if escalation is None and not msg.by_human:
@@ -309,6 +330,7 @@ class IntegrityModule:
                 dfid=msg.dfid,
                 after=submitted,
             )
+            self._flag(msg, judgement, overruns, verdict, out)
             self._reserve(msg.dfid, flow.agent_id, judgement, own, verdict, out)
             self._screen(msg, snapshot.state, out)
             out.send(self._escalation, Escalate(dfid=msg.dfid))
@@ -324,6 +346,7 @@ class IntegrityModule:
             dfid=msg.dfid,
             after=submitted,
         )
+        self._flag(msg, judgement, overruns, verdict, out)
         self._reserve(msg.dfid, flow.agent_id, judgement, own, verdict, out)
         self._screen(msg, snapshot.state, out)
         # The start of execution goes into this append too (one commit fewer per flow);
@@ -349,6 +372,38 @@ class IntegrityModule:
             visible = self._projections.visible_state(key)
             found = seen[key] = (visible, context_ref(visible))
         return found
+
+    def _flag(
+        self,
+        msg: Validate,
+        judgement: Judgement,
+        overruns: list[Overrun],
+        verdict: int,
+        out: Outbox,
+    ) -> None:
+        """Record each rule that overran its budget: the flow needs review, the verdict stands."""
+        if not overruns:
+            return
+        pack = self._catalog.pack_of.get(msg.proposal.kind)
+        of_pack = f" of pack {pack.name} {pack.version}" if pack is not None else ""
+        for o in overruns:
+            reason = (
+                f"rule {o.rule}{of_pack} took {o.took_us} us, over its budget of {o.budget_us} us"
+                " (the verdict does not depend on it; make the rule cheaper or raise its budget)"
+            )
+            log.warning("flow %s: %s", msg.dfid, reason)
+            out.emit(
+                FlowFlagged(
+                    guard=BUDGET_GUARD,
+                    reason=reason,
+                    rule=o.rule,
+                    budget_us=o.budget_us,
+                    took_us=o.took_us,
+                    pack=judgement.pack,
+                ),
+                dfid=msg.dfid,
+                after=verdict,
+            )
 
     def _screen(self, msg: Validate, state: Mapping[str, Any], out: Outbox) -> None:
         """Hand a proposal let through to the soft guards, once its verdict is recorded."""
@@ -394,6 +449,7 @@ class IntegrityModule:
         attempt: int,
         judgement: Judgement,
         submitted: int,
+        overruns: list[Overrun],
         out: Outbox,
     ) -> None:
         feedback = judgement.rejection
@@ -403,6 +459,7 @@ class IntegrityModule:
             dfid=msg.dfid,
             after=submitted,
         )
+        self._flag(msg, judgement, overruns, rejected, out)
         if msg.by_human:
             out.emit(
                 FlowAborted(

@@ -5,8 +5,11 @@ Every step of every DecisionFlow is appended here before anything acts on it
 commits in groups: whatever callers append while a transaction is in flight
 goes into the next one, so the cost of a commit is shared by everyone who
 waited for it. Each row keeps the event's canonical bytes and the SHA-256
-chaining them to the row before, so :func:`kernel.verify.verify_journal` can
-prove nothing was edited, dropped or reordered.
+chaining them to the row before (an HMAC-SHA256 when the journal has a chain
+key), so :func:`kernel.verify.verify_journal` can prove nothing was edited,
+dropped or reordered. The same transaction that appends rows rewrites the head
+record (the last seq and hash, in ``meta``), so a removed tail is caught on
+open and by verify; docs/integrity.md says what that proves and what it does not.
 
 Reads use a second connection (aiosqlite); with WAL they never wait for a
 commit, and subscriptions follow live commits without ever slowing the writer.
@@ -18,7 +21,7 @@ import contextlib
 import os
 import sqlite3
 import uuid
-from collections.abc import AsyncIterator, Callable, Collection, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple, NoReturn
 
@@ -32,9 +35,19 @@ from kernel.events import (
     Event,
     canonical,
     chain,
+    chain_key_id,
     decode_body,
     event_type,
     stamp,
+)
+from kernel.head import (
+    CHAIN_KEY_ENV,
+    KEYED_CHAIN,
+    MIN_KEY_BYTES,
+    head_problem,
+    head_value,
+    key_problem,
+    rekey,
 )
 from kernel.ports import Clock, SystemClock
 from kernel.subscription import READ_BATCH as _BATCH
@@ -80,7 +93,11 @@ _EVENTS = (
     "SELECT e.seq, e.body, e.hash, p.hash FROM events AS e"
     " LEFT JOIN events AS p ON p.seq = e.seq - 1 WHERE e.seq >= ?"
 )
+# sqlite3 raises UnicodeDecodeError for a schema whose text was damaged.
+_SQLITE_ERRORS = (sqlite3.Error, UnicodeDecodeError)
 _SYNCHRONOUS = frozenset({"OFF", "NORMAL", "FULL", "EXTRA"})
+# The head record (kernel.head), rewritten in each append's transaction.
+_HEAD = "INSERT OR REPLACE INTO meta (key, value) VALUES ('head', ?)"
 
 Listener = Callable[[Sequence[Event]], None]
 GuardFactory = Callable[[], Callable[[Sequence[Event]], None]]
@@ -98,16 +115,23 @@ class JournalError(Exception):
 
     code = "JOURNAL_ERROR"
 
-    def __init__(self, path: str, detail: str) -> None:
+    def __init__(self, path: str, detail: str, *, seq: int | None = None) -> None:
         super().__init__(f"journal {path}: {detail}")
         self.path = path
         self.detail = detail
+        self.seq = seq
 
 
 class JournalCorrupt(JournalError):
     """The file is not a readable SQLite database, or its events do not check out."""
 
     code = "JOURNAL_CORRUPT"
+
+
+class JournalKeyError(JournalError):
+    """The chain key is missing, wrong, too short, or given for a journal that has none."""
+
+    code = "JOURNAL_KEY"
 
 
 class JournalForeign(JournalError):
@@ -159,6 +183,26 @@ class _Head(NamedTuple):
     hash: bytes
 
 
+def chain_key_from(value: bytes | str | None, path: str = "-") -> bytes | None:
+    """Return a chain key as bytes (None: no key); refuse one too short to be a secret.
+
+    Raises:
+        JournalKeyError: The key is shorter than 16 bytes (the message never shows it).
+    """
+    if value is None:
+        return None
+    key = value.encode() if isinstance(value, str) else bytes(value)
+    if len(key) < MIN_KEY_BYTES:
+        raise JournalKeyError(path, f"a chain key needs at least {MIN_KEY_BYTES} bytes")
+    return key
+
+
+def chain_key_from_env(environ: Mapping[str, str] | None = None, path: str = "-") -> bytes | None:
+    """Return the chain key ``DIRK_CHAIN_KEY`` holds (None when unset or empty)."""
+    value = (os.environ if environ is None else environ).get(CHAIN_KEY_ENV, "")
+    return chain_key_from(value, path) if value else None
+
+
 class _Batch:
     """The appends gathered for one transaction, and their outcomes."""
 
@@ -183,8 +227,13 @@ class Journal:
         head: _Head,
         clock: Clock,
         faults: JournalFaults,
+        key: bytes | None = None,
+        keyed: bool = False,
     ) -> None:
         self._path = path
+        # Never logged, never recorded: only chain() sees it.
+        self._key = key
+        self._keyed = keyed
         self._reader = reader
         self._writer = writer
         self._journal_id = head.journal_id
@@ -222,6 +271,11 @@ class Journal:
     def head_hash(self) -> str:
         """Hex hash of the last committed event (the genesis hash when empty)."""
         return self._head_hex
+
+    @property
+    def keyed(self) -> bool:
+        """True if the chain is keyed (its hashes are HMACs under a chain key)."""
+        return self._keyed
 
     @property
     def failed(self) -> bool:
@@ -349,8 +403,62 @@ class Journal:
                 decode_body(body, GENESIS_HASH if seq == 1 else prev or b"", hash_)
                 for seq, body, hash_, prev in rows
             ]
-        except msgspec.DecodeError as exc:
+        except (ValueError, TypeError) as exc:
+            # msgspec.DecodeError, or UnicodeDecodeError for bytes that are not UTF-8.
             raise JournalCorrupt(self._path, f"an event does not decode ({exc})") from exc
+
+    async def check_chain(self, start: int = 1) -> None:
+        """Check that events ``start``..head are whole and chain on from event ``start - 1``.
+
+        Raises:
+            JournalCorrupt: An event is missing, altered or out of place; ``seq`` names it.
+        """
+        async for _ in self.scan_checked(start):
+            pass
+
+    async def scan_checked(self, start: int = 1) -> AsyncIterator[list[Event]]:
+        """Yield events ``start``..head like :meth:`scan`, checking that they chain on.
+
+        Opening a kernel folds its tail through this, from its latest trusted
+        snapshot on, so an edit anywhere after that snapshot is refused, at the
+        cost of one hash per event. Without the key of a keyed journal (a
+        read-only open) the hashes cannot be recomputed and only the rest is
+        checked.
+
+        Raises:
+            JournalCorrupt: An event is missing, altered or out of place; ``seq`` names it.
+        """
+        head = self._head_seq
+        start = max(start, 1)
+        if start > head:
+            return
+        prev = GENESIS_HASH
+        if start > 1:
+            rows = list(await self._query("SELECT hash FROM events WHERE seq = ?", [start - 1]))
+            if not rows or not isinstance(rows[0][0], bytes):
+                raise self._corrupt(f"event {start - 1} is missing", start - 1)
+            prev = rows[0][0]
+        expected = start
+        sql = f"{_ROWS} WHERE seq >= ? AND seq <= ? ORDER BY seq LIMIT ?"
+        while expected <= head:
+            rows = list(await self._query(sql, [expected, head, _BATCH]))
+            if not rows:
+                raise self._corrupt(f"event {expected} is missing", expected)
+            batch: list[Event] = []
+            for row in rows:
+                problem, event = _check_row(row, expected, prev, self._key, self._hashes_checked)
+                if event is None:
+                    raise self._corrupt(problem, expected)
+                batch.append(event)
+                expected, prev = expected + 1, row[4]
+            yield batch
+
+    @property
+    def _hashes_checked(self) -> bool:
+        return self._key is not None or not self._keyed
+
+    def _corrupt(self, problem: str, seq: int) -> JournalCorrupt:
+        return JournalCorrupt(self._path, f"{problem} (run dirk verify)", seq=seq)
 
     async def scan(self, start: int = 1, batch_size: int = _BATCH) -> AsyncIterator[list[Event]]:
         """Yield every event from ``start`` on, in seq-ordered batches of ``batch_size``."""
@@ -381,7 +489,7 @@ class Journal:
             await anyio.to_thread.run_sync(
                 _write_snapshot, writer, seq, digest, body, limiter=self._limiter
             )
-        except sqlite3.Error as exc:
+        except _SQLITE_ERRORS as exc:
             raise _sqlite_error(self._path, exc) from exc
 
     async def snapshot_seqs(self) -> list[int]:
@@ -410,7 +518,7 @@ class Journal:
             await anyio.to_thread.run_sync(
                 _drop_snapshots, writer, sorted(seqs), limiter=self._limiter
             )
-        except sqlite3.Error as exc:
+        except _SQLITE_ERRORS as exc:
             raise _sqlite_error(self._path, exc) from exc
 
     async def read_snapshot(self, seq: int) -> tuple[str, bytes] | None:
@@ -430,7 +538,7 @@ class Journal:
             raise JournalClosed(self._path, "closed")
         try:
             return await self._reader.execute_fetchall(sql, params)
-        except sqlite3.Error as exc:
+        except _SQLITE_ERRORS as exc:
             raise _sqlite_error(self._path, exc) from exc
 
     def _raise_unwritable(self) -> NoReturn:
@@ -469,6 +577,8 @@ class Journal:
         for index, drafts in enumerate(batch.requests):
             try:
                 request_rows, events = _seal(drafts, seq, prev, ts)
+                if self._key is not None:
+                    request_rows, events = rekey(request_rows, events, prev, self._key)
                 if check is not None:
                     check(events)
             except Exception as exc:
@@ -490,7 +600,7 @@ class Journal:
             # the difference is that run_sync waits out a cancellation, so the writer
             # always learns whether the commit happened.
             await anyio.to_thread.run_sync(
-                _write_rows, self._writer, rows, injected, limiter=self._limiter
+                _write_rows, self._writer, rows, injected, self._key, limiter=self._limiter
             )
         except Exception as exc:
             self._fail("a write failed", exc)
@@ -534,6 +644,7 @@ async def open_journal(
     synchronous: str = "FULL",
     readonly: bool = False,
     faults: JournalFaults | None = None,
+    chain_key: bytes | None = None,
 ) -> AsyncIterator[Journal]:
     """Open the journal at ``path``, creating it if it does not exist.
 
@@ -545,9 +656,14 @@ async def open_journal(
         synchronous: SQLite's ``PRAGMA synchronous``; FULL makes every commit durable.
         readonly: Open for reading only (appends raise :class:`JournalClosed`).
         faults: Faults to inject, for tests.
+        chain_key: The chain key (see :func:`chain_key_from`): a new journal is keyed
+            with it; a keyed journal needs it to be appended to (reading does not).
+            Only a journal without events can be given a key.
 
     Raises:
-        JournalCorrupt: Not a SQLite database, truncated, or its last event does not check out.
+        JournalCorrupt: Not a SQLite database, or its last event does not check out, or
+            the head record says its tail was removed or appended to.
+        JournalKeyError: The key is missing (for writing), wrong, or the journal is unkeyed.
         JournalForeign: A SQLite database of something else.
         JournalVersionError: A journal of a schema version this kernel does not read.
         JournalError: The file cannot be opened at all.
@@ -560,22 +676,33 @@ async def open_journal(
     writer: sqlite3.Connection | None = None
     journal: Journal | None = None
     try:
-        journal_id = await _inspect(reader, path)
-        head = _Head("", 0, GENESIS_HASH)
-        if journal_id is not None:
-            head = _Head(journal_id, *await _read_head(reader, path))
-        elif readonly:
-            raise JournalForeign(path, "an empty database, not a journal")
+        try:
+            # One read transaction: a kernel appending meanwhile moves rows and head record
+            # together, so they are seen together. Ended before the writer may create the schema.
+            await reader.execute("BEGIN")
+            journal_id, head, keyed = await _read_state(reader, path, chain_key, readonly)
+        except _SQLITE_ERRORS as exc:
+            raise _sqlite_error(path, exc) from exc
+        finally:
+            with contextlib.suppress(*_SQLITE_ERRORS):
+                await reader.rollback()
         if not readonly:
             try:
                 writer, created_id = await anyio.to_thread.run_sync(
-                    _open_writer, path, synchronous, journal_id
+                    _open_writer, path, synchronous, journal_id, chain_key if keyed else None
                 )
-            except sqlite3.Error as exc:
+            except _SQLITE_ERRORS as exc:
                 raise _sqlite_error(path, exc) from exc
             head = head._replace(journal_id=created_id)
         journal = Journal(
-            path, reader, writer, head, clock or SystemClock(), faults or JournalFaults()
+            path,
+            reader,
+            writer,
+            head,
+            clock or SystemClock(),
+            faults or JournalFaults(),
+            chain_key if keyed else None,
+            keyed,
         )
         body_error: Exception | None = None
         async with anyio.create_task_group() as tg:
@@ -657,7 +784,9 @@ _round_trip_decoder = msgspec.json.Decoder(Event)
 _msgpack_probe = msgspec.msgpack.Encoder()
 
 
-def _write_rows(conn: sqlite3.Connection, rows: list[_Row], injected: bool) -> None:
+def _write_rows(
+    conn: sqlite3.Connection, rows: list[_Row], injected: bool, key: bytes | None
+) -> None:
     """Insert ``rows`` in one transaction, or none of them (runs in a worker thread).
 
     seq is the primary key, so a second writer on the same file fails here instead
@@ -666,6 +795,7 @@ def _write_rows(conn: sqlite3.Connection, rows: list[_Row], injected: bool) -> N
     conn.execute("BEGIN IMMEDIATE")
     try:
         conn.executemany(_INSERT, rows)
+        conn.execute(_HEAD, (head_value(rows[-1][0], rows[-1][4], key),))
         if injected:
             raise sqlite3.OperationalError("disk I/O error (injected by JournalFaults)")
         conn.execute("COMMIT")
@@ -695,9 +825,12 @@ def _drop_snapshots(conn: sqlite3.Connection, seqs: list[int]) -> None:
 
 
 def _open_writer(
-    path: str, synchronous: str, journal_id: str | None
+    path: str, synchronous: str, journal_id: str | None, key: bytes | None
 ) -> tuple[sqlite3.Connection, str]:
-    """Open the writer's connection, creating the schema if ``journal_id`` is None (blank file)."""
+    """Open the writer's connection, creating the schema if ``journal_id`` is None (blank file).
+
+    ``key`` is the chain key of a keyed journal (checked against an existing one before).
+    """
     # check_same_thread is off because anyio's worker threads take turns; only the
     # writer task ever uses this connection, one call at a time.
     conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
@@ -708,7 +841,18 @@ def _open_writer(
             journal_id = str(uuid.uuid4())
             conn.executescript(
                 f"BEGIN IMMEDIATE; {_SCHEMA} INSERT INTO meta (key, value) VALUES"
-                f" ('schema_version', '{SCHEMA_VERSION}'), ('journal_id', '{journal_id}'); COMMIT;"
+                f" ('schema_version', '{SCHEMA_VERSION}'), ('journal_id', '{journal_id}'),"
+                f" ('head', '{head_value(0, GENESIS_HASH)}'); COMMIT;"
+            )
+        if key is not None and _has_no_events(conn):
+            # A new journal, or one without events: from its first event on, hashes are HMACs.
+            conn.executemany(
+                "INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)",
+                [
+                    ("chain", KEYED_CHAIN),
+                    ("chain_key_id", chain_key_id(key)),
+                    ("head", head_value(0, GENESIS_HASH, key)),
+                ],
             )
         # Journals created before the inbox existed get it the first time a kernel opens them.
         conn.executescript(INBOX_SCHEMA)
@@ -728,15 +872,15 @@ async def _connect(path: str, *, readonly: bool) -> aiosqlite.Connection:
     """Open an aiosqlite connection for reading ``path``."""
     try:
         conn = await anyio.to_thread.run_sync(_sqlite_connect, path, readonly)
-    except sqlite3.Error as exc:
+    except _SQLITE_ERRORS as exc:
         raise _sqlite_error(path, exc) from exc
     # Opened here rather than by aiosqlite.connect: when that fails, it leaves its thread
     # reporting to an event loop that may be gone (omnilib/aiosqlite#241).
     return await aiosqlite.Connection(lambda: conn, iter_chunk_size=64)
 
 
-async def _inspect(db: aiosqlite.Connection, path: str) -> str | None:
-    """Check ``db`` holds a journal this kernel reads; return its id, or None if it is blank."""
+async def _inspect(db: aiosqlite.Connection, path: str) -> dict[str, str] | None:
+    """Check ``db`` holds a journal this kernel reads; return its meta, or None if it is blank."""
     try:
         ((application_id,),) = await db.execute_fetchall("PRAGMA application_id")
         tables = {
@@ -755,59 +899,124 @@ async def _inspect(db: aiosqlite.Connection, path: str) -> str | None:
             )
         rows = await db.execute_fetchall("SELECT key, value FROM meta")
         meta: dict[Any, Any] = dict(rows)  # type: ignore[arg-type]
-    except sqlite3.Error as exc:
+    except _SQLITE_ERRORS as exc:
         raise _sqlite_error(path, exc) from exc
     version = meta.get("schema_version")
     if version != SCHEMA_VERSION:
         raise JournalVersionError(
             path, f"schema version {version!r}; this kernel reads version {SCHEMA_VERSION!r}"
         )
-    if "journal_id" not in meta:
+    if not isinstance(meta.get("journal_id"), str):
         raise JournalCorrupt(path, "the meta table has no journal_id")
-    return str(meta["journal_id"])
+    if meta.get("chain", KEYED_CHAIN) != KEYED_CHAIN:
+        raise JournalVersionError(path, f"a chain of kind {meta['chain']!r}, unknown here")
+    return {str(k): v for k, v in meta.items()}
 
 
-async def _read_head(db: aiosqlite.Connection, path: str) -> tuple[int, bytes]:
-    """Return the last event's seq and hash, after checking it chains to the one before."""
+async def _read_state(
+    reader: aiosqlite.Connection, path: str, chain_key: bytes | None, readonly: bool
+) -> tuple[str | None, _Head, bool]:
+    """Return the journal's id (None: a blank file), checked head, and whether it is keyed."""
+    meta = await _inspect(reader, path)
+    if meta is None:
+        if readonly:
+            raise JournalForeign(path, "an empty database, not a journal")
+        return None, _Head("", 0, GENESIS_HASH), chain_key is not None
+    journal_id = meta["journal_id"]
+    # Reading a keyed journal needs no key (its hashes then go unchecked); writing does.
+    problem = key_problem(meta, chain_key, events=0, need_key=not readonly)
+    if problem:
+        raise JournalKeyError(path, problem)
+    keyed = meta.get("chain") == KEYED_CHAIN
+    checked = chain_key is not None or not keyed
+    key = chain_key if keyed else None
+    head = _Head(journal_id, *await _read_head(reader, path, meta, key, checked))
+    # A key given to an unkeyed journal: refused once it has events (a read-only open
+    # cannot key it either); a journal without events is keyed from its first on.
+    events = head.seq if not readonly else max(head.seq, 1)
+    problem = key_problem(meta, chain_key, events=events, need_key=False)
+    if problem:
+        raise JournalKeyError(path, problem)
+    return journal_id, head, keyed or chain_key is not None
+
+
+def _has_no_events(conn: sqlite3.Connection) -> bool:
+    return conn.execute("SELECT 1 FROM events LIMIT 1").fetchone() is None
+
+
+async def _read_head(
+    db: aiosqlite.Connection,
+    path: str,
+    meta: Mapping[str, str],
+    key: bytes | None,
+    hashes_checked: bool,
+) -> tuple[int, bytes]:
+    """Return the last event's seq and hash, after checking it against the head record
+    and that it chains to the one before."""
     try:
         rows = list(await db.execute_fetchall(f"{_ROWS} ORDER BY seq DESC LIMIT 2"))
-    except sqlite3.Error as exc:
+    except _SQLITE_ERRORS as exc:
         raise _sqlite_error(path, exc) from exc
+    last_seq = int(rows[0][0]) if rows else 0
+    last_hash = rows[0][4] if rows and isinstance(rows[0][4], bytes) else None
+    problem, seq = head_problem(meta, last_seq, last_hash, key if hashes_checked else None)
+    if problem:
+        raise JournalCorrupt(path, f"{problem} (run dirk verify)", seq=seq)
     if not rows:
         return 0, GENESIS_HASH
     before = rows[1] if len(rows) == 2 else None
     expected = before[0] + 1 if before else 1
     prev = before[4] if before and isinstance(before[4], bytes) else GENESIS_HASH
-    problem = _row_problem(rows[0], expected, prev)
+    problem, _ = _check_row(rows[0], expected, prev, key, hashes_checked)
     if problem:
-        raise JournalCorrupt(path, f"{problem} (run verify to find the first bad event)")
+        raise JournalCorrupt(
+            path, f"{problem} (run dirk verify to find the first bad event)", seq=expected
+        )
     return rows[0][0], rows[0][4]
 
 
-def _row_problem(row: Any, expected_seq: int, prev: bytes) -> str:
-    """Return what is wrong with a row; "" if it is event ``expected_seq`` chained to ``prev``."""
+def _row_problem(
+    row: Any, expected_seq: int, prev: bytes, key: bytes | None = None, hashes_checked: bool = True
+) -> str:
+    """Return what is wrong with a row; "" if it is event ``expected_seq`` chained to ``prev``.
+
+    ``key`` is the chain key of a keyed journal; ``hashes_checked`` False skips the
+    hash (a keyed journal read without its key).
+    """
+    return _check_row(row, expected_seq, prev, key, hashes_checked)[0]
+
+
+def _check_row(
+    row: Any, expected_seq: int, prev: bytes, key: bytes | None, hashes_checked: bool
+) -> tuple[str, Event | None]:
+    """Return ("", the event) if the row is event ``expected_seq`` chained to ``prev``,
+    else (what is wrong, None)."""
     seq, type_, dfid, body, hash_ = row
     if seq != expected_seq:
         if seq > expected_seq:
-            return f"event {expected_seq} is missing (the next row is event {seq})"
-        return f"unexpected row with seq {seq}"
+            return f"event {expected_seq} is missing (the next row is event {seq})", None
+        return f"unexpected row with seq {seq}", None
     if not isinstance(body, bytes) or not isinstance(hash_, bytes):
-        return f"event {seq} is not stored as bytes"
+        return f"event {seq} is not stored as bytes", None
     try:
         event = decode_body(body, prev, hash_)
-    except msgspec.DecodeError as exc:
-        return f"event {seq} does not decode ({exc})"
+    except (ValueError, TypeError) as exc:
+        # msgspec.DecodeError, or UnicodeDecodeError for bytes that are not UTF-8.
+        return f"event {seq} does not decode ({exc})", None
     if event.seq != seq:
-        return f"event {seq} records seq {event.seq} in its body"
-    if hash_ != chain(prev, body):
-        return f"event {seq} does not match its hash: its body or hash was altered"
+        return f"event {seq} records seq {event.seq} in its body", None
+    if hashes_checked and hash_ != chain(prev, body, key):
+        return f"event {seq} does not match its hash: its body or hash was altered", None
     if type_ != event.type or dfid != event.dfid:
-        return f"event {seq} has type or dfid columns that differ from its body"
-    return ""
+        return f"event {seq} has type or dfid columns that differ from its body", None
+    return "", event
 
 
-def _sqlite_error(path: str, exc: sqlite3.Error) -> JournalError:
+def _sqlite_error(path: str, exc: sqlite3.Error | UnicodeDecodeError) -> JournalError:
     """Translate a sqlite3 error met on ``path`` into a JournalError."""
+    if isinstance(exc, UnicodeDecodeError):
+        # SQLite read text that is not UTF-8 (a damaged schema), before any row.
+        return JournalCorrupt(path, f"a damaged database: text that is not UTF-8 ({exc})")
     name = getattr(exc, "sqlite_errorname", "")
     if name == "SQLITE_NOTADB" or name.startswith("SQLITE_CORRUPT"):
         return JournalCorrupt(path, f"not a SQLite database, or a damaged or truncated one ({exc})")

@@ -10,8 +10,17 @@ hash, so replay knows which rules decided.
 
 Packs are validated when loaded (:class:`PolicyCatalog`); the kernel refuses
 to start on a pack that names a field its kind does not have, defines a kind
-twice, or calls something non-deterministic in a rule, and the
+twice, calls something non-deterministic in a rule, or gives a rule a budget
+that is not a whole number of microseconds in (0, 1 s], and the
 :class:`PackError` points at the rule's file and line.
+
+A pack is immutable once built: its parts are tuples and read-only mappings, so
+the hash a verdict records is the hash of what judged it, and the loaded rules
+cannot be swapped in memory behind the journal's back. A new version goes
+through ``Kernel.load_pack``, which records PackLoaded. (Python gives no
+isolation inside a process: code that reaches for ``object.__setattr__`` or a
+function's ``__code__`` is trusted code; ``dirk verify --verdicts`` is what
+catches a pack that judged otherwise than its recorded hash says.)
 """
 
 from __future__ import annotations
@@ -23,14 +32,17 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from enum import StrEnum
 from functools import cached_property
+from types import MappingProxyType
 from typing import Any, ClassVar
 
 import msgspec
+import msgspec.inspect
 
 from kernel.events import PackRef, canonical
 from kernel.guards import Guard
 from kernel.reasons import ReasonCode
 from kernel.rules import (
+    MAX_BUDGET_US,
     Invariant,
     OneOf,
     Range,
@@ -158,7 +170,7 @@ class PolicyPack:
     version: str
     kinds: Sequence[type[PolicyKind]]
     escalate_below_confidence: float = 0.5
-    extra: dict[str, Any] = field(default_factory=dict)
+    extra: Mapping[str, Any] = field(default_factory=dict)
     rules: Sequence[Rule] = ()
     invariants: Sequence[Invariant] = ()
     consumes: Sequence[Consume] = ()
@@ -167,10 +179,23 @@ class PolicyPack:
     limits: Mapping[str, LimitSpec] = field(default_factory=dict)
     guards: Sequence[Guard] = ()
 
+    def __post_init__(self) -> None:
+        # Copies the caller cannot reach, read-only: what judges stays what the hash covers.
+        for part in _SEQUENCES:
+            value = getattr(self, part)
+            if isinstance(value, str | bytes | Mapping) or not isinstance(value, Iterable):
+                raise PackError(f"pack {self.name}: {part} must be a sequence, not {value!r}")
+            object.__setattr__(self, part, tuple(value))
+        for part in _MAPPINGS:
+            value = getattr(self, part)
+            if not isinstance(value, Mapping):
+                raise PackError(f"pack {self.name}: {part} must be a mapping, not {value!r}")
+            object.__setattr__(self, part, MappingProxyType(dict(value)))
+
     @cached_property
-    def by_name(self) -> dict[str, type[PolicyKind]]:
+    def by_name(self) -> Mapping[str, type[PolicyKind]]:
         """The pack's kinds by wire name."""
-        return {kind_name(k): k for k in self.kinds}
+        return MappingProxyType({kind_name(k): k for k in self.kinds})
 
     @cached_property
     def hash(self) -> str:
@@ -215,6 +240,10 @@ class PolicyPack:
         return PackRef(name=self.name, version=self.version, hash=self.hash)
 
 
+_SEQUENCES = ("kinds", "rules", "invariants", "consumes", "thresholds", "guards")
+_MAPPINGS = ("extra", "capacities", "limits")
+
+
 def _source(obj: Any) -> str:
     try:
         return inspect.getsource(obj)
@@ -242,76 +271,90 @@ def _described(obj: Any) -> str:
 
 @dataclass(frozen=True)
 class PolicyCatalog:
-    """Every policy kind of every loaded pack, validated together."""
+    """Every policy kind of every loaded pack, validated together.
+
+    Its packs are a tuple and its tables read-only: only :meth:`adopt` changes
+    what it holds, when the DIM has recorded a newly loaded pack.
+    """
 
     packs: Sequence[PolicyPack]
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "packs", tuple(self.packs))
         seen: dict[str, str] = {}
         for pack in self.packs:
             _check_pack(pack, seen)
 
+    def _table(self, name: str, table: dict[str, Any]) -> Mapping[str, Any]:
+        """Keep ``table`` for :meth:`adopt` to refill, and hand out a read-only view of it."""
+        self.__dict__.setdefault("_tables", {})[name] = table
+        return MappingProxyType(table)
+
     @cached_property
-    def kinds(self) -> dict[str, type[PolicyKind]]:
+    def kinds(self) -> Mapping[str, type[PolicyKind]]:
         """Every kind by wire name."""
-        return {name: kind for pack in self.packs for name, kind in pack.by_name.items()}
+        return self._table(
+            "kinds", {name: kind for pack in self.packs for name, kind in pack.by_name.items()}
+        )
 
     @cached_property
-    def pack_of(self) -> dict[str, PolicyPack]:
+    def pack_of(self) -> Mapping[str, PolicyPack]:
         """The pack that defines each kind."""
-        return {name: pack for pack in self.packs for name in pack.by_name}
+        return self._table("pack_of", {name: pack for pack in self.packs for name in pack.by_name})
 
     @cached_property
-    def schemas(self) -> dict[str, dict[str, Any]]:
+    def schemas(self) -> Mapping[str, dict[str, Any]]:
         """The JSON Schema of each kind, generated from its msgspec type."""
-        return {name: msgspec.json.schema(kind) for name, kind in self.kinds.items()}
+        return self._table(
+            "schemas", {name: msgspec.json.schema(kind) for name, kind in self.kinds.items()}
+        )
 
     @cached_property
-    def rules_of(self) -> dict[str, list[Rule]]:
+    def rules_of(self) -> Mapping[str, tuple[Rule, ...]]:
         """Each kind's rules, in the pack's order."""
-        return _by_kind(r for p in self.packs for r in p.rules)
+        return self._table("rules_of", _by_kind(r for p in self.packs for r in p.rules))
 
     @cached_property
-    def invariants_of(self) -> dict[str, list[Invariant]]:
+    def invariants_of(self) -> Mapping[str, tuple[Invariant, ...]]:
         """Each kind's invariants, in the pack's order."""
-        return _by_kind(i for p in self.packs for i in p.invariants)
+        return self._table("invariants_of", _by_kind(i for p in self.packs for i in p.invariants))
 
     @cached_property
-    def consumes_of(self) -> dict[str, list[Consume]]:
+    def consumes_of(self) -> Mapping[str, tuple[Consume, ...]]:
         """The resources each kind consumes."""
-        return _by_kind(c for p in self.packs for c in p.consumes)
+        return self._table("consumes_of", _by_kind(c for p in self.packs for c in p.consumes))
 
     @cached_property
-    def thresholds_of(self) -> dict[str, list[Threshold]]:
+    def thresholds_of(self) -> Mapping[str, tuple[Threshold, ...]]:
         """Each kind's escalation thresholds."""
-        return _by_kind(t for p in self.packs for t in p.thresholds)
+        return self._table("thresholds_of", _by_kind(t for p in self.packs for t in p.thresholds))
 
     def adopt(self, other: PolicyCatalog) -> None:
-        """Take ``other``'s packs in place (a pack loaded at runtime).
+        """Take ``other``'s packs in place: the DIM's, once PackLoaded is staged.
 
-        Every actor holds this catalog (and some its ``schemas``), so the derived
-        tables are refilled where they are rather than replaced.
+        Every actor holds this catalog (and some hold its tables), so the tables
+        are refilled where they are rather than replaced. Nothing else changes a
+        catalog: use ``Kernel.load_pack``, which records the new version.
         """
         object.__setattr__(self, "packs", other.packs)
-        for name, value in list(vars(self).items()):
-            if name == "packs":
-                continue
-            fresh = getattr(other, name)
-            if isinstance(value, dict):
-                value.clear()
-                value.update(fresh)
-            else:
-                vars(self)[name] = fresh
+        tables: dict[str, dict[str, Any]] = vars(self).get("_tables", {})
+        for name, table in tables.items():
+            getattr(other, name)  # builds other's table of that name
+            table.clear()
+            table.update(vars(other)["_tables"][name])
 
     @cached_property
-    def guards_of(self) -> dict[str, list[Guard]]:
+    def guards_of(self) -> Mapping[str, tuple[Guard, ...]]:
         """Each kind's soft guards."""
-        return _by_kind(g for p in self.packs for g in p.guards)
+        return self._table("guards_of", _by_kind(g for p in self.packs for g in p.guards))
 
     @cached_property
-    def emergencies_of(self) -> dict[str, list[Guard]]:
+    def emergencies_of(self) -> Mapping[str, tuple[Guard, ...]]:
         """Each kind's emergency rules: the guards that may reject, run inline by the DIM."""
-        return _by_kind(g for p in self.packs for g in p.guards if g.emergency_above is not None)
+        return self._table(
+            "emergencies_of",
+            _by_kind(g for p in self.packs for g in p.guards if g.emergency_above is not None),
+        )
 
     def refs(self) -> list[PackRef]:
         """The loaded packs as recorded in events."""
@@ -322,17 +365,39 @@ class PolicyCatalog:
         return sorted({kind.adapter for kind in self.kinds.values()})
 
 
-def _by_kind(items: Iterable[Any]) -> dict[str, list[Any]]:
+def _by_kind(items: Iterable[Any]) -> dict[str, tuple[Any, ...]]:
     grouped: dict[str, list[Any]] = {}
     for item in items:
         grouped.setdefault(kind_name(item.kind), []).append(item)
-    return grouped
+    return {kind: tuple(group) for kind, group in grouped.items()}
 
 
 def amount_of(amount: Amount, params: Any) -> Decimal | None:
     """Evaluate an amount declaration (a field or a pure function) on typed parameters."""
     value = getattr(params, amount) if isinstance(amount, str) else amount(params)
     return decimal_of(value)
+
+
+def _decimal_field(kind: type[PolicyKind]) -> str | None:
+    """Return the first field of ``kind`` whose type holds a ``decimal.Decimal``, or None."""
+
+    def holds(t: Any, seen: set[type]) -> bool:
+        if isinstance(t, msgspec.inspect.DecimalType):
+            return True
+        if isinstance(t, msgspec.inspect.StructType | msgspec.inspect.DataclassType):
+            if t.cls in seen:
+                return False
+            seen.add(t.cls)
+            return any(holds(f.type, seen) for f in t.fields)
+        inner: list[Any] = []
+        for attr in ("type", "types", "item_type", "item_types", "key_type", "value_type"):
+            value = getattr(t, attr, None)
+            inner.extend(value if isinstance(value, tuple) else [value] if value else [])
+        return any(holds(i, seen) for i in inner)
+
+    info = msgspec.inspect.type_info(kind)
+    assert isinstance(info, msgspec.inspect.StructType)
+    return next((f.name for f in info.fields if holds(f.type, {kind})), None)
 
 
 def _check_pack(pack: PolicyPack, seen: dict[str, str]) -> None:
@@ -351,6 +416,13 @@ def _check_pack(pack: PolicyPack, seen: dict[str, str]) -> None:
         if not kind.adapter:
             raise PackError(
                 f"pack {pack.name}: policy kind {name!r} names no adapter to execute it"
+            )
+        lenient = _decimal_field(kind)
+        if lenient is not None:
+            raise PackError(
+                f"pack {pack.name}: policy kind {name!r} types field {lenient!r} as Decimal,"
+                " which reads '1_0_0', ' 100 ', full-width digits and 'NaN' and re-spells them;"
+                " type it kernel.DecimalStr (the string the DIM judges is the one executed)"
             )
         if kind.impact not in tuple(Impact):
             raise PackError(
@@ -386,6 +458,16 @@ def _check_pack(pack: PolicyPack, seen: dict[str, str]) -> None:
             raise PackError(f"pack {pack.name}: {r!r} is not a Rule (declare it with @rule)")
         where, _ = source_of(r.fn)
         part = f"rule {r.name}"
+        budget = r.budget_us
+        if (
+            isinstance(budget, bool)
+            or not isinstance(budget, int)
+            or not 0 < budget <= MAX_BUDGET_US
+        ):
+            raise PackError(
+                f"pack {pack.name}: {part} ({where}): budget_us must be a whole number of"
+                f" microseconds in [1, {MAX_BUDGET_US}], not {budget!r}"
+            )
         need(part, r.kind, r.fields, where)
         for f, line in attributes_read(r.fn):
             need(part, r.kind, [f], f"{where.rsplit(':', 1)[0]}:{line}")

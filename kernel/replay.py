@@ -170,10 +170,20 @@ async def trusted_snapshot(
 async def restore(journal: Journal, keep_finished: int | None = None) -> Projections:
     """Return the projections of the whole journal: the latest trusted snapshot plus the tail.
 
-    The index holds the open flows and at most ``keep_finished`` finished ones
-    (those that ended in the tail); None keeps every finished flow of the tail.
+    The tail's chain is checked first, from the snapshot to the head (the whole
+    chain when there is no snapshot), so a kernel never starts on a journal
+    edited after its latest trusted snapshot. The index holds the open flows and
+    at most ``keep_finished`` finished ones (those that ended in the tail); None
+    keeps every finished flow of the tail.
+
+    Raises:
+        JournalCorrupt: An event after the snapshot is missing or altered (with its seq).
     """
-    return await state_at(journal, None, keep_finished)
+    projections = await trusted_snapshot(journal, None, keep_finished) or Projections(keep_finished)
+    # The checkpoint vouching for the snapshot comes after it, so it is in the checked tail.
+    async for batch in journal.scan_checked(projections.last_seq + 1):
+        projections.apply(batch)
+    return projections
 
 
 async def state_at(
@@ -181,6 +191,11 @@ async def state_at(
 ) -> Projections:
     """Return the projected state after event ``seq`` (the whole journal when None)."""
     projections = await trusted_snapshot(journal, seq, keep_finished) or Projections(keep_finished)
+    return await _fold_tail(journal, projections, seq)
+
+
+async def _fold_tail(journal: Journal, projections: Projections, seq: int | None) -> Projections:
+    """Fold the events after ``projections`` (up to ``seq``, when given) into them."""
     stop = None if seq is None else seq + 1
     async for batch in journal.scan(projections.last_seq + 1):
         if stop is not None and batch[0].seq >= stop:

@@ -7,13 +7,20 @@ same kind of check written as data: :class:`Range`, :class:`OneOf` and
 :class:`StateMatch` (a parameter within a drift envelope, in basis points, of
 a value in the state snapshot).
 
-Everything here fails closed: a rule that raises, returns anything but a
-RuleVerdict, or overruns its time budget yields a KERNEL_FAULT verdict naming
-the rule (:func:`run_rule`). Python cannot pre-empt a synchronous function, so
-the budget is checked after the call returns: a slow rule is rejected, not
-interrupted. A rule's purity is checked when its pack loads
-(:func:`impurity`): calls that read the clock, randomness, ids or the
-environment are refused, with the file and line of the call.
+Everything here fails closed: a rule that raises or returns anything but a
+RuleVerdict yields a KERNEL_FAULT verdict naming the rule (:func:`run_rule`).
+A rule's purity is checked when its pack loads (:func:`impurity`): calls that
+read the clock, randomness, ids or the environment are refused, with the file
+and line of the call.
+
+A verdict is a function of recorded inputs only, so no verdict depends on how
+long a rule took: under load the same rule may take ten times as long, and
+replay must judge as the live kernel did. A rule's time budget is measured
+beside the verdict by a :class:`Stopwatch` the DIM hands the pipeline; a rule
+past its budget is an :class:`Overrun`, which the DIM records as a finding that
+flags the flow NEEDS_REVIEW and names the rule and its pack for their author
+(Python cannot pre-empt a synchronous function, so a slow rule is reported,
+neither interrupted nor rejected).
 """
 
 from __future__ import annotations
@@ -22,13 +29,15 @@ import ast
 import builtins
 import datetime as _datetime
 import inspect
+import re
 import string
 import textwrap
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 from types import MappingProxyType, ModuleType
-from typing import Any
+from typing import Annotated, Any
 
 import msgspec
 
@@ -103,13 +112,18 @@ class Rule:
         kind: the policy kind it judges.
         fn: the pure function ``View -> RuleVerdict``.
         fields: the kind's fields it reads (checked against the kind at load).
-        budget_us: the time it may take; past it, the proposal is rejected (KERNEL_FAULT).
+        budget_us: the time it may take, in microseconds (at most :data:`MAX_BUDGET_US`);
+            past it, the flow is flagged NEEDS_REVIEW and the verdict stands.
     """
 
     kind: type[Any]
     fn: RuleFn
     fields: tuple[str, ...] = ()
     budget_us: int = 10_000
+
+    def __post_init__(self) -> None:
+        # Immutable once built: a list given here could be changed after the pack's hash.
+        object.__setattr__(self, "fields", tuple(self.fields))
 
     @property
     def name(self) -> str:
@@ -133,38 +147,110 @@ def fault(name: str, detail: str) -> RuleVerdict:
     return RuleVerdict(ok=False, reason_code=ReasonCode.KERNEL_FAULT, detail=f"{name}: {detail}")
 
 
-def run_rule(r: Rule, view: View, timer: Callable[[], float]) -> RuleVerdict:
-    """Run one rule, failing closed on an exception, a wrong answer or an overrun."""
-    start = timer()
+MAX_BUDGET_US = 1_000_000
+"""The most a rule may declare: the DIM judges one proposal at a time, so one second is a lot."""
+
+
+def run_rule(r: Rule, view: View) -> RuleVerdict:
+    """Run one rule, failing closed on an exception or a wrong answer; never read a clock."""
     try:
         result = r.fn(view)
     except Exception as exc:
         return fault(f"rule {r.name}", f"raised {type(exc).__name__}: {exc}"[:300])
-    elapsed_us = (timer() - start) * 1e6
     if not isinstance(result, RuleVerdict):
         return fault(f"rule {r.name}", f"returned {type(result).__name__}, not a RuleVerdict")
-    if elapsed_us > r.budget_us:
-        return fault(f"rule {r.name}", f"took {elapsed_us:.0f} us, over its {r.budget_us} us")
     if not result.ok and result.reason_code is None:
         return fault(f"rule {r.name}", "denied without a reason code")
     return result
 
 
+class Overrun(msgspec.Struct, frozen=True, kw_only=True):
+    """A rule that took longer than its budget: a recorded fact, never an input of a verdict."""
+
+    rule: str
+    budget_us: int
+    took_us: int
+
+
+class Stopwatch:
+    """Time each rule the pipeline runs, beside the verdict, and keep the overruns.
+
+    The verdict is :func:`run_rule`'s whatever the time: the stopwatch only
+    watches. Its clock is real monotonic time (a measurement of this process,
+    like the supervisor's restart intensity), which is why nothing it measures
+    may decide anything; the DIM records what it found (kernel.integrity).
+    """
+
+    __slots__ = ("_clock", "overruns")
+
+    def __init__(self, clock: Callable[[], int] = time.perf_counter_ns) -> None:
+        self._clock = clock
+        self.overruns: list[Overrun] = []
+
+    def run(self, r: Rule, view: View) -> RuleVerdict:
+        """Run ``r`` on ``view`` (see :func:`run_rule`), noting an overrun of its budget."""
+        start = self._clock()
+        verdict = run_rule(r, view)
+        took_ns = self._clock() - start
+        if took_ns > r.budget_us * 1_000:
+            self.overruns.append(
+                Overrun(rule=r.name, budget_us=r.budget_us, took_us=took_ns // 1_000)
+            )
+        return verdict
+
+
 # --- invariants: checks as data ------------------------------------------------
 
 
+DECIMAL_PATTERN = r"^(?!-0(\.0+)?$)-?(0|[1-9][0-9]{0,17})(\.[0-9]{1,9})?$(?!\n)"
+"""The one spelling of a decimal the kernel accepts: what :data:`DecimalStr` matches.
+
+ASCII digits, an optional leading ``-`` and an optional point followed by digits;
+no ``+``, no leading zeros, no negative zero, no exponent, no spaces, underscores or
+other scripts' digits. At most 18 digits before the point and 9 after it, so every
+value is exact in the default decimal context (28 digits). Each (value, scale) pair
+has exactly one spelling, so the string is never normalised: ``"100.00"`` and
+``"100.0"`` are both accepted (the scale is the author's) and each is recorded,
+judged and executed as written. The trailing ``(?!\n)`` keeps Python's ``$`` from
+accepting a final newline; in a JSON Schema (ECMA-262) it is a no-op.
+"""
+
+_DECIMAL = re.compile(DECIMAL_PATTERN)
+
+DecimalStr = Annotated[
+    str,
+    msgspec.Meta(
+        pattern=DECIMAL_PATTERN,
+        description="a decimal as a string: ASCII digits, optional '-' and '.', e.g. '100.25'",
+    ),
+]
+"""The type of a money or quantity field that is a decimal string (see :data:`DECIMAL_PATTERN`).
+
+The DIM's schema layer rejects any other string (SCHEMA_INVALID, naming the
+field), so rules may call ``Decimal()`` on such a field without a guard, and the
+adapter receives exactly the string the DIM judged.
+"""
+
+
+def is_decimal(text: str) -> bool:
+    """Return whether ``text`` is a decimal string in the one accepted spelling."""
+    return _DECIMAL.search(text) is not None
+
+
 def decimal_of(value: Any) -> Decimal | None:
-    """Return ``value`` (an int or a decimal string) as a Decimal, or None; never a float."""
+    """Return ``value`` (an int or a decimal string) as a Decimal, or None; never a float.
+
+    Strings are parsed strictly (:data:`DECIMAL_PATTERN`): ``"1_0_0"``, ``" 100 "``,
+    full-width digits, ``"1e3"`` and ``"NaN"`` are None, although ``Decimal()`` reads them.
+    """
     if isinstance(value, bool) or isinstance(value, float):
         return None
-    if isinstance(value, int | Decimal):
+    if isinstance(value, int):
         return Decimal(value)
-    if isinstance(value, str):
-        try:
-            result = Decimal(value)
-        except InvalidOperation:
-            return None
-        return result if result.is_finite() else None
+    if isinstance(value, Decimal):
+        return value if value.is_finite() else None
+    if isinstance(value, str) and is_decimal(value):
+        return Decimal(value)
     return None
 
 
@@ -211,6 +297,10 @@ class OneOf:
     field: str
     values: frozenset[Any]
     code: ReasonCode = ReasonCode.CONSTRAINT_VIOLATION
+
+    def __post_init__(self) -> None:
+        # A set given here could grow after the pack's hash was taken.
+        object.__setattr__(self, "values", frozenset(self.values))
 
     @property
     def name(self) -> str:

@@ -1,7 +1,11 @@
 """The trading pack: order kinds for position agents and mandates for strategists.
 
-Prices are decimal strings and quantities whole units; notionals are integer
-minor units (cents): no floats reach a hashed or validated field.
+Prices are decimal strings typed :data:`kernel.DecimalStr` (ASCII digits, one
+spelling per value: the DIM's schema layer rejects ``"1_0_0.00"``, ``" 100.00 "``
+or full-width digits as SCHEMA_INVALID before anything parses them, and the broker
+receives the string the DIM judged), quantities whole units; notionals are integer
+minor units (cents): no floats reach a hashed or validated field. 0.3.0 typed the
+prices; :mod:`policies.trading_0_2` keeps 0.2.0 for re-judging its journals.
 
 What it enforces on ``trading.place_order``, in the DIM's order:
 
@@ -28,6 +32,7 @@ from typing import Any, ClassVar, Literal
 from kernel import (
     ALLOW,
     Consume,
+    DecimalStr,
     Guard,
     GuardFinding,
     LimitSpec,
@@ -56,7 +61,7 @@ class PlaceOrder(PolicyKind, tag="trading.place_order"):
     symbol: str
     side: Literal["buy", "sell"]
     quantity: int
-    limit_price: str
+    limit_price: DecimalStr
     max_slippage_bps: int = 50
 
 
@@ -67,7 +72,7 @@ class SetMandate(PolicyKind, tag="trading.set_mandate"):
     adapter: ClassVar[str] = "ledger"
 
     symbols: list[str]
-    max_notional: str
+    max_notional: DecimalStr
     horizon_minutes: int = 60
 
 
@@ -159,7 +164,7 @@ def direction_mismatch(
 
 TRADING = PolicyPack(
     name="trading",
-    version="0.2.0",
+    version="0.3.0",
     kinds=(PlaceOrder, SetMandate),
     escalate_below_confidence=0.6,
     invariants=(

@@ -362,6 +362,7 @@ BAD_FILES = {
 }
 COMMANDS = {
     "verify": ["verify"],
+    "anchor": ["anchor"],
     "flows": ["flows", "--json"],
     "show": ["show", str(uuid.UUID(int=1))],
     "traces export": ["traces", "export"],
@@ -379,6 +380,13 @@ def test_a_file_that_is_not_a_journal_is_one_error_line(
 
     result = dirk(*COMMANDS[command], "--db", path, env=env)
 
+    if command in ("verify", "anchor") and kind not in ("missing", "a directory"):
+        # A file that is there but is no good journal is what verify exists to find.
+        assert result.returncode == 1, result.stdout + result.stderr
+        assert result.stderr == ""
+        [line] = result.stdout.splitlines()
+        assert line.startswith(f"{command}: FAILED: {BAD_FILES[kind]}: journal {path}: ")
+        return
     assert result.returncode == 2, result.stdout + result.stderr
     assert result.stdout == ""
     assert one_error_line(result) == BAD_FILES[kind]

@@ -243,6 +243,19 @@ def test_the_booking_story_is_in_the_journal(tmp_path, capsys):
     assert len(read_events_of(db)) == len(events)
     assert summary["story.counterfactual"] == [c.line() for c in replay.changes]
 
+    # The lesson is also a house rule with its provenance, and the agent cites it after.
+    [decided] = of_type(events, "RuleDecided")
+    assert decided.payload.rule == "access" and decided.payload.decision == "promote"
+    cited = [e for e in of_type(events, "CitationsChecked") if e.seq > decided.seq]
+    assert cited and all(e.payload.correct == ["access@v1"] for e in cited)
+    why = subprocess.run(
+        [sys.executable, "-m", "kernel", "why", "access", "--db", str(db)],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert "rule access: current v1" in why and "travel-desk/handbook" in why
+
 
 async def counterfactual(db: Path) -> Any:
     async with open_journal(db, readonly=True) as journal:

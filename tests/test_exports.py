@@ -21,6 +21,7 @@ def test_kernel_exports():
             "View",
             "deny",
             "rule",
+            "DecimalStr",
             "Adapter",
             "AdapterError",
             "Approval",

@@ -18,14 +18,20 @@ from typing import Any
 import pytest
 
 from examples import desk
+from examples.desk_0_1 import DESK_0_1
 from kernel import Projections, open_journal
 from kernel.reverify import rejudge
 from kernel.verify import verify_journal
 from policies.booking import BOOKING
 from policies.trading import TRADING
+from policies.trading_0_2 import TRADING_0_2
 
 GOLDEN = Path(__file__).parent / "golden"
-PACKS: dict[str, list[Any]] = {"trading": [TRADING, desk.DESK], "booking": [BOOKING]}
+# The versions that judged the journals ride along: re-judging picks each by its recorded hash.
+PACKS: dict[str, list[Any]] = {
+    "trading": [TRADING, desk.DESK, TRADING_0_2, DESK_0_1],
+    "booking": [BOOKING],
+}
 
 
 @pytest.fixture(params=sorted(PACKS))

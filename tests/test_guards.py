@@ -251,14 +251,24 @@ async def test_dirk_shows_needs_review(tmp_path, capsys):
         [dfid] = await k.trigger("desk.note")
         await k.wait_flow(dfid)
         await flagged.wait()
+    async with kernel(tmp_path / "j.db", ()) as k:
+        await k.register(writer("calm"))
+        [calm] = await k.trigger("desk.note")
+        await k.wait_flow(calm)
     assert await anyio.to_thread.run_sync(dirk_main, ["flows", "--db", str(tmp_path / "j.db")]) == 0
-    assert "NEEDS_REVIEW" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "NEEDS_REVIEW" in out and calm in out
+    assert await anyio.to_thread.run_sync(
+        dirk_main, ["flows", "--needs-review", "--db", str(tmp_path / "j.db")]
+    ) == 0  # fmt: skip
+    out = capsys.readouterr().out
+    assert dfid in out and calm not in out
     assert await anyio.to_thread.run_sync(
         dirk_main, ["show", dfid, "--db", str(tmp_path / "j.db")]
     ) == 0  # fmt: skip
     out = capsys.readouterr().out
     assert "NEEDS_REVIEW by guard says_urgent (confidence 0.8)" in out
-    assert "NEEDS_REVIEW (flagged by a soft guard)" in out
+    assert "NEEDS_REVIEW (see the flags above)" in out
 
 
 @pytest.mark.parametrize(

@@ -8,6 +8,7 @@ import shutil
 import signal
 import sqlite3
 import sys
+from contextlib import closing
 from pathlib import Path
 
 import anyio
@@ -387,6 +388,10 @@ async def test_an_injected_write_failure_fails_the_journal_closed(tmp_path: Path
         assert str(path) in str(info.value)
         assert (journal.head_seq, journal.statistics().transactions) == (3, 2)
         assert seqs(await journal.read()) == [1, 2, 3]
+        # The head record was rolled back with the rows: it still names event 3.
+        with closing(sqlite3.connect(path)) as db:
+            ((head,),) = db.execute("SELECT value FROM meta WHERE key = 'head'")
+        assert head == f"3 {journal.head_hash}"
 
     async with open_journal(path) as journal:
         stored = await journal.read()

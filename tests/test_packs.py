@@ -13,7 +13,7 @@ from random import random as rand
 
 import pytest
 
-from kernel import PackError, PolicyPack, open_kernel
+from kernel import ManualClock, PackError, PolicyPack, Receipt, SeededIds, open_kernel
 from kernel.packs import Consume, LimitSpec, PolicyCatalog, Threshold
 from kernel.rules import ALLOW, OneOf, Range, RuleVerdict, StateMatch, View, deny, rule
 from policies.booking import BOOKING
@@ -99,6 +99,13 @@ def _line_of(fn, text: str) -> int:
         ({"thresholds": (Threshold(Buy, amount="weight", above=3),)}, ["threshold", "'weight'"]),
         ({"limits": {"max_qty": LimitSpec(default=30, floor=0, ceiling=20)}}, ["floor <= default"]),
         ({"rules": (qty_cap.fn,)}, ["is not a Rule"]),
+        ({"rules": (dataclasses.replace(qty_cap, budget_us=0),)}, ["rule qty_cap", "budget_us"]),
+        ({"rules": (dataclasses.replace(qty_cap, budget_us=-5),)}, ["not -5"]),
+        ({"rules": (dataclasses.replace(qty_cap, budget_us=2.5),)}, ["not 2.5"]),
+        ({"rules": (dataclasses.replace(qty_cap, budget_us=True),)}, ["not True"]),
+        ({"rules": (dataclasses.replace(qty_cap, budget_us=10**6 + 1),)}, ["[1, 1000000]"]),
+        ({"rules": qty_cap}, ["rules must be a sequence"]),
+        ({"limits": [("max_qty", 3)]}, ["limits must be a mapping"]),
     ],
     ids=[
         "declared-field",
@@ -114,6 +121,13 @@ def _line_of(fn, text: str) -> int:
         "threshold-amount",
         "limit-order",
         "bare-function",
+        "zero-budget",
+        "negative-budget",
+        "fractional-budget",
+        "boolean-budget",
+        "budget-over-a-second",
+        "rules-not-a-sequence",
+        "limits-not-a-mapping",
     ],
 )
 def test_a_broken_pack_is_refused_naming_the_problem(parts, words):
@@ -178,3 +192,96 @@ def test_the_shipped_packs_load_and_their_hash_covers_the_rules():
 
     changed = dataclasses.replace(SHOP, rules=(qty_cap,))
     assert changed.hash != SHOP.hash
+
+
+# --- a pack is immutable once built: what judges is what its hash covers -----------
+
+
+@rule(Buy)
+def denies_all(view: View) -> RuleVerdict:
+    return deny("no")
+
+
+def tries_to_change(pack: PolicyPack, catalog: PolicyCatalog) -> list:
+    """Every plain way to swap or edit what judges, as zero-argument callables."""
+    limit = LimitSpec(default=99, floor=0, ceiling=100)
+    return [
+        lambda: setattr(pack, "rules", (denies_all,)),
+        lambda: pack.rules.append(denies_all),
+        lambda: pack.rules.__setitem__(0, denies_all),
+        lambda: pack.kinds.__setitem__(0, Buy),
+        lambda: pack.invariants.__setitem__(0, None),
+        lambda: pack.limits.__setitem__("max_qty", limit),
+        lambda: pack.capacities.__setitem__("inventory:*", 10**6),
+        lambda: pack.extra.__setitem__("x", 1),
+        lambda: pack.by_name.__setitem__("shop.buy", Buy),
+        lambda: delattr(pack, "hash"),
+        lambda: setattr(pack.rules[0], "fn", denies_all.fn),
+        lambda: setattr(pack.rules[0], "budget_us", 10**9),
+        lambda: pack.rules[0].fields.append("sku"),
+        lambda: pack.invariants[0].values.add("Z"),
+        lambda: setattr(catalog, "packs", ()),
+        lambda: catalog.packs.append(pack),
+        lambda: catalog.rules_of.__setitem__("shop.buy", (denies_all,)),
+        lambda: catalog.rules_of["shop.buy"].__setitem__(0, denies_all),
+        lambda: catalog.invariants_of.clear(),
+        lambda: catalog.pack_of.__setitem__("shop.buy", pack),
+        lambda: catalog.kinds.pop("shop.buy"),
+    ]
+
+
+def test_a_pack_and_its_catalog_refuse_every_change():
+    rules, limits = [qty_cap], {"max_qty": LimitSpec(default=9, floor=0, ceiling=20)}
+    built = pack(
+        rules=rules,
+        limits=limits,
+        capacities={"inventory:*": 10},
+        invariants=[OneOf(Buy, "sku", {"A", "B"})],
+    )
+    catalog = PolicyCatalog([built])
+    before = built.hash
+    # What the caller handed in is copied: changing it later changes nothing.
+    rules.append(denies_all)
+    limits["max_qty"] = LimitSpec(default=99, floor=0, ceiling=100)
+    for attempt in tries_to_change(built, catalog):
+        with pytest.raises((TypeError, AttributeError)):
+            attempt()
+    assert built.rules == (qty_cap,) and built.limits["max_qty"].default == 9
+    assert catalog.rules_of["shop.buy"] == (qty_cap,) and built.invariants[0].values == {"A", "B"}
+    twin = pack(
+        rules=(qty_cap,),
+        limits={"max_qty": LimitSpec(default=9, floor=0, ceiling=20)},
+        capacities={"inventory:*": 10},
+        invariants=(OneOf(Buy, "sku", frozenset({"A", "B"})),),
+    )
+    assert built.hash == before == twin.hash
+
+
+class Shop:
+    async def execute(self, intent):
+        return Receipt(external_id="s-1")
+
+
+async def test_the_rules_of_a_running_kernel_change_only_through_load_pack(tmp_path):
+    async with open_kernel(
+        tmp_path / "j.db",
+        packs=[SHOP],
+        adapters={"shop": Shop()},
+        allow=[],
+        clock=ManualClock(),
+        ids=SeededIds(1),
+    ) as k:
+        for attempt in tries_to_change(SHOP, k.catalog):
+            with pytest.raises((TypeError, AttributeError)):
+                attempt()
+        assert k.catalog.rules_of["shop.buy"] == SHOP.rules == (qty_cap,)
+        assert await k.journal.read(types=["PackLoaded"]) == []
+
+        strict = dataclasses.replace(SHOP, version="1.1.0", rules=(qty_cap, denies_all))
+        ref = await k.load_pack(strict, operator="ana", reason="stricter")
+        [loaded] = await k.journal.read(types=["PackLoaded"])
+        assert (loaded.payload.pack, loaded.payload.previous) == (ref, SHOP.hash)
+        # The hash recorded is the hash of what now judges.
+        assert k.catalog.rules_of["shop.buy"] == (qty_cap, denies_all)
+        assert k.catalog.pack_of["shop.buy"].hash == ref.hash == strict.hash
+        assert SHOP.rules == (qty_cap,)  # the old version is untouched

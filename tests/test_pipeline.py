@@ -2,13 +2,38 @@
 
 from __future__ import annotations
 
+import dataclasses
+import time
+
 import anyio
 import anyio.lowlevel
 
-from kernel import Decision, FlowStatus, Outcome, ReasonCode, Verdict
+from kernel import (
+    Decision,
+    FlowStatus,
+    ManualClock,
+    Outcome,
+    ReasonCode,
+    SeededIds,
+    Verdict,
+    open_journal,
+    open_kernel,
+)
 from kernel.actors import Reply
-from kernel.integrity import Execute
-from tests.helpers import Bank, ScriptedAgent, Transfer, action_of, kernel_for, transfer, types_of
+from kernel.cli import main as dirk_main
+from kernel.integrity import BUDGET_GUARD, Execute
+from kernel.reverify import rejudge
+from kernel.rules import ALLOW, RuleVerdict, View, deny, rule
+from tests.helpers import (
+    PACK,
+    Bank,
+    ScriptedAgent,
+    Transfer,
+    action_of,
+    kernel_for,
+    transfer,
+    types_of,
+)
 
 
 async def test_accepted_flow_executes_once_and_is_recorded(tmp_path):
@@ -288,3 +313,95 @@ async def test_a_flow_left_in_an_agents_mind_by_a_stopped_kernel_ends_interrupte
         flow = reopened.flow(dfid)
         assert (flow.status, flow.reason_code) == (FlowStatus.ABORTED, ReasonCode.INTERRUPTED)
         assert "not resumed" in flow.detail
+
+
+# --- a rule past its time budget: a finding beside the verdict, never another verdict ---
+
+DAWDLE_S = 0.005
+
+
+def _dawdle() -> None:
+    """Take real time, as a heavy computation or a blocking lookup in a rule would.
+
+    (A rule that calls ``time`` itself is refused at load; the purity check reads
+    only the rule's own body, and a slow helper is the case the budget is for.)
+    """
+    time.sleep(DAWDLE_S)
+
+
+@rule(Transfer, fields=("amount_cents",), budget_us=1_000)
+def dawdling_cap(view: View) -> RuleVerdict:
+    _dawdle()
+    if view.params.amount_cents > 500:
+        return deny("above 500 cents", field="amount_cents", limit=500)
+    return ALLOW
+
+
+SLOW = dataclasses.replace(PACK, version="1.1.0", rules=(dawdling_cap,))
+
+
+def invoice(ctx):
+    amount = ctx.state["bank.invoice.amount"]
+    confidence = 0.3 if amount == 300 else 0.9
+    return ctx.propose(Transfer(account="acc-1", amount_cents=amount), confidence=confidence)
+
+
+async def test_a_rule_sleeping_past_its_budget_keeps_its_verdict_live_and_on_replay(
+    tmp_path, capsys
+):
+    db = tmp_path / "j.db"
+    expected = {
+        250: (FlowStatus.CLOSED, None),
+        900: (FlowStatus.ABORTED, ReasonCode.REASONING_EXHAUSTION),  # the rule denied it
+        300: (FlowStatus.ESCALATED, ReasonCode.LOW_CONFIDENCE),
+    }
+    dfids = {}
+    async with open_kernel(
+        db,
+        packs=[SLOW],
+        adapters={"bank": Bank()},
+        allow=["clerk"],
+        clock=ManualClock(),
+        ids=SeededIds(7),
+    ) as kernel:
+        await kernel.register(ScriptedAgent(steps=[invoice], max_attempts=1))
+        for amount, (status, code) in expected.items():
+            [dfid] = await kernel.trigger("bank.invoice", {"bank.invoice.amount": amount})
+            flow = await kernel.wait_flow(dfid)
+            # The verdict the rule gives, as if it had been quick (today's main: KERNEL_FAULT).
+            assert (flow.status, flow.reason_code) == (status, code)
+            assert flow.needs_review
+            [flag] = await kernel.journal.read(dfid=dfid, types=["FlowFlagged"])
+            f = flag.payload
+            assert (f.guard, f.rule, f.budget_us, f.pack) == (
+                BUDGET_GUARD,
+                "dawdling_cap",
+                1_000,
+                SLOW.hash,
+            )
+            # A sleep lasts at least as long as asked: a lower bound, not a timing assertion.
+            assert f.took_us >= DAWDLE_S * 1e6 and not f.failed
+            assert "of pack test 1.1.0" in f.reason and "over its budget of 1000 us" in f.reason
+            [verdict] = await kernel.journal.read(
+                dfid=dfid, types=["ProposalAccepted", "ProposalRejected", "FlowEscalated"]
+            )
+            assert flag.seq > verdict.seq
+            dfids[amount] = dfid
+        [rejected] = await kernel.journal.read(dfid=dfids[900], types=["ProposalRejected"])
+        assert rejected.payload.feedback.reason_code is ReasonCode.RISK_LIMIT_EXCEEDED
+        assert rejected.payload.feedback.rule == "dawdling_cap"
+
+    async with open_journal(db, readonly=True) as journal:
+        again = await rejudge(journal, [SLOW])
+    assert (again.judged, again.changes, again.mismatches) == (3, [], [])
+
+    spec = "tests.test_pipeline:SLOW"
+    code = await anyio.to_thread.run_sync(
+        dirk_main, ["verify", "--db", str(db), "--verdicts", "--pack", spec]
+    )
+    out = capsys.readouterr().out
+    assert code == 0 and "verify: verdicts ok: 3 re-judged, 0 differ" in out
+    assert await anyio.to_thread.run_sync(dirk_main, ["flows", "--db", str(db)]) == 0
+    assert capsys.readouterr().out.count("NEEDS_REVIEW") == 3
+    assert await anyio.to_thread.run_sync(dirk_main, ["show", dfids[250], "--db", str(db)]) == 0
+    assert f"NEEDS_REVIEW by guard {BUDGET_GUARD}: rule dawdling_cap" in capsys.readouterr().out

@@ -1,0 +1,172 @@
+"""The trading pack 0.2.0, exactly as it judged: kept so its journals re-judge.
+
+Verdicts record the content hash of the pack that judged them, and re-judging
+(``dirk verify --verdicts``, :func:`kernel.rejudge`) compares like with like, so
+a journal written under 0.2.0 needs 0.2.0: pass :data:`TRADING_0_2` beside the
+current pack and each verdict is judged by the version in force when it was made.
+Do not edit the kinds, rules or functions below: their source is the pack's hash.
+0.3.0 (:mod:`policies.trading`) types ``limit_price`` and ``max_notional`` as
+:data:`kernel.DecimalStr`; this version takes any string there, so do not run it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from decimal import ROUND_CEILING, Decimal
+from typing import Any, ClassVar, Literal
+
+from kernel import (
+    ALLOW,
+    Consume,
+    Guard,
+    GuardFinding,
+    LimitSpec,
+    OneOf,
+    PolicyKind,
+    PolicyPack,
+    ProposalRecord,
+    Range,
+    RuleVerdict,
+    StateMatch,
+    Threshold,
+    View,
+    deny,
+    rule,
+)
+
+INSTRUMENTS = frozenset({"ACME", "GLOBEX", "INITECH"})
+
+
+class PlaceOrder(PolicyKind, tag="trading.place_order"):
+    """Buy or sell ``quantity`` units of ``symbol`` at ``limit_price`` or better."""
+
+    version: ClassVar[str] = "1.0"
+    adapter: ClassVar[str] = "broker"
+
+    symbol: str
+    side: Literal["buy", "sell"]
+    quantity: int
+    limit_price: str
+    max_slippage_bps: int = 50
+
+
+class SetMandate(PolicyKind, tag="trading.set_mandate"):
+    """A strategist's mandate: which symbols position agents may trade, and how much."""
+
+    version: ClassVar[str] = "1.0"
+    adapter: ClassVar[str] = "ledger"
+
+    symbols: list[str]
+    max_notional: str
+    horizon_minutes: int = 60
+
+
+def notional_minor(order: PlaceOrder) -> int:
+    """The order's notional in cents, rounded up (a limit is never under-counted)."""
+    cents = Decimal(order.limit_price) * order.quantity * 100
+    return int(cents.to_integral_value(rounding=ROUND_CEILING))
+
+
+def cash_needed(order: PlaceOrder) -> int:
+    """What a buy holds of the cash pool; a sell holds none."""
+    return notional_minor(order) if order.side == "buy" else 0
+
+
+@rule(PlaceOrder, fields=("limit_price", "quantity"))
+def notional_limit(view: View) -> RuleVerdict:
+    """One order may not exceed the agent's ``max_order_notional`` (cents)."""
+    notional = notional_minor(view.params)
+    limit = int(view.limits["max_order_notional"])
+    if notional > limit:
+        return deny(
+            f"notional {notional} cents is above the limit of {limit}",
+            field="quantity",
+            limit=limit,
+        )
+    return ALLOW
+
+
+@rule(PlaceOrder, fields=("symbol", "side", "quantity"))
+def position_limit(view: View) -> RuleVerdict:
+    """The position after the order stays within ``max_position`` units either way."""
+    order = view.params
+    held = int(view.state.get(f"position.{order.symbol}", 0))
+    after = held + (order.quantity if order.side == "buy" else -order.quantity)
+    limit = int(view.limits["max_position"])
+    if abs(after) > limit:
+        return deny(
+            f"position in {order.symbol} would be {after}, beyond {limit}",
+            field="quantity",
+            limit=limit,
+        )
+    return ALLOW
+
+
+def _phrases(*words: str) -> re.Pattern[str]:
+    return re.compile(r"\b(" + "|".join(re.escape(w) for w in words) + r")\b")
+
+
+_LESS_RISK = _phrases(
+    "reduce risk", "reducing risk", "reduces risk", "lower risk", "de-risk", "derisk",
+    "de-risking", "hedge", "hedging", "reduce exposure", "cut exposure", "trim", "unwind",
+)  # fmt: skip
+_SIDE_WORDS = {
+    "buy": _phrases("buy", "buying", "go long", "accumulate", "add exposure", "increase exposure"),
+    "sell": _phrases("sell", "selling", "go short", "dump", "take profit", "exit"),
+}
+
+
+def direction_mismatch(
+    proposal: ProposalRecord, order: PlaceOrder, state: Mapping[str, Any]
+) -> GuardFinding | None:
+    """Flag an explanation that argues against the order it comes with.
+
+    Counted against the order: words of reducing risk beside an order that adds
+    exposure (a buy from a flat or long position, a sell from a flat or short
+    one), and words of the other side ("buy" beside a sell). Each such phrase
+    adds confidence; words of the order's own side take some away.
+    """
+    text = proposal.explain.lower()
+    if not text:
+        return None
+    held = int(state.get(f"position.{order.symbol}", 0))
+    adds = held >= 0 if order.side == "buy" else held <= 0
+    other = "sell" if order.side == "buy" else "buy"
+    against = set(_SIDE_WORDS[other].findall(text))
+    if adds:
+        against |= set(_LESS_RISK.findall(text))
+    if not against:
+        return None
+    support = len(set(_SIDE_WORDS[order.side].findall(text)))
+    confidence = max(0.0, min(0.99, 0.6 + 0.15 * len(against)) - 0.1 * support)
+    return GuardFinding(
+        confidence=confidence,
+        reason=f"the explanation says {', '.join(sorted(against))!s} beside a"
+        f" {order.side} of {order.quantity} {order.symbol}"
+        + (" that adds exposure" if adds else ""),
+    )
+
+
+TRADING_0_2 = PolicyPack(
+    name="trading",
+    version="0.2.0",
+    kinds=(PlaceOrder, SetMandate),
+    escalate_below_confidence=0.6,
+    invariants=(
+        OneOf(PlaceOrder, "symbol", INSTRUMENTS),
+        Range(PlaceOrder, "quantity", min=1, max=100_000),
+        Range(PlaceOrder, "max_slippage_bps", min=0, max=100),
+        StateMatch(PlaceOrder, "limit_price", "market.{symbol}.price", max_drift_bps=50),
+    ),
+    rules=(notional_limit, position_limit),
+    consumes=(Consume(PlaceOrder, "cash:desk", cash_needed),),
+    capacities={"cash:desk": 100_000_000},
+    thresholds=(Threshold(PlaceOrder, amount=notional_minor, above=2_500_000),),
+    limits={
+        "max_order_notional": LimitSpec(default=5_000_000, floor=0, ceiling=20_000_000),
+        "max_position": LimitSpec(default=10_000, floor=0, ceiling=50_000),
+    },
+    guards=(Guard(PlaceOrder, direction_mismatch, flag_above=0.7, emergency_above=0.95),),
+)
+"""The trading pack 0.2.0, for re-judging journals it judged."""
