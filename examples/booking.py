@@ -237,8 +237,14 @@ async def simulate(seed: int, db: Path, llm: str) -> None:
             offsite = await book(kernel, "cy-1", cy)
             flow = kernel.flow(offsite)
             if flow is not None and flow.status is FlowStatus.ESCALATED:
+                # Approving a HIGH_IMPACT action names it (as `dirk decide --confirm` does).
+                approval = kernel.projections.approvals[offsite]
                 await kernel.decide(
-                    offsite, "approve", operator="rui", reason="board offsite, budgeted"
+                    offsite,
+                    "approve",
+                    operator="rui",
+                    reason="board offsite, budgeted",
+                    action_hash=approval.action_hash,
                 )
                 await kernel.wait_quiet()
     finally:

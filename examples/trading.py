@@ -192,7 +192,12 @@ class Desk:
             if flow.proposal is None:
                 continue
             decision, reason = self.operator.decide(dict(flow.proposal.params))
-            await self.kernel.decide(flow.dfid, decision, operator="dana", reason=reason)
+            # The operator decides on the action they reviewed, named by its hash (as
+            # `dirk decide --confirm` does): approving a HIGH_IMPACT action requires it.
+            action = self.kernel.projections.approvals[flow.dfid].action_hash
+            await self.kernel.decide(
+                flow.dfid, decision, operator="dana", reason=reason, action_hash=action
+            )
             await self.settle()
 
     def report(self, minute: int) -> None:

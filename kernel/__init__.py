@@ -64,6 +64,7 @@ from kernel.rules import (
     rule,
 )
 from kernel.verify import verify_journal
+from kernel.wall import InputInvalid
 
 __all__ = [
     "ALLOW",
@@ -92,6 +93,7 @@ __all__ = [
     "IdSource",
     "IllegalTransition",
     "Impact",
+    "InputInvalid",
     "JournalError",
     "JournalFaults",
     "Kernel",

@@ -23,6 +23,7 @@ from kernel.events import AmendmentRefused, LimitAmended
 from kernel.packs import PolicyCatalog
 from kernel.reasons import ReasonCode
 from kernel.rules import decimal_of
+from kernel.wall import INT_MAX, MAX_DETAIL, AmendmentSpec, InputInvalid, admit, clip, fields
 
 if TYPE_CHECKING:  # the actors import the projections, which fold amendments
     from kernel.actors import Reply
@@ -72,17 +73,35 @@ def amend(
     """
 
     def refuse(code: ReasonCode, detail: str) -> AmendmentRefused:
+        # Every string recorded here is clipped: the request may be anything at all.
         return AmendmentRefused(
             reason_code=code,
-            limit=msg.limit,
-            value=str(msg.value)[:100],
-            operator=msg.operator,
-            detail=detail,
-            inbox_id=msg.inbox_id,
+            limit=clip(msg.limit),
+            value=clip(msg.value, 100),
+            operator=clip(msg.operator),
+            detail=clip(detail, MAX_DETAIL),
+            inbox_id=msg.inbox_id if isinstance(msg.inbox_id, int) else None,
         )
 
-    if not msg.operator or not msg.reason:
-        return refuse(ReasonCode.SCHEMA_INVALID, "an amendment needs an operator and a reason")
+    try:
+        request = admit(
+            fields(
+                agent_id=msg.agent_id,
+                limit=msg.limit,
+                value=msg.value,
+                ttl_s=msg.ttl_s,
+                operator=msg.operator,
+                reason=msg.reason,
+            ),
+            AmendmentSpec,
+        )
+    except InputInvalid as exc:
+        if exc.field in ("operator", "reason"):
+            detail = f"an amendment needs an operator and a reason ({exc.field}: {exc.detail})"
+        else:
+            detail = f"{exc.field}: {exc.detail}"
+        return refuse(ReasonCode.SCHEMA_INVALID, detail)
+    msg = msgspec.structs.replace(msg, value=request.value, ttl_s=request.ttl_s)
     if msg.agent_id not in agents:
         return refuse(ReasonCode.UNKNOWN_AGENT, f"no agent {msg.agent_id!r} is registered")
     specs = [(pack, pack.limits[msg.limit]) for pack in catalog.packs if msg.limit in pack.limits]
@@ -93,17 +112,16 @@ def amend(
             f"no loaded pack declares an amendable limit {msg.limit!r}"
             f" (amendable: {', '.join(known) or 'none'})",
         )
-    ttl = decimal_of(msg.ttl_s) if not isinstance(msg.ttl_s, float) else Decimal(repr(msg.ttl_s))
-    if ttl is None or ttl <= 0:
-        return refuse(
-            ReasonCode.SCHEMA_INVALID, f"ttl_s must be a positive number, not {msg.ttl_s!r}"
-        )
+    ttl = Decimal(repr(float(msg.ttl_s)))  # positive, finite and at most MAX_TTL_S (the wall)
     amount = decimal_of(msg.value)
     if amount is None:
         return refuse(
             ReasonCode.SCHEMA_INVALID,
             f"{msg.limit}: {msg.value!r} is not an integer or a decimal string (never a float)",
         )
+    if not amount.is_finite() or abs(amount) > INT_MAX:
+        detail = f"{msg.limit}: {clip(msg.value, 100)} is out of range"
+        return refuse(ReasonCode.SCHEMA_INVALID, detail)
     whole = any(isinstance(spec.default, int) for _, spec in specs)
     if whole and amount != amount.to_integral_value():
         return refuse(ReasonCode.SCHEMA_INVALID, f"{msg.limit} takes whole units, not {amount}")

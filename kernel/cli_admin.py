@@ -14,6 +14,7 @@ from typing import Any
 from kernel.inbox import AGENT_STATUS, RULE, post
 from kernel.operator import error, fold_journal, wait_taken
 from kernel.projection import AgentStatus
+from kernel.wall import who_and_why
 
 _WAIT_HELP = "wait this long for the kernel to apply it and report the outcome"
 
@@ -49,7 +50,7 @@ def add_commands(commands: Any) -> None:
 def _who_and_why(args: argparse.Namespace) -> str | None:
     if not args.operator or not args.reason:
         return "a change names the --operator and a --reason"
-    return None
+    return who_and_why(args.operator, args.reason)
 
 
 async def _agent(args: argparse.Namespace) -> int:

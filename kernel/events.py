@@ -584,6 +584,27 @@ class ConstraintAdvisory(Payload, frozen=True, tag=True):
     detail: str = ""
 
 
+# --- the wall: input refused at the kernel's boundary ------------------------------
+
+
+class InputRefused(Payload, frozen=True, tag=True):
+    """A human act or an inbox row refused at the kernel's boundary, before anything applied it.
+
+    ``entry`` names the way in (``agent_status``, ``rule``, ``inbox``...); ``field``
+    what was wrong; ``target`` what it named (a proposal seq, an agent, a flow) when
+    the envelope cannot. Every recorded string is clipped (kernel.wall). An inbox row
+    (``inbox_id``) refused here is taken: it is never read again.
+    """
+
+    reason_code: ReasonCode
+    entry: str
+    field: str = ""
+    detail: str = ""
+    operator: str = ""
+    target: str = ""
+    inbox_id: int | None = None
+
+
 AnyPayload = (
     KernelStarted
     | KernelStopped
@@ -632,6 +653,7 @@ AnyPayload = (
     | RuleDecided
     | CitationsChecked
     | ConstraintAdvisory
+    | InputRefused
 )
 
 

@@ -111,7 +111,10 @@ class AgentHost:
                 )
             except Exception as exc:
                 log.warning("agent %s failed on flow %s: %r", ctx.agent_id, ctx.dfid, exc)
-                await withdraw(ReasonCode.AGENT_ERROR, f"{type(exc).__name__}: {exc}"[:500])
+                if meter.stopped is not None:
+                    await withdraw(*meter.stopped)  # e.g. a malformed usage report
+                else:
+                    await withdraw(ReasonCode.AGENT_ERROR, f"{type(exc).__name__}: {exc}"[:500])
                 return
             if meter.stopped is not None:
                 # The computation budget cancelled the thought; the flow ends with the reason.

@@ -5,9 +5,15 @@ row into ``operator_inbox`` with plain sqlite3; the kernel polls the table on
 its clock and turns each new row into a Decide message. The operator needs no
 server, and nothing is lost if either side restarts: a row stays until the
 kernel has recorded what it made of it, and that record (HumanDecided,
-DecisionRefused, LimitAmended, AmendmentRefused, AgentStatusChanged or
-RuleDecided naming the row's id) is what makes the row count exactly once,
-however often it is read.
+DecisionRefused, LimitAmended, AmendmentRefused, AgentStatusChanged,
+RuleDecided or InputRefused naming the row's id) is what makes the row count
+exactly once, however often it is read.
+
+A row is untrusted input like any other (anything may write the file): each
+is checked at the wall (kernel.wall) by its type's fields, and a malformed
+row, a row of an unknown type or one its handler cannot apply is refused with
+a recorded reason (InputRefused) and never read again. Nothing in a row can
+stop the poller or an actor.
 """
 
 from __future__ import annotations
@@ -23,12 +29,14 @@ from typing import Any
 import anyio
 import msgspec
 
-from kernel.actors import Mailbox, Reply
+from kernel.actors import Mailbox, MailboxClosed, Reply
 from kernel.amendments import AmendLimit
+from kernel.errors import KernelShutdown
 from kernel.escalation import Decide, Decision, Tick
 from kernel.journal import INBOX_SCHEMA
 from kernel.ports import Clock
 from kernel.projection import Projections
+from kernel.wall import AgentSpec, DecisionSpec, InputInvalid, admit
 
 log = logging.getLogger("kernel.inbox")
 
@@ -86,14 +94,14 @@ def read_rows(conn: sqlite3.Connection, *, pending: bool = True) -> list[InboxRo
     for id_, dfid, decision, created_ts, taken_seq in conn.execute(sql + " ORDER BY id"):
         try:
             body = json.loads(decision)
-        except ValueError:
-            body = {}
+        except (TypeError, ValueError, RecursionError):
+            body = None  # refused when applied, like any malformed row
         rows.append(
             InboxRow(
                 id=id_,
-                dfid=dfid,
-                decision=body if isinstance(body, dict) else {},
-                created_ts=created_ts,
+                dfid=dfid if isinstance(dfid, str) else "",
+                decision=body if isinstance(body, dict) else {UNREADABLE: True},
+                created_ts=created_ts if isinstance(created_ts, int) else 0,
                 taken_seq=taken_seq,
             )
         )
@@ -113,23 +121,53 @@ RULE = "rule"
 """The ``type`` of a row that overrides or skips a deferred rule proposal (``dirk rules``)."""
 DECIDE = "decide"
 """The ``type`` of a decision on an escalated flow (rows without a type are decisions too)."""
+UNREADABLE = "$unreadable"
+"""The body :func:`read_rows` gives a row whose text is not a JSON object."""
 
 
 def row_type(row: InboxRow) -> str:
     """What a row asks for: DECIDE, AMEND, AGENT_STATUS or RULE (or something unknown)."""
-    return str(row.decision.get("type") or DECIDE)
+    kind = row.decision.get("type") or DECIDE
+    return kind if isinstance(kind, str) else repr(kind)
+
+
+def row_fields(row: InboxRow, allowed: frozenset[str]) -> dict[str, Any]:
+    """Return a row's fields (without its ``type``), refusing one it may not carry.
+
+    Raises:
+        InputInvalid: the row is not a JSON object, or carries an unknown field.
+    """
+    body = {key: value for key, value in row.decision.items() if key != "type"}
+    if UNREADABLE in body:
+        raise InputInvalid("$", "the row is not a JSON object")
+    unknown = sorted(set(body) - allowed)
+    if unknown:
+        raise InputInvalid(unknown[0][:64], "a field this type of row does not have")
+    return body
+
+
+DECIDE_FIELDS = frozenset({"decision", "operator", "reason", "params", "action_hash"})
+AMEND_FIELDS = frozenset({"agent_id", "limit", "value", "ttl_s", "operator", "reason"})
+AGENT_STATUS_FIELDS = frozenset({"agent_id", "status", "operator", "reason"})
+RULE_FIELDS = frozenset({"proposal_seq", "decision", "operator", "reason"})
 
 
 def to_amend(row: InboxRow, reply: Reply[Any]) -> AmendLimit:
-    """Turn an amendment row into the message the DIM handles (it checks every field)."""
-    body = row.decision
+    """Turn an amendment row into the message the DIM handles (kernel.amendments checks it).
+
+    Raises:
+        InputInvalid: the row carries a field an amendment does not have, or no agent id.
+    """
+    body = row_fields(row, AMEND_FIELDS)
+    # The agent names the event's envelope: checked here, the rest by kernel.amendments.
+    agent = admit({"agent_id": body.get("agent_id")}, AgentSpec)
     return AmendLimit(
-        agent_id=str(body.get("agent_id", "")),
-        limit=str(body.get("limit", "")),
+        agent_id=agent.agent_id,
+        limit=body.get("limit", ""),
         value=body.get("value"),
         ttl_s=body.get("ttl_s"),
-        operator=str(body.get("operator", "")),
-        reason=str(body.get("reason", "")),
+        operator=body.get("operator", ""),
+        reason=body.get("reason", ""),
         inbox_id=row.id,
         reply=reply,
     )
@@ -139,18 +177,21 @@ def to_decide(row: InboxRow, reply: Reply[Any]) -> Decide:
     """Turn an inbox row into the message the escalation manager handles.
 
     Raises:
-        ValueError: when the row is not a decision (written by something else than dirk).
+        InputInvalid: when the row is not a well-formed decision (kernel.wall).
     """
-    body = row.decision
-    params = body.get("params")
-    action_hash = body.get("action_hash")
+    body = row_fields(row, DECIDE_FIELDS)
+    checked = admit({"dfid": row.dfid, **body}, DecisionSpec)
+    try:
+        decision = Decision(checked.decision)
+    except ValueError:
+        raise InputInvalid("decision", "a decision is approve, reject or modify") from None
     return Decide(
-        dfid=row.dfid,
-        decision=Decision(str(body.get("decision", ""))),
-        operator=str(body.get("operator", "")),
-        reason=str(body.get("reason", "")),
-        params=params if isinstance(params, dict) else None,
-        action_hash=str(action_hash) if action_hash else None,
+        dfid=checked.dfid,
+        decision=decision,
+        operator=checked.operator,
+        reason=checked.reason,
+        params=checked.params,
+        action_hash=checked.action_hash or None,
         inbox_id=row.id,
         reply=reply,
     )
@@ -158,6 +199,8 @@ def to_decide(row: InboxRow, reply: Reply[Any]) -> Decide:
 
 Handler = Callable[[InboxRow], Awaitable[None]]
 """Applies one row of its type; the event it records names the row's id."""
+Refuse = Callable[[InboxRow, Exception], Awaitable[int]]
+"""Records why a row was refused (InputRefused naming its id); returns the event's seq."""
 
 
 async def poll(
@@ -167,10 +210,12 @@ async def poll(
     escalation: Mailbox[Any],
     projections: Projections,
     handlers: Mapping[str, Handler],
+    refuse: Refuse,
 ) -> None:
     """Tick the escalation manager and apply new inbox rows, every ``interval_s`` on ``clock``.
 
-    ``handlers`` apply the rows of each type (see :func:`row_type`).
+    ``handlers`` apply the rows of each type (see :func:`row_type`); ``refuse``
+    records a row that none can apply.
 
     A failed round (the file busy beyond the timeout, say) is logged and tried
     again on the next one: the rows wait in the table meanwhile.
@@ -183,7 +228,7 @@ async def poll(
             try:
                 rows = await anyio.to_thread.run_sync(read_rows, conn, limiter=limiter)
                 for row in rows:
-                    seq = await _apply(row, projections, handlers)
+                    seq = await _apply(row, projections, handlers, refuse)
                     await anyio.to_thread.run_sync(mark_taken, conn, row.id, seq, limiter=limiter)
             except sqlite3.Error as exc:
                 log.warning("operator inbox of %s: %r; trying again", path, exc)
@@ -193,20 +238,28 @@ async def poll(
             await anyio.to_thread.run_sync(conn.close, limiter=limiter)
 
 
-async def _apply(row: InboxRow, projections: Projections, handlers: Mapping[str, Handler]) -> int:
+async def _apply(
+    row: InboxRow, projections: Projections, handlers: Mapping[str, Handler], refuse: Refuse
+) -> int:
     """Apply one row through the handler of its type; return the seq of the event that took it.
 
-    -1 marks a row that nothing took (an unknown type, or a refusal with no record).
+    A row no handler can apply is refused and the refusal recorded, so its seq is
+    that of the InputRefused event; -1 remains only for a row that was applied but
+    recorded nothing.
     """
     taken = projections.inbox_taken.get(row.id)
     if taken is not None:
         return taken  # taken before a restart, and not marked yet: never applied twice
     handler = handlers.get(row_type(row))
-    if handler is None:
-        log.warning("operator inbox row %d asks for %r; left unapplied", row.id, row_type(row))
-        return -1
     try:
+        if handler is None:
+            raise InputInvalid("type", f"no such type of row: {row_type(row)[:64]!r}")
         await handler(row)
-    except ValueError as exc:
-        log.warning("operator inbox row %d is malformed (%s); left unapplied", row.id, exc)
+    except (KernelShutdown, MailboxClosed):
+        raise
+    except Exception as exc:
+        # Whatever the row holds, it is refused with a reason on record, never retried.
+        log.warning("operator inbox row %d refused: %s", row.id, exc)
+        if row.id not in projections.inbox_taken:
+            return await refuse(row, exc)
     return projections.inbox_taken.get(row.id, -1)

@@ -744,12 +744,44 @@ def _seal(
             draft = msgspec.structs.replace(draft, caused_by=seq + draft.caused_by)
         event = stamp(draft, seq, ts)
         body = canonical(event)
+        _check_round_trip(event, body)
         hash_ = chain(prev, body)
         hash_hex = hash_.hex()
         rows.append((seq, event_type(draft.payload), draft.dfid, body, hash_))
         events.append(msgspec.structs.replace(event, prev_hash=prev_hex, hash=hash_hex))
         prev, prev_hex = hash_, hash_hex
     return rows, events
+
+
+def _check_round_trip(event: Event, body: bytes) -> None:
+    """Refuse an event whose stored bytes would not read back as the same event.
+
+    JSON writes ``nan`` as ``null`` and a tuple as a list; msgpack, which hashes the
+    projections and stores snapshots, cannot hold an integer outside 64 bits. Any of
+    these would leave a journal the next open cannot read, so the append fails instead
+    (only its own caller: see ``Journal._commit``).
+
+    Raises:
+        EventUnreadable: the event does not survive encode, decode, compare.
+    """
+    try:
+        back = _round_trip_decoder.decode(body)
+        _msgpack_probe.encode(event.payload)
+    except (msgspec.DecodeError, OverflowError, TypeError, ValueError) as exc:
+        raise EventUnreadable(f"{event_type(event.payload)} would not read back: {exc}") from None
+    if back != event:
+        raise EventUnreadable(
+            f"{event_type(event.payload)} would read back as another event"
+            " (a non-finite float, a tuple or another type JSON does not keep)"
+        )
+
+
+class EventUnreadable(ValueError):
+    """An event refused before it was staged: its canonical bytes do not decode back to it."""
+
+
+_round_trip_decoder = msgspec.json.Decoder(Event)
+_msgpack_probe = msgspec.msgpack.Encoder()
 
 
 def _write_rows(

@@ -23,12 +23,14 @@ from decimal import Decimal
 from typing import Any, TypeVar
 
 import anyio
+import msgspec
 from anyio.abc import TaskGroup
 
-from kernel import events, inbox
+from kernel import events, inbox, wall
 from kernel.actors import ChildSpec, Mailbox, MailboxClosed, Outbox, Reply
 from kernel.adapters import CallPool, RetryPolicy
 from kernel.amendments import AmendLimit, AmendmentInvalid
+from kernel.approvals import APPROVE_WORDS
 from kernel.context import ContextCompiler, FireTrigger
 from kernel.contracts import (
     HandshakeRefused,
@@ -43,9 +45,12 @@ from kernel.contracts import (
 from kernel.errors import KernelFault, KernelShutdown
 from kernel.escalation import Decide, Decision, EscalationManager, EscalationPolicy
 from kernel.events import (
+    DecisionRefused,
+    Draft,
     Event,
     Feedback,
     FlowAborted,
+    InputRefused,
     LimitAmended,
     Manifest,
     PackRef,
@@ -59,13 +64,14 @@ from kernel.inbox import InboxRow
 from kernel.integrity import IntegrityModule, Validate
 from kernel.journal import Journal, JournalError
 from kernel.pack_loading import LoadPack
-from kernel.packs import PackError, PolicyCatalog, PolicyPack
+from kernel.packs import Impact, PackError, PolicyCatalog, PolicyPack
 from kernel.ports import Clock, IdSource
 from kernel.projection import AgentStatus, Projections, fold, visible
 from kernel.reasons import ReasonCode
 from kernel.registry import Register, Registry, SetStatus
 from kernel.replay import Checkpointer
 from kernel.rulebook import Promoter, RuleNotPending, RuleSearch
+from kernel.wall import InputInvalid, clip
 
 T = TypeVar("T")
 
@@ -229,8 +235,20 @@ class Kernel:
         Raises:
             HandshakeRefused: when the registry refuses the manifest.
         """
+        invalid: str | None = None
+        try:
+            checked = wall.admit(manifest, wall.ManifestSpec)
+            manifest = msgspec.convert(msgspec.to_builtins(checked), Manifest)
+        except InputInvalid as exc:
+            # Refused, and recorded under ids clipped to what the journal takes.
+            agent_id = getattr(manifest, "agent_id", "")
+            invalid = f"{exc.field}: {exc.detail}"
+            if not isinstance(agent_id, str) or len(agent_id) > wall.MAX_ID:
+                invalid += f" (the refusal records the agent id cut to {wall.MAX_ID} characters)"
+            version = getattr(manifest, "version", "")
+            manifest = Manifest(agent_id=clip(agent_id), version=clip(version, 64))
         reply: Reply[Session | HandshakeRefused] = Reply()
-        msg = Register(manifest=manifest, reply=reply)
+        msg = Register(manifest=manifest, reply=reply, invalid=invalid)
         answer = await self._call(self.registry_mailbox, msg, reply)
         assert isinstance(answer, Session)  # _call raised a refusal
         return answer
@@ -249,7 +267,20 @@ class Kernel:
         ``topic`` gets a new DecisionFlow (a child of ``parent`` when given). When
         ``max_in_flight`` flows are already moving, it waits for room first: the
         backpressure starts at the kernel's edge.
+
+        Raises:
+            InputInvalid: a topic, fact or id of the wrong type, out of range or too long.
         """
+        checked = wall.admit(
+            wall.fields(
+                topic=topic,
+                facts=dict(facts) if isinstance(facts, Mapping) else facts or {},
+                source=source,
+                parent=parent,
+            ),
+            wall.TriggerSpec,
+        )
+        topic, facts, source, parent = checked.topic, checked.facts, checked.source, checked.parent
         fan_out = sum(
             1
             for agent_id in self._hosts
@@ -276,12 +307,25 @@ class Kernel:
         self, token: str, dfid: str, proposal: Proposal | Mapping[str, Any] | bytes | str
     ) -> Verdict:
         """Submit a proposal for flow ``dfid``; return the verdict once it is durable."""
+        if not isinstance(token, str) or not isinstance(dfid, str) or len(dfid) > wall.MAX_ID:
+            # Nothing to name: no flow could have such an id, and the token is unchecked.
+            feedback = Feedback(
+                reason_code=ReasonCode.SCHEMA_INVALID,
+                detail="the token and the DFID are strings, the DFID at most 256 characters",
+                layer="schema",
+                field="token" if not isinstance(token, str) else "dfid",
+            )
+            return Verdict(outcome=Outcome.REFUSED, dfid=clip(dfid), feedback=feedback)
         invalid: Feedback | None = None
         try:
-            record = to_record(proposal)
-        except ProposalInvalid as exc:
+            try:
+                record = to_record(proposal)
+            except RecursionError:
+                raise InputInvalid("$", f"nested deeper than {wall.MAX_DEPTH} levels") from None
+            wall.admit(record, wall.ProposalSpec)
+        except (ProposalInvalid, InputInvalid) as exc:
             kind = proposal.get("kind") if isinstance(proposal, Mapping) else None
-            record = ProposalRecord(kind=kind if isinstance(kind, str) else "")
+            record = ProposalRecord(kind=clip(kind) if isinstance(kind, str) else "")
             invalid = Feedback(
                 reason_code=ReasonCode.SCHEMA_INVALID,
                 detail=exc.detail[:500],
@@ -311,16 +355,26 @@ class Kernel:
         is refused with ACTION_MISMATCH. A late decision finds the approval
         expired (EXPIRED), and a flow not waiting for a human refuses it
         (FLOW_NOT_ACTIVE); every refusal is recorded.
+
+        Every field is checked at the wall first: an operator and a reason are
+        required (non-blank, bounded), and approving a HIGH_IMPACT action takes
+        its ``action_hash``, as ``dirk decide --confirm`` does; a refusal there is
+        SCHEMA_INVALID, recorded as DecisionRefused.
         """
-        await self._recall(dfid)
+        if isinstance(dfid, str) and len(dfid) <= wall.MAX_ID:
+            await self._recall(dfid)
+        try:
+            checked = self._check_decision(dfid, decision, operator, reason, params, action_hash)
+        except InputInvalid as exc:
+            return await self._refuse_decision(dfid, decision, operator, exc)
         reply: Reply[Verdict] = Reply()
         msg = Decide(
-            dfid=dfid,
-            decision=Decision(decision),
-            operator=operator,
-            reason=reason,
-            params=dict(params) if params is not None else None,
-            action_hash=action_hash,
+            dfid=checked.dfid,
+            decision=Decision(checked.decision),
+            operator=checked.operator,
+            reason=checked.reason,
+            params=checked.params,
+            action_hash=checked.action_hash,
             reply=reply,
         )
         return await self._call(self.escalation_mailbox, msg, reply)
@@ -328,13 +382,25 @@ class Kernel:
     async def set_agent_status(
         self, agent_id: str, status: AgentStatus | str, *, operator: str, reason: str
     ) -> None:
-        """Change an agent's status (an operator's act, recorded with who and why)."""
+        """Change an agent's status (an operator's act, recorded with who and why).
+
+        Raises:
+            InputInvalid: no operator or reason, or a field of the wrong type (recorded).
+            HandshakeRefused: UNKNOWN_AGENT.
+        """
+        try:
+            checked = self._check_status(
+                wall.fields(agent_id=agent_id, status=status, operator=operator, reason=reason)
+            )
+        except InputInvalid as exc:
+            await self._record_refusal("agent_status", exc, operator, target=agent_id)
+            raise
         reply: Reply[ReasonCode | None] = Reply()
         msg = SetStatus(
-            agent_id=agent_id,
-            status=AgentStatus(status),
-            operator=operator,
-            reason=reason,
+            agent_id=checked.agent_id,
+            status=AgentStatus(checked.status),
+            operator=checked.operator,
+            reason=checked.reason,
             reply=reply,
         )
         code = await self._call(self.registry_mailbox, msg, reply)
@@ -359,6 +425,12 @@ class Kernel:
         Raises:
             AmendmentInvalid: UNKNOWN_AGENT, UNKNOWN_LIMIT, LIMIT_OUT_OF_BOUNDS, SCHEMA_INVALID.
         """
+        try:
+            # The agent names the event's envelope; kernel.amendments checks the rest.
+            agent_id = wall.admit({"agent_id": agent_id}, wall.AgentSpec).agent_id
+        except InputInvalid as exc:
+            await self._record_refusal("amend", exc, operator, target=agent_id)
+            raise AmendmentInvalid(exc.reason_code, f"{exc.field}: {exc.detail}") from None
         reply: Reply[Any] = Reply()
         msg = AmendLimit(
             agent_id=agent_id,
@@ -411,6 +483,22 @@ class Kernel:
         override with their name and reason.
         """
         self._raise_if_stopped()
+        try:
+            wall.admit(
+                wall.fields(
+                    rule=rule,
+                    title=title,
+                    content=content,
+                    labels=list(labels),
+                    operator=operator,
+                    reason=reason,
+                    base_version=base_version,
+                ),
+                wall.RuleProposalSpec,
+            )
+        except InputInvalid as exc:
+            await self._record_refusal("rule", exc, operator, target=rule)
+            raise
         proposal = events.RuleProposed(
             rule=rule,
             title=title,
@@ -434,9 +522,20 @@ class Kernel:
 
         Raises:
             RuleNotPending: the proposal is not waiting for an operator.
-            ValueError: another decision than override or skip, or no operator or reason.
+            ValueError: another decision than override or skip, or no operator or reason
+                (InputInvalid, recorded, for a field of the wrong type or size).
         """
         self._raise_if_stopped()
+        try:
+            wall.admit(
+                wall.fields(
+                    proposal_seq=proposal_seq, decision=decision, operator=operator, reason=reason
+                ),
+                wall.RuleDecisionSpec,
+            )
+        except InputInvalid as exc:
+            await self._record_refusal("rule", exc, operator, target=f"#{proposal_seq}")
+            raise
         return await self.promoter.decide(proposal_seq, decision, operator=operator, reason=reason)
 
     def flow(self, dfid: str) -> FlowState | None:
@@ -496,6 +595,99 @@ class Kernel:
         return self._stop_reason
 
     # --- internals ---------------------------------------------------------
+
+    def _check_decision(
+        self,
+        dfid: Any,
+        decision: Any,
+        operator: Any,
+        reason: Any,
+        params: Any,
+        action_hash: Any,
+    ) -> wall.DecisionSpec:
+        """Return a human decision checked at the wall, or raise InputInvalid."""
+        checked = wall.admit(
+            wall.fields(
+                dfid=dfid,
+                decision=decision,
+                operator=operator,
+                reason=reason,
+                params=dict(params) if isinstance(params, Mapping) else params,
+                action_hash=action_hash,
+            ),
+            wall.DecisionSpec,
+        )
+        try:
+            word = Decision(checked.decision)
+        except ValueError:
+            words = ", ".join(d.value for d in Decision)
+            raise InputInvalid("decision", f"a decision is one of {words}") from None
+        approval = self.projections.approvals.get(checked.dfid)
+        if (
+            word in APPROVE_WORDS
+            and not checked.action_hash
+            and approval is not None
+            and approval.action_hash  # else there is nothing to approve (escalation says so)
+            and approval.impact is Impact.HIGH_IMPACT
+        ):
+            raise InputInvalid(
+                "action_hash",
+                "approving a HIGH_IMPACT action takes its action hash (as dirk decide --confirm)",
+            )
+        return checked
+
+    def _check_status(self, request: Mapping[str, Any]) -> wall.AgentStatusSpec:
+        """Return an agent status change checked at the wall, or raise InputInvalid."""
+        checked = wall.admit(request, wall.AgentStatusSpec)
+        try:
+            AgentStatus(checked.status)
+        except ValueError:
+            words = ", ".join(s.value for s in AgentStatus)
+            raise InputInvalid("status", f"a status is one of {words}") from None
+        return checked
+
+    async def _refuse_decision(
+        self, dfid: Any, decision: Any, operator: Any, exc: InputInvalid
+    ) -> Verdict:
+        """Record a decision the wall refused (on its flow when it names one) and answer it."""
+        known = isinstance(dfid, str) and dfid in self.projections.flows
+        detail = clip(f"{exc.field}: {exc.detail}", wall.MAX_DETAIL)
+        refused = DecisionRefused(
+            reason_code=exc.reason_code,
+            decision=clip(decision, 32),
+            operator=clip(operator) if operator is not None else "",
+            detail=detail,
+            target="" if known else clip(dfid),
+        )
+        self._raise_if_stopped()
+        await self.journal.append([Draft(payload=refused, dfid=dfid if known else None)])
+        feedback = Feedback(
+            reason_code=exc.reason_code, detail=detail, layer="schema", field=exc.field
+        )
+        return Verdict(outcome=Outcome.REFUSED, dfid=clip(dfid), feedback=feedback)
+
+    async def _record_refusal(
+        self,
+        entry: str,
+        exc: Exception,
+        operator: Any = "",
+        *,
+        target: Any = "",
+        inbox_id: int | None = None,
+    ) -> Event:
+        """Record an act or an inbox row refused at the wall (every string clipped)."""
+        refused = InputRefused(
+            reason_code=getattr(exc, "reason_code", ReasonCode.SCHEMA_INVALID),
+            entry=clip(entry, 32),
+            field=clip(getattr(exc, "field", "$"), 64),
+            detail=clip(getattr(exc, "detail", str(exc)), wall.MAX_DETAIL),
+            operator=clip(operator) if operator is not None else "",
+            target=clip(target) if target is not None else "",
+            inbox_id=inbox_id,
+        )
+        self._raise_if_stopped()
+        [event] = await self.journal.append([Draft(payload=refused)])
+        return event
 
     async def _recall(self, dfid: str) -> FlowState | None:
         """Read a finished flow the projections forgot back from the journal, and keep it.
@@ -619,30 +811,44 @@ class Kernel:
             await self._call(self.integrity_mailbox, inbox.to_amend(row, reply), reply)
 
         async def agent_status(row: InboxRow) -> None:
-            body = row.decision
+            checked = self._check_status(inbox.row_fields(row, inbox.AGENT_STATUS_FIELDS))
             reply: Reply[ReasonCode | None] = Reply()
             msg = SetStatus(
-                agent_id=str(body.get("agent_id", "")),
-                status=AgentStatus(str(body.get("status", ""))),
-                operator=str(body.get("operator", "")),
-                reason=str(body.get("reason", "")),
+                agent_id=checked.agent_id,
+                status=AgentStatus(checked.status),
+                operator=checked.operator,
+                reason=checked.reason,
                 inbox_id=row.id,
                 reply=reply,
             )
-            await self._call(self.registry_mailbox, msg, reply)
+            code = await self._call(self.registry_mailbox, msg, reply)
+            if code is not None:
+                raise HandshakeRefused(code, f"no agent {checked.agent_id!r}")
 
         async def rule(row: InboxRow) -> None:
-            body = row.decision
+            body = inbox.row_fields(row, inbox.RULE_FIELDS)
+            checked = wall.admit(body, wall.RuleDecisionSpec)
             try:
                 await self.promoter.decide(
-                    int(body.get("proposal_seq", 0)),
-                    str(body.get("decision", "")),
-                    operator=str(body.get("operator", "")),
-                    reason=str(body.get("reason", "")),
+                    checked.proposal_seq,
+                    checked.decision,
+                    operator=checked.operator,
+                    reason=checked.reason,
                     inbox_id=row.id,
                 )
             except RuleNotPending as exc:
-                raise ValueError(str(exc)) from exc
+                raise InputInvalid("proposal_seq", str(exc)) from exc
+
+        async def refuse(row: InboxRow, exc: Exception) -> int:
+            operator = row.decision.get("operator", "")
+            event = await self._record_refusal(
+                f"inbox:{inbox.row_type(row)}",
+                exc,
+                operator if isinstance(operator, str) else "",
+                target=row.dfid,
+                inbox_id=row.id,
+            )
+            return event.seq
 
         handlers = {
             inbox.DECIDE: decide,
@@ -658,6 +864,7 @@ class Kernel:
                 self.escalation_mailbox,
                 self.projections,
                 handlers,
+                refuse,
             )
         except (KernelShutdown, MailboxClosed):
             return

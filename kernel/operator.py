@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sqlite3
 import sys
 import time
@@ -28,6 +29,7 @@ from kernel.journal import open_journal
 from kernel.packs import Impact
 from kernel.projection import Projections
 from kernel.rules import decimal_of
+from kernel.wall import MAX_TTL_S, who_and_why
 
 # How often ``decide --wait`` looks whether the kernel took the decision.
 _WAIT_POLL_S = 0.05
@@ -246,6 +248,9 @@ def _manifest(agents: list[Event], agent_id: str) -> ev.Manifest | None:
 
 
 async def _decide(args: argparse.Namespace) -> int:
+    problem = who_and_why(args.operator, args.reason)
+    if problem is not None:
+        return error("SCHEMA_INVALID", problem)
     projections = await fold_journal(args.db)
     flow = projections.flows.get(args.dfid)
     approval = projections.approvals.get(args.dfid)
@@ -294,10 +299,15 @@ async def _decide(args: argparse.Namespace) -> int:
 
 
 async def _amend(args: argparse.Namespace) -> int:
+    problem = who_and_why(args.operator, args.reason)
+    if problem is not None:
+        return error("SCHEMA_INVALID", problem)
     if decimal_of(args.value) is None:
         return error("SCHEMA_INVALID", f"--value {args.value!r} is not an integer or a decimal")
-    if not args.ttl > 0:
-        return error("SCHEMA_INVALID", f"--ttl must be positive seconds, not {args.ttl}")
+    if not (math.isfinite(args.ttl) and 0 < args.ttl <= MAX_TTL_S):
+        return error(
+            "SCHEMA_INVALID", f"--ttl must be positive seconds up to {MAX_TTL_S}, not {args.ttl}"
+        )
     async with open_journal(args.db, readonly=True) as journal:
         agents = await journal.read(types=["AgentRegistered"])
     if _manifest(agents, args.agent) is None:

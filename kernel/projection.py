@@ -39,6 +39,7 @@ from kernel.events import (
     FlowEscalated,
     FlowFlagged,
     HumanDecided,
+    InputRefused,
     KernelStarted,
     LimitAmended,
     Manifest,
@@ -74,7 +75,15 @@ HISTORY = 256
 _UNCHARGED = frozenset({"EXECUTION_FAILED"})
 # Events that may take an operator inbox row.
 _INBOX_EVENTS = frozenset(
-    {HumanDecided, DecisionRefused, LimitAmended, AmendmentRefused, AgentStatusChanged, RuleDecided}
+    {
+        HumanDecided,
+        DecisionRefused,
+        LimitAmended,
+        AmendmentRefused,
+        AgentStatusChanged,
+        RuleDecided,
+        InputRefused,
+    }
 )
 # Flow events allowed in any status that never change it: the only ones a flow gets
 # after it ended. On a finished flow they touch the index, never the canonical state.

@@ -18,6 +18,7 @@ import anyio
 
 from kernel.ports import Clock
 from kernel.reasons import ReasonCode
+from kernel.wall import InputInvalid, UsageSpec, admit
 
 T = TypeVar("T")
 
@@ -39,9 +40,18 @@ class UsageMeter:
         self.scope: anyio.CancelScope | None = None
 
     def add(self, tokens: int) -> None:
-        """Count ``tokens`` more; past the cap, stop the reasoning."""
-        if tokens < 0:
-            raise ValueError("tokens spent cannot be negative")
+        """Count ``tokens`` more; past the cap, stop the reasoning.
+
+        Raises:
+            InputInvalid: ``tokens`` is not a whole number of tokens within 64 bits
+                (a ``nan`` would silently switch the budget off); the reasoning is
+                stopped too, failing closed, and the flow ends SCHEMA_INVALID.
+        """
+        try:
+            tokens = admit({"tokens": tokens}, UsageSpec).tokens
+        except InputInvalid as exc:
+            self.stop(ReasonCode.SCHEMA_INVALID, f"a usage report: {exc.detail}"[:500])
+            raise
         self.tokens += tokens
         if self.cap_tokens is not None and self.tokens > self.cap_tokens:
             detail = f"reasoning spent {self.tokens} tokens, over the cap of {self.cap_tokens}"

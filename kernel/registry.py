@@ -8,10 +8,10 @@ the agent, so no prompt can grant an agent new powers.
 from __future__ import annotations
 
 import hashlib
-import re
 from collections.abc import Collection
 
 import msgspec
+import semver
 
 from kernel.actors import Outbox, Reply
 from kernel.contracts import HandshakeRefused, Session
@@ -20,13 +20,12 @@ from kernel.packs import PolicyCatalog
 from kernel.ports import IdSource
 from kernel.projection import AgentStatus, Projections
 from kernel.reasons import ReasonCode
+from kernel.wall import clip
 
 CONTRACT_VERSION = (1, 2)
 """The DIR contract this kernel speaks: manifests 1.0 up to 1.2 are accepted."""
 
 KERNEL_VERSION = "0.1.0"
-
-_SEMVER = re.compile(r"^(\d+)\.(\d+)(?:\.(\d+))?(?:[-+][0-9A-Za-z.-]+)?$")
 
 
 def session_hash(token: str) -> str:
@@ -36,10 +35,16 @@ def session_hash(token: str) -> str:
 
 def check_version(version: str) -> str | None:
     """Return why a manifest's contract version is not supported, or None if it is."""
-    match = _SEMVER.match(version)
-    if match is None:
-        return f"{version!r} is not a semantic version"
-    major, minor = int(match[1]), int(match[2])
+    # A real parser, not a regex: "01.0", "1.0\n" or full-width digits are not versions.
+    # Major.minor is enough (1.0 means 1.0.0), a bare major is not.
+    core = version.split("+", 1)[0].split("-", 1)[0]
+    try:
+        if "." not in core:
+            raise ValueError(version)
+        parsed = semver.Version.parse(version, optional_minor_and_patch=True)
+    except (ValueError, TypeError):
+        return f"{clip(version)!r} is not a semantic version (MAJOR.MINOR[.PATCH])"
+    major, minor = parsed.major, parsed.minor
     supported = f"{CONTRACT_VERSION[0]}.x up to {CONTRACT_VERSION[0]}.{CONTRACT_VERSION[1]}"
     if major != CONTRACT_VERSION[0] or minor > CONTRACT_VERSION[1]:
         return f"manifest speaks contract {version}; this kernel supports {supported}"
@@ -49,6 +54,8 @@ def check_version(version: str) -> str | None:
 class Register(msgspec.Struct, frozen=True, kw_only=True):
     manifest: Manifest
     reply: Reply[Session | HandshakeRefused]
+    invalid: str | None = None
+    """Why the wall refused the manifest as given (``manifest`` then holds its clipped ids)."""
 
 
 class SetStatus(msgspec.Struct, frozen=True, kw_only=True):
@@ -77,6 +84,13 @@ class Registry:
 
     async def handle(self, msg: Register | SetStatus, out: Outbox) -> None:
         match msg:
+            case Register(manifest=manifest, reply=reply, invalid=str() as invalid):
+                code = ReasonCode.SCHEMA_INVALID
+                out.emit(
+                    AgentRefused(reason_code=code, detail=invalid, version=manifest.version),
+                    agent_id=manifest.agent_id,
+                )
+                out.reply(reply, HandshakeRefused(code, invalid))
             case Register(manifest=manifest, reply=reply):
                 self._register(manifest, reply, out)
             case SetStatus():

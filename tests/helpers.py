@@ -157,6 +157,12 @@ async def kernel_for(
         yield kernel
 
 
+def action_of(kernel: Kernel, dfid: str) -> str | None:
+    """Return the hash of the action flow ``dfid`` waits on (what approving HIGH_IMPACT takes)."""
+    approval = kernel.projections.approvals.get(dfid)
+    return approval.action_hash if approval is not None else None
+
+
 async def types_of(kernel: Kernel, dfid: str) -> list[str]:
     """The event types of one flow, in order."""
     return [e.type for e in await kernel.journal.flow_events(dfid)]

@@ -25,7 +25,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from kernel import Decision, ReasonCode, open_journal
 from kernel.events import Draft, FlowAborted, FlowCreated
 from kernel.telemetry import export_flows, span_id_for
-from tests.helpers import ScriptedAgent, Transfer, kernel_for, transfer
+from tests.helpers import ScriptedAgent, Transfer, action_of, kernel_for, transfer
 
 RECEIVER = Path(__file__).with_name("otlp_receiver.py")
 AGENTS = ("clerk", "other", "auditor", "reviewer")
@@ -83,7 +83,11 @@ async def record(path: Path) -> Recorded:
         [child] = await kernel.trigger("bank.refund", parent=closed)
         await kernel.decide(aborted, Decision.ABORT, operator="ana", reason="looks wrong")
         await kernel.decide(
-            overridden, Decision.OVERRIDE, operator="bob", reason="vendor confirmed by phone"
+            overridden,
+            Decision.OVERRIDE,
+            operator="bob",
+            reason="vendor confirmed by phone",
+            action_hash=action_of(kernel, overridden),
         )
         await kernel.wait_quiet()
     return Recorded(path, closed, child, retried, aborted, overridden)

@@ -35,7 +35,7 @@ from kernel.approvals import EscalationBudget as Budget
 from kernel.approvals import over_budget
 from kernel.events import Draft, HumanDecided, ProposalAccepted
 from kernel.telemetry import Telemetry
-from tests.helpers import PACK, Bank, ScriptedAgent, transfer, types_of
+from tests.helpers import PACK, Bank, ScriptedAgent, action_of, transfer, types_of
 
 LIMIT_CENTS = 10_000
 
@@ -225,7 +225,13 @@ async def test_an_approval_expires_on_a_tick(tmp_path):
         assert flow.reason_code is ReasonCode.EXPIRED
         assert kernel.projections.approvals[dfid].status is ApprovalStatus.EXPIRED
         assert "ApprovalExpired" in await types_of(kernel, dfid)
-        late = await kernel.decide(dfid, "approve", operator="ana", reason="sorry, lunch")
+        late = await kernel.decide(
+            dfid,
+            "approve",
+            operator="ana",
+            reason="sorry, lunch",
+            action_hash=action_of(kernel, dfid),
+        )
         assert late.outcome is Outcome.REFUSED
 
 
@@ -241,7 +247,9 @@ async def test_a_late_decision_finds_the_approval_expired(tmp_path):
         [dfid] = await kernel.trigger("bank.invoice")
         await kernel.wait_flow(dfid)
         clock.advance(601)
-        late = await kernel.decide(dfid, "approve", operator="ana", reason="finally")
+        late = await kernel.decide(
+            dfid, "approve", operator="ana", reason="finally", action_hash=action_of(kernel, dfid)
+        )
         assert late.outcome is Outcome.REFUSED and late.reason_code is ReasonCode.EXPIRED
         assert kernel.flow(dfid).reason_code is ReasonCode.EXPIRED
         assert bank.calls == []
@@ -415,7 +423,9 @@ async def test_the_escalation_span_shows_how_long_the_flow_waited(tmp_path):
         [dfid] = await kernel.trigger("bank.invoice")
         await kernel.wait_flow(dfid)
         clock.advance(90)
-        await kernel.decide(dfid, "approve", operator="ana", reason="ok")
+        await kernel.decide(
+            dfid, "approve", operator="ana", reason="ok", action_hash=action_of(kernel, dfid)
+        )
         with anyio.fail_after(10):
             assert (await kernel.wait_flow(dfid)).status is FlowStatus.CLOSED
     [span] = [s for s in exporter.get_finished_spans() if s.name == "escalation"]
@@ -461,7 +471,9 @@ async def test_a_decision_recorded_just_before_a_crash_executes_once_after_resta
         assert (await kernel.wait_flow(dfid)).status is FlowStatus.CLOSED
         assert len(bank.calls) == 1
         assert kernel.projections.inbox_taken == {1: decided.seq}
-        again = await kernel.decide(dfid, "approve", operator="ana", reason="ok")
+        again = await kernel.decide(
+            dfid, "approve", operator="ana", reason="ok", action_hash=action_of(kernel, dfid)
+        )
         assert again.outcome is Outcome.REFUSED
     async with gov_kernel(path, bank=bank, inbox_poll_s=None) as kernel:
         assert len(bank.calls) == 1

@@ -98,6 +98,14 @@ SAMPLES = [
     ),
     ev.CitationsChecked(correct=["access@v1"], incorrect={"x@v2": "UNKNOWN_RULE"}),
     ev.ConstraintAdvisory(constraints=[4], detail="preferred: #4 'avoid sudo'"),
+    ev.InputRefused(
+        reason_code=ReasonCode.SCHEMA_INVALID,
+        entry="inbox:agent_status",
+        field="reason",
+        detail="missing required field `reason`",
+        operator="ana",
+        inbox_id=3,
+    ),
 ]
 
 

@@ -31,7 +31,7 @@ from tests.execution_domain import (
     agent,
     desk_kernel,
 )
-from tests.helpers import types_of
+from tests.helpers import action_of, types_of
 
 STEADY = RetryPolicy(max_attempts=4, base_s=1.0, factor=2.0, jitter=0.0)
 
@@ -83,7 +83,13 @@ async def test_a_spent_budget_escalates_and_a_human_override_retries_the_same_ke
         assert flow.reason_code is ReasonCode.EXECUTION_FAILED
         assert "2 attempts failed" in flow.detail
 
-        verdict = await kernel.decide(dfid, "override", operator="ana", reason="upstream is back")
+        verdict = await kernel.decide(
+            dfid,
+            "override",
+            operator="ana",
+            reason="upstream is back",
+            action_hash=action_of(kernel, dfid),
+        )
         assert verdict.outcome is Outcome.ACCEPTED
         assert (await kernel.wait_flow(dfid)).status is FlowStatus.CLOSED
         assert len(desk.calls) == 3 and len({c.key for c in desk.calls}) == 1
@@ -204,7 +210,9 @@ async def test_an_intent_past_its_validity_when_executed_is_refused(tmp_path):
         [dfid] = await kernel.trigger("desk.go")
         assert (await kernel.wait_flow(dfid)).status is FlowStatus.ESCALATED
         kernel.clock.advance(120)  # the human answers after the 60 s window
-        await kernel.decide(dfid, "override", operator="ana", reason="fine")
+        await kernel.decide(
+            dfid, "override", operator="ana", reason="fine", action_hash=action_of(kernel, dfid)
+        )
         flow = await kernel.wait_flow(dfid)
 
         assert flow.reason_code is ReasonCode.EXECUTION_CONSTRAINT_VIOLATED
@@ -290,7 +298,9 @@ async def test_a_failing_compensation_escalates_with_the_exact_partial_state(tmp
         }
         assert "non-refundable" in escalated.payload.detail
         # A human closes it; executing it again is refused, not guessed.
-        verdict = await kernel.decide(dfid, "override", operator="ana", reason="retry")
+        verdict = await kernel.decide(
+            dfid, "override", operator="ana", reason="retry", action_hash=action_of(kernel, dfid)
+        )
         assert verdict.outcome is Outcome.ACCEPTED
         flow = await kernel.wait_flow(dfid)
         assert flow.status is FlowStatus.ABORTED and len(desk.calls) == 5

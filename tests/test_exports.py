@@ -85,6 +85,7 @@ def test_kernel_exports():
             "open_kernel",
             "state_at",
             "verify_journal",
+            "InputInvalid",
             "verify_projections",
             "whatif",
         ]

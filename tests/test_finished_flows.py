@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from kernel import FlowStatus, Outcome, fold
 from kernel.reasons import ReasonCode
-from tests.helpers import Bank, ScriptedAgent, kernel_for, transfer, types_of
+from tests.helpers import Bank, ScriptedAgent, action_of, kernel_for, transfer, types_of
 
 
 async def close_flows(kernel, count: int) -> list[str]:
@@ -51,7 +51,9 @@ async def test_a_repeated_submission_on_a_forgotten_flow_is_answered_from_the_re
         assert len(bank.calls) == 2  # one effect per flow, none for the repeat
         assert (await types_of(kernel, first))[-1] == "DuplicateSuppressed"
 
-        late = await kernel.decide(first, "approve", operator="ana", reason="late")
+        late = await kernel.decide(
+            first, "approve", operator="ana", reason="late", action_hash=action_of(kernel, first)
+        )
         assert late.outcome is Outcome.REFUSED
         assert late.feedback is not None
         assert late.feedback.reason_code is ReasonCode.FLOW_NOT_ACTIVE

@@ -26,7 +26,7 @@ from kernel.telemetry import (
     span_id_for,
     spans_for_events,
 )
-from tests.helpers import ScriptedAgent, kernel_for, transfer
+from tests.helpers import ScriptedAgent, action_of, kernel_for, transfer
 
 RECEIVER = Path(__file__).with_name("otlp_receiver.py")
 AGENTS = ("clerk", "other", "auditor")
@@ -61,7 +61,13 @@ async def run_flows(path: Path, telemetry: Telemetry) -> Flows:
         [aborted] = await kernel.trigger("audit.check")
         await kernel.wait_quiet()
         [child] = await kernel.trigger("bank.refund", parent=accepted)
-        await kernel.decide(overridden, Decision.OVERRIDE, operator="ana", reason="known vendor")
+        await kernel.decide(
+            overridden,
+            Decision.OVERRIDE,
+            operator="ana",
+            reason="known vendor",
+            action_hash=action_of(kernel, overridden),
+        )
         await kernel.decide(aborted, Decision.ABORT, operator="bob", reason="looks wrong")
         await kernel.wait_quiet()
         for dfid in (accepted, retried, child, overridden):
@@ -249,7 +255,13 @@ async def test_a_flow_escalated_before_a_restart_is_exported_when_it_ends(tmp_pa
 
     second = InMemorySpanExporter()
     async with kernel_for(path, telemetry=Telemetry(SimpleSpanProcessor(second))) as kernel:
-        await kernel.decide(dfid, "override", operator="ana", reason="checked by phone")
+        await kernel.decide(
+            dfid,
+            "override",
+            operator="ana",
+            reason="checked by phone",
+            action_hash=action_of(kernel, dfid),
+        )
         assert (await kernel.wait_flow(dfid)).status is FlowStatus.CLOSED
 
     spans = Tree(second.get_finished_spans())
@@ -280,7 +292,13 @@ async def test_a_flow_left_open_is_exported_even_if_the_kernel_closes_before_cat
             return await read(*args, **kwargs)
 
         monkeypatch.setattr(kernel.journal, "read", slow_read)
-        await kernel.decide(dfid, "override", operator="ana", reason="checked by phone")
+        await kernel.decide(
+            dfid,
+            "override",
+            operator="ana",
+            reason="checked by phone",
+            action_hash=action_of(kernel, dfid),
+        )
         assert (await kernel.wait_flow(dfid)).status is FlowStatus.CLOSED
 
     roots = [s for s in exporter.get_finished_spans() if parent_of(s) is None]

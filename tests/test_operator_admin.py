@@ -73,7 +73,7 @@ async def test_agent_changes_are_checked_before_they_are_queued(tmp_path):
         assert read_rows(conn) == []
 
 
-async def test_a_malformed_row_is_left_unapplied_and_nothing_is_recorded(tmp_path):
+async def test_a_malformed_row_is_refused_on_record_and_never_applied(tmp_path):
     db = tmp_path / "j.db"
     async with kernel_for(db) as kernel:
         await kernel.register(ScriptedAgent())
@@ -88,8 +88,15 @@ async def test_a_malformed_row_is_left_unapplied_and_nothing_is_recorded(tmp_pat
         with connect(str(db)) as conn:
             rows = read_rows(conn, pending=False)
         changes = await kernel.journal.read(types=["AgentStatusChanged"])
-    assert [(r.id, r.taken_seq) for r in rows] == [(row_id, -1), (row_id + 1, changes[0].seq)]
+        [refused] = await kernel.journal.read(types=["InputRefused"])
+    assert [(r.id, r.taken_seq) for r in rows] == [
+        (row_id, refused.seq),
+        (row_id + 1, changes[0].seq),
+    ]
     assert [e.payload.inbox_id for e in changes] == [row_id + 1]
+    assert refused.payload.inbox_id == row_id
+    assert refused.payload.reason_code == "SCHEMA_INVALID"
+    assert refused.payload.field == "reason"  # missing, and ASLEEP is no status either
 
 
 async def test_an_operator_overrides_a_deferred_rule_exactly_once(tmp_path):

@@ -22,7 +22,7 @@ from kernel import (
 )
 from kernel.packs import PolicyCatalog
 from kernel.rules import ALLOW, RuleVerdict, View, rule
-from tests.helpers import ScriptedAgent
+from tests.helpers import ScriptedAgent, action_of
 from tests.test_amendments import PACK, Desk, Order, trader, verdict
 
 V2 = dataclasses.replace(
@@ -105,7 +105,7 @@ async def test_an_escalated_flow_keeps_the_verdict_of_the_version_that_judged_it
         await k.load_pack(V2)
         [escalated] = await k.journal.read(dfid=dfid, types=["FlowEscalated"])
         assert escalated.payload.pack == PACK.hash
-        await k.decide(dfid, "approve", operator="ana", reason="ok")
+        await k.decide(dfid, "approve", operator="ana", reason="ok", action_hash=action_of(k, dfid))
         assert (await k.wait_flow(dfid)).status is FlowStatus.CLOSED
 
 

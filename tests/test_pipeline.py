@@ -29,6 +29,7 @@ from tests.helpers import (
     Bank,
     ScriptedAgent,
     Transfer,
+    action_of,
     kernel_for,
     transfer,
     types_of,
@@ -131,7 +132,11 @@ async def test_low_confidence_escalates_and_a_human_override_executes(tmp_path):
         assert bank.calls == []
 
         verdict = await kernel.decide(
-            dfid, Decision.OVERRIDE, operator="ana", reason="known vendor"
+            dfid,
+            Decision.OVERRIDE,
+            operator="ana",
+            reason="known vendor",
+            action_hash=action_of(kernel, dfid),
         )
         assert verdict.outcome is Outcome.ACCEPTED
         flow = await kernel.wait_flow(dfid)
@@ -154,7 +159,9 @@ async def test_a_human_abort_ends_the_flow(tmp_path):
         assert flow.status is FlowStatus.ABORTED
         assert flow.reason_code is ReasonCode.HUMAN_REJECTED
         assert bank.calls == []
-        again = await kernel.decide(dfid, "override", operator="bob", reason="too late")
+        again = await kernel.decide(
+            dfid, "override", operator="bob", reason="too late", action_hash=action_of(kernel, dfid)
+        )
         assert again.outcome is Outcome.REFUSED
 
 
@@ -257,7 +264,13 @@ async def test_flows_survive_a_restart_of_the_kernel(tmp_path):
     bank = Bank()
     async with kernel_for(tmp_path / "j.db", bank=bank) as kernel:
         assert kernel.flow(dfid).status is FlowStatus.ESCALATED
-        await kernel.decide(dfid, "override", operator="ana", reason="checked by phone")
+        await kernel.decide(
+            dfid,
+            "override",
+            operator="ana",
+            reason="checked by phone",
+            action_hash=action_of(kernel, dfid),
+        )
         assert (await kernel.wait_flow(dfid)).status is FlowStatus.CLOSED
         assert len(bank.calls) == 1
 

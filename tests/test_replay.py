@@ -8,7 +8,7 @@ import anyio
 import pytest
 
 from kernel import FlowStatus, fold
-from tests.helpers import ScriptedAgent, kernel_for, transfer
+from tests.helpers import ScriptedAgent, action_of, kernel_for, transfer
 
 
 class RandomAgent(ScriptedAgent):
@@ -51,7 +51,10 @@ async def test_fold_from_scratch_equals_the_live_projections(tmp_path, seed):
         await kernel.wait_quiet()
         for flow in kernel.flows(FlowStatus.ESCALATED):
             decision = rng.choice(["override", "abort"])
-            await kernel.decide(flow.dfid, decision, operator="ana", reason="replay test")
+            action = action_of(kernel, flow.dfid)
+            await kernel.decide(
+                flow.dfid, decision, operator="ana", reason="replay test", action_hash=action
+            )
         with anyio.fail_after(30):
             await kernel.wait_quiet()
 

@@ -23,7 +23,7 @@ from kernel import (
 )
 from kernel.execution import AdapterError
 from kernel.packs import Consume
-from tests.helpers import ScriptedAgent
+from tests.helpers import ScriptedAgent, action_of
 
 
 class Claim(PolicyKind, tag="race.claim"):
@@ -142,7 +142,9 @@ async def test_an_escalated_flow_holds_until_a_human_ends_it(tmp_path, decision)
         [rejected] = await k.journal.read(dfid=second, types=["ProposalRejected"])
         assert rejected.payload.feedback.reason_code is ReasonCode.RESOURCE_CONTENTION
 
-        await k.decide(first, decision, operator="ana", reason="checked")
+        await k.decide(
+            first, decision, operator="ana", reason="checked", action_hash=action_of(k, first)
+        )
         await k.wait_flow(first, {FlowStatus.CLOSED, FlowStatus.ABORTED})
         assert k.projections.held == {}
 

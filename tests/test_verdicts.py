@@ -16,7 +16,7 @@ from kernel.events import FlowEscalated, ProposalAccepted, ProposalRejected, Pro
 from kernel.memory_pack import MEMORY_PACK
 from kernel.reverify import PackPathError, load_packs, rejudge
 from policies.trading import TRADING
-from tests.helpers import Bank
+from tests.helpers import Bank, action_of
 
 PRICES = {"market.ACME.price": "100.00", "market.GLOBEX.price": "50.00"}
 PRICES["market.INITECH.price"] = "10.00"
@@ -86,7 +86,13 @@ async def workload(path: Path) -> dict[str, str]:
             desk.plan.append(step)
             [flows[name]] = await kernel.trigger("market.tick", PRICES)
             await kernel.wait_flow(flows[name])
-        await kernel.decide(flows["large"], "approve", operator="ana", reason="known desk")
+        await kernel.decide(
+            flows["large"],
+            "approve",
+            operator="ana",
+            reason="known desk",
+            action_hash=action_of(kernel, flows["large"]),
+        )
         await kernel.decide(
             flows["unsure"],
             "modify",
