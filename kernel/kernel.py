@@ -446,17 +446,28 @@ class Kernel:
             raise AmendmentInvalid(event.reason_code, event.detail)
         return event
 
-    async def load_pack(self, pack: PolicyPack, *, operator: str = "", reason: str = "") -> PackRef:
+    async def load_pack(self, pack: PolicyPack, *, operator: str, reason: str) -> PackRef:
         """Load a new version of a pack (or a new pack); record PackLoaded and judge with it.
 
-        Flows already judged keep their verdicts. Loading the version in force records nothing.
+        An operator's act: it names who and why. Flows already judged keep their
+        verdicts. Loading the version in force records nothing.
 
         Raises:
+            InputInvalid: no operator or reason, or one too long (recorded).
             PackError: the pack is invalid (nothing changes), with the same message as at start.
         """
+        try:
+            act = wall.admit(wall.fields(operator=operator, reason=reason), wall.HumanActSpec)
+        except InputInvalid as exc:
+            await self._record_refusal("load_pack", exc, operator, target=pack.name)
+            raise
         reply: Reply[Any] = Reply()
         msg = LoadPack(
-            pack=pack, adapters=self._adapter_names, operator=operator, reason=reason, reply=reply
+            pack=pack,
+            adapters=self._adapter_names,
+            operator=act.operator,
+            reason=act.reason,
+            reply=reply,
         )
         answer = await self._call(self.integrity_mailbox, msg, reply)
         if isinstance(answer, PackError):

@@ -9,6 +9,7 @@ import pytest
 
 from kernel import (
     FlowStatus,
+    InputInvalid,
     LimitSpec,
     ManualClock,
     PackError,
@@ -75,7 +76,7 @@ async def test_a_new_version_is_recorded_and_judges_what_comes_after(tmp_path):
         verdicts = await k.journal.read(types=["ProposalAccepted", "ProposalRejected"])
         assert [v.payload.pack for v in verdicts] == [PACK.hash, V2.hash]
         # Loading the version in force changes nothing and records nothing.
-        assert await k.load_pack(V2) == V2.ref
+        assert await k.load_pack(V2, operator="ana", reason="again") == V2.ref
         assert len(await k.journal.read(types=["PackLoaded"])) == 1
 
         # What a re-judge needs: the projection at each proposal's seq names the pack
@@ -102,7 +103,7 @@ async def test_an_escalated_flow_keeps_the_verdict_of_the_version_that_judged_it
         await k.register(unsure)
         [dfid] = await k.trigger("desk.tick")
         assert (await k.wait_flow(dfid)).status is FlowStatus.ESCALATED
-        await k.load_pack(V2)
+        await k.load_pack(V2, operator="ana", reason="v2")
         [escalated] = await k.journal.read(dfid=dfid, types=["FlowEscalated"])
         assert escalated.payload.pack == PACK.hash
         await k.decide(dfid, "approve", operator="ana", reason="ok", action_hash=action_of(k, dfid))
@@ -129,7 +130,7 @@ async def test_an_invalid_pack_is_refused_as_at_start_and_nothing_changes(tmp_pa
     async with kernel(tmp_path / "j.db") as k:
         await k.register(trader(qty=4))
         with pytest.raises(PackError) as at_runtime:
-            await k.load_pack(bad)
+            await k.load_pack(bad, operator="ana", reason="bad")
         assert str(at_runtime.value) == str(at_start.value)
         assert await k.journal.read(types=["PackLoaded"]) == []
         assert k.catalog.pack_of["desk.order"] is PACK
@@ -146,15 +147,30 @@ async def test_a_version_may_add_kinds_but_not_drop_them_nor_need_a_missing_adap
     async with kernel(tmp_path / "j.db") as k:
         dropped = dataclasses.replace(PACK, version="2.0.0", kinds=(Other,), rules=())
         with pytest.raises(PackError, match="drops policy kind"):
-            await k.load_pack(dropped)
+            await k.load_pack(dropped, operator="ana", reason="drop")
         with pytest.raises(PackError, match="no adapter registered for nowhere"):
-            await k.load_pack(dataclasses.replace(PACK, version="2.0.0", kinds=(Order, Elsewhere)))
+            await k.load_pack(
+                dataclasses.replace(PACK, version="2.0.0", kinds=(Order, Elsewhere)),
+                operator="ana",
+                reason="swap",
+            )
         grown = dataclasses.replace(PACK, version="2.0.0", kinds=(Order, Other))
-        await k.load_pack(grown)
+        await k.load_pack(grown, operator="ana", reason="grow")
         assert "desk.other" in k.catalog.kinds and "desk.other" in k.catalog.schemas
         # A new pack altogether is loaded beside the others.
         extra = PolicyPack(name="extra", version="1.0.0", kinds=())
-        ref = await k.load_pack(extra)
+        ref = await k.load_pack(extra, operator="ana", reason="extra")
         [_, added] = await k.journal.read(types=["PackLoaded"])
         assert added.payload.pack == ref and added.payload.previous == ""
         assert set(k.projections.packs) == {"desk", "extra"}
+
+
+@pytest.mark.parametrize(("operator", "reason"), [("", "tighter"), ("ana", "  "), (None, "x")])
+async def test_loading_a_pack_is_an_operator_act_that_names_who_and_why(tmp_path, operator, reason):
+    async with kernel(tmp_path / "j.db") as k:
+        with pytest.raises(InputInvalid):
+            await k.load_pack(V2, operator=operator, reason=reason)
+        assert await k.journal.read(types=["PackLoaded"]) == []
+        [refused] = await k.journal.read(types=["InputRefused"])
+        assert refused.payload.entry == "load_pack" and refused.payload.target == "desk"
+        assert k.projections.packs["desk"] == PACK.ref
