@@ -18,6 +18,7 @@ from pathlib import Path
 import anyio
 
 from kernel.events import (
+    AnyPayload,
     ContextCompiled,
     Draft,
     ExecutionIntent,
@@ -40,7 +41,7 @@ def flow_drafts(n: int) -> list[Draft]:
     """The seven events of one closed flow."""
     dfid = f"{n:032x}"
     key = f"k{n}"
-    payloads = [
+    payloads: list[AnyPayload] = [
         FlowCreated(root_dfid=dfid, topic="bench"),
         ContextCompiled(attempt=1, context_ref="c", state={"bench.n": n}),
         ProposalSubmitted(

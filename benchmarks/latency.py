@@ -11,6 +11,7 @@ think time, not the kernel's) is measured around the call and subtracted.
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -59,7 +60,7 @@ async def run_latency(path: Path, flows: int, rate: float = 500.0) -> LatencyRun
     fired: dict[str, int] = {}
     closed: dict[str, int] = {}
 
-    def on_commit(events: list[Event] | tuple[Event, ...]) -> None:
+    def on_commit(events: Sequence[Event]) -> None:
         now = time.perf_counter_ns()
         for event in events:
             if event.type == "FlowClosed" and event.dfid is not None:

@@ -33,7 +33,7 @@ from decimal import Decimal
 from enum import StrEnum
 from functools import cached_property
 from types import MappingProxyType
-from typing import Any, ClassVar
+from typing import Any, ClassVar, dataclass_transform
 
 import msgspec
 import msgspec.inspect
@@ -75,6 +75,9 @@ class NeedsHuman(msgspec.Struct, frozen=True, kw_only=True):
     detail: str
 
 
+# msgspec makes a subclass of a frozen Struct frozen too; this tells type checkers so, so a
+# kind needs no ``frozen=True`` of its own (which would change its source, hence its pack hash).
+@dataclass_transform(frozen_default=True, field_specifiers=(msgspec.field,))
 class PolicyKind(
     msgspec.Struct, frozen=True, kw_only=True, tag_field="kind", forbid_unknown_fields=True
 ):

@@ -13,11 +13,22 @@ from random import random as rand
 
 import pytest
 
-from kernel import ManualClock, PackError, PolicyPack, Receipt, SeededIds, open_kernel
+from examples.desk import DESK
+from examples.desk_0_1 import DESK_0_1
+from kernel import (
+    ManualClock,
+    PackError,
+    PolicyKind,
+    PolicyPack,
+    Receipt,
+    SeededIds,
+    open_kernel,
+)
 from kernel.packs import Consume, LimitSpec, PolicyCatalog, Threshold
 from kernel.rules import ALLOW, OneOf, Range, RuleVerdict, StateMatch, View, deny, rule
 from policies.booking import BOOKING
 from policies.trading import TRADING
+from policies.trading_0_2 import TRADING_0_2
 from tests.gate_domain import SHOP, Buy, qty_cap
 
 HERE = __file__
@@ -192,6 +203,21 @@ def test_the_shipped_packs_load_and_their_hash_covers_the_rules():
 
     changed = dataclasses.replace(SHOP, rules=(qty_cap,))
     assert changed.hash != SHOP.hash
+
+
+def test_every_policy_kind_is_frozen_without_declaring_it():
+    # PolicyKind tells type checkers its subclasses are frozen (dataclass_transform), and the
+    # shipped kinds do not say frozen=True: that holds only while msgspec inherits frozen.
+    class Bare(PolicyKind, tag="test.bare"):
+        n: int
+
+    kinds = [
+        Bare,
+        *(k for p in (TRADING, TRADING_0_2, DESK, DESK_0_1, BOOKING, SHOP) for k in p.kinds),
+    ]
+    assert all(k.__struct_config__.frozen for k in kinds)
+    with pytest.raises(AttributeError):
+        Bare(n=1).n = 2
 
 
 # --- a pack is immutable once built: what judges is what its hash covers -----------
