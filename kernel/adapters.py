@@ -58,11 +58,23 @@ class Quote(msgspec.Struct, frozen=True, gc=False, kw_only=True):
 
 
 class AdapterError(Exception):
-    """An adapter call that failed; ``transient`` says whether a retry could succeed."""
+    """An adapter call that failed; ``transient`` says whether a retry could succeed.
 
-    def __init__(self, message: str, *, transient: bool = False) -> None:
+    ``outcome_unknown`` says whether the call may have reached the system and
+    taken effect (a timeout, a lost connection, a 5xx after the request was
+    sent). It defaults to ``transient``: the engine cannot tell a timeout after
+    the effect from one before it, so a transient error counts as an unknown
+    outcome unless the adapter knows nothing happened (a throttle, a 503 from a
+    gateway that never forwarded the request) and says ``outcome_unknown=False``.
+    A terminal error means no effect happened, unless it says otherwise.
+    """
+
+    def __init__(
+        self, message: str, *, transient: bool = False, outcome_unknown: bool | None = None
+    ) -> None:
         super().__init__(message)
         self.transient = transient
+        self.outcome_unknown = transient if outcome_unknown is None else outcome_unknown
 
 
 class Adapter(Protocol):

@@ -122,6 +122,7 @@ class Kernel:
         # One jitter source for every instance of the engine, so a restart does not
         # replay the same draws.
         jitter = random.Random(jitter_seed)
+        unsure: set[str] = set()  # keys of unknown outcome, kept across engine restarts
         self._capacity = capacity
         self.registry_mailbox: Mailbox[Any] = Mailbox("registry", capacity)
         self.compiler_mailbox: Mailbox[Any] = Mailbox("context", capacity)
@@ -201,6 +202,7 @@ class Kernel:
                     rng=jitter,
                     retry=retry,
                     escalation=self.escalation_mailbox,
+                    unsure=unsure,
                 ),
                 self.execution_mailbox,
             ),
