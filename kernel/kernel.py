@@ -313,6 +313,12 @@ class Kernel:
         is refused with ACTION_MISMATCH. A late decision finds the approval
         expired (EXPIRED), and a flow not waiting for a human refuses it
         (FLOW_NOT_ACTIVE); every refusal is recorded.
+
+        A flow escalated with OUTCOME_UNKNOWN (its effect may have happened)
+        takes only ``reconcile`` (``params={"outcome": "done", "external_id":
+        ...}`` or ``{"outcome": "not_done"}``: what the external system shows)
+        or ``retry`` (call again with the same key); any other decision there
+        is refused with OUTCOME_UNKNOWN.
         """
         await self._recall(dfid)
         reply: Reply[Verdict] = Reply()
