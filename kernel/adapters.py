@@ -17,9 +17,12 @@ The contract every adapter keeps:
 2. **Errors are classified.** A failure raises :class:`AdapterError`;
    ``transient=True`` means a retry could succeed (a timeout, a 5xx, a
    throttle), ``transient=False`` means it cannot and that *no effect
-   happened* (a refusal, a validation error). Any other exception counts as
-   terminal. The engine retries transient errors with backoff up to the
-   adapter's :class:`RetryPolicy`; agents never retry side effects.
+   happened* (a refusal, a validation error). ``outcome_unknown`` says whether
+   the call may have taken effect (default: ``transient``). Any other exception
+   counts as terminal with an unknown outcome. The engine retries transient
+   errors with backoff up to the adapter's :class:`RetryPolicy`; an unknown
+   outcome is looked up, retried within the intent's validity, or handed to a
+   human (OUTCOME_UNKNOWN: reconcile or retry); agents never retry side effects.
 3. **Optional live state.** ``async quote(intent) -> Quote`` returns the price
    and market state now; the engine checks the intent's bounds against it just
    before the first call of a key (see :mod:`kernel.constraints`).

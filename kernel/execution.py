@@ -407,7 +407,10 @@ class ExecutionEngine:
         With ``lookup``, every repeated call asked first, so only this attempt
         counts (and a lookup's own None settles it). Without, an earlier
         attempt's lost answer, or a crash while the key was pending, may be the
-        effect that a later refusal before the effect does not reveal.
+        effect that a later transient refusal (a gateway's 503, which never
+        reached the system's key) does not reveal. A terminal refusal does: a
+        system that honours keys answers a key that took effect with its
+        receipt, never with a refusal.
         """
         if msg.looked_up:
             return msg.unknown
@@ -415,6 +418,9 @@ class ExecutionEngine:
             self._unsure.add(msg.key)
             return True
         if self._has_lookup(intent.adapter):
+            return False
+        if not msg.transient:
+            self._unsure.discard(msg.key)
             return False
         return msg.key in self._unsure or msg.key in self._resumed
 

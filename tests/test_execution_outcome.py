@@ -285,3 +285,43 @@ def test_dirk_decide_offers_reconcile_and_retry_on_an_unknown_outcome(tmp_path):
     assert row["decision"] == "reconcile"
     assert row["params"] == {"outcome": "done", "external_id": "desk.ping-1"}
     assert row["action_hash"]
+
+
+@pytest.mark.parametrize("desk_type", [Desk, LookupDesk])
+async def test_an_unclassified_exception_is_an_unknown_outcome(tmp_path, desk_type):
+    desk = desk_type({"desk.ping": [ConnectionResetError("peer reset")]}, retry_policy=POLICY)
+    async with desk_kernel(tmp_path / "j.db", desk) as kernel:
+        await kernel.register(agent(Ping(text="hi")))
+        [dfid] = await kernel.trigger("desk.go")
+        flow = await kernel.wait_flow(dfid)
+
+        assert len(desk.calls) == 1  # terminal: never called again by itself
+        if desk_type is LookupDesk:
+            # The lookup found nothing: a known terminal failure.
+            assert (flow.status, flow.reason_code) == (
+                FlowStatus.ABORTED,
+                ReasonCode.EXECUTION_FAILED,
+            )
+        else:
+            assert (flow.status, flow.reason_code) == (
+                FlowStatus.ESCALATED,
+                ReasonCode.OUTCOME_UNKNOWN,
+            )
+            assert "ConnectionResetError: peer reset" in flow.detail
+
+
+async def test_a_terminal_refusal_after_a_lost_answer_settles_the_doubt(tmp_path):
+    # A key-honouring desk answers a key that took effect with its receipt; a
+    # refusal of the key therefore says no effect exists for it (here: the
+    # timeout came before anything happened).
+    script = [AdapterError("read timeout", transient=True), AdapterError("account closed")]
+    desk = Desk({"desk.ping": script}, retry_policy=POLICY)
+    async with desk_kernel(tmp_path / "j.db", desk) as kernel:
+        watch = Watch(kernel)
+        await kernel.register(agent(Ping(text="hi")))
+        [dfid] = await kernel.trigger("desk.go")
+        await watch.events(dfid, "ExecutionRetried")
+        kernel.clock.advance(1)
+        flow = await kernel.wait_flow(dfid)
+        assert (flow.status, flow.reason_code) == (FlowStatus.ABORTED, ReasonCode.EXECUTION_FAILED)
+        assert desk.effects == {} and len(desk.calls) == 2
