@@ -342,12 +342,12 @@ class ExecutionEngine:
                 # nothing to record first). Its answer comes back as this attempt's.
                 out.after_commit_with(self._spawn, partial(self._look_up, msg.dfid, intent, msg))
                 return
-            if unknown and msg.transient and self._still_valid(intent, msg, policy):
+            if unknown and msg.transient and self._still_valid(intent, policy):
                 # The adapter honours the key: calling again cannot double the effect.
                 self._retry_later(flow, intent, msg, policy, out, unknown=True)
                 return
             if unknown:
-                self._escalate_unknown(flow, intent, msg, policy, out)
+                self._escalate_unknown(flow, intent, msg, out)
                 return
         if intent.compensation:
             self._compensation_done(flow, intent, msg, out)
@@ -424,7 +424,7 @@ class ExecutionEngine:
             return False
         return msg.key in self._unsure or msg.key in self._resumed
 
-    def _still_valid(self, intent: ExecutionIntent, msg: AdapterDone, policy: RetryPolicy) -> bool:
+    def _still_valid(self, intent: ExecutionIntent, policy: RetryPolicy) -> bool:
         """Whether one more call, after the next delay, falls inside the intent's validity."""
         if self._clock is None or intent.valid_until_ns is None:
             return False
@@ -436,7 +436,6 @@ class ExecutionEngine:
         flow: FlowState,
         intent: ExecutionIntent,
         msg: AdapterDone,
-        policy: RetryPolicy,
         out: Outbox,
     ) -> None:
         """Hand the flow to a human, the intent still pending: it may have taken effect."""
