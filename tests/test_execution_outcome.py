@@ -27,6 +27,7 @@ from kernel import (
     RetryPolicy,
     fold,
 )
+from kernel.escalation import Tick
 from kernel.events import Event, HumanDecided, ProposalAccepted
 from kernel.flow import apply
 from tests.execution_domain import After, Desk, LookupDesk, Ping, Trip, Watch, agent, desk_kernel
@@ -325,3 +326,16 @@ async def test_a_terminal_refusal_after_a_lost_answer_settles_the_doubt(tmp_path
         flow = await kernel.wait_flow(dfid)
         assert (flow.status, flow.reason_code) == (FlowStatus.ABORTED, ReasonCode.EXECUTION_FAILED)
         assert desk.effects == {} and len(desk.calls) == 2
+
+
+async def test_an_unknown_outcome_never_expires(tmp_path):
+    desk = Desk({"desk.ping": lost(6)}, retry_policy=POLICY)
+    async with desk_kernel(tmp_path / "j.db", desk, inbox_poll_s=None) as kernel:
+        dfid = await escalate_unknown(kernel, desk)
+        await kernel.wait_flow(dfid)
+        kernel.clock.advance(10 * 3600)  # far past the approval's time to live
+        await kernel.escalation_mailbox.send(Tick())
+        verdict = await kernel.decide(dfid, "retry", operator="ana", reason="a day later")
+        assert verdict.outcome is Outcome.ACCEPTED
+        assert (await kernel.wait_flow(dfid)).status is FlowStatus.CLOSED
+        assert "ApprovalExpired" not in await types_of(kernel, dfid)
