@@ -101,7 +101,8 @@ class SimulatedSystem:
         if self._draw(intent.key, 0).random() < self._faults.terminal:
             raise AdapterError(f"400 refused {intent.kind}", transient=False)
         if draw.random() < self._faults.transient:
-            raise AdapterError("503 service unavailable", transient=True)
+            # Refused before anything happened: the system knows it did nothing.
+            raise AdapterError("503 service unavailable", transient=True, outcome_unknown=False)
         self._record(intent)
         if draw.random() < self._faults.duplicate:
             # The network delivers the request again; the system knows the request (and
@@ -109,12 +110,17 @@ class SimulatedSystem:
             self._record(intent)
         self.after_effect(intent, call)
         if draw.random() < self._faults.lost_answer:
+            # The caller cannot tell this from a timeout before the effect: unknown.
             raise AdapterError("timeout: the answer was lost", transient=True)
         receipt = await self._lookup(intent.key)
         assert receipt is not None
         return receipt
 
     async def _lookup(self, key: str) -> Receipt | None:
+        return self.receipt_of(key)
+
+    def receipt_of(self, key: str) -> Receipt | None:
+        """What the system's own console shows for ``key`` (an operator reconciling reads it)."""
         row = self._db.execute("SELECT min(id) FROM effects WHERE key = ?", (key,)).fetchone()
         if row[0] is None:
             return None

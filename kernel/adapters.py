@@ -17,9 +17,12 @@ The contract every adapter keeps:
 2. **Errors are classified.** A failure raises :class:`AdapterError`;
    ``transient=True`` means a retry could succeed (a timeout, a 5xx, a
    throttle), ``transient=False`` means it cannot and that *no effect
-   happened* (a refusal, a validation error). Any other exception counts as
-   terminal. The engine retries transient errors with backoff up to the
-   adapter's :class:`RetryPolicy`; agents never retry side effects.
+   happened* (a refusal, a validation error). ``outcome_unknown`` says whether
+   the call may have taken effect (default: ``transient``). Any other exception
+   counts as terminal with an unknown outcome. The engine retries transient
+   errors with backoff up to the adapter's :class:`RetryPolicy`; an unknown
+   outcome is looked up, retried within the intent's validity, or handed to a
+   human (OUTCOME_UNKNOWN: reconcile or retry); agents never retry side effects.
 3. **Optional live state.** ``async quote(intent) -> Quote`` returns the price
    and market state now; the engine checks the intent's bounds against it just
    before the first call of a key (see :mod:`kernel.constraints`).
@@ -58,11 +61,23 @@ class Quote(msgspec.Struct, frozen=True, gc=False, kw_only=True):
 
 
 class AdapterError(Exception):
-    """An adapter call that failed; ``transient`` says whether a retry could succeed."""
+    """An adapter call that failed; ``transient`` says whether a retry could succeed.
 
-    def __init__(self, message: str, *, transient: bool = False) -> None:
+    ``outcome_unknown`` says whether the call may have reached the system and
+    taken effect (a timeout, a lost connection, a 5xx after the request was
+    sent). It defaults to ``transient``: the engine cannot tell a timeout after
+    the effect from one before it, so a transient error counts as an unknown
+    outcome unless the adapter knows nothing happened (a throttle, a 503 from a
+    gateway that never forwarded the request) and says ``outcome_unknown=False``.
+    A terminal error means no effect happened, unless it says otherwise.
+    """
+
+    def __init__(
+        self, message: str, *, transient: bool = False, outcome_unknown: bool | None = None
+    ) -> None:
         super().__init__(message)
         self.transient = transient
+        self.outcome_unknown = transient if outcome_unknown is None else outcome_unknown
 
 
 class Adapter(Protocol):

@@ -8,6 +8,14 @@ anything else::
     PENDING -> APPROVED -> CONSUMED (executed)
             -> MODIFIED (judged by the DIM again)
             -> REJECTED | EXPIRED
+            -> RESOLVED (an unknown outcome reconciled or retried)
+
+An escalation with reason OUTCOME_UNKNOWN (an adapter call may have taken
+effect, and neither its answer nor ``lookup`` says whether) takes only
+``reconcile`` (the human records what the system shows: done with its external
+id, or not done) or ``retry`` (call again with the same key), never an
+approval or a rejection, and it does not expire: the world may hold an effect
+the journal does not, and only a human who looked may close that gap.
 
 Like every projection, the fold reads no clock: expiry is a fact the
 escalation manager records (ApprovalExpired) when it notices it.
@@ -16,18 +24,27 @@ escalation manager records (ApprovalExpired) when it notices it.
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import Any
 
 import msgspec
 
 from kernel.events import (
     ApprovalExpired,
+    CompensationFailed,
+    CompensationSucceeded,
     Event,
+    ExecutionFailed,
     ExecutionStarted,
+    ExecutionSucceeded,
+    FlowAborted,
+    FlowDirty,
     FlowEscalated,
     HumanDecided,
+    Payload,
     ProposalRecord,
     digest,
 )
+from kernel.flow import RESOLVE_WORDS, FlowState
 from kernel.packs import Impact, NeedsHuman, PolicyCatalog
 from kernel.reasons import ReasonCode
 
@@ -39,6 +56,11 @@ MIN_HASH = 8
 
 APPROVE_WORDS = frozenset({"approve", "override"})
 REJECT_WORDS = frozenset({"reject", "abort"})
+RECONCILE = "reconcile"
+RETRY = "retry"
+DONE = "done"
+NOT_DONE = "not_done"
+"""The two outcomes a reconcile records (``params={"outcome": ..., "external_id": ...}``)."""
 
 
 class ApprovalStatus(StrEnum):
@@ -50,6 +72,7 @@ class ApprovalStatus(StrEnum):
     REJECTED = "REJECTED"
     EXPIRED = "EXPIRED"
     CONSUMED = "CONSUMED"
+    RESOLVED = "RESOLVED"
 
 
 class Approval(msgspec.Struct, frozen=True, gc=False, kw_only=True):
@@ -151,6 +174,8 @@ def apply(approvals: dict[str, Approval], event: Event) -> None:
             status = ApprovalStatus.APPROVED
         elif payload.decision in REJECT_WORDS:
             status = ApprovalStatus.REJECTED
+        elif payload.decision in RESOLVE_WORDS:
+            status = ApprovalStatus.RESOLVED
         else:
             status = ApprovalStatus.MODIFIED
         approvals[dfid] = msgspec.structs.replace(
@@ -170,6 +195,80 @@ def apply(approvals: dict[str, Approval], event: Event) -> None:
 
 APPROVAL_EVENTS = frozenset({FlowEscalated, HumanDecided, ApprovalExpired, ExecutionStarted})
 """The event types :func:`apply` reacts to."""
+
+
+def reconcile_problem(params: dict[str, Any] | None) -> str | None:
+    """Return what is wrong with a reconcile's parameters, or None."""
+    params = params or {}
+    outcome = params.get("outcome")
+    external_id = params.get("external_id")
+    if outcome == DONE:
+        if not isinstance(external_id, str) or not external_id.strip():
+            return "a reconcile as done needs the external id the system shows"
+        return None
+    if outcome == NOT_DONE:
+        return None if external_id in (None, "") else "a reconcile as not done has no external id"
+    return f"a reconcile needs outcome {DONE!r} (with external_id) or {NOT_DONE!r}"
+
+
+def reconciliation(
+    flow: FlowState, catalog: PolicyCatalog, params: dict[str, Any], operator: str
+) -> list[Payload]:
+    """Return the events that record a human's reconcile of the flow's pending intent.
+
+    Recorded in the same append as the decision, so a crash can never leave a
+    reconciled flow to be called again. What follows (closing the flow, the
+    next saga step, the next compensation) the execution engine does, as on
+    recovery; a compensation found not done escalates with the partial state.
+    """
+    intent = flow.pending
+    assert intent is not None
+    detail = {"reconciled_by": operator}
+    if params.get("outcome") == DONE:
+        external_id = str(params["external_id"])
+        if intent.compensation:
+            return [
+                CompensationSucceeded(
+                    key=intent.key,
+                    step=intent.step,
+                    external_id=external_id,
+                    detail=detail,
+                    reconciled=True,
+                )
+            ]
+        return [
+            ExecutionSucceeded(
+                key=intent.key, external_id=external_id, detail=detail, reconciled=True
+            )
+        ]
+    error = f"not done (reconciled by {operator})"
+    if intent.compensation:
+        in_effect = list(range(1, intent.step + 1))
+        undone = list(range(flow.done, intent.step, -1))
+        event = escalation(
+            flow.dfid,
+            flow.proposal,
+            catalog,
+            ReasonCode.EXECUTION_FAILED,
+            f"compensation of step {intent.step} ({intent.action}) {error};"
+            f" steps {in_effect} are still in effect, steps {undone} were undone",
+        )
+        partial = {
+            "in_effect": in_effect,
+            "undone": undone,
+            "failed_step": flow.done + 1,
+            "failed_compensation": intent.step,
+        }
+        return [
+            CompensationFailed(key=intent.key, step=intent.step, error=error),
+            msgspec.structs.replace(event, partial=partial),
+        ]
+    failed = ExecutionFailed(key=intent.key, error=error)
+    code = ReasonCode.EXECUTION_FAILED
+    if flow.done > 0:
+        # Earlier saga steps are in effect: the engine compensates them next.
+        return [failed, FlowDirty(step=intent.step, reason_code=code, detail=error)]
+    return [failed, FlowAborted(reason_code=code, detail=error)]
 
 
 class EscalationBudget(msgspec.Struct, frozen=True, kw_only=True):

@@ -11,7 +11,10 @@ human only when a trigger fires. The triggers, each recorded with its reason:
 Each escalation opens an approval bound to the action's hash
 (:mod:`kernel.approvals`). A human then approves (the action executes as it
 is), modifies (the changed proposal goes through the DIM again) or rejects;
-every decision records who made it and why. An approval nobody decides on in
+every decision records who made it and why. An escalation whose outcome is
+unknown (OUTCOME_UNKNOWN: the effect may have happened) takes only reconcile
+or retry, refuses every other decision with OUTCOME_UNKNOWN, never expires
+and is never aborted for the agent's escalation budget. An approval nobody decides on in
 time expires (noticed on a tick, or when a decision arrives late), and an
 agent that escalates more often than its budget allows is demoted to PASSIVE.
 """
@@ -26,12 +29,15 @@ import msgspec
 from kernel.actors import Mailbox, Outbox, Reply
 from kernel.approvals import (
     APPROVE_WORDS,
+    RECONCILE,
     REJECT_WORDS,
     Approval,
     ApprovalStatus,
     EscalationBudget,
     escalation,
     over_budget,
+    reconcile_problem,
+    reconciliation,
 )
 from kernel.contracts import Outcome, Verdict
 from kernel.events import (
@@ -43,7 +49,8 @@ from kernel.events import (
     HumanDecided,
     ProposalAccepted,
 )
-from kernel.flow import FlowState, FlowStatus
+from kernel.execution import Resolve
+from kernel.flow import RESOLVE_WORDS, FlowState, FlowStatus
 from kernel.integrity import Escalate, Execute, Validate
 from kernel.packs import PolicyCatalog
 from kernel.ports import Clock
@@ -59,6 +66,10 @@ class Decision(StrEnum):
 
     APPROVE, REJECT and MODIFY are the operator's words; OVERRIDE and ABORT are
     the older words for approve and reject, still accepted and recorded as given.
+    RECONCILE and RETRY are the only decisions on an intent whose outcome is
+    unknown: reconcile records what the system shows (``params`` ``{"outcome":
+    "done", "external_id": ...}`` or ``{"outcome": "not_done"}``), retry calls
+    the adapter again with the same key.
     """
 
     APPROVE = "approve"
@@ -66,6 +77,8 @@ class Decision(StrEnum):
     MODIFY = "modify"
     OVERRIDE = "override"
     ABORT = "abort"
+    RECONCILE = "reconcile"
+    RETRY = "retry"
 
 
 class EscalationPolicy(msgspec.Struct, frozen=True, kw_only=True):
@@ -140,13 +153,13 @@ class EscalationManager:
             case EscalateOperational():
                 flow = out.flow(msg.dfid)
                 if flow is not None and flow.status in (FlowStatus.EXECUTING, FlowStatus.DIRTY):
-                    event = escalation(
-                        msg.dfid,
-                        flow.proposal,
-                        self._catalog,
-                        ReasonCode.EXECUTION_FAILED,
-                        msg.detail,
+                    # A call still pending may have taken effect: only reconcile or retry.
+                    code = (
+                        ReasonCode.EXECUTION_FAILED
+                        if flow.pending is None
+                        else ReasonCode.OUTCOME_UNKNOWN
                     )
+                    event = escalation(msg.dfid, flow.proposal, self._catalog, code, msg.detail)
                     out.emit(event, dfid=msg.dfid)
 
     # --- budgets, expiry, the watchdog ----------------------------------------
@@ -154,7 +167,8 @@ class EscalationManager:
     def _charge(self, flow: FlowState, out: Outbox, *, staged: bool) -> None:
         """Spend one escalation of the agent's budget; demote and abort when it is empty."""
         bucket = self._policy.budget
-        if bucket is None:
+        if bucket is None or flow.pending is not None:
+            # An intent of unknown outcome waits for a human whatever the budget says.
             return
         history = list(self._projections.escalations.get(flow.agent_id, ()))
         # Escalations staged by this batch are not folded yet, but they spent tokens.
@@ -201,7 +215,7 @@ class EscalationManager:
                     continue
                 flow = out.flow(approval.dfid)
                 if flow is not None and flow.status is FlowStatus.ESCALATED:
-                    if self._expired(approval, now):
+                    if flow.pending is None and self._expired(approval, now):
                         self._expire(approval, out)
         silence = self._policy.silence_s
         if silence is not None:
@@ -254,7 +268,7 @@ class EscalationManager:
             detail = f"flow {msg.dfid} is {status}, not waiting for a human decision"
             self._refuse(msg, flow, ReasonCode.FLOW_NOT_ACTIVE, detail, out)
             return
-        if self._expired(approval, self._clock.now_ns()):
+        if flow.pending is None and self._expired(approval, self._clock.now_ns()):
             self._expire(approval, out)
             detail = f"the approval expired: no decision within {self._policy.approval_ttl_s:g} s"
             self._refuse(msg, flow, ReasonCode.EXPIRED, detail, out)
@@ -275,7 +289,9 @@ class EscalationManager:
             ),
             dfid=msg.dfid,
         )
-        if msg.decision in APPROVE_WORDS:
+        if msg.decision in RESOLVE_WORDS:
+            self._resolve(msg, flow, decided, out)
+        elif msg.decision in APPROVE_WORDS:
             out.emit(
                 ProposalAccepted(attempt=flow.attempts, by_human=True), dfid=msg.dfid, after=decided
             )
@@ -329,12 +345,44 @@ class EscalationManager:
         if msg.inbox_id is not None and msg.action_hash is None:
             detail = "a decision from the operator inbox must name the action it was made on"
             return ReasonCode.ACTION_MISMATCH, detail, "action_hash"
+        if flow.pending is not None:
+            if msg.decision not in RESOLVE_WORDS:
+                detail = (
+                    f"the effect of this flow may have happened (key {flow.pending.key});"
+                    f" {msg.decision} would leave the world and the record apart:"
+                    " reconcile (done with the external id, or not done) or retry"
+                )
+                return ReasonCode.OUTCOME_UNKNOWN, detail, "decision"
+            if msg.decision == RECONCILE:
+                problem = reconcile_problem(msg.params)
+                if problem is not None:
+                    return ReasonCode.SCHEMA_INVALID, problem, "params"
+            return None
+        if msg.decision in RESOLVE_WORDS:
+            detail = (
+                f"{msg.decision} applies only to an intent whose outcome is unknown;"
+                f" this flow escalated for {approval.reason_code}"
+            )
+            return ReasonCode.SCHEMA_INVALID, detail, "decision"
         if msg.decision not in REJECT_WORDS and not approval.action_hash:
             detail = f"there is no proposed action to {msg.decision} ({approval.reason_code})"
             return ReasonCode.SCHEMA_INVALID, detail, "decision"
         if msg.decision is Decision.MODIFY and msg.params is None:
             return ReasonCode.SCHEMA_INVALID, "a modification needs the new parameters", "params"
         return None
+
+    def _resolve(self, msg: Decide, flow: FlowState, decided: int, out: Outbox) -> None:
+        """Record a reconcile's result with the decision; the engine goes on from there."""
+        outcome = Outcome.ACCEPTED
+        if msg.decision == RECONCILE:
+            assert msg.params is not None
+            results = reconciliation(flow, self._catalog, msg.params, msg.operator)
+            for payload in results:
+                out.emit(payload, dfid=msg.dfid, after=decided)
+            if isinstance(results[-1], FlowAborted):
+                outcome = Outcome.ABORTED
+        out.send(self._execution, Resolve(dfid=msg.dfid))
+        out.reply(msg.reply, Verdict(outcome=outcome, dfid=msg.dfid, attempt=flow.attempts))
 
     def _refuse(
         self,

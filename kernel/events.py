@@ -279,12 +279,16 @@ class ExecutionSucceeded(Payload, frozen=True, tag=True):
     detail: dict[str, Any] = {}
     recovered: bool = False
     """The result was found by the adapter's ``lookup`` after a restart, not by a call."""
+    reconciled: bool = False
+    """The result was observed outside the kernel and recorded by a human (``reconcile``)."""
 
 
 class ExecutionFailed(Payload, frozen=True, tag=True):
     key: str
     error: str
     transient: bool = False
+    unknown: bool = False
+    """The effect may have happened: the intent stays pending until a human decides."""
 
 
 class ExecutionRetried(Payload, frozen=True, tag=True):
@@ -295,6 +299,8 @@ class ExecutionRetried(Payload, frozen=True, tag=True):
     error: str
     delay_ns: int
     retry_at_ns: int
+    unknown: bool = False
+    """The failed attempt may have reached the system (its outcome is unknown)."""
 
 
 class ExecutionRefused(Payload, frozen=True, tag=True):
@@ -326,6 +332,8 @@ class CompensationSucceeded(Payload, frozen=True, tag=True):
     external_id: str = ""
     detail: dict[str, Any] = {}
     recovered: bool = False
+    reconciled: bool = False
+    """Recorded by a human who observed the result outside the kernel (``reconcile``)."""
 
 
 class CompensationFailed(Payload, frozen=True, tag=True):
@@ -333,6 +341,8 @@ class CompensationFailed(Payload, frozen=True, tag=True):
     step: int
     error: str
     transient: bool = False
+    unknown: bool = False
+    """The compensation may have happened: it stays pending until a human decides."""
 
 
 class FlowCompensated(Payload, frozen=True, tag=True):

@@ -27,6 +27,12 @@ a restarted actor or a restarted kernel continues from the journal.
 - Recovery: on start (:class:`Recover`), a pending intent is resumed with the
   same key (``lookup`` first where the adapter has it), accepted flows never
   started are started, and interrupted compensations continue.
+- Unknown outcomes: a failure after which the effect may exist (a lost answer,
+  a resumption after a crash) is never recorded as "did not happen". When the
+  budget is spent the engine asks ``lookup`` (where the adapter has it); an
+  adapter that honours keys is called again on the clock while the intent is
+  valid; after that the flow escalates with OUTCOME_UNKNOWN, its intent still
+  pending, and only a human's ``reconcile`` or ``retry`` moves it on.
 """
 
 from __future__ import annotations
@@ -96,10 +102,20 @@ class AdapterDone(msgspec.Struct, frozen=True, gc=False, kw_only=True):
     violation: Violation | None = None
     error: str = ""
     transient: bool = False
+    unknown: bool = False
+    """The call may have taken effect (its answer is missing or unclassified)."""
+    looked_up: bool = False
+    """The lookup asked before escalating answered: None (no receipt) means no effect exists."""
 
 
 class Recover(msgspec.Struct, frozen=True, gc=False, kw_only=True):
     """Resume every execution an earlier run left unfinished (sent once at start)."""
+
+
+class Resolve(msgspec.Struct, frozen=True, gc=False, kw_only=True):
+    """A human's reconcile or retry of an unknown outcome is recorded: go on from there."""
+
+    dfid: str
 
 
 Spawn = Callable[[Callable[[], Any]], None]
@@ -114,6 +130,7 @@ class ExecutionEngine:
         clock: the time port: backoff waits and validity checks read it.
         rng: the seeded source of backoff jitter (shared across actor restarts).
         retry: the retry policy of adapters that declare none.
+        unsure: keys whose outcome an attempt left unknown (shared across actor restarts).
     """
 
     def __init__(
@@ -128,6 +145,7 @@ class ExecutionEngine:
         rng: random.Random | None = None,
         retry: RetryPolicy | None = None,
         escalation: Mailbox[Any] | None = None,
+        unsure: set[str] | None = None,
     ) -> None:
         self._catalog = catalog
         self._adapters = adapters
@@ -140,8 +158,12 @@ class ExecutionEngine:
         self._escalation = escalation
         self._resumed: set[str] = set()
         """Keys recovery called again: a Dispatch racing with recovery must not call twice."""
+        self._unsure = unsure if unsure is not None else set()
+        """Keys an attempt (or a crash) of this run may have carried out unanswered."""
 
-    async def handle(self, msg: Execute | Dispatch | AdapterDone | Recover, out: Outbox) -> None:
+    async def handle(
+        self, msg: Execute | Dispatch | AdapterDone | Recover | Resolve, out: Outbox
+    ) -> None:
         match msg:
             case Execute():
                 self._execute(msg, out)
@@ -151,6 +173,8 @@ class ExecutionEngine:
                 self._dispatch(msg, out)
             case Recover():
                 self._recover(out)
+            case Resolve():
+                self._resolve(msg, out)
 
     # --- starting ------------------------------------------------------------
 
@@ -229,12 +253,14 @@ class ExecutionEngine:
         """Call the adapter once for ``intent`` and report back; never raises."""
         adapter = self._adapters[intent.adapter]
         done = AdapterDone(dfid=dfid, key=intent.key, attempt=attempt)
+        looking = False
         try:
             if at_ns is not None and self._clock is not None:
                 # The due time was recorded: a clock moved past it meanwhile waits no more.
                 await self._clock.sleep(max(0, at_ns - self._clock.now_ns()) / 1e9)
             lookup = getattr(adapter, "lookup", None)
             if not fresh and callable(lookup):
+                looking = True
                 found = await lookup(intent.key)
                 if found is not None:
                     await self._mailbox.send(
@@ -242,6 +268,7 @@ class ExecutionEngine:
                     )
                     return
                 fresh = True  # the adapter says no effect exists for this key
+            looking = False
             if fresh and not intent.compensation:
                 violation = await self._check(adapter, intent)
                 if violation is not None:
@@ -250,9 +277,34 @@ class ExecutionEngine:
             receipt = await adapter.execute(intent)
             done = msgspec.structs.replace(done, receipt=receipt)
         except AdapterError as exc:
-            done = msgspec.structs.replace(done, error=str(exc)[:500], transient=exc.transient)
+            done = msgspec.structs.replace(
+                done,
+                error=str(exc)[:500],
+                transient=exc.transient,
+                # A lookup that failed leaves the outcome as unknown as before it.
+                unknown=exc.outcome_unknown or looking,
+            )
         except Exception as exc:
-            done = msgspec.structs.replace(done, error=f"{type(exc).__name__}: {exc}"[:500])
+            # Unclassified: the call may have reached the system; fail closed.
+            error = f"{type(exc).__name__}: {exc}"[:500]
+            done = msgspec.structs.replace(done, error=error, unknown=True)
+        await self._mailbox.send(done)
+
+    async def _look_up(self, dfid: str, intent: ExecutionIntent, last: AdapterDone) -> None:
+        """Ask the adapter's lookup what became of ``intent`` before a human is asked."""
+        lookup = getattr(self._adapters[intent.adapter], "lookup", None)
+        assert callable(lookup)
+        done = msgspec.structs.replace(last, looked_up=True)
+        try:
+            found = await lookup(intent.key)
+        except Exception as exc:
+            error = f"{last.error}; lookup failed: {type(exc).__name__}: {exc}"[:500]
+            done = msgspec.structs.replace(done, error=error, unknown=True)
+        else:
+            if found is not None:
+                done = msgspec.structs.replace(done, receipt=found, found=True, error="")
+            else:
+                done = msgspec.structs.replace(done, unknown=False)
         await self._mailbox.send(done)
 
     async def _check(self, adapter: Adapter, intent: ExecutionIntent) -> Violation | None:
@@ -275,15 +327,32 @@ class ExecutionEngine:
             or flow.pending is None
             or flow.pending.key != msg.key
             or msg.attempt != flow.retries + 1
+            or flow.status not in (FlowStatus.EXECUTING, FlowStatus.DIRTY)
         ):
-            return  # a late answer to something already decided
+            return  # a late answer to something already decided (or waiting for a human)
         intent = flow.pending
         policy = self._policy_of(intent.adapter)
-        if msg.receipt is None and msg.transient and msg.attempt < policy.max_attempts:
-            self._retry_later(flow, intent, msg, policy, out)
-        elif intent.compensation:
+        if msg.receipt is None and msg.violation is None:
+            unknown = self._unknown(intent, msg)
+            if msg.transient and msg.attempt < policy.max_attempts:
+                self._retry_later(flow, intent, msg, policy, out, unknown=unknown)
+                return
+            if unknown and not msg.looked_up and self._has_lookup(intent.adapter):
+                # Before any human: ask the system what became of the key (a read,
+                # nothing to record first). Its answer comes back as this attempt's.
+                out.after_commit_with(self._spawn, partial(self._look_up, msg.dfid, intent, msg))
+                return
+            if unknown and msg.transient and self._still_valid(intent, policy):
+                # The adapter honours the key: calling again cannot double the effect.
+                self._retry_later(flow, intent, msg, policy, out, unknown=True)
+                return
+            if unknown:
+                self._escalate_unknown(flow, intent, msg, out)
+                return
+        if intent.compensation:
             self._compensation_done(flow, intent, msg, out)
         elif msg.receipt is not None:
+            self._unsure.discard(msg.key)
             out.emit(
                 ExecutionSucceeded(
                     key=msg.key,
@@ -293,10 +362,7 @@ class ExecutionEngine:
                 ),
                 dfid=msg.dfid,
             )
-            if intent.step == 0:
-                out.emit(FlowClosed(), dfid=msg.dfid)  # a single action: nothing follows
-            else:
-                self._advance(msg.dfid, out)
+            self._advance_after(intent, msg.dfid, out)
         elif msg.violation is not None:
             v = msg.violation
             out.emit(
@@ -324,6 +390,107 @@ class ExecutionEngine:
             escalate = msg.transient and policy.on_exhausted == "escalate"
             self._fail(flow, intent, ReasonCode.EXECUTION_FAILED, detail, out, escalate=escalate)
 
+    def _advance_after(self, intent: ExecutionIntent, dfid: str, out: Outbox) -> None:
+        if intent.step == 0:
+            out.emit(FlowClosed(), dfid=dfid)  # a single action: nothing follows
+        else:
+            self._advance(dfid, out)
+
+    # --- unknown outcomes ---------------------------------------------------------
+
+    def _has_lookup(self, adapter_name: str) -> bool:
+        return callable(getattr(self._adapters[adapter_name], "lookup", None))
+
+    def _unknown(self, intent: ExecutionIntent, msg: AdapterDone) -> bool:
+        """Whether the effect of ``intent`` may exist although no answer says so.
+
+        With ``lookup``, every repeated call asked first, so only this attempt
+        counts (and a lookup's own None settles it). Without, an earlier
+        attempt's lost answer, or a crash while the key was pending, may be the
+        effect that a later transient refusal (a gateway's 503, which never
+        reached the system's key) does not reveal. A terminal refusal does: a
+        system that honours keys answers a key that took effect with its
+        receipt, never with a refusal.
+        """
+        if msg.looked_up:
+            return msg.unknown
+        if msg.unknown:
+            self._unsure.add(msg.key)
+            return True
+        if self._has_lookup(intent.adapter):
+            return False
+        if not msg.transient:
+            self._unsure.discard(msg.key)
+            return False
+        return msg.key in self._unsure or msg.key in self._resumed
+
+    def _still_valid(self, intent: ExecutionIntent, policy: RetryPolicy) -> bool:
+        """Whether one more call, after the next delay, falls inside the intent's validity."""
+        if self._clock is None or intent.valid_until_ns is None:
+            return False
+        delay_ns = int(policy.max_s * 1e9)
+        return self._clock.now_ns() + delay_ns < intent.valid_until_ns
+
+    def _escalate_unknown(
+        self,
+        flow: FlowState,
+        intent: ExecutionIntent,
+        msg: AdapterDone,
+        out: Outbox,
+    ) -> None:
+        """Hand the flow to a human, the intent still pending: it may have taken effect."""
+        what = f"compensation of step {intent.step}" if intent.compensation else "the effect"
+        detail = (
+            f"outcome unknown: {what} may have happened (key {intent.key});"
+            f" {msg.attempt} attempt(s), last: {msg.error}; reconcile or retry"
+        )[:1000]
+        if intent.compensation:
+            out.emit(
+                CompensationFailed(
+                    key=msg.key,
+                    step=intent.step,
+                    error=msg.error,
+                    transient=msg.transient,
+                    unknown=True,
+                ),
+                dfid=flow.dfid,
+            )
+        else:
+            out.emit(
+                ExecutionFailed(
+                    key=msg.key, error=msg.error, transient=msg.transient, unknown=True
+                ),
+                dfid=flow.dfid,
+            )
+        event = escalation_event(
+            flow.dfid, flow.proposal, self._catalog, ReasonCode.OUTCOME_UNKNOWN, detail
+        )
+        if flow.done > 0 or intent.compensation:
+            event = msgspec.structs.replace(event, partial=self._partial(flow, intent))
+        out.emit(event, dfid=flow.dfid)
+        if self._escalation is not None:
+            out.send(self._escalation, Escalate(dfid=flow.dfid))
+
+    def _partial(self, flow: FlowState, intent: ExecutionIntent) -> dict[str, Any]:
+        """The saga's state for the human: steps in effect, undone, and the one in doubt."""
+        if intent.compensation:
+            return {
+                "in_effect": list(range(1, intent.step + 1)),
+                "undone": list(range(flow.done, intent.step, -1)),
+                "unknown_compensation": intent.step,
+            }
+        return {
+            "in_effect": list(range(1, flow.done + 1)),
+            "undone": [],
+            "unknown_step": intent.step,
+        }
+
+    def _resolve(self, msg: Resolve, out: Outbox) -> None:
+        """Go on after a human's recorded reconcile (the result) or retry (call again)."""
+        flow = out.flow(msg.dfid)
+        if flow is not None and flow.status in (FlowStatus.EXECUTING, FlowStatus.DIRTY):
+            self._resume(flow, out)
+
     def _retry_later(
         self,
         flow: FlowState,
@@ -331,6 +498,8 @@ class ExecutionEngine:
         msg: AdapterDone,
         policy: RetryPolicy,
         out: Outbox,
+        *,
+        unknown: bool = False,
     ) -> None:
         assert self._clock is not None
         delay_ns = int(policy.delay_s(msg.attempt, self._rng) * 1e9)
@@ -342,6 +511,7 @@ class ExecutionEngine:
                 error=msg.error,
                 delay_ns=delay_ns,
                 retry_at_ns=at_ns,
+                unknown=unknown,
             ),
             dfid=flow.dfid,
         )
@@ -455,13 +625,17 @@ class ExecutionEngine:
             if flow.status is FlowStatus.ACCEPTED:
                 self._start_accepted(flow, out)
             elif flow.status in (FlowStatus.EXECUTING, FlowStatus.DIRTY):
-                if flow.pending is not None:
-                    # Started, maybe carried out, not answered: the same key again,
-                    # asking the adapter's lookup first where it has one.
-                    attempt = flow.retries + 1
-                    self._resumed.add(flow.pending.key)
-                    self._call_after_commit(flow.dfid, flow.pending, attempt, fresh=False, out=out)
-                elif flow.status is FlowStatus.DIRTY:
-                    self._compensate_next(flow.dfid, out)
-                else:
-                    self._advance(flow.dfid, out)
+                self._resume(flow, out)
+
+    def _resume(self, flow: FlowState, out: Outbox) -> None:
+        """Go on with an executing (or compensating) flow from what the journal says."""
+        if flow.pending is not None:
+            # Started, maybe carried out, not answered: the same key again,
+            # asking the adapter's lookup first where it has one.
+            attempt = flow.retries + 1
+            self._resumed.add(flow.pending.key)
+            self._call_after_commit(flow.dfid, flow.pending, attempt, fresh=False, out=out)
+        elif flow.status is FlowStatus.DIRTY:
+            self._compensate_next(flow.dfid, out)
+        else:
+            self._advance(flow.dfid, out)

@@ -13,6 +13,12 @@ Lifecycle::
     ACCEPTED -> EXECUTING -> CLOSED | ABORTED | DIRTY | ESCALATED (operational failure)
     DIRTY -> COMPENSATED | ESCALATED (a compensation failed)
     ACTIVE -> ESCALATED (the agent fell silent)
+    ESCALATED -> EXECUTING | DIRTY (a human reconciles or retries an intent whose
+                                     outcome is unknown; only then, and only so)
+
+An intent whose outcome is unknown (ExecutionFailed or CompensationFailed with
+``unknown``) stays ``pending`` through the escalation: such a flow can be
+neither approved nor modified, only reconciled or retried.
 """
 
 from __future__ import annotations
@@ -172,7 +178,20 @@ def _context(state: FlowState, p: ContextCompiled) -> dict[str, object]:
     return {"context_ref": p.context_ref, "compiled": p.attempt}
 
 
+RESOLVE_WORDS = frozenset({"reconcile", "retry"})
+"""The decisions on an intent whose outcome is unknown (and the only ones allowed there)."""
+
+
 def _decided(state: FlowState, p: HumanDecided) -> dict[str, object]:
+    unknown = state.pending is not None
+    if (p.decision in RESOLVE_WORDS) is not unknown:
+        # Reconcile and retry need an intent of unknown outcome; nothing else may
+        # decide one (an approval or rejection would guess at the world).
+        raise IllegalTransition(state.dfid, state.status, f"HumanDecided({p.decision})")
+    if unknown:
+        # The engine records the result (reconcile) or calls again (retry) next.
+        assert state.pending is not None
+        return {"status": S.DIRTY if state.pending.compensation else S.EXECUTING, "retries": 0}
     # A modification is judged by the DIM next; nobody else may act meanwhile.
     return {"status": S.VALIDATING} if p.decision == "modify" else {}
 
@@ -190,6 +209,9 @@ def _rejected(state: FlowState, p: ProposalRejected) -> dict[str, object]:
 
 
 def _accepted(state: FlowState, p: ProposalAccepted) -> dict[str, object]:
+    if state.pending is not None:
+        # An approval would start the intent afresh while its outcome is unknown.
+        raise IllegalTransition(state.dfid, state.status, "ProposalAccepted")
     return {"reason_code": None, "detail": ""}
 
 
@@ -206,7 +228,7 @@ def _succeeded(state: FlowState, p: ExecutionSucceeded) -> dict[str, object]:
 
 
 def _failed(state: FlowState, p: ExecutionFailed) -> dict[str, object]:
-    return {"detail": p.error, "pending": None}
+    return {"detail": p.error, "pending": state.pending if p.unknown else None}
 
 
 def _retried(state: FlowState, p: ExecutionRetried) -> dict[str, object]:
@@ -230,7 +252,7 @@ def _compensated_step(state: FlowState, p: CompensationSucceeded) -> dict[str, o
 
 
 def _compensation_failed(state: FlowState, p: CompensationFailed) -> dict[str, object]:
-    return {"pending": None, "detail": p.error}
+    return {"pending": state.pending if p.unknown else None, "detail": p.error}
 
 
 def _compensated(state: FlowState, p: FlowCompensated) -> dict[str, object]:

@@ -128,6 +128,7 @@ class Kernel:
         # One jitter source for every instance of the engine, so a restart does not
         # replay the same draws.
         jitter = random.Random(jitter_seed)
+        unsure: set[str] = set()  # keys of unknown outcome, kept across engine restarts
         self._capacity = capacity
         self.registry_mailbox: Mailbox[Any] = Mailbox("registry", capacity)
         self.compiler_mailbox: Mailbox[Any] = Mailbox("context", capacity)
@@ -207,6 +208,7 @@ class Kernel:
                     rng=jitter,
                     retry=retry,
                     escalation=self.escalation_mailbox,
+                    unsure=unsure,
                 ),
                 self.execution_mailbox,
             ),
@@ -360,6 +362,12 @@ class Kernel:
         required (non-blank, bounded), and approving a HIGH_IMPACT action takes
         its ``action_hash``, as ``dirk decide --confirm`` does; a refusal there is
         SCHEMA_INVALID, recorded as DecisionRefused.
+
+        A flow escalated with OUTCOME_UNKNOWN (its effect may have happened)
+        takes only ``reconcile`` (``params={"outcome": "done", "external_id":
+        ...}`` or ``{"outcome": "not_done"}``: what the external system shows)
+        or ``retry`` (call again with the same key); any other decision there
+        is refused with OUTCOME_UNKNOWN.
         """
         if isinstance(dfid, str) and len(dfid) <= wall.MAX_ID:
             await self._recall(dfid)

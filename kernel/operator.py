@@ -55,6 +55,14 @@ def add_commands(commands: Any) -> None:
     choice.add_argument(
         "--modify", metavar="JSON", help="new parameters; the DIM judges them again"
     )
+    choice.add_argument(
+        "--reconcile",
+        metavar="done:EXTERNAL_ID|not-done",
+        help="outcome unknown: record what the external system shows",
+    )
+    choice.add_argument(
+        "--retry", action="store_true", help="outcome unknown: call again with the same key"
+    )
     decide.add_argument("--operator", required=True, help="who decides (recorded)")
     decide.add_argument("--reason", required=True, help="why (recorded)")
     decide.add_argument(
@@ -219,7 +227,13 @@ async def _review(args: argparse.Namespace) -> int:
         assert isinstance(last, ev.KernelStarted)
         for pack in last.packs:
             print(f"  pack {pack.name} {pack.version} ({pack.hash[:12]})")
-    if approval.status is ApprovalStatus.PENDING and flow.status is FlowStatus.ESCALATED:
+    if flow.status is FlowStatus.ESCALATED and flow.pending is not None:
+        print(f"\nThe effect may have happened: look up key {flow.pending.key} in the system")
+        print(
+            f"\nTo decide: dirk decide {flow.dfid} --reconcile done:EXTERNAL_ID"
+            " | --reconcile not-done | --retry --operator NAME --reason TEXT"
+        )
+    elif approval.status is ApprovalStatus.PENDING and flow.status is FlowStatus.ESCALATED:
         confirm = (
             f" --confirm {approval.short_hash}" if approval.impact is Impact.HIGH_IMPACT else ""
         )
@@ -265,7 +279,35 @@ async def _decide(args: argparse.Namespace) -> int:
             "DECISION_QUEUED", f"a decision on {args.dfid} already waits for the kernel to apply it"
         )
     decision: dict[str, Any] = {"operator": args.operator, "reason": args.reason}
-    if args.approve:
+    resolving = args.reconcile is not None or args.retry
+    if flow.pending is not None and not resolving:
+        return error(
+            "OUTCOME_UNKNOWN",
+            f"the effect of {args.dfid} may have happened (key {flow.pending.key}): look it up"
+            " and --reconcile done:EXTERNAL_ID | --reconcile not-done, or --retry",
+        )
+    if flow.pending is None and resolving:
+        return error(
+            "SCHEMA_INVALID",
+            f"--reconcile and --retry apply to an unknown outcome; {args.dfid} escalated for"
+            f" {approval.reason_code}",
+        )
+    if resolving:
+        decision |= {"action_hash": approval.action_hash}
+        if args.retry:
+            decision |= {"decision": "retry"}
+        elif args.reconcile == "not-done":
+            decision |= {"decision": "reconcile", "params": {"outcome": "not_done"}}
+        elif args.reconcile.startswith("done:") and args.reconcile[5:].strip():
+            params = {"outcome": "done", "external_id": args.reconcile[5:].strip()}
+            decision |= {"decision": "reconcile", "params": params}
+        else:
+            print(
+                "error: SCHEMA_INVALID: --reconcile takes done:EXTERNAL_ID or not-done",
+                file=sys.stderr,
+            )
+            return 2
+    elif args.approve:
         if approval.impact is Impact.HIGH_IMPACT and not args.confirm:
             return error(
                 "CONFIRMATION_REQUIRED",

@@ -72,7 +72,7 @@ HISTORY = 256
 """Escalations kept per agent for its budget; older ones no longer matter to any bucket."""
 
 # Operational failures are the adapters' doing, not the agent's: they spend no budget.
-_UNCHARGED = frozenset({"EXECUTION_FAILED"})
+_UNCHARGED = frozenset({"EXECUTION_FAILED", "OUTCOME_UNKNOWN"})
 # Events that may take an operator inbox row.
 _INBOX_EVENTS = frozenset(
     {

@@ -53,3 +53,5 @@ class ReasonCode(StrEnum):
     """An amendment's value lies outside the floor and ceiling its pack allows."""
     GUARD_EMERGENCY = "GUARD_EMERGENCY"
     """A soft guard's emergency rule blocked the proposal (confidence above its threshold)."""
+    OUTCOME_UNKNOWN = "OUTCOME_UNKNOWN"
+    """An adapter call may have taken effect and no answer says so: reconcile or retry."""

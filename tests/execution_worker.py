@@ -1,8 +1,10 @@
 """Run flows against a durable ledger, and SIGKILL this process at a chosen point.
 
 Usage: ``execution_worker.py JOURNAL LEDGER MODE KILL LOOKUP`` where MODE is
-``run`` (register a clerk and trigger a stream of flows) or ``recover`` (only
-open the kernel and let it finish what an earlier run left); KILL is
+``run`` (register a clerk and trigger a stream of flows), ``recover`` (only
+open the kernel and let it finish what an earlier run left), or ``retry`` /
+``reconcile`` (an operator decides every flow escalated with OUTCOME_UNKNOWN:
+calls it again, or records what the ledger shows); KILL is
 ``none``, ``commit:N`` (after the Nth journal commit), ``call:N`` (before the
 Nth adapter call) or ``effect:N`` (after the Nth effect is durable in the
 ledger, before its answer reaches the kernel); LOOKUP is ``1`` for a ledger
@@ -20,7 +22,7 @@ from typing import Any
 import anyio
 
 from examples.simulated import Faults, SimulatedSystem
-from kernel import AdapterError, ExecutionIntent, FlowStatus, open_kernel
+from kernel import AdapterError, ExecutionIntent, FlowStatus, ReasonCode, open_kernel
 from tests.execution_domain import DESK, KINDS, Ping, Trip, name_of
 from tests.helpers import ScriptedAgent
 
@@ -95,7 +97,27 @@ async def main(journal: str, ledger_path: str, mode: str, kill: str, lookup: str
             for flow in kernel.flows():
                 if flow.status in unfinished:
                     await kernel.wait_flow(flow.dfid)
+        if mode in ("retry", "reconcile"):
+            for flow in kernel.flows():
+                if flow.reason_code is ReasonCode.OUTCOME_UNKNOWN and flow.pending is not None:
+                    await resolve(kernel, ledger, flow.dfid, flow.pending.key, mode)
     print("DONE", flush=True)
+
+
+async def resolve(kernel: Any, ledger: Ledger, dfid: str, key: str, mode: str) -> None:
+    """Decide as an operator would: call again, or record what the system shows."""
+    if mode == "retry":
+        await kernel.decide(dfid, "retry", operator="ops", reason="the system is back")
+    else:
+        # The operator looks the key up in the external system (its ledger).
+        seen = ledger.receipt_of(key)
+        params = (
+            {"outcome": "done", "external_id": seen.external_id}
+            if seen is not None
+            else {"outcome": "not_done"}
+        )
+        await kernel.decide(dfid, "reconcile", operator="ops", reason="checked", params=params)
+    await kernel.wait_flow(dfid)
 
 
 if __name__ == "__main__":

@@ -400,15 +400,27 @@ async def test_an_operational_failure_escalates_without_spending_the_agents_budg
             EscalateOperational(dfid=dfid, detail="broker timed out 5 times")
         )
         flow = await kernel.wait_flow(dfid)
+        # The call is still out: its effect may happen, so the outcome is unknown.
         assert (flow.status, flow.reason_code) == (
             FlowStatus.ESCALATED,
-            ReasonCode.EXECUTION_FAILED,
+            ReasonCode.OUTCOME_UNKNOWN,
         )
         assert kernel.projections.escalations.get("clerk") is None
         verdict = await kernel.decide(dfid, "reject", operator="ana", reason="call the broker")
-        assert verdict.outcome is Outcome.ABORTED
-        bank.release.set()  # the late answer finds the flow ended and changes nothing
-        assert kernel.flow(dfid).reason_code is ReasonCode.HUMAN_REJECTED
+        assert verdict.outcome is Outcome.REFUSED
+        assert verdict.feedback.reason_code is ReasonCode.OUTCOME_UNKNOWN
+        bank.release.set()  # the late answer finds the flow waiting for a human
+        await kernel.decide(
+            dfid,
+            "reconcile",
+            operator="ana",
+            reason="the broker shows tx-1",
+            params={"outcome": "done", "external_id": "tx-1"},
+        )
+        flow = await kernel.wait_flow(dfid)
+        assert (flow.status, flow.external_id) == (FlowStatus.CLOSED, "tx-1")
+        [succeeded] = await kernel.journal.read(dfid=dfid, types=["ExecutionSucceeded"])
+        assert succeeded.payload.reconciled
 
 
 async def test_the_escalation_span_shows_how_long_the_flow_waited(tmp_path):

@@ -37,7 +37,10 @@ STEADY = RetryPolicy(max_attempts=4, base_s=1.0, factor=2.0, jitter=0.0)
 
 
 def transient(n: int) -> list[Exception]:
-    return [AdapterError("503 from upstream", transient=True) for _ in range(n)]
+    # Refused before the effect: the desk knows nothing happened.
+    return [
+        AdapterError("503 from upstream", transient=True, outcome_unknown=False) for _ in range(n)
+    ]
 
 
 async def test_transient_errors_are_retried_on_the_backoff_schedule(tmp_path):
