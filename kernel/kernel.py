@@ -642,9 +642,12 @@ class Kernel:
             words = ", ".join(d.value for d in Decision)
             raise InputInvalid("decision", f"a decision is one of {words}") from None
         approval = self.projections.approvals.get(checked.dfid)
+        flow = self.projections.flows.get(checked.dfid)
         if (
             word in APPROVE_WORDS
             and not checked.action_hash
+            # A flow whose effect may have happened refuses approval anyway, and says why.
+            and (flow is None or flow.pending is None)
             and approval is not None
             and approval.action_hash  # else there is nothing to approve (escalation says so)
             and approval.impact is Impact.HIGH_IMPACT
