@@ -53,6 +53,7 @@ class ReasonCode(StrEnum):
     INTERRUPTED = "INTERRUPTED"
     ACTION_MISMATCH = "ACTION_MISMATCH"
     AMBIGUOUS = "AMBIGUOUS"
+    """For packs: a policy trigger cannot tell what was meant and asks a human."""
     AGENT_SILENT = "AGENT_SILENT"
     REASONING_TIMEOUT = "REASONING_TIMEOUT"
     UNKNOWN_LIMIT = "UNKNOWN_LIMIT"
@@ -65,9 +66,11 @@ class ReasonCode(StrEnum):
     """An adapter call may have taken effect and no answer says so: reconcile or retry."""
 
 
-RESERVED_REASONS: frozenset[ReasonCode] = frozenset({ReasonCode.KERNEL_STOPPING})
-"""Members the kernel itself never records, kept because a policy pack may name any
-member (its verdicts are recorded) and old journals must still decode."""
+RESERVED_REASONS: frozenset[ReasonCode] = frozenset(
+    {ReasonCode.AMBIGUOUS, ReasonCode.KERNEL_STOPPING}
+)
+"""Members the kernel itself never records: for packs to name, or reserved. Kept,
+as every member is: a pack may name any member and old journals must still decode."""
 
 
 class StopReason(StrEnum):
