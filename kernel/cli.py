@@ -1,9 +1,11 @@
 """``dirk``: inspect, verify and re-export a kernel's journal from the command line.
 
-Every command reads the journal read-only, except ``decide``, which writes
-one row into the journal file's operator inbox; none of them needs the kernel
-to be running. Errors are one line with a reason code, never a traceback,
-and a reader that goes away (``dirk flows | head -1``) ends a command quietly.
+Every command reads the journal read-only, except the operator's changes
+(``decide``, ``amend``, ``agent --set``, ``rules --override``/``--skip``), which
+write one row into the journal file's operator inbox; none of them needs the
+kernel to be running. Errors are one line with a code (a ``ReasonCode`` or a
+``CliError``) and an ``ExitCode`` (both listed in ``dirk --help``), never a
+traceback, and a reader that goes away (``dirk flows | head -1``) ends a command quietly.
 The chain key of a keyed journal comes from ``DIRK_CHAIN_KEY`` or ``--key-file``,
 never from a flag's value, which other users of the machine could see.
 """
