@@ -16,7 +16,7 @@ import sqlite3
 import sys
 import time
 from contextlib import closing
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 
@@ -29,9 +29,11 @@ from kernel.journal import JournalError, open_journal
 from kernel.packs import Impact
 from kernel.projection import Projections
 from kernel.reasons import CliError, ExitCode, ReasonCode
-from kernel.reverify import PackPathError
 from kernel.rules import decimal_of
 from kernel.wall import MAX_TTL_S, who_and_why
+
+if TYPE_CHECKING:
+    from kernel.reverify import PackPathError
 
 # How often ``decide --wait`` looks whether the kernel took the decision.
 _WAIT_POLL_S = 0.05
