@@ -47,7 +47,7 @@ from kernel.packs import (
 )
 from kernel.ports import Clock, IdSource, ManualClock, RandomIds, SeededIds, SystemClock
 from kernel.projection import AgentStatus, Projections, fold
-from kernel.reasons import ReasonCode
+from kernel.reasons import ReasonCode, StopReason
 from kernel.replay import state_at, verify_projections
 from kernel.reverify import rejudge
 from kernel.rulebook import LexicalSearch, RuleNotPending, RuleSearch
@@ -131,6 +131,7 @@ __all__ = [
     "Session",
     "SoftGuard",
     "StateMatch",
+    "StopReason",
     "SystemClock",
     "Threshold",
     "ValidationFeedback",

@@ -45,7 +45,7 @@ from kernel.memory_pack import MemoryExecutor
 from kernel.packs import PackError, PolicyCatalog, PolicyPack
 from kernel.ports import Clock, IdSource, RandomIds, SystemClock
 from kernel.projection import Projections
-from kernel.reasons import ReasonCode
+from kernel.reasons import ReasonCode, StopReason
 from kernel.registry import KERNEL_VERSION
 from kernel.replay import CHECKPOINT_EVERY, Checkpointer, restore
 from kernel.rulebook import Promoter, RuleSearch
@@ -236,7 +236,7 @@ async def open_kernel(
                     finally:
                         agents_tg.cancel_scope.cancel()
                         effects_tg.cancel_scope.cancel()
-                kernel._stop("KERNEL_CLOSED")
+                kernel._stop(StopReason.KERNEL_CLOSED)
                 tg.cancel_scope.cancel()
         except BaseExceptionGroup as group:
             stopped = [e for e in _leaves(group) if isinstance(e, KernelShutdown)]
@@ -244,11 +244,11 @@ async def open_kernel(
                 raise
             failure = stopped[0]
         finally:
-            kernel._stop("KERNEL_CLOSED")
+            kernel._stop(StopReason.KERNEL_CLOSED)
             for mailbox in [*(spec.mailbox for spec in kernel.specs), *kernel._hosts.values()]:
                 mailbox.close()
             with anyio.CancelScope(shield=True):
-                reason = failure.reason if failure else "KERNEL_CLOSED"
+                reason = failure.reason if failure else StopReason.KERNEL_CLOSED
                 detail = failure.detail if failure else ""
                 with contextlib.suppress(JournalClosed, JournalWriteFailed):
                     # Not recordable when the journal failed or was closed under us.
@@ -313,10 +313,10 @@ async def _supervise(kernel: Kernel, supervisor: Supervisor) -> None:
     try:
         await supervisor.run()
     except RestartIntensityExceeded as exc:
-        kernel._stop("RESTART_INTENSITY_EXCEEDED", str(exc))
+        kernel._stop(StopReason.RESTART_INTENSITY_EXCEEDED, str(exc))
         raise kernel._stop_reason from exc  # type: ignore[misc]
     except JournalError as exc:
-        kernel._stop("JOURNAL_FAILED", str(exc))
+        kernel._stop(StopReason.JOURNAL_FAILED, str(exc))
         raise kernel._stop_reason from exc  # type: ignore[misc]
 
 

@@ -1,9 +1,11 @@
 """``dirk``: inspect, verify and re-export a kernel's journal from the command line.
 
-Every command reads the journal read-only, except ``decide``, which writes
-one row into the journal file's operator inbox; none of them needs the kernel
-to be running. Errors are one line with a reason code, never a traceback,
-and a reader that goes away (``dirk flows | head -1``) ends a command quietly.
+Every command reads the journal read-only, except the operator's changes
+(``decide``, ``amend``, ``agent --set``, ``rules --override``/``--skip``), which
+write one row into the journal file's operator inbox; none of them needs the
+kernel to be running. Errors are one line with a code (a ``ReasonCode`` or a
+``CliError``) and an ``ExitCode`` (both listed in ``dirk --help``), never a
+traceback, and a reader that goes away (``dirk flows | head -1``) ends a command quietly.
 The chain key of a keyed journal comes from ``DIRK_CHAIN_KEY`` or ``--key-file``,
 never from a flag's value, which other users of the machine could see.
 """
@@ -16,6 +18,7 @@ import json
 import logging
 import os
 import sys
+import textwrap
 from collections.abc import Sequence
 from typing import Any
 
@@ -37,10 +40,26 @@ from kernel.journal import (
     chain_key_from_env,
     open_journal,
 )
-from kernel.operator import add_commands, fold_journal
+from kernel.operator import add_commands, error, error_of, fold_journal, one_line
 from kernel.projection import Projections
+from kernel.reasons import CliError, ExitCode
 from kernel.reverify import PackPathError
 from kernel.verify import Anchor, parse_anchor, verify_journal
+
+EPILOG = f"""\
+exit status:
+  {ExitCode.OK:<3}  the command did its work
+  {ExitCode.FAILED:<3}  the answer is no: a check failed, something named is unknown,
+       a change is refused, the collector did not take the spans
+  {ExitCode.USAGE:<3}  it could not run as given: bad flags or flag values,
+       an unreadable journal, no exporter
+  {ExitCode.INTERRUPTED:<3}  interrupted (Ctrl-C)
+  {ExitCode.CLOSED_PIPE:<3}  the reader went away (dirk flows | head -1), quietly
+
+An error is one line on stderr, "error: CODE: what": CODE is a reason code
+(the kernel's word for the condition) or one of dirk's own:
+{textwrap.fill(", ".join(CliError) + ".", width=78)}
+"""
 
 # How long ``traces export`` waits for the collector to take the spans, unless told.
 _EXPORT_TIMEOUT_S = 10.0
@@ -49,14 +68,11 @@ _MIN_QUEUE = 8192
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the ``dirk`` command line; return the exit status.
+    """Run the ``dirk`` command line; return the exit status (an ``ExitCode``, see EPILOG).
 
-    0 when the command did its work, 1 when it found something wrong (a journal
-    that does not verify, an unknown flow, spans the collector did not take),
-    2 when it could not run at all (an unreadable journal, no exporter).
     ``verify`` and ``anchor`` report any file that is there but does not check
-    out as one ``FAILED`` line and 1. A closed pipe on stdout ends any command
-    quietly with 141, as a pipe's writer killed by SIGPIPE would.
+    out as one ``FAILED`` line and FAILED (1). A closed pipe on stdout ends any
+    command quietly with CLOSED_PIPE (141), as a pipe's writer killed by SIGPIPE would.
     """
     parser = _parser()
     args = parser.parse_args(argv)
@@ -74,23 +90,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         os.close(devnull)
-        return 141
+        return ExitCode.CLOSED_PIPE
     except JournalError as exc:
-        print(_one_line(f"error: {exc.code}: {exc}"), file=sys.stderr)
-        return 2
+        return error_of(exc, ExitCode.USAGE)
     except IllegalTransition as exc:
         # Events that decode but do not fold: edited behind the kernel's back.
-        print(
-            f"error: {JournalCorrupt.code}: journal {args.db}: {exc} (run dirk verify)",
-            file=sys.stderr,
-        )
-        return 2
+        return error_of(JournalCorrupt(args.db, f"{exc} (run dirk verify)"), ExitCode.USAGE)
     except KeyboardInterrupt:
-        return 130
+        return ExitCode.INTERRUPTED
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="dirk", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="dirk",
+        description=__doc__.splitlines()[0],
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     verify = commands.add_parser("verify", help="recompute the hash chain and the projections")
@@ -163,13 +179,6 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _one_line(text: str) -> str:
-    """Return ``text`` with control characters escaped: what a damaged file says stays one line."""
-    return "".join(
-        char if char.isprintable() else char.encode("unicode_escape").decode() for char in text
-    )
-
-
 def _key_file_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--key-file",
@@ -211,7 +220,7 @@ async def _failed_file(command: str, db: str, problem: str) -> None:
     except Exception as exc:
         code, problem = f"{JournalCorrupt.code}: ", f"{problem} ({exc!r})"
     # A journal that opens fails for what verify found (a key, an anchor), said as it is.
-    print(_one_line(f"{command}: FAILED: {code}journal {db}: {problem}"))
+    print(one_line(f"{command}: FAILED: {code}journal {db}: {problem}"))
 
 
 async def _anchor(args: argparse.Namespace) -> int:
@@ -220,40 +229,40 @@ async def _anchor(args: argparse.Namespace) -> int:
         if report.first_bad_seq is None:
             await _failed_file("anchor", args.db, report.problem)
         else:
-            print(_one_line(f"anchor: FAILED at seq {report.first_bad_seq}: {report.problem}"))
-        return 1
+            print(one_line(f"anchor: FAILED at seq {report.first_bad_seq}: {report.problem}"))
+        return ExitCode.FAILED
     print(report.anchor().line())
-    return 0
+    return ExitCode.OK
 
 
 async def _verify(args: argparse.Namespace) -> int:
     if args.verdicts and not args.pack:
-        print("error: BAD_ARGUMENT: --verdicts needs the packs: --pack PATH", file=sys.stderr)
-        return 2
+        return error(
+            CliError.BAD_ARGUMENT, "--verdicts needs the packs: --pack PATH", ExitCode.USAGE
+        )
     try:
         anchor = _anchor_arg(args)
     except ValueError as exc:
-        print(f"error: BAD_ARGUMENT: --anchor: {exc}", file=sys.stderr)
-        return 2
+        return error(CliError.BAD_ARGUMENT, f"--anchor: {exc}", ExitCode.USAGE)
     report = await verify_journal(args.db, chain_key=_chain_key(args), anchor=anchor)
     if not report.ok and report.first_bad_seq is None:
         # Not a readable journal rather than a bad event: opening it names the condition.
         await _failed_file("verify", args.db, report.problem)
-        return 1
+        return ExitCode.FAILED
     if not report.ok:
-        print(_one_line(f"verify: FAILED at seq {report.first_bad_seq}: {report.problem}"))
-        return 1
+        print(one_line(f"verify: FAILED at seq {report.first_bad_seq}: {report.problem}"))
+        return ExitCode.FAILED
     try:
         # One fold from scratch: the projections, checked against every checkpoint and snapshot.
         replay = await verify_replay(args.db)
     except (JournalError, IllegalTransition, ValueError) as exc:
         # The chain checked out, so only what lies outside it (snapshots) can be at fault.
-        print(_one_line(f"verify: FAILED: {getattr(exc, 'code', JournalCorrupt.code)}: {exc}"))
-        return 1
+        print(one_line(f"verify: FAILED: {getattr(exc, 'code', JournalCorrupt.code)}: {exc}"))
+        return ExitCode.FAILED
     if not replay.ok:
         for problem in replay.problems:
-            print(_one_line(f"verify: FAILED {problem}"))
-        return 1
+            print(one_line(f"verify: FAILED {problem}"))
+        return ExitCode.FAILED
     if not report.head_record:
         print(
             "verify: note: no head record (a journal from before head records): a removed tail"
@@ -269,13 +278,12 @@ async def _verify(args: argparse.Namespace) -> int:
         try:
             ok, lines = await verify_verdicts(args.db, args.pack)
         except PackPathError as exc:
-            print(f"error: {exc.code}: {exc}", file=sys.stderr)
-            return 2
+            return error_of(exc, ExitCode.USAGE)
         print("\n".join(lines))
         if not ok:
-            return 1
+            return ExitCode.FAILED
     print(f"verify: ok events={report.events} head={report.head}")
-    return 0
+    return ExitCode.OK
 
 
 def _flow_row(flow: FlowState) -> dict[str, Any]:
@@ -303,7 +311,7 @@ async def _flows(args: argparse.Namespace) -> int:
     if args.json:
         for row in rows:
             print(json.dumps(row))
-        return 0
+        return ExitCode.OK
     print(f"{'DFID':36}  {'STATUS':10}  {'AGENT':16}  {'KIND':24}  {'TRIES':>5}  REASON")
     for row in rows:
         print(
@@ -312,15 +320,14 @@ async def _flows(args: argparse.Namespace) -> int:
             + ("  NEEDS_REVIEW" if row["needs_review"] else "")
         )
     print(f"{len(rows)} flows")
-    return 0
+    return ExitCode.OK
 
 
 async def _show(args: argparse.Namespace) -> int:
     async with open_journal(args.db, readonly=True) as journal:
         events = await journal.flow_events(args.dfid)
     if not events:
-        print(f"error: UNKNOWN_FLOW: no flow {args.dfid} in {args.db}", file=sys.stderr)
-        return 1
+        return error(CliError.UNKNOWN_FLOW, f"no flow {args.dfid} in {args.db}")
     start = events[0].ts
     first = events[0]
     print(f"DecisionFlow {args.dfid}")
@@ -333,7 +340,7 @@ async def _show(args: argparse.Namespace) -> int:
     flow = projections.flows.get(args.dfid)
     if flow is not None:
         print(f"  {_outcome(flow)}")
-    return 0
+    return ExitCode.OK
 
 
 def _outcome(flow: FlowState) -> str:
@@ -443,19 +450,18 @@ async def _traces_export(args: argparse.Namespace) -> int:
     if args.dfid and not any(
         e.dfid == args.dfid and isinstance(e.payload, ev.FlowCreated) for e in events
     ):
-        print(f"error: UNKNOWN_FLOW: no flow {args.dfid} in {args.db}", file=sys.stderr)
-        return 1
+        return error(CliError.UNKNOWN_FLOW, f"no flow {args.dfid} in {args.db}")
     env = dict(os.environ)
     # Every span is handed over at once, and a full queue drops spans: make room for
     # them all (a flow has at most two spans per event).
     env.setdefault("OTEL_BSP_MAX_QUEUE_SIZE", str(max(_MIN_QUEUE, 2 * len(events))))
     processor = configure_exporter(env)
     if processor is None:
-        print(
-            "error: NO_EXPORTER: set OTEL_EXPORTER_OTLP_ENDPOINT (e.g. http://127.0.0.1:4318)",
-            file=sys.stderr,
+        return error(
+            CliError.NO_EXPORTER,
+            "set OTEL_EXPORTER_OTLP_ENDPOINT (e.g. http://127.0.0.1:4318)",
+            ExitCode.USAGE,
         )
-        return 2
     problems = _ExportProblems()
     otel_log = logging.getLogger("opentelemetry")
     otel_log.addHandler(problems)
@@ -467,17 +473,14 @@ async def _traces_export(args: argparse.Namespace) -> int:
         # An export still running past the timeout logs through Python's last resort.
         otel_log.removeHandler(problems)
     if not finished:
-        print(
-            f"error: EXPORT_TIMEOUT: the collector did not take the {count} spans"
-            f" within {args.timeout:g} s; those not sent were dropped",
-            file=sys.stderr,
+        return error(
+            CliError.EXPORT_TIMEOUT,
+            f"the collector did not take the {count} spans within {args.timeout:g} s;"
+            " those not sent were dropped",
         )
-        return 1
     if problems.errors:
-        print(
-            f"error: EXPORT_FAILED: the collector did not take all {count} spans (see above)",
-            file=sys.stderr,
+        return error(
+            CliError.EXPORT_FAILED, f"the collector did not take all {count} spans (see above)"
         )
-        return 1
     print(f"traces: exported {count} spans")
-    return 0
+    return ExitCode.OK

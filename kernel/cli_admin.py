@@ -14,6 +14,7 @@ from typing import Any
 from kernel.inbox import AGENT_STATUS, RULE, post
 from kernel.operator import error, fold_journal, wait_taken
 from kernel.projection import AgentStatus
+from kernel.reasons import CliError, ExitCode, ReasonCode
 from kernel.wall import who_and_why
 
 _WAIT_HELP = "wait this long for the kernel to apply it and report the outcome"
@@ -57,16 +58,18 @@ async def _agent(args: argparse.Namespace) -> int:
     projections = await fold_journal(args.db)
     agent = projections.agents.get(args.agent_id)
     if agent is None:
-        return error("UNKNOWN_AGENT", f"no agent {args.agent_id!r} ever registered in {args.db}")
+        return error(
+            ReasonCode.UNKNOWN_AGENT, f"no agent {args.agent_id!r} ever registered in {args.db}"
+        )
     if args.set is None:
         manifest = agent.manifest
         print(f"{manifest.agent_id} {manifest.version}: {agent.status}")
         print(f"  capabilities  {', '.join(manifest.capabilities)}")
         print(f"  subscriptions {', '.join(manifest.subscriptions)}")
-        return 0
+        return ExitCode.OK
     missing = _who_and_why(args)
     if missing is not None:
-        return error("SCHEMA_INVALID", missing)
+        return error(ReasonCode.SCHEMA_INVALID, missing, ExitCode.USAGE)
     change = {
         "type": AGENT_STATUS,
         "agent_id": args.agent_id,
@@ -95,12 +98,12 @@ async def _rules(args: argparse.Namespace) -> int:
             )
         if not book.items and not book.pending:
             print("no rules")
-        return 0
+        return ExitCode.OK
     missing = _who_and_why(args)
     if missing is not None:
-        return error("SCHEMA_INVALID", missing)
+        return error(ReasonCode.SCHEMA_INVALID, missing, ExitCode.USAGE)
     if seq not in book.pending:
-        return error("RULE_NOT_PENDING", f"no deferred rule proposal #{seq} in {args.db}")
+        return error(CliError.RULE_NOT_PENDING, f"no deferred rule proposal #{seq} in {args.db}")
     decision = "override" if args.override is not None else "skip"
     body = {
         "type": RULE,

@@ -9,7 +9,6 @@ the promoter's and operators' decisions, and where each version comes from.
 from __future__ import annotations
 
 import argparse
-import sys
 from typing import Any
 
 import msgspec
@@ -18,7 +17,9 @@ from kernel.counterfactual import whatif
 from kernel.events import RuleProposed
 from kernel.journal import open_journal
 from kernel.memory_pack import MEMORY_PACK
+from kernel.operator import error, error_of
 from kernel.packs import PolicyPack
+from kernel.reasons import CliError, ExitCode
 from kernel.replay import ProjectionReport, state_at, state_json, verify_projections
 from kernel.reverify import PackPathError, load_packs, rejudge
 from kernel.rulebook import RuleItem, history
@@ -56,32 +57,31 @@ def add_commands(commands: Any) -> None:
 async def _state(args: argparse.Namespace) -> int:
     async with open_journal(args.db, readonly=True) as journal:
         if args.at is not None and not 0 <= args.at <= journal.head_seq:
-            print(
-                f"error: UNKNOWN_SEQ: {args.db} has events 1..{journal.head_seq}", file=sys.stderr
-            )
-            return 1
+            return error(CliError.UNKNOWN_SEQ, f"{args.db} has events 1..{journal.head_seq}")
         projections = await state_at(journal, args.at)
     print(msgspec.json.format(msgspec.json.encode(state_json(projections)), indent=2).decode())
-    return 0
+    return ExitCode.OK
 
 
 async def _whatif(args: argparse.Namespace) -> int:
     try:
         exclude = [int(s) for s in args.exclude.split(",") if s.strip()] if args.exclude else []
     except ValueError:
-        print(f"error: BAD_ARGUMENT: --exclude takes seqs, not {args.exclude!r}", file=sys.stderr)
-        return 2
+        return error(
+            CliError.BAD_ARGUMENT, f"--exclude takes seqs, not {args.exclude!r}", ExitCode.USAGE
+        )
     if args.pack:
         if exclude or args.inject_constraint:
-            print(
-                "error: BAD_ARGUMENT: --pack goes alone, not with --exclude or --inject-constraint",
-                file=sys.stderr,
+            return error(
+                CliError.BAD_ARGUMENT,
+                "--pack goes alone, not with --exclude or --inject-constraint",
+                ExitCode.USAGE,
             )
-            return 2
         return await _whatif_pack(args.db, args.pack)
     if not exclude and not args.inject_constraint:
-        print("error: BAD_ARGUMENT: give --exclude, --inject-constraint or --pack", file=sys.stderr)
-        return 2
+        return error(
+            CliError.BAD_ARGUMENT, "give --exclude, --inject-constraint or --pack", ExitCode.USAGE
+        )
     async with open_journal(args.db, readonly=True) as journal:
         result = await whatif(
             journal,
@@ -93,7 +93,7 @@ async def _whatif(args: argparse.Namespace) -> int:
     for change in result.changes:
         print(change.line())
     print(f"whatif: {result.judged} recorded verdicts judged again, {len(result.changes)} change")
-    return 0
+    return ExitCode.OK
 
 
 async def _why(args: argparse.Namespace) -> int:
@@ -102,12 +102,11 @@ async def _why(args: argparse.Namespace) -> int:
     book = history(events)
     item = book.items.get(args.rule)
     if item is None:
-        print(f"error: UNKNOWN_RULE: no rule {args.rule!r} in {args.db}", file=sys.stderr)
-        return 1
+        return error(CliError.UNKNOWN_RULE, f"no rule {args.rule!r} in {args.db}")
     proposals = {e.seq: e.payload for e in events if isinstance(e.payload, RuleProposed)}
     for line in why_lines(args.rule, item, proposals):
         print(line)
-    return 0
+    return ExitCode.OK
 
 
 def why_lines(rule: str, item: RuleItem, proposals: dict[int, RuleProposed]) -> list[str]:
@@ -161,8 +160,7 @@ async def _whatif_pack(db: str, specs: list[str]) -> int:
     try:
         packs = packs_from(specs)
     except PackPathError as exc:
-        print(f"error: {exc.code}: {exc}", file=sys.stderr)
-        return 2
+        return error_of(exc, ExitCode.USAGE)
     async with open_journal(db, readonly=True) as journal:
         result = await rejudge(journal, packs, check_hash=False)
     for change in result.changes:
@@ -171,7 +169,7 @@ async def _whatif_pack(db: str, specs: list[str]) -> int:
         f"whatif: {result.judged} recorded verdicts judged again, {len(result.changes)} change"
         f" ({result.skipped} of kinds no given pack defines)"
     )
-    return 0
+    return ExitCode.OK
 
 
 async def verify_verdicts(db: str, specs: list[str]) -> tuple[bool, list[str]]:

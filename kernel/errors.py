@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from kernel.reasons import StopReason
+
 
 class KernelShutdown(Exception):
-    """The kernel stopped (closed, restart intensity exceeded, or the journal failed)."""
+    """The kernel stopped; ``reason`` (a ``StopReason``) says why, ``detail`` says more."""
 
-    def __init__(self, reason: str, detail: str = "") -> None:
+    def __init__(self, reason: StopReason, detail: str = "") -> None:
         super().__init__(f"{reason}: {detail}" if detail else reason)
         self.reason = reason
         self.detail = detail

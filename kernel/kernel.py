@@ -67,7 +67,7 @@ from kernel.pack_loading import LoadPack
 from kernel.packs import Impact, PackError, PolicyCatalog, PolicyPack
 from kernel.ports import Clock, IdSource
 from kernel.projection import AgentStatus, Projections, fold, visible
-from kernel.reasons import ReasonCode
+from kernel.reasons import ReasonCode, StopReason
 from kernel.registry import Register, Registry, SetStatus
 from kernel.replay import Checkpointer
 from kernel.rulebook import Promoter, RuleNotPending, RuleSearch
@@ -749,7 +749,7 @@ class Kernel:
         if self._stop_reason is not None:
             raise self._stop_reason
 
-    def _stop(self, reason: str, detail: str = "") -> None:
+    def _stop(self, reason: StopReason, detail: str = "") -> None:
         """Stop accepting work and release everyone waiting on the kernel."""
         if self._stop_reason is not None:
             return

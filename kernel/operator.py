@@ -16,7 +16,7 @@ import sqlite3
 import sys
 import time
 from contextlib import closing
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 
@@ -25,11 +25,15 @@ from kernel.approvals import Approval, ApprovalStatus
 from kernel.events import Event
 from kernel.flow import FlowState, FlowStatus
 from kernel.inbox import AMEND, post, queued_dfids
-from kernel.journal import open_journal
+from kernel.journal import JournalError, open_journal
 from kernel.packs import Impact
 from kernel.projection import Projections
+from kernel.reasons import CliError, ExitCode, ReasonCode
 from kernel.rules import decimal_of
 from kernel.wall import MAX_TTL_S, who_and_why
+
+if TYPE_CHECKING:
+    from kernel.reverify import PackPathError
 
 # How often ``decide --wait`` looks whether the kernel took the decision.
 _WAIT_POLL_S = 0.05
@@ -100,9 +104,23 @@ def add_commands(commands: Any) -> None:
     amend.set_defaults(run=_amend)
 
 
-def error(code: str, message: str) -> int:
+def error(code: ReasonCode | CliError, message: str, status: ExitCode = ExitCode.FAILED) -> int:
+    """Print ``error: CODE: message`` on stderr; return ``status`` (by default FAILED)."""
     print(f"error: {code}: {message}", file=sys.stderr)
-    return 1
+    return status
+
+
+def error_of(exc: JournalError | PackPathError, status: ExitCode) -> int:
+    """Print ``error: CODE: ...`` for an error that carries its code (a ``CliError`` value)."""
+    print(one_line(f"error: {exc.code}: {exc}"), file=sys.stderr)
+    return status
+
+
+def one_line(text: str) -> str:
+    """Return ``text`` with control characters escaped: what a damaged file says stays one line."""
+    return "".join(
+        char if char.isprintable() else char.encode("unicode_escape").decode() for char in text
+    )
 
 
 def describe_action(flow: FlowState) -> str:
@@ -160,7 +178,7 @@ async def _escalations(args: argparse.Namespace) -> int:
     if args.json:
         for row in rows:
             print(json.dumps(row))
-        return 0
+        return ExitCode.OK
     print(
         f"{'DFID':36}  {'IMPACT':11}  {'REASON':20}  {'AGE':>4}  {'AGENT':12}  {'HASH':10}  ACTION"
     )
@@ -171,7 +189,7 @@ async def _escalations(args: argparse.Namespace) -> int:
             f"{row['agent_id']:12.12}  {row['hash'] or '-':10}  {row['action']}{mark}"
         )
     print(f"{len(rows)} pending escalations")
-    return 0
+    return ExitCode.OK
 
 
 async def _review(args: argparse.Namespace) -> int:
@@ -180,7 +198,7 @@ async def _review(args: argparse.Namespace) -> int:
         started = await journal.read(types=["KernelStarted"])
         agents = await journal.read(types=["AgentRegistered"])
     if not events:
-        return error("UNKNOWN_FLOW", f"no flow {args.dfid} in {args.db}")
+        return error(CliError.UNKNOWN_FLOW, f"no flow {args.dfid} in {args.db}")
     projections = Projections()
     projections.apply(events)
     flow = projections.flows[args.dfid]
@@ -188,7 +206,7 @@ async def _review(args: argparse.Namespace) -> int:
     print(f"DecisionFlow {flow.dfid}: {flow.status}, agent {flow.agent_id}, topic {flow.topic!r}")
     if approval is None:
         print("  never escalated")
-        return 0
+        return ExitCode.OK
     print(f"\nWhy it escalated\n  {approval.reason_code}: {approval.detail}")
     waited = _age(approval.escalated_ts)
     print(f"  impact {approval.impact}, approval {approval.status}, escalated {waited} ago")
@@ -241,7 +259,7 @@ async def _review(args: argparse.Namespace) -> int:
             f"\nTo decide: dirk decide {flow.dfid} --approve{confirm} | --reject | --modify JSON"
             " --operator NAME --reason TEXT"
         )
-    return 0
+    return ExitCode.OK
 
 
 def _context_seen(events: list[Event], ref: str) -> ev.ContextCompiled | None:
@@ -264,31 +282,33 @@ def _manifest(agents: list[Event], agent_id: str) -> ev.Manifest | None:
 async def _decide(args: argparse.Namespace) -> int:
     problem = who_and_why(args.operator, args.reason)
     if problem is not None:
-        return error("SCHEMA_INVALID", problem)
+        return error(ReasonCode.SCHEMA_INVALID, problem, ExitCode.USAGE)
     projections = await fold_journal(args.db)
     flow = projections.flows.get(args.dfid)
     approval = projections.approvals.get(args.dfid)
     if flow is None:
-        return error("UNKNOWN_FLOW", f"no flow {args.dfid} in {args.db}")
+        return error(CliError.UNKNOWN_FLOW, f"no flow {args.dfid} in {args.db}")
     if flow.status is not FlowStatus.ESCALATED or approval is None:
         return error(
-            "FLOW_NOT_ACTIVE", f"flow {args.dfid} is {flow.status}, not waiting for a human"
+            ReasonCode.FLOW_NOT_ACTIVE,
+            f"flow {args.dfid} is {flow.status}, not waiting for a human",
         )
     if args.dfid in queued_dfids(args.db):
         return error(
-            "DECISION_QUEUED", f"a decision on {args.dfid} already waits for the kernel to apply it"
+            CliError.DECISION_QUEUED,
+            f"a decision on {args.dfid} already waits for the kernel to apply it",
         )
     decision: dict[str, Any] = {"operator": args.operator, "reason": args.reason}
     resolving = args.reconcile is not None or args.retry
     if flow.pending is not None and not resolving:
         return error(
-            "OUTCOME_UNKNOWN",
+            ReasonCode.OUTCOME_UNKNOWN,
             f"the effect of {args.dfid} may have happened (key {flow.pending.key}): look it up"
             " and --reconcile done:EXTERNAL_ID | --reconcile not-done, or --retry",
         )
     if flow.pending is None and resolving:
         return error(
-            "SCHEMA_INVALID",
+            ReasonCode.SCHEMA_INVALID,
             f"--reconcile and --retry apply to an unknown outcome; {args.dfid} escalated for"
             f" {approval.reason_code}",
         )
@@ -302,22 +322,22 @@ async def _decide(args: argparse.Namespace) -> int:
             params = {"outcome": "done", "external_id": args.reconcile[5:].strip()}
             decision |= {"decision": "reconcile", "params": params}
         else:
-            print(
-                "error: SCHEMA_INVALID: --reconcile takes done:EXTERNAL_ID or not-done",
-                file=sys.stderr,
+            return error(
+                ReasonCode.SCHEMA_INVALID,
+                "--reconcile takes done:EXTERNAL_ID or not-done",
+                ExitCode.USAGE,
             )
-            return 2
     elif args.approve:
         if approval.impact is Impact.HIGH_IMPACT and not args.confirm:
             return error(
-                "CONFIRMATION_REQUIRED",
+                CliError.CONFIRMATION_REQUIRED,
                 f"approving a HIGH_IMPACT action takes its short hash: --confirm HASH"
                 f" (see dirk review {args.dfid})",
             )
         typed = args.confirm or approval.action_hash
         if not approval.names(typed):
             return error(
-                "ACTION_MISMATCH",
+                ReasonCode.ACTION_MISMATCH,
                 f"{typed!r} is not the hash of the action this flow waits on (see dirk review)",
             )
         decision |= {"decision": "approve", "action_hash": typed}
@@ -327,33 +347,41 @@ async def _decide(args: argparse.Namespace) -> int:
         try:
             params = json.loads(args.modify)
         except ValueError as exc:
-            print(f"error: SCHEMA_INVALID: --modify is not JSON ({exc})", file=sys.stderr)
-            return 2
+            return error(ReasonCode.SCHEMA_INVALID, f"--modify is not JSON ({exc})", ExitCode.USAGE)
         if not isinstance(params, dict):
-            print("error: SCHEMA_INVALID: --modify must be a JSON object", file=sys.stderr)
-            return 2
+            return error(
+                ReasonCode.SCHEMA_INVALID, "--modify must be a JSON object", ExitCode.USAGE
+            )
         decision |= {"decision": "modify", "action_hash": approval.action_hash, "params": params}
     row_id = post(args.db, args.dfid, decision, time.time_ns())
     print(f"decision {decision['decision']} queued as inbox row {row_id}")
     if args.wait <= 0:
-        return 0
+        return ExitCode.OK
     return await wait_taken(args.db, row_id, args.wait)
 
 
 async def _amend(args: argparse.Namespace) -> int:
     problem = who_and_why(args.operator, args.reason)
     if problem is not None:
-        return error("SCHEMA_INVALID", problem)
+        return error(ReasonCode.SCHEMA_INVALID, problem, ExitCode.USAGE)
     if decimal_of(args.value) is None:
-        return error("SCHEMA_INVALID", f"--value {args.value!r} is not an integer or a decimal")
+        return error(
+            ReasonCode.SCHEMA_INVALID,
+            f"--value {args.value!r} is not an integer or a decimal",
+            ExitCode.USAGE,
+        )
     if not (math.isfinite(args.ttl) and 0 < args.ttl <= MAX_TTL_S):
         return error(
-            "SCHEMA_INVALID", f"--ttl must be positive seconds up to {MAX_TTL_S}, not {args.ttl}"
+            ReasonCode.SCHEMA_INVALID,
+            f"--ttl must be positive seconds up to {MAX_TTL_S}, not {args.ttl}",
+            ExitCode.USAGE,
         )
     async with open_journal(args.db, readonly=True) as journal:
         agents = await journal.read(types=["AgentRegistered"])
     if _manifest(agents, args.agent) is None:
-        return error("UNKNOWN_AGENT", f"no agent {args.agent!r} ever registered in {args.db}")
+        return error(
+            ReasonCode.UNKNOWN_AGENT, f"no agent {args.agent!r} ever registered in {args.db}"
+        )
     amendment = {
         "type": AMEND,
         "agent_id": args.agent,
@@ -366,7 +394,7 @@ async def _amend(args: argparse.Namespace) -> int:
     row_id = post(args.db, "", amendment, time.time_ns())
     print(f"amendment of {args.limit} for {args.agent} queued as inbox row {row_id}")
     if args.wait <= 0:
-        return 0
+        return ExitCode.OK
     return await wait_taken(args.db, row_id, args.wait)
 
 
@@ -382,28 +410,30 @@ async def wait_taken(db: str, row_id: int, timeout_s: float) -> int:
             if seq is None:
                 await anyio.sleep(_WAIT_POLL_S)
     if seq is None:
-        return error("NOT_TAKEN", f"the kernel did not take the decision within {timeout_s:g} s")
+        return error(
+            CliError.NOT_TAKEN, f"the kernel did not take the decision within {timeout_s:g} s"
+        )
     async with open_journal(db, readonly=True) as journal:
         events = await journal.read(seq, seq + 1)
     payload = events[0].payload if events else None
     if isinstance(payload, ev.HumanDecided):
         print(f"applied: {payload.decision} by {payload.operator} (event #{seq})")
-        return 0
+        return ExitCode.OK
     if isinstance(payload, ev.DecisionRefused | ev.AmendmentRefused):
-        return error(str(payload.reason_code), payload.detail)
+        return error(payload.reason_code, payload.detail)
     if isinstance(payload, ev.AgentStatusChanged):
         who = f"by {payload.operator} (event #{seq})"
         print(f"applied: {events[0].agent_id} is {payload.status}, {who}")
-        return 0
+        return ExitCode.OK
     if isinstance(payload, ev.RuleDecided):
         version = f", now v{payload.version}" if payload.version else ""
         what = f"rule {payload.rule} {payload.decision} by {payload.actor}{version}"
         print(f"applied: {what} (event #{seq})")
-        return 0
+        return ExitCode.OK
     if isinstance(payload, ev.LimitAmended):
         print(
             f"applied: {payload.limit} = {payload.value} for {events[0].agent_id} by"
             f" {payload.operator} (event #{seq}, floor {payload.floor}, ceiling {payload.ceiling})"
         )
-        return 0
-    return error("NOT_APPLIED", f"inbox row {row_id} was not applied (marker {seq})")
+        return ExitCode.OK
+    return error(CliError.NOT_APPLIED, f"inbox row {row_id} was not applied (marker {seq})")

@@ -1,8 +1,14 @@
-"""The closed set of reason codes shared by events, feedback, the CLI and spans."""
+"""The closed sets of codes: one enum per idea, each value spelled the same everywhere.
+
+``ReasonCode`` says why a decision went the way it did (events, feedback,
+spans); ``StopReason`` why a kernel stopped (``KernelStopped``,
+``KernelShutdown``); ``CliError`` names what ``dirk`` reports that is not a
+reason code, and ``ExitCode`` is ``dirk``'s exit status.
+"""
 
 from __future__ import annotations
 
-from enum import StrEnum
+from enum import IntEnum, StrEnum
 
 
 class ReasonCode(StrEnum):
@@ -10,6 +16,7 @@ class ReasonCode(StrEnum):
 
     The set is closed: every refusal anywhere in the kernel names one of these,
     so logs, dashboards and tests can match on them without parsing prose.
+    Members are never removed or respelled: recorded journals hold them.
     """
 
     SCHEMA_INVALID = "SCHEMA_INVALID"
@@ -42,9 +49,11 @@ class ReasonCode(StrEnum):
     COMPENSATED = "COMPENSATED"
     KERNEL_FAULT = "KERNEL_FAULT"
     KERNEL_STOPPING = "KERNEL_STOPPING"
+    """Reserved: this kernel never records it (a stopping kernel raises KernelShutdown)."""
     INTERRUPTED = "INTERRUPTED"
     ACTION_MISMATCH = "ACTION_MISMATCH"
     AMBIGUOUS = "AMBIGUOUS"
+    """For packs: a policy trigger cannot tell what was meant and asks a human."""
     AGENT_SILENT = "AGENT_SILENT"
     REASONING_TIMEOUT = "REASONING_TIMEOUT"
     UNKNOWN_LIMIT = "UNKNOWN_LIMIT"
@@ -55,3 +64,83 @@ class ReasonCode(StrEnum):
     """A soft guard's emergency rule blocked the proposal (confidence above its threshold)."""
     OUTCOME_UNKNOWN = "OUTCOME_UNKNOWN"
     """An adapter call may have taken effect and no answer says so: reconcile or retry."""
+
+
+RESERVED_REASONS: frozenset[ReasonCode] = frozenset(
+    {ReasonCode.AMBIGUOUS, ReasonCode.KERNEL_STOPPING}
+)
+"""Members the kernel itself never records: for packs to name, or reserved. Kept,
+as every member is: a pack may name any member and old journals must still decode."""
+
+
+class StopReason(StrEnum):
+    """Why a kernel stopped: recorded in ``KernelStopped``, carried by ``KernelShutdown``."""
+
+    KERNEL_CLOSED = "KERNEL_CLOSED"
+    """Its ``open_kernel`` block ended: the ordinary way to stop."""
+    RESTART_INTENSITY_EXCEEDED = "RESTART_INTENSITY_EXCEEDED"
+    """An actor failed more often than its supervisor allows in the period."""
+    JOURNAL_FAILED = "JOURNAL_FAILED"
+    """The journal could not be written: nothing more can be recorded."""
+
+
+class CliError(StrEnum):
+    """What ``dirk`` prints as ``error: CODE: ...`` (or in a FAILED line) when no reason code fits.
+
+    Where an operator's command meets a condition the kernel itself would
+    refuse for (``UNKNOWN_AGENT``, ``FLOW_NOT_ACTIVE``, ...), ``dirk`` prints
+    that ``ReasonCode`` instead; the two sets never share a spelling.
+    """
+
+    BAD_ARGUMENT = "BAD_ARGUMENT"
+    """Flags that do not go together, or a flag value that does not parse."""
+    UNKNOWN_FLOW = "UNKNOWN_FLOW"
+    """No flow with that DFID in the journal."""
+    UNKNOWN_RULE = "UNKNOWN_RULE"
+    """No rule with that id in the journal."""
+    UNKNOWN_SEQ = "UNKNOWN_SEQ"
+    """No event with that seq in the journal."""
+    RULE_NOT_PENDING = "RULE_NOT_PENDING"
+    """No deferred rule proposal with that seq to override or skip."""
+    DECISION_QUEUED = "DECISION_QUEUED"
+    """A decision on that flow already waits in the inbox for the kernel."""
+    CONFIRMATION_REQUIRED = "CONFIRMATION_REQUIRED"
+    """Approving a HIGH_IMPACT action takes its short hash typed back (``--confirm``)."""
+    NOT_TAKEN = "NOT_TAKEN"
+    """The kernel did not take the inbox row within ``--wait``."""
+    NOT_APPLIED = "NOT_APPLIED"
+    """The kernel took the inbox row but recorded nothing the command knows."""
+    NO_EXPORTER = "NO_EXPORTER"
+    """``traces export`` has no OTLP endpoint to send to."""
+    EXPORT_TIMEOUT = "EXPORT_TIMEOUT"
+    """The collector did not take the spans in time."""
+    EXPORT_FAILED = "EXPORT_FAILED"
+    """The collector refused some spans."""
+    PACK_MISMATCH = "PACK_MISMATCH"
+    """``verify --verdicts``: a given pack is not the one the verdicts were recorded under."""
+    BAD_PACK_PATH = "BAD_PACK_PATH"
+    """A ``--pack`` names no loadable pack (``PackPathError.code``)."""
+    JOURNAL_ERROR = "JOURNAL_ERROR"
+    """The file is not a readable journal (``JournalError.code`` and its subclasses' below)."""
+    JOURNAL_CORRUPT = "JOURNAL_CORRUPT"
+    JOURNAL_KEY = "JOURNAL_KEY"
+    JOURNAL_FOREIGN = "JOURNAL_FOREIGN"
+    JOURNAL_VERSION = "JOURNAL_VERSION"
+    JOURNAL_CLOSED = "JOURNAL_CLOSED"
+    JOURNAL_WRITE_FAILED = "JOURNAL_WRITE_FAILED"
+
+
+class ExitCode(IntEnum):
+    """``dirk``'s exit status."""
+
+    OK = 0
+    """The command did its work (a decision was queued, a journal verified)."""
+    FAILED = 1
+    """It ran and the answer is no: a check failed, something named is unknown, a change
+    is refused, the collector did not take the spans."""
+    USAGE = 2
+    """It could not run as given: bad flags or flag values, an unreadable journal, no exporter."""
+    INTERRUPTED = 130
+    """Ctrl-C (128 + SIGINT)."""
+    CLOSED_PIPE = 141
+    """Its reader went away (``dirk flows | head -1``): quiet, as SIGPIPE would be (128 + 13)."""

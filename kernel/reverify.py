@@ -55,6 +55,7 @@ from kernel.integrity import FactCapacities, memory_check, with_unsettled
 from kernel.journal import Journal
 from kernel.packs import PackError, PolicyCatalog, PolicyPack
 from kernel.projection import Projections
+from kernel.reasons import CliError
 
 
 class Outcome(msgspec.Struct, frozen=True, kw_only=True):
@@ -235,8 +236,8 @@ async def rejudge(
                 waiting.pop(dfid, None)
             projections.apply((event,))
     mismatches = [
-        f"PACK_MISMATCH pack {name}: {count} verdict(s) recorded under hash {recorded[:16]},"
-        f" the given pack hashes to {now[:16]}"
+        f"{CliError.PACK_MISMATCH} pack {name}: {count} verdict(s) recorded under hash"
+        f" {recorded[:16]}, the given pack hashes to {now[:16]}"
         for (name, recorded, now), count in sorted(mismatched.items())
     ]
     return Rejudged(judged=judged, skipped=skipped, changes=changes, mismatches=mismatches)

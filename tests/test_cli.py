@@ -24,6 +24,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from kernel import Decision, ReasonCode, open_journal
 from kernel.events import Draft, FlowAborted, FlowCreated
+from kernel.reasons import CliError, ExitCode
 from kernel.telemetry import export_flows, span_id_for
 from tests.helpers import ScriptedAgent, Transfer, action_of, kernel_for, transfer
 
@@ -570,3 +571,13 @@ def test_traces_export_gives_up_on_a_collector_that_never_answers(
     assert "Traceback" not in result.stderr
     assert result.stderr.splitlines()[-1].startswith("error: EXPORT_TIMEOUT: ")
     assert result.stdout == ""
+
+
+def test_help_lists_the_exit_statuses_and_the_codes_dirk_prints() -> None:
+    result = dirk("--help")
+
+    assert result.returncode == 0, result.stderr
+    statuses = re.findall(r"^  (\d+) +\S", result.stdout.split("exit status:")[1], re.MULTILINE)
+    assert sorted(map(int, statuses)) == sorted(ExitCode)
+    own = set(re.findall(r"\b[A-Z][A-Z_]+\b", result.stdout.split("dirk's own:")[1]))
+    assert own == {str(code) for code in CliError}

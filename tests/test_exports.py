@@ -88,6 +88,7 @@ def test_kernel_exports():
             "InputInvalid",
             "verify_projections",
             "whatif",
+            "StopReason",
         ]
     )
     for name in kernel.__all__:

@@ -66,7 +66,7 @@ async def test_agent_changes_are_checked_before_they_are_queued(tmp_path):
     code, _, err = await dirk("agent", "nobody", "--db", db)
     assert code == 1 and err.startswith("error: UNKNOWN_AGENT:")
     code, _, err = await dirk("agent", "clerk", "--set", "PASSIVE", "--db", db)
-    assert code == 1 and err.startswith("error: SCHEMA_INVALID:")
+    assert code == 2 and err.startswith("error: SCHEMA_INVALID:")
     code, _, err = await dirk("agent", "clerk", "--set", "ASLEEP", "--db", db)
     assert code == 2 and "invalid choice" in err  # argparse's own refusal
     with connect(str(db)) as conn:
