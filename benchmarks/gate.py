@@ -1,9 +1,11 @@
 """P4: the DIM's pipeline on the trading pack, against the same rules as a bare function.
 
 Both sides judge the same proposals in the same run: ``judge()`` with every layer
-(schema, status, authority, time, state, resources, invariants, rules, thresholds),
-and a hand-written function that converts the parameters and applies the same
-checks inline. The ratio is what the pipeline's generality costs.
+(schema, status with the unsettled-saga check, authority, time, state, resources,
+invariants, rules, thresholds and the kind's ``needs_human``), the pipeline
+:func:`kernel.verdict.verdict` runs for the DIM and for replay; and a hand-written
+function that converts the parameters and applies the same checks inline. The
+ratio is what the pipeline's generality costs.
 
 The pipeline runs with a :class:`~kernel.rules.Stopwatch`, as in the DIM, so its
 cost is counted; the verdict never depends on what it measures, so a busy

@@ -45,7 +45,7 @@ from kernel.events import (
     digest,
 )
 from kernel.flow import RESOLVE_WORDS, FlowState
-from kernel.packs import Impact, NeedsHuman, PolicyCatalog
+from kernel.packs import Impact, PolicyCatalog
 from kernel.reasons import ReasonCode
 
 SHORT_HASH = 10
@@ -141,13 +141,6 @@ def escalation(
         impact=impact_of(proposal.kind, catalog),
         action_hash=action_hash(dfid, proposal, catalog),
     )
-
-
-def policy_trigger(proposal: ProposalRecord, catalog: PolicyCatalog) -> NeedsHuman | None:
-    """Run the kind's own escalation rule (authority threshold, ambiguity) on a valid proposal."""
-    kind = catalog.kinds[proposal.kind]
-    policy = msgspec.convert({"kind": proposal.kind, **proposal.params}, kind)
-    return policy.needs_human()
 
 
 def apply(approvals: dict[str, Approval], event: Event) -> None:

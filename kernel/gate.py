@@ -4,7 +4,8 @@ The layers run in this fixed order and the first that fails decides; its
 feedback names the layer, the rule, the field and the limit:
 
 1. ``schema``: kind, version and parameters of the policy kind (SCHEMA_INVALID);
-2. ``status``: the agent is ACTIVE (AGENT_PASSIVE, AGENT_SUSPENDED, AGENT_RETIRED);
+2. ``status``: the agent is ACTIVE (AGENT_PASSIVE, AGENT_SUSPENDED, AGENT_RETIRED),
+   and none of its sagas has effects not yet converged (AGENT_PASSIVE);
 3. ``authority``: the kind is among the agent's capabilities, and every parameter
    its manifest ``limits`` name is in scope (a list: allowed values; a number: a
    maximum) (UNAUTHORIZED);
@@ -15,11 +16,14 @@ feedback names the layer, the rule, the field and the limit:
 7. ``rules``: the pack's invariants, then its rules (RISK_LIMIT_EXCEEDED and the
    pack's own codes; KERNEL_FAULT when a rule raises or returns nothing), then its
    emergency rules (GUARD_EMERGENCY, see kernel.guards);
-8. ``memory``: constraints from memory (a hook, :data:`MemoryCheck`, filled by the
-   memory issue; CONSTRAINT_VIOLATION, VERIFICATION_REQUIRED);
-9. ``escalation``: thresholds (LOW_CONFIDENCE, APPROVAL_REQUIRED): an ESCALATE verdict.
+8. ``memory``: constraints from governed memory (a port, :data:`MemoryCheck`;
+   CONSTRAINT_VIOLATION, VERIFICATION_REQUIRED);
+9. ``escalation``: thresholds (LOW_CONFIDENCE, APPROVAL_REQUIRED), then the kind's
+   own rule, ``needs_human()`` (an authority threshold, ambiguity): an ESCALATE verdict.
 
-Human modifications skip the state and escalation layers: a human already looked.
+Human modifications skip the state and escalation layers and the unsettled-saga
+check: a human already looked. The DIM and replay reach this function only
+through :func:`kernel.verdict.verdict`, which builds the snapshot.
 Nothing here reads a clock: the verdict is a function of its arguments, which the
 journal records, so replay judges as the live kernel did. How long each rule took
 is measured beside the verdict by an optional :class:`~kernel.rules.Stopwatch`,
@@ -28,7 +32,7 @@ whose findings never change it (see kernel.rules).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
@@ -87,6 +91,8 @@ class Snapshot:
         own: what this flow already holds (it does not contend with itself).
         capacities: capacities set by facts; they override the packs'.
         amendments: limits an operator amended for this agent, still in force.
+        unsettled: the agent's flows whose effects have not converged (a saga
+            unwinding, or waiting for a human after an undo failed).
     """
 
     context_ref: str = ""
@@ -95,6 +101,7 @@ class Snapshot:
     own: Mapping[str, int] = field(default_factory=dict)
     capacities: Mapping[str, int] = field(default_factory=dict)
     amendments: Mapping[str, int | str] = field(default_factory=dict)
+    unsettled: Sequence[str] = ()
 
 
 @dataclass(frozen=True)
@@ -180,7 +187,11 @@ def judge(
         failed = memory(proposal, view)
     if failed is not None:
         return Judgement(rejection=failed, pack=pack.hash)
-    escalation = None if by_human else _thresholds(proposal, params, catalog, pack)
+    escalation = None
+    if not by_human:
+        escalation = _thresholds(proposal, params, catalog, pack) or _needs_human(proposal, params)
+        if escalation is not None and escalation.layer != "escalation":
+            return Judgement(rejection=escalation, pack=pack.hash)
     return Judgement(escalation=escalation, reserve=need, pack=pack.hash, policy=params)
 
 
@@ -257,6 +268,14 @@ def _admission(
     if agent.status is not AgentStatus.ACTIVE:
         code = _STATUS_CODES[agent.status]
         return reject("status", code, f"agent {manifest.agent_id} is {agent.status}")
+    if not by_human and snapshot.unsettled:
+        # An agent whose earlier intent is half done may start no new side effects.
+        return reject(
+            "status",
+            ReasonCode.AGENT_PASSIVE,
+            f"agent {manifest.agent_id} has flow(s) {', '.join(snapshot.unsettled)}"
+            " with effects not yet converged",
+        )
     if proposal.kind not in manifest.capabilities:
         return reject(
             "authority",
@@ -405,6 +424,22 @@ def _rules(
         if not verdict.ok:
             return _from_rule(verdict, r.name)
     return None
+
+
+def _needs_human(proposal: ProposalRecord, params: Any) -> Feedback | None:
+    """The kind's own escalation rule; the feedback's layer says which way it went.
+
+    A rule that raises rejects (layer ``rules``, KERNEL_FAULT), as any rule that
+    cannot judge does: fail closed.
+    """
+    try:
+        trigger = params.needs_human()
+    except Exception as exc:
+        detail = f"{proposal.kind}.needs_human: {type(exc).__name__}: {exc}"[:300]
+        return reject("rules", ReasonCode.KERNEL_FAULT, detail, rule="needs_human")
+    if trigger is None:
+        return None
+    return reject("escalation", trigger.reason_code, trigger.detail)
 
 
 def _thresholds(

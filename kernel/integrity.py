@@ -1,8 +1,9 @@
 """The Decision Integrity Module: the deterministic gate every proposal passes.
 
 The verdict is a pure function of (proposal, projected state, time, policy
-packs), computed by :func:`kernel.gate.judge`; its docstring lists the layers
-in their fixed order. Before them, the boundary checks the session token
+packs), computed by :func:`kernel.verdict.verdict`, the function replay calls
+too; :func:`kernel.gate.judge`'s docstring lists the layers in their fixed
+order. Before them, the boundary checks the session token
 (INVALID_SESSION) and the flow (FLOW_NOT_ACTIVE); refusals there touch no flow
 and count no attempt.
 
@@ -27,17 +28,16 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import msgspec
 
 from kernel.actors import Mailbox, Outbox, Reply
-from kernel.amendments import AmendLimit, Amendment, amend, folded, in_force
+from kernel.amendments import AmendLimit, amend, folded
 from kernel.approvals import escalation as escalation_event
-from kernel.approvals import policy_trigger
 from kernel.citations import notes_on
-from kernel.context import Compile, context_ref
+from kernel.context import Compile
 from kernel.contracts import Outcome, Verdict
 from kernel.events import (
     DuplicateSuppressed,
@@ -54,11 +54,9 @@ from kernel.events import (
     SubmissionRefused,
 )
 from kernel.flow import FlowState, FlowStatus
-from kernel.gate import LAYERS, Judgement, MemoryCheck, Snapshot, judge, reject
+from kernel.gate import Judgement, MemoryCheck, reject
 from kernel.guard_runner import Screen
 from kernel.intents import Dispatch, stage_start
-from kernel.memory import MemoryState
-from kernel.memory import check as check_memory
 from kernel.pack_loading import LoadPack, load
 from kernel.packs import PolicyCatalog
 from kernel.ports import Clock
@@ -66,6 +64,7 @@ from kernel.projection import AgentView, Projections
 from kernel.reasons import ReasonCode
 from kernel.registry import session_hash
 from kernel.rules import Overrun, Stopwatch
+from kernel.verdict import Staged, verdict
 
 log = logging.getLogger("kernel.integrity")
 
@@ -107,77 +106,6 @@ class Execute(msgspec.Struct, frozen=True, kw_only=True):
     reply: Reply[Verdict] | None = None
 
 
-def evaluate(
-    proposal: ProposalRecord,
-    agent: AgentView,
-    catalog: PolicyCatalog,
-    now_ns: int,
-    current_ref: str,
-    *,
-    by_human: bool = False,
-    memory: MemoryState | None = None,
-    correlation_id: str = "",
-) -> Feedback | None:
-    """Run the pipeline on a bare snapshot; return the rejection's feedback, or None."""
-    snapshot = Snapshot(context_ref=current_ref)
-    check = memory_check(memory, correlation_id) if memory is not None else None
-    return judge(
-        proposal, agent, catalog, now_ns, snapshot, by_human=by_human, memory=check
-    ).rejection
-
-
-class FactCapacities(Mapping[str, int]):
-    """Capacities set by ``capacity.<pool>`` facts, looked up only for the pools needed."""
-
-    def __init__(self, projections: Projections) -> None:
-        self._state = projections.state
-
-    def __getitem__(self, pool: str) -> int:
-        return int(self._state["capacity." + pool].value)
-
-    def __contains__(self, pool: object) -> bool:
-        return isinstance(pool, str) and "capacity." + pool in self._state
-
-    def __iter__(self) -> Iterator[str]:
-        return (k.removeprefix("capacity.") for k in self._state if k.startswith("capacity."))
-
-    def __len__(self) -> int:
-        return sum(1 for _ in self)
-
-
-# --- execution coordination (issue 4): kept apart so the layers above can change freely.
-def unsettled(projections: Projections, agent_id: str) -> Feedback | None:
-    """Refuse with AGENT_PASSIVE while one of the agent's sagas has effects not converged.
-
-    An agent whose earlier intent is half done and being undone (DIRTY), or
-    waiting for a human after an undo failed, may start no new side effects.
-    """
-    flows = projections.unsettled_flows(agent_id)
-    if not flows:
-        return None
-    return reject(
-        "status",
-        ReasonCode.AGENT_PASSIVE,
-        f"agent {agent_id} has flow(s) {', '.join(flows)} with effects not yet converged",
-    )
-
-
-def memory_check(memory: MemoryState, correlation_id: str) -> MemoryCheck:
-    """The memory layer over governed memory: enforced constraints refuse (kernel.memory)."""
-    return lambda proposal, view: check_memory(memory, proposal, view.agent_id, correlation_id)
-
-
-def with_unsettled(judgement: Judgement, projections: Projections, agent_id: str) -> Judgement:
-    """Put the unsettled-saga refusal (a status layer check) at its place in the order."""
-    rejection = judgement.rejection
-    if rejection is not None and (
-        rejection.layer not in LAYERS or LAYERS.index(rejection.layer) <= LAYERS.index("status")
-    ):
-        return judgement
-    refusal = unsettled(projections, agent_id)
-    return judgement if refusal is None else Judgement(rejection=refusal, pack=judgement.pack)
-
-
 class IntegrityModule:
     """The DIM actor."""
 
@@ -197,7 +125,6 @@ class IntegrityModule:
         self._rule_clock = rule_clock
         self._memory = memory
         self._guards = guards
-        self._capacities = FactCapacities(projections)
         self._projections = projections
         self._catalog = catalog
         self._clock = clock
@@ -231,14 +158,9 @@ class IntegrityModule:
         out.emit(event, agent_id=msg.agent_id or None)
         if isinstance(event, LimitAmended):
             # In force for the proposals this batch judges after it, as replay will see it.
-            staged: dict[str, dict[str, Amendment]] = out.scratch.setdefault("amended", {})
+            staged = _staged(out).amended
             staged.setdefault(msg.agent_id, {})[event.limit] = folded(event, 0)
         out.reply(msg.reply, event)
-
-    def _amendments(self, agent_id: str, now_ns: int, out: Outbox) -> dict[str, int | str]:
-        amended = self._projections.amendments.get(agent_id, {})
-        staged = out.scratch.get("amended", {}).get(agent_id)
-        return in_force({**amended, **staged} if staged else amended, now_ns)
 
     def _validate(self, msg: Validate, out: Outbox) -> None:
         flow = out.flow(msg.dfid)
@@ -277,62 +199,43 @@ class IntegrityModule:
         # Citations and advisory constraints are recorded, never judged (kernel.citations).
         for note in notes_on(self._projections.memory, flow, msg.proposal):
             out.emit(note, dfid=msg.dfid, agent_id=flow.agent_id, after=submitted)
-        visible, ref = self._visible(agent.manifest.subscriptions, out)
-        # What this batch staged but has not committed yet counts as held.
-        staged: dict[str, dict[str, int]] = out.scratch.setdefault("reserved", {})
-        held = dict(self._projections.held)
-        for dfid, pools in staged.items():
-            before = self._projections.reservations.get(dfid, {})
-            for pool, amount in pools.items():
-                held[pool] = held.get(pool, 0) + amount - before.get(pool, 0)
-        own = staged.get(msg.dfid, self._projections.reservations.get(msg.dfid, {}))
-        now_ns = self._clock.now_ns()
-        snapshot = Snapshot(
-            context_ref=ref,
-            state=visible,
-            held=held,
-            own=own,
-            capacities=self._capacities,
-            amendments=self._amendments(flow.agent_id, now_ns, out),
-        )
+        staged = _staged(out)
+        state = staged.state(self._projections, agent)[0]
+        own = staged.own(self._projections, msg.dfid)
         stopwatch = Stopwatch(self._rule_clock)
         if msg.invalid is not None:
+            # The wall refused the proposal at the schema layer: there is nothing to judge.
             judgement = Judgement(rejection=msg.invalid)
         else:
-            judgement = judge(
+            judgement = verdict(
                 msg.proposal,
+                flow,
                 agent,
                 self._catalog,
-                now_ns,
-                snapshot,
+                self._clock.now_ns(),
+                self._projections,
                 by_human=msg.by_human,
-                memory=self._memory or memory_check(self._projections.memory, flow.root_dfid),
+                staged=staged,
+                memory=self._memory,
                 stopwatch=stopwatch,
             )
         overruns = stopwatch.overruns
-        if not msg.by_human:
-            judgement = with_unsettled(judgement, self._projections, flow.agent_id)
         if judgement.rejection is not None:
             self._rejected(msg, agent, attempt, judgement, submitted, overruns, out)
             return
         escalation = judgement.escalation
-        if escalation is None and not msg.by_human:
-            # The kind's own rule: authority threshold, ambiguity (kernel/approvals.py).
-            trigger = policy_trigger(msg.proposal, self._catalog)
-            if trigger is not None:
-                escalation = reject("escalation", trigger.reason_code, trigger.detail)
         if escalation is not None:
             event = escalation_event(
                 msg.dfid, msg.proposal, self._catalog, escalation.reason_code, escalation.detail
             )
-            verdict = out.emit(
+            recorded = out.emit(
                 msgspec.structs.replace(event, pack=judgement.pack, rule=escalation.rule),
                 dfid=msg.dfid,
                 after=submitted,
             )
-            self._flag(msg, judgement, overruns, verdict, out)
-            self._reserve(msg.dfid, flow.agent_id, judgement, own, verdict, out)
-            self._screen(msg, snapshot.state, out)
+            self._flag(msg, judgement, overruns, recorded, out)
+            self._reserve(msg.dfid, flow.agent_id, judgement, own, recorded, out)
+            self._screen(msg, state, out)
             out.send(self._escalation, Escalate(dfid=msg.dfid))
             out.reply(
                 msg.reply,
@@ -341,14 +244,14 @@ class IntegrityModule:
                 ),
             )
             return
-        verdict = out.emit(
+        recorded = out.emit(
             ProposalAccepted(attempt=attempt, by_human=msg.by_human, pack=judgement.pack),
             dfid=msg.dfid,
             after=submitted,
         )
-        self._flag(msg, judgement, overruns, verdict, out)
-        self._reserve(msg.dfid, flow.agent_id, judgement, own, verdict, out)
-        self._screen(msg, snapshot.state, out)
+        self._flag(msg, judgement, overruns, recorded, out)
+        self._reserve(msg.dfid, flow.agent_id, judgement, own, recorded, out)
+        self._screen(msg, state, out)
         # The start of execution goes into this append too (one commit fewer per flow);
         # the engine calls the adapter only once it is recorded (kernel.intents).
         accepted = out.flow(msg.dfid)
@@ -358,27 +261,12 @@ class IntegrityModule:
             out.send(self._execution, Dispatch(dfid=msg.dfid, key=intent.key))
         out.reply(msg.reply, Verdict(outcome=Outcome.ACCEPTED, dfid=msg.dfid, attempt=attempt))
 
-    def _visible(self, subscriptions: list[str], out: Outbox) -> tuple[dict[str, Any], str]:
-        """Return the state these subscriptions see and its reference, once per batch.
-
-        The DIM stages no facts, so the state cannot change within its batch; the
-        agents of one batch mostly share their subscriptions.
-        """
-        seen: dict[tuple[str, ...], tuple[dict[str, Any], str]]
-        seen = out.scratch.setdefault("visible", {})
-        key = tuple(subscriptions)
-        found = seen.get(key)
-        if found is None:
-            visible = self._projections.visible_state(key)
-            found = seen[key] = (visible, context_ref(visible))
-        return found
-
     def _flag(
         self,
         msg: Validate,
         judgement: Judgement,
         overruns: list[Overrun],
-        verdict: int,
+        recorded: int,
         out: Outbox,
     ) -> None:
         """Record each rule that overran its budget: the flow needs review, the verdict stands."""
@@ -402,7 +290,7 @@ class IntegrityModule:
                     pack=judgement.pack,
                 ),
                 dfid=msg.dfid,
-                after=verdict,
+                after=recorded,
             )
 
     def _screen(self, msg: Validate, state: Mapping[str, Any], out: Outbox) -> None:
@@ -418,7 +306,7 @@ class IntegrityModule:
         agent_id: str,
         judgement: Judgement,
         own: Mapping[str, int],
-        verdict: int,
+        recorded: int,
         out: Outbox,
     ) -> None:
         """Stage what the flow now holds: new amounts reserved, pools no longer needed released."""
@@ -429,7 +317,7 @@ class IntegrityModule:
                     ResourceReserved(pool=pool, amount=amount),
                     dfid=dfid,
                     agent_id=agent_id,
-                    after=verdict,
+                    after=recorded,
                 )
         for pool, amount in sorted(own.items()):
             if pool not in want:
@@ -437,10 +325,10 @@ class IntegrityModule:
                     ResourceReleased(pool=pool, amount=amount, reason="modified"),
                     dfid=dfid,
                     agent_id=agent_id,
-                    after=verdict,
+                    after=recorded,
                 )
         if want or own:
-            out.scratch["reserved"][dfid] = dict(want)
+            _staged(out).reserved[dfid] = dict(want)
 
     def _rejected(
         self,
@@ -517,3 +405,12 @@ class IntegrityModule:
                 external_id=flow.external_id,
             ),
         )
+
+
+def _staged(out: Outbox) -> Staged:
+    """Return what this batch staged and has not committed (kernel.verdict counts it)."""
+    staged = out.scratch.get("staged")
+    if staged is None:
+        staged = out.scratch["staged"] = Staged()
+    assert isinstance(staged, Staged)
+    return staged

@@ -4,10 +4,10 @@
 At each recorded ProposalSubmitted it rebuilds what the DIM judged against
 from the projections at that position (the agent, its visible state and
 context reference, the pools held, the memory, the agent's unsettled flows),
-takes the submission's recorded time as the DIM's clock, and runs the same
-pipeline (:func:`kernel.gate.judge`) with the packs it is given. When the
-recorded verdict of that proposal arrives, the two are compared: outcome
-(accepted, escalated, rejected) and reason code.
+takes the submission's recorded time as the DIM's clock, and calls the DIM's
+own verdict function (:func:`kernel.verdict.verdict`) with the packs it is
+given. When the recorded verdict of that proposal arrives, the two are
+compared: outcome (accepted, escalated, rejected) and reason code.
 
 - ``dirk verify --verdicts --pack PATH`` checks that replay reproduces every
   verdict. A verdict records the content hash of the pack that judged it; a
@@ -35,9 +35,6 @@ from pathlib import Path
 
 import msgspec
 
-from kernel.amendments import in_force
-from kernel.approvals import policy_trigger
-from kernel.context import context_ref
 from kernel.counterfactual import Change
 from kernel.events import (
     Event,
@@ -50,12 +47,11 @@ from kernel.events import (
     ProposalRejected,
     ProposalSubmitted,
 )
-from kernel.gate import Snapshot, judge
-from kernel.integrity import FactCapacities, memory_check, with_unsettled
 from kernel.journal import Journal
 from kernel.packs import PackError, PolicyCatalog, PolicyPack
 from kernel.projection import Projections
 from kernel.reasons import CliError
+from kernel.verdict import verdict
 
 
 class Outcome(msgspec.Struct, frozen=True, kw_only=True):
@@ -117,49 +113,19 @@ def judge_at(projections: Projections, event: Event, catalog: PolicyCatalog) -> 
     agent = projections.agents.get(flow.agent_id) if flow is not None else None
     if flow is None or agent is None:
         return None
-    visible = projections.visible_state(agent.manifest.subscriptions)
-    snapshot = Snapshot(
-        context_ref=context_ref(visible),
-        state=visible,
-        held=dict(projections.held),
-        own=projections.reservations.get(flow.dfid, {}),
-        capacities=FactCapacities(projections),
-        amendments=in_force(projections.amendments.get(flow.agent_id, {}), event.ts),
-    )
-    proposal = payload.proposal
-    judgement = judge(
-        proposal,
+    judgement = verdict(
+        payload.proposal,
+        flow,
         agent,
         catalog,
         event.ts,
-        snapshot,
+        projections,
         by_human=payload.by_human,
-        memory=memory_check(projections.memory, flow.root_dfid),
     )
-    if not payload.by_human:
-        judgement = with_unsettled(judgement, projections, flow.agent_id)
-    if judgement.rejection is not None:
-        f = judgement.rejection
-        return Outcome(
-            outcome="rejected", reason_code=str(f.reason_code), detail=f.detail, pack=judgement.pack
-        )
-    escalation = judgement.escalation
-    if escalation is None and not payload.by_human:
-        trigger = policy_trigger(proposal, catalog)
-        if trigger is not None:
-            return Outcome(
-                outcome="escalated",
-                reason_code=str(trigger.reason_code),
-                detail=trigger.detail,
-                pack=judgement.pack,
-            )
-    if escalation is not None:
-        return Outcome(
-            outcome="escalated",
-            reason_code=str(escalation.reason_code),
-            detail=escalation.detail,
-            pack=judgement.pack,
-        )
+    for outcome, f in (("rejected", judgement.rejection), ("escalated", judgement.escalation)):
+        if f is not None:
+            code, detail = str(f.reason_code), f.detail
+            return Outcome(outcome=outcome, reason_code=code, detail=detail, pack=judgement.pack)
     return Outcome(outcome="accepted", pack=judgement.pack)
 
 

@@ -13,8 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from benchmarks.gate import run_gate
-from kernel import AgentStatus, PolicyPack, ReasonCode
-from kernel.gate import LAYERS, Snapshot, judge
+from kernel import AgentStatus, NeedsHuman, PolicyPack, ReasonCode
+from kernel.gate import LAYERS, Judgement, Snapshot, judge
 from kernel.packs import PolicyCatalog
 from kernel.rules import ALLOW, Overrun, RuleVerdict, Stopwatch, View, deny, rule, run_rule
 from policies.trading import TRADING, PlaceOrder
@@ -190,6 +190,31 @@ CASES = [
         NOW,
         ("resources", R.INSUFFICIENT_RESOURCES),
     ),
+    ("unsettled", {}, {}, {"unsettled": ("f-1",)}, NOW, ("status", R.AGENT_PASSIVE)),
+    (
+        "schema-before-unsettled",
+        {"params": {"qty": "two"}},
+        {},
+        {"unsettled": ("f-1",)},
+        NOW,
+        ("schema", R.SCHEMA_INVALID),
+    ),
+    (
+        "agent-status-before-unsettled",
+        {},
+        {"status": AgentStatus.SUSPENDED},
+        {"unsettled": ("f-1",)},
+        NOW,
+        ("status", R.AGENT_SUSPENDED),
+    ),
+    (
+        "unsettled-before-authority",
+        {},
+        {"capabilities": ()},
+        {"unsettled": ("f-1",)},
+        NOW,
+        ("status", R.AGENT_PASSIVE),
+    ),
     (
         "rules-before-escalation",
         {"params": {"qty": 10}, "confidence": 0.1},
@@ -242,6 +267,64 @@ def test_a_human_modification_skips_state_and_escalation():
         by_human=True,
     )
     assert judgement.rejection is None and judgement.escalation is None
+
+
+def test_the_unsettled_check_names_the_flows_and_skips_human_modifications():
+    snap = snapshot(unsettled=("f-1", "f-2"))
+    feedback = run(snap=snap).rejection
+    assert feedback is not None
+    assert feedback.detail == "agent buyer has flow(s) f-1, f-2 with effects not yet converged"
+    assert run(snap=snap, by_human=True).rejection is None
+
+
+class Ask(Buy, tag="shop.ask"):
+    """A kind whose own rule escalates (needs_human), or raises, on some quantities."""
+
+    def needs_human(self) -> NeedsHuman | None:
+        if self.qty == 7:
+            raise ZeroDivisionError("the rule broke")
+        if self.qty > 4:
+            return NeedsHuman(reason_code=R.AMBIGUOUS, detail=f"{self.qty} of what?")
+        return None
+
+
+ASK = dataclasses.replace(SHOP, kinds=(Ask,), rules=(), consumes=(), invariants=(), thresholds=())
+
+
+def ask(qty: int, confidence: float = 0.9) -> Judgement:
+    record = proposal(kind="shop.ask", params={"qty": qty}, confidence=confidence)
+    return run(record, agent(capabilities=("shop.ask",)), catalog=PolicyCatalog([ASK]))
+
+
+def test_needs_human_is_the_escalation_layer_after_the_thresholds():
+    assert ask(2).escalation is None and ask(2).rejection is None
+    escalated = ask(5).escalation
+    assert escalated is not None
+    assert (escalated.layer, escalated.reason_code, escalated.detail) == (
+        "escalation",
+        R.AMBIGUOUS,
+        "5 of what?",
+    )
+    # The thresholds come first: the pack's confidence threshold decides.
+    assert ask(5, confidence=0.1).escalation.reason_code is R.LOW_CONFIDENCE  # type: ignore[union-attr]
+    # A human who modifies skips it.
+    record = proposal(kind="shop.ask", params={"qty": 5})
+    human = run(
+        record, agent(capabilities=("shop.ask",)), catalog=PolicyCatalog([ASK]), by_human=True
+    )
+    assert human.escalation is None and human.rejection is None
+
+
+def test_a_needs_human_rule_that_raises_rejects_with_kernel_fault():
+    judgement = ask(7)
+    assert judgement.escalation is None and judgement.rejection is not None
+    feedback = judgement.rejection
+    assert (feedback.layer, feedback.reason_code, feedback.rule) == (
+        "rules",
+        R.KERNEL_FAULT,
+        "needs_human",
+    )
+    assert "ZeroDivisionError: the rule broke" in feedback.detail
 
 
 def test_the_memory_hook_runs_after_the_rules():
