@@ -21,8 +21,8 @@ from typing import Any
 
 import anyio
 
-from examples.simulated import Faults, SimulatedSystem
 from kernel import AdapterError, ExecutionIntent, FlowStatus, ReasonCode, open_kernel
+from kernel.testing import Faults, SimulatedSystem
 from tests.execution_domain import DESK, KINDS, Ping, Trip, name_of
 from tests.helpers import ScriptedAgent
 

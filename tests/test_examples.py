@@ -156,7 +156,7 @@ def test_a_trading_day_shows_every_part_of_the_kernel(tmp_path, capsys, seed):
 
 
 def trading_ledger(path: Path) -> list[tuple[str, str, dict[str, Any]]]:
-    from examples.simulated import SimulatedSystem
+    from kernel.testing import SimulatedSystem
 
     system = SimulatedSystem(path)
     try:

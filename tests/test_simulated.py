@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from examples.simulated import Faults, SimulatedSystem
 from kernel import AdapterError, ExecutionIntent, FlowStatus, SystemClock, idempotency_key
+from kernel.testing import Faults, SimulatedSystem
 from tests.helpers import ScriptedAgent, kernel_for
 
 

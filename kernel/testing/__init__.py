@@ -1,0 +1,21 @@
+"""What tests and simulations of a kernel need: a public surface, pinned by a test.
+
+- :class:`ManualClock` and :class:`SeededIds`: time and ids only move when the
+  test says so, so a run is the same run every time.
+- :class:`JournalFaults`: faults injected into the journal's writes (a failed
+  append, a failed fsync) to test what the kernel does when its record fails.
+- :class:`SimulatedSystem` and its :class:`Faults`: an external system with a
+  durable ledger by key that misbehaves like a real one, from a seed.
+"""
+
+from kernel.journal import JournalFaults
+from kernel.ports import ManualClock, SeededIds
+from kernel.testing._simulated import Faults, SimulatedSystem
+
+__all__ = [
+    "Faults",
+    "JournalFaults",
+    "ManualClock",
+    "SeededIds",
+    "SimulatedSystem",
+]
