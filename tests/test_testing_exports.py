@@ -7,6 +7,8 @@ import kernel.testing
 def test_testing_exports():
     assert sorted(kernel.testing.__all__) == sorted(
         [
+            "AdapterContract",
+            "ContractBroken",
             "Faults",
             "JournalFaults",
             "ManualClock",

@@ -6,13 +6,18 @@
   append, a failed fsync) to test what the kernel does when its record fails.
 - :class:`SimulatedSystem` and its :class:`Faults`: an external system with a
   durable ledger by key that misbehaves like a real one, from a seed.
+- :class:`AdapterContract`: the adapter contract of docs/adapters.md as a pytest
+  mixin, to run against any adapter; a broken rule raises :class:`ContractBroken`.
 """
 
 from kernel.journal import JournalFaults
 from kernel.ports import ManualClock, SeededIds
+from kernel.testing._contract import AdapterContract, ContractBroken
 from kernel.testing._simulated import Faults, SimulatedSystem
 
 __all__ = [
+    "AdapterContract",
+    "ContractBroken",
     "Faults",
     "JournalFaults",
     "ManualClock",
