@@ -17,7 +17,7 @@ from examples.market import SYMBOLS, Market
 from examples.trading import BROKER_FAULTS
 from kernel import AdapterError, ExecutionIntent, Receipt
 from kernel.testing import AdapterContract, ContractBroken, Faults, SimulatedSystem
-from tests.helpers import Bank
+from tests.support.helpers import Bank
 
 
 def count(system: SimulatedSystem, key: str) -> int:

@@ -25,7 +25,8 @@ from kernel import events as ev
 from kernel.events import Draft, canonical
 from kernel.journal import EventUnreadable
 from kernel.registry import check_version
-from tests.helpers import ScriptedAgent, action_of, kernel_for, transfer
+from kernel.testing import action_of
+from tests.support.helpers import ScriptedAgent, kernel_for, transfer
 
 GOOD = {"kind": "test.transfer", "account": "acc-1", "amount_cents": 10}
 

@@ -8,7 +8,7 @@ from kernel import fold
 from kernel.events import ContextCompiled, Manifest
 from kernel.layers import DROP_ORDER, compile_layers, estimate
 from kernel.projection import Projections
-from tests.helpers import ScriptedAgent, kernel_for
+from tests.support.helpers import ScriptedAgent, kernel_for
 
 
 def manifest(**limits) -> Manifest:

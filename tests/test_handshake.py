@@ -8,7 +8,7 @@ import pytest
 
 from kernel import AgentStatus, FlowStatus, HandshakeRefused, Outcome, ReasonCode
 from kernel.registry import session_hash
-from tests.helpers import ALL_KINDS, ScriptedAgent, kernel_for
+from tests.support.helpers import ALL_KINDS, ScriptedAgent, kernel_for
 
 
 @pytest.mark.parametrize(

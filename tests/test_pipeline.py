@@ -24,16 +24,8 @@ from kernel.cli import main as dirk_main
 from kernel.integrity import BUDGET_GUARD, Execute
 from kernel.reverify import rejudge
 from kernel.rules import ALLOW, RuleVerdict, View, deny, rule
-from tests.helpers import (
-    PACK,
-    Bank,
-    ScriptedAgent,
-    Transfer,
-    action_of,
-    kernel_for,
-    transfer,
-    types_of,
-)
+from kernel.testing import action_of, flow_types
+from tests.support.helpers import PACK, Bank, ScriptedAgent, Transfer, kernel_for, transfer
 
 
 async def test_accepted_flow_executes_once_and_is_recorded(tmp_path):
@@ -49,7 +41,7 @@ async def test_accepted_flow_executes_once_and_is_recorded(tmp_path):
         assert bank.calls[0].params == {"account": "acc-1", "amount_cents": 250}
         assert flow.external_id == bank.effects[bank.calls[0].key].external_id
         assert agent.contexts[0].state == {"bank.invoice.amount": 250}
-        assert await types_of(kernel, dfid) == [
+        assert await flow_types(kernel, dfid) == [
             "FlowCreated",
             "ContextCompiled",
             "ProposalSubmitted",
@@ -80,7 +72,7 @@ async def test_the_same_intent_again_has_no_second_effect(tmp_path):
         assert redelivered.outcome is Outcome.DUPLICATE
         assert redelivered.external_id == closed.external_id
 
-        types = await types_of(kernel, dfid)
+        types = await flow_types(kernel, dfid)
         assert types.count("DuplicateSuppressed") == 2
         assert types.count("ExecutionStarted") == 1
         assert len(bank.calls) == 1

@@ -6,7 +6,7 @@ import pytest
 
 from kernel import AdapterError, ExecutionIntent, FlowStatus, SystemClock, idempotency_key
 from kernel.testing import Faults, SimulatedSystem
-from tests.helpers import ScriptedAgent, kernel_for
+from tests.support.helpers import ScriptedAgent, kernel_for
 
 
 def intent(n: int) -> ExecutionIntent:

@@ -13,7 +13,11 @@ def test_testing_exports():
             "JournalFaults",
             "ManualClock",
             "SeededIds",
+            "ScriptedAgent",
             "SimulatedSystem",
+            "Step",
+            "action_of",
+            "flow_types",
         ]
     )
     for name in kernel.testing.__all__:

@@ -18,8 +18,9 @@ from kernel.cli import main
 from kernel.events import FlowEscalated, ProposalAccepted, ProposalRejected, ProposalSubmitted
 from kernel.memory_pack import MEMORY_PACK
 from kernel.reverify import PackPathError, load_packs, rejudge
+from kernel.testing import action_of
 from policies.trading import TRADING
-from tests.helpers import Bank, action_of
+from tests.support.helpers import Bank
 
 PRICES = {"market.ACME.price": "100.00", "market.GLOBEX.price": "50.00"}
 PRICES["market.INITECH.price"] = "10.00"

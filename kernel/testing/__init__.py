@@ -6,12 +6,16 @@
   append, a failed fsync) to test what the kernel does when its record fails.
 - :class:`SimulatedSystem` and its :class:`Faults`: an external system with a
   durable ledger by key that misbehaves like a real one, from a seed.
+- :class:`ScriptedAgent` (its :data:`Step` is one attempt's proposal) plays a
+  script of proposals and remembers every context; :func:`action_of` and
+  :func:`flow_types` read a running kernel's flows.
 - :class:`AdapterContract`: the adapter contract of docs/adapters.md as a pytest
   mixin, to run against any adapter; a broken rule raises :class:`ContractBroken`.
 """
 
 from kernel.journal import JournalFaults
 from kernel.ports import ManualClock, SeededIds
+from kernel.testing._agents import ScriptedAgent, Step, action_of, flow_types
 from kernel.testing._contract import AdapterContract, ContractBroken
 from kernel.testing._simulated import Faults, SimulatedSystem
 
@@ -21,6 +25,10 @@ __all__ = [
     "Faults",
     "JournalFaults",
     "ManualClock",
+    "ScriptedAgent",
     "SeededIds",
     "SimulatedSystem",
+    "Step",
+    "action_of",
+    "flow_types",
 ]

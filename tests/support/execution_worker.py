@@ -23,8 +23,8 @@ import anyio
 
 from kernel import AdapterError, ExecutionIntent, FlowStatus, ReasonCode, open_kernel
 from kernel.testing import Faults, SimulatedSystem
-from tests.execution_domain import DESK, KINDS, Ping, Trip, name_of
-from tests.helpers import ScriptedAgent
+from tests.support.execution_domain import DESK, KINDS, Ping, Trip, name_of
+from tests.support.helpers import ScriptedAgent
 
 FLOWS = 9
 
