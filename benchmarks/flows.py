@@ -42,7 +42,7 @@ TOPIC = "bench.tick"
 SPANS_PER_FLOW = 5
 """A happy-path flow projects to a root span plus context, reason, validate and execute."""
 
-RECEIVER = Path(__file__).resolve().parent.parent / "tests" / "otlp_receiver.py"
+RECEIVER = Path(__file__).resolve().parent.parent / "tests" / "support" / "otlp_receiver.py"
 
 # A small state layer, recorded before any agent is hosted (so it opens no flow):
 # every context carries it and its hash, as a real one would.
@@ -241,7 +241,7 @@ def _file_bytes(path: Path) -> int:
 
 
 class SpanReceiver:
-    """A real OTLP/HTTP receiver in its own process (tests/otlp_receiver.py).
+    """A real OTLP/HTTP receiver in its own process (tests/support/otlp_receiver.py).
 
     Its stdout (one line per span) is drained by a thread that only counts the
     lines, so the receiver never blocks on a full pipe.

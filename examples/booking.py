@@ -30,7 +30,6 @@ import anyio
 from agents_sdk import Agent, Manifest, Proposal, WorkingContext
 from examples.clock import SimClock
 from examples.llm import LanguageModel, ModelError, answer_of, conversation, open_model
-from examples.simulated import Faults, SimulatedSystem
 from examples.summary import read_events, show, summarize
 from kernel import (
     MEMORY_PACK,
@@ -43,6 +42,7 @@ from kernel import (
     whatif,
 )
 from kernel.events import ConstraintAdded, RuleSource
+from kernel.testing import Faults, SimulatedSystem
 from policies.booking import BOOKING
 
 LESSON = "verify accessibility before booking"

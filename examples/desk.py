@@ -1,7 +1,7 @@
 """The trading desk: its agents, its saga kind, its broker, and its operator.
 
 Agents reason through the LLM port (:mod:`examples.llm`) and only propose.
-The broker is the shipped :class:`~examples.simulated.SimulatedSystem` behind a
+The broker is the shipped :class:`~kernel.testing.SimulatedSystem` behind a
 thin adapter that knows the live market (quotes, halts); the kernel alone
 calls it. The operator is a scripted policy standing in for a human.
 """
@@ -18,7 +18,6 @@ import msgspec
 from agents_sdk import Agent, Manifest, Proposal, WorkingContext
 from examples.llm import LanguageModel, ModelError, answer_of, conversation
 from examples.market import SYMBOLS, Market
-from examples.simulated import SimulatedSystem
 from kernel import (
     AdapterError,
     DecimalStr,
@@ -31,6 +30,7 @@ from kernel import (
     Receipt,
     SagaStep,
 )
+from kernel.testing import SimulatedSystem
 from policies.trading import INSTRUMENTS
 
 MANDATE_NOTIONAL = "80000.00"

@@ -37,7 +37,6 @@ from examples.desk import (
 from examples.desk_model import playbooks
 from examples.llm import ModelError, open_model
 from examples.market import MIN_MINUTES, OPERATOR_EVERY, Market, Plan, headline, plan_day
-from examples.simulated import Faults, SimulatedSystem
 from examples.summary import show, summarize
 from kernel import (
     EscalationBudget,
@@ -49,6 +48,7 @@ from kernel import (
     Session,
     open_kernel,
 )
+from kernel.testing import Faults, SimulatedSystem
 from policies.trading import TRADING
 
 BROKER_FAULTS = Faults(latency_s=(0.05, 0.4), transient=0.12, lost_answer=0.08, duplicate=0.15)

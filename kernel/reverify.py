@@ -261,7 +261,19 @@ def load_packs(spec: str) -> list[PolicyPack]:
             sys.modules[name] = module
             module_spec.loader.exec_module(module)
         else:
-            module = importlib.import_module(where)
+            # As `python -m` finds a module: the current directory first. A console
+            # script (`dirk`) has its own directory on the path, not the current one,
+            # and a checkout's `examples.desk` is never installed; on the path only
+            # while the pack is imported.
+            cwd = os.getcwd()
+            added = cwd not in sys.path
+            if added:
+                sys.path.insert(0, cwd)
+            try:
+                module = importlib.import_module(where)
+            finally:
+                if added and cwd in sys.path:
+                    sys.path.remove(cwd)
     except PackPathError:
         raise
     except Exception as exc:  # whatever the file raises: one line, never a traceback

@@ -28,7 +28,7 @@ from kernel import (
     rule,
 )
 from kernel.replay import capture, decode_snapshot, encode_snapshot
-from tests.helpers import ScriptedAgent
+from tests.support.helpers import ScriptedAgent
 from tests.test_cli import dirk, one_error_line
 
 

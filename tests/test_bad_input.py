@@ -25,7 +25,8 @@ from kernel import events as ev
 from kernel.events import Draft, canonical
 from kernel.journal import EventUnreadable
 from kernel.registry import check_version
-from tests.helpers import ScriptedAgent, action_of, kernel_for, transfer
+from kernel.testing import action_of
+from tests.support.helpers import ScriptedAgent, kernel_for, transfer
 
 GOOD = {"kind": "test.transfer", "account": "acc-1", "amount_cents": 10}
 
@@ -371,18 +372,17 @@ async def test_a_decision_without_a_proper_operator_or_reason_is_refused_on_reco
     await sound(path)
 
 
-async def test_approving_a_high_impact_action_takes_its_hash_as_the_cli_does(tmp_path):
-    async with kernel_for(tmp_path / "j.db") as kernel:
-        dfid = await escalated(kernel)
-        assert kernel.projections.approvals[dfid].impact == "HIGH_IMPACT"
-        blind = await kernel.decide(dfid, "approve", operator="ana", reason="ok")
-        assert blind.outcome is Outcome.REFUSED and blind.feedback.field == "action_hash"
-        assert kernel.flow(dfid).status is FlowStatus.ESCALATED
-        seen = await kernel.decide(
-            dfid, "approve", operator="ana", reason="ok", action_hash=action_of(kernel, dfid)
-        )
-        assert seen.outcome is Outcome.ACCEPTED
-        assert (await kernel.wait_flow(dfid)).status is FlowStatus.CLOSED
+async def test_approving_a_high_impact_action_takes_its_hash_as_the_cli_does(kernel):
+    dfid = await escalated(kernel)
+    assert kernel.projections.approvals[dfid].impact == "HIGH_IMPACT"
+    blind = await kernel.decide(dfid, "approve", operator="ana", reason="ok")
+    assert blind.outcome is Outcome.REFUSED and blind.feedback.field == "action_hash"
+    assert kernel.flow(dfid).status is FlowStatus.ESCALATED
+    seen = await kernel.decide(
+        dfid, "approve", operator="ana", reason="ok", action_hash=action_of(kernel, dfid)
+    )
+    assert seen.outcome is Outcome.ACCEPTED
+    assert (await kernel.wait_flow(dfid)).status is FlowStatus.CLOSED
 
 
 @pytest.mark.parametrize(
@@ -425,18 +425,17 @@ async def test_a_nan_usage_report_ends_the_flow_instead_of_switching_the_budget_
     await sound(path)
 
 
-async def test_rule_decisions_need_an_operator_and_a_reason(tmp_path):
-    async with kernel_for(tmp_path / "j.db") as kernel:
-        deferred = await kernel.propose_rule(
-            "refunds", title="Refunds", content="ask first", operator="ana", reason="policy"
-        )
-        with pytest.raises(InputInvalid):
-            await kernel.decide_rule(deferred.caused_by, "override", operator="", reason="")
-        with pytest.raises(InputInvalid):
-            await kernel.propose_rule("r", title="t", content="c", operator="ana", reason=" ")
-        refused = await kernel.journal.read(types=["InputRefused"])
-        assert [e.payload.entry for e in refused] == ["rule", "rule"]
-        assert kernel.stopped is None
+async def test_rule_decisions_need_an_operator_and_a_reason(kernel):
+    deferred = await kernel.propose_rule(
+        "refunds", title="Refunds", content="ask first", operator="ana", reason="policy"
+    )
+    with pytest.raises(InputInvalid):
+        await kernel.decide_rule(deferred.caused_by, "override", operator="", reason="")
+    with pytest.raises(InputInvalid):
+        await kernel.propose_rule("r", title="t", content="c", operator="ana", reason=" ")
+    refused = await kernel.journal.read(types=["InputRefused"])
+    assert [e.payload.entry for e in refused] == ["rule", "rule"]
+    assert kernel.stopped is None
 
 
 async def test_the_journal_refuses_an_event_that_would_not_read_back(tmp_path):

@@ -26,9 +26,10 @@ from kernel import Decision, ReasonCode, open_journal
 from kernel.events import Draft, FlowAborted, FlowCreated
 from kernel.reasons import CliError, ExitCode
 from kernel.telemetry import export_flows, span_id_for
-from tests.helpers import ScriptedAgent, Transfer, action_of, kernel_for, transfer
+from kernel.testing import action_of
+from tests.support.helpers import ScriptedAgent, Transfer, kernel_for, transfer
 
-RECEIVER = Path(__file__).with_name("otlp_receiver.py")
+RECEIVER = Path(__file__).parent / "support" / "otlp_receiver.py"
 AGENTS = ("clerk", "other", "auditor", "reviewer")
 # A command that cannot hang should still not hang the suite if it regresses.
 COMMAND_TIMEOUT_S = 60

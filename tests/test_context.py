@@ -8,55 +8,50 @@ from kernel import fold
 from kernel.events import ContextCompiled, Manifest
 from kernel.layers import DROP_ORDER, compile_layers, estimate
 from kernel.projection import Projections
-from tests.helpers import ScriptedAgent, kernel_for
+from tests.support.helpers import ScriptedAgent, kernel_for
 
 
 def manifest(**limits) -> Manifest:
     return Manifest(agent_id="a", version="1.0", subscriptions=["bank"], limits=limits)
 
 
-async def test_need_to_know_limits_and_byte_identical_recompilation(tmp_path):
-    async with kernel_for(tmp_path / "j.db") as kernel:
-        agent = ScriptedAgent(subscriptions=["bank.rates"])
-        agent.manifest = msgspec.structs.replace(
-            agent.manifest, limits={"context.state.max_items": 2}
-        )
-        await kernel.register(agent)
-        await kernel.trigger("fx.spot", {"fx.spot.eur": "1.08"})  # nobody subscribed
-        await kernel.trigger("bank.rates", {"bank.rates.a": 1, "bank.rates.b": 2})
-        kernel.clock.advance(1)
-        [dfid] = await kernel.trigger("bank.rates", {"bank.rates.c": 3, "bank.secret": "x"})
-        await kernel.wait_flow(dfid)
-        ctx = agent.contexts[-1]
-        # Need-to-know: only bank.rates.*; the limit keeps the two newest.
-        assert ctx.state == {"bank.rates.b": 2, "bank.rates.c": 3}
-        assert ctx.dropped == ["state:bank.rates.a"]
-        assert set(ctx.schemas) == {"test.transfer"}
-        assert ctx.session["topic"] == "bank.rates" and ctx.session["attempt"] == 1
-        assert ctx.tokens > 0
+async def test_need_to_know_limits_and_byte_identical_recompilation(kernel):
+    agent = ScriptedAgent(subscriptions=["bank.rates"])
+    agent.manifest = msgspec.structs.replace(agent.manifest, limits={"context.state.max_items": 2})
+    await kernel.register(agent)
+    await kernel.trigger("fx.spot", {"fx.spot.eur": "1.08"})  # nobody subscribed
+    await kernel.trigger("bank.rates", {"bank.rates.a": 1, "bank.rates.b": 2})
+    kernel.clock.advance(1)
+    [dfid] = await kernel.trigger("bank.rates", {"bank.rates.c": 3, "bank.secret": "x"})
+    await kernel.wait_flow(dfid)
+    ctx = agent.contexts[-1]
+    # Need-to-know: only bank.rates.*; the limit keeps the two newest.
+    assert ctx.state == {"bank.rates.b": 2, "bank.rates.c": 3}
+    assert ctx.dropped == ["state:bank.rates.a"]
+    assert set(ctx.schemas) == {"test.transfer"}
+    assert ctx.session["topic"] == "bank.rates" and ctx.session["attempt"] == 1
+    assert ctx.tokens > 0
 
-        events = await kernel.journal.read()
-        [compiled] = [
-            e for e in events if e.dfid == dfid and isinstance(e.payload, ContextCompiled)
-        ]
-        assert compiled.payload.dropped == ctx.dropped and compiled.payload.tokens == ctx.tokens
-        # Recompile from the journal position just before the recorded context, twice.
-        outputs = []
-        for _ in range(2):
-            before = fold(events[: compiled.seq - 1])
-            layers = compile_layers(
-                before,
-                before.flows[dfid],
-                before.agents["clerk"].manifest,
-                kernel.catalog.schemas,
-                as_of_ns=compiled.payload.as_of_ns,
-            )
-            outputs.append(msgspec.msgpack.encode(layers))
-        assert outputs[0] == outputs[1]
-        layers = msgspec.msgpack.decode(outputs[0])
-        assert layers["state"] == compiled.payload.state == ctx.state
-        assert layers["dropped"] == ctx.dropped and layers["tokens"] == ctx.tokens
-        assert layers["session"] == ctx.session and layers["memory"] == ctx.memory
+    events = await kernel.journal.read()
+    [compiled] = [e for e in events if e.dfid == dfid and isinstance(e.payload, ContextCompiled)]
+    assert compiled.payload.dropped == ctx.dropped and compiled.payload.tokens == ctx.tokens
+    # Recompile from the journal position just before the recorded context, twice.
+    outputs = []
+    for _ in range(2):
+        before = fold(events[: compiled.seq - 1])
+        layers = compile_layers(
+            before,
+            before.flows[dfid],
+            before.agents["clerk"].manifest,
+            kernel.catalog.schemas,
+            as_of_ns=compiled.payload.as_of_ns,
+        )
+        outputs.append(msgspec.msgpack.encode(layers))
+    assert outputs[0] == outputs[1]
+    layers = msgspec.msgpack.decode(outputs[0])
+    assert layers["state"] == compiled.payload.state == ctx.state
+    assert layers["dropped"] == ctx.dropped and layers["tokens"] == ctx.tokens
+    assert layers["session"] == ctx.session and layers["memory"] == ctx.memory
 
 
 def projections_with(facts: dict[str, object], step_ns: int = 10**9) -> Projections:

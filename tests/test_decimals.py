@@ -54,7 +54,7 @@ from kernel.packs import PolicyCatalog
 from kernel.projection import AgentStatus, AgentView
 from kernel.rules import decimal_of, is_decimal
 from policies.trading import TRADING
-from tests.helpers import Bank
+from tests.support.helpers import Bank
 
 PRICES = {"market.ACME.price": "100.00", "market.GLOBEX.price": "50.00"}
 DIGITS = frozenset("0123456789")

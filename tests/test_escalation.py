@@ -35,7 +35,8 @@ from kernel.approvals import EscalationBudget as Budget
 from kernel.approvals import over_budget
 from kernel.events import Draft, HumanDecided, ProposalAccepted
 from kernel.telemetry import Telemetry
-from tests.helpers import PACK, Bank, ScriptedAgent, action_of, transfer, types_of
+from kernel.testing import action_of, flow_types
+from tests.support.helpers import PACK, Bank, ScriptedAgent, transfer
 
 LIMIT_CENTS = 10_000
 
@@ -209,7 +210,7 @@ async def test_an_approval_is_bound_to_its_action_and_single_use(tmp_path):
         assert again.outcome is Outcome.REFUSED
         assert again.reason_code is ReasonCode.FLOW_NOT_ACTIVE
         assert len(bank.calls) == 1
-        types = await types_of(kernel, dfid)
+        types = await flow_types(kernel, dfid)
         assert types.count("HumanDecided") == 1 and types.count("DecisionRefused") == 2
 
 
@@ -224,7 +225,7 @@ async def test_an_approval_expires_on_a_tick(tmp_path):
         flow = await kernel.wait_flow(dfid, {FlowStatus.ABORTED})
         assert flow.reason_code is ReasonCode.EXPIRED
         assert kernel.projections.approvals[dfid].status is ApprovalStatus.EXPIRED
-        assert "ApprovalExpired" in await types_of(kernel, dfid)
+        assert "ApprovalExpired" in await flow_types(kernel, dfid)
         late = await kernel.decide(
             dfid,
             "approve",
@@ -489,4 +490,4 @@ async def test_a_decision_recorded_just_before_a_crash_executes_once_after_resta
         assert again.outcome is Outcome.REFUSED
     async with gov_kernel(path, bank=bank, inbox_poll_s=None) as kernel:
         assert len(bank.calls) == 1
-        assert (await types_of(kernel, dfid)).count("ExecutionStarted") == 1
+        assert (await flow_types(kernel, dfid)).count("ExecutionStarted") == 1

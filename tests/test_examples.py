@@ -156,7 +156,7 @@ def test_a_trading_day_shows_every_part_of_the_kernel(tmp_path, capsys, seed):
 
 
 def trading_ledger(path: Path) -> list[tuple[str, str, dict[str, Any]]]:
-    from examples.simulated import SimulatedSystem
+    from kernel.testing import SimulatedSystem
 
     system = SimulatedSystem(path)
     try:
@@ -290,7 +290,7 @@ def test_dirk_verify_passes_on_the_example_journals(tmp_path, example):
     assert "0 differ, 0 not compared" in verify.stdout
 
 
-RECEIVER = Path(__file__).with_name("otlp_receiver.py")
+RECEIVER = Path(__file__).parent / "support" / "otlp_receiver.py"
 
 
 def test_the_trading_desk_sends_every_flow_to_an_otlp_receiver(tmp_path):

@@ -20,7 +20,8 @@ from kernel import (
 from kernel.actors import Reply
 from kernel.events import Draft, ProposalAccepted
 from kernel.integrity import Execute
-from tests.execution_domain import (
+from kernel.testing import action_of, flow_types
+from tests.support.execution_domain import (
     After,
     Desk,
     LookupDesk,
@@ -31,7 +32,6 @@ from tests.execution_domain import (
     agent,
     desk_kernel,
 )
-from tests.helpers import action_of, types_of
 
 STEADY = RetryPolicy(max_attempts=4, base_s=1.0, factor=2.0, jitter=0.0)
 
@@ -106,7 +106,7 @@ async def test_a_spent_budget_aborts_when_the_policy_says_so(tmp_path):
         [dfid] = await kernel.trigger("desk.go")
         flow = await kernel.wait_flow(dfid)
         assert (flow.status, flow.reason_code) == (FlowStatus.ABORTED, ReasonCode.EXECUTION_FAILED)
-        assert "ExecutionRetried" not in await types_of(kernel, dfid)
+        assert "ExecutionRetried" not in await flow_types(kernel, dfid)
 
 
 async def test_a_terminal_error_fails_at_once(tmp_path):
@@ -119,7 +119,7 @@ async def test_a_terminal_error_fails_at_once(tmp_path):
         assert (flow.status, flow.reason_code) == (FlowStatus.ABORTED, ReasonCode.EXECUTION_FAILED)
         assert flow.detail == "account closed"
         assert len(desk.calls) == 1
-        types = await types_of(kernel, dfid)
+        types = await flow_types(kernel, dfid)
         assert types[-3:] == ["ExecutionStarted", "ExecutionFailed", "FlowAborted"]
 
 
@@ -159,7 +159,7 @@ async def test_a_delivery_while_the_call_is_in_flight_never_calls_twice(tmp_path
         gate.set()
         assert (await kernel.wait_flow(dfid)).status is FlowStatus.CLOSED
         assert len(desk.calls) == 1
-        assert (await types_of(kernel, dfid)).count("DuplicateSuppressed") == 3
+        assert (await flow_types(kernel, dfid)).count("DuplicateSuppressed") == 3
 
 
 def order(**kw):
@@ -250,7 +250,7 @@ async def test_a_failed_saga_step_compensates_exactly_the_completed_steps_in_rev
             return
         assert (flow.status, flow.reason_code) == (FlowStatus.COMPENSATED, ReasonCode.COMPENSATED)
         assert (flow.done, flow.undone) == (failing - 1, failing - 1)
-        types = await types_of(kernel, dfid)
+        types = await flow_types(kernel, dfid)
         assert types[types.index("FlowDirty") :] == [
             "FlowDirty",
             *["CompensationStarted", "CompensationSucceeded"] * (failing - 1),

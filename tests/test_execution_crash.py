@@ -25,7 +25,7 @@ import pytest
 from kernel import FlowStatus, ReasonCode, fold, open_journal, verify_journal
 
 ROOT = Path(__file__).resolve().parents[1]
-WORKER = Path(__file__).with_name("execution_worker.py")
+WORKER = Path(__file__).parent / "support" / "execution_worker.py"
 SEEDS = range(int(os.environ.get("DIRK_KILL_SEEDS", "6")))
 
 
@@ -50,7 +50,7 @@ async def test_a_killed_kernel_resumes_every_intent_with_exactly_one_effect(tmp_
 
 
 async def kill_run(tmp_path: Path, seed: int, lookup: str) -> None:
-    """Run one seed of the kill test and check its invariants (also used by tests.kill_loop).
+    """Run one seed of the kill test and check its invariants (tests.support.kill_loop runs it too).
 
     The invariant: every effect in the ledger is recorded exactly once, or its
     flow waits for a human with OUTCOME_UNKNOWN; once an operator has decided

@@ -30,8 +30,17 @@ from kernel import (
 from kernel.escalation import Tick
 from kernel.events import Event, HumanDecided, ProposalAccepted
 from kernel.flow import apply
-from tests.execution_domain import After, Desk, LookupDesk, Ping, Trip, Watch, agent, desk_kernel
-from tests.helpers import types_of
+from kernel.testing import flow_types
+from tests.support.execution_domain import (
+    After,
+    Desk,
+    LookupDesk,
+    Ping,
+    Trip,
+    Watch,
+    agent,
+    desk_kernel,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 # Two calls, then calls again while the 60 s intent is valid (delays 1, 2, 4, 8, 16 s).
@@ -70,7 +79,7 @@ async def test_lost_answers_retry_within_validity_then_escalate_outcome_unknown(
         assert "outcome unknown" in flow.detail
         [failed] = await kernel.journal.read(dfid=dfid, types=["ExecutionFailed"])
         assert failed.payload.unknown
-        assert "ExecutionSucceeded" not in await types_of(kernel, dfid)
+        assert "ExecutionSucceeded" not in await flow_types(kernel, dfid)
 
         # Neither a rejection nor an approval may guess at the world.
         for word in ("reject", "abort", "approve", "override"):
@@ -338,4 +347,4 @@ async def test_an_unknown_outcome_never_expires(tmp_path):
         verdict = await kernel.decide(dfid, "retry", operator="ana", reason="a day later")
         assert verdict.outcome is Outcome.ACCEPTED
         assert (await kernel.wait_flow(dfid)).status is FlowStatus.CLOSED
-        assert "ApprovalExpired" not in await types_of(kernel, dfid)
+        assert "ApprovalExpired" not in await flow_types(kernel, dfid)

@@ -14,8 +14,8 @@ import anyio
 from kernel import Event, ExecutionIntent, FlowStatus, Kernel, Receipt
 from kernel.adapters import CallPool
 from kernel.intents import Dispatch
-from tests.execution_domain import Desk, Ping, Trip, agent, desk_kernel
-from tests.helpers import types_of
+from kernel.testing import flow_types
+from tests.support.execution_domain import Desk, Ping, Trip, agent, desk_kernel
 
 
 class RecordFirstDesk(Desk):
@@ -96,7 +96,7 @@ async def test_a_dispatch_racing_with_recovery_calls_the_adapter_once(tmp_path):
         flow = await kernel.wait_flow(dfid)
         assert flow.status is FlowStatus.CLOSED
         assert [c.key for c in desk.calls] == [key]
-        assert (await types_of(kernel, dfid)).count("ExecutionSucceeded") == 1
+        assert (await flow_types(kernel, dfid)).count("ExecutionSucceeded") == 1
 
 
 async def test_the_call_pool_reuses_idle_workers_and_never_queues_behind_busy_ones():

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from kernel import FlowStatus, Outcome, fold
 from kernel.reasons import ReasonCode
-from tests.helpers import Bank, ScriptedAgent, action_of, kernel_for, transfer, types_of
+from kernel.testing import action_of, flow_types
+from tests.support.helpers import Bank, ScriptedAgent, kernel_for, transfer
 
 
 async def close_flows(kernel, count: int) -> list[str]:
@@ -49,7 +50,7 @@ async def test_a_repeated_submission_on_a_forgotten_flow_is_answered_from_the_re
         assert again.outcome is Outcome.DUPLICATE
         assert again.external_id == closed.external_id
         assert len(bank.calls) == 2  # one effect per flow, none for the repeat
-        assert (await types_of(kernel, first))[-1] == "DuplicateSuppressed"
+        assert (await flow_types(kernel, first))[-1] == "DuplicateSuppressed"
 
         late = await kernel.decide(
             first, "approve", operator="ana", reason="late", action_hash=action_of(kernel, first)

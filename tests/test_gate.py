@@ -18,7 +18,7 @@ from kernel.gate import LAYERS, Judgement, Snapshot, judge
 from kernel.packs import PolicyCatalog
 from kernel.rules import ALLOW, Overrun, RuleVerdict, Stopwatch, View, deny, rule, run_rule
 from policies.trading import TRADING, PlaceOrder
-from tests.gate_domain import NOW, SHOP, STATE, Buy, agent, proposal
+from tests.support.gate_domain import NOW, SHOP, STATE, Buy, agent, proposal
 
 CATALOG = PolicyCatalog([SHOP])
 R = ReasonCode

@@ -28,8 +28,8 @@ from kernel.cli import main as dirk_main
 from kernel.gate import Snapshot, judge
 from kernel.packs import PolicyCatalog
 from policies.trading import TRADING, PlaceOrder, direction_mismatch
-from tests.gate_domain import agent
-from tests.helpers import ScriptedAgent
+from tests.support.gate_domain import agent
+from tests.support.helpers import ScriptedAgent
 
 NOW = 1_000
 

@@ -8,7 +8,7 @@ import pytest
 
 from kernel import AgentStatus, FlowStatus, HandshakeRefused, Outcome, ReasonCode
 from kernel.registry import session_hash
-from tests.helpers import ALL_KINDS, ScriptedAgent, kernel_for
+from tests.support.helpers import ALL_KINDS, ScriptedAgent, kernel_for
 
 
 @pytest.mark.parametrize(
@@ -23,18 +23,17 @@ from tests.helpers import ALL_KINDS, ScriptedAgent, kernel_for
         ("one", False),
     ],
 )
-async def test_contract_versions(tmp_path, version, accepted):
-    async with kernel_for(tmp_path / "j.db") as kernel:
-        agent = ScriptedAgent(version=version)
-        if accepted:
-            session = await kernel.register(agent)
-            assert session.agent_id == "clerk"
-            return
-        with pytest.raises(HandshakeRefused) as refused:
-            await kernel.register(agent)
-        assert refused.value.reason_code is ReasonCode.VERSION_MISMATCH
-        [event] = await kernel.journal.read(types=["AgentRefused"])
-        assert event.payload.reason_code is ReasonCode.VERSION_MISMATCH
+async def test_contract_versions(kernel, version, accepted):
+    agent = ScriptedAgent(version=version)
+    if accepted:
+        session = await kernel.register(agent)
+        assert session.agent_id == "clerk"
+        return
+    with pytest.raises(HandshakeRefused) as refused:
+        await kernel.register(agent)
+    assert refused.value.reason_code is ReasonCode.VERSION_MISMATCH
+    [event] = await kernel.journal.read(types=["AgentRefused"])
+    assert event.payload.reason_code is ReasonCode.VERSION_MISMATCH
 
 
 async def test_an_agent_outside_the_allowlist_is_unknown(tmp_path):
@@ -45,24 +44,24 @@ async def test_an_agent_outside_the_allowlist_is_unknown(tmp_path):
         assert "mallory" not in kernel.projections.agents
 
 
-async def test_capabilities_must_be_known_kinds(tmp_path):
-    async with kernel_for(tmp_path / "j.db") as kernel:
-        with pytest.raises(HandshakeRefused) as refused:
-            await kernel.register(ScriptedAgent(capabilities=["test.transfer", "bank.drain"]))
-        assert refused.value.reason_code is ReasonCode.SCHEMA_INVALID
-        assert "bank.drain" in refused.value.detail
+async def test_capabilities_must_be_known_kinds(kernel):
+    with pytest.raises(HandshakeRefused) as refused:
+        await kernel.register(ScriptedAgent(capabilities=["test.transfer", "bank.drain"]))
+    assert refused.value.reason_code is ReasonCode.SCHEMA_INVALID
+    assert "bank.drain" in refused.value.detail
 
 
-async def test_the_session_carries_schemas_and_the_journal_only_a_hash_of_the_token(tmp_path):
-    async with kernel_for(tmp_path / "j.db") as kernel:
-        session = await kernel.register(ScriptedAgent(capabilities=ALL_KINDS[:2]))
-        assert set(session.schemas) == {"test.transfer", "test.note"}
-        transfer = session.schemas["test.transfer"]["$defs"]["Transfer"]
-        assert transfer["properties"]["amount_cents"] == {"type": "integer"}
-        [registered] = await kernel.journal.read(types=["AgentRegistered"])
-        assert registered.payload.session_hash == session_hash(session.token)
-        raw = (tmp_path / "j.db").read_bytes() + (tmp_path / "j.db-wal").read_bytes()
-        assert session.token.encode() not in raw
+async def test_the_session_carries_schemas_and_the_journal_only_a_hash_of_the_token(
+    tmp_path, kernel
+):
+    session = await kernel.register(ScriptedAgent(capabilities=ALL_KINDS[:2]))
+    assert set(session.schemas) == {"test.transfer", "test.note"}
+    transfer = session.schemas["test.transfer"]["$defs"]["Transfer"]
+    assert transfer["properties"]["amount_cents"] == {"type": "integer"}
+    [registered] = await kernel.journal.read(types=["AgentRegistered"])
+    assert registered.payload.session_hash == session_hash(session.token)
+    raw = (tmp_path / "j.db").read_bytes() + (tmp_path / "j.db-wal").read_bytes()
+    assert session.token.encode() not in raw
 
 
 async def test_a_forged_token_is_refused_and_the_flow_goes_on(tmp_path):
@@ -100,18 +99,17 @@ async def test_another_agents_token_cannot_act_on_a_flow(tmp_path):
         await kernel.wait_flow(dfid)
 
 
-async def test_a_kind_outside_the_capabilities_is_unauthorized(tmp_path):
-    async with kernel_for(tmp_path / "j.db") as kernel:
-        agent = ScriptedAgent(
-            max_attempts=1, steps=[lambda ctx: ctx.propose({"kind": "test.note", "text": "hi"})]
-        )
-        await kernel.register(agent)
-        [dfid] = await kernel.trigger("bank.invoice")
-        flow = await kernel.wait_flow(dfid)
-        [rejected] = await kernel.journal.read(dfid=dfid, types=["ProposalRejected"])
-        assert rejected.payload.feedback.reason_code is ReasonCode.UNAUTHORIZED
-        assert rejected.payload.feedback.layer == "authority"
-        assert flow.status is FlowStatus.ABORTED
+async def test_a_kind_outside_the_capabilities_is_unauthorized(kernel):
+    agent = ScriptedAgent(
+        max_attempts=1, steps=[lambda ctx: ctx.propose({"kind": "test.note", "text": "hi"})]
+    )
+    await kernel.register(agent)
+    [dfid] = await kernel.trigger("bank.invoice")
+    flow = await kernel.wait_flow(dfid)
+    [rejected] = await kernel.journal.read(dfid=dfid, types=["ProposalRejected"])
+    assert rejected.payload.feedback.reason_code is ReasonCode.UNAUTHORIZED
+    assert rejected.payload.feedback.layer == "authority"
+    assert flow.status is FlowStatus.ABORTED
 
 
 async def test_a_new_handshake_replaces_the_old_token(tmp_path):

@@ -38,7 +38,7 @@ from kernel.events import (
 from kernel.head import CHAIN_KEY_ENV
 from kernel.journal import JournalCorrupt, JournalKeyError
 from kernel.verify import parse_anchor, verify_journal
-from tests.helpers import ScriptedAgent, kernel_for, transfer
+from tests.support.helpers import ScriptedAgent, kernel_for, transfer
 
 KEY = b"0123456789abcdef-test-chain-key"
 GOLDEN = Path(__file__).parent / "golden"

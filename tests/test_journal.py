@@ -33,7 +33,7 @@ from kernel.ports import ManualClock
 from kernel.verify import verify_journal
 
 ROOT = Path(__file__).resolve().parents[1]
-WRITER = Path(__file__).with_name("journal_writer.py")
+WRITER = Path(__file__).parent / "support" / "journal_writer.py"
 
 
 def trigger(x: int, dfid: str | None = None) -> Draft:

@@ -26,9 +26,10 @@ from kernel.telemetry import (
     span_id_for,
     spans_for_events,
 )
-from tests.helpers import ScriptedAgent, action_of, kernel_for, transfer
+from kernel.testing import action_of
+from tests.support.helpers import ScriptedAgent, kernel_for, transfer
 
-RECEIVER = Path(__file__).with_name("otlp_receiver.py")
+RECEIVER = Path(__file__).parent / "support" / "otlp_receiver.py"
 AGENTS = ("clerk", "other", "auditor")
 
 

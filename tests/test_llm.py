@@ -17,7 +17,7 @@ from examples.llm import ModelError, OpenAIChat, conversation
 from tests.test_examples import read_events_of, run_example, without_paths
 
 ROOT = Path(__file__).resolve().parent.parent
-ENDPOINT = Path(__file__).with_name("openai_endpoint.py")
+ENDPOINT = Path(__file__).parent / "support" / "openai_endpoint.py"
 
 
 @contextmanager

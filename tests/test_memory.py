@@ -14,7 +14,7 @@ from kernel.events import (
 )
 from kernel.memory import MemoryState, advisories, check, mentions, parse
 from kernel.memory_pack import MemoryExecutor
-from tests.memory_domain import Planner, book, booking_kernel, note, remember, run
+from tests.support.memory_domain import Planner, book, booking_kernel, note, remember, run
 
 ACCESS = "verify accessibility before booking"
 

@@ -9,7 +9,7 @@ import anyio
 
 from kernel import SystemClock
 from kernel.inbox import AGENT_STATUS, connect, post, read_rows
-from tests.helpers import ScriptedAgent, kernel_for
+from tests.support.helpers import ScriptedAgent, kernel_for
 from tests.test_cli import COMMAND_TIMEOUT_S, clean_env
 
 POLL_S = 0.05

@@ -22,9 +22,9 @@ WAIT = "30"  # dirk decide --wait: how long the CLI itself waits for the kernel
 
 @contextmanager
 def running_kernel(db: Path, *args: str) -> Iterator[tuple[subprocess.Popen[str], list[str]]]:
-    """Start tests/operator_kernel.py on ``db``; yield it and its DFIDs once it is ready."""
+    """Start tests/support/operator_kernel.py on ``db``; yield it and its DFIDs once it is ready."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tests.operator_kernel", str(db), *args],
+        [sys.executable, "-m", "tests.support.operator_kernel", str(db), *args],
         cwd=ROOT,
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,

@@ -23,7 +23,8 @@ from kernel import (
 )
 from kernel.packs import PolicyCatalog
 from kernel.rules import ALLOW, RuleVerdict, View, rule
-from tests.helpers import ScriptedAgent, action_of
+from kernel.testing import action_of
+from tests.support.helpers import ScriptedAgent
 from tests.test_amendments import PACK, Desk, Order, trader, verdict
 
 V2 = dataclasses.replace(

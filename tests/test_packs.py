@@ -29,7 +29,7 @@ from kernel.rules import ALLOW, OneOf, Range, RuleVerdict, StateMatch, View, den
 from policies.booking import BOOKING
 from policies.trading import TRADING
 from policies.trading_0_2 import TRADING_0_2
-from tests.gate_domain import SHOP, Buy, qty_cap
+from tests.support.gate_domain import SHOP, Buy, qty_cap
 
 HERE = __file__
 

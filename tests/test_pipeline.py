@@ -24,67 +24,55 @@ from kernel.cli import main as dirk_main
 from kernel.integrity import BUDGET_GUARD, Execute
 from kernel.reverify import rejudge
 from kernel.rules import ALLOW, RuleVerdict, View, deny, rule
-from tests.helpers import (
-    PACK,
-    Bank,
-    ScriptedAgent,
-    Transfer,
-    action_of,
-    kernel_for,
-    transfer,
-    types_of,
-)
+from kernel.testing import action_of, flow_types
+from tests.support.helpers import PACK, Bank, ScriptedAgent, Transfer, kernel_for, transfer
 
 
-async def test_accepted_flow_executes_once_and_is_recorded(tmp_path):
-    bank = Bank()
-    async with kernel_for(tmp_path / "j.db", bank=bank) as kernel:
-        agent = ScriptedAgent(steps=[transfer(250)])
-        await kernel.register(agent)
-        [dfid] = await kernel.trigger("bank.invoice", {"bank.invoice.amount": 250})
-        flow = await kernel.wait_flow(dfid)
+async def test_accepted_flow_executes_once_and_is_recorded(kernel, bank):
+    agent = ScriptedAgent(steps=[transfer(250)])
+    await kernel.register(agent)
+    [dfid] = await kernel.trigger("bank.invoice", {"bank.invoice.amount": 250})
+    flow = await kernel.wait_flow(dfid)
 
-        assert flow.status is FlowStatus.CLOSED
-        assert len(bank.calls) == 1 and len(bank.effects) == 1
-        assert bank.calls[0].params == {"account": "acc-1", "amount_cents": 250}
-        assert flow.external_id == bank.effects[bank.calls[0].key].external_id
-        assert agent.contexts[0].state == {"bank.invoice.amount": 250}
-        assert await types_of(kernel, dfid) == [
-            "FlowCreated",
-            "ContextCompiled",
-            "ProposalSubmitted",
-            "ProposalAccepted",
-            "ExecutionStarted",
-            "ExecutionSucceeded",
-            "FlowClosed",
-        ]
+    assert flow.status is FlowStatus.CLOSED
+    assert len(bank.calls) == 1 and len(bank.effects) == 1
+    assert bank.calls[0].params == {"account": "acc-1", "amount_cents": 250}
+    assert flow.external_id == bank.effects[bank.calls[0].key].external_id
+    assert agent.contexts[0].state == {"bank.invoice.amount": 250}
+    assert await flow_types(kernel, dfid) == [
+        "FlowCreated",
+        "ContextCompiled",
+        "ProposalSubmitted",
+        "ProposalAccepted",
+        "ExecutionStarted",
+        "ExecutionSucceeded",
+        "FlowClosed",
+    ]
 
 
-async def test_the_same_intent_again_has_no_second_effect(tmp_path):
-    bank = Bank()
-    async with kernel_for(tmp_path / "j.db", bank=bank) as kernel:
-        agent = ScriptedAgent()
-        session = await kernel.register(agent)
-        [dfid] = await kernel.trigger("bank.invoice")
-        closed = await kernel.wait_flow(dfid)
-        proposal = transfer()(agent.contexts[0])
+async def test_the_same_intent_again_has_no_second_effect(kernel, bank):
+    agent = ScriptedAgent()
+    session = await kernel.register(agent)
+    [dfid] = await kernel.trigger("bank.invoice")
+    closed = await kernel.wait_flow(dfid)
+    proposal = transfer()(agent.contexts[0])
 
-        again = await kernel.submit(session.token, dfid, proposal)
-        assert again.outcome is Outcome.DUPLICATE
-        assert again.external_id == closed.external_id
+    again = await kernel.submit(session.token, dfid, proposal)
+    assert again.outcome is Outcome.DUPLICATE
+    assert again.external_id == closed.external_id
 
-        # The accepted intent delivered to the engine a second time.
-        reply: Reply[Verdict] = Reply()
-        await kernel.execution_mailbox.send(Execute(dfid=dfid, reply=reply))
-        redelivered = await reply.wait()
-        assert redelivered.outcome is Outcome.DUPLICATE
-        assert redelivered.external_id == closed.external_id
+    # The accepted intent delivered to the engine a second time.
+    reply: Reply[Verdict] = Reply()
+    await kernel.execution_mailbox.send(Execute(dfid=dfid, reply=reply))
+    redelivered = await reply.wait()
+    assert redelivered.outcome is Outcome.DUPLICATE
+    assert redelivered.external_id == closed.external_id
 
-        types = await types_of(kernel, dfid)
-        assert types.count("DuplicateSuppressed") == 2
-        assert types.count("ExecutionStarted") == 1
-        assert len(bank.calls) == 1
-        assert kernel.flow(dfid).status is FlowStatus.CLOSED
+    types = await flow_types(kernel, dfid)
+    assert types.count("DuplicateSuppressed") == 2
+    assert types.count("ExecutionStarted") == 1
+    assert len(bank.calls) == 1
+    assert kernel.flow(dfid).status is FlowStatus.CLOSED
 
 
 async def test_rejected_then_revised_and_accepted_on_attempt_two(tmp_path):
@@ -104,95 +92,87 @@ async def test_rejected_then_revised_and_accepted_on_attempt_two(tmp_path):
         assert second.feedback.field == "params.amount_cents"
 
 
-async def test_three_rejections_end_in_reasoning_exhaustion(tmp_path):
-    bank = Bank()
-    async with kernel_for(tmp_path / "j.db", bank=bank) as kernel:
-        agent = ScriptedAgent(
-            capabilities=["test.transfer"],
-            steps=[lambda ctx: ctx.propose({"kind": "test.note", "text": "x"})],
-        )
-        await kernel.register(agent)
-        [dfid] = await kernel.trigger("bank.invoice")
-        flow = await kernel.wait_flow(dfid)
+async def test_three_rejections_end_in_reasoning_exhaustion(kernel, bank):
+    agent = ScriptedAgent(
+        capabilities=["test.transfer"],
+        steps=[lambda ctx: ctx.propose({"kind": "test.note", "text": "x"})],
+    )
+    await kernel.register(agent)
+    [dfid] = await kernel.trigger("bank.invoice")
+    flow = await kernel.wait_flow(dfid)
 
-        assert flow.status is FlowStatus.ABORTED
-        assert flow.reason_code is ReasonCode.REASONING_EXHAUSTION
-        assert flow.rejections == 3 and len(agent.contexts) == 3
-        assert bank.calls == []
+    assert flow.status is FlowStatus.ABORTED
+    assert flow.reason_code is ReasonCode.REASONING_EXHAUSTION
+    assert flow.rejections == 3 and len(agent.contexts) == 3
+    assert bank.calls == []
 
 
-async def test_low_confidence_escalates_and_a_human_override_executes(tmp_path):
-    bank = Bank()
-    async with kernel_for(tmp_path / "j.db", bank=bank) as kernel:
-        await kernel.register(ScriptedAgent(steps=[transfer(5_000, confidence=0.3)]))
-        [dfid] = await kernel.trigger("bank.invoice")
-        flow = await kernel.wait_flow(dfid)
-        assert flow.status is FlowStatus.ESCALATED
-        assert flow.reason_code is ReasonCode.LOW_CONFIDENCE
-        assert bank.calls == []
+async def test_low_confidence_escalates_and_a_human_override_executes(kernel, bank):
+    await kernel.register(ScriptedAgent(steps=[transfer(5_000, confidence=0.3)]))
+    [dfid] = await kernel.trigger("bank.invoice")
+    flow = await kernel.wait_flow(dfid)
+    assert flow.status is FlowStatus.ESCALATED
+    assert flow.reason_code is ReasonCode.LOW_CONFIDENCE
+    assert bank.calls == []
 
-        verdict = await kernel.decide(
-            dfid,
-            Decision.OVERRIDE,
-            operator="ana",
-            reason="known vendor",
-            action_hash=action_of(kernel, dfid),
-        )
-        assert verdict.outcome is Outcome.ACCEPTED
-        flow = await kernel.wait_flow(dfid)
-        assert flow.status is FlowStatus.CLOSED
-        assert len(bank.calls) == 1
-        [decided] = await kernel.journal.read(dfid=dfid, types=["HumanDecided"])
-        assert (decided.payload.operator, decided.payload.reason) == ("ana", "known vendor")
+    verdict = await kernel.decide(
+        dfid,
+        Decision.OVERRIDE,
+        operator="ana",
+        reason="known vendor",
+        action_hash=action_of(kernel, dfid),
+    )
+    assert verdict.outcome is Outcome.ACCEPTED
+    flow = await kernel.wait_flow(dfid)
+    assert flow.status is FlowStatus.CLOSED
+    assert len(bank.calls) == 1
+    [decided] = await kernel.journal.read(dfid=dfid, types=["HumanDecided"])
+    assert (decided.payload.operator, decided.payload.reason) == ("ana", "known vendor")
 
 
-async def test_a_human_abort_ends_the_flow(tmp_path):
-    bank = Bank()
-    async with kernel_for(tmp_path / "j.db", bank=bank) as kernel:
-        await kernel.register(ScriptedAgent(steps=[transfer(confidence=0.1)]))
-        [dfid] = await kernel.trigger("bank.invoice")
-        await kernel.wait_flow(dfid)
-        verdict = await kernel.decide(dfid, "abort", operator="ana", reason="looks wrong")
+async def test_a_human_abort_ends_the_flow(kernel, bank):
+    await kernel.register(ScriptedAgent(steps=[transfer(confidence=0.1)]))
+    [dfid] = await kernel.trigger("bank.invoice")
+    await kernel.wait_flow(dfid)
+    verdict = await kernel.decide(dfid, "abort", operator="ana", reason="looks wrong")
 
-        assert verdict.outcome is Outcome.ABORTED
-        flow = kernel.flow(dfid)
-        assert flow.status is FlowStatus.ABORTED
-        assert flow.reason_code is ReasonCode.HUMAN_REJECTED
-        assert bank.calls == []
-        again = await kernel.decide(
-            dfid, "override", operator="bob", reason="too late", action_hash=action_of(kernel, dfid)
-        )
-        assert again.outcome is Outcome.REFUSED
+    assert verdict.outcome is Outcome.ABORTED
+    flow = kernel.flow(dfid)
+    assert flow.status is FlowStatus.ABORTED
+    assert flow.reason_code is ReasonCode.HUMAN_REJECTED
+    assert bank.calls == []
+    again = await kernel.decide(
+        dfid, "override", operator="bob", reason="too late", action_hash=action_of(kernel, dfid)
+    )
+    assert again.outcome is Outcome.REFUSED
 
 
-async def test_a_human_modification_goes_through_the_dim_again(tmp_path):
-    bank = Bank()
-    async with kernel_for(tmp_path / "j.db", bank=bank) as kernel:
-        await kernel.register(ScriptedAgent(steps=[transfer(9_000, confidence=0.2)]))
-        first, second = await kernel.trigger("bank.invoice"), await kernel.trigger("bank.invoice")
-        await kernel.wait_flow(first[0])
-        await kernel.wait_flow(second[0])
+async def test_a_human_modification_goes_through_the_dim_again(kernel, bank):
+    await kernel.register(ScriptedAgent(steps=[transfer(9_000, confidence=0.2)]))
+    first, second = await kernel.trigger("bank.invoice"), await kernel.trigger("bank.invoice")
+    await kernel.wait_flow(first[0])
+    await kernel.wait_flow(second[0])
 
-        refused = await kernel.decide(
-            first[0],
-            "modify",
-            operator="ana",
-            reason="halve it",
-            params={"account": "acc-1", "amount_cents": "half"},
-        )
-        assert refused.outcome is Outcome.ABORTED
-        assert refused.reason_code is ReasonCode.SCHEMA_INVALID
+    refused = await kernel.decide(
+        first[0],
+        "modify",
+        operator="ana",
+        reason="halve it",
+        params={"account": "acc-1", "amount_cents": "half"},
+    )
+    assert refused.outcome is Outcome.ABORTED
+    assert refused.reason_code is ReasonCode.SCHEMA_INVALID
 
-        accepted = await kernel.decide(
-            second[0],
-            "modify",
-            operator="ana",
-            reason="halve it",
-            params={"account": "acc-1", "amount_cents": 4_500},
-        )
-        assert accepted.outcome is Outcome.ACCEPTED
-        assert (await kernel.wait_flow(second[0])).status is FlowStatus.CLOSED
-        assert [c.params["amount_cents"] for c in bank.calls] == [4_500]
+    accepted = await kernel.decide(
+        second[0],
+        "modify",
+        operator="ana",
+        reason="halve it",
+        params={"account": "acc-1", "amount_cents": 4_500},
+    )
+    assert accepted.outcome is Outcome.ACCEPTED
+    assert (await kernel.wait_flow(second[0])).status is FlowStatus.CLOSED
+    assert [c.params["amount_cents"] for c in bank.calls] == [4_500]
 
 
 async def test_a_proposal_past_its_validity_window_is_expired(tmp_path):
@@ -227,19 +207,18 @@ async def test_a_proposal_on_a_changed_state_is_stale_and_retried_on_fresh_conte
         assert agent.contexts[1].state == {"bank.rates.eur": "1.12"}
 
 
-async def test_child_flows_carry_their_parents_dfid(tmp_path):
-    async with kernel_for(tmp_path / "j.db") as kernel:
-        await kernel.register(ScriptedAgent())
-        [parent] = await kernel.trigger("bank.mandate")
-        [child] = await kernel.trigger("bank.invoice", parent=parent)
-        [grandchild] = await kernel.trigger("bank.invoice", parent=child)
-        await kernel.wait_quiet()
+async def test_child_flows_carry_their_parents_dfid(kernel):
+    await kernel.register(ScriptedAgent())
+    [parent] = await kernel.trigger("bank.mandate")
+    [child] = await kernel.trigger("bank.invoice", parent=parent)
+    [grandchild] = await kernel.trigger("bank.invoice", parent=child)
+    await kernel.wait_quiet()
 
-        assert kernel.flow(child).parent_dfid == parent
-        assert kernel.flow(grandchild).parent_dfid == child
-        assert {kernel.flow(d).root_dfid for d in (parent, child, grandchild)} == {parent}
-        [created] = await kernel.journal.read(dfid=child, types=["FlowCreated"])
-        assert created.parent_dfid == parent
+    assert kernel.flow(child).parent_dfid == parent
+    assert kernel.flow(grandchild).parent_dfid == child
+    assert {kernel.flow(d).root_dfid for d in (parent, child, grandchild)} == {parent}
+    [created] = await kernel.journal.read(dfid=child, types=["FlowCreated"])
+    assert created.parent_dfid == parent
 
 
 async def test_an_agent_that_declines_or_fails_ends_its_flow_with_a_reason(tmp_path):

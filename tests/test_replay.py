@@ -8,7 +8,8 @@ import anyio
 import pytest
 
 from kernel import FlowStatus, fold
-from tests.helpers import ScriptedAgent, action_of, kernel_for, transfer
+from kernel.testing import action_of
+from tests.support.helpers import ScriptedAgent, kernel_for, transfer
 
 
 class RandomAgent(ScriptedAgent):

@@ -23,7 +23,8 @@ from kernel import (
 )
 from kernel.execution import AdapterError
 from kernel.packs import Consume
-from tests.helpers import ScriptedAgent, action_of
+from kernel.testing import action_of
+from tests.support.helpers import ScriptedAgent
 
 
 class Claim(PolicyKind, tag="race.claim"):

@@ -11,7 +11,7 @@ from kernel.events import CitationsChecked, Event, RuleDecided, RuleProposed, Ru
 from kernel.layers import compile_layers
 from kernel.replay import capture, decode_snapshot, encode_snapshot
 from kernel.rulebook import LexicalSearch, Rulebook, RuleNotPending, promote, select
-from tests.memory_domain import Planner, booking_kernel, remember, run
+from tests.support.memory_domain import Planner, booking_kernel, remember, run
 
 ACCESS = {
     "rule": "access",

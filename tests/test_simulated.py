@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from examples.simulated import Faults, SimulatedSystem
 from kernel import AdapterError, ExecutionIntent, FlowStatus, SystemClock, idempotency_key
-from tests.helpers import ScriptedAgent, kernel_for
+from kernel.testing import Faults, SimulatedSystem
+from tests.support.helpers import ScriptedAgent, kernel_for
 
 
 def intent(n: int) -> ExecutionIntent:

@@ -19,7 +19,7 @@ from kernel.actors import ChildSpec, Mailbox, Outbox, Supervisor
 from kernel.events import TriggerFired
 from kernel.ports import ManualClock
 from kernel.projection import Projections
-from tests.helpers import POISON_CRASHES, Bank, ScriptedAgent, kernel_for
+from tests.support.helpers import POISON_CRASHES, Bank, ScriptedAgent, kernel_for
 
 POISON = lambda ctx: ctx.propose({"kind": "test.poison", "text": "poison"})  # noqa: E731
 

@@ -70,7 +70,7 @@ MS = 1_000_000
 AGENT = "restock-agent"
 PARENT = "7f0c2a52-9d1e-4c4b-8a53-0d6a1b2c3d4e"
 CHILD = "0b9e5c1d-2f3a-4b5c-9d6e-7f8091a2b3c4"
-RECEIVER = Path(__file__).with_name("otlp_receiver.py")
+RECEIVER = Path(__file__).parent / "support" / "otlp_receiver.py"
 
 
 class JournalBuilder:

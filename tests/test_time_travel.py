@@ -23,7 +23,7 @@ from kernel.replay import (
     trusted_snapshot,
     verify_projections,
 )
-from tests.helpers import kernel_for
+from tests.support.helpers import kernel_for
 from tests.test_replay import RandomAgent
 
 

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+import os
+import subprocess
+import sys
 from decimal import ROUND_CEILING, Decimal
 from pathlib import Path
 
@@ -15,8 +18,9 @@ from kernel.cli import main
 from kernel.events import FlowEscalated, ProposalAccepted, ProposalRejected, ProposalSubmitted
 from kernel.memory_pack import MEMORY_PACK
 from kernel.reverify import PackPathError, load_packs, rejudge
+from kernel.testing import action_of
 from policies.trading import TRADING
-from tests.helpers import Bank, action_of
+from tests.support.helpers import Bank
 
 PRICES = {"market.ACME.price": "100.00", "market.GLOBEX.price": "50.00"}
 PRICES["market.INITECH.price"] = "10.00"
@@ -352,3 +356,47 @@ async def test_replay_follows_amendments_and_pack_loads(tmp_path):
     assert both.judged == len(verdict_of)
     # Without the loaded version, the verdict it gave cannot be vouched for, and says so.
     assert first_only.skipped == 1 and len(first_only.mismatches) == 1
+
+
+def installed_dirk(*args: str | Path, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """The installed console script, as a user runs it: its own directory on the path, not cwd."""
+    script = Path(sys.executable).with_name("dirk")
+    assert script.is_file(), "dirk is installed with the package (pip install -e .)"
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    return subprocess.run(
+        [str(script), *map(str, args)],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_a_pack_module_is_found_from_the_current_directory(tmp_path, journal_path):
+    """`dirk --pack MODULE` imports MODULE the way `python -m` finds it: the current directory."""
+    here = tmp_path / "checkout"
+    here.mkdir()
+    (here / "tight_desk_packs.py").write_text(PACK_FILE)
+    ran = installed_dirk(
+        "whatif", "--db", journal_path, "--pack", "tight_desk_packs:TAMPERED", cwd=here
+    )
+    assert ran.returncode == 0, ran.stderr
+    assert "quietly tightened" in ran.stdout and "would have been rejected" in ran.stdout
+
+    # From any other directory the module is not there: one clear line, no traceback.
+    ran = installed_dirk("whatif", "--db", journal_path, "--pack", "tight_desk_packs", cwd=tmp_path)
+    assert ran.returncode == 2
+    assert ran.stderr.startswith("error: BAD_PACK_PATH:") and "ModuleNotFoundError" in ran.stderr
+    assert "Traceback" not in ran.stderr
+
+
+def test_loading_a_pack_module_leaves_the_path_as_it_was(tmp_path, monkeypatch):
+    (tmp_path / "strict_desk_packs.py").write_text(PACK_FILE)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])
+    before = list(sys.path)
+    [strict] = load_packs("strict_desk_packs:STRICT")
+    assert strict.limits["max_order_notional"].default == STRICT_LIMIT
+    assert sys.path == before
+    monkeypatch.delitem(sys.modules, "strict_desk_packs")

@@ -36,8 +36,9 @@ from kernel import (
 from kernel.contracts import Verdict
 from kernel.inbox import AGENT_STATUS, AMEND, RULE, connect, post, read_rows
 from kernel.reasoning import UsageMeter
+from kernel.testing import action_of
 from kernel.wall import INT_MAX
-from tests.helpers import ScriptedAgent, action_of, kernel_for, transfer
+from tests.support.helpers import ScriptedAgent, kernel_for, transfer
 
 SETTINGS = settings(
     max_examples=8,

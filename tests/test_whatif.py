@@ -7,7 +7,7 @@ import anyio
 from kernel import open_journal
 from kernel.cli import main
 from kernel.counterfactual import whatif
-from tests.memory_domain import Planner, book, booking_kernel, note, remember, run
+from tests.support.memory_domain import Planner, book, booking_kernel, note, remember, run
 
 ACCESS = "verify accessibility before booking"
 

@@ -1,16 +1,13 @@
-"""A small test domain: one pack, an adapter at the edge of the world, scripted agents."""
+"""The suite's small test domain: one pack, a bank at the edge of the world, a clerk."""
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, ClassVar
 
-import anyio
-
-from agents_sdk import Agent, Manifest, Proposal, WorkingContext
 from kernel import (
     Clock,
     ExecutionIntent,
@@ -21,7 +18,9 @@ from kernel import (
     Receipt,
     SeededIds,
     open_kernel,
+    testing,
 )
+from kernel.testing import Step
 
 POISON_CRASHES = {"remaining": 0}
 """How many more times a Poison policy with text 'poison' crashes the kernel code judging it."""
@@ -80,9 +79,6 @@ class Bank:
         return self.effects[intent.key]
 
 
-Step = Callable[[WorkingContext], Proposal | None]
-
-
 def transfer(amount: int = 100, confidence: float = 0.9, **kw: Any) -> Step:
     """A step that proposes a transfer on the context it was given."""
     return lambda ctx: ctx.propose(
@@ -93,8 +89,8 @@ def transfer(amount: int = 100, confidence: float = 0.9, **kw: Any) -> Step:
     )
 
 
-class ScriptedAgent(Agent):
-    """Plays its steps in order, one per attempt; remembers every context it saw."""
+class ScriptedAgent(testing.ScriptedAgent):
+    """kernel.testing's scripted agent with this suite's defaults: a clerk paying an invoice."""
 
     def __init__(
         self,
@@ -103,36 +99,15 @@ class ScriptedAgent(Agent):
         *,
         capabilities: Sequence[str] = ("test.transfer",),
         subscriptions: Sequence[str] = ("bank",),
-        version: str = "1.0.0",
-        max_attempts: int = 3,
-        gate: anyio.Event | None = None,
+        **kw: Any,
     ) -> None:
-        self.manifest = Manifest(
-            agent_id=agent_id,
-            version=version,
-            capabilities=list(capabilities),
-            subscriptions=list(subscriptions),
-            max_attempts=max_attempts,
+        super().__init__(
+            agent_id,
+            list(steps) or [transfer()],
+            capabilities=capabilities,
+            subscriptions=subscriptions,
+            **kw,
         )
-        self.steps = list(steps) or [transfer()]
-        self.contexts: list[WorkingContext] = []
-        self.gate = gate
-        self._arrived = anyio.Event()
-
-    async def wait_context(self, count: int = 1) -> WorkingContext:
-        """Wait until the agent has been handed ``count`` contexts; return the last."""
-        while len(self.contexts) < count:
-            await self._arrived.wait()
-            self._arrived = anyio.Event()
-        return self.contexts[count - 1]
-
-    async def decide(self, ctx: WorkingContext) -> Proposal | None:
-        self.contexts.append(ctx)
-        self._arrived.set()
-        if self.gate is not None:
-            await self.gate.wait()
-        step = self.steps[min(ctx.attempt, len(self.steps)) - 1]
-        return step(ctx)
 
 
 @asynccontextmanager
@@ -155,14 +130,3 @@ async def kernel_for(
         **kw,
     ) as kernel:
         yield kernel
-
-
-def action_of(kernel: Kernel, dfid: str) -> str | None:
-    """Return the hash of the action flow ``dfid`` waits on (what approving HIGH_IMPACT takes)."""
-    approval = kernel.projections.approvals.get(dfid)
-    return approval.action_hash if approval is not None else None
-
-
-async def types_of(kernel: Kernel, dfid: str) -> list[str]:
-    """The event types of one flow, in order."""
-    return [e.type for e in await kernel.journal.flow_events(dfid)]

@@ -1,4 +1,4 @@
-"""A kernel in its own process, for the operator CLI tests: ``python -m tests.operator_kernel DB``.
+"""A kernel in its own process for the operator CLI tests: ``-m tests.support.operator_kernel DB``.
 
 With ``--flows N`` it opens N flows that escalate (HIGH_IMPACT transfers) and
 one LOW_IMPACT memo that escalates, prints their DFIDs as one JSON line, then
@@ -27,7 +27,7 @@ from kernel import (
     open_kernel,
 )
 from kernel.inbox import connect, read_rows
-from tests.helpers import PACK, Bank, ScriptedAgent, transfer
+from tests.support.helpers import PACK, Bank, ScriptedAgent, transfer
 
 POLL_S = 0.05
 

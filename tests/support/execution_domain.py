@@ -24,7 +24,7 @@ from kernel import (
     SeededIds,
     open_kernel,
 )
-from tests.helpers import ScriptedAgent
+from tests.support.helpers import ScriptedAgent
 
 
 class Ping(PolicyKind, tag="desk.ping"):

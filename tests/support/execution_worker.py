@@ -21,10 +21,10 @@ from typing import Any
 
 import anyio
 
-from examples.simulated import Faults, SimulatedSystem
 from kernel import AdapterError, ExecutionIntent, FlowStatus, ReasonCode, open_kernel
-from tests.execution_domain import DESK, KINDS, Ping, Trip, name_of
-from tests.helpers import ScriptedAgent
+from kernel.testing import Faults, SimulatedSystem
+from tests.support.execution_domain import DESK, KINDS, Ping, Trip, name_of
+from tests.support.helpers import ScriptedAgent
 
 FLOWS = 9
 

@@ -1,6 +1,6 @@
 """Run the kill test many times outside pytest and count failures per mode.
 
-Usage: ``python -m tests.kill_loop --runs 1000 [--first-seed 1000] [--log FILE]``.
+Usage: ``python -m tests.support.kill_loop --runs 1000 [--first-seed 1000] [--log FILE]``.
 Each run is one (seed, mode) case of ``tests/test_execution_crash.py``; the
 modes alternate (dedupe, lookup), seeds count up from ``--first-seed`` (apart
 from the suite's default seeds 0-5). A failing case prints its seed, mode and

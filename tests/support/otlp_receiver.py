@@ -1,6 +1,6 @@
 """A minimal OTLP/HTTP trace receiver for tests: prints every span it gets as a JSON line.
 
-Run ``python tests/otlp_receiver.py``: it binds 127.0.0.1 on a free port,
+Run ``python tests/support/otlp_receiver.py``: it binds 127.0.0.1 on a free port,
 prints ``PORT <n>``, then one JSON object per received span, each line
 flushed. It exits on SIGTERM, SIGINT or end of its standard input, so a test
 that dies cannot leave it behind.

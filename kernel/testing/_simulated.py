@@ -25,7 +25,8 @@ from typing import Any
 import anyio
 import msgspec
 
-from kernel import AdapterError, ExecutionIntent, Receipt, RetryPolicy
+from kernel.adapters import AdapterError, Receipt, RetryPolicy
+from kernel.events import ExecutionIntent
 
 
 class Faults(msgspec.Struct, frozen=True, kw_only=True):

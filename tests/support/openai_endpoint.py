@@ -1,4 +1,4 @@
-"""A stand-in OpenAI-compatible endpoint for tests: ``python tests/openai_endpoint.py SEED``.
+"""A stand-in OpenAI-compatible endpoint: ``python tests/support/openai_endpoint.py SEED``.
 
 It binds 127.0.0.1 on a free port, prints ``PORT <n>``, and answers
 ``POST /v1/chat/completions`` the way the travel desk's scripted model would

@@ -1,0 +1,36 @@
+"""The suite's shared set-ups, as fixtures.
+
+``kernel`` is the most common one: a kernel on a real journal file
+(``tmp_path / "j.db"``) with the suite's test pack, a fresh :class:`Bank` as
+its adapter and a :class:`ManualClock`; ``bank`` and ``clock`` are the same
+objects the kernel was given, for tests that look at the adapter or move time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from kernel import Kernel, ManualClock
+from tests.support.helpers import Bank, kernel_for
+
+
+@pytest.fixture
+def bank() -> Bank:
+    """The bank the ``kernel`` fixture's kernel calls."""
+    return Bank()
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    """The clock the ``kernel`` fixture's kernel runs on."""
+    return ManualClock()
+
+
+@pytest.fixture
+async def kernel(tmp_path: Path, bank: Bank, clock: ManualClock) -> AsyncIterator[Kernel]:
+    """An open kernel on ``tmp_path / "j.db"`` with the test pack, ``bank`` and ``clock``."""
+    async with kernel_for(tmp_path / "j.db", bank=bank, clock=clock) as opened:
+        yield opened

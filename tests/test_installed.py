@@ -1,0 +1,26 @@
+"""Only the library is installed: examples and benchmarks run from the checkout."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+
+def python_in(cwd: Path, code: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    return subprocess.run(
+        [sys.executable, "-c", code], cwd=cwd, env=env, capture_output=True, text=True, timeout=60
+    )
+
+
+def test_the_library_imports_from_anywhere(tmp_path):
+    ran = python_in(tmp_path, "import kernel, kernel.testing, agents_sdk, policies.trading")
+    assert ran.returncode == 0, ran.stderr
+
+
+def test_examples_and_benchmarks_are_not_installed(tmp_path):
+    for name in ("examples", "benchmarks", "tests"):
+        ran = python_in(tmp_path, f"import {name}")
+        assert ran.returncode == 1 and f"No module named '{name}'" in ran.stderr, name

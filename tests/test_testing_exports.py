@@ -1,0 +1,30 @@
+"""The public names of kernel.testing are pinned: changing them is a decision, not an accident."""
+
+import kernel
+import kernel.testing
+
+
+def test_testing_exports():
+    assert sorted(kernel.testing.__all__) == sorted(
+        [
+            "AdapterContract",
+            "ContractBroken",
+            "Faults",
+            "JournalFaults",
+            "ManualClock",
+            "SeededIds",
+            "ScriptedAgent",
+            "SimulatedSystem",
+            "Step",
+            "action_of",
+            "flow_types",
+        ]
+    )
+    for name in kernel.testing.__all__:
+        assert getattr(kernel.testing, name) is not None
+
+
+def test_reexports_are_the_kernels_own():
+    """The clock, ids and journal faults are the very classes the kernel takes, not copies."""
+    for name in ("ManualClock", "SeededIds", "JournalFaults"):
+        assert getattr(kernel.testing, name) is getattr(kernel, name)
