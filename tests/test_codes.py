@@ -18,7 +18,7 @@ from kernel.events import KernelStopped
 from kernel.journal import JournalError
 from kernel.reasons import RESERVED_REASONS, CliError, ExitCode, ReasonCode
 from kernel.reverify import PackPathError
-from tests.helpers import ScriptedAgent, kernel_for, transfer
+from tests.support.helpers import ScriptedAgent, kernel_for, transfer
 from tests.test_cli import ERROR_LINE, Recorded, record
 
 ROOT = Path(__file__).resolve().parents[1]

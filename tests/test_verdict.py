@@ -41,9 +41,9 @@ from policies.trading import TRADING
 from policies.trading_0_2 import TRADING_0_2
 from tests import test_escalation as gov
 from tests import test_verdicts
-from tests.execution_domain import DESK, Desk, Ping, Trip, desk_kernel
-from tests.execution_domain import agent as clerk_agent
-from tests.helpers import PACK
+from tests.support.execution_domain import DESK, Desk, Ping, Trip, desk_kernel
+from tests.support.execution_domain import agent as clerk_agent
+from tests.support.helpers import PACK
 from tests.test_golden import GOLDEN
 
 Recorded = ProposalAccepted | ProposalRejected | FlowEscalated
