@@ -44,6 +44,7 @@ import anyio
 import msgspec
 
 from kernel.events import ExecutionIntent
+from kernel.wall import MAX_DETAIL, InputInvalid, check_value, clip
 
 
 class Receipt(msgspec.Struct, frozen=True, gc=False, kw_only=True):
@@ -51,6 +52,43 @@ class Receipt(msgspec.Struct, frozen=True, gc=False, kw_only=True):
 
     external_id: str
     detail: dict[str, Any] = {}
+
+
+def recordable(receipt: Any) -> Receipt:
+    """Return an adapter's receipt as the journal can hold it.
+
+    A receipt comes from outside the kernel, like any input: its detail may hold
+    a NaN, a huge integer or an object. The effect it reports did happen, so the
+    kernel records the success either way; what cannot be recorded is replaced by
+    a note saying why, never written as bytes that would not read back.
+
+    Raises:
+        TypeError: the adapter returned something other than a Receipt.
+    """
+    if not isinstance(receipt, Receipt):
+        # Whether anything happened is not known: the engine treats this as it treats
+        # an exception that is not an AdapterError (outcome unknown).
+        raise TypeError(clip(f"the adapter returned {receipt!r}, not a Receipt", 500))
+    problem = ""
+    try:
+        check_value(msgspec.to_builtins(receipt.detail), "$.detail")
+    except InputInvalid as exc:
+        problem = f"{exc.field}: {exc.detail}"
+    except (TypeError, ValueError, OverflowError, RecursionError) as exc:
+        problem = f"not plain data: {exc}"
+    external_id = receipt.external_id
+    if not isinstance(external_id, str) or len(external_id) > 256:
+        external_id = clip(external_id)
+    if not problem and external_id is receipt.external_id:
+        return receipt
+    detail = (
+        receipt.detail
+        if not problem
+        else {
+            "unrecorded": clip(f"the receipt's detail could not be recorded: {problem}", MAX_DETAIL)
+        }
+    )
+    return Receipt(external_id=external_id, detail=detail)
 
 
 class Quote(msgspec.Struct, frozen=True, gc=False, kw_only=True):

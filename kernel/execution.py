@@ -54,6 +54,7 @@ from kernel.adapters import (
     SagaStep,
     compensation_key,
     idempotency_key,
+    recordable,
 )
 from kernel.approvals import escalation as escalation_event
 from kernel.constraints import Violation, check
@@ -264,7 +265,7 @@ class ExecutionEngine:
                 found = await lookup(intent.key)
                 if found is not None:
                     await self._mailbox.send(
-                        msgspec.structs.replace(done, receipt=found, found=True)
+                        msgspec.structs.replace(done, receipt=recordable(found), found=True)
                     )
                     return
                 fresh = True  # the adapter says no effect exists for this key
@@ -275,7 +276,7 @@ class ExecutionEngine:
                     await self._mailbox.send(msgspec.structs.replace(done, violation=violation))
                     return
             receipt = await adapter.execute(intent)
-            done = msgspec.structs.replace(done, receipt=receipt)
+            done = msgspec.structs.replace(done, receipt=recordable(receipt))
         except AdapterError as exc:
             done = msgspec.structs.replace(
                 done,
@@ -297,12 +298,13 @@ class ExecutionEngine:
         done = msgspec.structs.replace(last, looked_up=True)
         try:
             found = await lookup(intent.key)
+            receipt = recordable(found) if found is not None else None
         except Exception as exc:
             error = f"{last.error}; lookup failed: {type(exc).__name__}: {exc}"[:500]
             done = msgspec.structs.replace(done, error=error, unknown=True)
         else:
-            if found is not None:
-                done = msgspec.structs.replace(done, receipt=found, found=True, error="")
+            if receipt is not None:
+                done = msgspec.structs.replace(done, receipt=receipt, found=True, error="")
             else:
                 done = msgspec.structs.replace(done, unknown=False)
         await self._mailbox.send(done)

@@ -27,10 +27,12 @@ from kernel import (
     RetryPolicy,
     fold,
 )
+from kernel.adapters import Receipt
 from kernel.escalation import Tick
-from kernel.events import Event, HumanDecided, ProposalAccepted
+from kernel.events import Event, ExecutionIntent, HumanDecided, ProposalAccepted
 from kernel.flow import apply
 from kernel.testing import flow_types
+from kernel.verify import verify_journal
 from tests.support.execution_domain import (
     After,
     Desk,
@@ -348,3 +350,44 @@ async def test_an_unknown_outcome_never_expires(tmp_path):
         assert verdict.outcome is Outcome.ACCEPTED
         assert (await kernel.wait_flow(dfid)).status is FlowStatus.CLOSED
         assert "ApprovalExpired" not in await flow_types(kernel, dfid)
+
+
+class GarbageDesk(Desk):
+    """A system whose receipts carry what the journal cannot hold, or are not receipts."""
+
+    def __init__(self, answer: object) -> None:
+        super().__init__()
+        self.answer = answer
+
+    async def execute(self, intent: ExecutionIntent) -> Receipt:  # type: ignore[override]
+        await super().execute(intent)
+        return self.answer  # type: ignore[return-value]
+
+
+@pytest.mark.parametrize(
+    "detail",
+    [{"fill": float("nan")}, {"qty": 2**70}, {"when": object()}],
+    ids=["nan", "huge-int", "object"],
+)
+async def test_a_receipt_the_journal_cannot_hold_is_recorded_as_done_with_a_note(tmp_path, detail):
+    desk = GarbageDesk(Receipt(external_id="x" * 300, detail=detail))
+    async with desk_kernel(tmp_path / "j.db", desk) as kernel:
+        await kernel.register(agent(Ping(text="hi")))
+        [dfid] = await kernel.trigger("desk.go")
+        flow = await kernel.wait_flow(dfid)
+        assert flow.status is FlowStatus.CLOSED and len(desk.effects) == 1
+        [done] = await kernel.journal.read(dfid=dfid, types=["ExecutionSucceeded"])
+        assert "could not be recorded" in done.payload.detail["unrecorded"]
+        assert len(done.payload.external_id) <= 256 and "cut" in done.payload.external_id
+    assert (await verify_journal(tmp_path / "j.db")).ok
+
+
+async def test_an_answer_that_is_not_a_receipt_leaves_the_outcome_unknown(tmp_path):
+    desk = GarbageDesk({"external_id": "x"})
+    async with desk_kernel(tmp_path / "j.db", desk) as kernel:
+        await kernel.register(agent(Ping(text="hi")))
+        [dfid] = await kernel.trigger("desk.go")
+        flow = await kernel.wait_flow(dfid)
+        assert (flow.status, flow.reason_code) == (FlowStatus.ESCALATED, ReasonCode.OUTCOME_UNKNOWN)
+        assert "not a Receipt" in flow.detail
+    assert (await verify_journal(tmp_path / "j.db")).ok
