@@ -73,8 +73,17 @@ from kernel.events import (
     FlowDirty,
 )
 from kernel.flow import FlowState, FlowStatus
-from kernel.integrity import Escalate, Execute
-from kernel.intents import Dispatch, mint, policy_of, stage_start, steps_of
+from kernel.intents import mint, policy_of, stage_start, steps_of
+from kernel.messages import (
+    AdapterDone,
+    Dispatch,
+    Escalate,
+    EscalationMessage,
+    Execute,
+    ExecutionMessage,
+    Recover,
+    Resolve,
+)
 from kernel.packs import PolicyCatalog
 from kernel.ports import Clock
 from kernel.projection import Projections
@@ -89,33 +98,6 @@ __all__ = [
     "Recover",
     "idempotency_key",
 ]
-
-
-class AdapterDone(msgspec.Struct, frozen=True, gc=False, kw_only=True):
-    """An adapter call (attempt ``attempt`` of ``key``) finished, one way or another."""
-
-    dfid: str
-    key: str
-    attempt: int = 1
-    receipt: Receipt | None = None
-    found: bool = False
-    violation: Violation | None = None
-    error: str = ""
-    transient: bool = False
-    unknown: bool = False
-    """The call may have taken effect (its answer is missing or unclassified)."""
-    looked_up: bool = False
-    """The lookup asked before escalating answered: None (no receipt) means no effect exists."""
-
-
-class Recover(msgspec.Struct, frozen=True, gc=False, kw_only=True):
-    """Resume every execution an earlier run left unfinished (sent once at start)."""
-
-
-class Resolve(msgspec.Struct, frozen=True, gc=False, kw_only=True):
-    """A human's reconcile or retry of an unknown outcome is recorded: go on from there."""
-
-    dfid: str
 
 
 Spawn = Callable[[Callable[[], Any]], None]
@@ -137,14 +119,14 @@ class ExecutionEngine:
         self,
         catalog: PolicyCatalog,
         adapters: Mapping[str, Adapter],
-        mailbox: Mailbox[Any],
+        mailbox: Mailbox[ExecutionMessage],
         spawn: Spawn,
         *,
         projections: Projections | None = None,
         clock: Clock | None = None,
         rng: random.Random | None = None,
         retry: RetryPolicy | None = None,
-        escalation: Mailbox[Any] | None = None,
+        escalation: Mailbox[EscalationMessage] | None = None,
         unsure: set[str] | None = None,
     ) -> None:
         self._catalog = catalog
@@ -161,9 +143,7 @@ class ExecutionEngine:
         self._unsure = unsure if unsure is not None else set()
         """Keys an attempt (or a crash) of this run may have carried out unanswered."""
 
-    async def handle(
-        self, msg: Execute | Dispatch | AdapterDone | Recover | Resolve, out: Outbox
-    ) -> None:
+    async def handle(self, msg: ExecutionMessage, out: Outbox) -> None:
         match msg:
             case Execute():
                 self._execute(msg, out)

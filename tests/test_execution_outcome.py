@@ -27,9 +27,9 @@ from kernel import (
     RetryPolicy,
     fold,
 )
-from kernel.escalation import Tick
 from kernel.events import Event, HumanDecided, ProposalAccepted
 from kernel.flow import apply
+from kernel.messages import Tick
 from kernel.testing import flow_types
 from tests.support.execution_domain import (
     After,
