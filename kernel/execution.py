@@ -4,7 +4,7 @@ Only this actor calls adapters, and only with an intent minted
 (:mod:`kernel.intents`) from a flow the DIM (or a human) accepted. Record
 first: ExecutionStarted (with the key) commits before the adapter is called,
 the result after. The DIM records the first start in its acceptance's append
-and sends a :class:`~kernel.intents.Dispatch`; a human approval sends
+and sends a :class:`~kernel.messages.Dispatch`; a human approval sends
 ``Execute`` and the engine records the start. A key that already has a recorded
 result, or a call in flight, is answered from the record and never reaches
 the adapter again. The adapter contract is in :mod:`kernel.adapters`.
