@@ -22,7 +22,7 @@ from kernel.contracts import (
 )
 from kernel.counterfactual import whatif
 from kernel.errors import KernelFault, KernelShutdown
-from kernel.escalation import Decision, EscalateOperational, EscalationPolicy
+from kernel.escalation import EscalationPolicy
 from kernel.events import Event, ExecutionIntent, Manifest, ProposalRecord, RuleSource
 from kernel.execution import Adapter, AdapterError, Receipt, idempotency_key
 from kernel.flow import TERMINAL, FlowState, FlowStatus, IllegalTransition
@@ -35,6 +35,7 @@ from kernel.journal import (
 from kernel.kernel import Kernel
 from kernel.memory import MemoryState
 from kernel.memory_pack import MEMORY_PACK
+from kernel.messages import Decision, EscalateOperational
 from kernel.packs import (
     Consume,
     Impact,

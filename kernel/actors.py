@@ -45,6 +45,7 @@ from kernel.projection import Projections
 log = logging.getLogger("kernel.actors")
 
 M = TypeVar("M")
+M_contra = TypeVar("M_contra", contravariant=True)
 T = TypeVar("T")
 
 Append = Callable[[Sequence[Draft]], Awaitable[list[Event]]]
@@ -245,7 +246,7 @@ class Outbox:
                 )
             )
 
-    def send(self, mailbox: Mailbox[Any], msg: Any) -> None:
+    def send(self, mailbox: Mailbox[M], msg: M) -> None:
         """Deliver ``msg`` once the staged events have committed."""
         self.effects.append((mailbox.offer, msg))
 
@@ -282,21 +283,21 @@ class Outbox:
         self._undo = {}
 
 
-class Actor(Protocol):
-    """A kernel actor: state plus one ``handle``."""
+class Actor(Protocol[M_contra]):
+    """A kernel actor: state plus one ``handle`` of the messages its mailbox carries."""
 
-    async def handle(self, msg: Any, out: Outbox) -> None:
+    async def handle(self, msg: M_contra, out: Outbox) -> None:
         """React to one message by staging events and follow-ups on ``out``."""
         ...
 
 
 @dataclass(frozen=True)
-class ChildSpec:
-    """How to start (and restart) one supervised actor."""
+class ChildSpec(Generic[M]):
+    """How to start (and restart) one supervised actor, and the mailbox it reads."""
 
     name: str
-    factory: Callable[[], Actor]
-    mailbox: Mailbox[Any]
+    factory: Callable[[], Actor[M]]
+    mailbox: Mailbox[M]
     batch: int = 512
 
 
@@ -331,7 +332,7 @@ class Supervisor:
 
     def __init__(
         self,
-        specs: Sequence[ChildSpec],
+        specs: Sequence[ChildSpec[Any]],
         *,
         append: Append,
         projections: Projections,
@@ -373,7 +374,7 @@ class Supervisor:
             if result is not None:
                 await result
 
-    async def _run_child(self, spec: ChildSpec) -> None:
+    async def _run_child(self, spec: ChildSpec[Any]) -> None:
         actor = spec.factory()
         buffer: deque[Any] = deque()
         suspect: Any = None  # the message that crashed the previous instance
@@ -429,7 +430,7 @@ class Supervisor:
             actor = spec.factory()
 
     async def _restart(
-        self, spec: ChildSpec, crash: BaseException, out: Outbox | None = None
+        self, spec: ChildSpec[Any], crash: BaseException, out: Outbox | None = None
     ) -> None:
         """Record a restart, enforce the intensity, and back off."""
         out = out or Outbox(self._projections, self._clock)

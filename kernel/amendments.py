@@ -15,18 +15,15 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping
 from decimal import Decimal
-from typing import TYPE_CHECKING, Any
 
 import msgspec
 
 from kernel.events import AmendmentRefused, LimitAmended
+from kernel.messages import AmendLimit
 from kernel.packs import PolicyCatalog
 from kernel.reasons import ReasonCode
 from kernel.rules import decimal_of
 from kernel.wall import INT_MAX, MAX_DETAIL, AmendmentSpec, InputInvalid, admit, clip, fields
-
-if TYPE_CHECKING:  # the actors import the projections, which fold amendments
-    from kernel.actors import Reply
 
 NS_PER_S = 1_000_000_000
 
@@ -38,19 +35,6 @@ class Amendment(msgspec.Struct, frozen=True, gc=False, kw_only=True):
     expires_at_ns: int
     operator: str
     seq: int
-
-
-class AmendLimit(msgspec.Struct, frozen=True, kw_only=True):
-    """An operator's request to set ``limit`` of ``agent_id`` to ``value`` for ``ttl_s``."""
-
-    agent_id: str
-    limit: str
-    value: Any
-    ttl_s: Any
-    operator: str
-    reason: str
-    inbox_id: int | None = None
-    reply: Reply[LimitAmended | AmendmentRefused] | None = None
 
 
 class AmendmentInvalid(Exception):

@@ -26,7 +26,7 @@ from kernel.adapters import RetryPolicy
 from kernel.errors import KernelShutdown
 from kernel.escalation import EscalationPolicy
 from kernel.events import Draft, FlowAborted, KernelStarted
-from kernel.execution import Adapter, Recover
+from kernel.execution import Adapter
 from kernel.flow import FlowStatus
 from kernel.guard_runner import GUARD_TIMEOUT_S
 from kernel.journal import (
@@ -42,6 +42,7 @@ from kernel.journal import (
 from kernel.kernel import Kernel
 from kernel.memory import MEMORY_ADAPTER
 from kernel.memory_pack import MemoryExecutor
+from kernel.messages import Recover
 from kernel.packs import PackError, PolicyCatalog, PolicyPack
 from kernel.ports import Clock, IdSource, RandomIds, SystemClock
 from kernel.projection import Projections

@@ -13,30 +13,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-import msgspec
-
-from kernel.actors import Mailbox, Outbox, Reply
+from kernel.actors import Mailbox, Outbox
 from kernel.contracts import WorkingContext
-from kernel.events import ContextCompiled, Feedback, FlowCreated, TriggerFired, digest
+from kernel.events import ContextCompiled, FlowCreated, TriggerFired, digest
 from kernel.flow import FlowStatus
 from kernel.layers import compile_layers, window_ns
+from kernel.messages import AgentMessage, Compile, CompilerMessage, FireTrigger
 from kernel.ports import Clock, IdSource
 from kernel.projection import AgentStatus, Projections, visible
 from kernel.rulebook import RuleSearch
-
-
-class FireTrigger(msgspec.Struct, frozen=True, kw_only=True):
-    topic: str
-    facts: dict[str, Any]
-    source: str
-    parent_dfid: str | None
-    reply: Reply[list[str]]
-
-
-class Compile(msgspec.Struct, frozen=True, gc=False, kw_only=True):
-    dfid: str
-    attempt: int
-    feedback: Feedback | None = None
 
 
 def context_ref(state: Mapping[str, Any]) -> str:
@@ -52,7 +37,7 @@ class ContextCompiler:
         projections: Projections,
         clock: Clock,
         ids: IdSource,
-        hosts: Mapping[str, Mailbox[WorkingContext]],
+        hosts: Mapping[str, Mailbox[AgentMessage]],
         schemas: Mapping[str, Any] | None = None,
         rule_search: RuleSearch | None = None,
     ) -> None:
@@ -63,7 +48,7 @@ class ContextCompiler:
         self._ids = ids
         self._hosts = hosts
 
-    async def handle(self, msg: FireTrigger | Compile, out: Outbox) -> None:
+    async def handle(self, msg: CompilerMessage, out: Outbox) -> None:
         match msg:
             case FireTrigger():
                 self._fire(msg, out)

@@ -21,12 +21,9 @@ agent that escalates more often than its budget allows is demoted to PASSIVE.
 
 from __future__ import annotations
 
-from enum import StrEnum
-from typing import Any
-
 import msgspec
 
-from kernel.actors import Mailbox, Outbox, Reply
+from kernel.actors import Mailbox, Outbox
 from kernel.approvals import (
     APPROVE_WORDS,
     RECONCILE,
@@ -49,9 +46,20 @@ from kernel.events import (
     HumanDecided,
     ProposalAccepted,
 )
-from kernel.execution import Resolve
 from kernel.flow import RESOLVE_WORDS, FlowState, FlowStatus
-from kernel.integrity import Escalate, Execute, Validate
+from kernel.messages import (
+    Decide,
+    Decision,
+    DimMessage,
+    Escalate,
+    EscalateOperational,
+    EscalationMessage,
+    Execute,
+    ExecutionMessage,
+    Resolve,
+    Tick,
+    Validate,
+)
 from kernel.packs import PolicyCatalog
 from kernel.ports import Clock
 from kernel.projection import AgentStatus, Projections
@@ -59,26 +67,6 @@ from kernel.reasons import ReasonCode
 
 KERNEL_OPERATOR = "kernel"
 """The operator named on status changes the kernel makes by itself (a demotion)."""
-
-
-class Decision(StrEnum):
-    """What a human may decide about an escalated flow.
-
-    APPROVE, REJECT and MODIFY are the operator's words; OVERRIDE and ABORT are
-    the older words for approve and reject, still accepted and recorded as given.
-    RECONCILE and RETRY are the only decisions on an intent whose outcome is
-    unknown: reconcile records what the system shows (``params`` ``{"outcome":
-    "done", "external_id": ...}`` or ``{"outcome": "not_done"}``), retry calls
-    the adapter again with the same key.
-    """
-
-    APPROVE = "approve"
-    REJECT = "reject"
-    MODIFY = "modify"
-    OVERRIDE = "override"
-    ABORT = "abort"
-    RECONCILE = "reconcile"
-    RETRY = "retry"
 
 
 class EscalationPolicy(msgspec.Struct, frozen=True, kw_only=True):
@@ -95,30 +83,6 @@ class EscalationPolicy(msgspec.Struct, frozen=True, kw_only=True):
     silence_s: float | None = None
 
 
-class Decide(msgspec.Struct, frozen=True, kw_only=True):
-    """A human decision; from the embedding API, or from the operator inbox (``inbox_id``)."""
-
-    dfid: str
-    decision: Decision
-    operator: str
-    reason: str
-    params: dict[str, Any] | None = None
-    action_hash: str | None = None
-    inbox_id: int | None = None
-    reply: Reply[Verdict] | None = None
-
-
-class Tick(msgspec.Struct, frozen=True, kw_only=True):
-    """Time passed: expire approvals, and wake the silence watchdog."""
-
-
-class EscalateOperational(msgspec.Struct, frozen=True, kw_only=True):
-    """The execution engine gives up on a flow (adapter errors beyond its retry budget)."""
-
-    dfid: str
-    detail: str
-
-
 class EscalationManager:
     """The escalation manager actor."""
 
@@ -127,8 +91,8 @@ class EscalationManager:
         projections: Projections,
         catalog: PolicyCatalog,
         clock: Clock,
-        integrity: Mailbox[Any],
-        execution: Mailbox[Any],
+        integrity: Mailbox[DimMessage],
+        execution: Mailbox[ExecutionMessage],
         policy: EscalationPolicy | None = None,
     ) -> None:
         self._projections = projections
@@ -138,9 +102,7 @@ class EscalationManager:
         self._execution = execution
         self._policy = policy or EscalationPolicy()
 
-    async def handle(
-        self, msg: Escalate | Decide | Tick | EscalateOperational, out: Outbox
-    ) -> None:
+    async def handle(self, msg: EscalationMessage, out: Outbox) -> None:
         match msg:
             case Escalate():
                 flow = out.flow(msg.dfid)

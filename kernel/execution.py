@@ -4,7 +4,7 @@ Only this actor calls adapters, and only with an intent minted
 (:mod:`kernel.intents`) from a flow the DIM (or a human) accepted. Record
 first: ExecutionStarted (with the key) commits before the adapter is called,
 the result after. The DIM records the first start in its acceptance's append
-and sends a :class:`~kernel.intents.Dispatch`; a human approval sends
+and sends a :class:`~kernel.messages.Dispatch`; a human approval sends
 ``Execute`` and the engine records the start. A key that already has a recorded
 result, or a call in flight, is answered from the record and never reaches
 the adapter again. The adapter contract is in :mod:`kernel.adapters`.
@@ -74,8 +74,17 @@ from kernel.events import (
     FlowDirty,
 )
 from kernel.flow import FlowState, FlowStatus
-from kernel.integrity import Escalate, Execute
-from kernel.intents import Dispatch, mint, policy_of, stage_start, steps_of
+from kernel.intents import mint, policy_of, stage_start, steps_of
+from kernel.messages import (
+    AdapterDone,
+    Dispatch,
+    Escalate,
+    EscalationMessage,
+    Execute,
+    ExecutionMessage,
+    Recover,
+    Resolve,
+)
 from kernel.packs import PolicyCatalog
 from kernel.ports import Clock
 from kernel.projection import Projections
@@ -90,33 +99,6 @@ __all__ = [
     "Recover",
     "idempotency_key",
 ]
-
-
-class AdapterDone(msgspec.Struct, frozen=True, gc=False, kw_only=True):
-    """An adapter call (attempt ``attempt`` of ``key``) finished, one way or another."""
-
-    dfid: str
-    key: str
-    attempt: int = 1
-    receipt: Receipt | None = None
-    found: bool = False
-    violation: Violation | None = None
-    error: str = ""
-    transient: bool = False
-    unknown: bool = False
-    """The call may have taken effect (its answer is missing or unclassified)."""
-    looked_up: bool = False
-    """The lookup asked before escalating answered: None (no receipt) means no effect exists."""
-
-
-class Recover(msgspec.Struct, frozen=True, gc=False, kw_only=True):
-    """Resume every execution an earlier run left unfinished (sent once at start)."""
-
-
-class Resolve(msgspec.Struct, frozen=True, gc=False, kw_only=True):
-    """A human's reconcile or retry of an unknown outcome is recorded: go on from there."""
-
-    dfid: str
 
 
 Spawn = Callable[[Callable[[], Any]], None]
@@ -138,14 +120,14 @@ class ExecutionEngine:
         self,
         catalog: PolicyCatalog,
         adapters: Mapping[str, Adapter],
-        mailbox: Mailbox[Any],
+        mailbox: Mailbox[ExecutionMessage],
         spawn: Spawn,
         *,
         projections: Projections | None = None,
         clock: Clock | None = None,
         rng: random.Random | None = None,
         retry: RetryPolicy | None = None,
-        escalation: Mailbox[Any] | None = None,
+        escalation: Mailbox[EscalationMessage] | None = None,
         unsure: set[str] | None = None,
     ) -> None:
         self._catalog = catalog
@@ -162,9 +144,7 @@ class ExecutionEngine:
         self._unsure = unsure if unsure is not None else set()
         """Keys an attempt (or a crash) of this run may have carried out unanswered."""
 
-    async def handle(
-        self, msg: Execute | Dispatch | AdapterDone | Recover | Resolve, out: Outbox
-    ) -> None:
+    async def handle(self, msg: ExecutionMessage, out: Outbox) -> None:
         match msg:
             case Execute():
                 self._execute(msg, out)

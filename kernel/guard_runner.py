@@ -19,32 +19,14 @@ import anyio
 import msgspec
 
 from kernel.actors import Mailbox, MailboxClosed, Outbox
-from kernel.events import FlowFlagged, ProposalRecord
+from kernel.events import FlowFlagged
 from kernel.guards import Guard, confidence_text, well_formed
+from kernel.messages import Found, GuardMessage, Screen
 
 log = logging.getLogger("kernel.guards")
 
 GUARD_TIMEOUT_S = 30.0
 """How long one soft guard may take before it counts as failed (and the flow is flagged)."""
-
-
-class Screen(msgspec.Struct, frozen=True, kw_only=True):
-    """Run the guards of a proposal's kind over it (sent once its verdict is recorded)."""
-
-    dfid: str
-    proposal: ProposalRecord
-    state: Mapping[str, Any]
-    """The state the DIM judged the proposal against."""
-
-
-class Found(msgspec.Struct, frozen=True, kw_only=True):
-    """What one async guard concluded (or how it failed), to be recorded."""
-
-    dfid: str
-    guard: str
-    flag_above: float
-    finding: Any = None
-    error: str = ""
 
 
 class GuardRunner:
@@ -59,7 +41,7 @@ class GuardRunner:
         self,
         guards_of: Mapping[str, Sequence[Guard]],
         kinds: Mapping[str, type[Any]],
-        mailbox: Mailbox[Any],
+        mailbox: Mailbox[GuardMessage],
         spawn: Callable[[Callable[[], Any]], None],
         timeout_s: float = GUARD_TIMEOUT_S,
     ) -> None:
@@ -69,7 +51,7 @@ class GuardRunner:
         self._spawn = spawn
         self._timeout_s = timeout_s
 
-    async def handle(self, msg: Screen | Found, out: Outbox) -> None:
+    async def handle(self, msg: GuardMessage, out: Outbox) -> None:
         match msg:
             case Screen():
                 self._screen(msg, out)

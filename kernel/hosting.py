@@ -19,7 +19,7 @@ from kernel.actors import Mailbox
 from kernel.contracts import Outcome, Proposal, Session, Verdict, WorkingContext
 from kernel.errors import KernelShutdown
 from kernel.events import Manifest
-from kernel.integrity import Withdraw
+from kernel.messages import AgentMessage, DimMessage, Withdraw
 from kernel.ports import Clock
 from kernel.reasoning import UsageMeter, metered
 from kernel.reasons import ReasonCode
@@ -55,7 +55,7 @@ class AgentHost:
         self,
         *,
         submit: Submit,
-        integrity: Mailbox[Any],
+        integrity: Mailbox[DimMessage],
         clock: Clock,
         concurrency: int,
         token_budget: int | None,
@@ -73,7 +73,7 @@ class AgentHost:
         self.tg: TaskGroup | None = None
         """Where the crews run; set by the kernel while it runs, cancelled when it closes."""
 
-    def host(self, agent: AgentLike, mailbox: Mailbox[WorkingContext]) -> None:
+    def host(self, agent: AgentLike, mailbox: Mailbox[AgentMessage]) -> None:
         """Start ``agent``'s crew on the contexts that arrive in ``mailbox``."""
         assert self.tg is not None
         name = f"agent:{agent.manifest.agent_id}"
@@ -84,12 +84,12 @@ class AgentHost:
         assert self.tg is not None
         self.tg.start_soon(fn)
 
-    async def _crew(self, agent: AgentLike, mailbox: Mailbox[WorkingContext]) -> None:
+    async def _crew(self, agent: AgentLike, mailbox: Mailbox[AgentMessage]) -> None:
         async with anyio.create_task_group() as tg:
             for n in range(self._concurrency):
                 tg.start_soon(self._reasoner, agent, mailbox, name=f"agent:{n}")
 
-    async def _reasoner(self, agent: AgentLike, mailbox: Mailbox[WorkingContext]) -> None:
+    async def _reasoner(self, agent: AgentLike, mailbox: Mailbox[AgentMessage]) -> None:
         while True:
             await self._reason(agent, await mailbox.receive())
 

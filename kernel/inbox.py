@@ -30,10 +30,9 @@ import anyio
 import msgspec
 
 from kernel.actors import Mailbox, MailboxClosed, Reply
-from kernel.amendments import AmendLimit
 from kernel.errors import KernelShutdown
-from kernel.escalation import Decide, Decision, Tick
 from kernel.journal import INBOX_SCHEMA
+from kernel.messages import AmendLimit, Decide, Decision, EscalationMessage, Tick
 from kernel.ports import Clock
 from kernel.projection import Projections
 from kernel.wall import AgentSpec, DecisionSpec, InputInvalid, admit
@@ -207,7 +206,7 @@ async def poll(
     path: str,
     clock: Clock,
     interval_s: float,
-    escalation: Mailbox[Any],
+    escalation: Mailbox[EscalationMessage],
     projections: Projections,
     handlers: Mapping[str, Handler],
     refuse: Refuse,

@@ -33,20 +33,17 @@ from typing import Any
 
 import msgspec
 
-from kernel.actors import Mailbox, Outbox, Reply
-from kernel.amendments import AmendLimit, amend, folded
+from kernel.actors import Mailbox, Outbox
+from kernel.amendments import amend, folded
 from kernel.approvals import escalation as escalation_event
 from kernel.citations import notes_on
-from kernel.context import Compile
 from kernel.contracts import Outcome, Verdict
 from kernel.events import (
     DuplicateSuppressed,
-    Feedback,
     FlowAborted,
     FlowFlagged,
     LimitAmended,
     ProposalAccepted,
-    ProposalRecord,
     ProposalRejected,
     ProposalSubmitted,
     ResourceReleased,
@@ -55,9 +52,23 @@ from kernel.events import (
 )
 from kernel.flow import FlowState, FlowStatus
 from kernel.gate import Judgement, MemoryCheck, reject
-from kernel.guard_runner import Screen
-from kernel.intents import Dispatch, stage_start
-from kernel.pack_loading import LoadPack, load
+from kernel.intents import stage_start
+from kernel.messages import (
+    AmendLimit,
+    Compile,
+    CompilerMessage,
+    DimMessage,
+    Dispatch,
+    Escalate,
+    EscalationMessage,
+    ExecutionMessage,
+    GuardMessage,
+    LoadPack,
+    Screen,
+    Validate,
+    Withdraw,
+)
+from kernel.pack_loading import load
 from kernel.packs import PolicyCatalog
 from kernel.ports import Clock
 from kernel.projection import AgentView, Projections
@@ -72,40 +83,6 @@ BUDGET_GUARD = "rule budget"
 """The name a rule's budget overrun is flagged under (FlowFlagged.guard)."""
 
 
-class Validate(msgspec.Struct, frozen=True, kw_only=True):
-    """A proposal to judge: from an agent (with its token) or a human modification."""
-
-    dfid: str
-    proposal: ProposalRecord
-    token: str = ""
-    by_human: bool = False
-    invalid: Feedback | None = None
-    reply: Reply[Verdict] | None = None
-
-
-class Withdraw(msgspec.Struct, frozen=True, kw_only=True):
-    """An agent gives up on a flow: it declined to act, or its reasoning failed."""
-
-    dfid: str
-    token: str
-    attempt: int
-    reason_code: ReasonCode
-    detail: str = ""
-
-
-class Escalate(msgspec.Struct, frozen=True, kw_only=True):
-    """Tell the escalation manager a flow now waits for a human."""
-
-    dfid: str
-
-
-class Execute(msgspec.Struct, frozen=True, kw_only=True):
-    """Carry out the accepted intent of a flow."""
-
-    dfid: str
-    reply: Reply[Verdict] | None = None
-
-
 class IntegrityModule:
     """The DIM actor."""
 
@@ -114,11 +91,11 @@ class IntegrityModule:
         projections: Projections,
         catalog: PolicyCatalog,
         clock: Clock,
-        compiler: Mailbox[Any],
-        escalation: Mailbox[Any],
-        execution: Mailbox[Any],
+        compiler: Mailbox[CompilerMessage],
+        escalation: Mailbox[EscalationMessage],
+        execution: Mailbox[ExecutionMessage],
         memory: MemoryCheck | None = None,
-        guards: Mailbox[Any] | None = None,
+        guards: Mailbox[GuardMessage] | None = None,
         rule_clock: Callable[[], int] = time.perf_counter_ns,
     ) -> None:
         # Measures rules beside the verdict; real time is right: it decides nothing.
@@ -132,7 +109,7 @@ class IntegrityModule:
         self._escalation = escalation
         self._execution = execution
 
-    async def handle(self, msg: Validate | Withdraw | AmendLimit | LoadPack, out: Outbox) -> None:
+    async def handle(self, msg: DimMessage, out: Outbox) -> None:
         match msg:
             case Validate():
                 self._validate(msg, out)

@@ -30,13 +30,6 @@ from kernel.packs import PolicyCatalog
 from kernel.reasons import ReasonCode
 
 
-class Dispatch(msgspec.Struct, frozen=True, gc=False, kw_only=True):
-    """An intent's start is recorded: call its adapter (attempt 1, key ``key``)."""
-
-    dfid: str
-    key: str
-
-
 def policy_of(
     catalog: PolicyCatalog, proposal: ProposalRecord, policy: Any = None
 ) -> tuple[Any, dict[str, Any]]:

@@ -29,9 +29,9 @@ from anyio.abc import TaskGroup
 from kernel import events, inbox, wall
 from kernel.actors import ChildSpec, Mailbox, MailboxClosed, Outbox, Reply
 from kernel.adapters import CallPool, RetryPolicy
-from kernel.amendments import AmendLimit, AmendmentInvalid
+from kernel.amendments import AmendmentInvalid
 from kernel.approvals import APPROVE_WORDS
-from kernel.context import ContextCompiler, FireTrigger
+from kernel.context import ContextCompiler
 from kernel.contracts import (
     HandshakeRefused,
     Outcome,
@@ -39,11 +39,10 @@ from kernel.contracts import (
     ProposalInvalid,
     Session,
     Verdict,
-    WorkingContext,
     to_record,
 )
 from kernel.errors import KernelFault, KernelShutdown
-from kernel.escalation import Decide, Decision, EscalationManager, EscalationPolicy
+from kernel.escalation import EscalationManager, EscalationPolicy
 from kernel.events import (
     DecisionRefused,
     Draft,
@@ -61,18 +60,35 @@ from kernel.flow import FLOW_EVENTS, TERMINAL, FlowState, FlowStatus
 from kernel.guard_runner import GUARD_TIMEOUT_S, GuardRunner
 from kernel.hosting import AgentHost, AgentLike
 from kernel.inbox import InboxRow
-from kernel.integrity import IntegrityModule, Validate
+from kernel.integrity import IntegrityModule
 from kernel.journal import Journal, JournalError
-from kernel.pack_loading import LoadPack
+from kernel.messages import (
+    AgentMessage,
+    AmendLimit,
+    CompilerMessage,
+    Decide,
+    Decision,
+    DimMessage,
+    EscalationMessage,
+    ExecutionMessage,
+    FireTrigger,
+    GuardMessage,
+    LoadPack,
+    Register,
+    RegistryMessage,
+    SetStatus,
+    Validate,
+)
 from kernel.packs import Impact, PackError, PolicyCatalog, PolicyPack
 from kernel.ports import Clock, IdSource
 from kernel.projection import AgentStatus, Projections, fold, visible
 from kernel.reasons import ReasonCode, StopReason
-from kernel.registry import Register, Registry, SetStatus
+from kernel.registry import Registry
 from kernel.replay import Checkpointer
 from kernel.rulebook import Promoter, RuleNotPending, RuleSearch
 from kernel.wall import InputInvalid, clip
 
+M = TypeVar("M")
 T = TypeVar("T")
 
 
@@ -111,7 +127,7 @@ class Kernel:
         self._max_in_flight = max_in_flight
         self._admitting = 0
         self._room: anyio.Event | None = None
-        self._hosts: dict[str, Mailbox[WorkingContext]] = {}
+        self._hosts: dict[str, Mailbox[AgentMessage]] = {}
         self._pending: set[Reply[Any]] = set()
         self._waiters: dict[str, list[tuple[frozenset[FlowStatus], anyio.Event]]] = {}
         self._stop_reason: KernelShutdown | None = None
@@ -130,12 +146,12 @@ class Kernel:
         jitter = random.Random(jitter_seed)
         unsure: set[str] = set()  # keys of unknown outcome, kept across engine restarts
         self._capacity = capacity
-        self.registry_mailbox: Mailbox[Any] = Mailbox("registry", capacity)
-        self.compiler_mailbox: Mailbox[Any] = Mailbox("context", capacity)
-        self.integrity_mailbox: Mailbox[Any] = Mailbox("integrity", capacity)
-        self.escalation_mailbox: Mailbox[Any] = Mailbox("escalation", capacity)
-        self.execution_mailbox: Mailbox[Any] = Mailbox("execution", capacity)
-        self.guards_mailbox: Mailbox[Any] = Mailbox("guards", capacity)
+        self.registry_mailbox: Mailbox[RegistryMessage] = Mailbox("registry", capacity)
+        self.compiler_mailbox: Mailbox[CompilerMessage] = Mailbox("context", capacity)
+        self.integrity_mailbox: Mailbox[DimMessage] = Mailbox("integrity", capacity)
+        self.escalation_mailbox: Mailbox[EscalationMessage] = Mailbox("escalation", capacity)
+        self.execution_mailbox: Mailbox[ExecutionMessage] = Mailbox("execution", capacity)
+        self.guards_mailbox: Mailbox[GuardMessage] = Mailbox("guards", capacity)
         self.agents = AgentHost(
             submit=self.submit,
             integrity=self.integrity_mailbox,
@@ -147,20 +163,20 @@ class Kernel:
         # Adapter calls run on kept worker tasks (shared by every engine instance); a
         # flow has at most one call at a time, so this many never makes one wait.
         adapter_calls = CallPool(self._spawn_effect, size=max_in_flight)
-        self.specs = [
-            ChildSpec(
+        self.specs: list[ChildSpec[Any]] = [
+            ChildSpec[RegistryMessage](
                 "registry",
                 lambda: Registry(projections, catalog, ids, allow),
                 self.registry_mailbox,
             ),
-            ChildSpec(
+            ChildSpec[CompilerMessage](
                 "context",
                 lambda: ContextCompiler(
                     projections, clock, ids, self._hosts, catalog.schemas, rule_search
                 ),
                 self.compiler_mailbox,
             ),
-            ChildSpec(
+            ChildSpec[DimMessage](
                 "integrity",
                 lambda: IntegrityModule(
                     projections,
@@ -173,7 +189,7 @@ class Kernel:
                 ),
                 self.integrity_mailbox,
             ),
-            ChildSpec(
+            ChildSpec[GuardMessage](
                 "guards",
                 lambda: GuardRunner(
                     catalog.guards_of,
@@ -184,7 +200,7 @@ class Kernel:
                 ),
                 self.guards_mailbox,
             ),
-            ChildSpec(
+            ChildSpec[EscalationMessage](
                 "escalation",
                 lambda: EscalationManager(
                     projections,
@@ -196,7 +212,7 @@ class Kernel:
                 ),
                 self.escalation_mailbox,
             ),
-            ChildSpec(
+            ChildSpec[ExecutionMessage](
                 "execution",
                 lambda: ExecutionEngine(
                     catalog,
@@ -225,7 +241,7 @@ class Kernel:
         session = await self.handshake(agent.manifest)
         agent_id = session.agent_id
         if agent_id not in self._hosts:
-            mailbox: Mailbox[WorkingContext] = Mailbox(f"agent:{agent_id}", self._capacity)
+            mailbox: Mailbox[AgentMessage] = Mailbox(f"agent:{agent_id}", self._capacity)
             self._hosts[agent_id] = mailbox
             self.agents.host(agent, mailbox)
         self.agents.sessions[agent_id] = session
@@ -731,7 +747,7 @@ class Kernel:
         self.projections.recall(state, folded.approvals.get(dfid))
         return state
 
-    async def _call(self, mailbox: Mailbox[Any], msg: Any, reply: Reply[T]) -> T:
+    async def _call(self, mailbox: Mailbox[M], msg: M, reply: Reply[T]) -> T:
         self._raise_if_stopped()
         self._pending.add(reply)
         try:

@@ -13,25 +13,13 @@ for a human under the old version may still need the kinds they were judged as.
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping
-from typing import Any
 
-import msgspec
-
-from kernel.actors import Outbox, Reply
+from kernel.actors import Outbox
 from kernel.events import PackLoaded, PackRef
 from kernel.layers import forget_schema_estimates
 from kernel.memory import MEMORY_ADAPTER
+from kernel.messages import LoadPack
 from kernel.packs import PackError, PolicyCatalog, PolicyPack
-
-
-class LoadPack(msgspec.Struct, frozen=True, kw_only=True):
-    """Replace the loaded version of ``pack`` (by name), or add it."""
-
-    pack: Any
-    adapters: frozenset[str]
-    operator: str = ""
-    reason: str = ""
-    reply: Reply[PackRef | PackError | None] | None = None
 
 
 def replaced(catalog: PolicyCatalog, pack: PolicyPack, adapters: Collection[str]) -> PolicyCatalog:

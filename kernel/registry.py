@@ -10,12 +10,12 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Collection
 
-import msgspec
 import semver
 
 from kernel.actors import Outbox, Reply
 from kernel.contracts import HandshakeRefused, Session
 from kernel.events import AgentRefused, AgentRegistered, AgentStatusChanged, Manifest
+from kernel.messages import Register, RegistryMessage, SetStatus
 from kernel.packs import PolicyCatalog
 from kernel.ports import IdSource
 from kernel.projection import AgentStatus, Projections
@@ -51,22 +51,6 @@ def check_version(version: str) -> str | None:
     return None
 
 
-class Register(msgspec.Struct, frozen=True, kw_only=True):
-    manifest: Manifest
-    reply: Reply[Session | HandshakeRefused]
-    invalid: str | None = None
-    """Why the wall refused the manifest as given (``manifest`` then holds its clipped ids)."""
-
-
-class SetStatus(msgspec.Struct, frozen=True, kw_only=True):
-    agent_id: str
-    status: AgentStatus
-    operator: str
-    reason: str
-    reply: Reply[ReasonCode | None]
-    inbox_id: int | None = None
-
-
 class Registry:
     """The registry actor: answers handshakes and status changes."""
 
@@ -82,7 +66,7 @@ class Registry:
         self._ids = ids
         self._allowlist = frozenset(allowlist)
 
-    async def handle(self, msg: Register | SetStatus, out: Outbox) -> None:
+    async def handle(self, msg: RegistryMessage, out: Outbox) -> None:
         match msg:
             case Register(manifest=manifest, reply=reply, invalid=str() as invalid):
                 code = ReasonCode.SCHEMA_INVALID

@@ -123,7 +123,8 @@ def test_over_budget_drops_artifacts_then_memory_then_state_oldest_first():
 
 async def test_triggers_compiled_in_one_batch_each_get_the_reference_of_their_state(tmp_path):
     from kernel.actors import Reply
-    from kernel.context import FireTrigger, context_ref
+    from kernel.context import context_ref
+    from kernel.messages import FireTrigger
 
     async with kernel_for(tmp_path / "j.db") as kernel:
         agent = ScriptedAgent(subscriptions=["bank"])

@@ -15,7 +15,6 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from agents_sdk import Proposal, WorkingContext
 from kernel import (
     ApprovalStatus,
-    EscalateOperational,
     EscalationBudget,
     EscalationPolicy,
     FlowStatus,
@@ -34,6 +33,7 @@ from kernel import (
 from kernel.approvals import EscalationBudget as Budget
 from kernel.approvals import over_budget
 from kernel.events import Draft, HumanDecided, ProposalAccepted
+from kernel.messages import EscalateOperational
 from kernel.telemetry import Telemetry
 from kernel.testing import action_of, flow_types
 from tests.support.helpers import PACK, Bank, ScriptedAgent, transfer

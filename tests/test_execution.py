@@ -19,7 +19,7 @@ from kernel import (
 )
 from kernel.actors import Reply
 from kernel.events import Draft, ProposalAccepted
-from kernel.integrity import Execute
+from kernel.messages import Execute
 from kernel.testing import action_of, flow_types
 from tests.support.execution_domain import (
     After,

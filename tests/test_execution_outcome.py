@@ -28,9 +28,9 @@ from kernel import (
     fold,
 )
 from kernel.adapters import Receipt
-from kernel.escalation import Tick
 from kernel.events import Event, ExecutionIntent, HumanDecided, ProposalAccepted
 from kernel.flow import apply
+from kernel.messages import Tick
 from kernel.testing import flow_types
 from kernel.verify import verify_journal
 from tests.support.execution_domain import (

@@ -13,7 +13,7 @@ import anyio
 
 from kernel import Event, ExecutionIntent, FlowStatus, Kernel, Receipt
 from kernel.adapters import CallPool
-from kernel.intents import Dispatch
+from kernel.messages import Dispatch
 from kernel.testing import flow_types
 from tests.support.execution_domain import Desk, Ping, Trip, agent, desk_kernel
 

@@ -21,7 +21,8 @@ from kernel import (
 )
 from kernel.actors import Reply
 from kernel.cli import main as dirk_main
-from kernel.integrity import BUDGET_GUARD, Execute
+from kernel.integrity import BUDGET_GUARD
+from kernel.messages import Execute
 from kernel.reverify import rejudge
 from kernel.rules import ALLOW, RuleVerdict, View, deny, rule
 from kernel.testing import action_of, flow_types
