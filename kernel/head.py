@@ -18,9 +18,7 @@ import hmac
 from collections.abc import Mapping
 from typing import Any
 
-import msgspec
-
-from kernel.events import Event, chain, chain_key_id
+from kernel.events import chain_key_id
 
 KEYED_CHAIN = "hmac-sha256"
 """``meta.chain`` of a journal whose hashes are HMACs under a chain key."""
@@ -122,19 +120,3 @@ def key_problem(meta: Mapping[str, Any], key: bytes | None, *, events: int, need
     if not hmac.compare_digest(given, str(known)):
         return f"the chain key given (key id {given}) is not this journal's (key id {known})"
     return ""
-
-
-def rekey(
-    rows: list[Row], events: list[Event], prev: bytes, key: bytes
-) -> tuple[list[Row], list[Event]]:
-    """Return sealed rows and events with their hashes made HMACs under ``key``."""
-    keyed_rows: list[Row] = []
-    keyed_events: list[Event] = []
-    prev_hex = prev.hex()
-    for (seq, type_, dfid, body, _), event in zip(rows, events, strict=True):
-        hash_ = chain(prev, body, key)
-        hash_hex = hash_.hex()
-        keyed_rows.append((seq, type_, dfid, body, hash_))
-        keyed_events.append(msgspec.structs.replace(event, prev_hash=prev_hex, hash=hash_hex))
-        prev, prev_hex = hash_, hash_hex
-    return keyed_rows, keyed_events

@@ -47,7 +47,6 @@ from kernel.head import (
     head_problem,
     head_value,
     key_problem,
-    rekey,
 )
 from kernel.ports import Clock, SystemClock
 from kernel.subscription import READ_BATCH as _BATCH
@@ -576,9 +575,7 @@ class Journal:
         check = self._guard() if self._guard is not None else None
         for index, drafts in enumerate(batch.requests):
             try:
-                request_rows, events = _seal(drafts, seq, prev, ts)
-                if self._key is not None:
-                    request_rows, events = rekey(request_rows, events, prev, self._key)
+                request_rows, events = _seal(drafts, seq, prev, ts, self._key)
                 if check is not None:
                     check(events)
             except Exception as exc:
@@ -727,11 +724,12 @@ async def open_journal(
 
 
 def _seal(
-    drafts: Sequence[Draft], seq: int, prev: bytes, ts: int
+    drafts: Sequence[Draft], seq: int, prev: bytes, ts: int, key: bytes | None = None
 ) -> tuple[list[_Row], list[Event]]:
     """Number, stamp and chain one caller's drafts after event ``seq``, whose hash is ``prev``.
 
-    A negative ``caused_by`` (-k: the event k places before, in this append) becomes a seq here.
+    A negative ``caused_by`` (-k: the event k places before, in this append) becomes a seq
+    here. With a chain ``key`` each hash is an HMAC (see :func:`kernel.events.chain`).
     """
     rows: list[_Row] = []
     events: list[Event] = []
@@ -745,7 +743,7 @@ def _seal(
         event = stamp(draft, seq, ts)
         body = canonical(event)
         _check_round_trip(event, body)
-        hash_ = chain(prev, body)
+        hash_ = chain(prev, body, key)
         hash_hex = hash_.hex()
         rows.append((seq, event_type(draft.payload), draft.dfid, body, hash_))
         events.append(msgspec.structs.replace(event, prev_hash=prev_hex, hash=hash_hex))
