@@ -480,11 +480,13 @@ class Kernel:
             InputInvalid: no operator or reason, or one too long (recorded).
             PackError: the pack is invalid (nothing changes), with the same message as at start.
         """
-        try:
-            act = wall.admit(wall.fields(operator=operator, reason=reason), wall.HumanActSpec)
-        except InputInvalid as exc:
-            await self._record_refusal("load_pack", exc, operator, target=pack.name)
-            raise
+        act = await self._admit_act(
+            wall.fields(operator=operator, reason=reason),
+            wall.HumanActSpec,
+            "load_pack",
+            operator,
+            target=pack.name,
+        )
         reply: Reply[Any] = Reply()
         msg = LoadPack(
             pack=pack,
@@ -518,22 +520,21 @@ class Kernel:
         override with their name and reason.
         """
         self._raise_if_stopped()
-        try:
-            wall.admit(
-                wall.fields(
-                    rule=rule,
-                    title=title,
-                    content=content,
-                    labels=list(labels),
-                    operator=operator,
-                    reason=reason,
-                    base_version=base_version,
-                ),
-                wall.RuleProposalSpec,
-            )
-        except InputInvalid as exc:
-            await self._record_refusal("rule", exc, operator, target=rule)
-            raise
+        await self._admit_act(
+            wall.fields(
+                rule=rule,
+                title=title,
+                content=content,
+                labels=list(labels),
+                operator=operator,
+                reason=reason,
+                base_version=base_version,
+            ),
+            wall.RuleProposalSpec,
+            "rule",
+            operator,
+            target=rule,
+        )
         proposal = events.RuleProposed(
             rule=rule,
             title=title,
@@ -561,16 +562,15 @@ class Kernel:
                 (InputInvalid, recorded, for a field of the wrong type or size).
         """
         self._raise_if_stopped()
-        try:
-            wall.admit(
-                wall.fields(
-                    proposal_seq=proposal_seq, decision=decision, operator=operator, reason=reason
-                ),
-                wall.RuleDecisionSpec,
-            )
-        except InputInvalid as exc:
-            await self._record_refusal("rule", exc, operator, target=f"#{proposal_seq}")
-            raise
+        await self._admit_act(
+            wall.fields(
+                proposal_seq=proposal_seq, decision=decision, operator=operator, reason=reason
+            ),
+            wall.RuleDecisionSpec,
+            "rule",
+            operator,
+            target=f"#{proposal_seq}",
+        )
         return await self.promoter.decide(proposal_seq, decision, operator=operator, reason=reason)
 
     def flow(self, dfid: str) -> FlowState | None:
@@ -673,6 +673,16 @@ class Kernel:
                 "approving a HIGH_IMPACT action takes its action hash (as dirk decide --confirm)",
             )
         return checked
+
+    async def _admit_act(
+        self, value: Mapping[str, Any], spec: type[T], entry: str, operator: Any, *, target: Any
+    ) -> T:
+        """Return a human act checked at the wall; record the refusal and raise if it fails."""
+        try:
+            return wall.admit(value, spec)
+        except InputInvalid as exc:
+            await self._record_refusal(entry, exc, operator, target=target)
+            raise
 
     def _check_status(self, request: Mapping[str, Any]) -> wall.AgentStatusSpec:
         """Return an agent status change checked at the wall, or raise InputInvalid."""
