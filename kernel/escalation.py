@@ -5,7 +5,9 @@ human only when a trigger fires. The triggers, each recorded with its reason:
 
 - model uncertainty and authority or ambiguity rules of the policy kind (the
   DIM escalates, then tells this actor with :class:`Escalate`);
-- operational failure (:class:`EscalateOperational`, sent by the execution engine);
+- operational failure: the execution engine records its own escalation
+  (EXECUTION_FAILED, OUTCOME_UNKNOWN) and tells this actor with :class:`Escalate`;
+  :class:`EscalateOperational` is the same hand-over for a caller outside the engine;
 - a silent agent (the watchdog, on :class:`Tick`).
 
 Each escalation opens an approval bound to the action's hash
