@@ -4,7 +4,7 @@
 of N events (default one million: closed flows of seven events each, in
 appends of 7,000), records a projection checkpoint and its snapshot near the
 end the way a running kernel does, appends a tail, then measures
-:func:`kernel.replay.restore` (snapshot + tail) and a full fold, each in a
+:func:`kernel.state.snapshots.restore` (snapshot + tail) and a full fold, each in a
 fresh read-only open. A figure, not a timed test.
 """
 
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import anyio
 
-from kernel.events import (
+from kernel.core.events import (
     AnyPayload,
     ContextCompiled,
     Draft,
@@ -30,9 +30,9 @@ from kernel.events import (
     ProposalRecord,
     ProposalSubmitted,
 )
-from kernel.journal import open_journal
-from kernel.projection import Projections
-from kernel.replay import capture, record_checkpoint, restore
+from kernel.journal.store import open_journal
+from kernel.state.projections import Projections
+from kernel.state.snapshots import capture, record_checkpoint, restore
 
 EVENTS_PER_FLOW = 7
 

@@ -3,11 +3,11 @@
 Both sides judge the same proposals in the same run: ``judge()`` with every layer
 (schema, status with the unsettled-saga check, authority, time, state, resources,
 invariants, rules, thresholds and the kind's ``needs_human``), the pipeline
-:func:`kernel.verdict.verdict` runs for the DIM and for replay; and a hand-written
+:func:`kernel.dim.verdict.verdict` runs for the DIM and for replay; and a hand-written
 function that converts the parameters and applies the same checks inline. The
 ratio is what the pipeline's generality costs.
 
-The pipeline runs with a :class:`~kernel.rules.Stopwatch`, as in the DIM, so its
+The pipeline runs with a :class:`~kernel.policy.rules.Stopwatch`, as in the DIM, so its
 cost is counted; the verdict never depends on what it measures, so a busy
 machine cannot make the two sides disagree (a rule past its budget is a finding
 the DIM records, never a different verdict).
@@ -22,11 +22,11 @@ from decimal import Decimal
 
 import msgspec
 
-from kernel.events import Manifest, ProposalRecord
-from kernel.gate import Snapshot, judge
-from kernel.packs import PolicyCatalog, PolicyPack
-from kernel.projection import AgentStatus, AgentView
-from kernel.rules import Stopwatch
+from kernel.core.events import Manifest, ProposalRecord
+from kernel.dim import Snapshot, judge
+from kernel.policy.packs import PolicyCatalog, PolicyPack
+from kernel.policy.rules import Stopwatch
+from kernel.state.projections import AgentStatus, AgentView
 from policies.trading import INSTRUMENTS, TRADING, PlaceOrder, notional_minor
 
 P50_GOAL_US = 25.0

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kernel import open_journal, verify_journal, verify_projections
-from kernel.projection import Projections
+from kernel.state.projections import Projections
 
 
 @dataclass(frozen=True)

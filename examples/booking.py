@@ -41,7 +41,7 @@ from kernel import (
     open_kernel,
     whatif,
 )
-from kernel.events import ConstraintAdded, RuleSource
+from kernel.core.events import ConstraintAdded, RuleSource
 from kernel.testing import Faults, SimulatedSystem
 from policies.booking import BOOKING
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from kernel import Event, Projections, fold, open_journal, verify_journal
-from kernel.events import (
+from kernel.core.events import (
     CompensationSucceeded,
     DuplicateSuppressed,
     ExecutionSucceeded,

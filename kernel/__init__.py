@@ -6,12 +6,34 @@ executes accepted intents exactly once, and records every step in a
 hash-chained journal.
 """
 
-from kernel.actors import MailboxClosed, RestartIntensityExceeded
-from kernel.adapters import Quote, RetryPolicy, SagaStep
-from kernel.amendments import AmendmentInvalid
-from kernel.approvals import Approval, ApprovalStatus, EscalationBudget
+from kernel.adapters.contract import (
+    Adapter,
+    AdapterError,
+    Quote,
+    Receipt,
+    RetryPolicy,
+    SagaStep,
+    idempotency_key,
+)
+from kernel.api import Kernel
+from kernel.audit.counterfactual import whatif
+from kernel.audit.reverify import rejudge
 from kernel.boot import open_kernel
-from kernel.contracts import (
+from kernel.core.errors import KernelFault, KernelShutdown
+from kernel.core.events import Event, ExecutionIntent, Manifest, ProposalRecord, RuleSource
+from kernel.core.flow import TERMINAL, FlowState, FlowStatus, IllegalTransition
+from kernel.core.ports import Clock, IdSource, ManualClock, RandomIds, SeededIds, SystemClock
+from kernel.core.reasons import ReasonCode, StopReason
+from kernel.core.wall import InputInvalid
+from kernel.escalation import EscalationPolicy
+from kernel.journal.store import (
+    JournalError,
+    JournalFaults,
+    open_journal,
+)
+from kernel.journal.verify import verify_journal
+from kernel.memory import MEMORY_PACK
+from kernel.policy.contracts import (
     HandshakeRefused,
     Outcome,
     Proposal,
@@ -20,23 +42,8 @@ from kernel.contracts import (
     Verdict,
     WorkingContext,
 )
-from kernel.counterfactual import whatif
-from kernel.errors import KernelFault, KernelShutdown
-from kernel.escalation import EscalationPolicy
-from kernel.events import Event, ExecutionIntent, Manifest, ProposalRecord, RuleSource
-from kernel.execution import Adapter, AdapterError, Receipt, idempotency_key
-from kernel.flow import TERMINAL, FlowState, FlowStatus, IllegalTransition
-from kernel.guards import Guard, GuardFinding, SoftGuard
-from kernel.journal import (
-    JournalError,
-    JournalFaults,
-    open_journal,
-)
-from kernel.kernel import Kernel
-from kernel.memory import MemoryState
-from kernel.memory_pack import MEMORY_PACK
-from kernel.messages import Decision, EscalateOperational
-from kernel.packs import (
+from kernel.policy.guards import Guard, GuardFinding, SoftGuard
+from kernel.policy.packs import (
     Consume,
     Impact,
     LimitSpec,
@@ -46,13 +53,7 @@ from kernel.packs import (
     PolicyPack,
     Threshold,
 )
-from kernel.ports import Clock, IdSource, ManualClock, RandomIds, SeededIds, SystemClock
-from kernel.projection import AgentStatus, Projections, fold
-from kernel.reasons import ReasonCode, StopReason
-from kernel.replay import state_at, verify_projections
-from kernel.reverify import rejudge
-from kernel.rulebook import LexicalSearch, RuleNotPending, RuleSearch
-from kernel.rules import (
+from kernel.policy.rules import (
     ALLOW,
     DecimalStr,
     OneOf,
@@ -64,8 +65,14 @@ from kernel.rules import (
     deny,
     rule,
 )
-from kernel.verify import verify_journal
-from kernel.wall import InputInvalid
+from kernel.runtime.actors import MailboxClosed, RestartIntensityExceeded
+from kernel.runtime.messages import Decision, EscalateOperational
+from kernel.state.amendments import AmendmentInvalid
+from kernel.state.approvals import Approval, ApprovalStatus, EscalationBudget
+from kernel.state.memory import MemoryState
+from kernel.state.projections import AgentStatus, Projections, fold
+from kernel.state.rulebook import LexicalSearch, RuleNotPending, RuleSearch
+from kernel.state.snapshots import state_at, verify_projections
 
 __all__ = [
     "ALLOW",

@@ -1,6 +1,6 @@
 """Opening a kernel: restore, wire, supervise, run the embedding code, and stop cleanly.
 
-:func:`open_kernel` is the one way to obtain a :class:`~kernel.kernel.Kernel`. It
+:func:`open_kernel` is the one way to obtain a :class:`~kernel.api.Kernel`. It
 restores the projections from the journal (latest trusted snapshot, then the
 events after it, whose chain it checks first), records ``KernelStarted`` with
 the head it found, ends the flows an earlier run left
@@ -20,16 +20,17 @@ from os import PathLike
 
 import anyio
 
-from kernel import events
-from kernel.actors import RestartIntensityExceeded, Supervisor
-from kernel.adapters import RetryPolicy
-from kernel.errors import KernelShutdown
+from kernel.adapters.contract import Adapter, RetryPolicy
+from kernel.api import Kernel
+from kernel.core import events
+from kernel.core.errors import KernelShutdown
+from kernel.core.events import Draft, FlowAborted, KernelStarted
+from kernel.core.flow import FlowStatus
+from kernel.core.ports import Clock, IdSource, RandomIds, SystemClock
+from kernel.core.reasons import ReasonCode, StopReason
 from kernel.escalation import EscalationPolicy
-from kernel.events import Draft, FlowAborted, KernelStarted
-from kernel.execution import Adapter
-from kernel.flow import FlowStatus
-from kernel.guard_runner import GUARD_TIMEOUT_S
-from kernel.journal import (
+from kernel.guards import GUARD_TIMEOUT_S
+from kernel.journal.store import (
     Journal,
     JournalClosed,
     JournalError,
@@ -39,17 +40,15 @@ from kernel.journal import (
     chain_key_from_env,
     open_journal,
 )
-from kernel.kernel import Kernel
-from kernel.memory import MEMORY_ADAPTER
-from kernel.memory_pack import MemoryExecutor
-from kernel.messages import Recover
-from kernel.packs import PackError, PolicyCatalog, PolicyPack
-from kernel.ports import Clock, IdSource, RandomIds, SystemClock
-from kernel.projection import Projections
-from kernel.reasons import ReasonCode, StopReason
+from kernel.memory import MemoryExecutor
+from kernel.policy.packs import PackError, PolicyCatalog, PolicyPack
 from kernel.registry import KERNEL_VERSION
-from kernel.replay import CHECKPOINT_EVERY, Checkpointer, restore
-from kernel.rulebook import Promoter, RuleSearch
+from kernel.runtime.actors import RestartIntensityExceeded, Supervisor
+from kernel.runtime.messages import Recover
+from kernel.state.memory import MEMORY_ADAPTER
+from kernel.state.projections import Projections
+from kernel.state.rulebook import Promoter, RuleSearch
+from kernel.state.snapshots import CHECKPOINT_EVERY, Checkpointer, restore
 from kernel.telemetry import Telemetry
 
 KEEP_FINISHED = 10_000

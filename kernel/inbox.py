@@ -10,7 +10,7 @@ RuleDecided or InputRefused naming the row's id) is what makes the row count
 exactly once, however often it is read.
 
 A row is untrusted input like any other (anything may write the file): each
-is checked at the wall (kernel.wall) by its type's fields, and a malformed
+is checked at the wall (kernel.core.wall) by its type's fields, and a malformed
 row, a row of an unknown type or one its handler cannot apply is refused with
 a recorded reason (InputRefused) and never read again. Nothing in a row can
 stop the poller or an actor.
@@ -29,15 +29,15 @@ from typing import Any
 import anyio
 import msgspec
 
-from kernel.actors import Mailbox, MailboxClosed, Reply
-from kernel.errors import KernelShutdown
-from kernel.journal import INBOX_SCHEMA
-from kernel.messages import AmendLimit, Decide, Decision, EscalationMessage, Tick
-from kernel.ports import Clock
-from kernel.projection import Projections
-from kernel.wall import AgentSpec, DecisionSpec, InputInvalid, admit
+from kernel.core.errors import KernelShutdown
+from kernel.core.ports import Clock
+from kernel.core.wall import AgentSpec, DecisionSpec, InputInvalid, admit
+from kernel.journal.store import INBOX_SCHEMA
+from kernel.runtime.actors import Mailbox, MailboxClosed, Reply
+from kernel.runtime.messages import AmendLimit, Decide, Decision, EscalationMessage, Tick
+from kernel.state.projections import Projections
 
-log = logging.getLogger("kernel.inbox")
+log = logging.getLogger(__name__)
 
 BUSY_TIMEOUT_S = 10.0
 """How long either side waits for the other's write lock on the shared file."""
@@ -152,13 +152,13 @@ RULE_FIELDS = frozenset({"proposal_seq", "decision", "operator", "reason"})
 
 
 def to_amend(row: InboxRow, reply: Reply[Any]) -> AmendLimit:
-    """Turn an amendment row into the message the DIM handles (kernel.amendments checks it).
+    """Turn an amendment row into the message the DIM handles (kernel.state.amendments checks it).
 
     Raises:
         InputInvalid: the row carries a field an amendment does not have, or no agent id.
     """
     body = row_fields(row, AMEND_FIELDS)
-    # The agent names the event's envelope: checked here, the rest by kernel.amendments.
+    # The agent names the event's envelope: checked here, the rest by kernel.state.amendments.
     agent = admit({"agent_id": body.get("agent_id")}, AgentSpec)
     return AmendLimit(
         agent_id=agent.agent_id,
@@ -176,7 +176,7 @@ def to_decide(row: InboxRow, reply: Reply[Any]) -> Decide:
     """Turn an inbox row into the message the escalation manager handles.
 
     Raises:
-        InputInvalid: when the row is not a well-formed decision (kernel.wall).
+        InputInvalid: when the row is not a well-formed decision (kernel.core.wall).
     """
     body = row_fields(row, DECIDE_FIELDS)
     checked = admit({"dfid": row.dfid, **body}, DecisionSpec)

@@ -27,7 +27,7 @@ from kernel import (
     open_kernel,
     rule,
 )
-from kernel.replay import capture, decode_snapshot, encode_snapshot
+from kernel.state.snapshots import capture, decode_snapshot, encode_snapshot
 from tests.support.helpers import ScriptedAgent
 from tests.test_cli import dirk, one_error_line
 

@@ -21,9 +21,9 @@ from kernel import (
     open_journal,
     verify_journal,
 )
-from kernel import events as ev
-from kernel.events import Draft, canonical
-from kernel.journal import EventUnreadable
+from kernel.core import events as ev
+from kernel.core.events import Draft, canonical
+from kernel.journal.store import EventUnreadable
 from kernel.registry import check_version
 from kernel.testing import action_of
 from tests.support.helpers import ScriptedAgent, kernel_for, transfer

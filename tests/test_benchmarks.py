@@ -19,7 +19,7 @@ from benchmarks.report import Figure, table
 from benchmarks.storage import measure_file, run_storage
 from examples.market import MIN_MINUTES
 from kernel import open_journal
-from kernel.events import Draft, TriggerFired
+from kernel.core.events import Draft, TriggerFired
 
 
 def test_a_missing_peer_is_named_with_how_to_install_it() -> None:

@@ -23,8 +23,8 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from kernel import Decision, ReasonCode, open_journal
-from kernel.events import Draft, FlowAborted, FlowCreated
-from kernel.reasons import CliError, ExitCode
+from kernel.core.events import Draft, FlowAborted, FlowCreated
+from kernel.core.reasons import CliError, ExitCode
 from kernel.telemetry import export_flows, span_id_for
 from kernel.testing import action_of
 from tests.support.helpers import ScriptedAgent, Transfer, kernel_for, transfer

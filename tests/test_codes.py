@@ -13,17 +13,17 @@ import pytest
 
 import kernel
 from kernel import KernelShutdown, StopReason, open_journal
+from kernel.audit.reverify import PackPathError
 from kernel.cli import EPILOG, main
-from kernel.events import KernelStopped
-from kernel.journal import JournalError
-from kernel.reasons import RESERVED_REASONS, CliError, ExitCode, ReasonCode
-from kernel.reverify import PackPathError
+from kernel.core.events import KernelStopped
+from kernel.core.reasons import RESERVED_REASONS, CliError, ExitCode, ReasonCode
+from kernel.journal.store import JournalError
 from tests.support.helpers import ScriptedAgent, kernel_for, transfer
 from tests.test_cli import ERROR_LINE, Recorded, record
 
 ROOT = Path(__file__).resolve().parents[1]
 GOLDEN = Path(__file__).with_name("golden")
-CLI_MODULES = ("cli.py", "cli_admin.py", "cli_replay.py", "operator.py")
+CLI_MODULES = tuple(sorted(p.name for p in (ROOT / "kernel" / "cli").glob("_*.py")))
 # Words of ``dirk show``'s narrative that read like codes: "approval EXPIRED" says what happened.
 NARRATIVE = {"EXPIRED"}
 CODE_WORD = re.compile(r"\b[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+\b|\b[A-Z]{4,}\b")
@@ -59,7 +59,7 @@ def test_every_reason_code_is_used_by_the_kernel_or_documented_as_reserved() -> 
     used = {m for m in ReasonCode if re.search(rf"\bReasonCode\.{m.name}\b", text)}
     assert set(ReasonCode) - used == RESERVED_REASONS
     # Each says where it declared whom it is for (a pack) or that it is reserved.
-    declared = (ROOT / "kernel" / "reasons.py").read_text(encoding="utf-8")
+    declared = (ROOT / "kernel" / "core" / "reasons.py").read_text(encoding="utf-8")
     for member in RESERVED_REASONS:
         pattern = rf'{member.name} = "{member.value}"\n    """(Reserved|For packs)'
         assert re.search(pattern, declared), member
@@ -148,7 +148,7 @@ def literals(tree: ast.AST) -> Iterator[tuple[int, str]]:
 @pytest.mark.parametrize("module", CLI_MODULES)
 def test_the_cli_spells_out_no_code(module: str) -> None:
     codes = {str(m) for enum in (ReasonCode, StopReason, CliError) for m in enum}
-    path = ROOT / "kernel" / module
+    path = ROOT / "kernel" / "cli" / module
     spelled = [
         (line, word)
         for line, text in literals(ast.parse(path.read_text(encoding="utf-8")))

@@ -5,9 +5,9 @@ from __future__ import annotations
 import msgspec
 
 from kernel import fold
-from kernel.events import ContextCompiled, Manifest
-from kernel.layers import DROP_ORDER, compile_layers, estimate
-from kernel.projection import Projections
+from kernel.context import DROP_ORDER, compile_layers, estimate
+from kernel.core.events import ContextCompiled, Manifest
+from kernel.state.projections import Projections
 from tests.support.helpers import ScriptedAgent, kernel_for
 
 
@@ -55,7 +55,7 @@ async def test_need_to_know_limits_and_byte_identical_recompilation(kernel):
 
 
 def projections_with(facts: dict[str, object], step_ns: int = 10**9) -> Projections:
-    from kernel.events import Event, TriggerFired
+    from kernel.core.events import Event, TriggerFired
 
     projections = Projections()
     for seq, (key, value) in enumerate(facts.items(), 1):
@@ -72,7 +72,7 @@ def projections_with(facts: dict[str, object], step_ns: int = 10**9) -> Projecti
 
 
 def flow_of():
-    from kernel.flow import FlowState, FlowStatus
+    from kernel.core.flow import FlowState, FlowStatus
 
     return FlowState(
         dfid="d",
@@ -122,9 +122,9 @@ def test_over_budget_drops_artifacts_then_memory_then_state_oldest_first():
 
 
 async def test_triggers_compiled_in_one_batch_each_get_the_reference_of_their_state(tmp_path):
-    from kernel.actors import Reply
-    from kernel.context import context_ref
-    from kernel.messages import FireTrigger
+    from kernel.runtime.actors import Reply
+    from kernel.runtime.messages import FireTrigger
+    from kernel.state.projections import context_ref
 
     async with kernel_for(tmp_path / "j.db") as kernel:
         agent = ScriptedAgent(subscriptions=["bank"])

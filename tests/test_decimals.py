@@ -41,18 +41,18 @@ from kernel import (
     open_kernel,
     rejudge,
 )
-from kernel.constraints import check
-from kernel.events import (
+from kernel.adapters.constraints import check
+from kernel.core.events import (
     ExecutionStarted,
     FlowAborted,
     ProposalRecord,
     ProposalRejected,
     ProposalSubmitted,
 )
-from kernel.gate import Snapshot, judge
-from kernel.packs import PolicyCatalog
-from kernel.projection import AgentStatus, AgentView
-from kernel.rules import decimal_of, is_decimal
+from kernel.dim import Snapshot, judge
+from kernel.policy.packs import PolicyCatalog
+from kernel.policy.rules import decimal_of, is_decimal
+from kernel.state.projections import AgentStatus, AgentView
 from policies.trading import TRADING
 from tests.support.helpers import Bank
 

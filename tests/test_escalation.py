@@ -30,10 +30,10 @@ from kernel import (
     open_journal,
     open_kernel,
 )
-from kernel.approvals import EscalationBudget as Budget
-from kernel.approvals import over_budget
-from kernel.events import Draft, HumanDecided, ProposalAccepted
-from kernel.messages import EscalateOperational
+from kernel.core.events import Draft, HumanDecided, ProposalAccepted
+from kernel.runtime.messages import EscalateOperational
+from kernel.state.approvals import EscalationBudget as Budget
+from kernel.state.approvals import over_budget
 from kernel.telemetry import Telemetry
 from kernel.testing import action_of, flow_types
 from tests.support.helpers import PACK, Bank, ScriptedAgent, transfer

@@ -8,9 +8,9 @@ import msgspec
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kernel import events as ev
-from kernel.events import GENESIS_HASH, Draft, body_of, chain, decode_body
-from kernel.reasons import ReasonCode
+from kernel.core import events as ev
+from kernel.core.events import GENESIS_HASH, Draft, body_of, chain, decode_body
+from kernel.core.reasons import ReasonCode
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers(-(2**63), 2**63 - 1) | st.text(max_size=20),

@@ -17,9 +17,9 @@ from kernel import (
     Verdict,
     open_journal,
 )
-from kernel.actors import Reply
-from kernel.events import Draft, ProposalAccepted
-from kernel.messages import Execute
+from kernel.core.events import Draft, ProposalAccepted
+from kernel.runtime.actors import Reply
+from kernel.runtime.messages import Execute
 from kernel.testing import action_of, flow_types
 from tests.support.execution_domain import (
     After,

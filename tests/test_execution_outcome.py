@@ -27,12 +27,12 @@ from kernel import (
     RetryPolicy,
     fold,
 )
-from kernel.adapters import Receipt
-from kernel.events import Event, ExecutionIntent, HumanDecided, ProposalAccepted
-from kernel.flow import apply
-from kernel.messages import Tick
+from kernel.adapters.contract import Receipt
+from kernel.core.events import Event, ExecutionIntent, HumanDecided, ProposalAccepted
+from kernel.core.flow import apply
+from kernel.journal.verify import verify_journal
+from kernel.runtime.messages import Tick
 from kernel.testing import flow_types
-from kernel.verify import verify_journal
 from tests.support.execution_domain import (
     After,
     Desk,

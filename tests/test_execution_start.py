@@ -12,8 +12,8 @@ from collections.abc import Sequence
 import anyio
 
 from kernel import Event, ExecutionIntent, FlowStatus, Kernel, Receipt
-from kernel.adapters import CallPool
-from kernel.messages import Dispatch
+from kernel.adapters.contract import CallPool
+from kernel.runtime.messages import Dispatch
 from kernel.testing import flow_types
 from tests.support.execution_domain import Desk, Ping, Trip, agent, desk_kernel
 

@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kernel import TERMINAL, FlowStatus, IllegalTransition
-from kernel.events import (
+from kernel.core.events import (
     ContextCompiled,
     Event,
     ExecutionIntent,
@@ -24,8 +24,8 @@ from kernel.events import (
     ProposalRejected,
     ProposalSubmitted,
 )
-from kernel.flow import apply
-from kernel.reasons import ReasonCode
+from kernel.core.flow import apply
+from kernel.core.reasons import ReasonCode
 
 DFID = "0b6a4f7e-8a59-4d5c-9d1b-0f0a7e1b2c3d"
 PROPOSAL = ProposalRecord(kind="test.transfer", params={"amount_cents": 1})

@@ -14,9 +14,9 @@ from hypothesis import strategies as st
 
 from benchmarks.gate import run_gate
 from kernel import AgentStatus, NeedsHuman, PolicyPack, ReasonCode
-from kernel.gate import LAYERS, Judgement, Snapshot, judge
-from kernel.packs import PolicyCatalog
-from kernel.rules import ALLOW, Overrun, RuleVerdict, Stopwatch, View, deny, rule, run_rule
+from kernel.dim import LAYERS, Judgement, Snapshot, judge
+from kernel.policy.packs import PolicyCatalog
+from kernel.policy.rules import ALLOW, Overrun, RuleVerdict, Stopwatch, View, deny, rule, run_rule
 from policies.trading import TRADING, PlaceOrder
 from tests.support.gate_domain import NOW, SHOP, STATE, Buy, agent, proposal
 
@@ -328,7 +328,7 @@ def test_a_needs_human_rule_that_raises_rejects_with_kernel_fault():
 
 
 def test_the_memory_hook_runs_after_the_rules():
-    from kernel.gate import reject
+    from kernel.dim import reject
 
     seen = []
 

@@ -20,8 +20,8 @@ import pytest
 from examples import desk
 from examples.desk_0_1 import DESK_0_1
 from kernel import Projections, open_journal
-from kernel.reverify import rejudge
-from kernel.verify import verify_journal
+from kernel.audit.reverify import rejudge
+from kernel.journal.verify import verify_journal
 from policies.booking import BOOKING
 from policies.trading import TRADING
 from policies.trading_0_2 import TRADING_0_2

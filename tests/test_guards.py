@@ -25,8 +25,8 @@ from kernel import (
     open_kernel,
 )
 from kernel.cli import main as dirk_main
-from kernel.gate import Snapshot, judge
-from kernel.packs import PolicyCatalog
+from kernel.dim import Snapshot, judge
+from kernel.policy.packs import PolicyCatalog
 from policies.trading import TRADING, PlaceOrder, direction_mismatch
 from tests.support.gate_domain import agent
 from tests.support.helpers import ScriptedAgent

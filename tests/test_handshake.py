@@ -7,7 +7,7 @@ import anyio.lowlevel
 import pytest
 
 from kernel import AgentStatus, FlowStatus, HandshakeRefused, Outcome, ReasonCode
-from kernel.registry import session_hash
+from kernel.state.projections import session_hash
 from tests.support.helpers import ALL_KINDS, ScriptedAgent, kernel_for
 
 

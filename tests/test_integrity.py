@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 
 from kernel import FlowStatus, open_journal
 from kernel.cli import main
-from kernel.events import (
+from kernel.core.events import (
     Draft,
     HumanDecided,
     KernelStarted,
@@ -35,9 +35,9 @@ from kernel.events import (
     event_type,
     stamp,
 )
-from kernel.head import CHAIN_KEY_ENV
-from kernel.journal import JournalCorrupt, JournalKeyError
-from kernel.verify import parse_anchor, verify_journal
+from kernel.journal.head import CHAIN_KEY_ENV
+from kernel.journal.store import JournalCorrupt, JournalKeyError
+from kernel.journal.verify import parse_anchor, verify_journal
 from tests.support.helpers import ScriptedAgent, kernel_for, transfer
 
 KEY = b"0123456789abcdef-test-chain-key"
@@ -272,9 +272,9 @@ async def test_a_keyed_head_record_cannot_be_made_from_an_earlier_row(
 async def test_verify_sees_rows_and_head_record_of_one_moment(
     recorded: tuple[Path, str], plain: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import kernel.verify
+    import kernel.journal.verify
 
-    check_row = kernel.verify._row_problem
+    check_row = kernel.journal.verify._row_problem
     commits: list[int] = []
 
     def commit_midway(*args: Any) -> str:
@@ -283,8 +283,8 @@ async def test_verify_sees_rows_and_head_record_of_one_moment(
             commits.append(forge_approval(plain, recorded[1], update_head=True))
         return check_row(*args)
 
-    monkeypatch.setattr(kernel.verify, "READ_BATCH", 2)
-    monkeypatch.setattr(kernel.verify, "_row_problem", commit_midway)
+    monkeypatch.setattr(kernel.journal.verify, "READ_BATCH", 2)
+    monkeypatch.setattr(kernel.journal.verify, "_row_problem", commit_midway)
     before = last_seq(plain)
 
     report = await verify_journal(plain)
@@ -297,16 +297,16 @@ async def test_verify_sees_rows_and_head_record_of_one_moment(
 async def test_a_read_only_open_sees_rows_and_head_record_of_one_moment(
     recorded: tuple[Path, str], plain: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import kernel.journal
+    import kernel.journal.store
 
-    inspect = kernel.journal._inspect
+    inspect = kernel.journal.store._inspect
 
     async def commit_after_meta(*args: Any) -> Any:
         meta = await inspect(*args)
         forge_approval(plain, recorded[1], update_head=True)
         return meta
 
-    monkeypatch.setattr(kernel.journal, "_inspect", commit_after_meta)
+    monkeypatch.setattr(kernel.journal.store, "_inspect", commit_after_meta)
     before = last_seq(plain)
 
     async with open_journal(plain, readonly=True) as journal:

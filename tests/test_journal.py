@@ -1,4 +1,4 @@
-"""Tests of kernel.journal on real SQLite files."""
+"""Tests of kernel.journal.store on real SQLite files."""
 
 from __future__ import annotations
 
@@ -16,8 +16,9 @@ import msgspec
 import pytest
 from anyio.streams.buffered import BufferedByteReceiveStream
 
-from kernel.events import GENESIS_HASH, Draft, FlowCreated, TriggerFired, canonical, chain
-from kernel.journal import (
+from kernel.core.events import GENESIS_HASH, Draft, FlowCreated, TriggerFired, canonical, chain
+from kernel.core.ports import ManualClock
+from kernel.journal.store import (
     Journal,
     JournalClosed,
     JournalCorrupt,
@@ -29,8 +30,7 @@ from kernel.journal import (
     JournalWriteFailed,
     open_journal,
 )
-from kernel.ports import ManualClock
-from kernel.verify import verify_journal
+from kernel.journal.verify import verify_journal
 
 ROOT = Path(__file__).resolve().parents[1]
 WRITER = Path(__file__).parent / "support" / "journal_writer.py"

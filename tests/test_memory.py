@@ -5,15 +5,15 @@ from __future__ import annotations
 import pytest
 
 from kernel import FlowStatus, ReasonCode, fold
-from kernel.events import (
+from kernel.core.events import (
     ConstraintAdded,
     ExecutionStarted,
     FactAdded,
     MemoryQueried,
     ProposalRecord,
 )
-from kernel.memory import MemoryState, advisories, check, mentions, parse
-from kernel.memory_pack import MemoryExecutor
+from kernel.memory import MemoryExecutor
+from kernel.state.memory import MemoryState, advisories, check, mentions, parse
 from tests.support.memory_domain import Planner, book, booking_kernel, note, remember, run
 
 ACCESS = "verify accessibility before booking"
@@ -143,7 +143,7 @@ def proposal(kind: str = "test.note", explain: str = "", **params) -> ProposalRe
 
 
 def with_constraints(*texts: tuple[str, str]) -> MemoryState:
-    from kernel.events import Event
+    from kernel.core.events import Event
 
     state = MemoryState()
     for seq, (text, priority) in enumerate(texts, 1):
@@ -186,7 +186,7 @@ def test_a_query_verifies_for_its_agent_and_its_flow_tree():
     state = with_constraints((ACCESS, "required"))
     booking = proposal("booking.reserve", hotel="Granvia", nights=2)
     assert check(state, booking, "a", "root").reason_code is ReasonCode.VERIFICATION_REQUIRED
-    from kernel.events import Event
+    from kernel.core.events import Event
 
     state.apply(
         Event(
@@ -202,8 +202,8 @@ def test_a_query_verifies_for_its_agent_and_its_flow_tree():
 
 
 async def test_a_preferred_constraint_is_recorded_as_advisory_not_refused(tmp_path, capsys):
+    from kernel.audit.counterfactual import whatif
     from kernel.cli import main
-    from kernel.counterfactual import whatif
 
     path = tmp_path / "j.db"
     async with booking_kernel(path) as kernel:

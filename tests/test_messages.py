@@ -8,29 +8,18 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from kernel import messages
 from kernel.context import ContextCompiler
+from kernel.dim import IntegrityModule
 from kernel.escalation import EscalationManager
 from kernel.execution import ExecutionEngine
-from kernel.guard_runner import GuardRunner
-from kernel.integrity import IntegrityModule
+from kernel.guards import GuardRunner
 from kernel.registry import Registry
+from kernel.runtime import messages
 
-KERNEL = Path(messages.__file__).parent
+KERNEL = Path(messages.__file__).parents[1]
 
-VOCABULARY = {
-    "actors",  # Reply, only for annotations
-    "adapters",  # Receipt
-    "constraints",  # Violation
-    "contracts",
-    "events",
-    "flow",
-    "packs",
-    "ports",
-    "projection",  # AgentStatus, only for annotations
-    "reasons",
-}
-"""The modules kernel/messages.py may import: vocabulary, never an actor."""
+VOCABULARY = {"core", "policy", "adapters", "state", "runtime"}
+"""The layers kernel/runtime/messages.py may import: vocabulary and state, never an actor."""
 
 UNIONS = {
     Registry: messages.RegistryMessage,
@@ -56,7 +45,7 @@ def message_types() -> set[type]:
 
 
 def test_the_messages_module_imports_only_vocabulary():
-    imported = kernel_imports(KERNEL / "messages.py")
+    imported = kernel_imports(KERNEL / "runtime" / "messages.py")
     assert imported, "the scan found no import at all"
     assert imported <= VOCABULARY, imported - VOCABULARY
 
@@ -68,14 +57,14 @@ def test_each_actor_handles_exactly_its_union(actor):
 
 def test_every_message_is_declared_in_the_messages_module_and_frozen():
     for message in message_types():
-        assert message.__module__ == "kernel.messages", message
+        assert message.__module__ == "kernel.runtime.messages", message
         assert issubclass(message, msgspec.Struct), message
         assert message.__struct_config__.frozen, message
 
 
 def test_no_actor_module_declares_a_message_class():
     names = {message.__name__ for message in message_types()}
-    for path in KERNEL.glob("*.py"):
+    for path in KERNEL.rglob("*.py"):
         if path.name == "messages.py":
             continue
         declared = {n.name for n in ast.parse(path.read_text()).body if isinstance(n, ast.ClassDef)}
@@ -88,8 +77,10 @@ def test_mypy_refuses_a_message_sent_to_the_wrong_actor(tmp_path):
     source.write_text(
         textwrap.dedent(
             """
-            from kernel.actors import ChildSpec, Mailbox, Outbox
-            from kernel.messages import Compile, DimMessage, EscalationMessage, Escalate, Tick
+            from kernel.runtime.actors import ChildSpec, Mailbox, Outbox
+            from kernel.runtime.messages import (
+                Compile, DimMessage, EscalationMessage, Escalate, Tick,
+            )
             from kernel.registry import Registry
 
             def sends(out: Outbox, dim: Mailbox[DimMessage], esc: Mailbox[EscalationMessage],
@@ -112,4 +103,4 @@ def test_mypy_refuses_a_message_sent_to_the_wrong_actor(tmp_path):
     )
     assert status == 1, stdout
     lines = {int(line.split(":")[1]) for line in stdout.splitlines() if ": error:" in line}
-    assert lines == {8, 9, 10}, stdout
+    assert lines == {10, 11, 12}, stdout

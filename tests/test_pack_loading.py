@@ -21,8 +21,8 @@ from kernel import (
     open_kernel,
     state_at,
 )
-from kernel.packs import PolicyCatalog
-from kernel.rules import ALLOW, RuleVerdict, View, rule
+from kernel.policy.packs import PolicyCatalog
+from kernel.policy.rules import ALLOW, RuleVerdict, View, rule
 from kernel.testing import action_of
 from tests.support.helpers import ScriptedAgent
 from tests.test_amendments import PACK, Desk, Order, trader, verdict

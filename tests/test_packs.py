@@ -24,8 +24,8 @@ from kernel import (
     SeededIds,
     open_kernel,
 )
-from kernel.packs import Consume, LimitSpec, PolicyCatalog, Threshold
-from kernel.rules import ALLOW, OneOf, Range, RuleVerdict, StateMatch, View, deny, rule
+from kernel.policy.packs import Consume, LimitSpec, PolicyCatalog, Threshold
+from kernel.policy.rules import ALLOW, OneOf, Range, RuleVerdict, StateMatch, View, deny, rule
 from policies.booking import BOOKING
 from policies.trading import TRADING
 from policies.trading_0_2 import TRADING_0_2

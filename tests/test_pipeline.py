@@ -19,12 +19,12 @@ from kernel import (
     open_journal,
     open_kernel,
 )
-from kernel.actors import Reply
+from kernel.audit.reverify import rejudge
 from kernel.cli import main as dirk_main
-from kernel.integrity import BUDGET_GUARD
-from kernel.messages import Execute
-from kernel.reverify import rejudge
-from kernel.rules import ALLOW, RuleVerdict, View, deny, rule
+from kernel.dim import BUDGET_GUARD
+from kernel.policy.rules import ALLOW, RuleVerdict, View, deny, rule
+from kernel.runtime.actors import Reply
+from kernel.runtime.messages import Execute
 from kernel.testing import action_of, flow_types
 from tests.support.helpers import PACK, Bank, ScriptedAgent, Transfer, kernel_for, transfer
 

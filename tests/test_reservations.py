@@ -21,8 +21,8 @@ from kernel import (
     fold,
     open_kernel,
 )
-from kernel.execution import AdapterError
-from kernel.packs import Consume
+from kernel.adapters.contract import AdapterError
+from kernel.policy.packs import Consume
 from kernel.testing import action_of
 from tests.support.helpers import ScriptedAgent
 

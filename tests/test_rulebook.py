@@ -7,10 +7,10 @@ import pytest
 
 from kernel import FlowStatus, fold
 from kernel.cli import main
-from kernel.events import CitationsChecked, Event, RuleDecided, RuleProposed, RuleSource
-from kernel.layers import compile_layers
-from kernel.replay import capture, decode_snapshot, encode_snapshot
-from kernel.rulebook import LexicalSearch, Rulebook, RuleNotPending, promote, select
+from kernel.context import compile_layers
+from kernel.core.events import CitationsChecked, Event, RuleDecided, RuleProposed, RuleSource
+from kernel.state.rulebook import LexicalSearch, Rulebook, RuleNotPending, promote, select
+from kernel.state.snapshots import capture, decode_snapshot, encode_snapshot
 from tests.support.memory_domain import Planner, booking_kernel, remember, run
 
 ACCESS = {
@@ -325,7 +325,7 @@ def test_the_search_port_the_limit_and_the_token_budget_shape_the_memory_layer()
 
 async def test_checkpoints_and_time_travel_hold_constraints_and_rules(tmp_path):
     from kernel import open_journal, state_at, verify_projections
-    from kernel.replay import checkpoints, state_json
+    from kernel.state.snapshots import checkpoints, state_json
 
     path = tmp_path / "j.db"
     async with booking_kernel(path, checkpoint_every=7) as kernel:

@@ -9,8 +9,8 @@ from __future__ import annotations
 import hashlib
 
 from kernel import fold, open_journal
-from kernel.events import Draft, ProjectionCheckpoint
-from kernel.replay import capture, encode_snapshot, trusted_snapshot, verify_projections
+from kernel.core.events import Draft, ProjectionCheckpoint
+from kernel.state.snapshots import capture, encode_snapshot, trusted_snapshot, verify_projections
 from tests.test_time_travel import record
 
 

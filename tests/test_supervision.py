@@ -15,10 +15,10 @@ from kernel import (
     open_journal,
     verify_journal,
 )
-from kernel.actors import ChildSpec, Mailbox, Outbox, Supervisor
-from kernel.events import TriggerFired
-from kernel.ports import ManualClock
-from kernel.projection import Projections
+from kernel.core.events import TriggerFired
+from kernel.core.ports import ManualClock
+from kernel.runtime.actors import ChildSpec, Mailbox, Outbox, Supervisor
+from kernel.state.projections import Projections
 from tests.support.helpers import POISON_CRASHES, Bank, ScriptedAgent, kernel_for
 
 POISON = lambda ctx: ctx.propose({"kind": "test.poison", "text": "poison"})  # noqa: E731

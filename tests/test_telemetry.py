@@ -25,7 +25,7 @@ from opentelemetry.sdk.trace.export import (
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
 
-from kernel.events import (
+from kernel.core.events import (
     AgentRegistered,
     AnyPayload,
     CompensationStarted,
@@ -54,7 +54,7 @@ from kernel.events import (
     ProposalSubmitted,
     TriggerFired,
 )
-from kernel.reasons import ReasonCode
+from kernel.core.reasons import ReasonCode
 from kernel.telemetry import (
     SpanProjector,
     Telemetry,

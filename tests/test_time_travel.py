@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 
 from kernel import FlowStatus, fold, open_journal
 from kernel.cli import main
-from kernel.events import ProjectionCheckpoint
-from kernel.replay import (
+from kernel.core.events import ProjectionCheckpoint
+from kernel.state.snapshots import (
     ProjectedState,
     checkpoints,
     retained,

@@ -1,4 +1,4 @@
-"""One verdict function: the live DIM and its replay judge through kernel.verdict.verdict.
+"""One verdict function: the live DIM and its replay judge through kernel.dim.verdict.verdict.
 
 Every recorded verdict of mixed workloads (the golden journals, the re-judging
 workload, needs-human escalations, an agent made passive by an unsettled saga)
@@ -17,13 +17,14 @@ from typing import Any
 import anyio
 import pytest
 
-import kernel.integrity
-import kernel.reverify
-import kernel.verdict
+import kernel.audit.reverify
+import kernel.dim._actor
+import kernel.dim.verdict
 from examples import desk
 from examples.desk_0_1 import DESK_0_1
 from kernel import AdapterError, FlowStatus, Projections, ReasonCode, open_journal
-from kernel.events import (
+from kernel.audit.reverify import rejudge
+from kernel.core.events import (
     Event,
     FlowAborted,
     FlowEscalated,
@@ -31,11 +32,10 @@ from kernel.events import (
     ProposalRejected,
     ProposalSubmitted,
 )
-from kernel.gate import Judgement, reject
-from kernel.memory_pack import MEMORY_PACK
-from kernel.packs import PolicyCatalog, PolicyPack
-from kernel.reverify import rejudge
-from kernel.verdict import verdict
+from kernel.dim import Judgement, reject
+from kernel.dim.verdict import verdict
+from kernel.memory import MEMORY_PACK
+from kernel.policy.packs import PolicyCatalog, PolicyPack
 from policies.booking import BOOKING
 from policies.trading import TRADING
 from policies.trading_0_2 import TRADING_0_2
@@ -119,8 +119,8 @@ async def judged_again(path: Path, packs: list[PolicyPack]) -> tuple[int, list[s
 
 
 def test_the_dim_and_replay_call_the_same_function():
-    assert kernel.integrity.verdict is kernel.verdict.verdict
-    assert kernel.reverify.verdict is kernel.verdict.verdict
+    assert kernel.dim._actor.verdict is kernel.dim.verdict.verdict
+    assert kernel.audit.reverify.verdict is kernel.dim.verdict.verdict
 
 
 @pytest.mark.parametrize(
@@ -183,7 +183,7 @@ async def test_an_unsettled_saga_refusal_is_the_functions_output(tmp_path):
 
 async def test_a_layer_added_to_the_function_shows_up_live_and_in_replay(tmp_path, monkeypatch):
     """Patch the one function's pipeline: the live DIM and ``rejudge`` both see the new layer."""
-    judge = kernel.verdict.judge
+    judge = kernel.dim.verdict.judge
 
     def no_selling(proposal, *args, **kw):
         judgement = judge(proposal, *args, **kw)
@@ -194,7 +194,7 @@ async def test_a_layer_added_to_the_function_shows_up_live_and_in_replay(tmp_pat
 
     path = tmp_path / "j.db"
     with monkeypatch.context() as patched:
-        patched.setattr(kernel.verdict, "judge", no_selling)
+        patched.setattr(kernel.dim.verdict, "judge", no_selling)
         flows = await test_verdicts.workload(path)
         async with open_journal(path, readonly=True) as journal:
             again = await rejudge(journal, [TRADING, MEMORY_PACK])

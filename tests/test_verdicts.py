@@ -14,10 +14,10 @@ import pytest
 
 from agents_sdk import Agent, Manifest
 from kernel import LimitSpec, ManualClock, SeededIds, open_journal, open_kernel
+from kernel.audit.reverify import PackPathError, load_packs, rejudge
 from kernel.cli import main
-from kernel.events import FlowEscalated, ProposalAccepted, ProposalRejected, ProposalSubmitted
-from kernel.memory_pack import MEMORY_PACK
-from kernel.reverify import PackPathError, load_packs, rejudge
+from kernel.core.events import FlowEscalated, ProposalAccepted, ProposalRejected, ProposalSubmitted
+from kernel.memory import MEMORY_PACK
 from kernel.testing import action_of
 from policies.trading import TRADING
 from tests.support.helpers import Bank

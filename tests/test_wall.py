@@ -33,11 +33,11 @@ from kernel import (
     Session,
     verify_journal,
 )
-from kernel.contracts import Verdict
+from kernel.core.reasoning import UsageMeter
+from kernel.core.wall import INT_MAX
 from kernel.inbox import AGENT_STATUS, AMEND, RULE, connect, post, read_rows
-from kernel.reasoning import UsageMeter
+from kernel.policy.contracts import Verdict
 from kernel.testing import action_of
-from kernel.wall import INT_MAX
 from tests.support.helpers import ScriptedAgent, kernel_for, transfer
 
 SETTINGS = settings(

@@ -5,8 +5,8 @@ from __future__ import annotations
 import anyio
 
 from kernel import open_journal
+from kernel.audit.counterfactual import whatif
 from kernel.cli import main
-from kernel.counterfactual import whatif
 from tests.support.memory_domain import Planner, book, booking_kernel, note, remember, run
 
 ACCESS = "verify accessibility before booking"

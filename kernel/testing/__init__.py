@@ -13,8 +13,8 @@
   mixin, to run against any adapter; a broken rule raises :class:`ContractBroken`.
 """
 
-from kernel.journal import JournalFaults
-from kernel.ports import ManualClock, SeededIds
+from kernel.core.ports import ManualClock, SeededIds
+from kernel.journal.store import JournalFaults
 from kernel.testing._agents import ScriptedAgent, Step, action_of, flow_types
 from kernel.testing._contract import AdapterContract, ContractBroken
 from kernel.testing._simulated import Faults, SimulatedSystem

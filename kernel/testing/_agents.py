@@ -7,11 +7,11 @@ from typing import TYPE_CHECKING
 
 import anyio
 
-from kernel.contracts import Proposal, WorkingContext
-from kernel.events import Manifest
+from kernel.core.events import Manifest
+from kernel.policy.contracts import Proposal, WorkingContext
 
 if TYPE_CHECKING:
-    from kernel.kernel import Kernel
+    from kernel.api import Kernel
 
 Step = Callable[[WorkingContext], Proposal | None]
 """One attempt of a scripted agent: the proposal it makes on the context it was given."""

@@ -36,8 +36,8 @@ from typing import Any, ClassVar
 
 import anyio
 
-from kernel.adapters import Adapter, AdapterError, Quote, Receipt, RetryPolicy
-from kernel.events import ExecutionIntent
+from kernel.adapters.contract import Adapter, AdapterError, Quote, Receipt, RetryPolicy
+from kernel.core.events import ExecutionIntent
 
 
 class ContractBroken(AssertionError):

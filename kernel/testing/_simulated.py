@@ -25,8 +25,8 @@ from typing import Any
 import anyio
 import msgspec
 
-from kernel.adapters import AdapterError, Receipt, RetryPolicy
-from kernel.events import ExecutionIntent
+from kernel.adapters.contract import AdapterError, Receipt, RetryPolicy
+from kernel.core.events import ExecutionIntent
 
 
 class Faults(msgspec.Struct, frozen=True, kw_only=True):

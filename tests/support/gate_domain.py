@@ -7,10 +7,10 @@ from typing import Any, ClassVar
 import msgspec
 
 from kernel import AgentStatus, Manifest, PolicyKind, PolicyPack
-from kernel.events import ProposalRecord
-from kernel.packs import Consume, LimitSpec, Threshold
-from kernel.projection import AgentView
-from kernel.rules import ALLOW, OneOf, RuleVerdict, StateMatch, View, deny, rule
+from kernel.core.events import ProposalRecord
+from kernel.policy.packs import Consume, LimitSpec, Threshold
+from kernel.policy.rules import ALLOW, OneOf, RuleVerdict, StateMatch, View, deny, rule
+from kernel.state.projections import AgentView
 
 
 class Buy(PolicyKind, tag="shop.buy"):

@@ -9,8 +9,8 @@ import sys
 
 import anyio
 
-from kernel.events import Draft, TriggerFired
-from kernel.journal import Journal, open_journal
+from kernel.core.events import Draft, TriggerFired
+from kernel.journal.store import Journal, open_journal
 
 APPENDERS = 4
 

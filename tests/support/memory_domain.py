@@ -9,7 +9,7 @@ from typing import Any, ClassVar
 
 from agents_sdk import Agent, Manifest, Proposal, WorkingContext
 from kernel import Kernel, ManualClock, PolicyKind, PolicyPack, SeededIds, open_kernel
-from kernel.memory_pack import MEMORY_PACK
+from kernel.memory import MEMORY_PACK
 from tests.support.helpers import PACK, Bank
 
 

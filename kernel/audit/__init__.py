@@ -1,0 +1,1 @@
+"""Tools over a recorded journal: re-judging verdicts and counterfactual replay."""

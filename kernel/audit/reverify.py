@@ -1,0 +1,304 @@
+"""Re-judging recorded verdicts: replay reproduces them, and what another pack would change.
+
+:func:`rejudge` walks the journal once, folding the projections as it goes.
+At each recorded ProposalSubmitted it rebuilds what the DIM judged against
+from the projections at that position (the agent, its visible state and
+context reference, the pools held, the memory, the agent's unsettled flows),
+takes the submission's recorded time as the DIM's clock, and calls the DIM's
+own verdict function (:func:`kernel.dim.verdict.verdict`) with the packs it is
+given. When the recorded verdict of that proposal arrives, the two are
+compared: outcome (accepted, escalated, rejected) and reason code.
+
+- ``dirk verify --verdicts --pack PATH`` checks that replay reproduces every
+  verdict. A verdict records the content hash of the pack that judged it; a
+  given pack whose hash differs (same name and version, a changed rule) is
+  reported as PACK_MISMATCH and its verdicts are not compared.
+- ``dirk whatif --pack PATH`` skips the hash check and lists the verdicts the
+  given packs would change. Each proposal is judged against history as
+  recorded: a flipped verdict's consequences (a reservation not held, an order
+  not filled) are not carried forward.
+
+The DIM judges against the projections as committed when its batch ran; an
+event committed in the same group commit as the submission by another actor
+is in the replayed prefix but was not visible to the DIM. Such a race shows
+up as a difference, never as a silent pass. The journal is only read.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import msgspec
+
+from kernel.audit.counterfactual import Change
+from kernel.core.events import (
+    Event,
+    FlowAborted,
+    FlowEscalated,
+    KernelStarted,
+    PackLoaded,
+    PackRef,
+    ProposalAccepted,
+    ProposalRejected,
+    ProposalSubmitted,
+)
+from kernel.core.reasons import CliError
+from kernel.dim.verdict import verdict
+from kernel.journal.store import Journal
+from kernel.policy.packs import PackError, PolicyCatalog, PolicyPack
+from kernel.state.projections import Projections
+
+
+class Outcome(msgspec.Struct, frozen=True, kw_only=True):
+    """A verdict reduced to what is compared: accepted, escalated or rejected, and why."""
+
+    outcome: str
+    reason_code: str = ""
+    detail: str = ""
+    pack: str = ""
+
+    def words(self) -> str:
+        """Return the outcome as in ``dirk whatif``'s lines."""
+        return self.outcome + (f" ({self.reason_code})" if self.reason_code else "")
+
+
+class Rejudged(msgspec.Struct, frozen=True, kw_only=True):
+    """What re-judging a journal found.
+
+    Attributes:
+        judged: recorded verdicts judged again and compared.
+        skipped: verdicts not compared (no given pack for their kind, or a hash mismatch).
+        changes: verdicts that differ, in journal order.
+        mismatches: one line per pack whose hash differs from the recorded one.
+    """
+
+    judged: int
+    skipped: int
+    changes: list[Change]
+    mismatches: list[str] = []
+
+
+class _Pending(msgspec.Struct, kw_only=True):
+    seq: int
+    agent_id: str
+    kind: str
+    now: Outcome
+
+
+def _recorded(payload: ProposalAccepted | ProposalRejected | FlowEscalated) -> Outcome:
+    match payload:
+        case ProposalRejected(feedback=f, pack=pack):
+            return Outcome(
+                outcome="rejected", reason_code=str(f.reason_code), detail=f.detail, pack=pack
+            )
+        case FlowEscalated(reason_code=code, detail=detail, pack=pack):
+            return Outcome(outcome="escalated", reason_code=str(code), detail=detail, pack=pack)
+        case ProposalAccepted(pack=pack):
+            return Outcome(outcome="accepted", pack=pack)
+
+
+def judge_at(projections: Projections, event: Event, catalog: PolicyCatalog) -> Outcome | None:
+    """Judge the ProposalSubmitted ``event`` as the DIM did, against ``projections`` before it.
+
+    Returns None when the flow or its agent is unknown at that position.
+    """
+    payload = event.payload
+    assert isinstance(payload, ProposalSubmitted)
+    flow = projections.flows.get(event.dfid or "")
+    agent = projections.agents.get(flow.agent_id) if flow is not None else None
+    if flow is None or agent is None:
+        return None
+    judgement = verdict(
+        payload.proposal,
+        flow,
+        agent,
+        catalog,
+        event.ts,
+        projections,
+        by_human=payload.by_human,
+    )
+    for outcome, f in (("rejected", judgement.rejection), ("escalated", judgement.escalation)):
+        if f is not None:
+            code, detail = str(f.reason_code), f.detail
+            return Outcome(outcome=outcome, reason_code=code, detail=detail, pack=judgement.pack)
+    return Outcome(outcome="accepted", pack=judgement.pack)
+
+
+async def rejudge(
+    journal: Journal, packs: Sequence[PolicyPack], *, check_hash: bool = True
+) -> Rejudged:
+    """Judge every recorded proposal again with ``packs``; return the verdicts that differ.
+
+    Args:
+        journal: the journal (only read).
+        packs: the packs to judge with; kinds of packs not given are skipped. Several
+            versions of one pack may be given: with ``check_hash``, each proposal is
+            judged by the version the journal says was in force (``KernelStarted``,
+            ``PackLoaded``); without it, by the first version given.
+        check_hash: compare each verdict's recorded pack hash with the given pack's,
+            and skip (reporting PACK_MISMATCH) where they differ.
+    """
+    by_hash = {pack.hash: pack for pack in packs}
+    in_force_now: dict[str, PolicyPack] = {}
+    for pack in packs:
+        in_force_now.setdefault(pack.name, pack)
+    catalog = PolicyCatalog(list(in_force_now.values()))
+
+    def adopt(refs: Sequence[PackRef]) -> PolicyCatalog:
+        """Switch to the given versions the journal names as in force from here on."""
+        swapped = False
+        for ref in refs:
+            pack = by_hash.get(ref.hash)
+            if check_hash and pack is not None and in_force_now.get(ref.name) is not pack:
+                in_force_now[ref.name], swapped = pack, True
+        return PolicyCatalog(list(in_force_now.values())) if swapped else catalog
+
+    recorded_refs: dict[str, PackRef] = {}
+    projections = Projections()
+    waiting: dict[str, _Pending] = {}
+    changes: list[Change] = []
+    mismatched: dict[tuple[str, str, str], int] = {}
+    judged = skipped = 0
+    async for batch in journal.scan():
+        for event in batch:
+            payload, dfid = event.payload, event.dfid or ""
+            if isinstance(payload, KernelStarted):
+                recorded_refs.update((ref.hash, ref) for ref in payload.packs)
+                catalog = adopt(payload.packs)
+            elif isinstance(payload, PackLoaded):
+                recorded_refs[payload.pack.hash] = payload.pack
+                catalog = adopt([payload.pack])
+            elif isinstance(payload, ProposalSubmitted):
+                flow = projections.flows.get(dfid)
+                now = judge_at(projections, event, catalog)
+                if now is not None and flow is not None:
+                    waiting[dfid] = _Pending(
+                        seq=event.seq, agent_id=flow.agent_id, kind=payload.proposal.kind, now=now
+                    )
+            elif isinstance(payload, ProposalAccepted | ProposalRejected | FlowEscalated):
+                pending = waiting.pop(dfid, None)
+                if pending is not None:
+                    then = _recorded(payload)
+                    if then.pack and pending.kind not in catalog.kinds:
+                        skipped += 1  # judged by a pack not given
+                    elif check_hash and then.pack and then.pack != pending.now.pack:
+                        ref = recorded_refs.get(then.pack)
+                        name = ref.name if ref else catalog.pack_of[pending.kind].name
+                        version = ref.version if ref else "?"
+                        key = (f"{name} {version}", then.pack, pending.now.pack)
+                        mismatched[key] = mismatched.get(key, 0) + 1
+                        skipped += 1
+                    else:
+                        judged += 1
+                        change = _compare(event, dfid, pending, then)
+                        if change is not None:
+                            changes.append(change)
+            elif isinstance(payload, FlowAborted):
+                waiting.pop(dfid, None)
+            projections.apply((event,))
+    mismatches = [
+        f"{CliError.PACK_MISMATCH} pack {name}: {count} verdict(s) recorded under hash"
+        f" {recorded[:16]}, the given pack hashes to {now[:16]}"
+        for (name, recorded, now), count in sorted(mismatched.items())
+    ]
+    return Rejudged(judged=judged, skipped=skipped, changes=changes, mismatches=mismatches)
+
+
+def _compare(event: Event, dfid: str, pending: _Pending, then: Outcome) -> Change | None:
+    now = pending.now
+    if (then.outcome, then.reason_code) == (now.outcome, now.reason_code):
+        return None
+    return Change(
+        seq=pending.seq,
+        dfid=dfid,
+        agent_id=pending.agent_id,
+        kind=pending.kind,
+        then=then.words(),
+        now=f"would have been {now.outcome}",
+        reason_code=now.reason_code,
+        detail=now.detail,
+    )
+
+
+# --- loading packs from a path ---------------------------------------------------------
+
+
+class PackPathError(Exception):
+    """A ``--pack`` argument that names no loadable policy pack."""
+
+    code = "BAD_PACK_PATH"
+
+
+def load_packs(spec: str) -> list[PolicyPack]:
+    """Return the policy packs ``spec`` names.
+
+    ``spec`` is ``FILE.py``, ``FILE.py:ATTR``, ``MODULE`` or ``MODULE:ATTR``. ATTR
+    is a PolicyPack or a sequence of them; without ATTR, every PolicyPack the
+    module defines at its top level.
+
+    Raises:
+        PackPathError: the file or module cannot be loaded, ATTR is missing or is
+            not a pack, or a pack does not validate.
+    """
+    where, _, attr = spec.partition(":")
+    if not where:
+        raise PackPathError(f"{spec!r}: give FILE.py[:ATTR] or MODULE[:ATTR]")
+    try:
+        if where.endswith(".py") or os.sep in where:
+            path = Path(where)
+            if not path.is_file():
+                raise PackPathError(f"{where}: no such file")
+            name = f"_dirk_pack_{abs(hash(str(path.resolve())))}"
+            module_spec = importlib.util.spec_from_file_location(name, path)
+            if module_spec is None or module_spec.loader is None:
+                raise PackPathError(f"{where}: not a Python file")
+            module = importlib.util.module_from_spec(module_spec)
+            sys.modules[name] = module
+            module_spec.loader.exec_module(module)
+        else:
+            # As `python -m` finds a module: the current directory first. A console
+            # script (`dirk`) has its own directory on the path, not the current one,
+            # and a checkout's `examples.desk` is never installed; on the path only
+            # while the pack is imported.
+            cwd = os.getcwd()
+            added = cwd not in sys.path
+            if added:
+                sys.path.insert(0, cwd)
+            try:
+                module = importlib.import_module(where)
+            finally:
+                if added and cwd in sys.path:
+                    sys.path.remove(cwd)
+    except PackPathError:
+        raise
+    except Exception as exc:  # whatever the file raises: one line, never a traceback
+        raise PackPathError(f"{where}: cannot be loaded: {type(exc).__name__}: {exc}") from exc
+    if attr:
+        if not hasattr(module, attr):
+            raise PackPathError(f"{where} has no attribute {attr!r}")
+        found = getattr(module, attr)
+        packs = (
+            [found]
+            if isinstance(found, PolicyPack)
+            else list(found)
+            if isinstance(found, list | tuple)
+            else []
+        )
+        if not packs or not all(isinstance(p, PolicyPack) for p in packs):
+            raise PackPathError(f"{spec}: is not a PolicyPack (nor a list of them)")
+    else:
+        packs = list(
+            {id(v): v for v in vars(module).values() if isinstance(v, PolicyPack)}.values()
+        )
+        if not packs:
+            raise PackPathError(f"{where} defines no PolicyPack; name one with {where}:ATTR")
+    try:
+        PolicyCatalog(packs)
+    except PackError as exc:
+        raise PackPathError(f"{spec}: {exc}") from exc
+    return packs

@@ -1,0 +1,117 @@
+"""``dirk agent`` and ``dirk rules``: an operator's hand on agents and on the rulebook.
+
+Both read the journal to show what is, and change it only through the operator
+inbox (see kernel.inbox): the running kernel applies each row once and records
+who did it and why (AgentStatusChanged, RuleDecided, each naming the row).
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from typing import Any
+
+from kernel.cli._operator import error, fold_journal, wait_taken
+from kernel.core.reasons import CliError, ExitCode, ReasonCode
+from kernel.core.wall import who_and_why
+from kernel.inbox import AGENT_STATUS, RULE, post
+from kernel.state.projections import AgentStatus
+
+_WAIT_HELP = "wait this long for the kernel to apply it and report the outcome"
+
+
+def add_commands(commands: Any) -> None:
+    """Add ``agent`` and ``rules`` to the ``dirk`` parser's subcommands."""
+    agent = commands.add_parser("agent", help="show an agent, or set its status (via the inbox)")
+    agent.add_argument("agent_id")
+    agent.add_argument(
+        "--set",
+        choices=[s.value for s in AgentStatus],
+        help="the new status (ACTIVE restores an agent demoted to PASSIVE)",
+    )
+    agent.add_argument("--operator", help="who changes it (recorded; required with --set)")
+    agent.add_argument("--reason", help="why (recorded; required with --set)")
+    agent.add_argument("--wait", type=float, default=0.0, metavar="SECONDS", help=_WAIT_HELP)
+    agent.add_argument("--db", required=True)
+    agent.set_defaults(run=_agent)
+
+    rules = commands.add_parser(
+        "rules", help="list rules and deferred proposals, or decide one (via the inbox)"
+    )
+    choice = rules.add_mutually_exclusive_group()
+    choice.add_argument("--override", type=int, metavar="SEQ", help="put proposal SEQ in force")
+    choice.add_argument("--skip", type=int, metavar="SEQ", help="drop proposal SEQ")
+    rules.add_argument("--operator", help="who decides (recorded; required to decide)")
+    rules.add_argument("--reason", help="why (recorded; required to decide)")
+    rules.add_argument("--wait", type=float, default=0.0, metavar="SECONDS", help=_WAIT_HELP)
+    rules.add_argument("--db", required=True)
+    rules.set_defaults(run=_rules)
+
+
+def _who_and_why(args: argparse.Namespace) -> str | None:
+    if not args.operator or not args.reason:
+        return "a change names the --operator and a --reason"
+    return who_and_why(args.operator, args.reason)
+
+
+async def _agent(args: argparse.Namespace) -> int:
+    projections = await fold_journal(args.db)
+    agent = projections.agents.get(args.agent_id)
+    if agent is None:
+        return error(
+            ReasonCode.UNKNOWN_AGENT, f"no agent {args.agent_id!r} ever registered in {args.db}"
+        )
+    if args.set is None:
+        manifest = agent.manifest
+        print(f"{manifest.agent_id} {manifest.version}: {agent.status}")
+        print(f"  capabilities  {', '.join(manifest.capabilities)}")
+        print(f"  subscriptions {', '.join(manifest.subscriptions)}")
+        return ExitCode.OK
+    missing = _who_and_why(args)
+    if missing is not None:
+        return error(ReasonCode.SCHEMA_INVALID, missing, ExitCode.USAGE)
+    change = {
+        "type": AGENT_STATUS,
+        "agent_id": args.agent_id,
+        "status": args.set,
+        "operator": args.operator,
+        "reason": args.reason,
+    }
+    row_id = post(args.db, "", change, time.time_ns())
+    print(f"status {args.set} for {args.agent_id} queued as inbox row {row_id}")
+    return await wait_taken(args.db, row_id, args.wait) if args.wait > 0 else 0
+
+
+async def _rules(args: argparse.Namespace) -> int:
+    projections = await fold_journal(args.db)
+    book = projections.memory.rulebook
+    seq = args.override if args.override is not None else args.skip
+    if seq is None:
+        for rule, item in sorted(book.items.items()):
+            current = item.current
+            shown = f"v{current.version} {current.title!r}" if current else "no version in force"
+            print(f"{rule}: {shown} ({len(item.decisions)} decisions; dirk why {rule})")
+        for pending_seq, proposal in sorted(book.pending.items()):
+            print(
+                f"deferred #{pending_seq}: {proposal.rule} {proposal.title!r}"
+                f" by {proposal.proposer or '?'} (--override {pending_seq} | --skip {pending_seq})"
+            )
+        if not book.items and not book.pending:
+            print("no rules")
+        return ExitCode.OK
+    missing = _who_and_why(args)
+    if missing is not None:
+        return error(ReasonCode.SCHEMA_INVALID, missing, ExitCode.USAGE)
+    if seq not in book.pending:
+        return error(CliError.RULE_NOT_PENDING, f"no deferred rule proposal #{seq} in {args.db}")
+    decision = "override" if args.override is not None else "skip"
+    body = {
+        "type": RULE,
+        "proposal_seq": seq,
+        "decision": decision,
+        "operator": args.operator,
+        "reason": args.reason,
+    }
+    row_id = post(args.db, "", body, time.time_ns())
+    print(f"{decision} of rule proposal #{seq} queued as inbox row {row_id}")
+    return await wait_taken(args.db, row_id, args.wait) if args.wait > 0 else 0

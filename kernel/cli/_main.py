@@ -1,0 +1,486 @@
+"""``dirk``: inspect, verify and re-export a kernel's journal from the command line.
+
+Every command reads the journal read-only, except the operator's changes
+(``decide``, ``amend``, ``agent --set``, ``rules --override``/``--skip``), which
+write one row into the journal file's operator inbox; none of them needs the
+kernel to be running. Errors are one line with a code (a ``ReasonCode`` or a
+``CliError``) and an ``ExitCode`` (both listed in ``dirk --help``), never a
+traceback, and a reader that goes away (``dirk flows | head -1``) ends a command quietly.
+The chain key of a keyed journal comes from ``DIRK_CHAIN_KEY`` or ``--key-file``,
+never from a flag's value, which other users of the machine could see.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import logging
+import os
+import sys
+import textwrap
+from collections.abc import Sequence
+from typing import Any
+
+import anyio
+import msgspec
+
+from kernel.audit.reverify import PackPathError
+from kernel.cli._admin import add_commands as add_admin_commands
+from kernel.cli._operator import add_commands, error, error_of, fold_journal, one_line
+from kernel.cli._replay import add_commands as add_replay_commands
+from kernel.cli._replay import verify_replay, verify_verdicts
+from kernel.core import events as ev
+from kernel.core.events import Event
+from kernel.core.flow import FlowState, FlowStatus, IllegalTransition
+from kernel.core.reasons import CliError, ExitCode
+from kernel.journal.head import CHAIN_KEY_ENV
+from kernel.journal.store import (
+    JournalCorrupt,
+    JournalError,
+    JournalKeyError,
+    chain_key_from,
+    chain_key_from_env,
+    open_journal,
+)
+from kernel.journal.verify import Anchor, parse_anchor, verify_journal
+from kernel.state.projections import Projections
+
+EPILOG = f"""\
+exit status:
+  {ExitCode.OK:<3}  the command did its work
+  {ExitCode.FAILED:<3}  the answer is no: a check failed, something named is unknown,
+       a change is refused, the collector did not take the spans
+  {ExitCode.USAGE:<3}  it could not run as given: bad flags or flag values,
+       an unreadable journal, no exporter
+  {ExitCode.INTERRUPTED:<3}  interrupted (Ctrl-C)
+  {ExitCode.CLOSED_PIPE:<3}  the reader went away (dirk flows | head -1), quietly
+
+An error is one line on stderr, "error: CODE: what": CODE is a reason code
+(the kernel's word for the condition) or one of dirk's own:
+{textwrap.fill(", ".join(CliError) + ".", width=78)}
+"""
+
+# How long ``traces export`` waits for the collector to take the spans, unless told.
+_EXPORT_TIMEOUT_S = 10.0
+# The batch span processor's smallest sensible queue (its batches are 512 spans).
+_MIN_QUEUE = 8192
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the ``dirk`` command line; return the exit status (an ``ExitCode``, see EPILOG).
+
+    ``verify`` and ``anchor`` report any file that is there but does not check
+    out as one ``FAILED`` line and FAILED (1). A closed pipe on stdout ends any
+    command quietly with CLOSED_PIPE (141), as a pipe's writer killed by SIGPIPE would.
+    """
+    parser = _parser()
+    args = parser.parse_args(argv)
+    try:
+        if not os.path.isfile(args.db):
+            # SQLite's own words for this are "unable to open database file".
+            what = "no such file" if not os.path.exists(args.db) else "not a file"
+            raise JournalError(args.db, what)
+        status = int(anyio.run(args.run, args))
+        # Flushed here, so a reader that went away is seen here and not at exit.
+        sys.stdout.flush()
+        return status
+    except BrokenPipeError:
+        # Whatever is still buffered goes nowhere, so the interpreter's last flush is quiet too.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return ExitCode.CLOSED_PIPE
+    except JournalError as exc:
+        return error_of(exc, ExitCode.USAGE)
+    except IllegalTransition as exc:
+        # Events that decode but do not fold: edited behind the kernel's back.
+        return error_of(JournalCorrupt(args.db, f"{exc} (run dirk verify)"), ExitCode.USAGE)
+    except KeyboardInterrupt:
+        return ExitCode.INTERRUPTED
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="dirk",
+        description=__doc__.splitlines()[0],
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    verify = commands.add_parser("verify", help="recompute the hash chain and the projections")
+    verify.add_argument("--db", required=True, help="the journal file")
+    verify.add_argument(
+        "--verdicts",
+        action="store_true",
+        help="also re-judge every recorded verdict with the packs given by --pack",
+    )
+    verify.add_argument(
+        "--pack",
+        action="append",
+        default=[],
+        metavar="PATH",
+        help="a pack the journal was judged by: FILE.py[:ATTR] or MODULE[:ATTR] (repeatable)",
+    )
+    verify.add_argument(
+        "--anchor",
+        metavar="LINE_OR_FILE",
+        help="also prove the journal still holds this anchor (a line from dirk anchor, or a file)",
+    )
+    _key_file_argument(verify)
+    verify.set_defaults(run=_verify)
+
+    anchor = commands.add_parser(
+        "anchor", help="verify the chain and print its head as one line to keep elsewhere"
+    )
+    anchor.add_argument("--db", required=True, help="the journal file")
+    _key_file_argument(anchor)
+    anchor.set_defaults(run=_anchor)
+
+    flows = commands.add_parser("flows", help="list DecisionFlows")
+    flows.add_argument("--db", required=True)
+    flows.add_argument(
+        "--status",
+        type=str.upper,
+        choices=[status.value for status in FlowStatus],
+        metavar="STATUS",
+        help="only flows in this status (e.g. ABORTED)",
+    )
+    flows.add_argument(
+        "--needs-review",
+        action="store_true",
+        help="only flows flagged NEEDS_REVIEW (by a soft guard or a rule past its budget)",
+    )
+    flows.add_argument("--json", action="store_true", help="one JSON object per line")
+    flows.set_defaults(run=_flows)
+
+    show = commands.add_parser("show", help="print the narrative of one flow")
+    show.add_argument("dfid")
+    show.add_argument("--db", required=True)
+    show.set_defaults(run=_show)
+
+    traces = commands.add_parser("traces", help="OpenTelemetry spans from the journal")
+    traces_commands = traces.add_subparsers(dest="traces_command", required=True, metavar="COMMAND")
+    export = traces_commands.add_parser("export", help="re-emit past flows as spans (OTEL_* env)")
+    export.add_argument("--db", required=True)
+    export.add_argument("--dfid", help="only this flow and its children")
+    export.add_argument(
+        "--timeout",
+        type=float,
+        default=_EXPORT_TIMEOUT_S,
+        metavar="SECONDS",
+        help=f"give up on the collector after this long (default {_EXPORT_TIMEOUT_S:g})",
+    )
+    export.set_defaults(run=_traces_export)
+    add_commands(commands)
+    add_admin_commands(commands)
+    add_replay_commands(commands)
+    return parser
+
+
+def _key_file_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--key-file",
+        metavar="PATH",
+        help=f"the chain key of a keyed journal, read from this file (default: ${CHAIN_KEY_ENV})",
+    )
+
+
+def _chain_key(args: argparse.Namespace) -> bytes | None:
+    """Return the chain key from ``--key-file`` or the environment (never from argv)."""
+    if args.key_file is None:
+        return chain_key_from_env(None, args.db)
+    try:
+        with open(args.key_file, "rb") as file:
+            # A trailing newline is the editor's, not the key's.
+            return chain_key_from(file.read().rstrip(b"\r\n"), args.db)
+    except OSError as exc:
+        raise JournalKeyError(args.db, f"the key file cannot be read ({exc.strerror})") from exc
+
+
+def _anchor_arg(args: argparse.Namespace) -> Anchor | None:
+    if args.anchor is None:
+        return None
+    text = args.anchor
+    if not text.startswith("dirk-anchor ") and os.path.isfile(text):
+        with open(text, encoding="utf-8", errors="replace") as file:
+            text = file.read()
+    return parse_anchor(text)
+
+
+async def _failed_file(command: str, db: str, problem: str) -> None:
+    """Print one FAILED line for a file that is not a readable journal, naming the condition."""
+    code = ""
+    try:
+        async with open_journal(db, readonly=True):
+            pass
+    except JournalError as exc:
+        code, problem = f"{exc.code}: ", exc.detail
+    except Exception as exc:
+        code, problem = f"{JournalCorrupt.code}: ", f"{problem} ({exc!r})"
+    # A journal that opens fails for what verify found (a key, an anchor), said as it is.
+    print(one_line(f"{command}: FAILED: {code}journal {db}: {problem}"))
+
+
+async def _anchor(args: argparse.Namespace) -> int:
+    report = await verify_journal(args.db, chain_key=_chain_key(args))
+    if not report.ok:
+        if report.first_bad_seq is None:
+            await _failed_file("anchor", args.db, report.problem)
+        else:
+            print(one_line(f"anchor: FAILED at seq {report.first_bad_seq}: {report.problem}"))
+        return ExitCode.FAILED
+    print(report.anchor().line())
+    return ExitCode.OK
+
+
+async def _verify(args: argparse.Namespace) -> int:
+    if args.verdicts and not args.pack:
+        return error(
+            CliError.BAD_ARGUMENT, "--verdicts needs the packs: --pack PATH", ExitCode.USAGE
+        )
+    try:
+        anchor = _anchor_arg(args)
+    except ValueError as exc:
+        return error(CliError.BAD_ARGUMENT, f"--anchor: {exc}", ExitCode.USAGE)
+    report = await verify_journal(args.db, chain_key=_chain_key(args), anchor=anchor)
+    if not report.ok and report.first_bad_seq is None:
+        # Not a readable journal rather than a bad event: opening it names the condition.
+        await _failed_file("verify", args.db, report.problem)
+        return ExitCode.FAILED
+    if not report.ok:
+        print(one_line(f"verify: FAILED at seq {report.first_bad_seq}: {report.problem}"))
+        return ExitCode.FAILED
+    try:
+        # One fold from scratch: the projections, checked against every checkpoint and snapshot.
+        replay = await verify_replay(args.db)
+    except (JournalError, IllegalTransition, ValueError) as exc:
+        # The chain checked out, so only what lies outside it (snapshots) can be at fault.
+        print(one_line(f"verify: FAILED: {getattr(exc, 'code', JournalCorrupt.code)}: {exc}"))
+        return ExitCode.FAILED
+    if not replay.ok:
+        for problem in replay.problems:
+            print(one_line(f"verify: FAILED {problem}"))
+        return ExitCode.FAILED
+    if not report.head_record:
+        print(
+            "verify: note: no head record (a journal from before head records): a removed tail"
+            " is not detectable until a kernel opens it for writing; keep an anchor"
+        )
+    if anchor is not None:
+        print(f"verify: anchor ok: event {anchor.seq} ({anchor.hash[:16]}) is in the journal")
+    print(
+        f"verify: chain ok, projections ok (digest {replay.digest[:16]};"
+        f" {replay.checkpoints} checkpoints, {replay.snapshots} snapshots match replay)"
+    )
+    if args.verdicts:
+        try:
+            ok, lines = await verify_verdicts(args.db, args.pack)
+        except PackPathError as exc:
+            return error_of(exc, ExitCode.USAGE)
+        print("\n".join(lines))
+        if not ok:
+            return ExitCode.FAILED
+    print(f"verify: ok events={report.events} head={report.head}")
+    return ExitCode.OK
+
+
+def _flow_row(flow: FlowState) -> dict[str, Any]:
+    return {
+        "dfid": flow.dfid,
+        "status": str(flow.status),
+        "agent_id": flow.agent_id,
+        "policy_kind": flow.proposal.kind if flow.proposal else "",
+        "attempts": flow.attempts,
+        "reason_code": str(flow.reason_code) if flow.reason_code else "",
+        "parent_dfid": flow.parent_dfid,
+        "created": _time(flow.created_ts),
+        "needs_review": flow.needs_review,
+    }
+
+
+async def _flows(args: argparse.Namespace) -> int:
+    projections = await fold_journal(args.db)
+    flows = sorted(projections.flows.values(), key=lambda f: f.created_ts)
+    if args.status:
+        flows = [f for f in flows if f.status == args.status]
+    if args.needs_review:
+        flows = [f for f in flows if f.needs_review]
+    rows = [_flow_row(f) for f in flows]
+    if args.json:
+        for row in rows:
+            print(json.dumps(row))
+        return ExitCode.OK
+    print(f"{'DFID':36}  {'STATUS':10}  {'AGENT':16}  {'KIND':24}  {'TRIES':>5}  REASON")
+    for row in rows:
+        print(
+            f"{row['dfid']:36}  {row['status']:10}  {row['agent_id']:16.16}  "
+            f"{row['policy_kind']:24.24}  {row['attempts']:>5}  {row['reason_code']}"
+            + ("  NEEDS_REVIEW" if row["needs_review"] else "")
+        )
+    print(f"{len(rows)} flows")
+    return ExitCode.OK
+
+
+async def _show(args: argparse.Namespace) -> int:
+    async with open_journal(args.db, readonly=True) as journal:
+        events = await journal.flow_events(args.dfid)
+    if not events:
+        return error(CliError.UNKNOWN_FLOW, f"no flow {args.dfid} in {args.db}")
+    start = events[0].ts
+    first = events[0]
+    print(f"DecisionFlow {args.dfid}")
+    print(f"  agent {first.agent_id}, parent {first.parent_dfid or '-'}, started {_time(start)}")
+    for event in events:
+        offset = (event.ts - start) / 1e6
+        print(f"  +{offset:9.3f} ms  #{event.seq:<6} {event.type:20} {_narrate(event)}")
+    projections = Projections()
+    projections.apply(events)
+    flow = projections.flows.get(args.dfid)
+    if flow is not None:
+        print(f"  {_outcome(flow)}")
+    return ExitCode.OK
+
+
+def _outcome(flow: FlowState) -> str:
+    tries = f"{flow.attempts} attempt{'s' if flow.attempts != 1 else ''}"
+    line = f"final status {flow.status} after {tries}"
+    if flow.reason_code:
+        line += f", reason {flow.reason_code}"
+    if flow.external_id:
+        line += f", external id {flow.external_id}"
+    if flow.needs_review:
+        line += "; NEEDS_REVIEW (see the flags above)"
+    return line
+
+
+def _narrate(event: Event) -> str:
+    match event.payload:
+        case ev.FlowCreated(topic=topic):
+            return f"trigger {topic!r}" + (
+                f" (caused by #{event.caused_by})" if event.caused_by else ""
+            )
+        case ev.ContextCompiled(attempt=attempt, context_ref=ref, state=state, feedback=feedback):
+            seen = ", ".join(f"{k}={v}" for k, v in list(state.items())[:6])
+            more = f" (+{len(state) - 6} more)" if len(state) > 6 else ""
+            after = f"; feedback {feedback.reason_code}" if feedback else ""
+            return f"attempt {attempt}, context {ref[:12]}: {seen}{more}{after}"
+        case ev.ProposalSubmitted(attempt=attempt, proposal=p, by_human=by_human):
+            who = "human modification" if by_human else f"attempt {attempt}"
+            params = json.dumps(p.params, sort_keys=True)
+            explain = f"\n{'':40}explain: {p.explain!r}"
+            return f"{who}: {p.kind} {params} confidence {p.confidence:g}{explain}"
+        case ev.ProposalRejected(feedback=f):
+            where = f" at {f.field}" if f.field else ""
+            return f"REJECTED {f.reason_code} ({f.layer}{where}): {f.detail}"
+        case ev.ProposalAccepted(by_human=by_human):
+            return "ACCEPTED" + (" by a human" if by_human else " by the DIM")
+        case ev.FlowEscalated(reason_code=code, detail=detail, impact=impact, action_hash=h):
+            action = f", action {h[:10]}" if h else ", nothing to approve"
+            return f"ESCALATED {code} ({impact}{action}): {detail}"
+        case ev.ApprovalExpired(detail=detail):
+            return f"approval EXPIRED: {detail}"
+        case ev.DecisionRefused(reason_code=code, decision=decision, operator=operator, detail=d):
+            return f"{decision} by {operator} refused {code}: {d}"
+        case ev.HumanDecided(decision=decision, operator=operator, reason=reason, params=params):
+            changed = f" params {json.dumps(params, sort_keys=True)}" if params else ""
+            return f"{decision} by {operator}: {reason!r}{changed}"
+        case ev.ExecutionStarted(intent=intent):
+            return f"intent {intent.kind} via {intent.adapter}, key {intent.key}"
+        case ev.ExecutionSucceeded(key=key, external_id=external_id):
+            return f"effect recorded: external id {external_id} (key {key})"
+        case ev.ExecutionFailed(error=error, transient=transient):
+            return f"{'transient' if transient else 'terminal'} failure: {error}"
+        case ev.DuplicateSuppressed(source=source):
+            return f"duplicate {source} answered from the record; no second effect"
+        case ev.FlowClosed():
+            return "CLOSED"
+        case ev.FlowAborted(reason_code=code, detail=detail):
+            return f"ABORTED {code}: {detail}"
+        case ev.SubmissionRefused(reason_code=code, detail=detail):
+            return f"submission refused {code}: {detail}"
+        case ev.FlowFlagged(guard=guard, reason=reason, confidence=confidence):
+            sure = f" (confidence {confidence})" if confidence else ""
+            return f"NEEDS_REVIEW by guard {guard}{sure}: {reason}"
+        case ev.CitationsChecked(correct=correct, incorrect=incorrect):
+            wrong = "; ".join(f"{ref} {why}" for ref, why in incorrect.items())
+            return f"citations: correct [{', '.join(correct)}]" + (
+                f", INCORRECT {wrong}" if wrong else ""
+            )
+        case ev.ConstraintAdvisory(detail=detail):
+            return f"ADVISORY (not refused) {detail}"
+        case ev.RuleProposed(rule=rule, title=title, proposer=proposer):
+            return f"rule {rule} proposed by {proposer}: {title!r}"
+        case ev.RuleDecided(rule=rule, decision=d, actor=actor, reason=reason, version=v):
+            return f"rule {rule}: {d} by {actor} ({reason})" + (f" -> v{v}" if v else "")
+        case payload:
+            return msgspec.json.encode(payload).decode()[:200]
+
+
+def _time(ts_ns: int) -> str:
+    return dt.datetime.fromtimestamp(ts_ns / 1e9, tz=dt.UTC).isoformat(timespec="milliseconds")
+
+
+class _ExportProblems(logging.Handler):
+    """Count the exporter's errors, and show its warnings on one line each.
+
+    The batch span processor drops what its exporter failed to send and says so
+    only in its log, so that log is how the command learns the export failed.
+    """
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.errors = 0
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.levelno >= logging.ERROR:
+            self.errors += 1
+        # The message without its traceback: the CLI prints no tracebacks.
+        print(f"otel: {record.getMessage()}", file=sys.stderr)
+
+
+async def _traces_export(args: argparse.Namespace) -> int:
+    from kernel.telemetry import configure_exporter, export_flows, shutdown_processor
+
+    events: list[Event] = []
+    async with open_journal(args.db, readonly=True) as journal:
+        async for batch in journal.scan():
+            events.extend(batch)
+    if args.dfid and not any(
+        e.dfid == args.dfid and isinstance(e.payload, ev.FlowCreated) for e in events
+    ):
+        return error(CliError.UNKNOWN_FLOW, f"no flow {args.dfid} in {args.db}")
+    env = dict(os.environ)
+    # Every span is handed over at once, and a full queue drops spans: make room for
+    # them all (a flow has at most two spans per event).
+    env.setdefault("OTEL_BSP_MAX_QUEUE_SIZE", str(max(_MIN_QUEUE, 2 * len(events))))
+    processor = configure_exporter(env)
+    if processor is None:
+        return error(
+            CliError.NO_EXPORTER,
+            "set OTEL_EXPORTER_OTLP_ENDPOINT (e.g. http://127.0.0.1:4318)",
+            ExitCode.USAGE,
+        )
+    problems = _ExportProblems()
+    otel_log = logging.getLogger("opentelemetry")
+    otel_log.addHandler(problems)
+    try:
+        count = export_flows(events, processor, dfid=args.dfid)
+    finally:
+        # Bounded: an unreachable collector must not hold the command.
+        finished = await anyio.to_thread.run_sync(shutdown_processor, processor, args.timeout)
+        # An export still running past the timeout logs through Python's last resort.
+        otel_log.removeHandler(problems)
+    if not finished:
+        return error(
+            CliError.EXPORT_TIMEOUT,
+            f"the collector did not take the {count} spans within {args.timeout:g} s;"
+            " those not sent were dropped",
+        )
+    if problems.errors:
+        return error(
+            CliError.EXPORT_FAILED, f"the collector did not take all {count} spans (see above)"
+        )
+    print(f"traces: exported {count} spans")
+    return ExitCode.OK

@@ -1,0 +1,439 @@
+"""The operator's side of ``dirk``: pending escalations, a review of one, and a decision on it.
+
+``escalations`` and ``review`` only read the journal. ``decide`` writes one row
+into the journal file's operator inbox, which the running kernel (another
+process, possibly not running right now) polls and applies exactly once. An
+approval of a HIGH_IMPACT action takes the action's short hash typed back
+(``--confirm``): no one-key approvals.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sqlite3
+import sys
+import time
+from contextlib import closing
+from typing import TYPE_CHECKING, Any
+
+import anyio
+
+from kernel.core import events as ev
+from kernel.core.events import Event
+from kernel.core.flow import FlowState, FlowStatus
+from kernel.core.reasons import CliError, ExitCode, ReasonCode
+from kernel.core.wall import MAX_TTL_S, who_and_why
+from kernel.inbox import AMEND, post, queued_dfids
+from kernel.journal.store import JournalError, open_journal
+from kernel.policy.packs import Impact
+from kernel.policy.rules import decimal_of
+from kernel.state.approvals import Approval, ApprovalStatus
+from kernel.state.projections import Projections
+
+if TYPE_CHECKING:
+    from kernel.audit.reverify import PackPathError
+
+# How often ``decide --wait`` looks whether the kernel took the decision.
+_WAIT_POLL_S = 0.05
+
+
+def add_commands(commands: Any) -> None:
+    """Add the operator's commands to the ``dirk`` parser's subcommands."""
+    escalations = commands.add_parser("escalations", help="list flows waiting for a human")
+    escalations.add_argument("--db", required=True)
+    escalations.add_argument("--json", action="store_true", help="one JSON object per line")
+    escalations.set_defaults(run=_escalations)
+
+    review = commands.add_parser("review", help="everything needed to decide on one escalation")
+    review.add_argument("dfid")
+    review.add_argument("--db", required=True)
+    review.set_defaults(run=_review)
+
+    decide = commands.add_parser("decide", help="decide on an escalated flow (via the inbox)")
+    decide.add_argument("dfid")
+    choice = decide.add_mutually_exclusive_group(required=True)
+    choice.add_argument("--approve", action="store_true", help="execute the action as shown")
+    choice.add_argument("--reject", action="store_true", help="abort the flow")
+    choice.add_argument(
+        "--modify", metavar="JSON", help="new parameters; the DIM judges them again"
+    )
+    choice.add_argument(
+        "--reconcile",
+        metavar="done:EXTERNAL_ID|not-done",
+        help="outcome unknown: record what the external system shows",
+    )
+    choice.add_argument(
+        "--retry", action="store_true", help="outcome unknown: call again with the same key"
+    )
+    decide.add_argument("--operator", required=True, help="who decides (recorded)")
+    decide.add_argument("--reason", required=True, help="why (recorded)")
+    decide.add_argument(
+        "--confirm",
+        metavar="HASH",
+        help="the action's short hash (required to approve HIGH_IMPACT)",
+    )
+    decide.add_argument(
+        "--wait",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="wait this long for the kernel to apply the decision and report the outcome",
+    )
+    decide.add_argument("--db", required=True)
+    decide.set_defaults(run=_decide)
+
+    amend = commands.add_parser(
+        "amend", help="amend one agent's limit within its pack's bounds (via the inbox)"
+    )
+    amend.add_argument("--agent", required=True, help="the agent whose limit changes")
+    amend.add_argument("--limit", required=True, help="an amendable limit of a loaded pack")
+    amend.add_argument("--value", required=True, help="an integer or a decimal string")
+    amend.add_argument("--ttl", required=True, type=float, metavar="SECONDS", help="how long")
+    amend.add_argument("--operator", required=True, help="who amends (recorded)")
+    amend.add_argument("--reason", required=True, help="why (recorded)")
+    amend.add_argument(
+        "--wait",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="wait this long for the kernel to apply the amendment and report the outcome",
+    )
+    amend.add_argument("--db", required=True)
+    amend.set_defaults(run=_amend)
+
+
+def error(code: ReasonCode | CliError, message: str, status: ExitCode = ExitCode.FAILED) -> int:
+    """Print ``error: CODE: message`` on stderr; return ``status`` (by default FAILED)."""
+    print(f"error: {code}: {message}", file=sys.stderr)
+    return status
+
+
+def error_of(exc: JournalError | PackPathError, status: ExitCode) -> int:
+    """Print ``error: CODE: ...`` for an error that carries its code (a ``CliError`` value)."""
+    print(one_line(f"error: {exc.code}: {exc}"), file=sys.stderr)
+    return status
+
+
+def one_line(text: str) -> str:
+    """Return ``text`` with control characters escaped: what a damaged file says stays one line."""
+    return "".join(
+        char if char.isprintable() else char.encode("unicode_escape").decode() for char in text
+    )
+
+
+def describe_action(flow: FlowState) -> str:
+    """Return the proposed action in plain words."""
+    if flow.proposal is None:
+        return "(nothing proposed)"
+    params = ", ".join(f"{k}={v}" for k, v in sorted(flow.proposal.params.items()))
+    return f"{flow.proposal.kind}({params})"
+
+
+def _age(ts_ns: int) -> str:
+    seconds = max(0, (time.time_ns() - ts_ns) // 1_000_000_000)
+    if seconds < 120:
+        return f"{seconds}s"
+    if seconds < 7200:
+        return f"{seconds // 60}m"
+    return f"{seconds // 3600}h"
+
+
+async def fold_journal(db: str) -> Projections:
+    projections = Projections()
+    async with open_journal(db, readonly=True) as journal:
+        async for batch in journal.scan():
+            projections.apply(batch)
+    return projections
+
+
+def _pending(projections: Projections) -> list[tuple[FlowState, Approval]]:
+    rows = []
+    for dfid, approval in projections.approvals.items():
+        flow = projections.flows.get(dfid)
+        if flow is not None and flow.status is FlowStatus.ESCALATED:
+            if approval.status is ApprovalStatus.PENDING:
+                rows.append((flow, approval))
+    return sorted(rows, key=lambda row: row[1].escalated_ts)
+
+
+async def _escalations(args: argparse.Namespace) -> int:
+    projections = await fold_journal(args.db)
+    queued = queued_dfids(args.db)
+    rows = [
+        {
+            "dfid": flow.dfid,
+            "impact": str(approval.impact),
+            "reason_code": str(approval.reason_code),
+            "detail": approval.detail,
+            "age": _age(approval.escalated_ts),
+            "agent_id": flow.agent_id,
+            "action": describe_action(flow),
+            "hash": approval.short_hash,
+            "queued": flow.dfid in queued,
+        }
+        for flow, approval in _pending(projections)
+    ]
+    if args.json:
+        for row in rows:
+            print(json.dumps(row))
+        return ExitCode.OK
+    print(
+        f"{'DFID':36}  {'IMPACT':11}  {'REASON':20}  {'AGE':>4}  {'AGENT':12}  {'HASH':10}  ACTION"
+    )
+    for row in rows:
+        mark = "  (decision queued)" if row["queued"] else ""
+        print(
+            f"{row['dfid']:36}  {row['impact']:11}  {row['reason_code']:20.20}  {row['age']:>4}  "
+            f"{row['agent_id']:12.12}  {row['hash'] or '-':10}  {row['action']}{mark}"
+        )
+    print(f"{len(rows)} pending escalations")
+    return ExitCode.OK
+
+
+async def _review(args: argparse.Namespace) -> int:
+    async with open_journal(args.db, readonly=True) as journal:
+        events = await journal.flow_events(args.dfid)
+        started = await journal.read(types=["KernelStarted"])
+        agents = await journal.read(types=["AgentRegistered"])
+    if not events:
+        return error(CliError.UNKNOWN_FLOW, f"no flow {args.dfid} in {args.db}")
+    projections = Projections()
+    projections.apply(events)
+    flow = projections.flows[args.dfid]
+    approval = projections.approvals.get(args.dfid)
+    print(f"DecisionFlow {flow.dfid}: {flow.status}, agent {flow.agent_id}, topic {flow.topic!r}")
+    if approval is None:
+        print("  never escalated")
+        return ExitCode.OK
+    print(f"\nWhy it escalated\n  {approval.reason_code}: {approval.detail}")
+    waited = _age(approval.escalated_ts)
+    print(f"  impact {approval.impact}, approval {approval.status}, escalated {waited} ago")
+    if approval.operator:
+        print(f"  decided by {approval.operator}: {approval.reason!r}")
+    proposal = flow.proposal
+    print("\nThe proposed action")
+    if proposal is None or not approval.action_hash:
+        print("  none: the agent proposed nothing")
+    else:
+        print(f"  {describe_action(flow)}")
+        print(f"  kind {proposal.kind} version {proposal.version or '-'}")
+        print(f"  params {json.dumps(proposal.params, sort_keys=True)}")
+        print(f"  confidence {proposal.confidence:g}")
+        print(f"  action hash {approval.short_hash} (full {approval.action_hash})")
+        print(f"\nThe agent's explanation\n  {proposal.explain or '(none given)'}")
+    context = _context_seen(events, proposal.context_ref if proposal else "")
+    print("\nThe working context the agent saw")
+    if context is None:
+        print("  (not recorded)")
+    else:
+        print(f"  attempt {context.attempt}, context {context.context_ref[:12]}")
+        for key, value in context.state.items():
+            print(f"  {key} = {json.dumps(value)}")
+        if context.feedback is not None:
+            print(f"  feedback {context.feedback.reason_code}: {context.feedback.detail}")
+    print("\nThe limits involved")
+    print(f"  {approval.detail}")
+    manifest = _manifest(agents, flow.agent_id)
+    if manifest is not None:
+        limits = json.dumps(manifest.limits, sort_keys=True) if manifest.limits else "none"
+        print(f"  agent {manifest.agent_id}: capabilities {', '.join(manifest.capabilities)};")
+        print(f"    max attempts {manifest.max_attempts}; declared limits {limits}")
+    if started:
+        last = started[-1].payload
+        assert isinstance(last, ev.KernelStarted)
+        for pack in last.packs:
+            print(f"  pack {pack.name} {pack.version} ({pack.hash[:12]})")
+    if flow.status is FlowStatus.ESCALATED and flow.pending is not None:
+        print(f"\nThe effect may have happened: look up key {flow.pending.key} in the system")
+        print(
+            f"\nTo decide: dirk decide {flow.dfid} --reconcile done:EXTERNAL_ID"
+            " | --reconcile not-done | --retry --operator NAME --reason TEXT"
+        )
+    elif approval.status is ApprovalStatus.PENDING and flow.status is FlowStatus.ESCALATED:
+        confirm = (
+            f" --confirm {approval.short_hash}" if approval.impact is Impact.HIGH_IMPACT else ""
+        )
+        print(
+            f"\nTo decide: dirk decide {flow.dfid} --approve{confirm} | --reject | --modify JSON"
+            " --operator NAME --reason TEXT"
+        )
+    return ExitCode.OK
+
+
+def _context_seen(events: list[Event], ref: str) -> ev.ContextCompiled | None:
+    """The context the proposal reasoned on (the latest, if none matches its reference)."""
+    contexts = [e.payload for e in events if isinstance(e.payload, ev.ContextCompiled)]
+    for context in reversed(contexts):
+        if context.context_ref == ref:
+            return context
+    return contexts[-1] if contexts else None
+
+
+def _manifest(agents: list[Event], agent_id: str) -> ev.Manifest | None:
+    for event in reversed(agents):
+        payload = event.payload
+        if isinstance(payload, ev.AgentRegistered) and payload.manifest.agent_id == agent_id:
+            return payload.manifest
+    return None
+
+
+async def _decide(args: argparse.Namespace) -> int:
+    problem = who_and_why(args.operator, args.reason)
+    if problem is not None:
+        return error(ReasonCode.SCHEMA_INVALID, problem, ExitCode.USAGE)
+    projections = await fold_journal(args.db)
+    flow = projections.flows.get(args.dfid)
+    approval = projections.approvals.get(args.dfid)
+    if flow is None:
+        return error(CliError.UNKNOWN_FLOW, f"no flow {args.dfid} in {args.db}")
+    if flow.status is not FlowStatus.ESCALATED or approval is None:
+        return error(
+            ReasonCode.FLOW_NOT_ACTIVE,
+            f"flow {args.dfid} is {flow.status}, not waiting for a human",
+        )
+    if args.dfid in queued_dfids(args.db):
+        return error(
+            CliError.DECISION_QUEUED,
+            f"a decision on {args.dfid} already waits for the kernel to apply it",
+        )
+    decision: dict[str, Any] = {"operator": args.operator, "reason": args.reason}
+    resolving = args.reconcile is not None or args.retry
+    if flow.pending is not None and not resolving:
+        return error(
+            ReasonCode.OUTCOME_UNKNOWN,
+            f"the effect of {args.dfid} may have happened (key {flow.pending.key}): look it up"
+            " and --reconcile done:EXTERNAL_ID | --reconcile not-done, or --retry",
+        )
+    if flow.pending is None and resolving:
+        return error(
+            ReasonCode.SCHEMA_INVALID,
+            f"--reconcile and --retry apply to an unknown outcome; {args.dfid} escalated for"
+            f" {approval.reason_code}",
+        )
+    if resolving:
+        decision |= {"action_hash": approval.action_hash}
+        if args.retry:
+            decision |= {"decision": "retry"}
+        elif args.reconcile == "not-done":
+            decision |= {"decision": "reconcile", "params": {"outcome": "not_done"}}
+        elif args.reconcile.startswith("done:") and args.reconcile[5:].strip():
+            params = {"outcome": "done", "external_id": args.reconcile[5:].strip()}
+            decision |= {"decision": "reconcile", "params": params}
+        else:
+            return error(
+                ReasonCode.SCHEMA_INVALID,
+                "--reconcile takes done:EXTERNAL_ID or not-done",
+                ExitCode.USAGE,
+            )
+    elif args.approve:
+        if approval.impact is Impact.HIGH_IMPACT and not args.confirm:
+            return error(
+                CliError.CONFIRMATION_REQUIRED,
+                f"approving a HIGH_IMPACT action takes its short hash: --confirm HASH"
+                f" (see dirk review {args.dfid})",
+            )
+        typed = args.confirm or approval.action_hash
+        if not approval.names(typed):
+            return error(
+                ReasonCode.ACTION_MISMATCH,
+                f"{typed!r} is not the hash of the action this flow waits on (see dirk review)",
+            )
+        decision |= {"decision": "approve", "action_hash": typed}
+    elif args.reject:
+        decision |= {"decision": "reject", "action_hash": approval.action_hash}
+    else:
+        try:
+            params = json.loads(args.modify)
+        except ValueError as exc:
+            return error(ReasonCode.SCHEMA_INVALID, f"--modify is not JSON ({exc})", ExitCode.USAGE)
+        if not isinstance(params, dict):
+            return error(
+                ReasonCode.SCHEMA_INVALID, "--modify must be a JSON object", ExitCode.USAGE
+            )
+        decision |= {"decision": "modify", "action_hash": approval.action_hash, "params": params}
+    row_id = post(args.db, args.dfid, decision, time.time_ns())
+    print(f"decision {decision['decision']} queued as inbox row {row_id}")
+    if args.wait <= 0:
+        return ExitCode.OK
+    return await wait_taken(args.db, row_id, args.wait)
+
+
+async def _amend(args: argparse.Namespace) -> int:
+    problem = who_and_why(args.operator, args.reason)
+    if problem is not None:
+        return error(ReasonCode.SCHEMA_INVALID, problem, ExitCode.USAGE)
+    if decimal_of(args.value) is None:
+        return error(
+            ReasonCode.SCHEMA_INVALID,
+            f"--value {args.value!r} is not an integer or a decimal",
+            ExitCode.USAGE,
+        )
+    if not (math.isfinite(args.ttl) and 0 < args.ttl <= MAX_TTL_S):
+        return error(
+            ReasonCode.SCHEMA_INVALID,
+            f"--ttl must be positive seconds up to {MAX_TTL_S}, not {args.ttl}",
+            ExitCode.USAGE,
+        )
+    async with open_journal(args.db, readonly=True) as journal:
+        agents = await journal.read(types=["AgentRegistered"])
+    if _manifest(agents, args.agent) is None:
+        return error(
+            ReasonCode.UNKNOWN_AGENT, f"no agent {args.agent!r} ever registered in {args.db}"
+        )
+    amendment = {
+        "type": AMEND,
+        "agent_id": args.agent,
+        "limit": args.limit,
+        "value": args.value,
+        "ttl_s": args.ttl,
+        "operator": args.operator,
+        "reason": args.reason,
+    }
+    row_id = post(args.db, "", amendment, time.time_ns())
+    print(f"amendment of {args.limit} for {args.agent} queued as inbox row {row_id}")
+    if args.wait <= 0:
+        return ExitCode.OK
+    return await wait_taken(args.db, row_id, args.wait)
+
+
+async def wait_taken(db: str, row_id: int, timeout_s: float) -> int:
+    """Wait for the kernel to take inbox row ``row_id``; print what it made of it."""
+    seq = None
+    with anyio.move_on_after(timeout_s):
+        while seq is None:
+            with closing(sqlite3.connect(db, timeout=10)) as conn:
+                ((seq,),) = conn.execute(
+                    "SELECT taken_seq FROM operator_inbox WHERE id = ?", (row_id,)
+                ).fetchall()
+            if seq is None:
+                await anyio.sleep(_WAIT_POLL_S)
+    if seq is None:
+        return error(
+            CliError.NOT_TAKEN, f"the kernel did not take the decision within {timeout_s:g} s"
+        )
+    async with open_journal(db, readonly=True) as journal:
+        events = await journal.read(seq, seq + 1)
+    payload = events[0].payload if events else None
+    if isinstance(payload, ev.HumanDecided):
+        print(f"applied: {payload.decision} by {payload.operator} (event #{seq})")
+        return ExitCode.OK
+    if isinstance(payload, ev.DecisionRefused | ev.AmendmentRefused):
+        return error(payload.reason_code, payload.detail)
+    if isinstance(payload, ev.AgentStatusChanged):
+        who = f"by {payload.operator} (event #{seq})"
+        print(f"applied: {events[0].agent_id} is {payload.status}, {who}")
+        return ExitCode.OK
+    if isinstance(payload, ev.RuleDecided):
+        version = f", now v{payload.version}" if payload.version else ""
+        what = f"rule {payload.rule} {payload.decision} by {payload.actor}{version}"
+        print(f"applied: {what} (event #{seq})")
+        return ExitCode.OK
+    if isinstance(payload, ev.LimitAmended):
+        print(
+            f"applied: {payload.limit} = {payload.value} for {events[0].agent_id} by"
+            f" {payload.operator} (event #{seq}, floor {payload.floor}, ceiling {payload.ceiling})"
+        )
+        return ExitCode.OK
+    return error(CliError.NOT_APPLIED, f"inbox row {row_id} was not applied (marker {seq})")

@@ -1,0 +1,192 @@
+"""``dirk state``, ``whatif`` and ``why``: time travel, counterfactuals and rule history.
+
+All only read the journal. ``state`` prints the whole projected state after
+any event; ``whatif`` prints the recorded verdicts another history would
+change (see :mod:`kernel.audit.counterfactual`); ``why`` prints a rule's versions,
+the promoter's and operators' decisions, and where each version comes from.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+import msgspec
+
+from kernel.audit.counterfactual import whatif
+from kernel.audit.reverify import PackPathError, load_packs, rejudge
+from kernel.cli._operator import error, error_of
+from kernel.core.events import RuleProposed
+from kernel.core.reasons import CliError, ExitCode
+from kernel.journal.store import open_journal
+from kernel.memory import MEMORY_PACK
+from kernel.policy.packs import PolicyPack
+from kernel.state.rulebook import RuleItem, history
+from kernel.state.snapshots import ProjectionReport, state_at, state_json, verify_projections
+
+
+def add_commands(commands: Any) -> None:
+    """Add the replay subcommands to ``dirk``'s subparsers."""
+    state = commands.add_parser("state", help="print the whole projected state after an event")
+    state.add_argument("--db", required=True, help="the journal file")
+    state.add_argument("--at", type=int, metavar="SEQ", help="after event SEQ (default: the end)")
+    state.set_defaults(run=_state)
+
+    what = commands.add_parser("whatif", help="which recorded verdicts another history changes")
+    what.add_argument("--db", required=True, help="the journal file")
+    what.add_argument("--exclude", metavar="SEQ,...", help="replay without these events")
+    what.add_argument("--inject-constraint", metavar="TEXT", help="add this constraint ...")
+    what.add_argument("--at", type=int, default=1, metavar="SEQ", help="... from event SEQ on")
+    what.add_argument(
+        "--priority", default="required", choices=["required", "learned", "preferred"]
+    )
+    what.add_argument(
+        "--pack",
+        action="append",
+        metavar="PATH",
+        help="judge again with this pack: FILE.py[:ATTR] or MODULE[:ATTR] (repeatable)",
+    )
+    what.set_defaults(run=_whatif)
+
+    why = commands.add_parser("why", help="a rule's versions, decisions and provenance")
+    why.add_argument("rule", metavar="RULE_ID")
+    why.add_argument("--db", required=True, help="the journal file")
+    why.set_defaults(run=_why)
+
+
+async def _state(args: argparse.Namespace) -> int:
+    async with open_journal(args.db, readonly=True) as journal:
+        if args.at is not None and not 0 <= args.at <= journal.head_seq:
+            return error(CliError.UNKNOWN_SEQ, f"{args.db} has events 1..{journal.head_seq}")
+        projections = await state_at(journal, args.at)
+    print(msgspec.json.format(msgspec.json.encode(state_json(projections)), indent=2).decode())
+    return ExitCode.OK
+
+
+async def _whatif(args: argparse.Namespace) -> int:
+    try:
+        exclude = [int(s) for s in args.exclude.split(",") if s.strip()] if args.exclude else []
+    except ValueError:
+        return error(
+            CliError.BAD_ARGUMENT, f"--exclude takes seqs, not {args.exclude!r}", ExitCode.USAGE
+        )
+    if args.pack:
+        if exclude or args.inject_constraint:
+            return error(
+                CliError.BAD_ARGUMENT,
+                "--pack goes alone, not with --exclude or --inject-constraint",
+                ExitCode.USAGE,
+            )
+        return await _whatif_pack(args.db, args.pack)
+    if not exclude and not args.inject_constraint:
+        return error(
+            CliError.BAD_ARGUMENT, "give --exclude, --inject-constraint or --pack", ExitCode.USAGE
+        )
+    async with open_journal(args.db, readonly=True) as journal:
+        result = await whatif(
+            journal,
+            exclude=exclude,
+            constraint=args.inject_constraint,
+            at=args.at,
+            priority=args.priority,
+        )
+    for change in result.changes:
+        print(change.line())
+    print(f"whatif: {result.judged} recorded verdicts judged again, {len(result.changes)} change")
+    return ExitCode.OK
+
+
+async def _why(args: argparse.Namespace) -> int:
+    async with open_journal(args.db, readonly=True) as journal:
+        events = await journal.read(types=["RuleProposed", "RuleDecided"])
+    book = history(events)
+    item = book.items.get(args.rule)
+    if item is None:
+        return error(CliError.UNKNOWN_RULE, f"no rule {args.rule!r} in {args.db}")
+    proposals = {e.seq: e.payload for e in events if isinstance(e.payload, RuleProposed)}
+    for line in why_lines(args.rule, item, proposals):
+        print(line)
+    return ExitCode.OK
+
+
+def why_lines(rule: str, item: RuleItem, proposals: dict[int, RuleProposed]) -> list[str]:
+    """Return ``dirk why``'s text: the current version, every version, every decision."""
+    current = item.current
+    lines = [
+        f"rule {rule}: "
+        + (f"current v{current.version} {current.title!r}" if current else "no version in force")
+    ]
+    lines.append("versions:")
+    for v in item.versions:
+        source = v.source
+        lines.append(
+            f"  v{v.version} {v.title!r} labels [{', '.join(v.labels)}]"
+            f" (proposal #{v.proposal}, decision #{v.decided} by {v.actor})"
+        )
+        lines.append(
+            f"     source repo {source.repo or '-'} ref {source.ref or '-'}"
+            f" path {source.path or '-'} blob {source.blob or '-'}"
+        )
+        lines.append(f"     {v.content}")
+    lines.append("decisions:")
+    for d in item.decisions:
+        proposal = proposals.get(d.proposal)
+        who = ""
+        if proposal is not None:
+            role = "operator" if proposal.by_operator else "agent"
+            who = f" by {role} {proposal.proposer or '-'}"
+        after = f" -> v{d.version}" if d.version else ""
+        detail = f": {d.detail}" if d.detail else ""
+        lines.append(
+            f"  #{d.seq} {d.decision.upper()} by {d.actor}, {d.reason}{detail}"
+            f" (proposal #{d.proposal}{who}; prior v{d.prior_version}{after})"
+        )
+    return lines
+
+
+def packs_from(specs: list[str]) -> list[PolicyPack]:
+    """Load the packs the ``--pack`` arguments name; the memory pack unless one is given.
+
+    Raises:
+        PackPathError: a path names no loadable pack.
+    """
+    packs = [pack for spec in specs for pack in load_packs(spec)]
+    if not any(pack.name == MEMORY_PACK.name for pack in packs):
+        packs.append(MEMORY_PACK)
+    return packs
+
+
+async def _whatif_pack(db: str, specs: list[str]) -> int:
+    try:
+        packs = packs_from(specs)
+    except PackPathError as exc:
+        return error_of(exc, ExitCode.USAGE)
+    async with open_journal(db, readonly=True) as journal:
+        result = await rejudge(journal, packs, check_hash=False)
+    for change in result.changes:
+        print(change.line())
+    print(
+        f"whatif: {result.judged} recorded verdicts judged again, {len(result.changes)} change"
+        f" ({result.skipped} of kinds no given pack defines)"
+    )
+    return ExitCode.OK
+
+
+async def verify_verdicts(db: str, specs: list[str]) -> tuple[bool, list[str]]:
+    """Re-judge every recorded verdict with the packs ``specs`` name; return (ok, lines)."""
+    async with open_journal(db, readonly=True) as journal:
+        result = await rejudge(journal, packs_from(specs), check_hash=True)
+    lines = [f"verify: FAILED {line}" for line in result.mismatches]
+    lines += [f"verify: FAILED verdict differs: {change.line()}" for change in result.changes]
+    ok = not lines
+    lines.append(
+        f"verify: verdicts {'ok' if ok else 'FAILED'}: {result.judged} re-judged,"
+        f" {len(result.changes)} differ, {result.skipped} not compared"
+    )
+    return ok, lines
+
+
+async def verify_replay(db: str) -> ProjectionReport:
+    """Recompute the projection hash and compare it with the checkpoints and snapshots."""
+    async with open_journal(db, readonly=True) as journal:
+        return await verify_projections(journal)

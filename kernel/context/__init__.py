@@ -1,0 +1,11 @@
+"""The context compiler actor: triggers in, one immutable WorkingContext per attempt out."""
+
+from kernel.context._compiler import ContextCompiler
+from kernel.context._layers import DROP_ORDER, compile_layers, estimate
+
+__all__ = [
+    "DROP_ORDER",
+    "ContextCompiler",
+    "compile_layers",
+    "estimate",
+]

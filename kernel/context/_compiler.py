@@ -1,0 +1,146 @@
+"""The context compiler: triggers in, one immutable WorkingContext per attempt out.
+
+Agents never query anything. When a trigger fires, the compiler records it
+(its facts update the state layer), opens a DecisionFlow for every hosted,
+ACTIVE agent subscribed to its topic, and compiles each agent's context: the
+state it is entitled to see (need-to-know, from its manifest subscriptions)
+and the hash of that snapshot, the reference the DIM later checks for
+staleness.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from kernel.context._layers import compile_layers, window_ns
+from kernel.core.events import ContextCompiled, FlowCreated, TriggerFired
+from kernel.core.flow import FlowStatus
+from kernel.core.ports import Clock, IdSource
+from kernel.policy.contracts import WorkingContext
+from kernel.runtime.actors import Mailbox, Outbox
+from kernel.runtime.messages import AgentMessage, Compile, CompilerMessage, FireTrigger
+from kernel.state.projections import AgentStatus, Projections, context_ref, visible
+from kernel.state.rulebook import RuleSearch
+
+
+class ContextCompiler:
+    """The context compiler actor."""
+
+    def __init__(
+        self,
+        projections: Projections,
+        clock: Clock,
+        ids: IdSource,
+        hosts: Mapping[str, Mailbox[AgentMessage]],
+        schemas: Mapping[str, Any] | None = None,
+        rule_search: RuleSearch | None = None,
+    ) -> None:
+        self._rule_search = rule_search
+        self._schemas = schemas or {}
+        self._projections = projections
+        self._clock = clock
+        self._ids = ids
+        self._hosts = hosts
+
+    async def handle(self, msg: CompilerMessage, out: Outbox) -> None:
+        match msg:
+            case FireTrigger():
+                self._fire(msg, out)
+            case Compile():
+                self._compile(msg, out)
+
+    def _fire(self, msg: FireTrigger, out: Outbox) -> None:
+        root = self._projections.flows.get(msg.parent_dfid) if msg.parent_dfid else None
+        root_dfid = root.root_dfid if root else None
+        trigger = out.emit(TriggerFired(topic=msg.topic, facts=msg.facts, source=msg.source))
+        # Facts of triggers staged in this batch are not in the projections yet, but
+        # they are what the agents woken now must see.
+        staged: dict[str, Any] = out.scratch.setdefault("facts", {})
+        if msg.facts:
+            staged.update(msg.facts)
+            out.scratch.pop("refs", None)  # the state changed: references seen so far are stale
+        dfids = []
+        for agent_id in sorted(self._hosts):
+            agent = self._projections.agents.get(agent_id)
+            if agent is None or agent.status is not AgentStatus.ACTIVE:
+                continue
+            if not visible(agent.manifest.subscriptions, msg.topic):
+                continue
+            dfid = self._ids.new_dfid()
+            out.emit(
+                FlowCreated(root_dfid=root_dfid or dfid, topic=msg.topic),
+                dfid=dfid,
+                parent_dfid=msg.parent_dfid,
+                agent_id=agent_id,
+                after=trigger,
+            )
+            self._compile(Compile(dfid=dfid, attempt=1), out)
+            dfids.append(dfid)
+        out.reply(msg.reply, dfids)
+
+    def _ref(self, subscriptions: list[str], staged: dict[str, Any] | None, out: Outbox) -> str:
+        """Return the reference of what these subscriptions see, once per state per batch."""
+        refs: dict[tuple[str, ...], str] = out.scratch.setdefault("refs", {})
+        key = tuple(subscriptions)
+        ref = refs.get(key)
+        if ref is None:
+            ref = refs[key] = context_ref(self._projections.visible_state(key, staged))
+        return ref
+
+    def _compile(self, msg: Compile, out: Outbox) -> None:
+        flow = out.flow(msg.dfid)
+        if flow is None or flow.status not in (FlowStatus.CREATED, FlowStatus.ACTIVE):
+            return
+        if flow.compiled != msg.attempt - 1 or flow.attempts != msg.attempt - 1:
+            return  # a compile request overtaken by events
+        agent = self._projections.agents[flow.agent_id]
+        staged = out.scratch.get("facts")
+        # The reference covers everything the agent is entitled to see, whatever the
+        # limits show it: the DIM recomputes it the same way to detect a stale context.
+        ref = self._ref(agent.manifest.subscriptions, staged, out)
+        as_of = self._clock.now_ns() if window_ns(agent.manifest) is not None else 0
+        layers = compile_layers(
+            self._projections,
+            flow,
+            agent.manifest,
+            self._schemas,
+            staged=staged,
+            as_of_ns=as_of,
+            search=self._rule_search,
+        )
+        out.emit(
+            ContextCompiled(
+                attempt=msg.attempt,
+                context_ref=ref,
+                state=layers.state,
+                feedback=msg.feedback,
+                tokens=layers.tokens,
+                dropped=layers.dropped,
+                as_of_ns=as_of,
+                rules=layers.rules,
+            ),
+            dfid=msg.dfid,
+        )
+        host = self._hosts.get(flow.agent_id)
+        if host is None:
+            return
+        ctx = WorkingContext(
+            dfid=msg.dfid,
+            agent_id=flow.agent_id,
+            attempt=msg.attempt,
+            topic=flow.topic,
+            state=layers.state,
+            context_ref=ref,
+            now_ns=self._clock.now_ns(),
+            root_dfid=flow.root_dfid,
+            parent_dfid=flow.parent_dfid,
+            feedback=msg.feedback,
+            session=layers.session,
+            memory=layers.memory,
+            artifacts=layers.artifacts,
+            schemas=layers.schemas,
+            tokens=layers.tokens,
+            dropped=layers.dropped,
+        )
+        out.send(host, ctx)

@@ -1,0 +1,210 @@
+"""The four layers of a WorkingContext, their limits and the token budget.
+
+A pure function of the projections at one journal position, the flow, the
+agent's manifest and the recorded compile time, so compiling twice from the
+same position gives byte-identical layers (tested):
+
+- session: the flow itself (topic, attempt, lineage, the last proposal);
+- state: the facts the agent is entitled to see (need-to-know from its
+  subscriptions), newest first within the manifest's limits;
+- memory: the active constraints (all of them: the agent is judged by them),
+  the newest facts of governed memory, and the rulebook's rules relevant to
+  the flow (its topic, the agent's kinds and the state keys it sees; see
+  :func:`kernel.state.rulebook.select`), most relevant first, each with how to cite it;
+- artifacts: state values larger than :data:`ARTIFACT_BYTES`, by reference
+  (``sha256:<hex>``, fetched by tool use), never inlined.
+
+Limits come from the manifest's ``limits``: ``context.state.max_items``,
+``context.state.window_s`` (facts recorded within that many seconds of the
+compile), ``context.memory.max_facts``, ``context.memory.max_rules`` (default
+:data:`~kernel.state.rulebook.DEFAULT_RULES`) and ``context.tokens`` (the budget,
+default :data:`DEFAULT_TOKENS`). Tokens are estimated as a quarter of the
+canonical JSON bytes. Over budget, items are dropped in this order until the
+context fits: artifact references, then memory facts (oldest first) and then
+rules (least relevant first), then state facts (oldest first). The session,
+the constraints and the schemas are never dropped. What was dropped is
+recorded in ContextCompiled.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from typing import Any
+
+import msgspec
+
+from kernel.core.events import Manifest, canonical
+from kernel.core.flow import FlowState
+from kernel.state.projections import Projections, visible
+from kernel.state.rulebook import DEFAULT_RULES, RuleSearch, select, shown_item
+
+ARTIFACT_BYTES = 2048
+"""State values larger than this (canonical JSON) go by reference."""
+DEFAULT_TOKENS = 8000
+DROP_ORDER = ("artifact", "memory", "state")
+"""Which items go first when a context is over its token budget (oldest first within each)."""
+
+
+class Layers(msgspec.Struct, frozen=True, gc=False, kw_only=True):
+    """A compiled context's layers, its token estimate and what the budget dropped."""
+
+    session: dict[str, Any]
+    state: dict[str, Any]
+    memory: dict[str, Any]
+    artifacts: dict[str, str]
+    schemas: dict[str, Any]
+    tokens: int
+    dropped: list[str] = []
+    rules: list[str] = []
+    """The rules shown, as ``id@vN``."""
+
+
+def estimate(obj: Any) -> int:
+    """Return the deterministic token estimate of ``obj``: a quarter of its canonical bytes."""
+    return (len(canonical(obj)) + 3) // 4
+
+
+def _item_tokens(key: str, body: bytes) -> int:
+    # Exactly estimate({key: value}) given the value's canonical body, without encoding twice.
+    return (len(canonical(key)) + len(body) + 3 + 3) // 4
+
+
+_schema_tokens: dict[tuple[str, ...], tuple[tuple[Any, ...], int]] = {}
+
+
+def _schemas_estimate(mine: dict[str, Any]) -> int:
+    # A pack loaded at runtime builds new schema objects; an estimate is reused while the
+    # very same objects are in force (the entry holds them, so no other object takes their place).
+    key = tuple(mine)
+    values = tuple(mine.values())
+    hit = _schema_tokens.get(key)
+    if hit is not None and all(a is b for a, b in zip(hit[0], values, strict=True)):
+        return hit[1]
+    tokens = estimate(mine)
+    _schema_tokens[key] = (values, tokens)
+    return tokens
+
+
+def _limit(limits: Mapping[str, Any], name: str) -> int | None:
+    value = limits.get(name)
+    return int(value) if isinstance(value, int | float) and value >= 0 else None
+
+
+def window_ns(manifest: Manifest) -> int | None:
+    """Return the manifest's state time window in nanoseconds, if it sets one."""
+    seconds = manifest.limits.get("context.state.window_s")
+    return int(seconds * 1e9) if isinstance(seconds, int | float) else None
+
+
+def compile_layers(
+    projections: Projections,
+    flow: FlowState,
+    manifest: Manifest,
+    schemas: Mapping[str, Any],
+    *,
+    staged: Mapping[str, Any] | None = None,
+    as_of_ns: int = 0,
+    search: RuleSearch | None = None,
+) -> Layers:
+    """Compile the layers of one attempt's context.
+
+    Args:
+        projections: the state at the compile's journal position.
+        flow: the flow being compiled for.
+        manifest: the agent's manifest (subscriptions and limits).
+        schemas: the JSON schema of every policy kind by name.
+        staged: facts of triggers recorded in the same batch, not folded yet (newest).
+        as_of_ns: the recorded compile time, for the state time window.
+        search: the rule relevance port (lexical by default).
+    """
+    limits = manifest.limits
+    subs = tuple(manifest.subscriptions)
+    # (seq, key, value) of every entitled fact; staged facts are the newest.
+    newest = projections.last_seq + 1
+    window = window_ns(manifest)
+    facts = [
+        (fact.seq, key, fact.value)
+        for key, fact in projections.state.items()
+        if visible(subs, key) and (window is None or fact.ts >= as_of_ns - window)
+    ]
+    if staged:
+        facts = [f for f in facts if f[1] not in staged]
+        facts += [(newest, key, value) for key, value in staged.items() if visible(subs, key)]
+    facts.sort(key=lambda f: (f[0], f[1]))
+    state_items = _limit(limits, "context.state.max_items")
+    dropped: list[str] = []
+    if state_items is not None and len(facts) > state_items:
+        cut = len(facts) - state_items
+        dropped = [f"state:{key}" for _, key, _ in facts[:cut]]
+        facts = facts[cut:]
+
+    state: list[tuple[str, str, Any, int]] = []
+    artifacts: list[tuple[str, str, Any, int]] = []
+    for _, key, value in facts:
+        body = canonical(value)
+        if len(body) > ARTIFACT_BYTES:
+            ref = f"sha256:{hashlib.sha256(body).hexdigest()}"
+            artifacts.append(("artifact", key, ref, _item_tokens(key, canonical(ref))))
+        else:
+            state.append(("state", key, value, _item_tokens(key, body)))
+    memory_facts = [
+        ("memory", name, fact.value, _item_tokens(name, canonical(fact.value)))
+        for name, fact in sorted(projections.memory.facts.items(), key=lambda i: i[1].seq)
+    ]
+    max_facts = _limit(limits, "context.memory.max_facts")
+    if max_facts is not None and len(memory_facts) > max_facts:
+        cut = len(memory_facts) - max_facts
+        dropped += [f"memory:{name}" for _, name, _, _ in memory_facts[:cut]]
+        memory_facts = memory_facts[cut:]
+
+    rules: list[tuple[str, str, Any, int]] = []
+    if projections.memory.rulebook.items:
+        max_rules = _limit(limits, "context.memory.max_rules")
+        query = " ".join([flow.topic, *sorted(manifest.capabilities), *(f[1] for f in facts)])
+        k = DEFAULT_RULES if max_rules is None else max_rules
+        for version in select(projections.memory.rulebook, query, k, search):
+            item = shown_item(version)
+            key = f"rule:{version.ref}"
+            rules.append(("rule", key, item, _item_tokens(key, canonical(item))))
+
+    session: dict[str, Any] = {
+        "topic": flow.topic,
+        "attempt": flow.compiled + 1,
+        "root_dfid": flow.root_dfid,
+        "parent_dfid": flow.parent_dfid,
+        "rejections": flow.rejections,
+    }
+    if flow.proposal is not None:
+        session["last_proposal"] = {"kind": flow.proposal.kind, "params": flow.proposal.params}
+    constraints = projections.memory.view(0)["constraints"]
+    mine = {k: schemas[k] for k in sorted(manifest.capabilities) if k in schemas}
+
+    budget = _limit(limits, "context.tokens") or DEFAULT_TOKENS
+    fixed = estimate(session) + estimate(constraints) + _schemas_estimate(mine)
+    # Within memory: facts oldest first, then rules least relevant first.
+    items = {"artifact": artifacts, "memory": memory_facts + rules[::-1], "state": state}
+    tokens = fixed + sum(item[3] for group in items.values() for item in group)
+    for layer in DROP_ORDER:
+        group = items[layer]
+        while tokens > budget and group:
+            _, key, _, cost = group.pop(0)
+            tokens -= cost
+            dropped.append(f"{layer}:{key}")
+    kept = [item for tag, _, item, _ in items["memory"] if tag == "rule"][::-1]
+    memory: dict[str, Any] = {
+        "constraints": constraints,
+        "facts": dict(sorted((k, v) for tag, k, v, _ in items["memory"] if tag == "memory")),
+    }
+    if kept:
+        memory["rules"] = kept
+    return Layers(
+        session=session,
+        state=dict(sorted((k, v) for _, k, v, _ in state)),
+        memory=memory,
+        artifacts=dict(sorted((k, v) for _, k, v, _ in artifacts)),
+        schemas=mine,
+        tokens=tokens,
+        dropped=dropped,
+        rules=[f"{item['id']}@v{item['version']}" for item in kept],
+    )

@@ -1,0 +1,269 @@
+"""The wall's types: every value that enters the kernel is checked by type on the way in.
+
+Agents, embedding code and operators hand the kernel plain Python values. Built
+with bare constructors, a msgspec Struct checks nothing, so a ``None`` where a
+list belongs, a ``nan`` confidence or an integer past 64 bits would reach an
+event and, from there, the journal (JSON writes ``nan`` as ``null``, which no
+longer decodes; msgpack, which hashes finished flows and snapshots, cannot hold
+an integer past 64 bits). So each entry point turns what it was given into
+builtins and *decodes* it into one of the specs below with ``strict=True``:
+integers within 64 bits, finite floats, strings capped in length, operators'
+names and reasons required and non-blank. Whatever sits in a free-form value
+(``params``, trigger facts, manifest limits) is walked with the same bounds.
+
+A refusal is :class:`InputInvalid` with SCHEMA_INVALID and the field it found;
+the entry point records it where there is a flow or a principal to name. The
+journal keeps its own last line of defence (``_seal`` in kernel.journal.store): an
+event whose canonical bytes do not decode back to an equal event is never
+written.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Annotated, Any, TypeVar
+
+import msgspec
+from msgspec import Meta
+
+from kernel.core.reasons import ReasonCode
+
+T = TypeVar("T")
+
+INT_MIN = -(2**63)
+INT_MAX = 2**63 - 1
+"""Every integer that enters lies within 64 signed bits (what msgpack and SQLite hold)."""
+
+MAX_ID = 256
+"""The longest id, name, kind, topic, version or hash the kernel records."""
+MAX_REASON = 4096
+"""The longest reason an operator gives for an act."""
+MAX_TEXT = 32 * 1024
+"""The longest free text (an agent's explanation) the kernel records."""
+MAX_VALUE_CHARS = 64 * 1024
+"""The longest string inside a free-form value (params, facts, limits)."""
+MAX_DEPTH = 32
+"""The deepest nesting of a free-form value."""
+MAX_NODES = 10_000
+"""The most values (scalars, lists, maps) one input may hold in all."""
+MAX_CHARS = 1_000_000
+"""The most characters of strings (keys included) one input may hold in all."""
+MAX_TTL_S = 10 * 366 * 24 * 3600
+"""The longest an amendment may last: ten years, well inside 64-bit nanoseconds."""
+MAX_DETAIL = 1000
+"""How much of a value a refusal quotes back."""
+
+Int64 = Annotated[int, Meta(ge=INT_MIN, le=INT_MAX)]
+Id = Annotated[str, Meta(max_length=MAX_ID)]
+Name = Annotated[str, Meta(min_length=1, max_length=MAX_ID, pattern=r"\S")]
+"""An id that must be given: an operator's name, an agent, a flow."""
+Reason = Annotated[str, Meta(min_length=1, max_length=MAX_REASON, pattern=r"\S")]
+Text = Annotated[str, Meta(max_length=MAX_TEXT)]
+Confidence = Annotated[float, Meta(ge=0.0, le=1.0)]
+Seconds = Annotated[float, Meta(gt=0.0, le=MAX_TTL_S)]
+Tokens = Annotated[int, Meta(ge=0, le=INT_MAX)]
+
+
+class InputInvalid(ValueError):
+    """Input refused at the kernel's boundary: wrongly typed, out of range or oversized.
+
+    ``reason_code`` is SCHEMA_INVALID; ``field`` names what was wrong (``$`` for the whole).
+    """
+
+    def __init__(self, field: str, detail: str) -> None:
+        super().__init__(f"SCHEMA_INVALID: {field}: {detail}")
+        self.reason_code = ReasonCode.SCHEMA_INVALID
+        self.field = field
+        self.detail = detail
+
+
+# --- the specs: one per struct that crosses the API or the inbox ---------------------
+
+
+class _Spec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    pass
+
+
+class ProposalSpec(_Spec, frozen=True):
+    kind: Id
+    params: dict[Id, Any] = {}
+    version: Id = ""
+    explain: Text = ""
+    confidence: Confidence = 1.0
+    valid_until_ns: Int64 | None = None
+    context_ref: Id = ""
+
+
+class ManifestSpec(_Spec, frozen=True):
+    agent_id: Name
+    version: Id
+    capabilities: list[Id] = []
+    subscriptions: list[Id] = []
+    limits: dict[Id, Any] = {}
+    max_attempts: Annotated[int, Meta(ge=1, le=1000)] = 3
+
+
+class TriggerSpec(_Spec, frozen=True):
+    topic: Name
+    facts: dict[Id, Any] = {}
+    source: Id = ""
+    parent: Id | None = None
+
+
+class DecisionSpec(_Spec, frozen=True):
+    dfid: Name
+    decision: Annotated[str, Meta(max_length=32)]
+    operator: Name
+    reason: Reason
+    params: dict[Id, Any] | None = None
+    action_hash: Id | None = None
+
+
+class AmendmentSpec(_Spec, frozen=True):
+    agent_id: Name
+    limit: Name
+    value: Int64 | Annotated[str, Meta(min_length=1, max_length=64)]
+    ttl_s: Seconds
+    operator: Name
+    reason: Reason
+
+
+class AgentStatusSpec(_Spec, frozen=True):
+    agent_id: Name
+    status: Annotated[str, Meta(max_length=32)]
+    operator: Name
+    reason: Reason
+
+
+class RuleDecisionSpec(_Spec, frozen=True):
+    proposal_seq: Annotated[int, Meta(ge=1, le=INT_MAX)]
+    decision: Annotated[str, Meta(max_length=32)]
+    operator: Name
+    reason: Reason
+
+
+class RuleProposalSpec(_Spec, frozen=True):
+    rule: Name
+    title: Text
+    content: Text
+    operator: Name
+    reason: Reason
+    labels: list[Id] = []
+    base_version: Annotated[int, Meta(ge=0, le=INT_MAX)] = 0
+
+
+class HumanActSpec(_Spec, frozen=True):
+    operator: Name
+    reason: Reason
+
+
+class AgentSpec(_Spec, frozen=True):
+    agent_id: Name
+
+
+class UsageSpec(_Spec, frozen=True):
+    tokens: Tokens
+
+
+# --- admitting a value -------------------------------------------------------------
+
+
+def admit(value: Any, spec: type[T]) -> T:
+    """Decode ``value`` (a Struct, a mapping, builtins) into ``spec``, strictly.
+
+    Raises:
+        InputInvalid: naming the first field that is wrongly typed, out of range or too long.
+    """
+    try:
+        builtins = msgspec.to_builtins(value)
+    except (TypeError, ValueError, OverflowError, RecursionError) as exc:
+        raise InputInvalid("$", f"not plain data: {exc}"[:MAX_DETAIL]) from None
+    check_value(builtins)
+    try:
+        return msgspec.convert(builtins, spec, strict=True)
+    except msgspec.ValidationError as exc:
+        raise InputInvalid(_field_of(exc), str(exc)[:MAX_DETAIL]) from None
+
+
+def who_and_why(operator: Any, reason: Any) -> str | None:
+    """Return why an operator's name and reason cannot be recorded for a human act, or None."""
+    try:
+        admit({"operator": operator, "reason": reason}, HumanActSpec)
+    except InputInvalid as exc:
+        return (
+            f"a human act names its --operator (up to {MAX_ID} characters) and a --reason"
+            f" (up to {MAX_REASON}), neither blank: {exc.field}: {exc.detail}"
+        )
+    return None
+
+
+def fields(**values: Any) -> dict[str, Any]:
+    """Return keyword arguments as a mapping to :func:`admit` (reads better at call sites)."""
+    return values
+
+
+def check_value(value: Any, path: str = "$") -> None:
+    """Check a free-form value: JSON types only, 64-bit ints, finite floats, bounded size.
+
+    Raises:
+        InputInvalid: naming the path of the first value out of bounds.
+    """
+    stack: list[tuple[Any, str, int]] = [(value, path, 0)]
+    nodes = chars = 0
+    while stack:
+        item, where, depth = stack.pop()
+        nodes += 1
+        if nodes > MAX_NODES:
+            raise InputInvalid("$", f"more than {MAX_NODES} values in all")
+        if depth > MAX_DEPTH:
+            raise InputInvalid(_bare(where), f"nested deeper than {MAX_DEPTH} levels")
+        if item is None or item is True or item is False:
+            continue
+        if isinstance(item, int):
+            if not INT_MIN <= item <= INT_MAX:
+                raise InputInvalid(_bare(where), "an integer outside 64 bits")
+        elif isinstance(item, float):
+            if not math.isfinite(item):
+                raise InputInvalid(_bare(where), f"{item} is not a finite number")
+        elif isinstance(item, str):
+            chars += len(item)
+            if chars > MAX_CHARS:
+                raise InputInvalid("$", f"more than {MAX_CHARS} characters of text in all")
+            if len(item) > MAX_VALUE_CHARS:
+                raise InputInvalid(
+                    _bare(where), f"a string of {len(item)} characters, over {MAX_VALUE_CHARS}"
+                )
+        elif isinstance(item, list):
+            stack.extend((v, f"{where}[{i}]", depth + 1) for i, v in enumerate(item))
+        elif isinstance(item, Mapping):
+            for key, v in item.items():
+                if not isinstance(key, str):
+                    raise InputInvalid(_bare(where), f"a key that is not a string: {key!r}"[:200])
+                chars += len(key)
+                stack.append((v, f"{where}.{key[:64]}", depth + 1))
+        else:
+            raise InputInvalid(_bare(where), f"a {type(item).__name__} is not plain data")
+
+
+def clip(text: Any, limit: int = MAX_ID) -> str:
+    """Return ``text`` as a string of at most ``limit`` characters, saying so when it was cut."""
+    shown: str = text if isinstance(text, str) else repr(text)
+    if len(shown) <= limit:
+        return shown
+    note = f"... ({len(shown)} chars, cut)"
+    return shown[: max(0, limit - len(note))] + note
+
+
+def _bare(path: str) -> str:
+    return path.removeprefix("$.").removeprefix("$") or "$"
+
+
+def _field_of(exc: msgspec.ValidationError) -> str:
+    text = str(exc)
+    if " - at `" in text:
+        return _bare(text.rsplit(" - at `", 1)[1].rstrip("`"))
+    for marker in ("unknown field `", "missing required field `"):
+        if marker in text:
+            return text.split(marker, 1)[1].split("`", 1)[0]
+    return "$"

@@ -1,0 +1,18 @@
+"""The Decision Integrity Module: the deterministic gate every proposal passes.
+
+:func:`kernel.dim.verdict.verdict` is the one verdict function; the actor judges with it
+and ``dirk verify --verdicts`` / ``whatif`` re-judge with it.
+"""
+
+from kernel.dim._actor import BUDGET_GUARD, IntegrityModule
+from kernel.dim._gate import LAYERS, Judgement, Snapshot, judge, reject
+
+__all__ = [
+    "BUDGET_GUARD",
+    "LAYERS",
+    "IntegrityModule",
+    "Judgement",
+    "Snapshot",
+    "judge",
+    "reject",
+]

@@ -1,0 +1,392 @@
+"""The Decision Integrity Module: the deterministic gate every proposal passes.
+
+The verdict is a pure function of (proposal, projected state, time, policy
+packs), computed by :func:`kernel.dim.verdict.verdict`, the function replay calls
+too; :func:`kernel.dim._gate.judge`'s docstring lists the layers in their fixed
+order. Before them, the boundary checks the session token
+(INVALID_SESSION) and the flow (FLOW_NOT_ACTIVE); refusals there touch no flow
+and count no attempt.
+
+Acceptance and escalation reserve what the proposal consumes (ResourceReserved,
+in the same append as the verdict); whoever records the end of the flow
+releases it (see ``Outbox.emit``). This actor is the only one that reserves,
+and it counts what the current batch staged, so two proposals racing for the
+last unit cannot both win.
+
+A rejection with attempts left hands the agent its feedback through a fresh
+context; the intent retry governor ends the flow with REASONING_EXHAUSTION
+once the agent's attempts are spent. There is no default-allow path.
+
+The DIM times each rule it runs (a :class:`~kernel.policy.rules.Stopwatch` on real
+monotonic time) and records a rule that overran its budget as a finding right
+after the verdict: FlowFlagged (guard ``"rule budget"``), which marks the flow
+NEEDS_REVIEW and names the rule, its pack, the budget and the measured time.
+The verdict is the same whatever the time, so replay reproduces it.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import msgspec
+
+from kernel.core.events import (
+    DuplicateSuppressed,
+    FlowAborted,
+    FlowFlagged,
+    LimitAmended,
+    ProposalAccepted,
+    ProposalRejected,
+    ProposalSubmitted,
+    ResourceReleased,
+    ResourceReserved,
+    SubmissionRefused,
+)
+from kernel.core.flow import FlowState, FlowStatus
+from kernel.core.ports import Clock
+from kernel.core.reasons import ReasonCode
+from kernel.dim._citations import notes_on
+from kernel.dim._gate import Judgement, MemoryCheck, reject
+from kernel.dim._packs import load
+from kernel.dim.verdict import Staged, verdict
+from kernel.policy.contracts import Outcome, Verdict
+from kernel.policy.packs import PolicyCatalog
+from kernel.policy.rules import Overrun, Stopwatch
+from kernel.runtime.actors import Mailbox, Outbox
+from kernel.runtime.messages import (
+    AmendLimit,
+    Compile,
+    CompilerMessage,
+    DimMessage,
+    Dispatch,
+    Escalate,
+    EscalationMessage,
+    ExecutionMessage,
+    GuardMessage,
+    LoadPack,
+    Screen,
+    Validate,
+    Withdraw,
+)
+from kernel.state.amendments import amend, folded
+from kernel.state.approvals import escalation as escalation_event
+from kernel.state.intents import stage_start
+from kernel.state.projections import AgentView, Projections, session_hash
+
+log = logging.getLogger(__name__)
+
+BUDGET_GUARD = "rule budget"
+"""The name a rule's budget overrun is flagged under (FlowFlagged.guard)."""
+
+
+class IntegrityModule:
+    """The DIM actor."""
+
+    def __init__(
+        self,
+        projections: Projections,
+        catalog: PolicyCatalog,
+        clock: Clock,
+        compiler: Mailbox[CompilerMessage],
+        escalation: Mailbox[EscalationMessage],
+        execution: Mailbox[ExecutionMessage],
+        memory: MemoryCheck | None = None,
+        guards: Mailbox[GuardMessage] | None = None,
+        rule_clock: Callable[[], int] = time.perf_counter_ns,
+    ) -> None:
+        # Measures rules beside the verdict; real time is right: it decides nothing.
+        self._rule_clock = rule_clock
+        self._memory = memory
+        self._guards = guards
+        self._projections = projections
+        self._catalog = catalog
+        self._clock = clock
+        self._compiler = compiler
+        self._escalation = escalation
+        self._execution = execution
+
+    async def handle(self, msg: DimMessage, out: Outbox) -> None:
+        match msg:
+            case Validate():
+                self._validate(msg, out)
+            case AmendLimit():
+                self._amend(msg, out)
+            case LoadPack():
+                load(msg, self._catalog, self._projections.packs, out)
+            case Withdraw():
+                flow = out.flow(msg.dfid)
+                owner = self._projections.sessions.get(session_hash(msg.token))
+                if (
+                    flow is not None
+                    and flow.agent_id == owner
+                    and flow.awaiting_proposal
+                    and flow.compiled == msg.attempt
+                ):
+                    out.emit(
+                        FlowAborted(reason_code=msg.reason_code, detail=msg.detail), dfid=msg.dfid
+                    )
+
+    def _amend(self, msg: AmendLimit, out: Outbox) -> None:
+        event = amend(msg, self._catalog, self._projections.agents, self._clock.now_ns())
+        out.emit(event, agent_id=msg.agent_id or None)
+        if isinstance(event, LimitAmended):
+            # In force for the proposals this batch judges after it, as replay will see it.
+            staged = _staged(out).amended
+            staged.setdefault(msg.agent_id, {})[event.limit] = folded(event, 0)
+        out.reply(msg.reply, event)
+
+    def _validate(self, msg: Validate, out: Outbox) -> None:
+        flow = out.flow(msg.dfid)
+        agent_id = self._projections.sessions.get(session_hash(msg.token)) if msg.token else None
+        if not msg.by_human and agent_id is None:
+            self._refuse(
+                msg, flow, ReasonCode.INVALID_SESSION, "the session token is not valid", out
+            )
+            return
+        if flow is None or (not msg.by_human and flow.agent_id != agent_id):
+            self._refuse(
+                msg, None, ReasonCode.FLOW_NOT_ACTIVE, f"no flow {msg.dfid} for this agent", out
+            )
+            return
+        ready = flow.status is FlowStatus.VALIDATING if msg.by_human else flow.awaiting_proposal
+        if not ready:
+            if flow.proposal == msg.proposal and flow.status not in (
+                FlowStatus.VALIDATING,
+                FlowStatus.ACTIVE,
+            ):
+                self._duplicate(msg, flow, out)
+            elif flow.status is FlowStatus.ACTIVE:
+                self._refuse(
+                    msg, flow, ReasonCode.FLOW_NOT_ACTIVE, "the flow awaits a fresh context", out
+                )
+            else:
+                self._refuse(msg, flow, ReasonCode.FLOW_NOT_ACTIVE, f"flow is {flow.status}", out)
+            return
+
+        agent = self._projections.agents[flow.agent_id]
+        attempt = flow.attempts + (0 if msg.by_human else 1)
+        submitted = out.emit(
+            ProposalSubmitted(attempt=attempt, proposal=msg.proposal, by_human=msg.by_human),
+            dfid=msg.dfid,
+        )
+        # Citations and advisory constraints are recorded, never judged (kernel.dim._citations).
+        for note in notes_on(self._projections.memory, flow, msg.proposal):
+            out.emit(note, dfid=msg.dfid, agent_id=flow.agent_id, after=submitted)
+        staged = _staged(out)
+        state = staged.state(self._projections, agent)[0]
+        own = staged.own(self._projections, msg.dfid)
+        stopwatch = Stopwatch(self._rule_clock)
+        if msg.invalid is not None:
+            # The wall refused the proposal at the schema layer: there is nothing to judge.
+            judgement = Judgement(rejection=msg.invalid)
+        else:
+            judgement = verdict(
+                msg.proposal,
+                flow,
+                agent,
+                self._catalog,
+                self._clock.now_ns(),
+                self._projections,
+                by_human=msg.by_human,
+                staged=staged,
+                memory=self._memory,
+                stopwatch=stopwatch,
+            )
+        overruns = stopwatch.overruns
+        if judgement.rejection is not None:
+            self._rejected(msg, agent, attempt, judgement, submitted, overruns, out)
+            return
+        escalation = judgement.escalation
+        if escalation is not None:
+            event = escalation_event(
+                msg.dfid, msg.proposal, self._catalog, escalation.reason_code, escalation.detail
+            )
+            recorded = out.emit(
+                msgspec.structs.replace(event, pack=judgement.pack, rule=escalation.rule),
+                dfid=msg.dfid,
+                after=submitted,
+            )
+            self._flag(msg, judgement, overruns, recorded, out)
+            self._reserve(msg.dfid, flow.agent_id, judgement, own, recorded, out)
+            self._screen(msg, state, out)
+            out.send(self._escalation, Escalate(dfid=msg.dfid))
+            out.reply(
+                msg.reply,
+                Verdict(
+                    outcome=Outcome.ESCALATED, dfid=msg.dfid, attempt=attempt, feedback=escalation
+                ),
+            )
+            return
+        recorded = out.emit(
+            ProposalAccepted(attempt=attempt, by_human=msg.by_human, pack=judgement.pack),
+            dfid=msg.dfid,
+            after=submitted,
+        )
+        self._flag(msg, judgement, overruns, recorded, out)
+        self._reserve(msg.dfid, flow.agent_id, judgement, own, recorded, out)
+        self._screen(msg, state, out)
+        # The start of execution goes into this append too (one commit fewer per flow);
+        # the engine calls the adapter only once it is recorded (kernel.state.intents).
+        accepted = out.flow(msg.dfid)
+        assert accepted is not None
+        intent = stage_start(self._catalog, accepted, out, policy=judgement.policy)
+        if intent is not None:
+            out.send(self._execution, Dispatch(dfid=msg.dfid, key=intent.key))
+        out.reply(msg.reply, Verdict(outcome=Outcome.ACCEPTED, dfid=msg.dfid, attempt=attempt))
+
+    def _flag(
+        self,
+        msg: Validate,
+        judgement: Judgement,
+        overruns: list[Overrun],
+        recorded: int,
+        out: Outbox,
+    ) -> None:
+        """Record each rule that overran its budget: the flow needs review, the verdict stands."""
+        if not overruns:
+            return
+        pack = self._catalog.pack_of.get(msg.proposal.kind)
+        of_pack = f" of pack {pack.name} {pack.version}" if pack is not None else ""
+        for o in overruns:
+            reason = (
+                f"rule {o.rule}{of_pack} took {o.took_us} us, over its budget of {o.budget_us} us"
+                " (the verdict does not depend on it; make the rule cheaper or raise its budget)"
+            )
+            log.warning("flow %s: %s", msg.dfid, reason)
+            out.emit(
+                FlowFlagged(
+                    guard=BUDGET_GUARD,
+                    reason=reason,
+                    rule=o.rule,
+                    budget_us=o.budget_us,
+                    took_us=o.took_us,
+                    pack=judgement.pack,
+                ),
+                dfid=msg.dfid,
+                after=recorded,
+            )
+
+    def _screen(self, msg: Validate, state: Mapping[str, Any], out: Outbox) -> None:
+        """Hand a proposal let through to the soft guards, once its verdict is recorded."""
+        if self._guards is not None and msg.proposal.kind in self._catalog.guards_of:
+            # Its own copy: the state seen is shared by the flows of this batch.
+            screen = Screen(dfid=msg.dfid, proposal=msg.proposal, state=dict(state))
+            out.send(self._guards, screen)
+
+    def _reserve(
+        self,
+        dfid: str,
+        agent_id: str,
+        judgement: Judgement,
+        own: Mapping[str, int],
+        recorded: int,
+        out: Outbox,
+    ) -> None:
+        """Stage what the flow now holds: new amounts reserved, pools no longer needed released."""
+        want = judgement.reserve
+        for pool, amount in sorted(want.items()):
+            if own.get(pool) != amount:
+                out.emit(
+                    ResourceReserved(pool=pool, amount=amount),
+                    dfid=dfid,
+                    agent_id=agent_id,
+                    after=recorded,
+                )
+        for pool, amount in sorted(own.items()):
+            if pool not in want:
+                out.emit(
+                    ResourceReleased(pool=pool, amount=amount, reason="modified"),
+                    dfid=dfid,
+                    agent_id=agent_id,
+                    after=recorded,
+                )
+        if want or own:
+            _staged(out).reserved[dfid] = dict(want)
+
+    def _rejected(
+        self,
+        msg: Validate,
+        agent: AgentView,
+        attempt: int,
+        judgement: Judgement,
+        submitted: int,
+        overruns: list[Overrun],
+        out: Outbox,
+    ) -> None:
+        feedback = judgement.rejection
+        assert feedback is not None
+        rejected = out.emit(
+            ProposalRejected(attempt=attempt, feedback=feedback, pack=judgement.pack),
+            dfid=msg.dfid,
+            after=submitted,
+        )
+        self._flag(msg, judgement, overruns, rejected, out)
+        if msg.by_human:
+            out.emit(
+                FlowAborted(
+                    reason_code=feedback.reason_code,
+                    detail=f"human modification refused: {feedback.detail}",
+                ),
+                dfid=msg.dfid,
+                after=rejected,
+            )
+            outcome = Outcome.ABORTED
+        elif attempt >= agent.manifest.max_attempts:
+            out.emit(
+                FlowAborted(
+                    reason_code=ReasonCode.REASONING_EXHAUSTION,
+                    detail=f"{attempt} proposals rejected; last: {feedback.reason_code}",
+                ),
+                dfid=msg.dfid,
+                after=rejected,
+            )
+            outcome = Outcome.ABORTED
+        else:
+            out.send(self._compiler, Compile(dfid=msg.dfid, attempt=attempt + 1, feedback=feedback))
+            outcome = Outcome.REJECTED
+        out.reply(
+            msg.reply, Verdict(outcome=outcome, dfid=msg.dfid, attempt=attempt, feedback=feedback)
+        )
+
+    def _refuse(
+        self, msg: Validate, flow: FlowState | None, code: ReasonCode, detail: str, out: Outbox
+    ) -> None:
+        out.emit(
+            SubmissionRefused(
+                reason_code=code, detail=detail, claimed_agent=flow.agent_id if flow else ""
+            ),
+            dfid=flow.dfid if flow else None,
+        )
+        feedback = reject("boundary", code, detail)
+        out.reply(msg.reply, Verdict(outcome=Outcome.REFUSED, dfid=msg.dfid, feedback=feedback))
+
+    def _duplicate(self, msg: Validate, flow: FlowState, out: Outbox) -> None:
+        out.emit(DuplicateSuppressed(key=flow.intent_key, source="submission"), dfid=flow.dfid)
+        outcome = {
+            FlowStatus.CLOSED: Outcome.DUPLICATE,
+            FlowStatus.ABORTED: Outcome.ABORTED,
+            FlowStatus.ESCALATED: Outcome.ESCALATED,
+        }.get(flow.status, Outcome.DUPLICATE)
+        feedback = reject("boundary", flow.reason_code, flow.detail) if flow.reason_code else None
+        out.reply(
+            msg.reply,
+            Verdict(
+                outcome=outcome,
+                dfid=flow.dfid,
+                attempt=flow.attempts,
+                feedback=feedback,
+                external_id=flow.external_id,
+            ),
+        )
+
+
+def _staged(out: Outbox) -> Staged:
+    """Return what this batch staged and has not committed (kernel.dim.verdict counts it)."""
+    staged = out.scratch.get("staged")
+    if staged is None:
+        staged = out.scratch["staged"] = Staged()
+    assert isinstance(staged, Staged)
+    return staged

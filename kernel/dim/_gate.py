@@ -1,0 +1,492 @@
+"""The DIM's pipeline as a pure function: (proposal, snapshot, time, packs) -> judgement.
+
+The layers run in this fixed order and the first that fails decides; its
+feedback names the layer, the rule, the field and the limit:
+
+1. ``schema``: kind, version and parameters of the policy kind (SCHEMA_INVALID);
+2. ``status``: the agent is ACTIVE (AGENT_PASSIVE, AGENT_SUSPENDED, AGENT_RETIRED),
+   and none of its sagas has effects not yet converged (AGENT_PASSIVE);
+3. ``authority``: the kind is among the agent's capabilities, and every parameter
+   its manifest ``limits`` name is in scope (a list: allowed values; a number: a
+   maximum) (UNAUTHORIZED);
+4. ``time``: the validity window (EXPIRED);
+5. ``state``: the context reference is the current snapshot (STALE_CONTEXT);
+6. ``resources``: what the kind consumes fits its pools (INSUFFICIENT_RESOURCES
+   when the capacity is too small, RESOURCE_CONTENTION when other open flows hold it);
+7. ``rules``: the pack's invariants, then its rules (RISK_LIMIT_EXCEEDED and the
+   pack's own codes; KERNEL_FAULT when a rule raises or returns nothing), then its
+   emergency rules (GUARD_EMERGENCY, see kernel.policy.guards);
+8. ``memory``: constraints from governed memory (a port, :data:`MemoryCheck`;
+   CONSTRAINT_VIOLATION, VERIFICATION_REQUIRED);
+9. ``escalation``: thresholds (LOW_CONFIDENCE, APPROVAL_REQUIRED), then the kind's
+   own rule, ``needs_human()`` (an authority threshold, ambiguity): an ESCALATE verdict.
+
+Human modifications skip the state and escalation layers and the unsettled-saga
+check: a human already looked. The DIM and replay reach this function only
+through :func:`kernel.dim.verdict.verdict`, which builds the snapshot.
+Nothing here reads a clock: the verdict is a function of its arguments, which the
+journal records, so replay judges as the live kernel did. How long each rule took
+is measured beside the verdict by an optional :class:`~kernel.policy.rules.Stopwatch`,
+whose findings never change it (see kernel.policy.rules).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any
+
+import msgspec
+
+from kernel.core.events import Feedback, ProposalRecord
+from kernel.core.reasons import ReasonCode
+from kernel.policy.contracts import field_of
+from kernel.policy.guards import emergency
+from kernel.policy.packs import PolicyCatalog, PolicyPack, amount_of
+from kernel.policy.rules import (
+    DECIMAL_PATTERN,
+    Range,
+    RuleVerdict,
+    StateMatch,
+    Stopwatch,
+    View,
+    decimal_of,
+    is_decimal,
+    run_rule,
+)
+from kernel.state.projections import AgentStatus, AgentView
+
+LAYERS = (
+    "schema",
+    "status",
+    "authority",
+    "time",
+    "state",
+    "resources",
+    "rules",
+    "memory",
+    "escalation",
+)
+"""The layers of the pipeline, in the order they run."""
+
+_STATUS_CODES = {
+    AgentStatus.PASSIVE: ReasonCode.AGENT_PASSIVE,
+    AgentStatus.SUSPENDED: ReasonCode.AGENT_SUSPENDED,
+    AgentStatus.RETIRED: ReasonCode.AGENT_RETIRED,
+}
+
+MemoryCheck = Callable[[ProposalRecord, View], Feedback | None]
+"""The memory layer's port: return the feedback of a violated constraint, or None."""
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """What the pipeline judges against, besides the proposal and the agent.
+
+    Args:
+        context_ref: the reference of the agent's current visible state.
+        state: the agent's visible state (what rules and invariants read).
+        held: the total held of each pool by open flows (staged ones included).
+        own: what this flow already holds (it does not contend with itself).
+        capacities: capacities set by facts; they override the packs'.
+        amendments: limits an operator amended for this agent, still in force.
+        unsettled: the agent's flows whose effects have not converged (a saga
+            unwinding, or waiting for a human after an undo failed).
+    """
+
+    context_ref: str = ""
+    state: Mapping[str, Any] = field(default_factory=dict)
+    held: Mapping[str, int] = field(default_factory=dict)
+    own: Mapping[str, int] = field(default_factory=dict)
+    capacities: Mapping[str, int] = field(default_factory=dict)
+    amendments: Mapping[str, int | str] = field(default_factory=dict)
+    unsettled: Sequence[str] = ()
+
+
+@dataclass(frozen=True)
+class Judgement:
+    """The pipeline's answer: a rejection, an escalation, or an acceptance.
+
+    ``reserve`` holds what the flow must hold once accepted or escalated; ``pack``
+    is the hash of the pack that judged (empty when no pack knows the kind);
+    ``policy`` is the proposal as its (frozen) kind, so execution need not convert again.
+    """
+
+    rejection: Feedback | None = None
+    escalation: Feedback | None = None
+    reserve: Mapping[str, int] = field(default_factory=dict)
+    pack: str = ""
+    policy: Any = None
+
+
+def reject(
+    layer: str, code: ReasonCode, detail: str, field: str = "", rule: str = "", limit: Any = ""
+) -> Feedback:
+    """Build the feedback of a failed layer."""
+    return Feedback(
+        reason_code=code, detail=detail, layer=layer, field=field, rule=rule, limit=str(limit)
+    )
+
+
+def _from_rule(verdict: RuleVerdict, name: str, layer: str = "rules") -> Feedback:
+    code = verdict.reason_code or ReasonCode.KERNEL_FAULT
+    field = f"params.{verdict.field}" if verdict.field else ""
+    return reject(layer, code, verdict.detail, field, name, verdict.limit)
+
+
+def judge(
+    proposal: ProposalRecord,
+    agent: AgentView,
+    catalog: PolicyCatalog,
+    now_ns: int,
+    snapshot: Snapshot,
+    *,
+    by_human: bool = False,
+    memory: MemoryCheck | None = None,
+    stopwatch: Stopwatch | None = None,
+) -> Judgement:
+    """Run the pipeline; the first failing layer decides.
+
+    ``stopwatch`` times each rule and keeps the overruns of their budgets for the
+    caller to record; the judgement is the same with or without it.
+    """
+    kind = catalog.kinds.get(proposal.kind)
+    if kind is None:
+        return Judgement(
+            rejection=reject(
+                "schema",
+                ReasonCode.SCHEMA_INVALID,
+                f"unknown policy kind {proposal.kind!r}",
+                "kind",
+            )
+        )
+    pack = catalog.pack_of[proposal.kind]
+    failed = _schema(proposal, kind, catalog)
+    if isinstance(failed, Feedback):
+        return Judgement(rejection=failed, pack=pack.hash)
+    params = failed
+    failed = _admission(proposal, params, agent, now_ns, snapshot, by_human)
+    if failed is not None:
+        return Judgement(rejection=failed, pack=pack.hash)
+    need = _resources(proposal.kind, params, catalog, pack, snapshot)
+    if isinstance(need, Feedback):
+        return Judgement(rejection=need, pack=pack.hash)
+    view = View(
+        params,
+        snapshot.state,
+        now_ns,
+        agent.manifest.agent_id,
+        limits_of(pack, agent, snapshot.amendments),
+        proposal.confidence,
+    )
+    failed = _rules(proposal.kind, view, catalog, stopwatch)
+    if failed is None and not by_human and proposal.kind in catalog.emergencies_of:
+        failed = emergency(proposal, params, view.state, catalog.emergencies_of[proposal.kind])
+    if failed is None and memory is not None:
+        failed = memory(proposal, view)
+    if failed is not None:
+        return Judgement(rejection=failed, pack=pack.hash)
+    escalation = None
+    if not by_human:
+        escalation = _thresholds(proposal, params, catalog, pack) or _needs_human(proposal, params)
+        if escalation is not None and escalation.layer != "escalation":
+            return Judgement(rejection=escalation, pack=pack.hash)
+    return Judgement(escalation=escalation, reserve=need, pack=pack.hash, policy=params)
+
+
+def _schema(proposal: ProposalRecord, kind: type[Any], catalog: PolicyCatalog) -> Any:
+    if proposal.version and proposal.version.split(".")[0] != kind.version.split(".")[0]:
+        return reject(
+            "schema",
+            ReasonCode.SCHEMA_INVALID,
+            f"{proposal.kind} version {proposal.version} does not match the current {kind.version}",
+            "version",
+        )
+    try:
+        params = msgspec.convert({"kind": proposal.kind, **proposal.params}, kind)
+    except msgspec.ValidationError as exc:
+        name = f"params.{field_of(exc)}"
+        detail = _not_decimal(name) if repr(DECIMAL_PATTERN) in str(exc) else str(exc)
+        return reject("schema", ReasonCode.SCHEMA_INVALID, detail, name)
+    # A field the pack's invariants or amounts read as a number is held to DecimalStr's
+    # spelling even when its kind types it plain ``str`` (an older pack): what is
+    # judged is then what is executed, and no parse fails later, in a rule.
+    for name in numbers_of(proposal.kind, catalog):
+        value = getattr(params, name, None)
+        if isinstance(value, str) and not is_decimal(value):
+            return reject(
+                "schema",
+                ReasonCode.SCHEMA_INVALID,
+                _not_decimal(f"params.{name}"),
+                f"params.{name}",
+            )
+    if not 0.0 <= proposal.confidence <= 1.0:
+        return reject(
+            "schema", ReasonCode.SCHEMA_INVALID, "confidence must lie in [0, 1]", "confidence"
+        )
+    if proposal.valid_until_ns is None:
+        return reject(
+            "schema",
+            ReasonCode.SCHEMA_INVALID,
+            "a proposal needs a validity window",
+            "valid_until_ns",
+        )
+    return params
+
+
+def _not_decimal(name: str) -> str:
+    return (
+        f"{name} must be a decimal string: ASCII digits, an optional leading '-' and '.',"
+        " no '+', leading zeros, exponent or spaces (e.g. '100.25')"
+    )
+
+
+def numbers_of(kind: str, catalog: PolicyCatalog) -> list[str]:
+    """Return the fields of ``kind`` its pack reads as numbers (invariants, named amounts)."""
+    names = [
+        i.field for i in catalog.invariants_of.get(kind, ()) if isinstance(i, Range | StateMatch)
+    ]
+    for amount in [c.amount for c in catalog.consumes_of.get(kind, ())] + [
+        t.amount for t in catalog.thresholds_of.get(kind, ())
+    ]:
+        if isinstance(amount, str) and amount:
+            names.append(amount)
+    return names
+
+
+def _admission(
+    proposal: ProposalRecord,
+    params: Any,
+    agent: AgentView,
+    now_ns: int,
+    snapshot: Snapshot,
+    by_human: bool,
+) -> Feedback | None:
+    """Layers 2-5: status, authority, time and state."""
+    manifest = agent.manifest
+    if agent.status is not AgentStatus.ACTIVE:
+        code = _STATUS_CODES[agent.status]
+        return reject("status", code, f"agent {manifest.agent_id} is {agent.status}")
+    if not by_human and snapshot.unsettled:
+        # An agent whose earlier intent is half done may start no new side effects.
+        return reject(
+            "status",
+            ReasonCode.AGENT_PASSIVE,
+            f"agent {manifest.agent_id} has flow(s) {', '.join(snapshot.unsettled)}"
+            " with effects not yet converged",
+        )
+    if proposal.kind not in manifest.capabilities:
+        return reject(
+            "authority",
+            ReasonCode.UNAUTHORIZED,
+            f"{proposal.kind} is not among the capabilities of {manifest.agent_id}",
+            "kind",
+        )
+    for name, limit in manifest.limits.items():
+        if name not in params.__struct_fields__:
+            continue
+        value = getattr(params, name)
+        if isinstance(limit, list):
+            if value not in limit:
+                return reject(
+                    "authority",
+                    ReasonCode.UNAUTHORIZED,
+                    f"{name} {value!r} is outside the scope of {manifest.agent_id}",
+                    f"params.{name}",
+                    "manifest.limits",
+                    ",".join(map(str, limit)),
+                )
+            continue
+        bound, amount = decimal_of(limit), decimal_of(value)
+        if bound is None or amount is None or amount > bound:
+            return reject(
+                "authority",
+                ReasonCode.UNAUTHORIZED,
+                f"{name} {value} is above the limit {limit} of {manifest.agent_id}",
+                f"params.{name}",
+                "manifest.limits",
+                limit,
+            )
+    if proposal.valid_until_ns is not None and now_ns > proposal.valid_until_ns:
+        late_ms = (now_ns - proposal.valid_until_ns) // 1_000_000
+        return reject(
+            "time", ReasonCode.EXPIRED, f"validity window ended {late_ms} ms ago", "valid_until_ns"
+        )
+    if not by_human and proposal.context_ref != snapshot.context_ref:
+        return reject(
+            "state",
+            ReasonCode.STALE_CONTEXT,
+            "the state this proposal reasoned on has changed since its context was compiled",
+            "context_ref",
+        )
+    return None
+
+
+def capacity_of(pool: str, pack: PolicyPack, overrides: Mapping[str, int]) -> int | None:
+    """Return a pool's capacity: a fact first, then the pack (exact, then ``prefix:*``)."""
+    for source in (overrides, pack.capacities):
+        if pool in source:
+            return int(source[pool])
+        family = pool.split(":", 1)[0] + ":*"
+        if family in source:
+            return int(source[family])
+    return None
+
+
+def _resources(
+    kind: str, params: Any, catalog: PolicyCatalog, pack: PolicyPack, snapshot: Snapshot
+) -> dict[str, int] | Feedback:
+    """Layer 6: what the proposal would hold, or why it cannot."""
+    need: dict[str, int] = {}
+    for consume in catalog.consumes_of.get(kind, ()):
+        try:
+            pool = consume.pool.format_map(
+                {f: getattr(params, f) for f in params.__struct_fields__}
+            )
+            amount = amount_of(consume.amount, params)
+        except Exception as exc:
+            detail = f"resource {consume.pool}: {type(exc).__name__}: {exc}"[:300]
+            return reject("resources", ReasonCode.KERNEL_FAULT, detail, rule=consume.pool)
+        if amount is None or amount < 0 or amount != amount.to_integral_value():
+            return reject(
+                "resources",
+                ReasonCode.SCHEMA_INVALID,
+                f"{pool}: the amount must be a whole number of units, not {amount}",
+                rule=consume.pool,
+            )
+        if amount:
+            need[pool] = need.get(pool, 0) + int(amount)
+    for pool, units in need.items():
+        capacity = capacity_of(pool, pack, snapshot.capacities)
+        if capacity is None or units > capacity:
+            return reject(
+                "resources",
+                ReasonCode.INSUFFICIENT_RESOURCES,
+                f"{pool}: {units} wanted, capacity {capacity or 0}",
+                rule=pool,
+                limit=capacity or 0,
+            )
+        others = snapshot.held.get(pool, 0) - snapshot.own.get(pool, 0)
+        if units > capacity - others:
+            return reject(
+                "resources",
+                ReasonCode.RESOURCE_CONTENTION,
+                f"{pool}: {units} wanted, {capacity - others} of {capacity} free"
+                " (the rest is held by open flows)",
+                rule=pool,
+                limit=capacity - others,
+            )
+    return need
+
+
+def limits_of(
+    pack: PolicyPack, agent: AgentView, amendments: Mapping[str, int | str]
+) -> dict[str, Any]:
+    """An agent's limits: the pack's default, tightened by its manifest, or as amended.
+
+    A manifest is the agent's own declaration, so it may only lower a limit; only an
+    operator's amendment (within the pack's floor and ceiling) may raise one. A declared
+    limit that is not a number in the one accepted spelling is the pack's floor (fail
+    closed); one that is, reaches rules parsed (an int, or a Decimal), so a rule's
+    ``int()`` of it cannot raise.
+    """
+    limits: dict[str, Any] = {}
+    for name, spec in pack.limits.items():
+        value: Any = spec.default
+        if name in agent.manifest.limits:
+            declared = decimal_of(agent.manifest.limits[name])
+            if declared is None:
+                value = spec.floor
+            elif declared < Decimal(value):
+                whole = declared == declared.to_integral_value()
+                value = int(declared) if whole else declared
+        if name in amendments:
+            value = amendments[name]
+        limits[name] = value
+    return limits
+
+
+def _rules(
+    kind: str, view: View, catalog: PolicyCatalog, stopwatch: Stopwatch | None
+) -> Feedback | None:
+    """Layer 7: invariants, then rules; any failure to judge rejects (KERNEL_FAULT)."""
+    for invariant in catalog.invariants_of.get(kind, ()):
+        try:
+            verdict = invariant.check(view)
+        except Exception as exc:
+            detail = f"invariant {invariant.name}: {type(exc).__name__}: {exc}"[:300]
+            return reject("rules", ReasonCode.KERNEL_FAULT, detail, rule=invariant.name)
+        if not verdict.ok:
+            return _from_rule(verdict, invariant.name)
+    for r in catalog.rules_of.get(kind, ()):
+        verdict = run_rule(r, view) if stopwatch is None else stopwatch.run(r, view)
+        if not verdict.ok:
+            return _from_rule(verdict, r.name)
+    return None
+
+
+def _needs_human(proposal: ProposalRecord, params: Any) -> Feedback | None:
+    """The kind's own escalation rule; the feedback's layer says which way it went.
+
+    A rule that raises rejects (layer ``rules``, KERNEL_FAULT), as any rule that
+    cannot judge does: fail closed.
+    """
+    try:
+        trigger = params.needs_human()
+    except Exception as exc:
+        detail = f"{proposal.kind}.needs_human: {type(exc).__name__}: {exc}"[:300]
+        return reject("rules", ReasonCode.KERNEL_FAULT, detail, rule="needs_human")
+    if trigger is None:
+        return None
+    return reject("escalation", trigger.reason_code, trigger.detail)
+
+
+def _thresholds(
+    proposal: ProposalRecord, params: Any, catalog: PolicyCatalog, pack: PolicyPack
+) -> Feedback | None:
+    """Layer 9: the escalation thresholds of the pack and of the kind."""
+    if proposal.confidence < pack.escalate_below_confidence:
+        return reject(
+            "escalation",
+            ReasonCode.LOW_CONFIDENCE,
+            f"confidence {proposal.confidence:g} is below the threshold"
+            f" {pack.escalate_below_confidence:g} of pack {pack.name}",
+            "confidence",
+            f"pack {pack.name}",
+            f"{pack.escalate_below_confidence:g}",
+        )
+    for threshold in catalog.thresholds_of.get(proposal.kind, ()):
+        if threshold.confidence_below is not None and (
+            proposal.confidence < threshold.confidence_below
+        ):
+            return reject(
+                "escalation",
+                ReasonCode.LOW_CONFIDENCE,
+                f"confidence {proposal.confidence:g} is below {threshold.confidence_below:g}"
+                f" for {proposal.kind}",
+                "confidence",
+                f"threshold {proposal.kind}",
+                f"{threshold.confidence_below:g}",
+            )
+        if threshold.above is None:
+            continue
+        try:
+            amount = amount_of(threshold.amount, params)
+        except Exception as exc:
+            amount = None
+            detail = f"{type(exc).__name__}: {exc}"
+        else:
+            detail = f"amount {amount} is above {threshold.above}"
+        # An amount that cannot be computed is not "below the threshold": a human decides.
+        if amount is None or amount > Decimal(threshold.above):
+            field = threshold.amount if isinstance(threshold.amount, str) else ""
+            return reject(
+                "escalation",
+                ReasonCode.APPROVAL_REQUIRED,
+                f"{proposal.kind}: {detail}",
+                f"params.{field}" if field else "",
+                f"threshold {proposal.kind}",
+                threshold.above,
+            )
+    return None

@@ -1,0 +1,162 @@
+"""The whole verdict of a proposal, in one place: the DIM judges with it, replay re-judges with it.
+
+:func:`verdict` builds what the pipeline judges against from the projections
+(the agent's visible state and its reference, the pools held, the capacities
+facts set, the limits amended and still in force, the agent's unsettled sagas,
+governed memory) and runs :func:`kernel.dim._gate.judge`, whose layers, in their
+documented order, include the unsettled-saga check (status) and the kind's own
+``needs_human`` rule (escalation).
+
+The DIM actor (kernel.dim._actor) calls it with what its current batch staged
+and has not committed yet (:class:`Staged`); ``dirk verify --verdicts`` and
+``dirk whatif --pack`` (kernel.audit.reverify) call it with nothing staged, against
+the projections folded up to the submission. A layer added here or in the gate
+is therefore in both, and the live judgement and its replay cannot drift apart.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from kernel.core.events import ProposalRecord
+from kernel.core.flow import FlowState
+from kernel.dim._gate import Judgement, MemoryCheck, Snapshot, judge
+from kernel.policy.packs import PolicyCatalog
+from kernel.policy.rules import Stopwatch
+from kernel.state.amendments import Amendment, in_force
+from kernel.state.memory import MemoryState
+from kernel.state.memory import check as check_memory
+from kernel.state.projections import AgentView, Projections, context_ref
+
+
+class FactCapacities(Mapping[str, int]):
+    """Capacities set by ``capacity.<pool>`` facts, looked up only for the pools needed."""
+
+    def __init__(self, projections: Projections) -> None:
+        self._state = projections.state
+
+    def __getitem__(self, pool: str) -> int:
+        return int(self._state["capacity." + pool].value)
+
+    def __contains__(self, pool: object) -> bool:
+        return isinstance(pool, str) and "capacity." + pool in self._state
+
+    def __iter__(self) -> Iterator[str]:
+        return (k.removeprefix("capacity.") for k in self._state if k.startswith("capacity."))
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+
+def memory_check(memory: MemoryState, correlation_id: str) -> MemoryCheck:
+    """The memory layer over governed memory: enforced constraints refuse (kernel.state.memory)."""
+    return lambda proposal, view: check_memory(memory, proposal, view.agent_id, correlation_id)
+
+
+@dataclass
+class Staged:
+    """What the DIM's current batch staged and has not committed: it counts as committed.
+
+    Attributes:
+        reserved: the pools each flow holds as staged (replacing what it held).
+        amended: the limits amended, by agent, then by limit.
+        visible: the visible state and its reference, by subscriptions (a cache: the
+            DIM stages no facts, so the state cannot change within its batch).
+    """
+
+    reserved: dict[str, dict[str, int]] = field(default_factory=dict)
+    amended: dict[str, dict[str, Amendment]] = field(default_factory=dict)
+    visible: dict[tuple[str, ...], tuple[dict[str, Any], str]] = field(default_factory=dict)
+
+    def held(self, projections: Projections) -> dict[str, int]:
+        """Return the total held of each pool by open flows, staged reservations included."""
+        held = dict(projections.held)
+        for dfid, pools in self.reserved.items():
+            before = projections.reservations.get(dfid, {})
+            for pool, amount in pools.items():
+                held[pool] = held.get(pool, 0) + amount - before.get(pool, 0)
+        return held
+
+    def own(self, projections: Projections, dfid: str) -> Mapping[str, int]:
+        """Return what the flow holds (staged, or else committed)."""
+        return self.reserved.get(dfid, projections.reservations.get(dfid, {}))
+
+    def amendments(
+        self, projections: Projections, agent_id: str, now_ns: int
+    ) -> dict[str, int | str]:
+        """Return the agent's amended limits in force at ``now_ns``."""
+        amended = projections.amendments.get(agent_id, {})
+        staged = self.amended.get(agent_id)
+        return in_force({**amended, **staged} if staged else amended, now_ns)
+
+    def state(self, projections: Projections, agent: AgentView) -> tuple[dict[str, Any], str]:
+        """Return the state the agent's subscriptions see and its reference."""
+        key = tuple(agent.manifest.subscriptions)
+        found = self.visible.get(key)
+        if found is None:
+            visible = projections.visible_state(key)
+            found = self.visible[key] = (visible, context_ref(visible))
+        return found
+
+
+def snapshot_of(
+    projections: Projections,
+    flow: FlowState,
+    agent: AgentView,
+    now_ns: int,
+    staged: Staged | None = None,
+) -> Snapshot:
+    """Return what a proposal of ``flow`` is judged against at ``now_ns``."""
+    staged = Staged() if staged is None else staged
+    state, ref = staged.state(projections, agent)
+    return Snapshot(
+        context_ref=ref,
+        state=state,
+        held=staged.held(projections),
+        own=staged.own(projections, flow.dfid),
+        capacities=FactCapacities(projections),
+        amendments=staged.amendments(projections, flow.agent_id, now_ns),
+        unsettled=projections.unsettled_flows(flow.agent_id),
+    )
+
+
+def verdict(
+    proposal: ProposalRecord,
+    flow: FlowState,
+    agent: AgentView,
+    catalog: PolicyCatalog,
+    now_ns: int,
+    projections: Projections,
+    *,
+    by_human: bool = False,
+    staged: Staged | None = None,
+    memory: MemoryCheck | None = None,
+    stopwatch: Stopwatch | None = None,
+) -> Judgement:
+    """Judge a proposal of ``flow``: the one function the DIM and replay both call.
+
+    Args:
+        proposal: the proposal as recorded.
+        flow: its flow (the agent's, or the one a human modifies).
+        agent: the flow's agent as projected.
+        catalog: the policy packs in force.
+        now_ns: the DIM's clock when it judges (replay: the submission's time).
+        projections: the state as committed before the proposal.
+        by_human: a human's modification (skips state, unsettled and escalation checks).
+        staged: what the current batch staged and has not committed (the DIM only).
+        memory: the memory layer, if not governed memory for the flow's root.
+        stopwatch: times each rule beside the verdict; never changes it.
+    """
+    snapshot = snapshot_of(projections, flow, agent, now_ns, staged)
+    return judge(
+        proposal,
+        agent,
+        catalog,
+        now_ns,
+        snapshot,
+        by_human=by_human,
+        memory=memory or memory_check(projections.memory, flow.root_dfid),
+        stopwatch=stopwatch,
+    )

@@ -1,0 +1,372 @@
+"""The escalation manager: flows that need a human wait here for one.
+
+Governance by exception: the kernel acts alone inside its bounds and asks a
+human only when a trigger fires. The triggers, each recorded with its reason:
+
+- model uncertainty and authority or ambiguity rules of the policy kind (the
+  DIM escalates, then tells this actor with :class:`Escalate`);
+- operational failure: the execution engine records its own escalation
+  (EXECUTION_FAILED, OUTCOME_UNKNOWN) and tells this actor with :class:`Escalate`;
+  :class:`EscalateOperational` is the same hand-over for a caller outside the engine;
+- a silent agent (the watchdog, on :class:`Tick`).
+
+Each escalation opens an approval bound to the action's hash
+(:mod:`kernel.state.approvals`). A human then approves (the action executes as it
+is), modifies (the changed proposal goes through the DIM again) or rejects;
+every decision records who made it and why. An escalation whose outcome is
+unknown (OUTCOME_UNKNOWN: the effect may have happened) takes only reconcile
+or retry, refuses every other decision with OUTCOME_UNKNOWN, never expires
+and is never aborted for the agent's escalation budget. An approval nobody decides on in
+time expires (noticed on a tick, or when a decision arrives late), and an
+agent that escalates more often than its budget allows is demoted to PASSIVE.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+from kernel.core.events import (
+    AgentStatusChanged,
+    ApprovalExpired,
+    DecisionRefused,
+    Feedback,
+    FlowAborted,
+    HumanDecided,
+    ProposalAccepted,
+)
+from kernel.core.flow import RESOLVE_WORDS, FlowState, FlowStatus
+from kernel.core.ports import Clock
+from kernel.core.reasons import ReasonCode
+from kernel.policy.contracts import Outcome, Verdict
+from kernel.policy.packs import PolicyCatalog
+from kernel.runtime.actors import Mailbox, Outbox
+from kernel.runtime.messages import (
+    Decide,
+    Decision,
+    DimMessage,
+    Escalate,
+    EscalateOperational,
+    EscalationMessage,
+    Execute,
+    ExecutionMessage,
+    Resolve,
+    Tick,
+    Validate,
+)
+from kernel.state.approvals import (
+    APPROVE_WORDS,
+    RECONCILE,
+    REJECT_WORDS,
+    Approval,
+    ApprovalStatus,
+    EscalationBudget,
+    escalation,
+    over_budget,
+    reconcile_problem,
+    reconciliation,
+)
+from kernel.state.projections import AgentStatus, Projections
+
+KERNEL_OPERATOR = "kernel"
+"""The operator named on status changes the kernel makes by itself (a demotion)."""
+
+
+class EscalationPolicy(msgspec.Struct, frozen=True, kw_only=True):
+    """How the escalation manager governs.
+
+    Attributes:
+        approval_ttl_s: an approval nobody decides on within this time expires (None: never).
+        budget: escalations allowed per agent (a token bucket); None: unlimited.
+        silence_s: escalate a flow whose agent has not proposed within this time (None: off).
+    """
+
+    approval_ttl_s: float | None = 3600.0
+    budget: EscalationBudget | None = EscalationBudget()
+    silence_s: float | None = None
+
+
+class EscalationManager:
+    """The escalation manager actor."""
+
+    def __init__(
+        self,
+        projections: Projections,
+        catalog: PolicyCatalog,
+        clock: Clock,
+        integrity: Mailbox[DimMessage],
+        execution: Mailbox[ExecutionMessage],
+        policy: EscalationPolicy | None = None,
+    ) -> None:
+        self._projections = projections
+        self._catalog = catalog
+        self._clock = clock
+        self._integrity = integrity
+        self._execution = execution
+        self._policy = policy or EscalationPolicy()
+
+    async def handle(self, msg: EscalationMessage, out: Outbox) -> None:
+        match msg:
+            case Escalate():
+                flow = out.flow(msg.dfid)
+                if flow is not None and flow.status is FlowStatus.ESCALATED:
+                    self._charge(flow, out, staged=False)
+            case Decide():
+                self._decide(msg, out)
+            case Tick():
+                self._tick(out)
+            case EscalateOperational():
+                flow = out.flow(msg.dfid)
+                if flow is not None and flow.status in (FlowStatus.EXECUTING, FlowStatus.DIRTY):
+                    # A call still pending may have taken effect: only reconcile or retry.
+                    code = (
+                        ReasonCode.EXECUTION_FAILED
+                        if flow.pending is None
+                        else ReasonCode.OUTCOME_UNKNOWN
+                    )
+                    event = escalation(msg.dfid, flow.proposal, self._catalog, code, msg.detail)
+                    out.emit(event, dfid=msg.dfid)
+
+    # --- budgets, expiry, the watchdog ----------------------------------------
+
+    def _charge(self, flow: FlowState, out: Outbox, *, staged: bool) -> None:
+        """Spend one escalation of the agent's budget; demote and abort when it is empty."""
+        bucket = self._policy.budget
+        if bucket is None or flow.pending is not None:
+            # An intent of unknown outcome waits for a human whatever the budget says.
+            return
+        history = list(self._projections.escalations.get(flow.agent_id, ()))
+        # Escalations staged by this batch are not folded yet, but they spent tokens.
+        pending: dict[str, list[tuple[str, int]]] = out.scratch.setdefault("escalated", {})
+        history += pending.get(flow.agent_id, [])
+        if staged:
+            entry = (flow.dfid, self._clock.now_ns())
+            history.append(entry)
+            pending.setdefault(flow.agent_id, []).append(entry)
+        if flow.dfid not in over_budget(history, bucket):
+            return
+        detail = (
+            f"agent {flow.agent_id} escalated more than {bucket.capacity} times"
+            f" per {bucket.period_s:g} s"
+        )
+        demoted: set[str] = out.scratch.setdefault("demoted", set())
+        agent = self._projections.agents.get(flow.agent_id)
+        if (
+            agent is not None
+            and agent.status is AgentStatus.ACTIVE
+            and flow.agent_id not in demoted
+        ):
+            demoted.add(flow.agent_id)
+            out.emit(
+                AgentStatusChanged(
+                    status=AgentStatus.PASSIVE,
+                    reason=f"{ReasonCode.ESCALATION_BUDGET_EXHAUSTED}: {detail}",
+                    operator=KERNEL_OPERATOR,
+                ),
+                agent_id=flow.agent_id,
+            )
+        out.emit(
+            FlowAborted(reason_code=ReasonCode.ESCALATION_BUDGET_EXHAUSTED, detail=detail),
+            dfid=flow.dfid,
+        )
+
+    def _tick(self, out: Outbox) -> None:
+        now = self._clock.now_ns()
+        ttl = self._policy.approval_ttl_s
+        if ttl is not None:
+            for dfid in sorted(self._projections.waiting):
+                approval = self._projections.approvals.get(dfid)
+                if approval is None or approval.status is not ApprovalStatus.PENDING:
+                    continue
+                flow = out.flow(approval.dfid)
+                if flow is not None and flow.status is FlowStatus.ESCALATED:
+                    if flow.pending is None and self._expired(approval, now):
+                        self._expire(approval, out)
+        silence = self._policy.silence_s
+        if silence is not None:
+            for dfid in sorted(self._projections.moving):
+                flow = out.flow(dfid)
+                if flow is None or not flow.awaiting_proposal:
+                    continue
+                quiet_s = (now - flow.updated_ts) / 1e9
+                if quiet_s < silence:
+                    continue
+                detail = (
+                    f"agent {flow.agent_id} has not proposed for {quiet_s:g} s"
+                    f" (the watchdog allows {silence:g} s)"
+                )
+                out.emit(
+                    escalation(dfid, None, self._catalog, ReasonCode.AGENT_SILENT, detail),
+                    dfid=dfid,
+                )
+                self._charge(out.flow(dfid) or flow, out, staged=True)
+
+    def _expired(self, approval: Approval, now: int) -> bool:
+        ttl = self._policy.approval_ttl_s
+        return ttl is not None and now - approval.escalated_ts > int(ttl * 1e9)
+
+    def _expire(self, approval: Approval, out: Outbox) -> None:
+        detail = f"no human decision within {self._policy.approval_ttl_s:g} s"
+        expired = out.emit(
+            ApprovalExpired(action_hash=approval.action_hash, detail=detail), dfid=approval.dfid
+        )
+        out.emit(
+            FlowAborted(reason_code=ReasonCode.EXPIRED, detail=detail),
+            dfid=approval.dfid,
+            after=expired,
+        )
+
+    # --- human decisions ------------------------------------------------------
+
+    def _decide(self, msg: Decide, out: Outbox) -> None:
+        if msg.inbox_id is not None:
+            # The durable dedupe: an inbox row is taken by exactly one recorded event.
+            taken: set[int] = out.scratch.setdefault("inbox", set())
+            if msg.inbox_id in self._projections.inbox_taken or msg.inbox_id in taken:
+                out.reply(msg.reply, Verdict(outcome=Outcome.DUPLICATE, dfid=msg.dfid))
+                return
+            taken.add(msg.inbox_id)
+        flow = out.flow(msg.dfid)
+        approval = self._projections.approvals.get(msg.dfid)
+        if flow is None or flow.status is not FlowStatus.ESCALATED or approval is None:
+            status = flow.status if flow else "unknown"
+            detail = f"flow {msg.dfid} is {status}, not waiting for a human decision"
+            self._refuse(msg, flow, ReasonCode.FLOW_NOT_ACTIVE, detail, out)
+            return
+        if flow.pending is None and self._expired(approval, self._clock.now_ns()):
+            self._expire(approval, out)
+            detail = f"the approval expired: no decision within {self._policy.approval_ttl_s:g} s"
+            self._refuse(msg, flow, ReasonCode.EXPIRED, detail, out)
+            return
+        problem = self._problem(msg, approval, flow)
+        if problem is not None:
+            code, detail, field = problem
+            self._refuse(msg, flow, code, detail, out, field)
+            return
+        decided = out.emit(
+            HumanDecided(
+                decision=msg.decision,
+                operator=msg.operator,
+                reason=msg.reason,
+                params=msg.params,
+                action_hash=approval.action_hash,
+                inbox_id=msg.inbox_id,
+            ),
+            dfid=msg.dfid,
+        )
+        if msg.decision in RESOLVE_WORDS:
+            self._resolve(msg, flow, decided, out)
+        elif msg.decision in APPROVE_WORDS:
+            out.emit(
+                ProposalAccepted(attempt=flow.attempts, by_human=True), dfid=msg.dfid, after=decided
+            )
+            out.send(self._execution, Execute(dfid=msg.dfid))
+            out.reply(
+                msg.reply, Verdict(outcome=Outcome.ACCEPTED, dfid=msg.dfid, attempt=flow.attempts)
+            )
+        elif msg.decision in REJECT_WORDS:
+            out.emit(
+                FlowAborted(
+                    reason_code=ReasonCode.HUMAN_REJECTED, detail=f"{msg.operator}: {msg.reason}"
+                ),
+                dfid=msg.dfid,
+                after=decided,
+            )
+            feedback = Feedback(
+                reason_code=ReasonCode.HUMAN_REJECTED, detail=msg.reason, layer="escalation"
+            )
+            out.reply(
+                msg.reply,
+                Verdict(
+                    outcome=Outcome.ABORTED, dfid=msg.dfid, attempt=flow.attempts, feedback=feedback
+                ),
+            )
+        else:
+            # _problem refused a modification of nothing (an escalation with no action).
+            assert flow.proposal is not None
+            modified = msgspec.structs.replace(flow.proposal, params=msg.params or {})
+            out.send(
+                self._integrity,
+                Validate(dfid=msg.dfid, proposal=modified, by_human=True, reply=msg.reply),
+            )
+
+    def _problem(
+        self, msg: Decide, approval: Approval, flow: FlowState
+    ) -> tuple[ReasonCode, str, str] | None:
+        """Return why ``msg`` cannot be applied to ``approval`` (code, detail, field), or None."""
+        if not msg.operator or not msg.reason:
+            field = "operator" if not msg.operator else "reason"
+            return (
+                ReasonCode.SCHEMA_INVALID,
+                "a human decision needs an operator and a reason",
+                field,
+            )
+        if msg.action_hash is not None and not approval.names(msg.action_hash):
+            detail = (
+                f"the decision names action {msg.action_hash[:16]!r}, but the flow waits"
+                f" for a decision on action {approval.short_hash!r}"
+            )
+            return ReasonCode.ACTION_MISMATCH, detail, "action_hash"
+        if msg.inbox_id is not None and msg.action_hash is None:
+            detail = "a decision from the operator inbox must name the action it was made on"
+            return ReasonCode.ACTION_MISMATCH, detail, "action_hash"
+        if flow.pending is not None:
+            if msg.decision not in RESOLVE_WORDS:
+                detail = (
+                    f"the effect of this flow may have happened (key {flow.pending.key});"
+                    f" {msg.decision} would leave the world and the record apart:"
+                    " reconcile (done with the external id, or not done) or retry"
+                )
+                return ReasonCode.OUTCOME_UNKNOWN, detail, "decision"
+            if msg.decision == RECONCILE:
+                problem = reconcile_problem(msg.params)
+                if problem is not None:
+                    return ReasonCode.SCHEMA_INVALID, problem, "params"
+            return None
+        if msg.decision in RESOLVE_WORDS:
+            detail = (
+                f"{msg.decision} applies only to an intent whose outcome is unknown;"
+                f" this flow escalated for {approval.reason_code}"
+            )
+            return ReasonCode.SCHEMA_INVALID, detail, "decision"
+        if msg.decision not in REJECT_WORDS and not approval.action_hash:
+            detail = f"there is no proposed action to {msg.decision} ({approval.reason_code})"
+            return ReasonCode.SCHEMA_INVALID, detail, "decision"
+        if msg.decision is Decision.MODIFY and msg.params is None:
+            return ReasonCode.SCHEMA_INVALID, "a modification needs the new parameters", "params"
+        return None
+
+    def _resolve(self, msg: Decide, flow: FlowState, decided: int, out: Outbox) -> None:
+        """Record a reconcile's result with the decision; the engine goes on from there."""
+        outcome = Outcome.ACCEPTED
+        if msg.decision == RECONCILE:
+            assert msg.params is not None
+            results = reconciliation(flow, self._catalog, msg.params, msg.operator)
+            for payload in results:
+                out.emit(payload, dfid=msg.dfid, after=decided)
+            if isinstance(results[-1], FlowAborted):
+                outcome = Outcome.ABORTED
+        out.send(self._execution, Resolve(dfid=msg.dfid))
+        out.reply(msg.reply, Verdict(outcome=outcome, dfid=msg.dfid, attempt=flow.attempts))
+
+    def _refuse(
+        self,
+        msg: Decide,
+        flow: FlowState | None,
+        code: ReasonCode,
+        detail: str,
+        out: Outbox,
+        field: str = "",
+    ) -> None:
+        out.emit(
+            DecisionRefused(
+                reason_code=code,
+                decision=msg.decision,
+                operator=msg.operator,
+                detail=detail,
+                inbox_id=msg.inbox_id,
+                target="" if flow is not None else msg.dfid,
+            ),
+            dfid=flow.dfid if flow is not None else None,
+        )
+        feedback = Feedback(reason_code=code, detail=detail, layer="escalation", field=field)
+        out.reply(msg.reply, Verdict(outcome=Outcome.REFUSED, dfid=msg.dfid, feedback=feedback))

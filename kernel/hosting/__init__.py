@@ -1,0 +1,8 @@
+"""Hosting agents in user space: a fixed crew of reasoning tasks per agent."""
+
+from kernel.hosting._host import AgentHost, AgentLike
+
+__all__ = [
+    "AgentHost",
+    "AgentLike",
+]

@@ -1,0 +1,130 @@
+"""Hosting agents: a fixed crew of reasoning tasks per agent, in user space.
+
+The context compiler addresses each WorkingContext to its agent's mailbox; a
+crew of tasks takes them, runs ``agent.decide`` under the token and time caps
+(kernel.core.reasoning) and submits what comes back, or withdraws the flow with the
+reason it ended without a proposal. No task is spawned per flow.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol
+
+import anyio
+from anyio.abc import TaskGroup
+
+from kernel.core.errors import KernelShutdown
+from kernel.core.events import Manifest
+from kernel.core.ports import Clock
+from kernel.core.reasoning import UsageMeter, metered
+from kernel.core.reasons import ReasonCode
+from kernel.policy.contracts import Outcome, Proposal, Session, Verdict, WorkingContext
+from kernel.runtime.actors import Mailbox
+from kernel.runtime.messages import AgentMessage, DimMessage, Withdraw
+
+log = logging.getLogger("kernel")
+
+Submit = Callable[[str, str, Proposal], Awaitable[Verdict]]
+
+
+class AgentLike(Protocol):
+    """What the kernel needs of an agent it hosts (agents_sdk.Agent provides it)."""
+
+    manifest: Manifest
+
+    async def decide(self, ctx: WorkingContext) -> Proposal | None:
+        """Reason over ``ctx`` and propose (or return None to decline)."""
+        ...
+
+
+class AgentHost:
+    """Runs the reasoning of every agent a kernel hosts.
+
+    Args:
+        submit: the kernel's submission path (a verdict once it is durable).
+        integrity: the DIM's mailbox, where a flow ended without a proposal is withdrawn.
+        clock: the kernel's clock, on which ``reasoning_timeout_s`` is measured.
+        concurrency: the flows one agent reasons about at once (its crew's size).
+        token_budget: the most tokens one flow's reasoning may spend in all attempts.
+        reasoning_timeout_s: the longest one reasoning step may take.
+    """
+
+    def __init__(
+        self,
+        *,
+        submit: Submit,
+        integrity: Mailbox[DimMessage],
+        clock: Clock,
+        concurrency: int,
+        token_budget: int | None,
+        reasoning_timeout_s: float | None,
+    ) -> None:
+        self._submit = submit
+        self._integrity = integrity
+        self._clock = clock
+        self._concurrency = concurrency
+        self._token_budget = token_budget
+        self._timeout_s = reasoning_timeout_s
+        self.sessions: dict[str, Session] = {}
+        # Tokens each flow's reasoning spent in earlier attempts (dropped when it stops reasoning).
+        self._usage: dict[str, int] = {}
+        self.tg: TaskGroup | None = None
+        """Where the crews run; set by the kernel while it runs, cancelled when it closes."""
+
+    def host(self, agent: AgentLike, mailbox: Mailbox[AgentMessage]) -> None:
+        """Start ``agent``'s crew on the contexts that arrive in ``mailbox``."""
+        assert self.tg is not None
+        name = f"agent:{agent.manifest.agent_id}"
+        self.tg.start_soon(self._crew, agent, mailbox, name=name)
+
+    def spawn(self, fn: Any) -> None:
+        """Run ``fn`` beside the agents (the reasoning caps' watchdogs)."""
+        assert self.tg is not None
+        self.tg.start_soon(fn)
+
+    async def _crew(self, agent: AgentLike, mailbox: Mailbox[AgentMessage]) -> None:
+        async with anyio.create_task_group() as tg:
+            for n in range(self._concurrency):
+                tg.start_soon(self._reasoner, agent, mailbox, name=f"agent:{n}")
+
+    async def _reasoner(self, agent: AgentLike, mailbox: Mailbox[AgentMessage]) -> None:
+        while True:
+            await self._reason(agent, await mailbox.receive())
+
+    async def _reason(self, agent: AgentLike, ctx: WorkingContext) -> None:
+        """Run one step of an agent's reasoning in user space and submit what it proposes."""
+        token = self.sessions[ctx.agent_id].token
+
+        async def withdraw(code: ReasonCode, detail: str) -> None:
+            msg = Withdraw(
+                dfid=ctx.dfid, token=token, attempt=ctx.attempt, reason_code=code, detail=detail
+            )
+            await self._integrity.send(msg)
+
+        meter = UsageMeter(ctx.dfid, self._token_budget, self._usage.pop(ctx.dfid, 0))
+        try:
+            try:
+                proposal = await metered(
+                    lambda: agent.decide(ctx), meter, self._clock, self._timeout_s, self.spawn
+                )
+            except Exception as exc:
+                log.warning("agent %s failed on flow %s: %r", ctx.agent_id, ctx.dfid, exc)
+                if meter.stopped is not None:
+                    await withdraw(*meter.stopped)  # e.g. a malformed usage report
+                else:
+                    await withdraw(ReasonCode.AGENT_ERROR, f"{type(exc).__name__}: {exc}"[:500])
+                return
+            if meter.stopped is not None:
+                # The computation budget cancelled the thought; the flow ends with the reason.
+                await withdraw(*meter.stopped)
+                return
+            if proposal is None:
+                await withdraw(ReasonCode.AGENT_DECLINED, "no action")
+                return
+            verdict = await self._submit(token, ctx.dfid, proposal)
+            if verdict.outcome is Outcome.REJECTED and meter.tokens:
+                self._usage[ctx.dfid] = meter.tokens  # the next attempt spends from the rest
+        except KernelShutdown:
+            return

@@ -1,0 +1,246 @@
+"""Verify a journal's hash chain from genesis on, without trusting anything in the file.
+
+``dirk verify`` runs this first, then replays the projections
+(:func:`kernel.state.snapshots.verify_projections`). It opens its own read-only
+connection and never raises for a bad file: whatever is wrong is reported
+with the seq of the first bad event. Beyond the chain it checks the head
+record (a removed tail) and, when given one, an anchor: a line naming an
+event the journal must still hold, kept somewhere the journal's writer
+cannot reach (see docs/integrity.md).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import re
+
+import anyio
+import msgspec
+
+from kernel.core.events import GENESIS_HASH, KernelStarted, KernelStopped, decode_body
+from kernel.journal._subscription import READ_BATCH
+from kernel.journal.head import head_problem, key_problem
+from kernel.journal.store import (
+    _ROWS,
+    _SQLITE_ERRORS,
+    JournalError,
+    _connect,
+    _inspect,
+    _row_problem,
+    _sqlite_error,
+)
+
+_ANCHOR = re.compile(
+    r"dirk-anchor v1 journal=(?P<journal>\S+) seq=(?P<seq>[0-9]{1,19})"
+    r" hash=(?P<hash>[0-9a-f]{64}) ts=(?P<ts>\S+)"
+)
+
+
+class Anchor(msgspec.Struct, frozen=True, kw_only=True):
+    """An event a journal must still hold: its journal, seq, hash and time.
+
+    Its :meth:`line` is what ``dirk anchor`` prints, for a user to keep where
+    whoever can write the journal cannot reach.
+    """
+
+    journal_id: str
+    seq: int
+    hash: str
+    ts: str
+
+    def line(self) -> str:
+        """Return the one-line form ``dirk verify --anchor`` takes."""
+        return (
+            f"dirk-anchor v1 journal={self.journal_id} seq={self.seq} hash={self.hash} ts={self.ts}"
+        )
+
+
+def parse_anchor(text: str) -> Anchor:
+    """Return the anchor in ``text``: its line, or the contents of a file holding it.
+
+    Raises:
+        ValueError: No line of ``text`` is an anchor.
+    """
+    for line in text.splitlines():
+        match = _ANCHOR.fullmatch(line.strip())
+        if match:
+            return Anchor(
+                journal_id=match["journal"],
+                seq=int(match["seq"]),
+                hash=match["hash"],
+                ts=match["ts"],
+            )
+    raise ValueError("not an anchor: expected 'dirk-anchor v1 journal=ID seq=N hash=HEX ts=TIME'")
+
+
+def anchor_time(ts_ns: int) -> str:
+    """Return an event's time as the anchor writes it (UTC, to the nanosecond)."""
+    seconds, ns = divmod(ts_ns, 1_000_000_000)
+    try:
+        moment = dt.datetime.fromtimestamp(seconds, tz=dt.UTC)
+    except (OverflowError, OSError, ValueError):
+        return f"{ts_ns}ns"
+    return f"{moment:%Y-%m-%dT%H:%M:%S}.{ns:09d}Z"
+
+
+class VerifyReport(msgspec.Struct, frozen=True, kw_only=True):
+    """The outcome of :func:`verify_journal`.
+
+    Attributes:
+        ok: True if every event checked out (and the head record and anchor, if any).
+        events: Events that checked out (all of them when ``ok``).
+        head: Hex hash of the last event that checked out.
+        first_bad_seq: Seq of the first bad or missing event; None when ok or
+            when the problem is with the file rather than a row.
+        problem: What is wrong, empty when ok.
+        journal_id: The journal's id (empty if the file is not a journal).
+        head_ts: Time of the last event that checked out, in ns (0: none).
+        head_record: False for a journal written before head records existed
+            (it verifies, but a removed tail cannot be told from it alone).
+        keyed: True if the chain is keyed and was checked with its key.
+    """
+
+    ok: bool
+    events: int
+    head: str
+    first_bad_seq: int | None = None
+    problem: str = ""
+    journal_id: str = ""
+    head_ts: int = 0
+    head_record: bool = True
+    keyed: bool = False
+
+    def anchor(self) -> Anchor:
+        """Return the anchor of the head this report verified."""
+        return Anchor(
+            journal_id=self.journal_id,
+            seq=self.events,
+            hash=self.head,
+            ts=anchor_time(self.head_ts),
+        )
+
+
+async def verify_journal(
+    path: str | os.PathLike[str],
+    *,
+    chain_key: bytes | None = None,
+    anchor: Anchor | None = None,
+) -> VerifyReport:
+    """Check every event of the journal at ``path`` from genesis on; never raise for a bad file.
+
+    Recomputes each hash (an HMAC under ``chain_key`` for a keyed journal),
+    checks seqs run 1..N without gaps, that each body decodes to its own seq,
+    type and DecisionFlow, that the last event is the one the head record
+    names, and that the journal still holds the event ``anchor`` names.
+    """
+    path = os.fspath(path)
+    events, prev, ts = 0, GENESIS_HASH, 0
+    journal_id = ""
+    head_record = True
+    key: bytes | None = None
+    # Set once a kernel that keeps head records has opened the journal.
+    head_events = False
+    anchored: tuple[bytes, int] | None = None
+
+    def report(problem: str = "", first_bad_seq: int | None = None) -> VerifyReport:
+        return VerifyReport(
+            ok=not problem,
+            events=events,
+            head=prev.hex(),
+            first_bad_seq=first_bad_seq,
+            problem=problem,
+            journal_id=journal_id,
+            head_ts=ts,
+            head_record=head_record,
+            keyed=key is not None,
+        )
+
+    try:
+        db = await _connect(path, readonly=True)
+        try:
+            # One read transaction: rows and head record as of one moment, even while a
+            # kernel appends.
+            await db.execute("BEGIN")
+            meta = await _inspect(db, path)
+            if meta is None:
+                return report("an empty database, not a journal")
+            journal_id = meta["journal_id"]
+            problem = key_problem(meta, chain_key, events=1, need_key=True)
+            if problem:
+                return report(problem)
+            key = chain_key
+            start = -(2**63)  # rows below seq 1 would be forgeries: look at them too
+            while True:
+                query = f"{_ROWS} WHERE seq >= ? ORDER BY seq LIMIT ?"
+                rows = list(await db.execute_fetchall(query, (start, READ_BATCH)))
+                for row in rows:
+                    problem = _row_problem(row, events + 1, prev, key)
+                    if problem:
+                        return report(problem, min(row[0], events + 1))
+                    events, prev = events + 1, row[4]
+                    if row[1] in ("KernelStarted", "KernelStopped"):
+                        head_events = head_events or _records_head(row[3])
+                    if anchor is not None and events == anchor.seq:
+                        anchored = (row[4], decode_body(row[3], b"", b"").ts)
+                if len(rows) < READ_BATCH:
+                    break
+                start = events + 1
+            if events:
+                ((last_body,),) = await db.execute_fetchall(
+                    "SELECT body FROM events WHERE seq = ?", (events,)
+                )
+                ts = decode_body(last_body, b"", b"").ts
+        finally:
+            with anyio.CancelScope(shield=True):
+                await db.close()
+    except _SQLITE_ERRORS as exc:
+        return report(_sqlite_error(path, exc).detail)
+    except JournalError as exc:
+        return report(exc.detail, exc.seq)
+    except (ValueError, TypeError) as exc:
+        # Bytes that passed the checks above and still do not decode: reported, never raised.
+        return report(f"the journal does not read back ({exc})", events + 1 if journal_id else None)
+    if "head" not in meta:
+        head_record = False
+        if head_events:
+            return report(
+                "its head record was removed (a kernel that keeps one has written to it)", events
+            )
+    problem, seq = head_problem(meta, events, prev, key)
+    if problem:
+        return report(problem, seq)
+    if anchor is not None:
+        problem, seq = _anchor_problem(anchor, journal_id, events, anchored)
+        if problem:
+            return report(problem, seq)
+    return report()
+
+
+def _records_head(body: bytes) -> bool:
+    payload = decode_body(body, b"", b"").payload
+    return isinstance(payload, KernelStarted | KernelStopped) and bool(payload.head_hash)
+
+
+def _anchor_problem(
+    anchor: Anchor, journal_id: str, events: int, anchored: tuple[bytes, int] | None
+) -> tuple[str, int | None]:
+    if anchor.journal_id != journal_id:
+        return f"the anchor is of journal {anchor.journal_id}, this is journal {journal_id}", None
+    if anchor.seq > events:
+        return (
+            f"the journal ends at event {events}, before the anchored event {anchor.seq}:"
+            " its tail was removed",
+            events + 1,
+        )
+    if anchor.seq == 0:
+        return ("", None) if anchor.hash == GENESIS_HASH.hex() else ("the anchor is forged", 0)
+    assert anchored is not None
+    hash_, ts = anchored
+    if hash_.hex() != anchor.hash or anchor_time(ts) != anchor.ts:
+        return (
+            f"event {anchor.seq} is not the anchored one (hash {hash_.hex()[:16]}...,"
+            f" anchor {anchor.hash[:16]}...): the journal was rewritten from there or before",
+            anchor.seq,
+        )
+    return "", None

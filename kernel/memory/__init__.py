@@ -1,0 +1,8 @@
+"""The memory policy pack and its built-in executor."""
+
+from kernel.memory._pack import MEMORY_PACK, MemoryExecutor
+
+__all__ = [
+    "MEMORY_PACK",
+    "MemoryExecutor",
+]

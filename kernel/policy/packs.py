@@ -1,0 +1,532 @@
+"""Policy kinds and policy packs: the contracts agents propose against.
+
+A policy kind is a msgspec Struct tagged with its kind name (the ``kind``
+field on the wire) and carrying a ``version`` and the name of the adapter
+that executes it. A policy pack groups the kinds of one domain under a name,
+a version and a content hash, with what it says about them: rules (pure
+functions), invariants (checks as data), the resources each kind consumes,
+escalation thresholds and amendable limits. Every verdict records the pack's
+hash, so replay knows which rules decided.
+
+Packs are validated when loaded (:class:`PolicyCatalog`); the kernel refuses
+to start on a pack that names a field its kind does not have, defines a kind
+twice, calls something non-deterministic in a rule, or gives a rule a budget
+that is not a whole number of microseconds in (0, 1 s], and the
+:class:`PackError` points at the rule's file and line.
+
+A pack is immutable once built: its parts are tuples and read-only mappings, so
+the hash a verdict records is the hash of what judged it, and the loaded rules
+cannot be swapped in memory behind the journal's back. A new version goes
+through ``Kernel.load_pack``, which records PackLoaded. (Python gives no
+isolation inside a process: code that reaches for ``object.__setattr__`` or a
+function's ``__code__`` is trusted code; ``dirk verify --verdicts`` is what
+catches a pack that judged otherwise than its recorded hash says.)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from decimal import Decimal
+from enum import StrEnum
+from functools import cached_property
+from types import MappingProxyType
+from typing import Any, ClassVar, dataclass_transform
+
+import msgspec
+import msgspec.inspect
+
+from kernel.core.events import PackRef, canonical
+from kernel.core.reasons import ReasonCode
+from kernel.policy.guards import Guard
+from kernel.policy.rules import (
+    MAX_BUDGET_US,
+    Invariant,
+    OneOf,
+    Range,
+    Rule,
+    StateMatch,
+    attributes_read,
+    decimal_of,
+    impurity,
+    source_of,
+    template_fields,
+)
+
+Amount = str | Callable[[Any], int | Decimal | str]
+"""A field of the kind, or a pure function of the typed parameters returning an amount."""
+
+
+class Impact(StrEnum):
+    """How much an escalated action can hurt: declared by the pack, never by the agent."""
+
+    LOW_IMPACT = "LOW_IMPACT"
+    """Reversible or informational: approving it takes one decision."""
+    HIGH_IMPACT = "HIGH_IMPACT"
+    """Financial or irreversible: approving it takes typing the action's short hash."""
+
+
+class NeedsHuman(msgspec.Struct, frozen=True, kw_only=True):
+    """What a policy kind's rule says when an otherwise valid proposal needs a human."""
+
+    reason_code: ReasonCode
+    detail: str
+
+
+# msgspec makes a subclass of a frozen Struct frozen too; this tells type checkers so, so a
+# kind needs no ``frozen=True`` of its own (which would change its source, hence its pack hash).
+@dataclass_transform(frozen_default=True, field_specifiers=(msgspec.field,))
+class PolicyKind(
+    msgspec.Struct, frozen=True, kw_only=True, tag_field="kind", forbid_unknown_fields=True
+):
+    """Base of every policy kind: subclass it with ``tag="domain.action"``.
+
+    Money and quantities are integer minor units or decimal strings, never floats.
+    """
+
+    version: ClassVar[str] = "1.0"
+    adapter: ClassVar[str] = ""
+    impact: ClassVar[Impact] = Impact.HIGH_IMPACT
+    """Fail closed: a kind that declares nothing is HIGH_IMPACT."""
+
+    def needs_human(self) -> NeedsHuman | None:
+        """Return why this (valid) action needs a human, or None: the pack's escalation rule.
+
+        Override it for an authority threshold (e.g. RISK_LIMIT_EXCEEDED above a
+        notional limit) or to report ambiguity (AMBIGUOUS). It must be pure: the
+        DIM calls it with nothing but the parameters.
+        """
+        return None
+
+
+def kind_name(kind: type[PolicyKind]) -> str:
+    """Return the wire name of a policy kind."""
+    tag = kind.__struct_config__.tag
+    return tag if isinstance(tag, str) else kind.__name__
+
+
+class PackError(Exception):
+    """A policy pack that cannot be loaded; the kernel refuses to start on it."""
+
+
+@dataclass(frozen=True)
+class Consume:
+    """A policy kind consumes ``amount`` (integer units) of ``pool`` while its flow is open.
+
+    ``pool`` may name fields of the kind in braces, e.g. ``"inventory:{sku}"``.
+    """
+
+    kind: type[PolicyKind]
+    pool: str
+    amount: Amount
+
+
+@dataclass(frozen=True)
+class Threshold:
+    """Escalate a kind to a human above an amount, or below a confidence.
+
+    Args:
+        kind: the policy kind.
+        amount: what is compared with ``above`` (a field or a pure function of the params).
+        above: the amount past which a human approves (APPROVAL_REQUIRED).
+        confidence_below: the confidence under which a human decides (LOW_CONFIDENCE).
+    """
+
+    kind: type[PolicyKind]
+    amount: Amount = ""
+    above: int | str | None = None
+    confidence_below: float | None = None
+
+
+@dataclass(frozen=True)
+class LimitSpec:
+    """A limit agents get by default, and the floor and ceiling an operator may amend it to."""
+
+    default: int | str
+    floor: int | str
+    ceiling: int | str
+
+
+@dataclass(frozen=True)
+class PolicyPack:
+    """The policy kinds of one domain, under a name, a version and a content hash.
+
+    Args:
+        name: the pack's name, e.g. ``"trading"``.
+        version: the pack's semver.
+        kinds: the policy kinds it defines.
+        escalate_below_confidence: proposals less confident than this go to a human.
+        rules: pure rules (see :func:`kernel.policy.rules.rule`), run in order.
+        invariants: checks as data (Range, OneOf, StateMatch), run before the rules.
+        consumes: the resources each kind holds while its flow is open.
+        capacities: each pool's capacity in integer units (a ``"prefix:*"`` key covers a
+            family of pools); a ``capacity.<pool>`` fact in the state overrides it.
+        thresholds: escalation thresholds per kind.
+        limits: limits rules read from ``view.limits``, amendable within floor and ceiling.
+        guards: soft guards (kernel.policy.guards): they flag flows NEEDS_REVIEW off the blocking
+            path; a pure one with ``emergency_above`` may reject (GUARD_EMERGENCY).
+    """
+
+    name: str
+    version: str
+    kinds: Sequence[type[PolicyKind]]
+    escalate_below_confidence: float = 0.5
+    extra: Mapping[str, Any] = field(default_factory=dict)
+    rules: Sequence[Rule] = ()
+    invariants: Sequence[Invariant] = ()
+    consumes: Sequence[Consume] = ()
+    capacities: Mapping[str, int] = field(default_factory=dict)
+    thresholds: Sequence[Threshold] = ()
+    limits: Mapping[str, LimitSpec] = field(default_factory=dict)
+    guards: Sequence[Guard] = ()
+
+    def __post_init__(self) -> None:
+        # Copies the caller cannot reach, read-only: what judges stays what the hash covers.
+        for part in _SEQUENCES:
+            value = getattr(self, part)
+            if isinstance(value, str | bytes | Mapping) or not isinstance(value, Iterable):
+                raise PackError(f"pack {self.name}: {part} must be a sequence, not {value!r}")
+            object.__setattr__(self, part, tuple(value))
+        for part in _MAPPINGS:
+            value = getattr(self, part)
+            if not isinstance(value, Mapping):
+                raise PackError(f"pack {self.name}: {part} must be a mapping, not {value!r}")
+            object.__setattr__(self, part, MappingProxyType(dict(value)))
+
+    @cached_property
+    def by_name(self) -> Mapping[str, type[PolicyKind]]:
+        """The pack's kinds by wire name."""
+        return MappingProxyType({kind_name(k): k for k in self.kinds})
+
+    @cached_property
+    def hash(self) -> str:
+        """A hash of everything that decides: kinds, schemas, rules, invariants and settings."""
+        content = {
+            "name": self.name,
+            "version": self.version,
+            "escalate_below_confidence": repr(self.escalate_below_confidence),
+            "kinds": {
+                kind_name(k): {
+                    "version": k.version,
+                    "adapter": k.adapter,
+                    "impact": str(k.impact),
+                    "schema": msgspec.json.schema(k),
+                    "source": _source(k),
+                }
+                for k in self.kinds
+            },
+            "rules": [[_name(r.kind), _source(r.fn), r.fields, r.budget_us] for r in self.rules],
+            "invariants": [_described(i) for i in self.invariants],
+            "consumes": [[_name(c.kind), c.pool, _described(c.amount)] for c in self.consumes],
+            "capacities": dict(self.capacities),
+            "thresholds": [
+                [_name(t.kind), _described(t.amount), str(t.above), repr(t.confidence_below)]
+                for t in self.thresholds
+            ],
+            "limits": {
+                k: [str(v.default), str(v.floor), str(v.ceiling)] for k, v in self.limits.items()
+            },
+        }
+        if self.guards:  # absent from older hashes: a pack without guards keeps its hash
+            content["guards"] = [
+                [_name(g.kind), g.name, _described(g.check), repr(g.flag_above),
+                 repr(g.emergency_above)]
+                for g in self.guards
+            ]  # fmt: skip
+        return hashlib.sha256(canonical(content)).hexdigest()
+
+    @property
+    def ref(self) -> PackRef:
+        """The pack as recorded in events."""
+        return PackRef(name=self.name, version=self.version, hash=self.hash)
+
+
+_SEQUENCES = ("kinds", "rules", "invariants", "consumes", "thresholds", "guards")
+_MAPPINGS = ("extra", "capacities", "limits")
+
+
+def _source(obj: Any) -> str:
+    try:
+        return inspect.getsource(obj)
+    except (OSError, TypeError):
+        return ""
+
+
+def _name(kind: Any) -> str:
+    return (
+        kind_name(kind) if isinstance(kind, type) and issubclass(kind, PolicyKind) else repr(kind)
+    )
+
+
+def _described(obj: Any) -> str:
+    """A stable description of a piece of a pack, for its hash (functions by their source)."""
+    if callable(obj) and not isinstance(obj, type):
+        return _source(obj) or repr(obj)
+    if isinstance(obj, Range | OneOf | StateMatch):
+        fields = {k: v for k, v in vars(obj).items() if k != "kind"}
+        if isinstance(obj, OneOf):
+            fields["values"] = sorted(map(str, obj.values))
+        return f"{type(obj).__name__}({_name(obj.kind)}, {sorted(fields.items())!r})"
+    return repr(obj)
+
+
+@dataclass(frozen=True)
+class PolicyCatalog:
+    """Every policy kind of every loaded pack, validated together.
+
+    Its packs are a tuple and its tables read-only: only :meth:`adopt` changes
+    what it holds, when the DIM has recorded a newly loaded pack.
+    """
+
+    packs: Sequence[PolicyPack]
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "packs", tuple(self.packs))
+        seen: dict[str, str] = {}
+        for pack in self.packs:
+            _check_pack(pack, seen)
+
+    def _table(self, name: str, table: dict[str, Any]) -> Mapping[str, Any]:
+        """Keep ``table`` for :meth:`adopt` to refill, and hand out a read-only view of it."""
+        self.__dict__.setdefault("_tables", {})[name] = table
+        return MappingProxyType(table)
+
+    @cached_property
+    def kinds(self) -> Mapping[str, type[PolicyKind]]:
+        """Every kind by wire name."""
+        return self._table(
+            "kinds", {name: kind for pack in self.packs for name, kind in pack.by_name.items()}
+        )
+
+    @cached_property
+    def pack_of(self) -> Mapping[str, PolicyPack]:
+        """The pack that defines each kind."""
+        return self._table("pack_of", {name: pack for pack in self.packs for name in pack.by_name})
+
+    @cached_property
+    def schemas(self) -> Mapping[str, dict[str, Any]]:
+        """The JSON Schema of each kind, generated from its msgspec type."""
+        return self._table(
+            "schemas", {name: msgspec.json.schema(kind) for name, kind in self.kinds.items()}
+        )
+
+    @cached_property
+    def rules_of(self) -> Mapping[str, tuple[Rule, ...]]:
+        """Each kind's rules, in the pack's order."""
+        return self._table("rules_of", _by_kind(r for p in self.packs for r in p.rules))
+
+    @cached_property
+    def invariants_of(self) -> Mapping[str, tuple[Invariant, ...]]:
+        """Each kind's invariants, in the pack's order."""
+        return self._table("invariants_of", _by_kind(i for p in self.packs for i in p.invariants))
+
+    @cached_property
+    def consumes_of(self) -> Mapping[str, tuple[Consume, ...]]:
+        """The resources each kind consumes."""
+        return self._table("consumes_of", _by_kind(c for p in self.packs for c in p.consumes))
+
+    @cached_property
+    def thresholds_of(self) -> Mapping[str, tuple[Threshold, ...]]:
+        """Each kind's escalation thresholds."""
+        return self._table("thresholds_of", _by_kind(t for p in self.packs for t in p.thresholds))
+
+    def adopt(self, other: PolicyCatalog) -> None:
+        """Take ``other``'s packs in place: the DIM's, once PackLoaded is staged.
+
+        Every actor holds this catalog (and some hold its tables), so the tables
+        are refilled where they are rather than replaced. Nothing else changes a
+        catalog: use ``Kernel.load_pack``, which records the new version.
+        """
+        object.__setattr__(self, "packs", other.packs)
+        tables: dict[str, dict[str, Any]] = vars(self).get("_tables", {})
+        for name, table in tables.items():
+            getattr(other, name)  # builds other's table of that name
+            table.clear()
+            table.update(vars(other)["_tables"][name])
+
+    @cached_property
+    def guards_of(self) -> Mapping[str, tuple[Guard, ...]]:
+        """Each kind's soft guards."""
+        return self._table("guards_of", _by_kind(g for p in self.packs for g in p.guards))
+
+    @cached_property
+    def emergencies_of(self) -> Mapping[str, tuple[Guard, ...]]:
+        """Each kind's emergency rules: the guards that may reject, run inline by the DIM."""
+        return self._table(
+            "emergencies_of",
+            _by_kind(g for p in self.packs for g in p.guards if g.emergency_above is not None),
+        )
+
+    def refs(self) -> list[PackRef]:
+        """The loaded packs as recorded in events."""
+        return [pack.ref for pack in self.packs]
+
+    def adapters_needed(self) -> Iterable[str]:
+        """The adapter names the kinds execute through."""
+        return sorted({kind.adapter for kind in self.kinds.values()})
+
+
+def _by_kind(items: Iterable[Any]) -> dict[str, tuple[Any, ...]]:
+    grouped: dict[str, list[Any]] = {}
+    for item in items:
+        grouped.setdefault(kind_name(item.kind), []).append(item)
+    return {kind: tuple(group) for kind, group in grouped.items()}
+
+
+def amount_of(amount: Amount, params: Any) -> Decimal | None:
+    """Evaluate an amount declaration (a field or a pure function) on typed parameters."""
+    value = getattr(params, amount) if isinstance(amount, str) else amount(params)
+    return decimal_of(value)
+
+
+def _decimal_field(kind: type[PolicyKind]) -> str | None:
+    """Return the first field of ``kind`` whose type holds a ``decimal.Decimal``, or None."""
+
+    def holds(t: Any, seen: set[type]) -> bool:
+        if isinstance(t, msgspec.inspect.DecimalType):
+            return True
+        if isinstance(t, msgspec.inspect.StructType | msgspec.inspect.DataclassType):
+            if t.cls in seen:
+                return False
+            seen.add(t.cls)
+            return any(holds(f.type, seen) for f in t.fields)
+        inner: list[Any] = []
+        for attr in ("type", "types", "item_type", "item_types", "key_type", "value_type"):
+            value = getattr(t, attr, None)
+            inner.extend(value if isinstance(value, tuple) else [value] if value else [])
+        return any(holds(i, seen) for i in inner)
+
+    info = msgspec.inspect.type_info(kind)
+    assert isinstance(info, msgspec.inspect.StructType)
+    return next((f.name for f in info.fields if holds(f.type, {kind})), None)
+
+
+def _check_pack(pack: PolicyPack, seen: dict[str, str]) -> None:
+    """Raise PackError naming the first problem of ``pack`` (and where it is)."""
+    if not pack.name or not pack.version:
+        raise PackError(f"pack {pack!r}: a pack needs a name and a version")
+    for kind in pack.kinds:
+        if not (isinstance(kind, type) and issubclass(kind, PolicyKind)):
+            raise PackError(f"pack {pack.name}: {kind!r} is not a PolicyKind subclass")
+        name = kind_name(kind)
+        if name in seen:
+            raise PackError(
+                f"policy kind {name!r} is defined by both pack {seen[name]!r}"
+                f" and pack {pack.name!r}"
+            )
+        if not kind.adapter:
+            raise PackError(
+                f"pack {pack.name}: policy kind {name!r} names no adapter to execute it"
+            )
+        lenient = _decimal_field(kind)
+        if lenient is not None:
+            raise PackError(
+                f"pack {pack.name}: policy kind {name!r} types field {lenient!r} as Decimal,"
+                " which reads '1_0_0', ' 100 ', full-width digits and 'NaN' and re-spells them;"
+                " type it kernel.DecimalStr (the string the DIM judges is the one executed)"
+            )
+        if kind.impact not in tuple(Impact):
+            raise PackError(
+                f"pack {pack.name}: policy kind {name!r} declares an unknown impact {kind.impact!r}"
+            )
+        seen[name] = pack.name
+    own = set(pack.kinds)
+
+    def fields_of(part: str, kind: Any) -> tuple[str, ...]:
+        if kind not in own:
+            raise PackError(
+                f"pack {pack.name}: {part} is about {_name(kind)}, not a kind of this pack"
+            )
+        return tuple(kind.__struct_fields__)
+
+    def need(part: str, kind: Any, names: Iterable[str], where: str = "") -> None:
+        fields = fields_of(part, kind)
+        for f in names:
+            if f not in fields:
+                at = f" ({where})" if where else ""
+                raise PackError(
+                    f"pack {pack.name}: {part}{at} names field {f!r},"
+                    f" which {_name(kind)} does not have (it has {', '.join(fields)})"
+                )
+
+    def pure(part: str, fn: Callable[..., Any]) -> None:
+        problem = impurity(fn)
+        if problem is not None:
+            raise PackError(f"pack {pack.name}: {part} is not deterministic: {problem}")
+
+    for r in pack.rules:
+        if not isinstance(r, Rule):
+            raise PackError(f"pack {pack.name}: {r!r} is not a Rule (declare it with @rule)")
+        where, _ = source_of(r.fn)
+        part = f"rule {r.name}"
+        budget = r.budget_us
+        if (
+            isinstance(budget, bool)
+            or not isinstance(budget, int)
+            or not 0 < budget <= MAX_BUDGET_US
+        ):
+            raise PackError(
+                f"pack {pack.name}: {part} ({where}): budget_us must be a whole number of"
+                f" microseconds in [1, {MAX_BUDGET_US}], not {budget!r}"
+            )
+        need(part, r.kind, r.fields, where)
+        for f, line in attributes_read(r.fn):
+            need(part, r.kind, [f], f"{where.rsplit(':', 1)[0]}:{line}")
+        pure(part, r.fn)
+    for inv in pack.invariants:
+        if not isinstance(inv, Range | OneOf | StateMatch):
+            raise PackError(f"pack {pack.name}: {inv!r} is not an invariant")
+        need(f"invariant {inv.name}", inv.kind, [inv.field])
+        if isinstance(inv, StateMatch):
+            need(f"invariant {inv.name}", inv.kind, template_fields(inv.state_key))
+        if isinstance(inv, Range):
+            for bound in (inv.min, inv.max):
+                if bound is not None and decimal_of(bound) is None:
+                    raise PackError(f"pack {pack.name}: invariant {inv.name}: bad bound {bound!r}")
+    for c in pack.consumes:
+        part = f"resource {c.pool}"
+        need(part, c.kind, template_fields(c.pool))
+        if isinstance(c.amount, str):
+            need(part, c.kind, [c.amount])
+        else:
+            fields_of(part, c.kind)
+            pure(part, c.amount)
+    for t in pack.thresholds:
+        part = f"threshold of {_name(t.kind)}"
+        if t.above is not None:
+            if isinstance(t.amount, str):
+                need(part, t.kind, [t.amount])
+            else:
+                fields_of(part, t.kind)
+                pure(part, t.amount)
+            if decimal_of(t.above) is None:
+                raise PackError(f"pack {pack.name}: {part}: bad amount {t.above!r}")
+        else:
+            fields_of(part, t.kind)
+    for g in pack.guards:
+        if not isinstance(g, Guard):
+            raise PackError(f"pack {pack.name}: {g!r} is not a Guard")
+        part = f"guard {g.name}"
+        fields_of(part, g.kind)
+        if not 0.0 <= g.flag_above <= 1.0:
+            raise PackError(f"pack {pack.name}: {part}: flag_above must lie in [0, 1]")
+        if g.emergency_above is not None:
+            if not g.deterministic:
+                raise PackError(
+                    f"pack {pack.name}: {part}: an emergency rule must be a pure function,"
+                    " not an async guard (its verdict must replay)"
+                )
+            if not g.flag_above <= g.emergency_above <= 1.0:
+                raise PackError(
+                    f"pack {pack.name}: {part}: emergency_above must lie in [flag_above, 1]"
+                )
+        if g.deterministic:
+            pure(part, g.check)
+        elif not callable(g.check):
+            raise PackError(f"pack {pack.name}: {part}: the check is not callable")
+    for key, spec in pack.limits.items():
+        low, default, high = (decimal_of(v) for v in (spec.floor, spec.default, spec.ceiling))
+        if low is None or default is None or high is None or not low <= default <= high:
+            raise PackError(f"pack {pack.name}: limit {key!r} needs floor <= default <= ceiling")

@@ -1,0 +1,250 @@
+"""Every message one kernel actor sends another, and one union per receiving actor.
+
+Messages are not records: they are never journalled, and carry what the
+receiver needs to stage the next events (the journal is the record, DESIGN §4).
+Each actor's mailbox is typed with its union (``Mailbox[DimMessage]``) and its
+``handle`` takes that union, so mypy checks every send and every ``match``.
+
+This module imports only the vocabulary (events, reasons, contracts, packs,
+adapters' and constraints' result types), never an actor module: actors meet
+here instead of importing each other.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from enum import StrEnum
+from typing import TYPE_CHECKING, Any, TypeAlias
+
+import msgspec
+
+from kernel.adapters.constraints import Violation
+from kernel.adapters.contract import Receipt
+from kernel.core.events import (
+    AmendmentRefused,
+    Feedback,
+    LimitAmended,
+    Manifest,
+    PackRef,
+    ProposalRecord,
+)
+from kernel.core.reasons import ReasonCode
+from kernel.policy.contracts import HandshakeRefused, Session, Verdict, WorkingContext
+from kernel.policy.packs import PackError
+
+if TYPE_CHECKING:  # the actors import the projections, which fold amendments (AmendLimit)
+    from kernel.runtime.actors import Reply
+    from kernel.state.projections import AgentStatus
+
+# --- to the registry ---------------------------------------------------------
+
+
+class Register(msgspec.Struct, frozen=True, kw_only=True):
+    manifest: Manifest
+    reply: Reply[Session | HandshakeRefused]
+    invalid: str | None = None
+    """Why the wall refused the manifest as given (``manifest`` then holds its clipped ids)."""
+
+
+class SetStatus(msgspec.Struct, frozen=True, kw_only=True):
+    agent_id: str
+    status: AgentStatus
+    operator: str
+    reason: str
+    reply: Reply[ReasonCode | None]
+    inbox_id: int | None = None
+
+
+# --- to the context compiler -------------------------------------------------
+
+
+class FireTrigger(msgspec.Struct, frozen=True, kw_only=True):
+    topic: str
+    facts: dict[str, Any]
+    source: str
+    parent_dfid: str | None
+    reply: Reply[list[str]]
+
+
+class Compile(msgspec.Struct, frozen=True, gc=False, kw_only=True):
+    dfid: str
+    attempt: int
+    feedback: Feedback | None = None
+
+
+# --- to the DIM (the integrity module) ---------------------------------------
+
+
+class Validate(msgspec.Struct, frozen=True, kw_only=True):
+    """A proposal to judge: from an agent (with its token) or a human modification."""
+
+    dfid: str
+    proposal: ProposalRecord
+    token: str = ""
+    by_human: bool = False
+    invalid: Feedback | None = None
+    reply: Reply[Verdict] | None = None
+
+
+class Withdraw(msgspec.Struct, frozen=True, kw_only=True):
+    """An agent gives up on a flow: it declined to act, or its reasoning failed."""
+
+    dfid: str
+    token: str
+    attempt: int
+    reason_code: ReasonCode
+    detail: str = ""
+
+
+class AmendLimit(msgspec.Struct, frozen=True, kw_only=True):
+    """An operator's request to set ``limit`` of ``agent_id`` to ``value`` for ``ttl_s``."""
+
+    agent_id: str
+    limit: str
+    value: Any
+    ttl_s: Any
+    operator: str
+    reason: str
+    inbox_id: int | None = None
+    reply: Reply[LimitAmended | AmendmentRefused] | None = None
+
+
+class LoadPack(msgspec.Struct, frozen=True, kw_only=True):
+    """Replace the loaded version of ``pack`` (by name), or add it."""
+
+    pack: Any
+    adapters: frozenset[str]
+    operator: str = ""
+    reason: str = ""
+    reply: Reply[PackRef | PackError | None] | None = None
+
+
+# --- to the escalation manager -----------------------------------------------
+
+
+class Decision(StrEnum):
+    """What a human may decide about an escalated flow.
+
+    APPROVE, REJECT and MODIFY are the operator's words; OVERRIDE and ABORT are
+    the older words for approve and reject, still accepted and recorded as given.
+    RECONCILE and RETRY are the only decisions on an intent whose outcome is
+    unknown: reconcile records what the system shows (``params`` ``{"outcome":
+    "done", "external_id": ...}`` or ``{"outcome": "not_done"}``), retry calls
+    the adapter again with the same key.
+    """
+
+    APPROVE = "approve"
+    REJECT = "reject"
+    MODIFY = "modify"
+    OVERRIDE = "override"
+    ABORT = "abort"
+    RECONCILE = "reconcile"
+    RETRY = "retry"
+
+
+class Escalate(msgspec.Struct, frozen=True, kw_only=True):
+    """Tell the escalation manager a flow now waits for a human."""
+
+    dfid: str
+
+
+class Decide(msgspec.Struct, frozen=True, kw_only=True):
+    """A human decision; from the embedding API, or from the operator inbox (``inbox_id``)."""
+
+    dfid: str
+    decision: Decision
+    operator: str
+    reason: str
+    params: dict[str, Any] | None = None
+    action_hash: str | None = None
+    inbox_id: int | None = None
+    reply: Reply[Verdict] | None = None
+
+
+class Tick(msgspec.Struct, frozen=True, kw_only=True):
+    """Time passed: expire approvals, and wake the silence watchdog."""
+
+
+class EscalateOperational(msgspec.Struct, frozen=True, kw_only=True):
+    """The execution engine gives up on a flow (adapter errors beyond its retry budget)."""
+
+    dfid: str
+    detail: str
+
+
+# --- to the execution engine -------------------------------------------------
+
+
+class Execute(msgspec.Struct, frozen=True, kw_only=True):
+    """Carry out the accepted intent of a flow."""
+
+    dfid: str
+    reply: Reply[Verdict] | None = None
+
+
+class Dispatch(msgspec.Struct, frozen=True, gc=False, kw_only=True):
+    """An intent's start is recorded: call its adapter (attempt 1, key ``key``)."""
+
+    dfid: str
+    key: str
+
+
+class AdapterDone(msgspec.Struct, frozen=True, gc=False, kw_only=True):
+    """An adapter call (attempt ``attempt`` of ``key``) finished, one way or another."""
+
+    dfid: str
+    key: str
+    attempt: int = 1
+    receipt: Receipt | None = None
+    found: bool = False
+    violation: Violation | None = None
+    error: str = ""
+    transient: bool = False
+    unknown: bool = False
+    """The call may have taken effect (its answer is missing or unclassified)."""
+    looked_up: bool = False
+    """The lookup asked before escalating answered: None (no receipt) means no effect exists."""
+
+
+class Recover(msgspec.Struct, frozen=True, gc=False, kw_only=True):
+    """Resume every execution an earlier run left unfinished (sent once at start)."""
+
+
+class Resolve(msgspec.Struct, frozen=True, gc=False, kw_only=True):
+    """A human's reconcile or retry of an unknown outcome is recorded: go on from there."""
+
+    dfid: str
+
+
+# --- to the async guards -----------------------------------------------------
+
+
+class Screen(msgspec.Struct, frozen=True, kw_only=True):
+    """Run the guards of a proposal's kind over it (sent once its verdict is recorded)."""
+
+    dfid: str
+    proposal: ProposalRecord
+    state: Mapping[str, Any]
+    """The state the DIM judged the proposal against."""
+
+
+class Found(msgspec.Struct, frozen=True, kw_only=True):
+    """What one async guard concluded (or how it failed), to be recorded."""
+
+    dfid: str
+    guard: str
+    flag_above: float
+    finding: Any = None
+    error: str = ""
+
+
+# --- one union per receiving actor --------------------------------------------
+
+RegistryMessage: TypeAlias = Register | SetStatus
+CompilerMessage: TypeAlias = FireTrigger | Compile
+DimMessage: TypeAlias = Validate | Withdraw | AmendLimit | LoadPack
+EscalationMessage: TypeAlias = Escalate | Decide | Tick | EscalateOperational
+ExecutionMessage: TypeAlias = Execute | Dispatch | AdapterDone | Recover | Resolve
+GuardMessage: TypeAlias = Screen | Found
+AgentMessage: TypeAlias = WorkingContext
+"""What an agent's crew receives: the context of one step of reasoning."""

@@ -1,0 +1,338 @@
+"""Governed memory: facts, constraints, decisions and queries, folded from memory events.
+
+Memory is written only by the memory executor, after the DIM accepted a
+memory policy kind (see :mod:`kernel.memory._pack`), so every fact and every
+constraint has a proposal, a verdict and a cause in the journal. This module
+holds the projection (:class:`MemoryState`) and the DIM's memory layer
+(:func:`check`), a pure function of the proposal and the memory state.
+
+Constraint texts are parsed, not interpreted by a model:
+
+- prohibitions: ``never X``, ``do not X``, ``don't X``, ``avoid X``. A proposal
+  whose explanation or parameters contain X as a whole word (case-insensitive)
+  is refused with CONSTRAINT_VIOLATION. A leading ``use``/``using``/``call`` is
+  not part of X, so "never use eval()" forbids ``eval()``.
+- procedures: ``verify X before Y``. A proposal that mentions Y (in its kind,
+  explanation or parameters) is refused with VERIFICATION_REQUIRED unless its
+  agent, or its flow's tree, queried memory about X before.
+
+Constraint management (adding or retiring a constraint) is exempt from both:
+its text talks about behaviour rather than performing it. Queries are exempt
+from procedures (a query is the verification).
+
+Priorities ``required`` and ``learned`` are enforced; ``preferred`` is
+advisory: :func:`advisories` names the preferred constraints a proposal
+breaks, and the verdict does not change.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from functools import lru_cache
+from typing import Any
+
+import msgspec
+
+from kernel.core.events import (
+    ConstraintAdded,
+    ConstraintDeactivated,
+    DecisionMade,
+    Event,
+    FactAdded,
+    Feedback,
+    MemoryQueried,
+    ProposalRecord,
+    RuleDecided,
+    RuleProposed,
+)
+from kernel.core.reasons import ReasonCode
+from kernel.state.rulebook import Rulebook
+
+MEMORY_EVENTS = frozenset(
+    {
+        FactAdded,
+        ConstraintAdded,
+        ConstraintDeactivated,
+        DecisionMade,
+        MemoryQueried,
+        RuleProposed,
+        RuleDecided,
+    }
+)
+"""Payload types folded into :class:`MemoryState`."""
+
+ENFORCED = frozenset({"required", "learned"})
+PRIORITIES = ("required", "learned", "preferred")
+
+MEMORY_ADAPTER = "memory"
+"""The adapter name of the built-in memory executor."""
+
+QUERY_KIND = "memory.query"
+CONSTRAINT_KINDS = frozenset({"memory.add_constraint", "memory.deactivate_constraint"})
+"""Kinds that talk about behaviour rather than perform it: constraints do not apply to them
+(else "never use eval()" could not be restated as learned, nor any constraint be retired)."""
+
+_PROHIBITION = re.compile(
+    r"^\s*(?:never|do\s+not|don't|avoid)\s+(?:(?:use|using|call)\s+)?(.+?)\s*\.?\s*$", re.I
+)
+_PROCEDURE = re.compile(r"^\s*verify\s+(.+?)\s+before\s+(.+?)\s*\.?\s*$", re.I)
+
+
+class FactRecord(msgspec.Struct, frozen=True, gc=False, kw_only=True):
+    value: str
+    confidence: str
+    seq: int
+    agent_id: str
+    correlation_id: str
+
+
+class ConstraintRecord(msgspec.Struct, frozen=True, gc=False, kw_only=True):
+    """An active constraint; its id is the seq of its ConstraintAdded."""
+
+    seq: int
+    text: str
+    priority: str
+    triggered_by: int | None
+    agent_id: str
+    correlation_id: str
+
+
+class Pending(msgspec.Struct, frozen=True, gc=False, kw_only=True):
+    """A memory intent started and not yet recorded: whose, and which event started it."""
+
+    dfid: str
+    root_dfid: str
+    agent_id: str
+    started_seq: int
+
+
+class MemoryState(msgspec.Struct, kw_only=True):
+    """The memory projection: plain data, so a snapshot stores and restores it as is.
+
+    ``queried`` maps an agent id or a root DFID to the topics it queried (topic ->
+    seq of the latest MemoryQueried); ``written`` maps the intent keys the
+    executor recorded to their memory event (the executor's idempotency record).
+    """
+
+    facts: dict[str, FactRecord] = {}
+    constraints: dict[int, ConstraintRecord] = {}
+    decisions: int = 0
+    queried: dict[str, dict[str, int]] = {}
+    written: dict[str, int] = {}
+    pending: dict[str, Pending] = {}
+    rulebook: Rulebook = msgspec.field(default_factory=Rulebook)
+
+    def copy(self) -> MemoryState:
+        """Return a copy that later folds do not change (records are immutable)."""
+        return MemoryState(
+            facts=dict(self.facts),
+            constraints=dict(self.constraints),
+            decisions=self.decisions,
+            queried={who: dict(topics) for who, topics in self.queried.items()},
+            written=dict(self.written),
+            pending=dict(self.pending),
+            rulebook=self.rulebook.copy(),
+        )
+
+    def started(self, key: str, pending: Pending) -> None:
+        """Note a memory intent the execution engine started (the executor's work list)."""
+        if key not in self.written:
+            self.pending[key] = pending
+
+    def apply(self, event: Event) -> None:
+        """Fold one memory event."""
+        payload = event.payload
+        agent = event.agent_id or ""
+        correlation = getattr(payload, "correlation_id", "")
+        key = getattr(payload, "key", "")
+        if key:
+            self.written[key] = event.seq
+            self.pending.pop(key, None)
+        match payload:
+            case FactAdded(name=name, value=value, confidence=confidence):
+                self.facts[name] = FactRecord(
+                    value=value,
+                    confidence=confidence,
+                    seq=event.seq,
+                    agent_id=agent,
+                    correlation_id=correlation,
+                )
+            case ConstraintAdded(text=text, priority=priority, triggered_by=triggered_by):
+                self.constraints[event.seq] = ConstraintRecord(
+                    seq=event.seq,
+                    text=text,
+                    priority=priority,
+                    triggered_by=triggered_by,
+                    agent_id=agent,
+                    correlation_id=correlation,
+                )
+            case ConstraintDeactivated(constraint=constraint):
+                self.constraints.pop(constraint, None)
+            case DecisionMade():
+                self.decisions += 1
+            case MemoryQueried(topic=topic):
+                for who in (agent, correlation):
+                    if who:
+                        self.queried.setdefault(who, {})[topic] = event.seq
+            case RuleProposed() | RuleDecided():
+                self.rulebook.apply(event)
+
+    def view(self, max_facts: int | None = None) -> dict[str, Any]:
+        """Return the memory layer an agent's context shows: constraints, then newest facts."""
+        facts = sorted(self.facts.items(), key=lambda item: item[1].seq, reverse=True)
+        if max_facts is not None:
+            facts = facts[:max_facts]
+        return {
+            "constraints": [
+                {"id": c.seq, "text": c.text, "priority": c.priority}
+                for c in sorted(self.constraints.values(), key=_by_priority)
+            ],
+            "facts": {name: fact.value for name, fact in sorted(facts)},
+        }
+
+
+def _by_priority(c: ConstraintRecord) -> tuple[int, int]:
+    return PRIORITIES.index(c.priority) if c.priority in PRIORITIES else 3, c.seq
+
+
+# --- constraint texts -----------------------------------------------------------
+
+
+@lru_cache(maxsize=4096)
+def parse(text: str) -> tuple[str, str, str] | None:
+    """Return ("never", X, "") or ("verify", X, Y) for a constraint text, None if neither."""
+    if match := _PROCEDURE.match(text):
+        return "verify", match[1].strip(), match[2].strip()
+    if match := _PROHIBITION.match(text):
+        return "never", match[1].strip(), ""
+    return None
+
+
+@lru_cache(maxsize=4096)
+def _word(term: str) -> re.Pattern[str]:
+    # \b would not match after "eval()": a word boundary needs a word character on one
+    # side. "Not preceded or followed by a word character" works for any term.
+    return re.compile(r"(?<!\w)" + re.escape(term) + r"(?!\w)", re.I)
+
+
+def mentions(text: str, term: str) -> bool:
+    """Whether ``term`` occurs in ``text`` as a whole word ("cat" is not in "concatenate")."""
+    return bool(term) and _word(term).search(text) is not None
+
+
+def _strings(value: Any) -> Iterator[str]:
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from _strings(item)
+    elif isinstance(value, list | tuple):
+        for item in value:
+            yield from _strings(item)
+    elif value is not None:
+        yield str(value)
+
+
+def text_of(proposal: ProposalRecord) -> str:
+    """Return what prohibitions are matched against: the explanation and every parameter."""
+    return "\n".join((proposal.explain, *_strings(proposal.params)))
+
+
+def _verified(state: MemoryState, topic: str, who: tuple[str, ...]) -> bool:
+    for name in who:
+        for queried in state.queried.get(name, {}):
+            if mentions(queried, topic):
+                return True
+    return False
+
+
+def violations(
+    state: MemoryState, proposal: ProposalRecord, agent_id: str, correlation_id: str
+) -> Iterator[tuple[ConstraintRecord, ReasonCode]]:
+    """Yield each active constraint the proposal breaks, by priority then age."""
+    if proposal.kind in CONSTRAINT_KINDS:
+        return
+    text = text_of(proposal)
+    about = f"{proposal.kind}\n{text}"
+    who = (agent_id, correlation_id)
+    for constraint in sorted(state.constraints.values(), key=_by_priority):
+        parsed = parse(constraint.text)
+        if parsed is None:
+            continue
+        form, subject, action = parsed
+        if form == "never":
+            if mentions(text, subject):
+                yield constraint, ReasonCode.CONSTRAINT_VIOLATION
+        elif (
+            proposal.kind != QUERY_KIND
+            and mentions(about, action)
+            and not _verified(state, subject, who)
+        ):
+            yield constraint, ReasonCode.VERIFICATION_REQUIRED
+
+
+def _malformed(state: MemoryState, proposal: ProposalRecord) -> Feedback | None:
+    """Refuse memory writes the memory could not enforce or link (fail closed)."""
+    params = proposal.params
+    if proposal.kind == "memory.add_constraint":
+        text = str(params.get("text", ""))
+        if parse(text) is None:
+            return _feedback(
+                ReasonCode.SCHEMA_INVALID,
+                f"{text!r} is neither 'never/do not/avoid X' nor 'verify X before Y'",
+                "params.text",
+            )
+        if params.get("priority") == "learned" and not params.get("triggered_by"):
+            return _feedback(
+                ReasonCode.SCHEMA_INVALID,
+                "a learned constraint names the event of the mistake in triggered_by",
+                "params.triggered_by",
+            )
+    if proposal.kind == "memory.deactivate_constraint":
+        if params.get("constraint") not in state.constraints:
+            return _feedback(
+                ReasonCode.SCHEMA_INVALID,
+                f"no active constraint {params.get('constraint')!r}",
+                "params.constraint",
+            )
+    return None
+
+
+def _feedback(code: ReasonCode, detail: str, field: str = "") -> Feedback:
+    return Feedback(reason_code=code, detail=detail, layer="memory", field=field)
+
+
+def check(
+    state: MemoryState, proposal: ProposalRecord, agent_id: str, correlation_id: str
+) -> Feedback | None:
+    """Return the memory layer's refusal of ``proposal``, or None if no enforced constraint objects.
+
+    Args:
+        state: the memory projection at the time of the verdict.
+        proposal: the proposal being judged.
+        agent_id: who proposes (its queries count as verification).
+        correlation_id: the root DFID of the proposal's flow (its tree's queries count too).
+    """
+    malformed = _malformed(state, proposal)
+    if malformed is not None:
+        return malformed
+    for constraint, code in violations(state, proposal, agent_id, correlation_id):
+        if constraint.priority in ENFORCED:
+            what = "violates" if code is ReasonCode.CONSTRAINT_VIOLATION else "needs"
+            detail = (
+                f"{what} {constraint.priority} constraint #{constraint.seq}: {constraint.text!r}"
+            )
+            return _feedback(code, detail)
+    return None
+
+
+def advisories(
+    state: MemoryState, proposal: ProposalRecord, agent_id: str, correlation_id: str
+) -> list[int]:
+    """Return the ids of the preferred (advisory) constraints ``proposal`` breaks."""
+    return [
+        c.seq
+        for c, _ in violations(state, proposal, agent_id, correlation_id)
+        if c.priority not in ENFORCED
+    ]

@@ -1,0 +1,427 @@
+"""The rulebook: versioned rules with provenance, gated by a deterministic promoter.
+
+A rule is an instruction item (id, version, title, content, labels) with the
+place its text comes from (repository, ref, path, blob). Rules change only by
+proposal: an agent proposes ``memory.propose_rule`` (judged by the DIM like any
+other kind, then executed by the memory executor), or an operator proposes
+through :meth:`kernel.Kernel.propose_rule`. Every proposal is recorded as
+:class:`~kernel.core.events.RuleProposed`, and every decision on it as
+:class:`~kernel.core.events.RuleDecided`, an audit record naming who decided
+(``promoter`` or the operator), why, and the prior version.
+
+The promoter decides at once, in the same append as the proposal, by these
+rules in order (a pure function of the rulebook and the proposal):
+
+1. ``skip`` SAME_CONTENT: the proposal equals the current version;
+2. ``defer`` NO_PROVENANCE: it names no repository, path and blob;
+3. ``defer`` STALE_BASE: it was written against another version than the current;
+4. ``defer`` OPERATOR_PINNED: an operator's override set the current version and
+   the proposer is not an operator;
+5. ``promote`` NEW_RULE or NEW_VERSION otherwise: the next version.
+
+A deferred proposal waits for an operator, who may ``override`` it (it becomes
+the next version) or ``skip`` it (:meth:`Promoter.decide`). The projection
+(:class:`Rulebook`) lives in the memory projection, so snapshots, time travel
+and ``dirk why`` see it. Agents receive the rules relevant to their flow in the
+memory layer of their context (:func:`select`), through the :class:`RuleSearch`
+port: lexical (BM25 over title, content and labels) by default.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import Counter
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from typing import Any, Protocol
+
+import anyio
+import msgspec
+
+from kernel.core.events import Draft, Event, RuleDecided, RuleProposed, RuleSource, digest
+
+PROMOTER = "promoter"
+"""The actor named in the audit records of the promoter's own decisions."""
+DECISIONS = ("promote", "defer", "skip", "override")
+OPERATOR_DECISIONS = ("override", "skip")
+"""What an operator may decide on a deferred proposal."""
+DEFAULT_RULES = 5
+"""Rules a context shows unless the manifest's ``context.memory.max_rules`` says otherwise."""
+
+
+class RuleVersion(msgspec.Struct, frozen=True, gc=False, kw_only=True):
+    """One version of a rule, with its provenance and the decision that created it."""
+
+    rule: str
+    version: int
+    title: str
+    content: str
+    labels: list[str]
+    source: RuleSource
+    hash: str
+    proposal: int
+    decided: int
+    actor: str
+
+    @property
+    def cite(self) -> str:
+        """How an explanation cites this version: ``[rule:id@vN]``."""
+        return f"[rule:{self.rule}@v{self.version}]"
+
+    @property
+    def ref(self) -> str:
+        """``id@vN``, as recorded in ContextCompiled."""
+        return f"{self.rule}@v{self.version}"
+
+
+class RuleDecision(msgspec.Struct, frozen=True, gc=False, kw_only=True):
+    """One audit record: who decided what on which proposal, why, and the versions."""
+
+    seq: int
+    proposal: int
+    decision: str
+    actor: str
+    reason: str
+    detail: str
+    prior_version: int
+    version: int
+
+
+class RuleItem(msgspec.Struct, kw_only=True):
+    """A rule's whole history: every version and every decision about it."""
+
+    versions: list[RuleVersion] = []
+    decisions: list[RuleDecision] = []
+
+    @property
+    def current(self) -> RuleVersion | None:
+        """The version agents see now (None while no proposal was promoted)."""
+        return self.versions[-1] if self.versions else None
+
+    @property
+    def pinned(self) -> bool:
+        """Whether an operator's override set the current version."""
+        return any(
+            d.decision == "override" and d.version == len(self.versions) for d in self.decisions
+        )
+
+
+class Rulebook(msgspec.Struct, kw_only=True):
+    """The rulebook projection: plain data, stored as is in snapshots.
+
+    ``pending`` holds deferred proposals by seq; ``shown`` the rules each open
+    flow's latest context showed (``id@vN``), what citations are checked against.
+    """
+
+    items: dict[str, RuleItem] = {}
+    pending: dict[int, RuleProposed] = {}
+    shown: dict[str, list[str]] = {}
+
+    def copy(self) -> Rulebook:
+        """Return a copy that later folds do not change."""
+        return Rulebook(
+            items={
+                rule: RuleItem(versions=list(i.versions), decisions=list(i.decisions))
+                for rule, i in self.items.items()
+            },
+            pending=dict(self.pending),
+            shown={dfid: list(refs) for dfid, refs in self.shown.items()},
+        )
+
+    def current(self) -> list[RuleVersion]:
+        """Every rule's current version, by id."""
+        return [v for _, i in sorted(self.items.items()) if (v := i.current) is not None]
+
+    def apply(self, event: Event) -> None:
+        """Fold a RuleProposed or RuleDecided."""
+        match event.payload:
+            case RuleProposed() as proposal:
+                # Held until decided; the promoter decides in the same append.
+                self.pending[event.seq] = proposal
+            case RuleDecided() as decided:
+                self._decided(event.seq, event.caused_by or 0, decided)
+
+    def _decided(self, seq: int, proposal_seq: int, decided: RuleDecided) -> None:
+        item = self.items.setdefault(decided.rule, RuleItem())
+        item.decisions.append(
+            RuleDecision(
+                seq=seq,
+                proposal=proposal_seq,
+                decision=decided.decision,
+                actor=decided.actor,
+                reason=decided.reason,
+                detail=decided.detail,
+                prior_version=decided.prior_version,
+                version=decided.version,
+            )
+        )
+        proposal = self.pending.get(proposal_seq)
+        if decided.decision != "defer":
+            self.pending.pop(proposal_seq, None)
+        if decided.decision in ("promote", "override") and proposal is not None:
+            item.versions.append(
+                RuleVersion(
+                    rule=decided.rule,
+                    version=decided.version,
+                    title=proposal.title,
+                    content=proposal.content,
+                    labels=list(proposal.labels),
+                    source=proposal.source,
+                    hash=content_hash(proposal),
+                    proposal=proposal_seq,
+                    decided=seq,
+                    actor=decided.actor,
+                )
+            )
+
+    def context_shown(self, dfid: str, refs: Sequence[str]) -> None:
+        """Note the rules a flow's latest context showed."""
+        if refs:
+            self.shown[dfid] = list(refs)
+        else:
+            self.shown.pop(dfid, None)
+
+
+def content_hash(proposal: RuleProposed) -> str:
+    """Return the hash of what a version says and where it comes from."""
+    return digest(
+        {
+            "title": proposal.title,
+            "content": proposal.content,
+            "labels": sorted(proposal.labels),
+            "source": proposal.source,
+        }
+    )
+
+
+def promote(book: Rulebook, proposal: RuleProposed) -> RuleDecided:
+    """Return the promoter's decision on ``proposal`` (a pure function; see the module doc)."""
+    item = book.items.get(proposal.rule)
+    current = item.current if item is not None else None
+    prior = current.version if current is not None else 0
+
+    def decided(decision: str, reason: str, detail: str) -> RuleDecided:
+        version = prior + 1 if decision == "promote" else 0
+        return RuleDecided(
+            rule=proposal.rule,
+            decision=decision,
+            actor=PROMOTER,
+            reason=reason,
+            detail=detail,
+            prior_version=prior,
+            version=version,
+        )
+
+    if current is not None and current.hash == content_hash(proposal):
+        return decided("skip", "SAME_CONTENT", f"v{prior} already says this")
+    source = proposal.source
+    if not (source.repo and source.path and source.blob):
+        return decided(
+            "defer",
+            "NO_PROVENANCE",
+            "a rule names its repository, path and blob; an operator may override",
+        )
+    if proposal.base_version != prior:
+        return decided(
+            "defer",
+            "STALE_BASE",
+            f"proposed against v{proposal.base_version}, the rulebook is at v{prior}",
+        )
+    if item is not None and item.pinned and not proposal.by_operator:
+        return decided("defer", "OPERATOR_PINNED", f"v{prior} was set by an operator's override")
+    if current is None:
+        return decided("promote", "NEW_RULE", "")
+    return decided("promote", "NEW_VERSION", "")
+
+
+# --- relevance ------------------------------------------------------------------
+
+_TOKEN = re.compile(r"[a-z0-9]+")
+
+
+def tokens(text: str) -> list[str]:
+    """Lower-case alphanumeric tokens ("trading.place_order" -> trading, place, order)."""
+    return _TOKEN.findall(text.lower())
+
+
+class RuleSearch(Protocol):
+    """The port relevance goes through: lexical by default, vector search if plugged in."""
+
+    def search(self, rules: Sequence[RuleVersion], query: str, k: int) -> list[str]:
+        """Return the ids of at most ``k`` rules relevant to ``query``, best first.
+
+        Must be deterministic: the same rules and query give the same answer.
+        """
+        ...
+
+
+class LexicalSearch:
+    """BM25 over title, content and labels; ties broken by rule id; no match, no rule."""
+
+    def __init__(self, k1: float = 1.2, b: float = 0.75) -> None:
+        self.k1 = k1
+        self.b = b
+
+    def search(self, rules: Sequence[RuleVersion], query: str, k: int) -> list[str]:
+        """Return the ids of the ``k`` best-scoring rules (score above zero), best first."""
+        terms = set(tokens(query))
+        if not rules or not terms or k <= 0:
+            return []
+        docs = [(r.rule, Counter(tokens(" ".join([r.title, r.content, *r.labels])))) for r in rules]
+        average = sum(sum(d.values()) for _, d in docs) / len(docs) or 1.0
+        frequency = Counter(t for _, d in docs for t in d if t in terms)
+        scored: list[tuple[float, str]] = []
+        for rule, doc in docs:
+            length = sum(doc.values())
+            score = 0.0
+            for term in terms & doc.keys():
+                idf = math.log(1 + (len(docs) - frequency[term] + 0.5) / (frequency[term] + 0.5))
+                tf = doc[term]
+                score += (
+                    idf
+                    * tf
+                    * (self.k1 + 1)
+                    / (tf + self.k1 * (1 - self.b + self.b * length / average))
+                )
+            if score > 0:
+                scored.append((-score, rule))
+        return [rule for _, rule in sorted(scored)[:k]]
+
+
+def select(
+    book: Rulebook, query: str, k: int = DEFAULT_RULES, search: RuleSearch | None = None
+) -> list[RuleVersion]:
+    """Return the current versions of the rules relevant to ``query``, most relevant first."""
+    current = book.current()
+    if not current:
+        return []
+    by_id = {r.rule: r for r in current}
+    ids = (search or LexicalSearch()).search(current, query, k)
+    return [by_id[i] for i in ids if i in by_id][:k]
+
+
+def shown_item(version: RuleVersion) -> dict[str, Any]:
+    """A rule as the memory layer of a context shows it."""
+    return {
+        "id": version.rule,
+        "version": version.version,
+        "cite": version.cite,
+        "title": version.title,
+        "content": version.content,
+        "labels": version.labels,
+    }
+
+
+# --- writing ------------------------------------------------------------------------
+
+Append = Callable[[Sequence[Draft]], Awaitable[list[Event]]]
+
+
+class RuleNotPending(Exception):
+    """An operator decision on a proposal that is not waiting for one."""
+
+    code = "RULE_NOT_PENDING"
+
+
+class Promoter:
+    """Records rule proposals with the promoter's decision, and operators' decisions.
+
+    One at a time: a decision names the prior version, so two proposals for the
+    same rule must not both read the same rulebook. The journal applies each
+    commit to the projections before ``append`` returns, so the next holder of
+    the lock reads the rulebook the previous one left.
+    """
+
+    def __init__(self, book: Callable[[], Rulebook], append: Append) -> None:
+        self._book = book
+        self._append = append
+        self._lock = anyio.Lock()
+
+    async def propose(
+        self,
+        proposal: RuleProposed,
+        *,
+        dfid: str | None = None,
+        caused_by: int | None = None,
+        agent_id: str | None = None,
+    ) -> tuple[Event, Event]:
+        """Record ``proposal`` and the promoter's decision on it, in one append."""
+        async with self._lock:
+            decided = promote(self._book(), proposal)
+            envelope: dict[str, Any] = {"dfid": dfid, "agent_id": agent_id}
+            proposed, decision = await self._append(
+                [
+                    Draft(payload=proposal, caused_by=caused_by, **envelope),
+                    Draft(payload=decided, caused_by=-1, **envelope),
+                ]
+            )
+            return proposed, decision
+
+    async def override(self, proposal: RuleProposed, *, operator: str, reason: str) -> Event:
+        """Record an operator's proposal and put it in force at once (an audited override)."""
+        if not operator or not reason:
+            raise ValueError("an operator's override names the operator and a reason")
+        async with self._lock:
+            decided = _by_operator(self._book(), proposal, "override", operator, reason)
+            _, decision = await self._append(
+                [Draft(payload=proposal), Draft(payload=decided, caused_by=-1)]
+            )
+            return decision
+
+    async def decide(
+        self,
+        proposal_seq: int,
+        decision: str,
+        *,
+        operator: str,
+        reason: str,
+        inbox_id: int | None = None,
+    ) -> Event:
+        """Record an operator's override or skip of a deferred proposal.
+
+        Raises:
+            RuleNotPending: the proposal is not deferred (decided, or no such proposal).
+            ValueError: the decision is not override or skip, or no reason is given.
+        """
+        if decision not in OPERATOR_DECISIONS:
+            raise ValueError(f"an operator decides {' or '.join(OPERATOR_DECISIONS)}")
+        if not operator or not reason:
+            raise ValueError("an operator's decision names the operator and a reason")
+        async with self._lock:
+            book = self._book()
+            proposal = book.pending.get(proposal_seq)
+            if proposal is None:
+                raise RuleNotPending(f"no deferred rule proposal #{proposal_seq}")
+            decided = _by_operator(book, proposal, decision, operator, reason, inbox_id)
+            [event] = await self._append([Draft(payload=decided, caused_by=proposal_seq)])
+            return event
+
+
+def _by_operator(
+    book: Rulebook,
+    proposal: RuleProposed,
+    decision: str,
+    operator: str,
+    reason: str,
+    inbox_id: int | None = None,
+) -> RuleDecided:
+    item = book.items.get(proposal.rule)
+    current = item.current if item is not None else None
+    prior = current.version if current is not None else 0
+    return RuleDecided(
+        rule=proposal.rule,
+        decision=decision,
+        actor=operator,
+        reason=reason,
+        prior_version=prior,
+        version=prior + 1 if decision == "override" else 0,
+        inbox_id=inbox_id,
+    )
+
+
+def history(events: Iterable[Event]) -> Rulebook:
+    """Fold a rulebook from rule events alone (what ``dirk why`` reads)."""
+    book = Rulebook()
+    for event in events:
+        book.apply(event)
+    return book

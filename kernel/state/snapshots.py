@@ -1,0 +1,373 @@
+"""Replay: time travel, projection checkpoints, snapshots and their verification.
+
+Every state the kernel was ever in is a fold of a prefix of the journal
+(:func:`state_at`). Every ``every`` events the running kernel records a
+:class:`~kernel.core.events.ProjectionCheckpoint`: the seq it describes and the hash
+of the canonical projected state after it (ESAA's projection hash). Beside
+the checkpoint it stores a snapshot of that state (msgspec MessagePack, in the
+journal file's ``snapshots`` table, outside the hash chain), so that opening a
+long journal folds only the tail after the latest snapshot.
+
+A snapshot is trusted only when it matches a checkpoint event: its bytes hash
+to the checkpoint's ``snapshot`` (checkpoints recorded before that field
+existed: its decoded state hashes to the checkpoint's digest). The event is in
+the hash chain, the snapshot is not, so an edited snapshot is never loaded
+(the kernel replays from zero instead) and ``dirk verify`` reports it.
+Checking the bytes' hash rather than re-hashing the decoded state is what
+makes opening a long journal fast: the state's canonical JSON costs as much
+as decoding it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import anyio
+import msgspec
+
+from kernel.core.events import Draft, Event, PackRef, ProjectionCheckpoint
+from kernel.core.flow import FlowState, IllegalTransition
+from kernel.journal.store import Journal, JournalError
+from kernel.state.amendments import Amendment
+from kernel.state.approvals import Approval
+from kernel.state.memory import MemoryState
+from kernel.state.projections import AgentView, Fact, Projections
+
+log = logging.getLogger(__name__)
+
+CHECKPOINT_EVERY = 10_000
+"""Events between projection checkpoints, unless ``open_kernel`` is told otherwise."""
+
+
+class ProjectedState(msgspec.Struct, kw_only=True):
+    """The canonical projected state as stored in a snapshot (see Projections.snapshot).
+
+    Only open flows are stored, finished ones as counts and their rolling hash:
+    a snapshot's size does not grow with the flows that ever ran.
+    """
+
+    last_seq: int
+    flows: dict[str, FlowState]
+    agents: dict[str, AgentView]
+    sessions: dict[str, str]
+    state: dict[str, Fact]
+    memory: MemoryState
+    finished: dict[str, int] = {}
+    finished_hash: str = ""
+    reservations: dict[str, dict[str, int]] = {}
+    approvals: dict[str, Approval] = {}
+    escalations: dict[str, list[tuple[str, int]]] = {}
+    inbox_taken: dict[int, int] = {}
+    packs: dict[str, PackRef] = {}
+    amendments: dict[str, dict[str, Amendment]] = {}
+
+
+_encoder = msgspec.msgpack.Encoder()
+_decoder = msgspec.msgpack.Decoder(ProjectedState)
+
+
+def capture(projections: Projections) -> ProjectedState:
+    """Return a copy of the state that later folds leave alone (the records are immutable)."""
+    return ProjectedState(
+        last_seq=projections.last_seq,
+        flows=projections.open_flows(),
+        agents=dict(projections.agents),
+        sessions=dict(projections.sessions),
+        state=dict(projections.state),
+        memory=projections.memory.copy(),
+        finished=dict(projections.finished),
+        finished_hash=projections.finished_hash,
+        reservations={dfid: dict(pools) for dfid, pools in projections.reservations.items()},
+        approvals={
+            dfid: approval
+            for dfid, approval in projections.approvals.items()
+            if dfid not in projections.ended
+        },
+        escalations={a: list(h) for a, h in projections.escalations.items()},
+        inbox_taken=dict(projections.inbox_taken),
+        packs=dict(projections.packs),
+        amendments={a: dict(limits) for a, limits in projections.amendments.items()},
+    )
+
+
+def restore_state(captured: ProjectedState, keep_finished: int | None = None) -> Projections:
+    """Return live projections holding ``captured`` (no finished flow in the index yet)."""
+    projections = Projections(keep_finished)
+    projections.last_seq = captured.last_seq
+    for flow in captured.flows.values():
+        projections._set_flow(flow)  # also rebuilds what is derived from flows
+    projections.finished = captured.finished
+    projections.finished_hash = captured.finished_hash
+    projections.agents = captured.agents
+    projections.sessions = captured.sessions
+    projections.state = captured.state
+    projections.memory = captured.memory
+    projections.approvals = captured.approvals
+    projections.escalations = captured.escalations
+    projections.inbox_taken = captured.inbox_taken
+    projections.packs = captured.packs
+    projections.amendments = captured.amendments
+    projections.reservations = captured.reservations
+    for pools in captured.reservations.values():
+        for pool, amount in pools.items():
+            projections.held[pool] = projections.held.get(pool, 0) + amount
+    return projections
+
+
+def encode_snapshot(captured: ProjectedState) -> tuple[str, bytes]:
+    """Return the projection hash and the snapshot body of a captured state."""
+    return restore_state(captured).digest(), _encoder.encode(captured)
+
+
+def decode_snapshot(body: bytes, keep_finished: int | None = None) -> Projections | None:
+    """Return the projections a snapshot body holds, or None if it does not decode."""
+    try:
+        return restore_state(_decoder.decode(body), keep_finished)
+    except (msgspec.DecodeError, msgspec.ValidationError, ValueError):
+        return None
+
+
+async def checkpoints(journal: Journal, stop: int | None = None) -> list[ProjectionCheckpoint]:
+    """Return the checkpoints recorded in the journal (before seq ``stop``), oldest first."""
+    events = await journal.read(stop=stop, types=["ProjectionCheckpoint"])
+    return [e.payload for e in events if isinstance(e.payload, ProjectionCheckpoint)]
+
+
+def _matches(
+    point: ProjectionCheckpoint, body: bytes, keep_finished: int | None
+) -> Projections | None:
+    """Return the projections of a snapshot if it is the one ``point`` recorded, else None."""
+    if point.snapshot:
+        if hashlib.sha256(body).hexdigest() != point.snapshot:
+            return None
+        return decode_snapshot(body, keep_finished)
+    projections = decode_snapshot(body, keep_finished)
+    if projections is None or projections.digest() != point.digest:
+        return None
+    return projections
+
+
+async def trusted_snapshot(
+    journal: Journal, at: int | None = None, keep_finished: int | None = None
+) -> Projections | None:
+    """Return the latest snapshot (after at most event ``at``) that matches its checkpoint."""
+    for point in reversed(await checkpoints(journal)):
+        if at is not None and point.seq > at:
+            continue
+        stored = await journal.read_snapshot(point.seq)
+        if stored is None:
+            continue
+        projections = _matches(point, stored[1], keep_finished)
+        if projections is not None:
+            return projections
+        log.warning("snapshot at seq %d does not match its checkpoint; not used", point.seq)
+    return None
+
+
+async def restore(journal: Journal, keep_finished: int | None = None) -> Projections:
+    """Return the projections of the whole journal: the latest trusted snapshot plus the tail.
+
+    The tail's chain is checked first, from the snapshot to the head (the whole
+    chain when there is no snapshot), so a kernel never starts on a journal
+    edited after its latest trusted snapshot. The index holds the open flows and
+    at most ``keep_finished`` finished ones (those that ended in the tail); None
+    keeps every finished flow of the tail.
+
+    Raises:
+        JournalCorrupt: An event after the snapshot is missing or altered (with its seq).
+    """
+    projections = await trusted_snapshot(journal, None, keep_finished) or Projections(keep_finished)
+    # The checkpoint vouching for the snapshot comes after it, so it is in the checked tail.
+    async for batch in journal.scan_checked(projections.last_seq + 1):
+        projections.apply(batch)
+    return projections
+
+
+async def state_at(
+    journal: Journal, seq: int | None, keep_finished: int | None = None
+) -> Projections:
+    """Return the projected state after event ``seq`` (the whole journal when None)."""
+    projections = await trusted_snapshot(journal, seq, keep_finished) or Projections(keep_finished)
+    return await _fold_tail(journal, projections, seq)
+
+
+async def _fold_tail(journal: Journal, projections: Projections, seq: int | None) -> Projections:
+    """Fold the events after ``projections`` (up to ``seq``, when given) into them."""
+    stop = None if seq is None else seq + 1
+    async for batch in journal.scan(projections.last_seq + 1):
+        if stop is not None and batch[0].seq >= stop:
+            break
+        projections.apply([e for e in batch if stop is None or e.seq < stop])
+    return projections
+
+
+class ProjectionReport(msgspec.Struct, frozen=True, kw_only=True):
+    """What replaying the projections found.
+
+    Attributes:
+        ok: every event folded and every checkpoint and snapshot matched replay.
+        digest: the projection hash after the last event.
+        checkpoints: checkpoints compared with replay.
+        snapshots: snapshots compared with replay.
+        problems: one line per mismatch, with its seq.
+    """
+
+    ok: bool
+    digest: str
+    checkpoints: int = 0
+    snapshots: int = 0
+    problems: list[str] = []
+
+
+async def verify_projections(journal: Journal) -> ProjectionReport:
+    """Fold the journal from scratch, comparing each checkpoint and snapshot with replay."""
+    points: dict[int, list[ProjectionCheckpoint]] = {}
+    for point in await checkpoints(journal):
+        points.setdefault(point.seq, []).append(point)
+    projections = Projections()
+    problems: list[str] = []
+    compared = snapshots = 0
+
+    async def compare(seq: int) -> None:
+        nonlocal compared, snapshots
+        replayed = projections.digest()
+        here = points.pop(seq, [])
+        for point in here:
+            compared += 1
+            if point.digest != replayed:
+                problems.append(f"at seq {seq}: checkpoint digest differs from replay")
+        stored = await journal.read_snapshot(seq)
+        if stored is not None:
+            snapshots += 1
+            restored = decode_snapshot(stored[1])
+            recorded = {p.snapshot for p in here} - {""}
+            if (
+                restored is None
+                or restored.digest() != replayed
+                or stored[0] != replayed
+                or recorded - {hashlib.sha256(stored[1]).hexdigest()}
+            ):
+                problems.append(f"at seq {seq}: snapshot does not match replay")
+
+    if 0 in points:
+        await compare(0)
+    async for batch in journal.scan():
+        for event in batch:
+            try:
+                projections.apply((event,))
+            except IllegalTransition as exc:
+                problems.append(f"at seq {event.seq}: projection: {exc}")
+                return ProjectionReport(ok=False, digest="", problems=problems)
+            if event.seq in points:
+                await compare(event.seq)
+    for seq in points:
+        problems.append(f"at seq {seq}: checkpoint beyond the last event")
+    return ProjectionReport(
+        ok=not problems,
+        digest=projections.digest(),
+        checkpoints=compared,
+        snapshots=snapshots,
+        problems=problems,
+    )
+
+
+class Checkpointer:
+    """Records a checkpoint and a snapshot every ``every`` events of a running kernel.
+
+    :meth:`observe` runs in the journal listener, right after a batch was folded:
+    it only copies the state (cheap: the records are immutable). The hashing and
+    encoding run in a worker thread, then the snapshot is stored and the
+    checkpoint appended, by the kernel itself and not by any actor.
+    """
+
+    def __init__(self, every: int, head: int) -> None:
+        self._every = every
+        self._next = (head // every + 1) * every if every > 0 else 0
+        self._captured: ProjectedState | None = None
+        self._ready = anyio.Event()
+
+    def observe(self, projections: Projections) -> None:
+        """Capture the state when the journal crossed the next multiple of ``every``."""
+        if self._every <= 0 or projections.last_seq < self._next:
+            return
+        self._next = (projections.last_seq // self._every + 1) * self._every
+        self._captured = capture(projections)
+        self._ready.set()
+
+    async def run(self, journal: Journal) -> None:
+        """Store snapshots and append checkpoints until cancelled; thin out old snapshots."""
+        while True:
+            await self._ready.wait()
+            self._ready = anyio.Event()
+            captured, self._captured = self._captured, None
+            if captured is None:
+                continue
+            await record_checkpoint(journal, captured)
+            try:
+                stored = await journal.snapshot_seqs()
+                kept = retained(stored, self._every)
+                await journal.drop_snapshots([seq for seq in stored if seq not in kept])
+            except JournalError as exc:
+                log.warning("old snapshots not thinned out: %s", exc)
+
+
+def retained(seqs: Sequence[int], every: int) -> set[int]:
+    """Return which of the snapshots at ``seqs`` to keep: the last two, then ever fewer.
+
+    A snapshot ``age`` checkpoints old is kept while its checkpoint number is a
+    multiple of the largest power of two not above ``age``, so about two per
+    doubling of age survive: opening needs only the latest, time travel to any
+    point folds at most about as many events as lie between it and now, and the
+    file holds O(log n) snapshots instead of n. Each snapshot's condition only
+    tightens as it ages, so a dropped one would never have been wanted back.
+    """
+    if not seqs or every <= 0:
+        return set(seqs)
+    latest = max(seqs) // every
+    kept = set()
+    for seq in seqs:
+        number = seq // every
+        age = latest - number
+        if age < 2 or number % (1 << (age.bit_length() - 1)) == 0:
+            kept.add(seq)
+    return kept
+
+
+async def record_checkpoint(
+    journal: Journal,
+    captured: ProjectedState,
+    encode: Callable[[ProjectedState], tuple[str, bytes]] = encode_snapshot,
+) -> Event | None:
+    """Store the snapshot of ``captured``, then append its checkpoint; return the event.
+
+    The snapshot goes first: a checkpoint whose snapshot is missing only costs a
+    longer replay, never a wrong state.
+    """
+    digest, body = await anyio.to_thread.run_sync(encode, captured)
+    snapshot = hashlib.sha256(body).hexdigest()
+    try:
+        await journal.write_snapshot(captured.last_seq, digest, body)
+    except JournalError as exc:
+        log.warning("snapshot at seq %d not stored: %s", captured.last_seq, exc)
+    try:
+        [event] = await journal.append(
+            [
+                Draft(
+                    payload=ProjectionCheckpoint(
+                        seq=captured.last_seq, digest=digest, snapshot=snapshot
+                    )
+                )
+            ]
+        )
+    except JournalError as exc:
+        log.warning("checkpoint at seq %d not recorded: %s", captured.last_seq, exc)
+        return None
+    return event
+
+
+def state_json(projections: Projections) -> Any:
+    """Return the whole projected state as JSON-ready builtins, keys sorted."""
+    return msgspec.to_builtins(projections.snapshot(), order="sorted")
