@@ -36,6 +36,7 @@ from kernel import (
     SeededIds,
     open_kernel,
 )
+from kernel.config import KernelConfig, Ports, Storage
 from kernel.telemetry import Telemetry, configure_exporter
 
 TOPIC = "bench.tick"
@@ -153,9 +154,11 @@ async def run_flows(
         packs=[PACK],
         adapters={"noop": adapter},
         allow=names,
-        ids=SeededIds(7),
-        telemetry=telemetry if telemetry is not None else Telemetry(None),
-        synchronous="FULL",
+        config=KernelConfig(
+            ports=Ports(ids=SeededIds(7)),
+            storage=Storage(synchronous="FULL"),
+            telemetry=telemetry if telemetry is not None else Telemetry(None),
+        ),
     ) as kernel:
         await kernel.trigger("bench.setup", STATE, source="benchmark")
         for name in names:

@@ -20,6 +20,7 @@ import anyio
 from agents_sdk import Proposal, WorkingContext
 from benchmarks.flows import PACK, STATE, TOPIC, BenchmarkFailed, InstantAgent, NoopAdapter
 from kernel import Event, FlowStatus, SeededIds, open_kernel
+from kernel.config import KernelConfig, Ports, Storage
 from kernel.telemetry import Telemetry
 
 
@@ -71,9 +72,11 @@ async def run_latency(path: Path, flows: int, rate: float = 500.0) -> LatencyRun
         packs=[PACK],
         adapters={"noop": NoopAdapter()},
         allow=[agent.manifest.agent_id],
-        ids=SeededIds(11),
-        telemetry=Telemetry(None),
-        synchronous="FULL",
+        config=KernelConfig(
+            ports=Ports(ids=SeededIds(11)),
+            storage=Storage(synchronous="FULL"),
+            telemetry=Telemetry(None),
+        ),
     ) as kernel:
         await kernel.trigger("bench.setup", STATE, source="benchmark")
         await kernel.register(agent)

@@ -27,7 +27,7 @@ import anyio
 
 from benchmarks.flows import PACK, STATE, TOPIC, BenchmarkFailed, InstantAgent, NoopAdapter
 from kernel import FlowStatus, SeededIds, open_kernel
-from kernel.boot import KEEP_FINISHED
+from kernel.config import KEEP_FINISHED, KernelConfig, Limits, Ports, Storage
 from kernel.telemetry import Telemetry
 
 PAGE = os.sysconf("SC_PAGE_SIZE")
@@ -55,10 +55,12 @@ async def grow(
         packs=[PACK],
         adapters={"noop": adapter},
         allow=names,
-        ids=SeededIds(5),
-        telemetry=Telemetry(None),
-        synchronous="FULL",
-        keep_finished=keep_finished,
+        config=KernelConfig(
+            ports=Ports(ids=SeededIds(5)),
+            storage=Storage(synchronous="FULL"),
+            limits=Limits(keep_finished=keep_finished),
+            telemetry=Telemetry(None),
+        ),
     ) as kernel:
         await kernel.trigger("bench.setup", STATE, source="benchmark")
         for name in names:

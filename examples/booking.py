@@ -41,6 +41,7 @@ from kernel import (
     open_kernel,
     whatif,
 )
+from kernel.config import KernelConfig, Ports, Supervision
 from kernel.core.events import ConstraintAdded, RuleSource
 from kernel.testing import Faults, SimulatedSystem
 from policies.booking import BOOKING
@@ -190,10 +191,10 @@ async def simulate(seed: int, db: Path, llm: str) -> None:
             packs=[BOOKING, MEMORY_PACK],
             adapters={"hotel": hotel},
             allow=["travel-agent"],
-            clock=clock,
-            ids=SeededIds(seed),
-            jitter_seed=seed,
-            inbox_poll_s=None,
+            config=KernelConfig(
+                ports=Ports(clock=clock, ids=SeededIds(seed), jitter_seed=seed),
+                supervision=Supervision(inbox_poll_s=None),
+            ),
         ) as kernel:
             await kernel.register(TravelAgent(model))
             ana, bo, cy = REQUESTS

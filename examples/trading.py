@@ -48,6 +48,7 @@ from kernel import (
     Session,
     open_kernel,
 )
+from kernel.config import KernelConfig, Ports, Supervision
 from kernel.testing import Faults, SimulatedSystem
 from policies.trading import TRADING
 
@@ -242,12 +243,12 @@ async def simulate(
             packs=[TRADING, DESK],
             adapters={"broker": broker, "ledger": ledger},
             allow=list(agents),
-            clock=clock,
-            ids=SeededIds(seed),
-            jitter_seed=seed,
-            inbox_poll_s=None,
+            config=KernelConfig(
+                ports=Ports(clock=clock, ids=SeededIds(seed), jitter_seed=seed),
+                supervision=Supervision(inbox_poll_s=None),
+                escalation=EscalationPolicy(budget=EscalationBudget(capacity=100, period_s=3600)),
+            ),
             # A simulated day in seconds: a budget sized for real hours would demote the desk.
-            escalation=EscalationPolicy(budget=EscalationBudget(capacity=100, period_s=3600)),
         ) as kernel:
             sessions = {name: await kernel.register(agent) for name, agent in agents.items()}
             desk = Desk(

@@ -27,7 +27,8 @@ import msgspec
 from anyio.abc import TaskGroup
 
 from kernel import inbox
-from kernel.adapters.contract import Adapter, CallPool, RetryPolicy
+from kernel.adapters.contract import Adapter, CallPool
+from kernel.config import KernelConfig
 from kernel.context import ContextCompiler
 from kernel.core import events, wall
 from kernel.core.errors import KernelFault, KernelShutdown
@@ -48,9 +49,9 @@ from kernel.core.ports import Clock, IdSource
 from kernel.core.reasons import ReasonCode, StopReason
 from kernel.core.wall import InputInvalid, clip
 from kernel.dim import IntegrityModule
-from kernel.escalation import EscalationManager, EscalationPolicy
+from kernel.escalation import EscalationManager
 from kernel.execution import ExecutionEngine
-from kernel.guards import GUARD_TIMEOUT_S, GuardRunner
+from kernel.guards import GuardRunner
 from kernel.hosting import AgentHost, AgentLike
 from kernel.inbox import InboxRow
 from kernel.journal.store import Journal, JournalError
@@ -86,7 +87,7 @@ from kernel.runtime.messages import (
 from kernel.state.amendments import AmendmentInvalid
 from kernel.state.approvals import APPROVE_WORDS
 from kernel.state.projections import AgentStatus, Projections, fold, visible
-from kernel.state.rulebook import Promoter, RuleNotPending, RuleSearch
+from kernel.state.rulebook import Promoter, RuleNotPending
 from kernel.state.snapshots import Checkpointer
 
 M = TypeVar("M")
@@ -105,21 +106,15 @@ class Kernel:
         projections: Projections,
         catalog: PolicyCatalog,
         adapters: Mapping[str, Adapter],
+        allow: Collection[str],
+        config: KernelConfig,
+        *,
         clock: Clock,
         ids: IdSource,
-        allow: Collection[str],
-        agent_concurrency: int,
-        max_in_flight: int,
-        retry: RetryPolicy | None = None,
-        jitter_seed: int | None = None,
-        escalation: EscalationPolicy | None = None,
-        token_budget: int | None = None,
-        reasoning_timeout_s: float | None = None,
-        guard_timeout_s: float = GUARD_TIMEOUT_S,
-        rule_search: RuleSearch | None = None,
-        *,
         promoter: Promoter,
     ) -> None:
+        limits = config.limits
+        max_in_flight = limits.max_in_flight
         self.journal = journal
         self.projections = projections
         self.catalog = catalog
@@ -144,7 +139,7 @@ class Kernel:
         capacity = 2 * max_in_flight + 64
         # One jitter source for every instance of the engine, so a restart does not
         # replay the same draws.
-        jitter = random.Random(jitter_seed)
+        jitter = random.Random(config.ports.jitter_seed)
         unsure: set[str] = set()  # keys of unknown outcome, kept across engine restarts
         self._capacity = capacity
         self.registry_mailbox: Mailbox[RegistryMessage] = Mailbox("registry", capacity)
@@ -157,9 +152,9 @@ class Kernel:
             submit=self.submit,
             integrity=self.integrity_mailbox,
             clock=clock,
-            concurrency=agent_concurrency,
-            token_budget=token_budget,
-            reasoning_timeout_s=reasoning_timeout_s,
+            concurrency=limits.agent_concurrency,
+            token_budget=limits.token_budget,
+            reasoning_timeout_s=limits.reasoning_timeout_s,
         )
         # Adapter calls run on kept worker tasks (shared by every engine instance); a
         # flow has at most one call at a time, so this many never makes one wait.
@@ -173,7 +168,7 @@ class Kernel:
             ChildSpec[CompilerMessage](
                 "context",
                 lambda: ContextCompiler(
-                    projections, clock, ids, self._hosts, catalog.schemas, rule_search
+                    projections, clock, ids, self._hosts, catalog.schemas, config.ports.rule_search
                 ),
                 self.compiler_mailbox,
             ),
@@ -197,7 +192,7 @@ class Kernel:
                     catalog.kinds,
                     self.guards_mailbox,
                     self._spawn_effect,
-                    guard_timeout_s,
+                    limits.guard_timeout_s,
                 ),
                 self.guards_mailbox,
             ),
@@ -209,7 +204,7 @@ class Kernel:
                     clock,
                     self.integrity_mailbox,
                     self.execution_mailbox,
-                    escalation,
+                    config.escalation,
                 ),
                 self.escalation_mailbox,
             ),
@@ -223,7 +218,7 @@ class Kernel:
                     projections=projections,
                     clock=clock,
                     rng=jitter,
-                    retry=retry,
+                    retry=config.retry,
                     escalation=self.escalation_mailbox,
                     unsure=unsure,
                 ),

@@ -20,21 +20,19 @@ from os import PathLike
 
 import anyio
 
-from kernel.adapters.contract import Adapter, RetryPolicy
+from kernel.adapters.contract import Adapter
 from kernel.api import Kernel
+from kernel.config import KernelConfig
 from kernel.core import events
 from kernel.core.errors import KernelShutdown
 from kernel.core.events import Draft, FlowAborted, KernelStarted
 from kernel.core.flow import FlowStatus
-from kernel.core.ports import Clock, IdSource, RandomIds, SystemClock
+from kernel.core.ports import RandomIds, SystemClock
 from kernel.core.reasons import ReasonCode, StopReason
-from kernel.escalation import EscalationPolicy
-from kernel.guards import GUARD_TIMEOUT_S
 from kernel.journal.store import (
     Journal,
     JournalClosed,
     JournalError,
-    JournalFaults,
     JournalWriteFailed,
     chain_key_from,
     chain_key_from_env,
@@ -47,11 +45,10 @@ from kernel.runtime.actors import RestartIntensityExceeded, Supervisor
 from kernel.runtime.messages import Recover
 from kernel.state.memory import MEMORY_ADAPTER
 from kernel.state.projections import Projections
-from kernel.state.rulebook import Promoter, RuleSearch
-from kernel.state.snapshots import CHECKPOINT_EVERY, Checkpointer, restore
+from kernel.state.rulebook import Promoter
+from kernel.state.snapshots import Checkpointer, restore
 from kernel.telemetry import Telemetry
 
-KEEP_FINISHED = 10_000
 """Finished flows a kernel keeps in memory unless ``open_kernel`` is told otherwise."""
 
 
@@ -62,26 +59,7 @@ async def open_kernel(
     packs: Sequence[PolicyPack],
     adapters: Mapping[str, Adapter],
     allow: Collection[str],
-    clock: Clock | None = None,
-    ids: IdSource | None = None,
-    telemetry: Telemetry | None = None,
-    synchronous: str = "FULL",
-    agent_concurrency: int = 64,
-    max_in_flight: int = 2048,
-    max_restarts: int = 3,
-    restart_period_s: float = 5.0,
-    faults: JournalFaults | None = None,
-    retry: RetryPolicy | None = None,
-    jitter_seed: int | None = None,
-    escalation: EscalationPolicy | None = None,
-    inbox_poll_s: float | None = 1.0,
-    token_budget: int | None = None,
-    reasoning_timeout_s: float | None = None,
-    checkpoint_every: int = CHECKPOINT_EVERY,
-    guard_timeout_s: float = GUARD_TIMEOUT_S,
-    rule_search: RuleSearch | None = None,
-    keep_finished: int | None = KEEP_FINISHED,
-    chain_key: bytes | str | None = None,
+    config: KernelConfig = KernelConfig(),
 ) -> AsyncIterator[Kernel]:
     """Open a kernel on the journal at ``path`` and run it for the body of the block.
 
@@ -90,37 +68,8 @@ async def open_kernel(
         packs: the policy packs; the kernel refuses to start on an invalid one.
         adapters: the adapters by name; every policy kind's adapter must be present.
         allow: the agent ids allowed to register.
-        clock: the time port (default: the system clock).
-        ids: the DFID and token port (default: OS randomness).
-        telemetry: span export (default: configured from the ``OTEL_*`` environment).
-        synchronous: SQLite's synchronous setting; FULL is the durable default.
-        agent_concurrency: flows one hosted agent reasons about at once.
-        max_in_flight: flows moving at once; triggers wait for room beyond it.
-        max_restarts: actor restarts allowed within ``restart_period_s``.
-        restart_period_s: the window of the restart intensity.
-        faults: fault injection for tests.
-        retry: the retry policy of adapters without a ``retry_policy`` of their own.
-        jitter_seed: seeds the backoff jitter (default: OS randomness).
-        escalation: approval expiry, the escalation budget per agent and the silence
-            watchdog (default: approvals expire after an hour, 3 escalations per agent
-            per hour, no watchdog).
-        inbox_poll_s: how often (on ``clock``) to read the operator inbox and tick the
-            escalation manager; None: neither (decisions only through :meth:`Kernel.decide`).
-        token_budget: the most tokens one flow's reasoning may report spending in all
-            attempts together (None: no cap).
-        reasoning_timeout_s: the longest one reasoning step may take on ``clock`` (None: no cap).
-        checkpoint_every: events between projection checkpoints and snapshots (0: none).
-        guard_timeout_s: how long a soft guard may take before its flow is flagged anyway.
-        rule_search: how rules relevant to a flow are found for its context (default:
-            lexical search; a vector search plugs in through the same port).
-        keep_finished: finished flows kept in memory for :meth:`Kernel.flow` and
-            :meth:`Kernel.flows` (the most recently ended); older ones are read back
-            from the journal by :meth:`Kernel.wait_flow` and when a request names
-            them. None keeps every one (memory then grows with each flow).
-        chain_key: the journal's chain key, at least 16 bytes (default: ``DIRK_CHAIN_KEY``,
-            if set): every hash becomes an HMAC under it, so whoever can write the file
-            but lacks the key cannot forge an event that verifies. A new journal is
-            keyed with it; a keyed journal refuses to open without it or with another.
+        config: limits, supervision, storage, ports, telemetry, escalation and retry
+            (:class:`~kernel.config.KernelConfig`; the defaults suit production).
 
     Raises:
         PackError: on an invalid policy pack or a missing adapter.
@@ -138,16 +87,17 @@ async def open_kernel(
     ]
     if missing:
         raise PackError(f"no adapter registered for {', '.join(missing)}")
-    clock = clock or SystemClock()
-    telemetry = telemetry if telemetry is not None else Telemetry.from_env()
+    clock = config.ports.clock or SystemClock()
+    telemetry = config.telemetry if config.telemetry is not None else Telemetry.from_env()
+    storage = config.storage
     where = os.fspath(path)
-    key = chain_key_from(chain_key, where) if chain_key is not None else None
+    key = chain_key_from(storage.chain_key, where) if storage.chain_key is not None else None
     key = key or chain_key_from_env(None, where)
     async with open_journal(
-        path, clock=clock, synchronous=synchronous, faults=faults, chain_key=key
+        path, clock=clock, synchronous=storage.synchronous, faults=storage.faults, chain_key=key
     ) as journal:
         # The latest snapshot that matches its checkpoint, then the events after it.
-        projections = await restore(journal, keep_finished)
+        projections = await restore(journal, config.limits.keep_finished)
         # One promoter for agents' rule proposals (the memory executor) and operators'.
         promoter = Promoter(lambda: projections.memory.rulebook, journal.append)
         if MEMORY_ADAPTER in catalog.adapters_needed() and MEMORY_ADAPTER not in adapters:
@@ -162,22 +112,14 @@ async def open_kernel(
             projections,
             catalog,
             adapters,
-            clock,
-            ids or RandomIds(),
             allow,
-            agent_concurrency,
-            max_in_flight,
-            retry,
-            jitter_seed,
-            escalation,
-            token_budget,
-            reasoning_timeout_s,
-            guard_timeout_s,
-            rule_search,
+            config,
+            clock=clock,
+            ids=config.ports.ids or RandomIds(),
             promoter=promoter,
         )
-        if checkpoint_every > 0:
-            kernel._checkpointer = Checkpointer(checkpoint_every, journal.head_seq)
+        if storage.checkpoint_every > 0:
+            kernel._checkpointer = Checkpointer(storage.checkpoint_every, journal.head_seq)
         journal.set_guard(projections.guard)
         journal.add_listener(kernel._on_commit)
         await journal.append(
@@ -199,8 +141,8 @@ async def open_kernel(
             projections=projections,
             clock=clock,
             on_dead_letter=kernel._on_dead_letter,
-            max_restarts=max_restarts,
-            period_s=restart_period_s,
+            max_restarts=config.supervision.max_restarts,
+            period_s=config.supervision.restart_period_s,
             fatal=(JournalError,),
         )
         failure: KernelShutdown | None = None
@@ -214,8 +156,9 @@ async def open_kernel(
         try:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(_supervise, kernel, supervisor, name="supervisor")
-                if inbox_poll_s is not None:
-                    tg.start_soon(kernel._poll_inbox, inbox_poll_s, name="operator-inbox")
+                poll_s = config.supervision.inbox_poll_s
+                if poll_s is not None:
+                    tg.start_soon(kernel._poll_inbox, poll_s, name="operator-inbox")
                 if kernel._checkpointer is not None:
                     tg.start_soon(kernel._checkpointer.run, journal, name="checkpoints")
                 if telemetry.enabled:

@@ -27,8 +27,9 @@ from kernel import (
     open_kernel,
     rule,
 )
+from kernel.config import KernelConfig, Ports
 from kernel.state.snapshots import capture, decode_snapshot, encode_snapshot
-from tests.support.helpers import ScriptedAgent
+from tests.support.helpers import ScriptedAgent, configured
 from tests.test_cli import dirk, one_error_line
 
 
@@ -73,9 +74,9 @@ def kernel(path, clock, **kw):
         packs=[PACK],
         adapters={"desk": Desk()},
         allow=["trader", "other"],
-        clock=clock,
-        ids=SeededIds(5),
-        **{"inbox_poll_s": None, **kw},
+        config=configured(
+            KernelConfig(ports=Ports(clock=clock, ids=SeededIds(5))), **{"inbox_poll_s": None, **kw}
+        ),
     )
 
 

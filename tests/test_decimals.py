@@ -42,6 +42,7 @@ from kernel import (
     rejudge,
 )
 from kernel.adapters.constraints import check
+from kernel.config import KernelConfig, Ports
 from kernel.core.events import (
     ExecutionStarted,
     FlowAborted,
@@ -116,8 +117,7 @@ async def run_orders(path: Path, orders: list[dict[str, Any]]) -> list[Outcome]:
         packs=[TRADING],
         adapters={"broker": bank, "ledger": Bank()},
         allow=["trader"],
-        clock=ManualClock(),
-        ids=SeededIds(5),
+        config=KernelConfig(ports=Ports(clock=ManualClock(), ids=SeededIds(5))),
     ) as kernel:
         trader = Trader()
         await kernel.register(trader)

@@ -30,13 +30,14 @@ from kernel import (
     open_journal,
     open_kernel,
 )
+from kernel.config import KernelConfig, Ports
 from kernel.core.events import Draft, HumanDecided, ProposalAccepted
 from kernel.runtime.messages import EscalateOperational
 from kernel.state.approvals import EscalationBudget as Budget
 from kernel.state.approvals import over_budget
 from kernel.telemetry import Telemetry
 from kernel.testing import action_of, flow_types
-from tests.support.helpers import PACK, Bank, ScriptedAgent, transfer
+from tests.support.helpers import PACK, Bank, ScriptedAgent, configured, transfer
 
 LIMIT_CENTS = 10_000
 
@@ -108,9 +109,9 @@ async def gov_kernel(
         packs=[PACK, GOV],
         adapters={"bank": bank or Bank()},
         allow=["clerk", "other"],
-        clock=clock or ManualClock(),
-        ids=SeededIds(5),
-        **kw,
+        config=configured(
+            KernelConfig(ports=Ports(clock=clock or ManualClock(), ids=SeededIds(5))), **kw
+        ),
     ) as kernel:
         yield kernel
 

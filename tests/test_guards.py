@@ -25,11 +25,12 @@ from kernel import (
     open_kernel,
 )
 from kernel.cli import main as dirk_main
+from kernel.config import KernelConfig, Ports, Supervision
 from kernel.dim import Snapshot, judge
 from kernel.policy.packs import PolicyCatalog
 from policies.trading import TRADING, PlaceOrder, direction_mismatch
 from tests.support.gate_domain import agent
-from tests.support.helpers import ScriptedAgent
+from tests.support.helpers import ScriptedAgent, configured
 
 NOW = 1_000
 
@@ -164,10 +165,13 @@ def kernel(path, guards, **kw):
         packs=[pack(*guards)],
         adapters={"desk": Desk()},
         allow=["writer"],
-        clock=ManualClock(),
-        ids=SeededIds(2),
-        inbox_poll_s=None,
-        **kw,
+        config=configured(
+            KernelConfig(
+                ports=Ports(clock=ManualClock(), ids=SeededIds(2)),
+                supervision=Supervision(inbox_poll_s=None),
+            ),
+            **kw,
+        ),
     )
 
 

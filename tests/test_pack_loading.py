@@ -21,10 +21,11 @@ from kernel import (
     open_kernel,
     state_at,
 )
+from kernel.config import KernelConfig, Ports, Supervision
 from kernel.policy.packs import PolicyCatalog
 from kernel.policy.rules import ALLOW, RuleVerdict, View, rule
 from kernel.testing import action_of
-from tests.support.helpers import ScriptedAgent
+from tests.support.helpers import ScriptedAgent, configured
 from tests.test_amendments import PACK, Desk, Order, trader, verdict
 
 V2 = dataclasses.replace(
@@ -52,10 +53,13 @@ def kernel(path, **kw):
         packs=[PACK],
         adapters={"desk": Desk()},
         allow=["trader"],
-        clock=ManualClock(),
-        ids=SeededIds(5),
-        inbox_poll_s=None,
-        **kw,
+        config=configured(
+            KernelConfig(
+                ports=Ports(clock=ManualClock(), ids=SeededIds(5)),
+                supervision=Supervision(inbox_poll_s=None),
+            ),
+            **kw,
+        ),
     )
 
 

@@ -24,6 +24,7 @@ from kernel import (
     SeededIds,
     open_kernel,
 )
+from kernel.config import KernelConfig, Ports
 from kernel.policy.packs import Consume, LimitSpec, PolicyCatalog, Threshold
 from kernel.policy.rules import ALLOW, OneOf, Range, RuleVerdict, StateMatch, View, deny, rule
 from policies.booking import BOOKING
@@ -294,8 +295,7 @@ async def test_the_rules_of_a_running_kernel_change_only_through_load_pack(tmp_p
         packs=[SHOP],
         adapters={"shop": Shop()},
         allow=[],
-        clock=ManualClock(),
-        ids=SeededIds(1),
+        config=KernelConfig(ports=Ports(clock=ManualClock(), ids=SeededIds(1))),
     ) as k:
         for attempt in tries_to_change(SHOP, k.catalog):
             with pytest.raises((TypeError, AttributeError)):

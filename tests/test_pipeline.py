@@ -21,6 +21,7 @@ from kernel import (
 )
 from kernel.audit.reverify import rejudge
 from kernel.cli import main as dirk_main
+from kernel.config import KernelConfig, Ports
 from kernel.dim import BUDGET_GUARD
 from kernel.policy.rules import ALLOW, RuleVerdict, View, deny, rule
 from kernel.runtime.actors import Reply
@@ -341,8 +342,7 @@ async def test_a_rule_sleeping_past_its_budget_keeps_its_verdict_live_and_on_rep
         packs=[SLOW],
         adapters={"bank": Bank()},
         allow=["clerk"],
-        clock=ManualClock(),
-        ids=SeededIds(7),
+        config=KernelConfig(ports=Ports(clock=ManualClock(), ids=SeededIds(7))),
     ) as kernel:
         await kernel.register(ScriptedAgent(steps=[invoice], max_attempts=1))
         for amount, (status, code) in expected.items():

@@ -22,9 +22,10 @@ from kernel import (
     open_kernel,
 )
 from kernel.adapters.contract import AdapterError
+from kernel.config import KernelConfig, Ports
 from kernel.policy.packs import Consume
 from kernel.testing import action_of
-from tests.support.helpers import ScriptedAgent
+from tests.support.helpers import ScriptedAgent, configured
 
 
 class Claim(PolicyKind, tag="race.claim"):
@@ -71,9 +72,7 @@ def kernel(path, depot, names=("a",), **kw):
         packs=[PACK],
         adapters={"depot": depot},
         allow=list(names),
-        clock=ManualClock(),
-        ids=SeededIds(3),
-        **kw,
+        config=configured(KernelConfig(ports=Ports(clock=ManualClock(), ids=SeededIds(3))), **kw),
     )
 
 

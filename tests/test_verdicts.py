@@ -16,6 +16,7 @@ from agents_sdk import Agent, Manifest
 from kernel import LimitSpec, ManualClock, SeededIds, open_journal, open_kernel
 from kernel.audit.reverify import PackPathError, load_packs, rejudge
 from kernel.cli import main
+from kernel.config import KernelConfig, Ports
 from kernel.core.events import FlowEscalated, ProposalAccepted, ProposalRejected, ProposalSubmitted
 from kernel.memory import MEMORY_PACK
 from kernel.testing import action_of
@@ -63,8 +64,7 @@ async def workload(path: Path) -> dict[str, str]:
         packs=[TRADING, MEMORY_PACK],
         adapters={"broker": Bank(), "ledger": Bank()},
         allow=["trader"],
-        clock=ManualClock(),
-        ids=SeededIds(3),
+        config=KernelConfig(ports=Ports(clock=ManualClock(), ids=SeededIds(3))),
     ) as kernel:
         desk = Desk()
         await kernel.register(desk)
@@ -303,8 +303,7 @@ async def amended_then_reloaded(path: Path) -> dict[str, list[str]]:
         packs=[TRADING, MEMORY_PACK],
         adapters={"broker": Bank(), "ledger": Bank()},
         allow=["trader"],
-        clock=clock,
-        ids=SeededIds(4),
+        config=KernelConfig(ports=Ports(clock=clock, ids=SeededIds(4))),
     ) as kernel:
         desk = Desk()
         await kernel.register(desk)

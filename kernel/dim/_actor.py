@@ -48,6 +48,7 @@ from kernel.core.events import (
 from kernel.core.flow import FlowState, FlowStatus
 from kernel.core.ports import Clock
 from kernel.core.reasons import ReasonCode
+from kernel.dim._amend import amend
 from kernel.dim._citations import notes_on
 from kernel.dim._gate import Judgement, MemoryCheck, reject
 from kernel.dim._packs import load
@@ -71,7 +72,7 @@ from kernel.runtime.messages import (
     Validate,
     Withdraw,
 )
-from kernel.state.amendments import amend, folded
+from kernel.state.amendments import folded
 from kernel.state.approvals import escalation as escalation_event
 from kernel.state.intents import stage_start
 from kernel.state.projections import AgentView, Projections, session_hash

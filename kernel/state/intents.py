@@ -11,7 +11,7 @@ recovery, later saga steps and compensations, so an intent is minted one way.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol
 
 import msgspec
 
@@ -22,12 +22,18 @@ from kernel.core.events import (
     ExecutionIntent,
     ExecutionStarted,
     FlowAborted,
+    Payload,
     ProposalRecord,
 )
 from kernel.core.flow import FlowState
 from kernel.core.reasons import ReasonCode
 from kernel.policy.packs import PolicyCatalog
-from kernel.runtime.actors import Outbox
+
+
+class Emits(Protocol):
+    """Where a start is staged: an actor's Outbox (kernel.runtime.actors)."""
+
+    def emit(self, payload: Payload, *, dfid: str | None = None) -> int: ...
 
 
 def policy_of(
@@ -105,7 +111,7 @@ def mint(
 def stage_start(
     catalog: PolicyCatalog,
     flow: FlowState,
-    out: Outbox,
+    out: Emits,
     intent: ExecutionIntent | None = None,
     *,
     policy: Any = None,

@@ -24,7 +24,8 @@ from kernel import (
     SeededIds,
     open_kernel,
 )
-from tests.support.helpers import ScriptedAgent
+from kernel.config import KernelConfig, Ports
+from tests.support.helpers import ScriptedAgent, configured
 
 
 class Ping(PolicyKind, tag="desk.ping"):
@@ -157,10 +158,12 @@ async def desk_kernel(
         packs=[DESK],
         adapters={"desk": desk},
         allow=["clerk"],
-        clock=clock or ManualClock(),
-        ids=SeededIds(7),
-        jitter_seed=1,
-        **kw,
+        config=configured(
+            KernelConfig(
+                ports=Ports(clock=clock or ManualClock(), ids=SeededIds(7), jitter_seed=1)
+            ),
+            **kw,
+        ),
     ) as kernel:
         yield kernel
 

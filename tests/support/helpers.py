@@ -8,6 +8,8 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, ClassVar
 
+import msgspec
+
 from kernel import (
     Clock,
     ExecutionIntent,
@@ -20,7 +22,24 @@ from kernel import (
     open_kernel,
     testing,
 )
+from kernel.config import KernelConfig, Ports
 from kernel.testing import Step
+
+
+def configured(config: KernelConfig, **settings: Any) -> KernelConfig:
+    """Return ``config`` with flat settings (``max_in_flight=8``) put in their groups."""
+    groups = {name: getattr(config, name) for name in ("limits", "supervision", "storage", "ports")}
+    top = {}
+    for key, value in settings.items():
+        group = next((name for name, g in groups.items() if key in g.__struct_fields__), None)
+        if group is not None:
+            groups[group] = msgspec.structs.replace(groups[group], **{key: value})
+        elif key in config.__struct_fields__:
+            top[key] = value
+        else:
+            raise TypeError(f"no kernel setting is called {key!r}")
+    return msgspec.structs.replace(config, **groups, **top)
+
 
 POISON_CRASHES = {"remaining": 0}
 """How many more times a Poison policy with text 'poison' crashes the kernel code judging it."""
@@ -125,8 +144,8 @@ async def kernel_for(
         packs=[PACK],
         adapters={"bank": bank or Bank()},
         allow=allow,
-        clock=clock or ManualClock(),
-        ids=SeededIds(7),
-        **kw,
+        config=configured(
+            KernelConfig(ports=Ports(clock=clock or ManualClock(), ids=SeededIds(7))), **kw
+        ),
     ) as kernel:
         yield kernel

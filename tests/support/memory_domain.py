@@ -9,8 +9,9 @@ from typing import Any, ClassVar
 
 from agents_sdk import Agent, Manifest, Proposal, WorkingContext
 from kernel import Kernel, ManualClock, PolicyKind, PolicyPack, SeededIds, open_kernel
+from kernel.config import KernelConfig, Ports
 from kernel.memory import MEMORY_PACK
-from tests.support.helpers import PACK, Bank
+from tests.support.helpers import PACK, Bank, configured
 
 
 class Reserve(PolicyKind, frozen=True, tag="booking.reserve"):
@@ -83,8 +84,6 @@ async def booking_kernel(path: Path, **kw: Any) -> AsyncIterator[Kernel]:
         packs=[PACK, BOOKING, MEMORY_PACK],
         adapters={"bank": Bank()},
         allow=["booker", "other"],
-        clock=ManualClock(),
-        ids=SeededIds(11),
-        **kw,
+        config=configured(KernelConfig(ports=Ports(clock=ManualClock(), ids=SeededIds(11))), **kw),
     ) as kernel:
         yield kernel

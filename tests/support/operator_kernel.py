@@ -26,6 +26,7 @@ from kernel import (
     PolicyPack,
     open_kernel,
 )
+from kernel.config import KernelConfig, Supervision
 from kernel.inbox import connect, read_rows
 from tests.support.helpers import PACK, Bank, ScriptedAgent, transfer
 
@@ -59,8 +60,10 @@ async def main(db: str, flows: int, drain: bool) -> None:
         packs=[PACK, OPS],
         adapters={"bank": Bank()},
         allow=["clerk", "scribe"],
-        inbox_poll_s=POLL_S,
-        escalation=EscalationPolicy(budget=EscalationBudget(capacity=20)),
+        config=KernelConfig(
+            supervision=Supervision(inbox_poll_s=POLL_S),
+            escalation=EscalationPolicy(budget=EscalationBudget(capacity=20)),
+        ),
     ) as kernel:
         await kernel.register(ScriptedAgent("clerk", [transfer(100, confidence=0.2)]))
         await kernel.register(

@@ -1,0 +1,126 @@
+"""What a kernel is opened with, besides its packs, adapters and allowed agents.
+
+One frozen :class:`KernelConfig`, grouped by concern, replaces a long list of
+keyword arguments; every field has a default that suits production, so
+``KernelConfig()`` is a working kernel. Derive a variant with
+:func:`msgspec.structs.replace`::
+
+    config = KernelConfig(ports=Ports(clock=ManualClock(0.0), ids=SeededIds(7)))
+    tight = msgspec.structs.replace(config, limits=Limits(max_in_flight=64))
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+from kernel.adapters.contract import RetryPolicy
+from kernel.core.ports import Clock, IdSource
+from kernel.escalation import EscalationPolicy
+from kernel.guards import GUARD_TIMEOUT_S
+from kernel.journal.store import JournalFaults
+from kernel.state.rulebook import RuleSearch
+from kernel.state.snapshots import CHECKPOINT_EVERY
+from kernel.telemetry import Telemetry
+
+KEEP_FINISHED = 10_000
+
+
+class Limits(msgspec.Struct, frozen=True, kw_only=True):
+    """How much the kernel takes on at once, and how long reasoning may run.
+
+    Attributes:
+        max_in_flight: flows moving at once; triggers wait for room beyond it.
+        agent_concurrency: flows one hosted agent reasons about at once.
+        token_budget: the most tokens one flow's reasoning may report spending in all
+            attempts together (None: no cap).
+        reasoning_timeout_s: the longest one reasoning step may take on the clock (None: no cap).
+        guard_timeout_s: how long a soft guard may take before its flow is flagged anyway.
+        keep_finished: finished flows kept in memory for ``Kernel.flow`` and ``Kernel.flows``
+            (the most recently ended); older ones are read back from the journal when a
+            request names them. None keeps every one (memory then grows with each flow).
+    """
+
+    max_in_flight: int = 2048
+    agent_concurrency: int = 64
+    token_budget: int | None = None
+    reasoning_timeout_s: float | None = None
+    guard_timeout_s: float = GUARD_TIMEOUT_S
+    keep_finished: int | None = KEEP_FINISHED
+
+
+class Supervision(msgspec.Struct, frozen=True, kw_only=True):
+    """How actors are restarted, and how often the operator inbox is read.
+
+    Attributes:
+        max_restarts: actor restarts allowed within ``restart_period_s``; one more stops the
+            kernel with RESTART_INTENSITY.
+        restart_period_s: the window of the restart intensity.
+        inbox_poll_s: how often (on the clock) to read the operator inbox and tick the
+            escalation manager; None: neither (decisions only through ``Kernel.decide``).
+    """
+
+    max_restarts: int = 3
+    restart_period_s: float = 5.0
+    inbox_poll_s: float | None = 1.0
+
+
+class Storage(msgspec.Struct, frozen=True, kw_only=True):
+    """How the journal is written and anchored.
+
+    Attributes:
+        synchronous: SQLite's synchronous setting; FULL is the durable default.
+        checkpoint_every: events between projection checkpoints and snapshots (0: none).
+        chain_key: the journal's chain key, at least 16 bytes (default: ``DIRK_CHAIN_KEY``,
+            if set): every hash becomes an HMAC under it. A new journal is keyed with it; a
+            keyed journal refuses to open without it or with another.
+        faults: fault injection, for tests (``kernel.testing.JournalFaults``).
+    """
+
+    synchronous: str = "FULL"
+    checkpoint_every: int = CHECKPOINT_EVERY
+    chain_key: bytes | str | None = None
+    faults: JournalFaults | None = None
+
+
+class Ports(msgspec.Struct, frozen=True, kw_only=True):
+    """Where time, randomness and rule search come from.
+
+    Deterministic code reads time and draws ids only through these, so a replay
+    with the same ports gives the same journal.
+
+    Attributes:
+        clock: the time port (None: the system clock).
+        ids: the DFID and token port (None: OS randomness).
+        jitter_seed: seeds the retry backoff jitter (None: OS randomness).
+        rule_search: how rules relevant to a flow are found for its context (None:
+            lexical search; a vector search plugs in through the same port).
+    """
+
+    clock: Clock | None = None
+    ids: IdSource | None = None
+    jitter_seed: int | None = None
+    rule_search: RuleSearch | None = None
+
+
+class KernelConfig(msgspec.Struct, frozen=True, kw_only=True):
+    """Everything a kernel is opened with besides packs, adapters and allowed agents.
+
+    Attributes:
+        limits: admission, concurrency and reasoning caps.
+        supervision: restart intensity and the operator inbox's poll.
+        storage: the journal's durability, checkpoints and chain key.
+        ports: clock, ids, jitter and rule search.
+        telemetry: span export (None: configured from the ``OTEL_*`` environment).
+        escalation: approval expiry, the escalation budget per agent and the silence
+            watchdog.
+        retry: the retry policy of adapters without a ``retry_policy`` of their own
+            (None: the engine's default).
+    """
+
+    limits: Limits = Limits()
+    supervision: Supervision = Supervision()
+    storage: Storage = Storage()
+    ports: Ports = Ports()
+    telemetry: Telemetry | None = None
+    escalation: EscalationPolicy = EscalationPolicy()
+    retry: RetryPolicy | None = None
