@@ -43,16 +43,8 @@ from kernel.policy.contracts import (
     WorkingContext,
 )
 from kernel.policy.guards import Guard, GuardFinding, SoftGuard
-from kernel.policy.packs import (
-    Consume,
-    Impact,
-    LimitSpec,
-    NeedsHuman,
-    PackError,
-    PolicyKind,
-    PolicyPack,
-    Threshold,
-)
+from kernel.policy.kinds import Impact, NeedsHuman, PolicyKind
+from kernel.policy.packs import Consume, LimitSpec, PackError, PolicyPack, Threshold
 from kernel.policy.rules import (
     ALLOW,
     DecimalStr,
