@@ -58,7 +58,7 @@ from kernel.policy.rules import (
     rule,
 )
 from kernel.runtime.actors import MailboxClosed, RestartIntensityExceeded
-from kernel.runtime.messages import Decision, EscalateOperational
+from kernel.runtime.messages import Decision
 from kernel.state.amendments import AmendmentInvalid
 from kernel.state.approvals import Approval, ApprovalStatus, EscalationBudget
 from kernel.state.memory import MemoryState
@@ -80,7 +80,6 @@ __all__ = [
     "Consume",
     "DecimalStr",
     "Decision",
-    "EscalateOperational",
     "EscalationBudget",
     "EscalationPolicy",
     "Event",
