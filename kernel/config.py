@@ -56,7 +56,7 @@ class Supervision(msgspec.Struct, frozen=True, kw_only=True):
             kernel with RESTART_INTENSITY.
         restart_period_s: the window of the restart intensity.
         inbox_poll_s: how often (on the clock) to read the operator inbox and tick the
-            escalation manager; None: neither (decisions only through ``Kernel.decide``).
+            escalation desk; None: neither (decisions only through ``Kernel.decide``).
     """
 
     max_restarts: int = 3

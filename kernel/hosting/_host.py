@@ -44,7 +44,7 @@ class AgentHost:
 
     Args:
         submit: the kernel's submission path (a verdict once it is durable).
-        integrity: the DIM's mailbox, where a flow ended without a proposal is withdrawn.
+        dim: the DIM's mailbox, where a flow ended without a proposal is withdrawn.
         clock: the kernel's clock, on which ``reasoning_timeout_s`` is measured.
         concurrency: the flows one agent reasons about at once (its crew's size).
         token_budget: the most tokens one flow's reasoning may spend in all attempts.
@@ -55,14 +55,14 @@ class AgentHost:
         self,
         *,
         submit: Submit,
-        integrity: Mailbox[DimMessage],
+        dim: Mailbox[DimMessage],
         clock: Clock,
         concurrency: int,
         token_budget: int | None,
         reasoning_timeout_s: float | None,
     ) -> None:
         self._submit = submit
-        self._integrity = integrity
+        self._dim = dim
         self._clock = clock
         self._concurrency = concurrency
         self._token_budget = token_budget
@@ -101,7 +101,7 @@ class AgentHost:
             msg = Withdraw(
                 dfid=ctx.dfid, token=token, attempt=ctx.attempt, reason_code=code, detail=detail
             )
-            await self._integrity.send(msg)
+            await self._dim.send(msg)
 
         meter = UsageMeter(ctx.dfid, self._token_budget, self._usage.pop(ctx.dfid, 0))
         try:
