@@ -116,7 +116,7 @@ class SpanRecord:
 
 
 class _Stage:
-    __slots__ = ("attrs", "events", "name", "parent", "start", "where")
+    __slots__ = ("attrs", "events", "name", "parent", "start", "ts", "where")
 
     def __init__(self, where: Where, name: str, start: int, attrs: dict[str, Any], parent: Where):
         self.where, self.name, self.start, self.attrs, self.parent = (
@@ -228,9 +228,9 @@ class _Flow:
             # A stage without a fixed place, or one begun twice: the next free place.
             where = self.where(stage if where is None else f"{stage}+")
         self.used.add(where)
-        self.open[key] = _Stage(
-            where, name, self.at(ts), {**self.agent_attrs(), **attrs}, self.segment
-        )
+        opened = _Stage(where, name, self.at(ts), {**self.agent_attrs(), **attrs}, self.segment)
+        opened.ts = ts
+        self.open[key] = opened
 
     def finish(
         self,
@@ -246,6 +246,8 @@ class _Flow:
             return
         if extra:
             stage.attrs.update(extra)
+        if stage.where[0] == "escalation":
+            stage.attrs["dir.wait_ms"] = (end - stage.ts) // 1_000_000
         if error is not None:
             stage.attrs[error_attributes.ERROR_TYPE] = error
         self.emit(
