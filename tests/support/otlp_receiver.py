@@ -54,7 +54,15 @@ def _span_lines(request: ExportTraceServiceRequest) -> list[str]:
                     "name": span.name,
                     "attributes": _attributes(span.attributes),
                     "status_code": span.status.code,
+                    "status_message": span.status.message,
                     "service_name": resource.get("service.name"),
+                    "resource": resource,
+                    "start": span.start_time_unix_nano,
+                    "end": span.end_time_unix_nano,
+                    "links": [[link.trace_id.hex(), link.span_id.hex()] for link in span.links],
+                    "events": [
+                        [event.name, _attributes(event.attributes)] for event in span.events
+                    ],
                 }
                 lines.append(json.dumps(record, sort_keys=True))
     return lines
