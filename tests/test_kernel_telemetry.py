@@ -13,12 +13,16 @@ from typing import Any
 import anyio
 import pytest
 from anyio.streams.buffered import BufferedByteReceiveStream
-from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.sdk.trace.sampling import ALWAYS_OFF
 from opentelemetry.trace import StatusCode
 
 from kernel import Decision, FlowStatus, open_journal
+from kernel.cli._main import main as cli_main
+from kernel.core.ports import SeededIds
 from kernel.telemetry import (
     Telemetry,
     configure_exporter,
@@ -28,6 +32,7 @@ from kernel.telemetry import (
 )
 from kernel.testing import action_of
 from tests.support.helpers import ScriptedAgent, kernel_for, transfer
+from tests.support.otlp import otlp_receiver
 
 RECEIVER = Path(__file__).parent / "support" / "otlp_receiver.py"
 AGENTS = ("clerk", "other", "auditor")
@@ -382,3 +387,176 @@ async def test_a_flow_reaches_a_real_otlp_receiver(tmp_path: Path) -> None:
     assert root["attributes"]["dir.dfid"] == dfid
     assert root["attributes"]["dir.agent_id"] == "clerk"
     assert root["status_code"] == StatusCode.OK.value
+
+
+# --- the host's tracing ---------------------------------------------------------
+
+
+def host_provider(**kwargs: Any) -> tuple[TracerProvider, InMemorySpanExporter]:
+    provider = TracerProvider(shutdown_on_exit=False, **kwargs)
+    exporter = InMemorySpanExporter()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    return provider, exporter
+
+
+def instrumented(provider: TracerProvider) -> Any:
+    """A step that makes an instrumented "LLM call" inside ``decide()``, then proposes."""
+
+    def step(ctx: Any) -> Any:
+        with provider.get_tracer("llm-client").start_as_current_span("chat model-x"):
+            pass
+        return transfer(250)(ctx)
+
+    return step
+
+
+async def test_an_instrumented_call_inside_decide_is_a_child_of_the_reasoning_span(
+    tmp_path: Path,
+) -> None:
+    provider, exporter = host_provider()
+    async with kernel_for(tmp_path / "j.db", tracer_provider=provider) as kernel:
+        await kernel.register(ScriptedAgent(steps=[instrumented(provider)]))
+        [dfid] = await kernel.trigger("bank.invoice")
+        assert (await kernel.wait_flow(dfid)).status is FlowStatus.CLOSED
+
+    spans = exporter.get_finished_spans()
+    (call,) = [s for s in spans if s.name == "chat model-x"]
+    assert ctx(call)[0] == trace_of(dfid)
+    assert parent_of(call) == span_id_for(dfid, "reason", 1)
+    # The kernel's spans went through the application's provider too, the reasoning span
+    # among them.
+    (reason,) = [s for s in spans if s.name == "invoke_agent clerk"]
+    assert ctx(reason) == (trace_of(dfid), span_id_for(dfid, "reason", 1))
+    assert parent_of(reason) == root_id(dfid)
+
+
+async def test_the_host_providers_sampler_and_resource_govern_the_kernels_spans(
+    tmp_path: Path,
+) -> None:
+    off, dropped = host_provider(sampler=ALWAYS_OFF)
+    async with kernel_for(tmp_path / "off.db", tracer_provider=off) as kernel:
+        await kernel.register(ScriptedAgent(steps=[instrumented(off)]))
+        [dfid] = await kernel.trigger("bank.invoice")
+        assert (await kernel.wait_flow(dfid)).status is FlowStatus.CLOSED
+    assert dropped.get_finished_spans() == ()
+
+    shop, kept = host_provider(resource=Resource.create({"service.name": "shop"}))
+    async with kernel_for(tmp_path / "on.db", tracer_provider=shop) as kernel:
+        await kernel.register(ScriptedAgent())
+        [dfid] = await kernel.trigger("bank.invoice")
+        assert (await kernel.wait_flow(dfid)).status is FlowStatus.CLOSED
+    spans = kept.get_finished_spans()
+    assert len(spans) == 5
+    assert {s.resource.attributes["service.name"] for s in spans} == {"shop"}
+    # The kernel flushes the application's provider but leaves it running.
+    assert shop.get_tracer("after").start_span("still-on").is_recording()
+
+
+# --- live, through a real OTLP receiver and the standard variables ----------------
+
+
+def live_env(monkeypatch: pytest.MonkeyPatch, endpoint: str, **more: str) -> None:
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint)
+    monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", "20")  # ms: a live test need not wait 5 s
+    for name, value in more.items():
+        monkeypatch.setenv(name, value)
+
+
+def content(span: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in span.items() if k not in ("resource",)}
+
+
+async def test_a_waiting_flow_is_visible_live_and_export_never_changes_a_spans_content(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "j.db"
+    with anyio.fail_after(60):
+        async with otlp_receiver() as received:
+            live_env(monkeypatch, received.endpoint)
+            async with kernel_for(path) as kernel:
+                await kernel.register(ScriptedAgent(steps=[transfer(confidence=0.2)]))
+                [dfid] = await kernel.trigger("bank.invoice")
+                await kernel.wait_flow(dfid)
+                root_hex = f"{root_id(dfid):016x}"
+
+                def root_arrived(items: list[dict[str, Any]]) -> bool:
+                    return any(i.get("span_id") == root_hex for i in items)
+
+                # Before any decision, while the kernel runs: the root and finished stages.
+                await received.until(root_arrived)
+                (root,) = [s for s in received.spans() if s["span_id"] == root_hex]
+                assert root["attributes"]["dir.status"] == "ESCALATED"
+                assert root["trace_id"] == f"{trace_of(dfid):032x}"
+            trace_hex = f"{trace_of(dfid):032x}"
+
+            def ids() -> set[str]:
+                return {s["span_id"] for s in received.spans() if s["trace_id"] == trace_hex}
+
+            # The kernel has closed: what it showed of the waiting flow is all there.
+            await received.until(lambda _: len(ids()) >= 4)
+            waiting = ids()
+            assert sorted(s["name"].split()[0] for s in received.spans()) == [
+                "context",
+                "flow",
+                "invoke_agent",
+                "judge",
+            ]
+
+            async with kernel_for(path) as kernel:
+                await kernel.decide(
+                    dfid,
+                    "override",
+                    operator="ana",
+                    reason="ok",
+                    action_hash=action_of(kernel, dfid),
+                )
+                assert (await kernel.wait_flow(dfid)).status is FlowStatus.CLOSED
+            resume_hex = f"{span_id_for(dfid, 'resume', 0):016x}"
+            await received.until(lambda items: any(i.get("span_id") == resume_hex for i in items))
+            live = len(received.items)
+
+            # Re-export the whole journal to the same receiver, as an operator would.
+            argv = ["traces", "export", "--db", str(path)]
+            assert await anyio.to_thread.run_sync(cli_main, argv) == 0
+            capsys.readouterr()
+            await received.until(lambda items: len(items) >= live + 7)
+
+    by_id: dict[str, dict[str, Any]] = {}
+    for span in received.spans():
+        seen = by_id.setdefault(span["span_id"], span)
+        assert content(seen) == content(span), f"span {span['name']} changed content"
+    assert waiting <= by_id.keys()
+    assert len(by_id) == 7  # + escalation, execute_tool, resume
+
+
+async def test_the_standard_variables_choose_the_resource_and_the_sampler(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with anyio.fail_after(60):
+        async with otlp_receiver() as received:
+            live_env(
+                monkeypatch,
+                received.endpoint,
+                OTEL_RESOURCE_ATTRIBUTES="service.name=from-ra,deployment.environment=test",
+            )
+            async with kernel_for(tmp_path / "a.db") as kernel:
+                await kernel.register(ScriptedAgent())
+                [kept] = await kernel.trigger("bank.invoice")
+                await kernel.wait_flow(kept)
+            await received.until(lambda items: len(items) >= 5)
+            assert {s["service_name"] for s in received.spans()} == {"from-ra"}
+            assert {s["resource"]["deployment.environment"] for s in received.spans()} == {"test"}
+
+            monkeypatch.setenv("OTEL_TRACES_SAMPLER", "always_off")
+            async with kernel_for(tmp_path / "b.db", ids=SeededIds(8)) as kernel:
+                await kernel.register(ScriptedAgent())
+                [dropped] = await kernel.trigger("bank.invoice")
+                await kernel.wait_flow(dropped)
+            # The kernel flushed on close; a marker sent after it arrives after anything it sent.
+            monkeypatch.delenv("OTEL_TRACES_SAMPLER")
+            marker = Telemetry.from_env()
+            async with open_journal(tmp_path / "a.db", readonly=True) as journal:
+                marker.emit(await journal.read())
+            await anyio.to_thread.run_sync(marker.shutdown)
+            await received.until(lambda items: len(items) >= 10)
+    assert not [s for s in received.spans() if s["trace_id"] == f"{trace_of(dropped):032x}"]
