@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import socket
+import subprocess
 import sys
 import uuid
 from collections.abc import AsyncIterator, Iterable, Sequence
@@ -56,6 +57,7 @@ from kernel.core.events import (
 )
 from kernel.core.reasons import ReasonCode
 from kernel.telemetry import (
+    ExporterUnavailable,
     SpanProjector,
     Telemetry,
     configure_exporter,
@@ -714,3 +716,26 @@ def test_a_compensated_saga_ends_its_trace_with_its_compensations() -> None:
     assert compensate.attributes["dir.idempotency_key"] == "k-sell-undo"
     assert compensate.attributes["dir.external_id"] == "B-1"
     assert (compensate.start_time, compensate.end_time) == (T0 + 14 * MS, T0 + 20 * MS)
+
+
+def test_import_kernel_imports_no_exporter() -> None:
+    probe = (
+        "import sys, kernel, kernel.telemetry, kernel.cli._main\n"
+        "bad = sorted(m for m in sys.modules if m.startswith(('opentelemetry.exporter', 'grpc')))\n"
+        "print(bad)"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"
+
+
+def test_a_missing_exporter_package_is_named_not_raised_at_the_kernel(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # As if `dirk[otlp]` were not installed: the import of the exporter fails.
+    monkeypatch.setitem(sys.modules, "opentelemetry.exporter.otlp.proto.http.trace_exporter", None)
+    env = {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318"}
+
+    with pytest.raises(ExporterUnavailable, match=r"dir-kernel\[otlp\]"):
+        configure_exporter(env)
+    assert not Telemetry.from_env(env).enabled
+    assert "dir-kernel[otlp]" in caplog.text
