@@ -91,7 +91,9 @@ async def open_kernel(
     telemetry = config.telemetry
     if telemetry is None:
         provider = config.tracer_provider
-        telemetry = Telemetry.from_provider(provider) if provider is not None else Telemetry.from_env()
+        telemetry = (
+            Telemetry.from_provider(provider) if provider is not None else Telemetry.from_env()
+        )
     storage = config.storage
     where = os.fspath(path)
     key = chain_key_from(storage.chain_key, where) if storage.chain_key is not None else None

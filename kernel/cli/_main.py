@@ -36,6 +36,7 @@ from kernel.core.flow import FlowState, FlowStatus, IllegalTransition
 from kernel.core.reasons import CliError, ExitCode
 from kernel.journal.head import CHAIN_KEY_ENV
 from kernel.journal.store import (
+    Journal,
     JournalCorrupt,
     JournalError,
     JournalKeyError,
@@ -45,6 +46,7 @@ from kernel.journal.store import (
 )
 from kernel.journal.verify import Anchor, parse_anchor, verify_journal
 from kernel.state.projections import Projections
+from kernel.telemetry import trace_id_for
 
 EPILOG = f"""\
 exit status:
@@ -156,8 +158,15 @@ def _parser() -> argparse.ArgumentParser:
     flows.set_defaults(run=_flows)
 
     show = commands.add_parser("show", help="print the narrative of one flow")
-    show.add_argument("dfid")
-    show.add_argument("--db", required=True)
+    show.add_argument(
+        "dfid",
+        metavar="FLOW",
+        help="the flow: its DFID, a unique prefix of it, or its trace id as a trace viewer shows",
+    )
+    show.add_argument("--db", required=True, help="the journal file")
+    show.add_argument(
+        "--json", action="store_true", help="the flow and its events as one JSON object"
+    )
     show.set_defaults(run=_show)
 
     traces = commands.add_parser("traces", help="OpenTelemetry spans from the journal")
@@ -297,6 +306,7 @@ def _flow_row(flow: FlowState) -> dict[str, Any]:
         "parent_dfid": flow.parent_dfid,
         "created": _time(flow.created_ts),
         "needs_review": flow.needs_review,
+        "trace_id": f"{trace_id_for(flow.dfid):032x}",
     }
 
 
@@ -323,21 +333,59 @@ async def _flows(args: argparse.Namespace) -> int:
     return ExitCode.OK
 
 
+async def _find_flow(journal: Journal, wanted: str) -> list[str]:
+    """Return the DFIDs ``wanted`` names: itself, or those it prefixes as a DFID or trace id."""
+    if await journal.flow_events(wanted):
+        return [wanted]
+    text = wanted.strip().lower()
+    bare = text.replace("-", "")
+    if not text:
+        return []
+    found: list[str] = []
+    async for batch in journal.scan():
+        for event in batch:
+            dfid = event.dfid
+            if dfid is None or not isinstance(event.payload, ev.FlowCreated):
+                continue
+            if (
+                dfid.lower().startswith(text)
+                or (bare and dfid.replace("-", "").lower().startswith(bare))
+                or f"{trace_id_for(dfid):032x}".startswith(bare or text)
+            ):
+                found.append(dfid)
+    return found
+
+
 async def _show(args: argparse.Namespace) -> int:
     async with open_journal(args.db, readonly=True) as journal:
-        events = await journal.flow_events(args.dfid)
+        found = await _find_flow(journal, args.dfid)
+        if len(found) > 1:
+            some = ", ".join(found[:3]) + (", ..." if len(found) > 3 else "")
+            return error(
+                CliError.AMBIGUOUS_FLOW, f"{args.dfid} fits {len(found)} flows ({some}): say more"
+            )
+        events = await journal.flow_events(found[0]) if found else []
     if not events:
         return error(CliError.UNKNOWN_FLOW, f"no flow {args.dfid} in {args.db}")
+    dfid = found[0]
     start = events[0].ts
     first = events[0]
-    print(f"DecisionFlow {args.dfid}")
+    projections = Projections()
+    projections.apply(events)
+    flow = projections.flows.get(dfid)
+    trace = f"{trace_id_for(dfid):032x}"
+    if args.json:
+        row: dict[str, Any] = _flow_row(flow) if flow is not None else {"dfid": dfid}
+        row["trace_id"] = trace
+        row["events"] = [msgspec.to_builtins(e) for e in events]
+        print(json.dumps(row))
+        return ExitCode.OK
+    print(f"DecisionFlow {dfid}")
+    print(f"  trace {trace}")
     print(f"  agent {first.agent_id}, parent {first.parent_dfid or '-'}, started {_time(start)}")
     for event in events:
         offset = (event.ts - start) / 1e6
         print(f"  +{offset:9.3f} ms  #{event.seq:<6} {event.type:20} {_narrate(event)}")
-    projections = Projections()
-    projections.apply(events)
-    flow = projections.flows.get(args.dfid)
     if flow is not None:
         print(f"  {_outcome(flow)}")
     return ExitCode.OK

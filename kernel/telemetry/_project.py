@@ -118,14 +118,12 @@ class SpanRecord:
 class _Stage:
     __slots__ = ("attrs", "events", "name", "parent", "start", "ts", "where")
 
-    def __init__(self, where: Where, name: str, start: int, attrs: dict[str, Any], parent: Where):
-        self.where, self.name, self.start, self.attrs, self.parent = (
-            where,
-            name,
-            start,
-            attrs,
-            parent,
-        )
+    def __init__(
+        self, where: Where, name: str, ts: int, start: int, attrs: dict[str, Any], parent: Where
+    ) -> None:
+        self.where, self.name, self.attrs, self.parent = where, name, attrs, parent
+        self.ts = ts  # when it began, as recorded
+        self.start = start  # when its span starts: ``ts``, or just after a tied earlier start
         self.events: list[tuple[str, dict[str, Any], int]] = []
 
 
@@ -228,8 +226,7 @@ class _Flow:
             # A stage without a fixed place, or one begun twice: the next free place.
             where = self.where(stage if where is None else f"{stage}+")
         self.used.add(where)
-        opened = _Stage(where, name, self.at(ts), {**self.agent_attrs(), **attrs}, self.segment)
-        opened.ts = ts
+        opened = _Stage(where, name, ts, self.at(ts), {**self.agent_attrs(), **attrs}, self.segment)
         self.open[key] = opened
 
     def finish(
