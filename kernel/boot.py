@@ -157,7 +157,7 @@ async def open_kernel(
             # Flows an earlier run left open: their spans need their beginnings too.
             for flow in list(projections.flows.values()):
                 if not flow.terminal:
-                    telemetry.emit(await journal.read(stop=exported[0] + 1, dfid=flow.dfid))
+                    telemetry.resume(await journal.read(stop=exported[0] + 1, dfid=flow.dfid))
         try:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(_supervise, kernel, supervisor, name="supervisor")

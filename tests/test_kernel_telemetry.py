@@ -560,3 +560,43 @@ async def test_the_standard_variables_choose_the_resource_and_the_sampler(
             await anyio.to_thread.run_sync(marker.shutdown)
             await received.until(lambda items: len(items) >= 10)
     assert not [s for s in received.spans() if s["trace_id"] == f"{trace_of(dropped):032x}"]
+
+
+async def test_metrics_arrive_over_otlp_when_an_endpoint_is_set(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with anyio.fail_after(60):
+        async with otlp_receiver() as received:
+            live_env(monkeypatch, received.endpoint)
+            async with kernel_for(tmp_path / "j.db") as kernel:
+                await kernel.register(
+                    ScriptedAgent(steps=[schema_invalid, transfer(250)], subscriptions=["bank"])
+                )
+                await kernel.register(
+                    ScriptedAgent("auditor", [transfer(confidence=0.2)], subscriptions=["audit"])
+                )
+                [closed] = await kernel.trigger("bank.invoice")
+                [waiting] = await kernel.trigger("audit.check")
+                await kernel.wait_flow(closed)
+                await kernel.wait_flow(waiting)
+
+            def points(name: str) -> list[dict[str, Any]]:
+                return [i for i in received.items if i.get("metric") == name]
+
+            names = ["dir.flows", "dir.verdicts", "dir.escalations.waiting"]
+            names += ["dir.execution.duration", "dir.journal.batch_size"]
+            await received.until(lambda _: all(points(name) for name in names))
+    (flows,) = points("dir.flows")
+    assert (flows["attributes"], flows["value"]) == ({"dir.status": "CLOSED"}, 1)
+    verdicts = {
+        (p["attributes"]["dir.verdict"], p["attributes"].get("dir.reason_code")): p["value"]
+        for p in points("dir.verdicts")
+    }
+    assert verdicts == {
+        ("REJECTED", "SCHEMA_INVALID"): 1,
+        ("ACCEPTED", None): 1,
+        ("ESCALATED", "LOW_CONFIDENCE"): 1,
+    }
+    assert [p["value"] for p in points("dir.escalations.waiting")] == [1]
+    (latency,) = points("dir.execution.duration")
+    assert latency["count"] == 1 and latency["attributes"]["dir.adapter"] == "bank"

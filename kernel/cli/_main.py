@@ -19,7 +19,7 @@ import logging
 import os
 import sys
 import textwrap
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import anyio
@@ -333,27 +333,33 @@ async def _flows(args: argparse.Namespace) -> int:
     return ExitCode.OK
 
 
-async def _find_flow(journal: Journal, wanted: str) -> list[str]:
-    """Return the DFIDs ``wanted`` names: itself, or those it prefixes as a DFID or trace id."""
-    if await journal.flow_events(wanted):
-        return [wanted]
+def flows_matching(dfids: Iterable[str], wanted: str) -> list[str]:
+    """Return the DFIDs ``wanted`` names: a prefix of the DFID, with or without its
+    dashes, or of its trace id (32 hex digits, as a trace viewer shows it); any case."""
     text = wanted.strip().lower()
     bare = text.replace("-", "")
-    if not text:
+    if not bare:
         return []
-    found: list[str] = []
-    async for batch in journal.scan():
-        for event in batch:
-            dfid = event.dfid
-            if dfid is None or not isinstance(event.payload, ev.FlowCreated):
-                continue
-            if (
-                dfid.lower().startswith(text)
-                or (bare and dfid.replace("-", "").lower().startswith(bare))
-                or f"{trace_id_for(dfid):032x}".startswith(bare or text)
-            ):
-                found.append(dfid)
-    return found
+    return [
+        dfid
+        for dfid in dfids
+        if dfid.lower().startswith(text)
+        or dfid.replace("-", "").lower().startswith(bare)
+        or f"{trace_id_for(dfid):032x}".startswith(bare)
+    ]
+
+
+async def _find_flow(journal: Journal, wanted: str) -> list[str]:
+    """Return the DFIDs ``wanted`` names: itself, or those it prefixes (see flows_matching)."""
+    if await journal.flow_events(wanted):
+        return [wanted]
+    dfids = [
+        event.dfid
+        async for batch in journal.scan()
+        for event in batch
+        if event.dfid is not None and isinstance(event.payload, ev.FlowCreated)
+    ]
+    return flows_matching(dfids, wanted)
 
 
 async def _show(args: argparse.Namespace) -> int:

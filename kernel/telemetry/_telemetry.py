@@ -15,11 +15,13 @@ from collections.abc import AsyncIterable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 
 from opentelemetry import trace
+from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.sampling import ALWAYS_ON, Sampler
 
 from kernel.core.events import Event, FlowCreated
+from kernel.telemetry._metrics import FlowMetrics, host_meter_provider, meter_provider_from_env
 from kernel.telemetry._otlp import ExporterUnavailable, configure_exporter, resource_from_env
 from kernel.telemetry._project import SpanProjector
 from kernel.telemetry._sink import Collector, SpanSink
@@ -82,6 +84,8 @@ class Telemetry:
         sampler: that provider's sampler (default: the SDK's, from ``OTEL_TRACES_SAMPLER``).
         provider: instead of all three, the application's SDK TracerProvider; the kernel
             flushes it on close but never shuts it down.
+        meter_provider: where the kernel's metrics go (None: no metrics); shut down on
+            close unless ``owns_meter`` is False.
     """
 
     def __init__(
@@ -91,8 +95,12 @@ class Telemetry:
         resource: Resource | None = None,
         sampler: Sampler | None = None,
         provider: TracerProvider | None = None,
+        meter_provider: MeterProvider | None = None,
+        owns_meter: bool = True,
     ) -> None:
         self._owned = provider is None
+        self._metrics = FlowMetrics(meter_provider) if meter_provider is not None else None
+        self._owns_meter = owns_meter
         if provider is None and processor is not None:
             provider = _provider(processor, resource, sampler)
         self._sink = SpanSink(provider) if provider is not None else None
@@ -113,26 +121,46 @@ class Telemetry:
         exporter is built from ``env`` (none: telemetry off).
         """
         host = trace.get_tracer_provider()
+        host_meter = host_meter_provider()
         if isinstance(host, TracerProvider):
-            return cls(provider=host)
+            return cls(provider=host, meter_provider=host_meter, owns_meter=False)
+        resource = resource_from_env(env)
+        meter = host_meter or meter_provider_from_env(env, resource)
+        owns_meter = host_meter is None
         try:
             processor = configure_exporter(env)
         except ExporterUnavailable as exc:
             _log.error("span export is off: %s", exc)
-            return cls(None)
+            processor = None
         if processor is None:
-            return cls(None)
-        return cls(processor, resource=resource_from_env(env))
+            return cls(None, meter_provider=meter, owns_meter=owns_meter)
+        return cls(processor, resource=resource, meter_provider=meter, owns_meter=owns_meter)
 
     @property
     def enabled(self) -> bool:
-        """Whether spans are exported at all."""
-        return self._sink is not None
+        """Whether spans or metrics are exported at all."""
+        return self._sink is not None or self._metrics is not None
 
-    def emit(self, events: Iterable[Event]) -> None:
-        """Project committed events and pass on the spans they ended; never blocks."""
+    def emit(self, events: Sequence[Event]) -> None:
+        """Project committed events and pass on the spans they ended and what they count."""
+        if self._sink is None and self._metrics is None:
+            return
+        records = self._projector.feed(events)
         if self._sink is not None:
-            self._sink.write(self._projector.feed(events))
+            self._sink.write(records)
+        if self._metrics is not None:
+            self._metrics.feed(events, records)
+
+    def resume(self, events: Sequence[Event]) -> None:
+        """Take up flows an earlier run left open: re-send their finished spans (same ids,
+        same content) without counting their past again."""
+        if self._sink is None and self._metrics is None:
+            return
+        records = self._projector.feed(events)
+        if self._sink is not None:
+            self._sink.write(records)
+        if self._metrics is not None:
+            self._metrics.resume(events)
 
     def reasoning(self, dfid: str, attempt: int) -> AbstractContextManager[None]:
         """Make the reasoning span of ``dfid``'s ``attempt`` the current span context.
@@ -154,11 +182,21 @@ class Telemetry:
         Returns whether it finished in time.
         """
         sink, self._sink = self._sink, None
+        metrics, self._metrics = self._metrics, None
+        done = True
+        if metrics is not None:
+            meter = metrics.provider
+            if isinstance(meter, MeterProvider):
+                work = meter.shutdown if self._owns_meter else meter.force_flush
+                done = _bounded(work, timeout_s, "metrics export shutdown")
         if sink is None:
-            return True
+            return done
         provider = sink.provider
         if not self._owned:
-            return _bounded(lambda: provider.force_flush(int(timeout_s * 1000)), timeout_s, "flush")
+            flushed = _bounded(
+                lambda: provider.force_flush(int(timeout_s * 1000)), timeout_s, "flush"
+            )
+            return flushed and done
 
         def close() -> None:
             try:
@@ -166,7 +204,7 @@ class Telemetry:
             finally:
                 provider.shutdown()
 
-        return _bounded(close, timeout_s, "span export shutdown")
+        return _bounded(close, timeout_s, "span export shutdown") and done
 
 
 def spans_for_events(
@@ -174,7 +212,7 @@ def spans_for_events(
 ) -> list[ReadableSpan]:
     """Return the spans ``events`` end (every sampled-in span, in the order they end)."""
     collector = Collector()
-    Telemetry(collector, resource=resource, sampler=ALWAYS_ON).emit(events)
+    Telemetry(collector, resource=resource, sampler=ALWAYS_ON).emit(list(events))
     return collector.spans
 
 
@@ -205,7 +243,7 @@ def export_flows(
     """
     selected = events if dfid is None else _flow_and_descendants(events, dfid)
     counter = _Counting(processor)
-    Telemetry(counter, resource=resource).emit(selected)
+    Telemetry(counter, resource=resource).emit(list(selected))
     return counter.count
 
 
