@@ -6,6 +6,7 @@ re-exported later or pointed at from inside ``decide()`` always has the same id.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import uuid
 
@@ -20,6 +21,7 @@ _SAMPLED = TraceFlags(TraceFlags.SAMPLED)
 _NOT_SAMPLED = TraceFlags(TraceFlags.DEFAULT)
 
 
+@functools.lru_cache(maxsize=8192)
 def trace_id_for(dfid: str) -> int:
     """Return the trace id of flow ``dfid``: the DFID's 128 bits (a hash if it is no UUID)."""
     try:

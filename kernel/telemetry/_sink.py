@@ -11,12 +11,22 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from typing import Any
 
 from opentelemetry import context as otel_context
+from opentelemetry.attributes import BoundedAttributes
 from opentelemetry.context import Context
-from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, Tracer, TracerProvider
+from opentelemetry.sdk.trace import Event as SpanEvent
+from opentelemetry.sdk.trace import (
+    ReadableSpan,
+    SpanLimits,
+    SpanProcessor,
+    Tracer,
+    TracerProvider,
+)
 from opentelemetry.sdk.trace.id_generator import IdGenerator
 from opentelemetry.sdk.trace.sampling import Decision
+from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import (
     Link,
     NonRecordingSpan,
@@ -31,12 +41,13 @@ from kernel.registry import KERNEL_VERSION
 from kernel.telemetry._ids import span_id_for, trace_id_for
 from kernel.telemetry._project import SpanRecord
 
-__all__ = ["Collector", "SpanSink"]
+__all__ = ["Collector", "DirectSink", "SpanSink"]
 
 _SCOPE = "kernel.telemetry"
 _SAMPLED = TraceFlags(TraceFlags.SAMPLED)
 _NOT_SAMPLED = TraceFlags(TraceFlags.DEFAULT)
 _OK = Status(StatusCode.OK)
+_UNSET = Status(StatusCode.UNSET)
 _KEPT = (Decision.RECORD_AND_SAMPLE,)
 
 
@@ -150,3 +161,78 @@ class SpanSink:
             yield
         finally:
             otel_context.detach(token)
+
+
+class DirectSink(SpanSink):
+    """The kernel's own provider: the same spans, built directly and handed to ``processor``.
+
+    Nothing but the kernel uses this provider, so the tracer's per-span work (id
+    generation, attribute cleaning, locking) buys nothing: the sampler, the
+    Resource and the span limits are applied here, as the tracer would apply them.
+    """
+
+    def __init__(self, provider: TracerProvider, processor: SpanProcessor) -> None:
+        super().__init__(provider)
+        self._processor = processor
+        self._resource = provider.resource
+        self._limits = SpanLimits()
+        self._scope = InstrumentationScope(_SCOPE, KERNEL_VERSION)
+
+    def _attributes(self, attrs: dict[str, Any]) -> Any:
+        limits = self._limits
+        if limits.max_span_attribute_length is None and len(attrs) <= (
+            limits.max_span_attributes or len(attrs)
+        ):
+            return attrs
+        return BoundedAttributes(
+            limits.max_span_attributes,
+            attrs,
+            immutable=True,
+            max_value_len=limits.max_span_attribute_length,
+        )
+
+    def write(self, records: Sequence[SpanRecord]) -> None:
+        if self._tracer is None or not records:
+            return
+        kept: dict[str, bool] = {}
+        on_end = self._processor.on_end
+        resource, scope = self._resource, self._scope
+        for record in records:
+            dfid = record.dfid
+            if (sampled := kept.get(dfid)) is None:
+                sampled = kept[dfid] = self.sampled(dfid)
+            if not sampled:
+                continue
+            trace_id = trace_id_for(dfid)
+            context = SpanContext(trace_id, span_id_for(dfid, *record.where), False, _SAMPLED)
+            parent = None
+            if record.parent is not None:
+                parent = SpanContext(trace_id, span_id_for(dfid, *record.parent), False, _SAMPLED)
+            links = []
+            for other, where in record.links:
+                if (other_sampled := kept.get(other)) is None:
+                    other_sampled = kept[other] = self.sampled(other)
+                flags = _SAMPLED if other_sampled else _NOT_SAMPLED
+                links.append(Link(self._context(other, *where, flags)))
+            if record.error is not None:
+                status = Status(StatusCode.ERROR, record.error)
+            else:
+                status = _OK if record.ok else _UNSET
+            on_end(
+                ReadableSpan(
+                    record.name,
+                    context,
+                    parent=parent,
+                    resource=resource,
+                    attributes=self._attributes(record.attrs),
+                    events=[
+                        SpanEvent(name, self._attributes(attrs), max(ts, record.start))
+                        for name, attrs, ts in record.events
+                    ],
+                    links=links,
+                    status=status,
+                    start_time=record.start,
+                    end_time=record.end,
+                    instrumentation_scope=scope,
+                )
+            )

@@ -24,7 +24,7 @@ from kernel.core.events import Event, FlowCreated
 from kernel.telemetry._metrics import FlowMetrics, host_meter_provider, meter_provider_from_env
 from kernel.telemetry._otlp import ExporterUnavailable, configure_exporter, resource_from_env
 from kernel.telemetry._project import SpanProjector
-from kernel.telemetry._sink import Collector, SpanSink
+from kernel.telemetry._sink import Collector, DirectSink, SpanSink
 
 __all__ = ["Telemetry", "export_flows", "shutdown_processor", "spans_for_events"]
 
@@ -101,9 +101,11 @@ class Telemetry:
         self._owned = provider is None
         self._metrics = FlowMetrics(meter_provider) if meter_provider is not None else None
         self._owns_meter = owns_meter
-        if provider is None and processor is not None:
-            provider = _provider(processor, resource, sampler)
-        self._sink = SpanSink(provider) if provider is not None else None
+        self._sink: SpanSink | None = None
+        if provider is not None:
+            self._sink = SpanSink(provider)
+        elif processor is not None:
+            self._sink = DirectSink(_provider(processor, resource, sampler), processor)
         if self._sink is not None and not self._sink.enabled:
             self._sink = None
         self._projector = SpanProjector()
