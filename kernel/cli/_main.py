@@ -185,7 +185,7 @@ def _parser() -> argparse.ArgumentParser:
         "--reason",
         type=str.upper,
         metavar="CODE",
-        help="only flows that ended with this reason code (see the list below)",
+        help="only flows that ended with this reason code (as in the REASON column)",
     )
     flows.add_argument(
         "--since",
