@@ -469,7 +469,12 @@ def _print_table(flows: Sequence[FlowState], now: int) -> None:
     from rich.table import Table
 
     # A pipe gets whole lines (no wrapping, no colour); a terminal gets its width.
-    console = Console(highlight=False, soft_wrap=False, width=None if sys.stdout.isatty() else 1000)
+    class _Console(Console):
+        def on_broken_pipe(self) -> None:
+            raise BrokenPipeError  # main() ends quietly with CLOSED_PIPE, as for print()
+
+    width = None if sys.stdout.isatty() else 1000
+    console = _Console(highlight=False, soft_wrap=False, width=width)
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False)
     table.add_column("DFID", no_wrap=True)
     table.add_column("STATUS", no_wrap=True)
