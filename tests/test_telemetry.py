@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import socket
 import subprocess
@@ -14,8 +15,12 @@ from typing import Any
 import anyio
 import pytest
 from anyio.streams.buffered import BufferedByteReceiveStream
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcExporter
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpExporter
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import (
     BatchSpanProcessor,
@@ -24,9 +29,11 @@ from opentelemetry.sdk.trace.export import (
     SpanExporter,
 )
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.sdk.trace.sampling import ALWAYS_ON
 from opentelemetry.trace import StatusCode
 
 from kernel.core.events import (
+    ActorRestarted,
     AgentRegistered,
     AnyPayload,
     CompensationStarted,
@@ -36,6 +43,7 @@ from kernel.core.events import (
     Event,
     ExecutionFailed,
     ExecutionIntent,
+    ExecutionRetried,
     ExecutionStarted,
     ExecutionSucceeded,
     Feedback,
@@ -66,6 +74,7 @@ from kernel.telemetry import (
     spans_for_events,
     trace_id_for,
 )
+from kernel.telemetry._sink import Collector
 
 T0 = 1_700_000_000_000_000_000
 MS = 1_000_000
@@ -742,3 +751,94 @@ def test_a_missing_exporter_package_is_named_not_raised_at_the_kernel(
         configure_exporter(env)
     assert not Telemetry.from_env(env).enabled
     assert "dir-kernel[otlp]" in caplog.text
+
+
+# --- properties: any cut of the journal, any batching ------------------------------------
+
+
+def varied_journal() -> list[Event]:
+    """Flows of every shape: executed, escalated and decided, rejected then revised, a child."""
+    j = JournalBuilder()
+    executed_flow(j)
+    other = str(uuid.UUID(int=7, version=4))
+    j.add(FlowCreated(root_dfid=other, topic="stock.low"), at_ms=100, dfid=other)
+    j.add(FlowCreated(root_dfid=other), at_ms=100, dfid=CHILD, parent_dfid=other)
+    j.add(ContextCompiled(attempt=1, context_ref="c"), at_ms=100, dfid=other)
+    j.add(proposal(1), at_ms=101, dfid=other)
+    feedback = Feedback(reason_code=ReasonCode.RISK_LIMIT_EXCEEDED, detail="too much")
+    j.add(ProposalRejected(attempt=1, feedback=feedback), at_ms=101, dfid=other)
+    j.add(ContextCompiled(attempt=2, context_ref="d"), at_ms=101, dfid=other)
+    j.add(proposal(2), at_ms=102, dfid=other)
+    j.add(FlowEscalated(reason_code=ReasonCode.APPROVAL_REQUIRED), at_ms=102, dfid=other)
+    j.add(FlowClosed(), at_ms=103, dfid=CHILD, parent_dfid=other)
+    j.add(HumanDecided(decision="approve", operator="o"), at_ms=900, dfid=other, agent_id=None)
+    j.add(ProposalAccepted(attempt=2, by_human=True), at_ms=900, dfid=other)
+    intent = ExecutionIntent(key="k2", kind="reorder", adapter="erp")
+    j.add(ExecutionStarted(intent=intent), at_ms=900, dfid=other)
+    j.add(ExecutionSucceeded(key="k2"), at_ms=901, dfid=other)
+    j.add(FlowClosed(), at_ms=901, dfid=other)
+    return j.events
+
+
+VARIED = varied_journal()
+
+
+def content_of(spans: Iterable[ReadableSpan]) -> dict[int, str]:
+    return {span_id(s): s.to_json() for s in spans}
+
+
+@settings(max_examples=40, derandomize=True, deadline=None)
+@given(cut=st.integers(min_value=0, max_value=len(VARIED)))
+def test_a_span_sent_from_any_cut_of_the_journal_has_its_final_content(cut: int) -> None:
+    early = content_of(spans_for_events(VARIED[:cut]))
+    final = content_of(spans_for_events(VARIED))
+
+    assert len(early) == len(spans_for_events(VARIED[:cut])), "an id sent twice in one run"
+    for sid, text in early.items():
+        assert final[sid] == text
+
+
+@settings(max_examples=40, derandomize=True, deadline=None)
+@given(cuts=st.lists(st.integers(min_value=0, max_value=len(VARIED)), max_size=6))
+def test_batching_never_changes_the_spans(cuts: list[int]) -> None:
+    bounds = [0, *sorted(cuts), len(VARIED)]
+    collector = Collector()
+    telemetry = Telemetry(collector, sampler=ALWAYS_ON)
+    for start, stop in itertools.pairwise(bounds):
+        telemetry.emit(VARIED[start:stop])
+
+    assert content_of(collector.spans) == content_of(spans_for_events(VARIED))
+
+
+def test_metrics_count_flows_verdicts_waits_retries_and_restarts() -> None:
+    reader = InMemoryMetricReader()
+    telemetry = Telemetry(None, meter_provider=MeterProvider([reader]))
+    events = [*VARIED]
+    extra = JournalBuilder()
+    extra.events = events
+    extra.add(ActorRestarted(actor="dim", error="boom", restarts=1), at_ms=950, dfid=None)
+    extra.add(
+        ExecutionRetried(key="k", attempt=1, error="busy", delay_ns=1, retry_at_ns=2), at_ms=951
+    )
+
+    telemetry.emit(events)
+
+    points: dict[tuple[str, tuple[tuple[str, Any], ...]], Any] = {}
+    data = reader.get_metrics_data()
+    assert data is not None
+    for resource_metrics in data.resource_metrics:
+        for scope in resource_metrics.scope_metrics:
+            for metric in scope.metrics:
+                for point in metric.data.data_points:
+                    key = (metric.name, tuple(sorted((point.attributes or {}).items())))
+                    points[key] = getattr(point, "value", None) or getattr(point, "count", None)
+    assert points[("dir.flows", (("dir.status", "CLOSED"),))] == 3
+    rejected = (("dir.reason_code", "RISK_LIMIT_EXCEEDED"), ("dir.verdict", "REJECTED"))
+    assert points[("dir.verdicts", rejected)] == 1
+    assert points[("dir.verdicts", (("dir.verdict", "ACCEPTED"),))] == 2
+    assert points[("dir.escalation.wait", ())] == 1
+    assert points[("dir.actor.restarts", (("dir.actor", "dim"),))] == 1
+    assert points[("dir.execution.retries", ())] == 1
+    assert ("dir.escalations.waiting", ()) in points  # back to 0 after the decision
+    assert points[("dir.execution.duration", (("dir.adapter", "erp"), ("outcome", "ok")))] == 2
+    assert telemetry.shutdown()

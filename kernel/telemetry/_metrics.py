@@ -3,7 +3,7 @@
 Like spans, metrics are a fold over committed events (and the span records
 they end), so they cost the kernel's hot path nothing: flows ended by final
 status, verdicts by reason code, escalations waiting and how long they waited,
-execution retries, adapter latency and the size of the journal's commit batches.
+execution retries, adapter latency, actor restarts and the size of the journal's commit batches.
 Off unless an OTLP endpoint is configured (or the application set an SDK
 MeterProvider as the global one).
 """
@@ -19,6 +19,7 @@ from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
 from opentelemetry.sdk.resources import Resource
 
 from kernel.core.events import (
+    ActorRestarted,
     ApprovalExpired,
     Event,
     ExecutionRetried,
@@ -113,6 +114,9 @@ class FlowMetrics:
         self._latency = meter.create_histogram(
             "dir.execution.duration", unit="s", description="Adapter execution time, by adapter"
         )
+        self._restarts = meter.create_counter(
+            "dir.actor.restarts", unit="{restart}", description="Actor restarts, by actor"
+        )
         self._batch = meter.create_histogram(
             "dir.journal.batch_size", unit="{event}", description="Events per committed batch"
         )
@@ -141,6 +145,8 @@ class FlowMetrics:
                     self._unwait(dfid, event.ts)
                 case ExecutionRetried():
                     self._retries.add(1)
+                case ActorRestarted(actor=actor):
+                    self._restarts.add(1, {"dir.actor": actor})
                 case FlowClosed() | FlowAborted() | FlowCompensated():
                     self._unwait(dfid, event.ts)
                     status = {FlowClosed: "CLOSED", FlowAborted: "ABORTED"}.get(
