@@ -16,7 +16,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kernel import Decision, ManualClock
-from kernel.cli._main import _parser, age, flows_matching, main
+from kernel.cli._main import _parser, main
+from kernel.cli._read import age, flows_matching
 from kernel.telemetry import trace_id_for
 from tests.support.helpers import ScriptedAgent, kernel_for, transfer
 

@@ -21,7 +21,7 @@ import logging
 import os
 import sys
 import textwrap
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import anyio
@@ -30,6 +30,7 @@ import msgspec
 from kernel.audit.reverify import PackPathError
 from kernel.cli._admin import add_commands as add_admin_commands
 from kernel.cli._operator import add_commands, error, error_of, fold_journal, one_line
+from kernel.cli._read import flows_matching, positive, print_table, select_flows, when
 from kernel.cli._replay import add_commands as add_replay_commands
 from kernel.cli._replay import verify_replay, verify_verdicts
 from kernel.core import events as ev
@@ -189,15 +190,15 @@ def _parser() -> argparse.ArgumentParser:
     )
     flows.add_argument(
         "--since",
-        type=_when,
+        type=when,
         metavar="TIME",
         help="only flows created at or after TIME (ISO 8601, 2024-03-15T14:30; UTC unless zoned)",
     )
     flows.add_argument(
-        "--until", type=_when, metavar="TIME", help="only flows created before TIME (as --since)"
+        "--until", type=when, metavar="TIME", help="only flows created before TIME (as --since)"
     )
     flows.add_argument(
-        "--limit", type=_positive, metavar="N", help="only the N most recently created of them"
+        "--limit", type=positive, metavar="N", help="only the N most recently created of them"
     )
     flows.add_argument(
         "--status",
@@ -390,63 +391,6 @@ def _flow_row(flow: FlowState) -> dict[str, Any]:
     }
 
 
-def _when(text: str) -> int:
-    """Parse an ISO 8601 time (UTC unless it names a zone) into ns since the epoch."""
-    try:
-        when = dt.datetime.fromisoformat(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an ISO 8601 time: {text!r}") from None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=dt.UTC)
-    return int(when.timestamp() * 1e9)
-
-
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"not a positive number: {text!r}")
-    return value
-
-
-def age(ns: int) -> str:
-    """A duration as a person reads it: 45s, 12m, 3h 20m, 2d 4h."""
-    seconds = max(0, ns) // 1_000_000_000
-    if seconds < 60:
-        return f"{seconds}s"
-    minutes, seconds = divmod(seconds, 60)
-    if minutes < 60:
-        return f"{minutes}m" + (f" {seconds}s" if seconds and minutes < 10 else "")
-    hours, minutes = divmod(minutes, 60)
-    if hours < 24:
-        return f"{hours}h" + (f" {minutes}m" if minutes else "")
-    days, hours = divmod(hours, 24)
-    return f"{days}d" + (f" {hours}h" if hours else "")
-
-
-def select_flows(flows: Iterable[FlowState], args: argparse.Namespace) -> list[FlowState]:
-    """The flows ``dirk flows``'s filters keep, oldest first (the newest ``--limit``)."""
-
-    def keep(f: FlowState) -> bool:
-        kind = f.proposal.kind if f.proposal else ""
-        return (
-            (not args.status or f.status == args.status)
-            and (not args.needs_review or f.needs_review)
-            and (not args.agent or f.agent_id == args.agent)
-            and (not args.kind or kind == args.kind)
-            and (not args.reason or str(f.reason_code or "") == args.reason)
-            and (args.since is None or f.created_ts >= args.since)
-            and (args.until is None or f.created_ts < args.until)
-        )
-
-    kept = sorted((f for f in flows if keep(f)), key=lambda f: (f.created_ts, f.dfid))
-    if args.limit is not None:
-        kept = kept[-args.limit :]
-    return kept
-
-
 async def _flows(args: argparse.Namespace) -> int:
     projections = await fold_journal(args.db)
     everything = projections.flows.values()
@@ -458,66 +402,9 @@ async def _flows(args: argparse.Namespace) -> int:
         for row in rows:
             print(json.dumps(row))
         return ExitCode.OK
-    _print_table(flows, now)
+    print_table(flows, now)
     print(f"{len(rows)} flows")
     return ExitCode.OK
-
-
-def _print_table(flows: Sequence[FlowState], now: int) -> None:
-    from rich import box
-    from rich.console import Console
-    from rich.table import Table
-
-    # A pipe gets whole lines (no wrapping, no colour); a terminal gets its width.
-    class _Console(Console):
-        def on_broken_pipe(self) -> None:
-            raise BrokenPipeError  # main() ends quietly with CLOSED_PIPE, as for print()
-
-    width = None if sys.stdout.isatty() else 1000
-    console = _Console(highlight=False, soft_wrap=False, width=width)
-    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False)
-    table.add_column("DFID", no_wrap=True)
-    table.add_column("STATUS", no_wrap=True)
-    table.add_column("AGENT", overflow="ellipsis")
-    table.add_column("KIND", overflow="ellipsis")
-    table.add_column("TRIES", justify="right")
-    table.add_column("AGE", justify="right", no_wrap=True)
-    table.add_column("REASON")
-    colours = {
-        FlowStatus.ABORTED: "red",
-        FlowStatus.COMPENSATED: "red",
-        FlowStatus.ESCALATED: "yellow",
-        FlowStatus.CLOSED: "green",
-    }
-    for flow in flows:
-        status = str(flow.status)
-        reason = str(flow.reason_code or "") + ("  NEEDS_REVIEW" if flow.needs_review else "")
-        table.add_row(
-            flow.dfid,
-            f"[{colours[flow.status]}]{status}[/]" if flow.status in colours else status,
-            flow.agent_id or "",
-            flow.proposal.kind if flow.proposal else "",
-            str(flow.attempts),
-            age(now - flow.created_ts),
-            reason,
-        )
-    console.print(table)
-
-
-def flows_matching(dfids: Iterable[str], wanted: str) -> list[str]:
-    """Return the DFIDs ``wanted`` names: a prefix of the DFID, with or without its
-    dashes, or of its trace id (32 hex digits, as a trace viewer shows it); any case."""
-    text = wanted.strip().lower()
-    bare = text.replace("-", "")
-    if not bare:
-        return []
-    return [
-        dfid
-        for dfid in dfids
-        if dfid.lower().startswith(text)
-        or dfid.replace("-", "").lower().startswith(bare)
-        or f"{trace_id_for(dfid):032x}".startswith(bare)
-    ]
 
 
 async def _find_flow(journal: Journal, wanted: str) -> list[str]:
