@@ -20,7 +20,8 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.sdk.trace.sampling import ALWAYS_OFF
 from opentelemetry.trace import StatusCode
 
-from kernel import Decision, FlowStatus, open_journal
+from kernel import Decision, FlowStatus
+from kernel.audit import open_journal
 from kernel.cli._main import main as cli_main
 from kernel.core.ports import SeededIds
 from kernel.telemetry import (
