@@ -15,10 +15,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kernel import Decision, ManualClock
+from kernel import Decision
 from kernel.cli._main import _parser, main
 from kernel.cli._read import age, flows_matching
 from kernel.telemetry import trace_id_for
+from kernel.testing import ManualClock
 from tests.support.helpers import ScriptedAgent, kernel_for, transfer
 
 T0_NS = 1_710_500_000 * 10**9  # 2024-03-15T10:53:20Z: a simulated day, far from the wall clock
