@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any, Protocol
 
 import anyio
@@ -27,6 +28,12 @@ from kernel.runtime.messages import AgentMessage, DimMessage, Withdraw
 log = logging.getLogger("kernel")
 
 Submit = Callable[[str, str, Proposal], Awaitable[Verdict]]
+TraceScope = Callable[[str, int], AbstractContextManager[object]]
+"""The span context to make current while a flow's attempt is reasoned about (dfid, attempt)."""
+
+
+def _no_trace(dfid: str, attempt: int) -> AbstractContextManager[object]:
+    return nullcontext()
 
 
 class AgentLike(Protocol):
@@ -72,6 +79,8 @@ class AgentHost:
         self._usage: dict[str, int] = {}
         self.tg: TaskGroup | None = None
         """Where the crews run; set by the kernel while it runs, cancelled when it closes."""
+        self.trace_scope: TraceScope = _no_trace
+        """Set by the kernel when spans are exported: ``decide()`` runs inside the flow's trace."""
 
     def host(self, agent: AgentLike, mailbox: Mailbox[AgentMessage]) -> None:
         """Start ``agent``'s crew on the contexts that arrive in ``mailbox``."""
@@ -106,9 +115,10 @@ class AgentHost:
         meter = UsageMeter(ctx.dfid, self._token_budget, self._usage.pop(ctx.dfid, 0))
         try:
             try:
-                proposal = await metered(
-                    lambda: agent.decide(ctx), meter, self._clock, self._timeout_s, self.spawn
-                )
+                with self.trace_scope(ctx.dfid, ctx.attempt):
+                    proposal = await metered(
+                        lambda: agent.decide(ctx), meter, self._clock, self._timeout_s, self.spawn
+                    )
             except Exception as exc:
                 log.warning("agent %s failed on flow %s: %r", ctx.agent_id, ctx.dfid, exc)
                 if meter.stopped is not None:
