@@ -5,13 +5,36 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import json
 import sys
 from collections.abc import Iterable, Sequence
+from typing import Any
+
+import msgspec
 
 from kernel.core.flow import FlowState, FlowStatus
 from kernel.telemetry import trace_id_for
 
-__all__ = ["age", "flows_matching", "positive", "print_table", "select_flows", "when"]
+__all__ = [
+    "age",
+    "flows_matching",
+    "iso_time",
+    "positive",
+    "print_json",
+    "print_table",
+    "select_flows",
+    "when",
+]
+
+
+def print_json(document: Any) -> None:
+    """Print one JSON document on one line (msgspec structs and enums become plain JSON)."""
+    print(json.dumps(msgspec.to_builtins(document)))
+
+
+def iso_time(ts_ns: int) -> str:
+    """A time on the journal's clock as ISO 8601, UTC, to the millisecond."""
+    return dt.datetime.fromtimestamp(ts_ns / 1e9, tz=dt.UTC).isoformat(timespec="milliseconds")
 
 
 def when(text: str) -> int:
