@@ -1,0 +1,297 @@
+"""Where the MCP server's tools read and write: a kernel beside it, or a journal it follows.
+
+:class:`Embedded` runs next to a kernel in the same process. An agent's write
+becomes a proposal through the DIM: the server hosts a bridge agent for each
+MCP agent principal, opens one DecisionFlow per tool call (a trigger on the
+topic ``mcp.<agent>.<n>``), hands the bridge the proposal for that flow and
+waits for the flow to settle. Operator acts call the kernel's API, which
+records them with who and why.
+
+:class:`Follower` works against a journal whose kernel runs in another process.
+Reads fold the journal as it is on disk at the time of the call; operator acts
+go through the operator inbox (the same rows ``dirk decide`` writes) and answer
+QUEUED with the row's id. An agent's proposal needs a kernel to judge it, so a
+follower refuses agent writes (UNAUTHORIZED, saying why) rather than write
+anything unjudged.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from typing import Any, Literal
+
+import anyio
+import msgspec
+
+from kernel import inbox
+from kernel.api import Kernel
+from kernel.core.events import Event, ExecutionSucceeded, Manifest, ProposalRejected
+from kernel.core.flow import FlowState, FlowStatus
+from kernel.core.ports import Clock, SystemClock
+from kernel.core.reasons import ReasonCode
+from kernel.core.wall import InputInvalid
+from kernel.journal.store import Journal, open_journal
+from kernel.policy.contracts import HandshakeRefused, Proposal, WorkingContext
+from kernel.registry import CONTRACT_VERSION
+from kernel.state.projections import Projections
+from kernel.state.snapshots import state_at
+
+Role = Literal["agent", "operator"]
+
+
+class Principal(msgspec.Struct, frozen=True, kw_only=True):
+    """Who calls a tool: an agent (by id) or an operator (by name)."""
+
+    role: Role
+    name: str
+
+
+class ToolRefused(Exception):
+    """A tool call refused before or instead of any proposal, with a code and a field."""
+
+    def __init__(self, code: str, detail: str, field: str = "") -> None:
+        super().__init__(detail)
+        self.code = code
+        self.detail = detail
+        self.field = field
+
+
+class Settled(msgspec.Struct, frozen=True, kw_only=True):
+    """How a proposal's flow settled, as the tool answers it."""
+
+    verdict: str
+    dfid: str
+    status: str
+    reason_code: str | None = None
+    detail: str = ""
+    field: str = ""
+    result: dict[str, Any] = {}
+
+
+class View(msgspec.Struct, frozen=True, kw_only=True):
+    """What a read sees: the journal and the projections folded from it."""
+
+    journal: Journal
+    projections: Projections
+
+
+class _Bridge:
+    """The hosted agent behind MCP agent principals: it proposes what a tool call brings."""
+
+    def __init__(self, manifest: Manifest) -> None:
+        self.manifest = manifest
+        self.calls: dict[str, tuple[dict[str, Any], str, float]] = {}
+
+    async def decide(self, ctx: WorkingContext) -> Proposal | None:
+        call = self.calls.pop(ctx.topic, None)
+        if call is None:
+            return None  # a flow no tool call waits for: declined, on record
+        policy, explain, confidence = call
+        return ctx.propose(policy, explain=explain, confidence=confidence, valid_for_s=600)
+
+
+class Embedded:
+    """Tools beside a running kernel in the same process.
+
+    Args:
+        kernel: the running kernel.
+        capabilities: the kinds each MCP agent may propose, by agent id (default: every
+            kind the kernel's packs define). The kernel's ``allow`` must name the agent,
+            and the agent must not also be hosted by the embedding code.
+    """
+
+    remote = False
+
+    def __init__(self, kernel: Kernel, capabilities: Mapping[str, list[str]] | None = None) -> None:
+        self.kernel = kernel
+        self._capabilities = dict(capabilities or {})
+        self._bridges: dict[str, _Bridge] = {}
+        self._lock = anyio.Lock()
+        self._calls = itertools.count(1)
+
+    @property
+    def kinds(self) -> Mapping[str, dict[str, Any]]:
+        """The JSON Schema of every policy kind, by name."""
+        return self.kernel.catalog.schemas
+
+    @asynccontextmanager
+    async def reading(self) -> AsyncIterator[View]:
+        yield View(journal=self.kernel.journal, projections=self.kernel.projections)
+
+    async def propose(
+        self, agent_id: str, policy: dict[str, Any], explain: str, confidence: float
+    ) -> Settled:
+        """Open a flow for ``agent_id``, propose ``policy`` in it, and wait until it settles."""
+        bridge = await self._bridge(agent_id)
+        topic = f"mcp.{agent_id}.{next(self._calls)}"
+        bridge.calls[topic] = (policy, explain, confidence)
+        dfids = await self.kernel.trigger(topic, source="mcp")
+        if not dfids:
+            bridge.calls.pop(topic, None)
+            agent = self.kernel.projections.agents.get(agent_id)
+            status = agent.status if agent is not None else "unknown"
+            raise ToolRefused(
+                f"AGENT_{status}" if status in ("SUSPENDED", "RETIRED") else "AGENT_PASSIVE",
+                f"agent {agent_id} is {status}: no flow was opened",
+            )
+        flow = await self.kernel.wait_flow(dfids[0])
+        events = await self.kernel.journal.flow_events(flow.dfid)
+        return settled(flow, events)
+
+    async def _bridge(self, agent_id: str) -> _Bridge:
+        async with self._lock:
+            bridge = self._bridges.get(agent_id)
+            if bridge is not None:
+                return bridge
+            kinds = self._capabilities.get(agent_id, sorted(self.kinds))
+            manifest = Manifest(
+                agent_id=agent_id,
+                version=f"{CONTRACT_VERSION[0]}.{CONTRACT_VERSION[1]}.0",
+                capabilities=list(kinds),
+                subscriptions=[f"mcp.{agent_id}"],
+                max_attempts=1,
+            )
+            bridge = _Bridge(manifest)
+            try:
+                await self.kernel.register(bridge)
+            except HandshakeRefused as exc:
+                raise ToolRefused(exc.reason_code, str(exc)) from None
+            self._bridges[agent_id] = bridge
+            return bridge
+
+    async def decide(
+        self,
+        dfid: str,
+        decision: str,
+        operator: str,
+        reason: str,
+        params: dict[str, Any] | None,
+        action_hash: str | None,
+    ) -> dict[str, Any]:
+        verdict = await self.kernel.decide(
+            dfid, decision, operator=operator, reason=reason, params=params, action_hash=action_hash
+        )
+        answer: dict[str, Any] = {"verdict": str(verdict.outcome), "dfid": verdict.dfid}
+        if verdict.feedback is not None:
+            answer["reason_code"] = str(verdict.feedback.reason_code)
+            answer["detail"] = verdict.feedback.detail
+        return answer
+
+    async def set_agent_status(
+        self, agent_id: str, status: str, operator: str, reason: str
+    ) -> dict[str, Any]:
+        try:
+            await self.kernel.set_agent_status(agent_id, status, operator=operator, reason=reason)
+        except (InputInvalid, HandshakeRefused) as exc:
+            raise ToolRefused(exc.reason_code, str(exc)) from None
+        return {"verdict": "APPLIED", "agent_id": agent_id, "status": status}
+
+
+class Follower:
+    """Tools over a journal whose kernel runs in another process (or not at all, for reads).
+
+    Args:
+        path: the journal file.
+        kinds: the JSON Schema of each kind agents may propose (for ``propose``'s schema).
+        clock: stamps inbox rows.
+    """
+
+    remote = True
+
+    def __init__(
+        self, path: str, kinds: Mapping[str, dict[str, Any]] | None = None, clock: Clock | None = None
+    ) -> None:
+        self.path = path
+        self.kinds: Mapping[str, dict[str, Any]] = dict(kinds or {})
+        self._clock = clock or SystemClock()
+
+    @asynccontextmanager
+    async def reading(self) -> AsyncIterator[View]:
+        async with open_journal(self.path, readonly=True) as journal:
+            projections = await state_at(journal, None)
+            yield View(journal=journal, projections=projections)
+
+    async def propose(
+        self, agent_id: str, policy: dict[str, Any], explain: str, confidence: float
+    ) -> Settled:
+        raise ToolRefused(
+            ReasonCode.UNAUTHORIZED,
+            "this server follows a journal whose kernel runs elsewhere; proposals need a"
+            " kernel beside the server (dirk mcp --pack ...)",
+        )
+
+    async def decide(
+        self,
+        dfid: str,
+        decision: str,
+        operator: str,
+        reason: str,
+        params: dict[str, Any] | None,
+        action_hash: str | None,
+    ) -> dict[str, Any]:
+        row: dict[str, Any] = {"decision": decision, "operator": operator, "reason": reason}
+        if params is not None:
+            row["params"] = params
+        if action_hash:
+            row["action_hash"] = action_hash
+        return await self._post(dfid, row)
+
+    async def set_agent_status(
+        self, agent_id: str, status: str, operator: str, reason: str
+    ) -> dict[str, Any]:
+        row = {
+            "type": inbox.AGENT_STATUS,
+            "agent_id": agent_id,
+            "status": status,
+            "operator": operator,
+            "reason": reason,
+        }
+        return await self._post("", row)
+
+    async def _post(self, dfid: str, row: dict[str, Any]) -> dict[str, Any]:
+        row_id = await anyio.to_thread.run_sync(
+            inbox.post, self.path, dfid, row, self._clock.now_ns()
+        )
+        return {"verdict": "QUEUED", "dfid": dfid, "inbox_id": row_id}
+
+
+Backend = Embedded | Follower
+
+
+def settled(flow: FlowState, events: list[Event]) -> Settled:
+    """Return the verdict a settled flow gives its proposer."""
+    status = str(flow.status)
+    if flow.status is FlowStatus.CLOSED:
+        result: dict[str, Any] = {"external_id": flow.external_id}
+        for event in events:
+            if isinstance(event.payload, ExecutionSucceeded):
+                result.update(event.payload.detail)
+        return Settled(verdict="ACCEPTED", dfid=flow.dfid, status=status, result=result)
+    if flow.status is FlowStatus.ESCALATED:
+        return Settled(
+            verdict="ESCALATED",
+            dfid=flow.dfid,
+            status=status,
+            reason_code=str(flow.reason_code) if flow.reason_code else None,
+            detail=flow.detail,
+        )
+    rejected = [e.payload for e in events if isinstance(e.payload, ProposalRejected)]
+    if rejected:
+        feedback = rejected[-1].feedback
+        return Settled(
+            verdict="REJECTED",
+            dfid=flow.dfid,
+            status=status,
+            reason_code=str(feedback.reason_code),
+            detail=feedback.detail,
+            field=feedback.field,
+        )
+    return Settled(
+        verdict="REJECTED",
+        dfid=flow.dfid,
+        status=status,
+        reason_code=str(flow.reason_code) if flow.reason_code else None,
+        detail=flow.detail,
+    )
