@@ -15,6 +15,7 @@ instead of stopping in the SDK's validation with no reason code.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from typing import Annotated, Any
@@ -26,12 +27,15 @@ from pydantic import BaseModel, WithJsonSchema
 
 from kernel.audit.counterfactual import whatif
 from kernel.core.events import RuleProposed
+from kernel.core.errors import KernelShutdown
 from kernel.core.flow import FlowStatus
 from kernel.core.reasons import CliError, ReasonCode
 from kernel.mcp._backend import Backend, Principal, Settled, ToolRefused
 from kernel.state.approvals import ApprovalStatus
 from kernel.state.rulebook import history, select, shown_item
 from kernel.state.snapshots import state_at
+
+log = logging.getLogger(__name__)
 
 Text = Annotated[Any, WithJsonSchema({"type": "string"})]
 OptText = Annotated[Any, WithJsonSchema({"type": ["string", "null"]})]
@@ -158,6 +162,12 @@ def build_server(
                     answer = await fn(who, **kw)
                 except ToolRefused as exc:
                     return refused(str(exc.code), exc.detail, exc.field)
+                except KernelShutdown as exc:
+                    return refused(ReasonCode.KERNEL_STOPPING, f"the kernel stopped: {exc.reason}")
+                except Exception as exc:
+                    # Fail clear: the caller gets a code, the log the traceback, the kernel runs on.
+                    log.exception("MCP tool %s failed", fn.__name__)
+                    return refused(ReasonCode.KERNEL_FAULT, f"{fn.__name__}: {type(exc).__name__}")
                 return reply(answer)
 
             run.__signature__ = _signature(fn)  # type: ignore[attr-defined]
