@@ -129,7 +129,9 @@ async def test_operator_tools_refuse_agents_and_agent_tools_refuse_operators(
 ) -> None:
     async with client(kernel, mode) as agent:
         for tool in ("list_escalations", "review", "decide", "agent_status"):
-            answer = await call(agent, tool, dfid="x", decision="approve", reason="r", agent_id="ide")
+            answer = await call(
+                agent, tool, dfid="x", decision="approve", reason="r", agent_id="ide"
+            )
             assert answer["verdict"] == "ERROR" and answer["reason_code"] == "UNAUTHORIZED"
     async with client(kernel, mode, OPERATOR) as operator:
         answer = await call(operator, "add_fact", name="a", value="b")
@@ -232,7 +234,9 @@ async def test_a_follower_reads_the_journal_and_queues_operator_acts(
         async with kernel.journal.subscribe(1) as batches:
             changed = None
             async for batch in batches:
-                changed = next((e for e in batch if isinstance(e.payload, AgentStatusChanged)), None)
+                changed = next(
+                    (e for e in batch if isinstance(e.payload, AgentStatusChanged)), None
+                )
                 if changed is not None:
                     break
         assert changed is not None and changed.payload.operator == "rui"

@@ -1,4 +1,4 @@
-"""Whatever arguments a host sends, every tool answers a structured verdict and the kernel runs on."""
+"""Whatever arguments a host sends, every tool answers a structured verdict; the kernel runs on."""
 
 from __future__ import annotations
 
@@ -29,8 +29,12 @@ json_values = st.recursive(
     | st.floats(allow_nan=False)
     | st.text(max_size=30)
     | st.sampled_from(["memory.add_fact", "never use eval()", "x" * 70_000, "approve", "1"]),
-    lambda inner: st.lists(inner, max_size=3)
-    | st.dictionaries(st.sampled_from(["kind", "name", "value", "text", "x"]), inner, max_size=3),
+    lambda inner: (
+        st.lists(inner, max_size=3)
+        | st.dictionaries(
+            st.sampled_from(["kind", "name", "value", "text", "x"]), inner, max_size=3
+        )
+    ),
     max_leaves=8,
 )
 
@@ -69,7 +73,9 @@ def calls(draw: st.DrawFn) -> tuple[str, str, dict[str, Any]]:
 
 @settings(max_examples=40, derandomize=True, deadline=None)
 @given(st.lists(calls(), min_size=1, max_size=4))
-def test_any_arguments_get_a_structured_answer(sequence: list[tuple[str, str, dict[str, Any]]]) -> None:
+def test_any_arguments_get_a_structured_answer(
+    sequence: list[tuple[str, str, dict[str, Any]]],
+) -> None:
     async def scenario(path: Path) -> None:
         async with memory_kernel(path) as kernel:
             backend = Embedded(kernel)

@@ -54,9 +54,7 @@ def http_server(tmp_path: Path) -> Iterator[tuple[str, Path]]:
     """``dirk mcp --kernel --http 127.0.0.1:0`` with a token file; yields its URL and journal."""
     db = anyio.run(new_journal, tmp_path / "j.db")
     tokens = tmp_path / "tokens"
-    tokens.write_text(
-        f"# who may call\nagent:ide {AGENT_TOKEN}\noperator:rui {OPERATOR_TOKEN}\n"
-    )
+    tokens.write_text(f"# who may call\nagent:ide {AGENT_TOKEN}\noperator:rui {OPERATOR_TOKEN}\n")
     command = [sys.executable, "-m", "kernel", "mcp", "--db", str(db), "--kernel"]
     command += ["--http", "127.0.0.1:0", "--token-file", str(tokens)]
     proc = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)

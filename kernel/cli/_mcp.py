@@ -129,7 +129,9 @@ async def _mcp(args: argparse.Namespace) -> int:
 
 
 @asynccontextmanager
-async def _backend(args: argparse.Namespace, agents: list[str]) -> AsyncIterator[Embedded | Follower]:
+async def _backend(
+    args: argparse.Namespace, agents: list[str]
+) -> AsyncIterator[Embedded | Follower]:
     from kernel.mcp import Embedded, Follower
 
     if not args.kernel:

@@ -201,7 +201,10 @@ class Follower:
     remote = True
 
     def __init__(
-        self, path: str, kinds: Mapping[str, dict[str, Any]] | None = None, clock: Clock | None = None
+        self,
+        path: str,
+        kinds: Mapping[str, dict[str, Any]] | None = None,
+        clock: Clock | None = None,
     ) -> None:
         self.path = path
         self.kinds: Mapping[str, dict[str, Any]] = dict(kinds or {})

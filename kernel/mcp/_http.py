@@ -55,10 +55,14 @@ def read_tokens(path: str | Path) -> dict[str, Principal]:
         parts = line.split()
         role, _, name = parts[0].partition(":") if parts else ("", "", "")
         if len(parts) != 2 or role not in ("agent", "operator") or not name:
-            raise TokenFileError(f"{path} line {number}: want 'agent:ID TOKEN' or 'operator:NAME TOKEN'")
+            raise TokenFileError(
+                f"{path} line {number}: want 'agent:ID TOKEN' or 'operator:NAME TOKEN'"
+            )
         token = parts[1]
         if len(token) < MIN_TOKEN:
-            raise TokenFileError(f"{path} line {number}: a token has at least {MIN_TOKEN} characters")
+            raise TokenFileError(
+                f"{path} line {number}: a token has at least {MIN_TOKEN} characters"
+            )
         if token in tokens:
             raise TokenFileError(f"{path} line {number}: the same token twice")
         tokens[token] = Principal(role=role, name=name)  # type: ignore[arg-type]

@@ -26,8 +26,8 @@ from mcp_types import CallToolResult, TextContent
 from pydantic import BaseModel, WithJsonSchema
 
 from kernel.audit.counterfactual import whatif
-from kernel.core.events import RuleProposed
 from kernel.core.errors import KernelShutdown
+from kernel.core.events import RuleProposed
 from kernel.core.flow import FlowStatus
 from kernel.core.reasons import CliError, ReasonCode
 from kernel.mcp._backend import Backend, Principal, Settled, ToolRefused
@@ -310,7 +310,9 @@ def build_server(
         seqs = [_seq(s, "exclude") for s in skipped]
         text = None if constraint is None else _text(constraint, "constraint")
         if priority not in ("required", "learned", "preferred"):
-            raise ToolRefused(ReasonCode.SCHEMA_INVALID, "required, learned or preferred", "priority")
+            raise ToolRefused(
+                ReasonCode.SCHEMA_INVALID, "required, learned or preferred", "priority"
+            )
         if text is None and not seqs:
             raise ToolRefused(CliError.BAD_ARGUMENT, "give a constraint or events to exclude")
         async with backend.reading() as view:

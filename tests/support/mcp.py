@@ -1,4 +1,4 @@
-"""What the MCP tests share: the SDK (an optional extra) and a kernel with an MCP server beside it."""
+"""What the MCP tests share: the SDK (an optional extra), and a kernel with the memory pack."""
 
 from __future__ import annotations
 
@@ -26,7 +26,12 @@ def require_mcp() -> None:
 
 
 @asynccontextmanager
-async def memory_kernel(path: Path, *packs: Any, allow: tuple[str, ...] = ("ide",), adapters: dict[str, Any] | None = None) -> AsyncIterator[Kernel]:
+async def memory_kernel(
+    path: Path,
+    *packs: Any,
+    allow: tuple[str, ...] = ("ide",),
+    adapters: dict[str, Any] | None = None,
+) -> AsyncIterator[Kernel]:
     """A kernel with the memory pack (and ``packs``), a manual clock and seeded ids."""
     async with open_kernel(
         path,
