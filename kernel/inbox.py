@@ -118,6 +118,8 @@ AGENT_STATUS = "agent_status"
 """The ``type`` of a row that changes an agent's status (``dirk agent``)."""
 RULE = "rule"
 """The ``type`` of a row that overrides or skips a deferred rule proposal (``dirk rules``)."""
+RULE_CHANGE = "rule_change"
+"""The ``type`` of a row that adds, edits or retracts a rule (``dirk rules --add/--edit/--retract``)."""
 DECIDE = "decide"
 """The ``type`` of a decision on an escalated flow (rows without a type are decisions too)."""
 UNREADABLE = "$unreadable"
@@ -149,6 +151,12 @@ DECIDE_FIELDS = frozenset({"decision", "operator", "reason", "params", "action_h
 AMEND_FIELDS = frozenset({"agent_id", "limit", "value", "ttl_s", "operator", "reason"})
 AGENT_STATUS_FIELDS = frozenset({"agent_id", "status", "operator", "reason"})
 RULE_FIELDS = frozenset({"proposal_seq", "decision", "operator", "reason"})
+RULE_CHANGE_FIELDS = frozenset(
+    {"action", "rule", "title", "content", "labels", "base_version", "operator", "reason"}
+)
+RULE_ACTIONS = ("add", "edit", "retract")
+"""What a RULE_CHANGE row does: add and edit put a version in force (an operator's
+override, recorded with who and why); retract takes the rule out of force."""
 
 
 def to_amend(row: InboxRow, reply: Reply[Any]) -> AmendLimit:
