@@ -476,7 +476,6 @@ def _by_operator(
     inbox_id: int | None = None,
 ) -> RuleDecided:
     item = book.items.get(proposal.rule)
-    current = item.current if item is not None else None
     # After a retraction versions go on from the last one given: they never repeat.
     prior = item.latest if item is not None else 0
     return RuleDecided(
