@@ -30,12 +30,13 @@ from kernel.api import Kernel
 from kernel.core.events import Event, ExecutionSucceeded, Manifest, ProposalRejected
 from kernel.core.flow import FlowState, FlowStatus
 from kernel.core.ports import Clock, SystemClock
-from kernel.core.reasons import ReasonCode
+from kernel.core.reasons import CliError, ReasonCode
 from kernel.core.wall import InputInvalid
 from kernel.journal.store import Journal, open_journal
 from kernel.policy.contracts import HandshakeRefused, Proposal, WorkingContext
 from kernel.registry import CONTRACT_VERSION
 from kernel.state.projections import Projections
+from kernel.state.rulebook import RuleNotInForce, RuleNotPending
 from kernel.state.snapshots import state_at
 
 Role = Literal["agent", "operator"]
@@ -188,6 +189,54 @@ class Embedded:
             raise ToolRefused(exc.reason_code, str(exc)) from None
         return {"verdict": "APPLIED", "agent_id": agent_id, "status": status}
 
+    async def rule_act(self, act: RuleAct) -> dict[str, Any]:
+        """Apply an operator's act on the rulebook; answer APPLIED with the event's seq."""
+        kernel = self.kernel
+        try:
+            if act.action in ("override", "skip"):
+                event = await kernel.decide_rule(
+                    act.proposal_seq, act.action, operator=act.operator, reason=act.reason
+                )
+            elif act.action == "retract":
+                event = await kernel.retract_rule(
+                    act.rule, operator=act.operator, reason=act.reason
+                )
+            else:
+                item = kernel.projections.memory.rulebook.items.get(act.rule)
+                event = await kernel.propose_rule(
+                    act.rule,
+                    title=act.title,
+                    content=act.content,
+                    labels=act.labels,
+                    operator=act.operator,
+                    reason=act.reason,
+                    base_version=item.latest if item is not None else 0,
+                    override=True,
+                )
+        except RuleNotPending as exc:
+            raise ToolRefused(CliError.RULE_NOT_PENDING, str(exc), "proposal_seq") from None
+        except RuleNotInForce as exc:
+            raise ToolRefused(CliError.UNKNOWN_RULE, str(exc), "item_id") from None
+        except InputInvalid as exc:
+            raise ToolRefused(exc.reason_code, exc.detail, exc.field) from None
+        except ValueError as exc:
+            raise ToolRefused(ReasonCode.SCHEMA_INVALID, str(exc)) from None
+        version = getattr(event.payload, "version", 0)
+        return {"verdict": "APPLIED", "result": {"seq": event.seq, "version": version}}
+
+
+class RuleAct(msgspec.Struct, frozen=True, kw_only=True):
+    """An operator's act on the rulebook: override or skip a proposal; add, edit, retract a rule."""
+
+    action: str
+    operator: str
+    reason: str
+    rule: str = ""
+    proposal_seq: int = 0
+    title: str = ""
+    content: str = ""
+    labels: list[str] = []
+
 
 class Follower:
     """Tools over a journal whose kernel runs in another process (or not at all, for reads).
@@ -253,11 +302,35 @@ class Follower:
         }
         return await self._post("", row)
 
+    async def rule_act(self, act: RuleAct) -> dict[str, Any]:
+        """Queue an operator's act on the rulebook in the inbox; answer QUEUED with the row id."""
+        if act.action in ("override", "skip"):
+            row: dict[str, Any] = {
+                "type": inbox.RULE,
+                "proposal_seq": act.proposal_seq,
+                "decision": act.action,
+                "operator": act.operator,
+                "reason": act.reason,
+            }
+            return await self._post("", row)
+        row = {"type": inbox.RULE_CHANGE, "action": act.action, "rule": act.rule}
+        row.update(operator=act.operator, reason=act.reason)
+        if act.action != "retract":
+            async with self.reading() as view:
+                item = view.projections.memory.rulebook.items.get(act.rule)
+            row.update(
+                title=act.title,
+                content=act.content,
+                labels=act.labels,
+                base_version=item.latest if item is not None else 0,
+            )
+        return await self._post("", row)
+
     async def _post(self, dfid: str, row: dict[str, Any]) -> dict[str, Any]:
         row_id = await anyio.to_thread.run_sync(
             inbox.post, self.path, dfid, row, self._clock.now_ns()
         )
-        return {"verdict": "QUEUED", "dfid": dfid, "inbox_id": row_id}
+        return {"verdict": "QUEUED", "dfid": dfid, "result": {"inbox_id": row_id}}
 
 
 Backend = Embedded | Follower

@@ -30,7 +30,7 @@ from kernel.core.errors import KernelShutdown
 from kernel.core.events import RuleProposed
 from kernel.core.flow import FlowStatus
 from kernel.core.reasons import CliError, ReasonCode
-from kernel.mcp._backend import Backend, Principal, Settled, ToolRefused
+from kernel.mcp._backend import Backend, Principal, RuleAct, Settled, ToolRefused
 from kernel.state.approvals import ApprovalStatus
 from kernel.state.rulebook import history, select, shown_item
 from kernel.state.snapshots import state_at
@@ -43,6 +43,7 @@ Int = Annotated[Any, WithJsonSchema({"type": "integer"})]
 OptInt = Annotated[Any, WithJsonSchema({"type": ["integer", "null"]})]
 Number = Annotated[Any, WithJsonSchema({"type": "number", "minimum": 0, "maximum": 1})]
 Ints = Annotated[Any, WithJsonSchema({"type": "array", "items": {"type": "integer"}})]
+Labels = Annotated[Any, WithJsonSchema({"type": "array", "items": {"type": "string"}})]
 Obj = Annotated[Any, WithJsonSchema({"type": ["object", "null"]})]
 Priority = Annotated[
     Any, WithJsonSchema({"type": "string", "enum": ["required", "learned", "preferred"]})
@@ -163,11 +164,14 @@ def build_server(
                 except ToolRefused as exc:
                     return refused(str(exc.code), exc.detail, exc.field)
                 except KernelShutdown as exc:
-                    return refused(ReasonCode.KERNEL_STOPPING, f"the kernel stopped: {exc.reason}")
+                    # Not a reason code of a decision: the StopReason says why it stopped.
+                    return refused(str(exc.reason), f"the kernel stopped: {exc.detail}")
                 except Exception as exc:
                     # Fail clear: the caller gets a code, the log the traceback, the kernel runs on.
                     log.exception("MCP tool %s failed", fn.__name__)
                     return refused(ReasonCode.KERNEL_FAULT, f"{fn.__name__}: {type(exc).__name__}")
+                if fn.__name__.startswith("admin_") and answer.verdict == "APPLIED":
+                    await _rules_changed(ctx)
                 return reply(answer)
 
             run.__signature__ = _signature(fn)  # type: ignore[attr-defined]
@@ -358,7 +362,7 @@ def build_server(
         """Rule ITEM_ID's versions, the decisions on it, and where each version comes from."""
         rule = _text(item_id, "item_id", 256)
         async with backend.reading() as view:
-            events = await view.journal.read(types=["RuleProposed", "RuleDecided"])
+            events = await view.journal.read(types=["RuleProposed", "RuleDecided", "RuleRetracted"])
         item = history(events).items.get(rule)
         if item is None:
             raise ToolRefused(CliError.UNKNOWN_RULE, f"no rule {rule!r}", "item_id")
@@ -461,8 +465,143 @@ def build_server(
             result={"manifest": msgspec.to_builtins(agent.manifest)},
         )
 
+    # --- the rulebook's administration (operators only) -----------------------------
+
+    def _labels(value: Any) -> list[str]:
+        if value is None:
+            return []
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise ToolRefused(ReasonCode.SCHEMA_INVALID, "a list of strings", "labels")
+        return list(value)
+
+    async def rule_act(who: Principal, action: str, reason: Any, **fields: Any) -> Answer:
+        act = RuleAct(action=action, operator=who.name, reason=_text(reason, "reason"), **fields)
+        answer = await backend.rule_act(act)
+        return Answer(**answer)
+
+    @tool("operator")
+    async def admin_list_proposals(who: Principal) -> Answer:
+        """The rule proposals the promoter deferred to an operator, oldest first."""
+        async with backend.reading() as view:
+            pending = sorted(view.projections.memory.rulebook.pending.items())
+        proposals = [
+            {
+                "proposal_seq": seq,
+                "rule": p.rule,
+                "title": p.title,
+                "content": p.content,
+                "proposer": p.proposer,
+                "reason": p.reason,
+                "base_version": p.base_version,
+            }
+            for seq, p in pending[:MAX_RESULTS]
+        ]
+        return Answer(verdict="OK", result={"proposals": proposals})
+
+    @tool("operator")
+    async def admin_approve_proposal(who: Principal, proposal_seq: Int, reason: Text) -> Answer:
+        """Put deferred proposal PROPOSAL_SEQ in force (an override, recorded with why)."""
+        return await rule_act(
+            who, "override", reason, proposal_seq=_seq(proposal_seq, "proposal_seq")
+        )
+
+    @tool("operator")
+    async def admin_reject_proposal(who: Principal, proposal_seq: Int, reason: Text) -> Answer:
+        """Drop deferred proposal PROPOSAL_SEQ (recorded with why)."""
+        return await rule_act(who, "skip", reason, proposal_seq=_seq(proposal_seq, "proposal_seq"))
+
+    @tool("operator")
+    async def admin_create_rule(
+        who: Principal,
+        item_id: Text,
+        title: Text,
+        content: Text,
+        reason: Text,
+        labels: Labels = None,
+    ) -> Answer:
+        """Put a new rule in force (recorded as an operator's override, with why)."""
+        return await rule_act(
+            who,
+            "add",
+            reason,
+            rule=_text(item_id, "item_id", 256),
+            title=_text(title, "title"),
+            content=_text(content, "content", 32 * 1024),
+            labels=_labels(labels),
+        )
+
+    @tool("operator")
+    async def admin_update_rule(
+        who: Principal,
+        item_id: Text,
+        title: Text,
+        content: Text,
+        reason: Text,
+        labels: Labels = None,
+    ) -> Answer:
+        """Put a new version of rule ITEM_ID in force (an override, with why)."""
+        rule = _text(item_id, "item_id", 256)
+        async with backend.reading() as view:
+            item = view.projections.memory.rulebook.items.get(rule)
+        if item is None or item.current is None:
+            raise ToolRefused(CliError.UNKNOWN_RULE, f"no rule {rule!r} in force", "item_id")
+        return await rule_act(
+            who,
+            "edit",
+            reason,
+            rule=rule,
+            title=_text(title, "title"),
+            content=_text(content, "content", 32 * 1024),
+            labels=_labels(labels),
+        )
+
+    @tool("operator")
+    async def admin_delete_rule(who: Principal, item_id: Text, reason: Text) -> Answer:
+        """Retract rule ITEM_ID: agents no longer see it; its history stays (RuleRetracted)."""
+        return await rule_act(who, "retract", reason, rule=_text(item_id, "item_id", 256))
+
+    # --- resources and the prompt ----------------------------------------------------
+
+    @server.resource("im://rules/current", mime_type="application/json")
+    async def rules_current() -> str:
+        """Every rule in force, current version each."""
+        async with backend.reading() as view:
+            current = view.projections.memory.rulebook.current()
+        return msgspec.json.encode([shown_item(r) for r in current]).decode()
+
+    @server.resource("im://rules/{item_id}", mime_type="application/json")
+    async def rule_by_id(item_id: str) -> str:
+        """Rule ITEM_ID's current version (null when none is in force)."""
+        async with backend.reading() as view:
+            item = view.projections.memory.rulebook.items.get(item_id)
+        current = item.current if item is not None else None
+        return msgspec.json.encode(shown_item(current) if current else None).decode()
+
+    @server.prompt()
+    async def apply_rulebook_prompt(task: str, k: int = 5) -> str:
+        """Instructions to carry out TASK under the rules relevant to it, cited by id@version."""
+        async with backend.reading() as view:
+            found = select(view.projections.memory.rulebook, task, max(1, min(k, MAX_RESULTS)))
+        lines = [f"Task: {task}", "", "Follow these rules of the house rulebook:"]
+        lines += [f"- {r.cite} {r.title}: {r.content}" for r in found] or ["- (none)"]
+        lines += [
+            "",
+            "Cite each rule you apply as [rule:id@vN] in your explanation. Every write is a"
+            " proposal the kernel judges: on REJECTED, read the reason code and revise.",
+        ]
+        return "\n".join(lines)
+
     _schema_of_propose(server, backend.kinds)
     return server
+
+
+async def _rules_changed(ctx: Context[Any, Any]) -> None:
+    """Tell listening clients the rules changed (best effort: a write never fails on it)."""
+    try:
+        await ctx.notify_resource_updated("im://rules/current")
+        await ctx.notify_resources_changed()
+    except Exception:  # the act is recorded already; a missed notification only delays a read
+        log.debug("no listener took the rules-changed notification", exc_info=True)
 
 
 def _schema_of_propose(server: MCPServer[Any], kinds: Mapping[str, dict[str, Any]]) -> None:
