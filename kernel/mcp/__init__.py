@@ -9,7 +9,8 @@ principal the command line set (stdio) or one per bearer token (HTTP, see
 """
 
 from kernel.mcp._backend import Embedded, Follower, Principal, Settled, ToolRefused
-from kernel.mcp._server import Answer, Identity, build_server
+from kernel.mcp._server import build_server
+from kernel.mcp._tools import Answer, Identity
 
 __all__ = [
     "Answer",
