@@ -186,6 +186,7 @@ async def test_dirk_rules_adds_edits_and_retracts_through_the_inbox(
     )
     async with inbox_kernel(db) as kernel:
         [added] = await applied(kernel, 1)
+        assert type(added.payload).__name__ == "RuleDecided"
     assert (
         await dirk(["rules", "--edit", "access", "--title", "Access", "--content", "v2", *who]) == 0
     )
