@@ -71,6 +71,7 @@ class OperatorActs:
     clock: Clock
     actors: Actors
     promoter: Promoter
+    inbox_agents: inbox.InboxAgents
     _adapter_names: frozenset[str]
     _pending: set[Reply[Any]]
     _stop_reason: KernelShutdown | None
@@ -505,6 +506,7 @@ class OperatorActs:
             inbox.AGENT_STATUS: agent_status,
             inbox.RULE: rule,
             inbox.RULE_CHANGE: rule_change,
+            inbox.PROPOSE: self.inbox_agents.propose,
         }
         try:
             await inbox.poll(

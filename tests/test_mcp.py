@@ -220,9 +220,11 @@ async def test_a_follower_reads_the_journal_and_queues_operator_acts(
             c, "agent_status", agent_id="ide", status="SUSPENDED", reason="off for the night"
         )
         assert queued["verdict"] == "QUEUED"
-    async with Client(build_server(Follower(str(db)), Identity(AGENT)), mode=mode) as c:  # type: ignore[arg-type]
-        refused = await call(c, "add_fact", name="a", value="c")
-        assert refused["verdict"] == "ERROR" and refused["reason_code"] == "UNAUTHORIZED"
+    # No kernel runs: an agent's write waits in the inbox (here, not at all), QUEUED.
+    waiting = Follower(str(db), wait_s=0)
+    async with Client(build_server(waiting, Identity(AGENT)), mode=mode) as c:  # type: ignore[arg-type]
+        queued = await call(c, "add_fact", name="a", value="c")
+        assert queued["verdict"] == "QUEUED" and queued["result"]["inbox_id"] >= 1
     # The queued row is applied by the kernel when it next runs, with who and why.
     async with open_kernel(
         db,

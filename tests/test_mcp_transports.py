@@ -22,6 +22,7 @@ from mcp.shared._httpx_utils import create_mcp_http_client  # noqa: E402
 
 from kernel import open_journal  # noqa: E402
 from kernel.cli import main  # noqa: E402
+from kernel.mcp import Follower, Identity, Principal, build_server  # noqa: E402
 
 AGENT_TOKEN = "agent-token-0123456789abcdef"
 OPERATOR_TOKEN = "operator-token-0123456789abcdef"
@@ -133,3 +134,39 @@ def test_a_short_token_is_refused_and_not_shown(
     assert status == 2
     err = capsys.readouterr().err
     assert "at least 16" in err and "shorty" not in err
+
+
+def test_a_follower_proposes_through_the_inbox_of_a_kernel_in_another_process(
+    tmp_path: Path,
+) -> None:
+    db = anyio.run(new_journal, tmp_path / "j.db")
+    command = [sys.executable, "-m", "tests.support.memory_kernel_process", str(db)]
+    proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+
+        async def drive() -> None:
+            follower = Follower(str(db), wait_s=60, poll_s=0.05)
+            agent = Principal(role="agent", name="ide")
+            async with Client(build_server(follower, Identity(agent))) as c:
+                fact = await content(c, "add_fact", name="lang", value="python")
+                assert fact["verdict"] == "ACCEPTED" and fact["status"] == "CLOSED"
+                await content(c, "add_constraint", text="never use eval()")
+                refused = await content(c, "record_decision", text="parse it with eval()")
+                assert refused["verdict"] == "REJECTED"
+                assert refused["reason_code"] == "CONSTRAINT_VIOLATION"
+                unknown = Principal(role="agent", name="stranger")
+            async with Client(build_server(follower, Identity(unknown))) as c:
+                stranger = await content(c, "add_fact", name="a", value="b")
+                assert stranger["verdict"] == "ERROR"
+                assert stranger["reason_code"] == "UNKNOWN_AGENT"
+            async with Client(build_server(follower, Identity(agent))) as c:
+                context = await content(c, "get_memory_context")
+                assert context["result"]["facts"] == {"lang": "python"}
+
+        anyio.run(drive)
+    finally:
+        assert proc.stdin is not None
+        proc.stdin.close()
+        proc.wait(timeout=60)
+    assert proc.returncode == 0

@@ -10,9 +10,9 @@ records them with who and why.
 :class:`Follower` works against a journal whose kernel runs in another process.
 Reads fold the journal as it is on disk at the time of the call; operator acts
 go through the operator inbox (the same rows ``dirk decide`` writes) and answer
-QUEUED with the row's id. An agent's proposal needs a kernel to judge it, so a
-follower refuses agent writes (UNAUTHORIZED, saying why) rather than write
-anything unjudged.
+QUEUED with the row's id. An agent's write goes through the inbox too, as a
+PROPOSE row (kernel.inbox.InboxAgents): that kernel opens a flow in which the
+agent proposes it, and the follower reads the verdict back from the journal.
 """
 
 from __future__ import annotations
@@ -27,7 +27,13 @@ import msgspec
 
 from kernel import inbox
 from kernel.api import Kernel
-from kernel.core.events import Event, ExecutionSucceeded, Manifest, ProposalRejected
+from kernel.core.events import (
+    Event,
+    ExecutionSucceeded,
+    InputRefused,
+    Manifest,
+    ProposalRejected,
+)
 from kernel.core.flow import FlowState, FlowStatus
 from kernel.core.ports import Clock, SystemClock
 from kernel.core.reasons import CliError, ReasonCode
@@ -35,7 +41,7 @@ from kernel.core.wall import InputInvalid
 from kernel.journal.store import Journal, open_journal
 from kernel.policy.contracts import HandshakeRefused, Proposal, WorkingContext
 from kernel.registry import CONTRACT_VERSION
-from kernel.state.projections import Projections
+from kernel.state.projections import Projections, fold
 from kernel.state.rulebook import RuleNotInForce, RuleNotPending
 from kernel.state.snapshots import state_at
 
@@ -244,7 +250,9 @@ class Follower:
     Args:
         path: the journal file.
         kinds: the JSON Schema of each kind agents may propose (for ``propose``'s schema).
-        clock: stamps inbox rows.
+        clock: stamps inbox rows and paces the wait for a verdict.
+        wait_s: how long a proposal waits for the kernel's verdict before answering QUEUED.
+        poll_s: how often it reads the journal meanwhile (no notification crosses processes).
     """
 
     remote = True
@@ -254,10 +262,15 @@ class Follower:
         path: str,
         kinds: Mapping[str, dict[str, Any]] | None = None,
         clock: Clock | None = None,
+        *,
+        wait_s: float = 30.0,
+        poll_s: float = 0.1,
     ) -> None:
         self.path = path
         self.kinds: Mapping[str, dict[str, Any]] = dict(kinds or {})
         self._clock = clock or SystemClock()
+        self.wait_s = wait_s
+        self.poll_s = poll_s
 
     @asynccontextmanager
     async def reading(self) -> AsyncIterator[View]:
@@ -268,11 +281,60 @@ class Follower:
     async def propose(
         self, agent_id: str, policy: dict[str, Any], explain: str, confidence: float
     ) -> Settled:
-        raise ToolRefused(
-            ReasonCode.UNAUTHORIZED,
-            "this server follows a journal whose kernel runs elsewhere; proposals need a"
-            " kernel beside the server (dirk mcp --pack ...)",
+        """Queue the proposal in the inbox; wait (up to ``wait_s``) for its flow to settle.
+
+        The kernel opens the flow when it takes the row, on the topic
+        ``inbox.<agent>.<row id>``; until then, or past the wait, the answer is QUEUED
+        with the row id, and the flow's verdict can be read later (trace_provenance).
+        """
+        row = {
+            "type": inbox.PROPOSE,
+            "agent_id": agent_id,
+            "policy": policy,
+            "explain": explain,
+            "confidence": confidence,
+        }
+        try:
+            row_id = await anyio.to_thread.run_sync(
+                inbox.post, self.path, "", row, self._clock.now_ns()
+            )
+        except (TypeError, ValueError) as exc:  # not JSON: nothing a kernel could read
+            raise ToolRefused(ReasonCode.SCHEMA_INVALID, str(exc)[:200], "policy") from None
+        topic = f"{inbox.PROPOSE_TOPIC}.{agent_id}.{row_id}"
+        with anyio.move_on_after(self.wait_s):
+            while True:
+                answer = await self._settled(row_id, topic)
+                if answer is not None:
+                    return answer
+                await self._clock.sleep(self.poll_s)
+        return Settled(
+            verdict="QUEUED",
+            dfid="",
+            status="",
+            detail=f"the kernel did not settle inbox row {row_id} within {self.wait_s:g} s",
+            result={"inbox_id": row_id},
         )
+
+    async def _settled(self, row_id: int, topic: str) -> Settled | None:
+        """Return how the row's flow settled, its refusal, or None while neither is recorded."""
+        async with open_journal(self.path, readonly=True) as journal:
+            refusals = await journal.read(types=["InputRefused"])
+            for event in refusals:
+                payload = event.payload
+                if isinstance(payload, InputRefused) and payload.inbox_id == row_id:
+                    raise ToolRefused(payload.reason_code, payload.detail, payload.field)
+            created = await journal.read(types=["FlowCreated"])
+            dfid = next(
+                (e.dfid for e in created if getattr(e.payload, "topic", "") == topic and e.dfid),
+                None,
+            )
+            if dfid is None:
+                return None
+            events = await journal.flow_events(dfid)
+        flow = fold(events).flows[dfid]
+        if not flow.terminal and flow.status is not FlowStatus.ESCALATED:
+            return None
+        return settled(flow, events)
 
     async def decide(
         self,
