@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.mcp import memory_kernel, require_mcp
+from tests.support.mcp_kernel import memory_kernel, require_mcp
 
 require_mcp()
 

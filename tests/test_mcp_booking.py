@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from tests.support.mcp import memory_kernel, require_mcp
+from tests.support.mcp_kernel import memory_kernel, require_mcp
 
 require_mcp()
 

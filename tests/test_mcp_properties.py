@@ -10,7 +10,7 @@ import anyio
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.support.mcp import memory_kernel, require_mcp
+from tests.support.mcp_kernel import memory_kernel, require_mcp
 
 require_mcp()
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import os
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Iterator
@@ -12,7 +14,7 @@ from typing import Any
 import anyio
 import pytest
 
-from tests.support.mcp import require_mcp
+from tests.support.mcp_kernel import require_mcp
 
 require_mcp()
 
@@ -170,3 +172,26 @@ def test_a_follower_proposes_through_the_inbox_of_a_kernel_in_another_process(
         proc.stdin.close()
         proc.wait(timeout=60)
     assert proc.returncode == 0
+
+
+def test_an_mcp_1x_client_over_stdio(tmp_path: Path) -> None:
+    """Hosts in the field speak mcp 1.x; mcp 1 and 2 cannot share one environment, so the
+    1.x client runs in the Python that ``DIRK_MCP1_PYTHON`` names (one with ``mcp<2``)."""
+    python = os.environ.get("DIRK_MCP1_PYTHON")
+    if not python:
+        pytest.skip("set DIRK_MCP1_PYTHON to a Python with mcp<2 installed (mcp==1.30.0)")
+    db = anyio.run(new_journal, tmp_path / "j.db")
+    client = Path(__file__).parent / "support" / "mcp1_client.py"
+    done = subprocess.run(
+        [python, str(client), str(db), sys.executable],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    answer = json.loads(done.stdout.splitlines()[-1])
+    assert answer["protocol"] == "2025-11-25"
+    assert answer["fact"]["verdict"] == "ACCEPTED"
+    assert answer["memory"]["result"]["facts"] == {"lang": "python"}

@@ -28,10 +28,11 @@ def add_commands(commands: Any) -> None:
         "mcp",
         help="serve the kernel to MCP hosts (stdio; --http HOST:PORT for streamable HTTP)",
         description=(
-            "Serve the journal's memory, rulebook and decisions as MCP tools. By default the"
-            " server follows a kernel running in another process (reads fold the journal;"
-            " operator acts go through the inbox); with --kernel it opens the kernel here"
-            " (the memory pack), and agents' writes become proposals the kernel judges."
+            "Serve the journal's memory, rulebook and decisions as MCP tools; every agent"
+            " write is a proposal the kernel judges. By default the server follows a kernel"
+            " running in another process: reads fold the journal, and writes go through its"
+            " operator inbox (that kernel must allow the agents). With --kernel it opens the"
+            " kernel here, with the memory pack."
         ),
     )
     p.add_argument("--db", required=True, help="the journal file")
