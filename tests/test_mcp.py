@@ -7,6 +7,8 @@ streams, which mcp 1.x hosts speak).
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -243,3 +245,36 @@ async def test_a_follower_reads_the_journal_and_queues_operator_acts(
                     break
         assert changed is not None and changed.payload.operator == "rui"
         assert str(kernel.projections.agents["ide"].status) == "SUSPENDED"
+
+
+async def test_a_suspended_agent_gets_no_flow(kernel: Kernel, mode: str) -> None:
+    async with client(kernel, mode) as agent:
+        assert (await call(agent, "add_fact", name="a", value="b"))["verdict"] == "ACCEPTED"
+    async with client(kernel, mode, OPERATOR) as operator:
+        changed = await call(
+            operator, "agent_status", agent_id="ide", status="SUSPENDED", reason="review"
+        )
+        assert changed["verdict"] == "APPLIED"
+        unknown = await call(
+            operator, "agent_status", agent_id="nobody", status="ACTIVE", reason="r"
+        )
+        assert unknown["reason_code"] == "UNKNOWN_AGENT"
+    async with client(kernel, mode) as agent:
+        refused = await call(agent, "add_fact", name="a", value="c")
+        assert refused["verdict"] == "ERROR" and refused["reason_code"] == "AGENT_SUSPENDED"
+    assert kernel.projections.memory.facts["a"].value == "b"
+
+
+def test_import_kernel_never_imports_the_sdk() -> None:
+    code = "import sys, kernel, kernel.cli; assert 'mcp' not in sys.modules, 'mcp imported'"
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+async def test_two_servers_beside_one_kernel_share_the_agents_bridge(
+    kernel: Kernel, mode: str
+) -> None:
+    async with client(kernel, mode) as first, client(kernel, mode) as second:
+        assert (await call(first, "add_fact", name="a", value="1"))["verdict"] == "ACCEPTED"
+        assert (await call(second, "add_fact", name="b", value="2"))["verdict"] == "ACCEPTED"
+        assert (await call(first, "add_fact", name="c", value="3"))["verdict"] == "ACCEPTED"
+    assert sorted(kernel.projections.memory.facts) == ["a", "b", "c"]

@@ -18,6 +18,7 @@ agent proposes it, and the follower reads the verdict back from the journal.
 from __future__ import annotations
 
 import itertools
+import weakref
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from typing import Any, Literal
@@ -99,6 +100,18 @@ class _Bridge:
         return ctx.propose(policy, explain=explain, confidence=confidence, valid_for_s=600)
 
 
+class _Shared:
+    """The bridges hosted in one kernel, and the counter that names their flows' topics."""
+
+    def __init__(self) -> None:
+        self.bridges: dict[str, _Bridge] = {}
+        self.lock = anyio.Lock()
+        self.calls = itertools.count(1)
+
+
+_SHARED: weakref.WeakKeyDictionary[Kernel, _Shared] = weakref.WeakKeyDictionary()
+
+
 class Embedded:
     """Tools beside a running kernel in the same process.
 
@@ -114,9 +127,8 @@ class Embedded:
     def __init__(self, kernel: Kernel, capabilities: Mapping[str, list[str]] | None = None) -> None:
         self.kernel = kernel
         self._capabilities = dict(capabilities or {})
-        self._bridges: dict[str, _Bridge] = {}
-        self._lock = anyio.Lock()
-        self._calls = itertools.count(1)
+        # Shared by every server beside this kernel: a kernel hosts one agent per id.
+        self._shared = _SHARED.setdefault(kernel, _Shared())
 
     @property
     def kinds(self) -> Mapping[str, dict[str, Any]]:
@@ -132,7 +144,7 @@ class Embedded:
     ) -> Settled:
         """Open a flow for ``agent_id``, propose ``policy`` in it, and wait until it settles."""
         bridge = await self._bridge(agent_id)
-        topic = f"mcp.{agent_id}.{next(self._calls)}"
+        topic = f"mcp.{agent_id}.{next(self._shared.calls)}"
         bridge.calls[topic] = (policy, explain, confidence)
         dfids = await self.kernel.trigger(topic, source="mcp")
         if not dfids:
@@ -148,8 +160,9 @@ class Embedded:
         return settled(flow, events)
 
     async def _bridge(self, agent_id: str) -> _Bridge:
-        async with self._lock:
-            bridge = self._bridges.get(agent_id)
+        shared = self._shared
+        async with shared.lock:
+            bridge = shared.bridges.get(agent_id)
             if bridge is not None:
                 return bridge
             kinds = self._capabilities.get(agent_id, sorted(self.kinds))
@@ -165,7 +178,7 @@ class Embedded:
                 await self.kernel.register(bridge)
             except HandshakeRefused as exc:
                 raise ToolRefused(exc.reason_code, str(exc)) from None
-            self._bridges[agent_id] = bridge
+            shared.bridges[agent_id] = bridge
             return bridge
 
     async def decide(
