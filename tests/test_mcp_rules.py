@@ -220,3 +220,14 @@ async def test_a_follower_queues_rule_acts_in_the_inbox(tmp_path: Path, mode: st
         [decided] = await applied(kernel, 1)
         assert decided.payload.inbox_id == queued["result"]["inbox_id"]  # type: ignore[union-attr]
         assert kernel.projections.memory.rulebook.items["access"].current is not None
+
+
+async def test_listeners_hear_when_an_admin_tool_changes_the_rules(kernel: Kernel) -> None:
+    # subscriptions/listen is the modern protocol's (2026-07-28) change stream.
+    async with client(kernel, "auto", OPERATOR) as c:
+        async with c.listen(resource_subscriptions=["im://rules/current"]) as changes:
+            await call(c, "admin_create_rule", item_id="x", title="t", content="c", reason="r")
+            with anyio.fail_after(30):
+                async for event in changes:
+                    assert getattr(event, "uri", None) == "im://rules/current"
+                    break
