@@ -21,10 +21,11 @@ require_mcp()
 
 from mcp import Client  # noqa: E402
 
-from kernel import MEMORY_PACK, Kernel, ManualClock, SeededIds, open_kernel  # noqa: E402
+from kernel import MEMORY_PACK, Kernel, open_kernel  # noqa: E402
 from kernel.config import KernelConfig, Ports  # noqa: E402
 from kernel.core.events import AgentStatusChanged  # noqa: E402
 from kernel.mcp import Embedded, Follower, Identity, Principal, build_server  # noqa: E402
+from kernel.testing import ManualClock, SeededIds  # noqa: E402
 
 AGENT = Principal(role="agent", name="ide")
 OPERATOR = Principal(role="operator", name="rui")

@@ -22,7 +22,7 @@ from mcp import Client, StdioServerParameters  # noqa: E402
 from mcp.client.streamable_http import streamable_http_client  # noqa: E402
 from mcp.shared._httpx_utils import create_mcp_http_client  # noqa: E402
 
-from kernel import open_journal  # noqa: E402
+from kernel.audit import open_journal  # noqa: E402
 from kernel.cli import main  # noqa: E402
 from kernel.mcp import Follower, Identity, Principal, build_server  # noqa: E402
 

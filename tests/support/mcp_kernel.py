@@ -11,8 +11,9 @@ from typing import Any
 
 import pytest
 
-from kernel import MEMORY_PACK, Kernel, ManualClock, SeededIds, open_kernel
+from kernel import MEMORY_PACK, Kernel, open_kernel
 from kernel.config import KernelConfig, Ports, Supervision
+from kernel.testing import ManualClock, SeededIds
 
 
 def require_mcp() -> None:
