@@ -279,3 +279,11 @@ async def test_two_servers_beside_one_kernel_share_the_agents_bridge(
         assert (await call(second, "add_fact", name="b", value="2"))["verdict"] == "ACCEPTED"
         assert (await call(first, "add_fact", name="c", value="3"))["verdict"] == "ACCEPTED"
     assert sorted(kernel.projections.memory.facts) == ["a", "b", "c"]
+
+
+async def test_an_agent_the_kernel_does_not_allow_is_refused(kernel: Kernel, mode: str) -> None:
+    stranger = Principal(role="agent", name="stranger")
+    async with client(kernel, mode, stranger) as c:
+        refused = await call(c, "add_fact", name="a", value="b")
+    assert refused["verdict"] == "ERROR" and refused["reason_code"] == "UNKNOWN_AGENT"
+    assert kernel.projections.memory.facts == {}
