@@ -195,3 +195,26 @@ def test_an_mcp_1x_client_over_stdio(tmp_path: Path) -> None:
     assert answer["protocol"] == "2025-11-25"
     assert answer["fact"]["verdict"] == "ACCEPTED"
     assert answer["memory"]["result"]["facts"] == {"lang": "python"}
+
+
+async def test_following_with_a_pack_puts_its_kinds_in_proposes_schema(tmp_path: Path) -> None:
+    db = await new_journal(tmp_path / "j.db")
+    args = ["-m", "kernel", "mcp", "--db", str(db), "--agent", "ide", "--pack", "policies.booking"]
+    async with Client(StdioServerParameters(command=sys.executable, args=args)) as c:
+        tools = {t.name: t for t in (await c.list_tools()).tools}
+    defs = tools["propose"].input_schema["$defs"]
+    assert {"ReserveRoom", "AddFact"} <= set(defs)
+
+
+def test_packs_dirk_mcp_cannot_serve_are_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db = anyio.run(new_journal, tmp_path / "j.db")
+    assert main(["mcp", "--db", str(db), "--operator", "rui", "--pack", "no_such_pack"]) == 2
+    assert "BAD_PACK_PATH" in capsys.readouterr().err
+    # With the kernel inside, a pack whose adapter is not built in cannot be served.
+    status = main(
+        ["mcp", "--db", str(db), "--kernel", "--agent", "ide", "--pack", "policies.booking"]
+    )
+    assert status == 2
+    assert "no adapter registered for hotel" in capsys.readouterr().err

@@ -13,11 +13,14 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
+from kernel.audit.reverify import PackPathError
 from kernel.cli._operator import error
+from kernel.cli._replay import packs_from
 from kernel.core.reasons import CliError, ExitCode
+from kernel.policy.packs import PackError, PolicyCatalog, PolicyPack
 
 if TYPE_CHECKING:
-    from kernel.mcp import Embedded, Follower
+    from kernel.mcp import Embedded, Follower, Identity, Principal
 
 _QUIET = ("mcp", "mcp.server", "httpx", "httpx2", "uvicorn", "uvicorn.error", "uvicorn.access")
 
@@ -43,6 +46,17 @@ def add_commands(commands: Any) -> None:
         "--kernel",
         action="store_true",
         help="open the kernel in this process (no other kernel may run on the journal)",
+    )
+    p.add_argument(
+        "--pack",
+        action="append",
+        default=[],
+        metavar="PATH",
+        help=(
+            "a policy pack the kernel judges with: FILE.py[:ATTR] or MODULE[:ATTR] (repeatable;"
+            " its kinds' schemas go into the propose tool; with --kernel, packs with built-in"
+            " adapters only)"
+        ),
     )
     p.add_argument(
         "--http",
@@ -106,40 +120,58 @@ async def _mcp(args: argparse.Namespace) -> int:
             "with --token-file the tokens say who calls, not --agent/--operator",
             ExitCode.USAGE,
         )
+    try:
+        packs = packs_from(args.pack)
+    except PackPathError as exc:
+        return error(CliError.BAD_PACK_PATH, str(exc), ExitCode.USAGE)
     agents = sorted({p.name for p in tokens.values() if p.role == "agent"})
     if default is not None and default.role == "agent":
         agents = [default.name]
     identity = Identity(default, tokens)
-    async with _backend(args, agents) as backend:
-        from kernel.mcp import build_server
-        from kernel.mcp._http import bearer, serve_http
-
-        server = build_server(backend, identity)
-        if not args.http:
-            await server.run_stdio_async()
-            return ExitCode.OK
-        app: Any = server.streamable_http_app(stateless_http=True, host=host)
-        if tokens:
-            app = bearer(app, tokens)
-
-        def ready(bound: int) -> None:
-            print(f"dirk mcp: serving http://{host}:{bound}/mcp", file=sys.stderr, flush=True)
-
-        await serve_http(app, host, port, ready=ready)
+    try:
+        async with _backend(args, agents, packs) as backend:
+            await _serve(backend, identity, tokens, args.http, host, port)
+    except PackError as exc:
+        # Raised on opening the kernel: a pack that needs an adapter dirk mcp has not.
+        return error(CliError.BAD_ARGUMENT, str(exc), ExitCode.USAGE)
     return ExitCode.OK
+
+
+async def _serve(
+    backend: Embedded | Follower,
+    identity: Identity,
+    tokens: dict[str, Principal],
+    http: str | None,
+    host: str,
+    port: int,
+) -> None:
+    from kernel.mcp import build_server
+    from kernel.mcp._http import bearer, serve_http
+
+    server = build_server(backend, identity)
+    if not http:
+        await server.run_stdio_async()
+        return
+    app: Any = server.streamable_http_app(stateless_http=True, host=host)
+    if tokens:
+        app = bearer(app, tokens)
+
+    def ready(bound: int) -> None:
+        print(f"dirk mcp: serving http://{host}:{bound}/mcp", file=sys.stderr, flush=True)
+
+    await serve_http(app, host, port, ready=ready)
 
 
 @asynccontextmanager
 async def _backend(
-    args: argparse.Namespace, agents: list[str]
+    args: argparse.Namespace, agents: list[str], packs: list[PolicyPack]
 ) -> AsyncIterator[Embedded | Follower]:
     from kernel.mcp import Embedded, Follower
 
     if not args.kernel:
-        yield Follower(args.db)
+        yield Follower(args.db, PolicyCatalog(packs).schemas)
         return
     from kernel.boot import open_kernel
-    from kernel.memory import MEMORY_PACK
 
-    async with open_kernel(args.db, packs=[MEMORY_PACK], adapters={}, allow=agents) as kernel:
+    async with open_kernel(args.db, packs=packs, adapters={}, allow=agents) as kernel:
         yield Embedded(kernel)
