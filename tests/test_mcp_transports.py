@@ -146,6 +146,7 @@ def test_a_follower_proposes_through_the_inbox_of_a_kernel_in_another_process(
     proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
         assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+        proc.stdout.close()
 
         async def drive() -> None:
             follower = Follower(str(db), wait_s=60, poll_s=0.05)

@@ -307,6 +307,8 @@ class Follower:
             "explain": explain,
             "confidence": confidence,
         }
+        async with open_journal(self.path, readonly=True) as journal:
+            after = journal.head_seq  # what the kernel records of the row comes after this
         try:
             row_id = await anyio.to_thread.run_sync(
                 inbox.post, self.path, "", row, self._clock.now_ns()
@@ -316,7 +318,7 @@ class Follower:
         topic = f"{inbox.PROPOSE_TOPIC}.{agent_id}.{row_id}"
         with anyio.move_on_after(self.wait_s):
             while True:
-                answer = await self._settled(row_id, topic)
+                answer = await self._settled(row_id, topic, after)
                 if answer is not None:
                     return answer
                 await self._clock.sleep(self.poll_s)
@@ -328,15 +330,15 @@ class Follower:
             result={"inbox_id": row_id},
         )
 
-    async def _settled(self, row_id: int, topic: str) -> Settled | None:
+    async def _settled(self, row_id: int, topic: str, after: int) -> Settled | None:
         """Return how the row's flow settled, its refusal, or None while neither is recorded."""
         async with open_journal(self.path, readonly=True) as journal:
-            refusals = await journal.read(types=["InputRefused"])
+            refusals = await journal.read(after + 1, types=["InputRefused"])
             for event in refusals:
                 payload = event.payload
                 if isinstance(payload, InputRefused) and payload.inbox_id == row_id:
                     raise ToolRefused(payload.reason_code, payload.detail, payload.field)
-            created = await journal.read(types=["FlowCreated"])
+            created = await journal.read(after + 1, types=["FlowCreated"])
             dfid = next(
                 (e.dfid for e in created if getattr(e.payload, "topic", "") == topic and e.dfid),
                 None,
