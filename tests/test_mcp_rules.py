@@ -15,12 +15,20 @@ from tests.support.mcp_kernel import memory_kernel, require_mcp
 require_mcp()
 
 from mcp import Client  # noqa: E402
+from mcp.server.subscriptions import InMemorySubscriptionBus  # noqa: E402
 
 from kernel import MEMORY_PACK, Kernel, open_kernel  # noqa: E402
 from kernel.cli import main  # noqa: E402
 from kernel.config import KernelConfig, Ports  # noqa: E402
 from kernel.core.events import Event, RuleRetracted  # noqa: E402
-from kernel.mcp import Embedded, Follower, Identity, Principal, build_server  # noqa: E402
+from kernel.mcp import (  # noqa: E402
+    Embedded,
+    Follower,
+    Identity,
+    Principal,
+    build_server,
+    watch_rules,
+)
 from kernel.state.projections import fold  # noqa: E402
 from kernel.testing import ManualClock, SeededIds  # noqa: E402
 
@@ -223,12 +231,22 @@ async def test_a_follower_queues_rule_acts_in_the_inbox(tmp_path: Path, mode: st
         assert kernel.projections.memory.rulebook.items["access"].current is not None
 
 
-async def test_listeners_hear_when_an_admin_tool_changes_the_rules(kernel: Kernel) -> None:
+async def test_listeners_hear_every_rule_change_whoever_made_it(kernel: Kernel) -> None:
     # subscriptions/listen is the modern protocol's (2026-07-28) change stream.
-    async with client(kernel, "auto", OPERATOR) as c:
-        async with c.listen(resource_subscriptions=["im://rules/current"]) as changes:
+    bus = InMemorySubscriptionBus()
+    server = build_server(Embedded(kernel), Identity(OPERATOR), bus=bus)
+    async with anyio.create_task_group() as tg, Client(server) as c:
+        tg.start_soon(watch_rules, bus, kernel.journal)
+        wanted = ["im://rules/current", "im://rules/x"]
+        async with c.listen(resource_subscriptions=wanted) as changes:
             await call(c, "admin_create_rule", item_id="x", title="t", content="c", reason="r")
+            # Not through MCP at all: the embedding code's own act is heard too.
+            await kernel.retract_rule("x", operator="ana", reason="gone")
+            heard = []
             with anyio.fail_after(30):
                 async for event in changes:
-                    assert getattr(event, "uri", None) == "im://rules/current"
-                    break
+                    heard.append(getattr(event, "uri", None))
+                    if len(heard) == 4:
+                        break
+        tg.cancel_scope.cancel()
+    assert heard == wanted * 2

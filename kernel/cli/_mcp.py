@@ -145,10 +145,25 @@ async def _serve(
     host: str,
     port: int,
 ) -> None:
-    from kernel.mcp import build_server
+    import anyio
+    from mcp.server.subscriptions import InMemorySubscriptionBus
+
+    from kernel.mcp import Embedded, build_server, watch_rules
+
+    bus = InMemorySubscriptionBus()
+    server = build_server(backend, identity, bus=bus)
+    async with anyio.create_task_group() as tg:
+        if isinstance(backend, Embedded):
+            tg.start_soon(watch_rules, bus, backend.kernel.journal)
+        await _transport(server, tokens, http, host, port)
+        tg.cancel_scope.cancel()
+
+
+async def _transport(
+    server: Any, tokens: dict[str, Principal], http: str | None, host: str, port: int
+) -> None:
     from kernel.mcp._http import bearer, serve_http
 
-    server = build_server(backend, identity)
     if not http:
         await server.run_stdio_async()
         return

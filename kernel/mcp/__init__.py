@@ -9,6 +9,7 @@ principal the command line set (stdio) or one per bearer token (HTTP, see
 """
 
 from kernel.mcp._backend import Embedded, Follower, Principal, Settled, ToolRefused
+from kernel.mcp._rules import watch_rules
 from kernel.mcp._server import build_server
 from kernel.mcp._tools import Answer, Identity
 
@@ -21,4 +22,5 @@ __all__ = [
     "Settled",
     "ToolRefused",
     "build_server",
+    "watch_rules",
 ]

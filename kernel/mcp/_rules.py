@@ -13,9 +13,12 @@ from typing import Any
 
 import msgspec
 from mcp.server.mcpserver import MCPServer
+from mcp.server.subscriptions import SubscriptionBus
+from mcp.shared.subscriptions import ResourceUpdated
 
-from kernel.core.events import RuleProposed
+from kernel.core.events import RuleDecided, RuleProposed, RuleRetracted
 from kernel.core.reasons import CliError, ReasonCode
+from kernel.journal.store import Journal
 from kernel.mcp._backend import Backend, Principal, RuleAct, ToolRefused
 from kernel.mcp._tools import (
     MAX_RESULTS,
@@ -28,6 +31,34 @@ from kernel.mcp._tools import (
     checked_text,
 )
 from kernel.state.rulebook import history, select, shown_item
+
+CURRENT = "im://rules/current"
+"""The resource of every rule in force; ``im://rules/{item_id}`` is one rule's."""
+
+
+async def watch_rules(bus: SubscriptionBus, journal: Journal) -> None:
+    """Tell listeners which rules resources changed whenever the journal records a change.
+
+    Whoever changed the rules (an admin tool, ``dirk rules``, an agent's promoted
+    proposal, the embedding code), listeners of ``subscriptions/listen`` hear
+    ``im://rules/current`` and ``im://rules/<id>`` change. Runs until cancelled;
+    ``dirk mcp --kernel`` runs it beside the server, embedding code in its own
+    task group (give :func:`kernel.mcp.build_server` the same ``bus``).
+    """
+    async with journal.subscribe(journal.head_seq + 1) as batches:
+        async for batch in batches:
+            changed = sorted(
+                {
+                    e.payload.rule
+                    for e in batch
+                    if isinstance(e.payload, RuleRetracted)
+                    or (isinstance(e.payload, RuleDecided) and e.payload.version > 0)
+                }
+            )
+            if changed:
+                await bus.publish(ResourceUpdated(uri=CURRENT))
+            for rule in changed:
+                await bus.publish(ResourceUpdated(uri=f"im://rules/{rule}"))
 
 
 def add_rulebook(
@@ -187,7 +218,7 @@ def add_rulebook(
 
     # --- resources and the prompt ----------------------------------------------------
 
-    @server.resource("im://rules/current", mime_type="application/json")
+    @server.resource(CURRENT, mime_type="application/json")
     async def rules_current() -> str:
         """Every rule in force, current version each."""
         async with backend.reading() as view:

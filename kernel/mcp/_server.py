@@ -16,6 +16,7 @@ from typing import Annotated, Any
 
 import msgspec
 from mcp.server.mcpserver import MCPServer
+from mcp.server.subscriptions import SubscriptionBus
 from pydantic import WithJsonSchema
 
 from kernel.audit.counterfactual import whatif
@@ -45,9 +46,18 @@ from kernel.state.snapshots import state_at
 
 
 def build_server(
-    backend: Backend, identity: Identity, *, name: str = "dirk", lifespan: Any = None
+    backend: Backend,
+    identity: Identity,
+    *,
+    name: str = "dirk",
+    lifespan: Any = None,
+    bus: SubscriptionBus | None = None,
 ) -> MCPServer[Any]:
-    """Return the MCP server over ``backend``, its callers known by ``identity``."""
+    """Return the MCP server over ``backend``, its callers known by ``identity``.
+
+    ``bus`` carries change events to ``subscriptions/listen`` clients: give the same
+    one to :func:`kernel.mcp.watch_rules` to tell them when the rules change.
+    """
     server: MCPServer[Any] = MCPServer(
         name,
         version="0.1.0",
@@ -57,6 +67,7 @@ def build_server(
         ),
         lifespan=lifespan,
         log_level="WARNING",
+        subscriptions=bus,
     )
     tool = registrar(server, identity)
 

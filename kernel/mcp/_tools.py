@@ -126,8 +126,7 @@ def registrar(server: MCPServer[Any], identity: Identity) -> Callable[[str | Non
 
     The decorated coroutine takes the calling :class:`Principal` first and answers
     an :class:`Answer`; the tool checks the caller's role (None: anyone), answers
-    a refusal, a stopped kernel or a fault as an ERROR answer, and tells listening
-    clients when an admin tool changed the rules.
+    a refusal, a stopped kernel or a fault as an ERROR answer.
     """
 
     def tool(role: str | None = None) -> Register:
@@ -151,8 +150,6 @@ def registrar(server: MCPServer[Any], identity: Identity) -> Callable[[str | Non
                     # Fail clear: the caller gets a code, the log the traceback, the kernel runs on.
                     log.exception("MCP tool %s failed", fn.__name__)
                     return refused(ReasonCode.KERNEL_FAULT, f"{fn.__name__}: {type(exc).__name__}")
-                if fn.__name__.startswith("admin_") and answer.verdict == "APPLIED":
-                    await _rules_changed(ctx)
                 return reply(answer)
 
             run.__signature__ = _signature(fn)  # type: ignore[attr-defined]
@@ -164,15 +161,6 @@ def registrar(server: MCPServer[Any], identity: Identity) -> Callable[[str | Non
         return register
 
     return tool
-
-
-async def _rules_changed(ctx: Context[Any, Any]) -> None:
-    """Tell listening clients the rules changed (best effort: a write never fails on it)."""
-    try:
-        await ctx.notify_resource_updated("im://rules/current")
-        await ctx.notify_resources_changed()
-    except Exception:  # the act is recorded already; a missed notification only delays a read
-        log.debug("no listener took the rules-changed notification", exc_info=True)
 
 
 def _signature(fn: Callable[..., Any]) -> Any:
