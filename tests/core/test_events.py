@@ -106,6 +106,7 @@ SAMPLES = [
         operator="ana",
         inbox_id=3,
     ),
+    ev.RuleRetracted(rule="access", operator="rui", reason="superseded by law", version=2),
 ]
 
 
