@@ -29,6 +29,7 @@ import msgspec
 
 from kernel.audit.reverify import PackPathError, Rejudged
 from kernel.cli._admin import add_commands as add_admin_commands
+from kernel.cli._mcp import add_commands as add_mcp_commands
 from kernel.cli._operator import add_commands, error, error_of, fold_journal, one_line
 from kernel.cli._read import (
     flows_matching,
@@ -255,6 +256,7 @@ def _parser() -> argparse.ArgumentParser:
     add_commands(commands)
     add_admin_commands(commands)
     add_replay_commands(commands)
+    add_mcp_commands(commands)
     return parser
 
 
