@@ -14,8 +14,9 @@ import pytest
 from kernel.audit import open_journal
 from kernel.core.events import ContextCompiled
 from kernel.telemetry import span_id_for, trace_id_for
+from tests.hosting.test_llm import endpoint, openai_env
+from tests.support import ROOT
 from tests.support.otlp import otlp_receiver
-from tests.test_llm import ROOT, endpoint, openai_env
 
 
 async def test_each_llm_call_of_the_openai_mode_nests_under_its_reasoning_span(
