@@ -46,21 +46,27 @@ async def test_each_llm_call_of_the_openai_mode_nests_under_its_reasoning_span(
                     e for e in await journal.read() if isinstance(e.payload, ContextCompiled)
                 ]
 
+            # One call per context the agent reasoned on, each under that attempt's
+            # reasoning span.
+            expected = sorted(
+                (
+                    f"{trace_id_for(e.dfid or ''):032x}",
+                    f"{span_id_for(e.dfid or '', 'reason', n):016x}",
+                )
+                for e in contexts
+                if isinstance(e.payload, ContextCompiled) and (n := e.payload.attempt)
+            )
+
             def calls() -> list[dict]:  # type: ignore[type-arg]
                 return [s for s in received.spans() if s["name"] == "chat travel-sim"]
 
+            def ids() -> set[tuple[str, str]]:
+                return {(s["trace_id"], s["span_id"]) for s in received.spans()}
+
             # The example exited, so its provider was flushed: everything is on its way.
-            await received.until(lambda _: len(calls()) >= len(log))
+            await received.until(lambda _: len(calls()) >= len(log) and set(expected) <= ids())
     assert len(log) == len(contexts) == len(calls()) > 0
-    # One call per context the agent reasoned on, each under that attempt's reasoning span.
-    expected = sorted(
-        (f"{trace_id_for(e.dfid or ''):032x}", f"{span_id_for(e.dfid or '', 'reason', n):016x}")
-        for e in contexts
-        if isinstance(e.payload, ContextCompiled) and (n := e.payload.attempt)
-    )
     assert sorted((c["trace_id"], c["parent_span_id"]) for c in calls()) == expected
-    received_ids = {(s["trace_id"], s["span_id"]) for s in received.spans()}
-    assert set(expected) <= received_ids  # the parents themselves arrived
     for call in calls():
         attrs = call["attributes"]
         assert attrs["gen_ai.operation.name"] == "chat"
