@@ -20,7 +20,8 @@ semantic conventions (``chat <model>``), as an OTel GenAI instrumentation of an
 SDK client would make it. The kernel makes the flow's reasoning span the current
 context while ``decide()`` runs, so the call nests under it, in the flow's trace.
 With ``--llm openai`` and an ``OTEL_EXPORTER_OTLP_ENDPOINT``, :func:`open_model`
-installs an SDK TracerProvider as the global one (the kernel's spans go through it too).
+installs an SDK TracerProvider as the global one (the kernel's spans go through it too),
+exporting over OTLP/HTTP.
 """
 
 from __future__ import annotations
@@ -227,27 +228,32 @@ def open_model(name: str, seed: int, playbooks: Mapping[str, Playbook]) -> Langu
 
 
 def host_tracing(env: Mapping[str, str] | None = None) -> bool:
-    """Install an SDK TracerProvider exporting as the ``OTEL_*`` variables say, as the
-    global one, unless the process has one; return whether spans are exported.
+    """Install an SDK TracerProvider exporting over OTLP, as the global one, when
+    ``OTEL_EXPORTER_OTLP_ENDPOINT`` (or ``..._TRACES_ENDPOINT``) is set and the process has
+    none yet; return whether spans are exported.
 
     What an application does once at startup: its own spans (here, the LLM calls')
-    and the kernel's then go through the same provider, so they share traces.
+    and the kernel's then go through the same provider, so they share traces. The
+    exporter, the resource and the sampler read the standard ``OTEL_*`` variables.
     """
+    from opentelemetry.sdk.resources import Resource
     from opentelemetry.sdk.trace import TracerProvider
-
-    from kernel.telemetry import ExporterUnavailable, configure_exporter, resource_from_env
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
     env = os.environ if env is None else env
     if isinstance(trace.get_tracer_provider(), TracerProvider):
         return True
-    try:
-        processor = configure_exporter(env)
-    except ExporterUnavailable as exc:
-        raise ModelError(str(exc)) from None
-    if processor is None:
+    names = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+    if not any(env.get(name) for name in names):
         return False
-    provider = TracerProvider(resource=resource_from_env(env))  # shut down at exit
-    provider.add_span_processor(processor)
+    try:
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    except ImportError:
+        raise ModelError(
+            "OTLP export needs the exporters: pip install 'dir-kernel[otlp]'"
+        ) from None
+    provider = TracerProvider(resource=Resource.create())  # shut down (flushed) at exit
+    provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
     trace.set_tracer_provider(provider)
     return True
 

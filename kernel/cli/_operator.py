@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from kernel.cli._read import age, iso_time, print_json
+from kernel.cli._read import age, iso_time, print_json, print_rows
 from kernel.core import events as ev
 from kernel.core.events import Event
 from kernel.core.flow import FlowState, FlowStatus
@@ -189,15 +189,21 @@ async def _escalations(args: argparse.Namespace) -> int:
         for row in rows:
             print(json.dumps(row))
         return ExitCode.OK
-    print(
-        f"{'DFID':36}  {'IMPACT':11}  {'REASON':20}  {'AGE':>6}  {'AGENT':12}  {'HASH':10}  ACTION"
+    print_rows(
+        ["DFID", "IMPACT", "REASON", ">AGE", "AGENT", "HASH", "ACTION"],
+        (
+            [
+                str(row["dfid"]),
+                str(row["impact"]),
+                str(row["reason_code"]),
+                str(row["age"]),
+                str(row["agent_id"]),
+                str(row["hash"] or "-"),
+                f"{row['action']}{'  (decision queued)' if row['queued'] else ''}",
+            ]
+            for row in rows
+        ),
     )
-    for row in rows:
-        mark = "  (decision queued)" if row["queued"] else ""
-        print(
-            f"{row['dfid']:36}  {row['impact']:11}  {row['reason_code']:20.20}  {row['age']:>6}  "
-            f"{row['agent_id']:12.12}  {row['hash'] or '-':10}  {row['action']}{mark}"
-        )
     print(f"{len(rows)} pending escalations")
     return ExitCode.OK
 
