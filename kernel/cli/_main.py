@@ -31,6 +31,7 @@ from kernel.cli._admin import add_commands as add_admin_commands
 from kernel.cli._operator import add_commands, error, error_of, fold_journal, one_line
 from kernel.cli._replay import add_commands as add_replay_commands
 from kernel.cli._replay import verify_replay, verify_verdicts
+from kernel.console import add_commands as add_console_commands
 from kernel.core import events as ev
 from kernel.core.events import Event
 from kernel.core.flow import FlowState, FlowStatus, IllegalTransition
@@ -177,6 +178,7 @@ def _parser() -> argparse.ArgumentParser:
     add_commands(commands)
     add_admin_commands(commands)
     add_replay_commands(commands)
+    add_console_commands(commands)
     return parser
 
 

@@ -128,6 +128,8 @@ class CliError(StrEnum):
     JOURNAL_VERSION = "JOURNAL_VERSION"
     JOURNAL_CLOSED = "JOURNAL_CLOSED"
     JOURNAL_WRITE_FAILED = "JOURNAL_WRITE_FAILED"
+    EXTRA_MISSING = "EXTRA_MISSING"
+    """The command needs an optional extra that is not installed (``dirk console``: ``[console]``)."""
 
 
 class ExitCode(IntEnum):
