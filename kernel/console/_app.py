@@ -378,8 +378,9 @@ class _SecurityHeaders:
                     (b"content-security-policy", _CSP.encode()),
                     (b"x-content-type-options", b"nosniff"),
                     (b"x-frame-options", b"DENY"),
-                    # A sign-in link carries the run's token: never in a Referer header.
-                    (b"referrer-policy", b"no-referrer"),
+                    # A sign-in link carries the run's token: no Referer to another site.
+                    # (no-referrer would also make the browser send "Origin: null".)
+                    (b"referrer-policy", b"same-origin"),
                     (b"cache-control", b"no-store"),
                 ]
                 message = {**message, "headers": headers}
