@@ -86,6 +86,7 @@ def create_app(
     env.filters["ago"] = lambda ts: _span(now_ns() - ts)
     env.filters["within"] = lambda ts: _span(ts - now_ns())
     env.filters["json"] = as_json
+    env.globals["now_ns"] = now_ns
     env.globals["trace_link"] = lambda dfid, root: _trace_link(settings.trace_url, dfid, root)
     holder: dict[str, Journal] = {}
 

@@ -129,7 +129,7 @@ class CliError(StrEnum):
     JOURNAL_CLOSED = "JOURNAL_CLOSED"
     JOURNAL_WRITE_FAILED = "JOURNAL_WRITE_FAILED"
     EXTRA_MISSING = "EXTRA_MISSING"
-    """The command needs an optional extra that is not installed (``dirk console``: ``[console]``)."""
+    """The command needs an optional extra that is not installed (``dirk[console]``)."""
 
 
 class ExitCode(IntEnum):
