@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import subprocess
+import sys
 import tempfile
 from collections.abc import AsyncIterator, Iterator
 from contextlib import closing
@@ -19,6 +21,7 @@ import anyio
 import pytest
 
 from tests.support.browser import (
+    ROOT,
     Console,
     Kernel,
     chromium,
@@ -193,9 +196,7 @@ async def test_a_modification_is_judged_again(
     await expect(page.locator("#status strong")).to_have_text("CLOSED", timeout=WAIT_MS)
 
 
-async def test_a_rejection_closes_the_flow(
-    setup: tuple[Kernel, Console], browser: Browser
-) -> None:
+async def test_a_rejection_closes_the_flow(setup: tuple[Kernel, Console], browser: Browser) -> None:
     kernel, console = setup
     dfid = await opened(kernel, "memo")
     page = await signed_in(browser, console)
@@ -237,3 +238,49 @@ async def test_the_other_pages_render(
     await page.screenshot(path=shots / "console-agents.png", full_page=True)
     await page.goto(f"{console.url}/rules")
     await expect(page.locator("h1")).to_have_text("The rulebook")
+
+
+def example_journal(name: str, db: Path) -> None:
+    args = ["--minutes", "40", "--operator", "none"] if name == "trading" else []
+    subprocess.run(
+        [sys.executable, "-m", f"examples.{name}", "--seed", "1", "--db", str(db), *args],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+
+
+def decided(db: Path) -> list[str]:
+    with closing(sqlite3.connect(db)) as conn:
+        got = conn.execute("SELECT dfid FROM events WHERE type = 'HumanDecided'").fetchall()
+    return [dfid for (dfid,) in got]
+
+
+@pytest.mark.parametrize("example", ["trading", "booking"])
+async def test_the_console_reads_the_examples_journals_with_no_kernel_running(
+    example: str, browser: Browser, shots: Path, tmp_path: Path
+) -> None:
+    console_extra()
+    db = tmp_path / f"{example}.db"
+    await anyio.to_thread.run_sync(example_journal, example, db)
+    with running_console(db) as console:
+        page = await signed_in(browser, console)
+        cards = page.locator("#queue .esc")
+        if example == "trading":  # --operator none: its escalations wait
+            await expect(cards.first).to_be_visible()
+            assert await cards.count() >= 1
+            await expect(cards.first).to_have_css("border-top-color", RED)
+            await page.screenshot(path=shots / f"console-{example}-queue.png", full_page=True)
+            await cards.first.locator("a.review").click()
+            await expect(page.locator("form.approve input[name=confirm]")).to_be_visible()
+            await page.screenshot(path=shots / f"console-{example}-review.png", full_page=True)
+        else:  # the booking story's operator decided in the script: nothing waits
+            await expect(page.locator("#queue .empty")).to_be_visible()
+            (dfid, *_) = decided(db)
+            await page.goto(f"{console.url}/flows/{dfid}")
+            await expect(page.locator(".decided")).to_contain_text("approve by rui")
+            await expect(page.locator("#forms")).to_contain_text("No decision is asked for")
+        await page.goto(f"{console.url}/flows")
+        assert await page.locator("table.flows tbody tr").count() > 1
+        await page.screenshot(path=shots / f"console-{example}-flows.png", full_page=True)

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import json
 import os
-import sqlite3
 import shutil
 import signal
+import sqlite3
 import subprocess
 import sys
 from collections.abc import Iterator

@@ -22,7 +22,9 @@ from tests.support.helpers import PACK, Bank, ScriptedAgent, Transfer, transfer
 from tests.support.operator_kernel import OPS, memo
 
 POLL_S = 0.05
-MARKUP = '<script>document.title="pwned"</script><img src=x onerror="document.title=1"> & <b>bold</b>'
+MARKUP = (
+    '<script>document.title="pwned"</script><img src=x onerror="document.title=1"> & <b>bold</b>'
+)
 TOPICS = {"invoice": "bank.invoice", "memo": "ops.memo", "markup": "shady.invoice"}
 
 
