@@ -15,7 +15,7 @@ from typing import Any
 from kernel.core.flow import FlowStatus
 from kernel.core.reasons import CliError, ReasonCode
 from kernel.core.wall import who_and_why
-from kernel.policy.packs import Impact
+from kernel.policy.kinds import Impact
 from kernel.state.projections import Projections
 
 DECISIONS = ("approve", "reject", "modify", "reconcile", "retry")

@@ -15,7 +15,7 @@ from kernel.audit.narrative import narrate, outcome
 from kernel.core import events as ev
 from kernel.core.events import Event
 from kernel.core.flow import FlowState, FlowStatus
-from kernel.policy.packs import Impact
+from kernel.policy.kinds import Impact
 from kernel.state.approvals import Approval, ApprovalStatus
 from kernel.state.projections import Projections
 
