@@ -14,6 +14,7 @@ import shutil
 import sqlite3
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import closing
 from pathlib import Path
@@ -29,7 +30,7 @@ from kernel.config import KernelConfig, Ports
 from kernel.core.reasons import CliError, ExitCode, ReasonCode
 from kernel.inbox import InboxRow, to_decide
 from kernel.state.projections import Projections
-from tests.support.browser import console_extra
+from tests.support.browser import ROOT, console_extra
 from tests.support.console_kernel import shady
 from tests.support.helpers import PACK, Bank, ScriptedAgent, transfer
 from tests.support.operator_kernel import OPS, memo
@@ -61,14 +62,14 @@ FAST = {"n": 2**10, "r": 8, "p": 1}
 """A cheap scrypt for tests that hash many passwords (the default costs ~0.5 s)."""
 
 
-async def _build(db: Path) -> dict[str, str]:
+async def _build(db: Path, start_ns: int = 1_700_000_000_000_000_000) -> dict[str, str]:
     async with open_kernel(
         db,
         packs=[PACK, OPS],
         adapters={"bank": Bank()},
         allow=["clerk", "scribe", "mallory"],
         config=KernelConfig(
-            ports=Ports(clock=ManualClock()),
+            ports=Ports(clock=ManualClock(start_ns)),
             escalation=EscalationPolicy(budget=EscalationBudget(capacity=50)),
         ),
     ) as kernel:
@@ -579,3 +580,45 @@ def test_without_the_extra_dirk_console_says_what_to_install(
     err = capsys.readouterr().err
     assert err.startswith(f"error: {CliError.EXTRA_MISSING}: ")
     assert "dir-kernel[console]" in err
+
+
+def test_a_file_that_is_no_journal_is_one_line_with_its_code(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "notes.txt"
+    path.write_text("not a database\n" * 100)
+    assert main(["console", "--db", str(path)]) == ExitCode.USAGE
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith(f"error: {CliError.JOURNAL_CORRUPT}: ") or line.startswith(
+        f"error: {CliError.JOURNAL_FOREIGN}: "
+    )
+
+
+def test_a_decision_made_while_the_kernel_is_down_is_applied_when_it_runs(
+    tmp_path: Path, gate: Gate
+) -> None:
+    # Escalated just now, so the kernel's approval TTL (an hour, on its real clock) holds.
+    db = tmp_path / "now.db"
+    flows = anyio.run(_build, db, time.time_ns())
+    with TestClient(create_app(Settings(db=str(db)), gate), follow_redirects=False) as client:
+        decide_then_run_the_kernel(client, gate, db, flows)
+
+
+def decide_then_run_the_kernel(
+    client: TestClient, gate: Gate, db: Path, flows: dict[str, str]
+) -> None:
+    sign_in(client, "ana", gate.token)
+    form = {"csrf": csrf(client), "decision": "reject", "reason": "not this week"}
+    assert client.post(f"/flows/{flows['low']}/decide", data=form).status_code == 303
+    # The kernel starts later, in its own process, drains the inbox and stops.
+    done = subprocess.run(
+        [sys.executable, "-m", "tests.support.operator_kernel", str(db), "--drain"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    page = client.get(f"/flows/{flows['low']}")
+    assert "reject by ana" in page.text or 'data-decision="reject"' in page.text
+    assert "HUMAN_REJECTED" in page.text

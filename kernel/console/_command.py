@@ -19,6 +19,7 @@ from typing import Any
 from kernel.console._auth import Gate, OperatorsFileError, add_operator, read_operators
 from kernel.core.reasons import CliError, ExitCode
 from kernel.escalation import EscalationPolicy
+from kernel.journal.store import open_journal
 
 DEFAULT_PORT = 8765
 
@@ -109,6 +110,9 @@ async def run(args: argparse.Namespace) -> int:
             CliError.EXTRA_MISSING,
             f"dirk console needs the console extra: pip install 'dir-kernel[console]' ({exc})",
         )
+    # A file that is no journal fails here, as one line with its code (dirk's main prints it).
+    async with open_journal(args.db, readonly=True):
+        pass
     try:
         family = socket.AF_INET6 if ":" in args.host else socket.AF_INET
         sock = socket.socket(family, socket.SOCK_STREAM)
