@@ -85,6 +85,30 @@ async def _build(db: Path, start_ns: int = 1_700_000_000_000_000_000) -> dict[st
         return flows
 
 
+class BrokenBank(Bank):
+    """A bank whose every call fails after it may have taken effect: the outcome is unknown."""
+
+    async def execute(self, intent: Any) -> Any:
+        raise RuntimeError("connection reset after the request was sent")
+
+
+async def _build_unknown(db: Path) -> str:
+    async with open_kernel(
+        db,
+        packs=[PACK],
+        adapters={"bank": BrokenBank()},
+        allow=["clerk"],
+        config=KernelConfig(ports=Ports(clock=ManualClock())),
+    ) as kernel:
+        await kernel.register(ScriptedAgent("clerk", [transfer(500, confidence=0.2)]))
+        (dfid,) = await kernel.trigger("bank.invoice")
+        await kernel.wait_flow(dfid)
+        action = kernel.projections.approvals[dfid].action_hash
+        await kernel.decide(dfid, "approve", operator="dana", reason="ok", action_hash=action)
+        await kernel.wait_quiet()
+        return dfid
+
+
 @pytest.fixture(scope="module")
 def template(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, str]]:
     db = tmp_path_factory.mktemp("console-template") / "j.db"
@@ -622,3 +646,27 @@ def decide_then_run_the_kernel(
     page = client.get(f"/flows/{flows['low']}")
     assert "reject by ana" in page.text or 'data-decision="reject"' in page.text
     assert "HUMAN_REJECTED" in page.text
+
+
+def test_an_unknown_outcome_is_reconciled_or_retried_never_approved(
+    tmp_path: Path, gate: Gate
+) -> None:
+    db = tmp_path / "unknown.db"
+    dfid = anyio.run(_build_unknown, db)
+    app = create_app(Settings(db=str(db)), gate, now_ns=lambda: NOW)
+    with TestClient(app, follow_redirects=False) as client:
+        sign_in(client, "ana", gate.token)
+        assert "outcome unknown" in client.get("/queue").text
+        page = client.get(f"/flows/{dfid}").text
+        assert "The effect may have happened" in page and 'value="reconcile"' in page
+        assert 'id="approve"' not in page
+        path, token = f"/flows/{dfid}/decide", csrf(client)
+        approve = client.post(path, data={"csrf": token, "decision": "approve", "reason": "x"})
+        assert 'data-code="OUTCOME_UNKNOWN"' in approve.text
+        vague = {"csrf": token, "decision": "reconcile", "outcome": "done", "reason": "x"}
+        assert 'data-code="SCHEMA_INVALID"' in client.post(path, data=vague).text
+        done = vague | {"external_id": "tx-77"}
+        assert client.post(path, data=done).status_code == 303
+    ((_, row),) = rows(db)
+    assert row["decision"] == "reconcile"
+    assert row["params"] == {"outcome": "done", "external_id": "tx-77"}
