@@ -670,3 +670,36 @@ def test_an_unknown_outcome_is_reconciled_or_retried_never_approved(
     ((_, row),) = rows(db)
     assert row["decision"] == "reconcile"
     assert row["params"] == {"outcome": "done", "external_id": "tx-77"}
+
+
+def test_a_session_unused_for_its_idle_time_ends() -> None:
+    now = [0.0]
+    gate = Gate(None, idle_s=60, clock=lambda: now[0])
+    sid = gate.sign_in("ana", gate.token)
+    now[0] = 59
+    assert gate.session(sid) is not None  # used: its idle time starts again
+    now[0] = 118
+    assert gate.session(sid) is not None
+    now[0] = 179
+    assert gate.session(sid) is None
+    assert gate.sessions == {}
+
+
+def test_the_agents_page_shows_who_changed_a_status_and_why(tmp_path: Path, gate: Gate) -> None:
+    async def build() -> None:
+        await _build(tmp_path / "a.db")
+        async with open_kernel(
+            tmp_path / "a.db",
+            packs=[PACK, OPS],
+            adapters={"bank": Bank()},
+            allow=["clerk", "scribe", "mallory"],
+            config=KernelConfig(ports=Ports(clock=ManualClock(NOW))),
+        ) as kernel:
+            await kernel.set_agent_status("clerk", "SUSPENDED", operator="bo", reason="<loops>")
+
+    anyio.run(build)
+    app = create_app(Settings(db=str(tmp_path / "a.db")), gate)
+    with TestClient(app, follow_redirects=False) as client:
+        sign_in(client, "ana", gate.token)
+        page = client.get("/agents").text
+    assert "SUSPENDED by bo: &lt;loops&gt;" in page

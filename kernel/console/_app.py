@@ -270,12 +270,13 @@ def create_app(
     async def agents_page(
         request: Request, session: Session, status: int = 200, error: Refused | None = None
     ) -> Response:
+        changes = await holder["journal"].read(types=["AgentStatusChanged"])
         return page(
             request,
             "agents.html",
             session,
             status,
-            agents=agents_view(follower.projections),
+            agents=agents_view(follower.projections, changes),
             error=error,
         )
 

@@ -22,6 +22,8 @@ import hashlib
 import hmac
 import re
 import secrets
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -35,6 +37,8 @@ _SCHEME = "scrypt"
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@-]{0,63}$")
 """An operator's name: what the journal records as who decided."""
 
+IDLE_S = 8 * 3600.0
+"""A session unused this long ends: an unattended browser does not stay signed in for ever."""
 SESSION_COOKIE = "dirk_console"
 LOGIN_COOKIE = "dirk_console_login"
 
@@ -132,6 +136,10 @@ class Gate:
     """Named operators and their hashes; None: the per-run ``token`` signs in."""
     token: str = field(default_factory=lambda: secrets.token_urlsafe(24))
     sessions: dict[str, Session] = field(default_factory=dict)
+    idle_s: float = IDLE_S
+    """A session unused this long ends (the operator signs in again)."""
+    clock: Callable[[], float] = time.monotonic
+    _seen: dict[str, float] = field(default_factory=dict)
 
     @property
     def named(self) -> bool:
@@ -156,16 +164,26 @@ class Gate:
             return None
         sid = secrets.token_urlsafe(32)
         self.sessions[sid] = Session(operator=name, csrf=secrets.token_urlsafe(32))
+        self._seen[sid] = self.clock()
         return sid
 
     def session(self, sid: str | None) -> Session | None:
-        """The session of a cookie's value, if it is one."""
-        return self.sessions.get(sid) if sid else None
+        """The session of a cookie's value, if it is one and was used within ``idle_s``."""
+        session = self.sessions.get(sid) if sid else None
+        if session is None or sid is None:
+            return None
+        now = self.clock()
+        if now - self._seen.get(sid, now) > self.idle_s:
+            self.sign_out(sid)
+            return None
+        self._seen[sid] = now
+        return session
 
     def sign_out(self, sid: str | None) -> None:
         """End a session."""
         if sid:
             self.sessions.pop(sid, None)
+            self._seen.pop(sid, None)
 
 
 @functools.cache

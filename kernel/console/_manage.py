@@ -28,10 +28,15 @@ class AgentLine:
     open_flows: int
     escalations: int
     """Escalations counted against its budget since the budget was last filled."""
+    last_change: ev.AgentStatusChanged | None = None
+    """Its latest status change (by an operator, or by the kernel when a budget ran out)."""
 
 
-def agents_view(projections: Projections) -> list[AgentLine]:
-    """Every registered agent, by id."""
+def agents_view(projections: Projections, changes: list[ev.Event]) -> list[AgentLine]:
+    """Every registered agent, by id; ``changes`` are the journal's AgentStatusChanged events."""
+    latest = {
+        e.agent_id: e.payload for e in changes if isinstance(e.payload, ev.AgentStatusChanged)
+    }
     open_by_agent: dict[str, int] = {}
     for flow in projections.flows.values():
         if flow.dfid not in projections.ended:
@@ -41,6 +46,7 @@ def agents_view(projections: Projections) -> list[AgentLine]:
             view=view,
             open_flows=open_by_agent.get(agent_id, 0),
             escalations=len(projections.escalations.get(agent_id, [])),
+            last_change=latest.get(agent_id),
         )
         for agent_id, view in sorted(projections.agents.items())
     ]
