@@ -703,3 +703,13 @@ def test_the_agents_page_shows_who_changed_a_status_and_why(tmp_path: Path, gate
         sign_in(client, "ana", gate.token)
         page = client.get("/agents").text
     assert "SUSPENDED by bo: &lt;loops&gt;" in page
+
+
+def test_a_console_on_loopback_answers_only_to_loopback_names(
+    journal: tuple[Path, dict[str, str]], gate: Gate
+) -> None:
+    settings = Settings(db=str(journal[0]), allowed_hosts=_command.LOOPBACK_NAMES)
+    with TestClient(create_app(settings, gate), base_url="http://127.0.0.1:8765") as client:
+        assert client.get("/login").status_code == 200
+    with TestClient(create_app(settings, gate), base_url="http://evil.example:8765") as client:
+        assert client.get("/login").status_code == 400

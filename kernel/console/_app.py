@@ -29,6 +29,7 @@ from sse_starlette.sse import EventSourceResponse
 from starlette.applications import Starlette
 from starlette.datastructures import FormData
 from starlette.middleware import Middleware
+from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
@@ -69,6 +70,9 @@ class Settings:
     poll_s: float = 0.25
     approval_ttl_s: float | None = 3600.0
     """The kernel's approval TTL, to show each expiry (the journal does not record it)."""
+    allowed_hosts: tuple[str, ...] | None = None
+    """The names the console answers to (the Host header); None: any. A console on loopback
+    answers only to loopback names, so a page elsewhere cannot reach it by DNS rebinding."""
     trace_url: str = ""
     """A link to a flow's trace: ``{trace_id}`` (32 hex digits) and ``{dfid}`` are filled in."""
 
@@ -363,7 +367,12 @@ def create_app(
         post_("/rules/{seq}", rule_decide),
         Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
     ]
-    return Starlette(routes=routes, lifespan=lifespan, middleware=[Middleware(_SecurityHeaders)])
+    middleware = [Middleware(_SecurityHeaders)]
+    if settings.allowed_hosts is not None:
+        middleware.append(
+            Middleware(TrustedHostMiddleware, allowed_hosts=list(settings.allowed_hosts))
+        )
+    return Starlette(routes=routes, lifespan=lifespan, middleware=middleware)
 
 
 class _SecurityHeaders:

@@ -22,6 +22,7 @@ from kernel.escalation import EscalationPolicy
 from kernel.journal.store import open_journal
 
 DEFAULT_PORT = 8765
+LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1", "[::1]")
 
 
 def add_commands(commands: Any) -> None:
@@ -123,7 +124,13 @@ async def run(args: argparse.Namespace) -> int:
         return _error(CliError.BAD_ARGUMENT, f"cannot listen on {args.host}:{args.port}: {exc}")
     gate = Gate(operators)
     ttl = args.approval_ttl if args.approval_ttl and args.approval_ttl > 0 else None
-    settings = Settings(db=args.db, poll_s=args.poll, approval_ttl_s=ttl, trace_url=args.trace_url)
+    settings = Settings(
+        db=args.db,
+        poll_s=args.poll,
+        approval_ttl_s=ttl,
+        trace_url=args.trace_url,
+        allowed_hosts=(*LOOPBACK_NAMES, args.host) if is_loopback(args.host) else None,
+    )
     app = create_app(settings, gate)
     host, port = sock.getsockname()[:2]
     shown = f"[{host}]" if ":" in host else host
