@@ -25,11 +25,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kernel import EscalationBudget, EscalationPolicy, ManualClock, open_kernel
+from kernel import EscalationBudget, EscalationPolicy, open_kernel
 from kernel.config import KernelConfig, Ports
 from kernel.core.reasons import CliError, ExitCode, ReasonCode
 from kernel.inbox import InboxRow, to_decide
 from kernel.state.projections import Projections
+from kernel.testing import ManualClock
 from tests.support.browser import ROOT, console_extra
 from tests.support.console_kernel import shady
 from tests.support.helpers import PACK, Bank, ScriptedAgent, transfer

@@ -16,7 +16,8 @@ from pathlib import Path
 
 import anyio
 
-from kernel import EscalationBudget, EscalationPolicy, ExecutionIntent, Receipt, open_kernel
+from kernel import EscalationBudget, EscalationPolicy, open_kernel
+from kernel.adapters import ExecutionIntent, Receipt
 from kernel.config import KernelConfig, Supervision
 from tests.support.helpers import PACK, Bank, ScriptedAgent, Transfer, transfer
 from tests.support.operator_kernel import OPS, memo
