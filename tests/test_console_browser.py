@@ -44,6 +44,11 @@ RED = "rgb(198, 40, 40)"
 WAIT_MS = 15_000
 
 
+if async_playwright is not None:
+    # Two shared cores under CI: give every expectation the time a kernel round trip may take.
+    expect.set_options(timeout=WAIT_MS)
+
+
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Kernel, Console]]:
     console_extra()
