@@ -31,6 +31,7 @@ from kernel.audit.narrative import narrate as _narrate
 from kernel.audit.narrative import outcome as _outcome
 from kernel.audit.reverify import PackPathError
 from kernel.cli._admin import add_commands as add_admin_commands
+from kernel.cli._mcp import add_commands as add_mcp_commands
 from kernel.cli._operator import add_commands, error, error_of, fold_journal, one_line
 from kernel.cli._read import flows_matching, positive, print_table, select_flows, when
 from kernel.cli._replay import add_commands as add_replay_commands
@@ -251,6 +252,7 @@ def _parser() -> argparse.ArgumentParser:
     add_commands(commands)
     add_admin_commands(commands)
     add_replay_commands(commands)
+    add_mcp_commands(commands)
     add_console_commands(commands)
     return parser
 
