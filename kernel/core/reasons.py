@@ -128,6 +128,8 @@ class CliError(StrEnum):
     JOURNAL_VERSION = "JOURNAL_VERSION"
     JOURNAL_CLOSED = "JOURNAL_CLOSED"
     JOURNAL_WRITE_FAILED = "JOURNAL_WRITE_FAILED"
+    JOURNAL_FENCED = "JOURNAL_FENCED"
+    """Another kernel moved the journal's head: this writer lost its lease and stopped writing."""
 
 
 class ExitCode(IntEnum):
