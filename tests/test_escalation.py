@@ -398,7 +398,7 @@ async def test_an_operational_failure_escalates_without_spending_the_agents_budg
         await kernel.register(agent([transfer()]))
         [dfid] = await kernel.trigger("bank.invoice")
         await kernel.wait_flow(dfid, {FlowStatus.EXECUTING})
-        await kernel.escalation_mailbox.send(
+        await kernel.actors.escalation.send(
             EscalateOperational(dfid=dfid, detail="broker timed out 5 times")
         )
         flow = await kernel.wait_flow(dfid)
