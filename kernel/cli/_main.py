@@ -27,6 +27,8 @@ import msgspec
 
 from kernel.audit.reverify import PackPathError
 from kernel.cli._admin import add_commands as add_admin_commands
+from kernel.cli._journal import add_commands as add_journal_commands
+from kernel.cli._journal import with_db_from_env
 from kernel.cli._operator import add_commands, error, error_of, fold_journal, one_line
 from kernel.cli._replay import add_commands as add_replay_commands
 from kernel.cli._replay import verify_replay, verify_verdicts
@@ -34,6 +36,7 @@ from kernel.core import events as ev
 from kernel.core.events import Event
 from kernel.core.flow import FlowState, FlowStatus, IllegalTransition
 from kernel.core.reasons import CliError, ExitCode
+from kernel.journal.errors import is_postgres, redact
 from kernel.journal.head import CHAIN_KEY_ENV
 from kernel.journal.store import (
     JournalCorrupt,
@@ -75,12 +78,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     command quietly with CLOSED_PIPE (141), as a pipe's writer killed by SIGPIPE would.
     """
     parser = _parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args(with_db_from_env(sys.argv[1:] if argv is None else argv))
     try:
-        if not os.path.isfile(args.db):
+        db = getattr(args, "db", None) or ""
+        if db and not is_postgres(db) and not os.path.isfile(db):
             # SQLite's own words for this are "unable to open database file".
-            what = "no such file" if not os.path.exists(args.db) else "not a file"
-            raise JournalError(args.db, what)
+            what = "no such file" if not os.path.exists(db) else "not a file"
+            raise JournalError(db, what)
         status = int(anyio.run(args.run, args))
         # Flushed here, so a reader that went away is seen here and not at exit.
         sys.stdout.flush()
@@ -95,7 +99,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return error_of(exc, ExitCode.USAGE)
     except IllegalTransition as exc:
         # Events that decode but do not fold: edited behind the kernel's back.
-        return error_of(JournalCorrupt(args.db, f"{exc} (run dirk verify)"), ExitCode.USAGE)
+        return error_of(JournalCorrupt(db, f"{exc} (run dirk verify)"), ExitCode.USAGE)
     except KeyboardInterrupt:
         return ExitCode.INTERRUPTED
 
@@ -110,7 +114,7 @@ def _parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     verify = commands.add_parser("verify", help="recompute the hash chain and the projections")
-    verify.add_argument("--db", required=True, help="the journal file")
+    verify.add_argument("--db", required=True, help="the journal: a file or a postgresql:// URL")
     verify.add_argument(
         "--verdicts",
         action="store_true",
@@ -134,7 +138,7 @@ def _parser() -> argparse.ArgumentParser:
     anchor = commands.add_parser(
         "anchor", help="verify the chain and print its head as one line to keep elsewhere"
     )
-    anchor.add_argument("--db", required=True, help="the journal file")
+    anchor.add_argument("--db", required=True, help="the journal: a file or a postgresql:// URL")
     _key_file_argument(anchor)
     anchor.set_defaults(run=_anchor)
 
@@ -176,6 +180,7 @@ def _parser() -> argparse.ArgumentParser:
     add_commands(commands)
     add_admin_commands(commands)
     add_replay_commands(commands)
+    add_journal_commands(commands)
     return parser
 
 
@@ -220,7 +225,7 @@ async def _failed_file(command: str, db: str, problem: str) -> None:
     except Exception as exc:
         code, problem = f"{JournalCorrupt.code}: ", f"{problem} ({exc!r})"
     # A journal that opens fails for what verify found (a key, an anchor), said as it is.
-    print(one_line(f"{command}: FAILED: {code}journal {db}: {problem}"))
+    print(one_line(f"{command}: FAILED: {code}journal {redact(db)}: {problem}"))
 
 
 async def _anchor(args: argparse.Namespace) -> int:

@@ -43,6 +43,7 @@ from kernel.journal.errors import (
     JournalFenced,
     JournalForeign,
     JournalWriteFailed,
+    redact,
 )
 from kernel.journal.head import KEYED_CHAIN, Row, head_value
 from kernel.journal.port import EventRow, Head, OpenedStore
@@ -194,9 +195,7 @@ class _Writer:
     def append(self, rows: Sequence[Row], expected_seq: int, head: str, injected: bool) -> None:
         new_seq = rows[-1][0]
         with self._conn.transaction(), self._conn.cursor() as cur:
-            with cur.copy("COPY events (seq, type, dfid, body, hash) FROM STDIN") as copy:
-                for row in rows:
-                    copy.write_row(row)
+            # The compare-and-set first: it also locks the head row for the transaction.
             cur.execute(
                 "UPDATE journal_head SET seq = %s, value = %s"
                 " WHERE id = 1 AND seq = %s AND epoch = %s",
@@ -208,6 +207,9 @@ class _Writer:
                     f"the head is no longer event {expected_seq} of epoch {self.epoch}:"
                     " another kernel took the journal's lease and wrote to it",
                 )
+            with cur.copy("COPY events (seq, type, dfid, body, hash) FROM STDIN") as copy:
+                for row in rows:
+                    copy.write_row(row)
             cur.execute("SELECT pg_notify(%s, %s)", (CHANNEL, str(new_seq)))
             if injected:
                 raise JournalWriteFailed(
@@ -229,6 +231,12 @@ class _Writer:
             self._conn.execute("DELETE FROM snapshots WHERE seq = ANY(%s)", (seqs,))
         except psycopg.Error as exc:
             raise pg_error(self._location, exc) from None
+
+    def adopt(self, journal_id: str) -> None:
+        with self._conn.transaction():
+            if self._conn.execute("SELECT 1 FROM events LIMIT 1").fetchone() is not None:
+                raise JournalError(self._location, "holds events: its id is not changed")
+            self._conn.execute("UPDATE meta SET value = %s WHERE key = 'journal_id'", (journal_id,))
 
     def close(self) -> None:
         self._conn.close()
@@ -387,3 +395,81 @@ async def open_snapshot(location: str) -> AsyncIterator[_Snapshot]:
     finally:
         with anyio.CancelScope(shield=True):
             await snapshot.aclose()
+
+
+INBOX_CHANNEL = "dirk_inbox"
+"""The channel an inbox insert notifies, so the kernel's poller wakes at once."""
+
+
+class PostgresInbox:
+    """The operator inbox table of a journal on PostgreSQL, for ``dirk`` and the poller.
+
+    Each method runs one statement (autocommit); a driver error becomes a
+    :class:`~kernel.journal.errors.JournalError`. :meth:`wait` listens on a
+    second connection, opened on first use.
+    """
+
+    def __init__(self, location: str) -> None:
+        self._location = location
+        self.location = redact(location)
+        self._conn = connect(location)
+        self._listener: psycopg.Connection[Any] | None = None
+
+    def __enter__(self) -> PostgresInbox:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def _run(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
+        try:
+            cur = self._conn.execute(sql, params)
+            return cur.fetchall() if cur.description else []
+        except psycopg.Error as exc:
+            raise pg_error(self._location, exc) from None
+
+    def rows(self, pending: bool) -> list[Any]:
+        """Return the rows (id, dfid, decision, created_ts, taken_seq), oldest first."""
+        where = " WHERE taken_seq IS NULL" if pending else ""
+        sql = "SELECT id, dfid, decision, created_ts, taken_seq FROM operator_inbox"
+        return self._run(f"{sql}{where} ORDER BY id")
+
+    def mark_taken(self, row_id: int, seq: int) -> None:
+        """Record on the row that the event at ``seq`` took it."""
+        self._run("UPDATE operator_inbox SET taken_seq = %s WHERE id = %s", (seq, row_id))
+
+    def insert(self, dfid: str, decision: str, now_ns: int) -> int:
+        """Insert one row and wake the kernel; return the row's id."""
+        try:
+            with self._conn.transaction():
+                (row_id,) = self._conn.execute(
+                    "INSERT INTO operator_inbox (dfid, decision, created_ts)"
+                    " VALUES (%s, %s, %s) RETURNING id",
+                    (dfid, decision, now_ns),
+                ).fetchall()[0]
+                self._conn.execute("SELECT pg_notify(%s, %s)", (INBOX_CHANNEL, str(row_id)))
+        except psycopg.Error as exc:
+            raise pg_error(self._location, exc) from None
+        return int(row_id)
+
+    def taken_seq(self, row_id: int) -> int | None:
+        """Return the seq of the event that took row ``row_id`` (None: not taken yet)."""
+        rows = self._run("SELECT taken_seq FROM operator_inbox WHERE id = %s", (row_id,))
+        return None if not rows or rows[0][0] is None else int(rows[0][0])
+
+    def wait(self, timeout_s: float) -> bool:
+        """Wait up to ``timeout_s`` for an insert's notification; True if one came."""
+        try:
+            if self._listener is None:
+                self._listener = connect(self._location)
+                self._listener.execute(f"LISTEN {INBOX_CHANNEL}")
+            for _ in self._listener.notifies(timeout=timeout_s, stop_after=1):
+                return True
+        except psycopg.Error as exc:
+            raise pg_error(self._location, exc) from None
+        return False
+
+    def close(self) -> None:
+        self._conn.close()
+        if self._listener is not None:
+            self._listener.close()

@@ -199,6 +199,11 @@ class _Writer:
         except SQLITE_ERRORS as exc:
             raise sqlite_error(self._path, exc) from exc
 
+    def adopt(self, journal_id: str) -> None:
+        if not _has_no_events(self._conn):
+            raise JournalError(self._path, "holds events: its id is not changed")
+        self._conn.execute("UPDATE meta SET value = ? WHERE key = 'journal_id'", (journal_id,))
+
     def close(self) -> None:
         self._conn.close()
 

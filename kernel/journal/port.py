@@ -89,6 +89,10 @@ class StoreWriter(Protocol):
         """Delete the snapshots stored for ``seqs``."""
         ...
 
+    def adopt(self, journal_id: str) -> None:
+        """Take ``journal_id`` as this journal's id (a copy, before its first event)."""
+        ...
+
     def close(self) -> None:
         """Close the writer's connections (and give up its lease, if any)."""
         ...

@@ -1,0 +1,161 @@
+"""The kernel, the CLI and the operator inbox on a journal in PostgreSQL.
+
+Every test runs against the run's throwaway server (tests/support/postgres.py),
+each on a database of its own. The contract both stores share is in
+tests/test_store_contract.py; here is what PostgreSQL adds: ``open_kernel`` on
+a URL, ``dirk`` verbs and ``dirk copy`` on URLs, the inbox woken by NOTIFY, the
+writer lease with a standby, the fence against a deposed writer, and the
+operator role that may only read and insert inbox rows.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import anyio
+import pytest
+
+from kernel import FlowStatus
+from kernel.core.events import Draft, TriggerFired
+from kernel.journal.store import JournalFenced, JournalWriteFailed, open_journal
+from kernel.journal.verify import verify_journal
+from tests.support.helpers import Bank, ScriptedAgent, kernel_for, transfer
+from tests.support.postgres import PostgresServer, postgres_server  # noqa: F401
+from tests.test_cli import clean_env, dirk
+
+KEY = b"k" * 32
+
+
+@pytest.fixture
+def pg(postgres_server: PostgresServer) -> PostgresServer:  # noqa: F811
+    return postgres_server
+
+
+@pytest.fixture
+def url(pg: PostgresServer) -> str:
+    return pg.new_url()
+
+
+def trigger(x: int) -> Draft:
+    return Draft(payload=TriggerFired(topic="t", facts={"x": x}))
+
+
+async def test_a_kernel_on_postgres_closes_a_flow_and_verifies(url: str) -> None:
+    bank = Bank()
+    async with kernel_for(url, bank=bank) as kernel:  # type: ignore[arg-type]
+        await kernel.register(ScriptedAgent(steps=[transfer(250)]))
+        [dfid] = await kernel.trigger("bank.invoice", {"bank.invoice.amount": 250})
+        flow = await kernel.wait_flow(dfid)
+        assert flow.status is FlowStatus.CLOSED
+    assert len(bank.effects) == 1
+    # And again: the kernel restores from the database and goes on.
+    async with kernel_for(url, bank=bank) as kernel:  # type: ignore[arg-type]
+        assert kernel.projections.flows[dfid].status is FlowStatus.CLOSED
+    report = await verify_journal(url)
+    assert report.ok, report.problem
+    result = dirk("verify", "--db", url)
+    assert result.returncode == 0, result.stderr
+    assert report.head in result.stdout
+    flows = dirk("flows", "--db", url, "--json")
+    assert [json.loads(line)["dfid"] for line in flows.stdout.splitlines()] == [dfid]
+
+
+def test_every_verb_takes_the_url_from_dirk_db(url: str) -> None:
+    anyio.run(_record, url)
+    result = dirk("verify", env={**clean_env(), "DIRK_DB": url})
+    assert result.returncode == 0, result.stderr
+    assert "verify: ok events=2 " in result.stdout, result.stdout
+
+
+async def _record(url: str) -> None:
+    async with open_journal(url) as journal:
+        await journal.append([trigger(1), trigger(2)])
+
+
+def test_copy_from_sqlite_to_postgres_and_back_keeps_the_head(
+    tmp_path: Path, pg: PostgresServer
+) -> None:
+    source = tmp_path / "j.db"
+    anyio.run(_record, str(source))
+    there, back = pg.new_url(), tmp_path / "back.db"
+    first = dirk("copy", "--from", source, "--to", there)
+    assert first.returncode == 0, first.stderr
+    second = dirk("copy", "--from", there, "--to", back)
+    assert second.returncode == 0, second.stderr
+    heads = [anyio.run(verify_journal, where) for where in (source, there, back)]
+    assert all(r.ok for r in heads)
+    assert len({(r.head, r.events, r.journal_id) for r in heads}) == 1
+    # Only into a new journal: a copy never mixes two.
+    again = dirk("copy", "--from", source, "--to", there)
+    assert again.returncode == 2 and "copy only into a new one" in again.stderr
+
+
+async def test_a_keyed_journal_copies_with_its_key(tmp_path: Path, url: str) -> None:
+    from kernel.journal.copy import copy_journal
+
+    source = str(tmp_path / "k.db")
+    async with open_journal(source, chain_key=KEY) as journal:
+        await journal.append([trigger(1)])
+    report = await copy_journal(source, url, chain_key=KEY)
+    assert report.events == 1
+    assert (await verify_journal(url, chain_key=KEY)).ok
+    async with open_journal(url, chain_key=KEY) as journal:
+        await journal.append([trigger(2)])
+    assert (await verify_journal(url, chain_key=KEY)).events == 2
+
+
+async def waiting_for_lease(url: str) -> None:
+    """Return once some session waits for an advisory lock (the standby) in ``url``'s database."""
+    import psycopg
+
+    sql = "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
+    with anyio.fail_after(60):
+        async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+            while (await (await conn.execute(sql)).fetchone()) != (1,):
+                await anyio.lowlevel.checkpoint()
+
+
+async def test_a_standby_waits_for_the_lease_and_goes_on_from_the_head(url: str) -> None:
+    took_over = anyio.Event()
+
+    async def standby() -> None:
+        async with open_journal(url) as second:
+            took_over.set()
+            assert second.head_seq == 2
+            await second.append([trigger(3)])
+
+    async with anyio.create_task_group() as tg:
+        async with open_journal(url) as first:
+            await first.append([trigger(1)])
+            tg.start_soon(standby)
+            await waiting_for_lease(url)
+            await first.append([trigger(2)])
+            assert not took_over.is_set()
+        # The first writer closed: its lease is free, and the standby takes it.
+    assert took_over.is_set()
+    report = await verify_journal(url)
+    assert (report.ok, report.events) == (True, 3)
+
+
+async def test_a_deposed_writer_fails_closed_at_its_next_append(
+    url: str, pg: PostgresServer
+) -> None:
+    async with open_journal(url) as first:
+        await first.append([trigger(1)])
+        # The first writer's lease connection is cut (as if its host went away) ...
+        pg.admin(
+            "SELECT pg_terminate_backend(pid) FROM pg_locks"
+            " WHERE locktype = 'advisory' AND granted",
+            url.rsplit("/", 1)[1],
+        )
+        # ... a standby takes the journal and writes ...
+        async with open_journal(url) as second:
+            await second.append([trigger(2)])
+        # ... and the deposed writer, still running, can no longer write: no fork.
+        with pytest.raises(JournalFenced):
+            await first.append([trigger(99)])
+        with pytest.raises(JournalWriteFailed):
+            await first.append([trigger(100)])
+    report = await verify_journal(url)
+    assert (report.ok, report.events) == (True, 2)
