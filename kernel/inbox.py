@@ -262,6 +262,9 @@ async def poll(
     waits = anyio.CapacityLimiter(1)  # the waits for a NOTIFY, on a connection of their own
     conn = await anyio.to_thread.run_sync(connect, path, limiter=limiter)
     try:
+        if not isinstance(conn, sqlite3.Connection):
+            # Listening before the first read: a row inserted after it is read or announced.
+            await anyio.to_thread.run_sync(conn.wait, 0.0, limiter=waits)
         while True:
             await escalation.send(Tick())
             try:

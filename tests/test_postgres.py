@@ -18,8 +18,10 @@ import pytest
 
 from kernel import FlowStatus
 from kernel.core.events import Draft, TriggerFired
-from kernel.journal.store import JournalFenced, JournalWriteFailed, open_journal
+from kernel.inbox import post
+from kernel.journal.store import JournalError, JournalFenced, JournalWriteFailed, open_journal
 from kernel.journal.verify import verify_journal
+from kernel.testing import action_of
 from tests.support.helpers import Bank, ScriptedAgent, kernel_for, transfer
 from tests.support.postgres import PostgresServer, postgres_server  # noqa: F401
 from tests.test_cli import clean_env, dirk
@@ -159,3 +161,51 @@ async def test_a_deposed_writer_fails_closed_at_its_next_append(
             await first.append([trigger(100)])
     report = await verify_journal(url)
     assert (report.ok, report.events) == (True, 2)
+
+
+async def test_a_decision_wakes_the_kernel_by_notify_without_a_poll(url: str) -> None:
+    # The clock never moves: without the NOTIFY the poller's next round never comes.
+    async with kernel_for(url, inbox_poll_s=3600.0) as kernel:  # type: ignore[arg-type]
+        await kernel.register(ScriptedAgent(steps=[transfer(confidence=0.2, valid_for_s=600)]))
+        [dfid] = await kernel.trigger("bank.invoice")
+        assert (await kernel.wait_flow(dfid)).status is FlowStatus.ESCALATED
+        action = action_of(kernel, dfid)
+        reject = {"decision": "reject", "operator": "ana", "reason": "no", "action_hash": action}
+        row = await anyio.to_thread.run_sync(post, url, dfid, reject, 0)
+        with anyio.fail_after(60):
+            flow = await kernel.wait_flow(dfid, until={FlowStatus.ABORTED})
+        assert kernel.projections.inbox_taken[row] > 0
+        assert flow.status is FlowStatus.ABORTED
+
+
+async def test_an_operator_role_may_read_and_post_but_never_write_events(
+    url: str, pg: PostgresServer
+) -> None:
+    from kernel.journal._postgres import OPERATOR_GRANTS
+
+    database = url.rsplit("/", 1)[1]
+    async with open_journal(url) as journal:
+        await journal.append([trigger(1)])
+    pg.admin("DO $$ BEGIN CREATE ROLE operator LOGIN; EXCEPTION WHEN duplicate_object THEN END $$")
+    pg.admin(OPERATOR_GRANTS.format(schema="public", role="operator"), database)
+    as_operator = pg.url(database, user="operator")
+
+    assert (await verify_journal(as_operator)).ok
+    async with open_journal(as_operator, readonly=True) as journal:
+        assert journal.head_seq == 1
+    row = await anyio.to_thread.run_sync(post, as_operator, "d", {"decision": "reject"}, 0)
+    assert row > 0
+    # The kernel's tables are not the operator's to write: events, head, meta, inbox marks.
+    with pytest.raises(JournalError, match="permission denied"):
+        async with open_journal(as_operator) as journal:
+            pass
+    for sql in (
+        "INSERT INTO events VALUES (2, 't', NULL, '\\x00', '\\x00')",
+        "UPDATE journal_head SET seq = 0",
+        "UPDATE operator_inbox SET taken_seq = 1",
+        "DELETE FROM events",
+    ):
+        with pytest.raises(Exception, match="permission denied"):
+            pg.admin(sql, database, user="operator")
+    report = await verify_journal(url)
+    assert (report.ok, report.events) == (True, 1)

@@ -71,6 +71,14 @@ CREATE TABLE operator_inbox (
     created_ts BIGINT NOT NULL, taken_seq BIGINT
 );
 """
+OPERATOR_GRANTS = """
+GRANT USAGE ON SCHEMA {schema} TO {role};
+GRANT SELECT ON ALL TABLES IN SCHEMA {schema} TO {role};
+GRANT INSERT ON operator_inbox TO {role};
+GRANT USAGE ON SEQUENCE operator_inbox_id_seq TO {role};
+"""
+"""What an operator role needs (run by the kernel's role, which owns the tables): read
+everything, insert inbox rows, nothing else. Only the kernel's role writes events."""
 _TABLES = frozenset({"meta", "events", "journal_head"})
 _ROWS = "SELECT seq, type, dfid, body, hash FROM events"
 _EVENTS = (

@@ -61,10 +61,11 @@ class PostgresServer:
     def url(self, database: str = "postgres", user: str = "postgres") -> str:
         return f"postgresql://{user}@127.0.0.1:{self.port}/{database}"
 
-    def admin(self, sql: str, database: str = "postgres") -> list[Any]:
+    def admin(self, sql: str, database: str = "postgres", user: str = "postgres") -> list[Any]:
+        """Run ``sql`` in ``database`` as ``user``; return its rows."""
         import psycopg
 
-        with psycopg.connect(self.url(database), autocommit=True) as conn:
+        with psycopg.connect(self.url(database, user), autocommit=True) as conn:
             cur = conn.execute(sql)
             return cur.fetchall() if cur.description else []
 
