@@ -11,6 +11,8 @@ operator role that may only read and insert inbox rows.
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import anyio
@@ -209,3 +211,19 @@ async def test_an_operator_role_may_read_and_post_but_never_write_events(
             pg.admin(sql, database, user="operator")
     report = await verify_journal(url)
     assert (report.ok, report.events) == (True, 1)
+
+
+@pytest.mark.parametrize("example", ["trading", "booking"])
+def test_the_examples_run_on_postgres_and_verify_with_their_verdicts(
+    pg: PostgresServer, example: str
+) -> None:
+    url = pg.new_url()
+    args = ["--minutes", "40"] if example == "trading" else []
+    run = [sys.executable, "-m", f"examples.{example}", "--seed", "1", "--db", url, *args]
+    done = subprocess.run(run, capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    packs = {"trading": ["policies.trading", "examples.desk"], "booking": ["policies.booking"]}
+    verdicts = [arg for pack in packs[example] for arg in ("--pack", pack)]
+    verify = dirk("verify", "--db", url, "--verdicts", *verdicts)
+    assert verify.returncode == 0, verify.stdout + verify.stderr
+    assert "0 differ, 0 not compared" in verify.stdout
