@@ -10,6 +10,7 @@ operator role that may only read and insert inbox rows.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import sys
@@ -17,10 +18,13 @@ from pathlib import Path
 
 import anyio
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from kernel import FlowStatus
 from kernel.core.events import Draft, TriggerFired
 from kernel.inbox import post
+from kernel.journal.follow import follow_journal
 from kernel.journal.store import JournalError, JournalFenced, JournalWriteFailed, open_journal
 from kernel.journal.verify import verify_journal
 from kernel.testing import action_of
@@ -227,3 +231,37 @@ def test_the_examples_run_on_postgres_and_verify_with_their_verdicts(
     verify = dirk("verify", "--db", url, "--verdicts", *verdicts)
     assert verify.returncode == 0, verify.stdout + verify.stderr
     assert "0 differ, 0 not compared" in verify.stdout
+
+
+@settings(
+    max_examples=5,
+    derandomize=True,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+@given(st.lists(st.integers(1, 40), min_size=1, max_size=6), st.integers(1, 5))
+async def test_a_follower_in_another_connection_sees_every_commit_once_in_order(
+    pg: PostgresServer, sizes: list[int], from_seq: int
+) -> None:
+    url = pg.new_url()
+    total = sum(sizes)
+    seen: list[int] = []
+    async with open_journal(url) as journal:
+        await journal.append([trigger(0)])  # the journal exists before the follower opens it
+        total += 1
+
+        start = min(from_seq, total)
+
+        async def follow() -> None:
+            async with contextlib.aclosing(follow_journal(url, start)) as batches:
+                async for batch in batches:
+                    seen.extend(e.seq for e in batch)
+                    if seen[-1] == total:
+                        return
+
+        with anyio.fail_after(30):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(follow)
+                for size in sizes:
+                    await journal.append([trigger(i) for i in range(size)])
+    assert seen == list(range(start, total + 1))

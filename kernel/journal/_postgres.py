@@ -481,3 +481,24 @@ class PostgresInbox:
         self._conn.close()
         if self._listener is not None:
             self._listener.close()
+
+
+def listen(location: str) -> psycopg.Connection[Any]:
+    """Open a connection that LISTENs on the journal's channel (for a follower)."""
+    conn = connect(location)
+    try:
+        conn.execute(f"LISTEN {CHANNEL}")
+    except psycopg.Error as exc:
+        conn.close()
+        raise pg_error(location, exc) from None
+    return conn
+
+
+def notified(conn: psycopg.Connection[Any], location: str, timeout_s: float) -> bool:
+    """Wait up to ``timeout_s`` for an append's notification on ``conn``; True if one came."""
+    try:
+        for _ in conn.notifies(timeout=timeout_s, stop_after=1):
+            return True
+    except psycopg.Error as exc:
+        raise pg_error(location, exc) from None
+    return False
