@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import AsyncIterator
+from typing import Any
 
 import anyio
 
@@ -100,7 +101,7 @@ class _Notifications(Waiter):
     def __init__(self, location: str) -> None:
         self._location = location
         self._limiter = anyio.CapacityLimiter(1)
-        self._conn: object | None = None
+        self._conn: Any = None
 
     async def start(self) -> None:
         from kernel.journal._postgres import listen
@@ -119,4 +120,4 @@ class _Notifications(Waiter):
     async def aclose(self) -> None:
         if self._conn is not None:
             with contextlib.suppress(Exception):
-                self._conn.close()  # type: ignore[attr-defined]
+                self._conn.close()
