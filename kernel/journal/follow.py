@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from typing import Any
 
 import anyio
@@ -30,7 +30,7 @@ async def follow_journal(
     *,
     poll_s: float = 0.5,
     clock: Clock | None = None,
-) -> AsyncIterator[list[Event]]:
+) -> AsyncGenerator[list[Event], None]:
     """Yield batches of committed events from ``from_seq`` on, forever (until cancelled).
 
     Args:

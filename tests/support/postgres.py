@@ -10,6 +10,7 @@ server binaries or psycopg skips these tests with the reason; under
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import pwd
@@ -105,22 +106,30 @@ def _as_postgres() -> list[str]:
     return [runuser, "-u", "postgres", "--"] if runuser else ["su", "postgres", "-c"]
 
 
-@pytest.fixture(scope="session")
-def postgres_server() -> Iterator[PostgresServer]:
-    """A PostgreSQL server for the run, in a temporary directory, stopped at the end."""
+class Unavailable(Exception):
+    """No PostgreSQL server can be started here; the message says why."""
+
+
+@contextlib.contextmanager
+def throwaway_server() -> Iterator[PostgresServer]:
+    """Start a server in a temporary directory on a free 127.0.0.1 port; stop it on exit.
+
+    Raises:
+        Unavailable: psycopg, the server binaries or a user to run them as is missing,
+            or the server did not start.
+    """
     try:
         import psycopg  # noqa: F401
     except ImportError:
-        missing("psycopg is not installed (pip install -e '.[postgres]')")
+        raise Unavailable("psycopg is not installed (pip install -e '.[postgres]')") from None
     bindir = _bindir()
     if bindir is None:
-        missing("the PostgreSQL server binaries (initdb, pg_ctl) are not installed")
-    assert bindir is not None
+        raise Unavailable("the PostgreSQL server binaries (initdb, pg_ctl) are not installed")
     if os.geteuid() == 0:
         try:
             pwd.getpwnam("postgres")
         except KeyError:
-            missing("running as root, and there is no postgres user to run the server as")
+            raise Unavailable("running as root, and no postgres user to run the server") from None
     root = Path(tempfile.mkdtemp(prefix="dirk-pg-"))
     os.chmod(root, 0o755)
     if os.geteuid() == 0:
@@ -128,24 +137,15 @@ def postgres_server() -> Iterator[PostgresServer]:
     server = PostgresServer(root, bindir, _free_port())
     try:
         server.run(
-            "initdb",
-            "-D",
-            str(server.data),
-            "-A",
-            "trust",
-            "-U",
-            "postgres",
-            "--no-locale",
-            "-E",
-            "UTF8",
-            "--no-sync",
-        )
+            "initdb", "-D", str(server.data), "-A", "trust", "-U", "postgres",
+            "--no-locale", "-E", "UTF8", "--no-sync",
+        )  # fmt: skip
         with open(server.data / "postgresql.conf", "a", encoding="utf-8") as conf:
-            conf.write("\nmax_connections = 200\nfsync = on\n")
+            conf.write("\nmax_connections = 200\n")
         server.start()
     except (OSError, subprocess.SubprocessError) as exc:
         shutil.rmtree(root, ignore_errors=True)
-        missing(f"the PostgreSQL server did not start ({exc})")
+        raise Unavailable(f"the PostgreSQL server did not start ({exc})") from None
     try:
         yield server
     finally:
@@ -153,6 +153,20 @@ def postgres_server() -> Iterator[PostgresServer]:
             server.stop("immediate")
         finally:
             shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[PostgresServer]:
+    """A PostgreSQL server for the run, in a temporary directory, stopped at the end."""
+    try:
+        context = throwaway_server()
+        server = context.__enter__()
+    except Unavailable as exc:
+        missing(str(exc))
+    try:
+        yield server
+    finally:
+        context.__exit__(None, None, None)
 
 
 @pytest.fixture
