@@ -39,7 +39,8 @@ from kernel.policy.contracts import (
     Outcome,
     Verdict,
 )
-from kernel.policy.packs import Impact, PackError, PolicyPack
+from kernel.policy.kinds import Impact
+from kernel.policy.packs import PackError, PolicyPack
 from kernel.runtime.actors import Mailbox, MailboxClosed, Reply
 from kernel.runtime.messages import (
     AmendLimit,
