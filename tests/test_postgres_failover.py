@@ -22,7 +22,8 @@ from pathlib import Path
 import anyio
 import pytest
 
-from kernel import FlowStatus, fold, open_journal, verify_journal
+from kernel import FlowStatus
+from kernel.audit import fold, open_journal, verify_journal
 from kernel.core.errors import KernelShutdown
 from kernel.core.reasons import StopReason
 from tests.support.helpers import Bank, ScriptedAgent, kernel_for, transfer

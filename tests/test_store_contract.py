@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 from kernel.core.events import Draft, FlowCreated, TriggerFired
 from kernel.core.ports import ManualClock
+from kernel.journal.copy import copy_journal
 from kernel.journal.store import (
     JournalClosed,
     JournalFaults,
@@ -128,7 +129,7 @@ async def test_the_same_appends_give_the_same_head_hash_in_both_stores(
     ),
     st.booleans(),
 )
-async def test_any_appends_verify_to_one_head_in_both_stores(
+async def test_any_appends_verify_to_one_head_in_both_stores_and_copy_between_them(
     tmp_path_factory: pytest.TempPathFactory, pg: PostgresServer, xs: list[list[int]], keyed: bool
 ) -> None:
     batches = [[trigger(x, f"d{x % 3}") for x in batch] for batch in xs]
@@ -143,6 +144,12 @@ async def test_any_appends_verify_to_one_head_in_both_stores(
     assert all(r.ok for r in reports), [r.problem for r in reports]
     assert {r.head for r in reports} == heads and len(heads) == 1
     assert {r.events for r in reports} == {sum(map(len, xs))}
+    # And copied, row for row, to the other kind of store and back: the same journal.
+    there, back = pg.new_url(), str(tmp_path_factory.mktemp("c") / "back.db")
+    await copy_journal(locations[0], there, chain_key=key)
+    await copy_journal(there, back, chain_key=key)
+    copies = [await verify_journal(where, chain_key=key) for where in (there, back)]
+    assert {(r.ok, r.head, r.journal_id) for r in copies} == {(True, *heads, reports[0].journal_id)}
 
 
 async def test_a_keyed_journal_needs_its_key_to_be_written(location: str) -> None:
