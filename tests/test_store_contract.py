@@ -8,6 +8,7 @@ same canonical bytes, same chain: the head hash ``verify`` reports is equal.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 from pathlib import Path
 
@@ -19,8 +20,10 @@ from hypothesis import strategies as st
 from kernel.core.events import Draft, FlowCreated, TriggerFired
 from kernel.core.ports import ManualClock
 from kernel.journal.copy import copy_journal
+from kernel.journal.follow import follow_journal
 from kernel.journal.store import (
     JournalClosed,
+    JournalError,
     JournalFaults,
     JournalForeign,
     JournalKeyError,
@@ -227,3 +230,40 @@ async def test_a_database_of_something_else_is_foreign(pg: PostgresServer) -> No
             pass
     report = await verify_journal(url)
     assert not report.ok and "something else" in report.problem
+
+
+async def test_a_follower_sees_history_then_new_commits(location: str) -> None:
+    clock = ManualClock()
+    seen: list[int] = []
+    async with open_journal(location) as journal:
+        await journal.append([trigger(1), trigger(2)])
+
+        async def follow() -> None:
+            stream = follow_journal(location, 2, poll_s=1.0, clock=clock)
+            async with contextlib.aclosing(stream) as batches:
+                async for batch in batches:
+                    seen.extend(e.seq for e in batch)
+                    if seen[-1] == 2:
+                        await journal.append([trigger(3)])
+                    if seen[-1] == 3:
+                        return
+
+        with anyio.fail_after(30):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(follow)
+                while seen[-1:] != [3]:
+                    clock.advance(1.0)  # SQLite's follower reads again on its clock
+                    await anyio.lowlevel.checkpoint()
+    assert seen == [2, 3]
+
+
+@settings(max_examples=50, derandomize=True, deadline=None)
+@given(
+    st.text(st.characters(blacklist_characters="@/?#:&= \n", min_codepoint=33), min_size=4),
+    st.sampled_from(["postgresql://ana:{}@db/j", "postgres://ana:{}@db:5432/j?sslmode=require",
+                     "postgresql://db/j?user=ana&password={}&sslmode=require"]),
+)  # fmt: skip
+def test_a_password_in_a_url_never_reaches_an_error_message(secret: str, url: str) -> None:
+    error = JournalError(url.format(secret), "cannot be used")
+    assert secret not in str(error) and secret not in error.path
+    assert "***" in error.path

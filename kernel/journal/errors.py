@@ -122,7 +122,7 @@ def chain_key_from_env(environ: Mapping[str, str] | None = None, path: str = "-"
 
 
 _URL_PASSWORD = re.compile(r"^(postgres(?:ql)?://[^:/@?#]*):[^@/?#]*@", re.IGNORECASE)
-_PARAM_PASSWORD = re.compile(r"(password=)[^&\s]*", re.IGNORECASE)
+_PARAM_PASSWORD = re.compile(r"(password=)[^&]*", re.IGNORECASE)
 
 
 def is_postgres(location: str) -> bool:
