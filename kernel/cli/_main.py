@@ -50,6 +50,10 @@ from kernel.journal.verify import Anchor, parse_anchor, verify_journal
 from kernel.state.projections import Projections
 
 EPILOG = f"""\
+--db takes a journal file or a postgresql:// URL (dirk[postgres]); without
+--db, the DIRK_DB environment variable names it. Keep a server's password in
+PGPASSWORD or ~/.pgpass, not in the URL.
+
 exit status:
   {ExitCode.OK:<3}  the command did its work
   {ExitCode.FAILED:<3}  the answer is no: a check failed, something named is unknown,
