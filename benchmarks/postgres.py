@@ -67,7 +67,9 @@ def copy_baseline(url: str, per_transaction: int) -> tuple[int, float]:
             chunk = rows[at : at + per_transaction]
             with conn.transaction(), conn.cursor() as cur:
                 cur.execute("UPDATE baseline_head SET seq = %s WHERE id = 1", (chunk[-1][0],))
-                with cur.copy("COPY baseline (seq, type, dfid, body, hash) FROM STDIN") as copy:
+                sql = "COPY baseline (seq, type, dfid, body, hash) FROM STDIN (FORMAT BINARY)"
+                with cur.copy(sql) as copy:
+                    copy.set_types(["int8", "text", "text", "bytea", "bytea"])
                     for row in chunk:
                         copy.write_row(row)
         return len(rows), time.perf_counter() - start
