@@ -265,3 +265,21 @@ async def test_a_follower_in_another_connection_sees_every_commit_once_in_order(
                 for size in sizes:
                     await journal.append([trigger(i) for i in range(size)])
     assert seen == list(range(start, total + 1))
+
+
+def test_dirk_decide_on_postgres_reaches_a_kernel_in_another_process(pg: PostgresServer) -> None:
+    from tests.test_operator_cli import WAIT, escalations, running_kernel
+
+    url = pg.new_url()
+    with running_kernel(url, "--flows", "1") as (_, dfids):  # type: ignore[arg-type]
+        approve, memo = dfids
+        pending = escalations(url)  # type: ignore[arg-type]
+        assert set(pending) == {approve, memo}
+        short = str(pending[approve]["hash"])
+        who = ("--operator", "ana", "--reason", "vendor known")
+        done = dirk(
+            "decide", approve, "--approve", "--confirm", short, *who, "--wait", WAIT, "--db", url
+        )
+        assert done.returncode == 0, done.stderr
+        assert "applied: approve by ana" in done.stdout
+    assert anyio.run(verify_journal, url).ok
