@@ -185,7 +185,7 @@ class OperatorActs:
             reason=reason,
             reply=reply,
         )
-        event = await self._call(self.actors.integrity, msg, reply)
+        event = await self._call(self.actors.dim, msg, reply)
         if not isinstance(event, LimitAmended):
             raise AmendmentInvalid(event.reason_code, event.detail)
         return event
@@ -215,7 +215,7 @@ class OperatorActs:
             reason=act.reason,
             reply=reply,
         )
-        answer = await self._call(self.actors.integrity, msg, reply)
+        answer = await self._call(self.actors.dim, msg, reply)
         if isinstance(answer, PackError):
             raise answer
         return answer if answer is not None else pack.ref
@@ -235,7 +235,7 @@ class OperatorActs:
     ) -> Event:
         """Propose a rule version as an operator; return the audited decision (RuleDecided).
 
-        The proposal passes the promoter gate like an agent's (kernel.state.rulebook);
+        The proposal passes the promoter like an agent's (kernel.state.rulebook);
         with ``override`` the operator puts it in force at once, recorded as an
         override with their name and reason.
         """
@@ -408,7 +408,7 @@ class OperatorActs:
 
         async def amend(row: InboxRow) -> None:
             reply: Reply[Any] = Reply()
-            await self._call(self.actors.integrity, inbox.to_amend(row, reply), reply)
+            await self._call(self.actors.dim, inbox.to_amend(row, reply), reply)
 
         async def agent_status(row: InboxRow) -> None:
             checked = self._check_status(inbox.row_fields(row, inbox.AGENT_STATUS_FIELDS))

@@ -58,8 +58,8 @@ from kernel.runtime.actors import Mailbox, Outbox, Reply
 from kernel.runtime.messages import (
     AgentMessage,
     FireTrigger,
+    Judge,
     Register,
-    Validate,
 )
 from kernel.state.projections import Projections, visible
 from kernel.state.rulebook import Promoter
@@ -241,8 +241,8 @@ class Kernel(OperatorActs):
             )
         await self._recall(dfid)
         reply: Reply[Verdict] = Reply()
-        msg = Validate(dfid=dfid, proposal=record, token=token, invalid=invalid, reply=reply)
-        return await self._call(self.actors.integrity, msg, reply)
+        msg = Judge(dfid=dfid, proposal=record, token=token, invalid=invalid, reply=reply)
+        return await self._call(self.actors.dim, msg, reply)
 
     def flow(self, dfid: str) -> FlowState | None:
         """Return the current state of a flow: open, or among the ``keep_finished`` last ended.

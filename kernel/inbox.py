@@ -212,7 +212,7 @@ def to_amend(row: InboxRow, reply: Reply[Any]) -> AmendLimit:
 
 
 def to_decide(row: InboxRow, reply: Reply[Any]) -> Decide:
-    """Turn an inbox row into the message the escalation manager handles.
+    """Turn an inbox row into the message the escalation desk handles.
 
     Raises:
         InputInvalid: when the row is not a well-formed decision (kernel.core.wall).
@@ -250,7 +250,7 @@ async def poll(
     handlers: Mapping[str, Handler],
     refuse: Refuse,
 ) -> None:
-    """Tick the escalation manager and apply new inbox rows, every ``interval_s`` on ``clock``.
+    """Tick the escalation desk and apply new inbox rows, every ``interval_s`` on ``clock``.
 
     ``handlers`` apply the rows of each type (see :func:`row_type`); ``refuse``
     records a row that none can apply.

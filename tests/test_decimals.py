@@ -37,7 +37,7 @@ from kernel.core.events import (
     ProposalRejected,
     ProposalSubmitted,
 )
-from kernel.dim import Snapshot, judge
+from kernel.dim import Inputs, judge
 from kernel.policy import DecimalStr, PolicyKind, PolicyPack, Range, StateMatch
 from kernel.policy.packs import PolicyCatalog
 from kernel.policy.rules import decimal_of, is_decimal
@@ -319,7 +319,7 @@ def test_a_plain_string_read_as_a_number_is_held_to_the_same_spelling(price: str
         proposal = ProposalRecord(
             kind="test.loose", params={"price": value}, confidence=0.9, valid_until_ns=1
         )
-        return judge(proposal, agent, PolicyCatalog([pack]), 0, Snapshot(state={"price": "100"}))
+        return judge(proposal, agent, PolicyCatalog([pack]), 0, Inputs(state={"price": "100"}))
 
     refused = verdict(price).rejection
     assert refused is not None
@@ -372,7 +372,7 @@ def test_a_manifest_limit_is_read_strictly_and_fails_closed(declared: Any, code:
     proposal = ProposalRecord(
         kind="trading.place_order", params=order("100.00", 10), confidence=0.9, valid_until_ns=1
     )
-    judgement = judge(proposal, agent, PolicyCatalog([TRADING]), 0, Snapshot(state=PRICES))
+    judgement = judge(proposal, agent, PolicyCatalog([TRADING]), 0, Inputs(state=PRICES))
     found = judgement.rejection
     assert (str(found.reason_code) if found else "") == code, found
 
@@ -406,7 +406,7 @@ def test_every_money_field_of_the_shipped_packs_is_held_to_the_spelling(
     )
     catalog = PolicyCatalog([TRADING, DESK])
     proposal = ProposalRecord(kind=kind, params=params, confidence=0.9, valid_until_ns=1)
-    refused = judge(proposal, agent, catalog, 0, Snapshot(state=PRICES)).rejection
+    refused = judge(proposal, agent, catalog, 0, Inputs(state=PRICES)).rejection
     assert refused is not None
     assert (refused.reason_code, refused.field) == (ReasonCode.SCHEMA_INVALID, f"params.{field}")
     assert "decimal string" in refused.detail

@@ -23,8 +23,8 @@ json_values = st.recursive(
 SAMPLES = [
     ev.KernelStarted(kernel_version="0.1.0", packs=[ev.PackRef(name="p", version="1", hash="h")]),
     ev.KernelStopped(reason="KERNEL_CLOSED"),
-    ev.ActorRestarted(actor="integrity", error="RuntimeError: x", restarts=1),
-    ev.MessageDeadLettered(actor="integrity", message="Validate(...)", error="x"),
+    ev.ActorRestarted(actor="dim", error="RuntimeError: x", restarts=1),
+    ev.MessageDeadLettered(actor="dim", message="Judge(...)", error="x"),
     ev.AgentRegistered(manifest=ev.Manifest(agent_id="a", version="1.0"), session_hash="s"),
     ev.AgentRefused(reason_code=ReasonCode.UNKNOWN_AGENT),
     ev.AgentStatusChanged(status="PASSIVE", operator="ana"),

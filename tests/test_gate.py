@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from benchmarks.gate import run_gate
 from kernel import AgentStatus, ReasonCode
-from kernel.dim import LAYERS, Judgement, Snapshot, judge
+from kernel.dim import LAYERS, Inputs, Judgement, judge
 from kernel.policy import NeedsHuman, PolicyPack
 from kernel.policy.packs import PolicyCatalog
 from kernel.policy.rules import ALLOW, Overrun, RuleVerdict, Stopwatch, View, deny, rule, run_rule
@@ -25,15 +25,15 @@ CATALOG = PolicyCatalog([SHOP])
 R = ReasonCode
 
 
-def snapshot(**changes: Any) -> Snapshot:
-    return Snapshot(**{"context_ref": "ref", "state": dict(STATE), **changes})
+def inputs(**changes: Any) -> Inputs:
+    return Inputs(**{"context_ref": "ref", "state": dict(STATE), **changes})
 
 
 def run(prop=None, who=None, snap=None, now=NOW, catalog=CATALOG, **kw):
-    return judge(prop or proposal(), who or agent(), catalog, now, snap or snapshot(), **kw)
+    return judge(prop or proposal(), who or agent(), catalog, now, snap or inputs(), **kw)
 
 
-# (id, proposal changes, agent, snapshot changes, now) -> (layer, code, field, rule, limit)
+# (id, proposal changes, agent, inputs changes, now) -> (layer, code, field, rule, limit)
 CASES = [
     ("unknown-kind", {"kind": "shop.sell"}, {}, {}, NOW, ("schema", R.SCHEMA_INVALID, "kind")),
     ("major-version", {"version": "2.0"}, {}, {}, NOW, ("schema", R.SCHEMA_INVALID, "version")),
@@ -233,7 +233,7 @@ CASES = [
     ids=[c[0] for c in CASES],
 )
 def test_each_layer_and_reason_code(changes, who, snap, now, expected):
-    judgement = run(proposal(**changes), agent(**who), snapshot(**snap), now)
+    judgement = run(proposal(**changes), agent(**who), inputs(**snap), now)
     feedback = judgement.rejection or judgement.escalation
     assert feedback is not None
     got = (feedback.layer, feedback.reason_code, feedback.field, feedback.rule, feedback.limit)
@@ -257,21 +257,21 @@ def test_an_acceptable_proposal_is_accepted_and_reserves():
 
 
 def test_a_flow_does_not_contend_with_what_it_already_holds():
-    snap = snapshot(held={"inventory:A": 10}, own={"inventory:A": 8})
+    snap = inputs(held={"inventory:A": 10}, own={"inventory:A": 8})
     assert run(proposal(params={"qty": 2}), snap=snap).rejection is None
 
 
 def test_a_human_modification_skips_state_and_escalation():
     judgement = run(
         proposal(params={"qty": 9}, confidence=0.1),
-        snap=snapshot(context_ref="moved"),
+        snap=inputs(context_ref="moved"),
         by_human=True,
     )
     assert judgement.rejection is None and judgement.escalation is None
 
 
 def test_the_unsettled_check_names_the_flows_and_skips_human_modifications():
-    snap = snapshot(unsettled=("f-1", "f-2"))
+    snap = inputs(unsettled=("f-1", "f-2"))
     feedback = run(snap=snap).rejection
     assert feedback is not None
     assert feedback.detail == "agent buyer has flow(s) f-1, f-2 with effects not yet converged"
@@ -472,10 +472,8 @@ proposals = st.builds(
     st.floats(0, 1),
     st.integers(0, 3_000),
 )
-snapshots = st.builds(
-    lambda held, ref, amend: snapshot(
-        held={"inventory:A": held}, context_ref=ref, amendments=amend
-    ),
+inputs_cases = st.builds(
+    lambda held, ref, amend: inputs(held={"inventory:A": held}, context_ref=ref, amendments=amend),
     st.integers(0, 10),
     st.sampled_from(["ref", "old"]),
     st.sampled_from([{}, {"max_qty": 12}]),
@@ -485,7 +483,7 @@ snapshots = st.builds(
 @settings(max_examples=200, derandomize=True, deadline=None)
 @given(
     prop=proposals,
-    snap=snapshots,
+    snap=inputs_cases,
     now=st.integers(0, 3_000),
     readings=st.lists(st.integers(0, 10**9), min_size=2, max_size=8),
 )

@@ -14,7 +14,7 @@ from kernel.adapters import Receipt
 from kernel.audit import fold
 from kernel.cli import main as dirk_main
 from kernel.config import KernelConfig, Ports, Supervision
-from kernel.dim import Snapshot, judge
+from kernel.dim import Inputs, judge
 from kernel.policy import Guard, GuardFinding, PolicyKind, PolicyPack
 from kernel.policy.packs import PolicyCatalog
 from kernel.testing import ManualClock, SeededIds
@@ -67,7 +67,7 @@ def trading_judge(explain, quantity=10):
     record, _ = order(explain=explain, quantity=quantity)
     view = agent(capabilities=("trading.place_order",))
     state = {"market.ACME.price": "100.00"}
-    snapshot = Snapshot(context_ref="ref", state=state)
+    snapshot = Inputs(context_ref="ref", state=state)
     return judge(record, view, PolicyCatalog([TRADING]), NOW, snapshot)
 
 
@@ -308,7 +308,7 @@ def test_an_emergency_rule_that_cannot_judge_rejects_with_kernel_fault(explain):
         agent(capabilities=("desk.note",)),
         catalog,
         NOW,
-        Snapshot(context_ref="ref"),
+        Inputs(context_ref="ref"),
         memory=lambda p, v: memory_calls.append(p),
     )
     feedback = judgement.rejection
@@ -330,8 +330,8 @@ def test_the_trading_pack_with_its_guard_gives_the_same_verdict_twice(explain, s
     view = agent(capabilities=("trading.place_order",))
     state = {"market.ACME.price": "100.00", "position.ACME": held}
     catalog = PolicyCatalog([TRADING])
-    first = judge(record, view, catalog, NOW, Snapshot(context_ref="ref", state=state))
-    again = judge(record, view, catalog, NOW, Snapshot(context_ref="ref", state=dict(state)))
+    first = judge(record, view, catalog, NOW, Inputs(context_ref="ref", state=state))
+    again = judge(record, view, catalog, NOW, Inputs(context_ref="ref", state=dict(state)))
     assert first == again
     finding = direction_mismatch(record, PlaceOrder(**record.params), state)
     blocked = finding is not None and finding.confidence >= 0.95

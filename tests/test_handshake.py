@@ -67,7 +67,7 @@ async def test_the_session_carries_schemas_and_the_journal_only_a_hash_of_the_to
 async def test_a_forged_token_is_refused_and_the_flow_goes_on(tmp_path):
     gate = anyio.Event()
     async with kernel_for(tmp_path / "j.db") as kernel:
-        agent = ScriptedAgent(gate=gate)
+        agent = ScriptedAgent(hold=gate)
         await kernel.register(agent)
         [dfid] = await kernel.trigger("bank.invoice")
         await agent.wait_context()
@@ -88,7 +88,7 @@ async def test_a_forged_token_is_refused_and_the_flow_goes_on(tmp_path):
 async def test_another_agents_token_cannot_act_on_a_flow(tmp_path):
     gate = anyio.Event()
     async with kernel_for(tmp_path / "j.db") as kernel:
-        agent = ScriptedAgent(gate=gate)
+        agent = ScriptedAgent(hold=gate)
         await kernel.register(agent)
         other = await kernel.handshake(ScriptedAgent("other", subscriptions=["elsewhere"]).manifest)
         [dfid] = await kernel.trigger("bank.invoice")
@@ -115,7 +115,7 @@ async def test_a_kind_outside_the_capabilities_is_unauthorized(kernel):
 async def test_a_new_handshake_replaces_the_old_token(tmp_path):
     gate = anyio.Event()
     async with kernel_for(tmp_path / "j.db") as kernel:
-        agent = ScriptedAgent(gate=gate)
+        agent = ScriptedAgent(hold=gate)
         first = await kernel.register(agent)
         second = await kernel.handshake(agent.manifest)
         assert first.token != second.token
@@ -131,7 +131,7 @@ async def test_a_new_handshake_replaces_the_old_token(tmp_path):
 async def test_status_changes_gate_proposals_and_handshakes(tmp_path):
     gate = anyio.Event()
     async with kernel_for(tmp_path / "j.db") as kernel:
-        agent = ScriptedAgent(gate=gate, max_attempts=1)
+        agent = ScriptedAgent(hold=gate, max_attempts=1)
         await kernel.register(agent)
         [dfid] = await kernel.trigger("bank.invoice")
         await agent.wait_context()

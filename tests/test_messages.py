@@ -10,7 +10,7 @@ import pytest
 
 from kernel.context import ContextCompiler
 from kernel.dim import IntegrityModule
-from kernel.escalation import EscalationManager
+from kernel.escalation import EscalationDesk
 from kernel.execution import ExecutionEngine
 from kernel.guards import GuardRunner
 from kernel.registry import Registry
@@ -25,7 +25,7 @@ UNIONS = {
     Registry: messages.RegistryMessage,
     ContextCompiler: messages.CompilerMessage,
     IntegrityModule: messages.DimMessage,
-    EscalationManager: messages.EscalationMessage,
+    EscalationDesk: messages.EscalationMessage,
     ExecutionEngine: messages.ExecutionMessage,
     GuardRunner: messages.GuardMessage,
 }

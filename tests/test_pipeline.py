@@ -169,14 +169,14 @@ async def test_a_human_modification_goes_through_the_dim_again(kernel, bank):
 
 
 async def test_a_proposal_past_its_validity_window_is_expired(tmp_path):
-    gate = anyio.Event()
+    hold = anyio.Event()
     async with kernel_for(tmp_path / "j.db") as kernel:
-        agent = ScriptedAgent(steps=[transfer(valid_for_s=1)], gate=gate, max_attempts=1)
+        agent = ScriptedAgent(steps=[transfer(valid_for_s=1)], hold=hold, max_attempts=1)
         await kernel.register(agent)
         [dfid] = await kernel.trigger("bank.invoice")
         await agent.wait_context()
         kernel.clock.advance(5)
-        gate.set()
+        hold.set()
         flow = await kernel.wait_flow(dfid)
         assert flow.status is FlowStatus.ABORTED
         [rejected] = await kernel.journal.read(dfid=dfid, types=["ProposalRejected"])
@@ -184,15 +184,15 @@ async def test_a_proposal_past_its_validity_window_is_expired(tmp_path):
 
 
 async def test_a_proposal_on_a_changed_state_is_stale_and_retried_on_fresh_context(tmp_path):
-    gate = anyio.Event()
+    hold = anyio.Event()
     async with kernel_for(tmp_path / "j.db") as kernel:
-        agent = ScriptedAgent(subscriptions=["bank.rates"], gate=gate)
+        agent = ScriptedAgent(subscriptions=["bank.rates"], hold=hold)
         await kernel.register(agent)
         [dfid] = await kernel.trigger("bank.rates", {"bank.rates.eur": "1.10"})
         await agent.wait_context()
         # The world moves while the agent thinks (a source nobody subscribes to as a topic).
         await kernel.trigger("feeds.fx", {"bank.rates.eur": "1.12"})
-        gate.set()
+        hold.set()
         flow = await kernel.wait_flow(dfid)
 
         assert flow.status is FlowStatus.CLOSED and flow.attempts == 2
@@ -275,9 +275,9 @@ async def test_a_burst_wider_than_the_mailboxes_is_admitted_gradually_and_comple
 
 
 async def test_a_flow_left_in_an_agents_mind_by_a_stopped_kernel_ends_interrupted(tmp_path):
-    gate = anyio.Event()
+    hold = anyio.Event()
     async with kernel_for(tmp_path / "j.db") as kernel:
-        agent = ScriptedAgent(gate=gate)
+        agent = ScriptedAgent(hold=hold)
         await kernel.register(agent)
         [dfid] = await kernel.trigger("bank.invoice")
         await agent.wait_context()

@@ -197,7 +197,7 @@ async def test_racing_agents_never_over_commit(tmp_path, seed):
                 else None
             )
         )
-        agents = {n: agent(n, qty=wants[n], gate=gates[n]) for n in names}
+        agents = {n: agent(n, qty=wants[n], hold=gates[n]) for n in names}
         for n in names:
             await k.register(agents[n])
         dfids = await k.trigger("depot.order", {"capacity.inventory:X": capacity})

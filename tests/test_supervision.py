@@ -143,7 +143,7 @@ async def test_a_crash_in_the_pipeline_is_restarted_and_the_flow_goes_on(tmp_pat
         assert flow.status is FlowStatus.CLOSED
         assert len(bank.calls) == 1
         [restart] = await kernel.journal.read(types=["ActorRestarted"])
-        assert restart.payload.actor == "integrity"
+        assert restart.payload.actor == "dim"
 
 
 async def test_a_poison_proposal_is_dead_lettered_and_its_flow_aborted_with_kernel_fault(tmp_path):

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import socket
+import subprocess
 import sys
 import uuid
 from collections.abc import AsyncIterator, Iterable, Sequence
@@ -13,8 +15,12 @@ from typing import Any
 import anyio
 import pytest
 from anyio.streams.buffered import BufferedByteReceiveStream
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcExporter
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpExporter
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import (
     BatchSpanProcessor,
@@ -23,9 +29,11 @@ from opentelemetry.sdk.trace.export import (
     SpanExporter,
 )
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.sdk.trace.sampling import ALWAYS_ON
 from opentelemetry.trace import StatusCode
 
 from kernel.core.events import (
+    ActorRestarted,
     AgentRegistered,
     AnyPayload,
     CompensationStarted,
@@ -35,6 +43,7 @@ from kernel.core.events import (
     Event,
     ExecutionFailed,
     ExecutionIntent,
+    ExecutionRetried,
     ExecutionStarted,
     ExecutionSucceeded,
     Feedback,
@@ -56,6 +65,7 @@ from kernel.core.events import (
 )
 from kernel.core.reasons import ReasonCode
 from kernel.telemetry import (
+    ExporterUnavailable,
     SpanProjector,
     Telemetry,
     configure_exporter,
@@ -64,10 +74,13 @@ from kernel.telemetry import (
     spans_for_events,
     trace_id_for,
 )
+from kernel.telemetry._sink import Collector
 
 T0 = 1_700_000_000_000_000_000
 MS = 1_000_000
+US = 1_000  # a flow's span starts are kept strictly increasing, a microsecond apart
 AGENT = "restock-agent"
+REASON = f"invoke_agent {AGENT}"
 PARENT = "7f0c2a52-9d1e-4c4b-8a53-0d6a1b2c3d4e"
 CHILD = "0b9e5c1d-2f3a-4b5c-9d6e-7f8091a2b3c4"
 RECEIVER = Path(__file__).parent / "support" / "otlp_receiver.py"
@@ -161,7 +174,13 @@ def test_accepted_and_executed_flow_is_one_trace_with_a_span_per_stage() -> None
     spans = exported(j.events)
 
     named = by_name(spans)
-    assert sorted(named) == ["context", "execute", "flow reorder", "reason", "validate"]
+    assert sorted(named) == [
+        "context",
+        "execute_tool reorder",
+        "flow reorder",
+        REASON,
+        "judge reorder",
+    ]
     root = named["flow reorder"][0]
     assert root.parent is None
     assert {s.context.trace_id for s in spans if s.context} == {uuid.UUID(PARENT).int}
@@ -184,9 +203,9 @@ def test_accepted_and_executed_flow_is_one_trace_with_a_span_per_stage() -> None
     assert root.resource.attributes["service.name"]
     assert root.instrumentation_scope is not None
 
-    context, reason = named["context"][0], named["reason"][0]
-    validate, execute = named["validate"][0], named["execute"][0]
-    assert (context.start_time, context.end_time) == (T0, T0 + 2 * MS)
+    context, reason = named["context"][0], named[REASON][0]
+    validate, execute = named["judge reorder"][0], named["execute_tool reorder"][0]
+    assert (context.start_time, context.end_time) == (T0 + US, T0 + 2 * MS)
     assert context.attributes["dir.context_ref"] == "ctx-1"
     assert (reason.start_time, reason.end_time) == (T0 + 2 * MS, T0 + 50 * MS)
     assert (validate.start_time, validate.end_time) == (T0 + 50 * MS, T0 + 51 * MS)
@@ -197,9 +216,14 @@ def test_accepted_and_executed_flow_is_one_trace_with_a_span_per_stage() -> None
     assert execute.attributes["dir.adapter"] == "erp"
     assert execute.attributes["dir.external_id"] == "PO-7"
     assert all(s.attributes["dir.attempt"] == 1 for s in (context, reason, validate))
+    assert span_id(reason) == span_id_for(PARENT, "reason", 1)
+    # Every span names the agent with the GenAI semantic conventions.
+    assert all(s.attributes["gen_ai.agent.id"] == AGENT for s in spans)
+    assert reason.attributes["gen_ai.operation.name"] == "invoke_agent"
+    assert execute.attributes["gen_ai.operation.name"] == "execute_tool"
 
 
-def test_a_rejected_attempt_is_an_error_validate_span_carrying_the_feedback() -> None:
+def test_a_rejected_attempt_is_a_governed_validate_span_carrying_the_feedback() -> None:
     j = JournalBuilder()
     j.add(FlowCreated(root_dfid=PARENT, topic="stock.low"), at_ms=0)
     j.add(ContextCompiled(attempt=1, context_ref="ctx-1"), at_ms=1)
@@ -215,9 +239,9 @@ def test_a_rejected_attempt_is_an_error_validate_span_carrying_the_feedback() ->
 
     named = by_name(exported(j.events))
 
-    first, second = sorted(named["validate"], key=lambda s: s.attributes["dir.attempt"])
-    assert first.status.status_code is StatusCode.ERROR
-    assert first.status.description == "RISK_LIMIT_EXCEEDED"
+    first, second = sorted(named["judge reorder"], key=lambda s: s.attributes["dir.attempt"])
+    # A refusal is the policy working, not a fault: no ERROR status.
+    assert first.status.status_code is StatusCode.UNSET
     assert first.attributes["dir.reason_code"] == "RISK_LIMIT_EXCEEDED"
     assert first.attributes["dir.verdict"] == "REJECTED"
     (event,) = first.events
@@ -234,31 +258,47 @@ def test_a_rejected_attempt_is_an_error_validate_span_carrying_the_feedback() ->
     # The second context span covers the gap since the rejection.
     contexts = sorted(named["context"], key=lambda s: s.attributes["dir.attempt"])
     assert [(c.start_time, c.end_time) for c in contexts] == [
-        (T0, T0 + 1 * MS),
+        (T0 + US, T0 + 1 * MS),
         (T0 + 11 * MS, T0 + 12 * MS),
     ]
-    assert len(named["reason"]) == 2
+    assert len(named[REASON]) == 2
     root = named["flow reorder"][0]
     assert root.attributes["dir.attempts"] == 2
     assert root.status.status_code is StatusCode.OK
 
 
-def test_an_aborted_flow_has_an_error_root_naming_the_reason_code() -> None:
+@pytest.mark.parametrize(
+    ("code", "fault"),
+    [
+        (ReasonCode.REASONING_EXHAUSTION, False),
+        (ReasonCode.HUMAN_REJECTED, False),
+        (ReasonCode.AGENT_ERROR, True),
+        (ReasonCode.KERNEL_FAULT, True),
+    ],
+)
+def test_an_aborted_flow_names_its_reason_code_and_is_an_error_only_for_a_fault(
+    code: ReasonCode, fault: bool
+) -> None:
     j = JournalBuilder()
     j.add(FlowCreated(root_dfid=PARENT, topic="stock.low"), at_ms=0)
     j.add(ContextCompiled(attempt=1, context_ref="ctx-1"), at_ms=1)
-    j.add(FlowAborted(reason_code=ReasonCode.REASONING_EXHAUSTION, detail="no proposal"), at_ms=30)
+    j.add(FlowAborted(reason_code=code, detail="no proposal"), at_ms=30)
 
     named = by_name(exported(j.events))
 
     root = named["flow stock.low"][0]
-    assert root.status.status_code is StatusCode.ERROR
-    assert root.status.description == "REASONING_EXHAUSTION"
+    if fault:
+        assert root.status.status_code is StatusCode.ERROR
+        assert root.status.description == code.value
+        assert root.attributes["error.type"] == code.value
+    else:
+        assert root.status.status_code is StatusCode.UNSET
+        assert "error.type" not in root.attributes
     assert root.attributes["dir.status"] == "ABORTED"
-    assert root.attributes["dir.reason_code"] == "REASONING_EXHAUSTION"
+    assert root.attributes["dir.reason_code"] == code.value
     assert root.attributes["dir.detail"] == "no proposal"
     # The agent never answered: its reason span runs until the abort.
-    (reason,) = named["reason"]
+    (reason,) = named[REASON]
     assert (reason.start_time, reason.end_time) == (T0 + 1 * MS, T0 + 30 * MS)
 
 
@@ -272,11 +312,12 @@ def test_a_failed_execution_is_an_error_execute_span() -> None:
     j.add(ExecutionFailed(key="key-1", error="erp down", transient=False), at_ms=9)
     j.add(FlowAborted(reason_code=ReasonCode.EXECUTION_FAILED), at_ms=10)
 
-    (execute,) = by_name(exported(j.events))["execute"]
+    (execute,) = by_name(exported(j.events))["execute_tool reorder"]
 
     assert execute.status.status_code is StatusCode.ERROR
     assert execute.attributes["dir.reason_code"] == "EXECUTION_FAILED"
     assert execute.attributes["dir.error"] == "erp down"
+    assert execute.attributes["error.type"] == "EXECUTION_FAILED"
     assert (execute.start_time, execute.end_time) == (T0 + 3 * MS, T0 + 9 * MS)
 
 
@@ -289,7 +330,7 @@ def test_a_resumed_execution_ends_the_interrupted_attempt_and_starts_a_new_span(
     j.add(ExecutionSucceeded(key="key-1"), at_ms=6)
     j.add(FlowClosed(), at_ms=7)
 
-    executes = by_name(exported(j.events))["execute"]
+    executes = by_name(exported(j.events))["execute_tool reorder"]
 
     assert sorted((s.start_time, s.end_time) for s in executes) == [
         (T0 + 1 * MS, T0 + 5 * MS),
@@ -310,19 +351,30 @@ def test_an_escalation_span_records_the_human_decision_and_the_wait() -> None:
 
     named = by_name(exported(j.events))
 
-    (validate,) = named["validate"]
+    (validate,) = named["judge reorder"]
     assert validate.attributes["dir.verdict"] == "ESCALATED"
     assert validate.status.status_code is StatusCode.UNSET
-    (escalation,) = named["escalation"]
+    (escalation,) = named["escalation VERIFICATION_REQUIRED"]
     assert (escalation.start_time, escalation.end_time) == (T0 + 6 * MS, T0 + 90_006 * MS)
     assert escalation.attributes["dir.wait_ms"] == 90_000
     assert escalation.attributes["dir.reason_code"] == "VERIFICATION_REQUIRED"
     assert escalation.attributes["dir.operator"] == "ops@example"
     assert escalation.attributes["dir.decision"] == "approve"
-    assert parent_id(escalation) == span_id(named["flow reorder"][0])
+    root = named["flow reorder"][0]
+    assert parent_id(escalation) == span_id(root)
+    # The root left when the flow began to wait; the rest hangs under "resume".
+    assert root.end_time == T0 + 6 * MS
+    assert root.attributes["dir.status"] == "ESCALATED"
+    (resume,) = named["resume reorder"]
+    assert parent_id(resume) == span_id(root)
+    assert resume.attributes["dir.status"] == "CLOSED"
+    assert resume.status.status_code is StatusCode.OK
+    assert (resume.start_time, resume.end_time) == (T0 + 90_006 * MS, T0 + 90_008 * MS)
+    (accepted,) = [s for s in named["judge reorder"] if s is not validate] or [None]
+    assert accepted is None  # a human's acceptance opens no second judgement
 
 
-def test_a_child_flow_nests_under_its_parents_root_span_in_the_parents_trace() -> None:
+def test_a_child_flow_is_its_own_trace_linked_both_ways_to_its_parent() -> None:
     j = JournalBuilder()
     j.add(FlowCreated(root_dfid=PARENT, topic="stock.low"), at_ms=0)
     j.add(
@@ -342,11 +394,20 @@ def test_a_child_flow_nests_under_its_parents_root_span_in_the_parents_trace() -
 
     parent_root, child_root = root_of(spans, PARENT), root_of(spans, CHILD)
     assert child_root.name == "flow quote"
-    assert parent_id(child_root) == span_id(parent_root)
+    assert child_root.parent is None
+    assert child_root.context is not None and parent_root.context is not None
+    assert child_root.context.trace_id == uuid.UUID(CHILD).int == trace_id_for(CHILD)
+    assert parent_root.context.trace_id == uuid.UUID(PARENT).int
+    assert [link.context.span_id for link in child_root.links] == [span_id(parent_root)]
+    assert [link.context.trace_id for link in child_root.links] == [trace_id_for(PARENT)]
     assert child_root.attributes["dir.parent_dfid"] == PARENT
-    assert {s.context.trace_id for s in spans if s.context} == {trace_id_for(PARENT)}
+    # The parent's trace shows where the child went, linked to the child's root.
+    (spawn,) = by_name(spans)["child flow supplier.quote"]
+    assert spawn.context is not None and spawn.context.trace_id == trace_id_for(PARENT)
+    assert parent_id(spawn) == span_id(parent_root)
+    assert [link.context.span_id for link in spawn.links] == [span_id(child_root)]
     (child_validate,) = [s for s in spans if parent_id(s) == span_id(child_root)]
-    assert child_validate.name == "validate"
+    assert child_validate.name == "judge quote"
 
 
 def test_export_flows_selects_a_flow_and_its_descendants() -> None:
@@ -401,15 +462,17 @@ def test_fed_in_batches_equals_fed_at_once_and_nothing_is_retained_after_termina
     j.add(DuplicateSuppressed(key="key-1", source="adapter"), at_ms=201)
     projector = SpanProjector()
 
-    spans: list[ReadableSpan] = []
+    exporter = InMemorySpanExporter()
+    telemetry = Telemetry(SimpleSpanProcessor(exporter))
     open_counts = []
     for event in j.events:
-        spans += projector.feed([event])
-        open_counts.append(projector.open_flows)
+        telemetry.emit([event])
+        open_counts.append(telemetry._projector.open_flows)
+        projector.feed([event])
 
     assert max(open_counts) == 1
     assert projector.open_flows == 0
-    assert projector.flush_open() == []
+    spans = exporter.get_finished_spans()
     ids = [(s.name, s.context.span_id, s.start_time, s.end_time) for s in spans if s.context]
     at_once = [
         (s.name, s.context.span_id, s.start_time, s.end_time)
@@ -419,26 +482,47 @@ def test_fed_in_batches_equals_fed_at_once_and_nothing_is_retained_after_termina
     assert ids == at_once
 
 
-def test_flush_open_ends_in_progress_flows_at_their_last_event() -> None:
+def test_an_open_flow_gives_only_its_finished_stages_and_never_an_open_root() -> None:
     j = JournalBuilder()
     j.add(FlowCreated(root_dfid=PARENT, topic="stock.low"), at_ms=0)
     j.add(ContextCompiled(attempt=1, context_ref="ctx-1"), at_ms=1)
     j.add(proposal(1), at_ms=7)
-    projector = SpanProjector()
 
-    assert projector.feed(j.events) == []
-    assert projector.open_flows == 1
-    named = by_name(projector.flush_open())
+    named = by_name(spans_for_events(j.events))
 
-    assert projector.open_flows == 0
-    root = named["flow reorder"][0]
-    assert root.attributes["dir.open"] is True
-    assert root.attributes["dir.status"] == "OPEN"
-    assert root.status.status_code is StatusCode.UNSET
-    assert root.end_time == T0 + 7 * MS
-    (validate,) = named["validate"]
-    assert validate.attributes["dir.open"] is True
-    assert (validate.start_time, validate.end_time) == (T0 + 7 * MS, T0 + 7 * MS)
+    assert sorted(named) == ["context", REASON]
+    (reason,) = named[REASON]
+    assert (reason.start_time, reason.end_time) == (T0 + 1 * MS, T0 + 7 * MS)
+    assert all("dir.open" not in s.attributes for spans in named.values() for s in spans)
+
+
+def test_a_waiting_flow_shows_its_root_and_stages_and_later_ids_never_change_content() -> None:
+    j = JournalBuilder()
+    j.add(FlowCreated(root_dfid=PARENT, topic="stock.low"), at_ms=0)
+    j.add(ContextCompiled(attempt=1, context_ref="ctx-1"), at_ms=1)
+    j.add(proposal(1), at_ms=5)
+    j.add(FlowEscalated(reason_code=ReasonCode.APPROVAL_REQUIRED, impact="HIGH"), at_ms=6)
+    waiting = len(j.events)
+    j.add(HumanDecided(decision="reject", operator="ops", reason="no"), at_ms=9, agent_id=None)
+    j.add(FlowAborted(reason_code=ReasonCode.HUMAN_REJECTED), at_ms=10)
+
+    before = {span_id(s): s for s in spans_for_events(j.events[:waiting])}
+    after = {span_id(s): s for s in spans_for_events(j.events)}
+
+    assert sorted(s.name for s in before.values()) == [
+        "context",
+        "flow reorder",
+        REASON,
+        "judge reorder",
+    ]
+    assert before[span_id_for(PARENT, "flow", 0)].attributes["dir.status"] == "ESCALATED"
+    for sid, span in before.items():
+        assert after[sid].to_json() == span.to_json()
+    resume = after[span_id_for(PARENT, "resume", 0)]
+    assert resume.attributes["dir.status"] == "ABORTED"
+    assert resume.status.status_code is StatusCode.UNSET  # a human's rejection is no fault
+    (escalation,) = [s for s in after.values() if s.name.startswith("escalation")]
+    assert escalation.attributes["dir.human_reason"] == "no"
 
 
 def test_duplicates_inside_a_flow_are_events_on_its_root_span() -> None:
@@ -468,7 +552,8 @@ def test_duplicates_inside_a_flow_are_events_on_its_root_span() -> None:
 )
 def test_export_is_off_unless_configured(env: dict[str, str]) -> None:
     assert configure_exporter(env) is None
-    assert not Telemetry.from_env(env).enabled
+    # Metrics follow their own variable (and an endpoint): off too when it says none.
+    assert not Telemetry.from_env({**env, "OTEL_METRICS_EXPORTER": "none"}).enabled
 
 
 def exporter_of(env: dict[str, str]) -> SpanExporter:
@@ -568,7 +653,7 @@ async def test_spans_reach_a_real_otlp_receiver(compression: str) -> None:
                 received: dict[int, dict[str, Any]] = {}
                 while received.keys() != expected.keys():
                     span = json.loads(await read_line(stdout))
-                    if span["trace_id"] == trace_hex:
+                    if span.get("trace_id") == trace_hex:
                         received[int(span["span_id"], 16)] = span
             finally:
                 receiver.terminate()
@@ -627,16 +712,133 @@ def test_a_compensated_saga_ends_its_trace_with_its_compensations() -> None:
     j.add(FlowCompensated(steps=1), at_ms=21)
 
     projector = SpanProjector()
-    spans = projector.feed(j.events)
+    projector.feed(j.events)
     assert projector.open_flows == 0, "FlowCompensated ends the flow"
+    spans = spans_for_events(j.events)
     root = root_of(spans, PARENT)
     assert root.attributes["dir.status"] == "COMPENSATED"
     assert root.status.status_code is StatusCode.ERROR
     assert root.status.description == "COMPENSATED"
     assert root.attributes["dir.needs_review"] is True
     assert [e.name for e in root.events] == ["needs_review", "dirty"]
-    [compensate] = by_name(spans)["compensate"]
+    [compensate] = by_name(spans)["compensate buy_back"]
     assert compensate.parent is not None and compensate.parent.span_id == span_id(root)
     assert compensate.attributes["dir.idempotency_key"] == "k-sell-undo"
     assert compensate.attributes["dir.external_id"] == "B-1"
     assert (compensate.start_time, compensate.end_time) == (T0 + 14 * MS, T0 + 20 * MS)
+
+
+def test_import_kernel_imports_no_exporter() -> None:
+    probe = (
+        "import sys, kernel, kernel.telemetry, kernel.cli._main\n"
+        "bad = sorted(m for m in sys.modules if m.startswith(('opentelemetry.exporter', 'grpc')))\n"
+        "print(bad)"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"
+
+
+def test_a_missing_exporter_package_is_named_not_raised_at_the_kernel(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # As if `dirk[otlp]` were not installed: the import of the exporter fails.
+    http = "opentelemetry.exporter.otlp.proto.http"
+    monkeypatch.setitem(sys.modules, f"{http}.trace_exporter", None)
+    monkeypatch.setitem(sys.modules, f"{http}.metric_exporter", None)
+    env = {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318"}
+
+    with pytest.raises(ExporterUnavailable, match=r"dir-kernel\[otlp\]"):
+        configure_exporter(env)
+    assert not Telemetry.from_env(env).enabled
+    assert "dir-kernel[otlp]" in caplog.text
+
+
+# --- properties: any cut of the journal, any batching ------------------------------------
+
+
+def varied_journal() -> list[Event]:
+    """Flows of every shape: executed, escalated and decided, rejected then revised, a child."""
+    j = JournalBuilder()
+    executed_flow(j)
+    other = str(uuid.UUID(int=7, version=4))
+    j.add(FlowCreated(root_dfid=other, topic="stock.low"), at_ms=100, dfid=other)
+    j.add(FlowCreated(root_dfid=other), at_ms=100, dfid=CHILD, parent_dfid=other)
+    j.add(ContextCompiled(attempt=1, context_ref="c"), at_ms=100, dfid=other)
+    j.add(proposal(1), at_ms=101, dfid=other)
+    feedback = Feedback(reason_code=ReasonCode.RISK_LIMIT_EXCEEDED, detail="too much")
+    j.add(ProposalRejected(attempt=1, feedback=feedback), at_ms=101, dfid=other)
+    j.add(ContextCompiled(attempt=2, context_ref="d"), at_ms=101, dfid=other)
+    j.add(proposal(2), at_ms=102, dfid=other)
+    j.add(FlowEscalated(reason_code=ReasonCode.APPROVAL_REQUIRED), at_ms=102, dfid=other)
+    j.add(FlowClosed(), at_ms=103, dfid=CHILD, parent_dfid=other)
+    j.add(HumanDecided(decision="approve", operator="o"), at_ms=900, dfid=other, agent_id=None)
+    j.add(ProposalAccepted(attempt=2, by_human=True), at_ms=900, dfid=other)
+    intent = ExecutionIntent(key="k2", kind="reorder", adapter="erp")
+    j.add(ExecutionStarted(intent=intent), at_ms=900, dfid=other)
+    j.add(ExecutionSucceeded(key="k2"), at_ms=901, dfid=other)
+    j.add(FlowClosed(), at_ms=901, dfid=other)
+    return j.events
+
+
+VARIED = varied_journal()
+
+
+def content_of(spans: Iterable[ReadableSpan]) -> dict[int, str]:
+    return {span_id(s): s.to_json() for s in spans}
+
+
+@settings(max_examples=40, derandomize=True, deadline=None)
+@given(cut=st.integers(min_value=0, max_value=len(VARIED)))
+def test_a_span_sent_from_any_cut_of_the_journal_has_its_final_content(cut: int) -> None:
+    early = content_of(spans_for_events(VARIED[:cut]))
+    final = content_of(spans_for_events(VARIED))
+
+    assert len(early) == len(spans_for_events(VARIED[:cut])), "an id sent twice in one run"
+    for sid, text in early.items():
+        assert final[sid] == text
+
+
+@settings(max_examples=40, derandomize=True, deadline=None)
+@given(cuts=st.lists(st.integers(min_value=0, max_value=len(VARIED)), max_size=6))
+def test_batching_never_changes_the_spans(cuts: list[int]) -> None:
+    bounds = [0, *sorted(cuts), len(VARIED)]
+    collector = Collector()
+    telemetry = Telemetry(collector, sampler=ALWAYS_ON)
+    for start, stop in itertools.pairwise(bounds):
+        telemetry.emit(VARIED[start:stop])
+
+    assert content_of(collector.spans) == content_of(spans_for_events(VARIED))
+
+
+def test_metrics_count_flows_verdicts_waits_retries_and_restarts() -> None:
+    reader = InMemoryMetricReader()
+    telemetry = Telemetry(None, meter_provider=MeterProvider([reader]))
+    events = [*VARIED]
+    extra = JournalBuilder()
+    extra.events = events
+    extra.add(ActorRestarted(actor="dim", error="boom", restarts=1), at_ms=950, dfid=None)
+    extra.add(
+        ExecutionRetried(key="k", attempt=1, error="busy", delay_ns=1, retry_at_ns=2), at_ms=951
+    )
+
+    telemetry.emit(events)
+
+    points: dict[tuple[str, tuple[tuple[str, Any], ...]], Any] = {}
+    data = reader.get_metrics_data()
+    assert data is not None
+    for resource_metrics in data.resource_metrics:
+        for scope in resource_metrics.scope_metrics:
+            for metric in scope.metrics:
+                for point in metric.data.data_points:
+                    key = (metric.name, tuple(sorted((point.attributes or {}).items())))
+                    points[key] = getattr(point, "value", None) or getattr(point, "count", None)
+    assert points[("dir.flows", (("dir.status", "CLOSED"),))] == 3
+    rejected = (("dir.reason_code", "RISK_LIMIT_EXCEEDED"), ("dir.verdict", "REJECTED"))
+    assert points[("dir.verdicts", rejected)] == 1
+    assert points[("dir.verdicts", (("dir.verdict", "ACCEPTED"),))] == 2
+    assert points[("dir.escalation.wait", ())] == 1
+    assert points[("dir.actor.restarts", (("dir.actor", "dim"),))] == 1
+    assert points[("dir.execution.retries", ())] == 1
+    assert ("dir.escalations.waiting", ()) in points  # back to 0 after the decision
+    assert points[("dir.execution.duration", (("dir.adapter", "erp"), ("outcome", "ok")))] == 2
+    assert telemetry.shutdown()

@@ -118,7 +118,7 @@ async def test_no_proposal_stops_the_kernel_or_poisons_the_journal(tmp_path, bat
     path = fresh(tmp_path)
     gate = anyio.Event()
     async with kernel_for(path) as kernel:
-        agent = ScriptedAgent(gate=gate, max_attempts=1000, steps=[transfer()])
+        agent = ScriptedAgent(hold=gate, max_attempts=1000, steps=[transfer()])
         session = await kernel.register(agent)
         [dfid] = await kernel.trigger("bank.invoice")
         await agent.wait_context()

@@ -1,18 +1,16 @@
-"""The journal's own commands: ``dirk copy`` between stores, and where ``--db`` comes from.
+"""The journal's own command: ``dirk copy`` from one store to another, verified on arrival.
 
 ``dirk copy --from A --to B`` copies a journal, row for row, from a SQLite
 file to a PostgreSQL database or back (or file to file), and verifies the copy
 on arrival against the head the source verified to. Every command's ``--db``
-takes a file or a ``postgresql://`` URL; ``DIRK_DB`` stands in for an absent
-``--db``. Put a server's password in ``PGPASSWORD`` or ``~/.pgpass``, not in
+(and ``copy``'s ``--from`` and ``--to``) takes a file or a ``postgresql://`` URL.
+Put a server's password in ``PGPASSWORD`` or ``~/.pgpass``, not in
 the URL: the URL is on the command line, where other users can see it.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
-from collections.abc import Sequence
 from typing import Any
 
 from kernel.core.reasons import ExitCode
@@ -20,16 +18,15 @@ from kernel.journal.copy import copy_journal
 from kernel.journal.errors import JournalKeyError, chain_key_from, chain_key_from_env, redact
 from kernel.journal.head import CHAIN_KEY_ENV
 
-DB_ENV = "DIRK_DB"
-"""The environment variable every ``dirk`` command takes its ``--db`` from when none is given."""
-
 
 def add_commands(commands: Any) -> None:
     """Add ``copy`` to the ``dirk`` parser's subcommands."""
     copy = commands.add_parser(
         "copy", help="copy a journal to another store (SQLite or PostgreSQL), verified on arrival"
     )
-    copy.add_argument("--from", dest="source", required=True, help="the journal to copy")
+    copy.add_argument(
+        "--from", "--db", dest="source", required=True, help="the journal to copy (or DIRK_DB)"
+    )
     copy.add_argument(
         "--to", dest="target", required=True, help="a new journal: a file or postgresql:// URL"
     )
@@ -39,16 +36,6 @@ def add_commands(commands: Any) -> None:
         help=f"the chain key of a keyed journal, read from this file (default: ${CHAIN_KEY_ENV})",
     )
     copy.set_defaults(run=_copy)
-
-
-def with_db_from_env(argv: Sequence[str], environ: dict[str, str] | None = None) -> list[str]:
-    """Return ``argv`` with ``--db $DIRK_DB`` added when it names no ``--db`` of its own."""
-    args = list(argv)
-    value = (os.environ if environ is None else environ).get(DB_ENV, "")
-    given = any(arg == "--db" or arg.startswith("--db=") for arg in args)
-    if value and args and not given and not {"-h", "--help", "copy"} & set(args):
-        args += ["--db", value]
-    return args
 
 
 async def _copy(args: argparse.Namespace) -> int:

@@ -13,7 +13,9 @@ never from a flag's value, which other users of the machine could see.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
+import io
 import json
 import logging
 import os
@@ -28,8 +30,8 @@ import msgspec
 from kernel.audit.reverify import PackPathError
 from kernel.cli._admin import add_commands as add_admin_commands
 from kernel.cli._journal import add_commands as add_journal_commands
-from kernel.cli._journal import with_db_from_env
 from kernel.cli._operator import add_commands, error, error_of, fold_journal, one_line
+from kernel.cli._read import flows_matching, positive, print_table, select_flows, when
 from kernel.cli._replay import add_commands as add_replay_commands
 from kernel.cli._replay import verify_replay, verify_verdicts
 from kernel.core import events as ev
@@ -39,6 +41,7 @@ from kernel.core.reasons import CliError, ExitCode
 from kernel.journal.errors import is_postgres, redact
 from kernel.journal.head import CHAIN_KEY_ENV
 from kernel.journal.store import (
+    Journal,
     JournalCorrupt,
     JournalError,
     JournalKeyError,
@@ -47,12 +50,13 @@ from kernel.journal.store import (
     open_journal,
 )
 from kernel.journal.verify import Anchor, parse_anchor, verify_journal
+from kernel.registry import KERNEL_VERSION
 from kernel.state.projections import Projections
+from kernel.telemetry import trace_id_for
 
 EPILOG = f"""\
---db takes a journal file or a postgresql:// URL (dirk[postgres]); without
---db, the DIRK_DB environment variable names it. Keep a server's password in
-PGPASSWORD or ~/.pgpass, not in the URL.
+--db takes a journal file or a postgresql:// URL (dirk[postgres]); keep a
+server's password in PGPASSWORD or ~/.pgpass, not in the URL.
 
 exit status:
   {ExitCode.OK:<3}  the command did its work
@@ -68,6 +72,9 @@ An error is one line on stderr, "error: CODE: what": CODE is a reason code
 {textwrap.fill(", ".join(CliError) + ".", width=78)}
 """
 
+DB_ENV = "DIRK_DB"
+"""The environment variable naming the journal when ``--db`` is not given."""
+
 # How long ``traces export`` waits for the collector to take the spans, unless told.
 _EXPORT_TIMEOUT_S = 10.0
 # The batch span processor's smallest sensible queue (its batches are 512 spans).
@@ -82,7 +89,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     command quietly with CLOSED_PIPE (141), as a pipe's writer killed by SIGPIPE would.
     """
     parser = _parser()
-    args = parser.parse_args(with_db_from_env(sys.argv[1:] if argv is None else argv))
+    args = parser.parse_args(_with_default_db(sys.argv[1:] if argv is None else list(argv)))
     try:
         db = getattr(args, "db", None) or ""
         if db and not is_postgres(db) and not os.path.isfile(db):
@@ -108,17 +115,45 @@ def main(argv: Sequence[str] | None = None) -> int:
         return ExitCode.INTERRUPTED
 
 
+DESCRIPTION = f"""\
+dirk: inspect, verify and re-export a kernel's journal, and act as its operator.
+
+Every command names its journal with --db FILE or URL; ${DB_ENV}, when set, is the default.
+Reading commands print text for people, or JSON with --json.
+"""
+
+
+def _with_default_db(argv: list[str]) -> list[str]:
+    """Add ``--db $DIRK_DB`` to a command given no ``--db`` (every command takes one)."""
+    default = os.environ.get(DB_ENV, "")
+    asks_help = {"-h", "--help", "--version"} & set(argv)
+    # ``copy`` takes the journal to copy as --from (or --db).
+    given = any(arg.split("=")[0] in ("--db", "--from") for arg in argv)
+    if default and argv and not asks_help and not given:
+        return [*argv, "--db", default]
+    return argv
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="dirk",
-        description=__doc__.splitlines()[0],
+        description=DESCRIPTION,
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--version",
+        action="version",
+        version=f"dirk {KERNEL_VERSION}",
+        help="print dirk's version and exit",
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     verify = commands.add_parser("verify", help="recompute the hash chain and the projections")
     verify.add_argument("--db", required=True, help="the journal: a file or a postgresql:// URL")
+    verify.add_argument(
+        "--json", action="store_true", help="the outcome and what was found as one JSON object"
+    )
     verify.add_argument(
         "--verdicts",
         action="store_true",
@@ -143,11 +178,35 @@ def _parser() -> argparse.ArgumentParser:
         "anchor", help="verify the chain and print its head as one line to keep elsewhere"
     )
     anchor.add_argument("--db", required=True, help="the journal: a file or a postgresql:// URL")
+    anchor.add_argument("--json", action="store_true", help="the anchor as one JSON object")
     _key_file_argument(anchor)
     anchor.set_defaults(run=_anchor)
 
-    flows = commands.add_parser("flows", help="list DecisionFlows")
-    flows.add_argument("--db", required=True)
+    flows = commands.add_parser(
+        "flows",
+        help="list DecisionFlows (filters combine; times are the journal's clock, UTC)",
+    )
+    flows.add_argument("--db", required=True, help="the journal: a file or a postgresql:// URL")
+    flows.add_argument("--agent", metavar="AGENT_ID", help="only flows of this agent")
+    flows.add_argument("--kind", metavar="KIND", help="only flows proposing this policy kind")
+    flows.add_argument(
+        "--reason",
+        type=str.upper,
+        metavar="CODE",
+        help="only flows that ended with this reason code (as in the REASON column)",
+    )
+    flows.add_argument(
+        "--since",
+        type=when,
+        metavar="TIME",
+        help="only flows created at or after TIME (ISO 8601, 2024-03-15T14:30; UTC unless zoned)",
+    )
+    flows.add_argument(
+        "--until", type=when, metavar="TIME", help="only flows created before TIME (as --since)"
+    )
+    flows.add_argument(
+        "--limit", type=positive, metavar="N", help="only the N most recently created of them"
+    )
     flows.add_argument(
         "--status",
         type=str.upper,
@@ -160,19 +219,31 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="only flows flagged NEEDS_REVIEW (by a soft guard or a rule past its budget)",
     )
-    flows.add_argument("--json", action="store_true", help="one JSON object per line")
+    flows.add_argument("--json", action="store_true", help="one JSON object per line, per flow")
     flows.set_defaults(run=_flows)
 
     show = commands.add_parser("show", help="print the narrative of one flow")
-    show.add_argument("dfid")
-    show.add_argument("--db", required=True)
+    show.add_argument(
+        "dfid",
+        metavar="FLOW",
+        help="the flow: its DFID, a unique prefix of it, or its trace id as a trace viewer shows",
+    )
+    show.add_argument("--db", required=True, help="the journal: a file or a postgresql:// URL")
+    show.add_argument(
+        "--json", action="store_true", help="the flow and its events as one JSON object"
+    )
     show.set_defaults(run=_show)
 
     traces = commands.add_parser("traces", help="OpenTelemetry spans from the journal")
     traces_commands = traces.add_subparsers(dest="traces_command", required=True, metavar="COMMAND")
     export = traces_commands.add_parser("export", help="re-emit past flows as spans (OTEL_* env)")
-    export.add_argument("--db", required=True)
-    export.add_argument("--dfid", help="only this flow and its children")
+    export.add_argument("--db", required=True, help="the journal: a file or a postgresql:// URL")
+    export.add_argument(
+        "--dfid",
+        metavar="FLOW",
+        help="only this flow and its children (a DFID, a unique prefix, or a trace id)",
+    )
+    export.add_argument("--json", action="store_true", help="the outcome as one JSON object")
     export.add_argument(
         "--timeout",
         type=float,
@@ -240,11 +311,29 @@ async def _anchor(args: argparse.Namespace) -> int:
         else:
             print(one_line(f"anchor: FAILED at seq {report.first_bad_seq}: {report.problem}"))
         return ExitCode.FAILED
-    print(report.anchor().line())
+    anchor = report.anchor()
+    if args.json:
+        print(
+            json.dumps(
+                {"ok": True, "anchor": anchor.line(), "seq": anchor.seq, "hash": anchor.hash}
+            )
+        )
+    else:
+        print(anchor.line())
     return ExitCode.OK
 
 
 async def _verify(args: argparse.Namespace) -> int:
+    if not args.json:
+        return await _verify_text(args)
+    said = io.StringIO()
+    with contextlib.redirect_stdout(said):
+        status = await _verify_text(args)
+    print(json.dumps({"ok": status == ExitCode.OK, "lines": said.getvalue().splitlines()}))
+    return status
+
+
+async def _verify_text(args: argparse.Namespace) -> int:
     if args.verdicts and not args.pack:
         return error(
             CliError.BAD_ARGUMENT, "--verdicts needs the packs: --pack PATH", ExitCode.USAGE
@@ -306,47 +395,69 @@ def _flow_row(flow: FlowState) -> dict[str, Any]:
         "parent_dfid": flow.parent_dfid,
         "created": _time(flow.created_ts),
         "needs_review": flow.needs_review,
+        "trace_id": f"{trace_id_for(flow.dfid):032x}",
     }
 
 
 async def _flows(args: argparse.Namespace) -> int:
     projections = await fold_journal(args.db)
-    flows = sorted(projections.flows.values(), key=lambda f: f.created_ts)
-    if args.status:
-        flows = [f for f in flows if f.status == args.status]
-    if args.needs_review:
-        flows = [f for f in flows if f.needs_review]
+    everything = projections.flows.values()
+    # "Now" is the journal's: its latest event, so a simulated run's ages make sense.
+    now = max((f.updated_ts for f in everything), default=0)
+    flows = select_flows(everything, args)
     rows = [_flow_row(f) for f in flows]
     if args.json:
         for row in rows:
             print(json.dumps(row))
         return ExitCode.OK
-    print(f"{'DFID':36}  {'STATUS':10}  {'AGENT':16}  {'KIND':24}  {'TRIES':>5}  REASON")
-    for row in rows:
-        print(
-            f"{row['dfid']:36}  {row['status']:10}  {row['agent_id']:16.16}  "
-            f"{row['policy_kind']:24.24}  {row['attempts']:>5}  {row['reason_code']}"
-            + ("  NEEDS_REVIEW" if row["needs_review"] else "")
-        )
+    print_table(flows, now)
     print(f"{len(rows)} flows")
     return ExitCode.OK
 
 
+async def _find_flow(journal: Journal, wanted: str) -> list[str]:
+    """Return the DFIDs ``wanted`` names: itself, or those it prefixes (see flows_matching)."""
+    if await journal.flow_events(wanted):
+        return [wanted]
+    dfids = [
+        event.dfid
+        async for batch in journal.scan()
+        for event in batch
+        if event.dfid is not None and isinstance(event.payload, ev.FlowCreated)
+    ]
+    return flows_matching(dfids, wanted)
+
+
 async def _show(args: argparse.Namespace) -> int:
     async with open_journal(args.db, readonly=True) as journal:
-        events = await journal.flow_events(args.dfid)
+        found = await _find_flow(journal, args.dfid)
+        if len(found) > 1:
+            some = ", ".join(found[:3]) + (", ..." if len(found) > 3 else "")
+            return error(
+                CliError.AMBIGUOUS_FLOW, f"{args.dfid} fits {len(found)} flows ({some}): say more"
+            )
+        events = await journal.flow_events(found[0]) if found else []
     if not events:
         return error(CliError.UNKNOWN_FLOW, f"no flow {args.dfid} in {args.db}")
+    dfid = found[0]
     start = events[0].ts
     first = events[0]
-    print(f"DecisionFlow {args.dfid}")
+    projections = Projections()
+    projections.apply(events)
+    flow = projections.flows.get(dfid)
+    trace = f"{trace_id_for(dfid):032x}"
+    if args.json:
+        row: dict[str, Any] = _flow_row(flow) if flow is not None else {"dfid": dfid}
+        row["trace_id"] = trace
+        row["events"] = [msgspec.to_builtins(e) for e in events]
+        print(json.dumps(row))
+        return ExitCode.OK
+    print(f"DecisionFlow {dfid}")
+    print(f"  trace {trace}")
     print(f"  agent {first.agent_id}, parent {first.parent_dfid or '-'}, started {_time(start)}")
     for event in events:
         offset = (event.ts - start) / 1e6
         print(f"  +{offset:9.3f} ms  #{event.seq:<6} {event.type:20} {_narrate(event)}")
-    projections = Projections()
-    projections.apply(events)
-    flow = projections.flows.get(args.dfid)
     if flow is not None:
         print(f"  {_outcome(flow)}")
     return ExitCode.OK
@@ -450,21 +561,34 @@ class _ExportProblems(logging.Handler):
 
 
 async def _traces_export(args: argparse.Namespace) -> int:
-    from kernel.telemetry import configure_exporter, export_flows, shutdown_processor
+    from kernel.telemetry import (
+        ExporterUnavailable,
+        configure_exporter,
+        export_flows,
+        shutdown_processor,
+    )
 
     events: list[Event] = []
     async with open_journal(args.db, readonly=True) as journal:
         async for batch in journal.scan():
             events.extend(batch)
-    if args.dfid and not any(
-        e.dfid == args.dfid and isinstance(e.payload, ev.FlowCreated) for e in events
-    ):
-        return error(CliError.UNKNOWN_FLOW, f"no flow {args.dfid} in {args.db}")
+    dfid = None
+    if args.dfid:
+        created = [e.dfid for e in events if isinstance(e.payload, ev.FlowCreated) and e.dfid]
+        found = [args.dfid] if args.dfid in created else flows_matching(created, args.dfid)
+        if len(found) > 1:
+            return error(CliError.AMBIGUOUS_FLOW, f"{args.dfid} fits {len(found)} flows: say more")
+        if not found:
+            return error(CliError.UNKNOWN_FLOW, f"no flow {args.dfid} in {args.db}")
+        dfid = found[0]
     env = dict(os.environ)
     # Every span is handed over at once, and a full queue drops spans: make room for
     # them all (a flow has at most two spans per event).
     env.setdefault("OTEL_BSP_MAX_QUEUE_SIZE", str(max(_MIN_QUEUE, 2 * len(events))))
-    processor = configure_exporter(env)
+    try:
+        processor = configure_exporter(env)
+    except ExporterUnavailable as exc:
+        return error(CliError.NO_EXPORTER, str(exc), ExitCode.USAGE)
     if processor is None:
         return error(
             CliError.NO_EXPORTER,
@@ -475,7 +599,7 @@ async def _traces_export(args: argparse.Namespace) -> int:
     otel_log = logging.getLogger("opentelemetry")
     otel_log.addHandler(problems)
     try:
-        count = export_flows(events, processor, dfid=args.dfid)
+        count = export_flows(events, processor, dfid=dfid)
     finally:
         # Bounded: an unreachable collector must not hold the command.
         finished = await anyio.to_thread.run_sync(shutdown_processor, processor, args.timeout)
@@ -491,5 +615,8 @@ async def _traces_export(args: argparse.Namespace) -> int:
         return error(
             CliError.EXPORT_FAILED, f"the collector did not take all {count} spans (see above)"
         )
-    print(f"traces: exported {count} spans")
+    if args.json:
+        print(json.dumps({"ok": True, "spans": count, "dfid": dfid}))
+    else:
+        print(f"traces: exported {count} spans")
     return ExitCode.OK

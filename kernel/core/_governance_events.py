@@ -139,7 +139,7 @@ class MemoryQueried(Payload, frozen=True, tag=True):
     key: str = ""
 
 
-# --- the rulebook: versioned rules with provenance, through the promoter gate ----
+# --- the rulebook: versioned rules with provenance, through the promoter ----
 
 
 class RuleSource(Record, frozen=True):
