@@ -52,7 +52,7 @@ from kernel.runtime.messages import (
 from kernel.state.amendments import AmendmentInvalid
 from kernel.state.approvals import APPROVE_WORDS
 from kernel.state.projections import AgentStatus, Projections, fold
-from kernel.state.rulebook import Promoter, RuleNotPending
+from kernel.state.rulebook import Promoter, RuleNotInForce, RuleNotPending
 from kernel.wiring import Actors
 
 M = TypeVar("M")
@@ -71,6 +71,7 @@ class OperatorActs:
     clock: Clock
     actors: Actors
     promoter: Promoter
+    inbox_agents: inbox.InboxAgents
     _adapter_names: frozenset[str]
     _pending: set[Reply[Any]]
     _stop_reason: KernelShutdown | None
@@ -293,6 +294,23 @@ class OperatorActs:
         )
         return await self.promoter.decide(proposal_seq, decision, operator=operator, reason=reason)
 
+    async def retract_rule(self, rule: str, *, operator: str, reason: str) -> Event:
+        """Take rule ``rule`` out of force (RuleRetracted, with who and why); its history stays.
+
+        Raises:
+            RuleNotInForce: no version of the rule is in force.
+            InputInvalid: no operator or reason, or a field of the wrong type or size (recorded).
+        """
+        self._raise_if_stopped()
+        act = await self._admit_act(
+            wall.fields(rule=rule, operator=operator, reason=reason),
+            wall.RuleRetractionSpec,
+            "rule",
+            operator,
+            target=rule,
+        )
+        return await self.promoter.retract(act.rule, operator=act.operator, reason=act.reason)
+
     def _check_decision(
         self,
         dfid: Any,
@@ -439,6 +457,38 @@ class OperatorActs:
             except RuleNotPending as exc:
                 raise InputInvalid("proposal_seq", str(exc)) from exc
 
+        async def rule_change(row: InboxRow) -> None:
+            body = inbox.row_fields(row, inbox.RULE_CHANGE_FIELDS)
+            action = body.pop("action", None)
+            if action not in inbox.RULE_ACTIONS:
+                raise InputInvalid("action", f"one of {', '.join(inbox.RULE_ACTIONS)}")
+            if action == "retract":
+                checked = wall.admit(body, wall.RuleRetractionSpec)
+                try:
+                    await self.promoter.retract(
+                        checked.rule,
+                        operator=checked.operator,
+                        reason=checked.reason,
+                        inbox_id=row.id,
+                    )
+                except RuleNotInForce as exc:
+                    raise InputInvalid("rule", str(exc)) from exc
+                return
+            spec = wall.admit(body, wall.RuleProposalSpec)
+            proposal = events.RuleProposed(
+                rule=spec.rule,
+                title=spec.title,
+                content=spec.content,
+                labels=list(spec.labels),
+                base_version=spec.base_version,
+                proposer=spec.operator,
+                by_operator=True,
+                reason=spec.reason,
+            )
+            await self.promoter.override(
+                proposal, operator=spec.operator, reason=spec.reason, inbox_id=row.id
+            )
+
         async def refuse(row: InboxRow, exc: Exception) -> int:
             operator = row.decision.get("operator", "")
             event = await self._record_refusal(
@@ -455,6 +505,8 @@ class OperatorActs:
             inbox.AMEND: amend,
             inbox.AGENT_STATUS: agent_status,
             inbox.RULE: rule,
+            inbox.RULE_CHANGE: rule_change,
+            inbox.PROPOSE: self.inbox_agents.propose,
         }
         try:
             await inbox.poll(

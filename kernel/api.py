@@ -26,6 +26,7 @@ import anyio
 import msgspec
 from anyio.abc import TaskGroup
 
+from kernel import inbox
 from kernel.acts import STOPPED, OperatorActs
 from kernel.adapters.contract import Adapter
 from kernel.config import KernelConfig
@@ -117,6 +118,12 @@ class Kernel(OperatorActs):
             hosts=self._hosts,
             submit=self.submit,
             spawn_effect=self._spawn_effect,
+        )
+        self.inbox_agents = inbox.InboxAgents(
+            self.register,
+            lambda topic: self.trigger(topic, source="inbox"),
+            lambda: self.catalog.kinds,
+            projections,
         )
 
     # --- the embedding API -------------------------------------------------

@@ -249,8 +249,8 @@ async def test_a_trigger_fact_outside_64_bits_is_refused_and_the_kernel_goes_on(
     [(1e30, 8), (float("inf"), 8), (float("nan"), 8), (3600, 2**64), (3600, "1e999999")],
 )
 async def test_an_amendment_out_of_range_is_refused_and_recorded(tmp_path, ttl, value):
-    from tests.test_amendments import kernel as desk_kernel
-    from tests.test_amendments import trader
+    from tests.dim.test_amendments import kernel as desk_kernel
+    from tests.dim.test_amendments import trader
 
     path = tmp_path / "j.db"
     async with desk_kernel(path, ManualClock()) as kernel:

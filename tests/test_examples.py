@@ -26,6 +26,7 @@ from examples.summary import read_events
 from kernel.audit import Event, Projections, fold, open_journal, whatif
 from kernel.core.events import ConstraintAdded, digest
 from kernel.telemetry import spans_for_events
+from tests.support import SUPPORT
 
 MINUTES = "40"
 TRADING_PACK_CODES = {
@@ -291,7 +292,7 @@ def test_dirk_verify_passes_on_the_example_journals(tmp_path, example):
     assert "0 differ, 0 not compared" in verify.stdout
 
 
-RECEIVER = Path(__file__).parent / "support" / "otlp_receiver.py"
+RECEIVER = SUPPORT / "otlp_receiver.py"
 
 
 def test_the_trading_desk_sends_every_flow_to_an_otlp_receiver(tmp_path):

@@ -30,6 +30,7 @@ import msgspec
 from kernel.audit.reverify import PackPathError
 from kernel.cli._admin import add_commands as add_admin_commands
 from kernel.cli._journal import add_commands as add_journal_commands
+from kernel.cli._mcp import add_commands as add_mcp_commands
 from kernel.cli._operator import add_commands, error, error_of, fold_journal, one_line
 from kernel.cli._read import flows_matching, positive, print_table, select_flows, when
 from kernel.cli._replay import add_commands as add_replay_commands
@@ -256,6 +257,7 @@ def _parser() -> argparse.ArgumentParser:
     add_admin_commands(commands)
     add_replay_commands(commands)
     add_journal_commands(commands)
+    add_mcp_commands(commands)
     return parser
 
 

@@ -227,3 +227,20 @@ class InputRefused(Payload, frozen=True, tag=True):
     operator: str = ""
     target: str = ""
     inbox_id: int | None = None
+
+
+# --- the rulebook: retraction --------------------------------------------------------
+
+
+class RuleRetracted(Payload, frozen=True, tag=True):
+    """An operator took rule ``rule`` out of force: agents no longer see it; its history stays.
+
+    ``version`` is the version that was in force. A later proposal for the same
+    id starts from that version (``base_version``), so versions never repeat.
+    """
+
+    rule: str
+    operator: str
+    reason: str
+    version: int = 0
+    inbox_id: int | None = None

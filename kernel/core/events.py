@@ -70,6 +70,7 @@ from kernel.core._governance_events import (
     ProjectionCheckpoint,
     RuleDecided,
     RuleProposed,
+    RuleRetracted,
     RuleSource,
 )
 from kernel.core._records import (
@@ -135,6 +136,7 @@ AnyPayload = (
     | CitationsChecked
     | ConstraintAdvisory
     | InputRefused
+    | RuleRetracted
 )
 
 
@@ -294,6 +296,7 @@ __all__ = [
     "ResourceReserved",
     "RuleDecided",
     "RuleProposed",
+    "RuleRetracted",
     "RuleSource",
     "SubmissionRefused",
     "TriggerFired",

@@ -46,6 +46,7 @@ from kernel.core.events import (
     ResourceReleased,
     ResourceReserved,
     RuleDecided,
+    RuleRetracted,
     SubmissionRefused,
     TriggerFired,
     digest,
@@ -84,6 +85,7 @@ _INBOX_EVENTS = frozenset(
         AgentStatusChanged,
         RuleDecided,
         InputRefused,
+        RuleRetracted,
     }
 )
 # Flow events allowed in any status that never change it: the only ones a flow gets
