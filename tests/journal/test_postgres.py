@@ -28,9 +28,9 @@ from kernel.journal.follow import follow_journal
 from kernel.journal.store import JournalError, JournalFenced, JournalWriteFailed, open_journal
 from kernel.journal.verify import verify_journal
 from kernel.testing import action_of
+from tests.cli.test_cli import clean_env, dirk
 from tests.support.helpers import Bank, ScriptedAgent, kernel_for, transfer
 from tests.support.postgres import PostgresServer, postgres_server  # noqa: F401
-from tests.test_cli import clean_env, dirk
 
 KEY = b"k" * 32
 
@@ -268,7 +268,7 @@ async def test_a_follower_in_another_connection_sees_every_commit_once_in_order(
 
 
 def test_dirk_decide_on_postgres_reaches_a_kernel_in_another_process(pg: PostgresServer) -> None:
-    from tests.test_operator_cli import WAIT, escalations, running_kernel
+    from tests.cli.test_operator_cli import WAIT, escalations, running_kernel
 
     url = pg.new_url()
     with running_kernel(url, "--flows", "1") as (_, dfids):  # type: ignore[arg-type]

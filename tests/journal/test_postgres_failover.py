@@ -26,12 +26,12 @@ from kernel import FlowStatus
 from kernel.audit import fold, open_journal, verify_journal
 from kernel.core.errors import KernelShutdown
 from kernel.core.reasons import StopReason
+from tests.execution.test_execution_crash import check
+from tests.support import ROOT, SUPPORT
 from tests.support.helpers import Bank, ScriptedAgent, kernel_for, transfer
 from tests.support.postgres import PostgresServer, postgres_server  # noqa: F401
-from tests.test_execution_crash import check
 
-ROOT = Path(__file__).resolve().parents[1]
-WORKER = Path(__file__).parent / "support" / "execution_worker.py"
+WORKER = SUPPORT / "execution_worker.py"
 SEEDS = range(int(os.environ.get("DIRK_FAILOVER_SEEDS", "3")))
 
 
