@@ -132,6 +132,8 @@ class CliError(StrEnum):
     """Another kernel moved the journal's head: this writer lost its lease and stopped writing."""
     AMBIGUOUS_FLOW = "AMBIGUOUS_FLOW"
     """A DFID prefix (or trace id prefix) given to ``dirk show`` fits more than one flow."""
+    EXTRA_MISSING = "EXTRA_MISSING"
+    """The command needs an optional extra that is not installed (``dirk[console]``)."""
 
 
 class ExitCode(IntEnum):

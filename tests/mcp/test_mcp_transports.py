@@ -14,6 +14,7 @@ from typing import Any
 import anyio
 import pytest
 
+from tests.support import SUPPORT
 from tests.support.mcp_kernel import require_mcp
 
 require_mcp()
@@ -182,7 +183,7 @@ def test_an_mcp_1x_client_over_stdio(tmp_path: Path) -> None:
     if not python:
         pytest.skip("set DIRK_MCP1_PYTHON to a Python with mcp<2 installed (mcp==1.30.0)")
     db = anyio.run(new_journal, tmp_path / "j.db")
-    client = Path(__file__).parent / "support" / "mcp1_client.py"
+    client = SUPPORT / "mcp1_client.py"
     done = subprocess.run(
         [python, str(client), str(db), sys.executable],
         capture_output=True,
