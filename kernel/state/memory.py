@@ -1,8 +1,10 @@
 """Governed memory: facts, constraints, decisions and queries, folded from memory events.
 
-Memory is written only by the memory executor, after the DIM accepted a
-memory policy kind (see :mod:`kernel.memory._pack`), so every fact and every
-constraint has a proposal, a verdict and a cause in the journal. This module
+Memory is written only through a memory policy kind the DIM accepted (see
+:mod:`kernel.memory._pack`): the memory executor returns the event
+(:class:`Remembered`) and the execution engine records it with the intent's
+ExecutionSucceeded (rule events: the DIM, the rulebook's owner), so every fact
+and every constraint has a proposal, a verdict and a cause in the journal. This module
 holds the projection (:class:`MemoryState`) and the DIM's memory layer
 (:func:`check`), a pure function of the proposal and the memory state.
 
