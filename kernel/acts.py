@@ -16,6 +16,8 @@ from collections.abc import Mapping, Sequence
 from decimal import Decimal
 from typing import Any, TypeVar
 
+import msgspec
+
 from kernel import inbox
 from kernel.core import events, wall
 from kernel.core.errors import KernelShutdown
@@ -45,14 +47,17 @@ from kernel.runtime.actors import Mailbox, MailboxClosed, Reply
 from kernel.runtime.messages import (
     AmendLimit,
     Decide,
+    DecideRule,
     Decision,
     LoadPack,
+    RetractRule,
     SetStatus,
+    SubmitRule,
 )
 from kernel.state.amendments import AmendmentInvalid
 from kernel.state.approvals import APPROVE_WORDS
 from kernel.state.projections import AgentStatus, Projections, fold
-from kernel.state.rulebook import Promoter, RuleNotInForce, RuleNotPending
+from kernel.state.rulebook import RuleNotInForce, RuleNotPending
 from kernel.wiring import Actors
 
 M = TypeVar("M")
@@ -70,7 +75,6 @@ class OperatorActs:
     projections: Projections
     clock: Clock
     actors: Actors
-    promoter: Promoter
     inbox_agents: inbox.InboxAgents
     _adapter_names: frozenset[str]
     _pending: set[Reply[Any]]
@@ -238,7 +242,7 @@ class OperatorActs:
 
         The proposal passes the promoter like an agent's (kernel.state.rulebook);
         with ``override`` the operator puts it in force at once, recorded as an
-        override with their name and reason.
+        override with their name and reason. The DIM, the rulebook's owner, records it.
         """
         self._raise_if_stopped()
         await self._admit_act(
@@ -267,10 +271,8 @@ class OperatorActs:
             by_operator=True,
             reason=reason,
         )
-        if override:
-            return await self.promoter.override(proposal, operator=operator, reason=reason)
-        _, decided = await self.promoter.propose(proposal)
-        return decided
+        msg = SubmitRule(proposal=proposal, override=override, operator=operator, reason=reason)
+        return await self._rule_act(msg)
 
     async def decide_rule(
         self, proposal_seq: int, decision: str, *, operator: str, reason: str
@@ -292,7 +294,11 @@ class OperatorActs:
             operator,
             target=f"#{proposal_seq}",
         )
-        return await self.promoter.decide(proposal_seq, decision, operator=operator, reason=reason)
+        return await self._rule_act(
+            DecideRule(
+                proposal_seq=proposal_seq, decision=decision, operator=operator, reason=reason
+            )
+        )
 
     async def retract_rule(self, rule: str, *, operator: str, reason: str) -> Event:
         """Take rule ``rule`` out of force (RuleRetracted, with who and why); its history stays.
@@ -309,7 +315,20 @@ class OperatorActs:
             operator,
             target=rule,
         )
-        return await self.promoter.retract(act.rule, operator=act.operator, reason=act.reason)
+        return await self._rule_act(
+            RetractRule(rule=act.rule, operator=act.operator, reason=act.reason)
+        )
+
+    async def _rule_act(self, msg: SubmitRule | DecideRule | RetractRule) -> Event:
+        """Hand a rule act to the rulebook's owner (the DIM); return its last recorded event.
+
+        Raises:
+            RuleNotPending, RuleNotInForce, ValueError: the DIM refused it (nothing recorded).
+        """
+        reply: Reply[list[Event] | Exception] = Reply()
+        answer = await self._call(self.actors.dim, msgspec.structs.replace(msg, reply=reply), reply)
+        assert isinstance(answer, list) and answer  # a refusal was raised by _call
+        return answer[-1]
 
     def _check_decision(
         self,
@@ -447,12 +466,14 @@ class OperatorActs:
             body = inbox.row_fields(row, inbox.RULE_FIELDS)
             checked = wall.admit(body, wall.RuleDecisionSpec)
             try:
-                await self.promoter.decide(
-                    checked.proposal_seq,
-                    checked.decision,
-                    operator=checked.operator,
-                    reason=checked.reason,
-                    inbox_id=row.id,
+                await self._rule_act(
+                    DecideRule(
+                        proposal_seq=checked.proposal_seq,
+                        decision=checked.decision,
+                        operator=checked.operator,
+                        reason=checked.reason,
+                        inbox_id=row.id,
+                    )
                 )
             except RuleNotPending as exc:
                 raise InputInvalid("proposal_seq", str(exc)) from exc
@@ -465,11 +486,13 @@ class OperatorActs:
             if action == "retract":
                 checked = wall.admit(body, wall.RuleRetractionSpec)
                 try:
-                    await self.promoter.retract(
-                        checked.rule,
-                        operator=checked.operator,
-                        reason=checked.reason,
-                        inbox_id=row.id,
+                    await self._rule_act(
+                        RetractRule(
+                            rule=checked.rule,
+                            operator=checked.operator,
+                            reason=checked.reason,
+                            inbox_id=row.id,
+                        )
                     )
                 except RuleNotInForce as exc:
                     raise InputInvalid("rule", str(exc)) from exc
@@ -485,8 +508,14 @@ class OperatorActs:
                 by_operator=True,
                 reason=spec.reason,
             )
-            await self.promoter.override(
-                proposal, operator=spec.operator, reason=spec.reason, inbox_id=row.id
+            await self._rule_act(
+                SubmitRule(
+                    proposal=proposal,
+                    override=True,
+                    operator=spec.operator,
+                    reason=spec.reason,
+                    inbox_id=row.id,
+                )
             )
 
         async def refuse(row: InboxRow, exc: Exception) -> int:

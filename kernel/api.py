@@ -64,7 +64,6 @@ from kernel.runtime.messages import (
     Register,
 )
 from kernel.state.projections import Projections, visible
-from kernel.state.rulebook import Promoter
 from kernel.state.snapshots import Checkpointer
 from kernel.telemetry import caller_context, traceparent_of
 from kernel.wiring import Actors
@@ -87,7 +86,6 @@ class Kernel(OperatorActs):
         *,
         clock: Clock,
         ids: IdSource,
-        promoter: Promoter,
     ) -> None:
         limits = config.limits
         max_in_flight = limits.max_in_flight
@@ -95,7 +93,6 @@ class Kernel(OperatorActs):
         self.projections = projections
         self.catalog = catalog
         self.clock = clock
-        self._adapter_names = frozenset(adapters)
         self._max_in_flight = max_in_flight
         self._admitting = 0
         self._room: anyio.Event | None = None
@@ -106,9 +103,6 @@ class Kernel(OperatorActs):
         self._quiet: anyio.Event | None = None
         self._effects_tg: TaskGroup | None = None
         self._checkpointer: Checkpointer | None = None
-        self.promoter = promoter
-        """Records rule proposals and decisions (shared with the memory executor)."""
-
         self.actors = Actors(
             projections=projections,
             catalog=catalog,
@@ -121,6 +115,7 @@ class Kernel(OperatorActs):
             submit=self.submit,
             spawn_effect=self._spawn_effect,
         )
+        self._adapter_names = frozenset(self.actors.adapters)
         self.inbox_agents = inbox.InboxAgents(
             self.register,
             lambda topic: self.trigger(topic, source="inbox"),

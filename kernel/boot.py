@@ -38,14 +38,12 @@ from kernel.journal.store import (
     chain_key_from_env,
     open_journal,
 )
-from kernel.memory import MemoryExecutor
 from kernel.policy.packs import PackError, PolicyCatalog, PolicyPack
 from kernel.registry import KERNEL_VERSION
 from kernel.runtime.actors import RestartIntensityExceeded, Supervisor
 from kernel.runtime.messages import Recover
 from kernel.state.memory import MEMORY_ADAPTER
 from kernel.state.projections import Projections
-from kernel.state.rulebook import Promoter
 from kernel.state.snapshots import Checkpointer, restore
 from kernel.telemetry import Telemetry
 
@@ -79,7 +77,7 @@ async def open_kernel(
         KernelShutdown: when the kernel had to stop (restart intensity, journal failure).
     """
     catalog = PolicyCatalog(packs)
-    # The memory executor is built in: it records memory events in this journal.
+    # The memory executor is built in (kernel.wiring adds it where a pack needs it).
     missing = [
         name
         for name in catalog.adapters_needed()
@@ -103,13 +101,6 @@ async def open_kernel(
     ) as journal:
         # The latest snapshot that matches its checkpoint, then the events after it.
         projections = await restore(journal, config.limits.keep_finished)
-        # One promoter for agents' rule proposals (the memory executor) and operators'.
-        promoter = Promoter(lambda: projections.memory.rulebook, journal.append)
-        if MEMORY_ADAPTER in catalog.adapters_needed() and MEMORY_ADAPTER not in adapters:
-            adapters = {
-                **adapters,
-                MEMORY_ADAPTER: MemoryExecutor(projections, journal.append, promoter),
-            }
         # What replay built lives as long as the kernel: keep the collector off it.
         gc.freeze()
         kernel = Kernel(
@@ -121,7 +112,6 @@ async def open_kernel(
             config,
             clock=clock,
             ids=config.ports.ids or RandomIds(),
-            promoter=promoter,
         )
         if storage.checkpoint_every > 0:
             kernel._checkpointer = Checkpointer(storage.checkpoint_every, journal.head_seq)

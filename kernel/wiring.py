@@ -21,6 +21,7 @@ from kernel.escalation import EscalationDesk
 from kernel.execution import ExecutionEngine
 from kernel.guards import GuardRunner
 from kernel.hosting import AgentHost, Submit
+from kernel.memory import MemoryExecutor
 from kernel.policy.packs import PolicyCatalog
 from kernel.registry import Registry
 from kernel.runtime.actors import ChildSpec, Mailbox
@@ -33,6 +34,7 @@ from kernel.runtime.messages import (
     GuardMessage,
     RegistryMessage,
 )
+from kernel.state.memory import MEMORY_ADAPTER
 from kernel.state.projections import Projections
 
 
@@ -70,6 +72,11 @@ class Actors:
         self.escalation: Mailbox[EscalationMessage] = Mailbox("escalation", capacity)
         self.execution: Mailbox[ExecutionMessage] = Mailbox("execution", capacity)
         self.guards: Mailbox[GuardMessage] = Mailbox("guards", capacity)
+        if MEMORY_ADAPTER in catalog.adapters_needed() and MEMORY_ADAPTER not in adapters:
+            # Built in: it hands memory events to the engine, rule proposals to the DIM.
+            adapters = {**adapters, MEMORY_ADAPTER: MemoryExecutor(projections, self.dim)}
+        self.adapters: Mapping[str, Adapter] = adapters
+        """The adapters by name, the built-in memory executor among them when needed."""
         self.agents = AgentHost(
             submit=submit,
             dim=self.dim,

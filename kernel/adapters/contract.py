@@ -88,7 +88,8 @@ def recordable(receipt: Any) -> Receipt:
             "unrecorded": clip(f"the receipt's detail could not be recorded: {problem}", MAX_DETAIL)
         }
     )
-    return Receipt(external_id=external_id, detail=detail)
+    # The same type, whatever else it carries (the memory executor's records).
+    return msgspec.structs.replace(receipt, external_id=external_id, detail=detail)
 
 
 class Quote(msgspec.Struct, frozen=True, gc=False, kw_only=True):

@@ -22,6 +22,10 @@ monotonic time) and records a rule that overran its budget as a finding right
 after the verdict: FlowFlagged (guard ``"rule budget"``), which marks the flow
 NEEDS_REVIEW and names the rule, its pack, the budget and the measured time.
 The verdict is the same whatever the time, so replay reproduces it.
+
+The DIM also owns the rulebook (kernel.dim._rules): rule proposals, from
+operators and from agents' ``memory.propose_rule`` (through the memory
+executor), and operators' rule decisions are messages to it, staged here.
 """
 
 from __future__ import annotations
@@ -52,6 +56,7 @@ from kernel.dim._amend import amend
 from kernel.dim._citations import notes_on
 from kernel.dim._gate import Judgement, MemoryCheck, reject
 from kernel.dim._packs import load
+from kernel.dim._rules import handle as handle_rule
 from kernel.dim.verdict import Staged, verdict
 from kernel.policy.contracts import Outcome, Verdict
 from kernel.policy.packs import PolicyCatalog
@@ -61,6 +66,7 @@ from kernel.runtime.messages import (
     AmendLimit,
     Compile,
     CompilerMessage,
+    DecideRule,
     DimMessage,
     Dispatch,
     Escalate,
@@ -69,7 +75,9 @@ from kernel.runtime.messages import (
     GuardMessage,
     Judge,
     LoadPack,
+    RetractRule,
     Screen,
+    SubmitRule,
     Withdraw,
 )
 from kernel.state.amendments import folded
@@ -117,6 +125,9 @@ class IntegrityModule:
                 self._amend(msg, out)
             case LoadPack():
                 load(msg, self._catalog, self._projections.packs, out)
+            case SubmitRule() | DecideRule() | RetractRule():
+                # The DIM owns the rulebook: one serial writer of rule events.
+                handle_rule(msg, self._projections, out)
             case Withdraw():
                 flow = out.flow(msg.dfid)
                 owner = self._projections.sessions.get(session_hash(msg.token))

@@ -13,11 +13,34 @@ from collections.abc import Mapping
 import msgspec
 
 from kernel.adapters.constraints import Violation, check
-from kernel.adapters.contract import Adapter, AdapterError, Quote, recordable
+from kernel.adapters.contract import Adapter, AdapterError, Quote, Receipt, recordable
 from kernel.core.events import ExecutionIntent
 from kernel.core.ports import Clock
 from kernel.runtime.actors import Mailbox
 from kernel.runtime.messages import AdapterDone, ExecutionMessage
+from kernel.state.memory import MEMORY_ADAPTER, MEMORY_WRITES, Remembered
+
+
+def _records_checked(intent: ExecutionIntent, receipt: Receipt) -> Receipt:
+    """Return ``receipt`` if the events it brings to record are the memory executor's own.
+
+    Only the adapter named ``memory`` returns events, and only memory events under the
+    intent's key: any other is refused before anything is recorded (the effect of a memory
+    intent is its record, so nothing happened).
+
+    Raises:
+        AdapterError: terminal, naming what was refused.
+    """
+    if not isinstance(receipt, Remembered) or not receipt.records:
+        return receipt
+    if intent.adapter != MEMORY_ADAPTER:
+        raise AdapterError(f"adapter {intent.adapter!r} may not return events to record")
+    for record in receipt.records:
+        if type(record) not in MEMORY_WRITES or record.key != intent.key:
+            raise AdapterError(
+                f"the memory executor returned {type(record).__name__} outside its intent's key"
+            )
+    return receipt
 
 
 class AdapterCalls:
@@ -60,8 +83,8 @@ class AdapterCalls:
                 if violation is not None:
                     await self._mailbox.send(msgspec.structs.replace(done, violation=violation))
                     return
-            receipt = await adapter.execute(intent)
-            done = msgspec.structs.replace(done, receipt=recordable(receipt))
+            receipt = _records_checked(intent, recordable(await adapter.execute(intent)))
+            done = msgspec.structs.replace(done, receipt=receipt)
         except AdapterError as exc:
             done = msgspec.structs.replace(
                 done,

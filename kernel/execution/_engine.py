@@ -83,6 +83,7 @@ from kernel.runtime.messages import (
 )
 from kernel.state.approvals import escalated_event
 from kernel.state.intents import mint, policy_of, stage_start, steps_of
+from kernel.state.memory import Remembered
 from kernel.state.projections import Projections
 
 Spawn = Callable[[Callable[[], Any]], None]
@@ -250,6 +251,8 @@ class ExecutionEngine:
             self._compensation_done(flow, intent, msg, out)
         elif msg.receipt is not None:
             self._unsure.discard(msg.key)
+            if isinstance(msg.receipt, Remembered):
+                self._remember(msg.receipt, msg.key, out)
             out.emit(
                 ExecutionSucceeded(
                     key=msg.key,
@@ -286,6 +289,24 @@ class ExecutionEngine:
             )
             escalate = msg.transient and policy.on_exhausted == "escalate"
             self._fail(flow, intent, ReasonCode.EXECUTION_FAILED, detail, out, escalate=escalate)
+
+    def _remember(self, receipt: Remembered, key: str, out: Outbox) -> None:
+        """Stage a memory intent's events, before its ExecutionSucceeded in the same append.
+
+        Caused by the intent's ExecutionStarted, on its flow and agent, as the memory
+        projection noted them; a key already recorded is not recorded again.
+        """
+        memory = self._projections.memory if self._projections is not None else None
+        pending = memory.pending.get(key) if memory is not None else None
+        if memory is None or pending is None or key in memory.written:
+            return
+        for record in receipt.records:
+            out.emit(
+                record,
+                dfid=pending.dfid,
+                caused_by=pending.started_seq,
+                agent_id=pending.agent_id,
+            )
 
     def _advance_after(self, intent: ExecutionIntent, dfid: str, out: Outbox) -> None:
         if intent.step == 0:

@@ -5,19 +5,24 @@ other proposal (schema, authority, time, state, then the memory layer, which
 checks memory writes against the active constraints too), and an accepted
 one is executed by :class:`MemoryExecutor`, an adapter inside the kernel.
 
-How an effect becomes a memory event: the "system behind" this adapter is the
-journal itself. The execution engine records ExecutionStarted (the memory
-projection notes the intent as pending, with its flow and agent), then calls
-the executor, which appends the memory event (FactAdded, ConstraintAdded, ...)
-caused by that ExecutionStarted and carrying the intent key; then the engine
-records ExecutionSucceeded and closes the flow. The key in the memory event is
-the executor's idempotency record: a call repeated after a crash finds the key
-already written and returns the recorded seq, with no second event.
+How an effect becomes a memory event: the executor never writes. The
+execution engine records ExecutionStarted (the memory projection notes the
+intent as pending, with its flow and agent), then calls the executor, which
+returns the memory event (FactAdded, ConstraintAdded, ...) in its receipt
+(:class:`~kernel.state.memory.Remembered`); the engine stages it, caused by
+that ExecutionStarted and carrying the intent key, in the same append as
+ExecutionSucceeded and FlowClosed: the fact and the end of its execution are
+recorded together or not at all. The key in the memory event is the
+idempotency record: ``lookup`` (asked on recovery) and a repeated call find
+it written and answer ``memory:<key>``, with no second event.
+
+A rule proposal is decided by the rulebook's owner, the DIM: the executor
+sends it a :class:`~kernel.runtime.messages.SubmitRule` and waits for the
+recorded decision, like an adapter waits for its system.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
 from typing import ClassVar, Literal
 
 from kernel.adapters.contract import AdapterError, Receipt
@@ -25,21 +30,27 @@ from kernel.core.events import (
     ConstraintAdded,
     ConstraintDeactivated,
     DecisionMade,
-    Draft,
     Event,
     ExecutionIntent,
     FactAdded,
     MemoryQueried,
-    Payload,
     RuleDecided,
     RuleProposed,
     RuleSource,
 )
 from kernel.policy.kinds import PolicyKind
 from kernel.policy.packs import PolicyPack
-from kernel.state.memory import MEMORY_ADAPTER, Pending, mentions
+from kernel.runtime.actors import Mailbox, Reply
+from kernel.runtime.messages import DimMessage, SubmitRule
+from kernel.state.memory import (
+    MEMORY_ADAPTER,
+    MemoryWrite,
+    Pending,
+    Remembered,
+    memory_id,
+    mentions,
+)
 from kernel.state.projections import Projections
-from kernel.state.rulebook import Promoter
 
 PROPOSE_RULE = "memory.propose_rule"
 
@@ -117,46 +128,47 @@ MEMORY_PACK = PolicyPack(
 )
 """Load it beside a domain pack to let agents (with these capabilities) keep memory."""
 
-Append = Callable[[Sequence[Draft]], Awaitable[list[Event]]]
-
 
 class MemoryExecutor:
-    """The adapter that turns accepted memory intents into memory events."""
+    """The adapter that turns accepted memory intents into memory events.
 
-    def __init__(
-        self, projections: Projections, append: Append, promoter: Promoter | None = None
-    ) -> None:
+    Args:
+        projections: the memory projection (what is written, what is pending).
+        rulebook: the mailbox of the rulebook's owner (the DIM), for rule proposals.
+    """
+
+    def __init__(self, projections: Projections, rulebook: Mailbox[DimMessage]) -> None:
         self._projections = projections
-        self._append = append
-        self._promoter = promoter or Promoter(lambda: projections.memory.rulebook, append)
+        self._rulebook = rulebook
+
+    async def lookup(self, key: str) -> Receipt | None:
+        """Return the receipt of the memory effect recorded under ``key``, None if none is."""
+        if key in self._projections.memory.written:
+            return Receipt(external_id=memory_id(key))
+        return None
 
     async def execute(self, intent: ExecutionIntent) -> Receipt:
-        """Record the memory event of ``intent`` once per key; return where it is."""
+        """Return the memory event of ``intent`` for the engine to record, once per key."""
         memory = self._projections.memory
-        written = memory.written.get(intent.key)
-        if written is not None:
-            return Receipt(external_id=f"memory#{written}")
+        if intent.key in memory.written:
+            return Receipt(external_id=memory_id(intent.key))
         pending = memory.pending.get(intent.key)
         if pending is None:
             raise AdapterError(f"no started memory intent {intent.key}")
         if intent.kind == PROPOSE_RULE:
             return await self._propose_rule(intent, pending.root_dfid, pending)
         payload, detail = self._payload(intent, pending.root_dfid)
-        [event] = await self._append(
-            [
-                Draft(
-                    payload=payload,  # type: ignore[arg-type]
-                    dfid=pending.dfid,
-                    caused_by=pending.started_seq,
-                    agent_id=pending.agent_id,
-                )
-            ]
-        )
-        return Receipt(external_id=f"memory#{event.seq}", detail=detail)
+        return Remembered(external_id=memory_id(intent.key), detail=detail, records=(payload,))
 
     async def _propose_rule(
         self, intent: ExecutionIntent, correlation: str, pending: Pending
     ) -> Receipt:
+        """Hand the proposal to the rulebook's owner; it records it with the promoter's decision.
+
+        The one memory effect another actor records (the rulebook has one serial
+        writer), so it crosses like any adapter's effect: once per key (the DIM
+        records a key once; ``lookup`` finds it after a crash).
+        """
         p = intent.params
         proposal = RuleProposed(
             rule=p["rule"],
@@ -175,13 +187,25 @@ class MemoryExecutor:
             correlation_id=correlation,
             key=intent.key,
         )
-        proposed, decided = await self._promoter.propose(
-            proposal, dfid=pending.dfid, caused_by=pending.started_seq, agent_id=pending.agent_id
+        reply: Reply[list[Event] | Exception] = Reply()
+        await self._rulebook.send(
+            SubmitRule(
+                proposal=proposal,
+                flow=pending.dfid,
+                caused_by=pending.started_seq,
+                agent_id=pending.agent_id,
+                reply=reply,
+            )
         )
-        decision = decided.payload
+        answer = await reply.wait()
+        if isinstance(answer, Exception):
+            raise AdapterError(f"the rulebook refused the proposal: {answer}") from answer
+        if not answer:
+            return Receipt(external_id=memory_id(intent.key))  # recorded before
+        decision = answer[-1].payload
         assert isinstance(decision, RuleDecided)
         return Receipt(
-            external_id=f"memory#{proposed.seq}",
+            external_id=memory_id(intent.key),
             detail={
                 "decision": decision.decision,
                 "reason": decision.reason,
@@ -191,7 +215,7 @@ class MemoryExecutor:
 
     def _payload(
         self, intent: ExecutionIntent, correlation: str
-    ) -> tuple[Payload, dict[str, object]]:
+    ) -> tuple[MemoryWrite, dict[str, object]]:
         p, key = intent.params, intent.key
         match intent.kind:
             case "memory.add_fact":
@@ -229,7 +253,9 @@ class MemoryExecutor:
                 return self._query(p["topic"], correlation, key)
         raise AdapterError(f"the memory executor does not know {intent.kind!r}")
 
-    def _query(self, topic: str, correlation: str, key: str) -> tuple[Payload, dict[str, object]]:
+    def _query(
+        self, topic: str, correlation: str, key: str
+    ) -> tuple[MemoryWrite, dict[str, object]]:
         memory = self._projections.memory
         facts = {
             name: fact.value

@@ -160,6 +160,8 @@ class Outbox:
         # Effects as (function, argument) pairs: a closure per effect (a function and its
         # cells) was a third of the young objects the cyclic GC walks in P1.
         self.effects: list[tuple[Callable[[Any], Awaitable[None] | None], Any]] = []
+        self.committed: list[Event] = []
+        """The staged events as the journal recorded them (numbered), once committed."""
         self.scratch: dict[str, Any] = {}
         """Whatever else an actor stages for this batch (derived, never recorded)."""
         # Per flow staged in this batch: its state and the index of its last event.
@@ -254,6 +256,15 @@ class Outbox:
         """Answer ``reply`` once the staged events have committed."""
         if reply is not None:
             self.effects.append((reply.set, value))
+
+    def reply_events(self, reply: Reply[Any] | None, indices: Sequence[int]) -> None:
+        """Answer ``reply`` with the events staged at ``indices``, as committed (with seqs)."""
+        if reply is not None:
+            self.effects.append((self._answer_events, (reply, tuple(indices))))
+
+    def _answer_events(self, arg: tuple[Reply[Any], tuple[int, ...]]) -> None:
+        reply, indices = arg
+        reply.set([self.committed[i] for i in indices])
 
     def after_commit(self, fn: Callable[[], Awaitable[None] | None]) -> None:
         """Run ``fn`` once the staged events have committed."""
@@ -368,7 +379,7 @@ class Supervisor:
 
     async def _commit(self, out: Outbox) -> None:
         if out.drafts:
-            await self._append(out.drafts)
+            out.committed = await self._append(out.drafts)
         for effect, arg in out.effects:
             result = effect(arg)
             if result is not None:

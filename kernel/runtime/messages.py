@@ -22,11 +22,13 @@ from kernel.adapters.constraints import Violation
 from kernel.adapters.contract import Receipt
 from kernel.core.events import (
     AmendmentRefused,
+    Event,
     Feedback,
     LimitAmended,
     Manifest,
     PackRef,
     ProposalRecord,
+    RuleProposed,
 )
 from kernel.core.reasons import ReasonCode
 from kernel.policy.contracts import HandshakeRefused, Session, Verdict, WorkingContext
@@ -118,6 +120,49 @@ class LoadPack(msgspec.Struct, frozen=True, kw_only=True):
     operator: str = ""
     reason: str = ""
     reply: Reply[PackRef | PackError | None] | None = None
+
+
+class SubmitRule(msgspec.Struct, frozen=True, kw_only=True):
+    """A rule proposal for the rulebook's owner, recorded with the promoter's decision.
+
+    From an operator (``override``: put in force at once, with ``operator`` and
+    ``reason``) or an agent's accepted ``memory.propose_rule`` (the memory
+    executor sends it with the intent's flow, its ExecutionStarted as
+    ``caused_by`` and the agent). The reply is the recorded RuleProposed and
+    RuleDecided, ``[]`` when the proposal's key was recorded before, or the
+    exception that refused it.
+    """
+
+    proposal: RuleProposed
+    override: bool = False
+    operator: str = ""
+    reason: str = ""
+    inbox_id: int | None = None
+    flow: str | None = None
+    caused_by: int | None = None
+    agent_id: str | None = None
+    reply: Reply[list[Event] | Exception] | None = None
+
+
+class DecideRule(msgspec.Struct, frozen=True, kw_only=True):
+    """An operator's override or skip of the deferred rule proposal ``proposal_seq``."""
+
+    proposal_seq: int
+    decision: str
+    operator: str
+    reason: str
+    inbox_id: int | None = None
+    reply: Reply[list[Event] | Exception] | None = None
+
+
+class RetractRule(msgspec.Struct, frozen=True, kw_only=True):
+    """An operator's retraction of rule ``rule`` (out of force; its history stays)."""
+
+    rule: str
+    operator: str
+    reason: str
+    inbox_id: int | None = None
+    reply: Reply[list[Event] | Exception] | None = None
 
 
 # --- to the escalation desk -----------------------------------------------
@@ -236,7 +281,11 @@ class Found(msgspec.Struct, frozen=True, kw_only=True):
 
 RegistryMessage: TypeAlias = Register | SetStatus
 CompilerMessage: TypeAlias = FireTrigger | Compile
-DimMessage: TypeAlias = Judge | Withdraw | AmendLimit | LoadPack
+DimMessage: TypeAlias = (
+    Judge | Withdraw | AmendLimit | LoadPack | SubmitRule | DecideRule | RetractRule
+)
+RuleMessage: TypeAlias = SubmitRule | DecideRule | RetractRule
+"""What the DIM receives as the rulebook's owner."""
 EscalationMessage: TypeAlias = Escalate | Decide | Tick
 ExecutionMessage: TypeAlias = Execute | Dispatch | AdapterDone | Recover | Resolve
 GuardMessage: TypeAlias = Screen | Found

@@ -1,8 +1,10 @@
 """Governed memory: facts, constraints, decisions and queries, folded from memory events.
 
-Memory is written only by the memory executor, after the DIM accepted a
-memory policy kind (see :mod:`kernel.memory._pack`), so every fact and every
-constraint has a proposal, a verdict and a cause in the journal. This module
+Memory is written only through a memory policy kind the DIM accepted (see
+:mod:`kernel.memory._pack`): the memory executor returns the event
+(:class:`Remembered`) and the execution engine records it with the intent's
+ExecutionSucceeded (rule events: the DIM, the rulebook's owner), so every fact
+and every constraint has a proposal, a verdict and a cause in the journal. This module
 holds the projection (:class:`MemoryState`) and the DIM's memory layer
 (:func:`check`), a pure function of the proposal and the memory state.
 
@@ -34,6 +36,7 @@ from typing import Any
 
 import msgspec
 
+from kernel.adapters.contract import Receipt
 from kernel.core.events import (
     ConstraintAdded,
     ConstraintDeactivated,
@@ -63,6 +66,12 @@ MEMORY_EVENTS = frozenset(
     }
 )
 """Payload types folded into :class:`MemoryState`."""
+
+MEMORY_WRITES = frozenset(
+    {FactAdded, ConstraintAdded, ConstraintDeactivated, DecisionMade, MemoryQueried}
+)
+"""Memory events the execution engine records with a memory intent's ExecutionSucceeded.
+(Rule events are staged by the rulebook's owner, the DIM, never by the engine.)"""
 
 ENFORCED = frozenset({"required", "learned"})
 PRIORITIES = ("required", "learned", "preferred")
@@ -107,6 +116,27 @@ class Pending(msgspec.Struct, frozen=True, gc=False, kw_only=True):
     root_dfid: str
     agent_id: str
     started_seq: int
+
+
+MemoryWrite = FactAdded | ConstraintAdded | ConstraintDeactivated | DecisionMade | MemoryQueried
+
+
+class Remembered(Receipt, frozen=True, gc=False, kw_only=True):
+    """The memory executor's receipt: its effect *is* the memory event in ``records``.
+
+    The execution engine stages ``records`` in the same append as the intent's
+    ExecutionSucceeded (caused by its ExecutionStarted), so the fact and the end of
+    its execution are recorded together or not at all. Only an adapter named
+    ``memory`` may return records, only of :data:`MEMORY_WRITES` types and only
+    under the intent's key (kernel.execution checks; anything else fails the call).
+    """
+
+    records: tuple[MemoryWrite, ...] = ()
+
+
+def memory_id(key: str) -> str:
+    """The external id of the memory effect of intent ``key`` (its memory event carries the key)."""
+    return f"memory:{key}"
 
 
 class MemoryState(msgspec.Struct, kw_only=True):

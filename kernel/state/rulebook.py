@@ -20,7 +20,9 @@ rules in order (a pure function of the rulebook and the proposal):
 5. ``promote`` NEW_RULE or NEW_VERSION otherwise: the next version.
 
 A deferred proposal waits for an operator, who may ``override`` it (it becomes
-the next version) or ``skip`` it (:meth:`Promoter.decide`). The projection
+the next version) or ``skip`` it (:func:`operator_decision`). The DIM actor owns
+the rulebook: it stages every rule event (kernel.dim), one message at a time, so
+every decision reads the version the previous one left. The projection
 (:class:`Rulebook`) lives in the memory projection, so snapshots, time travel
 and ``dirk why`` see it. Agents receive the rules relevant to their flow in the
 memory layer of their context (:func:`select`), through the :class:`RuleSearch`
@@ -32,14 +34,12 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any, Protocol
 
-import anyio
 import msgspec
 
 from kernel.core.events import (
-    Draft,
     Event,
     RuleDecided,
     RuleProposed,
@@ -348,9 +348,9 @@ def shown_item(version: RuleVersion) -> dict[str, Any]:
     }
 
 
-# --- writing ------------------------------------------------------------------------
-
-Append = Callable[[Sequence[Draft]], Awaitable[list[Event]]]
+# --- deciding ---------------------------------------------------------------------
+# Pure functions of the rulebook: its owner (the DIM actor, kernel.dim) stages what they
+# return, one message at a time, so no two decisions ever read the same prior version.
 
 
 class RuleNotInForce(Exception):
@@ -365,106 +365,67 @@ class RuleNotPending(Exception):
     code = "RULE_NOT_PENDING"
 
 
-class Promoter:
-    """Records rule proposals with the promoter's decision, and operators' decisions.
+def override(
+    book: Rulebook,
+    proposal: RuleProposed,
+    *,
+    operator: str,
+    reason: str,
+    inbox_id: int | None = None,
+) -> RuleDecided:
+    """Return an operator's override putting ``proposal`` in force at once (audited).
 
-    One at a time: a decision names the prior version, so two proposals for the
-    same rule must not both read the same rulebook. The journal applies each
-    commit to the projections before ``append`` returns, so the next holder of
-    the lock reads the rulebook the previous one left.
+    Raises:
+        ValueError: no operator or no reason.
     """
+    if not operator or not reason:
+        raise ValueError("an operator's override names the operator and a reason")
+    return _by_operator(book, proposal, "override", operator, reason, inbox_id)
 
-    def __init__(self, book: Callable[[], Rulebook], append: Append) -> None:
-        self._book = book
-        self._append = append
-        self._lock = anyio.Lock()
 
-    async def propose(
-        self,
-        proposal: RuleProposed,
-        *,
-        dfid: str | None = None,
-        caused_by: int | None = None,
-        agent_id: str | None = None,
-    ) -> tuple[Event, Event]:
-        """Record ``proposal`` and the promoter's decision on it, in one append."""
-        async with self._lock:
-            decided = promote(self._book(), proposal)
-            envelope: dict[str, Any] = {"dfid": dfid, "agent_id": agent_id}
-            proposed, decision = await self._append(
-                [
-                    Draft(payload=proposal, caused_by=caused_by, **envelope),
-                    Draft(payload=decided, caused_by=-1, **envelope),
-                ]
-            )
-            return proposed, decision
+def retraction(
+    book: Rulebook, rule: str, *, operator: str, reason: str, inbox_id: int | None = None
+) -> RuleRetracted:
+    """Return an operator's retraction of rule ``rule`` (its history is kept).
 
-    async def override(
-        self, proposal: RuleProposed, *, operator: str, reason: str, inbox_id: int | None = None
-    ) -> Event:
-        """Record an operator's proposal and put it in force at once (an audited override)."""
-        if not operator or not reason:
-            raise ValueError("an operator's override names the operator and a reason")
-        async with self._lock:
-            decided = _by_operator(self._book(), proposal, "override", operator, reason, inbox_id)
-            _, decision = await self._append(
-                [Draft(payload=proposal), Draft(payload=decided, caused_by=-1)]
-            )
-            return decision
+    Raises:
+        RuleNotInForce: no version of the rule is in force.
+        ValueError: no operator or no reason.
+    """
+    if not operator or not reason:
+        raise ValueError("a retraction names the operator and a reason")
+    item = book.items.get(rule)
+    current = item.current if item is not None else None
+    if current is None:
+        raise RuleNotInForce(f"no rule {rule!r} in force")
+    return RuleRetracted(
+        rule=rule, operator=operator, reason=reason, version=current.version, inbox_id=inbox_id
+    )
 
-    async def retract(
-        self, rule: str, *, operator: str, reason: str, inbox_id: int | None = None
-    ) -> Event:
-        """Record an operator's retraction of rule ``rule`` (RuleRetracted); history is kept.
 
-        Raises:
-            RuleNotInForce: no version of the rule is in force.
-            ValueError: no operator or no reason.
-        """
-        if not operator or not reason:
-            raise ValueError("a retraction names the operator and a reason")
-        async with self._lock:
-            item = self._book().items.get(rule)
-            current = item.current if item is not None else None
-            if current is None:
-                raise RuleNotInForce(f"no rule {rule!r} in force")
-            retracted = RuleRetracted(
-                rule=rule,
-                operator=operator,
-                reason=reason,
-                version=current.version,
-                inbox_id=inbox_id,
-            )
-            [event] = await self._append([Draft(payload=retracted)])
-            return event
+def operator_decision(
+    book: Rulebook,
+    proposal_seq: int,
+    decision: str,
+    *,
+    operator: str,
+    reason: str,
+    inbox_id: int | None = None,
+) -> RuleDecided:
+    """Return an operator's override or skip of the deferred proposal ``proposal_seq``.
 
-    async def decide(
-        self,
-        proposal_seq: int,
-        decision: str,
-        *,
-        operator: str,
-        reason: str,
-        inbox_id: int | None = None,
-    ) -> Event:
-        """Record an operator's override or skip of a deferred proposal.
-
-        Raises:
-            RuleNotPending: the proposal is not deferred (decided, or no such proposal).
-            ValueError: the decision is not override or skip, or no reason is given.
-        """
-        if decision not in OPERATOR_DECISIONS:
-            raise ValueError(f"an operator decides {' or '.join(OPERATOR_DECISIONS)}")
-        if not operator or not reason:
-            raise ValueError("an operator's decision names the operator and a reason")
-        async with self._lock:
-            book = self._book()
-            proposal = book.pending.get(proposal_seq)
-            if proposal is None:
-                raise RuleNotPending(f"no deferred rule proposal #{proposal_seq}")
-            decided = _by_operator(book, proposal, decision, operator, reason, inbox_id)
-            [event] = await self._append([Draft(payload=decided, caused_by=proposal_seq)])
-            return event
+    Raises:
+        RuleNotPending: the proposal is not deferred (decided, or no such proposal).
+        ValueError: the decision is not override or skip, or no operator or reason is given.
+    """
+    if decision not in OPERATOR_DECISIONS:
+        raise ValueError(f"an operator decides {' or '.join(OPERATOR_DECISIONS)}")
+    if not operator or not reason:
+        raise ValueError("an operator's decision names the operator and a reason")
+    proposal = book.pending.get(proposal_seq)
+    if proposal is None:
+        raise RuleNotPending(f"no deferred rule proposal #{proposal_seq}")
+    return _by_operator(book, proposal, decision, operator, reason, inbox_id)
 
 
 def _by_operator(

@@ -9,12 +9,13 @@ from kernel.audit import fold
 from kernel.core.events import (
     ConstraintAdded,
     ExecutionStarted,
+    ExecutionSucceeded,
     FactAdded,
     MemoryQueried,
     ProposalRecord,
 )
 from kernel.memory import MemoryExecutor
-from kernel.state.memory import MemoryState, advisories, check, mentions, parse
+from kernel.state.memory import MemoryState, Remembered, advisories, check, mentions, parse
 from tests.support.memory_domain import Planner, book, booking_kernel, note, remember, run
 
 ACCESS = "verify accessibility before booking"
@@ -133,9 +134,16 @@ async def test_the_memory_executor_honours_the_intent_key(tmp_path):
         events = await kernel.journal.flow_events(dfid)
         intent = next(e.payload.intent for e in events if isinstance(e.payload, ExecutionStarted))
         [fact] = [e for e in events if isinstance(e.payload, FactAdded)]
-        again = await MemoryExecutor(kernel.projections, kernel.journal.append).execute(intent)
-        assert again.external_id == f"memory#{fact.seq}"
+        [succeeded] = [e for e in events if isinstance(e.payload, ExecutionSucceeded)]
+        # The fact and the end of its execution are one append, the fact first.
+        assert succeeded.seq == fact.seq + 1 and fact.payload.key == intent.key
+        executor = MemoryExecutor(kernel.projections, kernel.actors.dim)
+        again = await executor.execute(intent)
+        found = await executor.lookup(intent.key)
+        assert again == found and again.external_id == f"memory:{intent.key}"
+        assert not isinstance(again, Remembered)  # nothing more to record
         assert kernel.flow(dfid).external_id == again.external_id
+        assert await executor.lookup("no such key") is None
         assert len(await kernel.journal.read(types=["FactAdded"])) == 1
 
 
