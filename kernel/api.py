@@ -78,6 +78,7 @@ from kernel.runtime.messages import (
     ExecutionMessage,
     FireTrigger,
     GuardMessage,
+    IssueCredential,
     LoadPack,
     Register,
     RegistryMessage,
@@ -228,13 +229,17 @@ class Kernel:
 
     # --- the embedding API -------------------------------------------------
 
-    async def register(self, agent: AgentLike) -> Session:
+    async def register(self, agent: AgentLike, *, credential: str | None = None) -> Session:
         """Hand the agent's manifest to the registry and host the agent in this kernel.
 
+        ``credential`` is the secret the operator provisioned for the agent, if any
+        (kernel.registry): once one is provisioned, every handshake must show it.
+
         Raises:
-            HandshakeRefused: with VERSION_MISMATCH, UNKNOWN_AGENT, AGENT_SUSPENDED, ...
+            HandshakeRefused: with VERSION_MISMATCH, UNKNOWN_AGENT, AGENT_SUSPENDED,
+                CREDENTIAL_INVALID, ...
         """
-        session = await self.handshake(agent.manifest)
+        session = await self.handshake(agent.manifest, credential=credential)
         agent_id = session.agent_id
         if agent_id not in self._hosts:
             mailbox: Mailbox[AgentMessage] = Mailbox(f"agent:{agent_id}", self._capacity)
@@ -243,13 +248,20 @@ class Kernel:
         self.agents.sessions[agent_id] = session
         return session
 
-    async def handshake(self, manifest: Manifest) -> Session:
+    async def handshake(
+        self, manifest: Manifest, *, credential: str | None = None, require_credential: bool = False
+    ) -> Session:
         """Register a manifest without hosting the agent (it submits on its own).
+
+        ``credential``: the agent's provisioned secret; ``require_credential`` refuses
+        the handshake unless one is provisioned and shown (the bus asks for it).
 
         Raises:
             HandshakeRefused: when the registry refuses the manifest.
         """
         invalid: str | None = None
+        if credential is not None and not isinstance(credential, str):
+            credential = ""  # shown but unusable: refused as not the agent's own
         try:
             checked = wall.admit(manifest, wall.ManifestSpec)
             manifest = msgspec.convert(msgspec.to_builtins(checked), Manifest)
@@ -262,7 +274,13 @@ class Kernel:
             version = getattr(manifest, "version", "")
             manifest = Manifest(agent_id=clip(agent_id), version=clip(version, 64))
         reply: Reply[Session | HandshakeRefused] = Reply()
-        msg = Register(manifest=manifest, reply=reply, invalid=invalid)
+        msg = Register(
+            manifest=manifest,
+            reply=reply,
+            invalid=invalid,
+            credential=credential,
+            require_credential=require_credential,
+        )
         answer = await self._call(self.registry_mailbox, msg, reply)
         assert isinstance(answer, Session)  # _call raised a refusal
         return answer
@@ -426,6 +444,38 @@ class Kernel:
         code = await self._call(self.registry_mailbox, msg, reply)
         if code is not None:
             raise HandshakeRefused(code, f"no agent {agent_id!r}")
+
+    async def issue_credential(
+        self, agent_id: str, verifier: str, *, operator: str, reason: str
+    ) -> None:
+        """Provision or rotate ``agent_id``'s credential from its verifier (recorded).
+
+        Make the pair with :func:`kernel.registry.new_credential` and
+        :func:`kernel.registry.credential_verifier`; give the secret to whoever runs the
+        agent, and only the verifier to the kernel. Live sessions stay valid.
+
+        Raises:
+            InputInvalid: a field of the wrong type or too long.
+            HandshakeRefused: UNKNOWN_AGENT (not allowed here) or SCHEMA_INVALID (no verifier).
+        """
+        fields = {"agent_id": agent_id, "verifier": verifier, "operator": operator}
+        await self._issue_credential(inbox.check_credential(fields | {"reason": reason}))
+
+    async def _issue_credential(
+        self, fields: inbox.CredentialFields, inbox_id: int | None = None
+    ) -> None:
+        reply: Reply[ReasonCode | None] = Reply()
+        msg = IssueCredential(
+            agent_id=fields.agent_id,
+            verifier=fields.verifier,
+            operator=fields.operator,
+            reason=fields.reason,
+            inbox_id=inbox_id,
+            reply=reply,
+        )
+        code = await self._call(self.registry_mailbox, msg, reply)
+        if code is not None:
+            raise HandshakeRefused(code, f"no credential issued for {fields.agent_id!r}")
 
     async def amend_limit(
         self,
@@ -869,6 +919,9 @@ class Kernel:
             if code is not None:
                 raise HandshakeRefused(code, f"no agent {checked.agent_id!r}")
 
+        async def credential(row: InboxRow) -> None:
+            await self._issue_credential(inbox.to_credential(row), inbox_id=row.id)
+
         async def rule(row: InboxRow) -> None:
             body = inbox.row_fields(row, inbox.RULE_FIELDS)
             checked = wall.admit(body, wall.RuleDecisionSpec)
@@ -899,6 +952,7 @@ class Kernel:
             inbox.AMEND: amend,
             inbox.AGENT_STATUS: agent_status,
             inbox.RULE: rule,
+            inbox.CREDENTIAL: credential,
         }
         try:
             await inbox.poll(

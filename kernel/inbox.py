@@ -24,14 +24,14 @@ import sqlite3
 from collections.abc import Awaitable, Callable, Mapping
 from contextlib import closing
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import anyio
 import msgspec
 
 from kernel.core.errors import KernelShutdown
 from kernel.core.ports import Clock
-from kernel.core.wall import AgentSpec, DecisionSpec, InputInvalid, admit
+from kernel.core.wall import AgentSpec, DecisionSpec, InputInvalid, Name, Reason, admit
 from kernel.journal.store import INBOX_SCHEMA
 from kernel.runtime.actors import Mailbox, MailboxClosed, Reply
 from kernel.runtime.messages import AmendLimit, Decide, Decision, EscalationMessage, Tick
@@ -118,6 +118,11 @@ AGENT_STATUS = "agent_status"
 """The ``type`` of a row that changes an agent's status (``dirk agent``)."""
 RULE = "rule"
 """The ``type`` of a row that overrides or skips a deferred rule proposal (``dirk rules``)."""
+CREDENTIAL = "credential"
+"""The ``type`` of a row that provisions an agent's credential (``dirk agent --issue-credential``).
+
+It carries only the credential's verifier, never the secret (kernel.registry).
+"""
 DECIDE = "decide"
 """The ``type`` of a decision on an escalated flow (rows without a type are decisions too)."""
 UNREADABLE = "$unreadable"
@@ -149,6 +154,34 @@ DECIDE_FIELDS = frozenset({"decision", "operator", "reason", "params", "action_h
 AMEND_FIELDS = frozenset({"agent_id", "limit", "value", "ttl_s", "operator", "reason"})
 AGENT_STATUS_FIELDS = frozenset({"agent_id", "status", "operator", "reason"})
 RULE_FIELDS = frozenset({"proposal_seq", "decision", "operator", "reason"})
+CREDENTIAL_FIELDS = frozenset({"agent_id", "verifier", "operator", "reason"})
+
+
+class CredentialFields(msgspec.Struct, frozen=True, kw_only=True):
+    """A credential to provision: the agent, the verifier (``sha256:<hex>``), who and why."""
+
+    agent_id: Name
+    verifier: Annotated[str, msgspec.Meta(max_length=80)]
+    operator: Name
+    reason: Reason
+
+
+def check_credential(fields: Mapping[str, Any]) -> CredentialFields:
+    """Admit a credential's fields at the wall.
+
+    Raises:
+        InputInvalid: a field missing, of the wrong type or too long.
+    """
+    return admit(dict(fields), CredentialFields)
+
+
+def to_credential(row: InboxRow) -> CredentialFields:
+    """Turn a credential row into its checked fields.
+
+    Raises:
+        InputInvalid: the row carries a field a credential row does not have, or a bad one.
+    """
+    return check_credential(row_fields(row, CREDENTIAL_FIELDS))
 
 
 def to_amend(row: InboxRow, reply: Reply[Any]) -> AmendLimit:

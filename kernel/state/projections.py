@@ -28,9 +28,9 @@ from kernel.core import flow
 from kernel.core.events import (
     AgentRegistered,
     AgentStatusChanged,
-    CredentialIssued,
     AmendmentRefused,
     ContextCompiled,
+    CredentialIssued,
     DecisionRefused,
     DuplicateSuppressed,
     Event,
