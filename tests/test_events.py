@@ -106,7 +106,9 @@ SAMPLES = [
         operator="ana",
         inbox_id=3,
     ),
-    ev.CredentialIssued(verifier="sha256:" + "ab" * 32, operator="ana", reason="rotate", inbox_id=4),
+    ev.CredentialIssued(
+        verifier="sha256:" + "ab" * 32, operator="ana", reason="rotate", inbox_id=4
+    ),
 ]
 
 

@@ -37,7 +37,7 @@ class NatsServer:
         return f"nats://127.0.0.1:{self.port}"
 
     def start(self) -> None:
-        log = open(self.store / "server.log", "ab")  # noqa: SIM115 - the process keeps it
+        log = open(self.store / "server.log", "ab")
         self.process = subprocess.Popen(
             [self.binary, "-a", "127.0.0.1", "-p", str(self.port), "-js", "-sd", str(self.store)],
             stdout=log,
