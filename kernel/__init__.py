@@ -43,16 +43,8 @@ from kernel.policy.contracts import (
     WorkingContext,
 )
 from kernel.policy.guards import Guard, GuardFinding, SoftGuard
-from kernel.policy.packs import (
-    Consume,
-    Impact,
-    LimitSpec,
-    NeedsHuman,
-    PackError,
-    PolicyKind,
-    PolicyPack,
-    Threshold,
-)
+from kernel.policy.kinds import Impact, NeedsHuman, PolicyKind
+from kernel.policy.packs import Consume, LimitSpec, PackError, PolicyPack, Threshold
 from kernel.policy.rules import (
     ALLOW,
     DecimalStr,
@@ -66,7 +58,7 @@ from kernel.policy.rules import (
     rule,
 )
 from kernel.runtime.actors import MailboxClosed, RestartIntensityExceeded
-from kernel.runtime.messages import Decision, EscalateOperational
+from kernel.runtime.messages import Decision
 from kernel.state.amendments import AmendmentInvalid
 from kernel.state.approvals import Approval, ApprovalStatus, EscalationBudget
 from kernel.state.memory import MemoryState
@@ -88,7 +80,6 @@ __all__ = [
     "Consume",
     "DecimalStr",
     "Decision",
-    "EscalateOperational",
     "EscalationBudget",
     "EscalationPolicy",
     "Event",

@@ -136,7 +136,7 @@ async def open_kernel(
         )
         await _abort_interrupted(journal, projections)
         supervisor = Supervisor(
-            kernel.specs,
+            kernel.actors.specs,
             append=journal.append,
             projections=projections,
             clock=clock,
@@ -167,10 +167,10 @@ async def open_kernel(
                     anyio.create_task_group() as agents_tg,
                     anyio.create_task_group() as effects_tg,
                 ):
-                    kernel.agents.tg = agents_tg
+                    kernel.actors.agents.tg = agents_tg
                     kernel._effects_tg = effects_tg
                     # What an earlier run left between acceptance and a recorded end.
-                    kernel.execution_mailbox.send_nowait(Recover())
+                    kernel.actors.execution.send_nowait(Recover())
                     try:
                         yield kernel
                     except Exception as exc:
@@ -188,7 +188,10 @@ async def open_kernel(
             failure = stopped[0]
         finally:
             kernel._stop(StopReason.KERNEL_CLOSED)
-            for mailbox in [*(spec.mailbox for spec in kernel.specs), *kernel._hosts.values()]:
+            for mailbox in [
+                *(spec.mailbox for spec in kernel.actors.specs),
+                *kernel._hosts.values(),
+            ]:
                 mailbox.close()
             with anyio.CancelScope(shield=True):
                 reason = failure.reason if failure else StopReason.KERNEL_CLOSED

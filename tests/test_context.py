@@ -133,7 +133,7 @@ async def test_triggers_compiled_in_one_batch_each_get_the_reference_of_their_st
         # Queued before the compiler wakes, so one batch handles all three.
         for facts in ({}, {"bank.rate": 1}, {}):
             replies.append(Reply())
-            kernel.compiler_mailbox.send_nowait(
+            kernel.actors.compiler.send_nowait(
                 FireTrigger(
                     topic="bank", facts=facts, source="", parent_dfid=None, reply=replies[-1]
                 )

@@ -14,6 +14,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from agents_sdk import Proposal, WorkingContext
 from kernel import (
+    AdapterError,
     ApprovalStatus,
     EscalationBudget,
     EscalationPolicy,
@@ -26,13 +27,13 @@ from kernel import (
     PolicyKind,
     PolicyPack,
     ReasonCode,
+    RetryPolicy,
     SeededIds,
     open_journal,
     open_kernel,
 )
 from kernel.config import KernelConfig, Ports
 from kernel.core.events import Draft, HumanDecided, ProposalAccepted
-from kernel.runtime.messages import EscalateOperational
 from kernel.state.approvals import EscalationBudget as Budget
 from kernel.state.approvals import over_budget
 from kernel.telemetry import Telemetry
@@ -379,50 +380,30 @@ async def test_usage_within_the_cap_changes_nothing(tmp_path):
 # --- operational failure, and the span of the wait ------------------------------
 
 
-class StuckBank(Bank):
-    """A bank whose calls hang until released (the engine would be retrying meanwhile)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.release = anyio.Event()
+class DownBank(Bank):
+    """A bank that refuses every call before it reaches the ledger (nothing happened)."""
 
     async def execute(self, intent: Any) -> Any:
-        await self.release.wait()
-        return await super().execute(intent)
+        raise AdapterError("ledger offline", transient=True, outcome_unknown=False)
 
 
 async def test_an_operational_failure_escalates_without_spending_the_agents_budget(tmp_path):
-    bank = StuckBank()
     policy = EscalationPolicy(budget=EscalationBudget(capacity=1, period_s=3600))
-    async with gov_kernel(tmp_path / "j.db", bank=bank, escalation=policy) as kernel:
+    once = RetryPolicy(max_attempts=1)
+    async with gov_kernel(
+        tmp_path / "j.db", bank=DownBank(), escalation=policy, retry=once
+    ) as kernel:
         await kernel.register(agent([transfer()]))
-        [dfid] = await kernel.trigger("bank.invoice")
-        await kernel.wait_flow(dfid, {FlowStatus.EXECUTING})
-        await kernel.escalation_mailbox.send(
-            EscalateOperational(dfid=dfid, detail="broker timed out 5 times")
-        )
-        flow = await kernel.wait_flow(dfid)
-        # The call is still out: its effect may happen, so the outcome is unknown.
+        [failed] = await kernel.trigger("bank.invoice")
+        flow = await kernel.wait_flow(failed)
+        # The engine escalates its own failure, in the batch that records it.
         assert (flow.status, flow.reason_code) == (
             FlowStatus.ESCALATED,
-            ReasonCode.OUTCOME_UNKNOWN,
+            ReasonCode.EXECUTION_FAILED,
         )
+        types = await flow_types(kernel, failed)
+        assert types[-2:] == ["ExecutionFailed", "FlowEscalated"]
         assert kernel.projections.escalations.get("clerk") is None
-        verdict = await kernel.decide(dfid, "reject", operator="ana", reason="call the broker")
-        assert verdict.outcome is Outcome.REFUSED
-        assert verdict.feedback.reason_code is ReasonCode.OUTCOME_UNKNOWN
-        bank.release.set()  # the late answer finds the flow waiting for a human
-        await kernel.decide(
-            dfid,
-            "reconcile",
-            operator="ana",
-            reason="the broker shows tx-1",
-            params={"outcome": "done", "external_id": "tx-1"},
-        )
-        flow = await kernel.wait_flow(dfid)
-        assert (flow.status, flow.external_id) == (FlowStatus.CLOSED, "tx-1")
-        [succeeded] = await kernel.journal.read(dfid=dfid, types=["ExecutionSucceeded"])
-        assert succeeded.payload.reconciled
 
 
 async def test_the_escalation_span_shows_how_long_the_flow_waited(tmp_path):

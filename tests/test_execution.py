@@ -154,7 +154,7 @@ async def test_a_delivery_while_the_call_is_in_flight_never_calls_twice(tmp_path
         await kernel.wait_flow(dfid, {FlowStatus.EXECUTING})
         for _ in range(3):
             reply: Reply[Verdict] = Reply()
-            await kernel.execution_mailbox.send(Execute(dfid=dfid, reply=reply))
+            await kernel.actors.execution.send(Execute(dfid=dfid, reply=reply))
             assert (await reply.wait()).outcome is Outcome.ACCEPTED
         gate.set()
         assert (await kernel.wait_flow(dfid)).status is FlowStatus.CLOSED

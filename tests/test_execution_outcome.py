@@ -345,7 +345,7 @@ async def test_an_unknown_outcome_never_expires(tmp_path):
         dfid = await escalate_unknown(kernel, desk)
         await kernel.wait_flow(dfid)
         kernel.clock.advance(10 * 3600)  # far past the approval's time to live
-        await kernel.escalation_mailbox.send(Tick())
+        await kernel.actors.escalation.send(Tick())
         verdict = await kernel.decide(dfid, "retry", operator="ana", reason="a day later")
         assert verdict.outcome is Outcome.ACCEPTED
         assert (await kernel.wait_flow(dfid)).status is FlowStatus.CLOSED

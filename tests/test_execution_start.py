@@ -91,8 +91,8 @@ async def test_a_dispatch_racing_with_recovery_calls_the_adapter_once(tmp_path):
     # recovery (as the DIM's would be) must not call it a second time.
     desk = Desk()
     async with desk_kernel(path, desk) as kernel:
-        await kernel.execution_mailbox.send(Dispatch(dfid=dfid, key=key))
-        await kernel.execution_mailbox.send(Dispatch(dfid=dfid, key=key))
+        await kernel.actors.execution.send(Dispatch(dfid=dfid, key=key))
+        await kernel.actors.execution.send(Dispatch(dfid=dfid, key=key))
         flow = await kernel.wait_flow(dfid)
         assert flow.status is FlowStatus.CLOSED
         assert [c.key for c in desk.calls] == [key]

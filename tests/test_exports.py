@@ -26,7 +26,6 @@ def test_kernel_exports():
             "AdapterError",
             "Approval",
             "ApprovalStatus",
-            "EscalateOperational",
             "EscalationBudget",
             "EscalationPolicy",
             "Impact",

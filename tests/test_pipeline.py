@@ -65,7 +65,7 @@ async def test_the_same_intent_again_has_no_second_effect(kernel, bank):
 
     # The accepted intent delivered to the engine a second time.
     reply: Reply[Verdict] = Reply()
-    await kernel.execution_mailbox.send(Execute(dfid=dfid, reply=reply))
+    await kernel.actors.execution.send(Execute(dfid=dfid, reply=reply))
     redelivered = await reply.wait()
     assert redelivered.outcome is Outcome.DUPLICATE
     assert redelivered.external_id == closed.external_id

@@ -27,7 +27,7 @@ from kernel.core.reasons import CliError, ExitCode, ReasonCode
 from kernel.core.wall import MAX_TTL_S, who_and_why
 from kernel.inbox import AMEND, post, queued_dfids
 from kernel.journal.store import JournalError, open_journal
-from kernel.policy.packs import Impact
+from kernel.policy.kinds import Impact
 from kernel.policy.rules import decimal_of
 from kernel.state.approvals import Approval, ApprovalStatus
 from kernel.state.projections import Projections

@@ -6,8 +6,8 @@ human only when a trigger fires. The triggers, each recorded with its reason:
 - model uncertainty and authority or ambiguity rules of the policy kind (the
   DIM escalates, then tells this actor with :class:`Escalate`);
 - operational failure: the execution engine records its own escalation
-  (EXECUTION_FAILED, OUTCOME_UNKNOWN) and tells this actor with :class:`Escalate`;
-  :class:`EscalateOperational` is the same hand-over for a caller outside the engine;
+  (EXECUTION_FAILED, OUTCOME_UNKNOWN) in the batch that records the failure, and
+  tells this actor with :class:`Escalate`;
 - a silent agent (the watchdog, on :class:`Tick`).
 
 Each escalation opens an approval bound to the action's hash
@@ -45,7 +45,6 @@ from kernel.runtime.messages import (
     Decision,
     DimMessage,
     Escalate,
-    EscalateOperational,
     EscalationMessage,
     Execute,
     ExecutionMessage,
@@ -114,17 +113,6 @@ class EscalationManager:
                 self._decide(msg, out)
             case Tick():
                 self._tick(out)
-            case EscalateOperational():
-                flow = out.flow(msg.dfid)
-                if flow is not None and flow.status in (FlowStatus.EXECUTING, FlowStatus.DIRTY):
-                    # A call still pending may have taken effect: only reconcile or retry.
-                    code = (
-                        ReasonCode.EXECUTION_FAILED
-                        if flow.pending is None
-                        else ReasonCode.OUTCOME_UNKNOWN
-                    )
-                    event = escalation(msg.dfid, flow.proposal, self._catalog, code, msg.detail)
-                    out.emit(event, dfid=msg.dfid)
 
     # --- budgets, expiry, the watchdog ----------------------------------------
 

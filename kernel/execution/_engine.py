@@ -44,17 +44,11 @@ from typing import Any
 
 import msgspec
 
-from kernel.adapters.constraints import Violation, check
 from kernel.adapters.contract import (
     Adapter,
-    AdapterError,
-    Quote,
-    Receipt,
     RetryPolicy,
     SagaStep,
     compensation_key,
-    idempotency_key,
-    recordable,
 )
 from kernel.core.events import (
     CompensationFailed,
@@ -73,6 +67,7 @@ from kernel.core.events import (
 from kernel.core.flow import FlowState, FlowStatus
 from kernel.core.ports import Clock
 from kernel.core.reasons import ReasonCode
+from kernel.execution._calls import AdapterCalls
 from kernel.policy.contracts import Outcome, Verdict
 from kernel.policy.packs import PolicyCatalog
 from kernel.runtime.actors import Mailbox, Outbox
@@ -89,17 +84,6 @@ from kernel.runtime.messages import (
 from kernel.state.approvals import escalation as escalation_event
 from kernel.state.intents import mint, policy_of, stage_start, steps_of
 from kernel.state.projections import Projections
-
-__all__ = [
-    "Adapter",
-    "AdapterDone",
-    "AdapterError",
-    "ExecutionEngine",
-    "Receipt",
-    "Recover",
-    "idempotency_key",
-]
-
 
 Spawn = Callable[[Callable[[], Any]], None]
 
@@ -139,6 +123,7 @@ class ExecutionEngine:
         self._rng = rng or random.Random(0)
         self._retry = retry or RetryPolicy()
         self._escalation = escalation
+        self._calls = AdapterCalls(adapters, mailbox, clock)
         self._resumed: set[str] = set()
         """Keys recovery called again: a Dispatch racing with recovery must not call twice."""
         self._unsure = unsure if unsure is not None else set()
@@ -216,89 +201,17 @@ class ExecutionEngine:
         out: Outbox,
         at_ns: int | None = None,
     ) -> None:
-        out.after_commit_with(self._spawn, partial(self._call, dfid, intent, attempt, fresh, at_ns))
+        out.after_commit_with(
+            self._spawn, partial(self._calls.call, dfid, intent, attempt, fresh, at_ns)
+        )
 
     def _steps(self, flow: FlowState) -> list[SagaStep]:
         assert flow.proposal is not None
         return steps_of(policy_of(self._catalog, flow.proposal)[0])
 
-    # --- calling the adapter (beside the actor) -------------------------------
-
     def _policy_of(self, adapter_name: str) -> RetryPolicy:
         policy = getattr(self._adapters[adapter_name], "retry_policy", None)
         return policy if isinstance(policy, RetryPolicy) else self._retry
-
-    async def _call(
-        self, dfid: str, intent: ExecutionIntent, attempt: int, fresh: bool, at_ns: int | None
-    ) -> None:
-        """Call the adapter once for ``intent`` and report back; never raises."""
-        adapter = self._adapters[intent.adapter]
-        done = AdapterDone(dfid=dfid, key=intent.key, attempt=attempt)
-        looking = False
-        try:
-            if at_ns is not None and self._clock is not None:
-                # The due time was recorded: a clock moved past it meanwhile waits no more.
-                await self._clock.sleep(max(0, at_ns - self._clock.now_ns()) / 1e9)
-            lookup = getattr(adapter, "lookup", None)
-            if not fresh and callable(lookup):
-                looking = True
-                found = await lookup(intent.key)
-                if found is not None:
-                    await self._mailbox.send(
-                        msgspec.structs.replace(done, receipt=recordable(found), found=True)
-                    )
-                    return
-                fresh = True  # the adapter says no effect exists for this key
-            looking = False
-            if fresh and not intent.compensation:
-                violation = await self._check(adapter, intent)
-                if violation is not None:
-                    await self._mailbox.send(msgspec.structs.replace(done, violation=violation))
-                    return
-            receipt = await adapter.execute(intent)
-            done = msgspec.structs.replace(done, receipt=recordable(receipt))
-        except AdapterError as exc:
-            done = msgspec.structs.replace(
-                done,
-                error=str(exc)[:500],
-                transient=exc.transient,
-                # A lookup that failed leaves the outcome as unknown as before it.
-                unknown=exc.outcome_unknown or looking,
-            )
-        except Exception as exc:
-            # Unclassified: the call may have reached the system; fail closed.
-            error = f"{type(exc).__name__}: {exc}"[:500]
-            done = msgspec.structs.replace(done, error=error, unknown=True)
-        await self._mailbox.send(done)
-
-    async def _look_up(self, dfid: str, intent: ExecutionIntent, last: AdapterDone) -> None:
-        """Ask the adapter's lookup what became of ``intent`` before a human is asked."""
-        lookup = getattr(self._adapters[intent.adapter], "lookup", None)
-        assert callable(lookup)
-        done = msgspec.structs.replace(last, looked_up=True)
-        try:
-            found = await lookup(intent.key)
-            receipt = recordable(found) if found is not None else None
-        except Exception as exc:
-            error = f"{last.error}; lookup failed: {type(exc).__name__}: {exc}"[:500]
-            done = msgspec.structs.replace(done, error=error, unknown=True)
-        else:
-            if receipt is not None:
-                done = msgspec.structs.replace(done, receipt=receipt, found=True, error="")
-            else:
-                done = msgspec.structs.replace(done, unknown=False)
-        await self._mailbox.send(done)
-
-    async def _check(self, adapter: Adapter, intent: ExecutionIntent) -> Violation | None:
-        if self._clock is None:
-            return None
-        quote_fn = getattr(adapter, "quote", None)
-        if not callable(quote_fn):
-            # No live view of the world here: the bounds travel in the intent and the
-            # system behind the adapter enforces them (a limit order at the exchange).
-            return check({}, intent.valid_until_ns, None, self._clock.now_ns())
-        quote: Quote | None = await quote_fn(intent) if intent.bounds else None
-        return check(intent.bounds, intent.valid_until_ns, quote, self._clock.now_ns())
 
     # --- results ----------------------------------------------------------------
 
@@ -322,7 +235,9 @@ class ExecutionEngine:
             if unknown and not msg.looked_up and self._has_lookup(intent.adapter):
                 # Before any human: ask the system what became of the key (a read,
                 # nothing to record first). Its answer comes back as this attempt's.
-                out.after_commit_with(self._spawn, partial(self._look_up, msg.dfid, intent, msg))
+                out.after_commit_with(
+                    self._spawn, partial(self._calls.look_up, msg.dfid, intent, msg)
+                )
                 return
             if unknown and msg.transient and self._still_valid(intent, policy):
                 # The adapter honours the key: calling again cannot double the effect.

@@ -1,8 +1,9 @@
 """Hosting agents in user space: a fixed crew of reasoning tasks per agent."""
 
-from kernel.hosting._host import AgentHost, AgentLike
+from kernel.hosting._host import AgentHost, AgentLike, Submit
 
 __all__ = [
     "AgentHost",
     "AgentLike",
+    "Submit",
 ]

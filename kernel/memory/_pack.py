@@ -35,7 +35,8 @@ from kernel.core.events import (
     RuleProposed,
     RuleSource,
 )
-from kernel.policy.packs import PolicyKind, PolicyPack
+from kernel.policy.kinds import PolicyKind
+from kernel.policy.packs import PolicyPack
 from kernel.state.memory import MEMORY_ADAPTER, Pending, mentions
 from kernel.state.projections import Projections
 from kernel.state.rulebook import Promoter

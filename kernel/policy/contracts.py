@@ -16,7 +16,7 @@ import msgspec
 from kernel.core.events import Feedback, ProposalRecord
 from kernel.core.reasoning import report_usage
 from kernel.core.reasons import ReasonCode
-from kernel.policy.packs import PolicyKind, kind_name
+from kernel.policy.kinds import PolicyKind, kind_name
 
 ValidationFeedback = Feedback
 """Why a proposal was not accepted: reason code, detail, the layer and the field."""

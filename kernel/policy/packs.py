@@ -1,8 +1,6 @@
-"""Policy kinds and policy packs: the contracts agents propose against.
+"""Policy packs: what a domain says about its policy kinds (:mod:`kernel.policy.kinds`).
 
-A policy kind is a msgspec Struct tagged with its kind name (the ``kind``
-field on the wire) and carrying a ``version`` and the name of the adapter
-that executes it. A policy pack groups the kinds of one domain under a name,
+A policy pack groups the kinds of one domain under a name,
 a version and a content hash, with what it says about them: rules (pure
 functions), invariants (checks as data), the resources each kind consumes,
 escalation thresholds and amendable limits. Every verdict records the pack's
@@ -30,17 +28,16 @@ import inspect
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
-from enum import StrEnum
 from functools import cached_property
 from types import MappingProxyType
-from typing import Any, ClassVar, dataclass_transform
+from typing import Any
 
 import msgspec
 import msgspec.inspect
 
 from kernel.core.events import PackRef, canonical
-from kernel.core.reasons import ReasonCode
 from kernel.policy.guards import Guard
+from kernel.policy.kinds import Impact, PolicyKind, kind_name
 from kernel.policy.rules import (
     MAX_BUDGET_US,
     Invariant,
@@ -57,54 +54,6 @@ from kernel.policy.rules import (
 
 Amount = str | Callable[[Any], int | Decimal | str]
 """A field of the kind, or a pure function of the typed parameters returning an amount."""
-
-
-class Impact(StrEnum):
-    """How much an escalated action can hurt: declared by the pack, never by the agent."""
-
-    LOW_IMPACT = "LOW_IMPACT"
-    """Reversible or informational: approving it takes one decision."""
-    HIGH_IMPACT = "HIGH_IMPACT"
-    """Financial or irreversible: approving it takes typing the action's short hash."""
-
-
-class NeedsHuman(msgspec.Struct, frozen=True, kw_only=True):
-    """What a policy kind's rule says when an otherwise valid proposal needs a human."""
-
-    reason_code: ReasonCode
-    detail: str
-
-
-# msgspec makes a subclass of a frozen Struct frozen too; this tells type checkers so, so a
-# kind needs no ``frozen=True`` of its own (which would change its source, hence its pack hash).
-@dataclass_transform(frozen_default=True, field_specifiers=(msgspec.field,))
-class PolicyKind(
-    msgspec.Struct, frozen=True, kw_only=True, tag_field="kind", forbid_unknown_fields=True
-):
-    """Base of every policy kind: subclass it with ``tag="domain.action"``.
-
-    Money and quantities are integer minor units or decimal strings, never floats.
-    """
-
-    version: ClassVar[str] = "1.0"
-    adapter: ClassVar[str] = ""
-    impact: ClassVar[Impact] = Impact.HIGH_IMPACT
-    """Fail closed: a kind that declares nothing is HIGH_IMPACT."""
-
-    def needs_human(self) -> NeedsHuman | None:
-        """Return why this (valid) action needs a human, or None: the pack's escalation rule.
-
-        Override it for an authority threshold (e.g. RISK_LIMIT_EXCEEDED above a
-        notional limit) or to report ambiguity (AMBIGUOUS). It must be pure: the
-        DIM calls it with nothing but the parameters.
-        """
-        return None
-
-
-def kind_name(kind: type[PolicyKind]) -> str:
-    """Return the wire name of a policy kind."""
-    tag = kind.__struct_config__.tag
-    return tag if isinstance(tag, str) else kind.__name__
 
 
 class PackError(Exception):

@@ -180,13 +180,6 @@ class Tick(msgspec.Struct, frozen=True, kw_only=True):
     """Time passed: expire approvals, and wake the silence watchdog."""
 
 
-class EscalateOperational(msgspec.Struct, frozen=True, kw_only=True):
-    """The execution engine gives up on a flow (adapter errors beyond its retry budget)."""
-
-    dfid: str
-    detail: str
-
-
 # --- to the execution engine -------------------------------------------------
 
 
@@ -258,7 +251,7 @@ class Found(msgspec.Struct, frozen=True, kw_only=True):
 RegistryMessage: TypeAlias = Register | SetStatus | IssueCredential
 CompilerMessage: TypeAlias = FireTrigger | Compile
 DimMessage: TypeAlias = Validate | Withdraw | AmendLimit | LoadPack
-EscalationMessage: TypeAlias = Escalate | Decide | Tick | EscalateOperational
+EscalationMessage: TypeAlias = Escalate | Decide | Tick
 ExecutionMessage: TypeAlias = Execute | Dispatch | AdapterDone | Recover | Resolve
 GuardMessage: TypeAlias = Screen | Found
 AgentMessage: TypeAlias = WorkingContext

@@ -46,7 +46,8 @@ from kernel.core.events import (
 )
 from kernel.core.flow import RESOLVE_WORDS, FlowState
 from kernel.core.reasons import ReasonCode
-from kernel.policy.packs import Impact, PolicyCatalog
+from kernel.policy.kinds import Impact
+from kernel.policy.packs import PolicyCatalog
 
 SHORT_HASH = 10
 """Characters of the action hash an operator reads and types back to approve."""

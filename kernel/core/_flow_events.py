@@ -1,0 +1,314 @@
+"""Events of the kernel's life, the registry, triggers, every DecisionFlow and its resources."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kernel.core._records import (
+    ExecutionIntent,
+    Feedback,
+    Manifest,
+    PackRef,
+    Payload,
+    ProposalRecord,
+)
+from kernel.core.reasons import ReasonCode
+
+# --- kernel lifecycle ---------------------------------------------------------
+
+
+class KernelStarted(Payload, frozen=True, tag=True):
+    """A kernel opened the journal; ``head_*`` is the last event it found (seq 0: none)."""
+
+    kernel_version: str
+    packs: list[PackRef] = []
+    head_seq: int = 0
+    head_hash: str = ""
+
+
+class KernelStopped(Payload, frozen=True, tag=True):
+    """A kernel stopped; ``head_*`` is the last event before this one."""
+
+    reason: str
+    detail: str = ""
+    head_seq: int = 0
+    head_hash: str = ""
+
+
+class ActorRestarted(Payload, frozen=True, tag=True):
+    actor: str
+    error: str
+    restarts: int
+
+
+class MessageDeadLettered(Payload, frozen=True, tag=True):
+    actor: str
+    message: str
+    error: str
+
+
+# --- registry -----------------------------------------------------------------
+
+
+class AgentRegistered(Payload, frozen=True, tag=True):
+    manifest: Manifest
+    session_hash: str
+
+
+class AgentRefused(Payload, frozen=True, tag=True):
+    reason_code: ReasonCode
+    detail: str = ""
+    version: str = ""
+
+
+class AgentStatusChanged(Payload, frozen=True, tag=True):
+    """An operator changed an agent's status; ``inbox_id`` names the inbox row it came from."""
+
+    status: str
+    reason: str = ""
+    operator: str = ""
+    inbox_id: int | None = None
+
+
+class CredentialIssued(Payload, frozen=True, tag=True):
+    """An operator provisioned (or rotated) the credential an agent must show to handshake.
+
+    Only ``verifier`` is recorded (``sha256:<hex>`` of the secret, kernel.registry), never
+    the secret; it replaces the agent's previous one. Live sessions stay valid.
+    """
+
+    verifier: str
+    reason: str = ""
+    operator: str = ""
+    inbox_id: int | None = None
+
+
+# --- the world and its triggers -----------------------------------------------
+
+
+class TriggerFired(Payload, frozen=True, tag=True):
+    """Something happened in the world; ``facts`` update the state layer."""
+
+    topic: str
+    facts: dict[str, Any] = {}
+    source: str = ""
+
+
+# --- DecisionFlow -------------------------------------------------------------
+
+
+class FlowCreated(Payload, frozen=True, tag=True):
+    root_dfid: str
+    topic: str = ""
+
+
+class ContextCompiled(Payload, frozen=True, tag=True):
+    """A context handed to an agent: the state it was shown and what the budget dropped.
+
+    ``context_ref`` hashes the state the agent is entitled to see (what the DIM
+    checks for staleness); ``as_of_ns`` is recorded when a time window applied.
+    """
+
+    attempt: int
+    context_ref: str
+    state: dict[str, Any] = {}
+    feedback: Feedback | None = None
+    tokens: int = 0
+    dropped: list[str] = []
+    as_of_ns: int = 0
+    rules: list[str] = []
+    """The rulebook items the context showed, as ``id@vN`` (what citations are checked against)."""
+
+
+class ProposalSubmitted(Payload, frozen=True, tag=True):
+    attempt: int
+    proposal: ProposalRecord
+    by_human: bool = False
+
+
+class ProposalRejected(Payload, frozen=True, tag=True):
+    """A verdict against the proposal; ``pack`` is the hash of the pack that judged it."""
+
+    attempt: int
+    feedback: Feedback
+    pack: str = ""
+
+
+class ProposalAccepted(Payload, frozen=True, tag=True):
+    attempt: int
+    by_human: bool = False
+    pack: str = ""
+
+
+class FlowEscalated(Payload, frozen=True, tag=True):
+    """A flow waits for a human; it opens an approval bound to ``action_hash``.
+
+    ``impact`` comes from the policy kind's pack, never from the agent; an
+    empty ``action_hash`` means there is no proposal to approve (a silent agent).
+    """
+
+    reason_code: ReasonCode
+    detail: str = ""
+    partial: dict[str, Any] = {}
+    """For a saga: which steps are in effect, undone and failed (the human's starting point)."""
+    pack: str = ""
+    rule: str = ""
+    impact: str = "HIGH_IMPACT"
+    action_hash: str = ""
+
+
+class HumanDecided(Payload, frozen=True, tag=True):
+    """A human's decision on an escalated flow; ``inbox_id`` names the inbox row it came from."""
+
+    decision: str
+    operator: str
+    reason: str = ""
+    params: dict[str, Any] | None = None
+    action_hash: str = ""
+    inbox_id: int | None = None
+
+
+class ApprovalExpired(Payload, frozen=True, tag=True):
+    """Nobody decided within the approval's time; the escalation manager noticed at ``ts``."""
+
+    action_hash: str = ""
+    detail: str = ""
+
+
+class DecisionRefused(Payload, frozen=True, tag=True):
+    """A human decision the kernel did not apply (late, for another action, malformed...).
+
+    Recorded so that an inbox row is taken exactly once whatever became of it;
+    ``target`` names the flow when no flow of that DFID exists.
+    """
+
+    reason_code: ReasonCode
+    decision: str = ""
+    operator: str = ""
+    detail: str = ""
+    inbox_id: int | None = None
+    target: str = ""
+
+
+class ExecutionStarted(Payload, frozen=True, tag=True):
+    intent: ExecutionIntent
+
+
+class ExecutionSucceeded(Payload, frozen=True, tag=True):
+    key: str
+    external_id: str = ""
+    detail: dict[str, Any] = {}
+    recovered: bool = False
+    """The result was found by the adapter's ``lookup`` after a restart, not by a call."""
+    reconciled: bool = False
+    """The result was observed outside the kernel and recorded by a human (``reconcile``)."""
+
+
+class ExecutionFailed(Payload, frozen=True, tag=True):
+    key: str
+    error: str
+    transient: bool = False
+    unknown: bool = False
+    """The effect may have happened: the intent stays pending until a human decides."""
+
+
+class ExecutionRetried(Payload, frozen=True, tag=True):
+    """A transient failure of attempt ``attempt``; the next one is due at ``retry_at_ns``."""
+
+    key: str
+    attempt: int
+    error: str
+    delay_ns: int
+    retry_at_ns: int
+    unknown: bool = False
+    """The failed attempt may have reached the system (its outcome is unknown)."""
+
+
+class ExecutionRefused(Payload, frozen=True, tag=True):
+    """An intent refused at the moment of execution: the world moved outside its bounds."""
+
+    key: str
+    reason_code: ReasonCode
+    bound: str
+    detail: str = ""
+    bounds: dict[str, Any] = {}
+    observed: dict[str, Any] = {}
+
+
+class FlowDirty(Payload, frozen=True, tag=True):
+    """A saga step failed after earlier steps took effect; compensations follow."""
+
+    step: int
+    reason_code: ReasonCode
+    detail: str = ""
+
+
+class CompensationStarted(Payload, frozen=True, tag=True):
+    intent: ExecutionIntent
+
+
+class CompensationSucceeded(Payload, frozen=True, tag=True):
+    key: str
+    step: int
+    external_id: str = ""
+    detail: dict[str, Any] = {}
+    recovered: bool = False
+    reconciled: bool = False
+    """Recorded by a human who observed the result outside the kernel (``reconcile``)."""
+
+
+class CompensationFailed(Payload, frozen=True, tag=True):
+    key: str
+    step: int
+    error: str
+    transient: bool = False
+    unknown: bool = False
+    """The compensation may have happened: it stays pending until a human decides."""
+
+
+class FlowCompensated(Payload, frozen=True, tag=True):
+    """Every completed step of a failed saga was undone."""
+
+    steps: int = 0
+
+
+class DuplicateSuppressed(Payload, frozen=True, tag=True):
+    """A repeated submission or delivery was answered from the record, with no new effect."""
+
+    key: str
+    source: str
+
+
+class FlowClosed(Payload, frozen=True, tag=True):
+    pass
+
+
+class FlowAborted(Payload, frozen=True, tag=True):
+    reason_code: ReasonCode
+    detail: str = ""
+
+
+class SubmissionRefused(Payload, frozen=True, tag=True):
+    """A submission refused at the kernel's boundary, before it could touch a flow."""
+
+    reason_code: ReasonCode
+    detail: str = ""
+    claimed_agent: str = ""
+
+
+# --- resources (semantic locks) -------------------------------------------------
+
+
+class ResourceReserved(Payload, frozen=True, tag=True):
+    """The flow (``dfid``) now holds ``amount`` of ``pool``; replaces what it held there."""
+
+    pool: str
+    amount: int
+
+
+class ResourceReleased(Payload, frozen=True, tag=True):
+    """The flow (``dfid``) no longer holds anything of ``pool``."""
+
+    pool: str
+    amount: int
+    reason: str = ""

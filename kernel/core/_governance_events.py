@@ -1,0 +1,229 @@
+"""Events of governance: packs, amendments, guards, checkpoints, memory, the rulebook, the wall."""
+
+from __future__ import annotations
+
+import msgspec
+
+from kernel.core._records import PackRef, Payload, Record
+from kernel.core.reasons import ReasonCode
+
+# --- policy packs, limit amendments and soft guards -----------------------------
+
+
+class PackLoaded(Payload, frozen=True, tag=True):
+    """A pack version loaded into the running kernel: proposals judged after it use it.
+
+    ``previous`` is the hash of the version it replaced (empty for a new pack).
+    """
+
+    pack: PackRef
+    previous: str = ""
+    operator: str = ""
+    reason: str = ""
+
+
+class LimitAmended(Payload, frozen=True, tag=True):
+    """An operator set one of an agent's limits (``agent_id``) until ``expires_at_ns``.
+
+    ``floor`` and ``ceiling`` are the pack's bounds the value was checked against.
+    """
+
+    limit: str
+    value: int | str
+    floor: str
+    ceiling: str
+    expires_at_ns: int
+    operator: str
+    reason: str = ""
+    pack: str = ""
+    inbox_id: int | None = None
+
+
+class AmendmentRefused(Payload, frozen=True, tag=True):
+    """A limit amendment the kernel did not apply (unknown limit, out of bounds...)."""
+
+    reason_code: ReasonCode
+    limit: str = ""
+    value: str = ""
+    operator: str = ""
+    detail: str = ""
+    inbox_id: int | None = None
+
+
+class FlowFlagged(Payload, frozen=True, tag=True):
+    """A soft guard found the flow worth a human look (NEEDS_REVIEW); the verdict stands.
+
+    ``confidence`` is the guard's score as a decimal string; ``failed`` says the
+    guard could not judge at all (it raised or overran), which is flagged too.
+    The DIM flags a rule that overran its time budget the same way (guard
+    ``"rule budget"``): ``rule``, its ``budget_us``, the measured ``took_us``
+    and the ``pack`` hash name it for the pack's author. The measured time is a
+    recorded fact, never an input of the verdict.
+    """
+
+    guard: str
+    reason: str
+    confidence: str = ""
+    failed: bool = False
+    rule: str = ""
+    budget_us: int = 0
+    took_us: int = 0
+    pack: str = ""
+
+
+# --- replay -------------------------------------------------------------------
+
+
+class ProjectionCheckpoint(Payload, frozen=True, tag=True):
+    """The kernel's own record of the projected state's hash after event ``seq``.
+
+    ``dirk verify`` recomputes the hash by replay; a snapshot stored beside the
+    journal is trusted only if it hashes to a checkpoint's digest.
+    """
+
+    seq: int
+    digest: str
+    snapshot: str = ""
+    """Hex SHA-256 of the stored snapshot's bytes: checking it is far cheaper than the digest."""
+
+
+# --- memory (facts, constraints, decisions), written by the memory executor ----
+
+
+class FactAdded(Payload, frozen=True, tag=True):
+    """A fact an agent learned, accepted by the DIM; ``key`` the intent key that wrote it."""
+
+    name: str
+    value: str
+    confidence: str = "1"
+    correlation_id: str = ""
+    key: str = ""
+
+
+class ConstraintAdded(Payload, frozen=True, tag=True):
+    """A constraint on every later proposal; its id is this event's seq.
+
+    ``priority`` is required or learned (enforced) or preferred (advisory);
+    a learned constraint names the event of the mistake in ``triggered_by``.
+    """
+
+    text: str
+    priority: str = "required"
+    triggered_by: int | None = None
+    correlation_id: str = ""
+    key: str = ""
+
+
+class ConstraintDeactivated(Payload, frozen=True, tag=True):
+    constraint: int
+    reason: str = ""
+    correlation_id: str = ""
+    key: str = ""
+
+
+class DecisionMade(Payload, frozen=True, tag=True):
+    text: str
+    rationale: str = ""
+    refs: list[int] = []
+    correlation_id: str = ""
+    key: str = ""
+
+
+class MemoryQueried(Payload, frozen=True, tag=True):
+    """An agent consulted memory about ``topic`` (what procedural constraints wait for)."""
+
+    topic: str
+    facts: list[str] = []
+    constraints: list[int] = []
+    correlation_id: str = ""
+    key: str = ""
+
+
+# --- the rulebook: versioned rules with provenance, through the promoter gate ----
+
+
+class RuleSource(Record, frozen=True):
+    """Where a rule's text comes from: repository, ref, path and blob (content) hash."""
+
+    repo: str = ""
+    ref: str = ""
+    path: str = ""
+    blob: str = ""
+
+
+class RuleProposed(Payload, frozen=True, tag=True):
+    """A proposed version of the rulebook item ``rule``; the promoter decides on it.
+
+    ``base_version`` is the version the proposer saw (0 for a new rule);
+    ``proposer`` is the agent or the operator; ``key`` is the memory intent key
+    when an agent proposed it through ``memory.propose_rule``.
+    """
+
+    rule: str
+    title: str
+    content: str
+    labels: list[str] = []
+    source: RuleSource = msgspec.field(default_factory=RuleSource)
+    base_version: int = 0
+    proposer: str = ""
+    by_operator: bool = False
+    reason: str = ""
+    correlation_id: str = ""
+    key: str = ""
+
+
+class RuleDecided(Payload, frozen=True, tag=True):
+    """The audit record of one decision on the proposal this event is ``caused_by``.
+
+    ``decision`` is promote, defer, skip or override; ``actor`` is ``promoter``
+    (the kernel's deterministic gate) or the operator's name; ``version`` is
+    the version the decision created (0 when it created none).
+    """
+
+    rule: str
+    decision: str
+    actor: str
+    reason: str
+    detail: str = ""
+    prior_version: int = 0
+    version: int = 0
+    inbox_id: int | None = None
+
+
+class CitationsChecked(Payload, frozen=True, tag=True):
+    """Which ``[rule:id@vN]`` citations of a proposal's explanation its context held.
+
+    ``incorrect`` maps each citation the flow's context did not hold to why
+    (not shown, another version shown, no such rule).
+    """
+
+    correct: list[str] = []
+    incorrect: dict[str, str] = {}
+
+
+class ConstraintAdvisory(Payload, frozen=True, tag=True):
+    """A proposal touches preferred (advisory) constraints: recorded, not refused."""
+
+    constraints: list[int]
+    detail: str = ""
+
+
+# --- the wall: input refused at the kernel's boundary ------------------------------
+
+
+class InputRefused(Payload, frozen=True, tag=True):
+    """A human act or an inbox row refused at the kernel's boundary, before anything applied it.
+
+    ``entry`` names the way in (``agent_status``, ``rule``, ``inbox``...); ``field``
+    what was wrong; ``target`` what it named (a proposal seq, an agent, a flow) when
+    the envelope cannot. Every recorded string is clipped (kernel.core.wall). An inbox row
+    (``inbox_id``) refused here is taken: it is never read again.
+    """
+
+    reason_code: ReasonCode
+    entry: str
+    field: str = ""
+    detail: str = ""
+    operator: str = ""
+    target: str = ""
+    inbox_id: int | None = None

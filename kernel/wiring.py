@@ -1,0 +1,149 @@
+"""The six supervised actors of one kernel: their mailboxes and how each is (re)started.
+
+Data flows one way: trigger -> context compiler -> agent (user space) -> DIM
+-> (escalation) -> execution -> journal, with the guard runner beside the DIM
+and the registry answering handshakes. Each actor owns its mailbox; a restart
+builds a fresh actor on the same mailbox from its :class:`ChildSpec`.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Collection, Mapping
+from typing import Any
+
+from kernel.adapters.contract import Adapter, CallPool
+from kernel.config import KernelConfig
+from kernel.context import ContextCompiler
+from kernel.core.ports import Clock, IdSource
+from kernel.dim import IntegrityModule
+from kernel.escalation import EscalationManager
+from kernel.execution import ExecutionEngine
+from kernel.guards import GuardRunner
+from kernel.hosting import AgentHost, Submit
+from kernel.policy.packs import PolicyCatalog
+from kernel.registry import Registry
+from kernel.runtime.actors import ChildSpec, Mailbox
+from kernel.runtime.messages import (
+    AgentMessage,
+    CompilerMessage,
+    DimMessage,
+    EscalationMessage,
+    ExecutionMessage,
+    GuardMessage,
+    RegistryMessage,
+)
+from kernel.state.projections import Projections
+
+
+class Actors:
+    """The mailboxes, the agent host and the child specs of one kernel's actors."""
+
+    def __init__(
+        self,
+        *,
+        projections: Projections,
+        catalog: PolicyCatalog,
+        adapters: Mapping[str, Adapter],
+        allow: Collection[str],
+        config: KernelConfig,
+        clock: Clock,
+        ids: IdSource,
+        hosts: Mapping[str, Mailbox[AgentMessage]],
+        submit: Submit,
+        spawn_effect: Callable[[Any], None],
+    ) -> None:
+        limits = config.limits
+        max_in_flight = limits.max_in_flight
+        # A flow has at most one message on its way between actors at any time, so
+        # mailboxes larger than the flows admitted at once can never fill up in a
+        # cycle (compiler -> agent -> DIM -> compiler) and deadlock.
+        capacity = 2 * max_in_flight + 64
+        # One jitter source for every instance of the engine, so a restart does not
+        # replay the same draws.
+        jitter = random.Random(config.ports.jitter_seed)
+        unsure: set[str] = set()  # keys of unknown outcome, kept across engine restarts
+        self.capacity = capacity
+        self.registry: Mailbox[RegistryMessage] = Mailbox("registry", capacity)
+        self.compiler: Mailbox[CompilerMessage] = Mailbox("context", capacity)
+        self.integrity: Mailbox[DimMessage] = Mailbox("integrity", capacity)
+        self.escalation: Mailbox[EscalationMessage] = Mailbox("escalation", capacity)
+        self.execution: Mailbox[ExecutionMessage] = Mailbox("execution", capacity)
+        self.guards: Mailbox[GuardMessage] = Mailbox("guards", capacity)
+        self.agents = AgentHost(
+            submit=submit,
+            integrity=self.integrity,
+            clock=clock,
+            concurrency=limits.agent_concurrency,
+            token_budget=limits.token_budget,
+            reasoning_timeout_s=limits.reasoning_timeout_s,
+        )
+        # Adapter calls run on kept worker tasks (shared by every engine instance); a
+        # flow has at most one call at a time, so this many never makes one wait.
+        adapter_calls = CallPool(spawn_effect, size=max_in_flight)
+        self.specs: list[ChildSpec[Any]] = [
+            ChildSpec[RegistryMessage](
+                "registry",
+                lambda: Registry(projections, catalog, ids, allow),
+                self.registry,
+            ),
+            ChildSpec[CompilerMessage](
+                "context",
+                lambda: ContextCompiler(
+                    projections, clock, ids, hosts, catalog.schemas, config.ports.rule_search
+                ),
+                self.compiler,
+            ),
+            ChildSpec[DimMessage](
+                "integrity",
+                lambda: IntegrityModule(
+                    projections,
+                    catalog,
+                    clock,
+                    self.compiler,
+                    self.escalation,
+                    self.execution,
+                    guards=self.guards,
+                ),
+                self.integrity,
+            ),
+            ChildSpec[GuardMessage](
+                "guards",
+                lambda: GuardRunner(
+                    catalog.guards_of,
+                    catalog.kinds,
+                    self.guards,
+                    spawn_effect,
+                    limits.guard_timeout_s,
+                ),
+                self.guards,
+            ),
+            ChildSpec[EscalationMessage](
+                "escalation",
+                lambda: EscalationManager(
+                    projections,
+                    catalog,
+                    clock,
+                    self.integrity,
+                    self.execution,
+                    config.escalation,
+                ),
+                self.escalation,
+            ),
+            ChildSpec[ExecutionMessage](
+                "execution",
+                lambda: ExecutionEngine(
+                    catalog,
+                    adapters,
+                    self.execution,
+                    adapter_calls,
+                    projections=projections,
+                    clock=clock,
+                    rng=jitter,
+                    retry=config.retry,
+                    escalation=self.escalation,
+                    unsure=unsure,
+                ),
+                self.execution,
+            ),
+        ]
