@@ -140,6 +140,17 @@ class Kernel(OperatorActs):
         self.actors.agents.sessions[agent_id] = session
         return session
 
+    def route(self, agent_id: str) -> Mailbox[AgentMessage]:
+        """Return the mailbox ``agent_id``'s contexts arrive in when it is hosted elsewhere.
+
+        kernel.mesh drains it onto the bus; the agent's flows open as for a hosted one.
+        """
+        mailbox = self._hosts.get(agent_id)
+        if mailbox is None:
+            mailbox = Mailbox(f"agent:{agent_id}", self.actors.capacity)
+            self._hosts[agent_id] = mailbox
+        return mailbox
+
     async def handshake(
         self, manifest: Manifest, *, credential: str | None = None, require_credential: bool = False
     ) -> Session:
