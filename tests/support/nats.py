@@ -17,6 +17,7 @@ import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 import pytest
 
@@ -31,13 +32,14 @@ class NatsServer:
     port: int
     store: Path
     process: subprocess.Popen[bytes] | None = None
+    log: BinaryIO | None = None
 
     @property
     def url(self) -> str:
         return f"nats://127.0.0.1:{self.port}"
 
     def start(self) -> None:
-        log = open(self.store / "server.log", "ab")
+        self.log = log = open(self.store / "server.log", "ab")
         self.process = subprocess.Popen(
             [self.binary, "-a", "127.0.0.1", "-p", str(self.port), "-js", "-sd", str(self.store)],
             stdout=log,
@@ -50,6 +52,9 @@ class NatsServer:
             self.process.terminate()
             self.process.wait(timeout=30)
         self.process = None
+        if self.log is not None:
+            self.log.close()
+            self.log = None
 
     def restart(self) -> None:
         self.stop()
@@ -108,8 +113,8 @@ def find_server() -> str:
     return binary
 
 
-@pytest.fixture(scope="session")
-def nats_server() -> Iterator[NatsServer]:
+@pytest.fixture(scope="session", name="nats_server")
+def nats_server_fixture() -> Iterator[NatsServer]:
     """A nats-server -js on a free 127.0.0.1 port, its store in a temporary directory."""
     binary = find_server()
     with tempfile.TemporaryDirectory(prefix="dirk-nats-") as tmp:
@@ -119,3 +124,20 @@ def nats_server() -> Iterator[NatsServer]:
             yield server
         finally:
             server.stop()
+
+
+async def reset_bus(url: str) -> None:
+    """Delete the mesh's streams (and so their consumers): each test starts on an empty bus."""
+    import nats
+    import nats.js.errors
+
+    nc = await nats.connect(url)
+    try:
+        js = nc.jetstream()
+        for name in ("DIRK_WORK", "DIRK_PROPOSALS", "DIRK_VERDICTS"):
+            try:
+                await js.delete_stream(name)
+            except nats.js.errors.NotFoundError:
+                pass
+    finally:
+        await nc.close()
