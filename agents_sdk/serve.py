@@ -42,6 +42,7 @@ from kernel.core.reasons import ReasonCode
 from kernel.mesh._bridge import (
     HANDSHAKE_SUBJECT,
     PROPOSAL_STREAM,
+    RETRY_S,
     VERDICT_STREAM,
     WORK_STREAM,
     auth_tag,
@@ -85,7 +86,16 @@ class _Hosted:
                 [msg] = await sub.fetch(1, timeout=FETCH_S)
             except nats.errors.TimeoutError:
                 continue
-            await self.handle(msg, progress_s)
+            except nats.errors.Error as exc:  # reconnecting: the next fetch resumes
+                log.warning("fetching work failed (%r); retrying", exc)
+                await anyio.sleep(RETRY_S)
+                continue
+            try:
+                await self.handle(msg, progress_s)
+            except nats.errors.Error as exc:
+                # Unacked: the context comes back (to this host or another) after ack_wait,
+                # and a proposal that was recorded is answered from the verdict stream.
+                log.warning("flow context not finished (%r); it will be redelivered", exc)
 
     async def handle(self, msg: Msg, progress_s: float) -> None:
         try:

@@ -15,6 +15,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 import msgspec
 import nats
 import pytest
@@ -270,3 +271,52 @@ def test_whatever_reaches_the_bus_is_refused_and_the_kernel_goes_on(
                 await nc.close()
 
     anyio.run(main)
+
+
+async def test_after_a_nats_server_restart_hosts_and_kernel_reconnect(tmp_path, nats_server):
+    async with meshed(tmp_path, nats_server) as kernel:
+        secret = await provision(kernel)
+        async with host(nats_server.url, secret) as remote:
+            [before] = await kernel.trigger("bank.invoice")
+            with anyio.fail_after(STEP_S):
+                assert (await kernel.wait_flow(before)).status is FlowStatus.CLOSED
+            await anyio.to_thread.run_sync(nats_server.restart)
+            # Triggered while the clients may still be reconnecting: nothing is lost.
+            dfids = [d for _ in range(3) for d in await kernel.trigger("bank.invoice")]
+            with anyio.fail_after(STEP_S):
+                for dfid in dfids:
+                    assert (await kernel.wait_flow(dfid)).status is FlowStatus.CLOSED
+                    await remote.line(f"DECIDED {dfid}")
+            assert kernel.stopped is None
+
+
+async def test_a_stuck_agent_pool_holds_triggers_back_instead_of_queueing(tmp_path, nats_server):
+    await reset_bus(nats_server.url)
+    async with (
+        kernel_for(tmp_path / "j.db", max_in_flight=2) as kernel,
+        open_mesh(kernel, nats_server.url, FAST),
+    ):
+        secret = await provision(kernel)
+        async with host(nats_server.url, secret, mode="hang") as stuck:
+            first = [d for _ in range(2) for d in await kernel.trigger("bank.invoice")]
+            await stuck.line("DECIDING")
+            later: list[str] = []
+
+            async def third() -> None:
+                later.extend(await kernel.trigger("bank.invoice"))
+
+            async with host(nats_server.url, secret) as spare:
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(third)  # waits for room: two flows are already moving
+                    stuck.kill()
+                    with anyio.fail_after(STEP_S):
+                        for dfid in first:
+                            assert (await kernel.wait_flow(dfid)).status is FlowStatus.CLOSED
+                [dfid] = later
+                with anyio.fail_after(STEP_S):
+                    assert (await kernel.wait_flow(dfid)).status is FlowStatus.CLOSED
+                await spare.line(f"DECIDED {dfid}")
+        # The third flow opened only once the first two had made room: the queue is bounded.
+        created = await kernel.journal.read(dfid=dfid, types=["FlowCreated"])
+        closed = [e for d in first for e in await kernel.journal.read(dfid=d, types=["FlowClosed"])]
+        assert created[0].seq > min(e.seq for e in closed)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import hmac
 import json
@@ -33,6 +34,7 @@ from kernel.runtime.messages import AgentMessage, Withdraw
 from kernel.state.projections import session_hash
 
 log = logging.getLogger("kernel.mesh")
+Headers = dict[str, str]
 
 HANDSHAKE_SUBJECT = "dirk.mesh.handshake"
 WORK_STREAM = "DIRK_WORK"
@@ -40,6 +42,8 @@ PROPOSAL_STREAM = "DIRK_PROPOSALS"
 VERDICT_STREAM = "DIRK_VERDICTS"
 KERNEL_CONSUMER = "kernel"
 MAX_MESSAGE = 1 << 20
+RETRY_S = 0.25
+"""The pause before a publish or fetch is tried again while the client reconnects."""
 _TOKEN = re.compile(r"[A-Za-z0-9_-]{1,128}")
 # What a host may report when its agent ends a flow without a proposal.
 _WITHDRAW_CODES = frozenset(
@@ -181,7 +185,8 @@ class Mesh:
             ctx = await mailbox.receive()
             body = msgspec.json.encode(ctx)
             headers = {"Nats-Msg-Id": f"{ctx.dfid}:{ctx.attempt}"}
-            await self.js.publish(f"dirk.work.{agent_id}", body, headers=headers)
+            # Until JetStream has it: the id makes a retry of a publish that did land a no-op.
+            await _publish(self.js, f"dirk.work.{agent_id}", body, headers)
 
     # --- proposals --------------------------------------------------------
 
@@ -195,6 +200,10 @@ class Mesh:
             try:
                 msgs = await sub.fetch(self.config.batch, timeout=5.0)
             except nats.errors.TimeoutError:
+                continue
+            except nats.errors.Error as exc:  # reconnecting: the next fetch resumes
+                log.warning("mesh: fetching proposals failed (%r); retrying", exc)
+                await anyio.sleep(RETRY_S)
                 continue
             for msg in msgs:
                 await limit.acquire()
@@ -224,12 +233,12 @@ class Mesh:
         # refuses it (INVALID_SESSION) and records the refusal.
         token = held.token if authentic and held is not None else ""
         verdict = await self._record(token, dfid, attempt, msg.data)
-        await self.js.publish(
-            f"dirk.verdicts.{dfid}.{attempt}",
-            msgspec.json.encode(verdict),
-            headers={"Nats-Msg-Id": f"{dfid}:{attempt}:{msg.metadata.sequence.stream}"},
-        )
-        await msg.ack()
+        body = msgspec.json.encode(verdict)
+        headers = {"Nats-Msg-Id": f"{dfid}:{attempt}:{msg.metadata.sequence.stream}"}
+        await _publish(self.js, f"dirk.verdicts.{dfid}.{attempt}", body, headers)
+        # Unacked (the bus went away), the proposal comes back and is answered from the record.
+        with contextlib.suppress(nats.errors.Error):
+            await msg.ack()
 
     async def _record(self, token: str, dfid: str, attempt: int, data: bytes) -> Verdict:
         try:
@@ -254,6 +263,17 @@ class Mesh:
             return Verdict(outcome=Outcome.ABORTED, dfid=dfid, attempt=attempt, feedback=feedback)
         proposal = body.get("proposal") if isinstance(body, dict) else None
         return await self.kernel.submit(token, dfid, proposal if proposal is not None else data)
+
+
+async def _publish(js: JetStreamContext, subject: str, body: bytes, headers: Headers) -> None:
+    """Publish until JetStream acknowledges (the client reconnects underneath)."""
+    while True:
+        try:
+            await js.publish(subject, body, headers=headers)
+            return
+        except nats.errors.Error as exc:
+            log.warning("mesh: publish failed (%r); retrying", exc)
+            await anyio.sleep(RETRY_S)
 
 
 def _pool(agent_id: str) -> str:
