@@ -5,6 +5,7 @@ Hosts are real processes (``python -m agents_sdk.serve``); a crash is a SIGKILL.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -320,3 +321,50 @@ async def test_a_stuck_agent_pool_holds_triggers_back_instead_of_queueing(tmp_pa
         created = await kernel.journal.read(dfid=dfid, types=["FlowCreated"])
         closed = [e for d in first for e in await kernel.journal.read(dfid=d, types=["FlowClosed"])]
         assert created[0].seq > min(e.seq for e in closed)
+
+
+async def relayed(url: str) -> list[tuple[str, dict[str, Any], str]]:
+    """Every message in DIRK_EVENTS: (subject, event, Nats-Msg-Id)."""
+    nc = await nats.connect(url)
+    try:
+        js = nc.jetstream()
+        info = await js.stream_info("DIRK_EVENTS")
+        out = []
+        for seq in range(info.state.first_seq, info.state.last_seq + 1):
+            msg = await js.get_msg("DIRK_EVENTS", seq)
+            out.append(
+                (msg.subject, json.loads(msg.data or b""), (msg.headers or {})["Nats-Msg-Id"])
+            )
+        return out
+    finally:
+        await nc.close()
+
+
+async def test_the_relay_publishes_each_committed_event_once_across_restarts(tmp_path, nats_server):
+    await reset_bus(nats_server.url)
+    nc = await nats.connect(nats_server.url)
+    with contextlib.suppress(Exception):
+        await nc.jetstream().delete_stream("DIRK_EVENTS")
+    await nc.close()
+    path = tmp_path / "j.db"
+    for _ in range(2):  # the second run resumes from the stored position
+        async with kernel_for(path) as kernel, open_mesh(kernel, nats_server.url, FAST) as mesh:
+            await kernel.register(ScriptedAgent())
+            [dfid] = await kernel.trigger("bank.invoice")
+            with anyio.fail_after(STEP_S):
+                assert (await kernel.wait_flow(dfid)).status is FlowStatus.CLOSED
+                await mesh.relay.wait_for(kernel.journal.head_seq)
+            journal_id = kernel.journal.journal_id
+    async with kernel_for(path) as kernel:
+        events = await kernel.journal.read()
+        head = kernel.journal.head_seq
+    published = await relayed(nats_server.url)
+    # The last run's KernelStopped (and this reader's start) came after its relay stopped.
+    seqs = [event["seq"] for _, event, _ in published]
+    assert seqs == list(range(1, len(seqs) + 1)) and len(seqs) < head  # none twice, none lost
+    # The first run's last events (its KernelStopped) were published by the second run.
+    assert [e["payload"]["type"] for _, e, _ in published].count("KernelStopped") == 1
+    for (subject, event, msg_id), recorded in zip(published, events, strict=False):
+        assert msg_id == f"{journal_id}:{recorded.seq}"
+        assert event["payload"]["type"] == type(recorded.payload).__name__
+        assert subject == f"dirk.evt.{event['payload']['type']}.{recorded.dfid or '_'}"

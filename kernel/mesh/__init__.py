@@ -22,6 +22,9 @@ is never the record):
   the message under the session token (the token itself never travels in a
   stored message). The kernel records each through the same DIM as an
   in-process submission, then publishes the verdict and acks.
+- ``DIRK_EVENTS`` on ``dirk.evt.<type>.<dfid>``: every committed journal event,
+  ``Nats-Msg-Id = <journal_id>:<seq>``, published by the relay (kernel.mesh._relay)
+  from its stored position, so other services can react to decisions.
 - ``DIRK_VERDICTS`` on ``dirk.verdicts.<dfid>.<attempt>`` (one kept per subject):
   the verdict with its feedback. A host redelivered a context whose proposal was
   already recorded reads the verdict from here: it is never judged twice.
@@ -37,12 +40,16 @@ from kernel.mesh._bridge import (
     open_mesh,
     safe_token,
 )
+from kernel.mesh._relay import EVENT_STREAM, Relay, subject_of
 
 __all__ = [
+    "EVENT_STREAM",
     "HANDSHAKE_SUBJECT",
     "Mesh",
     "MeshConfig",
+    "Relay",
     "auth_tag",
     "open_mesh",
     "safe_token",
+    "subject_of",
 ]

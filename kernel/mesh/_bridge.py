@@ -27,6 +27,7 @@ from kernel.api import Kernel
 from kernel.core.errors import KernelShutdown
 from kernel.core.events import Feedback, Manifest
 from kernel.core.reasons import ReasonCode
+from kernel.mesh._relay import Relay
 from kernel.policy.contracts import HandshakeRefused, Outcome, Session, Verdict
 from kernel.registry import credential_matches
 from kernel.runtime.actors import Mailbox, MailboxClosed
@@ -69,11 +70,13 @@ class MeshConfig(msgspec.Struct, frozen=True, kw_only=True):
             the reasoning timeout; hosts send in-progress acks while they reason).
         max_deliver: how often one context is delivered before JetStream gives up on it.
         batch: proposals the kernel takes from the bus at once.
+        relay: publish every committed event on ``dirk.evt.<type>.<dfid>`` (kernel.mesh._relay).
     """
 
     ack_wait_s: float = 60.0
     max_deliver: int = 5
     batch: int = 64
+    relay: bool = True
 
 
 class Mesh:
@@ -89,6 +92,8 @@ class Mesh:
         self._tg: TaskGroup | None = None
         self._lock = anyio.Lock()
         self._served: set[str] = set()
+        self.relay: Relay | None = None
+        """The relay of committed events, when the config asks for one."""
 
     async def _streams(self) -> None:
         streams = [
@@ -301,6 +306,9 @@ async def open_mesh(
             mesh._tg = tg
             await nc.subscribe(HANDSHAKE_SUBJECT, queue="kernel", cb=mesh._on_handshake)
             tg.start_soon(mesh._take_proposals, name="mesh:proposals")
+            if config.relay:
+                mesh.relay = Relay(kernel.journal, mesh.js, RETRY_S)
+                tg.start_soon(mesh.relay.run, name="mesh:relay")
             try:
                 yield mesh
             finally:
