@@ -9,10 +9,11 @@ import contextlib
 import json
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, closing
 from typing import Any
 
 import anyio
@@ -25,7 +26,7 @@ from hypothesis import strategies as st
 
 from agents_sdk.serve import handshake
 from kernel import FlowStatus, HandshakeRefused, Outcome, ReasonCode, Verdict
-from kernel.mesh import HANDSHAKE_SUBJECT, MeshConfig, auth_tag, open_mesh
+from kernel.mesh import HANDSHAKE_SUBJECT, MeshConfig, RemoteAdapter, auth_tag, open_mesh
 from kernel.policy.contracts import WorkingContext, to_record
 from kernel.registry import credential_verifier, new_credential
 from tests.support.helpers import ScriptedAgent, kernel_for, transfer
@@ -65,9 +66,22 @@ class Host:
 async def host(url: str, credential: str, mode: str = "") -> AsyncIterator[Host]:
     env = dict(os.environ, DIRK_CREDENTIAL_CLERK=credential, MESH_AGENT_MODE=mode)
     command = [sys.executable, "-m", "agents_sdk.serve", "--bus", url, "--concurrency", "2"]
-    process = await anyio.open_process(
-        [*command, "tests.support.mesh_agents:Clerk"], env=env, stderr=subprocess.STDOUT
-    )
+    async with running([*command, "tests.support.mesh_agents:Clerk"], env) as process:
+        yield process
+
+
+@asynccontextmanager
+async def executor(url: str, ledger: Any, mode: str = "") -> AsyncIterator[Host]:
+    env = dict(os.environ, LEDGER_DB=str(ledger), EXECUTOR_MODE=mode)
+    command = [sys.executable, "-m", "kernel.mesh.executor", "--bus", url, "--ack-wait", "2"]
+    command += ["--adapter", "bank"]
+    async with running([*command, "tests.support.mesh_executor:Ledger"], env) as process:
+        yield process
+
+
+@asynccontextmanager
+async def running(command: list[str], env: dict[str, str]) -> AsyncIterator[Host]:
+    process = await anyio.open_process(command, env=env, stderr=subprocess.STDOUT)
     running = Host(process)
     try:
         await running.line("READY")
@@ -368,3 +382,30 @@ async def test_the_relay_publishes_each_committed_event_once_across_restarts(tmp
         assert msg_id == f"{journal_id}:{recorded.seq}"
         assert event["payload"]["type"] == type(recorded.payload).__name__
         assert subject == f"dirk.evt.{event['payload']['type']}.{recorded.dfid or '_'}"
+
+
+async def test_an_executor_killed_after_its_effect_duplicates_nothing(tmp_path, nats_server):
+    await reset_bus(nats_server.url)
+    ledger = tmp_path / "ledger.db"
+    remote = RemoteAdapter(nats_server.url, "bank", result_timeout_s=STEP_S, ack_wait_s=2.0)
+    try:
+        async with executor(nats_server.url, ledger, mode="die_after_effect") as dying:
+            async with kernel_for(tmp_path / "j.db", bank=remote) as kernel:
+                await kernel.register(ScriptedAgent())
+                [dfid] = await kernel.trigger("bank.invoice")
+                key = (await dying.line("EFFECT")).split()[1]
+                with anyio.fail_after(STEP_S):
+                    await dying.process.wait()  # SIGKILLed after the effect, before its result
+                async with executor(nats_server.url, ledger):
+                    with anyio.fail_after(STEP_S):
+                        assert (await kernel.wait_flow(dfid)).status is FlowStatus.CLOSED
+                [started] = await kernel.journal.read(dfid=dfid, types=["ExecutionStarted"])
+                [done] = await kernel.journal.read(dfid=dfid, types=["ExecutionSucceeded"])
+                assert started.seq < done.seq and started.payload.intent.key == key
+                assert done.payload.external_id == f"ledger-{key}"
+    finally:
+        await remote.close()
+    with closing(sqlite3.connect(ledger)) as conn:
+        calls = conn.execute("SELECT count(*) FROM calls").fetchone()[0]
+        effects = conn.execute("SELECT count(*) FROM effects").fetchone()[0]
+    assert (calls, effects) == (2, 1)  # redelivered once, deduplicated by key: one effect

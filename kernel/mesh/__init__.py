@@ -25,6 +25,8 @@ is never the record):
 - ``DIRK_EVENTS`` on ``dirk.evt.<type>.<dfid>``: every committed journal event,
   ``Nats-Msg-Id = <journal_id>:<seq>``, published by the relay (kernel.mesh._relay)
   from its stored position, so other services can react to decisions.
+- ``DIRK_INTENTS`` (work queue) on ``dirk.intents.<adapter>`` and ``DIRK_RESULTS``:
+  remote executors (kernel.mesh._executor, :class:`RemoteAdapter`).
 - ``DIRK_VERDICTS`` on ``dirk.verdicts.<dfid>.<attempt>`` (one kept per subject):
   the verdict with its feedback. A host redelivered a context whose proposal was
   already recorded reads the verdict from here: it is never judged twice.
@@ -40,6 +42,7 @@ from kernel.mesh._bridge import (
     open_mesh,
     safe_token,
 )
+from kernel.mesh._executor import RemoteAdapter, serve_executor
 from kernel.mesh._relay import EVENT_STREAM, Relay, subject_of
 
 __all__ = [
@@ -48,8 +51,10 @@ __all__ = [
     "Mesh",
     "MeshConfig",
     "Relay",
+    "RemoteAdapter",
     "auth_tag",
     "open_mesh",
     "safe_token",
+    "serve_executor",
     "subject_of",
 ]

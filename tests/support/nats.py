@@ -134,7 +134,13 @@ async def reset_bus(url: str) -> None:
     nc = await nats.connect(url)
     try:
         js = nc.jetstream()
-        for name in ("DIRK_WORK", "DIRK_PROPOSALS", "DIRK_VERDICTS"):
+        for name in (
+            "DIRK_WORK",
+            "DIRK_PROPOSALS",
+            "DIRK_VERDICTS",
+            "DIRK_INTENTS",
+            "DIRK_RESULTS",
+        ):
             try:
                 await js.delete_stream(name)
             except nats.js.errors.NotFoundError:
