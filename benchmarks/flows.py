@@ -27,17 +27,12 @@ from typing import ClassVar
 import anyio
 
 from agents_sdk import Agent, Manifest, Proposal, WorkingContext
-from kernel import (
-    ExecutionIntent,
-    FlowStatus,
-    PolicyKind,
-    PolicyPack,
-    Receipt,
-    SeededIds,
-    open_kernel,
-)
+from kernel import FlowStatus, open_kernel
+from kernel.adapters import ExecutionIntent, Receipt
 from kernel.config import KernelConfig, Ports, Storage
+from kernel.policy import PolicyKind, PolicyPack
 from kernel.telemetry import Telemetry, configure_exporter
+from kernel.testing import SeededIds
 
 TOPIC = "bench.tick"
 SPANS_PER_FLOW = 5

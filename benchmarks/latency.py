@@ -19,9 +19,11 @@ import anyio
 
 from agents_sdk import Proposal, WorkingContext
 from benchmarks.flows import PACK, STATE, TOPIC, BenchmarkFailed, InstantAgent, NoopAdapter
-from kernel import Event, FlowStatus, SeededIds, open_kernel
+from kernel import FlowStatus, open_kernel
+from kernel.audit import Event
 from kernel.config import KernelConfig, Ports, Storage
 from kernel.telemetry import Telemetry
+from kernel.testing import SeededIds
 
 
 class TimedAgent(InstantAgent):

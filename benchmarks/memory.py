@@ -26,9 +26,10 @@ from pathlib import Path
 import anyio
 
 from benchmarks.flows import PACK, STATE, TOPIC, BenchmarkFailed, InstantAgent, NoopAdapter
-from kernel import FlowStatus, SeededIds, open_kernel
+from kernel import FlowStatus, open_kernel
 from kernel.config import KEEP_FINISHED, KernelConfig, Limits, Ports, Storage
 from kernel.telemetry import Telemetry
+from kernel.testing import SeededIds
 
 PAGE = os.sysconf("SC_PAGE_SIZE")
 

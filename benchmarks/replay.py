@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from kernel import open_journal, verify_journal, verify_projections
+from kernel.audit import open_journal, verify_journal, verify_projections
 from kernel.state.projections import Projections
 
 

@@ -31,19 +31,10 @@ from agents_sdk import Agent, Manifest, Proposal, WorkingContext
 from examples.clock import SimClock
 from examples.llm import LanguageModel, ModelError, answer_of, conversation, open_model
 from examples.summary import read_events, show, summarize
-from kernel import (
-    MEMORY_PACK,
-    Event,
-    FlowStatus,
-    Kernel,
-    SeededIds,
-    open_journal,
-    open_kernel,
-    whatif,
-)
-from kernel.config import KernelConfig, Ports, Supervision
-from kernel.core.events import ConstraintAdded, RuleSource
-from kernel.testing import Faults, SimulatedSystem
+from kernel import MEMORY_PACK, FlowStatus, Kernel, KernelConfig, Ports, Supervision, open_kernel
+from kernel.audit import Event, open_journal, whatif
+from kernel.audit import events as ev
+from kernel.testing import Faults, SeededIds, SimulatedSystem
 from policies.booking import BOOKING
 
 LESSON = "verify accessibility before booking"
@@ -218,7 +209,7 @@ async def simulate(seed: int, db: Path, llm: str) -> None:
                 title="Accessibility first",
                 content=ACCESS_RULE,
                 labels=["accessibility", "booking", "step-free"],
-                source=RuleSource(
+                source=ev.RuleSource(
                     repo="travel-desk/handbook",
                     ref="main",
                     path="rules/access.md",
@@ -260,7 +251,7 @@ async def story(db: Path) -> dict[str, Any]:
     """The summary, the learned-constraint story and the counterfactual, from the journal."""
     summary = await summarize(db, ("booking.reserve_room",))
     events = await read_events(db)
-    learned = [e.payload for e in events if isinstance(e.payload, ConstraintAdded)]
+    learned = [e.payload for e in events if isinstance(e.payload, ev.ConstraintAdded)]
     progress("6/6 counterfactual: the lesson in force from the start")
     async with open_journal(db, readonly=True) as journal:
         replay = await whatif(journal, constraint=LESSON, at=1, priority="learned")

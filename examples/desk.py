@@ -18,18 +18,8 @@ import msgspec
 from agents_sdk import Agent, Manifest, Proposal, WorkingContext
 from examples.llm import LanguageModel, ModelError, answer_of, conversation
 from examples.market import SYMBOLS, Market
-from kernel import (
-    AdapterError,
-    DecimalStr,
-    ExecutionIntent,
-    OneOf,
-    PolicyKind,
-    PolicyPack,
-    Quote,
-    Range,
-    Receipt,
-    SagaStep,
-)
+from kernel.adapters import AdapterError, ExecutionIntent, Quote, Receipt, SagaStep
+from kernel.policy import DecimalStr, OneOf, PolicyKind, PolicyPack, Range
 from kernel.testing import SimulatedSystem
 from policies.trading import INSTRUMENTS
 

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from kernel import OneOf, PolicyKind, PolicyPack, Range, SagaStep
+from kernel.adapters import SagaStep
+from kernel.policy import OneOf, PolicyKind, PolicyPack, Range
 from policies.trading import INSTRUMENTS
 
 

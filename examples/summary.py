@@ -14,19 +14,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from kernel import Event, Projections, fold, open_journal, verify_journal
-from kernel.core.events import (
-    CompensationSucceeded,
-    DuplicateSuppressed,
-    ExecutionSucceeded,
-    FlowAborted,
-    FlowCompensated,
-    FlowEscalated,
-    FlowFlagged,
-    HumanDecided,
-    ProposalRejected,
-    SubmissionRefused,
-)
+from kernel.audit import Event, Projections, fold, open_journal, verify_journal
+from kernel.audit import events as ev
 
 ENDINGS = {"approve": "approved", "override": "approved", "modify": "modified"}
 
@@ -42,13 +31,13 @@ def reason_codes(events: Sequence[Event]) -> Counter[str]:
     codes: Counter[str] = Counter()
     for event in events:
         match event.payload:
-            case ProposalRejected(feedback=feedback):
+            case ev.ProposalRejected(feedback=feedback):
                 codes[str(feedback.reason_code)] += 1
-            case FlowEscalated(reason_code=code) | FlowAborted(reason_code=code):
+            case ev.FlowEscalated(reason_code=code) | ev.FlowAborted(reason_code=code):
                 codes[str(code)] += 1
-            case SubmissionRefused(reason_code=code):
+            case ev.SubmissionRefused(reason_code=code):
                 codes[str(code)] += 1
-            case FlowCompensated():
+            case ev.FlowCompensated():
                 codes["COMPENSATED"] += 1
     return codes
 
@@ -60,12 +49,12 @@ def escalation_endings(events: Sequence[Event]) -> Counter[str]:
     for event in events:
         dfid = event.dfid or ""
         match event.payload:
-            case FlowEscalated():
+            case ev.FlowEscalated():
                 open_[dfid] = open_.get(dfid, 0) + 1
-            case HumanDecided(decision=decision) if open_.get(dfid):
+            case ev.HumanDecided(decision=decision) if open_.get(dfid):
                 open_[dfid] -= 1
                 endings[ENDINGS.get(decision, "rejected")] += 1
-            case FlowAborted() if open_.get(dfid):
+            case ev.FlowAborted() if open_.get(dfid):
                 open_[dfid] -= 1
                 endings["expired" if event.payload.reason_code == "EXPIRED" else "aborted"] += 1
     endings["pending"] += sum(open_.values())
@@ -83,12 +72,12 @@ async def summarize(db: Path, example_kinds: Sequence[str] = ()) -> dict[str, An
     projections = fold(events)
     flows = projections.flows.values()
     duplicates = Counter(
-        e.payload.source for e in events if isinstance(e.payload, DuplicateSuppressed)
+        e.payload.source for e in events if isinstance(e.payload, ev.DuplicateSuppressed)
     )
     duplicates["adapter"] = sum(
         int(e.payload.detail.get("duplicates_absorbed", 0))
         for e in events
-        if isinstance(e.payload, ExecutionSucceeded | CompensationSucceeded)
+        if isinstance(e.payload, ev.ExecutionSucceeded | ev.CompensationSucceeded)
     )
     compensated = [f.dfid for f in flows if f.status == "COMPENSATED"]
     interesting = compensated or [
@@ -99,13 +88,13 @@ async def summarize(db: Path, example_kinds: Sequence[str] = ()) -> dict[str, An
         "events": len(events),
         "flows": dict(sorted(Counter(str(f.status) for f in flows).items())),
         "reason_codes": dict(sorted(reason_codes(events).items())),
-        "effects_executed": sum(isinstance(e.payload, ExecutionSucceeded) for e in events),
+        "effects_executed": sum(isinstance(e.payload, ev.ExecutionSucceeded) for e in events),
         "duplicates_prevented": sum(duplicates.values()),
         "duplicates_by_source": dict(sorted((+duplicates).items())),
-        "escalations": sum(isinstance(e.payload, FlowEscalated) for e in events),
+        "escalations": sum(isinstance(e.payload, ev.FlowEscalated) for e in events),
         "escalation_endings": dict(sorted(escalation_endings(events).items())),
-        "needs_review": len({e.dfid for e in events if isinstance(e.payload, FlowFlagged)}),
-        "compensations": sum(isinstance(e.payload, CompensationSucceeded) for e in events),
+        "needs_review": len({e.dfid for e in events if isinstance(e.payload, ev.FlowFlagged)}),
+        "compensations": sum(isinstance(e.payload, ev.CompensationSucceeded) for e in events),
         "flows_compensated": len(compensated),
         "projection_hash": projection_hash(projections),
         "verified": report.ok,

@@ -43,13 +43,14 @@ from kernel import (
     EscalationPolicy,
     FlowStatus,
     Kernel,
-    RetryPolicy,
-    SeededIds,
+    KernelConfig,
+    Ports,
     Session,
+    Supervision,
     open_kernel,
 )
-from kernel.config import KernelConfig, Ports, Supervision
-from kernel.testing import Faults, SimulatedSystem
+from kernel.adapters import RetryPolicy
+from kernel.testing import Faults, SeededIds, SimulatedSystem
 from policies.trading import TRADING
 
 BROKER_FAULTS = Faults(latency_s=(0.05, 0.4), transient=0.12, lost_answer=0.08, duplicate=0.15)

@@ -17,7 +17,8 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from kernel import (
+from kernel import ReasonCode
+from kernel.policy import (
     ALLOW,
     Consume,
     LimitSpec,
@@ -25,7 +26,6 @@ from kernel import (
     PolicyKind,
     PolicyPack,
     Range,
-    ReasonCode,
     RuleVerdict,
     Threshold,
     View,

@@ -29,7 +29,8 @@ from collections.abc import Mapping
 from decimal import ROUND_CEILING, Decimal
 from typing import Any, ClassVar, Literal
 
-from kernel import (
+from kernel import ProposalRecord
+from kernel.policy import (
     ALLOW,
     Consume,
     DecimalStr,
@@ -39,7 +40,6 @@ from kernel import (
     OneOf,
     PolicyKind,
     PolicyPack,
-    ProposalRecord,
     Range,
     RuleVerdict,
     StateMatch,

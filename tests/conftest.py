@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from kernel import Kernel, ManualClock
+from kernel import Kernel
+from kernel.testing import ManualClock
 from tests.support.helpers import Bank, kernel_for
 
 

@@ -15,7 +15,7 @@ from examples.clock import SimClock
 from examples.desk import Broker
 from examples.market import SYMBOLS, Market
 from examples.trading import BROKER_FAULTS
-from kernel import AdapterError, ExecutionIntent, Receipt
+from kernel.adapters import AdapterError, ExecutionIntent, Receipt
 from kernel.testing import AdapterContract, ContractBroken, Faults, SimulatedSystem
 from tests.support.helpers import Bank
 

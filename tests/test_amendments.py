@@ -8,27 +8,13 @@ from typing import ClassVar
 import anyio
 import pytest
 
-from kernel import (
-    ALLOW,
-    AmendmentInvalid,
-    FlowStatus,
-    LimitSpec,
-    ManualClock,
-    PolicyKind,
-    PolicyPack,
-    ReasonCode,
-    Receipt,
-    RuleVerdict,
-    SeededIds,
-    SystemClock,
-    View,
-    deny,
-    fold,
-    open_kernel,
-    rule,
-)
+from kernel import AmendmentInvalid, FlowStatus, ReasonCode, SystemClock, open_kernel
+from kernel.adapters import Receipt
+from kernel.audit import fold
 from kernel.config import KernelConfig, Ports
+from kernel.policy import ALLOW, LimitSpec, PolicyKind, PolicyPack, RuleVerdict, View, deny, rule
 from kernel.state.snapshots import capture, decode_snapshot, encode_snapshot
+from kernel.testing import ManualClock, SeededIds
 from tests.support.helpers import ScriptedAgent, configured
 from tests.test_cli import dirk, one_error_line
 

@@ -10,22 +10,13 @@ import anyio.lowlevel
 import pytest
 
 from agents_sdk import Manifest, Proposal
-from kernel import (
-    AmendmentInvalid,
-    FlowStatus,
-    HandshakeRefused,
-    InputInvalid,
-    ManualClock,
-    Outcome,
-    ReasonCode,
-    open_journal,
-    verify_journal,
-)
+from kernel import AmendmentInvalid, FlowStatus, HandshakeRefused, InputInvalid, Outcome, ReasonCode
+from kernel.audit import open_journal, verify_journal
 from kernel.core import events as ev
 from kernel.core.events import Draft, canonical
 from kernel.journal.store import EventUnreadable
 from kernel.registry import check_version
-from kernel.testing import action_of
+from kernel.testing import ManualClock, action_of
 from tests.support.helpers import ScriptedAgent, kernel_for, transfer
 
 GOOD = {"kind": "test.transfer", "account": "acc-1", "amount_cents": 10}

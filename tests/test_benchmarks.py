@@ -18,7 +18,7 @@ from benchmarks.peers import installed
 from benchmarks.report import Figure, table
 from benchmarks.storage import measure_file, run_storage
 from examples.market import MIN_MINUTES
-from kernel import open_journal
+from kernel.audit import open_journal
 from kernel.core.events import Draft, TriggerFired
 
 

@@ -22,7 +22,8 @@ from anyio.streams.buffered import BufferedByteReceiveStream
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from kernel import Decision, ReasonCode, open_journal
+from kernel import Decision, ReasonCode
+from kernel.audit import open_journal
 from kernel.core.events import Draft, FlowAborted, FlowCreated
 from kernel.core.reasons import CliError, ExitCode
 from kernel.telemetry import export_flows, span_id_for

@@ -12,7 +12,8 @@ import anyio
 import pytest
 
 import kernel
-from kernel import KernelShutdown, StopReason, open_journal
+from kernel import KernelShutdown, StopReason
+from kernel.audit import open_journal
 from kernel.audit.reverify import PackPathError
 from kernel.cli import EPILOG, main
 from kernel.core.events import KernelStopped

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import msgspec
 
-from kernel import fold
+from kernel.audit import fold
 from kernel.context import DROP_ORDER, compile_layers, estimate
 from kernel.core.events import ContextCompiled, Manifest
 from kernel.state.projections import Projections

@@ -25,23 +25,10 @@ from hypothesis import strategies as st
 
 from agents_sdk import Agent, Manifest
 from examples.desk import DESK
-from kernel import (
-    DecimalStr,
-    Kernel,
-    ManualClock,
-    PackError,
-    PolicyKind,
-    PolicyPack,
-    Quote,
-    Range,
-    ReasonCode,
-    SeededIds,
-    StateMatch,
-    open_journal,
-    open_kernel,
-    rejudge,
-)
+from kernel import Kernel, PackError, ReasonCode, open_kernel
+from kernel.adapters import Quote
 from kernel.adapters.constraints import check
+from kernel.audit import open_journal, rejudge
 from kernel.config import KernelConfig, Ports
 from kernel.core.events import (
     ExecutionStarted,
@@ -51,9 +38,11 @@ from kernel.core.events import (
     ProposalSubmitted,
 )
 from kernel.dim import Snapshot, judge
+from kernel.policy import DecimalStr, PolicyKind, PolicyPack, Range, StateMatch
 from kernel.policy.packs import PolicyCatalog
 from kernel.policy.rules import decimal_of, is_decimal
 from kernel.state.projections import AgentStatus, AgentView
+from kernel.testing import ManualClock, SeededIds
 from policies.trading import TRADING
 from tests.support.helpers import Bank
 

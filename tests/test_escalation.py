@@ -14,30 +14,24 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from agents_sdk import Proposal, WorkingContext
 from kernel import (
-    AdapterError,
     ApprovalStatus,
     EscalationBudget,
     EscalationPolicy,
     FlowStatus,
-    Impact,
     Kernel,
-    ManualClock,
-    NeedsHuman,
     Outcome,
-    PolicyKind,
-    PolicyPack,
     ReasonCode,
-    RetryPolicy,
-    SeededIds,
-    open_journal,
     open_kernel,
 )
+from kernel.adapters import AdapterError, RetryPolicy
+from kernel.audit import open_journal
 from kernel.config import KernelConfig, Ports
 from kernel.core.events import Draft, HumanDecided, ProposalAccepted
+from kernel.policy import Impact, NeedsHuman, PolicyKind, PolicyPack
 from kernel.state.approvals import EscalationBudget as Budget
 from kernel.state.approvals import over_budget
 from kernel.telemetry import Telemetry
-from kernel.testing import action_of, flow_types
+from kernel.testing import ManualClock, SeededIds, action_of, flow_types
 from tests.support.helpers import PACK, Bank, ScriptedAgent, configured, transfer
 
 LIMIT_CENTS = 10_000

@@ -22,7 +22,7 @@ import pytest
 from examples import booking, trading
 from examples.market import plan_day
 from examples.summary import read_events
-from kernel import Event, Projections, fold, open_journal, whatif
+from kernel.audit import Event, Projections, fold, open_journal, whatif
 from kernel.core.events import ConstraintAdded, digest
 from kernel.telemetry import spans_for_events
 

@@ -7,16 +7,9 @@ import random
 import anyio
 import pytest
 
-from kernel import (
-    AdapterError,
-    FlowStatus,
-    Outcome,
-    ReasonCode,
-    Receipt,
-    RetryPolicy,
-    Verdict,
-    open_journal,
-)
+from kernel import FlowStatus, Outcome, ReasonCode, Verdict
+from kernel.adapters import AdapterError, Receipt, RetryPolicy
+from kernel.audit import open_journal
 from kernel.core.events import Draft, ProposalAccepted
 from kernel.runtime.actors import Reply
 from kernel.runtime.messages import Execute

@@ -22,7 +22,8 @@ import anyio
 import msgspec
 import pytest
 
-from kernel import FlowStatus, ReasonCode, fold, open_journal, verify_journal
+from kernel import FlowStatus, ReasonCode
+from kernel.audit import fold, open_journal, verify_journal
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKER = Path(__file__).parent / "support" / "execution_worker.py"

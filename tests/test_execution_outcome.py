@@ -18,16 +18,10 @@ from pathlib import Path
 import anyio
 import pytest
 
-from kernel import (
-    AdapterError,
-    FlowStatus,
-    IllegalTransition,
-    Outcome,
-    ReasonCode,
-    RetryPolicy,
-    fold,
-)
+from kernel import FlowStatus, Outcome, ReasonCode
+from kernel.adapters import AdapterError, RetryPolicy
 from kernel.adapters.contract import Receipt
+from kernel.audit import IllegalTransition, fold
 from kernel.core.events import Event, ExecutionIntent, HumanDecided, ProposalAccepted
 from kernel.core.flow import apply
 from kernel.journal.verify import verify_journal

@@ -11,8 +11,10 @@ from collections.abc import Sequence
 
 import anyio
 
-from kernel import Event, ExecutionIntent, FlowStatus, Kernel, Receipt
+from kernel import FlowStatus, Kernel
+from kernel.adapters import ExecutionIntent, Receipt
 from kernel.adapters.contract import CallPool
+from kernel.audit import Event
 from kernel.runtime.messages import Dispatch
 from kernel.testing import flow_types
 from tests.support.execution_domain import Desk, Ping, Trip, agent, desk_kernel

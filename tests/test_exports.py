@@ -1,100 +1,146 @@
-"""The public names of the kernel are pinned: changing them is a decision, not an accident."""
+"""The public names of each namespace are pinned: changing them is a decision, not an accident.
+
+``kernel`` is for embedding code, ``kernel.policy`` for pack authors, ``kernel.adapters``
+for adapter authors, ``kernel.audit`` for tools, ``kernel.testing`` for tests and
+simulations (pinned in test_testing_exports.py), ``agents_sdk`` for agent authors.
+"""
+
+import ast
+from pathlib import Path
+
+import pytest
 
 import agents_sdk
 import kernel
+import kernel.adapters
+import kernel.audit
+import kernel.policy
+
+ROOT = Path(__file__).resolve().parents[1]
+
+PINNED = {
+    kernel: [
+        "AgentStatus",
+        "AmendmentInvalid",
+        "Approval",
+        "ApprovalStatus",
+        "Clock",
+        "Decision",
+        "EscalationBudget",
+        "EscalationPolicy",
+        "FlowState",
+        "FlowStatus",
+        "HandshakeRefused",
+        "IdSource",
+        "InputInvalid",
+        "JournalError",
+        "Kernel",
+        "KernelConfig",
+        "KernelFault",
+        "KernelShutdown",
+        "LexicalSearch",
+        "Limits",
+        "Manifest",
+        "MEMORY_PACK",
+        "open_kernel",
+        "Outcome",
+        "PackError",
+        "PackRef",
+        "Ports",
+        "Proposal",
+        "ProposalRecord",
+        "RandomIds",
+        "ReasonCode",
+        "RuleNotPending",
+        "RuleSearch",
+        "Session",
+        "StopReason",
+        "Storage",
+        "Supervision",
+        "SystemClock",
+        "TERMINAL",
+        "ValidationFeedback",
+        "Verdict",
+        "WorkingContext",
+    ],
+    kernel.policy: [
+        "ALLOW",
+        "Consume",
+        "DecimalStr",
+        "deny",
+        "Guard",
+        "GuardFinding",
+        "Impact",
+        "LimitSpec",
+        "NeedsHuman",
+        "OneOf",
+        "PackError",
+        "PolicyKind",
+        "PolicyPack",
+        "Range",
+        "Rule",
+        "rule",
+        "RuleVerdict",
+        "SoftGuard",
+        "StateMatch",
+        "Threshold",
+        "View",
+    ],
+    kernel.adapters: [
+        "Adapter",
+        "AdapterError",
+        "ExecutionIntent",
+        "idempotency_key",
+        "Quote",
+        "Receipt",
+        "RetryPolicy",
+        "SagaStep",
+    ],
+    kernel.audit: [
+        "Event",
+        "events",
+        "fold",
+        "IllegalTransition",
+        "JournalError",
+        "MemoryState",
+        "open_journal",
+        "Projections",
+        "rejudge",
+        "RuleSource",
+        "state_at",
+        "verify_journal",
+        "verify_projections",
+        "whatif",
+    ],
+}
+PUBLIC = {"kernel", "kernel.policy", "kernel.adapters", "kernel.audit", "kernel.testing"}
 
 
-def test_kernel_exports():
-    assert sorted(kernel.__all__) == sorted(
-        [
-            "ALLOW",
-            "MEMORY_PACK",
-            "TERMINAL",
-            "Consume",
-            "LimitSpec",
-            "OneOf",
-            "Range",
-            "Rule",
-            "RuleVerdict",
-            "StateMatch",
-            "Threshold",
-            "View",
-            "deny",
-            "rule",
-            "DecimalStr",
-            "Adapter",
-            "AdapterError",
-            "Approval",
-            "ApprovalStatus",
-            "EscalationBudget",
-            "EscalationPolicy",
-            "Impact",
-            "NeedsHuman",
-            "AgentStatus",
-            "Clock",
-            "Decision",
-            "Event",
-            "ExecutionIntent",
-            "FlowState",
-            "FlowStatus",
-            "AmendmentInvalid",
-            "Guard",
-            "GuardFinding",
-            "HandshakeRefused",
-            "SoftGuard",
-            "IdSource",
-            "IllegalTransition",
-            "JournalError",
-            "JournalFaults",
-            "Kernel",
-            "KernelFault",
-            "LexicalSearch",
-            "RuleNotPending",
-            "RuleSearch",
-            "RuleSource",
-            "rejudge",
-            "KernelShutdown",
-            "MailboxClosed",
-            "MemoryState",
-            "Manifest",
-            "ManualClock",
-            "Outcome",
-            "PackError",
-            "PolicyKind",
-            "PolicyPack",
-            "Projections",
-            "Proposal",
-            "ProposalRecord",
-            "Quote",
-            "RandomIds",
-            "Receipt",
-            "ReasonCode",
-            "RestartIntensityExceeded",
-            "RetryPolicy",
-            "SagaStep",
-            "SeededIds",
-            "Session",
-            "SystemClock",
-            "ValidationFeedback",
-            "Verdict",
-            "WorkingContext",
-            "fold",
-            "idempotency_key",
-            "open_journal",
-            "open_kernel",
-            "state_at",
-            "verify_journal",
-            "InputInvalid",
-            "verify_projections",
-            "whatif",
-            "StopReason",
-        ]
-    )
-    for name in kernel.__all__:
-        assert getattr(kernel, name) is not None
+@pytest.mark.parametrize("namespace", list(PINNED), ids=lambda m: m.__name__)
+def test_each_namespace_exports_exactly_its_pinned_names(namespace):
+    assert sorted(namespace.__all__) == sorted(PINNED[namespace])
+    for name in namespace.__all__:
+        assert getattr(namespace, name) is not None
 
 
 def test_sdk_exports_only_kernel_public_names():
     for name in agents_sdk.__all__:
         if name != "Agent":
             assert getattr(agents_sdk, name) is getattr(kernel, name)
+
+
+@pytest.mark.parametrize("tree", ["policies", "agents_sdk", "examples"])
+def test_user_code_imports_only_public_namespaces(tree):
+    """Packs, the SDK and the examples are written the way users write: public names only."""
+    private = []
+    for path in sorted((ROOT / tree).rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                module = node.module
+            elif isinstance(node, ast.Import):
+                module = node.names[0].name
+            else:
+                continue
+            if module.split(".")[0] == "kernel" and module not in PUBLIC:
+                private.append(f"{path.relative_to(ROOT)}:{node.lineno} {module}")
+    assert private == []

@@ -6,7 +6,8 @@ request naming a flow it forgot must be answered from the record as before.
 
 from __future__ import annotations
 
-from kernel import FlowStatus, Outcome, fold
+from kernel import FlowStatus, Outcome
+from kernel.audit import fold
 from kernel.core.reasons import ReasonCode
 from kernel.testing import action_of, flow_types
 from tests.support.helpers import Bank, ScriptedAgent, kernel_for, transfer

@@ -6,7 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kernel import TERMINAL, FlowStatus, IllegalTransition
+from kernel import TERMINAL, FlowStatus
+from kernel.audit import IllegalTransition
 from kernel.core.events import (
     ContextCompiled,
     Event,

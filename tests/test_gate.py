@@ -13,8 +13,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from benchmarks.gate import run_gate
-from kernel import AgentStatus, NeedsHuman, PolicyPack, ReasonCode
+from kernel import AgentStatus, ReasonCode
 from kernel.dim import LAYERS, Judgement, Snapshot, judge
+from kernel.policy import NeedsHuman, PolicyPack
 from kernel.policy.packs import PolicyCatalog
 from kernel.policy.rules import ALLOW, Overrun, RuleVerdict, Stopwatch, View, deny, rule, run_rule
 from policies.trading import TRADING, PlaceOrder

@@ -19,7 +19,7 @@ import pytest
 
 from examples import desk
 from examples.desk_0_1 import DESK_0_1
-from kernel import Projections, open_journal
+from kernel.audit import Projections, open_journal
 from kernel.audit.reverify import rejudge
 from kernel.journal.verify import verify_journal
 from policies.booking import BOOKING

@@ -9,25 +9,15 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kernel import (
-    FlowStatus,
-    Guard,
-    GuardFinding,
-    ManualClock,
-    PackError,
-    PolicyKind,
-    PolicyPack,
-    ProposalRecord,
-    ReasonCode,
-    Receipt,
-    SeededIds,
-    fold,
-    open_kernel,
-)
+from kernel import FlowStatus, PackError, ProposalRecord, ReasonCode, open_kernel
+from kernel.adapters import Receipt
+from kernel.audit import fold
 from kernel.cli import main as dirk_main
 from kernel.config import KernelConfig, Ports, Supervision
 from kernel.dim import Snapshot, judge
+from kernel.policy import Guard, GuardFinding, PolicyKind, PolicyPack
 from kernel.policy.packs import PolicyCatalog
+from kernel.testing import ManualClock, SeededIds
 from policies.trading import TRADING, PlaceOrder, direction_mismatch
 from tests.support.gate_domain import agent
 from tests.support.helpers import ScriptedAgent, configured

@@ -22,7 +22,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kernel import FlowStatus, open_journal
+from kernel import FlowStatus
+from kernel.audit import open_journal
 from kernel.cli import main
 from kernel.core.events import (
     Draft,

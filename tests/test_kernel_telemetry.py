@@ -18,7 +18,8 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
 
-from kernel import Decision, FlowStatus, open_journal
+from kernel import Decision, FlowStatus
+from kernel.audit import open_journal
 from kernel.telemetry import (
     Telemetry,
     configure_exporter,

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from kernel import FlowStatus, ReasonCode, fold
+from kernel import FlowStatus, ReasonCode
+from kernel.audit import fold
 from kernel.core.events import (
     ConstraintAdded,
     ExecutionStarted,
@@ -232,7 +233,7 @@ async def test_a_preferred_constraint_is_recorded_as_advisory_not_refused(tmp_pa
     assert await anyio.to_thread.run_sync(main, ["show", advised, "--db", str(path)]) == 0
     assert "ADVISORY (not refused) preferred: #" in capsys.readouterr().out
 
-    from kernel import open_journal
+    from kernel.audit import open_journal
 
     async with open_journal(path, readonly=True) as journal:
         # Counterfactuals see advisories: without the constraint, or with another one.

@@ -7,24 +7,13 @@ from typing import ClassVar
 
 import pytest
 
-from kernel import (
-    FlowStatus,
-    InputInvalid,
-    LimitSpec,
-    ManualClock,
-    PackError,
-    PolicyKind,
-    PolicyPack,
-    ReasonCode,
-    SeededIds,
-    fold,
-    open_kernel,
-    state_at,
-)
+from kernel import FlowStatus, InputInvalid, PackError, ReasonCode, open_kernel
+from kernel.audit import fold, state_at
 from kernel.config import KernelConfig, Ports, Supervision
+from kernel.policy import LimitSpec, PolicyKind, PolicyPack
 from kernel.policy.packs import PolicyCatalog
 from kernel.policy.rules import ALLOW, RuleVerdict, View, rule
-from kernel.testing import action_of
+from kernel.testing import ManualClock, SeededIds, action_of
 from tests.support.helpers import ScriptedAgent, configured
 from tests.test_amendments import PACK, Desk, Order, trader, verdict
 

@@ -15,18 +15,13 @@ import pytest
 
 from examples.desk import DESK
 from examples.desk_0_1 import DESK_0_1
-from kernel import (
-    ManualClock,
-    PackError,
-    PolicyKind,
-    PolicyPack,
-    Receipt,
-    SeededIds,
-    open_kernel,
-)
+from kernel import PackError, open_kernel
+from kernel.adapters import Receipt
 from kernel.config import KernelConfig, Ports
+from kernel.policy import PolicyKind, PolicyPack
 from kernel.policy.packs import Consume, LimitSpec, PolicyCatalog, Threshold
 from kernel.policy.rules import ALLOW, OneOf, Range, RuleVerdict, StateMatch, View, deny, rule
+from kernel.testing import ManualClock, SeededIds
 from policies.booking import BOOKING
 from policies.trading import TRADING
 from policies.trading_0_2 import TRADING_0_2

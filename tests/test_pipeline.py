@@ -8,17 +8,8 @@ import time
 import anyio
 import anyio.lowlevel
 
-from kernel import (
-    Decision,
-    FlowStatus,
-    ManualClock,
-    Outcome,
-    ReasonCode,
-    SeededIds,
-    Verdict,
-    open_journal,
-    open_kernel,
-)
+from kernel import Decision, FlowStatus, Outcome, ReasonCode, Verdict, open_kernel
+from kernel.audit import open_journal
 from kernel.audit.reverify import rejudge
 from kernel.cli import main as dirk_main
 from kernel.config import KernelConfig, Ports
@@ -26,7 +17,7 @@ from kernel.dim import BUDGET_GUARD
 from kernel.policy.rules import ALLOW, RuleVerdict, View, deny, rule
 from kernel.runtime.actors import Reply
 from kernel.runtime.messages import Execute
-from kernel.testing import action_of, flow_types
+from kernel.testing import ManualClock, SeededIds, action_of, flow_types
 from tests.support.helpers import PACK, Bank, ScriptedAgent, Transfer, kernel_for, transfer
 
 

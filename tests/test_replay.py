@@ -7,7 +7,8 @@ import random
 import anyio
 import pytest
 
-from kernel import FlowStatus, fold
+from kernel import FlowStatus
+from kernel.audit import fold
 from kernel.testing import action_of
 from tests.support.helpers import ScriptedAgent, kernel_for, transfer
 

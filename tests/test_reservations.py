@@ -9,22 +9,14 @@ import anyio
 import anyio.lowlevel
 import pytest
 
-from kernel import (
-    ExecutionIntent,
-    FlowStatus,
-    ManualClock,
-    PolicyKind,
-    PolicyPack,
-    ReasonCode,
-    Receipt,
-    SeededIds,
-    fold,
-    open_kernel,
-)
+from kernel import FlowStatus, ReasonCode, open_kernel
+from kernel.adapters import ExecutionIntent, Receipt
 from kernel.adapters.contract import AdapterError
+from kernel.audit import fold
 from kernel.config import KernelConfig, Ports
+from kernel.policy import PolicyKind, PolicyPack
 from kernel.policy.packs import Consume
-from kernel.testing import action_of
+from kernel.testing import ManualClock, SeededIds, action_of
 from tests.support.helpers import ScriptedAgent, configured
 
 

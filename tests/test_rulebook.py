@@ -5,7 +5,8 @@ from __future__ import annotations
 import anyio
 import pytest
 
-from kernel import FlowStatus, fold
+from kernel import FlowStatus
+from kernel.audit import fold
 from kernel.cli import main
 from kernel.context import compile_layers
 from kernel.core.events import CitationsChecked, Event, RuleDecided, RuleProposed, RuleSource
@@ -324,7 +325,7 @@ def test_the_search_port_the_limit_and_the_token_budget_shape_the_memory_layer()
 
 
 async def test_checkpoints_and_time_travel_hold_constraints_and_rules(tmp_path):
-    from kernel import open_journal, state_at, verify_projections
+    from kernel.audit import open_journal, state_at, verify_projections
     from kernel.state.snapshots import checkpoints, state_json
 
     path = tmp_path / "j.db"

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from kernel import AdapterError, ExecutionIntent, FlowStatus, SystemClock, idempotency_key
+from kernel import FlowStatus, SystemClock
+from kernel.adapters import AdapterError, ExecutionIntent, idempotency_key
 from kernel.testing import Faults, SimulatedSystem
 from tests.support.helpers import ScriptedAgent, kernel_for
 

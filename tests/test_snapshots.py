@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import hashlib
 
-from kernel import fold, open_journal
+from kernel.audit import fold, open_journal
 from kernel.core.events import Draft, ProjectionCheckpoint
 from kernel.state.snapshots import capture, encode_snapshot, trusted_snapshot, verify_projections
 from tests.test_time_travel import record

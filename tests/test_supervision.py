@@ -6,19 +6,13 @@ import anyio
 import msgspec
 import pytest
 
-from kernel import (
-    FlowStatus,
-    JournalFaults,
-    KernelShutdown,
-    ReasonCode,
-    RestartIntensityExceeded,
-    open_journal,
-    verify_journal,
-)
+from kernel import FlowStatus, KernelShutdown, ReasonCode
+from kernel.audit import open_journal, verify_journal
 from kernel.core.events import TriggerFired
 from kernel.core.ports import ManualClock
-from kernel.runtime.actors import ChildSpec, Mailbox, Outbox, Supervisor
+from kernel.runtime.actors import ChildSpec, Mailbox, Outbox, RestartIntensityExceeded, Supervisor
 from kernel.state.projections import Projections
+from kernel.testing import JournalFaults
 from tests.support.helpers import POISON_CRASHES, Bank, ScriptedAgent, kernel_for
 
 POISON = lambda ctx: ctx.propose({"kind": "test.poison", "text": "poison"})  # noqa: E731

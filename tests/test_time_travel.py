@@ -12,7 +12,8 @@ import msgspec
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kernel import FlowStatus, fold, open_journal
+from kernel import FlowStatus
+from kernel.audit import fold, open_journal
 from kernel.cli import main
 from kernel.core.events import ProjectionCheckpoint
 from kernel.state.snapshots import (

@@ -22,7 +22,9 @@ import kernel.dim._actor
 import kernel.dim.verdict
 from examples import desk
 from examples.desk_0_1 import DESK_0_1
-from kernel import AdapterError, FlowStatus, Projections, ReasonCode, open_journal
+from kernel import FlowStatus, ReasonCode
+from kernel.adapters import AdapterError
+from kernel.audit import Projections, open_journal
 from kernel.audit.reverify import rejudge
 from kernel.core.events import (
     Event,

@@ -13,13 +13,15 @@ import anyio
 import pytest
 
 from agents_sdk import Agent, Manifest
-from kernel import LimitSpec, ManualClock, SeededIds, open_journal, open_kernel
+from kernel import open_kernel
+from kernel.audit import open_journal
 from kernel.audit.reverify import PackPathError, load_packs, rejudge
 from kernel.cli import main
 from kernel.config import KernelConfig, Ports
 from kernel.core.events import FlowEscalated, ProposalAccepted, ProposalRejected, ProposalSubmitted
 from kernel.memory import MEMORY_PACK
-from kernel.testing import action_of
+from kernel.policy import LimitSpec
+from kernel.testing import ManualClock, SeededIds, action_of
 from policies.trading import TRADING
 from tests.support.helpers import Bank
 
@@ -140,7 +142,7 @@ STRICT_LIMIT = 1_500_000
 PACK_FILE = f"""
 import dataclasses
 
-from kernel import ALLOW, LimitSpec, RuleVerdict, View, deny, rule
+from kernel.policy import ALLOW, LimitSpec, RuleVerdict, View, deny, rule
 from policies.trading import TRADING, PlaceOrder, notional_minor, position_limit
 
 STRICT = dataclasses.replace(

@@ -27,17 +27,16 @@ from kernel import (
     FlowStatus,
     HandshakeRefused,
     InputInvalid,
-    ManualClock,
     Outcome,
     ReasonCode,
     Session,
-    verify_journal,
 )
+from kernel.audit import verify_journal
 from kernel.core.reasoning import UsageMeter
 from kernel.core.wall import INT_MAX
 from kernel.inbox import AGENT_STATUS, AMEND, RULE, connect, post, read_rows
 from kernel.policy.contracts import Verdict
-from kernel.testing import action_of
+from kernel.testing import ManualClock, action_of
 from tests.support.helpers import ScriptedAgent, kernel_for, transfer
 
 SETTINGS = settings(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import anyio
 
-from kernel import open_journal
+from kernel.audit import open_journal
 from kernel.audit.counterfactual import whatif
 from kernel.cli import main
 from tests.support.memory_domain import Planner, book, booking_kernel, note, remember, run

@@ -1,1 +1,33 @@
-"""Tools over a recorded journal: re-judging verdicts and counterfactual replay."""
+"""What tools read a journal with: events, folds, time travel, verification, re-judging.
+
+Everything here works on a recorded journal, with or without a running kernel.
+
+"""
+
+from kernel.audit.counterfactual import whatif
+from kernel.audit.reverify import rejudge
+from kernel.core import events
+from kernel.core.events import Event, RuleSource
+from kernel.core.flow import IllegalTransition
+from kernel.journal.store import JournalError, open_journal
+from kernel.journal.verify import verify_journal
+from kernel.state.memory import MemoryState
+from kernel.state.projections import Projections, fold
+from kernel.state.snapshots import state_at, verify_projections
+
+__all__ = [
+    "Event",
+    "IllegalTransition",
+    "JournalError",
+    "MemoryState",
+    "Projections",
+    "RuleSource",
+    "events",
+    "fold",
+    "open_journal",
+    "rejudge",
+    "state_at",
+    "verify_journal",
+    "verify_projections",
+    "whatif",
+]

@@ -1,3 +1,47 @@
-"""What agents propose against and pack authors write with: kinds, packs, rules, guards,
-and the contracts that cross the wall between agents and the kernel.
+"""What pack authors write with: policy kinds, packs, rules, invariants and guards.
+
+A pack (``policies/``) imports only from here::
+
+    from kernel.policy import PolicyKind, PolicyPack, rule, deny, ALLOW
+
 """
+
+from kernel.policy.guards import Guard, GuardFinding, SoftGuard
+from kernel.policy.kinds import Impact, NeedsHuman, PolicyKind
+from kernel.policy.packs import Consume, LimitSpec, PackError, PolicyPack, Threshold
+from kernel.policy.rules import (
+    ALLOW,
+    DecimalStr,
+    OneOf,
+    Range,
+    Rule,
+    RuleVerdict,
+    StateMatch,
+    View,
+    deny,
+    rule,
+)
+
+__all__ = [
+    "ALLOW",
+    "Consume",
+    "DecimalStr",
+    "Guard",
+    "GuardFinding",
+    "Impact",
+    "LimitSpec",
+    "NeedsHuman",
+    "OneOf",
+    "PackError",
+    "PolicyKind",
+    "PolicyPack",
+    "Range",
+    "Rule",
+    "RuleVerdict",
+    "SoftGuard",
+    "StateMatch",
+    "Threshold",
+    "View",
+    "deny",
+    "rule",
+]

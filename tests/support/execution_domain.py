@@ -9,22 +9,12 @@ from typing import Any, ClassVar
 
 import anyio
 
-from kernel import (
-    AdapterError,
-    Event,
-    ExecutionIntent,
-    Kernel,
-    ManualClock,
-    PolicyKind,
-    PolicyPack,
-    Quote,
-    Receipt,
-    RetryPolicy,
-    SagaStep,
-    SeededIds,
-    open_kernel,
-)
+from kernel import Kernel, open_kernel
+from kernel.adapters import AdapterError, ExecutionIntent, Quote, Receipt, RetryPolicy, SagaStep
+from kernel.audit import Event
 from kernel.config import KernelConfig, Ports
+from kernel.policy import PolicyKind, PolicyPack
+from kernel.testing import ManualClock, SeededIds
 from tests.support.helpers import ScriptedAgent, configured
 
 

@@ -21,7 +21,8 @@ from typing import Any
 
 import anyio
 
-from kernel import AdapterError, ExecutionIntent, FlowStatus, ReasonCode, open_kernel
+from kernel import FlowStatus, ReasonCode, open_kernel
+from kernel.adapters import AdapterError, ExecutionIntent
 from kernel.testing import Faults, SimulatedSystem
 from tests.support.execution_domain import DESK, KINDS, Ping, Trip, name_of
 from tests.support.helpers import ScriptedAgent

@@ -6,8 +6,9 @@ from typing import Any, ClassVar
 
 import msgspec
 
-from kernel import AgentStatus, Manifest, PolicyKind, PolicyPack
+from kernel import AgentStatus, Manifest
 from kernel.core.events import ProposalRecord
+from kernel.policy import PolicyKind, PolicyPack
 from kernel.policy.packs import Consume, LimitSpec, Threshold
 from kernel.policy.rules import ALLOW, OneOf, RuleVerdict, StateMatch, View, deny, rule
 from kernel.state.projections import AgentView

@@ -10,20 +10,11 @@ from typing import Any, ClassVar
 
 import msgspec
 
-from kernel import (
-    Clock,
-    ExecutionIntent,
-    Kernel,
-    ManualClock,
-    PolicyKind,
-    PolicyPack,
-    Receipt,
-    SeededIds,
-    open_kernel,
-    testing,
-)
+from kernel import Clock, Kernel, open_kernel, testing
+from kernel.adapters import ExecutionIntent, Receipt
 from kernel.config import KernelConfig, Ports
-from kernel.testing import Step
+from kernel.policy import PolicyKind, PolicyPack
+from kernel.testing import ManualClock, SeededIds, Step
 
 
 def configured(config: KernelConfig, **settings: Any) -> KernelConfig:

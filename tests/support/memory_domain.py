@@ -8,9 +8,11 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from agents_sdk import Agent, Manifest, Proposal, WorkingContext
-from kernel import Kernel, ManualClock, PolicyKind, PolicyPack, SeededIds, open_kernel
+from kernel import Kernel, open_kernel
 from kernel.config import KernelConfig, Ports
 from kernel.memory import MEMORY_PACK
+from kernel.policy import PolicyKind, PolicyPack
+from kernel.testing import ManualClock, SeededIds
 from tests.support.helpers import PACK, Bank, configured
 
 

@@ -18,16 +18,10 @@ from typing import ClassVar
 
 import anyio
 
-from kernel import (
-    EscalationBudget,
-    EscalationPolicy,
-    Impact,
-    PolicyKind,
-    PolicyPack,
-    open_kernel,
-)
+from kernel import EscalationBudget, EscalationPolicy, open_kernel
 from kernel.config import KernelConfig, Supervision
 from kernel.inbox import connect, read_rows
+from kernel.policy import Impact, PolicyKind, PolicyPack
 from tests.support.helpers import PACK, Bank, ScriptedAgent, transfer
 
 POLL_S = 0.05
