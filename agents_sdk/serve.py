@@ -38,22 +38,22 @@ from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 
 from agents_sdk.agent import Agent
-from kernel.core.reasons import ReasonCode
-from kernel.mesh._bridge import (
+from kernel import (
+    HandshakeRefused,
+    Outcome,
+    Proposal,
+    ReasonCode,
+    Verdict,
+    WorkingContext,
+)
+from kernel.mesh import (
     HANDSHAKE_SUBJECT,
     PROPOSAL_STREAM,
     RETRY_S,
     VERDICT_STREAM,
     WORK_STREAM,
     auth_tag,
-)
-from kernel.policy.contracts import (
-    HandshakeRefused,
-    Outcome,
-    Proposal,
-    Verdict,
-    WorkingContext,
-    to_record,
+    proposal_body,
 )
 
 log = logging.getLogger("agents_sdk.serve")
@@ -129,21 +129,13 @@ class _Hosted:
             try:
                 proposal: Proposal | None = await self.agent.decide(ctx)
                 self.decided += 1
-                if proposal is None:
-                    answer: dict[str, Any] = {
-                        "withdraw": {
-                            "reason_code": ReasonCode.AGENT_DECLINED,
-                            "detail": "no action",
-                        }
-                    }
-                else:
-                    answer = {"proposal": msgspec.to_builtins(to_record(proposal))}
+                body = proposal_body(proposal)
             except Exception as exc:  # the agent's failure ends its flow, not the host
                 log.warning("agent %s failed on flow %s: %r", self.agent_id, ctx.dfid, exc)
-                detail = f"{type(exc).__name__}: {exc}"[:500]
-                answer = {"withdraw": {"reason_code": ReasonCode.AGENT_ERROR, "detail": detail}}
+                detail = f"{type(exc).__name__}: {exc}"
+                body = proposal_body(None, (ReasonCode.AGENT_ERROR, detail))
             tg.cancel_scope.cancel()
-        return json.dumps(answer).encode()
+        return body
 
     async def _recorded(self, subject: str) -> Verdict | None:
         try:

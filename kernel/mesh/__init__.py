@@ -36,10 +36,15 @@ The kernel never imports ``nats`` unless a bus is configured.
 
 from kernel.mesh._bridge import (
     HANDSHAKE_SUBJECT,
+    PROPOSAL_STREAM,
+    RETRY_S,
+    VERDICT_STREAM,
+    WORK_STREAM,
     Mesh,
     MeshConfig,
     auth_tag,
     open_mesh,
+    proposal_body,
     safe_token,
 )
 from kernel.mesh._executor import RemoteAdapter, serve_executor
@@ -48,12 +53,17 @@ from kernel.mesh._relay import EVENT_STREAM, Relay, subject_of
 __all__ = [
     "EVENT_STREAM",
     "HANDSHAKE_SUBJECT",
+    "PROPOSAL_STREAM",
+    "RETRY_S",
+    "VERDICT_STREAM",
+    "WORK_STREAM",
     "Mesh",
     "MeshConfig",
     "Relay",
     "RemoteAdapter",
     "auth_tag",
     "open_mesh",
+    "proposal_body",
     "safe_token",
     "serve_executor",
     "subject_of",

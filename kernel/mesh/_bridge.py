@@ -28,7 +28,14 @@ from kernel.core.errors import KernelShutdown
 from kernel.core.events import Feedback, Manifest
 from kernel.core.reasons import ReasonCode
 from kernel.mesh._relay import Relay
-from kernel.policy.contracts import HandshakeRefused, Outcome, Session, Verdict
+from kernel.policy.contracts import (
+    HandshakeRefused,
+    Outcome,
+    Proposal,
+    Session,
+    Verdict,
+    to_record,
+)
 from kernel.registry import credential_matches
 from kernel.runtime.actors import Mailbox, MailboxClosed
 from kernel.runtime.messages import AgentMessage, Withdraw
@@ -55,6 +62,16 @@ _WITHDRAW_CODES = frozenset(
 def safe_token(text: object) -> bool:
     """Whether ``text`` may stand as one token of a NATS subject (ids, DFIDs)."""
     return isinstance(text, str) and _TOKEN.fullmatch(text) is not None
+
+
+def proposal_body(
+    proposal: Proposal | None, withdraw: tuple[ReasonCode, str] | None = None
+) -> bytes:
+    """What a host publishes for one context: the proposal's record, or why it withdraws."""
+    if proposal is None:
+        code, detail = withdraw or (ReasonCode.AGENT_DECLINED, "no action")
+        return json.dumps({"withdraw": {"reason_code": code, "detail": detail[:500]}}).encode()
+    return json.dumps({"proposal": msgspec.to_builtins(to_record(proposal))}).encode()
 
 
 def auth_tag(token: str, msg_id: str, body: bytes) -> str:
