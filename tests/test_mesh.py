@@ -53,7 +53,10 @@ class Host:
                 for line in self.lines:
                     if line.startswith(prefix):
                         return line
-                chunk = await self.process.stdout.receive()
+                try:
+                    chunk = await self.process.stdout.receive()
+                except anyio.EndOfStream:
+                    raise AssertionError(f"no {prefix!r} line; it printed {self.lines}") from None
                 self._buffer += chunk
                 *done, self._buffer = self._buffer.split(b"\n")
                 self.lines += [d.decode() for d in done]

@@ -13,7 +13,7 @@ import signal
 import sqlite3
 from contextlib import closing
 
-from kernel import ExecutionIntent, Receipt
+from kernel.adapters import ExecutionIntent, Receipt
 
 
 class Ledger:
