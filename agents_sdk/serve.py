@@ -50,6 +50,7 @@ from kernel.mesh import (
     HANDSHAKE_SUBJECT,
     PROPOSAL_STREAM,
     RETRY_S,
+    STARTED_SUBJECT,
     VERDICT_STREAM,
     WORK_STREAM,
     auth_tag,
@@ -205,6 +206,23 @@ async def serve(
             credential = (credentials or {}).get(agent_id) or credential_for(agent_id)
             session = await handshake(nc, agent, credential)
             hosted.append(_Hosted(agent, nc, session))
+        credential_of = {
+            h.agent_id: (credentials or {}).get(h.agent_id) or credential_for(h.agent_id)
+            for h in hosted
+        }
+
+        async def rejoin(_: Msg) -> None:
+            # The kernel restarted: its sessions ended; handshake again, keep working.
+            for h in hosted:
+                try:
+                    session = await handshake(nc, h.agent, credential_of[h.agent_id])
+                except (HandshakeRefused, nats.errors.Error) as exc:
+                    log.warning("agent %s could not handshake again: %r", h.agent_id, exc)
+                    continue
+                h.token = session["token"]
+                log.info("agent %s handshook again with a restarted kernel", h.agent_id)
+
+        await nc.subscribe(STARTED_SUBJECT, cb=rejoin)
         async with anyio.create_task_group() as tg:
             for host in hosted:
                 for n in range(concurrency):

@@ -412,3 +412,31 @@ async def test_an_executor_killed_after_its_effect_duplicates_nothing(tmp_path, 
         calls = conn.execute("SELECT count(*) FROM calls").fetchone()[0]
         effects = conn.execute("SELECT count(*) FROM effects").fetchone()[0]
     assert (calls, effects) == (2, 1)  # redelivered once, deduplicated by key: one effect
+
+
+async def test_a_restarted_kernel_gets_its_running_hosts_back(tmp_path, nats_server):
+    await reset_bus(nats_server.url)
+    path = tmp_path / "j.db"
+    first = kernel_for(path)
+    kernel = await first.__aenter__()
+    first_mesh = open_mesh(kernel, nats_server.url, FAST)
+    await first_mesh.__aenter__()
+    try:
+        secret = await provision(kernel)
+        async with host(nats_server.url, secret) as remote:
+            [before] = await kernel.trigger("bank.invoice")
+            with anyio.fail_after(STEP_S):
+                assert (await kernel.wait_flow(before)).status is FlowStatus.CLOSED
+            await first_mesh.__aexit__(None, None, None)
+            await first.__aexit__(None, None, None)
+            first = None  # the host keeps running across the kernel's restart
+            async with kernel_for(path) as kernel, open_mesh(kernel, nats_server.url, FAST):
+                await remote.line("agents_sdk.serve: agent clerk handshook again")
+                [after] = await kernel.trigger("bank.invoice")
+                with anyio.fail_after(STEP_S):
+                    assert (await kernel.wait_flow(after)).status is FlowStatus.CLOSED
+                await remote.line(f"DECIDED {after}")
+    finally:
+        if first is not None:
+            await first_mesh.__aexit__(None, None, None)
+            await first.__aexit__(None, None, None)

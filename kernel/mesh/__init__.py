@@ -10,7 +10,8 @@ is never the record):
 
 - ``dirk.mesh.handshake`` (core request/reply): a host sends the manifest and
   the agent's credential (kernel.registry); the kernel answers with the
-  session. A credential is always required here. Several hosts of one agent
+  session. A credential is always required here. A kernel that (re)starts says
+  so on ``dirk.mesh.started``, and running hosts handshake again. Several hosts of one agent
   share its session; a handshake that fails never touches it.
 - ``DIRK_WORK`` (work queue) on ``dirk.work.<agent_id>``: each WorkingContext,
   ``Nats-Msg-Id = <dfid>:<attempt>``; one durable pull consumer ``pool-<agent_id>``
@@ -38,6 +39,7 @@ from kernel.mesh._bridge import (
     HANDSHAKE_SUBJECT,
     PROPOSAL_STREAM,
     RETRY_S,
+    STARTED_SUBJECT,
     VERDICT_STREAM,
     WORK_STREAM,
     Mesh,
@@ -55,6 +57,7 @@ __all__ = [
     "HANDSHAKE_SUBJECT",
     "PROPOSAL_STREAM",
     "RETRY_S",
+    "STARTED_SUBJECT",
     "VERDICT_STREAM",
     "WORK_STREAM",
     "Mesh",

@@ -45,6 +45,8 @@ log = logging.getLogger("kernel.mesh")
 Headers = dict[str, str]
 
 HANDSHAKE_SUBJECT = "dirk.mesh.handshake"
+STARTED_SUBJECT = "dirk.mesh.started"
+"""Where a kernel says it (re)started: hosts then handshake again (the old sessions ended)."""
 WORK_STREAM = "DIRK_WORK"
 PROPOSAL_STREAM = "DIRK_PROPOSALS"
 VERDICT_STREAM = "DIRK_VERDICTS"
@@ -132,7 +134,7 @@ class Mesh:
         try:
             answer = await self._handshake(msg.data)
         except (KernelShutdown, MailboxClosed):
-            answer = {"refused": ReasonCode.KERNEL_STOPPING, "detail": "the kernel is stopping"}
+            answer = {"refused": ReasonCode.KERNEL_FAULT, "detail": "the kernel is stopping"}
         await msg.respond(json.dumps(answer).encode())
 
     async def _handshake(self, data: bytes) -> dict[str, Any]:
@@ -323,6 +325,7 @@ async def open_mesh(
             mesh._tg = tg
             await nc.subscribe(HANDSHAKE_SUBJECT, queue="kernel", cb=mesh._on_handshake)
             tg.start_soon(mesh._take_proposals, name="mesh:proposals")
+            await nc.publish(STARTED_SUBJECT, kernel.journal.journal_id.encode())
             if config.relay:
                 mesh.relay = Relay(kernel.journal, mesh.js, RETRY_S)
                 tg.start_soon(mesh.relay.run, name="mesh:relay")
