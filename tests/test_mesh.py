@@ -440,3 +440,15 @@ async def test_a_restarted_kernel_gets_its_running_hosts_back(tmp_path, nats_ser
         if first is not None:
             await first_mesh.__aexit__(None, None, None)
             await first.__aexit__(None, None, None)
+
+
+async def test_the_bus_is_one_setting_of_the_kernel(tmp_path, nats_server, monkeypatch):
+    await reset_bus(nats_server.url)
+    monkeypatch.setenv("DIRK_BUS", nats_server.url)  # KernelConfig(bus=...) or the environment
+    async with kernel_for(tmp_path / "j.db") as kernel:
+        secret = await provision(kernel)
+        async with host(nats_server.url, secret) as remote:
+            [dfid] = await kernel.trigger("bank.invoice")
+            with anyio.fail_after(STEP_S):
+                assert (await kernel.wait_flow(dfid)).status is FlowStatus.CLOSED
+            await remote.line(f"DECIDED {dfid}")
