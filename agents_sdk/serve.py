@@ -85,7 +85,7 @@ class _Hosted:
         while True:
             try:
                 [msg] = await sub.fetch(1, timeout=FETCH_S)
-            except nats.errors.TimeoutError:
+            except TimeoutError:  # nats.errors.TimeoutError, or asyncio's from a fetch
                 continue
             except nats.errors.Error as exc:  # reconnecting: the next fetch resumes
                 log.warning("fetching work failed (%r); retrying", exc)
@@ -153,7 +153,7 @@ class _Hosted:
                 return verdict
             try:
                 await answers.next_msg(timeout=progress_s)
-            except nats.errors.TimeoutError:
+            except TimeoutError:  # nats.errors.TimeoutError, or asyncio's from a fetch
                 await msg.in_progress()
 
 

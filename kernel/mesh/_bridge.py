@@ -223,7 +223,7 @@ class Mesh:
         while True:
             try:
                 msgs = await sub.fetch(self.config.batch, timeout=5.0)
-            except nats.errors.TimeoutError:
+            except TimeoutError:  # nats.errors.TimeoutError, or asyncio's from a fetch
                 continue
             except nats.errors.Error as exc:  # reconnecting: the next fetch resumes
                 log.warning("mesh: fetching proposals failed (%r); retrying", exc)

@@ -150,7 +150,9 @@ class RemoteAdapter:
                         while result is None:
                             try:
                                 await answers.next_msg(timeout=self.result_timeout_s)
-                            except nats.errors.TimeoutError:
+                            except (
+                                TimeoutError
+                            ):  # nats.errors.TimeoutError, or asyncio's from a fetch
                                 pass
                             result = await _recorded(js, intent.key)
             finally:
@@ -188,7 +190,7 @@ async def serve_executor(
         while True:
             try:
                 [msg] = await sub.fetch(1, timeout=5.0)
-            except nats.errors.TimeoutError:
+            except TimeoutError:  # nats.errors.TimeoutError, or asyncio's from a fetch
                 continue
             intent = msgspec.json.decode(msg.data, type=ExecutionIntent)
             result = await _recorded(js, intent.key)
