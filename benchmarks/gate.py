@@ -23,7 +23,7 @@ from decimal import Decimal
 import msgspec
 
 from kernel.core.events import Manifest, ProposalRecord
-from kernel.dim import Snapshot, judge
+from kernel.dim import Inputs, judge
 from kernel.policy.packs import PolicyCatalog, PolicyPack
 from kernel.policy.rules import Stopwatch
 from kernel.state.projections import AgentStatus, AgentView
@@ -91,7 +91,7 @@ def run_gate(proposals: int, pack: PolicyPack = TRADING) -> GateRun:
         manifest=manifest, status=AgentStatus.ACTIVE, session_hash="", registered_seq=1
     )
     state = {"market.ACME.price": "101.25", "position.ACME": 10}
-    snapshot = Snapshot(context_ref="ref", state=state)
+    inputs = Inputs(context_ref="ref", state=state)
     records = [
         ProposalRecord(
             kind="trading.place_order",
@@ -113,7 +113,7 @@ def run_gate(proposals: int, pack: PolicyPack = TRADING) -> GateRun:
     for record in records:
         start = clock()
         stopwatch = Stopwatch()
-        judgement = judge(record, agent, catalog, 1, snapshot, stopwatch=stopwatch)
+        judgement = judge(record, agent, catalog, 1, inputs, stopwatch=stopwatch)
         pipeline.append(clock() - start)
         overruns += len(stopwatch.overruns)
         start = clock()

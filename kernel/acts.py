@@ -53,7 +53,7 @@ from kernel.runtime.messages import (
 from kernel.state.amendments import AmendmentInvalid
 from kernel.state.approvals import APPROVE_WORDS
 from kernel.state.projections import AgentStatus, Projections, fold
-from kernel.state.rulebook import Promoter, RuleNotPending
+from kernel.state.rulebook import Promoter, RuleNotInForce, RuleNotPending
 from kernel.wiring import Actors
 
 M = TypeVar("M")
@@ -72,6 +72,7 @@ class OperatorActs:
     clock: Clock
     actors: Actors
     promoter: Promoter
+    inbox_agents: inbox.InboxAgents
     _adapter_names: frozenset[str]
     _pending: set[Reply[Any]]
     _stop_reason: KernelShutdown | None
@@ -218,7 +219,7 @@ class OperatorActs:
             reason=reason,
             reply=reply,
         )
-        event = await self._call(self.actors.integrity, msg, reply)
+        event = await self._call(self.actors.dim, msg, reply)
         if not isinstance(event, LimitAmended):
             raise AmendmentInvalid(event.reason_code, event.detail)
         return event
@@ -248,7 +249,7 @@ class OperatorActs:
             reason=act.reason,
             reply=reply,
         )
-        answer = await self._call(self.actors.integrity, msg, reply)
+        answer = await self._call(self.actors.dim, msg, reply)
         if isinstance(answer, PackError):
             raise answer
         return answer if answer is not None else pack.ref
@@ -268,7 +269,7 @@ class OperatorActs:
     ) -> Event:
         """Propose a rule version as an operator; return the audited decision (RuleDecided).
 
-        The proposal passes the promoter gate like an agent's (kernel.state.rulebook);
+        The proposal passes the promoter like an agent's (kernel.state.rulebook);
         with ``override`` the operator puts it in force at once, recorded as an
         override with their name and reason.
         """
@@ -325,6 +326,23 @@ class OperatorActs:
             target=f"#{proposal_seq}",
         )
         return await self.promoter.decide(proposal_seq, decision, operator=operator, reason=reason)
+
+    async def retract_rule(self, rule: str, *, operator: str, reason: str) -> Event:
+        """Take rule ``rule`` out of force (RuleRetracted, with who and why); its history stays.
+
+        Raises:
+            RuleNotInForce: no version of the rule is in force.
+            InputInvalid: no operator or reason, or a field of the wrong type or size (recorded).
+        """
+        self._raise_if_stopped()
+        act = await self._admit_act(
+            wall.fields(rule=rule, operator=operator, reason=reason),
+            wall.RuleRetractionSpec,
+            "rule",
+            operator,
+            target=rule,
+        )
+        return await self.promoter.retract(act.rule, operator=act.operator, reason=act.reason)
 
     def _check_decision(
         self,
@@ -441,7 +459,7 @@ class OperatorActs:
 
         async def amend(row: InboxRow) -> None:
             reply: Reply[Any] = Reply()
-            await self._call(self.actors.integrity, inbox.to_amend(row, reply), reply)
+            await self._call(self.actors.dim, inbox.to_amend(row, reply), reply)
 
         async def agent_status(row: InboxRow) -> None:
             checked = self._check_status(inbox.row_fields(row, inbox.AGENT_STATUS_FIELDS))
@@ -475,6 +493,38 @@ class OperatorActs:
             except RuleNotPending as exc:
                 raise InputInvalid("proposal_seq", str(exc)) from exc
 
+        async def rule_change(row: InboxRow) -> None:
+            body = inbox.row_fields(row, inbox.RULE_CHANGE_FIELDS)
+            action = body.pop("action", None)
+            if action not in inbox.RULE_ACTIONS:
+                raise InputInvalid("action", f"one of {', '.join(inbox.RULE_ACTIONS)}")
+            if action == "retract":
+                checked = wall.admit(body, wall.RuleRetractionSpec)
+                try:
+                    await self.promoter.retract(
+                        checked.rule,
+                        operator=checked.operator,
+                        reason=checked.reason,
+                        inbox_id=row.id,
+                    )
+                except RuleNotInForce as exc:
+                    raise InputInvalid("rule", str(exc)) from exc
+                return
+            spec = wall.admit(body, wall.RuleProposalSpec)
+            proposal = events.RuleProposed(
+                rule=spec.rule,
+                title=spec.title,
+                content=spec.content,
+                labels=list(spec.labels),
+                base_version=spec.base_version,
+                proposer=spec.operator,
+                by_operator=True,
+                reason=spec.reason,
+            )
+            await self.promoter.override(
+                proposal, operator=spec.operator, reason=spec.reason, inbox_id=row.id
+            )
+
         async def refuse(row: InboxRow, exc: Exception) -> int:
             operator = row.decision.get("operator", "")
             event = await self._record_refusal(
@@ -491,6 +541,8 @@ class OperatorActs:
             inbox.AMEND: amend,
             inbox.AGENT_STATUS: agent_status,
             inbox.RULE: rule,
+            inbox.RULE_CHANGE: rule_change,
+            inbox.PROPOSE: self.inbox_agents.propose,
             inbox.CREDENTIAL: credential,
         }
         try:

@@ -26,6 +26,7 @@ import anyio
 import msgspec
 from anyio.abc import TaskGroup
 
+from kernel import inbox
 from kernel.acts import STOPPED, OperatorActs
 from kernel.adapters.contract import Adapter
 from kernel.config import KernelConfig
@@ -58,8 +59,8 @@ from kernel.runtime.actors import Mailbox, Outbox, Reply
 from kernel.runtime.messages import (
     AgentMessage,
     FireTrigger,
+    Judge,
     Register,
-    Validate,
 )
 from kernel.state.projections import Projections, visible
 from kernel.state.rulebook import Promoter
@@ -117,6 +118,12 @@ class Kernel(OperatorActs):
             hosts=self._hosts,
             submit=self.submit,
             spawn_effect=self._spawn_effect,
+        )
+        self.inbox_agents = inbox.InboxAgents(
+            self.register,
+            lambda topic: self.trigger(topic, source="inbox"),
+            lambda: self.catalog.kinds,
+            projections,
         )
 
     # --- the embedding API -------------------------------------------------
@@ -269,8 +276,8 @@ class Kernel(OperatorActs):
             )
         await self._recall(dfid)
         reply: Reply[Verdict] = Reply()
-        msg = Validate(dfid=dfid, proposal=record, token=token, invalid=invalid, reply=reply)
-        return await self._call(self.actors.integrity, msg, reply)
+        msg = Judge(dfid=dfid, proposal=record, token=token, invalid=invalid, reply=reply)
+        return await self._call(self.actors.dim, msg, reply)
 
     def flow(self, dfid: str) -> FlowState | None:
         """Return the current state of a flow: open, or among the ``keep_finished`` last ended.

@@ -102,7 +102,12 @@ async def open_kernel(
     if missing:
         raise PackError(f"no adapter registered for {', '.join(missing)}")
     clock = config.ports.clock or SystemClock()
-    telemetry = config.telemetry if config.telemetry is not None else Telemetry.from_env()
+    telemetry = config.telemetry
+    if telemetry is None:
+        provider = config.tracer_provider
+        telemetry = (
+            Telemetry.from_provider(provider) if provider is not None else Telemetry.from_env()
+        )
     storage = config.storage
     where = os.fspath(path)
     key = chain_key_from(storage.chain_key, where) if storage.chain_key is not None else None
@@ -166,7 +171,7 @@ async def open_kernel(
             # Flows an earlier run left open: their spans need their beginnings too.
             for flow in list(projections.flows.values()):
                 if not flow.terminal:
-                    telemetry.emit(await journal.read(stop=exported[0] + 1, dfid=flow.dfid))
+                    telemetry.resume(await journal.read(stop=exported[0] + 1, dfid=flow.dfid))
         try:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(_supervise, kernel, supervisor, name="supervisor")
@@ -182,6 +187,8 @@ async def open_kernel(
                     anyio.create_task_group() as effects_tg,
                 ):
                     kernel.actors.agents.tg = agents_tg
+                    if telemetry.enabled:
+                        kernel.actors.agents.trace_scope = telemetry.reasoning
                     kernel._effects_tg = effects_tg
                     # What an earlier run left between acceptance and a recorded end.
                     kernel.actors.execution.send_nowait(Recover())

@@ -12,6 +12,7 @@ keyword arguments; every field has a default that suits production, so
 from __future__ import annotations
 
 import msgspec
+from opentelemetry.sdk.trace import TracerProvider
 
 from kernel.adapters.contract import RetryPolicy
 from kernel.core.ports import Clock, IdSource
@@ -56,7 +57,7 @@ class Supervision(msgspec.Struct, frozen=True, kw_only=True):
             kernel with RESTART_INTENSITY.
         restart_period_s: the window of the restart intensity.
         inbox_poll_s: how often (on the clock) to read the operator inbox and tick the
-            escalation manager; None: neither (decisions only through ``Kernel.decide``).
+            escalation desk; None: neither (decisions only through ``Kernel.decide``).
     """
 
     max_restarts: int = 3
@@ -110,7 +111,10 @@ class KernelConfig(msgspec.Struct, frozen=True, kw_only=True):
         supervision: restart intensity and the operator inbox's poll.
         storage: the journal's durability, checkpoints and chain key.
         ports: clock, ids, jitter and rule search.
-        telemetry: span export (None: configured from the ``OTEL_*`` environment).
+        telemetry: span export (None: ``tracer_provider``'s, else the global SDK provider's,
+            else configured from the ``OTEL_*`` environment).
+        tracer_provider: the application's OpenTelemetry SDK TracerProvider: its sampler,
+            span limits, resource and exporters then govern the kernel's spans.
         escalation: approval expiry, the escalation budget per agent and the silence
             watchdog.
         retry: the retry policy of adapters without a ``retry_policy`` of their own
@@ -125,6 +129,7 @@ class KernelConfig(msgspec.Struct, frozen=True, kw_only=True):
     storage: Storage = Storage()
     ports: Ports = Ports()
     telemetry: Telemetry | None = None
+    tracer_provider: TracerProvider | None = None
     escalation: EscalationPolicy = EscalationPolicy()
     retry: RetryPolicy | None = None
     bus: str | None = None

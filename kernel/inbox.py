@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import logging
 import sqlite3
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from contextlib import closing
 from pathlib import Path
 from typing import Annotated, Any
@@ -30,9 +30,12 @@ import anyio
 import msgspec
 
 from kernel.core.errors import KernelShutdown
+from kernel.core.events import Manifest
 from kernel.core.ports import Clock
 from kernel.core.wall import AgentSpec, DecisionSpec, InputInvalid, Name, Reason, admit
 from kernel.journal.store import INBOX_SCHEMA
+from kernel.policy.contracts import Proposal, WorkingContext
+from kernel.registry import CONTRACT_VERSION
 from kernel.runtime.actors import Mailbox, MailboxClosed, Reply
 from kernel.runtime.messages import AmendLimit, Decide, Decision, EscalationMessage, Tick
 from kernel.state.projections import Projections
@@ -118,6 +121,8 @@ AGENT_STATUS = "agent_status"
 """The ``type`` of a row that changes an agent's status (``dirk agent``)."""
 RULE = "rule"
 """The ``type`` of a row that overrides or skips a deferred rule proposal (``dirk rules``)."""
+RULE_CHANGE = "rule_change"
+"""The ``type`` of a row that adds, edits or retracts a rule (``dirk rules --add`` ...)."""
 CREDENTIAL = "credential"
 """The ``type`` of a row that provisions an agent's credential (``dirk agent --issue-credential``).
 
@@ -154,6 +159,19 @@ DECIDE_FIELDS = frozenset({"decision", "operator", "reason", "params", "action_h
 AMEND_FIELDS = frozenset({"agent_id", "limit", "value", "ttl_s", "operator", "reason"})
 AGENT_STATUS_FIELDS = frozenset({"agent_id", "status", "operator", "reason"})
 RULE_FIELDS = frozenset({"proposal_seq", "decision", "operator", "reason"})
+RULE_CHANGE_FIELDS = frozenset(
+    {"action", "rule", "title", "content", "labels", "base_version", "operator", "reason"}
+)
+PROPOSE = "propose"
+"""The ``type`` of a row that carries an agent's proposal (``dirk mcp`` following this journal)."""
+PROPOSE_FIELDS = frozenset({"agent_id", "policy", "explain", "confidence"})
+PROPOSE_TOPIC = "inbox"
+"""Flows of proposals from the inbox open on ``inbox.<agent>.<row id>``."""
+RULE_ACTIONS = ("add", "edit", "retract")
+"""What a RULE_CHANGE row does: add and edit put a version in force (an operator's
+override, recorded with who and why); retract takes the rule out of force."""
+
+
 CREDENTIAL_FIELDS = frozenset({"agent_id", "verifier", "operator", "reason"})
 
 
@@ -206,7 +224,7 @@ def to_amend(row: InboxRow, reply: Reply[Any]) -> AmendLimit:
 
 
 def to_decide(row: InboxRow, reply: Reply[Any]) -> Decide:
-    """Turn an inbox row into the message the escalation manager handles.
+    """Turn an inbox row into the message the escalation desk handles.
 
     Raises:
         InputInvalid: when the row is not a well-formed decision (kernel.core.wall).
@@ -229,6 +247,87 @@ def to_decide(row: InboxRow, reply: Reply[Any]) -> Decide:
     )
 
 
+class InboxAgent:
+    """A hosted agent whose proposals arrive as inbox rows: it proposes what its row brings."""
+
+    def __init__(self, manifest: Manifest) -> None:
+        self.manifest = manifest
+        self.calls: dict[str, tuple[dict[str, Any], Any, Any]] = {}
+
+    async def decide(self, ctx: WorkingContext) -> Proposal | None:
+        call = self.calls.pop(ctx.topic, None)
+        if call is None:
+            return None  # its row was applied by an earlier run: declined, on record
+        policy, explain, confidence = call
+        return ctx.propose(policy, explain=explain, confidence=confidence, valid_for_s=600)
+
+
+class InboxAgents:
+    """Agents in another process whose proposals reach the kernel through the inbox.
+
+    ``dirk mcp`` following a journal writes a PROPOSE row per agent write. The
+    kernel hosts an :class:`InboxAgent` for that agent (it must be allowed; it may
+    propose every kind the packs define), opens one flow per row on the topic
+    ``inbox.<agent>.<row id>``, and the agent proposes the row's policy in it, so
+    the DIM judges it like any other. The flow's events are the answer the
+    other process reads back. A row whose flow an earlier run already opened is
+    not proposed again.
+
+    Args:
+        register: hosts an agent (``Kernel.register``).
+        trigger: opens the flows of a topic (``Kernel.trigger``).
+        kinds: the kinds the packs define.
+        projections: the kernel's projections (the flows already opened).
+    """
+
+    def __init__(
+        self,
+        register: Callable[[InboxAgent], Awaitable[object]],
+        trigger: Callable[[str], Awaitable[list[str]]],
+        kinds: Callable[[], Iterable[str]],
+        projections: Projections,
+    ) -> None:
+        self._register = register
+        self._trigger = trigger
+        self._kinds = kinds
+        self._projections = projections
+        self._agents: dict[str, InboxAgent] = {}
+
+    async def propose(self, row: InboxRow) -> None:
+        """Apply a PROPOSE row: open its flow, in which its agent proposes its policy.
+
+        Raises:
+            InputInvalid: a malformed row, or an agent that is not active (no flow opened).
+            HandshakeRefused: the kernel does not allow the agent.
+        """
+        body = row_fields(row, PROPOSE_FIELDS)
+        agent_id = admit({"agent_id": body.get("agent_id")}, AgentSpec).agent_id
+        policy = body.get("policy")
+        if not isinstance(policy, dict):
+            raise InputInvalid("policy", 'an object with a "kind"')
+        topic = f"{PROPOSE_TOPIC}.{agent_id}.{row.id}"
+        if any(flow.topic == topic for flow in self._projections.flows.values()):
+            return
+        agent = self._agents.get(agent_id)
+        if agent is None:
+            major, minor = CONTRACT_VERSION
+            agent = InboxAgent(
+                Manifest(
+                    agent_id=agent_id,
+                    version=f"{major}.{minor}.0",
+                    capabilities=sorted(self._kinds()),
+                    subscriptions=[f"{PROPOSE_TOPIC}.{agent_id}"],
+                    max_attempts=1,
+                )
+            )
+            await self._register(agent)
+            self._agents[agent_id] = agent
+        agent.calls[topic] = (policy, body.get("explain", ""), body.get("confidence", 1.0))
+        if not await self._trigger(topic):
+            agent.calls.pop(topic, None)
+            raise InputInvalid("agent_id", f"agent {agent_id} is not ACTIVE: no flow was opened")
+
+
 Handler = Callable[[InboxRow], Awaitable[None]]
 """Applies one row of its type; the event it records names the row's id."""
 Refuse = Callable[[InboxRow, Exception], Awaitable[int]]
@@ -244,7 +343,7 @@ async def poll(
     handlers: Mapping[str, Handler],
     refuse: Refuse,
 ) -> None:
-    """Tick the escalation manager and apply new inbox rows, every ``interval_s`` on ``clock``.
+    """Tick the escalation desk and apply new inbox rows, every ``interval_s`` on ``clock``.
 
     ``handlers`` apply the rows of each type (see :func:`row_type`); ``refuse``
     records a row that none can apply.

@@ -17,7 +17,7 @@ from kernel.config import KernelConfig
 from kernel.context import ContextCompiler
 from kernel.core.ports import Clock, IdSource
 from kernel.dim import IntegrityModule
-from kernel.escalation import EscalationManager
+from kernel.escalation import EscalationDesk
 from kernel.execution import ExecutionEngine
 from kernel.guards import GuardRunner
 from kernel.hosting import AgentHost, Submit
@@ -66,13 +66,13 @@ class Actors:
         self.capacity = capacity
         self.registry: Mailbox[RegistryMessage] = Mailbox("registry", capacity)
         self.compiler: Mailbox[CompilerMessage] = Mailbox("context", capacity)
-        self.integrity: Mailbox[DimMessage] = Mailbox("integrity", capacity)
+        self.dim: Mailbox[DimMessage] = Mailbox("dim", capacity)
         self.escalation: Mailbox[EscalationMessage] = Mailbox("escalation", capacity)
         self.execution: Mailbox[ExecutionMessage] = Mailbox("execution", capacity)
         self.guards: Mailbox[GuardMessage] = Mailbox("guards", capacity)
         self.agents = AgentHost(
             submit=submit,
-            integrity=self.integrity,
+            dim=self.dim,
             clock=clock,
             concurrency=limits.agent_concurrency,
             token_budget=limits.token_budget,
@@ -95,7 +95,7 @@ class Actors:
                 self.compiler,
             ),
             ChildSpec[DimMessage](
-                "integrity",
+                "dim",
                 lambda: IntegrityModule(
                     projections,
                     catalog,
@@ -105,7 +105,7 @@ class Actors:
                     self.execution,
                     guards=self.guards,
                 ),
-                self.integrity,
+                self.dim,
             ),
             ChildSpec[GuardMessage](
                 "guards",
@@ -120,11 +120,11 @@ class Actors:
             ),
             ChildSpec[EscalationMessage](
                 "escalation",
-                lambda: EscalationManager(
+                lambda: EscalationDesk(
                     projections,
                     catalog,
                     clock,
-                    self.integrity,
+                    self.dim,
                     self.execution,
                     config.escalation,
                 ),

@@ -35,3 +35,9 @@ async def kernel(tmp_path: Path, bank: Bank, clock: ManualClock) -> AsyncIterato
     """An open kernel on ``tmp_path / "j.db"`` with the test pack, ``bank`` and ``clock``."""
     async with kernel_for(tmp_path / "j.db", bank=bank, clock=clock) as opened:
         yield opened
+
+
+@pytest.fixture(scope="session")
+def anyio_backend() -> str:
+    """The kernel runs on asyncio (aiosqlite): pin it, even where trio is installed."""
+    return "asyncio"

@@ -105,9 +105,9 @@ CASES = [
 
 @pytest.mark.parametrize(("name", "make", "field"), CASES, ids=[c[0] for c in CASES])
 async def test_bad_proposals_get_schema_invalid_naming_the_field(tmp_path, name, make, field):
-    gate = anyio.Event()
+    hold = anyio.Event()
     async with kernel_for(tmp_path / "j.db") as kernel:
-        agent = ScriptedAgent(gate=gate, max_attempts=5)
+        agent = ScriptedAgent(hold=hold, max_attempts=5)
         session = await kernel.register(agent)
         [dfid] = await kernel.trigger("bank.invoice")
         await agent.wait_context()
@@ -118,7 +118,7 @@ async def test_bad_proposals_get_schema_invalid_naming_the_field(tmp_path, name,
         assert verdict.feedback.field == field
 
         # The kernel is unharmed: the agent's own proposal on the next attempt goes through.
-        gate.set()
+        hold.set()
         flow = await kernel.wait_flow(dfid)
         assert flow.status is FlowStatus.CLOSED
         assert kernel.journal.statistics().events > 0
@@ -130,16 +130,16 @@ async def test_bad_proposals_get_schema_invalid_naming_the_field(tmp_path, name,
 
 
 async def test_a_burst_of_garbage_does_not_stall_the_kernel(tmp_path):
-    gate = anyio.Event()
+    hold = anyio.Event()
     async with kernel_for(tmp_path / "j.db") as kernel:
-        agent = ScriptedAgent(gate=gate, max_attempts=1000, steps=[transfer()])
+        agent = ScriptedAgent(hold=hold, max_attempts=1000, steps=[transfer()])
         session = await kernel.register(agent)
         [dfid] = await kernel.trigger("bank.invoice")
         await agent.wait_context()
         async with anyio.create_task_group() as tg:
             for i in range(200):
                 tg.start_soon(kernel.submit, session.token, dfid, CASES[i % len(CASES)][1](""))
-        gate.set()
+        hold.set()
         with anyio.fail_after(30):
             await kernel.wait_quiet()
         assert kernel.flow(dfid).status is FlowStatus.CLOSED
@@ -249,8 +249,8 @@ async def test_a_trigger_fact_outside_64_bits_is_refused_and_the_kernel_goes_on(
     [(1e30, 8), (float("inf"), 8), (float("nan"), 8), (3600, 2**64), (3600, "1e999999")],
 )
 async def test_an_amendment_out_of_range_is_refused_and_recorded(tmp_path, ttl, value):
-    from tests.test_amendments import kernel as desk_kernel
-    from tests.test_amendments import trader
+    from tests.dim.test_amendments import kernel as desk_kernel
+    from tests.dim.test_amendments import trader
 
     path = tmp_path / "j.db"
     async with desk_kernel(path, ManualClock()) as kernel:

@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import sys
+import uuid
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,7 @@ from examples.summary import read_events
 from kernel.audit import Event, Projections, fold, open_journal, whatif
 from kernel.core.events import ConstraintAdded, digest
 from kernel.telemetry import spans_for_events
+from tests.support import SUPPORT
 
 MINUTES = "40"
 TRADING_PACK_CODES = {
@@ -290,7 +292,7 @@ def test_dirk_verify_passes_on_the_example_journals(tmp_path, example):
     assert "0 differ, 0 not compared" in verify.stdout
 
 
-RECEIVER = Path(__file__).parent / "support" / "otlp_receiver.py"
+RECEIVER = SUPPORT / "otlp_receiver.py"
 
 
 def test_the_trading_desk_sends_every_flow_to_an_otlp_receiver(tmp_path):
@@ -314,7 +316,8 @@ def test_the_trading_desk_sends_every_flow_to_an_otlp_receiver(tmp_path):
         out, _ = receiver.communicate(timeout=60)
     finally:
         receiver.kill()
-    received = [json.loads(line) for line in out.splitlines()]
+    # Span lines only: the receiver prints the kernel's metric points too.
+    received = [span for line in out.splitlines() if "span_id" in (span := json.loads(line))]
 
     expected = spans_for_events(read_events_of(db))
     assert len(expected) > 100
@@ -325,7 +328,18 @@ def test_the_trading_desk_sends_every_flow_to_an_otlp_receiver(tmp_path):
     roots = [s for s in received if not s["parent_span_id"]]
     mandate = [s for s in roots if s["attributes"]["dir.agent_id"] == "strategist"]
     assert mandate, "the strategist's mandate is a root flow"
+    # Every flow is its own trace, whose id is its DFID, linked to its parent flow's root.
+    assert {s["trace_id"] for s in received} == {s["trace_id"] for s in roots}
+    by_dfid = {s["attributes"]["dir.dfid"]: s for s in roots}
+    for root in roots:
+        assert root["trace_id"] == uuid.UUID(root["attributes"]["dir.dfid"]).hex
+        parent = root["attributes"].get("dir.parent_dfid")
+        if parent:
+            assert root["links"] == [[by_dfid[parent]["trace_id"], by_dfid[parent]["span_id"]]]
+    children = [r for r in roots if r["attributes"].get("dir.parent_dfid")]
+    assert children and all(r["links"] for r in children)
+    assert not any(r["links"] for r in roots if r not in children)
     [saga] = [s for s in received if s["attributes"].get("dir.status") == "COMPENSATED"]
     assert saga["attributes"]["dir.reason_code"] == "COMPENSATED"
-    undone = [s for s in received if s["name"] == "compensate"]
+    undone = [s for s in received if s["name"].startswith("compensate ")]
     assert undone and {s["parent_span_id"] for s in undone} == {saga["span_id"]}

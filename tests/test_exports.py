@@ -6,7 +6,6 @@ simulations (pinned in test_testing_exports.py), ``agents_sdk`` for agent author
 """
 
 import ast
-from pathlib import Path
 
 import pytest
 
@@ -15,8 +14,7 @@ import kernel
 import kernel.adapters
 import kernel.audit
 import kernel.policy
-
-ROOT = Path(__file__).resolve().parents[1]
+from tests.support import ROOT
 
 PINNED = {
     kernel: [

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+from tests.support import ROOT
+
+README = ROOT / "README.md"
 
 
 def python_blocks() -> list[str]:

@@ -54,7 +54,7 @@ from kernel.policy.packs import PackError, PolicyCatalog, PolicyPack
 from kernel.state.projections import Projections
 
 
-class Outcome(msgspec.Struct, frozen=True, kw_only=True):
+class Recorded(msgspec.Struct, frozen=True, kw_only=True):
     """A verdict reduced to what is compared: accepted, escalated or rejected, and why."""
 
     outcome: str
@@ -87,22 +87,22 @@ class _Pending(msgspec.Struct, kw_only=True):
     seq: int
     agent_id: str
     kind: str
-    now: Outcome
+    now: Recorded
 
 
-def _recorded(payload: ProposalAccepted | ProposalRejected | FlowEscalated) -> Outcome:
+def _recorded(payload: ProposalAccepted | ProposalRejected | FlowEscalated) -> Recorded:
     match payload:
         case ProposalRejected(feedback=f, pack=pack):
-            return Outcome(
+            return Recorded(
                 outcome="rejected", reason_code=str(f.reason_code), detail=f.detail, pack=pack
             )
         case FlowEscalated(reason_code=code, detail=detail, pack=pack):
-            return Outcome(outcome="escalated", reason_code=str(code), detail=detail, pack=pack)
+            return Recorded(outcome="escalated", reason_code=str(code), detail=detail, pack=pack)
         case ProposalAccepted(pack=pack):
-            return Outcome(outcome="accepted", pack=pack)
+            return Recorded(outcome="accepted", pack=pack)
 
 
-def judge_at(projections: Projections, event: Event, catalog: PolicyCatalog) -> Outcome | None:
+def judge_at(projections: Projections, event: Event, catalog: PolicyCatalog) -> Recorded | None:
     """Judge the ProposalSubmitted ``event`` as the DIM did, against ``projections`` before it.
 
     Returns None when the flow or its agent is unknown at that position.
@@ -125,8 +125,8 @@ def judge_at(projections: Projections, event: Event, catalog: PolicyCatalog) -> 
     for outcome, f in (("rejected", judgement.rejection), ("escalated", judgement.escalation)):
         if f is not None:
             code, detail = str(f.reason_code), f.detail
-            return Outcome(outcome=outcome, reason_code=code, detail=detail, pack=judgement.pack)
-    return Outcome(outcome="accepted", pack=judgement.pack)
+            return Recorded(outcome=outcome, reason_code=code, detail=detail, pack=judgement.pack)
+    return Recorded(outcome="accepted", pack=judgement.pack)
 
 
 async def rejudge(
@@ -209,7 +209,7 @@ async def rejudge(
     return Rejudged(judged=judged, skipped=skipped, changes=changes, mismatches=mismatches)
 
 
-def _compare(event: Event, dfid: str, pending: _Pending, then: Outcome) -> Change | None:
+def _compare(event: Event, dfid: str, pending: _Pending, then: Recorded) -> Change | None:
     now = pending.now
     if (then.outcome, then.reason_code) == (now.outcome, now.reason_code):
         return None

@@ -15,8 +15,9 @@ from kernel.cli._credential import issue_credential
 from kernel.cli._operator import error, fold_journal, wait_taken
 from kernel.core.reasons import CliError, ExitCode, ReasonCode
 from kernel.core.wall import who_and_why
-from kernel.inbox import AGENT_STATUS, RULE, post
+from kernel.inbox import AGENT_STATUS, RULE, RULE_CHANGE, post
 from kernel.state.projections import AgentStatus
+from kernel.state.rulebook import Rulebook
 
 _WAIT_HELP = "wait this long for the kernel to apply it and report the outcome"
 
@@ -47,6 +48,16 @@ def add_commands(commands: Any) -> None:
     choice = rules.add_mutually_exclusive_group()
     choice.add_argument("--override", type=int, metavar="SEQ", help="put proposal SEQ in force")
     choice.add_argument("--skip", type=int, metavar="SEQ", help="drop proposal SEQ")
+    choice.add_argument("--add", metavar="RULE", help="put new rule RULE in force")
+    choice.add_argument("--edit", metavar="RULE", help="put a new version of RULE in force")
+    choice.add_argument(
+        "--retract", metavar="RULE", help="take RULE out of force (its history stays)"
+    )
+    rules.add_argument("--title", help="with --add/--edit: the rule's title")
+    rules.add_argument("--content", help="with --add/--edit: the rule's text")
+    rules.add_argument(
+        "--label", action="append", default=[], help="with --add/--edit: a label (repeatable)"
+    )
     rules.add_argument("--operator", help="who decides (recorded; required to decide)")
     rules.add_argument("--reason", help="why (recorded; required to decide)")
     rules.add_argument("--wait", type=float, default=0.0, metavar="SECONDS", help=_WAIT_HELP)
@@ -93,6 +104,9 @@ async def _agent(args: argparse.Namespace) -> int:
 async def _rules(args: argparse.Namespace) -> int:
     projections = await fold_journal(args.db)
     book = projections.memory.rulebook
+    change = args.add or args.edit or args.retract
+    if change is not None:
+        return await _change_rule(args, book, change)
     seq = args.override if args.override is not None else args.skip
     if seq is None:
         for rule, item in sorted(book.items.items()):
@@ -122,4 +136,41 @@ async def _rules(args: argparse.Namespace) -> int:
     }
     row_id = post(args.db, "", body, time.time_ns())
     print(f"{decision} of rule proposal #{seq} queued as inbox row {row_id}")
+    return await wait_taken(args.db, row_id, args.wait) if args.wait > 0 else 0
+
+
+async def _change_rule(args: argparse.Namespace, book: Rulebook, rule: str) -> int:
+    """Queue an add, edit or retract of ``rule`` (an operator's act, applied by the kernel)."""
+    missing = _who_and_why(args)
+    if missing is not None:
+        return error(ReasonCode.SCHEMA_INVALID, missing, ExitCode.USAGE)
+    item = book.items.get(rule)
+    body: dict[str, Any] = {
+        "type": RULE_CHANGE,
+        "rule": rule,
+        "operator": args.operator,
+        "reason": args.reason,
+    }
+    if args.retract:
+        if item is None or item.current is None:
+            return error(CliError.UNKNOWN_RULE, f"no rule {rule!r} in force in {args.db}")
+        body["action"] = "retract"
+    else:
+        if not args.title or not args.content:
+            return error(
+                CliError.BAD_ARGUMENT, "--add and --edit take --title and --content", ExitCode.USAGE
+            )
+        if args.add and item is not None and item.current is not None:
+            return error(CliError.BAD_ARGUMENT, f"rule {rule!r} exists: --edit it", ExitCode.USAGE)
+        if args.edit and (item is None or item.current is None):
+            return error(CliError.UNKNOWN_RULE, f"no rule {rule!r} in force in {args.db}")
+        body.update(
+            action="add" if args.add else "edit",
+            title=args.title,
+            content=args.content,
+            labels=list(args.label),
+            base_version=item.latest if item is not None else 0,
+        )
+    row_id = post(args.db, "", body, time.time_ns())
+    print(f"{body['action']} of rule {rule} queued as inbox row {row_id}")
     return await wait_taken(args.db, row_id, args.wait) if args.wait > 0 else 0

@@ -13,7 +13,9 @@ never from a flag's value, which other users of the machine could see.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
+import io
 import json
 import logging
 import os
@@ -25,17 +27,23 @@ from typing import Any
 import anyio
 import msgspec
 
+from kernel.audit.narrative import narrate as _narrate
+from kernel.audit.narrative import outcome as _outcome
 from kernel.audit.reverify import PackPathError
 from kernel.cli._admin import add_commands as add_admin_commands
+from kernel.cli._mcp import add_commands as add_mcp_commands
 from kernel.cli._operator import add_commands, error, error_of, fold_journal, one_line
+from kernel.cli._read import flows_matching, positive, print_table, select_flows, when
 from kernel.cli._replay import add_commands as add_replay_commands
 from kernel.cli._replay import verify_replay, verify_verdicts
+from kernel.console import add_commands as add_console_commands
 from kernel.core import events as ev
 from kernel.core.events import Event
 from kernel.core.flow import FlowState, FlowStatus, IllegalTransition
 from kernel.core.reasons import CliError, ExitCode
 from kernel.journal.head import CHAIN_KEY_ENV
 from kernel.journal.store import (
+    Journal,
     JournalCorrupt,
     JournalError,
     JournalKeyError,
@@ -44,7 +52,9 @@ from kernel.journal.store import (
     open_journal,
 )
 from kernel.journal.verify import Anchor, parse_anchor, verify_journal
+from kernel.registry import KERNEL_VERSION
 from kernel.state.projections import Projections
+from kernel.telemetry import trace_id_for
 
 EPILOG = f"""\
 exit status:
@@ -61,6 +71,9 @@ An error is one line on stderr, "error: CODE: what": CODE is a reason code
 {textwrap.fill(", ".join(CliError) + ".", width=78)}
 """
 
+DB_ENV = "DIRK_DB"
+"""The environment variable naming the journal when ``--db`` is not given."""
+
 # How long ``traces export`` waits for the collector to take the spans, unless told.
 _EXPORT_TIMEOUT_S = 10.0
 # The batch span processor's smallest sensible queue (its batches are 512 spans).
@@ -75,7 +88,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     command quietly with CLOSED_PIPE (141), as a pipe's writer killed by SIGPIPE would.
     """
     parser = _parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args(_with_default_db(sys.argv[1:] if argv is None else list(argv)))
     try:
         if not os.path.isfile(args.db):
             # SQLite's own words for this are "unable to open database file".
@@ -100,17 +113,44 @@ def main(argv: Sequence[str] | None = None) -> int:
         return ExitCode.INTERRUPTED
 
 
+DESCRIPTION = f"""\
+dirk: inspect, verify and re-export a kernel's journal, and act as its operator.
+
+Every command names its journal with --db FILE; ${DB_ENV}, when set, is the default.
+Reading commands print text for people, or JSON with --json.
+"""
+
+
+def _with_default_db(argv: list[str]) -> list[str]:
+    """Add ``--db $DIRK_DB`` to a command given no ``--db`` (every command takes one)."""
+    default = os.environ.get(DB_ENV, "")
+    asks_help = {"-h", "--help", "--version"} & set(argv)
+    given = any(arg == "--db" or arg.startswith("--db=") for arg in argv)
+    if default and argv and not asks_help and not given:
+        return [*argv, "--db", default]
+    return argv
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="dirk",
-        description=__doc__.splitlines()[0],
+        description=DESCRIPTION,
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--version",
+        action="version",
+        version=f"dirk {KERNEL_VERSION}",
+        help="print dirk's version and exit",
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     verify = commands.add_parser("verify", help="recompute the hash chain and the projections")
     verify.add_argument("--db", required=True, help="the journal file")
+    verify.add_argument(
+        "--json", action="store_true", help="the outcome and what was found as one JSON object"
+    )
     verify.add_argument(
         "--verdicts",
         action="store_true",
@@ -135,11 +175,35 @@ def _parser() -> argparse.ArgumentParser:
         "anchor", help="verify the chain and print its head as one line to keep elsewhere"
     )
     anchor.add_argument("--db", required=True, help="the journal file")
+    anchor.add_argument("--json", action="store_true", help="the anchor as one JSON object")
     _key_file_argument(anchor)
     anchor.set_defaults(run=_anchor)
 
-    flows = commands.add_parser("flows", help="list DecisionFlows")
-    flows.add_argument("--db", required=True)
+    flows = commands.add_parser(
+        "flows",
+        help="list DecisionFlows (filters combine; times are the journal's clock, UTC)",
+    )
+    flows.add_argument("--db", required=True, help="the journal file")
+    flows.add_argument("--agent", metavar="AGENT_ID", help="only flows of this agent")
+    flows.add_argument("--kind", metavar="KIND", help="only flows proposing this policy kind")
+    flows.add_argument(
+        "--reason",
+        type=str.upper,
+        metavar="CODE",
+        help="only flows that ended with this reason code (as in the REASON column)",
+    )
+    flows.add_argument(
+        "--since",
+        type=when,
+        metavar="TIME",
+        help="only flows created at or after TIME (ISO 8601, 2024-03-15T14:30; UTC unless zoned)",
+    )
+    flows.add_argument(
+        "--until", type=when, metavar="TIME", help="only flows created before TIME (as --since)"
+    )
+    flows.add_argument(
+        "--limit", type=positive, metavar="N", help="only the N most recently created of them"
+    )
     flows.add_argument(
         "--status",
         type=str.upper,
@@ -152,19 +216,31 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="only flows flagged NEEDS_REVIEW (by a soft guard or a rule past its budget)",
     )
-    flows.add_argument("--json", action="store_true", help="one JSON object per line")
+    flows.add_argument("--json", action="store_true", help="one JSON object per line, per flow")
     flows.set_defaults(run=_flows)
 
     show = commands.add_parser("show", help="print the narrative of one flow")
-    show.add_argument("dfid")
-    show.add_argument("--db", required=True)
+    show.add_argument(
+        "dfid",
+        metavar="FLOW",
+        help="the flow: its DFID, a unique prefix of it, or its trace id as a trace viewer shows",
+    )
+    show.add_argument("--db", required=True, help="the journal file")
+    show.add_argument(
+        "--json", action="store_true", help="the flow and its events as one JSON object"
+    )
     show.set_defaults(run=_show)
 
     traces = commands.add_parser("traces", help="OpenTelemetry spans from the journal")
     traces_commands = traces.add_subparsers(dest="traces_command", required=True, metavar="COMMAND")
     export = traces_commands.add_parser("export", help="re-emit past flows as spans (OTEL_* env)")
-    export.add_argument("--db", required=True)
-    export.add_argument("--dfid", help="only this flow and its children")
+    export.add_argument("--db", required=True, help="the journal file")
+    export.add_argument(
+        "--dfid",
+        metavar="FLOW",
+        help="only this flow and its children (a DFID, a unique prefix, or a trace id)",
+    )
+    export.add_argument("--json", action="store_true", help="the outcome as one JSON object")
     export.add_argument(
         "--timeout",
         type=float,
@@ -176,6 +252,8 @@ def _parser() -> argparse.ArgumentParser:
     add_commands(commands)
     add_admin_commands(commands)
     add_replay_commands(commands)
+    add_mcp_commands(commands)
+    add_console_commands(commands)
     return parser
 
 
@@ -231,11 +309,29 @@ async def _anchor(args: argparse.Namespace) -> int:
         else:
             print(one_line(f"anchor: FAILED at seq {report.first_bad_seq}: {report.problem}"))
         return ExitCode.FAILED
-    print(report.anchor().line())
+    anchor = report.anchor()
+    if args.json:
+        print(
+            json.dumps(
+                {"ok": True, "anchor": anchor.line(), "seq": anchor.seq, "hash": anchor.hash}
+            )
+        )
+    else:
+        print(anchor.line())
     return ExitCode.OK
 
 
 async def _verify(args: argparse.Namespace) -> int:
+    if not args.json:
+        return await _verify_text(args)
+    said = io.StringIO()
+    with contextlib.redirect_stdout(said):
+        status = await _verify_text(args)
+    print(json.dumps({"ok": status == ExitCode.OK, "lines": said.getvalue().splitlines()}))
+    return status
+
+
+async def _verify_text(args: argparse.Namespace) -> int:
     if args.verdicts and not args.pack:
         return error(
             CliError.BAD_ARGUMENT, "--verdicts needs the packs: --pack PATH", ExitCode.USAGE
@@ -297,125 +393,72 @@ def _flow_row(flow: FlowState) -> dict[str, Any]:
         "parent_dfid": flow.parent_dfid,
         "created": _time(flow.created_ts),
         "needs_review": flow.needs_review,
+        "trace_id": f"{trace_id_for(flow.dfid):032x}",
     }
 
 
 async def _flows(args: argparse.Namespace) -> int:
     projections = await fold_journal(args.db)
-    flows = sorted(projections.flows.values(), key=lambda f: f.created_ts)
-    if args.status:
-        flows = [f for f in flows if f.status == args.status]
-    if args.needs_review:
-        flows = [f for f in flows if f.needs_review]
+    everything = projections.flows.values()
+    # "Now" is the journal's: its latest event, so a simulated run's ages make sense.
+    now = max((f.updated_ts for f in everything), default=0)
+    flows = select_flows(everything, args)
     rows = [_flow_row(f) for f in flows]
     if args.json:
         for row in rows:
             print(json.dumps(row))
         return ExitCode.OK
-    print(f"{'DFID':36}  {'STATUS':10}  {'AGENT':16}  {'KIND':24}  {'TRIES':>5}  REASON")
-    for row in rows:
-        print(
-            f"{row['dfid']:36}  {row['status']:10}  {row['agent_id']:16.16}  "
-            f"{row['policy_kind']:24.24}  {row['attempts']:>5}  {row['reason_code']}"
-            + ("  NEEDS_REVIEW" if row["needs_review"] else "")
-        )
+    print_table(flows, now)
     print(f"{len(rows)} flows")
     return ExitCode.OK
 
 
+async def _find_flow(journal: Journal, wanted: str) -> list[str]:
+    """Return the DFIDs ``wanted`` names: itself, or those it prefixes (see flows_matching)."""
+    if await journal.flow_events(wanted):
+        return [wanted]
+    dfids = [
+        event.dfid
+        async for batch in journal.scan()
+        for event in batch
+        if event.dfid is not None and isinstance(event.payload, ev.FlowCreated)
+    ]
+    return flows_matching(dfids, wanted)
+
+
 async def _show(args: argparse.Namespace) -> int:
     async with open_journal(args.db, readonly=True) as journal:
-        events = await journal.flow_events(args.dfid)
+        found = await _find_flow(journal, args.dfid)
+        if len(found) > 1:
+            some = ", ".join(found[:3]) + (", ..." if len(found) > 3 else "")
+            return error(
+                CliError.AMBIGUOUS_FLOW, f"{args.dfid} fits {len(found)} flows ({some}): say more"
+            )
+        events = await journal.flow_events(found[0]) if found else []
     if not events:
         return error(CliError.UNKNOWN_FLOW, f"no flow {args.dfid} in {args.db}")
+    dfid = found[0]
     start = events[0].ts
     first = events[0]
-    print(f"DecisionFlow {args.dfid}")
+    projections = Projections()
+    projections.apply(events)
+    flow = projections.flows.get(dfid)
+    trace = f"{trace_id_for(dfid):032x}"
+    if args.json:
+        row: dict[str, Any] = _flow_row(flow) if flow is not None else {"dfid": dfid}
+        row["trace_id"] = trace
+        row["events"] = [msgspec.to_builtins(e) for e in events]
+        print(json.dumps(row))
+        return ExitCode.OK
+    print(f"DecisionFlow {dfid}")
+    print(f"  trace {trace}")
     print(f"  agent {first.agent_id}, parent {first.parent_dfid or '-'}, started {_time(start)}")
     for event in events:
         offset = (event.ts - start) / 1e6
         print(f"  +{offset:9.3f} ms  #{event.seq:<6} {event.type:20} {_narrate(event)}")
-    projections = Projections()
-    projections.apply(events)
-    flow = projections.flows.get(args.dfid)
     if flow is not None:
         print(f"  {_outcome(flow)}")
     return ExitCode.OK
-
-
-def _outcome(flow: FlowState) -> str:
-    tries = f"{flow.attempts} attempt{'s' if flow.attempts != 1 else ''}"
-    line = f"final status {flow.status} after {tries}"
-    if flow.reason_code:
-        line += f", reason {flow.reason_code}"
-    if flow.external_id:
-        line += f", external id {flow.external_id}"
-    if flow.needs_review:
-        line += "; NEEDS_REVIEW (see the flags above)"
-    return line
-
-
-def _narrate(event: Event) -> str:
-    match event.payload:
-        case ev.FlowCreated(topic=topic):
-            return f"trigger {topic!r}" + (
-                f" (caused by #{event.caused_by})" if event.caused_by else ""
-            )
-        case ev.ContextCompiled(attempt=attempt, context_ref=ref, state=state, feedback=feedback):
-            seen = ", ".join(f"{k}={v}" for k, v in list(state.items())[:6])
-            more = f" (+{len(state) - 6} more)" if len(state) > 6 else ""
-            after = f"; feedback {feedback.reason_code}" if feedback else ""
-            return f"attempt {attempt}, context {ref[:12]}: {seen}{more}{after}"
-        case ev.ProposalSubmitted(attempt=attempt, proposal=p, by_human=by_human):
-            who = "human modification" if by_human else f"attempt {attempt}"
-            params = json.dumps(p.params, sort_keys=True)
-            explain = f"\n{'':40}explain: {p.explain!r}"
-            return f"{who}: {p.kind} {params} confidence {p.confidence:g}{explain}"
-        case ev.ProposalRejected(feedback=f):
-            where = f" at {f.field}" if f.field else ""
-            return f"REJECTED {f.reason_code} ({f.layer}{where}): {f.detail}"
-        case ev.ProposalAccepted(by_human=by_human):
-            return "ACCEPTED" + (" by a human" if by_human else " by the DIM")
-        case ev.FlowEscalated(reason_code=code, detail=detail, impact=impact, action_hash=h):
-            action = f", action {h[:10]}" if h else ", nothing to approve"
-            return f"ESCALATED {code} ({impact}{action}): {detail}"
-        case ev.ApprovalExpired(detail=detail):
-            return f"approval EXPIRED: {detail}"
-        case ev.DecisionRefused(reason_code=code, decision=decision, operator=operator, detail=d):
-            return f"{decision} by {operator} refused {code}: {d}"
-        case ev.HumanDecided(decision=decision, operator=operator, reason=reason, params=params):
-            changed = f" params {json.dumps(params, sort_keys=True)}" if params else ""
-            return f"{decision} by {operator}: {reason!r}{changed}"
-        case ev.ExecutionStarted(intent=intent):
-            return f"intent {intent.kind} via {intent.adapter}, key {intent.key}"
-        case ev.ExecutionSucceeded(key=key, external_id=external_id):
-            return f"effect recorded: external id {external_id} (key {key})"
-        case ev.ExecutionFailed(error=error, transient=transient):
-            return f"{'transient' if transient else 'terminal'} failure: {error}"
-        case ev.DuplicateSuppressed(source=source):
-            return f"duplicate {source} answered from the record; no second effect"
-        case ev.FlowClosed():
-            return "CLOSED"
-        case ev.FlowAborted(reason_code=code, detail=detail):
-            return f"ABORTED {code}: {detail}"
-        case ev.SubmissionRefused(reason_code=code, detail=detail):
-            return f"submission refused {code}: {detail}"
-        case ev.FlowFlagged(guard=guard, reason=reason, confidence=confidence):
-            sure = f" (confidence {confidence})" if confidence else ""
-            return f"NEEDS_REVIEW by guard {guard}{sure}: {reason}"
-        case ev.CitationsChecked(correct=correct, incorrect=incorrect):
-            wrong = "; ".join(f"{ref} {why}" for ref, why in incorrect.items())
-            return f"citations: correct [{', '.join(correct)}]" + (
-                f", INCORRECT {wrong}" if wrong else ""
-            )
-        case ev.ConstraintAdvisory(detail=detail):
-            return f"ADVISORY (not refused) {detail}"
-        case ev.RuleProposed(rule=rule, title=title, proposer=proposer):
-            return f"rule {rule} proposed by {proposer}: {title!r}"
-        case ev.RuleDecided(rule=rule, decision=d, actor=actor, reason=reason, version=v):
-            return f"rule {rule}: {d} by {actor} ({reason})" + (f" -> v{v}" if v else "")
-        case payload:
-            return msgspec.json.encode(payload).decode()[:200]
 
 
 def _time(ts_ns: int) -> str:
@@ -441,21 +484,34 @@ class _ExportProblems(logging.Handler):
 
 
 async def _traces_export(args: argparse.Namespace) -> int:
-    from kernel.telemetry import configure_exporter, export_flows, shutdown_processor
+    from kernel.telemetry import (
+        ExporterUnavailable,
+        configure_exporter,
+        export_flows,
+        shutdown_processor,
+    )
 
     events: list[Event] = []
     async with open_journal(args.db, readonly=True) as journal:
         async for batch in journal.scan():
             events.extend(batch)
-    if args.dfid and not any(
-        e.dfid == args.dfid and isinstance(e.payload, ev.FlowCreated) for e in events
-    ):
-        return error(CliError.UNKNOWN_FLOW, f"no flow {args.dfid} in {args.db}")
+    dfid = None
+    if args.dfid:
+        created = [e.dfid for e in events if isinstance(e.payload, ev.FlowCreated) and e.dfid]
+        found = [args.dfid] if args.dfid in created else flows_matching(created, args.dfid)
+        if len(found) > 1:
+            return error(CliError.AMBIGUOUS_FLOW, f"{args.dfid} fits {len(found)} flows: say more")
+        if not found:
+            return error(CliError.UNKNOWN_FLOW, f"no flow {args.dfid} in {args.db}")
+        dfid = found[0]
     env = dict(os.environ)
     # Every span is handed over at once, and a full queue drops spans: make room for
     # them all (a flow has at most two spans per event).
     env.setdefault("OTEL_BSP_MAX_QUEUE_SIZE", str(max(_MIN_QUEUE, 2 * len(events))))
-    processor = configure_exporter(env)
+    try:
+        processor = configure_exporter(env)
+    except ExporterUnavailable as exc:
+        return error(CliError.NO_EXPORTER, str(exc), ExitCode.USAGE)
     if processor is None:
         return error(
             CliError.NO_EXPORTER,
@@ -466,7 +522,7 @@ async def _traces_export(args: argparse.Namespace) -> int:
     otel_log = logging.getLogger("opentelemetry")
     otel_log.addHandler(problems)
     try:
-        count = export_flows(events, processor, dfid=args.dfid)
+        count = export_flows(events, processor, dfid=dfid)
     finally:
         # Bounded: an unreachable collector must not hold the command.
         finished = await anyio.to_thread.run_sync(shutdown_processor, processor, args.timeout)
@@ -482,5 +538,8 @@ async def _traces_export(args: argparse.Namespace) -> int:
         return error(
             CliError.EXPORT_FAILED, f"the collector did not take all {count} spans (see above)"
         )
-    print(f"traces: exported {count} spans")
+    if args.json:
+        print(json.dumps({"ok": True, "spans": count, "dfid": dfid}))
+    else:
+        print(f"traces: exported {count} spans")
     return ExitCode.OK

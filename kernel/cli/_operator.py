@@ -430,6 +430,11 @@ async def wait_taken(db: str, row_id: int, timeout_s: float) -> int:
         what = f"rule {payload.rule} {payload.decision} by {payload.actor}{version}"
         print(f"applied: {what} (event #{seq})")
         return ExitCode.OK
+    if isinstance(payload, ev.RuleRetracted):
+        print(f"applied: rule {payload.rule} v{payload.version} retracted by {payload.operator}")
+        return ExitCode.OK
+    if isinstance(payload, ev.InputRefused):
+        return error(payload.reason_code, f"{payload.field}: {payload.detail}")
     if isinstance(payload, ev.LimitAmended):
         print(
             f"applied: {payload.limit} = {payload.value} for {events[0].agent_id} by"

@@ -98,7 +98,7 @@ async def _whatif(args: argparse.Namespace) -> int:
 
 async def _why(args: argparse.Namespace) -> int:
     async with open_journal(args.db, readonly=True) as journal:
-        events = await journal.read(types=["RuleProposed", "RuleDecided"])
+        events = await journal.read(types=["RuleProposed", "RuleDecided", "RuleRetracted"])
     book = history(events)
     item = book.items.get(args.rule)
     if item is None:

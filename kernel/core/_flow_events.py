@@ -169,7 +169,7 @@ class HumanDecided(Payload, frozen=True, tag=True):
 
 
 class ApprovalExpired(Payload, frozen=True, tag=True):
-    """Nobody decided within the approval's time; the escalation manager noticed at ``ts``."""
+    """Nobody decided within the approval's time; the escalation desk noticed at ``ts``."""
 
     action_hash: str = ""
     detail: str = ""

@@ -139,7 +139,7 @@ class MemoryQueried(Payload, frozen=True, tag=True):
     key: str = ""
 
 
-# --- the rulebook: versioned rules with provenance, through the promoter gate ----
+# --- the rulebook: versioned rules with provenance, through the promoter ----
 
 
 class RuleSource(Record, frozen=True):
@@ -226,4 +226,21 @@ class InputRefused(Payload, frozen=True, tag=True):
     detail: str = ""
     operator: str = ""
     target: str = ""
+    inbox_id: int | None = None
+
+
+# --- the rulebook: retraction --------------------------------------------------------
+
+
+class RuleRetracted(Payload, frozen=True, tag=True):
+    """An operator took rule ``rule`` out of force: agents no longer see it; its history stays.
+
+    ``version`` is the version that was in force. A later proposal for the same
+    id starts from that version (``base_version``), so versions never repeat.
+    """
+
+    rule: str
+    operator: str
+    reason: str
+    version: int = 0
     inbox_id: int | None = None

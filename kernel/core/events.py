@@ -71,6 +71,7 @@ from kernel.core._governance_events import (
     ProjectionCheckpoint,
     RuleDecided,
     RuleProposed,
+    RuleRetracted,
     RuleSource,
 )
 from kernel.core._records import (
@@ -136,6 +137,7 @@ AnyPayload = (
     | CitationsChecked
     | ConstraintAdvisory
     | InputRefused
+    | RuleRetracted
     | CredentialIssued
 )
 
@@ -297,6 +299,7 @@ __all__ = [
     "ResourceReserved",
     "RuleDecided",
     "RuleProposed",
+    "RuleRetracted",
     "RuleSource",
     "SubmissionRefused",
     "TriggerFired",

@@ -130,6 +130,10 @@ class CliError(StrEnum):
     JOURNAL_VERSION = "JOURNAL_VERSION"
     JOURNAL_CLOSED = "JOURNAL_CLOSED"
     JOURNAL_WRITE_FAILED = "JOURNAL_WRITE_FAILED"
+    AMBIGUOUS_FLOW = "AMBIGUOUS_FLOW"
+    """A DFID prefix (or trace id prefix) given to ``dirk show`` fits more than one flow."""
+    EXTRA_MISSING = "EXTRA_MISSING"
+    """The command needs an optional extra that is not installed (``dirk[console]``)."""
 
 
 class ExitCode(IntEnum):

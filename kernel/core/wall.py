@@ -153,6 +153,12 @@ class RuleProposalSpec(_Spec, frozen=True):
     base_version: Annotated[int, Meta(ge=0, le=INT_MAX)] = 0
 
 
+class RuleRetractionSpec(_Spec, frozen=True):
+    rule: Name
+    operator: Name
+    reason: Reason
+
+
 class HumanActSpec(_Spec, frozen=True):
     operator: Name
     reason: Reason

@@ -5,14 +5,14 @@ and ``dirk verify --verdicts`` / ``whatif`` re-judge with it.
 """
 
 from kernel.dim._actor import BUDGET_GUARD, IntegrityModule
-from kernel.dim._gate import LAYERS, Judgement, Snapshot, judge, reject
+from kernel.dim._gate import LAYERS, Inputs, Judgement, judge, reject
 
 __all__ = [
     "BUDGET_GUARD",
     "LAYERS",
+    "Inputs",
     "IntegrityModule",
     "Judgement",
-    "Snapshot",
     "judge",
     "reject",
 ]

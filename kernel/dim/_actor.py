@@ -67,13 +67,13 @@ from kernel.runtime.messages import (
     EscalationMessage,
     ExecutionMessage,
     GuardMessage,
+    Judge,
     LoadPack,
     Screen,
-    Validate,
     Withdraw,
 )
 from kernel.state.amendments import folded
-from kernel.state.approvals import escalation as escalation_event
+from kernel.state.approvals import escalated_event
 from kernel.state.intents import stage_start
 from kernel.state.projections import AgentView, Projections, session_hash
 
@@ -111,8 +111,8 @@ class IntegrityModule:
 
     async def handle(self, msg: DimMessage, out: Outbox) -> None:
         match msg:
-            case Validate():
-                self._validate(msg, out)
+            case Judge():
+                self._judge(msg, out)
             case AmendLimit():
                 self._amend(msg, out)
             case LoadPack():
@@ -139,7 +139,7 @@ class IntegrityModule:
             staged.setdefault(msg.agent_id, {})[event.limit] = folded(event, 0)
         out.reply(msg.reply, event)
 
-    def _validate(self, msg: Validate, out: Outbox) -> None:
+    def _judge(self, msg: Judge, out: Outbox) -> None:
         flow = out.flow(msg.dfid)
         agent_id = self._projections.sessions.get(session_hash(msg.token)) if msg.token else None
         if not msg.by_human and agent_id is None:
@@ -202,7 +202,7 @@ class IntegrityModule:
             return
         escalation = judgement.escalation
         if escalation is not None:
-            event = escalation_event(
+            event = escalated_event(
                 msg.dfid, msg.proposal, self._catalog, escalation.reason_code, escalation.detail
             )
             recorded = out.emit(
@@ -240,7 +240,7 @@ class IntegrityModule:
 
     def _flag(
         self,
-        msg: Validate,
+        msg: Judge,
         judgement: Judgement,
         overruns: list[Overrun],
         recorded: int,
@@ -270,7 +270,7 @@ class IntegrityModule:
                 after=recorded,
             )
 
-    def _screen(self, msg: Validate, state: Mapping[str, Any], out: Outbox) -> None:
+    def _screen(self, msg: Judge, state: Mapping[str, Any], out: Outbox) -> None:
         """Hand a proposal let through to the soft guards, once its verdict is recorded."""
         if self._guards is not None and msg.proposal.kind in self._catalog.guards_of:
             # Its own copy: the state seen is shared by the flows of this batch.
@@ -309,7 +309,7 @@ class IntegrityModule:
 
     def _rejected(
         self,
-        msg: Validate,
+        msg: Judge,
         agent: AgentView,
         attempt: int,
         judgement: Judgement,
@@ -353,7 +353,7 @@ class IntegrityModule:
         )
 
     def _refuse(
-        self, msg: Validate, flow: FlowState | None, code: ReasonCode, detail: str, out: Outbox
+        self, msg: Judge, flow: FlowState | None, code: ReasonCode, detail: str, out: Outbox
     ) -> None:
         out.emit(
             SubmissionRefused(
@@ -364,7 +364,7 @@ class IntegrityModule:
         feedback = reject("boundary", code, detail)
         out.reply(msg.reply, Verdict(outcome=Outcome.REFUSED, dfid=msg.dfid, feedback=feedback))
 
-    def _duplicate(self, msg: Validate, flow: FlowState, out: Outbox) -> None:
+    def _duplicate(self, msg: Judge, flow: FlowState, out: Outbox) -> None:
         out.emit(DuplicateSuppressed(key=flow.intent_key, source="submission"), dfid=flow.dfid)
         outcome = {
             FlowStatus.CLOSED: Outcome.DUPLICATE,

@@ -1,4 +1,4 @@
-"""The DIM's pipeline as a pure function: (proposal, snapshot, time, packs) -> judgement.
+"""The DIM's pipeline as a pure function: (proposal, inputs, time, packs) -> judgement.
 
 The layers run in this fixed order and the first that fails decides; its
 feedback names the layer, the rule, the field and the limit:
@@ -10,7 +10,7 @@ feedback names the layer, the rule, the field and the limit:
    its manifest ``limits`` name is in scope (a list: allowed values; a number: a
    maximum) (UNAUTHORIZED);
 4. ``time``: the validity window (EXPIRED);
-5. ``state``: the context reference is the current snapshot (STALE_CONTEXT);
+5. ``state``: the context reference is the current visible state's (STALE_CONTEXT);
 6. ``resources``: what the kind consumes fits its pools (INSUFFICIENT_RESOURCES
    when the capacity is too small, RESOURCE_CONTENTION when other open flows hold it);
 7. ``rules``: the pack's invariants, then its rules (RISK_LIMIT_EXCEEDED and the
@@ -23,7 +23,7 @@ feedback names the layer, the rule, the field and the limit:
 
 Human modifications skip the state and escalation layers and the unsettled-saga
 check: a human already looked. The DIM and replay reach this function only
-through :func:`kernel.dim.verdict.verdict`, which builds the snapshot.
+through :func:`kernel.dim.verdict.verdict`, which builds the inputs.
 Nothing here reads a clock: the verdict is a function of its arguments, which the
 journal records, so replay judges as the live kernel did. How long each rule took
 is measured beside the verdict by an optional :class:`~kernel.policy.rules.Stopwatch`,
@@ -81,7 +81,7 @@ MemoryCheck = Callable[[ProposalRecord, View], Feedback | None]
 
 
 @dataclass(frozen=True)
-class Snapshot:
+class Inputs:
     """What the pipeline judges against, besides the proposal and the agent.
 
     Args:
@@ -140,7 +140,7 @@ def judge(
     agent: AgentView,
     catalog: PolicyCatalog,
     now_ns: int,
-    snapshot: Snapshot,
+    inputs: Inputs,
     *,
     by_human: bool = False,
     memory: MemoryCheck | None = None,
@@ -166,18 +166,18 @@ def judge(
     if isinstance(failed, Feedback):
         return Judgement(rejection=failed, pack=pack.hash)
     params = failed
-    failed = _admission(proposal, params, agent, now_ns, snapshot, by_human)
+    failed = _admission(proposal, params, agent, now_ns, inputs, by_human)
     if failed is not None:
         return Judgement(rejection=failed, pack=pack.hash)
-    need = _resources(proposal.kind, params, catalog, pack, snapshot)
+    need = _resources(proposal.kind, params, catalog, pack, inputs)
     if isinstance(need, Feedback):
         return Judgement(rejection=need, pack=pack.hash)
     view = View(
         params,
-        snapshot.state,
+        inputs.state,
         now_ns,
         agent.manifest.agent_id,
-        limits_of(pack, agent, snapshot.amendments),
+        limits_of(pack, agent, inputs.amendments),
         proposal.confidence,
     )
     failed = _rules(proposal.kind, view, catalog, stopwatch)
@@ -260,7 +260,7 @@ def _admission(
     params: Any,
     agent: AgentView,
     now_ns: int,
-    snapshot: Snapshot,
+    inputs: Inputs,
     by_human: bool,
 ) -> Feedback | None:
     """Layers 2-5: status, authority, time and state."""
@@ -268,12 +268,12 @@ def _admission(
     if agent.status is not AgentStatus.ACTIVE:
         code = _STATUS_CODES[agent.status]
         return reject("status", code, f"agent {manifest.agent_id} is {agent.status}")
-    if not by_human and snapshot.unsettled:
+    if not by_human and inputs.unsettled:
         # An agent whose earlier intent is half done may start no new side effects.
         return reject(
             "status",
             ReasonCode.AGENT_PASSIVE,
-            f"agent {manifest.agent_id} has flow(s) {', '.join(snapshot.unsettled)}"
+            f"agent {manifest.agent_id} has flow(s) {', '.join(inputs.unsettled)}"
             " with effects not yet converged",
         )
     if proposal.kind not in manifest.capabilities:
@@ -313,7 +313,7 @@ def _admission(
         return reject(
             "time", ReasonCode.EXPIRED, f"validity window ended {late_ms} ms ago", "valid_until_ns"
         )
-    if not by_human and proposal.context_ref != snapshot.context_ref:
+    if not by_human and proposal.context_ref != inputs.context_ref:
         return reject(
             "state",
             ReasonCode.STALE_CONTEXT,
@@ -335,7 +335,7 @@ def capacity_of(pool: str, pack: PolicyPack, overrides: Mapping[str, int]) -> in
 
 
 def _resources(
-    kind: str, params: Any, catalog: PolicyCatalog, pack: PolicyPack, snapshot: Snapshot
+    kind: str, params: Any, catalog: PolicyCatalog, pack: PolicyPack, inputs: Inputs
 ) -> dict[str, int] | Feedback:
     """Layer 6: what the proposal would hold, or why it cannot."""
     need: dict[str, int] = {}
@@ -358,7 +358,7 @@ def _resources(
         if amount:
             need[pool] = need.get(pool, 0) + int(amount)
     for pool, units in need.items():
-        capacity = capacity_of(pool, pack, snapshot.capacities)
+        capacity = capacity_of(pool, pack, inputs.capacities)
         if capacity is None or units > capacity:
             return reject(
                 "resources",
@@ -367,7 +367,7 @@ def _resources(
                 rule=pool,
                 limit=capacity or 0,
             )
-        others = snapshot.held.get(pool, 0) - snapshot.own.get(pool, 0)
+        others = inputs.held.get(pool, 0) - inputs.own.get(pool, 0)
         if units > capacity - others:
             return reject(
                 "resources",

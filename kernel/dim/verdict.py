@@ -22,7 +22,7 @@ from typing import Any
 
 from kernel.core.events import ProposalRecord
 from kernel.core.flow import FlowState
-from kernel.dim._gate import Judgement, MemoryCheck, Snapshot, judge
+from kernel.dim._gate import Inputs, Judgement, MemoryCheck, judge
 from kernel.policy.packs import PolicyCatalog
 from kernel.policy.rules import Stopwatch
 from kernel.state.amendments import Amendment, in_force
@@ -101,17 +101,17 @@ class Staged:
         return found
 
 
-def snapshot_of(
+def inputs_of(
     projections: Projections,
     flow: FlowState,
     agent: AgentView,
     now_ns: int,
     staged: Staged | None = None,
-) -> Snapshot:
+) -> Inputs:
     """Return what a proposal of ``flow`` is judged against at ``now_ns``."""
     staged = Staged() if staged is None else staged
     state, ref = staged.state(projections, agent)
-    return Snapshot(
+    return Inputs(
         context_ref=ref,
         state=state,
         held=staged.held(projections),
@@ -149,13 +149,13 @@ def verdict(
         memory: the memory layer, if not governed memory for the flow's root.
         stopwatch: times each rule beside the verdict; never changes it.
     """
-    snapshot = snapshot_of(projections, flow, agent, now_ns, staged)
+    inputs = inputs_of(projections, flow, agent, now_ns, staged)
     return judge(
         proposal,
         agent,
         catalog,
         now_ns,
-        snapshot,
+        inputs,
         by_human=by_human,
         memory=memory or memory_check(projections.memory, flow.root_dfid),
         stopwatch=stopwatch,

@@ -1,9 +1,9 @@
-"""The escalation manager actor: flows that need a human wait here for one."""
+"""The escalation desk actor: flows that need a human wait here for one."""
 
-from kernel.escalation._manager import KERNEL_OPERATOR, EscalationManager, EscalationPolicy
+from kernel.escalation._manager import KERNEL_OPERATOR, EscalationDesk, EscalationPolicy
 
 __all__ = [
     "KERNEL_OPERATOR",
-    "EscalationManager",
+    "EscalationDesk",
     "EscalationPolicy",
 ]

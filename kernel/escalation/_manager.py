@@ -1,4 +1,4 @@
-"""The escalation manager: flows that need a human wait here for one.
+"""The escalation desk: flows that need a human wait here for one.
 
 Governance by exception: the kernel acts alone inside its bounds and asks a
 human only when a trigger fires. The triggers, each recorded with its reason:
@@ -48,9 +48,9 @@ from kernel.runtime.messages import (
     EscalationMessage,
     Execute,
     ExecutionMessage,
+    Judge,
     Resolve,
     Tick,
-    Validate,
 )
 from kernel.state.approvals import (
     APPROVE_WORDS,
@@ -59,7 +59,7 @@ from kernel.state.approvals import (
     Approval,
     ApprovalStatus,
     EscalationBudget,
-    escalation,
+    escalated_event,
     over_budget,
     reconcile_problem,
     reconciliation,
@@ -71,7 +71,7 @@ KERNEL_OPERATOR = "kernel"
 
 
 class EscalationPolicy(msgspec.Struct, frozen=True, kw_only=True):
-    """How the escalation manager governs.
+    """How the escalation desk governs.
 
     Attributes:
         approval_ttl_s: an approval nobody decides on within this time expires (None: never).
@@ -84,22 +84,22 @@ class EscalationPolicy(msgspec.Struct, frozen=True, kw_only=True):
     silence_s: float | None = None
 
 
-class EscalationManager:
-    """The escalation manager actor."""
+class EscalationDesk:
+    """The escalation desk actor."""
 
     def __init__(
         self,
         projections: Projections,
         catalog: PolicyCatalog,
         clock: Clock,
-        integrity: Mailbox[DimMessage],
+        dim: Mailbox[DimMessage],
         execution: Mailbox[ExecutionMessage],
         policy: EscalationPolicy | None = None,
     ) -> None:
         self._projections = projections
         self._catalog = catalog
         self._clock = clock
-        self._integrity = integrity
+        self._dim = dim
         self._execution = execution
         self._policy = policy or EscalationPolicy()
 
@@ -183,7 +183,7 @@ class EscalationManager:
                     f" (the watchdog allows {silence:g} s)"
                 )
                 out.emit(
-                    escalation(dfid, None, self._catalog, ReasonCode.AGENT_SILENT, detail),
+                    escalated_event(dfid, None, self._catalog, ReasonCode.AGENT_SILENT, detail),
                     dfid=dfid,
                 )
                 self._charge(out.flow(dfid) or flow, out, staged=True)
@@ -273,8 +273,8 @@ class EscalationManager:
             assert flow.proposal is not None
             modified = msgspec.structs.replace(flow.proposal, params=msg.params or {})
             out.send(
-                self._integrity,
-                Validate(dfid=msg.dfid, proposal=modified, by_human=True, reply=msg.reply),
+                self._dim,
+                Judge(dfid=msg.dfid, proposal=modified, by_human=True, reply=msg.reply),
             )
 
     def _problem(

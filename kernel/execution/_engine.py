@@ -81,7 +81,7 @@ from kernel.runtime.messages import (
     Recover,
     Resolve,
 )
-from kernel.state.approvals import escalation as escalation_event
+from kernel.state.approvals import escalated_event
 from kernel.state.intents import mint, policy_of, stage_start, steps_of
 from kernel.state.projections import Projections
 
@@ -359,7 +359,7 @@ class ExecutionEngine:
                 ),
                 dfid=flow.dfid,
             )
-        event = escalation_event(
+        event = escalated_event(
             flow.dfid, flow.proposal, self._catalog, ReasonCode.OUTCOME_UNKNOWN, detail
         )
         if flow.done > 0 or intent.compensation:
@@ -442,7 +442,7 @@ class ExecutionEngine:
         elif escalate:
             # An operational escalation: the human approves (or not) the very action.
             out.emit(
-                escalation_event(flow.dfid, flow.proposal, self._catalog, code, detail),
+                escalated_event(flow.dfid, flow.proposal, self._catalog, code, detail),
                 dfid=flow.dfid,
             )
             if self._escalation is not None:
@@ -505,7 +505,7 @@ class ExecutionEngine:
             "failed_step": flow.done + 1,
             "failed_compensation": intent.step,
         }
-        event = escalation_event(
+        event = escalated_event(
             flow.dfid, flow.proposal, self._catalog, ReasonCode.EXECUTION_FAILED, detail[:1000]
         )
         out.emit(msgspec.structs.replace(event, partial=partial), dfid=flow.dfid)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any, Protocol
 
 import anyio
@@ -27,6 +28,12 @@ from kernel.runtime.messages import AgentMessage, DimMessage, Withdraw
 log = logging.getLogger("kernel")
 
 Submit = Callable[[str, str, Proposal], Awaitable[Verdict]]
+TraceScope = Callable[[str, int], AbstractContextManager[object]]
+"""The span context to make current while a flow's attempt is reasoned about (dfid, attempt)."""
+
+
+def _no_trace(dfid: str, attempt: int) -> AbstractContextManager[object]:
+    return nullcontext()
 
 
 class AgentLike(Protocol):
@@ -44,7 +51,7 @@ class AgentHost:
 
     Args:
         submit: the kernel's submission path (a verdict once it is durable).
-        integrity: the DIM's mailbox, where a flow ended without a proposal is withdrawn.
+        dim: the DIM's mailbox, where a flow ended without a proposal is withdrawn.
         clock: the kernel's clock, on which ``reasoning_timeout_s`` is measured.
         concurrency: the flows one agent reasons about at once (its crew's size).
         token_budget: the most tokens one flow's reasoning may spend in all attempts.
@@ -55,14 +62,14 @@ class AgentHost:
         self,
         *,
         submit: Submit,
-        integrity: Mailbox[DimMessage],
+        dim: Mailbox[DimMessage],
         clock: Clock,
         concurrency: int,
         token_budget: int | None,
         reasoning_timeout_s: float | None,
     ) -> None:
         self._submit = submit
-        self._integrity = integrity
+        self._dim = dim
         self._clock = clock
         self._concurrency = concurrency
         self._token_budget = token_budget
@@ -72,6 +79,8 @@ class AgentHost:
         self._usage: dict[str, int] = {}
         self.tg: TaskGroup | None = None
         """Where the crews run; set by the kernel while it runs, cancelled when it closes."""
+        self.trace_scope: TraceScope = _no_trace
+        """Set by the kernel when spans are exported: ``decide()`` runs inside the flow's trace."""
 
     def host(self, agent: AgentLike, mailbox: Mailbox[AgentMessage]) -> None:
         """Start ``agent``'s crew on the contexts that arrive in ``mailbox``."""
@@ -101,14 +110,15 @@ class AgentHost:
             msg = Withdraw(
                 dfid=ctx.dfid, token=token, attempt=ctx.attempt, reason_code=code, detail=detail
             )
-            await self._integrity.send(msg)
+            await self._dim.send(msg)
 
         meter = UsageMeter(ctx.dfid, self._token_budget, self._usage.pop(ctx.dfid, 0))
         try:
             try:
-                proposal = await metered(
-                    lambda: agent.decide(ctx), meter, self._clock, self._timeout_s, self.spawn
-                )
+                with self.trace_scope(ctx.dfid, ctx.attempt):
+                    proposal = await metered(
+                        lambda: agent.decide(ctx), meter, self._clock, self._timeout_s, self.spawn
+                    )
             except Exception as exc:
                 log.warning("agent %s failed on flow %s: %r", ctx.agent_id, ctx.dfid, exc)
                 if meter.stopped is not None:

@@ -274,7 +274,7 @@ class Mesh:
             code = withdraw.get("reason_code")
             detail = withdraw.get("detail")
             reason = ReasonCode(code) if code in _WITHDRAW_CODES else ReasonCode.AGENT_ERROR
-            await self.kernel.actors.integrity.send(
+            await self.kernel.actors.dim.send(
                 Withdraw(
                     dfid=dfid,
                     token=token,

@@ -87,10 +87,10 @@ class Compile(msgspec.Struct, frozen=True, gc=False, kw_only=True):
     feedback: Feedback | None = None
 
 
-# --- to the DIM (the integrity module) ---------------------------------------
+# --- to the DIM (the Decision Integrity Module) -------------------------------------
 
 
-class Validate(msgspec.Struct, frozen=True, kw_only=True):
+class Judge(msgspec.Struct, frozen=True, kw_only=True):
     """A proposal to judge: from an agent (with its token) or a human modification."""
 
     dfid: str
@@ -134,7 +134,7 @@ class LoadPack(msgspec.Struct, frozen=True, kw_only=True):
     reply: Reply[PackRef | PackError | None] | None = None
 
 
-# --- to the escalation manager -----------------------------------------------
+# --- to the escalation desk -----------------------------------------------
 
 
 class Decision(StrEnum):
@@ -158,7 +158,7 @@ class Decision(StrEnum):
 
 
 class Escalate(msgspec.Struct, frozen=True, kw_only=True):
-    """Tell the escalation manager a flow now waits for a human."""
+    """Tell the escalation desk a flow now waits for a human."""
 
     dfid: str
 
@@ -250,7 +250,7 @@ class Found(msgspec.Struct, frozen=True, kw_only=True):
 
 RegistryMessage: TypeAlias = Register | SetStatus | IssueCredential
 CompilerMessage: TypeAlias = FireTrigger | Compile
-DimMessage: TypeAlias = Validate | Withdraw | AmendLimit | LoadPack
+DimMessage: TypeAlias = Judge | Withdraw | AmendLimit | LoadPack
 EscalationMessage: TypeAlias = Escalate | Decide | Tick
 ExecutionMessage: TypeAlias = Execute | Dispatch | AdapterDone | Recover | Resolve
 GuardMessage: TypeAlias = Screen | Found

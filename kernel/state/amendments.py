@@ -49,7 +49,7 @@ def folded(event: LimitAmended, seq: int) -> Amendment:
 
 
 def in_force(amendments: Mapping[str, Amendment], now_ns: int) -> dict[str, int | str]:
-    """Return the amended limits still in force at ``now_ns`` (the gate's Snapshot input)."""
+    """Return the amended limits still in force at ``now_ns`` (the DIM's Inputs)."""
     return {
         limit: amendment.value
         for limit, amendment in amendments.items()

@@ -18,7 +18,7 @@ approval or a rejection, and it does not expire: the world may hold an effect
 the journal does not, and only a human who looked may close that gap.
 
 Like every projection, the fold reads no clock: expiry is a fact the
-escalation manager records (ApprovalExpired) when it notices it.
+escalation desk records (ApprovalExpired) when it notices it.
 """
 
 from __future__ import annotations
@@ -126,7 +126,7 @@ def impact_of(kind: str, catalog: PolicyCatalog) -> Impact:
     return policy_kind.impact if policy_kind is not None else Impact.HIGH_IMPACT
 
 
-def escalation(
+def escalated_event(
     dfid: str,
     proposal: ProposalRecord | None,
     catalog: PolicyCatalog,
@@ -239,7 +239,7 @@ def reconciliation(
     if intent.compensation:
         in_effect = list(range(1, intent.step + 1))
         undone = list(range(flow.done, intent.step, -1))
-        event = escalation(
+        event = escalated_event(
             flow.dfid,
             flow.proposal,
             catalog,

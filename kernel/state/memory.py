@@ -45,6 +45,7 @@ from kernel.core.events import (
     ProposalRecord,
     RuleDecided,
     RuleProposed,
+    RuleRetracted,
 )
 from kernel.core.reasons import ReasonCode
 from kernel.state.rulebook import Rulebook
@@ -58,6 +59,7 @@ MEMORY_EVENTS = frozenset(
         MemoryQueried,
         RuleProposed,
         RuleDecided,
+        RuleRetracted,
     }
 )
 """Payload types folded into :class:`MemoryState`."""
@@ -175,7 +177,7 @@ class MemoryState(msgspec.Struct, kw_only=True):
                 for who in (agent, correlation):
                     if who:
                         self.queried.setdefault(who, {})[topic] = event.seq
-            case RuleProposed() | RuleDecided():
+            case RuleProposed() | RuleDecided() | RuleRetracted():
                 self.rulebook.apply(event)
 
     def view(self, max_facts: int | None = None) -> dict[str, Any]:

@@ -47,6 +47,7 @@ from kernel.core.events import (
     ResourceReleased,
     ResourceReserved,
     RuleDecided,
+    RuleRetracted,
     SubmissionRefused,
     TriggerFired,
     digest,
@@ -85,6 +86,7 @@ _INBOX_EVENTS = frozenset(
         AgentStatusChanged,
         RuleDecided,
         InputRefused,
+        RuleRetracted,
         CredentialIssued,
     }
 )

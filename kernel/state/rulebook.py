@@ -38,13 +38,23 @@ from typing import Any, Protocol
 import anyio
 import msgspec
 
-from kernel.core.events import Draft, Event, RuleDecided, RuleProposed, RuleSource, digest
+from kernel.core.events import (
+    Draft,
+    Event,
+    RuleDecided,
+    RuleProposed,
+    RuleRetracted,
+    RuleSource,
+    digest,
+)
 
 PROMOTER = "promoter"
 """The actor named in the audit records of the promoter's own decisions."""
 DECISIONS = ("promote", "defer", "skip", "override")
 OPERATOR_DECISIONS = ("override", "skip")
 """What an operator may decide on a deferred proposal."""
+RETRACT = "retract"
+"""The decision a retraction (RuleRetracted) is kept as in a rule's history."""
 DEFAULT_RULES = 5
 """Rules a context shows unless the manifest's ``context.memory.max_rules`` says otherwise."""
 
@@ -95,8 +105,19 @@ class RuleItem(msgspec.Struct, kw_only=True):
 
     @property
     def current(self) -> RuleVersion | None:
-        """The version agents see now (None while no proposal was promoted)."""
-        return self.versions[-1] if self.versions else None
+        """The version agents see now (None while none was promoted, or once retracted)."""
+        return self.versions[-1] if self.versions and not self.retracted else None
+
+    @property
+    def latest(self) -> int:
+        """The last version number given (retracted or not): the next proposal's base."""
+        return self.versions[-1].version if self.versions else 0
+
+    @property
+    def retracted(self) -> bool:
+        """Whether an operator retracted the rule after its last version was put in force."""
+        since = self.versions[-1].decided if self.versions else 0
+        return any(d.decision == RETRACT and d.seq > since for d in self.decisions)
 
     @property
     def pinned(self) -> bool:
@@ -133,8 +154,22 @@ class Rulebook(msgspec.Struct, kw_only=True):
         return [v for _, i in sorted(self.items.items()) if (v := i.current) is not None]
 
     def apply(self, event: Event) -> None:
-        """Fold a RuleProposed or RuleDecided."""
+        """Fold a RuleProposed, RuleDecided or RuleRetracted."""
         match event.payload:
+            case RuleRetracted() as retracted:
+                item = self.items.setdefault(retracted.rule, RuleItem())
+                item.decisions.append(
+                    RuleDecision(
+                        seq=event.seq,
+                        proposal=0,
+                        decision=RETRACT,
+                        actor=retracted.operator,
+                        reason=retracted.reason,
+                        detail="",
+                        prior_version=retracted.version,
+                        version=0,
+                    )
+                )
             case RuleProposed() as proposal:
                 # Held until decided; the promoter decides in the same append.
                 self.pending[event.seq] = proposal
@@ -198,7 +233,8 @@ def promote(book: Rulebook, proposal: RuleProposed) -> RuleDecided:
     """Return the promoter's decision on ``proposal`` (a pure function; see the module doc)."""
     item = book.items.get(proposal.rule)
     current = item.current if item is not None else None
-    prior = current.version if current is not None else 0
+    # After a retraction versions go on from the last one given: they never repeat.
+    prior = item.latest if item is not None else 0
 
     def decided(decision: str, reason: str, detail: str) -> RuleDecided:
         version = prior + 1 if decision == "promote" else 0
@@ -229,7 +265,7 @@ def promote(book: Rulebook, proposal: RuleProposed) -> RuleDecided:
         )
     if item is not None and item.pinned and not proposal.by_operator:
         return decided("defer", "OPERATOR_PINNED", f"v{prior} was set by an operator's override")
-    if current is None:
+    if prior == 0:
         return decided("promote", "NEW_RULE", "")
     return decided("promote", "NEW_VERSION", "")
 
@@ -317,6 +353,12 @@ def shown_item(version: RuleVersion) -> dict[str, Any]:
 Append = Callable[[Sequence[Draft]], Awaitable[list[Event]]]
 
 
+class RuleNotInForce(Exception):
+    """A retraction of a rule that is not in force (never promoted, or retracted already)."""
+
+    code = "UNKNOWN_RULE"
+
+
 class RuleNotPending(Exception):
     """An operator decision on a proposal that is not waiting for one."""
 
@@ -357,16 +399,44 @@ class Promoter:
             )
             return proposed, decision
 
-    async def override(self, proposal: RuleProposed, *, operator: str, reason: str) -> Event:
+    async def override(
+        self, proposal: RuleProposed, *, operator: str, reason: str, inbox_id: int | None = None
+    ) -> Event:
         """Record an operator's proposal and put it in force at once (an audited override)."""
         if not operator or not reason:
             raise ValueError("an operator's override names the operator and a reason")
         async with self._lock:
-            decided = _by_operator(self._book(), proposal, "override", operator, reason)
+            decided = _by_operator(self._book(), proposal, "override", operator, reason, inbox_id)
             _, decision = await self._append(
                 [Draft(payload=proposal), Draft(payload=decided, caused_by=-1)]
             )
             return decision
+
+    async def retract(
+        self, rule: str, *, operator: str, reason: str, inbox_id: int | None = None
+    ) -> Event:
+        """Record an operator's retraction of rule ``rule`` (RuleRetracted); history is kept.
+
+        Raises:
+            RuleNotInForce: no version of the rule is in force.
+            ValueError: no operator or no reason.
+        """
+        if not operator or not reason:
+            raise ValueError("a retraction names the operator and a reason")
+        async with self._lock:
+            item = self._book().items.get(rule)
+            current = item.current if item is not None else None
+            if current is None:
+                raise RuleNotInForce(f"no rule {rule!r} in force")
+            retracted = RuleRetracted(
+                rule=rule,
+                operator=operator,
+                reason=reason,
+                version=current.version,
+                inbox_id=inbox_id,
+            )
+            [event] = await self._append([Draft(payload=retracted)])
+            return event
 
     async def decide(
         self,
@@ -406,8 +476,8 @@ def _by_operator(
     inbox_id: int | None = None,
 ) -> RuleDecided:
     item = book.items.get(proposal.rule)
-    current = item.current if item is not None else None
-    prior = current.version if current is not None else 0
+    # After a retraction versions go on from the last one given: they never repeat.
+    prior = item.latest if item is not None else 0
     return RuleDecided(
         rule=proposal.rule,
         decision=decision,

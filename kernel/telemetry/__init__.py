@@ -1,21 +1,32 @@
-"""Spans as a projection of the journal, and their export over OTLP."""
+"""Spans as a projection of the journal, exported live through a TracerProvider.
 
-from kernel.telemetry._spans import (
+Every DecisionFlow is one trace whose id is its DFID; a stage's span leaves as
+the stage ends, a waiting flow's root as soon as it waits (see docs/traces.md).
+The host application's SDK TracerProvider governs sampling, limits, resource and
+exporters; without one, the standard ``OTEL_*`` variables do. The OTLP exporters
+are the optional extra ``dirk[otlp]``.
+"""
+
+from kernel.telemetry._ids import span_id_for, trace_id_for
+from kernel.telemetry._otlp import (
     DEFAULT_SERVICE_NAME,
-    SpanProjector,
-    Telemetry,
+    ExporterUnavailable,
     configure_exporter,
-    export_flows,
     resource_from_env,
+)
+from kernel.telemetry._project import SpanProjector, SpanRecord
+from kernel.telemetry._telemetry import (
+    Telemetry,
+    export_flows,
     shutdown_processor,
-    span_id_for,
     spans_for_events,
-    trace_id_for,
 )
 
 __all__ = [
     "DEFAULT_SERVICE_NAME",
+    "ExporterUnavailable",
     "SpanProjector",
+    "SpanRecord",
     "Telemetry",
     "configure_exporter",
     "export_flows",

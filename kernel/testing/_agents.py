@@ -22,7 +22,7 @@ class ScriptedAgent:
 
     Attempt n of a flow plays step n (the last step again once they run out), so a
     script such as ``[too_big, right_size]`` revises after a rejection. With
-    ``gate`` set, each decision waits for the event first (a slow model).
+    ``hold`` set, each decision waits for the event first (a slow model).
 
     Args:
         agent_id: the manifest's agent id.
@@ -31,7 +31,7 @@ class ScriptedAgent:
         subscriptions: the trigger topics that wake it.
         version: the DIR contract version it speaks.
         max_attempts: attempts per flow.
-        gate: an event each decision waits for.
+        hold: an event each decision waits for.
     """
 
     def __init__(
@@ -43,7 +43,7 @@ class ScriptedAgent:
         subscriptions: Sequence[str] = (),
         version: str = "1.0.0",
         max_attempts: int = 3,
-        gate: anyio.Event | None = None,
+        hold: anyio.Event | None = None,
     ) -> None:
         if not steps:
             raise ValueError("a scripted agent needs at least one step")
@@ -56,7 +56,7 @@ class ScriptedAgent:
         )
         self.steps = list(steps)
         self.contexts: list[WorkingContext] = []
-        self.gate = gate
+        self.hold = hold
         self._arrived = anyio.Event()
 
     async def wait_context(self, count: int = 1) -> WorkingContext:
@@ -67,11 +67,11 @@ class ScriptedAgent:
         return self.contexts[count - 1]
 
     async def decide(self, ctx: WorkingContext) -> Proposal | None:
-        """Record ``ctx``, wait for the gate if any, and play this attempt's step."""
+        """Record ``ctx``, wait for the hold if any, and play this attempt's step."""
         self.contexts.append(ctx)
         self._arrived.set()
-        if self.gate is not None:
-            await self.gate.wait()
+        if self.hold is not None:
+            await self.hold.wait()
         step = self.steps[min(ctx.attempt, len(self.steps)) - 1]
         return step(ctx)
 

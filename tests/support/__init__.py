@@ -11,3 +11,6 @@ SUPPORT = Path(__file__).resolve().parent
 """This directory: where the scripts the subprocess tests run live."""
 ROOT = SUPPORT.parent.parent
 """The checkout's root (on PYTHONPATH for those scripts)."""
+TESTS = SUPPORT.parent
+GOLDEN = TESTS / "golden"
+"""Journals written by earlier kernels, replayed by the suite."""

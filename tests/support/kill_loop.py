@@ -1,7 +1,7 @@
 """Run the kill test many times outside pytest and count failures per mode.
 
 Usage: ``python -m tests.support.kill_loop --runs 1000 [--first-seed 1000] [--log FILE]``.
-Each run is one (seed, mode) case of ``tests/test_execution_crash.py``; the
+Each run is one (seed, mode) case of ``tests/execution/test_execution_crash.py``; the
 modes alternate (dedupe, lookup), seeds count up from ``--first-seed`` (apart
 from the suite's default seeds 0-5). A failing case prints its seed, mode and
 the assertion, and the loop goes on; the last line is the tally. Not collected
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import anyio
 
-from tests.test_execution_crash import kill_run
+from tests.execution.test_execution_crash import kill_run
 
 MODES = ("0", "1")
 NAMES = {"0": "dedupe", "1": "lookup"}

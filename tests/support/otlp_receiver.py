@@ -1,4 +1,4 @@
-"""A minimal OTLP/HTTP trace receiver for tests: prints every span it gets as a JSON line.
+"""A minimal OTLP/HTTP receiver for tests: prints every span and metric point as a JSON line.
 
 Run ``python tests/support/otlp_receiver.py``: it binds 127.0.0.1 on a free port,
 prints ``PORT <n>``, then one JSON object per received span, each line
@@ -17,6 +17,10 @@ import zlib
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
+    ExportMetricsServiceRequest,
+    ExportMetricsServiceResponse,
+)
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
     ExportTraceServiceResponse,
@@ -54,17 +58,52 @@ def _span_lines(request: ExportTraceServiceRequest) -> list[str]:
                     "name": span.name,
                     "attributes": _attributes(span.attributes),
                     "status_code": span.status.code,
+                    "status_message": span.status.message,
                     "service_name": resource.get("service.name"),
+                    "resource": resource,
+                    "start": span.start_time_unix_nano,
+                    "end": span.end_time_unix_nano,
+                    "links": [[link.trace_id.hex(), link.span_id.hex()] for link in span.links],
+                    "events": [
+                        [event.name, _attributes(event.attributes)] for event in span.events
+                    ],
                 }
                 lines.append(json.dumps(record, sort_keys=True))
     return lines
 
 
+def _metric_lines(request: ExportMetricsServiceRequest) -> list[str]:
+    """One line per data point: its metric's name, its attributes, and its value (a sum's
+    value, a histogram's count and sum)."""
+    lines = []
+    for resource_metrics in request.resource_metrics:
+        resource = _attributes(resource_metrics.resource.attributes)
+        for scope_metrics in resource_metrics.scope_metrics:
+            for metric in scope_metrics.metrics:
+                kind = metric.WhichOneof("data")
+                for point in getattr(metric, kind).data_points:
+                    record: dict[str, Any] = {
+                        "metric": metric.name,
+                        "kind": kind,
+                        "attributes": _attributes(point.attributes),
+                        "service_name": resource.get("service.name"),
+                    }
+                    if kind == "histogram":
+                        record["count"], record["sum"] = point.count, point.sum
+                    else:
+                        record["value"] = (
+                            point.as_int if point.HasField("as_int") else point.as_double
+                        )
+                    lines.append(json.dumps(record, sort_keys=True))
+    return lines
+
+
 class _Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
-        if self.path != "/v1/traces":
+        if self.path not in ("/v1/traces", "/v1/metrics"):
             self.send_error(404)
             return
+        metrics = self.path == "/v1/metrics"
         body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
         encoding = self.headers.get("Content-Encoding", "").lower()
         try:
@@ -72,15 +111,18 @@ class _Handler(BaseHTTPRequestHandler):
                 body = gzip.decompress(body)
             elif encoding == "deflate":
                 body = zlib.decompress(body)
-            request = ExportTraceServiceRequest.FromString(body)
+            if metrics:
+                lines = _metric_lines(ExportMetricsServiceRequest.FromString(body))
+            else:
+                lines = _span_lines(ExportTraceServiceRequest.FromString(body))
         except Exception:  # a garbled request is the exporter's bug: say so, stay up
             self.send_error(400)
             return
-        lines = _span_lines(request)
         with _print_lock:
             for line in lines:
                 print(line, flush=True)
-        reply = ExportTraceServiceResponse().SerializeToString()
+        answer = ExportMetricsServiceResponse() if metrics else ExportTraceServiceResponse()
+        reply = answer.SerializeToString()
         self.send_response(200)
         self.send_header("Content-Type", "application/x-protobuf")
         self.send_header("Content-Length", str(len(reply)))

@@ -1,0 +1,192 @@
+"""``dirk mcp``: serve a journal's kernel to MCP hosts, over stdio or streamable HTTP.
+
+The SDK is imported only when the command runs (``pip install 'dir-kernel[mcp]'``),
+so ``dirk``'s other commands and ``import kernel`` never pay for it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING, Any
+
+from kernel.audit.reverify import PackPathError
+from kernel.cli._operator import error
+from kernel.cli._replay import packs_from
+from kernel.core.reasons import CliError, ExitCode
+from kernel.policy.packs import PackError, PolicyCatalog, PolicyPack
+
+if TYPE_CHECKING:
+    from kernel.mcp import Embedded, Follower, Identity, Principal
+
+_QUIET = ("mcp", "mcp.server", "httpx", "httpx2", "uvicorn", "uvicorn.error", "uvicorn.access")
+
+
+def add_commands(commands: Any) -> None:
+    """Add ``mcp`` to ``dirk``'s subparsers."""
+    p = commands.add_parser(
+        "mcp",
+        help="serve the kernel to MCP hosts (stdio; --http HOST:PORT for streamable HTTP)",
+        description=(
+            "Serve the journal's memory, rulebook and decisions as MCP tools; every agent"
+            " write is a proposal the kernel judges. By default the server follows a kernel"
+            " running in another process: reads fold the journal, and writes go through its"
+            " operator inbox (that kernel must allow the agents). With --kernel it opens the"
+            " kernel here, with the memory pack."
+        ),
+    )
+    p.add_argument("--db", required=True, help="the journal file")
+    who = p.add_mutually_exclusive_group()
+    who.add_argument("--agent", metavar="ID", help="over stdio: calls act as this agent")
+    who.add_argument("--operator", metavar="NAME", help="over stdio: calls act as this operator")
+    p.add_argument(
+        "--kernel",
+        action="store_true",
+        help="open the kernel in this process (no other kernel may run on the journal)",
+    )
+    p.add_argument(
+        "--pack",
+        action="append",
+        default=[],
+        metavar="PATH",
+        help=(
+            "a policy pack the kernel judges with: FILE.py[:ATTR] or MODULE[:ATTR] (repeatable;"
+            " its kinds' schemas go into the propose tool; with --kernel, packs with built-in"
+            " adapters only)"
+        ),
+    )
+    p.add_argument(
+        "--http",
+        metavar="HOST:PORT",
+        help="serve streamable HTTP (stateless) instead of stdio; port 0 picks a free one",
+    )
+    p.add_argument(
+        "--token-file",
+        metavar="FILE",
+        help="HTTP bearer tokens, one 'agent:ID TOKEN' or 'operator:NAME TOKEN' a line",
+    )
+    p.set_defaults(run=_mcp)
+
+
+async def _mcp(args: argparse.Namespace) -> int:
+    try:
+        import kernel.mcp  # noqa: F401
+        from kernel.mcp._http import TokenFileError, is_loopback, read_tokens
+    except ImportError:
+        return error(
+            CliError.BAD_ARGUMENT,
+            "dirk mcp needs the MCP SDK: pip install 'dir-kernel[mcp]'",
+            ExitCode.USAGE,
+        )
+    from kernel.mcp import Identity, Principal
+
+    for name in _QUIET:
+        logging.getLogger(name).setLevel(logging.WARNING)
+    host, port = "", 0
+    if args.http:
+        host, sep, port_text = args.http.rpartition(":")
+        if not sep or not port_text.isdigit() or not host:
+            return error(CliError.BAD_ARGUMENT, "--http takes HOST:PORT", ExitCode.USAGE)
+        host, port = host.strip("[]"), int(port_text)
+        if not is_loopback(host) and not args.token_file:
+            return error(
+                CliError.BAD_ARGUMENT,
+                f"refusing to serve {host} without --token-file (only loopback may go without)",
+                ExitCode.USAGE,
+            )
+    elif args.token_file:
+        return error(CliError.BAD_ARGUMENT, "--token-file goes with --http", ExitCode.USAGE)
+    tokens = {}
+    if args.token_file:
+        try:
+            tokens = read_tokens(args.token_file)
+        except TokenFileError as exc:
+            return error(CliError.BAD_ARGUMENT, str(exc), ExitCode.USAGE)
+    default = None
+    if args.agent:
+        default = Principal(role="agent", name=args.agent)
+    elif args.operator:
+        default = Principal(role="operator", name=args.operator)
+    if default is None and not tokens:
+        return error(
+            CliError.BAD_ARGUMENT, "say who calls: --agent ID or --operator NAME", ExitCode.USAGE
+        )
+    if tokens and default is not None:
+        return error(
+            CliError.BAD_ARGUMENT,
+            "with --token-file the tokens say who calls, not --agent/--operator",
+            ExitCode.USAGE,
+        )
+    try:
+        packs = packs_from(args.pack)
+    except PackPathError as exc:
+        return error(CliError.BAD_PACK_PATH, str(exc), ExitCode.USAGE)
+    agents = sorted({p.name for p in tokens.values() if p.role == "agent"})
+    if default is not None and default.role == "agent":
+        agents = [default.name]
+    identity = Identity(default, tokens)
+    try:
+        async with _backend(args, agents, packs) as backend:
+            await _serve(backend, identity, tokens, args.http, host, port)
+    except PackError as exc:
+        # Raised on opening the kernel: a pack that needs an adapter dirk mcp has not.
+        return error(CliError.BAD_ARGUMENT, str(exc), ExitCode.USAGE)
+    return ExitCode.OK
+
+
+async def _serve(
+    backend: Embedded | Follower,
+    identity: Identity,
+    tokens: dict[str, Principal],
+    http: str | None,
+    host: str,
+    port: int,
+) -> None:
+    import anyio
+    from mcp.server.subscriptions import InMemorySubscriptionBus
+
+    from kernel.mcp import Embedded, build_server, watch_rules
+
+    bus = InMemorySubscriptionBus()
+    server = build_server(backend, identity, bus=bus)
+    async with anyio.create_task_group() as tg:
+        if isinstance(backend, Embedded):
+            tg.start_soon(watch_rules, bus, backend.kernel.journal)
+        await _transport(server, tokens, http, host, port)
+        tg.cancel_scope.cancel()
+
+
+async def _transport(
+    server: Any, tokens: dict[str, Principal], http: str | None, host: str, port: int
+) -> None:
+    from kernel.mcp._http import bearer, serve_http
+
+    if not http:
+        await server.run_stdio_async()
+        return
+    app: Any = server.streamable_http_app(stateless_http=True, host=host)
+    if tokens:
+        app = bearer(app, tokens)
+
+    def ready(bound: int) -> None:
+        print(f"dirk mcp: serving http://{host}:{bound}/mcp", file=sys.stderr, flush=True)
+
+    await serve_http(app, host, port, ready=ready)
+
+
+@asynccontextmanager
+async def _backend(
+    args: argparse.Namespace, agents: list[str], packs: list[PolicyPack]
+) -> AsyncIterator[Embedded | Follower]:
+    from kernel.mcp import Embedded, Follower
+
+    if not args.kernel:
+        yield Follower(args.db, PolicyCatalog(packs).schemas)
+        return
+    from kernel.boot import open_kernel
+
+    async with open_kernel(args.db, packs=packs, adapters={}, allow=agents) as kernel:
+        yield Embedded(kernel)

@@ -1,0 +1,128 @@
+"""What ``dirk``'s reading commands share: finding a flow by any id it goes by, filtering
+flows, and printing them as a table (``rich``) with ages on the journal's clock."""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import sys
+from collections.abc import Iterable, Sequence
+
+from kernel.core.flow import FlowState, FlowStatus
+from kernel.telemetry import trace_id_for
+
+__all__ = ["age", "flows_matching", "positive", "print_table", "select_flows", "when"]
+
+
+def when(text: str) -> int:
+    """Parse an ISO 8601 time (UTC unless it names a zone) into ns since the epoch."""
+    try:
+        when = dt.datetime.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an ISO 8601 time: {text!r}") from None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=dt.UTC)
+    return int(when.timestamp() * 1e9)
+
+
+def positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"not a positive number: {text!r}")
+    return value
+
+
+def age(ns: int) -> str:
+    """A duration as a person reads it: 45s, 12m, 3h 20m, 2d 4h."""
+    seconds = max(0, ns) // 1_000_000_000
+    if seconds < 60:
+        return f"{seconds}s"
+    minutes, seconds = divmod(seconds, 60)
+    if minutes < 60:
+        return f"{minutes}m" + (f" {seconds}s" if seconds and minutes < 10 else "")
+    hours, minutes = divmod(minutes, 60)
+    if hours < 24:
+        return f"{hours}h" + (f" {minutes}m" if minutes else "")
+    days, hours = divmod(hours, 24)
+    return f"{days}d" + (f" {hours}h" if hours else "")
+
+
+def select_flows(flows: Iterable[FlowState], args: argparse.Namespace) -> list[FlowState]:
+    """The flows ``dirk flows``'s filters keep, oldest first (the newest ``--limit``)."""
+
+    def keep(f: FlowState) -> bool:
+        kind = f.proposal.kind if f.proposal else ""
+        return (
+            (not args.status or f.status == args.status)
+            and (not args.needs_review or f.needs_review)
+            and (not args.agent or f.agent_id == args.agent)
+            and (not args.kind or kind == args.kind)
+            and (not args.reason or str(f.reason_code or "") == args.reason)
+            and (args.since is None or f.created_ts >= args.since)
+            and (args.until is None or f.created_ts < args.until)
+        )
+
+    kept = sorted((f for f in flows if keep(f)), key=lambda f: (f.created_ts, f.dfid))
+    if args.limit is not None:
+        kept = kept[-args.limit :]
+    return kept
+
+
+def print_table(flows: Sequence[FlowState], now: int) -> None:
+    from rich import box
+    from rich.console import Console
+    from rich.table import Table
+
+    # A pipe gets whole lines (no wrapping, no colour); a terminal gets its width.
+    class _Console(Console):
+        def on_broken_pipe(self) -> None:
+            raise BrokenPipeError  # main() ends quietly with CLOSED_PIPE, as for print()
+
+    width = None if sys.stdout.isatty() else 1000
+    console = _Console(highlight=False, soft_wrap=False, width=width)
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False)
+    table.add_column("DFID", no_wrap=True)
+    table.add_column("STATUS", no_wrap=True)
+    table.add_column("AGENT", overflow="ellipsis")
+    table.add_column("KIND", overflow="ellipsis")
+    table.add_column("TRIES", justify="right")
+    table.add_column("AGE", justify="right", no_wrap=True)
+    table.add_column("REASON")
+    colours = {
+        FlowStatus.ABORTED: "red",
+        FlowStatus.COMPENSATED: "red",
+        FlowStatus.ESCALATED: "yellow",
+        FlowStatus.CLOSED: "green",
+    }
+    for flow in flows:
+        status = str(flow.status)
+        reason = str(flow.reason_code or "") + ("  NEEDS_REVIEW" if flow.needs_review else "")
+        table.add_row(
+            flow.dfid,
+            f"[{colours[flow.status]}]{status}[/]" if flow.status in colours else status,
+            flow.agent_id or "",
+            flow.proposal.kind if flow.proposal else "",
+            str(flow.attempts),
+            age(now - flow.created_ts),
+            reason,
+        )
+    console.print(table)
+
+
+def flows_matching(dfids: Iterable[str], wanted: str) -> list[str]:
+    """Return the DFIDs ``wanted`` names: a prefix of the DFID, with or without its
+    dashes, or of its trace id (32 hex digits, as a trace viewer shows it); any case."""
+    text = wanted.strip().lower()
+    bare = text.replace("-", "")
+    if not bare:
+        return []
+    return [
+        dfid
+        for dfid in dfids
+        if dfid.lower().startswith(text)
+        or dfid.replace("-", "").lower().startswith(bare)
+        or f"{trace_id_for(dfid):032x}".startswith(bare)
+    ]

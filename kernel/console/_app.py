@@ -1,0 +1,456 @@
+"""The console's web application: Starlette routes, Jinja2 pages, server-sent events.
+
+Every page is rendered on the server from the follower's projections; htmx
+(vendored, served from ``/static``) re-fetches the parts that change when the
+``/events`` stream says the journal moved. Every template is autoescaped, so
+an agent's explanation (untrusted text) is shown as text, never run. The
+Content-Security-Policy allows scripts from this origin only, so even markup
+that slipped through could not run inline script.
+
+Every change an operator makes is one inbox row (see kernel.inbox), written
+with the name the operator signed in as; the kernel applies it and records
+who did it and why.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, MutableMapping
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import anyio
+import jinja2
+from sse_starlette.sse import EventSourceResponse
+from starlette.applications import Starlette
+from starlette.datastructures import FormData
+from starlette.middleware import Middleware
+from starlette.middleware.trustedhost import TrustedHostMiddleware
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, RedirectResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from kernel.console._auth import LOGIN_COOKIE, SESSION_COOKIE, Gate, Session, csrf_ok
+from kernel.console._decide import Refused, decision_row
+from kernel.console._follow import Follower
+from kernel.console._manage import (
+    agent_row,
+    agents_view,
+    rule_row,
+    rules_view,
+)
+from kernel.console._views import FlowFilter, as_json, flows, queue, review
+from kernel.core.flow import FlowStatus
+from kernel.inbox import post
+from kernel.journal.store import Journal, open_journal
+from kernel.telemetry import trace_id_for
+
+log = logging.getLogger(__name__)
+
+HERE = Path(__file__).parent
+MAX_FORM_BYTES = 256 * 1024
+
+_CSP = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self';"
+    " connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+)
+
+
+@dataclass(frozen=True)
+class Settings:
+    """How one console runs."""
+
+    db: str
+    poll_s: float = 0.25
+    approval_ttl_s: float | None = 3600.0
+    """The kernel's approval TTL, to show each expiry (the journal does not record it)."""
+    allowed_hosts: tuple[str, ...] | None = None
+    """The names the console answers to (the Host header); None: any. A console on loopback
+    answers only to loopback names, so a page elsewhere cannot reach it by DNS rebinding."""
+    trace_url: str = ""
+    """A link to a flow's trace: ``{trace_id}`` (32 hex digits) and ``{dfid}`` are filled in."""
+
+
+def create_app(
+    settings: Settings, gate: Gate, *, now_ns: Callable[[], int] = time.time_ns
+) -> Starlette:
+    """Return the console's ASGI application over the journal ``settings.db``."""
+    follower = Follower(settings.db, settings.poll_s)
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(HERE / "templates"),
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,
+    )
+    env.filters["ago"] = lambda ts: _span(now_ns() - ts)
+    env.filters["within"] = lambda ts: _span(ts - now_ns())
+    env.filters["json"] = as_json
+    env.globals["now_ns"] = now_ns
+    env.globals["trace_link"] = lambda dfid, root: _trace_link(settings.trace_url, dfid, root)
+    holder: dict[str, Journal] = {}
+
+    @asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        async with open_journal(settings.db, readonly=True) as journal:
+            holder["journal"] = journal
+            await follower.catch_up(journal)
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(follower.run, journal)
+                yield
+                tg.cancel_scope.cancel()
+
+    def page(
+        request: Request, name: str, session: Session | None, status: int = 200, **context: Any
+    ) -> HTMLResponse:
+        body = env.get_template(name).render(
+            session=session,
+            version=follower.version,
+            named=gate.named,
+            path=request.url.path,
+            **context,
+        )
+        return HTMLResponse(body, status_code=status)
+
+    def signed_in(request: Request) -> Session | None:
+        return gate.session(request.cookies.get(SESSION_COOKIE))
+
+    Handler = Callable[[Request, Session], Awaitable[Response]]
+
+    def guarded(
+        handler: Handler, *, fragment: bool = False
+    ) -> Callable[[Request], Awaitable[Response]]:
+        """Sign-in for every route; a same-origin check and the CSRF token for every POST."""
+
+        async def endpoint(request: Request) -> Response:
+            session = signed_in(request)
+            if session is None:
+                if fragment or request.method != "GET":
+                    return Response("sign in first", status_code=401)
+                return RedirectResponse("/login", status_code=303)
+            if request.method == "POST":
+                if not _same_origin(request):
+                    return Response("cross-origin request refused", status_code=403)
+                form = await _form(request)
+                if form is None or not csrf_ok(session, form.get("csrf")):
+                    return Response("CSRF token missing or wrong", status_code=403)
+                request.state.form = form
+            return await handler(request, session)
+
+        return endpoint
+
+    # --- signing in -------------------------------------------------------------------
+
+    async def login_page(request: Request) -> Response:
+        nonce = _nonce()
+        response = page(
+            request,
+            "login.html",
+            None,
+            nonce=nonce,
+            token=request.query_params.get("token", "")[:200],
+            error="",
+        )
+        _cookie(response, LOGIN_COOKIE, nonce, path="/login")
+        return response
+
+    async def login(request: Request) -> Response:
+        form = await _form(request)
+        nonce = request.cookies.get(LOGIN_COOKIE, "")
+        if form is None or not _same_origin(request) or not nonce or form.get("nonce") != nonce:
+            return Response("CSRF check failed: load the sign-in page again", status_code=403)
+        name = str(form.get("name", "")).strip()
+        secret = str(form.get("secret", ""))
+        # scrypt takes a good part of a second: off the event loop.
+        sid = await anyio.to_thread.run_sync(gate.sign_in, name, secret)
+        if sid is None:
+            fresh = _nonce()
+            response = page(
+                request,
+                "login.html",
+                None,
+                401,
+                nonce=fresh,
+                token="",
+                error="not signed in: wrong name, password or token",
+            )
+            _cookie(response, LOGIN_COOKIE, fresh, path="/login")
+            return response
+        home = RedirectResponse("/", status_code=303)
+        _cookie(home, SESSION_COOKIE, sid)
+        home.delete_cookie(LOGIN_COOKIE, path="/login")
+        return home
+
+    async def logout(request: Request, session: Session) -> Response:
+        gate.sign_out(request.cookies.get(SESSION_COOKIE))
+        response = RedirectResponse("/login", status_code=303)
+        response.delete_cookie(SESSION_COOKIE)
+        return response
+
+    # --- escalations ------------------------------------------------------------------
+
+    def cards() -> Any:
+        return queue(follower.projections, follower.queued, settings.approval_ttl_s)
+
+    async def home(request: Request, session: Session) -> Response:
+        return page(request, "queue.html", session, cards=cards())
+
+    async def queue_fragment(request: Request, session: Session) -> Response:
+        return page(request, "_queue.html", session, cards=cards())
+
+    async def flow_review(
+        request: Request, session: Session, status: int = 200, error: Refused | None = None
+    ) -> Response:
+        dfid = request.path_params["dfid"]
+        events = await holder["journal"].flow_events(dfid)
+        seen = review(follower.projections, events)
+        if seen is None:
+            return page(request, "missing.html", session, 404, what=f"no flow {dfid}")
+        template = "_panel.html" if request.url.path.endswith("/panel") else "flow.html"
+        return page(
+            request,
+            template,
+            session,
+            status,
+            r=seen,
+            queued=dfid in follower.queued,
+            error=error,
+            form=getattr(request.state, "form", None) or {},
+            fragment=template == "_panel.html",
+            ttl_ns=None if settings.approval_ttl_s is None else int(settings.approval_ttl_s * 1e9),
+        )
+
+    async def flow_panel(request: Request, session: Session) -> Response:
+        return await flow_review(request, session)
+
+    async def decide(request: Request, session: Session) -> Response:
+        dfid = request.path_params["dfid"]
+        form: FormData = request.state.form
+        try:
+            row = decision_row(
+                follower.projections, follower.queued, dfid, _plain(form), session.operator
+            )
+        except Refused as refused:
+            return await flow_review(request, session, 409, refused)
+        await _post(settings.db, dfid, row, now_ns())
+        await follower.catch_up(holder["journal"])
+        return RedirectResponse(f"/flows/{dfid}", status_code=303)
+
+    # --- flows, agents, rules -----------------------------------------------------------
+
+    async def flows_page(request: Request, session: Session) -> Response:
+        q = request.query_params
+        try:
+            since_s = float(q.get("since_h") or 0) * 3600
+        except ValueError:
+            since_s = 0.0
+        where = FlowFilter(
+            status=q.get("status", ""),
+            agent=q.get("agent", ""),
+            kind=q.get("kind", ""),
+            reason=q.get("reason", ""),
+            since_s=since_s if since_s == since_s and since_s >= 0 else 0.0,
+        )
+        projections = follower.projections
+        kinds = sorted({f.proposal.kind for f in projections.flows.values() if f.proposal})
+        reasons = sorted({str(f.reason_code) for f in projections.flows.values() if f.reason_code})
+        return page(
+            request,
+            "flows.html",
+            session,
+            rows=flows(projections, where, now_ns()),
+            where=where,
+            since_h=q.get("since_h", ""),
+            statuses=[s.value for s in FlowStatus],
+            agents=sorted(projections.agents),
+            kinds=kinds,
+            reasons=reasons,
+        )
+
+    async def agents_page(
+        request: Request, session: Session, status: int = 200, error: Refused | None = None
+    ) -> Response:
+        changes = await holder["journal"].read(types=["AgentStatusChanged"])
+        return page(
+            request,
+            "agents.html",
+            session,
+            status,
+            agents=agents_view(follower.projections, changes),
+            error=error,
+        )
+
+    async def agent_status(request: Request, session: Session) -> Response:
+        try:
+            row = agent_row(
+                follower.projections,
+                request.path_params["agent_id"],
+                _plain(request.state.form),
+                session.operator,
+            )
+        except Refused as refused:
+            return await agents_page(request, session, 409, refused)
+        await _post(settings.db, "", row, now_ns())
+        await follower.catch_up(holder["journal"])
+        return RedirectResponse("/agents", status_code=303)
+
+    async def rules_page(
+        request: Request, session: Session, status: int = 200, error: Refused | None = None
+    ) -> Response:
+        return page(
+            request,
+            "rules.html",
+            session,
+            status,
+            view=rules_view(follower.projections),
+            error=error,
+        )
+
+    async def rule_decide(request: Request, session: Session) -> Response:
+        try:
+            row = rule_row(
+                follower.projections,
+                request.path_params["seq"],
+                _plain(request.state.form),
+                session.operator,
+            )
+        except Refused as refused:
+            return await rules_page(request, session, 409, refused)
+        await _post(settings.db, "", row, now_ns())
+        await follower.catch_up(holder["journal"])
+        return RedirectResponse("/rules", status_code=303)
+
+    # --- live -------------------------------------------------------------------------
+
+    async def events(request: Request, session: Session) -> Response:
+        try:
+            seen = int(request.query_params.get("v", "0"))
+        except ValueError:
+            seen = 0
+
+        async def changes() -> AsyncIterator[dict[str, str]]:
+            version = seen
+            while True:
+                version = await follower.wait_changed(version)
+                yield {
+                    "event": "changed",
+                    "id": str(follower.projections.last_seq),
+                    "data": str(version),
+                }
+
+        return EventSourceResponse(changes(), ping=15)
+
+    def get(path: str, handler: Handler, *, fragment: bool = False) -> Route:
+        return Route(path, guarded(handler, fragment=fragment), methods=["GET"])
+
+    def post_(path: str, handler: Handler) -> Route:
+        return Route(path, guarded(handler), methods=["POST"])
+
+    routes = [
+        Route("/login", login_page, methods=["GET"]),
+        Route("/login", login, methods=["POST"]),
+        post_("/logout", logout),
+        get("/", home),
+        get("/queue", queue_fragment, fragment=True),
+        get("/events", events, fragment=True),
+        get("/flows", flows_page),
+        get("/flows/{dfid}", flow_review),
+        get("/flows/{dfid}/panel", flow_panel, fragment=True),
+        post_("/flows/{dfid}/decide", decide),
+        get("/agents", agents_page),
+        post_("/agents/{agent_id}/status", agent_status),
+        get("/rules", rules_page),
+        post_("/rules/{seq}", rule_decide),
+        Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
+    ]
+    middleware = [Middleware(_SecurityHeaders)]
+    if settings.allowed_hosts is not None:
+        middleware.append(
+            Middleware(TrustedHostMiddleware, allowed_hosts=list(settings.allowed_hosts))
+        )
+    return Starlette(routes=routes, lifespan=lifespan, middleware=middleware)
+
+
+class _SecurityHeaders:
+    """Headers on every response: no inline script, no framing, no sniffing, no referrer."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        async def sending(message: MutableMapping[str, Any]) -> None:
+            if message["type"] == "http.response.start":
+                headers = list(message.get("headers", []))
+                headers += [
+                    (b"content-security-policy", _CSP.encode()),
+                    (b"x-content-type-options", b"nosniff"),
+                    (b"x-frame-options", b"DENY"),
+                    # A sign-in link carries the run's token: no Referer to another site.
+                    # (no-referrer would also make the browser send "Origin: null".)
+                    (b"referrer-policy", b"same-origin"),
+                    (b"cache-control", b"no-store"),
+                ]
+                message = {**message, "headers": headers}
+            await send(message)
+
+        await self.app(scope, receive, sending)
+
+
+async def _post(db: str, dfid: str, row: Mapping[str, Any], now_ns: int) -> int:
+    return await anyio.to_thread.run_sync(post, db, dfid, row, now_ns)
+
+
+async def _form(request: Request) -> FormData | None:
+    """The request's form, or None when it is too large or does not parse."""
+    length = request.headers.get("content-length", "")
+    if not length.isdigit() or int(length) > MAX_FORM_BYTES:
+        return None
+    try:
+        return await request.form(max_files=0, max_fields=32)
+    except Exception:  # a malformed body, whatever the parser says about it
+        return None
+
+
+def _plain(form: FormData) -> dict[str, Any]:
+    return {key: value for key, value in form.items() if isinstance(value, str)}
+
+
+def _same_origin(request: Request) -> bool:
+    """A browser's Origin (or Referer) header, when sent, must name this console."""
+    origin = request.headers.get("origin") or request.headers.get("referer")
+    if not origin:
+        return True  # not a browser, or one that sends neither: the CSRF token still counts
+    parts = urlsplit(origin)
+    return parts.netloc == request.headers.get("host", "")
+
+
+def _cookie(response: Response, name: str, value: str, path: str = "/") -> None:
+    response.set_cookie(name, value, httponly=True, samesite="strict", path=path)
+
+
+def _nonce() -> str:
+    import secrets
+
+    return secrets.token_urlsafe(24)
+
+
+def _span(ns: int) -> str:
+    seconds = max(0, ns // 1_000_000_000)
+    if seconds < 120:
+        return f"{seconds}s"
+    if seconds < 7200:
+        return f"{seconds // 60}m"
+    if seconds < 172800:
+        return f"{seconds // 3600}h"
+    return f"{seconds // 86400}d"
+
+
+def _trace_link(template: str, dfid: str, root_dfid: str) -> str:
+    if not template:
+        return ""
+    trace_id = f"{trace_id_for(root_dfid or dfid):032x}"
+    return template.replace("{trace_id}", trace_id).replace("{dfid}", dfid)

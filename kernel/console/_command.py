@@ -1,0 +1,171 @@
+"""``dirk console``: serve the operator console for one journal, on 127.0.0.1 unless told.
+
+A non-loopback address is refused unless named operators with passwords are
+configured (``--operators``). Without them, the console prints a sign-in link
+with a token made for this run (as Jupyter does), and whoever holds it names
+themselves when signing in.
+"""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import ipaddress
+import socket
+import sys
+from pathlib import Path
+from typing import Any
+
+from kernel.console._auth import Gate, OperatorsFileError, add_operator, read_operators
+from kernel.core.reasons import CliError, ExitCode
+from kernel.escalation import EscalationPolicy
+from kernel.journal.store import open_journal
+
+DEFAULT_PORT = 8765
+LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1", "[::1]")
+
+
+def add_commands(commands: Any) -> None:
+    """Add ``console`` to the ``dirk`` parser's subcommands."""
+    console = commands.add_parser(
+        "console", help="serve the operator console in a browser (extra dirk[console])"
+    )
+    console.add_argument("--db", required=True, help="the journal file")
+    console.add_argument("--host", default="127.0.0.1", help="the address to listen on")
+    console.add_argument(
+        "--port", type=int, default=DEFAULT_PORT, help=f"default {DEFAULT_PORT}; 0: any free port"
+    )
+    console.add_argument(
+        "--operators",
+        type=Path,
+        metavar="FILE",
+        help="named operators with hashed passwords (see --add-operator); required off loopback",
+    )
+    console.add_argument(
+        "--add-operator",
+        metavar="NAME",
+        help="add NAME to --operators FILE with a password read from the terminal (or stdin)",
+    )
+    console.add_argument(
+        "--poll", type=float, default=0.25, metavar="SECONDS", help="how often to read the journal"
+    )
+    console.add_argument(
+        "--approval-ttl",
+        type=float,
+        default=EscalationPolicy().approval_ttl_s,
+        metavar="SECONDS",
+        help="the kernel's approval TTL, to show each escalation's expiry (0: never expires)",
+    )
+    console.add_argument(
+        "--trace-url",
+        default="",
+        metavar="TEMPLATE",
+        help="a link to a flow's trace, e.g. http://localhost:16686/trace/{trace_id}",
+    )
+    console.set_defaults(run=run)
+
+
+def _error(code: CliError, message: str, status: ExitCode = ExitCode.USAGE) -> int:
+    print(f"error: {code}: {message}", file=sys.stderr)
+    return status
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` is an address only this machine reaches."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+async def run(args: argparse.Namespace) -> int:
+    """Run ``dirk console`` until interrupted; return its exit status."""
+    if args.add_operator:
+        return _add_operator(args)
+    if not 0 <= args.port <= 65535:
+        return _error(CliError.BAD_ARGUMENT, f"--port {args.port} is not a port")
+    if not args.poll > 0 or args.poll > 60:
+        return _error(CliError.BAD_ARGUMENT, "--poll takes seconds above 0, up to 60")
+    operators = None
+    if args.operators is not None:
+        try:
+            operators = read_operators(args.operators)
+        except OperatorsFileError as exc:
+            return _error(CliError.BAD_ARGUMENT, str(exc))
+        if not operators:
+            return _error(CliError.BAD_ARGUMENT, f"{args.operators} names no operator")
+    if not is_loopback(args.host) and operators is None:
+        return _error(
+            CliError.BAD_ARGUMENT,
+            f"refusing to listen on {args.host} without named operators: give --operators FILE"
+            " (or listen on 127.0.0.1)",
+        )
+    try:
+        import uvicorn
+
+        from kernel.console._app import Settings, create_app
+    except ImportError as exc:
+        return _error(
+            CliError.EXTRA_MISSING,
+            f"dirk console needs the console extra: pip install 'dir-kernel[console]' ({exc})",
+        )
+    # A file that is no journal fails here, as one line with its code (dirk's main prints it).
+    async with open_journal(args.db, readonly=True):
+        pass
+    try:
+        family = socket.AF_INET6 if ":" in args.host else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((args.host, args.port))
+        sock.listen(64)
+    except OSError as exc:
+        return _error(CliError.BAD_ARGUMENT, f"cannot listen on {args.host}:{args.port}: {exc}")
+    gate = Gate(operators)
+    ttl = args.approval_ttl if args.approval_ttl and args.approval_ttl > 0 else None
+    settings = Settings(
+        db=args.db,
+        poll_s=args.poll,
+        approval_ttl_s=ttl,
+        trace_url=args.trace_url,
+        allowed_hosts=(*LOOPBACK_NAMES, args.host) if is_loopback(args.host) else None,
+    )
+    app = create_app(settings, gate)
+    host, port = sock.getsockname()[:2]
+    shown = f"[{host}]" if ":" in host else host
+    print(f"dirk console for {args.db} on http://{shown}:{port}/", flush=True)
+    if operators is None:
+        # Printed once, on the operator's own terminal, never logged (access logs are off).
+        print(f"sign in: http://{shown}:{port}/login?token={gate.token}", flush=True)
+    config = uvicorn.Config(
+        app,
+        log_config=None,
+        log_level="warning",
+        access_log=False,
+        server_header=False,
+        timeout_graceful_shutdown=2,
+    )
+    server = uvicorn.Server(config)
+    try:
+        await server.serve(sockets=[sock])
+    finally:
+        sock.close()
+    return ExitCode.OK
+
+
+def _add_operator(args: argparse.Namespace) -> int:
+    if args.operators is None:
+        return _error(CliError.BAD_ARGUMENT, "--add-operator needs --operators FILE")
+    if sys.stdin.isatty():
+        password = getpass.getpass(f"password for {args.add_operator}: ")
+        if getpass.getpass("again: ") != password:
+            return _error(CliError.BAD_ARGUMENT, "the two passwords differ")
+    else:
+        password = sys.stdin.readline().rstrip("\n")
+    try:
+        add_operator(args.operators, args.add_operator, password)
+    except OperatorsFileError as exc:
+        return _error(CliError.BAD_ARGUMENT, str(exc))
+    print(f"operator {args.add_operator} can sign in (in {args.operators})")
+    return ExitCode.OK

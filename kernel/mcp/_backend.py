@@ -1,0 +1,450 @@
+"""Where the MCP server's tools read and write: a kernel beside it, or a journal it follows.
+
+:class:`Embedded` runs next to a kernel in the same process. An agent's write
+becomes a proposal through the DIM: the server hosts a bridge agent for each
+MCP agent principal, opens one DecisionFlow per tool call (a trigger on the
+topic ``mcp.<agent>.<n>``), hands the bridge the proposal for that flow and
+waits for the flow to settle. Operator acts call the kernel's API, which
+records them with who and why.
+
+:class:`Follower` works against a journal whose kernel runs in another process.
+Reads fold the journal as it is on disk at the time of the call; operator acts
+go through the operator inbox (the same rows ``dirk decide`` writes) and answer
+QUEUED with the row's id. An agent's write goes through the inbox too, as a
+PROPOSE row (kernel.inbox.InboxAgents): that kernel opens a flow in which the
+agent proposes it, and the follower reads the verdict back from the journal.
+"""
+
+from __future__ import annotations
+
+import itertools
+import weakref
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from typing import Any, Literal
+
+import anyio
+import msgspec
+
+from kernel import inbox
+from kernel.api import Kernel
+from kernel.core.events import (
+    Event,
+    ExecutionSucceeded,
+    InputRefused,
+    Manifest,
+    ProposalRejected,
+)
+from kernel.core.flow import FlowState, FlowStatus
+from kernel.core.ports import Clock, SystemClock
+from kernel.core.reasons import CliError, ReasonCode
+from kernel.core.wall import InputInvalid
+from kernel.journal.store import Journal, open_journal
+from kernel.policy.contracts import HandshakeRefused, Proposal, WorkingContext
+from kernel.registry import CONTRACT_VERSION
+from kernel.state.projections import Projections, fold
+from kernel.state.rulebook import RuleNotInForce, RuleNotPending
+from kernel.state.snapshots import state_at
+
+Role = Literal["agent", "operator"]
+
+
+class Principal(msgspec.Struct, frozen=True, kw_only=True):
+    """Who calls a tool: an agent (by id) or an operator (by name)."""
+
+    role: Role
+    name: str
+
+
+class ToolRefused(Exception):
+    """A tool call refused before or instead of any proposal, with a code and a field."""
+
+    def __init__(self, code: str, detail: str, field: str = "") -> None:
+        super().__init__(detail)
+        self.code = code
+        self.detail = detail
+        self.field = field
+
+
+class Settled(msgspec.Struct, frozen=True, kw_only=True):
+    """How a proposal's flow settled, as the tool answers it."""
+
+    verdict: str
+    dfid: str
+    status: str
+    reason_code: str | None = None
+    detail: str = ""
+    field: str = ""
+    result: dict[str, Any] = {}
+
+
+class View(msgspec.Struct, frozen=True, kw_only=True):
+    """What a read sees: the journal and the projections folded from it."""
+
+    journal: Journal
+    projections: Projections
+
+
+class _Bridge:
+    """The hosted agent behind MCP agent principals: it proposes what a tool call brings."""
+
+    def __init__(self, manifest: Manifest) -> None:
+        self.manifest = manifest
+        self.calls: dict[str, tuple[dict[str, Any], str, float]] = {}
+
+    async def decide(self, ctx: WorkingContext) -> Proposal | None:
+        call = self.calls.pop(ctx.topic, None)
+        if call is None:
+            return None  # a flow no tool call waits for: declined, on record
+        policy, explain, confidence = call
+        return ctx.propose(policy, explain=explain, confidence=confidence, valid_for_s=600)
+
+
+class _Shared:
+    """The bridges hosted in one kernel, and the counter that names their flows' topics."""
+
+    def __init__(self) -> None:
+        self.bridges: dict[str, _Bridge] = {}
+        self.lock = anyio.Lock()
+        self.calls = itertools.count(1)
+
+
+_SHARED: weakref.WeakKeyDictionary[Kernel, _Shared] = weakref.WeakKeyDictionary()
+
+
+class Embedded:
+    """Tools beside a running kernel in the same process.
+
+    Args:
+        kernel: the running kernel.
+        capabilities: the kinds each MCP agent may propose, by agent id (default: every
+            kind the kernel's packs define). The kernel's ``allow`` must name the agent,
+            and the agent must not also be hosted by the embedding code.
+    """
+
+    remote = False
+
+    def __init__(self, kernel: Kernel, capabilities: Mapping[str, list[str]] | None = None) -> None:
+        self.kernel = kernel
+        self._capabilities = dict(capabilities or {})
+        # Shared by every server beside this kernel: a kernel hosts one agent per id.
+        self._shared = _SHARED.setdefault(kernel, _Shared())
+
+    @property
+    def kinds(self) -> Mapping[str, dict[str, Any]]:
+        """The JSON Schema of every policy kind, by name."""
+        return self.kernel.catalog.schemas
+
+    @asynccontextmanager
+    async def reading(self) -> AsyncIterator[View]:
+        yield View(journal=self.kernel.journal, projections=self.kernel.projections)
+
+    async def propose(
+        self, agent_id: str, policy: dict[str, Any], explain: str, confidence: float
+    ) -> Settled:
+        """Open a flow for ``agent_id``, propose ``policy`` in it, and wait until it settles."""
+        bridge = await self._bridge(agent_id)
+        topic = f"mcp.{agent_id}.{next(self._shared.calls)}"
+        bridge.calls[topic] = (policy, explain, confidence)
+        dfids = await self.kernel.trigger(topic, source="mcp")
+        if not dfids:
+            bridge.calls.pop(topic, None)
+            agent = self.kernel.projections.agents.get(agent_id)
+            status = agent.status if agent is not None else "unknown"
+            raise ToolRefused(
+                f"AGENT_{status}" if status in ("SUSPENDED", "RETIRED") else "AGENT_PASSIVE",
+                f"agent {agent_id} is {status}: no flow was opened",
+            )
+        flow = await self.kernel.wait_flow(dfids[0])
+        events = await self.kernel.journal.flow_events(flow.dfid)
+        return settled(flow, events)
+
+    async def _bridge(self, agent_id: str) -> _Bridge:
+        shared = self._shared
+        async with shared.lock:
+            bridge = shared.bridges.get(agent_id)
+            if bridge is not None:
+                return bridge
+            kinds = self._capabilities.get(agent_id, sorted(self.kinds))
+            manifest = Manifest(
+                agent_id=agent_id,
+                version=f"{CONTRACT_VERSION[0]}.{CONTRACT_VERSION[1]}.0",
+                capabilities=list(kinds),
+                subscriptions=[f"mcp.{agent_id}"],
+                max_attempts=1,
+            )
+            bridge = _Bridge(manifest)
+            try:
+                await self.kernel.register(bridge)
+            except HandshakeRefused as exc:
+                raise ToolRefused(exc.reason_code, str(exc)) from None
+            shared.bridges[agent_id] = bridge
+            return bridge
+
+    async def decide(
+        self,
+        dfid: str,
+        decision: str,
+        operator: str,
+        reason: str,
+        params: dict[str, Any] | None,
+        action_hash: str | None,
+    ) -> dict[str, Any]:
+        verdict = await self.kernel.decide(
+            dfid, decision, operator=operator, reason=reason, params=params, action_hash=action_hash
+        )
+        answer: dict[str, Any] = {"verdict": str(verdict.outcome), "dfid": verdict.dfid}
+        if verdict.feedback is not None:
+            answer["reason_code"] = str(verdict.feedback.reason_code)
+            answer["detail"] = verdict.feedback.detail
+        return answer
+
+    async def set_agent_status(
+        self, agent_id: str, status: str, operator: str, reason: str
+    ) -> dict[str, Any]:
+        try:
+            await self.kernel.set_agent_status(agent_id, status, operator=operator, reason=reason)
+        except (InputInvalid, HandshakeRefused) as exc:
+            raise ToolRefused(exc.reason_code, str(exc)) from None
+        return {"verdict": "APPLIED", "agent_id": agent_id, "status": status}
+
+    async def rule_act(self, act: RuleAct) -> dict[str, Any]:
+        """Apply an operator's act on the rulebook; answer APPLIED with the event's seq."""
+        kernel = self.kernel
+        try:
+            if act.action in ("override", "skip"):
+                event = await kernel.decide_rule(
+                    act.proposal_seq, act.action, operator=act.operator, reason=act.reason
+                )
+            elif act.action == "retract":
+                event = await kernel.retract_rule(
+                    act.rule, operator=act.operator, reason=act.reason
+                )
+            else:
+                item = kernel.projections.memory.rulebook.items.get(act.rule)
+                event = await kernel.propose_rule(
+                    act.rule,
+                    title=act.title,
+                    content=act.content,
+                    labels=act.labels,
+                    operator=act.operator,
+                    reason=act.reason,
+                    base_version=item.latest if item is not None else 0,
+                    override=True,
+                )
+        except RuleNotPending as exc:
+            raise ToolRefused(CliError.RULE_NOT_PENDING, str(exc), "proposal_seq") from None
+        except RuleNotInForce as exc:
+            raise ToolRefused(CliError.UNKNOWN_RULE, str(exc), "item_id") from None
+        except InputInvalid as exc:
+            raise ToolRefused(exc.reason_code, exc.detail, exc.field) from None
+        except ValueError as exc:
+            raise ToolRefused(ReasonCode.SCHEMA_INVALID, str(exc)) from None
+        version = getattr(event.payload, "version", 0)
+        return {"verdict": "APPLIED", "result": {"seq": event.seq, "version": version}}
+
+
+class RuleAct(msgspec.Struct, frozen=True, kw_only=True):
+    """An operator's act on the rulebook: override or skip a proposal; add, edit, retract a rule."""
+
+    action: str
+    operator: str
+    reason: str
+    rule: str = ""
+    proposal_seq: int = 0
+    title: str = ""
+    content: str = ""
+    labels: list[str] = []
+
+
+class Follower:
+    """Tools over a journal whose kernel runs in another process (or not at all, for reads).
+
+    Args:
+        path: the journal file.
+        kinds: the JSON Schema of each kind agents may propose (for ``propose``'s schema).
+        clock: stamps inbox rows and paces the wait for a verdict.
+        wait_s: how long a proposal waits for the kernel's verdict before answering QUEUED.
+        poll_s: how often it reads the journal meanwhile (no notification crosses processes).
+    """
+
+    remote = True
+
+    def __init__(
+        self,
+        path: str,
+        kinds: Mapping[str, dict[str, Any]] | None = None,
+        clock: Clock | None = None,
+        *,
+        wait_s: float = 30.0,
+        poll_s: float = 0.1,
+    ) -> None:
+        self.path = path
+        self.kinds: Mapping[str, dict[str, Any]] = dict(kinds or {})
+        self._clock = clock or SystemClock()
+        self.wait_s = wait_s
+        self.poll_s = poll_s
+
+    @asynccontextmanager
+    async def reading(self) -> AsyncIterator[View]:
+        async with open_journal(self.path, readonly=True) as journal:
+            projections = await state_at(journal, None)
+            yield View(journal=journal, projections=projections)
+
+    async def propose(
+        self, agent_id: str, policy: dict[str, Any], explain: str, confidence: float
+    ) -> Settled:
+        """Queue the proposal in the inbox; wait (up to ``wait_s``) for its flow to settle.
+
+        The kernel opens the flow when it takes the row, on the topic
+        ``inbox.<agent>.<row id>``; until then, or past the wait, the answer is QUEUED
+        with the row id, and the flow's verdict can be read later (trace_provenance).
+        """
+        row = {
+            "type": inbox.PROPOSE,
+            "agent_id": agent_id,
+            "policy": policy,
+            "explain": explain,
+            "confidence": confidence,
+        }
+        async with open_journal(self.path, readonly=True) as journal:
+            after = journal.head_seq  # what the kernel records of the row comes after this
+        try:
+            row_id = await anyio.to_thread.run_sync(
+                inbox.post, self.path, "", row, self._clock.now_ns()
+            )
+        except (TypeError, ValueError) as exc:  # not JSON: nothing a kernel could read
+            raise ToolRefused(ReasonCode.SCHEMA_INVALID, str(exc)[:200], "policy") from None
+        topic = f"{inbox.PROPOSE_TOPIC}.{agent_id}.{row_id}"
+        with anyio.move_on_after(self.wait_s):
+            while True:
+                answer = await self._settled(row_id, topic, after)
+                if answer is not None:
+                    return answer
+                await self._clock.sleep(self.poll_s)
+        return Settled(
+            verdict="QUEUED",
+            dfid="",
+            status="",
+            detail=f"the kernel did not settle inbox row {row_id} within {self.wait_s:g} s",
+            result={"inbox_id": row_id},
+        )
+
+    async def _settled(self, row_id: int, topic: str, after: int) -> Settled | None:
+        """Return how the row's flow settled, its refusal, or None while neither is recorded."""
+        async with open_journal(self.path, readonly=True) as journal:
+            refusals = await journal.read(after + 1, types=["InputRefused"])
+            for event in refusals:
+                payload = event.payload
+                if isinstance(payload, InputRefused) and payload.inbox_id == row_id:
+                    raise ToolRefused(payload.reason_code, payload.detail, payload.field)
+            created = await journal.read(after + 1, types=["FlowCreated"])
+            dfid = next(
+                (e.dfid for e in created if getattr(e.payload, "topic", "") == topic and e.dfid),
+                None,
+            )
+            if dfid is None:
+                return None
+            events = await journal.flow_events(dfid)
+        flow = fold(events).flows[dfid]
+        if not flow.terminal and flow.status is not FlowStatus.ESCALATED:
+            return None
+        return settled(flow, events)
+
+    async def decide(
+        self,
+        dfid: str,
+        decision: str,
+        operator: str,
+        reason: str,
+        params: dict[str, Any] | None,
+        action_hash: str | None,
+    ) -> dict[str, Any]:
+        row: dict[str, Any] = {"decision": decision, "operator": operator, "reason": reason}
+        if params is not None:
+            row["params"] = params
+        if action_hash:
+            row["action_hash"] = action_hash
+        return await self._post(dfid, row)
+
+    async def set_agent_status(
+        self, agent_id: str, status: str, operator: str, reason: str
+    ) -> dict[str, Any]:
+        row = {
+            "type": inbox.AGENT_STATUS,
+            "agent_id": agent_id,
+            "status": status,
+            "operator": operator,
+            "reason": reason,
+        }
+        return await self._post("", row)
+
+    async def rule_act(self, act: RuleAct) -> dict[str, Any]:
+        """Queue an operator's act on the rulebook in the inbox; answer QUEUED with the row id."""
+        if act.action in ("override", "skip"):
+            row: dict[str, Any] = {
+                "type": inbox.RULE,
+                "proposal_seq": act.proposal_seq,
+                "decision": act.action,
+                "operator": act.operator,
+                "reason": act.reason,
+            }
+            return await self._post("", row)
+        row = {"type": inbox.RULE_CHANGE, "action": act.action, "rule": act.rule}
+        row.update(operator=act.operator, reason=act.reason)
+        if act.action != "retract":
+            async with self.reading() as view:
+                item = view.projections.memory.rulebook.items.get(act.rule)
+            row.update(
+                title=act.title,
+                content=act.content,
+                labels=act.labels,
+                base_version=item.latest if item is not None else 0,
+            )
+        return await self._post("", row)
+
+    async def _post(self, dfid: str, row: dict[str, Any]) -> dict[str, Any]:
+        row_id = await anyio.to_thread.run_sync(
+            inbox.post, self.path, dfid, row, self._clock.now_ns()
+        )
+        return {"verdict": "QUEUED", "dfid": dfid, "result": {"inbox_id": row_id}}
+
+
+Backend = Embedded | Follower
+
+
+def settled(flow: FlowState, events: list[Event]) -> Settled:
+    """Return the verdict a settled flow gives its proposer."""
+    status = str(flow.status)
+    if flow.status is FlowStatus.CLOSED:
+        result: dict[str, Any] = {"external_id": flow.external_id}
+        for event in events:
+            if isinstance(event.payload, ExecutionSucceeded):
+                result.update(event.payload.detail)
+        return Settled(verdict="ACCEPTED", dfid=flow.dfid, status=status, result=result)
+    if flow.status is FlowStatus.ESCALATED:
+        return Settled(
+            verdict="ESCALATED",
+            dfid=flow.dfid,
+            status=status,
+            reason_code=str(flow.reason_code) if flow.reason_code else None,
+            detail=flow.detail,
+        )
+    rejected = [e.payload for e in events if isinstance(e.payload, ProposalRejected)]
+    if rejected:
+        feedback = rejected[-1].feedback
+        return Settled(
+            verdict="REJECTED",
+            dfid=flow.dfid,
+            status=status,
+            reason_code=str(feedback.reason_code),
+            detail=feedback.detail,
+            field=feedback.field,
+        )
+    return Settled(
+        verdict="REJECTED",
+        dfid=flow.dfid,
+        status=status,
+        reason_code=str(flow.reason_code) if flow.reason_code else None,
+        detail=flow.detail,
+    )

@@ -1,0 +1,248 @@
+"""The rulebook seen from MCP: search, compile, get and why; admin tools, resources, prompt.
+
+Reads come from the rulebook projection (kernel.state.rulebook). The admin tools
+are operators' acts: beside a kernel they call it (recorded with who and why);
+following a journal they queue inbox rows (``rule`` and ``rule_change``) the
+kernel applies. A retraction keeps the rule's history (RuleRetracted).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import msgspec
+from mcp.server.mcpserver import MCPServer
+from mcp.server.subscriptions import SubscriptionBus
+from mcp.shared.subscriptions import ResourceUpdated
+
+from kernel.core.events import RuleDecided, RuleProposed, RuleRetracted
+from kernel.core.reasons import CliError, ReasonCode
+from kernel.journal.store import Journal
+from kernel.mcp._backend import Backend, Principal, RuleAct, ToolRefused
+from kernel.mcp._tools import (
+    MAX_RESULTS,
+    Answer,
+    Int,
+    Labels,
+    Register,
+    Text,
+    checked_seq,
+    checked_text,
+)
+from kernel.state.rulebook import history, select, shown_item
+
+CURRENT = "im://rules/current"
+"""The resource of every rule in force; ``im://rules/{item_id}`` is one rule's."""
+
+
+async def watch_rules(bus: SubscriptionBus, journal: Journal) -> None:
+    """Tell listeners which rules resources changed whenever the journal records a change.
+
+    Whoever changed the rules (an admin tool, ``dirk rules``, an agent's promoted
+    proposal, the embedding code), listeners of ``subscriptions/listen`` hear
+    ``im://rules/current`` and ``im://rules/<id>`` change. Runs until cancelled;
+    ``dirk mcp --kernel`` runs it beside the server, embedding code in its own
+    task group (give :func:`kernel.mcp.build_server` the same ``bus``).
+    """
+    async with journal.subscribe(journal.head_seq + 1) as batches:
+        async for batch in batches:
+            changed = sorted(
+                {
+                    e.payload.rule
+                    for e in batch
+                    if isinstance(e.payload, RuleRetracted)
+                    or (isinstance(e.payload, RuleDecided) and e.payload.version > 0)
+                }
+            )
+            if changed:
+                await bus.publish(ResourceUpdated(uri=CURRENT))
+            for rule in changed:
+                await bus.publish(ResourceUpdated(uri=f"im://rules/{rule}"))
+
+
+def add_rulebook(
+    server: MCPServer[Any], tool: Callable[[str | None], Register], backend: Backend
+) -> None:
+    """Add the rulebook's tools, resources and prompt to ``server``."""
+    # --- the rulebook ----------------------------------------------------------------
+
+    @tool(None)
+    async def search_rules(who: Principal, q: Text, k: Int = 5) -> Answer:
+        """The current rules most relevant to Q (at most K)."""
+        query, count = checked_text(q, "q"), min(checked_seq(k, "k"), MAX_RESULTS)
+        async with backend.reading() as view:
+            found = select(view.projections.memory.rulebook, query, count)
+        return Answer(verdict="OK", result={"rules": [shown_item(r) for r in found]})
+
+    @tool(None)
+    async def compile_memory(who: Principal, prompt: Text, k: Int = 5) -> Answer:
+        """The memory layer for a task: the K rules relevant to PROMPT, constraints and facts."""
+        query, count = checked_text(prompt, "prompt"), min(checked_seq(k, "k"), MAX_RESULTS)
+        async with backend.reading() as view:
+            memory = view.projections.memory
+            result = memory.view(MAX_RESULTS)
+            result["rules"] = [shown_item(r) for r in select(memory.rulebook, query, count)]
+        return Answer(verdict="OK", result=result)
+
+    @tool(None)
+    async def get_rule(who: Principal, item_id: Text) -> Answer:
+        """The current version of rule ITEM_ID."""
+        rule = checked_text(item_id, "item_id", 256)
+        async with backend.reading() as view:
+            item = view.projections.memory.rulebook.items.get(rule)
+        current = item.current if item is not None else None
+        if current is None:
+            raise ToolRefused(CliError.UNKNOWN_RULE, f"no rule {rule!r} in force", "item_id")
+        return Answer(verdict="OK", result=shown_item(current))
+
+    @tool(None)
+    async def why(who: Principal, item_id: Text) -> Answer:
+        """Rule ITEM_ID's versions, the decisions on it, and where each version comes from."""
+        rule = checked_text(item_id, "item_id", 256)
+        async with backend.reading() as view:
+            events = await view.journal.read(types=["RuleProposed", "RuleDecided", "RuleRetracted"])
+        item = history(events).items.get(rule)
+        if item is None:
+            raise ToolRefused(CliError.UNKNOWN_RULE, f"no rule {rule!r}", "item_id")
+        proposals = {e.seq: e.payload for e in events if isinstance(e.payload, RuleProposed)}
+        result = {
+            "versions": [msgspec.to_builtins(v) for v in item.versions],
+            "decisions": [msgspec.to_builtins(d) for d in item.decisions],
+            "proposers": {
+                str(d.proposal): proposals[d.proposal].proposer
+                for d in item.decisions
+                if d.proposal in proposals
+            },
+        }
+        return Answer(verdict="OK", result=result)
+
+    # --- the rulebook's administration (operators only) -----------------------------
+
+    def _labels(value: Any) -> list[str]:
+        if value is None:
+            return []
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise ToolRefused(ReasonCode.SCHEMA_INVALID, "a list of strings", "labels")
+        return list(value)
+
+    async def rule_act(who: Principal, action: str, reason: Any, **fields: Any) -> Answer:
+        act = RuleAct(
+            action=action, operator=who.name, reason=checked_text(reason, "reason"), **fields
+        )
+        answer = await backend.rule_act(act)
+        return Answer(**answer)
+
+    @tool("operator")
+    async def admin_list_proposals(who: Principal) -> Answer:
+        """The rule proposals the promoter deferred to an operator, oldest first."""
+        async with backend.reading() as view:
+            pending = sorted(view.projections.memory.rulebook.pending.items())
+        proposals = [
+            {
+                "proposal_seq": seq,
+                "rule": p.rule,
+                "title": p.title,
+                "content": p.content,
+                "proposer": p.proposer,
+                "reason": p.reason,
+                "base_version": p.base_version,
+            }
+            for seq, p in pending[:MAX_RESULTS]
+        ]
+        return Answer(verdict="OK", result={"proposals": proposals})
+
+    @tool("operator")
+    async def admin_approve_proposal(who: Principal, proposal_seq: Int, reason: Text) -> Answer:
+        """Put deferred proposal PROPOSAL_SEQ in force (an override, recorded with why)."""
+        return await rule_act(
+            who, "override", reason, proposal_seq=checked_seq(proposal_seq, "proposal_seq")
+        )
+
+    @tool("operator")
+    async def admin_reject_proposal(who: Principal, proposal_seq: Int, reason: Text) -> Answer:
+        """Drop deferred proposal PROPOSAL_SEQ (recorded with why)."""
+        return await rule_act(
+            who, "skip", reason, proposal_seq=checked_seq(proposal_seq, "proposal_seq")
+        )
+
+    @tool("operator")
+    async def admin_create_rule(
+        who: Principal,
+        item_id: Text,
+        title: Text,
+        content: Text,
+        reason: Text,
+        labels: Labels = None,
+    ) -> Answer:
+        """Put a new rule in force (recorded as an operator's override, with why)."""
+        return await rule_act(
+            who,
+            "add",
+            reason,
+            rule=checked_text(item_id, "item_id", 256),
+            title=checked_text(title, "title"),
+            content=checked_text(content, "content", 32 * 1024),
+            labels=_labels(labels),
+        )
+
+    @tool("operator")
+    async def admin_update_rule(
+        who: Principal,
+        item_id: Text,
+        title: Text,
+        content: Text,
+        reason: Text,
+        labels: Labels = None,
+    ) -> Answer:
+        """Put a new version of rule ITEM_ID in force (an override, with why)."""
+        rule = checked_text(item_id, "item_id", 256)
+        async with backend.reading() as view:
+            item = view.projections.memory.rulebook.items.get(rule)
+        if item is None or item.current is None:
+            raise ToolRefused(CliError.UNKNOWN_RULE, f"no rule {rule!r} in force", "item_id")
+        return await rule_act(
+            who,
+            "edit",
+            reason,
+            rule=rule,
+            title=checked_text(title, "title"),
+            content=checked_text(content, "content", 32 * 1024),
+            labels=_labels(labels),
+        )
+
+    @tool("operator")
+    async def admin_delete_rule(who: Principal, item_id: Text, reason: Text) -> Answer:
+        """Retract rule ITEM_ID: agents no longer see it; its history stays (RuleRetracted)."""
+        return await rule_act(who, "retract", reason, rule=checked_text(item_id, "item_id", 256))
+
+    # --- resources and the prompt ----------------------------------------------------
+
+    @server.resource(CURRENT, mime_type="application/json")
+    async def rules_current() -> str:
+        """Every rule in force, current version each."""
+        async with backend.reading() as view:
+            current = view.projections.memory.rulebook.current()
+        return msgspec.json.encode([shown_item(r) for r in current]).decode()
+
+    @server.resource("im://rules/{item_id}", mime_type="application/json")
+    async def rule_by_id(item_id: str) -> str:
+        """Rule ITEM_ID's current version (null when none is in force)."""
+        async with backend.reading() as view:
+            item = view.projections.memory.rulebook.items.get(item_id)
+        current = item.current if item is not None else None
+        return msgspec.json.encode(shown_item(current) if current else None).decode()
+
+    @server.prompt()
+    async def apply_rulebook_prompt(task: str, k: int = 5) -> str:
+        """Instructions to carry out TASK under the rules relevant to it, cited by id@version."""
+        async with backend.reading() as view:
+            found = select(view.projections.memory.rulebook, task, max(1, min(k, MAX_RESULTS)))
+        lines = [f"Task: {task}", "", "Follow these rules of the house rulebook:"]
+        lines += [f"- {r.cite} {r.title}: {r.content}" for r in found] or ["- (none)"]
+        lines += [
+            "",
+            "Cite each rule you apply as [rule:id@vN] in your explanation. Every write is a"
+            " proposal the kernel judges: on REJECTED, read the reason code and revise.",
+        ]
+        return "\n".join(lines)

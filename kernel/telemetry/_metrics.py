@@ -1,0 +1,192 @@
+"""The numbers an operator alerts on, through the OpenTelemetry metrics SDK.
+
+Like spans, metrics are a fold over committed events (and the span records
+they end), so they cost the kernel's hot path nothing: flows ended by final
+status, verdicts by reason code, escalations waiting and how long they waited,
+execution retries, adapter latency, actor restarts and the size of the journal's commit batches.
+Off unless an OTLP endpoint is configured (or the application set an SDK
+MeterProvider as the global one).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping, Sequence
+
+from opentelemetry import metrics
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
+from opentelemetry.sdk.resources import Resource
+
+from kernel.core.events import (
+    ActorRestarted,
+    ApprovalExpired,
+    Event,
+    ExecutionRetried,
+    FlowAborted,
+    FlowClosed,
+    FlowCompensated,
+    FlowEscalated,
+    HumanDecided,
+    ProposalAccepted,
+    ProposalRejected,
+)
+from kernel.registry import KERNEL_VERSION
+from kernel.telemetry._otlp import ExporterUnavailable, _first, _timeout
+from kernel.telemetry._project import SpanRecord
+
+__all__ = ["FlowMetrics", "configure_meter_provider"]
+
+_log = logging.getLogger(__name__)
+_NS_PER_S = 1e9
+
+
+def configure_meter_provider(env: Mapping[str, str], resource: Resource) -> MeterProvider | None:
+    """Return a MeterProvider exporting over OTLP as ``env`` asks, or None (metrics off).
+
+    On only when an OTLP endpoint is set and ``OTEL_METRICS_EXPORTER`` does not say
+    "none"; the exporter reads its headers, compression and TLS from the environment.
+
+    Raises:
+        ExporterUnavailable: an endpoint is set but ``dirk[otlp]`` is not installed.
+    """
+    if env.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
+        return None
+    if "none" in {n.strip().lower() for n in (env.get("OTEL_METRICS_EXPORTER") or "").split(",")}:
+        return None
+    signal, generic = "OTEL_EXPORTER_OTLP_METRICS_", "OTEL_EXPORTER_OTLP_"
+    endpoint = _first(env, signal + "ENDPOINT")
+    if not endpoint and not _first(env, generic + "ENDPOINT"):
+        return None
+    protocol = _first(env, signal + "PROTOCOL", generic + "PROTOCOL").lower() or "http/protobuf"
+    try:
+        if protocol == "grpc":
+            from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import (
+                OTLPMetricExporter as GrpcMetricExporter,
+            )
+
+            exporter: object = GrpcMetricExporter(
+                endpoint=endpoint or _first(env, generic + "ENDPOINT"), timeout=_timeout(env)
+            )
+        else:
+            from opentelemetry.exporter.otlp.proto.http.metric_exporter import (
+                OTLPMetricExporter,
+            )
+
+            if not endpoint:
+                endpoint = _first(env, generic + "ENDPOINT").rstrip("/") + "/v1/metrics"
+            exporter = OTLPMetricExporter(endpoint=endpoint, timeout=_timeout(env))
+    except ImportError as exc:
+        raise ExporterUnavailable(
+            f"OTLP export needs the exporters: pip install 'dir-kernel[otlp]' ({exc.name})"
+        ) from None
+    reader = PeriodicExportingMetricReader(exporter)  # type: ignore[arg-type]
+    return MeterProvider([reader], resource=resource, shutdown_on_exit=False)
+
+
+def host_meter_provider() -> MeterProvider | None:
+    """The application's global MeterProvider, if it set an SDK one."""
+    provider = metrics.get_meter_provider()
+    return provider if isinstance(provider, MeterProvider) else None
+
+
+class FlowMetrics:
+    """Counts what committed events say, into instruments of ``provider``."""
+
+    def __init__(self, provider: metrics.MeterProvider) -> None:
+        self.provider = provider
+        meter = provider.get_meter("kernel.telemetry", KERNEL_VERSION)
+        self._flows = meter.create_counter(
+            "dir.flows", unit="{flow}", description="DecisionFlows ended, by final status"
+        )
+        self._verdicts = meter.create_counter(
+            "dir.verdicts", unit="{verdict}", description="Verdicts, by verdict and reason code"
+        )
+        self._waiting = meter.create_up_down_counter(
+            "dir.escalations.waiting", unit="{flow}", description="Flows waiting for a human"
+        )
+        self._wait = meter.create_histogram(
+            "dir.escalation.wait", unit="s", description="How long escalations waited for a human"
+        )
+        self._retries = meter.create_counter(
+            "dir.execution.retries", unit="{retry}", description="Execution retries, by key"
+        )
+        self._latency = meter.create_histogram(
+            "dir.execution.duration", unit="s", description="Adapter execution time, by adapter"
+        )
+        self._restarts = meter.create_counter(
+            "dir.actor.restarts", unit="{restart}", description="Actor restarts, by actor"
+        )
+        self._batch = meter.create_histogram(
+            "dir.journal.batch_size", unit="{event}", description="Events per committed batch"
+        )
+        self._escalated: dict[str, int] = {}
+
+    def feed(self, events: Sequence[Event], records: Iterable[SpanRecord]) -> None:
+        """Count one committed batch and the span records it ended."""
+        if events:
+            self._batch.record(len(events))
+        for event in events:
+            dfid = event.dfid or ""
+            match event.payload:
+                case ProposalAccepted():
+                    self._verdicts.add(1, {"dir.verdict": "ACCEPTED"})
+                case ProposalRejected(feedback=feedback):
+                    code = str(feedback.reason_code)
+                    self._verdicts.add(1, {"dir.verdict": "REJECTED", "dir.reason_code": code})
+                case FlowEscalated(reason_code=code):
+                    self._verdicts.add(
+                        1, {"dir.verdict": "ESCALATED", "dir.reason_code": str(code)}
+                    )
+                    if dfid not in self._escalated:
+                        self._escalated[dfid] = event.ts
+                        self._waiting.add(1)
+                case HumanDecided() | ApprovalExpired():
+                    self._unwait(dfid, event.ts)
+                case ExecutionRetried():
+                    self._retries.add(1)
+                case ActorRestarted(actor=actor):
+                    self._restarts.add(1, {"dir.actor": actor})
+                case FlowClosed() | FlowAborted() | FlowCompensated():
+                    self._unwait(dfid, event.ts)
+                    status = {FlowClosed: "CLOSED", FlowAborted: "ABORTED"}.get(
+                        type(event.payload), "COMPENSATED"
+                    )
+                    self._flows.add(1, {"dir.status": status})
+        for record in records:
+            if record.where[0] == "execute":
+                outcome = "error" if record.error else "ok"
+                attrs = {
+                    "dir.adapter": str(record.attrs.get("dir.adapter", "")),
+                    "outcome": outcome,
+                }
+                self._latency.record((record.end - record.start) / _NS_PER_S, attrs)
+
+    def resume(self, events: Iterable[Event]) -> None:
+        """Take up the flows an earlier run left waiting, counting nothing else again."""
+        for event in events:
+            if isinstance(event.payload, FlowEscalated) and event.dfid:
+                if event.dfid not in self._escalated:
+                    self._escalated[event.dfid] = event.ts
+                    self._waiting.add(1)
+            elif isinstance(event.payload, HumanDecided | ApprovalExpired) and event.dfid:
+                if self._escalated.pop(event.dfid, None) is not None:
+                    self._waiting.add(-1)
+
+    def _unwait(self, dfid: str, ts: int) -> None:
+        began = self._escalated.pop(dfid, None)
+        if began is not None:
+            self._waiting.add(-1)
+            self._wait.record(max(0, ts - began) / _NS_PER_S)
+
+
+def meter_provider_from_env(env: Mapping[str, str], resource: Resource) -> MeterProvider | None:
+    """The host's SDK MeterProvider, else one from ``env``; None when metrics are off."""
+    host = host_meter_provider()
+    if host is not None:
+        return host
+    try:
+        return configure_meter_provider(env, resource)
+    except ExporterUnavailable as exc:
+        _log.error("metrics export is off: %s", exc)
+        return None

@@ -1,0 +1,238 @@
+"""Span records become SDK spans through a tracer of the host's (or our own) TracerProvider.
+
+Going through the provider's tracer means its sampler, span limits, resource and
+processors apply exactly as they do to the application's own spans. Only the
+ids are ours: the tracer's id generator is told, span by span, the DFID-based
+ids of :mod:`kernel.telemetry._ids`.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+from opentelemetry import context as otel_context
+from opentelemetry.attributes import BoundedAttributes
+from opentelemetry.context import Context
+from opentelemetry.sdk.trace import Event as SpanEvent
+from opentelemetry.sdk.trace import (
+    ReadableSpan,
+    SpanLimits,
+    SpanProcessor,
+    Tracer,
+    TracerProvider,
+)
+from opentelemetry.sdk.trace.id_generator import IdGenerator
+from opentelemetry.sdk.trace.sampling import Decision
+from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+from opentelemetry.trace import (
+    Link,
+    NonRecordingSpan,
+    SpanContext,
+    Status,
+    StatusCode,
+    TraceFlags,
+    set_span_in_context,
+)
+
+from kernel.registry import KERNEL_VERSION
+from kernel.telemetry._ids import span_id_for, trace_id_for
+from kernel.telemetry._project import SpanRecord
+
+__all__ = ["Collector", "DirectSink", "SpanSink"]
+
+_SCOPE = "kernel.telemetry"
+_SAMPLED = TraceFlags(TraceFlags.SAMPLED)
+_NOT_SAMPLED = TraceFlags(TraceFlags.DEFAULT)
+_OK = Status(StatusCode.OK)
+_UNSET = Status(StatusCode.UNSET)
+_KEPT = (Decision.RECORD_AND_SAMPLE,)
+
+
+class _GivenIds(IdGenerator):
+    """Hands out the ids it was last given: the tracer asks, the sink has already said."""
+
+    def __init__(self) -> None:
+        self.trace_id = 0
+        self.span_id = 0
+
+    def generate_trace_id(self) -> int:
+        return self.trace_id
+
+    def generate_span_id(self) -> int:
+        return self.span_id
+
+    def is_trace_id_random(self) -> bool:
+        return False
+
+
+class Collector(SpanProcessor):
+    """A span processor that keeps every span it is handed, in order."""
+
+    def __init__(self) -> None:
+        self.spans: list[ReadableSpan] = []
+
+    def on_end(self, span: ReadableSpan) -> None:
+        self.spans.append(span)
+
+
+class SpanSink:
+    """Turns span records into spans of ``provider``'s tracer, and names a flow's spans."""
+
+    def __init__(self, provider: TracerProvider) -> None:
+        self.provider = provider
+        tracer = provider.get_tracer(_SCOPE, KERNEL_VERSION)
+        # A disabled SDK (OTEL_SDK_DISABLED) hands out a no-op tracer: nothing to do then.
+        self._tracer = tracer if isinstance(tracer, Tracer) else None
+        self._ids = _GivenIds()
+        if self._tracer is not None:
+            self._tracer.id_generator = self._ids
+        self._lock = threading.Lock()
+
+    @property
+    def enabled(self) -> bool:
+        """Whether spans are recorded at all."""
+        return self._tracer is not None
+
+    def sampled(self, dfid: str) -> bool:
+        """Whether the provider's sampler keeps the trace of flow ``dfid``."""
+        if self._tracer is None:
+            return False
+        result = self._tracer.sampler.should_sample(Context(), trace_id_for(dfid), "flow")
+        return result.decision in _KEPT
+
+    def _context(self, dfid: str, stage: str, n: int, flags: TraceFlags) -> SpanContext:
+        return SpanContext(trace_id_for(dfid), span_id_for(dfid, stage, n), False, flags)
+
+    def write(self, records: Sequence[SpanRecord]) -> None:
+        """Start and end one span per record; the provider's processors take them from there."""
+        tracer = self._tracer
+        if tracer is None or not records:
+            return
+        sampled: dict[str, TraceFlags] = {}
+
+        def flags(dfid: str) -> TraceFlags:
+            if (known := sampled.get(dfid)) is None:
+                known = sampled[dfid] = _SAMPLED if self.sampled(dfid) else _NOT_SAMPLED
+            return known
+
+        with self._lock:
+            for record in records:
+                dfid = record.dfid
+                parent = Context()
+                if record.parent is not None:
+                    up = NonRecordingSpan(self._context(dfid, *record.parent, flags(dfid)))
+                    parent = set_span_in_context(up, parent)
+                links = [
+                    Link(self._context(other, *where, flags(other)))
+                    for other, where in record.links
+                ]
+                self._ids.trace_id = trace_id_for(dfid)
+                self._ids.span_id = span_id_for(dfid, *record.where)
+                span = tracer.start_span(
+                    record.name,
+                    context=parent,
+                    attributes=record.attrs,
+                    links=links,
+                    start_time=record.start,
+                )
+                if not span.is_recording():
+                    continue
+                for name, attrs, ts in record.events:
+                    span.add_event(name, attrs, max(ts, record.start))
+                if record.error is not None:
+                    span.set_status(Status(StatusCode.ERROR, record.error))
+                elif record.ok:
+                    span.set_status(_OK)
+                span.end(end_time=record.end)
+
+    @contextmanager
+    def reasoning(self, dfid: str, attempt: int) -> Iterator[None]:
+        """Make flow ``dfid``'s reasoning span (of ``attempt``) the current span context."""
+        if self._tracer is None:
+            yield
+            return
+        flags = _SAMPLED if self.sampled(dfid) else _NOT_SAMPLED
+        span = NonRecordingSpan(self._context(dfid, "reason", attempt, flags))
+        token = otel_context.attach(set_span_in_context(span))
+        try:
+            yield
+        finally:
+            otel_context.detach(token)
+
+
+class DirectSink(SpanSink):
+    """The kernel's own provider: the same spans, built directly and handed to ``processor``.
+
+    Nothing but the kernel uses this provider, so the tracer's per-span work (id
+    generation, attribute cleaning, locking) buys nothing: the sampler, the
+    Resource and the span limits are applied here, as the tracer would apply them.
+    """
+
+    def __init__(self, provider: TracerProvider, processor: SpanProcessor) -> None:
+        super().__init__(provider)
+        self._processor = processor
+        self._resource = provider.resource
+        self._limits = SpanLimits()
+        self._scope = InstrumentationScope(_SCOPE, KERNEL_VERSION)
+
+    def _attributes(self, attrs: dict[str, Any]) -> Any:
+        limits = self._limits
+        if limits.max_span_attribute_length is None and len(attrs) <= (
+            limits.max_span_attributes or len(attrs)
+        ):
+            return attrs
+        return BoundedAttributes(
+            limits.max_span_attributes,
+            attrs,
+            immutable=True,
+            max_value_len=limits.max_span_attribute_length,
+        )
+
+    def write(self, records: Sequence[SpanRecord]) -> None:
+        if self._tracer is None or not records:
+            return
+        kept: dict[str, bool] = {}
+        on_end = self._processor.on_end
+        resource, scope = self._resource, self._scope
+        for record in records:
+            dfid = record.dfid
+            if (sampled := kept.get(dfid)) is None:
+                sampled = kept[dfid] = self.sampled(dfid)
+            if not sampled:
+                continue
+            trace_id = trace_id_for(dfid)
+            context = SpanContext(trace_id, span_id_for(dfid, *record.where), False, _SAMPLED)
+            parent = None
+            if record.parent is not None:
+                parent = SpanContext(trace_id, span_id_for(dfid, *record.parent), False, _SAMPLED)
+            links = []
+            for other, where in record.links:
+                if (other_sampled := kept.get(other)) is None:
+                    other_sampled = kept[other] = self.sampled(other)
+                flags = _SAMPLED if other_sampled else _NOT_SAMPLED
+                links.append(Link(self._context(other, *where, flags)))
+            if record.error is not None:
+                status = Status(StatusCode.ERROR, record.error)
+            else:
+                status = _OK if record.ok else _UNSET
+            on_end(
+                ReadableSpan(
+                    record.name,
+                    context,
+                    parent=parent,
+                    resource=resource,
+                    attributes=self._attributes(record.attrs),
+                    events=[
+                        SpanEvent(name, self._attributes(attrs), max(ts, record.start))
+                        for name, attrs, ts in record.events
+                    ],
+                    links=links,
+                    status=status,
+                    start_time=record.start,
+                    end_time=record.end,
+                    instrumentation_scope=scope,
+                )
+            )

@@ -1,0 +1,170 @@
+"""Loading a pack version at runtime: an event, judged with from then on, refused when invalid."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import ClassVar
+
+import pytest
+
+from kernel import FlowStatus, InputInvalid, PackError, ReasonCode, open_kernel
+from kernel.audit import fold, state_at
+from kernel.config import KernelConfig, Ports, Supervision
+from kernel.policy import LimitSpec, PolicyKind, PolicyPack
+from kernel.policy.packs import PolicyCatalog
+from kernel.policy.rules import ALLOW, RuleVerdict, View, rule
+from kernel.testing import ManualClock, SeededIds, action_of
+from tests.dim.test_amendments import PACK, Desk, Order, trader, verdict
+from tests.support.helpers import ScriptedAgent, configured
+
+V2 = dataclasses.replace(
+    PACK,
+    version="1.1.0",
+    limits={**PACK.limits, "max_qty": LimitSpec(default=3, floor=1, ceiling=10)},
+)
+
+
+class Other(PolicyKind, tag="desk.other"):
+    version: ClassVar[str] = "1.0"
+    adapter: ClassVar[str] = "desk"
+
+    note: str
+
+
+@rule(Order, fields=("ghost",))
+def reads_a_ghost(view: View) -> RuleVerdict:
+    return ALLOW
+
+
+def kernel(path, **kw):
+    return open_kernel(
+        path,
+        packs=[PACK],
+        adapters={"desk": Desk()},
+        allow=["trader"],
+        config=configured(
+            KernelConfig(
+                ports=Ports(clock=ManualClock(), ids=SeededIds(5)),
+                supervision=Supervision(inbox_poll_s=None),
+            ),
+            **kw,
+        ),
+    )
+
+
+async def test_a_new_version_is_recorded_and_judges_what_comes_after(tmp_path):
+    async with kernel(tmp_path / "j.db") as k:
+        await k.register(trader(qty=4))
+        [started] = await k.journal.read(types=["KernelStarted"])
+        assert [p.hash for p in started.payload.packs] == [PACK.hash]
+        assert await verdict(k) == (FlowStatus.CLOSED, None)
+
+        ref = await k.load_pack(V2, operator="ana", reason="tighter")
+        assert (ref.name, ref.version, ref.hash) == ("desk", "1.1.0", V2.hash)
+        [loaded] = await k.journal.read(types=["PackLoaded"])
+        assert loaded.payload.pack == V2.ref and loaded.payload.previous == PACK.hash
+        assert loaded.payload.operator == "ana"
+        assert k.projections.packs["desk"] == V2.ref
+
+        assert await verdict(k) == (FlowStatus.ABORTED, ReasonCode.RISK_LIMIT_EXCEEDED)
+        verdicts = await k.journal.read(types=["ProposalAccepted", "ProposalRejected"])
+        assert [v.payload.pack for v in verdicts] == [PACK.hash, V2.hash]
+        # Loading the version in force changes nothing and records nothing.
+        assert await k.load_pack(V2, operator="ana", reason="again") == V2.ref
+        assert len(await k.journal.read(types=["PackLoaded"])) == 1
+
+        # What a re-judge needs: the projection at each proposal's seq names the pack
+        # hash its verdict recorded.
+        for v in verdicts:
+            [submitted] = await k.journal.read(dfid=v.dfid, types=["ProposalSubmitted"])
+            at = await state_at(k.journal, submitted.seq)
+            assert at.packs["desk"].hash == v.payload.pack
+        assert fold(await k.journal.read()).digest() == k.projections.digest()
+
+    # A restart judges with the packs it is opened with, and says so.
+    async with kernel(tmp_path / "j.db") as k:
+        assert k.projections.packs["desk"] == PACK.ref
+
+
+async def test_an_escalated_flow_keeps_the_verdict_of_the_version_that_judged_it(tmp_path):
+    async with kernel(tmp_path / "j.db") as k:
+        unsure = ScriptedAgent(
+            "trader",
+            [lambda ctx: ctx.propose(Order(qty=4), confidence=0.1)],
+            capabilities=["desk.order"],
+            subscriptions=["desk.tick"],
+        )
+        await k.register(unsure)
+        [dfid] = await k.trigger("desk.tick")
+        assert (await k.wait_flow(dfid)).status is FlowStatus.ESCALATED
+        await k.load_pack(V2, operator="ana", reason="v2")
+        [escalated] = await k.journal.read(dfid=dfid, types=["FlowEscalated"])
+        assert escalated.payload.pack == PACK.hash
+        await k.decide(dfid, "approve", operator="ana", reason="ok", action_hash=action_of(k, dfid))
+        assert (await k.wait_flow(dfid)).status is FlowStatus.CLOSED
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        dataclasses.replace(PACK, version="2.0.0", rules=(reads_a_ghost,)),
+        dataclasses.replace(PACK, version="2.0.0", kinds=(Order, Order)),
+        dataclasses.replace(PACK, version=""),
+        dataclasses.replace(
+            PACK,
+            version="2.0.0",
+            limits={"max_qty": LimitSpec(default=30, floor=1, ceiling=10)},
+        ),
+    ],
+    ids=["missing-field", "duplicate-kind", "no-version", "limit-bounds"],
+)
+async def test_an_invalid_pack_is_refused_as_at_start_and_nothing_changes(tmp_path, bad):
+    with pytest.raises(PackError) as at_start:
+        PolicyCatalog([bad])
+    async with kernel(tmp_path / "j.db") as k:
+        await k.register(trader(qty=4))
+        with pytest.raises(PackError) as at_runtime:
+            await k.load_pack(bad, operator="ana", reason="bad")
+        assert str(at_runtime.value) == str(at_start.value)
+        assert await k.journal.read(types=["PackLoaded"]) == []
+        assert k.catalog.pack_of["desk.order"] is PACK
+        assert await verdict(k) == (FlowStatus.CLOSED, None)
+
+
+async def test_a_version_may_add_kinds_but_not_drop_them_nor_need_a_missing_adapter(tmp_path):
+    class Elsewhere(PolicyKind, tag="desk.elsewhere"):
+        version: ClassVar[str] = "1.0"
+        adapter: ClassVar[str] = "nowhere"
+
+        note: str
+
+    async with kernel(tmp_path / "j.db") as k:
+        dropped = dataclasses.replace(PACK, version="2.0.0", kinds=(Other,), rules=())
+        with pytest.raises(PackError, match="drops policy kind"):
+            await k.load_pack(dropped, operator="ana", reason="drop")
+        with pytest.raises(PackError, match="no adapter registered for nowhere"):
+            await k.load_pack(
+                dataclasses.replace(PACK, version="2.0.0", kinds=(Order, Elsewhere)),
+                operator="ana",
+                reason="swap",
+            )
+        grown = dataclasses.replace(PACK, version="2.0.0", kinds=(Order, Other))
+        await k.load_pack(grown, operator="ana", reason="grow")
+        assert "desk.other" in k.catalog.kinds and "desk.other" in k.catalog.schemas
+        # A new pack altogether is loaded beside the others.
+        extra = PolicyPack(name="extra", version="1.0.0", kinds=())
+        ref = await k.load_pack(extra, operator="ana", reason="extra")
+        [_, added] = await k.journal.read(types=["PackLoaded"])
+        assert added.payload.pack == ref and added.payload.previous == ""
+        assert set(k.projections.packs) == {"desk", "extra"}
+
+
+@pytest.mark.parametrize(("operator", "reason"), [("", "tighter"), ("ana", "  "), (None, "x")])
+async def test_loading_a_pack_is_an_operator_act_that_names_who_and_why(tmp_path, operator, reason):
+    async with kernel(tmp_path / "j.db") as k:
+        with pytest.raises(InputInvalid):
+            await k.load_pack(V2, operator=operator, reason=reason)
+        assert await k.journal.read(types=["PackLoaded"]) == []
+        [refused] = await k.journal.read(types=["InputRefused"])
+        assert refused.payload.entry == "load_pack" and refused.payload.target == "desk"
+        assert k.projections.packs["desk"] == PACK.ref
