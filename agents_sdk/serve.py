@@ -10,7 +10,7 @@ AGENT --issue-credential``), read from ``DIRK_CREDENTIAL_<AGENT_ID>`` (upper
 case, ``-`` as ``_``) or else ``DIRK_AGENT_CREDENTIAL``. Then ``--concurrency``
 workers per agent take contexts from the agent pool's work queue
 (``dirk.work.<agent_id>``), call ``decide``, publish the proposal with
-``Nats-Msg-Id = <dfid>:<attempt>``, wait for the kernel's verdict and only then
+``Nats-Msg-Id = <journal_id>:<dfid>:<attempt>``, wait for the kernel's verdict and only then
 ack the context. Any number of host processes may serve the same agent; a host
 that dies costs a redelivery to another one, and a context whose proposal was
 already recorded is answered from the verdict stream, never decided or judged
@@ -55,6 +55,8 @@ from kernel.mesh import (
     WORK_STREAM,
     auth_tag,
     proposal_body,
+    verdict_subject,
+    work_id,
 )
 
 log = logging.getLogger("agents_sdk.serve")
@@ -104,13 +106,16 @@ class _Hosted:
         except msgspec.DecodeError:
             await msg.term()  # not a context: never deliver it again
             return
-        subject = f"dirk.verdicts.{ctx.dfid}.{ctx.attempt}"
+        # Ids are the kernel's: its journal, the flow, the attempt (the work message's id).
+        msg_id = (msg.headers or {}).get("Nats-Msg-Id", "")
+        journal = msg_id.partition(":")[0]
+        subject = verdict_subject(journal, ctx.dfid, ctx.attempt)
         answers = await self.nc.subscribe(subject, max_msgs=1)
         try:
             verdict = await self._recorded(subject)
             if verdict is None:
                 body = await self._decide(ctx, msg, progress_s)
-                msg_id = f"{ctx.dfid}:{ctx.attempt}"
+                msg_id = work_id(journal, ctx.dfid, ctx.attempt)
                 headers = {"Nats-Msg-Id": msg_id, "Dirk-Auth": auth_tag(self.token, msg_id, body)}
                 await self.js.publish(
                     f"dirk.proposals.{self.agent_id}", body, stream=PROPOSAL_STREAM, headers=headers

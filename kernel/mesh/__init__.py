@@ -14,12 +14,12 @@ is never the record):
   so on ``dirk.mesh.started``, and running hosts handshake again. Several hosts of one agent
   share its session; a handshake that fails never touches it.
 - ``DIRK_WORK`` (work queue) on ``dirk.work.<agent_id>``: each WorkingContext,
-  ``Nats-Msg-Id = <dfid>:<attempt>``; one durable pull consumer ``pool-<agent_id>``
+  ``Nats-Msg-Id = <journal_id>:<dfid>:<attempt>``; one durable pull consumer ``pool-<agent_id>``
   per agent pool, explicit ack (sent by the host only once the kernel has recorded
   its proposal), ``ack_wait`` at least the reasoning timeout with in-progress acks,
   and a ``max_deliver`` bound.
 - ``DIRK_PROPOSALS`` on ``dirk.proposals.<agent_id>``: proposals (or withdrawals)
-  with ``Nats-Msg-Id = <dfid>:<attempt>`` and a ``Dirk-Auth`` header, an HMAC of
+  with ``Nats-Msg-Id = <journal_id>:<dfid>:<attempt>`` and a ``Dirk-Auth`` header, an HMAC of
   the message under the session token (the token itself never travels in a
   stored message). The kernel records each through the same DIM as an
   in-process submission, then publishes the verdict and acks.
@@ -28,7 +28,7 @@ is never the record):
   from its stored position, so other services can react to decisions.
 - ``DIRK_INTENTS`` (work queue) on ``dirk.intents.<adapter>`` and ``DIRK_RESULTS``:
   remote executors (kernel.mesh._executor, :class:`RemoteAdapter`).
-- ``DIRK_VERDICTS`` on ``dirk.verdicts.<dfid>.<attempt>`` (one kept per subject):
+- ``DIRK_VERDICTS`` on ``dirk.verdicts.<journal_id>.<dfid>.<attempt>`` (one kept per subject):
   the verdict with its feedback. A host redelivered a context whose proposal was
   already recorded reads the verdict from here: it is never judged twice.
 
@@ -48,6 +48,8 @@ from kernel.mesh._bridge import (
     open_mesh,
     proposal_body,
     safe_token,
+    verdict_subject,
+    work_id,
 )
 from kernel.mesh._executor import RemoteAdapter, serve_executor
 from kernel.mesh._relay import EVENT_STREAM, Relay, subject_of
@@ -70,4 +72,6 @@ __all__ = [
     "safe_token",
     "serve_executor",
     "subject_of",
+    "verdict_subject",
+    "work_id",
 ]

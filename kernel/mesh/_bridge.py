@@ -76,6 +76,16 @@ def proposal_body(
     return json.dumps({"proposal": msgspec.to_builtins(to_record(proposal))}).encode()
 
 
+def work_id(journal: str, dfid: str, attempt: int) -> str:
+    """The ``Nats-Msg-Id`` of a context and of its proposal: ``<journal_id>:<dfid>:<attempt>``."""
+    return f"{journal}:{dfid}:{attempt}"
+
+
+def verdict_subject(journal: str, dfid: str, attempt: int) -> str:
+    """Where the verdict on a flow's attempt is published (one kept per subject)."""
+    return f"dirk.verdicts.{journal}.{dfid}.{attempt}"
+
+
 def auth_tag(token: str, msg_id: str, body: bytes) -> str:
     """The ``Dirk-Auth`` of a proposal: an HMAC of its id and body under the session token."""
     return hmac.new(token.encode(), msg_id.encode() + b"\n" + body, hashlib.sha256).hexdigest()
@@ -106,6 +116,8 @@ class Mesh:
         self.nc = nc
         self.js: JetStreamContext = nc.jetstream()
         self.config = config
+        self.journal = kernel.journal.journal_id
+        """Ids on the bus start with it: DFIDs are unique within a journal, not across them."""
         self.sessions: dict[str, Session] = {}
         """The session each remote agent's hosts share, by agent id."""
         self._tg: TaskGroup | None = None
@@ -208,7 +220,7 @@ class Mesh:
         while True:
             ctx = await mailbox.receive()
             body = msgspec.json.encode(ctx)
-            headers = {"Nats-Msg-Id": f"{ctx.dfid}:{ctx.attempt}"}
+            headers = {"Nats-Msg-Id": work_id(self.journal, ctx.dfid, ctx.attempt)}
             # Until JetStream has it: the id makes a retry of a publish that did land a no-op.
             await _publish(self.js, f"dirk.work.{agent_id}", body, headers)
 
@@ -216,7 +228,7 @@ class Mesh:
 
     async def _take_proposals(self) -> None:
         sub = await self.js.pull_subscribe(
-            "dirk.proposals.>", durable=KERNEL_CONSUMER, stream=PROPOSAL_STREAM
+            "dirk.proposals.>", durable=f"{KERNEL_CONSUMER}-{self.journal}", stream=PROPOSAL_STREAM
         )
         assert self._tg is not None
         limit = anyio.Semaphore(self.config.batch)
@@ -242,7 +254,11 @@ class Mesh:
     async def _judge(self, msg: Msg) -> None:
         agent_id = msg.subject.removeprefix("dirk.proposals.")
         msg_id = (msg.headers or {}).get("Nats-Msg-Id", "")
-        dfid, _, attempt_text = msg_id.rpartition(":")
+        journal, _, rest = msg_id.partition(":")
+        dfid, _, attempt_text = rest.rpartition(":")
+        if journal != self.journal:
+            await msg.term()  # another kernel's (or a forger's) id: not this journal's flow
+            return
         if not safe_token(dfid) or not attempt_text.isdigit() or len(msg.data) > MAX_MESSAGE:
             log.warning("mesh: dropped a proposal without a usable id on %s", msg.subject)
             await msg.term()
@@ -258,8 +274,8 @@ class Mesh:
         token = held.token if authentic and held is not None else ""
         verdict = await self._record(token, dfid, attempt, msg.data)
         body = msgspec.json.encode(verdict)
-        headers = {"Nats-Msg-Id": f"{dfid}:{attempt}:{msg.metadata.sequence.stream}"}
-        await _publish(self.js, f"dirk.verdicts.{dfid}.{attempt}", body, headers)
+        headers = {"Nats-Msg-Id": f"{msg_id}:{msg.metadata.sequence.stream}"}
+        await _publish(self.js, verdict_subject(self.journal, dfid, attempt), body, headers)
         # Unacked (the bus went away), the proposal comes back and is answered from the record.
         with contextlib.suppress(nats.errors.Error):
             await msg.ack()

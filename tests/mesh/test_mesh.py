@@ -190,9 +190,10 @@ async def test_a_recorded_proposal_is_answered_from_the_record_never_judged_twic
         ctx = msgspec.json.decode(msg.data, type=WorkingContext)
         assert (ctx.dfid, ctx.attempt) == (dfid, 1)
         body = json.dumps({"proposal": msgspec.to_builtins(to_record(transfer()(ctx)))}).encode()
-        msg_id = f"{dfid}:1"
+        journal = kernel.journal.journal_id
+        msg_id = f"{journal}:{dfid}:1"
         headers = {"Nats-Msg-Id": msg_id, "Dirk-Auth": auth_tag(session["token"], msg_id, body)}
-        answers = await nc.subscribe(f"dirk.verdicts.{dfid}.1", max_msgs=1)
+        answers = await nc.subscribe(f"dirk.verdicts.{journal}.{dfid}.1", max_msgs=1)
         first = await js.publish("dirk.proposals.clerk", body, headers=headers)
         again = await js.publish("dirk.proposals.clerk", body, headers=headers)
         assert not first.duplicate and again.duplicate  # the duplicate publish is absorbed
@@ -220,8 +221,10 @@ async def test_a_forged_proposal_is_refused_on_record(tmp_path, nats_server):
             [msg] = await work.fetch(1, timeout=STEP_S)
             ctx = msgspec.json.decode(msg.data, type=WorkingContext)
             body = json.dumps({"proposal": msgspec.to_builtins(to_record(transfer()(ctx)))})
-            headers = {"Nats-Msg-Id": f"{dfid}:1", "Dirk-Auth": "0" * 64}  # not the session's
-            answers = await nc.subscribe(f"dirk.verdicts.{dfid}.1", max_msgs=1)
+            journal = kernel.journal.journal_id
+            msg_id = f"{journal}:{dfid}:1"
+            headers = {"Nats-Msg-Id": msg_id, "Dirk-Auth": "0" * 64}  # not the session's
+            answers = await nc.subscribe(f"dirk.verdicts.{journal}.{dfid}.1", max_msgs=1)
             await js.publish("dirk.proposals.clerk", body.encode(), headers=headers)
             raw = await answers.next_msg(timeout=STEP_S)
             verdict = msgspec.json.decode(raw.data, type=Verdict)
