@@ -51,7 +51,7 @@ FLOWS_GOAL = 5_000.0
 """DecisionFlows per second, durable, telemetry off (P1)."""
 RATIO_GOAL = 0.05
 """P1 as a share of B1: a whole governed decision against one bare queue round trip."""
-FIGURES = ("B1", "B2", "P1", "P2", "P3", "P4", "P5", "P6", "P7", "P8", "P9")
+FIGURES = ("B1", "B2", "P1", "P2", "P3", "P4", "P5", "P6", "P7", "P8", "P9", "P10")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -115,6 +115,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         info = machine(Path(tmp))
         try:
             figures = _measure(plan, only, Path(tmp), args.quick)
+            if "P10" in only:
+                from benchmarks.postgres import figures as postgres_figures  # P10-P12
+
+                figures += postgres_figures(args.quick)
         except (BenchmarkFailed, ReplayMismatch) as exc:
             print(f"error: BENCHMARK_FAILED: {exc}", file=sys.stderr)
             return 1

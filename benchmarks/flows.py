@@ -120,7 +120,7 @@ class FlowRun:
 
 
 async def run_flows(
-    path: Path,
+    path: Path | str,
     flows: int,
     *,
     agents: int = 4,
@@ -223,8 +223,12 @@ def _gc_timer() -> Iterator[list[float]]:
         gc.callbacks.remove(track)
 
 
-def _checkpoint(path: Path) -> tuple[int, int]:
+def _checkpoint(path: Path | str) -> tuple[int, int]:
     """Checkpoint the closed journal's WAL; return its event count and summed body bytes."""
+    if str(path).startswith("postgresql://"):
+        from benchmarks.postgres import event_counts  # P10: the journal on PostgreSQL
+
+        return event_counts(str(path))
     conn = sqlite3.connect(path)
     try:
         conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
@@ -234,7 +238,9 @@ def _checkpoint(path: Path) -> tuple[int, int]:
     return int(count), int(body)
 
 
-def _file_bytes(path: Path) -> int:
+def _file_bytes(path: Path | str) -> int:
+    if isinstance(path, str):
+        return 0  # a database on a server: no file of its own
     return sum(p.stat().st_size for p in (path, path.with_name(path.name + "-wal")) if p.exists())
 
 

@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +29,7 @@ import anyio
 from agents_sdk import Agent, Manifest, Proposal, WorkingContext
 from examples.clock import SimClock
 from examples.llm import LanguageModel, ModelError, answer_of, conversation, open_model
-from examples.summary import read_events, show, summarize
+from examples.summary import journal_and_files, read_events, show, summarize
 from kernel import MEMORY_PACK, FlowStatus, Kernel, KernelConfig, Ports, Supervision, open_kernel
 from kernel.audit import Event, open_journal, whatif
 from kernel.audit import events as ev
@@ -166,12 +165,17 @@ async def first_event(kernel: Kernel, dfid: str, type_: str) -> Event:
     return event
 
 
-async def simulate(seed: int, db: Path, llm: str) -> None:
+def hotel_file(files: Path) -> Path:
+    """The simulated hotel's own file, beside ``files``."""
+    return files.with_name(f"{files.stem}.hotel.db")
+
+
+async def simulate(seed: int, db: Path | str, llm: str, files: Path | None = None) -> None:
     """Run the travel desk's day, journaling into ``db``."""
     model = open_model(llm, seed, {"travel": travel})
     clock = SimClock()
     hotel = SimulatedSystem(
-        db.with_name(f"{db.stem}.hotel.db"),
+        hotel_file(files or Path(db)),
         seed=seed,
         faults=Faults(latency_s=(0.1, 0.5), transient=0.2, duplicate=0.3),
         sleep=clock.sleep,
@@ -247,7 +251,7 @@ def progress(line: str) -> None:
     print(f"  {line}", file=sys.stderr, flush=True)
 
 
-async def story(db: Path) -> dict[str, Any]:
+async def story(db: Path | str) -> dict[str, Any]:
     """The summary, the learned-constraint story and the counterfactual, from the journal."""
     summary = await summarize(db, ("booking.reserve_room",))
     events = await read_events(db)
@@ -267,18 +271,20 @@ def main(argv: list[str] | None = None) -> int:
         prog="python -m examples.booking", description=__doc__.split("\n")[0]
     )
     p.add_argument("--seed", type=int, default=1, help="the seed of the whole run (default 1)")
-    p.add_argument("--db", type=Path, help="journal file (default: a fresh temporary file)")
+    p.add_argument(
+        "--db", help="journal file or postgresql:// URL (default: a fresh temporary file)"
+    )
     p.add_argument("--llm", choices=("scripted", "openai"), default="scripted")
     p.add_argument("--json", action="store_true", help="print the summary as JSON on the last line")
     args = p.parse_args(argv)
-    db: Path = args.db or Path(tempfile.mkdtemp(prefix="dirk-")) / "booking.db"
-    for taken in (db, db.with_name(f"{db.stem}.hotel.db")):
+    db, files = journal_and_files(args.db, "booking.db")
+    for taken in (files, hotel_file(files)):
         if taken.exists():
             print(f"error: {taken} exists; pick a new --db path", file=sys.stderr)
             return 2
     print(f"travel desk, seed {args.seed} -> {db}", file=sys.stderr)
     try:
-        anyio.run(simulate, args.seed, db, args.llm)
+        anyio.run(simulate, args.seed, db, args.llm, files)
     except ModelError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

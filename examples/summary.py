@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import sys
+import tempfile
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
@@ -20,7 +21,7 @@ from kernel.audit import events as ev
 ENDINGS = {"approve": "approved", "override": "approved", "modify": "modified"}
 
 
-async def read_events(db: Path) -> list[Event]:
+async def read_events(db: Path | str) -> list[Event]:
     """Every event of the journal at ``db``, read-only."""
     async with open_journal(db, readonly=True) as journal:
         return [event async for batch in journal.scan() for event in batch]
@@ -66,7 +67,7 @@ def projection_hash(projections: Projections) -> str:
     return projections.digest()
 
 
-async def summarize(db: Path, example_kinds: Sequence[str] = ()) -> dict[str, Any]:
+async def summarize(db: Path | str, example_kinds: Sequence[str] = ()) -> dict[str, Any]:
     """Return the run's summary, read from the journal at ``db``."""
     events = await read_events(db)
     projections = fold(events)
@@ -131,3 +132,12 @@ def show(title: str, summary: dict[str, Any], as_json: bool) -> None:
         print(f"inspect a flow:  {summary['inspect']}")
     print(f"verify the log:  {summary['verify']}")
     sys.stdout.flush()
+
+
+def journal_and_files(db: str | None, name: str) -> tuple[Path | str, Path]:
+    """Return where ``--db`` puts the journal (a file, or a ``postgresql://`` URL as given),
+    and the file beside which the run's simulated systems keep their own state."""
+    if db and db.startswith(("postgresql://", "postgres://")):
+        return db, Path(tempfile.mkdtemp(prefix="dirk-")) / name
+    path = Path(db) if db else Path(tempfile.mkdtemp(prefix="dirk-")) / name
+    return path, path

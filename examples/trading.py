@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import tempfile
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -37,7 +36,7 @@ from examples.desk import (
 from examples.desk_model import playbooks
 from examples.llm import ModelError, open_model
 from examples.market import MIN_MINUTES, OPERATOR_EVERY, Market, Plan, headline, plan_day
-from examples.summary import show, summarize
+from examples.summary import journal_and_files, show, summarize
 from kernel import (
     EscalationBudget,
     EscalationPolicy,
@@ -217,21 +216,28 @@ class Desk:
 
 
 async def simulate(
-    seed: int, db: Path, minutes: int, llm: str, operator: str, progress: bool = True
+    seed: int,
+    db: Path | str,
+    minutes: int,
+    llm: str,
+    operator: str,
+    progress: bool = True,
+    files: Path | None = None,
 ) -> None:
     """Run the desk for ``minutes`` simulated minutes, journaling into ``db``."""
+    files = files or Path(db)
     plan = plan_day(seed, minutes)
     model = open_model(llm, seed, playbooks(plan))
     clock = SimClock()
     market = Market(seed)
     broker_system = SimulatedSystem(
-        sidecar(db, "broker"),
+        sidecar(files, "broker"),
         seed=seed,
         faults=BROKER_FAULTS,
         sleep=clock.sleep,
         retry=BROKER_RETRY,
     )
-    ledger = SimulatedSystem(sidecar(db, "ledger"), seed=seed, sleep=clock.sleep)
+    ledger = SimulatedSystem(sidecar(files, "ledger"), seed=seed, sleep=clock.sleep)
     broker = Broker(broker_system, market)
     agents: dict[str, DeskAgent] = {
         "strategist": Strategist(model),
@@ -274,7 +280,9 @@ def parser() -> argparse.ArgumentParser:
         prog="python -m examples.trading", description=__doc__.split("\n")[0]
     )
     p.add_argument("--seed", type=int, default=7, help="the seed of the whole run (default 7)")
-    p.add_argument("--db", type=Path, help="journal file (default: a fresh temporary file)")
+    p.add_argument(
+        "--db", help="journal file or postgresql:// URL (default: a fresh temporary file)"
+    )
     p.add_argument(
         "--minutes",
         "--flows",
@@ -291,8 +299,8 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    db: Path = args.db or Path(tempfile.mkdtemp(prefix="dirk-")) / "trading.db"
-    taken = [p for p in (db, sidecar(db, "broker"), sidecar(db, "ledger")) if p.exists()]
+    db, files = journal_and_files(args.db, "trading.db")
+    taken = [p for p in (files, sidecar(files, "broker"), sidecar(files, "ledger")) if p.exists()]
     if taken:
         print(f"error: {taken[0]} exists; pick a new --db path", file=sys.stderr)
         return 2
@@ -301,7 +309,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     print(f"trading desk, seed {args.seed}, {args.minutes} minutes -> {db}", file=sys.stderr)
     try:
-        anyio.run(simulate, args.seed, db, args.minutes, args.llm, args.operator)
+        anyio.run(simulate, args.seed, db, args.minutes, args.llm, args.operator, True, files)
     except ModelError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

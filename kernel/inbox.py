@@ -14,6 +14,10 @@ is checked at the wall (kernel.core.wall) by its type's fields, and a malformed
 row, a row of an unknown type or one its handler cannot apply is refused with
 a recorded reason (InputRefused) and never read again. Nothing in a row can
 stop the poller or an actor.
+
+A journal on PostgreSQL keeps its inbox in a table beside its events
+(:mod:`kernel.journal.inbox_store`): the same rows, and an insert wakes the
+poller by NOTIFY instead of waiting for its next round.
 """
 
 from __future__ import annotations
@@ -33,6 +37,8 @@ from kernel.core.errors import KernelShutdown
 from kernel.core.events import Manifest
 from kernel.core.ports import Clock
 from kernel.core.wall import AgentSpec, DecisionSpec, InputInvalid, Name, Reason, admit
+from kernel.journal.errors import JournalError, redact
+from kernel.journal.inbox_store import InboxStore, on_server, open_inbox
 from kernel.journal.store import INBOX_SCHEMA
 from kernel.policy.contracts import Proposal, WorkingContext
 from kernel.registry import CONTRACT_VERSION
@@ -56,8 +62,14 @@ class InboxRow(msgspec.Struct, frozen=True, kw_only=True):
     taken_seq: int | None = None
 
 
-def connect(path: str) -> sqlite3.Connection:
+Connection = sqlite3.Connection | InboxStore
+"""An open inbox: the journal file's sqlite3 connection, or a server's :class:`InboxStore`."""
+
+
+def connect(path: str) -> Connection:
     """Open the journal file for inbox use, creating the inbox table if an old journal lacks it."""
+    if on_server(path):
+        return open_inbox(path)
     # Used from anyio worker threads, one call at a time (the poller holds a limiter of 1).
     conn = sqlite3.connect(
         path, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False
@@ -68,6 +80,9 @@ def connect(path: str) -> sqlite3.Connection:
 
 def queued_dfids(path: str) -> set[str]:
     """Return the DFIDs with a decision the kernel has not taken yet (reads only)."""
+    if on_server(path):
+        with open_inbox(path) as store:
+            return {dfid for (_, dfid, *_) in store.rows(pending=True)}
     uri = Path(path).absolute().as_uri() + "?mode=ro"
     with closing(sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT_S)) as conn:
         try:
@@ -79,21 +94,42 @@ def queued_dfids(path: str) -> set[str]:
 
 def post(path: str, dfid: str, decision: Mapping[str, Any], now_ns: int) -> int:
     """Write one decision into the inbox of the journal at ``path``; return its row id."""
-    with closing(connect(path)) as conn:
+    text = json.dumps(dict(decision), sort_keys=True)
+    if on_server(path):
+        with open_inbox(path) as store:
+            return store.insert(dfid, text, now_ns)
+    with closing(sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, isolation_level=None)) as conn:
+        conn.executescript(INBOX_SCHEMA)
         cursor = conn.execute(
             "INSERT INTO operator_inbox (dfid, decision, created_ts) VALUES (?, ?, ?)",
-            (dfid, json.dumps(dict(decision), sort_keys=True), now_ns),
+            (dfid, text, now_ns),
         )
         return int(cursor.lastrowid or 0)
 
 
-def read_rows(conn: sqlite3.Connection, *, pending: bool = True) -> list[InboxRow]:
+def taken_seq(path: str, row_id: int) -> int | None:
+    """Return the seq of the event that took inbox row ``row_id`` (None: not taken yet)."""
+    if on_server(path):
+        with open_inbox(path) as store:
+            return store.taken_seq(row_id)
+    with closing(sqlite3.connect(path, timeout=BUSY_TIMEOUT_S)) as conn:
+        ((seq,),) = conn.execute(
+            "SELECT taken_seq FROM operator_inbox WHERE id = ?", (row_id,)
+        ).fetchall()
+        return None if seq is None else int(seq)
+
+
+def read_rows(conn: Connection, *, pending: bool = True) -> list[InboxRow]:
     """Return the inbox rows (only those not yet taken, when ``pending``), oldest first."""
-    sql = "SELECT id, dfid, decision, created_ts, taken_seq FROM operator_inbox"
-    if pending:
-        sql += " WHERE taken_seq IS NULL"
+    if isinstance(conn, sqlite3.Connection):
+        sql = "SELECT id, dfid, decision, created_ts, taken_seq FROM operator_inbox"
+        if pending:
+            sql += " WHERE taken_seq IS NULL"
+        found: Any = conn.execute(sql + " ORDER BY id")
+    else:
+        found = conn.rows(pending)
     rows = []
-    for id_, dfid, decision, created_ts, taken_seq in conn.execute(sql + " ORDER BY id"):
+    for id_, dfid, decision, created_ts, taken in found:
         try:
             body = json.loads(decision)
         except (TypeError, ValueError, RecursionError):
@@ -104,15 +140,18 @@ def read_rows(conn: sqlite3.Connection, *, pending: bool = True) -> list[InboxRo
                 dfid=dfid if isinstance(dfid, str) else "",
                 decision=body if isinstance(body, dict) else {UNREADABLE: True},
                 created_ts=created_ts if isinstance(created_ts, int) else 0,
-                taken_seq=taken_seq,
+                taken_seq=taken,
             )
         )
     return rows
 
 
-def mark_taken(conn: sqlite3.Connection, row_id: int, seq: int) -> None:
+def mark_taken(conn: Connection, row_id: int, seq: int) -> None:
     """Record on the row that the event at ``seq`` took it (-1: unreadable, never applied)."""
-    conn.execute("UPDATE operator_inbox SET taken_seq = ? WHERE id = ?", (seq, row_id))
+    if isinstance(conn, sqlite3.Connection):
+        conn.execute("UPDATE operator_inbox SET taken_seq = ? WHERE id = ?", (seq, row_id))
+    else:
+        conn.mark_taken(row_id, seq)
 
 
 AMEND = "amend"
@@ -352,8 +391,12 @@ async def poll(
     again on the next one: the rows wait in the table meanwhile.
     """
     limiter = anyio.CapacityLimiter(1)
+    waits = anyio.CapacityLimiter(1)  # the waits for a NOTIFY, on a connection of their own
     conn = await anyio.to_thread.run_sync(connect, path, limiter=limiter)
     try:
+        if not isinstance(conn, sqlite3.Connection):
+            # Listening before the first read: a row inserted after it is read or announced.
+            await anyio.to_thread.run_sync(conn.wait, 0.0, limiter=waits)
         while True:
             await escalation.send(Tick())
             try:
@@ -361,12 +404,42 @@ async def poll(
                 for row in rows:
                     seq = await _apply(row, projections, handlers, refuse)
                     await anyio.to_thread.run_sync(mark_taken, conn, row.id, seq, limiter=limiter)
-            except sqlite3.Error as exc:
-                log.warning("operator inbox of %s: %r; trying again", path, exc)
-            await clock.sleep(interval_s)
+            except (sqlite3.Error, JournalError) as exc:
+                log.warning("operator inbox of %s: %r; trying again", redact(path), exc)
+            await _pause(conn, clock, interval_s, waits)
     finally:
         with anyio.CancelScope(shield=True):
             await anyio.to_thread.run_sync(conn.close, limiter=limiter)
+
+
+async def _pause(
+    conn: Connection, clock: Clock, interval_s: float, limiter: anyio.CapacityLimiter
+) -> None:
+    """Wait ``interval_s`` on the clock; on a server, also stop early when a row is announced."""
+    if isinstance(conn, sqlite3.Connection):
+        await clock.sleep(interval_s)
+        return
+    store, store_path = conn, getattr(conn, "location", "-")
+    async with anyio.create_task_group() as tg:
+
+        async def tick() -> None:
+            await clock.sleep(interval_s)
+            tg.cancel_scope.cancel()
+
+        async def announced() -> None:
+            # Short waits, so a wait abandoned when the clock wins ends soon after.
+            try:
+                while not await anyio.to_thread.run_sync(
+                    store.wait, 0.5, abandon_on_cancel=True, limiter=limiter
+                ):
+                    pass
+            except JournalError as exc:
+                log.warning("operator inbox of %s: %r; polling only", redact(store_path), exc)
+                return  # the clock's round still comes
+            tg.cancel_scope.cancel()
+
+        tg.start_soon(tick)
+        tg.start_soon(announced)
 
 
 async def _apply(

@@ -109,6 +109,8 @@ PINNED = {
         "verify_journal",
         "verify_projections",
         "whatif",
+        "copy_journal",
+        "follow_journal",
     ],
 }
 PUBLIC = {

@@ -9,6 +9,8 @@ from kernel.audit.reverify import rejudge
 from kernel.core import events
 from kernel.core.events import Event, RuleSource
 from kernel.core.flow import IllegalTransition
+from kernel.journal.copy import copy_journal
+from kernel.journal.follow import follow_journal
 from kernel.journal.store import JournalError, open_journal
 from kernel.journal.verify import verify_journal
 from kernel.state.memory import MemoryState
@@ -22,8 +24,10 @@ __all__ = [
     "MemoryState",
     "Projections",
     "RuleSource",
+    "copy_journal",
     "events",
     "fold",
+    "follow_journal",
     "open_journal",
     "rejudge",
     "state_at",

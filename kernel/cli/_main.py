@@ -31,6 +31,7 @@ from kernel.audit.narrative import narrate as _narrate
 from kernel.audit.narrative import outcome as _outcome
 from kernel.audit.reverify import PackPathError
 from kernel.cli._admin import add_commands as add_admin_commands
+from kernel.cli._journal import add_commands as add_journal_commands
 from kernel.cli._mcp import add_commands as add_mcp_commands
 from kernel.cli._operator import add_commands, error, error_of, fold_journal, one_line
 from kernel.cli._read import flows_matching, positive, print_table, select_flows, when
@@ -41,6 +42,7 @@ from kernel.core import events as ev
 from kernel.core.events import Event
 from kernel.core.flow import FlowState, FlowStatus, IllegalTransition
 from kernel.core.reasons import CliError, ExitCode
+from kernel.journal.errors import is_postgres, redact
 from kernel.journal.head import CHAIN_KEY_ENV
 from kernel.journal.store import (
     Journal,
@@ -57,6 +59,9 @@ from kernel.state.projections import Projections
 from kernel.telemetry import trace_id_for
 
 EPILOG = f"""\
+--db takes a journal file or a postgresql:// URL (dirk[postgres]); keep a
+server's password in PGPASSWORD or ~/.pgpass, not in the URL.
+
 exit status:
   {ExitCode.OK:<3}  the command did its work
   {ExitCode.FAILED:<3}  the answer is no: a check failed, something named is unknown,
@@ -90,10 +95,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(_with_default_db(sys.argv[1:] if argv is None else list(argv)))
     try:
-        if not os.path.isfile(args.db):
+        db = getattr(args, "db", None) or ""
+        if db and not is_postgres(db) and not os.path.isfile(db):
             # SQLite's own words for this are "unable to open database file".
-            what = "no such file" if not os.path.exists(args.db) else "not a file"
-            raise JournalError(args.db, what)
+            what = "no such file" if not os.path.exists(db) else "not a file"
+            raise JournalError(db, what)
         status = int(anyio.run(args.run, args))
         # Flushed here, so a reader that went away is seen here and not at exit.
         sys.stdout.flush()
@@ -108,7 +114,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return error_of(exc, ExitCode.USAGE)
     except IllegalTransition as exc:
         # Events that decode but do not fold: edited behind the kernel's back.
-        return error_of(JournalCorrupt(args.db, f"{exc} (run dirk verify)"), ExitCode.USAGE)
+        return error_of(JournalCorrupt(db, f"{exc} (run dirk verify)"), ExitCode.USAGE)
     except KeyboardInterrupt:
         return ExitCode.INTERRUPTED
 
@@ -116,7 +122,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 DESCRIPTION = f"""\
 dirk: inspect, verify and re-export a kernel's journal, and act as its operator.
 
-Every command names its journal with --db FILE; ${DB_ENV}, when set, is the default.
+Every command names its journal with --db FILE or URL; ${DB_ENV}, when set, is the default.
 Reading commands print text for people, or JSON with --json.
 """
 
@@ -125,7 +131,8 @@ def _with_default_db(argv: list[str]) -> list[str]:
     """Add ``--db $DIRK_DB`` to a command given no ``--db`` (every command takes one)."""
     default = os.environ.get(DB_ENV, "")
     asks_help = {"-h", "--help", "--version"} & set(argv)
-    given = any(arg == "--db" or arg.startswith("--db=") for arg in argv)
+    # ``copy`` takes the journal to copy as --from (or --db).
+    given = any(arg.split("=")[0] in ("--db", "--from") for arg in argv)
     if default and argv and not asks_help and not given:
         return [*argv, "--db", default]
     return argv
@@ -147,7 +154,7 @@ def _parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     verify = commands.add_parser("verify", help="recompute the hash chain and the projections")
-    verify.add_argument("--db", required=True, help="the journal file")
+    verify.add_argument("--db", required=True, help="the journal: a file or a postgresql:// URL")
     verify.add_argument(
         "--json", action="store_true", help="the outcome and what was found as one JSON object"
     )
@@ -174,7 +181,7 @@ def _parser() -> argparse.ArgumentParser:
     anchor = commands.add_parser(
         "anchor", help="verify the chain and print its head as one line to keep elsewhere"
     )
-    anchor.add_argument("--db", required=True, help="the journal file")
+    anchor.add_argument("--db", required=True, help="the journal: a file or a postgresql:// URL")
     anchor.add_argument("--json", action="store_true", help="the anchor as one JSON object")
     _key_file_argument(anchor)
     anchor.set_defaults(run=_anchor)
@@ -183,7 +190,7 @@ def _parser() -> argparse.ArgumentParser:
         "flows",
         help="list DecisionFlows (filters combine; times are the journal's clock, UTC)",
     )
-    flows.add_argument("--db", required=True, help="the journal file")
+    flows.add_argument("--db", required=True, help="the journal: a file or a postgresql:// URL")
     flows.add_argument("--agent", metavar="AGENT_ID", help="only flows of this agent")
     flows.add_argument("--kind", metavar="KIND", help="only flows proposing this policy kind")
     flows.add_argument(
@@ -225,7 +232,7 @@ def _parser() -> argparse.ArgumentParser:
         metavar="FLOW",
         help="the flow: its DFID, a unique prefix of it, or its trace id as a trace viewer shows",
     )
-    show.add_argument("--db", required=True, help="the journal file")
+    show.add_argument("--db", required=True, help="the journal: a file or a postgresql:// URL")
     show.add_argument(
         "--json", action="store_true", help="the flow and its events as one JSON object"
     )
@@ -234,7 +241,7 @@ def _parser() -> argparse.ArgumentParser:
     traces = commands.add_parser("traces", help="OpenTelemetry spans from the journal")
     traces_commands = traces.add_subparsers(dest="traces_command", required=True, metavar="COMMAND")
     export = traces_commands.add_parser("export", help="re-emit past flows as spans (OTEL_* env)")
-    export.add_argument("--db", required=True, help="the journal file")
+    export.add_argument("--db", required=True, help="the journal: a file or a postgresql:// URL")
     export.add_argument(
         "--dfid",
         metavar="FLOW",
@@ -252,6 +259,7 @@ def _parser() -> argparse.ArgumentParser:
     add_commands(commands)
     add_admin_commands(commands)
     add_replay_commands(commands)
+    add_journal_commands(commands)
     add_mcp_commands(commands)
     add_console_commands(commands)
     return parser
@@ -298,7 +306,7 @@ async def _failed_file(command: str, db: str, problem: str) -> None:
     except Exception as exc:
         code, problem = f"{JournalCorrupt.code}: ", f"{problem} ({exc!r})"
     # A journal that opens fails for what verify found (a key, an anchor), said as it is.
-    print(one_line(f"{command}: FAILED: {code}journal {db}: {problem}"))
+    print(one_line(f"{command}: FAILED: {code}journal {redact(db)}: {problem}"))
 
 
 async def _anchor(args: argparse.Namespace) -> int:

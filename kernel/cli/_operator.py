@@ -12,10 +12,8 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import sqlite3
 import sys
 import time
-from contextlib import closing
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -25,7 +23,7 @@ from kernel.core.events import Event
 from kernel.core.flow import FlowState, FlowStatus
 from kernel.core.reasons import CliError, ExitCode, ReasonCode
 from kernel.core.wall import MAX_TTL_S, who_and_why
-from kernel.inbox import AMEND, post, queued_dfids
+from kernel.inbox import AMEND, post, queued_dfids, taken_seq
 from kernel.journal.store import JournalError, open_journal
 from kernel.policy.kinds import Impact
 from kernel.policy.rules import decimal_of
@@ -403,10 +401,7 @@ async def wait_taken(db: str, row_id: int, timeout_s: float) -> int:
     seq = None
     with anyio.move_on_after(timeout_s):
         while seq is None:
-            with closing(sqlite3.connect(db, timeout=10)) as conn:
-                ((seq,),) = conn.execute(
-                    "SELECT taken_seq FROM operator_inbox WHERE id = ?", (row_id,)
-                ).fetchall()
+            seq = taken_seq(db, row_id)
             if seq is None:
                 await anyio.sleep(_WAIT_POLL_S)
     if seq is None:

@@ -130,6 +130,8 @@ class CliError(StrEnum):
     JOURNAL_VERSION = "JOURNAL_VERSION"
     JOURNAL_CLOSED = "JOURNAL_CLOSED"
     JOURNAL_WRITE_FAILED = "JOURNAL_WRITE_FAILED"
+    JOURNAL_FENCED = "JOURNAL_FENCED"
+    """Another kernel moved the journal's head: this writer lost its lease and stopped writing."""
     AMBIGUOUS_FLOW = "AMBIGUOUS_FLOW"
     """A DFID prefix (or trace id prefix) given to ``dirk show`` fits more than one flow."""
     EXTRA_MISSING = "EXTRA_MISSING"

@@ -13,7 +13,7 @@ names and reasons required and non-blank. Whatever sits in a free-form value
 
 A refusal is :class:`InputInvalid` with SCHEMA_INVALID and the field it found;
 the entry point records it where there is a flow or a principal to name. The
-journal keeps its own last line of defence (``_seal`` in kernel.journal.store): an
+journal keeps its own last line of defence (``seal`` in kernel.journal.sealing): an
 event whose canonical bytes do not decode back to an equal event is never
 written.
 """

@@ -1,3 +1,9 @@
 """The source of truth: the append-only, hash-chained event log, its reads,
 subscriptions, head record and chain verification.
+
+``store`` is the journal every store shares (sealing, the chain, the head record,
+group commit, listeners, subscriptions); ``port`` is what a store must do; the
+stores are ``_sqlite`` (a file, the default) and ``_postgres`` (a server, with a
+writer lease, behind the ``dirk[postgres]`` extra). ``copy`` moves a journal
+between them, ``follow`` follows one from another process, ``verify`` proves it.
 """

@@ -2,7 +2,8 @@
 
 ``dirk verify`` runs this first, then replays the projections
 (:func:`kernel.state.snapshots.verify_projections`). It opens its own read-only
-connection and never raises for a bad file: whatever is wrong is reported
+connection (to a SQLite file or a ``postgresql://`` URL: the same chain gives the
+same head hash in either) and never raises for a bad file: whatever is wrong is reported
 with the seq of the first bad event. Beyond the chain it checks the head
 record (a removed tail) and, when given one, an anchor: a line naming an
 event the journal must still hold, kept somewhere the journal's writer
@@ -15,21 +16,14 @@ import datetime as dt
 import os
 import re
 
-import anyio
 import msgspec
 
 from kernel.core.events import GENESIS_HASH, KernelStarted, KernelStopped, decode_body
 from kernel.journal._subscription import READ_BATCH
+from kernel.journal.errors import JournalError
 from kernel.journal.head import head_problem, key_problem
-from kernel.journal.store import (
-    _ROWS,
-    _SQLITE_ERRORS,
-    JournalError,
-    _connect,
-    _inspect,
-    _row_problem,
-    _sqlite_error,
-)
+from kernel.journal.port import backend_for
+from kernel.journal.sealing import row_problem as _row_problem
 
 _ANCHOR = re.compile(
     r"dirk-anchor v1 journal=(?P<journal>\S+) seq=(?P<seq>[0-9]{1,19})"
@@ -157,12 +151,10 @@ async def verify_journal(
         )
 
     try:
-        db = await _connect(path, readonly=True)
-        try:
-            # One read transaction: rows and head record as of one moment, even while a
-            # kernel appends.
-            await db.execute("BEGIN")
-            meta = await _inspect(db, path)
+        # One read transaction: rows and head record as of one moment, even while a
+        # kernel appends.
+        async with backend_for(path).open_snapshot(path) as db:
+            meta = await db.meta()
             if meta is None:
                 return report("an empty database, not a journal")
             journal_id = meta["journal_id"]
@@ -171,14 +163,14 @@ async def verify_journal(
                 return report(problem)
             key = chain_key
             start = -(2**63)  # rows below seq 1 would be forgeries: look at them too
+            last_body = b""
             while True:
-                query = f"{_ROWS} WHERE seq >= ? ORDER BY seq LIMIT ?"
-                rows = list(await db.execute_fetchall(query, (start, READ_BATCH)))
+                rows = await db.rows_from(start, READ_BATCH)
                 for row in rows:
                     problem = _row_problem(row, events + 1, prev, key)
                     if problem:
                         return report(problem, min(row[0], events + 1))
-                    events, prev = events + 1, row[4]
+                    events, prev, last_body = events + 1, row[4], row[3]
                     if row[1] in ("KernelStarted", "KernelStopped"):
                         head_events = head_events or _records_head(row[3])
                     if anchor is not None and events == anchor.seq:
@@ -187,15 +179,7 @@ async def verify_journal(
                     break
                 start = events + 1
             if events:
-                ((last_body,),) = await db.execute_fetchall(
-                    "SELECT body FROM events WHERE seq = ?", (events,)
-                )
                 ts = decode_body(last_body, b"", b"").ts
-        finally:
-            with anyio.CancelScope(shield=True):
-                await db.close()
-    except _SQLITE_ERRORS as exc:
-        return report(_sqlite_error(path, exc).detail)
     except JournalError as exc:
         return report(exc.detail, exc.seq)
     except (ValueError, TypeError) as exc:

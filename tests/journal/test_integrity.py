@@ -298,16 +298,16 @@ async def test_verify_sees_rows_and_head_record_of_one_moment(
 async def test_a_read_only_open_sees_rows_and_head_record_of_one_moment(
     recorded: tuple[Path, str], plain: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import kernel.journal.store
+    import kernel.journal._sqlite
 
-    inspect = kernel.journal.store._inspect
+    inspect = kernel.journal._sqlite._inspect
 
     async def commit_after_meta(*args: Any) -> Any:
         meta = await inspect(*args)
         forge_approval(plain, recorded[1], update_head=True)
         return meta
 
-    monkeypatch.setattr(kernel.journal.store, "_inspect", commit_after_meta)
+    monkeypatch.setattr(kernel.journal._sqlite, "_inspect", commit_after_meta)
     before = last_seq(plain)
 
     async with open_journal(plain, readonly=True) as journal:

@@ -1,0 +1,508 @@
+"""The PostgreSQL store: a journal other machines reach, one writer holding its lease.
+
+The same rows, canonical bytes and chain as the SQLite store, in tables of the
+connection's current schema (``events``, ``meta``, ``journal_head``,
+``snapshots``, ``operator_inbox``). Needs the ``dirk[postgres]`` extra
+(psycopg 3); nothing imports this module until a ``postgresql://`` URL is opened.
+
+- **The lease.** A writer first takes ``pg_advisory_lock`` on a connection of its
+  own and holds it while it lives; a second kernel on the same journal waits
+  there, as a standby, and takes over when the first is gone (its session ends:
+  SIGKILL, a lost connection, or TCP keepalives giving up on a dead host).
+- **The fence.** Taking the lease bumps ``journal_head.epoch``; every group
+  commit is one transaction that COPYs the sealed rows and moves the head row by
+  compare-and-set (``WHERE seq = expected AND epoch = mine``), which must report
+  one row. A writer deposed without noticing gets none, rolls back and fails
+  closed (:class:`~kernel.journal.errors.JournalFenced`): it can never fork the
+  chain. ``seq`` is the primary key, a second fence.
+- **Followers.** The appending transaction sends ``NOTIFY dirk_journal`` with
+  the new head seq, so other processes can follow with ``LISTEN``.
+
+The driver is psycopg 3, synchronous, in the writer's worker thread exactly as
+the SQLite writer works, so the kernel stays free of one event loop (asyncpg
+is asyncio-only; its COPY measured 1.1-1.8x faster, which a group commit of
+hundreds of rows does not need). Connections per kernel: the lease, the writer,
+the reader, and the inbox poller's (four); a read-only open uses one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import uuid
+from collections.abc import AsyncIterator, Callable, Sequence
+from typing import Any, TypeVar
+
+import anyio
+import psycopg
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+from kernel.core.events import GENESIS_HASH, chain_key_id
+from kernel.journal._sqlite import SCHEMA_VERSION, check_meta, check_state
+from kernel.journal.errors import (
+    JournalError,
+    JournalFenced,
+    JournalForeign,
+    JournalWriteFailed,
+    redact,
+)
+from kernel.journal.head import KEYED_CHAIN, Row, head_value
+from kernel.journal.port import EventRow, Head, OpenedStore
+
+CHANNEL = "dirk_journal"
+"""The channel each append notifies, with the new head seq as payload."""
+LEASE_CLASS = 0x44495231
+"""The first key of the writer's advisory lock ("DIR1"); the second is the schema's hash."""
+
+SCHEMA = """
+CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE events (
+    seq BIGINT PRIMARY KEY, type TEXT NOT NULL, dfid TEXT, body BYTEA NOT NULL,
+    hash BYTEA NOT NULL
+);
+CREATE INDEX events_dfid ON events (dfid) WHERE dfid IS NOT NULL;
+CREATE INDEX events_type ON events (type);
+CREATE TABLE journal_head (
+    id INT PRIMARY KEY CHECK (id = 1), seq BIGINT NOT NULL, value TEXT NOT NULL,
+    epoch BIGINT NOT NULL
+);
+CREATE TABLE snapshots (seq BIGINT PRIMARY KEY, digest TEXT NOT NULL, body BYTEA NOT NULL);
+CREATE TABLE operator_inbox (
+    id BIGSERIAL PRIMARY KEY, dfid TEXT NOT NULL, decision TEXT NOT NULL,
+    created_ts BIGINT NOT NULL, taken_seq BIGINT
+);
+"""
+OPERATOR_GRANTS = """
+GRANT USAGE ON SCHEMA {schema} TO {role};
+GRANT SELECT ON ALL TABLES IN SCHEMA {schema} TO {role};
+GRANT INSERT ON operator_inbox TO {role};
+GRANT USAGE ON SEQUENCE operator_inbox_id_seq TO {role};
+"""
+"""What an operator role needs (run by the kernel's role, which owns the tables): read
+everything, insert inbox rows, nothing else. Only the kernel's role writes events."""
+_TABLES = frozenset({"meta", "events", "journal_head"})
+_ROWS = "SELECT seq, type, dfid, body, hash FROM events"
+_EVENTS = (
+    "SELECT e.seq, e.body, e.hash, p.hash FROM events AS e"
+    " LEFT JOIN events AS p ON p.seq = e.seq - 1 WHERE e.seq >= %s"
+)
+_COPY = "COPY events (seq, type, dfid, body, hash) FROM STDIN (FORMAT BINARY)"
+_COPY_TYPES = ["int8", "text", "text", "bytea", "bytea"]
+_LEASE = f"SELECT pg_advisory_lock({LEASE_CLASS}, hashtext(current_schema()))"
+# Every connection: bounded waits for a dead server or host, so a lease held by a
+# vanished machine is freed, and a writer cut off learns it.
+_DEFAULTS = {
+    "connect_timeout": "10",
+    "keepalives": "1",
+    "keepalives_idle": "5",
+    "keepalives_interval": "2",
+    "keepalives_count": "3",
+    "tcp_user_timeout": "10000",
+    "application_name": "dirk",
+}
+
+T = TypeVar("T")
+
+
+def conninfo(location: str) -> str:
+    """Return libpq's connection string for ``location``, with dirk's defaults added."""
+    try:
+        params = conninfo_to_dict(location)
+    except psycopg.ProgrammingError as exc:
+        raise JournalError(location, f"not a usable PostgreSQL URL ({exc})") from None
+    for name, value in _DEFAULTS.items():
+        params.setdefault(name, value)
+    return make_conninfo("", **params)
+
+
+def connect(location: str, *, autocommit: bool = True) -> psycopg.Connection[Any]:
+    """Open a connection to the journal's database (run it in a worker thread)."""
+    try:
+        return psycopg.connect(conninfo(location), autocommit=autocommit)
+    except psycopg.Error as exc:
+        raise pg_error(location, exc) from None
+
+
+def pg_error(location: str, exc: BaseException) -> JournalError:
+    """Translate a psycopg error into a JournalError (the message never holds a password)."""
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return JournalError(location, f"cannot be used ({text})")
+
+
+class _Session:
+    """One connection used from worker threads one call at a time, errors translated."""
+
+    def __init__(self, location: str, conn: psycopg.Connection[Any]) -> None:
+        self._location = location
+        self._conn = conn
+        self._limiter = anyio.CapacityLimiter(1)
+
+    async def run(self, fn: Callable[[psycopg.Connection[Any]], T]) -> T:
+        try:
+            return await anyio.to_thread.run_sync(fn, self._conn, limiter=self._limiter)
+        except psycopg.Error as exc:
+            raise pg_error(self._location, exc) from None
+
+    async def aclose(self) -> None:
+        await anyio.to_thread.run_sync(self._conn.close, limiter=self._limiter)
+
+
+class _Reader(_Session):
+    async def events(
+        self,
+        start: int,
+        stop: int | None,
+        dfid: str | None,
+        types: Sequence[str] | None,
+        limit: int | None,
+    ) -> list[EventRow]:
+        sql, params = [_EVENTS], list[object]([start])
+        if stop is not None:
+            sql.append("AND e.seq < %s")
+            params.append(stop)
+        if dfid is not None:
+            sql.append("AND e.dfid = %s")
+            params.append(dfid)
+        if types is not None:
+            sql.append("AND e.type = ANY(%s)")
+            params.append(list(types))
+        sql.append("ORDER BY e.seq")
+        if limit is not None:
+            sql.append("LIMIT %s")
+            params.append(limit)
+        query = " ".join(sql)
+        return await self.run(lambda conn: conn.execute(query, params).fetchall())
+
+    async def rows(self, start: int, last: int, limit: int) -> list[Row]:
+        sql = f"{_ROWS} WHERE seq >= %s AND seq <= %s ORDER BY seq LIMIT %s"
+        return await self.run(lambda conn: conn.execute(sql, (start, last, limit)).fetchall())
+
+    async def hash_at(self, seq: int) -> bytes | None:
+        sql = "SELECT hash FROM events WHERE seq = %s"
+        row = await self.run(lambda conn: conn.execute(sql, (seq,)).fetchone())
+        return row[0] if row else None
+
+    async def snapshot_seqs(self) -> list[int]:
+        sql = "SELECT seq FROM snapshots ORDER BY seq"
+        return [int(seq) for (seq,) in await self.run(lambda conn: conn.execute(sql).fetchall())]
+
+    async def read_snapshot(self, seq: int) -> tuple[str, bytes] | None:
+        sql = "SELECT digest, body FROM snapshots WHERE seq = %s"
+        row = await self.run(lambda conn: conn.execute(sql, (seq,)).fetchone())
+        return (str(row[0]), bytes(row[1])) if row else None
+
+
+class _Writer:
+    """The one writer: its lease's connection and its own (methods run in a worker thread)."""
+
+    def __init__(
+        self, location: str, lease: psycopg.Connection[Any], conn: psycopg.Connection[Any]
+    ) -> None:
+        self._location = location
+        self._lease = lease
+        self._conn = conn
+        self.epoch = 0
+
+    def append(self, rows: Sequence[Row], expected_seq: int, head: str, injected: bool) -> None:
+        new_seq = rows[-1][0]
+        with self._conn.transaction(), self._conn.cursor() as cur:
+            # The compare-and-set first: it also locks the head row for the transaction.
+            cur.execute(
+                "UPDATE journal_head SET seq = %s, value = %s"
+                " WHERE id = 1 AND seq = %s AND epoch = %s",
+                (new_seq, head, expected_seq, self.epoch),
+            )
+            if cur.rowcount != 1:
+                raise JournalFenced(
+                    self._location,
+                    f"the head is no longer event {expected_seq} of epoch {self.epoch}:"
+                    " another kernel took the journal's lease and wrote to it",
+                )
+            # Binary COPY: measured 1.4x text COPY and 2.1x executemany at 200 rows a batch.
+            with cur.copy(_COPY) as copy:
+                copy.set_types(_COPY_TYPES)
+                for row in rows:
+                    copy.write_row(row)
+            cur.execute("SELECT pg_notify(%s, %s)", (CHANNEL, str(new_seq)))
+            if injected:
+                raise JournalWriteFailed(
+                    self._location, "a write failed (injected by JournalFaults)"
+                )
+
+    def write_snapshot(self, seq: int, digest: str, body: bytes) -> None:
+        try:
+            self._conn.execute(
+                "INSERT INTO snapshots (seq, digest, body) VALUES (%s, %s, %s)"
+                " ON CONFLICT (seq) DO UPDATE SET digest = excluded.digest, body = excluded.body",
+                (seq, digest, body),
+            )
+        except psycopg.Error as exc:
+            raise pg_error(self._location, exc) from None
+
+    def drop_snapshots(self, seqs: list[int]) -> None:
+        try:
+            self._conn.execute("DELETE FROM snapshots WHERE seq = ANY(%s)", (seqs,))
+        except psycopg.Error as exc:
+            raise pg_error(self._location, exc) from None
+
+    def adopt(self, journal_id: str) -> None:
+        with self._conn.transaction():
+            if self._conn.execute("SELECT 1 FROM events LIMIT 1").fetchone() is not None:
+                raise JournalError(self._location, "holds events: its id is not changed")
+            self._conn.execute("UPDATE meta SET value = %s WHERE key = 'journal_id'", (journal_id,))
+
+    def close(self) -> None:
+        self._conn.close()
+        self._lease.close()  # the session ends: the lease is free for a standby
+
+
+def _tables(conn: psycopg.Connection[Any]) -> set[str]:
+    rows = conn.execute(
+        "SELECT table_name FROM information_schema.tables WHERE table_schema = current_schema()"
+    ).fetchall()
+    return {str(name) for (name,) in rows}
+
+
+def _read_meta(conn: psycopg.Connection[Any], location: str) -> dict[str, str] | None:
+    """Return the journal's meta with its head record as ``head``; None for a blank schema."""
+    tables = _tables(conn)
+    if not tables:
+        return None
+    if not _TABLES <= tables:
+        raise JournalForeign(
+            location,
+            f"a database schema of something else (tables {', '.join(sorted(tables)[:8])};"
+            " a journal has meta, events and journal_head)",
+        )
+    meta: dict[str, Any] = {str(k): v for k, v in conn.execute("SELECT key, value FROM meta")}
+    row = conn.execute("SELECT value FROM journal_head WHERE id = 1").fetchone()
+    if row is not None:
+        meta["head"] = row[0]
+    return check_meta(meta, location)
+
+
+def _last_rows(conn: psycopg.Connection[Any]) -> list[Any]:
+    return conn.execute(f"{_ROWS} ORDER BY seq DESC LIMIT 2").fetchall()
+
+
+def _open_writer(
+    conn: psycopg.Connection[Any], location: str, chain_key: bytes | None, synchronous: str
+) -> tuple[Head, bool, int]:
+    """Under the lease: create or check the journal, bump the epoch; return head, keyed, epoch."""
+    if synchronous in ("OFF", "NORMAL"):
+        conn.execute("SET synchronous_commit = off")
+    with conn.transaction():
+        meta = _read_meta(conn, location)
+        if meta is None:
+            journal_id = str(uuid.uuid4())
+            conn.execute(SCHEMA)
+            meta = {"schema_version": SCHEMA_VERSION, "journal_id": journal_id}
+            for key, value in meta.items():
+                conn.execute("INSERT INTO meta (key, value) VALUES (%s, %s)", (key, value))
+            meta["head"] = head_value(0, GENESIS_HASH)
+            conn.execute(
+                "INSERT INTO journal_head (id, seq, value, epoch) VALUES (1, 0, %s, 0)",
+                (meta["head"],),
+            )
+        last = _last_rows(conn)
+        journal_id, head, keyed = check_state(meta, last, location, chain_key, readonly=False)
+        if chain_key is not None and not last:
+            # A journal without events: from its first event on, hashes are HMACs.
+            for key, value in (("chain", KEYED_CHAIN), ("chain_key_id", chain_key_id(chain_key))):
+                conn.execute(
+                    "INSERT INTO meta (key, value) VALUES (%s, %s)"
+                    " ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                    (key, value),
+                )
+            conn.execute(
+                "UPDATE journal_head SET value = %s WHERE id = 1",
+                (head_value(0, GENESIS_HASH, chain_key),),
+            )
+        # The fence: a writer of an earlier epoch can no longer move the head.
+        row = conn.execute(
+            "UPDATE journal_head SET epoch = epoch + 1 WHERE id = 1 RETURNING epoch, seq"
+        ).fetchone()
+        assert row is not None
+        if int(row[1]) != head.seq:
+            raise JournalFenced(location, "the head moved while the journal was opened")
+    return head, keyed, int(row[0])
+
+
+def _read_state(
+    conn: psycopg.Connection[Any], location: str, chain_key: bytes | None
+) -> tuple[Head, bool]:
+    with conn.transaction():
+        conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+        meta = _read_meta(conn, location)
+        if meta is None:
+            raise JournalForeign(location, "an empty database, not a journal")
+        _, head, keyed = check_state(meta, _last_rows(conn), location, chain_key, readonly=True)
+    return head, keyed
+
+
+async def _take_lease(location: str) -> psycopg.Connection[Any]:
+    """Connect and wait for the journal's writer lease (a standby waits here)."""
+    lease = await anyio.to_thread.run_sync(connect, location)
+    try:
+        await anyio.to_thread.run_sync(lease.execute, _LEASE, abandon_on_cancel=True)
+    except psycopg.Error as exc:
+        lease.close()
+        raise pg_error(location, exc) from None
+    except BaseException:
+        # Cancelled while waiting: end the wait in the server, then the session.
+        with contextlib.suppress(psycopg.Error):
+            lease.cancel_safe()
+        lease.close()
+        raise
+    return lease
+
+
+async def open_store(
+    location: str, *, readonly: bool, synchronous: str, chain_key: bytes | None
+) -> OpenedStore:
+    """Open the journal at the URL ``location`` (see :func:`kernel.journal.store.open_journal`)."""
+    reader_conn = await anyio.to_thread.run_sync(connect, location)
+    reader = _Reader(location, reader_conn)
+    lease: psycopg.Connection[Any] | None = None
+    conn: psycopg.Connection[Any] | None = None
+    try:
+        if readonly:
+            head, keyed = await reader.run(lambda c: _read_state(c, location, chain_key))
+            return OpenedStore(reader, None, head, keyed)
+        lease = await _take_lease(location)
+        conn = await anyio.to_thread.run_sync(connect, location)
+        writer = _Writer(location, lease, conn)
+        session = _Session(location, conn)
+        head, keyed, writer.epoch = await session.run(
+            lambda c: _open_writer(c, location, chain_key, synchronous)
+        )
+        return OpenedStore(reader, writer, head, keyed)
+    except BaseException:
+        with anyio.CancelScope(shield=True):
+            for each in (conn, lease):
+                if each is not None:
+                    await anyio.to_thread.run_sync(each.close)
+            await reader.aclose()
+        raise
+
+
+class _Snapshot(_Session):
+    async def meta(self) -> dict[str, str] | None:
+        return await self.run(lambda conn: _read_meta(conn, self._location))
+
+    async def rows_from(self, start: int, limit: int) -> list[Row]:
+        sql = f"{_ROWS} WHERE seq >= %s ORDER BY seq LIMIT %s"
+        return await self.run(lambda conn: conn.execute(sql, (start, limit)).fetchall())
+
+
+@contextlib.asynccontextmanager
+async def open_snapshot(location: str) -> AsyncIterator[_Snapshot]:
+    """Open one repeatable-read, read-only transaction on the journal at ``location``."""
+    conn = await anyio.to_thread.run_sync(lambda: connect(location, autocommit=False))
+    snapshot = _Snapshot(location, conn)
+    try:
+        await snapshot.run(
+            lambda c: c.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+        )
+        yield snapshot
+    finally:
+        with anyio.CancelScope(shield=True):
+            await snapshot.aclose()
+
+
+INBOX_CHANNEL = "dirk_inbox"
+"""The channel an inbox insert notifies, so the kernel's poller wakes at once."""
+
+
+class PostgresInbox:
+    """The operator inbox table of a journal on PostgreSQL, for ``dirk`` and the poller.
+
+    Each method runs one statement (autocommit); a driver error becomes a
+    :class:`~kernel.journal.errors.JournalError`. :meth:`wait` listens on a
+    second connection, opened on first use.
+    """
+
+    def __init__(self, location: str) -> None:
+        self._location = location
+        self.location = redact(location)
+        self._conn = connect(location)
+        self._listener: psycopg.Connection[Any] | None = None
+
+    def __enter__(self) -> PostgresInbox:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def _run(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
+        try:
+            cur = self._conn.execute(sql, params)
+            return cur.fetchall() if cur.description else []
+        except psycopg.Error as exc:
+            raise pg_error(self._location, exc) from None
+
+    def rows(self, pending: bool) -> list[Any]:
+        """Return the rows (id, dfid, decision, created_ts, taken_seq), oldest first."""
+        where = " WHERE taken_seq IS NULL" if pending else ""
+        sql = "SELECT id, dfid, decision, created_ts, taken_seq FROM operator_inbox"
+        return self._run(f"{sql}{where} ORDER BY id")
+
+    def mark_taken(self, row_id: int, seq: int) -> None:
+        """Record on the row that the event at ``seq`` took it."""
+        self._run("UPDATE operator_inbox SET taken_seq = %s WHERE id = %s", (seq, row_id))
+
+    def insert(self, dfid: str, decision: str, now_ns: int) -> int:
+        """Insert one row and wake the kernel; return the row's id."""
+        try:
+            with self._conn.transaction():
+                (row_id,) = self._conn.execute(
+                    "INSERT INTO operator_inbox (dfid, decision, created_ts)"
+                    " VALUES (%s, %s, %s) RETURNING id",
+                    (dfid, decision, now_ns),
+                ).fetchall()[0]
+                self._conn.execute("SELECT pg_notify(%s, %s)", (INBOX_CHANNEL, str(row_id)))
+        except psycopg.Error as exc:
+            raise pg_error(self._location, exc) from None
+        return int(row_id)
+
+    def taken_seq(self, row_id: int) -> int | None:
+        """Return the seq of the event that took row ``row_id`` (None: not taken yet)."""
+        rows = self._run("SELECT taken_seq FROM operator_inbox WHERE id = %s", (row_id,))
+        return None if not rows or rows[0][0] is None else int(rows[0][0])
+
+    def wait(self, timeout_s: float) -> bool:
+        """Wait up to ``timeout_s`` for an insert's notification; True if one came."""
+        try:
+            if self._listener is None:
+                self._listener = connect(self._location)
+                self._listener.execute(f"LISTEN {INBOX_CHANNEL}")
+            for _ in self._listener.notifies(timeout=timeout_s, stop_after=1):
+                return True
+        except psycopg.Error as exc:
+            raise pg_error(self._location, exc) from None
+        return False
+
+    def close(self) -> None:
+        self._conn.close()
+        if self._listener is not None:
+            self._listener.close()
+
+
+def listen(location: str) -> psycopg.Connection[Any]:
+    """Open a connection that LISTENs on the journal's channel (for a follower)."""
+    conn = connect(location)
+    try:
+        conn.execute(f"LISTEN {CHANNEL}")
+    except psycopg.Error as exc:
+        conn.close()
+        raise pg_error(location, exc) from None
+    return conn
+
+
+def notified(conn: psycopg.Connection[Any], location: str, timeout_s: float) -> bool:
+    """Wait up to ``timeout_s`` for an append's notification on ``conn``; True if one came."""
+    try:
+        for _ in conn.notifies(timeout=timeout_s, stop_after=1):
+            return True
+    except psycopg.Error as exc:
+        raise pg_error(location, exc) from None
+    return False

@@ -1,0 +1,461 @@
+"""The SQLite store: a journal in one file, the default and the README's first command.
+
+One writer connection (plain sqlite3, used from the writer's worker thread)
+and one reader (aiosqlite); with WAL, reads never wait for a commit. seq is the
+primary key, so a second writer on the same file fails at its insert instead of
+forking the chain. The head record is ``meta.head``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sqlite3
+import uuid
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import aiosqlite
+import anyio
+
+from kernel.core.events import GENESIS_HASH, chain_key_id
+from kernel.journal.errors import (
+    JournalCorrupt,
+    JournalError,
+    JournalForeign,
+    JournalKeyError,
+    JournalVersionError,
+)
+from kernel.journal.head import KEYED_CHAIN, Row, head_problem, head_value, key_problem
+from kernel.journal.port import EventRow, Head, OpenedStore
+from kernel.journal.sealing import check_row
+
+APPLICATION_ID = 0x44495231
+"""``PRAGMA application_id`` of every journal ("DIR1"), so foreign SQLite files are recognised."""
+
+SCHEMA_VERSION = "1"
+
+SYNCHRONOUS = frozenset({"OFF", "NORMAL", "FULL", "EXTRA"})
+"""The values ``open_journal(synchronous=)`` takes (SQLite's ``PRAGMA synchronous``)."""
+
+_SCHEMA = f"""
+PRAGMA application_id = {APPLICATION_ID};
+CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE events (
+    seq INTEGER PRIMARY KEY, type TEXT NOT NULL, dfid TEXT, body BLOB NOT NULL, hash BLOB NOT NULL
+);
+CREATE INDEX events_dfid ON events (dfid) WHERE dfid IS NOT NULL;
+CREATE INDEX events_type ON events (type);
+"""
+INBOX_SCHEMA = """
+CREATE TABLE IF NOT EXISTS operator_inbox (
+    id INTEGER PRIMARY KEY AUTOINCREMENT, dfid TEXT NOT NULL, decision TEXT NOT NULL,
+    created_ts INTEGER NOT NULL, taken_seq INTEGER
+);
+"""
+"""The operator inbox: human decisions written by another process (``dirk decide``).
+
+It lives beside the events but outside the hash chain: a row is only a request.
+What the kernel made of it is an event (HumanDecided or DecisionRefused naming
+the row's id), which is what makes each row count exactly once; ``taken_seq``
+is a marker for the poller, set after that event committed.
+"""
+# Snapshots of the projected state live beside the events, never in the hash chain: each
+# is only trusted if it hashes to a ProjectionCheckpoint recorded in the chain.
+_SNAPSHOTS = (
+    "CREATE TABLE IF NOT EXISTS snapshots"
+    " (seq INTEGER PRIMARY KEY, digest TEXT NOT NULL, body BLOB NOT NULL)"
+)
+_INSERT = "INSERT INTO events (seq, type, dfid, body, hash) VALUES (?, ?, ?, ?, ?)"
+ROWS = "SELECT seq, type, dfid, body, hash FROM events"
+# prev_hash comes from the row before; a NULL there means seq 1 (genesis) or a missing row.
+_EVENTS = (
+    "SELECT e.seq, e.body, e.hash, p.hash FROM events AS e"
+    " LEFT JOIN events AS p ON p.seq = e.seq - 1 WHERE e.seq >= ?"
+)
+# sqlite3 raises UnicodeDecodeError for a schema whose text was damaged.
+SQLITE_ERRORS = (sqlite3.Error, UnicodeDecodeError)
+# The head record (kernel.journal.head), rewritten in each append's transaction.
+_HEAD = "INSERT OR REPLACE INTO meta (key, value) VALUES ('head', ?)"
+
+
+class _Reader:
+    """The reads of a journal file, on one aiosqlite connection."""
+
+    def __init__(self, path: str, db: aiosqlite.Connection) -> None:
+        self._path = path
+        self._db = db
+
+    async def _query(self, sql: str, params: Sequence[Any]) -> Iterable[Any]:
+        try:
+            return await self._db.execute_fetchall(sql, params)
+        except SQLITE_ERRORS as exc:
+            raise sqlite_error(self._path, exc) from exc
+
+    async def events(
+        self,
+        start: int,
+        stop: int | None,
+        dfid: str | None,
+        types: Sequence[str] | None,
+        limit: int | None,
+    ) -> list[EventRow]:
+        sql, params = [_EVENTS], list[object]([start])
+        if stop is not None:
+            sql.append("AND e.seq < ?")
+            params.append(stop)
+        if dfid is not None:
+            sql.append("AND e.dfid = ?")
+            params.append(dfid)
+        if types is not None:
+            sql.append(f"AND e.type IN ({', '.join('?' * len(types))})")
+            params += types
+        sql.append("ORDER BY e.seq")
+        if limit is not None:
+            sql.append("LIMIT ?")
+            params.append(limit)
+        return list(await self._query(" ".join(sql), params))
+
+    async def rows(self, start: int, last: int, limit: int) -> list[Row]:
+        sql = f"{ROWS} WHERE seq >= ? AND seq <= ? ORDER BY seq LIMIT ?"
+        return list(await self._query(sql, [start, last, limit]))
+
+    async def hash_at(self, seq: int) -> bytes | None:
+        rows = list(await self._query("SELECT hash FROM events WHERE seq = ?", [seq]))
+        return rows[0][0] if rows and isinstance(rows[0][0], bytes) else None
+
+    async def snapshot_seqs(self) -> list[int]:
+        try:
+            rows = await self._query("SELECT seq FROM snapshots ORDER BY seq", [])
+        except JournalError as exc:
+            if "no such table" in exc.detail:
+                return []
+            raise
+        return [int(seq) for (seq,) in rows]
+
+    async def read_snapshot(self, seq: int) -> tuple[str, bytes] | None:
+        try:
+            rows = list(
+                await self._query("SELECT digest, body FROM snapshots WHERE seq = ?", [seq])
+            )
+        except JournalError as exc:
+            if "no such table" in exc.detail:
+                return None
+            raise
+        return (str(rows[0][0]), bytes(rows[0][1])) if rows else None
+
+    async def aclose(self) -> None:
+        await self._db.close()
+
+
+class _Writer:
+    """The one writer of a journal file (its methods run in a worker thread)."""
+
+    def __init__(self, path: str, conn: sqlite3.Connection) -> None:
+        self._path = path
+        self._conn = conn
+
+    def append(self, rows: Sequence[Row], expected_seq: int, head: str, injected: bool) -> None:
+        """Insert ``rows`` and the head record in one transaction, or none of them.
+
+        seq is the primary key, so a second writer on the same file fails here instead
+        of forking the chain.
+        """
+        conn = self._conn
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            conn.executemany(_INSERT, rows)
+            conn.execute(_HEAD, (head,))
+            if injected:
+                raise sqlite3.OperationalError("disk I/O error (injected by JournalFaults)")
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                with contextlib.suppress(sqlite3.Error):
+                    conn.execute("ROLLBACK")
+            raise
+
+    def write_snapshot(self, seq: int, digest: str, body: bytes) -> None:
+        try:
+            self._conn.execute(
+                "INSERT OR REPLACE INTO snapshots (seq, digest, body) VALUES (?, ?, ?)",
+                (seq, digest, body),
+            )
+        except SQLITE_ERRORS as exc:
+            raise sqlite_error(self._path, exc) from exc
+
+    def drop_snapshots(self, seqs: list[int]) -> None:
+        conn = self._conn
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                conn.executemany("DELETE FROM snapshots WHERE seq = ?", [(seq,) for seq in seqs])
+                conn.execute("COMMIT")
+            except BaseException:
+                if conn.in_transaction:
+                    with contextlib.suppress(sqlite3.Error):
+                        conn.execute("ROLLBACK")
+                raise
+        except SQLITE_ERRORS as exc:
+            raise sqlite_error(self._path, exc) from exc
+
+    def adopt(self, journal_id: str) -> None:
+        if not _has_no_events(self._conn):
+            raise JournalError(self._path, "holds events: its id is not changed")
+        self._conn.execute("UPDATE meta SET value = ? WHERE key = 'journal_id'", (journal_id,))
+
+    def close(self) -> None:
+        self._conn.close()
+
+
+async def open_store(
+    location: str, *, readonly: bool, synchronous: str, chain_key: bytes | None
+) -> OpenedStore:
+    """Open the journal file at ``location`` (see :func:`kernel.journal.store.open_journal`)."""
+    path = location
+    db = await connect(path, readonly=readonly)
+    writer: _Writer | None = None
+    try:
+        try:
+            # One read transaction: a kernel appending meanwhile moves rows and head record
+            # together, so they are seen together. Ended before the writer may create the schema.
+            await db.execute("BEGIN")
+            journal_id, head, keyed = await _read_state(db, path, chain_key, readonly)
+        except SQLITE_ERRORS as exc:
+            raise sqlite_error(path, exc) from exc
+        finally:
+            with contextlib.suppress(*SQLITE_ERRORS):
+                await db.rollback()
+        if not readonly:
+            try:
+                conn, created_id = await anyio.to_thread.run_sync(
+                    _open_writer, path, synchronous, journal_id, chain_key if keyed else None
+                )
+            except SQLITE_ERRORS as exc:
+                raise sqlite_error(path, exc) from exc
+            writer = _Writer(path, conn)
+            head = head._replace(journal_id=created_id)
+    except BaseException:
+        with anyio.CancelScope(shield=True):
+            await db.close()
+        raise
+    return OpenedStore(_Reader(path, db), writer, head, keyed)
+
+
+def _open_writer(
+    path: str, synchronous: str, journal_id: str | None, key: bytes | None
+) -> tuple[sqlite3.Connection, str]:
+    """Open the writer's connection, creating the schema if ``journal_id`` is None (blank file).
+
+    ``key`` is the chain key of a keyed journal (checked against an existing one before).
+    """
+    # check_same_thread is off because anyio's worker threads take turns; only the
+    # writer task ever uses this connection, one call at a time.
+    conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    try:
+        conn.execute("PRAGMA journal_mode = WAL")
+        conn.execute(f"PRAGMA synchronous = {synchronous}")
+        if journal_id is None:
+            journal_id = str(uuid.uuid4())
+            conn.executescript(
+                f"BEGIN IMMEDIATE; {_SCHEMA} INSERT INTO meta (key, value) VALUES"
+                f" ('schema_version', '{SCHEMA_VERSION}'), ('journal_id', '{journal_id}'),"
+                f" ('head', '{head_value(0, GENESIS_HASH)}'); COMMIT;"
+            )
+        if key is not None and _has_no_events(conn):
+            # A new journal, or one without events: from its first event on, hashes are HMACs.
+            conn.executemany(
+                "INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)",
+                [
+                    ("chain", KEYED_CHAIN),
+                    ("chain_key_id", chain_key_id(key)),
+                    ("head", head_value(0, GENESIS_HASH, key)),
+                ],
+            )
+        # Journals created before the inbox existed get it the first time a kernel opens them.
+        conn.executescript(INBOX_SCHEMA)
+        conn.execute(_SNAPSHOTS)
+    except BaseException:
+        conn.close()
+        raise
+    return conn, journal_id
+
+
+def _sqlite_connect(path: str, readonly: bool) -> sqlite3.Connection:
+    target = Path(path).absolute().as_uri() + "?mode=ro" if readonly else path
+    return sqlite3.connect(target, uri=readonly, check_same_thread=False)
+
+
+async def connect(path: str, *, readonly: bool) -> aiosqlite.Connection:
+    """Open an aiosqlite connection for reading ``path``."""
+    try:
+        conn = await anyio.to_thread.run_sync(_sqlite_connect, path, readonly)
+    except SQLITE_ERRORS as exc:
+        raise sqlite_error(path, exc) from exc
+    # Opened here rather than by aiosqlite.connect: when that fails, it leaves its thread
+    # reporting to an event loop that may be gone (omnilib/aiosqlite#241).
+    return await aiosqlite.Connection(lambda: conn, iter_chunk_size=64)
+
+
+async def _inspect(db: aiosqlite.Connection, path: str) -> dict[str, str] | None:
+    """Check ``db`` holds a journal this kernel reads; return its meta, or None if it is blank."""
+    try:
+        ((application_id,),) = await db.execute_fetchall("PRAGMA application_id")
+        tables = {
+            name
+            for (name,) in await db.execute_fetchall(
+                "SELECT name FROM sqlite_master WHERE type = 'table'"
+            )
+        }
+        if application_id == 0 and not tables:
+            return None
+        if application_id != APPLICATION_ID or not {"meta", "events"} <= tables:
+            raise JournalForeign(
+                path,
+                f"a SQLite database of something else (application_id {application_id:#x},"
+                f" a journal has {APPLICATION_ID:#x} and tables meta and events)",
+            )
+        rows = await db.execute_fetchall("SELECT key, value FROM meta")
+        meta: dict[Any, Any] = dict(rows)  # type: ignore[arg-type]
+    except SQLITE_ERRORS as exc:
+        raise sqlite_error(path, exc) from exc
+    return check_meta(meta, path)
+
+
+def check_meta(meta: Mapping[Any, Any], path: str) -> dict[str, str]:
+    """Check a journal's meta (schema version, id, kind of chain); return it with str keys.
+
+    Raises:
+        JournalVersionError: A schema version or a chain this kernel does not read.
+        JournalCorrupt: No journal id.
+    """
+    version = meta.get("schema_version")
+    if version != SCHEMA_VERSION:
+        raise JournalVersionError(
+            path, f"schema version {version!r}; this kernel reads version {SCHEMA_VERSION!r}"
+        )
+    if not isinstance(meta.get("journal_id"), str):
+        raise JournalCorrupt(path, "the meta table has no journal_id")
+    if meta.get("chain", KEYED_CHAIN) != KEYED_CHAIN:
+        raise JournalVersionError(path, f"a chain of kind {meta['chain']!r}, unknown here")
+    return {str(k): v for k, v in meta.items()}
+
+
+async def _read_state(
+    db: aiosqlite.Connection, path: str, chain_key: bytes | None, readonly: bool
+) -> tuple[str | None, Head, bool]:
+    """Return the journal's id (None: a blank file), checked head, and whether it is keyed."""
+    meta = await _inspect(db, path)
+    if meta is None:
+        if readonly:
+            raise JournalForeign(path, "an empty database, not a journal")
+        return None, Head("", 0, GENESIS_HASH), chain_key is not None
+    try:
+        last = list(await db.execute_fetchall(f"{ROWS} ORDER BY seq DESC LIMIT 2"))
+    except SQLITE_ERRORS as exc:
+        raise sqlite_error(path, exc) from exc
+    journal_id, head, keyed = check_state(meta, last, path, chain_key, readonly)
+    return journal_id, head, keyed
+
+
+def check_state(
+    meta: Mapping[str, str], last: list[Any], path: str, chain_key: bytes | None, readonly: bool
+) -> tuple[str, Head, bool]:
+    """Check a journal's key and head against its ``meta`` and ``last`` two rows (newest first).
+
+    Returns:
+        The journal's id, its checked head, and whether it is (or will be) keyed.
+    """
+    journal_id = meta["journal_id"]
+    # Reading a keyed journal needs no key (its hashes then go unchecked); writing does.
+    problem = key_problem(meta, chain_key, events=0, need_key=not readonly)
+    if problem:
+        raise JournalKeyError(path, problem)
+    keyed = meta.get("chain") == KEYED_CHAIN
+    checked = chain_key is not None or not keyed
+    key = chain_key if keyed else None
+    head = Head(journal_id, *_check_head(last, path, meta, key, checked))
+    # A key given to an unkeyed journal: refused once it has events (a read-only open
+    # cannot key it either); a journal without events is keyed from its first on.
+    events = head.seq if not readonly else max(head.seq, 1)
+    problem = key_problem(meta, chain_key, events=events, need_key=False)
+    if problem:
+        raise JournalKeyError(path, problem)
+    return journal_id, head, keyed or chain_key is not None
+
+
+def _has_no_events(conn: sqlite3.Connection) -> bool:
+    return conn.execute("SELECT 1 FROM events LIMIT 1").fetchone() is None
+
+
+def _check_head(
+    rows: list[Any],
+    path: str,
+    meta: Mapping[str, str],
+    key: bytes | None,
+    hashes_checked: bool,
+) -> tuple[int, bytes]:
+    """Return the last event's seq and hash, after checking it against the head record
+    and that it chains to the one before."""
+    last_seq = int(rows[0][0]) if rows else 0
+    last_hash = rows[0][4] if rows and isinstance(rows[0][4], bytes) else None
+    problem, seq = head_problem(meta, last_seq, last_hash, key if hashes_checked else None)
+    if problem:
+        raise JournalCorrupt(path, f"{problem} (run dirk verify)", seq=seq)
+    if not rows:
+        return 0, GENESIS_HASH
+    before = rows[1] if len(rows) == 2 else None
+    expected = before[0] + 1 if before else 1
+    prev = before[4] if before and isinstance(before[4], bytes) else GENESIS_HASH
+    problem, _ = check_row(rows[0], expected, prev, key, hashes_checked)
+    if problem:
+        raise JournalCorrupt(
+            path, f"{problem} (run dirk verify to find the first bad event)", seq=expected
+        )
+    return rows[0][0], rows[0][4]
+
+
+class _Snapshot:
+    """One read transaction over a journal file, for verify and copy."""
+
+    def __init__(self, path: str, db: aiosqlite.Connection) -> None:
+        self._path = path
+        self._db = db
+
+    async def meta(self) -> dict[str, str] | None:
+        return await _inspect(self._db, self._path)
+
+    async def rows_from(self, start: int, limit: int) -> list[Row]:
+        query = f"{ROWS} WHERE seq >= ? ORDER BY seq LIMIT ?"
+        try:
+            return list(await self._db.execute_fetchall(query, (start, limit)))  # type: ignore[arg-type]
+        except SQLITE_ERRORS as exc:
+            raise sqlite_error(self._path, exc) from exc
+
+
+@contextlib.asynccontextmanager
+async def open_snapshot(location: str) -> AsyncIterator[_Snapshot]:
+    """Open the journal file at ``location`` read-only, in one read transaction."""
+    db = await connect(location, readonly=True)
+    try:
+        try:
+            # One read transaction: rows and head record as of one moment, even while a
+            # kernel appends.
+            await db.execute("BEGIN")
+        except SQLITE_ERRORS as exc:
+            raise sqlite_error(location, exc) from exc
+        yield _Snapshot(location, db)
+    finally:
+        with anyio.CancelScope(shield=True):
+            await db.close()
+
+
+def sqlite_error(path: str, exc: sqlite3.Error | UnicodeDecodeError) -> JournalError:
+    """Translate a sqlite3 error met on ``path`` into a JournalError."""
+    if isinstance(exc, UnicodeDecodeError):
+        # SQLite read text that is not UTF-8 (a damaged schema), before any row.
+        return JournalCorrupt(path, f"a damaged database: text that is not UTF-8 ({exc})")
+    name = getattr(exc, "sqlite_errorname", "")
+    if name == "SQLITE_NOTADB" or name.startswith("SQLITE_CORRUPT"):
+        return JournalCorrupt(path, f"not a SQLite database, or a damaged or truncated one ({exc})")
+    return JournalError(path, f"cannot be used ({exc})")

@@ -1,0 +1,113 @@
+"""Sealing and checking rows: what makes an event a journal row, the same in every store.
+
+:func:`seal` numbers, stamps and chains a caller's drafts into rows (seq, type,
+dfid, canonical body, hash); :func:`check_row` is its inverse, used when a
+journal is opened, followed, verified or copied. Neither touches a database,
+so a row sealed for SQLite and one sealed for PostgreSQL are the same bytes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import msgspec
+
+from kernel.core.events import Draft, Event, canonical, chain, decode_body, event_type, stamp
+from kernel.journal.head import Row
+
+
+class EventUnreadable(ValueError):
+    """An event refused before it was staged: its canonical bytes do not decode back to it."""
+
+
+def seal(
+    drafts: Sequence[Draft], seq: int, prev: bytes, ts: int, key: bytes | None = None
+) -> tuple[list[Row], list[Event]]:
+    """Number, stamp and chain one caller's drafts after event ``seq``, whose hash is ``prev``.
+
+    A negative ``caused_by`` (-k: the event k places before, in this append) becomes a seq
+    here. With a chain ``key`` each hash is an HMAC (see :func:`kernel.core.events.chain`).
+    """
+    rows: list[Row] = []
+    events: list[Event] = []
+    prev_hex = prev.hex()
+    for position, draft in enumerate(drafts):
+        seq += 1
+        if draft.caused_by is not None and draft.caused_by < 0:
+            if -draft.caused_by > position:
+                raise ValueError(f"caused_by={draft.caused_by} reaches outside its append")
+            draft = msgspec.structs.replace(draft, caused_by=seq + draft.caused_by)
+        event = stamp(draft, seq, ts)
+        body = canonical(event)
+        _check_round_trip(event, body)
+        hash_ = chain(prev, body, key)
+        hash_hex = hash_.hex()
+        rows.append((seq, event_type(draft.payload), draft.dfid, body, hash_))
+        events.append(msgspec.structs.replace(event, prev_hash=prev_hex, hash=hash_hex))
+        prev, prev_hex = hash_, hash_hex
+    return rows, events
+
+
+def _check_round_trip(event: Event, body: bytes) -> None:
+    """Refuse an event whose stored bytes would not read back as the same event.
+
+    JSON writes ``nan`` as ``null`` and a tuple as a list; msgpack, which hashes the
+    projections and stores snapshots, cannot hold an integer outside 64 bits. Any of
+    these would leave a journal the next open cannot read, so the append fails instead
+    (only its own caller: see ``Journal._commit``).
+
+    Raises:
+        EventUnreadable: the event does not survive encode, decode, compare.
+    """
+    try:
+        back = _round_trip_decoder.decode(body)
+        _msgpack_probe.encode(event.payload)
+    except (msgspec.DecodeError, OverflowError, TypeError, ValueError) as exc:
+        raise EventUnreadable(f"{event_type(event.payload)} would not read back: {exc}") from None
+    if back != event:
+        raise EventUnreadable(
+            f"{event_type(event.payload)} would read back as another event"
+            " (a non-finite float, a tuple or another type JSON does not keep)"
+        )
+
+
+_round_trip_decoder = msgspec.json.Decoder(Event)
+_msgpack_probe = msgspec.msgpack.Encoder()
+
+
+def row_problem(
+    row: Any, expected_seq: int, prev: bytes, key: bytes | None = None, hashes_checked: bool = True
+) -> str:
+    """Return what is wrong with a row; "" if it is event ``expected_seq`` chained to ``prev``.
+
+    ``key`` is the chain key of a keyed journal; ``hashes_checked`` False skips the
+    hash (a keyed journal read without its key).
+    """
+    return check_row(row, expected_seq, prev, key, hashes_checked)[0]
+
+
+def check_row(
+    row: Any, expected_seq: int, prev: bytes, key: bytes | None, hashes_checked: bool
+) -> tuple[str, Event | None]:
+    """Return ("", the event) if the row is event ``expected_seq`` chained to ``prev``,
+    else (what is wrong, None)."""
+    seq, type_, dfid, body, hash_ = row
+    if seq != expected_seq:
+        if seq > expected_seq:
+            return f"event {expected_seq} is missing (the next row is event {seq})", None
+        return f"unexpected row with seq {seq}", None
+    if not isinstance(body, bytes) or not isinstance(hash_, bytes):
+        return f"event {seq} is not stored as bytes", None
+    try:
+        event = decode_body(body, prev, hash_)
+    except (ValueError, TypeError) as exc:
+        # msgspec.DecodeError, or UnicodeDecodeError for bytes that are not UTF-8.
+        return f"event {seq} does not decode ({exc})", None
+    if event.seq != seq:
+        return f"event {seq} records seq {event.seq} in its body", None
+    if hashes_checked and hash_ != chain(prev, body, key):
+        return f"event {seq} does not match its hash: its body or hash was altered", None
+    if type_ != event.type or dfid != event.dfid:
+        return f"event {seq} has type or dfid columns that differ from its body", None
+    return "", event
