@@ -14,6 +14,14 @@ task as JSON, and read a JSON answer back. Two models fit the port:
 
 The kernel never sees either: what a model says becomes a proposal, and the
 proposal is judged like any other.
+
+Each call of :class:`OpenAIChat` is a client span named with OpenTelemetry's GenAI
+semantic conventions (``chat <model>``), as an OTel GenAI instrumentation of an
+SDK client would make it. The kernel makes the flow's reasoning span the current
+context while ``decide()`` runs, so the call nests under it, in the flow's trace.
+With ``--llm openai`` and an ``OTEL_EXPORTER_OTLP_ENDPOINT``, :func:`open_model`
+installs an SDK TracerProvider as the global one (the kernel's spans go through it too),
+exporting over OTLP/HTTP.
 """
 
 from __future__ import annotations
@@ -23,12 +31,18 @@ import json
 import os
 import random
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 import anyio
 import msgspec
+from opentelemetry import trace
+from opentelemetry.semconv._incubating.attributes import gen_ai_attributes as gen_ai
+from opentelemetry.semconv._incubating.attributes import server_attributes as server
+from opentelemetry.semconv.attributes import error_attributes
+from opentelemetry.trace import SpanKind, Status, StatusCode
 
 Message = Mapping[str, str]
 """One chat message: ``{"role": "system" | "user" | "assistant", "content": ...}``."""
@@ -149,13 +163,41 @@ class OpenAIChat:
             data=body,
             headers={"Authorization": f"Bearer {self._key}", "Content-Type": "application/json"},
         )
-        raw = await anyio.to_thread.run_sync(self._post, request)
-        try:
-            reply = json.loads(raw)
-            text = reply["choices"][0]["message"]["content"]
-            tokens = int(reply.get("usage", {}).get("total_tokens", 0))
-        except (json.JSONDecodeError, KeyError, IndexError, TypeError, ValueError) as exc:
-            raise ModelError(f"unexpected answer from {self.base_url}: {exc}") from exc
+        url = urllib.parse.urlsplit(self.base_url)
+        attributes: dict[str, str | int] = {
+            gen_ai.GEN_AI_OPERATION_NAME: gen_ai.GenAiOperationNameValues.CHAT.value,
+            gen_ai.GEN_AI_PROVIDER_NAME: "openai",
+            gen_ai.GEN_AI_REQUEST_MODEL: self.model,
+            server.SERVER_ADDRESS: url.hostname or "",
+        }
+        if url.port:
+            attributes[server.SERVER_PORT] = url.port
+        # The current context is the flow's reasoning span (set by the kernel around
+        # decide()): this span is its child.
+        tracer = trace.get_tracer("examples.llm")
+        with tracer.start_as_current_span(
+            f"chat {self.model}", kind=SpanKind.CLIENT, attributes=attributes
+        ) as span:
+            try:
+                raw = await anyio.to_thread.run_sync(self._post, request)
+                try:
+                    reply = json.loads(raw)
+                    text = reply["choices"][0]["message"]["content"]
+                    usage = reply.get("usage", {})
+                    tokens = int(usage.get("total_tokens", 0))
+                except (json.JSONDecodeError, KeyError, IndexError, TypeError, ValueError) as exc:
+                    raise ModelError(f"unexpected answer from {self.base_url}: {exc}") from exc
+            except ModelError as exc:
+                span.set_attribute(error_attributes.ERROR_TYPE, type(exc).__name__)
+                span.set_status(Status(StatusCode.ERROR, str(exc)[:200]))
+                raise
+            span.set_attribute(gen_ai.GEN_AI_RESPONSE_MODEL, str(reply.get("model", "")))
+            for key, name in (
+                ("prompt_tokens", gen_ai.GEN_AI_USAGE_INPUT_TOKENS),
+                ("completion_tokens", gen_ai.GEN_AI_USAGE_OUTPUT_TOKENS),
+            ):
+                if isinstance(usage.get(key), int):
+                    span.set_attribute(name, usage[key])
         return Completion(text=str(text), tokens=tokens)
 
     def _post(self, request: urllib.request.Request) -> bytes:
@@ -179,8 +221,41 @@ def open_model(name: str, seed: int, playbooks: Mapping[str, Playbook]) -> Langu
     if name == "scripted":
         return ScriptedModel(seed, playbooks)
     if name == "openai":
-        return OpenAIChat()
+        model = OpenAIChat()
+        host_tracing()
+        return model
     raise ModelError(f"unknown model {name!r}; use scripted or openai")
+
+
+def host_tracing(env: Mapping[str, str] | None = None) -> bool:
+    """Install an SDK TracerProvider exporting over OTLP, as the global one, when
+    ``OTEL_EXPORTER_OTLP_ENDPOINT`` (or ``..._TRACES_ENDPOINT``) is set and the process has
+    none yet; return whether spans are exported.
+
+    What an application does once at startup: its own spans (here, the LLM calls')
+    and the kernel's then go through the same provider, so they share traces. The
+    exporter, the resource and the sampler read the standard ``OTEL_*`` variables.
+    """
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+    env = os.environ if env is None else env
+    if isinstance(trace.get_tracer_provider(), TracerProvider):
+        return True
+    names = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+    if not any(env.get(name) for name in names):
+        return False
+    try:
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    except ImportError:
+        raise ModelError(
+            "OTLP export needs the exporters: pip install 'dir-kernel[otlp]'"
+        ) from None
+    provider = TracerProvider(resource=Resource.create())  # shut down (flushed) at exit
+    provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+    trace.set_tracer_provider(provider)
+    return True
 
 
 def conversation(system: str, task: Mapping[str, Any]) -> list[dict[str, str]]:

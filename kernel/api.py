@@ -25,6 +25,7 @@ from typing import Any, TypeVar
 import anyio
 import msgspec
 from anyio.abc import TaskGroup
+from opentelemetry.context import Context
 
 from kernel import inbox
 from kernel.acts import STOPPED, OperatorActs
@@ -65,6 +66,7 @@ from kernel.runtime.messages import (
 from kernel.state.projections import Projections, visible
 from kernel.state.rulebook import Promoter
 from kernel.state.snapshots import Checkpointer
+from kernel.telemetry import caller_context, traceparent_of
 from kernel.wiring import Actors
 
 M = TypeVar("M")
@@ -202,8 +204,14 @@ class Kernel(OperatorActs):
         *,
         source: str = "",
         parent: str | None = None,
+        trace_context: Context | str | None = None,
     ) -> list[str]:
         """Record that something happened; return the DFIDs of the flows it opened.
+
+        ``trace_context`` joins the flows to the caller's trace: an OpenTelemetry
+        ``Context`` (``opentelemetry.context.get_current()`` inside a request) or a W3C
+        ``traceparent`` string. Each flow keeps its own trace (trace id = DFID) and its
+        root span links to the caller's span (docs/traces.md says why).
 
         ``facts`` update the state layer; every hosted ACTIVE agent subscribed to
         ``topic`` gets a new DecisionFlow (a child of ``parent`` when given). When
@@ -219,10 +227,16 @@ class Kernel(OperatorActs):
                 facts=dict(facts) if isinstance(facts, Mapping) else facts or {},
                 source=source,
                 parent=parent,
+                # A string is a traceparent already; the wall checks its form (and type).
+                traceparent=trace_context
+                if trace_context is not None and not isinstance(trace_context, Context)
+                else traceparent_of(trace_context),
             ),
             wall.TriggerSpec,
         )
         topic, facts, source, parent = checked.topic, checked.facts, checked.source, checked.parent
+        if checked.traceparent and caller_context(checked.traceparent) is None:
+            raise InputInvalid("traceparent", "a trace context names a span: non-zero ids")
         fan_out = sum(
             1
             for agent_id in self._hosts
@@ -237,7 +251,12 @@ class Kernel(OperatorActs):
             await self._room.wait()
         reply: Reply[list[str]] = Reply()
         msg = FireTrigger(
-            topic=topic, facts=dict(facts or {}), source=source, parent_dfid=parent, reply=reply
+            topic=topic,
+            facts=dict(facts or {}),
+            source=source,
+            parent_dfid=parent,
+            reply=reply,
+            traceparent=checked.traceparent,
         )
         self._admitting += fan_out
         try:

@@ -141,6 +141,9 @@ async def open_kernel(
             kernel._checkpointer = Checkpointer(storage.checkpoint_every, journal.head_seq)
         journal.set_guard(projections.guard)
         journal.add_listener(kernel._on_commit)
+        if telemetry.measures:
+            # Commit latency and mailbox depths: measured, not recorded.
+            telemetry.install(journal, lambda: _mailbox_depths(kernel))
         await journal.append(
             [
                 Draft(
@@ -240,6 +243,14 @@ async def open_kernel(
             raise failure
         if body_error is not None:
             raise body_error
+
+
+def _mailbox_depths(kernel: Kernel) -> dict[str, int]:
+    """How many messages wait in each actor's mailbox and each agent host's."""
+    depths = {spec.name: spec.mailbox.pending() for spec in kernel.actors.specs}
+    for agent_id, mailbox in list(kernel._hosts.items()):
+        depths[f"agent:{agent_id}"] = mailbox.pending()
+    return depths
 
 
 async def _abort_interrupted(journal: Journal, projections: Projections) -> None:

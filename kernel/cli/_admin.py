@@ -13,6 +13,7 @@ from typing import Any
 
 from kernel.cli._credential import issue_credential
 from kernel.cli._operator import error, fold_journal, wait_taken
+from kernel.cli._read import print_json
 from kernel.core.reasons import CliError, ExitCode, ReasonCode
 from kernel.core.wall import who_and_why
 from kernel.inbox import AGENT_STATUS, RULE, RULE_CHANGE, post
@@ -25,7 +26,7 @@ _WAIT_HELP = "wait this long for the kernel to apply it and report the outcome"
 def add_commands(commands: Any) -> None:
     """Add ``agent`` and ``rules`` to the ``dirk`` parser's subcommands."""
     agent = commands.add_parser("agent", help="show an agent, or set its status (via the inbox)")
-    agent.add_argument("agent_id")
+    agent.add_argument("agent_id", metavar="AGENT_ID", help="the agent")
     agent.add_argument(
         "--set",
         choices=[s.value for s in AgentStatus],
@@ -39,7 +40,10 @@ def add_commands(commands: Any) -> None:
     agent.add_argument("--operator", help="who changes it (recorded; required with --set)")
     agent.add_argument("--reason", help="why (recorded; required with --set)")
     agent.add_argument("--wait", type=float, default=0.0, metavar="SECONDS", help=_WAIT_HELP)
-    agent.add_argument("--db", required=True)
+    agent.add_argument("--db", required=True, help="the journal file")
+    agent.add_argument(
+        "--json", action="store_true", help="the agent as one JSON object (not with --set)"
+    )
     agent.set_defaults(run=_agent)
 
     rules = commands.add_parser(
@@ -61,7 +65,12 @@ def add_commands(commands: Any) -> None:
     rules.add_argument("--operator", help="who decides (recorded; required to decide)")
     rules.add_argument("--reason", help="why (recorded; required to decide)")
     rules.add_argument("--wait", type=float, default=0.0, metavar="SECONDS", help=_WAIT_HELP)
-    rules.add_argument("--db", required=True)
+    rules.add_argument("--db", required=True, help="the journal file")
+    rules.add_argument(
+        "--json",
+        action="store_true",
+        help="the rules and deferred proposals as one JSON object (not with a decision)",
+    )
     rules.set_defaults(run=_rules)
 
 
@@ -82,10 +91,25 @@ async def _agent(args: argparse.Namespace) -> int:
         )
     if args.set is None:
         manifest = agent.manifest
+        if args.json:
+            print_json(
+                {
+                    "agent_id": manifest.agent_id,
+                    "version": manifest.version,
+                    "status": str(agent.status),
+                    "capabilities": list(manifest.capabilities),
+                    "subscriptions": list(manifest.subscriptions),
+                    "max_attempts": manifest.max_attempts,
+                    "limits": manifest.limits,
+                }
+            )
+            return ExitCode.OK
         print(f"{manifest.agent_id} {manifest.version}: {agent.status}")
         print(f"  capabilities  {', '.join(manifest.capabilities)}")
         print(f"  subscriptions {', '.join(manifest.subscriptions)}")
         return ExitCode.OK
+    if args.json:
+        return error(CliError.BAD_ARGUMENT, "--json reads; --set changes", ExitCode.USAGE)
     missing = _who_and_why(args)
     if missing is not None:
         return error(ReasonCode.SCHEMA_INVALID, missing, ExitCode.USAGE)
@@ -108,6 +132,30 @@ async def _rules(args: argparse.Namespace) -> int:
     if change is not None:
         return await _change_rule(args, book, change)
     seq = args.override if args.override is not None else args.skip
+    if seq is None and args.json:
+        print_json(
+            {
+                "rules": [
+                    {
+                        "rule": rule,
+                        "current": item.current,
+                        "versions": len(item.versions),
+                        "decisions": len(item.decisions),
+                    }
+                    for rule, item in sorted(book.items.items())
+                ],
+                "deferred": [
+                    {
+                        "seq": pending_seq,
+                        "rule": proposal.rule,
+                        "title": proposal.title,
+                        "proposer": proposal.proposer,
+                    }
+                    for pending_seq, proposal in sorted(book.pending.items())
+                ],
+            }
+        )
+        return ExitCode.OK
     if seq is None:
         for rule, item in sorted(book.items.items()):
             current = item.current
@@ -121,6 +169,8 @@ async def _rules(args: argparse.Namespace) -> int:
         if not book.items and not book.pending:
             print("no rules")
         return ExitCode.OK
+    if args.json:
+        return error(CliError.BAD_ARGUMENT, "--json reads; a decision changes", ExitCode.USAGE)
     missing = _who_and_why(args)
     if missing is not None:
         return error(ReasonCode.SCHEMA_INVALID, missing, ExitCode.USAGE)

@@ -29,14 +29,21 @@ import msgspec
 
 from kernel.audit.narrative import narrate as _narrate
 from kernel.audit.narrative import outcome as _outcome
-from kernel.audit.reverify import PackPathError
+from kernel.audit.reverify import PackPathError, Rejudged
 from kernel.cli._admin import add_commands as add_admin_commands
 from kernel.cli._journal import add_commands as add_journal_commands
 from kernel.cli._mcp import add_commands as add_mcp_commands
 from kernel.cli._operator import add_commands, error, error_of, fold_journal, one_line
-from kernel.cli._read import flows_matching, positive, print_table, select_flows, when
+from kernel.cli._read import (
+    flows_matching,
+    positive,
+    print_json,
+    print_table,
+    select_flows,
+    when,
+)
 from kernel.cli._replay import add_commands as add_replay_commands
-from kernel.cli._replay import verify_replay, verify_verdicts
+from kernel.cli._replay import rejudge_verdicts, verdict_lines, verify_replay
 from kernel.console import add_commands as add_console_commands
 from kernel.core import events as ev
 from kernel.core.events import Event
@@ -333,13 +340,29 @@ async def _verify(args: argparse.Namespace) -> int:
     if not args.json:
         return await _verify_text(args)
     said = io.StringIO()
+    found: dict[str, Any] = {}
     with contextlib.redirect_stdout(said):
-        status = await _verify_text(args)
-    print(json.dumps({"ok": status == ExitCode.OK, "lines": said.getvalue().splitlines()}))
+        status = await _verify_text(args, found)
+    document = {"ok": status == ExitCode.OK, "lines": said.getvalue().splitlines()}
+    if args.verdicts:
+        result = found.get("verdicts")
+        document["verdicts"] = None if result is None else _verdicts_document(result)
+    print_json(document)
     return status
 
 
-async def _verify_text(args: argparse.Namespace) -> int:
+def _verdicts_document(result: Rejudged) -> dict[str, Any]:
+    """``verify --verdicts --json``: the re-judged verdicts, those that differ, and why."""
+    return {
+        "ok": not result.mismatches and not result.changes,
+        "judged": result.judged,
+        "not_compared": result.skipped,
+        "mismatches": result.mismatches,
+        "changes": result.changes,
+    }
+
+
+async def _verify_text(args: argparse.Namespace, found: dict[str, Any] | None = None) -> int:
     if args.verdicts and not args.pack:
         return error(
             CliError.BAD_ARGUMENT, "--verdicts needs the packs: --pack PATH", ExitCode.USAGE
@@ -380,9 +403,12 @@ async def _verify_text(args: argparse.Namespace) -> int:
     )
     if args.verdicts:
         try:
-            ok, lines = await verify_verdicts(args.db, args.pack)
+            result = await rejudge_verdicts(args.db, args.pack)
         except PackPathError as exc:
             return error_of(exc, ExitCode.USAGE)
+        if found is not None:
+            found["verdicts"] = result
+        ok, lines = verdict_lines(result)
         print("\n".join(lines))
         if not ok:
             return ExitCode.FAILED

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
+from kernel.cli._read import age, iso_time, print_json, print_rows
 from kernel.core import events as ev
 from kernel.core.events import Event
 from kernel.core.flow import FlowState, FlowStatus
@@ -40,17 +41,22 @@ _WAIT_POLL_S = 0.05
 def add_commands(commands: Any) -> None:
     """Add the operator's commands to the ``dirk`` parser's subcommands."""
     escalations = commands.add_parser("escalations", help="list flows waiting for a human")
-    escalations.add_argument("--db", required=True)
-    escalations.add_argument("--json", action="store_true", help="one JSON object per line")
+    escalations.add_argument("--db", required=True, help="the journal file")
+    escalations.add_argument(
+        "--json", action="store_true", help="one JSON object per line, per waiting flow"
+    )
     escalations.set_defaults(run=_escalations)
 
     review = commands.add_parser("review", help="everything needed to decide on one escalation")
-    review.add_argument("dfid")
-    review.add_argument("--db", required=True)
+    review.add_argument("dfid", metavar="DFID", help="the escalated flow")
+    review.add_argument("--db", required=True, help="the journal file")
+    review.add_argument(
+        "--json", action="store_true", help="the flow, its approval, proposal and context as JSON"
+    )
     review.set_defaults(run=_review)
 
     decide = commands.add_parser("decide", help="decide on an escalated flow (via the inbox)")
-    decide.add_argument("dfid")
+    decide.add_argument("dfid", metavar="DFID", help="the escalated flow")
     choice = decide.add_mutually_exclusive_group(required=True)
     choice.add_argument("--approve", action="store_true", help="execute the action as shown")
     choice.add_argument("--reject", action="store_true", help="abort the flow")
@@ -79,7 +85,7 @@ def add_commands(commands: Any) -> None:
         metavar="SECONDS",
         help="wait this long for the kernel to apply the decision and report the outcome",
     )
-    decide.add_argument("--db", required=True)
+    decide.add_argument("--db", required=True, help="the journal file")
     decide.set_defaults(run=_decide)
 
     amend = commands.add_parser(
@@ -98,7 +104,7 @@ def add_commands(commands: Any) -> None:
         metavar="SECONDS",
         help="wait this long for the kernel to apply the amendment and report the outcome",
     )
-    amend.add_argument("--db", required=True)
+    amend.add_argument("--db", required=True, help="the journal file")
     amend.set_defaults(run=_amend)
 
 
@@ -129,21 +135,23 @@ def describe_action(flow: FlowState) -> str:
     return f"{flow.proposal.kind}({params})"
 
 
-def _age(ts_ns: int) -> str:
-    seconds = max(0, (time.time_ns() - ts_ns) // 1_000_000_000)
-    if seconds < 120:
-        return f"{seconds}s"
-    if seconds < 7200:
-        return f"{seconds // 60}m"
-    return f"{seconds // 3600}h"
-
-
 async def fold_journal(db: str) -> Projections:
+    return (await fold_journal_now(db))[0]
+
+
+async def fold_journal_now(db: str) -> tuple[Projections, int]:
+    """Fold the journal; return the projections and its "now": its last event's time.
+
+    Ages are measured on the journal's clock, so a simulated run's read the same
+    however long ago (on the wall's clock) it ran.
+    """
     projections = Projections()
+    now = 0
     async with open_journal(db, readonly=True) as journal:
         async for batch in journal.scan():
             projections.apply(batch)
-    return projections
+            now = max(now, batch[-1].ts) if batch else now
+    return projections, now
 
 
 def _pending(projections: Projections) -> list[tuple[FlowState, Approval]]:
@@ -157,7 +165,7 @@ def _pending(projections: Projections) -> list[tuple[FlowState, Approval]]:
 
 
 async def _escalations(args: argparse.Namespace) -> int:
-    projections = await fold_journal(args.db)
+    projections, now = await fold_journal_now(args.db)
     queued = queued_dfids(args.db)
     rows = [
         {
@@ -165,7 +173,9 @@ async def _escalations(args: argparse.Namespace) -> int:
             "impact": str(approval.impact),
             "reason_code": str(approval.reason_code),
             "detail": approval.detail,
-            "age": _age(approval.escalated_ts),
+            "age": age(now - approval.escalated_ts),
+            "escalated": iso_time(approval.escalated_ts),
+            "waited_s": max(0, now - approval.escalated_ts) // 1_000_000_000,
             "agent_id": flow.agent_id,
             "action": describe_action(flow),
             "hash": approval.short_hash,
@@ -177,15 +187,21 @@ async def _escalations(args: argparse.Namespace) -> int:
         for row in rows:
             print(json.dumps(row))
         return ExitCode.OK
-    print(
-        f"{'DFID':36}  {'IMPACT':11}  {'REASON':20}  {'AGE':>4}  {'AGENT':12}  {'HASH':10}  ACTION"
+    print_rows(
+        ["DFID", "IMPACT", "REASON", ">AGE", "AGENT", "HASH", "ACTION"],
+        (
+            [
+                str(row["dfid"]),
+                str(row["impact"]),
+                str(row["reason_code"]),
+                str(row["age"]),
+                str(row["agent_id"]),
+                str(row["hash"] or "-"),
+                f"{row['action']}{'  (decision queued)' if row['queued'] else ''}",
+            ]
+            for row in rows
+        ),
     )
-    for row in rows:
-        mark = "  (decision queued)" if row["queued"] else ""
-        print(
-            f"{row['dfid']:36}  {row['impact']:11}  {row['reason_code']:20.20}  {row['age']:>4}  "
-            f"{row['agent_id']:12.12}  {row['hash'] or '-':10}  {row['action']}{mark}"
-        )
     print(f"{len(rows)} pending escalations")
     return ExitCode.OK
 
@@ -195,18 +211,23 @@ async def _review(args: argparse.Namespace) -> int:
         events = await journal.flow_events(args.dfid)
         started = await journal.read(types=["KernelStarted"])
         agents = await journal.read(types=["AgentRegistered"])
+        tail = await journal.read(journal.head_seq, journal.head_seq + 1)
     if not events:
         return error(CliError.UNKNOWN_FLOW, f"no flow {args.dfid} in {args.db}")
+    now = tail[-1].ts if tail else events[-1].ts
     projections = Projections()
     projections.apply(events)
     flow = projections.flows[args.dfid]
     approval = projections.approvals.get(args.dfid)
+    if args.json:
+        print_json(_review_document(flow, approval, events, agents, started, now))
+        return ExitCode.OK
     print(f"DecisionFlow {flow.dfid}: {flow.status}, agent {flow.agent_id}, topic {flow.topic!r}")
     if approval is None:
         print("  never escalated")
         return ExitCode.OK
     print(f"\nWhy it escalated\n  {approval.reason_code}: {approval.detail}")
-    waited = _age(approval.escalated_ts)
+    waited = age(now - approval.escalated_ts)
     print(f"  impact {approval.impact}, approval {approval.status}, escalated {waited} ago")
     if approval.operator:
         print(f"  decided by {approval.operator}: {approval.reason!r}")
@@ -239,9 +260,9 @@ async def _review(args: argparse.Namespace) -> int:
         print(f"  agent {manifest.agent_id}: capabilities {', '.join(manifest.capabilities)};")
         print(f"    max attempts {manifest.max_attempts}; declared limits {limits}")
     if started:
-        last = started[-1].payload
-        assert isinstance(last, ev.KernelStarted)
-        for pack in last.packs:
+        boot = started[-1].payload
+        assert isinstance(boot, ev.KernelStarted)
+        for pack in boot.packs:
             print(f"  pack {pack.name} {pack.version} ({pack.hash[:12]})")
     if flow.status is FlowStatus.ESCALATED and flow.pending is not None:
         print(f"\nThe effect may have happened: look up key {flow.pending.key} in the system")
@@ -258,6 +279,73 @@ async def _review(args: argparse.Namespace) -> int:
             " --operator NAME --reason TEXT"
         )
     return ExitCode.OK
+
+
+def _review_document(
+    flow: FlowState,
+    approval: Approval | None,
+    events: list[Event],
+    agents: list[Event],
+    started: list[Event],
+    now: int,
+) -> dict[str, Any]:
+    """``dirk review --json``: what the text shows, as one object with fixed keys."""
+    proposal = flow.proposal
+    context = _context_seen(events, proposal.context_ref if proposal else "")
+    manifest = _manifest(agents, flow.agent_id)
+    boot = started[-1].payload if started else None
+    packs = boot.packs if isinstance(boot, ev.KernelStarted) else []
+    document: dict[str, Any] = {
+        "dfid": flow.dfid,
+        "status": str(flow.status),
+        "agent_id": flow.agent_id,
+        "topic": flow.topic,
+        "approval": None,
+        "proposal": None,
+        "context": None,
+        "agent": None,
+        "packs": [{"name": p.name, "version": p.version, "hash": p.hash} for p in packs],
+        "pending_key": flow.pending.key if flow.pending is not None else None,
+    }
+    if approval is not None:
+        document["approval"] = {
+            "status": str(approval.status),
+            "impact": str(approval.impact),
+            "reason_code": str(approval.reason_code),
+            "detail": approval.detail,
+            "escalated": iso_time(approval.escalated_ts),
+            "waited_s": max(0, now - approval.escalated_ts) // 1_000_000_000,
+            "action_hash": approval.action_hash,
+            "short_hash": approval.short_hash,
+            "operator": approval.operator,
+            "reason": approval.reason,
+        }
+    if proposal is not None:
+        document["proposal"] = {
+            "kind": proposal.kind,
+            "version": proposal.version,
+            "params": proposal.params,
+            "confidence": proposal.confidence,
+            "explain": proposal.explain,
+        }
+    if context is not None:
+        feedback = context.feedback
+        document["context"] = {
+            "attempt": context.attempt,
+            "context_ref": context.context_ref,
+            "state": context.state,
+            "feedback": None
+            if feedback is None
+            else {"reason_code": str(feedback.reason_code), "detail": feedback.detail},
+        }
+    if manifest is not None:
+        document["agent"] = {
+            "agent_id": manifest.agent_id,
+            "capabilities": list(manifest.capabilities),
+            "max_attempts": manifest.max_attempts,
+            "limits": manifest.limits,
+        }
+    return document
 
 
 def _context_seen(events: list[Event], ref: str) -> ev.ContextCompiled | None:

@@ -5,13 +5,37 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import json
 import sys
 from collections.abc import Iterable, Sequence
+from typing import Any
+
+import msgspec
 
 from kernel.core.flow import FlowState, FlowStatus
 from kernel.telemetry import trace_id_for
 
-__all__ = ["age", "flows_matching", "positive", "print_table", "select_flows", "when"]
+__all__ = [
+    "age",
+    "flows_matching",
+    "iso_time",
+    "positive",
+    "print_json",
+    "print_rows",
+    "print_table",
+    "select_flows",
+    "when",
+]
+
+
+def print_json(document: Any) -> None:
+    """Print one JSON document on one line (msgspec structs and enums become plain JSON)."""
+    print(json.dumps(msgspec.to_builtins(document)))
+
+
+def iso_time(ts_ns: int) -> str:
+    """A time on the journal's clock as ISO 8601, UTC, to the millisecond."""
+    return dt.datetime.fromtimestamp(ts_ns / 1e9, tz=dt.UTC).isoformat(timespec="milliseconds")
 
 
 def when(text: str) -> int:
@@ -71,10 +95,8 @@ def select_flows(flows: Iterable[FlowState], args: argparse.Namespace) -> list[F
     return kept
 
 
-def print_table(flows: Sequence[FlowState], now: int) -> None:
-    from rich import box
+def _console() -> Any:
     from rich.console import Console
-    from rich.table import Table
 
     # A pipe gets whole lines (no wrapping, no colour); a terminal gets its width.
     class _Console(Console):
@@ -82,8 +104,33 @@ def print_table(flows: Sequence[FlowState], now: int) -> None:
             raise BrokenPipeError  # main() ends quietly with CLOSED_PIPE, as for print()
 
     width = None if sys.stdout.isatty() else 1000
-    console = _Console(highlight=False, soft_wrap=False, width=width)
-    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False)
+    return _Console(highlight=False, soft_wrap=False, width=width)
+
+
+def _table() -> Any:
+    from rich import box
+    from rich.table import Table
+
+    return Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False)
+
+
+def print_rows(columns: Sequence[str], rows: Iterable[Sequence[str]]) -> None:
+    """Print ``rows`` as a table under ``columns`` (a column named with a leading ``>`` is
+    right-aligned); cells are plain text, never markup."""
+    from rich.text import Text
+
+    table = _table()
+    for column in columns:
+        right = column.startswith(">")
+        table.add_column(column.lstrip(">"), justify="right" if right else "left")
+    for row in rows:
+        table.add_row(*(Text(cell) for cell in row))
+    _console().print(table)
+
+
+def print_table(flows: Sequence[FlowState], now: int) -> None:
+    console = _console()
+    table = _table()
     table.add_column("DFID", no_wrap=True)
     table.add_column("STATUS", no_wrap=True)
     table.add_column("AGENT", overflow="ellipsis")

@@ -14,8 +14,9 @@ from typing import Any
 import msgspec
 
 from kernel.audit.counterfactual import whatif
-from kernel.audit.reverify import PackPathError, load_packs, rejudge
+from kernel.audit.reverify import PackPathError, Rejudged, load_packs, rejudge
 from kernel.cli._operator import error, error_of
+from kernel.cli._read import print_json
 from kernel.core.events import RuleProposed
 from kernel.core.reasons import CliError, ExitCode
 from kernel.journal.store import open_journal
@@ -30,6 +31,9 @@ def add_commands(commands: Any) -> None:
     state = commands.add_parser("state", help="print the whole projected state after an event")
     state.add_argument("--db", required=True, help="the journal file")
     state.add_argument("--at", type=int, metavar="SEQ", help="after event SEQ (default: the end)")
+    state.add_argument(
+        "--json", action="store_true", help="the state as one JSON object on one line"
+    )
     state.set_defaults(run=_state)
 
     what = commands.add_parser("whatif", help="which recorded verdicts another history changes")
@@ -38,7 +42,10 @@ def add_commands(commands: Any) -> None:
     what.add_argument("--inject-constraint", metavar="TEXT", help="add this constraint ...")
     what.add_argument("--at", type=int, default=1, metavar="SEQ", help="... from event SEQ on")
     what.add_argument(
-        "--priority", default="required", choices=["required", "learned", "preferred"]
+        "--priority",
+        default="required",
+        choices=["required", "learned", "preferred"],
+        help="the injected constraint's priority (default required)",
     )
     what.add_argument(
         "--pack",
@@ -46,11 +53,17 @@ def add_commands(commands: Any) -> None:
         metavar="PATH",
         help="judge again with this pack: FILE.py[:ATTR] or MODULE[:ATTR] (repeatable)",
     )
+    what.add_argument(
+        "--json", action="store_true", help="the verdicts judged and those changed as one object"
+    )
     what.set_defaults(run=_whatif)
 
     why = commands.add_parser("why", help="a rule's versions, decisions and provenance")
-    why.add_argument("rule", metavar="RULE_ID")
+    why.add_argument("rule", metavar="RULE_ID", help="the rule, as dirk rules lists it")
     why.add_argument("--db", required=True, help="the journal file")
+    why.add_argument(
+        "--json", action="store_true", help="the rule's versions and decisions as one object"
+    )
     why.set_defaults(run=_why)
 
 
@@ -59,6 +72,9 @@ async def _state(args: argparse.Namespace) -> int:
         if args.at is not None and not 0 <= args.at <= journal.head_seq:
             return error(CliError.UNKNOWN_SEQ, f"{args.db} has events 1..{journal.head_seq}")
         projections = await state_at(journal, args.at)
+    if args.json:
+        print(msgspec.json.encode(state_json(projections)).decode())
+        return ExitCode.OK
     print(msgspec.json.format(msgspec.json.encode(state_json(projections)), indent=2).decode())
     return ExitCode.OK
 
@@ -77,7 +93,7 @@ async def _whatif(args: argparse.Namespace) -> int:
                 "--pack goes alone, not with --exclude or --inject-constraint",
                 ExitCode.USAGE,
             )
-        return await _whatif_pack(args.db, args.pack)
+        return await _whatif_pack(args.db, args.pack, args.json)
     if not exclude and not args.inject_constraint:
         return error(
             CliError.BAD_ARGUMENT, "give --exclude, --inject-constraint or --pack", ExitCode.USAGE
@@ -90,6 +106,9 @@ async def _whatif(args: argparse.Namespace) -> int:
             at=args.at,
             priority=args.priority,
         )
+    if args.json:
+        print_json({"judged": result.judged, "skipped": 0, "changes": result.changes})
+        return ExitCode.OK
     for change in result.changes:
         print(change.line())
     print(f"whatif: {result.judged} recorded verdicts judged again, {len(result.changes)} change")
@@ -104,6 +123,9 @@ async def _why(args: argparse.Namespace) -> int:
     if item is None:
         return error(CliError.UNKNOWN_RULE, f"no rule {args.rule!r} in {args.db}")
     proposals = {e.seq: e.payload for e in events if isinstance(e.payload, RuleProposed)}
+    if args.json:
+        print_json(why_document(args.rule, item, proposals))
+        return ExitCode.OK
     for line in why_lines(args.rule, item, proposals):
         print(line)
     return ExitCode.OK
@@ -144,6 +166,27 @@ def why_lines(rule: str, item: RuleItem, proposals: dict[int, RuleProposed]) -> 
     return lines
 
 
+def why_document(rule: str, item: RuleItem, proposals: dict[int, RuleProposed]) -> Any:
+    """``dirk why --json``: the current version, every version, every decision with its
+    proposer."""
+    decisions = []
+    for d in item.decisions:
+        proposal = proposals.get(d.proposal)
+        decisions.append(
+            msgspec.to_builtins(d)
+            | {
+                "proposer": proposal.proposer if proposal is not None else "",
+                "by_operator": proposal.by_operator if proposal is not None else False,
+            }
+        )
+    return {
+        "rule": rule,
+        "current": item.current,
+        "versions": item.versions,
+        "decisions": decisions,
+    }
+
+
 def packs_from(specs: list[str]) -> list[PolicyPack]:
     """Load the packs the ``--pack`` arguments name; the memory pack unless one is given.
 
@@ -156,13 +199,16 @@ def packs_from(specs: list[str]) -> list[PolicyPack]:
     return packs
 
 
-async def _whatif_pack(db: str, specs: list[str]) -> int:
+async def _whatif_pack(db: str, specs: list[str], as_json: bool = False) -> int:
     try:
         packs = packs_from(specs)
     except PackPathError as exc:
         return error_of(exc, ExitCode.USAGE)
     async with open_journal(db, readonly=True) as journal:
         result = await rejudge(journal, packs, check_hash=False)
+    if as_json:
+        print_json({"judged": result.judged, "skipped": result.skipped, "changes": result.changes})
+        return ExitCode.OK
     for change in result.changes:
         print(change.line())
     print(
@@ -174,8 +220,17 @@ async def _whatif_pack(db: str, specs: list[str]) -> int:
 
 async def verify_verdicts(db: str, specs: list[str]) -> tuple[bool, list[str]]:
     """Re-judge every recorded verdict with the packs ``specs`` name; return (ok, lines)."""
+    return verdict_lines(await rejudge_verdicts(db, specs))
+
+
+async def rejudge_verdicts(db: str, specs: list[str]) -> Rejudged:
+    """Re-judge every recorded verdict with the packs ``specs`` name, checking pack hashes."""
     async with open_journal(db, readonly=True) as journal:
-        result = await rejudge(journal, packs_from(specs), check_hash=True)
+        return await rejudge(journal, packs_from(specs), check_hash=True)
+
+
+def verdict_lines(result: Rejudged) -> tuple[bool, list[str]]:
+    """``verify --verdicts``' text: (ok, a line per mismatch and per changed verdict, a total)."""
     lines = [f"verify: FAILED {line}" for line in result.mismatches]
     lines += [f"verify: FAILED verdict differs: {change.line()}" for change in result.changes]
     ok = not lines

@@ -69,7 +69,9 @@ class ContextCompiler:
                 continue
             dfid = self._ids.new_dfid()
             out.emit(
-                FlowCreated(root_dfid=root_dfid or dfid, topic=msg.topic),
+                FlowCreated(
+                    root_dfid=root_dfid or dfid, topic=msg.topic, traceparent=msg.traceparent
+                ),
                 dfid=dfid,
                 parent_dfid=msg.parent_dfid,
                 agent_id=agent_id,

@@ -98,8 +98,12 @@ class TriggerFired(Payload, frozen=True, tag=True):
 
 
 class FlowCreated(Payload, frozen=True, tag=True):
+    """A flow begins. ``traceparent`` is the W3C trace context of the caller's span when
+    the embedding code passed one (its trace links to it; see docs/traces.md)."""
+
     root_dfid: str
     topic: str = ""
+    traceparent: str = ""
 
 
 class ContextCompiled(Payload, frozen=True, tag=True):

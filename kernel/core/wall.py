@@ -104,11 +104,18 @@ class ManifestSpec(_Spec, frozen=True):
     max_attempts: Annotated[int, Meta(ge=1, le=1000)] = 3
 
 
+TraceParent = Annotated[
+    str, Meta(pattern=r"^$|^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$")
+]
+"""A W3C ``traceparent`` (version-trace id-span id-flags, lower-case hex), or empty."""
+
+
 class TriggerSpec(_Spec, frozen=True):
     topic: Name
     facts: dict[Id, Any] = {}
     source: Id = ""
     parent: Id | None = None
+    traceparent: TraceParent = ""
 
 
 class DecisionSpec(_Spec, frozen=True):

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import time
 from collections.abc import AsyncIterator, Callable, Collection, Sequence
 from typing import NoReturn
 
@@ -56,6 +57,7 @@ __all__ = [
     "APPLICATION_ID",
     "INBOX_SCHEMA",
     "SCHEMA_VERSION",
+    "CommitObserver",
     "EventUnreadable",
     "GuardFactory",
     "Journal",
@@ -77,6 +79,8 @@ __all__ = [
 
 Listener = Callable[[Sequence[Event]], None]
 GuardFactory = Callable[[], Callable[[Sequence[Event]], None]]
+CommitObserver = Callable[[int, int], None]
+"""Told of each committed transaction: (events written, nanoseconds it took to commit)."""
 
 
 class _Batch:
@@ -127,6 +131,8 @@ class Journal:
         self._failure: Exception | None = None
         self._failure_what = ""
         self._attempts = self._appends = self._transactions = self._events = 0
+        self._observer: CommitObserver | None = None
+        self._observer_clock: Callable[[], int] = time.perf_counter_ns
 
     @property
     def path(self) -> str:
@@ -214,6 +220,17 @@ class Journal:
         uses it to make an illegal flow transition impossible on disk.
         """
         self._guard = guard
+
+    def observe_commits(
+        self, observer: CommitObserver | None, clock: Callable[[], int] = time.perf_counter_ns
+    ) -> None:
+        """Tell ``observer`` of each committed transaction: its events and how long it took.
+
+        A port for measurements that are not events (telemetry's commit latency): the
+        time is this process's, from ``clock`` (monotonic ns), never the kernel's clock,
+        and is recorded nowhere. An observer that raises is dropped, never the journal.
+        """
+        self._observer, self._observer_clock = observer, clock
 
     def add_listener(self, listener: Listener) -> None:
         """Call ``listener`` with every committed batch of events, in commit order.
@@ -441,6 +458,7 @@ class Journal:
         injected = self._attempts == self._faults.fail_transaction
         head = head_value(seq, prev, self._key)
         writer = self._writer
+        began = self._observer_clock() if self._observer is not None else 0
         try:
             # One hop per transaction: the store's writer (a plain sqlite3 or psycopg
             # connection, used only here) runs BEGIN, the rows, the head and COMMIT as
@@ -457,6 +475,12 @@ class Journal:
         self._appends += len(sealed)
         self._transactions += 1
         self._events += len(committed)
+        if self._observer is not None:
+            try:
+                self._observer(len(committed), self._observer_clock() - began)
+            except Exception:
+                # A measurement that fails costs the measurement, not the journal.
+                self._observer = None
         try:
             for listener in self._listeners:
                 listener(committed)

@@ -79,6 +79,7 @@ class FireTrigger(msgspec.Struct, frozen=True, kw_only=True):
     source: str
     parent_dfid: str | None
     reply: Reply[list[str]]
+    traceparent: str = ""
 
 
 class Compile(msgspec.Struct, frozen=True, gc=False, kw_only=True):

@@ -7,7 +7,7 @@ exporters; without one, the standard ``OTEL_*`` variables do. The OTLP exporters
 are the optional extra ``dirk[otlp]``.
 """
 
-from kernel.telemetry._ids import span_id_for, trace_id_for
+from kernel.telemetry._ids import caller_context, span_id_for, trace_id_for, traceparent_of
 from kernel.telemetry._otlp import (
     DEFAULT_SERVICE_NAME,
     ExporterUnavailable,
@@ -28,6 +28,7 @@ __all__ = [
     "SpanProjector",
     "SpanRecord",
     "Telemetry",
+    "caller_context",
     "configure_exporter",
     "export_flows",
     "resource_from_env",
@@ -35,4 +36,5 @@ __all__ = [
     "span_id_for",
     "spans_for_events",
     "trace_id_for",
+    "traceparent_of",
 ]

@@ -10,9 +10,18 @@ import functools
 import hashlib
 import uuid
 
+from opentelemetry import trace
+from opentelemetry.context import Context
 from opentelemetry.trace import SpanContext, TraceFlags
 
-__all__ = ["ROOT", "flow_context", "span_id_for", "trace_id_for"]
+__all__ = [
+    "ROOT",
+    "caller_context",
+    "flow_context",
+    "span_id_for",
+    "trace_id_for",
+    "traceparent_of",
+]
 
 ROOT = ("flow", 0)
 """The (stage, n) of a flow's root span."""
@@ -40,6 +49,33 @@ def span_id_for(dfid: str, stage: str, n: int) -> int:
     """
     digest = hashlib.sha256(f"{dfid}/{stage}/{n}".encode()).digest()
     return int.from_bytes(digest[:8], "big") or 1
+
+
+def traceparent_of(context: Context | None) -> str:
+    """Return the W3C ``traceparent`` of the span current in ``context`` ("" if none).
+
+    A context without a valid span, or None, links to nothing.
+    """
+    if context is None:
+        return ""
+    span = trace.get_current_span(context).get_span_context()
+    if not span.is_valid:
+        return ""
+    return f"00-{span.trace_id:032x}-{span.span_id:016x}-{int(span.trace_flags) & 0xFF:02x}"
+
+
+def caller_context(traceparent: str) -> SpanContext | None:
+    """Return the caller's span a recorded ``traceparent`` names (None if it names none)."""
+    parts = traceparent.split("-")
+    if len(parts) != 4:
+        return None
+    try:
+        trace_id, span_id, flags = int(parts[1], 16), int(parts[2], 16), int(parts[3], 16)
+    except ValueError:
+        return None
+    if not trace_id or not span_id:
+        return None
+    return SpanContext(trace_id, span_id, is_remote=True, trace_flags=TraceFlags(flags & 0xFF))
 
 
 def flow_context(dfid: str, stage: str, n: int, *, sampled: bool = True) -> SpanContext:

@@ -4,6 +4,9 @@ Like spans, metrics are a fold over committed events (and the span records
 they end), so they cost the kernel's hot path nothing: flows ended by final
 status, verdicts by reason code, escalations waiting and how long they waited,
 execution retries, adapter latency, actor restarts and the size of the journal's commit batches.
+Two numbers are not in the journal, so they come through ports the kernel's boot
+connects: the journal's commit latency (its commit observer) and the depth of each
+actor's mailbox (read when the metrics are collected).
 Off unless an OTLP endpoint is configured (or the application set an SDK
 MeterProvider as the global one).
 """
@@ -11,9 +14,10 @@ MeterProvider as the global one).
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from opentelemetry import metrics
+from opentelemetry.metrics import CallbackOptions, Observation
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
 from opentelemetry.sdk.resources import Resource
@@ -120,7 +124,37 @@ class FlowMetrics:
         self._batch = meter.create_histogram(
             "dir.journal.batch_size", unit="{event}", description="Events per committed batch"
         )
+        self._commit = meter.create_histogram(
+            "dir.journal.commit.duration",
+            unit="s",
+            description="Time to commit one journal transaction (write and sync)",
+        )
+        self._depths: Callable[[], Mapping[str, int]] | None = None
+        meter.create_observable_gauge(
+            "dir.mailbox.depth",
+            callbacks=[self._observe_depths],
+            unit="{message}",
+            description="Messages waiting in each actor's mailbox",
+        )
         self._escalated: dict[str, int] = {}
+
+    def committed(self, events: int, duration_ns: int) -> None:
+        """The journal's commit observer: one transaction of ``events`` took ``duration_ns``."""
+        self._commit.record(max(0, duration_ns) / _NS_PER_S)
+
+    def watch_mailboxes(self, depths: Callable[[], Mapping[str, int]]) -> None:
+        """Read the mailboxes' depths from ``depths`` whenever the metrics are collected."""
+        self._depths = depths
+
+    def _observe_depths(self, options: CallbackOptions) -> Iterable[Observation]:
+        depths = self._depths
+        if depths is None:
+            return []
+        try:
+            return [Observation(n, {"dir.mailbox": name}) for name, n in depths().items()]
+        except Exception:
+            # Collected in the reader's thread while the kernel runs or stops: skip a round.
+            return []
 
     def feed(self, events: Sequence[Event], records: Iterable[SpanRecord]) -> None:
         """Count one committed batch and the span records it ended."""

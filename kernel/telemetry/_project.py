@@ -76,7 +76,8 @@ class SpanRecord:
     """One finished span, before it becomes an SDK span.
 
     ``dfid`` names the trace, ``where`` the span, ``parent`` its parent in the same
-    trace (None for a root), ``links`` spans of other traces as (dfid, where).
+    trace (None for a root), ``links`` spans of other traces as (dfid, where), ``remote``
+    a span outside the kernel (the caller's, as a recorded W3C traceparent) it links to.
     ``error`` is the status description of a fault (None: OK if ``ok``, else unset).
     """
 
@@ -90,6 +91,7 @@ class SpanRecord:
         "name",
         "ok",
         "parent",
+        "remote",
         "start",
         "where",
     )
@@ -108,7 +110,9 @@ class SpanRecord:
         links: list[tuple[str, Where]] | None = None,
         error: str | None = None,
         ok: bool = False,
+        remote: str = "",
     ) -> None:
+        self.remote = remote
         self.dfid, self.where, self.name = dfid, where, name
         self.start, self.end, self.attrs = start, max(start, end), attrs
         self.parent, self.events, self.links = parent, events or [], links or []
@@ -157,6 +161,7 @@ class _Flow:
         self.created = event.ts
         self.parent_dfid = event.parent_dfid
         self.topic = created.topic
+        self.traceparent = created.traceparent
         self.agent_id = event.agent_id or ""
         self.kind = ""
         self.attempts = 0
@@ -290,6 +295,7 @@ class _Flow:
             links=links,
             error=error,
             ok=ok,
+            remote=self.traceparent,
         )
 
     def wait(self, ts: int) -> None:

@@ -38,7 +38,7 @@ from opentelemetry.trace import (
 )
 
 from kernel.registry import KERNEL_VERSION
-from kernel.telemetry._ids import span_id_for, trace_id_for
+from kernel.telemetry._ids import caller_context, span_id_for, trace_id_for
 from kernel.telemetry._project import SpanRecord
 
 __all__ = ["Collector", "DirectSink", "SpanSink"]
@@ -47,6 +47,8 @@ _SCOPE = "kernel.telemetry"
 _SAMPLED = TraceFlags(TraceFlags.SAMPLED)
 _NOT_SAMPLED = TraceFlags(TraceFlags.DEFAULT)
 _OK = Status(StatusCode.OK)
+# On the link from a flow's root to the span of the code that started it.
+_CALLER = {"dir.link": "caller"}
 _UNSET = Status(StatusCode.UNSET)
 _KEPT = (Decision.RECORD_AND_SAMPLE,)
 
@@ -129,6 +131,8 @@ class SpanSink:
                     Link(self._context(other, *where, flags(other)))
                     for other, where in record.links
                 ]
+                if record.remote and (caller := caller_context(record.remote)) is not None:
+                    links.append(Link(caller, _CALLER))
                 self._ids.trace_id = trace_id_for(dfid)
                 self._ids.span_id = span_id_for(dfid, *record.where)
                 span = tracer.start_span(
@@ -214,6 +218,8 @@ class DirectSink(SpanSink):
                     other_sampled = kept[other] = self.sampled(other)
                 flags = _SAMPLED if other_sampled else _NOT_SAMPLED
                 links.append(Link(self._context(other, *where, flags)))
+            if record.remote and (caller := caller_context(record.remote)) is not None:
+                links.append(Link(caller, _CALLER))
             if record.error is not None:
                 status = Status(StatusCode.ERROR, record.error)
             else:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import AsyncIterable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterable, Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 
 from opentelemetry import trace
@@ -21,6 +21,7 @@ from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.sampling import ALWAYS_ON, Sampler
 
 from kernel.core.events import Event, FlowCreated
+from kernel.journal.store import Journal
 from kernel.telemetry._metrics import FlowMetrics, host_meter_provider, meter_provider_from_env
 from kernel.telemetry._otlp import ExporterUnavailable, configure_exporter, resource_from_env
 from kernel.telemetry._project import SpanProjector
@@ -152,6 +153,22 @@ class Telemetry:
             self._sink.write(records)
         if self._metrics is not None:
             self._metrics.feed(events, records)
+
+    @property
+    def measures(self) -> bool:
+        """Whether metrics are exported."""
+        return self._metrics is not None
+
+    def install(self, journal: Journal, depths: Callable[[], Mapping[str, int]]) -> None:
+        """Measure what the journal does not record: its commit latency (through its commit
+        observer) and the mailboxes' depths (``depths()``, read at each collection).
+
+        Nothing is installed while metrics are off.
+        """
+        if self._metrics is None:
+            return
+        journal.observe_commits(self._metrics.committed)
+        self._metrics.watch_mailboxes(depths)
 
     def resume(self, events: Sequence[Event]) -> None:
         """Take up flows an earlier run left open: re-send their finished spans (same ids,

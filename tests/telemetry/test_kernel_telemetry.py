@@ -545,7 +545,7 @@ async def test_the_standard_variables_choose_the_resource_and_the_sampler(
                 await kernel.register(ScriptedAgent())
                 [kept] = await kernel.trigger("bank.invoice")
                 await kernel.wait_flow(kept)
-            await received.until(lambda items: len(items) >= 5)
+            await received.until(lambda _: len(received.spans()) >= 5)
             assert {s["service_name"] for s in received.spans()} == {"from-ra"}
             assert {s["resource"]["deployment.environment"] for s in received.spans()} == {"test"}
 
@@ -560,7 +560,7 @@ async def test_the_standard_variables_choose_the_resource_and_the_sampler(
             async with open_journal(tmp_path / "a.db", readonly=True) as journal:
                 marker.emit(await journal.read())
             await anyio.to_thread.run_sync(marker.shutdown)
-            await received.until(lambda items: len(items) >= 10)
+            await received.until(lambda _: len(received.spans()) >= 10)
     assert not [s for s in received.spans() if s["trace_id"] == f"{trace_of(dropped):032x}"]
 
 
