@@ -49,6 +49,7 @@ from kernel.runtime.messages import (
     Decide,
     DecideRule,
     Decision,
+    IssueCredential,
     LoadPack,
     RetractRule,
     SetStatus,
@@ -155,6 +156,38 @@ class OperatorActs:
         code = await self._call(self.actors.registry, msg, reply)
         if code is not None:
             raise HandshakeRefused(code, f"no agent {agent_id!r}")
+
+    async def issue_credential(
+        self, agent_id: str, verifier: str, *, operator: str, reason: str
+    ) -> None:
+        """Provision or rotate ``agent_id``'s credential from its verifier (recorded).
+
+        Make the pair with :func:`kernel.registry.new_credential` and
+        :func:`kernel.registry.credential_verifier`; give the secret to whoever runs the
+        agent, and only the verifier to the kernel. Live sessions stay valid.
+
+        Raises:
+            InputInvalid: a field of the wrong type or too long.
+            HandshakeRefused: UNKNOWN_AGENT (not allowed here) or SCHEMA_INVALID (no verifier).
+        """
+        fields = {"agent_id": agent_id, "verifier": verifier, "operator": operator}
+        await self._issue_credential(inbox.check_credential(fields | {"reason": reason}))
+
+    async def _issue_credential(
+        self, fields: inbox.CredentialFields, inbox_id: int | None = None
+    ) -> None:
+        reply: Reply[ReasonCode | None] = Reply()
+        msg = IssueCredential(
+            agent_id=fields.agent_id,
+            verifier=fields.verifier,
+            operator=fields.operator,
+            reason=fields.reason,
+            inbox_id=inbox_id,
+            reply=reply,
+        )
+        code = await self._call(self.actors.registry, msg, reply)
+        if code is not None:
+            raise HandshakeRefused(code, f"no credential issued for {fields.agent_id!r}")
 
     async def amend_limit(
         self,
@@ -462,6 +495,9 @@ class OperatorActs:
             if code is not None:
                 raise HandshakeRefused(code, f"no agent {checked.agent_id!r}")
 
+        async def credential(row: InboxRow) -> None:
+            await self._issue_credential(inbox.to_credential(row), inbox_id=row.id)
+
         async def rule(row: InboxRow) -> None:
             body = inbox.row_fields(row, inbox.RULE_FIELDS)
             checked = wall.admit(body, wall.RuleDecisionSpec)
@@ -536,6 +572,7 @@ class OperatorActs:
             inbox.RULE: rule,
             inbox.RULE_CHANGE: rule_change,
             inbox.PROPOSE: self.inbox_agents.propose,
+            inbox.CREDENTIAL: credential,
         }
         try:
             await inbox.poll(

@@ -125,13 +125,17 @@ class Kernel(OperatorActs):
 
     # --- the embedding API -------------------------------------------------
 
-    async def register(self, agent: AgentLike) -> Session:
+    async def register(self, agent: AgentLike, *, credential: str | None = None) -> Session:
         """Hand the agent's manifest to the registry and host the agent in this kernel.
 
+        ``credential`` is the secret the operator provisioned for the agent, if any
+        (kernel.registry): once one is provisioned, every handshake must show it.
+
         Raises:
-            HandshakeRefused: with VERSION_MISMATCH, UNKNOWN_AGENT, AGENT_SUSPENDED, ...
+            HandshakeRefused: with VERSION_MISMATCH, UNKNOWN_AGENT, AGENT_SUSPENDED,
+                CREDENTIAL_INVALID, ...
         """
-        session = await self.handshake(agent.manifest)
+        session = await self.handshake(agent.manifest, credential=credential)
         agent_id = session.agent_id
         if agent_id not in self._hosts:
             mailbox: Mailbox[AgentMessage] = Mailbox(f"agent:{agent_id}", self.actors.capacity)
@@ -140,13 +144,31 @@ class Kernel(OperatorActs):
         self.actors.agents.sessions[agent_id] = session
         return session
 
-    async def handshake(self, manifest: Manifest) -> Session:
+    def route(self, agent_id: str) -> Mailbox[AgentMessage]:
+        """Return the mailbox ``agent_id``'s contexts arrive in when it is hosted elsewhere.
+
+        kernel.mesh drains it onto the bus; the agent's flows open as for a hosted one.
+        """
+        mailbox = self._hosts.get(agent_id)
+        if mailbox is None:
+            mailbox = Mailbox(f"agent:{agent_id}", self.actors.capacity)
+            self._hosts[agent_id] = mailbox
+        return mailbox
+
+    async def handshake(
+        self, manifest: Manifest, *, credential: str | None = None, require_credential: bool = False
+    ) -> Session:
         """Register a manifest without hosting the agent (it submits on its own).
+
+        ``credential``: the agent's provisioned secret; ``require_credential`` refuses
+        the handshake unless one is provisioned and shown (the bus asks for it).
 
         Raises:
             HandshakeRefused: when the registry refuses the manifest.
         """
         invalid: str | None = None
+        if credential is not None and not isinstance(credential, str):
+            credential = ""  # shown but unusable: refused as not the agent's own
         try:
             checked = wall.admit(manifest, wall.ManifestSpec)
             manifest = msgspec.convert(msgspec.to_builtins(checked), Manifest)
@@ -159,7 +181,13 @@ class Kernel(OperatorActs):
             version = getattr(manifest, "version", "")
             manifest = Manifest(agent_id=clip(agent_id), version=clip(version, 64))
         reply: Reply[Session | HandshakeRefused] = Reply()
-        msg = Register(manifest=manifest, reply=reply, invalid=invalid)
+        msg = Register(
+            manifest=manifest,
+            reply=reply,
+            invalid=invalid,
+            credential=credential,
+            require_credential=require_credential,
+        )
         answer = await self._call(self.actors.registry, msg, reply)
         assert isinstance(answer, Session)  # _call raised a refusal
         return answer

@@ -51,6 +51,20 @@ from kernel.telemetry import Telemetry
 
 
 @asynccontextmanager
+async def _bus(kernel: Kernel, config: KernelConfig) -> AsyncIterator[None]:
+    """Serve agents hosted in other processes over the bus, if one is configured."""
+    url = config.bus or os.environ.get("DIRK_BUS")
+    if not url:
+        yield
+        return
+    from kernel.mesh import open_mesh  # imports nats: only with a bus
+
+    timeout_s = config.limits.reasoning_timeout_s
+    async with open_mesh(kernel, url, reasoning_timeout_s=timeout_s):
+        yield
+
+
+@asynccontextmanager
 async def open_kernel(
     path: str | PathLike[str],
     *,
@@ -172,7 +186,8 @@ async def open_kernel(
                     # What an earlier run left between acceptance and a recorded end.
                     kernel.actors.execution.send_nowait(Recover())
                     try:
-                        yield kernel
+                        async with _bus(kernel, config):
+                            yield kernel
                     except Exception as exc:
                         # Re-raised outside the task groups: the caller sees it, not a group.
                         body_error = exc

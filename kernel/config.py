@@ -119,6 +119,9 @@ class KernelConfig(msgspec.Struct, frozen=True, kw_only=True):
             watchdog.
         retry: the retry policy of adapters without a ``retry_policy`` of their own
             (None: the engine's default).
+        bus: a NATS URL (``nats://127.0.0.1:4222``) where agents hosted in other processes
+            reach this kernel (kernel.mesh, ``pip install 'dirk[nats]'``); None: the
+            ``DIRK_BUS`` environment variable, else no bus.
     """
 
     limits: Limits = Limits()
@@ -129,3 +132,4 @@ class KernelConfig(msgspec.Struct, frozen=True, kw_only=True):
     tracer_provider: TracerProvider | None = None
     escalation: EscalationPolicy = EscalationPolicy()
     retry: RetryPolicy | None = None
+    bus: str | None = None

@@ -28,7 +28,7 @@ import sqlite3
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from contextlib import closing
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import anyio
 import msgspec
@@ -36,7 +36,7 @@ import msgspec
 from kernel.core.errors import KernelShutdown
 from kernel.core.events import Manifest
 from kernel.core.ports import Clock
-from kernel.core.wall import AgentSpec, DecisionSpec, InputInvalid, admit
+from kernel.core.wall import AgentSpec, DecisionSpec, InputInvalid, Name, Reason, admit
 from kernel.journal.errors import JournalError, redact
 from kernel.journal.inbox_store import InboxStore, on_server, open_inbox
 from kernel.journal.store import INBOX_SCHEMA
@@ -162,6 +162,11 @@ RULE = "rule"
 """The ``type`` of a row that overrides or skips a deferred rule proposal (``dirk rules``)."""
 RULE_CHANGE = "rule_change"
 """The ``type`` of a row that adds, edits or retracts a rule (``dirk rules --add`` ...)."""
+CREDENTIAL = "credential"
+"""The ``type`` of a row that provisions an agent's credential (``dirk agent --issue-credential``).
+
+It carries only the credential's verifier, never the secret (kernel.registry).
+"""
 DECIDE = "decide"
 """The ``type`` of a decision on an escalated flow (rows without a type are decisions too)."""
 UNREADABLE = "$unreadable"
@@ -204,6 +209,36 @@ PROPOSE_TOPIC = "inbox"
 RULE_ACTIONS = ("add", "edit", "retract")
 """What a RULE_CHANGE row does: add and edit put a version in force (an operator's
 override, recorded with who and why); retract takes the rule out of force."""
+
+
+CREDENTIAL_FIELDS = frozenset({"agent_id", "verifier", "operator", "reason"})
+
+
+class CredentialFields(msgspec.Struct, frozen=True, kw_only=True):
+    """A credential to provision: the agent, the verifier (``sha256:<hex>``), who and why."""
+
+    agent_id: Name
+    verifier: Annotated[str, msgspec.Meta(max_length=80)]
+    operator: Name
+    reason: Reason
+
+
+def check_credential(fields: Mapping[str, Any]) -> CredentialFields:
+    """Admit a credential's fields at the wall.
+
+    Raises:
+        InputInvalid: a field missing, of the wrong type or too long.
+    """
+    return admit(dict(fields), CredentialFields)
+
+
+def to_credential(row: InboxRow) -> CredentialFields:
+    """Turn a credential row into its checked fields.
+
+    Raises:
+        InputInvalid: the row carries a field a credential row does not have, or a bad one.
+    """
+    return check_credential(row_fields(row, CREDENTIAL_FIELDS))
 
 
 def to_amend(row: InboxRow, reply: Reply[Any]) -> AmendLimit:

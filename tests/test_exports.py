@@ -113,7 +113,14 @@ PINNED = {
         "follow_journal",
     ],
 }
-PUBLIC = {"kernel", "kernel.policy", "kernel.adapters", "kernel.audit", "kernel.testing"}
+PUBLIC = {
+    "kernel",
+    "kernel.policy",
+    "kernel.adapters",
+    "kernel.audit",
+    "kernel.testing",
+    "kernel.mesh",  # hosts and executors on the bus (dirk[nats])
+}
 
 
 @pytest.mark.parametrize("namespace", list(PINNED), ids=lambda m: m.__name__)

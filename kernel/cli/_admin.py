@@ -11,6 +11,7 @@ import argparse
 import time
 from typing import Any
 
+from kernel.cli._credential import issue_credential
 from kernel.cli._operator import error, fold_journal, wait_taken
 from kernel.cli._read import print_json
 from kernel.core.reasons import CliError, ExitCode, ReasonCode
@@ -30,6 +31,11 @@ def add_commands(commands: Any) -> None:
         "--set",
         choices=[s.value for s in AgentStatus],
         help="the new status (ACTIVE restores an agent demoted to PASSIVE)",
+    )
+    agent.add_argument(
+        "--issue-credential",
+        action="store_true",
+        help="provision (or rotate) the agent's credential: printed once, only its hash is queued",
     )
     agent.add_argument("--operator", help="who changes it (recorded; required with --set)")
     agent.add_argument("--reason", help="why (recorded; required with --set)")
@@ -75,6 +81,8 @@ def _who_and_why(args: argparse.Namespace) -> str | None:
 
 
 async def _agent(args: argparse.Namespace) -> int:
+    if args.issue_credential:
+        return await issue_credential(args)
     projections = await fold_journal(args.db)
     agent = projections.agents.get(args.agent_id)
     if agent is None:

@@ -524,4 +524,7 @@ async def wait_taken(db: str, row_id: int, timeout_s: float) -> int:
             f" {payload.operator} (event #{seq}, floor {payload.floor}, ceiling {payload.ceiling})"
         )
         return ExitCode.OK
+    if isinstance(payload, ev.CredentialIssued):
+        print(f"applied: credential of {events[0].agent_id} by {payload.operator} (event #{seq})")
+        return ExitCode.OK
     return error(CliError.NOT_APPLIED, f"inbox row {row_id} was not applied (marker {seq})")

@@ -70,6 +70,19 @@ class AgentStatusChanged(Payload, frozen=True, tag=True):
     inbox_id: int | None = None
 
 
+class CredentialIssued(Payload, frozen=True, tag=True):
+    """An operator provisioned (or rotated) the credential an agent must show to handshake.
+
+    Only ``verifier`` is recorded (``sha256:<hex>`` of the secret, kernel.registry), never
+    the secret; it replaces the agent's previous one. Live sessions stay valid.
+    """
+
+    verifier: str
+    reason: str = ""
+    operator: str = ""
+    inbox_id: int | None = None
+
+
 # --- the world and its triggers -----------------------------------------------
 
 

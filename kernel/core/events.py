@@ -29,6 +29,7 @@ from kernel.core._flow_events import (
     CompensationStarted,
     CompensationSucceeded,
     ContextCompiled,
+    CredentialIssued,
     DecisionRefused,
     DuplicateSuppressed,
     ExecutionFailed,
@@ -137,6 +138,7 @@ AnyPayload = (
     | ConstraintAdvisory
     | InputRefused
     | RuleRetracted
+    | CredentialIssued
 )
 
 
@@ -255,6 +257,7 @@ __all__ = [
     "ConstraintAdvisory",
     "ConstraintDeactivated",
     "ContextCompiled",
+    "CredentialIssued",
     "DecisionMade",
     "DecisionRefused",
     "Draft",

@@ -64,6 +64,8 @@ class ReasonCode(StrEnum):
     """A soft guard's emergency rule blocked the proposal (confidence above its threshold)."""
     OUTCOME_UNKNOWN = "OUTCOME_UNKNOWN"
     """An adapter call may have taken effect and no answer says so: reconcile or retry."""
+    CREDENTIAL_INVALID = "CREDENTIAL_INVALID"
+    """A handshake without the agent's provisioned credential, or with another (kernel.registry)."""
 
 
 RESERVED_REASONS: frozenset[ReasonCode] = frozenset(

@@ -1,30 +1,85 @@
-"""The agent registry: manifests, the semver handshake, session tokens and agent status.
+"""The agent registry: manifests, the semver handshake, credentials, sessions and status.
 
 The registry is the system of record for what each agent may do. When the DIM
 asks "may this agent propose that?", it asks the registry's projection, never
 the agent, so no prompt can grant an agent new powers.
+
+Credentials: an operator provisions one secret per agent id (``dirk agent AGENT
+--issue-credential``, through the inbox; :func:`new_credential`) and hands it to
+whoever runs the agent. The journal records only its verifier
+(:func:`credential_verifier`, ``CredentialIssued``); issuing another rotates it.
+Once an agent has a credential, every handshake for its id must show it, in
+process as over the bus; one without it, or with another, is refused with
+CREDENTIAL_INVALID and recorded (``AgentRefused``), and the live session stays
+valid: only a handshake that passes replaces it. An agent with no credential
+provisioned still handshakes in process without one, as before (the process is
+no wall: code in it can reach the kernel's objects anyway); over the bus
+(kernel.mesh) a credential is always required.
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
+import secrets
 from collections.abc import Collection
 
 import semver
 
-from kernel.core.events import AgentRefused, AgentRegistered, AgentStatusChanged, Manifest
+from kernel.core.events import (
+    AgentRefused,
+    AgentRegistered,
+    AgentStatusChanged,
+    CredentialIssued,
+    Manifest,
+)
 from kernel.core.ports import IdSource
 from kernel.core.reasons import ReasonCode
 from kernel.core.wall import clip
 from kernel.policy.contracts import HandshakeRefused, Session
 from kernel.policy.packs import PolicyCatalog
 from kernel.runtime.actors import Outbox, Reply
-from kernel.runtime.messages import Register, RegistryMessage, SetStatus
+from kernel.runtime.messages import IssueCredential, Register, RegistryMessage, SetStatus
 from kernel.state.projections import AgentStatus, Projections, session_hash
 
 CONTRACT_VERSION = (1, 2)
 """The DIR contract this kernel speaks: manifests 1.0 up to 1.2 are accepted."""
 
 KERNEL_VERSION = "0.1.0"
+
+CREDENTIAL_PREFIX = "dirk_"
+VERIFIER_PREFIX = "sha256:"
+
+
+def new_credential() -> str:
+    """Return a fresh agent credential: 256 bits from the OS, printable."""
+    return CREDENTIAL_PREFIX + secrets.token_urlsafe(32)
+
+
+def credential_verifier(credential: str) -> str:
+    """Return what the kernel stores of ``credential``: ``sha256:<hex>``.
+
+    A plain hash is enough: a credential is 256 random bits, not a password, so
+    there is nothing for a slow hash to protect against guessing.
+    """
+    return VERIFIER_PREFIX + hashlib.sha256(credential.encode()).hexdigest()
+
+
+def is_verifier(text: str) -> bool:
+    """Whether ``text`` has the shape of a verifier (what an inbox row may carry)."""
+    digest = text.removeprefix(VERIFIER_PREFIX)
+    return (
+        text.startswith(VERIFIER_PREFIX)
+        and len(digest) == 64
+        and all(c in "0123456789abcdef" for c in digest)
+    )
+
+
+def credential_matches(verifier: str | None, credential: str | None) -> bool:
+    """Whether ``credential`` is the one ``verifier`` was made from (in constant time)."""
+    if verifier is None or not isinstance(credential, str):
+        return False
+    return hmac.compare_digest(verifier, credential_verifier(credential))
 
 
 def check_version(version: str) -> str | None:
@@ -70,7 +125,26 @@ class Registry:
                 )
                 out.reply(reply, HandshakeRefused(code, invalid))
             case Register(manifest=manifest, reply=reply):
-                self._register(manifest, reply, out)
+                self._register(msg, reply, out)
+            case IssueCredential():
+                if msg.agent_id not in self._allowlist and msg.agent_id not in (
+                    self._projections.agents
+                ):
+                    out.reply(msg.reply, ReasonCode.UNKNOWN_AGENT)
+                    return
+                if not is_verifier(msg.verifier):
+                    out.reply(msg.reply, ReasonCode.SCHEMA_INVALID)
+                    return
+                out.emit(
+                    CredentialIssued(
+                        verifier=msg.verifier,
+                        reason=msg.reason,
+                        operator=msg.operator,
+                        inbox_id=msg.inbox_id,
+                    ),
+                    agent_id=msg.agent_id,
+                )
+                out.reply(msg.reply, None)
             case SetStatus():
                 agent = self._projections.agents.get(msg.agent_id)
                 if agent is None:
@@ -88,9 +162,10 @@ class Registry:
                 out.reply(msg.reply, None)
 
     def _register(
-        self, manifest: Manifest, reply: Reply[Session | HandshakeRefused], out: Outbox
+        self, msg: Register, reply: Reply[Session | HandshakeRefused], out: Outbox
     ) -> None:
-        refusal = self._refusal(manifest)
+        manifest = msg.manifest
+        refusal = self._refusal(manifest) or self._unproven(msg)
         if refusal is not None:
             code, detail = refusal
             out.emit(
@@ -114,6 +189,21 @@ class Registry:
                 kernel_version=KERNEL_VERSION,
             ),
         )
+
+    def _unproven(self, msg: Register) -> tuple[ReasonCode, str] | None:
+        agent_id = msg.manifest.agent_id
+        verifier = self._projections.credentials.get(agent_id)
+        if verifier is None and not msg.require_credential and msg.credential is None:
+            return None  # in process, nothing provisioned: as before credentials existed
+        if verifier is None:
+            detail = f"no credential is provisioned for agent {agent_id!r}"
+        elif msg.credential is None:
+            detail = f"agent {agent_id!r} must show its credential"
+        elif not credential_matches(verifier, msg.credential):
+            detail = f"the credential shown for agent {agent_id!r} is not its own"
+        else:
+            return None
+        return ReasonCode.CREDENTIAL_INVALID, detail
 
     def _refusal(self, manifest: Manifest) -> tuple[ReasonCode, str] | None:
         if manifest.agent_id not in self._allowlist:

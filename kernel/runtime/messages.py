@@ -46,11 +46,26 @@ class Register(msgspec.Struct, frozen=True, kw_only=True):
     reply: Reply[Session | HandshakeRefused]
     invalid: str | None = None
     """Why the wall refused the manifest as given (``manifest`` then holds its clipped ids)."""
+    credential: str | None = None
+    """The secret the operator provisioned for the agent (checked against its verifier)."""
+    require_credential: bool = False
+    """Refuse the handshake unless a credential is provisioned and shown (over the bus)."""
 
 
 class SetStatus(msgspec.Struct, frozen=True, kw_only=True):
     agent_id: str
     status: AgentStatus
+    operator: str
+    reason: str
+    reply: Reply[ReasonCode | None]
+    inbox_id: int | None = None
+
+
+class IssueCredential(msgspec.Struct, frozen=True, kw_only=True):
+    """Provision or rotate the credential ``agent_id`` must show (only its verifier travels)."""
+
+    agent_id: str
+    verifier: str
     operator: str
     reason: str
     reply: Reply[ReasonCode | None]
@@ -279,7 +294,7 @@ class Found(msgspec.Struct, frozen=True, kw_only=True):
 
 # --- one union per receiving actor --------------------------------------------
 
-RegistryMessage: TypeAlias = Register | SetStatus
+RegistryMessage: TypeAlias = Register | SetStatus | IssueCredential
 CompilerMessage: TypeAlias = FireTrigger | Compile
 DimMessage: TypeAlias = (
     Judge | Withdraw | AmendLimit | LoadPack | SubmitRule | DecideRule | RetractRule

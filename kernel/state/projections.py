@@ -30,6 +30,7 @@ from kernel.core.events import (
     AgentStatusChanged,
     AmendmentRefused,
     ContextCompiled,
+    CredentialIssued,
     DecisionRefused,
     DuplicateSuppressed,
     Event,
@@ -86,6 +87,7 @@ _INBOX_EVENTS = frozenset(
         RuleDecided,
         InputRefused,
         RuleRetracted,
+        CredentialIssued,
     }
 )
 # Flow events allowed in any status that never change it: the only ones a flow gets
@@ -174,6 +176,8 @@ class Projections:
         """The rolling hash of every finished flow's final state (canonical)."""
         self.agents: dict[str, AgentView] = {}
         self.sessions: dict[str, str] = {}
+        self.credentials: dict[str, str] = {}
+        """Per agent, the verifier of the credential its handshakes must show (kernel.registry)."""
         self.state: dict[str, Fact] = {}
         self.moving: set[str] = set()
         # Derived (not part of the digest): per agent, its flows whose effects have not
@@ -264,6 +268,8 @@ class Projections:
                 self.packs = {pack.name: pack for pack in payload.packs}
             elif isinstance(payload, PackLoaded):
                 self.packs[payload.pack.name] = payload.pack
+            elif isinstance(payload, CredentialIssued):
+                self.credentials[event.agent_id or ""] = payload.verifier
             elif isinstance(payload, LimitAmended):
                 limits = self.amendments.setdefault(event.agent_id or "", {})
                 limits[payload.limit] = folded(payload, event.seq)
@@ -437,7 +443,7 @@ class Projections:
             "memory": msgspec.to_builtins(self.memory, str_keys=True),
             "packs": self.packs,
             "amendments": self.amendments,
-        }
+        } | ({"credentials": self.credentials} if self.credentials else {})
 
     def digest(self) -> str:
         """Return the hash of the canonical projected state."""

@@ -63,6 +63,7 @@ class ProjectedState(msgspec.Struct, kw_only=True):
     inbox_taken: dict[int, int] = {}
     packs: dict[str, PackRef] = {}
     amendments: dict[str, dict[str, Amendment]] = {}
+    credentials: dict[str, str] = {}
 
 
 _encoder = msgspec.msgpack.Encoder()
@@ -90,6 +91,7 @@ def capture(projections: Projections) -> ProjectedState:
         inbox_taken=dict(projections.inbox_taken),
         packs=dict(projections.packs),
         amendments={a: dict(limits) for a, limits in projections.amendments.items()},
+        credentials=dict(projections.credentials),
     )
 
 
@@ -110,6 +112,7 @@ def restore_state(captured: ProjectedState, keep_finished: int | None = None) ->
     projections.inbox_taken = captured.inbox_taken
     projections.packs = captured.packs
     projections.amendments = captured.amendments
+    projections.credentials = captured.credentials
     projections.reservations = captured.reservations
     for pools in captured.reservations.values():
         for pool, amount in pools.items():

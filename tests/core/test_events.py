@@ -107,6 +107,9 @@ SAMPLES = [
         inbox_id=3,
     ),
     ev.RuleRetracted(rule="access", operator="rui", reason="superseded by law", version=2),
+    ev.CredentialIssued(
+        verifier="sha256:" + "ab" * 32, operator="ana", reason="rotate", inbox_id=4
+    ),
 ]
 
 

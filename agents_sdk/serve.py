@@ -1,0 +1,284 @@
+"""The host side of the agent mesh: run agents in this process, reached over NATS.
+
+::
+
+    DIRK_CREDENTIAL_TRADER=dirk_... python -m agents_sdk.serve \\
+        --bus nats://127.0.0.1:4222 examples.trading:Trader [module:AgentClass ...]
+
+Each agent handshakes with the credential its operator issued (``dirk agent
+AGENT --issue-credential``), read from ``DIRK_CREDENTIAL_<AGENT_ID>`` (upper
+case, ``-`` as ``_``) or else ``DIRK_AGENT_CREDENTIAL``. Then ``--concurrency``
+workers per agent take contexts from the agent pool's work queue
+(``dirk.work.<agent_id>``), call ``decide``, publish the proposal with
+``Nats-Msg-Id = <journal_id>:<dfid>:<attempt>``, wait for the kernel's verdict and only then
+ack the context. Any number of host processes may serve the same agent; a host
+that dies costs a redelivery to another one, and a context whose proposal was
+already recorded is answered from the verdict stream, never decided or judged
+again. :func:`serve` is the same as an API.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import logging
+import os
+import sys
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import anyio
+import msgspec
+import nats
+import nats.errors
+import nats.js.errors
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+from nats.js import JetStreamContext
+
+from agents_sdk.agent import Agent
+from kernel import (
+    HandshakeRefused,
+    Outcome,
+    Proposal,
+    ReasonCode,
+    Verdict,
+    WorkingContext,
+)
+from kernel.mesh import (
+    HANDSHAKE_SUBJECT,
+    PROPOSAL_STREAM,
+    RETRY_S,
+    STARTED_SUBJECT,
+    VERDICT_STREAM,
+    WORK_STREAM,
+    auth_tag,
+    proposal_body,
+    verdict_subject,
+    work_id,
+)
+
+log = logging.getLogger("agents_sdk.serve")
+
+FETCH_S = 5.0
+"""How long one fetch waits on the server for a context before asking again."""
+
+
+def credential_for(agent_id: str, env: Mapping[str, str] = os.environ) -> str | None:
+    """Return the credential of ``agent_id`` from the environment, or None."""
+    name = "DIRK_CREDENTIAL_" + agent_id.upper().replace("-", "_")
+    return env.get(name) or env.get("DIRK_AGENT_CREDENTIAL")
+
+
+class _Hosted:
+    def __init__(self, agent: Agent, nc: Client, session: dict[str, Any]) -> None:
+        self.agent = agent
+        self.nc = nc
+        self.js: JetStreamContext = nc.jetstream()
+        self.agent_id: str = session["agent_id"]
+        self.token: str = session["token"]
+        self.consumer: str = session["consumer"]
+        self.decided = 0
+        """Contexts this host's agent decided (the tests count them)."""
+
+    async def work(self, progress_s: float) -> None:
+        sub = await self.js.pull_subscribe_bind(durable=self.consumer, stream=WORK_STREAM)
+        while True:
+            try:
+                [msg] = await sub.fetch(1, timeout=FETCH_S)
+            except TimeoutError:  # nats.errors.TimeoutError, or asyncio's from a fetch
+                continue
+            except nats.errors.Error as exc:  # reconnecting: the next fetch resumes
+                log.warning("fetching work failed (%r); retrying", exc)
+                await anyio.sleep(RETRY_S)
+                continue
+            try:
+                await self.handle(msg, progress_s)
+            except nats.errors.Error as exc:
+                # Unacked: the context comes back (to this host or another) after ack_wait,
+                # and a proposal that was recorded is answered from the verdict stream.
+                log.warning("flow context not finished (%r); it will be redelivered", exc)
+
+    async def handle(self, msg: Msg, progress_s: float) -> None:
+        try:
+            ctx = msgspec.json.decode(msg.data, type=WorkingContext)
+        except msgspec.DecodeError:
+            await msg.term()  # not a context: never deliver it again
+            return
+        # Ids are the kernel's: its journal, the flow, the attempt (the work message's id).
+        msg_id = (msg.headers or {}).get("Nats-Msg-Id", "")
+        journal = msg_id.partition(":")[0]
+        subject = verdict_subject(journal, ctx.dfid, ctx.attempt)
+        answers = await self.nc.subscribe(subject, max_msgs=1)
+        try:
+            verdict = await self._recorded(subject)
+            if verdict is None:
+                body = await self._decide(ctx, msg, progress_s)
+                msg_id = work_id(journal, ctx.dfid, ctx.attempt)
+                headers = {"Nats-Msg-Id": msg_id, "Dirk-Auth": auth_tag(self.token, msg_id, body)}
+                await self.js.publish(
+                    f"dirk.proposals.{self.agent_id}", body, stream=PROPOSAL_STREAM, headers=headers
+                )
+                verdict = await self._verdict(subject, answers, msg, progress_s)
+            else:
+                log.info("flow %s attempt %s was judged already", ctx.dfid, ctx.attempt)
+        finally:
+            await answers.unsubscribe()
+        if verdict.outcome is Outcome.REFUSED:
+            log.warning("proposal for %s refused: %s", ctx.dfid, verdict.reason_code)
+        await msg.ack_sync()  # only now: the kernel has recorded the proposal
+
+    async def _decide(self, ctx: WorkingContext, msg: Msg, progress_s: float) -> bytes:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(_keep_alive, msg, progress_s)
+            try:
+                proposal: Proposal | None = await self.agent.decide(ctx)
+                self.decided += 1
+                body = proposal_body(proposal)
+            except Exception as exc:  # the agent's failure ends its flow, not the host
+                log.warning("agent %s failed on flow %s: %r", self.agent_id, ctx.dfid, exc)
+                detail = f"{type(exc).__name__}: {exc}"
+                body = proposal_body(None, (ReasonCode.AGENT_ERROR, detail))
+            tg.cancel_scope.cancel()
+        return body
+
+    async def _recorded(self, subject: str) -> Verdict | None:
+        try:
+            raw = await self.js.get_last_msg(VERDICT_STREAM, subject)
+        except nats.js.errors.NotFoundError:
+            return None
+        return msgspec.json.decode(raw.data or b"", type=Verdict)
+
+    async def _verdict(self, subject: str, answers: Any, msg: Msg, progress_s: float) -> Verdict:
+        while True:
+            # Published after our subscription, or before it (a duplicate proposal).
+            verdict = await self._recorded(subject)
+            if verdict is not None:
+                return verdict
+            try:
+                await answers.next_msg(timeout=progress_s)
+            except TimeoutError:  # nats.errors.TimeoutError, or asyncio's from a fetch
+                await msg.in_progress()
+
+
+async def _keep_alive(msg: Msg, every_s: float) -> None:
+    """Tell JetStream the context is still being worked on (long LLM calls)."""
+    while True:
+        await anyio.sleep(every_s)
+        await msg.in_progress()
+
+
+async def handshake(nc: Client, agent: Agent, credential: str | None) -> dict[str, Any]:
+    """Handshake ``agent`` with the kernel over the bus; return the session.
+
+    Raises:
+        HandshakeRefused: the kernel refused it (CREDENTIAL_INVALID, UNKNOWN_AGENT, ...).
+    """
+    request = {"manifest": msgspec.to_builtins(agent.manifest), "credential": credential}
+    reply = await nc.request(HANDSHAKE_SUBJECT, json.dumps(request).encode(), timeout=30)
+    answer: dict[str, Any] = json.loads(reply.data)
+    if "refused" in answer:
+        raise HandshakeRefused(ReasonCode(answer["refused"]), answer.get("detail", ""))
+    return answer
+
+
+async def serve(
+    url: str,
+    agents: Sequence[Agent],
+    *,
+    credentials: Mapping[str, str] | None = None,
+    concurrency: int = 8,
+    progress_s: float = 10.0,
+    ready: anyio.Event | None = None,
+) -> None:
+    """Host ``agents`` for the kernel at ``url`` until cancelled.
+
+    Args:
+        credentials: each agent's credential by id (default: from the environment).
+        concurrency: contexts each agent decides at once in this process.
+        progress_s: how often a long ``decide`` tells JetStream it is still at work.
+        ready: set once every agent has handshaken.
+
+    Raises:
+        HandshakeRefused: when the kernel refuses an agent's handshake.
+    """
+    nc = await nats.connect(url, name="dirk-agent-host", max_reconnect_attempts=-1)
+    try:
+        hosted = []
+        for agent in agents:
+            agent_id = agent.manifest.agent_id
+            credential = (credentials or {}).get(agent_id) or credential_for(agent_id)
+            session = await handshake(nc, agent, credential)
+            hosted.append(_Hosted(agent, nc, session))
+        credential_of = {
+            h.agent_id: (credentials or {}).get(h.agent_id) or credential_for(h.agent_id)
+            for h in hosted
+        }
+
+        async def rejoin(_: Msg) -> None:
+            # The kernel restarted: its sessions ended; handshake again, keep working.
+            for h in hosted:
+                try:
+                    session = await handshake(nc, h.agent, credential_of[h.agent_id])
+                except (HandshakeRefused, nats.errors.Error) as exc:
+                    log.warning("agent %s could not handshake again: %r", h.agent_id, exc)
+                    continue
+                h.token = session["token"]
+                log.info("agent %s handshook again with a restarted kernel", h.agent_id)
+
+        await nc.subscribe(STARTED_SUBJECT, cb=rejoin)
+        async with anyio.create_task_group() as tg:
+            for host in hosted:
+                for n in range(concurrency):
+                    tg.start_soon(host.work, progress_s, name=f"{host.agent_id}:{n}")
+            if ready is not None:
+                ready.set()
+    finally:
+        await nc.close()
+
+
+def load(spec: str) -> Agent:
+    """Instantiate ``module:AgentClass``."""
+    module_name, _, name = spec.partition(":")
+    cls = getattr(importlib.import_module(module_name), name)
+    agent: Agent = cls()
+    return agent
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m agents_sdk.serve", description=__doc__)
+    parser.add_argument("--bus", default=os.environ.get("DIRK_BUS"), help="the NATS URL")
+    parser.add_argument("--concurrency", type=int, default=8)
+    parser.add_argument("agents", nargs="+", metavar="module:AgentClass")
+    args = parser.parse_args(argv)
+    if not args.bus:
+        parser.error("--bus (or DIRK_BUS) names the kernel's NATS server")
+    logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")
+    agents = [load(spec) for spec in args.agents]
+
+    async def run() -> None:
+        ready = anyio.Event()
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(
+                lambda: serve(args.bus, agents, concurrency=args.concurrency, ready=ready)
+            )
+            await ready.wait()
+            print("READY", flush=True)
+
+    try:
+        anyio.run(run)
+    except HandshakeRefused as exc:
+        print(f"error: {exc.reason_code}: {exc.detail}", file=sys.stderr)
+        return 1
+    except BaseExceptionGroup as group:
+        refused = [e for e in group.exceptions if isinstance(e, HandshakeRefused)]
+        if refused:
+            print(f"error: {refused[0].reason_code}: {refused[0].detail}", file=sys.stderr)
+            return 1
+        raise
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

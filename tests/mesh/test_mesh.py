@@ -1,0 +1,457 @@
+"""The agent mesh against a real nats-server: remote hosts, credentials on the bus, faults.
+
+Hosts are real processes (``python -m agents_sdk.serve``); a crash is a SIGKILL.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager, closing
+from typing import Any
+
+import anyio
+import anyio.lowlevel
+import msgspec
+import nats
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from agents_sdk.serve import handshake
+from kernel import FlowStatus, HandshakeRefused, Outcome, ReasonCode, Verdict
+from kernel.mesh import HANDSHAKE_SUBJECT, MeshConfig, RemoteAdapter, auth_tag, open_mesh
+from kernel.policy.contracts import WorkingContext, to_record
+from kernel.registry import credential_verifier, new_credential
+from tests.support.helpers import ScriptedAgent, kernel_for, transfer
+from tests.support.mesh_agents import Clerk
+from tests.support.nats import NatsServer, nats_server_fixture, reset_bus  # noqa: F401
+
+STEP_S = 60  # the most one step of a test may take before it fails
+FAST = MeshConfig(ack_wait_s=2.0, max_deliver=5)  # a killed host's context comes back soon
+
+
+class Host:
+    """A host process and the lines it printed."""
+
+    def __init__(self, process: anyio.abc.Process) -> None:
+        self.process = process
+        self.lines: list[str] = []
+        self._buffer = b""
+
+    async def line(self, prefix: str) -> str:
+        """Return the first line starting with ``prefix`` (reading on until there is one)."""
+        assert self.process.stdout is not None
+        with anyio.fail_after(STEP_S):
+            while True:
+                for line in self.lines:
+                    if line.startswith(prefix):
+                        return line
+                try:
+                    chunk = await self.process.stdout.receive()
+                except anyio.EndOfStream:
+                    raise AssertionError(f"no {prefix!r} line; it printed {self.lines}") from None
+                self._buffer += chunk
+                *done, self._buffer = self._buffer.split(b"\n")
+                self.lines += [d.decode() for d in done]
+
+    def kill(self) -> None:
+        self.process.send_signal(signal.SIGKILL)
+
+
+@asynccontextmanager
+async def host(url: str, credential: str, mode: str = "") -> AsyncIterator[Host]:
+    env = dict(os.environ, DIRK_CREDENTIAL_CLERK=credential, MESH_AGENT_MODE=mode)
+    command = [sys.executable, "-m", "agents_sdk.serve", "--bus", url, "--concurrency", "2"]
+    async with running([*command, "tests.support.mesh_agents:Clerk"], env) as process:
+        yield process
+
+
+@asynccontextmanager
+async def executor(url: str, ledger: Any, mode: str = "") -> AsyncIterator[Host]:
+    env = dict(os.environ, LEDGER_DB=str(ledger), EXECUTOR_MODE=mode)
+    command = [sys.executable, "-m", "kernel.mesh.executor", "--bus", url, "--ack-wait", "2"]
+    command += ["--adapter", "bank"]
+    async with running([*command, "tests.support.mesh_executor:Ledger"], env) as process:
+        yield process
+
+
+@asynccontextmanager
+async def running(command: list[str], env: dict[str, str]) -> AsyncIterator[Host]:
+    process = await anyio.open_process(command, env=env, stderr=subprocess.STDOUT)
+    running = Host(process)
+    try:
+        await running.line("READY")
+        yield running
+    finally:
+        if process.returncode is None:
+            process.kill()
+        with anyio.CancelScope(shield=True):
+            await process.wait()
+            await process.aclose()
+
+
+async def provision(kernel: Any) -> str:
+    secret = new_credential()
+    verifier = credential_verifier(secret)
+    await kernel.issue_credential("clerk", verifier, operator="ana", reason="host")
+    return secret
+
+
+@asynccontextmanager
+async def meshed(tmp_path: Any, server: NatsServer) -> AsyncIterator[Any]:
+    await reset_bus(server.url)
+    async with kernel_for(tmp_path / "j.db") as kernel, open_mesh(kernel, server.url, FAST):
+        yield kernel
+
+
+async def submitted(kernel: Any, dfid: str) -> int:
+    return len(await kernel.journal.read(dfid=dfid, types=["ProposalSubmitted"]))
+
+
+async def test_a_remote_agent_and_an_in_process_one_close_their_flows(tmp_path, nats_server):
+    async with meshed(tmp_path, nats_server) as kernel:
+        secret = await provision(kernel)
+        await kernel.register(ScriptedAgent("auditor"))  # in process, beside the remote clerk
+        async with host(nats_server.url, secret) as remote:
+            dfids = await kernel.trigger("bank.invoice")
+            assert len(dfids) == 2
+            with anyio.fail_after(STEP_S):
+                flows = [await kernel.wait_flow(dfid) for dfid in dfids]
+            assert {f.status for f in flows} == {FlowStatus.CLOSED}
+            [clerk_flow] = [f for f in flows if f.agent_id == "clerk"]
+            assert (await remote.line("DECIDED")).split()[1] == clerk_flow.dfid
+            assert await submitted(kernel, clerk_flow.dfid) == 1
+
+
+async def test_no_handshake_without_the_credential_and_the_live_session_survives(
+    tmp_path, nats_server
+):
+    async with meshed(tmp_path, nats_server) as kernel:
+        # Nothing provisioned: the bus refuses even the right agent.
+        nc = await nats.connect(nats_server.url)
+        try:
+            with pytest.raises(HandshakeRefused) as refused:
+                await handshake(nc, Clerk(), None)
+            assert refused.value.reason_code is ReasonCode.CREDENTIAL_INVALID
+            secret = await provision(kernel)
+            async with host(nats_server.url, secret) as remote:
+                for shown in (None, new_credential(), secret + "x"):
+                    with pytest.raises(HandshakeRefused) as refused:
+                        await handshake(nc, Clerk(), shown)
+                    assert refused.value.reason_code is ReasonCode.CREDENTIAL_INVALID
+                refusals = await kernel.journal.read(types=["AgentRefused"])
+                assert len(refusals) == 4
+                assert {e.payload.reason_code for e in refusals} == {ReasonCode.CREDENTIAL_INVALID}
+                # The live host's session was not displaced: its next flow closes.
+                [dfid] = await kernel.trigger("bank.invoice")
+                with anyio.fail_after(STEP_S):
+                    assert (await kernel.wait_flow(dfid)).status is FlowStatus.CLOSED
+                await remote.line(f"DECIDED {dfid}")
+        finally:
+            await nc.close()
+
+
+async def test_a_host_killed_mid_decide_costs_a_redelivery_to_another(tmp_path, nats_server):
+    async with meshed(tmp_path, nats_server) as kernel:
+        secret = await provision(kernel)
+        async with host(nats_server.url, secret, mode="hang") as stuck:
+            [dfid] = await kernel.trigger("bank.invoice")
+            assert await stuck.line("DECIDING") == f"DECIDING {dfid}"
+            async with host(nats_server.url, secret) as spare:
+                stuck.kill()  # SIGKILL in the middle of decide()
+                assert await spare.line("DECIDED") == f"DECIDED {dfid} 1"
+                with anyio.fail_after(STEP_S):
+                    assert (await kernel.wait_flow(dfid)).status is FlowStatus.CLOSED
+        assert await submitted(kernel, dfid) == 1
+        assert len(await kernel.journal.read(dfid=dfid, types=["ProposalAccepted"])) == 1
+
+
+async def test_a_recorded_proposal_is_answered_from_the_record_never_judged_twice(
+    tmp_path, nats_server
+):
+    async with meshed(tmp_path, nats_server) as kernel:
+        secret = await provision(kernel)
+        nc = await nats.connect(nats_server.url)
+        js = nc.jetstream()
+        # A host by hand: it takes the context, publishes its proposal twice, and dies
+        # before it acks (the connection closes without an ack).
+        session = await handshake(nc, Clerk(), secret)
+        work = await js.pull_subscribe_bind(durable=session["consumer"], stream="DIRK_WORK")
+        [dfid] = await kernel.trigger("bank.invoice")
+        with anyio.fail_after(STEP_S):
+            [msg] = await work.fetch(1, timeout=STEP_S)
+        ctx = msgspec.json.decode(msg.data, type=WorkingContext)
+        assert (ctx.dfid, ctx.attempt) == (dfid, 1)
+        body = json.dumps({"proposal": msgspec.to_builtins(to_record(transfer()(ctx)))}).encode()
+        journal = kernel.journal.journal_id
+        msg_id = f"{journal}:{dfid}:1"
+        headers = {"Nats-Msg-Id": msg_id, "Dirk-Auth": auth_tag(session["token"], msg_id, body)}
+        answers = await nc.subscribe(f"dirk.verdicts.{journal}.{dfid}.1", max_msgs=1)
+        first = await js.publish("dirk.proposals.clerk", body, headers=headers)
+        again = await js.publish("dirk.proposals.clerk", body, headers=headers)
+        assert not first.duplicate and again.duplicate  # the duplicate publish is absorbed
+        verdict = msgspec.json.decode((await answers.next_msg(timeout=STEP_S)).data, type=Verdict)
+        assert verdict.outcome is Outcome.ACCEPTED
+        await nc.close()
+
+        async with host(nats_server.url, secret) as spare:
+            await spare.line("agents_sdk.serve: flow " + dfid)  # judged already: not decided
+            with anyio.fail_after(STEP_S):
+                assert (await kernel.wait_flow(dfid)).status is FlowStatus.CLOSED
+            assert not any(line.startswith("DECIDED") for line in spare.lines)
+        assert await submitted(kernel, dfid) == 1
+
+
+async def test_a_forged_proposal_is_refused_on_record(tmp_path, nats_server):
+    async with meshed(tmp_path, nats_server) as kernel:
+        secret = await provision(kernel)
+        nc = await nats.connect(nats_server.url)
+        try:
+            js = nc.jetstream()
+            session = await handshake(nc, Clerk(), secret)
+            work = await js.pull_subscribe_bind(durable=session["consumer"], stream="DIRK_WORK")
+            [dfid] = await kernel.trigger("bank.invoice")
+            [msg] = await work.fetch(1, timeout=STEP_S)
+            ctx = msgspec.json.decode(msg.data, type=WorkingContext)
+            body = json.dumps({"proposal": msgspec.to_builtins(to_record(transfer()(ctx)))})
+            journal = kernel.journal.journal_id
+            msg_id = f"{journal}:{dfid}:1"
+            headers = {"Nats-Msg-Id": msg_id, "Dirk-Auth": "0" * 64}  # not the session's
+            answers = await nc.subscribe(f"dirk.verdicts.{journal}.{dfid}.1", max_msgs=1)
+            await js.publish("dirk.proposals.clerk", body.encode(), headers=headers)
+            raw = await answers.next_msg(timeout=STEP_S)
+            verdict = msgspec.json.decode(raw.data, type=Verdict)
+            assert verdict.outcome is Outcome.REFUSED
+            assert verdict.reason_code is ReasonCode.INVALID_SESSION
+            [refused] = await kernel.journal.read(dfid=dfid, types=["SubmissionRefused"])
+            assert refused.payload.reason_code is ReasonCode.INVALID_SESSION
+            assert kernel.flow(dfid).attempts == 0
+        finally:
+            await nc.close()
+
+
+junk = st.one_of(
+    st.binary(max_size=200),
+    st.builds(
+        lambda v: json.dumps(v).encode(),
+        st.recursive(
+            st.none() | st.booleans() | st.integers() | st.text(max_size=20),
+            lambda inner: (
+                st.lists(inner, max_size=3)
+                | st.dictionaries(st.text(max_size=10), inner, max_size=3)
+            ),
+            max_leaves=10,
+        ),
+    ),
+    st.builds(
+        lambda agent, cred: json.dumps(
+            {"manifest": {"agent_id": agent, "version": "1.0.0"}, "credential": cred}
+        ).encode(),
+        st.sampled_from(["clerk", "mallory", "a.b", "*", ""]),
+        st.none() | st.text(max_size=40),
+    ),
+)
+
+
+@settings(
+    max_examples=4,
+    derandomize=True,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+@given(
+    handshakes=st.lists(junk, min_size=1, max_size=8),
+    proposals=st.lists(st.tuples(st.text(max_size=30), junk), max_size=8),
+)
+def test_whatever_reaches_the_bus_is_refused_and_the_kernel_goes_on(
+    tmp_path_factory, nats_server, handshakes, proposals
+):
+    async def main() -> None:
+        async with meshed(tmp_path_factory.mktemp("mesh"), nats_server) as kernel:
+            secret = await provision(kernel)
+            nc = await nats.connect(nats_server.url)
+            try:
+                js = nc.jetstream()
+                for data in handshakes:
+                    reply = await nc.request(HANDSHAKE_SUBJECT, data, timeout=STEP_S)
+                    assert "refused" in json.loads(reply.data)
+                for msg_id, data in proposals:
+                    headers = {"Nats-Msg-Id": msg_id or "x"}
+                    await js.publish("dirk.proposals.clerk", data, headers=headers)
+                # The kernel is still up and serves the real host.
+                await handshake(nc, Clerk(), secret)
+                assert kernel.stopped is None
+            finally:
+                await nc.close()
+
+    anyio.run(main)
+
+
+async def test_after_a_nats_server_restart_hosts_and_kernel_reconnect(tmp_path, nats_server):
+    async with meshed(tmp_path, nats_server) as kernel:
+        secret = await provision(kernel)
+        async with host(nats_server.url, secret) as remote:
+            [before] = await kernel.trigger("bank.invoice")
+            with anyio.fail_after(STEP_S):
+                assert (await kernel.wait_flow(before)).status is FlowStatus.CLOSED
+            await anyio.to_thread.run_sync(nats_server.restart)
+            # Triggered while the clients may still be reconnecting: nothing is lost.
+            dfids = [d for _ in range(3) for d in await kernel.trigger("bank.invoice")]
+            with anyio.fail_after(STEP_S):
+                for dfid in dfids:
+                    assert (await kernel.wait_flow(dfid)).status is FlowStatus.CLOSED
+                    await remote.line(f"DECIDED {dfid}")
+            assert kernel.stopped is None
+
+
+async def test_a_stuck_agent_pool_holds_triggers_back_instead_of_queueing(tmp_path, nats_server):
+    await reset_bus(nats_server.url)
+    async with (
+        kernel_for(tmp_path / "j.db", max_in_flight=2) as kernel,
+        open_mesh(kernel, nats_server.url, FAST),
+    ):
+        secret = await provision(kernel)
+        async with host(nats_server.url, secret, mode="hang") as stuck:
+            first = [d for _ in range(2) for d in await kernel.trigger("bank.invoice")]
+            await stuck.line("DECIDING")
+            later: list[str] = []
+
+            async def third() -> None:
+                later.extend(await kernel.trigger("bank.invoice"))
+
+            async with host(nats_server.url, secret) as spare:
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(third)  # waits for room: two flows are already moving
+                    stuck.kill()
+                    with anyio.fail_after(STEP_S):
+                        for dfid in first:
+                            assert (await kernel.wait_flow(dfid)).status is FlowStatus.CLOSED
+                [dfid] = later
+                with anyio.fail_after(STEP_S):
+                    assert (await kernel.wait_flow(dfid)).status is FlowStatus.CLOSED
+                await spare.line(f"DECIDED {dfid}")
+        # The third flow opened only once the first two had made room: the queue is bounded.
+        created = await kernel.journal.read(dfid=dfid, types=["FlowCreated"])
+        closed = [e for d in first for e in await kernel.journal.read(dfid=d, types=["FlowClosed"])]
+        assert created[0].seq > min(e.seq for e in closed)
+
+
+async def relayed(url: str) -> list[tuple[str, dict[str, Any], str]]:
+    """Every message in DIRK_EVENTS: (subject, event, Nats-Msg-Id)."""
+    nc = await nats.connect(url)
+    try:
+        js = nc.jetstream()
+        info = await js.stream_info("DIRK_EVENTS")
+        out = []
+        for seq in range(info.state.first_seq, info.state.last_seq + 1):
+            msg = await js.get_msg("DIRK_EVENTS", seq)
+            out.append(
+                (msg.subject, json.loads(msg.data or b""), (msg.headers or {})["Nats-Msg-Id"])
+            )
+        return out
+    finally:
+        await nc.close()
+
+
+async def test_the_relay_publishes_each_committed_event_once_across_restarts(tmp_path, nats_server):
+    await reset_bus(nats_server.url)
+    nc = await nats.connect(nats_server.url)
+    with contextlib.suppress(Exception):
+        await nc.jetstream().delete_stream("DIRK_EVENTS")
+    await nc.close()
+    path = tmp_path / "j.db"
+    for _ in range(2):  # the second run resumes from the stored position
+        async with kernel_for(path) as kernel, open_mesh(kernel, nats_server.url, FAST) as mesh:
+            await kernel.register(ScriptedAgent())
+            [dfid] = await kernel.trigger("bank.invoice")
+            with anyio.fail_after(STEP_S):
+                assert (await kernel.wait_flow(dfid)).status is FlowStatus.CLOSED
+                await mesh.relay.wait_for(kernel.journal.head_seq)
+            journal_id = kernel.journal.journal_id
+    async with kernel_for(path) as kernel:
+        events = await kernel.journal.read()
+        head = kernel.journal.head_seq
+    published = await relayed(nats_server.url)
+    # The last run's KernelStopped (and this reader's start) came after its relay stopped.
+    seqs = [event["seq"] for _, event, _ in published]
+    assert seqs == list(range(1, len(seqs) + 1)) and len(seqs) < head  # none twice, none lost
+    # The first run's last events (its KernelStopped) were published by the second run.
+    assert [e["payload"]["type"] for _, e, _ in published].count("KernelStopped") == 1
+    for (subject, event, msg_id), recorded in zip(published, events, strict=False):
+        assert msg_id == f"{journal_id}:{recorded.seq}"
+        assert event["payload"]["type"] == type(recorded.payload).__name__
+        assert subject == f"dirk.evt.{event['payload']['type']}.{recorded.dfid or '_'}"
+
+
+async def test_an_executor_killed_after_its_effect_duplicates_nothing(tmp_path, nats_server):
+    await reset_bus(nats_server.url)
+    ledger = tmp_path / "ledger.db"
+    remote = RemoteAdapter(nats_server.url, "bank", result_timeout_s=STEP_S, ack_wait_s=2.0)
+    try:
+        async with executor(nats_server.url, ledger, mode="die_after_effect") as dying:
+            async with kernel_for(tmp_path / "j.db", bank=remote) as kernel:
+                await kernel.register(ScriptedAgent())
+                [dfid] = await kernel.trigger("bank.invoice")
+                key = (await dying.line("EFFECT")).split()[1]
+                with anyio.fail_after(STEP_S):
+                    await dying.process.wait()  # SIGKILLed after the effect, before its result
+                async with executor(nats_server.url, ledger):
+                    with anyio.fail_after(STEP_S):
+                        assert (await kernel.wait_flow(dfid)).status is FlowStatus.CLOSED
+                [started] = await kernel.journal.read(dfid=dfid, types=["ExecutionStarted"])
+                [done] = await kernel.journal.read(dfid=dfid, types=["ExecutionSucceeded"])
+                assert started.seq < done.seq and started.payload.intent.key == key
+                assert done.payload.external_id == f"ledger-{key}"
+    finally:
+        await remote.close()
+    with closing(sqlite3.connect(ledger)) as conn:
+        calls = conn.execute("SELECT count(*) FROM calls").fetchone()[0]
+        effects = conn.execute("SELECT count(*) FROM effects").fetchone()[0]
+    assert (calls, effects) == (2, 1)  # redelivered once, deduplicated by key: one effect
+
+
+async def test_a_restarted_kernel_gets_its_running_hosts_back(tmp_path, nats_server):
+    await reset_bus(nats_server.url)
+    path = tmp_path / "j.db"
+    first = kernel_for(path)
+    kernel = await first.__aenter__()
+    first_mesh = open_mesh(kernel, nats_server.url, FAST)
+    await first_mesh.__aenter__()
+    try:
+        secret = await provision(kernel)
+        async with host(nats_server.url, secret) as remote:
+            [before] = await kernel.trigger("bank.invoice")
+            with anyio.fail_after(STEP_S):
+                assert (await kernel.wait_flow(before)).status is FlowStatus.CLOSED
+            await first_mesh.__aexit__(None, None, None)
+            await first.__aexit__(None, None, None)
+            first = None  # the host keeps running across the kernel's restart
+            async with kernel_for(path) as kernel, open_mesh(kernel, nats_server.url, FAST):
+                await remote.line("agents_sdk.serve: agent clerk handshook again")
+                [after] = await kernel.trigger("bank.invoice")
+                with anyio.fail_after(STEP_S):
+                    assert (await kernel.wait_flow(after)).status is FlowStatus.CLOSED
+                await remote.line(f"DECIDED {after}")
+    finally:
+        if first is not None:
+            await first_mesh.__aexit__(None, None, None)
+            await first.__aexit__(None, None, None)
+
+
+async def test_the_bus_is_one_setting_of_the_kernel(tmp_path, nats_server, monkeypatch):
+    await reset_bus(nats_server.url)
+    monkeypatch.setenv("DIRK_BUS", nats_server.url)  # KernelConfig(bus=...) or the environment
+    async with kernel_for(tmp_path / "j.db") as kernel:
+        secret = await provision(kernel)
+        async with host(nats_server.url, secret) as remote:
+            [dfid] = await kernel.trigger("bank.invoice")
+            with anyio.fail_after(STEP_S):
+                assert (await kernel.wait_flow(dfid)).status is FlowStatus.CLOSED
+            await remote.line(f"DECIDED {dfid}")
