@@ -34,7 +34,6 @@ from kernel.core.flow import FlowState
 from kernel.core.ports import Clock
 from kernel.core.reasons import ReasonCode
 from kernel.core.wall import InputInvalid, clip
-from kernel.inbox import InboxRow
 from kernel.journal.store import Journal, JournalError
 from kernel.policy.contracts import (
     HandshakeRefused,
@@ -43,7 +42,7 @@ from kernel.policy.contracts import (
 )
 from kernel.policy.kinds import Impact
 from kernel.policy.packs import PackError, PolicyPack
-from kernel.runtime.actors import Mailbox, MailboxClosed, Reply
+from kernel.runtime.actors import Mailbox, Reply
 from kernel.runtime.messages import (
     AmendLimit,
     Decide,
@@ -58,7 +57,6 @@ from kernel.runtime.messages import (
 from kernel.state.amendments import AmendmentInvalid
 from kernel.state.approvals import APPROVE_WORDS
 from kernel.state.projections import AgentStatus, Projections, fold
-from kernel.state.rulebook import RuleNotInForce, RuleNotPending
 from kernel.wiring import Actors
 
 M = TypeVar("M")
@@ -468,124 +466,6 @@ class OperatorActs:
         self._raise_if_stopped()
         [event] = await self.journal.append([Draft(payload=refused)])
         return event
-
-    async def _poll_inbox(self, interval_s: float) -> None:
-        """Run the operator inbox poller until the kernel stops."""
-
-        async def decide(row: InboxRow) -> None:
-            reply: Reply[Any] = Reply()
-            await self._call(self.actors.escalation, inbox.to_decide(row, reply), reply)
-
-        async def amend(row: InboxRow) -> None:
-            reply: Reply[Any] = Reply()
-            await self._call(self.actors.dim, inbox.to_amend(row, reply), reply)
-
-        async def agent_status(row: InboxRow) -> None:
-            checked = self._check_status(inbox.row_fields(row, inbox.AGENT_STATUS_FIELDS))
-            reply: Reply[ReasonCode | None] = Reply()
-            msg = SetStatus(
-                agent_id=checked.agent_id,
-                status=AgentStatus(checked.status),
-                operator=checked.operator,
-                reason=checked.reason,
-                inbox_id=row.id,
-                reply=reply,
-            )
-            code = await self._call(self.actors.registry, msg, reply)
-            if code is not None:
-                raise HandshakeRefused(code, f"no agent {checked.agent_id!r}")
-
-        async def credential(row: InboxRow) -> None:
-            await self._issue_credential(inbox.to_credential(row), inbox_id=row.id)
-
-        async def rule(row: InboxRow) -> None:
-            body = inbox.row_fields(row, inbox.RULE_FIELDS)
-            checked = wall.admit(body, wall.RuleDecisionSpec)
-            try:
-                await self._rule_act(
-                    DecideRule(
-                        proposal_seq=checked.proposal_seq,
-                        decision=checked.decision,
-                        operator=checked.operator,
-                        reason=checked.reason,
-                        inbox_id=row.id,
-                    )
-                )
-            except RuleNotPending as exc:
-                raise InputInvalid("proposal_seq", str(exc)) from exc
-
-        async def rule_change(row: InboxRow) -> None:
-            body = inbox.row_fields(row, inbox.RULE_CHANGE_FIELDS)
-            action = body.pop("action", None)
-            if action not in inbox.RULE_ACTIONS:
-                raise InputInvalid("action", f"one of {', '.join(inbox.RULE_ACTIONS)}")
-            if action == "retract":
-                checked = wall.admit(body, wall.RuleRetractionSpec)
-                try:
-                    await self._rule_act(
-                        RetractRule(
-                            rule=checked.rule,
-                            operator=checked.operator,
-                            reason=checked.reason,
-                            inbox_id=row.id,
-                        )
-                    )
-                except RuleNotInForce as exc:
-                    raise InputInvalid("rule", str(exc)) from exc
-                return
-            spec = wall.admit(body, wall.RuleProposalSpec)
-            proposal = events.RuleProposed(
-                rule=spec.rule,
-                title=spec.title,
-                content=spec.content,
-                labels=list(spec.labels),
-                base_version=spec.base_version,
-                proposer=spec.operator,
-                by_operator=True,
-                reason=spec.reason,
-            )
-            await self._rule_act(
-                SubmitRule(
-                    proposal=proposal,
-                    override=True,
-                    operator=spec.operator,
-                    reason=spec.reason,
-                    inbox_id=row.id,
-                )
-            )
-
-        async def refuse(row: InboxRow, exc: Exception) -> int:
-            operator = row.decision.get("operator", "")
-            event = await self._record_refusal(
-                f"inbox:{inbox.row_type(row)}",
-                exc,
-                operator if isinstance(operator, str) else "",
-                target=row.dfid,
-                inbox_id=row.id,
-            )
-            return event.seq
-
-        handlers = {
-            inbox.DECIDE: decide,
-            inbox.AMEND: amend,
-            inbox.AGENT_STATUS: agent_status,
-            inbox.RULE: rule,
-            inbox.RULE_CHANGE: rule_change,
-            inbox.PROPOSE: self.inbox_agents.propose,
-            inbox.CREDENTIAL: credential,
-        }
-        try:
-            await inbox.poll(
-                self.journal.path,
-                self.clock,
-                interval_s,
-                self.actors.escalation,
-                self.projections,
-                handlers,
-                refuse,
-            )
-        except (KernelShutdown, MailboxClosed):
-            return
 
     async def _recall(self, dfid: str) -> FlowState | None:
         """Read a finished flow the projections forgot back from the journal, and keep it.

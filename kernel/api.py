@@ -28,7 +28,7 @@ from anyio.abc import TaskGroup
 from opentelemetry.context import Context
 
 from kernel import inbox
-from kernel.acts import STOPPED, OperatorActs
+from kernel.acts import STOPPED
 from kernel.adapters.contract import Adapter
 from kernel.config import KernelConfig
 from kernel.core import wall
@@ -45,6 +45,7 @@ from kernel.core.ports import Clock, IdSource
 from kernel.core.reasons import ReasonCode, StopReason
 from kernel.core.wall import InputInvalid, clip
 from kernel.hosting import AgentLike
+from kernel.inbox_acts import InboxActs
 from kernel.journal.store import Journal
 from kernel.policy.contracts import (
     HandshakeRefused,
@@ -72,7 +73,7 @@ M = TypeVar("M")
 T = TypeVar("T")
 
 
-class Kernel(OperatorActs):
+class Kernel(InboxActs):
     """A running kernel; obtain one with :func:`open_kernel`."""
 
     def __init__(

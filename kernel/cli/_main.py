@@ -13,9 +13,7 @@ never from a flag's value, which other users of the machine could see.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import datetime as dt
-import io
 import json
 import logging
 import os
@@ -29,38 +27,31 @@ import msgspec
 
 from kernel.audit.narrative import narrate as _narrate
 from kernel.audit.narrative import outcome as _outcome
-from kernel.audit.reverify import PackPathError, Rejudged
 from kernel.cli._admin import add_commands as add_admin_commands
 from kernel.cli._journal import add_commands as add_journal_commands
 from kernel.cli._mcp import add_commands as add_mcp_commands
-from kernel.cli._operator import add_commands, error, error_of, fold_journal, one_line
+from kernel.cli._operator import add_commands, error, error_of, fold_journal
 from kernel.cli._read import (
     flows_matching,
     positive,
-    print_json,
     print_table,
     select_flows,
     when,
 )
 from kernel.cli._replay import add_commands as add_replay_commands
-from kernel.cli._replay import rejudge_verdicts, verdict_lines, verify_replay
+from kernel.cli._verify import add_commands as add_verify_commands
 from kernel.console import add_commands as add_console_commands
 from kernel.core import events as ev
 from kernel.core.events import Event
 from kernel.core.flow import FlowState, FlowStatus, IllegalTransition
 from kernel.core.reasons import CliError, ExitCode
-from kernel.journal.errors import is_postgres, redact
-from kernel.journal.head import CHAIN_KEY_ENV
+from kernel.journal.errors import is_postgres
 from kernel.journal.store import (
     Journal,
     JournalCorrupt,
     JournalError,
-    JournalKeyError,
-    chain_key_from,
-    chain_key_from_env,
     open_journal,
 )
-from kernel.journal.verify import Anchor, parse_anchor, verify_journal
 from kernel.registry import KERNEL_VERSION
 from kernel.state.projections import Projections
 from kernel.telemetry import trace_id_for
@@ -160,39 +151,6 @@ def _parser() -> argparse.ArgumentParser:
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    verify = commands.add_parser("verify", help="recompute the hash chain and the projections")
-    verify.add_argument("--db", required=True, help="the journal: a file or a postgresql:// URL")
-    verify.add_argument(
-        "--json", action="store_true", help="the outcome and what was found as one JSON object"
-    )
-    verify.add_argument(
-        "--verdicts",
-        action="store_true",
-        help="also re-judge every recorded verdict with the packs given by --pack",
-    )
-    verify.add_argument(
-        "--pack",
-        action="append",
-        default=[],
-        metavar="PATH",
-        help="a pack the journal was judged by: FILE.py[:ATTR] or MODULE[:ATTR] (repeatable)",
-    )
-    verify.add_argument(
-        "--anchor",
-        metavar="LINE_OR_FILE",
-        help="also prove the journal still holds this anchor (a line from dirk anchor, or a file)",
-    )
-    _key_file_argument(verify)
-    verify.set_defaults(run=_verify)
-
-    anchor = commands.add_parser(
-        "anchor", help="verify the chain and print its head as one line to keep elsewhere"
-    )
-    anchor.add_argument("--db", required=True, help="the journal: a file or a postgresql:// URL")
-    anchor.add_argument("--json", action="store_true", help="the anchor as one JSON object")
-    _key_file_argument(anchor)
-    anchor.set_defaults(run=_anchor)
-
     flows = commands.add_parser(
         "flows",
         help="list DecisionFlows (filters combine; times are the journal's clock, UTC)",
@@ -263,6 +221,7 @@ def _parser() -> argparse.ArgumentParser:
         help=f"give up on the collector after this long (default {_EXPORT_TIMEOUT_S:g})",
     )
     export.set_defaults(run=_traces_export)
+    add_verify_commands(commands)
     add_commands(commands)
     add_admin_commands(commands)
     add_replay_commands(commands)
@@ -270,150 +229,6 @@ def _parser() -> argparse.ArgumentParser:
     add_mcp_commands(commands)
     add_console_commands(commands)
     return parser
-
-
-def _key_file_argument(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--key-file",
-        metavar="PATH",
-        help=f"the chain key of a keyed journal, read from this file (default: ${CHAIN_KEY_ENV})",
-    )
-
-
-def _chain_key(args: argparse.Namespace) -> bytes | None:
-    """Return the chain key from ``--key-file`` or the environment (never from argv)."""
-    if args.key_file is None:
-        return chain_key_from_env(None, args.db)
-    try:
-        with open(args.key_file, "rb") as file:
-            # A trailing newline is the editor's, not the key's.
-            return chain_key_from(file.read().rstrip(b"\r\n"), args.db)
-    except OSError as exc:
-        raise JournalKeyError(args.db, f"the key file cannot be read ({exc.strerror})") from exc
-
-
-def _anchor_arg(args: argparse.Namespace) -> Anchor | None:
-    if args.anchor is None:
-        return None
-    text = args.anchor
-    if not text.startswith("dirk-anchor ") and os.path.isfile(text):
-        with open(text, encoding="utf-8", errors="replace") as file:
-            text = file.read()
-    return parse_anchor(text)
-
-
-async def _failed_file(command: str, db: str, problem: str) -> None:
-    """Print one FAILED line for a file that is not a readable journal, naming the condition."""
-    code = ""
-    try:
-        async with open_journal(db, readonly=True):
-            pass
-    except JournalError as exc:
-        code, problem = f"{exc.code}: ", exc.detail
-    except Exception as exc:
-        code, problem = f"{JournalCorrupt.code}: ", f"{problem} ({exc!r})"
-    # A journal that opens fails for what verify found (a key, an anchor), said as it is.
-    print(one_line(f"{command}: FAILED: {code}journal {redact(db)}: {problem}"))
-
-
-async def _anchor(args: argparse.Namespace) -> int:
-    report = await verify_journal(args.db, chain_key=_chain_key(args))
-    if not report.ok:
-        if report.first_bad_seq is None:
-            await _failed_file("anchor", args.db, report.problem)
-        else:
-            print(one_line(f"anchor: FAILED at seq {report.first_bad_seq}: {report.problem}"))
-        return ExitCode.FAILED
-    anchor = report.anchor()
-    if args.json:
-        print(
-            json.dumps(
-                {"ok": True, "anchor": anchor.line(), "seq": anchor.seq, "hash": anchor.hash}
-            )
-        )
-    else:
-        print(anchor.line())
-    return ExitCode.OK
-
-
-async def _verify(args: argparse.Namespace) -> int:
-    if not args.json:
-        return await _verify_text(args)
-    said = io.StringIO()
-    found: dict[str, Any] = {}
-    with contextlib.redirect_stdout(said):
-        status = await _verify_text(args, found)
-    document = {"ok": status == ExitCode.OK, "lines": said.getvalue().splitlines()}
-    if args.verdicts:
-        result = found.get("verdicts")
-        document["verdicts"] = None if result is None else _verdicts_document(result)
-    print_json(document)
-    return status
-
-
-def _verdicts_document(result: Rejudged) -> dict[str, Any]:
-    """``verify --verdicts --json``: the re-judged verdicts, those that differ, and why."""
-    return {
-        "ok": not result.mismatches and not result.changes,
-        "judged": result.judged,
-        "not_compared": result.skipped,
-        "mismatches": result.mismatches,
-        "changes": result.changes,
-    }
-
-
-async def _verify_text(args: argparse.Namespace, found: dict[str, Any] | None = None) -> int:
-    if args.verdicts and not args.pack:
-        return error(
-            CliError.BAD_ARGUMENT, "--verdicts needs the packs: --pack PATH", ExitCode.USAGE
-        )
-    try:
-        anchor = _anchor_arg(args)
-    except ValueError as exc:
-        return error(CliError.BAD_ARGUMENT, f"--anchor: {exc}", ExitCode.USAGE)
-    report = await verify_journal(args.db, chain_key=_chain_key(args), anchor=anchor)
-    if not report.ok and report.first_bad_seq is None:
-        # Not a readable journal rather than a bad event: opening it names the condition.
-        await _failed_file("verify", args.db, report.problem)
-        return ExitCode.FAILED
-    if not report.ok:
-        print(one_line(f"verify: FAILED at seq {report.first_bad_seq}: {report.problem}"))
-        return ExitCode.FAILED
-    try:
-        # One fold from scratch: the projections, checked against every checkpoint and snapshot.
-        replay = await verify_replay(args.db)
-    except (JournalError, IllegalTransition, ValueError) as exc:
-        # The chain checked out, so only what lies outside it (snapshots) can be at fault.
-        print(one_line(f"verify: FAILED: {getattr(exc, 'code', JournalCorrupt.code)}: {exc}"))
-        return ExitCode.FAILED
-    if not replay.ok:
-        for problem in replay.problems:
-            print(one_line(f"verify: FAILED {problem}"))
-        return ExitCode.FAILED
-    if not report.head_record:
-        print(
-            "verify: note: no head record (a journal from before head records): a removed tail"
-            " is not detectable until a kernel opens it for writing; keep an anchor"
-        )
-    if anchor is not None:
-        print(f"verify: anchor ok: event {anchor.seq} ({anchor.hash[:16]}) is in the journal")
-    print(
-        f"verify: chain ok, projections ok (digest {replay.digest[:16]};"
-        f" {replay.checkpoints} checkpoints, {replay.snapshots} snapshots match replay)"
-    )
-    if args.verdicts:
-        try:
-            result = await rejudge_verdicts(args.db, args.pack)
-        except PackPathError as exc:
-            return error_of(exc, ExitCode.USAGE)
-        if found is not None:
-            found["verdicts"] = result
-        ok, lines = verdict_lines(result)
-        print("\n".join(lines))
-        if not ok:
-            return ExitCode.FAILED
-    print(f"verify: ok events={report.events} head={report.head}")
-    return ExitCode.OK
 
 
 def _flow_row(flow: FlowState) -> dict[str, Any]:
