@@ -30,7 +30,7 @@ from kernel.core.events import (
     ProposalRecord,
     ProposalSubmitted,
 )
-from kernel.journal.store import open_journal
+from kernel.journal.opening import open_journal
 from kernel.state.projections import Projections
 from kernel.state.snapshots import capture, record_checkpoint, restore
 
@@ -61,7 +61,7 @@ async def build(path: Path, events: int, tail: int) -> None:
     checkpoint_at = max(0, (events - tail) // EVENTS_PER_FLOW)
     projections = Projections()
     async with open_journal(path, synchronous="OFF") as journal:
-        journal.set_guard(projections.guard)
+        journal.set_transition_check(projections.transition_check)
         journal.add_listener(projections.apply)
         batch: list[Draft] = []
         for n in range(flows):

@@ -124,7 +124,7 @@ def failover(server: Any) -> float:
 
 async def _writer(url: str) -> None:
     from kernel.core.events import Draft, TriggerFired
-    from kernel.journal.store import open_journal
+    from kernel.journal.opening import open_journal
 
     async with open_journal(url) as journal:
         n = 0
@@ -137,7 +137,7 @@ async def _writer(url: str) -> None:
 
 async def _standby(url: str) -> None:
     from kernel.core.events import Draft, TriggerFired
-    from kernel.journal.store import open_journal
+    from kernel.journal.opening import open_journal
 
     async with open_journal(url) as journal:
         await journal.append([Draft(payload=TriggerFired(topic="standby", facts={}))])
@@ -148,7 +148,7 @@ async def follower_lag(url: str, batches: int) -> list[float]:
     """Append ``batches`` batches; return ms from each append's return to a follower's read."""
     from kernel.core.events import Draft, TriggerFired
     from kernel.journal.follow import follow_journal
-    from kernel.journal.store import open_journal
+    from kernel.journal.opening import open_journal
 
     returned: dict[int, float] = {}
     read: dict[int, float] = {}

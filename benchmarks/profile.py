@@ -28,7 +28,7 @@ from collections.abc import Sequence
 
 CONCERNS = [
     ("journal seal: stamp Event, canonical encode, sha256 chain", r"seal \(kernel|stamp \(kernel"),
-    ("journal guard: re-fold of every draft", r"Projections\.guard"),
+    ("journal transition check: re-fold of every draft", r"Projections\.transition_check"),
     ("projections.apply on commit (fold again)", r"Projections\.apply|Kernel\._on_commit"),
     ("journal writer task, thread hop", r"Journal\._commit|Journal\._run_writer|to_thread"),
     ("Outbox.emit: staging fold", r"Outbox\.emit"),

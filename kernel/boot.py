@@ -29,6 +29,7 @@ from kernel.core.events import Draft, FlowAborted, KernelStarted
 from kernel.core.flow import FlowStatus
 from kernel.core.ports import RandomIds, SystemClock
 from kernel.core.reasons import ReasonCode, StopReason
+from kernel.journal.opening import open_journal
 from kernel.journal.store import (
     Journal,
     JournalClosed,
@@ -36,7 +37,6 @@ from kernel.journal.store import (
     JournalWriteFailed,
     chain_key_from,
     chain_key_from_env,
-    open_journal,
 )
 from kernel.policy.packs import PackError, PolicyCatalog, PolicyPack
 from kernel.registry import KERNEL_VERSION
@@ -129,7 +129,7 @@ async def open_kernel(
         )
         if storage.checkpoint_every > 0:
             kernel._checkpointer = Checkpointer(storage.checkpoint_every, journal.head_seq)
-        journal.set_guard(projections.guard)
+        journal.set_transition_check(projections.transition_check)
         journal.add_listener(kernel._on_commit)
         if telemetry.measures:
             # Commit latency and mailbox depths: measured, not recorded.

@@ -11,7 +11,8 @@ from kernel.core.events import Event, RuleSource
 from kernel.core.flow import IllegalTransition
 from kernel.journal.copy import copy_journal
 from kernel.journal.follow import follow_journal
-from kernel.journal.store import JournalError, open_journal
+from kernel.journal.opening import open_journal
+from kernel.journal.store import JournalError
 from kernel.journal.verify import verify_journal
 from kernel.state.memory import MemoryState
 from kernel.state.projections import Projections, fold

@@ -46,12 +46,8 @@ from kernel.core.events import Event
 from kernel.core.flow import FlowState, FlowStatus, IllegalTransition
 from kernel.core.reasons import CliError, ExitCode
 from kernel.journal.errors import is_postgres
-from kernel.journal.store import (
-    Journal,
-    JournalCorrupt,
-    JournalError,
-    open_journal,
-)
+from kernel.journal.opening import open_journal
+from kernel.journal.store import Journal, JournalCorrupt, JournalError
 from kernel.registry import KERNEL_VERSION
 from kernel.state.projections import Projections
 from kernel.telemetry import trace_id_for

@@ -25,7 +25,8 @@ from kernel.core.flow import FlowState, FlowStatus
 from kernel.core.reasons import CliError, ExitCode, ReasonCode
 from kernel.core.wall import MAX_TTL_S, who_and_why
 from kernel.inbox import AMEND, post, queued_dfids, taken_seq
-from kernel.journal.store import JournalError, open_journal
+from kernel.journal.opening import open_journal
+from kernel.journal.store import JournalError
 from kernel.policy.kinds import Impact
 from kernel.policy.rules import decimal_of
 from kernel.state.approvals import Approval, ApprovalStatus

@@ -19,7 +19,7 @@ from kernel.cli._operator import error, error_of
 from kernel.cli._read import print_json
 from kernel.core.events import RuleProposed
 from kernel.core.reasons import CliError, ExitCode
-from kernel.journal.store import open_journal
+from kernel.journal.opening import open_journal
 from kernel.memory import MEMORY_PACK
 from kernel.policy.packs import PolicyPack
 from kernel.state.rulebook import RuleItem, history

@@ -19,13 +19,13 @@ from kernel.core.flow import IllegalTransition
 from kernel.core.reasons import CliError, ExitCode
 from kernel.journal.errors import redact
 from kernel.journal.head import CHAIN_KEY_ENV
+from kernel.journal.opening import open_journal
 from kernel.journal.store import (
     JournalCorrupt,
     JournalError,
     JournalKeyError,
     chain_key_from,
     chain_key_from_env,
-    open_journal,
 )
 from kernel.journal.verify import Anchor, parse_anchor, verify_journal
 

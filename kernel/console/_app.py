@@ -48,7 +48,8 @@ from kernel.console._manage import (
 from kernel.console._views import FlowFilter, as_json, flows, queue, review
 from kernel.core.flow import FlowStatus
 from kernel.inbox import post
-from kernel.journal.store import Journal, open_journal
+from kernel.journal.opening import open_journal
+from kernel.journal.store import Journal
 from kernel.telemetry import trace_id_for
 
 log = logging.getLogger(__name__)

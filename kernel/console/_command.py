@@ -19,7 +19,7 @@ from typing import Any
 from kernel.console._auth import Gate, OperatorsFileError, add_operator, read_operators
 from kernel.core.reasons import CliError, ExitCode
 from kernel.escalation import EscalationPolicy
-from kernel.journal.store import open_journal
+from kernel.journal.opening import open_journal
 
 DEFAULT_PORT = 8765
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1", "[::1]")

@@ -211,7 +211,7 @@ class _Writer:
 async def open_store(
     location: str, *, readonly: bool, synchronous: str, chain_key: bytes | None
 ) -> OpenedStore:
-    """Open the journal file at ``location`` (see :func:`kernel.journal.store.open_journal`)."""
+    """Open the journal file at ``location`` (see :func:`kernel.journal.opening.open_journal`)."""
     path = location
     db = await connect(path, readonly=readonly)
     writer: _Writer | None = None

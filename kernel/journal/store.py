@@ -21,8 +21,6 @@ commits without ever slowing the writer.
 
 from __future__ import annotations
 
-import contextlib
-import os
 import time
 from collections.abc import AsyncIterator, Callable, Collection, Sequence
 from typing import NoReturn
@@ -30,8 +28,8 @@ from typing import NoReturn
 import anyio
 
 from kernel.core.events import GENESIS_HASH, Draft, Event, decode_body
-from kernel.core.ports import Clock, SystemClock
-from kernel.journal._sqlite import APPLICATION_ID, INBOX_SCHEMA, SCHEMA_VERSION, SYNCHRONOUS
+from kernel.core.ports import Clock
+from kernel.journal._sqlite import APPLICATION_ID, INBOX_SCHEMA, SCHEMA_VERSION
 from kernel.journal._subscription import READ_BATCH as _BATCH
 from kernel.journal._subscription import Subscription
 from kernel.journal.errors import (
@@ -50,7 +48,7 @@ from kernel.journal.errors import (
     redact,
 )
 from kernel.journal.head import Row, head_value
-from kernel.journal.port import Head, StoreReader, StoreWriter, backend_for
+from kernel.journal.port import Head, StoreReader, StoreWriter
 from kernel.journal.sealing import EventUnreadable, check_row, seal
 
 __all__ = [
@@ -59,7 +57,6 @@ __all__ = [
     "SCHEMA_VERSION",
     "CommitObserver",
     "EventUnreadable",
-    "GuardFactory",
     "Journal",
     "JournalClosed",
     "JournalCorrupt",
@@ -72,13 +69,13 @@ __all__ = [
     "JournalVersionError",
     "JournalWriteFailed",
     "Listener",
+    "TransitionCheck",
     "chain_key_from",
     "chain_key_from_env",
-    "open_journal",
 ]
 
 Listener = Callable[[Sequence[Event]], None]
-GuardFactory = Callable[[], Callable[[Sequence[Event]], None]]
+TransitionCheck = Callable[[], Callable[[Sequence[Event]], None]]
 CommitObserver = Callable[[int, int], None]
 """Told of each committed transaction: (events written, nanoseconds it took to commit)."""
 
@@ -124,7 +121,7 @@ class Journal:
         self._limiter = anyio.CapacityLimiter(1)
         self._pending = _Batch()
         self._listeners: list[Listener] = []
-        self._guard: GuardFactory | None = None
+        self._transition_check: TransitionCheck | None = None
         self._subscriptions: set[Subscription] = set()
         self._closing = writer is None
         self._closed = False
@@ -209,17 +206,17 @@ class Journal:
             raise result
         self._raise_unwritable()
 
-    def set_guard(self, guard: GuardFactory | None) -> None:
+    def set_transition_check(self, check: TransitionCheck | None) -> None:
         """Check every append before it is written.
 
-        ``guard`` is called once per transaction and returns a check that is
+        ``check`` is called once per transaction and returns a function that is
         called with each append's events (numbered and stamped, not yet written),
-        in order; a check that raises refuses
+        in order; one that raises refuses
         that append alone (its caller gets the exception, nothing of it is
         written) while the others in the transaction are written. The kernel
         uses it to make an illegal flow transition impossible on disk.
         """
-        self._guard = guard
+        self._transition_check = check
 
     def observe_commits(
         self, observer: CommitObserver | None, clock: Callable[[], int] = time.perf_counter_ns
@@ -439,7 +436,7 @@ class Journal:
         seq, prev = self._head_seq, self._head_hash
         rows: list[Row] = []
         sealed: list[tuple[int, list[Event]]] = []
-        check = self._guard() if self._guard is not None else None
+        check = self._transition_check() if self._transition_check is not None else None
         for index, drafts in enumerate(batch.requests):
             try:
                 request_rows, events = seal(drafts, seq, prev, ts, self._key)
@@ -505,80 +502,3 @@ class Journal:
         for subscription in self._subscriptions:
             subscription._send.close()
         self._subscriptions.clear()
-
-
-@contextlib.asynccontextmanager
-async def open_journal(
-    path: str | os.PathLike[str],
-    *,
-    clock: Clock | None = None,
-    synchronous: str = "FULL",
-    readonly: bool = False,
-    faults: JournalFaults | None = None,
-    chain_key: bytes | None = None,
-) -> AsyncIterator[Journal]:
-    """Open the journal at ``path``, creating it if it does not exist.
-
-    On exit, pending appends are committed, the writer stops and the store is closed.
-
-    Args:
-        path: The SQLite file, or a ``postgresql://`` URL (the ``dirk[postgres]`` extra).
-            On PostgreSQL a writer first takes the journal's lease: a second writer
-            waits here, as a standby, until the first is gone.
-        clock: Where event timestamps come from; the system clock by default.
-        synchronous: SQLite's ``PRAGMA synchronous``; FULL makes every commit durable
-            (on PostgreSQL, OFF and NORMAL turn ``synchronous_commit`` off).
-        readonly: Open for reading only (appends raise :class:`JournalClosed`).
-        faults: Faults to inject, for tests.
-        chain_key: The chain key (see :func:`chain_key_from`): a new journal is keyed
-            with it; a keyed journal needs it to be appended to (reading does not).
-            Only a journal without events can be given a key.
-
-    Raises:
-        JournalCorrupt: Not a SQLite database, or its last event does not check out, or
-            the head record says its tail was removed or appended to.
-        JournalKeyError: The key is missing (for writing), wrong, or the journal is unkeyed.
-        JournalForeign: A SQLite database (or PostgreSQL schema) of something else.
-        JournalVersionError: A journal of a schema version this kernel does not read.
-        JournalError: The file (or server) cannot be used at all.
-    """
-    synchronous = synchronous.upper()
-    if synchronous not in SYNCHRONOUS:
-        raise ValueError(f"synchronous must be one of {sorted(SYNCHRONOUS)}, not {synchronous!r}")
-    location = os.fspath(path)
-    opened = await backend_for(location).open_store(
-        location, readonly=readonly, synchronous=synchronous, chain_key=chain_key
-    )
-    writer = opened.writer
-    journal: Journal | None = None
-    try:
-        journal = Journal(
-            location,
-            opened.reader,
-            writer,
-            opened.head,
-            clock or SystemClock(),
-            faults or JournalFaults(),
-            chain_key if opened.keyed else None,
-            opened.keyed,
-        )
-        body_error: Exception | None = None
-        async with anyio.create_task_group() as tg:
-            if writer is not None:
-                tg.start_soon(journal._run_writer)
-            try:
-                yield journal
-            except Exception as exc:
-                # Re-raised outside the task group, so the caller sees it and not an ExceptionGroup.
-                body_error = exc
-            finally:
-                journal._stop()
-        if body_error is not None:
-            raise body_error
-    finally:
-        with anyio.CancelScope(shield=True):
-            if journal is not None:
-                journal._close()
-            if writer is not None:
-                await anyio.to_thread.run_sync(writer.close)
-            await opened.reader.aclose()

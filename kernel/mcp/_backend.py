@@ -39,7 +39,8 @@ from kernel.core.flow import FlowState, FlowStatus
 from kernel.core.ports import Clock, SystemClock
 from kernel.core.reasons import CliError, ReasonCode
 from kernel.core.wall import InputInvalid
-from kernel.journal.store import Journal, open_journal
+from kernel.journal.opening import open_journal
+from kernel.journal.store import Journal
 from kernel.policy.contracts import HandshakeRefused, Proposal, WorkingContext
 from kernel.registry import CONTRACT_VERSION
 from kernel.state.projections import Projections, fold

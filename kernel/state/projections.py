@@ -204,7 +204,7 @@ class Projections:
 
     def apply(self, events: Iterable[Event]) -> None:
         """Fold committed events, in seq order, into the state."""
-        # Flows the guard already folded for the transaction being committed.
+        # Flows the transition check already folded for the transaction being committed.
         committing, self._committing = self._committing, None
         for event in events:
             payload = event.payload
@@ -375,7 +375,7 @@ class Projections:
         else:
             self.held.pop(payload.pool, None)
 
-    def guard(self) -> Callable[[Sequence[Event]], None]:
+    def transition_check(self) -> Callable[[Sequence[Event]], None]:
         """Return a check for one journal transaction: it refuses illegal flow transitions.
 
         The journal calls it for each append in the transaction, in order, before

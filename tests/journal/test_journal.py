@@ -18,6 +18,7 @@ from anyio.streams.buffered import BufferedByteReceiveStream
 
 from kernel.core.events import GENESIS_HASH, Draft, FlowCreated, TriggerFired, canonical, chain
 from kernel.core.ports import ManualClock
+from kernel.journal.opening import open_journal
 from kernel.journal.store import (
     Journal,
     JournalClosed,
@@ -28,7 +29,6 @@ from kernel.journal.store import (
     JournalStatistics,
     JournalVersionError,
     JournalWriteFailed,
-    open_journal,
 )
 from kernel.journal.verify import verify_journal
 from tests.support import ROOT, SUPPORT

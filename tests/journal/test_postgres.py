@@ -25,7 +25,8 @@ from kernel import FlowStatus
 from kernel.core.events import Draft, TriggerFired
 from kernel.inbox import post
 from kernel.journal.follow import follow_journal
-from kernel.journal.store import JournalError, JournalFenced, JournalWriteFailed, open_journal
+from kernel.journal.opening import open_journal
+from kernel.journal.store import JournalError, JournalFenced, JournalWriteFailed
 from kernel.journal.verify import verify_journal
 from kernel.testing import action_of
 from tests.cli.test_cli import clean_env, dirk

@@ -21,6 +21,7 @@ from kernel.core.events import Draft, FlowCreated, TriggerFired
 from kernel.core.ports import ManualClock
 from kernel.journal.copy import copy_journal
 from kernel.journal.follow import follow_journal
+from kernel.journal.opening import open_journal
 from kernel.journal.store import (
     JournalClosed,
     JournalError,
@@ -28,7 +29,6 @@ from kernel.journal.store import (
     JournalForeign,
     JournalKeyError,
     JournalWriteFailed,
-    open_journal,
 )
 from kernel.journal.verify import verify_journal
 from tests.support.postgres import PostgresServer, postgres_server  # noqa: F401

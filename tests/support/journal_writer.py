@@ -10,7 +10,8 @@ import sys
 import anyio
 
 from kernel.core.events import Draft, TriggerFired
-from kernel.journal.store import Journal, open_journal
+from kernel.journal.opening import open_journal
+from kernel.journal.store import Journal
 
 APPENDERS = 4
 

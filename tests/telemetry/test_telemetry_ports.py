@@ -15,7 +15,7 @@ from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 from kernel.core.events import Draft, TriggerFired
-from kernel.journal.store import open_journal
+from kernel.journal.opening import open_journal
 from kernel.telemetry import Telemetry
 from tests.support.helpers import ScriptedAgent, kernel_for, transfer
 from tests.support.otlp import otlp_receiver
