@@ -53,11 +53,12 @@ BUSY_TIMEOUT_S = 10.0
 
 
 class InboxRow(msgspec.Struct, frozen=True, kw_only=True):
-    """One human decision as the operator wrote it."""
+    """One request as an operator wrote it: a decision, an amendment, an agent status, a rule..."""
 
     id: int
     dfid: str
-    decision: dict[str, Any]
+    request: dict[str, Any]
+    """The row's body (stored in the ``decision`` column, its name since the first journals)."""
     created_ts: int
     taken_seq: int | None = None
 
@@ -138,7 +139,7 @@ def read_rows(conn: Connection, *, pending: bool = True) -> list[InboxRow]:
             InboxRow(
                 id=id_,
                 dfid=dfid if isinstance(dfid, str) else "",
-                decision=body if isinstance(body, dict) else {UNREADABLE: True},
+                request=body if isinstance(body, dict) else {UNREADABLE: True},
                 created_ts=created_ts if isinstance(created_ts, int) else 0,
                 taken_seq=taken,
             )
@@ -175,7 +176,7 @@ UNREADABLE = "$unreadable"
 
 def row_type(row: InboxRow) -> str:
     """What a row asks for: DECIDE, AMEND, AGENT_STATUS or RULE (or something unknown)."""
-    kind = row.decision.get("type") or DECIDE
+    kind = row.request.get("type") or DECIDE
     return kind if isinstance(kind, str) else repr(kind)
 
 
@@ -185,7 +186,7 @@ def row_fields(row: InboxRow, allowed: frozenset[str]) -> dict[str, Any]:
     Raises:
         InputInvalid: the row is not a JSON object, or carries an unknown field.
     """
-    body = {key: value for key, value in row.decision.items() if key != "type"}
+    body = {key: value for key, value in row.request.items() if key != "type"}
     if UNREADABLE in body:
         raise InputInvalid("$", "the row is not a JSON object")
     unknown = sorted(set(body) - allowed)

@@ -123,7 +123,7 @@ class InboxActs(OperatorActs):
             )
 
         async def refuse(row: InboxRow, exc: Exception) -> int:
-            operator = row.decision.get("operator", "")
+            operator = row.request.get("operator", "")
             event = await self._record_refusal(
                 f"inbox:{inbox.row_type(row)}",
                 exc,

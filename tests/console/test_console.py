@@ -55,7 +55,7 @@ from kernel.console._auth import (  # noqa: E402
 from kernel.console._decide import Refused, decision_row  # noqa: E402
 from kernel.console._follow import Follower  # noqa: E402
 from kernel.console._manage import rule_row  # noqa: E402
-from kernel.journal.store import open_journal  # noqa: E402
+from kernel.journal.opening import open_journal  # noqa: E402
 
 NOW = 1_700_000_000_000_000_000 + 90 * 10**9
 """The console's wall clock in these tests: 90 s after the kernel's ManualClock began."""
@@ -456,7 +456,7 @@ def test_any_decision_form_is_refused_with_a_code_or_passes_the_kernels_wall(
     except Refused as refused:
         assert refused.code in set(ReasonCode) | set(CliError)
         return
-    decide = to_decide(InboxRow(id=1, dfid=dfid, decision=row, created_ts=0), None)  # type: ignore[arg-type]
+    decide = to_decide(InboxRow(id=1, dfid=dfid, request=row, created_ts=0), None)  # type: ignore[arg-type]
     assert decide.operator == "ana" and decide.reason.strip()
     if row["decision"] == "approve" and which != "low":
         assert form.get("confirm")  # HIGH_IMPACT: only with the hash typed back
