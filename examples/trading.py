@@ -82,8 +82,11 @@ def sidecar(db: Path, name: str) -> Path:
 class Thinker(Protocol):
     """What the driver reaches of an agent: its model's stall, and what it last proposed."""
 
-    stall: Stall
-    sent: dict[str, Proposal]
+    @property
+    def stall(self) -> Stall: ...
+
+    @property
+    def sent(self) -> Mapping[str, Proposal]: ...
 
 
 class Desk:
