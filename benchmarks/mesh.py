@@ -62,6 +62,14 @@ class ThinkingAgent(Agent):
         return ctx.propose(Order(quantity=1), explain="benchmark", confidence=0.9)
 
 
+class LocalAgent(ThinkingAgent):
+    """The same agent hosted in the kernel's process, on its own topic (the hop's reference)."""
+
+    manifest = Manifest(
+        agent_id="solo", version="1.0.0", capabilities=["bench.order"], subscriptions=["solo"]
+    )
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -126,9 +134,10 @@ async def run(
     think_ms: float,
     width: int,
     sequential: int = 0,
-) -> tuple[float, list[float]]:
+) -> tuple[float, list[float], list[float]]:
     """Return flows/s over ``flows`` concurrent flows, then the latency of ``sequential``
-    flows one after another."""
+    flows one after another, and of as many flows of an in-process agent between them
+    (paired: the machine's drift touches both alike)."""
     path = Path(tempfile.mkdtemp(dir=workdir)) / "j.db"
     config = KernelConfig(
         ports=Ports(ids=SeededIds(7)),
@@ -139,7 +148,11 @@ async def run(
     async with AsyncExitStack() as stack:
         kernel = await stack.enter_async_context(
             open_kernel(
-                path, packs=[PACK], adapters={"noop": NoopAdapter()}, allow=[AGENT], config=config
+                path,
+                packs=[PACK],
+                adapters={"noop": NoopAdapter()},
+                allow=[AGENT, "solo"],
+                config=config,
             )
         )
         if url is None:
@@ -152,8 +165,10 @@ async def run(
             )
             await stack.enter_async_context(hosts(url, n_hosts, secret, think_ms, width))
 
-        async def one() -> str:
-            [dfid] = await kernel.trigger("bench.tick", source="benchmark")
+        await kernel.register(LocalAgent())
+
+        async def one(topic: str = "bench.tick") -> str:
+            [dfid] = await kernel.trigger(topic, source="benchmark")
             flow = await kernel.wait_flow(dfid)
             if flow.status is not FlowStatus.CLOSED:
                 raise RuntimeError(f"flow {dfid} ended {flow.status}: {flow.reason_code}")
@@ -167,12 +182,15 @@ async def run(
                 for _ in range(flows):
                     tg.start_soon(one)
             rate = flows / (time.perf_counter() - start)
-        latencies = []
+        await one("solo.tick")
+        latencies: list[float] = []
+        local: list[float] = []
         for _ in range(sequential):
-            began = time.perf_counter()
-            await one()
-            latencies.append(time.perf_counter() - began)
-    return rate, latencies
+            for topic, into in (("bench.tick", latencies), ("solo.tick", local)):
+                began = time.perf_counter()
+                await one(topic)
+                into.append(time.perf_counter() - began)
+    return rate, latencies, local
 
 
 async def jetstream_round_trip(url: str) -> float:
@@ -200,14 +218,15 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         workdir = Path(tmp)
         async with nats_server(workdir / "js") as url:
             results["jetstream_publish_ack_p50_ms"] = 1000 * await jetstream_round_trip(url)
-            rate, _ = await run(None, workdir, 0, args.flows, args.think_ms, args.concurrency)
+            rate, _, _ = await run(None, workdir, 0, args.flows, args.think_ms, args.concurrency)
             results["in_process_flows_per_s"] = rate
             for n in (1, 2, 4):
-                rate, _ = await run(url, workdir, n, args.flows, args.think_ms, args.concurrency)
+                rate, _, _ = await run(url, workdir, n, args.flows, args.think_ms, args.concurrency)
                 results[f"hosts_{n}_flows_per_s"] = rate
             hop = args.latency_flows
-            _, local = await run(None, workdir, 0, 0, 0, args.concurrency, sequential=hop)
-            _, meshed = await run(url, workdir, 1, 0, 0, args.concurrency, sequential=hop)
+            _, meshed, local = await run(url, workdir, 1, 0, 0, args.concurrency, sequential=hop)
+            results["mesh_flow_p50_ms"] = 1000 * statistics.median(meshed)
+            results["in_process_flow_p50_ms"] = 1000 * statistics.median(local)
             results["bus_hop_p50_ms"] = 1000 * (
                 statistics.median(meshed) - statistics.median(local)
             )
@@ -278,7 +297,11 @@ def figures(quick: bool, p1: Sequence[float] = ()) -> list[Figure]:
             goal=HOP_P50_GOAL_MS,
             lower_is_better=True,
             ratios={"publish+ack": r["bus_hop_p50_ms"] / r["jetstream_publish_ack_p50_ms"]},
-            extra={"sequential_flows": latency_flows},
+            extra={
+                "sequential_flows": latency_flows,
+                "mesh_flow_p50_ms": r["mesh_flow_p50_ms"],
+                "in_process_flow_p50_ms": r["in_process_flow_p50_ms"],
+            },
         ),
         Figure("P13.h99", "  same, p99", "ms", [r["bus_hop_p99_ms"]], lower_is_better=True),
     ]
