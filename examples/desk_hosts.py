@@ -6,14 +6,12 @@ The example starts one host per agent::
         python -m agents_sdk.serve --bus nats://127.0.0.1:4222 examples.desk_hosts:Pm1
 
 Each class builds the same agent and the same seeded model as the single-process run
-(:mod:`examples.trading`). The simulation's two cues that reach into an agent travel on
-plain NATS subjects of the run (``trading.<run>.*``), outside the kernel's streams:
-
-- the stall: on the plan's ``stall`` minute the position agent's model asks the driver
-  (``trading.<run>.stall.<agent_id>``) and answers only once the driver replies, after it
-  moved the market (what ``Stall`` does in one process);
-- nothing else: a resent proposal is a re-publish of the recorded message (the driver
-  does it, see :mod:`examples.trading`).
+(:mod:`examples.trading`). One simulation cue reaches into an agent, on a plain NATS
+subject of the run outside the kernel's streams: on the plan's ``stall`` minute the
+position agent's model asks the driver (``trading.<run>.stall.<agent_id>``) and answers
+only once the driver replies, after it moved the market (what ``Stall`` does in one
+process). The resend beat is a re-publish of the recorded proposal message by the driver
+(:mod:`examples.desk_mesh`), which JetStream's duplicate window absorbs.
 """
 
 from __future__ import annotations
