@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import hashlib
 import sys
 from collections.abc import Awaitable, Callable, Mapping
 from decimal import Decimal
@@ -54,7 +55,6 @@ from kernel import (
     open_kernel,
 )
 from kernel.adapters import RetryPolicy
-from kernel.registry import credential_verifier
 from kernel.testing import Faults, SeededIds, SimulatedSystem
 from policies.trading import TRADING
 
@@ -72,6 +72,11 @@ def desk_credential(seed: int, agent_id: str) -> str:
     """
     raw = draw(seed, "credential", agent_id).randbytes(32)
     return "dirk_" + base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def credential_verifier(credential: str) -> str:
+    """What the kernel keeps of a credential: ``sha256:<hex>`` (as ``dirk agent`` queues it)."""
+    return "sha256:" + hashlib.sha256(credential.encode()).hexdigest()
 
 
 def sidecar(db: Path, name: str) -> Path:
