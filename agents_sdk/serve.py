@@ -112,15 +112,21 @@ class _Hosted:
         subject = verdict_subject(journal, ctx.dfid, ctx.attempt)
         answers = await self.nc.subscribe(subject, max_msgs=1)
         try:
-            verdict = await self._recorded(subject)
+            # A first delivery has no proposal recorded yet (a host publishes one only after
+            # a delivery): the verdict stream is asked only when the context comes back.
+            redelivered = msg.metadata.num_delivered > 1
+            verdict = await self._recorded(subject) if redelivered else None
             if verdict is None:
                 body = await self._decide(ctx, msg, progress_s)
                 msg_id = work_id(journal, ctx.dfid, ctx.attempt)
                 headers = {"Nats-Msg-Id": msg_id, "Dirk-Auth": auth_tag(self.token, msg_id, body)}
-                await self.js.publish(
+                ack = await self.js.publish(
                     f"dirk.proposals.{self.agent_id}", body, stream=PROPOSAL_STREAM, headers=headers
                 )
-                verdict = await self._verdict(subject, answers, msg, progress_s)
+                # A fresh proposal's verdict comes on the subscription made before it was
+                # published; a duplicate's may have been published before that: read it.
+                looked = not (redelivered or ack.duplicate)
+                verdict = await self._verdict(subject, answers, msg, progress_s, looked)
             else:
                 log.info("flow %s attempt %s was judged already", ctx.dfid, ctx.attempt)
         finally:
@@ -150,8 +156,19 @@ class _Hosted:
             return None
         return msgspec.json.decode(raw.data or b"", type=Verdict)
 
-    async def _verdict(self, subject: str, answers: Any, msg: Msg, progress_s: float) -> Verdict:
+    async def _verdict(
+        self, subject: str, answers: Any, msg: Msg, progress_s: float, fresh: bool
+    ) -> Verdict:
         while True:
+            if fresh:
+                # Published after our subscription: it arrives on it (the stream keeps it too).
+                try:
+                    answer = await answers.next_msg(timeout=progress_s)
+                    return msgspec.json.decode(answer.data, type=Verdict)
+                except TimeoutError:  # nats.errors.TimeoutError, or asyncio's
+                    await msg.in_progress()
+                    fresh = False  # from now on, ask the stream too (a reconnect loses messages)
+                continue
             # Published after our subscription, or before it (a duplicate proposal).
             verdict = await self._recorded(subject)
             if verdict is not None:

@@ -51,7 +51,7 @@ FLOWS_GOAL = 5_000.0
 """DecisionFlows per second, durable, telemetry off (P1)."""
 RATIO_GOAL = 0.05
 """P1 as a share of B1: a whole governed decision against one bare queue round trip."""
-FIGURES = ("B1", "B2", "P1", "P2", "P3", "P4", "P5", "P6", "P7", "P8", "P9", "P10")
+FIGURES = ("B1", "B2", "P1", "P2", "P3", "P4", "P5", "P6", "P7", "P8", "P9", "P10", "P13")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -119,6 +119,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 from benchmarks.postgres import figures as postgres_figures  # P10-P12
 
                 figures += postgres_figures(args.quick)
+            if "P13" in only:
+                figures += _mesh_figures(args.quick, figures)
         except (BenchmarkFailed, ReplayMismatch) as exc:
             print(f"error: BENCHMARK_FAILED: {exc}", file=sys.stderr)
             return 1
@@ -243,6 +245,18 @@ def _measure(plan: Plan, only: set[str], tmp: Path, quick: bool) -> list[Figure]
         print("P9: peers", file=sys.stderr, flush=True)
         figures += peer_figures(plan.peer_decisions, plan.repeats, p1, str(tmp))
     return figures
+
+
+def _mesh_figures(quick: bool, figures: list[Figure]) -> list[Figure]:
+    """P13: agents in host processes over NATS (skipped, with the reason, without it)."""
+    try:
+        from benchmarks.mesh import figures as mesh_figures  # imports nats
+    except ImportError:
+        reason = "P13 mesh: skipped: nats-py is not installed (pip install -e '.[nats]')"
+        print(reason, file=sys.stderr, flush=True)
+        return [Figure("P13", reason, "", skipped=True)]
+    p1 = next((f.samples for f in figures if f.id == "P1"), [])
+    return mesh_figures(quick, p1)
 
 
 def _flows(plan: Plan, path: Path, receiver: SpanReceiver | None = None) -> FlowRun:

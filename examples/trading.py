@@ -15,10 +15,13 @@ twice. The summary at the end is read from the journal.
 from __future__ import annotations
 
 import argparse
+import base64
+import hashlib
 import sys
+from collections.abc import Awaitable, Callable, Mapping
 from decimal import Decimal
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import anyio
 
@@ -31,10 +34,12 @@ from examples.desk import (
     OperatorPolicy,
     PositionAgent,
     RiskAgent,
+    Stall,
     Strategist,
 )
+from examples.desk_mesh import HostFailed, hosted_desk
 from examples.desk_model import playbooks
-from examples.llm import ModelError, open_model
+from examples.llm import ModelError, draw, open_model
 from examples.market import MIN_MINUTES, OPERATOR_EVERY, Market, Plan, headline, plan_day
 from examples.summary import journal_and_files, show, summarize
 from kernel import (
@@ -44,6 +49,7 @@ from kernel import (
     Kernel,
     KernelConfig,
     Ports,
+    Proposal,
     Session,
     Supervision,
     open_kernel,
@@ -57,9 +63,35 @@ BROKER_RETRY = RetryPolicy(base_s=0.5, max_s=4.0, max_attempts=6)
 OWNERS = {"pm-1": ("ACME", "GLOBEX"), "pm-2": ("INITECH",)}
 
 
+def desk_credential(seed: int, agent_id: str) -> str:
+    """The credential the example provisions for ``agent_id``: drawn from the seed.
+
+    Only a simulation may do this: the run (its journal and projection hash) is then a
+    function of the seed. A real operator issues credentials from the OS's randomness
+    (``dirk agent AGENT --issue-credential``).
+    """
+    raw = draw(seed, "credential", agent_id).randbytes(32)
+    return "dirk_" + base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def credential_verifier(credential: str) -> str:
+    """What the kernel keeps of a credential: ``sha256:<hex>`` (as ``dirk agent`` queues it)."""
+    return "sha256:" + hashlib.sha256(credential.encode()).hexdigest()
+
+
 def sidecar(db: Path, name: str) -> Path:
     """Where a simulated system keeps its own ledger, beside the journal."""
     return db.with_name(f"{db.stem}.{name}.db")
+
+
+class Thinker(Protocol):
+    """What the driver reaches of an agent: its model's stall, and what it last proposed."""
+
+    @property
+    def stall(self) -> Stall: ...
+
+    @property
+    def sent(self) -> Mapping[str, Proposal]: ...
 
 
 class Desk:
@@ -76,7 +108,7 @@ class Desk:
         market: Market,
         plan: Plan,
         broker: Broker,
-        agents: dict[str, DeskAgent],
+        agents: Mapping[str, Thinker],
         sessions: dict[str, Session],
         operator: OperatorPolicy | None,
         progress: bool,
@@ -87,6 +119,8 @@ class Desk:
         self.progress = progress
         self.mandate: str | None = None
         self.positions: dict[str, int] = {}
+        self.resender: Callable[[str, str], Awaitable[None]] | None = None
+        """How a resend goes out when the agents are hosted elsewhere (``--bus``)."""
 
     async def run(self) -> None:
         await self.kernel.trigger("feed", self.market.facts(), source="feed")
@@ -143,16 +177,17 @@ class Desk:
         await self.settle()
         return dfids
 
-    async def settle(self, thinker: DeskAgent | None = None) -> None:
+    async def settle(self, thinker: Thinker | None = None) -> None:
         """Wait until nothing moves; if the thinker's model stalls, move the market meanwhile."""
-        while thinker is not None and await self._stalls_before_quiet(thinker):
-            # The model is slow; the feed publishes again before it answers.
+        if thinker is not None and await self._stalls_before_quiet(thinker):
+            # The model is slow; the feed publishes once more before it answers. (Once:
+            # the stall's events are the agent's to renew, so asking again here would race it.)
             facts = self.market.step(self.market.minute, part=1)
             await self.kernel.trigger("feed", facts, source="feed")
             thinker.stall.resume.set()
         await self.kernel.wait_quiet()
 
-    async def _stalls_before_quiet(self, thinker: DeskAgent) -> bool:
+    async def _stalls_before_quiet(self, thinker: Thinker) -> bool:
         stalled = False
         stall = thinker.stall.stalled
         async with anyio.create_task_group() as tg:
@@ -174,6 +209,9 @@ class Desk:
     async def resend(self, owner: str, dfids: list[str]) -> None:
         """The agent's client timed out and sends its last proposal again."""
         for dfid in dfids:
+            if self.resender is not None:
+                await self.resender(owner, dfid)
+                continue
             proposal = self.agents[owner].sent.get(dfid)
             if proposal is not None:
                 await self.kernel.submit(self.sessions[owner].token, dfid, proposal)
@@ -223,8 +261,13 @@ async def simulate(
     operator: str,
     progress: bool = True,
     files: Path | None = None,
+    bus: str | None = None,
 ) -> None:
-    """Run the desk for ``minutes`` simulated minutes, journaling into ``db``."""
+    """Run the desk for ``minutes`` simulated minutes, journaling into ``db``.
+
+    With ``bus`` (a NATS URL) the agents run in host processes of their own, started
+    here, and reach the kernel only over the bus: the same day, the same decisions.
+    """
     files = files or Path(db)
     plan = plan_day(seed, minutes)
     model = open_model(llm, seed, playbooks(plan))
@@ -254,22 +297,35 @@ async def simulate(
                 ports=Ports(clock=clock, ids=SeededIds(seed), jitter_seed=seed),
                 supervision=Supervision(inbox_poll_s=None),
                 escalation=EscalationPolicy(budget=EscalationBudget(capacity=100, period_s=3600)),
+                bus=bus,
             ),
             # A simulated day in seconds: a budget sized for real hours would demote the desk.
         ) as kernel:
-            sessions = {name: await kernel.register(agent) for name, agent in agents.items()}
-            desk = Desk(
-                kernel,
-                clock,
-                market,
-                plan,
-                broker,
-                agents,
-                sessions,
-                OperatorPolicy() if operator == "scripted" else None,
-                progress,
+            # The operator provisions each agent's credential (recorded); every handshake shows it.
+            credentials = {name: desk_credential(seed, name) for name in agents}
+            for name, secret in credentials.items():
+                verifier = credential_verifier(secret)
+                await kernel.issue_credential(name, verifier, operator="dana", reason="desk")
+            operator_policy = OperatorPolicy() if operator == "scripted" else None
+            if bus is None:
+                sessions = {
+                    name: await kernel.register(agent, credential=credentials[name])
+                    for name, agent in agents.items()
+                }
+                desk = Desk(
+                    kernel, clock, market, plan, broker, agents, sessions, operator_policy, progress
+                )
+                await desk.run()
+                return
+            hosted = hosted_desk(
+                bus, kernel.journal.journal_id, credentials, seed=seed, minutes=minutes, llm=llm
             )
-            await desk.run()
+            async with hosted as (remote, resend):
+                desk = Desk(
+                    kernel, clock, market, plan, broker, remote, {}, operator_policy, progress
+                )
+                desk.resender = resend
+                await desk.run()
     finally:
         broker_system.close()
         ledger.close()
@@ -294,6 +350,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--llm", choices=("scripted", "openai"), default="scripted")
     p.add_argument("--operator", choices=("scripted", "none"), default="scripted")
     p.add_argument("--json", action="store_true", help="print the summary as JSON on the last line")
+    p.add_argument(
+        "--bus",
+        help="a NATS URL (nats://127.0.0.1:4222): run each agent in a host process of its own",
+    )
     return p
 
 
@@ -307,10 +367,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.minutes < MIN_MINUTES:
         print(f"error: --minutes must be at least {MIN_MINUTES}", file=sys.stderr)
         return 2
-    print(f"trading desk, seed {args.seed}, {args.minutes} minutes -> {db}", file=sys.stderr)
+    where = f" (agents in host processes over {args.bus})" if args.bus else ""
+    print(f"trading desk, seed {args.seed}, {args.minutes} minutes -> {db}{where}", file=sys.stderr)
     try:
-        anyio.run(simulate, args.seed, db, args.minutes, args.llm, args.operator, True, files)
-    except ModelError as exc:
+        anyio.run(
+            simulate, args.seed, db, args.minutes, args.llm, args.operator, True, files, args.bus
+        )
+    except (ModelError, HostFailed) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     summary: dict[str, Any] = anyio.run(summarize, db, ("trading.place_order",))
