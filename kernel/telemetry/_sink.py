@@ -25,7 +25,13 @@ from opentelemetry.sdk.trace import (
     TracerProvider,
 )
 from opentelemetry.sdk.trace.id_generator import IdGenerator
-from opentelemetry.sdk.trace.sampling import Decision
+from opentelemetry.sdk.trace.sampling import (
+    Decision,
+    ParentBased,
+    Sampler,
+    StaticSampler,
+    TraceIdRatioBased,
+)
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import (
     Link,
@@ -51,6 +57,14 @@ _OK = Status(StatusCode.OK)
 _CALLER = {"dir.link": "caller"}
 _UNSET = Status(StatusCode.UNSET)
 _KEPT = (Decision.RECORD_AND_SAMPLE,)
+_DECIDED = 8192  # the flows whose sampling decision a sink remembers
+
+
+def _pure(sampler: Sampler) -> bool:
+    """Whether ``sampler``'s decision for a root span is a function of its trace id alone."""
+    if isinstance(sampler, ParentBased):
+        sampler = sampler._root
+    return type(sampler) in (StaticSampler, TraceIdRatioBased)
 
 
 class _GivenIds(IdGenerator):
@@ -92,6 +106,11 @@ class SpanSink:
         if self._tracer is not None:
             self._tracer.id_generator = self._ids
         self._lock = threading.Lock()
+        # The SDK's own samplers decide a root by its trace id alone: ask them once per
+        # flow, not once per batch and per decide() (any other sampler is asked each time).
+        self._decided: dict[str, bool] | None = None
+        if self._tracer is not None and _pure(self._tracer.sampler):
+            self._decided = {}
 
     @property
     def enabled(self) -> bool:
@@ -102,8 +121,16 @@ class SpanSink:
         """Whether the provider's sampler keeps the trace of flow ``dfid``."""
         if self._tracer is None:
             return False
+        decided = self._decided
+        if decided is not None and (known := decided.get(dfid)) is not None:
+            return known
         result = self._tracer.sampler.should_sample(Context(), trace_id_for(dfid), "flow")
-        return result.decision in _KEPT
+        kept = result.decision in _KEPT
+        if decided is not None:
+            if len(decided) >= _DECIDED:
+                decided.clear()
+            decided[dfid] = kept
+        return kept
 
     def _context(self, dfid: str, stage: str, n: int, flags: TraceFlags) -> SpanContext:
         return SpanContext(trace_id_for(dfid), span_id_for(dfid, stage, n), False, flags)
