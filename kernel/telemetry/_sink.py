@@ -261,7 +261,9 @@ class DirectSink(SpanSink):
                     events=[
                         SpanEvent(name, self._attributes(attrs), max(ts, record.start))
                         for name, attrs, ts in record.events
-                    ],
+                    ]
+                    if record.events
+                    else [],  # most spans have none: skip the comprehension's call
                     links=links,
                     status=status,
                     start_time=record.start,
