@@ -43,6 +43,7 @@ from kernel.console._manage import (
     agent_row,
     agents_view,
     rule_row,
+    rule_change,
     rules_view,
 )
 from kernel.console._views import FlowFilter, as_json, flows, queue, review
@@ -325,6 +326,20 @@ def create_app(
         await follower.catch_up(holder["journal"])
         return RedirectResponse("/rules", status_code=303)
 
+    async def rule_changed(request: Request, session: Session) -> Response:
+        try:
+            row = rule_change(
+                follower.projections,
+                request.path_params["action"],
+                _plain(request.state.form),
+                session.operator,
+            )
+        except Refused as refused:
+            return await rules_page(request, session, 409, refused)
+        await _post(settings.db, "", row, now_ns())
+        await follower.catch_up(holder["journal"])
+        return RedirectResponse("/rules", status_code=303)
+
     # --- live -------------------------------------------------------------------------
 
     async def events(request: Request, session: Session) -> Response:
@@ -365,6 +380,7 @@ def create_app(
         get("/agents", agents_page),
         post_("/agents/{agent_id}/status", agent_status),
         get("/rules", rules_page),
+        post_("/rules/change/{action}", rule_changed),
         post_("/rules/{seq}", rule_decide),
         Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
     ]

@@ -15,7 +15,7 @@ from kernel.console._decide import Refused
 from kernel.core import events as ev
 from kernel.core.reasons import CliError, ReasonCode
 from kernel.core.wall import who_and_why
-from kernel.inbox import AGENT_STATUS, RULE
+from kernel.inbox import AGENT_STATUS, RULE, RuleChangeRefused, rule_change_row
 from kernel.state.projections import AgentStatus, AgentView, Projections
 from kernel.state.rulebook import RuleItem
 
@@ -117,3 +117,30 @@ def rule_row(
         "operator": operator,
         "reason": reason,
     }
+
+
+def rule_change(
+    projections: Projections, action: str, form: Mapping[str, Any], operator: str
+) -> dict[str, Any]:
+    """Return the inbox row that adds, edits or retracts the form's ``rule``.
+
+    The row is built as ``dirk rules --add/--edit/--retract`` builds it
+    (kernel.inbox.rule_change_row); labels come comma-separated.
+
+    Raises:
+        Refused: no reason, an unknown action or rule, or a missing title or text.
+    """
+    labels = [label.strip() for label in str(form.get("labels", "")).split(",")]
+    try:
+        return rule_change_row(
+            projections.memory.rulebook,
+            str(form.get("rule", "")).strip(),
+            action,
+            operator=operator,
+            reason=str(form.get("reason", "")).strip(),
+            title=str(form.get("title", "")).strip(),
+            content=str(form.get("content", "")),
+            labels=[label for label in labels if label],
+        )
+    except RuleChangeRefused as refused:
+        raise Refused(refused.code, refused.message.replace("--", "")) from None

@@ -54,7 +54,7 @@ from kernel.console._auth import (  # noqa: E402
 )
 from kernel.console._decide import Refused, decision_row  # noqa: E402
 from kernel.console._follow import Follower  # noqa: E402
-from kernel.console._manage import rule_row  # noqa: E402
+from kernel.console._manage import rule_change, rule_row  # noqa: E402
 from kernel.journal.opening import open_journal  # noqa: E402
 
 NOW = 1_700_000_000_000_000_000 + 90 * 10**9
@@ -556,6 +556,147 @@ def test_only_a_deferred_rule_proposal_can_be_decided(
     assert refused.value.code is CliError.RULE_NOT_PENDING
     answer = client.post("/rules/7", data={"csrf": csrf(client), "decision": "skip", "reason": "x"})
     assert 'data-code="RULE_NOT_PENDING"' in answer.text
+
+
+def test_the_rule_forms_post_the_rows_dirk_rules_posts(
+    client: TestClient, gate: Gate, journal: tuple[Path, dict[str, str]]
+) -> None:
+    db, _ = journal
+    sign_in(client, "ana", gate.token)
+    token = csrf(client, "/rules")
+    assert 'action="/rules/change/add"' in client.get("/rules").text
+    new = {"rule": "access", "title": "Access", "content": "ask first", "labels": "a, b,"}
+    assert client.post("/rules/change/add", data=new | {"reason": "x"}).status_code == 403
+    bad = {"csrf": "x" + token, "reason": "house rule"}
+    assert client.post("/rules/change/add", data=new | bad).status_code == 403
+    blank = client.post("/rules/change/add", data=new | {"csrf": token, "reason": " "})
+    assert blank.status_code == 409 and 'data-code="SCHEMA_INVALID"' in blank.text
+    gone = client.post(
+        "/rules/change/retract", data={"csrf": token, "rule": "access", "reason": "old"}
+    )
+    assert 'data-code="UNKNOWN_RULE"' in gone.text
+    nothing = client.post("/rules/change/drop", data=new | {"csrf": token, "reason": "x"})
+    assert 'data-code="BAD_ARGUMENT"' in nothing.text
+    assert rows(db) == []
+    ok = client.post("/rules/change/add", data=new | {"csrf": token, "reason": "house rule"})
+    assert ok.status_code == 303
+    assert rows(db) == [
+        (
+            "",
+            {
+                "type": "rule_change",
+                "rule": "access",
+                "operator": "ana",
+                "reason": "house rule",
+                "action": "add",
+                "title": "Access",
+                "content": "ask first",
+                "labels": ["a", "b"],
+                "base_version": 0,
+            },
+        )
+    ]
+
+
+def _with_rule(db: Path, content: str) -> None:
+    async def build() -> None:
+        await _build(db)
+        async with open_kernel(
+            db,
+            packs=[PACK, OPS],
+            adapters={"bank": Bank()},
+            allow=["clerk", "scribe", "mallory"],
+            config=KernelConfig(ports=Ports(clock=ManualClock(NOW))),
+        ) as kernel:
+            await kernel.propose_rule(
+                "access",
+                title="<b>Access</b>",
+                content=content,
+                labels=["x"],
+                operator="bo",
+                reason="first",
+                override=True,
+            )
+
+    anyio.run(build)
+
+
+def test_a_rule_in_force_is_edited_and_retracted_its_markup_shown_as_text(
+    tmp_path: Path, gate: Gate
+) -> None:
+    db = tmp_path / "r.db"
+    _with_rule(db, "<script>alert(1)</script>")
+    with TestClient(create_app(Settings(db=str(db)), gate), follow_redirects=False) as client:
+        sign_in(client, "ana", gate.token)
+        page = client.get("/rules").text
+        assert "<script>alert(1)" not in page and "&lt;script&gt;alert(1)" in page
+        assert "<b>Access" not in page and "&lt;b&gt;Access" in page
+        token = csrf(client, "/rules")
+        again = {"csrf": token, "rule": "access", "title": "T", "content": "c", "reason": "x"}
+        assert 'data-code="BAD_ARGUMENT"' in client.post("/rules/change/add", data=again).text
+        edit = again | {"content": "v2", "reason": "clearer"}
+        assert client.post("/rules/change/edit", data=edit).status_code == 303
+        retract = {"csrf": token, "rule": "access", "reason": "obsolete"}
+        assert client.post("/rules/change/retract", data=retract).status_code == 303
+    (_, edited), (_, retracted) = rows(db)
+    assert edited["action"] == "edit" and edited["content"] == "v2"
+    assert edited["base_version"] == 1 and edited["operator"] == "ana"
+    assert retracted == {
+        "type": "rule_change",
+        "rule": "access",
+        "operator": "ana",
+        "reason": "obsolete",
+        "action": "retract",
+    }
+
+
+@settings(max_examples=40, derandomize=True, deadline=None)
+@given(
+    action=st.sampled_from(["add", "edit", "retract", "", "x"]),
+    form=st.dictionaries(
+        st.sampled_from(["rule", "title", "content", "labels", "reason"]), st.text(max_size=40)
+    ),
+)
+def test_any_rule_form_is_refused_with_a_code_or_is_a_row(
+    folded: Projections, action: str, form: dict[str, str]
+) -> None:
+    try:
+        row = rule_change(folded, action, form, "ana")
+    except Refused as refused:
+        assert refused.code in set(ReasonCode) | set(CliError)
+    else:
+        assert row["action"] == action and row["reason"].strip()
+
+
+def test_a_rule_created_in_the_console_is_in_force_once_the_kernel_runs(
+    tmp_path: Path, gate: Gate
+) -> None:
+    db = tmp_path / "new.db"
+    anyio.run(_build, db, time.time_ns())
+    with TestClient(create_app(Settings(db=str(db)), gate), follow_redirects=False) as client:
+        sign_in(client, "ana", gate.token)
+        form = {
+            "csrf": csrf(client, "/rules"),
+            "rule": "access",
+            "title": "Access",
+            "content": "ask the owner first",
+            "reason": "house rule",
+        }
+        assert client.post("/rules/change/add", data=form).status_code == 303
+        done = subprocess.run(
+            [sys.executable, "-m", "tests.support.operator_kernel", str(db), "--drain"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert done.returncode == 0, done.stderr
+    # A console opened afterwards reads the rulebook the kernel wrote.
+    with TestClient(create_app(Settings(db=str(db)), gate), follow_redirects=False) as client:
+        sign_in(client, "ana", gate.token)
+        page = client.get("/rules").text
+    assert "v1 “Access”" in page and "ask the owner first" in page
+    assert "<td>ana</td><td>house rule</td>" in page
 
 
 # --- following the journal ------------------------------------------------------------------
