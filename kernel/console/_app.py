@@ -42,8 +42,8 @@ from kernel.console._follow import Follower
 from kernel.console._manage import (
     agent_row,
     agents_view,
-    rule_row,
     rule_change,
+    rule_row,
     rules_view,
 )
 from kernel.console._views import FlowFilter, as_json, flows, queue, review
