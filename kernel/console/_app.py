@@ -19,6 +19,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, MutableMapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -92,6 +93,7 @@ def create_app(
     env.filters["ago"] = lambda ts: _span(now_ns() - ts)
     env.filters["within"] = lambda ts: _span(ts - now_ns())
     env.filters["json"] = as_json
+    env.filters["utc"] = _utc
     env.globals["now_ns"] = now_ns
     env.globals["trace_link"] = lambda dfid, root: _trace_link(settings.trace_url, dfid, root)
     holder: dict[str, Journal] = {}
@@ -453,6 +455,11 @@ def _nonce() -> str:
     import secrets
 
     return secrets.token_urlsafe(24)
+
+
+def _utc(ns: int) -> str:
+    """An event's time as UTC to the second (``2026-11-24 02:19:18``)."""
+    return datetime.fromtimestamp(ns / 1e9, tz=UTC).strftime("%Y-%m-%d %H:%M:%S")
 
 
 def _span(ns: int) -> str:

@@ -30,13 +30,22 @@ class AgentLine:
     """Escalations counted against its budget since the budget was last filled."""
     last_change: ev.AgentStatusChanged | None = None
     """Its latest status change (by an operator, or by the kernel when a budget ran out)."""
+    history: tuple[ev.Event, ...] = ()
+    """Its status changes (AgentStatusChanged events), newest first, at most HISTORY_SHOWN."""
+
+
+HISTORY_SHOWN = 50
+"""How many status changes the agents page shows per agent."""
 
 
 def agents_view(projections: Projections, changes: list[ev.Event]) -> list[AgentLine]:
     """Every registered agent, by id; ``changes`` are the journal's AgentStatusChanged events."""
-    latest = {
-        e.agent_id: e.payload for e in changes if isinstance(e.payload, ev.AgentStatusChanged)
-    }
+    history: dict[str | None, list[ev.Event]] = {}
+    latest: dict[str | None, ev.AgentStatusChanged] = {}
+    for e in changes:
+        if isinstance(e.payload, ev.AgentStatusChanged):
+            history.setdefault(e.agent_id, []).append(e)
+            latest[e.agent_id] = e.payload
     open_by_agent: dict[str, int] = {}
     for flow in projections.flows.values():
         if flow.dfid not in projections.ended:
@@ -47,6 +56,7 @@ def agents_view(projections: Projections, changes: list[ev.Event]) -> list[Agent
             open_flows=open_by_agent.get(agent_id, 0),
             escalations=len(projections.escalations.get(agent_id, [])),
             last_change=latest.get(agent_id),
+            history=tuple(reversed(history.get(agent_id, [])[-HISTORY_SHOWN:])),
         )
         for agent_id, view in sorted(projections.agents.items())
     ]

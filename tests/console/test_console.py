@@ -27,6 +27,7 @@ from hypothesis import strategies as st
 
 from kernel import EscalationBudget, EscalationPolicy, open_kernel
 from kernel.config import KernelConfig, Ports
+from kernel.core import events as ev
 from kernel.core.reasons import CliError, ExitCode, ReasonCode
 from kernel.inbox import InboxRow, to_decide
 from kernel.state.projections import Projections
@@ -54,7 +55,7 @@ from kernel.console._auth import (  # noqa: E402
 )
 from kernel.console._decide import Refused, decision_row  # noqa: E402
 from kernel.console._follow import Follower  # noqa: E402
-from kernel.console._manage import rule_change, rule_row  # noqa: E402
+from kernel.console._manage import HISTORY_SHOWN, agents_view, rule_change, rule_row  # noqa: E402
 from kernel.journal.opening import open_journal  # noqa: E402
 
 NOW = 1_700_000_000_000_000_000 + 90 * 10**9
@@ -845,6 +846,52 @@ def test_the_agents_page_shows_who_changed_a_status_and_why(tmp_path: Path, gate
         sign_in(client, "ana", gate.token)
         page = client.get("/agents").text
     assert "SUSPENDED by bo: &lt;loops&gt;" in page
+
+
+def test_a_budget_demotion_by_the_kernel_is_in_the_agents_history(folded: Projections) -> None:
+    def change(seq: int, agent: str) -> ev.Event:
+        return ev.Event(
+            seq=seq,
+            ts=NOW,
+            agent_id=agent,
+            payload=ev.AgentStatusChanged(
+                status="PASSIVE", reason="ESCALATION_BUDGET_EXHAUSTED: 2 > 1", operator="kernel"
+            ),
+        )
+
+    changes = [change(seq, "clerk") for seq in range(1, HISTORY_SHOWN + 3)]
+    lines = {line.view.manifest.agent_id: line for line in agents_view(folded, changes)}
+    clerk = lines["clerk"].history
+    assert len(clerk) == HISTORY_SHOWN and clerk[0].seq == HISTORY_SHOWN + 2
+    assert lines["clerk"].last_change == changes[-1].payload
+    assert lines["scribe"].history == () and lines["scribe"].last_change is None
+
+
+def test_the_agents_page_lists_each_status_change_newest_first(tmp_path: Path, gate: Gate) -> None:
+    db = tmp_path / "b.db"
+
+    async def build() -> None:
+        await _build(db)
+        async with open_kernel(
+            db,
+            packs=[PACK, OPS],
+            adapters={"bank": Bank()},
+            allow=["clerk", "scribe", "mallory"],
+            config=KernelConfig(ports=Ports(clock=ManualClock(NOW))),
+        ) as kernel:
+            await kernel.set_agent_status("clerk", "PASSIVE", operator="bo", reason="<noisy>")
+            await kernel.set_agent_status("clerk", "ACTIVE", operator="cy", reason="refilled")
+
+    anyio.run(build)
+    with TestClient(create_app(Settings(db=str(db)), gate), follow_redirects=False) as client:
+        sign_in(client, "ana", gate.token)
+        page = client.get("/agents").text
+    assert 'id="history-scribe"' not in page
+    history = page[page.index('id="history-clerk"') :]
+    restored = history.index("<td>ACTIVE</td><td>cy</td><td>refilled</td>")
+    demoted = history.index("<td>PASSIVE</td><td>bo</td><td>&lt;noisy&gt;</td>")
+    assert restored < demoted  # newest first
+    assert "<td>2023-11-14 22:1" in history  # when, in UTC, from the kernel's clock
 
 
 def test_a_console_on_loopback_answers_only_to_loopback_names(
