@@ -36,7 +36,16 @@ import msgspec
 from kernel.core.errors import KernelShutdown
 from kernel.core.events import Manifest
 from kernel.core.ports import Clock
-from kernel.core.wall import AgentSpec, DecisionSpec, InputInvalid, Name, Reason, admit
+from kernel.core.reasons import CliError, ReasonCode
+from kernel.core.wall import (
+    AgentSpec,
+    DecisionSpec,
+    InputInvalid,
+    Name,
+    Reason,
+    admit,
+    who_and_why,
+)
 from kernel.journal.errors import JournalError, redact
 from kernel.journal.inbox_store import InboxStore, on_server, open_inbox
 from kernel.journal.store import INBOX_SCHEMA
@@ -45,6 +54,7 @@ from kernel.registry import CONTRACT_VERSION
 from kernel.runtime.actors import Mailbox, MailboxClosed, Reply
 from kernel.runtime.messages import AmendLimit, Decide, Decision, EscalationMessage, Tick
 from kernel.state.projections import Projections
+from kernel.state.rulebook import Rulebook
 
 log = logging.getLogger(__name__)
 
@@ -468,3 +478,62 @@ async def _apply(
         if row.id not in projections.inbox_taken:
             return await refuse(row, exc)
     return projections.inbox_taken.get(row.id, -1)
+
+
+class RuleChangeRefused(Exception):
+    """A rule change no inbox row may carry: ``code`` (a closed reason) and a one-line message."""
+
+    def __init__(self, code: ReasonCode | CliError, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+def rule_change_row(
+    book: Rulebook,
+    rule: str,
+    action: str,
+    *,
+    operator: str,
+    reason: str,
+    title: str = "",
+    content: str = "",
+    labels: Iterable[str] = (),
+) -> dict[str, Any]:
+    """Return the RULE_CHANGE row that adds, edits or retracts ``rule`` in ``book``.
+
+    The one builder of such rows, for ``dirk rules`` and the console alike.
+
+    Raises:
+        RuleChangeRefused: no operator or reason, an unknown action, a retract or edit of
+            a rule not in force, an add of one in force, or an add/edit without title and text.
+    """
+    problem = who_and_why(operator, reason)
+    if problem is not None:
+        raise RuleChangeRefused(ReasonCode.SCHEMA_INVALID, problem)
+    if action not in RULE_ACTIONS:
+        raise RuleChangeRefused(CliError.BAD_ARGUMENT, f"no such rule action: {action[:32]!r}")
+    item = book.items.get(rule)
+    in_force = item is not None and item.current is not None
+    body: dict[str, Any] = {
+        "type": RULE_CHANGE,
+        "rule": rule,
+        "operator": operator,
+        "reason": reason,
+        "action": action,
+    }
+    if action in ("retract", "edit") and not in_force:
+        raise RuleChangeRefused(CliError.UNKNOWN_RULE, f"no rule {rule[:64]!r} in force")
+    if action == "retract":
+        return body
+    if not title or not content:
+        raise RuleChangeRefused(CliError.BAD_ARGUMENT, "an add or edit takes a title and a text")
+    if action == "add" and in_force:
+        raise RuleChangeRefused(CliError.BAD_ARGUMENT, f"rule {rule[:64]!r} exists: edit it")
+    body.update(
+        title=title,
+        content=content,
+        labels=list(labels),
+        base_version=item.latest if item is not None else 0,
+    )
+    return body

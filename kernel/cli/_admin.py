@@ -16,7 +16,7 @@ from kernel.cli._operator import error, fold_journal, wait_taken
 from kernel.cli._read import print_json
 from kernel.core.reasons import CliError, ExitCode, ReasonCode
 from kernel.core.wall import who_and_why
-from kernel.inbox import AGENT_STATUS, RULE, RULE_CHANGE, post
+from kernel.inbox import AGENT_STATUS, RULE, RuleChangeRefused, post, rule_change_row
 from kernel.state.projections import AgentStatus
 from kernel.state.rulebook import Rulebook
 
@@ -191,36 +191,22 @@ async def _rules(args: argparse.Namespace) -> int:
 
 async def _change_rule(args: argparse.Namespace, book: Rulebook, rule: str) -> int:
     """Queue an add, edit or retract of ``rule`` (an operator's act, applied by the kernel)."""
-    missing = _who_and_why(args)
-    if missing is not None:
-        return error(ReasonCode.SCHEMA_INVALID, missing, ExitCode.USAGE)
-    item = book.items.get(rule)
-    body: dict[str, Any] = {
-        "type": RULE_CHANGE,
-        "rule": rule,
-        "operator": args.operator,
-        "reason": args.reason,
-    }
-    if args.retract:
-        if item is None or item.current is None:
-            return error(CliError.UNKNOWN_RULE, f"no rule {rule!r} in force in {args.db}")
-        body["action"] = "retract"
-    else:
-        if not args.title or not args.content:
-            return error(
-                CliError.BAD_ARGUMENT, "--add and --edit take --title and --content", ExitCode.USAGE
-            )
-        if args.add and item is not None and item.current is not None:
-            return error(CliError.BAD_ARGUMENT, f"rule {rule!r} exists: --edit it", ExitCode.USAGE)
-        if args.edit and (item is None or item.current is None):
-            return error(CliError.UNKNOWN_RULE, f"no rule {rule!r} in force in {args.db}")
-        body.update(
-            action="add" if args.add else "edit",
-            title=args.title,
-            content=args.content,
-            labels=list(args.label),
-            base_version=item.latest if item is not None else 0,
+    action = "retract" if args.retract else "add" if args.add else "edit"
+    try:
+        body = rule_change_row(
+            book,
+            rule,
+            action,
+            operator=args.operator,
+            reason=args.reason,
+            title=args.title or "",
+            content=args.content or "",
+            labels=args.label,
         )
+    except RuleChangeRefused as refused:
+        if refused.code == CliError.UNKNOWN_RULE:
+            return error(refused.code, f"{refused.message} in {args.db}")
+        return error(refused.code, refused.message, ExitCode.USAGE)
     row_id = post(args.db, "", body, time.time_ns())
     print(f"{body['action']} of rule {rule} queued as inbox row {row_id}")
     return await wait_taken(args.db, row_id, args.wait) if args.wait > 0 else 0

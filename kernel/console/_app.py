@@ -19,6 +19,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, MutableMapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -42,6 +43,7 @@ from kernel.console._follow import Follower
 from kernel.console._manage import (
     agent_row,
     agents_view,
+    rule_change,
     rule_row,
     rules_view,
 )
@@ -91,6 +93,7 @@ def create_app(
     env.filters["ago"] = lambda ts: _span(now_ns() - ts)
     env.filters["within"] = lambda ts: _span(ts - now_ns())
     env.filters["json"] = as_json
+    env.filters["utc"] = _utc
     env.globals["now_ns"] = now_ns
     env.globals["trace_link"] = lambda dfid, root: _trace_link(settings.trace_url, dfid, root)
     holder: dict[str, Journal] = {}
@@ -325,6 +328,20 @@ def create_app(
         await follower.catch_up(holder["journal"])
         return RedirectResponse("/rules", status_code=303)
 
+    async def rule_changed(request: Request, session: Session) -> Response:
+        try:
+            row = rule_change(
+                follower.projections,
+                request.path_params["action"],
+                _plain(request.state.form),
+                session.operator,
+            )
+        except Refused as refused:
+            return await rules_page(request, session, 409, refused)
+        await _post(settings.db, "", row, now_ns())
+        await follower.catch_up(holder["journal"])
+        return RedirectResponse("/rules", status_code=303)
+
     # --- live -------------------------------------------------------------------------
 
     async def events(request: Request, session: Session) -> Response:
@@ -365,6 +382,7 @@ def create_app(
         get("/agents", agents_page),
         post_("/agents/{agent_id}/status", agent_status),
         get("/rules", rules_page),
+        post_("/rules/change/{action}", rule_changed),
         post_("/rules/{seq}", rule_decide),
         Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
     ]
@@ -437,6 +455,11 @@ def _nonce() -> str:
     import secrets
 
     return secrets.token_urlsafe(24)
+
+
+def _utc(ns: int) -> str:
+    """An event's time as UTC to the second (``2026-11-24 02:19:18``)."""
+    return datetime.fromtimestamp(ns / 1e9, tz=UTC).strftime("%Y-%m-%d %H:%M:%S")
 
 
 def _span(ns: int) -> str:

@@ -15,7 +15,7 @@ from kernel.console._decide import Refused
 from kernel.core import events as ev
 from kernel.core.reasons import CliError, ReasonCode
 from kernel.core.wall import who_and_why
-from kernel.inbox import AGENT_STATUS, RULE
+from kernel.inbox import AGENT_STATUS, RULE, RuleChangeRefused, rule_change_row
 from kernel.state.projections import AgentStatus, AgentView, Projections
 from kernel.state.rulebook import RuleItem
 
@@ -30,13 +30,22 @@ class AgentLine:
     """Escalations counted against its budget since the budget was last filled."""
     last_change: ev.AgentStatusChanged | None = None
     """Its latest status change (by an operator, or by the kernel when a budget ran out)."""
+    history: tuple[ev.Event, ...] = ()
+    """Its status changes (AgentStatusChanged events), newest first, at most HISTORY_SHOWN."""
+
+
+HISTORY_SHOWN = 50
+"""How many status changes the agents page shows per agent."""
 
 
 def agents_view(projections: Projections, changes: list[ev.Event]) -> list[AgentLine]:
     """Every registered agent, by id; ``changes`` are the journal's AgentStatusChanged events."""
-    latest = {
-        e.agent_id: e.payload for e in changes if isinstance(e.payload, ev.AgentStatusChanged)
-    }
+    history: dict[str | None, list[ev.Event]] = {}
+    latest: dict[str | None, ev.AgentStatusChanged] = {}
+    for e in changes:
+        if isinstance(e.payload, ev.AgentStatusChanged):
+            history.setdefault(e.agent_id, []).append(e)
+            latest[e.agent_id] = e.payload
     open_by_agent: dict[str, int] = {}
     for flow in projections.flows.values():
         if flow.dfid not in projections.ended:
@@ -47,6 +56,7 @@ def agents_view(projections: Projections, changes: list[ev.Event]) -> list[Agent
             open_flows=open_by_agent.get(agent_id, 0),
             escalations=len(projections.escalations.get(agent_id, [])),
             last_change=latest.get(agent_id),
+            history=tuple(reversed(history.get(agent_id, [])[-HISTORY_SHOWN:])),
         )
         for agent_id, view in sorted(projections.agents.items())
     ]
@@ -117,3 +127,30 @@ def rule_row(
         "operator": operator,
         "reason": reason,
     }
+
+
+def rule_change(
+    projections: Projections, action: str, form: Mapping[str, Any], operator: str
+) -> dict[str, Any]:
+    """Return the inbox row that adds, edits or retracts the form's ``rule``.
+
+    The row is built as ``dirk rules --add/--edit/--retract`` builds it
+    (kernel.inbox.rule_change_row); labels come comma-separated.
+
+    Raises:
+        Refused: no reason, an unknown action or rule, or a missing title or text.
+    """
+    labels = [label.strip() for label in str(form.get("labels", "")).split(",")]
+    try:
+        return rule_change_row(
+            projections.memory.rulebook,
+            str(form.get("rule", "")).strip(),
+            action,
+            operator=operator,
+            reason=str(form.get("reason", "")).strip(),
+            title=str(form.get("title", "")).strip(),
+            content=str(form.get("content", "")),
+            labels=[label for label in labels if label],
+        )
+    except RuleChangeRefused as refused:
+        raise Refused(refused.code, refused.message.replace("--", "")) from None

@@ -27,6 +27,7 @@ from hypothesis import strategies as st
 
 from kernel import EscalationBudget, EscalationPolicy, open_kernel
 from kernel.config import KernelConfig, Ports
+from kernel.core import events as ev
 from kernel.core.reasons import CliError, ExitCode, ReasonCode
 from kernel.inbox import InboxRow, to_decide
 from kernel.state.projections import Projections
@@ -54,7 +55,7 @@ from kernel.console._auth import (  # noqa: E402
 )
 from kernel.console._decide import Refused, decision_row  # noqa: E402
 from kernel.console._follow import Follower  # noqa: E402
-from kernel.console._manage import rule_row  # noqa: E402
+from kernel.console._manage import HISTORY_SHOWN, agents_view, rule_change, rule_row  # noqa: E402
 from kernel.journal.opening import open_journal  # noqa: E402
 
 NOW = 1_700_000_000_000_000_000 + 90 * 10**9
@@ -558,6 +559,147 @@ def test_only_a_deferred_rule_proposal_can_be_decided(
     assert 'data-code="RULE_NOT_PENDING"' in answer.text
 
 
+def test_the_rule_forms_post_the_rows_dirk_rules_posts(
+    client: TestClient, gate: Gate, journal: tuple[Path, dict[str, str]]
+) -> None:
+    db, _ = journal
+    sign_in(client, "ana", gate.token)
+    token = csrf(client, "/rules")
+    assert 'action="/rules/change/add"' in client.get("/rules").text
+    new = {"rule": "access", "title": "Access", "content": "ask first", "labels": "a, b,"}
+    assert client.post("/rules/change/add", data=new | {"reason": "x"}).status_code == 403
+    bad = {"csrf": "x" + token, "reason": "house rule"}
+    assert client.post("/rules/change/add", data=new | bad).status_code == 403
+    blank = client.post("/rules/change/add", data=new | {"csrf": token, "reason": " "})
+    assert blank.status_code == 409 and 'data-code="SCHEMA_INVALID"' in blank.text
+    gone = client.post(
+        "/rules/change/retract", data={"csrf": token, "rule": "access", "reason": "old"}
+    )
+    assert 'data-code="UNKNOWN_RULE"' in gone.text
+    nothing = client.post("/rules/change/drop", data=new | {"csrf": token, "reason": "x"})
+    assert 'data-code="BAD_ARGUMENT"' in nothing.text
+    assert rows(db) == []
+    ok = client.post("/rules/change/add", data=new | {"csrf": token, "reason": "house rule"})
+    assert ok.status_code == 303
+    assert rows(db) == [
+        (
+            "",
+            {
+                "type": "rule_change",
+                "rule": "access",
+                "operator": "ana",
+                "reason": "house rule",
+                "action": "add",
+                "title": "Access",
+                "content": "ask first",
+                "labels": ["a", "b"],
+                "base_version": 0,
+            },
+        )
+    ]
+
+
+def _with_rule(db: Path, content: str) -> None:
+    async def build() -> None:
+        await _build(db)
+        async with open_kernel(
+            db,
+            packs=[PACK, OPS],
+            adapters={"bank": Bank()},
+            allow=["clerk", "scribe", "mallory"],
+            config=KernelConfig(ports=Ports(clock=ManualClock(NOW))),
+        ) as kernel:
+            await kernel.propose_rule(
+                "access",
+                title="<b>Access</b>",
+                content=content,
+                labels=["x"],
+                operator="bo",
+                reason="first",
+                override=True,
+            )
+
+    anyio.run(build)
+
+
+def test_a_rule_in_force_is_edited_and_retracted_its_markup_shown_as_text(
+    tmp_path: Path, gate: Gate
+) -> None:
+    db = tmp_path / "r.db"
+    _with_rule(db, "<script>alert(1)</script>")
+    with TestClient(create_app(Settings(db=str(db)), gate), follow_redirects=False) as client:
+        sign_in(client, "ana", gate.token)
+        page = client.get("/rules").text
+        assert "<script>alert(1)" not in page and "&lt;script&gt;alert(1)" in page
+        assert "<b>Access" not in page and "&lt;b&gt;Access" in page
+        token = csrf(client, "/rules")
+        again = {"csrf": token, "rule": "access", "title": "T", "content": "c", "reason": "x"}
+        assert 'data-code="BAD_ARGUMENT"' in client.post("/rules/change/add", data=again).text
+        edit = again | {"content": "v2", "reason": "clearer"}
+        assert client.post("/rules/change/edit", data=edit).status_code == 303
+        retract = {"csrf": token, "rule": "access", "reason": "obsolete"}
+        assert client.post("/rules/change/retract", data=retract).status_code == 303
+    (_, edited), (_, retracted) = rows(db)
+    assert edited["action"] == "edit" and edited["content"] == "v2"
+    assert edited["base_version"] == 1 and edited["operator"] == "ana"
+    assert retracted == {
+        "type": "rule_change",
+        "rule": "access",
+        "operator": "ana",
+        "reason": "obsolete",
+        "action": "retract",
+    }
+
+
+@settings(max_examples=40, derandomize=True, deadline=None)
+@given(
+    action=st.sampled_from(["add", "edit", "retract", "", "x"]),
+    form=st.dictionaries(
+        st.sampled_from(["rule", "title", "content", "labels", "reason"]), st.text(max_size=40)
+    ),
+)
+def test_any_rule_form_is_refused_with_a_code_or_is_a_row(
+    folded: Projections, action: str, form: dict[str, str]
+) -> None:
+    try:
+        row = rule_change(folded, action, form, "ana")
+    except Refused as refused:
+        assert refused.code in set(ReasonCode) | set(CliError)
+    else:
+        assert row["action"] == action and row["reason"].strip()
+
+
+def test_a_rule_created_in_the_console_is_in_force_once_the_kernel_runs(
+    tmp_path: Path, gate: Gate
+) -> None:
+    db = tmp_path / "new.db"
+    anyio.run(_build, db, time.time_ns())
+    with TestClient(create_app(Settings(db=str(db)), gate), follow_redirects=False) as client:
+        sign_in(client, "ana", gate.token)
+        form = {
+            "csrf": csrf(client, "/rules"),
+            "rule": "access",
+            "title": "Access",
+            "content": "ask the owner first",
+            "reason": "house rule",
+        }
+        assert client.post("/rules/change/add", data=form).status_code == 303
+        done = subprocess.run(
+            [sys.executable, "-m", "tests.support.operator_kernel", str(db), "--drain"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert done.returncode == 0, done.stderr
+    # A console opened afterwards reads the rulebook the kernel wrote.
+    with TestClient(create_app(Settings(db=str(db)), gate), follow_redirects=False) as client:
+        sign_in(client, "ana", gate.token)
+        page = client.get("/rules").text
+    assert "v1 “Access”" in page and "ask the owner first" in page
+    assert "<td>ana</td><td>house rule</td>" in page
+
+
 # --- following the journal ------------------------------------------------------------------
 
 
@@ -704,6 +846,52 @@ def test_the_agents_page_shows_who_changed_a_status_and_why(tmp_path: Path, gate
         sign_in(client, "ana", gate.token)
         page = client.get("/agents").text
     assert "SUSPENDED by bo: &lt;loops&gt;" in page
+
+
+def test_a_budget_demotion_by_the_kernel_is_in_the_agents_history(folded: Projections) -> None:
+    def change(seq: int, agent: str) -> ev.Event:
+        return ev.Event(
+            seq=seq,
+            ts=NOW,
+            agent_id=agent,
+            payload=ev.AgentStatusChanged(
+                status="PASSIVE", reason="ESCALATION_BUDGET_EXHAUSTED: 2 > 1", operator="kernel"
+            ),
+        )
+
+    changes = [change(seq, "clerk") for seq in range(1, HISTORY_SHOWN + 3)]
+    lines = {line.view.manifest.agent_id: line for line in agents_view(folded, changes)}
+    clerk = lines["clerk"].history
+    assert len(clerk) == HISTORY_SHOWN and clerk[0].seq == HISTORY_SHOWN + 2
+    assert lines["clerk"].last_change == changes[-1].payload
+    assert lines["scribe"].history == () and lines["scribe"].last_change is None
+
+
+def test_the_agents_page_lists_each_status_change_newest_first(tmp_path: Path, gate: Gate) -> None:
+    db = tmp_path / "b.db"
+
+    async def build() -> None:
+        await _build(db)
+        async with open_kernel(
+            db,
+            packs=[PACK, OPS],
+            adapters={"bank": Bank()},
+            allow=["clerk", "scribe", "mallory"],
+            config=KernelConfig(ports=Ports(clock=ManualClock(NOW))),
+        ) as kernel:
+            await kernel.set_agent_status("clerk", "PASSIVE", operator="bo", reason="<noisy>")
+            await kernel.set_agent_status("clerk", "ACTIVE", operator="cy", reason="refilled")
+
+    anyio.run(build)
+    with TestClient(create_app(Settings(db=str(db)), gate), follow_redirects=False) as client:
+        sign_in(client, "ana", gate.token)
+        page = client.get("/agents").text
+    assert 'id="history-scribe"' not in page
+    history = page[page.index('id="history-clerk"') :]
+    restored = history.index("<td>ACTIVE</td><td>cy</td><td>refilled</td>")
+    demoted = history.index("<td>PASSIVE</td><td>bo</td><td>&lt;noisy&gt;</td>")
+    assert restored < demoted  # newest first
+    assert "<td>2023-11-14 22:1" in history  # when, in UTC, from the kernel's clock
 
 
 def test_a_console_on_loopback_answers_only_to_loopback_names(
