@@ -288,19 +288,31 @@ def create_app(
             error=error,
         )
 
-    async def agent_status(request: Request, session: Session) -> Response:
+    async def queue_row(
+        request: Request,
+        session: Session,
+        build: Callable[[dict[str, Any]], dict[str, Any]],
+        refused_page: Callable[..., Awaitable[Response]],
+        back: str,
+    ) -> Response:
+        """Write the row ``build`` makes of the form into the inbox, or show why not."""
         try:
-            row = agent_row(
-                follower.projections,
-                request.path_params["agent_id"],
-                _plain(request.state.form),
-                session.operator,
-            )
+            row = build(_plain(request.state.form))
         except Refused as refused:
-            return await agents_page(request, session, 409, refused)
+            return await refused_page(request, session, 409, refused)
         await _post(settings.db, "", row, now_ns())
         await follower.catch_up(holder["journal"])
-        return RedirectResponse("/agents", status_code=303)
+        return RedirectResponse(back, status_code=303)
+
+    async def agent_status(request: Request, session: Session) -> Response:
+        agent_id = request.path_params["agent_id"]
+        return await queue_row(
+            request,
+            session,
+            lambda form: agent_row(follower.projections, agent_id, form, session.operator),
+            agents_page,
+            "/agents",
+        )
 
     async def rules_page(
         request: Request, session: Session, status: int = 200, error: Refused | None = None
@@ -315,32 +327,24 @@ def create_app(
         )
 
     async def rule_decide(request: Request, session: Session) -> Response:
-        try:
-            row = rule_row(
-                follower.projections,
-                request.path_params["seq"],
-                _plain(request.state.form),
-                session.operator,
-            )
-        except Refused as refused:
-            return await rules_page(request, session, 409, refused)
-        await _post(settings.db, "", row, now_ns())
-        await follower.catch_up(holder["journal"])
-        return RedirectResponse("/rules", status_code=303)
+        seq = request.path_params["seq"]
+        return await queue_row(
+            request,
+            session,
+            lambda form: rule_row(follower.projections, seq, form, session.operator),
+            rules_page,
+            "/rules",
+        )
 
     async def rule_changed(request: Request, session: Session) -> Response:
-        try:
-            row = rule_change(
-                follower.projections,
-                request.path_params["action"],
-                _plain(request.state.form),
-                session.operator,
-            )
-        except Refused as refused:
-            return await rules_page(request, session, 409, refused)
-        await _post(settings.db, "", row, now_ns())
-        await follower.catch_up(holder["journal"])
-        return RedirectResponse("/rules", status_code=303)
+        action = request.path_params["action"]
+        return await queue_row(
+            request,
+            session,
+            lambda form: rule_change(follower.projections, action, form, session.operator),
+            rules_page,
+            "/rules",
+        )
 
     # --- live -------------------------------------------------------------------------
 
