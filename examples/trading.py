@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import base64
-import hashlib
 import sys
 from collections.abc import Awaitable, Callable, Mapping
 from decimal import Decimal
@@ -52,6 +51,7 @@ from kernel import (
     Proposal,
     Session,
     Supervision,
+    credential_verifier,
     open_kernel,
 )
 from kernel.adapters import RetryPolicy
@@ -72,11 +72,6 @@ def desk_credential(seed: int, agent_id: str) -> str:
     """
     raw = draw(seed, "credential", agent_id).randbytes(32)
     return "dirk_" + base64.urlsafe_b64encode(raw).decode().rstrip("=")
-
-
-def credential_verifier(credential: str) -> str:
-    """What the kernel keeps of a credential: ``sha256:<hex>`` (as ``dirk agent`` queues it)."""
-    return "sha256:" + hashlib.sha256(credential.encode()).hexdigest()
 
 
 def sidecar(db: Path, name: str) -> Path:

@@ -33,6 +33,7 @@ from kernel.policy.contracts import (
     WorkingContext,
 )
 from kernel.policy.packs import PackError
+from kernel.registry import credential_verifier
 from kernel.runtime.messages import Decision
 from kernel.state.amendments import AmendmentInvalid
 from kernel.state.approvals import Approval, ApprovalStatus, EscalationBudget
@@ -81,5 +82,6 @@ __all__ = [
     "ValidationFeedback",
     "Verdict",
     "WorkingContext",
+    "credential_verifier",
     "open_kernel",
 ]

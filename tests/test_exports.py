@@ -18,6 +18,7 @@ from tests.support import ROOT
 
 PINNED = {
     kernel: [
+        "credential_verifier",
         "AgentStatus",
         "AmendmentInvalid",
         "Approval",
