@@ -31,6 +31,7 @@ from tests.support.browser import (
     unavailable,
 )
 from tests.support.console_kernel import MARKUP
+from tests.support.postgres import PostgresServer, postgres_server  # noqa: F401
 
 try:
     from playwright.async_api import Browser, Page, async_playwright, expect
@@ -289,3 +290,44 @@ async def test_the_console_reads_the_examples_journals_with_no_kernel_running(
         await page.goto(f"{console.url}/flows")
         assert await page.locator("table.flows tbody tr").count() > 1
         await page.screenshot(path=shots / f"console-{example}-flows.png", full_page=True)
+
+
+async def test_on_postgres_the_page_follows_by_notification(
+    postgres_server: PostgresServer,  # noqa: F811
+    browser: Browser,
+    tmp_path: Path,
+) -> None:
+    console_extra()
+    url = postgres_server.new_url()
+    # trust authentication ignores the password, which must show nowhere.
+    url = url.replace("postgres@", "postgres:hush-hush@", 1)
+    with (
+        running_kernel(url, effects=tmp_path / "effects") as kernel,
+        # SQLite's poll interval at its longest: anything live within WAIT_MS came by NOTIFY.
+        running_console(url, "--poll", "60") as console,
+    ):
+        assert "hush-hush" not in console.banner and "postgresql://" in console.banner
+        page = await signed_in(browser, console)
+        await page.evaluate("window.stillTheSamePage = true")
+        dfid = await opened(kernel, "invoice")
+        card = page.locator(f"#esc-{dfid}")
+        await expect(card).to_be_visible()
+        await expect(card).to_have_class("esc HIGH_IMPACT")
+        # `dirk decide`, another process, queues a rejection; the kernel applies it.
+        decide = [sys.executable, "-m", "kernel", "decide", dfid, "--db", url, "--reject"]
+        done = await anyio.to_thread.run_sync(
+            lambda: subprocess.run(
+                [*decide, "--operator", "bo", "--reason", "not this week"],
+                cwd=ROOT,
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
+        )
+        assert done.returncode == 0, done.stderr
+        await expect(card).to_have_count(0)
+        assert await page.evaluate("window.stillTheSamePage === true")
+        await page.goto(f"{console.url}/flows/{dfid}")
+        await expect(page.locator("#status strong")).to_have_text("ABORTED")
+        await expect(page.locator(".decided")).to_contain_text("reject by bo")
+    assert not (tmp_path / "effects").exists()

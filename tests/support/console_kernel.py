@@ -1,4 +1,4 @@
-"""A kernel in its own process for the console's tests: ``-m tests.support.console_kernel DB``.
+"""A kernel in its own process for the console's tests: ``-m tests.support.console_kernel DB [EFFECTS]``.
 
 It registers a clerk (HIGH_IMPACT transfers), a scribe (LOW_IMPACT memos) and
 mallory (a transfer whose explanation is markup and script), all proposing with
@@ -6,7 +6,8 @@ low confidence so every flow escalates, and polls the operator inbox every 50 ms
 on the system clock. It prints ``ready``, then reads commands from stdin, one a
 line: ``invoice``, ``memo`` or ``markup`` opens a flow and prints its DFID once
 it waits for a human. Every call of its adapter appends the intent's key to
-``DB.effects``: what the world saw, to count effects by. It stops at end of input.
+``EFFECTS`` (``DB.effects`` by default; DB may be a ``postgresql://`` URL): what the
+world saw, to count effects by. It stops at end of input.
 """
 
 from __future__ import annotations
@@ -48,11 +49,11 @@ def shady(ctx):  # type: ignore[no-untyped-def]
     )
 
 
-async def main(db: str) -> None:
+async def main(db: str, effects: str) -> None:
     async with open_kernel(
         db,
         packs=[PACK, OPS],
-        adapters={"bank": RecordingBank(Path(db + ".effects"))},
+        adapters={"bank": RecordingBank(Path(effects))},
         allow=["clerk", "scribe", "mallory"],
         config=KernelConfig(
             supervision=Supervision(inbox_poll_s=POLL_S),
@@ -76,4 +77,4 @@ async def main(db: str) -> None:
 
 
 if __name__ == "__main__":
-    anyio.run(main, sys.argv[1])
+    anyio.run(main, sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else sys.argv[1] + ".effects")
