@@ -31,9 +31,7 @@ def add_commands(commands: Any) -> None:
     console = commands.add_parser(
         "console", help="serve the operator console in a browser (extra dirk[console])"
     )
-    console.add_argument(
-        "--db", required=True, help="the journal: a file, or a postgresql:// URL"
-    )
+    console.add_argument("--db", required=True, help="the journal: a file, or a postgresql:// URL")
     console.add_argument("--host", default="127.0.0.1", help="the address to listen on")
     console.add_argument(
         "--port", type=int, default=DEFAULT_PORT, help=f"default {DEFAULT_PORT}; 0: any free port"

@@ -151,9 +151,12 @@ class Follower:
                 if await self._read_inbox():
                     self._bump()
                 while True:
-                    if await anyio.to_thread.run_sync(
-                        store.wait, _LISTEN_S, abandon_on_cancel=True, limiter=limiter
-                    ) and await self._read_inbox():
+                    if (
+                        await anyio.to_thread.run_sync(
+                            store.wait, _LISTEN_S, abandon_on_cancel=True, limiter=limiter
+                        )
+                        and await self._read_inbox()
+                    ):
                         self._bump()
             except JournalError as exc:
                 log.warning("console: the inbox of %s: %s; trying again", redact(self.db), exc)

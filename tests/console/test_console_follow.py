@@ -97,4 +97,3 @@ async def test_a_row_the_journal_says_was_taken_is_not_queued_though_still_marke
         await follower2.catch_up(journal)
     assert other not in follower2.projections.inbox_taken
     assert follower2.queued == {flows["high"]}
-

@@ -1,4 +1,4 @@
-"""A kernel in its own process for the console's tests: ``-m tests.support.console_kernel DB [EFFECTS]``.
+"""A kernel in its own process for the console's tests (``-m tests.support.console_kernel DB``).
 
 It registers a clerk (HIGH_IMPACT transfers), a scribe (LOW_IMPACT memos) and
 mallory (a transfer whose explanation is markup and script), all proposing with
