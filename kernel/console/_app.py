@@ -15,6 +15,7 @@ who did it and why.
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, MutableMapping
 from contextlib import asynccontextmanager
@@ -37,7 +38,14 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from kernel.console._auth import LOGIN_COOKIE, SESSION_COOKIE, Gate, Session, csrf_ok
+from kernel.console._auth import (
+    LOGIN_COOKIE,
+    SESSION_COOKIE,
+    Gate,
+    Session,
+    Throttled,
+    csrf_ok,
+)
 from kernel.console._decide import Refused, decision_row
 from kernel.console._follow import Follower
 from kernel.console._manage import (
@@ -49,6 +57,7 @@ from kernel.console._manage import (
 )
 from kernel.console._views import FlowFilter, as_json, flows, queue, review
 from kernel.core.flow import FlowStatus
+from kernel.core.reasons import CliError
 from kernel.inbox import post
 from kernel.journal.opening import open_journal
 from kernel.journal.store import Journal
@@ -158,6 +167,7 @@ def create_app(
             nonce=nonce,
             token=request.query_params.get("token", "")[:200],
             error="",
+            code="",
         )
         _cookie(response, LOGIN_COOKIE, nonce, path="/login")
         return response
@@ -169,25 +179,28 @@ def create_app(
             return Response("CSRF check failed: load the sign-in page again", status_code=403)
         name = str(form.get("name", "")).strip()
         secret = str(form.get("secret", ""))
-        # scrypt takes a good part of a second: off the event loop.
-        sid = await anyio.to_thread.run_sync(gate.sign_in, name, secret)
-        if sid is None:
-            fresh = _nonce()
-            response = page(
-                request,
-                "login.html",
-                None,
-                401,
-                nonce=fresh,
-                token="",
-                error="not signed in: wrong name, password or token",
-            )
-            _cookie(response, LOGIN_COOKIE, fresh, path="/login")
+        address = request.client.host if request.client else ""
+        try:
+            # scrypt takes a good part of a second: off the event loop.
+            sid = await anyio.to_thread.run_sync(gate.sign_in, name, secret, address)
+        except Throttled as throttled:
+            response = login_refused(request, 429, str(throttled), CliError.SIGN_IN_THROTTLED)
+            response.headers["retry-after"] = str(math.ceil(throttled.wait_s))
             return response
+        if sid is None:
+            return login_refused(request, 401, "not signed in: wrong name, password or token")
         home = RedirectResponse("/", status_code=303)
         _cookie(home, SESSION_COOKIE, sid)
         home.delete_cookie(LOGIN_COOKIE, path="/login")
         return home
+
+    def login_refused(request: Request, status: int, error: str, code: str = "") -> Response:
+        fresh = _nonce()
+        response = page(
+            request, "login.html", None, status, nonce=fresh, token="", error=error, code=code
+        )
+        _cookie(response, LOGIN_COOKIE, fresh, path="/login")
+        return response
 
     async def logout(request: Request, session: Session) -> Response:
         gate.sign_out(request.cookies.get(SESSION_COOKIE))
