@@ -301,6 +301,13 @@ def create_app(
             error=error,
         )
 
+    async def agents_live(request: Request, session: Session) -> Response:
+        """The agents page's figures and history, swapped in place (the forms stay as typed)."""
+        changes = await holder["journal"].read(types=["AgentStatusChanged"])
+        return page(
+            request, "_agents_live.html", session, agents=agents_view(follower.projections, changes)
+        )
+
     async def queue_row(
         request: Request,
         session: Session,
@@ -397,6 +404,7 @@ def create_app(
         get("/flows/{dfid}/panel", flow_panel, fragment=True),
         post_("/flows/{dfid}/decide", decide),
         get("/agents", agents_page),
+        get("/agents/live", agents_live, fragment=True),
         post_("/agents/{agent_id}/status", agent_status),
         get("/rules", rules_page),
         post_("/rules/change/{action}", rule_changed),

@@ -124,14 +124,14 @@ class Kernel:
 
 
 @contextmanager
-def running_kernel(db: Path | str, effects: Path | None = None) -> Iterator[Kernel]:
-    """Run tests/support/console_kernel.py on ``db``; yield it once ready; stop it.
+def running_kernel(db: Path | str, effects: Path | None = None, *args: str) -> Iterator[Kernel]:
+    """Run tests/support/console_kernel.py on ``db`` with ``args``; yield it once ready; stop it.
 
     ``effects`` is where its adapter writes (``DB.effects`` by default; give it for a URL).
     """
     effects = effects or Path(str(db) + ".effects")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tests.support.console_kernel", str(db), str(effects)],
+        [sys.executable, "-m", "tests.support.console_kernel", str(db), str(effects), *args],
         cwd=ROOT,
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
