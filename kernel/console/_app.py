@@ -111,11 +111,14 @@ def create_app(
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         async with open_journal(settings.db, readonly=True) as journal:
             holder["journal"] = journal
-            await follower.catch_up(journal)
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(follower.run, journal)
-                yield
-                tg.cancel_scope.cancel()
+            try:
+                await follower.catch_up(journal)
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(follower.run, journal)
+                    yield
+                    tg.cancel_scope.cancel()
+            finally:
+                follower.close()
 
     def page(
         request: Request, name: str, session: Session | None, status: int = 200, **context: Any

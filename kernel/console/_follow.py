@@ -62,6 +62,9 @@ class Follower:
         self._inbox_mark: object = None
         self._untaken: Untaken = ()
         self._changed = anyio.Event()
+        self._reader: InboxStore | None = None
+        """PostgreSQL: the connection the inbox is read on, kept between reads."""
+        self._reading = anyio.Lock()
 
     @property
     def on_server(self) -> bool:
@@ -88,7 +91,8 @@ class Follower:
     async def _read_inbox(self) -> bool:
         """Read the inbox's untaken rows again; whether they changed."""
         if self.on_server:
-            mark, untaken = await anyio.to_thread.run_sync(_server_inbox_state, self.db)
+            async with self._reading:
+                mark, untaken = await anyio.to_thread.run_sync(self._server_inbox_state)
         else:
             mark, untaken = await anyio.to_thread.run_sync(_inbox_state, self.db)
         moved = mark != self._inbox_mark
@@ -166,6 +170,26 @@ class Follower:
                         store.close()
             await anyio.sleep(self.poll_s)
 
+    def _server_inbox_state(self) -> tuple[object, Untaken]:
+        """PostgreSQL: the inbox's untaken rows (their ids are the change mark)."""
+        if self._reader is None:
+            self._reader = open_inbox(self.db)
+        try:
+            untaken = _untaken(self._reader.rows(pending=True))
+        except JournalError:
+            reader, self._reader = self._reader, None
+            with contextlib.suppress(Exception):
+                reader.close()
+            raise
+        return untaken, untaken
+
+    def close(self) -> None:
+        """Close the connection the inbox is read on, if any."""
+        if self._reader is not None:
+            with contextlib.suppress(Exception):
+                self._reader.close()
+            self._reader = None
+
     async def wait_changed(self, seen: int) -> int:
         """Wait until :attr:`version` is past ``seen``; return it."""
         while self.version <= seen:
@@ -191,10 +215,3 @@ def _inbox_state(db: str) -> tuple[object, Untaken]:
     untaken = _untaken([row for row in rows if row[2] is None])
     newest = max((id_ for id_, _, _ in rows), default=0)
     return (newest, len(untaken)), untaken
-
-
-def _server_inbox_state(db: str) -> tuple[object, Untaken]:
-    """PostgreSQL: the inbox's untaken rows (their ids are the change mark)."""
-    with open_inbox(db) as store:
-        untaken = _untaken(store.rows(pending=True))
-    return untaken, untaken

@@ -59,6 +59,7 @@ async def test_on_postgres_the_follower_wakes_on_notifications_never_by_polling(
                         while dfid not in follower.queued:
                             version = await follower.wait_changed(version)
                 tg.cancel_scope.cancel()
+            follower.close()
     assert follower.queued == {"flow-a", "flow-b"}
     assert follower.projections.last_seq == 3
 
