@@ -15,6 +15,7 @@ who did it and why.
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, MutableMapping
 from contextlib import asynccontextmanager
@@ -37,7 +38,14 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from kernel.console._auth import LOGIN_COOKIE, SESSION_COOKIE, Gate, Session, csrf_ok
+from kernel.console._auth import (
+    LOGIN_COOKIE,
+    SESSION_COOKIE,
+    Gate,
+    Session,
+    Throttled,
+    csrf_ok,
+)
 from kernel.console._decide import Refused, decision_row
 from kernel.console._follow import Follower
 from kernel.console._manage import (
@@ -49,6 +57,7 @@ from kernel.console._manage import (
 )
 from kernel.console._views import FlowFilter, as_json, flows, queue, review
 from kernel.core.flow import FlowStatus
+from kernel.core.reasons import CliError
 from kernel.inbox import post
 from kernel.journal.opening import open_journal
 from kernel.journal.store import Journal
@@ -102,11 +111,14 @@ def create_app(
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         async with open_journal(settings.db, readonly=True) as journal:
             holder["journal"] = journal
-            await follower.catch_up(journal)
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(follower.run, journal)
-                yield
-                tg.cancel_scope.cancel()
+            try:
+                await follower.catch_up(journal)
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(follower.run, journal)
+                    yield
+                    tg.cancel_scope.cancel()
+            finally:
+                follower.close()
 
     def page(
         request: Request, name: str, session: Session | None, status: int = 200, **context: Any
@@ -158,6 +170,7 @@ def create_app(
             nonce=nonce,
             token=request.query_params.get("token", "")[:200],
             error="",
+            code="",
         )
         _cookie(response, LOGIN_COOKIE, nonce, path="/login")
         return response
@@ -169,25 +182,28 @@ def create_app(
             return Response("CSRF check failed: load the sign-in page again", status_code=403)
         name = str(form.get("name", "")).strip()
         secret = str(form.get("secret", ""))
-        # scrypt takes a good part of a second: off the event loop.
-        sid = await anyio.to_thread.run_sync(gate.sign_in, name, secret)
-        if sid is None:
-            fresh = _nonce()
-            response = page(
-                request,
-                "login.html",
-                None,
-                401,
-                nonce=fresh,
-                token="",
-                error="not signed in: wrong name, password or token",
-            )
-            _cookie(response, LOGIN_COOKIE, fresh, path="/login")
+        address = request.client.host if request.client else ""
+        try:
+            # scrypt takes a good part of a second: off the event loop.
+            sid = await anyio.to_thread.run_sync(gate.sign_in, name, secret, address)
+        except Throttled as throttled:
+            response = login_refused(request, 429, str(throttled), CliError.SIGN_IN_THROTTLED)
+            response.headers["retry-after"] = str(math.ceil(throttled.wait_s))
             return response
+        if sid is None:
+            return login_refused(request, 401, "not signed in: wrong name, password or token")
         home = RedirectResponse("/", status_code=303)
         _cookie(home, SESSION_COOKIE, sid)
         home.delete_cookie(LOGIN_COOKIE, path="/login")
         return home
+
+    def login_refused(request: Request, status: int, error: str, code: str = "") -> Response:
+        fresh = _nonce()
+        response = page(
+            request, "login.html", None, status, nonce=fresh, token="", error=error, code=code
+        )
+        _cookie(response, LOGIN_COOKIE, fresh, path="/login")
+        return response
 
     async def logout(request: Request, session: Session) -> Response:
         gate.sign_out(request.cookies.get(SESSION_COOKIE))
@@ -288,6 +304,13 @@ def create_app(
             error=error,
         )
 
+    async def agents_live(request: Request, session: Session) -> Response:
+        """The agents page's figures and history, swapped in place (the forms stay as typed)."""
+        changes = await holder["journal"].read(types=["AgentStatusChanged"])
+        return page(
+            request, "_agents_live.html", session, agents=agents_view(follower.projections, changes)
+        )
+
     async def queue_row(
         request: Request,
         session: Session,
@@ -384,6 +407,7 @@ def create_app(
         get("/flows/{dfid}/panel", flow_panel, fragment=True),
         post_("/flows/{dfid}/decide", decide),
         get("/agents", agents_page),
+        get("/agents/live", agents_live, fragment=True),
         post_("/agents/{agent_id}/status", agent_status),
         get("/rules", rules_page),
         post_("/rules/change/{action}", rule_changed),

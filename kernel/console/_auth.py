@@ -12,6 +12,11 @@ Two ways to sign in:
 A session is a random id in an HttpOnly, SameSite=Strict cookie, kept in this process's
 memory only (a restart signs everyone out); each session has its own CSRF token, which
 every form carries back and every POST must match.
+
+Failed sign-ins are throttled per operator name and per client address
+(:class:`Throttle`): after ``FREE_FAILURES`` failures in a row, each further
+attempt under that name or from that address is refused, without checking
+anything, for a delay that doubles with every failure, up to ``MAX_DELAY_S``.
 """
 
 from __future__ import annotations
@@ -20,9 +25,12 @@ import base64
 import functools
 import hashlib
 import hmac
+import math
 import re
 import secrets
+import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,6 +49,18 @@ IDLE_S = 8 * 3600.0
 """A session unused this long ends: an unattended browser does not stay signed in for ever."""
 SESSION_COOKIE = "dirk_console"
 LOGIN_COOKIE = "dirk_console_login"
+
+
+FREE_FAILURES = 5
+"""Failed sign-ins in a row, under one name or from one address, before any is refused."""
+FIRST_DELAY_S = 2.0
+"""The refusal after the ``FREE_FAILURES``-th failure; each further failure doubles it."""
+MAX_DELAY_S = 900.0
+"""The longest refusal: a quarter of an hour (an operator locked out waits no longer)."""
+FORGET_S = 3600.0
+"""Failures this old (counted from the last one, once its refusal ended) are forgotten."""
+MAX_KEYS = 10_000
+"""The most names and addresses the throttle remembers; the least recently failed go first."""
 
 
 class OperatorsFileError(Exception):
@@ -120,6 +140,81 @@ def add_operator(path: Path, name: str, password: str) -> None:
     path.write_text("# dirk console operators: NAME:scrypt$N$r$p$salt$hash\n" + body, "utf-8")
 
 
+class Throttled(Exception):
+    """Too many failed sign-ins under this name or from this address; try again later."""
+
+    def __init__(self, wait_s: float) -> None:
+        self.wait_s = wait_s
+        super().__init__(
+            f"too many failed sign-ins under this name or from this address:"
+            f" try again in {math.ceil(wait_s)} s"
+        )
+
+
+@dataclass
+class _Strikes:
+    failures: int
+    last: float
+    until: float
+
+
+class Throttle:
+    """Failed sign-ins per key (an operator's name, a client's address), in a bounded table.
+
+    Time comes from ``clock`` (seconds, monotonic). Not thread-safe by itself: the
+    :class:`Gate` holds a lock around it.
+    """
+
+    def __init__(
+        self,
+        clock: Callable[[], float],
+        *,
+        free: int = FREE_FAILURES,
+        first_delay_s: float = FIRST_DELAY_S,
+        max_delay_s: float = MAX_DELAY_S,
+        forget_s: float = FORGET_S,
+        max_keys: int = MAX_KEYS,
+    ) -> None:
+        self.clock = clock
+        self.free = free
+        self.first_delay_s = first_delay_s
+        self.max_delay_s = max_delay_s
+        self.forget_s = forget_s
+        self.max_keys = max_keys
+        self._table: OrderedDict[str, _Strikes] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._table)
+
+    def wait_s(self, keys: tuple[str, ...]) -> float:
+        """How long any of ``keys`` is still refused (0.0: not refused)."""
+        now = self.clock()
+        waits = [self._table[key].until - now for key in keys if key in self._table]
+        return max([0.0, *waits])
+
+    def failed(self, keys: tuple[str, ...]) -> None:
+        """Count one failure against each of ``keys``."""
+        now = self.clock()
+        for key in keys:
+            strikes = self._table.pop(key, None)
+            if strikes is None or now - max(strikes.last, strikes.until) > self.forget_s:
+                strikes = _Strikes(failures=0, last=now, until=now)
+            strikes.failures += 1
+            strikes.last = now
+            beyond = strikes.failures - self.free
+            if beyond >= 0:
+                delay = self.first_delay_s * 2.0 ** min(beyond, 64)
+                strikes.until = now + min(delay, self.max_delay_s)
+            self._table[key] = strikes  # the most recently failed last
+        while len(self._table) > self.max_keys:
+            self._table.popitem(last=False)
+
+    def forgive(self, keys: tuple[str, ...]) -> None:
+        """Forget the failures of ``keys`` (a sign-in under them succeeded)."""
+        for key in keys:
+            self._table.pop(key, None)
+
+
 @dataclass(frozen=True)
 class Session:
     """A signed-in operator."""
@@ -139,21 +234,39 @@ class Gate:
     idle_s: float = IDLE_S
     """A session unused this long ends (the operator signs in again)."""
     clock: Callable[[], float] = time.monotonic
+    """Seconds, monotonic: idle sessions and the sign-in throttle run on it."""
     _seen: dict[str, float] = field(default_factory=dict)
+    throttle: Throttle = field(init=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def __post_init__(self) -> None:
+        self.throttle = Throttle(lambda: self.clock())
 
     @property
     def named(self) -> bool:
         """Whether operators sign in with a name and password from the operators file."""
         return self.operators is not None
 
-    def sign_in(self, name: str, secret: str) -> str | None:
+    def sign_in(self, name: str, secret: str, address: str = "") -> str | None:
         """Return a new session id for valid credentials, else None.
 
         With an operators file ``secret`` is the operator's password; without, it
         is this run's token and ``name`` is whatever name the holder gives.
+        ``address`` is the client's; failures are counted under it and the name.
+
+        Raises:
+            Throttled: too many failures under ``name`` or from ``address``; nothing
+                was checked (a right password is refused too, until the delay ends).
         """
-        if not NAME_RE.match(name):
-            return None
+        keys = (f"name:{name[:64]}", f"address:{address[:64]}")
+        with self._lock:
+            wait = self.throttle.wait_s(keys)
+            if wait > 0:
+                raise Throttled(wait)
+            if not NAME_RE.match(name):
+                return None
+            # Counted before the check, so attempts in flight together cannot all pass.
+            self.throttle.failed(keys)
         if self.operators is None:
             ok = hmac.compare_digest(secret.encode(), self.token.encode())
         else:
@@ -162,6 +275,8 @@ class Gate:
             ok = check_password(secret, stored or _dummy()) and stored is not None
         if not ok:
             return None
+        with self._lock:
+            self.throttle.forgive(keys)
         sid = secrets.token_urlsafe(32)
         self.sessions[sid] = Session(operator=name, csrf=secrets.token_urlsafe(32))
         self._seen[sid] = self.clock()

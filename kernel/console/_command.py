@@ -19,6 +19,7 @@ from typing import Any
 from kernel.console._auth import Gate, OperatorsFileError, add_operator, read_operators
 from kernel.core.reasons import CliError, ExitCode
 from kernel.escalation import EscalationPolicy
+from kernel.journal.errors import redact
 from kernel.journal.opening import open_journal
 
 DEFAULT_PORT = 8765
@@ -30,7 +31,7 @@ def add_commands(commands: Any) -> None:
     console = commands.add_parser(
         "console", help="serve the operator console in a browser (extra dirk[console])"
     )
-    console.add_argument("--db", required=True, help="the journal file")
+    console.add_argument("--db", required=True, help="the journal: a file, or a postgresql:// URL")
     console.add_argument("--host", default="127.0.0.1", help="the address to listen on")
     console.add_argument(
         "--port", type=int, default=DEFAULT_PORT, help=f"default {DEFAULT_PORT}; 0: any free port"
@@ -47,7 +48,11 @@ def add_commands(commands: Any) -> None:
         help="add NAME to --operators FILE with a password read from the terminal (or stdin)",
     )
     console.add_argument(
-        "--poll", type=float, default=0.25, metavar="SECONDS", help="how often to read the journal"
+        "--poll",
+        type=float,
+        default=0.25,
+        metavar="SECONDS",
+        help="SQLite: how often to read the journal (PostgreSQL notifies instead)",
     )
     console.add_argument(
         "--approval-ttl",
@@ -134,7 +139,7 @@ async def run(args: argparse.Namespace) -> int:
     app = create_app(settings, gate)
     host, port = sock.getsockname()[:2]
     shown = f"[{host}]" if ":" in host else host
-    print(f"dirk console for {args.db} on http://{shown}:{port}/", flush=True)
+    print(f"dirk console for {redact(args.db)} on http://{shown}:{port}/", flush=True)
     if operators is None:
         # Printed once, on the operator's own terminal, never logged (access logs are off).
         print(f"sign in: http://{shown}:{port}/login?token={gate.token}", flush=True)

@@ -136,6 +136,8 @@ class CliError(StrEnum):
     """A DFID prefix (or trace id prefix) given to ``dirk show`` fits more than one flow."""
     EXTRA_MISSING = "EXTRA_MISSING"
     """The command needs an optional extra that is not installed (``dirk[console]``)."""
+    SIGN_IN_THROTTLED = "SIGN_IN_THROTTLED"
+    """``dirk console``: too many failed sign-ins under that name or from that address."""
 
 
 class ExitCode(IntEnum):

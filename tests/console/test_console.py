@@ -165,7 +165,7 @@ def rows(db: Path) -> list[tuple[str, dict[str, Any]]]:
 def test_every_page_and_stream_needs_a_sign_in(client: TestClient) -> None:
     assert client.get("/").status_code == 303
     assert client.get("/").headers["location"] == "/login"
-    for path in ("/queue", "/events", "/flows/x/panel"):
+    for path in ("/queue", "/events", "/flows/x/panel", "/agents/live"):
         assert client.get(path).status_code == 401, path
     assert client.post("/flows/x/decide", data={"decision": "reject"}).status_code == 401
 
@@ -845,7 +845,16 @@ def test_the_agents_page_shows_who_changed_a_status_and_why(tmp_path: Path, gate
     with TestClient(app, follow_redirects=False) as client:
         sign_in(client, "ana", gate.token)
         page = client.get("/agents").text
+        live = client.get("/agents/live")
     assert "SUSPENDED by bo: &lt;loops&gt;" in page
+    # What the page swaps in when the journal moves: the figures and the history, not the forms.
+    assert live.status_code == 200 and "<form" not in live.text
+    assert re.search(r'id="status-clerk"[^>]*hx-swap-oob="true">SUSPENDED<', live.text)
+    assert re.search(
+        r'id="change-clerk" hx-swap-oob="true">SUSPENDED by bo: &lt;loops&gt;', live.text
+    )
+    assert '<section id="histories" hx-swap-oob="true">' in live.text
+    assert "<loops>" not in live.text
 
 
 def test_a_budget_demotion_by_the_kernel_is_in_the_agents_history(folded: Projections) -> None:

@@ -31,6 +31,7 @@ from tests.support.browser import (
     unavailable,
 )
 from tests.support.console_kernel import MARKUP
+from tests.support.postgres import PostgresServer, postgres_server  # noqa: F401
 
 try:
     from playwright.async_api import Browser, Page, async_playwright, expect
@@ -289,3 +290,94 @@ async def test_the_console_reads_the_examples_journals_with_no_kernel_running(
         await page.goto(f"{console.url}/flows")
         assert await page.locator("table.flows tbody tr").count() > 1
         await page.screenshot(path=shots / f"console-{example}-flows.png", full_page=True)
+
+
+async def test_on_postgres_the_page_follows_by_notification(
+    postgres_server: PostgresServer,  # noqa: F811
+    browser: Browser,
+    tmp_path: Path,
+) -> None:
+    console_extra()
+    url = postgres_server.new_url()
+    # trust authentication ignores the password, which must show nowhere.
+    url = url.replace("postgres@", "postgres:hush-hush@", 1)
+    with (
+        running_kernel(url, effects=tmp_path / "effects") as kernel,
+        # SQLite's poll interval at its longest: anything live within WAIT_MS came by NOTIFY.
+        running_console(url, "--poll", "60") as console,
+    ):
+        assert "hush-hush" not in console.banner and "postgresql://" in console.banner
+        page = await signed_in(browser, console)
+        await page.evaluate("window.stillTheSamePage = true")
+        dfid = await opened(kernel, "invoice")
+        card = page.locator(f"#esc-{dfid}")
+        await expect(card).to_be_visible()
+        await expect(card).to_have_class("esc HIGH_IMPACT")
+        # `dirk decide`, another process, queues a rejection; the kernel applies it.
+        decide = [sys.executable, "-m", "kernel", "decide", dfid, "--db", url, "--reject"]
+        done = await anyio.to_thread.run_sync(
+            lambda: subprocess.run(
+                [*decide, "--operator", "bo", "--reason", "not this week"],
+                cwd=ROOT,
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
+        )
+        assert done.returncode == 0, done.stderr
+        await expect(card).to_have_count(0)
+        assert await page.evaluate("window.stillTheSamePage === true")
+        await page.goto(f"{console.url}/flows/{dfid}")
+        await expect(page.locator("#status strong")).to_have_text("ABORTED")
+        await expect(page.locator(".decided")).to_contain_text("reject by bo")
+    assert not (tmp_path / "effects").exists()
+
+
+async def test_an_agent_demoted_by_its_budget_is_shown_and_restored_with_a_reason(
+    browser: Browser, shots: Path, tmp_path: Path
+) -> None:
+    console_extra()
+    db = tmp_path / "budget.db"
+    # One escalation an hour: the clerk's second escalation demotes it, for real.
+    with (
+        running_kernel(db, None, "--budget", "1") as kernel,
+        running_console(db, "--poll", "0.05") as console,
+    ):
+        page = await signed_in(browser, console)
+        await page.goto(f"{console.url}/agents")
+        await page.evaluate("window.stillTheSamePage = true")
+        status = page.locator("#status-clerk")
+        await expect(status).to_have_text("ACTIVE")
+        first = await opened(kernel, "invoice")
+        await expect(page.locator("#esc-count-clerk")).to_have_text("1")
+        second = await opened(kernel, "invoice")
+        # The page follows: the kernel's demotion, its reason, the clerk's history.
+        await expect(status).to_have_text("PASSIVE")
+        change = page.locator("#change-clerk")
+        await expect(change).to_contain_text("PASSIVE by kernel: ESCALATION_BUDGET_EXHAUSTED")
+        await expect(change).to_contain_text("escalated more than 1 times per 3600 s")
+        history = page.locator("#history-clerk tbody tr")
+        await expect(history).to_have_count(1)
+        await expect(history.first).to_contain_text("PASSIVE")
+        await expect(history.first).to_contain_text("kernel")
+        assert await page.evaluate("window.stillTheSamePage === true")
+        await page.screenshot(path=shots / "console-agents-demoted.png", full_page=True)
+        assert count(db, "FlowAborted", second) == 1  # over budget: aborted, not queued
+        assert count(db, "FlowEscalated", first) == 1 and count(db, "FlowAborted", first) == 0
+        assert await anyio.to_thread.run_sync(kernel.open, "invoice") == "none"  # it is passive
+
+        # The operator restores it, with a reason; the kernel applies the inbox row.
+        row = page.locator("#agent-clerk")
+        await row.locator("select[name=status]").select_option("ACTIVE")
+        await row.locator("input[name=reason]").fill("budget raised after review <ok>")
+        await row.locator("button").click()
+        await expect(status).to_have_text("ACTIVE")
+        await expect(change).to_have_text("ACTIVE by ana: budget raised after review <ok>")
+        await expect(history).to_have_count(2)
+        await expect(history.first).to_contain_text("ana")  # newest first
+        await expect(history.first).to_contain_text("budget raised after review <ok>")
+        await page.screenshot(path=shots / "console-agents-restored.png", full_page=True)
+        # Restored, its bucket is full again: its next flow escalates and waits.
+        third = await opened(kernel, "invoice")
+        await page.goto(console.url)
+        await expect(page.locator(f"#esc-{third}")).to_be_visible()

@@ -64,10 +64,12 @@ class Console:
     login: str
     """The sign-in link with this run's token (token mode), or the plain sign-in page."""
     proc: subprocess.Popen[str]
+    banner: str = ""
+    """The first line it printed (``dirk console for DB on URL``)."""
 
 
 @contextmanager
-def running_console(db: Path, *args: str) -> Iterator[Console]:
+def running_console(db: Path | str, *args: str) -> Iterator[Console]:
     """Run ``dirk console --db DB --port 0 ARGS``; yield it once it listens; stop it."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "kernel", "console", "--db", str(db), "--port", "0", *args],
@@ -87,7 +89,7 @@ def running_console(db: Path, *args: str) -> Iterator[Console]:
         login = url + "/login"
         if "--operators" not in args:
             login = proc.stdout.readline().split("sign in: ", 1)[1].strip()
-        yield Console(url=url, login=login, proc=proc)
+        yield Console(url=url, login=login, proc=proc, banner=first)
     finally:
         stop(proc)
 
@@ -122,10 +124,14 @@ class Kernel:
 
 
 @contextmanager
-def running_kernel(db: Path) -> Iterator[Kernel]:
-    """Run tests/support/console_kernel.py on ``db``; yield it once ready; stop it."""
+def running_kernel(db: Path | str, effects: Path | None = None, *args: str) -> Iterator[Kernel]:
+    """Run tests/support/console_kernel.py on ``db`` with ``args``; yield it once ready; stop it.
+
+    ``effects`` is where its adapter writes (``DB.effects`` by default; give it for a URL).
+    """
+    effects = effects or Path(str(db) + ".effects")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tests.support.console_kernel", str(db)],
+        [sys.executable, "-m", "tests.support.console_kernel", str(db), str(effects), *args],
         cwd=ROOT,
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
@@ -138,7 +144,7 @@ def running_kernel(db: Path) -> Iterator[Kernel]:
         if line != "ready\n":
             proc.kill()
             raise AssertionError(f"kernel did not start: {line!r} {proc.communicate()[1]}")
-        yield Kernel(proc=proc, effects=Path(str(db) + ".effects"))
+        yield Kernel(proc=proc, effects=effects)
     finally:
         if proc.poll() is None:
             try:

@@ -6,11 +6,14 @@ low confidence so every flow escalates, and polls the operator inbox every 50 ms
 on the system clock. It prints ``ready``, then reads commands from stdin, one a
 line: ``invoice``, ``memo`` or ``markup`` opens a flow and prints its DFID once
 it waits for a human. Every call of its adapter appends the intent's key to
-``DB.effects``: what the world saw, to count effects by. It stops at end of input.
+``EFFECTS`` (``DB.effects`` by default; DB may be a ``postgresql://`` URL): what the
+world saw, to count effects by. ``--budget N`` gives each agent N escalations an hour
+(50 by default): with 1, a second escalation demotes the agent. It stops at end of input.
 """
 
 from __future__ import annotations
 
+import argparse
 import sys
 from pathlib import Path
 
@@ -48,15 +51,15 @@ def shady(ctx):  # type: ignore[no-untyped-def]
     )
 
 
-async def main(db: str) -> None:
+async def main(db: str, effects: str, budget: int) -> None:
     async with open_kernel(
         db,
         packs=[PACK, OPS],
-        adapters={"bank": RecordingBank(Path(db + ".effects"))},
+        adapters={"bank": RecordingBank(Path(effects))},
         allow=["clerk", "scribe", "mallory"],
         config=KernelConfig(
             supervision=Supervision(inbox_poll_s=POLL_S),
-            escalation=EscalationPolicy(budget=EscalationBudget(capacity=50)),
+            escalation=EscalationPolicy(budget=EscalationBudget(capacity=budget)),
         ),
     ) as kernel:
         await kernel.register(ScriptedAgent("clerk", [transfer(250_000, confidence=0.2)]))
@@ -69,11 +72,20 @@ async def main(db: str) -> None:
             topic = TOPICS.get(line.strip())
             if topic is None:
                 continue
-            (dfid,) = await kernel.trigger(topic)
+            dfids = await kernel.trigger(topic)
+            if not dfids:  # no active agent took it (demoted, suspended)
+                print("none", flush=True)
+                continue
+            (dfid,) = dfids
             await kernel.wait_flow(dfid)
             print(dfid, flush=True)
         await kernel.wait_quiet()
 
 
 if __name__ == "__main__":
-    anyio.run(main, sys.argv[1])
+    parser = argparse.ArgumentParser()
+    parser.add_argument("db")
+    parser.add_argument("effects", nargs="?")
+    parser.add_argument("--budget", type=int, default=50)
+    args = parser.parse_args()
+    anyio.run(main, args.db, args.effects or args.db + ".effects", args.budget)
