@@ -161,9 +161,7 @@ def run_peer(name: str, decisions: int, directory: str | None) -> dict[str, Any]
     """
     with tempfile.TemporaryDirectory(prefix="dir-bench-peer-", dir=directory) as tmp:
         argv = [sys.executable, "-m", "benchmarks.peers", name, "--decisions", str(decisions)]
-        done = subprocess.run(
-            [*argv, "--dir", tmp], capture_output=True, text=True, check=False
-        )
+        done = subprocess.run([*argv, "--dir", tmp], capture_output=True, text=True, check=False)
     lines = done.stdout.strip().splitlines()
     try:
         record = json.loads(lines[-1]) if lines else None

@@ -118,39 +118,52 @@ def dev_server(tmp: Path) -> Iterator[str]:
         "--log-level",
         "error",
     ]
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=log, cwd=tmp)
-    try:
-        _wait_listening(proc, port, tmp / "temporal.log")
-        yield f"127.0.0.1:{port}"
-    finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-        log.close()
+    with log, subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=log, cwd=tmp) as proc:
+        readers: list[threading.Thread] = []
+        try:
+            _wait_listening(proc, port, tmp / "temporal.log", readers)
+            yield f"127.0.0.1:{port}"
+        finally:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+                try:
+                    proc.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+            for reader in readers:
+                reader.join(timeout=10)  # its output ends with the process
 
 
-def _wait_listening(proc: subprocess.Popen[bytes], port: int, log: Path) -> None:
-    """Read the server's banner until it names its address (or it exits, or the time is up)."""
+def _wait_listening(
+    proc: subprocess.Popen[bytes], port: int, log: Path, readers: list[threading.Thread]
+) -> None:
+    """Read the server's banner until it names its address (or it exits, or the time is up).
+
+    The thread that reads it (and goes on draining its output until it exits) is added to
+    ``readers``, for the caller to join once the server stopped.
+    """
     assert proc.stdout is not None
     stdout = proc.stdout
     said: list[str] = []
-    found = threading.Event()
+    listening: list[bool] = []
+    settled = threading.Event()
 
     def read() -> None:
         for raw in stdout:  # keeps draining after the banner, so the pipe never fills
             line = raw.decode(errors="replace").strip()
             if len(said) < 20:
                 said.append(line)
-            if f":{port}" in line and line.startswith("Temporal Server"):
-                found.set()
-        found.set()  # end of output: the server exited
+            if line.startswith("Temporal Server") and line.endswith(f":{port}"):
+                listening.append(True)
+                settled.set()
+        settled.set()  # end of its output: it exited
 
-    threading.Thread(target=read, name="temporal-dev-server", daemon=True).start()
-    if not found.wait(READY_TIMEOUT_S) or proc.poll() is not None:
+    reader = threading.Thread(target=read, name="temporal-dev-server", daemon=True)
+    reader.start()
+    readers.append(reader)
+    settled.wait(READY_TIMEOUT_S)
+    if not listening:
         tail = log.read_text(errors="replace").strip()[-300:] if log.exists() else ""
         raise Unavailable(
             f"the temporal dev server did not start (said {' | '.join(said)[-200:]!r}; {tail!r})"
