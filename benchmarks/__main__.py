@@ -1,8 +1,8 @@
 """``python -m benchmarks [--quick] [--json PATH]``: measure the kernel against its baselines.
 
-Every figure is measured ``repeats`` times, in rounds (B1, B2, P1, P2, then
-again), so slow drift in the machine's load touches every figure alike; the
-ratios of a round are taken within that round. There is no warm-up run: the
+Every figure is measured ``repeats`` times, in rounds (B1, B2, P1, the peers,
+P2, then again), so slow drift in the machine's load touches every figure
+alike; the ratios of a round are taken within that round. There is no warm-up run: the
 first round pays first-use costs, and the median absorbs them.
 """
 
