@@ -2,8 +2,8 @@
 
 Every figure is measured ``repeats`` times, in rounds (B1, B2, P1, the peers,
 P2, then again), so slow drift in the machine's load touches every figure
-alike; the ratios of a round are taken within that round. There is no warm-up run: the
-first round pays first-use costs, and the median absorbs them.
+alike; the ratios of a round are taken within that round. There is no warm-up
+run: the first round pays first-use costs, and the median absorbs them.
 """
 
 from __future__ import annotations
