@@ -24,6 +24,9 @@ Figures:
 - P6: journal bytes per event on disk for the trading simulation, with a breakdown.
 - P7: opening a journal of 1M events with checkpoints until its state is ready.
 - P8: resident memory growth between 100k and 200k closed flows (own process).
-- P9: DBOS, LangGraph and autogen-core doing one decision (extra ``[bench]``),
-  each skipped with its reason when not installed.
+- P9: DBOS, LangGraph, autogen-core and Temporal doing one decision (extra
+  ``[bench]``), each skipped with its reason when not installed; R9.x: P1 / peer,
+  paired per round (each peer runs in its own process right after the round's P1).
+- P14: Microsoft's Agent Governance Toolkit doing the same governed decision, in
+  memory (``govern()``) and with a ``FileAuditSink``; R14.x: P1 / it, per round.
 """

@@ -1,9 +1,9 @@
 """``python -m benchmarks [--quick] [--json PATH]``: measure the kernel against its baselines.
 
-Every figure is measured ``repeats`` times, in rounds (B1, B2, P1, P2, then
-again), so slow drift in the machine's load touches every figure alike; the
-ratios of a round are taken within that round. There is no warm-up run: the
-first round pays first-use costs, and the median absorbs them.
+Every figure is measured ``repeats`` times, in rounds (B1, B2, P1, the peers,
+P2, then again), so slow drift in the machine's load touches every figure
+alike; the ratios of a round are taken within that round. There is no warm-up
+run: the first round pays first-use costs, and the median absorbs them.
 """
 
 from __future__ import annotations
@@ -29,7 +29,6 @@ from benchmarks.figures import (
     latency_figures,
     memory_figure,
     open_figure,
-    peer_figures,
     replay_figures,
     storage_figure,
 )
@@ -43,6 +42,7 @@ from benchmarks.flows import (
 )
 from benchmarks.gate import GateRun, run_gate, summary
 from benchmarks.latency import LatencyRun, run_latency
+from benchmarks.peer_rounds import PeerRounds
 from benchmarks.replay import ReplayMismatch, ReplayRun, run_replay
 from benchmarks.report import Figure, machine, table
 from benchmarks.storage import StorageRun, run_storage
@@ -51,7 +51,7 @@ FLOWS_GOAL = 5_000.0
 """DecisionFlows per second, durable, telemetry off (P1)."""
 RATIO_GOAL = 0.05
 """P1 as a share of B1: a whole governed decision against one bare queue round trip."""
-FIGURES = ("B1", "B2", "P1", "P2", "P3", "P4", "P5", "P6", "P7", "P8", "P9", "P10", "P13")
+FIGURES = ("B1", "B2", "P1", "P2", "P3", "P4", "P5", "P6", "P7", "P8", "P9", "P10", "P13", "P14")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -149,7 +149,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--quick", action="store_true", help="few repeats of small runs (< 1 min)")
     parser.add_argument("--json", metavar="PATH", help="also write the figures as JSON here")
-    parser.add_argument("--only", metavar="IDS", help="measure only these, e.g. P1 or B1,P1")
+    parser.add_argument(
+        "--only",
+        metavar="IDS",
+        help="measure only these, e.g. P1 or B1,P1; P9 and P14 (the peers) also run P1, in the"
+        " same rounds, since their ratios are P1 / peer paired per round",
+    )
     parser.add_argument("--repeats", type=int, help="override the number of repeats")
     parser.add_argument("--flows", type=int, help="override the flows per P1/P2 run")
     parser.add_argument("--agents", type=int, help="override the agents per trigger")
@@ -169,6 +174,8 @@ def _measure(plan: Plan, only: set[str], tmp: Path, quick: bool) -> list[Figure]
     p4: list[GateRun] = []
     p5: list[ReplayRun] = []
     p6: list[StorageRun] = []
+    # P9, P14: each peer right after the round's P1, so the ratio pairs the same machine state.
+    peers = PeerRounds(only, plan.peer_decisions, str(tmp))
     with ExitStack() as stack:
         receiver = stack.enter_context(open_receiver()) if "P2" in only else None
         for n in range(plan.repeats):
@@ -181,7 +188,7 @@ def _measure(plan: Plan, only: set[str], tmp: Path, quick: bool) -> list[Figure]
                 b2.append(asyncio.run(sqlite_appends(path, plan.rows)))
                 _remove(path)
                 said.append(f"B2 {b2[-1]:,.0f} rows/s")
-            if "P1" in only or "P5" in only:
+            if "P1" in only or "P5" in only or peers.active:
                 path = tmp / f"p1-{n}.db"
                 try:
                     p1.append(_flows(plan, path))
@@ -191,6 +198,7 @@ def _measure(plan: Plan, only: set[str], tmp: Path, quick: bool) -> list[Figure]
                         said.append(f"P5 {p5[-1].replay_per_s:,.0f} events/s")
                 finally:
                     _remove(path)
+                said += peers.run_round(p1[-1].flows_per_s)
             if receiver is not None:
                 p2.append(_flows(plan, tmp / f"p2-{n}.db", receiver))
                 _remove(tmp / f"p2-{n}.db")
@@ -213,7 +221,7 @@ def _measure(plan: Plan, only: set[str], tmp: Path, quick: bool) -> list[Figure]
                     _remove(path)
                 said.append(f"P6 {p6[-1].bytes_per_event:,.0f} bytes/event")
             print(" ".join(said), file=sys.stderr, flush=True)
-    figures = _figures(plan, b1, b2, p1 if "P1" in only else [], p2)
+    figures = _figures(plan, b1, b2, p1 if "P1" in only or peers.active else [], p2)
     if p3:
         figures += latency_figures(p3)
     if p4:
@@ -241,10 +249,7 @@ def _measure(plan: Plan, only: set[str], tmp: Path, quick: bool) -> list[Figure]
         first, second = plan.memory_flows
         print(f"P8: {first:,} then {second:,} flows{scaled}", file=sys.stderr, flush=True)
         figures.append(memory_figure(first, second, plan.memory_repeats, str(tmp), scaled))
-    if "P9" in only:
-        print("P9: peers", file=sys.stderr, flush=True)
-        figures += peer_figures(plan.peer_decisions, plan.repeats, p1, str(tmp))
-    return figures
+    return figures + peers.figures()
 
 
 def _mesh_figures(quick: bool, figures: list[Figure]) -> list[Figure]:

@@ -1,8 +1,9 @@
-"""P3 and P5-P9: latency, replay, storage, opening, memory and peers, as Figures.
+"""P3 and P5-P8: latency, replay, storage, opening and memory, as Figures.
 
 The runner (``benchmarks.__main__``) measures P3, P5 and P6 once per round
-beside B1 and P1, so their ratios pair with the same round's baselines; P7,
-P8 and P9 build or start something big of their own and run after the rounds.
+beside B1 and P1, so their ratios pair with the same round's baselines; P7 and
+P8 build something big of their own and run after the rounds. The peers (P9,
+P14) run within the rounds too: ``benchmarks.peer_rounds``.
 """
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ import anyio
 from benchmarks.checkpoints import build, measure, open_ready
 from benchmarks.flows import BenchmarkFailed, FlowRun
 from benchmarks.latency import LatencyRun
-from benchmarks.peers import PEERS
 from benchmarks.replay import ReplayRun
 from benchmarks.report import Figure
 from benchmarks.storage import StorageRun
@@ -32,8 +32,6 @@ VERIFY_GOAL = 150_000.0
 BYTES_GOAL = 350.0
 OPEN_GOAL_S = 1.0
 GROWTH_GOAL = 0.10
-PEER_GOALS = {"dbos": 10.0, "langgraph": 20.0, "autogen": 1.0}
-"""P1 as a multiple of each peer's decisions per second, at least."""
 
 
 def latency_figures(runs: list[LatencyRun]) -> list[Figure]:
@@ -165,47 +163,6 @@ def memory_figure(
             "bytes_per_flow": statistics.median(r["bytes_per_flow"] for r in records),
         },
     )
-
-
-def peer_figures(
-    decisions: int, repeats: int, p1: list[FlowRun], directory: str | None
-) -> list[Figure]:
-    """P9: each peer's decisions per second, and P1 as a multiple of it."""
-    figures = []
-    p1_median = statistics.median(r.flows_per_s for r in p1) if p1 else None
-    for peer in PEERS:
-        records = []
-        for _ in range(repeats):
-            record = _child("benchmarks.peers", [peer, "--decisions", str(decisions)], directory)
-            records.append(record)
-            if "error" in record:
-                break
-        failed = next((r for r in records if "error" in r), None)
-        if failed is not None:
-            figures.append(Figure(f"P9.{peer}", f"{peer}: {failed['error']}", "", skipped=True))
-            continue
-        versions = {k: v for k, v in records[0].items() if k not in _PEER_FIELDS}
-        figure = Figure(
-            f"P9.{peer}",
-            f"{peer}: one decision ({_PEER_SHAPES[peer]})",
-            "decisions/s",
-            [r["per_s"] for r in records],
-            extra={"decisions_per_run": decisions, "versions": versions},
-        )
-        if p1_median is not None:
-            figure.ratios["P1 / peer"] = p1_median / figure.median
-            figure.extra["p1_multiple_goal"] = PEER_GOALS[peer]
-            figure.extra["p1_multiple_goal_met"] = p1_median / figure.median >= PEER_GOALS[peer]
-        figures.append(figure)
-    return figures
-
-
-_PEER_FIELDS = {"peer", "decisions", "seconds", "per_s"}
-_PEER_SHAPES = {
-    "dbos": "workflow, validate + execute steps, SQLite WAL",
-    "langgraph": "3-node graph, SqliteSaver",
-    "autogen": "request/response, no durability",
-}
 
 
 def _child(module: str, argv: list[str], directory: str | None) -> dict[str, Any]:

