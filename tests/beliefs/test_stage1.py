@@ -64,7 +64,6 @@ async def test_one_source_repeated_is_not_promoted(tmp_path):
         )
         for n in range(2, 6):
             await desk.call("attach_support", proposition="p", observation=f"o{n}")
-        p = desk.graph.propositions["p"]
         assert desk.state("p") == PROVISIONAL
         now = desk.clock.now_ns()
         assert desk.graph.assess("p", now).confidence == 900_000  # 0.70 + 0.20 + 0.10, capped
