@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import Any, ClassVar, Literal
 
 from kernel.adapters.contract import AdapterError, Receipt
-from kernel.core.events import ExecutionIntent
+from kernel.core.events import ExecutionIntent, PropositionTransitioned
 from kernel.core.ports import Clock
 from kernel.policy.kinds import Impact, PolicyKind
 from kernel.policy.packs import PolicyPack
@@ -187,7 +187,15 @@ class BeliefsExecutor:
         )
         if not records:
             raise AdapterError(f"the beliefs executor does not know {intent.kind!r}")
-        detail = {"events": [type(r).__name__ for r in records]}
+        # What the agent learns from its receipt: what was recorded and the states it changed.
+        detail: dict[str, object] = {
+            "events": [type(r).__name__ for r in records],
+            "states": {
+                r.proposition: str(r.to_state)
+                for r in records
+                if isinstance(r, PropositionTransitioned)
+            },
+        }
         return Remembered(external_id=memory_id(intent.key), detail=detail, records=tuple(records))  # type: ignore[arg-type]
 
 

@@ -43,6 +43,7 @@ async def test_an_mcp_client_keeps_governed_beliefs(tmp_path: Path) -> None:
                 task="t",
             )
             assert proposed["verdict"] == "ACCEPTED", proposed
+            assert proposed["result"]["states"] == {"p": "provisional"}
             asserted = await call(
                 c,
                 kind="governance.attach_support",
@@ -62,5 +63,6 @@ async def test_an_mcp_client_keeps_governed_beliefs(tmp_path: Path) -> None:
                 task="t",
             )
             assert duplicate["verdict"] == "ACCEPTED"  # transformed into support of p
+            assert duplicate["result"]["states"] == {"p": "accepted"}
     graph = kernel.projections.beliefs
     assert graph.propositions["p"].state == "accepted" and "p2" not in graph.propositions
