@@ -57,16 +57,16 @@ def memory_check(memory: MemoryState, correlation_id: str) -> MemoryCheck:
     return lambda proposal, view: check_memory(memory, proposal, view.agent_id, correlation_id)
 
 
-def beliefs_check(
-    layer: MemoryCheck, graph: BeliefGraph, correlation_id: str, now_ns: int
-) -> MemoryCheck:
+def beliefs_check(layer: MemoryCheck, graph: BeliefGraph, correlation_id: str) -> MemoryCheck:
     """The memory layer, then the beliefs layer over the belief graph (kernel.state.beliefs)."""
 
     def check(proposal: ProposalRecord, view: View) -> Feedback | None:
         refused = layer(proposal, view)
         if refused is not None:
             return refused
-        return beliefs.check(graph, proposal.kind, proposal.params, correlation_id, now_ns)
+        # Scored at the graph's latest recorded time, not the DIM's clock: "now" is recorded.
+        at = graph.latest_ns
+        return beliefs.check(graph, proposal.kind, proposal.params, correlation_id, at)
 
     return check
 
@@ -174,7 +174,7 @@ def verdict(
         now_ns,
         inputs,
         by_human=by_human,
-        memory=beliefs_check(layer, projections.beliefs, flow.root_dfid, now_ns),
+        memory=beliefs_check(layer, projections.beliefs, flow.root_dfid),
         stopwatch=stopwatch,
     )
     if judgement.rejection is None and judgement.escalation is None:

@@ -76,7 +76,7 @@ def check(
         kind: the proposal's kind (only ``governance.*`` kinds are judged here).
         params: its parameters (the schema layer already checked their types).
         correlation_id: the root DFID of its flow (the default task).
-        now_ns: the recorded judgement time (the proposal's submission).
+        now_ns: the recorded time to score at (the DIM passes the graph's ``latest_ns``).
     """
     if not kind.startswith(PREFIX):
         return None

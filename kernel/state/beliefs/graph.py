@@ -215,6 +215,9 @@ class BeliefGraph(msgspec.Struct, kw_only=True):
     workspaces: dict[str, WorkspaceRecord] = {}
     consolidations: list[ConsolidationRecorded] = []
     episodes: dict[str, EpisodeRecord] = {}
+    latest_ns: int = 0
+    """The latest recorded time of any belief event: the "now" the DIM judges belief
+    proposals at (never its own clock, so ``dirk verify --verdicts`` judges alike)."""
 
     def empty(self) -> bool:
         """Whether nothing was ever recorded (old journals: the digest leaves it out)."""
@@ -256,6 +259,9 @@ class BeliefGraph(msgspec.Struct, kw_only=True):
     def apply(self, event: Event) -> None:
         """Fold one belief event."""
         seq = event.seq
+        at_ns = getattr(event.payload, "at_ns", 0)
+        if at_ns > self.latest_ns:
+            self.latest_ns = at_ns
         match event.payload:
             case SourceRegistered() as e:
                 self.sources[e.source] = SourceRecord(
