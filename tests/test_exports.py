@@ -13,6 +13,7 @@ import agents_sdk
 import kernel
 import kernel.adapters
 import kernel.audit
+import kernel.beliefs
 import kernel.policy
 from tests.support import ROOT
 
@@ -113,6 +114,68 @@ PINNED = {
         "copy_journal",
         "follow_journal",
     ],
+    kernel.beliefs: [
+        "BELIEFS_ADAPTER",
+        "EDGE_TYPES",
+        "GOVERNANCE_PACK",
+        "HOUR_NS",
+        "KINDS",
+        "PRECEDENCE",
+        "SCALE",
+        "TEST_ADAPTER",
+        "Applied",
+        "ArchiveEpisode",
+        "Archived",
+        "Assessment",
+        "AttachContradiction",
+        "AttachSupport",
+        "BeliefGraph",
+        "BeliefState",
+        "BeliefsExecutor",
+        "ConsolidationRecorded",
+        "Edge",
+        "EntityCandidateRecorded",
+        "EntityRecord",
+        "EpisodeArchived",
+        "Evidence",
+        "EvidenceAttached",
+        "Impact",
+        "IngestTestResult",
+        "LinkEntityCandidate",
+        "ObservationRecord",
+        "ObservationRecorded",
+        "PropositionProposed",
+        "PropositionRecord",
+        "PropositionTransitioned",
+        "ProposeProposition",
+        "ProposeTest",
+        "RecordObservation",
+        "RequestConsolidation",
+        "SourceRecord",
+        "SourceRegistered",
+        "TestRecord",
+        "TestResultIngested",
+        "TransitionRecord",
+        "Volatility",
+        "assess",
+        "benefit",
+        "check",
+        "classify",
+        "confidence",
+        "diversity",
+        "effects",
+        "freshness",
+        "group_weight",
+        "micro",
+        "promotable",
+        "scoring",
+        "show",
+        "staleness",
+        "suppressed",
+        "transform",
+        "triggers",
+        "weight",
+    ],
 }
 PUBLIC = {
     "kernel",
@@ -121,6 +184,7 @@ PUBLIC = {
     "kernel.audit",
     "kernel.testing",
     "kernel.mesh",  # hosts and executors on the bus (dirk[nats])
+    "kernel.beliefs",  # governed beliefs: the pure model, the governance pack, the graph
 }
 
 

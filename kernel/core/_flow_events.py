@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from kernel.core._belief_events import Applied
 from kernel.core._records import (
     ExecutionIntent,
     Feedback,
@@ -142,6 +143,8 @@ class ProposalAccepted(Payload, frozen=True, tag=True):
     attempt: int
     by_human: bool = False
     pack: str = ""
+    applied: Applied | None = None
+    """A transformed verdict: the form applied instead of the one submitted (kernel.beliefs)."""
 
 
 class FlowEscalated(Payload, frozen=True, tag=True):

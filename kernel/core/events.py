@@ -19,6 +19,20 @@ from typing import Any
 
 import msgspec
 
+from kernel.core._belief_events import (
+    BELIEF_PAYLOADS,
+    Applied,
+    Archived,
+    ConsolidationRecorded,
+    EntityCandidateRecorded,
+    EpisodeArchived,
+    EvidenceAttached,
+    ObservationRecorded,
+    PropositionProposed,
+    PropositionTransitioned,
+    SourceRegistered,
+    TestResultIngested,
+)
 from kernel.core._flow_events import (
     ActorRestarted,
     AgentRefused,
@@ -139,6 +153,15 @@ AnyPayload = (
     | InputRefused
     | RuleRetracted
     | CredentialIssued
+    | SourceRegistered
+    | ObservationRecorded
+    | EntityCandidateRecorded
+    | PropositionProposed
+    | EvidenceAttached
+    | TestResultIngested
+    | PropositionTransitioned
+    | ConsolidationRecorded
+    | EpisodeArchived
 )
 
 
@@ -241,6 +264,8 @@ def digest(obj: Any) -> str:
 
 
 __all__ = [
+    # governed beliefs (kernel.core._belief_events)
+    "BELIEF_PAYLOADS",
     "GENESIS_HASH",
     "ActorRestarted",
     "AgentRefused",
@@ -248,11 +273,14 @@ __all__ = [
     "AgentStatusChanged",
     "AmendmentRefused",
     "AnyPayload",
+    "Applied",
     "ApprovalExpired",
+    "Archived",
     "CitationsChecked",
     "CompensationFailed",
     "CompensationStarted",
     "CompensationSucceeded",
+    "ConsolidationRecorded",
     "ConstraintAdded",
     "ConstraintAdvisory",
     "ConstraintDeactivated",
@@ -262,7 +290,10 @@ __all__ = [
     "DecisionRefused",
     "Draft",
     "DuplicateSuppressed",
+    "EntityCandidateRecorded",
+    "EpisodeArchived",
     "Event",
+    "EvidenceAttached",
     "ExecutionFailed",
     "ExecutionIntent",
     "ExecutionRefused",
@@ -286,6 +317,7 @@ __all__ = [
     "Manifest",
     "MemoryQueried",
     "MessageDeadLettered",
+    "ObservationRecorded",
     "PackLoaded",
     "PackRef",
     "Payload",
@@ -294,6 +326,8 @@ __all__ = [
     "ProposalRecord",
     "ProposalRejected",
     "ProposalSubmitted",
+    "PropositionProposed",
+    "PropositionTransitioned",
     "Record",
     "ResourceReleased",
     "ResourceReserved",
@@ -301,7 +335,9 @@ __all__ = [
     "RuleProposed",
     "RuleRetracted",
     "RuleSource",
+    "SourceRegistered",
     "SubmissionRefused",
+    "TestResultIngested",
     "TriggerFired",
     "body_of",
     "canonical",

@@ -66,6 +66,10 @@ class ReasonCode(StrEnum):
     """An adapter call may have taken effect and no answer says so: reconcile or retry."""
     CREDENTIAL_INVALID = "CREDENTIAL_INVALID"
     """A handshake without the agent's provisioned credential, or with another (kernel.registry)."""
+    MISSING_PROVENANCE = "MISSING_PROVENANCE"
+    """A belief write names no observation, or one that was never recorded (kernel.beliefs)."""
+    DIRECT_CANONICAL_WRITE_FORBIDDEN = "DIRECT_CANONICAL_WRITE_FORBIDDEN"
+    """A proposal asserts a belief state or writes the canonical graph itself (kernel.beliefs)."""
 
 
 RESERVED_REASONS: frozenset[ReasonCode] = frozenset(

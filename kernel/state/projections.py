@@ -26,6 +26,7 @@ import msgspec
 
 from kernel.core import flow
 from kernel.core.events import (
+    BELIEF_PAYLOADS,
     AgentRegistered,
     AgentStatusChanged,
     AmendmentRefused,
@@ -35,6 +36,7 @@ from kernel.core.events import (
     DuplicateSuppressed,
     Event,
     ExecutionStarted,
+    ExecutionSucceeded,
     FlowEscalated,
     FlowFlagged,
     HumanDecided,
@@ -56,7 +58,13 @@ from kernel.core.flow import FLOW_EVENTS, FlowState, FlowStatus
 from kernel.state import approvals
 from kernel.state.amendments import Amendment, folded
 from kernel.state.approvals import APPROVAL_EVENTS, Approval
+from kernel.state.beliefs import BELIEFS_ADAPTER
+from kernel.state.beliefs.effects import PROPOSE_TEST
+from kernel.state.beliefs.graph import BeliefGraph
 from kernel.state.memory import MEMORY_ADAPTER, MEMORY_EVENTS, MemoryState, Pending
+
+_BELIEF_EVENTS = frozenset(BELIEF_PAYLOADS)
+_RECORDING_ADAPTERS = frozenset({MEMORY_ADAPTER, BELIEFS_ADAPTER})
 
 MOVING = frozenset(
     {
@@ -184,6 +192,8 @@ class Projections:
         # converged (a saga unwinding, or escalated with steps still in effect).
         self.unsettled: dict[str, set[str]] = {}
         self.memory = MemoryState()
+        self.beliefs = BeliefGraph()
+        """Governed beliefs: workspaces and the canonical graph (kernel.beliefs)."""
         self._committing: dict[str, FlowState] | None = None
         self._were_ended: set[str] = set()
         self.reservations: dict[str, dict[str, int]] = {}
@@ -225,13 +235,27 @@ class Projections:
                         history = self.escalations.setdefault(agent_id, [])
                         history.append((dfid, event.ts))
                         del history[:-HISTORY]
-                if (
-                    isinstance(payload, ExecutionStarted)
-                    and payload.intent.adapter == MEMORY_ADAPTER
+                if isinstance(payload, ExecutionStarted):
+                    if payload.intent.adapter in _RECORDING_ADAPTERS:
+                        self._memory_started(event, payload)
+                    elif payload.intent.kind == PROPOSE_TEST:
+                        intent = payload.intent
+                        self.beliefs.test_started(
+                            intent.key, intent.params, intent.adapter, event.seq
+                        )
+                elif isinstance(payload, ExecutionSucceeded) and payload.key in (
+                    self.beliefs.test_keys
                 ):
-                    self._memory_started(event, payload)
+                    self.beliefs.test_done(payload.key, payload.detail)
             elif type(payload) in MEMORY_EVENTS:
                 self.memory.apply(event)
+            elif type(payload) in _BELIEF_EVENTS:
+                self.beliefs.apply(event)
+                key = payload.key  # type: ignore[union-attr]
+                if key:
+                    # The beliefs executor's idempotency record, beside the memory executor's.
+                    self.memory.written[key] = event.seq
+                    self.memory.pending.pop(key, None)
             elif isinstance(payload, TriggerFired):
                 for key, value in payload.facts.items():
                     self.state[key] = Fact(
@@ -427,23 +451,27 @@ class Projections:
         the index of them (``flows``, ``approvals``) is left out.
         """
         ended = self.ended
-        return {
-            "last_seq": self.last_seq,
-            "flows": self.open_flows(),
-            "finished": dict(sorted(self.finished.items())),
-            "finished_hash": self.finished_hash,
-            "agents": self.agents,
-            "sessions": self.sessions,
-            "state": self.state,
-            "reservations": self.reservations,
-            "approvals": {d: a for d, a in self.approvals.items() if d not in ended},
-            "escalations": self.escalations,
-            "inbox_taken": sorted(self.inbox_taken.items()),
-            # Constraints and rule proposals are keyed by seq: canonical JSON keys are strings.
-            "memory": msgspec.to_builtins(self.memory, str_keys=True),
-            "packs": self.packs,
-            "amendments": self.amendments,
-        } | ({"credentials": self.credentials} if self.credentials else {})
+        return (
+            {
+                "last_seq": self.last_seq,
+                "flows": self.open_flows(),
+                "finished": dict(sorted(self.finished.items())),
+                "finished_hash": self.finished_hash,
+                "agents": self.agents,
+                "sessions": self.sessions,
+                "state": self.state,
+                "reservations": self.reservations,
+                "approvals": {d: a for d, a in self.approvals.items() if d not in ended},
+                "escalations": self.escalations,
+                "inbox_taken": sorted(self.inbox_taken.items()),
+                # Constraints and rule proposals are keyed by seq: canonical JSON keys are strings.
+                "memory": msgspec.to_builtins(self.memory, str_keys=True),
+                "packs": self.packs,
+                "amendments": self.amendments,
+            }
+            | ({"credentials": self.credentials} if self.credentials else {})
+            | ({} if self.beliefs.empty() else {"beliefs": msgspec.to_builtins(self.beliefs)})
+        )
 
     def digest(self) -> str:
         """Return the hash of the canonical projected state."""

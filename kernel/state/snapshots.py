@@ -33,6 +33,7 @@ from kernel.core.flow import FlowState, IllegalTransition
 from kernel.journal.store import Journal, JournalError
 from kernel.state.amendments import Amendment
 from kernel.state.approvals import Approval
+from kernel.state.beliefs.graph import BeliefGraph
 from kernel.state.memory import MemoryState
 from kernel.state.projections import AgentView, Fact, Projections
 
@@ -64,6 +65,7 @@ class ProjectedState(msgspec.Struct, kw_only=True):
     packs: dict[str, PackRef] = {}
     amendments: dict[str, dict[str, Amendment]] = {}
     credentials: dict[str, str] = {}
+    beliefs: BeliefGraph = msgspec.field(default_factory=BeliefGraph)
 
 
 _encoder = msgspec.msgpack.Encoder()
@@ -92,6 +94,7 @@ def capture(projections: Projections) -> ProjectedState:
         packs=dict(projections.packs),
         amendments={a: dict(limits) for a, limits in projections.amendments.items()},
         credentials=dict(projections.credentials),
+        beliefs=projections.beliefs.copy(),
     )
 
 
@@ -113,6 +116,7 @@ def restore_state(captured: ProjectedState, keep_finished: int | None = None) ->
     projections.packs = captured.packs
     projections.amendments = captured.amendments
     projections.credentials = captured.credentials
+    projections.beliefs = captured.beliefs
     projections.reservations = captured.reservations
     for pools in captured.reservations.values():
         for pool, amount in pools.items():

@@ -1,0 +1,191 @@
+"""The ``governance`` policy pack (one kind per tool of the seed's LLM boundary) and its executor.
+
+Agents change beliefs only by proposing these kinds. They pass the DIM like any
+other proposal, and its beliefs layer (kernel.state.beliefs.gate) refuses with a
+fixed code or names a transformed form; an accepted one is executed by
+:class:`BeliefsExecutor`, an adapter inside the kernel that returns the belief
+events (kernel.state.beliefs.effects) in its receipt, which the execution engine
+records with the intent's ExecutionSucceeded, in one append: exactly once per key.
+
+``propose_test`` is the exception: a test is an action in the world, so its
+adapter is yours (``belief_test``; kernel.testing.ScriptedTests is a deterministic
+one). Its receipt's ``detail["outcome"]`` (passed, failed, inconclusive) is the
+recorded result, which ``execute_test_result_ingest`` brings back as an observation.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar, Literal
+
+from kernel.adapters.contract import AdapterError, Receipt
+from kernel.core.events import ExecutionIntent
+from kernel.core.ports import Clock
+from kernel.policy.kinds import Impact, PolicyKind
+from kernel.policy.packs import PolicyPack
+from kernel.state.beliefs import BELIEFS_ADAPTER, TEST_ADAPTER
+from kernel.state.beliefs.effects import effects
+from kernel.state.memory import Remembered, memory_id
+from kernel.state.projections import Projections
+
+
+class GovernanceKind(PolicyKind, frozen=True, kw_only=True):
+    """Base of the governance kinds: the fields through which a belief would be asserted.
+
+    They exist so that a proposal using them is refused with
+    DIRECT_CANONICAL_WRITE_FORBIDDEN (and not merely as an unknown field): belief
+    status is derived from evidence, never asserted.
+    """
+
+    adapter: ClassVar[str] = BELIEFS_ADAPTER
+    impact: ClassVar[Impact] = Impact.LOW_IMPACT
+
+    task: str = ""
+    """The task (workspace) it belongs to; empty: the root DFID of its flow."""
+    status: str | None = None
+    state: str | None = None
+    belief_state: str | None = None
+    confidence: str | None = None
+    canonical: bool | None = None
+
+
+class RecordObservation(GovernanceKind, frozen=True, tag="governance.record_observation"):
+    """Record an immutable input from ``source`` (registered on first sight)."""
+
+    observation: str
+    source: str = ""
+    source_type: str = ""
+    independence_group: str = ""
+    reliability: str = ""
+    domain_tags: list[str] = []
+    session: str = ""
+    raw_payload: str = ""
+    parsed_payload: dict[str, Any] = {}
+
+
+class LinkEntityCandidate(
+    GovernanceKind, frozen=True, tag="governance.create_or_link_entity_candidate"
+):
+    """Create an entity candidate for ``name``, or link it as an alias when unambiguous."""
+
+    name: str
+    observation: str
+    entity: str = ""
+    entity_type: str = ""
+    alias_of: str = ""
+
+
+class ProposeProposition(GovernanceKind, frozen=True, tag="governance.propose_proposition"):
+    """Propose a claim derived from recorded observations (they become its first support)."""
+
+    proposition: str
+    text: str
+    derived_from: list[str] = []
+    proposition_class: Literal["descriptive", "predictive", "causal", "procedural"] = "descriptive"
+    volatility: Literal["low", "medium", "high"] = "medium"
+    about: list[str] = []
+    predicts: list[str] = []
+    supersedes: str = ""
+
+
+class AttachSupport(GovernanceKind, frozen=True, tag="governance.attach_support"):
+    proposition: str
+    observation: str
+
+
+class AttachContradiction(GovernanceKind, frozen=True, tag="governance.attach_contradiction"):
+    proposition: str
+    observation: str
+
+
+class ProposeTest(GovernanceKind, frozen=True, tag="governance.propose_test"):
+    """Run a discriminating test of ``proposition`` (against ``competing``), if a trigger holds."""
+
+    adapter: ClassVar[str] = TEST_ADAPTER
+
+    test: str
+    proposition: str
+    competing: list[str] = []
+    action_impact: Literal["low", "high", "irreversible"] = "high"
+    """The impact of the action that depends on the answer (the triggers and suppression)."""
+    cost: str = "0"
+    method: str = ""
+
+
+class IngestTestResult(GovernanceKind, frozen=True, tag="governance.execute_test_result_ingest"):
+    """Bring an executed test's recorded result back as an observation."""
+
+    test: str
+    outcome: str = ""
+
+
+class RequestConsolidation(GovernanceKind, frozen=True, tag="governance.request_consolidation"):
+    """Consolidate the task's workspace now (the task boundary)."""
+
+    reason: str = ""
+
+
+class ArchiveEpisode(GovernanceKind, frozen=True, tag="governance.archive_episode"):
+    """Consolidate the task and archive it as an episode with a summary."""
+
+    episode: str = ""
+    summary: str = ""
+
+
+GOVERNANCE_PACK = PolicyPack(
+    name="governance",
+    version="1.0.0",
+    kinds=(
+        RecordObservation,
+        LinkEntityCandidate,
+        ProposeProposition,
+        AttachSupport,
+        AttachContradiction,
+        ProposeTest,
+        IngestTestResult,
+        RequestConsolidation,
+        ArchiveEpisode,
+    ),
+    escalate_below_confidence=0.0,
+)
+"""Load it to let agents (with these capabilities) keep governed beliefs."""
+
+
+class BeliefsExecutor:
+    """The adapter that turns accepted belief intents into belief events.
+
+    Args:
+        projections: the kernel's projections (the belief graph, the pending intents).
+        clock: the kernel's clock: the time it reads is recorded in every event as ``at_ns``.
+    """
+
+    def __init__(self, projections: Projections, clock: Clock) -> None:
+        self._projections = projections
+        self._clock = clock
+
+    async def lookup(self, key: str) -> Receipt | None:
+        """Return the receipt of the belief effect recorded under ``key``, None if none is."""
+        if key in self._projections.memory.written:
+            return Receipt(external_id=memory_id(key))
+        return None
+
+    async def execute(self, intent: ExecutionIntent) -> Receipt:
+        """Return the belief events of ``intent`` for the engine to record, once per key."""
+        memory = self._projections.memory
+        if intent.key in memory.written:
+            return Receipt(external_id=memory_id(intent.key))
+        pending = memory.pending.get(intent.key)
+        if pending is None:
+            raise AdapterError(f"no started belief intent {intent.key}")
+        task = str(intent.params.get("task", "")) or pending.root_dfid
+        records = effects(
+            self._projections.beliefs,
+            intent.kind,
+            intent.params,
+            task=task,
+            key=intent.key,
+            now_ns=self._clock.now_ns(),
+        )
+        if not records:
+            raise AdapterError(f"the beliefs executor does not know {intent.kind!r}")
+        detail = {"events": [type(r).__name__ for r in records]}
+        return Remembered(external_id=memory_id(intent.key), detail=detail, records=tuple(records))  # type: ignore[arg-type]

@@ -1,0 +1,485 @@
+"""The belief graph: workspaces per task and the canonical memory graph, folded from events.
+
+One store holds every object the seed names (sources, observations, entities,
+propositions, edges of the eight types, belief states, aliases, promotion events,
+episodes); each proposition and entity carries its ``layer``: ``workspace`` (the
+transient, task-scoped epistemic workspace), ``canonical`` (promoted at a
+consolidation), ``archived`` or ``discarded``. A task's workspace is the set of
+its propositions still in the workspace layer; consolidation moves them out (the
+carried-over ones stay), which is how the workspace is dropped without erasing
+history.
+
+Plain data (msgspec Structs, dicts and lists): a snapshot stores and restores it
+as is, and ``copy`` is a round trip through msgpack. Belief states are a fold:
+:meth:`BeliefGraph.assess` scores a proposition from its recorded evidence at a
+recorded time, and the state the graph holds is the one the latest
+PropositionTransitioned recorded, which the executor derived with the same
+function (:mod:`kernel.state.beliefs.effects`), so replay lands on the same
+states. ``dirk verify`` checks it: it refolds and compares digests.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+from kernel.core.events import (
+    ConsolidationRecorded,
+    EntityCandidateRecorded,
+    EpisodeArchived,
+    Event,
+    EvidenceAttached,
+    ObservationRecorded,
+    PropositionProposed,
+    PropositionTransitioned,
+    SourceRegistered,
+    TestResultIngested,
+)
+from kernel.state.beliefs.scoring import (
+    Assessment,
+    BeliefState,
+    Evidence,
+    Volatility,
+    assess,
+    holds,
+)
+
+EDGE_TYPES = (
+    "supports",
+    "contradicts",
+    "about",
+    "predicts",
+    "tested_by",
+    "derived_from",
+    "possible_same_as",
+    "supersedes",
+)
+"""The eight relationship types of the seed (section 8.6)."""
+
+WORKSPACE = "workspace"
+CANONICAL = "canonical"
+ARCHIVED = "archived"
+DISCARDED = "discarded"
+
+
+class SourceRecord(msgspec.Struct, kw_only=True):
+    source: str
+    source_type: str
+    group: str
+    reliability: int
+    domain_tags: list[str] = []
+    correction_rate: int = 0
+    seq: int = 0
+
+
+class ObservationRecord(msgspec.Struct, kw_only=True):
+    observation: str
+    source: str
+    group: str
+    task: str
+    session: str = ""
+    raw_payload: str = ""
+    test: str = ""
+    at_ns: int = 0
+    seq: int = 0
+    spawned: int = 0
+    """Propositions derived from it (the workspace spawns a limited number)."""
+
+
+class EntityRecord(msgspec.Struct, kw_only=True):
+    entity: str
+    name: str
+    entity_type: str = ""
+    aliases: list[str] = []
+    possible_same_as: list[str] = []
+    task: str = ""
+    layer: str = WORKSPACE
+    created_ns: int = 0
+    touched_ns: int = 0
+    seq: int = 0
+
+
+class Edge(msgspec.Struct, frozen=True, kw_only=True):
+    """One relationship row: ``type`` is one of :data:`EDGE_TYPES`."""
+
+    type: str
+    source: str
+    target: str
+    seq: int
+
+
+class TransitionRecord(msgspec.Struct, frozen=True, kw_only=True):
+    """One recorded state change, and the evidence (id and seq) that caused it."""
+
+    seq: int
+    from_state: str
+    to_state: str
+    cause: str
+    evidence: str
+    evidence_seq: int
+    confidence: int
+    support: int
+    contradiction: int
+    support_groups: int
+    contradiction_groups: int
+    freshness: int
+    at_ns: int
+
+
+class PropositionRecord(msgspec.Struct, kw_only=True):
+    proposition: str
+    text: str
+    proposition_class: str = "descriptive"
+    volatility: str = "medium"
+    about: list[str] = []
+    derived_from: list[str] = []
+    supersedes: str = ""
+    task: str = ""
+    layer: str = WORKSPACE
+    created_ns: int = 0
+    seq: int = 0
+    support: list[Evidence] = []
+    contradiction: list[Evidence] = []
+    observations: list[str] = []
+    """Observations attached as evidence (each at most once)."""
+    state: str = BeliefState.TENTATIVE
+    held: bool = False
+    """Accepted or provisional at some recorded transition (deprecation needs it)."""
+    failed_test: bool = False
+    tests: list[str] = []
+    contested_updates: int = 0
+    """Consecutive evidence updates that left it contested."""
+    unresolved: int = 0
+    """Contradictions attached since its latest ingested test."""
+    transitions: list[TransitionRecord] = []
+
+
+class TestRecord(msgspec.Struct, kw_only=True):
+    """A proposed discriminating test: its intent key, and the adapter's recorded outcome."""
+
+    __test__ = False  # not a pytest class
+
+    test: str
+    key: str
+    proposition: str
+    competing: list[str] = []
+    impact: str = "high"
+    cost: str = "0"
+    method: str = ""
+    adapter: str = ""
+    task: str = ""
+    seq: int = 0
+    outcome: str = ""
+    """passed, failed or inconclusive once its adapter's receipt is recorded."""
+    ingested: bool = False
+
+
+class Promotion(msgspec.Struct, frozen=True, kw_only=True):
+    proposition: str
+    consolidation: str
+    seq: int
+
+
+class EpisodeRecord(msgspec.Struct, kw_only=True):
+    episode: str
+    task: str
+    summary: str = ""
+    observations: int = 0
+    propositions: dict[str, str] = {}
+    seq: int = 0
+
+
+class WorkspaceRecord(msgspec.Struct, kw_only=True):
+    """A task's workspace counters: observations since its last consolidation."""
+
+    task: str
+    observations: int = 0
+    consolidations: int = 0
+
+
+class BeliefGraph(msgspec.Struct, kw_only=True):
+    """The governed-beliefs projection (see the module docstring)."""
+
+    sources: dict[str, SourceRecord] = {}
+    observations: dict[str, ObservationRecord] = {}
+    entities: dict[str, EntityRecord] = {}
+    names: dict[str, list[str]] = {}
+    """Entities by casefolded name or alias (aliases; an ambiguous name lists several)."""
+    propositions: dict[str, PropositionRecord] = {}
+    edges: list[Edge] = []
+    tests: dict[str, TestRecord] = {}
+    test_keys: dict[str, str] = {}
+    """The intent key of each proposed test -> its test id."""
+    evidence: dict[str, int] = {}
+    """Evidence, test and consolidation ids -> the seq of the event that recorded them."""
+    promotions: list[Promotion] = []
+    workspaces: dict[str, WorkspaceRecord] = {}
+    consolidations: list[ConsolidationRecorded] = []
+    episodes: dict[str, EpisodeRecord] = {}
+
+    def empty(self) -> bool:
+        """Whether nothing was ever recorded (old journals: the digest leaves it out)."""
+        return not (self.sources or self.observations or self.tests or self.entities)
+
+    def copy(self) -> BeliefGraph:
+        """Return a deep copy later folds do not change."""
+        return msgspec.msgpack.decode(msgspec.msgpack.encode(self), type=BeliefGraph)
+
+    # --- reading -------------------------------------------------------------------
+
+    def assess(self, proposition: str, now_ns: int) -> Assessment:
+        """Score ``proposition`` from its recorded evidence at the recorded time ``now_ns``."""
+        p = self.propositions[proposition]
+        return assess(
+            p.support,
+            p.contradiction,
+            volatility=Volatility(p.volatility),
+            created_ns=p.created_ns,
+            now_ns=now_ns,
+            failed_test=p.failed_test,
+            held=p.held,
+        )
+
+    def workspace(self, task: str) -> list[str]:
+        """The propositions in ``task``'s workspace, in the order they were proposed."""
+        return [
+            p.proposition
+            for p in self.propositions.values()
+            if p.task == task and p.layer == WORKSPACE
+        ]
+
+    def named(self, name: str) -> list[str]:
+        """The entities bearing ``name`` as canonical name or alias."""
+        return list(self.names.get(fold_name(name), []))
+
+    # --- folding -------------------------------------------------------------------
+
+    def apply(self, event: Event) -> None:
+        """Fold one belief event."""
+        seq = event.seq
+        match event.payload:
+            case SourceRegistered() as e:
+                self.sources[e.source] = SourceRecord(
+                    source=e.source,
+                    source_type=e.source_type,
+                    group=e.independence_group or e.source,
+                    reliability=e.reliability,
+                    domain_tags=list(e.domain_tags),
+                    correction_rate=e.correction_rate,
+                    seq=seq,
+                )
+            case ObservationRecorded() as e:
+                self.observations[e.observation] = ObservationRecord(
+                    observation=e.observation,
+                    source=e.source,
+                    group=e.independence_group or e.source,
+                    task=e.task,
+                    session=e.session,
+                    raw_payload=e.raw_payload,
+                    test=e.test,
+                    at_ns=e.at_ns,
+                    seq=seq,
+                )
+                self.evidence[e.observation] = seq
+                space = self.workspaces.setdefault(e.task, WorkspaceRecord(task=e.task))
+                space.observations += 1
+            case EntityCandidateRecorded() as e:
+                self._entity(e, seq)
+            case PropositionProposed() as e:
+                self._proposition(e, seq)
+            case EvidenceAttached() as e:
+                self._evidence(e, seq)
+            case TestResultIngested() as e:
+                test = self.tests.get(e.test)
+                if test is not None:
+                    test.ingested = True
+                self.evidence[f"test:{e.test}"] = seq
+                p = self.propositions.get(e.proposition)
+                if p is not None:
+                    p.failed_test = e.outcome == "failed"
+                    p.unresolved = 0
+            case PropositionTransitioned() as e:
+                self._transition(e, seq)
+            case ConsolidationRecorded() as e:
+                self._consolidation(e, seq)
+            case EpisodeArchived() as e:
+                self.episodes[e.episode] = EpisodeRecord(
+                    episode=e.episode,
+                    task=e.task,
+                    summary=e.summary,
+                    observations=e.observations,
+                    propositions=dict(e.propositions),
+                    seq=seq,
+                )
+
+    def test_started(self, key: str, params: dict[str, object], adapter: str, seq: int) -> None:
+        """Note a propose_test intent started: the test exists, its adapter runs it."""
+        test = str(params.get("test", ""))
+        proposition = str(params.get("proposition", ""))
+        if not test or test in self.tests:
+            return
+        competing = params.get("competing", [])
+        self.tests[test] = TestRecord(
+            test=test,
+            key=key,
+            proposition=proposition,
+            competing=[str(c) for c in competing] if isinstance(competing, list) else [],
+            impact=str(params.get("action_impact", "high")),
+            cost=str(params.get("cost", "0")),
+            method=str(params.get("method", "")),
+            adapter=adapter,
+            task=str(params.get("task", "")),
+            seq=seq,
+        )
+        self.test_keys[key] = test
+        self.evidence.setdefault(f"proposed:{test}", seq)
+        p = self.propositions.get(proposition)
+        if p is not None:
+            p.tests.append(test)
+            self.edges.append(Edge(type="tested_by", source=proposition, target=test, seq=seq))
+
+    def test_done(self, key: str, detail: dict[str, object]) -> None:
+        """Note a test's recorded outcome (the adapter's receipt detail ``outcome``)."""
+        test = self.tests.get(self.test_keys.get(key, ""))
+        if test is not None and not test.outcome:
+            outcome = str(detail.get("outcome", ""))
+            test.outcome = outcome if outcome in OUTCOMES else "inconclusive"
+
+    def _entity(self, e: EntityCandidateRecorded, seq: int) -> None:
+        if e.linked_to and e.linked_to in self.entities:
+            entity = self.entities[e.linked_to]
+            entity.touched_ns = e.at_ns
+            if fold_name(e.name) not in {fold_name(n) for n in (entity.name, *entity.aliases)}:
+                entity.aliases.append(e.name)
+                self._name(e.name, entity.entity)
+            return
+        self.entities[e.entity] = EntityRecord(
+            entity=e.entity,
+            name=e.name,
+            entity_type=e.entity_type,
+            aliases=list(e.aliases),
+            possible_same_as=list(e.possible_same_as),
+            task=e.task,
+            created_ns=e.at_ns,
+            touched_ns=e.at_ns,
+            seq=seq,
+        )
+        for name in (e.name, *e.aliases):
+            self._name(name, e.entity)
+        for other in e.possible_same_as:
+            if other in self.entities and e.entity not in self.entities[other].possible_same_as:
+                self.entities[other].possible_same_as.append(e.entity)
+            self.edges.append(Edge(type="possible_same_as", source=e.entity, target=other, seq=seq))
+
+    def _name(self, name: str, entity: str) -> None:
+        bearers = self.names.setdefault(fold_name(name), [])
+        if entity not in bearers:
+            bearers.append(entity)
+
+    def _proposition(self, e: PropositionProposed, seq: int) -> None:
+        self.propositions[e.proposition] = PropositionRecord(
+            proposition=e.proposition,
+            text=e.text,
+            proposition_class=e.proposition_class,
+            volatility=e.volatility,
+            about=list(e.about),
+            derived_from=list(e.derived_from),
+            supersedes=e.supersedes,
+            task=e.task,
+            created_ns=e.at_ns,
+            seq=seq,
+        )
+        self.evidence[f"proposed:{e.proposition}"] = seq
+        for observation in e.derived_from:
+            found = self.observations.get(observation)
+            if found is not None:
+                found.spawned += 1
+            self.edges.append(
+                Edge(type="derived_from", source=e.proposition, target=observation, seq=seq)
+            )
+        for entity in e.about:
+            self.edges.append(Edge(type="about", source=e.proposition, target=entity, seq=seq))
+            if entity in self.entities:
+                self.entities[entity].touched_ns = e.at_ns
+        for target in e.predicts:
+            self.edges.append(Edge(type="predicts", source=e.proposition, target=target, seq=seq))
+        if e.supersedes:
+            self.edges.append(
+                Edge(type="supersedes", source=e.proposition, target=e.supersedes, seq=seq)
+            )
+
+    def _evidence(self, e: EvidenceAttached, seq: int) -> None:
+        p = self.propositions.get(e.proposition)
+        self.evidence[e.evidence] = seq
+        if p is None:
+            return
+        item = Evidence(
+            group=e.independence_group or e.source,
+            reliability=e.reliability,
+            at_ns=e.at_ns,
+            seq=seq,
+        )
+        if e.stance == "contradicts":
+            p.contradiction.append(item)
+            p.unresolved += 1
+        else:
+            p.support.append(item)
+        p.observations.append(e.observation)
+        edge = "contradicts" if e.stance == "contradicts" else "supports"
+        self.edges.append(Edge(type=edge, source=e.observation, target=e.proposition, seq=seq))
+        now = self.assess(e.proposition, e.at_ns)
+        p.contested_updates = p.contested_updates + 1 if now.state is BeliefState.CONTESTED else 0
+
+    def _transition(self, e: PropositionTransitioned, seq: int) -> None:
+        p = self.propositions.get(e.proposition)
+        if p is None:
+            return
+        p.state = e.to_state
+        p.held = p.held or holds(BeliefState(e.to_state))
+        p.transitions.append(
+            TransitionRecord(
+                seq=seq,
+                from_state=e.from_state,
+                to_state=e.to_state,
+                cause=e.cause,
+                evidence=e.evidence,
+                evidence_seq=self.evidence.get(e.evidence, 0),
+                confidence=e.confidence,
+                support=e.support,
+                contradiction=e.contradiction,
+                support_groups=e.support_groups,
+                contradiction_groups=e.contradiction_groups,
+                freshness=e.freshness,
+                at_ns=e.at_ns,
+            )
+        )
+
+    def _consolidation(self, e: ConsolidationRecorded, seq: int) -> None:
+        self.consolidations.append(e)
+        self.evidence[e.consolidation] = seq
+        for proposition in e.promoted:
+            p = self.propositions.get(proposition)
+            if p is not None:
+                p.layer = CANONICAL
+                for entity in p.about:
+                    if entity in self.entities:
+                        self.entities[entity].layer = CANONICAL
+            self.promotions.append(
+                Promotion(proposition=proposition, consolidation=e.consolidation, seq=seq)
+            )
+        for archived in e.archived:
+            if archived.proposition in self.propositions:
+                self.propositions[archived.proposition].layer = ARCHIVED
+        for proposition in e.discarded:
+            if proposition in self.propositions:
+                self.propositions[proposition].layer = DISCARDED
+        space = self.workspaces.setdefault(e.task, WorkspaceRecord(task=e.task))
+        space.observations = 0
+        space.consolidations += 1
+
+
+OUTCOMES = ("passed", "failed", "inconclusive")
+
+
+def fold_name(name: str) -> str:
+    """The form names and texts are compared in: casefolded, whitespace collapsed."""
+    return " ".join(name.casefold().split()).rstrip(".")
