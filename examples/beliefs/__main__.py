@@ -69,7 +69,9 @@ def verdicts(study: Study) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m examples.beliefs", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(
+        prog="python -m examples.beliefs", description=__doc__.split("\n")[0]
+    )
     p.add_argument("--seeds", type=int, default=5, help="run seeds 1..N (default 5)")
     p.add_argument("--per-family", type=int, default=2, help="scenarios per family (default 2)")
     p.add_argument("--out", help="artifact directory (default: a fresh temporary directory)")
@@ -104,8 +106,13 @@ def main(argv: list[str] | None = None) -> int:
             "seeds": seeds,
             "means": {s: {m: decimal(v) for m, v in ms.items()} for s, ms in study.means.items()},
             "rules": [
-                {"system": r.system, "met": r.met, "improved": r.improved, "gains": r.gains,
-                 "task_success_delta": r.task_success_delta}
+                {
+                    "system": r.system,
+                    "met": r.met,
+                    "improved": r.improved,
+                    "gains": r.gains,
+                    "task_success_delta": r.task_success_delta,
+                }
                 for r in study.rules
             ],
             "runs": [r.directory for r in study.runs],

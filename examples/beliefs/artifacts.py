@@ -70,7 +70,11 @@ def jsonl(rows: list[dict[str, Any]]) -> str:
 
 def metrics_json(metrics: dict[str, Ratio]) -> dict[str, Any]:
     return {
-        m: {"numerator": decimal(Fraction(r.num)), "denominator": r.den, "value": decimal(r.value())}
+        m: {
+            "numerator": decimal(Fraction(r.num)),
+            "denominator": r.den,
+            "value": decimal(r.value()),
+        }
         for m, r in metrics.items()
     }
 

@@ -26,7 +26,7 @@ from typing import Any
 
 import msgspec
 
-from examples.beliefs.scenarios import HOUR, Scenario
+from examples.beliefs.scenarios import Scenario
 
 MODEL_ID = "scripted-governance-port/0.1"
 """The model id of every run on this port (the manifest's ``model_id``)."""
@@ -58,6 +58,9 @@ class ToolCall(msgspec.Struct, frozen=True, kw_only=True):
     params: dict[str, Any]
     direct: bool = False
     """An attempted direct canonical write (the model asserting a belief state)."""
+    context: dict[str, Any] = {}
+    """What the agent knows beside the call (never sent to the kernel): a test's answer as
+    the lookup worded it, the twins a new name might be."""
 
 
 def bare(name: str) -> str:
@@ -71,6 +74,12 @@ class Resolution(msgspec.Struct, kw_only=True):
     entities: dict[str, str] = {}
 
 
+def reliability(micro_units: int) -> str:
+    """A reliability in micro-units as the decimal string the pack takes: 900_000 -> "0.9"."""
+    whole, frac = divmod(micro_units, 1_000_000)
+    return f"{whole}.{frac:06d}".rstrip("0").rstrip(".") if frac else str(whole)
+
+
 def translate(sc: Scenario) -> tuple[list[ToolCall], Resolution]:
     """Translate ``sc`` into the tool calls an agent makes, and its entity resolution."""
     calls: list[ToolCall] = []
@@ -78,12 +87,30 @@ def translate(sc: Scenario) -> tuple[list[ToolCall], Resolution]:
     sources = {s.id: s for s in sc.sources}
     props: dict[tuple[str, str], list[str]] = {}  # (entity, attribute) -> values, in order
     current: dict[tuple[str, str], str] = {}  # the value a change supersedes
-    tests: dict[tuple[str, str], tuple[str, list[str]]] = {}
-    testable = {(o.mention, o.attribute) for o in sc.observations if o.kind == "test_result"}
+    tests: dict[tuple[str, str], list[str]] = {}  # (entity, attribute) -> tests proposed
+    groups: dict[tuple[str, str, str], set[str]] = {}  # (entity, attribute, value) -> groups
+    lookups = {
+        (o.mention, o.attribute): o.value for o in sc.observations if o.kind == "test_result"
+    }
+    n_tests = 0
 
-    def call(at_s: int, kind: str, direct: bool = False, **params: Any) -> None:
+    def call(
+        at_s: int,
+        kind: str,
+        direct: bool = False,
+        context: dict[str, Any] | None = None,
+        **params: Any,
+    ) -> None:
+        params["task"] = sc.id
         calls.append(
-            ToolCall(n=len(calls) + 1, at_s=at_s, kind=kind, params=params, direct=direct)
+            ToolCall(
+                n=len(calls) + 1,
+                at_s=at_s,
+                kind=kind,
+                params=params,
+                direct=direct,
+                context=context or {},
+            )
         )
 
     def entity(at_s: int, mention: str, obs: str) -> str:
@@ -95,15 +122,33 @@ def translate(sc: Scenario) -> tuple[list[ToolCall], Resolution]:
         call(
             at_s,
             "create_or_link_entity_candidate",
+            context={"possible_same_as": twins},
             entity=ref,
             name=mention,
-            possible_same_as=twins,
             observation=obs,
         )
         return ref
 
     for o in sc.observations:
         src = sources[o.source]
+        parsed = {"kind": o.kind, "mention": o.mention, "attribute": o.attribute, "value": o.value}
+        ent = res.entities.get(o.mention, "")
+        key = (ent, o.attribute)
+        if o.kind == "test_result" and tests.get(key):
+            # The lookup the agent asked for answers: each test's recorded result comes back.
+            for test in tests[key]:
+                call(
+                    o.at_s,
+                    "execute_test_result_ingest",
+                    context={
+                        "observation": o.id,
+                        "raw_payload": o.text,
+                        "parsed_payload": parsed,
+                        "source": src.id,
+                    },
+                    test=test,
+                )
+            continue
         call(
             o.at_s,
             "record_observation",
@@ -111,15 +156,9 @@ def translate(sc: Scenario) -> tuple[list[ToolCall], Resolution]:
             source=src.id,
             source_type=src.source_type,
             independence_group=src.group,
-            reliability=src.reliability,
+            reliability=reliability(src.reliability),
             raw_payload=o.text,
-            parsed_payload={
-                "kind": o.kind,
-                "mention": o.mention,
-                "attribute": o.attribute,
-                "value": o.value,
-            },
-            task=sc.id,
+            parsed_payload=parsed,
         )
         ent = entity(o.at_s, o.mention, o.id)
         if o.kind == "alias":
@@ -128,44 +167,28 @@ def translate(sc: Scenario) -> tuple[list[ToolCall], Resolution]:
                 call(
                     o.at_s,
                     "create_or_link_entity_candidate",
-                    entity=ent,
                     name=o.value,
-                    link_to=ent,
+                    alias_of=ent,
                     observation=o.id,
                 )
             continue
         key = (ent, o.attribute)
         prop = f"p:{ent}/{o.attribute}={o.value}"
+        text = f"{o.mention}'s {o.attribute} is {o.value}"
         values = props.setdefault(key, [])
-        if o.kind == "test_result":
-            test, tested = tests.get(key, ("", []))
-            if test:
-                for p in tested:
-                    outcome = "passed" if p == prop else "failed"
-                    call(
-                        o.at_s,
-                        "execute_test_result_ingest",
-                        test=test,
-                        proposition=p,
-                        outcome=outcome,
-                        observation=o.id,
-                    )
-                continue
         rivals = [f"p:{ent}/{o.attribute}={v}" for v in values if v != o.value]
         if o.value not in values:
             values.append(o.value)
+            superseded = current.get(key, "") if o.kind == "change" else ""
             call(
                 o.at_s,
                 "propose_proposition",
                 proposition=prop,
-                text=f"{o.mention}'s {o.attribute} is {o.value}",
+                text=text,
                 about=[ent],
                 derived_from=[o.id],
                 volatility=sc.volatility.get(o.attribute, "medium"),
-                supersedes=f"p:{ent}/{o.attribute}={current[key]}"
-                if o.kind == "change" and key in current
-                else "",
-                task=sc.id,
+                supersedes=f"p:{ent}/{o.attribute}={superseded}" if superseded else "",
             )
         else:
             call(o.at_s, "attach_support", proposition=prop, observation=o.id)
@@ -180,26 +203,36 @@ def translate(sc: Scenario) -> tuple[list[ToolCall], Resolution]:
                 "propose_proposition",
                 direct=True,
                 proposition=prop,
-                text=f"{o.mention}'s {o.attribute} is {o.value}",
+                text=text,
                 about=[ent],
                 derived_from=[o.id],
                 state="accepted",
                 canonical=True,
-                task=sc.id,
             )
-        if rivals and (o.mention, o.attribute) in testable and key not in tests:
-            test = f"t:{sc.id}/{len(tests) + 1}"
-            tested = [*rivals, prop]
-            tests[key] = (test, tested)
-            call(
-                o.at_s + HOUR // 2,
-                "propose_test",
-                test=test,
-                propositions=tested,
-                method="lookup",
-                impact="high",
-            )
-    call(sc.end_s, "request_consolidation", task=sc.id)
+        groups.setdefault((ent, o.attribute, o.value), set()).add(src.group)
+        serious = all(len(groups.get((ent, o.attribute, v), ())) >= 2 for v in values)
+        if len(values) >= 2 and serious and (o.mention, o.attribute) in lookups:
+            if key not in tests:
+                # A serious dispute (two independent groups on each side) a lookup can
+                # settle: the agent asks for a test of each side, once.
+                sides = [f"p:{ent}/{o.attribute}={v}" for v in values]
+                for target in sides:
+                    n_tests += 1
+                    test = f"t:{sc.id}/{n_tests}"
+                    tests.setdefault(key, []).append(test)
+                    call(
+                        o.at_s,
+                        "propose_test",
+                        # The lookup's answer is the world's; only the test adapter reads it.
+                        context={"answer": lookups[(o.mention, o.attribute)]},
+                        test=test,
+                        proposition=target,
+                        competing=[p for p in sides if p != target],
+                        action_impact="high",
+                        cost="0",
+                        method="lookup",
+                    )
+    call(sc.end_s, "request_consolidation", reason="task boundary: the questions are asked")
     # Questions name entities too: the agent resolves them the same way.
     for q in sc.questions:
         if q.mention not in res.entities:

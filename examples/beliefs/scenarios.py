@@ -155,6 +155,7 @@ class _Builder:
     def __init__(self, seed: int, family: str, instance: int) -> None:
         self.seed, self.family = seed, family
         self.id = f"{family}-{instance}"
+        self.instance = instance
         self.rng = rng_for(seed, family, instance)
         self.sources: dict[str, Source] = {}
         self.observations: list[Observation] = []
@@ -165,10 +166,11 @@ class _Builder:
 
     def source(self, id: str, group: str, source_type: str = "news", reliability: int = 0) -> str:
         if id not in self.sources:
-            rel = reliability or self.rng.choice((800_000, 900_000, 1_000_000))
-            self.sources[id] = Source(
-                id=id, source_type=source_type, group=group, reliability=rel
+            # A source's reliability is the seed's, whatever scenario meets it first.
+            rel = reliability or rng_for(self.seed, "source", id).choice(
+                (800_000, 900_000, 1_000_000)
             )
+            self.sources[id] = Source(id=id, source_type=source_type, group=group, reliability=rel)
         return id
 
     def say(
@@ -330,7 +332,7 @@ def _ambiguous_entities(b: _Builder) -> None:
         for s, g in (("directory", "directory"), ("team-page", "team")):
             b.say(t, b.source(s, g, "api"), mention, "role", role)
             t += HOUR
-    [company] = b.pick(COMPANIES, 1)
+    company = COMPANIES[(b.instance + b.seed) % len(COMPANIES)]  # distinct within a bundle
     short = company.split()[0]
     b.entities[company] = f"{b.id}:{company}"
     b.entities[short] = b.entities[company]
@@ -366,15 +368,18 @@ def _abstention(b: _Builder) -> None:
 
 
 def _targeted_test(b: _Builder) -> None:
-    # Two independent sources disagree on a high-impact fact; a lookup settles it.
+    # Four independent sources split two against two on a high-impact fact; a lookup
+    # (the test the agent asks for) settles it.
     [company] = b.pick(COMPANIES, 1)
     right, wrong = b.pick(["AA", "A", "BBB", "BB", "B"], 2)
     b.volatility["rating"] = "medium"
     first, second = (right, wrong) if b.rng.random() < 0.5 else (wrong, right)
-    b.say(0, b.source("agency-x", "agency-x"), company, "rating", first)
-    b.say(3 * HOUR, b.source("agency-y", "agency-y"), company, "rating", second)
+    for i, (agency, value) in enumerate(
+        (("agency-w", first), ("agency-x", second), ("agency-y", first), ("agency-z", second))
+    ):
+        b.say(i * 3 * HOUR, b.source(agency, agency), company, "rating", value)
     b.say(
-        5 * HOUR,
+        13 * HOUR,
         b.source("rating-registry", "registry", "api", reliability=1_000_000),
         company,
         "rating",

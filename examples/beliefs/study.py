@@ -13,7 +13,7 @@ from examples.beliefs.artifacts import git_sha, write_run
 from examples.beliefs.metrics import ALL_METRICS, PassRule, Ratio, mean, measure, pass_rule
 from examples.beliefs.port import MODEL_ID, translate
 from examples.beliefs.scenarios import FAMILIES, Scenario, bundle
-from examples.beliefs.systems import KeyValue, Ledger, Outcome, RawLog, System
+from examples.beliefs.systems import KeyValue, Outcome, PolicyFold, RawLog, System
 
 ROOT = Path(__file__).resolve().parents[2]
 BASELINE = "raw_log"
@@ -27,11 +27,11 @@ def _governed(seed: int, workdir: Path) -> System:
 
 FACTORIES: dict[str, Callable[[int, Path], System]] = {
     "governed": _governed,
-    "governed_fold": lambda seed, wd: Ledger("governed_fold"),
+    "governed_fold": lambda seed, wd: PolicyFold("governed_fold"),
     "raw_log": lambda seed, wd: RawLog(),
     "key_value": lambda seed, wd: KeyValue(),
-    "no_independence": lambda seed, wd: Ledger("no_independence", independence="per_source"),
-    "direct_writes": lambda seed, wd: Ledger("direct_writes", direct_writes=True),
+    "no_independence": lambda seed, wd: PolicyFold("no_independence", independence="per_source"),
+    "direct_writes": lambda seed, wd: PolicyFold("direct_writes", direct_writes=True),
 }
 SYSTEMS = tuple(FACTORIES)
 
@@ -64,9 +64,7 @@ class SeedRun(msgspec.Struct, kw_only=True):
     directory: str
 
 
-async def run_one(
-    system: str, seed: int, per_family: int, out: Path, sha: str
-) -> SeedRun:
+async def run_one(system: str, seed: int, per_family: int, out: Path, sha: str) -> SeedRun:
     """Run ``system`` over ``seed``'s bundle and write its artifacts under ``out``."""
     scenarios = bundle(seed, per_family)
     work = out / "work" / f"{system}_{seed}"

@@ -9,14 +9,14 @@ scripted port, and is asked the same questions at the task boundary:
   (a tie goes to the most recent). It abstains only when nothing is retrieved.
 - ``key_value``: one slot per (bare name, attribute); every claim, change or test
   result overwrites it (last write wins). It abstains only on an empty slot.
-- :class:`Ledger` is the governance policy folded in the study's own code around the
-  kernel's public pure scoring model (:func:`kernel.beliefs.assess`). It runs the
-  two ablations, whose difference the kernel has no hook for:
-  ``no_independence`` (every source its own independence group) and
-  ``direct_writes`` (the model's attempted canonical writes are applied, pinning the
-  proposition accepted until a rival is pinned). With neither, it is the governed
-  policy without the kernel (``governed_fold``), the reference the kernel's own
-  governed run is checked against.
+- :class:`PolicyFold` is the governance pack's policy folded without the kernel, from
+  the public pure functions of :mod:`kernel.beliefs` (the gate's ``check`` and
+  ``transform``, the executor's ``effects``, the ``BeliefGraph`` projection). It runs
+  the two ablations, for which the kernel has no hook: ``no_independence`` (every
+  source its own independence group) and ``direct_writes`` (the model's attempted
+  canonical writes bypass the gate and pin the proposition accepted until a rival is
+  pinned). With neither, it is ``governed_fold``: what the governed kernel must
+  reproduce (a test holds them equal), and what runs when no kernel can.
 
 The governed system proper, a real dirk kernel with the governance pack, is
 :class:`examples.beliefs.governed.GovernedKernel`.
@@ -36,8 +36,18 @@ from typing import Any, Protocol
 import msgspec
 
 from examples.beliefs.port import Resolution, ToolCall, bare, proposition_ref
-from examples.beliefs.scenarios import ABSTAIN, EPOCH_S, Question, Scenario
-from kernel.beliefs import SCALE, Assessment, BeliefState, Evidence, Volatility, assess
+from examples.beliefs.scenarios import ABSTAIN, EPOCH_S, Scenario
+from kernel.audit import Event
+from kernel.beliefs import (
+    SCALE,
+    TEST_ADAPTER,
+    BeliefGraph,
+    ConsolidationRecorded,
+    PropositionTransitioned,
+    check,
+    effects,
+    transform,
+)
 
 ABSENT = "absent"
 SECOND_NS = 1_000_000_000
@@ -91,6 +101,23 @@ class System(Protocol):
         ...
 
 
+def observations_in(calls: list[ToolCall]) -> list[tuple[int, str, dict[str, Any]]]:
+    """What a memory without a gate sees: (call, text, parsed) of every observation.
+
+    Recorded observations, and each test result the agent brought back (once per
+    lookup, however many tests it answered).
+    """
+    seen: set[str] = set()
+    found = []
+    for c in calls:
+        if c.kind == "record_observation":
+            found.append((c.n, str(c.params["raw_payload"]), dict(c.params["parsed_payload"])))
+        elif c.kind == "execute_test_result_ingest" and c.context.get("observation") not in seen:
+            seen.add(str(c.context["observation"]))
+            found.append((c.n, str(c.context["raw_payload"]), dict(c.context["parsed_payload"])))
+    return found
+
+
 class RawLog:
     """Raw text log retrieval: the five most recent matching lines vote."""
 
@@ -101,11 +128,7 @@ class RawLog:
         self.lines: list[dict[str, Any]] = []
 
     async def run_scenario(self, sc: Scenario, calls: list[ToolCall], res: Resolution) -> Outcome:
-        lines = []
-        for c in calls:
-            if c.kind == "record_observation":
-                line = {"n": c.n, "text": c.params["raw_payload"], **c.params["parsed_payload"]}
-                lines.append(line)
+        lines = [{"n": n, "text": text, **parsed} for n, text, parsed in observations_in(calls)]
         self.lines.extend(lines)
 
         def votes(mention: str, attribute: str) -> tuple[str, Counter[str]]:
@@ -154,10 +177,7 @@ class KeyValue:
     async def run_scenario(self, sc: Scenario, calls: list[ToolCall], res: Resolution) -> Outcome:
         slots: dict[tuple[str, str], str] = {}
         seen: dict[tuple[str, str], set[str]] = {}
-        for c in calls:
-            if c.kind != "record_observation":
-                continue
-            parsed = c.params["parsed_payload"]
+        for n, _, parsed in observations_in(calls):
             if parsed["kind"] == "alias":
                 continue
             key = (bare(parsed["mention"]), parsed["attribute"])
@@ -165,18 +185,15 @@ class KeyValue:
                 self.writes.append(
                     {
                         "scenario": sc.id,
-                        "at_s": c.at_s,
+                        "call": n,
                         "key": f"{key[0]}/{key[1]}",
                         "from": slots[key],
                         "to": parsed["value"],
-                        "evidence": parsed.get("observation", c.params["observation"]),
                     }
                 )
             slots[key] = parsed["value"]
             seen.setdefault(key, set()).add(parsed["value"])
-        answers = {
-            q.id: slots.get((bare(q.mention), q.attribute), ABSTAIN) for q in sc.questions
-        }
+        answers = {q.id: slots.get((bare(q.mention), q.attribute), ABSTAIN) for q in sc.questions}
         beliefs = []
         for t in sc.truths:
             key = (bare(t.mention), t.attribute)
@@ -199,32 +216,23 @@ class KeyValue:
         return None
 
 
-class _Prop:
-    """One proposition as the ledger folds it."""
+class PolicyFold:
+    """The governance pack's policy without the kernel: its public pure functions, folded.
 
-    def __init__(self, ref: str, volatility: Volatility, created_ns: int, key: str) -> None:
-        self.ref, self.volatility, self.created_ns, self.key = ref, volatility, created_ns, key
-        self.support: list[Evidence] = []
-        self.contradiction: list[Evidence] = []
-        self.failed_test = False
-        self.held = False
-        self.pinned = False
-        self.state = BeliefState.TENTATIVE
-        self.last: Assessment | None = None
-
-
-CARRY_OVER_CAP = 20
-
-
-class Ledger:
-    """The governance policy folded around the public pure scoring model, with ablations.
+    Each tool call is judged by :func:`kernel.beliefs.check` (a refusal is counted
+    by its reason code), put in its applied form by :func:`kernel.beliefs.transform`,
+    and executed by :func:`kernel.beliefs.effects` into a :class:`kernel.beliefs.BeliefGraph`,
+    exactly as the kernel's DIM and beliefs executor do; a test runs on
+    :class:`LookupTests`. One graph holds a seed's whole bundle, each scenario its own
+    task, on its own stretch of the clock (:func:`offset_s`), as in the kernel.
 
     Args:
         name: the system's name in tables and artifacts.
-        independence: ``groups`` (the source's independence group) or ``per_source``
-            (every source its own group: no independence handling).
-        direct_writes: apply the model's attempted canonical writes instead of refusing
-            them with DIRECT_CANONICAL_WRITE_FORBIDDEN.
+        independence: ``groups`` (each source's independence group, as given) or
+            ``per_source`` (no independence handling: every source its own group).
+        direct_writes: apply the model's attempted canonical writes (they bypass the
+            gate and pin the proposition accepted in canonical memory until a rival is
+            pinned) instead of refusing them with DIRECT_CANONICAL_WRITE_FORBIDDEN.
     """
 
     def __init__(
@@ -235,166 +243,71 @@ class Ledger:
         self.name = name
         self.independence = independence
         self.direct_writes = direct_writes
+        self.graph = BeliefGraph()
+        self.pinned: dict[str, str] = {}
+        """(entity, attribute) key -> the proposition a direct write pinned accepted."""
+        self._seq = 0
+        self._index = 0
         self._transitions: list[dict[str, Any]] = []
         self._consolidations: list[dict[str, Any]] = []
 
     async def run_scenario(self, sc: Scenario, calls: list[ToolCall], res: Resolution) -> Outcome:
-        obs: dict[str, Evidence] = {}
-        props: dict[str, _Prop] = {}
-        tests: dict[str, list[str]] = {}
+        offset = offset_s(self._index)
+        self._index += 1
+        tests = LookupTests(calls)
         refused: Counter[str] = Counter()
-
-        def evidence(ref: str, n: int, now: int) -> Evidence:
-            e = obs[ref]
-            return Evidence(group=e.group, reliability=e.reliability, at_ns=now, seq=n)
-
-        def reassess(p: _Prop, now: int, cause: str, cause_ref: str) -> None:
-            a = assess(
-                p.support,
-                p.contradiction,
-                volatility=p.volatility,
-                created_ns=p.created_ns,
-                now_ns=now,
-                failed_test=p.failed_test,
-                held=p.held,
-            )
-            state = BeliefState.ACCEPTED if p.pinned else a.state
-            if p.last is None or state != p.state:
-                self._transitions.append(
-                    {
-                        "scenario": sc.id,
-                        "at_s": now // SECOND_NS - EPOCH_S,
-                        "proposition": p.ref,
-                        "from_state": "" if p.last is None else str(p.state),
-                        "to_state": str(state),
-                        "cause": cause,
-                        "evidence": cause_ref,
-                        "confidence": a.confidence,
-                        "support": a.support,
-                        "contradiction": a.contradiction,
-                        "support_groups": a.support_groups,
-                        "contradiction_groups": a.contradiction_groups,
-                        "freshness": a.freshness,
-                    }
-                )
-            p.state, p.last = state, a
-            p.held = p.held or state in (BeliefState.ACCEPTED, BeliefState.PROVISIONAL)
-
-        def create(c: ToolCall, now: int) -> _Prop:
-            ref = c.params["proposition"]
-            key = ref.rsplit("=", 1)[0]
-            attribute = key.rsplit("/", 1)[1]
-            vol = Volatility(c.params.get("volatility") or sc.volatility.get(attribute, "medium"))
-            p = _Prop(ref, vol, now, key)
-            for o in c.params.get("derived_from", []):
-                p.support.append(evidence(o, c.n, now))
-            props[ref] = p
-            return p
-
         for c in calls:
-            now = at_ns(c.at_s)
-            k, params = c.kind, c.params
-            if k == "record_observation":
-                group = params["independence_group"]
-                if self.independence == "per_source":
-                    group = params["source"]
-                obs[params["observation"]] = Evidence(
-                    group=group, reliability=params["reliability"], at_ns=now, seq=c.n
-                )
-            elif k == "propose_proposition" and c.direct:
-                if not self.direct_writes:
-                    refused["DIRECT_CANONICAL_WRITE_FORBIDDEN"] += 1
-                    continue
-                p = props.get(params["proposition"]) or create(c, now)
-                for rival in props.values():
-                    if rival.key == p.key and rival is not p and rival.pinned:
-                        rival.pinned = False
-                        reassess(rival, now, "direct_write", params["derived_from"][0])
-                p.pinned = True
-                reassess(p, now, "direct_write", params["derived_from"][0])
-            elif k == "propose_proposition":
-                if params["proposition"] in props:  # a duplicate becomes support
-                    p = props[params["proposition"]]
-                    p.support.extend(evidence(o, c.n, now) for o in params["derived_from"])
-                    reassess(p, now, "supports", params["derived_from"][0])
-                else:
-                    reassess(create(c, now), now, "proposed", params["derived_from"][0])
-            elif k in ("attach_support", "attach_contradiction"):
-                p = props[params["proposition"]]
-                e = evidence(params["observation"], c.n, now)
-                if k == "attach_support":
-                    p.support.append(e)
-                    reassess(p, now, "supports", params["observation"])
-                else:
-                    p.contradiction.append(e)
-                    reassess(p, now, "contradicts", params["observation"])
-            elif k == "propose_test":
-                tests[params["test"]] = list(params["propositions"])
-            elif k == "execute_test_result_ingest":
-                p = props[params["proposition"]]
-                if params["outcome"] == "failed":
-                    p.failed_test = True
-                else:
-                    p.support.append(evidence(params["observation"], c.n, now))
-                reassess(p, now, "test", params["test"])
-            elif k == "request_consolidation":
-                self._consolidate(sc, props, now, c, reassess)
-        answers = {q.id: self._answer(q, res, props) for q in sc.questions}
-        beliefs = []
-        for t in sc.truths:
-            p = props.get(proposition_ref(res, t.mention, t.attribute, t.value))
-            if p is None or p.last is None:
-                beliefs.append(Belief(state=ABSENT))
-            else:
-                beliefs.append(Belief(state=str(p.state), confidence=p.last.confidence))
-        return Outcome(
-            scenario=sc.id,
-            answers=answers,
-            beliefs=beliefs,
-            entities=dict(res.entities),
-            rejected_calls=dict(sorted(refused.items())),
-        )
+            now = at_ns(c.at_s, offset)
+            kind, params = PREFIX + c.kind, ablate(c, self.independence)
+            if c.direct and self.direct_writes:
+                self._pin(sc, c, now, offset)
+                continue
+            refusal = check(self.graph, kind, params, sc.id, now)
+            if refusal is not None:
+                refused[str(refusal.reason_code)] += 1
+                continue
+            applied = transform(self.graph, kind, params)
+            if applied is not None:
+                kind, params = applied.kind, dict(applied.params)
+            key = f"{sc.id}#{c.n}"
+            if kind == PREFIX + "propose_test":
+                self._seq += 1
+                self.graph.test_started(key, params, TEST_ADAPTER, self._seq)
+                self.graph.test_done(key, {"outcome": tests.outcome(params)})
+                continue
+            for payload in effects(self.graph, kind, params, task=sc.id, key=key, now_ns=now):
+                self._seq += 1
+                self.graph.apply(Event(seq=self._seq, ts=now, payload=payload))  # type: ignore[arg-type]
+                self._record(sc, payload, offset)
+        end = at_ns(sc.end_s, offset)
+        return read_outcome(sc, res, self.graph, end, self.pinned, dict(sorted(refused.items())))
 
-    def _consolidate(
-        self, sc: Scenario, props: dict[str, _Prop], now: int, c: ToolCall, reassess: Any
-    ) -> None:
-        promoted, carried, archived, discarded = [], [], [], []
-        for p in props.values():
-            reassess(p, now, "consolidation", f"consolidation:{c.n}")
-            assert p.last is not None
-            fresh_enough = p.last.freshness >= 350_000
-            if p.state is BeliefState.ACCEPTED and (p.pinned or fresh_enough):
-                promoted.append(p.ref)
-            elif p.state in (BeliefState.REJECTED, BeliefState.DEPRECATED):
-                discarded.append(p.ref)
-            elif len(carried) < CARRY_OVER_CAP:
-                carried.append(p.ref)
-            else:
-                archived.append({"proposition": p.ref, "reason": "CARRY_OVER_CAP"})
-        self._consolidations.append(
+    def _pin(self, sc: Scenario, c: ToolCall, now: int, offset: int) -> None:
+        prop = str(c.params["proposition"])
+        if prop not in self.graph.propositions:
+            return
+        slot = prop.rsplit("=", 1)[0]
+        before = self.pinned.get(slot)
+        self.pinned[slot] = prop
+        p = self.graph.propositions[prop]
+        self._transitions.append(
             {
                 "scenario": sc.id,
-                "at_s": c.at_s,
-                "trigger": "task_boundary",
-                "promoted": promoted,
-                "carried_over": carried,
-                "archived": archived,
-                "discarded": discarded,
+                "at_s": now // SECOND_NS - EPOCH_S - offset,
+                "proposition": prop,
+                "from_state": str(p.state),
+                "to_state": "accepted",
+                "cause": "direct_write",
+                "evidence": str(c.params["derived_from"][0]),
+                "unpinned": before or "",
             }
         )
 
-    @staticmethod
-    def _answer(q: Question, res: Resolution, props: dict[str, _Prop]) -> str:
-        key = proposition_ref(res, q.mention, q.attribute, "").rstrip("=")
-        held = [
-            p
-            for p in props.values()
-            if p.key == key and p.state is BeliefState.ACCEPTED and p.last is not None
-        ]
-        if not held:
-            return ABSTAIN
-        best = max(held, key=lambda p: (p.pinned, p.last.confidence if p.last else 0))
-        return best.ref.rsplit("=", 1)[1]
+    def _record(self, sc: Scenario, payload: Any, offset: int) -> None:
+        if isinstance(payload, PropositionTransitioned):
+            self._transitions.append(transition_row(sc.id, payload, offset))
+        elif isinstance(payload, ConsolidationRecorded):
+            self._consolidations.append(consolidation_row(sc.id, payload, offset))
 
     def transitions(self) -> list[dict[str, Any]]:
         return list(self._transitions)
@@ -404,3 +317,124 @@ class Ledger:
 
     async def aclose(self) -> None:
         return None
+
+
+PREFIX = "governance."
+SCENARIO_SPAN_S = 1_000 * 3_600
+"""Each scenario of a bundle runs on its own 1000-hour stretch of the clock."""
+
+
+def offset_s(index: int) -> int:
+    """Where the ``index``-th scenario of a bundle starts on the shared clock."""
+    return index * SCENARIO_SPAN_S
+
+
+def ablate(c: ToolCall, independence: str) -> dict[str, Any]:
+    """The parameters as sent: with no independence handling, each source is its own group."""
+    params = dict(c.params)
+    if independence == "per_source" and c.kind == "record_observation":
+        params["independence_group"] = params["source"]
+    return params
+
+
+class LookupTests:
+    """The outside world's answer to a test: the lookup's value, from the scenario.
+
+    A test of a proposition passes when the lookup gives its value, and fails otherwise.
+    """
+
+    def __init__(self, calls: list[ToolCall]) -> None:
+        self.answers: dict[str, str] = {}
+        for c in calls:
+            if c.kind == "propose_test":
+                self.answers[str(c.params["test"])] = str(c.context.get("answer", ""))
+
+    def outcome(self, params: dict[str, Any]) -> str:
+        answer = self.answers.get(str(params.get("test", "")), "")
+        if not answer:
+            return "inconclusive"
+        value = str(params.get("proposition", "")).rsplit("=", 1)[-1]
+        return "passed" if value == answer else "failed"
+
+
+def transition_row(scenario: str, t: PropositionTransitioned, offset: int) -> dict[str, Any]:
+    """A PropositionTransitioned as a transitions.jsonl row (times on the scenario clock)."""
+    return {
+        "scenario": scenario,
+        "at_s": t.at_ns // SECOND_NS - EPOCH_S - offset,
+        "proposition": t.proposition,
+        "from_state": t.from_state,
+        "to_state": t.to_state,
+        "cause": t.cause,
+        "evidence": t.evidence,
+        "confidence": t.confidence,
+        "support": t.support,
+        "contradiction": t.contradiction,
+        "support_groups": t.support_groups,
+        "contradiction_groups": t.contradiction_groups,
+        "freshness": t.freshness,
+    }
+
+
+def consolidation_row(scenario: str, c: ConsolidationRecorded, offset: int) -> dict[str, Any]:
+    """A ConsolidationRecorded as a consolidation_events.jsonl row."""
+    return {
+        "scenario": scenario,
+        "at_s": c.at_ns // SECOND_NS - EPOCH_S - offset,
+        "consolidation": c.consolidation,
+        "trigger": c.trigger,
+        "promoted": list(c.promoted),
+        "carried_over": list(c.carried_over),
+        "archived": [{"proposition": a.proposition, "reason": a.reason} for a in c.archived],
+        "discarded": list(c.discarded),
+        "observations": c.observations,
+    }
+
+
+def read_outcome(
+    sc: Scenario,
+    res: Resolution,
+    graph: BeliefGraph,
+    end_ns: int,
+    pinned: dict[str, str],
+    refused: dict[str, int],
+) -> Outcome:
+    """Answers, beliefs and entities of ``sc`` as the belief graph holds them at its end.
+
+    A question is answered by the accepted proposition of its (entity, attribute), the
+    most confident if several, and abstains when none is accepted. A proposition a
+    direct write pinned counts as accepted (the direct-writes ablation only).
+    """
+
+    def state(ref: str) -> str:
+        p = graph.propositions[ref]
+        return "accepted" if pinned.get(ref.rsplit("=", 1)[0]) == ref else str(p.state)
+
+    answers = {}
+    for q in sc.questions:
+        slot = proposition_ref(res, q.mention, q.attribute, "").rstrip("=")
+        held = [
+            (ref == pinned.get(slot), graph.assess(ref, end_ns).confidence, ref)
+            for ref, p in graph.propositions.items()
+            if p.task == sc.id and ref.rsplit("=", 1)[0] == slot and state(ref) == "accepted"
+        ]
+        answers[q.id] = max(held)[2].rsplit("=", 1)[1] if held else ABSTAIN
+    beliefs = []
+    for t in sc.truths:
+        ref = proposition_ref(res, t.mention, t.attribute, t.value)
+        if ref not in graph.propositions:
+            beliefs.append(Belief(state=ABSENT))
+        else:
+            conf = graph.assess(ref, end_ns).confidence
+            beliefs.append(Belief(state=state(ref), confidence=conf))
+    entities = {}
+    for mention in sc.entities:
+        bearers = [e for e in graph.named(mention) if graph.entities[e].task == sc.id]
+        entities[mention] = bearers[0] if len(bearers) == 1 else res.entities.get(mention, mention)
+    return Outcome(
+        scenario=sc.id,
+        answers=answers,
+        beliefs=beliefs,
+        entities=entities,
+        rejected_calls=refused,
+    )
