@@ -42,6 +42,7 @@ from kernel.policy.packs import PackError, PolicyCatalog, PolicyPack
 from kernel.registry import KERNEL_VERSION
 from kernel.runtime.actors import RestartIntensityExceeded, Supervisor
 from kernel.runtime.messages import Recover
+from kernel.state.beliefs import BUILT_IN
 from kernel.state.memory import MEMORY_ADAPTER
 from kernel.state.projections import Projections
 from kernel.state.snapshots import Checkpointer, restore
@@ -95,7 +96,7 @@ async def open_kernel(
     missing = [
         name
         for name in catalog.adapters_needed()
-        if name not in adapters and name != MEMORY_ADAPTER
+        if name not in adapters and name != MEMORY_ADAPTER and name not in BUILT_IN
     ]
     if missing:
         raise PackError(f"no adapter registered for {', '.join(missing)}")

@@ -13,6 +13,8 @@ from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 from kernel.adapters.contract import Adapter, CallPool
+from kernel.beliefs import BeliefsExecutor
+from kernel.beliefs._pack import NoTests
 from kernel.config import KernelConfig
 from kernel.context import ContextCompiler
 from kernel.core.ports import Clock, IdSource
@@ -34,6 +36,7 @@ from kernel.runtime.messages import (
     GuardMessage,
     RegistryMessage,
 )
+from kernel.state.beliefs import BELIEFS_ADAPTER, TEST_ADAPTER
 from kernel.state.memory import MEMORY_ADAPTER
 from kernel.state.projections import Projections
 
@@ -75,6 +78,12 @@ class Actors:
         if MEMORY_ADAPTER in catalog.adapters_needed() and MEMORY_ADAPTER not in adapters:
             # Built in: it hands memory events to the engine, rule proposals to the DIM.
             adapters = {**adapters, MEMORY_ADAPTER: MemoryExecutor(projections, self.dim)}
+        needed = catalog.adapters_needed()
+        if BELIEFS_ADAPTER in needed and BELIEFS_ADAPTER not in adapters:
+            # Built in: it hands belief events to the engine (kernel.beliefs).
+            adapters = {**adapters, BELIEFS_ADAPTER: BeliefsExecutor(projections, clock)}
+        if TEST_ADAPTER in needed and TEST_ADAPTER not in adapters:
+            adapters = {**adapters, TEST_ADAPTER: NoTests()}
         self.adapters: Mapping[str, Adapter] = adapters
         """The adapters by name, the built-in memory executor among them when needed."""
         self.agents = AgentHost(

@@ -14,6 +14,7 @@ def test_testing_exports():
             "ManualClock",
             "SeededIds",
             "ScriptedAgent",
+            "ScriptedTests",
             "SimulatedSystem",
             "Step",
             "action_of",

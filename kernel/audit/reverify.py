@@ -37,6 +37,7 @@ import msgspec
 
 from kernel.audit.counterfactual import Change
 from kernel.core.events import (
+    Applied,
     Event,
     FlowAborted,
     FlowEscalated,
@@ -46,6 +47,7 @@ from kernel.core.events import (
     ProposalAccepted,
     ProposalRejected,
     ProposalSubmitted,
+    canonical,
 )
 from kernel.core.reasons import CliError
 from kernel.dim.verdict import verdict
@@ -61,10 +63,13 @@ class Recorded(msgspec.Struct, frozen=True, kw_only=True):
     reason_code: str = ""
     detail: str = ""
     pack: str = ""
+    applied: str = ""
+    """A transformed acceptance: the applied form, as canonical JSON (kernel.beliefs)."""
 
     def words(self) -> str:
         """Return the outcome as in ``dirk whatif``'s lines."""
-        return self.outcome + (f" ({self.reason_code})" if self.reason_code else "")
+        applied = f" as {self.applied}" if self.applied else ""
+        return self.outcome + applied + (f" ({self.reason_code})" if self.reason_code else "")
 
 
 class Rejudged(msgspec.Struct, frozen=True, kw_only=True):
@@ -98,8 +103,8 @@ def _recorded(payload: ProposalAccepted | ProposalRejected | FlowEscalated) -> R
             )
         case FlowEscalated(reason_code=code, detail=detail, pack=pack):
             return Recorded(outcome="escalated", reason_code=str(code), detail=detail, pack=pack)
-        case ProposalAccepted(pack=pack):
-            return Recorded(outcome="accepted", pack=pack)
+        case ProposalAccepted(pack=pack, applied=applied):
+            return Recorded(outcome="accepted", pack=pack, applied=_form(applied))
 
 
 def judge_at(projections: Projections, event: Event, catalog: PolicyCatalog) -> Recorded | None:
@@ -126,7 +131,11 @@ def judge_at(projections: Projections, event: Event, catalog: PolicyCatalog) -> 
         if f is not None:
             code, detail = str(f.reason_code), f.detail
             return Recorded(outcome=outcome, reason_code=code, detail=detail, pack=judgement.pack)
-    return Recorded(outcome="accepted", pack=judgement.pack)
+    return Recorded(outcome="accepted", pack=judgement.pack, applied=_form(judgement.applied))
+
+
+def _form(applied: Applied | None) -> str:
+    return "" if applied is None else canonical(applied).decode()
 
 
 async def rejudge(
@@ -211,7 +220,11 @@ async def rejudge(
 
 def _compare(event: Event, dfid: str, pending: _Pending, then: Recorded) -> Change | None:
     now = pending.now
-    if (then.outcome, then.reason_code) == (now.outcome, now.reason_code):
+    if (then.outcome, then.reason_code, then.applied) == (
+        now.outcome,
+        now.reason_code,
+        now.applied,
+    ):
         return None
     return Change(
         seq=pending.seq,
@@ -219,7 +232,7 @@ def _compare(event: Event, dfid: str, pending: _Pending, then: Recorded) -> Chan
         agent_id=pending.agent_id,
         kind=pending.kind,
         then=then.words(),
-        now=f"would have been {now.outcome}",
+        now=f"would have been {now.outcome}" + (f" as {now.applied}" if now.applied else ""),
         reason_code=now.reason_code,
         detail=now.detail,
     )

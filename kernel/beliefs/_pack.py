@@ -189,3 +189,39 @@ class BeliefsExecutor:
             raise AdapterError(f"the beliefs executor does not know {intent.kind!r}")
         detail = {"events": [type(r).__name__ for r in records]}
         return Remembered(external_id=memory_id(intent.key), detail=detail, records=tuple(records))  # type: ignore[arg-type]
+
+
+class NoTests:
+    """The ``belief_test`` adapter a kernel gets when none is given: every test fails to run.
+
+    A test is an action in the world, and this kernel was given nothing to act with;
+    the flow ends EXECUTION_FAILED, naming the missing adapter, and no result exists.
+    """
+
+    async def execute(self, intent: ExecutionIntent) -> Receipt:
+        """Refuse, terminally: nothing happened."""
+        raise AdapterError(
+            f"no {TEST_ADAPTER!r} adapter was given to this kernel: test"
+            f" {intent.params.get('test', '')!r} cannot run"
+        )
+
+
+class ScriptedTests:
+    """A deterministic ``belief_test`` adapter: outcomes set in advance, by test or proposition.
+
+    Args:
+        outcomes: ``passed``, ``failed`` or ``inconclusive`` by test id or proposition id
+            (a test id wins); anything unnamed is ``inconclusive``.
+    """
+
+    def __init__(self, outcomes: dict[str, str] | None = None) -> None:
+        self.outcomes = dict(outcomes or {})
+        self.calls: list[ExecutionIntent] = []
+
+    async def execute(self, intent: ExecutionIntent) -> Receipt:
+        """Return the outcome of the test as the receipt's ``detail["outcome"]``."""
+        self.calls.append(intent)
+        test = str(intent.params.get("test", ""))
+        proposition = str(intent.params.get("proposition", ""))
+        outcome = self.outcomes.get(test, self.outcomes.get(proposition, "inconclusive"))
+        return Receipt(external_id=f"test:{test}", detail={"outcome": outcome})

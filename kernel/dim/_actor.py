@@ -82,7 +82,7 @@ from kernel.runtime.messages import (
 )
 from kernel.state.amendments import folded
 from kernel.state.approvals import escalated_event
-from kernel.state.intents import stage_start
+from kernel.state.intents import mint, stage_start
 from kernel.state.projections import AgentView, Projections, session_hash
 
 log = logging.getLogger(__name__)
@@ -233,7 +233,12 @@ class IntegrityModule:
             )
             return
         recorded = out.emit(
-            ProposalAccepted(attempt=attempt, by_human=msg.by_human, pack=judgement.pack),
+            ProposalAccepted(
+                attempt=attempt,
+                by_human=msg.by_human,
+                pack=judgement.pack,
+                applied=judgement.applied,
+            ),
             dfid=msg.dfid,
             after=submitted,
         )
@@ -244,7 +249,14 @@ class IntegrityModule:
         # the engine calls the adapter only once it is recorded (kernel.state.intents).
         accepted = out.flow(msg.dfid)
         assert accepted is not None
-        intent = stage_start(self._catalog, accepted, out, policy=judgement.policy)
+        applied = None
+        if judgement.applied is not None:
+            # Transformed: the intent carries the applied form, under the submission's key.
+            minted = mint(self._catalog, accepted, policy=judgement.policy)
+            applied = msgspec.structs.replace(
+                minted, kind=judgement.applied.kind, params=dict(judgement.applied.params)
+            )
+        intent = stage_start(self._catalog, accepted, out, applied, policy=judgement.policy)
         if intent is not None:
             out.send(self._execution, Dispatch(dfid=msg.dfid, key=intent.key))
         out.reply(msg.reply, Verdict(outcome=Outcome.ACCEPTED, dfid=msg.dfid, attempt=attempt))

@@ -39,7 +39,7 @@ from typing import Any
 
 import msgspec
 
-from kernel.core.events import Feedback, ProposalRecord
+from kernel.core.events import Applied, Feedback, ProposalRecord
 from kernel.core.reasons import ReasonCode
 from kernel.policy.contracts import field_of
 from kernel.policy.guards import emergency
@@ -111,6 +111,8 @@ class Judgement:
     ``reserve`` holds what the flow must hold once accepted or escalated; ``pack``
     is the hash of the pack that judged (empty when no pack knows the kind);
     ``policy`` is the proposal as its (frozen) kind, so execution need not convert again.
+    ``applied`` is set on a transformed acceptance: the form executed instead of the
+    submitted one (kernel.dim.verdict adds it; kernel.state.beliefs.gate decides it).
     """
 
     rejection: Feedback | None = None
@@ -118,6 +120,7 @@ class Judgement:
     reserve: Mapping[str, int] = field(default_factory=dict)
     pack: str = ""
     policy: Any = None
+    applied: Applied | None = None
 
 
 def reject(

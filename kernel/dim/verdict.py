@@ -17,15 +17,17 @@ is therefore in both, and the live judgement and its replay cannot drift apart.
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from kernel.core.events import ProposalRecord
+from kernel.core.events import Feedback, ProposalRecord
 from kernel.core.flow import FlowState
 from kernel.dim._gate import Inputs, Judgement, MemoryCheck, judge
 from kernel.policy.packs import PolicyCatalog
-from kernel.policy.rules import Stopwatch
+from kernel.policy.rules import Stopwatch, View
 from kernel.state.amendments import Amendment, in_force
+from kernel.state.beliefs import gate as beliefs
+from kernel.state.beliefs.graph import BeliefGraph
 from kernel.state.memory import MemoryState
 from kernel.state.memory import check as check_memory
 from kernel.state.projections import AgentView, Projections, context_ref
@@ -53,6 +55,20 @@ class FactCapacities(Mapping[str, int]):
 def memory_check(memory: MemoryState, correlation_id: str) -> MemoryCheck:
     """The memory layer over governed memory: enforced constraints refuse (kernel.state.memory)."""
     return lambda proposal, view: check_memory(memory, proposal, view.agent_id, correlation_id)
+
+
+def beliefs_check(
+    layer: MemoryCheck, graph: BeliefGraph, correlation_id: str, now_ns: int
+) -> MemoryCheck:
+    """The memory layer, then the beliefs layer over the belief graph (kernel.state.beliefs)."""
+
+    def check(proposal: ProposalRecord, view: View) -> Feedback | None:
+        refused = layer(proposal, view)
+        if refused is not None:
+            return refused
+        return beliefs.check(graph, proposal.kind, proposal.params, correlation_id, now_ns)
+
+    return check
 
 
 @dataclass
@@ -150,13 +166,20 @@ def verdict(
         stopwatch: times each rule beside the verdict; never changes it.
     """
     inputs = inputs_of(projections, flow, agent, now_ns, staged)
-    return judge(
+    layer = memory or memory_check(projections.memory, flow.root_dfid)
+    judgement = judge(
         proposal,
         agent,
         catalog,
         now_ns,
         inputs,
         by_human=by_human,
-        memory=memory or memory_check(projections.memory, flow.root_dfid),
+        memory=beliefs_check(layer, projections.beliefs, flow.root_dfid, now_ns),
         stopwatch=stopwatch,
     )
+    if judgement.rejection is None and judgement.escalation is None:
+        # A transformed verdict: accepted, and applied in another form (kernel.beliefs).
+        applied = beliefs.transform(projections.beliefs, proposal.kind, proposal.params)
+        if applied is not None:
+            return replace(judgement, applied=applied)
+    return judgement

@@ -14,31 +14,37 @@ import msgspec
 
 from kernel.adapters.constraints import Violation, check
 from kernel.adapters.contract import Adapter, AdapterError, Quote, Receipt, recordable
-from kernel.core.events import ExecutionIntent
+from kernel.core.events import BELIEF_PAYLOADS, ExecutionIntent
 from kernel.core.ports import Clock
 from kernel.runtime.actors import Mailbox
 from kernel.runtime.messages import AdapterDone, ExecutionMessage
+from kernel.state.beliefs import BELIEFS_ADAPTER
 from kernel.state.memory import MEMORY_ADAPTER, MEMORY_WRITES, Remembered
+
+_RECORDS = {MEMORY_ADAPTER: MEMORY_WRITES, BELIEFS_ADAPTER: frozenset(BELIEF_PAYLOADS)}
+"""The kernel's own executors, and the events each may return to record."""
 
 
 def _records_checked(intent: ExecutionIntent, receipt: Receipt) -> Receipt:
-    """Return ``receipt`` if the events it brings to record are the memory executor's own.
+    """Return ``receipt`` if the events it brings to record are a kernel executor's own.
 
-    Only the adapter named ``memory`` returns events, and only memory events under the
-    intent's key: any other is refused before anything is recorded (the effect of a memory
-    intent is its record, so nothing happened).
+    Only the adapters named ``memory`` and ``beliefs`` return events, and only their own
+    events under the intent's key: any other is refused before anything is recorded (the
+    effect of such an intent is its record, so nothing happened).
 
     Raises:
         AdapterError: terminal, naming what was refused.
     """
     if not isinstance(receipt, Remembered) or not receipt.records:
         return receipt
-    if intent.adapter != MEMORY_ADAPTER:
+    allowed = _RECORDS.get(intent.adapter)
+    if allowed is None:
         raise AdapterError(f"adapter {intent.adapter!r} may not return events to record")
     for record in receipt.records:
-        if type(record) not in MEMORY_WRITES or record.key != intent.key:
+        if type(record) not in allowed or record.key != intent.key:
             raise AdapterError(
-                f"the memory executor returned {type(record).__name__} outside its intent's key"
+                f"the {intent.adapter} executor returned {type(record).__name__}"
+                " outside its intent's key"
             )
     return receipt
 

@@ -11,8 +11,11 @@
   :func:`flow_types` read a running kernel's flows.
 - :class:`AdapterContract`: the adapter contract of docs/adapters.md as a pytest
   mixin, to run against any adapter; a broken rule raises :class:`ContractBroken`.
+- :class:`ScriptedTests`: a deterministic ``belief_test`` adapter for the governance
+  pack's hypothesis tests (kernel.beliefs): outcomes set in advance.
 """
 
+from kernel.beliefs._pack import ScriptedTests
 from kernel.core.ports import ManualClock, SeededIds
 from kernel.journal.store import JournalFaults
 from kernel.testing._agents import ScriptedAgent, Step, action_of, flow_types
@@ -26,6 +29,7 @@ __all__ = [
     "JournalFaults",
     "ManualClock",
     "ScriptedAgent",
+    "ScriptedTests",
     "SeededIds",
     "SimulatedSystem",
     "Step",

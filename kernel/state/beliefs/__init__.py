@@ -8,3 +8,7 @@ BELIEFS_ADAPTER = "beliefs"
 
 TEST_ADAPTER = "belief_test"
 """The adapter that runs propose_test intents: yours (kernel.testing has a deterministic one)."""
+
+BUILT_IN = frozenset({BELIEFS_ADAPTER, TEST_ADAPTER})
+"""Adapters a kernel provides when a pack needs them and none is given (kernel.wiring):
+the beliefs executor, and a test adapter that refuses every test (no tests configured)."""
