@@ -17,13 +17,12 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from examples.beliefs.port import ToolCall
+from examples.beliefs.port import Resolution, ToolCall
 from examples.beliefs.scenarios import Scenario
 from examples.beliefs.systems import (
     PREFIX,
     LookupTests,
     Outcome,
-    Resolution,
     at_ns,
     consolidation_row,
     offset_s,
