@@ -58,7 +58,8 @@ def yaml_flat(config: dict[str, Any]) -> str:
     lines = []
     for key in sorted(config):
         value = config[key]
-        if isinstance(value, dict | list) and any(isinstance(v, dict | list) for v in value):
+        nested = isinstance(value, list) and any(isinstance(v, dict | list) for v in value)
+        if isinstance(value, dict) or nested:
             raise ValueError(f"config {key!r} is not flat")
         lines.append(f"{key}: {json.dumps(value, sort_keys=True)}")
     return "\n".join(lines) + "\n"
