@@ -1,6 +1,6 @@
 """Run the governed-beliefs study (Stage 2) and print its table and the pass rule.
 
-    python -m examples.beliefs [--seeds 5] [--per-family 2] [--out DIR] [--json]
+    python -m examples.beliefs [--seeds 5] [--per-family 3] [--out DIR] [--json]
 
 Seeds 1..N, each a bundle of the seven stress families, through every system on
 the scripted LLM port; one artifact directory per (system, seed) under ``--out``
@@ -73,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
         prog="python -m examples.beliefs", description=__doc__.split("\n")[0]
     )
     p.add_argument("--seeds", type=int, default=5, help="run seeds 1..N (default 5)")
-    p.add_argument("--per-family", type=int, default=2, help="scenarios per family (default 2)")
+    p.add_argument("--per-family", type=int, default=3, help="scenarios per family (default 3)")
     p.add_argument("--out", help="artifact directory (default: a fresh temporary directory)")
     p.add_argument(
         "--systems",

@@ -36,6 +36,7 @@ from kernel import (
     Manifest,
     Ports,
     Proposal,
+    Storage,
     Supervision,
     WorkingContext,
     open_kernel,
@@ -110,6 +111,8 @@ class GovernedKernel:
                 config=KernelConfig(
                     ports=Ports(clock=self.clock, ids=SeededIds(self.seed), jitter_seed=self.seed),
                     supervision=Supervision(inbox_poll_s=None),
+                    # A study's journal survives the process, not a power cut: no fsync wait.
+                    storage=Storage(synchronous="NORMAL"),
                 ),
             )
             self.kernel = await self._cm.__aenter__()

@@ -21,7 +21,17 @@ from examples.beliefs.scenarios import (
     Truth,
     bundle,
 )
-from examples.beliefs.systems import KeyValue, Outcome, PolicyFold, RawLog, System
+from examples.beliefs.systems import (
+    KeyValue,
+    Outcome,
+    PolicyFold,
+    RawLog,
+    System,
+    at_ns,
+    offset_s,
+    read_outcome,
+)
+from kernel.audit import open_journal, state_at
 
 
 def src(id: str, group: str, reliability: int = 1_000_000) -> Source:
@@ -251,3 +261,31 @@ def test_tool_calls_carry_the_task_and_never_send_the_context() -> None:
     assert all("answer" not in c.params for c in calls)
     assert isinstance(calls[0], ToolCall) and calls[0].kind == "record_observation"
     assert calls[-1].kind == "request_consolidation"
+
+
+def test_replaying_the_governed_journal_gives_the_same_answers_and_beliefs(
+    tmp_path: Path,
+) -> None:
+    """The belief states the study reads are a fold of the journal: replay lands on them."""
+    scenarios = bundle(5, per_family=1)
+
+    async def go() -> tuple[list[Outcome], list[Outcome]]:
+        kernel = GovernedKernel(5, tmp_path)
+        lives, resolutions = [], []
+        try:
+            for sc in scenarios:
+                calls, res = translate(sc)
+                lives.append(await kernel.run_scenario(sc, calls, res))
+                resolutions.append(res)
+        finally:
+            await kernel.aclose()
+        async with open_journal(tmp_path / "governed.db", readonly=True) as journal:
+            graph = (await state_at(journal, None)).beliefs
+        replays = [
+            read_outcome(sc, res, graph, at_ns(sc.end_s, offset_s(i)), {}, live.rejected_calls)
+            for i, (sc, res, live) in enumerate(zip(scenarios, resolutions, lives, strict=True))
+        ]
+        return lives, replays
+
+    lives, replays = anyio.run(go)
+    assert lives == replays
