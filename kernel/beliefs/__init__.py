@@ -45,6 +45,11 @@ fixed reason codes (MISSING_PROVENANCE, DIRECT_CANONICAL_WRITE_FORBIDDEN,
 SCHEMA_INVALID, CONSTRAINT_VIOLATION, UNAUTHORIZED). A transformed verdict is
 accepted, with ``ProposalAccepted.applied`` (an ``Applied``: kind, params, reason).
 
+**Without a kernel.** ``Workbench().propose(kind, params, task=..., now_ns=...) -> Call``
+(outcome accepted / transformed / rejected, feedback, applied, events) runs the same
+schema, beliefs layer, transform, effects and fold on an in-memory ``BeliefGraph``
+(``bench.graph``); ``bench.record_test(test, outcome)`` stands in for the test adapter.
+
 **Reading the result.** ``kernel.projections.beliefs`` (or ``kernel.audit.state_at(db,
 seq).beliefs``) is a ``BeliefGraph``: ``propositions`` (``PropositionRecord``: state,
 layer workspace/canonical/archived/discarded, support, contradiction, transitions),
@@ -56,6 +61,7 @@ The events (kernel.audit.events) are ``ObservationRecorded``, ``SourceRegistered
 evidence, the scores), ``ConsolidationRecorded`` and ``EpisodeArchived``.
 """
 
+from kernel.beliefs._bench import Call, Workbench
 from kernel.beliefs._pack import (
     GOVERNANCE_PACK,
     ArchiveEpisode,
@@ -139,6 +145,7 @@ __all__ = [
     "BeliefGraph",
     "BeliefState",
     "BeliefsExecutor",
+    "Call",
     "ConsolidationRecorded",
     "Edge",
     "EntityCandidateRecorded",
@@ -164,6 +171,7 @@ __all__ = [
     "TestResultIngested",
     "TransitionRecord",
     "Volatility",
+    "Workbench",
     "assess",
     "benefit",
     "check",

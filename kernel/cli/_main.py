@@ -28,6 +28,7 @@ import msgspec
 from kernel.audit.narrative import narrate as _narrate
 from kernel.audit.narrative import outcome as _outcome
 from kernel.cli._admin import add_commands as add_admin_commands
+from kernel.cli._beliefs import add_commands as add_belief_commands
 from kernel.cli._journal import add_commands as add_journal_commands
 from kernel.cli._mcp import add_commands as add_mcp_commands
 from kernel.cli._operator import add_commands, error, error_of, fold_journal
@@ -224,6 +225,7 @@ def _parser() -> argparse.ArgumentParser:
     add_journal_commands(commands)
     add_mcp_commands(commands)
     add_console_commands(commands)
+    add_belief_commands(commands)
     return parser
 
 

@@ -15,6 +15,7 @@ import msgspec
 
 from kernel.audit.counterfactual import whatif
 from kernel.audit.reverify import PackPathError, Rejudged, load_packs, rejudge
+from kernel.cli._beliefs import why_proposition
 from kernel.cli._operator import error, error_of
 from kernel.cli._read import print_json
 from kernel.core.events import RuleProposed
@@ -58,8 +59,12 @@ def add_commands(commands: Any) -> None:
     )
     what.set_defaults(run=_whatif)
 
-    why = commands.add_parser("why", help="a rule's versions, decisions and provenance")
-    why.add_argument("rule", metavar="RULE_ID", help="the rule, as dirk rules lists it")
+    why = commands.add_parser(
+        "why", help="a rule's versions, decisions and provenance; a proposition's transitions"
+    )
+    why.add_argument(
+        "rule", metavar="RULE_ID", help="the rule, as dirk rules lists it, or a proposition"
+    )
     why.add_argument("--db", required=True, help="the journal file")
     why.add_argument(
         "--json", action="store_true", help="the rule's versions and decisions as one object"
@@ -121,7 +126,7 @@ async def _why(args: argparse.Namespace) -> int:
     book = history(events)
     item = book.items.get(args.rule)
     if item is None:
-        return error(CliError.UNKNOWN_RULE, f"no rule {args.rule!r} in {args.db}")
+        return await why_proposition(args)  # a proposition of the belief graph, if one is
     proposals = {e.seq: e.payload for e in events if isinstance(e.payload, RuleProposed)}
     if args.json:
         print_json(why_document(args.rule, item, proposals))

@@ -82,11 +82,18 @@ class _Scratch:
         self.events.append(payload)
         self.graph.apply(Event(seq=self._seq, ts=self.now_ns, payload=payload))  # type: ignore[arg-type]
 
-    def reassess(self, task: str, key: str, touched: Mapping[str, tuple[str, str]]) -> None:
+    def reassess(
+        self,
+        task: str,
+        key: str,
+        touched: Mapping[str, tuple[str, str]],
+        default: tuple[str, str],
+    ) -> None:
         """Record a transition for every proposition whose state now differs.
 
         ``touched`` maps the propositions the evidence was about to (cause, evidence
-        id); the rest of the task's workspace changes only with time.
+        id); the rest of the task's workspace changes only with time: ``default``
+        names ("time", the id of the recorded event that brought this "now").
         """
         names = list(dict.fromkeys([*touched, *self.graph.workspace(task)]))
         for name in names:
@@ -96,7 +103,7 @@ class _Scratch:
             a = self.graph.assess(name, self.now_ns)
             if a.state == p.state and p.transitions:
                 continue
-            cause, evidence = touched.get(name, ("time", key))
+            cause, evidence = touched.get(name, default)
             self.add(
                 PropositionTransitioned(
                     proposition=name,
@@ -122,23 +129,23 @@ class _Scratch:
         space = graph.workspaces.get(task)
         number = space.consolidations + 1 if space is not None else 1
         cid = f"consolidation:{task}:{number}"
-        self.reassess(task, key, {})
+        names = graph.workspace(task)
         promoted, archived, discarded, unresolved = [], [], [], []
-        for name in graph.workspace(task):
+        for name in names:
+            # Re-assessed at consolidation time: the state and the freshness of now.
             p = graph.propositions[name]
             a = graph.assess(name, self.now_ns)
             if promotable(a):
                 promoted.append(name)
-            elif p.state in (BeliefState.REJECTED, BeliefState.DEPRECATED):
-                archived.append(Archived(proposition=name, reason=p.state.upper()))
-            elif p.state == BeliefState.ACCEPTED:
-                # Accepted when re-assessed now, yet too stale to promote: keep it open.
+            elif a.state in (BeliefState.REJECTED, BeliefState.DEPRECATED):
+                archived.append(Archived(proposition=name, reason=a.state.upper()))
+            elif a.state == BeliefState.ACCEPTED:
+                # Accepted, yet too stale to promote (freshness < 0.35): keep it open.
                 unresolved.append((_UNRESOLVED_ORDER[BeliefState.PROVISIONAL], -a.confidence, name))
             elif not p.support and not p.contradiction:
                 discarded.append(name)  # transient clutter: never any evidence
             else:
-                order = _UNRESOLVED_ORDER.get(BeliefState(p.state), 3)
-                unresolved.append((order, -a.confidence, name))
+                unresolved.append((_UNRESOLVED_ORDER.get(a.state, 3), -a.confidence, name))
         unresolved.sort()
         carried = [name for _, _, name in unresolved[:CARRY_OVER_CAP]]
         archived += [
@@ -159,6 +166,8 @@ class _Scratch:
                 key=key,
             )
         )
+        cause = ("consolidation", cid)
+        self.reassess(task, key, dict.fromkeys(names, cause), cause)
 
 
 def _text(params: Mapping[str, Any], name: str, default: str = "") -> str:
@@ -202,6 +211,7 @@ def effects(
     """
     s = _Scratch(graph, now_ns)
     touched: dict[str, tuple[str, str]] = {}
+    now = key  # the id of what this call records: what brought its "now" (decay's cause)
     g = s.graph
     match kind:
         case "governance.record_observation":
@@ -222,6 +232,7 @@ def effects(
                     )
                 )
             registered = g.sources[source]
+            now = _text(params, "observation")
             parsed = params.get("parsed_payload", {})
             s.add(
                 ObservationRecorded(
@@ -257,14 +268,17 @@ def effects(
                 )
             )
             touched[name] = ("proposed", f"proposed:{name}")
+            now = f"proposed:{name}"
             for observation in _list(params, "derived_from"):
                 touched[name] = _attach(s, name, observation, "supports", task, key)
         case "governance.attach_support" | "governance.attach_contradiction":
             stance = "supports" if kind.endswith("support") else "contradicts"
             name = _text(params, "proposition")
             touched[name] = _attach(s, name, _text(params, "observation"), stance, task, key)
+            now = touched[name][1]
         case "governance.execute_test_result_ingest":
             _ingest(s, _text(params, "test"), task, key, touched)
+            now = f"test:{_text(params, 'test')}"
         case "governance.request_consolidation":
             s.consolidate(task, key, "task_boundary")
             return s.events
@@ -284,7 +298,7 @@ def effects(
                 )
             )
             return s.events
-    s.reassess(task, key, touched)
+    s.reassess(task, key, touched, ("time", now))
     space = g.workspaces.get(task)
     counted = kind in (RECORD_OBSERVATION, INGEST_TEST_RESULT)
     if counted and space is not None and space.observations >= CONSOLIDATE_EVERY:
@@ -345,14 +359,16 @@ def _entity(s: _Scratch, params: Mapping[str, Any], task: str, key: str) -> None
             key=key,
         )
 
-    if alias_of and alias_of in g.entities and set(bearers) <= {alias_of}:
+    if alias_of in g.entities and set(bearers) <= {alias_of}:
         s.add(candidate(alias_of, linked_to=alias_of))
-    elif not wanted and len(bearers) == 1:
-        s.add(candidate(bearers[0], linked_to=bearers[0]))
-    elif wanted in g.entities:
+    elif not alias_of and wanted in g.entities:
         s.add(candidate(wanted, linked_to=wanted))
+    elif not alias_of and not wanted and len(bearers) == 1:
+        s.add(candidate(bearers[0], linked_to=bearers[0]))
     else:
-        entity = wanted or new_entity_id(g, name)
+        # Ambiguous (several bear the name, or the alias claim conflicts): a new
+        # candidate beside them, linked by possible_same_as, never merged.
+        entity = wanted if wanted and wanted not in g.entities else new_entity_id(g, name)
         maybe = sorted({*bearers, *([alias_of] if alias_of in g.entities else [])} - {entity})
         s.add(candidate(entity, maybe=maybe))
 
