@@ -9,9 +9,9 @@ scripted port, and is asked the same questions at the task boundary:
   (a tie goes to the most recent). It abstains only when nothing is retrieved.
 - ``key_value``: one slot per (bare name, attribute); every claim, change or test
   result overwrites it (last write wins). It abstains only on an empty slot.
-- :class:`PolicyFold` is the governance pack's policy folded without the kernel, from
-  the public pure functions of :mod:`kernel.beliefs` (the gate's ``check`` and
-  ``transform``, the executor's ``effects``, the ``BeliefGraph`` projection). It runs
+- :class:`PolicyFold` is the governance pack's policy folded without the kernel, on
+  the public :class:`kernel.beliefs.Workbench` (the pack's schema, its gate's
+  ``check`` and ``transform``, the executor's ``effects``, the ``BeliefGraph``). It runs
   the two ablations, for which the kernel has no hook: ``no_independence`` (every
   source its own independence group) and ``direct_writes`` (the model's attempted
   canonical writes bypass the gate and pin the proposition accepted until a rival is
@@ -37,16 +37,12 @@ import msgspec
 
 from examples.beliefs.port import Resolution, ToolCall, bare, proposition_ref
 from examples.beliefs.scenarios import ABSTAIN, EPOCH_S, Scenario
-from kernel.audit import Event
 from kernel.beliefs import (
     SCALE,
-    TEST_ADAPTER,
     BeliefGraph,
     ConsolidationRecorded,
     PropositionTransitioned,
-    check,
-    effects,
-    transform,
+    Workbench,
 )
 
 ABSENT = "absent"
@@ -217,14 +213,14 @@ class KeyValue:
 
 
 class PolicyFold:
-    """The governance pack's policy without the kernel: its public pure functions, folded.
+    """The governance pack's policy without the kernel, on :class:`kernel.beliefs.Workbench`.
 
-    Each tool call is judged by :func:`kernel.beliefs.check` (a refusal is counted
-    by its reason code), put in its applied form by :func:`kernel.beliefs.transform`,
-    and executed by :func:`kernel.beliefs.effects` into a :class:`kernel.beliefs.BeliefGraph`,
-    exactly as the kernel's DIM and beliefs executor do; a test runs on
-    :class:`LookupTests`. One graph holds a seed's whole bundle, each scenario its own
-    task, on its own stretch of the clock (:func:`offset_s`), as in the kernel.
+    Each tool call is judged by the pack's schema and beliefs layer (a refusal is
+    counted by its reason code), put in its applied form and executed into an
+    in-memory :class:`kernel.beliefs.BeliefGraph`, as the kernel's DIM and beliefs
+    executor do; a test's result comes from :class:`LookupTests`. One graph holds a
+    seed's whole bundle, each scenario its own task, on its own stretch of the clock
+    (:func:`offset_s`), as in the kernel.
 
     Args:
         name: the system's name in tables and artifacts.
@@ -243,10 +239,10 @@ class PolicyFold:
         self.name = name
         self.independence = independence
         self.direct_writes = direct_writes
-        self.graph = BeliefGraph()
+        self.bench = Workbench()
+        self.graph = self.bench.graph
         self.pinned: dict[str, str] = {}
         """(entity, attribute) key -> the proposition a direct write pinned accepted."""
-        self._seq = 0
         self._index = 0
         self._transitions: list[dict[str, Any]] = []
         self._consolidations: list[dict[str, Any]] = []
@@ -262,23 +258,15 @@ class PolicyFold:
             if c.direct and self.direct_writes:
                 self._pin(sc, c, now, offset)
                 continue
-            refusal = check(self.graph, kind, params, sc.id, now)
-            if refusal is not None:
-                refused[str(refusal.reason_code)] += 1
+            call = self.bench.propose(kind, params, task=sc.id, now_ns=now)
+            if call.feedback is not None:
+                refused[str(call.feedback.reason_code)] += 1
                 continue
-            applied = transform(self.graph, kind, params)
-            if applied is not None:
-                kind, params = applied.kind, dict(applied.params)
-            key = f"{sc.id}#{c.n}"
-            if kind == PREFIX + "propose_test":
-                self._seq += 1
-                self.graph.test_started(key, params, TEST_ADAPTER, self._seq)
-                self.graph.test_done(key, {"outcome": tests.outcome(params)})
-                continue
-            for payload in effects(self.graph, kind, params, task=sc.id, key=key, now_ns=now):
-                self._seq += 1
-                self.graph.apply(Event(seq=self._seq, ts=now, payload=payload))  # type: ignore[arg-type]
-                self._record(sc, payload, offset)
+            if c.kind == "propose_test":
+                # The test adapter runs it at once; its result is recorded like a receipt.
+                self.bench.record_test(str(params["test"]), tests.outcome(params))
+            for event in call.events:
+                self._record(sc, event.payload, offset)
         end = at_ns(sc.end_s, offset)
         return read_outcome(sc, res, self.graph, end, self.pinned, dict(sorted(refused.items())))
 
