@@ -20,6 +20,7 @@ from pathlib import Path
 import anyio
 
 from examples.beliefs.metrics import ALL_METRICS, LOWER_IS_BETTER, POLICY_METRICS, decimal
+from examples.beliefs.scenarios import FAMILIES
 from examples.beliefs.study import BASELINE, SYSTEMS, Study, run_study
 
 SHORT = {
@@ -51,6 +52,26 @@ def table(study: Study) -> None:
         t.add_column(f"{SHORT[m]} {arrow}", justify="right")
     for system, means in study.means.items():
         t.add_row(system, *(decimal(means[m], 3) for m in ALL_METRICS))
+    Console(width=200).print(t)
+
+
+def families(study: Study) -> None:
+    """Print task success per family (questions answered right, all seeds pooled)."""
+    from rich import box
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table(title="Task success by family (all seeds)", box=box.SIMPLE_HEAD)
+    t.add_column("system")
+    for family in FAMILIES:
+        t.add_column(family.replace("_", " "), justify="right")
+    for system in study.means:
+        right: dict[str, list[int]] = {f: [0, 0] for f in FAMILIES}
+        for run in (r for r in study.runs if r.system == system):
+            for row in run.results:
+                right[row["family"]][0] += bool(row["success"])
+                right[row["family"]][1] += 1
+        t.add_row(system, *(f"{n}/{d}" for n, d in right.values()))
     Console(width=200).print(t)
 
 
@@ -97,6 +118,7 @@ def main(argv: list[str] | None = None) -> int:
     seeds = list(range(1, args.seeds + 1))
     study = anyio.run(run_study, seeds, args.per_family, out, systems)
     table(study)
+    families(study)
     for line in verdicts(study):
         print(line)
     print(f"artifacts: {out}")

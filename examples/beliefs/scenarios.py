@@ -247,6 +247,10 @@ class _Builder:
             end_s=end_s,
         )
 
+    def alternate(self) -> bool:
+        """A design choice that alternates by instance (and seed): both arms in every bundle."""
+        return (self.instance + self.seed) % 2 == 0
+
     def pick(self, pool: list[str], k: int) -> list[str]:
         return self.rng.sample(pool, k)
 
@@ -277,7 +281,7 @@ def _correlated_false(b: _Builder) -> None:
     wrong, right = b.pick(PEOPLE_ROLES, 2)
     b.volatility["role"] = "low"
     copies = b.pick(OUTLETS, b.rng.randint(3, 4))
-    false_first = b.rng.random() < 0.5
+    false_first = b.alternate()
     t0, t1 = (0, 12 * HOUR) if false_first else (12 * HOUR, 0)
     for i, outlet in enumerate(copies):
         b.say(t0 + i * HOUR, b.source(f"{outlet}-press", "press-pool"), person, "role", wrong)
@@ -358,7 +362,7 @@ def _abstention(b: _Builder) -> None:
     b.volatility["city"] = "medium"
     one, other = b.pick(CITIES, 2)
     b.say(0, b.source("blog", "blog"), person, "city", one)
-    if b.rng.random() < 0.5:
+    if b.alternate():
         b.say(6 * HOUR, b.source("newsletter", "newsletter"), person, "city", other)
         b.truth(person, "city", one, UNKNOWN, disputed=True)
         b.truth(person, "city", other, UNKNOWN, disputed=True)
@@ -373,7 +377,7 @@ def _targeted_test(b: _Builder) -> None:
     [company] = b.pick(COMPANIES, 1)
     right, wrong = b.pick(["AA", "A", "BBB", "BB", "B"], 2)
     b.volatility["rating"] = "medium"
-    first, second = (right, wrong) if b.rng.random() < 0.5 else (wrong, right)
+    first, second = (right, wrong) if b.alternate() else (wrong, right)
     for i, (agency, value) in enumerate(
         (("agency-w", first), ("agency-x", second), ("agency-y", first), ("agency-z", second))
     ):

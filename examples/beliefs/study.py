@@ -61,6 +61,8 @@ class SeedRun(msgspec.Struct, kw_only=True):
     seed: int
     metrics: dict[str, Ratio]
     outcomes: list[Outcome]
+    results: list[dict[str, Any]]
+    """The scenario_results.jsonl rows: one per question."""
     directory: str
 
 
@@ -78,6 +80,7 @@ async def run_one(system: str, seed: int, per_family: int, out: Path, sha: str) 
     finally:
         await sys_.aclose()
     metrics = measure(scenarios, outcomes)
+    results = results_of(scenarios, outcomes)
     directory = write_run(
         out,
         system=system,
@@ -86,13 +89,18 @@ async def run_one(system: str, seed: int, per_family: int, out: Path, sha: str) 
         model_id=MODEL_ID,
         config=config_for(system, per_family),
         scenarios=scenarios,
-        results=results_of(scenarios, outcomes),
+        results=results,
         transitions=sys_.transitions(),
         consolidations=sys_.consolidations(),
         metrics=metrics,
     )
     return SeedRun(
-        system=system, seed=seed, metrics=metrics, outcomes=outcomes, directory=str(directory)
+        system=system,
+        seed=seed,
+        metrics=metrics,
+        outcomes=outcomes,
+        results=results,
+        directory=str(directory),
     )
 
 
