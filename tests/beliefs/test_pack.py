@@ -206,3 +206,48 @@ def test_the_graph_round_trips_through_a_snapshot():
     copy = bench.graph.copy()
     assert copy == bench.graph and copy is not bench.graph
     assert BeliefGraph().empty() and not bench.graph.empty()
+
+
+def propose_test(bench: Workbench, test: str, **params: Any) -> str:
+    call = bench.propose(
+        "governance.propose_test", {"test": test, "proposition": "p", **params}, task="t", now_ns=T0
+    )
+    return call.outcome if call.feedback is None else str(call.feedback.reason_code)
+
+
+def test_each_trigger_admits_a_test_and_none_refuses_it():
+    bench = bench_with_sources(5)
+    bench.propose(
+        "governance.propose_proposition",
+        {"proposition": "p", "text": "x", "derived_from": ["o0", "o1"]},
+        task="t",
+        now_ns=T0,
+    )
+    # Accepted at 0.95, nothing against it: no trigger, even at high impact.
+    assert propose_test(bench, "t0") == "CONSTRAINT_VIOLATION"
+    bench.propose(
+        "governance.attach_contradiction",
+        {"proposition": "p", "observation": "o2"},
+        task="t",
+        now_ns=T0,
+    )
+    assert bench.graph.propositions["p"].state == "contested"
+    # One update left it contested, one contradiction unresolved: still no trigger at low impact.
+    assert propose_test(bench, "t1", action_impact="low") == "CONSTRAINT_VIOLATION"
+    bench.propose(
+        "governance.attach_contradiction",
+        {"proposition": "p", "observation": "o3"},
+        task="t",
+        now_ns=T0,
+    )
+    p = bench.graph.propositions["p"]
+    assert (p.state, p.contested_updates, p.unresolved) == ("contested", 2, 2)
+    assert propose_test(bench, "t2", action_impact="low") == "accepted"
+    # Its result ingested, the contradictions count as resolved.
+    bench.record_test("t2", "passed")
+    call = bench.propose(
+        "governance.execute_test_result_ingest", {"test": "t2"}, task="t", now_ns=T0
+    )
+    assert call.outcome == "accepted"
+    assert bench.graph.propositions["p"].unresolved == 0
+    assert bench.graph.observations["test:t2"].test == "t2"
