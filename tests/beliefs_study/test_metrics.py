@@ -176,3 +176,29 @@ def test_gain_is_positive_exactly_when_the_system_is_better(metric, system, base
         return
     better = system < baseline if metric in LOWER_IS_BETTER else system > baseline
     assert g is not None and (g > 0) == better and (g == 0) == (system == baseline)
+
+
+states = st.sampled_from(
+    ["accepted", "provisional", "tentative", "contested", "rejected", "absent"]
+)
+
+
+@settings(max_examples=100, derandomize=True, deadline=None)
+@given(
+    st.lists(st.tuples(states, st.integers(0, 1_000_000)), min_size=5, max_size=5),
+    st.lists(st.sampled_from(["Porto", "Kyiv", "unknown", "Oslo"]), min_size=3, max_size=3),
+    st.lists(st.sampled_from(["e1", "e2", "e3"]), min_size=4, max_size=4),
+)
+def test_every_metric_is_a_rate_or_undefined(beliefs, answers, entities) -> None:
+    out = outcome(
+        beliefs,
+        dict(zip(["q1", "q2", "q3"], answers, strict=True)),
+        dict(zip(["Ana", "Ana B.", "Bo", "Cy"], entities, strict=True)),
+    )
+    for metric, ratio in measure([SC], [out]).items():
+        value = ratio.value()
+        assert (value is None and metric == "contested_precision") or 0 <= value <= 1
+    accepted_false = sum(
+        s == "accepted" for (s, _), t in zip(beliefs, SC.truths, strict=True) if t.label != TRUE
+    )
+    assert measure([SC], [out])["false_promotion"].value() == Fraction(accepted_false, 3)
