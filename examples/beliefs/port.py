@@ -6,8 +6,8 @@ system: record the observation, create an entity candidate for a new name (or
 link an alias the input states), propose a proposition for a new claim or
 attach the observation as support of an existing one, attach it as a
 contradiction of the competing propositions it conflicts with, propose a test
-when a conflict can be settled by a lookup, ingest the test's result, and
-request consolidation at the task boundary.
+when a conflict can be settled by a lookup, ingest the test's result,
+request consolidation at the task boundary and archive the task as an episode.
 
 Like a model, it also oversteps: an observation worded as settled ("confirmed")
 makes it try to write the proposition straight into canonical memory as
@@ -233,6 +233,12 @@ def translate(sc: Scenario) -> tuple[list[ToolCall], Resolution]:
                         method="lookup",
                     )
     call(sc.end_s, "request_consolidation", reason="task boundary: the questions are asked")
+    call(
+        sc.end_s,
+        "archive_episode",
+        episode=f"episode:{sc.id}",
+        summary=f"{sc.family}: {len(sc.observations)} observations",
+    )
     # Questions name entities too: the agent resolves them the same way.
     for q in sc.questions:
         if q.mention not in res.entities:

@@ -70,7 +70,8 @@ def test_a_run_directory_holds_the_six_files_and_a_full_manifest(tmp_path: Path)
     rows = [json.loads(x) for x in (d / "transitions.jsonl").read_text().splitlines()]
     assert rows and all(r["evidence"] and r["to_state"] for r in rows)
     consolidations = (d / "consolidation_events.jsonl").read_text().splitlines()
-    assert len(consolidations) == len(FAMILIES)  # one task boundary per scenario
+    # Each scenario's task boundary: request_consolidation, then archive_episode.
+    assert len(consolidations) == 2 * len(FAMILIES)
     assert "governed" in (d / "config_snapshot.yaml").read_text()
 
 

@@ -260,7 +260,7 @@ def test_tool_calls_carry_the_task_and_never_send_the_context() -> None:
     assert all(c.params["task"] == "t" for c in calls)
     assert all("answer" not in c.params for c in calls)
     assert isinstance(calls[0], ToolCall) and calls[0].kind == "record_observation"
-    assert calls[-1].kind == "request_consolidation"
+    assert [c.kind for c in calls[-2:]] == ["request_consolidation", "archive_episode"]
 
 
 def test_replaying_the_governed_journal_gives_the_same_answers_and_beliefs(
