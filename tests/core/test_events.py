@@ -110,6 +110,26 @@ SAMPLES = [
     ev.CredentialIssued(
         verifier="sha256:" + "ab" * 32, operator="ana", reason="rotate", inbox_id=4
     ),
+    # governed beliefs (kernel.beliefs)
+    ev.SourceRegistered(source="wire", independence_group="wire", reliability=500_000),
+    ev.ObservationRecorded(observation="o1", source="wire", parsed_payload={"city": "Lyon"}),
+    ev.EntityCandidateRecorded(entity="e2", name="J. Smith", possible_same_as=["e1"]),
+    ev.PropositionProposed(proposition="p", text="Acme is in Lyon", derived_from=["o1"]),
+    ev.EvidenceAttached(evidence="o1>p", proposition="p", observation="o1", stance="contradicts"),
+    ev.TestResultIngested(test="t1", proposition="p", outcome="failed", observation="test:t1"),
+    ev.PropositionTransitioned(
+        proposition="p", from_state="provisional", to_state="rejected", cause="test"
+    ),
+    ev.ConsolidationRecorded(
+        consolidation="c1",
+        trigger="cadence",
+        archived=[ev.Archived(proposition="p", reason="REJECTED")],
+    ),
+    ev.EpisodeArchived(episode="e", propositions={"p": "rejected"}),
+    ev.ProposalAccepted(
+        attempt=1,
+        applied=ev.Applied(kind="governance.attach_support", params={"proposition": "p"}),
+    ),
 ]
 
 
