@@ -91,13 +91,6 @@ async def metered(
     """
     # Only a capped step has a timer: cancelling a scope formats the current task's repr.
     timer = None if timeout_s is None else anyio.CancelScope()
-
-    async def deadline(timer: anyio.CancelScope, cap_s: float, due_ns: int) -> None:
-        with timer:
-            await clock.sleep(max(0.0, (due_ns - clock.now_ns()) / 1e9))
-            detail = f"one reasoning step took longer than the cap of {cap_s:g} s"
-            meter.stop(ReasonCode.REASONING_TIMEOUT, detail)
-
     token = current_meter.set(meter)
     result: T | None = None
     try:
@@ -108,7 +101,7 @@ async def metered(
             if timer is not None and timeout_s is not None:
                 # The cap counts from now, not from whenever the timer task first runs.
                 due_ns = clock.now_ns() + int(timeout_s * 1e9)
-                spawn(partial(deadline, timer, timeout_s, due_ns))
+                spawn(partial(_deadline, timer, meter, clock, timeout_s, due_ns))
             result = await step()
     finally:
         if timer is not None:
@@ -116,3 +109,13 @@ async def metered(
         meter.scope = None
         current_meter.reset(token)
     return None if meter.stopped is not None else result
+
+
+async def _deadline(
+    timer: anyio.CancelScope, meter: UsageMeter, clock: Clock, cap_s: float, due_ns: int
+) -> None:
+    """Stop the reasoning ``meter`` meters at ``due_ns`` unless ``timer`` is cancelled first."""
+    with timer:
+        await clock.sleep(max(0.0, (due_ns - clock.now_ns()) / 1e9))
+        detail = f"one reasoning step took longer than the cap of {cap_s:g} s"
+        meter.stop(ReasonCode.REASONING_TIMEOUT, detail)
