@@ -17,6 +17,7 @@ more restarts than the intensity allows within the period stop the kernel.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import math
 import time
@@ -150,7 +151,9 @@ class Reply(Generic[T]):
     __slots__ = ("_done", "_value")
 
     def __init__(self) -> None:
-        self._done = anyio.Event()
+        # asyncio's own Event: the kernel runs on asyncio, and anyio.Event() looks up the
+        # running backend on every creation (one Reply per trigger and per proposal).
+        self._done = asyncio.Event()
         self._value: T | None = None
 
     def set(self, value: T) -> None:
