@@ -35,12 +35,12 @@ The contract every adapter keeps:
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import random
 from collections.abc import Awaitable, Callable
 from typing import Any, Literal, Protocol
 
-import anyio
 import msgspec
 
 from kernel.core.events import ExecutionIntent
@@ -256,4 +256,4 @@ class _Slot:
 
     def __init__(self) -> None:
         self.call: Call | None = None
-        self.wake = anyio.Event()
+        self.wake = asyncio.Event()  # asyncio's own: anyio.Event() looks up the backend each time

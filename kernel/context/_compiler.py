@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from kernel.context._layers import compile_layers, window_ns
-from kernel.core.events import ContextCompiled, FlowCreated, TriggerFired
+from kernel.context._layers import LayerBody, compile_layers, layer_body, window_ns
+from kernel.core.events import ContextCompiled, FlowCreated, Manifest, TriggerFired
 from kernel.core.flow import FlowStatus
 from kernel.core.ports import Clock, IdSource
 from kernel.policy.contracts import WorkingContext
@@ -60,6 +60,7 @@ class ContextCompiler:
         if msg.facts:
             staged.update(msg.facts)
             out.scratch.pop("refs", None)  # the state changed: references seen so far are stale
+            out.scratch.pop("bodies", None)  # and so are the layers compiled so far
         dfids = []
         for agent_id in sorted(self._hosts):
             agent = self._projections.agents.get(agent_id)
@@ -90,6 +91,25 @@ class ContextCompiler:
             ref = refs[key] = context_ref(self._projections.visible_state(key, staged))
         return ref
 
+    def _body(
+        self, manifest: Manifest, topic: str, staged: dict[str, Any] | None, as_of: int, out: Outbox
+    ) -> LayerBody:
+        """Return what the flows of ``topic`` show this agent, once per state per batch."""
+        bodies: dict[tuple[str, str, int], LayerBody] = out.scratch.setdefault("bodies", {})
+        key = (manifest.agent_id, topic, as_of)
+        body = bodies.get(key)
+        if body is None or body.manifest is not manifest:
+            body = bodies[key] = layer_body(
+                self._projections,
+                manifest,
+                self._schemas,
+                topic,
+                staged=staged,
+                as_of_ns=as_of,
+                search=self._rule_search,
+            )
+        return body
+
     def _compile(self, msg: Compile, out: Outbox) -> None:
         flow = out.flow(msg.dfid)
         if flow is None or flow.status not in (FlowStatus.CREATED, FlowStatus.ACTIVE):
@@ -110,6 +130,7 @@ class ContextCompiler:
             staged=staged,
             as_of_ns=as_of,
             search=self._rule_search,
+            body=self._body(agent.manifest, flow.topic, staged, as_of, out),
         )
         out.emit(
             ContextCompiled(

@@ -97,27 +97,48 @@ def window_ns(manifest: Manifest) -> int | None:
     return int(seconds * 1e9) if isinstance(seconds, int | float) else None
 
 
-def compile_layers(
+class LayerBody:
+    """What a compile shows that depends on the agent and the flow's topic, not the flow.
+
+    Every flow of one agent and topic compiled in one batch shows the same state,
+    memory, rules, artifacts and schemas: the compiler computes them once per batch
+    (see :func:`layer_body`); only the session, and what a tight budget drops
+    because of it, differ per flow.
+    """
+
+    __slots__ = ("budget", "constraints", "dropped", "items", "manifest", "mine", "tokens")
+
+    def __init__(
+        self,
+        manifest: Manifest,
+        items: dict[str, list[tuple[str, str, Any, int]]],
+        constraints: list[dict[str, Any]],
+        mine: dict[str, Any],
+        dropped: list[str],
+        tokens: int,
+        budget: int,
+    ) -> None:
+        self.manifest = manifest
+        self.items = items
+        self.constraints = constraints
+        self.mine = mine
+        self.dropped = dropped
+        self.tokens = tokens
+        """The estimate of everything but the session."""
+        self.budget = budget
+
+
+def layer_body(
     projections: Projections,
-    flow: FlowState,
     manifest: Manifest,
     schemas: Mapping[str, Any],
+    topic: str,
     *,
     staged: Mapping[str, Any] | None = None,
     as_of_ns: int = 0,
     search: RuleSearch | None = None,
-) -> Layers:
-    """Compile the layers of one attempt's context.
-
-    Args:
-        projections: the state at the compile's journal position.
-        flow: the flow being compiled for.
-        manifest: the agent's manifest (subscriptions and limits).
-        schemas: the JSON schema of every policy kind by name.
-        staged: facts of triggers recorded in the same batch, not folded yet (newest).
-        as_of_ns: the recorded compile time, for the state time window.
-        search: the rule relevance port (lexical by default).
-    """
+) -> LayerBody:
+    """Compile what every flow of ``topic`` for this agent shows (see :func:`compile_layers`)."""
     limits = manifest.limits
     subs = tuple(manifest.subscriptions)
     # (seq, key, value) of every entitled fact; staged facts are the newest.
@@ -161,13 +182,57 @@ def compile_layers(
     rules: list[tuple[str, str, Any, int]] = []
     if projections.memory.rulebook.items:
         max_rules = _limit(limits, "context.memory.max_rules")
-        query = " ".join([flow.topic, *sorted(manifest.capabilities), *(f[1] for f in facts)])
+        query = " ".join([topic, *sorted(manifest.capabilities), *(f[1] for f in facts)])
         k = DEFAULT_RULES if max_rules is None else max_rules
         for version in select(projections.memory.rulebook, query, k, search):
             item = shown_item(version)
             key = f"rule:{version.ref}"
             rules.append(("rule", key, item, _item_tokens(key, canonical(item))))
 
+    constraints = projections.memory.view(0)["constraints"]
+    mine = {k: schemas[k] for k in sorted(manifest.capabilities) if k in schemas}
+    # Within memory: facts oldest first, then rules least relevant first.
+    items = {"artifact": artifacts, "memory": memory_facts + rules[::-1], "state": state}
+    tokens = estimate(constraints) + _schemas_estimate(mine)
+    tokens += sum(item[3] for group in items.values() for item in group)
+    budget = _limit(limits, "context.tokens") or DEFAULT_TOKENS
+    return LayerBody(manifest, items, constraints, mine, dropped, tokens, budget)
+
+
+def compile_layers(
+    projections: Projections,
+    flow: FlowState,
+    manifest: Manifest,
+    schemas: Mapping[str, Any],
+    *,
+    staged: Mapping[str, Any] | None = None,
+    as_of_ns: int = 0,
+    search: RuleSearch | None = None,
+    body: LayerBody | None = None,
+) -> Layers:
+    """Compile the layers of one attempt's context.
+
+    Args:
+        projections: the state at the compile's journal position.
+        flow: the flow being compiled for.
+        manifest: the agent's manifest (subscriptions and limits).
+        schemas: the JSON schema of every policy kind by name.
+        staged: facts of triggers recorded in the same batch, not folded yet (newest).
+        as_of_ns: the recorded compile time, for the state time window.
+        search: the rule relevance port (lexical by default).
+        body: :func:`layer_body` of the same arguments and the flow's topic, if the
+            caller already has it (the layers are the same either way).
+    """
+    if body is None:
+        body = layer_body(
+            projections,
+            manifest,
+            schemas,
+            flow.topic,
+            staged=staged,
+            as_of_ns=as_of_ns,
+            search=search,
+        )
     session: dict[str, Any] = {
         "topic": flow.topic,
         "attempt": flow.compiled + 1,
@@ -177,33 +242,33 @@ def compile_layers(
     }
     if flow.proposal is not None:
         session["last_proposal"] = {"kind": flow.proposal.kind, "params": flow.proposal.params}
-    constraints = projections.memory.view(0)["constraints"]
-    mine = {k: schemas[k] for k in sorted(manifest.capabilities) if k in schemas}
 
-    budget = _limit(limits, "context.tokens") or DEFAULT_TOKENS
-    fixed = estimate(session) + estimate(constraints) + _schemas_estimate(mine)
-    # Within memory: facts oldest first, then rules least relevant first.
-    items = {"artifact": artifacts, "memory": memory_facts + rules[::-1], "state": state}
-    tokens = fixed + sum(item[3] for group in items.values() for item in group)
-    for layer in DROP_ORDER:
-        group = items[layer]
-        while tokens > budget and group:
-            _, key, _, cost = group.pop(0)
-            tokens -= cost
-            dropped.append(f"{layer}:{key}")
-    kept = [item for tag, _, item, _ in items["memory"] if tag == "rule"][::-1]
+    tokens = estimate(session) + body.tokens
+    dropped = list(body.dropped)
+    items = body.items
+    if tokens > body.budget:
+        # The body is shared by the flows of its batch: drop from copies.
+        items = {layer: list(group) for layer, group in items.items()}
+        for layer in DROP_ORDER:
+            group = items[layer]
+            while tokens > body.budget and group:
+                _, key, _, cost = group.pop(0)
+                tokens -= cost
+                dropped.append(f"{layer}:{key}")
+    # Fresh containers per flow: an agent that edits its context edits only its own.
+    kept = [dict(item) for tag, _, item, _ in items["memory"] if tag == "rule"][::-1]
     memory: dict[str, Any] = {
-        "constraints": constraints,
+        "constraints": [dict(c) for c in body.constraints],
         "facts": dict(sorted((k, v) for tag, k, v, _ in items["memory"] if tag == "memory")),
     }
     if kept:
         memory["rules"] = kept
     return Layers(
         session=session,
-        state=dict(sorted((k, v) for _, k, v, _ in state)),
+        state=dict(sorted((k, v) for _, k, v, _ in items["state"])),
         memory=memory,
-        artifacts=dict(sorted((k, v) for _, k, v, _ in artifacts)),
-        schemas=mine,
+        artifacts=dict(sorted((k, v) for _, k, v, _ in items["artifact"])),
+        schemas=dict(body.mine),
         tokens=tokens,
         dropped=dropped,
         rules=[f"{item['id']}@v{item['version']}" for item in kept],

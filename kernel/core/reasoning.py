@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
+from functools import partial
 from typing import TypeVar
 
 import anyio
@@ -88,17 +89,8 @@ async def metered(
     ``spawn`` starts the deadline beside the step (in the kernel's task group),
     so the step's own exceptions reach the caller as they are, not in a group.
     """
-    timer = anyio.CancelScope()
-    # The cap counts from now, not from whenever the timer task first runs.
-    due_ns = clock.now_ns() + int((timeout_s or 0) * 1e9)
-
-    async def deadline() -> None:
-        assert timeout_s is not None
-        with timer:
-            await clock.sleep(max(0.0, (due_ns - clock.now_ns()) / 1e9))
-            detail = f"one reasoning step took longer than the cap of {timeout_s:g} s"
-            meter.stop(ReasonCode.REASONING_TIMEOUT, detail)
-
+    # Only a capped step has a timer: cancelling a scope formats the current task's repr.
+    timer = None if timeout_s is None else anyio.CancelScope()
     token = current_meter.set(meter)
     result: T | None = None
     try:
@@ -106,11 +98,24 @@ async def metered(
             meter.scope = scope
             if meter.stopped is not None:
                 scope.cancel()
-            if timeout_s is not None:
-                spawn(deadline)
+            if timer is not None and timeout_s is not None:
+                # The cap counts from now, not from whenever the timer task first runs.
+                due_ns = clock.now_ns() + int(timeout_s * 1e9)
+                spawn(partial(_deadline, timer, meter, clock, timeout_s, due_ns))
             result = await step()
     finally:
-        timer.cancel()
+        if timer is not None:
+            timer.cancel()
         meter.scope = None
         current_meter.reset(token)
     return None if meter.stopped is not None else result
+
+
+async def _deadline(
+    timer: anyio.CancelScope, meter: UsageMeter, clock: Clock, cap_s: float, due_ns: int
+) -> None:
+    """Stop the reasoning ``meter`` meters at ``due_ns`` unless ``timer`` is cancelled first."""
+    with timer:
+        await clock.sleep(max(0.0, (due_ns - clock.now_ns()) / 1e9))
+        detail = f"one reasoning step took longer than the cap of {cap_s:g} s"
+        meter.stop(ReasonCode.REASONING_TIMEOUT, detail)

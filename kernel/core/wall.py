@@ -222,7 +222,9 @@ def check_value(value: Any, path: str = "$") -> None:
     Raises:
         InputInvalid: naming the path of the first value out of bounds.
     """
-    stack: list[tuple[Any, str, int]] = [(value, path, 0)]
+    # A value's path is kept as (its parent's path, its key or index) and spelled out
+    # only when the value is refused: most values pass, and most paths are never read.
+    stack: list[tuple[Any, Any, int]] = [(value, path, 0)]
     nodes = chars = 0
     while stack:
         item, where, depth = stack.pop()
@@ -230,33 +232,59 @@ def check_value(value: Any, path: str = "$") -> None:
         if nodes > MAX_NODES:
             raise InputInvalid("$", f"more than {MAX_NODES} values in all")
         if depth > MAX_DEPTH:
-            raise InputInvalid(_bare(where), f"nested deeper than {MAX_DEPTH} levels")
+            raise InputInvalid(_spelled(where), f"nested deeper than {MAX_DEPTH} levels")
         if item is None or item is True or item is False:
             continue
-        if isinstance(item, int):
+        kind: type | None = type(item)
+        if kind not in _PLAIN:
+            kind = _plain_kind(item)
+        if kind is int:
             if not INT_MIN <= item <= INT_MAX:
-                raise InputInvalid(_bare(where), "an integer outside 64 bits")
-        elif isinstance(item, float):
+                raise InputInvalid(_spelled(where), "an integer outside 64 bits")
+        elif kind is float:
             if not math.isfinite(item):
-                raise InputInvalid(_bare(where), f"{item} is not a finite number")
-        elif isinstance(item, str):
+                raise InputInvalid(_spelled(where), f"{item} is not a finite number")
+        elif kind is str:
             chars += len(item)
             if chars > MAX_CHARS:
                 raise InputInvalid("$", f"more than {MAX_CHARS} characters of text in all")
             if len(item) > MAX_VALUE_CHARS:
                 raise InputInvalid(
-                    _bare(where), f"a string of {len(item)} characters, over {MAX_VALUE_CHARS}"
+                    _spelled(where), f"a string of {len(item)} characters, over {MAX_VALUE_CHARS}"
                 )
-        elif isinstance(item, list):
-            stack.extend((v, f"{where}[{i}]", depth + 1) for i, v in enumerate(item))
-        elif isinstance(item, Mapping):
+        elif kind is list:
+            stack.extend((v, (where, i), depth + 1) for i, v in enumerate(item))
+        elif kind is dict:
             for key, v in item.items():
                 if not isinstance(key, str):
-                    raise InputInvalid(_bare(where), f"a key that is not a string: {key!r}"[:200])
+                    raise InputInvalid(
+                        _spelled(where), f"a key that is not a string: {key!r}"[:200]
+                    )
                 chars += len(key)
-                stack.append((v, f"{where}.{key[:64]}", depth + 1))
+                stack.append((v, (where, key), depth + 1))
         else:
-            raise InputInvalid(_bare(where), f"a {type(item).__name__} is not plain data")
+            raise InputInvalid(_spelled(where), f"a {type(item).__name__} is not plain data")
+
+
+_PLAIN = frozenset({int, float, str, list, dict})
+
+
+def _plain_kind(item: Any) -> type | None:
+    """Return which plain type a subclass counts as (int, float, str, list, dict), or None."""
+    for kind in (int, float, str, list):
+        if isinstance(item, kind):
+            return kind
+    return dict if isinstance(item, Mapping) else None
+
+
+def _spelled(where: Any) -> str:
+    """Spell out a path kept as nested (parent, key or index) pairs, as the field to name."""
+    parts: list[str] = []
+    while isinstance(where, tuple):
+        where, step = where
+        parts.append(f"[{step}]" if isinstance(step, int) else f".{step[:64]}")
+    parts.append(where)
+    return _bare("".join(reversed(parts)))
 
 
 def clip(text: Any, limit: int = MAX_ID) -> str:

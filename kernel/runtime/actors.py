@@ -17,6 +17,7 @@ more restarts than the intensity allows within the period stop the kernel.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import math
 import time
@@ -73,7 +74,18 @@ class Mailbox(Generic[M]):
         self._receive: MemoryObjectReceiveStream[M] = receive
 
     async def send(self, msg: M) -> None:
-        """Deliver ``msg``, waiting while the mailbox is full."""
+        """Deliver ``msg``, waiting while the mailbox is full.
+
+        With room it returns without a trip through the scheduler (anyio's ``send``
+        yields once even then); the sender's next wait is its checkpoint.
+        """
+        try:
+            self._send.send_nowait(msg)
+            return
+        except anyio.WouldBlock:
+            pass
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError) as exc:
+            raise MailboxClosed(self.name) from exc
         try:
             await self._send.send(msg)
         except (anyio.ClosedResourceError, anyio.BrokenResourceError) as exc:
@@ -101,12 +113,21 @@ class Mailbox(Generic[M]):
             raise MailboxClosed(self.name) from exc
 
     async def receive(self) -> M:
-        """Wait for one message (several tasks may wait on one mailbox)."""
-        return await self._receive.receive()
+        """Wait for one message (several tasks may wait on one mailbox).
+
+        A message already there is taken without a trip through the scheduler.
+        """
+        try:
+            return self._receive.receive_nowait()
+        except anyio.WouldBlock:
+            return await self._receive.receive()
 
     async def receive_batch(self, limit: int) -> list[M]:
         """Wait for at least one message, then take up to ``limit`` without waiting."""
-        batch = [await self._receive.receive()]
+        try:
+            batch = [self._receive.receive_nowait()]
+        except anyio.WouldBlock:
+            batch = [await self._receive.receive()]
         while len(batch) < limit:
             try:
                 batch.append(self._receive.receive_nowait())
@@ -130,7 +151,9 @@ class Reply(Generic[T]):
     __slots__ = ("_done", "_value")
 
     def __init__(self) -> None:
-        self._done = anyio.Event()
+        # asyncio's own Event: the kernel runs on asyncio, and anyio.Event() looks up the
+        # running backend on every creation (one Reply per trigger and per proposal).
+        self._done = asyncio.Event()
         self._value: T | None = None
 
     def set(self, value: T) -> None:

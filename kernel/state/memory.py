@@ -283,7 +283,7 @@ def violations(
     state: MemoryState, proposal: ProposalRecord, agent_id: str, correlation_id: str
 ) -> Iterator[tuple[ConstraintRecord, ReasonCode]]:
     """Yield each active constraint the proposal breaks, by priority then age."""
-    if proposal.kind in CONSTRAINT_KINDS:
+    if proposal.kind in CONSTRAINT_KINDS or not state.constraints:
         return
     text = text_of(proposal)
     about = f"{proposal.kind}\n{text}"

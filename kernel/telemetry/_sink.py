@@ -16,6 +16,7 @@ from typing import Any
 from opentelemetry import context as otel_context
 from opentelemetry.attributes import BoundedAttributes
 from opentelemetry.context import Context
+from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import Event as SpanEvent
 from opentelemetry.sdk.trace import (
     ReadableSpan,
@@ -194,6 +195,21 @@ class SpanSink:
             otel_context.detach(token)
 
 
+class _HashedOnce(Resource):
+    """The provider's Resource, equal to it, hashed once.
+
+    The OTLP encoder groups spans by resource in a dict, hashing each span's resource,
+    and a Resource hashes by dumping its attributes to sorted JSON every time.
+    """
+
+    def __init__(self, resource: Resource) -> None:
+        super().__init__(resource.attributes, resource.schema_url)
+        self._hash = hash(resource)
+
+    def __hash__(self) -> int:
+        return self._hash
+
+
 class DirectSink(SpanSink):
     """The kernel's own provider: the same spans, built directly and handed to ``processor``.
 
@@ -205,7 +221,7 @@ class DirectSink(SpanSink):
     def __init__(self, provider: TracerProvider, processor: SpanProcessor) -> None:
         super().__init__(provider)
         self._processor = processor
-        self._resource = provider.resource
+        self._resource = _HashedOnce(provider.resource)
         self._limits = SpanLimits()
         self._scope = InstrumentationScope(_SCOPE, KERNEL_VERSION)
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import msgspec
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from kernel.audit import fold
 from kernel.context import DROP_ORDER, compile_layers, estimate
@@ -145,3 +147,32 @@ async def test_triggers_compiled_in_one_batch_each_get_the_reference_of_their_st
         }
     before, after = context_ref({}), context_ref({"bank.rate": 1})
     assert [compiled[d] for d in dfids] == [before, after, after]
+
+
+@settings(max_examples=60, derandomize=True, deadline=None)
+@given(
+    facts=st.dictionaries(
+        st.sampled_from([f"bank.k{i}" for i in range(6)]),
+        st.one_of(st.integers(-5, 5), st.text(max_size=30), st.just("x" * 2100)),
+        max_size=6,
+    ),
+    budget=st.one_of(st.none(), st.integers(1, 200)),
+    rejections=st.lists(st.integers(0, 3), min_size=1, max_size=4),
+)
+def test_a_body_shared_by_a_batch_compiles_what_each_flow_would_alone(
+    facts: dict[str, object], budget: int | None, rejections: list[int]
+) -> None:
+    from kernel.context._layers import layer_body
+
+    projections = projections_with(facts)
+    limits = {} if budget is None else {"context.tokens": budget}
+    body = layer_body(projections, manifest(**limits), {}, "bank")
+    before = msgspec.msgpack.encode(body.items)
+    for n, count in enumerate(rejections):
+        # Flows of one topic whose sessions differ (a tight budget then drops differently).
+        flow = msgspec.structs.replace(flow_of(), dfid=f"d{n}", root_dfid=f"r{'x' * 40 * count}")
+        alone = compile_layers(projections, flow, manifest(**limits), {})
+        shared = compile_layers(projections, flow, manifest(**limits), {}, body=body)
+        assert msgspec.msgpack.encode(shared) == msgspec.msgpack.encode(alone)
+        assert msgspec.msgpack.encode(body.items) == before  # dropping left the body whole
+        shared.state.clear()  # an agent editing its context does not edit the next one's
