@@ -14,6 +14,7 @@ from typing import Any
 import msgspec
 
 from kernel.core.events import Draft, Event, canonical, chain, decode_body, event_type, stamp
+from kernel.journal.codec import unpack
 from kernel.journal.head import Row
 
 
@@ -100,6 +101,8 @@ def check_row(
     if not isinstance(body, bytes) or not isinstance(hash_, bytes):
         return f"event {seq} is not stored as bytes", None
     try:
+        # The stored body may be compressed; the hash is over the canonical bytes.
+        body = unpack(body)
         event = decode_body(body, prev, hash_)
     except (ValueError, TypeError) as exc:
         # msgspec.DecodeError, or UnicodeDecodeError for bytes that are not UTF-8.

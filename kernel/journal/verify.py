@@ -20,6 +20,7 @@ import msgspec
 
 from kernel.core.events import GENESIS_HASH, KernelStarted, KernelStopped, decode_body
 from kernel.journal._subscription import READ_BATCH
+from kernel.journal.codec import unpack
 from kernel.journal.errors import JournalError
 from kernel.journal.head import head_problem, key_problem
 from kernel.journal.port import backend_for
@@ -174,12 +175,12 @@ async def verify_journal(
                     if row[1] in ("KernelStarted", "KernelStopped"):
                         head_events = head_events or _records_head(row[3])
                     if anchor is not None and events == anchor.seq:
-                        anchored = (row[4], decode_body(row[3], b"", b"").ts)
+                        anchored = (row[4], decode_body(unpack(row[3]), b"", b"").ts)
                 if len(rows) < READ_BATCH:
                     break
                 start = events + 1
             if events:
-                ts = decode_body(last_body, b"", b"").ts
+                ts = decode_body(unpack(last_body), b"", b"").ts
     except JournalError as exc:
         return report(exc.detail, exc.seq)
     except (ValueError, TypeError) as exc:
@@ -202,7 +203,7 @@ async def verify_journal(
 
 
 def _records_head(body: bytes) -> bool:
-    payload = decode_body(body, b"", b"").payload
+    payload = decode_body(unpack(body), b"", b"").payload
     return isinstance(payload, KernelStarted | KernelStopped) and bool(payload.head_hash)
 
 
