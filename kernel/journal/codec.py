@@ -39,9 +39,10 @@ _DICTIONARIES = {1: "body-1.zdict"}
 """Every dictionary ever released, by number; files beside this module."""
 # The writer's deflate parameters may change without a format change; the reader accepts
 # any window up to 32 KiB. An 8 KiB window (the dictionary's last 7,930 bytes are
-# reachable) with fixed Huffman codes: a little larger than dynamic codes (about 127
-# against 112 bytes per trading event) but inflated in half the time, which replay and
-# verify pay for every event.
+# reachable) with fixed Huffman codes: a little larger than dynamic codes (124 against
+# 110 bytes per trading event) but inflated in half the time, which replay and verify pay
+# for every event. Level 6 against 3: 7 bytes fewer per event for ~2.7 us more per body
+# (docs/benchmarks.md).
 _WBITS = 13
 _LEVEL = 6
 _MEM_LEVEL = 5
@@ -87,7 +88,7 @@ class BodyPacker:
 
     def pack(self, body: bytes) -> bytes:
         """Return the stored form of canonical ``body``; a stored (packed) body is kept as is."""
-        if body[:1] != b"{":
+        if not body or body[0] != PLAIN:
             return body
         compressor = self._primed.copy()
         return self._prefix + compressor.compress(body) + compressor.flush()
