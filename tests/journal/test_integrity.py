@@ -41,6 +41,7 @@ from kernel.journal.head import CHAIN_KEY_ENV
 from kernel.journal.store import JournalCorrupt, JournalKeyError
 from kernel.journal.verify import parse_anchor, verify_journal
 from tests.support import GOLDEN
+from tests.support.bodies import readable_bytes
 from tests.support.helpers import ScriptedAgent, kernel_for, transfer
 
 KEY = b"0123456789abcdef-test-chain-key"
@@ -374,8 +375,8 @@ async def test_a_keyed_journal_records_a_key_id_and_never_the_key(
         meta = dict(db.execute("SELECT key, value FROM meta"))
     assert meta["chain"] == "hmac-sha256"
     assert len(meta["chain_key_id"]) == 16
-    assert KEY not in path.read_bytes()
-    assert KEY.hex().encode() not in path.read_bytes()
+    assert KEY not in readable_bytes(path)
+    assert KEY.hex().encode() not in readable_bytes(path)
 
 
 @pytest.mark.parametrize("given", ["no key", "a wrong key"])
