@@ -10,11 +10,12 @@ import os
 from typing import Any
 
 from kernel.audit.reverify import PackPathError, Rejudged
+from kernel.audit.verification import verify_all
 from kernel.cli._operator import error, error_of, one_line
 from kernel.cli._read import (
     print_json,
 )
-from kernel.cli._replay import rejudge_verdicts, verdict_lines, verify_replay
+from kernel.cli._replay import rejudge_verdicts, verdict_lines
 from kernel.core.flow import IllegalTransition
 from kernel.core.reasons import CliError, ExitCode
 from kernel.journal.errors import redact
@@ -165,7 +166,14 @@ async def _verify_text(args: argparse.Namespace, found: dict[str, Any] | None = 
         anchor = _anchor_arg(args)
     except ValueError as exc:
         return error(CliError.BAD_ARGUMENT, f"--anchor: {exc}", ExitCode.USAGE)
-    report = await verify_journal(args.db, chain_key=_chain_key(args), anchor=anchor)
+    try:
+        # The chain, then one fold from scratch of the projections, checked against every
+        # checkpoint and snapshot: both from one read of the journal.
+        report, replay = await verify_all(args.db, chain_key=_chain_key(args), anchor=anchor)
+    except (JournalError, IllegalTransition, ValueError) as exc:
+        # The chain checked out, so only what lies outside it (snapshots) can be at fault.
+        print(one_line(f"verify: FAILED: {getattr(exc, 'code', JournalCorrupt.code)}: {exc}"))
+        return ExitCode.FAILED
     if not report.ok and report.first_bad_seq is None:
         # Not a readable journal rather than a bad event: opening it names the condition.
         await _failed_file("verify", args.db, report.problem)
@@ -173,12 +181,8 @@ async def _verify_text(args: argparse.Namespace, found: dict[str, Any] | None = 
     if not report.ok:
         print(one_line(f"verify: FAILED at seq {report.first_bad_seq}: {report.problem}"))
         return ExitCode.FAILED
-    try:
-        # One fold from scratch: the projections, checked against every checkpoint and snapshot.
-        replay = await verify_replay(args.db)
-    except (JournalError, IllegalTransition, ValueError) as exc:
-        # The chain checked out, so only what lies outside it (snapshots) can be at fault.
-        print(one_line(f"verify: FAILED: {getattr(exc, 'code', JournalCorrupt.code)}: {exc}"))
+    if replay is None:  # the journal did not open, though its chain checked out
+        await _failed_file("verify", args.db, "it does not open")
         return ExitCode.FAILED
     if not replay.ok:
         for problem in replay.problems:

@@ -6,4 +6,6 @@ group commit, listeners, subscriptions); ``port`` is what a store must do; the
 stores are ``_sqlite`` (a file, the default) and ``_postgres`` (a server, with a
 writer lease, behind the ``dirk[postgres]`` extra). ``copy`` moves a journal
 between them, ``follow`` follows one from another process, ``verify`` proves it.
+``codec`` is how a body is stored: canonical JSON, or deflated with a preset dictionary
+(SQLite); the hash is always over the canonical bytes.
 """

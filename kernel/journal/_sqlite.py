@@ -19,6 +19,7 @@ import aiosqlite
 import anyio
 
 from kernel.core.events import GENESIS_HASH, chain_key_id
+from kernel.journal.codec import BodyPacker
 from kernel.journal.errors import (
     JournalCorrupt,
     JournalError,
@@ -33,7 +34,11 @@ from kernel.journal.sealing import check_row
 APPLICATION_ID = 0x44495231
 """``PRAGMA application_id`` of every journal ("DIR1"), so foreign SQLite files are recognised."""
 
-SCHEMA_VERSION = "1"
+SCHEMA_VERSION = "2"
+"""Version 2: a body may be stored compressed (:mod:`kernel.journal.codec`). A kernel that
+writes to a version 1 journal raises it to 2 first, so an older kernel refuses the
+journal by its version instead of failing on a body it cannot read."""
+READABLE_VERSIONS = frozenset({"1", SCHEMA_VERSION})
 
 SYNCHRONOUS = frozenset({"OFF", "NORMAL", "FULL", "EXTRA"})
 """The values ``open_journal(synchronous=)`` takes (SQLite's ``PRAGMA synchronous``)."""
@@ -154,6 +159,7 @@ class _Writer:
     def __init__(self, path: str, conn: sqlite3.Connection) -> None:
         self._path = path
         self._conn = conn
+        self._packer = BodyPacker()
 
     def append(self, rows: Sequence[Row], expected_seq: int, head: str, injected: bool) -> None:
         """Insert ``rows`` and the head record in one transaction, or none of them.
@@ -162,9 +168,12 @@ class _Writer:
         of forking the chain.
         """
         conn = self._conn
+        # Compressed here, in the writer's thread: zlib lets go of the GIL while it deflates.
+        pack = self._packer.pack
+        stored = [(seq, type_, dfid, pack(body), hash_) for seq, type_, dfid, body, hash_ in rows]
         conn.execute("BEGIN IMMEDIATE")
         try:
-            conn.executemany(_INSERT, rows)
+            conn.executemany(_INSERT, stored)
             conn.execute(_HEAD, (head,))
             if injected:
                 raise sqlite3.OperationalError("disk I/O error (injected by JournalFaults)")
@@ -262,6 +271,12 @@ def _open_writer(
                 f" ('schema_version', '{SCHEMA_VERSION}'), ('journal_id', '{journal_id}'),"
                 f" ('head', '{head_value(0, GENESIS_HASH)}'); COMMIT;"
             )
+        else:
+            # It is about to hold compressed bodies, which a version 1 kernel cannot read.
+            conn.execute(
+                "UPDATE meta SET value = ? WHERE key = 'schema_version' AND value = '1'",
+                (SCHEMA_VERSION,),
+            )
         if key is not None and _has_no_events(conn):
             # A new journal, or one without events: from its first event on, hashes are HMACs.
             conn.executemany(
@@ -330,9 +345,11 @@ def check_meta(meta: Mapping[Any, Any], path: str) -> dict[str, str]:
         JournalCorrupt: No journal id.
     """
     version = meta.get("schema_version")
-    if version != SCHEMA_VERSION:
+    if version not in READABLE_VERSIONS:
         raise JournalVersionError(
-            path, f"schema version {version!r}; this kernel reads version {SCHEMA_VERSION!r}"
+            path,
+            f"schema version {version!r}; this kernel reads versions"
+            f" {', '.join(sorted(READABLE_VERSIONS))}",
         )
     if not isinstance(meta.get("journal_id"), str):
         raise JournalCorrupt(path, "the meta table has no journal_id")

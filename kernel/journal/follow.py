@@ -20,6 +20,7 @@ import anyio
 from kernel.core.events import GENESIS_HASH, Event, decode_body
 from kernel.core.ports import Clock, SystemClock
 from kernel.journal._subscription import READ_BATCH
+from kernel.journal.codec import unpack
 from kernel.journal.errors import JournalCorrupt, is_postgres
 from kernel.journal.port import backend_for
 
@@ -56,7 +57,7 @@ async def follow_journal(
             if rows:
                 try:
                     batch = [
-                        decode_body(body, GENESIS_HASH if seq == 1 else prev or b"", hash_)
+                        decode_body(unpack(body), GENESIS_HASH if seq == 1 else prev or b"", hash_)
                         for seq, body, hash_, prev in rows
                     ]
                 except (ValueError, TypeError) as exc:

@@ -32,6 +32,7 @@ from kernel.core.ports import Clock
 from kernel.journal._sqlite import APPLICATION_ID, INBOX_SCHEMA, SCHEMA_VERSION
 from kernel.journal._subscription import READ_BATCH as _BATCH
 from kernel.journal._subscription import Subscription
+from kernel.journal.codec import unpack
 from kernel.journal.errors import (
     JournalClosed,
     JournalCorrupt,
@@ -282,7 +283,7 @@ class Journal:
         rows = await self._reader.events(start, stop, dfid, wanted, limit)
         try:
             return [
-                decode_body(body, GENESIS_HASH if seq == 1 else prev or b"", hash_)
+                decode_body(unpack(body), GENESIS_HASH if seq == 1 else prev or b"", hash_)
                 for seq, body, hash_, prev in rows
             ]
         except (ValueError, TypeError) as exc:

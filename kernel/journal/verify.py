@@ -15,15 +15,16 @@ from __future__ import annotations
 import datetime as dt
 import os
 import re
+from collections.abc import Awaitable, Callable
 
 import msgspec
 
-from kernel.core.events import GENESIS_HASH, KernelStarted, KernelStopped, decode_body
+from kernel.core.events import GENESIS_HASH, Event, KernelStarted, KernelStopped
 from kernel.journal._subscription import READ_BATCH
 from kernel.journal.errors import JournalError
 from kernel.journal.head import head_problem, key_problem
 from kernel.journal.port import backend_for
-from kernel.journal.sealing import row_problem as _row_problem
+from kernel.journal.sealing import check_row
 
 _ANCHOR = re.compile(
     r"dirk-anchor v1 journal=(?P<journal>\S+) seq=(?P<seq>[0-9]{1,19})"
@@ -120,6 +121,7 @@ async def verify_journal(
     *,
     chain_key: bytes | None = None,
     anchor: Anchor | None = None,
+    fold: Callable[[list[Event]], Awaitable[object]] | None = None,
 ) -> VerifyReport:
     """Check every event of the journal at ``path`` from genesis on; never raise for a bad file.
 
@@ -127,6 +129,10 @@ async def verify_journal(
     checks seqs run 1..N without gaps, that each body decodes to its own seq,
     type and DecisionFlow, that the last event is the one the head record
     names, and that the journal still holds the event ``anchor`` names.
+
+    ``fold`` is handed each batch of events that checked out, in order, before the
+    next is read (``dirk verify`` folds the projections from them: each event is read
+    and decoded once). A bad event ends the batches before it; the report says where.
     """
     path = os.fspath(path)
     events, prev, ts = 0, GENESIS_HASH, 0
@@ -163,23 +169,27 @@ async def verify_journal(
                 return report(problem)
             key = chain_key
             start = -(2**63)  # rows below seq 1 would be forgeries: look at them too
-            last_body = b""
+            with_hashes = fold is not None
             while True:
                 rows = await db.rows_from(start, READ_BATCH)
+                batch: list[Event] = []
                 for row in rows:
-                    problem = _row_problem(row, events + 1, prev, key)
-                    if problem:
+                    # Each body inflated and decoded once: its hash, its columns, its time.
+                    problem, event = check_row(row, events + 1, prev, key, True, with_hashes)
+                    if event is None:
                         return report(problem, min(row[0], events + 1))
-                    events, prev, last_body = events + 1, row[4], row[3]
-                    if row[1] in ("KernelStarted", "KernelStopped"):
-                        head_events = head_events or _records_head(row[3])
+                    events, prev, ts = events + 1, row[4], event.ts
+                    payload = event.payload
+                    if isinstance(payload, KernelStarted | KernelStopped) and payload.head_hash:
+                        head_events = True
                     if anchor is not None and events == anchor.seq:
-                        anchored = (row[4], decode_body(row[3], b"", b"").ts)
+                        anchored = (row[4], event.ts)
+                    batch.append(event)
+                if fold is not None and batch:
+                    await fold(batch)
                 if len(rows) < READ_BATCH:
                     break
                 start = events + 1
-            if events:
-                ts = decode_body(last_body, b"", b"").ts
     except JournalError as exc:
         return report(exc.detail, exc.seq)
     except (ValueError, TypeError) as exc:
@@ -199,11 +209,6 @@ async def verify_journal(
         if problem:
             return report(problem, seq)
     return report()
-
-
-def _records_head(body: bytes) -> bool:
-    payload = decode_body(body, b"", b"").payload
-    return isinstance(payload, KernelStarted | KernelStopped) and bool(payload.head_hash)
 
 
 def _anchor_problem(

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterable, Callable, Sequence
 from typing import Any
 
 import anyio
@@ -229,8 +229,14 @@ class ProjectionReport(msgspec.Struct, frozen=True, kw_only=True):
     problems: list[str] = []
 
 
-async def verify_projections(journal: Journal) -> ProjectionReport:
-    """Fold the journal from scratch, comparing each checkpoint and snapshot with replay."""
+async def verify_projections(
+    journal: Journal, batches: AsyncIterable[Sequence[Event]] | None = None
+) -> ProjectionReport:
+    """Fold the journal from scratch, comparing each checkpoint and snapshot with replay.
+
+    ``batches`` are the events to fold, from event 1 in order (by default the journal's
+    own): ``dirk verify`` hands over those its chain check decoded, so each is read once.
+    """
     points: dict[int, list[ProjectionCheckpoint]] = {}
     for point in await checkpoints(journal):
         points.setdefault(point.seq, []).append(point)
@@ -261,7 +267,7 @@ async def verify_projections(journal: Journal) -> ProjectionReport:
 
     if 0 in points:
         await compare(0)
-    async for batch in journal.scan():
+    async for batch in journal.scan() if batches is None else batches:
         for event in batch:
             try:
                 projections.apply((event,))

@@ -26,6 +26,7 @@ from kernel import Decision, ReasonCode
 from kernel.audit import open_journal
 from kernel.core.events import Draft, FlowAborted, FlowCreated
 from kernel.core.reasons import CliError, ExitCode
+from kernel.journal.codec import unpack
 from kernel.telemetry import export_flows, span_id_for
 from kernel.testing import action_of
 from tests.support import SUPPORT
@@ -155,6 +156,8 @@ def edit_body(path: Path, where: str, params: tuple[Any, ...], old: bytes, new: 
     """Replace ``old`` by ``new`` in the body of the row ``where`` selects; return its seq."""
     with closing(sqlite3.connect(path)) as db, db:
         seq, body = db.execute(f"SELECT seq, body FROM events WHERE {where}", params).fetchone()
+        # Written back as plain JSON, which a journal of compressed bodies reads too.
+        body = unpack(body)
         edited = body.replace(old, new, 1)
         assert edited != body
         json.loads(edited)  # still valid JSON: only the hash chain can tell

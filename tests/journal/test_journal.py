@@ -18,6 +18,7 @@ from anyio.streams.buffered import BufferedByteReceiveStream
 
 from kernel.core.events import GENESIS_HASH, Draft, FlowCreated, TriggerFired, canonical, chain
 from kernel.core.ports import ManualClock
+from kernel.journal.codec import unpack
 from kernel.journal.opening import open_journal
 from kernel.journal.store import (
     Journal,
@@ -267,7 +268,7 @@ async def test_acknowledged_events_survive_sigkill(tmp_path: Path, seed: int) ->
 
 
 TAMPERING = {
-    "body": "UPDATE events SET body = CAST(replace(CAST(body AS TEXT), '\"x\":5', '\"x\":6')"
+    "body": "UPDATE events SET body = CAST(replace(CAST(plain(body) AS TEXT), '\"x\":5', '\"x\":6')"
     " AS BLOB) WHERE seq = 5",
     "hash": "UPDATE events SET hash = zeroblob(32) WHERE seq = 5",
     "type": "UPDATE events SET type = 'FlowClosed' WHERE seq = 5",
@@ -282,6 +283,8 @@ async def test_verify_finds_tampering(tmp_path: Path, tampering: str) -> None:
     async with open_journal(path) as journal:
         stored = await journal.read()
     with sqlite3.connect(path) as db:
+        # Edited as plain JSON, which a journal of compressed bodies reads too.
+        db.create_function("plain", 1, unpack, deterministic=True)
         assert db.execute(TAMPERING[tampering]).rowcount == 1
     db.close()
 
@@ -296,8 +299,9 @@ async def test_opening_a_journal_whose_last_event_was_altered_fails(tmp_path: Pa
     path = tmp_path / "journal.db"
     await make_journal(path, 10)
     with sqlite3.connect(path) as db:
+        db.create_function("plain", 1, unpack, deterministic=True)
         db.execute(
-            "UPDATE events SET body = CAST(replace(CAST(body AS TEXT), '10', '11') AS BLOB)"
+            "UPDATE events SET body = CAST(replace(CAST(plain(body) AS TEXT), '10', '11') AS BLOB)"
             " WHERE seq = 10"
         )
     db.close()
@@ -320,7 +324,7 @@ def damage(path: Path, kind: str, journal: Path) -> type[JournalError]:
     if kind == "version":
         shutil.copy(journal, path)
         with sqlite3.connect(path) as db:
-            db.execute("UPDATE meta SET value = '2' WHERE key = 'schema_version'")
+            db.execute("UPDATE meta SET value = '99' WHERE key = 'schema_version'")
         db.close()
         return JournalVersionError
     with sqlite3.connect(path) as db:

@@ -8,6 +8,7 @@ import pytest
 
 from kernel import AgentStatus, FlowStatus, HandshakeRefused, Outcome, ReasonCode
 from kernel.state.projections import session_hash
+from tests.support.bodies import readable_bytes
 from tests.support.helpers import ALL_KINDS, ScriptedAgent, kernel_for
 
 
@@ -60,7 +61,7 @@ async def test_the_session_carries_schemas_and_the_journal_only_a_hash_of_the_to
     assert transfer["properties"]["amount_cents"] == {"type": "integer"}
     [registered] = await kernel.journal.read(types=["AgentRegistered"])
     assert registered.payload.session_hash == session_hash(session.token)
-    raw = (tmp_path / "j.db").read_bytes() + (tmp_path / "j.db-wal").read_bytes()
+    raw = readable_bytes(tmp_path / "j.db")
     assert session.token.encode() not in raw
 
 

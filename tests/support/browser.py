@@ -24,6 +24,8 @@ from pathlib import Path
 
 import pytest
 
+from kernel.journal.codec import unpack
+
 ROOT = Path(__file__).resolve().parent.parent.parent
 START_TIMEOUT_S = 60.0
 
@@ -117,7 +119,7 @@ class Kernel:
             bodies = conn.execute(
                 "SELECT body FROM events WHERE type = 'ExecutionStarted' AND dfid = ?", (dfid,)
             ).fetchall()
-        keys = {json.loads(body)["payload"]["intent"]["key"] for (body,) in bodies}
+        keys = {json.loads(unpack(body))["payload"]["intent"]["key"] for (body,) in bodies}
         if not self.effects.exists():
             return []
         return [k for k in self.effects.read_text(encoding="utf-8").splitlines() if k in keys]
