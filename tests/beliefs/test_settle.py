@@ -54,7 +54,9 @@ async def test_a_failed_discriminating_test_settles_the_dispute(tmp_path):
         # History stays: the contradiction evidence and its edges are still recorded.
         q = desk.graph.propositions["q"]
         assert len(q.contradiction) == 2
-        against = {e.source for e in desk.graph.edges if e.type == "contradicts" and e.target == "q"}
+        against = {
+            e.source for e in desk.graph.edges if e.type == "contradicts" and e.target == "q"
+        }
         assert against == {"o3", "o4"}
         assert desk.graph.refuted("q") == {"o3", "o4"}
         await replayed(desk)
@@ -80,9 +82,11 @@ async def test_correlated_copies_contest_an_accepted_belief(tmp_path):
     """The finding kept (docs/beliefs.md): one independence group can contest two.
 
     Under the seed's literal contested rule (support >= 0.45 and contradiction >= 0.45)
-    one pool's first copy already weighs 0.70; the rule is kept, so this pins it.
+    one pool's first copy already weighs 0.70; the rule is kept, so this pins it,
+    and shows the seed's remedy: a discriminating test, which now settles it.
     """
-    async with belief_desk(tmp_path / "j.db") as desk:
+    tests = ScriptedTests({"t1": "failed"})
+    async with belief_desk(tmp_path / "j.db", tests) as desk:
         await desk.observe("o1", "hr")
         await desk.observe("o2", "colleague")
         await desk.call(
@@ -97,6 +101,22 @@ async def test_correlated_copies_contest_an_accepted_belief(tmp_path):
         assert assessed.contradiction_groups == 1 and assessed.support_groups == 2
         assert desk.state("q") == "contested"
         assert transitions(desk, "q")[2] == ("accepted", "contested", "contradicts", "o3>q")
+
+        # The seed's own remedy is its test loop: the copies' claim, tested and failed,
+        # no longer counts against q, which is accepted again (thresholds untouched).
+        await desk.call(
+            "propose_proposition", proposition="p", text="Kim is CEO", derived_from=["o3"]
+        )
+        for n in (4, 5):
+            await desk.call("attach_support", proposition="p", observation=f"o{n}")
+        for n in (1, 2):  # two unresolved contradictions: the test trigger holds
+            await desk.call("attach_contradiction", proposition="p", observation=f"o{n}")
+        flow = await desk.call("propose_test", test="t1", proposition="p", competing=["q"])
+        assert flow.status == "CLOSED", await desk.why(flow)
+        await desk.call("execute_test_result_ingest", test="t1")
+        assert desk.state("p") == "rejected"
+        assert desk.state("q") == "accepted"
+        assert transitions(desk, "q")[-1] == ("contested", "accepted", "test", "test:t1")
         await replayed(desk)
 
 
