@@ -6,10 +6,18 @@ result causes name it, and refolding the journal lands on the same graph.
 
 from __future__ import annotations
 
+import contextlib
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+import anyio
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kernel.beliefs import HOUR_NS, SCALE, Evidence, Volatility, assess
+from kernel.cli import main
 from kernel.testing import ScriptedTests
 from tests.beliefs.test_stage1 import replayed, transitions
 from tests.support.beliefs_domain import Desk, belief_desk
@@ -60,6 +68,25 @@ async def test_a_failed_discriminating_test_settles_the_dispute(tmp_path):
         assert against == {"o3", "o4"}
         assert desk.graph.refuted("q") == {"o3", "o4"}
         await replayed(desk)
+        # dirk beliefs shows the contradiction kept as history and marked as not counted.
+        shown = await anyio.to_thread.run_sync(beliefs_json, tmp_path / "j.db")
+        rows = {r["proposition"]: r for r in shown["propositions"]}
+        assert [e.get("refuted", False) for e in rows["q"]["evidence"]] == [
+            False,
+            False,
+            True,
+            True,
+        ]
+        assert not any(e.get("refuted") for e in rows["p"]["evidence"])
+        assert rows["q"]["state"] == "accepted" and rows["q"]["contradiction"] == "0.000000"
+
+
+def beliefs_json(path: Path) -> dict[str, Any]:
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main(["beliefs", "--db", str(path), "--json"]) == 0
+    found: dict[str, Any] = json.loads(out.getvalue())
+    return found
 
 
 async def test_a_failed_test_settles_only_against_the_rivals_it_names(tmp_path):
