@@ -16,8 +16,9 @@ import anyio
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kernel.beliefs import HOUR_NS, SCALE, Evidence, Volatility, assess
+from kernel.beliefs import HOUR_NS, SCALE, Call, Evidence, Volatility, Workbench, assess
 from kernel.cli import main
+from kernel.core.events import PropositionTransitioned
 from kernel.testing import ScriptedTests
 from tests.beliefs.test_stage1 import replayed, transitions
 from tests.support.beliefs_domain import Desk, belief_desk
@@ -203,3 +204,66 @@ def test_refuting_only_lowers_contradiction_at_one_reliability(support, against,
     assert after.contradiction <= before.contradiction
     assert after.contradiction_groups <= before.contradiction_groups
     assert after.confidence >= before.confidence
+
+
+OUTCOMES = st.sampled_from(["passed", "failed", "inconclusive"])
+
+
+@settings(max_examples=60, derandomize=True, deadline=None)
+@given(
+    st.integers(min_value=1, max_value=3),
+    st.integers(min_value=1, max_value=3),
+    OUTCOMES,
+    OUTCOMES,
+    st.booleans(),
+)
+def test_a_tested_dispute_folds_consistently(left, right, out_a, out_b, b_first):
+    """Any dispute, any test outcomes, either order: states are the fold's, history stays,
+    and a failed test leaves its rival scored without the refuted side's contradiction."""
+    bench = Workbench()
+    now = 0
+
+    def call(kind: str, **params: Any) -> Call:
+        nonlocal now
+        now += HOUR_NS
+        return bench.propose(f"governance.{kind}", params, task="t", now_ns=now)
+
+    sides = {"a": [f"a{i}" for i in range(left)], "b": [f"b{i}" for i in range(right)]}
+    for side, observations in sides.items():
+        for o in observations:
+            call("record_observation", observation=o, source=o)
+        call("propose_proposition", proposition=side, text=f"it is {side}", derived_from=[o])
+        for o in observations[:-1]:
+            call("attach_support", proposition=side, observation=o)
+    for side, rival in (("a", "b"), ("b", "a")):
+        for o in sides[rival]:
+            call("attach_contradiction", proposition=side, observation=o)
+    proposed = {}
+    for side, rival, outcome in (("a", "b", out_a), ("b", "a", out_b)):
+        test = f"t-{side}"
+        made = call("propose_test", test=test, proposition=side, competing=[rival])
+        if made.outcome != "rejected":
+            bench.record_test(test, outcome)
+            proposed[side] = outcome
+    history = {p: len(bench.graph.propositions[p].contradiction) for p in "ab"}
+    for side in sorted(proposed, reverse=b_first):
+        done = call("execute_test_result_ingest", test=f"t-{side}")
+        assert done.outcome == "accepted", done
+        for event in done.events:
+            if isinstance(event.payload, PropositionTransitioned):
+                # Every transition the ingest records names the test result.
+                assert (event.payload.cause, event.payload.evidence) == ("test", f"test:t-{side}")
+    graph = bench.graph
+    for p in "ab":
+        assert graph.propositions[p].state == graph.assess(p, now).state  # the fold's state
+        assert len(graph.propositions[p].contradiction) >= history[p]  # history stays
+    for side, rival in (("a", "b"), ("b", "a")):
+        refuted = proposed.get(side) == "failed"
+        assert graph.propositions[side].state == "rejected" or not refuted
+        if refuted and proposed.get(rival) != "failed":
+            assert graph.assess(rival, now).contradiction == 0
+            assert graph.refuted(rival) == frozenset(sides[side])
+            groups = len(sides[rival]) + (proposed.get(rival) == "passed")
+            assert graph.propositions[rival].state == ("accepted" if groups >= 2 else "provisional")
+        elif not refuted:
+            assert graph.refuted(rival) == frozenset()
