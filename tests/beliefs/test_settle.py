@@ -16,9 +16,11 @@ import anyio
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from kernel.audit import fold, open_journal
 from kernel.beliefs import HOUR_NS, SCALE, Call, Evidence, Volatility, Workbench, assess
 from kernel.cli import main
 from kernel.core.events import PropositionTransitioned
+from kernel.state.snapshots import checkpoints, state_at, verify_projections
 from kernel.testing import ScriptedTests
 from tests.beliefs.test_stage1 import replayed, transitions
 from tests.support.beliefs_domain import Desk, belief_desk
@@ -45,7 +47,7 @@ async def dispute(desk: Desk) -> None:
 
 async def test_a_failed_discriminating_test_settles_the_dispute(tmp_path):
     tests = ScriptedTests({"t1": "failed"})
-    async with belief_desk(tmp_path / "j.db", tests) as desk:
+    async with belief_desk(tmp_path / "j.db", tests, checkpoint_every=7) as desk:
         await dispute(desk)
         flow = await desk.call(
             "propose_test", test="t1", proposition="p", competing=["q"], method="registry"
@@ -69,17 +71,25 @@ async def test_a_failed_discriminating_test_settles_the_dispute(tmp_path):
         assert against == {"o3", "o4"}
         assert desk.graph.refuted("q") == {"o3", "o4"}
         await replayed(desk)
-        # dirk beliefs shows the contradiction kept as history and marked as not counted.
-        shown = await anyio.to_thread.run_sync(beliefs_json, tmp_path / "j.db")
-        rows = {r["proposition"]: r for r in shown["propositions"]}
-        assert [e.get("refuted", False) for e in rows["q"]["evidence"]] == [
-            False,
-            False,
-            True,
-            True,
-        ]
-        assert not any(e.get("refuted") for e in rows["p"]["evidence"])
-        assert rows["q"]["state"] == "accepted" and rows["q"]["contradiction"] == "0.000000"
+    # Snapshots taken before and after the test restore the same graph as a refold.
+    async with open_journal(tmp_path / "j.db", readonly=True) as opened:
+        events = list(await opened.read())
+        assert len(await checkpoints(opened)) >= 2
+        for seq in range(1, opened.head_seq + 1):
+            assert (await state_at(opened, seq)).beliefs == fold(events[:seq]).beliefs
+        report = await verify_projections(opened)
+    assert report.ok, report.problems
+    # dirk beliefs shows the contradiction kept as history and marked as not counted.
+    shown = await anyio.to_thread.run_sync(beliefs_json, tmp_path / "j.db")
+    rows = {r["proposition"]: r for r in shown["propositions"]}
+    assert [e.get("refuted", False) for e in rows["q"]["evidence"]] == [
+        False,
+        False,
+        True,
+        True,
+    ]
+    assert not any(e.get("refuted") for e in rows["p"]["evidence"])
+    assert rows["q"]["state"] == "accepted" and rows["q"]["contradiction"] == "0.000000"
 
 
 def beliefs_json(path: Path) -> dict[str, Any]:
