@@ -12,7 +12,7 @@ and ablations). Every score is an ``int`` in micro-units, ``SCALE`` = 1_000_000 
     a.state, show(a.confidence)        # (BeliefState.ACCEPTED, "0.800000")
 
 ``assess(support, contradiction, *, volatility, created_ns, now_ns, failed_test=False,
-held=False) -> Assessment`` (state, confidence, support, contradiction, support_groups,
+held=False, refuted=()) -> Assessment`` (state, confidence, support, contradiction, support_groups,
 contradiction_groups, freshness, at_ns). Its parts: ``freshness(age_ns, volatility)``,
 ``group_weight(reliabilities)``, ``weight(evidence) -> (score, groups)``,
 ``diversity(groups)``, ``staleness(freshness, volatility)``, ``confidence(...)``,
@@ -20,7 +20,9 @@ contradiction_groups, freshness, at_ns). Its parts: ``freshness(age_ns, volatili
 ``triggers(...)``, ``suppressed(impact, cost, confidence)``, ``benefit(confidence)``;
 ``micro("0.8") -> 800_000`` and ``show(800_000) -> "0.800000"``. Every v0.1q constant
 is a name of ``scoring`` (``scoring.CARRY_OVER_CAP``, ``scoring.HALF_LIFE_HOURS``...).
-``held`` says the proposition was accepted or provisional before (deprecation needs it).
+``held`` says the proposition was accepted or provisional before (deprecation needs it);
+``refuted`` names observations whose contradiction no longer counts (each supports a rival
+a failed discriminating test refuted: ``BeliefGraph.refuted(name)``).
 
 **The kernel part.** Load ``GOVERNANCE_PACK`` and give the agent its kinds as
 capabilities (``KINDS``); give the kernel a ``belief_test`` adapter if agents propose

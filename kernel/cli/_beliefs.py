@@ -45,11 +45,14 @@ async def _graph(db: str, at: int | None) -> tuple[BeliefGraph, int] | int:
 
 def _evidence(graph: BeliefGraph, p: PropositionRecord) -> list[dict[str, Any]]:
     rows = []
+    refuted = graph.refuted(p.proposition)
     for stance, items in (("supports", p.support), ("contradicts", p.contradiction)):
         for item in items:
-            rows.append(
-                {"stance": stance, "group": item.group, "seq": item.seq, "at_ns": item.at_ns}
-            )
+            row = {"stance": stance, "group": item.group, "seq": item.seq, "at_ns": item.at_ns}
+            if stance == "contradicts" and item.observation in refuted:
+                # Kept as history; no longer counted: it supports a rival a failed test refuted.
+                row["refuted"] = True
+            rows.append(row)
     return sorted(rows, key=lambda r: r["seq"])
 
 
@@ -95,7 +98,8 @@ async def _beliefs(args: argparse.Namespace) -> int:
             f" ({row['layer']}, task {row['task']}) {row['text']!r}"
         )
         for e in row["evidence"]:
-            print(f"  {e['stance']:<11} group {e['group']} (#{e['seq']})")
+            refuted = " (refuted rival: not counted)" if e.get("refuted") else ""
+            print(f"  {e['stance']:<11} group {e['group']} (#{e['seq']}){refuted}")
     return ExitCode.OK
 
 

@@ -223,9 +223,9 @@ def test_a_test_refutes_the_wrong_side_of_a_serious_dispute() -> None:
     assert [c.kind for c in calls].count("propose_test") == 2
     out = run(PolicyFold("governed_fold"), sc)
     assert out.beliefs[1].state == "rejected"  # AA failed its test
-    # The refuted side's contradiction still stands against BB: contested, so abstain.
-    assert out.beliefs[0].state == "contested"
-    assert out.answers["t/q1"] == "unknown"
+    # The refuted side's testimony no longer counts against BB: the test settles it.
+    assert out.beliefs[0].state == "accepted"
+    assert out.answers["t/q1"] == "BB"
 
 
 def comparable(rows: list[dict[str, object]]) -> list[dict[str, object]]:

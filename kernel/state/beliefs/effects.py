@@ -417,6 +417,12 @@ def _ingest(
         )
     )
     touched[record.proposition] = ("test", f"test:{test}")
+    if record.outcome == "failed":
+        # A failed discriminating test refutes its proposition against the competing
+        # ones: their transitions (contradiction from it no longer counts) name it.
+        for rival in record.competing:
+            if rival in g.propositions and rival != record.proposition:
+                touched.setdefault(rival, ("test", f"test:{test}"))
     if record.outcome in ("passed", "failed"):
         stance = "supports" if record.outcome == "passed" else "contradicts"
         _attach(s, record.proposition, observation, stance, task, key)

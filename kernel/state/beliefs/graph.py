@@ -145,6 +145,9 @@ class PropositionRecord(msgspec.Struct, kw_only=True):
     held: bool = False
     """Accepted or provisional at some recorded transition (deprecation needs it)."""
     failed_test: bool = False
+    refuted_against: list[str] = []
+    """The competing propositions of its latest ingested test, if that test failed:
+    the rivals it was refuted against (its support no longer contradicts them)."""
     tests: list[str] = []
     contested_updates: int = 0
     """Consecutive evidence updates that left it contested."""
@@ -215,6 +218,8 @@ class BeliefGraph(msgspec.Struct, kw_only=True):
     workspaces: dict[str, WorkspaceRecord] = {}
     consolidations: list[ConsolidationRecorded] = []
     episodes: dict[str, EpisodeRecord] = {}
+    refuters: dict[str, list[str]] = {}
+    """Proposition -> the rivals a failed discriminating test refuted against it."""
     latest_ns: int = 0
     """The latest recorded time of any belief event: the "now" the DIM judges belief
     proposals at (never its own clock, so ``dirk verify --verdicts`` judges alike)."""
@@ -240,7 +245,23 @@ class BeliefGraph(msgspec.Struct, kw_only=True):
             now_ns=now_ns,
             failed_test=p.failed_test,
             held=p.held,
+            refuted=self.refuted(proposition),
         )
+
+    def refuted(self, proposition: str) -> frozenset[str]:
+        """The observations whose contradiction of ``proposition`` no longer counts.
+
+        Each supports a rival whose latest ingested discriminating test, naming
+        ``proposition`` among its competing propositions, failed: the testimony
+        against it was the rival's, and the test refuted the rival. The evidence
+        and its edges stay recorded (docs/beliefs.md).
+        """
+        found: set[str] = set()
+        for rival in self.refuters.get(proposition, []):
+            r = self.propositions.get(rival)
+            if r is not None:
+                found.update(e.observation for e in r.support if e.observation)
+        return frozenset(found)
 
     def workspace(self, task: str) -> list[str]:
         """The propositions in ``task``'s workspace, in the order they were proposed."""
@@ -303,6 +324,7 @@ class BeliefGraph(msgspec.Struct, kw_only=True):
                 if p is not None:
                     p.failed_test = e.outcome == "failed"
                     p.unresolved = 0
+                    self._refute(p, test.competing if test is not None and p.failed_test else [])
             case PropositionTransitioned() as e:
                 self._transition(e, seq)
             case ConsolidationRecorded() as e:
@@ -376,6 +398,18 @@ class BeliefGraph(msgspec.Struct, kw_only=True):
                 self.entities[other].possible_same_as.append(e.entity)
             self.edges.append(Edge(type="possible_same_as", source=e.entity, target=other, seq=seq))
 
+    def _refute(self, p: PropositionRecord, rivals: list[str]) -> None:
+        """Make ``rivals`` the propositions ``p`` is refuted against (its latest test)."""
+        for rival in p.refuted_against:
+            left = [r for r in self.refuters.get(rival, []) if r != p.proposition]
+            if left:
+                self.refuters[rival] = left
+            else:
+                self.refuters.pop(rival, None)
+        p.refuted_against = [r for r in dict.fromkeys(rivals) if r != p.proposition]
+        for rival in p.refuted_against:
+            self.refuters.setdefault(rival, []).append(p.proposition)
+
     def _name(self, name: str, entity: str) -> None:
         bearers = self.names.setdefault(fold_name(name), [])
         if entity not in bearers:
@@ -423,6 +457,7 @@ class BeliefGraph(msgspec.Struct, kw_only=True):
             reliability=e.reliability,
             at_ns=e.at_ns,
             seq=seq,
+            observation=e.observation,
         )
         if e.stance == "contradicts":
             p.contradiction.append(item)

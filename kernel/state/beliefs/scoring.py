@@ -14,7 +14,7 @@ a random source. The decisions on the seed's open points are in docs/beliefs.md.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from decimal import ROUND_HALF_EVEN, Context, Decimal, InvalidOperation
 from enum import StrEnum
 
@@ -152,13 +152,16 @@ class Evidence(msgspec.Struct, frozen=True, kw_only=True):
     """One piece of support or contradiction: its source's group and reliability, and when.
 
     ``seq`` is the journal seq of the event that attached it (its name in every
-    explanation); ``at_ns`` the recorded time it was attached.
+    explanation); ``at_ns`` the recorded time it was attached; ``observation`` the
+    observation it is (empty in graphs folded before it was kept: such evidence is
+    never discounted).
     """
 
     group: str
     reliability: int = SCALE
     at_ns: int = 0
     seq: int = 0
+    observation: str = ""
 
 
 def weight(evidence: Sequence[Evidence]) -> tuple[int, int]:
@@ -261,6 +264,7 @@ def assess(
     now_ns: int,
     failed_test: bool = False,
     held: bool = False,
+    refuted: Collection[str] = (),
 ) -> Assessment:
     """Score a proposition and derive its state at the recorded time ``now_ns``.
 
@@ -268,9 +272,18 @@ def assess(
     a claim is as fresh as its latest confirmation. Contradiction does not decay.
     Evidence attached after ``now_ns`` is ignored, so an assessment at an
     earlier recorded time is the one that was made then.
+
+    ``refuted`` names observations whose contradiction no longer counts: each
+    supports a rival that a failed discriminating test refuted against this
+    proposition (docs/beliefs.md, "A failed test settles a dispute"). The
+    evidence stays recorded; only the contradiction sum leaves it out.
     """
     support = [e for e in support if e.at_ns <= now_ns]
-    contradiction = [e for e in contradiction if e.at_ns <= now_ns]
+    contradiction = [
+        e
+        for e in contradiction
+        if e.at_ns <= now_ns and not (e.observation and e.observation in refuted)
+    ]
     for_score, for_groups = weight(support)
     against_score, against_groups = weight(contradiction)
     newest = max([created_ns, *(e.at_ns for e in support)])
