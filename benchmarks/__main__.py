@@ -47,10 +47,12 @@ from benchmarks.replay import ReplayMismatch, ReplayRun, run_replay
 from benchmarks.report import Figure, machine, table
 from benchmarks.storage import StorageRun, run_storage
 
-FLOWS_GOAL = 5_000.0
+FLOWS_GOAL = 7_000.0
 """DecisionFlows per second, durable, telemetry off (P1)."""
-RATIO_GOAL = 0.05
+RATIO_GOAL = 0.045
 """P1 as a share of B1: a whole governed decision against one bare queue round trip."""
+CPU_GOAL_US = 130.0
+"""CPU per flow in P1, all threads (C1): a ceiling."""
 FIGURES = ("B1", "B2", "P1", "P2", "P3", "P4", "P5", "P6", "P7", "P8", "P9", "P10", "P13", "P14")
 
 
@@ -319,7 +321,16 @@ def _figures(
             paired = [r.flows_per_s / b for r, b in zip(p1, b1, strict=True)]
             figures.append(Figure("R1", "P1 / B1", "ratio", paired, goal=RATIO_GOAL))
         cpu = [r.cpu_seconds / r.flows * 1e6 for r in p1]
-        figures.append(Figure("C1", "CPU per flow in P1 (all threads)", "us", cpu))
+        figures.append(
+            Figure(
+                "C1",
+                "CPU per flow in P1 (all threads)",
+                "us",
+                cpu,
+                goal=CPU_GOAL_US,
+                lower_is_better=True,
+            )
+        )
         gc_share = [r.gc_seconds / r.seconds for r in p1]
         figures.append(Figure("G1", "cyclic GC share of P1 wall time", "share", gc_share))
         figures.append(Figure("E1", "events per flow", "events", [r.events / r.flows for r in p1]))

@@ -26,7 +26,7 @@ from benchmarks.report import Figure
 from benchmarks.storage import StorageRun
 
 P3_P50_GOAL_US = 1_000.0
-P3_P99_GOAL_US = 5_000.0
+P3_P99_GOAL_US = 4_000.0
 REPLAY_GOAL = 300_000.0
 VERIFY_GOAL = 250_000.0
 BYTES_GOAL = 300.0
