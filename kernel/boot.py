@@ -112,7 +112,12 @@ async def open_kernel(
     key = chain_key_from(storage.chain_key, where) if storage.chain_key is not None else None
     key = key or chain_key_from_env(None, where)
     async with open_journal(
-        path, clock=clock, synchronous=storage.synchronous, faults=storage.faults, chain_key=key
+        path,
+        clock=clock,
+        synchronous=storage.synchronous,
+        faults=storage.faults,
+        chain_key=key,
+        compress=storage.compress,
     ) as journal:
         # The latest snapshot that matches its checkpoint, then the events after it.
         projections = await restore(journal, config.limits.keep_finished)

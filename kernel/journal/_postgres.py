@@ -360,9 +360,14 @@ async def _take_lease(location: str) -> psycopg.Connection[Any]:
 
 
 async def open_store(
-    location: str, *, readonly: bool, synchronous: str, chain_key: bytes | None
+    location: str,
+    *,
+    readonly: bool,
+    synchronous: str,
+    chain_key: bytes | None,
+    compress: bool = True,
 ) -> OpenedStore:
-    """Open the journal at the URL ``location`` (see ``open_journal``)."""
+    """Open the journal at the URL ``location`` (see ``open_journal``); bodies stay JSON."""
     reader_conn = await anyio.to_thread.run_sync(connect, location)
     reader = _Reader(location, reader_conn)
     lease: psycopg.Connection[Any] | None = None

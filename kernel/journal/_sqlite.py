@@ -156,10 +156,10 @@ class _Reader:
 class _Writer:
     """The one writer of a journal file (its methods run in a worker thread)."""
 
-    def __init__(self, path: str, conn: sqlite3.Connection) -> None:
+    def __init__(self, path: str, conn: sqlite3.Connection, compress: bool = True) -> None:
         self._path = path
         self._conn = conn
-        self._packer = BodyPacker()
+        self._packer = BodyPacker() if compress else None
 
     def append(self, rows: Sequence[Row], expected_seq: int, head: str, injected: bool) -> None:
         """Insert ``rows`` and the head record in one transaction, or none of them.
@@ -169,8 +169,12 @@ class _Writer:
         """
         conn = self._conn
         # Compressed here, in the writer's thread: zlib lets go of the GIL while it deflates.
-        pack = self._packer.pack
-        stored = [(seq, type_, dfid, pack(body), hash_) for seq, type_, dfid, body, hash_ in rows]
+        packer = self._packer
+        stored = (
+            [(seq, type_, dfid, packer.pack(body), hash_) for seq, type_, dfid, body, hash_ in rows]
+            if packer is not None
+            else rows
+        )
         conn.execute("BEGIN IMMEDIATE")
         try:
             conn.executemany(_INSERT, stored)
@@ -218,7 +222,12 @@ class _Writer:
 
 
 async def open_store(
-    location: str, *, readonly: bool, synchronous: str, chain_key: bytes | None
+    location: str,
+    *,
+    readonly: bool,
+    synchronous: str,
+    chain_key: bytes | None,
+    compress: bool = True,
 ) -> OpenedStore:
     """Open the journal file at ``location`` (see :func:`kernel.journal.opening.open_journal`)."""
     path = location
@@ -242,7 +251,7 @@ async def open_store(
                 )
             except SQLITE_ERRORS as exc:
                 raise sqlite_error(path, exc) from exc
-            writer = _Writer(path, conn)
+            writer = _Writer(path, conn, compress)
             head = head._replace(journal_id=created_id)
     except BaseException:
         with anyio.CancelScope(shield=True):

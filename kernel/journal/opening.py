@@ -23,6 +23,7 @@ async def open_journal(
     readonly: bool = False,
     faults: JournalFaults | None = None,
     chain_key: bytes | None = None,
+    compress: bool = True,
 ) -> AsyncIterator[Journal]:
     """Open the journal at ``path``, creating it if it does not exist.
 
@@ -40,6 +41,8 @@ async def open_journal(
         chain_key: The chain key (see :func:`chain_key_from`): a new journal is keyed
             with it; a keyed journal needs it to be appended to (reading does not).
             Only a journal without events can be given a key.
+        compress: Store new SQLite bodies deflated (:mod:`kernel.journal.codec`), or as
+            canonical JSON; both forms are always read. PostgreSQL keeps JSON.
 
     Raises:
         JournalCorrupt: Not a SQLite database, or its last event does not check out, or
@@ -54,7 +57,11 @@ async def open_journal(
         raise ValueError(f"synchronous must be one of {sorted(SYNCHRONOUS)}, not {synchronous!r}")
     location = os.fspath(path)
     opened = await backend_for(location).open_store(
-        location, readonly=readonly, synchronous=synchronous, chain_key=chain_key
+        location,
+        readonly=readonly,
+        synchronous=synchronous,
+        chain_key=chain_key,
+        compress=compress,
     )
     writer = opened.writer
     journal: Journal | None = None

@@ -123,9 +123,18 @@ class Backend(Protocol):
     """A store: a module with these two functions."""
 
     async def open_store(
-        self, location: str, *, readonly: bool, synchronous: str, chain_key: bytes | None
+        self,
+        location: str,
+        *,
+        readonly: bool,
+        synchronous: str,
+        chain_key: bytes | None,
+        compress: bool = True,
     ) -> OpenedStore:
-        """Open (creating if blank, unless ``readonly``) the journal at ``location``."""
+        """Open (creating if blank, unless ``readonly``) the journal at ``location``.
+
+        ``compress``: store new bodies compressed where the store can (SQLite).
+        """
         ...
 
     def open_snapshot(self, location: str) -> contextlib.AbstractAsyncContextManager[Snapshot]:

@@ -15,6 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from kernel import FlowStatus
 from kernel.cli import main
 from kernel.core.events import Draft, FlowCreated, TriggerFired, canonical, chain
 from kernel.core.ports import ManualClock
@@ -31,7 +32,9 @@ from kernel.journal.opening import open_journal
 from kernel.journal.store import JournalCorrupt
 from kernel.journal.verify import verify_journal
 from kernel.state.snapshots import verify_projections
+from kernel.testing import SeededIds
 from tests.support import GOLDEN
+from tests.support.helpers import ScriptedAgent, kernel_for, transfer
 from tests.support.postgres import PostgresServer, postgres_server  # noqa: F401
 
 DICTIONARY_SHA256 = {1: "bd237374d9ca468e920e8c5e1c219b6fca405524dcf77b0d6b1410c24bdf73e1"}
@@ -130,6 +133,29 @@ async def test_new_bodies_are_compressed_and_hashed_as_canonical_bytes(tmp_path:
         prev = chain(prev, canonical_body)
         assert prev.hex() == event.hash
     assert sum(map(len, stored)) < sum(len(unpack(b)) for b in stored) * 0.6
+
+
+async def test_a_kernel_told_not_to_compress_stores_json_and_both_forms_read_back(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "j.db"
+    async with kernel_for(path, compress=False) as kernel:
+        await kernel.register(ScriptedAgent(steps=[transfer(100)]))
+        [first] = await kernel.trigger("bank.invoice")
+        assert (await kernel.wait_flow(first)).status is FlowStatus.CLOSED
+    plain = len(stored_bodies(path))
+    assert plain > 0 and all(body[0] == ord("{") for body in stored_bodies(path))
+    async with kernel_for(path, ids=SeededIds(8)) as kernel:  # the default compresses
+        await kernel.register(ScriptedAgent(steps=[transfer(100)]))
+        [second] = await kernel.trigger("bank.invoice")
+        assert (await kernel.wait_flow(second)).status is FlowStatus.CLOSED
+    later = stored_bodies(path)[plain:]
+    assert later and all(body[0] == CURRENT for body in later)
+    report = await verify_journal(path)
+    assert report.ok, report.problem
+    async with open_journal(path, readonly=True) as journal:
+        replay = await verify_projections(journal)
+    assert replay.ok, replay.problems
 
 
 @pytest.mark.parametrize("name", ["trading", "booking"])
