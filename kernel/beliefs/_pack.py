@@ -24,7 +24,7 @@ from kernel.policy.kinds import Impact, PolicyKind
 from kernel.policy.packs import PolicyPack
 from kernel.state.beliefs import BELIEFS_ADAPTER, TEST_ADAPTER
 from kernel.state.beliefs.effects import effects
-from kernel.state.memory import Remembered, memory_id
+from kernel.state.memory import Remembered, memory_id, recorded_receipt, started
 from kernel.state.projections import Projections
 
 
@@ -164,18 +164,15 @@ class BeliefsExecutor:
 
     async def lookup(self, key: str) -> Receipt | None:
         """Return the receipt of the belief effect recorded under ``key``, None if none is."""
-        if key in self._projections.memory.written:
-            return Receipt(external_id=memory_id(key))
-        return None
+        return recorded_receipt(self._projections.memory, key)
 
     async def execute(self, intent: ExecutionIntent) -> Receipt:
         """Return the belief events of ``intent`` for the engine to record, once per key."""
         memory = self._projections.memory
-        if intent.key in memory.written:
-            return Receipt(external_id=memory_id(intent.key))
-        pending = memory.pending.get(intent.key)
-        if pending is None:
-            raise AdapterError(f"no started belief intent {intent.key}")
+        done = recorded_receipt(memory, intent.key)
+        if done is not None:
+            return done
+        pending = started(memory, intent.key, "belief")
         task = str(intent.params.get("task", "")) or pending.root_dfid
         records = effects(
             self._projections.beliefs,

@@ -49,6 +49,8 @@ from kernel.state.memory import (
     Remembered,
     memory_id,
     mentions,
+    recorded_receipt,
+    started,
 )
 from kernel.state.projections import Projections
 
@@ -143,18 +145,15 @@ class MemoryExecutor:
 
     async def lookup(self, key: str) -> Receipt | None:
         """Return the receipt of the memory effect recorded under ``key``, None if none is."""
-        if key in self._projections.memory.written:
-            return Receipt(external_id=memory_id(key))
-        return None
+        return recorded_receipt(self._projections.memory, key)
 
     async def execute(self, intent: ExecutionIntent) -> Receipt:
         """Return the memory event of ``intent`` for the engine to record, once per key."""
         memory = self._projections.memory
-        if intent.key in memory.written:
-            return Receipt(external_id=memory_id(intent.key))
-        pending = memory.pending.get(intent.key)
-        if pending is None:
-            raise AdapterError(f"no started memory intent {intent.key}")
+        done = recorded_receipt(memory, intent.key)
+        if done is not None:
+            return done
+        pending = started(memory, intent.key, "memory")
         if intent.kind == PROPOSE_RULE:
             return await self._propose_rule(intent, pending.root_dfid, pending)
         payload, detail = self._payload(intent, pending.root_dfid)

@@ -36,7 +36,7 @@ from typing import Any
 
 import msgspec
 
-from kernel.adapters.contract import Receipt
+from kernel.adapters.contract import AdapterError, Receipt
 from kernel.core.events import (
     ConstraintAdded,
     ConstraintDeactivated,
@@ -137,6 +137,27 @@ class Remembered(Receipt, frozen=True, gc=False, kw_only=True):
 def memory_id(key: str) -> str:
     """The external id of the memory effect of intent ``key`` (its memory event carries the key)."""
     return f"memory:{key}"
+
+
+def recorded_receipt(memory: MemoryState, key: str) -> Receipt | None:
+    """The receipt of the kernel's own effect recorded under ``key`` (memory or beliefs), or None.
+
+    The key in the recorded event is the idempotency record of the kernel's executors:
+    ``lookup`` (asked on recovery) and a repeated call find it and answer from it.
+    """
+    return Receipt(external_id=memory_id(key)) if key in memory.written else None
+
+
+def started(memory: MemoryState, key: str, what: str) -> Pending:
+    """Return intent ``key`` as its committed ExecutionStarted left it pending.
+
+    Raises:
+        AdapterError: No such intent was started (``what`` names the executor's effects).
+    """
+    pending = memory.pending.get(key)
+    if pending is None:
+        raise AdapterError(f"no started {what} intent {key}")
+    return pending
 
 
 class MemoryState(msgspec.Struct, kw_only=True):

@@ -8,8 +8,6 @@ and let it finish the flows an earlier run left executing); KILL is ``none`` or
 
 from __future__ import annotations
 
-import os
-import signal
 import sys
 from typing import Any
 
@@ -18,6 +16,7 @@ import anyio
 from kernel import FlowStatus, open_kernel
 from kernel.beliefs import GOVERNANCE_PACK
 from tests.support.beliefs_domain import Believer
+from tests.support.crash import die_after_commit
 
 CALLS: list[dict[str, Any]] = [
     {"kind": "governance.record_observation", "observation": "o1", "source": "wire"},
@@ -47,25 +46,11 @@ CALLS: list[dict[str, Any]] = [
 ]
 
 
-def die() -> None:
-    """Die as a crash does: no cleanup, no flush, no exception handlers."""
-    os.kill(os.getpid(), signal.SIGKILL)
-
-
 async def main(journal: str, mode: str, kill: str) -> None:
     async with open_kernel(
         journal, packs=[GOVERNANCE_PACK], adapters={}, allow=["believer"]
     ) as kernel:
-        if kill.startswith("commit:"):
-            commits = [0]
-            wanted = int(kill.partition(":")[2])
-
-            def count(_: Any) -> None:
-                commits[0] += 1
-                if commits[0] == wanted:
-                    die()
-
-            kernel.journal.add_listener(count)
+        die_after_commit(kernel, kill)
         if mode == "run":
             agent = Believer()
             await kernel.register(agent)

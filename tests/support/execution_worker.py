@@ -14,8 +14,6 @@ deduplicates on the key.
 
 from __future__ import annotations
 
-import os
-import signal
 import sys
 from typing import Any
 
@@ -24,15 +22,11 @@ import anyio
 from kernel import FlowStatus, ReasonCode, open_kernel
 from kernel.adapters import AdapterError, ExecutionIntent
 from kernel.testing import Faults, SimulatedSystem
+from tests.support.crash import die, die_after_commit
 from tests.support.execution_domain import DESK, KINDS, Ping, Trip, name_of
 from tests.support.helpers import ScriptedAgent
 
 FLOWS = 9
-
-
-def die() -> None:
-    """Die as a crash does: no cleanup, no flush, no exception handlers."""
-    os.kill(os.getpid(), signal.SIGKILL)
 
 
 class Ledger(SimulatedSystem):
@@ -76,16 +70,7 @@ async def main(journal: str, ledger_path: str, mode: str, kill: str, lookup: str
     async with open_kernel(
         journal, packs=[DESK], adapters={"desk": ledger}, allow=["clerk"]
     ) as kernel:
-        if kill.startswith("commit:"):
-            commits = [0]
-            wanted = int(kill.partition(":")[2])
-
-            def count(_: Any) -> None:
-                commits[0] += 1
-                if commits[0] == wanted:
-                    die()
-
-            kernel.journal.add_listener(count)
+        die_after_commit(kernel, kill)
         if mode == "run":
             clerk = ScriptedAgent(steps=[decide], capabilities=KINDS, subscriptions=["desk"])
             await kernel.register(clerk)
