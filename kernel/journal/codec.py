@@ -41,10 +41,11 @@ _DICTIONARIES = {1: "body-1.zdict"}
 # any window up to 32 KiB. An 8 KiB window (the dictionary's last 7,930 bytes are
 # reachable) with fixed Huffman codes: a little larger than dynamic codes (124 against
 # 110 bytes per trading event) but inflated in half the time, which replay and verify pay
-# for every event. Level 6 against 3: 7 bytes fewer per event for ~2.7 us more per body
-# (docs/benchmarks.md).
+# for every event. Level 3 against 6: 8 bytes more per event on disk (P6 296 against 288)
+# for ~25 us less CPU per flow (P1 about 1.05x); level 1 matches the dictionary poorly
+# (P6 ~360). docs/benchmarks.md has the interleaved runs.
 _WBITS = 13
-_LEVEL = 6
+_LEVEL = 3
 _MEM_LEVEL = 5
 _STRATEGY = zlib.Z_FIXED
 
