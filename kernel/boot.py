@@ -43,7 +43,6 @@ from kernel.registry import KERNEL_VERSION
 from kernel.runtime.actors import RestartIntensityExceeded, Supervisor
 from kernel.runtime.messages import Recover
 from kernel.state.beliefs import BUILT_IN
-from kernel.state.memory import MEMORY_ADAPTER
 from kernel.state.projections import Projections
 from kernel.state.snapshots import Checkpointer, restore
 from kernel.telemetry import Telemetry
@@ -92,12 +91,8 @@ async def open_kernel(
         KernelShutdown: when the kernel had to stop (restart intensity, journal failure).
     """
     catalog = PolicyCatalog(packs)
-    # The memory executor is built in (kernel.wiring adds it where a pack needs it).
-    missing = [
-        name
-        for name in catalog.adapters_needed()
-        if name not in adapters and name != MEMORY_ADAPTER and name not in BUILT_IN
-    ]
+    # The kernel's own executors are built in (kernel.wiring adds them where a pack needs them).
+    missing = [n for n in catalog.adapters_needed() if n not in adapters and n not in BUILT_IN]
     if missing:
         raise PackError(f"no adapter registered for {', '.join(missing)}")
     clock = config.ports.clock or SystemClock()

@@ -74,7 +74,8 @@ def add_commands(commands: Any) -> None:
 async def _mcp(args: argparse.Namespace) -> int:
     try:
         import kernel.mcp  # noqa: F401
-        from kernel.mcp._http import TokenFileError, is_loopback, read_tokens
+        from kernel.core.hosts import is_loopback
+        from kernel.mcp._http import TokenFileError, read_tokens
     except ImportError:
         return error(
             CliError.BAD_ARGUMENT,

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import argparse
 import getpass
-import ipaddress
 import socket
 import sys
 from pathlib import Path
 from typing import Any
 
 from kernel.console._auth import Gate, OperatorsFileError, add_operator, read_operators
+from kernel.core.hosts import is_loopback
 from kernel.core.reasons import CliError, ExitCode
 from kernel.escalation import EscalationPolicy
 from kernel.journal.errors import redact
@@ -73,16 +73,6 @@ def add_commands(commands: Any) -> None:
 def _error(code: CliError, message: str, status: ExitCode = ExitCode.USAGE) -> int:
     print(f"error: {code}: {message}", file=sys.stderr)
     return status
-
-
-def is_loopback(host: str) -> bool:
-    """Whether ``host`` is an address only this machine reaches."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 async def run(args: argparse.Namespace) -> int:

@@ -19,7 +19,6 @@ from kernel.policy.packs import PackError, PolicyCatalog, PolicyPack
 from kernel.runtime.actors import Outbox
 from kernel.runtime.messages import LoadPack
 from kernel.state.beliefs import BUILT_IN
-from kernel.state.memory import MEMORY_ADAPTER
 
 
 def replaced(catalog: PolicyCatalog, pack: PolicyPack, adapters: Collection[str]) -> PolicyCatalog:
@@ -42,11 +41,7 @@ def replaced(catalog: PolicyCatalog, pack: PolicyPack, adapters: Collection[str]
                 f"pack {pack.name} {pack.version} drops policy kind(s) {', '.join(dropped)}"
                 f" that {old.version} defines; flows judged under it may still need them"
             )
-    missing = [
-        a
-        for a in fresh.adapters_needed()
-        if a not in adapters and a != MEMORY_ADAPTER and a not in BUILT_IN
-    ]
+    missing = [a for a in fresh.adapters_needed() if a not in adapters and a not in BUILT_IN]
     if missing:
         raise PackError(f"no adapter registered for {', '.join(missing)}")
     return fresh

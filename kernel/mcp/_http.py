@@ -15,7 +15,6 @@ at least 16 characters.
 from __future__ import annotations
 
 import hmac
-import ipaddress
 import socket
 from collections.abc import Awaitable, Callable, Mapping, MutableMapping
 from pathlib import Path
@@ -69,16 +68,6 @@ def read_tokens(path: str | Path) -> dict[str, Principal]:
     if not tokens:
         raise TokenFileError(f"{path} names no principal")
     return tokens
-
-
-def is_loopback(host: str) -> bool:
-    """Whether ``host`` names this machine only (127.0.0.0/8, ::1 or localhost)."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def principal_of(headers: Mapping[str, str], tokens: Mapping[str, Principal]) -> Principal | None:
