@@ -20,9 +20,11 @@ import anyio
 import anyio.lowlevel
 import msgspec
 import nats
+import nats.js.errors
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from nats.js.api import AckPolicy, ConsumerConfig, StreamConfig
 
 from agents_sdk.serve import handshake
 from kernel import FlowStatus, HandshakeRefused, Outcome, ReasonCode, Verdict
@@ -35,6 +37,7 @@ from tests.support.nats import NatsServer, nats_server_fixture, reset_bus  # noq
 
 STEP_S = 60  # the most one step of a test may take before it fails
 FAST = MeshConfig(ack_wait_s=2.0, max_deliver=5)  # a killed host's context comes back soon
+EXECUTOR_ACK_WAIT_S = 2.0  # a killed executor's intent comes back soon
 
 
 class Host:
@@ -76,7 +79,8 @@ async def host(url: str, credential: str, mode: str = "") -> AsyncIterator[Host]
 @asynccontextmanager
 async def executor(url: str, ledger: Any, mode: str = "") -> AsyncIterator[Host]:
     env = dict(os.environ, LEDGER_DB=str(ledger), EXECUTOR_MODE=mode)
-    command = [sys.executable, "-m", "kernel.mesh.executor", "--bus", url, "--ack-wait", "2"]
+    command = [sys.executable, "-m", "kernel.mesh.executor", "--bus", url]
+    command += ["--ack-wait", str(EXECUTOR_ACK_WAIT_S)]
     command += ["--adapter", "bank"]
     async with running([*command, "tests.support.mesh_executor:Ledger"], env) as process:
         yield process
@@ -393,7 +397,9 @@ async def test_the_relay_publishes_each_committed_event_once_across_restarts(tmp
 async def test_an_executor_killed_after_its_effect_duplicates_nothing(tmp_path, nats_server):
     await reset_bus(nats_server.url)
     ledger = tmp_path / "ledger.db"
-    remote = RemoteAdapter(nats_server.url, "bank", result_timeout_s=STEP_S, ack_wait_s=2.0)
+    remote = RemoteAdapter(
+        nats_server.url, "bank", result_timeout_s=STEP_S, ack_wait_s=EXECUTOR_ACK_WAIT_S
+    )
     try:
         async with executor(nats_server.url, ledger, mode="die_after_effect") as dying:
             async with kernel_for(tmp_path / "j.db", bank=remote) as kernel:
@@ -415,6 +421,72 @@ async def test_an_executor_killed_after_its_effect_duplicates_nothing(tmp_path, 
         calls = conn.execute("SELECT count(*) FROM calls").fetchone()[0]
         effects = conn.execute("SELECT count(*) FROM effects").fetchone()[0]
     assert (calls, effects) == (2, 1)  # redelivered once, deduplicated by key: one effect
+
+
+async def ack_wait_passes(url: str, times: int) -> None:
+    """Return once the server's clock has run ``times`` executor ack_waits from now.
+
+    A probe message is delivered and never acked: each time the server hands it out
+    again, one ``EXECUTOR_ACK_WAIT_S`` has passed on its clock (the wait is the
+    server's redelivery, not a sleep).
+    """
+    nc = await nats.connect(url)
+    js = nc.jetstream()
+    try:
+        with contextlib.suppress(nats.js.errors.NotFoundError):
+            await js.delete_stream("TEST_CLOCK")
+        await js.add_stream(StreamConfig(name="TEST_CLOCK", subjects=["test.clock"]))
+        consumer = ConsumerConfig(
+            durable_name="clock", ack_policy=AckPolicy.EXPLICIT, ack_wait=EXECUTOR_ACK_WAIT_S
+        )
+        await js.add_consumer("TEST_CLOCK", consumer)
+        probe = await js.pull_subscribe_bind(durable="clock", stream="TEST_CLOCK")
+        await js.publish("test.clock", b"tick")
+        for delivery in range(1, times + 2):
+            with anyio.fail_after(STEP_S):
+                [msg] = await probe.fetch(1, timeout=STEP_S)
+            assert msg.metadata.num_delivered == delivery
+    finally:
+        await js.delete_stream("TEST_CLOCK")
+        await nc.close()
+
+
+async def test_a_slow_executor_keeps_its_intent_and_no_other_executor_runs_it(
+    tmp_path, nats_server
+):
+    await reset_bus(nats_server.url)
+    ledger = tmp_path / "ledger.db"
+    remote = RemoteAdapter(
+        nats_server.url, "bank", result_timeout_s=STEP_S, ack_wait_s=EXECUTOR_ACK_WAIT_S
+    )
+    try:
+        async with executor(nats_server.url, ledger, mode="hold") as slow:
+            async with kernel_for(tmp_path / "j.db", bank=remote) as kernel:
+                await kernel.register(ScriptedAgent())
+                [dfid] = await kernel.trigger("bank.invoice")
+                key = (await slow.line("HOLDING")).split()[1]
+                # An idle executor pulls beside the slow one, which holds the intent
+                # for two of its ack_waits: in-progress acks keep it there.
+                async with executor(nats_server.url, ledger):
+                    await ack_wait_passes(nats_server.url, 2)
+                    nc = await nats.connect(nats_server.url)
+                    try:
+                        info = await nc.jetstream().consumer_info("DIRK_INTENTS", "exec-bank")
+                    finally:
+                        await nc.close()
+                    assert (info.delivered.consumer_seq, info.num_redelivered) == (1, 0)
+                    assert slow.process.stdin is not None
+                    await slow.process.stdin.send(b"go\n")
+                    with anyio.fail_after(STEP_S):
+                        assert (await kernel.wait_flow(dfid)).status is FlowStatus.CLOSED
+                [done] = await kernel.journal.read(dfid=dfid, types=["ExecutionSucceeded"])
+                assert done.payload.external_id == f"ledger-{key}"
+    finally:
+        await remote.close()
+    with closing(sqlite3.connect(ledger)) as conn:
+        calls = conn.execute("SELECT count(*) FROM calls").fetchone()[0]
+        effects = conn.execute("SELECT count(*) FROM effects").fetchone()[0]
+    assert (calls, effects) == (1, 1)  # carried out once, by the slow executor alone
 
 
 async def test_a_restarted_kernel_gets_its_running_hosts_back(tmp_path, nats_server):
