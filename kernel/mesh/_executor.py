@@ -14,11 +14,11 @@ The executor side is :func:`serve_executor` (``python -m kernel.mesh.executor
 queue, runs them against the outside world with the real adapter, publishes
 each result under the intent's key and only then acks. While the adapter runs,
 the executor sends in-progress acks, so a slow adapter keeps its intent: it is
-neither redelivered to a second executor meanwhile nor spends ``max_deliver``;
-a failure of the bus leaves the intent unacked and the executor goes on. An executor killed
-after the effect and before its result gets the intent again (it, or
-another): the real adapter must deduplicate on ``intent.key``, as every
-adapter must, so the effect happens once.
+neither redelivered to a second executor meanwhile nor spends ``max_deliver``.
+A failure of the bus leaves the intent unacked and the executor goes on. An
+executor killed after the effect and before its result gets the intent again
+(it, or another): the real adapter must deduplicate on ``intent.key``, as
+every adapter must, so the effect happens once.
 """
 
 from __future__ import annotations
@@ -109,7 +109,9 @@ class RemoteAdapter:
         name: the adapter's name (its queue is ``dirk.intents.<name>``).
         result_timeout_s: how long one call waits for its result before the outcome
             counts as unknown (the engine then retries with the same key).
-        ack_wait_s: how long an executor may hold an intent before it is redelivered.
+        ack_wait_s: how long an executor may hold an intent without an in-progress ack
+            before it is redelivered; also how often a call waiting for its result
+            reads the result stream (a notification lost in a reconnect).
         max_deliver: how often one intent is delivered at most.
     """
 
@@ -163,7 +165,7 @@ class RemoteAdapter:
             try:
                 result = msgspec.json.decode(answer.data, type=Result)
             except msgspec.DecodeError:
-                continue  # not a result: the stream's copy, or the next message, is
+                continue  # not a result (anyone may publish here): wait on
             if result.key == key:
                 return result
 
@@ -210,7 +212,8 @@ async def serve_executor(
     While an intent is carried out the executor tells JetStream so (an in-progress
     ack every ``ack_wait_s / PROGRESS_PER_ACK_WAIT``): an adapter slower than
     ``ack_wait_s`` keeps its intent, which is neither handed to a second executor
-    meanwhile nor spends ``max_deliver``. Only a dead executor's intent comes back.
+    meanwhile nor spends ``max_deliver``. Only an executor that dies, or loses the
+    bus, gives its intent back.
     """
     nc = await nats.connect(url, name=f"dirk-executor-{name}", max_reconnect_attempts=-1)
     try:
@@ -236,7 +239,8 @@ async def serve_executor(
                 # another), and a result that was stored answers it without a second call.
                 log.warning("intent not finished (%r); it will be redelivered", exc)
     finally:
-        await nc.close()
+        with anyio.CancelScope(shield=True):  # cancelled is how it ends: close all the same
+            await nc.close()
 
 
 async def _carry_out(js: JetStreamContext, adapter: Adapter, msg: Msg, progress_s: float) -> None:

@@ -28,7 +28,9 @@ from nats.js.api import AckPolicy, ConsumerConfig, StreamConfig
 
 from agents_sdk.serve import handshake
 from kernel import FlowStatus, HandshakeRefused, Outcome, ReasonCode, Verdict
+from kernel.adapters import ExecutionIntent, Receipt
 from kernel.mesh import HANDSHAKE_SUBJECT, MeshConfig, RemoteAdapter, auth_tag, open_mesh
+from kernel.mesh._executor import Result, result_subject, serve_executor
 from kernel.policy.contracts import WorkingContext, to_record
 from kernel.registry import credential_verifier, new_credential
 from tests.support.helpers import ScriptedAgent, kernel_for, transfer
@@ -51,18 +53,25 @@ class Host:
     async def line(self, prefix: str) -> str:
         """Return the first line starting with ``prefix`` (reading on until there is one)."""
         assert self.process.stdout is not None
-        with anyio.fail_after(STEP_S):
-            while True:
-                for line in self.lines:
-                    if line.startswith(prefix):
-                        return line
-                try:
-                    chunk = await self.process.stdout.receive()
-                except anyio.EndOfStream:
-                    raise AssertionError(f"no {prefix!r} line; it printed {self.lines}") from None
-                self._buffer += chunk
-                *done, self._buffer = self._buffer.split(b"\n")
-                self.lines += [d.decode() for d in done]
+        try:
+            with anyio.fail_after(STEP_S):
+                while True:
+                    for line in self.lines:
+                        if line.startswith(prefix):
+                            return line
+                    try:
+                        chunk = await self.process.stdout.receive()
+                    except anyio.EndOfStream:
+                        raise AssertionError(
+                            f"no {prefix!r} line; it printed {self.lines}"
+                        ) from None
+                    self._buffer += chunk
+                    *done, self._buffer = self._buffer.split(b"\n")
+                    self.lines += [d.decode() for d in done]
+        except TimeoutError:  # say what it did print: a slow step is then told from a stuck one
+            raise AssertionError(
+                f"no {prefix!r} line in {STEP_S} s; it printed {self.lines}"
+            ) from None
 
     def kill(self) -> None:
         self.process.send_signal(signal.SIGKILL)
@@ -487,6 +496,83 @@ async def test_a_slow_executor_keeps_its_intent_and_no_other_executor_runs_it(
         calls = conn.execute("SELECT count(*) FROM calls").fetchone()[0]
         effects = conn.execute("SELECT count(*) FROM effects").fetchone()[0]
     assert (calls, effects) == (1, 1)  # carried out once, by the slow executor alone
+
+
+async def test_a_result_is_taken_from_its_notification_even_before_the_stream_has_it(
+    nats_server,
+):
+    await reset_bus(nats_server.url)
+    # ack_wait as long as the step: the stream is not read again within the test.
+    remote = RemoteAdapter(nats_server.url, "bank", result_timeout_s=STEP_S, ack_wait_s=STEP_S)
+    intent = ExecutionIntent(key="flow-1:0", kind="transfer", adapter="bank")
+    nc = await nats.connect(nats_server.url)
+    receipts: list[Receipt] = []
+
+    async def call() -> None:
+        receipts.append(await remote.execute(intent))
+
+    try:
+        intents = await nc.subscribe("dirk.intents.bank")
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(call)
+            with anyio.fail_after(STEP_S):
+                await intents.next_msg(timeout=STEP_S)  # an executor by hand took it
+            # The stream stores a result a moment after its subscribers got it (here:
+            # never, it is gone); the notification alone answers the call.
+            await nc.jetstream().delete_stream("DIRK_RESULTS")
+            result = Result(key=intent.key, receipt=Receipt(external_id="by-hand"))
+            await nc.publish(result_subject(intent.key), b"not a result")
+            await nc.publish(result_subject(intent.key), msgspec.json.encode(result))
+        assert [r.external_id for r in receipts] == ["by-hand"]
+    finally:
+        await nc.close()
+        await remote.close()
+
+
+class Echo:
+    """An adapter in the test's own process: its receipt names the intent."""
+
+    async def execute(self, intent: ExecutionIntent) -> Receipt:
+        return Receipt(external_id=f"echo-{intent.key}")
+
+
+@settings(
+    max_examples=4,
+    derandomize=True,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+@given(intents=st.lists(junk, min_size=1, max_size=6))
+def test_whatever_reaches_an_executor_is_terminated_and_it_goes_on(nats_server, intents):
+    async def main() -> None:
+        await reset_bus(nats_server.url)
+        remote = RemoteAdapter(
+            nats_server.url, "bank", result_timeout_s=STEP_S, ack_wait_s=EXECUTOR_ACK_WAIT_S
+        )
+        nc = await nats.connect(nats_server.url)
+        try:
+            async with anyio.create_task_group() as tg:
+                ready = anyio.Event()
+                serve = serve_executor(
+                    nats_server.url, "bank", Echo(), ack_wait_s=EXECUTOR_ACK_WAIT_S, ready=ready
+                )
+                tg.start_soon(lambda: serve)
+                with anyio.fail_after(STEP_S):
+                    await ready.wait()
+                js = nc.jetstream()
+                for data in intents:
+                    await js.publish("dirk.intents.bank", data)
+                # The executor is still up and carries out the next real intent.
+                intent = ExecutionIntent(key="flow-1:0", kind="transfer", adapter="bank")
+                with anyio.fail_after(STEP_S):
+                    receipt = await remote.execute(intent)
+                assert receipt.external_id == "echo-flow-1:0"
+                tg.cancel_scope.cancel()
+        finally:
+            await nc.close()
+            await remote.close()
+
+    anyio.run(main)
 
 
 async def test_a_restarted_kernel_gets_its_running_hosts_back(tmp_path, nats_server):
