@@ -86,10 +86,12 @@ async def host(url: str, credential: str, mode: str = "") -> AsyncIterator[Host]
 
 
 @asynccontextmanager
-async def executor(url: str, ledger: Any, mode: str = "") -> AsyncIterator[Host]:
+async def executor(
+    url: str, ledger: Any, mode: str = "", ack_wait_s: float = EXECUTOR_ACK_WAIT_S
+) -> AsyncIterator[Host]:
     env = dict(os.environ, LEDGER_DB=str(ledger), EXECUTOR_MODE=mode)
     command = [sys.executable, "-m", "kernel.mesh.executor", "--bus", url]
-    command += ["--ack-wait", str(EXECUTOR_ACK_WAIT_S)]
+    command += ["--ack-wait", str(ack_wait_s)]
     command += ["--adapter", "bank"]
     async with running([*command, "tests.support.mesh_executor:Ledger"], env) as process:
         yield process
@@ -432,12 +434,12 @@ async def test_an_executor_killed_after_its_effect_duplicates_nothing(tmp_path, 
     assert (calls, effects) == (2, 1)  # redelivered once, deduplicated by key: one effect
 
 
-async def ack_wait_passes(url: str, times: int) -> None:
-    """Return once the server's clock has run ``times`` executor ack_waits from now.
+async def ack_wait_passes(url: str, ack_wait_s: float, times: int) -> None:
+    """Return once the server's clock has run ``times`` of ``ack_wait_s`` from now.
 
     A probe message is delivered and never acked: each time the server hands it out
-    again, one ``EXECUTOR_ACK_WAIT_S`` has passed on its clock (the wait is the
-    server's redelivery, not a sleep).
+    again, one ``ack_wait_s`` has passed on its clock (the wait is the server's
+    redelivery, not a sleep).
     """
     nc = await nats.connect(url)
     js = nc.jetstream()
@@ -446,7 +448,7 @@ async def ack_wait_passes(url: str, times: int) -> None:
             await js.delete_stream("TEST_CLOCK")
         await js.add_stream(StreamConfig(name="TEST_CLOCK", subjects=["test.clock"]))
         consumer = ConsumerConfig(
-            durable_name="clock", ack_policy=AckPolicy.EXPLICIT, ack_wait=EXECUTOR_ACK_WAIT_S
+            durable_name="clock", ack_policy=AckPolicy.EXPLICIT, ack_wait=ack_wait_s
         )
         await js.add_consumer("TEST_CLOCK", consumer)
         probe = await js.pull_subscribe_bind(durable="clock", stream="TEST_CLOCK")
@@ -456,7 +458,8 @@ async def ack_wait_passes(url: str, times: int) -> None:
                 [msg] = await probe.fetch(1, timeout=STEP_S)
             assert msg.metadata.num_delivered == delivery
     finally:
-        await js.delete_stream("TEST_CLOCK")
+        with contextlib.suppress(nats.js.errors.NotFoundError):
+            await js.delete_stream("TEST_CLOCK")
         await nc.close()
 
 
@@ -465,19 +468,18 @@ async def test_a_slow_executor_keeps_its_intent_and_no_other_executor_runs_it(
 ):
     await reset_bus(nats_server.url)
     ledger = tmp_path / "ledger.db"
-    remote = RemoteAdapter(
-        nats_server.url, "bank", result_timeout_s=STEP_S, ack_wait_s=EXECUTOR_ACK_WAIT_S
-    )
+    ack_wait_s = 3.0  # in-progress acks every 0.75 s: a loaded machine has 2.25 s to spare
+    remote = RemoteAdapter(nats_server.url, "bank", result_timeout_s=STEP_S, ack_wait_s=ack_wait_s)
     try:
-        async with executor(nats_server.url, ledger, mode="hold") as slow:
+        async with executor(nats_server.url, ledger, "hold", ack_wait_s) as slow:
             async with kernel_for(tmp_path / "j.db", bank=remote) as kernel:
                 await kernel.register(ScriptedAgent())
                 [dfid] = await kernel.trigger("bank.invoice")
                 key = (await slow.line("HOLDING")).split()[1]
                 # An idle executor pulls beside the slow one, which holds the intent
                 # for two of its ack_waits: in-progress acks keep it there.
-                async with executor(nats_server.url, ledger):
-                    await ack_wait_passes(nats_server.url, 2)
+                async with executor(nats_server.url, ledger, "", ack_wait_s):
+                    await ack_wait_passes(nats_server.url, ack_wait_s, 2)
                     nc = await nats.connect(nats_server.url)
                     try:
                         info = await nc.jetstream().consumer_info("DIRK_INTENTS", "exec-bank")
