@@ -147,7 +147,9 @@ def recorded_receipt(memory: MemoryState, key: str) -> Receipt | None:
     """The receipt of the kernel's own effect recorded under ``key`` (memory or beliefs), or None.
 
     The key in the recorded event is the idempotency record of the kernel's executors:
-    ``lookup`` (asked on recovery) and a repeated call find it and answer from it.
+    ``lookup`` (asked on recovery) and a repeated call find it and answer from it, until
+    the intent's outcome is recorded (then the engine never asks again, and the record
+    goes: see :meth:`MemoryState.settled`).
     """
     return Receipt(external_id=memory_id(key)) if key in memory.written else None
 
