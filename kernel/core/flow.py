@@ -310,11 +310,24 @@ def apply(state: FlowState | None, event: Event) -> FlowState:
             updated_ts=event.ts,
             last_seq=event.seq,
         )
-    rule = _TRANSITIONS.get(kind)
+    rule = _RULES.get(kind)
     if rule is None or state is None or state.status not in rule[0]:
         raise IllegalTransition(event.dfid or "", state.status if state else None, event.type)
-    update = _UPDATES.get(kind)
-    changes = update(state, payload) if update is not None else {}
+    _, status, update = rule
+    if update is None:
+        return _replace(
+            state, updated_ts=event.ts, last_seq=event.seq, status=status or state.status
+        )
+    changes = update(state, payload)
     if "status" not in changes:
-        changes["status"] = rule[1] or state.status
-    return msgspec.structs.replace(state, updated_ts=event.ts, last_seq=event.seq, **changes)
+        changes["status"] = status or state.status
+    return _replace(state, updated_ts=event.ts, last_seq=event.seq, **changes)
+
+
+_replace = msgspec.structs.replace
+# Per flow event type: the statuses it may occur in, the status it leads to, and what it
+# records besides (one lookup per event: the fold runs for every event replayed).
+_RULES: dict[
+    type[Payload],
+    tuple[frozenset[FlowStatus], FlowStatus | None, Callable[[FlowState, Any], dict[str, object]] | None],
+] = {kind: (allowed, to, _UPDATES.get(kind)) for kind, (allowed, to) in _TRANSITIONS.items()}
