@@ -296,7 +296,7 @@ class Journal:
         if wanted is not None and not wanted:
             return []
         self._check_open()
-        rows = await self._reader.events(start, stop, dfid, wanted, limit)
+        rows = await self._reader.events(start, stop, dfid, wanted, limit, hashes)
         try:
             if not hashes:
                 decode = _decoder.decode
