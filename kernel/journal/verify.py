@@ -182,7 +182,10 @@ async def verify_journal(
                         if isinstance(payload, _HEAD_EVENTS) and payload.head_hash:
                             head_events = True
                     if anchor is not None and events < anchor.seq <= events + len(batch):
-                        anchored = (rows[anchor.seq - events - 1][4], batch[anchor.seq - events - 1].ts)
+                        anchored = (
+                            rows[anchor.seq - events - 1][4],
+                            batch[anchor.seq - events - 1].ts,
+                        )
                     events, prev, ts = events + len(batch), rows[len(batch) - 1][4], batch[-1].ts
                 if problem:
                     return report(problem, min(rows[len(batch)][0], events + 1))
