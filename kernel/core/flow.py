@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from enum import StrEnum
-from typing import Any
+from typing import Any, cast
 
 import msgspec
 
@@ -417,13 +417,13 @@ def apply(state: FlowState | None, event: Event) -> FlowState:
     if kind is FlowCreated:
         if state is not None:
             raise IllegalTransition(event.dfid or "", state.status, "FlowCreated")
-        assert isinstance(payload, FlowCreated)
+        created = cast(FlowCreated, payload)
         return FlowState(
             dfid=event.dfid or "",
-            root_dfid=payload.root_dfid,
+            root_dfid=created.root_dfid,
             parent_dfid=event.parent_dfid,
             agent_id=event.agent_id or "",
-            topic=payload.topic,
+            topic=created.topic,
             status=S.CREATED,
             created_ts=event.ts,
             updated_ts=event.ts,

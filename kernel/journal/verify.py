@@ -16,6 +16,7 @@ import datetime as dt
 import os
 import re
 from collections.abc import Awaitable, Callable
+from typing import cast
 
 import msgspec
 
@@ -26,7 +27,8 @@ from kernel.journal.head import head_problem, key_problem
 from kernel.journal.port import backend_for
 from kernel.journal.sealing import check_rows
 
-_HEAD_EVENTS = (KernelStarted, KernelStopped)
+_HEAD_EVENTS = frozenset({KernelStarted, KernelStopped})
+_Head = KernelStarted | KernelStopped
 _ANCHOR = re.compile(
     r"dirk-anchor v1 journal=(?P<journal>\S+) seq=(?P<seq>[0-9]{1,19})"
     r" hash=(?P<hash>[0-9a-f]{64}) ts=(?P<ts>\S+)"
@@ -179,7 +181,7 @@ async def verify_journal(
                 if batch:
                     for event in batch:
                         payload = event.payload
-                        if isinstance(payload, _HEAD_EVENTS) and payload.head_hash:
+                        if type(payload) in _HEAD_EVENTS and cast(_Head, payload).head_hash:
                             head_events = True
                     if anchor is not None and events < anchor.seq <= events + len(batch):
                         anchored = (

@@ -240,7 +240,9 @@ class Projections:
                     # The rules this attempt showed: what its citations are checked against.
                     self.memory.rulebook.context_shown(dfid, cast(ContextCompiled, payload).rules)
                 elif kind in APPROVAL_EVENTS:
-                    approvals.apply(self.approvals, event)
+                    # ExecutionStarted only consumes an approval the flow has.
+                    if kind is not ExecutionStarted or dfid in self.approvals:
+                        approvals.apply(self.approvals, event)
                     if (
                         kind is FlowEscalated
                         and cast(FlowEscalated, payload).reason_code not in _UNCHARGED
