@@ -77,6 +77,8 @@ class Plan:
     """P8: closed flows at the two memory readings."""
     memory_repeats: int = 1
     """Each P8 run closes 200k flows in its own process (~1.5-3 min here): once is enough."""
+    memory_writes: tuple[int, int] = (40_000, 80_000)
+    """P8.m: closed flows, each a governed memory write or query, at the two readings."""
     peer_decisions: int = 1_000
 
 
@@ -90,6 +92,7 @@ QUICK = Plan(
     open_events=100_000,
     memory_flows=(5_000, 10_000),
     memory_repeats=1,
+    memory_writes=(2_500, 5_000),
     peer_decisions=200,
 )
 FULL = Plan(repeats=5, round_trips=200_000, rows=100_000, flows=20_000)
@@ -251,6 +254,11 @@ def _measure(plan: Plan, only: set[str], tmp: Path, quick: bool) -> list[Figure]
         first, second = plan.memory_flows
         print(f"P8: {first:,} then {second:,} flows{scaled}", file=sys.stderr, flush=True)
         figures.append(memory_figure(first, second, plan.memory_repeats, str(tmp), scaled))
+        first, second = plan.memory_writes
+        print(f"P8.m: {first:,} then {second:,} memory flows{scaled}", file=sys.stderr, flush=True)
+        figures.append(
+            memory_figure(first, second, plan.memory_repeats, str(tmp), scaled, "memory")
+        )
     return figures + peers.figures()
 
 

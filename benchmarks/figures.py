@@ -141,16 +141,25 @@ def open_figure(events: int, repeats: int, tail: int, directory: Path, note: str
 
 
 def memory_figure(
-    first: int, second: int, repeats: int, directory: str | None, note: str = ""
+    first: int,
+    second: int,
+    repeats: int,
+    directory: str | None,
+    note: str = "",
+    workload: str = "orders",
 ) -> Figure:
-    """P8: resident memory growth between ``first`` and ``second`` closed flows."""
+    """P8: resident memory growth between ``first`` and ``second`` closed flows.
+
+    With ``workload="memory"`` (P8.m) every flow is a governed memory write or query.
+    """
     records = []
     for _ in range(repeats):
-        argv = ["--first", str(first), "--second", str(second)]
+        argv = ["--first", str(first), "--second", str(second), "--workload", workload]
         records.append(_child("benchmarks.memory", argv, directory))
+    memory = workload == "memory"
     return Figure(
-        "P8",
-        f"RSS growth from {first:,} to {second:,} closed flows{note}",
+        "P8.m" if memory else "P8",
+        f"RSS growth from {first:,} to {second:,} closed {'memory ' if memory else ''}flows{note}",
         "share",
         [r["growth"] for r in records],
         goal=GROWTH_GOAL,

@@ -10,6 +10,11 @@ flow grows by its caches' warm-up only. The kernel keeps the last
 ``keep_finished`` finished flows in memory (10,000 by default): below that
 count the growth is the cache filling, so ``--keep-finished`` lowers it for
 small counts (the quick run).
+
+``--workload memory`` (P8.m) makes every flow a governed memory write: agents
+alternate ``memory.add_fact`` and ``memory.query`` over 64 names and topics, so
+the memory itself stays the same size and any growth is what the kernel keeps
+per intent or per flow tree (idempotency records, queries by tree).
 """
 
 from __future__ import annotations
@@ -25,11 +30,40 @@ from pathlib import Path
 
 import anyio
 
+from agents_sdk import Manifest, Proposal, WorkingContext
 from benchmarks.flows import PACK, STATE, TOPIC, BenchmarkFailed, InstantAgent, NoopAdapter
 from kernel import FlowStatus, open_kernel
 from kernel.config import KEEP_FINISHED, KernelConfig, Limits, Ports, Storage
+from kernel.memory import MEMORY_PACK
 from kernel.telemetry import Telemetry
 from kernel.testing import SeededIds
+
+WORKLOADS = ("orders", "memory")
+NAMES = 64
+"""Fact names and query topics the memory workload cycles through."""
+
+
+class MemoryAgent(InstantAgent):
+    """Writes a fact on one flow, queries memory on the next, over a fixed set of names."""
+
+    def __init__(self, agent_id: str) -> None:
+        self.manifest = Manifest(
+            agent_id=agent_id,
+            version="1.0.0",
+            capabilities=["memory.add_fact", "memory.query"],
+            subscriptions=["bench"],
+        )
+        self._flows = 0
+
+    async def decide(self, ctx: WorkingContext) -> Proposal | None:
+        self._flows += 1
+        n = self._flows % NAMES
+        if self._flows % 2:
+            policy = {"kind": "memory.add_fact", "name": f"bench.note.{n}", "value": str(n)}
+        else:
+            policy = {"kind": "memory.query", "topic": f"note {n}"}
+        return ctx.propose(policy, explain="benchmark", confidence=0.9)
+
 
 PAGE = os.sysconf("SC_PAGE_SIZE")
 
@@ -46,14 +80,16 @@ async def grow(
     agents: int = 4,
     outstanding: int = 256,
     keep_finished: int = KEEP_FINISHED,
+    workload: str = "orders",
 ) -> list[int]:
     """Close flows until each count in ``marks`` is reached; return the RSS at each mark."""
     names = [f"agent-{i}" for i in range(agents)]
     adapter = NoopAdapter()
+    memory = workload == "memory"
     sizes: list[int] = []
     async with open_kernel(
         path,
-        packs=[PACK],
+        packs=[PACK, MEMORY_PACK] if memory else [PACK],
         adapters={"noop": adapter},
         allow=names,
         config=KernelConfig(
@@ -65,7 +101,7 @@ async def grow(
     ) as kernel:
         await kernel.trigger("bench.setup", STATE, source="benchmark")
         for name in names:
-            await kernel.register(InstantAgent(name))
+            await kernel.register(MemoryAgent(name) if memory else InstantAgent(name))
         done = 0
         for mark in marks:
             triggers = iter(range((mark - done) // agents))
@@ -80,7 +116,7 @@ async def grow(
             await kernel.wait_quiet()
             done = mark
             closed = kernel.finished().get(FlowStatus.CLOSED, 0)
-            if closed != mark or adapter.calls != mark:
+            if closed != mark or adapter.calls != (0 if memory else mark):
                 raise BenchmarkFailed(f"P8: {closed} flows closed of {mark}")
             gc.collect()
             sizes.append(resident_bytes())
@@ -93,6 +129,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--second", type=int, default=200_000)
     parser.add_argument("--agents", type=int, default=4)
     parser.add_argument("--keep-finished", type=int, default=KEEP_FINISHED)
+    parser.add_argument("--workload", choices=WORKLOADS, default="orders")
     parser.add_argument("--dir", help="where the journal is written (default: a temp dir)")
     args = parser.parse_args(argv)
     if args.first % args.agents or args.second % args.agents or args.second <= args.first:
@@ -107,6 +144,7 @@ def main(argv: list[str] | None = None) -> int:
                 args.agents,
                 256,
                 args.keep_finished,
+                args.workload,
             )
         except BenchmarkFailed as exc:
             print(f"error: BENCHMARK_FAILED: {exc}", file=sys.stderr)
@@ -121,6 +159,7 @@ def main(argv: list[str] | None = None) -> int:
                 "growth": (second - first) / first,
                 "bytes_per_flow": (second - first) / (args.second - args.first),
                 "keep_finished": args.keep_finished,
+                "workload": args.workload,
             }
         )
     )

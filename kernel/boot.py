@@ -43,7 +43,7 @@ from kernel.registry import KERNEL_VERSION
 from kernel.runtime.actors import RestartIntensityExceeded, Supervisor
 from kernel.runtime.messages import Recover
 from kernel.state.beliefs import BUILT_IN
-from kernel.state.projections import Projections
+from kernel.state.projections import FOLD, Projections
 from kernel.state.snapshots import Checkpointer, restore
 from kernel.telemetry import Telemetry
 
@@ -143,6 +143,7 @@ async def open_kernel(
                         packs=catalog.refs(),
                         head_seq=journal.head_seq,
                         head_hash=journal.head_hash,
+                        fold=FOLD,
                     )
                 )
             ]

@@ -93,6 +93,7 @@ class Actors:
             concurrency=limits.agent_concurrency,
             token_budget=limits.token_budget,
             reasoning_timeout_s=limits.reasoning_timeout_s,
+            moving=projections.moving,
         )
         # Adapter calls run on kept worker tasks (shared by every engine instance); a
         # flow has at most one call at a time, so this many never makes one wait.

@@ -25,6 +25,8 @@ class KernelStarted(Payload, frozen=True, tag=True):
     packs: list[PackRef] = []
     head_seq: int = 0
     head_hash: str = ""
+    fold: int = 1
+    """The fold rules the kernel applies from this event on (kernel.state.projections.FOLD)."""
 
 
 class KernelStopped(Payload, frozen=True, tag=True):

@@ -9,7 +9,7 @@ reason it ended without a proposal. No task is spawned per flow.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Container
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any, Protocol
 
@@ -30,6 +30,8 @@ log = logging.getLogger("kernel")
 Submit = Callable[[str, str, Proposal], Awaitable[Verdict]]
 TraceScope = Callable[[str, int], AbstractContextManager[object]]
 """The span context to make current while a flow's attempt is reasoned about (dfid, attempt)."""
+_PRUNE_AT = 256
+"""Flows with tokens carried to their next attempt before the host first prunes the ended."""
 
 
 def _no_trace(dfid: str, attempt: int) -> AbstractContextManager[object]:
@@ -67,6 +69,7 @@ class AgentHost:
         concurrency: int,
         token_budget: int | None,
         reasoning_timeout_s: float | None,
+        moving: Container[str] = frozenset(),
     ) -> None:
         self._submit = submit
         self._dim = dim
@@ -75,8 +78,12 @@ class AgentHost:
         self._token_budget = token_budget
         self._timeout_s = reasoning_timeout_s
         self.sessions: dict[str, Session] = {}
-        # Tokens each flow's reasoning spent in earlier attempts (dropped when it stops reasoning).
+        # Tokens each flow's reasoning spent in earlier attempts (dropped when it stops
+        # reasoning, or, for a flow that ended before its next attempt, once the map has
+        # grown: pruned to the flows still ``moving``, so it never outgrows them).
         self._usage: dict[str, int] = {}
+        self._moving = moving
+        self._prune_at = _PRUNE_AT
         self.tg: TaskGroup | None = None
         """Where the crews run; set by the kernel while it runs, cancelled when it closes."""
         self.trace_scope: TraceScope = _no_trace
@@ -136,5 +143,8 @@ class AgentHost:
             verdict = await self._submit(token, ctx.dfid, proposal)
             if verdict.outcome is Outcome.REJECTED and meter.tokens:
                 self._usage[ctx.dfid] = meter.tokens  # the next attempt spends from the rest
+                if len(self._usage) > self._prune_at:
+                    self._usage = {d: n for d, n in self._usage.items() if d in self._moving}
+                    self._prune_at = 2 * len(self._usage) + _PRUNE_AT
         except KernelShutdown:
             return

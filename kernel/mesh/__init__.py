@@ -27,7 +27,8 @@ is never the record):
   ``Nats-Msg-Id = <journal_id>:<seq>``, published by the relay (kernel.mesh._relay)
   from its stored position, so other services can react to decisions.
 - ``DIRK_INTENTS`` (work queue) on ``dirk.intents.<adapter>`` and ``DIRK_RESULTS``:
-  remote executors (kernel.mesh._executor, :class:`RemoteAdapter`).
+  remote executors (kernel.mesh._executor, :class:`RemoteAdapter`); an executor sends
+  in-progress acks while its adapter runs, so a slow adapter keeps its intent.
 - ``DIRK_VERDICTS`` on ``dirk.verdicts.<journal_id>.<dfid>.<attempt>`` (one kept per subject):
   the verdict with its feedback. A host redelivered a context whose proposal was
   already recorded reads the verdict from here: it is never judged twice.

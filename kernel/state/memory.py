@@ -73,6 +73,10 @@ MEMORY_WRITES = frozenset(
 """Memory events the execution engine records with a memory intent's ExecutionSucceeded.
 (Rule events are staged by the rulebook's owner, the DIM, never by the engine.)"""
 
+QUERIED_TOPICS = 256
+"""The most topics remembered as queried per agent and per flow tree (bounded folds): the
+newest by seq are kept; a topic queried longer ago must be queried again (fail closed)."""
+
 ENFORCED = frozenset({"required", "learned"})
 PRIORITIES = ("required", "learned", "preferred")
 
@@ -143,7 +147,9 @@ def recorded_receipt(memory: MemoryState, key: str) -> Receipt | None:
     """The receipt of the kernel's own effect recorded under ``key`` (memory or beliefs), or None.
 
     The key in the recorded event is the idempotency record of the kernel's executors:
-    ``lookup`` (asked on recovery) and a repeated call find it and answer from it.
+    ``lookup`` (asked on recovery) and a repeated call find it and answer from it, until
+    the intent's outcome is recorded (then the engine never asks again, and the record
+    goes: see :meth:`MemoryState.settled`).
     """
     return Receipt(external_id=memory_id(key)) if key in memory.written else None
 
@@ -164,8 +170,16 @@ class MemoryState(msgspec.Struct, kw_only=True):
     """The memory projection: plain data, so a snapshot stores and restores it as is.
 
     ``queried`` maps an agent id or a root DFID to the topics it queried (topic ->
-    seq of the latest MemoryQueried); ``written`` maps the intent keys the
-    executor recorded to their memory event (the executor's idempotency record).
+    seq of the latest MemoryQueried); ``written`` maps the intent keys the executor
+    recorded to their memory event (the executor's idempotency record); ``pending`` the
+    intents started and not yet written.
+
+    Journals whose kernel folds with bounds (``KernelStarted.fold`` >= 2, see
+    :mod:`kernel.state.projections`) keep none of these growing with the flows served:
+    an intent leaves ``written`` and ``pending`` when its outcome is recorded (or its
+    flow ends), a tree's queries leave ``queried`` when its root has ended and one of
+    its flows ends, and each agent and tree keeps its newest :data:`QUERIED_TOPICS`.
+    Older journals fold exactly as their kernels did (their checkpoints hash it all).
     """
 
     facts: dict[str, FactRecord] = {}
@@ -193,8 +207,28 @@ class MemoryState(msgspec.Struct, kw_only=True):
         if key not in self.written:
             self.pending[key] = pending
 
-    def apply(self, event: Event) -> None:
-        """Fold one memory event."""
+    def settled(self, key: str) -> None:
+        """Forget intent ``key``: its outcome is recorded, so no call or lookup asks again."""
+        if self.written:
+            self.written.pop(key, None)
+        if self.pending:
+            self.pending.pop(key, None)
+
+    def flow_ended(self, dfid: str, root_dfid: str, root_open: bool) -> None:
+        """Forget what flow ``dfid`` of tree ``root_dfid`` kept here, now that it ended.
+
+        Its intents can no longer run. Its tree's queries stop verifying once the tree's
+        root has ended too: a flow of that tree still moving must query again (fail
+        closed, never a silent allow).
+        """
+        if self.pending:
+            for key in [k for k, p in self.pending.items() if p.dfid == dfid]:
+                del self.pending[key]
+        if not root_open:
+            self.queried.pop(root_dfid, None)
+
+    def apply(self, event: Event, bounded: bool = False) -> None:
+        """Fold one memory event (``bounded``: keep the newest queried topics only)."""
         payload = event.payload
         agent = event.agent_id or ""
         correlation = getattr(payload, "correlation_id", "")
@@ -227,7 +261,11 @@ class MemoryState(msgspec.Struct, kw_only=True):
             case MemoryQueried(topic=topic):
                 for who in (agent, correlation):
                     if who:
-                        self.queried.setdefault(who, {})[topic] = event.seq
+                        topics = self.queried.setdefault(who, {})
+                        topics[topic] = event.seq
+                        if bounded and len(topics) > QUERIED_TOPICS:
+                            # By seq, not by dict order: a snapshot restores either order.
+                            del topics[min(topics, key=topics.__getitem__)]
             case RuleProposed() | RuleDecided() | RuleRetracted():
                 self.rulebook.apply(event)
 

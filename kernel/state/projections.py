@@ -35,8 +35,13 @@ from kernel.core.events import (
     DecisionRefused,
     DuplicateSuppressed,
     Event,
+    ExecutionFailed,
+    ExecutionRefused,
     ExecutionStarted,
     ExecutionSucceeded,
+    FlowAborted,
+    FlowClosed,
+    FlowCompensated,
     FlowEscalated,
     FlowFlagged,
     HumanDecided,
@@ -62,6 +67,14 @@ from kernel.state.beliefs import BELIEFS_ADAPTER
 from kernel.state.beliefs.effects import PROPOSE_TEST
 from kernel.state.beliefs.graph import BeliefGraph
 from kernel.state.memory import MEMORY_ADAPTER, MEMORY_EVENTS, MemoryState, Pending
+
+FOLD = 2
+"""The fold rules this kernel records in KernelStarted and applies from then on.
+
+1: every journal before them. 2: state kept per key is bounded (see MemoryState): an
+intent's idempotency record goes with its outcome, a flow tree's queries when it ends.
+A journal folds by the highest rules any kernel that opened it recorded, so an older
+journal keeps folding (and its checkpoints keep hashing) exactly as its kernel did."""
 
 _BELIEF_EVENTS = frozenset(BELIEF_PAYLOADS)
 _RECORDING_ADAPTERS = frozenset({MEMORY_ADAPTER, BELIEFS_ADAPTER})
@@ -101,6 +114,11 @@ _INBOX_EVENTS = frozenset(
 # Flow events allowed in any status that never change it: the only ones a flow gets
 # after it ended. On a finished flow they touch the index, never the canonical state.
 _NOTES = frozenset({DecisionRefused, DuplicateSuppressed, SubmissionRefused, FlowFlagged})
+# Events that end a flow.
+_ENDINGS = frozenset({FlowClosed, FlowAborted, FlowCompensated})
+# Events that record an intent's outcome (ExecutionFailed only when it is known).
+_OUTCOMES = frozenset({ExecutionSucceeded, ExecutionRefused, ExecutionFailed})
+_Outcome = ExecutionSucceeded | ExecutionRefused | ExecutionFailed
 _MODULUS = 1 << 256
 # Sorted keys: a live payload and the same payload decoded from the journal encode alike.
 _flow_encoder = msgspec.msgpack.Encoder(order="sorted")
@@ -178,6 +196,8 @@ class Projections:
     def __init__(self, keep_finished: int | None = None) -> None:
         self.last_seq = 0
         self.keep_finished = keep_finished
+        self.fold = 1
+        """The fold rules in force (see :data:`FOLD`); canonical."""
         self.flows: dict[str, FlowState] = {}
         """Open flows, and the finished ones kept (see ``keep_finished``)."""
         self.ended: dict[str, None] = {}
@@ -265,8 +285,16 @@ class Projections:
                     succeeded = cast(ExecutionSucceeded, payload)
                     if succeeded.key in self.beliefs.test_keys:
                         self.beliefs.test_done(succeeded.key, succeeded.detail)
+                if self.fold > 1:
+                    # An intent's outcome is recorded (an unknown one waits for a human).
+                    if kind in _OUTCOMES and not (
+                        kind is ExecutionFailed and cast(ExecutionFailed, payload).unknown
+                    ):
+                        self.memory.settled(cast(_Outcome, payload).key)
+                    elif kind in _ENDINGS:
+                        self._flow_ended(dfid, committing)
             elif kind in MEMORY_EVENTS:
-                self.memory.apply(event)
+                self.memory.apply(event, bounded=self.fold > 1)
             elif kind in _BELIEF_EVENTS:
                 self.beliefs.apply(event)
                 key = payload.key  # type: ignore[union-attr]
@@ -308,6 +336,7 @@ class Projections:
                         self.escalations.pop(agent.manifest.agent_id, None)
             elif isinstance(payload, KernelStarted):
                 self.packs = {pack.name: pack for pack in payload.packs}
+                self.fold = max(self.fold, payload.fold)
             elif isinstance(payload, PackLoaded):
                 self.packs[payload.pack.name] = payload.pack
             elif isinstance(payload, CredentialIssued):
@@ -328,6 +357,22 @@ class Projections:
                         self.flows[state.dfid] = state
                     continue
                 self._set_flow(state)
+
+    def _flow_ended(self, dfid: str, committing: dict[str, FlowState] | None) -> None:
+        """Let the memory forget what flow ``dfid`` (which just ended) kept in it.
+
+        Asked at the ending event itself, live and in replay alike: what the memory keeps
+        may not depend on how events were batched into commits.
+        """
+        memory = self.memory
+        if not (memory.pending or memory.queried):
+            return
+        state = (committing and committing.get(dfid)) or self.flows.get(dfid)
+        if state is None:
+            return
+        root = state.root_dfid
+        tree = (committing and committing.get(root)) or self.flows.get(root)
+        memory.flow_ended(dfid, root, root_open=tree is not None and not tree.terminal)
 
     def _memory_started(self, event: Event, payload: ExecutionStarted) -> None:
         flow_state = self.flows.get(event.dfid or "")
@@ -506,6 +551,7 @@ class Projections:
                 "amendments": self.amendments,
             }
             | ({"credentials": self.credentials} if self.credentials else {})
+            | ({"fold": self.fold} if self.fold > 1 else {})
             | ({} if self.beliefs.empty() else {"beliefs": msgspec.to_builtins(self.beliefs)})
         )
 

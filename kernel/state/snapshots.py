@@ -66,6 +66,7 @@ class ProjectedState(msgspec.Struct, kw_only=True):
     amendments: dict[str, dict[str, Amendment]] = {}
     credentials: dict[str, str] = {}
     beliefs: BeliefGraph = msgspec.field(default_factory=BeliefGraph)
+    fold: int = 1
 
 
 _encoder = msgspec.msgpack.Encoder()
@@ -95,6 +96,7 @@ def capture(projections: Projections) -> ProjectedState:
         amendments={a: dict(limits) for a, limits in projections.amendments.items()},
         credentials=dict(projections.credentials),
         beliefs=projections.beliefs.copy(),
+        fold=projections.fold,
     )
 
 
@@ -117,6 +119,7 @@ def restore_state(captured: ProjectedState, keep_finished: int | None = None) ->
     projections.amendments = captured.amendments
     projections.credentials = captured.credentials
     projections.beliefs = captured.beliefs
+    projections.fold = captured.fold
     projections.reservations = captured.reservations
     for pools in captured.reservations.values():
         for pool, amount in pools.items():

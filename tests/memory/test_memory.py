@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from kernel import FlowStatus, ReasonCode
+from kernel.adapters import AdapterError
 from kernel.audit import fold
 from kernel.core.events import (
     ConstraintAdded,
@@ -131,19 +132,31 @@ async def test_the_memory_executor_honours_the_intent_key(tmp_path):
         agent = Planner()
         await kernel.register(agent)
         dfid = await run(kernel, agent, remember("memory.add_fact", name="a", value="b"))
-        events = await kernel.journal.flow_events(dfid)
+        events = await kernel.journal.read()
         intent = next(e.payload.intent for e in events if isinstance(e.payload, ExecutionStarted))
         [fact] = [e for e in events if isinstance(e.payload, FactAdded)]
         [succeeded] = [e for e in events if isinstance(e.payload, ExecutionSucceeded)]
         # The fact and the end of its execution are one append, the fact first.
         assert succeeded.seq == fact.seq + 1 and fact.payload.key == intent.key
-        executor = MemoryExecutor(kernel.projections, kernel.actors.dim)
+
+        # Between its effect and its outcome (where a crash leaves a rule proposal), a
+        # repeated call and a lookup answer from the record instead of writing again.
+        before_outcome = fold([e for e in events if e.seq <= fact.seq])
+        executor = MemoryExecutor(before_outcome, kernel.actors.dim)
         again = await executor.execute(intent)
         found = await executor.lookup(intent.key)
         assert again == found and again.external_id == f"memory:{intent.key}"
         assert not isinstance(again, Remembered)  # nothing more to record
         assert kernel.flow(dfid).external_id == again.external_id
         assert await executor.lookup("no such key") is None
+
+        # Once the outcome is recorded the record is gone (it would grow with every write)
+        # and the intent is finished: a stray call is refused, never carried out again.
+        assert intent.key not in kernel.projections.memory.written
+        executor = MemoryExecutor(kernel.projections, kernel.actors.dim)
+        with pytest.raises(AdapterError, match="no started memory intent"):
+            await executor.execute(intent)
+        assert await executor.lookup(intent.key) is None
         assert len(await kernel.journal.read(types=["FactAdded"])) == 1
 
 

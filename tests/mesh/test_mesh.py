@@ -20,13 +20,17 @@ import anyio
 import anyio.lowlevel
 import msgspec
 import nats
+import nats.js.errors
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from nats.js.api import AckPolicy, ConsumerConfig, StreamConfig
 
 from agents_sdk.serve import handshake
 from kernel import FlowStatus, HandshakeRefused, Outcome, ReasonCode, Verdict
+from kernel.adapters import ExecutionIntent, Receipt
 from kernel.mesh import HANDSHAKE_SUBJECT, MeshConfig, RemoteAdapter, auth_tag, open_mesh
+from kernel.mesh._executor import Result, result_subject, serve_executor
 from kernel.policy.contracts import WorkingContext, to_record
 from kernel.registry import credential_verifier, new_credential
 from tests.support.helpers import ScriptedAgent, kernel_for, transfer
@@ -35,6 +39,7 @@ from tests.support.nats import NatsServer, nats_server_fixture, reset_bus  # noq
 
 STEP_S = 60  # the most one step of a test may take before it fails
 FAST = MeshConfig(ack_wait_s=2.0, max_deliver=5)  # a killed host's context comes back soon
+EXECUTOR_ACK_WAIT_S = 2.0  # a killed executor's intent comes back soon
 
 
 class Host:
@@ -48,18 +53,25 @@ class Host:
     async def line(self, prefix: str) -> str:
         """Return the first line starting with ``prefix`` (reading on until there is one)."""
         assert self.process.stdout is not None
-        with anyio.fail_after(STEP_S):
-            while True:
-                for line in self.lines:
-                    if line.startswith(prefix):
-                        return line
-                try:
-                    chunk = await self.process.stdout.receive()
-                except anyio.EndOfStream:
-                    raise AssertionError(f"no {prefix!r} line; it printed {self.lines}") from None
-                self._buffer += chunk
-                *done, self._buffer = self._buffer.split(b"\n")
-                self.lines += [d.decode() for d in done]
+        try:
+            with anyio.fail_after(STEP_S):
+                while True:
+                    for line in self.lines:
+                        if line.startswith(prefix):
+                            return line
+                    try:
+                        chunk = await self.process.stdout.receive()
+                    except anyio.EndOfStream:
+                        raise AssertionError(
+                            f"no {prefix!r} line; it printed {self.lines}"
+                        ) from None
+                    self._buffer += chunk
+                    *done, self._buffer = self._buffer.split(b"\n")
+                    self.lines += [d.decode() for d in done]
+        except TimeoutError:  # say what it did print: a slow step is then told from a stuck one
+            raise AssertionError(
+                f"no {prefix!r} line in {STEP_S} s; it printed {self.lines}"
+            ) from None
 
     def kill(self) -> None:
         self.process.send_signal(signal.SIGKILL)
@@ -74,9 +86,12 @@ async def host(url: str, credential: str, mode: str = "") -> AsyncIterator[Host]
 
 
 @asynccontextmanager
-async def executor(url: str, ledger: Any, mode: str = "") -> AsyncIterator[Host]:
+async def executor(
+    url: str, ledger: Any, mode: str = "", ack_wait_s: float = EXECUTOR_ACK_WAIT_S
+) -> AsyncIterator[Host]:
     env = dict(os.environ, LEDGER_DB=str(ledger), EXECUTOR_MODE=mode)
-    command = [sys.executable, "-m", "kernel.mesh.executor", "--bus", url, "--ack-wait", "2"]
+    command = [sys.executable, "-m", "kernel.mesh.executor", "--bus", url]
+    command += ["--ack-wait", str(ack_wait_s)]
     command += ["--adapter", "bank"]
     async with running([*command, "tests.support.mesh_executor:Ledger"], env) as process:
         yield process
@@ -393,7 +408,9 @@ async def test_the_relay_publishes_each_committed_event_once_across_restarts(tmp
 async def test_an_executor_killed_after_its_effect_duplicates_nothing(tmp_path, nats_server):
     await reset_bus(nats_server.url)
     ledger = tmp_path / "ledger.db"
-    remote = RemoteAdapter(nats_server.url, "bank", result_timeout_s=STEP_S, ack_wait_s=2.0)
+    remote = RemoteAdapter(
+        nats_server.url, "bank", result_timeout_s=STEP_S, ack_wait_s=EXECUTOR_ACK_WAIT_S
+    )
     try:
         async with executor(nats_server.url, ledger, mode="die_after_effect") as dying:
             async with kernel_for(tmp_path / "j.db", bank=remote) as kernel:
@@ -415,6 +432,149 @@ async def test_an_executor_killed_after_its_effect_duplicates_nothing(tmp_path, 
         calls = conn.execute("SELECT count(*) FROM calls").fetchone()[0]
         effects = conn.execute("SELECT count(*) FROM effects").fetchone()[0]
     assert (calls, effects) == (2, 1)  # redelivered once, deduplicated by key: one effect
+
+
+async def ack_wait_passes(url: str, ack_wait_s: float, times: int) -> None:
+    """Return once the server's clock has run ``times`` of ``ack_wait_s`` from now.
+
+    A probe message is delivered and never acked: each time the server hands it out
+    again, one ``ack_wait_s`` has passed on its clock (the wait is the server's
+    redelivery, not a sleep).
+    """
+    nc = await nats.connect(url)
+    js = nc.jetstream()
+    try:
+        with contextlib.suppress(nats.js.errors.NotFoundError):
+            await js.delete_stream("TEST_CLOCK")
+        await js.add_stream(StreamConfig(name="TEST_CLOCK", subjects=["test.clock"]))
+        consumer = ConsumerConfig(
+            durable_name="clock", ack_policy=AckPolicy.EXPLICIT, ack_wait=ack_wait_s
+        )
+        await js.add_consumer("TEST_CLOCK", consumer)
+        probe = await js.pull_subscribe_bind(durable="clock", stream="TEST_CLOCK")
+        await js.publish("test.clock", b"tick")
+        for delivery in range(1, times + 2):
+            with anyio.fail_after(STEP_S):
+                [msg] = await probe.fetch(1, timeout=STEP_S)
+            assert msg.metadata.num_delivered == delivery
+    finally:
+        with contextlib.suppress(nats.js.errors.NotFoundError):
+            await js.delete_stream("TEST_CLOCK")
+        await nc.close()
+
+
+async def test_a_slow_executor_keeps_its_intent_and_no_other_executor_runs_it(
+    tmp_path, nats_server
+):
+    await reset_bus(nats_server.url)
+    ledger = tmp_path / "ledger.db"
+    ack_wait_s = 3.0  # in-progress acks every 0.75 s: a loaded machine has 2.25 s to spare
+    remote = RemoteAdapter(nats_server.url, "bank", result_timeout_s=STEP_S, ack_wait_s=ack_wait_s)
+    try:
+        async with executor(nats_server.url, ledger, "hold", ack_wait_s) as slow:
+            async with kernel_for(tmp_path / "j.db", bank=remote) as kernel:
+                await kernel.register(ScriptedAgent())
+                [dfid] = await kernel.trigger("bank.invoice")
+                key = (await slow.line("HOLDING")).split()[1]
+                # An idle executor pulls beside the slow one, which holds the intent
+                # for two of its ack_waits: in-progress acks keep it there.
+                async with executor(nats_server.url, ledger, "", ack_wait_s):
+                    await ack_wait_passes(nats_server.url, ack_wait_s, 2)
+                    nc = await nats.connect(nats_server.url)
+                    try:
+                        info = await nc.jetstream().consumer_info("DIRK_INTENTS", "exec-bank")
+                    finally:
+                        await nc.close()
+                    assert (info.delivered.consumer_seq, info.num_redelivered) == (1, 0)
+                    assert slow.process.stdin is not None
+                    await slow.process.stdin.send(b"go\n")
+                    with anyio.fail_after(STEP_S):
+                        assert (await kernel.wait_flow(dfid)).status is FlowStatus.CLOSED
+                [done] = await kernel.journal.read(dfid=dfid, types=["ExecutionSucceeded"])
+                assert done.payload.external_id == f"ledger-{key}"
+    finally:
+        await remote.close()
+    with closing(sqlite3.connect(ledger)) as conn:
+        calls = conn.execute("SELECT count(*) FROM calls").fetchone()[0]
+        effects = conn.execute("SELECT count(*) FROM effects").fetchone()[0]
+    assert (calls, effects) == (1, 1)  # carried out once, by the slow executor alone
+
+
+async def test_a_result_is_taken_from_its_notification_even_before_the_stream_has_it(
+    nats_server,
+):
+    await reset_bus(nats_server.url)
+    # ack_wait as long as the step: the stream is not read again within the test.
+    remote = RemoteAdapter(nats_server.url, "bank", result_timeout_s=STEP_S, ack_wait_s=STEP_S)
+    intent = ExecutionIntent(key="flow-1:0", kind="transfer", adapter="bank")
+    nc = await nats.connect(nats_server.url)
+    receipts: list[Receipt] = []
+
+    async def call() -> None:
+        receipts.append(await remote.execute(intent))
+
+    try:
+        intents = await nc.subscribe("dirk.intents.bank")
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(call)
+            with anyio.fail_after(STEP_S):
+                await intents.next_msg(timeout=STEP_S)  # an executor by hand took it
+            # The stream stores a result a moment after its subscribers got it (here:
+            # never, it is gone); the notification alone answers the call.
+            await nc.jetstream().delete_stream("DIRK_RESULTS")
+            result = Result(key=intent.key, receipt=Receipt(external_id="by-hand"))
+            await nc.publish(result_subject(intent.key), b"not a result")
+            await nc.publish(result_subject(intent.key), msgspec.json.encode(result))
+        assert [r.external_id for r in receipts] == ["by-hand"]
+    finally:
+        await nc.close()
+        await remote.close()
+
+
+class Echo:
+    """An adapter in the test's own process: its receipt names the intent."""
+
+    async def execute(self, intent: ExecutionIntent) -> Receipt:
+        return Receipt(external_id=f"echo-{intent.key}")
+
+
+@settings(
+    max_examples=4,
+    derandomize=True,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+@given(intents=st.lists(junk, min_size=1, max_size=6))
+def test_whatever_reaches_an_executor_is_terminated_and_it_goes_on(nats_server, intents):
+    async def main() -> None:
+        await reset_bus(nats_server.url)
+        remote = RemoteAdapter(
+            nats_server.url, "bank", result_timeout_s=STEP_S, ack_wait_s=EXECUTOR_ACK_WAIT_S
+        )
+        nc = await nats.connect(nats_server.url)
+        try:
+            async with anyio.create_task_group() as tg:
+                ready = anyio.Event()
+                serve = serve_executor(
+                    nats_server.url, "bank", Echo(), ack_wait_s=EXECUTOR_ACK_WAIT_S, ready=ready
+                )
+                tg.start_soon(lambda: serve)
+                with anyio.fail_after(STEP_S):
+                    await ready.wait()
+                js = nc.jetstream()
+                for data in intents:
+                    await js.publish("dirk.intents.bank", data)
+                # The executor is still up and carries out the next real intent.
+                intent = ExecutionIntent(key="flow-1:0", kind="transfer", adapter="bank")
+                with anyio.fail_after(STEP_S):
+                    receipt = await remote.execute(intent)
+                assert receipt.external_id == "echo-flow-1:0"
+                tg.cancel_scope.cancel()
+        finally:
+            await nc.close()
+            await remote.close()
+
+    anyio.run(main)
 
 
 async def test_a_restarted_kernel_gets_its_running_hosts_back(tmp_path, nats_server):

@@ -3,7 +3,9 @@
 ``Ledger`` keeps its effects in the SQLite file ``LEDGER_DB`` (shared by every
 executor process, like a real bank) and deduplicates on the intent key, as
 every adapter must. ``EXECUTOR_MODE=die_after_effect`` SIGKILLs the process
-right after the effect is committed, before any result is published.
+right after the effect is committed, before any result is published;
+``EXECUTOR_MODE=hold`` is a slow external system: after the effect it prints
+``HOLDING <key>`` and answers only once a line comes on its stdin.
 """
 
 from __future__ import annotations
@@ -11,7 +13,10 @@ from __future__ import annotations
 import os
 import signal
 import sqlite3
+import sys
 from contextlib import closing
+
+import anyio
 
 from kernel.adapters import ExecutionIntent, Receipt
 
@@ -26,4 +31,7 @@ class Ledger:
         if os.environ.get("EXECUTOR_MODE") == "die_after_effect":
             print(f"EFFECT {intent.key}", flush=True)
             os.kill(os.getpid(), signal.SIGKILL)
+        if os.environ.get("EXECUTOR_MODE") == "hold":
+            print(f"HOLDING {intent.key}", flush=True)
+            await anyio.to_thread.run_sync(sys.stdin.readline)  # the event loop runs meanwhile
         return Receipt(external_id=f"ledger-{intent.key}")
