@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from enum import StrEnum
-from typing import Any
+from typing import Any, cast
 
 import msgspec
 
@@ -174,15 +174,30 @@ class FlowState(msgspec.Struct, frozen=True, gc=False, kw_only=True):
         return self.status is S.ACTIVE and self.compiled == self.attempts + 1
 
 
-def _context(state: FlowState, p: ContextCompiled) -> dict[str, object]:
-    return {"context_ref": p.context_ref, "compiled": p.attempt}
+_replace = msgspec.structs.replace
+_Update = Callable[[FlowState, Any, int, int, FlowStatus], FlowState]
+"""What a flow event records besides its status: (state, payload, ts, seq, the status it
+leads to) -> the next state, its time, seq and status written with one struct copy."""
+
+
+def _context(
+    state: FlowState, p: ContextCompiled, ts: int, seq: int, status: FlowStatus
+) -> FlowState:
+    return _replace(
+        state,
+        updated_ts=ts,
+        last_seq=seq,
+        status=status,
+        context_ref=p.context_ref,
+        compiled=p.attempt,
+    )
 
 
 RESOLVE_WORDS = frozenset({"reconcile", "retry"})
 """The decisions on an intent whose outcome is unknown (and the only ones allowed there)."""
 
 
-def _decided(state: FlowState, p: HumanDecided) -> dict[str, object]:
+def _decided(state: FlowState, p: HumanDecided, ts: int, seq: int, status: FlowStatus) -> FlowState:
     unknown = state.pending is not None
     if (p.decision in RESOLVE_WORDS) is not unknown:
         # Reconcile and retry need an intent of unknown outcome; nothing else may
@@ -191,85 +206,189 @@ def _decided(state: FlowState, p: HumanDecided) -> dict[str, object]:
     if unknown:
         # The engine records the result (reconcile) or calls again (retry) next.
         assert state.pending is not None
-        return {"status": S.DIRTY if state.pending.compensation else S.EXECUTING, "retries": 0}
+        return _replace(
+            state,
+            updated_ts=ts,
+            last_seq=seq,
+            status=S.DIRTY if state.pending.compensation else S.EXECUTING,
+            retries=0,
+        )
     # A modification is judged by the DIM next; nobody else may act meanwhile.
-    return {"status": S.VALIDATING} if p.decision == "modify" else {}
+    if p.decision == "modify":
+        status = S.VALIDATING
+    return _replace(state, updated_ts=ts, last_seq=seq, status=status)
 
 
-def _submitted(state: FlowState, p: ProposalSubmitted) -> dict[str, object]:
-    return {"attempts": p.attempt, "proposal": p.proposal}
+def _submitted(
+    state: FlowState, p: ProposalSubmitted, ts: int, seq: int, status: FlowStatus
+) -> FlowState:
+    return _replace(
+        state, updated_ts=ts, last_seq=seq, status=status, attempts=p.attempt, proposal=p.proposal
+    )
 
 
-def _rejected(state: FlowState, p: ProposalRejected) -> dict[str, object]:
-    return {
-        "rejections": state.rejections + 1,
-        "reason_code": p.feedback.reason_code,
-        "detail": p.feedback.detail,
-    }
+def _rejected(
+    state: FlowState, p: ProposalRejected, ts: int, seq: int, status: FlowStatus
+) -> FlowState:
+    return _replace(
+        state,
+        updated_ts=ts,
+        last_seq=seq,
+        status=status,
+        rejections=state.rejections + 1,
+        reason_code=p.feedback.reason_code,
+        detail=p.feedback.detail,
+    )
 
 
-def _accepted(state: FlowState, p: ProposalAccepted) -> dict[str, object]:
+def _accepted(
+    state: FlowState, p: ProposalAccepted, ts: int, seq: int, status: FlowStatus
+) -> FlowState:
     if state.pending is not None:
         # An approval would start the intent afresh while its outcome is unknown.
         raise IllegalTransition(state.dfid, state.status, "ProposalAccepted")
-    return {"reason_code": None, "detail": ""}
+    return _replace(state, updated_ts=ts, last_seq=seq, status=status, reason_code=None, detail="")
 
 
-def _escalated(state: FlowState, p: FlowEscalated) -> dict[str, object]:
-    return {"escalated": True, "reason_code": p.reason_code, "detail": p.detail}
+def _escalated(
+    state: FlowState, p: FlowEscalated, ts: int, seq: int, status: FlowStatus
+) -> FlowState:
+    return _replace(
+        state,
+        updated_ts=ts,
+        last_seq=seq,
+        status=status,
+        escalated=True,
+        reason_code=p.reason_code,
+        detail=p.detail,
+    )
 
 
-def _started(state: FlowState, p: ExecutionStarted) -> dict[str, object]:
-    return {"intent_key": p.intent.key, "pending": p.intent, "retries": 0}
+def _started(
+    state: FlowState, p: ExecutionStarted, ts: int, seq: int, status: FlowStatus
+) -> FlowState:
+    return _replace(
+        state,
+        updated_ts=ts,
+        last_seq=seq,
+        status=status,
+        intent_key=p.intent.key,
+        pending=p.intent,
+        retries=0,
+    )
 
 
-def _succeeded(state: FlowState, p: ExecutionSucceeded) -> dict[str, object]:
-    return {"external_id": p.external_id, "pending": None, "done": state.done + 1}
+def _succeeded(
+    state: FlowState, p: ExecutionSucceeded, ts: int, seq: int, status: FlowStatus
+) -> FlowState:
+    return _replace(
+        state,
+        updated_ts=ts,
+        last_seq=seq,
+        status=status,
+        external_id=p.external_id,
+        pending=None,
+        done=state.done + 1,
+    )
 
 
-def _failed(state: FlowState, p: ExecutionFailed) -> dict[str, object]:
-    return {"detail": p.error, "pending": state.pending if p.unknown else None}
+def _failed(
+    state: FlowState, p: ExecutionFailed, ts: int, seq: int, status: FlowStatus
+) -> FlowState:
+    return _replace(
+        state,
+        updated_ts=ts,
+        last_seq=seq,
+        status=status,
+        detail=p.error,
+        pending=state.pending if p.unknown else None,
+    )
 
 
-def _retried(state: FlowState, p: ExecutionRetried) -> dict[str, object]:
-    return {"retries": p.attempt}
+def _retried(
+    state: FlowState, p: ExecutionRetried, ts: int, seq: int, status: FlowStatus
+) -> FlowState:
+    return _replace(state, updated_ts=ts, last_seq=seq, status=status, retries=p.attempt)
 
 
-def _refused(state: FlowState, p: ExecutionRefused) -> dict[str, object]:
-    return {"reason_code": p.reason_code, "detail": p.detail, "pending": None}
+def _refused(
+    state: FlowState, p: ExecutionRefused, ts: int, seq: int, status: FlowStatus
+) -> FlowState:
+    return _replace(
+        state,
+        updated_ts=ts,
+        last_seq=seq,
+        status=status,
+        reason_code=p.reason_code,
+        detail=p.detail,
+        pending=None,
+    )
 
 
-def _dirty(state: FlowState, p: FlowDirty) -> dict[str, object]:
-    return {"reason_code": p.reason_code, "detail": p.detail}
+def _dirty(state: FlowState, p: FlowDirty, ts: int, seq: int, status: FlowStatus) -> FlowState:
+    return _replace(
+        state,
+        updated_ts=ts,
+        last_seq=seq,
+        status=status,
+        reason_code=p.reason_code,
+        detail=p.detail,
+    )
 
 
-def _compensating(state: FlowState, p: CompensationStarted) -> dict[str, object]:
-    return {"pending": p.intent, "retries": 0}
+def _compensating(
+    state: FlowState, p: CompensationStarted, ts: int, seq: int, status: FlowStatus
+) -> FlowState:
+    return _replace(state, updated_ts=ts, last_seq=seq, status=status, pending=p.intent, retries=0)
 
 
-def _compensated_step(state: FlowState, p: CompensationSucceeded) -> dict[str, object]:
-    return {"pending": None, "undone": state.undone + 1}
+def _compensated_step(
+    state: FlowState, p: CompensationSucceeded, ts: int, seq: int, status: FlowStatus
+) -> FlowState:
+    return _replace(
+        state, updated_ts=ts, last_seq=seq, status=status, pending=None, undone=state.undone + 1
+    )
 
 
-def _compensation_failed(state: FlowState, p: CompensationFailed) -> dict[str, object]:
-    return {"pending": state.pending if p.unknown else None, "detail": p.error}
+def _compensation_failed(
+    state: FlowState, p: CompensationFailed, ts: int, seq: int, status: FlowStatus
+) -> FlowState:
+    return _replace(
+        state,
+        updated_ts=ts,
+        last_seq=seq,
+        status=status,
+        pending=state.pending if p.unknown else None,
+        detail=p.error,
+    )
 
 
-def _compensated(state: FlowState, p: FlowCompensated) -> dict[str, object]:
-    return {"reason_code": ReasonCode.COMPENSATED}
+def _compensated(
+    state: FlowState, p: FlowCompensated, ts: int, seq: int, status: FlowStatus
+) -> FlowState:
+    return _replace(
+        state, updated_ts=ts, last_seq=seq, status=status, reason_code=ReasonCode.COMPENSATED
+    )
 
 
-def _flagged(state: FlowState, p: FlowFlagged) -> dict[str, object]:
-    return {"needs_review": True}
+def _flagged(state: FlowState, p: FlowFlagged, ts: int, seq: int, status: FlowStatus) -> FlowState:
+    return _replace(state, updated_ts=ts, last_seq=seq, status=status, needs_review=True)
 
 
-def _aborted(state: FlowState, p: FlowAborted) -> dict[str, object]:
-    return {"reason_code": p.reason_code, "detail": p.detail}
+def _aborted(state: FlowState, p: FlowAborted, ts: int, seq: int, status: FlowStatus) -> FlowState:
+    return _replace(
+        state,
+        updated_ts=ts,
+        last_seq=seq,
+        status=status,
+        reason_code=p.reason_code,
+        detail=p.detail,
+    )
 
 
 # What each event records in the flow besides its status (dispatch by type: the
 # fold runs several times per event, and a chain of class patterns is slow).
-_UPDATES: dict[type[Payload], Callable[[FlowState, Any], dict[str, object]]] = {
+_UPDATES: dict[type[Payload], _Update] = {
     ContextCompiled: _context,
     HumanDecided: _decided,
     ProposalSubmitted: _submitted,
@@ -298,23 +417,31 @@ def apply(state: FlowState | None, event: Event) -> FlowState:
     if kind is FlowCreated:
         if state is not None:
             raise IllegalTransition(event.dfid or "", state.status, "FlowCreated")
-        assert isinstance(payload, FlowCreated)
+        created = cast(FlowCreated, payload)
         return FlowState(
             dfid=event.dfid or "",
-            root_dfid=payload.root_dfid,
+            root_dfid=created.root_dfid,
             parent_dfid=event.parent_dfid,
             agent_id=event.agent_id or "",
-            topic=payload.topic,
+            topic=created.topic,
             status=S.CREATED,
             created_ts=event.ts,
             updated_ts=event.ts,
             last_seq=event.seq,
         )
-    rule = _TRANSITIONS.get(kind)
+    rule = _RULES.get(kind)
     if rule is None or state is None or state.status not in rule[0]:
         raise IllegalTransition(event.dfid or "", state.status if state else None, event.type)
-    update = _UPDATES.get(kind)
-    changes = update(state, payload) if update is not None else {}
-    if "status" not in changes:
-        changes["status"] = rule[1] or state.status
-    return msgspec.structs.replace(state, updated_ts=event.ts, last_seq=event.seq, **changes)
+    _, status, update = rule
+    if update is None:
+        return _replace(
+            state, updated_ts=event.ts, last_seq=event.seq, status=status or state.status
+        )
+    return update(state, payload, event.ts, event.seq, status or state.status)
+
+
+# Per flow event type: the statuses it may occur in, the status it leads to, and what it
+# records besides (one lookup per event: the fold runs for every event replayed).
+_RULES: dict[type[Payload], tuple[frozenset[FlowStatus], FlowStatus | None, _Update | None]] = {
+    kind: (allowed, to, _UPDATES.get(kind)) for kind, (allowed, to) in _TRANSITIONS.items()
+}

@@ -86,6 +86,8 @@ _EVENTS = (
     "SELECT e.seq, e.body, e.hash, p.hash FROM events AS e"
     " LEFT JOIN events AS p ON p.seq = e.seq - 1 WHERE e.seq >= %s"
 )
+# The same rows without their hashes (NULL): what a fold reads (Journal.scan(hashes=False)).
+_BODIES = "SELECT e.seq, e.body, NULL, NULL FROM events AS e WHERE e.seq >= %s"
 _COPY = "COPY events (seq, type, dfid, body, hash) FROM STDIN (FORMAT BINARY)"
 _COPY_TYPES = ["int8", "text", "text", "bytea", "bytea"]
 _LEASE = f"SELECT pg_advisory_lock({LEASE_CLASS}, hashtext(current_schema()))"
@@ -155,8 +157,9 @@ class _Reader(_Session):
         dfid: str | None,
         types: Sequence[str] | None,
         limit: int | None,
+        hashes: bool = True,
     ) -> list[EventRow]:
-        sql, params = [_EVENTS], list[object]([start])
+        sql, params = [_EVENTS if hashes else _BODIES], list[object]([start])
         if stop is not None:
             sql.append("AND e.seq < %s")
             params.append(stop)

@@ -78,6 +78,8 @@ _EVENTS = (
     "SELECT e.seq, e.body, e.hash, p.hash FROM events AS e"
     " LEFT JOIN events AS p ON p.seq = e.seq - 1 WHERE e.seq >= ?"
 )
+# The same rows without their hashes (NULL): what a fold reads (Journal.scan(hashes=False)).
+_BODIES = "SELECT e.seq, e.body, NULL, NULL FROM events AS e WHERE e.seq >= ?"
 # sqlite3 raises UnicodeDecodeError for a schema whose text was damaged.
 SQLITE_ERRORS = (sqlite3.Error, UnicodeDecodeError)
 # The head record (kernel.journal.head), rewritten in each append's transaction.
@@ -104,8 +106,9 @@ class _Reader:
         dfid: str | None,
         types: Sequence[str] | None,
         limit: int | None,
+        hashes: bool = True,
     ) -> list[EventRow]:
-        sql, params = [_EVENTS], list[object]([start])
+        sql, params = [_EVENTS if hashes else _BODIES], list[object]([start])
         if stop is not None:
             sql.append("AND e.seq < ?")
             params.append(stop)

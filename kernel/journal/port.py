@@ -23,7 +23,8 @@ from kernel.journal.errors import is_postgres
 from kernel.journal.head import Row
 
 EventRow = tuple[int, bytes, bytes, bytes | None]
-"""An event as :meth:`StoreReader.events` returns it: seq, body, hash, the previous row's hash."""
+"""An event as :meth:`StoreReader.events` returns it: seq, body, hash, the previous row's hash
+(both hashes None when read without them)."""
 
 
 class Head(NamedTuple):
@@ -44,8 +45,12 @@ class StoreReader(Protocol):
         dfid: str | None,
         types: Sequence[str] | None,
         limit: int | None,
+        hashes: bool = True,
     ) -> list[EventRow]:
-        """Return events from ``start`` (to ``stop``, exclusive) in seq order, filtered."""
+        """Return events from ``start`` (to ``stop``, exclusive) in seq order, filtered.
+
+        ``hashes`` False leaves both hashes of each row None (a fold needs neither).
+        """
         ...
 
     async def rows(self, start: int, last: int, limit: int) -> list[Row]:

@@ -8,6 +8,7 @@ so a row sealed for SQLite and one sealed for PostgreSQL are the same bytes.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 from typing import Any
 
@@ -123,3 +124,54 @@ def check_row(
     if type_ != event.type or dfid != event.dfid:
         return f"event {seq} has type or dfid columns that differ from its body", None
     return "", event
+
+
+def check_rows(
+    rows: Sequence[Any], expected_seq: int, prev: bytes, key: bytes | None, hashes_checked: bool
+) -> tuple[list[Event], str]:
+    """Check consecutive rows from event ``expected_seq`` on, chained to ``prev``.
+
+    Returns:
+        The events of the rows that checked out, in order, without their chain hashes
+        (``prev_hash`` and ``hash`` empty), and what is wrong with the next row ("" when
+        every row checked out).
+
+    The same checks as :func:`check_row` row by row, in a loop that replay and verify
+    run for every event: a row that is not plainly sound is handed to
+    :func:`check_row`, which says what is wrong with it, so both give one verdict.
+    """
+    events: list[Event] = []
+    append = events.append
+    decode = _decoder.decode
+    sha256 = hashlib.sha256
+    fast_hash = hashes_checked and key is None
+    for row in rows:
+        seq, type_, dfid, body, hash_ = row
+        try:
+            if seq != expected_seq or type(body) is not bytes or type(hash_) is not bytes:
+                raise _Unsound
+            body = unpack(body)
+            event = decode(body)
+            if (
+                event.seq != seq
+                or (
+                    hash_ != sha256(prev + body).digest()
+                    if fast_hash
+                    else hashes_checked and hash_ != chain(prev, body, key)
+                )
+                or type_ != type(event.payload).__name__
+                or dfid != event.dfid
+            ):
+                raise _Unsound
+        except (_Unsound, ValueError, TypeError):
+            problem, event_ = check_row(row, expected_seq, prev, key, hashes_checked, False)
+            if event_ is None:
+                return events, problem
+            event = event_
+        append(event)
+        expected_seq, prev = expected_seq + 1, hash_
+    return events, ""
+
+
+class _Unsound(Exception):
+    """A row :func:`check_rows` leaves to :func:`check_row` to judge."""

@@ -20,7 +20,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from enum import StrEnum
-from typing import Any
+from typing import Any, cast
 
 import msgspec
 
@@ -59,7 +59,7 @@ from kernel.core.events import (
     TriggerFired,
     digest,
 )
-from kernel.core.flow import FLOW_EVENTS, FlowState, FlowStatus
+from kernel.core.flow import FLOW_EVENTS, TERMINAL, FlowState, FlowStatus
 from kernel.state import approvals
 from kernel.state.amendments import Amendment, folded
 from kernel.state.approvals import APPROVAL_EVENTS, Approval
@@ -116,6 +116,9 @@ _INBOX_EVENTS = frozenset(
 _NOTES = frozenset({DecisionRefused, DuplicateSuppressed, SubmissionRefused, FlowFlagged})
 # Events that end a flow.
 _ENDINGS = frozenset({FlowClosed, FlowAborted, FlowCompensated})
+# Events that record an intent's outcome (ExecutionFailed only when it is known).
+_OUTCOMES = frozenset({ExecutionSucceeded, ExecutionRefused, ExecutionFailed})
+_Outcome = ExecutionSucceeded | ExecutionRefused | ExecutionFailed
 _MODULUS = 1 << 256
 # Sorted keys: a live payload and the same payload decoded from the journal encode alike.
 _flow_encoder = msgspec.msgpack.Encoder(order="sorted")
@@ -129,8 +132,12 @@ def finished_hash(previous: str, state: FlowState) -> str:
     orders), and each finished flow changes it.
     """
     value = int(previous, 16) if previous else 0
-    mine = int.from_bytes(hashlib.sha256(_flow_encoder.encode(state)).digest())
-    return f"{(value + mine) % _MODULUS:064x}"
+    return f"{(value + _flow_hash(state)) % _MODULUS:064x}"
+
+
+def _flow_hash(state: FlowState) -> int:
+    """Return what a finished flow adds to the rolling hash."""
+    return int.from_bytes(hashlib.sha256(_flow_encoder.encode(state)).digest())
 
 
 class AgentStatus(StrEnum):
@@ -197,8 +204,10 @@ class Projections:
         """The finished flows in ``flows``, oldest first (an ordered set)."""
         self.finished: dict[str, int] = {}
         """How many flows ended, by final status (canonical)."""
-        self.finished_hash = ""
-        """The rolling hash of every finished flow's final state (canonical)."""
+        # The rolling hash of finished flows (finished_hash) as a number (None: not yet
+        # read from the text set), and as text (None: not yet written since a flow ended).
+        self._finished_sum: int | None = 0
+        self._finished_hex: str | None = ""
         self.agents: dict[str, AgentView] = {}
         self.sessions: dict[str, str] = {}
         self.credentials: dict[str, str] = {}
@@ -233,48 +242,60 @@ class Projections:
         """Fold committed events, in seq order, into the state."""
         # Flows the transition check already folded for the transaction being committed.
         committing, self._committing = self._committing, None
+        # Replay runs this for every event of a journal: names bound once, types compared
+        # by identity (no payload type is subclassed; isinstance costs more per event).
+        flows = self.flows
+        flow_apply = flow.apply
+        set_flow = self._set_flow
         for event in events:
             payload = event.payload
-            if event.dfid is not None and type(payload) in FLOW_EVENTS:
-                dfid = event.dfid
+            kind = type(payload)
+            dfid = event.dfid
+            if dfid is not None and kind in FLOW_EVENTS:
                 if committing is None or dfid not in committing:
-                    current = self.flows.get(dfid)
-                    if current is not None or type(payload) not in _NOTES:
-                        self._set_flow(flow.apply(current, event))
-                if isinstance(payload, ContextCompiled):
+                    current = flows.get(dfid)
+                    if current is not None or kind not in _NOTES:
+                        set_flow(flow_apply(current, event))
+                if kind is ContextCompiled:
                     # The rules this attempt showed: what its citations are checked against.
-                    self.memory.rulebook.context_shown(dfid, payload.rules)
-                if type(payload) in APPROVAL_EVENTS:
-                    approvals.apply(self.approvals, event)
-                    if isinstance(payload, FlowEscalated) and payload.reason_code not in _UNCHARGED:
+                    self.memory.rulebook.context_shown(dfid, cast(ContextCompiled, payload).rules)
+                elif kind in APPROVAL_EVENTS:
+                    # ExecutionStarted only consumes an approval the flow has.
+                    if kind is not ExecutionStarted or dfid in self.approvals:
+                        approvals.apply(self.approvals, event)
+                    if (
+                        kind is FlowEscalated
+                        and cast(FlowEscalated, payload).reason_code not in _UNCHARGED
+                    ):
                         owner = committing.get(dfid) if committing else None
-                        agent_id = (owner or self.flows[dfid]).agent_id
+                        agent_id = (owner or flows[dfid]).agent_id
                         history = self.escalations.setdefault(agent_id, [])
                         history.append((dfid, event.ts))
                         del history[:-HISTORY]
-                if isinstance(payload, ExecutionStarted):
-                    if payload.intent.adapter in _RECORDING_ADAPTERS:
-                        self._memory_started(event, payload)
-                    elif payload.intent.kind == PROPOSE_TEST:
-                        intent = payload.intent
-                        self.beliefs.test_started(
-                            intent.key, intent.params, intent.adapter, event.seq
-                        )
-                elif isinstance(payload, ExecutionSucceeded) and payload.key in (
-                    self.beliefs.test_keys
-                ):
-                    self.beliefs.test_done(payload.key, payload.detail)
+                    elif kind is ExecutionStarted:
+                        started = cast(ExecutionStarted, payload)
+                        intent = started.intent
+                        if intent.adapter in _RECORDING_ADAPTERS:
+                            self._memory_started(event, started)
+                        elif intent.kind == PROPOSE_TEST:
+                            self.beliefs.test_started(
+                                intent.key, intent.params, intent.adapter, event.seq
+                            )
+                elif kind is ExecutionSucceeded:
+                    succeeded = cast(ExecutionSucceeded, payload)
+                    if succeeded.key in self.beliefs.test_keys:
+                        self.beliefs.test_done(succeeded.key, succeeded.detail)
                 if self.fold > 1:
                     # An intent's outcome is recorded (an unknown one waits for a human).
-                    if isinstance(payload, ExecutionSucceeded | ExecutionRefused) or (
-                        isinstance(payload, ExecutionFailed) and not payload.unknown
+                    if kind in _OUTCOMES and not (
+                        kind is ExecutionFailed and cast(ExecutionFailed, payload).unknown
                     ):
-                        self.memory.settled(payload.key)
-                    elif type(payload) in _ENDINGS:
+                        self.memory.settled(cast(_Outcome, payload).key)
+                    elif kind in _ENDINGS:
                         self._flow_ended(dfid, committing)
-            elif type(payload) in MEMORY_EVENTS:
+            elif kind in MEMORY_EVENTS:
                 self.memory.apply(event, bounded=self.fold > 1)
-            elif type(payload) in _BELIEF_EVENTS:
+            elif kind in _BELIEF_EVENTS:
                 self.beliefs.apply(event)
                 key = payload.key  # type: ignore[union-attr]
                 if key:
@@ -323,7 +344,7 @@ class Projections:
             elif isinstance(payload, LimitAmended):
                 limits = self.amendments.setdefault(event.agent_id or "", {})
                 limits[payload.limit] = folded(payload, event.seq)
-            if type(payload) in _INBOX_EVENTS:
+            if kind in _INBOX_EVENTS:
                 inbox_id = payload.inbox_id  # type: ignore[union-attr]
                 if inbox_id is not None:
                     self.inbox_taken.setdefault(inbox_id, event.seq)
@@ -367,29 +388,47 @@ class Projections:
 
     def _set_flow(self, state: FlowState) -> None:
         dfid = state.dfid
+        status = state.status
         self.flows[dfid] = state
-        if state.terminal and dfid not in self.ended:
+        if status in TERMINAL and dfid not in self.ended:
             self._finish(state)
-        if state.status in MOVING:
-            self.moving.add(state.dfid)
+        if status in MOVING:
+            self.moving.add(dfid)
         else:
-            self.moving.discard(state.dfid)
-        if state.status is FlowStatus.ESCALATED:
-            self.waiting.add(state.dfid)
-        else:
-            self.waiting.discard(state.dfid)
-        if state.done and state.status in _UNSETTLED:
-            self.unsettled.setdefault(state.agent_id, set()).add(state.dfid)
-        elif state.done and state.agent_id in self.unsettled:
-            self.unsettled[state.agent_id].discard(state.dfid)
+            self.moving.discard(dfid)
+        if status is FlowStatus.ESCALATED:
+            self.waiting.add(dfid)
+        elif self.waiting:
+            self.waiting.discard(dfid)
+        if state.done:
+            if status in _UNSETTLED:
+                self.unsettled.setdefault(state.agent_id, set()).add(dfid)
+            elif state.agent_id in self.unsettled:
+                self.unsettled[state.agent_id].discard(dfid)
 
     def _finish(self, state: FlowState) -> None:
         """Move a flow that just ended out of the canonical state, into the index."""
         dfid = state.dfid
         self.memory.rulebook.shown.pop(dfid, None)
         self.finished[state.status] = self.finished.get(state.status, 0) + 1
-        self.finished_hash = finished_hash(self.finished_hash, state)
+        total = self._finished_sum
+        if total is None:
+            total = int(self._finished_hex, 16) if self._finished_hex else 0
+        self._finished_sum = (total + _flow_hash(state)) % _MODULUS
+        self._finished_hex = None
         self._index(dfid)
+
+    @property
+    def finished_hash(self) -> str:
+        """The rolling hash of every finished flow's final state (canonical; see
+        :func:`finished_hash`), "" before any flow ended."""
+        if self._finished_hex is None:
+            self._finished_hex = f"{self._finished_sum:064x}"
+        return self._finished_hex
+
+    @finished_hash.setter
+    def finished_hash(self, value: str) -> None:
+        self._finished_sum, self._finished_hex = None, value
 
     def _index(self, dfid: str, at_least: int = 0) -> None:
         """Note ``dfid`` as a finished flow in ``flows``; forget the oldest past the limit."""

@@ -278,17 +278,17 @@ async def test_verify_sees_rows_and_head_record_of_one_moment(
 ) -> None:
     import kernel.journal.verify
 
-    check_row = kernel.journal.verify.check_row
+    check_rows = kernel.journal.verify.check_rows
     commits: list[int] = []
 
     def commit_midway(*args: Any) -> Any:
         if not commits:
             # A kernel commits (rows and head record together) while verify reads.
             commits.append(forge_approval(plain, recorded[1], update_head=True))
-        return check_row(*args)
+        return check_rows(*args)
 
     monkeypatch.setattr(kernel.journal.verify, "READ_BATCH", 2)
-    monkeypatch.setattr(kernel.journal.verify, "check_row", commit_midway)
+    monkeypatch.setattr(kernel.journal.verify, "check_rows", commit_midway)
     before = last_seq(plain)
 
     report = await verify_journal(plain)
