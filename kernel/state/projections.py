@@ -124,19 +124,13 @@ _MODULUS = 1 << 256
 _flow_encoder = msgspec.msgpack.Encoder(order="sorted")
 
 
-def finished_hash(previous: str, state: FlowState) -> str:
-    """Return the rolling hash of finished flows with ``state`` added.
-
-    A sum of SHA-256 values modulo 2**256: the order in which flows of one batch
-    end does not matter (the live kernel and a fold may see them in different
-    orders), and each finished flow changes it.
-    """
-    value = int(previous, 16) if previous else 0
-    return f"{(value + _flow_hash(state)) % _MODULUS:064x}"
-
-
 def _flow_hash(state: FlowState) -> int:
-    """Return what a finished flow adds to the rolling hash."""
+    """Return what a finished flow adds to the rolling hash of finished flows.
+
+    The rolling hash is a sum of these SHA-256 values modulo 2**256: the order in which
+    flows of one batch end does not matter (the live kernel and a fold may see them in
+    different orders), and each finished flow changes it.
+    """
     return int.from_bytes(hashlib.sha256(_flow_encoder.encode(state)).digest())
 
 
@@ -421,7 +415,7 @@ class Projections:
     @property
     def finished_hash(self) -> str:
         """The rolling hash of every finished flow's final state (canonical; see
-        :func:`finished_hash`), "" before any flow ended."""
+        :func:`_flow_hash`), "" before any flow ended."""
         if self._finished_hex is None:
             self._finished_hex = f"{self._finished_sum:064x}"
         return self._finished_hex
