@@ -16,6 +16,7 @@ import pytest
 from kernel import Kernel
 from kernel.testing import ManualClock
 from tests.support.helpers import Bank, kernel_for
+from tests.support.operators import Keys, provision
 
 
 @pytest.fixture
@@ -41,3 +42,18 @@ async def kernel(tmp_path: Path, bank: Bank, clock: ManualClock) -> AsyncIterato
 def anyio_backend() -> str:
     """The kernel runs on asyncio (aiosqlite): pin it, even where trio is installed."""
     return "asyncio"
+
+
+@pytest.fixture
+def operator_keys(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> Keys:
+    """Keys for the suite's operators, the console and the MCP server, in the environment.
+
+    ``DIRK_KEYRING`` and ``DIRK_KEY`` point at them, so kernels (in this process or
+    started from it) trust them and ``dirk decide`` and the other clients sign with them.
+    """
+    keys = provision(tmp_path_factory.mktemp("keys"))
+    for name, value in keys.env().items():
+        monkeypatch.setenv(name, value)
+    return keys

@@ -30,6 +30,7 @@ from kernel.audit.narrative import outcome as _outcome
 from kernel.cli._admin import add_commands as add_admin_commands
 from kernel.cli._beliefs import add_commands as add_belief_commands
 from kernel.cli._journal import add_commands as add_journal_commands
+from kernel.cli._keyring import add_commands as add_keyring_commands
 from kernel.cli._mcp import add_commands as add_mcp_commands
 from kernel.cli._operator import add_commands, error, error_of, fold_journal
 from kernel.cli._read import (
@@ -221,6 +222,7 @@ def _parser() -> argparse.ArgumentParser:
     add_verify_commands(commands)
     add_commands(commands)
     add_admin_commands(commands)
+    add_keyring_commands(commands)
     add_replay_commands(commands)
     add_journal_commands(commands)
     add_mcp_commands(commands)
