@@ -20,6 +20,9 @@ from pathlib import Path
 import anyio
 import pytest
 
+from kernel.inbox import DecideRequest
+from kernel.inbox.requests import decode_row
+from kernel.journal.inbox_store import open_inbox
 from tests.support.browser import (
     ROOT,
     Console,
@@ -31,6 +34,7 @@ from tests.support.browser import (
     unavailable,
 )
 from tests.support.console_kernel import MARKUP
+from tests.support.operators import Keys, provision
 from tests.support.postgres import PostgresServer, postgres_server  # noqa: F401
 
 try:
@@ -51,7 +55,19 @@ if async_playwright is not None:
 
 
 @pytest.fixture(scope="module")
-def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Kernel, Console]]:
+def module_keys(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Keys]:
+    """Keys for the module's kernel and console processes (started once, before any test's)."""
+    keys = provision(tmp_path_factory.mktemp("keys"))
+    with pytest.MonkeyPatch.context() as patch:
+        for name, value in keys.env().items():
+            patch.setenv(name, value)
+        yield keys
+
+
+@pytest.fixture(scope="module")
+def setup(
+    tmp_path_factory: pytest.TempPathFactory, module_keys: Keys
+) -> Iterator[tuple[Kernel, Console]]:
     console_extra()
     db = tmp_path_factory.mktemp("console") / "j.db"
     with running_kernel(db) as kernel, running_console(db, "--poll", "0.05") as console:
@@ -102,11 +118,11 @@ def count(db: Path, type_: str, dfid: str) -> int:
 
 
 def inbox_rows(db: Path, dfid: str) -> int:
-    with closing(sqlite3.connect(db)) as conn:
-        ((n,),) = conn.execute(
-            "SELECT count(*) FROM operator_inbox WHERE dfid = ?", (dfid,)
-        ).fetchall()
-    return int(n)
+    """How many decisions on ``dfid`` the inbox holds, taken or not."""
+    with open_inbox(str(db), readonly=True) as store:
+        rows = store.rows(pending=False)
+    decisions = [decode_row(row.body).request for row in rows]
+    return sum(1 for r in decisions if isinstance(r, DecideRequest) and r.dfid == dfid)
 
 
 async def test_the_queue_shows_high_impact_first_and_unmistakably(

@@ -26,6 +26,8 @@ from kernel.inbox.proof import new_request_id, sign
 OPERATORS = ("ana", "bo", "bob", "rui", "a", "o", "ops", "cy", "dana", "x", "kim")
 """The operator names the suite's tests act as."""
 DOORS = ("console", "mcp")
+AGENTS = ("ide", "stranger")
+"""The agents the suite's MCP tests propose through the inbox as."""
 
 
 class Keys(msgspec.Struct, frozen=True, kw_only=True):
@@ -60,7 +62,7 @@ def provision(
     operators: Iterable[str] = OPERATORS,
     *,
     doors: Iterable[str] = DOORS,
-    agents: Iterable[str] = (),
+    agents: Iterable[str] = AGENTS,
 ) -> Keys:
     """Make keys for ``operators``, ``doors`` and ``agents`` under ``root``; return where."""
     root.mkdir(parents=True, exist_ok=True)
