@@ -14,6 +14,7 @@ import anyio
 import pytest
 
 from kernel.inbox import DecideRequest
+from kernel.runtime.messages import Decision
 from tests.cli.test_cli import COMMAND_TIMEOUT_S, Recorded, dirk, one_error_line, record
 from tests.support import ROOT
 from tests.support.operators import Keys, post
@@ -183,7 +184,7 @@ def test_a_decision_is_applied_once_across_restarts_and_repeats(
     assert (again.returncode, one_error_line(again)) == (1, "DECISION_QUEUED")
     # Two operators racing past that check: the kernel still applies one decision.
     racing = DecideRequest(
-        dfid=dfid, decision="approve", action_hash=short, operator="bob", reason="me too"
+        dfid=dfid, decision=Decision.APPROVE, action_hash=short, operator="bob", reason="me too"
     )
     post(operator_keys, db, racing, "bob")
 

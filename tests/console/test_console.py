@@ -30,6 +30,7 @@ from kernel.core.reasons import CliError, ExitCode, ReasonCode
 from kernel.inbox import DecideRequest
 from kernel.inbox.requests import decode_row, encode, normalized
 from kernel.journal.inbox_store import open_inbox
+from kernel.runtime.messages import Decision
 from kernel.state.projections import Projections
 from kernel.testing import ManualClock
 from tests.support.browser import ROOT, console_extra
@@ -724,7 +725,9 @@ async def test_the_follower_sees_a_queued_decision_and_wakes_its_waiters(
         seen = follower.version
         assert not await follower.catch_up(opened)
         assert follower.version == seen
-        reject = DecideRequest(dfid=flows["high"], decision="reject", operator="a", reason="b")
+        reject = DecideRequest(
+            dfid=flows["high"], decision=Decision.REJECT, operator="a", reason="b"
+        )
         post(operator_keys, db, reject, "a", 1)
         async with anyio.create_task_group() as tg:
             tg.start_soon(follower.run, opened)
@@ -797,7 +800,7 @@ def decide_then_run_the_kernel(
     )
     assert done.returncode == 0, done.stderr
     page = client.get(f"/flows/{flows['low']}")
-    assert "reject by ana" in page.text or 'data-decision="reject"' in page.text
+    assert "reject by ana" in page.text or "data-decision=Decision.REJECT" in page.text
     assert "HUMAN_REJECTED" in page.text
 
 

@@ -18,6 +18,7 @@ import anyio
 from kernel.core.events import Draft, TriggerFired
 from kernel.inbox import DecideRequest
 from kernel.journal.opening import open_journal
+from kernel.runtime.messages import Decision
 from tests.support.browser import ROOT, console_extra
 from tests.support.operators import Keys, post
 from tests.support.postgres import PostgresServer, postgres_server  # noqa: F401
@@ -31,7 +32,7 @@ BOUND_S = 30
 
 
 def reject(dfid: str) -> DecideRequest:
-    return DecideRequest(dfid=dfid, decision="reject", operator="bo", reason="not this week")
+    return DecideRequest(dfid=dfid, decision=Decision.REJECT, operator="bo", reason="not this week")
 
 
 def trigger(x: int) -> Draft:

@@ -35,6 +35,7 @@ from kernel.core.wall import INT_MAX
 from kernel.inbox import DecideRequest
 from kernel.journal.inbox_store import open_inbox
 from kernel.policy.contracts import Verdict
+from kernel.runtime.messages import Decision
 from kernel.testing import ManualClock, action_of
 from tests.support.helpers import ScriptedAgent, kernel_for, transfer
 from tests.support.operators import Keys, insert, journal_id_of, post, raw_row
@@ -374,7 +375,7 @@ async def apply_rows_then_reject(path: Path, dfid: str, keys: Keys) -> None:
     async with kernel_for(path, inbox_poll_s=None) as kernel:
         action = action_of(kernel, dfid)
     reject = DecideRequest(
-        dfid=dfid, decision="reject", operator="ana", reason="enough", action_hash=action
+        dfid=dfid, decision=Decision.REJECT, operator="ana", reason="enough", action_hash=action
     )
     last = post(keys, path, reject, "ana")
     async with kernel_for(path, inbox_poll_s=1.0) as kernel:

@@ -28,6 +28,7 @@ from kernel.journal.follow import follow_journal
 from kernel.journal.opening import open_journal
 from kernel.journal.store import JournalError, JournalFenced, JournalWriteFailed
 from kernel.journal.verify import verify_journal
+from kernel.runtime.messages import Decision
 from kernel.testing import action_of
 from tests.cli.test_cli import clean_env, dirk
 from tests.support.helpers import Bank, ScriptedAgent, kernel_for, transfer
@@ -181,7 +182,7 @@ async def test_a_decision_wakes_the_kernel_by_notify_without_a_poll(
         assert (await kernel.wait_flow(dfid)).status is FlowStatus.ESCALATED
         action = action_of(kernel, dfid)
         reject = DecideRequest(
-            dfid=dfid, decision="reject", operator="ana", reason="no", action_hash=action
+            dfid=dfid, decision=Decision.REJECT, operator="ana", reason="no", action_hash=action
         )
         row = await anyio.to_thread.run_sync(post, operator_keys, url, reject, "ana")
         with anyio.fail_after(60):
