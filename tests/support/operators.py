@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import os
 import sqlite3
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from contextlib import closing
 from pathlib import Path
 
+import anyio
 import msgspec
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from kernel import Kernel
 from kernel.core.keys import load_private_key, public_text, write_private_key
 from kernel.inbox import InboxRequest, Signer
 from kernel.inbox.keyring import ENV as KEYRING_ENV
@@ -139,3 +141,24 @@ def insert(location: str | os.PathLike[str], body: bytes, now_ns: int = 0) -> in
 
     with open_inbox(str(location)) as store:
         return store.insert(body, now_ns)
+
+
+async def wait_until(kernel: Kernel, done: Callable[[], bool], bound_s: float = 60.0) -> None:
+    """Wait until ``done()`` holds, looked at after each commit of ``kernel``'s journal.
+
+    Woken by the journal's commits (a subscription), never by a sleep.
+    """
+    with anyio.fail_after(bound_s):
+        async with kernel.journal.subscribe(kernel.journal.head_seq + 1) as batches:
+            if done():
+                return
+            async for _ in batches:
+                if done():
+                    return
+    raise AssertionError("the journal closed first")
+
+
+async def wait_taken(kernel: Kernel, row: int, bound_s: float = 60.0) -> int:
+    """Wait until an event of ``kernel``'s journal takes inbox row ``row``; return its seq."""
+    await wait_until(kernel, lambda: row in kernel.projections.inbox_taken, bound_s)
+    return kernel.projections.inbox_taken[row]
