@@ -552,9 +552,10 @@ class SqliteInbox:
                 self._conn = sqlite3.connect(
                     path, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False
                 )
-            self._conn.text_factory = bytes
             if not readonly:
                 ensure_inbox(self._conn)
+            # Every text as bytes: a writer of the file may have stored text that is no UTF-8.
+            self._conn.text_factory = bytes
         except SQLITE_ERRORS as exc:
             raise sqlite_error(path, exc) from exc
 
@@ -568,8 +569,8 @@ class SqliteInbox:
         try:
             return self._conn.execute(sql, params).fetchall()
         except sqlite3.OperationalError as exc:
-            if self._readonly and "no such table" in str(exc):
-                return []  # a journal no kernel of this version opened: no inbox yet
+            if self._readonly and ("no such table" in str(exc) or "no such column" in str(exc)):
+                return []  # no kernel of this version opened the journal yet: no inbox to read
             raise sqlite_error(self._path, exc) from exc
         except SQLITE_ERRORS as exc:
             raise sqlite_error(self._path, exc) from exc

@@ -24,8 +24,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kernel import EscalationBudget, EscalationPolicy, open_kernel
-from kernel.config import KernelConfig, Ports
+from kernel.config import KernelConfig, Ports, Supervision
 from kernel.core import events as ev
+from kernel.core.flow import FlowStatus
 from kernel.core.reasons import CliError, ExitCode, ReasonCode
 from kernel.inbox import DecideRequest
 from kernel.inbox.requests import decode_row, encode, normalized
@@ -924,3 +925,51 @@ def test_a_console_on_loopback_answers_only_to_loopback_names(
         assert client.get("/login").status_code == 200
     with TestClient(create_app(settings, gate), base_url="http://evil.example:8765") as client:
         assert client.get("/login").status_code == 400
+
+
+# --- what the kernel answers ----------------------------------------------------------------
+
+
+async def test_a_decision_the_kernel_refuses_at_once_is_shown_refused(
+    tmp_path: Path, gate: Gate
+) -> None:
+    """The console signs as itself for the operator and waits for the kernel's answer."""
+    from kernel import SystemClock
+
+    db = tmp_path / "j.db"
+    async with open_kernel(
+        db,
+        packs=[PACK, OPS],
+        adapters={"bank": Bank()},
+        allow=["clerk"],
+        config=KernelConfig(supervision=Supervision(inbox_poll_s=0.05)),
+    ) as kernel:
+        assert isinstance(kernel.clock, SystemClock)
+        await kernel.register(ScriptedAgent("clerk", [transfer(250_000, confidence=0.2)]))
+        (dfid,) = await kernel.trigger("bank.invoice")
+        await kernel.wait_flow(dfid)
+        approval = kernel.projections.approvals[dfid]
+        settings = Settings(db=str(db), answer_s=30)
+        with TestClient(create_app(settings, gate), follow_redirects=False) as client:
+
+            def decide(operator: str) -> Any:
+                client.cookies.clear()
+                sign_in(client, operator, gate.token)
+                form = {"decision": "approve", "reason": "ok", "confirm": approval.short_hash}
+                form["csrf"] = csrf(client, f"/flows/{dfid}")
+                return client.post(f"/flows/{dfid}/decide", data=form)
+
+            # The console cannot know who proposed under which name; the kernel refuses.
+            own = await anyio.to_thread.run_sync(decide, "clerk")
+            assert own.status_code == 409
+            assert 'data-code="SELF_APPROVAL_FORBIDDEN"' in own.text
+            done = await anyio.to_thread.run_sync(decide, "ana")
+            assert done.status_code == 303
+        assert (await kernel.wait_flow(dfid)).status is FlowStatus.CLOSED
+        [decided] = await kernel.journal.read(types=["HumanDecided"])
+    assert isinstance(decided.payload, ev.HumanDecided)
+    assert (decided.payload.operator, decided.payload.via, decided.payload.signer) == (
+        "ana",
+        "inbox",
+        "console",
+    )

@@ -145,3 +145,44 @@ def test_a_row_the_wall_refuses_before_signing_is_never_signed(tmp_path: Path) -
     assert signed(keys, "j", fields | {"reason": "\ud800"}) is None
     assert signed(keys, "j", fields | {"reason": "ok", "params": {"x": float("nan")}}) is None
     assert signed(keys, "j", fields | {"reason": "ok"}) is not None
+
+
+class Crash(BaseException):
+    """The process dies here (nothing catches it)."""
+
+
+async def test_a_request_verified_before_a_crash_is_applied_once_and_a_copy_never(
+    tmp_path: Path,
+) -> None:
+    keys = provision(tmp_path / "keys", ("ana",), doors=(), agents=())
+    path = tmp_path / "j.db"
+    keyring = read_keyring(keys.keyring)
+    status = {"type": "agent_status", "agent_id": "clerk", "status": "PASSIVE"}
+    async with kernel_for(path, inbox_poll_s=None) as kernel:
+        await kernel.register(ScriptedAgent())
+        body = signed(keys, journal_id_of(path), status | {"operator": "ana", "reason": "r"})
+        assert body is not None
+
+        async def dies(request: InboxRequest, proof: object) -> None:
+            raise Crash
+
+        async def tick() -> None:
+            pass
+
+        before = Intake(kernel.journal, kernel.projections, keyring, None, dies, tick)
+        assert await before._remember()
+        with pytest.raises(Crash):
+            await before.take(StoredRow(id=1, body=body))
+        # The next start: the same row is applied, once; a copy in another row never.
+        after = Intake(kernel.journal, kernel.projections, keyring, None, kernel.apply, tick)
+        assert await after._remember()
+        seq = await after.take(StoredRow(id=1, body=body))
+        assert await after.take(StoredRow(id=1, body=body)) == seq
+        copy = await after.take(StoredRow(id=2, body=body))
+        verified = await kernel.journal.read(types=["RequestVerified"])
+        changed = await kernel.journal.read(types=["AgentStatusChanged"])
+        [refused] = await kernel.journal.read(types=["InputRefused"])
+    assert [e.payload.inbox_id for e in verified] == [1]  # type: ignore[union-attr]
+    assert [(e.seq, e.payload.inbox_id) for e in changed] == [(seq, 1)]  # type: ignore[union-attr]
+    assert isinstance(refused.payload, ev.InputRefused) and refused.seq == copy
+    assert refused.payload.reason_code is ReasonCode.REQUEST_REPLAYED
