@@ -277,7 +277,9 @@ async def test_a_follower_in_another_connection_sees_every_commit_once_in_order(
     assert seen == list(range(start, total + 1))
 
 
-def test_dirk_decide_on_postgres_reaches_a_kernel_in_another_process(pg: PostgresServer) -> None:
+def test_dirk_decide_on_postgres_reaches_a_kernel_in_another_process(
+    pg: PostgresServer, operator_keys: Keys
+) -> None:
     from tests.cli.test_operator_cli import WAIT, escalations, running_kernel
 
     url = pg.new_url()
