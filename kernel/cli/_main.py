@@ -2,8 +2,9 @@
 
 Every command reads the journal read-only, except the operator's changes
 (``decide``, ``amend``, ``agent --set``, ``rules --override``/``--skip``), which
-write one row into the journal file's operator inbox; none of them needs the
-kernel to be running. Errors are one line with a code (a ``ReasonCode`` or a
+write one request, signed with the operator's key, into the journal's operator
+inbox (kernel.inbox), and ``operator``, which edits the kernel's keyring; none
+of them needs the kernel to be running. Errors are one line with a code (a ``ReasonCode`` or a
 ``CliError``) and an ``ExitCode`` (both listed in ``dirk --help``), never a
 traceback, and a reader that goes away (``dirk flows | head -1``) ends a command quietly.
 The chain key of a keyed journal comes from ``DIRK_CHAIN_KEY`` or ``--key-file``,
