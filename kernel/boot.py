@@ -151,7 +151,7 @@ async def open_kernel(
                         head_seq=journal.head_seq,
                         head_hash=journal.head_hash,
                         fold=FOLD,
-                        allow=sorted(allow),
+                        allow=_recordable(allow),
                     )
                 )
             ]
@@ -251,6 +251,24 @@ async def open_kernel(
             raise failure
         if body_error is not None:
             raise body_error
+
+
+def _recordable(allow: Collection[str]) -> list[str]:
+    """The allowed agent ids KernelStarted records: the strings that are UTF-8 text.
+
+    Clients read them to refuse a request for an agent the kernel would not know; an id
+    that cannot be recorded cannot register either.
+    """
+    ids = []
+    for agent_id in allow:
+        if not isinstance(agent_id, str):
+            continue
+        try:
+            agent_id.encode("utf-8")
+        except UnicodeEncodeError:
+            continue
+        ids.append(agent_id)
+    return sorted(ids)
 
 
 def _mailbox_depths(kernel: Kernel) -> dict[str, int]:

@@ -127,7 +127,14 @@ class Intake:
         if rows:
             await self._reload()
         for row in rows:
-            seq = await self.take(row)
+            try:
+                seq = await self.take(row)
+            except (KernelShutdown, MailboxClosed, JournalClosed, JournalWriteFailed):
+                raise
+            except Exception as exc:
+                # A fault of the poller itself: the row is marked, never a loop of retries.
+                log.error("operator inbox row %d could not be taken: %r", row.id, exc)
+                seq = -1
             try:
                 await anyio.to_thread.run_sync(store.mark_taken, row.id, seq, limiter=limiter)
             except JournalError as exc:
@@ -167,8 +174,8 @@ class Intake:
             role=signer.role,
             fingerprint=signer.fingerprint,
         )
-        verified = seen[1] if seen is not None else await self._verified(signed, signer, proof)
         try:
+            verified = seen[1] if seen is not None else await self._verified(signed, signer, proof)
             await self._apply(signed.request, proof)
         except (KernelShutdown, MailboxClosed, JournalClosed, JournalWriteFailed):
             raise
@@ -210,8 +217,13 @@ class Intake:
     async def _refuse(self, row: StoredRow, signed: Signed | None, exc: Exception) -> int:
         """Record why a row was refused (InputRefused naming it); return the event's seq."""
         request = signed.request if signed is not None else None
+        # A refusal without a code of its own: a request the acts cannot apply (ValueError),
+        # or a fault in applying it.
+        fallback = (
+            ReasonCode.SCHEMA_INVALID if isinstance(exc, ValueError) else ReasonCode.KERNEL_FAULT
+        )
         refused = InputRefused(
-            reason_code=getattr(exc, "reason_code", None) or ReasonCode.KERNEL_FAULT,
+            reason_code=getattr(exc, "reason_code", None) or fallback,
             entry=f"inbox:{request_type(request)}" if request is not None else "inbox",
             field=clip(getattr(exc, "field", "$"), 64),
             detail=clip(getattr(exc, "detail", None) or f"{type(exc).__name__}: {exc}", MAX_DETAIL),
