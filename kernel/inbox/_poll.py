@@ -98,7 +98,7 @@ class Intake:
     async def run(self, clock: Clock, interval_s: float) -> None:
         """Poll until the kernel stops."""
         try:
-            while not await self._remember():
+            while not await self.remember():
                 await clock.sleep(interval_s)
             limiter = anyio.CapacityLimiter(1)
             waits = anyio.CapacityLimiter(1)  # waits for an announced row, on their own connection
@@ -246,8 +246,11 @@ class Intake:
             self._seen.setdefault(signed.request_id, (row.id, event.seq))
         return event.seq
 
-    async def _remember(self) -> bool:
-        """Read what the journal says of keys and requests; whether it could be read."""
+    async def remember(self) -> bool:
+        """Read what the journal says of keys and requests; whether it could be read.
+
+        :meth:`run` does it first; a caller of :meth:`take` alone does it before.
+        """
         try:
             found = await self._journal.read(
                 types=[

@@ -114,7 +114,7 @@ async def test_any_row_is_taken_once_on_record_and_never_stops_the_kernel(
             kernel.apply,
             tick,
         )
-        assert await intake._remember()
+        assert await intake.remember()
         taken = {}
         for row_id, (kind, value) in enumerate(rows, 1):
             body = signed(module_keys, journal_id, value) if kind == "signed" else value
@@ -170,12 +170,12 @@ async def test_a_request_verified_before_a_crash_is_applied_once_and_a_copy_neve
             pass
 
         before = Intake(kernel.journal, kernel.projections, keyring, None, dies, tick)
-        assert await before._remember()
+        assert await before.remember()
         with pytest.raises(Crash):
             await before.take(StoredRow(id=1, body=body))
         # The next start: the same row is applied, once; a copy in another row never.
         after = Intake(kernel.journal, kernel.projections, keyring, None, kernel.apply, tick)
-        assert await after._remember()
+        assert await after.remember()
         seq = await after.take(StoredRow(id=1, body=body))
         assert await after.take(StoredRow(id=1, body=body)) == seq
         copy = await after.take(StoredRow(id=2, body=body))
