@@ -34,7 +34,6 @@ from tests.support.browser import (
     unavailable,
 )
 from tests.support.console_kernel import MARKUP
-from tests.support.operators import Keys, provision
 from tests.support.postgres import PostgresServer, postgres_server  # noqa: F401
 
 try:
@@ -55,19 +54,7 @@ if async_playwright is not None:
 
 
 @pytest.fixture(scope="module")
-def module_keys(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Keys]:
-    """Keys for the module's kernel and console processes (started once, before any test's)."""
-    keys = provision(tmp_path_factory.mktemp("keys"))
-    with pytest.MonkeyPatch.context() as patch:
-        for name, value in keys.env().items():
-            patch.setenv(name, value)
-        yield keys
-
-
-@pytest.fixture(scope="module")
-def setup(
-    tmp_path_factory: pytest.TempPathFactory, module_keys: Keys
-) -> Iterator[tuple[Kernel, Console]]:
+def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Kernel, Console]]:
     console_extra()
     db = tmp_path_factory.mktemp("console") / "j.db"
     with running_kernel(db) as kernel, running_console(db, "--poll", "0.05") as console:

@@ -8,8 +8,12 @@ with ``DIRK_KEYRING`` and ``DIRK_KEY`` (:meth:`Keys.env`), or pass the paths.
 
 from __future__ import annotations
 
+import atexit
+import functools
 import os
+import shutil
 import sqlite3
+import tempfile
 from collections.abc import Callable, Iterable, Mapping
 from contextlib import closing
 from pathlib import Path
@@ -57,6 +61,24 @@ class Keys(msgspec.Struct, frozen=True, kw_only=True):
         return sign(
             request, key=self.key(name), signer=name, journal_id=journal_id, request_id=request_id
         )
+
+
+@functools.cache
+def suite_keys() -> Keys:
+    """The suite's own keys, made once per run in a temporary directory (removed at exit).
+
+    Tests and the kernels, consoles and CLIs they start share them (``operator_keys``,
+    tests.support.browser), so a decision posted by one is trusted by the other.
+    """
+    root = Path(tempfile.mkdtemp(prefix="dirk-keys-"))
+    atexit.register(shutil.rmtree, root, ignore_errors=True)
+    return provision(root)
+
+
+def with_keys(env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """``env`` (the process's by default) with the suite's keys where it names none."""
+    base = dict(os.environ if env is None else env)
+    return {**suite_keys().env(), **base}
 
 
 def provision(
