@@ -10,6 +10,9 @@ request logs are off.
 A token file has one principal per line, ``agent:ID TOKEN`` or
 ``operator:NAME TOKEN`` (blank lines and ``#`` comments ignored); a token is
 at least 16 characters.
+
+Served with a certificate and key (:class:`kernel.core.hosts.TlsFiles`), the
+same app speaks HTTPS only: a bearer token never crosses a network readable.
 """
 
 from __future__ import annotations
@@ -20,6 +23,8 @@ from collections.abc import Awaitable, Callable, Mapping, MutableMapping
 from pathlib import Path
 from typing import Any
 
+from kernel.core.hosts import TlsFiles
+from kernel.core.text import id_problem
 from kernel.mcp._backend import Principal
 
 MIN_TOKEN = 16
@@ -57,6 +62,10 @@ def read_tokens(path: str | Path) -> dict[str, Principal]:
             raise TokenFileError(
                 f"{path} line {number}: want 'agent:ID TOKEN' or 'operator:NAME TOKEN'"
             )
+        problem = id_problem(name)
+        if problem is not None:
+            # The name is what the journal records as who acted: no control character in it.
+            raise TokenFileError(f"{path} line {number}: the name holds {problem}")
         token = parts[1]
         if len(token) < MIN_TOKEN:
             raise TokenFileError(
@@ -114,12 +123,18 @@ def bearer(app: App, tokens: Mapping[str, Principal]) -> App:
 
 
 async def serve_http(
-    app: App, host: str, port: int, *, ready: Callable[[int], None] | None = None
+    app: App,
+    host: str,
+    port: int,
+    *,
+    ready: Callable[[int], None] | None = None,
+    tls: TlsFiles | None = None,
 ) -> None:
     """Serve ``app`` on ``host:port`` with uvicorn until cancelled; ``ready`` gets the bound port.
 
     The socket is bound here, before uvicorn starts, so the port (0: a free one) is
-    known, and a client may connect, as soon as ``ready`` is called.
+    known, and a client may connect, as soon as ``ready`` is called. With ``tls`` the
+    server speaks HTTPS only (a plain HTTP request fails its TLS handshake).
     """
     import uvicorn
 
@@ -132,7 +147,14 @@ async def serve_http(
         if ready is not None:
             ready(sock.getsockname()[1])
         config = uvicorn.Config(
-            app, host=host, port=port, log_level="warning", access_log=False, lifespan="on"
+            app,
+            host=host,
+            port=port,
+            log_level="warning",
+            access_log=False,
+            lifespan="on",
+            ssl_certfile=tls.cert if tls is not None else None,
+            ssl_keyfile=tls.key if tls is not None else None,
         )
         await uvicorn.Server(config).serve(sockets=[sock])
     finally:

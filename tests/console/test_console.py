@@ -481,7 +481,8 @@ def test_no_form_makes_the_console_fail(
         sign_in(client, "ana", gate.token)
     token = next(iter(gate.sessions.values())).csrf if csrf_ok else "nope"
     response = client.post(f"/flows/{journal[1]['high']}/decide", data=form | {"csrf": token})
-    assert response.status_code in ((303, 409) if csrf_ok else (403,))
+    # 400: a field holding a control character (kernel.console._fields).
+    assert response.status_code in ((303, 400, 409) if csrf_ok else (403,))
 
 
 @settings(
