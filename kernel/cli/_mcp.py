@@ -213,12 +213,12 @@ async def _transport(
     port: int,
     tls: TlsFiles | None,
 ) -> None:
-    from kernel.mcp._http import bearer, serve_http
+    from kernel.mcp._http import bearer, coded_errors, serve_http
 
     if not http:
         await server.run_stdio_async()
         return
-    app: Any = server.streamable_http_app(stateless_http=True, host=host)
+    app: Any = coded_errors(server.streamable_http_app(stateless_http=True, host=host))
     if tokens:
         app = bearer(app, tokens)
 

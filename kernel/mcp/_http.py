@@ -18,6 +18,7 @@ same app speaks HTTPS only: a bearer token never crosses a network readable.
 from __future__ import annotations
 
 import hmac
+import json
 import socket
 from collections.abc import Awaitable, Callable, Mapping, MutableMapping
 from pathlib import Path
@@ -120,6 +121,63 @@ def bearer(app: App, tokens: Mapping[str, Principal]) -> App:
         await app(scope, receive, send)
 
     return guarded
+
+
+def coded_errors(app: App) -> App:
+    """Wrap ``app`` so each JSON-RPC error it answers over HTTP carries a reason code too.
+
+    The SDK refuses what never reaches a tool (a body that is not JSON, or JSON that
+    holds a lone surrogate's escape, a request that is not JSON-RPC) with a JSON-RPC
+    error and a 4xx status. Each such error gets ``data: {"reason_code": ...}``
+    (SCHEMA_INVALID; UNAUTHORIZED for 401, 403 and 421), as a tool's refusal has one.
+    """
+
+    async def coding(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await app(scope, receive, send)
+            return
+        held: list[Message] = []
+
+        async def sending(message: Message) -> None:
+            if held:
+                held.append(message)
+                if message["type"] == "http.response.body" and not message.get("more_body"):
+                    await _flush_coded(held, send)
+                return
+            if message["type"] == "http.response.start" and _json_error(message):
+                held.append(message)
+                return
+            await send(message)
+
+        await app(scope, receive, sending)
+
+    return coding
+
+
+def _json_error(start: Message) -> bool:
+    if not 400 <= start.get("status", 200) < 500:
+        return False
+    headers: dict[bytes, bytes] = {k.lower(): v for k, v in start.get("headers", [])}
+    return headers.get(b"content-type", b"").startswith(b"application/json")
+
+
+async def _flush_coded(held: list[Message], send: Send) -> None:
+    start, *bodies = held
+    body = b"".join(m.get("body", b"") for m in bodies)
+    status = start.get("status", 400)
+    code = "UNAUTHORIZED" if status in (401, 403, 421) else "SCHEMA_INVALID"
+    try:
+        message = json.loads(body)
+        error = message.get("error") if isinstance(message, dict) else None
+        if isinstance(error, dict) and "data" not in error:
+            error["data"] = {"reason_code": code}
+            body = json.dumps(message).encode()
+    except ValueError:
+        pass  # not JSON after all: sent as it came
+    headers = [(k, v) for k, v in start.get("headers", []) if k.lower() != b"content-length"]
+    headers.append((b"content-length", str(len(body)).encode()))
+    await send({**start, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
 
 
 async def serve_http(

@@ -249,35 +249,36 @@ def argument_refusal(
 
     ``rules`` maps each parameter to its rule and its default; ``strict`` (every tool
     but an agent's) refuses a value that is not a string where text is declared.
+    A string is checked as free text where free text is declared, as an id anywhere
+    else (a string sent for a number or an object is no free text either); no string
+    anywhere in any argument may hold a lone surrogate.
     """
     for name, value in given.items():
-        rule, default = rules.get(name, (None, None))
-        if rule is None or rule is Rule.NUMBER or (value is None and default is None):
+        rule, default = rules.get(name, (None, inspect.Parameter.empty))
+        if value is None and default is None:
+            continue  # an optional argument sent as null
+        if isinstance(value, str):
+            problem = (free_text_problem if rule is Rule.TEXT else id_problem)(value)
+            if problem is not None:
+                return ToolRefused(ReasonCode.SCHEMA_INVALID, problem, name)
             continue
-        problem: str | None = None
-        field = name
-        if rule in (Rule.ID, Rule.TEXT):
-            if not isinstance(value, str) and not strict:
-                continue  # into the proposal: the kernel judges the type, on record
-            problem = (id_problem if rule is Rule.ID else free_text_problem)(value)
-        elif rule is Rule.IDS and isinstance(value, list):
+        if rule in (Rule.ID, Rule.TEXT) and strict:
+            return ToolRefused(ReasonCode.SCHEMA_INVALID, f"not text: {type(value).__name__}", name)
+        if rule is Rule.IDS and isinstance(value, list):
             for i, item in enumerate(value):
-                if isinstance(item, str) or strict:
-                    problem = id_problem(item)
-                    if problem is not None:
-                        field = f"{name}[{i}]"
-                        break
-        elif rule is Rule.VALUE:
-            if strict:
-                try:
-                    check_value(value, name)
-                except InputInvalid as exc:
-                    return ToolRefused(exc.reason_code, exc.detail, exc.field)
-            found = value_problem(value)
-            if found is not None:
-                path, problem = found
-                field = f"{name}.{path}" if path != "$" else name
-        if problem is not None:
+                problem = id_problem(item) if isinstance(item, str) or strict else None
+                if problem is not None:
+                    return ToolRefused(ReasonCode.SCHEMA_INVALID, problem, f"{name}[{i}]")
+        if rule is Rule.VALUE and strict:
+            try:
+                check_value(value, name)
+            except InputInvalid as exc:
+                return ToolRefused(exc.reason_code, exc.detail, exc.field)
+        # Whatever goes on into a proposal or a row: no lone surrogate, however deep.
+        found = value_problem(value)
+        if found is not None:
+            path, problem = found
+            field = name if path == "$" else f"{name}.{path}" if path[0] != "[" else name + path
             return ToolRefused(ReasonCode.SCHEMA_INVALID, problem, field)
     return None
 
@@ -288,7 +289,7 @@ def _rules_of(fn: Callable[..., Any]) -> dict[str, tuple[Rule | None, Any]]:
     rules: dict[str, tuple[Rule | None, Any]] = {}
     for name, param in list(inspect.signature(fn).parameters.items())[1:]:
         marks = [m for m in getattr(hints.get(name), "__metadata__", ()) if isinstance(m, Rule)]
-        default = None if param.default is inspect.Parameter.empty else param.default
+        default = param.default  # inspect.Parameter.empty for a required one
         rules[name] = (marks[0] if marks else None, default)
     return rules
 
