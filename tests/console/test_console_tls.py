@@ -237,6 +237,24 @@ def sign_in_over_plain(client: httpx2.Client, console: Console) -> str:
     return set_cookies(signed)["dirk_console"]
 
 
+def test_a_request_a_local_tls_proxy_forwards_as_https_gets_secure_cookies(
+    tmp_path: Path,
+) -> None:
+    """A request whose scheme is https (what uvicorn makes of a local proxy's
+    X-Forwarded-Proto) gets Secure cookies though the console itself serves plain HTTP."""
+    from starlette.testclient import TestClient
+
+    from kernel.console._app import Settings, create_app
+    from kernel.console._auth import Gate
+
+    db = journal(tmp_path)
+    for scheme, secure in (("https", True), ("http", False)):
+        app = create_app(Settings(db=str(db)), Gate(None))
+        with TestClient(app, base_url=f"{scheme}://127.0.0.1") as client:
+            cookie = set_cookies(client.get("/login"))["dirk_console_login"]
+        assert ("; secure" in cookie) is secure, (scheme, cookie)
+
+
 # --- the refusals -----------------------------------------------------------------------------
 
 
