@@ -487,7 +487,10 @@ def _same_origin(request: Request) -> bool:
     origin = request.headers.get("origin") or request.headers.get("referer")
     if not origin:
         return True  # not a browser, or one that sends neither: the CSRF token still counts
-    parts = urlsplit(origin)
+    try:
+        parts = urlsplit(origin)
+    except ValueError:  # "http://[": not a URL, so no origin of this console
+        return False
     return parts.netloc == request.headers.get("host", "")
 
 

@@ -58,24 +58,34 @@ def free_text_problem(value: Any) -> str | None:
 def value_problem(value: Any) -> tuple[str, str] | None:
     """Return ``(path, why)`` for the first string or key of a free-form value that is not
     UTF-8 text, or None. Walks without recursion, so any nesting is safe to check."""
-    stack: list[tuple[Any, str]] = [(value, "")]
+    # A path is kept as (parent, step) pairs and spelled out only for the string refused:
+    # spelling every path as it goes would cost the square of the nesting's depth.
+    stack: list[tuple[Any, Any]] = [(value, None)]
     while stack:
-        item, path = stack.pop()
+        item, where = stack.pop()
         if isinstance(item, str):
             problem = utf8_problem(item)
             if problem is not None:
-                return path or "$", problem
+                return _spelled(where), problem
         elif isinstance(item, Mapping):
             for key, inner in item.items():
-                where = f"{path}.{_shown_key(key)}" if path else _shown_key(key)
                 if isinstance(key, str):
                     problem = utf8_problem(key)
                     if problem is not None:
-                        return where, f"a key with {problem}"
-                stack.append((inner, where))
+                        return _spelled((where, key)), f"a key with {problem}"
+                stack.append((inner, (where, key)))
         elif isinstance(item, (list, tuple)):
-            stack.extend((inner, f"{path}[{i}]") for i, inner in enumerate(item))
+            stack.extend((inner, (where, i)) for i, inner in enumerate(item))
     return None
+
+
+def _spelled(where: Any) -> str:
+    """A path kept as nested (parent, key or index) pairs, spelled ``a.b[0]`` (``$``: the whole)."""
+    parts: list[str] = []
+    while where is not None:
+        where, step = where
+        parts.append(f"[{step}]" if isinstance(step, int) else f".{_shown_key(step)}")
+    return "".join(reversed(parts)).removeprefix(".") or "$"
 
 
 def _problem(value: Any, controls: re.Pattern[str]) -> str | None:

@@ -234,6 +234,39 @@ def test_any_sign_in_is_refused_with_a_code_or_signs_in_a_name_without_controls(
         assert not ANY_CONTROL.search(session.operator) and is_utf8(session.operator)
 
 
+HEADER_TEXT = st.text(st.characters(min_codepoint=0x20, max_codepoint=0xFF), max_size=24)
+
+
+@settings(
+    max_examples=60,
+    derandomize=True,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+@given(
+    header=st.sampled_from(["origin", "referer"]),
+    value=st.one_of(
+        st.sampled_from(["http://[", "http://[::1", "null", "http://testserver:99999999"]),
+        st.tuples(st.sampled_from(["http://", "https://", ""]), HEADER_TEXT).map("".join),
+    ),
+)
+def test_any_origin_header_is_refused_or_checked_never_a_fault(
+    app_client: tuple[TestClient, str],
+    template: tuple[Path, dict[str, str]],
+    header: str,
+    value: str,
+) -> None:
+    client, token = app_client
+    db, flows = template
+    before = inbox_count(db)
+    path = f"/flows/{flows['low']}/decide"
+    form = {"csrf": token, "decision": "frobnicate", "reason": "r"}
+    response = client.post(path, data=form, headers={header: value.encode("latin-1")})
+    # "http://[" is no URL at all: refused as a foreign origin, never a 500.
+    assert response.status_code in (403, 409), (value, response.status_code)
+    assert inbox_count(db) == before
+
+
 # --- over HTTP, against a kernel -------------------------------------------------------------
 
 
