@@ -261,7 +261,7 @@ def test_any_origin_header_is_refused_or_checked_never_a_fault(
     before = inbox_count(db)
     path = f"/flows/{flows['low']}/decide"
     form = {"csrf": token, "decision": "frobnicate", "reason": "r"}
-    response = client.post(path, data=form, headers={header: value.encode("latin-1")})
+    response = client.post(path, data=form, headers={header.encode(): value.encode("latin-1")})
     # "http://[" is no URL at all: refused as a foreign origin, never a 500.
     assert response.status_code in (403, 409), (value, response.status_code)
     assert inbox_count(db) == before
