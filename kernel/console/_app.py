@@ -47,6 +47,7 @@ from kernel.console._auth import (
     csrf_ok,
 )
 from kernel.console._decide import Refused, decision_row
+from kernel.console._fields import field_refusal, form_items, row_refusal
 from kernel.console._follow import Follower
 from kernel.console._manage import (
     agent_row,
@@ -87,6 +88,9 @@ class Settings:
     answers only to loopback names, so a page elsewhere cannot reach it by DNS rebinding."""
     trace_url: str = ""
     """A link to a flow's trace: ``{trace_id}`` (32 hex digits) and ``{dfid}`` are filled in."""
+    tls: bool = False
+    """Served over TLS: every cookie is ``Secure`` (as it is for a request a TLS proxy on
+    this machine forwards as https)."""
 
 
 def create_app(
@@ -132,6 +136,10 @@ def create_app(
         )
         return HTMLResponse(body, status_code=status)
 
+    def secure(request: Request) -> bool:
+        """Whether cookies go only over HTTPS: under TLS, or forwarded as https by a local proxy."""
+        return settings.tls or request.url.scheme == "https"
+
     def signed_in(request: Request) -> Session | None:
         return gate.session(request.cookies.get(SESSION_COOKIE))
 
@@ -154,6 +162,9 @@ def create_app(
                 form = await _form(request)
                 if form is None or not csrf_ok(session, form.get("csrf")):
                     return Response("CSRF token missing or wrong", status_code=403)
+                refused = field_refusal([*request.path_params.items(), *form_items(form)])
+                if refused is not None:
+                    return page(request, "refused.html", session, 400, error=refused)
                 request.state.form = form
             return await handler(request, session)
 
@@ -172,7 +183,7 @@ def create_app(
             error="",
             code="",
         )
-        _cookie(response, LOGIN_COOKIE, nonce, path="/login")
+        _cookie(response, LOGIN_COOKIE, nonce, path="/login", secure=secure(request))
         return response
 
     async def login(request: Request) -> Response:
@@ -180,6 +191,9 @@ def create_app(
         nonce = request.cookies.get(LOGIN_COOKIE, "")
         if form is None or not _same_origin(request) or not nonce or form.get("nonce") != nonce:
             return Response("CSRF check failed: load the sign-in page again", status_code=403)
+        refused = field_refusal(form_items(form))
+        if refused is not None:
+            return login_refused(request, 400, refused.message, refused.code)
         name = str(form.get("name", "")).strip()
         secret = str(form.get("secret", ""))
         address = request.client.host if request.client else ""
@@ -193,8 +207,8 @@ def create_app(
         if sid is None:
             return login_refused(request, 401, "not signed in: wrong name, password or token")
         home = RedirectResponse("/", status_code=303)
-        _cookie(home, SESSION_COOKIE, sid)
-        home.delete_cookie(LOGIN_COOKIE, path="/login")
+        _cookie(home, SESSION_COOKIE, sid, secure=secure(request))
+        home.delete_cookie(LOGIN_COOKIE, path="/login", secure=secure(request), httponly=True)
         return home
 
     def login_refused(request: Request, status: int, error: str, code: str = "") -> Response:
@@ -202,13 +216,13 @@ def create_app(
         response = page(
             request, "login.html", None, status, nonce=fresh, token="", error=error, code=code
         )
-        _cookie(response, LOGIN_COOKIE, fresh, path="/login")
+        _cookie(response, LOGIN_COOKIE, fresh, path="/login", secure=secure(request))
         return response
 
     async def logout(request: Request, session: Session) -> Response:
         gate.sign_out(request.cookies.get(SESSION_COOKIE))
         response = RedirectResponse("/login", status_code=303)
-        response.delete_cookie(SESSION_COOKIE)
+        response.delete_cookie(SESSION_COOKIE, secure=secure(request), httponly=True)
         return response
 
     # --- escalations ------------------------------------------------------------------
@@ -254,6 +268,7 @@ def create_app(
             row = decision_row(
                 follower.projections, follower.queued, dfid, _plain(form), session.operator
             )
+            _checked(row)
         except Refused as refused:
             return await flow_review(request, session, 409, refused)
         await _post(settings.db, dfid, row, now_ns())
@@ -321,6 +336,7 @@ def create_app(
         """Write the row ``build`` makes of the form into the inbox, or show why not."""
         try:
             row = build(_plain(request.state.form))
+            _checked(row)
         except Refused as refused:
             return await refused_page(request, session, 409, refused)
         await _post(settings.db, "", row, now_ns())
@@ -471,12 +487,25 @@ def _same_origin(request: Request) -> bool:
     origin = request.headers.get("origin") or request.headers.get("referer")
     if not origin:
         return True  # not a browser, or one that sends neither: the CSRF token still counts
-    parts = urlsplit(origin)
+    try:
+        parts = urlsplit(origin)
+    except ValueError:  # "http://[": not a URL, so no origin of this console
+        return False
     return parts.netloc == request.headers.get("host", "")
 
 
-def _cookie(response: Response, name: str, value: str, path: str = "/") -> None:
-    response.set_cookie(name, value, httponly=True, samesite="strict", path=path)
+def _checked(row: Any) -> None:
+    """Raise the refusal of a row no journal could record (a lone surrogate in it)."""
+    refused = row_refusal(row)
+    if refused is not None:
+        raise refused
+
+
+def _cookie(
+    response: Response, name: str, value: str, path: str = "/", *, secure: bool = False
+) -> None:
+    # Secure under TLS: a browser then never sends the session over plain HTTP.
+    response.set_cookie(name, value, httponly=True, samesite="strict", path=path, secure=secure)
 
 
 def _nonce() -> str:
