@@ -47,6 +47,7 @@ from opentelemetry.trace import (
 from kernel.registry import KERNEL_VERSION
 from kernel.telemetry._ids import caller_context, span_id_for, trace_id_for
 from kernel.telemetry._project import SpanRecord
+from kernel.telemetry._sampling import DfidRatioBased, flow_sampler
 
 __all__ = ["Collector", "DirectSink", "SpanSink"]
 
@@ -65,7 +66,7 @@ def _pure(sampler: Sampler) -> bool:
     """Whether ``sampler``'s decision for a root span is a function of its trace id alone."""
     if isinstance(sampler, ParentBased):
         sampler = sampler._root
-    return type(sampler) in (StaticSampler, TraceIdRatioBased)
+    return type(sampler) in (StaticSampler, TraceIdRatioBased, DfidRatioBased)
 
 
 class _GivenIds(IdGenerator):
@@ -106,6 +107,9 @@ class SpanSink:
         self._ids = _GivenIds()
         if self._tracer is not None:
             self._tracer.id_generator = self._ids
+            # The SDK's ratio sampler would keep no flow at 0.5 (a DFID's variant bits):
+            # the kernel's tracer decides the same ratio on a hash of the DFID instead.
+            self._tracer.sampler = flow_sampler(self._tracer.sampler)
         self._lock = threading.Lock()
         # The SDK's own samplers decide a root by its trace id alone: ask them once per
         # flow, not once per batch and per decide() (any other sampler is asked each time).
