@@ -103,6 +103,7 @@ _JSON = Mime.JSON.value
 _CONVERSATION, _TOOL_CALL, _AGENT_VERSION = "conversation_id", "tool_call_id", "agent_version"
 _ID_LIMIT = 256
 _TEXT_LIMIT = 4096  # characters of an input or output value; the rest is cut
+_EXPLAIN_LIMIT = 1024  # characters of a proposal's explanation in an input value
 _NODE_BUDGET = 2000  # values walked for redaction; past it, the rest is elided
 _REDACTED = "[redacted]"
 _SECRET = re.compile(
@@ -237,8 +238,11 @@ def _proposal_text(proposal: ProposalRecord) -> str:
     shown: dict[str, Any] = {"kind": proposal.kind, "params": proposal.params}
     if proposal.confidence != 1.0:
         shown["confidence"] = proposal.confidence
-    if proposal.explain:
-        shown["explain"] = proposal.explain
+    if explain := proposal.explain:
+        # The agent's prose is cut first, so that what it asked for still shows.
+        shown["explain"] = (
+            explain if len(explain) <= _EXPLAIN_LIMIT else explain[:_EXPLAIN_LIMIT] + "…"
+        )
     return json_text(shown)
 
 
