@@ -24,7 +24,6 @@ from collections.abc import Iterable
 from typing import Any
 
 import msgspec
-from openinference.semconv.trace import OpenInferenceMimeTypeValues as Mime
 from openinference.semconv.trace import OpenInferenceSpanKindValues as SpanKind
 from openinference.semconv.trace import SpanAttributes as OpenInference
 from opentelemetry.semconv._incubating.attributes import gen_ai_attributes as gen_ai
@@ -90,18 +89,17 @@ _RESUME = ("resume", 0)
 
 _KIND = OpenInference.OPENINFERENCE_SPAN_KIND
 _CHAIN = SpanKind.CHAIN.value
-_AGENT = SpanKind.AGENT.value
-_TOOL = SpanKind.TOOL.value
 _GUARDRAIL = SpanKind.GUARDRAIL.value
-_IN, _IN_MIME = OpenInference.INPUT_VALUE, OpenInference.INPUT_MIME_TYPE
-_OUT, _OUT_MIME = OpenInference.OUTPUT_VALUE, OpenInference.OUTPUT_MIME_TYPE
-_JSON = Mime.JSON.value
+# Values are JSON text. No mime type goes with them: two more attributes on every flow
+# cost what P2 (spans on) must not lose, and a viewer shows JSON text as it is.
+_IN, _OUT = OpenInference.INPUT_VALUE, OpenInference.OUTPUT_VALUE
 
 # Ids a framework adapter may record on a flow's events (read when present, absent
 # otherwise): the conversation it belongs to, the tool call it governs, the agent's
 # own version (a Manifest's ``version`` is the DIR contract it speaks, not its own).
 _CONVERSATION, _TOOL_CALL, _AGENT_VERSION = "conversation_id", "tool_call_id", "agent_version"
 _ID_LIMIT = 256
+_KEPT_AS = {_CONVERSATION: "conversation", _TOOL_CALL: "tool_call", _AGENT_VERSION: "agent_version"}
 _TEXT_LIMIT = 4096  # characters of an input or output value; the rest is cut
 _EXPLAIN_LIMIT = 1024  # characters of a proposal's explanation in an input value
 _NODE_BUDGET = 2000  # values walked for redaction; past it, the rest is elided
@@ -113,6 +111,12 @@ _SECRET = re.compile(
 )
 """Keys whose values stay out of span attributes, at any depth: spans leave for a
 collector that whoever reads traces can read."""
+_SECRET_WORDS = (
+    "passw", "passphrase", "secret", "apikey", "api_key", "api-key", "authori", "credential",
+    "cookie", "private", "token",
+)  # fmt: skip
+"""What any key :data:`_SECRET` matches contains (in lower case): text without any of
+them needs no redaction walk."""
 
 Where = tuple[str, int]
 """A span's place in its flow: (stage, n), hashed with the DFID into its span id."""
@@ -192,12 +196,25 @@ def _intent_attrs(intent: ExecutionIntent) -> dict[str, Any]:
     return {
         "dir.idempotency_key": intent.key,
         "dir.adapter": intent.adapter,
-        "dir.intent_kind": intent.kind,
         "dir.step": intent.step,
         gen_ai.GEN_AI_OPERATION_NAME: gen_ai.GenAiOperationNameValues.EXECUTE_TOOL.value,
         gen_ai.GEN_AI_TOOL_NAME: intent.kind,
-        _KIND: _TOOL,
     }
+
+
+_CARRIED: dict[type, tuple[str, ...]] = {}
+"""Per payload type, which of the optional ids it has fields for (most: none)."""
+
+
+def _ids_of(payload: object) -> tuple[str, ...]:
+    kind = type(payload)
+    names = _CARRIED.get(kind)
+    if names is None:
+        fields = getattr(kind, "__struct_fields__", None) or dir(kind)
+        names = _CARRIED[kind] = tuple(
+            n for n in (_CONVERSATION, _TOOL_CALL, _AGENT_VERSION) if n in fields
+        )
+    return names
 
 
 def _optional_id(payload: object, name: str) -> str:
@@ -225,11 +242,16 @@ def _redacted(value: Any, budget: list[int]) -> Any:
 def json_text(value: dict[str, Any]) -> str:
     """Return ``value`` as JSON for an input or output attribute: sorted, secret-looking
     keys redacted, at most about 4,096 characters. Never raises."""
-    clean = _redacted(value, [_NODE_BUDGET])
     try:
-        text = msgspec.json.encode(clean, order="sorted").decode()
+        text = msgspec.json.encode(value, order="sorted").decode()
+        # Most values hold no secret-looking key: a look for the words in the text says
+        # so, and spares the walk (a false alarm, a word in a value, only costs the walk).
+        lowered = text.lower()
+        if any(word in lowered for word in _SECRET_WORDS):
+            text = msgspec.json.encode(_redacted(value, [_NODE_BUDGET]), order="sorted").decode()
     except (TypeError, ValueError, OverflowError):
         # What msgspec refuses (a lone surrogate, an integer past 64 bits): escaped, as text.
+        clean = _redacted(value, [_NODE_BUDGET])
         text = json.dumps(clean, ensure_ascii=True, sort_keys=True, default=repr)
     return text if len(text) <= _TEXT_LIMIT else text[: _TEXT_LIMIT - 1] + "…"
 
@@ -258,6 +280,7 @@ def _verdict_text(verdict: str, code: str = "", detail: str = "", impact: str = 
 
 
 _ACCEPTED = _verdict_text("ACCEPTED")
+_STATUS_TEXT: dict[str, str] = {}  # a flow's outcome that is its status alone, as JSON
 
 
 class _Flow:
@@ -284,9 +307,8 @@ class _Flow:
         self.root_events: list[tuple[str, dict[str, Any], int]] = []
         self.resume_start = 0
         self.used: set[Where] = set()
-        self.conversation = _optional_id(created, _CONVERSATION)
-        self.tool_call = _optional_id(created, _TOOL_CALL)
-        self.agent_version = _optional_id(created, _AGENT_VERSION)
+        self.conversation = self.tool_call = self.agent_version = ""
+        self.learn_ids(created)
         self.proposal = ""  # the last proposal, as JSON for input values
         if self.parent_dfid:
             # The parent's trace says where its child went, at the moment it began.
@@ -310,10 +332,14 @@ class _Flow:
         self.last_start = start
         return start
 
-    def agent_attrs(self) -> dict[str, Any]:
+    def agent_attrs(self, *, named: bool = False) -> dict[str, Any]:
+        """The attributes every span of the flow carries; ``named`` adds the agent's name
+        (on the spans the conventions give one: the workflow's and the agent's)."""
         attrs: dict[str, Any] = {"dir.dfid": self.dfid}
         if self.agent_id:
-            attrs[gen_ai.GEN_AI_AGENT_ID] = attrs[gen_ai.GEN_AI_AGENT_NAME] = self.agent_id
+            attrs[gen_ai.GEN_AI_AGENT_ID] = self.agent_id
+            if named:
+                attrs[gen_ai.GEN_AI_AGENT_NAME] = self.agent_id
         if self.agent_version:
             attrs[gen_ai.GEN_AI_AGENT_VERSION] = self.agent_version
         if self.conversation:
@@ -322,21 +348,25 @@ class _Flow:
 
     def learn_ids(self, payload: object) -> None:
         """Take the ids a framework adapter recorded on ``payload``, the first of each."""
-        self.conversation = self.conversation or _optional_id(payload, _CONVERSATION)
-        self.tool_call = self.tool_call or _optional_id(payload, _TOOL_CALL)
-        self.agent_version = self.agent_version or _optional_id(payload, _AGENT_VERSION)
+        for name in _ids_of(payload):
+            if not getattr(self, _KEPT_AS[name]):
+                setattr(self, _KEPT_AS[name], _optional_id(payload, name))
 
     def outcome(self, attrs: dict[str, Any]) -> None:
         """Set a workflow span's kind and its input and output values from ``attrs``."""
         attrs[_KIND] = _CHAIN
         attrs[_IN] = self.proposal or json_text({"topic": self.topic})
-        attrs[_IN_MIME] = _JSON
-        shown = {"status": attrs["dir.status"]}
+        status = attrs["dir.status"]
+        shown = {"status": status}
         for name in ("reason_code", "impact", "detail"):
             if value := attrs.get(f"dir.{name}"):
                 shown[name] = value
-        attrs[_OUT] = json_text(shown)
-        attrs[_OUT_MIME] = _JSON
+        if len(shown) > 1:
+            attrs[_OUT] = json_text(shown)
+        elif (text := _STATUS_TEXT.get(status)) is not None:
+            attrs[_OUT] = text
+        else:
+            attrs[_OUT] = _STATUS_TEXT[status] = json_text(shown)
 
     def where(self, stage: str) -> Where:
         n = self.counts.get(stage, 0)
@@ -502,15 +532,17 @@ class _Flow:
                     "context",
                     start,
                     ts,
-                    {"dir.attempt": attempt, "dir.context_ref": ref, _KIND: _CHAIN},
+                    {"dir.attempt": attempt, "dir.context_ref": ref},
                 )
                 name = f"invoke_agent {self.agent_id}".rstrip()
                 attrs = {
                     "dir.attempt": attempt,
                     gen_ai.GEN_AI_OPERATION_NAME: _INVOKE,
                     gen_ai.GEN_AI_PROVIDER_NAME: PROVIDER_NAME,
-                    _KIND: _AGENT,
+                    # Phoenix reads AGENT off gen_ai.operation.name (TOOL too): no kind here.
                 }
+                if self.agent_id:
+                    attrs[gen_ai.GEN_AI_AGENT_NAME] = self.agent_id
                 self.start("reason", "reason", name, ts, attrs, where=("reason", attempt))
             case ProposalSubmitted(attempt=attempt, proposal=proposal, by_human=by_human):
                 self.attempts, self.kind = max(self.attempts, attempt), proposal.kind
@@ -523,7 +555,6 @@ class _Flow:
                     "dir.policy_kind": self.kind,
                     _KIND: _GUARDRAIL,
                     _IN: self.proposal,
-                    _IN_MIME: _JSON,
                 }
                 if by_human:
                     judged["dir.by_human"] = True
@@ -537,11 +568,10 @@ class _Flow:
                     "dir.verdict": "REJECTED",
                     "dir.reason_code": code,
                     _OUT: _verdict_text("REJECTED", code, feedback.detail),
-                    _OUT_MIME: _JSON,
                 }
                 self.finish("validate", ts, rejected)
             case ProposalAccepted():
-                accepted = {"dir.verdict": "ACCEPTED", _OUT: _ACCEPTED, _OUT_MIME: _JSON}
+                accepted = {"dir.verdict": "ACCEPTED", _OUT: _ACCEPTED}
                 self.finish("validate", ts, accepted)
             case FlowEscalated(reason_code=reason_code, impact=impact, detail=detail):
                 code = str(reason_code)
@@ -549,7 +579,6 @@ class _Flow:
                     "dir.verdict": "ESCALATED",
                     "dir.reason_code": code,
                     _OUT: _verdict_text("ESCALATED", code, detail, impact),
-                    _OUT_MIME: _JSON,
                 }
                 self.finish("validate", ts, escalated)
                 why = {"dir.reason_code": code, "dir.impact": impact}

@@ -46,7 +46,7 @@ from opentelemetry.trace import (
 
 from kernel.registry import KERNEL_VERSION
 from kernel.telemetry._ids import caller_context, span_id_for, trace_id_for
-from kernel.telemetry._project import SpanRecord
+from kernel.telemetry._project import SpanRecord, Where
 from kernel.telemetry._sampling import DfidRatioBased, flow_sampler
 
 __all__ = ["Collector", "DirectSink", "SpanSink"]
@@ -214,6 +214,20 @@ class _HashedOnce(Resource):
         return self._hash
 
 
+class _ScopeHashedOnce(InstrumentationScope):
+    """The kernel's instrumentation scope, hashed once (the OTLP encoder groups every span
+    by its scope in a dict, and a scope hashes a tuple of its fields each time)."""
+
+    __slots__ = ("_hash",)
+
+    def __init__(self, name: str, version: str) -> None:
+        super().__init__(name, version)
+        self._hash = super().__hash__()
+
+    def __hash__(self) -> int:
+        return self._hash
+
+
 class DirectSink(SpanSink):
     """The kernel's own provider: the same spans, built directly and handed to ``processor``.
 
@@ -227,7 +241,7 @@ class DirectSink(SpanSink):
         self._processor = processor
         self._resource = _HashedOnce(provider.resource)
         self._limits = SpanLimits()
-        self._scope = InstrumentationScope(_SCOPE, KERNEL_VERSION)
+        self._scope = _ScopeHashedOnce(_SCOPE, KERNEL_VERSION)
 
     def _attributes(self, attrs: dict[str, Any]) -> Any:
         limits = self._limits
@@ -246,6 +260,8 @@ class DirectSink(SpanSink):
         if self._tracer is None or not records:
             return
         kept: dict[str, bool] = {}
+        # A flow's stages share their parent (its root, or its resume): one context each.
+        parents: dict[tuple[str, Where], SpanContext] = {}
         on_end = self._processor.on_end
         resource, scope = self._resource, self._scope
         for record in records:
@@ -257,8 +273,10 @@ class DirectSink(SpanSink):
             trace_id = trace_id_for(dfid)
             context = SpanContext(trace_id, span_id_for(dfid, *record.where), False, _SAMPLED)
             parent = None
-            if record.parent is not None:
-                parent = SpanContext(trace_id, span_id_for(dfid, *record.parent), False, _SAMPLED)
+            if (up := record.parent) is not None and (parent := parents.get((dfid, up))) is None:
+                parent = parents[dfid, up] = SpanContext(
+                    trace_id, span_id_for(dfid, *up), False, _SAMPLED
+                )
             links = []
             for other, where in record.links:
                 if (other_sampled := kept.get(other)) is None:

@@ -79,13 +79,16 @@ def test_the_root_is_the_workflow_and_each_stage_has_its_openinference_kind() ->
     reason = attrs(named["invoke_agent"])
     assert reason[gen_ai.GEN_AI_OPERATION_NAME] == "invoke_agent"
     assert reason[gen_ai.GEN_AI_PROVIDER_NAME] == PROVIDER_NAME  # Required on agent spans
-    assert {name: attrs(s)["openinference.span.kind"] for name, s in named.items()} == {
+    # Phoenix reads AGENT and TOOL off gen_ai.operation.name; the root and judge say theirs.
+    assert {name: attrs(s).get("openinference.span.kind") for name, s in named.items()} == {
         "invoke_workflow": "CHAIN",
-        "context": "CHAIN",
-        "invoke_agent": "AGENT",
+        "context": None,
+        "invoke_agent": None,
         "judge": "GUARDRAIL",
-        "execute_tool": "TOOL",
+        "execute_tool": None,
     }
+    assert attrs(named["execute_tool"])[gen_ai.GEN_AI_OPERATION_NAME] == "execute_tool"
+
     # Nothing is invented where no event says it.
     for span in named.values():
         for name in (
@@ -124,7 +127,6 @@ def test_judge_shows_the_proposal_in_and_the_verdict_out() -> None:
         "detail": "qty 5 > 3",
     }
     assert json.loads(second["output.value"]) == {"verdict": "ACCEPTED"}
-    assert first["input.mime_type"] == first["output.mime_type"] == "application/json"
 
 
 def test_a_waiting_flows_root_says_why_it_waits() -> None:

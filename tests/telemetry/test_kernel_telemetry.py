@@ -414,15 +414,15 @@ async def test_a_flow_reaches_a_real_otlp_receiver_on_the_wall_clock(tmp_path: P
     assert attrs["openinference.span.kind"] == "CHAIN"
     assert json.loads(attrs["input.value"])["params"] == {"account": "acc-1", "amount_cents": 250}
     assert json.loads(attrs["output.value"]) == {"status": "CLOSED"}
-    assert attrs["input.mime_type"] == attrs["output.mime_type"] == "application/json"
     kinds = {
-        s["name"].split()[0]: s["attributes"]["openinference.span.kind"] for s in received.values()
+        s["name"].split()[0]: s["attributes"].get("openinference.span.kind")
+        for s in received.values()
     }
     assert kinds == {
-        "context": "CHAIN",
-        "invoke_agent": "AGENT",
+        "context": None,
+        "invoke_agent": None,  # Phoenix reads AGENT and TOOL off gen_ai.operation.name
         "judge": "GUARDRAIL",
-        "execute_tool": "TOOL",
+        "execute_tool": None,
         "invoke_workflow": "CHAIN",
     }
 
