@@ -1,9 +1,10 @@
 """Span records become SDK spans through a tracer of the host's (or our own) TracerProvider.
 
 Going through the provider's tracer means its sampler, span limits, resource and
-processors apply exactly as they do to the application's own spans. Only the
-ids are ours: the tracer's id generator is told, span by span, the DFID-based
-ids of :mod:`kernel.telemetry._ids`.
+processors apply exactly as they do to the application's own spans. Two things
+are ours: the ids (the tracer's id generator is told, span by span, the DFID-based
+ids of :mod:`kernel.telemetry._ids`) and how a ratio is decided (on a hash of the
+DFID, :mod:`kernel.telemetry._sampling`: the SDK's comparison keeps no UUIDv4 at 0.5).
 """
 
 from __future__ import annotations
