@@ -190,14 +190,16 @@ class Telemetry:
             return
         records = self._projector.feed(events)
         if self._sink is not None:
+            spans = records
             if self._held and events:
-                records = [*self._held, *records]
+                # Sent now, counted never again: the metrics saw them in an earlier run.
+                spans = [*self._held, *records]
                 self._held = []
-            if records and events:
+            if spans and events:
                 self._span_clock.place(
-                    records, events[-1].ts, live=live, is_open=self._projector.is_open
+                    spans, events[-1].ts, live=live, is_open=self._projector.is_open
                 )
-            self._sink.write(records)
+            self._sink.write(spans)
         if self._metrics is not None:
             self._metrics.feed(events, records)
 

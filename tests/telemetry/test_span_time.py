@@ -21,6 +21,8 @@ import msgspec
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -41,7 +43,8 @@ from kernel.telemetry._sink import Collector
 from kernel.testing import action_of
 from tests.support.helpers import ScriptedAgent, kernel_for, transfer
 from tests.support.hostile import hostile_text
-from tests.telemetry.test_telemetry import VARIED
+from tests.telemetry.test_telemetry import VARIED, JournalBuilder, executed_flow
+from tests.telemetry.test_telemetry_ports import points
 
 NOW = 1_790_000_000_000_000_000  # the tests' wall clock: September 2026
 SECOND = 1_000_000_000
@@ -274,3 +277,40 @@ def recorded_ns(text: Any) -> int:
     stamp, _, micro = str(text).removesuffix("Z").partition(".")
     seconds = calendar.timegm(time.strptime(stamp, "%Y-%m-%dT%H:%M:%S"))
     return seconds * SECOND + int(micro) * 1000
+
+
+def test_spans_held_from_a_resume_leave_with_the_first_live_batch_and_are_not_counted_again() -> (
+    None
+):
+    j = JournalBuilder()
+    executed_flow(j)
+    *earlier, closed = j.events  # an earlier run executed it; this one records its close
+    reader = InMemoryMetricReader()
+    collector = Collector()
+    telemetry = telemetry_at(collector, meter_provider=MeterProvider([reader]))
+
+    telemetry.resume(earlier)
+    assert collector.spans == [], "held until a live batch shows where the clock stands"
+    telemetry.emit([closed])
+
+    recorded = by_id(spans_for_events(j.events))
+    assert by_id(collector.spans).keys() == recorded.keys()
+    (shift,) = set().union(*shifts_by_trace(collector.spans, recorded).values())
+    assert shift == NOW - closed.ts
+    assert not points(reader, "dir.execution.duration"), "counted by the run that executed it"
+    assert telemetry.shutdown()
+
+
+def test_held_spans_leave_on_their_recorded_times_if_no_live_batch_comes() -> None:
+    j = JournalBuilder()
+    executed_flow(j)
+    collector = Collector()
+    telemetry = telemetry_at(collector)
+    telemetry.resume(j.events[:-1])
+
+    assert telemetry.shutdown()
+
+    recorded = by_id(spans_for_events(j.events[:-1]))
+    assert {sid: s.to_json() for sid, s in by_id(collector.spans).items()} == {
+        sid: s.to_json() for sid, s in recorded.items()
+    }
