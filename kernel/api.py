@@ -168,7 +168,9 @@ class Kernel(InboxActs):
             HandshakeRefused: when the registry refuses the manifest.
         """
         invalid: str | None = None
-        if credential is not None and not isinstance(credential, str):
+        if credential is not None and (
+            not isinstance(credential, str) or wall.text_problem(credential) is not None
+        ):
             credential = ""  # shown but unusable: refused as not the agent's own
         try:
             checked = wall.admit(manifest, wall.ManifestSpec)
@@ -264,13 +266,16 @@ class Kernel(InboxActs):
         self, token: str, dfid: str, proposal: Proposal | Mapping[str, Any] | bytes | str
     ) -> Verdict:
         """Submit a proposal for flow ``dfid``; return the verdict once it is durable."""
-        if not isinstance(token, str) or not isinstance(dfid, str) or len(dfid) > wall.MAX_ID:
+        try:
+            wall.admit(wall.fields(token=token, dfid=dfid), wall.SubmissionSpec)
+        except InputInvalid as exc:
             # Nothing to name: no flow could have such an id, and the token is unchecked.
             feedback = Feedback(
                 reason_code=ReasonCode.SCHEMA_INVALID,
-                detail="the token and the DFID are strings, the DFID at most 256 characters",
+                detail=f"the token and the DFID are ids (text, at most {wall.MAX_ID}"
+                f" characters, no control character): {exc.detail}"[:500],
                 layer="schema",
-                field="token" if not isinstance(token, str) else "dfid",
+                field=exc.field,
             )
             return Verdict(outcome=Outcome.REFUSED, dfid=clip(dfid), feedback=feedback)
         invalid: Feedback | None = None
@@ -411,7 +416,10 @@ class Kernel(InboxActs):
     def _on_dead_letter(self, actor: str, msg: Any, exc: BaseException, out: Outbox) -> None:
         dfid = getattr(msg, "dfid", None)
         flow = out.flow(dfid) if isinstance(dfid, str) else None
-        detail = f"actor {actor} failed twice on this flow: {type(exc).__name__}: {exc}"[:500]
+        # Twice crashed on, or its events could not be sealed (kernel.runtime.actors).
+        detail = clip(
+            f"actor {actor} could not handle this flow's message: {type(exc).__name__}: {exc}", 500
+        )
         if flow is not None and not flow.terminal and flow.status is not FlowStatus.DIRTY:
             out.emit(
                 FlowAborted(reason_code=ReasonCode.KERNEL_FAULT, detail=detail), dfid=flow.dfid

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import logging
 import os
 from collections.abc import AsyncIterator, Collection, Mapping, Sequence
 from contextlib import asynccontextmanager
@@ -29,6 +30,7 @@ from kernel.core.events import Draft, FlowAborted, KernelStarted
 from kernel.core.flow import FlowStatus
 from kernel.core.ports import RandomIds, SystemClock
 from kernel.core.reasons import ReasonCode, StopReason
+from kernel.core.wall import clip
 from kernel.journal.opening import open_journal
 from kernel.journal.store import (
     Journal,
@@ -47,7 +49,7 @@ from kernel.state.projections import FOLD, Projections
 from kernel.state.snapshots import Checkpointer, restore
 from kernel.telemetry import Telemetry
 
-"""Finished flows a kernel keeps in memory unless ``open_kernel`` is told otherwise."""
+log = logging.getLogger(__name__)
 
 
 @asynccontextmanager
@@ -199,10 +201,20 @@ async def open_kernel(
                 kernel._stop(StopReason.KERNEL_CLOSED)
                 tg.cancel_scope.cancel()
         except BaseExceptionGroup as group:
-            stopped = [e for e in _leaves(group) if isinstance(e, KernelShutdown)]
-            if not stopped:
+            leaves = _leaves(group)
+            stopped = [e for e in leaves if isinstance(e, KernelShutdown)]
+            faults = [e for e in leaves if isinstance(e, Exception)]
+            if stopped:
+                failure = stopped[0]
+            elif faults:
+                # A task raised what nothing handles: recorded as the fault it is, never as
+                # a clean close, and raised as a KernelShutdown that carries it.
+                log.error("the kernel stopped on a fault", exc_info=faults[0])
+                failure = KernelShutdown(StopReason.KERNEL_FAILED, _fault(faults[0]))
+                failure.__cause__ = faults[0]
+                kernel._stop(failure.reason, failure.detail)
+            else:
                 raise
-            failure = stopped[0]
         finally:
             kernel._stop(StopReason.KERNEL_CLOSED)
             for mailbox in [
@@ -289,6 +301,11 @@ async def _supervise(kernel: Kernel, supervisor: Supervisor) -> None:
     except JournalError as exc:
         kernel._stop(StopReason.JOURNAL_FAILED, str(exc))
         raise kernel._stop_reason from exc  # type: ignore[misc]
+
+
+def _fault(exc: BaseException) -> str:
+    """What a fault's record says: its type and message, printable, bounded."""
+    return clip(f"{type(exc).__name__}: {exc}", 1000)
 
 
 def _leaves(group: BaseExceptionGroup[BaseException]) -> list[BaseException]:

@@ -23,7 +23,7 @@ from kernel.core import events as ev
 from kernel.core.events import Event
 from kernel.core.flow import FlowState, FlowStatus
 from kernel.core.reasons import CliError, ExitCode, ReasonCode
-from kernel.core.wall import MAX_TTL_S, who_and_why
+from kernel.core.wall import MAX_TTL_S, visible, who_and_why
 from kernel.inbox import AMEND, post, queued_dfids, taken_seq
 from kernel.journal.opening import open_journal
 from kernel.journal.store import JournalError
@@ -111,7 +111,7 @@ def add_commands(commands: Any) -> None:
 
 def error(code: ReasonCode | CliError, message: str, status: ExitCode = ExitCode.FAILED) -> int:
     """Print ``error: CODE: message`` on stderr; return ``status`` (by default FAILED)."""
-    print(f"error: {code}: {message}", file=sys.stderr)
+    print(f"error: {code}: {visible(message)}", file=sys.stderr)
     return status
 
 
@@ -123,9 +123,7 @@ def error_of(exc: JournalError | PackPathError, status: ExitCode) -> int:
 
 def one_line(text: str) -> str:
     """Return ``text`` with control characters escaped: what a damaged file says stays one line."""
-    return "".join(
-        char if char.isprintable() else char.encode("unicode_escape").decode() for char in text
-    )
+    return visible(text)
 
 
 def describe_action(flow: FlowState) -> str:

@@ -21,6 +21,7 @@ from kernel.core.events import Manifest
 from kernel.core.ports import Clock
 from kernel.core.reasoning import UsageMeter, metered
 from kernel.core.reasons import ReasonCode
+from kernel.core.wall import clip
 from kernel.policy.contracts import Outcome, Proposal, Session, Verdict, WorkingContext
 from kernel.runtime.actors import Mailbox
 from kernel.runtime.messages import AgentMessage, DimMessage, Withdraw
@@ -131,7 +132,10 @@ class AgentHost:
                 if meter.stopped is not None:
                     await withdraw(*meter.stopped)  # e.g. a malformed usage report
                 else:
-                    await withdraw(ReasonCode.AGENT_ERROR, f"{type(exc).__name__}: {exc}"[:500])
+                    # The agent's own words, clipped and made printable: they are recorded.
+                    await withdraw(
+                        ReasonCode.AGENT_ERROR, clip(f"{type(exc).__name__}: {exc}", 500)
+                    )
                 return
             if meter.stopped is not None:
                 # The computation budget cancelled the thought; the flow ends with the reason.

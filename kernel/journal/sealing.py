@@ -20,7 +20,8 @@ from kernel.journal.head import Row
 
 
 class EventUnreadable(ValueError):
-    """An event refused before it was staged: its canonical bytes do not decode back to it."""
+    """An event refused before it was written: it has no canonical bytes (text that is not
+    UTF-8, an object JSON cannot hold), or they do not decode back to it."""
 
 
 def seal(
@@ -41,7 +42,13 @@ def seal(
                 raise ValueError(f"caused_by={draft.caused_by} reaches outside its append")
             draft = msgspec.structs.replace(draft, caused_by=seq + draft.caused_by)
         event = stamp(draft, seq, ts)
-        body = canonical(event)
+        try:
+            body = canonical(event)
+        except (TypeError, ValueError, OverflowError) as exc:
+            # A lone surrogate (UnicodeEncodeError), an object JSON has no form for, an
+            # integer past 64 bits: refused as the event's own fault, never the journal's.
+            name = event_type(draft.payload)
+            raise EventUnreadable(f"{name} cannot be written: {exc}") from None
         _check_round_trip(event, body)
         hash_ = chain(prev, body, key)
         hash_hex = hash_.hex()

@@ -85,6 +85,17 @@ CommitObserver = Callable[[int, int], None]
 _decoder = msgspec.json.Decoder(Event)
 
 
+def _storable(text: str) -> bool:
+    """Whether ``text`` could be a stored dfid or type (a store cannot even be asked otherwise)."""
+    if text.isascii():
+        return "\x00" not in text
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return "\x00" not in text
+
+
 class _Batch:
     """The appends gathered for one transaction, and their outcomes."""
 
@@ -292,8 +303,9 @@ class Journal:
         *,
         hashes: bool,
     ) -> list[Event]:
-        wanted = None if types is None else list(types)
-        if wanted is not None and not wanted:
+        wanted = None if types is None else [t for t in types if _storable(t)]
+        if (wanted is not None and not wanted) or (dfid is not None and not _storable(dfid)):
+            # No event can carry a name that is not UTF-8 text: nothing to ask the store.
             return []
         self._check_open()
         rows = await self._reader.events(start, stop, dfid, wanted, limit, hashes)

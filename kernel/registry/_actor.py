@@ -79,7 +79,11 @@ def credential_matches(verifier: str | None, credential: str | None) -> bool:
     """Whether ``credential`` is the one ``verifier`` was made from (in constant time)."""
     if verifier is None or not isinstance(credential, str):
         return False
-    return hmac.compare_digest(verifier, credential_verifier(credential))
+    try:
+        shown = credential_verifier(credential)
+    except UnicodeEncodeError:
+        return False  # not text (a lone surrogate): no credential is made of that
+    return hmac.compare_digest(verifier, shown)
 
 
 def check_version(version: str) -> str | None:
