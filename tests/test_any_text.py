@@ -14,6 +14,8 @@ opened afterwards closes), and the journal verifies.
 from __future__ import annotations
 
 import itertools
+import re
+import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -22,7 +24,7 @@ from typing import Any, ClassVar
 
 import anyio
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from kernel import (
@@ -41,7 +43,7 @@ from kernel.adapters import ExecutionIntent, Receipt
 from kernel.audit import open_journal, verify_journal
 from kernel.config import KernelConfig, Ports
 from kernel.core.events import ExecutionSucceeded, FlowAborted, KernelStopped
-from kernel.core.reasons import StopReason
+from kernel.core.reasons import ExitCode, StopReason
 from kernel.policy import (
     ALLOW,
     LimitSpec,
@@ -56,6 +58,7 @@ from kernel.policy.packs import PolicyCatalog
 from kernel.registry import credential_verifier
 from kernel.state.rulebook import RuleNotInForce, RuleNotPending
 from kernel.testing import ManualClock, SeededIds, action_of
+from tests.cli.test_cli import clean_env
 from tests.dim.test_amendments import PACK as DESK
 from tests.dim.test_amendments import Desk, trader
 from tests.support.helpers import PACK, Bank, ScriptedAgent, configured, kernel_for, transfer
@@ -497,3 +500,60 @@ async def test_an_agents_error_that_is_not_text_ends_its_flow_with_agent_error(
         assert "no \\ud800 idea \\x1b]0;pwned\\x07" in aborted.payload.detail
         assert kernel.stopped is None
     assert (await verify_journal(path)).ok
+
+
+# --- the command line: argument bytes that are not UTF-8 ------------------------------
+
+argv_bytes = st.binary(min_size=1, max_size=12).filter(lambda b: b"\x00" not in b) | st.builds(
+    # A lone surrogate as CESU bytes (ED A0 80): what a broken encoder writes.
+    lambda text: text.encode("utf-8", "surrogatepass").replace(b"\x00", b""),
+    hostile_text(min_size=1, max_size=12),
+).filter(bool)
+
+
+async def dirk_bytes(*args: str | bytes | Path) -> tuple[int, str, str]:
+    """Run ``dirk`` in a subprocess with arguments given as bytes where wanted."""
+    argv: list[str | bytes] = [sys.executable, "-m", "kernel"]
+    argv += [str(a) if isinstance(a, Path) else a for a in args]
+    with anyio.fail_after(60):
+        done = await anyio.run_process(argv, check=False, env=clean_env())
+    return done.returncode, done.stdout.decode(errors="replace"), done.stderr.decode("utf-8")
+
+
+@settings(
+    max_examples=6,
+    derandomize=True,
+    deadline=None,
+    # Each example runs four processes: a failure is reported as found, not shrunk.
+    phases=[Phase.explicit, Phase.reuse, Phase.generate],
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(operator=argv_bytes, reason=argv_bytes, other=argv_bytes)
+async def test_no_argument_bytes_stop_a_running_kernel_or_dirk(
+    tmp_path: Path, operator: bytes, reason: bytes, other: bytes
+) -> None:
+    path = tmp_path / f"cli{next(EXAMPLES)}.db"
+    async with kernel_for(path, inbox_poll_s=0.05) as kernel:
+        await kernel.register(ScriptedAgent(steps=[transfer(confidence=0.2, valid_for_s=600)]))
+        [dfid] = await kernel.trigger("bank.invoice")
+        assert (await kernel.wait_flow(dfid)).status is FlowStatus.ESCALATED
+        decide = ("decide", dfid, "--reject", "--operator", operator, "--reason", reason)
+        for args in (
+            (*decide, "--db", path),
+            ("flows", "--agent", other, "--db", path),
+            ("show", other, "--db", path),
+            ("why", other, "--db", path),
+        ):
+            code, _, err = await dirk_bytes(*args)
+            # A refusal is one line with a code, never a traceback; what was queued is
+            # applied (or refused on record) by the running kernel.
+            assert code in (ExitCode.OK, ExitCode.FAILED, ExitCode.USAGE), err
+            assert "Traceback" not in err
+            assert all(re.match(r"error: [A-Z_]+: ", line) for line in err.splitlines()), err
+            assert kernel.stopped is None
+        # A proper decision is still taken after whatever those rows were.
+        verdict = await kernel.decide(dfid, "reject", operator="ana", reason="enough")
+        assert verdict.outcome in (Outcome.ABORTED, Outcome.REFUSED)  # rejected, or already
+        assert kernel.stopped is None
+    report = await verify_journal(path)
+    assert report.ok, report
