@@ -36,6 +36,7 @@ from kernel.cli._read import (
     flows_matching,
     positive,
     print_table,
+    say,
     select_flows,
     when,
 )
@@ -284,7 +285,7 @@ async def _flows(args: argparse.Namespace) -> int:
             print(json.dumps(row))
         return ExitCode.OK
     print_table(flows, now)
-    print(f"{len(rows)} flows")
+    say(f"{len(rows)} flows")
     return ExitCode.OK
 
 
@@ -325,14 +326,14 @@ async def _show(args: argparse.Namespace) -> int:
         row["events"] = [msgspec.to_builtins(e) for e in events]
         print(json.dumps(row))
         return ExitCode.OK
-    print(f"DecisionFlow {dfid}")
-    print(f"  trace {trace}")
-    print(f"  agent {first.agent_id}, parent {first.parent_dfid or '-'}, started {_time(start)}")
+    say(f"DecisionFlow {dfid}")
+    say(f"  trace {trace}")
+    say(f"  agent {first.agent_id}, parent {first.parent_dfid or '-'}, started {_time(start)}")
     for event in events:
         offset = (event.ts - start) / 1e6
-        print(f"  +{offset:9.3f} ms  #{event.seq:<6} {event.type:20} {_narrate(event)}")
+        say(f"  +{offset:9.3f} ms  #{event.seq:<6} {event.type:20} {_narrate(event)}")
     if flow is not None:
-        print(f"  {_outcome(flow)}")
+        say(f"  {_outcome(flow)}")
     return ExitCode.OK
 
 
@@ -355,7 +356,7 @@ class _ExportProblems(logging.Handler):
         if record.levelno >= logging.ERROR:
             self.errors += 1
         # The message without its traceback: the CLI prints no tracebacks.
-        print(f"otel: {record.getMessage()}", file=sys.stderr)
+        say(f"otel: {record.getMessage()}", file=sys.stderr)
 
 
 async def _traces_export(args: argparse.Namespace) -> int:
@@ -416,5 +417,5 @@ async def _traces_export(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({"ok": True, "spans": count, "dfid": dfid}))
     else:
-        print(f"traces: exported {count} spans")
+        say(f"traces: exported {count} spans")
     return ExitCode.OK
