@@ -35,6 +35,7 @@ from kernel.journal.opening import open_journal
 from kernel.journal.store import (
     Journal,
     JournalClosed,
+    JournalCorrupt,
     JournalError,
     JournalWriteFailed,
     chain_key_from,
@@ -172,6 +173,7 @@ async def open_kernel(
         try:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(_supervise, kernel, supervisor, name="supervisor")
+                tg.start_soon(_check_history, kernel, journal, name="history-check")
                 poll_s = config.supervision.inbox_poll_s
                 if poll_s is not None:
                     tg.start_soon(kernel._poll_inbox, poll_s, name="operator-inbox")
@@ -300,6 +302,20 @@ async def _supervise(kernel: Kernel, supervisor: Supervisor) -> None:
         raise kernel._stop_reason from exc  # type: ignore[misc]
     except JournalError as exc:
         kernel._stop(StopReason.JOURNAL_FAILED, str(exc))
+        raise kernel._stop_reason from exc  # type: ignore[misc]
+
+
+async def _check_history(kernel: Kernel, journal: Journal) -> None:
+    """Check the chain before the snapshot the kernel opened from; stop the kernel if it fails.
+
+    Opening checked only the events after that snapshot, to be ready at once; reads of
+    the events before it wait for this check. A journal edited there is refused as one
+    edited after it is at open: the kernel stops (HISTORY_CORRUPT, recorded).
+    """
+    try:
+        await journal.check_history()
+    except JournalCorrupt as exc:
+        kernel._stop(StopReason.HISTORY_CORRUPT, str(exc))
         raise kernel._stop_reason from exc  # type: ignore[misc]
 
 
