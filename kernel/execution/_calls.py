@@ -126,7 +126,12 @@ class AdapterCalls:
 
     async def _check(self, adapter: Adapter, intent: ExecutionIntent) -> Violation | None:
         if self._clock is None:
-            return None
+            # No clock, no way to tell whether the intent is still valid: refused, never
+            # called unchecked (the kernel always wires one; a bare engine may not).
+            return Violation(
+                bound="valid_until_ns",
+                detail="no clock to check the intent's validity and bounds against",
+            )
         quote_fn = getattr(adapter, "quote", None)
         if not callable(quote_fn):
             # No live view of the world here: the bounds travel in the intent and the
