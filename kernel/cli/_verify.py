@@ -110,7 +110,11 @@ async def _failed_file(command: str, db: str, problem: str) -> None:
 
 
 async def _anchor(args: argparse.Namespace) -> int:
-    report = await verify_journal(args.db, chain_key=_chain_key(args))
+    try:
+        key = _chain_key(args)
+    except JournalKeyError as exc:
+        return error_of(exc, ExitCode.USAGE)
+    report = await verify_journal(args.db, chain_key=key)
     if not report.ok:
         if report.first_bad_seq is None:
             await _failed_file("anchor", args.db, report.problem)
@@ -160,14 +164,26 @@ async def _verify_text(args: argparse.Namespace, found: dict[str, Any] | None = 
         return error(
             CliError.BAD_ARGUMENT, "--verdicts needs the packs: --pack PATH", ExitCode.USAGE
         )
+    if args.pack and not args.verdicts:
+        # Silently ignored, it would read as "the verdicts were checked against this pack".
+        return error(
+            CliError.BAD_ARGUMENT,
+            "--pack names the packs --verdicts re-judges with: give --verdicts too",
+            ExitCode.USAGE,
+        )
     try:
         anchor = _anchor_arg(args)
     except ValueError as exc:
         return error(CliError.BAD_ARGUMENT, f"--anchor: {exc}", ExitCode.USAGE)
     try:
+        key = _chain_key(args)
+    except JournalKeyError as exc:
+        # A key that cannot be read or used: verify cannot run as given (docs/integrity.md).
+        return error_of(exc, ExitCode.USAGE)
+    try:
         # The chain, then one fold from scratch of the projections, checked against every
         # checkpoint and snapshot: both from one read of the journal.
-        report, replay = await verify_all(args.db, chain_key=_chain_key(args), anchor=anchor)
+        report, replay = await verify_all(args.db, chain_key=key, anchor=anchor)
     except (JournalError, IllegalTransition, ValueError) as exc:
         # The chain checked out, so only what lies outside it (snapshots) can be at fault.
         say(f"verify: FAILED: {getattr(exc, 'code', JournalCorrupt.code)}: {exc}")
