@@ -136,13 +136,21 @@ class Kernel(InboxActs):
             HandshakeRefused: with VERSION_MISMATCH, UNKNOWN_AGENT, AGENT_SUSPENDED,
                 CREDENTIAL_INVALID, ...
         """
-        session = await self.handshake(agent.manifest, credential=credential)
+        session = await self._handshake(agent.manifest, credential, False)
         agent_id = session.agent_id
+        hosts = self.actors.agents
         if agent_id not in self._hosts:
             mailbox: Mailbox[AgentMessage] = Mailbox(f"agent:{agent_id}", self.actors.capacity)
             self._hosts[agent_id] = mailbox
-            self.actors.agents.host(agent, mailbox)
-        self.actors.agents.sessions[agent_id] = session
+            hosts.host(agent, mailbox)
+        elif hosts.hosting(agent_id):
+            # Registered again: the new agent gets a crew and a mailbox of its own; the
+            # flows the old one held ended with its session (kernel.registry).
+            mailbox = Mailbox(f"agent:{agent_id}", self.actors.capacity)
+            hosts.retire(agent_id, self._hosts[agent_id], session.token)
+            self._hosts[agent_id] = mailbox
+            hosts.host(agent, mailbox)
+        hosts.sessions[agent_id] = session
         return session
 
     def route(self, agent_id: str) -> Mailbox[AgentMessage]:
@@ -164,9 +172,22 @@ class Kernel(InboxActs):
         ``credential``: the agent's provisioned secret; ``require_credential`` refuses
         the handshake unless one is provisioned and shown (the bus asks for it).
 
+        An agent id hosted in this process is displaced by such a handshake: its crew
+        stops, no new flow is opened for it here, and the flows it was thinking about
+        end (INVALID_SESSION, recorded), never left ACTIVE.
+
         Raises:
             HandshakeRefused: when the registry refuses the manifest.
         """
+        session = await self._handshake(manifest, credential, require_credential)
+        agent_id = session.agent_id
+        if self.actors.agents.hosting(agent_id):
+            self.actors.agents.retire(agent_id, self._hosts.pop(agent_id), session.token)
+        return session
+
+    async def _handshake(
+        self, manifest: Manifest, credential: str | None, require_credential: bool
+    ) -> Session:
         invalid: str | None = None
         if credential is not None and (
             not isinstance(credential, str) or wall.text_problem(credential) is not None
@@ -190,6 +211,7 @@ class Kernel(InboxActs):
             invalid=invalid,
             credential=credential,
             require_credential=require_credential,
+            hosted=self.actors.agents.hosting(manifest.agent_id),
         )
         answer = await self._call(self.actors.registry, msg, reply)
         assert isinstance(answer, Session)  # _call raised a refusal

@@ -222,6 +222,7 @@ async def open_kernel(
             for mailbox in [
                 *(spec.mailbox for spec in kernel.actors.specs),
                 *kernel._hosts.values(),
+                *kernel.actors.agents.retired,
             ]:
                 mailbox.close()
             with anyio.CancelScope(shield=True):
