@@ -403,6 +403,25 @@ hostile_calls: st.SearchStrategy[Call] = st.one_of(
             )
         )
     ),
+    some(agent_id=text, version=text, subscriptions=st.lists(text, max_size=2)).map(
+        lambda c: (
+            lambda kernel, _: kernel.register(
+                ScriptedAgent(
+                    c.get("agent_id", "other"),
+                    version=c.get("version", "1.0"),
+                    subscriptions=c.get("subscriptions", ["hold"]),
+                    capabilities=["test.note"],
+                )
+            )
+        )
+    ),
+    some(operator=text, reason=text).map(
+        lambda c: (
+            lambda kernel, _: kernel.load_pack(
+                PACK, operator=c.get("operator", "ana"), reason=c.get("reason", "r")
+            )
+        )
+    ),
     some(rule=text, operator=text, reason=text).map(
         lambda c: (
             lambda kernel, _: kernel.retract_rule(
@@ -425,8 +444,10 @@ async def answered(result: Awaitable[Any]) -> None:
     except (InputInvalid, HandshakeRefused, AmendmentInvalid) as exc:
         assert isinstance(exc.reason_code, ReasonCode)
         return
-    except (RuleNotPending, RuleNotInForce):
-        return  # a rule act on a rule that is not there: refused before anything happens
+    except (RuleNotPending, RuleNotInForce, PackError, ValueError):
+        # A rule act the rulebook refuses (a rule that is not there, a word that is not
+        # override or skip: ValueError, as decide_rule documents): nothing happened.
+        return
     if isinstance(answer, Verdict) and answer.outcome in (Outcome.REFUSED, Outcome.REJECTED):
         assert isinstance(answer.reason_code, ReasonCode)
 
