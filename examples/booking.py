@@ -31,9 +31,8 @@ from examples.clock import SimClock
 from examples.llm import LanguageModel, ModelError, answer_of, conversation, open_model
 from examples.summary import journal_and_files, read_events, show, summarize
 from kernel import MEMORY_PACK, FlowStatus, Kernel, KernelConfig, Ports, Supervision, open_kernel
-from kernel.audit import Event, open_journal, whatif
+from kernel.audit import Event, open_journal, redact, whatif
 from kernel.audit import events as ev
-from kernel.journal.errors import redact
 from kernel.testing import Faults, SeededIds, SimulatedSystem
 from policies.booking import BOOKING
 

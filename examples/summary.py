@@ -15,9 +15,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from kernel.audit import Event, Projections, fold, open_journal, verify_journal
+from kernel.audit import Event, Projections, fold, open_journal, redact, verify_journal
 from kernel.audit import events as ev
-from kernel.journal.errors import redact
 
 ENDINGS = {"approve": "approved", "override": "approved", "modify": "modified"}
 

@@ -55,7 +55,7 @@ from kernel import (
     open_kernel,
 )
 from kernel.adapters import RetryPolicy
-from kernel.journal.errors import redact
+from kernel.audit import redact
 from kernel.testing import Faults, SeededIds, SimulatedSystem
 from policies.trading import TRADING
 
