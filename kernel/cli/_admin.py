@@ -13,7 +13,7 @@ from typing import Any
 
 from kernel.cli._credential import issue_credential
 from kernel.cli._operator import error, fold_journal, wait_taken
-from kernel.cli._read import print_json
+from kernel.cli._read import print_json, say
 from kernel.core.reasons import CliError, ExitCode, ReasonCode
 from kernel.core.wall import who_and_why
 from kernel.inbox import AGENT_STATUS, RULE, RuleChangeRefused, post, rule_change_row
@@ -104,9 +104,9 @@ async def _agent(args: argparse.Namespace) -> int:
                 }
             )
             return ExitCode.OK
-        print(f"{manifest.agent_id} {manifest.version}: {agent.status}")
-        print(f"  capabilities  {', '.join(manifest.capabilities)}")
-        print(f"  subscriptions {', '.join(manifest.subscriptions)}")
+        say(f"{manifest.agent_id} {manifest.version}: {agent.status}")
+        say(f"  capabilities  {', '.join(manifest.capabilities)}")
+        say(f"  subscriptions {', '.join(manifest.subscriptions)}")
         return ExitCode.OK
     if args.json:
         return error(CliError.BAD_ARGUMENT, "--json reads; --set changes", ExitCode.USAGE)
@@ -121,7 +121,7 @@ async def _agent(args: argparse.Namespace) -> int:
         "reason": args.reason,
     }
     row_id = post(args.db, "", change, time.time_ns())
-    print(f"status {args.set} for {args.agent_id} queued as inbox row {row_id}")
+    say(f"status {args.set} for {args.agent_id} queued as inbox row {row_id}")
     return await wait_taken(args.db, row_id, args.wait) if args.wait > 0 else 0
 
 
@@ -160,14 +160,14 @@ async def _rules(args: argparse.Namespace) -> int:
         for rule, item in sorted(book.items.items()):
             current = item.current
             shown = f"v{current.version} {current.title!r}" if current else "no version in force"
-            print(f"{rule}: {shown} ({len(item.decisions)} decisions; dirk why {rule})")
+            say(f"{rule}: {shown} ({len(item.decisions)} decisions; dirk why {rule})")
         for pending_seq, proposal in sorted(book.pending.items()):
-            print(
+            say(
                 f"deferred #{pending_seq}: {proposal.rule} {proposal.title!r}"
                 f" by {proposal.proposer or '?'} (--override {pending_seq} | --skip {pending_seq})"
             )
         if not book.items and not book.pending:
-            print("no rules")
+            say("no rules")
         return ExitCode.OK
     if args.json:
         return error(CliError.BAD_ARGUMENT, "--json reads; a decision changes", ExitCode.USAGE)
@@ -185,7 +185,7 @@ async def _rules(args: argparse.Namespace) -> int:
         "reason": args.reason,
     }
     row_id = post(args.db, "", body, time.time_ns())
-    print(f"{decision} of rule proposal #{seq} queued as inbox row {row_id}")
+    say(f"{decision} of rule proposal #{seq} queued as inbox row {row_id}")
     return await wait_taken(args.db, row_id, args.wait) if args.wait > 0 else 0
 
 
@@ -208,5 +208,5 @@ async def _change_rule(args: argparse.Namespace, book: Rulebook, rule: str) -> i
             return error(refused.code, f"{refused.message} in {args.db}")
         return error(refused.code, refused.message, ExitCode.USAGE)
     row_id = post(args.db, "", body, time.time_ns())
-    print(f"{body['action']} of rule {rule} queued as inbox row {row_id}")
+    say(f"{body['action']} of rule {rule} queued as inbox row {row_id}")
     return await wait_taken(args.db, row_id, args.wait) if args.wait > 0 else 0
