@@ -43,6 +43,7 @@ from kernel.core.events import (
 from kernel.core.flow import FLOW_EVENTS, TERMINAL, FlowState, FlowStatus
 from kernel.core.ports import Clock, IdSource
 from kernel.core.reasons import ReasonCode, StopReason
+from kernel.core.text import utf8_problem
 from kernel.core.wall import InputInvalid, clip
 from kernel.hosting import AgentLike
 from kernel.inbox_acts import InboxActs
@@ -190,7 +191,7 @@ class Kernel(InboxActs):
     ) -> Session:
         invalid: str | None = None
         if credential is not None and (
-            not isinstance(credential, str) or wall.text_problem(credential) is not None
+            not isinstance(credential, str) or utf8_problem(credential) is not None
         ):
             credential = ""  # shown but unusable: refused as not the agent's own
         try:

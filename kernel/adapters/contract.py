@@ -44,7 +44,8 @@ from typing import Any, Literal, Protocol
 import msgspec
 
 from kernel.core.events import ExecutionIntent
-from kernel.core.wall import MAX_DETAIL, InputInvalid, check_value, clip, id_problem
+from kernel.core.text import id_problem
+from kernel.core.wall import MAX_DETAIL, InputInvalid, check_value, clip
 
 
 class Receipt(msgspec.Struct, frozen=True, gc=False, kw_only=True):

@@ -47,7 +47,7 @@ from kernel.core import events as ev
 from kernel.core.events import Event
 from kernel.core.flow import FlowState, FlowStatus, IllegalTransition
 from kernel.core.reasons import CliError, ExitCode
-from kernel.core.wall import text_problem
+from kernel.core.text import utf8_problem
 from kernel.journal.errors import is_postgres
 from kernel.journal.opening import open_journal
 from kernel.journal.store import Journal, JournalCorrupt, JournalError
@@ -144,7 +144,7 @@ def _not_text(args: argparse.Namespace) -> str | None:
         if dest in _FILE_ARGUMENTS or callable(value):
             continue
         for item in value if isinstance(value, list) else [value]:
-            problem = text_problem(item) if isinstance(item, str) else None
+            problem = utf8_problem(item) if isinstance(item, str) else None
             if problem is not None:
                 flag = dest.replace("_", "-")
                 return f"{flag}: {problem} (was a byte of it not UTF-8?)"

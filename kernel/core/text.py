@@ -26,8 +26,20 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-_ANY_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
-_TEXT_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
+_ID_CONTROLS = r"\x00-\x1f\x7f-\x9f"
+"""The characters an id or a name may not hold: C0, DEL, C1."""
+_TEXT_CONTROLS = r"\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f"
+"""The characters free text may not hold: the same, less tab, line feed and carriage return."""
+
+ID_PATTERN = rf"^[^{_ID_CONTROLS}]*\Z"
+NAME_PATTERN = rf"^(?=\s*\S)[^{_ID_CONTROLS}]*\Z"
+"""An id that must be given: not blank."""
+TEXT_PATTERN = rf"^[^{_TEXT_CONTROLS}]*\Z"
+REASON_PATTERN = rf"^(?=\s*\S)[^{_TEXT_CONTROLS}]*\Z"
+"""Free text that must be given: not blank."""
+
+_ANY_CONTROL = re.compile(f"[{_ID_CONTROLS}]")
+_TEXT_CONTROL = re.compile(f"[{_TEXT_CONTROLS}]")
 
 
 def utf8_problem(text: str) -> str | None:

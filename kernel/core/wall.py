@@ -28,6 +28,7 @@ import msgspec
 from msgspec import Meta
 
 from kernel.core.reasons import ReasonCode
+from kernel.core.text import ID_PATTERN, NAME_PATTERN, REASON_PATTERN, TEXT_PATTERN
 
 T = TypeVar("T")
 
@@ -54,17 +55,9 @@ MAX_TTL_S = 10 * 366 * 24 * 3600
 MAX_DETAIL = 1000
 """How much of a value a refusal quotes back."""
 
-# What a field's text may hold. Every string must encode as UTF-8 (no lone surrogate:
-# check_value refuses those wherever they are). Ids and names (agents, operators, flows,
-# kinds, topics, versions, rule ids, map keys) take no control character at all: C0, DEL
-# or C1; free text (an explanation, a reason, a rule's title and content) keeps tabs and
-# line breaks and takes no other control. A terminal obeys those characters (clear the
-# screen, rewrite the line above, retitle the window), and PostgreSQL's text columns
-# cannot hold NUL, so they are refused at the wall rather than trusted to every printer.
-ID_PATTERN = r"^[^\x00-\x1f\x7f-\x9f]*\Z"
-NAME_PATTERN = r"^(?=\s*\S)[^\x00-\x1f\x7f-\x9f]*\Z"
-TEXT_PATTERN = r"^[^\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]*\Z"
-REASON_PATTERN = r"^(?=\s*\S)[^\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]*\Z"
+# What a field's text may hold is one rule, kept in kernel.core.text: every string
+# encodes as UTF-8; ids and names take no control character; free text keeps tabs and
+# line breaks only. The specs below hold it as msgspec patterns.
 
 Int64 = Annotated[int, Meta(ge=INT_MIN, le=INT_MAX)]
 Id = Annotated[str, Meta(max_length=MAX_ID, pattern=ID_PATTERN)]
@@ -228,32 +221,6 @@ def who_and_why(operator: Any, reason: Any) -> str | None:
             f"a human act names its --operator (up to {MAX_ID} characters) and a --reason"
             f" (up to {MAX_REASON}), neither blank: {exc.field}: {exc.detail}"
         )
-    return None
-
-
-def text_problem(text: str) -> str | None:
-    """Return why ``text`` is no text a record can hold (a lone surrogate), or None."""
-    if text.isascii():
-        return None
-    try:
-        _check_utf8(text, "$")
-    except InputInvalid as exc:
-        return exc.detail
-    return None
-
-
-def id_problem(text: Any) -> str | None:
-    """Return why ``text`` cannot be an id or a name (not text, a lone surrogate, a control
-    character), or None. For names declared in code (packs, kinds, rules), checked at load."""
-    if not isinstance(text, str):
-        return f"{type(text).__name__} is not text"
-    problem = text_problem(text)
-    if problem is not None:
-        return problem
-    for where, char in enumerate(text):
-        code = ord(char)
-        if code < 0x20 or 0x7F <= code <= 0x9F:
-            return f"a control character U+{code:04X} at character {where}"
     return None
 
 

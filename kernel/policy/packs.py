@@ -36,7 +36,8 @@ import msgspec
 import msgspec.inspect
 
 from kernel.core.events import PackRef, canonical
-from kernel.core.wall import clip, id_problem
+from kernel.core.text import id_problem
+from kernel.core.wall import clip
 from kernel.policy.guards import Guard
 from kernel.policy.kinds import Impact, PolicyKind, kind_name
 from kernel.policy.rules import (
