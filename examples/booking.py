@@ -31,7 +31,7 @@ from examples.clock import SimClock
 from examples.llm import LanguageModel, ModelError, answer_of, conversation, open_model
 from examples.summary import journal_and_files, read_events, show, summarize
 from kernel import MEMORY_PACK, FlowStatus, Kernel, KernelConfig, Ports, Supervision, open_kernel
-from kernel.audit import Event, open_journal, whatif
+from kernel.audit import Event, open_journal, redact, whatif
 from kernel.audit import events as ev
 from kernel.testing import Faults, SeededIds, SimulatedSystem
 from policies.booking import BOOKING
@@ -282,7 +282,7 @@ def main(argv: list[str] | None = None) -> int:
         if taken.exists():
             print(f"error: {taken} exists; pick a new --db path", file=sys.stderr)
             return 2
-    print(f"travel desk, seed {args.seed} -> {db}", file=sys.stderr)
+    print(f"travel desk, seed {args.seed} -> {redact(str(db))}", file=sys.stderr)
     try:
         anyio.run(simulate, args.seed, db, args.llm, files)
     except ModelError as exc:

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from kernel.audit import Event, Projections, fold, open_journal, verify_journal
+from kernel.audit import Event, Projections, fold, open_journal, redact, verify_journal
 from kernel.audit import events as ev
 
 ENDINGS = {"approve": "approved", "override": "approved", "modify": "modified"}
@@ -99,8 +99,9 @@ async def summarize(db: Path | str, example_kinds: Sequence[str] = ()) -> dict[s
         "flows_compensated": len(compensated),
         "projection_hash": projection_hash(projections),
         "verified": report.ok,
-        "inspect": f"dirk show {interesting[0]} --db {db}" if interesting else "",
-        "verify": f"dirk verify --db {db}",
+        # A database URL is shown without its password, as dirk shows it.
+        "inspect": f"dirk show {interesting[0]} --db {redact(str(db))}" if interesting else "",
+        "verify": f"dirk verify --db {redact(str(db))}",
     }
 
 

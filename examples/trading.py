@@ -55,6 +55,7 @@ from kernel import (
     open_kernel,
 )
 from kernel.adapters import RetryPolicy
+from kernel.audit import redact
 from kernel.testing import Faults, SeededIds, SimulatedSystem
 from policies.trading import TRADING
 
@@ -363,7 +364,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: --minutes must be at least {MIN_MINUTES}", file=sys.stderr)
         return 2
     where = f" (agents in host processes over {args.bus})" if args.bus else ""
-    print(f"trading desk, seed {args.seed}, {args.minutes} minutes -> {db}{where}", file=sys.stderr)
+    shown = redact(str(db))  # a postgresql:// URL without its password
+    print(
+        f"trading desk, seed {args.seed}, {args.minutes} minutes -> {shown}{where}", file=sys.stderr
+    )
     try:
         anyio.run(
             simulate, args.seed, db, args.minutes, args.llm, args.operator, True, files, args.bus

@@ -42,6 +42,7 @@ from kernel.core.events import (
 from kernel.core.flow import FLOW_EVENTS, TERMINAL, FlowState, FlowStatus
 from kernel.core.ports import Clock, IdSource
 from kernel.core.reasons import ReasonCode, StopReason
+from kernel.core.text import utf8_problem
 from kernel.core.wall import InputInvalid, clip
 from kernel.hosting import AgentLike
 from kernel.inbox import InboxAgents
@@ -136,13 +137,21 @@ class Kernel(OperatorActs):
             HandshakeRefused: with VERSION_MISMATCH, UNKNOWN_AGENT, AGENT_SUSPENDED,
                 CREDENTIAL_INVALID, ...
         """
-        session = await self.handshake(agent.manifest, credential=credential)
+        session = await self._handshake(agent.manifest, credential, False)
         agent_id = session.agent_id
+        hosts = self.actors.agents
         if agent_id not in self._hosts:
             mailbox: Mailbox[AgentMessage] = Mailbox(f"agent:{agent_id}", self.actors.capacity)
             self._hosts[agent_id] = mailbox
-            self.actors.agents.host(agent, mailbox)
-        self.actors.agents.sessions[agent_id] = session
+            hosts.host(agent, mailbox)
+        elif hosts.hosting(agent_id):
+            # Registered again: the new agent gets a crew and a mailbox of its own; the
+            # flows the old one held ended with its session (kernel.registry).
+            mailbox = Mailbox(f"agent:{agent_id}", self.actors.capacity)
+            hosts.retire(agent_id, self._hosts[agent_id], session.token)
+            self._hosts[agent_id] = mailbox
+            hosts.host(agent, mailbox)
+        hosts.sessions[agent_id] = session
         return session
 
     def route(self, agent_id: str) -> Mailbox[AgentMessage]:
@@ -164,11 +173,26 @@ class Kernel(OperatorActs):
         ``credential``: the agent's provisioned secret; ``require_credential`` refuses
         the handshake unless one is provisioned and shown (the bus asks for it).
 
+        An agent id hosted in this process is displaced by such a handshake: its crew
+        stops, no new flow is opened for it here, and the flows it was thinking about
+        end (INVALID_SESSION, recorded), never left ACTIVE.
+
         Raises:
             HandshakeRefused: when the registry refuses the manifest.
         """
+        session = await self._handshake(manifest, credential, require_credential)
+        agent_id = session.agent_id
+        if self.actors.agents.hosting(agent_id):
+            self.actors.agents.retire(agent_id, self._hosts.pop(agent_id), session.token)
+        return session
+
+    async def _handshake(
+        self, manifest: Manifest, credential: str | None, require_credential: bool
+    ) -> Session:
         invalid: str | None = None
-        if credential is not None and not isinstance(credential, str):
+        if credential is not None and (
+            not isinstance(credential, str) or utf8_problem(credential) is not None
+        ):
             credential = ""  # shown but unusable: refused as not the agent's own
         try:
             checked = wall.admit(manifest, wall.ManifestSpec)
@@ -188,6 +212,7 @@ class Kernel(OperatorActs):
             invalid=invalid,
             credential=credential,
             require_credential=require_credential,
+            hosted=self.actors.agents.hosting(manifest.agent_id),
         )
         answer = await self._call(self.actors.registry, msg, reply)
         assert isinstance(answer, Session)  # _call raised a refusal
@@ -264,13 +289,16 @@ class Kernel(OperatorActs):
         self, token: str, dfid: str, proposal: Proposal | Mapping[str, Any] | bytes | str
     ) -> Verdict:
         """Submit a proposal for flow ``dfid``; return the verdict once it is durable."""
-        if not isinstance(token, str) or not isinstance(dfid, str) or len(dfid) > wall.MAX_ID:
+        try:
+            wall.admit(wall.fields(token=token, dfid=dfid), wall.SubmissionSpec)
+        except InputInvalid as exc:
             # Nothing to name: no flow could have such an id, and the token is unchecked.
             feedback = Feedback(
                 reason_code=ReasonCode.SCHEMA_INVALID,
-                detail="the token and the DFID are strings, the DFID at most 256 characters",
+                detail=f"the token and the DFID are ids (text, at most {wall.MAX_ID}"
+                f" characters, no control character): {exc.detail}"[:500],
                 layer="schema",
-                field="token" if not isinstance(token, str) else "dfid",
+                field=exc.field,
             )
             return Verdict(outcome=Outcome.REFUSED, dfid=clip(dfid), feedback=feedback)
         invalid: Feedback | None = None
@@ -411,7 +439,10 @@ class Kernel(OperatorActs):
     def _on_dead_letter(self, actor: str, msg: Any, exc: BaseException, out: Outbox) -> None:
         dfid = getattr(msg, "dfid", None)
         flow = out.flow(dfid) if isinstance(dfid, str) else None
-        detail = f"actor {actor} failed twice on this flow: {type(exc).__name__}: {exc}"[:500]
+        # Twice crashed on, or its events could not be sealed (kernel.runtime.actors).
+        detail = clip(
+            f"actor {actor} could not handle this flow's message: {type(exc).__name__}: {exc}", 500
+        )
         if flow is not None and not flow.terminal and flow.status is not FlowStatus.DIRTY:
             out.emit(
                 FlowAborted(reason_code=ReasonCode.KERNEL_FAULT, detail=detail), dfid=flow.dfid

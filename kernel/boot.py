@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import logging
 import os
 from collections.abc import AsyncIterator, Collection, Mapping, Sequence
 from contextlib import asynccontextmanager
@@ -29,12 +30,14 @@ from kernel.core.events import Draft, FlowAborted, KernelStarted
 from kernel.core.flow import FlowStatus
 from kernel.core.ports import RandomIds, SystemClock
 from kernel.core.reasons import ReasonCode, StopReason
+from kernel.core.wall import clip
 from kernel.inbox import Intake, read_keyring
 from kernel.inbox.keyring import ENV as KEYRING_ENV
 from kernel.journal.opening import open_journal
 from kernel.journal.store import (
     Journal,
     JournalClosed,
+    JournalCorrupt,
     JournalError,
     JournalWriteFailed,
     chain_key_from,
@@ -49,7 +52,7 @@ from kernel.state.projections import FOLD, Projections
 from kernel.state.snapshots import Checkpointer, restore
 from kernel.telemetry import Telemetry
 
-"""Finished flows a kernel keeps in memory unless ``open_kernel`` is told otherwise."""
+log = logging.getLogger(__name__)
 
 
 @asynccontextmanager
@@ -178,6 +181,7 @@ async def open_kernel(
         try:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(_supervise, kernel, supervisor, name="supervisor")
+                tg.start_soon(_check_history, kernel, journal, name="history-check")
                 poll_s = config.supervision.inbox_poll_s
                 if poll_s is not None:
                     intake = Intake(
@@ -215,15 +219,26 @@ async def open_kernel(
                 kernel._stop(StopReason.KERNEL_CLOSED)
                 tg.cancel_scope.cancel()
         except BaseExceptionGroup as group:
-            stopped = [e for e in _leaves(group) if isinstance(e, KernelShutdown)]
-            if not stopped:
+            leaves = _leaves(group)
+            stopped = [e for e in leaves if isinstance(e, KernelShutdown)]
+            faults = [e for e in leaves if isinstance(e, Exception)]
+            if stopped:
+                failure = stopped[0]
+            elif faults:
+                # A task raised what nothing handles: recorded as the fault it is, never as
+                # a clean close, and raised as a KernelShutdown that carries it.
+                log.error("the kernel stopped on a fault", exc_info=faults[0])
+                failure = KernelShutdown(StopReason.KERNEL_FAILED, _fault(faults[0]))
+                failure.__cause__ = faults[0]
+                kernel._stop(failure.reason, failure.detail)
+            else:
                 raise
-            failure = stopped[0]
         finally:
             kernel._stop(StopReason.KERNEL_CLOSED)
             for mailbox in [
                 *(spec.mailbox for spec in kernel.actors.specs),
                 *kernel._hosts.values(),
+                *kernel.actors.agents.retired,
             ]:
                 mailbox.close()
             with anyio.CancelScope(shield=True):
@@ -323,6 +338,25 @@ async def _supervise(kernel: Kernel, supervisor: Supervisor) -> None:
     except JournalError as exc:
         kernel._stop(StopReason.JOURNAL_FAILED, str(exc))
         raise kernel._stop_reason from exc  # type: ignore[misc]
+
+
+async def _check_history(kernel: Kernel, journal: Journal) -> None:
+    """Check the chain before the snapshot the kernel opened from; stop the kernel if it fails.
+
+    Opening checked only the events after that snapshot, to be ready at once; reads of
+    the events before it wait for this check. A journal edited there is refused as one
+    edited after it is at open: the kernel stops (HISTORY_CORRUPT, recorded).
+    """
+    try:
+        await journal.check_history()
+    except JournalCorrupt as exc:
+        kernel._stop(StopReason.HISTORY_CORRUPT, str(exc))
+        raise kernel._stop_reason from exc  # type: ignore[misc]
+
+
+def _fault(exc: BaseException) -> str:
+    """What a fault's record says: its type and message, printable, bounded."""
+    return clip(f"{type(exc).__name__}: {exc}", 1000)
 
 
 def _leaves(group: BaseExceptionGroup[BaseException]) -> list[BaseException]:

@@ -113,6 +113,7 @@ PINNED = {
         "whatif",
         "copy_journal",
         "follow_journal",
+        "redact",
     ],
     kernel.beliefs: [
         "BELIEFS_ADAPTER",

@@ -44,6 +44,7 @@ from typing import Any, Literal, Protocol
 import msgspec
 
 from kernel.core.events import ExecutionIntent
+from kernel.core.text import id_problem
 from kernel.core.wall import MAX_DETAIL, InputInvalid, check_value, clip
 
 
@@ -77,7 +78,8 @@ def recordable(receipt: Any) -> Receipt:
     except (TypeError, ValueError, OverflowError, RecursionError) as exc:
         problem = f"not plain data: {exc}"
     external_id = receipt.external_id
-    if not isinstance(external_id, str) or len(external_id) > 256:
+    if not isinstance(external_id, str) or len(external_id) > 256 or id_problem(external_id):
+        # Recorded with its controls or lone surrogates escaped: the effect did happen.
         external_id = clip(external_id)
     if not problem and external_id is receipt.external_id:
         return receipt

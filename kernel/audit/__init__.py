@@ -10,6 +10,7 @@ from kernel.core import events
 from kernel.core.events import Event, RuleSource
 from kernel.core.flow import IllegalTransition
 from kernel.journal.copy import copy_journal
+from kernel.journal.errors import redact
 from kernel.journal.follow import follow_journal
 from kernel.journal.opening import open_journal
 from kernel.journal.store import JournalError
@@ -30,6 +31,7 @@ __all__ = [
     "fold",
     "follow_journal",
     "open_journal",
+    "redact",
     "rejudge",
     "state_at",
     "verify_journal",

@@ -21,7 +21,7 @@ from kernel.cli._operator import (
     refused,
     wait_seconds,
 )
-from kernel.cli._read import print_json
+from kernel.cli._read import print_json, say
 from kernel.core.reasons import CliError, ExitCode, ReasonCode
 from kernel.inbox import RequestRefused
 from kernel.inbox.prepare import rule_change, rule_decision, status_change
@@ -114,9 +114,9 @@ async def _agent(args: argparse.Namespace) -> int:
                 }
             )
             return ExitCode.OK
-        print(f"{manifest.agent_id} {manifest.version}: {agent.status}")
-        print(f"  capabilities  {', '.join(manifest.capabilities)}")
-        print(f"  subscriptions {', '.join(manifest.subscriptions)}")
+        say(f"{manifest.agent_id} {manifest.version}: {agent.status}")
+        say(f"  capabilities  {', '.join(manifest.capabilities)}")
+        say(f"  subscriptions {', '.join(manifest.subscriptions)}")
         return ExitCode.OK
     if args.json:
         return error(CliError.BAD_ARGUMENT, "--json reads; --set changes", ExitCode.USAGE)
@@ -167,14 +167,14 @@ async def _rules(args: argparse.Namespace) -> int:
         for rule, item in sorted(book.items.items()):
             current = item.current
             shown = f"v{current.version} {current.title!r}" if current else "no version in force"
-            print(f"{rule}: {shown} ({len(item.decisions)} decisions; dirk why {rule})")
+            say(f"{rule}: {shown} ({len(item.decisions)} decisions; dirk why {rule})")
         for pending_seq, proposal in sorted(book.pending.items()):
-            print(
+            say(
                 f"deferred #{pending_seq}: {proposal.rule} {proposal.title!r}"
                 f" by {proposal.proposer or '?'} (--override {pending_seq} | --skip {pending_seq})"
             )
         if not book.items and not book.pending:
-            print("no rules")
+            say("no rules")
         return ExitCode.OK
     if args.json:
         return error(CliError.BAD_ARGUMENT, "--json reads; a decision changes", ExitCode.USAGE)

@@ -13,7 +13,7 @@ import argparse
 from typing import Any
 
 from kernel.cli._operator import error
-from kernel.cli._read import print_json
+from kernel.cli._read import print_json, say
 from kernel.core.reasons import CliError, ExitCode
 from kernel.journal.opening import open_journal
 from kernel.state.beliefs.graph import BeliefGraph, PropositionRecord
@@ -90,16 +90,16 @@ async def _beliefs(args: argparse.Namespace) -> int:
         print_json({"last_seq": last_seq, "propositions": rows})
         return ExitCode.OK
     if not rows:
-        print("no propositions")
+        say("no propositions")
         return ExitCode.OK
     for row in rows:
-        print(
+        say(
             f"{row['proposition']}: {row['state']} confidence {row['confidence']}"
             f" ({row['layer']}, task {row['task']}) {row['text']!r}"
         )
         for e in row["evidence"]:
             refuted = " (refuted rival: not counted)" if e.get("refuted") else ""
-            print(f"  {e['stance']:<11} group {e['group']} (#{e['seq']}){refuted}")
+            say(f"  {e['stance']:<11} group {e['group']} (#{e['seq']}){refuted}")
     return ExitCode.OK
 
 
@@ -133,11 +133,11 @@ async def why_proposition(args: argparse.Namespace) -> int:
     if args.json:
         print_json({**_row(graph, p), "transitions": transitions})
         return ExitCode.OK
-    print(f"proposition {p.proposition}: {p.state} ({p.layer}) {p.text!r}")
-    print(f"  derived from {', '.join(p.derived_from) or '-'}")
-    print("transitions:")
+    say(f"proposition {p.proposition}: {p.state} ({p.layer}) {p.text!r}")
+    say(f"  derived from {', '.join(p.derived_from) or '-'}")
+    say("transitions:")
     for t in transitions:
-        print(
+        say(
             f"  #{t['seq']} {t['from'] or '(new)'} -> {t['to']} by {t['cause']}"
             f" {t['evidence']} (#{t['evidence_seq']}): confidence {t['confidence']},"
             f" support {t['support']} in {t['support_groups']} group(s),"

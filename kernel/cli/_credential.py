@@ -18,6 +18,7 @@ import sys
 import time
 
 from kernel.cli._operator import error, refused, wait_taken
+from kernel.cli._read import say
 from kernel.core import events as ev
 from kernel.core.keys import KeyUnusable
 from kernel.core.reasons import ExitCode, ReasonCode
@@ -59,7 +60,7 @@ async def issue_credential(args: argparse.Namespace) -> int:
     if problem is not None:
         return error(ReasonCode.SIGNATURE_INVALID, problem)
     row_id = signer.post(request, time.time_ns())
-    print(f"credential for {args.agent_id} queued as inbox row {row_id}", file=sys.stderr)
+    say(f"credential for {args.agent_id} queued as inbox row {row_id}", file=sys.stderr)
     print("hand it to the agent's host; it is shown only this once:", file=sys.stderr)
     print(secret)
     return await wait_taken(args.db, row_id, args.wait) if args.wait > 0 else ExitCode.OK

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from kernel.cli._read import say
 from kernel.core.reasons import ExitCode
 from kernel.journal.copy import copy_journal
 from kernel.journal.errors import JournalKeyError, chain_key_from, chain_key_from_env, redact
@@ -41,7 +42,7 @@ def add_commands(commands: Any) -> None:
 async def _copy(args: argparse.Namespace) -> int:
     key = _key(args)
     report = await copy_journal(args.source, args.target, chain_key=key)
-    print(
+    say(
         f"copied {report.events} events of journal {report.journal_id} to {redact(args.target)};"
         f" verified: head {report.head}"
     )

@@ -38,6 +38,7 @@ from kernel.cli._read import (
     flows_matching,
     positive,
     print_table,
+    say,
     select_flows,
     when,
 )
@@ -48,6 +49,7 @@ from kernel.core import events as ev
 from kernel.core.events import Event
 from kernel.core.flow import FlowState, FlowStatus, IllegalTransition
 from kernel.core.reasons import CliError, ExitCode
+from kernel.core.text import utf8_problem
 from kernel.journal.errors import is_postgres
 from kernel.journal.opening import open_journal
 from kernel.journal.store import Journal, JournalCorrupt, JournalError
@@ -91,6 +93,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     parser = _parser()
     args = parser.parse_args(_with_default_db(sys.argv[1:] if argv is None else list(argv)))
+    refused = _not_text(args)
+    if refused is not None:
+        return error(CliError.BAD_ARGUMENT, refused, ExitCode.USAGE)
     try:
         db = getattr(args, "db", None) or ""
         if db and not is_postgres(db) and not os.path.isfile(db):
@@ -122,6 +127,30 @@ dirk: inspect, verify and re-export a kernel's journal, and act as its operator.
 Every command names its journal with --db FILE or URL; ${DB_ENV}, when set, is the default.
 Reading commands print text for people, or JSON with --json.
 """
+
+
+_FILE_ARGUMENTS = frozenset(
+    {"db", "source", "target", "key_file", "anchor", "operators", "token_file", "pack"}
+)
+"""Arguments that name files: any bytes the system takes (a name need not be UTF-8)."""
+
+
+def _not_text(args: argparse.Namespace) -> str | None:
+    """Return why an argument is refused before the command runs, or None.
+
+    Under ``surrogateescape`` an argument byte that is not UTF-8 (``\\xff``) arrives as a
+    lone surrogate: such text could be neither recorded nor queued, so every argument
+    but a file's name must be UTF-8 (the kernel's wall then checks what each field takes).
+    """
+    for dest, value in sorted(vars(args).items()):
+        if dest in _FILE_ARGUMENTS or callable(value):
+            continue
+        for item in value if isinstance(value, list) else [value]:
+            problem = utf8_problem(item) if isinstance(item, str) else None
+            if problem is not None:
+                flag = dest.replace("_", "-")
+                return f"{flag}: {problem} (was a byte of it not UTF-8?)"
+    return None
 
 
 def _with_default_db(argv: list[str]) -> list[str]:
@@ -259,7 +288,7 @@ async def _flows(args: argparse.Namespace) -> int:
             print(json.dumps(row))
         return ExitCode.OK
     print_table(flows, now)
-    print(f"{len(rows)} flows")
+    say(f"{len(rows)} flows")
     return ExitCode.OK
 
 
@@ -300,14 +329,14 @@ async def _show(args: argparse.Namespace) -> int:
         row["events"] = [msgspec.to_builtins(e) for e in events]
         print(json.dumps(row))
         return ExitCode.OK
-    print(f"DecisionFlow {dfid}")
-    print(f"  trace {trace}")
-    print(f"  agent {first.agent_id}, parent {first.parent_dfid or '-'}, started {_time(start)}")
+    say(f"DecisionFlow {dfid}")
+    say(f"  trace {trace}")
+    say(f"  agent {first.agent_id}, parent {first.parent_dfid or '-'}, started {_time(start)}")
     for event in events:
         offset = (event.ts - start) / 1e6
-        print(f"  +{offset:9.3f} ms  #{event.seq:<6} {event.type:20} {_narrate(event)}")
+        say(f"  +{offset:9.3f} ms  #{event.seq:<6} {event.type:20} {_narrate(event)}")
     if flow is not None:
-        print(f"  {_outcome(flow)}")
+        say(f"  {_outcome(flow)}")
     return ExitCode.OK
 
 
@@ -330,7 +359,7 @@ class _ExportProblems(logging.Handler):
         if record.levelno >= logging.ERROR:
             self.errors += 1
         # The message without its traceback: the CLI prints no tracebacks.
-        print(f"otel: {record.getMessage()}", file=sys.stderr)
+        say(f"otel: {record.getMessage()}", file=sys.stderr)
 
 
 async def _traces_export(args: argparse.Namespace) -> int:
@@ -391,5 +420,5 @@ async def _traces_export(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({"ok": True, "spans": count, "dfid": dfid}))
     else:
-        print(f"traces: exported {count} spans")
+        say(f"traces: exported {count} spans")
     return ExitCode.OK

@@ -16,7 +16,16 @@ from typing import TYPE_CHECKING, Any
 from kernel.audit.reverify import PackPathError
 from kernel.cli._operator import error
 from kernel.cli._replay import packs_from
-from kernel.core.reasons import CliError, ExitCode
+from kernel.core.hosts import (
+    TlsError,
+    TlsFiles,
+    insecure_http_warning,
+    is_loopback,
+    plain_http_refusal,
+    tls_files,
+)
+from kernel.core.reasons import CliError, ExitCode, ReasonCode
+from kernel.core.text import id_problem
 from kernel.policy.packs import PackError, PolicyCatalog, PolicyPack
 
 if TYPE_CHECKING:
@@ -80,13 +89,25 @@ def add_commands(commands: Any) -> None:
         metavar="NAME",
         help="the name the kernel's keyring holds the server's key under (default mcp)",
     )
+    p.add_argument(
+        "--tls-cert",
+        metavar="FILE",
+        help="with --http: serve HTTPS with this certificate chain (PEM); needs --tls-key",
+    )
+    p.add_argument(
+        "--tls-key", metavar="FILE", help="the certificate's private key (PEM, unencrypted)"
+    )
+    p.add_argument(
+        "--insecure-http",
+        action="store_true",
+        help="with --http: serve plain HTTP off loopback anyway (bearer tokens readable)",
+    )
     p.set_defaults(run=_mcp)
 
 
 async def _mcp(args: argparse.Namespace) -> int:
     try:
         import kernel.mcp  # noqa: F401
-        from kernel.core.hosts import is_loopback
         from kernel.mcp._http import TokenFileError, read_tokens
     except ImportError:
         return error(
@@ -98,10 +119,16 @@ async def _mcp(args: argparse.Namespace) -> int:
 
     for name in _QUIET:
         logging.getLogger(name).setLevel(logging.WARNING)
+    for flag, name in (("--agent", args.agent), ("--operator", args.operator)):
+        problem = None if name is None else id_problem(name)
+        if problem is not None:
+            # A byte that is not UTF-8 reaches argv as a lone surrogate: refused, not echoed.
+            return error(ReasonCode.SCHEMA_INVALID, f"{flag}: {problem}", ExitCode.USAGE)
     host, port = "", 0
+    tls: TlsFiles | None = None
     if args.http:
         host, sep, port_text = args.http.rpartition(":")
-        if not sep or not port_text.isdigit() or not host:
+        if not sep or not port_text.isdigit() or not host or not 0 <= int(port_text) <= 65535:
             return error(CliError.BAD_ARGUMENT, "--http takes HOST:PORT", ExitCode.USAGE)
         host, port = host.strip("[]"), int(port_text)
         if not is_loopback(host) and not args.token_file:
@@ -110,8 +137,25 @@ async def _mcp(args: argparse.Namespace) -> int:
                 f"refusing to serve {host} without --token-file (only loopback may go without)",
                 ExitCode.USAGE,
             )
-    elif args.token_file:
-        return error(CliError.BAD_ARGUMENT, "--token-file goes with --http", ExitCode.USAGE)
+        try:
+            tls = tls_files(args.tls_cert, args.tls_key)
+        except TlsError as exc:
+            return error(CliError.BAD_ARGUMENT, str(exc), ExitCode.USAGE)
+        if tls is not None and args.insecure_http:
+            return error(
+                CliError.BAD_ARGUMENT,
+                "--insecure-http contradicts --tls-cert/--tls-key",
+                ExitCode.USAGE,
+            )
+        refusal = plain_http_refusal(host, tls=tls is not None, insecure_http=args.insecure_http)
+        if refusal is not None:
+            return error(CliError.BAD_ARGUMENT, refusal, ExitCode.USAGE)
+    elif args.token_file or args.tls_cert or args.tls_key or args.insecure_http:
+        return error(
+            CliError.BAD_ARGUMENT,
+            "--token-file, --tls-cert, --tls-key and --insecure-http go with --http",
+            ExitCode.USAGE,
+        )
     tokens = {}
     if args.token_file:
         try:
@@ -143,7 +187,7 @@ async def _mcp(args: argparse.Namespace) -> int:
     identity = Identity(default, tokens)
     try:
         async with _backend(args, agents, packs) as backend:
-            await _serve(backend, identity, tokens, args.http, host, port)
+            await _serve(backend, identity, tokens, args.http, host, port, tls)
     except PackError as exc:
         # Raised on opening the kernel: a pack that needs an adapter dirk mcp has not.
         return error(CliError.BAD_ARGUMENT, str(exc), ExitCode.USAGE)
@@ -157,6 +201,7 @@ async def _serve(
     http: str | None,
     host: str,
     port: int,
+    tls: TlsFiles | None,
 ) -> None:
     import anyio
     from mcp.server.subscriptions import InMemorySubscriptionBus
@@ -168,26 +213,36 @@ async def _serve(
     async with anyio.create_task_group() as tg:
         if isinstance(backend, Embedded):
             tg.start_soon(watch_rules, bus, backend.kernel.journal)
-        await _transport(server, tokens, http, host, port)
+        await _transport(server, tokens, http, host, port, tls)
         tg.cancel_scope.cancel()
 
 
 async def _transport(
-    server: Any, tokens: dict[str, Principal], http: str | None, host: str, port: int
+    server: Any,
+    tokens: dict[str, Principal],
+    http: str | None,
+    host: str,
+    port: int,
+    tls: TlsFiles | None,
 ) -> None:
-    from kernel.mcp._http import bearer, serve_http
+    from kernel.mcp._http import bearer, coded_errors, serve_http
 
     if not http:
         await server.run_stdio_async()
         return
-    app: Any = server.streamable_http_app(stateless_http=True, host=host)
+    app: Any = coded_errors(server.streamable_http_app(stateless_http=True, host=host))
     if tokens:
         app = bearer(app, tokens)
 
-    def ready(bound: int) -> None:
-        print(f"dirk mcp: serving http://{host}:{bound}/mcp", file=sys.stderr, flush=True)
+    scheme = "https" if tls is not None else "http"
+    shown = f"[{host}]" if ":" in host else host
+    if tls is None and not is_loopback(host):
+        print(insecure_http_warning(host), file=sys.stderr, flush=True)
 
-    await serve_http(app, host, port, ready=ready)
+    def ready(bound: int) -> None:
+        print(f"dirk mcp: serving {scheme}://{shown}:{bound}/mcp", file=sys.stderr, flush=True)
+
+    await serve_http(app, host, port, ready=ready, tls=tls)
 
 
 @asynccontextmanager

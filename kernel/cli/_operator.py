@@ -21,13 +21,13 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from kernel.cli._read import age, iso_time, print_json, print_rows
+from kernel.cli._read import age, iso_time, print_json, print_rows, say
 from kernel.core import events as ev
 from kernel.core.events import Event
 from kernel.core.flow import FlowState, FlowStatus
 from kernel.core.keys import KeyUnusable
 from kernel.core.reasons import CliError, ExitCode, ReasonCode
-from kernel.core.wall import MAX_TTL_S
+from kernel.core.wall import MAX_TTL_S, visible
 from kernel.inbox import InboxRequest, RequestRefused, Signer, open_signer
 from kernel.inbox.client import keyring_problem, queued_dfids, read_answer, taken_seq
 from kernel.inbox.prepare import amendment, prepare_decision
@@ -158,7 +158,7 @@ async def post_signed(
         row_id = signer.post(request, time.time_ns())
     except ValueError as exc:  # InputInvalid: the request as the kernel's wall sees it
         return error(ReasonCode.SCHEMA_INVALID, str(exc), ExitCode.USAGE)
-    print(f"{what} queued as inbox row {row_id}")
+    say(f"{what} queued as inbox row {row_id}")
     if args.wait <= 0:
         return ExitCode.OK
     return await wait_taken(args.db, row_id, args.wait)
@@ -172,7 +172,7 @@ def refused(exc: RequestRefused) -> int:
 
 def error(code: ReasonCode | CliError, message: str, status: ExitCode = ExitCode.FAILED) -> int:
     """Print ``error: CODE: message`` on stderr; return ``status`` (by default FAILED)."""
-    print(f"error: {code}: {message}", file=sys.stderr)
+    print(f"error: {code}: {visible(message)}", file=sys.stderr)
     return status
 
 
@@ -184,9 +184,7 @@ def error_of(exc: JournalError | PackPathError, status: ExitCode) -> int:
 
 def one_line(text: str) -> str:
     """Return ``text`` with control characters escaped: what a damaged file says stays one line."""
-    return "".join(
-        char if char.isprintable() else char.encode("unicode_escape").decode() for char in text
-    )
+    return visible(text)
 
 
 def describe_action(flow: FlowState) -> str:
@@ -264,7 +262,7 @@ async def _escalations(args: argparse.Namespace) -> int:
             for row in rows
         ),
     )
-    print(f"{len(rows)} pending escalations")
+    say(f"{len(rows)} pending escalations")
     return ExitCode.OK
 
 
@@ -284,61 +282,63 @@ async def _review(args: argparse.Namespace) -> int:
     if args.json:
         print_json(_review_document(flow, approval, events, agents, started, now))
         return ExitCode.OK
-    print(f"DecisionFlow {flow.dfid}: {flow.status}, agent {flow.agent_id}, topic {flow.topic!r}")
+    say(f"DecisionFlow {flow.dfid}: {flow.status}, agent {flow.agent_id}, topic {flow.topic!r}")
     if approval is None:
-        print("  never escalated")
+        say("  never escalated")
         return ExitCode.OK
-    print(f"\nWhy it escalated\n  {approval.reason_code}: {approval.detail}")
+    say("", "Why it escalated", f"  {approval.reason_code}: {approval.detail}")
     waited = age(now - approval.escalated_ts)
-    print(f"  impact {approval.impact}, approval {approval.status}, escalated {waited} ago")
+    say(f"  impact {approval.impact}, approval {approval.status}, escalated {waited} ago")
     if approval.operator:
-        print(f"  decided by {approval.operator}: {approval.reason!r}")
+        say(f"  decided by {approval.operator}: {approval.reason!r}")
     proposal = flow.proposal
-    print("\nThe proposed action")
+    say("", "The proposed action")
     if proposal is None or not approval.action_hash:
-        print("  none: the agent proposed nothing")
+        say("  none: the agent proposed nothing")
     else:
-        print(f"  {describe_action(flow)}")
-        print(f"  kind {proposal.kind} version {proposal.version or '-'}")
-        print(f"  params {json.dumps(proposal.params, sort_keys=True)}")
-        print(f"  confidence {proposal.confidence:g}")
-        print(f"  action hash {approval.short_hash} (full {approval.action_hash})")
-        print(f"\nThe agent's explanation\n  {proposal.explain or '(none given)'}")
+        say(f"  {describe_action(flow)}")
+        say(f"  kind {proposal.kind} version {proposal.version or '-'}")
+        say(f"  params {json.dumps(proposal.params, sort_keys=True)}")
+        say(f"  confidence {proposal.confidence:g}")
+        say(f"  action hash {approval.short_hash} (full {approval.action_hash})")
+        say("", "The agent's explanation", f"  {proposal.explain or '(none given)'}")
     context = _context_seen(events, proposal.context_ref if proposal else "")
-    print("\nThe working context the agent saw")
+    say("", "The working context the agent saw")
     if context is None:
-        print("  (not recorded)")
+        say("  (not recorded)")
     else:
-        print(f"  attempt {context.attempt}, context {context.context_ref[:12]}")
+        say(f"  attempt {context.attempt}, context {context.context_ref[:12]}")
         for key, value in context.state.items():
-            print(f"  {key} = {json.dumps(value)}")
+            say(f"  {key} = {json.dumps(value)}")
         if context.feedback is not None:
-            print(f"  feedback {context.feedback.reason_code}: {context.feedback.detail}")
-    print("\nThe limits involved")
-    print(f"  {approval.detail}")
+            say(f"  feedback {context.feedback.reason_code}: {context.feedback.detail}")
+    say("", "The limits involved")
+    say(f"  {approval.detail}")
     manifest = _manifest(agents, flow.agent_id)
     if manifest is not None:
         limits = json.dumps(manifest.limits, sort_keys=True) if manifest.limits else "none"
-        print(f"  agent {manifest.agent_id}: capabilities {', '.join(manifest.capabilities)};")
-        print(f"    max attempts {manifest.max_attempts}; declared limits {limits}")
+        say(f"  agent {manifest.agent_id}: capabilities {', '.join(manifest.capabilities)};")
+        say(f"    max attempts {manifest.max_attempts}; declared limits {limits}")
     if started:
         boot = started[-1].payload
         assert isinstance(boot, ev.KernelStarted)
         for pack in boot.packs:
-            print(f"  pack {pack.name} {pack.version} ({pack.hash[:12]})")
+            say(f"  pack {pack.name} {pack.version} ({pack.hash[:12]})")
     if flow.status is FlowStatus.ESCALATED and flow.pending is not None:
-        print(f"\nThe effect may have happened: look up key {flow.pending.key} in the system")
-        print(
-            f"\nTo decide: dirk decide {flow.dfid} --reconcile done:EXTERNAL_ID"
-            " | --reconcile not-done | --retry --operator NAME --reason TEXT"
+        say("", f"The effect may have happened: look up key {flow.pending.key} in the system")
+        say(
+            "",
+            f"To decide: dirk decide {flow.dfid} --reconcile done:EXTERNAL_ID"
+            " | --reconcile not-done | --retry --operator NAME --reason TEXT",
         )
     elif approval.status is ApprovalStatus.PENDING and flow.status is FlowStatus.ESCALATED:
         confirm = (
             f" --confirm {approval.short_hash}" if approval.impact is Impact.HIGH_IMPACT else ""
         )
-        print(
-            f"\nTo decide: dirk decide {flow.dfid} --approve{confirm} | --reject | --modify JSON"
-            " --operator NAME --reason TEXT"
+        say(
+            "",
+            f"To decide: dirk decide {flow.dfid} --approve{confirm} | --reject | --modify JSON"
+            " --operator NAME --reason TEXT",
         )
     return ExitCode.OK
 
@@ -521,32 +521,32 @@ async def wait_taken(db: str, row_id: int, timeout_s: float) -> int:
     events = [event] if event is not None else []
     payload = event.payload if event is not None else None
     if isinstance(payload, ev.HumanDecided):
-        print(f"applied: {payload.decision} by {payload.operator} (event #{seq})")
+        say(f"applied: {payload.decision} by {payload.operator} (event #{seq})")
         return ExitCode.OK
     if isinstance(payload, ev.DecisionRefused | ev.AmendmentRefused):
         return error(payload.reason_code, payload.detail)
     if isinstance(payload, ev.AgentStatusChanged):
         who = f"by {payload.operator} (event #{seq})"
-        print(f"applied: {events[0].agent_id} is {payload.status}, {who}")
+        say(f"applied: {events[0].agent_id} is {payload.status}, {who}")
         return ExitCode.OK
     if isinstance(payload, ev.RuleDecided):
         version = f", now v{payload.version}" if payload.version else ""
         what = f"rule {payload.rule} {payload.decision} by {payload.actor}{version}"
-        print(f"applied: {what} (event #{seq})")
+        say(f"applied: {what} (event #{seq})")
         return ExitCode.OK
     if isinstance(payload, ev.RuleRetracted):
-        print(f"applied: rule {payload.rule} v{payload.version} retracted by {payload.operator}")
+        say(f"applied: rule {payload.rule} v{payload.version} retracted by {payload.operator}")
         return ExitCode.OK
     if isinstance(payload, ev.InputRefused):
         return error(payload.reason_code, f"{payload.field}: {payload.detail}")
     if isinstance(payload, ev.LimitAmended):
-        print(
+        say(
             f"applied: {payload.limit} = {payload.value} for {events[0].agent_id} by"
             f" {payload.operator} (event #{seq}, floor {payload.floor}, ceiling {payload.ceiling})"
         )
         return ExitCode.OK
     if isinstance(payload, ev.CredentialIssued):
-        print(f"applied: credential of {events[0].agent_id} by {payload.operator} (event #{seq})")
+        say(f"applied: credential of {events[0].agent_id} by {payload.operator} (event #{seq})")
         return ExitCode.OK
     if isinstance(payload, ev.RequestVerified):
         print(f"applied: {payload.request} by {payload.principal} (event #{seq})")

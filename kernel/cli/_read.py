@@ -8,24 +8,61 @@ import datetime as dt
 import json
 import sys
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, TextIO
 
 import msgspec
 
 from kernel.core.flow import FlowState, FlowStatus
+from kernel.core.wall import visible
 from kernel.telemetry import trace_id_for
 
 __all__ = [
     "age",
     "flows_matching",
     "iso_time",
+    "json_text",
     "positive",
     "print_json",
     "print_rows",
     "print_table",
+    "say",
     "select_flows",
     "when",
 ]
+
+
+def say(*lines: str, file: TextIO | None = None, flush: bool = False) -> None:
+    """Print each line for a person: what is not printable is shown as an escape.
+
+    Every string a journal holds came from outside (agents, operators, adapters), and
+    a terminal obeys C0 and C1 controls, DEL and their sequences (clear the screen,
+    rewrite the line above, retitle the window, a disguised link), so each line is shown
+    through :func:`kernel.core.wall.visible` (``\\x1b``, ``\\x9b``, ``\\n`` inside a value).
+    A line is one line: a value cannot add lines of its own. JSON output does not come
+    through here; it escapes what it must itself and stays exact.
+    """
+    for line in lines:
+        print(visible(line), file=file, flush=flush)
+
+
+def json_text(text: str) -> str:
+    """Return JSON text with what is not printable inside its strings as ``\\u`` escapes.
+
+    msgspec writes C1 controls, DEL and format characters raw (``json.dumps`` escapes
+    every non-ASCII character already); as ``\\u009b`` they decode to the same value.
+    The newlines of indented JSON lie between tokens and stay.
+    """
+    if text.isprintable():
+        return text
+    return "".join(char if char.isprintable() or char == "\n" else _u_escape(char) for char in text)
+
+
+def _u_escape(char: str) -> str:
+    code = ord(char)
+    if code <= 0xFFFF:
+        return f"\\u{code:04x}"
+    code -= 0x10000  # a character past the BMP as its JSON surrogate pair
+    return f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}"
 
 
 def print_json(document: Any) -> None:
@@ -124,11 +161,13 @@ def print_rows(columns: Sequence[str], rows: Iterable[Sequence[str]]) -> None:
         right = column.startswith(">")
         table.add_column(column.lstrip(">"), justify="right" if right else "left")
     for row in rows:
-        table.add_row(*(Text(cell) for cell in row))
+        table.add_row(*(Text(visible(cell)) for cell in row))
     _console().print(table)
 
 
 def print_table(flows: Sequence[FlowState], now: int) -> None:
+    from rich.text import Text
+
     console = _console()
     table = _table()
     table.add_column("DFID", no_wrap=True)
@@ -147,14 +186,16 @@ def print_table(flows: Sequence[FlowState], now: int) -> None:
     for flow in flows:
         status = str(flow.status)
         reason = str(flow.reason_code or "") + ("  NEEDS_REVIEW" if flow.needs_review else "")
+        # Recorded text as Text (never markup), shown through visible(); only the status
+        # (the kernel's own word) is coloured.
         table.add_row(
-            flow.dfid,
+            Text(visible(flow.dfid)),
             f"[{colours[flow.status]}]{status}[/]" if flow.status in colours else status,
-            flow.agent_id or "",
-            flow.proposal.kind if flow.proposal else "",
+            Text(visible(flow.agent_id or "")),
+            Text(visible(flow.proposal.kind if flow.proposal else "")),
             str(flow.attempts),
             age(now - flow.created_ts),
-            reason,
+            Text(visible(reason)),
         )
     console.print(table)
 

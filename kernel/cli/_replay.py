@@ -17,7 +17,7 @@ from kernel.audit.counterfactual import whatif
 from kernel.audit.reverify import PackPathError, Rejudged, load_packs, rejudge
 from kernel.cli._beliefs import why_proposition
 from kernel.cli._operator import error, error_of
-from kernel.cli._read import print_json
+from kernel.cli._read import json_text, print_json, say
 from kernel.core.events import RuleProposed
 from kernel.core.reasons import CliError, ExitCode
 from kernel.journal.opening import open_journal
@@ -78,9 +78,13 @@ async def _state(args: argparse.Namespace) -> int:
             return error(CliError.UNKNOWN_SEQ, f"{args.db} has events 1..{journal.head_seq}")
         projections = await state_at(journal, args.at)
     if args.json:
-        print(msgspec.json.encode(state_json(projections)).decode())
+        print(json_text(msgspec.json.encode(state_json(projections)).decode()))
         return ExitCode.OK
-    print(msgspec.json.format(msgspec.json.encode(state_json(projections)), indent=2).decode())
+    print(
+        json_text(
+            msgspec.json.format(msgspec.json.encode(state_json(projections)), indent=2).decode()
+        )
+    )
     return ExitCode.OK
 
 
@@ -115,8 +119,8 @@ async def _whatif(args: argparse.Namespace) -> int:
         print_json({"judged": result.judged, "skipped": 0, "changes": result.changes})
         return ExitCode.OK
     for change in result.changes:
-        print(change.line())
-    print(f"whatif: {result.judged} recorded verdicts judged again, {len(result.changes)} change")
+        say(change.line())
+    say(f"whatif: {result.judged} recorded verdicts judged again, {len(result.changes)} change")
     return ExitCode.OK
 
 
@@ -132,7 +136,7 @@ async def _why(args: argparse.Namespace) -> int:
         print_json(why_document(args.rule, item, proposals))
         return ExitCode.OK
     for line in why_lines(args.rule, item, proposals):
-        print(line)
+        say(line)
     return ExitCode.OK
 
 
@@ -215,8 +219,8 @@ async def _whatif_pack(db: str, specs: list[str], as_json: bool = False) -> int:
         print_json({"judged": result.judged, "skipped": result.skipped, "changes": result.changes})
         return ExitCode.OK
     for change in result.changes:
-        print(change.line())
-    print(
+        say(change.line())
+    say(
         f"whatif: {result.judged} recorded verdicts judged again, {len(result.changes)} change"
         f" ({result.skipped} of kinds no given pack defines)"
     )

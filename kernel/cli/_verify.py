@@ -11,10 +11,8 @@ from typing import Any
 
 from kernel.audit.reverify import PackPathError, Rejudged
 from kernel.audit.verification import verify_all
-from kernel.cli._operator import error, error_of, one_line
-from kernel.cli._read import (
-    print_json,
-)
+from kernel.cli._operator import error, error_of
+from kernel.cli._read import print_json, say
 from kernel.cli._replay import rejudge_verdicts, verdict_lines
 from kernel.core.flow import IllegalTransition
 from kernel.core.reasons import CliError, ExitCode
@@ -108,16 +106,20 @@ async def _failed_file(command: str, db: str, problem: str) -> None:
     except Exception as exc:
         code, problem = f"{JournalCorrupt.code}: ", f"{problem} ({exc!r})"
     # A journal that opens fails for what verify found (a key, an anchor), said as it is.
-    print(one_line(f"{command}: FAILED: {code}journal {redact(db)}: {problem}"))
+    say(f"{command}: FAILED: {code}journal {redact(db)}: {problem}")
 
 
 async def _anchor(args: argparse.Namespace) -> int:
-    report = await verify_journal(args.db, chain_key=_chain_key(args))
+    try:
+        key = _chain_key(args)
+    except JournalKeyError as exc:
+        return error_of(exc, ExitCode.USAGE)
+    report = await verify_journal(args.db, chain_key=key)
     if not report.ok:
         if report.first_bad_seq is None:
             await _failed_file("anchor", args.db, report.problem)
         else:
-            print(one_line(f"anchor: FAILED at seq {report.first_bad_seq}: {report.problem}"))
+            say(f"anchor: FAILED at seq {report.first_bad_seq}: {report.problem}")
         return ExitCode.FAILED
     anchor = report.anchor()
     if args.json:
@@ -127,7 +129,7 @@ async def _anchor(args: argparse.Namespace) -> int:
             )
         )
     else:
-        print(anchor.line())
+        say(anchor.line())
     return ExitCode.OK
 
 
@@ -162,40 +164,52 @@ async def _verify_text(args: argparse.Namespace, found: dict[str, Any] | None = 
         return error(
             CliError.BAD_ARGUMENT, "--verdicts needs the packs: --pack PATH", ExitCode.USAGE
         )
+    if args.pack and not args.verdicts:
+        # Silently ignored, it would read as "the verdicts were checked against this pack".
+        return error(
+            CliError.BAD_ARGUMENT,
+            "--pack names the packs --verdicts re-judges with: give --verdicts too",
+            ExitCode.USAGE,
+        )
     try:
         anchor = _anchor_arg(args)
     except ValueError as exc:
         return error(CliError.BAD_ARGUMENT, f"--anchor: {exc}", ExitCode.USAGE)
     try:
+        key = _chain_key(args)
+    except JournalKeyError as exc:
+        # A key that cannot be read or used: verify cannot run as given (docs/integrity.md).
+        return error_of(exc, ExitCode.USAGE)
+    try:
         # The chain, then one fold from scratch of the projections, checked against every
         # checkpoint and snapshot: both from one read of the journal.
-        report, replay = await verify_all(args.db, chain_key=_chain_key(args), anchor=anchor)
+        report, replay = await verify_all(args.db, chain_key=key, anchor=anchor)
     except (JournalError, IllegalTransition, ValueError) as exc:
         # The chain checked out, so only what lies outside it (snapshots) can be at fault.
-        print(one_line(f"verify: FAILED: {getattr(exc, 'code', JournalCorrupt.code)}: {exc}"))
+        say(f"verify: FAILED: {getattr(exc, 'code', JournalCorrupt.code)}: {exc}")
         return ExitCode.FAILED
     if not report.ok and report.first_bad_seq is None:
         # Not a readable journal rather than a bad event: opening it names the condition.
         await _failed_file("verify", args.db, report.problem)
         return ExitCode.FAILED
     if not report.ok:
-        print(one_line(f"verify: FAILED at seq {report.first_bad_seq}: {report.problem}"))
+        say(f"verify: FAILED at seq {report.first_bad_seq}: {report.problem}")
         return ExitCode.FAILED
     if replay is None:  # the journal did not open, though its chain checked out
         await _failed_file("verify", args.db, "it does not open")
         return ExitCode.FAILED
     if not replay.ok:
         for problem in replay.problems:
-            print(one_line(f"verify: FAILED {problem}"))
+            say(f"verify: FAILED {problem}")
         return ExitCode.FAILED
     if not report.head_record:
-        print(
+        say(
             "verify: note: no head record (a journal from before head records): a removed tail"
             " is not detectable until a kernel opens it for writing; keep an anchor"
         )
     if anchor is not None:
-        print(f"verify: anchor ok: event {anchor.seq} ({anchor.hash[:16]}) is in the journal")
-    print(
+        say(f"verify: anchor ok: event {anchor.seq} ({anchor.hash[:16]}) is in the journal")
+    say(
         f"verify: chain ok, projections ok (digest {replay.digest[:16]};"
         f" {replay.checkpoints} checkpoints, {replay.snapshots} snapshots match replay)"
     )
@@ -207,8 +221,8 @@ async def _verify_text(args: argparse.Namespace, found: dict[str, Any] | None = 
         if found is not None:
             found["verdicts"] = result
         ok, lines = verdict_lines(result)
-        print("\n".join(lines))
+        say(*lines)
         if not ok:
             return ExitCode.FAILED
-    print(f"verify: ok events={report.events} head={report.head}")
+    say(f"verify: ok events={report.events} head={report.head}")
     return ExitCode.OK

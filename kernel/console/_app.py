@@ -48,6 +48,7 @@ from kernel.console._auth import (
     csrf_ok,
 )
 from kernel.console._decide import Door, Refused, decision_request
+from kernel.console._fields import field_refusal, form_items, row_refusal
 from kernel.console._follow import Follower
 from kernel.console._manage import (
     agent_row,
@@ -96,6 +97,9 @@ class Settings:
     answer_s: float = 0.0
     """How long a change waits for the kernel to take it, so that a request the kernel
     refuses at once is shown refused (0: shown queued at once)."""
+    tls: bool = False
+    """Served over TLS: every cookie is ``Secure`` (as it is for a request a TLS proxy on
+    this machine forwards as https)."""
 
 
 def create_app(
@@ -151,6 +155,10 @@ def create_app(
         )
         return HTMLResponse(body, status_code=status)
 
+    def secure(request: Request) -> bool:
+        """Whether cookies go only over HTTPS: under TLS, or forwarded as https by a local proxy."""
+        return settings.tls or request.url.scheme == "https"
+
     def signed_in(request: Request) -> Session | None:
         return gate.session(request.cookies.get(SESSION_COOKIE))
 
@@ -173,6 +181,9 @@ def create_app(
                 form = await _form(request)
                 if form is None or not csrf_ok(session, form.get("csrf")):
                     return Response("CSRF token missing or wrong", status_code=403)
+                refused = field_refusal([*request.path_params.items(), *form_items(form)])
+                if refused is not None:
+                    return page(request, "refused.html", session, 400, error=refused)
                 request.state.form = form
             return await handler(request, session)
 
@@ -191,7 +202,7 @@ def create_app(
             error="",
             code="",
         )
-        _cookie(response, LOGIN_COOKIE, nonce, path="/login")
+        _cookie(response, LOGIN_COOKIE, nonce, path="/login", secure=secure(request))
         return response
 
     async def login(request: Request) -> Response:
@@ -199,6 +210,9 @@ def create_app(
         nonce = request.cookies.get(LOGIN_COOKIE, "")
         if form is None or not _same_origin(request) or not nonce or form.get("nonce") != nonce:
             return Response("CSRF check failed: load the sign-in page again", status_code=403)
+        refused = field_refusal(form_items(form))
+        if refused is not None:
+            return login_refused(request, 400, refused.message, refused.code)
         name = str(form.get("name", "")).strip()
         secret = str(form.get("secret", ""))
         address = request.client.host if request.client else ""
@@ -212,8 +226,8 @@ def create_app(
         if sid is None:
             return login_refused(request, 401, "not signed in: wrong name, password or token")
         home = RedirectResponse("/", status_code=303)
-        _cookie(home, SESSION_COOKIE, sid)
-        home.delete_cookie(LOGIN_COOKIE, path="/login")
+        _cookie(home, SESSION_COOKIE, sid, secure=secure(request))
+        home.delete_cookie(LOGIN_COOKIE, path="/login", secure=secure(request), httponly=True)
         return home
 
     def login_refused(request: Request, status: int, error: str, code: str = "") -> Response:
@@ -221,13 +235,13 @@ def create_app(
         response = page(
             request, "login.html", None, status, nonce=fresh, token="", error=error, code=code
         )
-        _cookie(response, LOGIN_COOKIE, fresh, path="/login")
+        _cookie(response, LOGIN_COOKIE, fresh, path="/login", secure=secure(request))
         return response
 
     async def logout(request: Request, session: Session) -> Response:
         gate.sign_out(request.cookies.get(SESSION_COOKIE))
         response = RedirectResponse("/login", status_code=303)
-        response.delete_cookie(SESSION_COOKIE)
+        response.delete_cookie(SESSION_COOKIE, secure=secure(request), httponly=True)
         return response
 
     # --- escalations ------------------------------------------------------------------
@@ -273,6 +287,7 @@ def create_app(
             decision = decision_request(
                 follower.projections, follower.queued, dfid, _plain(form), session.operator
             )
+            _checked(decision)
             refused = await post(decision)
         except Refused as refusal:
             return await flow_review(request, session, 409, refusal)
@@ -340,7 +355,9 @@ def create_app(
     ) -> Response:
         """Post the request ``build`` makes of the form, or show why not."""
         try:
-            refused = await post(build(_plain(request.state.form)))
+            built = build(_plain(request.state.form))
+            _checked(built)
+            refused = await post(built)
         except Refused as refusal:
             return await refused_page(request, session, 409, refusal)
         if refused is not None:
@@ -487,12 +504,25 @@ def _same_origin(request: Request) -> bool:
     origin = request.headers.get("origin") or request.headers.get("referer")
     if not origin:
         return True  # not a browser, or one that sends neither: the CSRF token still counts
-    parts = urlsplit(origin)
+    try:
+        parts = urlsplit(origin)
+    except ValueError:  # "http://[": not a URL, so no origin of this console
+        return False
     return parts.netloc == request.headers.get("host", "")
 
 
-def _cookie(response: Response, name: str, value: str, path: str = "/") -> None:
-    response.set_cookie(name, value, httponly=True, samesite="strict", path=path)
+def _checked(row: Any) -> None:
+    """Raise the refusal of a row no journal could record (a lone surrogate in it)."""
+    refused = row_refusal(row)
+    if refused is not None:
+        raise refused
+
+
+def _cookie(
+    response: Response, name: str, value: str, path: str = "/", *, secure: bool = False
+) -> None:
+    # Secure under TLS: a browser then never sends the session over plain HTTP.
+    response.set_cookie(name, value, httponly=True, samesite="strict", path=path, secure=secure)
 
 
 def _nonce() -> str:

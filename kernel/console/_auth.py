@@ -42,8 +42,9 @@ _N, _R, _P = 2**17, 8, 1
 _MAXMEM = 256 * 1024 * 1024
 _SCHEME = "scrypt"
 
-NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@-]{0,63}$")
-"""An operator's name: what the journal records as who decided."""
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@-]{0,63}\Z")
+"""An operator's name: what the journal records as who decided. (``\\Z``, not ``$``, which
+would let a name end in a line feed.)"""
 
 IDLE_S = 8 * 3600.0
 """A session unused this long ends: an unattended browser does not stay signed in for ever."""
@@ -268,7 +269,7 @@ class Gate:
             # Counted before the check, so attempts in flight together cannot all pass.
             self.throttle.failed(keys)
         if self.operators is None:
-            ok = hmac.compare_digest(secret.encode(), self.token.encode())
+            ok = hmac.compare_digest(secret.encode("utf-8", "surrogatepass"), self.token.encode())
         else:
             stored = self.operators.get(name)
             # A missing name costs a check too, so timing does not tell names apart.
@@ -308,4 +309,7 @@ def _dummy() -> str:
 
 def csrf_ok(session: Session, sent: object) -> bool:
     """Whether a form's CSRF field matches its session's token."""
-    return isinstance(sent, str) and hmac.compare_digest(sent.encode(), session.csrf.encode())
+    # surrogatepass: a token with a lone surrogate is a wrong token, never an exception.
+    return isinstance(sent, str) and hmac.compare_digest(
+        sent.encode("utf-8", "surrogatepass"), session.csrf.encode()
+    )

@@ -1,9 +1,11 @@
 """``dirk console``: serve the operator console for one journal, on 127.0.0.1 unless told.
 
 A non-loopback address is refused unless named operators with passwords are
-configured (``--operators``). Without them, the console prints a sign-in link
-with a token made for this run (as Jupyter does), and whoever holds it names
-themselves when signing in.
+configured (``--operators``), and unless it is served over TLS (``--tls-cert``,
+``--tls-key``) or the operator says ``--insecure-http``: passwords and session
+cookies must not cross a network readable. Without operators, the console
+prints a sign-in link with a token made for this run (as Jupyter does), and
+whoever holds it names themselves when signing in.
 """
 
 from __future__ import annotations
@@ -16,8 +18,15 @@ from pathlib import Path
 from typing import Any
 
 from kernel.console._auth import Gate, OperatorsFileError, add_operator, read_operators
-from kernel.core.hosts import is_loopback
-from kernel.core.reasons import CliError, ExitCode
+from kernel.core.hosts import (
+    TlsError,
+    insecure_http_warning,
+    is_loopback,
+    plain_http_refusal,
+    tls_files,
+)
+from kernel.core.reasons import CliError, ExitCode, ReasonCode
+from kernel.core.text import utf8_problem
 from kernel.escalation import EscalationPolicy
 from kernel.journal.errors import redact
 from kernel.journal.opening import open_journal
@@ -48,6 +57,19 @@ def add_commands(commands: Any) -> None:
         "--add-operator",
         metavar="NAME",
         help="add NAME to --operators FILE with a password read from the terminal (or stdin)",
+    )
+    console.add_argument(
+        "--tls-cert",
+        metavar="FILE",
+        help="serve HTTPS with this certificate chain (PEM); needs --tls-key",
+    )
+    console.add_argument(
+        "--tls-key", metavar="FILE", help="the certificate's private key (PEM, unencrypted)"
+    )
+    console.add_argument(
+        "--insecure-http",
+        action="store_true",
+        help="serve plain HTTP off loopback anyway (passwords and cookies readable on the way)",
     )
     console.add_argument(
         "--poll",
@@ -84,7 +106,7 @@ def add_commands(commands: Any) -> None:
     console.set_defaults(run=run)
 
 
-def _error(code: CliError, message: str, status: ExitCode = ExitCode.USAGE) -> int:
+def _error(code: CliError | ReasonCode, message: str, status: ExitCode = ExitCode.USAGE) -> int:
     print(f"error: {code}: {message}", file=sys.stderr)
     return status
 
@@ -111,6 +133,15 @@ async def run(args: argparse.Namespace) -> int:
             f"refusing to listen on {args.host} without named operators: give --operators FILE"
             " (or listen on 127.0.0.1)",
         )
+    try:
+        tls = tls_files(args.tls_cert, args.tls_key)
+    except TlsError as exc:
+        return _error(CliError.BAD_ARGUMENT, str(exc))
+    if tls is not None and args.insecure_http:
+        return _error(CliError.BAD_ARGUMENT, "--insecure-http contradicts --tls-cert/--tls-key")
+    refusal = plain_http_refusal(args.host, tls=tls is not None, insecure_http=args.insecure_http)
+    if refusal is not None:
+        return _error(CliError.BAD_ARGUMENT, refusal)
     try:
         import uvicorn
 
@@ -142,14 +173,18 @@ async def run(args: argparse.Namespace) -> int:
         key=args.key,
         door=args.door,
         answer_s=ANSWER_S,
+        tls=tls is not None,
     )
     app = create_app(settings, gate)
     host, port = sock.getsockname()[:2]
     shown = f"[{host}]" if ":" in host else host
-    print(f"dirk console for {redact(args.db)} on http://{shown}:{port}/", flush=True)
+    scheme = "https" if tls is not None else "http"
+    if tls is None and not is_loopback(args.host):
+        print(insecure_http_warning(args.host), file=sys.stderr, flush=True)
+    print(f"dirk console for {redact(args.db)} on {scheme}://{shown}:{port}/", flush=True)
     if operators is None:
         # Printed once, on the operator's own terminal, never logged (access logs are off).
-        print(f"sign in: http://{shown}:{port}/login?token={gate.token}", flush=True)
+        print(f"sign in: {scheme}://{shown}:{port}/login?token={gate.token}", flush=True)
     config = uvicorn.Config(
         app,
         log_config=None,
@@ -157,6 +192,8 @@ async def run(args: argparse.Namespace) -> int:
         access_log=False,
         server_header=False,
         timeout_graceful_shutdown=2,
+        ssl_certfile=tls.cert if tls is not None else None,
+        ssl_keyfile=tls.key if tls is not None else None,
     )
     server = uvicorn.Server(config)
     try:
@@ -174,7 +211,13 @@ def _add_operator(args: argparse.Namespace) -> int:
         if getpass.getpass("again: ") != password:
             return _error(CliError.BAD_ARGUMENT, "the two passwords differ")
     else:
-        password = sys.stdin.readline().rstrip("\n")
+        try:
+            password = sys.stdin.readline().rstrip("\n")
+        except UnicodeDecodeError:
+            return _error(ReasonCode.SCHEMA_INVALID, "the password is not UTF-8 text")
+    problem = utf8_problem(password)
+    if problem is not None:
+        return _error(ReasonCode.SCHEMA_INVALID, f"the password holds {problem}")
     try:
         add_operator(args.operators, args.add_operator, password)
     except OperatorsFileError as exc:

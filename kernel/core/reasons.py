@@ -97,6 +97,13 @@ class StopReason(StrEnum):
     """An actor failed more often than its supervisor allows in the period."""
     JOURNAL_FAILED = "JOURNAL_FAILED"
     """The journal could not be written: nothing more can be recorded."""
+    KERNEL_FAILED = "KERNEL_FAILED"
+    """A task of the kernel raised what nothing handles (a bug, or input that should have
+    been refused): the detail names the exception. Never recorded as a clean close."""
+    HISTORY_CORRUPT = "HISTORY_CORRUPT"
+    """The chain before the latest snapshot, which a kernel checks after it opened, does not
+    check: an event there is missing or altered (the detail names its seq). Opening refuses
+    such a journal when the fault lies after the snapshot."""
 
 
 class CliError(StrEnum):

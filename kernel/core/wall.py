@@ -28,6 +28,7 @@ import msgspec
 from msgspec import Meta
 
 from kernel.core.reasons import ReasonCode
+from kernel.core.text import ID_PATTERN, NAME_PATTERN, REASON_PATTERN, TEXT_PATTERN
 
 T = TypeVar("T")
 
@@ -54,12 +55,16 @@ MAX_TTL_S = 10 * 366 * 24 * 3600
 MAX_DETAIL = 1000
 """How much of a value a refusal quotes back."""
 
+# What a field's text may hold is one rule, kept in kernel.core.text: every string
+# encodes as UTF-8; ids and names take no control character; free text keeps tabs and
+# line breaks only. The specs below hold it as msgspec patterns.
+
 Int64 = Annotated[int, Meta(ge=INT_MIN, le=INT_MAX)]
-Id = Annotated[str, Meta(max_length=MAX_ID)]
-Name = Annotated[str, Meta(min_length=1, max_length=MAX_ID, pattern=r"\S")]
+Id = Annotated[str, Meta(max_length=MAX_ID, pattern=ID_PATTERN)]
+Name = Annotated[str, Meta(min_length=1, max_length=MAX_ID, pattern=NAME_PATTERN)]
 """An id that must be given: an operator's name, an agent, a flow."""
-Reason = Annotated[str, Meta(min_length=1, max_length=MAX_REASON, pattern=r"\S")]
-Text = Annotated[str, Meta(max_length=MAX_TEXT)]
+Reason = Annotated[str, Meta(min_length=1, max_length=MAX_REASON, pattern=REASON_PATTERN)]
+Text = Annotated[str, Meta(max_length=MAX_TEXT, pattern=TEXT_PATTERN)]
 Confidence = Annotated[float, Meta(ge=0.0, le=1.0)]
 Seconds = Annotated[float, Meta(gt=0.0, le=MAX_TTL_S)]
 Tokens = Annotated[int, Meta(ge=0, le=INT_MAX)]
@@ -166,6 +171,13 @@ class RuleRetractionSpec(_Spec, frozen=True):
     reason: Reason
 
 
+class SubmissionSpec(_Spec, frozen=True):
+    """What names a submission before its proposal is read: the session token and the flow."""
+
+    token: Id
+    dfid: Name
+
+
 class HumanActSpec(_Spec, frozen=True):
     operator: Name
     reason: Reason
@@ -196,7 +208,8 @@ def admit(value: Any, spec: type[T]) -> T:
     try:
         return msgspec.convert(builtins, spec, strict=True)
     except msgspec.ValidationError as exc:
-        raise InputInvalid(_field_of(exc), str(exc)[:MAX_DETAIL]) from None
+        field = _field_of(exc)
+        raise InputInvalid(field, _explained(exc, builtins, field)[:MAX_DETAIL]) from None
 
 
 def who_and_why(operator: Any, reason: Any) -> str | None:
@@ -245,6 +258,8 @@ def check_value(value: Any, path: str = "$") -> None:
             if not math.isfinite(item):
                 raise InputInvalid(_spelled(where), f"{item} is not a finite number")
         elif kind is str:
+            if not item.isascii():
+                _check_utf8(item, where)
             chars += len(item)
             if chars > MAX_CHARS:
                 raise InputInvalid("$", f"more than {MAX_CHARS} characters of text in all")
@@ -260,6 +275,8 @@ def check_value(value: Any, path: str = "$") -> None:
                     raise InputInvalid(
                         _spelled(where), f"a key that is not a string: {key!r}"[:200]
                     )
+                if not key.isascii():
+                    _check_utf8(key, where, "a key")
                 chars += len(key)
                 stack.append((v, (where, key), depth + 1))
         else:
@@ -267,6 +284,23 @@ def check_value(value: Any, path: str = "$") -> None:
 
 
 _PLAIN = frozenset({int, float, str, list, dict})
+
+
+def _check_utf8(text: str, where: Any, what: str = "text") -> None:
+    """Refuse a string that does not encode as UTF-8: it holds a lone surrogate.
+
+    Python strings may (``"\\ud800"``, or ``"\\udcff"`` from an argument byte that is
+    not UTF-8 under ``surrogateescape``), JSON text and the journal may not: such a
+    string is refused here, naming the character, never at the journal's seal.
+    """
+    try:
+        text.encode()
+    except UnicodeEncodeError as exc:
+        raise InputInvalid(
+            _spelled(where),
+            f"{what} with a lone surrogate U+{ord(text[exc.start]):04X} at character"
+            f" {exc.start}: not UTF-8 text",
+        ) from None
 
 
 def _plain_kind(item: Any) -> type | None:
@@ -287,13 +321,86 @@ def _spelled(where: Any) -> str:
     return _bare("".join(reversed(parts)))
 
 
+def visible(text: str) -> str:
+    """Return ``text`` with every character that is not printable shown as an escape.
+
+    C0 and C1 controls, DEL, lone surrogates, format characters (bidirectional
+    overrides) and separators other than the space become ``\\x1b``, ``\\x9b``,
+    ``\\udcff``, ``\\u202e``: what a terminal would obey, or a journal could not hold,
+    is shown instead. Printable text (any script) is returned as it is. ``dirk``'s
+    printers show every recorded string through this; refusals record through
+    :func:`clip`, which uses it too.
+    """
+    if text.isprintable():
+        return text
+    return "".join(
+        char if char.isprintable() else char.encode("unicode_escape").decode("ascii")
+        for char in text
+    )
+
+
 def clip(text: Any, limit: int = MAX_ID) -> str:
-    """Return ``text`` as a string of at most ``limit`` characters, saying so when it was cut."""
-    shown: str = text if isinstance(text, str) else repr(text)
+    """Return ``text`` as a string of at most ``limit`` characters, saying so when it was cut.
+
+    What is not printable is shown as an escape (:func:`visible`): a refusal quotes
+    what it refused, and must be recordable whatever that was.
+    """
+    shown: str = visible(text) if isinstance(text, str) else visible(_repr(text))
     if len(shown) <= limit:
         return shown
     note = f"... ({len(shown)} chars, cut)"
     return shown[: max(0, limit - len(note))] + note
+
+
+def _repr(value: Any) -> str:
+    try:
+        return repr(value)
+    except Exception as exc:  # a hostile __repr__ (or one too deep) still gets a record
+        return f"<{type(value).__name__}: repr failed: {type(exc).__name__}>"
+
+
+_PATTERNS = {
+    ID_PATTERN: ("an id or name", "takes no control character (C0, C1 or DEL)", ""),
+    NAME_PATTERN: ("a name", "is not blank and takes no control character (C0, C1 or DEL)", ""),
+    TEXT_PATTERN: ("free text", "keeps tabs and line breaks, no other control", "\t\n\r"),
+    REASON_PATTERN: (
+        "a reason",
+        "is not blank and keeps tabs and line breaks, no other control",
+        "\t\n\r",
+    ),
+}
+
+
+def _explained(exc: msgspec.ValidationError, value: Any, field: str) -> str:
+    """Say in words what a field's text pattern refused (msgspec names only the regex)."""
+    text = str(exc)
+    for pattern, (what, rule, kept) in _PATTERNS.items():
+        if f"matching regex {pattern!r}" not in text:
+            continue
+        if "` in `" in text:
+            return f"a key of this map is {what} that {rule}"
+        found = _at(value, field)
+        if not isinstance(found, str):
+            return f"{what} {rule}"
+        for where, char in enumerate(found):
+            code = ord(char)
+            if (code < 0x20 or 0x7F <= code <= 0x9F) and char not in kept:
+                return f"{what} {rule}: U+{code:04X} at character {where}"
+        return f"{what} {rule}: this one is blank"
+    return text
+
+
+def _at(value: Any, field: str) -> Any:
+    """Return the value at a field as :func:`_field_of` names it (``a.b[2]``), or None."""
+    for part in field.replace("[", ".[").split("."):
+        if not part:
+            continue
+        if part.startswith("[") and part.endswith("]") and part[1:-1].isdigit():
+            index = int(part[1:-1])
+            value = value[index] if isinstance(value, list) and index < len(value) else None
+        else:
+            value = value.get(part) if isinstance(value, dict) else None
+    return value
 
 
 def _bare(path: str) -> str:
@@ -302,6 +409,9 @@ def _bare(path: str) -> str:
 
 def _field_of(exc: msgspec.ValidationError) -> str:
     text = str(exc)
+    if "` in `" in text:
+        # A key of a map was refused ("... - at `key` in `$.params`"): name the map.
+        return _bare(text.rsplit("` in `", 1)[1].rstrip("`"))
     if " - at `" in text:
         return _bare(text.rsplit(" - at `", 1)[1].rstrip("`"))
     for marker in ("unknown field `", "missing required field `"):

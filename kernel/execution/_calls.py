@@ -16,6 +16,7 @@ from kernel.adapters.constraints import Violation, check
 from kernel.adapters.contract import Adapter, AdapterError, Quote, Receipt, recordable
 from kernel.core.events import BELIEF_PAYLOADS, ExecutionIntent
 from kernel.core.ports import Clock
+from kernel.core.wall import clip
 from kernel.runtime.actors import Mailbox
 from kernel.runtime.messages import AdapterDone, ExecutionMessage
 from kernel.state.beliefs import BELIEFS_ADAPTER
@@ -94,14 +95,14 @@ class AdapterCalls:
         except AdapterError as exc:
             done = msgspec.structs.replace(
                 done,
-                error=str(exc)[:500],
+                error=clip(str(exc), 500),
                 transient=exc.transient,
                 # A lookup that failed leaves the outcome as unknown as before it.
                 unknown=exc.outcome_unknown or looking,
             )
         except Exception as exc:
             # Unclassified: the call may have reached the system; fail closed.
-            error = f"{type(exc).__name__}: {exc}"[:500]
+            error = clip(f"{type(exc).__name__}: {exc}", 500)
             done = msgspec.structs.replace(done, error=error, unknown=True)
         await self._mailbox.send(done)
 
@@ -114,7 +115,7 @@ class AdapterCalls:
             found = await lookup(intent.key)
             receipt = recordable(found) if found is not None else None
         except Exception as exc:
-            error = f"{last.error}; lookup failed: {type(exc).__name__}: {exc}"[:500]
+            error = clip(f"{last.error}; lookup failed: {type(exc).__name__}: {exc}", 500)
             done = msgspec.structs.replace(done, error=error, unknown=True)
         else:
             if receipt is not None:
@@ -125,7 +126,12 @@ class AdapterCalls:
 
     async def _check(self, adapter: Adapter, intent: ExecutionIntent) -> Violation | None:
         if self._clock is None:
-            return None
+            # No clock, no way to tell whether the intent is still valid: refused, never
+            # called unchecked (the kernel always wires one; a bare engine may not).
+            return Violation(
+                bound="valid_until_ns",
+                detail="no clock to check the intent's validity and bounds against",
+            )
         quote_fn = getattr(adapter, "quote", None)
         if not callable(quote_fn):
             # No live view of the world here: the bounds travel in the intent and the

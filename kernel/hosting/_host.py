@@ -21,6 +21,7 @@ from kernel.core.events import Manifest
 from kernel.core.ports import Clock
 from kernel.core.reasoning import UsageMeter, metered
 from kernel.core.reasons import ReasonCode
+from kernel.core.wall import clip
 from kernel.policy.contracts import Outcome, Proposal, Session, Verdict, WorkingContext
 from kernel.runtime.actors import Mailbox
 from kernel.runtime.messages import AgentMessage, DimMessage, Withdraw
@@ -86,24 +87,65 @@ class AgentHost:
         self._prune_at = _PRUNE_AT
         self.tg: TaskGroup | None = None
         """Where the crews run; set by the kernel while it runs, cancelled when it closes."""
+        self._crews: dict[str, anyio.CancelScope] = {}
+        self.retired: list[Mailbox[AgentMessage]] = []
+        """Mailboxes of displaced crews, still drained (closed with the kernel's)."""
         self.trace_scope: TraceScope = _no_trace
         """Set by the kernel when spans are exported: ``decide()`` runs inside the flow's trace."""
 
     def host(self, agent: AgentLike, mailbox: Mailbox[AgentMessage]) -> None:
         """Start ``agent``'s crew on the contexts that arrive in ``mailbox``."""
         assert self.tg is not None
-        name = f"agent:{agent.manifest.agent_id}"
-        self.tg.start_soon(self._crew, agent, mailbox, name=name)
+        agent_id = agent.manifest.agent_id
+        scope = self._crews[agent_id] = anyio.CancelScope()
+        self.tg.start_soon(self._crew, agent, mailbox, scope, name=f"agent:{agent_id}")
+
+    def hosting(self, agent_id: str) -> bool:
+        """Whether a crew in this process reasons for ``agent_id``."""
+        return agent_id in self._crews
+
+    def retire(self, agent_id: str, mailbox: Mailbox[AgentMessage], token: str) -> None:
+        """Stop the crew of ``agent_id``, displaced by a new session whose token is ``token``.
+
+        The registry ended the flows the crew held when the new session was recorded; a
+        context routed to ``mailbox`` after that (the compiler picked it before the
+        crew was replaced) ends too: each is withdrawn under the new session, never
+        left waiting in a mailbox no one reads.
+        """
+        assert self.tg is not None
+        scope = self._crews.pop(agent_id, None)
+        if scope is not None:
+            scope.cancel()
+        self.sessions.pop(agent_id, None)
+        self.retired.append(mailbox)
+        self.tg.start_soon(self._withdraw_all, mailbox, token, name=f"retired:{agent_id}")
+
+    async def _withdraw_all(self, mailbox: Mailbox[AgentMessage], token: str) -> None:
+        detail = "its agent was displaced by a new handshake before this flow reached it"
+        while True:
+            ctx = await mailbox.receive()
+            if ctx.dfid in self._moving:  # else it ended already (the DIM checks the rest)
+                msg = Withdraw(
+                    dfid=ctx.dfid,
+                    token=token,
+                    attempt=ctx.attempt,
+                    reason_code=ReasonCode.INVALID_SESSION,
+                    detail=detail,
+                )
+                await self._dim.send(msg)
 
     def spawn(self, fn: Any) -> None:
         """Run ``fn`` beside the agents (the reasoning caps' watchdogs)."""
         assert self.tg is not None
         self.tg.start_soon(fn)
 
-    async def _crew(self, agent: AgentLike, mailbox: Mailbox[AgentMessage]) -> None:
-        async with anyio.create_task_group() as tg:
-            for n in range(self._concurrency):
-                tg.start_soon(self._reasoner, agent, mailbox, name=f"agent:{n}")
+    async def _crew(
+        self, agent: AgentLike, mailbox: Mailbox[AgentMessage], scope: anyio.CancelScope
+    ) -> None:
+        with scope:
+            async with anyio.create_task_group() as tg:
+                for n in range(self._concurrency):
+                    tg.start_soon(self._reasoner, agent, mailbox, name=f"agent:{n}")
 
     async def _reasoner(self, agent: AgentLike, mailbox: Mailbox[AgentMessage]) -> None:
         while True:
@@ -131,7 +173,10 @@ class AgentHost:
                 if meter.stopped is not None:
                     await withdraw(*meter.stopped)  # e.g. a malformed usage report
                 else:
-                    await withdraw(ReasonCode.AGENT_ERROR, f"{type(exc).__name__}: {exc}"[:500])
+                    # The agent's own words, clipped and made printable: they are recorded.
+                    await withdraw(
+                        ReasonCode.AGENT_ERROR, clip(f"{type(exc).__name__}: {exc}", 500)
+                    )
                 return
             if meter.stopped is not None:
                 # The computation budget cancelled the thought; the flow ends with the reason.

@@ -90,8 +90,9 @@ _EVENTS = (
     "SELECT e.seq, e.body, e.hash, p.hash FROM events AS e"
     " LEFT JOIN events AS p ON p.seq = e.seq - 1 WHERE e.seq >= %s"
 )
-# The same rows without their hashes (NULL): what a fold reads (Journal.scan(hashes=False)).
-_BODIES = "SELECT e.seq, e.body, NULL, NULL FROM events AS e WHERE e.seq >= %s"
+# The same rows without the join for the previous hash (NULL): what a scan reads
+# (Journal.scan), which checks the chain through consecutive rows itself.
+_BODIES = "SELECT e.seq, e.body, e.hash, NULL FROM events AS e WHERE e.seq >= %s"
 _COPY = "COPY events (seq, type, dfid, body, hash) FROM STDIN (FORMAT BINARY)"
 _COPY_TYPES = ["int8", "text", "text", "bytea", "bytea"]
 _LEASE = f"SELECT pg_advisory_lock({LEASE_CLASS}, hashtext(current_schema()))"

@@ -112,8 +112,9 @@ _EVENTS = (
     "SELECT e.seq, e.body, e.hash, p.hash FROM events AS e"
     " LEFT JOIN events AS p ON p.seq = e.seq - 1 WHERE e.seq >= ?"
 )
-# The same rows without their hashes (NULL): what a fold reads (Journal.scan(hashes=False)).
-_BODIES = "SELECT e.seq, e.body, NULL, NULL FROM events AS e WHERE e.seq >= ?"
+# The same rows without the join for the previous hash (NULL): what a scan reads
+# (Journal.scan), which checks the chain through consecutive rows itself.
+_BODIES = "SELECT e.seq, e.body, e.hash, NULL FROM events AS e WHERE e.seq >= ?"
 # sqlite3 raises UnicodeDecodeError for a schema whose text was damaged.
 SQLITE_ERRORS = (sqlite3.Error, UnicodeDecodeError)
 # The head record (kernel.journal.head), rewritten in each append's transaction.

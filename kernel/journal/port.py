@@ -24,7 +24,7 @@ from kernel.journal.head import Row
 
 EventRow = tuple[int, bytes, bytes, bytes | None]
 """An event as :meth:`StoreReader.events` returns it: seq, body, hash, the previous row's hash
-(both hashes None when read without them)."""
+(None when read without it)."""
 
 
 class Head(NamedTuple):
@@ -49,7 +49,8 @@ class StoreReader(Protocol):
     ) -> list[EventRow]:
         """Return events from ``start`` (to ``stop``, exclusive) in seq order, filtered.
 
-        ``hashes`` False leaves both hashes of each row None (a fold needs neither).
+        ``hashes`` False leaves the previous row's hash None: a scan of consecutive rows
+        has it from the row before, without the join.
         """
         ...
 

@@ -20,7 +20,8 @@ from kernel.journal.head import Row
 
 
 class EventUnreadable(ValueError):
-    """An event refused before it was staged: its canonical bytes do not decode back to it."""
+    """An event refused before it was written: it has no canonical bytes (text that is not
+    UTF-8, an object JSON cannot hold), or they do not decode back to it."""
 
 
 def seal(
@@ -41,7 +42,13 @@ def seal(
                 raise ValueError(f"caused_by={draft.caused_by} reaches outside its append")
             draft = msgspec.structs.replace(draft, caused_by=seq + draft.caused_by)
         event = stamp(draft, seq, ts)
-        body = canonical(event)
+        try:
+            body = canonical(event)
+        except (TypeError, ValueError, OverflowError) as exc:
+            # A lone surrogate (UnicodeEncodeError), an object JSON has no form for, an
+            # integer past 64 bits: refused as the event's own fault, never the journal's.
+            name = event_type(draft.payload)
+            raise EventUnreadable(f"{name} cannot be written: {exc}") from None
         _check_round_trip(event, body)
         hash_ = chain(prev, body, key)
         hash_hex = hash_.hex()
@@ -96,12 +103,15 @@ def check_row(
     key: bytes | None,
     hashes_checked: bool,
     with_hashes: bool = True,
+    with_columns: bool = True,
 ) -> tuple[str, Event | None]:
     """Return ("", the event) if the row is event ``expected_seq`` chained to ``prev``,
     else (what is wrong, None).
 
     ``with_hashes`` False leaves the event's ``prev_hash`` and ``hash`` empty (a check
-    that only needs to know the row is sound skips writing them out in hex).
+    that only needs to know the row is sound skips writing them out in hex);
+    ``with_columns`` False skips comparing the type and dfid columns with the body (a
+    read that did not fetch them compares what it asked for itself).
     """
     seq, type_, dfid, body, hash_ = row
     if seq != expected_seq:
@@ -121,7 +131,7 @@ def check_row(
         return f"event {seq} records seq {event.seq} in its body", None
     if hashes_checked and hash_ != chain(prev, body, key):
         return f"event {seq} does not match its hash: its body or hash was altered", None
-    if type_ != event.type or dfid != event.dfid:
+    if with_columns and (type_ != event.type or dfid != event.dfid):
         return f"event {seq} has type or dfid columns that differ from its body", None
     return "", event
 

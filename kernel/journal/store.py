@@ -11,6 +11,13 @@ dropped or reordered. The same transaction that appends rows rewrites the head
 record (the last seq and hash), so a removed tail is caught on open and by
 verify; docs/integrity.md says what that proves and what it does not.
 
+What is read is what was verified. Every event a read returns is checked against
+its stored hash and the stored hash of the event before it (a scan checks the
+chain through the rows it reads), and a kernel that opened from a snapshot checks
+the chain before it, which opening skipped, in the background
+(:meth:`Journal.check_history`): a read that would return an event of that part
+waits for the check, and gets :class:`JournalCorrupt` naming the seq if it failed.
+
 All of that is the same for every store; what a database must do is the port
 in :mod:`kernel.journal.port`. :func:`open_journal` takes a SQLite file (the
 default, :mod:`kernel.journal._sqlite`) or a ``postgresql://`` URL
@@ -21,6 +28,7 @@ commits without ever slowing the writer.
 
 from __future__ import annotations
 
+import hashlib
 import time
 from collections.abc import AsyncIterator, Callable, Collection, Sequence
 from typing import NoReturn
@@ -28,7 +36,7 @@ from typing import NoReturn
 import anyio
 import msgspec
 
-from kernel.core.events import GENESIS_HASH, Draft, Event, decode_body
+from kernel.core.events import GENESIS_HASH, Draft, Event, chain, decode_body
 from kernel.core.ports import Clock
 from kernel.journal._sqlite import APPLICATION_ID, INBOX_SCHEMA, SCHEMA_VERSION
 from kernel.journal._subscription import READ_BATCH as _BATCH
@@ -50,7 +58,7 @@ from kernel.journal.errors import (
     redact,
 )
 from kernel.journal.head import Row, head_value
-from kernel.journal.port import Head, StoreReader, StoreWriter
+from kernel.journal.port import EventRow, Head, StoreReader, StoreWriter
 from kernel.journal.sealing import EventUnreadable, check_row, seal
 
 __all__ = [
@@ -83,6 +91,101 @@ CommitObserver = Callable[[int, int], None]
 
 
 _decoder = msgspec.json.Decoder(Event)
+
+
+def _checked(
+    seq: int, body: bytes, hash_: bytes, prev: bytes, key: bytes | None, checked: bool
+) -> Event | None:
+    """Return event ``seq`` with its hashes if its row chains on ``prev``; None if not."""
+    try:
+        plain = unpack(body)
+        if checked and hash_ != (
+            hashlib.sha256(prev + plain).digest() if key is None else chain(prev, plain, key)
+        ):
+            return None
+        event = decode_body(plain, prev, hash_)
+    except (ValueError, TypeError):
+        return None
+    return event if event.seq == seq else None
+
+
+def _problem(row: Row, seq: int, prev: bytes, key: bytes | None, checked: bool) -> str:
+    """Say what is wrong with a row that did not check (check_row's words)."""
+    found = check_row(row, seq, prev, key, checked, with_columns=False)[0]
+    return found or f"event {seq} is stored under another dfid or type than its body's"
+
+
+def _folded(
+    rows: Sequence[EventRow], expected: int, prev: bytes, key: bytes | None, checked: bool
+) -> tuple[list[Event], str]:
+    """Decode consecutive rows from event ``expected`` on, checking they chain on ``prev``.
+
+    Returns the events (without their hashes, as a fold reads them) and what is wrong
+    with the next row ("" when every row checked out). The loop every replay runs: the
+    words for a row that is not plainly sound come from :func:`check_row`.
+    """
+    events: list[Event] = []
+    append, decode, sha256 = events.append, _decoder.decode, hashlib.sha256
+    fast = checked and key is None
+    for seq, body, hash_, _ in rows:
+        try:
+            if seq != expected or type(hash_) is not bytes:
+                raise _Unsound
+            plain = unpack(body)
+            if fast:
+                if hash_ != sha256(prev + plain).digest():
+                    raise _Unsound
+            elif checked and hash_ != chain(prev, plain, key):
+                raise _Unsound
+            event = decode(plain)
+            if event.seq != seq:
+                raise _Unsound
+        except (_Unsound, ValueError, TypeError):
+            return events, _problem((seq, "", None, body, hash_), expected, prev, key, checked)
+        append(event)
+        expected, prev = expected + 1, hash_
+    return events, ""
+
+
+class _Unsound(Exception):
+    """A row :func:`_folded` leaves to :func:`check_row` to describe."""
+
+
+def _chain_through(
+    rows: Sequence[Row], expected: int, prev: bytes, key: bytes | None, hashes_checked: bool
+) -> tuple[str, int, bytes]:
+    """Check that ``rows`` are events ``expected``.. chained on ``prev``.
+
+    Returns what is wrong ("" if nothing), the seq it is wrong at (else the next seq)
+    and the last hash. Hashes only: nothing is decoded, so it is cheap enough to run
+    over a whole history in the background.
+    """
+    for seq, _, _, body, hash_ in rows:
+        if seq != expected:
+            return f"event {expected} is missing (the next row is event {seq})", expected, prev
+        if not isinstance(body, bytes) or not isinstance(hash_, bytes):
+            return f"event {seq} is not stored as bytes", seq, prev
+        if hashes_checked:
+            try:
+                canonical = unpack(body)
+            except (ValueError, TypeError) as exc:
+                return f"event {seq} does not decode ({exc})", seq, prev
+            if hash_ != chain(prev, canonical, key):
+                altered = f"event {seq} does not match its hash: its body or hash was altered"
+                return altered, seq, prev
+        expected, prev = expected + 1, hash_
+    return "", expected, prev
+
+
+def _storable(text: str) -> bool:
+    """Whether ``text`` could be a stored dfid or type (a store cannot even be asked otherwise)."""
+    if text.isascii():
+        return "\x00" not in text
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return "\x00" not in text
 
 
 class _Batch:
@@ -135,6 +238,11 @@ class Journal:
         self._attempts = self._appends = self._transactions = self._events = 0
         self._observer: CommitObserver | None = None
         self._observer_clock: Callable[[], int] = time.perf_counter_ns
+        # Events 1.._history_end were not checked when the journal was opened (restore()
+        # folded a snapshot and checked only the tail after it): check_history() does.
+        self._history_end = 0
+        self._history_lock: anyio.Lock | None = None
+        self._history_problem: JournalCorrupt | None = None
 
     @property
     def path(self) -> str:
@@ -280,7 +388,7 @@ class Journal:
             types: Only events of these types.
             limit: At most this many events.
         """
-        return await self._read(start, stop, dfid, types, limit, hashes=True)
+        return await self._read(start, stop, dfid, types, limit)
 
     async def _read(
         self,
@@ -289,25 +397,76 @@ class Journal:
         dfid: str | None,
         types: Collection[str] | None,
         limit: int | None,
-        *,
-        hashes: bool,
     ) -> list[Event]:
-        wanted = None if types is None else list(types)
-        if wanted is not None and not wanted:
+        wanted = None if types is None else [t for t in types if _storable(t)]
+        if (wanted is not None and not wanted) or (dfid is not None and not _storable(dfid)):
+            # No event can carry a name that is not UTF-8 text: nothing to ask the store.
             return []
         self._check_open()
-        rows = await self._reader.events(start, stop, dfid, wanted, limit, hashes)
-        try:
-            if not hashes:
-                decode = _decoder.decode
-                return [decode(unpack(body)) for _, body, _, _ in rows]
-            return [
-                decode_body(unpack(body), GENESIS_HASH if seq == 1 else prev or b"", hash_)
-                for seq, body, hash_, prev in rows
-            ]
-        except (ValueError, TypeError) as exc:
-            # msgspec.DecodeError, or UnicodeDecodeError for bytes that are not UTF-8.
-            raise JournalCorrupt(self._path, f"an event does not decode ({exc})") from exc
+        rows = await self._reader.events(start, stop, dfid, wanted, limit, True)
+        if rows and rows[0][0] <= self._history_end:
+            await self.check_history()
+        key, checked = self._key, self._hashes_checked
+        events: list[Event] = []
+        for seq, body, hash_, prev in rows:
+            # Each event against its own hash and the stored hash of the one before it: an
+            # edited body, a hash that was not recomputed or a missing row is refused.
+            prev = GENESIS_HASH if seq == 1 else prev or b""
+            event = _checked(seq, body, hash_, prev, key, checked)
+            if (
+                event is None
+                or (dfid is not None and event.dfid != dfid)
+                or (wanted is not None and event.type not in wanted)
+            ):
+                raise self._corrupt(
+                    _problem((seq, "", None, body, hash_), seq, prev, key, checked), seq
+                )
+            events.append(event)
+        return events
+
+    async def check_history(self) -> None:
+        """Check the chain from event 1 up to where opening began to check it, once.
+
+        :func:`kernel.state.snapshots.restore` opens a kernel from its latest trusted
+        snapshot and checks only the events after it; it hands the events before it here
+        (:meth:`defer_history`). A kernel runs this in the background after it opened;
+        a read of one of those events waits for it. Later calls return at once, or raise
+        again what the first found.
+
+        Raises:
+            JournalCorrupt: an event before the snapshot is missing or altered (with its seq).
+        """
+        if self._history_problem is not None:
+            raise self._history_problem
+        if not self._history_end:
+            return
+        self._history_lock = self._history_lock or anyio.Lock()
+        async with self._history_lock:
+            if self._history_problem is not None:
+                raise self._history_problem
+            last = self._history_end
+            if not last:
+                return
+            key, checked = self._key, self._hashes_checked
+            expected, prev = 1, GENESIS_HASH
+            while expected <= last:
+                self._check_open()
+                rows = await self._reader.rows(expected, last, _BATCH)
+                # The hashing runs off the event loop: the kernel goes on meanwhile.
+                if not rows:
+                    self._history_problem = self._corrupt(f"event {expected} is missing", expected)
+                    raise self._history_problem
+                problem, expected, prev = await anyio.to_thread.run_sync(
+                    _chain_through, rows, expected, prev, key, checked
+                )
+                if problem:
+                    self._history_problem = self._corrupt(problem, expected)
+                    raise self._history_problem
+            self._history_end = 0
+
+    def defer_history(self, last: int) -> None:
+        """Leave events 1..``last`` to :meth:`check_history`; until it ran, reads wait for it."""
+        self._history_end = max(self._history_end, last)
 
     async def check_chain(self, start: int = 1) -> None:
         """Check that events ``start``..head are whole and chain on from event ``start - 1``.
@@ -369,15 +528,40 @@ class Journal:
         """Yield every event from ``start`` on, in seq-ordered batches of ``batch_size``.
 
         ``hashes`` False leaves each event's ``prev_hash`` and ``hash`` empty: what a
-        fold of the projections reads (they use neither), for less work per event.
+        fold of the projections reads (they use neither), for less work per event. The
+        chain is checked through the rows read either way.
+
+        Raises:
+            JournalCorrupt: an event is missing, altered or out of place (with its seq).
         """
+        if hashes:
+            while True:
+                batch = await self._read(start, None, None, None, batch_size)
+                if batch:
+                    yield batch
+                if len(batch) < batch_size:
+                    return
+                start = batch[-1].seq + 1
+        start = max(start, 1)
+        prev = GENESIS_HASH
+        if start > 1:
+            self._check_open()
+            found = await self._reader.hash_at(start - 1)
+            prev = found if isinstance(found, bytes) else b""
+        key, checked = self._key, self._hashes_checked
         while True:
-            batch = await self._read(start, None, None, None, batch_size, hashes=hashes)
+            self._check_open()
+            rows = await self._reader.events(start, None, None, None, batch_size, False)
+            if rows and start <= self._history_end:
+                await self.check_history()
+            batch, problem = _folded(rows, start, prev, key, checked)
+            if problem:
+                raise self._corrupt(problem, start + len(batch))
             if batch:
                 yield batch
-            if len(batch) < batch_size:
+            if len(rows) < batch_size:
                 return
-            start = batch[-1].seq + 1
+            start, prev = start + len(rows), rows[-1][2]
 
     async def flow_events(self, dfid: str) -> list[Event]:
         """Return the events of one DecisionFlow in seq order."""

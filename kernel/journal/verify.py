@@ -22,7 +22,7 @@ import msgspec
 
 from kernel.core.events import GENESIS_HASH, Event, KernelStarted, KernelStopped
 from kernel.journal._subscription import READ_BATCH
-from kernel.journal.errors import JournalError
+from kernel.journal.errors import JournalError, chain_key_from_env
 from kernel.journal.head import head_problem, key_problem
 from kernel.journal.port import backend_for
 from kernel.journal.sealing import check_rows
@@ -133,6 +133,9 @@ async def verify_journal(
     type and DecisionFlow, that the last event is the one the head record
     names, and that the journal still holds the event ``anchor`` names.
 
+    ``chain_key`` defaults to ``DIRK_CHAIN_KEY``, as for ``open_kernel`` and ``dirk``:
+    a journal a kernel keyed from the environment verifies with the same environment.
+
     ``fold`` is handed each batch of events that checked out, in order, before the
     next is read (``dirk verify`` folds the projections from them: each event is read
     and decoded once). Their ``prev_hash`` and ``hash`` are left empty: the hashes were
@@ -169,6 +172,8 @@ async def verify_journal(
             if meta is None:
                 return report("an empty database, not a journal")
             journal_id = meta["journal_id"]
+            if chain_key is None:
+                chain_key = chain_key_from_env(None, path)
             problem = key_problem(meta, chain_key, events=1, need_key=True)
             if problem:
                 return report(problem)

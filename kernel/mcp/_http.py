@@ -10,16 +10,22 @@ request logs are off.
 A token file has one principal per line, ``agent:ID TOKEN`` or
 ``operator:NAME TOKEN`` (blank lines and ``#`` comments ignored); a token is
 at least 16 characters.
+
+Served with a certificate and key (:class:`kernel.core.hosts.TlsFiles`), the
+same app speaks HTTPS only: a bearer token never crosses a network readable.
 """
 
 from __future__ import annotations
 
 import hmac
+import json
 import socket
 from collections.abc import Awaitable, Callable, Mapping, MutableMapping
 from pathlib import Path
 from typing import Any
 
+from kernel.core.hosts import TlsFiles
+from kernel.core.text import id_problem
 from kernel.mcp._backend import Principal
 
 MIN_TOKEN = 16
@@ -57,6 +63,10 @@ def read_tokens(path: str | Path) -> dict[str, Principal]:
             raise TokenFileError(
                 f"{path} line {number}: want 'agent:ID TOKEN' or 'operator:NAME TOKEN'"
             )
+        problem = id_problem(name)
+        if problem is not None:
+            # The name is what the journal records as who acted: no control character in it.
+            raise TokenFileError(f"{path} line {number}: the name holds {problem}")
         token = parts[1]
         if len(token) < MIN_TOKEN:
             raise TokenFileError(
@@ -113,13 +123,76 @@ def bearer(app: App, tokens: Mapping[str, Principal]) -> App:
     return guarded
 
 
+def coded_errors(app: App) -> App:
+    """Wrap ``app`` so each JSON-RPC error it answers over HTTP carries a reason code too.
+
+    The SDK refuses what never reaches a tool (a body that is not JSON, or JSON that
+    holds a lone surrogate's escape, a request that is not JSON-RPC) with a JSON-RPC
+    error and a 4xx status. Each such error gets ``data: {"reason_code": ...}``
+    (SCHEMA_INVALID; UNAUTHORIZED for 401, 403 and 421), as a tool's refusal has one.
+    """
+
+    async def coding(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await app(scope, receive, send)
+            return
+        held: list[Message] = []
+
+        async def sending(message: Message) -> None:
+            if held:
+                held.append(message)
+                if message["type"] == "http.response.body" and not message.get("more_body"):
+                    await _flush_coded(held, send)
+                return
+            if message["type"] == "http.response.start" and _json_error(message):
+                held.append(message)
+                return
+            await send(message)
+
+        await app(scope, receive, sending)
+
+    return coding
+
+
+def _json_error(start: Message) -> bool:
+    if not 400 <= start.get("status", 200) < 500:
+        return False
+    headers: dict[bytes, bytes] = {k.lower(): v for k, v in start.get("headers", [])}
+    return headers.get(b"content-type", b"").startswith(b"application/json")
+
+
+async def _flush_coded(held: list[Message], send: Send) -> None:
+    start, *bodies = held
+    body = b"".join(m.get("body", b"") for m in bodies)
+    status = start.get("status", 400)
+    code = "UNAUTHORIZED" if status in (401, 403, 421) else "SCHEMA_INVALID"
+    try:
+        message = json.loads(body)
+        error = message.get("error") if isinstance(message, dict) else None
+        if isinstance(error, dict) and "data" not in error:
+            error["data"] = {"reason_code": code}
+            body = json.dumps(message).encode()
+    except ValueError:
+        pass  # not JSON after all: sent as it came
+    headers = [(k, v) for k, v in start.get("headers", []) if k.lower() != b"content-length"]
+    headers.append((b"content-length", str(len(body)).encode()))
+    await send({**start, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
 async def serve_http(
-    app: App, host: str, port: int, *, ready: Callable[[int], None] | None = None
+    app: App,
+    host: str,
+    port: int,
+    *,
+    ready: Callable[[int], None] | None = None,
+    tls: TlsFiles | None = None,
 ) -> None:
     """Serve ``app`` on ``host:port`` with uvicorn until cancelled; ``ready`` gets the bound port.
 
     The socket is bound here, before uvicorn starts, so the port (0: a free one) is
-    known, and a client may connect, as soon as ``ready`` is called.
+    known, and a client may connect, as soon as ``ready`` is called. With ``tls`` the
+    server speaks HTTPS only (a plain HTTP request fails its TLS handshake).
     """
     import uvicorn
 
@@ -132,7 +205,14 @@ async def serve_http(
         if ready is not None:
             ready(sock.getsockname()[1])
         config = uvicorn.Config(
-            app, host=host, port=port, log_level="warning", access_log=False, lifespan="on"
+            app,
+            host=host,
+            port=port,
+            log_level="warning",
+            access_log=False,
+            lifespan="on",
+            ssl_certfile=tls.cert if tls is not None else None,
+            ssl_keyfile=tls.key if tls is not None else None,
         )
         await uvicorn.Server(config).serve(sockets=[sock])
     finally:

@@ -23,6 +23,7 @@ from kernel.mcp._backend import Backend, Principal, RuleAct, ToolRefused
 from kernel.mcp._tools import (
     MAX_RESULTS,
     Answer,
+    Id,
     Int,
     Labels,
     Register,
@@ -86,7 +87,7 @@ def add_rulebook(
         return Answer(verdict="OK", result=result)
 
     @tool(None)
-    async def get_rule(who: Principal, item_id: Text) -> Answer:
+    async def get_rule(who: Principal, item_id: Id) -> Answer:
         """The current version of rule ITEM_ID."""
         rule = checked_text(item_id, "item_id", 256)
         async with backend.reading() as view:
@@ -97,7 +98,7 @@ def add_rulebook(
         return Answer(verdict="OK", result=shown_item(current))
 
     @tool(None)
-    async def why(who: Principal, item_id: Text) -> Answer:
+    async def why(who: Principal, item_id: Id) -> Answer:
         """Rule ITEM_ID's versions, the decisions on it, and where each version comes from."""
         rule = checked_text(item_id, "item_id", 256)
         async with backend.reading() as view:
@@ -169,7 +170,7 @@ def add_rulebook(
     @tool("operator")
     async def admin_create_rule(
         who: Principal,
-        item_id: Text,
+        item_id: Id,
         title: Text,
         content: Text,
         reason: Text,
@@ -189,7 +190,7 @@ def add_rulebook(
     @tool("operator")
     async def admin_update_rule(
         who: Principal,
-        item_id: Text,
+        item_id: Id,
         title: Text,
         content: Text,
         reason: Text,
@@ -212,7 +213,7 @@ def add_rulebook(
         )
 
     @tool("operator")
-    async def admin_delete_rule(who: Principal, item_id: Text, reason: Text) -> Answer:
+    async def admin_delete_rule(who: Principal, item_id: Id, reason: Text) -> Answer:
         """Retract rule ITEM_ID: agents no longer see it; its history stays (RuleRetracted)."""
         return await rule_act(who, "retract", reason, rule=checked_text(item_id, "item_id", 256))
 

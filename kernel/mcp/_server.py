@@ -27,14 +27,18 @@ from kernel.mcp._rules import add_rulebook
 from kernel.mcp._tools import (
     MAX_RESULTS,
     Answer,
+    CodedServer,
+    Id,
     Identity,
     Int,
     Ints,
     Number,
     Obj,
+    OptId,
     OptInt,
     OptText,
     Priority,
+    Rule,
     Text,
     checked_seq,
     checked_text,
@@ -58,7 +62,7 @@ def build_server(
     ``bus`` carries change events to ``subscriptions/listen`` clients: give the same
     one to :func:`kernel.mcp.watch_rules` to tell them when the rules change.
     """
-    server: MCPServer[Any] = MCPServer(
+    server: MCPServer[Any] = CodedServer(
         name,
         version="0.1.0",
         instructions=(
@@ -79,7 +83,7 @@ def build_server(
 
     @tool("agent")
     async def add_fact(
-        who: Principal, name: Text, value: Text, confidence: Text = "1", explain: Text = ""
+        who: Principal, name: Id, value: Text, confidence: Id = "1", explain: Text = ""
     ) -> Answer:
         """Propose remembering that NAME is VALUE (confidence as a decimal string, 0..1)."""
         policy = {"kind": "memory.add_fact", "name": name, "value": value}
@@ -144,7 +148,7 @@ def build_server(
         return Answer(verdict="OK", result=result)
 
     @tool(None)
-    async def trace_provenance(who: Principal, fact: OptText = None, seq: OptInt = None) -> Answer:
+    async def trace_provenance(who: Principal, fact: OptId = None, seq: OptInt = None) -> Answer:
         """Where a fact (by name) or a memory event (by seq) comes from: agent, flow, verdict."""
         async with backend.reading() as view:
             if fact is not None:
@@ -248,7 +252,7 @@ def build_server(
         return Answer(verdict="OK", result={"escalations": waiting[:MAX_RESULTS]})
 
     @tool("operator")
-    async def review(who: Principal, dfid: Text) -> Answer:
+    async def review(who: Principal, dfid: Id) -> Answer:
         """Everything needed to decide on one escalated flow."""
         key = checked_text(dfid, "dfid", 256)
         async with backend.reading() as view:
@@ -274,13 +278,15 @@ def build_server(
     @tool("operator")
     async def decide(
         who: Principal,
-        dfid: Text,
+        dfid: Id,
         decision: Annotated[
-            Any, WithJsonSchema({"type": "string", "enum": ["approve", "modify", "reject"]})
+            Any,
+            WithJsonSchema({"type": "string", "enum": ["approve", "modify", "reject"]}),
+            Rule.ID,
         ],
         reason: Text,
         params: Obj = None,
-        action_hash: OptText = None,
+        action_hash: OptId = None,
     ) -> Answer:
         """Decide on an escalated flow: approve (a HIGH_IMPACT action takes its action hash
         typed back), modify (whole new params, judged again) or reject; recorded with why."""
@@ -289,7 +295,7 @@ def build_server(
 
     @tool("operator")
     async def agent_status(
-        who: Principal, agent_id: Text, status: OptText = None, reason: OptText = None
+        who: Principal, agent_id: Id, status: OptId = None, reason: OptText = None
     ) -> Answer:
         """An agent's status and manifest; with STATUS and REASON, change it (recorded)."""
         key = checked_text(agent_id, "agent_id", 256)

@@ -36,6 +36,8 @@ import msgspec
 import msgspec.inspect
 
 from kernel.core.events import PackRef, canonical
+from kernel.core.text import id_problem
+from kernel.core.wall import clip
 from kernel.policy.guards import Guard
 from kernel.policy.kinds import Impact, PolicyKind, kind_name
 from kernel.policy.rules import (
@@ -358,10 +360,31 @@ def _decimal_field(kind: type[PolicyKind]) -> str | None:
     return next((f.name for f in info.fields if holds(f.type, {kind})), None)
 
 
+def _check_names(pack: PolicyPack) -> None:
+    """Refuse a pack whose names could not be recorded or printed: every one is an id.
+
+    A lone surrogate cannot be written to the journal (KernelStarted names the packs),
+    and a control character would be obeyed by the terminal that shows it.
+    """
+    names: list[tuple[str, Any]] = [("name", pack.name), ("version", pack.version)]
+    names += [("policy kind", kind_name(k)) for k in pack.kinds if isinstance(k, type)]
+    names += [("rule", r.name) for r in pack.rules if isinstance(r, Rule)]
+    names += [("invariant", i.name) for i in pack.invariants if hasattr(i, "name")]
+    names += [("guard", g.name) for g in pack.guards if isinstance(g, Guard)]
+    names += [("limit", key) for key in pack.limits]
+    names += [("resource", key) for key in pack.capacities]
+    for what, name in names:
+        problem = id_problem(name)
+        if problem is not None:
+            shown = clip(name, 80)
+            raise PackError(f"pack {clip(pack.name, 80)}: {what} '{shown}' is no id: {problem}")
+
+
 def _check_pack(pack: PolicyPack, seen: dict[str, str]) -> None:
     """Raise PackError naming the first problem of ``pack`` (and where it is)."""
     if not pack.name or not pack.version:
         raise PackError(f"pack {pack!r}: a pack needs a name and a version")
+    _check_names(pack)
     for kind in pack.kinds:
         if not (isinstance(kind, type) and issubclass(kind, PolicyKind)):
             raise PackError(f"pack {pack.name}: {kind!r} is not a PolicyKind subclass")

@@ -31,8 +31,10 @@ from kernel.core.events import (
     AgentRegistered,
     AgentStatusChanged,
     CredentialIssued,
+    FlowAborted,
     Manifest,
 )
+from kernel.core.flow import FlowStatus
 from kernel.core.ports import IdSource
 from kernel.core.reasons import ReasonCode
 from kernel.core.wall import clip
@@ -79,7 +81,11 @@ def credential_matches(verifier: str | None, credential: str | None) -> bool:
     """Whether ``credential`` is the one ``verifier`` was made from (in constant time)."""
     if verifier is None or not isinstance(credential, str):
         return False
-    return hmac.compare_digest(verifier, credential_verifier(credential))
+    try:
+        shown = credential_verifier(credential)
+    except UnicodeEncodeError:
+        return False  # not text (a lone surrogate): no credential is made of that
+    return hmac.compare_digest(verifier, shown)
 
 
 def check_version(version: str) -> str | None:
@@ -175,10 +181,12 @@ class Registry:
             out.reply(reply, HandshakeRefused(code, detail))
             return
         token = self._ids.new_token()
-        out.emit(
+        registered = out.emit(
             AgentRegistered(manifest=manifest, session_hash=session_hash(token)),
             agent_id=manifest.agent_id,
         )
+        if msg.hosted:
+            self._end_displaced(manifest.agent_id, registered, out)
         schemas = {kind: self._catalog.schemas[kind] for kind in manifest.capabilities}
         out.reply(
             reply,
@@ -189,6 +197,33 @@ class Registry:
                 kernel_version=KERNEL_VERSION,
             ),
         )
+
+    def _end_displaced(self, agent_id: str, registered: int, out: Outbox) -> None:
+        """End the flows a hosted agent was thinking about when a handshake replaced it.
+
+        In process, the agent's reasoning lives in the crew that hosts it; the new
+        session either brings a new crew or leaves the agent to submit on its own, and
+        the old crew's submissions would be refused (their token is no longer live). A
+        flow waiting on it would stay ACTIVE for good: it ends here, in the same append
+        as the registration, saying why. (Over the bus a new session picks up the
+        contexts still queued for the agent, so nothing ends there.)
+        """
+        detail = (
+            f"agent {agent_id!r} was displaced by a new handshake before it proposed:"
+            " its session, and the reasoning held under it, ended"
+        )
+        for dfid in sorted(self._projections.moving):
+            flow = out.flow(dfid)
+            if (
+                flow is not None
+                and flow.agent_id == agent_id
+                and flow.status in (FlowStatus.CREATED, FlowStatus.ACTIVE)
+            ):
+                out.emit(
+                    FlowAborted(reason_code=ReasonCode.INVALID_SESSION, detail=detail),
+                    dfid=dfid,
+                    after=registered,
+                )
 
     def _unproven(self, msg: Register) -> tuple[ReasonCode, str] | None:
         agent_id = msg.manifest.agent_id

@@ -13,6 +13,12 @@ that crashes is replaced by a fresh instance (which rebuilds its state from
 projections) after an exponential backoff; the message it crashed on is
 delivered once more, and dead-lettered if it crashes the actor a second time;
 more restarts than the intensity allows within the period stop the kernel.
+
+A batch whose events the journal refuses to seal (``EventUnreadable``: text that
+is not UTF-8, a value JSON would not give back) was not recorded at all: its
+messages are handled again one at a time by a fresh instance, and the one whose
+events cannot be sealed is dead-lettered at once (sealing is deterministic, a
+second try would fail the same way). Its caller gets a refusal; the kernel goes on.
 """
 
 from __future__ import annotations
@@ -41,6 +47,8 @@ from kernel.core.events import (
 )
 from kernel.core.flow import FLOW_EVENTS, FlowState, IllegalTransition
 from kernel.core.ports import Clock
+from kernel.core.wall import visible
+from kernel.journal.sealing import EventUnreadable
 from kernel.state.projections import Projections
 
 log = logging.getLogger(__name__)
@@ -412,13 +420,14 @@ class Supervisor:
         actor = spec.factory()
         buffer: deque[Any] = deque()
         suspect: Any = None  # the message that crashed the previous instance
+        alone = 0  # messages still to handle one per batch, to find one that cannot be sealed
         while True:
             if not buffer:
                 buffer.extend(await spec.mailbox.receive_batch(spec.batch))
             out = Outbox(self._projections, self._clock)
             taken: list[Any] = []
             crash: BaseException | None = None
-            while buffer and len(taken) < spec.batch:
+            while buffer and len(taken) < (1 if alone else spec.batch):
                 msg = buffer.popleft()
                 out.begin()
                 try:
@@ -433,6 +442,7 @@ class Supervisor:
                 taken.append(msg)
             self.stats.batches += 1
             self.stats.messages += len(taken)
+            alone = max(0, alone - len(taken))
             try:
                 await self._commit(out)
             except IllegalTransition as conflict:
@@ -441,6 +451,17 @@ class Supervisor:
                 buffer.extendleft(reversed(taken))
                 await self._restart(spec, conflict)
                 actor = spec.factory()
+                continue
+            except EventUnreadable as unsealable:
+                # Nothing of this batch was recorded, and the instance's state has moved as
+                # if it had been: a fresh one takes the messages again. Not a crash of the
+                # actor (no restart is counted): input the wall let through, or a bug.
+                actor = spec.factory()
+                if len(taken) > 1:
+                    buffer.extendleft(reversed(taken))
+                    alone = len(taken)
+                    continue
+                await self._dead_letter(spec, taken[0], unsealable)
                 continue
             if crash is None:
                 continue
@@ -462,6 +483,19 @@ class Supervisor:
                 suspect = msg
             await self._restart(spec, crash, out)
             actor = spec.factory()
+
+    async def _dead_letter(self, spec: ChildSpec[Any], msg: Any, error: BaseException) -> None:
+        """Dead-letter ``msg``: record it, end its flow, answer its caller."""
+        log.warning("actor %s could not record %s: %r", spec.name, type(msg).__name__, error)
+        self.stats.dead_letters += 1
+        out = Outbox(self._projections, self._clock)
+        out.emit(
+            MessageDeadLettered(
+                actor=spec.name, message=_describe(msg), error=_describe_error(error)
+            )
+        )
+        self._on_dead_letter(spec.name, msg, error, out)
+        await self._commit(out)
 
     async def _restart(
         self, spec: ChildSpec[Any], crash: BaseException, out: Outbox | None = None
@@ -494,11 +528,13 @@ def _run(fn: Callable[[], Awaitable[None] | None]) -> Awaitable[None] | None:
 
 
 def _describe(msg: Any) -> str:
+    # Shown through visible(): a message may carry anything, its record may not.
     if isinstance(msg, msgspec.Struct):
         fields = {f: getattr(msg, f) for f in msg.__struct_fields__ if f != "reply"}
-        return f"{type(msg).__name__}({', '.join(f'{k}={v!r}' for k, v in fields.items())})"[:500]
-    return repr(msg)[:500]
+        text = f"{type(msg).__name__}({', '.join(f'{k}={v!r}' for k, v in fields.items())})"
+        return visible(text[:500])
+    return visible(repr(msg)[:500])
 
 
 def _describe_error(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}"[:500]
+    return visible(f"{type(exc).__name__}: {exc}"[:500])

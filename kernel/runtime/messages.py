@@ -50,6 +50,9 @@ class Register(msgspec.Struct, frozen=True, kw_only=True):
     """The secret the operator provisioned for the agent (checked against its verifier)."""
     require_credential: bool = False
     """Refuse the handshake unless a credential is provisioned and shown (over the bus)."""
+    hosted: bool = False
+    """The agent id is hosted in this process: a handshake that replaces its session ends
+    the flows waiting on the agent (their reasoning ends with the crew that held them)."""
 
 
 class SetStatus(msgspec.Struct, frozen=True, kw_only=True):

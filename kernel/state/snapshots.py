@@ -182,7 +182,9 @@ async def restore(journal: Journal, keep_finished: int | None = None) -> Project
 
     The tail's chain is checked first, from the snapshot to the head (the whole
     chain when there is no snapshot), so a kernel never starts on a journal
-    edited after its latest trusted snapshot. The index holds the open flows and
+    edited after its latest trusted snapshot; the chain before the snapshot is left
+    to :meth:`Journal.check_history <kernel.journal.store.Journal.check_history>`,
+    which every read of an event there waits for. The index holds the open flows and
     at most ``keep_finished`` finished ones (those that ended in the tail); None
     keeps every finished flow of the tail.
 
@@ -191,8 +193,12 @@ async def restore(journal: Journal, keep_finished: int | None = None) -> Project
     """
     projections = await trusted_snapshot(journal, None, keep_finished) or Projections(keep_finished)
     # The checkpoint vouching for the snapshot comes after it, so it is in the checked tail.
-    async for batch in journal.scan_checked(projections.last_seq + 1):
+    skipped = projections.last_seq
+    async for batch in journal.scan_checked(skipped + 1):
         projections.apply(batch)
+    # What lies before the snapshot is checked later (a kernel does it in the background);
+    # until then no read returns an event of it.
+    journal.defer_history(skipped)
     return projections
 
 

@@ -9,6 +9,12 @@ connects: the journal's commit latency (its commit observer) and the depth of ea
 actor's mailbox (read when the metrics are collected).
 Off unless an OTLP endpoint is configured (or the application set an SDK
 MeterProvider as the global one).
+
+Each histogram advises bucket bounds that fit what it measures (the SDK's default
+bounds, 0 to 10,000 with 5 as the first, would put every journal commit in one
+bucket): commits from tens of microseconds, adapter calls up to a minute, human
+waits from a second to a week, batch sizes in powers. An application's View
+still wins over the advice.
 """
 
 from __future__ import annotations
@@ -39,10 +45,38 @@ from kernel.registry import KERNEL_VERSION
 from kernel.telemetry._otlp import ExporterUnavailable, _first, _timeout
 from kernel.telemetry._project import SpanRecord
 
-__all__ = ["FlowMetrics", "configure_meter_provider"]
+__all__ = [
+    "BATCH_BUCKETS",
+    "COMMIT_BUCKETS",
+    "EXECUTION_BUCKETS",
+    "WAIT_BUCKETS",
+    "FlowMetrics",
+    "configure_meter_provider",
+]
 
 _log = logging.getLogger(__name__)
 _NS_PER_S = 1e9
+
+COMMIT_BUCKETS: tuple[float, ...] = (
+    0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
+    1.0, 2.5,
+)  # fmt: skip
+"""Seconds: a journal transaction, 50 µs (SQLite, synchronous OFF) to seconds (a stalled disk)."""
+
+EXECUTION_BUCKETS: tuple[float, ...] = (
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+    5.0, 10.0, 30.0, 60.0,
+)  # fmt: skip
+"""Seconds: an adapter call, in-process (100 µs) to a slow remote system (a minute)."""
+
+WAIT_BUCKETS: tuple[float, ...] = (
+    1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0, 7200.0, 14400.0, 28800.0,
+    86400.0, 172800.0, 604800.0,
+)  # fmt: skip
+"""Seconds: an escalation waiting for a human, a second to a week."""
+
+BATCH_BUCKETS: tuple[float, ...] = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000)
+"""Events in one committed batch: one alone, then group commits of growing size."""
 
 
 def configure_meter_provider(env: Mapping[str, str], resource: Resource) -> MeterProvider | None:
@@ -110,24 +144,34 @@ class FlowMetrics:
             "dir.escalations.waiting", unit="{flow}", description="Flows waiting for a human"
         )
         self._wait = meter.create_histogram(
-            "dir.escalation.wait", unit="s", description="How long escalations waited for a human"
+            "dir.escalation.wait",
+            unit="s",
+            description="How long escalations waited for a human",
+            explicit_bucket_boundaries_advisory=WAIT_BUCKETS,
         )
         self._retries = meter.create_counter(
             "dir.execution.retries", unit="{retry}", description="Execution retries, by key"
         )
         self._latency = meter.create_histogram(
-            "dir.execution.duration", unit="s", description="Adapter execution time, by adapter"
+            "dir.execution.duration",
+            unit="s",
+            description="Adapter execution time, by adapter",
+            explicit_bucket_boundaries_advisory=EXECUTION_BUCKETS,
         )
         self._restarts = meter.create_counter(
             "dir.actor.restarts", unit="{restart}", description="Actor restarts, by actor"
         )
         self._batch = meter.create_histogram(
-            "dir.journal.batch_size", unit="{event}", description="Events per committed batch"
+            "dir.journal.batch_size",
+            unit="{event}",
+            description="Events per committed batch",
+            explicit_bucket_boundaries_advisory=BATCH_BUCKETS,
         )
         self._commit = meter.create_histogram(
             "dir.journal.commit.duration",
             unit="s",
             description="Time to commit one journal transaction (write and sync)",
+            explicit_bucket_boundaries_advisory=COMMIT_BUCKETS,
         )
         self._depths: Callable[[], Mapping[str, int]] | None = None
         meter.create_observable_gauge(

@@ -8,13 +8,24 @@ its parent's root, and the parent's trace gets a zero-length ``child flow``
 span linking to the child's root. Every record is a pure function of the
 events up to its end, so the same span id never carries two contents, live or
 re-exported (DESIGN.md section 4).
+
+Names and attributes follow the GenAI semantic conventions of the pinned
+``opentelemetry-semantic-conventions`` (the root is the workflow, ``invoke_workflow``;
+reasoning is ``invoke_agent``, execution ``execute_tool``) and OpenInference's span
+kinds and input/output values, which Phoenix shows in its columns: a proposal in,
+a verdict or an outcome out, as bounded JSON with secret-looking keys redacted.
 """
 
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import Iterable
 from typing import Any
 
+import msgspec
+from openinference.semconv.trace import OpenInferenceSpanKindValues as SpanKind
+from openinference.semconv.trace import SpanAttributes as OpenInference
 from opentelemetry.semconv._incubating.attributes import gen_ai_attributes as gen_ai
 from opentelemetry.semconv.attributes import error_attributes
 
@@ -42,12 +53,13 @@ from kernel.core.events import (
     FlowFlagged,
     HumanDecided,
     ProposalAccepted,
+    ProposalRecord,
     ProposalRejected,
     ProposalSubmitted,
 )
 from kernel.core.reasons import ReasonCode
 
-__all__ = ["FAULTS", "SpanProjector", "SpanRecord"]
+__all__ = ["FAULTS", "PROVIDER_NAME", "SpanProjector", "SpanRecord"]
 
 FAULTS: frozenset[str] = frozenset(
     code.value
@@ -63,10 +75,48 @@ FAULTS: frozenset[str] = frozenset(
 """Reason codes that mark a flow's root ERROR: faults. Refusals, rejections and human
 decisions are governed outcomes, and leave the status unset."""
 
+PROVIDER_NAME = "dirk"
+"""The ``gen_ai.provider.name`` of the kernel's spans. The conventions require one on an
+agent's span, and the kernel does not know which model an agent calls: this names the
+flavour of the telemetry (``dir.*`` attributes). An instrumented LLM client's own spans,
+nested under ``invoke_agent``, carry the real provider."""
+
 _US = 1_000  # the step that keeps a flow's span starts strictly increasing (viewers keep µs)
 _ROOT = ("flow", 0)
 _INVOKE = gen_ai.GenAiOperationNameValues.INVOKE_AGENT.value
+_WORKFLOW = gen_ai.GenAiOperationNameValues.INVOKE_WORKFLOW.value
 _RESUME = ("resume", 0)
+
+_KIND = OpenInference.OPENINFERENCE_SPAN_KIND
+_CHAIN = SpanKind.CHAIN.value
+_GUARDRAIL = SpanKind.GUARDRAIL.value
+# Values are JSON text. No mime type goes with them: two more attributes on every flow
+# cost what P2 (spans on) must not lose, and a viewer shows JSON text as it is.
+_IN, _OUT = OpenInference.INPUT_VALUE, OpenInference.OUTPUT_VALUE
+
+# Ids a framework adapter may record on a flow's events (read when present, absent
+# otherwise): the conversation it belongs to, the tool call it governs, the agent's
+# own version (a Manifest's ``version`` is the DIR contract it speaks, not its own).
+_CONVERSATION, _TOOL_CALL, _AGENT_VERSION = "conversation_id", "tool_call_id", "agent_version"
+_ID_LIMIT = 256
+_KEPT_AS = {_CONVERSATION: "conversation", _TOOL_CALL: "tool_call", _AGENT_VERSION: "agent_version"}
+_TEXT_LIMIT = 4096  # characters of an input or output value; the rest is cut
+_EXPLAIN_LIMIT = 1024  # characters of a proposal's explanation in an input value
+_NODE_BUDGET = 2000  # values walked for redaction; past it, the rest is elided
+_REDACTED = "[redacted]"
+_SECRET = re.compile(
+    r"passw(?:or)?d|passphrase|secret|api[-_]?key|authori[sz]ation|credential|cookie"
+    r"|private[-_]?key|token$",
+    re.IGNORECASE,
+)
+"""Keys whose values stay out of span attributes, at any depth: spans leave for a
+collector that whoever reads traces can read."""
+_SECRET_WORDS = (
+    "passw", "passphrase", "secret", "apikey", "api_key", "api-key", "authori", "credential",
+    "cookie", "private", "token",
+)  # fmt: skip
+"""What any key :data:`_SECRET` matches contains (in lower case): text without any of
+them needs no redaction walk."""
 
 Where = tuple[str, int]
 """A span's place in its flow: (stage, n), hashed with the DFID into its span id."""
@@ -79,6 +129,7 @@ class SpanRecord:
     trace (None for a root), ``links`` spans of other traces as (dfid, where), ``remote``
     a span outside the kernel (the caller's, as a recorded W3C traceparent) it links to.
     ``error`` is the status description of a fault (None: OK if ``ok``, else unset).
+    ``final`` marks the flow's last span (its root or its ``resume``, as the flow ends).
     """
 
     __slots__ = (
@@ -87,6 +138,7 @@ class SpanRecord:
         "end",
         "error",
         "events",
+        "final",
         "links",
         "name",
         "ok",
@@ -111,8 +163,9 @@ class SpanRecord:
         error: str | None = None,
         ok: bool = False,
         remote: str = "",
+        final: bool = False,
     ) -> None:
-        self.remote = remote
+        self.remote, self.final = remote, final
         self.dfid, self.where, self.name = dfid, where, name
         self.start, self.end, self.attrs = start, max(start, end), attrs
         self.parent, self.events, self.links = parent, events or [], links or []
@@ -143,11 +196,91 @@ def _intent_attrs(intent: ExecutionIntent) -> dict[str, Any]:
     return {
         "dir.idempotency_key": intent.key,
         "dir.adapter": intent.adapter,
-        "dir.intent_kind": intent.kind,
         "dir.step": intent.step,
         gen_ai.GEN_AI_OPERATION_NAME: gen_ai.GenAiOperationNameValues.EXECUTE_TOOL.value,
         gen_ai.GEN_AI_TOOL_NAME: intent.kind,
     }
+
+
+_CARRIED: dict[type, tuple[str, ...]] = {}
+"""Per payload type, which of the optional ids it has fields for (most: none)."""
+
+
+def _ids_of(payload: object) -> tuple[str, ...]:
+    kind = type(payload)
+    names = _CARRIED.get(kind)
+    if names is None:
+        fields = getattr(kind, "__struct_fields__", None) or dir(kind)
+        names = _CARRIED[kind] = tuple(
+            n for n in (_CONVERSATION, _TOOL_CALL, _AGENT_VERSION) if n in fields
+        )
+    return names
+
+
+def _optional_id(payload: object, name: str) -> str:
+    """Return the id ``payload`` records as ``name`` if it has one (bounded), else ""."""
+    value = getattr(payload, name, None)
+    return value[:_ID_LIMIT] if isinstance(value, str) else ""
+
+
+def _redacted(value: Any, budget: list[int]) -> Any:
+    budget[0] -= 1
+    if budget[0] < 0:
+        return "…"
+    if isinstance(value, dict):
+        return {
+            key: _REDACTED
+            if isinstance(key, str) and _SECRET.search(key)
+            else _redacted(item, budget)
+            for key, item in value.items()
+        }
+    if isinstance(value, list | tuple):
+        return [_redacted(item, budget) for item in value]
+    return value
+
+
+def json_text(value: dict[str, Any]) -> str:
+    """Return ``value`` as JSON for an input or output attribute: sorted, secret-looking
+    keys redacted, at most about 4,096 characters. Never raises."""
+    try:
+        text = msgspec.json.encode(value, order="sorted").decode()
+        # Most values hold no secret-looking key: a look for the words in the text says
+        # so, and spares the walk (a false alarm, a word in a value, only costs the walk).
+        lowered = text.lower()
+        if any(word in lowered for word in _SECRET_WORDS):
+            text = msgspec.json.encode(_redacted(value, [_NODE_BUDGET]), order="sorted").decode()
+    except (TypeError, ValueError, OverflowError):
+        # What msgspec refuses (a lone surrogate, an integer past 64 bits): escaped, as text.
+        clean = _redacted(value, [_NODE_BUDGET])
+        text = json.dumps(clean, ensure_ascii=True, sort_keys=True, default=repr)
+    return text if len(text) <= _TEXT_LIMIT else text[: _TEXT_LIMIT - 1] + "…"
+
+
+def _proposal_text(proposal: ProposalRecord) -> str:
+    shown: dict[str, Any] = {"kind": proposal.kind, "params": proposal.params}
+    if proposal.confidence != 1.0:
+        shown["confidence"] = proposal.confidence
+    if explain := proposal.explain:
+        # The agent's prose is cut first, so that what it asked for still shows.
+        shown["explain"] = (
+            explain if len(explain) <= _EXPLAIN_LIMIT else explain[:_EXPLAIN_LIMIT] + "…"
+        )
+    return json_text(shown)
+
+
+def _verdict_text(verdict: str, code: str = "", detail: str = "", impact: str = "") -> str:
+    shown = {"verdict": verdict}
+    if code:
+        shown["reason_code"] = code
+    if impact:
+        shown["impact"] = impact
+    if detail:
+        shown["detail"] = detail
+    return json_text(shown)
+
+
+_ACCEPTED = _verdict_text("ACCEPTED")
+_STATUS_TEXT: dict[str, str] = {}  # a flow's outcome that is its status alone, as JSON
 
 
 class _Flow:
@@ -174,6 +307,9 @@ class _Flow:
         self.root_events: list[tuple[str, dict[str, Any], int]] = []
         self.resume_start = 0
         self.used: set[Where] = set()
+        self.conversation = self.tool_call = self.agent_version = ""
+        self.learn_ids(created)
+        self.proposal = ""  # the last proposal, as JSON for input values
         if self.parent_dfid:
             # The parent's trace says where its child went, at the moment it began.
             self.out.append(
@@ -183,7 +319,7 @@ class _Flow:
                     f"child flow {self.topic}".rstrip(),
                     event.ts,
                     event.ts,
-                    {"dir.dfid": self.parent_dfid, "dir.child_dfid": self.dfid},
+                    {"dir.dfid": self.parent_dfid, "dir.child_dfid": self.dfid, _KIND: _CHAIN},
                     links=[(self.dfid, _ROOT)],
                 )
             )
@@ -196,11 +332,41 @@ class _Flow:
         self.last_start = start
         return start
 
-    def agent_attrs(self) -> dict[str, Any]:
+    def agent_attrs(self, *, named: bool = False) -> dict[str, Any]:
+        """The attributes every span of the flow carries; ``named`` adds the agent's name
+        (on the spans the conventions give one: the workflow's and the agent's)."""
         attrs: dict[str, Any] = {"dir.dfid": self.dfid}
         if self.agent_id:
-            attrs[gen_ai.GEN_AI_AGENT_ID] = attrs[gen_ai.GEN_AI_AGENT_NAME] = self.agent_id
+            attrs[gen_ai.GEN_AI_AGENT_ID] = self.agent_id
+            if named:
+                attrs[gen_ai.GEN_AI_AGENT_NAME] = self.agent_id
+        if self.agent_version:
+            attrs[gen_ai.GEN_AI_AGENT_VERSION] = self.agent_version
+        if self.conversation:
+            attrs[gen_ai.GEN_AI_CONVERSATION_ID] = self.conversation
         return attrs
+
+    def learn_ids(self, payload: object) -> None:
+        """Take the ids a framework adapter recorded on ``payload``, the first of each."""
+        for name in _ids_of(payload):
+            if not getattr(self, _KEPT_AS[name]):
+                setattr(self, _KEPT_AS[name], _optional_id(payload, name))
+
+    def outcome(self, attrs: dict[str, Any]) -> None:
+        """Set a workflow span's kind and its input and output values from ``attrs``."""
+        attrs[_KIND] = _CHAIN
+        attrs[_IN] = self.proposal or json_text({"topic": self.topic})
+        status = attrs["dir.status"]
+        shown = {"status": status}
+        for name in ("reason_code", "impact", "detail"):
+            if value := attrs.get(f"dir.{name}"):
+                shown[name] = value
+        if len(shown) > 1:
+            attrs[_OUT] = json_text(shown)
+        elif (text := _STATUS_TEXT.get(status)) is not None:
+            attrs[_OUT] = text
+        else:
+            attrs[_OUT] = _STATUS_TEXT[status] = json_text(shown)
 
     def where(self, stage: str) -> Where:
         n = self.counts.get(stage, 0)
@@ -266,9 +432,17 @@ class _Flow:
             )
         )
 
-    def root_record(self, end: int, status: str, error: str | None, ok: bool) -> SpanRecord:
+    def root_record(
+        self, end: int, status: str, error: str | None, ok: bool, *, final: bool = False
+    ) -> SpanRecord:
         attrs = self.agent_attrs()
-        attrs[gen_ai.GEN_AI_OPERATION_NAME] = _INVOKE
+        workflow = self.kind or self.topic
+        attrs[gen_ai.GEN_AI_OPERATION_NAME] = _WORKFLOW
+        attrs[gen_ai.GEN_AI_PROVIDER_NAME] = PROVIDER_NAME
+        if workflow:
+            attrs[gen_ai.GEN_AI_WORKFLOW_NAME] = workflow
+        if self.tool_call:
+            attrs[gen_ai.GEN_AI_TOOL_CALL_ID] = self.tool_call
         if self.agent_id:
             attrs["dir.agent_id"] = self.agent_id
         if self.topic:
@@ -282,11 +456,12 @@ class _Flow:
         attrs.update(self.root_attrs)
         if error is not None:
             attrs[error_attributes.ERROR_TYPE] = error
+        self.outcome(attrs)
         links = [(self.parent_dfid, _ROOT)] if self.parent_dfid else []
         return SpanRecord(
             self.dfid,
             _ROOT,
-            f"flow {self.kind or self.topic}".rstrip(),
+            f"{_WORKFLOW} {workflow}".rstrip(),
             self.created,
             max(end, self.last_start),
             attrs,
@@ -296,6 +471,7 @@ class _Flow:
             error=error,
             ok=ok,
             remote=self.traceparent,
+            final=final,
         )
 
     def wait(self, ts: int) -> None:
@@ -314,12 +490,13 @@ class _Flow:
         if code is not None:
             self.root_attrs["dir.reason_code"] = code
         if self.segment == _ROOT:
-            self.emit(self.root_record(ts, status, error, status == "CLOSED"))
+            self.emit(self.root_record(ts, status, error, status == "CLOSED", final=True))
             return
         attrs = {**self.agent_attrs(), "dir.status": status, "dir.attempts": self.attempts}
         attrs.update(self.root_attrs)
         if error is not None:
             attrs[error_attributes.ERROR_TYPE] = error
+        self.outcome(attrs)
         start = self.resume_start if self.resume_start > 0 else ts
         self.emit(
             SpanRecord(
@@ -333,6 +510,7 @@ class _Flow:
                 events=self.root_events,
                 error=error,
                 ok=status == "CLOSED",
+                final=True,
             )
         )
 
@@ -360,12 +538,24 @@ class _Flow:
                 attrs = {
                     "dir.attempt": attempt,
                     gen_ai.GEN_AI_OPERATION_NAME: _INVOKE,
+                    gen_ai.GEN_AI_PROVIDER_NAME: PROVIDER_NAME,
+                    # Phoenix reads AGENT off gen_ai.operation.name (TOOL too): no kind here.
                 }
+                if self.agent_id:
+                    attrs[gen_ai.GEN_AI_AGENT_NAME] = self.agent_id
                 self.start("reason", "reason", name, ts, attrs, where=("reason", attempt))
             case ProposalSubmitted(attempt=attempt, proposal=proposal, by_human=by_human):
                 self.attempts, self.kind = max(self.attempts, attempt), proposal.kind
+                self.learn_ids(event.payload)
+                self.learn_ids(proposal)
+                self.proposal = _proposal_text(proposal)
                 self.finish("reason", ts, {"dir.policy_kind": self.kind})
-                judged: dict[str, Any] = {"dir.attempt": attempt, "dir.policy_kind": self.kind}
+                judged: dict[str, Any] = {
+                    "dir.attempt": attempt,
+                    "dir.policy_kind": self.kind,
+                    _KIND: _GUARDRAIL,
+                    _IN: self.proposal,
+                }
                 if by_human:
                     judged["dir.by_human"] = True
                 self.start("validate", "validate", f"judge {self.kind}", ts, judged)
@@ -374,18 +564,33 @@ class _Flow:
                 stage = self.open.get("validate")
                 if stage is not None:
                     stage.events.append(("feedback", _feedback_attrs(feedback), ts))
-                self.finish("validate", ts, {"dir.verdict": "REJECTED", "dir.reason_code": code})
+                rejected = {
+                    "dir.verdict": "REJECTED",
+                    "dir.reason_code": code,
+                    _OUT: _verdict_text("REJECTED", code, feedback.detail),
+                }
+                self.finish("validate", ts, rejected)
             case ProposalAccepted():
-                self.finish("validate", ts, {"dir.verdict": "ACCEPTED"})
+                accepted = {"dir.verdict": "ACCEPTED", _OUT: _ACCEPTED}
+                self.finish("validate", ts, accepted)
             case FlowEscalated(reason_code=reason_code, impact=impact, detail=detail):
                 code = str(reason_code)
-                self.finish("validate", ts, {"dir.verdict": "ESCALATED", "dir.reason_code": code})
-                attrs = {"dir.reason_code": code, "dir.impact": impact}
+                escalated = {
+                    "dir.verdict": "ESCALATED",
+                    "dir.reason_code": code,
+                    _OUT: _verdict_text("ESCALATED", code, detail, impact),
+                }
+                self.finish("validate", ts, escalated)
+                why = {"dir.reason_code": code, "dir.impact": impact}
                 if detail:
-                    attrs["dir.detail"] = detail
+                    why["dir.detail"] = detail
                 parent, self.segment = self.segment, _ROOT
-                self.start("escalation", "escalation", f"escalation {code}", ts, attrs)
+                waiting = {**why, _KIND: _CHAIN}
+                self.start("escalation", "escalation", f"escalation {code}", ts, waiting)
                 self.segment = parent
+                if self.segment == _ROOT:
+                    # The root leaves now: it says why the flow waits, as the console does.
+                    self.root_attrs.update(why)
                 self.wait(ts)
             case ApprovalExpired():
                 self.finish("escalation", ts, {"dir.decision": "expired"})
@@ -395,8 +600,12 @@ class _Flow:
                     done["dir.human_reason"] = reason
                 self.finish("escalation", ts, done)
             case ExecutionStarted(intent=intent):
+                self.learn_ids(intent)
                 name = f"execute_tool {intent.kind}"
-                self.start(f"execute/{intent.key}", "execute", name, ts, _intent_attrs(intent))
+                attrs = _intent_attrs(intent)
+                if self.tool_call:
+                    attrs[gen_ai.GEN_AI_TOOL_CALL_ID] = self.tool_call
+                self.start(f"execute/{intent.key}", "execute", name, ts, attrs)
             case ExecutionSucceeded(key=key, external_id=external_id):
                 self.finish(
                     f"execute/{key}", ts, {"dir.external_id": external_id} if external_id else None
@@ -482,6 +691,10 @@ class SpanProjector:
     def open_flows(self) -> int:
         """The number of flows begun and not yet ended."""
         return len(self._open)
+
+    def is_open(self, dfid: str) -> bool:
+        """Whether flow ``dfid`` has begun and not yet ended."""
+        return dfid in self._open
 
     def feed(self, events: Iterable[Event]) -> list[SpanRecord]:
         """Take events in seq order; return the records of the spans they ended."""

@@ -1,9 +1,10 @@
 """Span records become SDK spans through a tracer of the host's (or our own) TracerProvider.
 
 Going through the provider's tracer means its sampler, span limits, resource and
-processors apply exactly as they do to the application's own spans. Only the
-ids are ours: the tracer's id generator is told, span by span, the DFID-based
-ids of :mod:`kernel.telemetry._ids`.
+processors apply exactly as they do to the application's own spans. Two things
+are ours: the ids (the tracer's id generator is told, span by span, the DFID-based
+ids of :mod:`kernel.telemetry._ids`) and how a ratio is decided (on a hash of the
+DFID, :mod:`kernel.telemetry._sampling`: the SDK's comparison keeps no UUIDv4 at 0.5).
 """
 
 from __future__ import annotations
@@ -46,7 +47,8 @@ from opentelemetry.trace import (
 
 from kernel.registry import KERNEL_VERSION
 from kernel.telemetry._ids import caller_context, span_id_for, trace_id_for
-from kernel.telemetry._project import SpanRecord
+from kernel.telemetry._project import SpanRecord, Where
+from kernel.telemetry._sampling import DfidRatioBased, flow_sampler
 
 __all__ = ["Collector", "DirectSink", "SpanSink"]
 
@@ -65,7 +67,7 @@ def _pure(sampler: Sampler) -> bool:
     """Whether ``sampler``'s decision for a root span is a function of its trace id alone."""
     if isinstance(sampler, ParentBased):
         sampler = sampler._root
-    return type(sampler) in (StaticSampler, TraceIdRatioBased)
+    return type(sampler) in (StaticSampler, TraceIdRatioBased, DfidRatioBased)
 
 
 class _GivenIds(IdGenerator):
@@ -106,6 +108,9 @@ class SpanSink:
         self._ids = _GivenIds()
         if self._tracer is not None:
             self._tracer.id_generator = self._ids
+            # The SDK's ratio sampler would keep no flow at 0.5 (a DFID's variant bits):
+            # the kernel's tracer decides the same ratio on a hash of the DFID instead.
+            self._tracer.sampler = flow_sampler(self._tracer.sampler)
         self._lock = threading.Lock()
         # The SDK's own samplers decide a root by its trace id alone: ask them once per
         # flow, not once per batch and per decide() (any other sampler is asked each time).
@@ -210,6 +215,20 @@ class _HashedOnce(Resource):
         return self._hash
 
 
+class _ScopeHashedOnce(InstrumentationScope):
+    """The kernel's instrumentation scope, hashed once (the OTLP encoder groups every span
+    by its scope in a dict, and a scope hashes a tuple of its fields each time)."""
+
+    __slots__ = ("_hash",)
+
+    def __init__(self, name: str, version: str) -> None:
+        super().__init__(name, version)
+        self._hash = super().__hash__()
+
+    def __hash__(self) -> int:
+        return self._hash
+
+
 class DirectSink(SpanSink):
     """The kernel's own provider: the same spans, built directly and handed to ``processor``.
 
@@ -223,7 +242,7 @@ class DirectSink(SpanSink):
         self._processor = processor
         self._resource = _HashedOnce(provider.resource)
         self._limits = SpanLimits()
-        self._scope = InstrumentationScope(_SCOPE, KERNEL_VERSION)
+        self._scope = _ScopeHashedOnce(_SCOPE, KERNEL_VERSION)
 
     def _attributes(self, attrs: dict[str, Any]) -> Any:
         limits = self._limits
@@ -242,6 +261,8 @@ class DirectSink(SpanSink):
         if self._tracer is None or not records:
             return
         kept: dict[str, bool] = {}
+        # A flow's stages share their parent (its root, or its resume): one context each.
+        parents: dict[tuple[str, Where], SpanContext] = {}
         on_end = self._processor.on_end
         resource, scope = self._resource, self._scope
         for record in records:
@@ -253,8 +274,10 @@ class DirectSink(SpanSink):
             trace_id = trace_id_for(dfid)
             context = SpanContext(trace_id, span_id_for(dfid, *record.where), False, _SAMPLED)
             parent = None
-            if record.parent is not None:
-                parent = SpanContext(trace_id, span_id_for(dfid, *record.parent), False, _SAMPLED)
+            if (up := record.parent) is not None and (parent := parents.get((dfid, up))) is None:
+                parent = parents[dfid, up] = SpanContext(
+                    trace_id, span_id_for(dfid, *up), False, _SAMPLED
+                )
             links = []
             for other, where in record.links:
                 if (other_sampled := kept.get(other)) is None:

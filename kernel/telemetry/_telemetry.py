@@ -3,7 +3,9 @@
 The provider is the embedding application's when it gives one (or has set an SDK
 provider as the global one): its sampler, limits, resource and exporters then
 govern the kernel's spans too. Otherwise the kernel builds one from the
-``OTEL_*`` environment, with export off unless an endpoint is named.
+``OTEL_*`` environment, with export off unless an endpoint is named. Span times
+are on the journal's clock or the wall clock as ``span_time`` (or ``DIRK_SPAN_TIME``)
+says (:mod:`kernel.telemetry._clock`).
 """
 
 from __future__ import annotations
@@ -22,9 +24,10 @@ from opentelemetry.sdk.trace.sampling import ALWAYS_ON, Sampler
 
 from kernel.core.events import Event, FlowCreated
 from kernel.journal.store import Journal
+from kernel.telemetry._clock import SpanClock, SpanTime, span_time_from_env
 from kernel.telemetry._metrics import FlowMetrics, host_meter_provider, meter_provider_from_env
 from kernel.telemetry._otlp import ExporterUnavailable, configure_exporter, resource_from_env
-from kernel.telemetry._project import SpanProjector
+from kernel.telemetry._project import SpanProjector, SpanRecord
 from kernel.telemetry._sink import Collector, DirectSink, SpanSink
 
 __all__ = ["Telemetry", "export_flows", "shutdown_processor", "spans_for_events"]
@@ -87,6 +90,8 @@ class Telemetry:
             flushes it on close but never shuts it down.
         meter_provider: where the kernel's metrics go (None: no metrics); shut down on
             close unless ``owns_meter`` is False.
+        span_time: the clock of span times: "auto" (the wall clock when the journal's is
+            a simulated one, else the journal's), "wall" or "journal".
     """
 
     def __init__(
@@ -98,7 +103,13 @@ class Telemetry:
         provider: TracerProvider | None = None,
         meter_provider: MeterProvider | None = None,
         owns_meter: bool = True,
+        span_time: SpanTime = "auto",
     ) -> None:
+        self._span_clock = SpanClock(span_time)
+        # Spans of flows an earlier run left open wait for the first live batch, which
+        # tells how far the journal's clock is from the wall clock (their own events
+        # are old, whatever the clock).
+        self._held: list[SpanRecord] = []
         self._owned = provider is None
         self._metrics = FlowMetrics(meter_provider) if meter_provider is not None else None
         self._owns_meter = owns_meter
@@ -112,21 +123,36 @@ class Telemetry:
         self._projector = SpanProjector()
 
     @classmethod
-    def from_provider(cls, provider: TracerProvider) -> Telemetry:
-        """Return telemetry whose spans go through the application's ``provider``."""
-        return cls(provider=provider)
+    def from_provider(
+        cls,
+        provider: TracerProvider,
+        *,
+        span_time: SpanTime | None = None,
+        env: Mapping[str, str] = os.environ,
+    ) -> Telemetry:
+        """Return telemetry whose spans go through the application's ``provider``.
+
+        ``span_time`` None: as ``DIRK_SPAN_TIME`` in ``env`` says (default "auto").
+        """
+        return cls(provider=provider, span_time=span_time or span_time_from_env(env))
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str] = os.environ) -> Telemetry:
+    def from_env(
+        cls, env: Mapping[str, str] = os.environ, *, span_time: SpanTime | None = None
+    ) -> Telemetry:
         """Return telemetry as the application or the ``OTEL_*`` variables in ``env`` set it up.
 
         An SDK TracerProvider the application set as the global one wins; otherwise an
-        exporter is built from ``env`` (none: telemetry off).
+        exporter is built from ``env`` (none: telemetry off). ``span_time`` None: as
+        ``DIRK_SPAN_TIME`` in ``env`` says (default "auto").
         """
+        span_time = span_time or span_time_from_env(env)
         host = trace.get_tracer_provider()
         host_meter = host_meter_provider()
         if isinstance(host, TracerProvider):
-            return cls(provider=host, meter_provider=host_meter, owns_meter=False)
+            return cls(
+                provider=host, meter_provider=host_meter, owns_meter=False, span_time=span_time
+            )
         resource = resource_from_env(env)
         meter = host_meter or meter_provider_from_env(env, resource)
         owns_meter = host_meter is None
@@ -136,8 +162,19 @@ class Telemetry:
             _log.error("span export is off: %s", exc)
             processor = None
         if processor is None:
-            return cls(None, meter_provider=meter, owns_meter=owns_meter)
-        return cls(processor, resource=resource, meter_provider=meter, owns_meter=owns_meter)
+            return cls(None, meter_provider=meter, owns_meter=owns_meter, span_time=span_time)
+        return cls(
+            processor,
+            resource=resource,
+            meter_provider=meter,
+            owns_meter=owns_meter,
+            span_time=span_time,
+        )
+
+    @property
+    def span_time(self) -> SpanTime:
+        """The clock of span times ("auto", "wall" or "journal")."""
+        return self._span_clock.mode
 
     @property
     def enabled(self) -> bool:
@@ -146,11 +183,23 @@ class Telemetry:
 
     def emit(self, events: Sequence[Event]) -> None:
         """Project committed events and pass on the spans they ended and what they count."""
+        self._emit(events, live=True)
+
+    def _emit(self, events: Sequence[Event], *, live: bool) -> None:
         if self._sink is None and self._metrics is None:
             return
         records = self._projector.feed(events)
         if self._sink is not None:
-            self._sink.write(records)
+            spans = records
+            if self._held and events:
+                # Sent now, counted never again: the metrics saw them in an earlier run.
+                spans = [*self._held, *records]
+                self._held = []
+            if spans and events:
+                self._span_clock.place(
+                    spans, events[-1].ts, live=live, is_open=self._projector.is_open
+                )
+            self._sink.write(spans)
         if self._metrics is not None:
             self._metrics.feed(events, records)
 
@@ -177,7 +226,10 @@ class Telemetry:
             return
         records = self._projector.feed(events)
         if self._sink is not None:
-            self._sink.write(records)
+            if self._span_clock.mode == "journal":
+                self._sink.write(records)
+            else:
+                self._held.extend(records)
         if self._metrics is not None:
             self._metrics.resume(events)
 
@@ -200,6 +252,10 @@ class Telemetry:
         Blocks the calling thread; from async code run it in a worker thread.
         Returns whether it finished in time.
         """
+        if self._held and self._sink is not None:
+            # No live batch came to measure the clock by: the recorded times, then.
+            held, self._held = self._held, []
+            self._sink.write(held)
         sink, self._sink = self._sink, None
         metrics, self._metrics = self._metrics, None
         done = True
@@ -227,11 +283,18 @@ class Telemetry:
 
 
 def spans_for_events(
-    events: Iterable[Event], *, resource: Resource | None = None
+    events: Iterable[Event],
+    *,
+    resource: Resource | None = None,
+    span_time: SpanTime = "journal",
 ) -> list[ReadableSpan]:
-    """Return the spans ``events`` end (every sampled-in span, in the order they end)."""
+    """Return the spans ``events`` end (every sampled-in span, in the order they end).
+
+    On the recorded times unless ``span_time`` says otherwise: a pure function of ``events``.
+    """
     collector = Collector()
-    Telemetry(collector, resource=resource, sampler=ALWAYS_ON).emit(list(events))
+    telemetry = Telemetry(collector, resource=resource, sampler=ALWAYS_ON, span_time=span_time)
+    telemetry._emit(list(events), live=False)
     return collector.spans
 
 
@@ -253,16 +316,24 @@ def export_flows(
     *,
     dfid: str | None = None,
     resource: Resource | None = None,
+    span_time: SpanTime | None = None,
+    env: Mapping[str, str] = os.environ,
 ) -> int:
     """Re-emit the spans of past flows (all, or ``dfid`` and its descendants); return how many.
 
-    Only what has ended is sent (a waiting flow's root, its finished stages), exactly
-    as the live export sent it. The sampler is the SDK's, from the environment. The
-    caller owns ``processor`` and flushes or shuts it down afterwards.
+    Only what has ended is sent (a waiting flow's root, its finished stages), with the
+    ids and content the live export gave them. The sampler is the SDK's, from the
+    environment. Span times: ``span_time``, else ``DIRK_SPAN_TIME`` in ``env``; "auto"
+    keeps the recorded times (an export cannot tell a simulated clock from a real one
+    long past), "wall" moves all flows by one shift so that the newest exported event
+    lands now. The caller owns ``processor`` and flushes or shuts it down afterwards.
     """
     selected = events if dfid is None else _flow_and_descendants(events, dfid)
     counter = _Counting(processor)
-    Telemetry(counter, resource=resource).emit(list(selected))
+    telemetry = Telemetry(
+        counter, resource=resource, span_time=span_time or span_time_from_env(env)
+    )
+    telemetry._emit(list(selected), live=False)
     return counter.count
 
 

@@ -22,7 +22,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kernel import FlowStatus
+from kernel import FlowStatus, KernelShutdown, StopReason
 from kernel.audit import open_journal
 from kernel.cli import main
 from kernel.core.events import (
@@ -36,10 +36,13 @@ from kernel.core.events import (
     event_type,
     stamp,
 )
+from kernel.core.reasons import ExitCode
 from kernel.journal.codec import unpack
 from kernel.journal.head import CHAIN_KEY_ENV
 from kernel.journal.store import JournalCorrupt, JournalKeyError
 from kernel.journal.verify import parse_anchor, verify_journal
+from kernel.state.snapshots import restore
+from kernel.testing import action_of
 from tests.support import GOLDEN
 from tests.support.bodies import readable_bytes
 from tests.support.helpers import ScriptedAgent, kernel_for, transfer
@@ -333,19 +336,31 @@ async def test_open_kernel_refuses_a_journal_edited_in_the_middle_with_the_seq(
     assert f"event {seq} does not match its hash" in str(caught.value)
 
 
-async def test_open_kernel_checks_only_from_its_latest_trusted_snapshot(tmp_path: Path) -> None:
+async def test_open_kernel_is_ready_from_its_snapshot_and_stops_on_an_edit_before_it(
+    tmp_path: Path,
+) -> None:
     path = tmp_path / "j.db"
     await record(path, checkpoint_every=5)
     async with open_journal(path, readonly=True) as journal:
         snapshots = await journal.snapshot_seqs()
     assert snapshots
-    # An edit before the snapshot is not folded on open (verify finds it).
+    # An edit before the snapshot: the kernel opens from the snapshot at once, then the
+    # check of the history before it stops it, recorded (verify finds the same seq).
     seq = 2
     assert seq < snapshots[-1]
     edit_ts(path, seq)
-    await reopen(path)
+    with pytest.raises(KernelShutdown) as stopped:
+        async with kernel_for(path, allow=("clerk", "auditor")):
+            with anyio.fail_after(30):
+                await anyio.sleep_forever()
+    assert stopped.value.reason is StopReason.HISTORY_CORRUPT
+    assert f"event {seq} does not match its hash" in stopped.value.detail
     assert (await verify_journal(path)).first_bad_seq == seq
-    # One after it is refused.
+    async with open_journal(path, readonly=True) as journal:
+        [last] = await journal.read(journal.head_seq)
+    assert isinstance(last.payload, KernelStopped)
+    assert last.payload.reason == StopReason.HISTORY_CORRUPT
+    # One after it is refused at open, as before.
     async with open_journal(path, readonly=True) as journal:
         after = (await journal.snapshot_seqs())[-1] + 1
         assert after <= journal.head_seq
@@ -353,6 +368,106 @@ async def test_open_kernel_checks_only_from_its_latest_trusted_snapshot(tmp_path
     with pytest.raises(JournalCorrupt) as caught:
         await reopen(path)
     assert caught.value.seq == after
+
+
+# --- what is read is what was verified (trust-and-edges.md, D9) ----------------------
+
+
+async def decided_journal(path: Path) -> tuple[str, int]:
+    """A journal where dana approved a flow, then a snapshot after it; return (dfid, seq)."""
+    async with kernel_for(path, allow=("clerk", "auditor"), checkpoint_every=5) as kernel:
+        await kernel.register(
+            ScriptedAgent("auditor", [transfer(9_000, confidence=0.2)], subscriptions=["audit"])
+        )
+        [dfid] = await kernel.trigger("audit.check")
+        await kernel.wait_quiet()
+        await kernel.decide(
+            dfid, "approve", operator="dana", reason="ok", action_hash=action_of(kernel, dfid)
+        )
+        await kernel.wait_flow(dfid)
+        await kernel.register(ScriptedAgent("clerk", [transfer(250)] * 4, subscriptions=["bank"]))
+        for _ in range(4):  # events enough for checkpoints (and snapshots) after the decision
+            [flow] = await kernel.trigger("bank.invoice")
+            await kernel.wait_flow(flow)
+        [decided] = await kernel.journal.read(dfid=dfid, types=["HumanDecided"])
+    async with open_journal(path, readonly=True) as journal:
+        assert (await journal.snapshot_seqs())[-1] > decided.seq
+    return dfid, decided.seq
+
+
+def dana_to_mallory(path: Path, seq: int) -> None:
+    """D9's edit: the approver's name in the body, as plain JSON, hash left as it was."""
+    with closing(sqlite3.connect(path)) as db, db:
+        ((body,),) = db.execute("SELECT body FROM events WHERE seq = ?", (seq,))
+        edited = unpack(body).replace(b'"operator":"dana"', b'"operator":"mallory"', 1)
+        assert edited != unpack(body)
+        db.execute("UPDATE events SET body = ? WHERE seq = ?", (edited, seq))
+
+
+async def test_an_edit_before_the_snapshot_is_never_read_back(tmp_path: Path) -> None:
+    path = tmp_path / "j.db"
+    dfid, seq = await decided_journal(path)
+    dana_to_mallory(path, seq)
+    # Every read path of a journal opened as a kernel opens it (from its snapshot).
+    async with open_journal(path, readonly=True) as journal:
+        await restore(journal)
+        for read in (
+            lambda: journal.read(seq, seq + 1),
+            lambda: journal.read(types=["HumanDecided"]),
+            lambda: journal.flow_events(dfid),
+            lambda: anext(journal.scan(seq)),
+            lambda: anext(journal.scan(hashes=False)),
+            lambda: journal.check_history(),
+        ):
+            with pytest.raises(JournalCorrupt) as caught:
+                await read()
+            assert caught.value.seq == seq
+            assert "does not match its hash" in str(caught.value)
+        # The checked tail is still read: only what does not check is refused.
+        [tail] = await journal.read(journal.head_seq)
+        assert tail.seq == journal.head_seq
+
+
+async def test_a_kernel_never_serves_the_edited_event_and_stops_with_the_corruption(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "j.db"
+    dfid, seq = await decided_journal(path)
+    dana_to_mallory(path, seq)
+    seen: list[JournalCorrupt] = []
+    with pytest.raises(KernelShutdown) as stopped:
+        async with kernel_for(path, allow=("clerk", "auditor")) as kernel:
+            # Ready at once from its snapshot; the edited event is never served.
+            assert kernel.stopped is None or kernel.stopped.reason is StopReason.HISTORY_CORRUPT
+            reads = (
+                lambda: kernel.journal.read(seq, seq + 1),
+                lambda: kernel.journal.flow_events(dfid),
+            )
+            for read in reads:
+                try:
+                    served = await read()
+                except JournalCorrupt as exc:
+                    seen.append(exc)
+                else:
+                    pytest.fail(f"the kernel served {served}")
+            with anyio.fail_after(30):
+                await anyio.sleep_forever()
+    assert stopped.value.reason is StopReason.HISTORY_CORRUPT
+    assert all(exc.seq == seq for exc in seen)
+
+
+def test_dirk_show_reports_the_corruption_instead_of_the_edited_event(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "j.db"
+    dfid, seq = anyio.run(decided_journal, path)
+    dana_to_mallory(path, seq)
+    for command in (["show", dfid], ["show", dfid, "--json"], ["review", dfid], ["flows"]):
+        status = main([*command, "--db", str(path)])
+        out, err = capsys.readouterr()
+        assert status == ExitCode.USAGE, (command, out)
+        assert "mallory" not in out
+        assert err.startswith("error: JOURNAL_CORRUPT: ") and f"event {seq}" in err, err
 
 
 def edit_ts(path: Path, seq: int) -> None:

@@ -21,6 +21,7 @@ from kernel.core.ports import ManualClock
 from kernel.journal.codec import unpack
 from kernel.journal.opening import open_journal
 from kernel.journal.store import (
+    EventUnreadable,
     Journal,
     JournalClosed,
     JournalCorrupt,
@@ -146,7 +147,7 @@ async def test_a_draft_that_cannot_be_encoded_fails_only_its_caller(tmp_path: Pa
     async def append(name: str, drafts: list[Draft]) -> None:
         try:
             outcomes[name] = await journal.append(drafts)
-        except TypeError as exc:
+        except EventUnreadable as exc:
             outcomes[name] = exc
 
     async with open_journal(path) as journal:
@@ -155,7 +156,8 @@ async def test_a_draft_that_cannot_be_encoded_fails_only_its_caller(tmp_path: Pa
             tg.start_soon(append, "bad", bad)
             tg.start_soon(append, "after", [trigger(3)])
         assert not journal.failed
-        assert isinstance(outcomes["bad"], TypeError)
+        # Refused as the event's own fault (the supervisor dead-letters on exactly this).
+        assert isinstance(outcomes["bad"], EventUnreadable)
         assert seqs(await journal.read()) == [1, 2, 3]
         assert seqs(outcomes["after"]) == [3]  # type: ignore[arg-type]
     assert (await verify_journal(path)).ok

@@ -120,9 +120,11 @@ async def test_a_new_handshake_replaces_the_old_token(tmp_path):
         first = await kernel.register(agent)
         second = await kernel.handshake(agent.manifest)
         assert first.token != second.token
+        # The agent submits on its own now (as over the bus): its contexts come here.
+        contexts = kernel.route("clerk")
         [dfid] = await kernel.trigger("bank.invoice")
-        await agent.wait_context()
-        proposal = agent.steps[0](agent.contexts[0])
+        context = await contexts.receive()
+        proposal = agent.steps[0](context)
         assert (
             await kernel.submit(first.token, dfid, proposal)
         ).reason_code is ReasonCode.INVALID_SESSION
@@ -144,7 +146,7 @@ async def test_status_changes_gate_proposals_and_handshakes(tmp_path):
         assert rejected.payload.feedback.reason_code is ReasonCode.AGENT_PASSIVE
         # A PASSIVE agent is not woken; a new handshake does not lift the demotion.
         assert await kernel.trigger("bank.invoice") == []
-        await kernel.handshake(agent.manifest)
+        await kernel.register(agent)
         assert kernel.projections.agents["clerk"].status is AgentStatus.PASSIVE
 
         await kernel.set_agent_status("clerk", "SUSPENDED", operator="ana", reason="incident")

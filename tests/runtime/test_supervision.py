@@ -2,18 +2,24 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import ClassVar
+
 import anyio
 import msgspec
 import pytest
 
-from kernel import FlowStatus, KernelShutdown, ReasonCode
+from kernel import FlowStatus, KernelShutdown, ReasonCode, StopReason, open_kernel
 from kernel.audit import open_journal, verify_journal
-from kernel.core.events import TriggerFired
+from kernel.config import KernelConfig, Ports
+from kernel.core.events import MessageDeadLettered, TriggerFired
 from kernel.core.ports import ManualClock
+from kernel.policy import PolicyKind, PolicyPack, RuleVerdict, View, deny, rule
 from kernel.runtime.actors import ChildSpec, Mailbox, Outbox, RestartIntensityExceeded, Supervisor
 from kernel.state.projections import Projections
-from kernel.testing import JournalFaults
-from tests.support.helpers import POISON_CRASHES, Bank, ScriptedAgent, kernel_for
+from kernel.state.snapshots import Checkpointer
+from kernel.testing import JournalFaults, SeededIds
+from tests.support.helpers import PACK, POISON_CRASHES, Bank, ScriptedAgent, kernel_for
 
 POISON = lambda ctx: ctx.propose({"kind": "test.poison", "text": "poison"})  # noqa: E731
 
@@ -216,3 +222,121 @@ async def test_submissions_after_shutdown_are_refused(tmp_path):
         session = await kernel.register(ScriptedAgent())
     with pytest.raises(KernelShutdown):
         await kernel.submit(session.token, "nope", {"kind": "test.transfer"})
+
+
+# --- events the journal cannot seal: dead-lettered, never a stopped kernel -------------
+
+
+class Sealing:
+    """Records each job; for the jobs in ``bad`` it stages text no event can hold."""
+
+    def __init__(self, bad: set[int], done: list[int]) -> None:
+        self.bad = bad
+        self.done = done
+
+    async def handle(self, msg: Job, out: Outbox) -> None:
+        text = "lone \ud800" if msg.n in self.bad else "fine"
+        out.emit(TriggerFired(topic="job", facts={"n": msg.n, "text": text}))
+        out.after_commit(lambda: self.done.append(msg.n))
+
+
+async def test_a_message_whose_event_cannot_be_sealed_is_dead_lettered_alone(
+    tmp_path: Path,
+) -> None:
+    finished = anyio.Event()
+    settled = Tally(6, finished)
+    done, dead = DoneList(settled), DoneList(settled)
+    mailbox: Mailbox[Job] = Mailbox("sealing", capacity=16)
+    async with open_journal(tmp_path / "j.db") as journal:
+        projections = Projections()
+        journal.add_listener(projections.apply)
+        supervisor = Supervisor(
+            [ChildSpec("sealing", lambda: Sealing({2, 4}, done), mailbox)],
+            append=journal.append,
+            projections=projections,
+            clock=ManualClock(),
+            on_dead_letter=lambda actor, msg, exc, out: dead.append(msg),
+            max_restarts=0,  # a restart would stop it: none may be counted
+        )
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(supervisor.run)
+            for n in range(6):  # one batch: the mailbox holds them all before the actor runs
+                mailbox.send_nowait(Job(n))
+            with anyio.fail_after(10):
+                await finished.wait()
+            tg.cancel_scope.cancel()
+        events = await journal.read()
+    assert sorted(done) == [0, 1, 3, 5]
+    assert dead == [Job(2), Job(4)]
+    assert supervisor.stats.restarts == 0
+    letters = [e.payload for e in events if isinstance(e.payload, MessageDeadLettered)]
+    assert [letter.message for letter in letters] == ["Job(n=2)", "Job(n=4)"]
+    assert all("EventUnreadable" in letter.error for letter in letters)
+    assert [e.payload.facts["n"] for e in events if isinstance(e.payload, TriggerFired)] == [
+        0,
+        1,
+        3,
+        5,
+    ]
+    assert (await verify_journal(tmp_path / "j.db")).ok
+
+
+class Garbled(PolicyKind, tag="test.garbled"):
+    version: ClassVar[str] = "1.0"
+    adapter: ClassVar[str] = "bank"
+
+    text: str
+
+
+@rule(Garbled, fields=("text",))
+def garbled_feedback(view: View) -> RuleVerdict:
+    """A buggy rule of a pack: its refusal quotes text no event can hold."""
+    return deny(f"no \ud800 {view.params.text}", field="text")
+
+
+async def test_a_verdict_that_cannot_be_recorded_aborts_its_flow_and_the_kernel_goes_on(
+    tmp_path: Path,
+) -> None:
+    pack = PolicyPack(name="garbled", version="1.0.0", kinds=(Garbled,), rules=(garbled_feedback,))
+    path = tmp_path / "j.db"
+    config = KernelConfig(ports=Ports(clock=ManualClock(), ids=SeededIds(1)))
+    async with open_kernel(
+        path, packs=[PACK, pack], adapters={"bank": Bank()}, allow=["clerk", "g"], config=config
+    ) as kernel:
+        garbled = lambda ctx: ctx.propose({"kind": "test.garbled", "text": "x"})  # noqa: E731
+        await kernel.register(
+            ScriptedAgent("g", [garbled], capabilities=["test.garbled"], subscriptions=["g"])
+        )
+        await kernel.register(ScriptedAgent())
+        [dfid] = await kernel.trigger("g")
+        flow = await kernel.wait_flow(dfid)
+        assert flow.status is FlowStatus.ABORTED
+        assert flow.reason_code is ReasonCode.KERNEL_FAULT
+        [letter] = await kernel.journal.read(types=["MessageDeadLettered"])
+        assert letter.payload.actor == "dim" and "\\ud800" in letter.payload.error
+        assert kernel.stopped is None
+        [other] = await kernel.trigger("bank.invoice")
+        assert (await kernel.wait_flow(other)).status is FlowStatus.CLOSED
+    assert (await verify_journal(path)).ok
+
+
+async def test_a_kernel_that_stops_on_a_fault_records_the_fault(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def broken(self: Checkpointer, journal: object) -> None:
+        raise RuntimeError("a bug in a kernel task \ud800")
+
+    monkeypatch.setattr(Checkpointer, "run", broken)
+    path = tmp_path / "j.db"
+    with pytest.raises(KernelShutdown) as stopped:
+        async with kernel_for(path, checkpoint_every=10) as kernel:
+            await kernel.register(ScriptedAgent())
+            with anyio.fail_after(10):
+                await anyio.sleep_forever()
+    assert stopped.value.reason is StopReason.KERNEL_FAILED
+    assert isinstance(stopped.value.__cause__, RuntimeError)
+    async with open_journal(path) as journal:
+        [last] = await journal.read(start=journal.head_seq)
+    assert last.type == "KernelStopped" and last.payload.reason == "KERNEL_FAILED"
+    assert last.payload.detail == "RuntimeError: a bug in a kernel task \\ud800"
+    assert (await verify_journal(path)).ok

@@ -74,7 +74,7 @@ def _span_lines(request: ExportTraceServiceRequest) -> list[str]:
 
 def _metric_lines(request: ExportMetricsServiceRequest) -> list[str]:
     """One line per data point: its metric's name, its attributes, and its value (a sum's
-    value, a histogram's count and sum)."""
+    value; a histogram's count, sum, bucket bounds and counts per bucket)."""
     lines = []
     for resource_metrics in request.resource_metrics:
         resource = _attributes(resource_metrics.resource.attributes)
@@ -90,6 +90,8 @@ def _metric_lines(request: ExportMetricsServiceRequest) -> list[str]:
                     }
                     if kind == "histogram":
                         record["count"], record["sum"] = point.count, point.sum
+                        record["bounds"] = list(point.explicit_bounds)
+                        record["buckets"] = list(point.bucket_counts)
                     else:
                         record["value"] = (
                             point.as_int if point.HasField("as_int") else point.as_double

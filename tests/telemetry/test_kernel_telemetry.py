@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -25,18 +26,21 @@ from kernel.audit import open_journal
 from kernel.cli._main import main as cli_main
 from kernel.core.ports import SeededIds
 from kernel.telemetry import (
+    PROVIDER_NAME,
     Telemetry,
     configure_exporter,
     resource_from_env,
     span_id_for,
     spans_for_events,
 )
+from kernel.telemetry._clock import iso_utc
 from kernel.testing import action_of
 from tests.support import SUPPORT
 from tests.support.helpers import ScriptedAgent, kernel_for, transfer
 from tests.support.otlp import otlp_receiver
 
 RECEIVER = SUPPORT / "otlp_receiver.py"
+MS = 1_000_000
 AGENTS = ("clerk", "other", "auditor")
 
 
@@ -191,7 +195,7 @@ async def test_root_spans_name_the_flow_agent_and_policy_kind(tree: tuple[Tree, 
         assert root.attributes["dir.dfid"] == dfid
         assert root.attributes["dir.agent_id"] == agent
         assert root.attributes["dir.policy_kind"] == "test.transfer"
-        assert root.name == "flow test.transfer"
+        assert root.name == "invoke_workflow test.transfer"
         end = spans.outcome(dfid)
         assert end.attributes is not None
         if dfid == flows.aborted:
@@ -279,7 +283,9 @@ async def test_a_flow_escalated_before_a_restart_shows_while_waiting_and_ends_af
 ) -> None:
     path = tmp_path / "j.db"
     first = InMemorySpanExporter()
-    async with kernel_for(path, telemetry=Telemetry(SimpleSpanProcessor(first))) as kernel:
+    # On the journal's clock: a span sent again is the very same span.
+    journal_time = Telemetry(SimpleSpanProcessor(first), span_time="journal")
+    async with kernel_for(path, telemetry=journal_time) as kernel:
         await kernel.register(ScriptedAgent(steps=[transfer(confidence=0.2)]))
         [dfid] = await kernel.trigger("bank.invoice")
         await kernel.wait_flow(dfid)
@@ -289,7 +295,8 @@ async def test_a_flow_escalated_before_a_restart_shows_while_waiting_and_ends_af
     assert waiting.names(dfid) == ["context", "invoke_agent", "judge"]
 
     second = InMemorySpanExporter()
-    async with kernel_for(path, telemetry=Telemetry(SimpleSpanProcessor(second))) as kernel:
+    again = Telemetry(SimpleSpanProcessor(second), span_time="journal")
+    async with kernel_for(path, telemetry=again) as kernel:
         await kernel.decide(
             dfid,
             "override",
@@ -347,8 +354,11 @@ async def read_line(stdout: BufferedByteReceiveStream) -> str:
     return (await stdout.receive_until(b"\n", 1 << 20)).decode()
 
 
-async def test_a_flow_reaches_a_real_otlp_receiver(tmp_path: Path) -> None:
+async def test_a_flow_reaches_a_real_otlp_receiver_on_the_wall_clock(tmp_path: Path) -> None:
+    """The test kernel's clock says November 2023: by default its spans move to now, keep
+    their durations, and say when they were recorded."""
     path = tmp_path / "j.db"
+    before = time.time_ns()
     with anyio.fail_after(60):
         async with await anyio.open_process([sys.executable, str(RECEIVER)]) as receiver:
             assert receiver.stdout is not None
@@ -363,6 +373,7 @@ async def test_a_flow_reaches_a_real_otlp_receiver(tmp_path: Path) -> None:
                 await kernel.register(ScriptedAgent(steps=[transfer(250)]))
                 [dfid] = await kernel.trigger("bank.invoice")
                 assert (await kernel.wait_flow(dfid)).status is FlowStatus.CLOSED
+            after = time.time_ns()
 
             async with open_journal(path, readonly=True) as journal:
                 expected = {
@@ -379,16 +390,41 @@ async def test_a_flow_reaches_a_real_otlp_receiver(tmp_path: Path) -> None:
                     received[span["span_id"]] = span
 
     assert len(expected) == 5
-    assert all(received[sid]["start"] == expected[sid].start_time for sid in expected)
+    shifts = {received[sid]["start"] - (want.start_time or 0) for sid, want in expected.items()}
+    assert len(shifts) == 1, "a flow moves as one"
     for sid, span in received.items():
         want = expected[sid]
         assert span["name"] == want.name
         assert span["parent_span_id"] == (f"{parent_of(want):016x}" if want.parent else "")
         assert span["service_name"] == "kernel-test"
+        assert before <= span["start"] <= span["end"] <= after + MS
+        assert span["end"] - span["start"] == (want.end_time or 0) - (want.start_time or 0)
+        assert span["attributes"]["dir.journal_time"] == iso_utc(want.start_time or 0)
+        assert span["attributes"]["dir.journal_time"].startswith("2023-11-14T")
     root = received[f"{root_id(dfid):016x}"]
     assert root["attributes"]["dir.dfid"] == dfid
     assert root["attributes"]["dir.agent_id"] == "clerk"
     assert root["status_code"] == StatusCode.OK.value
+    # The workflow, as the GenAI conventions and OpenInference (Phoenix's columns) name it.
+    assert root["name"] == "invoke_workflow test.transfer"
+    attrs = root["attributes"]
+    assert attrs["gen_ai.operation.name"] == "invoke_workflow"
+    assert attrs["gen_ai.workflow.name"] == "test.transfer"
+    assert attrs["gen_ai.provider.name"] == PROVIDER_NAME
+    assert attrs["openinference.span.kind"] == "CHAIN"
+    assert json.loads(attrs["input.value"])["params"] == {"account": "acc-1", "amount_cents": 250}
+    assert json.loads(attrs["output.value"]) == {"status": "CLOSED"}
+    kinds = {
+        s["name"].split()[0]: s["attributes"].get("openinference.span.kind")
+        for s in received.values()
+    }
+    assert kinds == {
+        "context": None,
+        "invoke_agent": None,  # Phoenix reads AGENT and TOOL off gen_ai.operation.name
+        "judge": "GUARDRAIL",
+        "execute_tool": None,
+        "invoke_workflow": "CHAIN",
+    }
 
 
 # --- the host's tracing ---------------------------------------------------------
@@ -474,7 +510,8 @@ async def test_a_waiting_flow_is_visible_live_and_export_never_changes_a_spans_c
     path = tmp_path / "j.db"
     with anyio.fail_after(60):
         async with otlp_receiver() as received:
-            live_env(monkeypatch, received.endpoint)
+            # On the journal's clock, live, restarted and re-exported spans are identical.
+            live_env(monkeypatch, received.endpoint, DIRK_SPAN_TIME="journal")
             async with kernel_for(path) as kernel:
                 await kernel.register(ScriptedAgent(steps=[transfer(confidence=0.2)]))
                 [dfid] = await kernel.trigger("bank.invoice")
@@ -499,8 +536,8 @@ async def test_a_waiting_flow_is_visible_live_and_export_never_changes_a_spans_c
             waiting = ids()
             assert sorted(s["name"].split()[0] for s in received.spans()) == [
                 "context",
-                "flow",
                 "invoke_agent",
+                "invoke_workflow",
                 "judge",
             ]
 

@@ -1,5 +1,6 @@
 """A sink remembers a flow's sampling decision only when the sampler decides by trace id
-alone (the SDK's own samplers); any other sampler is asked every time, as before."""
+alone (the SDK's own samplers, ratios taken on a hash of the DFID); any other sampler is
+asked every time, as before."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from opentelemetry.sdk.trace.sampling import (
 )
 
 from kernel.telemetry._ids import trace_id_for
+from kernel.telemetry._sampling import flow_sampler
 from kernel.telemetry._sink import SpanSink
 
 
@@ -49,8 +51,9 @@ def test_a_pure_sampler_decides_as_if_asked_each_time(
     if parent_based:
         sampler = ParentBased(sampler)
     sink = SpanSink(TracerProvider(sampler=sampler))
+    on_hash = flow_sampler(sampler)
     for dfid in [str(uuid.UUID(int=i)) for i in ints] * 2:
-        asked = sampler.should_sample(Context(), trace_id_for(dfid), "flow").decision
+        asked = on_hash.should_sample(Context(), trace_id_for(dfid), "flow").decision
         assert sink.sampled(dfid) is (asked is Decision.RECORD_AND_SAMPLE)
 
 

@@ -137,7 +137,7 @@ def executed_flow(j: JournalBuilder, dfid: str = PARENT, *, start_ms: int = 0) -
 def exported(events: Iterable[Event]) -> list[ReadableSpan]:
     """Run events through Telemetry into the SDK's in-memory exporter."""
     exporter = InMemorySpanExporter()
-    telemetry = Telemetry(SimpleSpanProcessor(exporter))
+    telemetry = Telemetry(SimpleSpanProcessor(exporter), span_time="journal")
     telemetry.emit(events)
     telemetry.shutdown()
     return list(exporter.get_finished_spans())
@@ -151,7 +151,11 @@ def by_name(spans: Sequence[ReadableSpan]) -> dict[str, list[ReadableSpan]]:
 
 
 def root_of(spans: Sequence[ReadableSpan], dfid: str) -> ReadableSpan:
-    (root,) = [s for s in spans if s.name.startswith("flow") and s.attributes["dir.dfid"] == dfid]
+    (root,) = [
+        s
+        for s in spans
+        if s.name.startswith("invoke_workflow") and s.attributes["dir.dfid"] == dfid
+    ]
     return root
 
 
@@ -177,11 +181,11 @@ def test_accepted_and_executed_flow_is_one_trace_with_a_span_per_stage() -> None
     assert sorted(named) == [
         "context",
         "execute_tool reorder",
-        "flow reorder",
         REASON,
+        "invoke_workflow reorder",
         "judge reorder",
     ]
-    root = named["flow reorder"][0]
+    root = named["invoke_workflow reorder"][0]
     assert root.parent is None
     assert {s.context.trace_id for s in spans if s.context} == {uuid.UUID(PARENT).int}
     assert all(parent_id(s) == span_id(root) for s in spans if s is not root)
@@ -196,9 +200,13 @@ def test_accepted_and_executed_flow_is_one_trace_with_a_span_per_stage() -> None
         "dir.policy_kind": "reorder",
         "dir.status": "CLOSED",
         "dir.attempts": 1,
-        "gen_ai.operation.name": "invoke_agent",
+        "gen_ai.operation.name": "invoke_workflow",
+        "gen_ai.workflow.name": "reorder",
+        "gen_ai.provider.name": "dirk",
         "gen_ai.agent.id": AGENT,
-        "gen_ai.agent.name": AGENT,
+        "openinference.span.kind": "CHAIN",
+        "input.value": '{"kind":"reorder","params":{"qty":5,"sku":"A-1"}}',
+        "output.value": '{"status":"CLOSED"}',
     }
     assert root.resource.attributes["service.name"]
     assert root.instrumentation_scope is not None
@@ -262,7 +270,7 @@ def test_a_rejected_attempt_is_a_governed_validate_span_carrying_the_feedback() 
         (T0 + 11 * MS, T0 + 12 * MS),
     ]
     assert len(named[REASON]) == 2
-    root = named["flow reorder"][0]
+    root = named["invoke_workflow reorder"][0]
     assert root.attributes["dir.attempts"] == 2
     assert root.status.status_code is StatusCode.OK
 
@@ -286,7 +294,7 @@ def test_an_aborted_flow_names_its_reason_code_and_is_an_error_only_for_a_fault(
 
     named = by_name(exported(j.events))
 
-    root = named["flow stock.low"][0]
+    root = named["invoke_workflow stock.low"][0]
     if fault:
         assert root.status.status_code is StatusCode.ERROR
         assert root.status.description == code.value
@@ -360,7 +368,7 @@ def test_an_escalation_span_records_the_human_decision_and_the_wait() -> None:
     assert escalation.attributes["dir.reason_code"] == "VERIFICATION_REQUIRED"
     assert escalation.attributes["dir.operator"] == "ops@example"
     assert escalation.attributes["dir.decision"] == "approve"
-    root = named["flow reorder"][0]
+    root = named["invoke_workflow reorder"][0]
     assert parent_id(escalation) == span_id(root)
     # The root left when the flow began to wait; the rest hangs under "resume".
     assert root.end_time == T0 + 6 * MS
@@ -393,7 +401,7 @@ def test_a_child_flow_is_its_own_trace_linked_both_ways_to_its_parent() -> None:
     spans = exported(j.events)
 
     parent_root, child_root = root_of(spans, PARENT), root_of(spans, CHILD)
-    assert child_root.name == "flow quote"
+    assert child_root.name == "invoke_workflow quote"
     assert child_root.parent is None
     assert child_root.context is not None and parent_root.context is not None
     assert child_root.context.trace_id == uuid.UUID(CHILD).int == trace_id_for(CHILD)
@@ -424,7 +432,9 @@ def test_export_flows_selects_a_flow_and_its_descendants() -> None:
         count = export_flows(j.events, SimpleSpanProcessor(exporter), **kwargs)
         spans = exporter.get_finished_spans()
         assert count == len(spans)
-        return {str(s.attributes["dir.dfid"]) for s in spans if s.name.startswith("flow")}
+        return {
+            str(s.attributes["dir.dfid"]) for s in spans if s.name.startswith("invoke_workflow")
+        }
 
     assert dfids() == {PARENT, CHILD, other}
     assert dfids(dfid=PARENT) == {PARENT, CHILD}
@@ -463,7 +473,7 @@ def test_fed_in_batches_equals_fed_at_once_and_nothing_is_retained_after_termina
     projector = SpanProjector()
 
     exporter = InMemorySpanExporter()
-    telemetry = Telemetry(SimpleSpanProcessor(exporter))
+    telemetry = Telemetry(SimpleSpanProcessor(exporter), span_time="journal")
     open_counts = []
     for event in j.events:
         telemetry.emit([event])
@@ -511,8 +521,8 @@ def test_a_waiting_flow_shows_its_root_and_stages_and_later_ids_never_change_con
 
     assert sorted(s.name for s in before.values()) == [
         "context",
-        "flow reorder",
         REASON,
+        "invoke_workflow reorder",
         "judge reorder",
     ]
     assert before[span_id_for(PARENT, "flow", 0)].attributes["dir.status"] == "ESCALATED"
@@ -803,7 +813,7 @@ def test_a_span_sent_from_any_cut_of_the_journal_has_its_final_content(cut: int)
 def test_batching_never_changes_the_spans(cuts: list[int]) -> None:
     bounds = [0, *sorted(cuts), len(VARIED)]
     collector = Collector()
-    telemetry = Telemetry(collector, sampler=ALWAYS_ON)
+    telemetry = Telemetry(collector, sampler=ALWAYS_ON, span_time="journal")
     for start, stop in itertools.pairwise(bounds):
         telemetry.emit(VARIED[start:stop])
 

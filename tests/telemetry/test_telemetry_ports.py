@@ -17,6 +17,7 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from kernel.core.events import Draft, TriggerFired
 from kernel.journal.opening import open_journal
 from kernel.telemetry import Telemetry
+from kernel.telemetry._metrics import COMMIT_BUCKETS
 from tests.support.helpers import ScriptedAgent, kernel_for, transfer
 from tests.support.otlp import otlp_receiver
 
@@ -139,4 +140,7 @@ async def test_commit_latency_and_mailbox_depth_arrive_over_otlp(
     [latency] = metric("dir.journal.commit.duration")
     assert latency["kind"] == "histogram" and latency["count"] == transactions > 3
     assert latency["sum"] > 0
+    # The bounds the instrument advises arrive with it: microseconds to seconds.
+    assert latency["bounds"] == list(COMMIT_BUCKETS)
+    assert sum(latency["buckets"]) == transactions
     assert all(v >= 0 for v in depths().values())
