@@ -1,10 +1,13 @@
-"""The human acts a kernel accepts: decisions, agent status, limits, packs and rules.
+"""The human acts a kernel accepts: decisions, agent status, limits, packs, rules, and the inbox.
 
 Each act is admitted at the wall first (an operator and a reason are required,
 every field is bounded), then handed to the actor that owns it, and waits for
 its durable answer; a refusal is recorded (DecisionRefused, InputRefused). The
-operator inbox, where another process's ``dirk decide`` writes, reaches the
-same acts through :meth:`OperatorActs._poll_inbox`.
+embedding code calls these methods in the kernel's own process, trusted as code
+(a decision is recorded ``via="api"``). Every other door (``dirk decide``, the
+console, the MCP server) writes a signed request into the operator inbox, and the
+kernel's poller (kernel.inbox) hands each verified request to :meth:`OperatorActs.apply`:
+the one place a request becomes acts.
 
 :class:`OperatorActs` is the base of :class:`kernel.api.Kernel`: one class for
 the embedding code, two modules to read.
@@ -14,11 +17,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from decimal import Decimal
-from typing import Any, TypeVar
+from typing import Any, TypeVar, assert_never
 
 import msgspec
 
-from kernel import inbox
 from kernel.core import events, wall
 from kernel.core.errors import KernelShutdown
 from kernel.core.events import (
@@ -34,6 +36,19 @@ from kernel.core.flow import FlowState
 from kernel.core.ports import Clock
 from kernel.core.reasons import ReasonCode
 from kernel.core.wall import InputInvalid, clip
+from kernel.inbox import (
+    AgentStatusRequest,
+    AmendRequest,
+    CredentialRequest,
+    DecideRequest,
+    InboxAgents,
+    InboxRequest,
+    Proof,
+    ProposeRequest,
+    RuleChangeRequest,
+    RuleDecisionRequest,
+)
+from kernel.inbox.requests import normalized
 from kernel.journal.store import Journal, JournalError
 from kernel.policy.contracts import (
     HandshakeRefused,
@@ -57,6 +72,7 @@ from kernel.runtime.messages import (
 from kernel.state.amendments import AmendmentInvalid
 from kernel.state.approvals import APPROVE_WORDS
 from kernel.state.projections import AgentStatus, Projections, fold
+from kernel.state.rulebook import RuleNotInForce, RuleNotPending
 from kernel.wiring import Actors
 
 M = TypeVar("M")
@@ -74,7 +90,7 @@ class OperatorActs:
     projections: Projections
     clock: Clock
     actors: Actors
-    inbox_agents: inbox.InboxAgents
+    inbox_agents: InboxAgents
     _adapter_names: frozenset[str]
     _pending: set[Reply[Any]]
     _stop_reason: KernelShutdown | None
@@ -124,8 +140,121 @@ class OperatorActs:
             params=checked.params,
             action_hash=checked.action_hash,
             reply=reply,
+            via="api",
         )
         return await self._call(self.actors.escalation, msg, reply)
+
+    async def apply(self, request: InboxRequest, proof: Proof) -> None:
+        """Apply one verified inbox request: the one place a request becomes the kernel's acts.
+
+        The inbox's poller (kernel.inbox) calls it once per row whose proof held. The
+        event the act records names the row (``proof.inbox_id``); a refusal the act
+        records itself (DecisionRefused, AmendmentRefused) takes the row too. Anything
+        raised here is recorded by the poller as the row's refusal.
+
+        Raises:
+            InputInvalid, HandshakeRefused, ProofRefused: the request cannot be applied.
+        """
+        match request:
+            case DecideRequest():
+                await self._recall(request.dfid)
+                verdict: Reply[Verdict] = Reply()
+                decide = Decide(
+                    dfid=request.dfid,
+                    decision=request.decision,
+                    operator=request.operator,
+                    reason=request.reason,
+                    params=request.params,
+                    action_hash=request.action_hash,
+                    inbox_id=proof.inbox_id,
+                    reply=verdict,
+                    via="inbox",
+                    signer=proof.signer,
+                )
+                await self._call(self.actors.escalation, decide, verdict)
+            case AmendRequest():
+                amended: Reply[Any] = Reply()
+                amend = AmendLimit(
+                    agent_id=request.agent_id,
+                    limit=request.limit,
+                    value=request.value,
+                    ttl_s=request.ttl_s,
+                    operator=request.operator,
+                    reason=request.reason,
+                    inbox_id=proof.inbox_id,
+                    reply=amended,
+                )
+                await self._call(self.actors.dim, amend, amended)
+            case AgentStatusRequest():
+                changed: Reply[ReasonCode | None] = Reply()
+                status = SetStatus(
+                    agent_id=request.agent_id,
+                    status=request.status,
+                    operator=request.operator,
+                    reason=request.reason,
+                    inbox_id=proof.inbox_id,
+                    reply=changed,
+                )
+                code = await self._call(self.actors.registry, status, changed)
+                if code is not None:
+                    raise HandshakeRefused(code, f"no agent {request.agent_id!r}")
+            case CredentialRequest():
+                await self._issue_credential(
+                    request.agent_id,
+                    request.verifier,
+                    request.operator,
+                    request.reason,
+                    inbox_id=proof.inbox_id,
+                )
+            case RuleDecisionRequest():
+                try:
+                    await self._rule_act(
+                        DecideRule(
+                            proposal_seq=request.proposal_seq,
+                            decision=request.decision,
+                            operator=request.operator,
+                            reason=request.reason,
+                            inbox_id=proof.inbox_id,
+                        )
+                    )
+                except RuleNotPending as exc:
+                    raise InputInvalid("proposal_seq", str(exc)) from exc
+            case RuleChangeRequest(action="retract"):
+                try:
+                    await self._rule_act(
+                        RetractRule(
+                            rule=request.rule,
+                            operator=request.operator,
+                            reason=request.reason,
+                            inbox_id=proof.inbox_id,
+                        )
+                    )
+                except RuleNotInForce as exc:
+                    raise InputInvalid("rule", str(exc)) from exc
+            case RuleChangeRequest():
+                proposal = events.RuleProposed(
+                    rule=request.rule,
+                    title=request.title,
+                    content=request.content,
+                    labels=list(request.labels),
+                    base_version=request.base_version,
+                    proposer=request.operator,
+                    by_operator=True,
+                    reason=request.reason,
+                )
+                await self._rule_act(
+                    SubmitRule(
+                        proposal=proposal,
+                        override=True,
+                        operator=request.operator,
+                        reason=request.reason,
+                        inbox_id=proof.inbox_id,
+                    )
+                )
+            case ProposeRequest():
+                await self.inbox_agents.propose(request, proof)
+            case _:
+                assert_never(request)
 
     async def set_agent_status(
         self, agent_id: str, status: AgentStatus | str, *, operator: str, reason: str
@@ -168,24 +297,32 @@ class OperatorActs:
             InputInvalid: a field of the wrong type or too long.
             HandshakeRefused: UNKNOWN_AGENT (not allowed here) or SCHEMA_INVALID (no verifier).
         """
-        fields = {"agent_id": agent_id, "verifier": verifier, "operator": operator}
-        await self._issue_credential(inbox.check_credential(fields | {"reason": reason}))
+        # The inbox's request is the API's spec too: one set of bounds for both doors.
+        checked = normalized(
+            CredentialRequest(
+                agent_id=agent_id, verifier=verifier, operator=operator, reason=reason
+            )
+        )
+        assert isinstance(checked, CredentialRequest)
+        await self._issue_credential(
+            checked.agent_id, checked.verifier, checked.operator, checked.reason
+        )
 
     async def _issue_credential(
-        self, fields: inbox.CredentialFields, inbox_id: int | None = None
+        self, agent_id: str, verifier: str, operator: str, reason: str, inbox_id: int | None = None
     ) -> None:
         reply: Reply[ReasonCode | None] = Reply()
         msg = IssueCredential(
-            agent_id=fields.agent_id,
-            verifier=fields.verifier,
-            operator=fields.operator,
-            reason=fields.reason,
+            agent_id=agent_id,
+            verifier=verifier,
+            operator=operator,
+            reason=reason,
             inbox_id=inbox_id,
             reply=reply,
         )
         code = await self._call(self.actors.registry, msg, reply)
         if code is not None:
-            raise HandshakeRefused(code, f"no credential issued for {fields.agent_id!r}")
+            raise HandshakeRefused(code, f"no credential issued for {agent_id!r}")
 
     async def amend_limit(
         self,

@@ -27,8 +27,7 @@ import msgspec
 from anyio.abc import TaskGroup
 from opentelemetry.context import Context
 
-from kernel import inbox
-from kernel.acts import STOPPED
+from kernel.acts import STOPPED, OperatorActs
 from kernel.adapters.contract import Adapter
 from kernel.config import KernelConfig
 from kernel.core import wall
@@ -46,7 +45,7 @@ from kernel.core.reasons import ReasonCode, StopReason
 from kernel.core.text import utf8_problem
 from kernel.core.wall import InputInvalid, clip
 from kernel.hosting import AgentLike
-from kernel.inbox_acts import InboxActs
+from kernel.inbox import InboxAgents
 from kernel.journal.store import Journal
 from kernel.policy.contracts import (
     HandshakeRefused,
@@ -74,7 +73,7 @@ M = TypeVar("M")
 T = TypeVar("T")
 
 
-class Kernel(InboxActs):
+class Kernel(OperatorActs):
     """A running kernel; obtain one with :func:`open_kernel`."""
 
     def __init__(
@@ -118,11 +117,12 @@ class Kernel(InboxActs):
             spawn_effect=self._spawn_effect,
         )
         self._adapter_names = frozenset(self.actors.adapters)
-        self.inbox_agents = inbox.InboxAgents(
+        self.inbox_agents = InboxAgents(
             self.register,
             lambda topic: self.trigger(topic, source="inbox"),
             lambda: self.catalog.kinds,
             projections,
+            self._hosts,
         )
 
     # --- the embedding API -------------------------------------------------

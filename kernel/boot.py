@@ -31,6 +31,8 @@ from kernel.core.flow import FlowStatus
 from kernel.core.ports import RandomIds, SystemClock
 from kernel.core.reasons import ReasonCode, StopReason
 from kernel.core.wall import clip
+from kernel.inbox import Intake, read_keyring
+from kernel.inbox.keyring import ENV as KEYRING_ENV
 from kernel.journal.opening import open_journal
 from kernel.journal.store import (
     Journal,
@@ -44,7 +46,7 @@ from kernel.journal.store import (
 from kernel.policy.packs import PackError, PolicyCatalog, PolicyPack
 from kernel.registry import KERNEL_VERSION
 from kernel.runtime.actors import RestartIntensityExceeded, Supervisor
-from kernel.runtime.messages import Recover
+from kernel.runtime.messages import Recover, Tick
 from kernel.state.beliefs import BUILT_IN
 from kernel.state.projections import FOLD, Projections
 from kernel.state.snapshots import Checkpointer, restore
@@ -88,12 +90,17 @@ async def open_kernel(
 
     Raises:
         PackError: on an invalid policy pack or a missing adapter.
+        KeyringError: the operator keyring (``config.keyring`` or ``DIRK_KEYRING``) cannot
+            be read, others may write it, or a line of it is bad.
         JournalError: when the journal cannot be opened (corrupt, foreign, too new), fails
             its chain check from the latest trusted snapshot on (``JournalCorrupt``,
             with the seq), or the chain key does not fit (``JournalKeyError``).
         KernelShutdown: when the kernel had to stop (restart intensity, journal failure).
     """
     catalog = PolicyCatalog(packs)
+    # The inbox's root of trust, read before anything starts: a bad keyring stops the open.
+    keyring_path = config.keyring or os.environ.get(KEYRING_ENV) or None
+    keyring = read_keyring(keyring_path) if keyring_path else None
     # The kernel's own executors are built in (kernel.wiring adds them where a pack needs them).
     missing = [n for n in catalog.adapters_needed() if n not in adapters and n not in BUILT_IN]
     if missing:
@@ -147,6 +154,7 @@ async def open_kernel(
                         head_seq=journal.head_seq,
                         head_hash=journal.head_hash,
                         fold=FOLD,
+                        allow=_recordable(allow),
                     )
                 )
             ]
@@ -176,7 +184,15 @@ async def open_kernel(
                 tg.start_soon(_check_history, kernel, journal, name="history-check")
                 poll_s = config.supervision.inbox_poll_s
                 if poll_s is not None:
-                    tg.start_soon(kernel._poll_inbox, poll_s, name="operator-inbox")
+                    intake = Intake(
+                        journal,
+                        projections,
+                        keyring,
+                        keyring_path,
+                        kernel.apply,
+                        lambda: kernel.actors.escalation.send(Tick()),
+                    )
+                    tg.start_soon(intake.run, clock, poll_s, name="operator-inbox")
                 if kernel._checkpointer is not None:
                     tg.start_soon(kernel._checkpointer.run, journal, name="checkpoints")
                 if telemetry.enabled:
@@ -250,6 +266,24 @@ async def open_kernel(
             raise failure
         if body_error is not None:
             raise body_error
+
+
+def _recordable(allow: Collection[str]) -> list[str]:
+    """The allowed agent ids KernelStarted records: the strings that are UTF-8 text.
+
+    Clients read them to refuse a request for an agent the kernel would not know; an id
+    that cannot be recorded cannot register either.
+    """
+    ids = []
+    for agent_id in allow:
+        if not isinstance(agent_id, str):
+            continue
+        try:
+            agent_id.encode("utf-8")
+        except UnicodeEncodeError:
+            continue
+        ids.append(agent_id)
+    return sorted(ids)
 
 
 def _mailbox_depths(kernel: Kernel) -> dict[str, int]:

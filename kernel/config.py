@@ -128,6 +128,10 @@ class KernelConfig(msgspec.Struct, frozen=True, kw_only=True):
         bus: a NATS URL (``nats://127.0.0.1:4222``) where agents hosted in other processes
             reach this kernel (kernel.mesh, ``pip install 'dirk[nats]'``); None: the
             ``DIRK_BUS`` environment variable, else no bus.
+        keyring: the file of public keys whose holders may sign operator inbox requests
+            (kernel.inbox.keyring; ``dirk operator add``); None: the ``DIRK_KEYRING``
+            environment variable, else none, and every inbox row is refused. Kept outside
+            the journal on purpose: whoever can write the journal cannot add a key.
     """
 
     limits: Limits = Limits()
@@ -139,3 +143,4 @@ class KernelConfig(msgspec.Struct, frozen=True, kw_only=True):
     escalation: EscalationPolicy = EscalationPolicy()
     retry: RetryPolicy | None = None
     bus: str | None = None
+    keyring: str | None = None

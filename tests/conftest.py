@@ -16,6 +16,7 @@ import pytest
 from kernel import Kernel
 from kernel.testing import ManualClock
 from tests.support.helpers import Bank, kernel_for
+from tests.support.operators import Keys, suite_keys
 
 
 @pytest.fixture
@@ -41,3 +42,18 @@ async def kernel(tmp_path: Path, bank: Bank, clock: ManualClock) -> AsyncIterato
 def anyio_backend() -> str:
     """The kernel runs on asyncio (aiosqlite): pin it, even where trio is installed."""
     return "asyncio"
+
+
+@pytest.fixture
+def operator_keys(monkeypatch: pytest.MonkeyPatch) -> Keys:
+    """Keys for the suite's operators, the console and the MCP server, in the environment.
+
+    ``DIRK_KEYRING`` and ``DIRK_KEY`` point at them, so kernels (in this process or
+    started from it) trust them and ``dirk decide`` and the other clients sign with them.
+    They are the suite's one set (tests.support.operators.suite_keys): a kernel or a
+    console a module started before this test's environment was set uses them too.
+    """
+    keys = suite_keys()
+    for name, value in keys.env().items():
+        monkeypatch.setenv(name, value)
+    return keys

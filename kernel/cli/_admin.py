@@ -1,22 +1,30 @@
 """``dirk agent`` and ``dirk rules``: an operator's hand on agents and on the rulebook.
 
 Both read the journal to show what is, and change it only through the operator
-inbox (see kernel.inbox): the running kernel applies each row once and records
-who did it and why (AgentStatusChanged, RuleDecided, each naming the row).
+inbox (see kernel.inbox): a request signed with the operator's key, checked here
+as the kernel will check it (kernel.inbox.prepare); the running kernel applies
+each once and records who did it and why (AgentStatusChanged, RuleDecided, each
+naming the row).
 """
 
 from __future__ import annotations
 
 import argparse
-import time
 from typing import Any
 
 from kernel.cli._credential import issue_credential
-from kernel.cli._operator import error, fold_journal, wait_taken
+from kernel.cli._operator import (
+    add_key_argument,
+    error,
+    fold_journal,
+    post_request,
+    refused,
+    wait_seconds,
+)
 from kernel.cli._read import print_json, say
 from kernel.core.reasons import CliError, ExitCode, ReasonCode
-from kernel.core.wall import who_and_why
-from kernel.inbox import AGENT_STATUS, RULE, RuleChangeRefused, post, rule_change_row
+from kernel.inbox import RequestRefused
+from kernel.inbox.prepare import rule_change, rule_decision, status_change
 from kernel.state.projections import AgentStatus
 from kernel.state.rulebook import Rulebook
 
@@ -39,7 +47,8 @@ def add_commands(commands: Any) -> None:
     )
     agent.add_argument("--operator", help="who changes it (recorded; required with --set)")
     agent.add_argument("--reason", help="why (recorded; required with --set)")
-    agent.add_argument("--wait", type=float, default=0.0, metavar="SECONDS", help=_WAIT_HELP)
+    agent.add_argument("--wait", type=wait_seconds, default=0.0, metavar="SECONDS", help=_WAIT_HELP)
+    add_key_argument(agent)
     agent.add_argument("--db", required=True, help="the journal file")
     agent.add_argument(
         "--json", action="store_true", help="the agent as one JSON object (not with --set)"
@@ -64,7 +73,8 @@ def add_commands(commands: Any) -> None:
     )
     rules.add_argument("--operator", help="who decides (recorded; required to decide)")
     rules.add_argument("--reason", help="why (recorded; required to decide)")
-    rules.add_argument("--wait", type=float, default=0.0, metavar="SECONDS", help=_WAIT_HELP)
+    rules.add_argument("--wait", type=wait_seconds, default=0.0, metavar="SECONDS", help=_WAIT_HELP)
+    add_key_argument(rules)
     rules.add_argument("--db", required=True, help="the journal file")
     rules.add_argument(
         "--json",
@@ -77,7 +87,7 @@ def add_commands(commands: Any) -> None:
 def _who_and_why(args: argparse.Namespace) -> str | None:
     if not args.operator or not args.reason:
         return "a change names the --operator and a --reason"
-    return who_and_why(args.operator, args.reason)
+    return None
 
 
 async def _agent(args: argparse.Namespace) -> int:
@@ -113,16 +123,13 @@ async def _agent(args: argparse.Namespace) -> int:
     missing = _who_and_why(args)
     if missing is not None:
         return error(ReasonCode.SCHEMA_INVALID, missing, ExitCode.USAGE)
-    change = {
-        "type": AGENT_STATUS,
-        "agent_id": args.agent_id,
-        "status": args.set,
-        "operator": args.operator,
-        "reason": args.reason,
-    }
-    row_id = post(args.db, "", change, time.time_ns())
-    say(f"status {args.set} for {args.agent_id} queued as inbox row {row_id}")
-    return await wait_taken(args.db, row_id, args.wait) if args.wait > 0 else 0
+    try:
+        request = status_change(
+            projections.agents, args.agent_id, args.set, operator=args.operator, reason=args.reason
+        )
+    except RequestRefused as exc:
+        return refused(exc)
+    return await post_request(args, request, f"status {args.set} for {args.agent_id}")
 
 
 async def _rules(args: argparse.Namespace) -> int:
@@ -174,26 +181,24 @@ async def _rules(args: argparse.Namespace) -> int:
     missing = _who_and_why(args)
     if missing is not None:
         return error(ReasonCode.SCHEMA_INVALID, missing, ExitCode.USAGE)
-    if seq not in book.pending:
-        return error(CliError.RULE_NOT_PENDING, f"no deferred rule proposal #{seq} in {args.db}")
     decision = "override" if args.override is not None else "skip"
-    body = {
-        "type": RULE,
-        "proposal_seq": seq,
-        "decision": decision,
-        "operator": args.operator,
-        "reason": args.reason,
-    }
-    row_id = post(args.db, "", body, time.time_ns())
-    say(f"{decision} of rule proposal #{seq} queued as inbox row {row_id}")
-    return await wait_taken(args.db, row_id, args.wait) if args.wait > 0 else 0
+    try:
+        request = rule_decision(book, seq, decision, operator=args.operator, reason=args.reason)
+    except RequestRefused as exc:
+        if exc.code is CliError.RULE_NOT_PENDING:
+            return error(exc.code, f"{exc.message} in {args.db}")
+        return refused(exc)
+    return await post_request(args, request, f"{decision} of rule proposal #{seq}")
 
 
 async def _change_rule(args: argparse.Namespace, book: Rulebook, rule: str) -> int:
     """Queue an add, edit or retract of ``rule`` (an operator's act, applied by the kernel)."""
     action = "retract" if args.retract else "add" if args.add else "edit"
+    missing = _who_and_why(args)
+    if missing is not None:
+        return error(ReasonCode.SCHEMA_INVALID, missing, ExitCode.USAGE)
     try:
-        body = rule_change_row(
+        request = rule_change(
             book,
             rule,
             action,
@@ -203,10 +208,8 @@ async def _change_rule(args: argparse.Namespace, book: Rulebook, rule: str) -> i
             content=args.content or "",
             labels=args.label,
         )
-    except RuleChangeRefused as refused:
-        if refused.code == CliError.UNKNOWN_RULE:
-            return error(refused.code, f"{refused.message} in {args.db}")
-        return error(refused.code, refused.message, ExitCode.USAGE)
-    row_id = post(args.db, "", body, time.time_ns())
-    say(f"{body['action']} of rule {rule} queued as inbox row {row_id}")
-    return await wait_taken(args.db, row_id, args.wait) if args.wait > 0 else 0
+    except RequestRefused as exc:
+        if exc.code is CliError.UNKNOWN_RULE:
+            return error(exc.code, f"{exc.message} in {args.db}")
+        return refused(exc)
+    return await post_request(args, request, f"{action} of rule {rule}")

@@ -2,8 +2,9 @@
 
 Every command reads the journal read-only, except the operator's changes
 (``decide``, ``amend``, ``agent --set``, ``rules --override``/``--skip``), which
-write one row into the journal file's operator inbox; none of them needs the
-kernel to be running. Errors are one line with a code (a ``ReasonCode`` or a
+write one request, signed with the operator's key, into the journal's operator
+inbox (kernel.inbox), and ``operator``, which edits the kernel's keyring; none
+of them needs the kernel to be running. Errors are one line with a code (a ``ReasonCode`` or a
 ``CliError``) and an ``ExitCode`` (both listed in ``dirk --help``), never a
 traceback, and a reader that goes away (``dirk flows | head -1``) ends a command quietly.
 The chain key of a keyed journal comes from ``DIRK_CHAIN_KEY`` or ``--key-file``,
@@ -30,6 +31,7 @@ from kernel.audit.narrative import outcome as _outcome
 from kernel.cli._admin import add_commands as add_admin_commands
 from kernel.cli._beliefs import add_commands as add_belief_commands
 from kernel.cli._journal import add_commands as add_journal_commands
+from kernel.cli._keyring import add_commands as add_keyring_commands
 from kernel.cli._mcp import add_commands as add_mcp_commands
 from kernel.cli._operator import add_commands, error, error_of, fold_journal
 from kernel.cli._read import (
@@ -250,6 +252,7 @@ def _parser() -> argparse.ArgumentParser:
     add_verify_commands(commands)
     add_commands(commands)
     add_admin_commands(commands)
+    add_keyring_commands(commands)
     add_replay_commands(commands)
     add_journal_commands(commands)
     add_mcp_commands(commands)

@@ -78,6 +78,18 @@ def add_commands(commands: Any) -> None:
         help="HTTP bearer tokens, one 'agent:ID TOKEN' or 'operator:NAME TOKEN' a line",
     )
     p.add_argument(
+        "--key",
+        metavar="PATH",
+        help="a directory of NAME.key files (default: $DIRK_KEY): the server's own, DOOR.key,"
+        " signs operator acts; each agent's signs its proposals (dirk operator add)",
+    )
+    p.add_argument(
+        "--door",
+        default="mcp",
+        metavar="NAME",
+        help="the name the kernel's keyring holds the server's key under (default mcp)",
+    )
+    p.add_argument(
         "--tls-cert",
         metavar="FILE",
         help="with --http: serve HTTPS with this certificate chain (PEM); needs --tls-key",
@@ -240,7 +252,7 @@ async def _backend(
     from kernel.mcp import Embedded, Follower
 
     if not args.kernel:
-        yield Follower(args.db, PolicyCatalog(packs).schemas)
+        yield Follower(args.db, PolicyCatalog(packs).schemas, key=args.key, door=args.door)
         return
     from kernel.boot import open_kernel
 

@@ -1,10 +1,13 @@
 """The operator's side of ``dirk``: pending escalations, a review of one, and a decision on it.
 
-``escalations`` and ``review`` only read the journal. ``decide`` writes one row
-into the journal file's operator inbox, which the running kernel (another
-process, possibly not running right now) polls and applies exactly once. An
-approval of a HIGH_IMPACT action takes the action's short hash typed back
-(``--confirm``): no one-key approvals.
+``escalations`` and ``review`` only read the journal. ``decide`` writes one signed
+request into the journal's operator inbox (kernel.inbox), which the running kernel
+(another process, possibly not running right now) polls and applies exactly once.
+The request is signed with the operator's own key (``--key`` or ``DIRK_KEY``, made by
+``dirk operator add``), and checked here as the kernel will check it
+(kernel.inbox.prepare): what the kernel would refuse at once is refused here, with its
+code, and never queued. An approval of a HIGH_IMPACT action takes the action's short
+hash typed back (``--confirm``): no one-key approvals.
 """
 
 from __future__ import annotations
@@ -22,15 +25,18 @@ from kernel.cli._read import age, iso_time, print_json, print_rows, say
 from kernel.core import events as ev
 from kernel.core.events import Event
 from kernel.core.flow import FlowState, FlowStatus
+from kernel.core.keys import KeyUnusable
 from kernel.core.reasons import CliError, ExitCode, ReasonCode
-from kernel.core.wall import MAX_TTL_S, visible, who_and_why
-from kernel.inbox import AMEND, post, queued_dfids, taken_seq
+from kernel.core.wall import MAX_TTL_S, visible
+from kernel.inbox import InboxRequest, RequestRefused, Signer, open_signer
+from kernel.inbox.client import keyring_problem, queued_dfids, read_answer, taken_seq
+from kernel.inbox.prepare import amendment, prepare_decision
 from kernel.journal.opening import open_journal
 from kernel.journal.store import JournalError
 from kernel.policy.kinds import Impact
 from kernel.policy.rules import decimal_of
 from kernel.state.approvals import Approval, ApprovalStatus
-from kernel.state.projections import Projections
+from kernel.state.projections import Projections, fold
 
 if TYPE_CHECKING:
     from kernel.audit.reverify import PackPathError
@@ -81,11 +87,12 @@ def add_commands(commands: Any) -> None:
     )
     decide.add_argument(
         "--wait",
-        type=float,
+        type=wait_seconds,
         default=0.0,
         metavar="SECONDS",
         help="wait this long for the kernel to apply the decision and report the outcome",
     )
+    add_key_argument(decide)
     decide.add_argument("--db", required=True, help="the journal file")
     decide.set_defaults(run=_decide)
 
@@ -96,17 +103,71 @@ def add_commands(commands: Any) -> None:
     amend.add_argument("--limit", required=True, help="an amendable limit of a loaded pack")
     amend.add_argument("--value", required=True, help="an integer or a decimal string")
     amend.add_argument("--ttl", required=True, type=float, metavar="SECONDS", help="how long")
+    add_key_argument(amend)
     amend.add_argument("--operator", required=True, help="who amends (recorded)")
     amend.add_argument("--reason", required=True, help="why (recorded)")
     amend.add_argument(
         "--wait",
-        type=float,
+        type=wait_seconds,
         default=0.0,
         metavar="SECONDS",
         help="wait this long for the kernel to apply the amendment and report the outcome",
     )
     amend.add_argument("--db", required=True, help="the journal file")
     amend.set_defaults(run=_amend)
+
+
+def wait_seconds(text: str) -> float:
+    """``--wait SECONDS``: a finite number of seconds, zero or more (argparse type)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text[:32]!r} is not a number of seconds") from None
+    if not (math.isfinite(value) and 0 <= value <= MAX_TTL_S):
+        raise argparse.ArgumentTypeError(f"seconds from 0 up to {MAX_TTL_S}, not {text[:32]!r}")
+    return value
+
+
+def add_key_argument(parser: argparse.ArgumentParser) -> None:
+    """Add ``--key``: the private key that signs the command's inbox request."""
+    parser.add_argument(
+        "--key",
+        metavar="PATH",
+        help="the operator's private key file, or a directory of NAME.key files"
+        " (default: $DIRK_KEY; made by dirk operator add NAME)",
+    )
+
+
+async def post_request(args: argparse.Namespace, request: InboxRequest, what: str) -> int:
+    """Sign ``request`` with ``args.operator``'s key, post it, say so; wait if ``--wait``."""
+    try:
+        signer = await open_signer(args.db, args.key, args.operator)
+    except KeyUnusable as exc:
+        return error(ReasonCode.SIGNATURE_INVALID, str(exc), ExitCode.USAGE)
+    return await post_signed(args, signer, request, what)
+
+
+async def post_signed(
+    args: argparse.Namespace, signer: Signer, request: InboxRequest, what: str
+) -> int:
+    """Post ``request`` signed by ``signer``; print ``what`` was queued; wait if ``--wait``."""
+    problem = keyring_problem(signer, None)
+    if problem is not None:
+        return error(ReasonCode.SIGNATURE_INVALID, problem)
+    try:
+        row_id = signer.post(request, time.time_ns())
+    except ValueError as exc:  # InputInvalid: the request as the kernel's wall sees it
+        return error(ReasonCode.SCHEMA_INVALID, str(exc), ExitCode.USAGE)
+    say(f"{what} queued as inbox row {row_id}")
+    if args.wait <= 0:
+        return ExitCode.OK
+    return await wait_taken(args.db, row_id, args.wait)
+
+
+def refused(exc: RequestRefused) -> int:
+    """Print a request refused before posting; USAGE for a malformed one, else FAILED."""
+    usage = exc.malformed or exc.code is CliError.BAD_ARGUMENT
+    return error(exc.code, exc.message, ExitCode.USAGE if usage else ExitCode.FAILED)
 
 
 def error(code: ReasonCode | CliError, message: str, status: ExitCode = ExitCode.FAILED) -> int:
@@ -367,90 +428,51 @@ def _manifest(agents: list[Event], agent_id: str) -> ev.Manifest | None:
 
 
 async def _decide(args: argparse.Namespace) -> int:
-    problem = who_and_why(args.operator, args.reason)
-    if problem is not None:
-        return error(ReasonCode.SCHEMA_INVALID, problem, ExitCode.USAGE)
-    projections = await fold_journal(args.db)
-    flow = projections.flows.get(args.dfid)
-    approval = projections.approvals.get(args.dfid)
-    if flow is None:
-        return error(CliError.UNKNOWN_FLOW, f"no flow {args.dfid} in {args.db}")
-    if flow.status is not FlowStatus.ESCALATED or approval is None:
-        return error(
-            ReasonCode.FLOW_NOT_ACTIVE,
-            f"flow {args.dfid} is {flow.status}, not waiting for a human",
-        )
-    if args.dfid in queued_dfids(args.db):
-        return error(
-            CliError.DECISION_QUEUED,
-            f"a decision on {args.dfid} already waits for the kernel to apply it",
-        )
-    decision: dict[str, Any] = {"operator": args.operator, "reason": args.reason}
-    resolving = args.reconcile is not None or args.retry
-    if flow.pending is not None and not resolving:
-        return error(
-            ReasonCode.OUTCOME_UNKNOWN,
-            f"the effect of {args.dfid} may have happened (key {flow.pending.key}): look it up"
-            " and --reconcile done:EXTERNAL_ID | --reconcile not-done, or --retry",
-        )
-    if flow.pending is None and resolving:
-        return error(
-            ReasonCode.SCHEMA_INVALID,
-            f"--reconcile and --retry apply to an unknown outcome; {args.dfid} escalated for"
-            f" {approval.reason_code}",
-        )
-    if resolving:
-        decision |= {"action_hash": approval.action_hash}
-        if args.retry:
-            decision |= {"decision": "retry"}
-        elif args.reconcile == "not-done":
-            decision |= {"decision": "reconcile", "params": {"outcome": "not_done"}}
+    # One flow's events, not the whole journal: what the decision is checked against.
+    async with open_journal(args.db, readonly=True) as journal:
+        folded = fold(await journal.flow_events(args.dfid))
+    flow = folded.flows.get(args.dfid)
+    choice, outcome, external_id = "modify", "", ""
+    if args.retry:
+        choice = "retry"
+    elif args.reconcile is not None:
+        choice = "reconcile"
+        if args.reconcile == "not-done":
+            outcome = "not_done"
         elif args.reconcile.startswith("done:") and args.reconcile[5:].strip():
-            params = {"outcome": "done", "external_id": args.reconcile[5:].strip()}
-            decision |= {"decision": "reconcile", "params": params}
+            outcome, external_id = "done", args.reconcile[5:].strip()
         else:
             return error(
                 ReasonCode.SCHEMA_INVALID,
                 "--reconcile takes done:EXTERNAL_ID or not-done",
                 ExitCode.USAGE,
             )
-    elif args.approve:
-        if approval.impact is Impact.HIGH_IMPACT and not args.confirm:
-            return error(
-                CliError.CONFIRMATION_REQUIRED,
-                f"approving a HIGH_IMPACT action takes its short hash: --confirm HASH"
-                f" (see dirk review {args.dfid})",
-            )
-        typed = args.confirm or approval.action_hash
-        if not approval.names(typed):
-            return error(
-                ReasonCode.ACTION_MISMATCH,
-                f"{typed!r} is not the hash of the action this flow waits on (see dirk review)",
-            )
-        decision |= {"decision": "approve", "action_hash": typed}
-    elif args.reject:
-        decision |= {"decision": "reject", "action_hash": approval.action_hash}
-    else:
-        try:
-            params = json.loads(args.modify)
-        except ValueError as exc:
-            return error(ReasonCode.SCHEMA_INVALID, f"--modify is not JSON ({exc})", ExitCode.USAGE)
-        if not isinstance(params, dict):
-            return error(
-                ReasonCode.SCHEMA_INVALID, "--modify must be a JSON object", ExitCode.USAGE
-            )
-        decision |= {"decision": "modify", "action_hash": approval.action_hash, "params": params}
-    row_id = post(args.db, args.dfid, decision, time.time_ns())
-    print(f"decision {decision['decision']} queued as inbox row {row_id}")
-    if args.wait <= 0:
-        return ExitCode.OK
-    return await wait_taken(args.db, row_id, args.wait)
+    elif args.approve or args.reject:
+        choice = "approve" if args.approve else "reject"
+    try:
+        request = prepare_decision(
+            flow,
+            folded.approvals.get(args.dfid),
+            dfid=args.dfid,
+            choice=choice,
+            operator=args.operator,
+            reason=args.reason,
+            confirm=args.confirm or "",
+            params=args.modify,
+            outcome=outcome,
+            external_id=external_id,
+            queued=flow is not None and args.dfid in queued_dfids(args.db),
+        )
+    except RequestRefused as exc:
+        if exc.code is CliError.UNKNOWN_FLOW:
+            return error(exc.code, f"no flow {args.dfid} in {args.db}")
+        if exc.code is CliError.CONFIRMATION_REQUIRED:
+            return error(exc.code, f"{exc.message}: --confirm HASH (see dirk review {args.dfid})")
+        return refused(exc)
+    return await post_request(args, request, f"decision {request.decision}")
 
 
 async def _amend(args: argparse.Namespace) -> int:
-    problem = who_and_why(args.operator, args.reason)
-    if problem is not None:
-        return error(ReasonCode.SCHEMA_INVALID, problem, ExitCode.USAGE)
     if decimal_of(args.value) is None:
         return error(
             ReasonCode.SCHEMA_INVALID,
@@ -463,26 +485,24 @@ async def _amend(args: argparse.Namespace) -> int:
             f"--ttl must be positive seconds up to {MAX_TTL_S}, not {args.ttl}",
             ExitCode.USAGE,
         )
+    try:
+        request = amendment(
+            args.agent,
+            args.limit,
+            args.value,
+            args.ttl,
+            operator=args.operator,
+            reason=args.reason,
+        )
+    except RequestRefused as exc:
+        return refused(exc)
     async with open_journal(args.db, readonly=True) as journal:
         agents = await journal.read(types=["AgentRegistered"])
     if _manifest(agents, args.agent) is None:
         return error(
             ReasonCode.UNKNOWN_AGENT, f"no agent {args.agent!r} ever registered in {args.db}"
         )
-    amendment = {
-        "type": AMEND,
-        "agent_id": args.agent,
-        "limit": args.limit,
-        "value": args.value,
-        "ttl_s": args.ttl,
-        "operator": args.operator,
-        "reason": args.reason,
-    }
-    row_id = post(args.db, "", amendment, time.time_ns())
-    print(f"amendment of {args.limit} for {args.agent} queued as inbox row {row_id}")
-    if args.wait <= 0:
-        return ExitCode.OK
-    return await wait_taken(args.db, row_id, args.wait)
+    return await post_request(args, request, f"amendment of {args.limit} for {args.agent}")
 
 
 async def wait_taken(db: str, row_id: int, timeout_s: float) -> int:
@@ -497,9 +517,9 @@ async def wait_taken(db: str, row_id: int, timeout_s: float) -> int:
         return error(
             CliError.NOT_TAKEN, f"the kernel did not take the decision within {timeout_s:g} s"
         )
-    async with open_journal(db, readonly=True) as journal:
-        events = await journal.read(seq, seq + 1)
-    payload = events[0].payload if events else None
+    event, _ = await read_answer(db, seq)
+    events = [event] if event is not None else []
+    payload = event.payload if event is not None else None
     if isinstance(payload, ev.HumanDecided):
         say(f"applied: {payload.decision} by {payload.operator} (event #{seq})")
         return ExitCode.OK
@@ -527,5 +547,8 @@ async def wait_taken(db: str, row_id: int, timeout_s: float) -> int:
         return ExitCode.OK
     if isinstance(payload, ev.CredentialIssued):
         say(f"applied: credential of {events[0].agent_id} by {payload.operator} (event #{seq})")
+        return ExitCode.OK
+    if isinstance(payload, ev.RequestVerified):
+        print(f"applied: {payload.request} by {payload.principal} (event #{seq})")
         return ExitCode.OK
     return error(CliError.NOT_APPLIED, f"inbox row {row_id} was not applied (marker {seq})")

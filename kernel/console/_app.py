@@ -7,9 +7,10 @@ an agent's explanation (untrusted text) is shown as text, never run. The
 Content-Security-Policy allows scripts from this origin only, so even markup
 that slipped through could not run inline script.
 
-Every change an operator makes is one inbox row (see kernel.inbox), written
-with the name the operator signed in as; the kernel applies it and records
-who did it and why.
+Every change an operator makes is one inbox request (see kernel.inbox), naming
+the operator who signed in and signed with the console's own key (a ``door`` of
+the kernel's keyring); the kernel applies it and records who did it, why, and
+that the console signed it.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, MutableMapping
+from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -46,7 +47,7 @@ from kernel.console._auth import (
     Throttled,
     csrf_ok,
 )
-from kernel.console._decide import Refused, decision_row
+from kernel.console._decide import Door, Refused, decision_request
 from kernel.console._fields import field_refusal, form_items, row_refusal
 from kernel.console._follow import Follower
 from kernel.console._manage import (
@@ -59,7 +60,7 @@ from kernel.console._manage import (
 from kernel.console._views import FlowFilter, as_json, flows, queue, review
 from kernel.core.flow import FlowStatus
 from kernel.core.reasons import CliError
-from kernel.inbox import post
+from kernel.inbox import InboxRequest
 from kernel.journal.opening import open_journal
 from kernel.journal.store import Journal
 from kernel.telemetry import trace_id_for
@@ -88,6 +89,14 @@ class Settings:
     answers only to loopback names, so a page elsewhere cannot reach it by DNS rebinding."""
     trace_url: str = ""
     """A link to a flow's trace: ``{trace_id}`` (32 hex digits) and ``{dfid}`` are filled in."""
+    key: str | None = None
+    """The console's private key (a file, or a directory holding ``<door>.key``); None:
+    ``DIRK_KEY``. Without one, the console shows everything and changes nothing."""
+    door: str = "console"
+    """The name the kernel's keyring holds the console's key under (role ``door``)."""
+    answer_s: float = 0.0
+    """How long a change waits for the kernel to take it, so that a request the kernel
+    refuses at once is shown refused (0: shown queued at once)."""
     tls: bool = False
     """Served over TLS: every cookie is ``Secure`` (as it is for a request a TLS proxy on
     this machine forwards as https)."""
@@ -110,6 +119,16 @@ def create_app(
     env.globals["now_ns"] = now_ns
     env.globals["trace_link"] = lambda dfid, root: _trace_link(settings.trace_url, dfid, root)
     holder: dict[str, Journal] = {}
+    door = Door(settings.db, settings.key, settings.door, settings.answer_s)
+
+    async def post(request: InboxRequest) -> Refused | None:
+        """Post ``request``; return the kernel's refusal if it refused it within answer_s."""
+        answer = await door.post(request, now_ns())
+        await follower.catch_up(holder["journal"])
+        if answer is not None and answer.verdict == "REFUSED":
+            detail = f"{answer.field}: {answer.detail}" if answer.field else answer.detail
+            return Refused(answer.reason_code, detail)  # type: ignore[arg-type]
+        return None
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -265,14 +284,15 @@ def create_app(
         dfid = request.path_params["dfid"]
         form: FormData = request.state.form
         try:
-            row = decision_row(
+            decision = decision_request(
                 follower.projections, follower.queued, dfid, _plain(form), session.operator
             )
-            _checked(row)
-        except Refused as refused:
+            _checked(decision)
+            refused = await post(decision)
+        except Refused as refusal:
+            return await flow_review(request, session, 409, refusal)
+        if refused is not None:
             return await flow_review(request, session, 409, refused)
-        await _post(settings.db, dfid, row, now_ns())
-        await follower.catch_up(holder["journal"])
         return RedirectResponse(f"/flows/{dfid}", status_code=303)
 
     # --- flows, agents, rules -----------------------------------------------------------
@@ -329,18 +349,19 @@ def create_app(
     async def queue_row(
         request: Request,
         session: Session,
-        build: Callable[[dict[str, Any]], dict[str, Any]],
+        build: Callable[[dict[str, Any]], InboxRequest],
         refused_page: Callable[..., Awaitable[Response]],
         back: str,
     ) -> Response:
-        """Write the row ``build`` makes of the form into the inbox, or show why not."""
+        """Post the request ``build`` makes of the form, or show why not."""
         try:
-            row = build(_plain(request.state.form))
-            _checked(row)
-        except Refused as refused:
+            built = build(_plain(request.state.form))
+            _checked(built)
+            refused = await post(built)
+        except Refused as refusal:
+            return await refused_page(request, session, 409, refusal)
+        if refused is not None:
             return await refused_page(request, session, 409, refused)
-        await _post(settings.db, "", row, now_ns())
-        await follower.catch_up(holder["journal"])
         return RedirectResponse(back, status_code=303)
 
     async def agent_status(request: Request, session: Session) -> Response:
@@ -461,10 +482,6 @@ class _SecurityHeaders:
             await send(message)
 
         await self.app(scope, receive, sending)
-
-
-async def _post(db: str, dfid: str, row: Mapping[str, Any], now_ns: int) -> int:
-    return await anyio.to_thread.run_sync(post, db, dfid, row, now_ns)
 
 
 async def _form(request: Request) -> FormData | None:

@@ -32,6 +32,8 @@ from kernel.journal.errors import redact
 from kernel.journal.opening import open_journal
 
 DEFAULT_PORT = 8765
+ANSWER_S = 3.0
+"""How long a change waits for the kernel's answer, so a refusal shows at once."""
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1", "[::1]")
 
 
@@ -88,6 +90,18 @@ def add_commands(commands: Any) -> None:
         default="",
         metavar="TEMPLATE",
         help="a link to a flow's trace, e.g. http://localhost:16686/trace/{trace_id}",
+    )
+    console.add_argument(
+        "--key",
+        metavar="PATH",
+        help="the console's private key, or a directory holding DOOR.key (default: $DIRK_KEY);"
+        " it signs the signed-in operators' requests (dirk operator add console --role door)",
+    )
+    console.add_argument(
+        "--door",
+        default="console",
+        metavar="NAME",
+        help="the name the kernel's keyring holds the console's key under (default console)",
     )
     console.set_defaults(run=run)
 
@@ -156,6 +170,9 @@ async def run(args: argparse.Namespace) -> int:
         approval_ttl_s=ttl,
         trace_url=args.trace_url,
         allowed_hosts=(*LOOPBACK_NAMES, args.host) if is_loopback(args.host) else None,
+        key=args.key,
+        door=args.door,
+        answer_s=ANSWER_S,
         tls=tls is not None,
     )
     app = create_app(settings, gate)

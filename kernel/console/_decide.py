@@ -1,45 +1,47 @@
-"""A decision made in the browser, checked the way ``dirk decide`` checks it, as an inbox row.
+"""A decision made in the browser: the request ``dirk decide`` would post, signed by the console.
 
-The console never decides by itself: it writes the same row ``dirk decide``
-writes, and the running kernel (whenever it runs) applies it once and records
-what it made of it. The checks here spare the operator a round trip; the
-kernel checks everything again at its wall.
+The console never decides by itself: it builds the same request ``dirk decide``
+builds, checked by the same function (kernel.inbox.prepare.prepare_decision), and
+signs it with its own key, a ``door`` in the kernel's keyring, on behalf of the
+operator who signed in; the kernel records the operator and, as the signer, the
+console. The running kernel (whenever it runs) applies it once and records what it
+made of it. The checks here spare the operator a round trip; the kernel checks
+everything again.
 """
 
 from __future__ import annotations
 
-import json
+import os
 from collections.abc import Mapping
 from typing import Any
 
-from kernel.core.flow import FlowStatus
-from kernel.core.reasons import CliError, ReasonCode
-from kernel.core.wall import who_and_why
-from kernel.policy.kinds import Impact
+import anyio
+
+from kernel.core.keys import KeyUnusable
+from kernel.core.reasons import ReasonCode
+from kernel.inbox import Answer, DecideRequest, InboxRequest, RequestRefused, Signer, open_signer
+from kernel.inbox.client import keyring_problem, read_answer, taken_seq
+from kernel.inbox.prepare import CHOICES, MAX_PARAMS_TEXT, prepare_decision
 from kernel.state.projections import Projections
 
-DECISIONS = ("approve", "reject", "modify", "reconcile", "retry")
-MAX_PARAMS_TEXT = 64 * 1024
-"""The longest modified-parameters text a form may send (the wall caps what is recorded)."""
+DECISIONS = CHOICES
+__all__ = ["DECISIONS", "MAX_PARAMS_TEXT", "Door", "Refused", "decision_request"]
+
+Refused = RequestRefused
+"""A request the console will not post, with its code (as ``dirk decide`` prints it)."""
+
+DOOR = "console"
+"""The name the console signs as by default (``dirk operator add console --role door``)."""
 
 
-class Refused(Exception):
-    """A decision the console will not queue, with its code (as ``dirk decide`` prints it)."""
-
-    def __init__(self, code: ReasonCode | CliError, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
-
-
-def decision_row(
+def decision_request(
     projections: Projections,
     queued: set[str],
     dfid: str,
     form: Mapping[str, Any],
     operator: str,
-) -> dict[str, Any]:
-    """Return the inbox row for a decision form on flow ``dfid`` by ``operator``.
+) -> DecideRequest:
+    """Return the request for a decision form on flow ``dfid`` by ``operator``.
 
     ``form`` holds ``decision`` (one of DECISIONS), ``reason``, and as the
     decision needs: ``confirm`` (the short hash, to approve HIGH_IMPACT),
@@ -49,79 +51,89 @@ def decision_row(
     Raises:
         Refused: the decision cannot be queued, with the code ``dirk decide`` gives.
     """
-    reason = _text(form, "reason").strip()
-    problem = who_and_why(operator, reason)
-    if problem is not None:
-        raise Refused(ReasonCode.SCHEMA_INVALID, problem.replace("--", ""))
-    choice = _text(form, "decision")
-    if choice not in DECISIONS:
-        raise Refused(ReasonCode.SCHEMA_INVALID, f"no such decision: {choice[:32]!r}")
-    flow = projections.flows.get(dfid)
-    approval = projections.approvals.get(dfid)
-    if flow is None:
-        raise Refused(CliError.UNKNOWN_FLOW, f"no flow {dfid[:64]}")
-    if flow.status is not FlowStatus.ESCALATED or approval is None:
-        raise Refused(ReasonCode.FLOW_NOT_ACTIVE, f"the flow is {flow.status}, not waiting")
-    if dfid in queued:
-        raise Refused(CliError.DECISION_QUEUED, "a decision on this flow already waits")
-    row: dict[str, Any] = {"operator": operator, "reason": reason}
-    resolving = choice in ("reconcile", "retry")
-    if flow.pending is not None and not resolving:
-        raise Refused(
-            ReasonCode.OUTCOME_UNKNOWN,
-            f"the effect may have happened (key {flow.pending.key}): look it up, then"
-            " reconcile or retry",
-        )
-    if flow.pending is None and resolving:
-        raise Refused(
-            ReasonCode.SCHEMA_INVALID, f"reconcile and retry apply to an unknown outcome ({choice})"
-        )
-    if choice == "retry":
-        return row | {"decision": "retry", "action_hash": approval.action_hash}
-    if choice == "reconcile":
-        outcome = _text(form, "outcome")
-        external_id = _text(form, "external_id").strip()
-        if outcome == "not_done":
-            params: dict[str, Any] = {"outcome": "not_done"}
-        elif outcome == "done" and external_id:
-            params = {"outcome": "done", "external_id": external_id}
-        else:
-            raise Refused(
-                ReasonCode.SCHEMA_INVALID, "reconcile takes done with an external id, or not done"
-            )
-        return (
-            row
-            | {"decision": "reconcile", "action_hash": approval.action_hash}
-            | {"params": params}
-        )
-    if choice == "approve":
-        typed = _text(form, "confirm").strip()
-        if approval.impact is Impact.HIGH_IMPACT and not typed:
-            raise Refused(
-                CliError.CONFIRMATION_REQUIRED,
-                "approving a HIGH_IMPACT action takes its short action hash typed back"
-                " (under The proposed action)",
-            )
-        typed = typed or approval.action_hash
-        if not approval.names(typed):
-            raise Refused(
-                ReasonCode.ACTION_MISMATCH,
-                f"{typed[:64]!r} is not the hash of the action this flow waits on",
-            )
-        return row | {"decision": "approve", "action_hash": typed}
-    if choice == "reject":
-        return row | {"decision": "reject", "action_hash": approval.action_hash}
-    text = _text(form, "params")
-    if len(text) > MAX_PARAMS_TEXT:
-        raise Refused(ReasonCode.SCHEMA_INVALID, "the new parameters are too long")
-    try:
-        params = json.loads(text)
-    except (ValueError, RecursionError) as exc:
-        problem = f"the new parameters are not JSON ({exc})"
-        raise Refused(ReasonCode.SCHEMA_INVALID, problem) from None
-    if not isinstance(params, dict):
-        raise Refused(ReasonCode.SCHEMA_INVALID, "the new parameters must be a JSON object")
-    return row | {"decision": "modify", "action_hash": approval.action_hash, "params": params}
+    return prepare_decision(
+        projections.flows.get(dfid),
+        projections.approvals.get(dfid),
+        dfid=dfid,
+        choice=_text(form, "decision"),
+        operator=operator,
+        reason=_text(form, "reason").strip(),
+        confirm=_text(form, "confirm"),
+        params=_text(form, "params"),
+        outcome=_text(form, "outcome"),
+        external_id=_text(form, "external_id"),
+        queued=dfid in queued,
+    )
+
+
+class Door:
+    """The console's key: it signs the requests of the operators signed in to it.
+
+    Args:
+        location: the journal.
+        key: the console's private key file, or a directory holding ``<door>.key``
+            (None: ``DIRK_KEY``).
+        door: the name the kernel's keyring holds the key under (role ``door``).
+        answer_s: how long to wait for the kernel to take a request, so that one it
+            refuses at once is shown refused (0: answer queued at once).
+    """
+
+    def __init__(
+        self,
+        location: str,
+        key: str | os.PathLike[str] | None = None,
+        door: str = DOOR,
+        answer_s: float = 0.0,
+    ) -> None:
+        self.location = location
+        self.key = key
+        self.door = door
+        self.answer_s = answer_s
+        self._signer: Signer | None = None
+
+    async def signer(self) -> Signer:
+        """Return the console's signer (the key is read once).
+
+        Raises:
+            Refused: SIGNATURE_INVALID: no key, an unusable one, or one the keyring refuses.
+        """
+        if self._signer is None:
+            try:
+                signer = await open_signer(self.location, self.key, self.door)
+            except KeyUnusable as exc:
+                raise Refused(
+                    ReasonCode.SIGNATURE_INVALID,
+                    f"the console has no key to sign with ({exc})",
+                ) from None
+            problem = keyring_problem(signer, None)
+            if problem is not None:
+                raise Refused(ReasonCode.SIGNATURE_INVALID, problem)
+            self._signer = signer
+        return self._signer
+
+    async def post(self, request: InboxRequest, now_ns: int) -> Answer | None:
+        """Sign and post ``request``; return what the kernel made of it, if it did in time.
+
+        Raises:
+            Refused: the request cannot be signed or would be refused at the kernel's wall.
+        """
+        signer = await self.signer()
+        try:
+            row_id = await anyio.to_thread.run_sync(signer.post, request, now_ns)
+        except ValueError as exc:  # InputInvalid
+            raise Refused(ReasonCode.SCHEMA_INVALID, str(exc)) from None
+        if self.answer_s <= 0:
+            return None
+        seq = None
+        with anyio.move_on_after(self.answer_s):
+            while seq is None:
+                seq = await anyio.to_thread.run_sync(taken_seq, self.location, row_id)
+                if seq is None:
+                    await anyio.sleep(0.05)
+        if seq is None:
+            return None
+        _, answer = await read_answer(self.location, seq)
+        return answer
 
 
 def _text(form: Mapping[str, Any], key: str) -> str:

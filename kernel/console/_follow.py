@@ -23,17 +23,14 @@ import contextlib
 import logging
 import sqlite3
 from collections.abc import Iterable, Sequence
-from contextlib import closing
-from pathlib import Path
-from typing import Any
 
 import anyio
 
 from kernel.core.events import Event
-from kernel.inbox import BUSY_TIMEOUT_S
+from kernel.inbox.requests import DecideRequest, decode_row
 from kernel.journal.errors import JournalError, is_postgres, redact
 from kernel.journal.follow import follow_journal
-from kernel.journal.inbox_store import InboxStore, open_inbox
+from kernel.journal.inbox_store import InboxStore, StoredRow, open_inbox
 from kernel.journal.store import Journal
 from kernel.state.projections import Projections
 
@@ -197,21 +194,21 @@ class Follower:
         return self.version
 
 
-def _untaken(rows: Sequence[Any]) -> Untaken:
-    return tuple(sorted((int(id_), str(dfid or "")) for id_, dfid, *_ in rows))
+def _untaken(rows: Sequence[StoredRow]) -> Untaken:
+    """The decisions among untaken rows: (row id, DFID); other requests have no flow to mark."""
+    found = []
+    for row in rows:
+        try:
+            request = decode_row(row.body).request
+        except ValueError:
+            continue  # the kernel refuses it when it reads it
+        found.append((row.id, request.dfid if isinstance(request, DecideRequest) else ""))
+    return tuple(sorted(found))
 
 
 def _inbox_state(db: str) -> tuple[object, Untaken]:
     """SQLite: the inbox's (newest row id, untaken rows) as a change mark, and its untaken rows."""
-    uri = Path(db).absolute().as_uri() + "?mode=ro"
-    with closing(sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT_S)) as conn:
-        try:
-            rows = conn.execute(
-                "SELECT id, dfid, taken_seq FROM operator_inbox WHERE taken_seq IS NULL"
-                " OR id = (SELECT max(id) FROM operator_inbox)"
-            ).fetchall()
-        except sqlite3.OperationalError:
-            return (0, 0), ()  # no kernel of this version opened it yet: no inbox
-    untaken = _untaken([row for row in rows if row[2] is None])
-    newest = max((id_ for id_, _, _ in rows), default=0)
+    with open_inbox(db, readonly=True) as store:
+        untaken = _untaken(store.rows(pending=True))
+        newest = store.last_id()
     return (newest, len(untaken)), untaken

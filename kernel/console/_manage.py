@@ -1,7 +1,8 @@
-"""The rulebook and the agents in the console: what is, and the operator's changes as inbox rows.
+"""The rulebook and the agents in the console: what is, and the operator's changes as requests.
 
 Like ``dirk agent --set`` and ``dirk rules --override/--skip`` (kernel.cli._admin),
-a change is one inbox row the kernel applies once and records with the
+a change is one signed inbox request, built and checked by the same functions
+(kernel.inbox.prepare), which the kernel applies once and records with the
 operator's name and reason (AgentStatusChanged, RuleDecided).
 """
 
@@ -13,10 +14,11 @@ from typing import Any
 
 from kernel.console._decide import Refused
 from kernel.core import events as ev
-from kernel.core.reasons import CliError, ReasonCode
-from kernel.core.wall import who_and_why
-from kernel.inbox import AGENT_STATUS, RULE, RuleChangeRefused, rule_change_row
-from kernel.state.projections import AgentStatus, AgentView, Projections
+from kernel.core.reasons import CliError
+from kernel.inbox import AgentStatusRequest, RuleChangeRequest, RuleDecisionRequest
+from kernel.inbox.prepare import rule_change as rule_change_request
+from kernel.inbox.prepare import rule_decision, status_change
+from kernel.state.projections import AgentView, Projections
 from kernel.state.rulebook import RuleItem
 
 
@@ -64,28 +66,19 @@ def agents_view(projections: Projections, changes: list[ev.Event]) -> list[Agent
 
 def agent_row(
     projections: Projections, agent_id: str, form: Mapping[str, Any], operator: str
-) -> dict[str, Any]:
-    """Return the inbox row that sets an agent's status.
+) -> AgentStatusRequest:
+    """Return the request that sets an agent's status.
 
     Raises:
         Refused: an unknown agent or status, or no reason given.
     """
-    reason = str(form.get("reason", "")).strip()
-    problem = who_and_why(operator, reason)
-    if problem is not None:
-        raise Refused(ReasonCode.SCHEMA_INVALID, problem.replace("--", ""))
-    if agent_id not in projections.agents:
-        raise Refused(ReasonCode.UNKNOWN_AGENT, f"no agent {agent_id[:64]!r} ever registered")
-    status = str(form.get("status", ""))
-    if status not in {s.value for s in AgentStatus}:
-        raise Refused(ReasonCode.SCHEMA_INVALID, f"no such status: {status[:32]!r}")
-    return {
-        "type": AGENT_STATUS,
-        "agent_id": agent_id,
-        "status": status,
-        "operator": operator,
-        "reason": reason,
-    }
+    return status_change(
+        projections.agents,
+        agent_id,
+        str(form.get("status", "")),
+        operator=operator,
+        reason=str(form.get("reason", "")).strip(),
+    )
 
 
 @dataclass(frozen=True)
@@ -104,53 +97,46 @@ def rules_view(projections: Projections) -> RulesView:
 
 def rule_row(
     projections: Projections, seq_text: str, form: Mapping[str, Any], operator: str
-) -> dict[str, Any]:
-    """Return the inbox row that overrides or skips deferred rule proposal ``seq_text``.
+) -> RuleDecisionRequest:
+    """Return the request that overrides or skips deferred rule proposal ``seq_text``.
 
     Raises:
         Refused: not a deferred proposal, an unknown decision, or no reason given.
     """
-    reason = str(form.get("reason", "")).strip()
-    problem = who_and_why(operator, reason)
-    if problem is not None:
-        raise Refused(ReasonCode.SCHEMA_INVALID, problem.replace("--", ""))
-    decision = str(form.get("decision", ""))
-    if decision not in ("override", "skip"):
-        raise Refused(ReasonCode.SCHEMA_INVALID, f"no such decision: {decision[:32]!r}")
     seq = int(seq_text) if seq_text.isdigit() and len(seq_text) < 19 else -1
-    if seq not in projections.memory.rulebook.pending:
-        raise Refused(CliError.RULE_NOT_PENDING, f"no deferred rule proposal #{seq_text[:20]}")
-    return {
-        "type": RULE,
-        "proposal_seq": seq,
-        "decision": decision,
-        "operator": operator,
-        "reason": reason,
-    }
+    try:
+        return rule_decision(
+            projections.memory.rulebook,
+            seq,
+            str(form.get("decision", "")),
+            operator=operator,
+            reason=str(form.get("reason", "")).strip(),
+        )
+    except Refused as refused:
+        if refused.code is CliError.RULE_NOT_PENDING:
+            raise Refused(refused.code, f"no deferred rule proposal #{seq_text[:20]}") from None
+        raise
 
 
 def rule_change(
     projections: Projections, action: str, form: Mapping[str, Any], operator: str
-) -> dict[str, Any]:
-    """Return the inbox row that adds, edits or retracts the form's ``rule``.
+) -> RuleChangeRequest:
+    """Return the request that adds, edits or retracts the form's ``rule``.
 
-    The row is built as ``dirk rules --add/--edit/--retract`` builds it
-    (kernel.inbox.rule_change_row); labels come comma-separated.
+    The request is built as ``dirk rules --add/--edit/--retract`` builds it
+    (kernel.inbox.prepare.rule_change); labels come comma-separated.
 
     Raises:
         Refused: no reason, an unknown action or rule, or a missing title or text.
     """
     labels = [label.strip() for label in str(form.get("labels", "")).split(",")]
-    try:
-        return rule_change_row(
-            projections.memory.rulebook,
-            str(form.get("rule", "")).strip(),
-            action,
-            operator=operator,
-            reason=str(form.get("reason", "")).strip(),
-            title=str(form.get("title", "")).strip(),
-            content=str(form.get("content", "")),
-            labels=[label for label in labels if label],
-        )
-    except RuleChangeRefused as refused:
-        raise Refused(refused.code, refused.message.replace("--", "")) from None
+    return rule_change_request(
+        projections.memory.rulebook,
+        str(form.get("rule", "")).strip(),
+        action,
+        operator=operator,
+        reason=str(form.get("reason", "")).strip(),
+        title=str(form.get("title", "")).strip(),
+        content=str(form.get("content", "")),
+        labels=[label for label in labels if label],
+    )

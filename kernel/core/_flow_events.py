@@ -27,6 +27,8 @@ class KernelStarted(Payload, frozen=True, tag=True):
     head_hash: str = ""
     fold: int = 1
     """The fold rules the kernel applies from this event on (kernel.state.projections.FOLD)."""
+    allow: list[str] | None = None
+    """The agent ids the kernel allows to register (None: not recorded, older kernels)."""
 
 
 class KernelStopped(Payload, frozen=True, tag=True):
@@ -167,7 +169,14 @@ class FlowEscalated(Payload, frozen=True, tag=True):
 
 
 class HumanDecided(Payload, frozen=True, tag=True):
-    """A human's decision on an escalated flow; ``inbox_id`` names the inbox row it came from."""
+    """A human's decision on an escalated flow; ``inbox_id`` names the inbox row it came from.
+
+    ``via`` says how it reached the kernel: ``api`` (embedding code in the kernel's
+    process, trusted as code) or ``inbox`` (a signed request; ``signer`` names the key
+    that signed it: the operator's own, or a door's such as the console's). Empty in
+    journals written before either was recorded. ``self_approved``: the operator is the
+    flow's proposer, and the flow's pack allows that (``PolicyPack.self_approval``).
+    """
 
     decision: str
     operator: str
@@ -175,6 +184,9 @@ class HumanDecided(Payload, frozen=True, tag=True):
     params: dict[str, Any] | None = None
     action_hash: str = ""
     inbox_id: int | None = None
+    via: str = ""
+    signer: str = ""
+    self_approved: bool = False
 
 
 class ApprovalExpired(Payload, frozen=True, tag=True):
@@ -197,6 +209,8 @@ class DecisionRefused(Payload, frozen=True, tag=True):
     detail: str = ""
     inbox_id: int | None = None
     target: str = ""
+    via: str = ""
+    signer: str = ""
 
 
 class ExecutionStarted(Payload, frozen=True, tag=True):

@@ -227,6 +227,53 @@ class InputRefused(Payload, frozen=True, tag=True):
     operator: str = ""
     target: str = ""
     inbox_id: int | None = None
+    request_id: str = ""
+    """The refused inbox request's own id (when it decoded): never taken from another row."""
+
+
+# --- the operator inbox: whose keys the kernel trusts, and whose requests it took -----
+
+
+class OperatorKeyTrusted(Payload, frozen=True, tag=True):
+    """The kernel trusts ``key`` (``ed25519:...``) as principal ``name`` in ``role``.
+
+    Recorded the first time a request signed with the key is taken; the key comes from
+    the kernel's keyring file (kernel.inbox.keyring), never from the journal itself.
+    ``role`` is ``operator`` (acts as itself), ``door`` (the console or an MCP server:
+    acts for the operators it signed in) or ``agent`` (proposes as itself).
+    """
+
+    name: str
+    role: str
+    key: str
+    fingerprint: str = ""
+
+
+class OperatorKeyRevoked(Payload, frozen=True, tag=True):
+    """A key the kernel trusted is gone from its keyring (or was replaced): never again."""
+
+    name: str
+    key: str
+    fingerprint: str = ""
+    detail: str = ""
+
+
+class RequestVerified(Payload, frozen=True, tag=True):
+    """An inbox row's proof checked out: who asked, who signed, with which key.
+
+    ``principal`` is the operator (or agent) the request acts as; ``signer`` the name of
+    the key that signed it: the principal itself, or a door (``console``, an MCP
+    server) that signed in the operator and says so. What the kernel made of the
+    request follows in an event naming the same ``inbox_id``. ``request_id`` is the
+    request's own id, inside the signed bytes: another row carrying it is refused.
+    """
+
+    inbox_id: int
+    request_id: str
+    request: str
+    principal: str
+    signer: str
+    fingerprint: str = ""
 
 
 # --- the rulebook: retraction --------------------------------------------------------

@@ -81,8 +81,11 @@ from kernel.core._governance_events import (
     InputRefused,
     LimitAmended,
     MemoryQueried,
+    OperatorKeyRevoked,
+    OperatorKeyTrusted,
     PackLoaded,
     ProjectionCheckpoint,
+    RequestVerified,
     RuleDecided,
     RuleProposed,
     RuleRetracted,
@@ -153,6 +156,9 @@ AnyPayload = (
     | InputRefused
     | RuleRetracted
     | CredentialIssued
+    | OperatorKeyTrusted
+    | OperatorKeyRevoked
+    | RequestVerified
     | SourceRegistered
     | ObservationRecorded
     | EntityCandidateRecorded
@@ -318,6 +324,8 @@ __all__ = [
     "MemoryQueried",
     "MessageDeadLettered",
     "ObservationRecorded",
+    "OperatorKeyRevoked",
+    "OperatorKeyTrusted",
     "PackLoaded",
     "PackRef",
     "Payload",
@@ -329,6 +337,7 @@ __all__ = [
     "PropositionProposed",
     "PropositionTransitioned",
     "Record",
+    "RequestVerified",
     "ResourceReleased",
     "ResourceReserved",
     "RuleDecided",

@@ -70,6 +70,15 @@ class ReasonCode(StrEnum):
     """A belief write names no observation, or one that was never recorded (kernel.beliefs)."""
     DIRECT_CANONICAL_WRITE_FORBIDDEN = "DIRECT_CANONICAL_WRITE_FORBIDDEN"
     """A proposal asserts a belief state or writes the canonical graph itself (kernel.beliefs)."""
+    SIGNATURE_INVALID = "SIGNATURE_INVALID"
+    """An inbox request without valid proof: unsigned, a signature that does not verify, a key
+    the kernel does not trust (or no longer), or signed for another journal (kernel.inbox)."""
+    REQUEST_REPLAYED = "REQUEST_REPLAYED"
+    """An inbox request whose id another row already carried: a copy is never taken twice."""
+    SELF_APPROVAL_FORBIDDEN = "SELF_APPROVAL_FORBIDDEN"
+    """The operator deciding on a flow is its proposer, and its pack does not allow that."""
+    AGENT_IN_SESSION = "AGENT_IN_SESSION"
+    """A proposal from the inbox for an agent hosted in the kernel or holding a session."""
 
 
 RESERVED_REASONS: frozenset[ReasonCode] = frozenset(

@@ -1,9 +1,15 @@
 """The escalation desk actor: flows that need a human wait here for one."""
 
-from kernel.escalation._manager import KERNEL_OPERATOR, EscalationDesk, EscalationPolicy
+from kernel.escalation._manager import (
+    KERNEL_OPERATOR,
+    EscalationDesk,
+    EscalationPolicy,
+    same_principal,
+)
 
 __all__ = [
     "KERNEL_OPERATOR",
     "EscalationDesk",
     "EscalationPolicy",
+    "same_principal",
 ]

@@ -23,6 +23,8 @@ agent that escalates more often than its budget allows is demoted to PASSIVE.
 
 from __future__ import annotations
 
+import unicodedata
+
 import msgspec
 
 from kernel.core.events import (
@@ -68,6 +70,21 @@ from kernel.state.projections import AgentStatus, Projections
 
 KERNEL_OPERATOR = "kernel"
 """The operator named on status changes the kernel makes by itself (a demotion)."""
+
+
+def same_principal(operator: str, agent_id: str) -> bool:
+    """Tell whether an operator's name and an agent's id name one principal.
+
+    Operators and agents share one namespace (the keyring names both), so an MCP
+    principal acting as agent ``ana`` and as operator ``ana`` is one principal. Names
+    compare as a reader sees them: NFKC-normalized and case-folded, so ``Ana``, ``ana``
+    and ``ana`` in full-width letters are one name, and surrounding blanks do not count.
+    """
+
+    def seen(name: str) -> str:
+        return unicodedata.normalize("NFKC", name).casefold().strip()
+
+    return bool(operator) and seen(operator) == seen(agent_id)
 
 
 class EscalationPolicy(msgspec.Struct, frozen=True, kw_only=True):
@@ -230,6 +247,15 @@ class EscalationDesk:
             code, detail, field = problem
             self._refuse(msg, flow, code, detail, out, field)
             return
+        own = msg.decision not in REJECT_WORDS and same_principal(msg.operator, flow.agent_id)
+        if own and not self._self_approval(flow):
+            detail = (
+                f"{msg.operator} proposed this flow (as agent {flow.agent_id}) and may not"
+                f" {msg.decision} it: another operator decides (its pack does not allow"
+                " self-approval)"
+            )
+            self._refuse(msg, flow, ReasonCode.SELF_APPROVAL_FORBIDDEN, detail, out, "operator")
+            return
         decided = out.emit(
             HumanDecided(
                 decision=msg.decision,
@@ -238,6 +264,9 @@ class EscalationDesk:
                 params=msg.params,
                 action_hash=approval.action_hash,
                 inbox_id=msg.inbox_id,
+                via=msg.via,
+                signer=msg.signer,
+                self_approved=own,
             ),
             dfid=msg.dfid,
         )
@@ -276,6 +305,12 @@ class EscalationDesk:
                 self._dim,
                 Judge(dfid=msg.dfid, proposal=modified, by_human=True, reply=msg.reply),
             )
+
+    def _self_approval(self, flow: FlowState) -> bool:
+        """Whether the pack of the flow's proposal lets its proposer decide on it."""
+        kind = flow.proposal.kind if flow.proposal is not None else None
+        pack = self._catalog.pack_of.get(kind) if kind is not None else None
+        return pack is not None and pack.self_approval
 
     def _problem(
         self, msg: Decide, approval: Approval, flow: FlowState
@@ -353,6 +388,8 @@ class EscalationDesk:
                 detail=detail,
                 inbox_id=msg.inbox_id,
                 target="" if flow is not None else msg.dfid,
+                via=msg.via,
+                signer=msg.signer,
             ),
             dfid=flow.dfid if flow is not None else None,
         )

@@ -47,6 +47,7 @@ from kernel.journal.errors import (
     redact,
 )
 from kernel.journal.head import KEYED_CHAIN, Row, head_value
+from kernel.journal.inbox_store import StoredRow, stored_rows
 from kernel.journal.port import EventRow, Head, OpenedStore
 
 CHANNEL = "dirk_journal"
@@ -68,18 +69,21 @@ CREATE TABLE journal_head (
 );
 CREATE TABLE snapshots (seq BIGINT PRIMARY KEY, digest TEXT NOT NULL, body BYTEA NOT NULL);
 CREATE TABLE operator_inbox (
-    id BIGSERIAL PRIMARY KEY, dfid TEXT NOT NULL, decision TEXT NOT NULL,
+    id BIGSERIAL PRIMARY KEY, request BYTEA NOT NULL,
     created_ts BIGINT NOT NULL, taken_seq BIGINT
 );
 """
 OPERATOR_GRANTS = """
 GRANT USAGE ON SCHEMA {schema} TO {role};
 GRANT SELECT ON ALL TABLES IN SCHEMA {schema} TO {role};
-GRANT INSERT ON operator_inbox TO {role};
+GRANT INSERT (request, created_ts) ON operator_inbox TO {role};
 GRANT USAGE ON SEQUENCE operator_inbox_id_seq TO {role};
 """
 """What an operator role needs (run by the kernel's role, which owns the tables): read
-everything, insert inbox rows, nothing else. Only the kernel's role writes events."""
+everything, insert inbox rows (their request and time only: never an id or a taken
+mark), nothing else. Only the kernel's role writes events. A row acts only if its
+request is signed with a key in the kernel's keyring (kernel.inbox), which no
+database role can write."""
 _TABLES = frozenset({"meta", "events", "journal_head"})
 _ROWS = "SELECT seq, type, dfid, body, hash FROM events"
 _EVENTS = (
@@ -430,8 +434,10 @@ class PostgresInbox:
 
     Each method runs one statement (autocommit); a driver error becomes a
     :class:`~kernel.journal.errors.JournalError`. :meth:`wait` listens on a
-    second connection, opened on first use.
+    second connection, opened on first use; an insert notifies it.
     """
+
+    announces = True
 
     def __init__(self, location: str) -> None:
         self._location = location
@@ -452,24 +458,23 @@ class PostgresInbox:
         except psycopg.Error as exc:
             raise pg_error(self._location, exc) from None
 
-    def rows(self, pending: bool) -> list[Any]:
-        """Return the rows (id, dfid, decision, created_ts, taken_seq), oldest first."""
-        where = " WHERE taken_seq IS NULL" if pending else ""
-        sql = "SELECT id, dfid, decision, created_ts, taken_seq FROM operator_inbox"
-        return self._run(f"{sql}{where} ORDER BY id")
+    def rows(self, *, pending: bool = True, after: int = 0) -> list[StoredRow]:
+        """Return the rows after id ``after`` (only untaken ones if ``pending``), oldest first."""
+        where = " AND taken_seq IS NULL" if pending else ""
+        sql = "SELECT id, request, created_ts, taken_seq FROM operator_inbox WHERE id > %s"
+        return stored_rows(self._run(f"{sql}{where} ORDER BY id", (after,)))
 
     def mark_taken(self, row_id: int, seq: int) -> None:
         """Record on the row that the event at ``seq`` took it."""
         self._run("UPDATE operator_inbox SET taken_seq = %s WHERE id = %s", (seq, row_id))
 
-    def insert(self, dfid: str, decision: str, now_ns: int) -> int:
+    def insert(self, body: bytes, now_ns: int) -> int:
         """Insert one row and wake the kernel; return the row's id."""
         try:
             with self._conn.transaction():
                 (row_id,) = self._conn.execute(
-                    "INSERT INTO operator_inbox (dfid, decision, created_ts)"
-                    " VALUES (%s, %s, %s) RETURNING id",
-                    (dfid, decision, now_ns),
+                    "INSERT INTO operator_inbox (request, created_ts) VALUES (%s, %s) RETURNING id",
+                    (body, now_ns),
                 ).fetchall()[0]
                 self._conn.execute("SELECT pg_notify(%s, %s)", (INBOX_CHANNEL, str(row_id)))
         except psycopg.Error as exc:
@@ -480,6 +485,11 @@ class PostgresInbox:
         """Return the seq of the event that took row ``row_id`` (None: not taken yet)."""
         rows = self._run("SELECT taken_seq FROM operator_inbox WHERE id = %s", (row_id,))
         return None if not rows or rows[0][0] is None else int(rows[0][0])
+
+    def last_id(self) -> int:
+        """Return the newest row's id (0: none)."""
+        rows = self._run("SELECT coalesce(max(id), 0) FROM operator_inbox")
+        return int(rows[0][0]) if rows else 0
 
     def wait(self, timeout_s: float) -> bool:
         """Wait up to ``timeout_s`` for an insert's notification; True if one came."""

@@ -1,39 +1,66 @@
 """Where the operator inbox lives: beside the events, in the journal's own store.
 
-On SQLite the inbox is a table of the journal file, reached with plain sqlite3
-(:mod:`kernel.inbox` does that itself). On PostgreSQL it is a table of the
-journal's schema, reached through :class:`InboxStore`; an insert there also
-sends a NOTIFY, so the kernel's poller wakes at once instead of at its next round.
+The inbox is a table of the journal's store, outside the hash chain: a row is only a
+request (kernel.inbox), and what the kernel made of it is an event naming the row.
+Both stores implement :class:`InboxStore`: :class:`~kernel.journal._sqlite.SqliteInbox`
+(a table of the journal file, plain sqlite3) and
+:class:`~kernel.journal._postgres.PostgresInbox` (a table of the journal's schema, where
+an insert also sends a NOTIFY, so the kernel's poller wakes at once instead of at its
+next round). Everything above this port is written once for both.
+
+A row's body is bytes (BLOB / BYTEA), read back as bytes whatever a writer put
+there: text that is not UTF-8 is the reader's to refuse, never a read that fails.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import Protocol
+
+import msgspec
 
 from kernel.journal.errors import is_postgres
 
 
+class StoredRow(msgspec.Struct, frozen=True, kw_only=True):
+    """One row as stored: its id, its body's bytes, when it was posted, what took it."""
+
+    id: int
+    body: bytes
+    created_ts: int = 0
+    taken_seq: int | None = None
+
+
 class InboxStore(Protocol):
-    """The inbox table of a journal on a server (each call may block: use a worker thread).
+    """The inbox table of a journal (each call may block: use a worker thread).
 
     Every method raises :class:`~kernel.journal.errors.JournalError` for a failure.
     """
 
-    def rows(self, pending: bool) -> Sequence[Any]:
-        """Return (id, dfid, decision, created_ts, taken_seq) rows, oldest first."""
+    location: str
+    """Where it is, fit to print (a server URL without its password)."""
+    announces: bool
+    """Whether :meth:`wait` returns as soon as a row is inserted (PostgreSQL's NOTIFY);
+    without it, a poller finds new rows on its next round."""
+
+    def rows(self, *, pending: bool = True, after: int = 0) -> Sequence[StoredRow]:
+        """Return the rows with an id above ``after`` (only untaken ones if ``pending``)."""
+        ...
+
+    def insert(self, body: bytes, now_ns: int) -> int:
+        """Insert a row (and wake the kernel where the store can); return its id."""
         ...
 
     def mark_taken(self, row_id: int, seq: int) -> None:
-        """Record on the row that the event at ``seq`` took it."""
-        ...
-
-    def insert(self, dfid: str, decision: str, now_ns: int) -> int:
-        """Insert a row (and wake the kernel); return its id."""
+        """Record on the row that the event at ``seq`` took it (-1: nothing recorded it)."""
         ...
 
     def taken_seq(self, row_id: int) -> int | None:
-        """Return the seq that took row ``row_id``, or None."""
+        """Return the seq that took row ``row_id``, or None (not taken, or no such row)."""
+        ...
+
+    def last_id(self) -> int:
+        """Return the newest row's id (0: none): with :meth:`rows`, a change mark."""
         ...
 
     def wait(self, timeout_s: float) -> bool:
@@ -50,12 +77,43 @@ class InboxStore(Protocol):
 
 
 def on_server(location: str) -> bool:
-    """True if the journal at ``location`` is on a server (its inbox is an :class:`InboxStore`)."""
+    """True if the journal at ``location`` is on a server (PostgreSQL)."""
     return is_postgres(location)
 
 
-def open_inbox(location: str) -> InboxStore:
-    """Connect to the inbox of the journal at the server URL ``location``."""
-    from kernel.journal._postgres import PostgresInbox
+def open_inbox(location: str, *, readonly: bool = False) -> InboxStore:
+    """Open the inbox of the journal at ``location`` (a file or a server URL).
 
-    return PostgresInbox(location)
+    ``readonly`` never creates the table: a journal no kernel of this version opened
+    yet simply has no rows.
+    """
+    if on_server(location):
+        from kernel.journal._postgres import PostgresInbox
+
+        return PostgresInbox(location)
+    from kernel.journal._sqlite import SqliteInbox
+
+    return SqliteInbox(location, readonly=readonly)
+
+
+def stored_rows(found: Sequence[Sequence[object]]) -> list[StoredRow]:
+    """Turn (id, body, created_ts, taken_seq) tuples into rows, whatever a writer stored.
+
+    A body stored as text is taken as its UTF-8 bytes (what cannot be read stays the
+    poller's to refuse); a timestamp or a marker that is no integer counts as absent.
+    """
+    rows = []
+    for id_, body, created_ts, taken in found:
+        if not isinstance(id_, int):
+            continue
+        if isinstance(body, str):
+            body = body.encode("utf-8", "surrogateescape")
+        rows.append(
+            StoredRow(
+                id=id_,
+                body=bytes(body) if isinstance(body, bytes | bytearray | memoryview) else b"",
+                created_ts=created_ts if isinstance(created_ts, int) else 0,
+                taken_seq=taken if isinstance(taken, int) else None,
+            )
+        )
+    return rows

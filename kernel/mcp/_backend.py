@@ -9,10 +9,15 @@ records them with who and why.
 
 :class:`Follower` works against a journal whose kernel runs in another process.
 Reads fold the journal as it is on disk at the time of the call; operator acts
-go through the operator inbox (the same rows ``dirk decide`` writes) and answer
-QUEUED with the row's id. An agent's write goes through the inbox too, as a
-PROPOSE row (kernel.inbox.InboxAgents): that kernel opens a flow in which the
-agent proposes it, and the follower reads the verdict back from the journal.
+go through the operator inbox as signed requests (kernel.inbox), checked first by
+the same functions ``dirk decide`` uses (kernel.inbox.prepare), and signed with the
+server's own key, a ``door`` of the kernel's keyring, on behalf of the operator
+principal. The follower waits (``answer_s``) for the kernel to take the request and
+answers what it made of it (APPLIED, or REFUSED with the code), else QUEUED with the
+row's id. An agent's write goes through the inbox too, as a ``propose`` request
+signed with the agent's own key (kernel.inbox.InboxAgents): that kernel opens a
+flow in which the agent proposes it, and the follower reads the verdict back from
+the journal.
 """
 
 from __future__ import annotations
@@ -26,7 +31,6 @@ from typing import Any, Literal
 import anyio
 import msgspec
 
-from kernel import inbox
 from kernel.api import Kernel
 from kernel.core.events import (
     Event,
@@ -36,9 +40,28 @@ from kernel.core.events import (
     ProposalRejected,
 )
 from kernel.core.flow import FlowState, FlowStatus
+from kernel.core.keys import KeyUnusable
 from kernel.core.ports import Clock, SystemClock
 from kernel.core.reasons import CliError, ReasonCode
 from kernel.core.wall import InputInvalid
+from kernel.inbox import (
+    PROPOSE_TOPIC,
+    InboxRequest,
+    ProposeRequest,
+    RequestRefused,
+    Signer,
+    open_signer,
+    read_answer,
+    taken_seq,
+)
+from kernel.inbox.client import keyring_problem, queued_dfids
+from kernel.inbox.prepare import (
+    checked,
+    prepare_decision,
+    rule_change,
+    rule_decision,
+    status_change,
+)
 from kernel.journal.opening import open_journal
 from kernel.journal.store import Journal
 from kernel.policy.contracts import HandshakeRefused, Proposal, WorkingContext
@@ -267,6 +290,13 @@ class Follower:
         clock: stamps inbox rows and paces the wait for a verdict.
         wait_s: how long a proposal waits for the kernel's verdict before answering QUEUED.
         poll_s: how often it reads the journal meanwhile (no notification crosses processes).
+        key: where the keys are: a directory of ``<name>.key`` files (the server's own,
+            ``<door>.key``, and each agent's), or one key file for the door alone (None:
+            ``DIRK_KEY``).
+        door: the name the kernel's keyring holds the server's key under (role ``door``):
+            it signs operator acts for the operator principals.
+        answer_s: how long an operator act waits for the kernel to take it before
+            answering QUEUED.
     """
 
     remote = True
@@ -279,12 +309,19 @@ class Follower:
         *,
         wait_s: float = 30.0,
         poll_s: float = 0.1,
+        key: str | None = None,
+        door: str = "mcp",
+        answer_s: float = 5.0,
     ) -> None:
         self.path = path
         self.kinds: Mapping[str, dict[str, Any]] = dict(kinds or {})
         self._clock = clock or SystemClock()
         self.wait_s = wait_s
         self.poll_s = poll_s
+        self.key = key
+        self.door = door
+        self.answer_s = answer_s
+        self._signers: dict[str, Signer] = {}
 
     @asynccontextmanager
     async def reading(self) -> AsyncIterator[View]:
@@ -292,31 +329,60 @@ class Follower:
             projections = await state_at(journal, None)
             yield View(journal=journal, projections=projections)
 
+    async def _signer(self, name: str) -> Signer:
+        """The signer for ``name`` (the door, or an agent), its key read once.
+
+        Raises:
+            ToolRefused: SIGNATURE_INVALID: no usable key, or one the keyring refuses.
+        """
+        signer = self._signers.get(name)
+        if signer is None:
+            try:
+                signer = await open_signer(self.path, self.key, name)
+            except KeyUnusable as exc:
+                raise ToolRefused(
+                    ReasonCode.SIGNATURE_INVALID, f"no key for {name}: {exc}"
+                ) from None
+            problem = keyring_problem(signer, None)
+            if problem is not None:
+                raise ToolRefused(ReasonCode.SIGNATURE_INVALID, problem)
+            self._signers[name] = signer
+        return signer
+
+    async def _post_signed(self, signer: Signer, request: InboxRequest) -> int:
+        """Sign and insert ``request``; return the row id.
+
+        Raises:
+            ToolRefused: the kernel's wall would refuse the request (nothing posted).
+        """
+        try:
+            return await anyio.to_thread.run_sync(signer.post, request, self._clock.now_ns())
+        except InputInvalid as exc:
+            raise ToolRefused(exc.reason_code, exc.detail, exc.field) from None
+
     async def propose(
         self, agent_id: str, policy: dict[str, Any], explain: str, confidence: float
     ) -> Settled:
         """Queue the proposal in the inbox; wait (up to ``wait_s``) for its flow to settle.
 
-        The kernel opens the flow when it takes the row, on the topic
-        ``inbox.<agent>.<row id>``; until then, or past the wait, the answer is QUEUED
-        with the row id, and the flow's verdict can be read later (trace_provenance).
+        The request is signed with the agent's own key. The kernel opens the flow when
+        it takes the row, on the topic ``inbox.<agent>.<row id>``; until then, or past
+        the wait, the answer is QUEUED with the row id, and the flow's verdict can be
+        read later (trace_provenance).
         """
-        row = {
-            "type": inbox.PROPOSE,
-            "agent_id": agent_id,
-            "policy": policy,
-            "explain": explain,
-            "confidence": confidence,
-        }
+        try:
+            request = checked(
+                ProposeRequest(
+                    agent_id=agent_id, policy=policy, explain=explain, confidence=confidence
+                )
+            )
+        except RequestRefused as refused:
+            raise ToolRefused(refused.code, refused.message, "policy") from None
+        signer = await self._signer(agent_id)
         async with open_journal(self.path, readonly=True) as journal:
             after = journal.head_seq  # what the kernel records of the row comes after this
-        try:
-            row_id = await anyio.to_thread.run_sync(
-                inbox.post, self.path, "", row, self._clock.now_ns()
-            )
-        except (TypeError, ValueError) as exc:  # not JSON: nothing a kernel could read
-            raise ToolRefused(ReasonCode.SCHEMA_INVALID, str(exc)[:200], "policy") from None
-        topic = f"{inbox.PROPOSE_TOPIC}.{agent_id}.{row_id}"
+        row_id = await self._post_signed(signer, request)
+        topic = f"{PROPOSE_TOPIC}.{agent_id}.{row_id}"
         with anyio.move_on_after(self.wait_s):
             while True:
                 answer = await self._settled(row_id, topic, after)
@@ -361,54 +427,89 @@ class Follower:
         params: dict[str, Any] | None,
         action_hash: str | None,
     ) -> dict[str, Any]:
-        row: dict[str, Any] = {"decision": decision, "operator": operator, "reason": reason}
-        if params is not None:
-            row["params"] = params
-        if action_hash:
-            row["action_hash"] = action_hash
-        return await self._post(dfid, row)
+        """Check the decision as ``dirk decide`` does, post it, and answer what became of it."""
+        async with open_journal(self.path, readonly=True) as journal:
+            folded = fold(await journal.flow_events(dfid))
+        queued = await anyio.to_thread.run_sync(queued_dfids, self.path)
+        outcome = params.get("outcome", "") if isinstance(params, dict) else ""
+        external_id = params.get("external_id", "") if isinstance(params, dict) else ""
+        try:
+            request = prepare_decision(
+                folded.flows.get(dfid),
+                folded.approvals.get(dfid),
+                dfid=dfid,
+                choice=decision,
+                operator=operator,
+                reason=reason,
+                confirm=action_hash or "",
+                params=params if decision == "modify" else None,
+                outcome=outcome if isinstance(outcome, str) else "",
+                external_id=external_id if isinstance(external_id, str) else "",
+                queued=dfid in queued,
+            )
+        except RequestRefused as refused:
+            return {
+                "verdict": "REFUSED",
+                "dfid": dfid,
+                "reason_code": str(refused.code),
+                "detail": refused.message,
+            }
+        return await self._post(dfid, request)
 
     async def set_agent_status(
         self, agent_id: str, status: str, operator: str, reason: str
     ) -> dict[str, Any]:
-        row = {
-            "type": inbox.AGENT_STATUS,
-            "agent_id": agent_id,
-            "status": status,
-            "operator": operator,
-            "reason": reason,
-        }
-        return await self._post("", row)
+        async with self.reading() as view:
+            known = set(view.projections.agents)
+        try:
+            request = status_change(known, agent_id, status, operator=operator, reason=reason)
+        except RequestRefused as refused:
+            raise ToolRefused(refused.code, refused.message) from None
+        return await self._post("", request)
 
     async def rule_act(self, act: RuleAct) -> dict[str, Any]:
-        """Queue an operator's act on the rulebook in the inbox; answer QUEUED with the row id."""
-        if act.action in ("override", "skip"):
-            row: dict[str, Any] = {
-                "type": inbox.RULE,
-                "proposal_seq": act.proposal_seq,
-                "decision": act.action,
-                "operator": act.operator,
-                "reason": act.reason,
-            }
-            return await self._post("", row)
-        row = {"type": inbox.RULE_CHANGE, "action": act.action, "rule": act.rule}
-        row.update(operator=act.operator, reason=act.reason)
-        if act.action != "retract":
-            async with self.reading() as view:
-                item = view.projections.memory.rulebook.items.get(act.rule)
-            row.update(
-                title=act.title,
-                content=act.content,
-                labels=act.labels,
-                base_version=item.latest if item is not None else 0,
-            )
-        return await self._post("", row)
+        """Check an operator's act on the rulebook, post it, and answer what became of it."""
+        async with self.reading() as view:
+            book = view.projections.memory.rulebook
+        try:
+            if act.action in ("override", "skip"):
+                request: InboxRequest = rule_decision(
+                    book, act.proposal_seq, act.action, operator=act.operator, reason=act.reason
+                )
+            else:
+                request = rule_change(
+                    book,
+                    act.rule,
+                    act.action,
+                    operator=act.operator,
+                    reason=act.reason,
+                    title=act.title,
+                    content=act.content,
+                    labels=act.labels,
+                )
+        except RequestRefused as refused:
+            field = "proposal_seq" if refused.code is CliError.RULE_NOT_PENDING else "item_id"
+            raise ToolRefused(refused.code, refused.message, field) from None
+        return await self._post("", request)
 
-    async def _post(self, dfid: str, row: dict[str, Any]) -> dict[str, Any]:
-        row_id = await anyio.to_thread.run_sync(
-            inbox.post, self.path, dfid, row, self._clock.now_ns()
-        )
-        return {"verdict": "QUEUED", "dfid": dfid, "result": {"inbox_id": row_id}}
+    async def _post(self, dfid: str, request: InboxRequest) -> dict[str, Any]:
+        """Sign ``request`` as the door, post it, and wait (``answer_s``) for the answer."""
+        row_id = await self._post_signed(await self._signer(self.door), request)
+        seq = None
+        with anyio.move_on_after(self.answer_s):
+            while seq is None:
+                seq = await anyio.to_thread.run_sync(taken_seq, self.path, row_id)
+                if seq is None:
+                    await self._clock.sleep(self.poll_s)
+        if seq is None:
+            return {"verdict": "QUEUED", "dfid": dfid, "result": {"inbox_id": row_id}}
+        _, answer = await read_answer(self.path, seq)
+        result: dict[str, Any] = {"verdict": answer.verdict, "dfid": dfid}
+        if answer.verdict == "REFUSED":
+            result["reason_code"] = answer.reason_code
+            result["detail"] = answer.detail
+        result["result"] = {"inbox_id": row_id, "seq": seq}
+        return result
 
 
 Backend = Embedded | Follower

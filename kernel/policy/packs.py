@@ -118,6 +118,9 @@ class PolicyPack:
         limits: limits rules read from ``view.limits``, amendable within floor and ceiling.
         guards: soft guards (kernel.policy.guards): they flag flows NEEDS_REVIEW off the blocking
             path; a pure one with ``emergency_above`` may reject (GUARD_EMERGENCY).
+        self_approval: whether the proposer of a flow of this pack's kinds may decide on it
+            as an operator (recorded ``self_approved``); by default the escalation desk
+            refuses it (SELF_APPROVAL_FORBIDDEN): four eyes.
     """
 
     name: str
@@ -132,6 +135,7 @@ class PolicyPack:
     thresholds: Sequence[Threshold] = ()
     limits: Mapping[str, LimitSpec] = field(default_factory=dict)
     guards: Sequence[Guard] = ()
+    self_approval: bool = False
 
     def __post_init__(self) -> None:
         # Copies the caller cannot reach, read-only: what judges stays what the hash covers.
@@ -154,7 +158,7 @@ class PolicyPack:
     @cached_property
     def hash(self) -> str:
         """A hash of everything that decides: kinds, schemas, rules, invariants and settings."""
-        content = {
+        content: dict[str, Any] = {
             "name": self.name,
             "version": self.version,
             "escalate_below_confidence": repr(self.escalate_below_confidence),
@@ -186,6 +190,8 @@ class PolicyPack:
                  repr(g.emergency_above)]
                 for g in self.guards
             ]  # fmt: skip
+        if self.self_approval:  # absent from older hashes, as guards are
+            content["self_approval"] = True
         return hashlib.sha256(canonical(content)).hexdigest()
 
     @property

@@ -223,6 +223,10 @@ class Decide(msgspec.Struct, frozen=True, kw_only=True):
     action_hash: str | None = None
     inbox_id: int | None = None
     reply: Reply[Verdict] | None = None
+    via: str = "api"
+    """How it reached the kernel: ``api`` (embedding code) or ``inbox`` (a signed request)."""
+    signer: str = ""
+    """The key that signed an inbox request (the operator's own, or a door's)."""
 
 
 class Tick(msgspec.Struct, frozen=True, kw_only=True):

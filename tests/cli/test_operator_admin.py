@@ -8,9 +8,10 @@ from pathlib import Path
 import anyio
 
 from kernel import SystemClock
-from kernel.inbox import AGENT_STATUS, connect, post, read_rows
+from kernel.journal.inbox_store import open_inbox
 from tests.cli.test_cli import COMMAND_TIMEOUT_S, clean_env
 from tests.support.helpers import ScriptedAgent, kernel_for
+from tests.support.operators import Keys, insert, journal_id_of, raw_row
 
 POLL_S = 0.05
 WAIT = "30"  # how long the CLI waits for the kernel to take its row
@@ -69,24 +70,27 @@ async def test_agent_changes_are_checked_before_they_are_queued(tmp_path):
     assert code == 2 and err.startswith("error: SCHEMA_INVALID:")
     code, _, err = await dirk("agent", "clerk", "--set", "ASLEEP", "--db", db)
     assert code == 2 and "invalid choice" in err  # argparse's own refusal
-    with connect(str(db)) as conn:
-        assert read_rows(conn) == []
+    with open_inbox(str(db)) as store:
+        assert store.rows(pending=False) == []
 
 
-async def test_a_malformed_row_is_refused_on_record_and_never_applied(tmp_path):
+async def test_a_malformed_row_is_refused_on_record_and_never_applied(
+    tmp_path: Path, operator_keys: Keys
+) -> None:
     db = tmp_path / "j.db"
     async with kernel_for(db) as kernel:
         await kernel.register(ScriptedAgent())
-    bogus = {"type": AGENT_STATUS, "agent_id": "clerk", "status": "ASLEEP", "operator": "x"}
-    row_id = post(str(db), "", bogus, 0)
+    # Signed by a known operator, but no request the kernel reads: refused at its wall.
+    bogus = {"type": "agent_status", "agent_id": "clerk", "status": "ASLEEP", "operator": "x"}
+    row_id = insert(db, raw_row(operator_keys, "x", journal_id_of(db), bogus))
     async with live(db) as kernel:
         await kernel.register(ScriptedAgent())
         # Rows are taken in order: once this one is applied, the bogus one was looked at.
         change = ("--operator", "ana", "--reason", "r", "--wait", WAIT, "--db", db)
         code, _, err = await dirk("agent", "clerk", "--set", "PASSIVE", *change)
         assert code == 0, err
-        with connect(str(db)) as conn:
-            rows = read_rows(conn, pending=False)
+        with open_inbox(str(db)) as store:
+            rows = store.rows(pending=False)
         changes = await kernel.journal.read(types=["AgentStatusChanged"])
         [refused] = await kernel.journal.read(types=["InputRefused"])
     assert [(r.id, r.taken_seq) for r in rows] == [
@@ -96,7 +100,8 @@ async def test_a_malformed_row_is_refused_on_record_and_never_applied(tmp_path):
     assert [e.payload.inbox_id for e in changes] == [row_id + 1]
     assert refused.payload.inbox_id == row_id
     assert refused.payload.reason_code == "SCHEMA_INVALID"
-    assert refused.payload.field == "reason"  # missing, and ASLEEP is no status either
+    # The reason is missing, and ASLEEP is no status either: the decoder names one of them.
+    assert refused.payload.field in ("request", "request.status", "request.reason")
 
 
 async def test_an_operator_overrides_a_deferred_rule_exactly_once(tmp_path):

@@ -13,9 +13,11 @@ from pathlib import Path
 import anyio
 import pytest
 
-from kernel.inbox import post
+from kernel.inbox import DecideRequest
+from kernel.runtime.messages import Decision
 from tests.cli.test_cli import COMMAND_TIMEOUT_S, Recorded, dirk, one_error_line, record
 from tests.support import ROOT
+from tests.support.operators import Keys, post
 
 WAIT = "30"  # dirk decide --wait: how long the CLI itself waits for the kernel
 
@@ -166,7 +168,9 @@ def test_list_review_approve_reject_modify_against_a_live_kernel(tmp_path: Path)
     assert '"amount_cents": 50' in show.stdout and "human modification" in show.stdout
 
 
-def test_a_decision_is_applied_once_across_restarts_and_repeats(tmp_path: Path) -> None:
+def test_a_decision_is_applied_once_across_restarts_and_repeats(
+    tmp_path: Path, operator_keys: Keys
+) -> None:
     db = tmp_path / "j.db"
     with running_kernel(db, "--flows", "1") as (_, dfids):
         dfid = dfids[0]
@@ -179,8 +183,10 @@ def test_a_decision_is_applied_once_across_restarts_and_repeats(tmp_path: Path) 
     again = dirk("decide", dfid, "--approve", "--confirm", short, *who, "--db", db)
     assert (again.returncode, one_error_line(again)) == (1, "DECISION_QUEUED")
     # Two operators racing past that check: the kernel still applies one decision.
-    racing = {"decision": "approve", "action_hash": short, "operator": "bob", "reason": "me too"}
-    post(str(db), dfid, racing, 0)
+    racing = DecideRequest(
+        dfid=dfid, decision=Decision.APPROVE, action_hash=short, operator="bob", reason="me too"
+    )
+    post(operator_keys, db, racing, "bob")
 
     run_kernel(db)
     assert count(db, "HumanDecided", dfid) == 1

@@ -11,12 +11,10 @@ import io
 import json
 import re
 import shutil
-import sqlite3
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -26,17 +24,22 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kernel import EscalationBudget, EscalationPolicy, open_kernel
-from kernel.config import KernelConfig, Ports
+from kernel.config import KernelConfig, Ports, Supervision
 from kernel.core import events as ev
+from kernel.core.flow import FlowStatus
 from kernel.core.hosts import is_loopback
 from kernel.core.reasons import CliError, ExitCode, ReasonCode
-from kernel.inbox import InboxRow, to_decide
+from kernel.inbox import DecideRequest
+from kernel.inbox.requests import decode_row, encode, normalized
+from kernel.journal.inbox_store import open_inbox
+from kernel.runtime.messages import Decision
 from kernel.state.projections import Projections
 from kernel.testing import ManualClock
 from tests.support.browser import ROOT, console_extra
 from tests.support.console_kernel import shady
 from tests.support.helpers import PACK, Bank, ScriptedAgent, transfer
 from tests.support.operator_kernel import OPS, memo
+from tests.support.operators import Keys, post
 
 console_extra()
 
@@ -54,7 +57,7 @@ from kernel.console._auth import (  # noqa: E402
     hash_password,
     read_operators,
 )
-from kernel.console._decide import Refused, decision_row  # noqa: E402
+from kernel.console._decide import Refused, decision_request  # noqa: E402
 from kernel.console._follow import Follower  # noqa: E402
 from kernel.console._manage import HISTORY_SHOWN, agents_view, rule_change, rule_row  # noqa: E402
 from kernel.journal.opening import open_journal  # noqa: E402
@@ -152,12 +155,20 @@ def csrf(client: TestClient, path: str = "/") -> str:
 
 
 def rows(db: Path) -> list[tuple[str, dict[str, Any]]]:
-    with closing(sqlite3.connect(db)) as conn:
-        try:
-            got = conn.execute("SELECT dfid, decision FROM operator_inbox ORDER BY id").fetchall()
-        except sqlite3.OperationalError:
-            return []
-    return [(dfid, json.loads(body)) for dfid, body in got]
+    """The requests in the inbox, each as (the flow it decides, or "", its fields).
+
+    Every one was signed by the console on behalf of the operator it names.
+    """
+    with open_inbox(str(db), readonly=True) as store:
+        stored = store.rows(pending=False)
+    found = []
+    for row in stored:
+        signed = decode_row(row.body)
+        assert signed.signer == "console"
+        request = signed.request
+        dfid = request.dfid if isinstance(request, DecideRequest) else ""
+        found.append((dfid, json.loads(encode(request))))
+    return found
 
 
 # --- signing in ------------------------------------------------------------------------
@@ -380,6 +391,8 @@ def test_a_high_impact_approval_takes_the_short_hash_typed_back(
     ((row_dfid, row),) = rows(db)
     assert row_dfid == dfid
     assert row == {
+        "type": "decide",
+        "dfid": dfid,
         "decision": "approve",
         "operator": "ana",
         "reason": "checked",
@@ -456,13 +469,14 @@ def test_any_decision_form_is_refused_with_a_code_or_passes_the_kernels_wall(
 ) -> None:
     dfid = template[1].get(which, "nope")
     try:
-        row = decision_row(folded, set(), dfid, form, "ana")
+        request = decision_request(folded, set(), dfid, form, "ana")
     except Refused as refused:
         assert refused.code in set(ReasonCode) | set(CliError)
         return
-    decide = to_decide(InboxRow(id=1, dfid=dfid, request=row, created_ts=0), None)  # type: ignore[arg-type]
-    assert decide.operator == "ana" and decide.reason.strip()
-    if row["decision"] == "approve" and which != "low":
+    # What the console would post is what the kernel's wall lets through, unchanged.
+    assert normalized(request) == request
+    assert request.operator == "ana" and request.reason.strip()
+    if request.decision == "approve" and which != "low":
         assert form.get("confirm")  # HIGH_IMPACT: only with the hash typed back
 
 
@@ -597,7 +611,6 @@ def test_the_rule_forms_post_the_rows_dirk_rules_posts(
                 "title": "Access",
                 "content": "ask first",
                 "labels": ["a", "b"],
-                "base_version": 0,
             },
         )
     ]
@@ -666,11 +679,11 @@ def test_any_rule_form_is_refused_with_a_code_or_is_a_row(
     folded: Projections, action: str, form: dict[str, str]
 ) -> None:
     try:
-        row = rule_change(folded, action, form, "ana")
+        request = rule_change(folded, action, form, "ana")
     except Refused as refused:
         assert refused.code in set(ReasonCode) | set(CliError)
     else:
-        assert row["action"] == action and row["reason"].strip()
+        assert request.action == action and request.reason.strip()
 
 
 def test_a_rule_created_in_the_console_is_in_force_once_the_kernel_runs(
@@ -708,7 +721,7 @@ def test_a_rule_created_in_the_console_is_in_force_once_the_kernel_runs(
 
 
 async def test_the_follower_sees_a_queued_decision_and_wakes_its_waiters(
-    journal: tuple[Path, dict[str, str]],
+    journal: tuple[Path, dict[str, str]], operator_keys: Keys
 ) -> None:
     db, flows = journal
     follower = Follower(str(db), poll_s=0.01)
@@ -717,9 +730,10 @@ async def test_the_follower_sees_a_queued_decision_and_wakes_its_waiters(
         seen = follower.version
         assert not await follower.catch_up(opened)
         assert follower.version == seen
-        from kernel.inbox import post
-
-        post(str(db), flows["high"], {"decision": "reject", "operator": "a", "reason": "b"}, 1)
+        reject = DecideRequest(
+            dfid=flows["high"], decision=Decision.REJECT, operator="a", reason="b"
+        )
+        post(operator_keys, db, reject, "a", 1)
         async with anyio.create_task_group() as tg:
             tg.start_soon(follower.run, opened)
             with anyio.fail_after(10):
@@ -791,7 +805,7 @@ def decide_then_run_the_kernel(
     )
     assert done.returncode == 0, done.stderr
     page = client.get(f"/flows/{flows['low']}")
-    assert "reject by ana" in page.text or 'data-decision="reject"' in page.text
+    assert "reject by ana" in page.text or "data-decision=Decision.REJECT" in page.text
     assert "HUMAN_REJECTED" in page.text
 
 
@@ -915,3 +929,51 @@ def test_a_console_on_loopback_answers_only_to_loopback_names(
         assert client.get("/login").status_code == 200
     with TestClient(create_app(settings, gate), base_url="http://evil.example:8765") as client:
         assert client.get("/login").status_code == 400
+
+
+# --- what the kernel answers ----------------------------------------------------------------
+
+
+async def test_a_decision_the_kernel_refuses_at_once_is_shown_refused(
+    tmp_path: Path, gate: Gate
+) -> None:
+    """The console signs as itself for the operator and waits for the kernel's answer."""
+    from kernel import SystemClock
+
+    db = tmp_path / "j.db"
+    async with open_kernel(
+        db,
+        packs=[PACK, OPS],
+        adapters={"bank": Bank()},
+        allow=["clerk"],
+        config=KernelConfig(supervision=Supervision(inbox_poll_s=0.05)),
+    ) as kernel:
+        assert isinstance(kernel.clock, SystemClock)
+        await kernel.register(ScriptedAgent("clerk", [transfer(250_000, confidence=0.2)]))
+        (dfid,) = await kernel.trigger("bank.invoice")
+        await kernel.wait_flow(dfid)
+        approval = kernel.projections.approvals[dfid]
+        settings = Settings(db=str(db), answer_s=30)
+        with TestClient(create_app(settings, gate), follow_redirects=False) as client:
+
+            def decide(operator: str) -> Any:
+                client.cookies.clear()
+                sign_in(client, operator, gate.token)
+                form = {"decision": "approve", "reason": "ok", "confirm": approval.short_hash}
+                form["csrf"] = csrf(client, f"/flows/{dfid}")
+                return client.post(f"/flows/{dfid}/decide", data=form)
+
+            # The console cannot know who proposed under which name; the kernel refuses.
+            own = await anyio.to_thread.run_sync(decide, "clerk")
+            assert own.status_code == 409
+            assert 'data-code="SELF_APPROVAL_FORBIDDEN"' in own.text
+            done = await anyio.to_thread.run_sync(decide, "ana")
+            assert done.status_code == 303
+        assert (await kernel.wait_flow(dfid)).status is FlowStatus.CLOSED
+        [decided] = await kernel.journal.read(types=["HumanDecided"])
+    assert isinstance(decided.payload, ev.HumanDecided)
+    assert (decided.payload.operator, decided.payload.via, decided.payload.signer) == (
+        "ana",
+        "inbox",
+        "console",
+    )

@@ -20,6 +20,9 @@ from pathlib import Path
 import anyio
 import pytest
 
+from kernel.inbox import DecideRequest
+from kernel.inbox.requests import decode_row
+from kernel.journal.inbox_store import open_inbox
 from tests.support.browser import (
     ROOT,
     Console,
@@ -102,11 +105,11 @@ def count(db: Path, type_: str, dfid: str) -> int:
 
 
 def inbox_rows(db: Path, dfid: str) -> int:
-    with closing(sqlite3.connect(db)) as conn:
-        ((n,),) = conn.execute(
-            "SELECT count(*) FROM operator_inbox WHERE dfid = ?", (dfid,)
-        ).fetchall()
-    return int(n)
+    """How many decisions on ``dfid`` the inbox holds, taken or not."""
+    with open_inbox(str(db), readonly=True) as store:
+        rows = store.rows(pending=False)
+    decisions = [decode_row(row.body).request for row in rows]
+    return sum(1 for r in decisions if isinstance(r, DecideRequest) and r.dfid == dfid)
 
 
 async def test_the_queue_shows_high_impact_first_and_unmistakably(

@@ -16,9 +16,11 @@ from pathlib import Path
 import anyio
 
 from kernel.core.events import Draft, TriggerFired
-from kernel.inbox import post
+from kernel.inbox import DecideRequest
 from kernel.journal.opening import open_journal
+from kernel.runtime.messages import Decision
 from tests.support.browser import ROOT, console_extra
+from tests.support.operators import Keys, post
 from tests.support.postgres import PostgresServer, postgres_server  # noqa: F401
 
 console_extra()
@@ -27,7 +29,10 @@ from kernel.console._follow import Follower  # noqa: E402
 
 HOUR_S = 3600.0
 BOUND_S = 30
-REJECT = {"decision": "reject", "operator": "bo", "reason": "not this week"}
+
+
+def reject(dfid: str) -> DecideRequest:
+    return DecideRequest(dfid=dfid, decision=Decision.REJECT, operator="bo", reason="not this week")
 
 
 def trigger(x: int) -> Draft:
@@ -36,6 +41,7 @@ def trigger(x: int) -> Draft:
 
 async def test_on_postgres_the_follower_wakes_on_notifications_never_by_polling(
     postgres_server: PostgresServer,  # noqa: F811
+    operator_keys: Keys,
 ) -> None:
     url = postgres_server.new_url()
     async with open_journal(url) as writer:
@@ -55,7 +61,9 @@ async def test_on_postgres_the_follower_wakes_on_notifications_never_by_polling(
                             version = await follower.wait_changed(version)
                     for dfid in ("flow-a", "flow-b"):
                         # Another connection (as `dirk decide` or another console) queues a row.
-                        await anyio.to_thread.run_sync(post, url, dfid, REJECT, 1)
+                        await anyio.to_thread.run_sync(
+                            post, operator_keys, url, reject(dfid), "bo", 1
+                        )
                         while dfid not in follower.queued:
                             version = await follower.wait_changed(version)
                 tg.cancel_scope.cancel()
@@ -65,7 +73,7 @@ async def test_on_postgres_the_follower_wakes_on_notifications_never_by_polling(
 
 
 async def test_a_row_the_journal_says_was_taken_is_not_queued_though_still_marked_untaken(
-    tmp_path: Path,
+    tmp_path: Path, operator_keys: Keys
 ) -> None:
     # The kernel records what it made of a row, then marks the row taken: a follower woken by
     # the journal may read the inbox in between. The journal's word counts.
@@ -73,7 +81,7 @@ async def test_a_row_the_journal_says_was_taken_is_not_queued_though_still_marke
 
     db = tmp_path / "j.db"
     flows = await _build(db)
-    row = await anyio.to_thread.run_sync(post, str(db), flows["low"], REJECT, 1)
+    row = await anyio.to_thread.run_sync(post, operator_keys, db, reject(flows["low"]), "bo", 1)
     done = await anyio.to_thread.run_sync(
         lambda: subprocess.run(
             [sys.executable, "-m", "tests.support.operator_kernel", str(db), "--drain"],
@@ -92,7 +100,7 @@ async def test_a_row_the_journal_says_was_taken_is_not_queued_though_still_marke
     assert row in follower.projections.inbox_taken
     assert follower.queued == set()
     # A row no event names yet is queued.
-    other = await anyio.to_thread.run_sync(post, str(db), flows["high"], REJECT, 2)
+    other = await anyio.to_thread.run_sync(post, operator_keys, db, reject(flows["high"]), "bo", 2)
     follower2 = Follower(str(db), poll_s=HOUR_S)
     async with open_journal(db, readonly=True) as journal:
         await follower2.catch_up(journal)

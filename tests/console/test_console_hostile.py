@@ -12,21 +12,21 @@ and the kernel keep running.
 
 from __future__ import annotations
 
-import json
 import re
-import sqlite3
 import uuid
 from collections.abc import Iterator
-from contextlib import closing
 from pathlib import Path
 from typing import Any
 
 import anyio
+import msgspec
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kernel.core.reasons import CliError, ReasonCode
+from kernel.inbox.requests import decode_row
+from kernel.journal.inbox_store import open_inbox
 from tests.support.browser import Console, Kernel, console_extra, running_console, running_kernel
 from tests.support.hostile import hostile_text, is_utf8
 
@@ -93,37 +93,24 @@ def send(client: httpx2.Client, path: str, fields: dict[str, str], as_multipart:
 
 
 def inbox_count(db: Path) -> int:
-    with closing(sqlite3.connect(db)) as conn:
-        try:
-            ((n,),) = conn.execute("SELECT count(*) FROM operator_inbox").fetchall()
-        except sqlite3.OperationalError:
-            return 0
-    return int(n)
+    with open_inbox(str(db), readonly=True) as store:
+        return len(store.rows(pending=False))
 
 
 def inbox_strings(db: Path) -> Iterator[str]:
-    """Every string in every inbox row, JSON bodies read as a kernel reads them."""
-    with closing(sqlite3.connect(db)) as conn:
-        try:
-            rows = conn.execute("SELECT * FROM operator_inbox").fetchall()
-        except sqlite3.OperationalError:
-            return
+    """Every string in every inbox request, read as a kernel reads them."""
+    with open_inbox(str(db), readonly=True) as store:
+        rows = store.rows(pending=False)
     for row in rows:
-        for value in row:
-            if not isinstance(value, str):
-                continue
-            try:
-                stack = [json.loads(value)]
-            except ValueError:
-                stack = [value]
-            while stack:
-                item = stack.pop()
-                if isinstance(item, str):
-                    yield item
-                elif isinstance(item, dict):
-                    stack += [*item.keys(), *item.values()]
-                elif isinstance(item, list):
-                    stack += item
+        stack: list[Any] = [msgspec.to_builtins(decode_row(row.body))]
+        while stack:
+            item = stack.pop()
+            if isinstance(item, str):
+                yield item
+            elif isinstance(item, dict):
+                stack += [*item.keys(), *item.values()]
+            elif isinstance(item, list):
+                stack += item
 
 
 @st.composite

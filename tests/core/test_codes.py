@@ -22,6 +22,7 @@ from kernel.journal.store import JournalError
 from tests.cli.test_cli import ERROR_LINE, Recorded, record
 from tests.support import GOLDEN, ROOT
 from tests.support.helpers import ScriptedAgent, kernel_for, transfer
+from tests.support.operators import Keys
 
 CLI_MODULES = tuple(sorted(p.name for p in (ROOT / "kernel" / "cli").glob("_*.py")))
 # Words of ``dirk show``'s narrative that read like codes: "approval EXPIRED" says what happened.
@@ -250,7 +251,7 @@ def test_each_error_path_prints_one_enum_code_and_its_exit_status(
 
 
 def test_decisions_the_cli_refuses_print_enum_codes(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], operator_keys: Keys
 ) -> None:
     db = tmp_path / "j.db"
     dfid = anyio.run(escalated, db)

@@ -110,6 +110,11 @@ SAMPLES = [
     ev.CredentialIssued(
         verifier="sha256:" + "ab" * 32, operator="ana", reason="rotate", inbox_id=4
     ),
+    ev.OperatorKeyTrusted(name="ana", role="operator", key="ed25519:AAAA", fingerprint="f" * 16),
+    ev.OperatorKeyRevoked(name="ana", key="ed25519:AAAA", fingerprint="f" * 16, detail="gone"),
+    ev.RequestVerified(
+        inbox_id=3, request_id="r" * 22, request="decide", principal="ana", signer="console"
+    ),
     # governed beliefs (kernel.beliefs)
     ev.SourceRegistered(source="wire", independence_group="wire", reliability=500_000),
     ev.ObservationRecorded(observation="o1", source="wire", parsed_payload={"city": "Lyon"}),

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import sqlite3
-from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -34,10 +32,13 @@ from kernel import (
 from kernel.audit import verify_journal
 from kernel.core.reasoning import UsageMeter
 from kernel.core.wall import INT_MAX
-from kernel.inbox import AGENT_STATUS, AMEND, RULE, connect, post, read_rows
+from kernel.inbox import DecideRequest
+from kernel.journal.inbox_store import open_inbox
 from kernel.policy.contracts import Verdict
+from kernel.runtime.messages import Decision
 from kernel.testing import ManualClock, action_of
 from tests.support.helpers import ScriptedAgent, kernel_for, transfer
+from tests.support.operators import Keys, insert, journal_id_of, post, raw_row
 
 SETTINGS = settings(
     max_examples=8,
@@ -305,15 +306,15 @@ def test_a_usage_report_is_counted_or_stops_the_reasoning(reports):
 
 row_bodies = st.one_of(
     st.fixed_dictionaries(
-        {"type": st.just(AMEND), "agent_id": st.just("clerk") | texts, "limit": texts},
+        {"type": st.just("amend"), "agent_id": st.just("clerk") | texts, "limit": texts},
         optional={"value": values, "ttl_s": values, "operator": texts, "reason": texts},
     ),
     st.fixed_dictionaries(
-        {"type": st.just(AGENT_STATUS), "agent_id": st.just("clerk") | texts},
+        {"type": st.just("agent_status"), "agent_id": st.just("clerk") | texts},
         optional={"status": texts, "operator": texts, "reason": texts, "extra": values},
     ),
     st.fixed_dictionaries(
-        {"type": st.just(RULE)},
+        {"type": st.just("rule")},
         optional={"proposal_seq": values, "decision": texts, "operator": texts, "reason": texts},
     ),
     st.fixed_dictionaries(
@@ -331,15 +332,27 @@ row_bodies = st.one_of(
 )
 
 
-def raw_rows(path: Path, dfid: str, texts_: list[str]) -> None:
-    """Write rows whose text is not what dirk would ever write (not JSON, not an object...)."""
-    with connect(str(path)) as conn:
-        for text in texts_:
-            conn.execute(
-                "INSERT INTO operator_inbox (dfid, decision, created_ts) VALUES (?, ?, 0)",
-                (dfid, text),
-            )
-    conn.close()
+def raw_rows(path: Path, bodies: list[bytes]) -> None:
+    """Write rows whose bytes are not what dirk would ever write (not JSON, not a request...)."""
+    for body in bodies:
+        insert(path, body)
+
+
+def signed_or_not(keys: Keys, journal_id: str, body: dict[str, Any]) -> bytes:
+    """The row a key holder with a broken client writes: signed if it encodes, else as text.
+
+    Text keeps what json writes for a float that is not finite (NaN, Infinity) and lone
+    surrogates as the bytes ``surrogatepass`` makes of them: not UTF-8.
+    """
+    try:
+        text = json.dumps(body, default=repr)
+        if "NaN" not in text and "Infinity" not in text:  # msgspec would write null for them
+            return raw_row(keys, "ana", journal_id, body)
+    except (TypeError, ValueError, OverflowError):
+        pass
+    envelope = {"journal_id": journal_id, "request": body, "request_id": "r" * 22}
+    envelope |= {"signer": "ana", "signature": "x" * 86}
+    return json.dumps(envelope, default=repr).encode("utf-8", "surrogatepass")
 
 
 @pytest.fixture(scope="module")
@@ -357,17 +370,14 @@ def escalated_journal(tmp_path_factory) -> tuple[Path, str]:
     return path, anyio.run(make)
 
 
-async def apply_rows_then_reject(path: Path, dfid: str) -> None:
+async def apply_rows_then_reject(path: Path, dfid: str, keys: Keys) -> None:
     """Post a well-formed rejection last, run the kernel until it is applied, and check."""
-    with connect(str(path)) as conn:
-        (taken,) = conn.execute(
-            "SELECT count(*) FROM operator_inbox WHERE taken_seq IS NULL"
-        ).fetchone()
-    conn.close()
     async with kernel_for(path, inbox_poll_s=None) as kernel:
         action = action_of(kernel, dfid)
-    reject = {"decision": "reject", "operator": "ana", "reason": "enough", "action_hash": action}
-    last = post(str(path), dfid, reject, 0)
+    reject = DecideRequest(
+        dfid=dfid, decision=Decision.REJECT, operator="ana", reason="enough", action_hash=action
+    )
+    last = post(keys, path, reject, "ana")
     async with kernel_for(path, inbox_poll_s=1.0) as kernel:
         # Rows are applied in order: once the rejection is, every row before it was looked at.
         with anyio.fail_after(30):
@@ -375,9 +385,8 @@ async def apply_rows_then_reject(path: Path, dfid: str) -> None:
         assert flow.reason_code is ReasonCode.HUMAN_REJECTED
         assert kernel.stopped is None
         taken = dict(kernel.projections.inbox_taken)
-    with connect(str(path)) as conn:
-        rows = read_rows(conn, pending=False)
-    conn.close()
+    with open_inbox(str(path)) as store:
+        rows = store.rows(pending=False)
     # Every row was taken by a recorded event: applied, or refused with a reason.
     assert {row.id for row in rows} == set(taken) and max(taken) == last
     async with kernel_for(path, inbox_poll_s=1.0) as kernel:
@@ -398,39 +407,43 @@ async def apply_rows_then_reject(path: Path, dfid: str) -> None:
     ),
 )
 async def test_no_inbox_row_stops_the_poller_or_poisons_the_journal(
-    tmp_path, escalated_journal, bodies, garbage
-):
+    tmp_path: Path,
+    escalated_journal: tuple[Path, str],
+    operator_keys: Keys,
+    bodies: list[dict[str, Any]],
+    garbage: list[str],
+) -> None:
     template, dfid = escalated_journal
     path = fresh(tmp_path)
     shutil.copy(template, path)
-    for body in bodies:
-        text = json.dumps(body, default=repr)  # nan and inf as NaN and Infinity, as json does
-        raw_rows(path, dfid, [text])
-    raw_rows(path, dfid, garbage)
-    await apply_rows_then_reject(path, dfid)
+    journal_id = journal_id_of(path)
+    raw_rows(path, [signed_or_not(operator_keys, journal_id, body) for body in bodies])
+    raw_rows(path, [text.encode() for text in garbage])
+    await apply_rows_then_reject(path, dfid, operator_keys)
 
 
 async def test_a_dirk_amend_row_with_ttl_inf_is_refused_on_record_never_a_crash_loop(
-    tmp_path, escalated_journal
-):
+    tmp_path: Path, escalated_journal: tuple[Path, str], operator_keys: Keys
+) -> None:
     template, dfid = escalated_journal
     path = tmp_path / "j.db"
     shutil.copy(template, path)
     # What `dirk amend ... --ttl inf` wrote before the CLI refused it: json writes Infinity.
-    row = {"type": AMEND, "agent_id": "clerk", "limit": "max_qty", "value": "8"}
+    row = {"type": "amend", "agent_id": "clerk", "limit": "max_qty", "value": "8"}
     row |= {"ttl_s": float("inf"), "operator": "ana", "reason": "r"}
-    post(str(path), "", row, 0)
-    with closing(sqlite3.connect(path)) as conn:
-        [(text,)] = conn.execute("SELECT decision FROM operator_inbox").fetchall()
-    assert "Infinity" in text
-    await apply_rows_then_reject(path, dfid)
+    body = signed_or_not(operator_keys, journal_id_of(path), row)
+    assert b"Infinity" in body
+    insert(path, body)
+    await apply_rows_then_reject(path, dfid, operator_keys)
     async with kernel_for(path, inbox_poll_s=None) as kernel:
-        [refused] = await kernel.journal.read(types=["AmendmentRefused"])
+        [refused] = await kernel.journal.read(types=["InputRefused"])
         assert refused.payload.reason_code is ReasonCode.SCHEMA_INVALID
         assert refused.payload.inbox_id == 1
 
 
-async def test_dirk_amend_refuses_a_ttl_that_is_not_finite(tmp_path):
+async def test_dirk_amend_refuses_a_ttl_that_is_not_finite(
+    tmp_path: Path, operator_keys: Keys
+) -> None:
     from tests.cli.test_operator_admin import dirk
 
     path = tmp_path / "j.db"
@@ -445,6 +458,5 @@ async def test_dirk_amend_refuses_a_ttl_that_is_not_finite(tmp_path):
     args = ("--value", "8", "--ttl", "60", "--operator", " ", "--reason", "r", "--db", path)
     code, _, err = await dirk("amend", "--agent", "clerk", "--limit", "max_qty", *args)
     assert code != 0 and "SCHEMA_INVALID" in err
-    with connect(str(path)) as conn:
-        assert read_rows(conn, pending=False) == []
-    conn.close()
+    with open_inbox(str(path)) as store:
+        assert store.rows(pending=False) == []

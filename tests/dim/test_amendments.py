@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from decimal import Decimal
+from pathlib import Path
 from typing import ClassVar
 
 import anyio
@@ -17,6 +18,7 @@ from kernel.state.snapshots import capture, decode_snapshot, encode_snapshot
 from kernel.testing import ManualClock, SeededIds
 from tests.cli.test_cli import dirk, one_error_line
 from tests.support.helpers import ScriptedAgent, configured
+from tests.support.operators import Keys
 
 
 class Order(PolicyKind, tag="desk.order"):
@@ -176,7 +178,9 @@ async def test_amendments_survive_a_restart_and_a_snapshot(tmp_path):
         assert restored.digest() != fold([]).digest()
 
 
-async def test_dirk_amend_goes_through_the_inbox_of_a_running_kernel(tmp_path):
+async def test_dirk_amend_goes_through_the_inbox_of_a_running_kernel(
+    tmp_path: Path, operator_keys: Keys
+) -> None:
     db = tmp_path / "j.db"
 
     def amend(*args):

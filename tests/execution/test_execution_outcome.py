@@ -8,11 +8,10 @@ a human's reconcile (what the system shows) or retry (same key) moves it on.
 
 from __future__ import annotations
 
-import json
 import os
-import sqlite3
 import subprocess
 import sys
+from pathlib import Path
 
 import anyio
 import pytest
@@ -23,6 +22,9 @@ from kernel.adapters.contract import Receipt
 from kernel.audit import IllegalTransition, fold
 from kernel.core.events import Event, ExecutionIntent, HumanDecided, ProposalAccepted
 from kernel.core.flow import apply
+from kernel.inbox import DecideRequest
+from kernel.inbox.requests import decode_row
+from kernel.journal.inbox_store import open_inbox
 from kernel.journal.verify import verify_journal
 from kernel.runtime.messages import Tick
 from kernel.testing import flow_types
@@ -37,6 +39,7 @@ from tests.support.execution_domain import (
     agent,
     desk_kernel,
 )
+from tests.support.operators import Keys
 
 # Two calls, then calls again while the 60 s intent is valid (delays 1, 2, 4, 8, 16 s).
 POLICY = RetryPolicy(max_attempts=2, base_s=1.0, factor=2.0, max_s=30.0, jitter=0.0)
@@ -252,7 +255,9 @@ async def test_the_fold_allows_only_reconcile_or_retry_on_a_pending_intent(tmp_p
     )
 
 
-def test_dirk_decide_offers_reconcile_and_retry_on_an_unknown_outcome(tmp_path):
+def test_dirk_decide_offers_reconcile_and_retry_on_an_unknown_outcome(
+    tmp_path: Path, operator_keys: Keys
+) -> None:
     db = tmp_path / "j.db"
 
     async def setup() -> str:
@@ -284,12 +289,12 @@ def test_dirk_decide_offers_reconcile_and_retry_on_an_unknown_outcome(tmp_path):
     queued = dirk("decide", dfid, "--reconcile", "done:desk.ping-1", *who)
     assert queued.returncode == 0, queued.stderr
 
-    with sqlite3.connect(db) as conn:
-        [(body,)] = conn.execute("SELECT decision FROM operator_inbox").fetchall()
-    row = json.loads(body)
-    assert row["decision"] == "reconcile"
-    assert row["params"] == {"outcome": "done", "external_id": "desk.ping-1"}
-    assert row["action_hash"]
+    with open_inbox(str(db), readonly=True) as store:
+        [stored] = store.rows(pending=False)
+    row = decode_row(stored.body).request
+    assert isinstance(row, DecideRequest) and row.decision == "reconcile"
+    assert row.params == {"outcome": "done", "external_id": "desk.ping-1"}
+    assert row.action_hash
 
 
 @pytest.mark.parametrize("desk_type", [Desk, LookupDesk])

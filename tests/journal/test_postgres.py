@@ -23,14 +23,16 @@ from hypothesis import strategies as st
 
 from kernel import FlowStatus
 from kernel.core.events import Draft, TriggerFired
-from kernel.inbox import post
+from kernel.inbox import DecideRequest
 from kernel.journal.follow import follow_journal
 from kernel.journal.opening import open_journal
 from kernel.journal.store import JournalError, JournalFenced, JournalWriteFailed
 from kernel.journal.verify import verify_journal
+from kernel.runtime.messages import Decision
 from kernel.testing import action_of
 from tests.cli.test_cli import clean_env, dirk
 from tests.support.helpers import Bank, ScriptedAgent, kernel_for, transfer
+from tests.support.operators import Keys, insert, post
 from tests.support.postgres import PostgresServer, postgres_server  # noqa: F401
 
 KEY = b"k" * 32
@@ -170,15 +172,19 @@ async def test_a_deposed_writer_fails_closed_at_its_next_append(
     assert (report.ok, report.events) == (True, 2)
 
 
-async def test_a_decision_wakes_the_kernel_by_notify_without_a_poll(url: str) -> None:
+async def test_a_decision_wakes_the_kernel_by_notify_without_a_poll(
+    url: str, operator_keys: Keys
+) -> None:
     # The clock never moves: without the NOTIFY the poller's next round never comes.
     async with kernel_for(url, inbox_poll_s=3600.0) as kernel:  # type: ignore[arg-type]
         await kernel.register(ScriptedAgent(steps=[transfer(confidence=0.2, valid_for_s=600)]))
         [dfid] = await kernel.trigger("bank.invoice")
         assert (await kernel.wait_flow(dfid)).status is FlowStatus.ESCALATED
         action = action_of(kernel, dfid)
-        reject = {"decision": "reject", "operator": "ana", "reason": "no", "action_hash": action}
-        row = await anyio.to_thread.run_sync(post, url, dfid, reject, 0)
+        reject = DecideRequest(
+            dfid=dfid, decision=Decision.REJECT, operator="ana", reason="no", action_hash=action
+        )
+        row = await anyio.to_thread.run_sync(post, operator_keys, url, reject, "ana")
         with anyio.fail_after(60):
             flow = await kernel.wait_flow(dfid, until={FlowStatus.ABORTED})
         assert kernel.projections.inbox_taken[row] > 0
@@ -200,9 +206,10 @@ async def test_an_operator_role_may_read_and_post_but_never_write_events(
     assert (await verify_journal(as_operator)).ok
     async with open_journal(as_operator, readonly=True) as journal:
         assert journal.head_seq == 1
-    row = await anyio.to_thread.run_sync(post, as_operator, "d", {"decision": "reject"}, 0)
+    row = await anyio.to_thread.run_sync(insert, as_operator, b'{"any": "bytes"}')
     assert row > 0
-    # The kernel's tables are not the operator's to write: events, head, meta, inbox marks.
+    # The kernel's tables are not the operator's to write: events, head, meta, inbox marks,
+    # nor an inbox row's id or mark at insert.
     with pytest.raises(JournalError, match="permission denied"):
         async with open_journal(as_operator) as journal:
             pass
@@ -210,6 +217,8 @@ async def test_an_operator_role_may_read_and_post_but_never_write_events(
         "INSERT INTO events VALUES (2, 't', NULL, '\\x00', '\\x00')",
         "UPDATE journal_head SET seq = 0",
         "UPDATE operator_inbox SET taken_seq = 1",
+        "INSERT INTO operator_inbox (request, created_ts, taken_seq) VALUES ('\\x00', 0, 5)",
+        "INSERT INTO operator_inbox (id, request, created_ts) VALUES (999, '\\x00', 0)",
         "DELETE FROM events",
     ):
         with pytest.raises(Exception, match="permission denied"):
@@ -268,7 +277,9 @@ async def test_a_follower_in_another_connection_sees_every_commit_once_in_order(
     assert seen == list(range(start, total + 1))
 
 
-def test_dirk_decide_on_postgres_reaches_a_kernel_in_another_process(pg: PostgresServer) -> None:
+def test_dirk_decide_on_postgres_reaches_a_kernel_in_another_process(
+    pg: PostgresServer, operator_keys: Keys
+) -> None:
     from tests.cli.test_operator_cli import WAIT, escalations, running_kernel
 
     url = pg.new_url()

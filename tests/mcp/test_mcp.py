@@ -216,13 +216,16 @@ async def test_a_follower_reads_the_journal_and_queues_operator_acts(
     db = tmp_path / "j.db"
     async with memory_kernel(db) as kernel, client(kernel, mode) as c:
         await call(c, "add_fact", name="a", value="b")
-    follower = build_server(Follower(str(db)), Identity(OPERATOR))
+    # No kernel runs: an operator's act waits in the inbox (its answer, not at all), QUEUED.
+    follower = build_server(Follower(str(db), answer_s=0), Identity(OPERATOR))
     async with Client(follower, mode=mode) as c:  # type: ignore[arg-type]
         assert (await call(c, "get_memory_context"))["result"]["facts"] == {"a": "b"}
         queued = await call(
             c, "agent_status", agent_id="ide", status="SUSPENDED", reason="off for the night"
         )
         assert queued["verdict"] == "QUEUED"
+        unknown = await call(c, "agent_status", agent_id="nobody", status="ACTIVE", reason="r")
+        assert unknown["reason_code"] == "UNKNOWN_AGENT"  # refused here, never queued
     # No kernel runs: an agent's write waits in the inbox (here, not at all), QUEUED.
     waiting = Follower(str(db), wait_s=0)
     async with Client(build_server(waiting, Identity(AGENT)), mode=mode) as c:  # type: ignore[arg-type]

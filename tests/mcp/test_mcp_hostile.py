@@ -18,12 +18,10 @@ from __future__ import annotations
 import json
 import logging
 import re
-import sqlite3
 import subprocess
 import sys
 import tempfile
 from collections.abc import Iterator
-from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +41,7 @@ from mcp_types import CallToolResult  # noqa: E402
 
 from kernel.audit import open_journal, verify_journal  # noqa: E402
 from kernel.core.reasons import CliError, ReasonCode, StopReason  # noqa: E402
+from kernel.journal.inbox_store import open_inbox  # noqa: E402
 from kernel.mcp import Embedded, Follower, Identity, Principal, build_server  # noqa: E402
 from kernel.mcp._tools import CodedServer  # noqa: E402
 
@@ -202,15 +201,12 @@ def test_beside_a_kernel_any_arguments_get_a_coded_answer_and_the_kernel_runs_on
 
 
 def inbox_strings(db: Path) -> list[str]:
-    with closing(sqlite3.connect(db)) as conn:
-        try:
-            bodies = conn.execute("SELECT decision FROM operator_inbox").fetchall()
-        except sqlite3.OperationalError:
-            return []
+    with open_inbox(str(db), readonly=True) as store:
+        rows = store.rows(pending=False)
     found = []
-    for (body,) in bodies:
-        # The stdlib reads "\ud800" escapes back as lone surrogates: what a kernel would read.
-        found += list(strings(json.loads(body)))
+    for row in rows:
+        # The stdlib reads "\\ud800" escapes back as lone surrogates: what a kernel would read.
+        found += list(strings(json.loads(row.body)))
     return found
 
 
@@ -228,7 +224,7 @@ def test_following_a_journal_no_inbox_row_holds_what_a_journal_cannot(
         async with open_journal(path):
             pass
         # No kernel takes the rows: a proposal answers QUEUED at once.
-        backend = Follower(str(path), wait_s=0.0, poll_s=0.001)
+        backend = Follower(str(path), wait_s=0.0, poll_s=0.001, answer_s=0.0)
         for who, tool, args in sequence:
             result = await called(build_server(backend, Identity(who)), tool, args)
             check(who, tool, args, result.structured_content)
@@ -247,7 +243,7 @@ async def test_a_numeric_dfid_is_a_clean_error_with_a_code(tmp_path: Path) -> No
     async with open_journal(tmp_path / "j.db"):
         pass
     async with memory_kernel(tmp_path / "k.db") as kernel:
-        for backend in (Follower(str(tmp_path / "j.db")), Embedded(kernel)):
+        for backend in (Follower(str(tmp_path / "j.db"), answer_s=0.0), Embedded(kernel)):
             async with Client(build_server(backend, Identity(OPERATOR))) as c:
                 for dfid in (5, 2**70, 1.5, None, ["x"], {"a": 1}):
                     result = await c.call_tool(

@@ -219,7 +219,8 @@ async def test_a_follower_queues_rule_acts_in_the_inbox(tmp_path: Path, mode: st
     db = tmp_path / "j.db"
     async with memory_kernel(db):
         pass
-    server = build_server(Follower(str(db)), Identity(OPERATOR))
+    # No kernel runs: the act waits in the inbox (its answer, not at all), QUEUED.
+    server = build_server(Follower(str(db), answer_s=0), Identity(OPERATOR))
     async with Client(server, mode=mode) as c:  # type: ignore[arg-type]
         queued = await call(
             c, "admin_create_rule", item_id="access", title="A", content=ACCESS, reason="r"

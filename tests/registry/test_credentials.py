@@ -6,6 +6,8 @@ CREDENTIAL_INVALID, recorded, and never revokes the live session.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import anyio
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -18,6 +20,7 @@ from kernel.state.projections import session_hash
 from tests.cli.test_operator_admin import WAIT, dirk, live
 from tests.support.bodies import readable_bytes
 from tests.support.helpers import ScriptedAgent, kernel_for
+from tests.support.operators import Keys
 
 
 async def provision(kernel, agent_id="clerk") -> str:  # type: ignore[no-untyped-def]
@@ -102,7 +105,9 @@ async def test_credentials_are_refused_for_unknown_agents_and_malformed_verifier
     assert await kernel.journal.read(types=["CredentialIssued"]) == []
 
 
-async def test_an_operator_issues_a_credential_through_the_inbox(tmp_path):
+async def test_an_operator_issues_a_credential_through_the_inbox(
+    tmp_path: Path, operator_keys: Keys
+) -> None:
     db = tmp_path / "j.db"
     async with live(db) as kernel:
         change = ("--operator", "ana", "--reason", "new host", "--wait", WAIT, "--db", db)

@@ -25,6 +25,7 @@ from pathlib import Path
 import pytest
 
 from kernel.journal.codec import unpack
+from tests.support.operators import with_keys
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 START_TIMEOUT_S = 60.0
@@ -80,6 +81,7 @@ def running_console(db: Path | str, *args: str) -> Iterator[Console]:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        env=with_keys(),  # the kernel trusts the suite's keys; the console signs with its own
     )
     try:
         assert proc.stdout is not None
@@ -139,6 +141,7 @@ def running_kernel(db: Path | str, effects: Path | None = None, *args: str) -> I
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        env=with_keys(),  # the kernel trusts the suite's keys; the console signs with its own
     )
     try:
         assert proc.stdout is not None

@@ -11,16 +11,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import sqlite3
 import sys
-from contextlib import closing
 from typing import ClassVar
 
 import anyio
 
 from kernel import EscalationBudget, EscalationPolicy, open_kernel
 from kernel.config import KernelConfig, Supervision
-from kernel.inbox import connect, read_rows
+from kernel.journal.errors import JournalError
+from kernel.journal.inbox_store import open_inbox
 from kernel.policy import Impact, PolicyKind, PolicyPack
 from tests.support.helpers import PACK, Bank, ScriptedAgent, transfer
 
@@ -44,8 +43,8 @@ def memo(ctx):  # type: ignore[no-untyped-def]
 
 
 def pending(db: str) -> int:
-    with closing(connect(db)) as conn:
-        return len(read_rows(conn))
+    with open_inbox(db, readonly=True) as store:
+        return len(store.rows(pending=True))
 
 
 async def main(db: str, flows: int, drain: bool) -> None:
@@ -75,7 +74,7 @@ async def main(db: str, flows: int, drain: bool) -> None:
                 try:
                     if pending(db) == 0 and not kernel.projections.moving:
                         break
-                except sqlite3.OperationalError:
+                except JournalError:
                     pass
                 await anyio.sleep(POLL_S)
         else:

@@ -1,0 +1,185 @@
+"""The keyring: whose public keys a kernel trusts to sign inbox requests, and as what.
+
+The keyring is a text file outside the journal, one principal a line::
+
+    # dirk keyring: NAME ROLE KEY
+    ana      operator  ed25519:3q2-7w...
+    console  door      ed25519:Zm9v...
+    pm       agent     ed25519:YmFy...
+
+It is the root of trust of the operator inbox: whoever can write the journal (its
+SQLite file, or PostgreSQL with the operator role) cannot add a line here, so cannot
+act. A kernel reads it when it opens (``KernelConfig.keyring``, else the
+``DIRK_KEYRING`` environment variable) and again whenever the file changes; it records
+each key the first time it takes a request signed with it (OperatorKeyTrusted) and each
+key that left the file (OperatorKeyRevoked: a revoked key is never trusted again on
+that journal). ``dirk operator add NAME`` writes a private key (mode 0600) and adds its
+public half here; ``dirk operator revoke NAME`` takes a line out.
+
+Roles:
+
+- ``operator``: signs requests that act as itself (its name is the request's operator);
+- ``door``: the console or an MCP server. It signs operator requests on behalf of the
+  operators it signed in (each request names the operator; the record names the door);
+- ``agent``: signs ``propose`` requests for itself only, never a human act.
+
+Like ssh's ``authorized_keys``, a keyring that others than its owner may write is
+refused: whoever could write it could make themselves an operator.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import tempfile
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Literal
+
+import msgspec
+
+from kernel.core.keys import fingerprint, is_public_key
+
+Role = Literal["operator", "door", "agent"]
+ROLES: tuple[Role, ...] = ("operator", "door", "agent")
+ENV = "DIRK_KEYRING"
+"""The environment variable that names the keyring when the configuration does not."""
+HEADER = "# dirk keyring: NAME ROLE KEY (see kernel.inbox.keyring)\n"
+
+
+class KeyringError(ValueError):
+    """A keyring that cannot be used: unreadable, writable by others, or a bad line."""
+
+
+class Principal(msgspec.Struct, frozen=True, kw_only=True):
+    """One line of the keyring: a name, its role, its public key (``ed25519:...``)."""
+
+    name: str
+    role: Role
+    key: str
+
+    @property
+    def fingerprint(self) -> str:
+        """A short, stable name for the key (16 hex digits of its SHA-256)."""
+        return fingerprint(self.key)
+
+
+class Keyring(Mapping[str, Principal]):
+    """The principals of one keyring file, by name (read-only)."""
+
+    def __init__(self, principals: Mapping[str, Principal] | None = None) -> None:
+        self._by_name = dict(principals or {})
+
+    def __getitem__(self, name: str) -> Principal:
+        return self._by_name[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._by_name)
+
+    def __len__(self) -> int:
+        return len(self._by_name)
+
+
+def valid_name(name: str) -> bool:
+    """Tell whether ``name`` can name a principal: printable, no space, 1 to 256 characters."""
+    return (
+        0 < len(name) <= 256
+        and name.isprintable()
+        and not any(c.isspace() for c in name)
+        and not name.startswith("#")
+        and _encodes(name)
+    )
+
+
+def _encodes(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def read_keyring(path: str | os.PathLike[str]) -> Keyring:
+    """Read the keyring at ``path``.
+
+    Raises:
+        KeyringError: the file is missing or unreadable, others than its owner may write
+            it, or a line is not ``NAME ROLE ed25519:KEY`` (a name twice counts as bad).
+    """
+    where = Path(path)
+    try:
+        mode = where.stat().st_mode
+        text = where.read_bytes().decode("utf-8")
+    except OSError as exc:
+        raise KeyringError(f"keyring {where}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError:
+        raise KeyringError(f"keyring {where} is not UTF-8 text") from None
+    if mode & (stat.S_IWGRP | stat.S_IWOTH):
+        raise KeyringError(
+            f"keyring {where} may be written by others (mode {stat.S_IMODE(mode):o}):"
+            " whoever can write it can make themselves an operator; chmod go-w it"
+        )
+    principals: dict[str, Principal] = {}
+    for number, line in enumerate(text.splitlines(), 1):
+        words = line.split("#", 1)[0].split()
+        if not words:
+            continue
+        if len(words) != 3:
+            raise KeyringError(f"keyring {where}, line {number}: not NAME ROLE KEY")
+        name, role, key = words
+        if not valid_name(name):
+            raise KeyringError(f"keyring {where}, line {number}: {name[:40]!r} is no name")
+        if role not in ROLES:
+            raise KeyringError(
+                f"keyring {where}, line {number}: role {role[:20]!r} is not one of"
+                f" {', '.join(ROLES)}"
+            )
+        if not is_public_key(key):
+            raise KeyringError(f"keyring {where}, line {number}: not an ed25519: public key")
+        if name in principals:
+            raise KeyringError(f"keyring {where}, line {number}: {name!r} again")
+        principals[name] = Principal(name=name, role=role, key=key)
+    return Keyring(principals)
+
+
+def add_principal(path: str | os.PathLike[str], principal: Principal) -> None:
+    """Add ``principal`` to the keyring at ``path`` (created, mode 0644, if missing).
+
+    Raises:
+        KeyringError: the keyring is unusable, or already names the principal (revoke
+            it first: a name's key never changes silently).
+    """
+    where = Path(path)
+    keyring = read_keyring(where) if where.exists() else Keyring()
+    if principal.name in keyring:
+        raise KeyringError(f"keyring {where} already names {principal.name!r}: revoke it first")
+    _write(where, [*keyring.values(), principal])
+
+
+def remove_principal(path: str | os.PathLike[str], name: str) -> Principal:
+    """Take ``name`` out of the keyring at ``path``; return the line that went.
+
+    Raises:
+        KeyringError: the keyring is unusable or does not name ``name``.
+    """
+    where = Path(path)
+    keyring = read_keyring(where)
+    if name not in keyring:
+        raise KeyringError(f"keyring {where} names no {name[:64]!r}")
+    _write(where, [p for p in keyring.values() if p.name != name])
+    return keyring[name]
+
+
+def _write(where: Path, principals: list[Principal]) -> None:
+    """Replace the keyring in one rename, so a kernel never reads half a file."""
+    width = max((len(p.name) for p in principals), default=0)
+    body = HEADER + "".join(f"{p.name:<{width}}  {p.role:<8}  {p.key}\n" for p in principals)
+    fd, tmp = tempfile.mkstemp(prefix=".keyring-", dir=where.parent or Path("."))
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            out.write(body)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, where)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

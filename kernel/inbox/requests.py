@@ -1,0 +1,269 @@
+"""Every request the operator inbox carries: one tagged union, one decoder, one envelope.
+
+A row of the inbox holds one :class:`Signed` envelope as JSON bytes: the request (a
+member of :data:`InboxRequest`, told apart by its ``type``), the id of the journal it
+is meant for, the request's own random id, the name of the key that signed it, and
+the Ed25519 signature over the envelope's canonical bytes (kernel.inbox.proof). The
+fields use the wall's bounded types (kernel.core.wall), so decoding a row *is*
+checking it: a string too long, a number out of range, an unknown field or type, or
+bytes that are not UTF-8 are refused before anything reads them.
+
+Clients build the same structs and run them through :func:`normalized` before
+signing, so what ``dirk decide``, the console and the MCP server send is exactly what
+the kernel will decode; a request the kernel would refuse at its wall is refused
+where it is made.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+import msgspec
+from msgspec import Meta
+
+from kernel.core.wall import (
+    INT_MAX,
+    Confidence,
+    Id,
+    InputInvalid,
+    Int64,
+    Name,
+    Reason,
+    Seconds,
+    Text,
+    check_value,
+)
+from kernel.runtime.messages import Decision
+from kernel.state.projections import AgentStatus
+
+RequestId = Annotated[str, Meta(min_length=16, max_length=64, pattern=r"^[A-Za-z0-9_-]+$")]
+"""A request's own id: random, base64url, drawn by whoever signs it (``new_request_id``)."""
+Signature = Annotated[str, Meta(max_length=128)]
+Verifier = Annotated[str, Meta(max_length=80)]
+PROPOSE_TOPIC = "inbox"
+"""Flows of proposals from the inbox open on ``inbox.<agent>.<row id>``."""
+
+
+class _Request(
+    msgspec.Struct,
+    frozen=True,
+    kw_only=True,
+    forbid_unknown_fields=True,
+    omit_defaults=True,
+    tag_field="type",
+):
+    """What every request shares: it is frozen, tagged by ``type`` and has no stray field."""
+
+
+class DecideRequest(_Request, frozen=True, tag="decide"):
+    """A human decision on escalated flow ``dfid`` (``dirk decide``, the console, MCP).
+
+    ``action_hash`` names the action the decision was made on: the kernel refuses a
+    decision for another (ACTION_MISMATCH), and an inbox decision must name one.
+    """
+
+    dfid: Name
+    decision: Decision
+    operator: Name
+    reason: Reason
+    params: dict[Id, Any] | None = None
+    action_hash: Id | None = None
+
+
+class AmendRequest(_Request, frozen=True, tag="amend"):
+    """Set one of an agent's pack limits for ``ttl_s`` seconds (``dirk amend``)."""
+
+    agent_id: Name
+    limit: Name
+    value: Int64 | Annotated[str, Meta(min_length=1, max_length=64)]
+    ttl_s: Seconds
+    operator: Name
+    reason: Reason
+
+
+class AgentStatusRequest(_Request, frozen=True, tag="agent_status"):
+    """Change an agent's status (``dirk agent --set``, the console's agents page)."""
+
+    agent_id: Name
+    status: AgentStatus
+    operator: Name
+    reason: Reason
+
+
+class CredentialRequest(_Request, frozen=True, tag="credential"):
+    """Provision or rotate an agent's credential: only its verifier, never the secret."""
+
+    agent_id: Name
+    verifier: Verifier
+    operator: Name
+    reason: Reason
+
+
+class RuleDecisionRequest(_Request, frozen=True, tag="rule"):
+    """Override or skip a rule proposal the promoter deferred to an operator."""
+
+    proposal_seq: Annotated[int, Meta(ge=1, le=INT_MAX)]
+    decision: Literal["override", "skip"]
+    operator: Name
+    reason: Reason
+
+
+class RuleChangeRequest(_Request, frozen=True, tag="rule_change"):
+    """Add, edit or retract a rule as an operator (an override, recorded with who and why).
+
+    An add or edit names the version it was made on (``base_version``) and carries a
+    title and a text; a retract carries neither.
+    """
+
+    action: Literal["add", "edit", "retract"]
+    rule: Name
+    operator: Name
+    reason: Reason
+    title: Text = ""
+    content: Text = ""
+    labels: list[Id] = []
+    base_version: Annotated[int, Meta(ge=0, le=INT_MAX)] = 0
+
+
+class ProposeRequest(_Request, frozen=True, tag="propose"):
+    """An agent's proposal from another process (``dirk mcp`` following this journal).
+
+    The kernel opens a flow for it on ``inbox.<agent>.<row id>``, in which the agent
+    proposes ``policy``; the DIM judges it like any other. Signed with the agent's
+    own key, never a door's.
+    """
+
+    agent_id: Name
+    policy: dict[Id, Any]
+    explain: Text = ""
+    confidence: Confidence = 1.0
+
+
+InboxRequest = (
+    DecideRequest
+    | AmendRequest
+    | AgentStatusRequest
+    | CredentialRequest
+    | RuleDecisionRequest
+    | RuleChangeRequest
+    | ProposeRequest
+)
+"""Every request the inbox takes; ``type`` tells them apart."""
+
+OperatorRequest = (
+    DecideRequest
+    | AmendRequest
+    | AgentStatusRequest
+    | CredentialRequest
+    | RuleDecisionRequest
+    | RuleChangeRequest
+)
+"""The requests an operator makes (each names its ``operator``); the others are agents'."""
+
+
+class Signed(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """One row of the inbox: a request, whom and what it is for, and its proof.
+
+    Attributes:
+        request: what is asked.
+        journal_id: the journal it is meant for: a row copied into another journal
+            does not verify there.
+        request_id: the request's own random id: a row that repeats it is refused.
+        signer: the name of the key that signed, as the kernel's keyring holds it.
+        signature: Ed25519 over the canonical bytes of all the above (kernel.inbox.proof).
+    """
+
+    request: InboxRequest
+    journal_id: Id
+    request_id: RequestId
+    signer: Name
+    signature: Signature = ""
+
+
+_decoder = msgspec.json.Decoder(Signed)
+_request_decoder = msgspec.json.Decoder(InboxRequest)
+_encoder = msgspec.json.Encoder(order="sorted")
+
+
+def request_type(request: InboxRequest) -> str:
+    """Return the ``type`` a request is written with (``decide``, ``amend``...)."""
+    tag = request.__struct_config__.tag
+    assert isinstance(tag, str)
+    return tag
+
+
+def principal_of(request: InboxRequest) -> str:
+    """Return whom a request acts as: its operator, or the agent that proposes."""
+    if isinstance(request, ProposeRequest):
+        return request.agent_id
+    return request.operator
+
+
+def encode(value: Signed | InboxRequest) -> bytes:
+    """Return the canonical JSON bytes of a request or an envelope (sorted keys)."""
+    return _encoder.encode(value)
+
+
+def decode_row(body: bytes) -> Signed:
+    """Decode and check one inbox row.
+
+    Raises:
+        InputInvalid: the bytes are not UTF-8 JSON, not an envelope, or a field of it
+            is of the wrong type, out of range, too long or too deep (the ``field``
+            names it).
+    """
+    try:
+        signed = _decoder.decode(body)
+    except msgspec.ValidationError as exc:
+        raise InputInvalid(_field(exc), str(exc)[:500]) from None
+    except (msgspec.DecodeError, UnicodeDecodeError) as exc:
+        raise InputInvalid("$", f"not a JSON object in UTF-8 ({exc})"[:500]) from None
+    except RecursionError:
+        raise InputInvalid("$", "nested too deep") from None
+    _check_free_form(signed.request)
+    return signed
+
+
+def normalized(request: InboxRequest) -> InboxRequest:
+    """Return ``request`` as the kernel will decode it, or refuse it as the kernel would.
+
+    Building a Struct checks nothing; a round trip through the decoder does (types,
+    bounds, lengths, enums), and the free-form values (``params``, ``policy``) are
+    walked with the wall's bounds. Clients sign what this returns.
+
+    Raises:
+        InputInvalid: naming the first field the kernel's wall would refuse.
+    """
+    # Before encoding: JSON would write a NaN as null, and the check would pass on that.
+    _check_free_form(request)
+    try:
+        body = _encoder.encode(request)
+    except (TypeError, ValueError, OverflowError, RecursionError) as exc:
+        # A lone surrogate does not encode as UTF-8; nor does an integer past 64 bits.
+        raise InputInvalid("$", f"not plain data in UTF-8: {exc}"[:500]) from None
+    try:
+        decoded: InboxRequest = _request_decoder.decode(body)
+    except msgspec.ValidationError as exc:
+        raise InputInvalid(_field(exc), str(exc)[:500]) from None
+    except (msgspec.DecodeError, RecursionError) as exc:
+        raise InputInvalid("$", f"not JSON the kernel reads: {exc}"[:500]) from None
+    _check_free_form(decoded)
+    return decoded
+
+
+def _check_free_form(request: InboxRequest) -> None:
+    """Walk a request's free-form values with the wall's bounds (depth, size, finiteness)."""
+    if isinstance(request, DecideRequest) and request.params is not None:
+        check_value(request.params, "params")
+    elif isinstance(request, ProposeRequest):
+        check_value(request.policy, "policy")
+        if not isinstance(request.policy, dict) or not isinstance(request.policy.get("kind"), str):
+            raise InputInvalid("policy.kind", 'a policy names its "kind"')
+
+
+def _field(exc: msgspec.ValidationError) -> str:
+    text = str(exc)
+    if " - at `" in text:
+        path = text.rsplit(" - at `", 1)[1].rstrip("`")
+        return path.removeprefix("$.").removeprefix("$") or "$"
+    return "$"

@@ -1,0 +1,98 @@
+"""The inbox's store port, one contract for SQLite and PostgreSQL; and what a file writer left.
+
+Every read gives bytes and integers, whatever a writer of the table stored: text that
+is not UTF-8, a timestamp that is no number, a marker that is text. An inbox from
+before requests were signed is set aside, and new ids continue after its ids (events
+name rows by id).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator
+from contextlib import closing
+from pathlib import Path
+
+import anyio
+import pytest
+
+from kernel.journal.inbox_store import StoredRow, open_inbox
+from kernel.journal.opening import open_journal
+from tests.support.postgres import PostgresServer, postgres_server  # noqa: F401
+
+
+async def new_journal(location: str) -> str:
+    async with open_journal(location):
+        pass
+    return location
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def location(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    if request.param == "sqlite":
+        yield anyio.run(new_journal, str(tmp_path / "j.db"))
+        return
+    pg: PostgresServer = request.getfixturevalue("postgres_server")
+    yield anyio.run(new_journal, pg.new_url())
+
+
+def test_the_store_contract(location: str) -> None:
+    with open_inbox(location) as store:
+        assert store.rows() == [] and store.last_id() == 0
+        first = store.insert(b'{"a": 1}', 5)
+        second = store.insert(b"\xff\xfe not utf-8", 6)
+        assert second > first and store.last_id() == second
+        assert store.rows() == [
+            StoredRow(id=first, body=b'{"a": 1}', created_ts=5),
+            StoredRow(id=second, body=b"\xff\xfe not utf-8", created_ts=6),
+        ]
+        assert store.taken_seq(first) is None
+        store.mark_taken(first, 42)
+        assert store.taken_seq(first) == 42 and store.taken_seq(999) is None
+        assert [r.id for r in store.rows(pending=True)] == [second]
+        assert [r.id for r in store.rows(pending=False, after=first)] == [second]
+        assert store.rows(pending=False)[0].taken_seq == 42
+    with open_inbox(location, readonly=True) as reader:
+        assert [r.id for r in reader.rows(pending=False)] == [first, second]
+
+
+def test_whatever_a_writer_of_the_file_stored_reads_as_bytes(tmp_path: Path) -> None:
+    db = anyio.run(new_journal, str(tmp_path / "j.db"))
+    with closing(sqlite3.connect(db, isolation_level=None)) as conn:
+        conn.execute(
+            "INSERT INTO operator_inbox (request, created_ts, taken_seq)"
+            " VALUES (CAST(X'FFFE41' AS TEXT), CAST(X'FF' AS TEXT), NULL)"
+        )
+        conn.execute(
+            "INSERT INTO operator_inbox (request, created_ts, taken_seq)"
+            " VALUES ('ok', 'soon', NULL)"
+        )
+    with open_inbox(db) as store:
+        assert store.rows() == [
+            StoredRow(id=1, body=b"\xff\xfeA", created_ts=0),
+            StoredRow(id=2, body=b"ok", created_ts=0),
+        ]
+
+
+def test_an_unsigned_inbox_of_an_earlier_kernel_is_set_aside_and_ids_go_on(tmp_path: Path) -> None:
+    db = anyio.run(new_journal, str(tmp_path / "j.db"))
+    with closing(sqlite3.connect(db, isolation_level=None)) as conn:
+        conn.executescript(
+            """
+            DROP TABLE operator_inbox;
+            CREATE TABLE operator_inbox (
+                id INTEGER PRIMARY KEY AUTOINCREMENT, dfid TEXT NOT NULL, decision TEXT NOT NULL,
+                created_ts INTEGER NOT NULL, taken_seq INTEGER
+            );
+            INSERT INTO operator_inbox (dfid, decision, created_ts) VALUES ('f', '{}', 0);
+            INSERT INTO operator_inbox (dfid, decision, created_ts) VALUES ('f', '{}', 0);
+            """
+        )
+    with open_inbox(db, readonly=True) as reader:
+        assert reader.rows() == []  # an old table is read by nobody
+    with open_inbox(db) as store:
+        assert store.rows() == []
+        assert store.insert(b"new", 0) == 3
+    with closing(sqlite3.connect(db)) as conn:
+        [(old,)] = conn.execute("SELECT count(*) FROM operator_inbox_unsigned").fetchall()
+    assert old == 2
