@@ -24,6 +24,7 @@ from kernel.policy.kinds import Impact, PolicyKind
 from kernel.policy.packs import PolicyPack
 from kernel.state.beliefs import BELIEFS_ADAPTER, TEST_ADAPTER
 from kernel.state.beliefs.effects import effects
+from kernel.state.domain import ExecutorPorts
 from kernel.state.memory import Remembered, memory_id, recorded_receipt, started
 from kernel.state.projections import Projections
 
@@ -230,3 +231,13 @@ class ScriptedTests:
         proposition = str(intent.params.get("proposition", ""))
         outcome = self.outcomes.get(test, self.outcomes.get(proposition, "inconclusive"))
         return Receipt(external_id=f"test:{test}", detail={"outcome": outcome})
+
+
+def executor(ports: ExecutorPorts) -> BeliefsExecutor:
+    """Build the beliefs executor of one kernel (the beliefs domain names it: kernel.wiring)."""
+    return BeliefsExecutor(ports.projections, ports.clock)
+
+
+def no_tests(ports: ExecutorPorts) -> NoTests:
+    """Build the ``belief_test`` adapter of a kernel given none."""
+    return NoTests()

@@ -40,8 +40,9 @@ from kernel.core.events import (
 )
 from kernel.policy.kinds import PolicyKind
 from kernel.policy.packs import PolicyPack
-from kernel.runtime.actors import Mailbox, Reply
-from kernel.runtime.messages import DimMessage, SubmitRule
+from kernel.runtime.actors import Reply
+from kernel.runtime.messages import SubmitRule
+from kernel.state.domain import ExecutorPorts, Recipient
 from kernel.state.memory import (
     MEMORY_ADAPTER,
     MemoryWrite,
@@ -139,7 +140,7 @@ class MemoryExecutor:
         rulebook: the mailbox of the rulebook's owner (the DIM), for rule proposals.
     """
 
-    def __init__(self, projections: Projections, rulebook: Mailbox[DimMessage]) -> None:
+    def __init__(self, projections: Projections, rulebook: Recipient) -> None:
         self._projections = projections
         self._rulebook = rulebook
 
@@ -270,3 +271,8 @@ class MemoryExecutor:
             key=key,
         )
         return payload, {"facts": facts, "constraints": constraints}
+
+
+def executor(ports: ExecutorPorts) -> MemoryExecutor:
+    """Build the memory executor of one kernel (the memory domain names it: kernel.wiring)."""
+    return MemoryExecutor(ports.projections, ports.dim)

@@ -23,19 +23,16 @@ from __future__ import annotations
 import hashlib
 import logging
 from collections.abc import AsyncIterable, Callable, Sequence
-from typing import Any
+from typing import Any, ClassVar, cast
 
 import anyio
 import msgspec
 
-from kernel.core.events import Draft, Event, PackRef, ProjectionCheckpoint
-from kernel.core.flow import FlowState, IllegalTransition
+from kernel.core.events import Draft, Event, ProjectionCheckpoint
+from kernel.core.flow import IllegalTransition
 from kernel.journal.store import Journal, JournalError
-from kernel.state.amendments import Amendment
-from kernel.state.approvals import Approval
-from kernel.state.beliefs.graph import BeliefGraph
-from kernel.state.memory import MemoryState
-from kernel.state.projections import AgentView, Fact, Projections
+from kernel.state.domain import DomainType
+from kernel.state.projections import Projections
 
 log = logging.getLogger(__name__)
 
@@ -43,101 +40,100 @@ CHECKPOINT_EVERY = 10_000
 """Events between projection checkpoints, unless ``open_kernel`` is told otherwise."""
 
 
-class ProjectedState(msgspec.Struct, kw_only=True):
+class SavedState(msgspec.Struct, kw_only=True):
     """The canonical projected state as stored in a snapshot (see Projections.snapshot).
 
-    Only open flows are stored, finished ones as counts and their rolling hash:
-    a snapshot's size does not grow with the flows that ever ran.
+    Its fields are the saved fields of the projections it was captured from
+    (``Projections.saved_fields``: the kernel's own, then each domain's), so each
+    set of domains has its own subclass (:func:`saved_type`); only ``last_seq`` is
+    declared here. Only open flows are stored, finished ones as counts and their
+    rolling hash: a snapshot's size does not grow with the flows that ever ran.
     """
 
+    domains: ClassVar[tuple[DomainType, ...]] = ()
+    """The domains whose state it holds."""
+
     last_seq: int
-    flows: dict[str, FlowState]
-    agents: dict[str, AgentView]
-    sessions: dict[str, str]
-    state: dict[str, Fact]
-    memory: MemoryState
-    finished: dict[str, int] = {}
-    finished_hash: str = ""
-    reservations: dict[str, dict[str, int]] = {}
-    approvals: dict[str, Approval] = {}
-    escalations: dict[str, list[tuple[str, int]]] = {}
-    inbox_taken: dict[int, int] = {}
-    packs: dict[str, PackRef] = {}
-    amendments: dict[str, dict[str, Amendment]] = {}
-    credentials: dict[str, str] = {}
-    beliefs: BeliefGraph = msgspec.field(default_factory=BeliefGraph)
-    fold: int = 1
 
 
+_types: dict[tuple[DomainType, ...], type[SavedState]] = {}
+_decoders: dict[type[SavedState], msgspec.msgpack.Decoder[Any]] = {}
 _encoder = msgspec.msgpack.Encoder()
-_decoder = msgspec.msgpack.Decoder(ProjectedState)
 
 
-def capture(projections: Projections) -> ProjectedState:
+def saved_type(projections: Projections) -> type[SavedState]:
+    """Return the snapshot type of ``projections``: one field per saved field, in order."""
+    domains = tuple(type(domain) for domain in projections.domains)
+    found = _types.get(domains)
+    if found is None:
+        declared = SavedState.__struct_fields__
+        fields = [
+            (f.name, f.type) if f.default is msgspec.NODEFAULT else (f.name, f.type, f.default)
+            for f in projections.saved_fields
+            if f.name not in declared
+        ]
+        made = msgspec.defstruct(
+            "ProjectedState",
+            fields,
+            bases=(SavedState,),
+            kw_only=True,
+            namespace={"domains": domains, "__module__": __name__},
+        )
+        found = _types[domains] = cast(type[SavedState], made)
+    return found
+
+
+ProjectedState = saved_type(Projections())
+"""The snapshot type of the registered domains (as they were when this module was imported)."""
+
+
+def capture(projections: Projections) -> SavedState:
     """Return a copy of the state that later folds leave alone (the records are immutable)."""
-    return ProjectedState(
-        last_seq=projections.last_seq,
-        flows=projections.open_flows(),
-        agents=dict(projections.agents),
-        sessions=dict(projections.sessions),
-        state=dict(projections.state),
-        memory=projections.memory.copy(),
-        finished=dict(projections.finished),
-        finished_hash=projections.finished_hash,
-        reservations={dfid: dict(pools) for dfid, pools in projections.reservations.items()},
-        approvals={
-            dfid: approval
-            for dfid, approval in projections.approvals.items()
-            if dfid not in projections.ended
-        },
-        escalations={a: list(h) for a, h in projections.escalations.items()},
-        inbox_taken=dict(projections.inbox_taken),
-        packs=dict(projections.packs),
-        amendments={a: dict(limits) for a, limits in projections.amendments.items()},
-        credentials=dict(projections.credentials),
-        beliefs=projections.beliefs.copy(),
-        fold=projections.fold,
-    )
+    made = saved_type(projections)
+    return made(**{f.name: f.copy(f.get()) for f in projections.saved_fields})
 
 
-def restore_state(captured: ProjectedState, keep_finished: int | None = None) -> Projections:
-    """Return live projections holding ``captured`` (no finished flow in the index yet)."""
-    projections = Projections(keep_finished)
-    projections.last_seq = captured.last_seq
-    for flow in captured.flows.values():
-        projections._set_flow(flow)  # also rebuilds what is derived from flows
-    projections.finished = captured.finished
-    projections.finished_hash = captured.finished_hash
-    projections.agents = captured.agents
-    projections.sessions = captured.sessions
-    projections.state = captured.state
-    projections.memory = captured.memory
-    projections.approvals = captured.approvals
-    projections.escalations = captured.escalations
-    projections.inbox_taken = captured.inbox_taken
-    projections.packs = captured.packs
-    projections.amendments = captured.amendments
-    projections.credentials = captured.credentials
-    projections.beliefs = captured.beliefs
-    projections.fold = captured.fold
-    projections.reservations = captured.reservations
-    for pools in captured.reservations.values():
-        for pool, amount in pools.items():
-            projections.held[pool] = projections.held.get(pool, 0) + amount
+def restore_state(
+    captured: SavedState,
+    keep_finished: int | None = None,
+    domains: tuple[DomainType, ...] | None = None,
+) -> Projections:
+    """Return live projections holding ``captured`` (no finished flow in the index yet).
+
+    ``domains`` defaults to those ``captured`` was taken from.
+    """
+    projections = Projections(keep_finished, captured.domains if domains is None else domains)
+    _load(projections, captured)
     return projections
 
 
-def encode_snapshot(captured: ProjectedState) -> tuple[str, bytes]:
+def _load(projections: Projections, captured: SavedState) -> None:
+    for field in projections.saved_fields:
+        field.load(getattr(captured, field.name))
+
+
+def encode_snapshot(captured: SavedState) -> tuple[str, bytes]:
     """Return the projection hash and the snapshot body of a captured state."""
     return restore_state(captured).digest(), _encoder.encode(captured)
 
 
-def decode_snapshot(body: bytes, keep_finished: int | None = None) -> Projections | None:
-    """Return the projections a snapshot body holds, or None if it does not decode."""
+def decode_snapshot(
+    body: bytes, keep_finished: int | None = None, domains: tuple[DomainType, ...] | None = None
+) -> Projections | None:
+    """Return the projections a snapshot body holds, or None if it does not decode.
+
+    ``domains``: those it was taken from (default: the registered ones).
+    """
+    projections = Projections(keep_finished, domains)
+    made = saved_type(projections)
+    decoder = _decoders.get(made)
+    if decoder is None:
+        decoder = _decoders[made] = msgspec.msgpack.Decoder(made)
     try:
-        return restore_state(_decoder.decode(body), keep_finished)
+        _load(projections, decoder.decode(body))
     except (msgspec.DecodeError, msgspec.ValidationError, ValueError):
         return None
+    return projections
 
 
 async def checkpoints(journal: Journal, stop: int | None = None) -> list[ProjectionCheckpoint]:
@@ -309,7 +305,7 @@ class Checkpointer:
     def __init__(self, every: int, head: int) -> None:
         self._every = every
         self._next = (head // every + 1) * every if every > 0 else 0
-        self._captured: ProjectedState | None = None
+        self._captured: SavedState | None = None
         self._ready = anyio.Event()
 
     def observe(self, projections: Projections) -> None:
@@ -361,8 +357,8 @@ def retained(seqs: Sequence[int], every: int) -> set[int]:
 
 async def record_checkpoint(
     journal: Journal,
-    captured: ProjectedState,
-    encode: Callable[[ProjectedState], tuple[str, bytes]] = encode_snapshot,
+    captured: SavedState,
+    encode: Callable[[SavedState], tuple[str, bytes]] = encode_snapshot,
 ) -> Event | None:
     """Store the snapshot of ``captured``, then append its checkpoint; return the event.
 
