@@ -191,8 +191,25 @@ def executor_factory(entry: ExecutorFactory | str) -> ExecutorFactory:
 
 def compose(folds: Sequence[Fold]) -> Fold:
     """Return one fold that runs ``folds`` in order (the only one, when there is one)."""
-    if len(folds) == 1:
-        return folds[0]
+    # Spelled out for two and three: replay calls them for every event of their type.
+    match folds:
+        case [only]:
+            return only
+        case [first, second]:
+
+            def two(event: Event) -> None:
+                first(event)
+                second(event)
+
+            return two
+        case [first, second, third]:
+
+            def three(event: Event) -> None:
+                first(event)
+                second(event)
+                third(event)
+
+            return three
     chain = tuple(folds)
 
     def each(event: Event) -> None:

@@ -40,6 +40,7 @@ from kernel.adapters.contract import AdapterError, Receipt
 from kernel.core.events import (
     ConstraintAdded,
     ConstraintDeactivated,
+    ContextCompiled,
     DecisionMade,
     Event,
     ExecutionFailed,
@@ -488,21 +489,20 @@ class Memory(Domain):
 
     def __init__(self, projections: Projections) -> None:
         self._projections = projections
+        self._recording: frozenset[str] = frozenset()
         self.state = MemoryState()
 
     def folds(self) -> Mapping[type[Payload], Fold]:
+        self._recording = self._projections.recording
         folds: dict[type[Payload], Fold] = dict.fromkeys(MEMORY_WRITES, self._write)
         # The record of every executor's events (and of the rule proposals it hands over).
-        for kinds in self._projections_records():
+        for kinds in self._projections.records.values():
             folds.update((kind, self._recorded) for kind in kinds if kind not in folds)
         folds[RuleProposed] = self._recorded
         folds[ExecutionStarted] = self._started
         folds.update(dict.fromkeys(_OUTCOMES, self._outcome))
         folds.update(dict.fromkeys(_ENDINGS, self._ended))
         return folds
-
-    def _projections_records(self) -> list[frozenset[type[Payload]]]:
-        return [kinds for d in self._projections.domains for kinds in d.records().values()]
 
     def saved(self) -> Sequence[Saved]:
         def load(state: MemoryState) -> None:
@@ -538,8 +538,8 @@ class Memory(Domain):
 
     def _started(self, event: Event) -> None:
         """Note an intent of a recording executor as pending (the executor's work list)."""
-        intent = cast(ExecutionStarted, event.payload).intent
-        if intent.adapter not in self._projections.recording:
+        intent = event.payload.intent  # type: ignore[union-attr]  # ExecutionStarted
+        if intent.adapter not in self._recording:
             return
         dfid = event.dfid or ""
         flow = self._projections.current_flow(dfid)
@@ -553,7 +553,7 @@ class Memory(Domain):
 
     def _outcome(self, event: Event) -> None:
         # Fold rules 2: an intent's outcome is recorded (an unknown one waits for a human).
-        payload = cast(_Outcome, event.payload)
+        payload: _Outcome = event.payload  # type: ignore[assignment]
         if self._projections.fold > 1 and not getattr(payload, "unknown", False):
             self.state.settled(payload.key)
 
@@ -572,3 +572,45 @@ class Memory(Domain):
             return
         tree = self._projections.current_flow(state.root_dfid)
         memory.flow_ended(dfid, state.root_dfid, root_open=tree is not None and not tree.terminal)
+
+
+class Rules(Domain):
+    """The rulebook as a domain: rule events, and the rules each open flow was shown.
+
+    Its state is the :class:`~kernel.state.rulebook.Rulebook` inside the memory's (saved
+    there, where journals' checkpoints hashed it), so it comes after :class:`Memory`.
+    It judges no proposal (citations are recorded, never judged: kernel.dim) and has no
+    executor: the DIM writes rule events; agents' rule proposals reach it through the
+    memory executor.
+    """
+
+    name = "rules"
+
+    def __init__(self, projections: Projections) -> None:
+        self._memory = projections.domain(Memory)
+
+    def folds(self) -> Mapping[type[Payload], Fold]:
+        return {
+            RuleProposed: self._rule,
+            RuleDecided: self._rule,
+            RuleRetracted: self._rule,
+            ContextCompiled: self._shown,
+            # What citations are checked against goes when its flow ends.
+            FlowClosed: self._ended,
+            FlowAborted: self._ended,
+            FlowCompensated: self._ended,
+        }
+
+    def saved(self) -> Sequence[Saved]:
+        return ()
+
+    def _rule(self, event: Event) -> None:
+        self._memory.state.rulebook.apply(event)
+
+    def _shown(self, event: Event) -> None:
+        # The rules this attempt showed: what its citations are checked against.
+        rules = event.payload.rules  # type: ignore[union-attr]  # ContextCompiled
+        self._memory.state.rulebook.context_shown(event.dfid or "", rules)
+
+    def _ended(self, event: Event) -> None:
+        self._memory.state.rulebook.shown.pop(event.dfid or "", None)

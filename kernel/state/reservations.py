@@ -11,7 +11,7 @@ no executor.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING
 
 from kernel.core.events import Event, Payload, ResourceReleased, ResourceReserved
 from kernel.state.domain import Domain, Fold, Saved
@@ -54,7 +54,7 @@ class Reservations(Domain):
                 self.held[pool] = self.held.get(pool, 0) + amount
 
     def _reserve(self, event: Event) -> None:
-        payload = cast(ResourceReserved | ResourceReleased, event.payload)
+        payload: ResourceReserved | ResourceReleased = event.payload  # type: ignore[assignment]
         dfid = event.dfid or ""
         holds = self.holds.setdefault(dfid, {})
         before = holds.pop(payload.pool, 0)

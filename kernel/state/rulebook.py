@@ -24,9 +24,10 @@ the next version) or ``skip`` it (:func:`operator_decision`). The DIM actor owns
 the rulebook: it stages every rule event (kernel.dim), one message at a time, so
 every decision reads the version the previous one left. The projection
 (:class:`Rulebook`) lives in the memory projection, so snapshots, time travel
-and ``dirk why`` see it. Agents receive the rules relevant to their flow in the
-memory layer of their context (:func:`select`), through the :class:`RuleSearch`
-port: lexical (BM25 over title, content and labels) by default.
+and ``dirk why`` see it; its domain, :class:`kernel.state.memory.Rules`, folds
+it. Agents receive the rules relevant to their flow in the memory layer of their
+context (:func:`select`), through the :class:`RuleSearch` port: lexical (BM25
+over title, content and labels) by default.
 """
 
 from __future__ import annotations
@@ -34,28 +35,19 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Protocol, cast
+from collections.abc import Iterable, Sequence
+from typing import Any, Protocol
 
 import msgspec
 
 from kernel.core.events import (
-    ContextCompiled,
     Event,
-    FlowAborted,
-    FlowClosed,
-    FlowCompensated,
-    Payload,
     RuleDecided,
     RuleProposed,
     RuleRetracted,
     RuleSource,
     digest,
 )
-from kernel.state.domain import Domain, Fold, Saved
-
-if TYPE_CHECKING:
-    from kernel.state.projections import Projections
 
 PROMOTER = "promoter"
 """The actor named in the audit records of the promoter's own decisions."""
@@ -457,47 +449,6 @@ def _by_operator(
         version=prior + 1 if decision == "override" else 0,
         inbox_id=inbox_id,
     )
-
-
-class Rules(Domain):
-    """The rulebook as a domain: rule events, and the rules each open flow was shown.
-
-    Its state is the :class:`Rulebook` inside the memory's (saved there, where journals'
-    checkpoints hashed it). It judges no proposal (citations are recorded, never
-    judged: kernel.dim) and has no executor: the DIM writes rule events, and agents'
-    rule proposals reach it through the memory executor.
-    """
-
-    name = "rules"
-
-    def __init__(self, projections: Projections) -> None:
-        self._projections = projections
-
-    def folds(self) -> Mapping[type[Payload], Fold]:
-        return {
-            RuleProposed: self._rule,
-            RuleDecided: self._rule,
-            RuleRetracted: self._rule,
-            ContextCompiled: self._shown,
-            # What citations are checked against goes when its flow ends.
-            FlowClosed: self._ended,
-            FlowAborted: self._ended,
-            FlowCompensated: self._ended,
-        }
-
-    def saved(self) -> Sequence[Saved]:
-        return ()
-
-    def _rule(self, event: Event) -> None:
-        self._projections.memory.rulebook.apply(event)
-
-    def _shown(self, event: Event) -> None:
-        # The rules this attempt showed: what its citations are checked against.
-        rules = cast(ContextCompiled, event.payload).rules
-        self._projections.memory.rulebook.context_shown(event.dfid or "", rules)
-
-    def _ended(self, event: Event) -> None:
-        self._projections.memory.rulebook.shown.pop(event.dfid or "", None)
 
 
 def history(events: Iterable[Event]) -> Rulebook:

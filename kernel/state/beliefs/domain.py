@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
@@ -88,12 +88,12 @@ class Beliefs(Domain):
 
     def _test_started(self, event: Event) -> None:
         """Note a propose_test intent started: the test exists, its adapter runs it."""
-        intent = cast(ExecutionStarted, event.payload).intent
+        intent = event.payload.intent  # type: ignore[union-attr]  # ExecutionStarted
         if intent.kind == PROPOSE_TEST and intent.adapter not in self._projections.recording:
             self.graph.test_started(intent.key, intent.params, intent.adapter, event.seq)
 
     def _test_done(self, event: Event) -> None:
-        succeeded = cast(ExecutionSucceeded, event.payload)
+        succeeded: ExecutionSucceeded = event.payload  # type: ignore[assignment]
         if succeeded.key in self.graph.test_keys:
             self.graph.test_done(succeeded.key, succeeded.detail)
 
