@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from collections.abc import AsyncIterable, Callable, Sequence
+from collections.abc import AsyncIterable, Callable, Mapping, Sequence
 from typing import Any, ClassVar, cast
 
 import anyio
@@ -239,57 +239,89 @@ async def verify_projections(
     points: dict[int, list[ProjectionCheckpoint]] = {}
     for point in await checkpoints(journal):
         points.setdefault(point.seq, []).append(point)
-    projections = Projections()
-    problems: list[str] = []
-    compared = snapshots = 0
-
-    async def compare(seq: int) -> None:
-        nonlocal compared, snapshots
-        replayed = projections.digest()
-        here = points.pop(seq, [])
-        for point in here:
-            compared += 1
-            if point.digest != replayed:
-                problems.append(f"at seq {seq}: checkpoint digest differs from replay")
-        stored = await journal.read_snapshot(seq)
-        if stored is not None:
-            snapshots += 1
-            restored = decode_snapshot(stored[1])
-            recorded = {p.snapshot for p in here} - {""}
-            if (
-                restored is None
-                or restored.digest() != replayed
-                or stored[0] != replayed
-                or recorded - {hashlib.sha256(stored[1]).hexdigest()}
-            ):
-                problems.append(f"at seq {seq}: snapshot does not match replay")
-
+    replay = _Replay(journal, points)
     if 0 in points:
-        await compare(0)
+        await replay.compare(0)
     async for batch in journal.scan(hashes=False) if batches is None else batches:
-        # Folded in runs that end at a checkpoint (or the batch's end), not event by event.
+        if not await replay.fold(batch):
+            return ProjectionReport(ok=False, digest="", problems=replay.problems)
+    for seq in points:
+        replay.problems.append(f"at seq {seq}: checkpoint beyond the last event")
+    return ProjectionReport(
+        ok=not replay.problems,
+        digest=replay.projections.digest(),
+        checkpoints=replay.compared,
+        snapshots=replay.snapshots,
+        problems=replay.problems,
+    )
+
+
+class _Replay:
+    """Folds a journal from scratch, comparing the checkpoints and snapshots on the way."""
+
+    def __init__(self, journal: Journal, points: dict[int, list[ProjectionCheckpoint]]) -> None:
+        self.journal = journal
+        self.points = points
+        """The checkpoints not compared yet, by the seq they describe."""
+        self.projections = Projections()
+        self.problems: list[str] = []
+        self.compared = 0
+        self.snapshots = 0
+
+    async def fold(self, batch: Sequence[Event]) -> bool:
+        """Fold one batch in runs that end at a checkpoint; False at an event that does not fold.
+
+        Runs, not event by event: apply() costs the same for a run as for one event.
+        """
         begin = 0
-        ends = [i + 1 for i, event in enumerate(batch) if event.seq in points]
-        for end in ends if ends and ends[-1] == len(batch) else [*ends, len(batch)]:
+        for end in _run_ends(batch, self.points):
             run = batch[begin:end] if begin or end < len(batch) else batch
             try:
-                projections.apply(run)
+                self.projections.apply(run)
             except IllegalTransition as exc:
                 # apply stops at the event that does not fold: the first past last_seq.
-                seq = next((e.seq for e in run if e.seq > projections.last_seq), run[-1].seq)
-                problems.append(f"at seq {seq}: projection: {exc}")
-                return ProjectionReport(ok=False, digest="", problems=problems)
+                last = self.projections.last_seq
+                seq = next((e.seq for e in run if e.seq > last), run[-1].seq)
+                self.problems.append(f"at seq {seq}: projection: {exc}")
+                return False
             begin = end
-            if run and run[-1].seq in points:
-                await compare(run[-1].seq)
-    for seq in points:
-        problems.append(f"at seq {seq}: checkpoint beyond the last event")
-    return ProjectionReport(
-        ok=not problems,
-        digest=projections.digest(),
-        checkpoints=compared,
-        snapshots=snapshots,
-        problems=problems,
+            if run and run[-1].seq in self.points:
+                await self.compare(run[-1].seq)
+        return True
+
+    async def compare(self, seq: int) -> None:
+        """Compare the checkpoints and the snapshot of ``seq`` with the state folded so far."""
+        replayed = self.projections.digest()
+        here = self.points.pop(seq, [])
+        for point in here:
+            self.compared += 1
+            if point.digest != replayed:
+                self.problems.append(f"at seq {seq}: checkpoint digest differs from replay")
+        stored = await self.journal.read_snapshot(seq)
+        if stored is not None:
+            self.snapshots += 1
+            if not _snapshot_matches(stored, here, replayed):
+                self.problems.append(f"at seq {seq}: snapshot does not match replay")
+
+
+def _run_ends(batch: Sequence[Event], points: Mapping[int, object]) -> list[int]:
+    """Return where the runs of ``batch`` end: after each checkpointed event, and at its end."""
+    ends = [i + 1 for i, event in enumerate(batch) if event.seq in points]
+    return ends if ends and ends[-1] == len(batch) else [*ends, len(batch)]
+
+
+def _snapshot_matches(
+    stored: tuple[str, bytes], points: Sequence[ProjectionCheckpoint], replayed: str
+) -> bool:
+    """Whether a stored snapshot (its digest column, its body) is the state replay reached."""
+    digest, body = stored
+    restored = decode_snapshot(body)
+    recorded = {p.snapshot for p in points} - {""}
+    return (
+        restored is not None
+        and restored.digest() == replayed
+        and digest == replayed
+        and not recorded - {hashlib.sha256(body).hexdigest()}
     )
 
 
