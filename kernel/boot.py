@@ -42,8 +42,7 @@ from kernel.policy.packs import PackError, PolicyCatalog, PolicyPack
 from kernel.registry import KERNEL_VERSION
 from kernel.runtime.actors import RestartIntensityExceeded, Supervisor
 from kernel.runtime.messages import Recover
-from kernel.state.beliefs import BUILT_IN
-from kernel.state.projections import FOLD, Projections
+from kernel.state.projections import FOLD, Projections, built_in
 from kernel.state.snapshots import Checkpointer, restore
 from kernel.telemetry import Telemetry
 
@@ -92,7 +91,7 @@ async def open_kernel(
     """
     catalog = PolicyCatalog(packs)
     # The kernel's own executors are built in (kernel.wiring adds them where a pack needs them).
-    missing = [n for n in catalog.adapters_needed() if n not in adapters and n not in BUILT_IN]
+    missing = [n for n in catalog.adapters_needed() if n not in adapters and n not in built_in()]
     if missing:
         raise PackError(f"no adapter registered for {', '.join(missing)}")
     clock = config.ports.clock or SystemClock()

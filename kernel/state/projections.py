@@ -683,6 +683,14 @@ def _copy_dicts(limits: dict[str, dict[str, Amendment]]) -> dict[str, dict[str, 
     return {agent: dict(by_name) for agent, by_name in limits.items()}
 
 
+def built_in(domains: Sequence[DomainType] | None = None) -> frozenset[str]:
+    """Return the adapters the domains (default: those registered) provide executors for.
+
+    A pack may name them without being given one: the kernel builds it (kernel.wiring).
+    """
+    return frozenset(name for d in Projections(domains=domains).domains for name in d.executors())
+
+
 def fold(events: Iterable[Event], keep_finished: int | None = None) -> Projections:
     """Rebuild projections from scratch (keeping every finished flow unless told otherwise)."""
     projections = Projections(keep_finished)
