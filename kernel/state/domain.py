@@ -56,7 +56,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from importlib import import_module
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import msgspec
 
@@ -65,9 +65,6 @@ from kernel.core.events import Applied, Event, Feedback, Payload, ProposalRecord
 from kernel.core.flow import FlowState
 from kernel.core.ports import Clock
 from kernel.policy.rules import View
-
-if TYPE_CHECKING:
-    from kernel.state.projections import Projections
 
 Fold = Callable[[Event], None]
 """Folds one event into a domain's state."""
@@ -115,7 +112,7 @@ class ExecutorPorts:
             (the rulebook has one writer: the memory executor hands rule proposals over).
     """
 
-    projections: Projections
+    projections: State
     clock: Clock
     dim: Recipient
 
@@ -176,7 +173,42 @@ class Domain(Protocol):
         return {}
 
 
-DomainType = Callable[["Projections"], Domain]
+D = TypeVar("D", bound=Domain)
+
+
+class State(Protocol):
+    """What a domain (and its executor) sees of the projections it belongs to."""
+
+    @property
+    def fold(self) -> int:
+        """The fold rules in force (``kernel.state.projections.FOLD``)."""
+        ...
+
+    @property
+    def domains(self) -> tuple[Domain, ...]:
+        """Every domain of these projections, in registration order."""
+        ...
+
+    @property
+    def records(self) -> Mapping[str, frozenset[type[Payload]]]:
+        """The event types each domain executor may return to record, by adapter name."""
+        ...
+
+    @property
+    def recording(self) -> frozenset[str]:
+        """The adapters whose executors return events to record."""
+        ...
+
+    def current_flow(self, dfid: str) -> FlowState | None:
+        """Return flow ``dfid`` as folded so far (inside a commit: as the transaction has it)."""
+        ...
+
+    def domain(self, kind: type[D]) -> D:
+        """Return these projections' instance of the domain ``kind`` (LookupError if none)."""
+        ...
+
+
+DomainType = Callable[[State], Domain]
 """What is registered: a domain's class (called with the projections it belongs to)."""
 
 

@@ -32,7 +32,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, cast
 
 import msgspec
 
@@ -62,11 +62,8 @@ from kernel.core.events import (
 from kernel.core.flow import FlowState
 from kernel.core.reasons import ReasonCode
 from kernel.policy.rules import View
-from kernel.state.domain import Domain, ExecutorFactory, Fold, Saved
+from kernel.state.domain import Domain, ExecutorFactory, Fold, Saved, State
 from kernel.state.rulebook import Rulebook
-
-if TYPE_CHECKING:
-    from kernel.state.projections import Projections
 
 MEMORY_EVENTS = frozenset(
     {
@@ -487,7 +484,7 @@ class Memory(Domain):
 
     name = "memory"
 
-    def __init__(self, projections: Projections) -> None:
+    def __init__(self, projections: State) -> None:
         self._projections = projections
         self._recording: frozenset[str] = frozenset()
         self.state = MemoryState()
@@ -586,7 +583,7 @@ class Rules(Domain):
 
     name = "rules"
 
-    def __init__(self, projections: Projections) -> None:
+    def __init__(self, projections: State) -> None:
         self._memory = projections.domain(Memory)
 
     def folds(self) -> Mapping[type[Payload], Fold]:

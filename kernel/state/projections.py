@@ -31,7 +31,7 @@ import hashlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from enum import StrEnum
 from functools import partial
-from typing import Any, TypeVar, cast
+from typing import Any, cast
 
 import msgspec
 
@@ -68,7 +68,7 @@ from kernel.state.amendments import Amendment, folded
 from kernel.state.approvals import Approval
 from kernel.state.beliefs.domain import Beliefs
 from kernel.state.beliefs.graph import BeliefGraph
-from kernel.state.domain import OMIT, Domain, DomainType, Fold, Saved, compose, same
+from kernel.state.domain import OMIT, D, Domain, DomainType, Fold, Saved, compose, same
 from kernel.state.memory import Memory, MemoryState, Rules
 from kernel.state.reservations import Reservations
 
@@ -122,8 +122,6 @@ _NOTES = frozenset({DecisionRefused, DuplicateSuppressed, SubmissionRefused, Flo
 _MODULUS = 1 << 256
 # Sorted keys: a live payload and the same payload decoded from the journal encode alike.
 _flow_encoder = msgspec.msgpack.Encoder(order="sorted")
-
-D = TypeVar("D", bound=Domain)
 
 
 def _flow_hash(state: FlowState) -> int:

@@ -11,13 +11,9 @@ no executor.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
 
 from kernel.core.events import Event, Payload, ResourceReleased, ResourceReserved
-from kernel.state.domain import Domain, Fold, Saved
-
-if TYPE_CHECKING:
-    from kernel.state.projections import Projections
+from kernel.state.domain import Domain, Fold, Saved, State
 
 
 class Reservations(Domain):
@@ -25,7 +21,7 @@ class Reservations(Domain):
 
     name = "reservations"
 
-    def __init__(self, projections: Projections) -> None:
+    def __init__(self, projections: State) -> None:
         self.holds: dict[str, dict[str, int]] = {}
         """What each open flow holds, by pool (saved as ``reservations``)."""
         self.held: dict[str, int] = {}

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import msgspec
 
@@ -22,10 +22,7 @@ from kernel.policy.rules import View
 from kernel.state.beliefs import BELIEFS_ADAPTER, TEST_ADAPTER, gate
 from kernel.state.beliefs.effects import PROPOSE_TEST
 from kernel.state.beliefs.graph import BeliefGraph
-from kernel.state.domain import OMIT, Domain, ExecutorFactory, Fold, Saved
-
-if TYPE_CHECKING:
-    from kernel.state.projections import Projections
+from kernel.state.domain import OMIT, Domain, ExecutorFactory, Fold, Saved, State
 
 _EVENTS: frozenset[type[Payload]] = frozenset(BELIEF_PAYLOADS)
 
@@ -40,7 +37,7 @@ class Beliefs(Domain):
 
     name = "beliefs"
 
-    def __init__(self, projections: Projections) -> None:
+    def __init__(self, projections: State) -> None:
         self._projections = projections
         self.graph = BeliefGraph()
 
