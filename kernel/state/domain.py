@@ -25,14 +25,18 @@ brings the same things, and no kernel module wires any of them by hand:
    ExecutionSucceeded (anything else fails the call, kernel.execution).
 
 Registering a domain is one line: its class in ``kernel.state.projections.DOMAINS``.
-Each ``Projections`` builds its own instance of every registered domain (the class is
-called with the projections it belongs to) and looks domains up by class
-(:meth:`~kernel.state.projections.Projections.domain`).
+Each ``Projections`` builds its own instance of every registered domain, in order (the
+class is called with the projections it belongs to, seen through :class:`State`, so a
+domain module never imports ``projections``), and looks domains up by class
+(``State.domain``): a domain may look up one registered before it as it is built.
 
 The rules every domain keeps:
 
 - A fold reads no clock and no network: time enters only as recorded event data, so
-  replay equals the live fold.
+  replay equals the live fold. A fold that must know the fold rules in force reads
+  ``State.fold`` when it runs (a journal raises them in ``KernelStarted``).
+- A fold binds to its domain, never to a state object: restoring a snapshot replaces
+  the state (``Saved.load``), and the table of folds is built once.
 - A flow event reaches a domain only on its flow (with a DFID), after the flow's own
   fold; ``projections.current_flow(dfid)`` is the flow as folded so far (inside a
   commit, what the transaction holds).
