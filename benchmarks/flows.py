@@ -226,9 +226,7 @@ def _gc_timer() -> Iterator[list[float]]:
 def _checkpoint(path: Path | str) -> tuple[int, int]:
     """Checkpoint the closed journal's WAL; return its event count and summed body bytes."""
     if str(path).startswith("postgresql://"):
-        from benchmarks.postgres import event_counts  # P10: the journal on PostgreSQL
-
-        return event_counts(str(path))
+        return _server_counts(str(path))  # P10: the journal on PostgreSQL
     conn = sqlite3.connect(path)
     try:
         conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
@@ -236,6 +234,16 @@ def _checkpoint(path: Path | str) -> tuple[int, int]:
     finally:
         conn.close()
     return int(count), int(body)
+
+
+def _server_counts(url: str) -> tuple[int, int]:
+    """Return the events of the journal at ``url`` (PostgreSQL) and their summed body bytes."""
+    import psycopg  # the dir-kernel[postgres] extra: only P10 journals are on a server
+
+    with psycopg.connect(url) as conn:
+        row = conn.execute("SELECT count(*), coalesce(sum(length(body)), 0) FROM events").fetchone()
+    assert row is not None
+    return int(row[0]), int(row[1])
 
 
 def _file_bytes(path: Path | str) -> int:

@@ -14,7 +14,7 @@ and measures in the same run (``python -m benchmarks`` includes these figures):
   connection (follow_journal, LISTEN/NOTIFY) having read it, p50 and p99 (ms).
   Goal: p99 under 50 ms.
 
-Goals are reported, never asserted. Needs the ``dirk[postgres]`` extra.
+Goals are reported, never asserted. Needs the ``dir-kernel[postgres]`` extra.
 """
 
 from __future__ import annotations
@@ -38,16 +38,6 @@ ROOT = Path(__file__).resolve().parents[1]
 P1_RATIO_GOAL = 0.7
 FAILOVER_GOAL_MS = 1000.0
 LAG_P99_GOAL_MS = 50.0
-
-
-def event_counts(url: str) -> tuple[int, int]:
-    """Return the events of the journal at ``url`` and their summed body bytes."""
-    import psycopg
-
-    with psycopg.connect(url) as conn:
-        row = conn.execute("SELECT count(*), coalesce(sum(length(body)), 0) FROM events").fetchone()
-    assert row is not None
-    return int(row[0]), int(row[1])
 
 
 def copy_baseline(url: str, per_transaction: int) -> tuple[int, float]:

@@ -28,7 +28,7 @@ from kernel.core import events
 from kernel.core.errors import KernelShutdown
 from kernel.core.events import Draft, FlowAborted, KernelStarted
 from kernel.core.flow import FlowStatus
-from kernel.core.ports import RandomIds, SystemClock
+from kernel.core.ports import Clock, RandomIds, SystemClock
 from kernel.core.reasons import ReasonCode, StopReason
 from kernel.core.wall import clip
 from kernel.inbox import Intake, read_keyring
@@ -45,14 +45,26 @@ from kernel.journal.store import (
 )
 from kernel.policy.packs import PackError, PolicyCatalog, PolicyPack
 from kernel.registry import KERNEL_VERSION
-from kernel.runtime.actors import RestartIntensityExceeded, Supervisor
+from kernel.runtime.actors import MailboxClosed, RestartIntensityExceeded, Supervisor
 from kernel.runtime.messages import Recover, Tick
-from kernel.state.beliefs import BUILT_IN
-from kernel.state.projections import FOLD, Projections
+from kernel.state.projections import FOLD, Projections, built_in
 from kernel.state.snapshots import Checkpointer, restore
 from kernel.telemetry import Telemetry
 
 log = logging.getLogger(__name__)
+
+
+async def _tick_desk(kernel: Kernel, clock: Clock, interval_s: float) -> None:
+    """Tell the escalation desk, every ``interval_s`` on the clock, that time passed.
+
+    A task of its own with nothing between two sleeps but the send: a test that
+    advances a manual clock once always finds it asleep, so the desk sees the new time
+    (the inbox poller, which used to tick it, hops to threads between its sleeps).
+    """
+    with contextlib.suppress(KernelShutdown, MailboxClosed):
+        while True:
+            await clock.sleep(interval_s)
+            await kernel.actors.escalation.send(Tick())
 
 
 @asynccontextmanager
@@ -102,7 +114,7 @@ async def open_kernel(
     keyring_path = config.keyring or os.environ.get(KEYRING_ENV) or None
     keyring = read_keyring(keyring_path) if keyring_path else None
     # The kernel's own executors are built in (kernel.wiring adds them where a pack needs them).
-    missing = [n for n in catalog.adapters_needed() if n not in adapters and n not in BUILT_IN]
+    missing = [n for n in catalog.adapters_needed() if n not in adapters and n not in built_in()]
     if missing:
         raise PackError(f"no adapter registered for {', '.join(missing)}")
     clock = config.ports.clock or SystemClock()
@@ -190,9 +202,9 @@ async def open_kernel(
                         keyring,
                         keyring_path,
                         kernel.apply,
-                        lambda: kernel.actors.escalation.send(Tick()),
                     )
                     tg.start_soon(intake.run, clock, poll_s, name="operator-inbox")
+                    tg.start_soon(_tick_desk, kernel, clock, poll_s, name="desk-ticker")
                 if kernel._checkpointer is not None:
                     tg.start_soon(kernel._checkpointer.run, journal, name="checkpoints")
                 if telemetry.enabled:

@@ -126,7 +126,7 @@ class KernelConfig(msgspec.Struct, frozen=True, kw_only=True):
         retry: the retry policy of adapters without a ``retry_policy`` of their own
             (None: the engine's default).
         bus: a NATS URL (``nats://127.0.0.1:4222``) where agents hosted in other processes
-            reach this kernel (kernel.mesh, ``pip install 'dirk[nats]'``); None: the
+            reach this kernel (kernel.mesh, ``pip install 'dir-kernel[nats]'``); None: the
             ``DIRK_BUS`` environment variable, else no bus.
         keyring: the file of public keys whose holders may sign operator inbox requests
             (kernel.inbox.keyring; ``dirk operator add``); None: the ``DIRK_KEYRING``

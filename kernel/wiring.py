@@ -13,8 +13,6 @@ from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 from kernel.adapters.contract import Adapter, CallPool
-from kernel.beliefs import BeliefsExecutor
-from kernel.beliefs._pack import NoTests
 from kernel.config import KernelConfig
 from kernel.context import ContextCompiler
 from kernel.core.ports import Clock, IdSource
@@ -23,7 +21,6 @@ from kernel.escalation import EscalationDesk
 from kernel.execution import ExecutionEngine
 from kernel.guards import GuardRunner
 from kernel.hosting import AgentHost, Submit
-from kernel.memory import MemoryExecutor
 from kernel.policy.packs import PolicyCatalog
 from kernel.registry import Registry
 from kernel.runtime.actors import ChildSpec, Mailbox
@@ -36,8 +33,7 @@ from kernel.runtime.messages import (
     GuardMessage,
     RegistryMessage,
 )
-from kernel.state.beliefs import BELIEFS_ADAPTER, TEST_ADAPTER
-from kernel.state.memory import MEMORY_ADAPTER
+from kernel.state.domain import ExecutorPorts, executor_factory
 from kernel.state.projections import Projections
 
 
@@ -75,17 +71,9 @@ class Actors:
         self.escalation: Mailbox[EscalationMessage] = Mailbox("escalation", capacity)
         self.execution: Mailbox[ExecutionMessage] = Mailbox("execution", capacity)
         self.guards: Mailbox[GuardMessage] = Mailbox("guards", capacity)
-        if MEMORY_ADAPTER in catalog.adapters_needed() and MEMORY_ADAPTER not in adapters:
-            # Built in: it hands memory events to the engine, rule proposals to the DIM.
-            adapters = {**adapters, MEMORY_ADAPTER: MemoryExecutor(projections, self.dim)}
-        needed = catalog.adapters_needed()
-        if BELIEFS_ADAPTER in needed and BELIEFS_ADAPTER not in adapters:
-            # Built in: it hands belief events to the engine (kernel.beliefs).
-            adapters = {**adapters, BELIEFS_ADAPTER: BeliefsExecutor(projections, clock)}
-        if TEST_ADAPTER in needed and TEST_ADAPTER not in adapters:
-            adapters = {**adapters, TEST_ADAPTER: NoTests()}
+        adapters = {**adapters, **_executors(projections, catalog, adapters, clock, self.dim)}
         self.adapters: Mapping[str, Adapter] = adapters
-        """The adapters by name, the built-in memory executor among them when needed."""
+        """The adapters by name, with the domains' executors the packs need and none gave."""
         self.agents = AgentHost(
             submit=submit,
             dim=self.dim,
@@ -164,3 +152,21 @@ class Actors:
                 self.execution,
             ),
         ]
+
+
+def _executors(
+    projections: Projections,
+    catalog: PolicyCatalog,
+    given: Mapping[str, Adapter],
+    clock: Clock,
+    dim: Mailbox[DimMessage],
+) -> dict[str, Adapter]:
+    """Build the executors the domains provide for the adapters the packs need, unless given."""
+    needed = catalog.adapters_needed()
+    ports = ExecutorPorts(projections=projections, clock=clock, dim=dim)
+    built: dict[str, Adapter] = {}
+    for domain in projections.domains:
+        for name, entry in domain.executors().items():
+            if name in needed and name not in given:
+                built[name] = executor_factory(entry)(ports)
+    return built

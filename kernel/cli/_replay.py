@@ -24,7 +24,7 @@ from kernel.journal.opening import open_journal
 from kernel.memory import MEMORY_PACK
 from kernel.policy.packs import PolicyPack
 from kernel.state.rulebook import RuleItem, history
-from kernel.state.snapshots import ProjectionReport, state_at, state_json, verify_projections
+from kernel.state.snapshots import state_at, state_json
 
 
 def add_commands(commands: Any) -> None:
@@ -227,11 +227,6 @@ async def _whatif_pack(db: str, specs: list[str], as_json: bool = False) -> int:
     return ExitCode.OK
 
 
-async def verify_verdicts(db: str, specs: list[str]) -> tuple[bool, list[str]]:
-    """Re-judge every recorded verdict with the packs ``specs`` name; return (ok, lines)."""
-    return verdict_lines(await rejudge_verdicts(db, specs))
-
-
 async def rejudge_verdicts(db: str, specs: list[str]) -> Rejudged:
     """Re-judge every recorded verdict with the packs ``specs`` name, checking pack hashes."""
     async with open_journal(db, readonly=True) as journal:
@@ -248,9 +243,3 @@ def verdict_lines(result: Rejudged) -> tuple[bool, list[str]]:
         f" {len(result.changes)} differ, {result.skipped} not compared"
     )
     return ok, lines
-
-
-async def verify_replay(db: str) -> ProjectionReport:
-    """Recompute the projection hash and compare it with the checkpoints and snapshots."""
-    async with open_journal(db, readonly=True) as journal:
-        return await verify_projections(journal)

@@ -54,7 +54,7 @@ from kernel.core.ports import Clock
 from kernel.core.reasons import ReasonCode
 from kernel.dim._amend import amend
 from kernel.dim._citations import notes_on
-from kernel.dim._gate import Judgement, MemoryCheck, reject
+from kernel.dim._gate import Judgement, reject
 from kernel.dim._packs import load
 from kernel.dim._rules import handle as handle_rule
 from kernel.dim.verdict import Staged, verdict
@@ -102,13 +102,11 @@ class IntegrityModule:
         compiler: Mailbox[CompilerMessage],
         escalation: Mailbox[EscalationMessage],
         execution: Mailbox[ExecutionMessage],
-        memory: MemoryCheck | None = None,
         guards: Mailbox[GuardMessage] | None = None,
         rule_clock: Callable[[], int] = time.perf_counter_ns,
     ) -> None:
         # Measures rules beside the verdict; real time is right: it decides nothing.
         self._rule_clock = rule_clock
-        self._memory = memory
         self._guards = guards
         self._projections = projections
         self._catalog = catalog
@@ -204,7 +202,6 @@ class IntegrityModule:
                 self._projections,
                 by_human=msg.by_human,
                 staged=staged,
-                memory=self._memory,
                 stopwatch=stopwatch,
             )
         overruns = stopwatch.overruns

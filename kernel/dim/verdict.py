@@ -3,9 +3,12 @@
 :func:`verdict` builds what the pipeline judges against from the projections
 (the agent's visible state and its reference, the pools held, the capacities
 facts set, the limits amended and still in force, the agent's unsettled sagas,
-governed memory) and runs :func:`kernel.dim._gate.judge`, whose layers, in their
-documented order, include the unsettled-saga check (status) and the kind's own
-``needs_human`` rule (escalation).
+and the domains registered with the projections) and runs
+:func:`kernel.dim._gate.judge`, whose layers, in their documented order, include the
+unsettled-saga check (status) and the kind's own ``needs_human`` rule (escalation).
+The gate's memory layer is every domain's check in registration order (governed
+memory's constraints, then the beliefs layer: kernel.state.domain); an accepted
+proposal a domain transforms is applied in the form it names.
 
 The DIM actor (kernel.dim._actor) calls it with what its current batch staged
 and has not committed yet (:class:`Staged`); ``dirk verify --verdicts`` and
@@ -20,16 +23,12 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from kernel.core.events import Feedback, ProposalRecord
+from kernel.core.events import Applied, Feedback, ProposalRecord
 from kernel.core.flow import FlowState
 from kernel.dim._gate import Inputs, Judgement, MemoryCheck, judge
 from kernel.policy.packs import PolicyCatalog
 from kernel.policy.rules import Stopwatch, View
 from kernel.state.amendments import Amendment, in_force
-from kernel.state.beliefs import gate as beliefs
-from kernel.state.beliefs.graph import BeliefGraph
-from kernel.state.memory import MemoryState
-from kernel.state.memory import check as check_memory
 from kernel.state.projections import AgentView, Projections, context_ref
 
 
@@ -52,23 +51,27 @@ class FactCapacities(Mapping[str, int]):
         return sum(1 for _ in self)
 
 
-def memory_check(memory: MemoryState, correlation_id: str) -> MemoryCheck:
-    """The memory layer over governed memory: enforced constraints refuse (kernel.state.memory)."""
-    return lambda proposal, view: check_memory(memory, proposal, view.agent_id, correlation_id)
-
-
-def beliefs_check(layer: MemoryCheck, graph: BeliefGraph, correlation_id: str) -> MemoryCheck:
-    """The memory layer, then the beliefs layer over the belief graph (kernel.state.beliefs)."""
+def domain_checks(projections: Projections, flow: FlowState) -> MemoryCheck:
+    """The gate's memory layer: each domain's check, in registration order; the first refusal."""
+    domains = projections.domains
 
     def check(proposal: ProposalRecord, view: View) -> Feedback | None:
-        refused = layer(proposal, view)
-        if refused is not None:
-            return refused
-        # Scored at the graph's latest recorded time, not the DIM's clock: "now" is recorded.
-        at = graph.latest_ns
-        return beliefs.check(graph, proposal.kind, proposal.params, correlation_id, at)
+        for domain in domains:
+            refused = domain.check(proposal, view, flow)
+            if refused is not None:
+                return refused
+        return None
 
     return check
+
+
+def transformed(projections: Projections, proposal: ProposalRecord) -> Applied | None:
+    """Return the form an accepted proposal is applied in, if a domain transforms it."""
+    for domain in projections.domains:
+        applied = domain.transform(proposal)
+        if applied is not None:
+            return applied
+    return None
 
 
 @dataclass
@@ -148,7 +151,6 @@ def verdict(
     *,
     by_human: bool = False,
     staged: Staged | None = None,
-    memory: MemoryCheck | None = None,
     stopwatch: Stopwatch | None = None,
 ) -> Judgement:
     """Judge a proposal of ``flow``: the one function the DIM and replay both call.
@@ -162,11 +164,9 @@ def verdict(
         projections: the state as committed before the proposal.
         by_human: a human's modification (skips state, unsettled and escalation checks).
         staged: what the current batch staged and has not committed (the DIM only).
-        memory: the memory layer, if not governed memory for the flow's root.
         stopwatch: times each rule beside the verdict; never changes it.
     """
     inputs = inputs_of(projections, flow, agent, now_ns, staged)
-    layer = memory or memory_check(projections.memory, flow.root_dfid)
     judgement = judge(
         proposal,
         agent,
@@ -174,12 +174,12 @@ def verdict(
         now_ns,
         inputs,
         by_human=by_human,
-        memory=beliefs_check(layer, projections.beliefs, flow.root_dfid),
+        memory=domain_checks(projections, flow),
         stopwatch=stopwatch,
     )
     if judgement.rejection is None and judgement.escalation is None:
         # A transformed verdict: accepted, and applied in another form (kernel.beliefs).
-        applied = beliefs.transform(projections.beliefs, proposal.kind, proposal.params)
+        applied = transformed(projections, proposal)
         if applied is not None:
             return replace(judgement, applied=applied)
     return judgement

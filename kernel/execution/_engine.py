@@ -89,7 +89,8 @@ class ExecutionEngine:
         self._rng = rng or random.Random(0)
         self._retry = retry or RetryPolicy()
         self._escalation = escalation
-        self._calls = AdapterCalls(adapters, mailbox, clock)
+        records = projections.records if projections is not None else {}
+        self._calls = AdapterCalls(adapters, mailbox, clock, records)
         self._resumed: set[str] = set()
         """Keys recovery called again: a Dispatch racing with recovery must not call twice."""
         self._unsure = unsure if unsure is not None else set()

@@ -40,10 +40,13 @@ from kernel.core.events import (
 )
 from kernel.policy.kinds import PolicyKind
 from kernel.policy.packs import PolicyPack
-from kernel.runtime.actors import Mailbox, Reply
-from kernel.runtime.messages import DimMessage, SubmitRule
+from kernel.runtime.actors import Reply
+from kernel.runtime.messages import SubmitRule
+from kernel.state.domain import ExecutorPorts, Recipient, State
 from kernel.state.memory import (
     MEMORY_ADAPTER,
+    Memory,
+    MemoryState,
     MemoryWrite,
     Pending,
     Remembered,
@@ -52,7 +55,6 @@ from kernel.state.memory import (
     recorded_receipt,
     started,
 )
-from kernel.state.projections import Projections
 
 PROPOSE_RULE = "memory.propose_rule"
 
@@ -139,17 +141,21 @@ class MemoryExecutor:
         rulebook: the mailbox of the rulebook's owner (the DIM), for rule proposals.
     """
 
-    def __init__(self, projections: Projections, rulebook: Mailbox[DimMessage]) -> None:
-        self._projections = projections
+    def __init__(self, projections: State, rulebook: Recipient) -> None:
+        self._memory = projections.domain(Memory)
         self._rulebook = rulebook
+
+    @property
+    def _state(self) -> MemoryState:
+        return self._memory.state
 
     async def lookup(self, key: str) -> Receipt | None:
         """Return the receipt of the memory effect recorded under ``key``, None if none is."""
-        return recorded_receipt(self._projections.memory, key)
+        return recorded_receipt(self._state, key)
 
     async def execute(self, intent: ExecutionIntent) -> Receipt:
         """Return the memory event of ``intent`` for the engine to record, once per key."""
-        memory = self._projections.memory
+        memory = self._state
         done = recorded_receipt(memory, intent.key)
         if done is not None:
             return done
@@ -255,7 +261,7 @@ class MemoryExecutor:
     def _query(
         self, topic: str, correlation: str, key: str
     ) -> tuple[MemoryWrite, dict[str, object]]:
-        memory = self._projections.memory
+        memory = self._state
         facts = {
             name: fact.value
             for name, fact in sorted(memory.facts.items())
@@ -270,3 +276,8 @@ class MemoryExecutor:
             key=key,
         )
         return payload, {"facts": facts, "constraints": constraints}
+
+
+def executor(ports: ExecutorPorts) -> MemoryExecutor:
+    """Build the memory executor of one kernel (the memory domain names it: kernel.wiring)."""
+    return MemoryExecutor(ports.projections, ports.dim)

@@ -229,25 +229,40 @@ def _described(obj: Any) -> str:
     return repr(obj)
 
 
-@dataclass(frozen=True)
 class PolicyCatalog:
     """Every policy kind of every loaded pack, validated together.
 
-    Its packs are a tuple and its tables read-only: only :meth:`adopt` changes
-    what it holds, when the DIM has recorded a newly loaded pack.
+    Readers cannot change it: its packs are a tuple behind a read-only property and
+    its tables read-only views. One method does, :meth:`adopt`, once the DIM has
+    staged PackLoaded for a new version: every actor holds this catalog (and some
+    hold its tables), so the new version is taken where they look rather than handed
+    to each of them. Nothing else changes a catalog: use ``Kernel.load_pack``, which
+    records the new version.
+
+    Raises:
+        PackError: A pack is invalid, or two packs define one kind.
     """
 
-    packs: Sequence[PolicyPack]
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "packs", tuple(self.packs))
+    def __init__(self, packs: Sequence[PolicyPack]) -> None:
+        taken = tuple(packs)
         seen: dict[str, str] = {}
-        for pack in self.packs:
+        for pack in taken:
             _check_pack(pack, seen)
+        self._packs = taken
+        # The tables built so far, by name: adopt() refills them where they are.
+        self._tables: dict[str, dict[str, Any]] = {}
+
+    def __repr__(self) -> str:
+        return f"PolicyCatalog({', '.join(f'{p.name} {p.version}' for p in self._packs)})"
+
+    @property
+    def packs(self) -> tuple[PolicyPack, ...]:
+        """The loaded packs, in the order given."""
+        return self._packs
 
     def _table(self, name: str, table: dict[str, Any]) -> Mapping[str, Any]:
         """Keep ``table`` for :meth:`adopt` to refill, and hand out a read-only view of it."""
-        self.__dict__.setdefault("_tables", {})[name] = table
+        self._tables[name] = table
         return MappingProxyType(table)
 
     @cached_property
@@ -292,16 +307,14 @@ class PolicyCatalog:
     def adopt(self, other: PolicyCatalog) -> None:
         """Take ``other``'s packs in place: the DIM's, once PackLoaded is staged.
 
-        Every actor holds this catalog (and some hold its tables), so the tables
-        are refilled where they are rather than replaced. Nothing else changes a
-        catalog: use ``Kernel.load_pack``, which records the new version.
+        Tables already handed out are refilled where they are (a view of one sees the
+        new version); those not built yet are built from the new packs when asked.
         """
-        object.__setattr__(self, "packs", other.packs)
-        tables: dict[str, dict[str, Any]] = vars(self).get("_tables", {})
-        for name, table in tables.items():
+        self._packs = other.packs
+        for name, table in self._tables.items():
             getattr(other, name)  # builds other's table of that name
             table.clear()
-            table.update(vars(other)["_tables"][name])
+            table.update(other._tables[name])
 
     @cached_property
     def guards_of(self) -> Mapping[str, tuple[Guard, ...]]:

@@ -30,9 +30,9 @@ breaks, and the verdict does not change.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from functools import lru_cache
-from typing import Any
+from typing import Any, cast
 
 import msgspec
 
@@ -40,17 +40,29 @@ from kernel.adapters.contract import AdapterError, Receipt
 from kernel.core.events import (
     ConstraintAdded,
     ConstraintDeactivated,
+    ContextCompiled,
     DecisionMade,
     Event,
+    ExecutionFailed,
+    ExecutionRefused,
+    ExecutionStarted,
+    ExecutionSucceeded,
     FactAdded,
     Feedback,
+    FlowAborted,
+    FlowClosed,
+    FlowCompensated,
     MemoryQueried,
+    Payload,
     ProposalRecord,
     RuleDecided,
     RuleProposed,
     RuleRetracted,
 )
+from kernel.core.flow import FlowState
 from kernel.core.reasons import ReasonCode
+from kernel.policy.rules import View
+from kernel.state.domain import Domain, ExecutorFactory, Fold, Saved, State
 from kernel.state.rulebook import Rulebook
 
 MEMORY_EVENTS = frozenset(
@@ -67,7 +79,7 @@ MEMORY_EVENTS = frozenset(
 )
 """Payload types folded into :class:`MemoryState`."""
 
-MEMORY_WRITES = frozenset(
+MEMORY_WRITES: frozenset[type[Payload]] = frozenset(
     {FactAdded, ConstraintAdded, ConstraintDeactivated, DecisionMade, MemoryQueried}
 )
 """Memory events the execution engine records with a memory intent's ExecutionSucceeded.
@@ -229,45 +241,57 @@ class MemoryState(msgspec.Struct, kw_only=True):
 
     def apply(self, event: Event, bounded: bool = False) -> None:
         """Fold one memory event (``bounded``: keep the newest queried topics only)."""
-        payload = event.payload
-        agent = event.agent_id or ""
-        correlation = getattr(payload, "correlation_id", "")
-        key = getattr(payload, "key", "")
+        self.recorded(event)
+        fold = _FOLDS.get(type(event.payload))
+        if fold is not None:
+            fold(self, event, bounded)
+
+    def recorded(self, event: Event) -> None:
+        """Note the intent key an event carries: the kernel executors' idempotency record."""
+        key = getattr(event.payload, "key", "")
         if key:
             self.written[key] = event.seq
             self.pending.pop(key, None)
-        match payload:
-            case FactAdded(name=name, value=value, confidence=confidence):
-                self.facts[name] = FactRecord(
-                    value=value,
-                    confidence=confidence,
-                    seq=event.seq,
-                    agent_id=agent,
-                    correlation_id=correlation,
-                )
-            case ConstraintAdded(text=text, priority=priority, triggered_by=triggered_by):
-                self.constraints[event.seq] = ConstraintRecord(
-                    seq=event.seq,
-                    text=text,
-                    priority=priority,
-                    triggered_by=triggered_by,
-                    agent_id=agent,
-                    correlation_id=correlation,
-                )
-            case ConstraintDeactivated(constraint=constraint):
-                self.constraints.pop(constraint, None)
-            case DecisionMade():
-                self.decisions += 1
-            case MemoryQueried(topic=topic):
-                for who in (agent, correlation):
-                    if who:
-                        topics = self.queried.setdefault(who, {})
-                        topics[topic] = event.seq
-                        if bounded and len(topics) > QUERIED_TOPICS:
-                            # By seq, not by dict order: a snapshot restores either order.
-                            del topics[min(topics, key=topics.__getitem__)]
-            case RuleProposed() | RuleDecided() | RuleRetracted():
-                self.rulebook.apply(event)
+
+    def _fact(self, event: Event, bounded: bool) -> None:
+        payload = cast(FactAdded, event.payload)
+        self.facts[payload.name] = FactRecord(
+            value=payload.value,
+            confidence=payload.confidence,
+            seq=event.seq,
+            agent_id=event.agent_id or "",
+            correlation_id=payload.correlation_id,
+        )
+
+    def _constraint(self, event: Event, bounded: bool) -> None:
+        payload = cast(ConstraintAdded, event.payload)
+        self.constraints[event.seq] = ConstraintRecord(
+            seq=event.seq,
+            text=payload.text,
+            priority=payload.priority,
+            triggered_by=payload.triggered_by,
+            agent_id=event.agent_id or "",
+            correlation_id=payload.correlation_id,
+        )
+
+    def _deactivated(self, event: Event, bounded: bool) -> None:
+        self.constraints.pop(cast(ConstraintDeactivated, event.payload).constraint, None)
+
+    def _decision(self, event: Event, bounded: bool) -> None:
+        self.decisions += 1
+
+    def _queried(self, event: Event, bounded: bool) -> None:
+        payload = cast(MemoryQueried, event.payload)
+        for who in (event.agent_id or "", payload.correlation_id):
+            if who:
+                topics = self.queried.setdefault(who, {})
+                topics[payload.topic] = event.seq
+                if bounded and len(topics) > QUERIED_TOPICS:
+                    # By seq, not by dict order: a snapshot restores either order.
+                    del topics[min(topics, key=topics.__getitem__)]
+
+    def _rule(self, event: Event, bounded: bool) -> None:
+        self.rulebook.apply(event)
 
     def view(self, max_facts: int | None = None) -> dict[str, Any]:
         """Return the memory layer an agent's context shows: constraints, then newest facts."""
@@ -281,6 +305,19 @@ class MemoryState(msgspec.Struct, kw_only=True):
             ],
             "facts": {name: fact.value for name, fact in sorted(facts)},
         }
+
+
+_FOLDS: dict[type[Payload], Callable[[MemoryState, Event, bool], None]] = {
+    FactAdded: MemoryState._fact,
+    ConstraintAdded: MemoryState._constraint,
+    ConstraintDeactivated: MemoryState._deactivated,
+    DecisionMade: MemoryState._decision,
+    MemoryQueried: MemoryState._queried,
+    RuleProposed: MemoryState._rule,
+    RuleDecided: MemoryState._rule,
+    RuleRetracted: MemoryState._rule,
+}
+"""What each memory event records (the rule events: in the rulebook it holds)."""
 
 
 def _by_priority(c: ConstraintRecord) -> tuple[int, int]:
@@ -427,3 +464,150 @@ def advisories(
         for c, _ in violations(state, proposal, agent_id, correlation_id)
         if c.priority not in ENFORCED
     ]
+
+
+# --- the domain ---------------------------------------------------------------------
+
+_OUTCOMES = (ExecutionSucceeded, ExecutionRefused, ExecutionFailed)
+_Outcome = ExecutionSucceeded | ExecutionRefused | ExecutionFailed
+_ENDINGS = (FlowClosed, FlowAborted, FlowCompensated)
+
+
+class Memory(Domain):
+    """Governed memory as a domain: its writes, the executors' idempotency record, its check.
+
+    Its state (:class:`MemoryState`, saved as ``memory``) also holds the rulebook (folded
+    by :class:`~kernel.state.rulebook.Rules`) and the idempotency record of every kernel
+    executor that returns events to record (``written``, ``pending``): journals'
+    checkpoints hashed them there.
+    """
+
+    name = "memory"
+
+    def __init__(self, projections: State) -> None:
+        self._projections = projections
+        self._recording: frozenset[str] = frozenset()
+        self.state = MemoryState()
+
+    def folds(self) -> Mapping[type[Payload], Fold]:
+        self._recording = self._projections.recording
+        folds: dict[type[Payload], Fold] = dict.fromkeys(MEMORY_WRITES, self._write)
+        # The record of every executor's events (and of the rule proposals it hands over).
+        for kinds in self._projections.records.values():
+            folds.update((kind, self._recorded) for kind in kinds if kind not in folds)
+        folds[RuleProposed] = self._recorded
+        folds[ExecutionStarted] = self._started
+        folds.update(dict.fromkeys(_OUTCOMES, self._outcome))
+        folds.update(dict.fromkeys(_ENDINGS, self._ended))
+        return folds
+
+    def saved(self) -> Sequence[Saved]:
+        def load(state: MemoryState) -> None:
+            self.state = state
+
+        return (
+            Saved(
+                name="memory",
+                type=MemoryState,
+                get=lambda: self.state,
+                load=load,
+                copy=MemoryState.copy,
+                # Constraints and rule proposals are keyed by seq: canonical JSON keys are strings.
+                canonical=lambda state: msgspec.to_builtins(state, str_keys=True),
+            ),
+        )
+
+    def check(self, proposal: ProposalRecord, view: View, flow: FlowState) -> Feedback | None:
+        return check(self.state, proposal, view.agent_id, flow.root_dfid)
+
+    def executors(self) -> Mapping[str, ExecutorFactory | str]:
+        # Built in: it hands memory events to the engine, rule proposals to the DIM.
+        return {MEMORY_ADAPTER: "kernel.memory._pack:executor"}
+
+    def records(self) -> Mapping[str, frozenset[type[Payload]]]:
+        return {MEMORY_ADAPTER: MEMORY_WRITES}
+
+    def _write(self, event: Event) -> None:
+        self.state.apply(event, bounded=self._projections.fold > 1)
+
+    def _recorded(self, event: Event) -> None:
+        self.state.recorded(event)
+
+    def _started(self, event: Event) -> None:
+        """Note an intent of a recording executor as pending (the executor's work list)."""
+        intent = event.payload.intent  # type: ignore[union-attr]  # ExecutionStarted
+        if intent.adapter not in self._recording:
+            return
+        dfid = event.dfid or ""
+        flow = self._projections.current_flow(dfid)
+        pending = Pending(
+            dfid=dfid,
+            root_dfid=flow.root_dfid if flow else dfid,
+            agent_id=event.agent_id or "",
+            started_seq=event.seq,
+        )
+        self.state.started(intent.key, pending)
+
+    def _outcome(self, event: Event) -> None:
+        # Fold rules 2: an intent's outcome is recorded (an unknown one waits for a human).
+        payload: _Outcome = event.payload  # type: ignore[assignment]
+        if self._projections.fold > 1 and not getattr(payload, "unknown", False):
+            self.state.settled(payload.key)
+
+    def _ended(self, event: Event) -> None:
+        """Let the memory forget what a flow that just ended kept in it (fold rules 2).
+
+        Asked at the ending event itself, live and in replay alike: what the memory keeps
+        may not depend on how events were batched into commits.
+        """
+        memory = self.state
+        if self._projections.fold < 2 or not (memory.pending or memory.queried):
+            return
+        dfid = event.dfid or ""
+        state = self._projections.current_flow(dfid)
+        if state is None:
+            return
+        tree = self._projections.current_flow(state.root_dfid)
+        memory.flow_ended(dfid, state.root_dfid, root_open=tree is not None and not tree.terminal)
+
+
+class Rules(Domain):
+    """The rulebook as a domain: rule events, and the rules each open flow was shown.
+
+    Its state is the :class:`~kernel.state.rulebook.Rulebook` inside the memory's (saved
+    there, where journals' checkpoints hashed it), so it comes after :class:`Memory`.
+    It judges no proposal (citations are recorded, never judged: kernel.dim) and has no
+    executor: the DIM writes rule events; agents' rule proposals reach it through the
+    memory executor.
+    """
+
+    name = "rules"
+
+    def __init__(self, projections: State) -> None:
+        self._memory = projections.domain(Memory)
+
+    def folds(self) -> Mapping[type[Payload], Fold]:
+        return {
+            RuleProposed: self._rule,
+            RuleDecided: self._rule,
+            RuleRetracted: self._rule,
+            ContextCompiled: self._shown,
+            # What citations are checked against goes when its flow ends.
+            FlowClosed: self._ended,
+            FlowAborted: self._ended,
+            FlowCompensated: self._ended,
+        }
+
+    def saved(self) -> Sequence[Saved]:
+        return ()
+
+    def _rule(self, event: Event) -> None:
+        self._memory.state.rulebook.apply(event)
+
+    def _shown(self, event: Event) -> None:
+        # The rules this attempt showed: what its citations are checked against.
+        rules = event.payload.rules  # type: ignore[union-attr]  # ContextCompiled
+        self._memory.state.rulebook.context_shown(event.dfid or "", rules)
+
+    def _ended(self, event: Event) -> None:
+        self._memory.state.rulebook.shown.pop(event.dfid or "", None)

@@ -24,9 +24,10 @@ the next version) or ``skip`` it (:func:`operator_decision`). The DIM actor owns
 the rulebook: it stages every rule event (kernel.dim), one message at a time, so
 every decision reads the version the previous one left. The projection
 (:class:`Rulebook`) lives in the memory projection, so snapshots, time travel
-and ``dirk why`` see it. Agents receive the rules relevant to their flow in the
-memory layer of their context (:func:`select`), through the :class:`RuleSearch`
-port: lexical (BM25 over title, content and labels) by default.
+and ``dirk why`` see it; its domain, :class:`kernel.state.memory.Rules`, folds
+it. Agents receive the rules relevant to their flow in the memory layer of their
+context (:func:`select`), through the :class:`RuleSearch` port: lexical (BM25
+over title, content and labels) by default.
 """
 
 from __future__ import annotations
@@ -232,42 +233,38 @@ def content_hash(proposal: RuleProposed) -> str:
 def promote(book: Rulebook, proposal: RuleProposed) -> RuleDecided:
     """Return the promoter's decision on ``proposal`` (a pure function; see the module doc)."""
     item = book.items.get(proposal.rule)
-    current = item.current if item is not None else None
     # After a retraction versions go on from the last one given: they never repeat.
     prior = item.latest if item is not None else 0
+    decision, reason, detail = _promoter(item, prior, proposal)
+    return RuleDecided(
+        rule=proposal.rule,
+        decision=decision,
+        actor=PROMOTER,
+        reason=reason,
+        detail=detail,
+        prior_version=prior,
+        version=prior + 1 if decision == "promote" else 0,
+    )
 
-    def decided(decision: str, reason: str, detail: str) -> RuleDecided:
-        version = prior + 1 if decision == "promote" else 0
-        return RuleDecided(
-            rule=proposal.rule,
-            decision=decision,
-            actor=PROMOTER,
-            reason=reason,
-            detail=detail,
-            prior_version=prior,
-            version=version,
-        )
 
+def _promoter(item: RuleItem | None, prior: int, proposal: RuleProposed) -> tuple[str, str, str]:
+    """Return the decision, the reason and the detail of the first promoter rule that applies."""
+    current = item.current if item is not None else None
     if current is not None and current.hash == content_hash(proposal):
-        return decided("skip", "SAME_CONTENT", f"v{prior} already says this")
-    source = proposal.source
-    if not (source.repo and source.path and source.blob):
-        return decided(
-            "defer",
-            "NO_PROVENANCE",
-            "a rule names its repository, path and blob; an operator may override",
-        )
+        return "skip", "SAME_CONTENT", f"v{prior} already says this"
+    if not _sourced(proposal.source):
+        detail = "a rule names its repository, path and blob; an operator may override"
+        return "defer", "NO_PROVENANCE", detail
     if proposal.base_version != prior:
-        return decided(
-            "defer",
-            "STALE_BASE",
-            f"proposed against v{proposal.base_version}, the rulebook is at v{prior}",
-        )
+        detail = f"proposed against v{proposal.base_version}, the rulebook is at v{prior}"
+        return "defer", "STALE_BASE", detail
     if item is not None and item.pinned and not proposal.by_operator:
-        return decided("defer", "OPERATOR_PINNED", f"v{prior} was set by an operator's override")
-    if prior == 0:
-        return decided("promote", "NEW_RULE", "")
-    return decided("promote", "NEW_VERSION", "")
+        return "defer", "OPERATOR_PINNED", f"v{prior} was set by an operator's override"
+    return "promote", "NEW_VERSION" if prior else "NEW_RULE", ""
+
+
+def _sourced(source: RuleSource) -> bool:
+    return bool(source.repo and source.path and source.blob)
 
 
 # --- relevance ------------------------------------------------------------------
@@ -304,24 +301,39 @@ class LexicalSearch:
         if not rules or not terms or k <= 0:
             return []
         docs = [(r.rule, Counter(tokens(" ".join([r.title, r.content, *r.labels])))) for r in rules]
+        return [rule for _, rule in sorted(self._scored(docs, terms))[:k]]
+
+    def _scored(
+        self, docs: list[tuple[str, Counter[str]]], terms: set[str]
+    ) -> list[tuple[float, str]]:
+        """Return (minus the score, rule id) of each document that scores above zero."""
         average = sum(sum(d.values()) for _, d in docs) / len(docs) or 1.0
         frequency = Counter(t for _, d in docs for t in d if t in terms)
         scored: list[tuple[float, str]] = []
         for rule, doc in docs:
-            length = sum(doc.values())
-            score = 0.0
-            for term in terms & doc.keys():
-                idf = math.log(1 + (len(docs) - frequency[term] + 0.5) / (frequency[term] + 0.5))
-                tf = doc[term]
-                score += (
-                    idf
-                    * tf
-                    * (self.k1 + 1)
-                    / (tf + self.k1 * (1 - self.b + self.b * length / average))
-                )
+            score = self._score(doc, terms, frequency, len(docs), average)
             if score > 0:
                 scored.append((-score, rule))
-        return [rule for _, rule in sorted(scored)[:k]]
+        return scored
+
+    def _score(
+        self,
+        doc: Counter[str],
+        terms: set[str],
+        frequency: Counter[str],
+        count: int,
+        average: float,
+    ) -> float:
+        """Return the BM25 score of one document for ``terms`` among ``count`` documents."""
+        length = sum(doc.values())
+        score = 0.0
+        for term in terms & doc.keys():
+            idf = math.log(1 + (count - frequency[term] + 0.5) / (frequency[term] + 0.5))
+            tf = doc[term]
+            score += (
+                idf * tf * (self.k1 + 1) / (tf + self.k1 * (1 - self.b + self.b * length / average))
+            )
+        return score
 
 
 def select(
