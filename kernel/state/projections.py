@@ -30,7 +30,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from enum import StrEnum
-from functools import partial
+from functools import cached_property, partial
 from typing import Any, cast
 
 import msgspec
@@ -234,13 +234,8 @@ class Projections:
         """The pack versions in force, by name (KernelStarted, then PackLoaded)."""
         self.amendments: dict[str, dict[str, Amendment]] = {}
         """Per agent, its amended limits by name (expired ones too: see amendments.in_force)."""
-        # One by one: a domain may look up those registered before it as it is built.
         self._by_type: dict[type[Domain], Domain] = {}
-        for make in DOMAINS if domains is None else domains:
-            domain = make(self)
-            if type(domain) in self._by_type:
-                raise ValueError(f"the domain {type(domain).__name__} is registered twice")
-            self._by_type[type(domain)] = domain
+        self._build(DOMAINS if domains is None else domains)
         self.domains: tuple[Domain, ...] = tuple(self._by_type.values())
         """Every domain this state folds, in registration order."""
         self.records: dict[str, frozenset[type[Payload]]] = {
@@ -251,11 +246,25 @@ class Projections:
         """The adapters whose executors return events to record (their idempotency
         record is the memory's ``written``/``pending``)."""
         _one_executor_each(self.domains)
+        self.checking = tuple(d for d in self.domains if type(d).check is not Domain.check)
+        """The domains with a DIM check of their own, in registration order."""
+        self.transforming = tuple(
+            d for d in self.domains if type(d).transform is not Domain.transform
+        )
+        """The domains that may apply an accepted proposal in another form."""
         self.saved_fields: tuple[Saved, ...] = _unique(
             self._saved(), *(domain.saved() for domain in self.domains)
         )
         """The saved state, field by field: the kernel's own, then each domain's."""
         self._on_flow, self._on_other = self._tables()
+
+    def _build(self, domains: Sequence[DomainType]) -> None:
+        """Build each domain, one by one: a domain may look up those registered before it."""
+        for make in domains:
+            domain = make(self)
+            if type(domain) in self._by_type:
+                raise ValueError(f"the domain {type(domain).__name__} is registered twice")
+            self._by_type[type(domain)] = domain
 
     # --- the table --------------------------------------------------------------
 
@@ -303,10 +312,20 @@ class Projections:
             raise LookupError(f"the domain {kind.__name__} is not registered")
         return cast(D, found)
 
+    # The built-in domains as attributes: actors read them per proposal and per flow.
+
     @property
     def memory(self) -> MemoryState:
         """Governed memory (kernel.memory), the rulebook and the executors' record in it."""
-        return self.domain(Memory).state
+        return self._memory.state
+
+    @cached_property
+    def _memory(self) -> Memory:
+        return self.domain(Memory)
+
+    @cached_property
+    def _reservations(self) -> Reservations:
+        return self.domain(Reservations)
 
     @property
     def beliefs(self) -> BeliefGraph:
@@ -316,12 +335,12 @@ class Projections:
     @property
     def reservations(self) -> dict[str, dict[str, int]]:
         """What each open flow holds, by pool (semantic locks)."""
-        return self.domain(Reservations).holds
+        return self._reservations.holds
 
     @property
     def held(self) -> dict[str, int]:
         """The total held of each pool."""
-        return self.domain(Reservations).held
+        return self._reservations.held
 
     # --- folding -----------------------------------------------------------------
 
