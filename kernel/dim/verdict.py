@@ -53,7 +53,7 @@ class FactCapacities(Mapping[str, int]):
 
 def domain_checks(projections: Projections, flow: FlowState) -> MemoryCheck:
     """The gate's memory layer: each domain's check, in registration order; the first refusal."""
-    domains = projections.domains
+    domains = projections.checking
 
     def check(proposal: ProposalRecord, view: View) -> Feedback | None:
         for domain in domains:
@@ -67,7 +67,7 @@ def domain_checks(projections: Projections, flow: FlowState) -> MemoryCheck:
 
 def transformed(projections: Projections, proposal: ProposalRecord) -> Applied | None:
     """Return the form an accepted proposal is applied in, if a domain transforms it."""
-    for domain in projections.domains:
+    for domain in projections.transforming:
         applied = domain.transform(proposal)
         if applied is not None:
             return applied

@@ -27,7 +27,8 @@ brings the same things, and no kernel module wires any of them by hand:
 Registering a domain is one line: its class in ``kernel.state.projections.DOMAINS``.
 Each ``Projections`` builds its own instance of every registered domain, in order (the
 class is called with the projections it belongs to, seen through :class:`State`, so a
-domain module never imports ``projections``), and looks domains up by class
+domain module never imports ``projections``; it is a weak proxy, so that a dropped
+Projections is freed without the cyclic GC), and looks domains up by class
 (``State.domain``): a domain may look up one registered before it as it is built.
 
 The rules every domain keeps:

@@ -13,7 +13,7 @@ governed beliefs; see :mod:`kernel.state.domain`). One table maps each payload t
 to its fold, the flow's own first: :meth:`Projections.apply` looks each event up
 once and dispatches nothing by hand. The saved state (snapshots, the digest) is the
 list of :class:`~kernel.state.domain.Saved` fields: the kernel's own
-(:meth:`Projections.saved_fields` begins with them), then each domain's.
+(:meth:`Projections.saved_fields` lists them first), then each domain's.
 
 A finished flow (CLOSED, ABORTED, COMPENSATED) leaves the canonical state the
 moment it ends: the digest covers the open flows, the count of finished ones
@@ -28,9 +28,10 @@ read back from the journal on demand, see :meth:`Projections.recall`).
 from __future__ import annotations
 
 import hashlib
+import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from enum import StrEnum
-from functools import partial
+from functools import cached_property, partial
 from typing import Any, cast
 
 import msgspec
@@ -120,6 +121,7 @@ _INBOX_EVENTS: frozenset[type[Payload]] = frozenset(
 # after it ended. On a finished flow they touch the index, never the canonical state.
 _NOTES = frozenset({DecisionRefused, DuplicateSuppressed, SubmissionRefused, FlowFlagged})
 _MODULUS = 1 << 256
+_Table = dict[type[Payload], Fold]
 # Sorted keys: a live payload and the same payload decoded from the journal encode alike.
 _flow_encoder = msgspec.msgpack.Encoder(order="sorted")
 
@@ -234,13 +236,12 @@ class Projections:
         """The pack versions in force, by name (KernelStarted, then PackLoaded)."""
         self.amendments: dict[str, dict[str, Amendment]] = {}
         """Per agent, its amended limits by name (expired ones too: see amendments.in_force)."""
-        # One by one: a domain may look up those registered before it as it is built.
+        # What these projections hand out to their domains and keep in their table reaches
+        # them weakly: with no reference cycle, a Projections dropped (a fold, a recall, a
+        # replay) is freed at once, not left to the cyclic GC with all the state it holds.
+        weak = cast(Projections, weakref.proxy(self))
         self._by_type: dict[type[Domain], Domain] = {}
-        for make in DOMAINS if domains is None else domains:
-            domain = make(self)
-            if type(domain) in self._by_type:
-                raise ValueError(f"the domain {type(domain).__name__} is registered twice")
-            self._by_type[type(domain)] = domain
+        self._build(DOMAINS if domains is None else domains, weak)
         self.domains: tuple[Domain, ...] = tuple(self._by_type.values())
         """Every domain this state folds, in registration order."""
         self.records: dict[str, frozenset[type[Payload]]] = {
@@ -251,46 +252,43 @@ class Projections:
         """The adapters whose executors return events to record (their idempotency
         record is the memory's ``written``/``pending``)."""
         _one_executor_each(self.domains)
-        self.saved_fields: tuple[Saved, ...] = _unique(
-            self._saved(), *(domain.saved() for domain in self.domains)
+        self.checking = tuple(d for d in self.domains if type(d).check is not Domain.check)
+        """The domains with a DIM check of their own, in registration order."""
+        self.transforming = tuple(
+            d for d in self.domains if type(d).transform is not Domain.transform
         )
-        """The saved state, field by field: the kernel's own, then each domain's."""
-        self._on_flow, self._on_other = self._tables()
+        """The domains that may apply an accepted proposal in another form."""
+        self.saved_fields()  # refuses a field saved twice now, not at the first snapshot
+        self._on_flow, self._on_other = self._tables(weak)
+
+    def _build(self, domains: Sequence[DomainType], weak: Projections) -> None:
+        """Build each domain, one by one: a domain may look up those registered before it."""
+        for make in domains:
+            domain = make(weak)
+            if type(domain) in self._by_type:
+                raise ValueError(f"the domain {type(domain).__name__} is registered twice")
+            self._by_type[type(domain)] = domain
 
     # --- the table --------------------------------------------------------------
 
-    def _tables(self) -> tuple[dict[type[Payload], Fold], dict[type[Payload], Fold]]:
+    def _tables(self, weak: Projections) -> tuple[_Table, _Table]:
         """Return the folds by payload type: of flow events on their flow, of the others.
 
         A flow event reaches the folds registered for its type only on its flow (after
         the flow's own fold); without one, it only takes the inbox row it names.
         """
+        own: _Table = {kind: partial(fold, weak) for kind, fold in _KERNEL_FOLDS.items()}
+        inbox = partial(Projections._take_inbox_row, weak)
         by_type: dict[type[Payload], list[Fold]] = {}
-        for folds in (self._folds(), *(domain.folds() for domain in self.domains)):
+        for folds in (own, *(domain.folds() for domain in self.domains)):
             for kind, fold in folds.items():
                 by_type.setdefault(kind, []).append(fold)
         for kind in _INBOX_EVENTS:
-            by_type.setdefault(kind, []).append(self._take_inbox_row)
+            by_type.setdefault(kind, []).append(inbox)
         on_flow = {kind: compose(folds) for kind, folds in by_type.items()}
         on_other = {kind: fold for kind, fold in on_flow.items() if kind not in FLOW_EVENTS}
-        on_other.update((kind, self._take_inbox_row) for kind in _INBOX_EVENTS & FLOW_EVENTS)
+        on_other.update((kind, inbox) for kind in _INBOX_EVENTS & FLOW_EVENTS)
         return on_flow, on_other
-
-    def _folds(self) -> dict[type[Payload], Fold]:
-        """Return the kernel's own folds (beside the flow's, which runs first)."""
-        return {
-            FlowEscalated: self._escalated,
-            HumanDecided: self._approval,
-            ApprovalExpired: self._approval,
-            ExecutionStarted: self._consumed,
-            TriggerFired: self._facts,
-            AgentRegistered: self._registered,
-            AgentStatusChanged: self._status_changed,
-            KernelStarted: self._kernel_started,
-            PackLoaded: self._pack_loaded,
-            CredentialIssued: self._credential,
-            LimitAmended: self._amended,
-        }
 
     def domain(self, kind: type[D]) -> D:
         """Return this state's instance of the registered domain ``kind``.
@@ -303,10 +301,20 @@ class Projections:
             raise LookupError(f"the domain {kind.__name__} is not registered")
         return cast(D, found)
 
+    # The built-in domains as attributes: actors read them per proposal and per flow.
+
     @property
     def memory(self) -> MemoryState:
         """Governed memory (kernel.memory), the rulebook and the executors' record in it."""
-        return self.domain(Memory).state
+        return self._memory.state
+
+    @cached_property
+    def _memory(self) -> Memory:
+        return self.domain(Memory)
+
+    @cached_property
+    def _reservations(self) -> Reservations:
+        return self.domain(Reservations)
 
     @property
     def beliefs(self) -> BeliefGraph:
@@ -316,12 +324,12 @@ class Projections:
     @property
     def reservations(self) -> dict[str, dict[str, int]]:
         """What each open flow holds, by pool (semantic locks)."""
-        return self.domain(Reservations).holds
+        return self._reservations.holds
 
     @property
     def held(self) -> dict[str, int]:
         """The total held of each pool."""
-        return self.domain(Reservations).held
+        return self._reservations.held
 
     # --- folding -----------------------------------------------------------------
 
@@ -586,6 +594,14 @@ class Projections:
 
     # --- the saved state ---------------------------------------------------------
 
+    def saved_fields(self) -> tuple[Saved, ...]:
+        """Return the saved state, field by field: the kernel's own, then each domain's.
+
+        Raises:
+            ValueError: Two parts save a field of the same name.
+        """
+        return _unique(self._saved(), *(domain.saved() for domain in self.domains))
+
     def _saved(self) -> tuple[Saved, ...]:
         """Return the kernel's own share of the saved state, in snapshot order.
 
@@ -628,7 +644,7 @@ class Projections:
     def snapshot(self) -> dict[str, Any]:
         """Return the canonical state as plain data (for digests, time travel and the CLI)."""
         shown: dict[str, Any] = {}
-        for field in self.saved_fields:
+        for field in self.saved_fields():
             value = field.canonical(field.get())
             if value is not OMIT:
                 shown[field.name] = value
@@ -637,6 +653,22 @@ class Projections:
     def digest(self) -> str:
         """Return the hash of the canonical projected state."""
         return digest(self.snapshot())
+
+
+_KERNEL_FOLDS: dict[type[Payload], Callable[[Projections, Event], None]] = {
+    FlowEscalated: Projections._escalated,
+    HumanDecided: Projections._approval,
+    ApprovalExpired: Projections._approval,
+    ExecutionStarted: Projections._consumed,
+    TriggerFired: Projections._facts,
+    AgentRegistered: Projections._registered,
+    AgentStatusChanged: Projections._status_changed,
+    KernelStarted: Projections._kernel_started,
+    PackLoaded: Projections._pack_loaded,
+    CredentialIssued: Projections._credential,
+    LimitAmended: Projections._amended,
+}
+"""The kernel's own folds (beside the flow's, which runs first)."""
 
 
 def _unique(*shares: Sequence[Saved]) -> tuple[Saved, ...]:

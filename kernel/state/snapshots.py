@@ -44,7 +44,7 @@ class SavedState(msgspec.Struct, kw_only=True):
     """The canonical projected state as stored in a snapshot (see Projections.snapshot).
 
     Its fields are the saved fields of the projections it was captured from
-    (``Projections.saved_fields``: the kernel's own, then each domain's), so each
+    (``Projections.saved_fields()``: the kernel's own, then each domain's), so each
     set of domains has its own subclass (:func:`saved_type`); only ``last_seq`` is
     declared here. Only open flows are stored, finished ones as counts and their
     rolling hash: a snapshot's size does not grow with the flows that ever ran.
@@ -69,7 +69,7 @@ def saved_type(projections: Projections) -> type[SavedState]:
         declared = SavedState.__struct_fields__
         fields = [
             (f.name, f.type) if f.default is msgspec.NODEFAULT else (f.name, f.type, f.default)
-            for f in projections.saved_fields
+            for f in projections.saved_fields()
             if f.name not in declared
         ]
         made = msgspec.defstruct(
@@ -90,7 +90,7 @@ ProjectedState = saved_type(Projections())
 def capture(projections: Projections) -> SavedState:
     """Return a copy of the state that later folds leave alone (the records are immutable)."""
     made = saved_type(projections)
-    return made(**{f.name: f.copy(f.get()) for f in projections.saved_fields})
+    return made(**{f.name: f.copy(f.get()) for f in projections.saved_fields()})
 
 
 def restore_state(
@@ -108,7 +108,7 @@ def restore_state(
 
 
 def _load(projections: Projections, captured: SavedState) -> None:
-    for field in projections.saved_fields:
+    for field in projections.saved_fields():
         field.load(getattr(captured, field.name))
 
 
