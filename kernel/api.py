@@ -60,6 +60,7 @@ from kernel.policy.packs import PolicyCatalog
 from kernel.runtime.actors import Mailbox, Outbox, Reply
 from kernel.runtime.messages import (
     AgentMessage,
+    CredentialProof,
     FireTrigger,
     Judge,
     Register,
@@ -157,18 +158,23 @@ class Kernel(InboxActs):
         return mailbox
 
     async def handshake(
-        self, manifest: Manifest, *, credential: str | None = None, require_credential: bool = False
+        self,
+        manifest: Manifest,
+        *,
+        credential: str | CredentialProof | None = None,
+        require_credential: bool = False,
     ) -> Session:
         """Register a manifest without hosting the agent (it submits on its own).
 
-        ``credential``: the agent's provisioned secret; ``require_credential`` refuses
+        ``credential``: the agent's provisioned secret, or a proof of holding it (kernel.mesh
+        builds one from a signed challenge); ``require_credential`` refuses
         the handshake unless one is provisioned and shown (the bus asks for it).
 
         Raises:
             HandshakeRefused: when the registry refuses the manifest.
         """
         invalid: str | None = None
-        if credential is not None and not isinstance(credential, str):
+        if credential is not None and not isinstance(credential, (str, CredentialProof)):
             credential = ""  # shown but unusable: refused as not the agent's own
         try:
             checked = wall.admit(manifest, wall.ManifestSpec)
