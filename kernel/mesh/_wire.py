@@ -23,6 +23,7 @@ not delivered again. The kernel hears of each drop and records it.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 import contextlib
@@ -32,6 +33,7 @@ import ssl
 from collections.abc import Callable
 from typing import Any
 
+import anyio
 import msgspec
 import nats.errors
 from cryptography.hazmat.primitives import serialization
@@ -177,6 +179,22 @@ class GuardedClient(Client):
         """Messages dropped since the client was made."""
         self.violations: list[str] = []
         """The server's permission refusals this client was told of (the last 100)."""
+        self.refusals = 0
+        """Permission refusals in all."""
+        self._told = asyncio.Event()
+
+    def note_violation(self, text: str) -> None:
+        """Keep a permission refusal the server sent (nats.py's ``error_cb`` calls this)."""
+        self.violations = [*self.violations[-99:], text]
+        self.refusals += 1
+        self._told.set()
+
+    async def wait_violations(self, count: int) -> list[str]:
+        """Wait until the server refused this client ``count`` times in all; return them."""
+        while self.refusals < count:
+            self._told.clear()
+            await self._told.wait()
+        return list(self.violations)
 
     def _setup_nkeys_connect(self) -> None:
         # Sign the server's nonce with our own key: the nkey format is just its encoding.
@@ -208,6 +226,16 @@ class GuardedClient(Client):
                 await self.publish(reply.decode("ascii"), b"+TERM")
         if self.on_dropped is not None:
             self.on_dropped(shown, problem)
+
+
+async def _abandon(nc: GuardedClient) -> None:
+    transport = getattr(nc, "_transport", None)
+    with contextlib.suppress(Exception):
+        await nc.close()
+    if transport is not None:
+        with contextlib.suppress(Exception):
+            transport.close()
+            await transport.wait_closed()
 
 
 def _problem(subject: bytes, reply: bytes, headers: bytes | None) -> str | None:
@@ -245,23 +273,30 @@ async def connect(
     async def on_error(exc: Exception) -> None:
         text = str(exc)
         if "permissions violation" in text.lower():
-            nc.violations = [*nc.violations[-99:], text]
+            nc.note_violation(text)
         log.warning("bus %s: %s", name, text)
 
     if auth.key is not None:
         options["nkeys_seed_str"] = nkey_seed(auth.key)
     if auth.tls is not None:
         options["tls"] = auth.tls
-    await nc.connect(
-        url,
-        name=name,
-        inbox_prefix=auth.inbox,
-        error_cb=on_error,
-        max_reconnect_attempts=CONNECT_ATTEMPTS,
-        reconnect_time_wait=0.5,  # type: ignore[arg-type]  # nats.py takes seconds as float
-        allow_reconnect=True,
-        **options,
-    )
+    try:
+        await nc.connect(
+            url,
+            name=name,
+            inbox_prefix=auth.inbox,
+            error_cb=on_error,
+            max_reconnect_attempts=CONNECT_ATTEMPTS,
+            reconnect_time_wait=0.5,  # type: ignore[arg-type]  # nats.py takes seconds as float
+            allow_reconnect=True,
+            **options,
+        )
+    except BaseException:
+        # nats.py leaves the last socket open when it gives up: close it here, not in a
+        # finalizer that would run at some random later moment.
+        with anyio.CancelScope(shield=True):
+            await _abandon(nc)
+        raise
     # nats.py reads these on each reconnect: from now on, never give up, and pace it.
     nc.options["max_reconnect_attempts"] = -1 if reconnect else 0
     nc.options["reconnect_time_wait"] = RECONNECT_WAIT_S

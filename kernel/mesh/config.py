@@ -61,6 +61,15 @@ async def agents_of(db: str) -> dict[str, str]:
     return {agent: v for agent, v in found.items() if v.startswith(keys.PREFIX)}
 
 
+def _agents_from(db: str) -> dict[str, str]:
+    try:
+        return anyio.run(agents_of, db)
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"{db}: {exc}") from None
+    except Exception as exc:  # a journal that will not open says why, in one line
+        raise ValueError(f"{db}: {type(exc).__name__}: {exc}") from None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m kernel.mesh.config", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -86,7 +95,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 0
         if bool(args.tls_cert) != bool(args.tls_key):
             raise ValueError("--tls-cert and --tls-key go together")
-        agents = anyio.run(agents_of, args.agents_from) if args.agents_from else {}
+        agents = _agents_from(args.agents_from) if args.agents_from else {}
         agents |= {k: _public(v) for k, v in _pairs(args.agent, "--agent").items()}
         text = server_config(
             kernel=_public(args.kernel),
