@@ -286,6 +286,8 @@ async def test_d2_messages_with_the_real_journal_id_are_refused_on_record(tmp_pa
         # without the status: the first arrives with no id, the second as an unsigned 1).
         inbox = b"_INBOX.agent.clerk.y"
         lines = b"PUB dirk.mesh.handshake.clerk _INBOX.agent.clerk.\xff 2\r\nhi\r\n"
+        # An answer asked for on an inbox others read: never sent, refused on record.
+        lines += b'PUB dirk.mesh.handshake.clerk _INBOX.stolen.1 16\r\n{"type":"hello"}\r\n'
         lines += hpub(b"dirk.mesh.handshake.clerk", b" \xff\xff", b"{}", reply=inbox)
         lines += hpub(b"dirk.proposals.clerk", b" \xff\xff", b"{}")
         lines += hpub(
@@ -293,8 +295,9 @@ async def test_d2_messages_with_the_real_journal_id_are_refused_on_record(tmp_pa
         )
         got = raw_send(nats_server, agent_key(principals.clerk), lines)
         assert b"-ERR" not in got  # the server passed every one of them on
-        # Each refused on record: 3 handshakes, 6 ids, 2 drops, 1 stored without an id.
-        found = await refusals(kernel, 12)
+        # Each refused on record: 4 handshakes, 6 ids, 2 drops, 1 stored without an id.
+        found = await refusals(kernel, 13)
+        assert any(r.field == "reply" and r.reason_code is ReasonCode.UNAUTHORIZED for r in found)
         entries = sorted({r.entry for r in found})
         assert entries == ["bus", "bus.handshake", "bus.proposal"]
         assert any("²" in r.target for r in found) and all(r.detail for r in found)
