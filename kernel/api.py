@@ -60,6 +60,7 @@ from kernel.policy.packs import PolicyCatalog
 from kernel.runtime.actors import Mailbox, Outbox, Reply
 from kernel.runtime.messages import (
     AgentMessage,
+    CredentialProof,
     FireTrigger,
     Judge,
     Register,
@@ -166,11 +167,16 @@ class Kernel(OperatorActs):
         return mailbox
 
     async def handshake(
-        self, manifest: Manifest, *, credential: str | None = None, require_credential: bool = False
+        self,
+        manifest: Manifest,
+        *,
+        credential: str | CredentialProof | None = None,
+        require_credential: bool = False,
     ) -> Session:
         """Register a manifest without hosting the agent (it submits on its own).
 
-        ``credential``: the agent's provisioned secret; ``require_credential`` refuses
+        ``credential``: the agent's provisioned secret, or a proof of holding it (kernel.mesh
+        builds one from a signed challenge); ``require_credential`` refuses
         the handshake unless one is provisioned and shown (the bus asks for it).
 
         An agent id hosted in this process is displaced by such a handshake: its crew
@@ -187,11 +193,15 @@ class Kernel(OperatorActs):
         return session
 
     async def _handshake(
-        self, manifest: Manifest, credential: str | None, require_credential: bool
+        self,
+        manifest: Manifest,
+        credential: str | CredentialProof | None,
+        require_credential: bool,
     ) -> Session:
         invalid: str | None = None
-        if credential is not None and (
-            not isinstance(credential, str) or utf8_problem(credential) is not None
+        if credential is not None and not (
+            isinstance(credential, CredentialProof)
+            or (isinstance(credential, str) and utf8_problem(credential) is None)
         ):
             credential = ""  # shown but unusable: refused as not the agent's own
         try:

@@ -74,10 +74,11 @@ async def _bus(kernel: Kernel, config: KernelConfig) -> AsyncIterator[None]:
     if not url:
         yield
         return
-    from kernel.mesh import open_mesh  # imports nats: only with a bus
+    from kernel.mesh import kernel_auth, open_mesh  # imports nats: only with a bus
 
     timeout_s = config.limits.reasoning_timeout_s
-    async with open_mesh(kernel, url, reasoning_timeout_s=timeout_s):
+    auth = kernel_auth(config.bus_key, config.bus_tls)
+    async with open_mesh(kernel, url, reasoning_timeout_s=timeout_s, auth=auth):
         yield
 
 

@@ -11,6 +11,8 @@ keyword arguments; every field has a default that suits production, so
 
 from __future__ import annotations
 
+import ssl
+
 import msgspec
 from opentelemetry.sdk.trace import TracerProvider
 
@@ -125,9 +127,16 @@ class KernelConfig(msgspec.Struct, frozen=True, kw_only=True):
             watchdog.
         retry: the retry policy of adapters without a ``retry_policy`` of their own
             (None: the engine's default).
-        bus: a NATS URL (``nats://127.0.0.1:4222``) where agents hosted in other processes
-            reach this kernel (kernel.mesh, ``pip install 'dir-kernel[nats]'``); None: the
-            ``DIRK_BUS`` environment variable, else no bus.
+        bus: a NATS URL (``nats://127.0.0.1:4222``, or ``tls://...``) where agents hosted in
+            other processes reach this kernel (kernel.mesh, ``pip install 'dir-kernel[nats]'``);
+            None: the ``DIRK_BUS`` environment variable, else no bus.
+        bus_key: the kernel's key file on the bus (PEM, Ed25519, readable by its owner
+            only; ``python -m kernel.mesh.config key PATH``): the server knows the kernel
+            by its public half (docs/mesh.md). None: ``DIRK_BUS_KEY``, else no identity
+            (a server without users only).
+        bus_tls: the TLS context for the bus (trust its server's CA). None: a context
+            trusting the CA file ``DIRK_BUS_CA`` names, else the system's CAs for a
+            ``tls://`` URL.
         keyring: the file of public keys whose holders may sign operator inbox requests
             (kernel.inbox.keyring; ``dirk operator add``); None: the ``DIRK_KEYRING``
             environment variable, else none, and every inbox row is refused. Kept outside
@@ -144,3 +153,5 @@ class KernelConfig(msgspec.Struct, frozen=True, kw_only=True):
     retry: RetryPolicy | None = None
     bus: str | None = None
     keyring: str | None = None
+    bus_key: str | None = None
+    bus_tls: ssl.SSLContext | None = None

@@ -78,8 +78,9 @@ class AgentStatusChanged(Payload, frozen=True, tag=True):
 class CredentialIssued(Payload, frozen=True, tag=True):
     """An operator provisioned (or rotated) the credential an agent must show to handshake.
 
-    Only ``verifier`` is recorded (``sha256:<hex>`` of the secret, kernel.registry), never
-    the secret; it replaces the agent's previous one. Live sessions stay valid.
+    Only ``verifier`` is recorded (the public key the secret seeds, ``ed25519:...``; before
+    keys, ``sha256:<hex>`` of it: kernel.registry), never the secret; it replaces the
+    agent's previous one. Live sessions stay valid.
     """
 
     verifier: str

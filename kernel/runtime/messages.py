@@ -41,13 +41,27 @@ if TYPE_CHECKING:  # the actors import the projections, which fold amendments (A
 # --- to the registry ---------------------------------------------------------
 
 
+class CredentialProof(msgspec.Struct, frozen=True, kw_only=True):
+    """A handshake's proof that its sender holds the agent's credential, without the credential.
+
+    ``signature`` is the Ed25519 signature (kernel.core.keys) of ``message`` by the key
+    derived from the credential (``kernel.registry.agent_key``); the registry checks it
+    against the agent's recorded public key. ``message`` is built by the kernel's side of
+    the bus from its own one-time challenge and the manifest, so a proof cannot be replayed.
+    """
+
+    message: bytes
+    signature: str
+
+
 class Register(msgspec.Struct, frozen=True, kw_only=True):
     manifest: Manifest
     reply: Reply[Session | HandshakeRefused]
     invalid: str | None = None
     """Why the wall refused the manifest as given (``manifest`` then holds its clipped ids)."""
-    credential: str | None = None
-    """The secret the operator provisioned for the agent (checked against its verifier)."""
+    credential: str | CredentialProof | None = None
+    """The secret the operator provisioned for the agent, or a proof of holding it (over the
+    bus); checked against its verifier."""
     require_credential: bool = False
     """Refuse the handshake unless a credential is provisioned and shown (over the bus)."""
     hosted: bool = False

@@ -7,6 +7,11 @@ resend beat. In one process the agent's client submits its last proposal again a
 kernel answers from the record (``DuplicateSuppressed``); on the bus the host's client
 publishes the same message again and JetStream's duplicate window absorbs it before the
 kernel sees it. The test names that one event and compares everything else exactly.
+
+The run is on a server without users (``open_nats_server``): the example's driver talks
+to its hosts on simulation subjects of its own (the scripted stall), which no principal
+of the shipped configuration owns. The hosts still prove their credentials and sign
+their proposals: that is the kernel's side, whatever the server allows.
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ from hypothesis import strategies as st
 from examples import trading
 from examples.summary import read_events
 from kernel.audit import Event
-from tests.support.nats import NatsServer, nats_server_fixture, reset_bus  # noqa: F401
+from tests.support.nats import NatsServer, open_nats_server_fixture, reset_bus  # noqa: F401
 
 MINUTES = 30  # the shortest day the plan allows: every beat and mistake
 
@@ -71,8 +76,8 @@ def verdicts(events: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
     return judged
 
 
-def test_the_mesh_run_and_the_single_process_run_agree(tmp_path, capsys, nats_server):
-    agree(tmp_path, capsys, nats_server.url, seed=3, minutes=MINUTES)
+def test_the_mesh_run_and_the_single_process_run_agree(tmp_path, capsys, open_nats_server):
+    agree(tmp_path, capsys, open_nats_server.url, seed=3, minutes=MINUTES)
 
 
 @settings(
@@ -82,8 +87,8 @@ def test_the_mesh_run_and_the_single_process_run_agree(tmp_path, capsys, nats_se
     suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
 @given(seed=st.integers(0, 10_000), minutes=st.integers(MINUTES, MINUTES + 6))
-def test_any_seed_agrees_on_the_bus(tmp_path_factory, capsys, nats_server, seed, minutes):
-    agree(tmp_path_factory.mktemp("day"), capsys, nats_server.url, seed=seed, minutes=minutes)
+def test_any_seed_agrees_on_the_bus(tmp_path_factory, capsys, open_nats_server, seed, minutes):
+    agree(tmp_path_factory.mktemp("day"), capsys, open_nats_server.url, seed=seed, minutes=minutes)
 
 
 def agree(tmp_path: Path, capsys: Any, url: str, *, seed: int, minutes: int) -> None:
