@@ -8,8 +8,11 @@ it); these checks need no MkDocs and fail first, with the page's name.
 from __future__ import annotations
 
 import re
+import shutil
+from pathlib import Path
 
 from tests.support import ROOT
+from tests.support.browser import chromium
 from tests.test_exports import PUBLIC
 
 DOCS = ROOT / "docs"
@@ -44,3 +47,18 @@ def test_every_picture_a_page_or_the_readme_shows_exists() -> None:
     for page in [*DOCS.rglob("*.md"), ROOT / "README.md"]:
         for target in re.findall(r"!\[[^\]]*\]\(([^)\s]+)\)", page.read_text(encoding="utf-8")):
             assert (page.parent / target).is_file(), f"{page.name}: {target}"
+
+
+def test_the_trace_picture_is_drawn_from_the_spans_a_receiver_got(tmp_path: Path) -> None:
+    from tests.support.trace_waterfall import draw
+
+    db = tmp_path / "trading.db"
+    shutil.copy(ROOT / "tests" / "golden" / "trading.db", db)
+    out = tmp_path / "trace.png"
+    spans = draw(str(db), out, chromium())
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # One trace, one root (the workflow), every other span under a span of the trace.
+    assert len({s["trace_id"] for s in spans}) == 1
+    ids = {s["span_id"] for s in spans}
+    roots = [s for s in spans if s["parent_span_id"] not in ids]
+    assert [r["name"].split()[0] for r in roots] == ["invoke_workflow"]
