@@ -126,8 +126,9 @@ async def _mcp(args: argparse.Namespace) -> int:
         import kernel.mcp  # noqa: F401
         from kernel.mcp._http import TokenFileError, bound, read_tokens
     except ImportError:
+        # The same code as the console's for the same situation.
         return error(
-            CliError.BAD_ARGUMENT,
+            CliError.EXTRA_MISSING,
             "dirk mcp needs the MCP SDK: pip install 'dir-kernel[mcp]'",
             ExitCode.USAGE,
         )
