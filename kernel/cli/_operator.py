@@ -21,7 +21,16 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from kernel.cli._read import age, iso_time, print_json, print_rows, say
+from kernel.cli._read import (
+    FlowNotFound,
+    age,
+    iso_time,
+    print_json,
+    print_rows,
+    resolve_flow,
+    say,
+    short_ids,
+)
 from kernel.core import events as ev
 from kernel.core.events import Event
 from kernel.core.flow import FlowState, FlowStatus
@@ -52,18 +61,24 @@ def add_commands(commands: Any) -> None:
     escalations.add_argument(
         "--json", action="store_true", help="one JSON object per line, per waiting flow"
     )
-    escalations.set_defaults(run=_escalations)
+    escalations.set_defaults(run=_escalations, pages=True)
 
     review = commands.add_parser("review", help="everything needed to decide on one escalation")
-    review.add_argument("dfid", metavar="DFID", help="the escalated flow")
+    review.add_argument(
+        "dfid", metavar="FLOW", help="the flow: its DFID, a unique prefix (as tables show it)"
+    )
     review.add_argument("--db", required=True, help="the journal file")
     review.add_argument(
         "--json", action="store_true", help="the flow, its approval, proposal and context as JSON"
     )
-    review.set_defaults(run=_review)
+    review.set_defaults(run=_review, pages=True)
 
     decide = commands.add_parser("decide", help="decide on an escalated flow (via the inbox)")
-    decide.add_argument("dfid", metavar="DFID", help="the escalated flow")
+    decide.add_argument(
+        "dfid",
+        metavar="FLOW",
+        help="the escalated flow: its DFID, or a unique prefix (as dirk escalations shows it)",
+    )
     choice = decide.add_mutually_exclusive_group(required=True)
     choice.add_argument("--approve", action="store_true", help="execute the action as shown")
     choice.add_argument("--reject", action="store_true", help="abort the flow")
@@ -187,6 +202,12 @@ def one_line(text: str) -> str:
     return visible(text)
 
 
+def _spaced(action: str) -> str:
+    """``kind(a=1, b=2)`` as ``kind a=1, b=2``: a place to wrap after the kind."""
+    kind, paren, rest = action.partition("(")
+    return f"{kind} {rest.removesuffix(')')}" if paren else action
+
+
 def describe_action(flow: FlowState) -> str:
     """Return the proposed action in plain words."""
     if flow.proposal is None:
@@ -247,17 +268,19 @@ async def _escalations(args: argparse.Namespace) -> int:
         for row in rows:
             print(json.dumps(row))
         return ExitCode.OK
+    short = short_ids((str(row["dfid"]) for row in rows), projections.flows)
     print_rows(
-        ["DFID", "IMPACT", "REASON", ">AGE", "AGENT", "HASH", "ACTION"],
+        ["=DFID", "=IMPACT", "=REASON", ">=AGE", "=AGENT", "=HASH", "ACTION"],
         (
             [
-                str(row["dfid"]),
+                short[str(row["dfid"])],
                 str(row["impact"]),
                 str(row["reason_code"]),
                 str(row["age"]),
                 str(row["agent_id"]),
                 str(row["hash"] or "-"),
-                f"{row['action']}{'  (decision queued)' if row['queued'] else ''}",
+                # Spaces between the parameters: a narrow terminal wraps between them.
+                f"{_spaced(str(row['action']))}{'  (decision queued)' if row['queued'] else ''}",
             ]
             for row in rows
         ),
@@ -268,6 +291,11 @@ async def _escalations(args: argparse.Namespace) -> int:
 
 async def _review(args: argparse.Namespace) -> int:
     async with open_journal(args.db, readonly=True) as journal:
+        try:
+            args.dfid = await resolve_flow(journal, args.dfid)
+        except FlowNotFound as exc:
+            unknown = exc.code is CliError.UNKNOWN_FLOW
+            return error(exc.code, f"{exc.message} in {args.db}" if unknown else exc.message)
         events = await journal.flow_events(args.dfid)
         started = await journal.read(types=["KernelStarted"])
         agents = await journal.read(types=["AgentRegistered"])
@@ -430,6 +458,12 @@ def _manifest(agents: list[Event], agent_id: str) -> ev.Manifest | None:
 async def _decide(args: argparse.Namespace) -> int:
     # One flow's events, not the whole journal: what the decision is checked against.
     async with open_journal(args.db, readonly=True) as journal:
+        try:
+            # A prefix is resolved here, and the request names the whole DFID.
+            args.dfid = await resolve_flow(journal, args.dfid)
+        except FlowNotFound as exc:
+            unknown = exc.code is CliError.UNKNOWN_FLOW
+            return error(exc.code, f"{exc.message} in {args.db}" if unknown else exc.message)
         folded = fold(await journal.flow_events(args.dfid))
     flow = folded.flows.get(args.dfid)
     choice, outcome, external_id = "modify", "", ""

@@ -26,7 +26,8 @@ from kernel.journal.store import (
     chain_key_from,
     chain_key_from_env,
 )
-from kernel.journal.verify import Anchor, parse_anchor, verify_journal
+from kernel.journal.verify import Anchor, VerifyReport, parse_anchor, verify_journal
+from kernel.state.snapshots import ProjectionReport
 
 
 def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -95,7 +96,9 @@ def _anchor_arg(args: argparse.Namespace) -> Anchor | None:
     return parse_anchor(text)
 
 
-async def _failed_file(command: str, db: str, problem: str) -> None:
+async def _failed_file(
+    command: str, db: str, problem: str, found: dict[str, Any] | None = None
+) -> None:
     """Print one FAILED line for a file that is not a readable journal, naming the condition."""
     code = ""
     try:
@@ -107,6 +110,8 @@ async def _failed_file(command: str, db: str, problem: str) -> None:
         code, problem = f"{JournalCorrupt.code}: ", f"{problem} ({exc!r})"
     # A journal that opens fails for what verify found (a key, an anchor), said as it is.
     say(f"{command}: FAILED: {code}journal {redact(db)}: {problem}")
+    if found is not None:
+        found["failure"] = {"code": code.removesuffix(": ") or None, "problem": problem}
 
 
 async def _anchor(args: argparse.Namespace) -> int:
@@ -134,16 +139,55 @@ async def _anchor(args: argparse.Namespace) -> int:
 
 
 async def _verify(args: argparse.Namespace) -> int:
+    """``dirk verify``: lines for people, or with ``--json`` one document of what was found.
+
+    The document has fixed keys: ``ok``; ``events`` and ``head`` (what checked out);
+    ``chain`` (``ok``, ``first_bad_seq``, ``problem``, ``head_record``, ``keyed``),
+    ``projections`` (``ok``, ``digest``, ``checkpoints``, ``snapshots``, ``problems``),
+    ``anchor`` (``seq``, ``hash``, ``ok``) and ``verdicts`` (see ``--verdicts``), each
+    null when that part was not checked (or could not be: the chain failed first);
+    ``failure`` (``code``, ``problem``) when the journal is no readable journal; and
+    ``lines``, what the text output says, for people reading the JSON.
+    """
     if not args.json:
         return await _verify_text(args)
     said = io.StringIO()
     found: dict[str, Any] = {}
     with contextlib.redirect_stdout(said):
         status = await _verify_text(args, found)
-    document = {"ok": status == ExitCode.OK, "lines": said.getvalue().splitlines()}
-    if args.verdicts:
-        result = found.get("verdicts")
-        document["verdicts"] = None if result is None else _verdicts_document(result)
+    report: VerifyReport | None = found.get("chain")
+    replay: ProjectionReport | None = found.get("projections")
+    anchor: Anchor | None = found.get("anchor")
+    result: Rejudged | None = found.get("verdicts")
+    document: dict[str, Any] = {
+        "ok": status == ExitCode.OK,
+        "events": report.events if report is not None else 0,
+        "head": report.head if report is not None else "",
+        "chain": None
+        if report is None
+        else {
+            "ok": report.ok,
+            "first_bad_seq": report.first_bad_seq,
+            "problem": report.problem,
+            "head_record": report.head_record,
+            "keyed": report.keyed,
+        },
+        "projections": None
+        if replay is None
+        else {
+            "ok": replay.ok,
+            "digest": replay.digest,
+            "checkpoints": replay.checkpoints,
+            "snapshots": replay.snapshots,
+            "problems": list(replay.problems),
+        },
+        "anchor": None
+        if anchor is None
+        else {"seq": anchor.seq, "hash": anchor.hash, "ok": bool(report and report.ok)},
+        "verdicts": None if result is None else _verdicts_document(result),
+        "failure": found.get("failure"),
+        "lines": said.getvalue().splitlines(),
+    }
     print_json(document)
     return status
 
@@ -186,17 +230,22 @@ async def _verify_text(args: argparse.Namespace, found: dict[str, Any] | None = 
         report, replay = await verify_all(args.db, chain_key=key, anchor=anchor)
     except (JournalError, IllegalTransition, ValueError) as exc:
         # The chain checked out, so only what lies outside it (snapshots) can be at fault.
-        say(f"verify: FAILED: {getattr(exc, 'code', JournalCorrupt.code)}: {exc}")
+        code = str(getattr(exc, "code", JournalCorrupt.code))
+        say(f"verify: FAILED: {code}: {exc}")
+        if found is not None:
+            found["failure"] = {"code": code, "problem": str(exc)}
         return ExitCode.FAILED
+    if found is not None:
+        found["chain"], found["projections"], found["anchor"] = report, replay, anchor
     if not report.ok and report.first_bad_seq is None:
         # Not a readable journal rather than a bad event: opening it names the condition.
-        await _failed_file("verify", args.db, report.problem)
+        await _failed_file("verify", args.db, report.problem, found)
         return ExitCode.FAILED
     if not report.ok:
         say(f"verify: FAILED at seq {report.first_bad_seq}: {report.problem}")
         return ExitCode.FAILED
     if replay is None:  # the journal did not open, though its chain checked out
-        await _failed_file("verify", args.db, "it does not open")
+        await _failed_file("verify", args.db, "it does not open", found)
         return ExitCode.FAILED
     if not replay.ok:
         for problem in replay.problems:

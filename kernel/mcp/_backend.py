@@ -36,6 +36,7 @@ from kernel.core.events import (
     Event,
     ExecutionSucceeded,
     InputRefused,
+    KernelStopped,
     Manifest,
     ProposalRejected,
 )
@@ -288,7 +289,8 @@ class Follower:
         path: the journal file.
         kinds: the JSON Schema of each kind agents may propose (for ``propose``'s schema).
         clock: stamps inbox rows and paces the wait for a verdict.
-        wait_s: how long a proposal waits for the kernel's verdict before answering QUEUED.
+        wait_s: how long a proposal waits for the kernel's verdict before answering QUEUED
+            (not at all when the journal's last kernel stopped: none will answer).
         poll_s: how often it reads the journal meanwhile (no notification crosses processes).
         key: where the keys are: a directory of ``<name>.key`` files (the server's own,
             ``<door>.key``, and each agent's), or one key file for the door alone (None:
@@ -307,7 +309,7 @@ class Follower:
         kinds: Mapping[str, dict[str, Any]] | None = None,
         clock: Clock | None = None,
         *,
-        wait_s: float = 30.0,
+        wait_s: float = 5.0,
         poll_s: float = 0.1,
         key: str | None = None,
         door: str = "mcp",
@@ -381,9 +383,10 @@ class Follower:
         signer = await self._signer(agent_id)
         async with open_journal(self.path, readonly=True) as journal:
             after = journal.head_seq  # what the kernel records of the row comes after this
+            stopped = await _stopped(journal)
         row_id = await self._post_signed(signer, request)
         topic = f"{PROPOSE_TOPIC}.{agent_id}.{row_id}"
-        with anyio.move_on_after(self.wait_s):
+        with anyio.move_on_after(0 if stopped else self.wait_s):
             while True:
                 answer = await self._settled(row_id, topic, after)
                 if answer is not None:
@@ -393,7 +396,7 @@ class Follower:
             verdict="QUEUED",
             dfid="",
             status="",
-            detail=f"the kernel did not settle inbox row {row_id} within {self.wait_s:g} s",
+            detail=_not_taken(row_id, stopped, self.wait_s),
             result={"inbox_id": row_id},
         )
 
@@ -494,15 +497,22 @@ class Follower:
 
     async def _post(self, dfid: str, request: InboxRequest) -> dict[str, Any]:
         """Sign ``request`` as the door, post it, and wait (``answer_s``) for the answer."""
+        async with open_journal(self.path, readonly=True) as journal:
+            stopped = await _stopped(journal)
         row_id = await self._post_signed(await self._signer(self.door), request)
         seq = None
-        with anyio.move_on_after(self.answer_s):
+        with anyio.move_on_after(0 if stopped else self.answer_s):
             while seq is None:
                 seq = await anyio.to_thread.run_sync(taken_seq, self.path, row_id)
                 if seq is None:
                     await self._clock.sleep(self.poll_s)
         if seq is None:
-            return {"verdict": "QUEUED", "dfid": dfid, "result": {"inbox_id": row_id}}
+            return {
+                "verdict": "QUEUED",
+                "dfid": dfid,
+                "detail": _not_taken(row_id, stopped, self.answer_s),
+                "result": {"inbox_id": row_id},
+            }
         _, answer = await read_answer(self.path, seq)
         result: dict[str, Any] = {"verdict": answer.verdict, "dfid": dfid}
         if answer.verdict == "REFUSED":
@@ -513,6 +523,30 @@ class Follower:
 
 
 Backend = Embedded | Follower
+
+
+async def _stopped(journal: Journal) -> int | None:
+    """Return the seq of the KernelStopped that ends the journal's last run, or None.
+
+    None when a kernel may be running (the last start has no stop after it) or none
+    ever ran: only a recorded stop says for sure that no kernel will take the inbox.
+    """
+    runs = await journal.read(types=["KernelStarted", "KernelStopped"])
+    if runs and isinstance(runs[-1].payload, KernelStopped):
+        return runs[-1].seq
+    return None
+
+
+def _not_taken(row_id: int, stopped: int | None, waited_s: float) -> str:
+    """Say why an inbox row has no answer yet, and what becomes of it."""
+    if stopped is not None:
+        why = f"the journal's kernel stopped (event #{stopped}): none is running to take it"
+    else:
+        why = f"no kernel took it within {waited_s:g} s"
+    return (
+        f"inbox row {row_id} waits: {why}; the next kernel on this journal applies it"
+        " (dirk serve, or the application's own)"
+    )
 
 
 def settled(flow: FlowState, events: list[Event]) -> Settled:

@@ -21,7 +21,10 @@ from kernel.core.reasons import CliError, ReasonCode
 from kernel.journal.store import Journal
 from kernel.mcp._backend import Backend, Principal, RuleAct, ToolRefused
 from kernel.mcp._tools import (
+    ACT,
     MAX_RESULTS,
+    PROPOSE,
+    READ,
     Answer,
     Id,
     Int,
@@ -62,23 +65,31 @@ async def watch_rules(bus: SubscriptionBus, journal: Journal) -> None:
                 await bus.publish(ResourceUpdated(uri=f"im://rules/{rule}"))
 
 
-def add_rulebook(
-    server: MCPServer[Any], tool: Callable[[str | None], Register], backend: Backend
-) -> None:
+def add_rulebook(server: MCPServer[Any], tool: Callable[..., Register], backend: Backend) -> None:
     """Add the rulebook's tools, resources and prompt to ``server``."""
     # --- the rulebook ----------------------------------------------------------------
 
-    @tool(None)
+    @tool(None, title="Search the rules", hints=READ)
     async def search_rules(who: Principal, q: Text, k: Int = 5) -> Answer:
-        """The current rules most relevant to Q (at most K)."""
+        """The current rules most relevant to Q (at most K).
+
+        Args:
+            q: what to search for, in words.
+            k: return at most this many rules (default 5, at most 100).
+        """
         query, count = checked_text(q, "q"), min(checked_seq(k, "k"), MAX_RESULTS)
         async with backend.reading() as view:
             found = select(view.projections.memory.rulebook, query, count)
         return Answer(verdict="OK", result={"rules": [shown_item(r) for r in found]})
 
-    @tool(None)
+    @tool(None, title="Compile memory for a task", hints=READ)
     async def compile_memory(who: Principal, prompt: Text, k: Int = 5) -> Answer:
-        """The memory layer for a task: the K rules relevant to PROMPT, constraints and facts."""
+        """The memory layer for a task: the K rules relevant to PROMPT, constraints and facts.
+
+        Args:
+            prompt: the task, in words.
+            k: include at most this many rules (default 5, at most 100).
+        """
         query, count = checked_text(prompt, "prompt"), min(checked_seq(k, "k"), MAX_RESULTS)
         async with backend.reading() as view:
             memory = view.projections.memory
@@ -86,9 +97,13 @@ def add_rulebook(
             result["rules"] = [shown_item(r) for r in select(memory.rulebook, query, count)]
         return Answer(verdict="OK", result=result)
 
-    @tool(None)
+    @tool(None, title="Get a rule", hints=READ)
     async def get_rule(who: Principal, item_id: Id) -> Answer:
-        """The current version of rule ITEM_ID."""
+        """The current version of rule ITEM_ID.
+
+        Args:
+            item_id: the rule's id, as search_rules shows it.
+        """
         rule = checked_text(item_id, "item_id", 256)
         async with backend.reading() as view:
             item = view.projections.memory.rulebook.items.get(rule)
@@ -97,9 +112,13 @@ def add_rulebook(
             raise ToolRefused(CliError.UNKNOWN_RULE, f"no rule {rule!r} in force", "item_id")
         return Answer(verdict="OK", result=shown_item(current))
 
-    @tool(None)
+    @tool(None, title="Why this rule", hints=READ)
     async def why(who: Principal, item_id: Id) -> Answer:
-        """Rule ITEM_ID's versions, the decisions on it, and where each version comes from."""
+        """Rule ITEM_ID's versions, the decisions on it, and where each version comes from.
+
+        Args:
+            item_id: the rule's id, as search_rules shows it.
+        """
         rule = checked_text(item_id, "item_id", 256)
         async with backend.reading() as view:
             events = await view.journal.read(types=["RuleProposed", "RuleDecided", "RuleRetracted"])
@@ -134,7 +153,7 @@ def add_rulebook(
         answer = await backend.rule_act(act)
         return Answer(**answer)
 
-    @tool("operator")
+    @tool("operator", title="List rule proposals", hints=READ)
     async def admin_list_proposals(who: Principal) -> Answer:
         """The rule proposals the promoter deferred to an operator, oldest first."""
         async with backend.reading() as view:
@@ -153,21 +172,31 @@ def add_rulebook(
         ]
         return Answer(verdict="OK", result={"proposals": proposals})
 
-    @tool("operator")
+    @tool("operator", title="Approve a rule proposal", hints=ACT)
     async def admin_approve_proposal(who: Principal, proposal_seq: Int, reason: Text) -> Answer:
-        """Put deferred proposal PROPOSAL_SEQ in force (an override, recorded with why)."""
+        """Put deferred proposal PROPOSAL_SEQ in force (an override, recorded with why).
+
+        Args:
+            proposal_seq: the proposal's seq, as admin_list_proposals shows it.
+            reason: why, in words (recorded).
+        """
         return await rule_act(
             who, "override", reason, proposal_seq=checked_seq(proposal_seq, "proposal_seq")
         )
 
-    @tool("operator")
+    @tool("operator", title="Reject a rule proposal", hints=ACT)
     async def admin_reject_proposal(who: Principal, proposal_seq: Int, reason: Text) -> Answer:
-        """Drop deferred proposal PROPOSAL_SEQ (recorded with why)."""
+        """Drop deferred proposal PROPOSAL_SEQ (recorded with why).
+
+        Args:
+            proposal_seq: the proposal's seq, as admin_list_proposals shows it.
+            reason: why, in words (recorded).
+        """
         return await rule_act(
             who, "skip", reason, proposal_seq=checked_seq(proposal_seq, "proposal_seq")
         )
 
-    @tool("operator")
+    @tool("operator", title="Create a rule", hints=PROPOSE)
     async def admin_create_rule(
         who: Principal,
         item_id: Id,
@@ -176,7 +205,15 @@ def add_rulebook(
         reason: Text,
         labels: Labels = None,
     ) -> Answer:
-        """Put a new rule in force (recorded as an operator's override, with why)."""
+        """Put a new rule in force (recorded as an operator's override, with why).
+
+        Args:
+            item_id: the new rule's id, e.g. "refunds.over-500".
+            title: the rule's title, one line.
+            content: what the rule says agents must do.
+            reason: why, in words (recorded).
+            labels: labels that help search find the rule.
+        """
         return await rule_act(
             who,
             "add",
@@ -187,7 +224,7 @@ def add_rulebook(
             labels=_labels(labels),
         )
 
-    @tool("operator")
+    @tool("operator", title="Update a rule", hints=ACT)
     async def admin_update_rule(
         who: Principal,
         item_id: Id,
@@ -196,7 +233,15 @@ def add_rulebook(
         reason: Text,
         labels: Labels = None,
     ) -> Answer:
-        """Put a new version of rule ITEM_ID in force (an override, with why)."""
+        """Put a new version of rule ITEM_ID in force (an override, with why).
+
+        Args:
+            item_id: the rule's id, as search_rules shows it.
+            title: the new version's title, one line.
+            content: what the new version says agents must do.
+            reason: why, in words (recorded).
+            labels: labels that help search find the rule.
+        """
         rule = checked_text(item_id, "item_id", 256)
         async with backend.reading() as view:
             item = view.projections.memory.rulebook.items.get(rule)
@@ -212,9 +257,14 @@ def add_rulebook(
             labels=_labels(labels),
         )
 
-    @tool("operator")
+    @tool("operator", title="Retract a rule", hints=ACT)
     async def admin_delete_rule(who: Principal, item_id: Id, reason: Text) -> Answer:
-        """Retract rule ITEM_ID: agents no longer see it; its history stays (RuleRetracted)."""
+        """Retract rule ITEM_ID: agents no longer see it; its history stays (RuleRetracted).
+
+        Args:
+            item_id: the rule's id, as search_rules shows it.
+            reason: why, in words (recorded).
+        """
         return await rule_act(who, "retract", reason, rule=checked_text(item_id, "item_id", 256))
 
     # --- resources and the prompt ----------------------------------------------------
@@ -234,7 +284,7 @@ def add_rulebook(
         current = item.current if item is not None else None
         return msgspec.json.encode(shown_item(current) if current else None).decode()
 
-    @server.prompt()
+    @server.prompt(title="Apply the rulebook to a task")
     async def apply_rulebook_prompt(task: str, k: int = 5) -> str:
         """Instructions to carry out TASK under the rules relevant to it, cited by id@version."""
         async with backend.reading() as view:

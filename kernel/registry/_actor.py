@@ -60,7 +60,7 @@ from kernel.state.projections import AgentStatus, Projections, session_hash
 CONTRACT_VERSION = (1, 2)
 """The DIR contract this kernel speaks: manifests 1.0 up to 1.2 are accepted."""
 
-KERNEL_VERSION = "0.1.0"
+KERNEL_VERSION = "0.2.0"
 
 CREDENTIAL_PREFIX = "dirk_"
 VERIFIER_PREFIX = "sha256:"
