@@ -47,7 +47,10 @@ from kernel.mesh._bridge import (
     open_mesh,
 )
 from kernel.mesh._config import (
+    Grants,
     agent_grants,
+    app_grants,
+    app_inbox,
     executor_grants,
     kernel_grants,
     reader_grants,
@@ -114,6 +117,7 @@ __all__ = [
     "WORK_STREAM",
     "BusAuth",
     "Challenge",
+    "Grants",
     "GuardedClient",
     "Hello",
     "Mesh",
@@ -127,6 +131,8 @@ __all__ = [
     "agent_grants",
     "agent_inbox",
     "agent_key",
+    "app_grants",
+    "app_inbox",
     "connect",
     "executor_grants",
     "executor_inbox",
