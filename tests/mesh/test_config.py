@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import subprocess
 import tempfile
@@ -30,7 +32,7 @@ from kernel.mesh import (
 from kernel.mesh.config import main
 from kernel.registry import agent_key, credential_verifier, new_credential
 from tests.support.helpers import kernel_for
-from tests.support.hostile import hostile_text
+from tests.support.hostile import hostile_text, hostile_values
 from tests.support.nats import _free_port, _wait_listening, find_server
 
 
@@ -294,3 +296,38 @@ def test_the_config_cli_says_what_is_wrong_with_an_extra_file_in_one_line(
         assert main(argv) == 2, name
         err = capsys.readouterr().err
         assert err.startswith("error: ") and err.count("\n") == 1, (name, err)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    data=st.one_of(
+        hostile_values(max_leaves=12),
+        st.dictionaries(
+            hostile_text(max_size=10),
+            st.fixed_dictionaries(
+                {"key": hostile_text(max_size=60)},
+                optional={
+                    "publish": st.lists(hostile_text(max_size=20), max_size=3),
+                    "subscribe": st.lists(hostile_text(max_size=20), max_size=3),
+                    "responses": hostile_values(max_leaves=2),
+                },
+            ),
+            max_size=3,
+        ),
+    )
+)
+def test_any_extra_file_is_taken_or_refused_in_one_line(data: Any) -> None:
+    kernel = keys.public_text(keys.generate())
+    text = json.dumps(data, default=repr)  # lone surrogates become \\udXXX escapes
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "extra.json"
+        path.write_text(text)
+        with (
+            contextlib.redirect_stdout(io.StringIO()),
+            contextlib.redirect_stderr(io.StringIO()) as err,
+        ):
+            code = main(["server", "--kernel", kernel, "--extra", str(path)])
+    assert code in (0, 2)
+    if code == 2:
+        said = err.getvalue()
+        assert said.startswith("error: ") and said.count("\n") == 1

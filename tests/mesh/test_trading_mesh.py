@@ -17,9 +17,12 @@ The example's principals are then attacked as such: they reach nothing of the ke
 
 from __future__ import annotations
 
+import functools
 import json
+import os
 from pathlib import Path
 from typing import Any
+from unittest.mock import patch
 
 import anyio
 import msgspec
@@ -29,7 +32,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from examples import trading
-from examples.desk_hosts import host_principal
+from examples.desk_hosts import NOTHING, Pm1Host, host_principal
 from examples.desk_mesh import DRIVER, KERNEL_KEY, key_files
 from examples.summary import read_events
 from kernel import FlowStatus
@@ -51,6 +54,7 @@ from kernel.mesh import (
     sign_result,
 )
 from tests.mesh.test_attacks import verifies
+from tests.support.hostile import hostile_text, hostile_values
 from tests.support.mesh_helpers import (
     STEP_S,
     executor,
@@ -174,6 +178,31 @@ def test_any_seed_agrees_on_the_bus(
     conf = (day / "mesh.bus" / "nats-server.conf").read_text()
     assert f"_INBOX.app.{DRIVER}.>" in conf and "allow_responses" in conf
     assert "Violation" not in (day / "mesh.bus" / "nats-server.log").read_text()
+
+
+@functools.cache
+def pm1_host() -> Pm1Host:
+    env = {"TRADING_SEED": "3", "TRADING_MINUTES": str(MINUTES), "TRADING_RUN": "r"}
+    with patch.dict(os.environ, env | {"DIRK_BUS": "nats://127.0.0.1:9"}):
+        return Pm1Host()
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    data=st.one_of(
+        st.binary(max_size=80),
+        hostile_text().map(lambda t: t.encode("utf-8", "surrogatepass")),
+        st.tuples(hostile_values(max_leaves=3), hostile_values(max_leaves=3)).map(
+            lambda v: json.dumps(
+                {"type": "resend", "journal": v[0], "dfid": v[1]}, default=repr
+            ).encode()
+        ),
+    )
+)
+def test_a_host_answers_any_resend_ask_in_words(data: bytes) -> None:
+    # A flow the host never decided has nothing to send again; anything else is not an ask.
+    answer = anyio.run(pm1_host().resend, data)
+    assert answer == NOTHING or answer.startswith(b"error: not a resend")
 
 
 def agree(
