@@ -134,8 +134,11 @@ def _is_nkey(public: object) -> bool:
     if not isinstance(public, str) or not _NKEY.fullmatch(public):
         return False
     raw = base64.b32decode(public)  # 56 characters: 35 bytes, no padding
+    try:
+        key = Ed25519PublicKey.from_public_bytes(raw[1:33])
+    except ValueError:
+        return False
     # Written again from its key bytes, a well-formed nkey is itself (prefix and CRC).
-    key = Ed25519PublicKey.from_public_bytes(raw[1:33])
     return nkey_public(keys.public_text(key)) == public
 
 
