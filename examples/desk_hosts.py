@@ -91,10 +91,9 @@ class _Cues:
         async with self._lock:
             if self.nc is not None:
                 return
-            from kernel.core import keys
-            from kernel.mesh import BusAuth, app_inbox, connect, tls_from_env
+            from kernel.mesh import BusAuth, app_inbox, connect, load_private_key, tls_from_env
 
-            key = keys.load_private_key(Path(os.environ[HOST_KEY_ENV]))
+            key = load_private_key(Path(os.environ[HOST_KEY_ENV]))
             name = host_principal(self.agent_id)
             auth = BusAuth(key=key, inbox=app_inbox(name), tls=tls_from_env())
             self.nc = await connect(self.url, name=name, auth=auth)

@@ -50,7 +50,6 @@ from examples.desk_hosts import (
     resend_subject,
     stall_subject,
 )
-from kernel.core import keys
 
 if TYPE_CHECKING:
     from kernel.mesh import Grants
@@ -86,10 +85,12 @@ def key_files(folder: Path, agents: Iterable[str]) -> list[Path]:
 
 def make_keys(folder: Path, agents: Iterable[str]) -> None:
     """Write the key files that are missing (mode 0600, in a directory only the owner reads)."""
+    from kernel.mesh import write_private_key
+
     folder.mkdir(mode=0o700, parents=True, exist_ok=True)
     for path in key_files(folder, agents):
         if not path.exists():
-            keys.write_private_key(path)
+            write_private_key(path)
 
 
 def driver_grants(public: str) -> Grants:
@@ -118,9 +119,10 @@ def host_grants(agent_id: str, public: str) -> Grants:
 
 def desk_principals(folder: Path, agents: Iterable[str]) -> dict[str, Grants]:
     """The example's own principals (the configuration's ``extra``), their keys in ``folder``."""
+    from kernel.mesh import load_private_key, public_text
 
     def public(path: Path) -> str:
-        return keys.public_text(keys.load_private_key(path))
+        return public_text(load_private_key(path))
 
     made = {DRIVER: driver_grants(public(folder / DRIVER_KEY))}
     for agent_id in agents:
@@ -140,11 +142,11 @@ def desk_server_config(
         ValueError: ``listen`` is not HOST:PORT (or a key file is unusable).
     """
     from kernel import credential_verifier
-    from kernel.mesh import server_config
+    from kernel.mesh import load_private_key, public_text, server_config
 
     make_keys(folder, credentials)
     return server_config(
-        kernel=keys.public_text(keys.load_private_key(folder / KERNEL_KEY)),
+        kernel=public_text(load_private_key(folder / KERNEL_KEY)),
         agents={agent: credential_verifier(secret) for agent, secret in credentials.items()},
         extra=desk_principals(folder, credentials),
         listen=listen,
@@ -231,13 +233,20 @@ async def connect_driver(url: str, folder: Path, *, reconnect: bool = True) -> A
     """
     import nats.errors
 
-    from kernel.mesh import BusAuth, app_inbox, connect, tls_from_env
+    from kernel.mesh import (
+        BusAuth,
+        KeyUnusable,
+        app_inbox,
+        connect,
+        load_private_key,
+        tls_from_env,
+    )
 
     try:
-        key = keys.load_private_key(folder / DRIVER_KEY)
+        key = load_private_key(folder / DRIVER_KEY)
         auth = BusAuth(key=key, inbox=app_inbox(DRIVER), tls=tls_from_env())
         return await connect(url, name=DRIVER, auth=auth, reconnect=reconnect)
-    except keys.KeyUnusable as exc:
+    except KeyUnusable as exc:
         raise BusUnusable(
             f"{exc}: write the run's keys and the server's configuration first (--bus-config)"
         ) from None
