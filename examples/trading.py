@@ -36,7 +36,15 @@ from examples.desk import (
     Stall,
     Strategist,
 )
-from examples.desk_mesh import HostFailed, hosted_desk
+from examples.desk_mesh import (
+    KERNEL_KEY,
+    OWN_SERVER,
+    BusUnusable,
+    HostFailed,
+    desk_server_config,
+    hosted_desk,
+    open_bus,
+)
 from examples.desk_model import playbooks
 from examples.llm import ModelError, draw, open_model
 from examples.market import MIN_MINUTES, OPERATOR_EVERY, Market, Plan, headline, plan_day
@@ -62,6 +70,8 @@ from policies.trading import TRADING
 BROKER_FAULTS = Faults(latency_s=(0.05, 0.4), transient=0.12, lost_answer=0.08, duplicate=0.15)
 BROKER_RETRY = RetryPolicy(base_s=0.5, max_s=4.0, max_attempts=6)
 OWNERS = {"pm-1": ("ACME", "GLOBEX"), "pm-2": ("INITECH",)}
+AGENTS = ("strategist", *OWNERS, "risk")
+"""The desk's agents, in the order their sessions are made."""
 
 
 def desk_credential(seed: int, agent_id: str) -> str:
@@ -258,13 +268,35 @@ async def simulate(
     progress: bool = True,
     files: Path | None = None,
     bus: str | None = None,
+    bus_dir: Path | None = None,
 ) -> None:
     """Run the desk for ``minutes`` simulated minutes, journaling into ``db``.
 
-    With ``bus`` (a NATS URL) the agents run in host processes of their own, started
-    here, and reach the kernel only over the bus: the same day, the same decisions.
+    With ``bus`` (a NATS URL, or ``"start"`` for a nats-server started here) the agents
+    run in host processes of their own, started here, and reach the kernel only over the
+    bus: the same day, the same decisions. The bus's principals' keys are in ``bus_dir``
+    (default: beside the journal, ``<name>.bus``); a named server must have been started
+    from the configuration ``--bus-config`` writes for this seed and directory.
     """
     files = files or Path(db)
+    folder = bus_dir or bus_folder(files)
+    # On the bus each agent's NATS user is the key its credential seeds.
+    credentials = {name: desk_credential(seed, name) for name in AGENTS}
+    async with open_bus(bus, folder, credentials) as url:
+        await _simulate(seed, db, minutes, llm, operator, progress, files, url, folder)
+
+
+async def _simulate(
+    seed: int,
+    db: Path | str,
+    minutes: int,
+    llm: str,
+    operator: str,
+    progress: bool,
+    files: Path,
+    bus: str | None,
+    folder: Path,
+) -> None:
     plan = plan_day(seed, minutes)
     model = open_model(llm, seed, playbooks(plan))
     clock = SimClock()
@@ -294,6 +326,7 @@ async def simulate(
                 supervision=Supervision(inbox_poll_s=None),
                 escalation=EscalationPolicy(budget=EscalationBudget(capacity=100, period_s=3600)),
                 bus=bus,
+                bus_key=str(folder / KERNEL_KEY) if bus else None,
             ),
             # A simulated day in seconds: a budget sized for real hours would demote the desk.
         ) as kernel:
@@ -314,7 +347,13 @@ async def simulate(
                 await desk.run()
                 return
             hosted = hosted_desk(
-                bus, kernel.journal.journal_id, credentials, seed=seed, minutes=minutes, llm=llm
+                bus,
+                kernel.journal.journal_id,
+                credentials,
+                folder=folder,
+                seed=seed,
+                minutes=minutes,
+                llm=llm,
             )
             async with hosted as (remote, resend):
                 desk = Desk(
@@ -325,6 +364,11 @@ async def simulate(
     finally:
         broker_system.close()
         ledger.close()
+
+
+def bus_folder(files: Path) -> Path:
+    """Where a run keeps its bus principals' keys by default: beside the journal."""
+    return files.with_name(f"{files.stem}.bus")
 
 
 def parser() -> argparse.ArgumentParser:
@@ -348,7 +392,24 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print the summary as JSON on the last line")
     p.add_argument(
         "--bus",
-        help="a NATS URL (nats://127.0.0.1:4222): run each agent in a host process of its own",
+        nargs="?",
+        const=OWN_SERVER,
+        metavar="URL",
+        help="run each agent in a host process of its own, over NATS: at URL (a server started"
+        " from the configuration --bus-config wrote for this seed), or, without URL, on a"
+        " nats-server the example starts from that configuration",
+    )
+    p.add_argument(
+        "--bus-dir",
+        type=Path,
+        help="the run's bus keys (the kernel's, the driver's, each host's), made here if missing"
+        " (default: beside the journal, <name>.bus)",
+    )
+    p.add_argument(
+        "--bus-config",
+        metavar="HOST:PORT",
+        help="make the run's bus keys, print the nats-server configuration for this seed"
+        " (listening on HOST:PORT, its store in the bus directory) and exit",
     )
     return p
 
@@ -356,6 +417,8 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     db, files = journal_and_files(args.db, "trading.db")
+    if args.bus_config:
+        return bus_config(args.seed, args.bus_dir or bus_folder(files), args.bus_config)
     taken = [p for p in (files, sidecar(files, "broker"), sidecar(files, "ledger")) if p.exists()]
     if taken:
         print(f"error: {taken[0]} exists; pick a new --db path", file=sys.stderr)
@@ -363,21 +426,59 @@ def main(argv: list[str] | None = None) -> int:
     if args.minutes < MIN_MINUTES:
         print(f"error: --minutes must be at least {MIN_MINUTES}", file=sys.stderr)
         return 2
-    where = f" (agents in host processes over {args.bus})" if args.bus else ""
+    where = ""
+    if args.bus:
+        named = "a nats-server of its own" if args.bus == OWN_SERVER else args.bus
+        where = f" (agents in host processes over {named})"
     shown = redact(str(db))  # a postgresql:// URL without its password
     print(
         f"trading desk, seed {args.seed}, {args.minutes} minutes -> {shown}{where}", file=sys.stderr
     )
     try:
         anyio.run(
-            simulate, args.seed, db, args.minutes, args.llm, args.operator, True, files, args.bus
+            simulate,
+            args.seed,
+            db,
+            args.minutes,
+            args.llm,
+            args.operator,
+            True,
+            files,
+            args.bus,
+            args.bus_dir,
         )
-    except (ModelError, HostFailed) as exc:
-        print(f"error: {exc}", file=sys.stderr)
+    except (ModelError, HostFailed, BusUnusable, BaseExceptionGroup) as exc:
+        cause = failure(exc)
+        if cause is None:
+            raise
+        print(f"error: {cause}", file=sys.stderr)
         return 2
     summary: dict[str, Any] = anyio.run(summarize, db, ("trading.place_order",))
     show(f"trading desk, seed {args.seed}", summary, args.json)
     return 0 if summary["verified"] else 1
+
+
+def failure(exc: BaseException) -> BaseException | None:
+    """The failure the run reports in one line (a task group may wrap it), or None."""
+    if isinstance(exc, ModelError | HostFailed | BusUnusable):
+        return exc
+    if isinstance(exc, BaseExceptionGroup):
+        return next((f for e in exc.exceptions if (f := failure(e)) is not None), None)
+    return None
+
+
+def bus_config(seed: int, folder: Path, listen: str) -> int:
+    """Make the run's bus keys in ``folder`` and print the nats-server configuration."""
+    credentials = {name: desk_credential(seed, name) for name in AGENTS}
+    try:
+        store = str(folder.resolve() / "js")
+        text = desk_server_config(folder, credentials, listen=listen, store_dir=store)
+    except (ValueError, OSError) as exc:  # KeyUnusable is a ValueError
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    sys.stdout.write(text)
+    print(f"keys in {folder}; start the server with this configuration", file=sys.stderr)
+    return 0
 
 
 if __name__ == "__main__":

@@ -35,8 +35,13 @@ is never the record):
   the principals allowed to read it (kernel.mesh._relay).
 
 The kernel never imports ``nats`` unless a bus is configured.
+
+Key files (:func:`write_private_key`, :func:`load_private_key`, :func:`public_text`,
+:class:`KeyUnusable`) are kernel.core.keys's, named here for the applications that run
+principals of their own on the bus (``python -m kernel.mesh.config key`` writes the same).
 """
 
+from kernel.core.keys import KeyUnusable, load_private_key, public_text, write_private_key
 from kernel.mesh._bridge import (
     PROPOSAL_STREAM,
     RETRY_S,
@@ -47,7 +52,10 @@ from kernel.mesh._bridge import (
     open_mesh,
 )
 from kernel.mesh._config import (
+    Grants,
     agent_grants,
+    app_grants,
+    app_inbox,
     executor_grants,
     kernel_grants,
     reader_grants,
@@ -114,8 +122,10 @@ __all__ = [
     "WORK_STREAM",
     "BusAuth",
     "Challenge",
+    "Grants",
     "GuardedClient",
     "Hello",
+    "KeyUnusable",
     "Mesh",
     "MeshConfig",
     "Prove",
@@ -127,12 +137,15 @@ __all__ = [
     "agent_grants",
     "agent_inbox",
     "agent_key",
+    "app_grants",
+    "app_inbox",
     "connect",
     "executor_grants",
     "executor_inbox",
     "handshake_subject",
     "kernel_auth",
     "kernel_grants",
+    "load_private_key",
     "nkey_public",
     "nkey_seed",
     "open_mesh",
@@ -141,6 +154,7 @@ __all__ = [
     "proposal_body",
     "proposal_signature",
     "proposal_signed",
+    "public_text",
     "reader_grants",
     "reader_inbox",
     "recorded_result_holds",
@@ -155,4 +169,5 @@ __all__ = [
     "tls_from_env",
     "verdict_subject",
     "work_id",
+    "write_private_key",
 ]

@@ -19,12 +19,23 @@ reply inbox. Subjects name their owner, so each grant names one agent or adapter
 - the executors of adapter B pull intents from ``exec-B``, publish on
   ``dirk.results.B.>`` and read their own stored results;
 - a reader of the relay reads ``dirk.evt.>`` and the ``DIRK_EVENTS`` stream.
+
+An application may add principals of its own (``extra``: a name and its :class:`Grants`),
+each with its own nkey and reply inbox (``_INBOX.app.<name>``), on subjects of its own:
+every subject it is granted must start with a plain token that is not the kernel's
+(``dirk``, ``_INBOX``, a ``$`` API or a wildcard), so no grant of an application reaches
+a handshake, a context, a proposal, a result, the relay or another principal's replies.
 """
 
 from __future__ import annotations
 
+import base64
 import json
+import re
 from collections.abc import Mapping, Sequence
+
+import msgspec
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from kernel.core import keys
 from kernel.mesh._protocol import safe_token
@@ -38,12 +49,110 @@ from kernel.mesh._wire import (
 
 EVENT_STREAM = "DIRK_EVENTS"
 _ACCOUNT = "DIRK"
+APP_INBOX = "_INBOX.app"
+_APP_TOKEN = re.compile(r"[A-Za-z0-9_-]{1,128}")
+_KERNEL_ROOTS = frozenset({"dirk", "_inbox"})
+"""First tokens of the kernel's subjects (compared in lower case: no look-alike either)."""
+_MAX_SUBJECTS = 64
+_NKEY = re.compile(r"U[A-Z2-7]{55}")
+_LISTEN = re.compile(r"[A-Za-z0-9.:\[\]-]{1,253}:(-1|[0-9]{1,5})")
+"""HOST:PORT (``-1``: a port the server picks); nothing else may reach the file's text."""
+_MAX_TOKENS = 16
+
+
+class Grants(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """What one principal of an application may do on the bus, beside the kernel's.
+
+    Attributes:
+        key: its public key (``ed25519:...`` or an nkey ``U...``): its own, no other
+            principal's.
+        publish: the subjects it may publish on (``*`` and a last ``>`` allowed).
+        subscribe: the subjects it may subscribe to; its reply inbox
+            (:func:`app_inbox`) is added.
+        responses: whether it may answer requests it received, once each
+            (``allow_responses``): a responder needs it, a requester does not.
+    """
+
+    key: str
+    publish: tuple[str, ...] = ()
+    subscribe: tuple[str, ...] = ()
+    responses: bool = False
+
+
+def app_inbox(name: str) -> str:
+    """The reply inbox only the application principal ``name`` may read."""
+    return f"{APP_INBOX}.{name}"
+
+
+def _app_subject(name: str, subject: object) -> str:
+    """Return ``subject`` if an application principal may be granted it, else raise."""
+    if not isinstance(subject, str) or not subject.isascii() or len(subject) > 512:
+        raise ValueError(f"principal {name!r}: {subject!r} is not a subject")
+    tokens = subject.split(".")
+    if len(tokens) > _MAX_TOKENS:
+        raise ValueError(f"principal {name!r}: {subject!r} has more than {_MAX_TOKENS} tokens")
+    for n, token in enumerate(tokens):
+        last = n == len(tokens) - 1
+        if not (_APP_TOKEN.fullmatch(token) or token == "*" or (token == ">" and last)):
+            raise ValueError(
+                f"principal {name!r}: {subject!r}: a token is 1-128 of A-Z a-z 0-9 _ -,"
+                " or * (or > last)"
+            )
+    # The first token is plain and not the kernel's: no wildcard or look-alike can then
+    # match a subject of the kernel's ($JS/$KV/$SYS APIs cannot be written at all).
+    if not _APP_TOKEN.fullmatch(tokens[0]) or tokens[0].lower() in _KERNEL_ROOTS:
+        raise ValueError(
+            f"principal {name!r}: {subject!r} is not the application's own subject"
+            " (it must start with a plain token other than dirk or _INBOX)"
+        )
+    return subject
+
+
+def app_grants(name: str, grants: Grants) -> tuple[list[str], list[str]]:
+    """What the application principal ``name`` may publish and subscribe to.
+
+    Raises:
+        ValueError: the name cannot stand in a subject, or a subject is not the
+            application's own (see :class:`Grants`).
+    """
+    if not safe_token(name):
+        raise ValueError(f"principal {name!r}: a name on the bus is 1-128 of A-Z a-z 0-9 _ -")
+    if not isinstance(grants, Grants):
+        raise ValueError(f"principal {name!r}: its grants are not Grants")
+    lists = (grants.publish, grants.subscribe)
+    if not all(isinstance(x, tuple | list) for x in lists) or type(grants.responses) is not bool:
+        raise ValueError(f"principal {name!r}: publish and subscribe are lists, responses a bool")
+    if len(grants.publish) + len(grants.subscribe) > _MAX_SUBJECTS:
+        raise ValueError(f"principal {name!r}: more than {_MAX_SUBJECTS} subjects")
+    publish = [_app_subject(name, s) for s in grants.publish]
+    subscribe = [_app_subject(name, s) for s in grants.subscribe]
+    return publish, [f"{app_inbox(name)}.>", *subscribe]
+
+
+def _is_nkey(public: object) -> bool:
+    """Whether ``public`` is an nkey user (``U...``): its prefix, key and checksum all hold."""
+    if not isinstance(public, str) or not _NKEY.fullmatch(public):
+        return False
+    raw = base64.b32decode(public)  # 56 characters: 35 bytes, no padding
+    try:
+        key = Ed25519PublicKey.from_public_bytes(raw[1:33])
+    except ValueError:
+        return False
+    # Written again from its key bytes, a well-formed nkey is itself (prefix and CRC).
+    return nkey_public(keys.public_text(key)) == public
 
 
 def _nkey(public: str) -> str:
-    if public.startswith("U") and len(public) == 56:
+    if _is_nkey(public):
         return public
     return nkey_public(public)
+
+
+def _checked(role: str, name: str, public: object) -> str:
+    """Return the nkey of ``public``, the key of ``role`` ``name``, or raise KeyUnusable."""
+    if not isinstance(public, str) or not (keys.is_public_key(public) or _is_nkey(public)):
+        raise keys.KeyUnusable(f"{role} {name!r}: {public!r} is not a public key")
+    return _nkey(public)
 
 
 def _list(items: Sequence[str]) -> str:
@@ -118,6 +227,7 @@ def server_config(
     agents: Mapping[str, str] | None = None,
     executors: Mapping[str, str] | None = None,
     readers: Mapping[str, str] | None = None,
+    extra: Mapping[str, Grants] | None = None,
     listen: str = "127.0.0.1:4222",
     store_dir: str | None = None,
     tls: tuple[str, str] | None = None,
@@ -130,6 +240,8 @@ def server_config(
         agents: each agent id's public key: its credential's verifier.
         executors: each remote adapter's executor public key.
         readers: principals allowed to read the committed-events relay, by name.
+        extra: an application's own principals, by name: each on its own subjects only
+            (:class:`Grants`), replying on ``_INBOX.app.<name>``.
         listen: the address the server listens on.
         store_dir: JetStream's directory (None: the server's default).
         tls: a certificate and key file: every client must then use TLS.
@@ -137,8 +249,14 @@ def server_config(
 
     Raises:
         KeyUnusable: a public key does not parse.
-        ValueError: an agent, adapter or reader name cannot stand in a subject.
+        ValueError: ``listen`` is not HOST:PORT; an agent, adapter, reader or principal
+            name cannot stand in a subject; an application principal is granted a
+            subject of the kernel's; two principals share a key (the server would not
+            know which one connected).
     """
+    if not isinstance(listen, str) or not _LISTEN.fullmatch(listen):
+        raise ValueError(f"listen {listen!r}: write HOST:PORT")
+    owners = {_checked("kernel", "kernel", kernel): "the kernel"}
     users = [_user(kernel, *kernel_grants(), responses=True)]
     for role, grants, principals in (
         ("agent", agent_grants, agents),
@@ -148,10 +266,12 @@ def server_config(
         for name, public in sorted((principals or {}).items()):
             if not safe_token(name):
                 raise ValueError(f"{role} {name!r}: a name on the bus is 1-128 of A-Z a-z 0-9 _ -")
-            nkey = public.startswith("U") and len(public) == 56
-            if not keys.is_public_key(public) and not nkey:
-                raise keys.KeyUnusable(f"{role} {name!r}: {public!r} is not a public key")
+            _own(owners, _checked(role, name, public), f"{role} {name!r}")
             users.append(_user(public, *grants(name), responses=False))
+    for name, granted in sorted((extra or {}).items()):
+        publish, subscribe = app_grants(name, granted)
+        _own(owners, _checked("principal", name, granted.key), f"principal {name!r}")
+        users.append(_user(granted.key, publish, subscribe, responses=granted.responses))
     users.extend(f"      {entry}" for entry in extra_users)
     js = f"jetstream {{ store_dir: {json.dumps(store_dir)} }}" if store_dir else "jetstream {}"
     parts = [f"listen: {listen}", js]
@@ -167,3 +287,11 @@ def server_config(
         "}"
     )
     return "\n".join(parts) + "\n"
+
+
+def _own(owners: dict[str, str], nkey: str, who: str) -> None:
+    # One key, one principal: a second user with the same nkey would let one log in as
+    # the other's grants (the server takes whichever entry it finds).
+    if nkey in owners:
+        raise ValueError(f"{who}: its key is already {owners[nkey]}'s")
+    owners[nkey] = who

@@ -5,7 +5,7 @@
     python -m kernel.mesh.config key kernel.pem     # a new key (mode 0600), its public half printed
     python -m kernel.mesh.config key bank-executor.pem
     python -m kernel.mesh.config server --kernel kernel.pem --agents-from desk.db \\
-        --executor bank=ed25519:... --reader audit=ed25519:... \\
+        --executor bank=ed25519:... --reader audit=ed25519:... --extra app.json \\
         --listen 127.0.0.1:4222 --store-dir /var/lib/dirk-js > dirk-nats.conf
     nats-server -c dirk-nats.conf
 
@@ -13,6 +13,13 @@
 ``CredentialIssued`` recorded); ``--agent ID=PUBLIC`` names one by hand. After issuing
 or rotating a credential, write the file again and reload the server
 (``nats-server --signal reload=<pid>``).
+
+``--extra FILE`` adds an application's own principals: a JSON object naming each one's
+key (a public key, or the key file holding its private half) and its subjects, which
+must be the application's own (never ``dirk.``, ``_INBOX.`` or a ``$`` API)::
+
+    {"driver": {"key": "driver.pem", "publish": ["sim.*.cue.*"],
+                "subscribe": ["sim.*.ask.*"], "responses": true}}
 """
 
 from __future__ import annotations
@@ -23,9 +30,10 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import anyio
+import msgspec
 
 from kernel.core import keys
-from kernel.mesh._config import server_config
+from kernel.mesh._config import Grants, server_config
 from kernel.mesh._wire import nkey_public
 
 
@@ -44,6 +52,24 @@ def _public(text: str) -> str:
     if text.startswith(keys.PREFIX) or (text.startswith("U") and len(text) == 56):
         return text
     return keys.public_text(keys.load_private_key(Path(text)))
+
+
+def extra_of(path: str) -> dict[str, Grants]:
+    """Return the application principals the JSON file at ``path`` names, keys resolved.
+
+    Raises:
+        ValueError: the file cannot be read or is not such an object (in one line).
+        KeyUnusable: a key is neither a public key nor a usable key file.
+    """
+    try:
+        data = Path(path).read_bytes()
+    except (OSError, ValueError) as exc:  # a path that is not text raises ValueError
+        raise ValueError(f"--extra {path!r}: {exc}") from None
+    try:
+        named = msgspec.json.decode(data, type=dict[str, Grants])
+    except msgspec.DecodeError as exc:
+        raise ValueError(f"--extra {path!r}: {exc}") from None
+    return {name: msgspec.structs.replace(g, key=_public(g.key)) for name, g in named.items()}
 
 
 async def agents_of(db: str) -> dict[str, str]:
@@ -81,6 +107,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     server.add_argument("--agents-from", metavar="DB", help="every agent's key from a journal")
     server.add_argument("--executor", action="append", default=[], metavar="ADAPTER=PUBLIC")
     server.add_argument("--reader", action="append", default=[], metavar="NAME=PUBLIC")
+    server.add_argument(
+        "--extra",
+        metavar="FILE",
+        help="an application's own principals: JSON {NAME: {key, publish, subscribe, responses}}",
+    )
     server.add_argument("--listen", default="127.0.0.1:4222")
     server.add_argument("--store-dir")
     server.add_argument("--tls-cert")
@@ -102,6 +133,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             agents=agents,
             executors={k: _public(v) for k, v in _pairs(args.executor, "--executor").items()},
             readers={k: _public(v) for k, v in _pairs(args.reader, "--reader").items()},
+            extra=extra_of(args.extra) if args.extra else None,
             listen=args.listen,
             store_dir=args.store_dir,
             tls=(args.tls_cert, args.tls_key) if args.tls_cert else None,

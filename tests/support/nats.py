@@ -8,11 +8,12 @@ version. Outside CI a missing server skips the test with the reason; under
 ``nats_server`` runs with the configuration the kernel ships
 (:func:`kernel.mesh.server_config`): one nkey user per principal of :class:`Principals`
 (the kernel, the hosts of ``clerk`` and of ``mallory``, the executors of ``bank`` and of
-``ledger``, a reader of the relay) with least privilege, plus ``admin``, the tests' own
-unrestricted user (it empties the bus between tests and plays a server granted too
-widely). ``nats_tls_server`` is the same behind TLS, with certificates made by
-``trustme`` in the test; ``open_nats_server`` has no users at all (the trading example's
-run on the bus, whose simulation cues are no principal's).
+``ledger``, a reader of the relay, and two principals an application added with
+``extra``: the trading example's driver and the cue connection of a ``clerk`` host) with
+least privilege, plus ``admin``, the tests' own unrestricted user (it empties the bus
+between tests and plays a server granted too widely). ``nats_tls_server`` is the same
+behind TLS, with certificates made by ``trustme`` in the test; :func:`started_server`
+runs a configuration the test writes (the trading example's own).
 """
 
 from __future__ import annotations
@@ -25,7 +26,8 @@ import socket
 import ssl
 import subprocess
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -70,6 +72,16 @@ class Principals:
     def admin_key(self) -> Path:
         return self.folder / "admin.pem"
 
+    @property
+    def driver_key(self) -> Path:
+        """The trading example's driver: an application's principal (``extra``)."""
+        return self.folder / "driver.pem"
+
+    @property
+    def cue_key(self) -> Path:
+        """The cue connection of a ``clerk`` host, as the trading example grants its hosts."""
+        return self.folder / "cue.pem"
+
     def key(self, path: Path) -> Ed25519PrivateKey:
         return keys.load_private_key(path)
 
@@ -81,6 +93,8 @@ class Principals:
         return self.public(self.bank_key)
 
     def config(self, port: int, store: Path, tls: tuple[str, str] | None = None) -> str:
+        from examples.desk_hosts import host_principal
+        from examples.desk_mesh import DRIVER, driver_grants, host_grants
         from kernel.mesh import nkey_public, server_config
         from kernel.registry import credential_verifier
 
@@ -93,6 +107,10 @@ class Principals:
             },
             executors={"bank": self.bank_public, "ledger": self.public(self.ledger_key)},
             readers={"audit": self.public(self.reader_key)},
+            extra={
+                DRIVER: driver_grants(self.public(self.driver_key)),
+                host_principal("clerk"): host_grants("clerk", self.public(self.cue_key)),
+            },
             listen=f"127.0.0.1:{port}",
             store_dir=str(store / "js"),
             tls=tls,
@@ -111,6 +129,8 @@ def make_principals(folder: Path) -> Principals:
         made.ledger_key,
         made.reader_key,
         made.admin_key,
+        made.driver_key,
+        made.cue_key,
     ):
         keys.write_private_key(path)
     return made
@@ -124,7 +144,9 @@ class NatsServer:
     port: int
     store: Path
     principals: Principals | None = None
-    """Who may connect (None: anyone, as a server without users)."""
+    """Who may connect (None: whom ``configure`` lists)."""
+    configure: Callable[[int, Path], str] | None = None
+    """Writes the configuration for (port, store directory), instead of ``principals``."""
     tls: tuple[str, str] | None = None
     """The server's certificate and key files, when it speaks TLS."""
     ca: ssl.SSLContext | None = None
@@ -162,13 +184,13 @@ class NatsServer:
 
     def start(self) -> None:
         self.log = log = open(self.store / "server.log", "ab")
-        if self.principals is None:
-            command = [self.binary, "-a", "127.0.0.1", "-p", str(self.port), "-js"]
-            command += ["-sd", str(self.store)]
+        conf = self.store / "server.conf"
+        if self.configure is not None:
+            conf.write_text(self.configure(self.port, self.store))
         else:
-            conf = self.store / "server.conf"
+            assert self.principals is not None, "a server runs a configuration with users"
             conf.write_text(self.principals.config(self.port, self.store, self.tls))
-            command = [self.binary, "-c", str(conf)]
+        command = [self.binary, "-c", str(conf)]
         self.process = subprocess.Popen(command, stdout=log, stderr=log)
         _wait_listening(self.port, self.process)
 
@@ -268,12 +290,12 @@ def nats_server_fixture(principals: Principals) -> Iterator[NatsServer]:
             server.stop()
 
 
-@pytest.fixture(scope="session", name="open_nats_server")
-def open_nats_server_fixture() -> Iterator[NatsServer]:
-    """A nats-server -js without users: every client may do anything."""
+@contextmanager
+def started_server(configure: Callable[[int, Path], str]) -> Iterator[NatsServer]:
+    """A nats-server on a free 127.0.0.1 port running the configuration ``configure`` writes."""
     binary = find_server()
-    with tempfile.TemporaryDirectory(prefix="dirk-nats-open-") as tmp:
-        server = NatsServer(binary=binary, port=_free_port(), store=Path(tmp))
+    with tempfile.TemporaryDirectory(prefix="dirk-nats-own-") as tmp:
+        server = NatsServer(binary=binary, port=_free_port(), store=Path(tmp), configure=configure)
         server.start()
         try:
             yield server
@@ -311,18 +333,13 @@ def nats_tls_server_fixture(principals: Principals) -> Iterator[NatsServer]:
             server.stop()
 
 
-async def reset_bus(server: NatsServer | str) -> None:
+async def reset_bus(server: NatsServer) -> None:
     """Delete the mesh's streams (and so their consumers): each test starts on an empty bus."""
     import nats.js.errors
 
     from kernel.mesh import connect
 
-    if isinstance(server, str):
-        import nats
-
-        nc: Any = await nats.connect(server)
-    else:
-        nc = await connect(server.url, name="test-admin", auth=server.admin, reconnect=False)
+    nc = await connect(server.url, name="test-admin", auth=server.admin, reconnect=False)
     try:
         js = nc.jetstream()
         for name in (
