@@ -141,6 +141,10 @@ class KernelConfig(msgspec.Struct, frozen=True, kw_only=True):
             (kernel.inbox.keyring; ``dirk operator add``); None: the ``DIRK_KEYRING``
             environment variable, else none, and every inbox row is refused. Kept outside
             the journal on purpose: whoever can write the journal cannot add a key.
+        artifacts: where the artifact store keeps documents' bytes (kernel.artifacts): a
+            SQLite file, a ``postgresql://`` URL or a directory (``dir:PATH``). None: beside
+            the journal (``X.artifacts.db`` next to ``X.db``; a table in a PostgreSQL
+            journal's database), opened the first time it is used.
     """
 
     limits: Limits = Limits()
@@ -155,3 +159,4 @@ class KernelConfig(msgspec.Struct, frozen=True, kw_only=True):
     keyring: str | None = None
     bus_key: str | None = None
     bus_tls: ssl.SSLContext | None = None
+    artifacts: str | None = None

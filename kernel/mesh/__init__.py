@@ -37,6 +37,7 @@ is never the record):
 The kernel never imports ``nats`` unless a bus is configured.
 """
 
+from kernel.core.fetching import current_fetcher
 from kernel.mesh._bridge import (
     PROPOSAL_STREAM,
     RETRY_S,
@@ -65,14 +66,22 @@ from kernel.mesh._executor import (
     sign_result,
 )
 from kernel.mesh._protocol import (
+    ARTIFACT_PREFIX,
+    FETCHED_DECODER,
     HANDSHAKE_PREFIX,
     SIGNATURE_HEADER,
     STARTED_SUBJECT,
+    ArtifactData,
+    ArtifactRefused,
     Challenge,
+    FetchArtifact,
     Hello,
     Prove,
     Refused,
     Welcome,
+    artifact_subject,
+    fetch_signature,
+    fetch_signed,
     handshake_subject,
     parse_work_id,
     proof_message,
@@ -101,7 +110,9 @@ from kernel.mesh._wire import (
 from kernel.registry import agent_key
 
 __all__ = [
+    "ARTIFACT_PREFIX",
     "EVENT_STREAM",
+    "FETCHED_DECODER",
     "HANDSHAKE_PREFIX",
     "INTENT_STREAM",
     "KERNEL_INBOX",
@@ -112,8 +123,11 @@ __all__ = [
     "STARTED_SUBJECT",
     "VERDICT_STREAM",
     "WORK_STREAM",
+    "ArtifactData",
+    "ArtifactRefused",
     "BusAuth",
     "Challenge",
+    "FetchArtifact",
     "GuardedClient",
     "Hello",
     "Mesh",
@@ -127,9 +141,13 @@ __all__ = [
     "agent_grants",
     "agent_inbox",
     "agent_key",
+    "artifact_subject",
     "connect",
+    "current_fetcher",
     "executor_grants",
     "executor_inbox",
+    "fetch_signature",
+    "fetch_signed",
     "handshake_subject",
     "kernel_auth",
     "kernel_grants",

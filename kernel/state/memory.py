@@ -29,6 +29,7 @@ breaks, and the verdict does not change.
 
 from __future__ import annotations
 
+import datetime as dt
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from functools import lru_cache
@@ -63,7 +64,7 @@ from kernel.core.flow import FlowState
 from kernel.core.reasons import ReasonCode
 from kernel.policy.rules import View
 from kernel.state.domain import Domain, ExecutorFactory, Fold, Saved, State
-from kernel.state.rulebook import Rulebook
+from kernel.state.rulebook import DEFAULT_NS, Rulebook, RuleSearch, select, shown_item
 
 MEMORY_EVENTS = frozenset(
     {
@@ -307,6 +308,23 @@ class MemoryState(msgspec.Struct, kw_only=True):
         }
 
 
+def canonical_memory(state: MemoryState) -> Any:
+    """The memory's form in the digest: what journals' checkpoints hashed.
+
+    Constraints and rule proposals are keyed by seq (canonical JSON keys are strings).
+    Parts added since (rulebook namespaces, the input events seen, embedding scores) are
+    left out while empty, so an older journal's checkpoints still verify.
+    """
+    builtins: dict[str, Any] = msgspec.to_builtins(state, str_keys=True)
+    book = builtins["rulebook"]
+    for later in ("spaces", "seen"):
+        if not book.get(later):
+            book.pop(later, None)
+    if not builtins.get("scores"):
+        builtins.pop("scores", None)
+    return builtins
+
+
 _FOLDS: dict[type[Payload], Callable[[MemoryState, Event, bool], None]] = {
     FactAdded: MemoryState._fact,
     ConstraintAdded: MemoryState._constraint,
@@ -318,6 +336,59 @@ _FOLDS: dict[type[Payload], Callable[[MemoryState, Event, bool], None]] = {
     RuleRetracted: MemoryState._rule,
 }
 """What each memory event records (the rule events: in the rulebook it holds)."""
+
+
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+
+
+def iso_time(ns: int) -> str:
+    """Return a recorded time (ns since the epoch) as ISO 8601 in UTC, to the microsecond.
+
+    Integer arithmetic only: the same recorded time is the same text on every replay.
+    """
+    moment = _EPOCH + dt.timedelta(microseconds=ns // 1000)
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def memory_document(
+    ns: str,
+    generated_at_ns: int,
+    constraints: list[dict[str, Any]],
+    facts: dict[str, Any],
+    rules: list[dict[str, Any]],
+) -> dict[str, Any]:
+    """Return the memory JSON an agent is shown: what ``compile_memory`` answers.
+
+    ``ns`` is the rulebook namespace its rules come from, ``generated_at`` the recorded
+    time it was compiled at; a context records the document's hash (``memory_hash``),
+    so a replay knows which memory its agent saw. ``rules`` is left out when none is shown.
+    """
+    document: dict[str, Any] = {
+        "ns": ns,
+        "generated_at": iso_time(generated_at_ns),
+        "constraints": constraints,
+        "facts": facts,
+    }
+    if rules:
+        document["rules"] = rules
+    return document
+
+
+def compile_memory(
+    memory: MemoryState,
+    prompt: str,
+    *,
+    ns: str = DEFAULT_NS,
+    k: int = 5,
+    generated_at_ns: int = 0,
+    max_facts: int | None = None,
+    search: RuleSearch | None = None,
+) -> dict[str, Any]:
+    """Return the memory JSON for a task: the rules of ``ns`` relevant to ``prompt``, constraints,
+    facts (the rulebook document's ``compile_memory``; the same document a context shows)."""
+    view = memory.view(max_facts)
+    rules = [shown_item(r) for r in select(memory.rulebook, prompt, k, search, ns)]
+    return memory_document(ns, generated_at_ns, view["constraints"], view["facts"], rules)
 
 
 def _by_priority(c: ConstraintRecord) -> tuple[int, int]:
@@ -512,8 +583,7 @@ class Memory(Domain):
                 get=lambda: self.state,
                 load=load,
                 copy=MemoryState.copy,
-                # Constraints and rule proposals are keyed by seq: canonical JSON keys are strings.
-                canonical=lambda state: msgspec.to_builtins(state, str_keys=True),
+                canonical=canonical_memory,
             ),
         )
 
