@@ -19,6 +19,7 @@ one is :func:`kernel.boot.open_kernel`; hosting agents, :mod:`kernel.hosting`.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any, TypeVar
 
@@ -41,6 +42,7 @@ from kernel.core.events import (
     FlowAborted,
     InputRefused,
     Manifest,
+    MeaningScored,
     ProposalRecord,
 )
 from kernel.core.fetching import ArtifactSlice, FetchRefused
@@ -71,6 +73,8 @@ from kernel.runtime.messages import (
     Register,
 )
 from kernel.state.artifacts import fetch as fetch_artifact_for
+from kernel.state.constraints import about_of, scorable
+from kernel.state.meaning import text_hash
 from kernel.state.projections import Projections, visible
 from kernel.state.snapshots import Checkpointer
 from kernel.telemetry import caller_context, traceparent_of
@@ -78,6 +82,7 @@ from kernel.wiring import Actors
 
 M = TypeVar("M")
 T = TypeVar("T")
+log = logging.getLogger("kernel")
 
 
 class Kernel(OperatorActs):
@@ -124,6 +129,7 @@ class Kernel(OperatorActs):
             spawn_effect=self._spawn_effect,
         )
         self._adapter_names = frozenset(self.actors.adapters)
+        self._meaning = config.ports.meaning
         self._artifact_location = config.artifacts or artifacts_beside(journal.path)
         self._artifact_store: ArtifactStore | None = None
         self._artifact_lock = anyio.Lock()
@@ -338,9 +344,43 @@ class Kernel(OperatorActs):
                 field=exc.field,
             )
         await self._recall(dfid)
+        if self._meaning is not None and invalid is None:
+            await self._score_meaning(dfid, record)
         reply: Reply[Verdict] = Reply()
         msg = Judge(dfid=dfid, proposal=record, token=token, invalid=invalid, reply=reply)
         return await self._call(self.actors.dim, msg, reply)
+
+    async def _score_meaning(self, dfid: str, record: ProposalRecord) -> None:
+        """Record how close the proposal comes to the constraints its words did not match.
+
+        The embedding model runs here, at the edge; the DIM reads the recorded scores
+        (``MeaningScored``), so its verdict stays a function of the journal. A model that
+        fails scores nothing: the words still match as they always do.
+        """
+        matcher = self._meaning
+        flow = self.projections.flows.get(dfid)
+        if matcher is None or flow is None or flow.terminal:
+            return
+        memory = self.projections.memory
+        wanted = scorable(memory, record)
+        about = about_of(record)
+        hashed = text_hash(about)
+        if not wanted or hashed in memory.scores.get(dfid, {}):
+            return
+        seqs = sorted(wanted)
+        try:
+            scores = await matcher.scores(about, [wanted[seq] for seq in seqs])
+        except Exception as exc:  # the model is the outside world: it never stops a verdict
+            log.warning("the embedding matcher failed on flow %s: %r", dfid, exc)
+            return
+        scored = MeaningScored(
+            model=clip(matcher.embedder.model),
+            version=clip(matcher.embedder.version),
+            threshold=matcher.threshold,
+            text=hashed,
+            scores={str(seq): score for seq, score in zip(seqs, scores, strict=True)},
+        )
+        await self.journal.append([Draft(payload=scored, dfid=dfid, agent_id=flow.agent_id)])
 
     def flow(self, dfid: str) -> FlowState | None:
         """Return the current state of a flow: open, or among the ``keep_finished`` last ended.

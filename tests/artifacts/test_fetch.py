@@ -62,7 +62,9 @@ class Reader(Agent):
             self.got.append(await self.read(ctx))
         except FetchRefused as exc:
             self.got.append(exc)
-        return ctx.propose(Transfer(account="acc-1", amount_cents=1), explain="read", confidence=0.9)
+        return ctx.propose(
+            Transfer(account="acc-1", amount_cents=1), explain="read", confidence=0.9
+        )
 
 
 async def read_all(ctx: WorkingContext) -> bytes:
