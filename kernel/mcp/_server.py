@@ -11,6 +11,7 @@ and recorded by the kernel wherever a proposal or a human act was involved.
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Mapping
 from typing import Annotated, Any
 
@@ -32,6 +33,7 @@ from kernel.mcp._tools import (
     Identity,
     Int,
     Ints,
+    Labels,
     Number,
     Obj,
     OptId,
@@ -97,14 +99,24 @@ def build_server(
         priority: Priority = "required",
         triggered_by: OptInt = None,
         explain: Text = "",
+        kinds: Labels = None,
+        params: Labels = None,
     ) -> Answer:
-        """Propose a constraint on later proposals: 'never X', 'avoid X', 'verify X before Y'.
+        """Propose a constraint: 'never X', 'avoid X', 'verify X before Y', 'always X'.
 
         A learned constraint names the event of the mistake it learns from in triggered_by.
+        KINDS scopes it to those policy kinds, PARAMS to those parameters of theirs.
+        A constraint contradicting an active one is refused (CONSTRAINT_CONFLICT).
         """
-        policy = {"kind": "memory.add_constraint", "text": text, "priority": priority}
+        policy: dict[str, Any] = {"kind": "memory.add_constraint", "text": text}
+        policy["priority"] = priority
         if triggered_by is not None:
             policy["triggered_by"] = triggered_by
+        for name, value in (("kinds", kinds), ("params", params)):
+            if value is not None:
+                if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+                    raise ToolRefused(ReasonCode.SCHEMA_INVALID, "a list of strings", name)
+                policy[name] = value
         return await proposed(who, policy, explain or "constraint", 1.0)
 
     @tool("agent")
@@ -122,6 +134,28 @@ def build_server(
         """Consult memory about TOPIC; the query is recorded (it is what verification needs)."""
         policy = {"kind": "memory.query", "topic": topic}
         return await proposed(who, policy, explain or f"query {topic}", 1.0)
+
+    @tool("agent")
+    async def fetch_artifact(
+        who: Principal, dfid: Id, ref: Id, start: Int = 0, length: OptInt = None
+    ) -> Answer:
+        """Read bytes START.. (at most LENGTH) of artifact REF, which a context of your flow
+        DFID referenced (a proposal's answer lists them under ``artifacts``); anything else
+        is refused, on record. The bytes come back base64-encoded."""
+        flow = checked_text(dfid, "dfid", 256)
+        name = checked_text(ref, "ref", 256)
+        first = checked_seq(start, "start")
+        count = None if length is None else checked_seq(length, "length")
+        piece = await backend.fetch_artifact(who.name, flow, name, first, count)
+        result = {
+            "ref": piece.ref,
+            "start": piece.start,
+            "size": piece.size,
+            "media_type": piece.media_type,
+            "more": piece.more,
+            "data_base64": base64.b64encode(piece.data).decode("ascii"),
+        }
+        return Answer(verdict="OK", dfid=flow, result=result)
 
     @tool("agent")
     async def propose(

@@ -44,7 +44,15 @@ from typing import TYPE_CHECKING, Any
 
 from kernel.core.events import Feedback, ProposalRecord
 from kernel.core.reasons import ReasonCode
-from kernel.state.meaning import MATCHER, MICRO, overlapping, phrase_in, text_hash, words
+from kernel.state.meaning import (
+    MATCHER,
+    MICRO,
+    kind_words,
+    overlapping,
+    phrase_in,
+    text_hash,
+    words,
+)
 
 if TYPE_CHECKING:
     from kernel.state.memory import ConstraintRecord, MemoryState
@@ -199,7 +207,7 @@ def _by_meaning(
         return None
     if c.kinds:  # a proposal of a governed kind is the action, whatever its words
         return ReasonCode.VERIFICATION_REQUIRED, ""
-    about = f"{kind}\n{seen.scoped_text(c.params)}"
+    about = f"{kind_words(kind)}\n{seen.scoped_text(c.params)}"
     return _matched(ReasonCode.VERIFICATION_REQUIRED, action, about, c, seen)
 
 
@@ -396,7 +404,8 @@ def _to_score(c: ConstraintRecord, seen: Seen) -> str | None:
     form, subject, action = parsed
     if form == "never" and not phrase_in(subject, seen.scoped_text(c.params), c.synonyms):
         return subject
-    if form == "verify" and not c.kinds and not phrase_in(action, seen.about, c.synonyms):
+    about = f"{kind_words(seen.proposal.kind)}\n{seen.text}"
+    if form == "verify" and not c.kinds and not phrase_in(action, about, c.synonyms):
         return action
     return None
 

@@ -4,8 +4,10 @@ A constraint names phrases ("verify *accessibility* before *booking*", "never us
 *eval()*"); a proposal is text (its kind, explanation and parameters). Whether the
 phrase occurs in the text is decided here, the same way live and on every replay:
 
-1. **Normalisation**: Unicode NFKC, case-folded; split into words (letters and digits;
-   ``eval()`` is the word ``eval``, ``trading.place_order`` three words); a few
+1. **Normalisation**: Unicode NFKC, case-folded; split into words (letters and digits,
+   joined by underscores: ``eval()`` is the word ``eval``, ``ast.literal_eval`` the words
+   ``ast`` and ``literal_eval``; a policy kind's underscores are spaces, so the kind
+   ``trading.place_order`` reads as three words, :func:`kind_words`); a few
    function words (:data:`STOPWORDS`) dropped from both sides.
 2. **Stemming**: each word to its Snowball English stem (``booking``, ``Book`` and
    ``booked`` are ``book``; ``accessibility`` and ``accessible`` are ``access``), so
@@ -46,7 +48,9 @@ STOPWORDS = frozenset({"a", "an", "the", "any", "some", "this", "that", "these",
 MICRO = 1_000_000
 """Scores are integers: 1.0 is a million (kernel.state.beliefs does the same)."""
 
-_WORD = re.compile(r"[^\W_]+")
+_WORD = re.compile(r"[^\W_]+(?:_+[^\W_]+)*")
+# Underscores join: an identifier is one word ("literal_eval" is not "eval"); a policy
+# kind's underscores are read as spaces by the caller (kind_words).
 _stemmer = snowballstemmer.stemmer("english")
 
 Words = tuple[str, ...]
@@ -64,6 +68,11 @@ def words(text: str) -> Words:
     """Return the normalised, stemmed words of ``text`` (function words left out)."""
     folded = unicodedata.normalize("NFKC", text).casefold()
     return tuple(_stem(w) for w in _WORD.findall(folded) if w not in STOPWORDS)
+
+
+def kind_words(kind: str) -> str:
+    """A policy kind as text to match: its underscores are spaces (``place_order``)."""
+    return kind.replace("_", " ")
 
 
 @lru_cache(maxsize=1024)

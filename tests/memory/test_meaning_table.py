@@ -58,6 +58,8 @@ ROWS: list[Row] = [
     # --- prohibitions ---------------------------------------------------------------
     (DECIDE, "use eval() to parse the input", "Never use eval()", {}, (), True),
     (DECIDE, "call eval(x) on it", "Never use eval()", {}, (), True),
+    (DECIDE, "parse it with ast.literal_eval", "Never use eval()", {}, (), False),  # identifier
+    ("trading.place_order", "100 ACME", "Verify limits before placing an order", {}, (), True),
     (DECIDE, "evaluate the results", "Never use eval()", {}, (), False),
     (DECIDE, "concatenate the strings", "avoid cat", {}, (), False),
     (DECIDE, "cat the file", "avoid cat", {}, (), True),
@@ -133,7 +135,8 @@ def test_what_matches_and_what_must_not(row: Row) -> None:
 def test_words_are_normalised_stemmed_and_function_words_dropped() -> None:
     assert words("Booking the Hotel") == ("book", "hotel")
     assert words("eval(x)") == ("eval", "x")
-    assert words("trading.place_order") == ("trade", "place", "order")
+    assert words("trading.place_order") == ("trade", words("place_order")[0])
+    assert words("ast.literal_eval(x)") == ("ast", words("literal_eval")[0], "x")
     assert words("ＢＯＯＫ") == ("book",)  # noqa: RUF001 (fullwidth on purpose)
     assert words("") == ()
 
