@@ -146,6 +146,7 @@ class ContextCompiler:
                 rules=layers.rules,
                 artifacts=layers.artifacts,
                 memory_hash=layers.memory_hash,
+                reactivated=layers.reactivated,
             ),
             dfid=msg.dfid,
         )
@@ -170,5 +171,6 @@ class ContextCompiler:
             schemas=layers.schemas,
             tokens=layers.tokens,
             dropped=layers.dropped,
+            knowledge=layers.knowledge,
         )
         out.send(host, ctx)

@@ -17,7 +17,13 @@ same position gives byte-identical layers (tested):
   :mod:`kernel.state.artifacts`), and state values larger than
   :data:`ARTIFACT_BYTES`, by reference, never inlined, with their size, media type
   and summary beside (``artifact_info``): the agent fetches what it needs
-  (``ctx.fetch_artifact``), and only these.
+  (``ctx.fetch_artifact``), and only these;
+- knowledge: canonical beliefs reactivated for the task (governance 13.5,
+  :mod:`kernel.state.beliefs.recall`): the entities its topic and state name, the
+  canonical propositions about them with state, confidence, freshness (at the
+  recorded compile time) and provenance, and their episodes' summaries, within the
+  fixed budget recall sets (never dropped for tokens: its own budget bounds it);
+  what it brought back is recorded (``ContextCompiled.reactivated``).
 
 Limits come from the manifest's ``limits``: ``context.state.max_items``,
 ``context.state.window_s`` (facts recorded within that many seconds of the
@@ -42,6 +48,7 @@ import msgspec
 from kernel.core.events import Manifest, canonical, digest
 from kernel.core.flow import FlowState
 from kernel.state.artifacts import JSON, inline_ref, stored_ref
+from kernel.state.beliefs.recall import reactivate
 from kernel.state.memory import iso_time, memory_document
 from kernel.state.projections import Projections, visible
 from kernel.state.rulebook import DEFAULT_NS, DEFAULT_RULES, RuleSearch, select, shown_item
@@ -69,6 +76,10 @@ class Layers(msgspec.Struct, frozen=True, gc=False, kw_only=True):
     """Size, media type and summary of each artifact referenced, by reference."""
     memory_hash: str = ""
     """The hash of the memory layer (what ContextCompiled records)."""
+    knowledge: dict[str, Any] = {}
+    """Canonical beliefs reactivated for the task (kernel.state.beliefs.recall)."""
+    reactivated: list[str] = []
+    """What the knowledge layer brought back, as ids (what ContextCompiled records)."""
 
 
 def estimate(obj: Any) -> int:
@@ -129,9 +140,11 @@ class LayerBody:
         "dropped",
         "infos",
         "items",
+        "knowledge",
         "manifest",
         "mine",
         "ns",
+        "reactivated",
         "tokens",
     )
 
@@ -146,8 +159,10 @@ class LayerBody:
         budget: int,
         infos: dict[str, dict[str, Any]] | None = None,
         ns: str = DEFAULT_NS,
+        knowledge: tuple[dict[str, Any], list[str]] = ({}, []),
     ) -> None:
         self.manifest = manifest
+        self.knowledge, self.reactivated = knowledge
         self.items = items
         self.constraints = constraints
         self.mine = mine
@@ -237,7 +252,15 @@ def layer_body(
     tokens += estimate({"ns": ns, "generated_at": iso_time(as_of_ns)})
     tokens += sum(item[3] for group in items.values() for item in group)
     budget = _limit(limits, "context.tokens") or DEFAULT_TOKENS
-    return LayerBody(manifest, items, constraints, mine, dropped, tokens, budget, infos, ns)
+    task = "\n".join(
+        [topic, *(f[1] for f in facts), *(f[2] for f in facts if isinstance(f[2], str))]
+    )
+    knowledge = reactivate(projections.beliefs, task, as_of_ns)
+    if knowledge[0]:
+        tokens += estimate(knowledge[0])
+    return LayerBody(
+        manifest, items, constraints, mine, dropped, tokens, budget, infos, ns, knowledge
+    )
 
 
 def compile_layers(
@@ -317,4 +340,8 @@ def compile_layers(
         rules=[item["cite"][len("[rule:") : -1] for item in kept],
         artifact_info={ref: dict(body.infos[ref]) for ref in sorted(set(artifacts.values()))},
         memory_hash=digest(memory),
+        knowledge=msgspec.json.decode(msgspec.json.encode(body.knowledge))
+        if body.knowledge
+        else {},
+        reactivated=list(body.reactivated),
     )
