@@ -44,6 +44,8 @@ from nats.js import JetStreamContext
 
 from agents_sdk.agent import Agent
 from kernel import (
+    ArtifactSlice,
+    FetchRefused,
     HandshakeRefused,
     Outcome,
     Proposal,
@@ -52,21 +54,27 @@ from kernel import (
     WorkingContext,
 )
 from kernel.mesh import (
+    FETCHED_DECODER,
     PROPOSAL_STREAM,
     RETRY_S,
     SIGNATURE_HEADER,
     STARTED_SUBJECT,
     VERDICT_STREAM,
     WORK_STREAM,
+    ArtifactRefused,
     BusAuth,
     Challenge,
+    FetchArtifact,
     Hello,
     Prove,
     Refused,
     Welcome,
     agent_inbox,
     agent_key,
+    artifact_subject,
     connect,
+    current_fetcher,
+    fetch_signature,
     handshake_subject,
     proof_message,
     proposal_body,
@@ -82,6 +90,8 @@ FETCH_S = 5.0
 """How long one fetch waits on the server for a context before asking again."""
 HANDSHAKE_S = 30.0
 """How long each leg of a handshake waits for the kernel."""
+FETCH_ARTIFACT_S = 30.0
+"""How long an artifact fetch waits for the kernel's answer."""
 _ANSWERS = msgspec.json.Decoder(Challenge | Welcome | Refused)
 
 
@@ -196,7 +206,44 @@ class _Hosted:
             log.warning("proposal for %s refused: %s", ctx.dfid, verdict.reason_code)
         await msg.ack_sync()  # only now: the kernel has recorded the proposal
 
+    async def fetch(self, dfid: str, ref: str, start: int, length: int | None) -> ArtifactSlice:
+        """Ask the kernel for a range of an artifact, signed with the agent's key.
+
+        Raises:
+            FetchRefused: the kernel refused it (it recorded why), or did not answer.
+        """
+        subject = artifact_subject(self.agent_id)
+        body = msgspec.json.encode(FetchArtifact(dfid=dfid, ref=ref, start=start, length=length))
+        headers = {}
+        if self.key is not None:
+            headers[SIGNATURE_HEADER] = fetch_signature(self.key, subject, body)
+        try:
+            reply = await self.nc.request(
+                subject, body, timeout=FETCH_ARTIFACT_S, headers=headers or None
+            )
+            answer = FETCHED_DECODER.decode(reply.data)
+        except (nats.errors.Error, TimeoutError, msgspec.DecodeError, msgspec.ValidationError):
+            raise FetchRefused(
+                ReasonCode.ARTIFACT_MISSING, "the kernel did not answer the fetch"
+            ) from None
+        if isinstance(answer, ArtifactRefused):
+            raise FetchRefused(answer.reason_code, answer.detail, answer.field or "ref")
+        return ArtifactSlice(
+            ref=answer.ref,
+            start=answer.start,
+            data=answer.data,
+            size=answer.size,
+            media_type=answer.media_type,
+        )
+
     async def _decide(self, ctx: WorkingContext, msg: Msg, progress_s: float) -> bytes:
+        fetching = current_fetcher.set(self.fetch)
+        try:
+            return await self._decide_fetching(ctx, msg, progress_s)
+        finally:
+            current_fetcher.reset(fetching)
+
+    async def _decide_fetching(self, ctx: WorkingContext, msg: Msg, progress_s: float) -> bytes:
         async with anyio.create_task_group() as tg:
             tg.start_soon(_keep_alive, msg, progress_s)
             try:

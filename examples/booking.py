@@ -11,7 +11,10 @@ cites it in its explanations (``dirk why access`` tells its history). A
 counterfactual replay, which only reads
 the journal, shows the first booking would have been refused had the
 constraint existed from the start. On the way: a booking over the agent's
-budget is refused and revised, and an expensive one waits for a human.
+budget is refused and revised, and an expensive one waits for a human. The
+hotel's accessibility statement (a few KB) is put in the artifact store: the
+journal records its reference, never its bytes, and the agent's contexts name it,
+so the agent fetches it and books the room the statement says is step-free.
 
     python -m examples.booking --seed 1 --db booking.db
 """
@@ -47,6 +50,31 @@ TRAVEL_KINDS = [
     "memory.add_constraint",
     "memory.query",
 ]
+STATEMENT = "\n".join(
+    [
+        "# Hotel Miramar: accessibility statement",
+        "",
+        "Room 12 (accessible category): step-free from the street door to the bed;",
+        "roll-in shower with a fold-down seat; grab rails; a 90 cm door.",
+        "Rooms 1-11 and 13-40 are reached by six steps and have bathtubs.",
+        "",
+        *(
+            f"- {area}: {detail}"
+            for area, detail in [
+                ("Entrance", "level access from Rua do Sol, automatic doors, 110 cm wide"),
+                ("Reception", "lowered counter section at 76 cm, hearing loop"),
+                ("Lift", "serves every floor, 140 x 110 cm car, braille buttons, voice"),
+                ("Restaurant", "step-free, movable chairs, large-print menu on request"),
+                ("Parking", "two marked bays 20 m from the entrance, level route"),
+                ("Assistance", "trained staff 24 h; evacuation chair on every floor"),
+            ]
+        ),
+        "",
+        *(f"Note {n}: reconfirm the room category at check-in." for n in range(1, 40)),
+    ]
+)
+"""The hotel's own statement (about 2.6 KB): kept in the artifact store, by reference."""
+ACCESS_KEY = "hotel.miramar.access"
 REQUESTS: list[dict[str, Any]] = [
     # The mistake: nobody asked whether Ana needs step-free access.
     {"traveller": "ana", "hotel": "Miramar", "nights": 3, "note": "conference in Lisbon"},
@@ -85,6 +113,9 @@ def travel(task: dict[str, Any], rng: Any) -> dict[str, Any]:
         }
     needs = task.get("needs_step_free", False)
     room = "accessible" if needs else "double"
+    statement = task.get("access_statement", "")
+    # The hotel's own statement names its step-free room: the model books and cites it.
+    seen = f" The hotel's statement: {statement}" if needs and statement else ""
     if "suite" in request["note"] or (request["note"].endswith("nice") and not code):
         room = "suite"
     if code == "RISK_LIMIT_EXCEEDED":
@@ -103,7 +134,8 @@ def travel(task: dict[str, Any], rng: Any) -> dict[str, Any]:
         },
         "confidence": confidence,
         "explain": (
-            f"A {room} room at {request['hotel']} for {request['note']}; great reviews.{cites}"
+            f"A {room} room at {request['hotel']} for {request['note']}; great reviews."
+            f"{seen}{cites}"
         ),
     }
 
@@ -117,7 +149,7 @@ class TravelAgent(Agent):
             agent_id="travel-agent",
             version="1.0.0",
             capabilities=TRAVEL_KINDS,
-            subscriptions=["request", "correction", "traveller"],
+            subscriptions=["request", "correction", "traveller", "hotel"],
         )
 
     async def decide(self, ctx: WorkingContext) -> Proposal | None:
@@ -132,6 +164,12 @@ class TravelAgent(Agent):
             task["needs_step_free"] = bool(
                 ctx.state.get(f"traveller.{request['traveller']}.step_free")
             )
+            key = f"hotel.{str(request['hotel']).lower()}.access"
+            if task["needs_step_free"] and key in ctx.artifacts:
+                # Too large to inline: the context names it; the agent reads what it needs.
+                piece = await ctx.fetch_artifact(key)
+                lines = piece.data.decode("utf-8", "replace").splitlines()
+                task["access_statement"] = next((x for x in lines if "step-free" in x), "")
         rules = ctx.memory.get("rules", [])
         task["rules"] = [f"{rule['id']}@v{rule['version']}" for rule in rules]
         if ctx.feedback is not None:
@@ -207,6 +245,15 @@ async def simulate(seed: int, db: Path | str, llm: str, files: Path | None = Non
                 "correction.ana", {"correction.ana": correction, "traveller.ana.step_free": True}
             )
             await kernel.wait_quiet()
+            # The hotel sends its accessibility statement: into the artifact store, and a
+            # reference in the state (a topic no agent listens to: it opens no flow).
+            statement = await kernel.put_artifact(
+                STATEMENT.encode(),
+                media_type="text/markdown",
+                summary="Hotel Miramar's accessibility statement",
+                by="hotel",
+            )
+            await kernel.trigger("directory.hotels", {ACCESS_KEY: statement}, source="hotel")
             # The desk lead writes the lesson down as a house rule, with where it lives.
             await kernel.propose_rule(
                 "access",

@@ -16,6 +16,7 @@ from kernel.boot import open_kernel
 from kernel.config import KernelConfig, Limits, Ports, Storage, Supervision
 from kernel.core.errors import KernelFault, KernelShutdown
 from kernel.core.events import Manifest, PackRef, ProposalRecord
+from kernel.core.fetching import ArtifactSlice, FetchRefused
 from kernel.core.flow import TERMINAL, FlowState, FlowStatus
 from kernel.core.ports import Clock, IdSource, RandomIds, SystemClock
 from kernel.core.reasons import ReasonCode, StopReason
@@ -47,10 +48,12 @@ __all__ = [
     "AmendmentInvalid",
     "Approval",
     "ApprovalStatus",
+    "ArtifactSlice",
     "Clock",
     "Decision",
     "EscalationBudget",
     "EscalationPolicy",
+    "FetchRefused",
     "FlowState",
     "FlowStatus",
     "HandshakeRefused",

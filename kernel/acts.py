@@ -19,8 +19,10 @@ from collections.abc import Mapping, Sequence
 from decimal import Decimal
 from typing import Any, TypeVar, assert_never
 
+import anyio
 import msgspec
 
+from kernel.artifacts import ArtifactStore, connect_artifacts
 from kernel.core import events, wall
 from kernel.core.errors import KernelShutdown
 from kernel.core.events import (
@@ -39,6 +41,7 @@ from kernel.core.wall import InputInvalid, clip
 from kernel.inbox import (
     AgentStatusRequest,
     AmendRequest,
+    CollectArtifactsRequest,
     CredentialRequest,
     DecideRequest,
     InboxAgents,
@@ -71,6 +74,7 @@ from kernel.runtime.messages import (
 )
 from kernel.state.amendments import AmendmentInvalid
 from kernel.state.approvals import APPROVE_WORDS
+from kernel.state.artifacts import collectable
 from kernel.state.projections import AgentStatus, Projections, fold
 from kernel.state.rulebook import RuleNotInForce, RuleNotPending
 from kernel.wiring import Actors
@@ -94,6 +98,9 @@ class OperatorActs:
     _adapter_names: frozenset[str]
     _pending: set[Reply[Any]]
     _stop_reason: KernelShutdown | None
+    _artifact_location: str
+    _artifact_store: ArtifactStore | None
+    _artifact_lock: anyio.Lock
 
     async def decide(
         self,
@@ -227,6 +234,7 @@ class OperatorActs:
                             operator=request.operator,
                             reason=request.reason,
                             inbox_id=proof.inbox_id,
+                            ns=request.ns,
                         )
                     )
                 except RuleNotInForce as exc:
@@ -241,6 +249,7 @@ class OperatorActs:
                     proposer=request.operator,
                     by_operator=True,
                     reason=request.reason,
+                    ns=request.ns,
                 )
                 await self._rule_act(
                     SubmitRule(
@@ -253,6 +262,10 @@ class OperatorActs:
                 )
             case ProposeRequest():
                 await self.inbox_agents.propose(request, proof)
+            case CollectArtifactsRequest():
+                await self.collect_artifacts(
+                    operator=request.operator, reason=request.reason, inbox_id=proof.inbox_id
+                )
             case _:
                 assert_never(request)
 
@@ -405,12 +418,16 @@ class OperatorActs:
         source: events.RuleSource | None = None,
         base_version: int = 0,
         override: bool = False,
+        ns: str = "default",
+        input_event: str = "",
     ) -> Event:
         """Propose a rule version as an operator; return the audited decision (RuleDecided).
 
         The proposal passes the promoter like an agent's (kernel.state.rulebook);
         with ``override`` the operator puts it in force at once, recorded as an
         override with their name and reason. The DIM, the rulebook's owner, records it.
+        ``ns`` is the rulebook namespace (a tenant); ``input_event`` the id of the input
+        that brought it (a webhook delivery): the promoter skips a second one from it.
         """
         self._raise_if_stopped()
         await self._admit_act(
@@ -422,6 +439,8 @@ class OperatorActs:
                 operator=operator,
                 reason=reason,
                 base_version=base_version,
+                ns=ns,
+                input_event=input_event,
             ),
             wall.RuleProposalSpec,
             "rule",
@@ -438,6 +457,8 @@ class OperatorActs:
             proposer=operator,
             by_operator=True,
             reason=reason,
+            ns=ns,
+            input_event=input_event,
         )
         msg = SubmitRule(proposal=proposal, override=override, operator=operator, reason=reason)
         return await self._rule_act(msg)
@@ -468,24 +489,90 @@ class OperatorActs:
             )
         )
 
-    async def retract_rule(self, rule: str, *, operator: str, reason: str) -> Event:
-        """Take rule ``rule`` out of force (RuleRetracted, with who and why); its history stays.
+    async def retract_rule(
+        self, rule: str, *, operator: str, reason: str, ns: str = "default"
+    ) -> Event:
+        """Take rule ``rule`` of namespace ``ns`` out of force (RuleRetracted, with who and why);
+        its history stays.
 
         Raises:
-            RuleNotInForce: no version of the rule is in force.
+            RuleNotInForce: no version of the rule is in force in that namespace.
             InputInvalid: no operator or reason, or a field of the wrong type or size (recorded).
         """
         self._raise_if_stopped()
         act = await self._admit_act(
-            wall.fields(rule=rule, operator=operator, reason=reason),
+            wall.fields(rule=rule, operator=operator, reason=reason, ns=ns),
             wall.RuleRetractionSpec,
             "rule",
             operator,
             target=rule,
         )
         return await self._rule_act(
-            RetractRule(rule=act.rule, operator=act.operator, reason=act.reason)
+            RetractRule(rule=act.rule, operator=act.operator, reason=act.reason, ns=act.ns)
         )
+
+    # --- artifacts: the store, and collecting what nothing live references --------------
+
+    async def artifact_store(self) -> ArtifactStore:
+        """Return the kernel's artifact store, opened on first use (closed with the kernel).
+
+        Raises:
+            ArtifactStoreError: the store cannot be opened.
+        """
+        self._raise_if_stopped()
+        if self._artifact_store is None:
+            async with self._artifact_lock:
+                if self._artifact_store is None:
+                    self._artifact_store = await connect_artifacts(self._artifact_location)
+        assert self._artifact_store is not None
+        return self._artifact_store
+
+    async def _close_artifacts(self) -> None:
+        store, self._artifact_store = self._artifact_store, None
+        if store is not None:
+            await store.aclose()
+
+    async def collect_artifacts(
+        self, *, operator: str, reason: str, inbox_id: int | None = None, dry_run: bool = False
+    ) -> list[str]:
+        """Delete the artifacts nothing live references; return their references.
+
+        Kept: what a context of an open flow referenced, and what a state or memory fact
+        names. The rest, journal-recorded or not, is collected: ``ArtifactsCollected``
+        (who, why, how many bytes) is recorded first, then the bytes are deleted.
+        ``dry_run`` only answers what would go.
+
+        Raises:
+            InputInvalid: no operator or reason (recorded).
+            ArtifactStoreError: the store cannot be used.
+        """
+        self._raise_if_stopped()
+        await self._admit_act(
+            wall.fields(operator=operator, reason=reason),
+            wall.HumanActSpec,
+            "artifacts",
+            operator,
+            target="gc",
+        )
+        store = await self.artifact_store()
+        projections = self.projections
+        facts = [fact.value for fact in projections.state.values()]
+        facts += [fact.value for fact in projections.memory.facts.values()]
+        refs = collectable(projections.artifacts, facts, await store.refs())
+        if dry_run or not refs:
+            return refs
+        stored = projections.artifacts.stored
+        size = 0
+        for ref in refs:
+            known = stored.get(ref)
+            size += known.size if known is not None else (await store.size(ref) or 0)
+        collected = events.ArtifactsCollected(
+            refs=refs, size=size, operator=operator, reason=reason, inbox_id=inbox_id
+        )
+        await self.journal.append([Draft(payload=collected)])
+        for ref in refs:  # recorded first: bytes left behind by a crash go at the next run
+            await store.delete(ref)
+        return refs
 
     async def _rule_act(self, msg: SubmitRule | DecideRule | RetractRule) -> Event:
         """Hand a rule act to the rulebook's owner (the DIM); return its last recorded event.

@@ -19,6 +19,7 @@ one is :func:`kernel.boot.open_kernel`; hosting agents, :mod:`kernel.hosting`.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any, TypeVar
 
@@ -29,16 +30,22 @@ from opentelemetry.context import Context
 
 from kernel.acts import STOPPED, OperatorActs
 from kernel.adapters.contract import Adapter
+from kernel.artifacts import ArtifactStore, artifacts_beside, checked
 from kernel.config import KernelConfig
 from kernel.core import wall
 from kernel.core.errors import KernelFault, KernelShutdown
 from kernel.core.events import (
+    ArtifactStored,
+    Draft,
     Event,
     Feedback,
     FlowAborted,
+    InputRefused,
     Manifest,
+    MeaningScored,
     ProposalRecord,
 )
+from kernel.core.fetching import ArtifactSlice, FetchRefused
 from kernel.core.flow import FLOW_EVENTS, TERMINAL, FlowState, FlowStatus
 from kernel.core.ports import Clock, IdSource
 from kernel.core.reasons import ReasonCode, StopReason
@@ -65,6 +72,9 @@ from kernel.runtime.messages import (
     Judge,
     Register,
 )
+from kernel.state.artifacts import fetch as fetch_artifact_for
+from kernel.state.constraints import about_of, scorable
+from kernel.state.meaning import text_hash
 from kernel.state.projections import Projections, visible
 from kernel.state.snapshots import Checkpointer
 from kernel.telemetry import caller_context, traceparent_of
@@ -72,6 +82,7 @@ from kernel.wiring import Actors
 
 M = TypeVar("M")
 T = TypeVar("T")
+log = logging.getLogger("kernel")
 
 
 class Kernel(OperatorActs):
@@ -118,6 +129,11 @@ class Kernel(OperatorActs):
             spawn_effect=self._spawn_effect,
         )
         self._adapter_names = frozenset(self.actors.adapters)
+        self._meaning = config.ports.meaning
+        self._artifact_location = config.artifacts or artifacts_beside(journal.path)
+        self._artifact_store: ArtifactStore | None = None
+        self._artifact_lock = anyio.Lock()
+        self.actors.agents.fetch = self.fetch_artifact
         self.inbox_agents = InboxAgents(
             self.register,
             lambda topic: self.trigger(topic, source="inbox"),
@@ -328,9 +344,43 @@ class Kernel(OperatorActs):
                 field=exc.field,
             )
         await self._recall(dfid)
+        if self._meaning is not None and invalid is None:
+            await self._score_meaning(dfid, record)
         reply: Reply[Verdict] = Reply()
         msg = Judge(dfid=dfid, proposal=record, token=token, invalid=invalid, reply=reply)
         return await self._call(self.actors.dim, msg, reply)
+
+    async def _score_meaning(self, dfid: str, record: ProposalRecord) -> None:
+        """Record how close the proposal comes to the constraints its words did not match.
+
+        The embedding model runs here, at the edge; the DIM reads the recorded scores
+        (``MeaningScored``), so its verdict stays a function of the journal. A model that
+        fails scores nothing: the words still match as they always do.
+        """
+        matcher = self._meaning
+        flow = self.projections.flows.get(dfid)
+        if matcher is None or flow is None or flow.terminal:
+            return
+        memory = self.projections.memory
+        wanted = scorable(memory, record)
+        about = about_of(record)
+        hashed = text_hash(about)
+        if not wanted or hashed in memory.scores.get(dfid, {}):
+            return
+        seqs = sorted(wanted)
+        try:
+            scores = await matcher.scores(about, [wanted[seq] for seq in seqs])
+        except Exception as exc:  # the model is the outside world: it never stops a verdict
+            log.warning("the embedding matcher failed on flow %s: %r", dfid, exc)
+            return
+        scored = MeaningScored(
+            model=clip(matcher.embedder.model),
+            version=clip(matcher.embedder.version),
+            threshold=matcher.threshold,
+            text=hashed,
+            scores={str(seq): score for seq, score in zip(seqs, scores, strict=True)},
+        )
+        await self.journal.append([Draft(payload=scored, dfid=dfid, agent_id=flow.agent_id)])
 
     def flow(self, dfid: str) -> FlowState | None:
         """Return the current state of a flow: open, or among the ``keep_finished`` last ended.
@@ -382,6 +432,102 @@ class Kernel(OperatorActs):
             self._raise_if_stopped()
             self._quiet = self._quiet or anyio.Event()
             await self._quiet.wait()
+
+    async def put_artifact(
+        self,
+        data: bytes,
+        *,
+        media_type: str = "application/octet-stream",
+        summary: str = "",
+        by: str = "",
+        name: str = "",
+    ) -> str:
+        """Keep a document in the artifact store and record its reference; return it.
+
+        The bytes go to the store first, then ``ArtifactStored`` (reference, size, media
+        type, ``summary``, ``by`` whom) is recorded: a recorded reference never names
+        nothing. A trigger fact holding the reference puts it in the artifacts layer of
+        the contexts that see the fact, and their agents may then fetch it. Putting the
+        same bytes again records nothing new.
+
+        Raises:
+            ArtifactTooLarge: not bytes, or over the store's limit.
+            InputInvalid: a media type, summary, ``by`` or name the wall refuses.
+            ArtifactStoreError: the store cannot be used.
+        """
+        self._raise_if_stopped()
+        info = wall.admit(
+            wall.fields(media_type=media_type, summary=summary, by=by, name=name),
+            wall.ArtifactSpec,
+        )
+        raw = checked(data)
+        store = await self.artifact_store()
+        ref = await store.put(raw)
+        known = self.projections.artifacts.stored.get(ref)
+        if known is None or (known.media_type, known.summary) != (info.media_type, info.summary):
+            stored = ArtifactStored(
+                ref=ref,
+                size=len(raw),
+                media_type=info.media_type,
+                summary=info.summary,
+                by=info.by,
+                name=info.name,
+            )
+            await self.journal.append([Draft(payload=stored, agent_id=info.by or None)])
+        return ref
+
+    async def fetch_artifact(
+        self,
+        agent_id: str,
+        dfid: str,
+        ref: str,
+        start: int = 0,
+        length: int | None = None,
+    ) -> ArtifactSlice:
+        """Return a range of an artifact for ``agent_id``, if a context of its flow ``dfid``
+        referenced it (kernel.state.artifacts); a refusal is recorded (``InputRefused``).
+
+        Agents call ``ctx.fetch_artifact``, which reaches this in the kernel's process and
+        through the mesh; the MCP server calls it for its agent principals.
+
+        Raises:
+            FetchRefused: UNAUTHORIZED, ARTIFACT_MISSING or SCHEMA_INVALID, recorded.
+        """
+        self._raise_if_stopped()
+        projections = self.projections
+        try:
+            store = await self.artifact_store() if projections.artifacts.stored else None
+            return await fetch_artifact_for(
+                projections.artifacts,
+                projections.flows,
+                projections.state,
+                self.journal,
+                store,
+                agent_id=agent_id,
+                dfid=dfid,
+                ref=ref,
+                start=start,
+                length=length,
+            )
+        except FetchRefused as exc:
+            refused = InputRefused(
+                reason_code=exc.reason_code,
+                entry="artifact",
+                field=exc.field,
+                detail=clip(exc.detail, wall.MAX_DETAIL),
+                target=clip(ref) if isinstance(ref, str) else "",
+            )
+            flow = projections.flows.get(dfid) if isinstance(dfid, str) else None
+            await self.journal.append(
+                [
+                    Draft(
+                        payload=refused,
+                        dfid=flow.dfid if flow is not None and not flow.terminal else None,
+                        agent_id=clip(agent_id) if isinstance(agent_id, str) else None,
+                    )
+                ]
+            )
+            raise
 
     @property
     def stopped(self) -> KernelShutdown | None:

@@ -275,6 +275,8 @@ async def open_kernel(
                     # Spans of what committed after the exporter's last batch.
                     telemetry.emit(await journal.read(exported[0] + 1))
                     await anyio.to_thread.run_sync(telemetry.shutdown)
+                with contextlib.suppress(Exception):
+                    await kernel._close_artifacts()
         if failure is not None:
             raise failure
         if body_error is not None:

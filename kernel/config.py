@@ -21,6 +21,7 @@ from kernel.core.ports import Clock, IdSource
 from kernel.escalation import EscalationPolicy
 from kernel.guards import GUARD_TIMEOUT_S
 from kernel.journal.store import JournalFaults
+from kernel.state.meaning import EmbeddingMatcher
 from kernel.state.rulebook import RuleSearch
 from kernel.state.snapshots import CHECKPOINT_EVERY
 from kernel.telemetry import Telemetry
@@ -103,12 +104,16 @@ class Ports(msgspec.Struct, frozen=True, kw_only=True):
         jitter_seed: seeds the retry backoff jitter (None: OS randomness).
         rule_search: how rules relevant to a flow are found for its context (None:
             lexical search; a vector search plugs in through the same port).
+        meaning: an embedding matcher for memory constraints (kernel.state.meaning): a
+            proposal's text is scored against the constraints its words did not match,
+            and the scores are recorded before the verdict reads them (None: words only).
     """
 
     clock: Clock | None = None
     ids: IdSource | None = None
     jitter_seed: int | None = None
     rule_search: RuleSearch | None = None
+    meaning: EmbeddingMatcher | None = None
 
 
 class KernelConfig(msgspec.Struct, frozen=True, kw_only=True):
@@ -141,6 +146,10 @@ class KernelConfig(msgspec.Struct, frozen=True, kw_only=True):
             (kernel.inbox.keyring; ``dirk operator add``); None: the ``DIRK_KEYRING``
             environment variable, else none, and every inbox row is refused. Kept outside
             the journal on purpose: whoever can write the journal cannot add a key.
+        artifacts: where the artifact store keeps documents' bytes (kernel.artifacts): a
+            SQLite file, a ``postgresql://`` URL or a directory (``dir:PATH``). None: beside
+            the journal (``X.artifacts.db`` next to ``X.db``; a table in a PostgreSQL
+            journal's database), opened the first time it is used.
     """
 
     limits: Limits = Limits()
@@ -155,3 +164,4 @@ class KernelConfig(msgspec.Struct, frozen=True, kw_only=True):
     keyring: str | None = None
     bus_key: str | None = None
     bus_tls: ssl.SSLContext | None = None
+    artifacts: str | None = None

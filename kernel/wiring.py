@@ -163,7 +163,7 @@ def _executors(
 ) -> dict[str, Adapter]:
     """Build the executors the domains provide for the adapters the packs need, unless given."""
     needed = catalog.adapters_needed()
-    ports = ExecutorPorts(projections=projections, clock=clock, dim=dim)
+    ports = ExecutorPorts(projections=projections, clock=clock, dim=dim, catalog=catalog)
     built: dict[str, Adapter] = {}
     for domain in projections.domains:
         for name, entry in domain.executors().items():

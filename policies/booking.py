@@ -10,7 +10,9 @@ Money is integer minor units (cents). What it enforces on ``booking.reserve_room
   needs step-free access (``step_free`` in the request, or
   ``traveller.<id>.step_free`` in the state), the room must be accessible
   (CONSTRAINT_VIOLATION);
-- escalation: a total above 2,000.00, or a confidence below 0.7, goes to a human.
+- escalation: a total above 2,000.00, or a confidence below 0.7, goes to a human;
+- synonyms: "book", "reserve" and "reservation" are one word to memory constraints,
+  as are "accessibility" and "step-free access", "hotel" and "accommodation".
 """
 
 from __future__ import annotations
@@ -94,24 +96,41 @@ def accessibility(view: View) -> RuleVerdict:
     return ALLOW
 
 
-BOOKING = PolicyPack(
-    name="booking",
-    version="0.1.0",
-    kinds=(ReserveRoom, CancelBooking),
-    escalate_below_confidence=0.7,
-    invariants=(
-        Range(ReserveRoom, "nights", min=1, max=30),
-        Range(ReserveRoom, "guests", min=1, max=4),
-        Range(ReserveRoom, "nightly_rate_cents", min=0),
-        OneOf(ReserveRoom, "room_type", ROOM_TYPES),
-    ),
-    rules=(within_budget, accessibility),
-    consumes=(
-        Consume(ReserveRoom, "rooms:{hotel}", "nights"),
-        Consume(ReserveRoom, "budget:travel", total_cents),
-    ),
-    capacities={"rooms:*": 100, "budget:travel": 5_000_000},
-    thresholds=(Threshold(ReserveRoom, amount=total_cents, above=200_000),),
-    limits={"max_booking": LimitSpec(default=300_000, floor=0, ceiling=1_000_000)},
+def booking_pack(version: str, synonyms: tuple[tuple[str, ...], ...] = ()) -> PolicyPack:
+    """Return the booking pack at ``version``: its kinds and rules, with ``synonyms``.
+
+    0.1.0 had no synonyms (``policies.booking_0_1`` keeps it for re-judging older journals).
+    """
+    return PolicyPack(
+        name="booking",
+        version=version,
+        synonyms=synonyms,
+        kinds=(ReserveRoom, CancelBooking),
+        escalate_below_confidence=0.7,
+        invariants=(
+            Range(ReserveRoom, "nights", min=1, max=30),
+            Range(ReserveRoom, "guests", min=1, max=4),
+            Range(ReserveRoom, "nightly_rate_cents", min=0),
+            OneOf(ReserveRoom, "room_type", ROOM_TYPES),
+        ),
+        rules=(within_budget, accessibility),
+        consumes=(
+            Consume(ReserveRoom, "rooms:{hotel}", "nights"),
+            Consume(ReserveRoom, "budget:travel", total_cents),
+        ),
+        capacities={"rooms:*": 100, "budget:travel": 5_000_000},
+        thresholds=(Threshold(ReserveRoom, amount=total_cents, above=200_000),),
+        limits={"max_booking": LimitSpec(default=300_000, floor=0, ceiling=1_000_000)},
+    )
+
+
+SYNONYMS = (
+    ("book", "reserve", "reservation"),
+    ("accessibility", "step-free access", "step free access", "wheelchair access"),
+    ("hotel", "accommodation", "lodging"),
 )
-"""The shipped booking pack."""
+"""What a memory constraint learned on this desk reads as one thing (kernel.state.meaning):
+"verify accessibility before booking" governs a reservation for wheelchair access too."""
+
+BOOKING = booking_pack("0.2.0", SYNONYMS)
+"""The shipped booking pack: 0.1.0's kinds and rules, with the desk's synonyms."""

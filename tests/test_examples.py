@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import sqlite3
 import subprocess
 import sys
 import uuid
@@ -265,6 +266,26 @@ async def counterfactual(db: Path) -> Any:
         replay = await whatif(journal, constraint=booking.LESSON, at=1, priority="learned")
         assert journal.head_seq == head
     return replay
+
+
+def test_the_booking_agent_reads_the_hotels_statement_from_the_artifact_store(
+    tmp_path: Path, capsys: Any
+) -> None:
+    db = tmp_path / "travel.db"
+    run_example(booking, db, "--seed", "1", capsys=capsys)
+    events = read_events_of(db)
+    [stored] = [e.payload for e in events if type(e.payload).__name__ == "ArtifactStored"]
+    assert stored.size == len(booking.STATEMENT.encode()) > 2048  # type: ignore[union-attr]
+    # The agent fetched it (only a context naming it lets it) and booked the room it names.
+    explains = [
+        e.payload.proposal.explain  # type: ignore[union-attr]
+        for e in events
+        if type(e.payload).__name__ == "ProposalSubmitted"
+    ]
+    assert any("Room 12 (accessible category): step-free" in x for x in explains)
+    # The journal holds the reference, never the bytes.
+    raw = sqlite3.connect(db).execute("SELECT body FROM events").fetchall()
+    assert not any(b"roll-in shower" in bytes(body) for (body,) in raw)
 
 
 def test_the_same_booking_seed_gives_the_same_summary(tmp_path, capsys):

@@ -29,6 +29,7 @@ import msgspec
 from kernel.audit.narrative import narrate as _narrate
 from kernel.audit.narrative import outcome as _outcome
 from kernel.cli._admin import add_commands as add_admin_commands
+from kernel.cli._artifacts import add_commands as add_artifact_commands
 from kernel.cli._beliefs import add_commands as add_belief_commands
 from kernel.cli._completion import add_command as add_completion_command
 from kernel.cli._journal import add_commands as add_journal_commands
@@ -261,6 +262,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     export.set_defaults(run=_traces_export)
     add_verify_commands(commands)
+    add_artifact_commands(commands)
     add_commands(commands)
     add_admin_commands(commands)
     add_keyring_commands(commands)

@@ -9,8 +9,10 @@ import json
 import os
 from typing import Any
 
+from kernel.artifacts import artifacts_beside
 from kernel.audit.reverify import PackPathError, Rejudged
 from kernel.audit.verification import verify_all
+from kernel.cli._artifacts import check_artifacts, recorded_artifacts
 from kernel.cli._operator import error, error_of
 from kernel.cli._read import print_json, say
 from kernel.cli._replay import rejudge_verdicts, verdict_lines
@@ -53,6 +55,12 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
         "--anchor",
         metavar="LINE_OR_FILE",
         help="also prove the journal still holds this anchor (a line from dirk anchor, or a file)",
+    )
+    verify.add_argument(
+        "--artifacts",
+        metavar="LOCATION",
+        help="the artifact store whose bytes the references must still hash to"
+        " (default: beside the journal)",
     )
     _key_file_argument(verify)
     verify.set_defaults(run=_verify)
@@ -262,6 +270,14 @@ async def _verify_text(args: argparse.Namespace, found: dict[str, Any] | None = 
         f"verify: chain ok, projections ok (digest {replay.digest[:16]};"
         f" {replay.checkpoints} checkpoints, {replay.snapshots} snapshots match replay)"
     )
+    referenced = await recorded_artifacts(args.db)
+    problems = await check_artifacts(referenced, args.artifacts or artifacts_beside(args.db))
+    if problems:
+        for problem in problems:
+            say(f"verify: FAILED {problem}")
+        return ExitCode.FAILED
+    if referenced.stored:
+        say(f"verify: artifacts ok ({len(referenced.stored)} referenced, every one hashes)")
     if args.verdicts:
         try:
             result = await rejudge_verdicts(args.db, args.pack)

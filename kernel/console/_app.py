@@ -63,6 +63,7 @@ from kernel.core.reasons import CliError
 from kernel.inbox import InboxRequest
 from kernel.journal.opening import open_journal
 from kernel.journal.store import Journal
+from kernel.state.rulebook import DEFAULT_NS
 from kernel.telemetry import trace_id_for
 
 log = logging.getLogger(__name__)
@@ -374,6 +375,11 @@ def create_app(
             "/agents",
         )
 
+    def namespace_of(request: Request) -> str:
+        # A namespace the wall would refuse shows the default one (a filter, not an input).
+        ns = request.query_params.get("ns", "") or DEFAULT_NS
+        return ns if len(ns) <= 128 and ns.isprintable() else DEFAULT_NS
+
     async def rules_page(
         request: Request, session: Session, status: int = 200, error: Refused | None = None
     ) -> Response:
@@ -382,7 +388,7 @@ def create_app(
             "rules.html",
             session,
             status,
-            view=rules_view(follower.projections),
+            view=rules_view(follower.projections, namespace_of(request)),
             error=error,
         )
 

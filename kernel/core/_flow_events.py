@@ -128,6 +128,15 @@ class ContextCompiled(Payload, frozen=True, tag=True):
     as_of_ns: int = 0
     rules: list[str] = []
     """The rulebook items the context showed, as ``id@vN`` (what citations are checked against)."""
+    artifacts: dict[str, str] = {}
+    """The artifacts the context referenced, state key -> ``sha256:<hex>``: what its agent
+    may fetch (kernel.state.artifacts)."""
+    memory_hash: str = ""
+    """The hash of the memory layer shown (``compile_memory``'s document): which memory the
+    agent saw."""
+    reactivated: list[str] = []
+    """What canonical memory the knowledge layer brought back (``proposition:<id>``,
+    ``entity:<id>``, ``episode:<id>``): the beliefs the agent was shown."""
 
 
 class ProposalSubmitted(Payload, frozen=True, tag=True):

@@ -71,6 +71,8 @@ from kernel.core._flow_events import (
 )
 from kernel.core._governance_events import (
     AmendmentRefused,
+    ArtifactsCollected,
+    ArtifactStored,
     CitationsChecked,
     ConstraintAdded,
     ConstraintAdvisory,
@@ -80,6 +82,7 @@ from kernel.core._governance_events import (
     FlowFlagged,
     InputRefused,
     LimitAmended,
+    MeaningScored,
     MemoryQueried,
     OperatorKeyRevoked,
     OperatorKeyTrusted,
@@ -168,6 +171,9 @@ AnyPayload = (
     | PropositionTransitioned
     | ConsolidationRecorded
     | EpisodeArchived
+    | MeaningScored
+    | ArtifactStored
+    | ArtifactsCollected
 )
 
 
@@ -282,6 +288,8 @@ __all__ = [
     "Applied",
     "ApprovalExpired",
     "Archived",
+    "ArtifactStored",
+    "ArtifactsCollected",
     "CitationsChecked",
     "CompensationFailed",
     "CompensationStarted",
@@ -321,6 +329,7 @@ __all__ = [
     "KernelStopped",
     "LimitAmended",
     "Manifest",
+    "MeaningScored",
     "MemoryQueried",
     "MessageDeadLettered",
     "ObservationRecorded",

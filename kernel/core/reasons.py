@@ -79,6 +79,11 @@ class ReasonCode(StrEnum):
     """The operator deciding on a flow is its proposer, and its pack does not allow that."""
     AGENT_IN_SESSION = "AGENT_IN_SESSION"
     """A proposal from the inbox for an agent hosted in the kernel or holding a session."""
+    CONSTRAINT_CONFLICT = "CONSTRAINT_CONFLICT"
+    """A new constraint contradicts an active one (one requires what the other prohibits in
+    the same scope, or the same constraint at another priority); the detail names both."""
+    ARTIFACT_MISSING = "ARTIFACT_MISSING"
+    """A referenced artifact's bytes are not in the store, or no longer hash to the reference."""
 
 
 RESERVED_REASONS: frozenset[ReasonCode] = frozenset(

@@ -188,6 +188,9 @@ def judge(
         failed = emergency(proposal, params, view.state, catalog.emergencies_of[proposal.kind])
     if failed is None and memory is not None:
         failed = memory(proposal, view)
+        if failed is not None and failed.reason_code in pack.escalate_refusals and not by_human:
+            # The pack sends this refusal to a human instead (e.g. a constraint conflict).
+            return Judgement(escalation=failed, reserve=need, pack=pack.hash, policy=params)
     if failed is not None:
         return Judgement(rejection=failed, pack=pack.hash)
     escalation = None

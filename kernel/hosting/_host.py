@@ -18,6 +18,7 @@ from anyio.abc import TaskGroup
 
 from kernel.core.errors import KernelShutdown
 from kernel.core.events import Manifest
+from kernel.core.fetching import ArtifactSlice, current_fetcher
 from kernel.core.ports import Clock
 from kernel.core.reasoning import UsageMeter, metered
 from kernel.core.reasons import ReasonCode
@@ -29,6 +30,8 @@ from kernel.runtime.messages import AgentMessage, DimMessage, Withdraw
 log = logging.getLogger("kernel")
 
 Submit = Callable[[str, str, Proposal], Awaitable[Verdict]]
+Fetch = Callable[[str, str, str, int, int | None], Awaitable[ArtifactSlice]]
+"""The kernel's fetch of an artifact: (agent id, dfid, ref, start, length)."""
 TraceScope = Callable[[str, int], AbstractContextManager[object]]
 """The span context to make current while a flow's attempt is reasoned about (dfid, attempt)."""
 _PRUNE_AT = 256
@@ -92,6 +95,8 @@ class AgentHost:
         """Mailboxes of displaced crews, still drained (closed with the kernel's)."""
         self.trace_scope: TraceScope = _no_trace
         """Set by the kernel when spans are exported: ``decide()`` runs inside the flow's trace."""
+        self.fetch: Fetch | None = None
+        """Set by the kernel: ``ctx.fetch_artifact`` in ``decide()`` reaches it (as the agent)."""
 
     def host(self, agent: AgentLike, mailbox: Mailbox[AgentMessage]) -> None:
         """Start ``agent``'s crew on the contexts that arrive in ``mailbox``."""
@@ -162,6 +167,15 @@ class AgentHost:
             await self._dim.send(msg)
 
         meter = UsageMeter(ctx.dfid, self._token_budget, self._usage.pop(ctx.dfid, 0))
+        fetch = self.fetch
+        fetching = None
+        if fetch is not None:
+            agent_id = ctx.agent_id
+
+            async def fetcher(dfid: str, ref: str, start: int, length: int | None) -> ArtifactSlice:
+                return await fetch(agent_id, dfid, ref, start, length)
+
+            fetching = current_fetcher.set(fetcher)
         try:
             try:
                 with self.trace_scope(ctx.dfid, ctx.attempt):
@@ -193,3 +207,6 @@ class AgentHost:
                     self._prune_at = 2 * len(self._usage) + _PRUNE_AT
         except KernelShutdown:
             return
+        finally:
+            if fetching is not None:
+                current_fetcher.reset(fetching)

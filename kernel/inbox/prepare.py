@@ -268,8 +268,9 @@ def rule_change(
     title: str = "",
     content: str = "",
     labels: Iterable[str] = (),
+    ns: str = "default",
 ) -> RuleChangeRequest:
-    """Return the request that adds, edits or retracts ``rule`` in ``book``.
+    """Return the request that adds, edits or retracts ``rule`` of namespace ``ns`` in ``book``.
 
     Raises:
         RequestRefused: no operator or reason, an unknown action, a retract or edit of a
@@ -279,12 +280,14 @@ def rule_change(
     _who(operator, reason)
     if action not in RULE_ACTIONS:
         raise RequestRefused(CliError.BAD_ARGUMENT, f"no such rule action: {action[:32]!r}")
-    item = book.items.get(rule)
+    item = book.item(rule, ns)
     in_force = item is not None and item.current is not None
     if action in ("retract", "edit") and not in_force:
         raise RequestRefused(CliError.UNKNOWN_RULE, f"no rule {rule[:64]!r} in force")
     if action == "retract":
-        request = RuleChangeRequest(action="retract", rule=rule, operator=operator, reason=reason)
+        request = RuleChangeRequest(
+            action="retract", rule=rule, operator=operator, reason=reason, ns=ns
+        )
     else:
         if not title or not content:
             raise RequestRefused(CliError.BAD_ARGUMENT, "an add or edit takes a title and a text")
@@ -299,6 +302,7 @@ def rule_change(
             content=content,
             labels=list(labels),
             base_version=item.latest if item is not None else 0,
+            ns=ns,
         )
     changed: RuleChangeRequest = checked(request)
     return changed

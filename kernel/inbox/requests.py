@@ -123,6 +123,15 @@ class RuleChangeRequest(_Request, frozen=True, tag="rule_change"):
     content: Text = ""
     labels: list[Id] = []
     base_version: Annotated[int, Meta(ge=0, le=INT_MAX)] = 0
+    ns: Name = "default"
+    """The rulebook namespace the rule lives in (kernel.state.rulebook)."""
+
+
+class CollectArtifactsRequest(_Request, frozen=True, tag="collect_artifacts"):
+    """Collect the artifacts nothing live references (``dirk artifacts gc``), on record."""
+
+    operator: Name
+    reason: Reason
 
 
 class ProposeRequest(_Request, frozen=True, tag="propose"):
@@ -147,6 +156,7 @@ InboxRequest = (
     | RuleDecisionRequest
     | RuleChangeRequest
     | ProposeRequest
+    | CollectArtifactsRequest
 )
 """Every request the inbox takes; ``type`` tells them apart."""
 
@@ -157,6 +167,7 @@ OperatorRequest = (
     | CredentialRequest
     | RuleDecisionRequest
     | RuleChangeRequest
+    | CollectArtifactsRequest
 )
 """The requests an operator makes (each names its ``operator``); the others are agents'."""
 

@@ -33,6 +33,7 @@ import msgspec
 
 from kernel.api import Kernel
 from kernel.core.events import (
+    ContextCompiled,
     Event,
     ExecutionSucceeded,
     InputRefused,
@@ -40,6 +41,7 @@ from kernel.core.events import (
     Manifest,
     ProposalRejected,
 )
+from kernel.core.fetching import ArtifactSlice, FetchRefused
 from kernel.core.flow import FlowState, FlowStatus
 from kernel.core.keys import KeyUnusable
 from kernel.core.ports import Clock, SystemClock
@@ -233,6 +235,15 @@ class Embedded:
             raise ToolRefused(exc.reason_code, str(exc)) from None
         return {"verdict": "APPLIED", "agent_id": agent_id, "status": status}
 
+    async def fetch_artifact(
+        self, agent_id: str, dfid: str, ref: str, start: int, length: int | None
+    ) -> ArtifactSlice:
+        """Read a range of an artifact a context of ``agent_id``'s flow ``dfid`` referenced."""
+        try:
+            return await self.kernel.fetch_artifact(agent_id, dfid, ref, start, length)
+        except FetchRefused as exc:
+            raise ToolRefused(exc.reason_code, exc.detail, exc.field) from None
+
     async def rule_act(self, act: RuleAct) -> dict[str, Any]:
         """Apply an operator's act on the rulebook; answer APPLIED with the event's seq."""
         kernel = self.kernel
@@ -243,12 +254,13 @@ class Embedded:
                 )
             elif act.action == "retract":
                 event = await kernel.retract_rule(
-                    act.rule, operator=act.operator, reason=act.reason
+                    act.rule, operator=act.operator, reason=act.reason, ns=act.ns
                 )
             else:
-                item = kernel.projections.memory.rulebook.items.get(act.rule)
+                item = kernel.projections.memory.rulebook.item(act.rule, act.ns)
                 event = await kernel.propose_rule(
                     act.rule,
+                    ns=act.ns,
                     title=act.title,
                     content=act.content,
                     labels=act.labels,
@@ -280,6 +292,8 @@ class RuleAct(msgspec.Struct, frozen=True, kw_only=True):
     title: str = ""
     content: str = ""
     labels: list[str] = []
+    ns: str = "default"
+    """The rulebook namespace of ``rule``."""
 
 
 class Follower:
@@ -470,6 +484,18 @@ class Follower:
             raise ToolRefused(refused.code, refused.message) from None
         return await self._post("", request)
 
+    async def fetch_artifact(
+        self, agent_id: str, dfid: str, ref: str, start: int, length: int | None
+    ) -> ArtifactSlice:
+        """Refused: the artifact store is read by the kernel's process, which records each
+        fetch it refuses; a follower holds neither (serve MCP beside the kernel, or use the
+        mesh)."""
+        raise ToolRefused(
+            CliError.NOT_APPLIED,
+            "artifacts are fetched through the running kernel (the embedded server, or the mesh)",
+            "ref",
+        )
+
     async def rule_act(self, act: RuleAct) -> dict[str, Any]:
         """Check an operator's act on the rulebook, post it, and answer what became of it."""
         async with self.reading() as view:
@@ -489,6 +515,7 @@ class Follower:
                     title=act.title,
                     content=act.content,
                     labels=act.labels,
+                    ns=act.ns,
                 )
         except RequestRefused as refused:
             field = "proposal_seq" if refused.code is CliError.RULE_NOT_PENDING else "item_id"
@@ -550,7 +577,19 @@ def _not_taken(row_id: int, stopped: int | None, waited_s: float) -> str:
 
 
 def settled(flow: FlowState, events: list[Event]) -> Settled:
-    """Return the verdict a settled flow gives its proposer."""
+    """Return the verdict a settled flow gives its proposer, with the artifacts its context
+    referenced (``artifacts``: key -> reference; what ``fetch_artifact`` may read)."""
+    answer = _settled(flow, events)
+    shown: dict[str, str] = {}
+    for event in events:
+        if isinstance(event.payload, ContextCompiled):
+            shown.update(event.payload.artifacts)
+    if not shown:
+        return answer
+    return msgspec.structs.replace(answer, result={**answer.result, "artifacts": shown})
+
+
+def _settled(flow: FlowState, events: list[Event]) -> Settled:
     status = str(flow.status)
     if flow.status is FlowStatus.CLOSED:
         result: dict[str, Any] = {"external_id": flow.external_id}

@@ -11,6 +11,7 @@ and recorded by the kernel wherever a proposal or a human act was involved.
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Mapping
 from typing import Annotated, Any
 
@@ -39,6 +40,7 @@ from kernel.mcp._tools import (
     Identity,
     Int,
     Ints,
+    Labels,
     Number,
     Obj,
     OptId,
@@ -121,19 +123,32 @@ def build_server(
         priority: Priority = "required",
         triggered_by: OptInt = None,
         explain: Text = "",
+        kinds: Labels = None,
+        params: Labels = None,
     ) -> Answer:
-        """Propose a constraint on later proposals: 'never X', 'avoid X', 'verify X before Y'.
+        """Propose a constraint: 'never X', 'avoid X', 'verify X before Y', 'always X'.
 
         Args:
-            text: the constraint in words: "never X", "avoid X" or "verify X before Y".
+            text: the constraint in words: "never X", "avoid X", "verify X before Y" or
+                "always X".
             priority: required (refuses), learned (from a mistake) or preferred (flags only).
             triggered_by: for a learned constraint, the seq of the event of the mistake it
                 learns from.
             explain: why the agent proposes it (recorded with the proposal).
+            kinds: scope the constraint to these policy kinds only.
+            params: scope it to these parameters of theirs only.
+
+        A constraint contradicting an active one is refused (CONSTRAINT_CONFLICT).
         """
-        policy = {"kind": "memory.add_constraint", "text": text, "priority": priority}
+        policy: dict[str, Any] = {"kind": "memory.add_constraint", "text": text}
+        policy["priority"] = priority
         if triggered_by is not None:
             policy["triggered_by"] = triggered_by
+        for name, value in (("kinds", kinds), ("params", params)):
+            if value is not None:
+                if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+                    raise ToolRefused(ReasonCode.SCHEMA_INVALID, "a list of strings", name)
+                policy[name] = value
         return await proposed(who, policy, explain or "constraint", 1.0)
 
     @tool("agent", title="Record a decision", hints=PROPOSE)
@@ -164,6 +179,35 @@ def build_server(
         """
         policy = {"kind": "memory.query", "topic": topic}
         return await proposed(who, policy, explain or f"query {topic}", 1.0)
+
+    @tool("agent", title="Read an artifact", hints=READ)
+    async def fetch_artifact(
+        who: Principal, dfid: Id, ref: Id, start: Int = 0, length: OptInt = None
+    ) -> Answer:
+        """Read bytes of an artifact a context of your flow referenced, base64-encoded.
+
+        Anything a context of your flow did not reference is refused, on record.
+
+        Args:
+            dfid: your flow, whose context listed the artifact (under ``artifacts``).
+            ref: the artifact's reference, as the context lists it.
+            start: the first byte to read (default 0).
+            length: read at most this many bytes (default and most: 256 KiB).
+        """
+        flow = checked_text(dfid, "dfid", 256)
+        name = checked_text(ref, "ref", 256)
+        first = checked_seq(start, "start")
+        count = None if length is None else checked_seq(length, "length")
+        piece = await backend.fetch_artifact(who.name, flow, name, first, count)
+        result = {
+            "ref": piece.ref,
+            "start": piece.start,
+            "size": piece.size,
+            "media_type": piece.media_type,
+            "more": piece.more,
+            "data_base64": base64.b64encode(piece.data).decode("ascii"),
+        }
+        return Answer(verdict="OK", dfid=flow, result=result)
 
     @tool("agent", title="Propose an action", hints=EFFECT)
     async def propose(

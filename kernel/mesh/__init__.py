@@ -41,6 +41,7 @@ Key files (:func:`write_private_key`, :func:`load_private_key`, :func:`public_te
 principals of their own on the bus (``python -m kernel.mesh.config key`` writes the same).
 """
 
+from kernel.core.fetching import current_fetcher
 from kernel.core.keys import KeyUnusable, load_private_key, public_text, write_private_key
 from kernel.mesh._bridge import (
     PROPOSAL_STREAM,
@@ -73,14 +74,22 @@ from kernel.mesh._executor import (
     sign_result,
 )
 from kernel.mesh._protocol import (
+    ARTIFACT_PREFIX,
+    FETCHED_DECODER,
     HANDSHAKE_PREFIX,
     SIGNATURE_HEADER,
     STARTED_SUBJECT,
+    ArtifactData,
+    ArtifactRefused,
     Challenge,
+    FetchArtifact,
     Hello,
     Prove,
     Refused,
     Welcome,
+    artifact_subject,
+    fetch_signature,
+    fetch_signed,
     handshake_subject,
     parse_work_id,
     proof_message,
@@ -109,7 +118,9 @@ from kernel.mesh._wire import (
 from kernel.registry import agent_key
 
 __all__ = [
+    "ARTIFACT_PREFIX",
     "EVENT_STREAM",
+    "FETCHED_DECODER",
     "HANDSHAKE_PREFIX",
     "INTENT_STREAM",
     "KERNEL_INBOX",
@@ -120,8 +131,11 @@ __all__ = [
     "STARTED_SUBJECT",
     "VERDICT_STREAM",
     "WORK_STREAM",
+    "ArtifactData",
+    "ArtifactRefused",
     "BusAuth",
     "Challenge",
+    "FetchArtifact",
     "Grants",
     "GuardedClient",
     "Hello",
@@ -139,9 +153,13 @@ __all__ = [
     "agent_key",
     "app_grants",
     "app_inbox",
+    "artifact_subject",
     "connect",
+    "current_fetcher",
     "executor_grants",
     "executor_inbox",
+    "fetch_signature",
+    "fetch_signed",
     "handshake_subject",
     "kernel_auth",
     "kernel_grants",

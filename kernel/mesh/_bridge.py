@@ -30,19 +30,25 @@ from nats.js.api import AckPolicy, ConsumerConfig, RetentionPolicy, StreamConfig
 from kernel.api import Kernel
 from kernel.core.errors import KernelShutdown
 from kernel.core.events import Draft, Feedback, InputRefused, Manifest
+from kernel.core.fetching import FetchRefused
 from kernel.core.reasons import ReasonCode
 from kernel.core.wall import MAX_DETAIL, clip
 from kernel.mesh._protocol import (
+    ARTIFACT_PREFIX,
+    FETCH_DECODER,
     HANDSHAKE_PREFIX,
     HOST_DECODER,
     MAX_NONCE,
     SIGNATURE_HEADER,
     STARTED_SUBJECT,
+    ArtifactData,
+    ArtifactRefused,
     Challenge,
     Hello,
     Prove,
     Refused,
     Welcome,
+    fetch_signed,
     parse_work_id,
     proof_message,
     proposal_signed,
@@ -303,6 +309,63 @@ class Mesh:
             # Until JetStream has it: the id makes a retry of a publish that did land a no-op.
             await _publish(self.js, f"dirk.work.{agent_id}", body, headers)
 
+    # --- artifacts ---------------------------------------------------------
+
+    async def _on_fetch(self, msg: Msg) -> None:
+        """Answer a host's fetch of an artifact: only one its agent's context referenced."""
+        agent_id = msg.subject.removeprefix(ARTIFACT_PREFIX + ".")
+        try:
+            answer = await self._fetch(agent_id, msg)
+        except (KernelShutdown, MailboxClosed):
+            answer = ArtifactRefused(
+                reason_code=ReasonCode.KERNEL_FAULT, detail="the kernel is stopping"
+            )
+        except Exception as exc:  # a fetch never stops the mesh: refuse it, on record
+            log.exception("mesh: a fetch for %r failed", printable(agent_id, 128))
+            await self.refuse("bus.artifact", "$", f"{type(exc).__name__}", agent_id)
+            answer = ArtifactRefused(reason_code=ReasonCode.KERNEL_FAULT, detail="the fetch failed")
+        if answer is None:
+            return
+        with contextlib.suppress(nats.errors.Error):
+            await msg.respond(msgspec.json.encode(answer))
+
+    async def _fetch(self, agent_id: str, msg: Msg) -> ArtifactData | ArtifactRefused | None:
+        if not safe_token(agent_id):
+            await self.refuse("bus.artifact", "subject", "not an agent id", agent_id)
+            return None
+        if not msg.reply.startswith(agent_inbox(agent_id) + "."):
+            # Bytes go only to the agent's own inbox, which only its hosts may read.
+            detail = f"the reply subject is not in {agent_inbox(agent_id)}"
+            await self.refuse("bus.artifact", "reply", detail, agent_id, ReasonCode.UNAUTHORIZED)
+            return None
+        held = self.sessions.get(agent_id)
+        signature = (msg.headers or {}).get(SIGNATURE_HEADER)
+        if held is None or not fetch_signed(held.key, msg.subject, msg.data, signature):
+            detail = "no session of this agent signed the fetch"
+            await self.refuse(
+                "bus.artifact", SIGNATURE_HEADER, detail, agent_id, ReasonCode.UNAUTHORIZED
+            )
+            return ArtifactRefused(reason_code=ReasonCode.UNAUTHORIZED, detail=detail)
+        if len(msg.data) > MAX_MESSAGE:
+            await self.refuse("bus.artifact", "$", "larger than a message may be", agent_id)
+            return ArtifactRefused(reason_code=ReasonCode.SCHEMA_INVALID, detail="too large")
+        try:
+            ask = FETCH_DECODER.decode(msg.data)
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            await self.refuse("bus.artifact", "$", f"not a fetch: {exc}", agent_id)
+            return ArtifactRefused(reason_code=ReasonCode.SCHEMA_INVALID, detail="not a fetch")
+        try:
+            got = await self.kernel.fetch_artifact(
+                agent_id, ask.dfid, ask.ref, ask.start, ask.length
+            )
+        except FetchRefused as exc:  # recorded by the kernel
+            return ArtifactRefused(
+                reason_code=exc.reason_code, detail=printable(exc.detail, 500), field=exc.field
+            )
+        return ArtifactData(
+            ref=got.ref, start=got.start, data=got.data, size=got.size, media_type=got.media_type
+        )
+
     # --- proposals --------------------------------------------------------
 
     async def _take_proposals(self) -> None:
@@ -471,6 +534,7 @@ async def open_mesh(
             for adapter in _remote_adapters(kernel):
                 adapter.on_refused = mesh.refuse
             await nc.subscribe(HANDSHAKE_PREFIX + ".*", queue="kernel", cb=mesh._on_handshake)
+            await nc.subscribe(ARTIFACT_PREFIX + ".*", queue="kernel", cb=mesh._on_fetch)
             tg.start_soon(mesh._take_proposals, name="mesh:proposals")
             await nc.publish(STARTED_SUBJECT, kernel.journal.journal_id.encode())
             if config.relay:

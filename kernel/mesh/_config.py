@@ -14,8 +14,8 @@ reply inbox. Subjects name their owner, so each grant names one agent or adapter
   (``allow_responses``), reads proposals and results, publishes contexts, verdicts,
   intents and the relay;
 - the hosts of agent A handshake on ``dirk.mesh.handshake.A``, pull their own
-  contexts (consumer ``pool-A``), publish on ``dirk.proposals.A`` and read
-  ``dirk.verdicts.A.>`` only;
+  contexts (consumer ``pool-A``), ask for artifacts on ``dirk.mesh.artifact.A``,
+  publish on ``dirk.proposals.A`` and read ``dirk.verdicts.A.>`` only;
 - the executors of adapter B pull intents from ``exec-B``, publish on
   ``dirk.results.B.>`` and read their own stored results;
 - a reader of the relay reads ``dirk.evt.>`` and the ``DIRK_EVENTS`` stream.
@@ -183,7 +183,12 @@ def kernel_grants() -> tuple[list[str], list[str]]:
         "dirk.mesh.started",
         "$KV.DIRK_RELAY.>",
     ]
-    subscribe = [f"{KERNEL_INBOX}.>", "dirk.mesh.handshake.*", "dirk.results.>"]
+    subscribe = [
+        f"{KERNEL_INBOX}.>",
+        "dirk.mesh.handshake.*",
+        "dirk.mesh.artifact.*",
+        "dirk.results.>",
+    ]
     return publish, subscribe
 
 
@@ -191,6 +196,7 @@ def agent_grants(agent_id: str) -> tuple[list[str], list[str]]:
     """What the hosts of ``agent_id`` may publish and subscribe to."""
     publish = [
         f"dirk.mesh.handshake.{agent_id}",
+        f"dirk.mesh.artifact.{agent_id}",
         f"dirk.proposals.{agent_id}",
         f"$JS.API.CONSUMER.MSG.NEXT.DIRK_WORK.pool-{agent_id}",
         f"$JS.ACK.DIRK_WORK.pool-{agent_id}.>",

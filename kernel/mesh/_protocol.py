@@ -35,6 +35,10 @@ STARTED_SUBJECT = "dirk.mesh.started"
 """Where a kernel says it (re)started: hosts then handshake again (the old sessions ended)."""
 PROPOSAL_CONTEXT = "dirk.agent.proposal"
 """What a proposal's signature is for (kernel.core.keys keeps purposes apart)."""
+ARTIFACT_PREFIX = "dirk.mesh.artifact"
+"""Where a host asks for an artifact its agent's context references: ``<prefix>.<agent_id>``."""
+FETCH_CONTEXT = "dirk.agent.fetch"
+"""What an artifact fetch's signature is for."""
 SIGNATURE_HEADER = "Dirk-Sig"
 MAX_NONCE = 64
 _TOKEN = re.compile(r"[A-Za-z0-9_-]{1,128}")
@@ -111,6 +115,54 @@ def proposal_signed(public: str, msg_id: str, body: bytes, signature: object) ->
     return isinstance(signature, str) and keys.verify(
         public, PROPOSAL_CONTEXT, msg_id.encode() + b"\n" + body, signature
     )
+
+
+def artifact_subject(agent_id: str) -> str:
+    """Where the hosts of ``agent_id`` ask for artifacts (only they may publish there)."""
+    return f"{ARTIFACT_PREFIX}.{agent_id}"
+
+
+def fetch_signature(key: Ed25519PrivateKey, subject: str, body: bytes) -> str:
+    """The ``Dirk-Sig`` of an artifact fetch: the agent key's signature of subject and body."""
+    return keys.sign(key, FETCH_CONTEXT, subject.encode() + b"\n" + body)
+
+
+def fetch_signed(public: str, subject: str, body: bytes, signature: object) -> bool:
+    """Whether ``signature`` is ``public``'s ``Dirk-Sig`` of a fetch (never raises)."""
+    return isinstance(signature, str) and keys.verify(
+        public, FETCH_CONTEXT, subject.encode() + b"\n" + body, signature
+    )
+
+
+class FetchArtifact(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """A host asks for a range of an artifact its agent's context (of flow ``dfid``) referenced."""
+
+    dfid: str
+    ref: str
+    start: int = 0
+    length: int | None = None
+
+
+class ArtifactRefused(msgspec.Struct, frozen=True, kw_only=True, tag="refused"):
+    """The kernel refused a fetch (recorded), and why."""
+
+    reason_code: ReasonCode
+    detail: str = ""
+    field: str = ""
+
+
+class ArtifactData(msgspec.Struct, frozen=True, kw_only=True, tag="artifact"):
+    """A range of an artifact's bytes (base64 in JSON), and its size in all."""
+
+    ref: str
+    start: int
+    data: bytes
+    size: int
+    media_type: str = "application/octet-stream"
+
+
+FETCH_DECODER = msgspec.json.Decoder(FetchArtifact)
+FETCHED_DECODER = msgspec.json.Decoder(ArtifactData | ArtifactRefused)
 
 
 # --- the handshake's messages -----------------------------------------------------

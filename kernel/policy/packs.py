@@ -121,6 +121,12 @@ class PolicyPack:
         self_approval: whether the proposer of a flow of this pack's kinds may decide on it
             as an operator (recorded ``self_approved``); by default the escalation desk
             refuses it (SELF_APPROVAL_FORBIDDEN): four eyes.
+        synonyms: groups of phrases that mean the same to memory constraints (kernel.state
+            .meaning): ``("book", "reserve", "reservation")``. A constraint added while the
+            pack is loaded records the groups that share a word with it, and matches by them.
+        escalate_refusals: reason codes a domain's check refuses this pack's kinds with that
+            go to a human instead (ESCALATED, with the refusal's detail): the memory pack
+            may send CONSTRAINT_CONFLICT to an operator rather than refuse it.
     """
 
     name: str
@@ -136,6 +142,8 @@ class PolicyPack:
     limits: Mapping[str, LimitSpec] = field(default_factory=dict)
     guards: Sequence[Guard] = ()
     self_approval: bool = False
+    synonyms: Sequence[Sequence[str]] = ()
+    escalate_refusals: Sequence[str] = ()
 
     def __post_init__(self) -> None:
         # Copies the caller cannot reach, read-only: what judges stays what the hash covers.
@@ -149,6 +157,19 @@ class PolicyPack:
             if not isinstance(value, Mapping):
                 raise PackError(f"pack {self.name}: {part} must be a mapping, not {value!r}")
             object.__setattr__(self, part, MappingProxyType(dict(value)))
+        groups = self.synonyms
+        if isinstance(groups, str | bytes) or not all(
+            isinstance(g, Sequence)
+            and not isinstance(g, str)
+            and all(isinstance(p, str) for p in g)
+            for g in groups
+        ):
+            raise PackError(f"pack {self.name}: synonyms are groups (sequences) of phrases")
+        object.__setattr__(self, "synonyms", tuple(tuple(g) for g in groups))
+        codes = self.escalate_refusals
+        if isinstance(codes, str) or not all(isinstance(c, str) for c in codes):
+            raise PackError(f"pack {self.name}: escalate_refusals is a sequence of reason codes")
+        object.__setattr__(self, "escalate_refusals", tuple(str(c) for c in codes))
 
     @cached_property
     def by_name(self) -> Mapping[str, type[PolicyKind]]:
@@ -192,6 +213,10 @@ class PolicyPack:
             ]  # fmt: skip
         if self.self_approval:  # absent from older hashes, as guards are
             content["self_approval"] = True
+        if self.synonyms:  # absent from older hashes, as guards are
+            content["synonyms"] = [list(group) for group in self.synonyms]
+        if self.escalate_refusals:
+            content["escalate_refusals"] = sorted(self.escalate_refusals)
         return hashlib.sha256(canonical(content)).hexdigest()
 
     @property

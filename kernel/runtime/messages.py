@@ -188,13 +188,15 @@ class DecideRule(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class RetractRule(msgspec.Struct, frozen=True, kw_only=True):
-    """An operator's retraction of rule ``rule`` (out of force; its history stays)."""
+    """An operator's retraction of rule ``rule`` of namespace ``ns`` (out of force; its
+    history stays)."""
 
     rule: str
     operator: str
     reason: str
     inbox_id: int | None = None
     reply: Reply[list[Event] | Exception] | None = None
+    ns: str = "default"
 
 
 # --- to the escalation desk -----------------------------------------------

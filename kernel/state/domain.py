@@ -115,11 +115,14 @@ class ExecutorPorts:
         clock: the kernel's clock (an effect's recorded time).
         dim: the DIM's mailbox, for an executor whose effect the DIM records
             (the rulebook has one writer: the memory executor hands rule proposals over).
+        catalog: the policy packs in force (a ``PolicyCatalog``), for an executor whose
+            effect records what they say (the memory executor records their synonyms).
     """
 
     projections: State
     clock: Clock
     dim: Recipient
+    catalog: Any = None
 
 
 class Recipient(Protocol):

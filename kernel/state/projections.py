@@ -67,13 +67,14 @@ from kernel.core.flow import FLOW_EVENTS, TERMINAL, FlowState, FlowStatus
 from kernel.state import approvals
 from kernel.state.amendments import Amendment, folded
 from kernel.state.approvals import Approval
+from kernel.state.artifacts import Artifacts, ArtifactState
 from kernel.state.beliefs.domain import Beliefs
 from kernel.state.beliefs.graph import BeliefGraph
 from kernel.state.domain import OMIT, D, Domain, DomainType, Fold, Saved, compose, same
 from kernel.state.memory import Memory, MemoryState, Rules
 from kernel.state.reservations import Reservations
 
-DOMAINS: tuple[DomainType, ...] = (Reservations, Memory, Rules, Beliefs)
+DOMAINS: tuple[DomainType, ...] = (Reservations, Memory, Rules, Beliefs, Artifacts)
 """The registered domains, in order: every Projections folds them, the DIM runs their
 checks in this order, the kernel builds their executors. Registering one is adding it here."""
 
@@ -320,6 +321,11 @@ class Projections:
     def beliefs(self) -> BeliefGraph:
         """Governed beliefs: workspaces and the canonical graph (kernel.beliefs)."""
         return self.domain(Beliefs).graph
+
+    @property
+    def artifacts(self) -> ArtifactState:
+        """Artifact references, and what each open flow's context referenced."""
+        return self.domain(Artifacts).state
 
     @property
     def reservations(self) -> dict[str, dict[str, int]]:

@@ -148,3 +148,22 @@ async def test_an_operator_overrides_a_deferred_rule_exactly_once(tmp_path):
     assert item.current is not None and item.current.version == 1 and item.pinned
     code, out, _ = await dirk("why", "refunds", "--db", db)
     assert code == 0 and "override" in out and "ana" in out
+
+
+async def test_dirk_rules_lists_one_namespace(tmp_path: Path) -> None:
+    db = tmp_path / "j.db"
+    async with kernel_for(db) as kernel:
+        for ns, content in (("acme", "acme refunds need a receipt"), ("globex", "globex: a PIN")):
+            await kernel.propose_rule(
+                "refunds",
+                title=f"Refunds of {ns}",
+                content=content,
+                operator="bo",
+                reason="tenant",
+                override=True,
+                ns=ns,
+            )
+    code, acme, _ = await dirk("rules", "--db", db, "--ns", "acme")
+    assert code == 0 and "Refunds of acme" in acme and "globex" not in acme
+    code, default, _ = await dirk("rules", "--db", db)
+    assert code == 0 and "no rules" in default

@@ -135,6 +135,18 @@ SAMPLES = [
         attempt=1,
         applied=ev.Applied(kind="governance.attach_support", params={"proposition": "p"}),
     ),
+    # meaning, artifacts (kernel.state.meaning, kernel.state.artifacts)
+    ev.MeaningScored(
+        model="fake", version="1", threshold=800_000, text="ab" * 32, scores={"4": 912_345}
+    ),
+    ev.ArtifactStored(
+        ref="sha256:" + "ab" * 32,
+        size=4096,
+        media_type="text/plain",
+        summary="Granvia's accessibility statement",
+        by="app",
+    ),
+    ev.ArtifactsCollected(refs=["sha256:" + "cd" * 32], size=10, operator="ana", reason="gc"),
 ]
 
 

@@ -27,6 +27,7 @@ from kernel.escalation import same_principal
 from kernel.inbox import (
     AgentStatusRequest,
     AmendRequest,
+    CollectArtifactsRequest,
     CredentialRequest,
     DecideRequest,
     InboxRequest,
@@ -78,6 +79,8 @@ SAMPLES: list[InboxRequest] = [
         reason="r",
     ),
     ProposeRequest(agent_id="ide", policy={"kind": "memory.add_fact", "name": "a"}, confidence=0.5),
+    CollectArtifactsRequest(operator="ana", reason="monthly retention"),
+    RuleChangeRequest(action="retract", rule="access", operator="ana", reason="r", ns="acme"),
 ]
 
 

@@ -127,12 +127,13 @@ async def kernel_for(
     bank: Bank | None = None,
     allow: Sequence[str] = ("clerk", "auditor", "other"),
     clock: Clock | None = None,
+    packs: Sequence[Any] = (),
     **kw: Any,
 ) -> AsyncIterator[Kernel]:
-    """Open a kernel on a real journal file with the test pack and a bank."""
+    """Open a kernel on a real journal file with the test pack (and ``packs``) and a bank."""
     async with open_kernel(
         path,
-        packs=[PACK],
+        packs=[PACK, *packs],
         adapters={"bank": bank or Bank()},
         allow=allow,
         config=configured(

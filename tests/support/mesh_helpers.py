@@ -90,13 +90,14 @@ def _env(server: NatsServer, **extra: str) -> dict[str, str]:
 
 @asynccontextmanager
 async def host(
-    server: NatsServer, credential: str | None = None, mode: str = ""
+    server: NatsServer, credential: str | None = None, mode: str = "", agent: str = "Clerk"
 ) -> AsyncIterator[Host]:
-    """A host of agent ``clerk`` (tests.support.mesh_agents), logged in with its credential."""
+    """A host of agent ``clerk`` (tests.support.mesh_agents: class ``agent``), logged in
+    with its credential."""
     shown = credential if credential is not None else principals_of(server).clerk
     env = _env(server, DIRK_CREDENTIAL_CLERK=shown, MESH_AGENT_MODE=mode)
     command = [sys.executable, "-m", "agents_sdk.serve", "--bus", server.url, "--concurrency", "2"]
-    async with running([*command, "tests.support.mesh_agents:Clerk"], env) as process:
+    async with running([*command, f"tests.support.mesh_agents:{agent}"], env) as process:
         yield process
 
 
