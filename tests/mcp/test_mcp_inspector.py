@@ -81,7 +81,7 @@ def test_the_strict_listing_passes_with_no_warning(journal: Path) -> None:
         # Each portability problem is a "Warning:" or "Error:" block on stderr.
         assert "Warning" not in listed.stderr and "Error" not in listed.stderr, listed.stderr
         tools = json.loads(listed.stdout)["tools"]
-        assert len(tools) == 23
+        assert len(tools) == 24
         for tool in tools:
             hints = tool["annotations"]
             assert tool["title"] and hints["title"] == tool["title"]
@@ -125,7 +125,7 @@ def test_over_http_a_token_lists_and_a_wrong_one_stops_short_of_oauth(http_url: 
     over = [http_url, "--transport", "http", "--method", "tools/list"]
     listed = run([*over, "--header", f"Authorization: Bearer {TOKEN}", "--strict"])
     assert listed.returncode == 0, listed.stderr
-    assert len(json.loads(listed.stdout)["tools"]) == 23
+    assert len(json.loads(listed.stdout)["tools"]) == 24
     # A person at a terminal with a wrong token: the Inspector reads the 401's metadata,
     # finds no OAuth server, and stops with the server's reason, no browser, no wait.
     wrong = run([*over, "--header", "Authorization: Bearer not-a-token-of-this-server"], tty=True)

@@ -53,7 +53,7 @@ async def test_every_tool_has_a_title_annotations_and_described_parameters(
 ) -> None:
     async with Client(build_server(Embedded(kernel), Identity(OPERATOR))) as c:
         tools = (await c.list_tools()).tools
-    assert len(tools) == 23
+    assert len(tools) == 24
     for tool in tools:
         assert tool.title, tool.name
         assert tool.annotations is not None, tool.name
@@ -69,6 +69,7 @@ async def test_every_tool_has_a_title_annotations_and_described_parameters(
     reads = [n for n, a in by_name.items() if a is not None and a.read_only_hint]
     assert set(reads) == {
         "get_memory_context",
+        "fetch_artifact",
         "trace_provenance",
         "time_travel",
         "simulate_timeline",
