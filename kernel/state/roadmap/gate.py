@@ -180,9 +180,7 @@ def _claim(state: RoadmapState, task: Task, params: Params, agent: str) -> Feedb
 
 
 def _patch(state: RoadmapState, task: Task, params: Params, agent: str) -> Feedback | None:
-    refused = _mine(task, agent)
-    if refused is not None:
-        return refused
+    """Judge a patch: every path within the boundaries first, then whose task, then each diff."""
     patches = params.get("patches")
     if not isinstance(patches, Mapping) or not patches:
         return refuse(ReasonCode.SCHEMA_INVALID, "a patch changes at least one file", "patches")
@@ -190,15 +188,21 @@ def _patch(state: RoadmapState, task: Task, params: Params, agent: str) -> Feedb
         return refuse(
             ReasonCode.SCHEMA_INVALID, f"{len(patches)} files, over {MAX_FILES}", "patches"
         )
-    for path in sorted(patches):
-        refused = _file(state, task, agent, path, patches[path])
+    paths = sorted(patches)
+    for path in paths:
+        refused = _boundary(state, task, agent, path)
         if refused is not None:
             return refused
-    return None
+    refused = _mine(task, agent)
+    for path in paths:
+        if refused is not None:
+            return refused
+        refused = _diff(state, task, path, patches[path])
+    return refused
 
 
-def _file(state: RoadmapState, task: Task, agent: str, path: str, diff: Any) -> Feedback | None:
-    """Judge one file of a patch: its path, its diff, its version, its owner."""
+def _boundary(state: RoadmapState, task: Task, agent: str, path: str) -> Feedback | None:
+    """Refuse a path outside the tree's writable part, the agent's paths or the task's files."""
     field = f"patches.{path[:64]}"
     problem = path_problem(path)
     if problem is not None:
@@ -216,11 +220,19 @@ def _file(state: RoadmapState, task: Task, agent: str, path: str, diff: Any) -> 
             f"{path} is outside task {task.spec.id}'s files ({files})",
             field,
         )
+    return None
+
+
+def _diff(state: RoadmapState, task: Task, path: str, diff: Any) -> Feedback | None:
+    """Judge one file's diff: readable, on a file no other open task holds, on its version."""
+    field = f"patches.{path[:64]}"
     try:
         parsed = parse_diff(path, diff)
     except DiffInvalid as exc:
         return refuse(ReasonCode.SCHEMA_INVALID, f"{path}: {exc}", field)
-    return _stale(state, parsed, field) or _conflict(state, task, path, field)
+    # Whose file it is comes first: a diff made again on the current version would still
+    # conflict, while one that conflicts no more may only need making again.
+    return _conflict(state, task, path, field) or _stale(state, parsed, field)
 
 
 def _stale(state: RoadmapState, diff: FileDiff, field: str) -> Feedback | None:
