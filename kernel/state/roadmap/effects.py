@@ -102,16 +102,15 @@ def _claimed(state: RoadmapState, done: Done) -> None:
 
 
 def _patched(state: RoadmapState, done: Done) -> None:
-    receipt = _read(done.receipt.detail, PatchReceipt)
-    patches = done.params.get("patches")
-    paths = sorted(patches) if isinstance(patches, Mapping) else []
+    receipt = _read(done.receipt.detail, PatchReceipt) or PatchReceipt(commit="")
+    paths = _paths(done.params.get("patches"))
     for path in paths:
-        blob = receipt.files.get(path) if receipt is not None else None
+        blob = receipt.files.get(path)
         if blob is None:
             state.blobs.pop(path, None)  # what the file holds now is not known: git checks
         else:
             state.blobs[path] = blob
-    commit = receipt.commit if receipt is not None else ""
+    commit = receipt.commit
     if commit:
         state.head = commit
     task = _task(state, done)
@@ -122,6 +121,13 @@ def _patched(state: RoadmapState, done: Done) -> None:
             touched=sorted({*task.touched, *paths}),
             last_patch_seq=done.seq,
         )
+
+
+def _paths(patches: object) -> list[str]:
+    """The paths a patch named, sorted."""
+    if not isinstance(patches, Mapping):
+        return []
+    return sorted(path for path in patches if isinstance(path, str))
 
 
 def _ran(state: RoadmapState, done: Done) -> None:

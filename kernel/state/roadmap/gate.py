@@ -71,7 +71,7 @@ def check(state: RoadmapState, kind: str, params: Params, agent: str) -> Feedbac
         return refuse(
             ReasonCode.UNAUTHORIZED, "no roadmap is open: no contract grants anything yet", "kind"
         )
-    task_id = params.get("task", "")
+    task_id = _text(params, "task")
     refused = _contract(state, agent, kind, task_id)
     if refused is not None:
         return refused
@@ -99,7 +99,7 @@ def transform(state: RoadmapState, kind: str, params: Params) -> Applied | None:
     """
     if kind != RUN_CHECK:
         return None
-    check_ = state.contract.checks.get(params.get("check", ""))
+    check_ = state.contract.checks.get(_text(params, "check"))
     if check_ is None:
         return None  # refused by check(): never reached for an accepted proposal
     applied = {**params, "argv": list(check_.argv), "timeout_s": check_.timeout_s}
@@ -108,6 +108,12 @@ def transform(state: RoadmapState, kind: str, params: Params) -> Applied | None:
         params=applied,
         reason=f"the contract's command for check {params.get('check')!r} (opened at {state.base})",
     )
+
+
+def _text(params: Params, name: str) -> str:
+    """A text parameter ("" when it is not text: the schema layer refuses that before)."""
+    value = params.get(name, "")
+    return value if isinstance(value, str) else ""
 
 
 def _open(state: RoadmapState, params: Params) -> Feedback | None:
@@ -184,6 +190,8 @@ def _patch(state: RoadmapState, task: Task, params: Params, agent: str) -> Feedb
     patches = params.get("patches")
     if not isinstance(patches, Mapping) or not patches:
         return refuse(ReasonCode.SCHEMA_INVALID, "a patch changes at least one file", "patches")
+    if not all(isinstance(path, str) for path in patches):
+        return refuse(ReasonCode.SCHEMA_INVALID, "a patch's paths are text", "patches")
     if len(patches) > MAX_FILES:
         return refuse(
             ReasonCode.SCHEMA_INVALID, f"{len(patches)} files, over {MAX_FILES}", "patches"
@@ -273,7 +281,7 @@ def _run(state: RoadmapState, task: Task, params: Params, agent: str) -> Feedbac
         return refuse(
             ReasonCode.CONSTRAINT_VIOLATION, f"task {task.spec.id} is not claimed: nothing to check"
         )
-    name = params.get("check", "")
+    name = _text(params, "check")
     if name not in state.contract.checks:
         known = ", ".join(sorted(state.contract.checks)) or "none"
         return refuse(
