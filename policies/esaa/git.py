@@ -102,6 +102,8 @@ class GitWorkTree:
         async with self._locked():
             try:
                 await self._resolve()
+                # The tree may lag the branch (a crash after a commit, before the reset).
+                await self._sync()
                 return await handler(intent)
             except GitFailed as exc:
                 # Before the branch moved nothing happened, and a retry may get through
@@ -117,6 +119,7 @@ class GitWorkTree:
                 await self._resolve()
                 commit = await self._commit_of(key)
                 if commit:
+                    await self._sync()  # found after a crash: the tree may lag the branch
                     return await self._patch_receipt(commit)
             except GitFailed as exc:
                 raise AdapterError(str(exc), transient=True) from exc
@@ -246,7 +249,6 @@ class GitWorkTree:
             raise AdapterError("no command: a check runs what the roadmap's contract names")
         if not isinstance(timeout_s, int) or timeout_s <= 0:
             raise AdapterError("no time limit: a check runs within the contract's timeout_s")
-        await self._sync()
         head = await self._head()
         code, timed_out, output = await self._spawn(argv, timeout_s)
         detail = {
