@@ -72,4 +72,5 @@ async def main(workdir: str, mode: str, kill: str) -> None:
 
 
 if __name__ == "__main__":
-    anyio.run(main, *sys.argv[1:4])
+    workdir, mode, kill = sys.argv[1:4]
+    anyio.run(main, workdir, mode, kill)
