@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -19,6 +21,7 @@ from kernel.state.roadmap.plan import (
 from policies.esaa import CONTRACT_FILE as PACK_CONTRACT_FILE
 from policies.esaa import TASKS_FILE as PACK_TASKS_FILE
 from tests.esaa.kit import CONTRACT, TASKS
+from tests.support import ROOT
 from tests.support.hostile import hostile_text
 
 
@@ -170,3 +173,13 @@ def test_a_path_outside_the_writable_tree_is_refused(path: str) -> None:
 @pytest.mark.parametrize("path", ["a.py", "pkg/sub/a_b-c+d.py", ".gitignore", "docs/.nojekyll"])
 def test_a_plain_relative_path_is_a_path(path: str) -> None:
     assert path_problem(path) is None
+
+
+def test_the_files_docs_coding_agents_shows_read() -> None:
+    text = (ROOT / "docs" / "coding-agents.md").read_text()
+    contract, tasks = re.findall(r"```toml\n(.*?)```", text, re.S)
+    assert sorted(read_contract(contract).agents) == ["ada"]
+    # Its one task depends on one the page leaves out: add it, and the list reads.
+    first = '[[tasks]]\nid = "T-1"\ntitle = "slugify()"\nacceptance = ["tests"]\n\n'
+    [_, task] = read_plan(contract, first + tasks)[1]
+    assert (task.id, task.depends_on, task.acceptance) == ("T-2", ["T-1"], ["tests"])
