@@ -50,6 +50,7 @@ from policies.esaa import (
     GitWorkTree,
     file_diff,
     init_repository,
+    tree_files,
 )
 
 Step = Callable[[WorkingContext], dict[str, Any]]
@@ -250,7 +251,16 @@ class Desk:
 async def story(desk: Desk, head: str) -> None:
     """The day's work, in order (see the module docstring)."""
     act, change = desk.act, desk.change
-    opened = {"kind": "esaa.open", "commit": head, "contract": CONTRACT, "tasks": TASKS}
+    # The opening names the tree's files with their versions: a patch made against another
+    # version of one of them is refused by the DIM, before the adapter is ever asked.
+    files = tree_files(desk.repo, head)
+    opened = {
+        "kind": "esaa.open",
+        "commit": head,
+        "contract": CONTRACT,
+        "tasks": TASKS,
+        "files": files,
+    }
     await act("lead", "opens the roadmap at the head", opened)
     await act("ben", "claims T-2 (tests) before T-1 is done", claim("T-2"))
     await act("ada", "claims T-1 (slugify)", claim("T-1"))

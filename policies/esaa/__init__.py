@@ -45,7 +45,7 @@ from typing import Annotated, ClassVar, Literal
 import msgspec
 
 from kernel.policy import Consume, Impact, PolicyKind, PolicyPack
-from policies.esaa.git import CONTRACT_FILE, TASKS_FILE, GitWorkTree, init_repository
+from policies.esaa.git import CONTRACT_FILE, TASKS_FILE, GitWorkTree, init_repository, tree_files
 
 _END = "$(?!\\n)"  # Python's "$" also matches before a final line feed
 TaskId = Annotated[
@@ -65,6 +65,9 @@ CheckName = Annotated[
 Commit = Annotated[
     str, msgspec.Meta(pattern="^[0-9a-f]{40}" + _END, description="a full git commit id")
 ]
+Blob = Annotated[
+    str, msgspec.Meta(pattern="^[0-9a-f]{40}" + _END, description="a full git blob id")
+]
 FileText = Annotated[str, msgspec.Meta(max_length=32 * 1024)]
 Diff = Annotated[
     str,
@@ -78,7 +81,12 @@ Text = Annotated[str, msgspec.Meta(max_length=4000)]
 
 
 class OpenRoadmap(PolicyKind, tag="esaa.open"):
-    """Put the contract and the task list in force, as the repository holds them at ``commit``."""
+    """Put the contract and the task list in force, as the repository holds them at ``commit``.
+
+    ``files`` names files of the tree with their blob ids at ``commit`` (``tree_files``
+    lists them): from then on the DIM refuses a patch of one of them made against another
+    version. The adapter checks each against the commit.
+    """
 
     version: ClassVar[str] = "1.0"
     adapter: ClassVar[str] = "git"
@@ -87,6 +95,7 @@ class OpenRoadmap(PolicyKind, tag="esaa.open"):
     commit: Commit
     contract: FileText
     tasks: FileText
+    files: dict[str, Blob] = {}
 
 
 class ClaimTask(PolicyKind, tag="esaa.claim"):
@@ -227,6 +236,7 @@ __all__ = [
     "KINDS",
     "TASKS_FILE",
     "ZERO",
+    "Blob",
     "CheckName",
     "ClaimTask",
     "CompleteTask",
@@ -239,4 +249,5 @@ __all__ = [
     "blob_id",
     "file_diff",
     "init_repository",
+    "tree_files",
 ]

@@ -50,6 +50,9 @@ OUTPUT_CHARS = 2000
 _INDEX = re.compile(r"^index ([0-9a-f]{7,40})\.\.", re.M)
 _CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 _KEY = re.compile(r"[0-9A-Za-z_-]{1,128}\Z")
+# The paths a patch may name (kernel.state.roadmap.plan.path_problem says which exactly):
+# tree_files leaves out the others, which no agent could change anyway.
+_PATCHABLE = re.compile(r"(?!.*(^|/)\.\.?(/|$))[A-Za-z0-9._+-]+(/[A-Za-z0-9._+-]+){0,31}\Z")
 
 
 class GitFailed(Exception):
@@ -145,6 +148,15 @@ class GitWorkTree:
                     f"{path} at {commit[:12]} is not the text proposed: the roadmap opens with"
                     " what the repository holds"
                 )
+        named = params.get("files") or {}
+        if named:
+            held_files = _blobs(await self._git("ls-tree", "-r", "-z", commit))
+            wrong = sorted(p for p, blob in named.items() if held_files.get(p) != blob)
+            if wrong:
+                raise AdapterError(
+                    f"{len(wrong)} file(s) named are not those versions at {commit[:12]}:"
+                    f" {', '.join(wrong[:5])}"
+                )
         return Receipt(external_id=f"roadmap@{commit}", detail={"commit": commit})
 
     # --- esaa.file_patch ------------------------------------------------------------
@@ -230,12 +242,8 @@ class GitWorkTree:
             "diff-tree", "-r", "-z", "--no-commit-id", "--name-only", "--root", commit
         )
         paths = sorted(p for p in (names or "").split("\0") if p)
-        files = dict.fromkeys(paths, "")
-        listed = await self._git("ls-tree", "-z", commit, "--", *paths) if paths else ""
-        for entry in (listed or "").split("\0"):
-            meta, _, path = entry.partition("\t")
-            if path in files:
-                files[path] = meta.split(" ")[-1]
+        listed = _blobs(await self._git("ls-tree", "-z", commit, "--", *paths)) if paths else {}
+        files = {path: listed.get(path, "") for path in paths}  # "": deleted by the commit
         return Receipt(external_id=commit, detail={"commit": commit, "files": files})
 
     # --- esaa.run_check -------------------------------------------------------------
@@ -385,6 +393,41 @@ class GitWorkTree:
         if check and not errors:
             raise failure
         return failure if errors else None
+
+
+def _blobs(listing: str) -> dict[str, str]:
+    """Each file's blob id, from ``git ls-tree -r -z`` (``mode type id<TAB>path``)."""
+    found = {}
+    for entry in listing.split("\0"):
+        meta, _, path = entry.partition("\t")
+        parts = meta.split(" ")
+        if path and len(parts) == 3 and parts[1] == "blob":
+            found[path] = parts[2]
+    return found
+
+
+def tree_files(
+    path: str | os.PathLike[str], commit: str = "HEAD", under: tuple[str, ...] = ("",)
+) -> dict[str, str]:
+    """Return each file of the repository at ``commit`` (its paths starting with one of
+    ``under``) with its blob id: what an ``esaa.open`` names as ``files``.
+
+    For the agent that opens a roadmap: a read of the repository, which the git
+    adapter checks again at the commit.
+    """
+    listing = subprocess.run(
+        ["git", "ls-tree", "-r", "-z", commit],
+        cwd=path,
+        env=_git_env(),
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    return {
+        p: blob
+        for p, blob in _blobs(listing).items()
+        if p.startswith(under) and _PATCHABLE.match(p) and not p.startswith(".roadmap/")
+    }
 
 
 def _failed(args: tuple[str, ...], stderr: bytes) -> str:

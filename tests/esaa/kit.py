@@ -20,7 +20,7 @@ from kernel import FlowStatus, Kernel, KernelConfig, Manifest, Ports, Proposal, 
 from kernel import WorkingContext as Context
 from kernel.core import events as ev
 from kernel.testing import ManualClock, SeededIds
-from policies.esaa import ESAA, GitWorkTree, file_diff, init_repository
+from policies.esaa import ESAA, GitWorkTree, file_diff, init_repository, tree_files
 
 PY = sys.executable
 WORK = ["esaa.claim", "esaa.file_patch", "esaa.run_check", "esaa.complete", "esaa.report"]
@@ -195,9 +195,17 @@ class Desk:
         return Outcome(dfid, flow.status, code, detail, receipt)
 
     async def open(self) -> Outcome:
-        """The lead opens the roadmap at the head."""
+        """The lead opens the roadmap at the head, naming the versions of the tree's files."""
+        files = tree_files(self.repo, self.head)
         return await self.act(
-            "lead", {"kind": "esaa.open", "commit": self.head, "contract": CONTRACT, "tasks": TASKS}
+            "lead",
+            {
+                "kind": "esaa.open",
+                "commit": self.head,
+                "contract": CONTRACT,
+                "tasks": TASKS,
+                "files": files,
+            },
         )
 
     async def patch(self, agent: str, task: str, files: Mapping[str, str | None]) -> Outcome:

@@ -41,7 +41,7 @@ OPENED = opened()
 kinds = st.sampled_from(sorted(KINDS))
 agents = st.sampled_from(["ada", "bo", "eve", "quinn"]) | hostile_text()
 params = st.dictionaries(
-    st.sampled_from(["task", "patches", "check", "summary", "title", "contract", "tasks"])
+    st.sampled_from(["task", "patches", "check", "summary", "title", "contract", "tasks", "files"])
     | hostile_text(),
     hostile_values() | st.dictionaries(hostile_text(), hostile_text() | hostile_values()),
     max_size=4,
@@ -86,6 +86,14 @@ proposals = st.one_of(
     st.builds(
         lambda c: {"kind": "esaa.open", "commit": "0" * 40, "contract": c, "tasks": TASKS},
         hostile_text(max_size=100),
+    ),
+    st.builds(
+        lambda f: (
+            {"kind": "esaa.open", "commit": "0" * 40, "contract": CONTRACT, "tasks": TASKS}
+            | {"files": f}
+        ),
+        st.dictionaries(hostile_text(), hostile_text() | st.just("1" * 40), max_size=3)
+        | hostile_values(),
     ),
 )
 

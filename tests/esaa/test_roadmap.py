@@ -18,7 +18,7 @@ from kernel.audit import fold, open_journal, rejudge, verify_journal
 from kernel.core import events as ev
 from kernel.state.roadmap.domain import Roadmap
 from kernel.state.roadmap.model import DONE, HOTFIX, IN_PROGRESS, TODO, RoadmapState
-from policies.esaa import ESAA, file_diff
+from policies.esaa import ESAA, blob_id, file_diff
 from tests.esaa.kit import (
     CONTRACT,
     TASKS,
@@ -40,6 +40,7 @@ THREE = "def three() -> int:\n    return 3\n"
 PASSING = "import unittest\n\nfrom pkg import one\n\n\nclass T(unittest.TestCase):\n"
 PASSING += "    def test_one(self) -> None:\n        self.assertEqual(one(), 1)\n"
 FAILING = PASSING.replace("(one(), 1)", "(one(), 2)")
+ZERO_FILE = blob_id("")
 
 
 def roadmap(desk_: Desk) -> RoadmapState:
@@ -87,10 +88,19 @@ async def test_the_roadmap_opens_with_exactly_what_the_repository_holds(tmp_path
         broken = CONTRACT.replace('paths = ["pkg/**"]', 'paths = ["../**"]')
         bad = await d.act("lead", {**opening, "contract": broken})
         refused(bad, ReasonCode.SCHEMA_INVALID, "contract.toml", "$.agents.ada.paths[0]")
+        # Files named with versions the commit does not hold: refused, nothing opens.
+        named = {**opening, "files": {"pkg/__init__.py": "1" * 40}}
+        refused(await d.act("lead", named), ReasonCode.EXECUTION_FAILED, "pkg/__init__.py")
+        named = {**opening, "files": {".git/config": "1" * 40}}
+        refused(await d.act("lead", named), ReasonCode.SCHEMA_INVALID, "files")
         assert not roadmap(d).open
         assert (await d.open()).done
         state = roadmap(d)
         assert state.base == state.head == d.head
+        assert state.blobs == {
+            "pkg/__init__.py": blob_id('"""pkg."""\n'),
+            "tests/__init__.py": ZERO_FILE,
+        }
         assert list(state.tasks) == ["T-1", "T-2", "T-3", "T-4"]
         assert sorted(state.contract.agents) == ["ada", "bo", "eve", "quinn"]
         assert state.phases == {"PH-1": 0, "PH-2": 0}
@@ -220,6 +230,10 @@ async def test_a_patch_that_does_not_apply_is_refused_and_changes_nothing(tmp_pa
         )
         failed = await d.act("ada", patch_of("T-1", {"pkg/one.py": wrong}))
         refused(failed, ReasonCode.EXECUTION_FAILED, "does not apply")
+        # A file no patch changed yet, but the opening named its version: the DIM knows it.
+        elsewhere = file_diff("pkg/__init__.py", '"""another pkg."""\n', INIT_ONE)
+        older = await d.act("ada", patch_of("T-1", {"pkg/__init__.py": elsewhere}))
+        refused(older, ReasonCode.STALE_CONTEXT, "pkg/__init__.py", "made against blob")
         # Not a plain git diff of its path.
         mislabelled = file_diff("pkg/__init__.py", '"""pkg."""\n', INIT_ONE)
         odd = await d.act("ada", patch_of("T-1", {"pkg/one.py": mislabelled}))

@@ -91,6 +91,14 @@ def _opened(state: RoadmapState, done: Done) -> None:
     state.contract = contract
     state.tasks = {spec.id: Task(spec=spec) for spec in specs}
     state.phases = {spec.phase: 0 for spec in specs if spec.phase}
+    state.blobs = _baseline(done.params.get("files"))
+
+
+def _baseline(files: object) -> dict[str, str]:
+    """The files an opening named with their blob ids (the adapter found them at the commit)."""
+    if not isinstance(files, Mapping):
+        return {}
+    return {p: b for p, b in files.items() if isinstance(p, str) and isinstance(b, str)}
 
 
 def _claimed(state: RoadmapState, done: Done) -> None:

@@ -28,6 +28,7 @@ stages; the roadmap itself only changes when an effect is recorded.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -52,6 +53,9 @@ from kernel.state.roadmap.plan import PlanInvalid, matches, path_problem, read_p
 LAYER = "roadmap"
 MAX_FILES = 64
 """The most files one patch may change."""
+MAX_BASELINE = 2000
+"""The most files an opening may name with their versions."""
+_BLOB = re.compile(r"[0-9a-f]{40}\Z")
 
 Params = Mapping[str, Any]
 
@@ -127,6 +131,23 @@ def _open(state: RoadmapState, params: Params) -> Feedback | None:
     except PlanInvalid as exc:
         field = "contract" if exc.where.startswith(".roadmap/contract") else "tasks"
         return refuse(ReasonCode.SCHEMA_INVALID, str(exc), field)
+    return _baseline(params.get("files", {}))
+
+
+def _baseline(files: object) -> Feedback | None:
+    """Refuse a list of the tree's files (path -> blob id) that is not one."""
+    if not isinstance(files, Mapping) or len(files) > MAX_BASELINE:
+        return refuse(
+            ReasonCode.SCHEMA_INVALID, f"files: up to {MAX_BASELINE} paths and blob ids", "files"
+        )
+    for path, blob in files.items():
+        problem = path_problem(path)
+        if problem is not None:
+            return refuse(
+                ReasonCode.SCHEMA_INVALID, f"files: {str(path)[:64]!r}: {problem}", "files"
+            )
+        if not isinstance(blob, str) or not _BLOB.match(blob):
+            return refuse(ReasonCode.SCHEMA_INVALID, f"files: {path}: not a blob id", "files")
     return None
 
 

@@ -154,8 +154,9 @@ class RoadmapState(msgspec.Struct, kw_only=True):
     tasks: dict[str, Task] = {}
     """The tasks by id, in the order they were opened (the task list's, then hotfixes)."""
     blobs: dict[str, str] = {}
-    """Each file a recorded patch changed: its git blob id now ("" once deleted). The DIM
-    refuses a patch made against another version of such a file."""
+    """The version (git blob id, "" once deleted) of each file the opening named or a
+    recorded patch changed. The DIM refuses a patch made against another version of such
+    a file; of any other file, git is the judge, at execution."""
     phases: dict[str, int] = {}
     """Each phase, and the seq of the completion that finished its last task (0: open).
     A finished phase stays finished: a hotfix opened later is a new path, not a reopening."""
