@@ -274,7 +274,7 @@ def test_the_same_booking_seed_gives_the_same_summary(tmp_path, capsys):
     assert without_paths(first) == without_paths(second)
 
 
-def needs_git():
+def needs_git() -> None:
     """The coding example works a real git repository: skip without git (fail under CI)."""
     if shutil.which("git") is None:
         if os.environ.get("CI"):
@@ -282,7 +282,9 @@ def needs_git():
         pytest.skip("git is not installed: the coding example works a real repository")
 
 
-def test_the_coding_story_is_in_the_journal_and_the_repository(tmp_path, capsys):
+def test_the_coding_story_is_in_the_journal_and_the_repository(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     needs_git()
     db = tmp_path / "coding.db"
     summary = run_example(coding, db, capsys=capsys)
@@ -320,6 +322,27 @@ def test_the_coding_story_is_in_the_journal_and_the_repository(tmp_path, capsys)
         if "files" in e.payload.detail
     }
     assert committed == patched and len(patched) == 5
+
+
+def test_the_same_coding_seed_gives_the_same_journal_roadmap_and_commits(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The commits are built with the clock's time: the same seed, the very same history."""
+    needs_git()
+    first = run_example(coding, tmp_path / "a.db", capsys=capsys)
+    second = run_example(coding, tmp_path / "b.db", capsys=capsys)
+    assert without_paths(first) == without_paths(second)
+    heads = [
+        subprocess.run(
+            ["git", "rev-parse", "HEAD"],
+            cwd=tmp_path / f"{name}.repo",
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        for name in ("a", "b")
+    ]
+    assert heads[0] == heads[1] and len(heads[0].strip()) == 40
 
 
 @pytest.mark.parametrize("example", ["trading", "booking", "coding"])
