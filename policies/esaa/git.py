@@ -5,8 +5,9 @@ working tree (keep it the kernel's: it is reset to the branch's head before each
 operation) and carries out three kinds of intent, each at most once per key:
 
 - ``esaa.open``: checks that the commit named is the branch's head and that the
-  contract and task list proposed are byte for byte what the repository holds there.
-  A read: nothing changes.
+  contract and task list proposed are byte for byte what the repository holds there,
+  and that each file it names (``files``) has there the blob id named. A read: nothing
+  changes.
 - ``esaa.file_patch``: applies each file's diff with ``git apply`` to a private index
   built from the head, commits it (the message carries ``Dirk-Key: <key>``), and moves
   the branch with a compare-and-swap (``git update-ref NEW OLD``). That one ref update
