@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sqlite3
 import subprocess
 import sys
@@ -21,7 +22,7 @@ import anyio
 import msgspec
 import pytest
 
-from examples import booking, trading
+from examples import booking, coding, trading
 from examples.market import plan_day
 from examples.summary import read_events
 from kernel.audit import Event, Projections, fold, open_journal, whatif
@@ -294,14 +295,91 @@ def test_the_same_booking_seed_gives_the_same_summary(tmp_path, capsys):
     assert without_paths(first) == without_paths(second)
 
 
-@pytest.mark.parametrize("example", ["trading", "booking"])
+def needs_git() -> None:
+    """The coding example works a real git repository: skip without git (fail under CI)."""
+    if shutil.which("git") is None:
+        if os.environ.get("CI"):
+            pytest.fail("git is not installed (CI=true: every example must run)")
+        pytest.skip("git is not installed: the coding example works a real repository")
+
+
+def test_the_coding_story_is_in_the_journal_and_the_repository(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    needs_git()
+    db = tmp_path / "coding.db"
+    summary = run_example(coding, db, capsys=capsys)
+    events = read_events_of(db)
+    # Every refusal the story is made of, each recorded with its reason code.
+    assert {
+        "CONSTRAINT_VIOLATION",  # a claim before its dependency; a done task patched
+        "RESOURCE_CONTENTION",  # a claimed task claimed again; a file of an open task
+        "UNAUTHORIZED",  # a path outside the agent's contract
+        "STALE_CONTEXT",  # a diff made against an older version of the file
+        "VERIFICATION_REQUIRED",  # completed before its tests passed
+    } <= {str(e.payload.feedback.reason_code) for e in of_type(events, "ProposalRejected")}
+    runs = [
+        e.payload.detail["passed"]
+        for e in of_type(events, "ExecutionSucceeded")
+        if "passed" in e.payload.detail
+    ]
+    assert False in runs and runs[-1] is True  # a test run failed, and was fixed
+    roadmap = fold(events).snapshot()["roadmap"]
+    assert {t: task["state"] for t, task in roadmap["tasks"].items()} == dict.fromkeys(
+        ["T-1", "T-2", "T-3", "T-4", "T-1.fix1"], "done"
+    )
+    assert roadmap["tasks"]["T-1"]["issues"][0]["hotfix"] == "T-1.fix1"
+    assert summary["roadmap_hash"] == digest(roadmap) and summary["verified"] is True
+    # One commit per recorded patch, named by its key; the repository is clean.
+    repo = tmp_path / "coding.repo"
+    log = subprocess.run(
+        ["git", "log", "--format=%H %(trailers:key=Dirk-Key,valueonly,separator=)"],
+        cwd=repo, capture_output=True, text=True, check=True,
+    ).stdout.split("\n")  # fmt: skip
+    committed = dict(line.split(" ", 1)[::-1] for line in log if line.strip(" ").count(" "))
+    patched = {
+        e.payload.key: e.payload.external_id
+        for e in of_type(events, "ExecutionSucceeded")
+        if "files" in e.payload.detail
+    }
+    assert committed == patched and len(patched) == 5
+
+
+def test_the_same_coding_seed_gives_the_same_journal_roadmap_and_commits(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The commits are built with the clock's time: the same seed, the very same history."""
+    needs_git()
+    first = run_example(coding, tmp_path / "a.db", capsys=capsys)
+    second = run_example(coding, tmp_path / "b.db", capsys=capsys)
+    assert without_paths(first) == without_paths(second)
+    heads = [
+        subprocess.run(
+            ["git", "rev-parse", "HEAD"],
+            cwd=tmp_path / f"{name}.repo",
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        for name in ("a", "b")
+    ]
+    assert heads[0] == heads[1] and len(heads[0].strip()) == 40
+
+
+@pytest.mark.parametrize("example", ["trading", "booking", "coding"])
 def test_dirk_verify_passes_on_the_example_journals(tmp_path, example):
+    if example == "coding":
+        needs_git()
     db = tmp_path / f"{example}.db"
     args = ["--minutes", MINUTES] if example == "trading" else []
     run = [sys.executable, "-m", f"examples.{example}", "--seed", "1", "--db", str(db), *args]
     subprocess.run(run, check=True, capture_output=True, timeout=120)
     # The chain, the projections, and every verdict judged again by the example's packs.
-    packs = {"trading": ["policies.trading", "examples.desk"], "booking": ["policies.booking"]}
+    packs = {
+        "trading": ["policies.trading", "examples.desk"],
+        "booking": ["policies.booking"],
+        "coding": ["policies.esaa"],
+    }
     verdicts = [arg for pack in packs[example] for arg in ("--pack", pack)]
     verify = subprocess.run(
         [sys.executable, "-m", "kernel", "verify", "--db", str(db), "--verdicts", *verdicts],

@@ -47,6 +47,7 @@ from kernel.cli._read import (
     when,
 )
 from kernel.cli._replay import add_commands as add_replay_commands
+from kernel.cli._roadmap import add_commands as add_roadmap_commands
 from kernel.cli._verify import add_commands as add_verify_commands
 from kernel.console import add_commands as add_console_commands
 from kernel.core import events as ev
@@ -272,6 +273,7 @@ def _parser() -> argparse.ArgumentParser:
     add_console_commands(commands)
     add_belief_commands(commands)
     add_completion_command(commands)
+    add_roadmap_commands(commands)
     return parser
 
 

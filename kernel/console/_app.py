@@ -63,6 +63,8 @@ from kernel.core.reasons import CliError
 from kernel.inbox import InboxRequest
 from kernel.journal.opening import open_journal
 from kernel.journal.store import Journal
+from kernel.state.roadmap.domain import Roadmap
+from kernel.state.roadmap.view import roadmap_json
 from kernel.state.rulebook import DEFAULT_NS
 from kernel.telemetry import trace_id_for
 
@@ -412,6 +414,13 @@ def create_app(
             "/rules",
         )
 
+    async def roadmap_page(request: Request, session: Session) -> Response:
+        projections = follower.projections
+        state = projections.domain(Roadmap).state
+        return page(
+            request, "roadmap.html", session, roadmap=roadmap_json(state, projections.last_seq)
+        )
+
     # --- live -------------------------------------------------------------------------
 
     async def events(request: Request, session: Session) -> Response:
@@ -455,6 +464,7 @@ def create_app(
         get("/rules", rules_page),
         post_("/rules/change/{action}", rule_changed),
         post_("/rules/{seq}", rule_decide),
+        get("/roadmap", roadmap_page),
         Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
     ]
     middleware = [Middleware(_SecurityHeaders)]

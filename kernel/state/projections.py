@@ -73,8 +73,9 @@ from kernel.state.beliefs.graph import BeliefGraph
 from kernel.state.domain import OMIT, D, Domain, DomainType, Fold, Saved, compose, same
 from kernel.state.memory import Memory, MemoryState, Rules
 from kernel.state.reservations import Reservations
+from kernel.state.roadmap.domain import Roadmap
 
-DOMAINS: tuple[DomainType, ...] = (Reservations, Memory, Rules, Beliefs, Artifacts)
+DOMAINS: tuple[DomainType, ...] = (Reservations, Memory, Rules, Beliefs, Artifacts, Roadmap)
 """The registered domains, in order: every Projections folds them, the DIM runs their
 checks in this order, the kernel builds their executors. Registering one is adding it here."""
 
