@@ -148,6 +148,7 @@ class Actors:
                     retry=config.retry,
                     escalation=self.escalation,
                     unsure=unsure,
+                    dim=self.dim,
                 ),
                 self.execution,
             ),

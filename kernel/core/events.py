@@ -19,6 +19,18 @@ from typing import Any
 
 import msgspec
 
+from kernel.core._approval_events import (
+    ApprovalSuperseded,
+    ApprovalVoted,
+    GrantIssued,
+    GrantRevoked,
+    GrantUsed,
+    GrantVoted,
+    QuorumRule,
+    ReasoningCharged,
+    WebhookDelivered,
+    WebhookFailed,
+)
 from kernel.core._belief_events import (
     BELIEF_PAYLOADS,
     Applied,
@@ -168,6 +180,15 @@ AnyPayload = (
     | PropositionTransitioned
     | ConsolidationRecorded
     | EpisodeArchived
+    | ApprovalVoted
+    | ApprovalSuperseded
+    | GrantIssued
+    | GrantVoted
+    | GrantRevoked
+    | GrantUsed
+    | ReasoningCharged
+    | WebhookDelivered
+    | WebhookFailed
 )
 
 
@@ -281,6 +302,8 @@ __all__ = [
     "AnyPayload",
     "Applied",
     "ApprovalExpired",
+    "ApprovalSuperseded",
+    "ApprovalVoted",
     "Archived",
     "CitationsChecked",
     "CompensationFailed",
@@ -315,6 +338,10 @@ __all__ = [
     "FlowDirty",
     "FlowEscalated",
     "FlowFlagged",
+    "GrantIssued",
+    "GrantRevoked",
+    "GrantUsed",
+    "GrantVoted",
     "HumanDecided",
     "InputRefused",
     "KernelStarted",
@@ -336,6 +363,8 @@ __all__ = [
     "ProposalSubmitted",
     "PropositionProposed",
     "PropositionTransitioned",
+    "QuorumRule",
+    "ReasoningCharged",
     "Record",
     "RequestVerified",
     "ResourceReleased",
@@ -348,6 +377,8 @@ __all__ = [
     "SubmissionRefused",
     "TestResultIngested",
     "TriggerFired",
+    "WebhookDelivered",
+    "WebhookFailed",
     "body_of",
     "canonical",
     "chain",
