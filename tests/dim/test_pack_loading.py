@@ -9,8 +9,8 @@ import pytest
 
 from kernel import FlowStatus, InputInvalid, PackError, ReasonCode, open_kernel
 from kernel.audit import fold, state_at
-from kernel.core.events import ApprovalSuperseded
 from kernel.config import KernelConfig, Ports, Supervision
+from kernel.core.events import ApprovalSuperseded
 from kernel.policy import LimitSpec, PolicyKind, PolicyPack
 from kernel.policy.packs import PolicyCatalog
 from kernel.policy.rules import ALLOW, RuleVerdict, View, rule
