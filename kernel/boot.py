@@ -151,6 +151,7 @@ async def open_kernel(
             clock=clock,
             ids=config.ports.ids or RandomIds(),
         )
+        kernel.operator_keyring = lambda: keyring
         if storage.checkpoint_every > 0:
             kernel._checkpointer = Checkpointer(storage.checkpoint_every, journal.head_seq)
         journal.set_transition_check(projections.transition_check)
@@ -204,6 +205,8 @@ async def open_kernel(
                         keyring_path,
                         kernel.apply,
                     )
+                    # The roles a quorum counts come from the keyring as last read.
+                    kernel.operator_keyring = lambda: intake.keyring
                     tg.start_soon(intake.run, clock, poll_s, name="operator-inbox")
                     tg.start_soon(_tick_desk, kernel, clock, poll_s, name="desk-ticker")
                 if kernel._checkpointer is not None:

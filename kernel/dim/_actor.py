@@ -426,7 +426,7 @@ class IntegrityModule:
                 )
                 judgement = replace(judgement, quorum=None, reserve=own)
             else:
-                reason = replace(found, detail=detail)
+                reason = msgspec.structs.replace(found, detail=detail)
             recorded = out.emit(
                 self._escalated(msg.dfid, flow.proposal, judgement, reason),
                 dfid=msg.dfid,
