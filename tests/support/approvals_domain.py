@@ -17,7 +17,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, ClassVar
 
-from kernel import Kernel, open_kernel
+from kernel import EscalationPolicy, Kernel, open_kernel
 from kernel.adapters import ExecutionIntent, Receipt
 from kernel.config import KernelConfig, Ports
 from kernel.policy import (
@@ -130,6 +130,8 @@ async def pay_kernel(
     **settings: Any,
 ) -> AsyncIterator[Kernel]:
     """Open a kernel on a real journal file with the payments pack (or ``packs``)."""
+    # No escalation budget: these tests escalate on purpose, many times.
+    settings.setdefault("escalation", EscalationPolicy(budget=None))
     config = configured(
         KernelConfig(ports=Ports(clock=clock or ManualClock(), ids=SeededIds(11))),
         inbox_poll_s=None,
