@@ -65,7 +65,13 @@ PINNED = {
     ],
     kernel.policy: [
         "ALLOW",
+        "Budget",
         "Consume",
+        "Cost",
+        "format_money",
+        "ModelPrice",
+        "parse_money",
+        "Quorum",
         "DecimalStr",
         "deny",
         "Guard",

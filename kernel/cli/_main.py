@@ -30,6 +30,7 @@ from kernel.audit.narrative import narrate as _narrate
 from kernel.audit.narrative import outcome as _outcome
 from kernel.cli._admin import add_commands as add_admin_commands
 from kernel.cli._beliefs import add_commands as add_belief_commands
+from kernel.cli._grants import add_commands as add_grant_commands
 from kernel.cli._journal import add_commands as add_journal_commands
 from kernel.cli._keyring import add_commands as add_keyring_commands
 from kernel.cli._mcp import add_commands as add_mcp_commands
@@ -258,6 +259,7 @@ def _parser() -> argparse.ArgumentParser:
     add_mcp_commands(commands)
     add_console_commands(commands)
     add_belief_commands(commands)
+    add_grant_commands(commands)
     return parser
 
 

@@ -81,7 +81,7 @@ def test_escalations_age_on_the_journals_clock(
     assert row["escalated"] == "2024-03-15T10:53:20.000+00:00"
     assert set(row) == {
         "dfid", "impact", "reason_code", "detail", "age", "escalated", "waited_s",
-        "agent_id", "action", "hash", "queued",
+        "agent_id", "action", "hash", "queued", "quorum",
     }  # fmt: skip
     status, text = dirk(capsys, "escalations", "--db", str(waiting.path))
     assert status == 0 and " 20m " in text and "1 pending escalations" in text
