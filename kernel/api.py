@@ -296,9 +296,18 @@ class Kernel(OperatorActs):
             self._admitting -= fan_out
 
     async def submit(
-        self, token: str, dfid: str, proposal: Proposal | Mapping[str, Any] | bytes | str
+        self,
+        token: str,
+        dfid: str,
+        proposal: Proposal | Mapping[str, Any] | bytes | str,
+        *,
+        usage: Mapping[str, int] | None = None,
     ) -> Verdict:
-        """Submit a proposal for flow ``dfid``; return the verdict once it is durable."""
+        """Submit a proposal for flow ``dfid``; return the verdict once it is durable.
+
+        ``usage``: the tokens the reasoning behind it spent, by model (the DIM prices
+        them with ``KernelConfig.prices`` and records ReasoningCharged).
+        """
         try:
             wall.admit(wall.fields(token=token, dfid=dfid), wall.SubmissionSpec)
         except InputInvalid as exc:
@@ -329,7 +338,14 @@ class Kernel(OperatorActs):
             )
         await self._recall(dfid)
         reply: Reply[Verdict] = Reply()
-        msg = Judge(dfid=dfid, proposal=record, token=token, invalid=invalid, reply=reply)
+        msg = Judge(
+            dfid=dfid,
+            proposal=record,
+            token=token,
+            invalid=invalid,
+            reply=reply,
+            usage=_usage(usage),
+        )
         return await self._call(self.actors.dim, msg, reply)
 
     def flow(self, dfid: str) -> FlowState | None:
@@ -464,3 +480,15 @@ class Kernel(OperatorActs):
                 out.reply(reply, Verdict(outcome=Outcome.ABORTED, dfid=dfid, feedback=feedback))
             else:
                 out.reply(reply, KernelFault(detail))
+
+
+def _usage(usage: Mapping[str, int] | None) -> dict[str, int]:
+    """Reported tokens by model, as the wall admits them (anything else counts as nothing)."""
+    admitted: dict[str, int] = {}
+    for model, tokens in (usage or {}).items():
+        try:
+            checked = wall.admit({"tokens": tokens, "model": model}, wall.UsageSpec)
+        except InputInvalid:
+            continue
+        admitted[checked.model] = admitted.get(checked.model, 0) + checked.tokens
+    return admitted

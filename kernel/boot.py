@@ -50,6 +50,7 @@ from kernel.runtime.messages import Recover, Tick
 from kernel.state.projections import FOLD, Projections, built_in
 from kernel.state.snapshots import Checkpointer, restore
 from kernel.telemetry import Telemetry
+from kernel.webhooks import Webhooks
 
 log = logging.getLogger(__name__)
 
@@ -211,6 +212,10 @@ async def open_kernel(
                     tg.start_soon(_tick_desk, kernel, clock, poll_s, name="desk-ticker")
                 if kernel._checkpointer is not None:
                     tg.start_soon(kernel._checkpointer.run, journal, name="checkpoints")
+                if config.webhooks:
+                    # Beside the kernel, never in its way: they follow what commits.
+                    hooks = Webhooks(config.webhooks, journal, projections, clock)
+                    tg.start_soon(hooks.run, journal.head_seq + 1, name="webhooks")
                 if telemetry.enabled:
                     tg.start_soon(_export, telemetry, journal, exported, name="telemetry")
                 async with (

@@ -109,6 +109,7 @@ class Actors:
                     self.escalation,
                     self.execution,
                     guards=self.guards,
+                    prices=config.prices,
                 ),
                 self.dim,
             ),

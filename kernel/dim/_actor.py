@@ -52,6 +52,7 @@ from kernel.core.events import (
     ProposalRecord,
     ProposalRejected,
     ProposalSubmitted,
+    ReasoningCharged,
     ResourceReleased,
     ResourceReserved,
     SubmissionRefused,
@@ -61,12 +62,13 @@ from kernel.core.ports import Clock
 from kernel.core.reasons import ReasonCode
 from kernel.dim._amend import amend
 from kernel.dim._citations import notes_on
-from kernel.dim._gate import Judgement, reject
+from kernel.dim._gate import Judgement, budget_pool, reject
 from kernel.dim._grants import handle as handle_grant
 from kernel.dim._packs import load
 from kernel.dim._rules import handle as handle_rule
 from kernel.dim.verdict import Staged, verdict
 from kernel.policy.contracts import Outcome, Verdict
+from kernel.policy.money import ModelPrice
 from kernel.policy.packs import PolicyCatalog
 from kernel.policy.quorums import SINGLE, tally
 from kernel.policy.rules import Overrun, Stopwatch
@@ -118,7 +120,9 @@ class IntegrityModule:
         execution: Mailbox[ExecutionMessage],
         guards: Mailbox[GuardMessage] | None = None,
         rule_clock: Callable[[], int] = time.perf_counter_ns,
+        prices: Mapping[str, ModelPrice] | None = None,
     ) -> None:
+        self._prices = dict(prices or {})
         # Measures rules beside the verdict; real time is right: it decides nothing.
         self._rule_clock = rule_clock
         self._guards = guards
@@ -154,6 +158,8 @@ class IntegrityModule:
                     and flow.awaiting_proposal
                     and flow.compiled == msg.attempt
                 ):
+                    # Thought that ends in nothing cost what it cost all the same.
+                    self._charge(flow, msg.usage, out)
                     out.emit(
                         FlowAborted(reason_code=msg.reason_code, detail=msg.detail), dfid=msg.dfid
                     )
@@ -201,6 +207,7 @@ class IntegrityModule:
             ProposalSubmitted(attempt=attempt, proposal=msg.proposal, by_human=msg.by_human),
             dfid=msg.dfid,
         )
+        self._charge(flow, msg.usage, out, after=submitted)
         # Citations and advisory constraints are recorded, never judged (kernel.dim._citations).
         for note in notes_on(self._projections.memory, flow, msg.proposal):
             out.emit(note, dfid=msg.dfid, agent_id=flow.agent_id, after=submitted)
@@ -275,6 +282,54 @@ class IntegrityModule:
         if intent is not None:
             out.send(self._execution, Dispatch(dfid=msg.dfid, key=intent.key))
         out.reply(msg.reply, Verdict(outcome=Outcome.ACCEPTED, dfid=msg.dfid, attempt=attempt))
+
+    def _charge(
+        self,
+        flow: FlowState,
+        usage: Mapping[str, int],
+        out: Outbox,
+        *,
+        after: int | None = None,
+    ) -> None:
+        """Record what an attempt's reasoning cost by the price table, one event per currency.
+
+        Spent at once in the pools of the budgets that count reasoning (their flow tree,
+        agent, session or desk), so the verdict that follows already has less room.
+        """
+        if not self._prices or not usage:
+            return
+        agent = self._projections.agents.get(flow.agent_id)
+        by_currency: dict[str, int] = {}
+        for model, tokens in sorted(usage.items()):
+            price = self._prices.get(model)
+            if price is not None:
+                by_currency[price.currency] = by_currency.get(price.currency, 0) + price.cost(
+                    tokens
+                )
+        unpriced = sorted(m for m in usage if m not in self._prices)
+        staged = _staged(out)
+        for currency, amount in sorted(by_currency.items()) or [("", 0)]:
+            pools = [
+                pool
+                for budgets in self._catalog.reasoning_budgets.values()
+                for budget in budgets
+                if budget.currency == currency and agent is not None
+                if (pool := budget_pool(budget, agent, flow.root_dfid)) is not None
+            ]
+            out.emit(
+                ReasoningCharged(
+                    tokens=dict(sorted(usage.items())),
+                    amount=amount,
+                    currency=currency,
+                    unpriced=unpriced,
+                    pools=sorted(set(pools)),
+                ),
+                dfid=flow.dfid,
+                agent_id=flow.agent_id,
+                after=after,
+            )
+            for pool in set(pools):
+                staged.spent[pool] = staged.spent.get(pool, 0) + amount
 
     def _escalated(
         self, dfid: str, proposal: ProposalRecord, judgement: Judgement, escalation: Feedback

@@ -358,15 +358,16 @@ def _budgets(
     escalation: Feedback | None = None
     for budget in catalog.budgets_of.get(kind, ()):
         amount = costs.get(budget.currency, 0)
-        if not amount:
+        if not amount and not budget.reasoning:
             continue
         pool = budget_pool(budget, agent, inputs.tree)
         room = budget.ceiling
         if pool is not None:
             others = inputs.held.get(pool, 0) - inputs.own.get(pool, 0)
             room -= inputs.spent.get(pool, 0) + others
-            need[pool] = need.get(pool, 0) + amount
-        if amount <= room:
+            if amount:
+                need[pool] = need.get(pool, 0) + amount
+        if amount <= room and (amount or room >= 0):
             continue
         refuse = budget.over == "refuse"
         over = reject(

@@ -378,10 +378,12 @@ class PolicyCatalog:
         for pack in self.packs:
             for name in pack.by_name:
                 currencies = {c.currency for c in pack.costs if kind_name(c.kind) == name}
+                # A budget that counts reasoning covers its kinds whatever they cost:
+                # thought spent past its ceiling refuses what it led to.
                 table[name] = tuple(
                     b
                     for b in pack.budgets
-                    if b.currency in currencies
+                    if (b.currency in currencies or b.reasoning)
                     and (not b.kinds or name in {kind_name(k) for k in b.kinds})
                 )
         return self._table("budgets_of", table)

@@ -119,6 +119,8 @@ class Judge(msgspec.Struct, frozen=True, kw_only=True):
     by_human: bool = False
     invalid: Feedback | None = None
     reply: Reply[Verdict] | None = None
+    usage: Mapping[str, int] = {}
+    """The tokens the attempt's reasoning reported, by model (priced by the DIM)."""
 
 
 class Recheck(msgspec.Struct, frozen=True, kw_only=True):
@@ -188,6 +190,8 @@ class Withdraw(msgspec.Struct, frozen=True, kw_only=True):
     attempt: int
     reason_code: ReasonCode
     detail: str = ""
+    usage: Mapping[str, int] = {}
+    """The tokens the attempt's reasoning reported before it gave up, by model."""
 
 
 class AmendLimit(msgspec.Struct, frozen=True, kw_only=True):

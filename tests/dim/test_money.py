@@ -18,12 +18,13 @@ from hypothesis import strategies as st
 
 from kernel import FlowStatus, Kernel, ReasonCode
 from kernel.audit import Projections, open_journal
-from kernel.core.events import FlowEscalated, ProposalRejected
-from kernel.policy import Budget, format_money, parse_money
+from kernel.core.events import FlowEscalated, ProposalRejected, ReasoningCharged
+from kernel.policy import Budget, ModelPrice, format_money, parse_money
+from kernel.policy.contracts import Proposal, WorkingContext
 from kernel.policy.money import exponent
 from kernel.state.budgets import Budgets
-from kernel.testing import ManualClock, action_of
-from tests.support.approvals_domain import DAILY, Payments, pack, pay_kernel, sender
+from kernel.testing import ManualClock, ScriptedAgent, action_of
+from tests.support.approvals_domain import DAILY, Payments, Send, pack, pay_kernel, sender
 
 DESK_POOL = DAILY.pool("")
 
@@ -221,3 +222,53 @@ async def test_no_money_ceiling_is_exceeded_by_concurrent_flows(
 async def _read(path: Path) -> list:  # type: ignore[type-arg]
     async with open_journal(path, readonly=True) as journal:
         return await journal.read()
+
+
+def thinker(tokens: int, model: str = "m-large") -> ScriptedAgent:
+    """An agent whose reasoning reports ``tokens`` of ``model`` before it sends 50.00 EUR."""
+
+    def step(ctx: WorkingContext) -> Proposal:
+        ctx.report_usage(tokens=tokens, model=model)
+        return ctx.propose(Send(payee="acme", amount_cents=5_000), explain="think, then pay")
+
+    return ScriptedAgent(
+        "clerk", [step], capabilities=["pay.send"], subscriptions=["pay"], max_attempts=1
+    )
+
+
+async def test_a_price_table_turns_reasoning_into_money_against_a_ceiling(tmp_path: Path) -> None:
+    # A cent a token; the agent may think for at most 0.50 USD a day.
+    prices = {"m-large": ModelPrice(currency="USD", per_million=1_000_000)}
+    thought = Budget(
+        name="thought", ceiling=50, currency="USD", per="agent", window_s=86_400, reasoning=True
+    )
+    async with pay_kernel(tmp_path / "j.db", [pack(budgets=(thought,))], prices=prices) as kernel:
+        await kernel.register(thinker(30))
+        assert await send(kernel, 1) is FlowStatus.CLOSED  # 0.30 USD thought, 50.00 EUR sent
+        [charged] = await kernel.journal.read(types=["ReasoningCharged"])
+        assert isinstance(charged.payload, ReasoningCharged)
+        assert (charged.payload.tokens, charged.payload.amount, charged.payload.currency) == (
+            {"m-large": 30},
+            30,
+            "USD",
+        )
+        assert charged.payload.pools == [thought.pool("clerk")]
+        # The second thought takes the agent to 0.60 USD: what it led to is refused.
+        assert await send(kernel, 1) is FlowStatus.ABORTED
+        [rejected] = await kernel.journal.read(types=["ProposalRejected"])
+        assert rejected.payload.feedback.reason_code is ReasonCode.BUDGET_EXHAUSTED  # type: ignore[union-attr]
+        spent = kernel.projections.domain(Budgets).spent(
+            thought.pool("clerk"), kernel.clock.now_ns()
+        )
+        assert spent == 60  # thought is spent, refused or not
+
+
+async def test_tokens_of_a_model_the_table_does_not_price_are_named_not_guessed(
+    tmp_path: Path,
+) -> None:
+    prices = {"m-large": ModelPrice(currency="USD", per_million=1_000_000)}
+    async with pay_kernel(tmp_path / "j.db", prices=prices) as kernel:
+        await kernel.register(thinker(1_000, model="m-unknown"))
+        assert await send(kernel, 1) is FlowStatus.CLOSED
+        [charged] = await kernel.journal.read(types=["ReasoningCharged"])
+        assert charged.payload.unpriced == ["m-unknown"] and charged.payload.amount == 0  # type: ignore[union-attr]
