@@ -66,11 +66,10 @@ from kernel.dim._gate import Judgement, budget_pool, reject
 from kernel.dim._grants import handle as handle_grant
 from kernel.dim._packs import load
 from kernel.dim._rules import handle as handle_rule
-from kernel.dim.verdict import Staged, verdict
+from kernel.dim.verdict import Staged, rechecked, verdict
 from kernel.policy.contracts import Outcome, Verdict
 from kernel.policy.money import ModelPrice
 from kernel.policy.packs import PolicyCatalog
-from kernel.policy.quorums import SINGLE, tally
 from kernel.policy.rules import Overrun, Stopwatch
 from kernel.runtime.actors import Mailbox, Outbox, Reply
 from kernel.runtime.messages import (
@@ -96,7 +95,7 @@ from kernel.runtime.messages import (
     Withdraw,
 )
 from kernel.state.amendments import folded
-from kernel.state.approvals import Approval, ApprovalStatus, escalated_event
+from kernel.state.approvals import ApprovalStatus, escalated_event
 from kernel.state.intents import mint, stage_start
 from kernel.state.projections import AgentView, Projections, session_hash
 from kernel.state.quorums import Ballot, Quorums
@@ -405,7 +404,7 @@ class IntegrityModule:
         # A human's approval covers what it approved; so does an acceptance out of an
         # escalation (a human's) recorded before a restart left it unstarted.
         human = approval if approved or (queued and approval is not None) else None
-        if not _passes(judgement, ballot, human):
+        if not rechecked(judgement, ballot, human):
             self._superseded(msg, flow, judgement, ballot, own, out)
             return
         recorded: int | None = None
@@ -657,31 +656,6 @@ class IntegrityModule:
                 external_id=flow.external_id,
             ),
         )
-
-
-def _passes(judgement: Judgement, ballot: Ballot | None, approval: Approval | None) -> bool:
-    """Whether a re-judged action may execute on the approval (None: no human approved it).
-
-    It may if nothing refuses it and it needs no human, or (approved) if what it now
-    escalates for is what was approved (same reason and rule) and the approval's votes
-    meet the quorum the pack now asks for. An approval of an operational escalation
-    (no ballot: the engine's) approved the very action, whatever would escalate it.
-    """
-    if judgement.rejection is not None:
-        return False
-    escalation = judgement.escalation
-    if escalation is None:
-        return True
-    if approval is None:
-        return False
-    if ballot is None:
-        return True
-    if (str(escalation.reason_code), escalation.rule) != (ballot.reason_code, ballot.rule):
-        return False
-    voters = [(v.operator, v.roles) for v in ballot.votes if v.vote == "approve"]
-    if not voters:
-        voters = [(approval.operator, [])]
-    return tally(judgement.quorum or SINGLE, voters).met
 
 
 def _staged(out: Outbox) -> Staged:

@@ -27,11 +27,14 @@ from kernel.core.events import Applied, Feedback, ProposalRecord
 from kernel.core.flow import FlowState
 from kernel.dim._gate import Inputs, Judgement, MemoryCheck, judge
 from kernel.policy.packs import PolicyCatalog
+from kernel.policy.quorums import SINGLE, tally
 from kernel.policy.rules import Stopwatch, View
 from kernel.state.amendments import Amendment, in_force
+from kernel.state.approvals import Approval
 from kernel.state.budgets import Budgets
 from kernel.state.grants import Grant, Grants
 from kernel.state.projections import AgentView, Projections, context_ref
+from kernel.state.quorums import Ballot
 
 
 class FactCapacities(Mapping[str, int]):
@@ -227,3 +230,28 @@ def verdict(
         if applied is not None:
             return replace(judgement, applied=applied)
     return judgement
+
+
+def rechecked(judgement: Judgement, ballot: Ballot | None, approval: Approval | None) -> bool:
+    """Whether a re-judged action may execute on the approval (None: no human approved it).
+
+    It may if nothing refuses it and it needs no human, or (approved) if what it now
+    escalates for is what was approved (same reason and rule) and the approval's votes
+    meet the quorum the pack now asks for. An approval of an operational escalation
+    (no ballot: the engine's) approved the very action, whatever would escalate it.
+    """
+    if judgement.rejection is not None:
+        return False
+    escalation = judgement.escalation
+    if escalation is None:
+        return True
+    if approval is None:
+        return False
+    if ballot is None:
+        return True
+    if (str(escalation.reason_code), escalation.rule) != (ballot.reason_code, ballot.rule):
+        return False
+    voters = [(v.operator, v.roles) for v in ballot.votes if v.vote == "approve"]
+    if not voters:
+        voters = [(approval.operator, [])]
+    return tally(judgement.quorum or SINGLE, voters).met

@@ -145,3 +145,12 @@ async def pay_kernel(
         config=config,
     ) as kernel:
         yield kernel
+
+
+ROOMY = Budget(name="day", ceiling=1_000_000, currency="EUR", window_s=86_400)
+PAY = pack(budgets=(ROOMY,))
+"""The payments pack with a 10,000.00 EUR day (``--pack tests.support.approvals_domain:PAY``)."""
+PAY_FOUR_EYES = pack(budgets=(ROOMY,), quorums=(Quorum(required=2, kind=Send, name="four eyes"),))
+"""The same, asking two operators for every approval."""
+PAY_TIGHT = pack(budgets=(replace(ROOMY, ceiling=300_000),))
+"""The same, with a 3,000.00 EUR day."""
