@@ -17,7 +17,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, ClassVar
 
-from kernel import EscalationPolicy, Kernel, open_kernel
+from kernel import Clock, EscalationPolicy, Kernel, open_kernel
 from kernel.adapters import ExecutionIntent, Receipt
 from kernel.config import KernelConfig, Ports
 from kernel.policy import (
@@ -125,17 +125,16 @@ async def pay_kernel(
     packs: Sequence[PolicyPack] | None = None,
     *,
     payments: Payments | None = None,
-    clock: ManualClock | None = None,
+    clock: Clock | None = None,
     allow: Sequence[str] = ("clerk", "other", "third"),
     **settings: Any,
 ) -> AsyncIterator[Kernel]:
     """Open a kernel on a real journal file with the payments pack (or ``packs``)."""
     # No escalation budget: these tests escalate on purpose, many times.
     settings.setdefault("escalation", EscalationPolicy(budget=None))
+    settings.setdefault("inbox_poll_s", None)
     config = configured(
-        KernelConfig(ports=Ports(clock=clock or ManualClock(), ids=SeededIds(11))),
-        inbox_poll_s=None,
-        **settings,
+        KernelConfig(ports=Ports(clock=clock or ManualClock(), ids=SeededIds(11))), **settings
     )
     async with open_kernel(
         path,
