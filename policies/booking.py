@@ -10,7 +10,10 @@ Money is integer minor units (cents). What it enforces on ``booking.reserve_room
   needs step-free access (``step_free`` in the request, or
   ``traveller.<id>.step_free`` in the state), the room must be accessible
   (CONSTRAINT_VIOLATION);
-- escalation: a total above 2,000.00, or a confidence below 0.7, goes to a human.
+- escalation: a total above 2,000.00, or a confidence below 0.7, goes to a human;
+- money (0.2.0): a stay costs its total in EUR, what a standing grant's money cap counts
+  (``dirk grant add --kind booking.reserve_room --cap '5,000.00 EUR' ...``).
+  :mod:`policies.booking_0_1` keeps 0.1.0 for re-judging its journals.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from kernel import ReasonCode
 from kernel.policy import (
     ALLOW,
     Consume,
+    Cost,
     LimitSpec,
     OneOf,
     PolicyKind,
@@ -96,7 +100,7 @@ def accessibility(view: View) -> RuleVerdict:
 
 BOOKING = PolicyPack(
     name="booking",
-    version="0.1.0",
+    version="0.2.0",
     kinds=(ReserveRoom, CancelBooking),
     escalate_below_confidence=0.7,
     invariants=(
@@ -113,5 +117,6 @@ BOOKING = PolicyPack(
     capacities={"rooms:*": 100, "budget:travel": 5_000_000},
     thresholds=(Threshold(ReserveRoom, amount=total_cents, above=200_000),),
     limits={"max_booking": LimitSpec(default=300_000, floor=0, ceiling=1_000_000)},
+    costs=(Cost(ReserveRoom, total_cents, "EUR"),),
 )
-"""The shipped booking pack."""
+"""The shipped booking pack (0.2.0: a stay's cost in EUR, for grants' money caps and budgets)."""

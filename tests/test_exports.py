@@ -103,7 +103,9 @@ PINNED = {
         "SagaStep",
     ],
     kernel.audit: [
+        "Budgets",
         "Event",
+        "Grants",
         "events",
         "fold",
         "IllegalTransition",

@@ -260,7 +260,7 @@ def amount_text(value: Any) -> str:
 def describe(grant: Grant) -> str:
     """One line saying what a grant allows (for CLI, console and MCP)."""
     bounds = ", ".join(
-        f"{name} {word} {value}"
+        f"{name} {_WORDS.get(word, word)} {value}"
         for name, spec in grant.bounds.items()
         for word, value in spec.items()
     )

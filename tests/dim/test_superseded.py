@@ -21,7 +21,8 @@ from kernel.core.events import ApprovalSuperseded, FlowEscalated
 from kernel.policy import PolicyPack, Quorum, Range, Threshold
 from kernel.policy.contracts import WorkingContext
 from kernel.testing import ManualClock, SeededIds, action_of
-from policies.trading import TRADING, PlaceOrder, notional_minor
+from policies.trading import PlaceOrder, notional_minor
+from policies.trading_0_3 import TRADING_0_3 as TRADING
 from tests.support.helpers import Bank
 
 PRICES = {"market.ACME.price": "100.00"}
