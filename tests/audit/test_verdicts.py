@@ -92,13 +92,16 @@ async def workload(path: Path) -> dict[str, str]:
             desk.plan.append(step)
             [flows[name]] = await kernel.trigger("market.tick", PRICES)
             await kernel.wait_flow(flows[name])
-        await kernel.decide(
-            flows["large"],
-            "approve",
-            operator="ana",
-            reason="known desk",
-            action_hash=action_of(kernel, flows["large"]),
-        )
+        # 30,000.00 USD is above trading 0.4.0's two-person size: a risk officer and a desk head.
+        for operator, role in (("ana", "risk"), ("ed", "desk-head")):
+            await kernel.decide(
+                flows["large"],
+                "approve",
+                operator=operator,
+                reason="known desk",
+                action_hash=action_of(kernel, flows["large"]),
+                roles=[role],
+            )
         await kernel.decide(
             flows["unsure"],
             "modify",
@@ -234,13 +237,17 @@ def test_dirk_whatif_pack_lists_the_flips_both_ways(journal_path, pack_file, cap
     lines = capsys.readouterr().out.splitlines()
     assert lines[-1].startswith(f"whatif: {judged} recorded verdicts judged again,")
     assert any("accepted then, would have been rejected: RISK_LIMIT_EXCEEDED" in x for x in lines)
-    assert any("escalated (APPROVAL_REQUIRED) then, would have been rejected" in x for x in lines)
+    # The large order escalated under trading 0.4.0's two-person rule; the line says so.
+    escalated = "escalated (APPROVAL_REQUIRED, needing 2 of risk, desk-head) then"
+    assert any(f"{escalated}, would have been rejected" in x for x in lines)
 
     # The reverse: a looser limit turns the rejected order into one a human approves.
     assert main(["whatif", "--db", str(journal_path), "--pack", f"{pack_file}:LOOSE"]) == 0
     [flip, summary] = capsys.readouterr().out.splitlines()
+    # 60,000.00 USD: it would wait for two humans, a risk officer and a desk head.
     assert (
-        "rejected (RISK_LIMIT_EXCEEDED) then, would have been escalated: APPROVAL_REQUIRED" in flip
+        "rejected (RISK_LIMIT_EXCEEDED) then, would have been escalated"
+        " (needing 2 of risk, desk-head): APPROVAL_REQUIRED" in flip
     )
     assert summary.endswith("1 change (0 of kinds no given pack defines)")
     assert journal_path.read_bytes() == before
