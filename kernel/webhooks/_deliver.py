@@ -245,6 +245,11 @@ class Webhooks:
                     tg.start_soon(self._remind, name="webhooks:remind")
         except (KernelShutdown, JournalClosed, JournalWriteFailed):
             return
+        finally:
+            # The queues' sending ends die with their workers; closed, not left to the GC.
+            for queue in self._queues.values():
+                queue.close()
+            self._queues.clear()
 
     async def _remember(self) -> None:
         """Count the reminders recorded before a restart, so none is sent twice."""
