@@ -115,7 +115,7 @@ BOOKING = PolicyPack(
         Consume(ReserveRoom, "budget:travel", total_cents),
     ),
     capacities={"rooms:*": 100, "budget:travel": 5_000_000},
-    thresholds=(Threshold(ReserveRoom, amount=total_cents, above=200_000),),
+    thresholds=(Threshold(ReserveRoom, amount=total_cents, above=200_000, currency="EUR"),),
     limits={"max_booking": LimitSpec(default=300_000, floor=0, ceiling=1_000_000)},
     costs=(Cost(ReserveRoom, total_cents, "EUR"),),
 )

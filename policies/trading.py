@@ -203,7 +203,7 @@ TRADING = PolicyPack(
     rules=(notional_limit, position_limit),
     consumes=(Consume(PlaceOrder, "cash:desk", cash_needed),),
     capacities={"cash:desk": 100_000_000},
-    thresholds=(Threshold(PlaceOrder, amount=notional_minor, above=2_500_000),),
+    thresholds=(Threshold(PlaceOrder, amount=notional_minor, above=2_500_000, currency="USD"),),
     limits={
         "max_order_notional": LimitSpec(default=5_000_000, floor=0, ceiling=20_000_000),
         "max_position": LimitSpec(default=10_000, floor=0, ceiling=50_000),

@@ -59,7 +59,7 @@ from kernel.policy.contracts import field_of
 from kernel.policy.guards import emergency
 from kernel.policy.kinds import Impact
 from kernel.policy.money import Budget, format_money
-from kernel.policy.packs import PolicyCatalog, PolicyPack, amount_of
+from kernel.policy.packs import PolicyCatalog, PolicyPack, Threshold, amount_of
 from kernel.policy.quorums import SINGLE
 from kernel.policy.rules import (
     DECIMAL_PATTERN,
@@ -673,7 +673,7 @@ def _thresholds(
             amount = None
             detail = f"{type(exc).__name__}: {exc}"
         else:
-            detail = f"amount {amount} is above {threshold.above}"
+            detail = _above(amount, threshold)
         # An amount that cannot be computed is not "below the threshold": a human decides.
         if amount is None or amount > Decimal(threshold.above):
             field = threshold.amount if isinstance(threshold.amount, str) else ""
@@ -686,3 +686,13 @@ def _thresholds(
                 threshold.above,
             )
     return None
+
+
+def _above(amount: Decimal | None, threshold: Threshold) -> str:
+    """Say an amount passed a threshold; money as people read it when the pack names a currency."""
+    limit = Decimal(str(threshold.above))
+    whole = amount is not None and amount == amount.to_integral_value()
+    if threshold.currency and amount is not None and whole and limit == int(limit):
+        money = format_money(int(amount), threshold.currency)
+        return f"{money} is above {format_money(int(limit), threshold.currency)}"
+    return f"amount {amount} is above {threshold.above}"

@@ -85,12 +85,15 @@ class Threshold:
         amount: what is compared with ``above`` (a field or a pure function of the params).
         above: the amount past which a human approves (APPROVAL_REQUIRED).
         confidence_below: the confidence under which a human decides (LOW_CONFIDENCE).
+        currency: the amount is money, minor units of this ISO 4217 code: the escalation
+            reads "30,000.00 USD is above 25,000.00 USD", not raw minor units.
     """
 
     kind: type[PolicyKind]
     amount: Amount = ""
     above: int | str | None = None
     confidence_below: float | None = None
+    currency: str = ""
 
 
 @dataclass(frozen=True)
@@ -193,7 +196,9 @@ class PolicyPack:
             "consumes": [[_name(c.kind), c.pool, _described(c.amount)] for c in self.consumes],
             "capacities": dict(self.capacities),
             "thresholds": [
+                # A currency joins the entry only when set: older packs keep their hashes.
                 [_name(t.kind), _described(t.amount), str(t.above), repr(t.confidence_below)]
+                + ([t.currency] if t.currency else [])
                 for t in self.thresholds
             ],
             "limits": {
@@ -588,6 +593,8 @@ def _check_pack(pack: PolicyPack, seen: dict[str, str]) -> None:
                 pure(part, t.amount)
             if decimal_of(t.above) is None:
                 raise PackError(f"pack {pack.name}: {part}: bad amount {t.above!r}")
+        if t.currency and (not isinstance(t.currency, str) or not CURRENCY.match(t.currency)):
+            raise PackError(f"pack {pack.name}: {part}: {t.currency!r} is no ISO 4217 code")
         else:
             fields_of(part, t.kind)
     for g in pack.guards:

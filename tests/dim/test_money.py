@@ -9,6 +9,7 @@ spending (within its window) plus what open flows hold above its ceiling.
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import anyio
@@ -16,15 +17,19 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kernel import FlowStatus, Kernel, ReasonCode
+from kernel import FlowStatus, Kernel, PackError, ReasonCode
 from kernel.audit import Projections, open_journal
 from kernel.core.events import FlowEscalated, ProposalRejected, ReasoningCharged
-from kernel.policy import Budget, ModelPrice, format_money, parse_money
+from kernel.policy import Budget, ModelPrice, Threshold, format_money, parse_money
 from kernel.policy.contracts import Proposal, WorkingContext
 from kernel.policy.money import exponent
+from kernel.policy.packs import PolicyCatalog
 from kernel.state.budgets import Budgets
 from kernel.testing import ManualClock, ScriptedAgent, action_of
+from policies.trading import TRADING, PlaceOrder, notional_minor
+from tests.dim.test_superseded import escalated_order, open_desk
 from tests.support.approvals_domain import DAILY, Payments, Send, pack, pay_kernel, sender
+from tests.support.helpers import Bank
 
 DESK_POOL = DAILY.pool("")
 
@@ -272,3 +277,22 @@ async def test_tokens_of_a_model_the_table_does_not_price_are_named_not_guessed(
         assert await send(kernel, 1) is FlowStatus.CLOSED
         [charged] = await kernel.journal.read(types=["ReasoningCharged"])
         assert charged.payload.unpriced == ["m-unknown"] and charged.payload.amount == 0  # type: ignore[union-attr]
+
+
+async def test_an_escalation_over_a_money_threshold_reads_as_money(tmp_path: Path) -> None:
+    """Trading 0.4.0's threshold is in USD: the person deciding reads dollars, not cents."""
+    async with open_desk(tmp_path / "j.db", Bank(), packs=[TRADING]) as kernel:
+        dfid = await escalated_order(kernel, quantity=300)
+        [event] = await kernel.journal.read(dfid=dfid, types=["FlowEscalated"])
+    assert isinstance(event.payload, FlowEscalated)
+    assert event.payload.detail == ("trading.place_order: 30,000.00 USD is above 25,000.00 USD")
+
+
+@pytest.mark.parametrize("currency", ["usd", "US", "dollars"])
+def test_a_threshold_in_no_currency_code_is_refused(currency: str) -> None:
+    bad = dataclasses.replace(
+        TRADING,
+        thresholds=(Threshold(PlaceOrder, amount=notional_minor, above=1, currency=currency),),
+    )
+    with pytest.raises(PackError, match="no ISO 4217 code"):
+        PolicyCatalog([bad])
