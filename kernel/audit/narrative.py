@@ -12,7 +12,7 @@ import msgspec
 from kernel.core import events as ev
 from kernel.core.events import Event
 from kernel.core.flow import FlowState
-from kernel.policy.money import format_money
+from kernel.policy.money import POOL_PREFIX, format_money
 
 
 def outcome(flow: FlowState) -> str:
@@ -116,6 +116,16 @@ def _narrate_approval(payload: object) -> str | None:
             used = ", ".join(f"{n} {model}" for model, n in sorted(tokens.items()))
             unknown = f"; no price for {', '.join(u)}" if u else ""
             return f"reasoning {format_money(amount, currency)} ({used} tokens){unknown}"
+        case ev.ResourceReserved(pool=pool, amount=amount) if pool.startswith(POOL_PREFIX):
+            return f"holds {format_money(amount, pool.split(':')[1])} of {pool}"
+        case ev.ResourceReleased(pool=pool, amount=amount, reason=why) if pool.startswith(
+            POOL_PREFIX
+        ):
+            money = format_money(amount, pool.split(":")[1])
+            # A closed flow spends what it held of a money pool; any other end gives it back.
+            if why == "CLOSED":
+                return f"spends {money} of {pool}"
+            return f"gives back {money} of {pool} ({why})"
         case ev.WebhookDelivered(hook=hook, notice=notice, status=status, attempts=attempts):
             return f"webhook {hook} took the {notice} (HTTP {status}, attempt {attempts})"
         case ev.WebhookFailed(hook=hook, notice=notice, error=error, attempts=attempts):

@@ -54,4 +54,12 @@ def test_votes_grant_uses_prices_and_webhooks_read_as_words() -> None:
     )
     failed = ev.WebhookFailed(hook="desk", notice="request", about=7, error="HTTP 500", attempts=3)
     assert "desk did not take the request after 3 tries: HTTP 500" in str(_narrate_approval(failed))
+    held = ev.ResourceReserved(pool="money:USD:daily-notional@86400:desk", amount=2_500_000)
+    assert _narrate_approval(held) == ("holds 25,000.00 USD of money:USD:daily-notional@86400:desk")
+    back = ev.ResourceReleased(pool="money:EUR:day:desk", amount=5, reason="ABORTED")
+    assert _narrate_approval(back) == "gives back 0.05 EUR of money:EUR:day:desk (ABORTED)"
+    spent = ev.ResourceReleased(pool="money:EUR:day:desk", amount=5, reason="CLOSED")
+    assert _narrate_approval(spent) == "spends 0.05 EUR of money:EUR:day:desk"
+    # Pools of other resources are not money: they keep the plain record.
+    assert _narrate_approval(ev.ResourceReserved(pool="cash:desk", amount=3)) is None
     assert _narrate_approval(ev.FlowClosed()) is None
