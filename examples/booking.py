@@ -11,10 +11,12 @@ cites it in its explanations (``dirk why access`` tells its history). A
 counterfactual replay, which only reads
 the journal, shows the first booking would have been refused had the
 constraint existed from the start. On the way: a booking over the agent's
-budget is refused and revised, and an expensive one waits for a human. The
-hotel's accessibility statement (a few KB) is put in the artifact store: the
-journal records its reference, never its bytes, and the agent's contexts name it,
-so the agent fetches it and books the room the statement says is step-free.
+budget is refused and revised, an expensive one waits for a human, and another,
+as expensive, goes through on the standing grant the desk lead gave for dee's week
+(its use recorded with the booking; ``dirk grants`` lists it). The hotel's
+accessibility statement (a few KB) is put in the artifact store: the journal records
+its reference, never its bytes, and the agent's contexts name it, so the agent
+fetches it and books the room the statement says is step-free.
 
     python -m examples.booking --seed 1 --db booking.db
 """
@@ -82,7 +84,15 @@ REQUESTS: list[dict[str, Any]] = [
     {"traveller": "bo", "hotel": "Grand Palace", "nights": 6, "note": "wants something nice"},
     # Above the pack's approval threshold: a human signs it off.
     {"traveller": "cy", "hotel": "Grand Palace", "nights": 4, "note": "board offsite, suite"},
+    # Above it too, but dee's week was granted in advance: no human is asked.
+    {"traveller": "dee", "hotel": "Grand Palace", "nights": 5, "note": "client week, suite"},
 ]
+DEE_WEEK = {
+    "traveller": {"eq": "dee"},
+    "nightly_rate_cents": {"max": "60000"},
+    "nights": {"max": "7"},
+}
+"""The standing grant for dee's week: any room up to 600.00 EUR a night, up to 7 nights."""
 RATES = {"single": 12_000, "double": 18_000, "accessible": 21_000, "suite": 60_000}
 
 
@@ -230,12 +240,24 @@ async def simulate(seed: int, db: Path | str, llm: str, files: Path | None = Non
             ),
         ) as kernel:
             await kernel.register(TravelAgent(model))
-            ana, bo, cy = REQUESTS
-            progress("1/6 booking for ana (nobody asked about access)")
+            ana, bo, cy, dee = REQUESTS
+            # The desk lead grants dee's client week before it starts: bookings within it
+            # that would wait for a human go through, each use recorded with its booking.
+            week = await kernel.grant(
+                "booking.reserve_room",
+                agent="travel-agent",
+                bounds=DEE_WEEK,
+                uses=3,
+                valid_for_s=7 * 86_400,
+                cap="4,000.00 EUR",
+                operator="rui",
+                reason="dee's client week, budgeted",
+            )
+            progress("1/7 booking for ana (nobody asked about access)")
             mistake = await book(kernel, "ana-1", ana)
             submitted = await first_event(kernel, mistake, "ProposalSubmitted")
             clock.at_minute(30)
-            progress("2/6 ana's correction becomes a learned constraint")
+            progress("2/7 ana's correction becomes a learned constraint")
             correction = {
                 "traveller": "ana",
                 "message": "I use a wheelchair and the Miramar room has steps.",
@@ -270,13 +292,13 @@ async def simulate(seed: int, db: Path | str, llm: str, files: Path | None = Non
                 reason="ana's correction, for every traveller",
             )
             clock.at_minute(40)
-            progress("3/6 rebooking ana: refused until the agent verifies accessibility")
+            progress("3/7 rebooking ana: refused until the agent verifies accessibility")
             await book(kernel, "ana-2", ana)
             await book(kernel, "ana-3", ana)
             clock.at_minute(60)
-            progress("4/6 bo's suite is over budget; the agent trades down")
+            progress("4/7 bo's suite is over budget; the agent trades down")
             await book(kernel, "bo-1", bo)
-            progress("5/6 cy's offsite suite needs a human's approval")
+            progress("5/7 cy's offsite suite needs a human's approval")
             offsite = await book(kernel, "cy-1", cy)
             flow = kernel.flow(offsite)
             if flow is not None and flow.status is FlowStatus.ESCALATED:
@@ -290,6 +312,9 @@ async def simulate(seed: int, db: Path | str, llm: str, files: Path | None = Non
                     action_hash=approval.action_hash,
                 )
                 await kernel.wait_quiet()
+            grant = week.payload.grant  # type: ignore[union-attr]
+            progress(f"6/7 dee's week: above the threshold, within grant {grant}")
+            await book(kernel, "dee-1", dee)
     finally:
         hotel.close()
 
@@ -303,7 +328,7 @@ async def story(db: Path | str) -> dict[str, Any]:
     summary = await summarize(db, ("booking.reserve_room",))
     events = await read_events(db)
     learned = [e.payload for e in events if isinstance(e.payload, ev.ConstraintAdded)]
-    progress("6/6 counterfactual: the lesson in force from the start")
+    progress("7/7 counterfactual: the lesson in force from the start")
     async with open_journal(db, readonly=True) as journal:
         replay = await whatif(journal, constraint=LESSON, at=1, priority="learned")
     summary["story.learned"] = [

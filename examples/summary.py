@@ -15,8 +15,18 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from kernel.audit import Event, Projections, fold, open_journal, redact, verify_journal
+from kernel.audit import (
+    Budgets,
+    Event,
+    Grants,
+    Projections,
+    fold,
+    open_journal,
+    redact,
+    verify_journal,
+)
 from kernel.audit import events as ev
+from kernel.policy import format_money
 
 ENDINGS = {"approve": "approved", "override": "approved", "modify": "modified"}
 
@@ -62,6 +72,30 @@ def escalation_endings(events: Sequence[Event]) -> Counter[str]:
     return +endings
 
 
+def money_spent(projections: Projections, now_ns: int) -> dict[str, str]:
+    """What each money budget spent (within its window, at ``now_ns``), formatted."""
+    spent = projections.domain(Budgets)
+    shown: dict[str, str] = {}
+    for pool in sorted(spent.spent_in):
+        name = pool.split(":")[2].split("@")[0]
+        scope = ":".join(pool.split(":")[3:])
+        currency = pool.split(":")[1]
+        shown[f"{name} ({scope})"] = format_money(spent.spent(pool, now_ns), currency)
+    return shown
+
+
+def quorum_votes(events: Sequence[Event]) -> dict[str, int]:
+    """Votes cast on approvals that needed more than one operator, and quorums met."""
+    votes = [e.payload for e in events if isinstance(e.payload, ev.ApprovalVoted)]
+    return {"votes": len(votes), "met": sum(v.met for v in votes)}
+
+
+def grant_uses(projections: Projections) -> dict[str, str]:
+    """Each standing grant's uses so far, as ``used of uses``."""
+    grants = projections.domain(Grants).grants.values()
+    return {g.grant: f"{g.used} of {g.uses} ({g.status})" for g in grants}
+
+
 def projection_hash(projections: Projections) -> str:
     """The journal's projection hash (ESAA's), as ``dirk state`` and checkpoints compute it."""
     return projections.digest()
@@ -85,7 +119,11 @@ async def summarize(db: Path | str, example_kinds: Sequence[str] = ()) -> dict[s
         f.dfid for f in flows if f.proposal and f.proposal.kind in example_kinds
     ]
     report = await verify_journal(db)
+    now = events[-1].ts if events else 0
     return {
+        "budget_used": money_spent(projections, now),
+        "quorum_votes": quorum_votes(events),
+        "grant_uses": grant_uses(projections),
         "events": len(events),
         "flows": dict(sorted(Counter(str(f.status) for f in flows).items())),
         "reason_codes": dict(sorted(reason_codes(events).items())),
@@ -120,6 +158,10 @@ def show(title: str, summary: dict[str, Any], as_json: bool) -> None:
     )
     print(f"  escalations            {summary['escalations']} {summary['escalation_endings']}")
     print(f"  flagged for review     {summary['needs_review']} flows (soft guards)")
+    print(f"  budget used            {summary['budget_used'] or 'no money budget'}")
+    votes = summary["quorum_votes"]
+    print(f"  quorum votes           {votes['votes']} cast, {votes['met']} quorums met")
+    print(f"  grant uses             {summary['grant_uses'] or 'no standing grant'}")
     print(
         f"  compensations          {summary['compensations']} steps undone in"
         f" {summary['flows_compensated']} flows"

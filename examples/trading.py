@@ -55,6 +55,7 @@ from kernel import (
     FlowStatus,
     Kernel,
     KernelConfig,
+    Outcome,
     Ports,
     Proposal,
     Session,
@@ -72,6 +73,8 @@ BROKER_RETRY = RetryPolicy(base_s=0.5, max_s=4.0, max_attempts=6)
 OWNERS = {"pm-1": ("ACME", "GLOBEX"), "pm-2": ("INITECH",)}
 AGENTS = ("strategist", *OWNERS, "risk")
 """The desk's agents, in the order their sessions are made."""
+DESK_OPERATORS = (("dana", ["risk"]), ("ed", ["desk-head"]))
+"""The desk's humans and their roles: the two-person rule takes one of each."""
 
 
 def desk_credential(seed: int, agent_id: str) -> str:
@@ -240,10 +243,21 @@ class Desk:
             # The operator decides on the action they reviewed, named by its hash (as
             # `dirk decide --confirm` does): approving a HIGH_IMPACT action requires it.
             action = self.kernel.projections.approvals[flow.dfid].action_hash
-            await self.kernel.decide(
-                flow.dfid, decision, operator="dana", reason=reason, action_hash=action
-            )
-            await self.settle()
+            # Dana (risk) decides first; above the two-person size her approval is one of
+            # two, and Ed (the desk head) gives the second. Their roles would come from the
+            # kernel's keyring; the embedding API takes them as given.
+            for operator, roles in DESK_OPERATORS:
+                verdict = await self.kernel.decide(
+                    flow.dfid,
+                    decision,
+                    operator=operator,
+                    reason=reason,
+                    action_hash=action,
+                    roles=roles,
+                )
+                await self.settle()
+                if verdict.outcome is not Outcome.ESCALATED or decision != "approve":
+                    break
 
     def report(self, minute: int) -> None:
         if not self.progress:

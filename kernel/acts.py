@@ -15,7 +15,7 @@ the embedding code, two modules to read.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from decimal import Decimal
 from typing import Any, TypeVar, assert_never
 
@@ -44,13 +44,18 @@ from kernel.inbox import (
     CollectArtifactsRequest,
     CredentialRequest,
     DecideRequest,
+    GrantRequest,
     InboxAgents,
     InboxRequest,
+    Keyring,
     Proof,
     ProposeRequest,
+    RevokeGrantRequest,
     RuleChangeRequest,
     RuleDecisionRequest,
+    VoteRequest,
 )
+from kernel.inbox.keyring import roles_of
 from kernel.inbox.requests import normalized
 from kernel.journal.store import Journal, JournalError
 from kernel.policy.contracts import (
@@ -59,6 +64,7 @@ from kernel.policy.contracts import (
     Verdict,
 )
 from kernel.policy.kinds import Impact
+from kernel.policy.money import parse_money
 from kernel.policy.packs import PackError, PolicyPack
 from kernel.runtime.actors import Mailbox, Reply
 from kernel.runtime.messages import (
@@ -67,10 +73,13 @@ from kernel.runtime.messages import (
     DecideRule,
     Decision,
     IssueCredential,
+    IssueGrant,
     LoadPack,
     RetractRule,
+    RevokeGrant,
     SetStatus,
     SubmitRule,
+    VoteGrant,
 )
 from kernel.state.amendments import AmendmentInvalid
 from kernel.state.approvals import APPROVE_WORDS
@@ -101,6 +110,8 @@ class OperatorActs:
     _artifact_location: str
     _artifact_store: ArtifactStore | None
     _artifact_lock: anyio.Lock
+    operator_keyring: Callable[[], Keyring | None] = staticmethod(lambda: None)
+    """The operator keyring as last read (kernel.boot sets it): the roles a quorum counts."""
 
     async def decide(
         self,
@@ -111,8 +122,14 @@ class OperatorActs:
         reason: str,
         params: Mapping[str, Any] | None = None,
         action_hash: str | None = None,
+        roles: Sequence[str] | None = None,
     ) -> Verdict:
         """Give a human decision on an escalated flow: approve, modify or reject.
+
+        Where the flow's pack asks for a quorum, an approval is one vote (recorded as
+        ApprovalVoted): the verdict stays ESCALATED, its feedback saying what it waits
+        for ("1 of 2, waiting for a desk-head"), until the vote that meets it. ``roles``
+        are the operator's roles (default: what the kernel's keyring says).
 
         ``override`` and ``abort`` are accepted for approve and reject. With
         ``action_hash`` (whole, or a prefix of 8 characters or more) the decision
@@ -148,8 +165,152 @@ class OperatorActs:
             action_hash=checked.action_hash,
             reply=reply,
             via="api",
+            roles=self._roles(checked.operator, roles),
         )
         return await self._call(self.actors.escalation, msg, reply)
+
+    def _roles(self, operator: str, given: Sequence[str] | None) -> tuple[str, ...]:
+        """The roles an act counts: as given by embedding code, else the keyring's."""
+        if given is not None:
+            return tuple(str(r) for r in given)
+        return roles_of(self.operator_keyring(), operator)
+
+    async def grant(
+        self,
+        kind: str,
+        *,
+        operator: str,
+        reason: str,
+        uses: int,
+        agent: str = "*",
+        bounds: Mapping[str, Mapping[str, Any]] | None = None,
+        valid_from_ns: int | None = None,
+        valid_until_ns: int | None = None,
+        valid_for_s: float | None = None,
+        cap: str | None = None,
+        roles: Sequence[str] | None = None,
+    ) -> Event:
+        """Grant in advance: proposals of ``kind`` within ``bounds`` proceed without a human.
+
+        A proposal by ``agent`` (``*``: any) that would escalate for approval and lies
+        within ``bounds`` (per parameter: ``{"eq": v}``, ``{"in": [...]}``, ``{"min": n}``,
+        ``{"max": n}``) is accepted instead while the grant is live: from
+        ``valid_from_ns`` (default: now) until ``valid_until_ns`` (or ``valid_for_s``
+        from now) on the kernel's clock, ``uses`` times, and, with ``cap`` (``"1,000.00
+        EUR"``), for that much money in all. Each use is recorded (GrantUsed) with the
+        acceptance it made. Where the kind's pack asks grants for a quorum, the grant
+        waits for the votes (:meth:`vote_grant`) before it is live.
+
+        Returns:
+            The recorded GrantIssued (its ``grant`` is the id to vote on or revoke).
+
+        Raises:
+            InputInvalid: a field the wall or the DIM refuses (recorded, InputRefused).
+        """
+        amount, currency = None, ""
+        if cap is not None:
+            try:
+                amount, currency = parse_money(cap)
+            except ValueError as exc:
+                raise InputInvalid("cap", str(exc)) from None
+        request = normalized(
+            GrantRequest(
+                kind=kind,
+                operator=operator,
+                reason=reason,
+                uses=uses,
+                agent=agent,
+                bounds={k: dict(v) for k, v in (bounds or {}).items()},
+                valid_from_ns=valid_from_ns,
+                valid_until_ns=valid_until_ns,
+                valid_for_s=valid_for_s,
+                cap=amount,
+                currency=currency,
+            )
+        )
+        assert isinstance(request, GrantRequest)
+        return await self._grant_act(
+            self._issue_grant(request, self._roles(request.operator, roles), None, "api", "")
+        )
+
+    async def vote_grant(
+        self,
+        grant: str,
+        vote: str,
+        *,
+        operator: str,
+        reason: str,
+        roles: Sequence[str] | None = None,
+    ) -> Event:
+        """Vote ``approve`` or ``reject`` on a grant that waits for its quorum (GrantVoted).
+
+        Raises:
+            InputInvalid: GRANT_NOT_LIVE, DUPLICATE_VOTE, UNAUTHORIZED, a bad field (recorded).
+        """
+        request = normalized(VoteRequest(grant=grant, vote=vote, operator=operator, reason=reason))  # type: ignore[arg-type]
+        assert isinstance(request, VoteRequest)
+        return await self._grant_act(
+            VoteGrant(
+                grant=request.grant,
+                vote=request.vote,
+                operator=request.operator,
+                reason=request.reason,
+                roles=self._roles(request.operator, roles),
+            )
+        )
+
+    async def revoke_grant(self, grant: str, *, operator: str, reason: str) -> Event:
+        """Take a standing grant out of force (GrantRevoked); later proposals escalate again.
+
+        Raises:
+            InputInvalid: GRANT_NOT_LIVE or a bad field (recorded).
+        """
+        request = normalized(RevokeGrantRequest(grant=grant, operator=operator, reason=reason))
+        assert isinstance(request, RevokeGrantRequest)
+        return await self._grant_act(
+            RevokeGrant(grant=request.grant, operator=request.operator, reason=request.reason)
+        )
+
+    def _issue_grant(
+        self,
+        request: GrantRequest,
+        roles: tuple[str, ...],
+        inbox_id: int | None,
+        via: str,
+        signer: str,
+    ) -> IssueGrant:
+        until = request.valid_until_ns
+        if until is None:
+            assert request.valid_for_s is not None
+            start = request.valid_from_ns or self.clock.now_ns()
+            until = start + int(request.valid_for_s * 1e9)
+        return IssueGrant(
+            kind=request.kind,
+            agent=request.agent,
+            bounds={k: dict(v) for k, v in request.bounds.items()},
+            valid_from_ns=request.valid_from_ns,
+            valid_until_ns=until,
+            uses=request.uses,
+            operator=request.operator,
+            reason=request.reason,
+            roles=roles,
+            cap=request.cap,
+            currency=request.currency,
+            inbox_id=inbox_id,
+            via=via,
+            signer=signer,
+        )
+
+    async def _grant_act(self, msg: IssueGrant | VoteGrant | RevokeGrant) -> Event:
+        """Hand a grant act to the DIM (the grants' owner); return its recorded event.
+
+        Raises:
+            InputInvalid: the DIM refused it (recorded as InputRefused).
+        """
+        reply: Reply[list[Event] | Exception] = Reply()
+        answer = await self._call(self.actors.dim, msgspec.structs.replace(msg, reply=reply), reply)
+        assert isinstance(answer, list) and answer  # a refusal was raised by _call
+        return answer[-1]
 
     async def apply(self, request: InboxRequest, proof: Proof) -> None:
         """Apply one verified inbox request: the one place a request becomes the kernel's acts.
@@ -177,8 +338,37 @@ class OperatorActs:
                     reply=verdict,
                     via="inbox",
                     signer=proof.signer,
+                    roles=proof.roles,
                 )
                 await self._call(self.actors.escalation, decide, verdict)
+            case GrantRequest():
+                await self._grant_act(
+                    self._issue_grant(request, proof.roles, proof.inbox_id, "inbox", proof.signer)
+                )
+            case VoteRequest():
+                await self._grant_act(
+                    VoteGrant(
+                        grant=request.grant,
+                        vote=request.vote,
+                        operator=request.operator,
+                        reason=request.reason,
+                        roles=proof.roles,
+                        inbox_id=proof.inbox_id,
+                        via="inbox",
+                        signer=proof.signer,
+                    )
+                )
+            case RevokeGrantRequest():
+                await self._grant_act(
+                    RevokeGrant(
+                        grant=request.grant,
+                        operator=request.operator,
+                        reason=request.reason,
+                        inbox_id=proof.inbox_id,
+                        via="inbox",
+                        signer=proof.signer,
+                    )
+                )
             case AmendRequest():
                 amended: Reply[Any] = Reply()
                 amend = AmendLimit(

@@ -312,9 +312,18 @@ class Kernel(OperatorActs):
             self._admitting -= fan_out
 
     async def submit(
-        self, token: str, dfid: str, proposal: Proposal | Mapping[str, Any] | bytes | str
+        self,
+        token: str,
+        dfid: str,
+        proposal: Proposal | Mapping[str, Any] | bytes | str,
+        *,
+        usage: Mapping[str, int] | None = None,
     ) -> Verdict:
-        """Submit a proposal for flow ``dfid``; return the verdict once it is durable."""
+        """Submit a proposal for flow ``dfid``; return the verdict once it is durable.
+
+        ``usage``: the tokens the reasoning behind it spent, by model (the DIM prices
+        them with ``KernelConfig.prices`` and records ReasoningCharged).
+        """
         try:
             wall.admit(wall.fields(token=token, dfid=dfid), wall.SubmissionSpec)
         except InputInvalid as exc:
@@ -347,7 +356,14 @@ class Kernel(OperatorActs):
         if self._meaning is not None and invalid is None:
             await self._score_meaning(dfid, record)
         reply: Reply[Verdict] = Reply()
-        msg = Judge(dfid=dfid, proposal=record, token=token, invalid=invalid, reply=reply)
+        msg = Judge(
+            dfid=dfid,
+            proposal=record,
+            token=token,
+            invalid=invalid,
+            reply=reply,
+            usage=_usage(usage),
+        )
         return await self._call(self.actors.dim, msg, reply)
 
     async def _score_meaning(self, dfid: str, record: ProposalRecord) -> None:
@@ -610,3 +626,15 @@ class Kernel(OperatorActs):
                 out.reply(reply, Verdict(outcome=Outcome.ABORTED, dfid=dfid, feedback=feedback))
             else:
                 out.reply(reply, KernelFault(detail))
+
+
+def _usage(usage: Mapping[str, int] | None) -> dict[str, int]:
+    """Reported tokens by model, as the wall admits them (anything else counts as nothing)."""
+    admitted: dict[str, int] = {}
+    for model, tokens in (usage or {}).items():
+        try:
+            checked = wall.admit({"tokens": tokens, "model": model}, wall.UsageSpec)
+        except InputInvalid:
+            continue
+        admitted[checked.model] = admitted.get(checked.model, 0) + checked.tokens
+    return admitted

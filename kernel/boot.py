@@ -50,6 +50,7 @@ from kernel.runtime.messages import Recover, Tick
 from kernel.state.projections import FOLD, Projections, built_in
 from kernel.state.snapshots import Checkpointer, restore
 from kernel.telemetry import Telemetry
+from kernel.webhooks import Webhooks
 
 log = logging.getLogger(__name__)
 
@@ -151,6 +152,7 @@ async def open_kernel(
             clock=clock,
             ids=config.ports.ids or RandomIds(),
         )
+        kernel.operator_keyring = lambda: keyring
         if storage.checkpoint_every > 0:
             kernel._checkpointer = Checkpointer(storage.checkpoint_every, journal.head_seq)
         journal.set_transition_check(projections.transition_check)
@@ -204,10 +206,16 @@ async def open_kernel(
                         keyring_path,
                         kernel.apply,
                     )
+                    # The roles a quorum counts come from the keyring as last read.
+                    kernel.operator_keyring = lambda: intake.keyring
                     tg.start_soon(intake.run, clock, poll_s, name="operator-inbox")
                     tg.start_soon(_tick_desk, kernel, clock, poll_s, name="desk-ticker")
                 if kernel._checkpointer is not None:
                     tg.start_soon(kernel._checkpointer.run, journal, name="checkpoints")
+                if config.webhooks:
+                    # Beside the kernel, never in its way: they follow what commits.
+                    hooks = Webhooks(config.webhooks, journal, projections, clock)
+                    tg.start_soon(hooks.run, journal.head_seq + 1, name="webhooks")
                 if telemetry.enabled:
                     tg.start_soon(_export, telemetry, journal, exported, name="telemetry")
                 async with (

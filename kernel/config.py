@@ -12,6 +12,7 @@ keyword arguments; every field has a default that suits production, so
 from __future__ import annotations
 
 import ssl
+from collections.abc import Mapping, Sequence
 
 import msgspec
 from opentelemetry.sdk.trace import TracerProvider
@@ -21,10 +22,12 @@ from kernel.core.ports import Clock, IdSource
 from kernel.escalation import EscalationPolicy
 from kernel.guards import GUARD_TIMEOUT_S
 from kernel.journal.store import JournalFaults
+from kernel.policy.money import ModelPrice
 from kernel.state.meaning import EmbeddingMatcher
 from kernel.state.rulebook import RuleSearch
 from kernel.state.snapshots import CHECKPOINT_EVERY
 from kernel.telemetry import Telemetry
+from kernel.webhooks import Webhook
 
 KEEP_FINISHED = 10_000
 
@@ -142,6 +145,12 @@ class KernelConfig(msgspec.Struct, frozen=True, kw_only=True):
         bus_tls: the TLS context for the bus (trust its server's CA). None: a context
             trusting the CA file ``DIRK_BUS_CA`` names, else the system's CAs for a
             ``tls://`` URL.
+        prices: what a million tokens of each model cost (kernel.policy.money.ModelPrice), by
+            model name: the DIM turns the tokens an agent's reasoning reports
+            (``ctx.report_usage(tokens=..., model=...)``) into money (ReasoningCharged), spent
+            in the budgets that count reasoning. Empty: reasoning is not priced.
+        webhooks: where approval requests, reminders and outcomes are sent
+            (kernel.webhooks.Webhook); delivered beside the kernel, never in its way.
         keyring: the file of public keys whose holders may sign operator inbox requests
             (kernel.inbox.keyring; ``dirk operator add``); None: the ``DIRK_KEYRING``
             environment variable, else none, and every inbox row is refused. Kept outside
@@ -162,6 +171,8 @@ class KernelConfig(msgspec.Struct, frozen=True, kw_only=True):
     retry: RetryPolicy | None = None
     bus: str | None = None
     keyring: str | None = None
+    prices: Mapping[str, ModelPrice] = {}
+    webhooks: Sequence[Webhook] = ()
     bus_key: str | None = None
     bus_tls: ssl.SSLContext | None = None
     artifacts: str | None = None

@@ -12,7 +12,12 @@ Money is integer minor units (cents). What it enforces on ``booking.reserve_room
   (CONSTRAINT_VIOLATION);
 - escalation: a total above 2,000.00, or a confidence below 0.7, goes to a human;
 - synonyms: "book", "reserve" and "reservation" are one word to memory constraints,
-  as are "accessibility" and "step-free access", "hotel" and "accommodation".
+  as are "accessibility" and "step-free access", "hotel" and "accommodation";
+- money: a stay costs its total in EUR, what budgets and a standing grant's money cap
+  count (``dirk grant add --kind booking.reserve_room --cap '5,000.00 EUR' ...``).
+
+0.2.0 added the synonyms and the money; :mod:`policies.booking_0_1` keeps 0.1.0 for
+re-judging its journals.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from kernel import ReasonCode
 from kernel.policy import (
     ALLOW,
     Consume,
+    Cost,
     LimitSpec,
     OneOf,
     PolicyKind,
@@ -96,11 +102,15 @@ def accessibility(view: View) -> RuleVerdict:
     return ALLOW
 
 
-def booking_pack(version: str, synonyms: tuple[tuple[str, ...], ...] = ()) -> PolicyPack:
+def booking_pack(
+    version: str, synonyms: tuple[tuple[str, ...], ...] = (), *, money: bool = True
+) -> PolicyPack:
     """Return the booking pack at ``version``: its kinds and rules, with ``synonyms``.
 
-    0.1.0 had no synonyms (``policies.booking_0_1`` keeps it for re-judging older journals).
+    ``money`` declares a stay's cost in EUR and reads the threshold in EUR; 0.1.0 had
+    neither, nor synonyms (``policies.booking_0_1`` keeps it for re-judging older journals).
     """
+    currency = "EUR" if money else ""
     return PolicyPack(
         name="booking",
         version=version,
@@ -119,8 +129,9 @@ def booking_pack(version: str, synonyms: tuple[tuple[str, ...], ...] = ()) -> Po
             Consume(ReserveRoom, "budget:travel", total_cents),
         ),
         capacities={"rooms:*": 100, "budget:travel": 5_000_000},
-        thresholds=(Threshold(ReserveRoom, amount=total_cents, above=200_000),),
+        thresholds=(Threshold(ReserveRoom, amount=total_cents, above=200_000, currency=currency),),
         limits={"max_booking": LimitSpec(default=300_000, floor=0, ceiling=1_000_000)},
+        costs=(Cost(ReserveRoom, total_cents, "EUR"),) if money else (),
     )
 
 
@@ -133,4 +144,5 @@ SYNONYMS = (
 "verify accessibility before booking" governs a reservation for wheelchair access too."""
 
 BOOKING = booking_pack("0.2.0", SYNONYMS)
-"""The shipped booking pack: 0.1.0's kinds and rules, with the desk's synonyms."""
+"""The shipped booking pack: 0.1.0's kinds and rules, with the desk's synonyms and a
+stay's cost in EUR (for budgets and grants' money caps)."""

@@ -1,7 +1,8 @@
-"""The booking pack 0.1.0: what judged booking journals before 0.2.0 added synonyms.
+"""The booking pack 0.1.0, exactly as it judged: kept so its journals re-judge.
 
-Re-judging picks each verdict's pack by its recorded hash; give this module beside
-``policies.booking`` to re-judge a journal that 0.1.0 judged::
+0.2.0 (:mod:`policies.booking`) added synonyms for memory constraints and a stay's cost
+in EUR (its threshold read in EUR too); 0.1.0 has none of them and hashes as it always
+did. Give this module beside ``policies.booking`` to re-judge a journal 0.1.0 judged::
 
     dirk verify --db J --verdicts --pack policies.booking --pack policies.booking_0_1
 
@@ -12,5 +13,5 @@ from __future__ import annotations
 
 from policies.booking import booking_pack
 
-BOOKING_0_1 = booking_pack("0.1.0")
+BOOKING_0_1 = booking_pack("0.1.0", money=False)
 """The booking pack as 0.1.0 shipped it."""

@@ -27,6 +27,7 @@ from examples.market import plan_day
 from examples.summary import read_events
 from kernel.audit import Event, Projections, fold, open_journal, whatif
 from kernel.core.events import ConstraintAdded, digest
+from kernel.policy import parse_money
 from kernel.telemetry import spans_for_events
 from tests.support import SUPPORT
 
@@ -151,6 +152,16 @@ def test_a_trading_day_shows_every_part_of_the_kernel(tmp_path, capsys, seed):
     ]
     assert blocked and all(fold(events).flows[d].status == "CLOSED" for d in blocked)
 
+    # Money: every executed order spent its notional in the desk's rolling day.
+    [(budget, used)] = summary["budget_used"].items()
+    assert budget == "daily-notional (desk)" and used.endswith(" USD")
+    spent = sum(
+        e.payload.amount
+        for e in of_type(events, "ResourceReleased")
+        if e.payload.pool.startswith("money:") and e.payload.reason == "CLOSED"
+    )
+    assert parse_money(used) == (spent, "USD")
+
     # Child flows of the mandate; the broker's effects happened once per key.
     flows = fold(events).flows
     mandate = next(f for f in flows.values() if f.proposal and f.proposal.kind.endswith("mandate"))
@@ -238,6 +249,17 @@ def test_the_booking_story_is_in_the_journal(tmp_path, capsys):
     codes = codes_in(events)
     assert codes["RISK_LIMIT_EXCEEDED"] >= 1 and codes["APPROVAL_REQUIRED"] >= 1
     assert [e.payload.decision for e in of_type(events, "HumanDecided")] == ["approve"]
+
+    # dee's week was granted in advance: her suite, above the threshold, asked no human.
+    [issued] = of_type(events, "GrantIssued")
+    [used] = of_type(events, "GrantUsed")
+    assert used.payload.grant == issued.payload.grant and used.payload.uses == 1
+    assert used.payload.escalation == "APPROVAL_REQUIRED"
+    assert (used.payload.amount, used.payload.currency) == (300_000, "EUR")
+    dee = fold(events).flows[used.dfid or ""]
+    assert dee.proposal is not None and dee.proposal.params["traveller"] == "dee"
+    assert dee.status == "CLOSED"
+    assert summary["grant_uses"] == {issued.payload.grant: "1 of 3 (LIVE)"}
 
     # The counterfactual: had the lesson been in force from the start, the first
     # booking would have been refused; and replaying it wrote nothing.

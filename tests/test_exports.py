@@ -67,7 +67,13 @@ PINNED = {
     ],
     kernel.policy: [
         "ALLOW",
+        "Budget",
         "Consume",
+        "Cost",
+        "format_money",
+        "ModelPrice",
+        "parse_money",
+        "Quorum",
         "DecimalStr",
         "deny",
         "Guard",
@@ -99,7 +105,9 @@ PINNED = {
         "SagaStep",
     ],
     kernel.audit: [
+        "Budgets",
         "Event",
+        "Grants",
         "events",
         "fold",
         "IllegalTransition",

@@ -15,12 +15,16 @@ from kernel.journal.follow import follow_journal
 from kernel.journal.opening import open_journal
 from kernel.journal.store import JournalError
 from kernel.journal.verify import verify_journal
+from kernel.state.budgets import Budgets
+from kernel.state.grants import Grants
 from kernel.state.memory import MemoryState
 from kernel.state.projections import Projections, fold
 from kernel.state.snapshots import state_at, verify_projections
 
 __all__ = [
+    "Budgets",
     "Event",
+    "Grants",
     "IllegalTransition",
     "JournalError",
     "MemoryState",

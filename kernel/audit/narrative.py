@@ -12,6 +12,7 @@ import msgspec
 from kernel.core import events as ev
 from kernel.core.events import Event
 from kernel.core.flow import FlowState
+from kernel.policy.money import POOL_PREFIX, format_money
 
 
 def outcome(flow: FlowState) -> str:
@@ -29,6 +30,9 @@ def outcome(flow: FlowState) -> str:
 
 def narrate(event: Event) -> str:
     """Return what one event of a flow says, in one line (two for a proposal's explanation)."""
+    approval = _narrate_approval(event.payload)
+    if approval is not None:
+        return approval
     match event.payload:
         case ev.FlowCreated(topic=topic):
             return f"trigger {topic!r}" + (
@@ -89,3 +93,42 @@ def narrate(event: Event) -> str:
             return f"rule {rule}: {d} by {actor} ({reason})" + (f" -> v{v}" if v else "")
         case payload:
             return msgspec.json.encode(payload).decode()[:200]
+
+
+def _narrate_approval(payload: object) -> str | None:
+    """Return the line for a vote, a re-judged approval, a grant's use or a price; else None."""
+    match payload:
+        case ev.ApprovalVoted(vote=vote, operator=operator, reason=reason, waiting=w, met=met):
+            stands = "quorum met" if met else w
+            return f"{vote} vote by {operator}: {reason!r}" + (f" ({stands})" if stands else "")
+        case ev.ApprovalSuperseded(approved=approved, current=current, outcome=outcome) as p:
+            then = f"{approved.name} {approved.version}" if approved else "an earlier pack"
+            now = f"{current.name} {current.version}" if current else "no pack"
+            return (
+                f"{p.via} judged again before executing: approved under {then}, {outcome}"
+                f" under {now}: {p.reason_code} ({p.layer}): {p.detail}"
+            )
+        case ev.GrantUsed(grant=grant, uses=uses, amount=amount, currency=currency) as p:
+            money = f", {format_money(amount, currency)}" if currency else ""
+            instead = f" instead of {p.escalation}" if p.escalation else ""
+            return f"proceeds under grant {grant} (use {uses}{money}){instead}"
+        case ev.ReasoningCharged(tokens=tokens, amount=amount, currency=currency, unpriced=u):
+            used = ", ".join(f"{n} {model}" for model, n in sorted(tokens.items()))
+            unknown = f"; no price for {', '.join(u)}" if u else ""
+            return f"reasoning {format_money(amount, currency)} ({used} tokens){unknown}"
+        case ev.ResourceReserved(pool=pool, amount=amount) if pool.startswith(POOL_PREFIX):
+            return f"holds {format_money(amount, pool.split(':')[1])} of {pool}"
+        case ev.ResourceReleased(pool=pool, amount=amount, reason=why) if pool.startswith(
+            POOL_PREFIX
+        ):
+            money = format_money(amount, pool.split(":")[1])
+            # A closed flow spends what it held of a money pool; any other end gives it back.
+            if why == "CLOSED":
+                return f"spends {money} of {pool}"
+            return f"gives back {money} of {pool} ({why})"
+        case ev.WebhookDelivered(hook=hook, notice=notice, status=status, attempts=attempts):
+            return f"webhook {hook} took the {notice} (HTTP {status}, attempt {attempts})"
+        case ev.WebhookFailed(hook=hook, notice=notice, error=error, attempts=attempts):
+            return f"webhook {hook} did not take the {notice} after {attempts} tries: {error}"
+        case _:
+            return None

@@ -32,6 +32,7 @@ from kernel.cli._admin import add_commands as add_admin_commands
 from kernel.cli._artifacts import add_commands as add_artifact_commands
 from kernel.cli._beliefs import add_commands as add_belief_commands
 from kernel.cli._completion import add_command as add_completion_command
+from kernel.cli._grants import add_commands as add_grant_commands
 from kernel.cli._journal import add_commands as add_journal_commands
 from kernel.cli._keyring import add_commands as add_keyring_commands
 from kernel.cli._mcp import add_commands as add_mcp_commands
@@ -274,6 +275,7 @@ def _parser() -> argparse.ArgumentParser:
     add_belief_commands(commands)
     add_completion_command(commands)
     add_roadmap_commands(commands)
+    add_grant_commands(commands)
     return parser
 
 

@@ -43,9 +43,11 @@ from kernel.inbox.prepare import amendment, prepare_decision
 from kernel.journal.opening import open_journal
 from kernel.journal.store import JournalError
 from kernel.policy.kinds import Impact
+from kernel.policy.quorums import waiting
 from kernel.policy.rules import decimal_of
 from kernel.state.approvals import Approval, ApprovalStatus
 from kernel.state.projections import Projections, fold
+from kernel.state.quorums import Ballot, Quorums
 
 if TYPE_CHECKING:
     from kernel.audit.reverify import PackPathError
@@ -235,6 +237,13 @@ async def fold_journal_now(db: str) -> tuple[Projections, int]:
     return projections, now
 
 
+def quorum_text(ballot: Ballot | None) -> str:
+    """What a flow's quorum waits for ("1 of 2, waiting for a desk-head"); "" without one."""
+    if ballot is None or (ballot.quorum.required < 2 and not ballot.quorum.roles):
+        return ""
+    return ballot.waiting or waiting(ballot.quorum, [])
+
+
 def _pending(projections: Projections) -> list[tuple[FlowState, Approval]]:
     rows = []
     for dfid, approval in projections.approvals.items():
@@ -261,6 +270,7 @@ async def _escalations(args: argparse.Namespace) -> int:
             "action": describe_action(flow),
             "hash": approval.short_hash,
             "queued": flow.dfid in queued,
+            "quorum": quorum_text(projections.domain(Quorums).ballots.get(flow.dfid)),
         }
         for flow, approval in _pending(projections)
     ]
@@ -280,7 +290,8 @@ async def _escalations(args: argparse.Namespace) -> int:
                 str(row["agent_id"]),
                 str(row["hash"] or "-"),
                 # Spaces between the parameters: a narrow terminal wraps between them.
-                f"{_spaced(str(row['action']))}{'  (decision queued)' if row['queued'] else ''}",
+                f"{_spaced(str(row['action']))}{'  (decision queued)' if row['queued'] else ''}"
+                + (f"  [{row['quorum']}]" if row["quorum"] else ""),
             ]
             for row in rows
         ),
@@ -308,7 +319,8 @@ async def _review(args: argparse.Namespace) -> int:
     flow = projections.flows[args.dfid]
     approval = projections.approvals.get(args.dfid)
     if args.json:
-        print_json(_review_document(flow, approval, events, agents, started, now))
+        ballots = projections.domain(Quorums).ballots
+        print_json(_review_document(flow, approval, events, agents, started, now, ballots))
         return ExitCode.OK
     say(f"DecisionFlow {flow.dfid}: {flow.status}, agent {flow.agent_id}, topic {flow.topic!r}")
     if approval is None:
@@ -319,6 +331,16 @@ async def _review(args: argparse.Namespace) -> int:
     say(f"  impact {approval.impact}, approval {approval.status}, escalated {waited} ago")
     if approval.operator:
         say(f"  decided by {approval.operator}: {approval.reason!r}")
+    ballot = projections.domain(Quorums).ballots.get(args.dfid)
+    quorum = quorum_text(ballot)
+    if ballot is not None and quorum:
+        rule = ballot.quorum
+        roles = f" holding {', '.join(rule.roles)}" if rule.roles else ""
+        say(f"  quorum: {rule.required} operators{roles}: {quorum}")
+        for vote in ballot.votes:
+            held = f" ({', '.join(vote.roles)})" if vote.roles else ""
+            say(f"    {vote.vote} by {vote.operator}{held} at {iso_time(vote.ts)}")
+        say(f"  may not vote: {', '.join(ballot.excluded)} (proposed or modified it)")
     proposal = flow.proposal
     say("", "The proposed action")
     if proposal is None or not approval.action_hash:
@@ -378,8 +400,10 @@ def _review_document(
     agents: list[Event],
     started: list[Event],
     now: int,
+    ballots: dict[str, Ballot] | None = None,
 ) -> dict[str, Any]:
     """``dirk review --json``: what the text shows, as one object with fixed keys."""
+    ballots = ballots or {}
     proposal = flow.proposal
     context = _context_seen(events, proposal.context_ref if proposal else "")
     manifest = _manifest(agents, flow.agent_id)
@@ -409,7 +433,21 @@ def _review_document(
             "short_hash": approval.short_hash,
             "operator": approval.operator,
             "reason": approval.reason,
+            "quorum": None,
         }
+        ballot = ballots.get(flow.dfid)
+        if ballot is not None and quorum_text(ballot):
+            document["approval"]["quorum"] = {
+                "required": ballot.quorum.required,
+                "roles": ballot.quorum.roles,
+                "waiting": quorum_text(ballot),
+                "counted": ballot.counted,
+                "excluded": ballot.excluded,
+                "votes": [
+                    {"operator": v.operator, "vote": v.vote, "roles": v.roles, "at": iso_time(v.ts)}
+                    for v in ballot.votes
+                ],
+            }
     if proposal is not None:
         document["proposal"] = {
             "kind": proposal.kind,
@@ -496,6 +534,7 @@ async def _decide(args: argparse.Namespace) -> int:
             outcome=outcome,
             external_id=external_id,
             queued=flow is not None and args.dfid in queued_dfids(args.db),
+            ballot=folded.domain(Quorums).ballots.get(args.dfid),
         )
     except RequestRefused as exc:
         if exc.code is CliError.UNKNOWN_FLOW:
@@ -556,6 +595,17 @@ async def wait_taken(db: str, row_id: int, timeout_s: float) -> int:
     payload = event.payload if event is not None else None
     if isinstance(payload, ev.HumanDecided):
         say(f"applied: {payload.decision} by {payload.operator} (event #{seq})")
+        return ExitCode.OK
+    if isinstance(payload, ev.ApprovalVoted | ev.GrantVoted):
+        met = "quorum met" if payload.met else payload.waiting
+        say(f"applied: vote {payload.vote} by {payload.operator}: {met} (event #{seq})")
+        return ExitCode.OK
+    if isinstance(payload, ev.GrantIssued):
+        waiting = " (waiting for its quorum)" if payload.quorum is not None else ""
+        say(f"applied: grant {payload.grant} by {payload.operator}{waiting} (event #{seq})")
+        return ExitCode.OK
+    if isinstance(payload, ev.GrantRevoked):
+        say(f"applied: grant {payload.grant} revoked by {payload.operator} (event #{seq})")
         return ExitCode.OK
     if isinstance(payload, ev.DecisionRefused | ev.AmendmentRefused):
         return error(payload.reason_code, payload.detail)

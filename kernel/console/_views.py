@@ -16,8 +16,10 @@ from kernel.core import events as ev
 from kernel.core.events import Event
 from kernel.core.flow import FlowState, FlowStatus
 from kernel.policy.kinds import Impact
+from kernel.policy.quorums import waiting
 from kernel.state.approvals import Approval, ApprovalStatus
 from kernel.state.projections import Projections
+from kernel.state.quorums import Ballot, Quorums
 
 
 @dataclass(frozen=True)
@@ -35,6 +37,16 @@ class Card:
     expires_ts: int | None
     queued: bool
     unknown_outcome: bool
+    quorum: str = ""
+    """What a quorum waits for ("1 of 2, waiting for a desk-head"); "" without one."""
+
+
+def quorum_of(projections: Projections, dfid: str) -> str:
+    """What flow ``dfid``'s approval waits for when its pack asks a quorum ("" otherwise)."""
+    ballot = projections.domain(Quorums).ballots.get(dfid)
+    if ballot is None or (ballot.quorum.required < 2 and not ballot.quorum.roles):
+        return ""
+    return ballot.waiting or waiting(ballot.quorum, [])
 
 
 def describe_action(flow: FlowState) -> str:
@@ -78,6 +90,7 @@ def queue(projections: Projections, queued: set[str], ttl_s: float | None) -> li
             ),
             queued=flow.dfid in queued,
             unknown_outcome=flow.pending is not None,
+            quorum=quorum_of(projections, flow.dfid),
         )
         for flow, approval in pending(projections)
     ]
@@ -109,7 +122,11 @@ class Review:
     waiting: bool
     """Whether the flow waits for a human decision right now."""
     decisions: list[Event]
-    """The flow's HumanDecided and DecisionRefused events, newest first."""
+    """The flow's HumanDecided, ApprovalVoted and DecisionRefused events, newest first."""
+    quorum: str = ""
+    """What the approval's quorum waits for ("" without one)."""
+    ballot: Ballot | None = None
+    """Who voted, with which roles, and who may not vote."""
 
 
 def review(projections: Projections, events: list[Event]) -> Review | None:
@@ -144,8 +161,10 @@ def review(projections: Projections, events: list[Event]) -> Review | None:
         decisions=[
             e
             for e in reversed(events)
-            if isinstance(e.payload, ev.HumanDecided | ev.DecisionRefused)
+            if isinstance(e.payload, ev.HumanDecided | ev.DecisionRefused | ev.ApprovalVoted)
         ],
+        quorum=quorum_of(local, dfid),
+        ballot=local.domain(Quorums).ballots.get(dfid),
     )
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from kernel.core._approval_events import QuorumRule
 from kernel.core._belief_events import Applied
 from kernel.core._records import (
     ExecutionIntent,
@@ -159,6 +160,10 @@ class ProposalAccepted(Payload, frozen=True, tag=True):
     pack: str = ""
     applied: Applied | None = None
     """A transformed verdict: the form applied instead of the one submitted (kernel.beliefs)."""
+    grant: str = ""
+    """The standing grant under which a proposal that would have escalated proceeded."""
+    rechecked: bool = False
+    """The verdict of an approved (or queued) action judged again just before it executes."""
 
 
 class FlowEscalated(Payload, frozen=True, tag=True):
@@ -176,6 +181,10 @@ class FlowEscalated(Payload, frozen=True, tag=True):
     rule: str = ""
     impact: str = "HIGH_IMPACT"
     action_hash: str = ""
+    version: str = ""
+    """The version of the pack ``pack`` hashes (what a later re-judgement names)."""
+    quorum: QuorumRule | None = None
+    """What the approval needs (None: one operator's approval, as before quorums)."""
 
 
 class HumanDecided(Payload, frozen=True, tag=True):

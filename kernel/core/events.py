@@ -19,6 +19,18 @@ from typing import Any
 
 import msgspec
 
+from kernel.core._approval_events import (
+    ApprovalSuperseded,
+    ApprovalVoted,
+    GrantIssued,
+    GrantRevoked,
+    GrantUsed,
+    GrantVoted,
+    QuorumRule,
+    ReasoningCharged,
+    WebhookDelivered,
+    WebhookFailed,
+)
 from kernel.core._belief_events import (
     BELIEF_PAYLOADS,
     Applied,
@@ -174,6 +186,15 @@ AnyPayload = (
     | MeaningScored
     | ArtifactStored
     | ArtifactsCollected
+    | ApprovalVoted
+    | ApprovalSuperseded
+    | GrantIssued
+    | GrantVoted
+    | GrantRevoked
+    | GrantUsed
+    | ReasoningCharged
+    | WebhookDelivered
+    | WebhookFailed
 )
 
 
@@ -287,6 +308,8 @@ __all__ = [
     "AnyPayload",
     "Applied",
     "ApprovalExpired",
+    "ApprovalSuperseded",
+    "ApprovalVoted",
     "Archived",
     "ArtifactStored",
     "ArtifactsCollected",
@@ -323,6 +346,10 @@ __all__ = [
     "FlowDirty",
     "FlowEscalated",
     "FlowFlagged",
+    "GrantIssued",
+    "GrantRevoked",
+    "GrantUsed",
+    "GrantVoted",
     "HumanDecided",
     "InputRefused",
     "KernelStarted",
@@ -345,6 +372,8 @@ __all__ = [
     "ProposalSubmitted",
     "PropositionProposed",
     "PropositionTransitioned",
+    "QuorumRule",
+    "ReasoningCharged",
     "Record",
     "RequestVerified",
     "ResourceReleased",
@@ -357,6 +386,8 @@ __all__ = [
     "SubmissionRefused",
     "TestResultIngested",
     "TriggerFired",
+    "WebhookDelivered",
+    "WebhookFailed",
     "body_of",
     "canonical",
     "chain",

@@ -84,6 +84,18 @@ class ReasonCode(StrEnum):
     the same scope, or the same constraint at another priority); the detail names both."""
     ARTIFACT_MISSING = "ARTIFACT_MISSING"
     """A referenced artifact's bytes are not in the store, or no longer hash to the reference."""
+    APPROVAL_SUPERSEDED = "APPROVAL_SUPERSEDED"
+    """An approved (or granted, or queued) action judged again when it is about to execute no
+    longer passes the packs, limits and budgets in force (kernel.dim): refused, or escalated
+    again, as its pack says (``PolicyPack.on_superseded``)."""
+    BUDGET_EXHAUSTED = "BUDGET_EXHAUSTED"
+    """A money ceiling of the pack (per decision, per flow tree, rolling per agent, session
+    or desk) has no room for the proposal's amount: refused, or escalated, as the pack says."""
+    DUPLICATE_VOTE = "DUPLICATE_VOTE"
+    """An operator voted on this approval (or grant) already: a quorum counts each once."""
+    GRANT_NOT_LIVE = "GRANT_NOT_LIVE"
+    """A grant act names a grant that is unknown, revoked, expired or (for a vote) no longer
+    waiting for its quorum."""
 
 
 RESERVED_REASONS: frozenset[ReasonCode] = frozenset(

@@ -205,6 +205,7 @@ class AgentSpec(_Spec, frozen=True):
 
 class UsageSpec(_Spec, frozen=True):
     tokens: Tokens
+    model: Id = ""
 
 
 # --- admitting a value -------------------------------------------------------------

@@ -27,9 +27,14 @@ from kernel.core.events import Applied, Feedback, ProposalRecord
 from kernel.core.flow import FlowState
 from kernel.dim._gate import Inputs, Judgement, MemoryCheck, judge
 from kernel.policy.packs import PolicyCatalog
+from kernel.policy.quorums import SINGLE, tally
 from kernel.policy.rules import Stopwatch, View
 from kernel.state.amendments import Amendment, in_force
+from kernel.state.approvals import Approval
+from kernel.state.budgets import Budgets
+from kernel.state.grants import Grant, Grants
 from kernel.state.projections import AgentView, Projections, context_ref
+from kernel.state.quorums import Ballot
 
 
 class FactCapacities(Mapping[str, int]):
@@ -49,6 +54,27 @@ class FactCapacities(Mapping[str, int]):
 
     def __len__(self) -> int:
         return sum(1 for _ in self)
+
+
+class Spent(Mapping[str, int]):
+    """What each money pool spent within its window at ``now_ns``, staged spending included."""
+
+    def __init__(self, projections: Projections, now_ns: int, staged: Mapping[str, int]) -> None:
+        self._budgets = projections.domain(Budgets)
+        self._now = now_ns
+        self._staged = staged
+
+    def __getitem__(self, pool: str) -> int:
+        return self._budgets.spent(pool, self._now) + self._staged.get(pool, 0)
+
+    def __contains__(self, pool: object) -> bool:
+        return isinstance(pool, str)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._budgets.spent_in)
+
+    def __len__(self) -> int:
+        return len(self._budgets.spent_in)
 
 
 def domain_checks(projections: Projections, flow: FlowState) -> MemoryCheck:
@@ -83,11 +109,17 @@ class Staged:
         amended: the limits amended, by agent, then by limit.
         visible: the visible state and its reference, by subscriptions (a cache: the
             DIM stages no facts, so the state cannot change within its batch).
+        granted: per standing grant, the uses and money its staged acceptances took.
+        grants: grants issued, voted on or revoked in this batch, as they now stand.
+        spent: per money pool, what staged reasoning charges spent.
     """
 
     reserved: dict[str, dict[str, int]] = field(default_factory=dict)
     amended: dict[str, dict[str, Amendment]] = field(default_factory=dict)
     visible: dict[tuple[str, ...], tuple[dict[str, Any], str]] = field(default_factory=dict)
+    granted: dict[str, tuple[int, int]] = field(default_factory=dict)
+    spent: dict[str, int] = field(default_factory=dict)
+    grants: dict[str, Grant] = field(default_factory=dict)
 
     def held(self, projections: Projections) -> dict[str, int]:
         """Return the total held of each pool by open flows, staged reservations included."""
@@ -97,6 +129,13 @@ class Staged:
             for pool, amount in pools.items():
                 held[pool] = held.get(pool, 0) + amount - before.get(pool, 0)
         return held
+
+    def all_grants(self, projections: Projections) -> tuple[Grant, ...]:
+        """Return every grant: as committed, or as this batch left it."""
+        committed = projections.domain(Grants).grants
+        if not self.grants:
+            return tuple(committed.values())
+        return tuple({**committed, **self.grants}.values())
 
     def own(self, projections: Projections, dfid: str) -> Mapping[str, int]:
         """Return what the flow holds (staged, or else committed)."""
@@ -138,6 +177,10 @@ def inputs_of(
         capacities=FactCapacities(projections),
         amendments=staged.amendments(projections, flow.agent_id, now_ns),
         unsettled=projections.unsettled_flows(flow.agent_id),
+        tree=flow.root_dfid,
+        spent=Spent(projections, now_ns, staged.spent),
+        grants=staged.all_grants(projections),
+        granted=staged.granted,
     )
 
 
@@ -150,6 +193,7 @@ def verdict(
     projections: Projections,
     *,
     by_human: bool = False,
+    recheck: bool = False,
     staged: Staged | None = None,
     stopwatch: Stopwatch | None = None,
 ) -> Judgement:
@@ -163,6 +207,8 @@ def verdict(
         now_ns: the DIM's clock when it judges (replay: the submission's time).
         projections: the state as committed before the proposal.
         by_human: a human's modification (skips state, unsettled and escalation checks).
+        recheck: an approved or queued action judged again before it executes (skips
+            state and unsettled checks; kernel.dim._gate).
         staged: what the current batch staged and has not committed (the DIM only).
         stopwatch: times each rule beside the verdict; never changes it.
     """
@@ -174,6 +220,7 @@ def verdict(
         now_ns,
         inputs,
         by_human=by_human,
+        recheck=recheck,
         memory=domain_checks(projections, flow),
         stopwatch=stopwatch,
     )
@@ -183,3 +230,28 @@ def verdict(
         if applied is not None:
             return replace(judgement, applied=applied)
     return judgement
+
+
+def rechecked(judgement: Judgement, ballot: Ballot | None, approval: Approval | None) -> bool:
+    """Whether a re-judged action may execute on the approval (None: no human approved it).
+
+    It may if nothing refuses it and it needs no human, or (approved) if what it now
+    escalates for is what was approved (same reason and rule) and the approval's votes
+    meet the quorum the pack now asks for. An approval of an operational escalation
+    (no ballot: the engine's) approved the very action, whatever would escalate it.
+    """
+    if judgement.rejection is not None:
+        return False
+    escalation = judgement.escalation
+    if escalation is None:
+        return True
+    if approval is None:
+        return False
+    if ballot is None:
+        return True
+    if (str(escalation.reason_code), escalation.rule) != (ballot.reason_code, ballot.rule):
+        return False
+    voters = [(v.operator, v.roles) for v in ballot.votes if v.vote == "approve"]
+    if not voters:
+        voters = [(approval.operator, [])]
+    return tally(judgement.quorum or SINGLE, voters).met

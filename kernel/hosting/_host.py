@@ -9,7 +9,7 @@ reason it ended without a proposal. No task is spawned per flow.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Container
+from collections.abc import Awaitable, Callable, Container, Mapping
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any, Protocol
 
@@ -29,7 +29,15 @@ from kernel.runtime.messages import AgentMessage, DimMessage, Withdraw
 
 log = logging.getLogger("kernel")
 
-Submit = Callable[[str, str, Proposal], Awaitable[Verdict]]
+
+class Submit(Protocol):
+    """The kernel's submission path: (token, dfid, proposal, usage by model) -> a verdict."""
+
+    def __call__(
+        self, token: str, dfid: str, proposal: Proposal, /, *, usage: Mapping[str, int] | None
+    ) -> Awaitable[Verdict]: ...
+
+
 Fetch = Callable[[str, str, str, int, int | None], Awaitable[ArtifactSlice]]
 """The kernel's fetch of an artifact: (agent id, dfid, ref, start, length)."""
 TraceScope = Callable[[str, int], AbstractContextManager[object]]
@@ -162,7 +170,12 @@ class AgentHost:
 
         async def withdraw(code: ReasonCode, detail: str) -> None:
             msg = Withdraw(
-                dfid=ctx.dfid, token=token, attempt=ctx.attempt, reason_code=code, detail=detail
+                dfid=ctx.dfid,
+                token=token,
+                attempt=ctx.attempt,
+                reason_code=code,
+                detail=detail,
+                usage=dict(meter.models),
             )
             await self._dim.send(msg)
 
@@ -199,7 +212,7 @@ class AgentHost:
             if proposal is None:
                 await withdraw(ReasonCode.AGENT_DECLINED, "no action")
                 return
-            verdict = await self._submit(token, ctx.dfid, proposal)
+            verdict = await self._submit(token, ctx.dfid, proposal, usage=dict(meter.models))
             if verdict.outcome is Outcome.REJECTED and meter.tokens:
                 self._usage[ctx.dfid] = meter.tokens  # the next attempt spends from the rest
                 if len(self._usage) > self._prune_at:

@@ -148,6 +148,53 @@ class ProposeRequest(_Request, frozen=True, tag="propose"):
     confidence: Confidence = 1.0
 
 
+GrantId = Annotated[str, Meta(min_length=3, max_length=64, pattern=r"^g-[0-9a-f]+$")]
+Uses = Annotated[int, Meta(ge=1, le=1_000_000)]
+Bound = dict[Annotated[str, Meta(pattern=r"^(eq|in|min|max)$")], Any]
+
+
+class GrantRequest(_Request, frozen=True, tag="grant"):
+    """A standing grant (``dirk grant add``): proposals it matches proceed without a human.
+
+    For ``agent`` (``*``: any) and ``kind``, within ``bounds`` (per field: ``eq``, ``in``,
+    ``min``, ``max``), from ``valid_from_ns`` (default: when the kernel takes it) until
+    ``valid_until_ns``, or for ``valid_for_s`` from then; ``uses`` times at most; with
+    ``cap`` (minor units of ``currency``), for at most that much money in all.
+    """
+
+    kind: Id
+    operator: Name
+    reason: Reason
+    uses: Uses
+    agent: Name = "*"
+    bounds: dict[Id, Bound] = {}
+    valid_from_ns: Int64 | None = None
+    valid_until_ns: Int64 | None = None
+    valid_for_s: Seconds | None = None
+    cap: Annotated[int, Meta(ge=0, le=INT_MAX)] | None = None
+    currency: Annotated[str, Meta(pattern=r"^([A-Z]{3})?$")] = ""
+
+
+class RevokeGrantRequest(_Request, frozen=True, tag="revoke_grant"):
+    """Take a standing grant out of force (``dirk grant revoke``)."""
+
+    grant: GrantId
+    operator: Name
+    reason: Reason
+
+
+class VoteRequest(_Request, frozen=True, tag="vote"):
+    """A vote on a standing grant that waits for its quorum (``dirk grant vote``).
+
+    An escalated flow is voted on with a decision (``decide``): its approve or reject.
+    """
+
+    grant: GrantId
+    vote: Literal["approve", "reject"]
+    operator: Name
+    reason: Reason
+
+
 InboxRequest = (
     DecideRequest
     | AmendRequest
@@ -157,6 +204,9 @@ InboxRequest = (
     | RuleChangeRequest
     | ProposeRequest
     | CollectArtifactsRequest
+    | GrantRequest
+    | RevokeGrantRequest
+    | VoteRequest
 )
 """Every request the inbox takes; ``type`` tells them apart."""
 
@@ -168,6 +218,9 @@ OperatorRequest = (
     | RuleDecisionRequest
     | RuleChangeRequest
     | CollectArtifactsRequest
+    | GrantRequest
+    | RevokeGrantRequest
+    | VoteRequest
 )
 """The requests an operator makes (each names its ``operator``); the others are agents'."""
 
@@ -266,6 +319,12 @@ def _check_free_form(request: InboxRequest) -> None:
     """Walk a request's free-form values with the wall's bounds (depth, size, finiteness)."""
     if isinstance(request, DecideRequest) and request.params is not None:
         check_value(request.params, "params")
+    elif isinstance(request, GrantRequest):
+        check_value(request.bounds, "bounds")
+        if (request.valid_until_ns is None) == (request.valid_for_s is None):
+            raise InputInvalid("valid_until_ns", "a grant ends: valid_until_ns or valid_for_s")
+        if (request.cap is None) != (not request.currency):
+            raise InputInvalid("currency", "a money cap takes its currency, and only then")
     elif isinstance(request, ProposeRequest):
         check_value(request.policy, "policy")
         if not isinstance(request.policy, dict) or not isinstance(request.policy.get("kind"), str):

@@ -33,6 +33,7 @@ import msgspec
 
 from kernel.api import Kernel
 from kernel.core.events import (
+    ApprovalVoted,
     ContextCompiled,
     Event,
     ExecutionSucceeded,
@@ -70,6 +71,7 @@ from kernel.journal.store import Journal
 from kernel.policy.contracts import HandshakeRefused, Proposal, WorkingContext
 from kernel.registry import CONTRACT_VERSION
 from kernel.state.projections import Projections, fold
+from kernel.state.quorums import Quorums
 from kernel.state.rulebook import RuleNotInForce, RuleNotPending
 from kernel.state.snapshots import state_at
 
@@ -463,6 +465,7 @@ class Follower:
                 outcome=outcome if isinstance(outcome, str) else "",
                 external_id=external_id if isinstance(external_id, str) else "",
                 queued=dfid in queued,
+                ballot=folded.domain(Quorums).ballots.get(dfid),
             )
         except RequestRefused as refused:
             return {
@@ -540,12 +543,15 @@ class Follower:
                 "detail": _not_taken(row_id, stopped, self.answer_s),
                 "result": {"inbox_id": row_id},
             }
-        _, answer = await read_answer(self.path, seq)
+        event, answer = await read_answer(self.path, seq)
         result: dict[str, Any] = {"verdict": answer.verdict, "dfid": dfid}
         if answer.verdict == "REFUSED":
             result["reason_code"] = answer.reason_code
             result["detail"] = answer.detail
         result["result"] = {"inbox_id": row_id, "seq": seq}
+        if event is not None and isinstance(event.payload, ApprovalVoted):
+            # A vote that does not meet the quorum: what the flow still waits for.
+            result["result"]["waiting"] = event.payload.waiting
         return result
 
 

@@ -56,6 +56,7 @@ from kernel.mcp._tools import (
 )
 from kernel.registry import KERNEL_VERSION
 from kernel.state.approvals import ApprovalStatus
+from kernel.state.quorums import Ballot, Quorums
 from kernel.state.rulebook import shown_item
 from kernel.state.snapshots import state_at
 
@@ -362,6 +363,7 @@ def build_server(
                         "impact": str(approval.impact),
                         "action_hash": approval.short_hash,
                         "kind": flow.proposal.kind if flow.proposal else "",
+                        "quorum": quorum_text(view.projections.domain(Quorums).ballots.get(dfid)),
                     }
                 )
         return Answer(verdict="OK", result={"escalations": waiting[:MAX_RESULTS]})
@@ -377,6 +379,7 @@ def build_server(
         async with backend.reading() as view:
             flow = view.projections.flows.get(key)
             approval = view.projections.approvals.get(key)
+            ballot = view.projections.domain(Quorums).ballots.get(key)
         if flow is None:
             raise ToolRefused(CliError.UNKNOWN_FLOW, f"no open or recent flow {key}", "dfid")
         result: dict[str, Any] = {
@@ -392,6 +395,15 @@ def build_server(
                 approval=str(approval.status),
                 action_hash=approval.action_hash,
             )
+        if quorum_text(ballot):
+            assert ballot is not None
+            result["quorum"] = {
+                "waiting": quorum_text(ballot),
+                "required": ballot.quorum.required,
+                "roles": ballot.quorum.roles,
+                "votes": [{"operator": v.operator, "vote": v.vote} for v in ballot.votes],
+                "may_not_vote": ballot.excluded,
+            }
         return Answer(verdict="OK", dfid=key, status=str(flow.status), result=result)
 
     @tool("operator", title="Decide on an escalation", hints=EFFECT)
@@ -468,3 +480,10 @@ def _schema_of_propose(server: MCPServer[Any], kinds: Mapping[str, dict[str, Any
     parameters["properties"] = properties
     parameters["$defs"] = {**parameters.get("$defs", {}), **defs}
     tool.parameters = parameters
+
+
+def quorum_text(ballot: Ballot | None) -> str:
+    """What an approval's quorum waits for ("1 of 2, waiting for a desk-head"); "" for none."""
+    if ballot is None or (ballot.quorum.required < 2 and not ballot.quorum.roles):
+        return ""
+    return ballot.waiting or f"0 of {ballot.quorum.required}"

@@ -93,13 +93,15 @@ class WorkingContext(msgspec.Struct, frozen=True, gc=False, kw_only=True):
         """
         return await fetch_artifact(self.dfid, self.artifacts.get(ref, ref), start, length)
 
-    def report_usage(self, *, tokens: int) -> None:
+    def report_usage(self, *, tokens: int, model: str = "") -> None:
         """Tell the kernel this flow's reasoning spent ``tokens`` more (e.g. LLM tokens).
 
         Past the flow's cap the kernel cancels this reasoning at its next await
-        and aborts the flow with TOKEN_BUDGET_EXHAUSTED.
+        and aborts the flow with TOKEN_BUDGET_EXHAUSTED. Naming the ``model`` lets the
+        kernel's price table (``KernelConfig.prices``) turn the tokens into money,
+        recorded (ReasoningCharged) against the budgets that count reasoning.
         """
-        report_usage(self.dfid, tokens)
+        report_usage(self.dfid, tokens, model)
 
     def propose(
         self,

@@ -119,6 +119,67 @@ class Judge(msgspec.Struct, frozen=True, kw_only=True):
     by_human: bool = False
     invalid: Feedback | None = None
     reply: Reply[Verdict] | None = None
+    usage: Mapping[str, int] = {}
+    """The tokens the attempt's reasoning reported, by model (priced by the DIM)."""
+
+
+class Recheck(msgspec.Struct, frozen=True, kw_only=True):
+    """Judge an approved (or queued) action again just before it executes, and start it.
+
+    The escalation desk sends it once a human's approval (or a quorum) is recorded; the
+    execution engine for an accepted flow an earlier run left unstarted. ``via`` says
+    which: ``approval`` or ``queue``.
+    """
+
+    dfid: str
+    via: str = "approval"
+    reply: Reply[Verdict] | None = None
+
+
+class IssueGrant(msgspec.Struct, frozen=True, kw_only=True):
+    """An operator's standing grant (kernel.state.grants), to record if it can be judged."""
+
+    kind: str
+    agent: str
+    bounds: dict[str, dict[str, Any]]
+    valid_from_ns: int | None
+    valid_until_ns: int
+    uses: int
+    operator: str
+    reason: str
+    roles: tuple[str, ...] = ()
+    cap: int | None = None
+    currency: str = ""
+    inbox_id: int | None = None
+    via: str = "api"
+    signer: str = ""
+    reply: Reply[list[Event] | Exception] | None = None
+
+
+class VoteGrant(msgspec.Struct, frozen=True, kw_only=True):
+    """An operator's vote on a grant that waits for its quorum."""
+
+    grant: str
+    vote: str
+    operator: str
+    reason: str
+    roles: tuple[str, ...] = ()
+    inbox_id: int | None = None
+    via: str = "api"
+    signer: str = ""
+    reply: Reply[list[Event] | Exception] | None = None
+
+
+class RevokeGrant(msgspec.Struct, frozen=True, kw_only=True):
+    """An operator takes a grant out of force."""
+
+    grant: str
+    operator: str
+    reason: str
+    inbox_id: int | None = None
+    via: str = "api"
+    signer: str = ""
+    reply: Reply[list[Event] | Exception] | None = None
 
 
 class Withdraw(msgspec.Struct, frozen=True, kw_only=True):
@@ -129,6 +190,8 @@ class Withdraw(msgspec.Struct, frozen=True, kw_only=True):
     attempt: int
     reason_code: ReasonCode
     detail: str = ""
+    usage: Mapping[str, int] = {}
+    """The tokens the attempt's reasoning reported before it gave up, by model."""
 
 
 class AmendLimit(msgspec.Struct, frozen=True, kw_only=True):
@@ -243,6 +306,8 @@ class Decide(msgspec.Struct, frozen=True, kw_only=True):
     """How it reached the kernel: ``api`` (embedding code) or ``inbox`` (a signed request)."""
     signer: str = ""
     """The key that signed an inbox request (the operator's own, or a door's)."""
+    roles: tuple[str, ...] = ()
+    """The operator's roles in the kernel's keyring (what a quorum counts)."""
 
 
 class Tick(msgspec.Struct, frozen=True, kw_only=True):
@@ -320,8 +385,20 @@ class Found(msgspec.Struct, frozen=True, kw_only=True):
 RegistryMessage: TypeAlias = Register | SetStatus | IssueCredential
 CompilerMessage: TypeAlias = FireTrigger | Compile
 DimMessage: TypeAlias = (
-    Judge | Withdraw | AmendLimit | LoadPack | SubmitRule | DecideRule | RetractRule
+    Judge
+    | Withdraw
+    | AmendLimit
+    | LoadPack
+    | SubmitRule
+    | DecideRule
+    | RetractRule
+    | Recheck
+    | IssueGrant
+    | VoteGrant
+    | RevokeGrant
 )
+GrantMessage: TypeAlias = IssueGrant | VoteGrant | RevokeGrant
+"""What the DIM receives as the owner of standing grants."""
 RuleMessage: TypeAlias = SubmitRule | DecideRule | RetractRule
 """What the DIM receives as the rulebook's owner."""
 EscalationMessage: TypeAlias = Escalate | Decide | Tick

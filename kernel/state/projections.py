@@ -42,6 +42,7 @@ from kernel.core.events import (
     AgentStatusChanged,
     AmendmentRefused,
     ApprovalExpired,
+    ApprovalVoted,
     CredentialIssued,
     DecisionRefused,
     DuplicateSuppressed,
@@ -49,6 +50,9 @@ from kernel.core.events import (
     ExecutionStarted,
     FlowEscalated,
     FlowFlagged,
+    GrantIssued,
+    GrantRevoked,
+    GrantVoted,
     HumanDecided,
     InputRefused,
     KernelStarted,
@@ -70,12 +74,25 @@ from kernel.state.approvals import Approval
 from kernel.state.artifacts import Artifacts, ArtifactState
 from kernel.state.beliefs.domain import Beliefs
 from kernel.state.beliefs.graph import BeliefGraph
+from kernel.state.budgets import Budgets
 from kernel.state.domain import OMIT, D, Domain, DomainType, Fold, Saved, compose, same
+from kernel.state.grants import Grants
 from kernel.state.memory import Memory, MemoryState, Rules
+from kernel.state.quorums import Quorums
 from kernel.state.reservations import Reservations
 from kernel.state.roadmap.domain import Roadmap
 
-DOMAINS: tuple[DomainType, ...] = (Reservations, Memory, Rules, Beliefs, Artifacts, Roadmap)
+DOMAINS: tuple[DomainType, ...] = (
+    Reservations,
+    Memory,
+    Rules,
+    Beliefs,
+    Artifacts,
+    Roadmap,
+    Quorums,
+    Grants,
+    Budgets,
+)
 """The registered domains, in order: every Projections folds them, the DIM runs their
 checks in this order, the kernel builds their executors. Registering one is adding it here."""
 
@@ -104,7 +121,8 @@ HISTORY = 256
 """Escalations kept per agent for its budget; older ones no longer matter to any bucket."""
 
 # Operational failures are the adapters' doing, not the agent's: they spend no budget.
-_UNCHARGED = frozenset({"EXECUTION_FAILED", "OUTCOME_UNKNOWN"})
+# So is an approval a later pack supersedes: the pack changed, not the agent.
+_UNCHARGED = frozenset({"EXECUTION_FAILED", "OUTCOME_UNKNOWN", "APPROVAL_SUPERSEDED"})
 # Events that may take an operator inbox row.
 _INBOX_EVENTS: frozenset[type[Payload]] = frozenset(
     {
@@ -117,6 +135,10 @@ _INBOX_EVENTS: frozenset[type[Payload]] = frozenset(
         InputRefused,
         RuleRetracted,
         CredentialIssued,
+        ApprovalVoted,
+        GrantIssued,
+        GrantVoted,
+        GrantRevoked,
     }
 )
 # Flow events allowed in any status that never change it: the only ones a flow gets

@@ -92,13 +92,16 @@ async def workload(path: Path) -> dict[str, str]:
             desk.plan.append(step)
             [flows[name]] = await kernel.trigger("market.tick", PRICES)
             await kernel.wait_flow(flows[name])
-        await kernel.decide(
-            flows["large"],
-            "approve",
-            operator="ana",
-            reason="known desk",
-            action_hash=action_of(kernel, flows["large"]),
-        )
+        # 30,000.00 USD is above trading 0.4.0's two-person size: a risk officer and a desk head.
+        for operator, role in (("ana", "risk"), ("ed", "desk-head")):
+            await kernel.decide(
+                flows["large"],
+                "approve",
+                operator=operator,
+                reason="known desk",
+                action_hash=action_of(kernel, flows["large"]),
+                roles=[role],
+            )
         await kernel.decide(
             flows["unsure"],
             "modify",
@@ -124,6 +127,17 @@ async def verdicts(path: Path) -> list[tuple[ProposalSubmitted, object, int]]:
                 submitted, seq = waiting.pop(event.dfid)
                 out.append((submitted, event.payload, seq))
     return out
+
+
+async def rechecks(path: Path) -> dict[int, str]:
+    """Seq -> DFID of every approved action judged again before it executed (and accepted)."""
+    async with open_journal(path, readonly=True) as journal:
+        events = await journal.read(types=["ProposalAccepted"])
+    return {
+        e.seq: str(e.dfid)
+        for e in events
+        if isinstance(e.payload, ProposalAccepted) and e.payload.rechecked
+    }
 
 
 def notional(params: dict) -> int:
@@ -188,7 +202,10 @@ async def test_replay_reproduces_every_recorded_verdict(journal_path):
         result = await rejudge(journal, [TRADING, MEMORY_PACK])
         assert journal.head_hash == head
     assert result.changes == [] and result.mismatches == []
-    assert result.judged == len(recorded) and result.skipped == 0
+    # Each verdict, and the approval judged again before it executed.
+    again = await rechecks(journal_path)
+    assert len(again) == 1
+    assert result.judged == len(recorded) + len(again) and result.skipped == 0
 
 
 async def test_a_stricter_pack_flips_exactly_the_verdicts_above_its_limit(journal_path, pack_file):
@@ -201,27 +218,36 @@ async def test_a_stricter_pack_flips_exactly_the_verdicts_above_its_limit(journa
         and notional(submitted.proposal.params) > STRICT_LIMIT
     }
     assert len(expected) >= 3  # accepted and escalated ones both
+    # The large order's approval, judged again before it executed, would be superseded.
+    [(recheck, _)] = (await rechecks(journal_path)).items()
     async with open_journal(journal_path, readonly=True) as journal:
         result = await rejudge(journal, [strict, MEMORY_PACK], check_hash=False)
-    assert {c.seq for c in result.changes} == expected
-    assert all(c.now == "would have been rejected" for c in result.changes)
+    assert {c.seq for c in result.changes} == expected | {recheck}
+    now = {c.seq: c.now for c in result.changes}
+    assert now.pop(recheck) == "would have been superseded"
+    assert set(now.values()) == {"would have been rejected"}
     assert all(c.reason_code == "RISK_LIMIT_EXCEEDED" for c in result.changes)
 
 
 def test_dirk_whatif_pack_lists_the_flips_both_ways(journal_path, pack_file, capsys):
     flows_by_seq = {seq: v for _, v, seq in anyio.run(verdicts, journal_path)}
+    judged = len(flows_by_seq) + len(anyio.run(rechecks, journal_path))
     before = journal_path.read_bytes()
     assert main(["whatif", "--db", str(journal_path), "--pack", f"{pack_file}:STRICT"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines[-1].startswith(f"whatif: {len(flows_by_seq)} recorded verdicts judged again,")
+    assert lines[-1].startswith(f"whatif: {judged} recorded verdicts judged again,")
     assert any("accepted then, would have been rejected: RISK_LIMIT_EXCEEDED" in x for x in lines)
-    assert any("escalated (APPROVAL_REQUIRED) then, would have been rejected" in x for x in lines)
+    # The large order escalated under trading 0.4.0's two-person rule; the line says so.
+    escalated = "escalated (APPROVAL_REQUIRED, needing 2 of risk, desk-head) then"
+    assert any(f"{escalated}, would have been rejected" in x for x in lines)
 
     # The reverse: a looser limit turns the rejected order into one a human approves.
     assert main(["whatif", "--db", str(journal_path), "--pack", f"{pack_file}:LOOSE"]) == 0
     [flip, summary] = capsys.readouterr().out.splitlines()
+    # 60,000.00 USD: it would wait for two humans, a risk officer and a desk head.
     assert (
-        "rejected (RISK_LIMIT_EXCEEDED) then, would have been escalated: APPROVAL_REQUIRED" in flip
+        "rejected (RISK_LIMIT_EXCEEDED) then, would have been escalated"
+        " (needing 2 of risk, desk-head): APPROVAL_REQUIRED" in flip
     )
     assert summary.endswith("1 change (0 of kinds no given pack defines)")
     assert journal_path.read_bytes() == before

@@ -190,7 +190,7 @@ ERRORS: list[tuple[tuple[str, ...], str, ExitCode]] = [
     (("why", "nothing", "--db", "{db}"), "UNKNOWN_RULE", ExitCode.FAILED),
     (("whatif", "--db", "{db}"), "BAD_ARGUMENT", ExitCode.USAGE),
     (("whatif", "--exclude", "x", "--db", "{db}"), "BAD_ARGUMENT", ExitCode.USAGE),
-    (("whatif", "--pack", "p.py", "--exclude", "1", "--db", "{db}"), "BAD_ARGUMENT", 2),
+    (("whatif", "--pack", "p.py", "--inject-constraint", "x", "--db", "{db}"), "BAD_ARGUMENT", 2),
     (("whatif", "--pack", "no/such.py", "--db", "{db}"), "BAD_PACK_PATH", ExitCode.USAGE),
     (("verify", "--verdicts", "--db", "{db}"), "BAD_ARGUMENT", ExitCode.USAGE),
     (("verify", "--anchor", "dirk-anchor x", "--db", "{db}"), "BAD_ARGUMENT", ExitCode.USAGE),

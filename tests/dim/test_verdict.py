@@ -43,6 +43,7 @@ from policies.booking_0_1 import BOOKING_0_1
 from policies.memory_1_0 import MEMORY_PACK_1_0
 from policies.trading import TRADING
 from policies.trading_0_2 import TRADING_0_2
+from policies.trading_0_3 import TRADING_0_3
 from tests.audit import test_verdicts
 from tests.audit.test_golden import GOLDEN
 from tests.escalation import test_escalation as gov
@@ -132,7 +133,7 @@ def test_the_dim_and_replay_call_the_same_function():
 @pytest.mark.parametrize(
     ("name", "packs", "verdicts"),
     [
-        ("trading", [TRADING, desk.DESK, TRADING_0_2, DESK_0_1], 51),
+        ("trading", [TRADING, desk.DESK, TRADING_0_3, TRADING_0_2, DESK_0_1], 51),
         ("booking", [BOOKING, BOOKING_0_1], 8),
     ],
 )

@@ -45,7 +45,14 @@ from kernel.inbox.keyring import (
     remove_principal,
 )
 from kernel.inbox.proof import ProofRefused, check, sign
-from kernel.inbox.requests import decode_row, encode, normalized
+from kernel.inbox.requests import (
+    GrantRequest,
+    RevokeGrantRequest,
+    VoteRequest,
+    decode_row,
+    encode,
+    normalized,
+)
 from kernel.runtime.messages import Decision
 from kernel.state.projections import AgentStatus
 from tests.support import ROOT
@@ -81,6 +88,20 @@ SAMPLES: list[InboxRequest] = [
     ProposeRequest(agent_id="ide", policy={"kind": "memory.add_fact", "name": "a"}, confidence=0.5),
     CollectArtifactsRequest(operator="ana", reason="monthly retention"),
     RuleChangeRequest(action="retract", rule="access", operator="ana", reason="r", ns="acme"),
+    GrantRequest(
+        kind="booking.reserve_room",
+        operator="ana",
+        reason="ana's week in Lyon",
+        uses=5,
+        agent="booker",
+        bounds={"traveller": {"eq": "ana"}, "nightly_rate_cents": {"max": "20000"}},
+        valid_from_ns=1,
+        valid_until_ns=2,
+        cap=100_000,
+        currency="EUR",
+    ),
+    RevokeGrantRequest(grant="g-0123456789ab", operator="ana", reason="trip cancelled"),
+    VoteRequest(grant="g-0123456789ab", vote="approve", operator="bo", reason="ok"),
 ]
 
 
