@@ -44,6 +44,16 @@ from kernel.journal.store import (
     chain_key_from_env,
 )
 from kernel.policy.packs import PackError, PolicyCatalog, PolicyPack
+from kernel.proofs.publish import Publisher, open_publishers
+from kernel.proofs.signing import (
+    Signer,
+    default_origin,
+    load_signing_key,
+    record_key,
+    run_signing,
+    sign_head,
+    signing_from_env,
+)
 from kernel.registry import KERNEL_VERSION
 from kernel.runtime.actors import RestartIntensityExceeded, Supervisor
 from kernel.runtime.messages import Recover, Tick
@@ -112,18 +122,25 @@ async def open_kernel(
         telemetry = (
             Telemetry.from_provider(provider) if provider is not None else Telemetry.from_env()
         )
+    # The checkpoint key, read before anything starts: a bad key stops the open (its
+    # message names where the key came from, never the key).
+    signing = config.signing or signing_from_env()
+    signing_key = load_signing_key(signing.key_file) if signing is not None else None
     storage = config.storage
     where = os.fspath(path)
     key = chain_key_from(storage.chain_key, where) if storage.chain_key is not None else None
     key = key or chain_key_from_env(None, where)
-    async with open_journal(
-        path,
-        clock=clock,
-        synchronous=storage.synchronous,
-        faults=storage.faults,
-        chain_key=key,
-        compress=storage.compress,
-    ) as journal:
+    async with (
+        open_journal(
+            path,
+            clock=clock,
+            synchronous=storage.synchronous,
+            faults=storage.faults,
+            chain_key=key,
+            compress=storage.compress,
+        ) as journal,
+        open_publishers(signing.publish if signing is not None else ()) as publishers,
+    ):
         # The latest snapshot that matches its checkpoint, then the events after it.
         projections = await restore(journal, config.limits.keep_finished)
         # What replay built lives as long as the kernel: keep the collector off it.
@@ -160,6 +177,10 @@ async def open_kernel(
             ]
         )
         await _abort_interrupted(journal, projections)
+        signer: Signer | None = None
+        if signing is not None and signing_key is not None:
+            signer = Signer(signing_key, signing.origin or default_origin(journal.journal_id))
+            await record_key(journal, signer)
         supervisor = Supervisor(
             kernel.actors.specs,
             append=journal.append,
@@ -195,6 +216,16 @@ async def open_kernel(
                     tg.start_soon(intake.run, clock, poll_s, name="operator-inbox")
                 if kernel._checkpointer is not None:
                     tg.start_soon(kernel._checkpointer.run, journal, name="checkpoints")
+                if signer is not None and signing is not None:
+                    tg.start_soon(
+                        run_signing,
+                        journal,
+                        signer,
+                        clock,
+                        signing.every_s,
+                        publishers,
+                        name="signed-checkpoints",
+                    )
                 if telemetry.enabled:
                     tg.start_soon(_export, telemetry, journal, exported, name="telemetry")
                 async with (
@@ -258,6 +289,8 @@ async def open_kernel(
                             )
                         ]
                     )
+                if signer is not None:
+                    await _sign_last(journal, signer, publishers)
                 if telemetry.enabled:
                     # Spans of what committed after the exporter's last batch.
                     telemetry.emit(await journal.read(exported[0] + 1))
@@ -266,6 +299,16 @@ async def open_kernel(
             raise failure
         if body_error is not None:
             raise body_error
+
+
+async def _sign_last(journal: Journal, signer: Signer, publishers: list[Publisher]) -> None:
+    """Sign a checkpoint of the whole journal as the kernel leaves it (KernelStopped included)."""
+    if journal.failed:
+        return
+    try:
+        await sign_head(journal, signer, publishers)
+    except JournalError as exc:
+        log.warning("the closing checkpoint was not signed: %s", exc.detail)
 
 
 def _recordable(allow: Collection[str]) -> list[str]:

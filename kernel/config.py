@@ -19,6 +19,7 @@ from kernel.core.ports import Clock, IdSource
 from kernel.escalation import EscalationPolicy
 from kernel.guards import GUARD_TIMEOUT_S
 from kernel.journal.store import JournalFaults
+from kernel.proofs.signing import Signing
 from kernel.state.rulebook import RuleSearch
 from kernel.state.snapshots import CHECKPOINT_EVERY
 from kernel.telemetry import Telemetry
@@ -132,6 +133,9 @@ class KernelConfig(msgspec.Struct, frozen=True, kw_only=True):
             (kernel.inbox.keyring; ``dirk operator add``); None: the ``DIRK_KEYRING``
             environment variable, else none, and every inbox row is refused. Kept outside
             the journal on purpose: whoever can write the journal cannot add a key.
+        signing: how the kernel signs checkpoints of its journal's Merkle tree with its
+            Ed25519 key, and where it publishes them (kernel.proofs.signing); None: a key
+            in ``DIRK_CHECKPOINT_KEY_FILE`` or ``DIRK_CHECKPOINT_KEY``, else no signing.
     """
 
     limits: Limits = Limits()
@@ -144,3 +148,4 @@ class KernelConfig(msgspec.Struct, frozen=True, kw_only=True):
     retry: RetryPolicy | None = None
     bus: str | None = None
     keyring: str | None = None
+    signing: Signing | None = None

@@ -71,6 +71,7 @@ from kernel.core._flow_events import (
 )
 from kernel.core._governance_events import (
     AmendmentRefused,
+    CheckpointKeyChanged,
     CitationsChecked,
     ConstraintAdded,
     ConstraintAdvisory,
@@ -90,6 +91,7 @@ from kernel.core._governance_events import (
     RuleProposed,
     RuleRetracted,
     RuleSource,
+    SubjectErased,
 )
 from kernel.core._records import (
     ExecutionIntent,
@@ -168,6 +170,8 @@ AnyPayload = (
     | PropositionTransitioned
     | ConsolidationRecorded
     | EpisodeArchived
+    | CheckpointKeyChanged
+    | SubjectErased
 )
 
 
@@ -282,6 +286,7 @@ __all__ = [
     "Applied",
     "ApprovalExpired",
     "Archived",
+    "CheckpointKeyChanged",
     "CitationsChecked",
     "CompensationFailed",
     "CompensationStarted",
@@ -345,6 +350,7 @@ __all__ = [
     "RuleRetracted",
     "RuleSource",
     "SourceRegistered",
+    "SubjectErased",
     "SubmissionRefused",
     "TestResultIngested",
     "TriggerFired",

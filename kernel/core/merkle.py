@@ -100,7 +100,7 @@ class Frontier:
         self.stored = stored
 
     def append(self, leaf: bytes) -> list[tuple[int, int, bytes]]:
-        """Add one leaf hash; return the ``(level, index, hash)`` completed at ``stored`` or above."""
+        """Add one leaf hash; return the ``(level, index, hash)`` it completed at ``stored`` up."""
         index, node, level = self.size, leaf, 0
         stack, stored = self._stack, self.stored
         done: list[tuple[int, int, bytes]] = [(0, index, leaf)] if stored == 0 else []
@@ -165,7 +165,9 @@ def consistency_proof(old: int, new: int, range_hash: RangeHash) -> list[bytes]:
     return path[::-1]
 
 
-def verify_inclusion(index: int, size: int, leaf: bytes, proof: Sequence[bytes], root: bytes) -> bool:
+def verify_inclusion(
+    index: int, size: int, leaf: bytes, proof: Sequence[bytes], root: bytes
+) -> bool:
     """Tell whether ``proof`` shows ``leaf`` at ``index`` in the tree of ``size`` with ``root``."""
     if not 0 <= index < size or len(leaf) != 32 or any(len(p) != 32 for p in proof):
         return False

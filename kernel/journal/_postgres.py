@@ -446,7 +446,9 @@ def _writer_tree(
     try:
         return frontier_from(size, nodes, tail)[0]
     except LookupError as exc:
-        raise JournalError(location, f"its Merkle tree is damaged: {exc} (run dirk verify)") from None
+        raise JournalError(
+            location, f"its Merkle tree is damaged: {exc} (run dirk verify)"
+        ) from None
 
 
 def _read_state(
@@ -659,3 +661,29 @@ def notified(conn: psycopg.Connection[Any], location: str, timeout_s: float) -> 
     except psycopg.Error as exc:
         raise pg_error(location, exc) from None
     return False
+
+
+def merge_tree_head(location: str, size: int, note: str) -> None:
+    """Add the signature lines of ``note`` to the signed checkpoint stored for ``size``.
+
+    Raises:
+        JournalError: no checkpoint of that size, or the database cannot be written.
+        NoteError: ``note`` signs another checkpoint than the stored one.
+    """
+    from kernel.core.notes import merge
+
+    conn = connect(location)
+    try:
+        with conn.transaction():
+            row = conn.execute(
+                "SELECT note FROM tree_heads WHERE size = %s FOR UPDATE", (size,)
+            ).fetchone()
+            if row is None:
+                raise JournalError(location, f"no signed checkpoint of size {size}")
+            conn.execute(
+                "UPDATE tree_heads SET note = %s WHERE size = %s", (merge(str(row[0]), note), size)
+            )
+    except psycopg.Error as exc:
+        raise pg_error(location, exc) from None
+    finally:
+        conn.close()

@@ -32,7 +32,15 @@ from kernel.journal.head import KEYED_CHAIN, Row, head_problem, head_value, key_
 from kernel.journal.inbox_store import StoredRow, stored_rows
 from kernel.journal.port import EventRow, Head, OpenedStore
 from kernel.journal.sealing import check_row
-from kernel.journal.tree import TREE_MARK, Node, NodeKey, TreeBuilder, aligned, frontier_from, frontier_keys
+from kernel.journal.tree import (
+    TREE_MARK,
+    Node,
+    NodeKey,
+    TreeBuilder,
+    aligned,
+    frontier_from,
+    frontier_keys,
+)
 
 APPLICATION_ID = 0x44495231
 """``PRAGMA application_id`` of every journal ("DIR1"), so foreign SQLite files are recognised."""
@@ -425,7 +433,9 @@ def _writer_tree(conn: sqlite3.Connection, size: int) -> Frontier:
             for (body,) in conn.execute("SELECT body FROM events ORDER BY seq"):
                 builder.add(unpack(body))
             conn.executemany(_NODE, builder.nodes)
-            conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('tree', ?)", (TREE_MARK,))
+            conn.execute(
+                "INSERT OR REPLACE INTO meta (key, value) VALUES ('tree', ?)", (TREE_MARK,)
+            )
             conn.execute("COMMIT")
         except BaseException:
             if conn.in_transaction:
@@ -452,7 +462,9 @@ def _writer_tree(conn: sqlite3.Connection, size: int) -> Frontier:
     try:
         return frontier_from(size, nodes, tail)[0]
     except LookupError as exc:
-        raise JournalCorrupt(path_of(conn), f"its Merkle tree is damaged: {exc} (run dirk verify)") from None
+        raise JournalCorrupt(
+            path_of(conn), f"its Merkle tree is damaged: {exc} (run dirk verify)"
+        ) from None
 
 
 def path_of(conn: sqlite3.Connection) -> str:
@@ -623,7 +635,10 @@ class _Snapshot:
 
     async def tree_nodes_from(self, level: int, after: int, limit: int) -> list[Node]:
         """Return stored nodes of ``level`` with index > ``after``, in order."""
-        sql = "SELECT level, idx, hash FROM tree_nodes WHERE level = ? AND idx > ? ORDER BY idx LIMIT ?"
+        sql = (
+            "SELECT level, idx, hash FROM tree_nodes WHERE level = ? AND idx > ?"
+            " ORDER BY idx LIMIT ?"
+        )
         try:
             rows = await self._query(sql, [level, after, limit])
         except JournalError as exc:
@@ -672,6 +687,35 @@ def sqlite_error(path: str, exc: sqlite3.Error | UnicodeDecodeError) -> JournalE
     if name == "SQLITE_NOTADB" or name.startswith("SQLITE_CORRUPT"):
         return JournalCorrupt(path, f"not a SQLite database, or a damaged or truncated one ({exc})")
     return JournalError(path, f"cannot be used ({exc})")
+
+
+def merge_tree_head(location: str, size: int, note: str) -> None:
+    """Add the signature lines of ``note`` to the signed checkpoint stored for ``size``.
+
+    What a witness does with its cosignature when it can write the journal's file; the
+    kernel's writer only ever inserts checkpoints of new sizes, so the two never race.
+
+    Raises:
+        JournalError: no checkpoint of that size, or the file cannot be written.
+        NoteError: ``note`` signs another checkpoint than the stored one.
+    """
+    from kernel.core.notes import merge
+
+    try:
+        with contextlib.closing(
+            sqlite3.connect(location, timeout=BUSY_TIMEOUT_S, isolation_level=None)
+        ) as conn:
+            conn.execute("BEGIN IMMEDIATE")
+            row = conn.execute("SELECT note FROM tree_heads WHERE size = ?", (size,)).fetchone()
+            if row is None:
+                conn.execute("ROLLBACK")
+                raise JournalError(location, f"no signed checkpoint of size {size}")
+            conn.execute(
+                "UPDATE tree_heads SET note = ? WHERE size = ?", (merge(str(row[0]), note), size)
+            )
+            conn.execute("COMMIT")
+    except SQLITE_ERRORS as exc:
+        raise sqlite_error(location, exc) from exc
 
 
 BUSY_TIMEOUT_S = 10.0

@@ -13,9 +13,9 @@ import anyio
 import msgspec
 
 from kernel.journal._subscription import READ_BATCH
+from kernel.journal.codec import unpack
 from kernel.journal.errors import JournalError
 from kernel.journal.head import head_value
-from kernel.journal.codec import unpack
 from kernel.journal.port import backend_for
 from kernel.journal.tree import TreeBuilder
 from kernel.journal.verify import VerifyReport, verify_journal
@@ -73,9 +73,7 @@ async def copy_journal(
                 tree.nodes = []
                 for row in rows:
                     tree.add(unpack(row[3]))
-                await anyio.to_thread.run_sync(
-                    writer.append, rows, copied, head, False, tree.nodes
-                )
+                await anyio.to_thread.run_sync(writer.append, rows, copied, head, False, tree.nodes)
                 copied = last_seq
     finally:
         with anyio.CancelScope(shield=True):

@@ -124,7 +124,9 @@ class TreeReader:
             found[(level, index)] = root_of(await self._leaves(start + 1, stop + 1))
         return {(a, b): fold([found[key] for key in decompose(a, b)]) for a, b in ranges}
 
-    async def _run(self, proof: Callable[[Callable[[int, int], bytes]], list[bytes]]) -> list[bytes]:
+    async def _run(
+        self, proof: Callable[[Callable[[int, int], bytes]], list[bytes]]
+    ) -> list[bytes]:
         asked: list[tuple[int, int]] = []
 
         def record(a: int, b: int) -> bytes:
@@ -142,7 +144,7 @@ class TreeReader:
         return (await self._hashes([(0, size)]))[(0, size)]
 
     async def inclusion(self, seq: int, size: int) -> list[bytes]:
-        """Return the inclusion proof of event ``seq`` (leaf ``seq - 1``) in the tree of ``size``."""
+        """Return the proof of event ``seq`` (leaf ``seq - 1``) in the tree of ``size``."""
         return await self._run(lambda rh: inclusion_proof(seq - 1, size, rh))
 
     async def consistency(self, old: int, new: int) -> list[bytes]:

@@ -27,8 +27,7 @@ from kernel.journal._subscription import READ_BATCH
 from kernel.journal.codec import unpack
 from kernel.journal.errors import JournalError, chain_key_from_env
 from kernel.journal.head import head_problem, key_problem
-from kernel.journal.port import backend_for
-from kernel.journal.port import Snapshot
+from kernel.journal.port import Snapshot, backend_for
 from kernel.journal.sealing import check_rows
 from kernel.journal.tree import TREE_MARK, Node
 
@@ -294,7 +293,10 @@ def _heads_problem(
         except NoteError as exc:
             return f"the signed checkpoint stored for size {size} does not parse ({exc})", None
         if checkpoint.size != size:
-            return f"the signed checkpoint stored for size {size} is of size {checkpoint.size}", None
+            return (
+                f"the signed checkpoint stored for size {size} is of size {checkpoint.size}",
+                None,
+            )
         if size > events:
             return (
                 f"a signed checkpoint covers {size} events, but the journal ends at event"

@@ -131,6 +131,11 @@ SAMPLES = [
         archived=[ev.Archived(proposition="p", reason="REJECTED")],
     ),
     ev.EpisodeArchived(episode="e", propositions={"p": "rejected"}),
+    # proofs (kernel.proofs)
+    ev.CheckpointKeyChanged(
+        origin="dirk/j", key="ed25519:AAAA", vkey="dirk/j+00000000+AQ==", previous="ed25519:BBBB"
+    ),
+    ev.SubjectErased(subject="ana", keys=1, operator="rui", reason="asked", inbox_id=7),
     ev.ProposalAccepted(
         attempt=1,
         applied=ev.Applied(kind="governance.attach_support", params={"proposition": "p"}),
