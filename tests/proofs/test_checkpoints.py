@@ -58,7 +58,10 @@ def signed(tmp_path_factory: pytest.TempPathFactory, keys: tuple[KeyFiles, KeyFi
 @pytest.fixture
 def journal(signed: Path, tmp_path: Path) -> Path:
     dest = tmp_path / "j.db"
-    with contextlib.closing(sqlite3.connect(signed)) as a, contextlib.closing(sqlite3.connect(dest)) as b:
+    with (
+        contextlib.closing(sqlite3.connect(signed)) as a,
+        contextlib.closing(sqlite3.connect(dest)) as b,
+    ):
         a.backup(b)
     return dest
 
@@ -71,7 +74,10 @@ def verify(path: Path, capsys: pytest.CaptureFixture[str], *args: str) -> tuple[
 
 def heads(path: Path) -> list[tuple[int, str]]:
     with contextlib.closing(sqlite3.connect(path)) as db:
-        return [(int(s), str(n)) for s, n in db.execute("SELECT size, note FROM tree_heads ORDER BY size")]
+        return [
+            (int(s), str(n))
+            for s, n in db.execute("SELECT size, note FROM tree_heads ORDER BY size")
+        ]
 
 
 def last_seq(path: Path) -> int:
@@ -228,7 +234,9 @@ def test_the_private_key_never_reaches_events_spans_logs_or_the_console(
         main(command)
     main(["verify", "--db", str(path), "--public-key", str(key.public)])
     seen = capsys.readouterr()
-    spans = b"".join(msgspec.json.encode(dict(s.attributes or {})) for s in exporter.get_finished_spans())
+    spans = b"".join(
+        msgspec.json.encode(dict(s.attributes or {})) for s in exporter.get_finished_spans()
+    )
     stored = path.read_bytes() + b"".join(p.read_bytes() for p in tmp_path.glob("j.db-*"))
     for secret in secrets:
         for where, data in {

@@ -15,9 +15,9 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from pymerkle import InmemoryTree
-from pymerkle import verify_inclusion as pymerkle_verify_inclusion
-from pymerkle.proof import InclusionProof
+from pymerkle import InmemoryTree  # type: ignore[import-untyped]
+from pymerkle import verify_inclusion as pymerkle_verify_inclusion  # type: ignore[import-untyped]
+from pymerkle.proof import InclusionProof  # type: ignore[import-untyped]
 
 from kernel.core.merkle import (
     Frontier,
@@ -110,7 +110,9 @@ def test_the_thousand_leaf_vector_and_a_frontier_rebuilt_from_stored_subtrees() 
         for level, index, node in frontier.append(leaf):
             assert level >= 4
             stored[(level, index)] = node
-    assert frontier.root().hex() == "638afa98022925bacfddadb15ef22fd0199c1ac99c2973b6158243d13fce05c2"
+    assert (
+        frontier.root().hex() == "638afa98022925bacfddadb15ef22fd0199c1ac99c2973b6158243d13fce05c2"
+    )
     # 2n/16 stored subtrees: what P6 counts.
     assert len(stored) == 2 * (1000 // 16) - bin(1000 // 16).count("1")
     rebuilt = Frontier(992, [stored[key] for key in decompose(0, 992)])
@@ -188,7 +190,10 @@ def test_the_c2sp_test_vector_is_reproduced_byte_for_byte_and_verifies() -> None
     text = checkpoint_text(name, 8, bytes.fromhex(ROOTS[8]))
     note = sign(text, name, log) + cosign(text, "witness.example/w1", witness, 1795651200)
     assert note == SIGNED
-    known = [Verifier(name, 1, raw_public(log)), Verifier("witness.example/w1", 4, raw_public(witness))]
+    known = [
+        Verifier(name, 1, raw_public(log)),
+        Verifier("witness.example/w1", 4, raw_public(witness)),
+    ]
     body, signatures = open_note(note, known)
     assert parse_checkpoint(body).size == 8
     assert [(s.name, s.timestamp) for s in signatures] == [

@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
-from contextlib import asynccontextmanager
+import itertools
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 from kernel import FlowStatus, Kernel
 from kernel.core.keys import public_text, write_private_key
-from kernel.core.ports import ManualClock
+from kernel.core.ports import ManualClock, SeededIds
 from kernel.proofs.signing import Signing
 from tests.support.helpers import ScriptedAgent, kernel_for, transfer
+
+_seeds = itertools.count(100)
 
 
 class KeyFiles:
@@ -33,6 +36,8 @@ async def signing_kernel(
 ) -> AsyncIterator[Kernel]:
     """A kernel on ``path`` that signs checkpoints with ``key`` (every 1 s of its clock)."""
     signing = kw.pop("signing", Signing(key_file=str(key.private)))
+    # Fresh flow ids each run: a journal reopened (or regrown) never meets its own DFIDs.
+    kw.setdefault("ids", SeededIds(next(_seeds)))
     async with kernel_for(path, clock=clock or ManualClock(), signing=signing, **kw) as kernel:
         yield kernel
 
@@ -46,6 +51,7 @@ async def run_flows(kernel: Kernel, amounts: list[int]) -> list[str]:
     for _ in amounts:
         [dfid] = await kernel.trigger("bank.invoice")
         await kernel.wait_quiet()
-        assert kernel.flow(dfid).status == FlowStatus.CLOSED
+        flow = kernel.flow(dfid)
+        assert flow is not None and flow.status == FlowStatus.CLOSED
         dfids.append(dfid)
     return dfids
