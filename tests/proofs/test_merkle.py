@@ -16,7 +16,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pymerkle import InmemoryTree  # type: ignore[import-untyped]
-from pymerkle import verify_inclusion as pymerkle_verify_inclusion  # type: ignore[import-untyped]
+from pymerkle import verify_inclusion as pymerkle_verify_inclusion
 from pymerkle.proof import InclusionProof  # type: ignore[import-untyped]
 
 from kernel.core.merkle import (

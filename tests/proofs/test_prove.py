@@ -9,7 +9,7 @@ from pathlib import Path
 import anyio
 import pytest
 from pymerkle import InmemoryTree  # type: ignore[import-untyped]
-from pymerkle import verify_inclusion as pymerkle_verify_inclusion  # type: ignore[import-untyped]
+from pymerkle import verify_inclusion as pymerkle_verify_inclusion
 from pymerkle.proof import InclusionProof  # type: ignore[import-untyped]
 
 from kernel.cli import main
@@ -60,14 +60,14 @@ def test_an_inclusion_proof_from_dirk_prove_verifies_with_pymerkle(
         template = independent.prove_inclusion(seq, checkpoint.size)
         assert template.path[1:] == proof
         # ...and its verifier accepts our proof (it raises otherwise).
-        path = [leaf_hash(extra), *proof]
+        with_leaf = [leaf_hash(extra), *proof]
         ours = InclusionProof(
             template.algorithm,
             template.security,
             template.size,
             template.index,
             template.rule,
-            path,
+            with_leaf,
         )
         pymerkle_verify_inclusion(leaf_hash(extra), checkpoint.root, ours)
 
