@@ -40,7 +40,13 @@ from examples.desk_mesh import HostFailed, hosted_desk
 from examples.desk_model import playbooks
 from examples.llm import ModelError, draw, open_model
 from examples.market import MIN_MINUTES, OPERATOR_EVERY, Market, Plan, headline, plan_day
-from examples.summary import journal_and_files, show, summarize
+from examples.summary import (
+    checkpoint_signing,
+    journal_and_files,
+    public_key_of,
+    show,
+    summarize,
+)
 from kernel import (
     EscalationBudget,
     EscalationPolicy,
@@ -50,6 +56,7 @@ from kernel import (
     Ports,
     Proposal,
     Session,
+    Signing,
     Supervision,
     credential_verifier,
     open_kernel,
@@ -258,6 +265,7 @@ async def simulate(
     progress: bool = True,
     files: Path | None = None,
     bus: str | None = None,
+    signing: Signing | None = None,
 ) -> None:
     """Run the desk for ``minutes`` simulated minutes, journaling into ``db``.
 
@@ -294,6 +302,7 @@ async def simulate(
                 supervision=Supervision(inbox_poll_s=None),
                 escalation=EscalationPolicy(budget=EscalationBudget(capacity=100, period_s=3600)),
                 bus=bus,
+                signing=signing,
             ),
             # A simulated day in seconds: a budget sized for real hours would demote the desk.
         ) as kernel:
@@ -369,13 +378,25 @@ def main(argv: list[str] | None = None) -> int:
         f"trading desk, seed {args.seed}, {args.minutes} minutes -> {shown}{where}", file=sys.stderr
     )
     try:
+        signing = checkpoint_signing(files)
         anyio.run(
-            simulate, args.seed, db, args.minutes, args.llm, args.operator, True, files, args.bus
+            simulate,
+            args.seed,
+            db,
+            args.minutes,
+            args.llm,
+            args.operator,
+            True,
+            files,
+            args.bus,
+            signing,
         )
     except (ModelError, HostFailed) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    summary: dict[str, Any] = anyio.run(summarize, db, ("trading.place_order",))
+    summary: dict[str, Any] = anyio.run(
+        summarize, db, ("trading.place_order",), public_key_of(files)
+    )
     show(f"trading desk, seed {args.seed}", summary, args.json)
     return 0 if summary["verified"] else 1
 

@@ -33,6 +33,7 @@ from kernel.policy.contracts import (
     WorkingContext,
 )
 from kernel.policy.packs import PackError
+from kernel.proofs.signing import Signing, write_signing_key
 from kernel.registry import credential_verifier
 from kernel.runtime.messages import Decision
 from kernel.state.amendments import AmendmentInvalid
@@ -75,6 +76,7 @@ __all__ = [
     "RuleNotPending",
     "RuleSearch",
     "Session",
+    "Signing",
     "StopReason",
     "Storage",
     "Supervision",
@@ -84,4 +86,5 @@ __all__ = [
     "WorkingContext",
     "credential_verifier",
     "open_kernel",
+    "write_signing_key",
 ]

@@ -216,7 +216,7 @@ async def open_kernel(
                     tg.start_soon(intake.run, clock, poll_s, name="operator-inbox")
                 if kernel._checkpointer is not None:
                     tg.start_soon(kernel._checkpointer.run, journal, name="checkpoints")
-                if signer is not None and signing is not None:
+                if signer is not None and signing is not None and signing.every_s is not None:
                     tg.start_soon(
                         run_signing,
                         journal,

@@ -20,6 +20,7 @@ from tests.support import ROOT
 PINNED = {
     kernel: [
         "credential_verifier",
+        "write_signing_key",
         "AgentStatus",
         "AmendmentInvalid",
         "Approval",
@@ -47,6 +48,7 @@ PINNED = {
         "PackError",
         "PackRef",
         "Ports",
+        "Signing",
         "Proposal",
         "ProposalRecord",
         "RandomIds",
@@ -113,6 +115,10 @@ PINNED = {
         "whatif",
         "copy_journal",
         "follow_journal",
+        "check_checkpoints",
+        "read_keys",
+        "export_bundle",
+        "verify_bundle",
         "redact",
     ],
     kernel.beliefs: [

@@ -26,7 +26,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from kernel.core.events import CheckpointKeyChanged, Draft
-from kernel.core.keys import KeyUnusable, load_private_key, public_text
+from kernel.core.keys import KeyUnusable, load_private_key, public_text, write_private_key
 from kernel.core.notes import ED25519, checkpoint_text, raw_public, sign, vkey
 from kernel.core.ports import Clock
 from kernel.journal.store import Journal, JournalClosed, JournalError
@@ -50,14 +50,16 @@ class Signing(msgspec.Struct, frozen=True, kw_only=True):
         origin: the log's name in its checkpoints (a URL without scheme, no spaces, no
             ``+``); None: ``dirk/<journal id>``.
         every_s: how often (on the kernel's clock) a checkpoint is signed while the
-            journal grows; one is always signed when the kernel stops.
+            journal grows; None: only when the kernel stops (one always is then), and on
+            demand (``dirk checkpoint``). A simulation whose clock jumps ahead on each
+            sleep (the examples') signs only at the end, so as not to move its time.
         publish: where each checkpoint goes besides the journal: a directory, a
             ``postgresql://`` URL, a ``nats://host:port/bucket`` URL (kernel.proofs.publish).
     """
 
     key_file: str | None = None
     origin: str | None = None
-    every_s: float = EVERY_S
+    every_s: float | None = EVERY_S
     publish: tuple[str, ...] = ()
 
 
@@ -88,6 +90,12 @@ def load_signing_key(key_file: str | None) -> Ed25519PrivateKey:
     if not isinstance(key, Ed25519PrivateKey):
         raise KeyUnusable(f"{KEY_ENV} holds a {type(key).__name__}, not an Ed25519 key")
     return key
+
+
+def write_signing_key(path: Path) -> str:
+    """Write a new checkpoint key to ``path`` (mode 0600, never overwritten); return its
+    public half (``ed25519:...``), what verifiers are given."""
+    return public_text(write_private_key(path))
 
 
 def default_origin(journal_id: str) -> str:
