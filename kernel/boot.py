@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import hashlib
 import logging
 import os
 from collections.abc import AsyncIterator, Collection, Mapping, Sequence
@@ -28,7 +29,7 @@ from kernel.core import events
 from kernel.core.errors import KernelShutdown
 from kernel.core.events import Draft, FlowAborted, KernelStarted
 from kernel.core.flow import FlowStatus
-from kernel.core.ports import RandomIds, SystemClock
+from kernel.core.ports import Clock, IdSource, RandomIds, SystemClock
 from kernel.core.reasons import ReasonCode, StopReason
 from kernel.core.wall import clip
 from kernel.inbox import Intake, read_keyring
@@ -44,6 +45,18 @@ from kernel.journal.store import (
     chain_key_from_env,
 )
 from kernel.policy.packs import PackError, PolicyCatalog, PolicyPack
+from kernel.proofs.erasure import (
+    KEYS_ENV,
+    ErasureError,
+    OpeningAdapter,
+    Sealer,
+    SubjectKeys,
+    check_personal,
+    keys_location,
+    personal_fields,
+    record_erasures,
+    run_erasures,
+)
 from kernel.proofs.publish import Publisher, open_publishers
 from kernel.proofs.signing import (
     Signer,
@@ -128,6 +141,13 @@ async def open_kernel(
     signing_key = load_signing_key(signing.key_file) if signing is not None else None
     storage = config.storage
     where = os.fspath(path)
+    # Personal fields are sealed before anything judges them: a pack whose rules read one
+    # is refused (a verdict must not depend on what erasure can take).
+    check_personal(catalog)
+    ids = config.ports.ids or RandomIds()
+    sealer = _sealer(catalog, where, config, ids, clock)
+    if sealer is not None:
+        adapters = _opening(adapters, catalog, sealer)
     key = chain_key_from(storage.chain_key, where) if storage.chain_key is not None else None
     key = key or chain_key_from_env(None, where)
     async with (
@@ -153,8 +173,9 @@ async def open_kernel(
             allow,
             config,
             clock=clock,
-            ids=config.ports.ids or RandomIds(),
+            ids=ids,
         )
+        kernel._sealer = sealer
         if storage.checkpoint_every > 0:
             kernel._checkpointer = Checkpointer(storage.checkpoint_every, journal.head_seq)
         journal.set_transition_check(projections.transition_check)
@@ -177,6 +198,8 @@ async def open_kernel(
             ]
         )
         await _abort_interrupted(journal, projections)
+        if sealer is not None:
+            await record_erasures(journal, sealer.keys)
         signer: Signer | None = None
         if signing is not None and signing_key is not None:
             signer = Signer(signing_key, signing.origin or default_origin(journal.journal_id))
@@ -216,6 +239,15 @@ async def open_kernel(
                     tg.start_soon(intake.run, clock, poll_s, name="operator-inbox")
                 if kernel._checkpointer is not None:
                     tg.start_soon(kernel._checkpointer.run, journal, name="checkpoints")
+                if sealer is not None:
+                    tg.start_soon(
+                        run_erasures,
+                        journal,
+                        sealer.keys,
+                        clock,
+                        poll_s or 1.0,
+                        name="erasures",
+                    )
                 if signer is not None and signing is not None and signing.every_s is not None:
                     tg.start_soon(
                         run_signing,
@@ -273,6 +305,10 @@ async def open_kernel(
             ]:
                 mailbox.close()
             with anyio.CancelScope(shield=True):
+                if sealer is not None:
+                    with contextlib.suppress(JournalClosed, JournalWriteFailed):
+                        await record_erasures(journal, sealer.keys)
+                    sealer.keys.close()
                 reason = failure.reason if failure else StopReason.KERNEL_CLOSED
                 detail = failure.detail if failure else ""
                 with contextlib.suppress(JournalClosed, JournalWriteFailed):
@@ -299,6 +335,37 @@ async def open_kernel(
             raise failure
         if body_error is not None:
             raise body_error
+
+
+def _sealer(
+    catalog: PolicyCatalog, where: str, config: KernelConfig, ids: IdSource, clock: Clock
+) -> Sealer | None:
+    """The sealer of personal fields, if a kind has any (its key store opened)."""
+    if not any(personal_fields(kind) for kind in catalog.kinds.values()):
+        return None
+    location = keys_location(where, config.subject_keys)
+    if location is None:
+        raise ErasureError(
+            "a kind has personal fields: give the subject key store (KernelConfig.subject_keys"
+            f" or {KEYS_ENV}) for a journal on PostgreSQL"
+        )
+
+    def random(n: int) -> bytes:
+        # Through the ids port: OS randomness in production, a seed's in a simulation.
+        return hashlib.sha256(ids.new_token().encode()).digest()[:n]
+
+    return Sealer(catalog, SubjectKeys(location), random, clock.now_ns)
+
+
+def _opening(
+    adapters: Mapping[str, Adapter], catalog: PolicyCatalog, sealer: Sealer
+) -> dict[str, Adapter]:
+    """Wrap the adapters of kinds with personal fields: they get the values, nobody else."""
+    names = {kind.adapter for kind in catalog.kinds.values() if personal_fields(kind)}
+    return {
+        name: OpeningAdapter(adapter, sealer) if name in names else adapter
+        for name, adapter in adapters.items()
+    }
 
 
 async def _sign_last(journal: Journal, signer: Signer, publishers: list[Publisher]) -> None:

@@ -133,6 +133,10 @@ class KernelConfig(msgspec.Struct, frozen=True, kw_only=True):
             (kernel.inbox.keyring; ``dirk operator add``); None: the ``DIRK_KEYRING``
             environment variable, else none, and every inbox row is refused. Kept outside
             the journal on purpose: whoever can write the journal cannot add a key.
+        subject_keys: the file of the per-subject keys that seal personal fields
+            (kernel.proofs.erasure); None: ``DIRK_SUBJECT_KEYS``, else ``<journal>.keys``
+            beside a SQLite journal. Only opened when a pack's kind has personal fields.
+            Keep it out of the journal's backups: restoring it brings erased data back.
         signing: how the kernel signs checkpoints of its journal's Merkle tree with its
             Ed25519 key, and where it publishes them (kernel.proofs.signing); None: a key
             in ``DIRK_CHECKPOINT_KEY_FILE`` or ``DIRK_CHECKPOINT_KEY``, else no signing.
@@ -149,3 +153,4 @@ class KernelConfig(msgspec.Struct, frozen=True, kw_only=True):
     bus: str | None = None
     keyring: str | None = None
     signing: Signing | None = None
+    subject_keys: str | None = None
