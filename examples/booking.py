@@ -71,6 +71,9 @@ REQUESTS: list[dict[str, Any]] = [
     # Above the pack's approval threshold: a human signs it off.
     {"traveller": "cy", "hotel": "Grand Palace", "nights": 4, "note": "board offsite, suite"},
 ]
+GUESTS = {"ana": "Ana Lopes Ferreira", "bo": "Bo Lindqvist", "cy": "Cy Okonkwo"}
+"""The travel agent's own directory of the names its travellers book under: personal data
+(the pack seals it under the traveller's key; ``dirk erase --subject ana`` shreds it)."""
 RATES = {"single": 12_000, "double": 18_000, "accessible": 21_000, "suite": 60_000}
 
 
@@ -116,6 +119,7 @@ def travel(task: dict[str, Any], rng: Any) -> dict[str, Any]:
             "nightly_rate_cents": RATES[room],
             "step_free": needs,
             "accessible": room == "accessible",
+            "guest_name": GUESTS.get(request["traveller"], ""),
         },
         "confidence": confidence,
         "explain": (

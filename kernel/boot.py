@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import hashlib
+import itertools
 import logging
 import os
 from collections.abc import AsyncIterator, Collection, Mapping, Sequence
@@ -29,7 +30,7 @@ from kernel.core import events
 from kernel.core.errors import KernelShutdown
 from kernel.core.events import Draft, FlowAborted, KernelStarted
 from kernel.core.flow import FlowStatus
-from kernel.core.ports import Clock, IdSource, RandomIds, SystemClock
+from kernel.core.ports import Clock, IdSource, RandomIds, SeededIds, SystemClock
 from kernel.core.reasons import ReasonCode, StopReason
 from kernel.core.wall import clip
 from kernel.inbox import Intake, read_keyring
@@ -239,14 +240,10 @@ async def open_kernel(
                     tg.start_soon(intake.run, clock, poll_s, name="operator-inbox")
                 if kernel._checkpointer is not None:
                     tg.start_soon(kernel._checkpointer.run, journal, name="checkpoints")
-                if sealer is not None:
+                if sealer is not None and poll_s is not None:
+                    # On the inbox's cadence (and at open and close, always).
                     tg.start_soon(
-                        run_erasures,
-                        journal,
-                        sealer.keys,
-                        clock,
-                        poll_s or 1.0,
-                        name="erasures",
+                        run_erasures, journal, sealer.keys, clock, poll_s, name="erasures"
                     )
                 if signer is not None and signing is not None and signing.every_s is not None:
                     tg.start_soon(
@@ -350,9 +347,18 @@ def _sealer(
             f" or {KEYS_ENV}) for a journal on PostgreSQL"
         )
 
+    # OS randomness, except in a simulation on seeded ids, whose runs must repeat: its keys
+    # come from its seed (never drawn from the ids, which would move every DFID after).
+    if isinstance(ids, SeededIds):
+        seed = hashlib.sha256(f"dirk-seal {ids.seed}".encode()).digest()
+    else:
+        seed = os.urandom(32)
+    counter = itertools.count()
+
     def random(n: int) -> bytes:
-        # Through the ids port: OS randomness in production, a seed's in a simulation.
-        return hashlib.sha256(ids.new_token().encode()).digest()[:n]
+        # SHA-256 in counter mode over a 256-bit secret: keys and nonces nobody predicts
+        # from the nonces they see.
+        return hashlib.sha256(b"dirk-seal" + seed + next(counter).to_bytes(8, "big")).digest()[:n]
 
     return Sealer(catalog, SubjectKeys(location), random, clock.now_ns)
 

@@ -10,11 +10,16 @@ Money is integer minor units (cents). What it enforces on ``booking.reserve_room
   needs step-free access (``step_free`` in the request, or
   ``traveller.<id>.step_free`` in the state), the room must be accessible
   (CONSTRAINT_VIOLATION);
-- escalation: a total above 2,000.00, or a confidence below 0.7, goes to a human.
+- escalation: a total above 2,000.00, or a confidence below 0.7, goes to a human;
+- personal data: the guest's name is sealed under the traveller's key before it is
+  judged or recorded, readable by the hotel adapter only, erasable with ``dirk erase
+  --subject <traveller>`` (kernel.proofs.erasure); kept 30 days after its last use.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from types import MappingProxyType
 from typing import ClassVar
 
 from kernel import ReasonCode
@@ -41,8 +46,11 @@ class ReserveRoom(PolicyKind, tag="booking.reserve_room"):
 
     version: ClassVar[str] = "1.0"
     adapter: ClassVar[str] = "hotel"
+    personal: ClassVar[Mapping[str, str]] = MappingProxyType({"guest_name": "traveller"})
+    retention_s: ClassVar[float | None] = 30 * 86400.0
 
     traveller: str
+    """The traveller's id: a pseudonym the rules read (not personal data itself)."""
     hotel: str
     room_type: str
     nights: int
@@ -50,6 +58,8 @@ class ReserveRoom(PolicyKind, tag="booking.reserve_room"):
     guests: int = 1
     step_free: bool = False
     accessible: bool = False
+    guest_name: str = ""
+    """The name on the booking: personal, sealed, never read by a rule."""
 
 
 class CancelBooking(PolicyKind, tag="booking.cancel"):
@@ -96,7 +106,7 @@ def accessibility(view: View) -> RuleVerdict:
 
 BOOKING = PolicyPack(
     name="booking",
-    version="0.1.0",
+    version="0.2.0",
     kinds=(ReserveRoom, CancelBooking),
     escalate_below_confidence=0.7,
     invariants=(

@@ -116,6 +116,28 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
     check.add_argument("--json", action="store_true", help="what the bundle proves, as JSON")
     check.set_defaults(run=_verify_bundle)
 
+    erase = commands.add_parser(
+        "erase", help="destroy a data subject's keys: its personal fields become unreadable"
+    )
+    erase.add_argument("--db", required=True, help="the journal: a file or a postgresql:// URL")
+    erase.add_argument(
+        "--keys",
+        metavar="FILE",
+        help="the subject key store (default: $DIRK_SUBJECT_KEYS, else"
+        " <journal>.keys beside a SQLite journal)",
+    )
+    target = erase.add_mutually_exclusive_group(required=True)
+    target.add_argument("--subject", help="the data subject to erase (as its kind names it)")
+    target.add_argument(
+        "--expired", action="store_true", help="every subject past its kind's retention"
+    )
+    erase.add_argument("--operator", help="who erases (recorded)")
+    erase.add_argument("--reason", default="", help="why (recorded)")
+    erase.add_argument(
+        "--list", action="store_true", help="with --expired: only list them, erase nothing"
+    )
+    erase.set_defaults(run=_erase)
+
 
 def _signing_key(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
@@ -359,4 +381,55 @@ async def _verify_bundle(args: argparse.Namespace) -> int:
         f" are in the tree of {checked.size} events of {checked.origin}, signed by a key given"
         f" ({checked.witnesses} witness cosignatures); packs {', '.join(checked.packs) or '-'}"
     )
+    return ExitCode.OK
+
+
+async def _erase(args: argparse.Namespace) -> int:
+    from kernel.core.text import free_text_problem, id_problem
+    from kernel.proofs.erasure import ErasureError, SubjectKeys, keys_location
+
+    for name in ("subject", "operator"):
+        value = getattr(args, name)
+        problem = id_problem(value) if value is not None else None
+        if problem:
+            return error(CliError.BAD_ARGUMENT, f"--{name}: {problem}", ExitCode.USAGE)
+    problem = free_text_problem(args.reason)
+    if problem:
+        return error(CliError.BAD_ARGUMENT, f"--reason: {problem}", ExitCode.USAGE)
+    if not args.list and not args.operator:
+        return error(CliError.BAD_ARGUMENT, "an erasure names its --operator", ExitCode.USAGE)
+    location = keys_location(args.db, args.keys)
+    if location is None or not await anyio.Path(location).exists():
+        return error(
+            CliError.KEY_UNUSABLE,
+            f"no subject key store at {location or '(none given)'}: --keys FILE",
+            ExitCode.USAGE,
+        )
+    try:
+        keys = SubjectKeys(location)
+    except ErasureError as exc:
+        return error(CliError.KEY_UNUSABLE, str(exc), ExitCode.USAGE)
+    try:
+        if args.subject is not None:
+            targets = [(args.subject, "")]
+        else:
+            now = time.time_ns()
+            targets = [
+                (subject, f"retention {retention:g} s")
+                for subject, used, retention in keys.subjects()
+                if retention is not None and used + int(retention * 1e9) < now
+            ]
+            if args.list:
+                for subject, why in targets:
+                    say(f"erase: {subject} is past its {why}")
+                say(f"erase: {len(targets)} subjects past their retention")
+                return ExitCode.OK
+        for subject, why in targets:
+            count = keys.erase(subject, args.operator, args.reason, why)
+            say(
+                f"erase: {subject}: {count} keys destroyed; the kernel records it"
+                " (SubjectErased) when it runs"
+            )
+    finally:
+        keys.close()
     return ExitCode.OK

@@ -260,8 +260,12 @@ class Sealer:
         retention = getattr(kind, "retention_s", None)
         for field, subject_field in personal_fields(kind).items():
             value, subject = params.get(field), params.get(subject_field)
-            if not isinstance(value, str) or is_sealed(value) or not isinstance(subject, str):
-                continue  # nothing to seal (a token handed in is opened only if it is ours)
+            if value is None or value == "" or is_sealed(value):
+                continue  # nothing to seal (a token handed in opens only if it is ours)
+            if not isinstance(value, str) or not isinstance(subject, str) or not subject:
+                # Malformed: the schema refuses it, but its record must not hold it in clear.
+                params[field] = ERASED
+                continue
             kid, key = self.keys.key_for(subject, self._now_ns(), retention, self._random)
             nonce = self._random(12)
             sealed = AESGCM(key).encrypt(nonce, value.encode(), _aad(kid, record.kind, field))
@@ -313,8 +317,15 @@ class OpeningAdapter:
         self._sealer = sealer
 
     def __getattr__(self, name: str) -> Any:
-        # retry_policy, lookup and the rest: the adapter's own.
-        return getattr(self._inner, name)
+        # retry_policy, lookup and the rest: the adapter's own (absent if it has none).
+        found = getattr(self._inner, name)
+        if name == "quote":
+
+            async def quote(intent: ExecutionIntent) -> Any:
+                return await found(self._opened(intent))
+
+            return quote
+        return found
 
     def _opened(self, intent: ExecutionIntent) -> ExecutionIntent:
         params = self._sealer.open_params(intent.kind, intent.params)
@@ -333,8 +344,6 @@ class OpeningAdapter:
     async def execute(self, intent: ExecutionIntent) -> Any:
         return await self._inner.execute(self._opened(intent))
 
-    async def quote(self, intent: ExecutionIntent) -> Any:
-        return await self._inner.quote(self._opened(intent))
 
 
 async def record_erasures(journal: Any, keys: SubjectKeys) -> int:
