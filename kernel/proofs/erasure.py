@@ -345,7 +345,6 @@ class OpeningAdapter:
         return await self._inner.execute(self._opened(intent))
 
 
-
 async def record_erasures(journal: Any, keys: SubjectKeys) -> int:
     """Record each erasure done in the key store that no kernel recorded yet; return how many.
 
