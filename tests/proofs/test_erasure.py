@@ -81,7 +81,8 @@ def test_the_name_is_sealed_everywhere_and_reaches_only_the_hotel(
 
     spans = spans_for_events(anyio.run(events))
     text = b"".join(msgspec.json.encode(dict(s.attributes or {})) for s in spans)
-    for command in (["flows"], ["state"], ["show", proposals[0][1]["traveller"]]):  # type: ignore[list-item]
+    traveller = str(proposals[0][1]["traveller"])
+    for command in (["flows"], ["state"], ["show", traveller]):
         main([*command, "--db", str(booked)])
     shown = capsys.readouterr()
     for name in NAMES.values():
