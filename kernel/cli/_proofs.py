@@ -31,14 +31,8 @@ from kernel.journal.opening import open_journal
 from kernel.journal.store import Journal, JournalError
 from kernel.proofs.bundle import BundleError, _bare, export_bundle, verify_bundle
 from kernel.proofs.check import KeySet, read_keys
-from kernel.proofs.publish import open_publishers
-from kernel.proofs.signing import (
-    Signer,
-    default_origin,
-    load_signing_key,
-    record_key,
-    sign_head,
-)
+from kernel.proofs.publish import open_publishers, publish_all
+from kernel.proofs.signing import Signer, default_origin, load_signing_key
 from kernel.proofs.witness import Witness, WitnessRefused
 
 
@@ -170,18 +164,21 @@ async def _checkpoint(args: argparse.Namespace) -> int:
     except KeyUnusable as exc:
         return error(CliError.KEY_UNUSABLE, str(exc), ExitCode.USAGE)
     try:
-        async with (
-            open_journal(args.db) as journal,
-            open_publishers(args.publish) as publishers,
-        ):
+        # Read-only: a kernel may be writing this journal; only tree_heads is written.
+        async with open_journal(args.db, readonly=True) as journal:
             signer = Signer(key, args.origin or default_origin(journal.journal_id))
-            await record_key(journal, signer)
-            size, note = await sign_head(journal, signer, publishers)
+            size = journal.head_seq
+            note = signer.sign(size, await journal.trees().root(size))
+        await _keep(args.db, size, note)
+        async with open_publishers(args.publish) as publishers:
+            await publish_all(publishers, signer.origin, size, note)
     except JournalError as exc:
         return error_of(exc, ExitCode.USAGE)
     except NoteError as exc:
         return error(CliError.BAD_ARGUMENT, f"--origin: {exc}", ExitCode.USAGE)
     say(f"checkpoint: signed events 1..{size} of {signer.origin} with {signer.public}")
+    # The kernel records the keys it signs with (CheckpointKeyChanged); this command
+    # writes no event, so a kernel writing the journal meanwhile is never disturbed.
     sys.stdout.write(note)
     return ExitCode.OK
 
@@ -310,7 +307,10 @@ async def _witness(args: argparse.Namespace) -> int:
         cosigned = witness.add_checkpoint(old, proof, note, int(time.time()))
     except WitnessRefused as exc:
         return error(CliError.WITNESS_REFUSED, f"{exc.status}: {exc.detail}")
-    await _write_back(args.db, size, cosigned)
+    try:
+        await _keep(args.db, size, cosigned)
+    except (JournalError, NoteError) as exc:
+        say(f"witness: note: the journal keeps its own copy ({getattr(exc, 'detail', exc)})")
     if args.out:
         async with open_publishers([args.out]) as publishers:
             origin = parse_checkpoint(split_note(note)[0]).origin
@@ -320,15 +320,12 @@ async def _witness(args: argparse.Namespace) -> int:
     return ExitCode.OK
 
 
-async def _write_back(location: str, size: int, cosigned: str) -> None:
-    """Give the journal the cosigned checkpoint, for bundles; a witness that cannot says so."""
+async def _keep(location: str, size: int, note: str) -> None:
+    """Keep a (co)signed checkpoint beside the journal's events, never writing an event."""
     from kernel.journal.port import backend_for
 
     backend: Any = backend_for(location)
-    try:
-        await anyio.to_thread.run_sync(backend.merge_tree_head, location, size, cosigned)
-    except (JournalError, NoteError) as exc:
-        say(f"witness: note: the journal keeps its own copy ({getattr(exc, 'detail', exc)})")
+    await anyio.to_thread.run_sync(backend.add_tree_head, location, size, note)
 
 
 async def _export(args: argparse.Namespace) -> int:

@@ -663,25 +663,31 @@ def notified(conn: psycopg.Connection[Any], location: str, timeout_s: float) -> 
     return False
 
 
-def merge_tree_head(location: str, size: int, note: str) -> None:
-    """Add the signature lines of ``note`` to the signed checkpoint stored for ``size``.
+def add_tree_head(location: str, size: int, note: str) -> None:
+    """Keep a signed checkpoint beside the journal's events, from outside its writer.
+
+    Only ``tree_heads`` is written (never an event, never the head row), so a running
+    writer and its lease are not disturbed; a size already kept gets the new signature
+    lines added.
 
     Raises:
-        JournalError: no checkpoint of that size, or the database cannot be written.
-        NoteError: ``note`` signs another checkpoint than the stored one.
+        JournalError: the database cannot be written.
+        NoteError: ``note`` signs another checkpoint than the one kept for ``size``.
     """
     from kernel.core.notes import merge
 
     conn = connect(location)
     try:
+        conn.execute(TREE_SCHEMA)
         with conn.transaction():
             row = conn.execute(
                 "SELECT note FROM tree_heads WHERE size = %s FOR UPDATE", (size,)
             ).fetchone()
-            if row is None:
-                raise JournalError(location, f"no signed checkpoint of size {size}")
+            merged = note if row is None else merge(str(row[0]), note)
             conn.execute(
-                "UPDATE tree_heads SET note = %s WHERE size = %s", (merge(str(row[0]), note), size)
+                "INSERT INTO tree_heads (size, note) VALUES (%s, %s)"
+                " ON CONFLICT (size) DO UPDATE SET note = excluded.note",
+                (size, merged),
             )
     except psycopg.Error as exc:
         raise pg_error(location, exc) from None

@@ -689,15 +689,16 @@ def sqlite_error(path: str, exc: sqlite3.Error | UnicodeDecodeError) -> JournalE
     return JournalError(path, f"cannot be used ({exc})")
 
 
-def merge_tree_head(location: str, size: int, note: str) -> None:
-    """Add the signature lines of ``note`` to the signed checkpoint stored for ``size``.
+def add_tree_head(location: str, size: int, note: str) -> None:
+    """Keep a signed checkpoint beside the journal's events, from outside its writer.
 
-    What a witness does with its cosignature when it can write the journal's file; the
-    kernel's writer only ever inserts checkpoints of new sizes, so the two never race.
+    ``dirk checkpoint`` and ``dirk witness`` do this while a kernel may be running: only
+    the ``tree_heads`` table is written (never an event), so its writer is not
+    disturbed. A checkpoint of a size already kept gets the new signature lines added.
 
     Raises:
-        JournalError: no checkpoint of that size, or the file cannot be written.
-        NoteError: ``note`` signs another checkpoint than the stored one.
+        JournalError: the file cannot be written.
+        NoteError: ``note`` signs another checkpoint than the one kept for ``size``.
     """
     from kernel.core.notes import merge
 
@@ -705,13 +706,12 @@ def merge_tree_head(location: str, size: int, note: str) -> None:
         with contextlib.closing(
             sqlite3.connect(location, timeout=BUSY_TIMEOUT_S, isolation_level=None)
         ) as conn:
+            conn.executescript(_TREE)  # a journal no kernel of this version opened yet
             conn.execute("BEGIN IMMEDIATE")
             row = conn.execute("SELECT note FROM tree_heads WHERE size = ?", (size,)).fetchone()
-            if row is None:
-                conn.execute("ROLLBACK")
-                raise JournalError(location, f"no signed checkpoint of size {size}")
+            merged = note if row is None else merge(str(row[0]), note)
             conn.execute(
-                "UPDATE tree_heads SET note = ? WHERE size = ?", (merge(str(row[0]), note), size)
+                "INSERT OR REPLACE INTO tree_heads (size, note) VALUES (?, ?)", (size, merged)
             )
             conn.execute("COMMIT")
     except SQLITE_ERRORS as exc:

@@ -354,3 +354,35 @@ async def test_an_altered_tree_node_fails_verify(location: str) -> None:
             db.execute("UPDATE tree_nodes SET hash = ?", (b"\x00" * 32,))
     report = await verify_journal(location)
     assert not report.ok and "Merkle tree's node at level 4, index 0" in report.problem
+
+
+def test_signed_checkpoints_are_kept_beside_the_events_from_outside_the_writer(
+    location: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from kernel.cli import main
+    from tests.support.proofs import KeyFiles
+
+    async def write() -> None:
+        async with open_journal(location, clock=ManualClock()) as journal:
+            await journal.append([trigger(x) for x in range(21)])
+
+    anyio.run(write)
+    key = KeyFiles(tmp_path / "k", "log")
+    # dirk checkpoint reads the journal and writes only tree_heads (a kernel may be running).
+    assert main(["checkpoint", "--db", location, "--key-file", str(key.private)]) == 0
+    assert main(["checkpoint", "--db", location, "--key-file", str(key.private)]) == 0
+    capsys.readouterr()
+    assert main(["verify", "--db", location, "--public-key", str(key.public)]) == 0
+    assert "the latest covers events 1..21" in capsys.readouterr().out
+    witness = KeyFiles(tmp_path / "k", "witness")
+    state = tmp_path / "w.state"
+    args = ["witness", "--db", location, "--log-key", str(key.public), "--key-file",
+            str(witness.private), "--state", str(state), "--name", "w.example/1"]  # fmt: skip
+    assert main(args) == 0
+
+    async def heads() -> list[tuple[int, str]]:
+        async with open_journal(location, readonly=True) as journal:
+            return await journal.tree_heads()
+
+    [(size, note)] = anyio.run(heads)
+    assert size == 21 and note.count("\u2014 ") == 2  # the log's line and the witness's
