@@ -195,7 +195,8 @@ async def _prove(args: argparse.Namespace) -> int:
                 old, new = args.consistency
                 return await _prove_consistency(journal, old, new, args.json)
             if args.event is not None:
-                events = await journal.read(args.event, args.event + 1)
+                within = 1 <= args.event <= journal.head_seq
+                events = await journal.read(args.event, args.event + 1) if within else []
                 if not events:
                     return error(CliError.UNKNOWN_SEQ, f"no event {args.event} in the journal")
             else:

@@ -134,7 +134,7 @@ def verify_bundle(data: bytes, keys: KeySet, quorum: int = 0) -> BundleChecked:
     """
     try:
         bundle = json.loads(data)
-    except (ValueError, UnicodeDecodeError) as exc:
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
         raise BundleError(f"not a JSON document ({exc})") from None
     if not isinstance(bundle, dict) or bundle.get("format") != FORMAT:
         raise BundleError(f"not a {FORMAT} bundle")
@@ -165,7 +165,7 @@ def verify_bundle(data: bytes, keys: KeySet, quorum: int = 0) -> BundleChecked:
             raise BundleError(f"event {seq} is not in the signed tree (its proof fails)")
         try:
             event = json.loads(body)
-        except (ValueError, UnicodeDecodeError):
+        except (ValueError, UnicodeDecodeError, RecursionError):
             raise BundleError(f"event {seq}'s bytes are not JSON") from None
         if not isinstance(event, dict) or event.get("seq") != seq or event.get("dfid") != dfid:
             raise BundleError(f"event {seq} is not event {seq} of flow {dfid}")
