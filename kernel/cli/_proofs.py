@@ -89,14 +89,14 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
 
     export = commands.add_parser("export", help="write one flow and its proofs as one file")
     export.add_argument("--db", required=True, help="the journal: a file or a postgresql:// URL")
-    export.add_argument("--flow", required=True, metavar="DFID")
+    export.add_argument("--flow", required=True, metavar="DFID", help="the flow to export")
     export.add_argument("--bundle", required=True, metavar="FILE", help="where to write it")
     export.set_defaults(run=_export)
 
     check = commands.add_parser(
         "verify-bundle", help="check an evidence bundle offline with public keys"
     )
-    check.add_argument("bundle", metavar="FILE")
+    check.add_argument("bundle", metavar="FILE", help="the bundle dirk export wrote")
     check.add_argument(
         "--public-key",
         required=True,
