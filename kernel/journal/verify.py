@@ -26,7 +26,7 @@ from kernel.core.notes import NoteError, parse_checkpoint, split_note
 from kernel.journal._subscription import READ_BATCH
 from kernel.journal.codec import unpack
 from kernel.journal.errors import JournalError, chain_key_from_env
-from kernel.journal.head import head_problem, key_problem
+from kernel.journal.head import KEYED_CHAIN, head_problem, key_problem
 from kernel.journal.port import Snapshot, backend_for
 from kernel.journal.sealing import check_rows
 from kernel.journal.tree import TREE_MARK, Node
@@ -120,6 +120,8 @@ class VerifyReport(msgspec.Struct, frozen=True, kw_only=True):
     tree_root: str = ""
     tree_stored: bool = True
     tree_heads: list[tuple[int, str]] = []
+    chain_checked: bool = True
+    """False for a keyed journal verified without its key (``public_only``)."""
 
     def anchor(self) -> Anchor:
         """Return the anchor of the head this report verified."""
@@ -137,6 +139,7 @@ async def verify_journal(
     chain_key: bytes | None = None,
     anchor: Anchor | None = None,
     fold: Callable[[list[Event]], Awaitable[object]] | None = None,
+    public_only: bool = False,
 ) -> VerifyReport:
     """Check every event of the journal at ``path`` from genesis on; never raise for a bad file.
 
@@ -147,6 +150,11 @@ async def verify_journal(
 
     ``chain_key`` defaults to ``DIRK_CHAIN_KEY``, as for ``open_kernel`` and ``dirk``:
     a journal a kernel keyed from the environment verifies with the same environment.
+
+    ``public_only`` verifies a keyed journal without its chain key: its HMACs go
+    unchecked, and what vouches for the events is the Merkle tree recomputed from them,
+    which the caller checks against checkpoints signed with the kernel's key
+    (kernel.proofs.check): a public key, which cannot forge, instead of the chain key.
 
     ``fold`` is handed each batch of events that checked out, in order, before the
     next is read (``dirk verify`` folds the projections from them: each event is read
@@ -162,6 +170,7 @@ async def verify_journal(
     # Set once a kernel that keeps head records has opened the journal.
     head_events = False
     anchored: tuple[bytes, int] | None = None
+    hashes_checked = True
     # The Merkle tree, rebuilt from the bodies as they are checked.
     tree = Frontier()
     computed: dict[tuple[int, int], bytes] = {}
@@ -183,6 +192,7 @@ async def verify_journal(
             tree_root=tree.root().hex(),
             tree_stored=tree_stored,
             tree_heads=heads,
+            chain_checked=hashes_checked,
         )
 
     try:
@@ -195,10 +205,11 @@ async def verify_journal(
             journal_id = meta["journal_id"]
             if chain_key is None:
                 chain_key = chain_key_from_env(None, path)
-            problem = key_problem(meta, chain_key, events=1, need_key=True)
+            problem = key_problem(meta, chain_key, events=1, need_key=not public_only)
             if problem:
                 return report(problem)
             key = chain_key
+            hashes_checked = key is not None or meta.get("chain") != KEYED_CHAIN
             tree_stored = meta.get("tree") == TREE_MARK
             heads = await db.tree_heads()
             wanted = {size for size, _ in heads}
@@ -208,7 +219,7 @@ async def verify_journal(
             while True:
                 rows = await db.rows_from(start, READ_BATCH)
                 # Each body inflated and decoded once: its hash, its columns, its time.
-                batch, problem = check_rows(rows, events + 1, prev, key, True)
+                batch, problem = check_rows(rows, events + 1, prev, key, hashes_checked)
                 if batch:
                     for event in batch:
                         payload = event.payload

@@ -271,3 +271,32 @@ async def test_a_bad_key_stops_the_open_and_names_where_it_came_from_never_what_
         async with kernel_for(tmp_path / "b.db", signing=Signing()):
             pass
     assert "not a key" not in str(caught.value)
+
+
+def test_a_keyed_journal_verifies_with_the_public_key_alone_and_a_forgery_still_fails(
+    tmp_path: Path, keys: tuple[KeyFiles, KeyFiles], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """D8: verifying a keyed chain needed the secret that forges it; the public key does not."""
+    path = tmp_path / "keyed.db"
+
+    async def run() -> None:
+        async with signing_kernel(path, keys[0], chain_key=b"k" * 32) as kernel:
+            await run_flows(kernel, [10, 20])
+
+    anyio.run(run)
+    status, out = verify(path, capsys)
+    assert status == 1 and "needs its chain key" in out
+    status, out = verify(path, capsys, "--public-key", str(keys[0].public))
+    assert status == 0, out
+    assert "checked without its key" in out and "signatures ok" in out
+    # Without the chain key and without the signing key: an edited body is caught by the tree.
+    with contextlib.closing(sqlite3.connect(path)) as db, db:
+        (seq, body) = db.execute(
+            "SELECT seq, body FROM events WHERE type = 'TriggerFired' LIMIT 1"
+        ).fetchone()
+        from kernel.journal.codec import unpack
+
+        edited = unpack(body).replace(b'"topic":"bank', b'"topic":"bonk')
+        db.execute("UPDATE events SET body = ? WHERE seq = ?", (edited, seq))
+    status, out = verify(path, capsys, "--public-key", str(keys[0].public))
+    assert status == 1 and "FAILED" in out
