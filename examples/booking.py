@@ -216,6 +216,9 @@ async def simulate(
                 ports=Ports(clock=clock, ids=SeededIds(seed), jitter_seed=seed),
                 supervision=Supervision(inbox_poll_s=None),
                 signing=signing,
+                # The guests' names are sealed under keys kept beside the run's files: for a
+                # SQLite journal that is the default place, a PostgreSQL journal must name one.
+                subject_keys=None if files is None else f"{files}.keys",
             ),
         ) as kernel:
             await kernel.register(TravelAgent(model))
