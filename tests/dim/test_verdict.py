@@ -39,6 +39,7 @@ from kernel.dim.verdict import verdict
 from kernel.memory import MEMORY_PACK
 from kernel.policy.packs import PolicyCatalog, PolicyPack
 from policies.booking import BOOKING
+from policies.booking_0_1 import BOOKING_0_1
 from policies.trading import TRADING
 from policies.trading_0_2 import TRADING_0_2
 from tests.audit import test_verdicts
@@ -127,7 +128,10 @@ def test_the_dim_and_replay_call_the_same_function():
 
 @pytest.mark.parametrize(
     ("name", "packs", "verdicts"),
-    [("trading", [TRADING, desk.DESK, TRADING_0_2, DESK_0_1], 51), ("booking", [BOOKING], 8)],
+    [
+        ("trading", [TRADING, desk.DESK, TRADING_0_2, DESK_0_1], 51),
+        ("booking", [BOOKING, BOOKING_0_1], 8),
+    ],
 )
 async def test_every_golden_verdict_is_the_functions_output_in_full(
     tmp_path, name, packs, verdicts
