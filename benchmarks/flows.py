@@ -27,7 +27,7 @@ from typing import ClassVar
 import anyio
 
 from agents_sdk import Agent, Manifest, Proposal, WorkingContext
-from kernel import FlowStatus, open_kernel
+from kernel import FlowStatus, Signing, open_kernel
 from kernel.adapters import ExecutionIntent, Receipt
 from kernel.config import KernelConfig, Ports, Storage
 from kernel.policy import PolicyKind, PolicyPack
@@ -126,6 +126,8 @@ async def run_flows(
     agents: int = 4,
     outstanding: int = 256,
     telemetry: Telemetry | None = None,
+    signing: Signing | None = None,
+    tree: bool = True,
 ) -> FlowRun:
     """Drive ``flows`` DecisionFlows through a kernel on a fresh journal at ``path``.
 
@@ -133,7 +135,9 @@ async def run_flows(
     (each waits for its trigger to be durable before firing the next); every
     one of the ``agents`` hosted agents is subscribed, so each trigger opens
     ``agents`` flows. The clock starts at the first trigger and stops when the
-    kernel is quiet (no flow moves on its own).
+    kernel is quiet (no flow moves on its own). ``signing`` signs checkpoints as the
+    kernel runs; ``tree`` False drops the Merkle tree from the open journal (P15.p1's
+    baseline: such a journal keeps no proofs, and is for measuring only).
 
     Raises:
         BenchmarkFailed: when a flow did not close, or the adapter was not called once per flow.
@@ -153,8 +157,11 @@ async def run_flows(
             ports=Ports(ids=SeededIds(7)),
             storage=Storage(synchronous="FULL"),
             telemetry=telemetry if telemetry is not None else Telemetry(None),
+            signing=signing,
         ),
     ) as kernel:
+        if not tree:
+            kernel.journal._tree = None
         await kernel.trigger("bench.setup", STATE, source="benchmark")
         for name in names:
             await kernel.register(InstantAgent(name))

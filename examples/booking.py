@@ -34,8 +34,24 @@ import anyio
 from agents_sdk import Agent, Manifest, Proposal, WorkingContext
 from examples.clock import SimClock
 from examples.llm import LanguageModel, ModelError, answer_of, conversation, open_model
-from examples.summary import journal_and_files, read_events, show, summarize
-from kernel import MEMORY_PACK, FlowStatus, Kernel, KernelConfig, Ports, Supervision, open_kernel
+from examples.summary import (
+    checkpoint_signing,
+    journal_and_files,
+    public_key_of,
+    read_events,
+    show,
+    summarize,
+)
+from kernel import (
+    MEMORY_PACK,
+    FlowStatus,
+    Kernel,
+    KernelConfig,
+    Ports,
+    Signing,
+    Supervision,
+    open_kernel,
+)
 from kernel.audit import Event, open_journal, redact, whatif
 from kernel.audit import events as ev
 from kernel.testing import Faults, SeededIds, SimulatedSystem
@@ -93,6 +109,9 @@ DEE_WEEK = {
     "nights": {"max": "7"},
 }
 """The standing grant for dee's week: any room up to 600.00 EUR a night, up to 7 nights."""
+GUESTS = {"ana": "Ana Lopes Ferreira", "bo": "Bo Lindqvist", "cy": "Cy Okonkwo"}
+"""The travel agent's own directory of the names its travellers book under: personal data
+(the pack seals it under the traveller's key; ``dirk erase --subject ana`` shreds it)."""
 RATES = {"single": 12_000, "double": 18_000, "accessible": 21_000, "suite": 60_000}
 
 
@@ -141,6 +160,7 @@ def travel(task: dict[str, Any], rng: Any) -> dict[str, Any]:
             "nightly_rate_cents": RATES[room],
             "step_free": needs,
             "accessible": room == "accessible",
+            "guest_name": GUESTS.get(request["traveller"], ""),
         },
         "confidence": confidence,
         "explain": (
@@ -218,7 +238,13 @@ def hotel_file(files: Path) -> Path:
     return files.with_name(f"{files.stem}.hotel.db")
 
 
-async def simulate(seed: int, db: Path | str, llm: str, files: Path | None = None) -> None:
+async def simulate(
+    seed: int,
+    db: Path | str,
+    llm: str,
+    files: Path | None = None,
+    signing: Signing | None = None,
+) -> None:
     """Run the travel desk's day, journaling into ``db``."""
     model = open_model(llm, seed, {"travel": travel})
     clock = SimClock()
@@ -237,6 +263,10 @@ async def simulate(seed: int, db: Path | str, llm: str, files: Path | None = Non
             config=KernelConfig(
                 ports=Ports(clock=clock, ids=SeededIds(seed), jitter_seed=seed),
                 supervision=Supervision(inbox_poll_s=None),
+                signing=signing,
+                # The guests' names are sealed under keys kept beside the run's files: for a
+                # SQLite journal that is the default place, a PostgreSQL journal must name one.
+                subject_keys=None if files is None else f"{files}.keys",
             ),
         ) as kernel:
             await kernel.register(TravelAgent(model))
@@ -323,9 +353,9 @@ def progress(line: str) -> None:
     print(f"  {line}", file=sys.stderr, flush=True)
 
 
-async def story(db: Path | str) -> dict[str, Any]:
+async def story(db: Path | str, public_key: Path | None = None) -> dict[str, Any]:
     """The summary, the learned-constraint story and the counterfactual, from the journal."""
-    summary = await summarize(db, ("booking.reserve_room",))
+    summary = await summarize(db, ("booking.reserve_room",), public_key)
     events = await read_events(db)
     learned = [e.payload for e in events if isinstance(e.payload, ev.ConstraintAdded)]
     progress("7/7 counterfactual: the lesson in force from the start")
@@ -356,11 +386,11 @@ def main(argv: list[str] | None = None) -> int:
             return 2
     print(f"travel desk, seed {args.seed} -> {redact(str(db))}", file=sys.stderr)
     try:
-        anyio.run(simulate, args.seed, db, args.llm, files)
+        anyio.run(simulate, args.seed, db, args.llm, files, checkpoint_signing(files))
     except ModelError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    summary = anyio.run(story, db)
+    summary = anyio.run(story, db, public_key_of(files))
     show(f"travel desk, seed {args.seed}", summary, args.json)
     return 0 if summary["verified"] else 1
 

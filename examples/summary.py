@@ -15,13 +15,18 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import anyio
+
+from kernel import Signing, write_signing_key
 from kernel.audit import (
     Budgets,
     Event,
     Grants,
     Projections,
+    check_checkpoints,
     fold,
     open_journal,
+    read_keys,
     redact,
     verify_journal,
 )
@@ -101,8 +106,47 @@ def projection_hash(projections: Projections) -> str:
     return projections.digest()
 
 
-async def summarize(db: Path | str, example_kinds: Sequence[str] = ()) -> dict[str, Any]:
-    """Return the run's summary, read from the journal at ``db``."""
+def key_files(files: Path) -> tuple[Path, Path]:
+    """Where a run keeps its checkpoint key and its public half: beside its files."""
+    return files.with_name(f"{files.stem}.checkpoint.pem"), files.with_name(
+        f"{files.stem}.checkpoint.pub"
+    )
+
+
+def checkpoint_signing(files: Path) -> Signing:
+    """Make the run's checkpoint key (kept beside its files, mode 0600) and sign with it."""
+    private, public = key_files(files)
+    if not private.exists():
+        public.write_text(write_signing_key(private) + "\n")
+    # Signed when the run ends: the examples' clock jumps ahead on every sleep, so a
+    # signing cadence on it would move the simulation's time.
+    return Signing(key_file=str(private), every_s=None)
+
+
+def public_key_of(files: Path) -> Path | None:
+    """The public key a run signed its checkpoints with, if it made one."""
+    public = key_files(files)[1]
+    return public if public.exists() else None
+
+
+async def checkpoints_line(db: Path | str, public_key: Path, events: int) -> tuple[bool, str]:
+    """Check the journal's signed checkpoints with the public key alone; say what they cover."""
+    keys = read_keys(await anyio.Path(public_key).read_text())
+    async with open_journal(db, readonly=True) as journal:
+        checked = await check_checkpoints(await journal.tree_heads(), events, keys, journal.trees())
+    if not checked.ok:
+        return False, "; ".join(checked.problems)
+    return True, f"signed; the latest covers all {checked.covered} events"
+
+
+async def summarize(
+    db: Path | str, example_kinds: Sequence[str] = (), public_key: Path | None = None
+) -> dict[str, Any]:
+    """Return the run's summary, read from the journal at ``db``.
+
+    With ``public_key`` the signed checkpoints are checked with it too (``dirk verify
+    --public-key``): ``verified`` then covers them.
+    """
     events = await read_events(db)
     projections = fold(events)
     flows = projections.flows.values()
@@ -120,6 +164,11 @@ async def summarize(db: Path | str, example_kinds: Sequence[str] = ()) -> dict[s
     ]
     report = await verify_journal(db)
     now = events[-1].ts if events else 0
+    signed, checkpoints = True, "not signed (no key)"
+    verify = f"dirk verify --db {redact(str(db))}"
+    if public_key is not None and report.ok:
+        signed, checkpoints = await checkpoints_line(db, public_key, report.events)
+        verify += f" --public-key {public_key}"
     return {
         "budget_used": money_spent(projections, now),
         "quorum_votes": quorum_votes(events),
@@ -136,10 +185,11 @@ async def summarize(db: Path | str, example_kinds: Sequence[str] = ()) -> dict[s
         "compensations": sum(isinstance(e.payload, ev.CompensationSucceeded) for e in events),
         "flows_compensated": len(compensated),
         "projection_hash": projection_hash(projections),
-        "verified": report.ok,
+        "verified": report.ok and signed,
+        "checkpoints": checkpoints,
         # A database URL is shown without its password, as dirk shows it.
         "inspect": f"dirk show {interesting[0]} --db {redact(str(db))}" if interesting else "",
-        "verify": f"dirk verify --db {redact(str(db))}",
+        "verify": verify,
     }
 
 
@@ -170,6 +220,7 @@ def show(title: str, summary: dict[str, Any], as_json: bool) -> None:
         if key.startswith("story."):
             print(f"  {key[6:]:<22} {label}")
     print(f"  projection hash        {summary['projection_hash']}")
+    print(f"  checkpoints            {summary['checkpoints']}")
     print(f"  journal verified       {summary['verified']}")
     if summary["inspect"]:
         print(f"inspect a flow:  {summary['inspect']}")

@@ -48,7 +48,13 @@ from examples.desk_mesh import (
 from examples.desk_model import playbooks
 from examples.llm import ModelError, draw, open_model
 from examples.market import MIN_MINUTES, OPERATOR_EVERY, Market, Plan, headline, plan_day
-from examples.summary import journal_and_files, show, summarize
+from examples.summary import (
+    checkpoint_signing,
+    journal_and_files,
+    public_key_of,
+    show,
+    summarize,
+)
 from kernel import (
     EscalationBudget,
     EscalationPolicy,
@@ -59,6 +65,7 @@ from kernel import (
     Ports,
     Proposal,
     Session,
+    Signing,
     Supervision,
     credential_verifier,
     open_kernel,
@@ -283,6 +290,7 @@ async def simulate(
     files: Path | None = None,
     bus: str | None = None,
     bus_dir: Path | None = None,
+    signing: Signing | None = None,
 ) -> None:
     """Run the desk for ``minutes`` simulated minutes, journaling into ``db``.
 
@@ -297,7 +305,7 @@ async def simulate(
     # On the bus each agent's NATS user is the key its credential seeds.
     credentials = {name: desk_credential(seed, name) for name in AGENTS}
     async with open_bus(bus, folder, credentials) as url:
-        await _simulate(seed, db, minutes, llm, operator, progress, files, url, folder)
+        await _simulate(seed, db, minutes, llm, operator, progress, files, url, folder, signing)
 
 
 async def _simulate(
@@ -310,6 +318,7 @@ async def _simulate(
     files: Path,
     bus: str | None,
     folder: Path,
+    signing: Signing | None,
 ) -> None:
     plan = plan_day(seed, minutes)
     model = open_model(llm, seed, playbooks(plan))
@@ -341,6 +350,7 @@ async def _simulate(
                 escalation=EscalationPolicy(budget=EscalationBudget(capacity=100, period_s=3600)),
                 bus=bus,
                 bus_key=str(folder / KERNEL_KEY) if bus else None,
+                signing=signing,
             ),
             # A simulated day in seconds: a budget sized for real hours would demote the desk.
         ) as kernel:
@@ -449,6 +459,7 @@ def main(argv: list[str] | None = None) -> int:
         f"trading desk, seed {args.seed}, {args.minutes} minutes -> {shown}{where}", file=sys.stderr
     )
     try:
+        signing = checkpoint_signing(files)
         anyio.run(
             simulate,
             args.seed,
@@ -460,6 +471,7 @@ def main(argv: list[str] | None = None) -> int:
             files,
             args.bus,
             args.bus_dir,
+            signing,
         )
     except (ModelError, HostFailed, BusUnusable, BaseExceptionGroup) as exc:
         cause = failure(exc)
@@ -467,7 +479,9 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"error: {cause}", file=sys.stderr)
         return 2
-    summary: dict[str, Any] = anyio.run(summarize, db, ("trading.place_order",))
+    summary: dict[str, Any] = anyio.run(
+        summarize, db, ("trading.place_order",), public_key_of(files)
+    )
     show(f"trading desk, seed {args.seed}", summary, args.json)
     return 0 if summary["verified"] else 1
 

@@ -34,6 +34,7 @@ from kernel.policy.contracts import (
     WorkingContext,
 )
 from kernel.policy.packs import PackError
+from kernel.proofs.signing import Signing, write_signing_key
 from kernel.registry import credential_verifier
 from kernel.runtime.messages import Decision
 from kernel.state.amendments import AmendmentInvalid
@@ -78,6 +79,7 @@ __all__ = [
     "RuleNotPending",
     "RuleSearch",
     "Session",
+    "Signing",
     "StopReason",
     "Storage",
     "Supervision",
@@ -87,4 +89,5 @@ __all__ = [
     "WorkingContext",
     "credential_verifier",
     "open_kernel",
+    "write_signing_key",
 ]

@@ -64,6 +64,7 @@ from kernel.policy.contracts import (
     to_record,
 )
 from kernel.policy.packs import PolicyCatalog
+from kernel.proofs.erasure import Sealer
 from kernel.runtime.actors import Mailbox, Outbox, Reply
 from kernel.runtime.messages import (
     AgentMessage,
@@ -116,6 +117,8 @@ class Kernel(OperatorActs):
         self._quiet: anyio.Event | None = None
         self._effects_tg: TaskGroup | None = None
         self._checkpointer: Checkpointer | None = None
+        # Seals personal fields of proposals (kernel.proofs.erasure); set by open_kernel.
+        self._sealer: Sealer | None = None
         self.actors = Actors(
             projections=projections,
             catalog=catalog,
@@ -352,6 +355,9 @@ class Kernel(OperatorActs):
                 layer="schema",
                 field=exc.field,
             )
+        if invalid is None and self._sealer is not None:
+            # Personal fields become tokens before anything judges or records them.
+            record = self._sealer.seal(record)
         await self._recall(dfid)
         if self._meaning is not None and invalid is None:
             await self._score_meaning(dfid, record)

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import hashlib
+import itertools
 import logging
 import os
 from collections.abc import AsyncIterator, Collection, Mapping, Sequence
@@ -28,7 +30,7 @@ from kernel.core import events
 from kernel.core.errors import KernelShutdown
 from kernel.core.events import Draft, FlowAborted, KernelStarted
 from kernel.core.flow import FlowStatus
-from kernel.core.ports import Clock, RandomIds, SystemClock
+from kernel.core.ports import Clock, IdSource, RandomIds, SeededIds, SystemClock
 from kernel.core.reasons import ReasonCode, StopReason
 from kernel.core.wall import clip
 from kernel.inbox import Intake, read_keyring
@@ -44,6 +46,28 @@ from kernel.journal.store import (
     chain_key_from_env,
 )
 from kernel.policy.packs import PackError, PolicyCatalog, PolicyPack
+from kernel.proofs.erasure import (
+    KEYS_ENV,
+    ErasureError,
+    OpeningAdapter,
+    Sealer,
+    SubjectKeys,
+    check_personal,
+    keys_location,
+    personal_fields,
+    record_erasures,
+    run_erasures,
+)
+from kernel.proofs.publish import Publisher, open_publishers
+from kernel.proofs.signing import (
+    Signer,
+    default_origin,
+    load_signing_key,
+    record_key,
+    run_signing,
+    sign_head,
+    signing_from_env,
+)
 from kernel.registry import KERNEL_VERSION
 from kernel.runtime.actors import MailboxClosed, RestartIntensityExceeded, Supervisor
 from kernel.runtime.messages import Recover, Tick
@@ -126,18 +150,32 @@ async def open_kernel(
         telemetry = (
             Telemetry.from_provider(provider) if provider is not None else Telemetry.from_env()
         )
+    # The checkpoint key, read before anything starts: a bad key stops the open (its
+    # message names where the key came from, never the key).
+    signing = config.signing or signing_from_env()
+    signing_key = load_signing_key(signing.key_file) if signing is not None else None
     storage = config.storage
     where = os.fspath(path)
+    # Personal fields are sealed before anything judges them: a pack whose rules read one
+    # is refused (a verdict must not depend on what erasure can take).
+    check_personal(catalog)
+    ids = config.ports.ids or RandomIds()
+    sealer = _sealer(catalog, where, config, ids, clock)
+    if sealer is not None:
+        adapters = _opening(adapters, catalog, sealer)
     key = chain_key_from(storage.chain_key, where) if storage.chain_key is not None else None
     key = key or chain_key_from_env(None, where)
-    async with open_journal(
-        path,
-        clock=clock,
-        synchronous=storage.synchronous,
-        faults=storage.faults,
-        chain_key=key,
-        compress=storage.compress,
-    ) as journal:
+    async with (
+        open_journal(
+            path,
+            clock=clock,
+            synchronous=storage.synchronous,
+            faults=storage.faults,
+            chain_key=key,
+            compress=storage.compress,
+        ) as journal,
+        open_publishers(signing.publish if signing is not None else ()) as publishers,
+    ):
         # The latest snapshot that matches its checkpoint, then the events after it.
         projections = await restore(journal, config.limits.keep_finished)
         # What replay built lives as long as the kernel: keep the collector off it.
@@ -150,9 +188,10 @@ async def open_kernel(
             allow,
             config,
             clock=clock,
-            ids=config.ports.ids or RandomIds(),
+            ids=ids,
         )
         kernel.operator_keyring = lambda: keyring
+        kernel._sealer = sealer
         if storage.checkpoint_every > 0:
             kernel._checkpointer = Checkpointer(storage.checkpoint_every, journal.head_seq)
         journal.set_transition_check(projections.transition_check)
@@ -175,6 +214,12 @@ async def open_kernel(
             ]
         )
         await _abort_interrupted(journal, projections)
+        if sealer is not None:
+            await record_erasures(journal, sealer.keys)
+        signer: Signer | None = None
+        if signing is not None and signing_key is not None:
+            signer = Signer(signing_key, signing.origin or default_origin(journal.journal_id))
+            await record_key(journal, signer)
         supervisor = Supervisor(
             kernel.actors.specs,
             append=journal.append,
@@ -216,6 +261,21 @@ async def open_kernel(
                     # Beside the kernel, never in its way: they follow what commits.
                     hooks = Webhooks(config.webhooks, journal, projections, clock)
                     tg.start_soon(hooks.run, journal.head_seq + 1, name="webhooks")
+                if sealer is not None and poll_s is not None:
+                    # On the inbox's cadence (and at open and close, always).
+                    tg.start_soon(
+                        run_erasures, journal, sealer.keys, clock, poll_s, name="erasures"
+                    )
+                if signer is not None and signing is not None and signing.every_s is not None:
+                    tg.start_soon(
+                        run_signing,
+                        journal,
+                        signer,
+                        clock,
+                        signing.every_s,
+                        publishers,
+                        name="signed-checkpoints",
+                    )
                 if telemetry.enabled:
                     tg.start_soon(_export, telemetry, journal, exported, name="telemetry")
                 async with (
@@ -263,6 +323,10 @@ async def open_kernel(
             ]:
                 mailbox.close()
             with anyio.CancelScope(shield=True):
+                if sealer is not None:
+                    with contextlib.suppress(JournalClosed, JournalWriteFailed):
+                        await record_erasures(journal, sealer.keys)
+                    sealer.keys.close()
                 reason = failure.reason if failure else StopReason.KERNEL_CLOSED
                 detail = failure.detail if failure else ""
                 with contextlib.suppress(JournalClosed, JournalWriteFailed):
@@ -279,6 +343,8 @@ async def open_kernel(
                             )
                         ]
                     )
+                if signer is not None:
+                    await _sign_last(journal, signer, publishers)
                 if telemetry.enabled:
                     # Spans of what committed after the exporter's last batch.
                     telemetry.emit(await journal.read(exported[0] + 1))
@@ -289,6 +355,56 @@ async def open_kernel(
             raise failure
         if body_error is not None:
             raise body_error
+
+
+def _sealer(
+    catalog: PolicyCatalog, where: str, config: KernelConfig, ids: IdSource, clock: Clock
+) -> Sealer | None:
+    """The sealer of personal fields, if a kind has any (its key store opened)."""
+    if not any(personal_fields(kind) for kind in catalog.kinds.values()):
+        return None
+    location = keys_location(where, config.subject_keys)
+    if location is None:
+        raise ErasureError(
+            "a kind has personal fields: give the subject key store (KernelConfig.subject_keys"
+            f" or {KEYS_ENV}) for a journal on PostgreSQL"
+        )
+
+    # OS randomness, except in a simulation on seeded ids, whose runs must repeat: its keys
+    # come from its seed (never drawn from the ids, which would move every DFID after).
+    if isinstance(ids, SeededIds):
+        seed = hashlib.sha256(f"dirk-seal {ids.seed}".encode()).digest()
+    else:
+        seed = os.urandom(32)
+    counter = itertools.count()
+
+    def random(n: int) -> bytes:
+        # SHA-256 in counter mode over a 256-bit secret: keys and nonces nobody predicts
+        # from the nonces they see.
+        return hashlib.sha256(b"dirk-seal" + seed + next(counter).to_bytes(8, "big")).digest()[:n]
+
+    return Sealer(catalog, SubjectKeys(location), random, clock.now_ns)
+
+
+def _opening(
+    adapters: Mapping[str, Adapter], catalog: PolicyCatalog, sealer: Sealer
+) -> dict[str, Adapter]:
+    """Wrap the adapters of kinds with personal fields: they get the values, nobody else."""
+    names = {kind.adapter for kind in catalog.kinds.values() if personal_fields(kind)}
+    return {
+        name: OpeningAdapter(adapter, sealer) if name in names else adapter
+        for name, adapter in adapters.items()
+    }
+
+
+async def _sign_last(journal: Journal, signer: Signer, publishers: list[Publisher]) -> None:
+    """Sign a checkpoint of the whole journal as the kernel leaves it (KernelStopped included)."""
+    if journal.failed:
+        return
+    try:
+        await sign_head(journal, signer, publishers)
+    except JournalError as exc:
+        log.warning("the closing checkpoint was not signed: %s", exc.detail)
 
 
 def _recordable(allow: Collection[str]) -> list[str]:

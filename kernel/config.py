@@ -23,6 +23,7 @@ from kernel.escalation import EscalationPolicy
 from kernel.guards import GUARD_TIMEOUT_S
 from kernel.journal.store import JournalFaults
 from kernel.policy.money import ModelPrice
+from kernel.proofs.signing import Signing
 from kernel.state.meaning import EmbeddingMatcher
 from kernel.state.rulebook import RuleSearch
 from kernel.state.snapshots import CHECKPOINT_EVERY
@@ -159,6 +160,13 @@ class KernelConfig(msgspec.Struct, frozen=True, kw_only=True):
             SQLite file, a ``postgresql://`` URL or a directory (``dir:PATH``). None: beside
             the journal (``X.artifacts.db`` next to ``X.db``; a table in a PostgreSQL
             journal's database), opened the first time it is used.
+        subject_keys: the file of the per-subject keys that seal personal fields
+            (kernel.proofs.erasure); None: ``DIRK_SUBJECT_KEYS``, else ``<journal>.keys``
+            beside a SQLite journal. Only opened when a pack's kind has personal fields.
+            Keep it out of the journal's backups: restoring it brings erased data back.
+        signing: how the kernel signs checkpoints of its journal's Merkle tree with its
+            Ed25519 key, and where it publishes them (kernel.proofs.signing); None: a key
+            in ``DIRK_CHECKPOINT_KEY_FILE`` or ``DIRK_CHECKPOINT_KEY``, else no signing.
     """
 
     limits: Limits = Limits()
@@ -176,3 +184,5 @@ class KernelConfig(msgspec.Struct, frozen=True, kw_only=True):
     bus_key: str | None = None
     bus_tls: ssl.SSLContext | None = None
     artifacts: str | None = None
+    signing: Signing | None = None
+    subject_keys: str | None = None

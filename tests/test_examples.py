@@ -26,6 +26,7 @@ from examples import booking, coding, trading
 from examples.market import plan_day
 from examples.summary import read_events
 from kernel.audit import Event, Projections, fold, open_journal, whatif
+from kernel.cli import main as cli_main
 from kernel.core.events import ConstraintAdded, digest
 from kernel.policy import parse_money
 from kernel.telemetry import spans_for_events
@@ -464,3 +465,16 @@ def test_the_trading_desk_sends_every_flow_to_an_otlp_receiver(tmp_path):
     assert saga["attributes"]["dir.reason_code"] == "COMPENSATED"
     undone = [s for s in received if s["name"].startswith("compensate ")]
     assert undone and {s["parent_span_id"] for s in undone} == {saga["span_id"]}
+
+
+@pytest.mark.parametrize("example", ["trading", "booking"])
+def test_the_examples_sign_their_journal_and_say_so(tmp_path, capsys, example):
+    module = {"trading": trading, "booking": booking}[example]
+    args = ("--seed", "2", "--minutes", MINUTES) if example == "trading" else ("--seed", "2")
+    db = tmp_path / f"{example}.db"
+    summary = run_example(module, db, *args, capsys=capsys)
+    assert summary["checkpoints"] == f"signed; the latest covers all {summary['events']} events"
+    public = tmp_path / f"{example}.checkpoint.pub"
+    assert f"--public-key {public}" in summary["verify"]
+    assert oct((tmp_path / f"{example}.checkpoint.pem").stat().st_mode)[-3:] == "600"
+    assert cli_main(["verify", "--db", str(db), "--public-key", str(public)]) == 0

@@ -20,6 +20,7 @@ from tests.support import ROOT
 PINNED = {
     kernel: [
         "credential_verifier",
+        "write_signing_key",
         "AgentStatus",
         "AmendmentInvalid",
         "Approval",
@@ -49,6 +50,7 @@ PINNED = {
         "PackError",
         "PackRef",
         "Ports",
+        "Signing",
         "Proposal",
         "ProposalRecord",
         "RandomIds",
@@ -123,6 +125,10 @@ PINNED = {
         "whatif",
         "copy_journal",
         "follow_journal",
+        "check_checkpoints",
+        "read_keys",
+        "export_bundle",
+        "verify_bundle",
         "redact",
     ],
     kernel.beliefs: [

@@ -15,6 +15,8 @@ from kernel.journal.follow import follow_journal
 from kernel.journal.opening import open_journal
 from kernel.journal.store import JournalError
 from kernel.journal.verify import verify_journal
+from kernel.proofs.bundle import export_bundle, verify_bundle
+from kernel.proofs.check import check_checkpoints, read_keys
 from kernel.state.budgets import Budgets
 from kernel.state.grants import Grants
 from kernel.state.memory import MemoryState
@@ -30,14 +32,18 @@ __all__ = [
     "MemoryState",
     "Projections",
     "RuleSource",
+    "check_checkpoints",
     "copy_journal",
     "events",
+    "export_bundle",
     "fold",
     "follow_journal",
     "open_journal",
+    "read_keys",
     "redact",
     "rejudge",
     "state_at",
+    "verify_bundle",
     "verify_journal",
     "verify_projections",
     "whatif",

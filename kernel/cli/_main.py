@@ -37,6 +37,7 @@ from kernel.cli._journal import add_commands as add_journal_commands
 from kernel.cli._keyring import add_commands as add_keyring_commands
 from kernel.cli._mcp import add_commands as add_mcp_commands
 from kernel.cli._operator import add_commands, error, error_of, fold_journal
+from kernel.cli._proofs import add_commands as add_proof_commands
 from kernel.cli._read import (
     find_flows,
     flows_matching,
@@ -265,6 +266,7 @@ def _parser() -> argparse.ArgumentParser:
     export.set_defaults(run=_traces_export)
     add_verify_commands(commands)
     add_artifact_commands(commands)
+    add_proof_commands(commands)
     add_commands(commands)
     add_admin_commands(commands)
     add_keyring_commands(commands)

@@ -14,9 +14,11 @@ from kernel.audit.reverify import PackPathError, Rejudged
 from kernel.audit.verification import verify_all
 from kernel.cli._artifacts import check_artifacts, recorded_artifacts
 from kernel.cli._operator import error, error_of
+from kernel.cli._proofs import public_keys
 from kernel.cli._read import print_json, say
 from kernel.cli._replay import rejudge_verdicts, verdict_lines
 from kernel.core.flow import IllegalTransition
+from kernel.core.notes import NoteError
 from kernel.core.reasons import CliError, ExitCode
 from kernel.journal.errors import redact
 from kernel.journal.head import CHAIN_KEY_ENV
@@ -29,6 +31,7 @@ from kernel.journal.store import (
     chain_key_from_env,
 )
 from kernel.journal.verify import Anchor, VerifyReport, parse_anchor, verify_journal
+from kernel.proofs.check import KeySet, check_checkpoints
 from kernel.state.snapshots import ProjectionReport
 
 
@@ -62,6 +65,22 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
         help="the artifact store whose bytes the references must still hash to"
         " (default: beside the journal)",
     )
+    verify.add_argument(
+        "--public-key",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="check every signed checkpoint with these public keys (the log's, and witnesses'"
+        " verifier keys), and that they cover every event (repeatable)",
+    )
+    verify.add_argument(
+        "--checkpoint",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="a signed checkpoint kept elsewhere: the journal must still hold the history it"
+        " signed (catches truncation, rollback and forks; needs --public-key; repeatable)",
+    )
     _key_file_argument(verify)
     verify.set_defaults(run=_verify)
 
@@ -92,6 +111,30 @@ def _chain_key(args: argparse.Namespace) -> bytes | None:
             return chain_key_from(file.read().rstrip(b"\r\n"), args.db)
     except OSError as exc:
         raise JournalKeyError(args.db, f"the key file cannot be read ({exc.strerror})") from exc
+
+
+def _signed_args(args: argparse.Namespace) -> tuple[KeySet, list[str]] | None:
+    """Return the public keys and the checkpoints kept elsewhere that were given, if any."""
+    if not args.public_key:
+        return None
+    keys = public_keys(args.public_key)
+    earlier = []
+    for path in args.checkpoint:
+        with open(path, encoding="utf-8") as file:
+            earlier.append(file.read())
+    return keys, earlier
+
+
+def _tree_line(report: VerifyReport) -> str:
+    if not report.tree_stored:
+        kept = "the store keeps none yet: a journal from before trees, built on its next open"
+    else:
+        kept = "its stored nodes match the events"
+    heads = len(report.tree_heads)
+    return (
+        f"verify: tree ok (root {report.tree_root[:16]}; {kept}; {heads} signed checkpoints"
+        " match the events)"
+    )
 
 
 def _anchor_arg(args: argparse.Namespace) -> Anchor | None:
@@ -223,10 +266,21 @@ async def _verify_text(args: argparse.Namespace, found: dict[str, Any] | None = 
             "--pack names the packs --verdicts re-judges with: give --verdicts too",
             ExitCode.USAGE,
         )
+    if args.checkpoint and not args.public_key:
+        return error(
+            CliError.BAD_ARGUMENT,
+            "--checkpoint is checked with the log's public key: give --public-key too",
+            ExitCode.USAGE,
+        )
     try:
         anchor = _anchor_arg(args)
     except ValueError as exc:
         return error(CliError.BAD_ARGUMENT, f"--anchor: {exc}", ExitCode.USAGE)
+    try:
+        signed = _signed_args(args)
+    except (NoteError, OSError, UnicodeDecodeError) as exc:
+        what = getattr(exc, "strerror", None) or exc
+        return error(CliError.KEY_UNUSABLE, f"--public-key/--checkpoint: {what}", ExitCode.USAGE)
     try:
         key = _chain_key(args)
     except JournalKeyError as exc:
@@ -235,7 +289,9 @@ async def _verify_text(args: argparse.Namespace, found: dict[str, Any] | None = 
     try:
         # The chain, then one fold from scratch of the projections, checked against every
         # checkpoint and snapshot: both from one read of the journal.
-        report, replay = await verify_all(args.db, chain_key=key, anchor=anchor)
+        report, replay = await verify_all(
+            args.db, chain_key=key, anchor=anchor, public_only=signed is not None
+        )
     except (JournalError, IllegalTransition, ValueError) as exc:
         # The chain checked out, so only what lies outside it (snapshots) can be at fault.
         code = str(getattr(exc, "code", JournalCorrupt.code))
@@ -266,6 +322,24 @@ async def _verify_text(args: argparse.Namespace, found: dict[str, Any] | None = 
         )
     if anchor is not None:
         say(f"verify: anchor ok: event {anchor.seq} ({anchor.hash[:16]}) is in the journal")
+    say(_tree_line(report))
+    if not report.chain_checked:
+        say(
+            "verify: note: a keyed chain, checked without its key: its HMACs are not"
+            " recomputed; the signed checkpoints below vouch for every event"
+        )
+    if signed is not None:
+        keys, earlier = signed
+        async with open_journal(args.db, readonly=True) as journal:
+            checked = await check_checkpoints(
+                report.tree_heads, report.events, keys, journal.trees(), earlier
+            )
+        if not checked.ok:
+            at = "" if checked.first_bad_seq is None else f" at seq {checked.first_bad_seq}"
+            for problem in checked.problems:
+                say(f"verify: FAILED{at}: {problem}")
+            return ExitCode.FAILED
+        say(*(f"verify: {line}" for line in checked.lines))
     say(
         f"verify: chain ok, projections ok (digest {replay.digest[:16]};"
         f" {replay.checkpoints} checkpoints, {replay.snapshots} snapshots match replay)"

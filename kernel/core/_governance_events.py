@@ -360,3 +360,38 @@ class RuleRetracted(Payload, frozen=True, tag=True):
     version: int = 0
     inbox_id: int | None = None
     ns: str = "default"
+
+
+# --- proofs: the checkpoint signing key, erasure -----------------------------------
+
+
+class CheckpointKeyChanged(Payload, frozen=True, tag=True):
+    """From this event on the kernel signs the journal's checkpoints with ``key``.
+
+    Recorded when a kernel starts signing with a key the journal has not recorded last:
+    the first key, and each rotation (``previous`` names the key it replaces). Only
+    public halves: ``key`` as ``ed25519:...``, ``vkey`` as C2SP writes a verifier key
+    (kernel.core.notes). Checkpoints signed with an earlier key still verify with it.
+    """
+
+    origin: str
+    key: str
+    vkey: str
+    previous: str = ""
+
+
+class SubjectErased(Payload, frozen=True, tag=True):
+    """A data subject's keys were destroyed: every field sealed for it is unreadable now.
+
+    The sealed fields stay in the events (their ciphertext is what the chain, the tree
+    and every checkpoint cover), so the journal still verifies (kernel.proofs.erasure).
+    ``keys`` counts the keys destroyed; ``retention`` names the pack rule that expired
+    the subject ("" for an operator's erasure).
+    """
+
+    subject: str
+    keys: int = 0
+    operator: str = ""
+    reason: str = ""
+    retention: str = ""
+    inbox_id: int | None = None

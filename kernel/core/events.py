@@ -85,6 +85,7 @@ from kernel.core._governance_events import (
     AmendmentRefused,
     ArtifactsCollected,
     ArtifactStored,
+    CheckpointKeyChanged,
     CitationsChecked,
     ConstraintAdded,
     ConstraintAdvisory,
@@ -105,6 +106,7 @@ from kernel.core._governance_events import (
     RuleProposed,
     RuleRetracted,
     RuleSource,
+    SubjectErased,
 )
 from kernel.core._records import (
     ExecutionIntent,
@@ -195,6 +197,8 @@ AnyPayload = (
     | ReasoningCharged
     | WebhookDelivered
     | WebhookFailed
+    | CheckpointKeyChanged
+    | SubjectErased
 )
 
 
@@ -313,6 +317,7 @@ __all__ = [
     "Archived",
     "ArtifactStored",
     "ArtifactsCollected",
+    "CheckpointKeyChanged",
     "CitationsChecked",
     "CompensationFailed",
     "CompensationStarted",
@@ -383,6 +388,7 @@ __all__ = [
     "RuleRetracted",
     "RuleSource",
     "SourceRegistered",
+    "SubjectErased",
     "SubmissionRefused",
     "TestResultIngested",
     "TriggerFired",

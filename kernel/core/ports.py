@@ -111,6 +111,7 @@ class SeededIds:
     """Reproducible ids for simulations and tests; never use its tokens in production."""
 
     def __init__(self, seed: int) -> None:
+        self.seed = seed
         self._rng = random.Random(seed)
 
     def new_dfid(self) -> str:

@@ -175,6 +175,15 @@ class CliError(StrEnum):
     """The command needs an optional extra that is not installed (``dirk[console]``)."""
     SIGN_IN_THROTTLED = "SIGN_IN_THROTTLED"
     """``dirk console``: too many failed sign-ins under that name or from that address."""
+    KEY_UNUSABLE = "KEY_UNUSABLE"
+    """A private or public key file (or key text) cannot be read or is not an Ed25519 key."""
+    NO_CHECKPOINT = "NO_CHECKPOINT"
+    """No signed checkpoint covers the events asked for (``dirk checkpoint`` signs one)."""
+    PROOF_FAILED = "PROOF_FAILED"
+    """A checkpoint, a proof or an evidence bundle does not verify against the keys given."""
+    WITNESS_REFUSED = "WITNESS_REFUSED"
+    """``dirk witness`` refused a checkpoint: not signed, or not consistent with the last it
+    cosigned (a truncated, rewritten or forked history)."""
 
 
 class ExitCode(IntEnum):

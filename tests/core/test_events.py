@@ -162,6 +162,11 @@ SAMPLES = [
     ev.ReasoningCharged(tokens={"m": 1200}, amount=3, currency="USD", pools=["money:USD:x:desk"]),
     ev.WebhookDelivered(hook="slack", notice="request", about=7, status=200),
     ev.WebhookFailed(hook="slack", notice="request", about=7, error="503", attempts=5),
+    # proofs (kernel.proofs)
+    ev.CheckpointKeyChanged(
+        origin="dirk/j", key="ed25519:AAAA", vkey="dirk/j+00000000+AQ==", previous="ed25519:BBBB"
+    ),
+    ev.SubjectErased(subject="ana", keys=1, operator="rui", reason="asked", inbox_id=7),
     ev.ProposalAccepted(
         attempt=1,
         applied=ev.Applied(kind="governance.attach_support", params={"proposition": "p"}),

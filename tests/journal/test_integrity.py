@@ -101,10 +101,17 @@ def head_record(path: Path) -> str:
 
 
 def set_head(path: Path, seq: int) -> None:
-    """Forge the head record to name event ``seq``, as a careful attacker would."""
+    """Forge the head record to name event ``seq``, as a careful attacker would.
+
+    The attacker also drops the Merkle tree (it would name the removed or forged events),
+    making the journal look like one from before trees: only a signed checkpoint kept
+    elsewhere tells (tests/proofs).
+    """
     with closing(sqlite3.connect(path)) as db, db:
         ((hash_,),) = db.execute("SELECT hash FROM events WHERE seq = ?", (seq,))
         db.execute("UPDATE meta SET value = ? WHERE key = 'head'", (f"{seq} {hash_.hex()}",))
+        db.execute("DELETE FROM tree_nodes")
+        db.execute("DELETE FROM meta WHERE key = 'tree'")
 
 
 def truncate(path: Path, keep: int) -> None:
