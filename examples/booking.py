@@ -29,6 +29,7 @@ import anyio
 from agents_sdk import Agent, Manifest, Proposal, WorkingContext
 from examples.clock import SimClock
 from examples.llm import LanguageModel, ModelError, answer_of, conversation, open_model
+from examples.serving import Served
 from examples.summary import journal_and_files, read_events, show, summarize
 from kernel import MEMORY_PACK, FlowStatus, Kernel, KernelConfig, Ports, Supervision, open_kernel
 from kernel.audit import Event, open_journal, redact, whatif
@@ -245,6 +246,17 @@ async def simulate(seed: int, db: Path | str, llm: str, files: Path | None = Non
                 await kernel.wait_quiet()
     finally:
         hotel.close()
+
+
+def serving(files: Path) -> Served:
+    """The travel desk's parts for ``dirk serve --example booking``: its packs and hotel."""
+    hotel = SimulatedSystem(hotel_file(files))
+    return Served(
+        packs=[BOOKING, MEMORY_PACK],
+        adapters={"hotel": hotel},
+        allow=["travel-agent"],
+        close=hotel.close,
+    )
 
 
 def progress(line: str) -> None:

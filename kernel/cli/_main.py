@@ -43,6 +43,7 @@ from kernel.cli._read import (
     when,
 )
 from kernel.cli._replay import add_commands as add_replay_commands
+from kernel.cli._serve import add_commands as add_serve_commands
 from kernel.cli._verify import add_commands as add_verify_commands
 from kernel.console import add_commands as add_console_commands
 from kernel.core import events as ev
@@ -130,7 +131,19 @@ Reading commands print text for people, or JSON with --json.
 
 
 _FILE_ARGUMENTS = frozenset(
-    {"db", "source", "target", "key_file", "anchor", "operators", "token_file", "pack"}
+    {
+        "db",
+        "source",
+        "target",
+        "key_file",
+        "anchor",
+        "operators",
+        "token_file",
+        "pack",
+        "files",
+        "keyring",
+        "mcp_token_file",
+    }
 )
 """Arguments that name files: any bytes the system takes (a name need not be UTF-8)."""
 
@@ -257,6 +270,7 @@ def _parser() -> argparse.ArgumentParser:
     add_journal_commands(commands)
     add_mcp_commands(commands)
     add_console_commands(commands)
+    add_serve_commands(commands)
     add_belief_commands(commands)
     return parser
 

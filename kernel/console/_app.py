@@ -103,27 +103,38 @@ class Settings:
 
 
 def create_app(
-    settings: Settings, gate: Gate, *, now_ns: Callable[[], int] = time.time_ns
+    settings: Settings, gate: Gate, *, now_ns: Callable[[], int] | None = None
 ) -> Starlette:
-    """Return the console's ASGI application over the journal ``settings.db``."""
+    """Return the console's ASGI application over the journal ``settings.db``.
+
+    Args:
+        settings: how it runs.
+        gate: who may sign in.
+        now_ns: the clock ages and deadlines are measured on. None: the journal's own,
+            the time of its last event, so a journal written on a simulated clock shows
+            "waiting 46 m" as ``dirk escalations`` does, not the years since; ``dirk serve``
+            passes the clock of the kernel it runs, which continues the journal's.
+    """
     follower = Follower(settings.db, settings.poll_s)
+    clock: Callable[[], int] = now_ns or (lambda: follower.last_ts)
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(HERE / "templates"),
         autoescape=True,
         undefined=jinja2.StrictUndefined,
     )
-    env.filters["ago"] = lambda ts: _span(now_ns() - ts)
-    env.filters["within"] = lambda ts: _span(ts - now_ns())
+    env.filters["ago"] = lambda ts: _span(clock() - ts)
+    env.filters["within"] = lambda ts: _span(ts - clock())
     env.filters["json"] = as_json
     env.filters["utc"] = _utc
-    env.globals["now_ns"] = now_ns
+    env.globals["now_ns"] = clock
     env.globals["trace_link"] = lambda dfid, root: _trace_link(settings.trace_url, dfid, root)
     holder: dict[str, Journal] = {}
     door = Door(settings.db, settings.key, settings.door, settings.answer_s)
 
     async def post(request: InboxRequest) -> Refused | None:
         """Post ``request``; return the kernel's refusal if it refused it within answer_s."""
-        answer = await door.post(request, now_ns())
+        # The row's own time is when it was posted, on this machine's clock.
+        answer = await door.post(request, time.time_ns())
         await follower.catch_up(holder["journal"])
         if answer is not None and answer.verdict == "REFUSED":
             detail = f"{answer.field}: {answer.detail}" if answer.field else answer.detail
@@ -317,7 +328,7 @@ def create_app(
             request,
             "flows.html",
             session,
-            rows=flows(projections, where, now_ns()),
+            rows=flows(projections, where, clock()),
             where=where,
             since_h=q.get("since_h", ""),
             statuses=[s.value for s in FlowStatus],
