@@ -99,26 +99,31 @@ def running_serve(
         stop(proc)
 
 
-def folded(db: Path) -> Projections:
+async def projections_of(db: Path) -> Projections:
     """The journal's projections, read now."""
-
-    async def fold() -> Projections:
-        projections = Projections()
-        async with open_journal(db, readonly=True) as journal:
-            async for batch in journal.scan():
-                projections.apply(batch)
-        return projections
-
-    return anyio.run(fold)
+    projections = Projections()
+    async with open_journal(db, readonly=True) as journal:
+        async for batch in journal.scan():
+            projections.apply(batch)
+    return projections
 
 
-def approvable(db: Path, margin_s: int = 600) -> tuple[str, str]:
+def folded(db: Path) -> Projections:
+    """The journal's projections, read now (outside an event loop)."""
+    return anyio.run(projections_of, db)
+
+
+def approvable(db: Path) -> tuple[str, str]:
+    """A waiting order of the journal at ``db`` that can still execute (see approvable_in)."""
+    return approvable_in(folded(db))
+
+
+def approvable_in(projections: Projections, margin_s: int = 600) -> tuple[str, str]:
     """A waiting order that can still execute: (DFID, short hash).
 
     Its validity window reaches ``margin_s`` past the journal's last event (the served
     clock continues from there), and the last recorded price has not crossed its limit.
     """
-    projections = folded(db)
     last_ts = max(flow.updated_ts for flow in projections.flows.values())
     for dfid, approval in sorted(projections.approvals.items()):
         flow = projections.flows[dfid]
