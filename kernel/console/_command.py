@@ -102,6 +102,13 @@ def add_options(console: argparse.ArgumentParser) -> None:
         help="a link to a flow's trace, e.g. http://localhost:16686/trace/{trace_id}",
     )
     console.add_argument(
+        "--currency",
+        default="USD",
+        metavar="CODE",
+        help="the currency whose minor units (cents) reasons quote, shown as such (default USD;"
+        " none: as recorded)",
+    )
+    console.add_argument(
         "--key",
         metavar="PATH",
         help="the console's private key, or a directory holding DOOR.key (default: $DIRK_KEY);"
@@ -208,6 +215,7 @@ def prepare(args: argparse.Namespace, **overrides: Any) -> Prepared | int:
         "door": args.door,
         "answer_s": ANSWER_S,
         "tls": tls is not None,
+        "currency": args.currency,
     }
     settings = Settings(**(fields | overrides))
     return Prepared(settings, Gate(operators), sock, tls, args.host)

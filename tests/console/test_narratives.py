@@ -41,11 +41,7 @@ def sample(kind: Any) -> Any:
     if isinstance(kind, type) and issubclass(kind, msgspec.Struct):
         hints = typing.get_type_hints(kind, include_extras=True)
         return kind(
-            **{
-                f.name: sample(hints[f.name])
-                for f in msgspec.structs.fields(kind)
-                if f.required
-            }
+            **{f.name: sample(hints[f.name]) for f in msgspec.structs.fields(kind) if f.required}
         )
     if kind is bool:
         return True
