@@ -47,7 +47,8 @@ from kernel.cli._replay import packs_from
 from kernel.console._command import add_options, prepare, server_for
 from kernel.core.hosts import is_loopback
 from kernel.core.keys import public_text, write_private_key
-from kernel.core.reasons import CliError, ExitCode
+from kernel.core.reasons import CliError, ExitCode, ReasonCode
+from kernel.core.text import id_problem
 from kernel.inbox.keyring import ENV as KEYRING_ENV
 from kernel.inbox.keyring import Principal, add_principal
 from kernel.journal.errors import is_postgres, redact
@@ -162,6 +163,10 @@ def add_commands(commands: Any) -> None:
 
 async def run(args: argparse.Namespace) -> int:
     """Run ``dirk serve`` until interrupted; return its exit status."""
+    for agent_id in args.allow:
+        problem = id_problem(agent_id)
+        if problem is not None:
+            return error(ReasonCode.SCHEMA_INVALID, f"--allow: {problem}", ExitCode.USAGE)
     if args.files and not args.example:
         return error(CliError.BAD_ARGUMENT, "--files goes with --example", ExitCode.USAGE)
     if not 0.05 <= args.inbox_poll <= 60:

@@ -17,13 +17,17 @@ from pathlib import Path
 import anyio
 import httpx2
 import pytest
+from hypothesis import HealthCheck, given, settings
 
+from kernel.cli import main
 from kernel.cli._serve import ContinuedClock
 from kernel.core import events as ev
 from kernel.core.flow import FlowStatus
 from kernel.core.reasons import ExitCode, ReasonCode, StopReason
+from kernel.core.text import id_problem
 from kernel.journal.opening import open_journal
 from tests.support.browser import ROOT, console_extra
+from tests.support.hostile import hostile_text, is_utf8
 from tests.support.serving import (
     approvable,
     copied,
@@ -208,3 +212,24 @@ def test_the_continued_clock_starts_at_the_journal_and_keeps_the_machines_pace()
     assert clock.now_ns() == 1_709_562_600_000_000_000
     assert clock.now_ns() == 1_709_562_605_000_000_000
     assert clock.now_ns() == 1_709_562_605_000_000_000  # never backwards, never jumps
+
+
+@settings(
+    max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(agent_id=hostile_text(min_size=1))
+def test_any_agent_id_is_refused_in_one_line_or_taken(
+    journal: Path, capsys: pytest.CaptureFixture[str], agent_id: str
+) -> None:
+    """Whatever --allow holds: refused in one line for what no id may hold, else on to the next.
+
+    (--port 70000 stops the run right after, so nothing is served.)
+    """
+    status = main(["serve", "--db", str(journal), "--allow", agent_id, "--port", "70000"])
+    err = capsys.readouterr().err
+    assert status == ExitCode.USAGE
+    lines = err.strip().splitlines()
+    assert lines and "Traceback" not in err
+    # Not UTF-8 (a lone surrogate): dirk refuses it before any command runs.
+    code = "SCHEMA_INVALID" if is_utf8(agent_id) and id_problem(agent_id) else "BAD_ARGUMENT"
+    assert lines[-1].startswith(f"error: {code}: "), (agent_id, err)
