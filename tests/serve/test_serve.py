@@ -233,3 +233,43 @@ def test_any_agent_id_is_refused_in_one_line_or_taken(
     # Not UTF-8 (a lone surrogate): dirk refuses it before any command runs.
     code = "SCHEMA_INVALID" if is_utf8(agent_id) and id_problem(agent_id) else "BAD_ARGUMENT"
     assert lines[-1].startswith(f"error: {code}: "), (agent_id, err)
+
+
+def test_an_mcp_host_decides_on_the_served_kernel(journal: Path, tmp_path: Path) -> None:
+    """``--mcp``: an operator's MCP call on the same kernel approves, and the order executes."""
+    pytest.importorskip("mcp", reason="the MCP extra is not installed: pip install -e '.[mcp]'")
+    dfid, short = approvable(journal)
+    tokens = tmp_path / "tokens"
+    tokens.write_text("operator:rui s3cret-operator-token\n")
+    tokens.chmod(0o600)
+    args = ["--example", "trading", "--mcp", "127.0.0.1:0", "--mcp-token-file", str(tokens)]
+    with running_serve(journal, *args) as served:
+        assert served.proc.stderr is not None
+        line = ""
+        while "serving http://" not in line:
+            line = served.proc.stderr.readline()
+            assert line, "dirk serve ended before its MCP server listened"
+        url = line.split()[-1]
+        call = {"jsonrpc": "2.0", "id": 1, "method": "tools/call"}
+        call["params"] = {
+            "name": "decide",
+            "arguments": {
+                "dfid": dfid,
+                "decision": "approve",
+                "reason": "ok",
+                "action_hash": short,
+            },
+        }
+        headers = {
+            "content-type": "application/json",
+            "accept": "application/json, text/event-stream",
+        }
+        # The attacker first: no token, no decision.
+        assert httpx2.post(url, json=call, headers=headers, timeout=60).status_code == 401
+        headers["authorization"] = "Bearer s3cret-operator-token"
+        answer = httpx2.post(url, json=call, headers=headers, timeout=60)
+        assert answer.status_code == 200, answer.text
+        with httpx2.Client(base_url=served.url, follow_redirects=False, timeout=60) as client:
+            signed_in(client, served.login, "ana")
+            wait_status(client, dfid, "CLOSED")
+    assert folded(journal).flows[dfid].status is FlowStatus.CLOSED
