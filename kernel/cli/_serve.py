@@ -31,6 +31,7 @@ import contextlib
 import importlib
 import os
 import signal
+import socket
 import sys
 import tempfile
 import time
@@ -283,6 +284,30 @@ async def _serve(
     start_ns: int,
     prepared: Any,
 ) -> int:
+    mcp_sock = None
+    if args.mcp:
+        # Bound before the kernel opens: a port in use is one line, not a stopped kernel.
+        try:
+            mcp_sock = _bound(args.mcp)
+        except OSError as exc:
+            return error(CliError.BAD_ARGUMENT, f"--mcp {args.mcp}: {exc.strerror}", ExitCode.USAGE)
+    with contextlib.closing(mcp_sock) if mcp_sock is not None else contextlib.nullcontext():
+        return await _run_kernel(
+            args, packs, adapters, allow, bind, keyring, start_ns, prepared, mcp_sock
+        )
+
+
+async def _run_kernel(
+    args: argparse.Namespace,
+    packs: list[PolicyPack],
+    adapters: dict[str, Any],
+    allow: list[str],
+    bind: Bind,
+    keyring: str | None,
+    start_ns: int,
+    prepared: Any,
+    mcp_sock: socket.socket | None,
+) -> int:
     from kernel.boot import open_kernel
     from kernel.config import KernelConfig, Ports, Supervision
     from kernel.core.ports import SystemClock
@@ -311,8 +336,8 @@ async def _serve(
             if console is not None:
                 tg.start_soon(console.serve, [prepared.sock])
             mcp = anyio.CancelScope()
-            if args.mcp:
-                tg.start_soon(_mcp, kernel, args, mcp)
+            if mcp_sock is not None:
+                tg.start_soon(_mcp, kernel, args, mcp_sock, mcp)
             with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
                 async for _ in signals:
                     break
@@ -325,18 +350,45 @@ async def _serve(
     return ExitCode.OK
 
 
-async def _mcp(kernel: Any, args: argparse.Namespace, scope: anyio.CancelScope) -> None:
+def _bound(address: str) -> socket.socket:
+    """A listening socket on ``address`` (``HOST:PORT``; port 0: a free one)."""
+    host, _, port = address.rpartition(":")
+    host = host.strip("[]")
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, int(port)))
+        sock.listen(128)
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+async def _mcp(
+    kernel: Any, args: argparse.Namespace, sock: socket.socket, scope: anyio.CancelScope
+) -> None:
     """Serve MCP over HTTP on this kernel (``dirk mcp --kernel --http``, in this process)."""
-    from kernel.cli._mcp import _serve as serve_mcp
+    from kernel.cli import _mcp as mcp_module
     from kernel.mcp import Embedded, Identity, Principal
     from kernel.mcp._http import read_tokens
 
-    host, _, port = args.mcp.rpartition(":")
-    host = host.strip("[]")
+    host = args.mcp.rpartition(":")[0].strip("[]")
     tokens = read_tokens(args.mcp_token_file) if args.mcp_token_file else {}
     default = None
     if args.mcp_operator and not tokens:
         default = Principal(role="operator", name=args.mcp_operator)
+    identity = Identity(default, tokens)
+    # dirk mcp's serving changed with the release branch (a bound socket, its URL named in
+    # its RFC 9728 metadata): this runs on either, until the older one is gone.
+    mcp_cli: Any = mcp_module
+    web = getattr(mcp_cli, "_Web", None)
     with scope:
-        identity = Identity(default, tokens)
-        await serve_mcp(Embedded(kernel), identity, tokens, args.mcp, host, int(port), None)
+        if web is not None:
+            url = mcp_cli._url_of("http", host, sock.getsockname()[1])
+            await mcp_cli._serve(Embedded(kernel), identity, web(sock, host, url, None, tokens))
+        else:
+            # The older dirk mcp binds its own port: this one, given back to it.
+            port = sock.getsockname()[1]
+            sock.close()
+            await mcp_cli._serve(Embedded(kernel), identity, tokens, args.mcp, host, port, None)

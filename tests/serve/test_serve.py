@@ -10,6 +10,7 @@ broker and the flow ends CLOSED, not EXPIRED, although the journal's day is in 2
 from __future__ import annotations
 
 import re
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -17,7 +18,7 @@ from pathlib import Path
 import anyio
 import httpx2
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 
 from kernel.cli import main
 from kernel.cli._serve import ContinuedClock
@@ -191,6 +192,26 @@ def test_bad_arguments_are_one_line_with_a_code(journal: Path, args: list[str], 
     assert "Traceback" not in done.stderr
 
 
+def test_an_mcp_port_in_use_is_one_line_and_the_journal_is_left_as_it_was(journal: Path) -> None:
+    """Another process holds the --mcp port: refused before the kernel opens, nothing recorded."""
+    head = folded(journal).last_seq
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        mcp = ["--mcp", f"127.0.0.1:{port}", "--mcp-operator", "rui"]
+        done = subprocess.run(
+            [sys.executable, "-m", "kernel", "serve", "--db", str(journal), "--port", "0", *mcp],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            env=env_without_keys(),
+            timeout=120,
+        )
+    assert done.returncode == ExitCode.USAGE, done.stderr
+    assert done.stderr.splitlines()[-1].startswith(f"error: BAD_ARGUMENT: --mcp 127.0.0.1:{port}")
+    assert "Traceback" not in done.stderr
+    assert folded(journal).last_seq == head
+
+
 def test_a_missing_journal_is_refused_and_none_is_made(tmp_path: Path) -> None:
     db = tmp_path / "nothing.db"
     done = subprocess.run(
@@ -217,6 +238,7 @@ def test_the_continued_clock_starts_at_the_journal_and_keeps_the_machines_pace()
 @settings(
     max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
+@example(agent_id="-:")
 @given(agent_id=hostile_text(min_size=1))
 def test_any_agent_id_is_refused_in_one_line_or_taken(
     journal: Path, capsys: pytest.CaptureFixture[str], agent_id: str
@@ -225,7 +247,8 @@ def test_any_agent_id_is_refused_in_one_line_or_taken(
 
     (--port 70000 stops the run right after, so nothing is served.)
     """
-    status = main(["serve", "--db", str(journal), "--allow", agent_id, "--port", "70000"])
+    # --allow=ID: an id that starts with "-" is still the option's value.
+    status = main(["serve", "--db", str(journal), f"--allow={agent_id}", "--port", "70000"])
     err = capsys.readouterr().err
     assert status == ExitCode.USAGE
     lines = err.strip().splitlines()
