@@ -69,14 +69,18 @@ def venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
     [wheel] = wheels.glob("dir_kernel-*.whl")
     env = root / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", env], check=True, timeout=120)
+    # --ignore-installed: pip --python sees its own venv's packages too, where this suite's
+    # dir-kernel (editable, maybe the same version) would stand for the wheel.
+    target = str(env / "bin" / "python")
     installed = subprocess.run(
-        [*pip, "--python", str(env / "bin" / "python"), "install", "--no-deps", str(wheel)],
+        [*pip, "--python", target, "install", "--no-deps", "--ignore-installed", str(wheel)],
         capture_output=True,
         text=True,
         timeout=300,
     )
     assert installed.returncode == 0, installed.stderr
     [packages] = (env / "lib").glob("python3*/site-packages")
+    assert (packages / "examples" / "trading.py").is_file(), installed.stdout
     # The dependencies this suite has, after the venv's own packages: the wheel's kernel wins.
     (packages / "zz_suite_deps.pth").write_text(site.getsitepackages()[0] + "\n")
     return env
