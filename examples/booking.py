@@ -34,6 +34,7 @@ import anyio
 from agents_sdk import Agent, Manifest, Proposal, WorkingContext
 from examples.clock import SimClock
 from examples.llm import LanguageModel, ModelError, answer_of, conversation, open_model
+from examples.serving import Served
 from examples.summary import (
     checkpoint_signing,
     journal_and_files,
@@ -347,6 +348,17 @@ async def simulate(
             await book(kernel, "dee-1", dee)
     finally:
         hotel.close()
+
+
+def serving(files: Path) -> Served:
+    """The travel desk's parts for ``dirk serve --example booking``: its packs and hotel."""
+    hotel = SimulatedSystem(hotel_file(files))
+    return Served(
+        packs=[BOOKING, MEMORY_PACK],
+        adapters={"hotel": hotel},
+        allow=["travel-agent"],
+        close=hotel.close,
+    )
 
 
 def progress(line: str) -> None:

@@ -48,6 +48,7 @@ from examples.desk_mesh import (
 from examples.desk_model import playbooks
 from examples.llm import ModelError, draw, open_model
 from examples.market import MIN_MINUTES, OPERATOR_EVERY, Market, Plan, headline, plan_day
+from examples.serving import RecordedMarket, Served
 from examples.summary import (
     checkpoint_signing,
     journal_and_files,
@@ -393,6 +394,29 @@ async def _simulate(
 def bus_folder(files: Path) -> Path:
     """Where a run keeps its bus principals' keys by default: beside the journal."""
     return files.with_name(f"{files.stem}.bus")
+
+
+def serving(files: Path) -> Served:
+    """The desk's parts for ``dirk serve --example trading``: its packs, agents and systems.
+
+    The broker and the ledger reopen their ledgers beside ``files`` (as the run left
+    them); the broker quotes the last prices the journal recorded.
+    """
+    broker_system = SimulatedSystem(sidecar(files, "broker"), retry=BROKER_RETRY)
+    ledger = SimulatedSystem(sidecar(files, "ledger"))
+    market = RecordedMarket()
+
+    def close() -> None:
+        broker_system.close()
+        ledger.close()
+
+    return Served(
+        packs=[TRADING, DESK],
+        adapters={"broker": Broker(broker_system, market), "ledger": ledger},
+        allow=["strategist", *OWNERS, "risk"],
+        bind=market.bind,
+        close=close,
+    )
 
 
 def parser() -> argparse.ArgumentParser:

@@ -50,6 +50,7 @@ from kernel.cli._read import (
 )
 from kernel.cli._replay import add_commands as add_replay_commands
 from kernel.cli._roadmap import add_commands as add_roadmap_commands
+from kernel.cli._serve import add_commands as add_serve_commands
 from kernel.cli._verify import add_commands as add_verify_commands
 from kernel.console import add_commands as add_console_commands
 from kernel.core import events as ev
@@ -140,7 +141,19 @@ Reading commands print text for people, or JSON with --json.
 
 
 _FILE_ARGUMENTS = frozenset(
-    {"db", "source", "target", "key_file", "anchor", "operators", "token_file", "pack"}
+    {
+        "db",
+        "source",
+        "target",
+        "key_file",
+        "anchor",
+        "operators",
+        "token_file",
+        "pack",
+        "files",
+        "keyring",
+        "mcp_token_file",
+    }
 )
 """Arguments that name files: any bytes the system takes (a name need not be UTF-8)."""
 
@@ -274,6 +287,7 @@ def _parser() -> argparse.ArgumentParser:
     add_journal_commands(commands)
     add_mcp_commands(commands)
     add_console_commands(commands)
+    add_serve_commands(commands)
     add_belief_commands(commands)
     add_completion_command(commands)
     add_roadmap_commands(commands)
