@@ -203,6 +203,7 @@ def _more(event: Event) -> str:
             shown = ", ".join(f"{k}={v!r}" for k, v in list(fields.items())[:6])
             return f"{event.type}: {shown}"[:300]
 
+
 def _narrate_approval(payload: object) -> str | None:
     """Return the line for a vote, a re-judged approval, a grant's use or a price; else None."""
     match payload:
