@@ -8,6 +8,8 @@ process, so neither side inherits the other's heap, page cache warmth aside.
 Levers (A is before, B after):
 
 - ``ids``: random UUIDv4 DFIDs (A) against time-ordered UUIDv7 ones (B).
+- ``codec``: bodies deflated with dictionary 1 (A, kernels 0.2.0 and before) against zstd
+  with the trained dictionary 2 (B, the current codec); time-ordered ids on both sides.
 """
 
 from __future__ import annotations
@@ -25,13 +27,20 @@ from pathlib import Path
 import anyio
 
 from benchmarks.flows import FlowRun, run_flows
+from kernel.journal import codec
 
-LEVERS = {"ids": ("random v4 DFIDs", "time-ordered v7 DFIDs")}
+LEVERS = {
+    "ids": ("random v4 DFIDs", "time-ordered v7 DFIDs"),
+    "codec": ("zlib, dictionary 1", "zstd, dictionary 2"),
+}
 
 
 def _one(lever: str, side: str, flows: int) -> dict[str, float]:
     """Run P1 once with ``side`` (``A`` or ``B``) of ``lever``; return its figures per flow."""
     ordered = not (lever == "ids" and side == "A")
+    if lever == "codec" and side == "A":
+        # The store's writer makes its packer with the default number: make that dictionary 1.
+        codec.BodyPacker.__init__.__defaults__ = (codec.ZLIB,)
     with tempfile.TemporaryDirectory(prefix="dir-pair-") as tmp:
         path = Path(tmp) / "p1.db"
 
