@@ -10,6 +10,8 @@ Levers (A is before, B after):
 - ``ids``: random UUIDv4 DFIDs (A) against time-ordered UUIDv7 ones (B).
 - ``codec``: bodies deflated with dictionary 1 (A, kernels 0.2.0 and before) against zstd
   with the trained dictionary 2 (B, the current codec); time-ordered ids on both sides.
+- ``both``: random ids and dictionary 1 (A, main before this round) against time-ordered
+  ids and zstd (B).
 """
 
 from __future__ import annotations
@@ -32,13 +34,14 @@ from kernel.journal import codec
 LEVERS = {
     "ids": ("random v4 DFIDs", "time-ordered v7 DFIDs"),
     "codec": ("zlib, dictionary 1", "zstd, dictionary 2"),
+    "both": ("v4 ids, zlib dictionary 1", "v7 ids, zstd dictionary 2"),
 }
 
 
 def _one(lever: str, side: str, flows: int) -> dict[str, float]:
     """Run P1 once with ``side`` (``A`` or ``B``) of ``lever``; return its figures per flow."""
-    ordered = not (lever == "ids" and side == "A")
-    if lever == "codec" and side == "A":
+    ordered = not (lever in ("ids", "both") and side == "A")
+    if lever in ("codec", "both") and side == "A":
         # The store's writer makes its packer with the default number: make that dictionary 1.
         codec.BodyPacker.__init__.__defaults__ = (codec.ZLIB,)
     with tempfile.TemporaryDirectory(prefix="dir-pair-") as tmp:
