@@ -322,6 +322,10 @@ ISSUE_GOALS = (
 """Every goal of issue 35 (speed, round two), by the id of the figure that measures it."""
 
 
+def _plain(value: float) -> str:
+    return f"{value:,.0f}" if abs(value) >= 100 else f"{value:.3g}"
+
+
 def goals(figures: Sequence[Figure]) -> str:
     """Return one line per goal of issue 35: met, missed (by how much), skipped or not run."""
     by_id = {f.id: f for f in figures}
@@ -338,11 +342,11 @@ def goals(figures: Sequence[Figure]) -> str:
         elif figure.skipped:
             state = f"skipped ({figure.name})"
         elif figure.goal is None:
-            state = f"{figure.median:,.4g} {figure.unit}: no goal set on the figure"
+            state = f"{_plain(figure.median)} {figure.unit}: no goal set on the figure"
         else:
             verdict = "met" if figure.goal_met else "MISSED"
             state = (
-                f"{verdict}: {figure.median:,.4g} {figure.unit},"
+                f"{verdict}: {_plain(figure.median)} {figure.unit},"
                 f" {figure.median / figure.goal:.2f}x the goal"
             )
         lines.append(f"  {goal:<46} {state}")
