@@ -145,6 +145,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         mode += f", gc threshold {args.gc_threshold} (not the default)"
     print(f"\n{mode} run: {plan.repeats} repeats, {plan.flows:,} flows per run, {elapsed:.0f} s")
     print(table(figures))
+    print(goals(figures))
     if args.json:
         record = {
             "machine": info,
@@ -288,6 +289,84 @@ def _mesh_figures(quick: bool, figures: list[Figure]) -> list[Figure]:
     return mesh_figures(quick, p1)
 
 
+THREAD_GROUPS = (
+    ("C1.loop", "event loop"),
+    ("C1.writer", "journal writer (worker threads)"),
+    ("C1.other", "other threads"),
+)
+
+
+def _split_figures(p1: list[FlowRun]) -> list[Figure]:
+    """C1 by thread (per-thread CPU from /proc) and P1's syscall I/O per flow, when on Linux.
+
+    The journal writer's deflate, SQLite and file I/O run with the GIL released, so a
+    ``py-spy --gil`` profile of the loop cannot see them: these figures can.
+    """
+    figures = []
+    for figure_id, group in THREAD_GROUPS:
+        samples = [(r.threads or {}).get(group, 0.0) / r.flows * 1e6 for r in p1]
+        if any(r.threads for r in p1):
+            figures.append(Figure(figure_id, f"C1 share: {group}", "us", samples))
+    for figure_id, key, what in (("IO1.r", "rchar", "read"), ("IO1.w", "wchar", "written")):
+        if all(r.io and key in r.io for r in p1):
+            samples = [(r.io or {})[key] / r.flows for r in p1]
+            figures.append(
+                Figure(figure_id, f"bytes {what} by syscalls per flow", "bytes", samples)
+            )
+    return figures
+
+
+ISSUE_GOALS = (
+    ("P1", "P1 >= 7,000 durable flows/s"),
+    ("R1", "R1 = P1 / B1 >= 0.045"),
+    ("C1", "C1 <= 130 us CPU per flow"),
+    ("P3", "P3 p50 <= 0.8 ms at 500 flows/s"),
+    ("P3.99", "P3 p99 <= 4 ms at 500 flows/s"),
+    ("P6", "P6 <= 200 bytes/event"),
+    ("P5", "P5 replay >= 300k events/s"),
+    ("P5.v", "P5 verify >= 250k events/s"),
+    ("R9.dbos", "R9 >= 25x DBOS"),
+    ("R9.langgraph", "R9 >= 25x LangGraph"),
+    ("R9.autogen", "R9 >= 2x autogen-core"),
+    ("R14.mem", "R14.mem >= 1 (AGT's in-memory govern())"),
+    ("R14.file", "R14.file >= 2 (AGT with its file audit sink)"),
+    ("P10", "P10 >= 8,000 flows/s on PostgreSQL"),
+    ("P13.s", "4 mesh hosts >= 3.5x 1 host, 50 ms agents"),
+)
+"""Every goal of issue 35 (speed, round two), by the id of the figure that measures it."""
+
+
+def _plain(value: float) -> str:
+    return f"{value:,.0f}" if abs(value) >= 100 else f"{value:.3g}"
+
+
+def goals(figures: Sequence[Figure]) -> str:
+    """Return one line per goal of issue 35: met, missed (by how much), skipped or not run."""
+    by_id = {f.id: f for f in figures}
+    lines = ["goals of issue 35:"]
+    for figure_id, goal in ISSUE_GOALS:
+        figure = by_id.get(figure_id)
+        if figure is None:
+            # A figure that could not run stands under its group's id (P13, P10) or, for a
+            # peer's ratio, under the peer's own (P9.dbos for R9.dbos).
+            figure = by_id.get(figure_id.split(".")[0]) or by_id.get("P" + figure_id[1:])
+            figure = figure if figure is not None and figure.skipped else None
+        if figure is None:
+            state = "not measured in this run"
+        elif figure.skipped:
+            state = f"skipped ({figure.name})"
+        elif figure.goal is None:
+            state = f"{_plain(figure.median)} {figure.unit}: no goal set on the figure"
+        else:
+            verdict = "met" if figure.goal_met else "MISSED"
+            state = (
+                f"{verdict}: {_plain(figure.median)} {figure.unit},"
+                f" {figure.median / figure.goal:.2f}x the goal"
+            )
+        lines.append(f"  {goal:<46} {state}")
+    return "\n".join(lines)
+
+
 def _flows(plan: Plan, path: Path, receiver: SpanReceiver | None = None) -> FlowRun:
     async def run() -> FlowRun:
         if receiver is None:
@@ -424,6 +503,7 @@ def _figures(
                 lower_is_better=True,
             )
         )
+        figures += _split_figures(p1)
         gc_share = [r.gc_seconds / r.seconds for r in p1]
         figures.append(Figure("G1", "cyclic GC share of P1 wall time", "share", gc_share))
         figures.append(Figure("E1", "events per flow", "events", [r.events / r.flows for r in p1]))
