@@ -110,7 +110,12 @@ DEE_WEEK = {
     "nights": {"max": "7"},
 }
 """The standing grant for dee's week: any room up to 600.00 EUR a night, up to 7 nights."""
-GUESTS = {"ana": "Ana Lopes Ferreira", "bo": "Bo Lindqvist", "cy": "Cy Okonkwo"}
+GUESTS = {
+    "ana": "Ana Lopes Ferreira",
+    "bo": "Bo Lindqvist",
+    "cy": "Cy Okonkwo",
+    "dee": "Dee Mbeki",
+}
 """The travel agent's own directory of the names its travellers book under: personal data
 (the pack seals it under the traveller's key; ``dirk erase --subject ana`` shreds it)."""
 RATES = {"single": 12_000, "double": 18_000, "accessible": 21_000, "suite": 60_000}

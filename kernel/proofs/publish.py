@@ -152,10 +152,18 @@ class NatsPublisher:
 
     async def _store(self) -> Any:
         if self._kv is None:
-            import nats
+            from nats.aio.client import Client
             from nats.js.errors import BucketNotFoundError
 
-            self._nc = await nats.connect(self._server, allow_reconnect=False, connect_timeout=5)
+            nc = Client()
+            try:
+                await nc.connect(self._server, allow_reconnect=False, connect_timeout=5)
+            except BaseException:
+                # A refused login leaves nats.py's socket open: close it here, now.
+                with anyio.CancelScope(shield=True):
+                    await _abandon(nc)
+                raise
+            self._nc = nc
             js = self._nc.jetstream()
             try:
                 self._kv = await js.key_value(self._bucket)
@@ -180,6 +188,16 @@ class NatsPublisher:
     async def aclose(self) -> None:
         if self._nc is not None:
             await self._nc.close()
+
+
+async def _abandon(nc: Any) -> None:
+    transport = getattr(nc, "_transport", None)
+    with contextlib.suppress(Exception):
+        await nc.close()
+    if transport is not None:
+        with contextlib.suppress(Exception):
+            transport.close()
+            await transport.wait_closed()
 
 
 def publisher_for(where: str) -> Publisher:

@@ -236,7 +236,8 @@ def agree(
     }
     # The projection hash differs only as the seqs do (facts carry the seq that set them).
     # Each run signs its checkpoints with its own key; each covers its own journal's events.
-    assert meshed.pop("checkpoints") == f"signed; the latest covers all {meshed['events']} events"
+    covers = f"signed; the latest covers all {meshed_run['events']} events"
+    assert meshed_run.pop("checkpoints") == covers
     assert expected.pop("checkpoints").startswith("signed; the latest covers all")
     for key in ("projection_hash", "inspect", "verify"):
         expected.pop(key)

@@ -4,6 +4,8 @@ the kernel."""
 
 from __future__ import annotations
 
+import secrets
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -12,7 +14,7 @@ from kernel.core.notes import open_note, parse_checkpoint
 from kernel.proofs.check import read_keys
 from kernel.proofs.publish import open_publishers
 from kernel.proofs.signing import Signing
-from tests.support.nats import NatsServer, nats_server_fixture  # noqa: F401
+from tests.support.nats import started_server
 from tests.support.postgres import PostgresServer, postgres_server  # noqa: F401
 from tests.support.proofs import KeyFiles, run_flows, signing_kernel
 
@@ -52,10 +54,37 @@ async def test_a_postgresql_table(tmp_path: Path, postgres_server: PostgresServe
     assert rows[0][0] >= 1
 
 
-async def test_a_nats_key_value_bucket(tmp_path: Path, nats_server: NatsServer) -> None:
-    place = f"{nats_server.url}/dirk-checkpoints"
-    key, origin, size = await sign_into(tmp_path, [place])
-    await check_latest([place], key, origin, size)
+def publisher_only(secret: str) -> Callable[[int, Path], str]:
+    """A server whose one user may keep the checkpoints bucket and nothing else."""
+
+    def configure(port: int, store: Path) -> str:
+        return f"""listen: 127.0.0.1:{port}
+jetstream {{ store_dir: "{store / "js"}" }}
+authorization {{
+  users = [
+    {{ user: checkpoints, password: "{secret}", permissions: {{
+        publish: ["$JS.API.>", "$KV.dirk-checkpoints.>"], subscribe: ["_INBOX.>"] }} }}
+  ]
+}}
+"""
+
+    return configure
+
+
+async def test_a_nats_key_value_bucket(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    secret = secrets.token_hex(16)
+    with started_server(publisher_only(secret)) as server:
+        hostport = server.url.removeprefix("nats://")
+        place = f"nats://checkpoints:{secret}@{hostport}/dirk-checkpoints"
+        key, origin, size = await sign_into(tmp_path / "a", [place])
+        await check_latest([place], key, origin, size)
+
+        # A client with no credential publishes nothing, and the kernel runs on.
+        anonymous = f"nats://{hostport}/dirk-checkpoints"
+        await sign_into(tmp_path / "b", [anonymous])
+        assert f"not published to {anonymous}" in caplog.text
+        assert secret not in caplog.text
+        await check_latest([place], key, origin, size)  # still the first kernel's
 
 
 async def test_a_place_that_is_down_is_skipped_and_the_kernel_runs_on(
