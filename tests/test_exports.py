@@ -104,6 +104,8 @@ PINNED = {
         "JournalError",
         "MemoryState",
         "open_journal",
+        "payload_of",
+        "payloads",
         "Projections",
         "rejudge",
         "RuleSource",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import msgspec
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -170,3 +171,13 @@ def test_trigger_facts_round_trip_and_any_change_changes_the_hash(facts, seq):
     changed = body_of(Draft(payload=ev.TriggerFired(topic="t", facts={**facts, "\0": 1})), seq, 0)
     assert chain(GENESIS_HASH, body) != chain(GENESIS_HASH, changed)
     assert chain(GENESIS_HASH, body) != chain(b"\1" * 32, body)
+
+
+def test_payload_of_reads_the_payload_as_the_type_it_names_and_refuses_another() -> None:
+    restarted = ev.Event(seq=3, ts=1, payload=ev.ActorRestarted(actor="dim", error="x", restarts=2))
+    stopped = ev.Event(seq=4, ts=2, payload=ev.KernelStopped(reason="KERNEL_CLOSED"))
+    assert ev.payload_of(restarted, ev.ActorRestarted).restarts == 2
+    with pytest.raises(TypeError, match="event 4 is KernelStopped, not ActorRestarted"):
+        ev.payload_of(stopped, ev.ActorRestarted)
+    assert ev.payloads([stopped, restarted, stopped], ev.ActorRestarted) == [restarted.payload]
+    assert ev.payloads([stopped], ev.ActorRestarted) == []
