@@ -11,7 +11,7 @@ from typing import Any, ClassVar
 import msgspec
 
 from kernel import Clock, Kernel, open_kernel, testing
-from kernel.adapters import ExecutionIntent, Receipt
+from kernel.adapters import Adapter, ExecutionIntent, Receipt
 from kernel.config import KernelConfig, Ports
 from kernel.policy import PolicyKind, PolicyPack
 from kernel.testing import ManualClock, SeededIds, Step
@@ -124,7 +124,7 @@ class ScriptedAgent(testing.ScriptedAgent):
 async def kernel_for(
     path: Path,
     *,
-    bank: Bank | None = None,
+    bank: Adapter | None = None,
     allow: Sequence[str] = ("clerk", "auditor", "other"),
     clock: Clock | None = None,
     **kw: Any,
