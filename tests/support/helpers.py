@@ -10,7 +10,7 @@ from typing import Any, ClassVar
 
 import msgspec
 
-from kernel import Clock, Kernel, open_kernel, testing
+from kernel import Clock, FlowState, Kernel, open_kernel, testing
 from kernel.adapters import Adapter, ExecutionIntent, Receipt
 from kernel.config import KernelConfig, Ports
 from kernel.policy import PolicyKind, PolicyPack
@@ -140,3 +140,10 @@ async def kernel_for(
         ),
     ) as kernel:
         yield kernel
+
+
+def flow_of(kernel: Kernel, dfid: str) -> FlowState:
+    """Return the state of a flow the test knows is there (``kernel.flow`` may say None)."""
+    flow = kernel.flow(dfid)
+    assert flow is not None, f"no flow {dfid}"
+    return flow
