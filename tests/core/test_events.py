@@ -21,7 +21,7 @@ json_values = st.recursive(
     max_leaves=12,
 )
 
-SAMPLES = [
+SAMPLES: list[ev.AnyPayload] = [
     ev.KernelStarted(kernel_version="0.1.0", packs=[ev.PackRef(name="p", version="1", hash="h")]),
     ev.KernelStopped(reason="KERNEL_CLOSED"),
     ev.ActorRestarted(actor="dim", error="RuntimeError: x", restarts=1),
