@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import msgspec
 import pytest
@@ -139,7 +140,7 @@ SAMPLES: list[ev.AnyPayload] = [
 ]
 
 
-def test_every_event_type_has_a_sample_and_round_trips():
+def test_every_event_type_has_a_sample_and_round_trips() -> None:
     assert {type(p) for p in SAMPLES} == set(ev.AnyPayload.__args__)
     prev = GENESIS_HASH
     for seq, payload in enumerate(SAMPLES, 1):
@@ -154,7 +155,7 @@ def test_every_event_type_has_a_sample_and_round_trips():
         prev = hash_
 
 
-def test_canonical_bytes_sort_keys_and_omit_defaults():
+def test_canonical_bytes_sort_keys_and_omit_defaults() -> None:
     body = body_of(Draft(payload=ev.FlowClosed(), dfid="d"), 3, 9)
     assert body == b'{"dfid":"d","payload":{"type":"FlowClosed"},"seq":3,"ts":9}'
     decoded = json.loads(body)
@@ -164,7 +165,9 @@ def test_canonical_bytes_sort_keys_and_omit_defaults():
 @given(
     facts=st.dictionaries(st.text(max_size=12), json_values, max_size=6), seq=st.integers(1, 10**9)
 )
-def test_trigger_facts_round_trip_and_any_change_changes_the_hash(facts, seq):
+def test_trigger_facts_round_trip_and_any_change_changes_the_hash(
+    facts: dict[str, Any], seq: int
+) -> None:
     draft = Draft(payload=ev.TriggerFired(topic="t", facts=facts))
     body = body_of(draft, seq, 0)
     assert msgspec.json.decode(body, type=ev.Event).payload == draft.payload
