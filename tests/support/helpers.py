@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import itertools
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, ClassVar
 
 import msgspec
 
-from kernel import Clock, FlowState, Kernel, open_kernel, testing
+from kernel import Clock, FlowState, Kernel, Proposal, WorkingContext, open_kernel, testing
 from kernel.adapters import Adapter, ExecutionIntent, Receipt
 from kernel.config import KernelConfig, Ports
 from kernel.policy import PolicyKind, PolicyPack
@@ -89,8 +89,10 @@ class Bank:
         return self.effects[intent.key]
 
 
-def transfer(amount: int = 100, confidence: float = 0.9, **kw: Any) -> Step:
-    """A step that proposes a transfer on the context it was given."""
+def transfer(
+    amount: int = 100, confidence: float = 0.9, **kw: Any
+) -> Callable[[WorkingContext], Proposal]:
+    """A step that proposes a transfer on the context it was given (a Step that always proposes)."""
     return lambda ctx: ctx.propose(
         Transfer(account="acc-1", amount_cents=amount),
         explain="pay the invoice",
