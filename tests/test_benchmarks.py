@@ -18,8 +18,8 @@ from benchmarks.peers import installed
 from benchmarks.report import Figure, table
 from benchmarks.storage import measure_file, run_storage
 from examples.market import MIN_MINUTES
-from kernel.audit import open_journal
-from kernel.core.events import Draft, TriggerFired
+from kernel.audit import open_journal, payloads
+from kernel.core.events import Draft, ProposalSubmitted, TriggerFired
 
 
 def test_a_missing_peer_is_named_with_how_to_install_it() -> None:
@@ -85,7 +85,8 @@ async def test_p6_measures_the_shipped_trading_desk(tmp_path: Path) -> None:
     path = tmp_path / "desk.db"
     run = await run_storage(path, MIN_MINUTES)
     async with open_journal(path, readonly=True) as journal:
-        kinds = {e.payload.proposal.kind for e in await journal.read(types=["ProposalSubmitted"])}
+        submitted = await journal.read(types=["ProposalSubmitted"])
+        kinds = {p.proposal.kind for p in payloads(submitted, ProposalSubmitted)}
         assert run.events == journal.head_seq
     assert {"trading.place_order", "trading.set_mandate", "desk.rebalance"} <= kinds
     assert run.bytes_per_event == path.stat().st_size / run.events

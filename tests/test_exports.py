@@ -6,6 +6,7 @@ simulations (pinned in test_testing_exports.py), ``agents_sdk`` for agent author
 """
 
 import ast
+from types import ModuleType
 
 import pytest
 
@@ -116,6 +117,8 @@ PINNED = {
         "JournalError",
         "MemoryState",
         "open_journal",
+        "payload_of",
+        "payloads",
         "Projections",
         "rejudge",
         "RuleSource",
@@ -208,20 +211,20 @@ PUBLIC = {
 
 
 @pytest.mark.parametrize("namespace", list(PINNED), ids=lambda m: m.__name__)
-def test_each_namespace_exports_exactly_its_pinned_names(namespace):
+def test_each_namespace_exports_exactly_its_pinned_names(namespace: ModuleType) -> None:
     assert sorted(namespace.__all__) == sorted(PINNED[namespace])
     for name in namespace.__all__:
         assert getattr(namespace, name) is not None
 
 
-def test_sdk_exports_only_kernel_public_names():
+def test_sdk_exports_only_kernel_public_names() -> None:
     for name in agents_sdk.__all__:
         if name != "Agent":
             assert getattr(agents_sdk, name) is getattr(kernel, name)
 
 
 @pytest.mark.parametrize("tree", ["policies", "agents_sdk", "examples"])
-def test_user_code_imports_only_public_namespaces(tree):
+def test_user_code_imports_only_public_namespaces(tree: str) -> None:
     """Packs, the SDK and the examples are written the way users write: public names only."""
     private = []
     for path in sorted((ROOT / tree).rglob("*.py")):

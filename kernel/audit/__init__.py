@@ -7,7 +7,7 @@ Everything here works on a recorded journal, with or without a running kernel.
 from kernel.audit.counterfactual import whatif
 from kernel.audit.reverify import rejudge
 from kernel.core import events
-from kernel.core.events import Event, RuleSource
+from kernel.core.events import Event, RuleSource, payload_of, payloads
 from kernel.core.flow import IllegalTransition
 from kernel.journal.copy import copy_journal
 from kernel.journal.errors import redact
@@ -39,6 +39,8 @@ __all__ = [
     "fold",
     "follow_journal",
     "open_journal",
+    "payload_of",
+    "payloads",
     "read_keys",
     "redact",
     "rejudge",

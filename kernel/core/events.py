@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-from typing import Any
+from collections.abc import Iterable
+from typing import Any, TypeVar
 
 import msgspec
 
@@ -239,6 +240,29 @@ class Event(msgspec.Struct, frozen=True, gc=False, kw_only=True, omit_defaults=T
     def type(self) -> str:
         """The event type: the payload's tag."""
         return type(self.payload).__name__
+
+
+P = TypeVar("P", bound=Payload)
+
+
+def payload_of(event: Event, kind: type[P]) -> P:
+    """Return ``event``'s payload as a ``kind``, for reading its fields with their types.
+
+    ``event.payload`` is the union of every payload type, so a type checker cannot know
+    which fields it has; this says which one is expected and checks it.
+
+    Raises:
+        TypeError: The event carries another payload type.
+    """
+    payload = event.payload
+    if not isinstance(payload, kind):
+        raise TypeError(f"event {event.seq} is {event.type}, not {kind.__name__}")
+    return payload
+
+
+def payloads(events: Iterable[Event], kind: type[P]) -> list[P]:
+    """Return the payloads of type ``kind`` among ``events``, in their order."""
+    return [e.payload for e in events if isinstance(e.payload, kind)]
 
 
 _encoder = msgspec.json.Encoder(order="sorted")

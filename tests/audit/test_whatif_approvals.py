@@ -9,6 +9,7 @@ lists exactly the verdicts that would change.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import cast
 
 import anyio
 import pytest
@@ -95,7 +96,7 @@ async def test_without_the_grant_its_proposals_would_have_waited_for_a_human(
         [issued] = await journal.read(types=["GrantIssued"])
         assert isinstance(issued.payload, GrantIssued)
         result = await rejudge(journal, [PAY], check_hash=False, exclude=[issued.seq])
-    assert {c.dfid for c in result.changes} == set(seen["granted"])  # type: ignore[arg-type]
+    assert {c.dfid for c in result.changes} == set(cast("list[str]", seen["granted"]))
     assert all(
         c.then.startswith(f"accepted under grant {issued.payload.grant}") for c in result.changes
     )
@@ -118,7 +119,7 @@ async def test_a_stricter_quorum_shows_the_escalations_and_approvals_it_changes(
         "approval accepted when judged again -> would have been superseded",
     ]
     # One operator's grant covers no escalation that needs two.
-    assert set(by_flow) == set(seen["granted"])  # type: ignore[arg-type]
+    assert set(by_flow) == set(cast("list[str]", seen["granted"]))
 
 
 def test_dirk_whatif_with_a_lower_ceiling_lists_the_sends_it_refuses(

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import anyio
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -80,7 +81,9 @@ def test_different_seeds_make_different_bundles() -> None:
     assert len({bundle_hash(bundle(s)) for s in range(1, 6)}) == 5
 
 
-def test_the_command_prints_the_table_and_the_pass_rule(tmp_path: Path, capsys) -> None:
+def test_the_command_prints_the_table_and_the_pass_rule(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     code = cli.main(
         [
             "--seeds",

@@ -246,8 +246,8 @@ def reading_commands() -> dict[str, argparse.ArgumentParser]:
         for name, sub in action.choices.items():  # type: ignore[union-attr]
             commands[name] = sub
     traces = commands["traces"]
-    for action in traces._subparsers._group_actions:  # type: ignore[union-attr]
-        commands["traces export"] = action.choices["export"]  # type: ignore[index]
+    for action in traces._subparsers._group_actions:
+        commands["traces export"] = action.choices["export"]
     return {n: commands[n] for n in ("verify", "anchor", "flows", "show", "traces export")}
 
 

@@ -136,7 +136,7 @@ async def test_mcp_shows_the_quorum_and_refuses_a_second_vote(
         db,
         [four_eyes],
         clock=SystemClock(),
-        inbox_poll_s=0.05,  # type: ignore[arg-type]
+        inbox_poll_s=0.05,
     ) as kernel:
         await kernel.register(sender())
         [dfid] = await kernel.trigger("pay.250000")
@@ -146,7 +146,7 @@ async def test_mcp_shows_the_quorum_and_refuses_a_second_vote(
 
         def server(name: str) -> Client:
             who = Identity(Principal(role="operator", name=name))
-            return Client(build_server(follower, who))  # type: ignore[arg-type]
+            return Client(build_server(follower, who))
 
         async with server("ana") as c:
             first = await call(c, "decide", dfid=dfid, decision="approve", reason="ok",

@@ -31,7 +31,7 @@ async def kernel(tmp_path: Path) -> AsyncIterator[Kernel]:
 
 
 def client(kernel: Kernel, who: Principal = AGENT) -> Client:
-    return Client(build_server(Embedded(kernel), Identity(who)))  # type: ignore[arg-type]
+    return Client(build_server(Embedded(kernel), Identity(who)))
 
 
 async def call(c: Client, tool: str, **args: Any) -> dict[str, Any]:

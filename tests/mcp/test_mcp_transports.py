@@ -128,9 +128,9 @@ def test_http_with_tokens(http_server: tuple[str, Path]) -> None:
             assert document["bearer_methods_supported"] == ["header"]
             # No OAuth server behind it: a host that tries one is told why, and stops.
             for path in ("/.well-known/oauth-authorization-server", "/register", "/authorize"):
-                refused = await http.post(url.replace("/mcp", path), json={})
-                assert refused.status_code == 404
-                assert "operator" in refused.json()["error_description"]
+                answer = await http.post(url.replace("/mcp", path), json={})
+                assert answer.status_code == 404
+                assert "operator" in answer.json()["error_description"]
 
     anyio.run(drive)
 

@@ -14,7 +14,7 @@ import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import anyio
 import anyio.abc
@@ -148,7 +148,7 @@ async def meshed(
         kernel_for(path, **options) as kernel,
         open_mesh(kernel, server.url, config, auth=server.kernel) as mesh,
     ):
-        kernel.mesh = mesh  # the tests reach the mesh through the kernel they hold
+        cast(Any, kernel).mesh = mesh  # the tests reach the mesh through the kernel they hold
         yield kernel
 
 
