@@ -30,9 +30,13 @@ def outcome(flow: FlowState) -> str:
 
 def narrate(event: Event) -> str:
     """Return what one event of a flow says, in one line (two for a proposal's explanation)."""
-    approval = _narrate_approval(event.payload)
-    if approval is not None:
-        return approval
+    line = _narrate_approval(event.payload)
+    if line is None:
+        line = _narrate_grant(event.payload)
+    if line is None:
+        line = _narrate_record(event.payload)
+    if line is not None:
+        return line
     match event.payload:
         case ev.FlowCreated(topic=topic):
             return f"trigger {topic!r}" + (
@@ -251,3 +255,47 @@ def _count_of(n: int, word: str) -> str:
     if word in ("promoted", "archived", "discarded"):
         return f"{n} {word}"
     return f"{n} {word}{'' if n == 1 else 's'}"
+
+
+def _narrate_grant(payload: object) -> str | None:
+    """Return the line for a standing grant's issue, vote or revocation; else None."""
+    match payload:
+        case ev.GrantIssued(grant=grant, kind=kind, uses=uses, operator=operator, agent=agent) as p:
+            cap = f", up to {format_money(p.cap, p.currency)}" if p.cap is not None else ""
+            who = "any agent" if agent == "*" else agent
+            return f"grant {grant} issued by {operator}: {kind} for {who}, {uses} uses{cap}"
+        case ev.GrantVoted(grant=grant, vote=vote, operator=operator, met=met, waiting=waiting):
+            stands = "quorum met" if met else waiting
+            return f"{vote} vote on grant {grant} by {operator}" + (
+                f" ({stands})" if stands else ""
+            )
+        case ev.GrantRevoked(grant=grant, operator=operator, reason=reason):
+            return f"grant {grant} revoked by {operator}: {reason!r}"
+        case _:
+            return None
+
+
+def _narrate_record(payload: object) -> str | None:
+    """Return the line for meaning scores, artifacts, checkpoint keys or erasure; else None."""
+    match payload:
+        case ev.MeaningScored(model=model, version=version, threshold=threshold, scores=scores):
+            return (
+                f"meaning scored by {model} {version}: {len(scores)} constraint"
+                f"{'' if len(scores) == 1 else 's'} against threshold {threshold}"
+            )
+        case ev.ArtifactStored(ref=ref, size=size, media_type=media, by=by):
+            return f"artifact {ref[:16]} stored ({size} bytes, {media})" + (
+                f" by {by}" if by else ""
+            )
+        case ev.ArtifactsCollected(refs=refs, size=size, operator=operator):
+            return f"{len(refs)} unreferenced artifact(s) collected ({size} bytes)" + (
+                f" by {operator}" if operator else ""
+            )
+        case ev.CheckpointKeyChanged(origin=origin, key=key, previous=previous):
+            instead = f", replacing {previous}" if previous else ""
+            return f"checkpoints of {origin} signed with key {key}{instead}"
+        case ev.SubjectErased(subject=subject, keys=keys, operator=operator, retention=rule):
+            by = f" by {operator}" if operator else f" (retention {rule})" if rule else ""
+            return f"data subject {subject} erased{by}: {keys} key(s) destroyed"
+        case _:
+            return None
