@@ -56,7 +56,7 @@ from kernel.inbox import (
     VoteRequest,
 )
 from kernel.inbox.keyring import roles_of
-from kernel.inbox.requests import normalized
+from kernel.inbox.requests import grant_request, normalized
 from kernel.journal.store import Journal, JournalError
 from kernel.policy.contracts import (
     HandshakeRefused,
@@ -64,7 +64,6 @@ from kernel.policy.contracts import (
     Verdict,
 )
 from kernel.policy.kinds import Impact
-from kernel.policy.money import parse_money
 from kernel.policy.packs import PackError, PolicyPack
 from kernel.runtime.actors import Mailbox, Reply
 from kernel.runtime.messages import (
@@ -207,28 +206,18 @@ class OperatorActs:
         Raises:
             InputInvalid: a field the wall or the DIM refuses (recorded, InputRefused).
         """
-        amount, currency = None, ""
-        if cap is not None:
-            try:
-                amount, currency = parse_money(cap)
-            except ValueError as exc:
-                raise InputInvalid("cap", str(exc)) from None
-        request = normalized(
-            GrantRequest(
-                kind=kind,
-                operator=operator,
-                reason=reason,
-                uses=uses,
-                agent=agent,
-                bounds={k: dict(v) for k, v in (bounds or {}).items()},
-                valid_from_ns=valid_from_ns,
-                valid_until_ns=valid_until_ns,
-                valid_for_s=valid_for_s,
-                cap=amount,
-                currency=currency,
-            )
+        request = grant_request(
+            kind,
+            operator=operator,
+            reason=reason,
+            uses=uses,
+            agent=agent,
+            bounds=bounds,
+            valid_from_ns=valid_from_ns,
+            valid_until_ns=valid_until_ns,
+            valid_for_s=valid_for_s,
+            cap=cap,
         )
-        assert isinstance(request, GrantRequest)
         return await self._grant_act(
             self._issue_grant(request, self._roles(request.operator, roles), None, "api", "")
         )

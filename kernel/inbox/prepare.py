@@ -35,8 +35,8 @@ from kernel.inbox.requests import (
     VoteRequest,
     normalized,
 )
+from kernel.inbox.requests import grant_request as build_grant
 from kernel.policy.kinds import Impact
-from kernel.policy.money import parse_money
 from kernel.runtime.messages import Decision
 from kernel.state.approvals import Approval
 from kernel.state.grants import Grant, GrantStatus
@@ -441,28 +441,22 @@ def grant_request(
     _who(operator, reason)
     if kinds and kind not in kinds:
         raise RequestRefused(ReasonCode.SCHEMA_INVALID, f"no policy kind {kind[:64]!r} is known")
-    amount, currency = None, ""
-    if cap:
-        try:
-            amount, currency = parse_money(cap)
-        except ValueError as exc:
-            raise RequestRefused(ReasonCode.SCHEMA_INVALID, str(exc), malformed=True) from None
-    request: GrantRequest = checked(
-        GrantRequest(
-            kind=kind,
+    try:
+        return build_grant(
+            kind,
             operator=operator,
             reason=reason,
             uses=uses,
             agent=agent,
-            bounds={k: dict(v) for k, v in (bounds or {}).items()},
+            bounds=bounds,
             valid_from_ns=valid_from_ns,
             valid_until_ns=valid_until_ns,
             valid_for_s=valid_for_s,
-            cap=amount,
-            currency=currency,
+            cap=cap or None,
         )
-    )
-    return request
+    except InputInvalid as exc:
+        message = exc.detail if exc.field == "cap" else f"{exc.field}: {exc.detail}"
+        raise RequestRefused(exc.reason_code, message, malformed=True) from None
 
 
 def grant_vote(

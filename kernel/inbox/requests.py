@@ -16,6 +16,7 @@ where it is made.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
 import msgspec
@@ -33,6 +34,7 @@ from kernel.core.wall import (
     Text,
     check_value,
 )
+from kernel.policy.money import parse_money
 from kernel.runtime.messages import Decision
 from kernel.state.projections import AgentStatus
 
@@ -337,3 +339,49 @@ def _field(exc: msgspec.ValidationError) -> str:
         path = text.rsplit(" - at `", 1)[1].rstrip("`")
         return path.removeprefix("$.").removeprefix("$") or "$"
     return "$"
+
+
+def grant_request(
+    kind: str,
+    *,
+    operator: str,
+    reason: str,
+    uses: int,
+    agent: str = "*",
+    bounds: Mapping[str, Mapping[str, Any]] | None = None,
+    valid_from_ns: int | None = None,
+    valid_until_ns: int | None = None,
+    valid_for_s: float | None = None,
+    cap: str | None = None,
+) -> GrantRequest:
+    """Return the normalized request for a standing grant; ``cap`` is money text.
+
+    The one builder for the API (``Kernel.grant``) and the doors (``prepare.grant_request``).
+
+    Raises:
+        InputInvalid: a ``cap`` that is not money (``"1,000.00 EUR"``), or a field the
+            kernel's wall refuses.
+    """
+    amount, currency = None, ""
+    if cap is not None:
+        try:
+            amount, currency = parse_money(cap)
+        except ValueError as exc:
+            raise InputInvalid("cap", str(exc)) from None
+    request = normalized(
+        GrantRequest(
+            kind=kind,
+            operator=operator,
+            reason=reason,
+            uses=uses,
+            agent=agent,
+            bounds={k: dict(v) for k, v in (bounds or {}).items()},
+            valid_from_ns=valid_from_ns,
+            valid_until_ns=valid_until_ns,
+            valid_for_s=valid_for_s,
+            cap=amount,
+            currency=currency,
+        )
+    )
+    assert isinstance(request, GrantRequest)
+    return request

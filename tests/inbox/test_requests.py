@@ -143,15 +143,16 @@ def test_every_request_has_an_arm_in_the_one_match_that_applies_it() -> None:
 
 
 def test_every_request_is_built_by_a_client() -> None:
-    """Built in a client's module, or by kernel.inbox.prepare for a function a client calls."""
-    prepare = (KERNEL / "inbox" / "prepare.py").read_text()
-    tree = ast.parse(prepare)
+    """Built in a client's module, or by kernel.inbox (prepare, or a builder of requests
+    shared with the API) for a function a client calls."""
     built_by: dict[str, str] = {}
-    for function in tree.body:
-        if isinstance(function, ast.FunctionDef):
-            for node in ast.walk(function):
-                if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
-                    built_by.setdefault(node.func.id, function.name)
+    for module in ("prepare.py", "requests.py"):
+        tree = ast.parse((KERNEL / "inbox" / module).read_text())
+        for function in tree.body:
+            if isinstance(function, ast.FunctionDef):
+                for node in ast.walk(function):
+                    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+                        built_by.setdefault(node.func.id, function.name)
     clients = "\n".join(
         path.read_text() for part in CLIENTS for path in sorted((KERNEL / part).glob("*.py"))
     )
