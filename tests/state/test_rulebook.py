@@ -2,17 +2,37 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
 import anyio
 import pytest
 
-from kernel import FlowStatus
-from kernel.audit import fold
+from agents_sdk import Proposal, WorkingContext
+from kernel import FlowStatus, Kernel
+from kernel.audit import fold, payload_of
 from kernel.cli import main
 from kernel.context import compile_layers
-from kernel.core.events import CitationsChecked, Event, RuleDecided, RuleProposed, RuleSource
-from kernel.state.rulebook import LexicalSearch, Rulebook, RuleNotPending, promote, select
+from kernel.core.events import (
+    CitationsChecked,
+    ContextCompiled,
+    Event,
+    RuleDecided,
+    RuleProposed,
+    RuleSource,
+)
+from kernel.state.rulebook import (
+    LexicalSearch,
+    Rulebook,
+    RuleNotPending,
+    RuleVersion,
+    promote,
+    select,
+)
 from kernel.state.snapshots import capture, decode_snapshot, encode_snapshot
-from tests.support.memory_domain import Planner, booking_kernel, remember, run
+from tests.support.helpers import flow_of
+from tests.support.memory_domain import Planner, Step, booking_kernel, remember, run
 
 ACCESS = {
     "rule": "access",
@@ -36,45 +56,59 @@ SHORTS = {
 }
 
 
-async def decisions_of(kernel, dfid: str) -> list[Event]:
+async def decisions_of(kernel: Kernel, dfid: str) -> list[Event]:
     return [e for e in await kernel.journal.flow_events(dfid) if isinstance(e.payload, RuleDecided)]
 
 
-async def propose(kernel, agent, **params) -> RuleDecided:
+async def propose(kernel: Kernel, agent: Planner, **params: Any) -> Event:
+    """Run a flow that proposes a rule; return the promoter's ``RuleDecided`` event."""
     dfid = await run(kernel, agent, remember("memory.propose_rule", **params))
-    assert kernel.flow(dfid).status is FlowStatus.CLOSED
+    assert flow_of(kernel, dfid).status is FlowStatus.CLOSED
     [decided] = await decisions_of(kernel, dfid)
     return decided
 
 
-async def test_promote_defer_skip_override_each_audited(tmp_path):
+def current(book: Rulebook, rule: str) -> RuleVersion:
+    """Return the version of ``rule`` agents see now, which the test knows there is."""
+    version = book.items[rule].current
+    assert version is not None, f"no current version of {rule}"
+    return version
+
+
+async def test_promote_defer_skip_override_each_audited(tmp_path: Path) -> None:
     path = tmp_path / "j.db"
     async with booking_kernel(path) as kernel:
         agent = Planner(max_attempts=1)
         await kernel.register(agent)
 
         first = await propose(kernel, agent, **ACCESS)
-        assert (first.payload.decision, first.payload.reason) == ("promote", "NEW_RULE")
-        assert (first.payload.actor, first.payload.prior_version, first.payload.version) == (
+        decided = payload_of(first, RuleDecided)
+        assert (decided.decision, decided.reason) == ("promote", "NEW_RULE")
+        assert (decided.actor, decided.prior_version, decided.version) == (
             "promoter",
             0,
             1,
         )
         [proposed] = await kernel.journal.read(types=["RuleProposed"])
-        assert first.caused_by == proposed.seq and proposed.payload.proposer == "booker"
+        assert first.caused_by == proposed.seq
+        assert payload_of(proposed, RuleProposed).proposer == "booker"
 
         same = await propose(kernel, agent, **ACCESS, base_version=1)
-        assert (same.payload.decision, same.payload.reason) == ("skip", "SAME_CONTENT")
+        decided = payload_of(same, RuleDecided)
+        assert (decided.decision, decided.reason) == ("skip", "SAME_CONTENT")
 
         stale = await propose(kernel, agent, **{**ACCESS, "content": "Ask first."})
-        assert (stale.payload.decision, stale.payload.reason) == ("defer", "STALE_BASE")
+        decided = payload_of(stale, RuleDecided)
+        assert (decided.decision, decided.reason) == ("defer", "STALE_BASE")
 
         unsourced = {**ACCESS, "content": "Ask about lifts.", "blob": "", "base_version": 1}
         deferred = await propose(kernel, agent, **unsourced)
-        assert (deferred.payload.decision, deferred.payload.reason) == ("defer", "NO_PROVENANCE")
+        decided = payload_of(deferred, RuleDecided)
+        assert (decided.decision, decided.reason) == ("defer", "NO_PROVENANCE")
         book = kernel.projections.memory.rulebook
+        assert stale.caused_by is not None and deferred.caused_by is not None
         assert set(book.pending) == {stale.caused_by, deferred.caused_by}
-        assert book.items["access"].current.version == 1  # a deferral changes nothing
+        assert current(book, "access").version == 1  # a deferral changes nothing
 
         overridden = await kernel.decide_rule(
             deferred.caused_by, "override", operator="ana", reason="lifts matter"
@@ -87,19 +121,24 @@ async def test_promote_defer_skip_override_each_audited(tmp_path):
             prior_version=1,
             version=2,
         )
-        assert book.items["access"].current.content == "Ask about lifts."
+        assert current(book, "access").content == "Ask about lifts."
         assert book.items["access"].pinned
 
         # An operator's version is not replaced by an agent without an operator.
         pinned = await propose(
             kernel, agent, **{**ACCESS, "content": "Skip it.", "base_version": 2}
         )
-        assert (pinned.payload.decision, pinned.payload.reason) == ("defer", "OPERATOR_PINNED")
-        skipped = await kernel.decide_rule(
-            pinned.caused_by, "skip", operator="bo", reason="not our policy"
+        decided = payload_of(pinned, RuleDecided)
+        assert (decided.decision, decided.reason) == ("defer", "OPERATOR_PINNED")
+        assert pinned.caused_by is not None
+        skipped = payload_of(
+            await kernel.decide_rule(
+                pinned.caused_by, "skip", operator="bo", reason="not our policy"
+            ),
+            RuleDecided,
         )
-        assert (skipped.payload.decision, skipped.payload.actor) == ("skip", "bo")
-        assert skipped.payload.version == 0 and pinned.caused_by not in book.pending
+        assert (skipped.decision, skipped.actor) == ("skip", "bo")
+        assert skipped.version == 0 and pinned.caused_by not in book.pending
 
         # Decisions on what is not waiting, or without a reason, are refused.
         with pytest.raises(RuleNotPending):
@@ -111,7 +150,7 @@ async def test_promote_defer_skip_override_each_audited(tmp_path):
 
         # An operator proposes through the same gate, or overrides at once.
         source = RuleSource(repo="acme/runbooks", ref="v2", path="hotels/access.md", blob="9d")
-        gated = await kernel.propose_rule(
+        gated_event = await kernel.propose_rule(
             "access",
             title="Accessibility",
             content="Ask, then book.",
@@ -120,8 +159,9 @@ async def test_promote_defer_skip_override_each_audited(tmp_path):
             operator="ana",
             reason="wording",
         )
-        assert (gated.payload.decision, gated.payload.actor) == ("promote", "promoter")
-        forced = await kernel.propose_rule(
+        gated = payload_of(gated_event, RuleDecided)
+        assert (gated.decision, gated.actor) == ("promote", "promoter")
+        forced_event = await kernel.propose_rule(
             "shorts",
             title="Shorts",
             content="Close by noon.",
@@ -129,7 +169,8 @@ async def test_promote_defer_skip_override_each_audited(tmp_path):
             reason="desk rule",
             override=True,
         )
-        assert (forced.payload.decision, forced.payload.actor, forced.payload.version) == (
+        forced = payload_of(forced_event, RuleDecided)
+        assert (forced.decision, forced.actor, forced.version) == (
             "override",
             "ana",
             1,
@@ -156,7 +197,9 @@ async def test_promote_defer_skip_override_each_audited(tmp_path):
         assert digest == kernel.projections.digest()
 
 
-def test_dirk_why_prints_versions_decisions_and_source(tmp_path, capsys):
+def test_dirk_why_prints_versions_decisions_and_source(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     path = tmp_path / "j.db"
 
     async def write() -> int:
@@ -166,6 +209,7 @@ def test_dirk_why_prints_versions_decisions_and_source(tmp_path, capsys):
             await propose(kernel, agent, **ACCESS)
             later = {**ACCESS, "content": "Ask about lifts.", "blob": "", "base_version": 1}
             deferred = await propose(kernel, agent, **later)
+            assert deferred.caused_by is not None
             event = await kernel.decide_rule(
                 deferred.caused_by, "override", operator="ana", reason="lifts matter"
             )
@@ -190,15 +234,15 @@ def test_dirk_why_prints_versions_decisions_and_source(tmp_path, capsys):
     assert "UNKNOWN_RULE" in capsys.readouterr().err
 
 
-def cite(text: str):
-    def step(ctx):
+def cite(text: str) -> Step:
+    def step(ctx: WorkingContext) -> Proposal:
         rules = " ".join(rule["cite"] for rule in ctx.memory.get("rules", []))
         return ctx.propose({"kind": "test.note", "text": "ok"}, explain=f"{rules} {text}")
 
     return step
 
 
-async def test_relevant_rules_reach_the_context_and_citations_are_checked(tmp_path):
+async def test_relevant_rules_reach_the_context_and_citations_are_checked(tmp_path: Path) -> None:
     async with booking_kernel(tmp_path / "j.db") as kernel:
         agent = Planner(max_attempts=1)
         await kernel.register(agent)
@@ -215,18 +259,19 @@ async def test_relevant_rules_reach_the_context_and_citations_are_checked(tmp_pa
         assert ctx.memory["rules"][0]["content"] == "Ask first, then book."
         events = await kernel.journal.flow_events(dfid)
         [compiled] = [e for e in events if e.type == "ContextCompiled"]
-        assert compiled.payload.rules == ["access@v2"]
-        [checked] = [e for e in events if isinstance(e.payload, CitationsChecked)]
-        assert checked.payload.correct == ["access@v2"]
-        assert checked.payload.incorrect == {
+        assert payload_of(compiled, ContextCompiled).rules == ["access@v2"]
+        [checked_event] = [e for e in events if isinstance(e.payload, CitationsChecked)]
+        checked = payload_of(checked_event, CitationsChecked)
+        assert checked.correct == ["access@v2"]
+        assert checked.incorrect == {
             "access@v1": "WRONG_VERSION: the context showed v2",
             "shorts@v1": "NOT_IN_CONTEXT: the rule exists but this flow's context did not show it",
             "nope@v3": "UNKNOWN_RULE: the rulebook has no such rule version",
         }
         submitted = next(e for e in events if e.type == "ProposalSubmitted")
-        assert checked.caused_by == submitted.seq
+        assert checked_event.caused_by == submitted.seq
         # Recorded, not judged: the explanation's citations do not change the verdict.
-        assert kernel.flow(dfid).status is FlowStatus.CLOSED
+        assert flow_of(kernel, dfid).status is FlowStatus.CLOSED
         assert dfid not in kernel.projections.memory.rulebook.shown  # only open flows are kept
 
         # An explanation without citations records nothing about them.
@@ -258,13 +303,13 @@ def book_of(*rules: tuple[str, str, str, list[str]]) -> Rulebook:
         seq += 1
         proposed = version_of(*rule)
         book.apply(Event(seq=seq, ts=0, payload=proposed.payload))
-        decided = promote(book, proposed.payload)
+        decided = promote(book, payload_of(proposed, RuleProposed))
         seq += 1
         book.apply(Event(seq=seq, ts=0, payload=decided, caused_by=seq - 1))
     return book
 
 
-def test_lexical_search_ranks_by_relevance_and_breaks_ties_by_id():
+def test_lexical_search_ranks_by_relevance_and_breaks_ties_by_id() -> None:
     book = book_of(
         ("b-cash", "Cash", "Keep cash above the floor.", ["trading"]),
         ("a-cash", "Cash", "Keep cash above the floor.", ["trading"]),
@@ -284,12 +329,12 @@ def test_lexical_search_ranks_by_relevance_and_breaks_ties_by_id():
 class ByLabel:
     """A stand-in for a vector index behind the port: the rules whose label is in the query."""
 
-    def search(self, rules, query, k):
+    def search(self, rules: Sequence[RuleVersion], query: str, k: int) -> list[str]:
         words = set(query.split())
         return [r.rule for r in rules if set(r.labels) & words][:k]
 
 
-def test_the_search_port_the_limit_and_the_token_budget_shape_the_memory_layer():
+def test_the_search_port_the_limit_and_the_token_budget_shape_the_memory_layer() -> None:
     from tests.context.test_context import flow_of, manifest, projections_with
 
     projections = projections_with({"bank.x": "1"})
@@ -324,7 +369,7 @@ def test_the_search_port_the_limit_and_the_token_budget_shape_the_memory_layer()
     assert "rules" not in tighter.memory and tighter.state == {"bank.x": "1"}
 
 
-async def test_checkpoints_and_time_travel_hold_constraints_and_rules(tmp_path):
+async def test_checkpoints_and_time_travel_hold_constraints_and_rules(tmp_path: Path) -> None:
     from kernel.audit import open_journal, state_at, verify_projections
     from kernel.state.snapshots import checkpoints, state_json
 
@@ -343,5 +388,5 @@ async def test_checkpoints_and_time_travel_hold_constraints_and_rules(tmp_path):
         assert report.ok, report.problems
         whole = await state_at(journal, events[-1].seq)
     assert whole.digest() == live
-    assert whole.memory.rulebook.items["access"].current.version == 1
+    assert current(whole.memory.rulebook, "access").version == 1
     assert state_json(whole)["memory"]["constraints"]  # seq keys serialise

@@ -7,6 +7,7 @@ projection digest, so journals written before keep opening from their snapshots.
 from __future__ import annotations
 
 import hashlib
+from pathlib import Path
 
 from kernel.audit import fold, open_journal
 from kernel.core.events import Draft, ProjectionCheckpoint
@@ -14,7 +15,7 @@ from kernel.state.snapshots import capture, encode_snapshot, trusted_snapshot, v
 from tests.audit.test_time_travel import record
 
 
-async def test_a_checkpoint_records_the_hash_of_its_snapshot_bytes(tmp_path):
+async def test_a_checkpoint_records_the_hash_of_its_snapshot_bytes(tmp_path: Path) -> None:
     path = tmp_path / "j.db"
     await record(path, triggers=20)
     async with open_journal(path, readonly=True) as journal:
@@ -33,7 +34,7 @@ async def test_a_checkpoint_records_the_hash_of_its_snapshot_bytes(tmp_path):
     assert restored.digest() == fold(events[: points[-1].seq]).digest()
 
 
-async def test_a_checkpoint_without_a_snapshot_hash_still_vouches_by_digest(tmp_path):
+async def test_a_checkpoint_without_a_snapshot_hash_still_vouches_by_digest(tmp_path: Path) -> None:
     path = tmp_path / "old.db"
     await record(path, every=0, triggers=10)  # no checkpoints of its own
     async with open_journal(path) as journal:
@@ -51,7 +52,9 @@ async def test_a_checkpoint_without_a_snapshot_hash_still_vouches_by_digest(tmp_
     assert report.ok and report.snapshots == 1, report.problems
 
 
-async def test_a_snapshot_whose_bytes_differ_from_the_recorded_hash_is_not_loaded(tmp_path):
+async def test_a_snapshot_whose_bytes_differ_from_the_recorded_hash_is_not_loaded(
+    tmp_path: Path,
+) -> None:
     path = tmp_path / "j.db"
     await record(path, every=0, triggers=10)
     async with open_journal(path) as journal:
