@@ -3,14 +3,24 @@
 from __future__ import annotations
 
 import random
+from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
 
-from kernel import FlowStatus, Outcome, ReasonCode, Verdict
+from kernel import FlowStatus, Kernel, Outcome, ReasonCode, Verdict
 from kernel.adapters import AdapterError, Receipt, RetryPolicy
-from kernel.audit import open_journal
-from kernel.core.events import Draft, ProposalAccepted
+from kernel.audit import open_journal, payload_of
+from kernel.core.events import (
+    Draft,
+    ExecutionRefused,
+    ExecutionRetried,
+    ExecutionSucceeded,
+    FlowEscalated,
+    ProposalAccepted,
+    ProposalRejected,
+)
 from kernel.runtime.actors import Reply
 from kernel.runtime.messages import Execute
 from kernel.testing import action_of, flow_types
@@ -25,8 +35,16 @@ from tests.support.execution_domain import (
     agent,
     desk_kernel,
 )
+from tests.support.helpers import flow_of, manual_clock
 
 STEADY = RetryPolicy(max_attempts=4, base_s=1.0, factor=2.0, jitter=0.0)
+
+
+def pending_key(kernel: Kernel, dfid: str) -> str:
+    """Return the idempotency key of the intent the flow is executing."""
+    pending = flow_of(kernel, dfid).pending
+    assert pending is not None, f"flow {dfid} has no intent in flight"
+    return pending.key
 
 
 def transient(n: int) -> list[Exception]:
@@ -36,18 +54,19 @@ def transient(n: int) -> list[Exception]:
     ]
 
 
-async def test_transient_errors_are_retried_on_the_backoff_schedule(tmp_path):
+async def test_transient_errors_are_retried_on_the_backoff_schedule(tmp_path: Path) -> None:
     desk = Desk({"desk.ping": transient(3)}, retry_policy=STEADY)
     async with desk_kernel(tmp_path / "j.db", desk) as kernel:
         watch = Watch(kernel)
         await kernel.register(agent(Ping(text="hi")))
         [dfid] = await kernel.trigger("desk.go")
         for n, delay in enumerate([1, 2, 4], 1):
-            [*_, retried] = await watch.events(dfid, "ExecutionRetried", n)
-            assert (retried.payload.attempt, retried.payload.delay_ns) == (n, delay * 10**9)
+            [*_, last] = await watch.events(dfid, "ExecutionRetried", n)
+            retried = payload_of(last, ExecutionRetried)
+            assert (retried.attempt, retried.delay_ns) == (n, delay * 10**9)
             # Nothing happens until the clock reaches the recorded due time.
             assert len(desk.calls) == n
-            kernel.clock.advance(delay)
+            manual_clock(kernel).advance(delay)
         flow = await kernel.wait_flow(dfid)
 
         assert flow.status is FlowStatus.CLOSED
@@ -55,7 +74,7 @@ async def test_transient_errors_are_retried_on_the_backoff_schedule(tmp_path):
         assert len(desk.effects) == 1
 
 
-def test_jitter_is_seeded_and_only_shortens_the_delay():
+def test_jitter_is_seeded_and_only_shortens_the_delay() -> None:
     policy = RetryPolicy(base_s=1.0, factor=2.0, max_s=5.0, jitter=0.5)
     first = [policy.delay_s(n, random.Random(3)) for n in range(1, 6)]
     again = [policy.delay_s(n, random.Random(3)) for n in range(1, 6)]
@@ -65,7 +84,9 @@ def test_jitter_is_seeded_and_only_shortens_the_delay():
         assert full * 0.5 <= delay <= full
 
 
-async def test_a_spent_budget_escalates_and_a_human_override_retries_the_same_key(tmp_path):
+async def test_a_spent_budget_escalates_and_a_human_override_retries_the_same_key(
+    tmp_path: Path,
+) -> None:
     policy = RetryPolicy(max_attempts=2, base_s=1.0, jitter=0.0)
     desk = Desk({"desk.ping": transient(2)}, retry_policy=policy)
     async with desk_kernel(tmp_path / "j.db", desk) as kernel:
@@ -73,7 +94,7 @@ async def test_a_spent_budget_escalates_and_a_human_override_retries_the_same_ke
         await kernel.register(agent(Ping(text="hi")))
         [dfid] = await kernel.trigger("desk.go")
         await watch.events(dfid, "ExecutionRetried")
-        kernel.clock.advance(1)
+        manual_clock(kernel).advance(1)
         flow = await kernel.wait_flow(dfid)
         assert flow.status is FlowStatus.ESCALATED
         assert flow.reason_code is ReasonCode.EXECUTION_FAILED
@@ -91,7 +112,7 @@ async def test_a_spent_budget_escalates_and_a_human_override_retries_the_same_ke
         assert len(desk.calls) == 3 and len({c.key for c in desk.calls}) == 1
 
 
-async def test_a_spent_budget_aborts_when_the_policy_says_so(tmp_path):
+async def test_a_spent_budget_aborts_when_the_policy_says_so(tmp_path: Path) -> None:
     policy = RetryPolicy(max_attempts=1, on_exhausted="abort")
     desk = Desk({"desk.ping": transient(1)})
     async with desk_kernel(tmp_path / "j.db", desk, retry=policy) as kernel:
@@ -102,7 +123,7 @@ async def test_a_spent_budget_aborts_when_the_policy_says_so(tmp_path):
         assert "ExecutionRetried" not in await flow_types(kernel, dfid)
 
 
-async def test_a_terminal_error_fails_at_once(tmp_path):
+async def test_a_terminal_error_fails_at_once(tmp_path: Path) -> None:
     desk = Desk({"desk.ping": [AdapterError("account closed")]}, retry_policy=STEADY)
     async with desk_kernel(tmp_path / "j.db", desk) as kernel:
         await kernel.register(agent(Ping(text="hi")))
@@ -117,7 +138,9 @@ async def test_a_terminal_error_fails_at_once(tmp_path):
 
 
 @pytest.mark.parametrize("desk_type", [Desk, LookupDesk])
-async def test_a_timeout_after_the_effect_does_not_double_it(tmp_path, desk_type):
+async def test_a_timeout_after_the_effect_does_not_double_it(
+    tmp_path: Path, desk_type: type[Desk]
+) -> None:
     lost = After(AdapterError("read timeout", transient=True))
     desk = desk_type({"desk.ping": [lost]}, retry_policy=STEADY)
     async with desk_kernel(tmp_path / "j.db", desk) as kernel:
@@ -125,20 +148,21 @@ async def test_a_timeout_after_the_effect_does_not_double_it(tmp_path, desk_type
         await kernel.register(agent(Ping(text="hi")))
         [dfid] = await kernel.trigger("desk.go")
         await watch.events(dfid, "ExecutionRetried")
-        kernel.clock.advance(1)
+        manual_clock(kernel).advance(1)
         flow = await kernel.wait_flow(dfid)
 
         assert flow.status is FlowStatus.CLOSED
         assert len(desk.effects) == 1
-        [succeeded] = await kernel.journal.read(dfid=dfid, types=["ExecutionSucceeded"])
+        [event] = await kernel.journal.read(dfid=dfid, types=["ExecutionSucceeded"])
+        succeeded = payload_of(event, ExecutionSucceeded)
         if desk_type is LookupDesk:
             # The retry asked first and found the effect: execute ran once only.
-            assert len(desk.calls) == 1 and succeeded.payload.recovered
+            assert len(desk.calls) == 1 and succeeded.recovered
         else:
-            assert len(desk.calls) == 2 and not succeeded.payload.recovered
+            assert len(desk.calls) == 2 and not succeeded.recovered
 
 
-async def test_a_delivery_while_the_call_is_in_flight_never_calls_twice(tmp_path):
+async def test_a_delivery_while_the_call_is_in_flight_never_calls_twice(tmp_path: Path) -> None:
     gate = anyio.Event()
     desk = Desk(gates={"desk.ping": gate})
     async with desk_kernel(tmp_path / "j.db", desk) as kernel:
@@ -155,8 +179,8 @@ async def test_a_delivery_while_the_call_is_in_flight_never_calls_twice(tmp_path
         assert (await flow_types(kernel, dfid)).count("DuplicateSuppressed") == 3
 
 
-def order(**kw):
-    fields = dict(
+def order(**kw: Any) -> Order:
+    fields: dict[str, Any] = dict(
         symbol="ACME", side="buy", quantity=10, reference_price="100.00", max_slippage_bps=50
     )
     return Order(**{**fields, **kw})
@@ -172,8 +196,8 @@ def order(**kw):
     ],
 )
 async def test_the_world_moving_past_a_bound_refuses_execution(
-    tmp_path, price, state, policy, bound
-):
+    tmp_path: Path, price: str, state: str, policy: Order, bound: str
+) -> None:
     desk = Desk(price=price, market_state=state)
     async with desk_kernel(tmp_path / "j.db", desk) as kernel:
         await kernel.register(agent(policy))
@@ -183,14 +207,15 @@ async def test_the_world_moving_past_a_bound_refuses_execution(
         assert flow.status is FlowStatus.ABORTED
         assert flow.reason_code is ReasonCode.EXECUTION_CONSTRAINT_VIOLATED
         assert desk.calls == [] and desk.quotes == 1
-        [refused] = await kernel.journal.read(dfid=dfid, types=["ExecutionRefused"])
-        assert refused.payload.bound == bound
+        [event] = await kernel.journal.read(dfid=dfid, types=["ExecutionRefused"])
+        refused = payload_of(event, ExecutionRefused)
+        assert refused.bound == bound
         # Both prices are on the record: the one decided on and the one found.
-        assert refused.payload.bounds["reference_price"] == "100.00"
-        assert refused.payload.observed["price"] == price
+        assert refused.bounds["reference_price"] == "100.00"
+        assert refused.observed["price"] == price
 
 
-async def test_a_price_within_the_bounds_executes(tmp_path):
+async def test_a_price_within_the_bounds_executes(tmp_path: Path) -> None:
     desk = Desk(price="100.40")
     async with desk_kernel(tmp_path / "j.db", desk) as kernel:
         await kernel.register(agent(order(limit_price="100.50")))
@@ -199,21 +224,21 @@ async def test_a_price_within_the_bounds_executes(tmp_path):
         assert desk.calls[0].bounds["max_slippage_bps"] == 50
 
 
-async def test_an_intent_past_its_validity_when_executed_is_refused(tmp_path):
+async def test_an_intent_past_its_validity_when_executed_is_refused(tmp_path: Path) -> None:
     desk = Desk()
     async with desk_kernel(tmp_path / "j.db", desk) as kernel:
         await kernel.register(agent(Ping(text="hi"), confidence=0.2))
         [dfid] = await kernel.trigger("desk.go")
         assert (await kernel.wait_flow(dfid)).status is FlowStatus.ESCALATED
-        kernel.clock.advance(120)  # the human answers after the 60 s window
+        manual_clock(kernel).advance(120)  # the human answers after the 60 s window
         await kernel.decide(
             dfid, "override", operator="ana", reason="fine", action_hash=action_of(kernel, dfid)
         )
         flow = await kernel.wait_flow(dfid)
 
         assert flow.reason_code is ReasonCode.EXECUTION_CONSTRAINT_VIOLATED
-        [refused] = await kernel.journal.read(dfid=dfid, types=["ExecutionRefused"])
-        assert refused.payload.bound == "valid_until_ns" and desk.calls == []
+        [event] = await kernel.journal.read(dfid=dfid, types=["ExecutionRefused"])
+        assert payload_of(event, ExecutionRefused).bound == "valid_until_ns" and desk.calls == []
 
 
 LEGS = ["flight", "hotel", "car"]
@@ -221,8 +246,8 @@ LEGS = ["flight", "hotel", "car"]
 
 @pytest.mark.parametrize("failing", [1, 2, 3])
 async def test_a_failed_saga_step_compensates_exactly_the_completed_steps_in_reverse(
-    tmp_path, failing
-):
+    tmp_path: Path, failing: int
+) -> None:
     leg = LEGS[failing - 1]
     desk = Desk({f"book_{leg}": [AdapterError(f"no {leg} available")]})
     async with desk_kernel(tmp_path / "j.db", desk) as kernel:
@@ -251,7 +276,7 @@ async def test_a_failed_saga_step_compensates_exactly_the_completed_steps_in_rev
         ]
 
 
-async def test_a_saga_that_succeeds_runs_every_step_once(tmp_path):
+async def test_a_saga_that_succeeds_runs_every_step_once(tmp_path: Path) -> None:
     desk = Desk()
     async with desk_kernel(tmp_path / "j.db", desk) as kernel:
         await kernel.register(agent(Trip(legs=LEGS)))
@@ -262,7 +287,9 @@ async def test_a_saga_that_succeeds_runs_every_step_once(tmp_path):
         assert [c.step for c in desk.calls] == [1, 2, 3]
 
 
-async def test_a_failing_compensation_escalates_with_the_exact_partial_state(tmp_path):
+async def test_a_failing_compensation_escalates_with_the_exact_partial_state(
+    tmp_path: Path,
+) -> None:
     desk = Desk(
         {
             "book_car": [AdapterError("no car")],
@@ -285,14 +312,15 @@ async def test_a_failing_compensation_escalates_with_the_exact_partial_state(tmp
             "undo:book_hotel",
             "undo:book_flight",
         ]
-        [escalated] = await kernel.journal.read(dfid=dfid, types=["FlowEscalated"])
-        assert escalated.payload.partial == {
+        [event] = await kernel.journal.read(dfid=dfid, types=["FlowEscalated"])
+        escalated = payload_of(event, FlowEscalated)
+        assert escalated.partial == {
             "in_effect": [1],
             "undone": [2],
             "failed_step": 3,
             "failed_compensation": 1,
         }
-        assert "non-refundable" in escalated.payload.detail
+        assert "non-refundable" in escalated.detail
         # A human closes it; executing it again is refused, not guessed.
         verdict = await kernel.decide(
             dfid, "override", operator="ana", reason="retry", action_hash=action_of(kernel, dfid)
@@ -302,7 +330,7 @@ async def test_a_failing_compensation_escalates_with_the_exact_partial_state(tmp
         assert flow.status is FlowStatus.ABORTED and len(desk.calls) == 5
 
 
-async def test_an_agent_with_a_dirty_flow_is_passive_until_it_converges(tmp_path):
+async def test_an_agent_with_a_dirty_flow_is_passive_until_it_converges(tmp_path: Path) -> None:
     gate = anyio.Event()
     desk = Desk({"book_hotel": [AdapterError("full")]}, gates={"undo:book_flight": gate})
     async with desk_kernel(tmp_path / "j.db", desk) as kernel:
@@ -315,9 +343,10 @@ async def test_an_agent_with_a_dirty_flow_is_passive_until_it_converges(tmp_path
         [second] = await kernel.trigger("desk.go")
         refused = await kernel.wait_flow(second)
         assert refused.status is FlowStatus.ABORTED
-        [rejected] = await kernel.journal.read(dfid=second, types=["ProposalRejected"])
-        assert rejected.payload.feedback.reason_code is ReasonCode.AGENT_PASSIVE
-        assert first in rejected.payload.feedback.detail
+        [event] = await kernel.journal.read(dfid=second, types=["ProposalRejected"])
+        feedback = payload_of(event, ProposalRejected).feedback
+        assert feedback.reason_code is ReasonCode.AGENT_PASSIVE
+        assert first in feedback.detail
 
         gate.set()
         assert (await kernel.wait_flow(first)).status is FlowStatus.COMPENSATED
@@ -326,7 +355,7 @@ async def test_an_agent_with_a_dirty_flow_is_passive_until_it_converges(tmp_path
         assert (await kernel.wait_flow(third)).status is FlowStatus.CLOSED
 
 
-async def test_an_intent_in_flight_at_shutdown_is_resumed_with_the_same_key(tmp_path):
+async def test_an_intent_in_flight_at_shutdown_is_resumed_with_the_same_key(tmp_path: Path) -> None:
     gate = anyio.Event()
     first = Desk(gates={"desk.ping": gate})
     async with desk_kernel(tmp_path / "j.db", first) as kernel:
@@ -334,7 +363,7 @@ async def test_an_intent_in_flight_at_shutdown_is_resumed_with_the_same_key(tmp_
         [dfid] = await kernel.trigger("desk.go")
         await kernel.wait_flow(dfid, {FlowStatus.EXECUTING})
         # Started, and the effect happened; the answer never came back.
-        key = kernel.flow(dfid).pending.key
+        key = pending_key(kernel, dfid)
         first.effects[key] = Receipt(external_id="desk.ping-1")
 
     again = LookupDesk()
@@ -343,8 +372,8 @@ async def test_an_intent_in_flight_at_shutdown_is_resumed_with_the_same_key(tmp_
         flow = await kernel.wait_flow(dfid)
         assert (flow.status, flow.external_id) == (FlowStatus.CLOSED, "desk.ping-1")
         assert again.lookups == [key] and again.calls == []
-        [succeeded] = await kernel.journal.read(dfid=dfid, types=["ExecutionSucceeded"])
-        assert succeeded.payload.recovered
+        [event] = await kernel.journal.read(dfid=dfid, types=["ExecutionSucceeded"])
+        assert payload_of(event, ExecutionSucceeded).recovered
 
     # Without lookup the same key is simply called again (the system deduplicates).
     plain = Desk()
@@ -352,13 +381,13 @@ async def test_an_intent_in_flight_at_shutdown_is_resumed_with_the_same_key(tmp_
         await kernel.register(agent(Ping(text="hi")))
         [other] = await kernel.trigger("desk.go")
         await kernel.wait_flow(other, {FlowStatus.EXECUTING})
-        key = kernel.flow(other).pending.key
+        key = pending_key(kernel, other)
     async with desk_kernel(tmp_path / "k.db", plain) as kernel:
         assert (await kernel.wait_flow(other)).status is FlowStatus.CLOSED
         assert [c.key for c in plain.calls] == [key]
 
 
-async def test_a_flow_left_accepted_but_never_started_is_executed_on_start(tmp_path):
+async def test_a_flow_left_accepted_but_never_started_is_executed_on_start(tmp_path: Path) -> None:
     path = tmp_path / "j.db"
     async with desk_kernel(path, Desk()) as kernel:
         await kernel.register(agent(Ping(text="hi"), confidence=0.2))

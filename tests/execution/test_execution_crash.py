@@ -23,7 +23,14 @@ import msgspec
 import pytest
 
 from kernel import FlowStatus, ReasonCode
-from kernel.audit import fold, open_journal, verify_journal
+from kernel.adapters import ExecutionIntent
+from kernel.audit import Event, fold, open_journal, payloads, verify_journal
+from kernel.core.events import (
+    CompensationFailed,
+    CompensationStarted,
+    CompensationSucceeded,
+    ExecutionSucceeded,
+)
 from tests.support import ROOT, SUPPORT
 
 WORKER = SUPPORT / "execution_worker.py"
@@ -46,7 +53,9 @@ async def run_worker(*args: str) -> int:
 
 @pytest.mark.parametrize("lookup", ["0", "1"], ids=["dedupe", "lookup"])
 @pytest.mark.parametrize("seed", SEEDS)
-async def test_a_killed_kernel_resumes_every_intent_with_exactly_one_effect(tmp_path, seed, lookup):
+async def test_a_killed_kernel_resumes_every_intent_with_exactly_one_effect(
+    tmp_path: Path, seed: int, lookup: str
+) -> None:
     await kill_run(tmp_path, seed, lookup)
 
 
@@ -100,9 +109,10 @@ async def check(journal: str, ledger: str, *, decided: bool) -> None:
     succeeded = {
         e.payload.key
         for e in events
-        if e.type in ("ExecutionSucceeded", "CompensationSucceeded") and e.payload.external_id
+        if isinstance(e.payload, ExecutionSucceeded | CompensationSucceeded)
+        and e.payload.external_id
     }
-    started = [e.payload.intent.key for e in events if e.type == "CompensationStarted"]
+    started = [p.intent.key for p in payloads(events, CompensationStarted)]
     accepted = {e.dfid for e in events if e.type == "ProposalAccepted"}
     reconciled = {e.dfid for e in events if e.type == "HumanDecided"}
     # Flows that wait for a human because an effect may exist that no answer showed.
@@ -127,6 +137,7 @@ async def check(journal: str, ledger: str, *, decided: bool) -> None:
     # Every accepted intent ran to its end, or waits for a human on an unknown outcome;
     # after a reconcile as not done it failed (and was compensated) as any failure does.
     for dfid in accepted:
+        assert dfid is not None, "an acceptance outside a flow"
         flow = state.flows[dfid]
         if flow.status in (FlowStatus.CLOSED, FlowStatus.COMPENSATED):
             continue
@@ -140,12 +151,12 @@ async def check(journal: str, ledger: str, *, decided: bool) -> None:
     assert set(started) <= succeeded | set(in_doubt) | _known_failed_compensations(events)
 
 
-def _known_failed_compensations(events):  # type: ignore[no-untyped-def]
-    return {
-        e.payload.key for e in events if e.type == "CompensationFailed" and not e.payload.unknown
-    }
+def _known_failed_compensations(events: list[Event]) -> set[str]:
+    return {p.key for p in payloads(events, CompensationFailed) if not p.unknown}
 
 
-def _key_of(event):  # type: ignore[no-untyped-def]
-    intent = getattr(event.payload, "intent", None)
-    return intent.key if intent is not None else getattr(event.payload, "key", None)
+def _key_of(event: Event) -> str | None:
+    """The idempotency key an event is about: its intent's, or its own (None: neither)."""
+    intent: ExecutionIntent | None = getattr(event.payload, "intent", None)
+    key: str | None = intent.key if intent is not None else getattr(event.payload, "key", None)
+    return key

@@ -16,11 +16,21 @@ from pathlib import Path
 import anyio
 import pytest
 
-from kernel import FlowStatus, Outcome, ReasonCode
+from kernel import FlowStatus, Kernel, Outcome, ReasonCode
 from kernel.adapters import AdapterError, RetryPolicy
 from kernel.adapters.contract import Receipt
-from kernel.audit import IllegalTransition, fold
-from kernel.core.events import Event, ExecutionIntent, HumanDecided, ProposalAccepted
+from kernel.audit import IllegalTransition, fold, payload_of
+from kernel.core.events import (
+    AnyPayload,
+    Event,
+    ExecutionFailed,
+    ExecutionIntent,
+    ExecutionRetried,
+    ExecutionSucceeded,
+    FlowEscalated,
+    HumanDecided,
+    ProposalAccepted,
+)
 from kernel.core.flow import apply
 from kernel.inbox import DecideRequest
 from kernel.inbox.requests import decode_row
@@ -39,6 +49,7 @@ from tests.support.execution_domain import (
     agent,
     desk_kernel,
 )
+from tests.support.helpers import flow_of, manual_clock
 from tests.support.operators import Keys
 
 # Two calls, then calls again while the 60 s intent is valid (delays 1, 2, 4, 8, 16 s).
@@ -51,19 +62,22 @@ def lost(n: int) -> list[Exception]:
     return [After(AdapterError("read timeout", transient=True)) for _ in range(n)]
 
 
-async def escalate_unknown(kernel, desk: Desk) -> str:  # type: ignore[no-untyped-def]
+async def escalate_unknown(kernel: Kernel, desk: Desk) -> str:
     """Run one ping whose every answer is lost until the flow waits for a human."""
     watch = Watch(kernel)
     await kernel.register(agent(Ping(text="hi")))
     [dfid] = await kernel.trigger("desk.go")
     for n, delay in enumerate(DELAYS, 1):
-        [*_, retried] = await watch.events(dfid, "ExecutionRetried", n)
-        assert retried.payload.unknown and retried.payload.delay_ns == delay * 10**9
-        kernel.clock.advance(delay)
+        [*_, last] = await watch.events(dfid, "ExecutionRetried", n)
+        retried = payload_of(last, ExecutionRetried)
+        assert retried.unknown and retried.delay_ns == delay * 10**9
+        manual_clock(kernel).advance(delay)
     return dfid
 
 
-async def test_lost_answers_retry_within_validity_then_escalate_outcome_unknown(tmp_path):
+async def test_lost_answers_retry_within_validity_then_escalate_outcome_unknown(
+    tmp_path: Path,
+) -> None:
     desk = Desk({"desk.ping": lost(6)}, retry_policy=POLICY)
     async with desk_kernel(tmp_path / "j.db", desk) as kernel:
         dfid = await escalate_unknown(kernel, desk)
@@ -76,7 +90,7 @@ async def test_lost_answers_retry_within_validity_then_escalate_outcome_unknown(
         assert flow.pending is not None and flow.pending.key == desk.calls[0].key
         assert "outcome unknown" in flow.detail
         [failed] = await kernel.journal.read(dfid=dfid, types=["ExecutionFailed"])
-        assert failed.payload.unknown
+        assert payload_of(failed, ExecutionFailed).unknown
         assert "ExecutionSucceeded" not in await flow_types(kernel, dfid)
 
         # Neither a rejection nor an approval may guess at the world.
@@ -91,7 +105,7 @@ async def test_lost_answers_retry_within_validity_then_escalate_outcome_unknown(
             )
             assert verdict.feedback is not None
             assert verdict.feedback.reason_code is ReasonCode.SCHEMA_INVALID
-        assert kernel.flow(dfid).status is FlowStatus.ESCALATED
+        assert flow_of(kernel, dfid).status is FlowStatus.ESCALATED
 
         # The operator looks the key up in the desk and records what it shows.
         shown = desk.effects[flow.pending.key].external_id
@@ -105,8 +119,9 @@ async def test_lost_answers_retry_within_validity_then_escalate_outcome_unknown(
         assert verdict.outcome is Outcome.ACCEPTED
         flow = await kernel.wait_flow(dfid)
         assert (flow.status, flow.external_id) == (FlowStatus.CLOSED, shown)
-        [succeeded] = await kernel.journal.read(dfid=dfid, types=["ExecutionSucceeded"])
-        assert succeeded.payload.reconciled and succeeded.payload.detail == {"reconciled_by": "ana"}
+        [event] = await kernel.journal.read(dfid=dfid, types=["ExecutionSucceeded"])
+        succeeded = payload_of(event, ExecutionSucceeded)
+        assert succeeded.reconciled and succeeded.detail == {"reconciled_by": "ana"}
         assert len(desk.calls) == 6  # reconciling calls nothing
         # A decided flow takes no second decision.
         again = await kernel.decide(dfid, "retry", operator="bo", reason="late")
@@ -114,7 +129,7 @@ async def test_lost_answers_retry_within_validity_then_escalate_outcome_unknown(
         assert again.feedback.reason_code is ReasonCode.FLOW_NOT_ACTIVE
 
 
-async def test_a_retry_calls_again_with_the_same_key(tmp_path):
+async def test_a_retry_calls_again_with_the_same_key(tmp_path: Path) -> None:
     desk = Desk({"desk.ping": lost(6)}, retry_policy=POLICY)
     async with desk_kernel(tmp_path / "j.db", desk) as kernel:
         dfid = await escalate_unknown(kernel, desk)
@@ -129,9 +144,9 @@ async def test_a_retry_calls_again_with_the_same_key(tmp_path):
         assert flow.external_id == desk.effects[desk.calls[0].key].external_id
 
 
-async def test_a_reconcile_as_not_done_fails_the_flow_as_recorded(tmp_path):
+async def test_a_reconcile_as_not_done_fails_the_flow_as_recorded(tmp_path: Path) -> None:
     # Timeouts before anything happened, but the desk cannot say so: unknown.
-    timeouts = [AdapterError("connect timeout", transient=True) for _ in range(6)]
+    timeouts: list[Exception] = [AdapterError("connect timeout", transient=True) for _ in range(6)]
     desk = Desk({"desk.ping": timeouts}, retry_policy=POLICY)
     async with desk_kernel(tmp_path / "j.db", desk) as kernel:
         dfid = await escalate_unknown(kernel, desk)
@@ -146,7 +161,7 @@ async def test_a_reconcile_as_not_done_fails_the_flow_as_recorded(tmp_path):
         assert desk.effects == {}
 
 
-async def test_a_lookup_is_asked_before_any_human(tmp_path):
+async def test_a_lookup_is_asked_before_any_human(tmp_path: Path) -> None:
     policy = RetryPolicy(max_attempts=1)
     desk = LookupDesk({"desk.ping": lost(1)}, retry_policy=policy)
     async with desk_kernel(tmp_path / "j.db", desk) as kernel:
@@ -157,10 +172,10 @@ async def test_a_lookup_is_asked_before_any_human(tmp_path):
         assert flow.status is FlowStatus.CLOSED
         assert len(desk.calls) == 1 and desk.lookups == [desk.calls[0].key]
         [succeeded] = await kernel.journal.read(dfid=dfid, types=["ExecutionSucceeded"])
-        assert succeeded.payload.recovered
+        assert payload_of(succeeded, ExecutionSucceeded).recovered
 
 
-async def test_a_lookup_that_finds_nothing_makes_the_failure_known(tmp_path):
+async def test_a_lookup_that_finds_nothing_makes_the_failure_known(tmp_path: Path) -> None:
     policy = RetryPolicy(max_attempts=1)
     timeout = AdapterError("connect timeout", transient=True)
     desk = LookupDesk({"desk.ping": [timeout]}, retry_policy=policy)
@@ -180,7 +195,9 @@ async def test_a_lookup_that_finds_nothing_makes_the_failure_known(tmp_path):
         assert verdict.feedback.reason_code is ReasonCode.SCHEMA_INVALID
 
 
-async def test_a_refusal_before_the_effect_after_a_lost_answer_stays_unknown(tmp_path):
+async def test_a_refusal_before_the_effect_after_a_lost_answer_stays_unknown(
+    tmp_path: Path,
+) -> None:
     # The first answer is lost after the effect; then the desk refuses before it
     # even looks at the key. That refusal says nothing about the first call.
     script = lost(1) + [
@@ -193,7 +210,7 @@ async def test_a_refusal_before_the_effect_after_a_lost_answer_stays_unknown(tmp
         assert flow.reason_code is ReasonCode.OUTCOME_UNKNOWN and len(desk.effects) == 1
 
 
-async def test_an_unknown_compensation_waits_with_the_partial_state(tmp_path):
+async def test_an_unknown_compensation_waits_with_the_partial_state(tmp_path: Path) -> None:
     undo = lost(2)
     policy = RetryPolicy(max_attempts=2, base_s=1.0, jitter=0.0)
     desk = Desk(
@@ -204,17 +221,18 @@ async def test_an_unknown_compensation_waits_with_the_partial_state(tmp_path):
         await kernel.register(agent(Trip(legs=["flight", "hotel"])))
         [dfid] = await kernel.trigger("desk.go")
         await watch.events(dfid, "ExecutionRetried")
-        kernel.clock.advance(1)
+        manual_clock(kernel).advance(1)
         flow = await kernel.wait_flow(dfid)
 
         # A compensation has no validity to retry within: a human is asked at once.
         assert (flow.status, flow.reason_code) == (FlowStatus.ESCALATED, ReasonCode.OUTCOME_UNKNOWN)
         [escalated] = await kernel.journal.read(dfid=dfid, types=["FlowEscalated"])
-        assert escalated.payload.partial == {
+        assert payload_of(escalated, FlowEscalated).partial == {
             "in_effect": [1],
             "undone": [],
             "unknown_compensation": 1,
         }
+        assert flow.pending is not None
         shown = desk.effects[flow.pending.key].external_id
         await kernel.decide(
             dfid,
@@ -227,7 +245,7 @@ async def test_an_unknown_compensation_waits_with_the_partial_state(tmp_path):
         assert (flow.status, flow.undone) == (FlowStatus.COMPENSATED, 1)
 
 
-async def test_the_fold_allows_only_reconcile_or_retry_on_a_pending_intent(tmp_path):
+async def test_the_fold_allows_only_reconcile_or_retry_on_a_pending_intent(tmp_path: Path) -> None:
     desk = Desk({"desk.ping": lost(6)}, retry_policy=POLICY)
     async with desk_kernel(tmp_path / "j.db", desk) as kernel:
         dfid = await escalate_unknown(kernel, desk)
@@ -237,7 +255,7 @@ async def test_the_fold_allows_only_reconcile_or_retry_on_a_pending_intent(tmp_p
     assert state == flow
     last = events[-1]
 
-    def event(payload) -> Event:  # type: ignore[no-untyped-def]
+    def event(payload: AnyPayload) -> Event:
         return Event(seq=last.seq + 1, ts=last.ts, dfid=dfid, payload=payload)
 
     for payload in (
@@ -298,7 +316,9 @@ def test_dirk_decide_offers_reconcile_and_retry_on_an_unknown_outcome(
 
 
 @pytest.mark.parametrize("desk_type", [Desk, LookupDesk])
-async def test_an_unclassified_exception_is_an_unknown_outcome(tmp_path, desk_type):
+async def test_an_unclassified_exception_is_an_unknown_outcome(
+    tmp_path: Path, desk_type: type[Desk]
+) -> None:
     desk = desk_type({"desk.ping": [ConnectionResetError("peer reset")]}, retry_policy=POLICY)
     async with desk_kernel(tmp_path / "j.db", desk) as kernel:
         await kernel.register(agent(Ping(text="hi")))
@@ -320,29 +340,32 @@ async def test_an_unclassified_exception_is_an_unknown_outcome(tmp_path, desk_ty
             assert "ConnectionResetError: peer reset" in flow.detail
 
 
-async def test_a_terminal_refusal_after_a_lost_answer_settles_the_doubt(tmp_path):
+async def test_a_terminal_refusal_after_a_lost_answer_settles_the_doubt(tmp_path: Path) -> None:
     # A key-honouring desk answers a key that took effect with its receipt; a
     # refusal of the key therefore says no effect exists for it (here: the
     # timeout came before anything happened).
-    script = [AdapterError("read timeout", transient=True), AdapterError("account closed")]
+    script: list[Exception] = [
+        AdapterError("read timeout", transient=True),
+        AdapterError("account closed"),
+    ]
     desk = Desk({"desk.ping": script}, retry_policy=POLICY)
     async with desk_kernel(tmp_path / "j.db", desk) as kernel:
         watch = Watch(kernel)
         await kernel.register(agent(Ping(text="hi")))
         [dfid] = await kernel.trigger("desk.go")
         await watch.events(dfid, "ExecutionRetried")
-        kernel.clock.advance(1)
+        manual_clock(kernel).advance(1)
         flow = await kernel.wait_flow(dfid)
         assert (flow.status, flow.reason_code) == (FlowStatus.ABORTED, ReasonCode.EXECUTION_FAILED)
         assert desk.effects == {} and len(desk.calls) == 2
 
 
-async def test_an_unknown_outcome_never_expires(tmp_path):
+async def test_an_unknown_outcome_never_expires(tmp_path: Path) -> None:
     desk = Desk({"desk.ping": lost(6)}, retry_policy=POLICY)
     async with desk_kernel(tmp_path / "j.db", desk, inbox_poll_s=None) as kernel:
         dfid = await escalate_unknown(kernel, desk)
         await kernel.wait_flow(dfid)
-        kernel.clock.advance(10 * 3600)  # far past the approval's time to live
+        manual_clock(kernel).advance(10 * 3600)  # far past the approval's time to live
         await kernel.actors.escalation.send(Tick())
         verdict = await kernel.decide(dfid, "retry", operator="ana", reason="a day later")
         assert verdict.outcome is Outcome.ACCEPTED
@@ -357,7 +380,8 @@ class GarbageDesk(Desk):
         super().__init__()
         self.answer = answer
 
-    async def execute(self, intent: ExecutionIntent) -> Receipt:  # type: ignore[override]
+    async def execute(self, intent: ExecutionIntent) -> Receipt:
+
         await super().execute(intent)
         return self.answer  # type: ignore[return-value]
 
@@ -367,20 +391,23 @@ class GarbageDesk(Desk):
     [{"fill": float("nan")}, {"qty": 2**70}, {"when": object()}],
     ids=["nan", "huge-int", "object"],
 )
-async def test_a_receipt_the_journal_cannot_hold_is_recorded_as_done_with_a_note(tmp_path, detail):
+async def test_a_receipt_the_journal_cannot_hold_is_recorded_as_done_with_a_note(
+    tmp_path: Path, detail: dict[str, object]
+) -> None:
     desk = GarbageDesk(Receipt(external_id="x" * 300, detail=detail))
     async with desk_kernel(tmp_path / "j.db", desk) as kernel:
         await kernel.register(agent(Ping(text="hi")))
         [dfid] = await kernel.trigger("desk.go")
         flow = await kernel.wait_flow(dfid)
         assert flow.status is FlowStatus.CLOSED and len(desk.effects) == 1
-        [done] = await kernel.journal.read(dfid=dfid, types=["ExecutionSucceeded"])
-        assert "could not be recorded" in done.payload.detail["unrecorded"]
-        assert len(done.payload.external_id) <= 256 and "cut" in done.payload.external_id
+        [event] = await kernel.journal.read(dfid=dfid, types=["ExecutionSucceeded"])
+        done = payload_of(event, ExecutionSucceeded)
+        assert "could not be recorded" in done.detail["unrecorded"]
+        assert len(done.external_id) <= 256 and "cut" in done.external_id
     assert (await verify_journal(tmp_path / "j.db")).ok
 
 
-async def test_an_answer_that_is_not_a_receipt_leaves_the_outcome_unknown(tmp_path):
+async def test_an_answer_that_is_not_a_receipt_leaves_the_outcome_unknown(tmp_path: Path) -> None:
     desk = GarbageDesk({"external_id": "x"})
     async with desk_kernel(tmp_path / "j.db", desk) as kernel:
         await kernel.register(agent(Ping(text="hi")))

@@ -8,16 +8,19 @@ append is durable, and a dispatch that races with recovery never calls twice.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 
 import anyio
 
 from kernel import FlowStatus, Kernel
 from kernel.adapters import ExecutionIntent, Receipt
-from kernel.adapters.contract import CallPool
-from kernel.audit import Event
+from kernel.adapters.contract import Call, CallPool
+from kernel.audit import Event, payload_of
+from kernel.core.events import ExecutionStarted
 from kernel.runtime.messages import Dispatch
 from kernel.testing import flow_types
 from tests.support.execution_domain import Desk, Ping, Trip, agent, desk_kernel
+from tests.support.helpers import flow_of
 
 
 class RecordFirstDesk(Desk):
@@ -35,7 +38,9 @@ class RecordFirstDesk(Desk):
         return await super().execute(intent)
 
 
-async def test_acceptance_and_execution_start_are_one_append_and_the_call_follows_it(tmp_path):
+async def test_acceptance_and_execution_start_are_one_append_and_the_call_follows_it(
+    tmp_path: Path,
+) -> None:
     desk = RecordFirstDesk()
     appends: list[list[str]] = []
 
@@ -68,7 +73,9 @@ async def test_acceptance_and_execution_start_are_one_append_and_the_call_follow
     assert desk.recorded_before_call == [True]
 
 
-async def test_a_saga_accepted_by_the_dim_starts_its_first_step_in_the_same_append(tmp_path):
+async def test_a_saga_accepted_by_the_dim_starts_its_first_step_in_the_same_append(
+    tmp_path: Path,
+) -> None:
     desk = Desk()
     async with desk_kernel(tmp_path / "j.db", desk) as kernel:
         await kernel.register(agent(Trip(legs=["flight", "hotel"])))
@@ -77,18 +84,20 @@ async def test_a_saga_accepted_by_the_dim_starts_its_first_step_in_the_same_appe
         [accepted] = await kernel.journal.read(dfid=dfid, types=["ProposalAccepted"])
         started = await kernel.journal.read(dfid=dfid, types=["ExecutionStarted"])
     assert (flow.status, flow.done) == (FlowStatus.CLOSED, 2)
-    assert [s.payload.intent.step for s in started] == [1, 2]
+    assert [payload_of(s, ExecutionStarted).intent.step for s in started] == [1, 2]
     assert started[0].seq == accepted.seq + 1
     assert desk.names() == ["book_flight", "book_hotel"]
 
 
-async def test_a_dispatch_racing_with_recovery_calls_the_adapter_once(tmp_path):
+async def test_a_dispatch_racing_with_recovery_calls_the_adapter_once(tmp_path: Path) -> None:
     path = tmp_path / "j.db"
     async with desk_kernel(path, Desk(gates={"desk.ping": anyio.Event()})) as kernel:
         await kernel.register(agent(Ping(text="hi")))
         [dfid] = await kernel.trigger("desk.go")
         await kernel.wait_flow(dfid, {FlowStatus.EXECUTING})
-        key = kernel.flow(dfid).pending.key
+        pending = flow_of(kernel, dfid).pending
+        assert pending is not None
+        key = pending.key
     # Started, never answered: recovery calls it again; a dispatch queued behind
     # recovery (as the DIM's would be) must not call it a second time.
     desk = Desk()
@@ -101,12 +110,12 @@ async def test_a_dispatch_racing_with_recovery_calls_the_adapter_once(tmp_path):
         assert (await flow_types(kernel, dfid)).count("ExecutionSucceeded") == 1
 
 
-async def test_the_call_pool_reuses_idle_workers_and_never_queues_behind_busy_ones():
+async def test_the_call_pool_reuses_idle_workers_and_never_queues_behind_busy_ones() -> None:
     gate = anyio.Event()
     finished: list[str] = []
     wake = {"slow": anyio.Event(), "fast": anyio.Event(), "again": anyio.Event()}
 
-    def call(name: str, wait: anyio.Event | None = None):
+    def call(name: str, wait: anyio.Event | None = None) -> Call:
         async def run() -> None:
             if wait is not None:
                 await wait.wait()
@@ -117,7 +126,15 @@ async def test_the_call_pool_reuses_idle_workers_and_never_queues_behind_busy_on
         return run
 
     async with anyio.create_task_group() as tg:
-        pool = CallPool(tg.start_soon, size=2)
+
+        def spawn(fn: Call) -> None:
+            # The pool hands awaitable factories; anyio starts coroutine functions.
+            async def run() -> None:
+                await fn()
+
+            tg.start_soon(run)
+
+        pool = CallPool(spawn, size=2)
         pool(call("slow", gate))
         pool(call("slow", gate))
         # Both workers wait on a slow adapter: the next call still runs at once.

@@ -150,3 +150,10 @@ def flow_of(kernel: Kernel, dfid: str) -> FlowState:
     flow = kernel.flow(dfid)
     assert flow is not None, f"no flow {dfid}"
     return flow
+
+
+def manual_clock(kernel: Kernel) -> ManualClock:
+    """Return the kernel's clock where the test gave it a ``ManualClock`` (to advance it)."""
+    clock = kernel.clock
+    assert isinstance(clock, ManualClock), f"the kernel runs on {type(clock).__name__}"
+    return clock
