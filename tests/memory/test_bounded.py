@@ -16,6 +16,7 @@ import pytest
 from kernel import ReasonCode
 from kernel.audit import fold, open_journal
 from kernel.core.events import (
+    AnyPayload,
     ConstraintAdded,
     Event,
     FlowAborted,
@@ -33,7 +34,7 @@ from tests.support.memory_domain import Planner, book, booking_kernel, remember,
 ACCESS = "verify accessibility before booking"
 
 
-async def test_memory_kept_per_key_does_not_grow_with_the_flows_served(tmp_path):
+async def test_memory_kept_per_key_does_not_grow_with_the_flows_served(tmp_path: Path) -> None:
     path = tmp_path / "j.db"
     async with booking_kernel(path, keep_finished=4, checkpoint_every=40) as kernel:
         agent = Planner()
@@ -83,7 +84,9 @@ async def test_a_journal_from_before_the_bounds_folds_as_its_kernel_did(tmp_path
     assert report.ok, report.problems
 
 
-def _event(seq: int, payload, dfid: str | None = None, agent_id: str | None = None) -> Event:
+def _event(
+    seq: int, payload: AnyPayload, dfid: str | None = None, agent_id: str | None = None
+) -> Event:
     return Event(seq=seq, ts=seq, payload=payload, dfid=dfid, agent_id=agent_id)
 
 
@@ -93,7 +96,7 @@ def _queried(state: MemoryState, topics: list[str], bounded: bool = True) -> Non
         state.apply(_event(seq, MemoryQueried(topic=topic), agent_id="a"), bounded=bounded)
 
 
-def test_each_agent_keeps_its_newest_queried_topics_and_must_query_the_older_again():
+def test_each_agent_keeps_its_newest_queried_topics_and_must_query_the_older_again() -> None:
     memory = MemoryState()
     memory.apply(_event(1, ConstraintAdded(text="verify t0 before booking", priority="required")))
     memory.apply(_event(2, ConstraintAdded(text="verify t299 before booking", priority="required")))
@@ -112,7 +115,7 @@ def test_each_agent_keeps_its_newest_queried_topics_and_must_query_the_older_aga
     assert "t300" not in kept and f"t{300 - QUERIED_TOPICS}" not in kept  # the oldest went
 
 
-def test_which_topic_goes_depends_on_seqs_not_on_the_order_a_snapshot_restored():
+def test_which_topic_goes_depends_on_seqs_not_on_the_order_a_snapshot_restored() -> None:
     forward, backward = MemoryState(), MemoryState()
     seqs = {f"t{n}": 10 + n for n in range(QUERIED_TOPICS)}
     forward.queried["a"] = dict(seqs)
@@ -124,7 +127,8 @@ def test_which_topic_goes_depends_on_seqs_not_on_the_order_a_snapshot_restored()
 
 
 @pytest.mark.parametrize("bounded", [True, False])
-def test_a_trees_queries_go_when_its_root_has_ended(bounded):
+def test_a_trees_queries_go_when_its_root_has_ended(bounded: bool) -> None:
+
     projections = Projections()
     events = [
         _event(1, KernelStarted(kernel_version="t", fold=2 if bounded else 1)),

@@ -10,14 +10,15 @@ import msgspec
 from hypothesis import given, settings
 
 from kernel import FlowStatus, Kernel, ReasonCode, open_kernel
-from kernel.audit import open_journal
+from kernel.audit import open_journal, payloads
 from kernel.audit.reverify import rejudge
 from kernel.config import KernelConfig, Ports
+from kernel.core.events import MeaningScored, ProposalRejected
 from kernel.memory import memory_pack
 from kernel.policy import PolicyPack
 from kernel.state.meaning import EmbeddingMatcher, phrase_in, to_micro, words
 from kernel.testing import ManualClock, SeededIds
-from tests.support.helpers import PACK, Bank, configured
+from tests.support.helpers import PACK, Bank, configured, flow_of
 from tests.support.hostile import hostile_text
 from tests.support.memory_domain import BOOKING, Planner, book, note, remember, run
 
@@ -68,11 +69,8 @@ async def kernel_with(
 
 
 async def rejections(kernel: Kernel, dfid: str) -> list[tuple[ReasonCode, str]]:
-    return [
-        (e.payload.feedback.reason_code, e.payload.feedback.detail)
-        for e in await kernel.journal.flow_events(dfid)
-        if e.type == "ProposalRejected"
-    ]
+    events = await kernel.journal.flow_events(dfid)
+    return [(p.feedback.reason_code, p.feedback.detail) for p in payloads(events, ProposalRejected)]
 
 
 async def test_the_dml_pair_book_hotel_granvia_is_refused_until_accessibility_was_queried(
@@ -91,7 +89,7 @@ async def test_the_dml_pair_book_hotel_granvia_is_refused_until_accessibility_wa
         assert code is ReasonCode.VERIFICATION_REQUIRED
         assert DML in detail
         assert await rejections(kernel, allowed) == []
-        assert kernel.flow(allowed).status is FlowStatus.CLOSED
+        assert flow_of(kernel, allowed).status is FlowStatus.CLOSED
 
 
 async def test_a_scoped_constraint_governs_its_kinds_whatever_their_words_and_nothing_else(
@@ -121,7 +119,7 @@ async def test_a_scope_naming_an_unknown_kind_is_not_put_in_force(tmp_path: Path
         typo = remember("memory.add_constraint", text=DML, kinds=["booking.reserv"])
         dfid = await run(kernel, agent, typo)
 
-        assert kernel.flow(dfid).status is not FlowStatus.CLOSED
+        assert flow_of(kernel, dfid).status is not FlowStatus.CLOSED
         assert kernel.projections.memory.constraints == {}
 
 
@@ -187,10 +185,11 @@ async def test_an_embedding_match_is_recorded_with_its_model_and_replays_without
         [(code, detail)] = await rejections(kernel, wired)
         assert code is ReasonCode.CONSTRAINT_VIOLATION
         assert "fake-embedder@7 scored 1.000000" in detail
-        [scored] = [e for e in await kernel.journal.flow_events(wired) if e.type == "MeaningScored"]
-        assert (scored.payload.model, scored.payload.version) == ("fake-embedder", "7")
-        assert scored.payload.threshold == to_micro(0.9)
-        assert list(scored.payload.scores.values()) == [to_micro(1.0)]
+        [scored] = payloads(await kernel.journal.flow_events(wired), MeaningScored)
+        assert (scored.model, scored.version) == ("fake-embedder", "7")
+        assert scored.threshold == to_micro(0.9)
+        assert list(scored.scores.values()) == [to_micro(1.0)]
+
         assert await rejections(kernel, fine) == []
         assert embedder.calls >= 2
 
@@ -211,7 +210,7 @@ async def test_a_failing_model_leaves_the_words_to_judge(tmp_path: Path) -> None
 
         assert [c for c, _ in await rejections(kernel, worded)] == [ReasonCode.CONSTRAINT_VIOLATION]
         assert await rejections(kernel, other) == []
-        assert kernel.flow(other).status is FlowStatus.CLOSED
+        assert flow_of(kernel, other).status is FlowStatus.CLOSED
 
 
 @settings(max_examples=200, deadline=None)

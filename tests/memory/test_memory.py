@@ -2,35 +2,38 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
 import pytest
 
-from kernel import FlowStatus, ReasonCode
+from kernel import FlowStatus, Kernel, ReasonCode
 from kernel.adapters import AdapterError
-from kernel.audit import fold
+from kernel.audit import fold, payload_of, payloads
 from kernel.core.events import (
     ConstraintAdded,
+    ConstraintAdvisory,
     ExecutionStarted,
     ExecutionSucceeded,
     FactAdded,
     MemoryQueried,
     ProposalRecord,
+    ProposalRejected,
 )
 from kernel.memory import MemoryExecutor
 from kernel.state.memory import MemoryState, Remembered, advisories, check, mentions, parse
+from tests.support.helpers import flow_of
 from tests.support.memory_domain import Planner, book, booking_kernel, note, remember, run
 
 ACCESS = "verify accessibility before booking"
 
 
-async def reasons(kernel, dfid: str) -> list[ReasonCode]:
-    return [
-        e.payload.feedback.reason_code
-        for e in await kernel.journal.flow_events(dfid)
-        if e.type == "ProposalRejected"
-    ]
+async def reasons(kernel: Kernel, dfid: str) -> list[ReasonCode]:
+    events = await kernel.journal.flow_events(dfid)
+    return [p.feedback.reason_code for p in payloads(events, ProposalRejected)]
 
 
-async def test_never_use_eval_refuses_eval_and_not_evaluate(tmp_path):
+async def test_never_use_eval_refuses_eval_and_not_evaluate(tmp_path: Path) -> None:
     async with booking_kernel(tmp_path / "j.db") as kernel:
         agent = Planner(max_attempts=1)
         await kernel.register(agent)
@@ -41,19 +44,20 @@ async def test_never_use_eval_refuses_eval_and_not_evaluate(tmp_path):
         # Memory writes are checked against the constraints too.
         fact = await run(kernel, agent, remember("memory.add_fact", name="tip", value="eval() it"))
 
-        assert kernel.flow(refused).status is FlowStatus.ABORTED
+        assert flow_of(kernel, refused).status is FlowStatus.ABORTED
         assert await reasons(kernel, refused) == [ReasonCode.CONSTRAINT_VIOLATION]
         [event] = [
             e for e in await kernel.journal.flow_events(refused) if e.type == "ProposalRejected"
         ]
-        assert "Never use eval()" in event.payload.feedback.detail
-        assert event.payload.feedback.layer == "memory"
-        assert kernel.flow(fine).status is FlowStatus.CLOSED
+        feedback = payload_of(event, ProposalRejected).feedback
+        assert "Never use eval()" in feedback.detail
+        assert feedback.layer == "memory"
+        assert flow_of(kernel, fine).status is FlowStatus.CLOSED
         assert await reasons(kernel, fact) == [ReasonCode.CONSTRAINT_VIOLATION]
         assert kernel.projections.memory.facts == {}
 
 
-async def test_verify_before_booking_refuses_until_queried_then_accepts(tmp_path):
+async def test_verify_before_booking_refuses_until_queried_then_accepts(tmp_path: Path) -> None:
     async with booking_kernel(tmp_path / "j.db") as kernel:
         agent = Planner()
         await kernel.register(agent)
@@ -67,14 +71,15 @@ async def test_verify_before_booking_refuses_until_queried_then_accepts(tmp_path
         # Attempt 1 books and is refused; attempt 2 queries memory (the flow closes on it).
         first = await run(kernel, agent, book(), remember("memory.query", topic="accessibility"))
         assert await reasons(kernel, first) == [ReasonCode.VERIFICATION_REQUIRED]
-        assert agent.contexts[-1].feedback.reason_code is ReasonCode.VERIFICATION_REQUIRED
-        queried = [e for e in await kernel.journal.flow_events(first) if e.type == "MemoryQueried"]
-        assert [e.payload.facts for e in queried] == [["guest.accessibility"]]
-        assert kernel.flow(first).status is FlowStatus.CLOSED
+        feedback = agent.contexts[-1].feedback
+        assert feedback is not None and feedback.reason_code is ReasonCode.VERIFICATION_REQUIRED
+        queried = payloads(await kernel.journal.flow_events(first), MemoryQueried)
+        assert [q.facts for q in queried] == [["guest.accessibility"]]
+        assert flow_of(kernel, first).status is FlowStatus.CLOSED
 
         again = await run(kernel, agent, book())
         assert await reasons(kernel, again) == []
-        assert kernel.flow(again).status is FlowStatus.CLOSED
+        assert flow_of(kernel, again).status is FlowStatus.CLOSED
 
         # Another agent has not verified anything: the same booking is refused for it.
         other = Planner("other", max_attempts=1)
@@ -83,12 +88,12 @@ async def test_verify_before_booking_refuses_until_queried_then_accepts(tmp_path
         assert await reasons(kernel, theirs) == [ReasonCode.VERIFICATION_REQUIRED]
 
 
-async def test_learned_constraint_after_a_bad_booking_refuses_the_next(tmp_path):
+async def test_learned_constraint_after_a_bad_booking_refuses_the_next(tmp_path: Path) -> None:
     async with booking_kernel(tmp_path / "j.db") as kernel:
         agent = Planner(max_attempts=1)
         await kernel.register(agent)
         bad = await run(kernel, agent, book("Bluebell"))
-        assert kernel.flow(bad).status is FlowStatus.CLOSED
+        assert flow_of(kernel, bad).status is FlowStatus.CLOSED
         mistake = next(
             e.seq for e in await kernel.journal.flow_events(bad) if e.type == "ExecutionSucceeded"
         )
@@ -107,9 +112,10 @@ async def test_learned_constraint_after_a_bad_booking_refuses_the_next(tmp_path)
         [added] = [
             e for e in await kernel.journal.flow_events(learn) if e.type == "ConstraintAdded"
         ]
-        assert added.payload.triggered_by == mistake
-        assert added.payload.priority == "learned"
-        assert added.payload.correlation_id == learn
+        constraint_added = payload_of(added, ConstraintAdded)
+        assert constraint_added.triggered_by == mistake
+        assert constraint_added.priority == "learned"
+        assert constraint_added.correlation_id == learn
         started = next(
             e.seq for e in await kernel.journal.flow_events(learn) if e.type == "ExecutionStarted"
         )
@@ -123,11 +129,12 @@ async def test_learned_constraint_after_a_bad_booking_refuses_the_next(tmp_path)
         # Deactivated, it no longer applies.
         await run(kernel, agent, remember("memory.deactivate_constraint", constraint=added.seq))
         assert kernel.projections.memory.constraints == {}
-        assert kernel.flow(await run(kernel, agent, book("Granvia"))).status is FlowStatus.CLOSED
+        booked = await run(kernel, agent, book("Granvia"))
+        assert flow_of(kernel, booked).status is FlowStatus.CLOSED
         assert fold(await kernel.journal.read()).memory == kernel.projections.memory
 
 
-async def test_the_memory_executor_honours_the_intent_key(tmp_path):
+async def test_the_memory_executor_honours_the_intent_key(tmp_path: Path) -> None:
     async with booking_kernel(tmp_path / "j.db") as kernel:
         agent = Planner()
         await kernel.register(agent)
@@ -137,7 +144,7 @@ async def test_the_memory_executor_honours_the_intent_key(tmp_path):
         [fact] = [e for e in events if isinstance(e.payload, FactAdded)]
         [succeeded] = [e for e in events if isinstance(e.payload, ExecutionSucceeded)]
         # The fact and the end of its execution are one append, the fact first.
-        assert succeeded.seq == fact.seq + 1 and fact.payload.key == intent.key
+        assert succeeded.seq == fact.seq + 1 and payload_of(fact, FactAdded).key == intent.key
 
         # Between its effect and its outcome (where a crash leaves a rule proposal), a
         # repeated call and a lookup answer from the record instead of writing again.
@@ -147,7 +154,7 @@ async def test_the_memory_executor_honours_the_intent_key(tmp_path):
         found = await executor.lookup(intent.key)
         assert again == found and again.external_id == f"memory:{intent.key}"
         assert not isinstance(again, Remembered)  # nothing more to record
-        assert kernel.flow(dfid).external_id == again.external_id
+        assert flow_of(kernel, dfid).external_id == again.external_id
         assert await executor.lookup("no such key") is None
 
         # Once the outcome is recorded the record is gone (it would grow with every write)
@@ -160,7 +167,7 @@ async def test_the_memory_executor_honours_the_intent_key(tmp_path):
         assert len(await kernel.journal.read(types=["FactAdded"])) == 1
 
 
-def proposal(kind: str = "test.note", explain: str = "", **params) -> ProposalRecord:
+def proposal(kind: str = "test.note", explain: str = "", **params: Any) -> ProposalRecord:
     return ProposalRecord(kind=kind, params=params, explain=explain)
 
 
@@ -183,11 +190,11 @@ def with_constraints(*texts: tuple[str, str]) -> MemoryState:
         ("be nice", None),
     ],
 )
-def test_constraint_texts_parse(text, expected):
+def test_constraint_texts_parse(text: str, expected: tuple[str, str, str] | None) -> None:
     assert parse(text) == expected
 
 
-def test_whole_words_only():
+def test_whole_words_only() -> None:
     assert not mentions("concatenate the lists", "cat")
     assert mentions("feed the cat", "cat") and mentions("Cat!", "cat")
     assert mentions("x = eval(s)", "eval()") is False  # the term is eval(), with its parentheses
@@ -195,7 +202,7 @@ def test_whole_words_only():
     assert not mentions("evaluate", "eval()")
 
 
-def test_avoid_cat_does_not_refuse_concatenate_and_preferred_is_advisory():
+def test_avoid_cat_does_not_refuse_concatenate_and_preferred_is_advisory() -> None:
     state = with_constraints(("avoid cat", "required"), ("never use sudo", "preferred"))
     assert check(state, proposal(text="concatenate"), "a", "r") is None
     refused = check(state, proposal(text="pet the cat"), "a", "r")
@@ -204,10 +211,11 @@ def test_avoid_cat_does_not_refuse_concatenate_and_preferred_is_advisory():
     assert advisories(state, proposal(text="run sudo"), "a", "r") == [2]
 
 
-def test_a_query_verifies_for_its_agent_and_its_flow_tree():
+def test_a_query_verifies_for_its_agent_and_its_flow_tree() -> None:
     state = with_constraints((ACCESS, "required"))
     booking = proposal("booking.reserve", hotel="Granvia", nights=2)
-    assert check(state, booking, "a", "root").reason_code is ReasonCode.VERIFICATION_REQUIRED
+    refused = check(state, booking, "a", "root")
+    assert refused is not None and refused.reason_code is ReasonCode.VERIFICATION_REQUIRED
     from kernel.core.events import Event
 
     state.apply(
@@ -223,7 +231,9 @@ def test_a_query_verifies_for_its_agent_and_its_flow_tree():
     assert check(state, booking, "c", "elsewhere") is not None
 
 
-async def test_a_preferred_constraint_is_recorded_as_advisory_not_refused(tmp_path, capsys):
+async def test_a_preferred_constraint_is_recorded_as_advisory_not_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     from kernel.audit.counterfactual import whatif
     from kernel.cli import main
 
@@ -239,11 +249,11 @@ async def test_a_preferred_constraint_is_recorded_as_advisory_not_refused(tmp_pa
         [added] = [e for e in await kernel.journal.flow_events(rule) if e.type == "ConstraintAdded"]
         advised = await run(kernel, agent, book("Bluebell"))
         plain = await run(kernel, agent, book("Granvia"))
-        assert kernel.flow(advised).status is FlowStatus.CLOSED  # advisory: not refused
+        assert flow_of(kernel, advised).status is FlowStatus.CLOSED  # advisory: not refused
         events = await kernel.journal.flow_events(advised)
         [advisory] = [e for e in events if e.type == "ConstraintAdvisory"]
-        assert advisory.payload.constraints == [added.seq]
-        assert "avoid Bluebell" in advisory.payload.detail
+        assert payload_of(advisory, ConstraintAdvisory).constraints == [added.seq]
+        assert "avoid Bluebell" in payload_of(advisory, ConstraintAdvisory).detail
         assert advisory.caused_by == next(e.seq for e in events if e.type == "ProposalSubmitted")
         assert not [
             e for e in await kernel.journal.flow_events(plain) if e.type == "ConstraintAdvisory"

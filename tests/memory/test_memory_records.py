@@ -11,6 +11,7 @@ import anyio
 
 from kernel import FlowStatus, Kernel, open_kernel
 from kernel.adapters import Receipt
+from kernel.audit import payload_of
 from kernel.config import KernelConfig, Ports
 from kernel.core.events import (
     Draft,
@@ -66,7 +67,8 @@ async def test_a_fact_and_the_end_of_its_execution_are_one_append(tmp_path: Path
         started = next(e for e in events if isinstance(e.payload, ExecutionStarted))
         assert fact.caused_by == started.seq and succeeded.caused_by == started.seq
         assert isinstance(succeeded.payload, ExecutionSucceeded)
-        assert succeeded.payload.external_id == f"memory:{started.payload.intent.key}"
+        key = payload_of(started, ExecutionStarted).intent.key
+        assert succeeded.payload.external_id == f"memory:{key}"
 
 
 async def test_an_agents_rule_proposal_is_recorded_by_the_dim_and_answered(tmp_path: Path) -> None:
