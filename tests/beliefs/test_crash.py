@@ -18,7 +18,12 @@ import anyio
 import pytest
 
 from kernel.audit import fold, open_journal, verify_journal
-from kernel.core.events import BELIEF_PAYLOADS, ExecutionStarted, ExecutionSucceeded
+from kernel.core.events import (
+    BELIEF_PAYLOADS,
+    ExecutionStarted,
+    ExecutionSucceeded,
+    ObservationRecorded,
+)
 from tests.support import ROOT, SUPPORT
 
 WORKER = SUPPORT / "belief_worker.py"
@@ -52,17 +57,15 @@ async def test_a_killed_kernel_records_each_belief_effect_exactly_once(
         if isinstance(e.payload, ExecutionStarted) and e.payload.intent.adapter == "beliefs"
     }
     succeeded = Counter(e.payload.key for e in events if isinstance(e.payload, ExecutionSucceeded))
-    recorded = [e for e in events if isinstance(e.payload, BELIEF_PAYLOADS)]
+    recorded = [(e.seq, e.payload) for e in events if isinstance(e.payload, BELIEF_PAYLOADS)]
     # Every belief intent the kernel started ended once, here or after the restart...
     assert all(succeeded[key] == 1 for key in started)
     # ...its events in the append of its ExecutionSucceeded, and no event of a key twice.
-    by_key = Counter((e.payload.key, type(e.payload).__name__, e.seq) for e in recorded)
+    by_key = Counter((p.key, type(p).__name__, seq) for seq, p in recorded)
     assert all(n == 1 for n in by_key.values())
-    observations = Counter(
-        e.payload.observation for e in recorded if type(e.payload).__name__ == "ObservationRecorded"
-    )
+    observations = Counter(p.observation for _, p in recorded if isinstance(p, ObservationRecorded))
     assert all(n == 1 for n in observations.values())
-    for key in {e.payload.key for e in recorded}:
+    for key in {p.key for _, p in recorded}:
         assert key in started and succeeded[key] == 1
     assert fold(events).beliefs.observations.keys() == set(observations)
     if killed == 0:  # the kill point lay past the end: the whole story ran

@@ -31,7 +31,7 @@ def consolidations(bench: Workbench) -> list[ConsolidationRecorded]:
     return list(bench.graph.consolidations)
 
 
-def test_consolidation_every_25_observations():
+def test_consolidation_every_25_observations() -> None:
     bench = bench_with_sources(0)
     for i in range(24):
         bench.propose(
@@ -50,7 +50,7 @@ def test_consolidation_every_25_observations():
     assert bench.graph.workspaces["t"].observations == 0  # the count starts again
 
 
-def test_carry_over_is_capped_at_20_and_the_overflow_archived_with_a_reason():
+def test_carry_over_is_capped_at_20_and_the_overflow_archived_with_a_reason() -> None:
     bench = bench_with_sources(0)
     for i in range(23):
         bench.propose(
@@ -77,7 +77,7 @@ def test_carry_over_is_capped_at_20_and_the_overflow_archived_with_a_reason():
     assert layers["p22"] == "archived" and layers["p00"] == "workspace"
 
 
-def test_promotion_rechecks_freshness_at_consolidation_time():
+def test_promotion_rechecks_freshness_at_consolidation_time() -> None:
     bench = bench_with_sources(2)
     bench.propose(
         "governance.propose_proposition",
@@ -97,7 +97,7 @@ def test_promotion_rechecks_freshness_at_consolidation_time():
     assert bench.graph.propositions["p"].transitions[-1].cause == "consolidation"
 
 
-def test_time_alone_never_makes_a_proposition_stronger():
+def test_time_alone_never_makes_a_proposition_stronger() -> None:
     bench = bench_with_sources(1)
     bench.propose(
         "governance.propose_proposition",
@@ -159,7 +159,9 @@ calls = st.tuples(
 
 @settings(max_examples=150, derandomize=True, deadline=None)
 @given(st.lists(calls, min_size=1, max_size=12))
-def test_any_call_is_judged_with_a_code_never_a_traceback(script: list[tuple[str, Any]]):
+def test_any_call_is_judged_with_a_code_never_a_traceback(
+    script: list[tuple[str, dict[str, Any]]],
+) -> None:
     """Random tool calls: each is accepted, transformed, or rejected with a fixed code; and the
     graph the calls leave is the one refolding their events gives (replay)."""
     bench = bench_with_sources(2)
@@ -181,7 +183,8 @@ def test_any_call_is_judged_with_a_code_never_a_traceback(script: list[tuple[str
             if params.get(asserted) not in (None, "", False) and kind in KINDS:
                 assert call.outcome == "rejected"
     for p in bench.graph.propositions.values():
-        assert p.state in scoring.BeliefState
+        assert p.state in {s.value for s in scoring.BeliefState}
+
         assert all(o in bench.graph.observations for o in p.observations)  # provenance
     again = bench_with_sources(2)
     again.propose(
@@ -195,7 +198,7 @@ def test_any_call_is_judged_with_a_code_never_a_traceback(script: list[tuple[str
     assert again.graph.propositions == bench.graph.propositions
 
 
-def test_the_graph_round_trips_through_a_snapshot():
+def test_the_graph_round_trips_through_a_snapshot() -> None:
     bench = bench_with_sources(2)
     bench.propose(
         "governance.propose_proposition",
@@ -215,7 +218,7 @@ def propose_test(bench: Workbench, test: str, **params: Any) -> str:
     return call.outcome if call.feedback is None else str(call.feedback.reason_code)
 
 
-def test_each_trigger_admits_a_test_and_none_refuses_it():
+def test_each_trigger_admits_a_test_and_none_refuses_it() -> None:
     bench = bench_with_sources(5)
     bench.propose(
         "governance.propose_proposition",

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -36,18 +38,26 @@ def ev(group: str, at_h: float = 0, reliability: int = SCALE) -> Evidence:
     return Evidence(group=group, at_ns=int(at_h * HOUR_NS), reliability=reliability)
 
 
-def state_at(support, against=(), now_h=0.0, **kw) -> scoring.Assessment:
+def state_at(
+    support: Iterable[Evidence],
+    against: Iterable[Evidence] = (),
+    now_h: float = 0.0,
+    *,
+    failed_test: bool = False,
+    held: bool = False,
+) -> scoring.Assessment:
     return assess(
         list(support),
         list(against),
         volatility=MEDIUM,
         created_ns=0,
         now_ns=int(now_h * HOUR_NS),
-        **kw,
+        failed_test=failed_test,
+        held=held,
     )
 
 
-def test_the_seed_constants():
+def test_the_seed_constants() -> None:
     assert scoring.HALF_LIFE_HOURS == {Volatility.LOW: 168, MEDIUM: 72, Volatility.HIGH: 24}
     assert [scoring.VOLATILITY_PERMILLE[v] for v in Volatility] == [500, 1000, 2000]
     assert scoring.SATURATION == (700_000, 200_000, 100_000)
@@ -55,7 +65,7 @@ def test_the_seed_constants():
     assert scoring.PROMOTE_FRESHNESS == 350_000
 
 
-def test_same_group_saturates_at_the_cap():
+def test_same_group_saturates_at_the_cap() -> None:
     assert [group_weight([SCALE] * n) for n in range(1, 7)] == [
         700_000,
         900_000,
@@ -67,7 +77,7 @@ def test_same_group_saturates_at_the_cap():
     assert group_weight([500_000]) == 350_000  # reliability weighs each contribution
 
 
-def test_freshness_is_half_at_one_half_life_for_every_volatility():
+def test_freshness_is_half_at_one_half_life_for_every_volatility() -> None:
     for volatility, hours in scoring.HALF_LIFE_HOURS.items():
         assert freshness(hours * HOUR_NS, volatility) == 500_000
         assert freshness(2 * hours * HOUR_NS, volatility) == 250_000
@@ -75,14 +85,14 @@ def test_freshness_is_half_at_one_half_life_for_every_volatility():
     assert freshness(-5, MEDIUM) == SCALE
 
 
-def test_diversity_and_staleness():
+def test_diversity_and_staleness() -> None:
     assert [diversity(g) for g in range(0, 6)] == [0, 0, 50_000, 100_000, 150_000, 150_000]
     assert staleness(500_000, MEDIUM) == 150_000
     assert staleness(500_000, Volatility.LOW) == 75_000
     assert staleness(0, Volatility.HIGH) == 300_000  # capped
 
 
-def test_the_notes_reference_points():
+def test_the_notes_reference_points() -> None:
     # One source repeated five times: 0.90 and provisional (one group only).
     one = state_at([ev("a")] * 5)
     assert (one.confidence, one.state) == (900_000, BeliefState.PROVISIONAL)
@@ -96,7 +106,7 @@ def test_the_notes_reference_points():
     assert (against.confidence, against.state) == (0, BeliefState.REJECTED)
 
 
-def test_the_72_hour_boundary_is_exact():
+def test_the_72_hour_boundary_is_exact() -> None:
     """Two groups exactly one half-life old: confidence 0.800000, accepted, on every replay."""
     at = state_at([ev("a"), ev("b")], now_h=72)
     assert (at.freshness, at.confidence, at.state) == (500_000, 800_000, BeliefState.ACCEPTED)
@@ -113,23 +123,23 @@ def test_the_72_hour_boundary_is_exact():
     assert second.confidence < 800_000 and second.state is BeliefState.PROVISIONAL
 
 
-def test_decay_to_deprecated_needs_a_prior_hold():
+def test_decay_to_deprecated_needs_a_prior_hold() -> None:
     support = [ev("a"), ev("b")]
     old = state_at(support, now_h=72 * 3, held=True)
     assert old.freshness < 200_000 and old.state is BeliefState.DEPRECATED
     assert state_at(support, now_h=72 * 3, held=False).state is BeliefState.PROVISIONAL
 
 
-def test_a_failed_test_rejects():
+def test_a_failed_test_rejects() -> None:
     assert state_at([ev("a"), ev("b")], failed_test=True).state is BeliefState.REJECTED
 
 
-def test_promotion_rule():
+def test_promotion_rule() -> None:
     assert promotable(state_at([ev("a"), ev("b")]))
     assert not promotable(state_at([ev("a")] * 5))
 
 
-def test_triggers_and_suppression():
+def test_triggers_and_suppression() -> None:
     target = state_at([ev("a")])  # 0.78, one group
     assert triggers(
         impact=Impact.HIGH,
@@ -161,7 +171,7 @@ def test_triggers_and_suppression():
     assert not suppressed(Impact.HIGH, 600_000, 800_000)
 
 
-def test_micro_parses_decimals_strictly():
+def test_micro_parses_decimals_strictly() -> None:
     assert micro("0.8") == 800_000 and micro("1") == SCALE and micro("0.000001") == 1
     for bad in ("", "abc", "1.5", "-0.1", "0.0000001", "nan", "inf"):
         with pytest.raises(ValueError):
@@ -183,7 +193,9 @@ evidence = st.builds(
     st.integers(min_value=0, max_value=SCALE),
     hours,
 )
-def test_more_independent_support_never_lowers_confidence(support, against, group, rel, extra):
+def test_more_independent_support_never_lowers_confidence(
+    support: list[Evidence], against: list[Evidence], group: str, rel: int, extra: int
+) -> None:
     """A new group's support (as fresh as the newest) never lowers confidence, nor the score."""
     now_h = max([e.at_ns // HOUR_NS for e in support + against] + [0]) + extra
     before = state_at(support, against, now_h=now_h)
@@ -196,7 +208,9 @@ def test_more_independent_support_never_lowers_confidence(support, against, grou
 
 @settings(max_examples=200, derandomize=True, deadline=None)
 @given(st.lists(evidence, max_size=8), st.lists(evidence, max_size=6), hours, st.booleans())
-def test_assessment_is_deterministic_and_bounded(support, against, now_h, held):
+def test_assessment_is_deterministic_and_bounded(
+    support: list[Evidence], against: list[Evidence], now_h: int, held: bool
+) -> None:
     a = state_at(support, against, now_h=now_h + 400, held=held)
     b = state_at(list(support), list(against), now_h=now_h + 400, held=held)
     assert a == b
@@ -207,7 +221,7 @@ def test_assessment_is_deterministic_and_bounded(support, against, now_h, held):
 
 @settings(max_examples=100, derandomize=True, deadline=None)
 @given(st.integers(min_value=0, max_value=10**18), st.sampled_from(list(Volatility)))
-def test_freshness_never_rises_with_age(age, volatility):
+def test_freshness_never_rises_with_age(age: int, volatility: Volatility) -> None:
     assert 0 <= freshness(age + HOUR_NS, volatility) <= freshness(age, volatility) <= SCALE
 
 
@@ -218,7 +232,7 @@ def test_freshness_never_rises_with_age(age, volatility):
     st.integers(min_value=0, max_value=6),
     st.integers(min_value=0, max_value=SCALE),
 )
-def test_time_alone_never_upgrades(support, against, groups, fresh):
+def test_time_alone_never_upgrades(support: int, against: int, groups: int, fresh: int) -> None:
     """Lower freshness (more time) never raises confidence."""
     for lower in (fresh // 2, 0):
         assert confidence(support, against, groups, lower, MEDIUM) <= confidence(

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+from collections.abc import Collection, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kernel.audit import fold, open_journal
-from kernel.beliefs import HOUR_NS, SCALE, Call, Evidence, Volatility, Workbench, assess
+from kernel.beliefs import (
+    HOUR_NS,
+    SCALE,
+    Assessment,
+    Call,
+    Evidence,
+    Volatility,
+    Workbench,
+    assess,
+)
 from kernel.cli import main
 from kernel.core.events import PropositionTransitioned
 from kernel.state.snapshots import checkpoints, state_at, verify_projections
@@ -45,7 +55,7 @@ async def dispute(desk: Desk) -> None:
     assert desk.state("q") == desk.state("p") == "contested"
 
 
-async def test_a_failed_discriminating_test_settles_the_dispute(tmp_path):
+async def test_a_failed_discriminating_test_settles_the_dispute(tmp_path: Path) -> None:
     tests = ScriptedTests({"t1": "failed"})
     async with belief_desk(tmp_path / "j.db", tests, checkpoint_every=7) as desk:
         await dispute(desk)
@@ -100,7 +110,7 @@ def beliefs_json(path: Path) -> dict[str, Any]:
     return found
 
 
-async def test_a_failed_test_settles_only_against_the_rivals_it_names(tmp_path):
+async def test_a_failed_test_settles_only_against_the_rivals_it_names(tmp_path: Path) -> None:
     tests = ScriptedTests({"t1": "failed"})
     async with belief_desk(tmp_path / "j.db", tests) as desk:
         await dispute(desk)
@@ -116,7 +126,7 @@ async def test_a_failed_test_settles_only_against_the_rivals_it_names(tmp_path):
         await replayed(desk)
 
 
-async def test_correlated_copies_contest_an_accepted_belief(tmp_path):
+async def test_correlated_copies_contest_an_accepted_belief(tmp_path: Path) -> None:
     """The finding kept (docs/beliefs.md): one independence group can contest two.
 
     Under the seed's literal contested rule (support >= 0.45 and contradiction >= 0.45)
@@ -168,7 +178,25 @@ evidence = st.builds(
     at_ns=at,
     observation=observations,
 )
-KW = {"volatility": Volatility.MEDIUM, "created_ns": 0, "now_ns": 48 * HOUR_NS}
+
+
+def assess_at(
+    support: Sequence[Evidence],
+    against: Sequence[Evidence],
+    *,
+    refuted: Collection[str] = (),
+    failed_test: bool = False,
+) -> Assessment:
+    """Assess at 48 hours, medium volatility, created at 0."""
+    return assess(
+        support,
+        against,
+        volatility=Volatility.MEDIUM,
+        created_ns=0,
+        now_ns=48 * HOUR_NS,
+        refuted=refuted,
+        failed_test=failed_test,
+    )
 
 
 @settings(max_examples=200, derandomize=True, deadline=None)
@@ -178,13 +206,15 @@ KW = {"volatility": Volatility.MEDIUM, "created_ns": 0, "now_ns": 48 * HOUR_NS}
     st.frozensets(observations),
     st.booleans(),
 )
-def test_refuted_contradiction_counts_as_never_attached(support, against, refuted, failed):
-    before = assess(support, against, failed_test=failed, **KW)
-    after = assess(support, against, refuted=refuted, failed_test=failed, **KW)
-    assert assess(support, against, refuted=(), failed_test=failed, **KW) == before
+def test_refuted_contradiction_counts_as_never_attached(
+    support: list[Evidence], against: list[Evidence], refuted: frozenset[str], failed: bool
+) -> None:
+    before = assess_at(support, against, failed_test=failed)
+    after = assess_at(support, against, refuted=refuted, failed_test=failed)
+    assert assess_at(support, against, refuted=(), failed_test=failed) == before
     # Exactly the evidence left counts: as if the refuted contradiction was never attached.
     kept = [e for e in against if e.observation not in refuted]
-    assert assess(support, kept, failed_test=failed, **KW) == after
+    assert assess_at(support, kept, failed_test=failed) == after
     # Support, freshness and a failed test of its own are untouched.
     assert (after.support, after.support_groups, after.freshness) == (
         before.support,
@@ -203,14 +233,16 @@ def test_refuted_contradiction_counts_as_never_attached(support, against, refute
     st.lists(st.builds(Evidence, group=group, at_ns=at, observation=observations), max_size=6),
     st.frozensets(observations),
 )
-def test_refuting_only_lowers_contradiction_at_one_reliability(support, against, refuted):
+def test_refuting_only_lowers_contradiction_at_one_reliability(
+    support: list[Evidence], against: list[Evidence], refuted: frozenset[str]
+) -> None:
     """With one reliability per group's evidence, a refutation never raises contradiction.
 
     (With mixed reliabilities it can: the group's next evidence moves up to the 0.70
     step. That is saturation's order, and the rule is "as if never attached".)
     """
-    before = assess(support, against, **KW)
-    after = assess(support, against, refuted=refuted, **KW)
+    before = assess_at(support, against)
+    after = assess_at(support, against, refuted=refuted)
     assert after.contradiction <= before.contradiction
     assert after.contradiction_groups <= before.contradiction_groups
     assert after.confidence >= before.confidence
@@ -227,7 +259,9 @@ OUTCOMES = st.sampled_from(["passed", "failed", "inconclusive"])
     OUTCOMES,
     st.booleans(),
 )
-def test_a_tested_dispute_folds_consistently(left, right, out_a, out_b, b_first):
+def test_a_tested_dispute_folds_consistently(
+    left: int, right: int, out_a: str, out_b: str, b_first: bool
+) -> None:
     """Any dispute, any test outcomes, either order: states are the fold's, history stays,
     and a failed test leaves its rival scored without the refuted side's contradiction."""
     bench = Workbench()

@@ -7,8 +7,11 @@ from scratch: replay lands on the same graph.
 
 from __future__ import annotations
 
-from kernel.audit import fold, rejudge
+from pathlib import Path
+
+from kernel.audit import fold, payloads, rejudge
 from kernel.beliefs import GOVERNANCE_PACK, BeliefState
+from kernel.core.events import ProposalAccepted, ProposalSubmitted
 from kernel.testing import ScriptedTests
 from tests.support.beliefs_domain import Desk, belief_desk
 
@@ -30,7 +33,7 @@ def transitions(desk: Desk, proposition: str) -> list[tuple[str, str, str, str]]
     ]
 
 
-async def test_promotion_after_independent_support(tmp_path):
+async def test_promotion_after_independent_support(tmp_path: Path) -> None:
     async with belief_desk(tmp_path / "j.db") as desk:
         await desk.observe("o1", "wire")
         await desk.observe("o2", "registry")
@@ -55,7 +58,7 @@ async def test_promotion_after_independent_support(tmp_path):
         await replayed(desk)
 
 
-async def test_one_source_repeated_is_not_promoted(tmp_path):
+async def test_one_source_repeated_is_not_promoted(tmp_path: Path) -> None:
     async with belief_desk(tmp_path / "j.db") as desk:
         for n in range(1, 6):
             await desk.observe(f"o{n}", "blog")
@@ -74,7 +77,7 @@ async def test_one_source_repeated_is_not_promoted(tmp_path):
         await replayed(desk)
 
 
-async def test_conflicting_evidence_is_contested_and_kept(tmp_path):
+async def test_conflicting_evidence_is_contested_and_kept(tmp_path: Path) -> None:
     async with belief_desk(tmp_path / "j.db") as desk:
         await desk.observe("o1", "wire")
         await desk.observe("o2", "registry")
@@ -91,7 +94,7 @@ async def test_conflicting_evidence_is_contested_and_kept(tmp_path):
         await replayed(desk)
 
 
-async def test_dynamic_claims_decay_to_deprecated(tmp_path):
+async def test_dynamic_claims_decay_to_deprecated(tmp_path: Path) -> None:
     async with belief_desk(tmp_path / "j.db") as desk:
         await desk.observe("o1", "wire")
         await desk.observe("o2", "registry")
@@ -119,7 +122,7 @@ async def test_dynamic_claims_decay_to_deprecated(tmp_path):
         await replayed(desk)
 
 
-async def test_ambiguous_aliases_are_never_merged(tmp_path):
+async def test_ambiguous_aliases_are_never_merged(tmp_path: Path) -> None:
     async with belief_desk(tmp_path / "j.db") as desk:
         await desk.observe("o1", "crm")
         await desk.call(
@@ -154,7 +157,7 @@ async def test_ambiguous_aliases_are_never_merged(tmp_path):
         await replayed(desk)
 
 
-async def test_failed_discriminating_test_rejects(tmp_path):
+async def test_failed_discriminating_test_rejects(tmp_path: Path) -> None:
     tests = ScriptedTests({"t1": "failed"})
     async with belief_desk(tmp_path / "j.db", tests) as desk:
         await desk.observe("o1", "wire")
@@ -193,7 +196,7 @@ async def test_failed_discriminating_test_rejects(tmp_path):
         await replayed(desk)
 
 
-async def test_a_duplicate_proposition_is_transformed_into_support(tmp_path):
+async def test_a_duplicate_proposition_is_transformed_into_support(tmp_path: Path) -> None:
     async with belief_desk(tmp_path / "j.db") as desk:
         await desk.observe("o1", "wire")
         await desk.observe("o2", "registry")
@@ -205,7 +208,7 @@ async def test_a_duplicate_proposition_is_transformed_into_support(tmp_path):
         )
         assert flow.status == "CLOSED"
         events = await desk.kernel.journal.flow_events(flow.dfid)
-        [accepted] = [e.payload for e in events if e.type == "ProposalAccepted"]
+        [accepted] = payloads(events, ProposalAccepted)
         assert accepted.applied is not None
         assert accepted.applied.kind == "governance.attach_support"
         assert accepted.applied.params == {
@@ -213,7 +216,8 @@ async def test_a_duplicate_proposition_is_transformed_into_support(tmp_path):
             "observation": "o2",
             "task": "task-1",
         }
-        [submitted] = [e.payload for e in events if e.type == "ProposalSubmitted"]
+        [submitted] = payloads(events, ProposalSubmitted)
+
         assert submitted.proposal.kind == "governance.propose_proposition"
         assert "p2" not in desk.graph.propositions and desk.state("p") == ACCEPTED
         # The same duplicate again has nothing new to add: refused.
@@ -224,7 +228,7 @@ async def test_a_duplicate_proposition_is_transformed_into_support(tmp_path):
         await replayed(desk)
 
 
-async def test_refusals_carry_fixed_codes(tmp_path):
+async def test_refusals_carry_fixed_codes(tmp_path: Path) -> None:
     async with belief_desk(tmp_path / "j.db") as desk:
         await desk.observe("o1", "wire")
         assert (
