@@ -25,13 +25,14 @@ import nats.errors
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from nats.js.client import JetStreamContext
 
 from agents_sdk.serve import handshake
 from kernel import FlowStatus, HandshakeRefused, Outcome, ReasonCode, Verdict
 from kernel.adapters import Receipt
-from kernel.audit import verify_journal
+from kernel.audit import payloads, verify_journal
 from kernel.core import keys
-from kernel.core.events import InputRefused
+from kernel.core.events import ExecutionSucceeded, InputRefused, SubmissionRefused
 from kernel.mesh import (
     SIGNATURE_HEADER,
     BusAuth,
@@ -52,7 +53,7 @@ from kernel.mesh import (
 )
 from kernel.policy.contracts import WorkingContext
 from kernel.registry import agent_key
-from tests.support.helpers import ScriptedAgent
+from tests.support.helpers import ScriptedAgent, flow_of
 from tests.support.hostile import LONE_SURROGATES, hostile_text, hostile_values
 from tests.support.mesh_agents import Clerk
 from tests.support.mesh_helpers import (
@@ -63,9 +64,11 @@ from tests.support.mesh_helpers import (
     as_mallory,
     executor,
     host,
+    mesh_of,
     meshed,
     principals_of,
     provision,
+    relay_of,
     remote_bank,
 )
 from tests.support.nats import (  # noqa: F401
@@ -122,7 +125,9 @@ def answer_of(data: bytes) -> Challenge | Welcome | Refused:
 # --- no credential, or another principal's -----------------------------------------
 
 
-async def test_a_client_without_a_credential_is_refused_by_the_server(tmp_path, nats_server):
+async def test_a_client_without_a_credential_is_refused_by_the_server(
+    tmp_path: Path, nats_server: NatsServer
+) -> None:
     path = tmp_path / "j.db"
     async with meshed(path, nats_server) as kernel:
         secret = await provision(kernel, nats_server)
@@ -155,8 +160,8 @@ SNOOPED = (
 
 
 async def test_another_principal_reads_no_handshake_inbox_work_verdict_or_relay(
-    tmp_path, nats_server
-):
+    tmp_path: Path, nats_server: NatsServer
+) -> None:
     path = tmp_path / "j.db"
     async with meshed(path, nats_server) as kernel:
         secret = await provision(kernel, nats_server)
@@ -180,10 +185,11 @@ async def test_another_principal_reads_no_handshake_inbox_work_verdict_or_relay(
                 lambda: js.pull_subscribe_bind(durable="pool-clerk", stream="DIRK_WORK"),
             ):
                 with pytest.raises(nats.errors.Error):
-                    sub = await read()
-                    await sub.fetch(1, timeout=1)  # bind itself asks nothing: the fetch does
+                    got = await read()
+                    if isinstance(got, JetStreamContext.PullSubscription):
+                        await got.fetch(1, timeout=1)  # bind itself asks nothing: the fetch does
             await closes_a_real_flow(kernel, nats_server, secret)
-            await kernel.mesh.relay.wait_for(kernel.journal.head_seq - 1)
+            await relay_of(mesh_of(kernel)).wait_for(kernel.journal.head_seq - 1)
         finally:
             await mallory.close()
         assert seen == []
@@ -191,7 +197,9 @@ async def test_another_principal_reads_no_handshake_inbox_work_verdict_or_relay(
     await verifies(path)
 
 
-async def test_another_principal_publishes_no_proposal_or_result(tmp_path, nats_server):
+async def test_another_principal_publishes_no_proposal_or_result(
+    tmp_path: Path, nats_server: NatsServer
+) -> None:
     path = tmp_path / "j.db"
     ledger = tmp_path / "ledger.db"
     principals = principals_of(nats_server)
@@ -229,8 +237,11 @@ async def test_another_principal_publishes_no_proposal_or_result(tmp_path, nats_
             await slow.process.stdin.send(b"go\n")
             with anyio.fail_after(STEP_S):
                 assert (await kernel.wait_flow(dfid)).status is FlowStatus.CLOSED
-            [done] = await kernel.journal.read(dfid=dfid, types=["ExecutionSucceeded"])
-            assert done.payload.external_id == f"ledger-{key}"
+            [done] = payloads(
+                await kernel.journal.read(dfid=dfid, types=["ExecutionSucceeded"]),
+                ExecutionSucceeded,
+            )
+            assert done.external_id == f"ledger-{key}"
             assert remote.refused == 0  # nothing forged ever reached the kernel
             assert "Publish Violation" in nats_server.server_log()
     finally:
@@ -249,7 +260,9 @@ def hpub(subject: bytes, header_block: bytes, payload: bytes, reply: bytes = b""
     return b"HPUB " + subject + middle + b" " + sizes + b"\r\n" + head + payload + b"\r\n"
 
 
-async def test_d2_messages_with_the_real_journal_id_are_refused_on_record(tmp_path, nats_server):
+async def test_d2_messages_with_the_real_journal_id_are_refused_on_record(
+    tmp_path: Path, nats_server: NatsServer
+) -> None:
     path = tmp_path / "j.db"
     async with meshed(path, nats_server) as kernel:
         secret = await provision(kernel, nats_server)
@@ -303,14 +316,18 @@ async def test_d2_messages_with_the_real_journal_id_are_refused_on_record(tmp_pa
         assert any("²" in r.target for r in found) and all(r.detail for r in found)
         # The forged signature was judged as no session's: refused by the DIM, on record.
         refused_submissions = await kernel.journal.read(types=["SubmissionRefused"])
-        assert ReasonCode.INVALID_SESSION in {e.payload.reason_code for e in refused_submissions}
+        assert ReasonCode.INVALID_SESSION in {
+            p.reason_code for p in payloads(refused_submissions, SubmissionRefused)
+        }
         assert kernel.stopped is None
-        assert kernel.mesh.nc.is_connected and kernel.mesh.nc.dropped == 2
+        assert mesh_of(kernel).nc.is_connected and mesh_of(kernel).nc.dropped == 2
         await closes_a_real_flow(kernel, nats_server, secret)
     await verifies(path)
 
 
-async def test_a_withdrawal_with_hostile_text_is_recorded_readably(tmp_path, nats_server):
+async def test_a_withdrawal_with_hostile_text_is_recorded_readably(
+    tmp_path: Path, nats_server: NatsServer
+) -> None:
     path = tmp_path / "j.db"
     async with meshed(path, nats_server) as kernel:
         secret = await provision(kernel, nats_server)
@@ -354,8 +371,8 @@ async def test_a_withdrawal_with_hostile_text_is_recorded_readably(tmp_path, nat
 
 
 async def test_d3_forged_results_are_refused_on_record_and_the_real_one_is_taken(
-    tmp_path, nats_server
-):
+    tmp_path: Path, nats_server: NatsServer
+) -> None:
     path = tmp_path / "j.db"
     ledger = tmp_path / "ledger.db"
     principals = principals_of(nats_server)
@@ -389,14 +406,17 @@ async def test_d3_forged_results_are_refused_on_record_and_the_real_one_is_taken
             found = await refusals(kernel, 4, lambda r: r.entry == "bus.result")
             assert {r.reason_code for r in found} == {ReasonCode.UNAUTHORIZED}
             # Nothing forged was recorded: the flow still waits on its real executor.
-            assert kernel.flow(dfid).status is FlowStatus.EXECUTING
+            assert flow_of(kernel, dfid).status is FlowStatus.EXECUTING
             assert slow.process.stdin is not None
             await slow.process.stdin.send(b"go\n")
             with anyio.fail_after(STEP_S):
                 assert (await kernel.wait_flow(dfid)).status is FlowStatus.CLOSED
-            [done] = await kernel.journal.read(dfid=dfid, types=["ExecutionSucceeded"])
-            assert done.payload.external_id == f"ledger-{key}"
-            assert recorded_result_holds(done.payload, "bank", principals.bank_public)
+            [done] = payloads(
+                await kernel.journal.read(dfid=dfid, types=["ExecutionSucceeded"]),
+                ExecutionSucceeded,
+            )
+            assert done.external_id == f"ledger-{key}"
+            assert recorded_result_holds(done, "bank", principals.bank_public)
             assert not await kernel.journal.read(dfid=dfid, types=["ExecutionFailed"])
             assert kernel.stopped is None
     finally:
@@ -405,8 +425,8 @@ async def test_d3_forged_results_are_refused_on_record_and_the_real_one_is_taken
 
 
 async def test_d3_a_phantom_result_stored_before_any_executor_runs_is_not_taken(
-    tmp_path, nats_server
-):
+    tmp_path: Path, nats_server: NatsServer
+) -> None:
     path = tmp_path / "j.db"
     ledger = tmp_path / "ledger.db"
     principals = principals_of(nats_server)
@@ -433,9 +453,12 @@ async def test_d3_a_phantom_result_stored_before_any_executor_runs_is_not_taken(
             async with executor(nats_server, ledger):
                 with anyio.fail_after(STEP_S):
                     assert (await kernel.wait_flow(dfid)).status is FlowStatus.CLOSED
-            [done] = await kernel.journal.read(dfid=dfid, types=["ExecutionSucceeded"])
-            assert done.payload.external_id == f"ledger-{key}"
-            assert recorded_result_holds(done.payload, "bank", principals.bank_public)
+            [done] = payloads(
+                await kernel.journal.read(dfid=dfid, types=["ExecutionSucceeded"]),
+                ExecutionSucceeded,
+            )
+            assert done.external_id == f"ledger-{key}"
+            assert recorded_result_holds(done, "bank", principals.bank_public)
     finally:
         await remote.close()
     from tests.mesh.test_mesh import ledger_counts
@@ -448,8 +471,8 @@ async def test_d3_a_phantom_result_stored_before_any_executor_runs_is_not_taken(
 
 
 async def test_d4_a_reader_of_everything_sees_no_credential_and_no_session_token(
-    tmp_path, nats_server
-):
+    tmp_path: Path, nats_server: NatsServer
+) -> None:
     path = tmp_path / "j.db"
     async with meshed(path, nats_server) as kernel:
         secret = await provision(kernel, nats_server)
@@ -466,7 +489,7 @@ async def test_d4_a_reader_of_everything_sees_no_credential_and_no_session_token
             await sniffer.flush()
         finally:
             await sniffer.close()
-        token = kernel.mesh.sessions["clerk"].session.token
+        token = mesh_of(kernel).sessions["clerk"].session.token
         wire = b"\n".join(heard)
         assert b"dirk.mesh.handshake.clerk" in wire and b"dirk.proposals.clerk" in wire
         assert secret.encode() not in wire
@@ -528,8 +551,8 @@ def hostile_messages(draw: Any, journal: str) -> bytes:
 )
 @given(data=st.data())
 def test_hostile_bytes_on_every_subject_the_kernel_hears_never_stop_it(
-    tmp_path_factory, nats_server, data
-):
+    tmp_path_factory: pytest.TempPathFactory, nats_server: NatsServer, data: st.DataObject
+) -> None:
     principals = principals_of(nats_server)
 
     async def main() -> None:
@@ -549,7 +572,7 @@ def test_hostile_bytes_on_every_subject_the_kernel_hears_never_stop_it(
                 await refusals(kernel, 1, lambda r: "sentinel" in r.target)
                 # Still running, and the real host's handshake is still answered.
                 assert isinstance(await handshake(clerk, Clerk(), secret), Welcome)
-                assert kernel.stopped is None and kernel.mesh.nc.is_connected
+                assert kernel.stopped is None and mesh_of(kernel).nc.is_connected
             finally:
                 await clerk.close()
         await verifies(path)
@@ -560,7 +583,9 @@ def test_hostile_bytes_on_every_subject_the_kernel_hears_never_stop_it(
 # --- TLS -----------------------------------------------------------------------------------
 
 
-async def test_the_mesh_runs_over_tls_with_certificates_made_here(tmp_path, nats_tls_server):
+async def test_the_mesh_runs_over_tls_with_certificates_made_here(
+    tmp_path: Path, nats_tls_server: NatsServer
+) -> None:
     path = tmp_path / "j.db"
     assert nats_tls_server.url.startswith("tls://")
     async with meshed(path, nats_tls_server) as kernel:
@@ -580,14 +605,16 @@ def test_lone_surrogates_are_among_what_the_property_test_draws() -> None:
     assert _header_bytes("\ud800") == b"\xed\xa0\x80"
 
 
-async def test_a_refused_handshake_never_displaces_the_live_session(tmp_path, nats_server):
+async def test_a_refused_handshake_never_displaces_the_live_session(
+    tmp_path: Path, nats_server: NatsServer
+) -> None:
     path = tmp_path / "j.db"
     async with meshed(path, nats_server) as kernel:
         secret = await provision(kernel, nats_server)
         async with host(nats_server, secret) as remote:
             clerk = await as_clerk(nats_server)
             try:
-                held = kernel.mesh.sessions["clerk"]
+                held = mesh_of(kernel).sessions["clerk"]
                 # A proof made for one challenge does not answer another (a replay).
                 subject = handshake_subject("clerk")
                 first = answer_of((await clerk.request(subject, b'{"type":"hello"}')).data)
@@ -595,7 +622,7 @@ async def test_a_refused_handshake_never_displaces_the_live_session(tmp_path, na
                 with pytest.raises(HandshakeRefused) as refused:
                     await handshake(clerk, Clerk(), secret + "x")
                 assert refused.value.reason_code is ReasonCode.CREDENTIAL_INVALID
-                assert kernel.mesh.sessions["clerk"] is held
+                assert mesh_of(kernel).sessions["clerk"] is held
             finally:
                 await clerk.close()
             [dfid] = await kernel.trigger("bank.invoice")
@@ -644,7 +671,9 @@ def hostile_results(draw: Any, subject: bytes) -> bytes:
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 @given(data=st.data())
-def test_hostile_results_never_decide_what_the_journal_records(tmp_path_factory, nats_server, data):
+def test_hostile_results_never_decide_what_the_journal_records(
+    tmp_path_factory: pytest.TempPathFactory, nats_server: NatsServer, data: st.DataObject
+) -> None:
     principals = principals_of(nats_server)
 
     async def main() -> None:
@@ -672,7 +701,7 @@ def test_hostile_results_never_decide_what_the_journal_records(tmp_path_factory,
                 finally:
                     await executor_client.close()
                 await refusals(kernel, 1, lambda r: "another intent" in r.detail)
-                assert kernel.flow(dfid).status is FlowStatus.EXECUTING
+                assert flow_of(kernel, dfid).status is FlowStatus.EXECUTING
                 # The real executor finds only unsigned junk stored, and does the work.
                 async with anyio.create_task_group() as tg:
                     ready = anyio.Event()
@@ -683,9 +712,12 @@ def test_hostile_results_never_decide_what_the_journal_records(tmp_path_factory,
                     with anyio.fail_after(STEP_S):
                         assert (await kernel.wait_flow(dfid)).status is FlowStatus.CLOSED
                     tg.cancel_scope.cancel()
-                [done] = await kernel.journal.read(dfid=dfid, types=["ExecutionSucceeded"])
-                assert done.payload.external_id == f"echo-{key}"
-                assert recorded_result_holds(done.payload, "bank", principals.bank_public)
+                [done] = payloads(
+                    await kernel.journal.read(dfid=dfid, types=["ExecutionSucceeded"]),
+                    ExecutionSucceeded,
+                )
+                assert done.external_id == f"echo-{key}"
+                assert recorded_result_holds(done, "bank", principals.bank_public)
                 assert kernel.stopped is None
         finally:
             await remote.close()

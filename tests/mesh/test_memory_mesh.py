@@ -9,7 +9,9 @@ from pathlib import Path
 import anyio
 
 from kernel import MEMORY_PACK, FlowStatus, Kernel, ReasonCode
-from kernel.core.events import InputRefused
+from kernel.audit import payloads
+from kernel.core.events import InputRefused, ProposalRejected, ProposalSubmitted
+from tests.support.helpers import flow_of
 from tests.support.mesh_agents import GRANVIA, PAYROLL
 from tests.support.mesh_helpers import STEP_S, host, meshed, provision
 from tests.support.nats import (  # noqa: F401
@@ -29,10 +31,8 @@ async def ended(kernel: Kernel, topic: str) -> str:
 
 
 async def rejections(kernel: Kernel, dfid: str) -> list[ReasonCode]:
-    return [
-        e.payload.feedback.reason_code  # type: ignore[union-attr]
-        for e in await kernel.journal.read(dfid=dfid, types=["ProposalRejected"])
-    ]
+    rejected = await kernel.journal.read(dfid=dfid, types=["ProposalRejected"])
+    return [p.feedback.reason_code for p in payloads(rejected, ProposalRejected)]
 
 
 async def test_book_hotel_granvia_from_a_remote_host_waits_for_the_query(
@@ -45,16 +45,15 @@ async def test_book_hotel_granvia_from_a_remote_host_waits_for_the_query(
             first = await ended(kernel, "hotel.book")
             again = await ended(kernel, "hotel.book")
 
-        assert kernel.flow(learned).status is FlowStatus.CLOSED  # type: ignore[union-attr]
+        assert flow_of(kernel, learned).status is FlowStatus.CLOSED
         # Attempt 1 ("Book Hotel Granvia") is refused; attempt 2 queries (and closes).
         assert await rejections(kernel, first) == [ReasonCode.VERIFICATION_REQUIRED]
-        [decided] = [
-            e.payload.proposal  # type: ignore[union-attr]
-            for e in await kernel.journal.read(dfid=again, types=["ProposalSubmitted"])
-        ]
+        submitted = await kernel.journal.read(dfid=again, types=["ProposalSubmitted"])
+        [decided] = [p.proposal for p in payloads(submitted, ProposalSubmitted)]
+
         assert decided.params["text"] == GRANVIA
         assert await rejections(kernel, again) == []
-        assert kernel.flow(again).status is FlowStatus.CLOSED  # type: ignore[union-attr]
+        assert flow_of(kernel, again).status is FlowStatus.CLOSED
 
 
 async def test_a_remote_agent_reads_its_artifact_in_ranges_and_is_refused_another(

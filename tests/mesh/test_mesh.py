@@ -26,7 +26,14 @@ from nats.js.api import AckPolicy, ConsumerConfig, StreamConfig
 from agents_sdk.serve import handshake
 from kernel import FlowStatus, HandshakeRefused, Outcome, ReasonCode, Verdict
 from kernel.adapters import ExecutionIntent, Receipt
+from kernel.audit import payload_of, payloads
 from kernel.core import keys
+from kernel.core.events import (
+    AgentRefused,
+    ExecutionStarted,
+    ExecutionSucceeded,
+    SubmissionRefused,
+)
 from kernel.mesh import (
     SIGNATURE_HEADER,
     Challenge,
@@ -43,7 +50,7 @@ from kernel.mesh import (
 )
 from kernel.policy.contracts import WorkingContext, to_record
 from kernel.registry import agent_key, new_credential
-from tests.support.helpers import ScriptedAgent, kernel_for, transfer
+from tests.support.helpers import ScriptedAgent, flow_of, kernel_for, transfer
 from tests.support.mesh_agents import Clerk
 from tests.support.mesh_helpers import (
     EXECUTOR_ACK_WAIT_S,
@@ -57,6 +64,7 @@ from tests.support.mesh_helpers import (
     meshed,
     principals_of,
     provision,
+    relay_of,
     remote_bank,
 )
 from tests.support.nats import (  # noqa: F401
@@ -71,7 +79,9 @@ async def submitted(kernel: Any, dfid: str) -> int:
     return len(await kernel.journal.read(dfid=dfid, types=["ProposalSubmitted"]))
 
 
-async def test_a_remote_agent_and_an_in_process_one_close_their_flows(tmp_path, nats_server):
+async def test_a_remote_agent_and_an_in_process_one_close_their_flows(
+    tmp_path: Path, nats_server: NatsServer
+) -> None:
     async with meshed(tmp_path / "j.db", nats_server) as kernel:
         secret = await provision(kernel, nats_server)
         await kernel.register(ScriptedAgent("auditor"))  # in process, beside the remote clerk
@@ -87,8 +97,8 @@ async def test_a_remote_agent_and_an_in_process_one_close_their_flows(tmp_path, 
 
 
 async def test_no_handshake_without_the_credential_and_the_live_session_survives(
-    tmp_path, nats_server
-):
+    tmp_path: Path, nats_server: NatsServer
+) -> None:
     async with meshed(tmp_path / "j.db", nats_server) as kernel:
         # Logged in as clerk's hosts, but nothing provisioned: the kernel refuses even the
         # right credential.
@@ -105,7 +115,9 @@ async def test_no_handshake_without_the_credential_and_the_live_session_survives
                     assert refused.value.reason_code is ReasonCode.CREDENTIAL_INVALID
                 refusals = await kernel.journal.read(types=["AgentRefused"])
                 assert len(refusals) == 4
-                assert {e.payload.reason_code for e in refusals} == {ReasonCode.CREDENTIAL_INVALID}
+                assert {p.reason_code for p in payloads(refusals, AgentRefused)} == {
+                    ReasonCode.CREDENTIAL_INVALID
+                }
                 # The live host's session was not displaced: its next flow closes.
                 [dfid] = await kernel.trigger("bank.invoice")
                 with anyio.fail_after(STEP_S):
@@ -115,7 +127,9 @@ async def test_no_handshake_without_the_credential_and_the_live_session_survives
             await nc.close()
 
 
-async def test_a_host_killed_mid_decide_costs_a_redelivery_to_another(tmp_path, nats_server):
+async def test_a_host_killed_mid_decide_costs_a_redelivery_to_another(
+    tmp_path: Path, nats_server: NatsServer
+) -> None:
     async with meshed(tmp_path / "j.db", nats_server) as kernel:
         secret = await provision(kernel, nats_server)
         async with host(nats_server, secret, mode="hang") as stuck:
@@ -131,8 +145,8 @@ async def test_a_host_killed_mid_decide_costs_a_redelivery_to_another(tmp_path, 
 
 
 async def test_a_recorded_proposal_is_answered_from_the_record_never_judged_twice(
-    tmp_path, nats_server
-):
+    tmp_path: Path, nats_server: NatsServer
+) -> None:
     async with meshed(tmp_path / "j.db", nats_server) as kernel:
         secret = await provision(kernel, nats_server)
         nc = await as_clerk(nats_server)
@@ -167,7 +181,9 @@ async def test_a_recorded_proposal_is_answered_from_the_record_never_judged_twic
         assert await submitted(kernel, dfid) == 1
 
 
-async def test_a_forged_proposal_is_refused_on_record(tmp_path, nats_server):
+async def test_a_forged_proposal_is_refused_on_record(
+    tmp_path: Path, nats_server: NatsServer
+) -> None:
     async with meshed(tmp_path / "j.db", nats_server) as kernel:
         secret = await provision(kernel, nats_server)
         nc = await as_clerk(nats_server)
@@ -191,8 +207,8 @@ async def test_a_forged_proposal_is_refused_on_record(tmp_path, nats_server):
             assert verdict.outcome is Outcome.REFUSED
             assert verdict.reason_code is ReasonCode.INVALID_SESSION
             [refused] = await kernel.journal.read(dfid=dfid, types=["SubmissionRefused"])
-            assert refused.payload.reason_code is ReasonCode.INVALID_SESSION
-            assert kernel.flow(dfid).attempts == 0
+            assert payload_of(refused, SubmissionRefused).reason_code is ReasonCode.INVALID_SESSION
+            assert flow_of(kernel, dfid).attempts == 0
         finally:
             await nc.close()
 
@@ -231,8 +247,11 @@ junk = st.one_of(
     proposals=st.lists(st.tuples(st.text(max_size=30), junk), max_size=8),
 )
 def test_whatever_reaches_the_bus_is_refused_and_the_kernel_goes_on(
-    tmp_path_factory, nats_server, handshakes, proposals
-):
+    tmp_path_factory: pytest.TempPathFactory,
+    nats_server: NatsServer,
+    handshakes: list[bytes],
+    proposals: list[tuple[str, bytes]],
+) -> None:
     async def main() -> None:
         async with meshed(tmp_path_factory.mktemp("mesh") / "j.db", nats_server) as kernel:
             secret = await provision(kernel, nats_server)
@@ -255,7 +274,9 @@ def test_whatever_reaches_the_bus_is_refused_and_the_kernel_goes_on(
     anyio.run(main)
 
 
-async def test_after_a_nats_server_restart_hosts_and_kernel_reconnect(tmp_path, nats_server):
+async def test_after_a_nats_server_restart_hosts_and_kernel_reconnect(
+    tmp_path: Path, nats_server: NatsServer
+) -> None:
     async with meshed(tmp_path / "j.db", nats_server) as kernel:
         secret = await provision(kernel, nats_server)
         async with host(nats_server, secret) as remote:
@@ -272,7 +293,9 @@ async def test_after_a_nats_server_restart_hosts_and_kernel_reconnect(tmp_path, 
             assert kernel.stopped is None
 
 
-async def test_a_stuck_agent_pool_holds_triggers_back_instead_of_queueing(tmp_path, nats_server):
+async def test_a_stuck_agent_pool_holds_triggers_back_instead_of_queueing(
+    tmp_path: Path, nats_server: NatsServer
+) -> None:
     async with meshed(tmp_path / "j.db", nats_server, max_in_flight=2) as kernel:
         secret = await provision(kernel, nats_server)
         async with host(nats_server, secret, mode="hang") as stuck:
@@ -300,13 +323,13 @@ async def test_a_stuck_agent_pool_holds_triggers_back_instead_of_queueing(tmp_pa
         assert created[0].seq > min(e.seq for e in closed)
 
 
-async def relayed(server: NatsServer) -> list[tuple[str, dict[str, Any], str]]:
+async def relayed(server: NatsServer) -> list[tuple[str | None, dict[str, Any], str]]:
     """Every message in DIRK_EVENTS, as the relay's reader reads it: (subject, event, id)."""
     nc = await as_reader(server)
     try:
         js = nc.jetstream()
         info = await js.stream_info("DIRK_EVENTS")
-        out = []
+        out: list[tuple[str | None, dict[str, Any], str]] = []
         for seq in range(info.state.first_seq, info.state.last_seq + 1):
             msg = await js.get_msg("DIRK_EVENTS", seq)
             out.append(
@@ -317,7 +340,9 @@ async def relayed(server: NatsServer) -> list[tuple[str, dict[str, Any], str]]:
         await nc.close()
 
 
-async def test_the_relay_publishes_each_committed_event_once_across_restarts(tmp_path, nats_server):
+async def test_the_relay_publishes_each_committed_event_once_across_restarts(
+    tmp_path: Path, nats_server: NatsServer
+) -> None:
     await reset_bus(nats_server)
     nc = await as_admin(nats_server)
     with contextlib.suppress(Exception):
@@ -333,7 +358,7 @@ async def test_the_relay_publishes_each_committed_event_once_across_restarts(tmp
             [dfid] = await kernel.trigger("bank.invoice")
             with anyio.fail_after(STEP_S):
                 assert (await kernel.wait_flow(dfid)).status is FlowStatus.CLOSED
-                await mesh.relay.wait_for(kernel.journal.head_seq)
+                await relay_of(mesh).wait_for(kernel.journal.head_seq)
             journal_id = kernel.journal.journal_id
     async with kernel_for(path) as kernel:
         events = await kernel.journal.read()
@@ -350,7 +375,9 @@ async def test_the_relay_publishes_each_committed_event_once_across_restarts(tmp
         assert subject == f"dirk.evt.{event['payload']['type']}.{recorded.dfid or '_'}"
 
 
-async def test_an_executor_killed_after_its_effect_duplicates_nothing(tmp_path, nats_server):
+async def test_an_executor_killed_after_its_effect_duplicates_nothing(
+    tmp_path: Path, nats_server: NatsServer
+) -> None:
     await reset_bus(nats_server)
     ledger = tmp_path / "ledger.db"
     remote = remote_bank(nats_server)
@@ -367,11 +394,13 @@ async def test_an_executor_killed_after_its_effect_duplicates_nothing(tmp_path, 
                         assert (await kernel.wait_flow(dfid)).status is FlowStatus.CLOSED
                 [started] = await kernel.journal.read(dfid=dfid, types=["ExecutionStarted"])
                 [done] = await kernel.journal.read(dfid=dfid, types=["ExecutionSucceeded"])
-                assert started.seq < done.seq and started.payload.intent.key == key
-                assert done.payload.external_id == f"ledger-{key}"
+                succeeded = payload_of(done, ExecutionSucceeded)
+                assert started.seq < done.seq
+                assert payload_of(started, ExecutionStarted).intent.key == key
+                assert succeeded.external_id == f"ledger-{key}"
                 # The record keeps the executors' signature: it checks with their public key.
                 bank = principals_of(nats_server).bank_public
-                assert recorded_result_holds(done.payload, "bank", bank)
+                assert recorded_result_holds(succeeded, "bank", bank)
     finally:
         await remote.close()
     assert ledger_counts(ledger) == (2, 1)  # redelivered once, deduplicated by key: one effect
@@ -415,8 +444,8 @@ async def ack_wait_passes(server: NatsServer, ack_wait_s: float, times: int) -> 
 
 
 async def test_a_slow_executor_keeps_its_intent_and_no_other_executor_runs_it(
-    tmp_path, nats_server
-):
+    tmp_path: Path, nats_server: NatsServer
+) -> None:
     await reset_bus(nats_server)
     ledger = tmp_path / "ledger.db"
     ack_wait_s = 3.0  # in-progress acks every 0.75 s: a loaded machine has 2.25 s to spare
@@ -442,15 +471,15 @@ async def test_a_slow_executor_keeps_its_intent_and_no_other_executor_runs_it(
                     with anyio.fail_after(STEP_S):
                         assert (await kernel.wait_flow(dfid)).status is FlowStatus.CLOSED
                 [done] = await kernel.journal.read(dfid=dfid, types=["ExecutionSucceeded"])
-                assert done.payload.external_id == f"ledger-{key}"
+                assert payload_of(done, ExecutionSucceeded).external_id == f"ledger-{key}"
     finally:
         await remote.close()
     assert ledger_counts(ledger) == (1, 1)  # carried out once, by the slow executor alone
 
 
 async def test_a_result_is_taken_from_its_notification_even_before_the_stream_has_it(
-    nats_server,
-):
+    nats_server: NatsServer,
+) -> None:
     await reset_bus(nats_server)
     # ack_wait as long as the step: the stream is not read again within the test.
     remote = remote_bank(nats_server, ack_wait_s=STEP_S)
@@ -497,7 +526,9 @@ class Echo:
     suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
 @given(intents=st.lists(junk, min_size=1, max_size=6))
-def test_whatever_reaches_an_executor_is_terminated_and_it_goes_on(nats_server, intents):
+def test_whatever_reaches_an_executor_is_terminated_and_it_goes_on(
+    nats_server: NatsServer, intents: list[bytes]
+) -> None:
     async def main() -> None:
         await reset_bus(nats_server)
         remote = remote_bank(nats_server)
@@ -534,11 +565,14 @@ def test_whatever_reaches_an_executor_is_terminated_and_it_goes_on(nats_server, 
     anyio.run(main)
 
 
-async def test_a_restarted_kernel_gets_its_running_hosts_back(tmp_path, nats_server):
+async def test_a_restarted_kernel_gets_its_running_hosts_back(
+    tmp_path: Path, nats_server: NatsServer
+) -> None:
     await reset_bus(nats_server)
     path = tmp_path / "j.db"
     first = kernel_for(path)
     kernel = await first.__aenter__()
+    first_open = True
     first_mesh = open_mesh(kernel, nats_server.url, FAST, auth=nats_server.kernel)
     await first_mesh.__aenter__()
     try:
@@ -549,7 +583,7 @@ async def test_a_restarted_kernel_gets_its_running_hosts_back(tmp_path, nats_ser
                 assert (await kernel.wait_flow(before)).status is FlowStatus.CLOSED
             await first_mesh.__aexit__(None, None, None)
             await first.__aexit__(None, None, None)
-            first = None  # the host keeps running across the kernel's restart
+            first_open = False  # the host keeps running across the kernel's restart
             async with (
                 kernel_for(path) as kernel,
                 open_mesh(kernel, nats_server.url, FAST, auth=nats_server.kernel),
@@ -560,12 +594,14 @@ async def test_a_restarted_kernel_gets_its_running_hosts_back(tmp_path, nats_ser
                     assert (await kernel.wait_flow(after)).status is FlowStatus.CLOSED
                 await remote.line(f"DECIDED {after}")
     finally:
-        if first is not None:
+        if first_open:
             await first_mesh.__aexit__(None, None, None)
             await first.__aexit__(None, None, None)
 
 
-async def test_the_bus_is_one_setting_of_the_kernel(tmp_path, nats_server, monkeypatch):
+async def test_the_bus_is_one_setting_of_the_kernel(
+    tmp_path: Path, nats_server: NatsServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
     await reset_bus(nats_server)
     monkeypatch.setenv("DIRK_BUS", nats_server.url)  # KernelConfig(bus=...) or the environment
     monkeypatch.setenv("DIRK_BUS_KEY", str(principals_of(nats_server).kernel_key))

@@ -14,14 +14,17 @@ import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import anyio
 import anyio.abc
 
+from kernel import Kernel
 from kernel.mesh import (
     GuardedClient,
+    Mesh,
     MeshConfig,
+    Relay,
     RemoteAdapter,
     agent_inbox,
     connect,
@@ -129,7 +132,7 @@ async def running(command: list[str], env: dict[str, str]) -> AsyncIterator[Host
             await process.aclose()
 
 
-async def provision(kernel: Any, server: NatsServer) -> str:
+async def provision(kernel: Kernel, server: NatsServer) -> str:
     """Issue agent ``clerk`` the credential its hosts log in with; return it."""
     secret = principals_of(server).clerk
     await kernel.issue_credential(
@@ -138,18 +141,36 @@ async def provision(kernel: Any, server: NatsServer) -> str:
     return secret
 
 
+_MESHES: dict[int, Mesh] = {}
+"""The mesh of each kernel :func:`meshed` runs, by the kernel's id, while it runs."""
+
+
 @asynccontextmanager
 async def meshed(
     path: Path, server: NatsServer, config: MeshConfig = FAST, **options: Any
-) -> AsyncIterator[Any]:
+) -> AsyncIterator[Kernel]:
     """A kernel on a fresh journal at ``path``, on the bus as the kernel principal."""
     await reset_bus(server)
     async with (
         kernel_for(path, **options) as kernel,
         open_mesh(kernel, server.url, config, auth=server.kernel) as mesh,
     ):
-        cast(Any, kernel).mesh = mesh  # the tests reach the mesh through the kernel they hold
-        yield kernel
+        _MESHES[id(kernel)] = mesh
+        try:
+            yield kernel
+        finally:
+            del _MESHES[id(kernel)]
+
+
+def mesh_of(kernel: Kernel) -> Mesh:
+    """Return the mesh a kernel :func:`meshed` runs is on (the tests hold only the kernel)."""
+    return _MESHES[id(kernel)]
+
+
+def relay_of(mesh: Mesh) -> Relay:
+    """Return the mesh's relay of committed events (every mesh the tests open has one)."""
+    assert mesh.relay is not None, "this mesh relays no events"
+    return mesh.relay
 
 
 def remote_bank(server: NatsServer, **options: Any) -> RemoteAdapter:
