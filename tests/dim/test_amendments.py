@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import subprocess
 from contextlib import AbstractAsyncContextManager
 from decimal import Decimal
 from pathlib import Path
@@ -19,9 +20,10 @@ from kernel import (
     SystemClock,
     open_kernel,
 )
-from kernel.adapters import Receipt
-from kernel.audit import fold
+from kernel.adapters import ExecutionIntent, Receipt
+from kernel.audit import fold, payload_of, payloads
 from kernel.config import KernelConfig, Ports
+from kernel.core.events import AmendmentRefused, ProposalRejected
 from kernel.policy import ALLOW, LimitSpec, PolicyKind, PolicyPack, RuleVerdict, View, deny, rule
 from kernel.state.snapshots import capture, decode_snapshot, encode_snapshot
 from kernel.testing import ManualClock, SeededIds
@@ -61,7 +63,7 @@ PACK = PolicyPack(
 
 
 class Desk:
-    async def execute(self, intent):
+    async def execute(self, intent: ExecutionIntent) -> Receipt:
         return Receipt(external_id=intent.key[:8])
 
 
@@ -89,15 +91,17 @@ def trader(
     )
 
 
-async def verdict(k, topic="desk.tick"):
+async def verdict(k: Kernel, topic: str = "desk.tick") -> tuple[FlowStatus, ReasonCode | None]:
     """Trigger one flow and return (status, reason code of its rejection or None)."""
     [dfid] = await k.trigger(topic)
     flow = await k.wait_flow(dfid)
-    rejected = await k.journal.read(dfid=dfid, types=["ProposalRejected"])
-    return flow.status, rejected[0].payload.feedback.reason_code if rejected else None
+    rejected = payloads(
+        await k.journal.read(dfid=dfid, types=["ProposalRejected"]), ProposalRejected
+    )
+    return flow.status, rejected[0].feedback.reason_code if rejected else None
 
 
-async def test_an_amendment_raises_a_limit_until_it_expires(tmp_path):
+async def test_an_amendment_raises_a_limit_until_it_expires(tmp_path: Path) -> None:
     clock = ManualClock()
     async with kernel(tmp_path / "j.db", clock) as k:
         await k.register(trader(qty=8))
@@ -125,7 +129,9 @@ async def test_an_amendment_raises_a_limit_until_it_expires(tmp_path):
         assert await verdict(k) == (FlowStatus.ABORTED, ReasonCode.RISK_LIMIT_EXCEEDED)
 
 
-async def test_an_amendment_can_lower_a_limit_and_decimal_limits_stay_decimal(tmp_path):
+async def test_an_amendment_can_lower_a_limit_and_decimal_limits_stay_decimal(
+    tmp_path: Path,
+) -> None:
     async with kernel(tmp_path / "j.db", ManualClock()) as k:
         await k.register(trader(qty=3, price="2.00"))
         assert await verdict(k) == (FlowStatus.CLOSED, None)
@@ -139,7 +145,8 @@ async def test_an_amendment_can_lower_a_limit_and_decimal_limits_stay_decimal(tm
         [dfid] = await k.trigger("desk.tick")
         await k.wait_flow(dfid)
         [rejected] = await k.journal.read(dfid=dfid, types=["ProposalRejected"])
-        assert (rejected.payload.feedback.field, rejected.payload.feedback.limit) == (
+        feedback = payload_of(rejected, ProposalRejected).feedback
+        assert (feedback.field, feedback.limit) == (
             "params.price",
             "1.50",
         )
@@ -160,20 +167,29 @@ async def test_an_amendment_can_lower_a_limit_and_decimal_limits_stay_decimal(tm
     ],
 )
 async def test_a_bad_amendment_is_refused_with_a_reason_and_recorded(
-    tmp_path, agent_id, limit, value, ttl, code
-):
+    tmp_path: Path, agent_id: str, limit: str, value: object, ttl: int, code: ReasonCode
+) -> None:
     async with kernel(tmp_path / "j.db", ManualClock()) as k:
         await k.register(trader())
         with pytest.raises(AmendmentInvalid) as caught:
-            await k.amend_limit(agent_id, limit, value, ttl_s=ttl, operator="ana", reason="r")
+            # value is any of the parameters, a float among them: refused, as typed callers cannot.
+            await k.amend_limit(
+                agent_id,
+                limit,
+                value,  # type: ignore[arg-type]
+                ttl_s=ttl,
+                operator="ana",
+                reason="r",
+            )
+
         assert caught.value.reason_code is code and caught.value.detail
-        [refused] = await k.journal.read(types=["AmendmentRefused"])
-        assert refused.payload.reason_code is code and refused.payload.operator == "ana"
+        [refused] = payloads(await k.journal.read(types=["AmendmentRefused"]), AmendmentRefused)
+        assert refused.reason_code is code and refused.operator == "ana"
         assert k.projections.amendments == {}
         assert await verdict(k) == (FlowStatus.ABORTED, ReasonCode.RISK_LIMIT_EXCEEDED)
 
 
-async def test_amendments_survive_a_restart_and_a_snapshot(tmp_path):
+async def test_amendments_survive_a_restart_and_a_snapshot(tmp_path: Path) -> None:
     clock = ManualClock()
     async with kernel(tmp_path / "j.db", clock) as k:
         await k.register(trader(qty=8))
@@ -194,7 +210,7 @@ async def test_dirk_amend_goes_through_the_inbox_of_a_running_kernel(
 ) -> None:
     db = tmp_path / "j.db"
 
-    def amend(*args):
+    def amend(*args: str) -> subprocess.CompletedProcess[str]:
         return dirk(
             "amend", "--agent", "trader", "--operator", "ana", "--reason", "desk call",
             "--db", db, "--wait", "30", *args,

@@ -6,6 +6,7 @@ import dataclasses
 import inspect
 import itertools
 import time
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -14,10 +15,12 @@ from hypothesis import strategies as st
 
 from benchmarks.gate import run_gate
 from kernel import AgentStatus, ReasonCode
+from kernel.core.events import Feedback, ProposalRecord
 from kernel.dim import LAYERS, Inputs, Judgement, judge
-from kernel.policy import NeedsHuman, PolicyPack
+from kernel.policy import NeedsHuman, PolicyPack, Rule
 from kernel.policy.packs import PolicyCatalog
 from kernel.policy.rules import ALLOW, Overrun, RuleVerdict, Stopwatch, View, deny, rule, run_rule
+from kernel.state.projections import AgentView
 from policies.trading import TRADING, PlaceOrder
 from tests.support.gate_domain import NOW, SHOP, STATE, Buy, agent, proposal
 
@@ -29,8 +32,31 @@ def inputs(**changes: Any) -> Inputs:
     return Inputs(**{"context_ref": "ref", "state": dict(STATE), **changes})
 
 
-def run(prop=None, who=None, snap=None, now=NOW, catalog=CATALOG, **kw):
-    return judge(prop or proposal(), who or agent(), catalog, now, snap or inputs(), **kw)
+MemoryCheck = Callable[[ProposalRecord, View], Feedback | None]
+"""The DIM's memory port (kernel.dim's ``memory=``)."""
+
+
+def run(
+    prop: ProposalRecord | None = None,
+    who: AgentView | None = None,
+    snap: Inputs | None = None,
+    now: int = NOW,
+    catalog: PolicyCatalog = CATALOG,
+    *,
+    by_human: bool = False,
+    memory: MemoryCheck | None = None,
+    stopwatch: Stopwatch | None = None,
+) -> Judgement:
+    return judge(
+        prop or proposal(),
+        who or agent(),
+        catalog,
+        now,
+        snap or inputs(),
+        by_human=by_human,
+        memory=memory,
+        stopwatch=stopwatch,
+    )
 
 
 # (id, proposal changes, agent, inputs changes, now) -> (layer, code, field, rule, limit)
@@ -232,7 +258,13 @@ CASES = [
     [c[1:] for c in CASES],
     ids=[c[0] for c in CASES],
 )
-def test_each_layer_and_reason_code(changes, who, snap, now, expected):
+def test_each_layer_and_reason_code(
+    changes: dict[str, Any],
+    who: dict[str, Any],
+    snap: dict[str, Any],
+    now: int,
+    expected: tuple[Any, ...],
+) -> None:
     judgement = run(proposal(**changes), agent(**who), inputs(**snap), now)
     feedback = judgement.rejection or judgement.escalation
     assert feedback is not None
@@ -244,25 +276,25 @@ def test_each_layer_and_reason_code(changes, who, snap, now, expected):
         assert judgement.pack == SHOP.hash
 
 
-def test_every_layer_is_covered_by_the_table():
+def test_every_layer_is_covered_by_the_table() -> None:
     layers = {c[5][0] for c in CASES}
     # Memory's layer is every domain's check (tests/state); budgets': tests/dim/test_money.py.
     assert layers == set(LAYERS) - {"memory", "budgets"}
 
 
-def test_an_acceptable_proposal_is_accepted_and_reserves():
+def test_an_acceptable_proposal_is_accepted_and_reserves() -> None:
     judgement = run()
     assert judgement.rejection is None and judgement.escalation is None
     assert dict(judgement.reserve) == {"inventory:A": 2}
     assert judgement.pack == SHOP.hash
 
 
-def test_a_flow_does_not_contend_with_what_it_already_holds():
+def test_a_flow_does_not_contend_with_what_it_already_holds() -> None:
     snap = inputs(held={"inventory:A": 10}, own={"inventory:A": 8})
     assert run(proposal(params={"qty": 2}), snap=snap).rejection is None
 
 
-def test_a_human_modification_skips_state_and_escalation():
+def test_a_human_modification_skips_state_and_escalation() -> None:
     judgement = run(
         proposal(params={"qty": 9}, confidence=0.1),
         snap=inputs(context_ref="moved"),
@@ -271,7 +303,7 @@ def test_a_human_modification_skips_state_and_escalation():
     assert judgement.rejection is None and judgement.escalation is None
 
 
-def test_the_unsettled_check_names_the_flows_and_skips_human_modifications():
+def test_the_unsettled_check_names_the_flows_and_skips_human_modifications() -> None:
     snap = inputs(unsettled=("f-1", "f-2"))
     feedback = run(snap=snap).rejection
     assert feedback is not None
@@ -298,7 +330,7 @@ def ask(qty: int, confidence: float = 0.9) -> Judgement:
     return run(record, agent(capabilities=("shop.ask",)), catalog=PolicyCatalog([ASK]))
 
 
-def test_needs_human_is_the_escalation_layer_after_the_thresholds():
+def test_needs_human_is_the_escalation_layer_after_the_thresholds() -> None:
     assert ask(2).escalation is None and ask(2).rejection is None
     escalated = ask(5).escalation
     assert escalated is not None
@@ -308,7 +340,8 @@ def test_needs_human_is_the_escalation_layer_after_the_thresholds():
         "5 of what?",
     )
     # The thresholds come first: the pack's confidence threshold decides.
-    assert ask(5, confidence=0.1).escalation.reason_code is R.LOW_CONFIDENCE  # type: ignore[union-attr]
+    low = ask(5, confidence=0.1).escalation
+    assert low is not None and low.reason_code is R.LOW_CONFIDENCE
     # A human who modifies skips it.
     record = proposal(kind="shop.ask", params={"qty": 5})
     human = run(
@@ -317,7 +350,7 @@ def test_needs_human_is_the_escalation_layer_after_the_thresholds():
     assert human.escalation is None and human.rejection is None
 
 
-def test_a_needs_human_rule_that_raises_rejects_with_kernel_fault():
+def test_a_needs_human_rule_that_raises_rejects_with_kernel_fault() -> None:
     judgement = ask(7)
     assert judgement.escalation is None and judgement.rejection is not None
     feedback = judgement.rejection
@@ -329,29 +362,31 @@ def test_a_needs_human_rule_that_raises_rejects_with_kernel_fault():
     assert "ZeroDivisionError: the rule broke" in feedback.detail
 
 
-def test_the_memory_hook_runs_after_the_rules():
+def test_the_memory_hook_runs_after_the_rules() -> None:
     from kernel.dim import reject
 
-    seen = []
+    seen: list[Any] = []
 
-    def memory(prop, view):
+    def memory(prop: ProposalRecord, view: View) -> Feedback | None:
         seen.append(view.params)
         return reject("memory", R.CONSTRAINT_VIOLATION, "remembered constraint", rule="no-A")
 
     feedback = run(memory=memory).rejection
+    assert feedback is not None
     assert (feedback.layer, feedback.reason_code, feedback.rule) == (
         "memory",
         R.CONSTRAINT_VIOLATION,
         "no-A",
     )
-    assert run(proposal(params={"qty": 10}), memory=memory).rejection.layer == "rules"
+    over = run(proposal(params={"qty": 10}), memory=memory).rejection
+    assert over is not None and over.layer == "rules"
     assert len(seen) == 1
 
 
 # --- fail closed -----------------------------------------------------------------
 
 
-def _pack_with(r) -> PolicyCatalog:
+def _pack_with(r: Rule) -> PolicyCatalog:
     return PolicyCatalog([PolicyPack(name="shop", version="1.0.0", kinds=(Buy,), rules=(r,))])
 
 
@@ -384,7 +419,7 @@ def slow(view: View) -> RuleVerdict:
     ],
     ids=["raises", "returns-none", "no-code"],
 )
-def test_a_broken_rule_rejects_with_kernel_fault(r, words):
+def test_a_broken_rule_rejects_with_kernel_fault(r: Rule, words: str) -> None:
     feedback = run(catalog=_pack_with(r)).rejection
     assert feedback is not None
     assert (feedback.layer, feedback.reason_code, feedback.rule) == (
@@ -395,7 +430,7 @@ def test_a_broken_rule_rejects_with_kernel_fault(r, words):
     assert words in feedback.detail
 
 
-def test_a_rule_over_its_budget_keeps_its_verdict_and_the_stopwatch_notes_it():
+def test_a_rule_over_its_budget_keeps_its_verdict_and_the_stopwatch_notes_it() -> None:
     # A stopwatch whose clock moves 1 ms per reading: the rule "took" 1000 us, over its 500.
     ticks = itertools.count()
     stopwatch = Stopwatch(lambda: next(ticks) * 1_000_000)
@@ -423,13 +458,14 @@ def sleeps_then_denies(view: View) -> RuleVerdict:
 
 
 @pytest.mark.parametrize("r", [sleeps, sleeps_then_denies], ids=["allows", "denies"])
-def test_a_rule_sleeping_past_its_budget_gives_the_verdict_it_returns(r):
+def test_a_rule_sleeping_past_its_budget_gives_the_verdict_it_returns(r: Rule) -> None:
     stopwatch = Stopwatch()
     timed = run(catalog=_pack_with(r), stopwatch=stopwatch)
     assert timed == run(catalog=_pack_with(r))
     if r is sleeps:
         assert timed.rejection is None
     else:
+        assert timed.rejection is not None
         assert (timed.rejection.reason_code, timed.rejection.rule) == (
             R.RISK_LIMIT_EXCEEDED,
             r.name,
@@ -439,13 +475,13 @@ def test_a_rule_sleeping_past_its_budget_gives_the_verdict_it_returns(r):
     assert (overrun.rule, overrun.budget_us) == (r.name, 1) and overrun.took_us >= 2_000
 
 
-def test_the_gate_reads_no_clock():
+def test_the_gate_reads_no_clock() -> None:
     # The verdict is a function of its arguments: nothing in judge() takes a timer.
     assert "timer" not in inspect.signature(judge).parameters
     assert "timer" not in inspect.signature(run_rule).parameters
 
 
-def test_the_p4_cross_check_cannot_disagree_because_a_rule_is_slow():
+def test_the_p4_cross_check_cannot_disagree_because_a_rule_is_slow() -> None:
     # Each judgement's rules overrun their budget, as on a loaded machine: same verdicts.
     slowed = dataclasses.replace(TRADING, rules=(*TRADING.rules, sleeps_on_orders))
     quick, loaded = run_gate(10), run_gate(10, pack=slowed)
@@ -488,7 +524,9 @@ inputs_cases = st.builds(
     now=st.integers(0, 3_000),
     readings=st.lists(st.integers(0, 10**9), min_size=2, max_size=8),
 )
-def test_the_same_inputs_give_the_same_verdict(prop, snap, now, readings):
+def test_the_same_inputs_give_the_same_verdict(
+    prop: ProposalRecord, snap: Inputs, now: int, readings: list[int]
+) -> None:
     # Whatever the stopwatch reads (a quick machine, a loaded one), the verdict is the same.
     ticks = itertools.accumulate(itertools.cycle(readings))
     first = run(prop, snap=snap, now=now)

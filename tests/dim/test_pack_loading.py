@@ -3,14 +3,24 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import ClassVar
+from contextlib import AbstractAsyncContextManager
+from pathlib import Path
+from typing import Any, ClassVar
 
 import pytest
 
-from kernel import FlowStatus, InputInvalid, PackError, ReasonCode, open_kernel
-from kernel.audit import fold, state_at
+from kernel import FlowStatus, InputInvalid, Kernel, PackError, ReasonCode, open_kernel
+from kernel.audit import Event, fold, payload_of, payloads, state_at
 from kernel.config import KernelConfig, Ports, Supervision
-from kernel.core.events import ApprovalSuperseded
+from kernel.core.events import (
+    ApprovalSuperseded,
+    FlowEscalated,
+    InputRefused,
+    KernelStarted,
+    PackLoaded,
+    ProposalAccepted,
+    ProposalRejected,
+)
 from kernel.policy import LimitSpec, PolicyKind, PolicyPack
 from kernel.policy.packs import PolicyCatalog
 from kernel.policy.rules import ALLOW, RuleVerdict, View, rule
@@ -37,7 +47,14 @@ def reads_a_ghost(view: View) -> RuleVerdict:
     return ALLOW
 
 
-def kernel(path, **kw):
+def pack_of(verdict: Event) -> str:
+    """The pack hash a verdict (an acceptance or a rejection) was judged under."""
+    payload = verdict.payload
+    assert isinstance(payload, ProposalAccepted | ProposalRejected), verdict.type
+    return payload.pack
+
+
+def kernel(path: Path, **kw: Any) -> AbstractAsyncContextManager[Kernel]:
     return open_kernel(
         path,
         packs=[PACK],
@@ -53,23 +70,23 @@ def kernel(path, **kw):
     )
 
 
-async def test_a_new_version_is_recorded_and_judges_what_comes_after(tmp_path):
+async def test_a_new_version_is_recorded_and_judges_what_comes_after(tmp_path: Path) -> None:
     async with kernel(tmp_path / "j.db") as k:
         await k.register(trader(qty=4))
         [started] = await k.journal.read(types=["KernelStarted"])
-        assert [p.hash for p in started.payload.packs] == [PACK.hash]
+        assert [p.hash for p in payload_of(started, KernelStarted).packs] == [PACK.hash]
         assert await verdict(k) == (FlowStatus.CLOSED, None)
 
         ref = await k.load_pack(V2, operator="ana", reason="tighter")
         assert (ref.name, ref.version, ref.hash) == ("desk", "1.1.0", V2.hash)
-        [loaded] = await k.journal.read(types=["PackLoaded"])
-        assert loaded.payload.pack == V2.ref and loaded.payload.previous == PACK.hash
-        assert loaded.payload.operator == "ana"
+        [loaded] = payloads(await k.journal.read(types=["PackLoaded"]), PackLoaded)
+        assert loaded.pack == V2.ref and loaded.previous == PACK.hash
+        assert loaded.operator == "ana"
         assert k.projections.packs["desk"] == V2.ref
 
         assert await verdict(k) == (FlowStatus.ABORTED, ReasonCode.RISK_LIMIT_EXCEEDED)
         verdicts = await k.journal.read(types=["ProposalAccepted", "ProposalRejected"])
-        assert [v.payload.pack for v in verdicts] == [PACK.hash, V2.hash]
+        assert [pack_of(v) for v in verdicts] == [PACK.hash, V2.hash]
         # Loading the version in force changes nothing and records nothing.
         assert await k.load_pack(V2, operator="ana", reason="again") == V2.ref
         assert len(await k.journal.read(types=["PackLoaded"])) == 1
@@ -79,7 +96,7 @@ async def test_a_new_version_is_recorded_and_judges_what_comes_after(tmp_path):
         for v in verdicts:
             [submitted] = await k.journal.read(dfid=v.dfid, types=["ProposalSubmitted"])
             at = await state_at(k.journal, submitted.seq)
-            assert at.packs["desk"].hash == v.payload.pack
+            assert at.packs["desk"].hash == pack_of(v)
         assert fold(await k.journal.read()).digest() == k.projections.digest()
 
     # A restart judges with the packs it is opened with, and says so.
@@ -87,7 +104,7 @@ async def test_a_new_version_is_recorded_and_judges_what_comes_after(tmp_path):
         assert k.projections.packs["desk"] == PACK.ref
 
 
-async def test_an_approval_under_one_version_is_judged_again_under_the_next(tmp_path):
+async def test_an_approval_under_one_version_is_judged_again_under_the_next(tmp_path: Path) -> None:
     async with kernel(tmp_path / "j.db") as k:
         unsure = ScriptedAgent(
             "trader",
@@ -100,7 +117,7 @@ async def test_an_approval_under_one_version_is_judged_again_under_the_next(tmp_
         assert (await k.wait_flow(dfid)).status is FlowStatus.ESCALATED
         await k.load_pack(V2, operator="ana", reason="v2")
         [escalated] = await k.journal.read(dfid=dfid, types=["FlowEscalated"])
-        assert escalated.payload.pack == PACK.hash
+        assert payload_of(escalated, FlowEscalated).pack == PACK.hash
         verdict = await k.decide(
             dfid, "approve", operator="ana", reason="ok", action_hash=action_of(k, dfid)
         )
@@ -133,7 +150,9 @@ async def test_an_approval_under_one_version_is_judged_again_under_the_next(tmp_
     ],
     ids=["missing-field", "duplicate-kind", "no-version", "limit-bounds"],
 )
-async def test_an_invalid_pack_is_refused_as_at_start_and_nothing_changes(tmp_path, bad):
+async def test_an_invalid_pack_is_refused_as_at_start_and_nothing_changes(
+    tmp_path: Path, bad: PolicyPack
+) -> None:
     with pytest.raises(PackError) as at_start:
         PolicyCatalog([bad])
     async with kernel(tmp_path / "j.db") as k:
@@ -146,7 +165,9 @@ async def test_an_invalid_pack_is_refused_as_at_start_and_nothing_changes(tmp_pa
         assert await verdict(k) == (FlowStatus.CLOSED, None)
 
 
-async def test_a_version_may_add_kinds_but_not_drop_them_nor_need_a_missing_adapter(tmp_path):
+async def test_a_version_may_add_kinds_but_not_drop_them_nor_need_a_missing_adapter(
+    tmp_path: Path,
+) -> None:
     class Elsewhere(PolicyKind, tag="desk.elsewhere"):
         version: ClassVar[str] = "1.0"
         adapter: ClassVar[str] = "nowhere"
@@ -169,17 +190,20 @@ async def test_a_version_may_add_kinds_but_not_drop_them_nor_need_a_missing_adap
         # A new pack altogether is loaded beside the others.
         extra = PolicyPack(name="extra", version="1.0.0", kinds=())
         ref = await k.load_pack(extra, operator="ana", reason="extra")
-        [_, added] = await k.journal.read(types=["PackLoaded"])
-        assert added.payload.pack == ref and added.payload.previous == ""
+        [_, added] = payloads(await k.journal.read(types=["PackLoaded"]), PackLoaded)
+        assert added.pack == ref and added.previous == ""
         assert set(k.projections.packs) == {"desk", "extra"}
 
 
 @pytest.mark.parametrize(("operator", "reason"), [("", "tighter"), ("ana", "  "), (None, "x")])
-async def test_loading_a_pack_is_an_operator_act_that_names_who_and_why(tmp_path, operator, reason):
+async def test_loading_a_pack_is_an_operator_act_that_names_who_and_why(
+    tmp_path: Path, operator: str | None, reason: str
+) -> None:
     async with kernel(tmp_path / "j.db") as k:
         with pytest.raises(InputInvalid):
-            await k.load_pack(V2, operator=operator, reason=reason)
+            # None among the operators: refused, as typed callers cannot send it.
+            await k.load_pack(V2, operator=operator, reason=reason)  # type: ignore[arg-type]
         assert await k.journal.read(types=["PackLoaded"]) == []
-        [refused] = await k.journal.read(types=["InputRefused"])
-        assert refused.payload.entry == "load_pack" and refused.payload.target == "desk"
+        [refused] = payloads(await k.journal.read(types=["InputRefused"]), InputRefused)
+        assert refused.entry == "load_pack" and refused.target == "desk"
         assert k.projections.packs["desk"] == PACK.ref

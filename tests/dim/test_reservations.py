@@ -3,21 +3,30 @@
 from __future__ import annotations
 
 import random
-from typing import ClassVar
+from collections.abc import Sequence
+from contextlib import AbstractAsyncContextManager
+from pathlib import Path
+from typing import Any, ClassVar
 
 import anyio
 import anyio.lowlevel
 import pytest
 
-from kernel import FlowStatus, ReasonCode, open_kernel
+from kernel import FlowStatus, Kernel, ReasonCode, open_kernel
 from kernel.adapters import ExecutionIntent, Receipt
 from kernel.adapters.contract import AdapterError
-from kernel.audit import fold
+from kernel.audit import fold, payload_of, payloads
 from kernel.config import KernelConfig, Ports
+from kernel.core.events import (
+    ProposalAccepted,
+    ProposalRejected,
+    ResourceReleased,
+    ResourceReserved,
+)
 from kernel.policy import PolicyKind, PolicyPack
 from kernel.policy.packs import Consume
-from kernel.testing import ManualClock, SeededIds, action_of
-from tests.support.helpers import ScriptedAgent, configured
+from kernel.testing import ManualClock, SeededIds, Step, action_of
+from tests.support.helpers import ScriptedAgent, configured, flow_of
 
 
 class Claim(PolicyKind, tag="race.claim"):
@@ -54,11 +63,13 @@ class Depot:
         return Receipt(external_id=f"c-{len(self.calls)}")
 
 
-def claim(qty: int = 1, confidence: float = 0.9):
+def claim(qty: int = 1, confidence: float = 0.9) -> Step:
     return lambda ctx: ctx.propose(Claim(sku="X", qty=qty), confidence=confidence)
 
 
-def kernel(path, depot, names=("a",), **kw):
+def kernel(
+    path: Path, depot: Depot, names: Sequence[str] = ("a",), **kw: Any
+) -> AbstractAsyncContextManager[Kernel]:
     return open_kernel(
         path,
         packs=[PACK],
@@ -68,7 +79,13 @@ def kernel(path, depot, names=("a",), **kw):
     )
 
 
-def agent(name="a", qty=1, confidence=0.9, subscriptions=("depot",), **kw):
+def agent(
+    name: str = "a",
+    qty: int = 1,
+    confidence: float = 0.9,
+    subscriptions: Sequence[str] = ("depot",),
+    **kw: Any,
+) -> ScriptedAgent:
     return ScriptedAgent(
         name,
         [claim(qty, confidence)],
@@ -79,11 +96,18 @@ def agent(name="a", qty=1, confidence=0.9, subscriptions=("depot",), **kw):
     )
 
 
-async def events_of(k, dfid):
-    return [(e.type, getattr(e.payload, "pool", None)) for e in await k.journal.flow_events(dfid)]
+async def events_of(k: Kernel, dfid: str) -> list[tuple[str, str | None]]:
+    """Each event of the flow: its type, and the pool it reserves or releases (None: none)."""
+    return [
+        (
+            e.type,
+            e.payload.pool if isinstance(e.payload, ResourceReserved | ResourceReleased) else None,
+        )
+        for e in await k.journal.flow_events(dfid)
+    ]
 
 
-async def test_acceptance_reserves_in_the_same_append_and_closing_releases(tmp_path):
+async def test_acceptance_reserves_in_the_same_append_and_closing_releases(tmp_path: Path) -> None:
     depot = Depot()
     async with kernel(tmp_path / "j.db", depot) as k:
         await k.register(agent())
@@ -95,18 +119,19 @@ async def test_acceptance_reserves_in_the_same_append_and_closing_releases(tmp_p
         accepted = next(e for e in events if e.type == "ProposalAccepted")
         reserved = next(e for e in events if e.type == "ResourceReserved")
         assert reserved.seq == accepted.seq + 1 and reserved.caused_by == accepted.seq
-        assert accepted.payload.pack == PACK.hash
+        assert payload_of(accepted, ProposalAccepted).pack == PACK.hash
 
         depot.open.set()
         assert (await k.wait_flow(dfid)).status is FlowStatus.CLOSED
         events = await k.journal.read(dfid=dfid)
         closed = next(e for e in events if e.type == "FlowClosed")
         released = next(e for e in events if e.type == "ResourceReleased")
-        assert released.seq == closed.seq + 1 and released.payload.reason == "CLOSED"
+        assert released.seq == closed.seq + 1
+        assert payload_of(released, ResourceReleased).reason == "CLOSED"
         assert k.projections.held == {} and k.projections.reservations == {}
 
 
-async def test_a_failed_execution_releases(tmp_path):
+async def test_a_failed_execution_releases(tmp_path: Path) -> None:
     depot = Depot(fail=True)
     depot.open.set()
     async with kernel(tmp_path / "j.db", depot) as k:
@@ -119,7 +144,7 @@ async def test_a_failed_execution_releases(tmp_path):
 
 
 @pytest.mark.parametrize("decision", ["abort", "override"])
-async def test_an_escalated_flow_holds_until_a_human_ends_it(tmp_path, decision):
+async def test_an_escalated_flow_holds_until_a_human_ends_it(tmp_path: Path, decision: str) -> None:
     depot = Depot()
     depot.open.set()
     async with kernel(tmp_path / "j.db", depot, names=("a", "b")) as k:
@@ -132,7 +157,8 @@ async def test_an_escalated_flow_holds_until_a_human_ends_it(tmp_path, decision)
         [second] = await k.trigger("other.order")
         assert (await k.wait_flow(second)).status is FlowStatus.ABORTED
         [rejected] = await k.journal.read(dfid=second, types=["ProposalRejected"])
-        assert rejected.payload.feedback.reason_code is ReasonCode.RESOURCE_CONTENTION
+        feedback = payload_of(rejected, ProposalRejected).feedback
+        assert feedback.reason_code is ReasonCode.RESOURCE_CONTENTION
 
         await k.decide(
             first, decision, operator="ana", reason="checked", action_hash=action_of(k, first)
@@ -141,7 +167,7 @@ async def test_an_escalated_flow_holds_until_a_human_ends_it(tmp_path, decision)
         assert k.projections.held == {}
 
 
-async def test_reservations_survive_a_restart_and_are_released_after_it(tmp_path):
+async def test_reservations_survive_a_restart_and_are_released_after_it(tmp_path: Path) -> None:
     async with kernel(tmp_path / "j.db", Depot()) as k:
         await k.register(agent(confidence=0.1))
         [dfid] = await k.trigger("depot.order")
@@ -157,19 +183,21 @@ async def test_reservations_survive_a_restart_and_are_released_after_it(tmp_path
         assert fold(await k.journal.read()).digest() == k.projections.digest()
 
 
-async def test_an_over_commit_beyond_capacity_is_insufficient(tmp_path):
+async def test_an_over_commit_beyond_capacity_is_insufficient(tmp_path: Path) -> None:
     async with kernel(tmp_path / "j.db", Depot()) as k:
         await k.register(agent(qty=2))
         [dfid] = await k.trigger("depot.order")
         await k.wait_flow(dfid)
-        [rejected] = await k.journal.read(dfid=dfid, types=["ProposalRejected"])
-        feedback = rejected.payload.feedback
+        [rejected] = payloads(
+            await k.journal.read(dfid=dfid, types=["ProposalRejected"]), ProposalRejected
+        )
+        feedback = rejected.feedback
         assert feedback.reason_code is ReasonCode.INSUFFICIENT_RESOURCES
         assert (feedback.layer, feedback.rule, feedback.limit) == ("resources", "inventory:X", "1")
-        assert rejected.payload.pack == PACK.hash
+        assert rejected.pack == PACK.hash
 
 
-async def test_a_capacity_fact_resizes_a_pool(tmp_path):
+async def test_a_capacity_fact_resizes_a_pool(tmp_path: Path) -> None:
     depot = Depot()
     async with kernel(tmp_path / "j.db", depot) as k:
         await k.register(agent(qty=3))
@@ -181,7 +209,7 @@ async def test_a_capacity_fact_resizes_a_pool(tmp_path):
 
 
 @pytest.mark.parametrize("seed", range(24), ids=lambda s: f"seed={s}")
-async def test_racing_agents_never_over_commit(tmp_path, seed):
+async def test_racing_agents_never_over_commit(tmp_path: Path, seed: int) -> None:
     rng = random.Random(seed)
     capacity = rng.choice([1, 1, 2, 3])
     names = [f"agent-{i}" for i in range(rng.randint(2, 6))]
@@ -210,7 +238,7 @@ async def test_racing_agents_never_over_commit(tmp_path, seed):
                 await anyio.lowlevel.checkpoint()
         for dfid in dfids:
             await k.wait_flow(dfid, {FlowStatus.EXECUTING, FlowStatus.ABORTED})
-        flows = {k.flow(d).agent_id: k.flow(d) for d in dfids}
+        flows = {flow_of(k, d).agent_id: flow_of(k, d) for d in dfids}
         won = [n for n, f in flows.items() if f.status is FlowStatus.EXECUTING]
         lost = [n for n, f in flows.items() if f.status is FlowStatus.ABORTED]
         assert over == []
@@ -221,7 +249,7 @@ async def test_racing_agents_never_over_commit(tmp_path, seed):
         for n in lost:
             assert wants[n] > capacity - taken  # no rejection was unnecessary
             [rejected] = await k.journal.read(dfid=flows[n].dfid, types=["ProposalRejected"])
-            assert rejected.payload.feedback.reason_code in (
+            assert payload_of(rejected, ProposalRejected).feedback.reason_code in (
                 ReasonCode.RESOURCE_CONTENTION,
                 ReasonCode.INSUFFICIENT_RESOURCES,
             )

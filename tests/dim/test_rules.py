@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from kernel.audit import payload_of, payloads
 from kernel.core.events import Draft, Event, RuleDecided, RuleProposed, RuleSource
 from kernel.dim._rules import handle
 from kernel.runtime.actors import Outbox, Reply
@@ -80,8 +81,9 @@ async def test_two_operators_deciding_one_deferred_proposal_one_wins(tmp_path: P
         won = [a for a in answers if isinstance(a, Event)]
         lost = [a for a in answers if isinstance(a, RuleNotPending)]
         assert len(won) == 1 and len(lost) == 1
-        decisions = await kernel.journal.read(types=["RuleDecided"])
-        assert [d.payload.decision for d in decisions][1:] == [won[0].payload.decision]
+        decisions = payloads(await kernel.journal.read(types=["RuleDecided"]), RuleDecided)
+        assert [d.decision for d in decisions][1:] == [payload_of(won[0], RuleDecided).decision]
+
         assert seq not in kernel.projections.memory.rulebook.pending
 
 

@@ -16,8 +16,9 @@ from typing import Any
 
 from agents_sdk import Agent, Manifest
 from kernel import FlowStatus, Kernel, Outcome, ReasonCode, open_kernel
+from kernel.audit import payloads
 from kernel.config import KernelConfig, Ports
-from kernel.core.events import ApprovalSuperseded, FlowEscalated
+from kernel.core.events import ApprovalSuperseded, FlowEscalated, ProposalAccepted
 from kernel.policy import PolicyPack, Quorum, Range, Threshold
 from kernel.policy.contracts import WorkingContext
 from kernel.testing import ManualClock, SeededIds, action_of
@@ -81,6 +82,7 @@ async def test_an_order_approved_under_0_3_0_is_refused_once_0_3_1_caps_it(tmp_p
     async with open_desk(tmp_path / "j.db", broker) as kernel:
         dfid = await escalated_order(kernel)
         action = action_of(kernel, dfid)
+        assert action is not None  # an escalated flow waits on its action's hash
         await kernel.load_pack(CAPPED, operator="risk", reason="cap orders at 50 lots")
         verdict = await kernel.decide(
             dfid, "approve", operator="ana", reason="looks fine", action_hash=action
@@ -161,8 +163,10 @@ async def test_an_approval_still_good_under_a_looser_pack_executes(tmp_path: Pat
         assert verdict.outcome is Outcome.ACCEPTED
         assert (await kernel.wait_flow(dfid)).status is FlowStatus.CLOSED
         assert len(broker.calls) == 1
-        [accepted] = await kernel.journal.read(dfid=dfid, types=["ProposalAccepted"])
-        assert accepted.payload.rechecked and accepted.payload.pack == looser.hash  # type: ignore[union-attr]
+        [accepted] = payloads(
+            await kernel.journal.read(dfid=dfid, types=["ProposalAccepted"]), ProposalAccepted
+        )
+        assert accepted.rechecked and accepted.pack == looser.hash
 
 
 async def test_a_quorum_added_later_asks_for_new_votes(tmp_path: Path) -> None:
@@ -188,9 +192,12 @@ async def test_a_quorum_added_later_asks_for_new_votes(tmp_path: Path) -> None:
             dfid, "approve", operator="ana", reason="ok", action_hash=action_of(kernel, dfid)
         )
         assert verdict.outcome is Outcome.ESCALATED
-        [_, again] = await kernel.journal.read(dfid=dfid, types=["FlowEscalated"])
-        assert again.payload.quorum is not None and again.payload.quorum.required == 2  # type: ignore[union-attr]
-        assert again.payload.reason_code is ReasonCode.APPROVAL_REQUIRED  # type: ignore[union-attr]
+        [_, again] = payloads(
+            await kernel.journal.read(dfid=dfid, types=["FlowEscalated"]), FlowEscalated
+        )
+        assert again.quorum is not None and again.quorum.required == 2
+        assert again.reason_code is ReasonCode.APPROVAL_REQUIRED
+
         for who in ("ana", "bo"):
             await kernel.decide(
                 dfid, "approve", operator=who, reason="ok", action_hash=action_of(kernel, dfid)

@@ -24,13 +24,14 @@ from examples import desk
 from examples.desk_0_1 import DESK_0_1
 from kernel import FlowStatus, ReasonCode
 from kernel.adapters import AdapterError
-from kernel.audit import Projections, open_journal
+from kernel.audit import Projections, open_journal, payload_of
 from kernel.audit.reverify import rejudge
 from kernel.core.events import (
     Event,
     FlowAborted,
     FlowEscalated,
     ProposalAccepted,
+    ProposalRecord,
     ProposalRejected,
     ProposalSubmitted,
 )
@@ -45,11 +46,11 @@ from policies.trading import TRADING
 from policies.trading_0_2 import TRADING_0_2
 from policies.trading_0_3 import TRADING_0_3
 from tests.audit import test_verdicts
-from tests.audit.test_golden import GOLDEN
 from tests.escalation import test_escalation as gov
+from tests.support import GOLDEN
 from tests.support.execution_domain import DESK, Desk, Ping, Trip, desk_kernel
 from tests.support.execution_domain import agent as clerk_agent
-from tests.support.helpers import PACK
+from tests.support.helpers import PACK, flow_of
 
 Recorded = ProposalAccepted | ProposalRejected | FlowEscalated
 
@@ -125,9 +126,10 @@ async def judged_again(path: Path, packs: list[PolicyPack]) -> tuple[int, list[s
     return count, differences
 
 
-def test_the_dim_and_replay_call_the_same_function():
-    assert kernel.dim._actor.verdict is kernel.dim.verdict.verdict
-    assert kernel.audit.reverify.verdict is kernel.dim.verdict.verdict
+def test_the_dim_and_replay_call_the_same_function() -> None:
+    # Read from the modules' namespaces: each imports the function, none re-exports it.
+    assert vars(kernel.dim._actor)["verdict"] is kernel.dim.verdict.verdict
+    assert vars(kernel.audit.reverify)["verdict"] is kernel.dim.verdict.verdict
 
 
 @pytest.mark.parametrize(
@@ -138,8 +140,8 @@ def test_the_dim_and_replay_call_the_same_function():
     ],
 )
 async def test_every_golden_verdict_is_the_functions_output_in_full(
-    tmp_path, name, packs, verdicts
-):
+    tmp_path: Path, name: str, packs: list[PolicyPack], verdicts: int
+) -> None:
     # trading: accepted, escalated, and rejected at every layer from schema to guards.
     db = tmp_path / f"{name}.db"
     shutil.copyfile(GOLDEN / f"{name}.db", db)
@@ -147,7 +149,9 @@ async def test_every_golden_verdict_is_the_functions_output_in_full(
     assert (count, differences) == (verdicts, [])
 
 
-async def test_every_verdict_of_the_rejudging_workload_is_the_functions_output(tmp_path):
+async def test_every_verdict_of_the_rejudging_workload_is_the_functions_output(
+    tmp_path: Path,
+) -> None:
     path = tmp_path / "j.db"
     await test_verdicts.workload(path)
     count, differences = await judged_again(path, [TRADING])
@@ -156,7 +160,7 @@ async def test_every_verdict_of_the_rejudging_workload_is_the_functions_output(t
     assert count == 14
 
 
-async def test_needs_human_escalations_are_the_functions_output(tmp_path):
+async def test_needs_human_escalations_are_the_functions_output(tmp_path: Path) -> None:
     path = tmp_path / "j.db"
     async with gov.gov_kernel(path) as kernel:
         await kernel.register(gov.agent([gov.pay(gov.LIMIT_CENTS + 1)], subscriptions=["pay"]))
@@ -166,13 +170,13 @@ async def test_needs_human_escalations_are_the_functions_output(tmp_path):
         [big] = await kernel.trigger("pay.invoice")
         [vague] = await kernel.trigger("notice.customer")
         await kernel.wait_quiet()
-        codes = {kernel.flow(big).reason_code, kernel.flow(vague).reason_code}
+        codes = {flow_of(kernel, big).reason_code, flow_of(kernel, vague).reason_code}
     assert codes == {ReasonCode.RISK_LIMIT_EXCEEDED, ReasonCode.AMBIGUOUS}
     count, differences = await judged_again(path, [PACK, gov.GOV])
     assert (count, differences) == (2, [])
 
 
-async def test_an_unsettled_saga_refusal_is_the_functions_output(tmp_path):
+async def test_an_unsettled_saga_refusal_is_the_functions_output(tmp_path: Path) -> None:
     gate = anyio.Event()
     bank = Desk({"book_hotel": [AdapterError("full")]}, gates={"undo:book_flight": gate})
     path = tmp_path / "j.db"
@@ -184,18 +188,21 @@ async def test_an_unsettled_saga_refusal_is_the_functions_output(tmp_path):
         [second] = await kernel.trigger("desk.go")
         await kernel.wait_flow(second)
         [rejected] = await kernel.journal.read(dfid=second, types=["ProposalRejected"])
-        assert rejected.payload.feedback.reason_code is ReasonCode.AGENT_PASSIVE
+        feedback = payload_of(rejected, ProposalRejected).feedback
+        assert feedback.reason_code is ReasonCode.AGENT_PASSIVE
         gate.set()
         await kernel.wait_flow(first)
     count, differences = await judged_again(path, [DESK])
     assert (count, differences) == (2, [])
 
 
-async def test_a_layer_added_to_the_function_shows_up_live_and_in_replay(tmp_path, monkeypatch):
+async def test_a_layer_added_to_the_function_shows_up_live_and_in_replay(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Patch the one function's pipeline: the live DIM and ``rejudge`` both see the new layer."""
-    judge = kernel.dim.verdict.judge
+    judge = kernel.dim.judge  # the pipeline kernel.dim.verdict calls, before the patch
 
-    def no_selling(proposal, *args, **kw):
+    def no_selling(proposal: ProposalRecord, *args: Any, **kw: Any) -> Judgement:
         judgement = judge(proposal, *args, **kw)
         if judgement.rejection is None and proposal.params.get("side") == "sell":
             refusal = reject("rules", ReasonCode.RISK_LIMIT_EXCEEDED, "no selling today")
@@ -209,7 +216,8 @@ async def test_a_layer_added_to_the_function_shows_up_live_and_in_replay(tmp_pat
         async with open_journal(path, readonly=True) as journal:
             again = await rejudge(journal, [TRADING, MEMORY_PACK])
             [rejected] = await journal.read(dfid=flows["sell"], types=["ProposalRejected"])
-    assert rejected.payload.feedback.detail == "no selling today"
+    assert payload_of(rejected, ProposalRejected).feedback.detail == "no selling today"
+
     assert again.changes == []  # replay judges with the added layer too
 
     async with open_journal(path, readonly=True) as journal:
