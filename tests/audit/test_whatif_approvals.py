@@ -14,6 +14,7 @@ from typing import cast
 import anyio
 import pytest
 
+from kernel import FlowStatus
 from kernel.audit import open_journal
 from kernel.audit.reverify import rejudge
 from kernel.cli import main
@@ -53,7 +54,7 @@ async def history(path: Path) -> dict[str, object]:
             reason="ok",
             action_hash=action_of(kernel, approved),
         )
-        await kernel.wait_flow(approved, until={kernel.flow(approved).status.CLOSED})  # type: ignore[union-attr]
+        await kernel.wait_flow(approved, until={FlowStatus.CLOSED})
         small = []
         for _ in range(2):
             [dfid] = await kernel.trigger("pay.90000")

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import sys
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 
 import anyio
 
-from kernel import SystemClock
-from kernel.audit import payload_of
-from kernel.core.events import RuleDecided
+from kernel import Kernel, SystemClock
+from kernel.audit import payload_of, payloads
+from kernel.core.events import AgentStatusChanged, InputRefused, RuleDecided
 from kernel.journal.inbox_store import open_inbox
 from tests.cli.test_cli import COMMAND_TIMEOUT_S, clean_env
 from tests.support.helpers import ScriptedAgent, kernel_for
@@ -28,7 +29,7 @@ async def dirk(*args: str | Path) -> tuple[int, str, str]:
     return done.returncode, done.stdout.decode(), done.stderr.decode()
 
 
-def live(path: Path):  # type: ignore[no-untyped-def]
+def live(path: Path) -> AbstractAsyncContextManager[Kernel]:
     return kernel_for(path, clock=SystemClock(), inbox_poll_s=POLL_S)
 
 
@@ -56,7 +57,7 @@ async def test_an_operator_suspends_and_restores_an_agent_exactly_once(tmp_path:
         with anyio.fail_after(COMMAND_TIMEOUT_S):
             await kernel.register(ScriptedAgent())
         changes = await kernel.journal.read(types=["AgentStatusChanged"])
-    assert [(e.payload.status, e.payload.inbox_id) for e in changes] == [
+    assert [(p.status, p.inbox_id) for p in payloads(changes, AgentStatusChanged)] == [
         ("SUSPENDED", 1),
         ("ACTIVE", 2),
     ]
@@ -99,11 +100,12 @@ async def test_a_malformed_row_is_refused_on_record_and_never_applied(
         (row_id, refused.seq),
         (row_id + 1, changes[0].seq),
     ]
-    assert [e.payload.inbox_id for e in changes] == [row_id + 1]
-    assert refused.payload.inbox_id == row_id
-    assert refused.payload.reason_code == "SCHEMA_INVALID"
+    assert [p.inbox_id for p in payloads(changes, AgentStatusChanged)] == [row_id + 1]
+    refusal = payload_of(refused, InputRefused)
+    assert refusal.inbox_id == row_id
+    assert refusal.reason_code == "SCHEMA_INVALID"
     # The reason is missing, and ASLEEP is no status either: the decoder names one of them.
-    assert refused.payload.field in ("request", "request.status", "request.reason")
+    assert refusal.field in ("request", "request.status", "request.reason")
 
 
 async def test_an_operator_overrides_a_deferred_rule_exactly_once(tmp_path: Path) -> None:
@@ -143,7 +145,7 @@ async def test_an_operator_overrides_a_deferred_rule_exactly_once(tmp_path: Path
     async with live(db) as kernel:
         decided = await kernel.journal.read(types=["RuleDecided"])
         item = kernel.projections.memory.rulebook.items["refunds"]
-    by_ana = [e.payload for e in decided if e.payload.actor == "ana"]
+    by_ana = [d for d in payloads(decided, RuleDecided) if d.actor == "ana"]
     assert [(d.rule, d.decision, d.inbox_id) for d in by_ana] == [
         ("refunds", "override", 1),
         ("tone", "skip", 2),

@@ -259,8 +259,9 @@ def test_an_operators_file_holds_scrypt_hashes_never_passwords(tmp_path: Path) -
     assert gate.sign_in("ana", "battery staple") is None
     assert gate.sign_in("carol", "correct horse") is None
     sid = gate.sign_in("ana", "correct horse")
-    assert sid is not None and gate.session(sid) is not None
-    assert gate.session(sid).operator == "ana"  # type: ignore[union-attr]
+    assert sid is not None
+    session = gate.session(sid)
+    assert session is not None and session.operator == "ana"
 
 
 def test_a_malformed_operators_file_is_refused(tmp_path: Path) -> None:

@@ -251,7 +251,8 @@ def test_any_price_or_quantity_is_refused_as_schema_or_executed_verbatim(
             assert result.field != "params.limit_price" or result.code != "SCHEMA_INVALID"
         if result.called is not None:
             assert canonical(price)
-            assert result.called["limit_price"] == result.started["limit_price"] == price  # type: ignore[index]
+            assert result.started is not None
+            assert result.called["limit_price"] == result.started["limit_price"] == price
 
 
 # --- the parser and the type, without a kernel ------------------------------------------

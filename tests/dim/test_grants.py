@@ -16,7 +16,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kernel import FlowStatus, InputInvalid, Kernel, ReasonCode
-from kernel.core.events import GrantUsed, InputRefused, ProposalAccepted
+from kernel.audit import payload_of, payloads
+from kernel.core.events import GrantIssued, GrantUsed, GrantVoted, InputRefused, ProposalAccepted
 from kernel.policy import Quorum
 from kernel.testing import ManualClock
 from tests.support.approvals_domain import Payments, Send, pack, pay_kernel, sender
@@ -45,7 +46,7 @@ async def test_a_grant_lets_matching_proposals_through_and_counts_its_uses(tmp_p
             operator="ana",
             reason="quarter-end invoices",
         )
-        grant = issued.payload.grant  # type: ignore[union-attr]
+        grant = payload_of(issued, GrantIssued).grant
         assert await send(kernel, 250_000) is FlowStatus.CLOSED
         assert await send(kernel, 400_000) is FlowStatus.ESCALATED  # above the bound
         assert await send(kernel, 300_000) is FlowStatus.CLOSED
@@ -108,7 +109,7 @@ async def test_a_revoked_grant_covers_nothing_and_is_not_revoked_twice(tmp_path:
         issued = await kernel.grant(
             "pay.send", bounds=ANA_ACME, uses=10, valid_for_s=3600, operator="ana", reason="r"
         )
-        grant = issued.payload.grant  # type: ignore[union-attr]
+        grant = payload_of(issued, GrantIssued).grant
         await kernel.revoke_grant(grant, operator="bo", reason="no longer needed")
         assert await send(kernel, 250_000) is FlowStatus.ESCALATED
         with pytest.raises(InputInvalid) as refused:
@@ -137,8 +138,8 @@ async def test_a_money_cap_ends_a_grant_before_its_uses_do(tmp_path: Path) -> No
         assert await send(kernel, 250_000) is FlowStatus.CLOSED
         assert await send(kernel, 250_000) is FlowStatus.CLOSED
         assert await send(kernel, 150_000) is FlowStatus.ESCALATED
-        used = [e.payload for e in await kernel.journal.read(types=["GrantUsed"])]
-        assert [(u.amount, u.currency) for u in used] == [(250_000, "EUR")] * 2  # type: ignore[union-attr]
+        used = payloads(await kernel.journal.read(types=["GrantUsed"]), GrantUsed)
+        assert [(u.amount, u.currency) for u in used] == [(250_000, "EUR")] * 2
 
 
 @pytest.mark.parametrize(
@@ -166,7 +167,7 @@ async def test_a_grant_that_could_not_be_judged_is_refused_on_record(
             await kernel.grant(**kw)  # type: ignore[arg-type]
         assert refused.value.field == field
         [recorded] = await kernel.journal.read(types=["InputRefused"])
-        assert recorded.payload.field == field  # type: ignore[union-attr]
+        assert payload_of(recorded, InputRefused).field == field
 
 
 async def test_a_grant_may_itself_need_a_quorum(tmp_path: Path) -> None:
@@ -187,7 +188,7 @@ async def test_a_grant_may_itself_need_a_quorum(tmp_path: Path) -> None:
             reason="invoices",
             roles=["risk"],
         )
-        grant = issued.payload.grant  # type: ignore[union-attr]
+        grant = payload_of(issued, GrantIssued).grant
         assert await send(kernel, 250_000) is FlowStatus.ESCALATED  # pending: 1 of 2
         with pytest.raises(InputInvalid) as twice:
             await kernel.vote_grant(grant, "approve", operator="ana", reason="me", roles=["risk"])
@@ -195,7 +196,7 @@ async def test_a_grant_may_itself_need_a_quorum(tmp_path: Path) -> None:
         voted = await kernel.vote_grant(
             grant, "approve", operator="cy", reason="ok", roles=["desk-head"]
         )
-        assert voted.payload.met  # type: ignore[union-attr]
+        assert payload_of(voted, GrantVoted).met
         assert await send(kernel, 250_000) is FlowStatus.CLOSED
 
 
@@ -244,7 +245,7 @@ async def test_uses_and_money_are_exact_under_concurrent_proposals(
         used = await kernel.journal.read(types=["GrantUsed"])
         allowed = min(uses, cap if cap is not None else uses, flows)
         assert len(used) == allowed
-        assert sorted(u.payload.uses for u in used) == list(range(1, allowed + 1))  # type: ignore[union-attr]
+        assert sorted(u.uses for u in payloads(used, GrantUsed)) == list(range(1, allowed + 1))
         escalated = [f for f in kernel.flows() if f.status is FlowStatus.ESCALATED]
         assert len(escalated) == flows - allowed
         assert len(payments.calls) == allowed

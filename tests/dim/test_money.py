@@ -18,8 +18,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kernel import FlowStatus, Kernel, PackError, ReasonCode
-from kernel.audit import Projections, open_journal
-from kernel.core.events import FlowEscalated, ProposalRejected, ReasoningCharged
+from kernel.audit import Projections, open_journal, payload_of, payloads
+from kernel.core.events import Event, FlowEscalated, ProposalRejected, ReasoningCharged
 from kernel.policy import Budget, ModelPrice, Threshold, format_money, parse_money
 from kernel.policy.contracts import Proposal, WorkingContext
 from kernel.policy.money import exponent
@@ -224,7 +224,7 @@ async def test_no_money_ceiling_is_exceeded_by_concurrent_flows(
     assert escalated == []  # every amount is below the approval threshold
 
 
-async def _read(path: Path) -> list:  # type: ignore[type-arg]
+async def _read(path: Path) -> list[Event]:
     async with open_journal(path, readonly=True) as journal:
         return await journal.read()
 
@@ -261,7 +261,8 @@ async def test_a_price_table_turns_reasoning_into_money_against_a_ceiling(tmp_pa
         # The second thought takes the agent to 0.60 USD: what it led to is refused.
         assert await send(kernel, 1) is FlowStatus.ABORTED
         [rejected] = await kernel.journal.read(types=["ProposalRejected"])
-        assert rejected.payload.feedback.reason_code is ReasonCode.BUDGET_EXHAUSTED  # type: ignore[union-attr]
+        feedback = payload_of(rejected, ProposalRejected).feedback
+        assert feedback.reason_code is ReasonCode.BUDGET_EXHAUSTED
         spent = kernel.projections.domain(Budgets).spent(
             thought.pool("clerk"), kernel.clock.now_ns()
         )
@@ -275,8 +276,10 @@ async def test_tokens_of_a_model_the_table_does_not_price_are_named_not_guessed(
     async with pay_kernel(tmp_path / "j.db", prices=prices) as kernel:
         await kernel.register(thinker(1_000, model="m-unknown"))
         assert await send(kernel, 1) is FlowStatus.CLOSED
-        [charged] = await kernel.journal.read(types=["ReasoningCharged"])
-        assert charged.payload.unpriced == ["m-unknown"] and charged.payload.amount == 0  # type: ignore[union-attr]
+        [charged] = payloads(
+            await kernel.journal.read(types=["ReasoningCharged"]), ReasoningCharged
+        )
+        assert charged.unpriced == ["m-unknown"] and charged.amount == 0
 
 
 async def test_an_escalation_over_a_money_threshold_reads_as_money(tmp_path: Path) -> None:

@@ -45,10 +45,7 @@ async def test_concurrent_proposals_of_one_rule_are_decided_one_after_another(
             for i in range(6):
                 tg.start_soon(propose, i)
 
-        outcomes = sorted(
-            (d.payload.decision, d.payload.reason, d.payload.version)  # type: ignore[union-attr]
-            for d in decided
-        )
+        outcomes = sorted((d.decision, d.reason, d.version) for d in payloads(decided, RuleDecided))
         # Each read the rulebook the previous one left: one new rule, the rest stale.
         assert outcomes == [("defer", "STALE_BASE", 0)] * 5 + [("promote", "NEW_RULE", 1)]
         proposals = await kernel.journal.read(types=["RuleProposed"])
@@ -61,7 +58,8 @@ async def test_two_operators_deciding_one_deferred_proposal_one_wins(tmp_path: P
         deferred = await kernel.propose_rule(
             "r", title="t", content="c", operator="ana", reason="no source yet"
         )
-        assert deferred.payload.decision == "defer"  # type: ignore[union-attr]
+        assert payload_of(deferred, RuleDecided).decision == "defer"
+
         seq = deferred.caused_by
         assert seq is not None
         answers: list[Any] = []

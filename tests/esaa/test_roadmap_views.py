@@ -7,6 +7,7 @@ import re
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import anyio
 import pytest
@@ -17,6 +18,10 @@ from kernel.state.roadmap.domain import Roadmap
 from kernel.state.roadmap.view import projection_hash
 from tests.esaa.kit import claim, complete, desk, run
 from tests.support.browser import console_extra
+
+if TYPE_CHECKING:  # the console extra: imported by the fixture once it is known installed
+    from starlette.testclient import TestClient
+
 
 ESCAPE = "\x1b[2J\x1b]0;pwned\x07"
 ONE = "def one() -> int:\n    return 1\n"
@@ -101,7 +106,7 @@ def test_dirk_roadmap_at_a_seq_before_the_opening_has_none(
 
 
 @pytest.fixture
-def console(built: tuple[Path, int], tmp_path: Path) -> Iterator[object]:
+def console(built: tuple[Path, int], tmp_path: Path) -> Iterator[TestClient]:
     console_extra()
     from starlette.testclient import TestClient
 
@@ -118,8 +123,8 @@ def console(built: tuple[Path, int], tmp_path: Path) -> Iterator[object]:
         yield client
 
 
-def test_the_console_shows_the_roadmap_escaped(console: object) -> None:
-    response = console.get("/roadmap")  # type: ignore[attr-defined]
+def test_the_console_shows_the_roadmap_escaped(console: TestClient) -> None:
+    response = console.get("/roadmap")
     assert response.status_code == 200
     page = response.text
     assert re.search(r'<tr class="task-done" id="task-T-1">', page)

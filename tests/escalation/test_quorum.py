@@ -14,10 +14,12 @@ from pathlib import Path
 import pytest
 
 from kernel import FlowStatus, Kernel, Outcome, ReasonCode
-from kernel.core.events import ApprovalVoted, DecisionRefused, HumanDecided
+from kernel.audit import payloads
+from kernel.core.events import ApprovalVoted, DecisionRefused, FlowEscalated, HumanDecided
 from kernel.policy import Quorum
 from kernel.testing import ManualClock, action_of
 from tests.support.approvals_domain import TWO_ROLES, Payments, Send, pack, pay_kernel, sender
+from tests.support.helpers import flow_of
 
 RISK, HEAD = ["risk"], ["desk-head"]
 
@@ -50,9 +52,11 @@ async def test_two_roles_two_people_and_each_vote_on_record(tmp_path: Path) -> N
     ) as kernel:
         await kernel.register(sender())
         dfid = await escalated(kernel)
-        [opened] = await kernel.journal.read(dfid=dfid, types=["FlowEscalated"])
-        assert opened.payload.quorum is not None  # type: ignore[union-attr]
-        assert opened.payload.quorum.roles == ["risk", "desk-head"]  # type: ignore[union-attr]
+        [opened] = payloads(
+            await kernel.journal.read(dfid=dfid, types=["FlowEscalated"]), FlowEscalated
+        )
+        assert opened.quorum is not None
+        assert opened.quorum.roles == ["risk", "desk-head"]
 
         first = await kernel.decide(
             dfid,
@@ -67,22 +71,23 @@ async def test_two_roles_two_people_and_each_vote_on_record(tmp_path: Path) -> N
         assert first.feedback.detail == "1 of 2, waiting for a desk-head"
         # Another risk officer does not make a desk head.
         assert await vote(kernel, dfid, "bo", RISK) is Outcome.ESCALATED
-        assert kernel.flow(dfid).status is FlowStatus.ESCALATED  # type: ignore[union-attr]
+        assert flow_of(kernel, dfid).status is FlowStatus.ESCALATED
         assert payments.calls == []
         assert await vote(kernel, dfid, "cy", HEAD) is Outcome.ACCEPTED
         flow = await kernel.wait_flow(dfid)
         assert flow.status is FlowStatus.CLOSED
         assert len(payments.calls) == 1
 
-        votes = [e.payload for e in await kernel.journal.read(dfid=dfid, types=["ApprovalVoted"])]
-        assert all(isinstance(v, ApprovalVoted) for v in votes)
-        assert [(v.operator, v.counted, v.met) for v in votes] == [  # type: ignore[union-attr]
+        voted = await kernel.journal.read(dfid=dfid, types=["ApprovalVoted"])
+        assert all(isinstance(e.payload, ApprovalVoted) for e in voted)
+        votes = payloads(voted, ApprovalVoted)
+        assert [(v.operator, v.counted, v.met) for v in votes] == [
             ("ana", ["ana"], False),
             ("bo", ["ana"], False),
             ("cy", ["ana", "cy"], True),
         ]
-        action = opened.payload.action_hash  # type: ignore[union-attr]
-        assert all(v.action_hash == action for v in votes)  # type: ignore[union-attr]
+        action = opened.action_hash
+        assert all(v.action_hash == action for v in votes)
         [decided] = await kernel.journal.read(dfid=dfid, types=["HumanDecided"])
         assert isinstance(decided.payload, HumanDecided) and decided.payload.operator == "cy"
 
@@ -119,7 +124,7 @@ async def test_a_quorum_is_never_met_by_one_operator_twice_nor_by_the_proposer(
         assert refused.payload.reason_code is code
         assert "1 of 2" in refused.payload.detail or code is ReasonCode.UNAUTHORIZED
         # Still waiting, and still able to be met by someone else.
-        assert kernel.flow(dfid).status is FlowStatus.ESCALATED  # type: ignore[union-attr]
+        assert flow_of(kernel, dfid).status is FlowStatus.ESCALATED
         assert await vote(kernel, dfid, "cy", HEAD) is Outcome.ACCEPTED
         assert (await kernel.wait_flow(dfid)).status is FlowStatus.CLOSED
 
@@ -154,7 +159,8 @@ async def test_whoever_modified_the_action_may_not_vote_on_it(tmp_path: Path) ->
         )
         # Still above the threshold: the modified action needs its own quorum, without ana.
         assert modified.outcome is Outcome.ESCALATED
-        assert kernel.flow(dfid).proposal.params["amount_cents"] == 150_000  # type: ignore[union-attr]
+        proposal = flow_of(kernel, dfid).proposal
+        assert proposal is not None and proposal.params["amount_cents"] == 150_000
         verdict = await kernel.decide(
             dfid,
             "approve",
@@ -191,7 +197,8 @@ async def test_a_rejection_ends_it_or_counts_as_a_vote_as_the_pack_says(tmp_path
         flow = await kernel.wait_flow(dfid)
         assert flow.reason_code is ReasonCode.HUMAN_REJECTED
         votes = await kernel.journal.read(dfid=dfid, types=["ApprovalVoted"])
-        assert [v.payload.vote for v in votes] == ["reject", "approve", "reject"]  # type: ignore[union-attr]
+        assert [v.vote for v in payloads(votes, ApprovalVoted)] == ["reject", "approve", "reject"]
+
     ending = Quorum(required=2, kind=Send)
     async with pay_kernel(tmp_path / "k.db", [pack(quorums=(ending,))]) as kernel:
         await kernel.register(sender())

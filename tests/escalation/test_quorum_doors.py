@@ -13,6 +13,7 @@ import anyio
 import pytest
 
 from kernel import FlowStatus, Kernel, SystemClock
+from kernel.audit import payload_of
 from kernel.core.events import ApprovalVoted, Event
 from kernel.journal.inbox_store import open_inbox
 from kernel.policy import Quorum
@@ -87,7 +88,7 @@ async def test_the_cli_shows_the_quorum_and_refuses_a_second_vote(
         assert code == 0, err
         assert "1 of 2, waiting for a desk-head" in out
         [voted] = await votes(kernel, 1)
-        assert voted.payload.roles == ["risk"]  # type: ignore[union-attr]  # from the keyring
+        assert payload_of(voted, ApprovalVoted).roles == ["risk"]  # from the keyring
 
         code, out, _ = await dirk(role_keys, "escalations", "--db", str(db))
         assert "[1 of 2, waiting for a desk-head]" in out

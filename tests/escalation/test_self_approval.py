@@ -12,10 +12,11 @@ from pathlib import Path
 import pytest
 
 from kernel import FlowStatus, Kernel, Outcome, ReasonCode
+from kernel.audit import payloads
 from kernel.core.events import DecisionRefused, HumanDecided
 from kernel.policy import PolicyPack
 from kernel.testing import action_of
-from tests.support.helpers import PACK, ScriptedAgent, kernel_for, transfer
+from tests.support.helpers import PACK, ScriptedAgent, flow_of, kernel_for, transfer
 
 LENIENT = PolicyPack(
     name=PACK.name,
@@ -50,9 +51,9 @@ async def test_the_proposer_may_not_approve_its_own_flow(tmp_path: Path, operato
             assert verdict.outcome is Outcome.REFUSED
             assert verdict.feedback is not None
             assert verdict.feedback.reason_code is ReasonCode.SELF_APPROVAL_FORBIDDEN
-        assert kernel.flow(dfid).status is FlowStatus.ESCALATED  # type: ignore[union-attr]
+        assert flow_of(kernel, dfid).status is FlowStatus.ESCALATED
         refused = await kernel.journal.read(types=["DecisionRefused"])
-        assert [e.payload.reason_code for e in refused] == [  # type: ignore[union-attr]
+        assert [p.reason_code for p in payloads(refused, DecisionRefused)] == [
             ReasonCode.SELF_APPROVAL_FORBIDDEN
         ] * 2
         assert all(

@@ -19,13 +19,14 @@ import pytest
 from kernel import FlowStatus, HandshakeRefused, Manifest, ReasonCode
 from kernel.audit import verify_journal
 from kernel.core.events import FlowAborted
-from tests.support.helpers import ScriptedAgent, kernel_for, transfer
+from tests.support.helpers import ScriptedAgent, flow_of, kernel_for, transfer
 
 
 async def test_a_handshake_that_displaces_a_hosted_agent_ends_its_flows(tmp_path: Path) -> None:
     path = tmp_path / "j.db"
     async with kernel_for(path) as kernel:
-        thinking = ScriptedAgent(hold=anyio.Event())
+        hold = anyio.Event()
+        thinking = ScriptedAgent(hold=hold)
         await kernel.register(thinking)
         [held] = await kernel.trigger("bank.invoice")
         await thinking.wait_context()
@@ -42,9 +43,9 @@ async def test_a_handshake_that_displaces_a_hosted_agent_ends_its_flows(tmp_path
         # No flow is opened for an agent no longer hosted here, and none is left moving.
         assert await kernel.trigger("bank.invoice") == []
         assert not kernel.projections.moving
-        thinking.hold.set()  # type: ignore[union-attr]  # its late answer changes nothing
+        hold.set()  # its late answer changes nothing
         await kernel.wait_quiet()
-        assert kernel.flow(held).status is FlowStatus.ABORTED  # type: ignore[union-attr]
+        assert flow_of(kernel, held).status is FlowStatus.ABORTED
     assert (await verify_journal(path)).ok
 
 
@@ -72,7 +73,8 @@ async def test_registering_another_agent_under_the_id_ends_the_old_ones_flows_an
 async def test_a_refused_handshake_displaces_no_one(tmp_path: Path) -> None:
     path = tmp_path / "j.db"
     async with kernel_for(path) as kernel:
-        thinking = ScriptedAgent(hold=anyio.Event())
+        hold = anyio.Event()
+        thinking = ScriptedAgent(hold=hold)
         await kernel.register(thinking)
         [held] = await kernel.trigger("bank.invoice")
         await thinking.wait_context()
@@ -80,6 +82,7 @@ async def test_a_refused_handshake_displaces_no_one(tmp_path: Path) -> None:
         with pytest.raises(HandshakeRefused) as refused:
             await kernel.handshake(wrong)
         assert refused.value.reason_code is ReasonCode.VERSION_MISMATCH
-        thinking.hold.set()  # type: ignore[union-attr]
+        hold.set()
+
         assert (await kernel.wait_flow(held)).status is FlowStatus.CLOSED
     assert (await verify_journal(path)).ok

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
@@ -57,7 +58,8 @@ async def test_each_llm_call_of_the_openai_mode_nests_under_its_reasoning_span(
                 if isinstance(e.payload, ContextCompiled) and (n := e.payload.attempt)
             )
 
-            def calls() -> list[dict]:  # type: ignore[type-arg]
+            def calls() -> list[dict[str, Any]]:
+
                 return [s for s in received.spans() if s["name"] == "chat travel-sim"]
 
             def ids() -> set[tuple[str, str]]:

@@ -24,8 +24,10 @@ import anyio
 import pytest
 
 from kernel import FlowStatus, Kernel, ReasonCode, SystemClock
+from kernel.audit import payload_of, payloads
 from kernel.core import events as ev
 from kernel.core import keys as keyfns
+from kernel.core.events import InputRefused, OperatorKeyRevoked, OperatorKeyTrusted
 from kernel.inbox import (
     AgentStatusRequest,
     CredentialRequest,
@@ -311,7 +313,7 @@ async def test_an_agents_key_proposes_but_never_decides_and_never_widens(
         flows = [f for f in kernel.projections.flows.values() if f.topic == f"inbox.ide.{proposed}"]
         assert [f.agent_id for f in flows] == ["ide"]
         refusals = await kernel.journal.read(types=["InputRefused"])
-        assert [(e.payload.inbox_id, str(e.payload.reason_code)) for e in refusals] == [  # type: ignore[union-attr]
+        assert [(p.inbox_id, str(p.reason_code)) for p in payloads(refusals, InputRefused)] == [
             (decided, "UNAUTHORIZED")
         ]
         kinds = sorted(kernel.catalog.kinds)
@@ -366,9 +368,10 @@ async def test_a_revoked_key_is_refused_and_a_new_one_trusted_without_a_restart(
         trusted = await kernel.journal.read(types=["OperatorKeyTrusted"])
         revoked = await kernel.journal.read(types=["OperatorKeyRevoked"])
         refusals = await kernel.journal.read(types=["InputRefused"])
-    assert [e.payload.name for e in trusted] == ["ana", "ana"]  # type: ignore[union-attr]
-    assert [e.payload.fingerprint for e in revoked] == [trusted[0].payload.fingerprint]  # type: ignore[union-attr]
-    assert [(e.payload.inbox_id, str(e.payload.reason_code)) for e in refusals] == [  # type: ignore[union-attr]
+    trusts = payloads(trusted, OperatorKeyTrusted)
+    assert [t.name for t in trusts] == ["ana", "ana"]
+    assert [r.fingerprint for r in payloads(revoked, OperatorKeyRevoked)] == [trusts[0].fingerprint]
+    assert [(p.inbox_id, str(p.reason_code)) for p in payloads(refusals, InputRefused)] == [
         (refused_row, "SIGNATURE_INVALID")
     ]
 
@@ -386,5 +389,6 @@ async def test_no_keyring_no_act(
         row = await anyio.to_thread.run_sync(post, keys, db, status, "ana")
         await wait_taken(kernel, row)
         [refused] = await kernel.journal.read(types=["InputRefused"])
-        assert refused.payload.reason_code is ReasonCode.SIGNATURE_INVALID  # type: ignore[union-attr]
+        assert payload_of(refused, InputRefused).reason_code is ReasonCode.SIGNATURE_INVALID
+
         assert kernel.projections.agents["clerk"].status is AgentStatus.ACTIVE

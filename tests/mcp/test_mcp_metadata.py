@@ -85,7 +85,9 @@ async def test_every_tool_has_a_title_annotations_and_described_parameters(
         hints = by_name[name]
         assert hints is not None and hints.destructive_hint and not hints.read_only_hint, name
     # What an accepted proposal or an approval does, an executor does in the world.
-    assert all(by_name[n].open_world_hint for n in ("propose", "decide"))  # type: ignore[union-attr]
+    for name in ("propose", "decide"):
+        hints = by_name[name]
+        assert hints is not None and hints.open_world_hint, name
     assert READ.idempotent_hint and not READ.destructive_hint
 
 
@@ -166,8 +168,9 @@ async def test_a_confidence_as_a_number_or_a_decimal_string_is_recorded_as_a_dec
     async with Client(build_server(Embedded(kernel), Identity(AGENT))) as c:
         answer = await call(c, "add_fact", name="n", value="v", confidence=value)
     assert answer["verdict"] == "ACCEPTED", answer
-    flows = [f for f in kernel.flows() if f.proposal is not None]
-    recorded = flows[-1].proposal.params["confidence"]  # type: ignore[union-attr]
+    proposals = [f.proposal for f in kernel.flows() if f.proposal is not None]
+    recorded = proposals[-1].params["confidence"]
+
     assert isinstance(recorded, str) and 0 <= float(recorded) <= 1
     if isinstance(value, str):
         assert recorded == value  # the scale is the caller's, recorded as written

@@ -16,11 +16,13 @@ require_mcp()
 
 from mcp import Client  # noqa: E402
 from mcp.server.subscriptions import InMemorySubscriptionBus  # noqa: E402
+from mcp_types import TextContent, TextResourceContents  # noqa: E402
 
 from kernel import MEMORY_PACK, Kernel, open_kernel  # noqa: E402
+from kernel.audit import payload_of  # noqa: E402
 from kernel.cli import main  # noqa: E402
 from kernel.config import KernelConfig, Ports  # noqa: E402
-from kernel.core.events import Event, RuleRetracted  # noqa: E402
+from kernel.core.events import Event, RuleDecided, RuleRetracted  # noqa: E402
 from kernel.mcp import (  # noqa: E402
     Embedded,
     Follower,
@@ -86,9 +88,9 @@ async def test_operators_administer_rules_and_a_retraction_keeps_history(
         compiled = await call(c, "compile_memory", prompt="book a step-free room")
         assert [r["id"] for r in compiled["result"]["rules"]] == ["access"]
         current = await c.read_resource("im://rules/current")
-        assert [r["id"] for r in json.loads(current.contents[0].text)] == ["access"]  # type: ignore[union-attr]
+        assert [r["id"] for r in json.loads(text_of(current.contents[0]))] == ["access"]
         prompt = await c.get_prompt("apply_rulebook_prompt", {"task": "book step-free"})
-        assert "[rule:access@v2]" in prompt.messages[0].content.text  # type: ignore[union-attr]
+        assert "[rule:access@v2]" in text_of(prompt.messages[0].content)
 
         gone = await call(c, "admin_delete_rule", item_id="access", reason="the law now says it")
         assert gone["verdict"] == "APPLIED"
@@ -97,7 +99,7 @@ async def test_operators_administer_rules_and_a_retraction_keeps_history(
         assert again["reason_code"] == "UNKNOWN_RULE"
         assert (await call(c, "search_rules", q="step-free"))["result"]["rules"] == []
         one = await c.read_resource("im://rules/access")
-        assert json.loads(one.contents[0].text) is None  # type: ignore[union-attr]
+        assert json.loads(text_of(one.contents[0])) is None
         why = (await call(c, "why", item_id="access"))["result"]
         assert [v["version"] for v in why["versions"]] == [1, 2]
         assert [d["decision"] for d in why["decisions"]] == ["override", "override", "retract"]
@@ -149,6 +151,12 @@ async def test_deferred_agent_proposals_wait_for_an_operator(kernel: Kernel, mod
         assert stale["reason_code"] == "RULE_NOT_PENDING"
         assert (await call(operator, "get_rule", item_id="tone"))["result"]["version"] == 1
         assert (await call(operator, "admin_list_proposals"))["result"]["proposals"] == []
+
+
+def text_of(content: object) -> str:
+    """The text of a resource's contents or a prompt message's content (both text here)."""
+    assert isinstance(content, TextResourceContents | TextContent), type(content).__name__
+    return content.text
 
 
 async def applied(kernel: Kernel, count: int) -> list[Event]:
@@ -228,7 +236,7 @@ async def test_a_follower_queues_rule_acts_in_the_inbox(tmp_path: Path, mode: st
         assert queued["verdict"] == "QUEUED"
     async with inbox_kernel(db) as kernel:
         [decided] = await applied(kernel, 1)
-        assert decided.payload.inbox_id == queued["result"]["inbox_id"]  # type: ignore[union-attr]
+        assert payload_of(decided, RuleDecided).inbox_id == queued["result"]["inbox_id"]
         assert kernel.projections.memory.rulebook.items["access"].current is not None
 
 

@@ -83,7 +83,7 @@ async def test_an_agents_rule_proposal_is_recorded_by_the_dim_and_answered(tmp_p
         started = next(e for e in events if isinstance(e.payload, ExecutionStarted))
         assert proposed.caused_by == started.seq and decided.caused_by == proposed.seq
         assert proposed.agent_id == "booker" and decided.seq < succeeded.seq
-        assert succeeded.payload.detail == {  # type: ignore[union-attr]
+        assert payload_of(succeeded, ExecutionSucceeded).detail == {
             "decision": "promote",
             "reason": "NEW_RULE",
             "version": 1,
@@ -116,7 +116,8 @@ async def test_a_fact_an_earlier_kernel_recorded_alone_is_found_not_written_agai
         started = next(
             e for e in await kernel.journal.flow_events(dfid) if e.type == "ExecutionStarted"
         )
-        key = started.payload.intent.key  # type: ignore[union-attr]
+        key = payload_of(started, ExecutionStarted).intent.key
+
         # What the previous kernel's executor did: append the fact by itself, then crash.
         fact = FactAdded(name="a", value="b", correlation_id=dfid, key=key)
         await kernel.journal.append(

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from kernel import FlowStatus, HandshakeRefused, Kernel, Outcome, ReasonCode
 from kernel.audit import payloads
-from kernel.core.events import AgentRefused
+from kernel.core.events import AgentRefused, CredentialIssued
 from kernel.core.wall import InputInvalid
 from kernel.registry import credential_matches, credential_verifier, new_credential
 from kernel.state.projections import session_hash
@@ -26,7 +26,8 @@ from tests.support.helpers import ScriptedAgent, kernel_for
 from tests.support.operators import Keys
 
 
-async def provision(kernel, agent_id="clerk") -> str:  # type: ignore[no-untyped-def]
+async def provision(kernel: Kernel, agent_id: str = "clerk") -> str:
+
     secret = new_credential()
     await kernel.issue_credential(
         agent_id, credential_verifier(secret), operator="ana", reason="onboarding"
@@ -129,9 +130,9 @@ async def test_an_operator_issues_a_credential_through_the_inbox(
         with pytest.raises(HandshakeRefused):
             await kernel.register(ScriptedAgent())
         await kernel.register(ScriptedAgent(), credential=secret)
-        [issued] = await kernel.journal.read(types=["CredentialIssued"])
-        assert issued.payload.inbox_id == 1 and issued.payload.operator == "ana"
-        assert issued.payload.verifier == credential_verifier(secret)
+        [issued] = payloads(await kernel.journal.read(types=["CredentialIssued"]), CredentialIssued)
+        assert issued.inbox_id == 1 and issued.operator == "ana"
+        assert issued.verifier == credential_verifier(secret)
     code, _, err = await dirk("agent", "clerk", "--issue-credential", "--db", db)
     assert code == 2 and err.startswith("error: SCHEMA_INVALID:")
 

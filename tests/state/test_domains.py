@@ -27,7 +27,7 @@ import kernel.state.projections
 from agents_sdk import Agent, Manifest, Proposal, WorkingContext
 from kernel import FlowStatus, ReasonCode, open_kernel
 from kernel.adapters import Receipt
-from kernel.audit import open_journal
+from kernel.audit import open_journal, payload_of
 from kernel.audit.reverify import rejudge
 from kernel.config import KernelConfig, Ports
 from kernel.core.events import (
@@ -115,12 +115,13 @@ class Tally(Domain):
         return {ExecutionStarted: self._started, ExecutionSucceeded: self._succeeded}
 
     def _started(self, event: Event) -> None:
-        intent = event.payload.intent  # type: ignore[union-attr]
+        intent = payload_of(event, ExecutionStarted).intent
         if intent.kind == "tally.add":
             self.state.started[intent.key] = (intent.params["name"], intent.params["amount"])
 
     def _succeeded(self, event: Event) -> None:
-        found = self.state.started.pop(event.payload.key, None)  # type: ignore[union-attr]
+        found = self.state.started.pop(payload_of(event, ExecutionSucceeded).key, None)
+
         if found is not None:
             name, amount = found
             self.state.totals[name] = self.state.totals.get(name, 0) + amount

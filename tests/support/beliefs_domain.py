@@ -9,9 +9,10 @@ from typing import Any
 
 from agents_sdk import Agent, Manifest, Proposal, WorkingContext
 from kernel import FlowState, Kernel, open_kernel
+from kernel.audit import payloads
 from kernel.beliefs import GOVERNANCE_PACK, KINDS, BeliefGraph
 from kernel.config import KernelConfig, Ports
-from kernel.core.events import Event
+from kernel.core.events import Event, ProposalRejected
 from kernel.testing import ManualClock, ScriptedTests, SeededIds
 from tests.support.helpers import configured
 
@@ -66,10 +67,10 @@ class Desk:
 
     async def why(self, flow: FlowState) -> list[str]:
         """The refusal codes and details recorded in ``flow``."""
+        events = await self.kernel.journal.flow_events(flow.dfid)
         return [
-            f"{e.payload.feedback.reason_code}: {e.payload.feedback.detail}"  # type: ignore[union-attr]
-            for e in await self.kernel.journal.flow_events(flow.dfid)
-            if e.type == "ProposalRejected"
+            f"{p.feedback.reason_code}: {p.feedback.detail}"
+            for p in payloads(events, ProposalRejected)
         ]
 
     async def refusal(self, tool: str, **params: Any) -> str:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import anyio
 
-from kernel import EscalationBudget, EscalationPolicy, open_kernel
+from kernel import EscalationBudget, EscalationPolicy, Proposal, WorkingContext, open_kernel
 from kernel.adapters import ExecutionIntent, Receipt
 from kernel.config import KernelConfig, Supervision
 from tests.support.helpers import PACK, Bank, ScriptedAgent, Transfer, transfer
@@ -45,7 +45,7 @@ class RecordingBank(Bank):
         return await super().execute(intent)
 
 
-def shady(ctx):  # type: ignore[no-untyped-def]
+def shady(ctx: WorkingContext) -> Proposal:
     return ctx.propose(
         Transfer(account="acc-666", amount_cents=66_600), explain=MARKUP, confidence=0.1
     )

@@ -16,7 +16,7 @@ from typing import ClassVar
 
 import anyio
 
-from kernel import EscalationBudget, EscalationPolicy, open_kernel
+from kernel import EscalationBudget, EscalationPolicy, Proposal, WorkingContext, open_kernel
 from kernel.config import KernelConfig, Supervision
 from kernel.journal.errors import JournalError
 from kernel.journal.inbox_store import open_inbox
@@ -38,7 +38,7 @@ class Memo(PolicyKind, tag="ops.memo"):
 OPS = PolicyPack(name="ops", version="1.0.0", kinds=(Memo,), escalate_below_confidence=0.5)
 
 
-def memo(ctx):  # type: ignore[no-untyped-def]
+def memo(ctx: WorkingContext) -> Proposal:
     return ctx.propose(Memo(text="rates change on Monday"), explain="tell the team", confidence=0.1)
 
 
