@@ -454,7 +454,6 @@ async def test_a_nan_usage_report_ends_the_flow_instead_of_switching_the_budget_
 ) -> None:
     def spend(ctx: WorkingContext) -> Proposal | None:
         ctx.report_usage(tokens=float("nan"))  # type: ignore[arg-type]  # as an agent may
-
         ctx.report_usage(tokens=10_000)  # over the cap: with nan counted, never noticed
         return transfer()(ctx)
 

@@ -184,7 +184,6 @@ def test_any_call_is_judged_with_a_code_never_a_traceback(
                 assert call.outcome == "rejected"
     for p in bench.graph.propositions.values():
         assert p.state in {s.value for s in scoring.BeliefState}
-
         assert all(o in bench.graph.observations for o in p.observations)  # provenance
     again = bench_with_sources(2)
     again.propose(

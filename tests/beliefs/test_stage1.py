@@ -217,7 +217,6 @@ async def test_a_duplicate_proposition_is_transformed_into_support(tmp_path: Pat
             "task": "task-1",
         }
         [submitted] = payloads(events, ProposalSubmitted)
-
         assert submitted.proposal.kind == "governance.propose_proposition"
         assert "p2" not in desk.graph.propositions and desk.state("p") == ACCEPTED
         # The same duplicate again has nothing new to add: refused.

@@ -24,6 +24,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kernel import EscalationBudget, EscalationPolicy, open_kernel
+from kernel.adapters import ExecutionIntent, Receipt
 from kernel.config import KernelConfig, Ports, Supervision
 from kernel.core import events as ev
 from kernel.core.flow import FlowStatus
@@ -94,7 +95,7 @@ async def _build(db: Path, start_ns: int = 1_700_000_000_000_000_000) -> dict[st
 class BrokenBank(Bank):
     """A bank whose every call fails after it may have taken effect: the outcome is unknown."""
 
-    async def execute(self, intent: Any) -> Any:
+    async def execute(self, intent: ExecutionIntent) -> Receipt:
         raise RuntimeError("connection reset after the request was sent")
 
 

@@ -181,7 +181,6 @@ async def test_a_bad_amendment_is_refused_with_a_reason_and_recorded(
                 operator="ana",
                 reason="r",
             )
-
         assert caught.value.reason_code is code and caught.value.detail
         [refused] = payloads(await k.journal.read(types=["AmendmentRefused"]), AmendmentRefused)
         assert refused.reason_code is code and refused.operator == "ana"

@@ -59,7 +59,6 @@ async def test_two_operators_deciding_one_deferred_proposal_one_wins(tmp_path: P
             "r", title="t", content="c", operator="ana", reason="no source yet"
         )
         assert payload_of(deferred, RuleDecided).decision == "defer"
-
         seq = deferred.caused_by
         assert seq is not None
         answers: list[Any] = []
@@ -81,7 +80,6 @@ async def test_two_operators_deciding_one_deferred_proposal_one_wins(tmp_path: P
         assert len(won) == 1 and len(lost) == 1
         decisions = payloads(await kernel.journal.read(types=["RuleDecided"]), RuleDecided)
         assert [d.decision for d in decisions][1:] == [payload_of(won[0], RuleDecided).decision]
-
         assert seq not in kernel.projections.memory.rulebook.pending
 
 

@@ -11,10 +11,10 @@ instead, and a modification to 50 lots then executes. A change that still passes
 from __future__ import annotations
 
 import dataclasses
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
-from typing import Any
 
-from agents_sdk import Agent, Manifest
+from agents_sdk import Agent, Manifest, Proposal
 from kernel import FlowStatus, Kernel, Outcome, ReasonCode, open_kernel
 from kernel.audit import payloads
 from kernel.config import KernelConfig, Ports
@@ -49,7 +49,7 @@ class Trader(Agent):
         )
         self.quantity = quantity
 
-    async def decide(self, ctx: WorkingContext) -> Any:
+    async def decide(self, ctx: WorkingContext) -> Proposal:
         order = {"symbol": "ACME", "side": "buy", "quantity": self.quantity}
         return ctx.propose(
             {"kind": "trading.place_order", **order, "limit_price": "100.00"},
@@ -67,7 +67,9 @@ async def escalated_order(kernel: Kernel, quantity: int = 300) -> str:
     return str(dfid)
 
 
-def open_desk(path: Path, broker: Bank, packs: list[PolicyPack] | None = None) -> Any:
+def open_desk(
+    path: Path, broker: Bank, packs: list[PolicyPack] | None = None
+) -> AbstractAsyncContextManager[Kernel]:
     return open_kernel(
         path,
         packs=packs or [TRADING],
@@ -197,7 +199,6 @@ async def test_a_quorum_added_later_asks_for_new_votes(tmp_path: Path) -> None:
         )
         assert again.quorum is not None and again.quorum.required == 2
         assert again.reason_code is ReasonCode.APPROVAL_REQUIRED
-
         for who in ("ana", "bo"):
             await kernel.decide(
                 dfid, "approve", operator=who, reason="ok", action_hash=action_of(kernel, dfid)

@@ -217,7 +217,6 @@ async def test_a_layer_added_to_the_function_shows_up_live_and_in_replay(
             again = await rejudge(journal, [TRADING, MEMORY_PACK])
             [rejected] = await journal.read(dfid=flows["sell"], types=["ProposalRejected"])
     assert payload_of(rejected, ProposalRejected).feedback.detail == "no selling today"
-
     assert again.changes == []  # replay judges with the added layer too
 
     async with open_journal(path, readonly=True) as journal:

@@ -198,7 +198,6 @@ async def test_a_rejection_ends_it_or_counts_as_a_vote_as_the_pack_says(tmp_path
         assert flow.reason_code is ReasonCode.HUMAN_REJECTED
         votes = await kernel.journal.read(dfid=dfid, types=["ApprovalVoted"])
         assert [v.vote for v in payloads(votes, ApprovalVoted)] == ["reject", "approve", "reject"]
-
     ending = Quorum(required=2, kind=Send)
     async with pay_kernel(tmp_path / "k.db", [pack(quorums=(ending,))]) as kernel:
         await kernel.register(sender())

@@ -381,7 +381,6 @@ class GarbageDesk(Desk):
         self.answer = answer
 
     async def execute(self, intent: ExecutionIntent) -> Receipt:
-
         await super().execute(intent)
         return self.answer  # type: ignore[return-value]
 

@@ -83,6 +83,5 @@ async def test_a_refused_handshake_displaces_no_one(tmp_path: Path) -> None:
             await kernel.handshake(wrong)
         assert refused.value.reason_code is ReasonCode.VERSION_MISMATCH
         hold.set()
-
         assert (await kernel.wait_flow(held)).status is FlowStatus.CLOSED
     assert (await verify_journal(path)).ok

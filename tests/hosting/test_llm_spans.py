@@ -59,7 +59,6 @@ async def test_each_llm_call_of_the_openai_mode_nests_under_its_reasoning_span(
             )
 
             def calls() -> list[dict[str, Any]]:
-
                 return [s for s in received.spans() if s["name"] == "chat travel-sim"]
 
             def ids() -> set[tuple[str, str]]:

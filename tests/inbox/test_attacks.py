@@ -390,5 +390,4 @@ async def test_no_keyring_no_act(
         await wait_taken(kernel, row)
         [refused] = await kernel.journal.read(types=["InputRefused"])
         assert payload_of(refused, InputRefused).reason_code is ReasonCode.SIGNATURE_INVALID
-
         assert kernel.projections.agents["clerk"].status is AgentStatus.ACTIVE

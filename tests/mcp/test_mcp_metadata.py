@@ -170,7 +170,6 @@ async def test_a_confidence_as_a_number_or_a_decimal_string_is_recorded_as_a_dec
     assert answer["verdict"] == "ACCEPTED", answer
     proposals = [f.proposal for f in kernel.flows() if f.proposal is not None]
     recorded = proposals[-1].params["confidence"]
-
     assert isinstance(recorded, str) and 0 <= float(recorded) <= 1
     if isinstance(value, str):
         assert recorded == value  # the scale is the caller's, recorded as written

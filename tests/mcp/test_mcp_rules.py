@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Any
 
@@ -180,7 +181,7 @@ async def dirk(argv: list[str]) -> int:
     return await anyio.to_thread.run_sync(main, argv)
 
 
-def inbox_kernel(db: Path) -> Any:
+def inbox_kernel(db: Path) -> AbstractAsyncContextManager[Kernel]:
     return open_kernel(
         db,
         packs=[MEMORY_PACK],
@@ -210,7 +211,8 @@ async def test_dirk_rules_adds_edits_and_retracts_through_the_inbox(
     assert await dirk(["rules", "--add", "access", "--title", "T", "--content", "c", *who]) == 2
     async with inbox_kernel(db) as kernel:
         await applied(kernel, 2)
-        assert kernel.projections.memory.rulebook.items["access"].current.version == 2
+        current = kernel.projections.memory.rulebook.items["access"].current
+        assert current is not None and current.version == 2
     assert await dirk(["rules", "--retract", "access", *who]) == 0
     async with inbox_kernel(db) as kernel:
         *_, retracted = await applied(kernel, 3)

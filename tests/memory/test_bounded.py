@@ -128,7 +128,6 @@ def test_which_topic_goes_depends_on_seqs_not_on_the_order_a_snapshot_restored()
 
 @pytest.mark.parametrize("bounded", [True, False])
 def test_a_trees_queries_go_when_its_root_has_ended(bounded: bool) -> None:
-
     projections = Projections()
     events = [
         _event(1, KernelStarted(kernel_version="t", fold=2 if bounded else 1)),

@@ -189,7 +189,6 @@ async def test_an_embedding_match_is_recorded_with_its_model_and_replays_without
         assert (scored.model, scored.version) == ("fake-embedder", "7")
         assert scored.threshold == to_micro(0.9)
         assert list(scored.scores.values()) == [to_micro(1.0)]
-
         assert await rejections(kernel, fine) == []
         assert embedder.calls >= 2
 

@@ -10,7 +10,7 @@ from typing import Any
 import anyio
 
 from kernel import FlowStatus, Kernel, open_kernel
-from kernel.adapters import Receipt
+from kernel.adapters import ExecutionIntent, Receipt
 from kernel.audit import payload_of
 from kernel.config import KernelConfig, Ports
 from kernel.core.events import (
@@ -96,7 +96,7 @@ class Hung:
     def __init__(self) -> None:
         self.called = anyio.Event()
 
-    async def execute(self, intent: Any) -> Receipt:
+    async def execute(self, intent: ExecutionIntent) -> Receipt:
         self.called.set()
         await anyio.sleep_forever()
         raise AssertionError("unreachable")
@@ -117,7 +117,6 @@ async def test_a_fact_an_earlier_kernel_recorded_alone_is_found_not_written_agai
             e for e in await kernel.journal.flow_events(dfid) if e.type == "ExecutionStarted"
         )
         key = payload_of(started, ExecutionStarted).intent.key
-
         # What the previous kernel's executor did: append the fact by itself, then crash.
         fact = FactAdded(name="a", value="b", correlation_id=dfid, key=key)
         await kernel.journal.append(

@@ -28,11 +28,16 @@ from hypothesis import strategies as st
 from nats.js.client import JetStreamContext
 
 from agents_sdk.serve import handshake
-from kernel import FlowStatus, HandshakeRefused, Outcome, ReasonCode, Verdict
-from kernel.adapters import Receipt
+from kernel import FlowStatus, HandshakeRefused, Kernel, Outcome, ReasonCode, Verdict
+from kernel.adapters import ExecutionIntent, Receipt
 from kernel.audit import payloads, verify_journal
 from kernel.core import keys
-from kernel.core.events import ExecutionSucceeded, InputRefused, SubmissionRefused
+from kernel.core.events import (
+    ExecutionStarted,
+    ExecutionSucceeded,
+    InputRefused,
+    SubmissionRefused,
+)
 from kernel.mesh import (
     SIGNATURE_HEADER,
     BusAuth,
@@ -103,7 +108,7 @@ async def refusals(
     raise AssertionError("the journal's subscription ended")  # pragma: no cover
 
 
-async def closes_a_real_flow(kernel: Any, server: NatsServer, secret: str) -> None:
+async def closes_a_real_flow(kernel: Kernel, server: NatsServer, secret: str) -> None:
     """The next real flow through a real host process closes."""
     async with host(server, secret) as remote:
         [dfid] = await kernel.trigger("bank.invoice")
@@ -521,7 +526,7 @@ hostile_attempt = st.one_of(
 
 
 @st.composite
-def hostile_messages(draw: Any, journal: str) -> bytes:
+def hostile_messages(draw: st.DrawFn, journal: str) -> bytes:
     """Raw protocol lines, as the clerk's host may send them, with the real journal id."""
     lines = b""
     for _ in range(draw(st.integers(1, 4))):
@@ -635,24 +640,23 @@ async def test_a_refused_handshake_never_displaces_the_live_session(
 class Echo:
     """An adapter in the test's own process: its receipt names the intent."""
 
-    async def execute(self, intent: Any) -> Receipt:
+    async def execute(self, intent: ExecutionIntent) -> Receipt:
         return Receipt(external_id=f"echo-{intent.key}")
 
 
-async def started_key(kernel: Any) -> str:
+async def started_key(kernel: Kernel) -> str:
     """Wait for the first ExecutionStarted; return its intent's key (event-driven)."""
     with anyio.fail_after(STEP_S):
         async with kernel.journal.subscribe(1) as batches:
             async for batch in batches:
                 for event in batch:
-                    if type(event.payload).__name__ == "ExecutionStarted":
-                        key: str = event.payload.intent.key
-                        return key
+                    if isinstance(event.payload, ExecutionStarted):
+                        return event.payload.intent.key
     raise AssertionError("the journal's subscription ended")  # pragma: no cover
 
 
 @st.composite
-def hostile_results(draw: Any, subject: bytes) -> bytes:
+def hostile_results(draw: st.DrawFn, subject: bytes) -> bytes:
     """Raw lines an executor principal may send on the result subject of a waiting intent."""
     lines = b""
     for _ in range(draw(st.integers(1, 5))):

@@ -50,7 +50,6 @@ async def test_book_hotel_granvia_from_a_remote_host_waits_for_the_query(
         assert await rejections(kernel, first) == [ReasonCode.VERIFICATION_REQUIRED]
         submitted = await kernel.journal.read(dfid=again, types=["ProposalSubmitted"])
         [decided] = [p.proposal for p in payloads(submitted, ProposalSubmitted)]
-
         assert decided.params["text"] == GRANVIA
         assert await rejections(kernel, again) == []
         assert flow_of(kernel, again).status is FlowStatus.CLOSED

@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 from nats.js.api import AckPolicy, ConsumerConfig, StreamConfig
 
 from agents_sdk.serve import handshake
-from kernel import FlowStatus, HandshakeRefused, Outcome, ReasonCode, Verdict
+from kernel import FlowStatus, HandshakeRefused, Kernel, Outcome, ReasonCode, Verdict
 from kernel.adapters import ExecutionIntent, Receipt
 from kernel.audit import payload_of, payloads
 from kernel.core import keys
@@ -75,7 +75,7 @@ from tests.support.nats import (  # noqa: F401
 )
 
 
-async def submitted(kernel: Any, dfid: str) -> int:
+async def submitted(kernel: Kernel, dfid: str) -> int:
     return len(await kernel.journal.read(dfid=dfid, types=["ProposalSubmitted"]))
 
 

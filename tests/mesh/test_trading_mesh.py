@@ -138,7 +138,9 @@ def bus_config(capsys: pytest.CaptureFixture[str], folder: Path, seed: int, port
     return out
 
 
-def test_the_mesh_run_and_the_single_process_run_agree(tmp_path: Path, capsys: Any) -> None:
+def test_the_mesh_run_and_the_single_process_run_agree(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     folder = tmp_path / "run.bus"
     with started_server(lambda port, _store: bus_config(capsys, folder, 3, port)) as server:
         # The keys are the example's, each readable by its owner only.
@@ -345,7 +347,6 @@ async def test_the_examples_principals_reach_nothing_of_the_kernels(
             [done] = await kernel.journal.read(dfid=dfid, types=["ExecutionSucceeded"])
             succeeded = payload_of(done, ExecutionSucceeded)
             assert recorded_result_holds(succeeded, "bank", principals.bank_public)
-
             # Nothing the attacker sent reached the kernel (the server refused it all, and
             # recorded each refusal in its log); the kernel never stopped.
             assert remote.refused == 0

@@ -27,7 +27,6 @@ from tests.support.operators import Keys
 
 
 async def provision(kernel: Kernel, agent_id: str = "clerk") -> str:
-
     secret = new_credential()
     await kernel.issue_credential(
         agent_id, credential_verifier(secret), operator="ana", reason="onboarding"

@@ -121,7 +121,6 @@ class Tally(Domain):
 
     def _succeeded(self, event: Event) -> None:
         found = self.state.started.pop(payload_of(event, ExecutionSucceeded).key, None)
-
         if found is not None:
             name, amount = found
             self.state.totals[name] = self.state.totals.get(name, 0) + amount

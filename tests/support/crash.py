@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import os
 import signal
-from typing import Any
+from collections.abc import Sequence
 
 from kernel import Kernel
+from kernel.audit import Event
 
 
 def die() -> None:
@@ -21,7 +22,7 @@ def die_after_commit(kernel: Kernel, kill: str) -> None:
     commits = [0]
     wanted = int(kill.partition(":")[2])
 
-    def count(_: Any) -> None:
+    def count(_: Sequence[Event]) -> None:
         commits[0] += 1
         if commits[0] == wanted:
             die()

@@ -14,7 +14,7 @@ from kernel.adapters import AdapterError, ExecutionIntent, Quote, Receipt, Retry
 from kernel.audit import Event
 from kernel.config import KernelConfig, Ports
 from kernel.policy import PolicyKind, PolicyPack
-from kernel.testing import ManualClock, SeededIds
+from kernel.testing import ManualClock, SeededIds, Step
 from tests.support.helpers import ScriptedAgent, configured
 
 
@@ -128,10 +128,10 @@ class LookupDesk(Desk):
         return self.effects.get(key)
 
 
-def agent(*policies: Any, confidence: float = 0.9, **kw: Any) -> ScriptedAgent:
+def agent(*policies: PolicyKind, confidence: float = 0.9, **kw: Any) -> ScriptedAgent:
     """A clerk proposing ``policies`` in order, one per attempt."""
 
-    def step(policy: Any) -> Any:
+    def step(policy: PolicyKind) -> Step:
         return lambda ctx: ctx.propose(policy, confidence=confidence, valid_for_s=60)
 
     steps = [step(p) for p in policies]

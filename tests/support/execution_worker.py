@@ -15,11 +15,10 @@ deduplicates on the key.
 from __future__ import annotations
 
 import sys
-from typing import Any
 
 import anyio
 
-from kernel import FlowStatus, ReasonCode, open_kernel
+from kernel import FlowStatus, Kernel, Proposal, ReasonCode, WorkingContext, open_kernel
 from kernel.adapters import AdapterError, ExecutionIntent
 from kernel.testing import Faults, SimulatedSystem
 from tests.support.crash import die, die_after_commit
@@ -54,7 +53,7 @@ class Ledger(SimulatedSystem):
             die()
 
 
-def decide(ctx: Any) -> Any:
+def decide(ctx: WorkingContext) -> Proposal:
     """Ping, a saga that completes, or a saga whose last leg fails (and is compensated)."""
     kind = ctx.topic.split(".")[1]
     policy = {
@@ -94,7 +93,7 @@ async def main(journal: str, ledger_path: str, mode: str, kill: str, lookup: str
     print("DONE", flush=True)
 
 
-async def resolve(kernel: Any, ledger: Ledger, dfid: str, key: str, mode: str) -> None:
+async def resolve(kernel: Kernel, ledger: Ledger, dfid: str, key: str, mode: str) -> None:
     """Decide as an operator would: call again, or record what the system shows."""
     if mode == "retry":
         await kernel.decide(dfid, "retry", operator="ops", reason="the system is back")

@@ -227,7 +227,6 @@ async def test_reminders_follow_the_recorded_clock_and_a_slack_body(
         # No third: max_reminders. (A decision now shows nothing was left queued.)
         await kernel.trigger("pay.50000")
     notices = [d.notice for d in outcomes(deliveries)]
-
     assert notices == ["request", "reminder", "reminder"]
     assert [json.loads(r["body"])["text"][:13] for r in receiver.requests()].count(
         "Still waiting"
