@@ -15,8 +15,9 @@ import subprocess
 import sys
 import uuid
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, Protocol, TypeVar
 
 import anyio
 import msgspec
@@ -25,9 +26,32 @@ import pytest
 from examples import booking, coding, trading
 from examples.market import plan_day
 from examples.summary import read_events
-from kernel.audit import Event, Projections, fold, open_journal, whatif
+from kernel.audit import Event, Projections, fold, open_journal, payload_of, payloads, whatif
+from kernel.audit.counterfactual import WhatIf
 from kernel.cli import main as cli_main
-from kernel.core.events import ConstraintAdded, digest
+from kernel.core.events import (
+    ArtifactStored,
+    CitationsChecked,
+    CompensationSucceeded,
+    ConstraintAdded,
+    DuplicateSuppressed,
+    ExecutionSucceeded,
+    FlowAborted,
+    FlowCompensated,
+    FlowDirty,
+    FlowEscalated,
+    FlowFlagged,
+    GrantIssued,
+    GrantUsed,
+    HumanDecided,
+    MemoryQueried,
+    Payload,
+    ProposalRejected,
+    ProposalSubmitted,
+    ResourceReleased,
+    RuleDecided,
+    digest,
+)
 from kernel.policy import parse_money
 from kernel.telemetry import spans_for_events
 from tests.support import SUPPORT
@@ -53,11 +77,40 @@ TRADING_PACK_CODES = {
 }
 
 
+P = TypeVar("P", bound=Payload)
+
+
+class Example(Protocol):
+    """An example module: ``main`` takes its command line and returns its exit status."""
+
+    def main(self, argv: list[str] | None = None) -> int: ...
+
+
+@dataclass(frozen=True)
+class Recorded(Generic[P]):
+    """A recorded event whose payload is known to be a ``P`` (its fields read with their types)."""
+
+    event: Event
+    payload: P
+
+    @property
+    def seq(self) -> int:
+        return self.event.seq
+
+    @property
+    def dfid(self) -> str:
+        """The flow the event belongs to: every event these tests read by type is a flow's."""
+        assert self.event.dfid is not None, f"event {self.seq} ({self.event.type}) has no flow"
+        return self.event.dfid
+
+
 def read_events_of(db: Path) -> list[Event]:
     return anyio.run(read_events, db)
 
 
-def run_example(module: Any, db: Path, *args: str, capsys: Any) -> dict[str, Any]:
+def run_example(
+    module: Example, db: Path, *args: str, capsys: pytest.CaptureFixture[str]
+) -> dict[str, Any]:
     code = module.main(["--db", str(db), "--json", *args])
     out = capsys.readouterr().out.strip().splitlines()
     assert code == 0, out
@@ -69,18 +122,17 @@ def codes_in(events: list[Event]) -> Counter[str]:
     codes: Counter[str] = Counter()
     for e in events:
         p = e.payload
-        feedback = getattr(p, "feedback", None)
-        if type(p).__name__ == "ProposalRejected" and feedback is not None:
-            codes[str(feedback.reason_code)] += 1
-        elif type(p).__name__ in ("FlowEscalated", "FlowAborted"):
-            codes[str(p.reason_code)] += 1  # type: ignore[union-attr]
-        elif type(p).__name__ == "FlowCompensated":
+        if isinstance(p, ProposalRejected):
+            codes[str(p.feedback.reason_code)] += 1
+        elif isinstance(p, FlowEscalated | FlowAborted):
+            codes[str(p.reason_code)] += 1
+        elif isinstance(p, FlowCompensated):
             codes["COMPENSATED"] += 1
     return codes
 
 
-def of_type(events: list[Event], name: str) -> list[Event]:
-    return [e for e in events if type(e.payload).__name__ == name]
+def of_type(events: list[Event], kind: type[P]) -> list[Recorded[P]]:
+    return [Recorded(e, e.payload) for e in events if isinstance(e.payload, kind)]
 
 
 def without_paths(summary: dict[str, Any]) -> dict[str, Any]:
@@ -94,7 +146,9 @@ def digest_of(projections: Projections) -> str:
         return digest(msgspec.to_builtins(projections.snapshot(), str_keys=True))
 
 
-def test_the_same_trading_seed_gives_the_same_summary_and_projection(tmp_path, capsys):
+def test_the_same_trading_seed_gives_the_same_summary_and_projection(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     first = run_example(
         trading, tmp_path / "a.db", "--seed", "3", "--minutes", MINUTES, capsys=capsys
     )
@@ -111,7 +165,9 @@ def test_the_same_trading_seed_gives_the_same_summary_and_projection(tmp_path, c
 
 
 @pytest.mark.parametrize("seed", [1, 2])
-def test_a_trading_day_shows_every_part_of_the_kernel(tmp_path, capsys, seed):
+def test_a_trading_day_shows_every_part_of_the_kernel(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], seed: int
+) -> None:
     db = tmp_path / "desk.db"
     summary = run_example(trading, db, "--seed", str(seed), "--minutes", MINUTES, capsys=capsys)
     events = read_events_of(db)
@@ -121,34 +177,34 @@ def test_a_trading_day_shows_every_part_of_the_kernel(tmp_path, capsys, seed):
 
     # Duplicates: a resent submission answered from the record, and deliveries the
     # broker absorbed (its receipts say so, and the journal keeps the receipts).
-    assert of_type(events, "DuplicateSuppressed")
-    absorbed = [e for e in of_type(events, "ExecutionSucceeded") if e.payload.detail]
+    assert of_type(events, DuplicateSuppressed)
+    absorbed = [e for e in of_type(events, ExecutionSucceeded) if e.payload.detail]
     assert absorbed and summary["duplicates_prevented"] >= 1 + len(absorbed)
 
     # The rotation saga: the sell took effect, the halted buy failed, the sell was undone.
-    [dirty] = of_type(events, "FlowDirty")
+    [dirty] = of_type(events, FlowDirty)
     assert dirty.payload.step == 2
-    undone = [e for e in of_type(events, "CompensationSucceeded") if e.dfid == dirty.dfid]
+    undone = [e for e in of_type(events, CompensationSucceeded) if e.dfid == dirty.dfid]
     assert [e.payload.step for e in undone] == [1]
     assert fold(events).flows[dirty.dfid].status == "COMPENSATED"
 
     # Escalations answered by the scripted operator: at least one each way.
-    decisions = Counter(e.payload.decision for e in of_type(events, "HumanDecided"))
+    decisions = Counter(e.payload.decision for e in of_type(events, HumanDecided))
     assert decisions["approve"] >= 1 and decisions["reject"] >= 1
     # An approved order went on to execute; no flow is left waiting.
-    approved = {e.dfid for e in of_type(events, "HumanDecided") if e.payload.decision == "approve"}
-    executed = {e.dfid for e in of_type(events, "ExecutionSucceeded")}
+    approved = {e.dfid for e in of_type(events, HumanDecided) if e.payload.decision == "approve"}
+    executed = {e.dfid for e in of_type(events, ExecutionSucceeded)}
     assert approved & executed
     assert "ESCALATED" not in summary["flows"]
 
     # The soft guard: an order whose explanation argues for the other side is flagged
     # after its verdict and still executes; one that argues hard is blocked and revised.
-    flagged = {e.dfid for e in of_type(events, "FlowFlagged")}
+    flagged = {e.dfid for e in of_type(events, FlowFlagged)}
     assert flagged and summary["needs_review"] == len(flagged)
     assert flagged & executed
     blocked = [
         e.dfid
-        for e in of_type(events, "ProposalRejected")
+        for e in of_type(events, ProposalRejected)
         if e.payload.feedback.reason_code == "GUARD_EMERGENCY"
     ]
     assert blocked and all(fold(events).flows[d].status == "CLOSED" for d in blocked)
@@ -158,7 +214,7 @@ def test_a_trading_day_shows_every_part_of_the_kernel(tmp_path, capsys, seed):
     assert budget == "daily-notional (desk)" and used.endswith(" USD")
     spent = sum(
         e.payload.amount
-        for e in of_type(events, "ResourceReleased")
+        for e in of_type(events, ResourceReleased)
         if e.payload.pool.startswith("money:") and e.payload.reason == "CLOSED"
     )
     assert parse_money(used) == (spent, "USD")
@@ -181,25 +237,29 @@ def trading_ledger(path: Path) -> list[tuple[str, str, dict[str, Any]]]:
         system.close()
 
 
-def test_without_an_operator_escalations_stay_pending(tmp_path, capsys):
+def test_without_an_operator_escalations_stay_pending(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     db = tmp_path / "desk.db"
     args = ("--seed", "1", "--minutes", MINUTES, "--operator", "none")
     summary = run_example(trading, db, *args, capsys=capsys)
     events = read_events_of(db)
-    assert not of_type(events, "HumanDecided")
-    escalated = {e.dfid for e in of_type(events, "FlowEscalated")}
+    assert not of_type(events, HumanDecided)
+    escalated = {e.dfid for e in of_type(events, FlowEscalated)}
     flows = fold(events).flows
     assert escalated and all(flows[d].status == "ESCALATED" for d in escalated)
     assert summary["escalation_endings"] == {"pending": len(escalated)}
 
 
-def test_a_day_too_short_for_the_plan_is_refused_with_a_reason():
+def test_a_day_too_short_for_the_plan_is_refused_with_a_reason() -> None:
     with pytest.raises(ValueError, match="at least"):
         plan_day(1, 10)
     assert trading.main(["--minutes", "10"]) == 2
 
 
-def test_openai_without_its_environment_is_a_clear_error(tmp_path, monkeypatch, capsys):
+def test_openai_without_its_environment_is_a_clear_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     for name in ("OPENAI_API_KEY", "OPENAI_MODEL", "OPENAI_BASE_URL"):
         monkeypatch.delenv(name, raising=False)
     for module in (trading, booking):
@@ -210,19 +270,20 @@ def test_openai_without_its_environment_is_a_clear_error(tmp_path, monkeypatch, 
         assert not db.exists()
 
 
-def test_the_booking_story_is_in_the_journal(tmp_path, capsys):
+def test_the_booking_story_is_in_the_journal(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     db = tmp_path / "travel.db"
     summary = run_example(booking, db, "--seed", "1", capsys=capsys)
     events = read_events_of(db)
     by_seq = {e.seq: e for e in events}
 
     # The mistake: a non-accessible room for ana, accepted and booked.
-    [lesson] = of_type(events, "ConstraintAdded")
-    assert isinstance(lesson.payload, ConstraintAdded)
+    [lesson] = of_type(events, ConstraintAdded)
     assert lesson.payload.text == booking.LESSON and lesson.payload.priority == "learned"
     mistake = by_seq[lesson.payload.triggered_by or 0]
     assert type(mistake.payload).__name__ == "ProposalSubmitted"
-    params = mistake.payload.proposal.params  # type: ignore[union-attr]
+    params = payload_of(mistake, ProposalSubmitted).proposal.params
     assert params["traveller"] == "ana" and params["room_type"] != "accessible"
     assert fold([e for e in events if e.seq < lesson.seq]).flows[mistake.dfid or ""].status == (
         "CLOSED"
@@ -232,32 +293,32 @@ def test_the_booking_story_is_in_the_journal(tmp_path, capsys):
     after = [e for e in events if e.seq > lesson.seq]
     refused = [
         e
-        for e in of_type(after, "ProposalRejected")
+        for e in of_type(after, ProposalRejected)
         if e.payload.feedback.reason_code == "VERIFICATION_REQUIRED"
     ]
-    [query] = of_type(after, "MemoryQueried")
+    [query] = of_type(after, MemoryQueried)
     assert refused and refused[0].seq < query.seq and "accessibility" in query.payload.topic
     rebooked = [
         e
-        for e in of_type(after, "ProposalSubmitted")
+        for e in of_type(after, ProposalSubmitted)
         if e.seq > query.seq and e.payload.proposal.params.get("traveller") == "ana"
     ]
     flows = fold(events).flows
     assert rebooked[0].payload.proposal.params["room_type"] == "accessible"
-    assert flows[rebooked[0].dfid or ""].status == "CLOSED"
+    assert flows[rebooked[0].dfid].status == "CLOSED"
 
     # A budget refusal and an approved expensive booking.
     codes = codes_in(events)
     assert codes["RISK_LIMIT_EXCEEDED"] >= 1 and codes["APPROVAL_REQUIRED"] >= 1
-    assert [e.payload.decision for e in of_type(events, "HumanDecided")] == ["approve"]
+    assert [e.payload.decision for e in of_type(events, HumanDecided)] == ["approve"]
 
     # dee's week was granted in advance: her suite, above the threshold, asked no human.
-    [issued] = of_type(events, "GrantIssued")
-    [used] = of_type(events, "GrantUsed")
+    [issued] = of_type(events, GrantIssued)
+    [used] = of_type(events, GrantUsed)
     assert used.payload.grant == issued.payload.grant and used.payload.uses == 1
     assert used.payload.escalation == "APPROVAL_REQUIRED"
     assert (used.payload.amount, used.payload.currency) == (300_000, "EUR")
-    dee = fold(events).flows[used.dfid or ""]
+    dee = fold(events).flows[used.dfid]
     assert dee.proposal is not None and dee.proposal.params["traveller"] == "dee"
     assert dee.status == "CLOSED"
     assert summary["grant_uses"] == {issued.payload.grant: "1 of 3 (LIVE)"}
@@ -271,9 +332,9 @@ def test_the_booking_story_is_in_the_journal(tmp_path, capsys):
     assert summary["story.counterfactual"] == [c.line() for c in replay.changes]
 
     # The lesson is also a house rule with its provenance, and the agent cites it after.
-    [decided] = of_type(events, "RuleDecided")
+    [decided] = of_type(events, RuleDecided)
     assert decided.payload.rule == "access" and decided.payload.decision == "promote"
-    cited = [e for e in of_type(events, "CitationsChecked") if e.seq > decided.seq]
+    cited = [e for e in of_type(events, CitationsChecked) if e.seq > decided.seq]
     assert cited and all(e.payload.correct == ["access@v1"] for e in cited)
     why = subprocess.run(
         [sys.executable, "-m", "kernel", "why", "access", "--db", str(db)],
@@ -284,7 +345,7 @@ def test_the_booking_story_is_in_the_journal(tmp_path, capsys):
     assert "rule access: current v1" in why and "travel-desk/handbook" in why
 
 
-async def counterfactual(db: Path) -> Any:
+async def counterfactual(db: Path) -> WhatIf:
     async with open_journal(db, readonly=True) as journal:
         head = journal.head_seq
         replay = await whatif(journal, constraint=booking.LESSON, at=1, priority="learned")
@@ -293,26 +354,24 @@ async def counterfactual(db: Path) -> Any:
 
 
 def test_the_booking_agent_reads_the_hotels_statement_from_the_artifact_store(
-    tmp_path: Path, capsys: Any
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     db = tmp_path / "travel.db"
     run_example(booking, db, "--seed", "1", capsys=capsys)
     events = read_events_of(db)
-    [stored] = [e.payload for e in events if type(e.payload).__name__ == "ArtifactStored"]
-    assert stored.size == len(booking.STATEMENT.encode()) > 2048  # type: ignore[union-attr]
+    [stored] = payloads(events, ArtifactStored)
+    assert stored.size == len(booking.STATEMENT.encode()) > 2048
     # The agent fetched it (only a context naming it lets it) and booked the room it names.
-    explains = [
-        e.payload.proposal.explain  # type: ignore[union-attr]
-        for e in events
-        if type(e.payload).__name__ == "ProposalSubmitted"
-    ]
+    explains = [p.proposal.explain for p in payloads(events, ProposalSubmitted)]
     assert any("Room 12 (accessible category): step-free" in x for x in explains)
     # The journal holds the reference, never the bytes.
     raw = sqlite3.connect(db).execute("SELECT body FROM events").fetchall()
     assert not any(b"roll-in shower" in bytes(body) for (body,) in raw)
 
 
-def test_the_same_booking_seed_gives_the_same_summary(tmp_path, capsys):
+def test_the_same_booking_seed_gives_the_same_summary(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     first = run_example(booking, tmp_path / "a.db", "--seed", "5", capsys=capsys)
     second = run_example(booking, tmp_path / "b.db", "--seed", "5", capsys=capsys)
     assert without_paths(first) == without_paths(second)
@@ -340,10 +399,10 @@ def test_the_coding_story_is_in_the_journal_and_the_repository(
         "UNAUTHORIZED",  # a path outside the agent's contract
         "STALE_CONTEXT",  # a diff made against an older version of the file
         "VERIFICATION_REQUIRED",  # completed before its tests passed
-    } <= {str(e.payload.feedback.reason_code) for e in of_type(events, "ProposalRejected")}
+    } <= {str(e.payload.feedback.reason_code) for e in of_type(events, ProposalRejected)}
     runs = [
         e.payload.detail["passed"]
-        for e in of_type(events, "ExecutionSucceeded")
+        for e in of_type(events, ExecutionSucceeded)
         if "passed" in e.payload.detail
     ]
     assert False in runs and runs[-1] is True  # a test run failed, and was fixed
@@ -362,7 +421,7 @@ def test_the_coding_story_is_in_the_journal_and_the_repository(
     committed = dict(line.split(" ", 1)[::-1] for line in log if line.strip(" ").count(" "))
     patched = {
         e.payload.key: e.payload.external_id
-        for e in of_type(events, "ExecutionSucceeded")
+        for e in of_type(events, ExecutionSucceeded)
         if "files" in e.payload.detail
     }
     assert committed == patched and len(patched) == 5
@@ -390,7 +449,7 @@ def test_the_same_coding_seed_gives_the_same_journal_roadmap_and_commits(
 
 
 @pytest.mark.parametrize("example", ["trading", "booking", "coding"])
-def test_dirk_verify_passes_on_the_example_journals(tmp_path, example):
+def test_dirk_verify_passes_on_the_example_journals(tmp_path: Path, example: str) -> None:
     if example == "coding":
         needs_git()
     db = tmp_path / f"{example}.db"
@@ -417,7 +476,7 @@ def test_dirk_verify_passes_on_the_example_journals(tmp_path, example):
 RECEIVER = SUPPORT / "otlp_receiver.py"
 
 
-def test_the_trading_desk_sends_every_flow_to_an_otlp_receiver(tmp_path):
+def test_the_trading_desk_sends_every_flow_to_an_otlp_receiver(tmp_path: Path) -> None:
     """With the standard variable set, every span the journal implies reaches a real receiver."""
     db = tmp_path / "desk.db"
     receiver = subprocess.Popen(
@@ -439,7 +498,9 @@ def test_the_trading_desk_sends_every_flow_to_an_otlp_receiver(tmp_path):
     finally:
         receiver.kill()
     # Span lines only: the receiver prints the kernel's metric points too.
-    received = [span for line in out.splitlines() if "span_id" in (span := json.loads(line))]
+    received: list[dict[str, Any]] = [
+        span for line in out.splitlines() if "span_id" in (span := json.loads(line))
+    ]
 
     expected = spans_for_events(read_events_of(db))
     assert len(expected) > 100
@@ -468,8 +529,10 @@ def test_the_trading_desk_sends_every_flow_to_an_otlp_receiver(tmp_path):
 
 
 @pytest.mark.parametrize("example", ["trading", "booking"])
-def test_the_examples_sign_their_journal_and_say_so(tmp_path, capsys, example):
-    module = {"trading": trading, "booking": booking}[example]
+def test_the_examples_sign_their_journal_and_say_so(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], example: str
+) -> None:
+    module: Example = {"trading": trading, "booking": booking}[example]
     args = ("--seed", "2", "--minutes", MINUTES) if example == "trading" else ("--seed", "2")
     db = tmp_path / f"{example}.db"
     summary = run_example(module, db, *args, capsys=capsys)

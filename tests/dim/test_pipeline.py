@@ -4,24 +4,46 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from pathlib import Path
+from typing import NoReturn
 
 import anyio
 import anyio.lowlevel
+import pytest
 
-from kernel import Decision, FlowStatus, Outcome, ReasonCode, Verdict, open_kernel
-from kernel.audit import open_journal
+from kernel import (
+    Decision,
+    FlowStatus,
+    Kernel,
+    Outcome,
+    Proposal,
+    ReasonCode,
+    Verdict,
+    WorkingContext,
+    open_kernel,
+)
+from kernel.audit import open_journal, payload_of
 from kernel.audit.reverify import rejudge
 from kernel.cli import main as dirk_main
 from kernel.config import KernelConfig, Ports
+from kernel.core.events import FlowFlagged, HumanDecided, ProposalRejected
 from kernel.dim import BUDGET_GUARD
 from kernel.policy.rules import ALLOW, RuleVerdict, View, deny, rule
 from kernel.runtime.actors import Reply
 from kernel.runtime.messages import Execute
 from kernel.testing import ManualClock, SeededIds, action_of, flow_types
-from tests.support.helpers import PACK, Bank, ScriptedAgent, Transfer, kernel_for, transfer
+from tests.support.helpers import (
+    PACK,
+    Bank,
+    ScriptedAgent,
+    Transfer,
+    flow_of,
+    kernel_for,
+    transfer,
+)
 
 
-async def test_accepted_flow_executes_once_and_is_recorded(kernel, bank):
+async def test_accepted_flow_executes_once_and_is_recorded(kernel: Kernel, bank: Bank) -> None:
     agent = ScriptedAgent(steps=[transfer(250)])
     await kernel.register(agent)
     [dfid] = await kernel.trigger("bank.invoice", {"bank.invoice.amount": 250})
@@ -43,7 +65,7 @@ async def test_accepted_flow_executes_once_and_is_recorded(kernel, bank):
     ]
 
 
-async def test_the_same_intent_again_has_no_second_effect(kernel, bank):
+async def test_the_same_intent_again_has_no_second_effect(kernel: Kernel, bank: Bank) -> None:
     agent = ScriptedAgent()
     session = await kernel.register(agent)
     [dfid] = await kernel.trigger("bank.invoice")
@@ -65,11 +87,13 @@ async def test_the_same_intent_again_has_no_second_effect(kernel, bank):
     assert types.count("DuplicateSuppressed") == 2
     assert types.count("ExecutionStarted") == 1
     assert len(bank.calls) == 1
-    assert kernel.flow(dfid).status is FlowStatus.CLOSED
+    assert flow_of(kernel, dfid).status is FlowStatus.CLOSED
 
 
-async def test_rejected_then_revised_and_accepted_on_attempt_two(tmp_path):
-    bad = lambda ctx: ctx.propose({"kind": "test.transfer", "account": "a", "amount_cents": "ten"})  # noqa: E731
+async def test_rejected_then_revised_and_accepted_on_attempt_two(tmp_path: Path) -> None:
+    def bad(ctx: WorkingContext) -> Proposal:
+        return ctx.propose({"kind": "test.transfer", "account": "a", "amount_cents": "ten"})
+
     async with kernel_for(tmp_path / "j.db") as kernel:
         agent = ScriptedAgent(steps=[bad, transfer(10)])
         await kernel.register(agent)
@@ -85,7 +109,7 @@ async def test_rejected_then_revised_and_accepted_on_attempt_two(tmp_path):
         assert second.feedback.field == "params.amount_cents"
 
 
-async def test_three_rejections_end_in_reasoning_exhaustion(kernel, bank):
+async def test_three_rejections_end_in_reasoning_exhaustion(kernel: Kernel, bank: Bank) -> None:
     agent = ScriptedAgent(
         capabilities=["test.transfer"],
         steps=[lambda ctx: ctx.propose({"kind": "test.note", "text": "x"})],
@@ -100,7 +124,9 @@ async def test_three_rejections_end_in_reasoning_exhaustion(kernel, bank):
     assert bank.calls == []
 
 
-async def test_low_confidence_escalates_and_a_human_override_executes(kernel, bank):
+async def test_low_confidence_escalates_and_a_human_override_executes(
+    kernel: Kernel, bank: Bank
+) -> None:
     await kernel.register(ScriptedAgent(steps=[transfer(5_000, confidence=0.3)]))
     [dfid] = await kernel.trigger("bank.invoice")
     flow = await kernel.wait_flow(dfid)
@@ -120,17 +146,18 @@ async def test_low_confidence_escalates_and_a_human_override_executes(kernel, ba
     assert flow.status is FlowStatus.CLOSED
     assert len(bank.calls) == 1
     [decided] = await kernel.journal.read(dfid=dfid, types=["HumanDecided"])
-    assert (decided.payload.operator, decided.payload.reason) == ("ana", "known vendor")
+    human = payload_of(decided, HumanDecided)
+    assert (human.operator, human.reason) == ("ana", "known vendor")
 
 
-async def test_a_human_abort_ends_the_flow(kernel, bank):
+async def test_a_human_abort_ends_the_flow(kernel: Kernel, bank: Bank) -> None:
     await kernel.register(ScriptedAgent(steps=[transfer(confidence=0.1)]))
     [dfid] = await kernel.trigger("bank.invoice")
     await kernel.wait_flow(dfid)
     verdict = await kernel.decide(dfid, "abort", operator="ana", reason="looks wrong")
 
     assert verdict.outcome is Outcome.ABORTED
-    flow = kernel.flow(dfid)
+    flow = flow_of(kernel, dfid)
     assert flow.status is FlowStatus.ABORTED
     assert flow.reason_code is ReasonCode.HUMAN_REJECTED
     assert bank.calls == []
@@ -140,7 +167,7 @@ async def test_a_human_abort_ends_the_flow(kernel, bank):
     assert again.outcome is Outcome.REFUSED
 
 
-async def test_a_human_modification_goes_through_the_dim_again(kernel, bank):
+async def test_a_human_modification_goes_through_the_dim_again(kernel: Kernel, bank: Bank) -> None:
     await kernel.register(ScriptedAgent(steps=[transfer(9_000, confidence=0.2)]))
     first, second = await kernel.trigger("bank.invoice"), await kernel.trigger("bank.invoice")
     await kernel.wait_flow(first[0])
@@ -168,22 +195,24 @@ async def test_a_human_modification_goes_through_the_dim_again(kernel, bank):
     assert [c.params["amount_cents"] for c in bank.calls] == [4_500]
 
 
-async def test_a_proposal_past_its_validity_window_is_expired(tmp_path):
-    hold = anyio.Event()
-    async with kernel_for(tmp_path / "j.db") as kernel:
+async def test_a_proposal_past_its_validity_window_is_expired(tmp_path: Path) -> None:
+    hold, clock = anyio.Event(), ManualClock()
+    async with kernel_for(tmp_path / "j.db", clock=clock) as kernel:
         agent = ScriptedAgent(steps=[transfer(valid_for_s=1)], hold=hold, max_attempts=1)
         await kernel.register(agent)
         [dfid] = await kernel.trigger("bank.invoice")
         await agent.wait_context()
-        kernel.clock.advance(5)
+        clock.advance(5)
         hold.set()
         flow = await kernel.wait_flow(dfid)
         assert flow.status is FlowStatus.ABORTED
         [rejected] = await kernel.journal.read(dfid=dfid, types=["ProposalRejected"])
-        assert rejected.payload.feedback.reason_code is ReasonCode.EXPIRED
+        assert payload_of(rejected, ProposalRejected).feedback.reason_code is ReasonCode.EXPIRED
 
 
-async def test_a_proposal_on_a_changed_state_is_stale_and_retried_on_fresh_context(tmp_path):
+async def test_a_proposal_on_a_changed_state_is_stale_and_retried_on_fresh_context(
+    tmp_path: Path,
+) -> None:
     hold = anyio.Event()
     async with kernel_for(tmp_path / "j.db") as kernel:
         agent = ScriptedAgent(subscriptions=["bank.rates"], hold=hold)
@@ -196,26 +225,27 @@ async def test_a_proposal_on_a_changed_state_is_stale_and_retried_on_fresh_conte
         flow = await kernel.wait_flow(dfid)
 
         assert flow.status is FlowStatus.CLOSED and flow.attempts == 2
-        assert agent.contexts[1].feedback.reason_code is ReasonCode.STALE_CONTEXT
+        feedback = agent.contexts[1].feedback
+        assert feedback is not None and feedback.reason_code is ReasonCode.STALE_CONTEXT
         assert agent.contexts[1].state == {"bank.rates.eur": "1.12"}
 
 
-async def test_child_flows_carry_their_parents_dfid(kernel):
+async def test_child_flows_carry_their_parents_dfid(kernel: Kernel) -> None:
     await kernel.register(ScriptedAgent())
     [parent] = await kernel.trigger("bank.mandate")
     [child] = await kernel.trigger("bank.invoice", parent=parent)
     [grandchild] = await kernel.trigger("bank.invoice", parent=child)
     await kernel.wait_quiet()
 
-    assert kernel.flow(child).parent_dfid == parent
-    assert kernel.flow(grandchild).parent_dfid == child
-    assert {kernel.flow(d).root_dfid for d in (parent, child, grandchild)} == {parent}
+    assert flow_of(kernel, child).parent_dfid == parent
+    assert flow_of(kernel, grandchild).parent_dfid == child
+    assert {flow_of(kernel, d).root_dfid for d in (parent, child, grandchild)} == {parent}
     [created] = await kernel.journal.read(dfid=child, types=["FlowCreated"])
     assert created.parent_dfid == parent
 
 
-async def test_an_agent_that_declines_or_fails_ends_its_flow_with_a_reason(tmp_path):
-    def boom(ctx):
+async def test_an_agent_that_declines_or_fails_ends_its_flow_with_a_reason(tmp_path: Path) -> None:
+    def boom(ctx: WorkingContext) -> NoReturn:
         raise ValueError("model returned garbage")
 
     async with kernel_for(tmp_path / "j.db") as kernel:
@@ -223,11 +253,11 @@ async def test_an_agent_that_declines_or_fails_ends_its_flow_with_a_reason(tmp_p
         await kernel.register(ScriptedAgent("other", steps=[boom]))
         dfids = await kernel.trigger("bank.invoice")
         await kernel.wait_quiet()
-        reasons = {kernel.flow(d).agent_id: kernel.flow(d).reason_code for d in dfids}
+        reasons = {flow_of(kernel, d).agent_id: flow_of(kernel, d).reason_code for d in dfids}
         assert reasons == {"clerk": ReasonCode.AGENT_DECLINED, "other": ReasonCode.AGENT_ERROR}
 
 
-async def test_flows_survive_a_restart_of_the_kernel(tmp_path):
+async def test_flows_survive_a_restart_of_the_kernel(tmp_path: Path) -> None:
     async with kernel_for(tmp_path / "j.db") as kernel:
         await kernel.register(ScriptedAgent(steps=[transfer(confidence=0.2)]))
         [dfid] = await kernel.trigger("bank.invoice")
@@ -235,7 +265,7 @@ async def test_flows_survive_a_restart_of_the_kernel(tmp_path):
 
     bank = Bank()
     async with kernel_for(tmp_path / "j.db", bank=bank) as kernel:
-        assert kernel.flow(dfid).status is FlowStatus.ESCALATED
+        assert flow_of(kernel, dfid).status is FlowStatus.ESCALATED
         await kernel.decide(
             dfid,
             "override",
@@ -247,7 +277,7 @@ async def test_flows_survive_a_restart_of_the_kernel(tmp_path):
         assert len(bank.calls) == 1
 
 
-async def test_transfer_kind_has_no_floats():
+async def test_transfer_kind_has_no_floats() -> None:
     # Money is integer minor units: a float amount is a schema error, not a rounding.
     import msgspec
     import pytest
@@ -256,14 +286,16 @@ async def test_transfer_kind_has_no_floats():
         msgspec.convert({"kind": "test.transfer", "account": "a", "amount_cents": 1.5}, Transfer)
 
 
-async def test_a_burst_wider_than_the_mailboxes_is_admitted_gradually_and_completes(tmp_path):
+async def test_a_burst_wider_than_the_mailboxes_is_admitted_gradually_and_completes(
+    tmp_path: Path,
+) -> None:
     # 16 agents on one topic and 200 concurrent triggers: 3,200 flows through mailboxes
     # sized for 32 in flight. Without admission at the edge this deadlocks.
     names = [f"agent-{i}" for i in range(16)]
     async with kernel_for(tmp_path / "j.db", allow=names, max_in_flight=32) as kernel:
         for name in names:
             await kernel.register(ScriptedAgent(name))
-        peak = []
+        peak: list[int] = []
         kernel.journal.add_listener(lambda _: peak.append(len(kernel.projections.moving)))
         with anyio.fail_after(60):
             async with anyio.create_task_group() as tg:
@@ -274,7 +306,9 @@ async def test_a_burst_wider_than_the_mailboxes_is_admitted_gradually_and_comple
         assert max(peak) <= 32
 
 
-async def test_a_flow_left_in_an_agents_mind_by_a_stopped_kernel_ends_interrupted(tmp_path):
+async def test_a_flow_left_in_an_agents_mind_by_a_stopped_kernel_ends_interrupted(
+    tmp_path: Path,
+) -> None:
     hold = anyio.Event()
     async with kernel_for(tmp_path / "j.db") as kernel:
         agent = ScriptedAgent(hold=hold)
@@ -282,7 +316,7 @@ async def test_a_flow_left_in_an_agents_mind_by_a_stopped_kernel_ends_interrupte
         [dfid] = await kernel.trigger("bank.invoice")
         await agent.wait_context()
     async with kernel_for(tmp_path / "j.db") as reopened:
-        flow = reopened.flow(dfid)
+        flow = flow_of(reopened, dfid)
         assert (flow.status, flow.reason_code) == (FlowStatus.ABORTED, ReasonCode.INTERRUPTED)
         assert "not resumed" in flow.detail
 
@@ -312,22 +346,22 @@ def dawdling_cap(view: View) -> RuleVerdict:
 SLOW = dataclasses.replace(PACK, version="1.1.0", rules=(dawdling_cap,))
 
 
-def invoice(ctx):
+def invoice(ctx: WorkingContext) -> Proposal:
     amount = ctx.state["bank.invoice.amount"]
     confidence = 0.3 if amount == 300 else 0.9
     return ctx.propose(Transfer(account="acc-1", amount_cents=amount), confidence=confidence)
 
 
 async def test_a_rule_sleeping_past_its_budget_keeps_its_verdict_live_and_on_replay(
-    tmp_path, capsys
-):
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     db = tmp_path / "j.db"
     expected = {
         250: (FlowStatus.CLOSED, None),
         900: (FlowStatus.ABORTED, ReasonCode.REASONING_EXHAUSTION),  # the rule denied it
         300: (FlowStatus.ESCALATED, ReasonCode.LOW_CONFIDENCE),
     }
-    dfids = {}
+    dfids: dict[int, str] = {}
     async with open_kernel(
         db,
         packs=[SLOW],
@@ -343,7 +377,7 @@ async def test_a_rule_sleeping_past_its_budget_keeps_its_verdict_live_and_on_rep
             assert (flow.status, flow.reason_code) == (status, code)
             assert flow.needs_review
             [flag] = await kernel.journal.read(dfid=dfid, types=["FlowFlagged"])
-            f = flag.payload
+            f = payload_of(flag, FlowFlagged)
             assert (f.guard, f.rule, f.budget_us, f.pack) == (
                 BUDGET_GUARD,
                 "dawdling_cap",
@@ -359,19 +393,20 @@ async def test_a_rule_sleeping_past_its_budget_keeps_its_verdict_live_and_on_rep
             assert flag.seq > verdict.seq
             dfids[amount] = dfid
         [rejected] = await kernel.journal.read(dfid=dfids[900], types=["ProposalRejected"])
-        assert rejected.payload.feedback.reason_code is ReasonCode.RISK_LIMIT_EXCEEDED
-        assert rejected.payload.feedback.rule == "dawdling_cap"
+        denied = payload_of(rejected, ProposalRejected).feedback
+        assert denied.reason_code is ReasonCode.RISK_LIMIT_EXCEEDED
+        assert denied.rule == "dawdling_cap"
 
     async with open_journal(db, readonly=True) as journal:
         again = await rejudge(journal, [SLOW])
     assert (again.judged, again.changes, again.mismatches) == (3, [], [])
 
     spec = "tests.dim.test_pipeline:SLOW"
-    code = await anyio.to_thread.run_sync(
+    exit_code = await anyio.to_thread.run_sync(
         dirk_main, ["verify", "--db", str(db), "--verdicts", "--pack", spec]
     )
     out = capsys.readouterr().out
-    assert code == 0 and "verify: verdicts ok: 3 re-judged, 0 differ" in out
+    assert exit_code == 0 and "verify: verdicts ok: 3 re-judged, 0 differ" in out
     assert await anyio.to_thread.run_sync(dirk_main, ["flows", "--db", str(db)]) == 0
     assert capsys.readouterr().out.count("NEEDS_REVIEW") == 3
     assert await anyio.to_thread.run_sync(dirk_main, ["show", dfids[250], "--db", str(db)]) == 0
