@@ -9,8 +9,8 @@ console, the MCP server) writes a signed request into the operator inbox, and th
 kernel's poller (kernel.inbox) hands each verified request to :meth:`OperatorActs.apply`:
 the one place a request becomes acts.
 
-:class:`OperatorActs` is the base of :class:`kernel.api.Kernel`: one class for
-the embedding code, two modules to read.
+:class:`OperatorActs` is one part of a :class:`kernel.api.Kernel`, which offers its
+acts as its own methods.
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from typing import Any, TypeVar, assert_never
 
 import msgspec
 
+from kernel.calls import Calls, Flows
 from kernel.core import events, wall
-from kernel.core.errors import KernelShutdown
 from kernel.core.events import (
     DecisionRefused,
     Draft,
@@ -32,8 +32,6 @@ from kernel.core.events import (
     LimitAmended,
     PackRef,
 )
-from kernel.core.flow import FlowState
-from kernel.core.ports import Clock
 from kernel.core.reasons import ReasonCode
 from kernel.core.wall import InputInvalid, clip
 from kernel.inbox import (
@@ -41,7 +39,7 @@ from kernel.inbox import (
     AmendRequest,
     CredentialRequest,
     DecideRequest,
-    InboxAgents,
+    InboxProposals,
     InboxRequest,
     Proof,
     ProposeRequest,
@@ -49,7 +47,7 @@ from kernel.inbox import (
     RuleDecisionRequest,
 )
 from kernel.inbox.requests import normalized
-from kernel.journal.store import Journal, JournalError
+from kernel.journal.store import Journal
 from kernel.policy.contracts import (
     HandshakeRefused,
     Outcome,
@@ -57,7 +55,7 @@ from kernel.policy.contracts import (
 )
 from kernel.policy.kinds import Impact
 from kernel.policy.packs import PackError, PolicyPack
-from kernel.runtime.actors import Mailbox, Reply
+from kernel.runtime.actors import Reply
 from kernel.runtime.messages import (
     AmendLimit,
     Decide,
@@ -71,29 +69,41 @@ from kernel.runtime.messages import (
 )
 from kernel.state.amendments import AmendmentInvalid
 from kernel.state.approvals import APPROVE_WORDS
-from kernel.state.projections import AgentStatus, Projections, fold
+from kernel.state.projections import AgentStatus, Projections
 from kernel.state.rulebook import RuleNotInForce, RuleNotPending
 from kernel.wiring import Actors
 
-M = TypeVar("M")
 T = TypeVar("T")
 
 
-STOPPED = object()
-"""What a pending reply gets when the kernel stops: the caller then raises why."""
-
-
 class OperatorActs:
-    """The operator's side of the kernel, and the plumbing every call shares."""
+    """The operator's acts, each admitted at the wall and handed to the actor that owns it.
 
-    journal: Journal
-    projections: Projections
-    clock: Clock
-    actors: Actors
-    inbox_agents: InboxAgents
-    _adapter_names: frozenset[str]
-    _pending: set[Reply[Any]]
-    _stop_reason: KernelShutdown | None
+    Args:
+        journal: where refusals at the wall are recorded.
+        projections: what the checks read (approvals, flows, agents).
+        actors: the mailboxes the acts go to.
+        calls: sends an act and waits for its durable answer.
+        flows: reads back a finished flow an act names.
+        proposals: opens the flows of the inbox's ``propose`` requests.
+    """
+
+    def __init__(
+        self,
+        journal: Journal,
+        projections: Projections,
+        actors: Actors,
+        calls: Calls,
+        flows: Flows,
+        proposals: InboxProposals,
+    ) -> None:
+        self._journal = journal
+        self._projections = projections
+        self._actors = actors
+        self._calls = calls
+        self._flows = flows
+        self._proposals = proposals
+        self._adapter_names = frozenset(actors.adapters)
 
     async def decide(
         self,
@@ -126,7 +136,7 @@ class OperatorActs:
         is refused with OUTCOME_UNKNOWN.
         """
         if isinstance(dfid, str) and len(dfid) <= wall.MAX_ID:
-            await self._recall(dfid)
+            await self._flows.recall(dfid)
         try:
             checked = self._check_decision(dfid, decision, operator, reason, params, action_hash)
         except InputInvalid as exc:
@@ -142,7 +152,7 @@ class OperatorActs:
             reply=reply,
             via="api",
         )
-        return await self._call(self.actors.escalation, msg, reply)
+        return await self._calls.call(self._actors.escalation, msg, reply)
 
     async def apply(self, request: InboxRequest, proof: Proof) -> None:
         """Apply one verified inbox request: the one place a request becomes the kernel's acts.
@@ -157,7 +167,7 @@ class OperatorActs:
         """
         match request:
             case DecideRequest():
-                await self._recall(request.dfid)
+                await self._flows.recall(request.dfid)
                 verdict: Reply[Verdict] = Reply()
                 decide = Decide(
                     dfid=request.dfid,
@@ -171,7 +181,7 @@ class OperatorActs:
                     via="inbox",
                     signer=proof.signer,
                 )
-                await self._call(self.actors.escalation, decide, verdict)
+                await self._calls.call(self._actors.escalation, decide, verdict)
             case AmendRequest():
                 amended: Reply[Any] = Reply()
                 amend = AmendLimit(
@@ -184,7 +194,7 @@ class OperatorActs:
                     inbox_id=proof.inbox_id,
                     reply=amended,
                 )
-                await self._call(self.actors.dim, amend, amended)
+                await self._calls.call(self._actors.dim, amend, amended)
             case AgentStatusRequest():
                 changed: Reply[ReasonCode | None] = Reply()
                 status = SetStatus(
@@ -195,7 +205,7 @@ class OperatorActs:
                     inbox_id=proof.inbox_id,
                     reply=changed,
                 )
-                code = await self._call(self.actors.registry, status, changed)
+                code = await self._calls.call(self._actors.registry, status, changed)
                 if code is not None:
                     raise HandshakeRefused(code, f"no agent {request.agent_id!r}")
             case CredentialRequest():
@@ -252,7 +262,7 @@ class OperatorActs:
                     )
                 )
             case ProposeRequest():
-                await self.inbox_agents.propose(request, proof)
+                await self._proposals.propose(request, proof)
             case _:
                 assert_never(request)
 
@@ -280,7 +290,7 @@ class OperatorActs:
             reason=checked.reason,
             reply=reply,
         )
-        code = await self._call(self.actors.registry, msg, reply)
+        code = await self._calls.call(self._actors.registry, msg, reply)
         if code is not None:
             raise HandshakeRefused(code, f"no agent {agent_id!r}")
 
@@ -320,7 +330,7 @@ class OperatorActs:
             inbox_id=inbox_id,
             reply=reply,
         )
-        code = await self._call(self.actors.registry, msg, reply)
+        code = await self._calls.call(self._actors.registry, msg, reply)
         if code is not None:
             raise HandshakeRefused(code, f"no credential issued for {agent_id!r}")
 
@@ -358,7 +368,7 @@ class OperatorActs:
             reason=reason,
             reply=reply,
         )
-        event = await self._call(self.actors.dim, msg, reply)
+        event = await self._calls.call(self._actors.dim, msg, reply)
         if not isinstance(event, LimitAmended):
             raise AmendmentInvalid(event.reason_code, event.detail)
         return event
@@ -388,7 +398,7 @@ class OperatorActs:
             reason=act.reason,
             reply=reply,
         )
-        answer = await self._call(self.actors.dim, msg, reply)
+        answer = await self._calls.call(self._actors.dim, msg, reply)
         if isinstance(answer, PackError):
             raise answer
         return answer if answer is not None else pack.ref
@@ -412,7 +422,7 @@ class OperatorActs:
         with ``override`` the operator puts it in force at once, recorded as an
         override with their name and reason. The DIM, the rulebook's owner, records it.
         """
-        self._raise_if_stopped()
+        self._calls.raise_if_stopped()
         await self._admit_act(
             wall.fields(
                 rule=rule,
@@ -452,7 +462,7 @@ class OperatorActs:
             ValueError: another decision than override or skip, or no operator or reason
                 (InputInvalid, recorded, for a field of the wrong type or size).
         """
-        self._raise_if_stopped()
+        self._calls.raise_if_stopped()
         await self._admit_act(
             wall.fields(
                 proposal_seq=proposal_seq, decision=decision, operator=operator, reason=reason
@@ -475,7 +485,7 @@ class OperatorActs:
             RuleNotInForce: no version of the rule is in force.
             InputInvalid: no operator or reason, or a field of the wrong type or size (recorded).
         """
-        self._raise_if_stopped()
+        self._calls.raise_if_stopped()
         act = await self._admit_act(
             wall.fields(rule=rule, operator=operator, reason=reason),
             wall.RuleRetractionSpec,
@@ -494,7 +504,9 @@ class OperatorActs:
             RuleNotPending, RuleNotInForce, ValueError: the DIM refused it (nothing recorded).
         """
         reply: Reply[list[Event] | Exception] = Reply()
-        answer = await self._call(self.actors.dim, msgspec.structs.replace(msg, reply=reply), reply)
+        answer = await self._calls.call(
+            self._actors.dim, msgspec.structs.replace(msg, reply=reply), reply
+        )
         assert isinstance(answer, list) and answer  # a refusal was raised by _call
         return answer[-1]
 
@@ -524,8 +536,8 @@ class OperatorActs:
         except ValueError:
             words = ", ".join(d.value for d in Decision)
             raise InputInvalid("decision", f"a decision is one of {words}") from None
-        approval = self.projections.approvals.get(checked.dfid)
-        flow = self.projections.flows.get(checked.dfid)
+        approval = self._projections.approvals.get(checked.dfid)
+        flow = self._projections.flows.get(checked.dfid)
         if (
             word in APPROVE_WORDS
             and not checked.action_hash
@@ -565,7 +577,7 @@ class OperatorActs:
         self, dfid: Any, decision: Any, operator: Any, exc: InputInvalid
     ) -> Verdict:
         """Record a decision the wall refused (on its flow when it names one) and answer it."""
-        known = isinstance(dfid, str) and dfid in self.projections.flows
+        known = isinstance(dfid, str) and dfid in self._projections.flows
         detail = clip(f"{exc.field}: {exc.detail}", wall.MAX_DETAIL)
         refused = DecisionRefused(
             reason_code=exc.reason_code,
@@ -574,8 +586,8 @@ class OperatorActs:
             detail=detail,
             target="" if known else clip(dfid),
         )
-        self._raise_if_stopped()
-        await self.journal.append([Draft(payload=refused, dfid=dfid if known else None)])
+        self._calls.raise_if_stopped()
+        await self._journal.append([Draft(payload=refused, dfid=dfid if known else None)])
         feedback = Feedback(
             reason_code=exc.reason_code, detail=detail, layer="schema", field=exc.field
         )
@@ -600,44 +612,6 @@ class OperatorActs:
             target=clip(target) if target is not None else "",
             inbox_id=inbox_id,
         )
-        self._raise_if_stopped()
-        [event] = await self.journal.append([Draft(payload=refused)])
+        self._calls.raise_if_stopped()
+        [event] = await self._journal.append([Draft(payload=refused)])
         return event
-
-    async def _recall(self, dfid: str) -> FlowState | None:
-        """Read a finished flow the projections forgot back from the journal, and keep it.
-
-        Requests naming an old flow (a repeated submission, a late decision) are
-        then answered from its record exactly as while it was kept. Returns the
-        flow if it finished, else None (an open flow is always in memory).
-        """
-        self._raise_if_stopped()
-        if dfid in self.projections.flows:
-            return None
-        try:
-            folded = fold(await self.journal.flow_events(dfid))
-        except JournalError:
-            return None  # the request goes on, and is refused or finds the kernel stopped
-        state = folded.flows.get(dfid)
-        if state is None or not state.terminal:
-            return None
-        self.projections.recall(state, folded.approvals.get(dfid))
-        return state
-
-    async def _call(self, mailbox: Mailbox[M], msg: M, reply: Reply[T]) -> T:
-        self._raise_if_stopped()
-        self._pending.add(reply)
-        try:
-            await mailbox.send(msg)
-            answer = await reply.wait()
-        finally:
-            self._pending.discard(reply)
-        if answer is STOPPED:
-            self._raise_if_stopped()
-        if isinstance(answer, Exception):
-            raise answer
-        return answer
-
-    def _raise_if_stopped(self) -> None:
-        if self._stop_reason is not None:
-            raise self._stop_reason

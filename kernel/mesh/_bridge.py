@@ -126,6 +126,24 @@ class Mesh:
         self.relay: Relay | None = None
         """The relay of committed events, when the config asks for one."""
 
+    @asynccontextmanager
+    async def serving(self) -> AsyncIterator[Mesh]:
+        """Serve remote agents on the bus for the body of the block: handshakes, contexts,
+        proposals and, when configured, the relay of committed events."""
+        await self._streams()
+        async with anyio.create_task_group() as tg:
+            self._tg = tg
+            await self.nc.subscribe(HANDSHAKE_SUBJECT, queue="kernel", cb=self._on_handshake)
+            tg.start_soon(self._take_proposals, name="mesh:proposals")
+            await self.nc.publish(STARTED_SUBJECT, self.kernel.journal.journal_id.encode())
+            if self.config.relay:
+                self.relay = Relay(self.kernel.journal, self.js, RETRY_S)
+                tg.start_soon(self.relay.run, name="mesh:relay")
+            try:
+                yield self
+            finally:
+                tg.cancel_scope.cancel()
+
     async def _streams(self) -> None:
         streams = [
             StreamConfig(
@@ -335,19 +353,7 @@ async def open_mesh(
         config = msgspec.structs.replace(config, ack_wait_s=timeout_s)
     nc = await nats.connect(url, name="dirk-kernel", max_reconnect_attempts=-1)
     try:
-        mesh = Mesh(kernel, nc, config)
-        await mesh._streams()
-        async with anyio.create_task_group() as tg:
-            mesh._tg = tg
-            await nc.subscribe(HANDSHAKE_SUBJECT, queue="kernel", cb=mesh._on_handshake)
-            tg.start_soon(mesh._take_proposals, name="mesh:proposals")
-            await nc.publish(STARTED_SUBJECT, kernel.journal.journal_id.encode())
-            if config.relay:
-                mesh.relay = Relay(kernel.journal, mesh.js, RETRY_S)
-                tg.start_soon(mesh.relay.run, name="mesh:relay")
-            try:
-                yield mesh
-            finally:
-                tg.cancel_scope.cancel()
+        async with Mesh(kernel, nc, config).serving() as mesh:
+            yield mesh
     finally:
         await nc.close()
