@@ -33,8 +33,9 @@ from kernel.policy.contracts import (
     WorkingContext,
 )
 from kernel.policy.packs import PackError
+from kernel.proposals import Decision, DecisionVerdict
 from kernel.registry import credential_verifier
-from kernel.runtime.messages import Decision
+from kernel.runtime.messages import Decision as HumanDecision
 from kernel.state.amendments import AmendmentInvalid
 from kernel.state.approvals import Approval, ApprovalStatus, EscalationBudget
 from kernel.state.projections import AgentStatus
@@ -49,11 +50,13 @@ __all__ = [
     "ApprovalStatus",
     "Clock",
     "Decision",
+    "DecisionVerdict",
     "EscalationBudget",
     "EscalationPolicy",
     "FlowState",
     "FlowStatus",
     "HandshakeRefused",
+    "HumanDecision",
     "IdSource",
     "InputInvalid",
     "JournalError",

@@ -8,7 +8,7 @@ import time
 import anyio
 import anyio.lowlevel
 
-from kernel import Decision, FlowStatus, Outcome, ReasonCode, Verdict, open_kernel
+from kernel import FlowStatus, HumanDecision, Outcome, ReasonCode, Verdict, open_kernel
 from kernel.audit import open_journal
 from kernel.audit.reverify import rejudge
 from kernel.cli import main as dirk_main
@@ -110,7 +110,7 @@ async def test_low_confidence_escalates_and_a_human_override_executes(kernel, ba
 
     verdict = await kernel.decide(
         dfid,
-        Decision.OVERRIDE,
+        HumanDecision.OVERRIDE,
         operator="ana",
         reason="known vendor",
         action_hash=action_of(kernel, dfid),
