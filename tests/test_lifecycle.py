@@ -1,0 +1,96 @@
+"""The Kernel owns its lifecycle: entering it starts it, leaving it stops it, once.
+
+``open_kernel`` only reads the configuration, restores and constructs; these tests
+do the same by hand, so what a Kernel does on entering and leaving is its own.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from kernel import FlowStatus, Kernel, KernelConfig, KernelShutdown, StopReason
+from kernel.audit import open_journal
+from kernel.config import Ports
+from kernel.core import events as ev
+from kernel.journal.store import Journal
+from kernel.policy.packs import PolicyCatalog
+from kernel.state.projections import Projections
+from kernel.state.snapshots import restore
+from kernel.testing import ManualClock, SeededIds
+from tests.support.helpers import PACK, Bank, ScriptedAgent
+
+
+def built(journal: Journal, projections: Projections, bank: Bank) -> Kernel:
+    return Kernel(
+        journal,
+        projections,
+        PolicyCatalog([PACK]),
+        {"bank": bank},
+        ["clerk"],
+        KernelConfig(),
+        clock=ManualClock(),
+        ids=SeededIds(3),
+    )
+
+
+async def test_a_kernel_built_by_hand_starts_runs_and_stops_itself(tmp_path: Path) -> None:
+    bank = Bank()
+    async with open_journal(tmp_path / "j.db") as journal:
+        kernel = built(journal, await restore(journal, 10), bank)
+        assert kernel.stopped is None
+        async with kernel as running:
+            assert running is kernel
+            await kernel.register(ScriptedAgent())
+            [dfid] = await kernel.trigger("bank.invoice")
+            assert (await kernel.wait_flow(dfid)).status is FlowStatus.CLOSED
+        assert kernel.stopped is not None
+        assert kernel.stopped.reason == StopReason.KERNEL_CLOSED
+        kinds = [type(e.payload) for e in await journal.read()]
+        assert kinds[0] is ev.KernelStarted and kinds[-1] is ev.KernelStopped
+    assert len(bank.calls) == 1
+
+
+async def test_a_kernel_runs_once(tmp_path: Path) -> None:
+    async with open_journal(tmp_path / "j.db") as journal:
+        kernel = built(journal, await restore(journal, 10), Bank())
+        async with kernel:
+            pass
+        with pytest.raises(RuntimeError, match="runs once"):
+            async with kernel:
+                pass
+
+
+async def test_a_call_after_the_stop_raises_why_it_stopped(tmp_path: Path) -> None:
+    async with open_journal(tmp_path / "j.db") as journal:
+        kernel = built(journal, await restore(journal, 10), Bank())
+        async with kernel:
+            pass
+        with pytest.raises(KernelShutdown) as stopped:
+            await kernel.trigger("bank.invoice")
+        assert stopped.value.reason == StopReason.KERNEL_CLOSED
+
+
+async def test_the_body_raising_stops_the_kernel_on_record_and_reaches_the_caller(
+    tmp_path: Path,
+) -> None:
+    async with open_journal(tmp_path / "j.db") as journal:
+        kernel = built(journal, await restore(journal, 10), Bank())
+        with pytest.raises(LookupError, match="the embedding code's own"):
+            async with kernel:
+                raise LookupError("the embedding code's own")
+        [stopped] = await journal.read(types=["KernelStopped"])
+        assert isinstance(stopped.payload, ev.KernelStopped)
+        assert stopped.payload.reason == StopReason.KERNEL_CLOSED
+
+
+async def test_open_kernel_is_restore_construct_enter(tmp_path: Path) -> None:
+    from kernel import open_kernel
+
+    config = KernelConfig(ports=Ports(clock=ManualClock(), ids=SeededIds(3)))
+    async with open_kernel(
+        tmp_path / "j.db", packs=[PACK], adapters={"bank": Bank()}, allow=["clerk"], config=config
+    ) as kernel:
+        assert isinstance(kernel, Kernel) and kernel.stopped is None
+    assert kernel.stopped is not None
