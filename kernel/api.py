@@ -341,8 +341,11 @@ class Kernel:
             reply=reply,
             traceparent=checked.traceparent,
         )
-        async with self._flows.admitted(fan_out):
+        await self._flows.admit(fan_out)
+        try:
             return await self._calls.call(self.actors.compiler, msg, reply)
+        finally:
+            self._flows.release(fan_out)
 
     async def submit(
         self, token: str, dfid: str, proposal: Proposal | Mapping[str, Any] | bytes | str

@@ -10,8 +10,7 @@ caller and every waiter at once, each raising why the kernel stopped.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Collection, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import Callable, Collection, Sequence
 from typing import Any, TypeVar
 
 import anyio
@@ -216,9 +215,8 @@ class Flows:
             self._quiet = self._quiet or anyio.Event()
             await self._quiet.wait()
 
-    @asynccontextmanager
-    async def admitted(self, flows: int) -> AsyncIterator[None]:
-        """Hold room for ``flows`` new flows while they open; wait for it first.
+    async def admit(self, flows: int) -> None:
+        """Wait for room for ``flows`` new flows and hold it (give it back with :meth:`release`).
 
         The backpressure starts at the kernel's edge: when ``max_in_flight`` flows
         are already moving, a trigger (or a proposal) waits here. A single request
@@ -232,7 +230,7 @@ class Flows:
             self._room = self._room or anyio.Event()
             await self._room.wait()
         self._admitting += flows
-        try:
-            yield
-        finally:
-            self._admitting -= flows
+
+    def release(self, flows: int) -> None:
+        """Give back the room :meth:`admit` held, once the flows are open (or were not)."""
+        self._admitting -= flows

@@ -491,8 +491,11 @@ class Proposals:
 
     async def _open(self, msg: Open) -> str | Feedback:
         """Open a flow (room for it first); return its context's reference or the refusal."""
-        async with self._flows.admitted(1):
+        await self._flows.admit(1)
+        try:
             answer = await self._calls.call(self._actors.compiler, msg, msg.reply)
+        finally:
+            self._flows.release(1)
         if isinstance(answer, Verdict):
             # The compiler could not handle it (dead-lettered): a fault, answered as such.
             return answer.feedback or Feedback(reason_code=ReasonCode.KERNEL_FAULT)
