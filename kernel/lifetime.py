@@ -3,10 +3,11 @@
 A :class:`~kernel.api.Kernel` is an async context manager, and entering it is
 :meth:`Lifetime.running`: it records ``KernelStarted`` with the head it found, ends
 the flows an earlier run left in an agent's mind, starts the supervised actors and
-the kernel's own tasks (operator inbox, checkpoints, span export, the history
-check), resumes the executions an earlier run left unfinished, and runs the body.
-On the way out it stops the kernel (every caller and waiter is released), closes
-the mailboxes, records ``KernelStopped`` with why, and flushes the spans.
+the kernel's own tasks (operator inbox, the escalation desk's ticker, checkpoints,
+span export, the history check), resumes the executions an earlier run left
+unfinished, and runs the body. On the way out it stops the kernel (every caller and
+waiter is released), closes the mailboxes, records ``KernelStopped`` with why, and
+flushes the spans.
 
 A task that fails stops the kernel: the supervisor past its restart intensity or on
 a journal failure, the history check on an edited journal, anything unhandled as
@@ -45,7 +46,14 @@ from kernel.journal.store import (
 from kernel.policy.contracts import Outcome, Verdict
 from kernel.policy.packs import PolicyCatalog
 from kernel.registry import KERNEL_VERSION
-from kernel.runtime.actors import Mailbox, Outbox, Reply, RestartIntensityExceeded, Supervisor
+from kernel.runtime.actors import (
+    Mailbox,
+    MailboxClosed,
+    Outbox,
+    Reply,
+    RestartIntensityExceeded,
+    Supervisor,
+)
 from kernel.runtime.messages import AgentMessage, Recover, Tick
 from kernel.state.projections import FOLD, Projections
 from kernel.telemetry import Telemetry
@@ -197,14 +205,26 @@ class Lifetime:
                 self._keyring,
                 self._keyring_path,
                 self._apply,
-                lambda: self._actors.escalation.send(Tick()),
             )
             tg.start_soon(intake.run, self._clock, poll_s, name="operator-inbox")
+            tg.start_soon(self._tick_desk, poll_s, name="desk-ticker")
         checkpointer = self._flows.checkpointer
         if checkpointer is not None:
             tg.start_soon(checkpointer.run, self._journal, name="checkpoints")
         if self._telemetry.enabled:
             tg.start_soon(self._export, exported, name="telemetry")
+
+    async def _tick_desk(self, interval_s: float) -> None:
+        """Tell the escalation desk, every ``interval_s`` on the clock, that time passed.
+
+        A task of its own with nothing between two sleeps but the send: a test that
+        advances a manual clock once always finds it asleep, so the desk sees the new time
+        (the inbox poller, which used to tick it, hops to threads between its sleeps).
+        """
+        with contextlib.suppress(KernelShutdown, MailboxClosed):
+            while True:
+                await self._clock.sleep(interval_s)
+                await self._actors.escalation.send(Tick())
 
     def _failure(self, group: BaseExceptionGroup[BaseException]) -> KernelShutdown:
         """Return why the kernel stopped, from what its tasks raised.

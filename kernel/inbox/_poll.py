@@ -1,7 +1,7 @@
 """The kernel's side of the inbox: read new rows, check their proof, apply each once.
 
 Every ``interval_s`` on the kernel's clock (or at once when the store announces a
-row), the poller ticks the escalation desk and reads the rows no event took yet.
+row), the poller reads the rows no event took yet.
 Each row is decoded (kernel.inbox.requests) and its proof checked against the
 keyring (kernel.inbox.proof); the kernel records who asked and who signed
 (RequestVerified) and hands the request to the one ``apply`` that turns requests
@@ -70,7 +70,6 @@ class Intake:
             refused, SIGNATURE_INVALID).
         keyring_path: the file to read again when it changes.
         apply: turns a verified request into acts (``Kernel.apply``).
-        tick: tells the escalation desk that time passed, every round.
     """
 
     def __init__(
@@ -80,7 +79,6 @@ class Intake:
         keyring: Keyring | None,
         keyring_path: str | None,
         apply: Apply,
-        tick: Callable[[], Awaitable[None]],
     ) -> None:
         self._journal = journal
         self._projections = projections
@@ -88,7 +86,6 @@ class Intake:
         self._keyring_path = keyring_path if keyring is not None else None
         self._keyring_mark = _mark(keyring_path) if keyring is not None else None
         self._apply = apply
-        self._tick = tick
         self._trusted: dict[str, tuple[str, str]] = {}
         """The keys recorded trusted, by fingerprint: their names and keys."""
         self._revoked: set[str] = set()
@@ -108,7 +105,6 @@ class Intake:
                     # Listening before the first read: a row inserted after it is read or announced.
                     await anyio.to_thread.run_sync(store.wait, 0.0, limiter=waits)
                 while True:
-                    await self._tick()
                     await self._round(store, limiter)
                     await _pause(store, clock, interval_s, waits)
             finally:

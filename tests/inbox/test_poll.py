@@ -24,7 +24,6 @@ from kernel.inbox.proof import sign
 from kernel.inbox.requests import InboxRequest, normalized
 from kernel.journal.inbox_store import StoredRow
 from kernel.journal.verify import verify_journal
-from kernel.runtime.messages import Tick
 from tests.support.helpers import ScriptedAgent, kernel_for, transfer
 from tests.support.hostile import hostile_text, hostile_values
 from tests.support.operators import Keys, journal_id_of, provision
@@ -103,16 +102,12 @@ async def test_any_row_is_taken_once_on_record_and_never_stops_the_kernel(
         await kernel.trigger("bank.invoice")
         journal_id = journal_id_of(path)
 
-        async def tick() -> None:
-            await kernel.actors.escalation.send(Tick())
-
         intake = Intake(
             kernel.journal,
             kernel.projections,
             keyring,
             str(module_keys.keyring),
             kernel.apply,
-            tick,
         )
         assert await intake.remember()
         taken = {}
@@ -166,15 +161,12 @@ async def test_a_request_verified_before_a_crash_is_applied_once_and_a_copy_neve
         async def dies(request: InboxRequest, proof: object) -> None:
             raise Crash
 
-        async def tick() -> None:
-            pass
-
-        before = Intake(kernel.journal, kernel.projections, keyring, None, dies, tick)
+        before = Intake(kernel.journal, kernel.projections, keyring, None, dies)
         assert await before.remember()
         with pytest.raises(Crash):
             await before.take(StoredRow(id=1, body=body))
         # The next start: the same row is applied, once; a copy in another row never.
-        after = Intake(kernel.journal, kernel.projections, keyring, None, kernel.apply, tick)
+        after = Intake(kernel.journal, kernel.projections, keyring, None, kernel.apply)
         assert await after.remember()
         seq = await after.take(StoredRow(id=1, body=body))
         assert await after.take(StoredRow(id=1, body=body)) == seq
