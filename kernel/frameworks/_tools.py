@@ -138,9 +138,11 @@ def _bounds(kind: type[PolicyKind], invariants: Iterable[object]) -> dict[str, s
 def _describe(
     field: str, prop: Mapping[str, Any], documented: Mapping[str, str], bounds: Mapping[str, str]
 ) -> str:
-    """One parameter's description: the docstring's words, else its name and type."""
+    """One parameter's description: its ``msgspec.Meta`` description, the docstring's
+    ``Attributes:`` words, else its name and type; then the pack's bounds and the default."""
     words = (
-        documented.get(field)
+        prop.get("description")
+        or documented.get(field)
         or f"{field.replace('_', ' ')}: {_TYPES.get(prop.get('type', ''), 'a value')}"
     )
     if field in bounds:
