@@ -118,3 +118,14 @@ async def test_no_tool_call_a_model_makes_stops_the_kernel(
         cheap = await gate.call(TOOL, CHEAP, conversation="after", tool_call_id="x")
         assert cheap.verdict is DecisionVerdict.EXECUTED
     assert (await verify_journal(path)).ok
+
+
+def test_each_framework_example_takes_at_most_ten_lines_of_dirk() -> None:
+    """The examples mark their dirk lines (`# dirk`); with the imports from dirk, ten at most."""
+    from tests.support import ROOT
+
+    for name in ("openai_agents", "pydantic_ai", "langgraph"):
+        lines = (ROOT / "examples" / "frameworks" / f"{name}.py").read_text().splitlines()
+        imports = [ln for ln in lines if ln.startswith(("from kernel", "from examples"))]
+        marked = [ln for ln in lines if "# dirk" in ln]
+        assert 0 < len(imports) + len(marked) <= 10, name
