@@ -46,6 +46,7 @@ from benchmarks.peer_rounds import PeerRounds
 from benchmarks.replay import ReplayMismatch, ReplayRun, run_replay
 from benchmarks.report import Figure, machine, table
 from benchmarks.storage import StorageRun, run_storage
+from benchmarks.toolcall import ToolCallRun, run_tool_calls, toolcall_figures
 
 FLOWS_GOAL = 7_000.0
 """DecisionFlows per second, durable, telemetry off (P1)."""
@@ -53,7 +54,23 @@ RATIO_GOAL = 0.045
 """P1 as a share of B1: a whole governed decision against one bare queue round trip."""
 CPU_GOAL_US = 130.0
 """CPU per flow in P1, all threads (C1): a ceiling."""
-FIGURES = ("B1", "B2", "P1", "P2", "P3", "P4", "P5", "P6", "P7", "P8", "P9", "P10", "P13", "P14")
+FIGURES = (
+    "B1",
+    "B2",
+    "P1",
+    "P2",
+    "P3",
+    "P4",
+    "P5",
+    "P6",
+    "P7",
+    "P8",
+    "P9",
+    "P10",
+    "P13",
+    "P14",
+    "P15",
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -80,6 +97,8 @@ class Plan:
     memory_writes: tuple[int, int] = (40_000, 80_000)
     """P8.m: closed flows, each a governed memory write or query, at the two readings."""
     peer_decisions: int = 1_000
+    tool_calls: int = 2_000
+    """P15: governed tool calls per round, one at a time."""
 
 
 QUICK = Plan(
@@ -94,6 +113,7 @@ QUICK = Plan(
     memory_repeats=1,
     memory_writes=(2_500, 5_000),
     peer_decisions=200,
+    tool_calls=300,
 )
 FULL = Plan(repeats=5, round_trips=200_000, rows=100_000, flows=20_000)
 
@@ -179,6 +199,7 @@ def _measure(plan: Plan, only: set[str], tmp: Path, quick: bool) -> list[Figure]
     p4: list[GateRun] = []
     p5: list[ReplayRun] = []
     p6: list[StorageRun] = []
+    p15: list[ToolCallRun] = []
     # P9, P14: each peer right after the round's P1, so the ratio pairs the same machine state.
     peers = PeerRounds(only, plan.peer_decisions, str(tmp))
     with ExitStack() as stack:
@@ -215,6 +236,13 @@ def _measure(plan: Plan, only: set[str], tmp: Path, quick: bool) -> list[Figure]
                 finally:
                     _remove(path)
                 said.append(f"P3 p50 {p3[-1].percentile_us(0.5):,.0f} us")
+            if "P15" in only:
+                path = tmp / f"p15-{n}.db"
+                try:
+                    p15.append(anyio.run(run_tool_calls, path, plan.tool_calls, backend="asyncio"))
+                finally:
+                    _remove(path)
+                said.append(f"P15 p50 +{p15[-1].added_us(0.5):,.0f} us")
             if "P4" in only:
                 p4.append(run_gate(plan.proposals))
                 said.append(f"P4 {p4[-1].per_s():,.0f} verdicts/s")
@@ -229,6 +257,8 @@ def _measure(plan: Plan, only: set[str], tmp: Path, quick: bool) -> list[Figure]
     figures = _figures(plan, b1, b2, p1 if "P1" in only or peers.active else [], p2)
     if p3:
         figures += latency_figures(p3)
+    if p15:
+        figures += toolcall_figures(p15, [r.percentile_us(0.5) for r in p3])
     if p4:
         figures.append(
             Figure(
