@@ -5,40 +5,47 @@
     DIRK_CREDENTIAL_TRADER=dirk_... python -m agents_sdk.serve \\
         --bus nats://127.0.0.1:4222 examples.trading:Trader [module:AgentClass ...]
 
-Each agent handshakes with the credential its operator issued (``dirk agent
-AGENT --issue-credential``), read from ``DIRK_CREDENTIAL_<AGENT_ID>`` (upper
-case, ``-`` as ``_``) or else ``DIRK_AGENT_CREDENTIAL``. Then ``--concurrency``
-workers per agent take contexts from the agent pool's work queue
-(``dirk.work.<agent_id>``), call ``decide``, publish the proposal with
-``Nats-Msg-Id = <journal_id>:<dfid>:<attempt>``, wait for the kernel's verdict and only then
-ack the context. Any number of host processes may serve the same agent; a host
-that dies costs a redelivery to another one, and a context whose proposal was
-already recorded is answered from the verdict stream, never decided or judged
-again. :func:`serve` is the same as an API.
+Each agent's credential (``dirk agent AGENT --issue-credential``) is read from
+``DIRK_CREDENTIAL_<AGENT_ID>`` (upper case, ``-`` as ``_``) or else
+``DIRK_AGENT_CREDENTIAL``, and never sent anywhere: it seeds the agent's key
+(kernel.registry.agent_key), which is both its identity on the bus (an nkey: the
+server's config lists its public half) and what it signs with. Each agent gets its
+own connection and reply inbox (``_INBOX.agent.<agent_id>``), handshakes by signing
+the kernel's challenge (kernel.mesh._protocol), and then ``--concurrency`` workers
+take contexts from its pool's work queue (``dirk.work.<agent_id>``), call
+``decide``, publish the proposal signed (``Dirk-Sig``) with ``Nats-Msg-Id =
+<journal_id>:<dfid>:<attempt>``, wait for the kernel's verdict and only then ack the
+context. Any number of host processes may serve the same agent; a host that dies
+costs a redelivery to another one, and a context whose proposal was already
+recorded is answered from the verdict stream, never decided or judged again.
+``--ca`` (or ``DIRK_BUS_CA``) trusts a TLS server's CA. :func:`serve` is the same
+as an API.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
-import json
 import logging
 import os
+import ssl
 import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import anyio
 import msgspec
-import nats
 import nats.errors
 import nats.js.errors
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 
 from agents_sdk.agent import Agent
 from kernel import (
+    ArtifactSlice,
+    FetchRefused,
     HandshakeRefused,
     Outcome,
     Proposal,
@@ -47,14 +54,32 @@ from kernel import (
     WorkingContext,
 )
 from kernel.mesh import (
-    HANDSHAKE_SUBJECT,
+    FETCHED_DECODER,
     PROPOSAL_STREAM,
     RETRY_S,
+    SIGNATURE_HEADER,
     STARTED_SUBJECT,
     VERDICT_STREAM,
     WORK_STREAM,
-    auth_tag,
+    ArtifactRefused,
+    BusAuth,
+    Challenge,
+    FetchArtifact,
+    Hello,
+    Prove,
+    Refused,
+    Welcome,
+    agent_inbox,
+    agent_key,
+    artifact_subject,
+    connect,
+    current_fetcher,
+    fetch_signature,
+    handshake_subject,
+    proof_message,
     proposal_body,
+    proposal_signature,
+    sign_proof,
     verdict_subject,
     work_id,
 )
@@ -63,6 +88,11 @@ log = logging.getLogger("agents_sdk.serve")
 
 FETCH_S = 5.0
 """How long one fetch waits on the server for a context before asking again."""
+HANDSHAKE_S = 30.0
+"""How long each leg of a handshake waits for the kernel."""
+FETCH_ARTIFACT_S = 30.0
+"""How long an artifact fetch waits for the kernel's answer."""
+_ANSWERS = msgspec.json.Decoder(Challenge | Welcome | Refused)
 
 
 def credential_for(agent_id: str, env: Mapping[str, str] = os.environ) -> str | None:
@@ -71,14 +101,53 @@ def credential_for(agent_id: str, env: Mapping[str, str] = os.environ) -> str | 
     return env.get(name) or env.get("DIRK_AGENT_CREDENTIAL")
 
 
+def _answer(data: bytes) -> Challenge | Welcome | Refused:
+    try:
+        answer: Challenge | Welcome | Refused = _ANSWERS.decode(data)
+        return answer
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return Refused(reason_code=ReasonCode.SCHEMA_INVALID, detail="not a kernel's answer")
+
+
+async def handshake(nc: Client, agent: Agent, credential: str | None) -> Welcome:
+    """Handshake ``agent`` with the kernel over ``nc``: prove the credential, never send it.
+
+    ``nc`` must reply on the agent's own inbox (``inbox_prefix=agent_inbox(agent_id)``):
+    the kernel answers nowhere else.
+
+    Raises:
+        HandshakeRefused: the kernel refused it (CREDENTIAL_INVALID, UNKNOWN_AGENT, ...).
+    """
+    agent_id = agent.manifest.agent_id
+    subject = handshake_subject(agent_id)
+    hello = await nc.request(subject, msgspec.json.encode(Hello()), timeout=HANDSHAKE_S)
+    challenge = _answer(hello.data)
+    if isinstance(challenge, Refused):
+        raise HandshakeRefused(challenge.reason_code, challenge.detail)
+    if not isinstance(challenge, Challenge):
+        raise HandshakeRefused(ReasonCode.SCHEMA_INVALID, "the kernel did not challenge")
+    manifest = msgspec.json.encode(agent.manifest)
+    message = proof_message(challenge.journal, challenge.nonce, agent_id, manifest)
+    signature = sign_proof(credential, message) if credential is not None else ""
+    prove = Prove(manifest=msgspec.Raw(manifest), nonce=challenge.nonce, signature=signature)
+    reply = await nc.request(subject, msgspec.json.encode(prove), timeout=HANDSHAKE_S)
+    answer = _answer(reply.data)
+    if isinstance(answer, Refused):
+        raise HandshakeRefused(answer.reason_code, answer.detail)
+    if not isinstance(answer, Welcome):
+        raise HandshakeRefused(ReasonCode.SCHEMA_INVALID, "the kernel did not answer the proof")
+    return answer
+
+
 class _Hosted:
-    def __init__(self, agent: Agent, nc: Client, session: dict[str, Any]) -> None:
+    def __init__(self, agent: Agent, nc: Client, credential: str | None, welcome: Welcome) -> None:
         self.agent = agent
         self.nc = nc
         self.js: JetStreamContext = nc.jetstream()
-        self.agent_id: str = session["agent_id"]
-        self.token: str = session["token"]
-        self.consumer: str = session["consumer"]
+        self.credential = credential
+        self.key: Ed25519PrivateKey | None = agent_key(credential) if credential else None
+        self.agent_id = welcome.agent_id
+        self.consumer = welcome.consumer
         self.decided = 0
         """Contexts this host's agent decided (the tests count them)."""
 
@@ -103,13 +172,13 @@ class _Hosted:
     async def handle(self, msg: Msg, progress_s: float) -> None:
         try:
             ctx = msgspec.json.decode(msg.data, type=WorkingContext)
-        except msgspec.DecodeError:
+        except (msgspec.DecodeError, msgspec.ValidationError):
             await msg.term()  # not a context: never deliver it again
             return
         # Ids are the kernel's: its journal, the flow, the attempt (the work message's id).
         msg_id = (msg.headers or {}).get("Nats-Msg-Id", "")
         journal = msg_id.partition(":")[0]
-        subject = verdict_subject(journal, ctx.dfid, ctx.attempt)
+        subject = verdict_subject(self.agent_id, journal, ctx.dfid, ctx.attempt)
         answers = await self.nc.subscribe(subject, max_msgs=1)
         try:
             # A first delivery has no proposal recorded yet (a host publishes one only after
@@ -119,7 +188,9 @@ class _Hosted:
             if verdict is None:
                 body = await self._decide(ctx, msg, progress_s)
                 msg_id = work_id(journal, ctx.dfid, ctx.attempt)
-                headers = {"Nats-Msg-Id": msg_id, "Dirk-Auth": auth_tag(self.token, msg_id, body)}
+                headers = {"Nats-Msg-Id": msg_id}
+                if self.key is not None:
+                    headers[SIGNATURE_HEADER] = proposal_signature(self.key, msg_id, body)
                 ack = await self.js.publish(
                     f"dirk.proposals.{self.agent_id}", body, stream=PROPOSAL_STREAM, headers=headers
                 )
@@ -135,7 +206,44 @@ class _Hosted:
             log.warning("proposal for %s refused: %s", ctx.dfid, verdict.reason_code)
         await msg.ack_sync()  # only now: the kernel has recorded the proposal
 
+    async def fetch(self, dfid: str, ref: str, start: int, length: int | None) -> ArtifactSlice:
+        """Ask the kernel for a range of an artifact, signed with the agent's key.
+
+        Raises:
+            FetchRefused: the kernel refused it (it recorded why), or did not answer.
+        """
+        subject = artifact_subject(self.agent_id)
+        body = msgspec.json.encode(FetchArtifact(dfid=dfid, ref=ref, start=start, length=length))
+        headers = {}
+        if self.key is not None:
+            headers[SIGNATURE_HEADER] = fetch_signature(self.key, subject, body)
+        try:
+            reply = await self.nc.request(
+                subject, body, timeout=FETCH_ARTIFACT_S, headers=headers or None
+            )
+            answer = FETCHED_DECODER.decode(reply.data)
+        except (nats.errors.Error, TimeoutError, msgspec.DecodeError, msgspec.ValidationError):
+            raise FetchRefused(
+                ReasonCode.ARTIFACT_MISSING, "the kernel did not answer the fetch"
+            ) from None
+        if isinstance(answer, ArtifactRefused):
+            raise FetchRefused(answer.reason_code, answer.detail, answer.field or "ref")
+        return ArtifactSlice(
+            ref=answer.ref,
+            start=answer.start,
+            data=answer.data,
+            size=answer.size,
+            media_type=answer.media_type,
+        )
+
     async def _decide(self, ctx: WorkingContext, msg: Msg, progress_s: float) -> bytes:
+        fetching = current_fetcher.set(self.fetch)
+        try:
+            return await self._decide_fetching(ctx, msg, progress_s)
+        finally:
+            current_fetcher.reset(fetching)
+
+    async def _decide_fetching(self, ctx: WorkingContext, msg: Msg, progress_s: float) -> bytes:
         async with anyio.create_task_group() as tg:
             tg.start_soon(_keep_alive, msg, progress_s)
             try:
@@ -151,7 +259,7 @@ class _Hosted:
 
     async def _recorded(self, subject: str) -> Verdict | None:
         try:
-            raw = await self.js.get_last_msg(VERDICT_STREAM, subject)
+            raw = await self.js.get_last_msg(VERDICT_STREAM, subject, direct=True)
         except nats.js.errors.NotFoundError:
             return None
         return msgspec.json.decode(raw.data or b"", type=Verdict)
@@ -186,20 +294,6 @@ async def _keep_alive(msg: Msg, every_s: float) -> None:
         await msg.in_progress()
 
 
-async def handshake(nc: Client, agent: Agent, credential: str | None) -> dict[str, Any]:
-    """Handshake ``agent`` with the kernel over the bus; return the session.
-
-    Raises:
-        HandshakeRefused: the kernel refused it (CREDENTIAL_INVALID, UNKNOWN_AGENT, ...).
-    """
-    request = {"manifest": msgspec.to_builtins(agent.manifest), "credential": credential}
-    reply = await nc.request(HANDSHAKE_SUBJECT, json.dumps(request).encode(), timeout=30)
-    answer: dict[str, Any] = json.loads(reply.data)
-    if "refused" in answer:
-        raise HandshakeRefused(ReasonCode(answer["refused"]), answer.get("detail", ""))
-    return answer
-
-
 async def serve(
     url: str,
     agents: Sequence[Agent],
@@ -207,6 +301,7 @@ async def serve(
     credentials: Mapping[str, str] | None = None,
     concurrency: int = 8,
     progress_s: float = 10.0,
+    tls: ssl.SSLContext | None = None,
     ready: anyio.Event | None = None,
 ) -> None:
     """Host ``agents`` for the kernel at ``url`` until cancelled.
@@ -215,36 +310,41 @@ async def serve(
         credentials: each agent's credential by id (default: from the environment).
         concurrency: contexts each agent decides at once in this process.
         progress_s: how often a long ``decide`` tells JetStream it is still at work.
+        tls: the TLS context for the bus (trust its server's CA).
         ready: set once every agent has handshaken.
 
     Raises:
         HandshakeRefused: when the kernel refuses an agent's handshake.
     """
-    nc = await nats.connect(url, name="dirk-agent-host", max_reconnect_attempts=-1)
+    hosted: list[_Hosted] = []
     try:
-        hosted = []
         for agent in agents:
             agent_id = agent.manifest.agent_id
             credential = (credentials or {}).get(agent_id) or credential_for(agent_id)
-            session = await handshake(nc, agent, credential)
-            hosted.append(_Hosted(agent, nc, session))
-        credential_of = {
-            h.agent_id: (credentials or {}).get(h.agent_id) or credential_for(h.agent_id)
-            for h in hosted
-        }
+            key = agent_key(credential) if credential else None
+            auth = BusAuth(key=key, inbox=agent_inbox(agent_id), tls=tls)
+            nc = await connect(url, name=f"dirk-agent-{agent_id}", auth=auth)
+            try:
+                welcome = await handshake(nc, agent, credential)
+            except BaseException:
+                await nc.close()
+                raise
+            hosted.append(_Hosted(agent, nc, credential, welcome))
 
-        async def rejoin(_: Msg) -> None:
-            # The kernel restarted: its sessions ended; handshake again, keep working.
-            for h in hosted:
+        def rejoin(h: _Hosted) -> Any:
+            async def on_started(_: Msg) -> None:
+                # The kernel restarted: its sessions ended; handshake again, keep working.
                 try:
-                    session = await handshake(nc, h.agent, credential_of[h.agent_id])
+                    await handshake(h.nc, h.agent, h.credential)
                 except (HandshakeRefused, nats.errors.Error) as exc:
                     log.warning("agent %s could not handshake again: %r", h.agent_id, exc)
-                    continue
-                h.token = session["token"]
+                    return
                 log.info("agent %s handshook again with a restarted kernel", h.agent_id)
 
-        await nc.subscribe(STARTED_SUBJECT, cb=rejoin)
+            return on_started
+
+        for h in hosted:
+            await h.nc.subscribe(STARTED_SUBJECT, cb=rejoin(h))
         async with anyio.create_task_group() as tg:
             for host in hosted:
                 for n in range(concurrency):
@@ -252,7 +352,9 @@ async def serve(
             if ready is not None:
                 ready.set()
     finally:
-        await nc.close()
+        with anyio.CancelScope(shield=True):
+            for h in hosted:
+                await h.nc.close()
 
 
 def load(spec: str) -> Agent:
@@ -266,6 +368,7 @@ def load(spec: str) -> Agent:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m agents_sdk.serve", description=__doc__)
     parser.add_argument("--bus", default=os.environ.get("DIRK_BUS"), help="the NATS URL")
+    parser.add_argument("--ca", default=os.environ.get("DIRK_BUS_CA"), help="the bus's CA file")
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("agents", nargs="+", metavar="module:AgentClass")
     args = parser.parse_args(argv)
@@ -273,12 +376,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("--bus (or DIRK_BUS) names the kernel's NATS server")
     logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")
     agents = [load(spec) for spec in args.agents]
+    tls = ssl.create_default_context(cafile=args.ca) if args.ca else None
 
     async def run() -> None:
         ready = anyio.Event()
         async with anyio.create_task_group() as tg:
             tg.start_soon(
-                lambda: serve(args.bus, agents, concurrency=args.concurrency, ready=ready)
+                lambda: serve(args.bus, agents, concurrency=args.concurrency, tls=tls, ready=ready)
             )
             await ready.wait()
             print("READY", flush=True)

@@ -27,9 +27,10 @@ from typing import ClassVar
 import anyio
 
 from agents_sdk import Agent, Manifest, Proposal, WorkingContext
-from kernel import FlowStatus, open_kernel
+from kernel import FlowStatus, Signing, open_kernel
 from kernel.adapters import ExecutionIntent, Receipt
 from kernel.config import KernelConfig, Ports, Storage
+from kernel.core.ports import SystemClock
 from kernel.policy import PolicyKind, PolicyPack
 from kernel.telemetry import Telemetry, configure_exporter
 from kernel.testing import SeededIds
@@ -109,6 +110,11 @@ class FlowRun:
     close_seconds: float
     """From quiet until the kernel closed (for P2: the final span flush)."""
     spans_received: int | None = None
+    threads: dict[str, float] | None = None
+    """CPU seconds of the timed block by thread group (see :func:`thread_groups`)."""
+    io: dict[str, int] | None = None
+    """This process's I/O in the timed block (/proc/self/io deltas: rchar, wchar, read_bytes,
+    write_bytes), empty where /proc is not there."""
 
     @property
     def flows_per_s(self) -> float:
@@ -126,6 +132,9 @@ async def run_flows(
     agents: int = 4,
     outstanding: int = 256,
     telemetry: Telemetry | None = None,
+    signing: Signing | None = None,
+    tree: bool = True,
+    ordered_ids: bool = True,
 ) -> FlowRun:
     """Drive ``flows`` DecisionFlows through a kernel on a fresh journal at ``path``.
 
@@ -133,7 +142,11 @@ async def run_flows(
     (each waits for its trigger to be durable before firing the next); every
     one of the ``agents`` hosted agents is subscribed, so each trigger opens
     ``agents`` flows. The clock starts at the first trigger and stops when the
-    kernel is quiet (no flow moves on its own).
+    kernel is quiet (no flow moves on its own). ``signing`` signs checkpoints as the
+    kernel runs; ``tree`` False drops the Merkle tree from the open journal (P15.p1's
+    baseline: such a journal keeps no proofs, and is for measuring only). ``ordered_ids``
+    False draws the DFIDs as random UUIDv4 (the ids before time-ordered ones), for paired
+    comparisons.
 
     Raises:
         BenchmarkFailed: when a flow did not close, or the adapter was not called once per flow.
@@ -143,6 +156,8 @@ async def run_flows(
     adapter = NoopAdapter()
     names = [f"agent-{i}" for i in range(agents)]
     triggers = iter(range(flows // agents))
+    clock = SystemClock()
+    ids = SeededIds(7, clock=clock) if ordered_ids else SeededIds(7)
 
     async with open_kernel(
         path,
@@ -150,11 +165,14 @@ async def run_flows(
         adapters={"noop": adapter},
         allow=names,
         config=KernelConfig(
-            ports=Ports(ids=SeededIds(7)),
+            ports=Ports(clock=clock, ids=ids),
             storage=Storage(synchronous="FULL"),
             telemetry=telemetry if telemetry is not None else Telemetry(None),
+            signing=signing,
         ),
     ) as kernel:
+        if not tree:
+            kernel.journal._tree = None
         await kernel.trigger("bench.setup", STATE, source="benchmark")
         for name in names:
             await kernel.register(InstantAgent(name))
@@ -166,6 +184,8 @@ async def run_flows(
         first_seq = kernel.journal.head_seq
         first_tx = kernel.journal.statistics().transactions
         with _gc_timer() as gc_seconds:
+            threads_before = thread_cpu()
+            io = _proc_io()
             cpu = time.process_time()
             start = time.perf_counter()
             async with anyio.create_task_group() as tg:
@@ -174,6 +194,8 @@ async def run_flows(
             await kernel.wait_quiet()
             seconds = time.perf_counter() - start
             cpu = time.process_time() - cpu
+            io = {k: v - io.get(k, 0) for k, v in _proc_io().items()}
+            threads = thread_groups(threads_before, thread_cpu())
         events = kernel.journal.head_seq - first_seq
         transactions = kernel.journal.statistics().transactions - first_tx
 
@@ -201,7 +223,71 @@ async def run_flows(
         cpu_seconds=cpu,
         gc_seconds=gc_seconds[0],
         close_seconds=close_seconds,
+        threads=threads,
+        io=io,
     )
+
+
+def thread_cpu() -> dict[int, tuple[str, float]]:
+    """Return each live thread's CPU seconds so far (user + system), by native id, with its name.
+
+    Read from /proc/self/task/<tid>/stat (Linux): the journal writer's deflate, SQLite and
+    syscalls run with the GIL released, so a ``--gil`` profile never sees them, and
+    ``time.thread_time`` cannot be read from another thread. Empty elsewhere.
+    """
+    names = {t.native_id: t.name for t in threading.enumerate()}
+    tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    seen: dict[int, tuple[str, float]] = {}
+    try:
+        tids = os.listdir("/proc/self/task")
+    except OSError:
+        return seen
+    for tid in tids:
+        try:
+            with open(f"/proc/self/task/{tid}/stat") as stat:
+                fields = stat.read().rpartition(")")[2].split()
+        except OSError:
+            continue  # the thread ended meanwhile
+        # After the command's ")": state is field 3, utime 14 and stime 15 (1-based).
+        seen[int(tid)] = (
+            names.get(int(tid), "?"),
+            (int(fields[11]) + int(fields[12])) / tick,
+        )
+    return seen
+
+
+def _group(tid: int, name: str) -> str:
+    if tid == threading.main_thread().native_id:
+        return "event loop"
+    if name.startswith("AnyIO worker") or name.startswith("asyncio_"):
+        return "journal writer (worker threads)"
+    return "other threads"
+
+
+def thread_groups(
+    before: dict[int, tuple[str, float]], after: dict[int, tuple[str, float]]
+) -> dict[str, float]:
+    """Return the CPU seconds spent between two :func:`thread_cpu` readings, by thread group.
+
+    Groups: the event loop (the main thread), the journal writer (anyio's worker threads, where
+    the writer compresses and commits; the checkpoint snapshots run there too), and the rest
+    (aiosqlite's reader thread, an exporter). A thread that ended between the readings is lost
+    (its CPU is still in the process's total, C1).
+    """
+    groups: dict[str, float] = {}
+    for tid, (name, seconds) in after.items():
+        spent = seconds - before.get(tid, (name, 0.0))[1]
+        group = _group(tid, name)
+        groups[group] = groups.get(group, 0.0) + spent
+    return groups
+
+
+def _proc_io() -> dict[str, int]:
+    try:
+        with open("/proc/self/io") as io:
+            return {k: int(v) for k, _, v in (line.partition(": ") for line in io) if v}
+    except OSError:
+        return {}
 
 
 @contextmanager
@@ -226,9 +312,7 @@ def _gc_timer() -> Iterator[list[float]]:
 def _checkpoint(path: Path | str) -> tuple[int, int]:
     """Checkpoint the closed journal's WAL; return its event count and summed body bytes."""
     if str(path).startswith("postgresql://"):
-        from benchmarks.postgres import event_counts  # P10: the journal on PostgreSQL
-
-        return event_counts(str(path))
+        return _server_counts(str(path))  # P10: the journal on PostgreSQL
     conn = sqlite3.connect(path)
     try:
         conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
@@ -236,6 +320,16 @@ def _checkpoint(path: Path | str) -> tuple[int, int]:
     finally:
         conn.close()
     return int(count), int(body)
+
+
+def _server_counts(url: str) -> tuple[int, int]:
+    """Return the events of the journal at ``url`` (PostgreSQL) and their summed body bytes."""
+    import psycopg  # the dir-kernel[postgres] extra: only P10 journals are on a server
+
+    with psycopg.connect(url) as conn:
+        row = conn.execute("SELECT count(*), coalesce(sum(length(body)), 0) FROM events").fetchone()
+    assert row is not None
+    return int(row[0]), int(row[1])
 
 
 def _file_bytes(path: Path | str) -> int:

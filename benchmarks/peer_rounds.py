@@ -23,8 +23,6 @@ from typing import Any
 
 from benchmarks.report import Figure
 
-GROUPS = ("P9", "P14")
-
 
 @dataclass(frozen=True)
 class Peer:

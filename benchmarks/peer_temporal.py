@@ -31,7 +31,7 @@ from temporalio.client import Client
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.worker import Worker
 
-from benchmarks.peers import Unavailable
+from benchmarks.report import Unavailable
 
 PRAGMAS = ("journal_mode=wal", "synchronous=full")
 """Its SQLite file in WAL, every commit synced: as the kernel's journal in P1 (and 1.5-2x faster

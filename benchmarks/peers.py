@@ -42,6 +42,8 @@ from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
+from benchmarks.report import Unavailable
+
 PEERS = ("dbos", "langgraph", "autogen", "temporal", "agt-govern", "agt-file")
 PACKAGES = {
     "dbos": ("dbos",),
@@ -53,10 +55,6 @@ PACKAGES = {
 }
 IN_FLIGHT = 64
 LIMIT = 1_000
-
-
-class Unavailable(Exception):
-    """The peer cannot run on this machine; the message says why (its figure shows it skipped)."""
 
 
 def valid(quantity: int) -> bool:

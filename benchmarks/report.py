@@ -20,6 +20,13 @@ import kernel
 PACKAGES = ("anyio", "aiosqlite", "msgspec", "opentelemetry-sdk")
 
 
+class Unavailable(Exception):
+    """What a figure measures cannot run on this machine; the message says why.
+
+    The figure is then shown skipped, with that reason (the benchmark's peers raise it).
+    """
+
+
 @dataclass
 class Figure:
     """One measured quantity: its samples (one per repeat) and what it is compared with.

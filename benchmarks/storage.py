@@ -72,5 +72,7 @@ def measure_file(path: Path) -> StorageRun:
         for name in sorted(pages):
             if name.startswith("events_"):
                 breakdown[f"index_{name}"] = pages.pop(name) / events
+        # The Merkle tree's stored subtrees (kernel.journal.tree): the proofs' cost on disk.
+        breakdown["tree_nodes"] = pages.pop("tree_nodes", 0) / events
         breakdown["other_tables"] = sum(pages.values()) / events
     return StorageRun(events=events, file_bytes=size, breakdown=breakdown)

@@ -1,4 +1,4 @@
-"""P15: the latency one governed tool call adds to the bare tool call, in process on SQLite.
+"""P16: the latency one governed tool call adds to the bare tool call, in process on SQLite.
 
 What a framework adapter does per call (``kernel.frameworks.Gate.call``, the same
 path for the Agents SDK, PydanticAI and LangGraph): ``Kernel.propose`` keyed by a
@@ -79,14 +79,14 @@ async def run_tool_calls(path: Path, calls: int) -> ToolCallRun:
             )
             took = time.perf_counter_ns() - start
             if decision.verdict is not DecisionVerdict.EXECUTED:
-                raise BenchmarkFailed(f"P15: call {n} was {decision.message()}")
+                raise BenchmarkFailed(f"P16: call {n} was {decision.message()}")
             if n >= WARMUP:
                 governed.append(took)
     return ToolCallRun(governed_ns=governed, bare_ns=bare)
 
 
 def toolcall_figures(runs: list[ToolCallRun], p3_p50_us: list[float]) -> list[Figure]:
-    """P15: added latency per governed tool call, p50 and p99; the goal is P3's p50 + 0.2 ms."""
+    """P16: added latency per governed tool call, p50 and p99; the goal is P3's p50 + 0.2 ms."""
     goal = statistics.median(p3_p50_us) + ADDED_OVER_P3_US if p3_p50_us else None
     shape = {
         "calls_per_run": len(runs[0].governed_ns),
@@ -95,7 +95,7 @@ def toolcall_figures(runs: list[ToolCallRun], p3_p50_us: list[float]) -> list[Fi
     }
     return [
         Figure(
-            "P15",
+            "P16",
             "added latency of one governed tool call (Gate.call) over the bare call, p50",
             "us",
             [r.added_us(0.5) for r in runs],
@@ -104,7 +104,7 @@ def toolcall_figures(runs: list[ToolCallRun], p3_p50_us: list[float]) -> list[Fi
             extra=shape,
         ),
         Figure(
-            "P15.99",
+            "P16.99",
             "  same, p99",
             "us",
             [r.added_us(0.99) for r in runs],

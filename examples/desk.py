@@ -8,9 +8,9 @@ calls it. The operator is a scripted policy standing in for a human.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from decimal import Decimal
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 import anyio
 import msgspec
@@ -78,6 +78,15 @@ DESK = PolicyPack(
 """
 
 
+class LiveMarket(Protocol):
+    """What the broker sees of a market: live prices and halts."""
+
+    @property
+    def live(self) -> Mapping[str, Decimal]: ...
+
+    def is_halted(self, symbol: str) -> bool: ...
+
+
 class Broker:
     """The broker adapter: the simulated system's ledger, plus the live market's view.
 
@@ -85,7 +94,7 @@ class Broker:
     refused for good (a 4xx, no effect), which is what fails a saga's second leg.
     """
 
-    def __init__(self, system: SimulatedSystem, market: Market) -> None:
+    def __init__(self, system: SimulatedSystem, market: Market | LiveMarket) -> None:
         self.system = system
         self.market = market
         self.retry_policy = system.retry_policy

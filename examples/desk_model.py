@@ -103,7 +103,10 @@ def trade_playbook(plan: Plan) -> Playbook:
                 answer["explain"] = f"Go long {symbol}: buy now and accumulate, it only goes up."
             case "hesitant":
                 answer["confidence"] = 0.45
-                answer["good_for_minutes"] = 10  # it waits for a human: a longer window
+                # It waits for a human: a window as long as an approval may wait (the
+                # kernel's approval TTL, an hour), or a decision given in time could
+                # never execute (what `--operator none` then `dirk serve` shows).
+                answer["good_for_minutes"] = 60
                 answer["explain"] += " Not sure; the signal is weak."
             case "conviction" | "conviction_big" | "pile_on":
                 notional = {"conviction": 30_000, "conviction_big": 48_000, "pile_on": 45_000}
@@ -111,7 +114,7 @@ def trade_playbook(plan: Plan) -> Playbook:
                     proposal.update(side="buy", limit_price=_limit(price, "buy"))
                 proposal["quantity"] = _units(notional[mistake], price)
                 answer["confidence"] = 0.88
-                answer["good_for_minutes"] = 10
+                answer["good_for_minutes"] = 60  # above the threshold: it waits for a human
                 answer["explain"] = f"Strong conviction in {symbol}; size it up."
         return answer
 

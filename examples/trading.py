@@ -36,20 +36,37 @@ from examples.desk import (
     Stall,
     Strategist,
 )
-from examples.desk_mesh import HostFailed, hosted_desk
+from examples.desk_mesh import (
+    KERNEL_KEY,
+    OWN_SERVER,
+    BusUnusable,
+    HostFailed,
+    desk_server_config,
+    hosted_desk,
+    open_bus,
+)
 from examples.desk_model import playbooks
 from examples.llm import ModelError, draw, open_model
 from examples.market import MIN_MINUTES, OPERATOR_EVERY, Market, Plan, headline, plan_day
-from examples.summary import journal_and_files, show, summarize
+from examples.serving import RecordedMarket, Served
+from examples.summary import (
+    checkpoint_signing,
+    journal_and_files,
+    public_key_of,
+    show,
+    summarize,
+)
 from kernel import (
     EscalationBudget,
     EscalationPolicy,
     FlowStatus,
     Kernel,
     KernelConfig,
+    Outcome,
     Ports,
     Proposal,
     Session,
+    Signing,
     Supervision,
     credential_verifier,
     open_kernel,
@@ -62,6 +79,10 @@ from policies.trading import TRADING
 BROKER_FAULTS = Faults(latency_s=(0.05, 0.4), transient=0.12, lost_answer=0.08, duplicate=0.15)
 BROKER_RETRY = RetryPolicy(base_s=0.5, max_s=4.0, max_attempts=6)
 OWNERS = {"pm-1": ("ACME", "GLOBEX"), "pm-2": ("INITECH",)}
+AGENTS = ("strategist", *OWNERS, "risk")
+"""The desk's agents, in the order their sessions are made."""
+DESK_OPERATORS = (("dana", ["risk"]), ("ed", ["desk-head"]))
+"""The desk's humans and their roles: the two-person rule takes one of each."""
 
 
 def desk_credential(seed: int, agent_id: str) -> str:
@@ -230,10 +251,21 @@ class Desk:
             # The operator decides on the action they reviewed, named by its hash (as
             # `dirk decide --confirm` does): approving a HIGH_IMPACT action requires it.
             action = self.kernel.projections.approvals[flow.dfid].action_hash
-            await self.kernel.decide(
-                flow.dfid, decision, operator="dana", reason=reason, action_hash=action
-            )
-            await self.settle()
+            # Dana (risk) decides first; above the two-person size her approval is one of
+            # two, and Ed (the desk head) gives the second. Their roles would come from the
+            # kernel's keyring; the embedding API takes them as given.
+            for operator, roles in DESK_OPERATORS:
+                verdict = await self.kernel.decide(
+                    flow.dfid,
+                    decision,
+                    operator=operator,
+                    reason=reason,
+                    action_hash=action,
+                    roles=roles,
+                )
+                await self.settle()
+                if verdict.outcome is not Outcome.ESCALATED or decision != "approve":
+                    break
 
     def report(self, minute: int) -> None:
         if not self.progress:
@@ -258,13 +290,37 @@ async def simulate(
     progress: bool = True,
     files: Path | None = None,
     bus: str | None = None,
+    bus_dir: Path | None = None,
+    signing: Signing | None = None,
 ) -> None:
     """Run the desk for ``minutes`` simulated minutes, journaling into ``db``.
 
-    With ``bus`` (a NATS URL) the agents run in host processes of their own, started
-    here, and reach the kernel only over the bus: the same day, the same decisions.
+    With ``bus`` (a NATS URL, or ``"start"`` for a nats-server started here) the agents
+    run in host processes of their own, started here, and reach the kernel only over the
+    bus: the same day, the same decisions. The bus's principals' keys are in ``bus_dir``
+    (default: beside the journal, ``<name>.bus``); a named server must have been started
+    from the configuration ``--bus-config`` writes for this seed and directory.
     """
     files = files or Path(db)
+    folder = bus_dir or bus_folder(files)
+    # On the bus each agent's NATS user is the key its credential seeds.
+    credentials = {name: desk_credential(seed, name) for name in AGENTS}
+    async with open_bus(bus, folder, credentials) as url:
+        await _simulate(seed, db, minutes, llm, operator, progress, files, url, folder, signing)
+
+
+async def _simulate(
+    seed: int,
+    db: Path | str,
+    minutes: int,
+    llm: str,
+    operator: str,
+    progress: bool,
+    files: Path,
+    bus: str | None,
+    folder: Path,
+    signing: Signing | None,
+) -> None:
     plan = plan_day(seed, minutes)
     model = open_model(llm, seed, playbooks(plan))
     clock = SimClock()
@@ -294,6 +350,8 @@ async def simulate(
                 supervision=Supervision(inbox_poll_s=None),
                 escalation=EscalationPolicy(budget=EscalationBudget(capacity=100, period_s=3600)),
                 bus=bus,
+                bus_key=str(folder / KERNEL_KEY) if bus else None,
+                signing=signing,
             ),
             # A simulated day in seconds: a budget sized for real hours would demote the desk.
         ) as kernel:
@@ -314,7 +372,13 @@ async def simulate(
                 await desk.run()
                 return
             hosted = hosted_desk(
-                bus, kernel.journal.journal_id, credentials, seed=seed, minutes=minutes, llm=llm
+                bus,
+                kernel.journal.journal_id,
+                credentials,
+                folder=folder,
+                seed=seed,
+                minutes=minutes,
+                llm=llm,
             )
             async with hosted as (remote, resend):
                 desk = Desk(
@@ -325,6 +389,34 @@ async def simulate(
     finally:
         broker_system.close()
         ledger.close()
+
+
+def bus_folder(files: Path) -> Path:
+    """Where a run keeps its bus principals' keys by default: beside the journal."""
+    return files.with_name(f"{files.stem}.bus")
+
+
+def serving(files: Path) -> Served:
+    """The desk's parts for ``dirk serve --example trading``: its packs, agents and systems.
+
+    The broker and the ledger reopen their ledgers beside ``files`` (as the run left
+    them); the broker quotes the last prices the journal recorded.
+    """
+    broker_system = SimulatedSystem(sidecar(files, "broker"), retry=BROKER_RETRY)
+    ledger = SimulatedSystem(sidecar(files, "ledger"))
+    market = RecordedMarket()
+
+    def close() -> None:
+        broker_system.close()
+        ledger.close()
+
+    return Served(
+        packs=[TRADING, DESK],
+        adapters={"broker": Broker(broker_system, market), "ledger": ledger},
+        allow=["strategist", *OWNERS, "risk"],
+        bind=market.bind,
+        close=close,
+    )
 
 
 def parser() -> argparse.ArgumentParser:
@@ -348,7 +440,24 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print the summary as JSON on the last line")
     p.add_argument(
         "--bus",
-        help="a NATS URL (nats://127.0.0.1:4222): run each agent in a host process of its own",
+        nargs="?",
+        const=OWN_SERVER,
+        metavar="URL",
+        help="run each agent in a host process of its own, over NATS: at URL (a server started"
+        " from the configuration --bus-config wrote for this seed), or, without URL, on a"
+        " nats-server the example starts from that configuration",
+    )
+    p.add_argument(
+        "--bus-dir",
+        type=Path,
+        help="the run's bus keys (the kernel's, the driver's, each host's), made here if missing"
+        " (default: beside the journal, <name>.bus)",
+    )
+    p.add_argument(
+        "--bus-config",
+        metavar="HOST:PORT",
+        help="make the run's bus keys, print the nats-server configuration for this seed"
+        " (listening on HOST:PORT, its store in the bus directory) and exit",
     )
     return p
 
@@ -356,6 +465,8 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     db, files = journal_and_files(args.db, "trading.db")
+    if args.bus_config:
+        return bus_config(args.seed, args.bus_dir or bus_folder(files), args.bus_config)
     taken = [p for p in (files, sidecar(files, "broker"), sidecar(files, "ledger")) if p.exists()]
     if taken:
         print(f"error: {taken[0]} exists; pick a new --db path", file=sys.stderr)
@@ -363,21 +474,63 @@ def main(argv: list[str] | None = None) -> int:
     if args.minutes < MIN_MINUTES:
         print(f"error: --minutes must be at least {MIN_MINUTES}", file=sys.stderr)
         return 2
-    where = f" (agents in host processes over {args.bus})" if args.bus else ""
+    where = ""
+    if args.bus:
+        named = "a nats-server of its own" if args.bus == OWN_SERVER else args.bus
+        where = f" (agents in host processes over {named})"
     shown = redact(str(db))  # a postgresql:// URL without its password
     print(
         f"trading desk, seed {args.seed}, {args.minutes} minutes -> {shown}{where}", file=sys.stderr
     )
     try:
+        signing = checkpoint_signing(files)
         anyio.run(
-            simulate, args.seed, db, args.minutes, args.llm, args.operator, True, files, args.bus
+            simulate,
+            args.seed,
+            db,
+            args.minutes,
+            args.llm,
+            args.operator,
+            True,
+            files,
+            args.bus,
+            args.bus_dir,
+            signing,
         )
-    except (ModelError, HostFailed) as exc:
-        print(f"error: {exc}", file=sys.stderr)
+    except (ModelError, HostFailed, BusUnusable, BaseExceptionGroup) as exc:
+        cause = failure(exc)
+        if cause is None:
+            raise
+        print(f"error: {cause}", file=sys.stderr)
         return 2
-    summary: dict[str, Any] = anyio.run(summarize, db, ("trading.place_order",))
+    summary: dict[str, Any] = anyio.run(
+        summarize, db, ("trading.place_order",), public_key_of(files)
+    )
     show(f"trading desk, seed {args.seed}", summary, args.json)
     return 0 if summary["verified"] else 1
+
+
+def failure(exc: BaseException) -> BaseException | None:
+    """The failure the run reports in one line (a task group may wrap it), or None."""
+    if isinstance(exc, ModelError | HostFailed | BusUnusable):
+        return exc
+    if isinstance(exc, BaseExceptionGroup):
+        return next((f for e in exc.exceptions if (f := failure(e)) is not None), None)
+    return None
+
+
+def bus_config(seed: int, folder: Path, listen: str) -> int:
+    """Make the run's bus keys in ``folder`` and print the nats-server configuration."""
+    credentials = {name: desk_credential(seed, name) for name in AGENTS}
+    try:
+        store = str(folder.resolve() / "js")
+        text = desk_server_config(folder, credentials, listen=listen, store_dir=store)
+    except (ValueError, OSError) as exc:  # KeyUnusable is a ValueError
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    sys.stdout.write(text)
+    print(f"keys in {folder}; start the server with this configuration", file=sys.stderr)
+    return 0
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ from kernel.boot import open_kernel
 from kernel.config import KernelConfig, Limits, Ports, Storage, Supervision
 from kernel.core.errors import KernelFault, KernelShutdown
 from kernel.core.events import Manifest, PackRef, ProposalRecord
+from kernel.core.fetching import ArtifactSlice, FetchRefused
 from kernel.core.flow import TERMINAL, FlowState, FlowStatus
 from kernel.core.ports import Clock, IdSource, RandomIds, SystemClock
 from kernel.core.reasons import ReasonCode, StopReason
@@ -33,6 +34,7 @@ from kernel.policy.contracts import (
     WorkingContext,
 )
 from kernel.policy.packs import PackError
+from kernel.proofs.signing import Signing, write_signing_key
 from kernel.proposals import Decision, DecisionVerdict
 from kernel.registry import credential_verifier
 from kernel.runtime.messages import Decision as HumanDecision
@@ -48,11 +50,13 @@ __all__ = [
     "AmendmentInvalid",
     "Approval",
     "ApprovalStatus",
+    "ArtifactSlice",
     "Clock",
     "Decision",
     "DecisionVerdict",
     "EscalationBudget",
     "EscalationPolicy",
+    "FetchRefused",
     "FlowState",
     "FlowStatus",
     "HandshakeRefused",
@@ -78,6 +82,7 @@ __all__ = [
     "RuleNotPending",
     "RuleSearch",
     "Session",
+    "Signing",
     "StopReason",
     "Storage",
     "Supervision",
@@ -87,4 +92,5 @@ __all__ = [
     "WorkingContext",
     "credential_verifier",
     "open_kernel",
+    "write_signing_key",
 ]

@@ -1,4 +1,5 @@
-"""The human acts a kernel accepts: decisions, agent status, limits, packs, rules, and the inbox.
+"""The human acts a kernel accepts: decisions, grants, agent status, limits, packs, rules,
+artifacts collected, and the inbox.
 
 Each act is admitted at the wall first (an operator and a reason are required,
 every field is bounded), then handed to the actor that owns it, and waits for
@@ -15,7 +16,7 @@ acts as its own methods.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from decimal import Decimal
 from typing import Any, TypeVar, assert_never
 
@@ -32,21 +33,29 @@ from kernel.core.events import (
     LimitAmended,
     PackRef,
 )
+from kernel.core.ports import Clock
 from kernel.core.reasons import ReasonCode
 from kernel.core.wall import InputInvalid, clip
+from kernel.documents import Artifacts
 from kernel.inbox import (
     AgentStatusRequest,
     AmendRequest,
+    CollectArtifactsRequest,
     CredentialRequest,
     DecideRequest,
+    GrantRequest,
     InboxProposals,
     InboxRequest,
+    Keyring,
     Proof,
     ProposeRequest,
+    RevokeGrantRequest,
     RuleChangeRequest,
     RuleDecisionRequest,
+    VoteRequest,
 )
-from kernel.inbox.requests import normalized
+from kernel.inbox.keyring import roles_of
+from kernel.inbox.requests import grant_request, normalized
 from kernel.journal.store import Journal
 from kernel.policy.contracts import (
     HandshakeRefused,
@@ -62,13 +71,17 @@ from kernel.runtime.messages import (
     DecideRule,
     Decision,
     IssueCredential,
+    IssueGrant,
     LoadPack,
     RetractRule,
+    RevokeGrant,
     SetStatus,
     SubmitRule,
+    VoteGrant,
 )
 from kernel.state.amendments import AmendmentInvalid
 from kernel.state.approvals import APPROVE_WORDS
+from kernel.state.artifacts import collectable
 from kernel.state.projections import AgentStatus, Projections
 from kernel.state.rulebook import RuleNotInForce, RuleNotPending
 from kernel.wiring import Actors
@@ -86,6 +99,9 @@ class OperatorActs:
         calls: sends an act and waits for its durable answer.
         flows: reads back a finished flow an act names.
         proposals: opens the flows of the inbox's ``propose`` requests.
+        artifacts: the artifact store an operator collects.
+        keyring: the operator keyring as last read (the roles a quorum counts).
+        clock: where a grant's validity starts when it names no start.
     """
 
     def __init__(
@@ -96,6 +112,10 @@ class OperatorActs:
         calls: Calls,
         flows: Flows,
         proposals: InboxProposals,
+        *,
+        artifacts: Artifacts,
+        keyring: Callable[[], Keyring | None],
+        clock: Clock,
     ) -> None:
         self._journal = journal
         self._projections = projections
@@ -103,6 +123,9 @@ class OperatorActs:
         self._calls = calls
         self._flows = flows
         self._proposals = proposals
+        self._artifacts = artifacts
+        self._keyring = keyring
+        self._clock = clock
         self._adapter_names = frozenset(actors.adapters)
 
     async def decide(
@@ -114,8 +137,14 @@ class OperatorActs:
         reason: str,
         params: Mapping[str, Any] | None = None,
         action_hash: str | None = None,
+        roles: Sequence[str] | None = None,
     ) -> Verdict:
         """Give a human decision on an escalated flow: approve, modify or reject.
+
+        Where the flow's pack asks for a quorum, an approval is one vote (recorded as
+        ApprovalVoted): the verdict stays ESCALATED, its feedback saying what it waits
+        for ("1 of 2, waiting for a desk-head"), until the vote that meets it. ``roles``
+        are the operator's roles (default: what the kernel's keyring says).
 
         ``override`` and ``abort`` are accepted for approve and reject. With
         ``action_hash`` (whole, or a prefix of 8 characters or more) the decision
@@ -151,8 +180,144 @@ class OperatorActs:
             action_hash=checked.action_hash,
             reply=reply,
             via="api",
+            roles=self._roles(checked.operator, roles),
         )
         return await self._calls.call(self._actors.escalation, msg, reply)
+
+    def _roles(self, operator: str, given: Sequence[str] | None) -> tuple[str, ...]:
+        """The roles an act counts: as given by embedding code, else the keyring's."""
+        if given is not None:
+            return tuple(str(r) for r in given)
+        return roles_of(self._keyring(), operator)
+
+    async def grant(
+        self,
+        kind: str,
+        *,
+        operator: str,
+        reason: str,
+        uses: int,
+        agent: str = "*",
+        bounds: Mapping[str, Mapping[str, Any]] | None = None,
+        valid_from_ns: int | None = None,
+        valid_until_ns: int | None = None,
+        valid_for_s: float | None = None,
+        cap: str | None = None,
+        roles: Sequence[str] | None = None,
+    ) -> Event:
+        """Grant in advance: proposals of ``kind`` within ``bounds`` proceed without a human.
+
+        A proposal by ``agent`` (``*``: any) that would escalate for approval and lies
+        within ``bounds`` (per parameter: ``{"eq": v}``, ``{"in": [...]}``, ``{"min": n}``,
+        ``{"max": n}``) is accepted instead while the grant is live: from
+        ``valid_from_ns`` (default: now) until ``valid_until_ns`` (or ``valid_for_s``
+        from now) on the kernel's clock, ``uses`` times, and, with ``cap`` (``"1,000.00
+        EUR"``), for that much money in all. Each use is recorded (GrantUsed) with the
+        acceptance it made. Where the kind's pack asks grants for a quorum, the grant
+        waits for the votes (:meth:`vote_grant`) before it is live.
+
+        Returns:
+            The recorded GrantIssued (its ``grant`` is the id to vote on or revoke).
+
+        Raises:
+            InputInvalid: a field the wall or the DIM refuses (recorded, InputRefused).
+        """
+        request = grant_request(
+            kind,
+            operator=operator,
+            reason=reason,
+            uses=uses,
+            agent=agent,
+            bounds=bounds,
+            valid_from_ns=valid_from_ns,
+            valid_until_ns=valid_until_ns,
+            valid_for_s=valid_for_s,
+            cap=cap,
+        )
+        return await self._grant_act(
+            self._issue_grant(request, self._roles(request.operator, roles), None, "api", "")
+        )
+
+    async def vote_grant(
+        self,
+        grant: str,
+        vote: str,
+        *,
+        operator: str,
+        reason: str,
+        roles: Sequence[str] | None = None,
+    ) -> Event:
+        """Vote ``approve`` or ``reject`` on a grant that waits for its quorum (GrantVoted).
+
+        Raises:
+            InputInvalid: GRANT_NOT_LIVE, DUPLICATE_VOTE, UNAUTHORIZED, a bad field (recorded).
+        """
+        request = normalized(VoteRequest(grant=grant, vote=vote, operator=operator, reason=reason))  # type: ignore[arg-type]
+        assert isinstance(request, VoteRequest)
+        return await self._grant_act(
+            VoteGrant(
+                grant=request.grant,
+                vote=request.vote,
+                operator=request.operator,
+                reason=request.reason,
+                roles=self._roles(request.operator, roles),
+            )
+        )
+
+    async def revoke_grant(self, grant: str, *, operator: str, reason: str) -> Event:
+        """Take a standing grant out of force (GrantRevoked); later proposals escalate again.
+
+        Raises:
+            InputInvalid: GRANT_NOT_LIVE or a bad field (recorded).
+        """
+        request = normalized(RevokeGrantRequest(grant=grant, operator=operator, reason=reason))
+        assert isinstance(request, RevokeGrantRequest)
+        return await self._grant_act(
+            RevokeGrant(grant=request.grant, operator=request.operator, reason=request.reason)
+        )
+
+    def _issue_grant(
+        self,
+        request: GrantRequest,
+        roles: tuple[str, ...],
+        inbox_id: int | None,
+        via: str,
+        signer: str,
+    ) -> IssueGrant:
+        until = request.valid_until_ns
+        if until is None:
+            assert request.valid_for_s is not None
+            start = request.valid_from_ns or self._clock.now_ns()
+            until = start + int(request.valid_for_s * 1e9)
+        return IssueGrant(
+            kind=request.kind,
+            agent=request.agent,
+            bounds={k: dict(v) for k, v in request.bounds.items()},
+            valid_from_ns=request.valid_from_ns,
+            valid_until_ns=until,
+            uses=request.uses,
+            operator=request.operator,
+            reason=request.reason,
+            roles=roles,
+            cap=request.cap,
+            currency=request.currency,
+            inbox_id=inbox_id,
+            via=via,
+            signer=signer,
+        )
+
+    async def _grant_act(self, msg: IssueGrant | VoteGrant | RevokeGrant) -> Event:
+        """Hand a grant act to the DIM (the grants' owner); return its recorded event.
+
+        Raises:
+            InputInvalid: the DIM refused it (recorded as InputRefused).
+        """
+        reply: Reply[list[Event] | Exception] = Reply()
+        answer = await self._calls.call(
+            self._actors.dim, msgspec.structs.replace(msg, reply=reply), reply
+        )
+        assert isinstance(answer, list) and answer  # a refusal was raised by the call
+        return answer[-1]
 
     async def apply(self, request: InboxRequest, proof: Proof) -> None:
         """Apply one verified inbox request: the one place a request becomes the kernel's acts.
@@ -180,8 +345,37 @@ class OperatorActs:
                     reply=verdict,
                     via="inbox",
                     signer=proof.signer,
+                    roles=proof.roles,
                 )
                 await self._calls.call(self._actors.escalation, decide, verdict)
+            case GrantRequest():
+                await self._grant_act(
+                    self._issue_grant(request, proof.roles, proof.inbox_id, "inbox", proof.signer)
+                )
+            case VoteRequest():
+                await self._grant_act(
+                    VoteGrant(
+                        grant=request.grant,
+                        vote=request.vote,
+                        operator=request.operator,
+                        reason=request.reason,
+                        roles=proof.roles,
+                        inbox_id=proof.inbox_id,
+                        via="inbox",
+                        signer=proof.signer,
+                    )
+                )
+            case RevokeGrantRequest():
+                await self._grant_act(
+                    RevokeGrant(
+                        grant=request.grant,
+                        operator=request.operator,
+                        reason=request.reason,
+                        inbox_id=proof.inbox_id,
+                        via="inbox",
+                        signer=proof.signer,
+                    )
+                )
             case AmendRequest():
                 amended: Reply[Any] = Reply()
                 amend = AmendLimit(
@@ -237,6 +431,7 @@ class OperatorActs:
                             operator=request.operator,
                             reason=request.reason,
                             inbox_id=proof.inbox_id,
+                            ns=request.ns,
                         )
                     )
                 except RuleNotInForce as exc:
@@ -251,6 +446,7 @@ class OperatorActs:
                     proposer=request.operator,
                     by_operator=True,
                     reason=request.reason,
+                    ns=request.ns,
                 )
                 await self._rule_act(
                     SubmitRule(
@@ -263,6 +459,10 @@ class OperatorActs:
                 )
             case ProposeRequest():
                 await self._proposals.propose(request, proof)
+            case CollectArtifactsRequest():
+                await self.collect_artifacts(
+                    operator=request.operator, reason=request.reason, inbox_id=proof.inbox_id
+                )
             case _:
                 assert_never(request)
 
@@ -415,12 +615,16 @@ class OperatorActs:
         source: events.RuleSource | None = None,
         base_version: int = 0,
         override: bool = False,
+        ns: str = "default",
+        input_event: str = "",
     ) -> Event:
         """Propose a rule version as an operator; return the audited decision (RuleDecided).
 
         The proposal passes the promoter like an agent's (kernel.state.rulebook);
         with ``override`` the operator puts it in force at once, recorded as an
         override with their name and reason. The DIM, the rulebook's owner, records it.
+        ``ns`` is the rulebook namespace (a tenant); ``input_event`` the id of the input
+        that brought it (a webhook delivery): the promoter skips a second one from it.
         """
         self._calls.raise_if_stopped()
         await self._admit_act(
@@ -432,6 +636,8 @@ class OperatorActs:
                 operator=operator,
                 reason=reason,
                 base_version=base_version,
+                ns=ns,
+                input_event=input_event,
             ),
             wall.RuleProposalSpec,
             "rule",
@@ -448,6 +654,8 @@ class OperatorActs:
             proposer=operator,
             by_operator=True,
             reason=reason,
+            ns=ns,
+            input_event=input_event,
         )
         msg = SubmitRule(proposal=proposal, override=override, operator=operator, reason=reason)
         return await self._rule_act(msg)
@@ -478,24 +686,69 @@ class OperatorActs:
             )
         )
 
-    async def retract_rule(self, rule: str, *, operator: str, reason: str) -> Event:
-        """Take rule ``rule`` out of force (RuleRetracted, with who and why); its history stays.
+    async def retract_rule(
+        self, rule: str, *, operator: str, reason: str, ns: str = "default"
+    ) -> Event:
+        """Take rule ``rule`` of namespace ``ns`` out of force (RuleRetracted, with who and why);
+        its history stays.
 
         Raises:
-            RuleNotInForce: no version of the rule is in force.
+            RuleNotInForce: no version of the rule is in force in that namespace.
             InputInvalid: no operator or reason, or a field of the wrong type or size (recorded).
         """
         self._calls.raise_if_stopped()
         act = await self._admit_act(
-            wall.fields(rule=rule, operator=operator, reason=reason),
+            wall.fields(rule=rule, operator=operator, reason=reason, ns=ns),
             wall.RuleRetractionSpec,
             "rule",
             operator,
             target=rule,
         )
         return await self._rule_act(
-            RetractRule(rule=act.rule, operator=act.operator, reason=act.reason)
+            RetractRule(rule=act.rule, operator=act.operator, reason=act.reason, ns=act.ns)
         )
+
+    async def collect_artifacts(
+        self, *, operator: str, reason: str, inbox_id: int | None = None, dry_run: bool = False
+    ) -> list[str]:
+        """Delete the artifacts nothing live references; return their references.
+
+        Kept: what a context of an open flow referenced, and what a state or memory fact
+        names. The rest, journal-recorded or not, is collected: ``ArtifactsCollected``
+        (who, why, how many bytes) is recorded first, then the bytes are deleted.
+        ``dry_run`` only answers what would go.
+
+        Raises:
+            InputInvalid: no operator or reason (recorded).
+            ArtifactStoreError: the store cannot be used.
+        """
+        self._calls.raise_if_stopped()
+        await self._admit_act(
+            wall.fields(operator=operator, reason=reason),
+            wall.HumanActSpec,
+            "artifacts",
+            operator,
+            target="gc",
+        )
+        store = await self._artifacts.store()
+        projections = self._projections
+        facts = [fact.value for fact in projections.state.values()]
+        facts += [fact.value for fact in projections.memory.facts.values()]
+        refs = collectable(projections.artifacts, facts, await store.refs())
+        if dry_run or not refs:
+            return refs
+        stored = projections.artifacts.stored
+        size = 0
+        for ref in refs:
+            known = stored.get(ref)
+            size += known.size if known is not None else (await store.size(ref) or 0)
+        collected = events.ArtifactsCollected(
+            refs=refs, size=size, operator=operator, reason=reason, inbox_id=inbox_id
+        )
+        await self._journal.append([Draft(payload=collected)])
+        for ref in refs:  # recorded first: bytes left behind by a crash go at the next run
+            await store.delete(ref)
+        return refs
 
     async def _rule_act(self, msg: SubmitRule | DecideRule | RetractRule) -> Event:
         """Hand a rule act to the rulebook's owner (the DIM); return its last recorded event.

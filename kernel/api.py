@@ -20,11 +20,13 @@ code into mailboxes and waits for their durable answers.
 
 A Kernel is composed of parts, each named for what it does: the actors
 (:mod:`kernel.wiring`), the calls into them and the flows waited on
-(:mod:`kernel.calls`), the operator's acts (:mod:`kernel.acts`), the one entry
-for a given proposal and its conversations (:mod:`kernel.proposals`), and its
-life (:mod:`kernel.lifetime`): a Kernel is an async context manager that starts,
-recovers, runs and stops itself. :func:`kernel.boot.open_kernel` reads the
-configuration, restores the projections, constructs one and enters it.
+(:mod:`kernel.calls`), what a proposal goes through before its verdict
+(:mod:`kernel.edge`), the artifacts it keeps (:mod:`kernel.documents`), the
+operator's acts (:mod:`kernel.acts`), the one entry for a given proposal and its
+conversations (:mod:`kernel.proposals`), and its life (:mod:`kernel.lifetime`): a
+Kernel is an async context manager that starts, recovers, runs and stops itself.
+:func:`kernel.boot.open_kernel` reads the configuration, restores the projections,
+constructs one and enters it.
 """
 
 from __future__ import annotations
@@ -40,20 +42,24 @@ from opentelemetry.context import Context
 
 from kernel.acts import OperatorActs
 from kernel.adapters.contract import Adapter
+from kernel.artifacts import ArtifactStore, artifacts_beside
 from kernel.calls import Calls, Flows
 from kernel.config import KernelConfig
 from kernel.core import events, wall
 from kernel.core.errors import KernelShutdown
 from kernel.core.events import Event, Feedback, LimitAmended, Manifest, PackRef, ProposalRecord
+from kernel.core.fetching import ArtifactSlice
 from kernel.core.flow import TERMINAL, FlowState, FlowStatus
 from kernel.core.ports import Clock, IdSource
 from kernel.core.reasons import ReasonCode
 from kernel.core.text import utf8_problem
 from kernel.core.wall import InputInvalid, clip
+from kernel.documents import Artifacts
+from kernel.edge import Edge
 from kernel.hosting import AgentLike
 from kernel.inbox import InboxProposals, InboxRequest, Keyring, Proof
 from kernel.journal.store import Journal
-from kernel.lifetime import Lifetime
+from kernel.lifetime import Checkpoints, Lifetime
 from kernel.policy.contracts import (
     HandshakeRefused,
     Outcome,
@@ -64,9 +70,10 @@ from kernel.policy.contracts import (
     to_record,
 )
 from kernel.policy.packs import PolicyCatalog, PolicyPack
+from kernel.proofs.erasure import Sealer
 from kernel.proposals import Decision, Proposals
 from kernel.runtime.actors import Mailbox, Reply
-from kernel.runtime.messages import AgentMessage, FireTrigger, Judge, Register
+from kernel.runtime.messages import AgentMessage, CredentialProof, FireTrigger, Judge, Register
 from kernel.runtime.messages import Decision as HumanDecision
 from kernel.state.projections import AgentStatus, Projections, visible
 from kernel.state.snapshots import Checkpointer
@@ -79,6 +86,11 @@ class Kernel:
 
     Entering it (``async with``) starts it: that is what :func:`open_kernel` does
     after restoring its projections, and a kernel runs once.
+
+    ``sealer`` seals the personal fields of proposals before anything judges them
+    (kernel.proofs.erasure; :func:`open_kernel` builds one when a kind has such
+    fields), and ``checkpoints`` signs checkpoints of the journal while it runs and
+    as it stops (``KernelConfig.signing``).
     """
 
     def __init__(
@@ -95,6 +107,8 @@ class Kernel:
         telemetry: Telemetry | None = None,
         keyring: Keyring | None = None,
         keyring_path: str | None = None,
+        sealer: Sealer | None = None,
+        checkpoints: Checkpoints | None = None,
     ) -> None:
         self.journal = journal
         self.projections = projections
@@ -106,6 +120,13 @@ class Kernel:
         self._flows = Flows(
             journal, projections, self._calls, config.limits.max_in_flight, checkpointer
         )
+        self._artifacts = Artifacts(
+            journal,
+            projections,
+            config.artifacts or artifacts_beside(journal.path),
+            self._calls.raise_if_stopped,
+        )
+        self._edge = Edge(journal, projections, sealer=sealer, meaning=config.ports.meaning)
         self._hosts: dict[str, Mailbox[AgentMessage]] = {}
         self._sessions: dict[str, Session] = {}
         self.actors = Actors(
@@ -119,6 +140,7 @@ class Kernel:
             hosts=self._hosts,
             submit=self.submit,
             spawn_effect=self._spawn_effect,
+            fetch=self._artifacts.fetch,
         )
         self._proposals = Proposals(
             journal,
@@ -129,6 +151,7 @@ class Kernel:
             clock=clock,
             ids=ids,
             token_of=self._token_of,
+            prepare=self._edge.prepare,
         )
         inbox = InboxProposals(
             self.handshake,
@@ -136,9 +159,6 @@ class Kernel:
             lambda: self.catalog.kinds,
             projections,
             self._hosts,
-        )
-        self._acts = OperatorActs(
-            journal, projections, self.actors, self._calls, self._flows, inbox
         )
         self._lifetime = Lifetime(
             journal=journal,
@@ -154,6 +174,20 @@ class Kernel:
             flows=self._flows,
             hosts=self._hosts,
             apply=self.apply,
+            artifacts=self._artifacts,
+            sealer=sealer,
+            checkpoints=checkpoints,
+        )
+        self._acts = OperatorActs(
+            journal,
+            projections,
+            self.actors,
+            self._calls,
+            self._flows,
+            inbox,
+            artifacts=self._artifacts,
+            keyring=self._lifetime.operator_keyring,
+            clock=clock,
         )
         self._running: AsyncExitStack | None = None
 
@@ -233,11 +267,16 @@ class Kernel:
         return mailbox
 
     async def handshake(
-        self, manifest: Manifest, *, credential: str | None = None, require_credential: bool = False
+        self,
+        manifest: Manifest,
+        *,
+        credential: str | CredentialProof | None = None,
+        require_credential: bool = False,
     ) -> Session:
         """Register a manifest without hosting the agent (it submits on its own).
 
-        ``credential``: the agent's provisioned secret; ``require_credential`` refuses
+        ``credential``: the agent's provisioned secret, or a proof of holding it (kernel.mesh
+        builds one from a signed challenge); ``require_credential`` refuses
         the handshake unless one is provisioned and shown (the bus asks for it).
 
         An agent id hosted in this process is displaced by such a handshake: its crew
@@ -255,11 +294,15 @@ class Kernel:
         return session
 
     async def _handshake(
-        self, manifest: Manifest, credential: str | None, require_credential: bool
+        self,
+        manifest: Manifest,
+        credential: str | CredentialProof | None,
+        require_credential: bool,
     ) -> Session:
         invalid: str | None = None
-        if credential is not None and (
-            not isinstance(credential, str) or utf8_problem(credential) is not None
+        if credential is not None and not (
+            isinstance(credential, CredentialProof)
+            or (isinstance(credential, str) and utf8_problem(credential) is None)
         ):
             credential = ""  # shown but unusable: refused as not the agent's own
         try:
@@ -348,9 +391,18 @@ class Kernel:
             self._flows.release(fan_out)
 
     async def submit(
-        self, token: str, dfid: str, proposal: Proposal | Mapping[str, Any] | bytes | str
+        self,
+        token: str,
+        dfid: str,
+        proposal: Proposal | Mapping[str, Any] | bytes | str,
+        *,
+        usage: Mapping[str, int] | None = None,
     ) -> Verdict:
-        """Submit a proposal for flow ``dfid``; return the verdict once it is durable."""
+        """Submit a proposal for flow ``dfid``; return the verdict once it is durable.
+
+        ``usage``: the tokens the reasoning behind it spent, by model (the DIM prices
+        them with ``KernelConfig.prices`` and records ReasoningCharged).
+        """
         try:
             wall.admit(wall.fields(token=token, dfid=dfid), wall.SubmissionSpec)
         except InputInvalid as exc:
@@ -380,8 +432,17 @@ class Kernel:
                 field=exc.field,
             )
         await self._flows.recall(dfid)
+        if invalid is None:
+            record = await self._edge.prepare(dfid, record)
         reply: Reply[Verdict] = Reply()
-        msg = Judge(dfid=dfid, proposal=record, token=token, invalid=invalid, reply=reply)
+        msg = Judge(
+            dfid=dfid,
+            proposal=record,
+            token=token,
+            invalid=invalid,
+            reply=reply,
+            usage=_usage(usage),
+        )
         return await self._calls.call(self.actors.dim, msg, reply)
 
     async def propose(
@@ -491,6 +552,61 @@ class Kernel:
         """Wait until no flow moves on its own (every flow ended or waits for a human)."""
         await self._flows.wait_quiet()
 
+    # --- artifacts (kernel.documents.Artifacts says what each checks) -------------------
+
+    async def put_artifact(
+        self,
+        data: bytes,
+        *,
+        media_type: str = "application/octet-stream",
+        summary: str = "",
+        by: str = "",
+        name: str = "",
+    ) -> str:
+        """Keep a document in the artifact store and record its reference; return it.
+
+        The bytes go to the store first, then ``ArtifactStored`` (reference, size, media
+        type, ``summary``, ``by`` whom) is recorded: a recorded reference never names
+        nothing. A trigger fact holding the reference puts it in the artifacts layer of
+        the contexts that see the fact, and their agents may then fetch it. Putting the
+        same bytes again records nothing new.
+
+        Raises:
+            ArtifactTooLarge: not bytes, or over the store's limit.
+            InputInvalid: a media type, summary, ``by`` or name the wall refuses.
+            ArtifactStoreError: the store cannot be used.
+        """
+        return await self._artifacts.put(
+            data, media_type=media_type, summary=summary, by=by, name=name
+        )
+
+    async def fetch_artifact(
+        self,
+        agent_id: str,
+        dfid: str,
+        ref: str,
+        start: int = 0,
+        length: int | None = None,
+    ) -> ArtifactSlice:
+        """Return a range of an artifact for ``agent_id``, if a context of its flow ``dfid``
+        referenced it (kernel.state.artifacts); a refusal is recorded (``InputRefused``).
+
+        Agents call ``ctx.fetch_artifact``, which reaches this in the kernel's process and
+        through the mesh; the MCP server calls it for its agent principals.
+
+        Raises:
+            FetchRefused: UNAUTHORIZED, ARTIFACT_MISSING or SCHEMA_INVALID, recorded.
+        """
+        return await self._artifacts.fetch(agent_id, dfid, ref, start, length)
+
+    async def artifact_store(self) -> ArtifactStore:
+        """Return the kernel's artifact store, opened on first use (closed with the kernel).
+
+        Raises:
+            ArtifactStoreError: the store cannot be opened.
+        """
+        return await self._artifacts.store()
+
     # --- the operator's acts (kernel.acts.OperatorActs says what each checks) ----------
 
     async def decide(
@@ -502,14 +618,87 @@ class Kernel:
         reason: str,
         params: Mapping[str, Any] | None = None,
         action_hash: str | None = None,
+        roles: Sequence[str] | None = None,
     ) -> Verdict:
         """Give a human decision on an escalated flow: approve, modify or reject.
 
-        See :meth:`kernel.acts.OperatorActs.decide` for what each decision takes.
+        See :meth:`kernel.acts.OperatorActs.decide` for what each decision takes, and
+        how a quorum counts an approval (``roles``: the operator's, default the keyring's).
         """
         return await self._acts.decide(
-            dfid, decision, operator=operator, reason=reason, params=params, action_hash=action_hash
+            dfid,
+            decision,
+            operator=operator,
+            reason=reason,
+            params=params,
+            action_hash=action_hash,
+            roles=roles,
         )
+
+    async def grant(
+        self,
+        kind: str,
+        *,
+        operator: str,
+        reason: str,
+        uses: int,
+        agent: str = "*",
+        bounds: Mapping[str, Mapping[str, Any]] | None = None,
+        valid_from_ns: int | None = None,
+        valid_until_ns: int | None = None,
+        valid_for_s: float | None = None,
+        cap: str | None = None,
+        roles: Sequence[str] | None = None,
+    ) -> Event:
+        """Grant in advance: proposals of ``kind`` within ``bounds`` proceed without a human.
+
+        See :meth:`kernel.acts.OperatorActs.grant` for the bounds, the validity and the cap.
+
+        Returns:
+            The recorded GrantIssued (its ``grant`` is the id to vote on or revoke).
+
+        Raises:
+            InputInvalid: a field the wall or the DIM refuses (recorded, InputRefused).
+        """
+        return await self._acts.grant(
+            kind,
+            operator=operator,
+            reason=reason,
+            uses=uses,
+            agent=agent,
+            bounds=bounds,
+            valid_from_ns=valid_from_ns,
+            valid_until_ns=valid_until_ns,
+            valid_for_s=valid_for_s,
+            cap=cap,
+            roles=roles,
+        )
+
+    async def vote_grant(
+        self,
+        grant: str,
+        vote: str,
+        *,
+        operator: str,
+        reason: str,
+        roles: Sequence[str] | None = None,
+    ) -> Event:
+        """Vote ``approve`` or ``reject`` on a grant that waits for its quorum (GrantVoted).
+
+        Raises:
+            InputInvalid: GRANT_NOT_LIVE, DUPLICATE_VOTE, UNAUTHORIZED, a bad field (recorded).
+        """
+        return await self._acts.vote_grant(
+            grant, vote, operator=operator, reason=reason, roles=roles
+        )
+
+    async def revoke_grant(self, grant: str, *, operator: str, reason: str) -> Event:
+        """Take a standing grant out of force (GrantRevoked); later proposals escalate again.
+
+        Raises:
+            InputInvalid: GRANT_NOT_LIVE or a bad field (recorded).
+        """
+        return await self._acts.revoke_grant(grant, operator=operator, reason=reason)
 
     async def apply(self, request: InboxRequest, proof: Proof) -> None:
         """Apply one verified inbox request (the inbox's poller calls it once per row).
@@ -581,8 +770,14 @@ class Kernel:
         source: events.RuleSource | None = None,
         base_version: int = 0,
         override: bool = False,
+        ns: str = "default",
+        input_event: str = "",
     ) -> Event:
-        """Propose a rule version as an operator; return the audited decision (RuleDecided)."""
+        """Propose a rule version as an operator; return the audited decision (RuleDecided).
+
+        ``ns`` is the rulebook namespace (a tenant); ``input_event`` the id of the input
+        that brought it (a webhook delivery): the promoter skips a second one from it.
+        """
         return await self._acts.propose_rule(
             rule,
             title=title,
@@ -593,6 +788,8 @@ class Kernel:
             source=source,
             base_version=base_version,
             override=override,
+            ns=ns,
+            input_event=input_event,
         )
 
     async def decide_rule(
@@ -608,14 +805,32 @@ class Kernel:
             proposal_seq, decision, operator=operator, reason=reason
         )
 
-    async def retract_rule(self, rule: str, *, operator: str, reason: str) -> Event:
-        """Take rule ``rule`` out of force (RuleRetracted, with who and why); its history stays.
+    async def retract_rule(
+        self, rule: str, *, operator: str, reason: str, ns: str = "default"
+    ) -> Event:
+        """Take rule ``rule`` of namespace ``ns`` out of force (RuleRetracted, with who and why);
+        its history stays.
 
         Raises:
-            RuleNotInForce: no version of the rule is in force.
+            RuleNotInForce: no version of the rule is in force in that namespace.
             InputInvalid: no operator or reason, or a field of the wrong type or size (recorded).
         """
-        return await self._acts.retract_rule(rule, operator=operator, reason=reason)
+        return await self._acts.retract_rule(rule, operator=operator, reason=reason, ns=ns)
+
+    async def collect_artifacts(
+        self, *, operator: str, reason: str, inbox_id: int | None = None, dry_run: bool = False
+    ) -> list[str]:
+        """Delete the artifacts nothing live references; return their references.
+
+        See :meth:`kernel.acts.OperatorActs.collect_artifacts` for what is kept.
+
+        Raises:
+            InputInvalid: no operator or reason (recorded).
+            ArtifactStoreError: the store cannot be used.
+        """
+        return await self._acts.collect_artifacts(
+            operator=operator, reason=reason, inbox_id=inbox_id, dry_run=dry_run
+        )
 
     # --- internals -----------------------------------------------------------------
 
@@ -626,3 +841,15 @@ class Kernel:
         """The token of the session this kernel opened last for ``agent_id``, if any."""
         session = self._sessions.get(agent_id)
         return session.token if session is not None else None
+
+
+def _usage(usage: Mapping[str, int] | None) -> dict[str, int]:
+    """Reported tokens by model, as the wall admits them (anything else counts as nothing)."""
+    admitted: dict[str, int] = {}
+    for model, tokens in (usage or {}).items():
+        try:
+            checked = wall.admit({"tokens": tokens, "model": model}, wall.UsageSpec)
+        except InputInvalid:
+            continue
+        admitted[checked.model] = admitted.get(checked.model, 0) + checked.tokens
+    return admitted

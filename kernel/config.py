@@ -11,6 +11,9 @@ keyword arguments; every field has a default that suits production, so
 
 from __future__ import annotations
 
+import ssl
+from collections.abc import Mapping, Sequence
+
 import msgspec
 from opentelemetry.sdk.trace import TracerProvider
 
@@ -19,9 +22,13 @@ from kernel.core.ports import Clock, IdSource
 from kernel.escalation import EscalationPolicy
 from kernel.guards import GUARD_TIMEOUT_S
 from kernel.journal.store import JournalFaults
+from kernel.policy.money import ModelPrice
+from kernel.proofs.signing import Signing
+from kernel.state.meaning import EmbeddingMatcher
 from kernel.state.rulebook import RuleSearch
 from kernel.state.snapshots import CHECKPOINT_EVERY
 from kernel.telemetry import Telemetry
+from kernel.webhooks import Webhook
 
 KEEP_FINISHED = 10_000
 
@@ -101,12 +108,16 @@ class Ports(msgspec.Struct, frozen=True, kw_only=True):
         jitter_seed: seeds the retry backoff jitter (None: OS randomness).
         rule_search: how rules relevant to a flow are found for its context (None:
             lexical search; a vector search plugs in through the same port).
+        meaning: an embedding matcher for memory constraints (kernel.state.meaning): a
+            proposal's text is scored against the constraints its words did not match,
+            and the scores are recorded before the verdict reads them (None: words only).
     """
 
     clock: Clock | None = None
     ids: IdSource | None = None
     jitter_seed: int | None = None
     rule_search: RuleSearch | None = None
+    meaning: EmbeddingMatcher | None = None
 
 
 class KernelConfig(msgspec.Struct, frozen=True, kw_only=True):
@@ -125,13 +136,37 @@ class KernelConfig(msgspec.Struct, frozen=True, kw_only=True):
             watchdog.
         retry: the retry policy of adapters without a ``retry_policy`` of their own
             (None: the engine's default).
-        bus: a NATS URL (``nats://127.0.0.1:4222``) where agents hosted in other processes
-            reach this kernel (kernel.mesh, ``pip install 'dirk[nats]'``); None: the
-            ``DIRK_BUS`` environment variable, else no bus.
+        bus: a NATS URL (``nats://127.0.0.1:4222``, or ``tls://...``) where agents hosted in
+            other processes reach this kernel (kernel.mesh, ``pip install 'dir-kernel[nats]'``);
+            None: the ``DIRK_BUS`` environment variable, else no bus.
+        bus_key: the kernel's key file on the bus (PEM, Ed25519, readable by its owner
+            only; ``python -m kernel.mesh.config key PATH``): the server knows the kernel
+            by its public half (docs/mesh.md). None: ``DIRK_BUS_KEY``, else no identity
+            (a server without users only).
+        bus_tls: the TLS context for the bus (trust its server's CA). None: a context
+            trusting the CA file ``DIRK_BUS_CA`` names, else the system's CAs for a
+            ``tls://`` URL.
+        prices: what a million tokens of each model cost (kernel.policy.money.ModelPrice), by
+            model name: the DIM turns the tokens an agent's reasoning reports
+            (``ctx.report_usage(tokens=..., model=...)``) into money (ReasoningCharged), spent
+            in the budgets that count reasoning. Empty: reasoning is not priced.
+        webhooks: where approval requests, reminders and outcomes are sent
+            (kernel.webhooks.Webhook); delivered beside the kernel, never in its way.
         keyring: the file of public keys whose holders may sign operator inbox requests
             (kernel.inbox.keyring; ``dirk operator add``); None: the ``DIRK_KEYRING``
             environment variable, else none, and every inbox row is refused. Kept outside
             the journal on purpose: whoever can write the journal cannot add a key.
+        artifacts: where the artifact store keeps documents' bytes (kernel.artifacts): a
+            SQLite file, a ``postgresql://`` URL or a directory (``dir:PATH``). None: beside
+            the journal (``X.artifacts.db`` next to ``X.db``; a table in a PostgreSQL
+            journal's database), opened the first time it is used.
+        subject_keys: the file of the per-subject keys that seal personal fields
+            (kernel.proofs.erasure); None: ``DIRK_SUBJECT_KEYS``, else ``<journal>.keys``
+            beside a SQLite journal. Only opened when a pack's kind has personal fields.
+            Keep it out of the journal's backups: restoring it brings erased data back.
+        signing: how the kernel signs checkpoints of its journal's Merkle tree with its
+            Ed25519 key, and where it publishes them (kernel.proofs.signing); None: a key
+            in ``DIRK_CHECKPOINT_KEY_FILE`` or ``DIRK_CHECKPOINT_KEY``, else no signing.
     """
 
     limits: Limits = Limits()
@@ -144,3 +179,10 @@ class KernelConfig(msgspec.Struct, frozen=True, kw_only=True):
     retry: RetryPolicy | None = None
     bus: str | None = None
     keyring: str | None = None
+    prices: Mapping[str, ModelPrice] = {}
+    webhooks: Sequence[Webhook] = ()
+    bus_key: str | None = None
+    bus_tls: ssl.SSLContext | None = None
+    artifacts: str | None = None
+    signing: Signing | None = None
+    subject_keys: str | None = None

@@ -2,12 +2,14 @@
 
 A :class:`~kernel.api.Kernel` is an async context manager, and entering it is
 :meth:`Lifetime.running`: it records ``KernelStarted`` with the head it found, ends
-the flows an earlier run left in an agent's mind, starts the supervised actors and
-the kernel's own tasks (operator inbox, the escalation desk's ticker, checkpoints,
-span export, the history check), resumes the executions an earlier run left
-unfinished, and runs the body. On the way out it stops the kernel (every caller and
-waiter is released), closes the mailboxes, records ``KernelStopped`` with why, and
-flushes the spans.
+the flows an earlier run left in an agent's mind, records the erasures done while no
+kernel ran and the checkpoint key, starts the supervised actors and the kernel's own
+tasks (operator inbox, the escalation desk's ticker, checkpoints, span export, the
+history check, webhooks, erasures, signed checkpoints), resumes the executions an
+earlier run left unfinished, and runs the body. On the way out it stops the kernel
+(every caller and waiter is released), closes the mailboxes, records the last
+erasures and ``KernelStopped`` with why, signs a checkpoint of the whole journal,
+flushes the spans and closes the artifact store.
 
 A task that fails stops the kernel: the supervisor past its restart intensity or on
 a journal failure, the history check on an edited journal, anything unhandled as
@@ -21,6 +23,7 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import anyio
@@ -35,6 +38,7 @@ from kernel.core.flow import FlowStatus
 from kernel.core.ports import Clock
 from kernel.core.reasons import ReasonCode, StopReason
 from kernel.core.wall import clip
+from kernel.documents import Artifacts
 from kernel.inbox import InboxRequest, Intake, Keyring, Proof
 from kernel.journal.store import (
     Journal,
@@ -45,6 +49,9 @@ from kernel.journal.store import (
 )
 from kernel.policy.contracts import Outcome, Verdict
 from kernel.policy.packs import PolicyCatalog
+from kernel.proofs.erasure import Sealer, record_erasures, run_erasures
+from kernel.proofs.publish import Publisher
+from kernel.proofs.signing import Signer, record_key, run_signing, sign_head
 from kernel.registry import KERNEL_VERSION
 from kernel.runtime.actors import (
     Mailbox,
@@ -57,9 +64,25 @@ from kernel.runtime.actors import (
 from kernel.runtime.messages import AgentMessage, Recover, Tick
 from kernel.state.projections import FOLD, Projections
 from kernel.telemetry import Telemetry
+from kernel.webhooks import Webhooks
 from kernel.wiring import Actors
 
 log = logging.getLogger("kernel.boot")
+
+
+@dataclass(frozen=True)
+class Checkpoints:
+    """Signed checkpoints of the journal's tree (kernel.proofs.signing), when configured.
+
+    Attributes:
+        signer: holds the checkpoint key and the origin it signs under.
+        publishers: where each signed checkpoint is published besides the journal.
+        every_s: the interval between checkpoints (None: only when the kernel stops).
+    """
+
+    signer: Signer
+    publishers: list[Publisher]
+    every_s: float | None = None
 
 
 class Lifetime:
@@ -79,6 +102,9 @@ class Lifetime:
         flows: what waits on commits; it is the journal's listener.
         hosts: the mailboxes of the agents hosted or routed, by id.
         apply: turns a verified inbox request into acts (``Kernel.apply``).
+        artifacts: the artifact store, closed when the kernel stops.
+        sealer: seals personal fields; its erasures are recorded (None: no kind has any).
+        checkpoints: signs checkpoints of the journal (None: not configured).
     """
 
     def __init__(
@@ -97,6 +123,9 @@ class Lifetime:
         flows: Flows,
         hosts: Mapping[str, Mailbox[AgentMessage]],
         apply: Callable[[InboxRequest, Proof], Awaitable[None]],
+        artifacts: Artifacts | None = None,
+        sealer: Sealer | None = None,
+        checkpoints: Checkpoints | None = None,
     ) -> None:
         self._journal = journal
         self._projections = projections
@@ -111,8 +140,20 @@ class Lifetime:
         self._flows = flows
         self._hosts = hosts
         self._apply = apply
+        self._artifacts = artifacts
+        self._sealer = sealer
+        self._checkpoints = checkpoints
+        self._intake: Intake | None = None
         self._effects: TaskGroup | None = None
         self._entered = False
+
+    def operator_keyring(self) -> Keyring | None:
+        """The operator keyring as last read (the roles a quorum counts come from it).
+
+        The inbox's poller reads the file again when it changes; without a poller,
+        the keyring read at open.
+        """
+        return self._intake.keyring if self._intake is not None else self._keyring
 
     def spawn_effect(self, fn: Any) -> None:
         """Run an adapter call (or a guard) on the kernel's effects task group."""
@@ -143,6 +184,11 @@ class Lifetime:
             telemetry.install(journal, self._mailbox_depths)
         await self._started()
         await self._abort_interrupted()
+        if self._sealer is not None:
+            # Erasures done while no kernel ran (``dirk erase`` never waits for one).
+            await record_erasures(journal, self._sealer.keys)
+        if self._checkpoints is not None:
+            await record_key(journal, self._checkpoints.signer)
         supervisor = Supervisor(
             self._actors.specs,
             append=journal.append,
@@ -206,11 +252,33 @@ class Lifetime:
                 self._keyring_path,
                 self._apply,
             )
+            self._intake = intake
             tg.start_soon(intake.run, self._clock, poll_s, name="operator-inbox")
             tg.start_soon(self._tick_desk, poll_s, name="desk-ticker")
+            if self._sealer is not None:
+                # On the inbox's cadence (and at open and close, always).
+                keys = self._sealer.keys
+                tg.start_soon(
+                    run_erasures, self._journal, keys, self._clock, poll_s, name="erasures"
+                )
         checkpointer = self._flows.checkpointer
         if checkpointer is not None:
             tg.start_soon(checkpointer.run, self._journal, name="checkpoints")
+        if self._config.webhooks:
+            # Beside the kernel, never in its way: they follow what commits.
+            hooks = Webhooks(self._config.webhooks, self._journal, self._projections, self._clock)
+            tg.start_soon(hooks.run, self._journal.head_seq + 1, name="webhooks")
+        signing = self._checkpoints
+        if signing is not None and signing.every_s is not None:
+            tg.start_soon(
+                run_signing,
+                self._journal,
+                signing.signer,
+                self._clock,
+                signing.every_s,
+                signing.publishers,
+                name="signed-checkpoints",
+            )
         if self._telemetry.enabled:
             tg.start_soon(self._export, exported, name="telemetry")
 
@@ -260,7 +328,7 @@ class Lifetime:
         await journal.append([Draft(payload=started)])
 
     async def _stopped(self, failure: KernelShutdown | None, exported: list[int]) -> None:
-        """Close the mailboxes, record why the kernel stopped, and flush the spans."""
+        """Close the mailboxes, record why the kernel stopped, sign, flush, close the store."""
         for mailbox in [
             *(spec.mailbox for spec in self._actors.specs),
             *self._hosts.values(),
@@ -269,6 +337,10 @@ class Lifetime:
             mailbox.close()
         journal = self._journal
         with anyio.CancelScope(shield=True):
+            if self._sealer is not None:
+                with contextlib.suppress(JournalClosed, JournalWriteFailed):
+                    await record_erasures(journal, self._sealer.keys)
+                self._sealer.keys.close()
             reason = failure.reason if failure else StopReason.KERNEL_CLOSED
             detail = failure.detail if failure else ""
             with contextlib.suppress(JournalClosed, JournalWriteFailed):
@@ -280,10 +352,25 @@ class Lifetime:
                     head_hash=journal.head_hash,
                 )
                 await journal.append([Draft(payload=stopped)])
+            if self._checkpoints is not None:
+                await self._sign_last(self._checkpoints)
             if self._telemetry.enabled:
                 # Spans of what committed after the exporter's last batch.
                 self._telemetry.emit(await journal.read(exported[0] + 1))
                 await anyio.to_thread.run_sync(self._telemetry.shutdown)
+            if self._artifacts is not None:
+                with contextlib.suppress(Exception):
+                    await self._artifacts.aclose()
+
+    async def _sign_last(self, checkpoints: Checkpoints) -> None:
+        """Sign a checkpoint of the whole journal as the kernel leaves it (KernelStopped in)."""
+        journal = self._journal
+        if journal.failed:
+            return
+        try:
+            await sign_head(journal, checkpoints.signer, checkpoints.publishers)
+        except JournalError as exc:
+            log.warning("the closing checkpoint was not signed: %s", exc.detail)
 
     def _mailbox_depths(self) -> dict[str, int]:
         """How many messages wait in each actor's mailbox and each agent host's."""

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import uuid
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -212,6 +212,8 @@ class Proposals:
         clock: the proposal's validity window starts now.
         ids: DFIDs of calls that name no key.
         token_of: the session token the kernel holds for an agent, or None.
+        prepare: what a proposal goes through before its verdict, once its flow is open
+            (``kernel.edge.Edge.prepare``: personal fields sealed, meaning scored).
         validity_s: how long a proposal stays valid (it is judged at once).
         kept: conversations kept in memory between calls (the least recent go first;
             one that goes forgets its governor's count, not its stop).
@@ -228,6 +230,7 @@ class Proposals:
         clock: Clock,
         ids: IdSource,
         token_of: Callable[[str], str | None],
+        prepare: Callable[[str, ProposalRecord], Awaitable[ProposalRecord]] | None = None,
         validity_s: float = 600.0,
         kept: int = 4096,
     ) -> None:
@@ -239,6 +242,7 @@ class Proposals:
         self._clock = clock
         self._ids = ids
         self._token_of = token_of
+        self._prepare = prepare
         self._validity_ns = int(validity_s * 1e9)
         self._kept = kept
         self._conversations: OrderedDict[str, _Conversation] = OrderedDict()
@@ -412,7 +416,9 @@ class Proposals:
             if isinstance(opened, Feedback):
                 return opened
             reply: Reply[Verdict] = Reply()
-            record = msgspec.structs.replace(record, context_ref=opened)
+            record = await self._prepared(
+                dfid, msgspec.structs.replace(record, context_ref=opened), invalid
+            )
             judge = Judge(
                 dfid=dfid, proposal=record, token=token, invalid=invalid, reply=reply, single=True
             )
@@ -462,6 +468,7 @@ class Proposals:
             return _Judged(dfid="", decision=decision)
         seen = conv.context_ref if conv is not None and conv.context_ref is not None else opened
         record, invalid = self._proposal(policy, explain, confidence, seen)
+        record = await self._prepared(dfid, record, invalid)
         streak = None
         if conv is not None:
             conv.opened = True
@@ -529,6 +536,14 @@ class Proposals:
             )
             return record, invalid
         return record, None
+
+    async def _prepared(
+        self, dfid: str, record: ProposalRecord, invalid: Feedback | None
+    ) -> ProposalRecord:
+        """Return the record as the DIM judges it: what the wall refused, as it is."""
+        if invalid is not None or self._prepare is None:
+            return record
+        return await self._prepare(dfid, record)
 
     def _count(self, conv: _Conversation, verdict: Verdict) -> None:
         """Count a verdict in its conversation's refusals in a row (the retry governor)."""

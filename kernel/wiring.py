@@ -13,8 +13,6 @@ from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 from kernel.adapters.contract import Adapter, CallPool
-from kernel.beliefs import BeliefsExecutor
-from kernel.beliefs._pack import NoTests
 from kernel.config import KernelConfig
 from kernel.context import ContextCompiler
 from kernel.core.ports import Clock, IdSource
@@ -22,8 +20,7 @@ from kernel.dim import IntegrityModule
 from kernel.escalation import EscalationDesk
 from kernel.execution import ExecutionEngine
 from kernel.guards import GuardRunner
-from kernel.hosting import AgentHost, Submit
-from kernel.memory import MemoryExecutor
+from kernel.hosting import AgentHost, Fetch, Submit
 from kernel.policy.packs import PolicyCatalog
 from kernel.registry import Registry
 from kernel.runtime.actors import ChildSpec, Mailbox
@@ -36,8 +33,7 @@ from kernel.runtime.messages import (
     GuardMessage,
     RegistryMessage,
 )
-from kernel.state.beliefs import BELIEFS_ADAPTER, TEST_ADAPTER
-from kernel.state.memory import MEMORY_ADAPTER
+from kernel.state.domain import ExecutorPorts, executor_factory
 from kernel.state.projections import Projections
 
 
@@ -57,6 +53,7 @@ class Actors:
         hosts: Mapping[str, Mailbox[AgentMessage]],
         submit: Submit,
         spawn_effect: Callable[[Any], None],
+        fetch: Fetch | None = None,
     ) -> None:
         limits = config.limits
         max_in_flight = limits.max_in_flight
@@ -75,17 +72,9 @@ class Actors:
         self.escalation: Mailbox[EscalationMessage] = Mailbox("escalation", capacity)
         self.execution: Mailbox[ExecutionMessage] = Mailbox("execution", capacity)
         self.guards: Mailbox[GuardMessage] = Mailbox("guards", capacity)
-        if MEMORY_ADAPTER in catalog.adapters_needed() and MEMORY_ADAPTER not in adapters:
-            # Built in: it hands memory events to the engine, rule proposals to the DIM.
-            adapters = {**adapters, MEMORY_ADAPTER: MemoryExecutor(projections, self.dim)}
-        needed = catalog.adapters_needed()
-        if BELIEFS_ADAPTER in needed and BELIEFS_ADAPTER not in adapters:
-            # Built in: it hands belief events to the engine (kernel.beliefs).
-            adapters = {**adapters, BELIEFS_ADAPTER: BeliefsExecutor(projections, clock)}
-        if TEST_ADAPTER in needed and TEST_ADAPTER not in adapters:
-            adapters = {**adapters, TEST_ADAPTER: NoTests()}
+        adapters = {**adapters, **_executors(projections, catalog, adapters, clock, self.dim)}
         self.adapters: Mapping[str, Adapter] = adapters
-        """The adapters by name, the built-in memory executor among them when needed."""
+        """The adapters by name, with the domains' executors the packs need and none gave."""
         self.agents = AgentHost(
             submit=submit,
             dim=self.dim,
@@ -94,6 +83,7 @@ class Actors:
             token_budget=limits.token_budget,
             reasoning_timeout_s=limits.reasoning_timeout_s,
             moving=projections.moving,
+            fetch=fetch,
         )
         # Adapter calls run on kept worker tasks (shared by every engine instance); a
         # flow has at most one call at a time, so this many never makes one wait.
@@ -121,6 +111,7 @@ class Actors:
                     self.escalation,
                     self.execution,
                     guards=self.guards,
+                    prices=config.prices,
                 ),
                 self.dim,
             ),
@@ -160,7 +151,26 @@ class Actors:
                     retry=config.retry,
                     escalation=self.escalation,
                     unsure=unsure,
+                    dim=self.dim,
                 ),
                 self.execution,
             ),
         ]
+
+
+def _executors(
+    projections: Projections,
+    catalog: PolicyCatalog,
+    given: Mapping[str, Adapter],
+    clock: Clock,
+    dim: Mailbox[DimMessage],
+) -> dict[str, Adapter]:
+    """Build the executors the domains provide for the adapters the packs need, unless given."""
+    needed = catalog.adapters_needed()
+    ports = ExecutorPorts(projections=projections, clock=clock, dim=dim, catalog=catalog)
+    built: dict[str, Adapter] = {}
+    for domain in projections.domains:
+        for name, entry in domain.executors().items():
+            if name in needed and name not in given:
+                built[name] = executor_factory(entry)(ports)
+    return built

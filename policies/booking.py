@@ -10,17 +10,30 @@ Money is integer minor units (cents). What it enforces on ``booking.reserve_room
   needs step-free access (``step_free`` in the request, or
   ``traveller.<id>.step_free`` in the state), the room must be accessible
   (CONSTRAINT_VIOLATION);
-- escalation: a total above 2,000.00, or a confidence below 0.7, goes to a human.
+- escalation: a total above 2,000.00, or a confidence below 0.7, goes to a human;
+- synonyms: "book", "reserve" and "reservation" are one word to memory constraints,
+  as are "accessibility" and "step-free access", "hotel" and "accommodation";
+- money: a stay costs its total in EUR, what budgets and a standing grant's money cap
+  count (``dirk grant add --kind booking.reserve_room --cap '5,000.00 EUR' ...``);
+- personal data: the guest's name is sealed under the traveller's key before it is
+  judged or recorded, readable by the hotel adapter only, erasable with ``dirk erase
+  --subject <traveller>`` (kernel.proofs.erasure); kept 30 days after its last use.
+
+0.2.0 added the synonyms, the money and the personal field; :mod:`policies.booking_0_1`
+keeps 0.1.0 verbatim for re-judging its journals.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from types import MappingProxyType
 from typing import ClassVar
 
 from kernel import ReasonCode
 from kernel.policy import (
     ALLOW,
     Consume,
+    Cost,
     LimitSpec,
     OneOf,
     PolicyKind,
@@ -41,8 +54,11 @@ class ReserveRoom(PolicyKind, tag="booking.reserve_room"):
 
     version: ClassVar[str] = "1.0"
     adapter: ClassVar[str] = "hotel"
+    personal: ClassVar[Mapping[str, str]] = MappingProxyType({"guest_name": "traveller"})
+    retention_s: ClassVar[float | None] = 30 * 86400.0
 
     traveller: str
+    """The traveller's id: a pseudonym the rules read (not personal data itself)."""
     hotel: str
     room_type: str
     nights: int
@@ -50,6 +66,8 @@ class ReserveRoom(PolicyKind, tag="booking.reserve_room"):
     guests: int = 1
     step_free: bool = False
     accessible: bool = False
+    guest_name: str = ""
+    """The name on the booking: personal, sealed, never read by a rule."""
 
 
 class CancelBooking(PolicyKind, tag="booking.cancel"):
@@ -94,9 +112,18 @@ def accessibility(view: View) -> RuleVerdict:
     return ALLOW
 
 
+SYNONYMS = (
+    ("book", "reserve", "reservation"),
+    ("accessibility", "step-free access", "step free access", "wheelchair access"),
+    ("hotel", "accommodation", "lodging"),
+)
+"""What a memory constraint learned on this desk reads as one thing (kernel.state.meaning):
+"verify accessibility before booking" governs a reservation for wheelchair access too."""
+
 BOOKING = PolicyPack(
     name="booking",
-    version="0.1.0",
+    version="0.2.0",
+    synonyms=SYNONYMS,
     kinds=(ReserveRoom, CancelBooking),
     escalate_below_confidence=0.7,
     invariants=(
@@ -111,7 +138,9 @@ BOOKING = PolicyPack(
         Consume(ReserveRoom, "budget:travel", total_cents),
     ),
     capacities={"rooms:*": 100, "budget:travel": 5_000_000},
-    thresholds=(Threshold(ReserveRoom, amount=total_cents, above=200_000),),
+    thresholds=(Threshold(ReserveRoom, amount=total_cents, above=200_000, currency="EUR"),),
     limits={"max_booking": LimitSpec(default=300_000, floor=0, ceiling=1_000_000)},
+    costs=(Cost(ReserveRoom, total_cents, "EUR"),),
 )
-"""The shipped booking pack."""
+"""The shipped booking pack: 0.1.0's kinds and rules, with the desk's synonyms, a stay's
+cost in EUR (for budgets and grants' money caps) and the guest's name sealed."""

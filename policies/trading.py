@@ -5,7 +5,8 @@ spelling per value: the DIM's schema layer rejects ``"1_0_0.00"``, ``" 100.00 "`
 or full-width digits as SCHEMA_INVALID before anything parses them, and the broker
 receives the string the DIM judged), quantities whole units; notionals are integer
 minor units (cents): no floats reach a hashed or validated field. 0.3.0 typed the
-prices; :mod:`policies.trading_0_2` keeps 0.2.0 for re-judging its journals.
+prices; :mod:`policies.trading_0_2` keeps 0.2.0 for re-judging its journals, and
+:mod:`policies.trading_0_3` 0.3.0 for its own.
 
 What it enforces on ``trading.place_order``, in the DIM's order:
 
@@ -16,7 +17,11 @@ What it enforces on ``trading.place_order``, in the DIM's order:
   ``market.<symbol>.price``;
 - rules: the order's notional under the agent's ``max_order_notional`` and the
   resulting position (``position.<symbol>`` in the state) under ``max_position``;
+- money (0.4.0): each order's notional counts against a rolling day's 1,000,000.00 USD
+  for the whole desk (BUDGET_EXHAUSTED past it), held while its flow is open and spent
+  when it closes;
 - escalation: a notional above 25,000.00, or a confidence below 0.6, goes to a human;
+  above 27,500.00 (0.4.0) two humans: a risk officer and a desk head;
 - soft guard: :func:`direction_mismatch` flags an order whose explanation argues
   the other way (NEEDS_REVIEW at 0.7), and blocks it as an emergency (GUARD_EMERGENCY)
   when it is all but certain (0.95).
@@ -32,7 +37,9 @@ from typing import Any, ClassVar, Literal
 from kernel import ProposalRecord
 from kernel.policy import (
     ALLOW,
+    Budget,
     Consume,
+    Cost,
     DecimalStr,
     Guard,
     GuardFinding,
@@ -40,6 +47,7 @@ from kernel.policy import (
     OneOf,
     PolicyKind,
     PolicyPack,
+    Quorum,
     Range,
     RuleVerdict,
     StateMatch,
@@ -162,9 +170,28 @@ def direction_mismatch(
     )
 
 
+DAILY_NOTIONAL = Budget(
+    name="daily-notional",
+    ceiling=100_000_000,
+    currency="USD",
+    per="desk",
+    window_s=86_400,
+)
+"""At most 1,000,000.00 USD of notional traded by the desk in any rolling day."""
+
+TWO_PERSON = Quorum(
+    required=2,
+    roles=("risk", "desk-head"),
+    kind=PlaceOrder,
+    amount=notional_minor,
+    above=2_750_000,
+    name="two-person rule above 27,500.00 USD",
+)
+"""An order above 27,500.00 USD that needs a human needs two: a risk officer and a desk head."""
+
 TRADING = PolicyPack(
     name="trading",
-    version="0.3.0",
+    version="0.4.0",
     kinds=(PlaceOrder, SetMandate),
     escalate_below_confidence=0.6,
     invariants=(
@@ -176,11 +203,14 @@ TRADING = PolicyPack(
     rules=(notional_limit, position_limit),
     consumes=(Consume(PlaceOrder, "cash:desk", cash_needed),),
     capacities={"cash:desk": 100_000_000},
-    thresholds=(Threshold(PlaceOrder, amount=notional_minor, above=2_500_000),),
+    thresholds=(Threshold(PlaceOrder, amount=notional_minor, above=2_500_000, currency="USD"),),
     limits={
         "max_order_notional": LimitSpec(default=5_000_000, floor=0, ceiling=20_000_000),
         "max_position": LimitSpec(default=10_000, floor=0, ceiling=50_000),
     },
     guards=(Guard(PlaceOrder, direction_mismatch, flag_above=0.7, emergency_above=0.95),),
+    costs=(Cost(PlaceOrder, notional_minor, "USD"),),
+    budgets=(DAILY_NOTIONAL,),
+    quorums=(TWO_PERSON,),
 )
-"""The shipped trading pack."""
+"""The shipped trading pack (0.4.0: 0.3.0 with a daily notional budget and a two-person rule)."""

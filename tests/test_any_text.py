@@ -96,7 +96,7 @@ async def desk(path: Path) -> AsyncIterator[tuple[Kernel, Scene]]:
         await kernel.register(ScriptedAgent(steps=[transfer(confidence=0.2, valid_for_s=600)]))
         [escalated] = await kernel.trigger("bank.invoice")
         assert (await kernel.wait_flow(escalated)).status is FlowStatus.ESCALATED
-        await kernel.register(trader())  # type: ignore[no-untyped-call]
+        await kernel.register(trader())
         # An agent thinking about a flow: the token and the DFID a submission names.
         thinking = ScriptedAgent(
             "other", hold=anyio.Event(), capabilities=["test.note"], subscriptions=["hold"]

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -18,7 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from benchmarks.__main__ import main
-from benchmarks.peer_rounds import PEERS, PeerRounds, PeerSeries, peer_figures, run_peer
+from benchmarks.peer_rounds import PEERS, Peer, PeerRounds, PeerSeries, peer_figures, run_peer
 from benchmarks.peers import LIMIT, valid
 
 rates = st.floats(min_value=0.01, max_value=1e6, allow_nan=False, allow_infinity=False)
@@ -29,7 +30,9 @@ rates = st.floats(min_value=0.01, max_value=1e6, allow_nan=False, allow_infinity
     st.sampled_from(PEERS),
     st.lists(st.tuples(rates, rates), min_size=1, max_size=7),
 )
-def test_the_ratio_pairs_p1_and_the_peer_within_each_round(peer, rounds) -> None:
+def test_the_ratio_pairs_p1_and_the_peer_within_each_round(
+    peer: Peer, rounds: list[tuple[float, float]]
+) -> None:
     series = PeerSeries(peer)
     for p1, per_s in rounds:
         series.p1.append(p1)
@@ -109,13 +112,14 @@ def test_the_toolkit_policy_is_the_shared_rule(quantity: int) -> None:
 def test_a_dev_server_that_exits_at_once_is_unavailable_with_what_it_said(tmp_path: Path) -> None:
     pytest.importorskip("temporalio", reason="the bench extra is not installed")
     from benchmarks.peer_temporal import _wait_listening
-    from benchmarks.peers import Unavailable
+    from benchmarks.report import Unavailable
 
     (tmp_path / "temporal.log").write_text("fatal: cannot open the database\n")
     argv = [sys.executable, "-c", "print('no sqlite here')"]
+    readers: list[threading.Thread] = []
     with subprocess.Popen(argv, stdout=subprocess.PIPE) as proc:
         with pytest.raises(Unavailable, match=r"did not start.*no sqlite here.*cannot open"):
-            _wait_listening(proc, 1, tmp_path / "temporal.log", readers := [])
+            _wait_listening(proc, 1, tmp_path / "temporal.log", readers)
         (reader,) = readers
         reader.join(timeout=10)
         assert not reader.is_alive()  # the output ended with the process

@@ -18,8 +18,8 @@ from benchmarks.peers import installed
 from benchmarks.report import Figure, table
 from benchmarks.storage import measure_file, run_storage
 from examples.market import MIN_MINUTES
-from kernel.audit import open_journal
-from kernel.core.events import Draft, TriggerFired
+from kernel.audit import open_journal, payloads
+from kernel.core.events import Draft, ProposalSubmitted, TriggerFired
 
 
 def test_a_missing_peer_is_named_with_how_to_install_it() -> None:
@@ -85,7 +85,65 @@ async def test_p6_measures_the_shipped_trading_desk(tmp_path: Path) -> None:
     path = tmp_path / "desk.db"
     run = await run_storage(path, MIN_MINUTES)
     async with open_journal(path, readonly=True) as journal:
-        kinds = {e.payload.proposal.kind for e in await journal.read(types=["ProposalSubmitted"])}
+        submitted = await journal.read(types=["ProposalSubmitted"])
+        kinds = {p.proposal.kind for p in payloads(submitted, ProposalSubmitted)}
         assert run.events == journal.head_seq
     assert {"trading.place_order", "trading.set_mandate", "desk.rebalance"} <= kinds
     assert run.bytes_per_event == path.stat().st_size / run.events
+
+
+def test_every_goal_of_issue_35_is_printed_met_missed_skipped_or_not_run() -> None:
+    from benchmarks.__main__ import ISSUE_GOALS, goals
+
+    figures = [
+        Figure("P1", "flows", "flows/s", [7_500.0], goal=7_000.0),
+        Figure("C1", "cpu", "us", [200.0], goal=130.0, lower_is_better=True),
+        Figure("P13", "P13 mesh: skipped: nats-server is not installed", "", skipped=True),
+        Figure("P9.dbos", "dbos: skipped: dbos not installed", "", skipped=True),
+    ]
+    text = goals(figures)
+    lines = text.splitlines()[1:]
+    assert len(lines) == len(ISSUE_GOALS)
+    assert "met: 7,500 flows/s, 1.07x the goal" in lines[0]
+    assert "MISSED: 200 us, 1.54x the goal" in lines[2]
+    by_goal = {goal: line for (_, goal), line in zip(ISSUE_GOALS, lines, strict=True)}
+    assert "skipped (P13 mesh" in by_goal["4 mesh hosts >= 3.5x 1 host, 50 ms agents"]
+    assert "skipped (dbos" in by_goal["R9 >= 25x DBOS"]
+    assert "not measured in this run" in by_goal["P6 <= 200 bytes/event"]
+
+
+async def test_a_p1_run_splits_its_cpu_by_thread_and_counts_its_io(tmp_path: Path) -> None:
+    from benchmarks.flows import run_flows
+
+    run = await run_flows(tmp_path / "p1.db", 40)
+    assert run.threads is not None and "event loop" in run.threads
+    assert "journal writer (worker threads)" in run.threads
+    assert all(seconds >= 0.0 for seconds in run.threads.values())
+    assert run.io is not None and run.io["wchar"] > 0  # the journal was written
+    with sqlite3.connect(tmp_path / "p1.db") as db:
+        dfids = [d for (d,) in db.execute("SELECT dfid FROM events WHERE dfid != '' ORDER BY seq")]
+    # The benchmark's flows get time-ordered ids: their first appearance is in id order.
+    first_seen = list(dict.fromkeys(dfids))
+    assert first_seen and all(d[14] == "7" for d in first_seen)
+
+
+def test_the_library_split_reads_a_native_py_spy_profile() -> None:
+    from benchmarks.profile import by_library
+
+    wait = "PyThread_acquire_lock_timed (libpython3.11.so);0x7f (libc.so.6)"
+    lines = [
+        "thread (1): MainThread;_run_once (asyncio/base_events.py:1922);seal (kernel/x.py:1) 5",
+        "thread (1);_run_once (asyncio/base_events.py:1922);json_encode_str (msgspec/_core.so) 2",
+        "thread (2): AnyIO worker thread;append (kernel/journal/_sqlite.py:1);"
+        "ZSTD_compressBlock (zstd.c:1) 3",
+        "thread (2): AnyIO worker thread;append (kernel/journal/_sqlite.py:2);"
+        "sqlite3WalFrames (libsqlite3.so);fdatasync (libc.so.6) 4",
+        f"thread (2): AnyIO worker thread;Condition.wait (threading.py:327);{wait} 50",
+    ]
+    found = by_library(lines)
+    assert found == {
+        ("event loop", "kernel (Python)"): 5,
+        ("event loop", "msgspec"): 2,  # an unnamed header is the same thread by its id
+        ("journal writer (worker threads)", "compression (zstd, zlib)"): 3,
+        ("journal writer (worker threads)", "file I/O syscalls"): 4,
+    }  # the 50 idle samples are left out

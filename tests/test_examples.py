@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import sqlite3
 import subprocess
 import sys
 import uuid
@@ -20,11 +22,13 @@ import anyio
 import msgspec
 import pytest
 
-from examples import booking, trading
+from examples import booking, coding, trading
 from examples.market import plan_day
 from examples.summary import read_events
 from kernel.audit import Event, Projections, fold, open_journal, whatif
+from kernel.cli import main as cli_main
 from kernel.core.events import ConstraintAdded, digest
+from kernel.policy import parse_money
 from kernel.telemetry import spans_for_events
 from tests.support import SUPPORT
 
@@ -149,6 +153,16 @@ def test_a_trading_day_shows_every_part_of_the_kernel(tmp_path, capsys, seed):
     ]
     assert blocked and all(fold(events).flows[d].status == "CLOSED" for d in blocked)
 
+    # Money: every executed order spent its notional in the desk's rolling day.
+    [(budget, used)] = summary["budget_used"].items()
+    assert budget == "daily-notional (desk)" and used.endswith(" USD")
+    spent = sum(
+        e.payload.amount
+        for e in of_type(events, "ResourceReleased")
+        if e.payload.pool.startswith("money:") and e.payload.reason == "CLOSED"
+    )
+    assert parse_money(used) == (spent, "USD")
+
     # Child flows of the mandate; the broker's effects happened once per key.
     flows = fold(events).flows
     mandate = next(f for f in flows.values() if f.proposal and f.proposal.kind.endswith("mandate"))
@@ -237,6 +251,17 @@ def test_the_booking_story_is_in_the_journal(tmp_path, capsys):
     assert codes["RISK_LIMIT_EXCEEDED"] >= 1 and codes["APPROVAL_REQUIRED"] >= 1
     assert [e.payload.decision for e in of_type(events, "HumanDecided")] == ["approve"]
 
+    # dee's week was granted in advance: her suite, above the threshold, asked no human.
+    [issued] = of_type(events, "GrantIssued")
+    [used] = of_type(events, "GrantUsed")
+    assert used.payload.grant == issued.payload.grant and used.payload.uses == 1
+    assert used.payload.escalation == "APPROVAL_REQUIRED"
+    assert (used.payload.amount, used.payload.currency) == (300_000, "EUR")
+    dee = fold(events).flows[used.dfid or ""]
+    assert dee.proposal is not None and dee.proposal.params["traveller"] == "dee"
+    assert dee.status == "CLOSED"
+    assert summary["grant_uses"] == {issued.payload.grant: "1 of 3 (LIVE)"}
+
     # The counterfactual: had the lesson been in force from the start, the first
     # booking would have been refused; and replaying it wrote nothing.
     replay = anyio.run(counterfactual, db)
@@ -267,20 +292,117 @@ async def counterfactual(db: Path) -> Any:
     return replay
 
 
+def test_the_booking_agent_reads_the_hotels_statement_from_the_artifact_store(
+    tmp_path: Path, capsys: Any
+) -> None:
+    db = tmp_path / "travel.db"
+    run_example(booking, db, "--seed", "1", capsys=capsys)
+    events = read_events_of(db)
+    [stored] = [e.payload for e in events if type(e.payload).__name__ == "ArtifactStored"]
+    assert stored.size == len(booking.STATEMENT.encode()) > 2048  # type: ignore[union-attr]
+    # The agent fetched it (only a context naming it lets it) and booked the room it names.
+    explains = [
+        e.payload.proposal.explain  # type: ignore[union-attr]
+        for e in events
+        if type(e.payload).__name__ == "ProposalSubmitted"
+    ]
+    assert any("Room 12 (accessible category): step-free" in x for x in explains)
+    # The journal holds the reference, never the bytes.
+    raw = sqlite3.connect(db).execute("SELECT body FROM events").fetchall()
+    assert not any(b"roll-in shower" in bytes(body) for (body,) in raw)
+
+
 def test_the_same_booking_seed_gives_the_same_summary(tmp_path, capsys):
     first = run_example(booking, tmp_path / "a.db", "--seed", "5", capsys=capsys)
     second = run_example(booking, tmp_path / "b.db", "--seed", "5", capsys=capsys)
     assert without_paths(first) == without_paths(second)
 
 
-@pytest.mark.parametrize("example", ["trading", "booking"])
+def needs_git() -> None:
+    """The coding example works a real git repository: skip without git (fail under CI)."""
+    if shutil.which("git") is None:
+        if os.environ.get("CI"):
+            pytest.fail("git is not installed (CI=true: every example must run)")
+        pytest.skip("git is not installed: the coding example works a real repository")
+
+
+def test_the_coding_story_is_in_the_journal_and_the_repository(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    needs_git()
+    db = tmp_path / "coding.db"
+    summary = run_example(coding, db, capsys=capsys)
+    events = read_events_of(db)
+    # Every refusal the story is made of, each recorded with its reason code.
+    assert {
+        "CONSTRAINT_VIOLATION",  # a claim before its dependency; a done task patched
+        "RESOURCE_CONTENTION",  # a claimed task claimed again; a file of an open task
+        "UNAUTHORIZED",  # a path outside the agent's contract
+        "STALE_CONTEXT",  # a diff made against an older version of the file
+        "VERIFICATION_REQUIRED",  # completed before its tests passed
+    } <= {str(e.payload.feedback.reason_code) for e in of_type(events, "ProposalRejected")}
+    runs = [
+        e.payload.detail["passed"]
+        for e in of_type(events, "ExecutionSucceeded")
+        if "passed" in e.payload.detail
+    ]
+    assert False in runs and runs[-1] is True  # a test run failed, and was fixed
+    roadmap = fold(events).snapshot()["roadmap"]
+    assert {t: task["state"] for t, task in roadmap["tasks"].items()} == dict.fromkeys(
+        ["T-1", "T-2", "T-3", "T-4", "T-1.fix1"], "done"
+    )
+    assert roadmap["tasks"]["T-1"]["issues"][0]["hotfix"] == "T-1.fix1"
+    assert summary["roadmap_hash"] == digest(roadmap) and summary["verified"] is True
+    # One commit per recorded patch, named by its key; the repository is clean.
+    repo = tmp_path / "coding.repo"
+    log = subprocess.run(
+        ["git", "log", "--format=%H %(trailers:key=Dirk-Key,valueonly,separator=)"],
+        cwd=repo, capture_output=True, text=True, check=True,
+    ).stdout.split("\n")  # fmt: skip
+    committed = dict(line.split(" ", 1)[::-1] for line in log if line.strip(" ").count(" "))
+    patched = {
+        e.payload.key: e.payload.external_id
+        for e in of_type(events, "ExecutionSucceeded")
+        if "files" in e.payload.detail
+    }
+    assert committed == patched and len(patched) == 5
+
+
+def test_the_same_coding_seed_gives_the_same_journal_roadmap_and_commits(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The commits are built with the clock's time: the same seed, the very same history."""
+    needs_git()
+    first = run_example(coding, tmp_path / "a.db", capsys=capsys)
+    second = run_example(coding, tmp_path / "b.db", capsys=capsys)
+    assert without_paths(first) == without_paths(second)
+    heads = [
+        subprocess.run(
+            ["git", "rev-parse", "HEAD"],
+            cwd=tmp_path / f"{name}.repo",
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        for name in ("a", "b")
+    ]
+    assert heads[0] == heads[1] and len(heads[0].strip()) == 40
+
+
+@pytest.mark.parametrize("example", ["trading", "booking", "coding"])
 def test_dirk_verify_passes_on_the_example_journals(tmp_path, example):
+    if example == "coding":
+        needs_git()
     db = tmp_path / f"{example}.db"
     args = ["--minutes", MINUTES] if example == "trading" else []
     run = [sys.executable, "-m", f"examples.{example}", "--seed", "1", "--db", str(db), *args]
     subprocess.run(run, check=True, capture_output=True, timeout=120)
     # The chain, the projections, and every verdict judged again by the example's packs.
-    packs = {"trading": ["policies.trading", "examples.desk"], "booking": ["policies.booking"]}
+    packs = {
+        "trading": ["policies.trading", "examples.desk"],
+        "booking": ["policies.booking"],
+        "coding": ["policies.esaa"],
+    }
     verdicts = [arg for pack in packs[example] for arg in ("--pack", pack)]
     verify = subprocess.run(
         [sys.executable, "-m", "kernel", "verify", "--db", str(db), "--verdicts", *verdicts],
@@ -366,3 +488,16 @@ def test_each_framework_example_books_its_rooms_under_the_kernel(
     assert codes["APPROVAL_REQUIRED"] == 1
     [created] = [e for e in of_type(events, "FlowCreated") if e.payload.tool_call_id == "call_3"]  # type: ignore[union-attr]
     assert created.payload.conversation_id == "trip-42"  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("example", ["trading", "booking"])
+def test_the_examples_sign_their_journal_and_say_so(tmp_path, capsys, example):
+    module = {"trading": trading, "booking": booking}[example]
+    args = ("--seed", "2", "--minutes", MINUTES) if example == "trading" else ("--seed", "2")
+    db = tmp_path / f"{example}.db"
+    summary = run_example(module, db, *args, capsys=capsys)
+    assert summary["checkpoints"] == f"signed; the latest covers all {summary['events']} events"
+    public = tmp_path / f"{example}.checkpoint.pub"
+    assert f"--public-key {public}" in summary["verify"]
+    assert oct((tmp_path / f"{example}.checkpoint.pem").stat().st_mode)[-3:] == "600"
+    assert cli_main(["verify", "--db", str(db), "--public-key", str(public)]) == 0

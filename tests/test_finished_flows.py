@@ -6,14 +6,16 @@ request naming a flow it forgot must be answered from the record as before.
 
 from __future__ import annotations
 
-from kernel import FlowStatus, Outcome
+from pathlib import Path
+
+from kernel import FlowStatus, Kernel, Outcome
 from kernel.audit import fold
 from kernel.core.reasons import ReasonCode
 from kernel.testing import action_of, flow_types
 from tests.support.helpers import Bank, ScriptedAgent, kernel_for, transfer
 
 
-async def close_flows(kernel, count: int) -> list[str]:
+async def close_flows(kernel: Kernel, count: int) -> list[str]:
     """Trigger ``count`` flows one after the other and let each close."""
     dfids = []
     for _ in range(count):
@@ -23,7 +25,7 @@ async def close_flows(kernel, count: int) -> list[str]:
     return dfids
 
 
-async def test_only_the_latest_finished_flows_stay_in_memory(tmp_path):
+async def test_only_the_latest_finished_flows_stay_in_memory(tmp_path: Path) -> None:
     async with kernel_for(tmp_path / "j.db", keep_finished=2) as kernel:
         await kernel.register(ScriptedAgent())
         dfids = await close_flows(kernel, 5)
@@ -38,7 +40,9 @@ async def test_only_the_latest_finished_flows_stay_in_memory(tmp_path):
         assert await kernel.wait_flow(dfids[0]) == folded.flows[dfids[0]]
 
 
-async def test_a_repeated_submission_on_a_forgotten_flow_is_answered_from_the_record(tmp_path):
+async def test_a_repeated_submission_on_a_forgotten_flow_is_answered_from_the_record(
+    tmp_path: Path,
+) -> None:
     bank = Bank()
     async with kernel_for(tmp_path / "j.db", bank=bank, keep_finished=0) as kernel:
         agent = ScriptedAgent()
@@ -47,7 +51,9 @@ async def test_a_repeated_submission_on_a_forgotten_flow_is_answered_from_the_re
         assert kernel.flow(first) is None and kernel.projections.flows == {}
         closed = fold(await kernel.journal.flow_events(first)).flows[first]
 
-        again = await kernel.submit(session.token, first, transfer()(agent.contexts[0]))
+        proposal = transfer()(agent.contexts[0])
+        assert proposal is not None
+        again = await kernel.submit(session.token, first, proposal)
         assert again.outcome is Outcome.DUPLICATE
         assert again.external_id == closed.external_id
         assert len(bank.calls) == 2  # one effect per flow, none for the repeat
@@ -67,7 +73,7 @@ async def test_a_repeated_submission_on_a_forgotten_flow_is_answered_from_the_re
         assert folded.finished == {FlowStatus.CLOSED: 2}
 
 
-async def test_reopening_keeps_the_counts_and_the_rolling_hash(tmp_path):
+async def test_reopening_keeps_the_counts_and_the_rolling_hash(tmp_path: Path) -> None:
     path = tmp_path / "j.db"
     async with kernel_for(path, checkpoint_every=5, keep_finished=1) as kernel:
         await kernel.register(ScriptedAgent())

@@ -1,4 +1,4 @@
-"""Only the library is installed: examples and benchmarks run from the checkout."""
+"""The library and its examples are installed; benchmarks and tests run from the checkout."""
 
 from __future__ import annotations
 
@@ -15,12 +15,12 @@ def python_in(cwd: Path, code: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_the_library_imports_from_anywhere(tmp_path):
+def test_the_library_imports_from_anywhere(tmp_path: Path) -> None:
     ran = python_in(tmp_path, "import kernel, kernel.testing, agents_sdk, policies.trading")
     assert ran.returncode == 0, ran.stderr
 
 
-def test_examples_and_benchmarks_are_not_installed(tmp_path):
-    for name in ("examples", "benchmarks", "tests"):
+def test_benchmarks_and_tests_are_not_installed(tmp_path: Path) -> None:
+    for name in ("benchmarks", "tests"):
         ran = python_in(tmp_path, f"import {name}")
         assert ran.returncode == 1 and f"No module named '{name}'" in ran.stderr, name

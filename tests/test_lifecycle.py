@@ -10,7 +10,15 @@ from pathlib import Path
 
 import pytest
 
-from kernel import FlowStatus, Kernel, KernelConfig, KernelShutdown, StopReason
+from kernel import (
+    FlowStatus,
+    Kernel,
+    KernelConfig,
+    KernelShutdown,
+    Outcome,
+    StopReason,
+    SystemClock,
+)
 from kernel.audit import open_journal
 from kernel.config import Ports
 from kernel.core import events as ev
@@ -18,8 +26,10 @@ from kernel.journal.store import Journal
 from kernel.policy.packs import PolicyCatalog
 from kernel.state.projections import Projections
 from kernel.state.snapshots import restore
-from kernel.testing import ManualClock, SeededIds
+from kernel.testing import ManualClock, SeededIds, action_of
+from tests.support.approvals_domain import TWO_ROLES, pack, pay_kernel, sender
 from tests.support.helpers import PACK, Bank, ScriptedAgent
+from tests.support.operators import Keys, add
 
 
 def built(journal: Journal, projections: Projections, bank: Bank) -> Kernel:
@@ -94,3 +104,39 @@ async def test_open_kernel_is_restore_construct_enter(tmp_path: Path) -> None:
     ) as kernel:
         assert isinstance(kernel, Kernel) and kernel.stopped is None
     assert kernel.stopped is not None
+
+
+@pytest.mark.parametrize("poll_s", [None, 0.05], ids=["no-poller", "poller"])
+async def test_the_embedding_codes_approval_counts_the_roles_the_keyring_gives(
+    tmp_path: Path, poll_s: float | None
+) -> None:
+    # The keyring is read at open (boot) and, with a poller, again as its file changes
+    # (the Lifetime's intake): either way Kernel.decide without roles counts its roles.
+    keys = Keys(keyring=tmp_path / "keyring", keys=tmp_path / "private")
+    keys.keys.mkdir()
+    add(keys, "ana", roles=["risk"])
+    add(keys, "cy", roles=["desk-head"])
+    async with pay_kernel(
+        tmp_path / "j.db",
+        [pack(quorums=(TWO_ROLES,))],
+        clock=SystemClock(),
+        keyring=str(keys.keyring),
+        inbox_poll_s=poll_s,
+    ) as kernel:
+        await kernel.register(sender())
+        [dfid] = await kernel.trigger("pay.250000")
+        await kernel.wait_flow(dfid)
+        action = action_of(kernel, dfid)
+        first = await kernel.decide(
+            dfid, "approve", operator="ana", reason="risk ok", action_hash=action
+        )
+        assert first.outcome is Outcome.ESCALATED
+        assert first.feedback is not None and "waiting for a desk-head" in first.feedback.detail
+        await kernel.decide(dfid, "approve", operator="cy", reason="head ok", action_hash=action)
+        assert (await kernel.wait_flow(dfid)).status is FlowStatus.CLOSED
+        voted = [
+            e.payload.roles
+            for e in await kernel.journal.read(types=["ApprovalVoted"])
+            if isinstance(e.payload, ev.ApprovalVoted)
+        ]
+    assert voted == [["risk"], ["desk-head"]]

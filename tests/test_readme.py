@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
+from typing import Any
+
+import pytest
 
 from tests.support import ROOT
 
@@ -13,16 +17,18 @@ def python_blocks() -> list[str]:
     return re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)
 
 
-async def test_the_embedding_example_runs(tmp_path, capsys):
+async def test_the_embedding_example_runs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     [example] = python_blocks()
     assert example.rstrip().endswith("anyio.run(main)")
-    namespace: dict[str, object] = {"__name__": "readme_example"}
+    namespace: dict[str, Any] = {"__name__": "readme_example"}
     exec(compile(example.rstrip().removesuffix("anyio.run(main)"), "README.md", "exec"), namespace)
     await namespace["main"](str(tmp_path / "desk.db"))
     assert capsys.readouterr().out.startswith("CLOSED order-")
 
 
-def test_the_readme_opens_with_the_two_commands():
+def test_the_readme_opens_with_the_two_commands() -> None:
     text = README.read_text()
     commands = re.findall(r"```sh\n(.*?)```", text, flags=re.S)
     assert "pip install -e '.[test]'" in commands[0] and "python -m examples.trading" in commands[0]

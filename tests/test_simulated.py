@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from kernel import FlowStatus, SystemClock
-from kernel.adapters import AdapterError, ExecutionIntent, idempotency_key
+from kernel.adapters import AdapterError, ExecutionIntent, Receipt, idempotency_key
 from kernel.testing import Faults, SimulatedSystem
 from tests.support.helpers import ScriptedAgent, kernel_for
 
@@ -15,14 +17,14 @@ def intent(n: int) -> ExecutionIntent:
     return ExecutionIntent(key=key, kind="test.transfer", adapter="bank", params={"n": n})
 
 
-async def call(system: SimulatedSystem, it: ExecutionIntent):
+async def call(system: SimulatedSystem, it: ExecutionIntent) -> Receipt | AdapterError:
     try:
         return await system.execute(it)
     except AdapterError as exc:
         return exc
 
 
-async def test_the_ledger_is_durable_and_answers_lookups(tmp_path):
+async def test_the_ledger_is_durable_and_answers_lookups(tmp_path: Path) -> None:
     system = SimulatedSystem(tmp_path / "bank.db", dedupe=False)
     receipt = await system.execute(intent(1))
     system.close()
@@ -32,7 +34,9 @@ async def test_the_ledger_is_durable_and_answers_lookups(tmp_path):
     reopened.close()
 
 
-async def test_a_deduplicating_system_has_one_effect_per_key_whatever_it_is_sent(tmp_path):
+async def test_a_deduplicating_system_has_one_effect_per_key_whatever_it_is_sent(
+    tmp_path: Path,
+) -> None:
     faults = Faults(duplicate=0.5, lost_answer=0.5)
     system = SimulatedSystem(tmp_path / "bank.db", seed=3, faults=faults)
     for _ in range(5):
@@ -44,7 +48,7 @@ async def test_a_deduplicating_system_has_one_effect_per_key_whatever_it_is_sent
     system.close()
 
 
-async def test_misbehaviour_is_a_function_of_the_seed(tmp_path):
+async def test_misbehaviour_is_a_function_of_the_seed(tmp_path: Path) -> None:
     faults = Faults(transient=0.3, lost_answer=0.3, terminal=0.1)
     outcomes = []
     for run in range(2):
@@ -55,7 +59,7 @@ async def test_misbehaviour_is_a_function_of_the_seed(tmp_path):
     assert {"Receipt", "AdapterError"} <= set(outcomes[0])
 
 
-async def test_terminal_refusals_are_per_key_and_leave_no_effect(tmp_path):
+async def test_terminal_refusals_are_per_key_and_leave_no_effect(tmp_path: Path) -> None:
     system = SimulatedSystem(tmp_path / "bank.db", seed=5, faults=Faults(terminal=0.5))
     refused = [n for n in range(20) if isinstance(await call(system, intent(n)), AdapterError)]
     assert refused
@@ -67,7 +71,9 @@ async def test_terminal_refusals_are_per_key_and_leave_no_effect(tmp_path):
 
 
 @pytest.mark.parametrize("dedupe", [True, False], ids=["dedupe", "lookup"])
-async def test_through_the_kernel_every_closed_flow_has_exactly_one_effect(tmp_path, dedupe):
+async def test_through_the_kernel_every_closed_flow_has_exactly_one_effect(
+    tmp_path: Path, dedupe: bool
+) -> None:
     faults = Faults(transient=0.2, lost_answer=0.2, duplicate=0.2)
     system = SimulatedSystem(tmp_path / "bank.db", seed=2, faults=faults, dedupe=dedupe)
     async with kernel_for(tmp_path / "j.db", bank=system, clock=SystemClock()) as kernel:

@@ -4,7 +4,7 @@ import kernel
 import kernel.testing
 
 
-def test_testing_exports():
+def test_testing_exports() -> None:
     assert sorted(kernel.testing.__all__) == sorted(
         [
             "AdapterContract",
@@ -25,7 +25,7 @@ def test_testing_exports():
         assert getattr(kernel.testing, name) is not None
 
 
-def test_reexports_are_the_kernels_own():
+def test_reexports_are_the_kernels_own() -> None:
     """The clock, ids and journal faults are the very classes the kernel takes, not copies."""
     from kernel.core.ports import ManualClock, SeededIds
     from kernel.journal.store import JournalFaults

@@ -7,6 +7,10 @@ the scripted LLM port; one artifact directory per (system, seed) under ``--out``
 (a fresh temporary directory by default). The pass rule (the governed system
 against raw-log retrieval: >= 10% relative gain on >= 3 policy metrics, <= 3
 points of task success lost) is printed as met or NOT met, with its numbers.
+
+Then the reactivation arm (examples/beliefs/reactivation.py): 2 x ``--per-family``
+pairs of tasks per seed, a second task answering from what the first one promoted,
+reactivated into its context; its table counts right, misled and abstained answers.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from pathlib import Path
 import anyio
 
 from examples.beliefs.metrics import ALL_METRICS, LOWER_IS_BETTER, POLICY_METRICS, decimal
+from examples.beliefs.reactivation import run_arm, tally
 from examples.beliefs.scenarios import FAMILIES
 from examples.beliefs.study import BASELINE, SYSTEMS, Study, run_study
 
@@ -75,6 +80,20 @@ def families(study: Study) -> None:
     Console(width=200).print(t)
 
 
+def reactivation_table(counts: dict[str, dict[str, int]], seeds: int) -> None:
+    """Print the reactivation arm's answers per reader (all seeds pooled)."""
+    from rich import box
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table(title=f"Reactivation arm, {seeds} seeds: task 2's answers", box=box.SIMPLE_HEAD)
+    for column in ("reader", "right ^", "misled v", "abstained"):
+        t.add_column(column, justify="left" if column == "reader" else "right")
+    for arm, c in counts.items():
+        t.add_row(arm, str(c["right"]), str(c["misled"]), str(c["abstained"]))
+    Console(width=200).print(t)
+
+
 def verdicts(study: Study) -> list[str]:
     """One line per compared system: the pass rule met or NOT met, with its numbers."""
     lines = []
@@ -121,6 +140,11 @@ def main(argv: list[str] | None = None) -> int:
     families(study)
     for line in verdicts(study):
         print(line)
+    rows = anyio.run(run_arm, seeds, 2 * args.per_family, out / "reactivation")
+    counts = tally(rows)
+    lines = "".join(json.dumps(row, sort_keys=True) + "\n" for row in rows)
+    (out / "reactivation" / "reactivation_results.jsonl").write_text(lines, encoding="utf-8")
+    reactivation_table(counts, len(seeds))
     print(f"artifacts: {out}")
     if args.json:
         summary = {
@@ -138,6 +162,7 @@ def main(argv: list[str] | None = None) -> int:
                 for r in study.rules
             ],
             "runs": [r.directory for r in study.runs],
+            "reactivation": counts,
         }
         print(json.dumps(summary, sort_keys=True))
     return 0

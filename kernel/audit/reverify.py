@@ -16,7 +16,16 @@ compared: outcome (accepted, escalated, rejected) and reason code.
 - ``dirk whatif --pack PATH`` skips the hash check and lists the verdicts the
   given packs would change. Each proposal is judged against history as
   recorded: a flipped verdict's consequences (a reservation not held, an order
-  not filled) are not carried forward.
+  not filled) are not carried forward. With ``--exclude SEQ`` the history lacks
+  those events (a standing grant never issued, an amendment never made).
+
+Besides each proposal's verdict, an approved action judged again before it executed
+(ProposalAccepted ``rechecked``, or ApprovalSuperseded) is judged again the same way,
+and an escalation's quorum is part of what is compared: a pack that asks more
+operators shows the escalations it would have opened otherwise, and the approvals
+whose recorded votes would not have met it ("approved by ana then, would wait: 1 of
+2"). A grant's use is part of an acceptance: excluding the grant shows the proposals
+that would have waited for a human instead.
 
 The DIM judges against the projections as committed when its batch ran; an
 event committed in the same group commit as the submission by another actor
@@ -30,7 +39,7 @@ import importlib
 import importlib.util
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from pathlib import Path
 
 import msgspec
@@ -38,22 +47,29 @@ import msgspec
 from kernel.audit.counterfactual import Change
 from kernel.core.events import (
     Applied,
+    ApprovalSuperseded,
     Event,
     FlowAborted,
     FlowEscalated,
+    HumanDecided,
     KernelStarted,
     PackLoaded,
     PackRef,
     ProposalAccepted,
     ProposalRejected,
     ProposalSubmitted,
+    QuorumRule,
     canonical,
 )
-from kernel.core.reasons import CliError
-from kernel.dim.verdict import verdict
+from kernel.core.reasons import CliError, ReasonCode
+from kernel.dim._gate import Judgement
+from kernel.dim.verdict import rechecked, verdict
 from kernel.journal.store import Journal
 from kernel.policy.packs import PackError, PolicyCatalog, PolicyPack
+from kernel.policy.quorums import SINGLE, tally
+from kernel.state.approvals import APPROVE_WORDS
 from kernel.state.projections import Projections
+from kernel.state.quorums import Quorums
 
 
 class Recorded(msgspec.Struct, frozen=True, kw_only=True):
@@ -65,11 +81,30 @@ class Recorded(msgspec.Struct, frozen=True, kw_only=True):
     pack: str = ""
     applied: str = ""
     """A transformed acceptance: the applied form, as canonical JSON (kernel.beliefs)."""
+    quorum: str = ""
+    """An escalation's quorum, in words ("2 of risk, desk-head"); "" for one operator."""
+    grant: str = ""
+    """The standing grant an acceptance used."""
 
     def words(self) -> str:
         """Return the outcome as in ``dirk whatif``'s lines."""
         applied = f" as {self.applied}" if self.applied else ""
-        return self.outcome + applied + (f" ({self.reason_code})" if self.reason_code else "")
+        grant = f" under grant {self.grant}" if self.grant else ""
+        quorum = f", needing {self.quorum}" if self.quorum else ""
+        why = f" ({self.reason_code}{quorum})" if self.reason_code else ""
+        return self.outcome + applied + grant + why
+
+    def key(self) -> tuple[str, ...]:
+        """What must be equal for two verdicts to be the same."""
+        return (self.outcome, self.reason_code, self.applied, self.quorum, self.grant)
+
+
+def quorum_words(rule: QuorumRule | None) -> str:
+    """A quorum rule in words for comparing and showing; "" for one operator's approval."""
+    if rule is None or (rule.required < 2 and not rule.roles):
+        return ""
+    roles = f" of {', '.join(rule.roles)}" if rule.roles else " operators"
+    return f"{rule.required}{roles}"
 
 
 class Rejudged(msgspec.Struct, frozen=True, kw_only=True):
@@ -102,9 +137,15 @@ def _recorded(payload: ProposalAccepted | ProposalRejected | FlowEscalated) -> R
                 outcome="rejected", reason_code=str(f.reason_code), detail=f.detail, pack=pack
             )
         case FlowEscalated(reason_code=code, detail=detail, pack=pack):
-            return Recorded(outcome="escalated", reason_code=str(code), detail=detail, pack=pack)
-        case ProposalAccepted(pack=pack, applied=applied):
-            return Recorded(outcome="accepted", pack=pack, applied=_form(applied))
+            return Recorded(
+                outcome="escalated",
+                reason_code=str(code),
+                detail=detail,
+                pack=pack,
+                quorum=quorum_words(payload.quorum),
+            )
+        case ProposalAccepted(pack=pack, applied=applied, grant=grant):
+            return Recorded(outcome="accepted", pack=pack, applied=_form(applied), grant=grant)
 
 
 def judge_at(projections: Projections, event: Event, catalog: PolicyCatalog) -> Recorded | None:
@@ -112,13 +153,18 @@ def judge_at(projections: Projections, event: Event, catalog: PolicyCatalog) -> 
 
     Returns None when the flow or its agent is unknown at that position.
     """
+    judged = _judged_at(projections, event, catalog)
+    return _reduced(judged) if judged is not None else None
+
+
+def _judged_at(projections: Projections, event: Event, catalog: PolicyCatalog) -> Judgement | None:
     payload = event.payload
     assert isinstance(payload, ProposalSubmitted)
     flow = projections.flows.get(event.dfid or "")
     agent = projections.agents.get(flow.agent_id) if flow is not None else None
     if flow is None or agent is None:
         return None
-    judgement = verdict(
+    return verdict(
         payload.proposal,
         flow,
         agent,
@@ -127,11 +173,53 @@ def judge_at(projections: Projections, event: Event, catalog: PolicyCatalog) -> 
         projections,
         by_human=payload.by_human,
     )
+
+
+def _reduced(judgement: Judgement) -> Recorded:
     for outcome, f in (("rejected", judgement.rejection), ("escalated", judgement.escalation)):
         if f is not None:
             code, detail = str(f.reason_code), f.detail
-            return Recorded(outcome=outcome, reason_code=code, detail=detail, pack=judgement.pack)
-    return Recorded(outcome="accepted", pack=judgement.pack, applied=_form(judgement.applied))
+            return Recorded(
+                outcome=outcome,
+                reason_code=code,
+                detail=detail,
+                pack=judgement.pack,
+                quorum=quorum_words(judgement.quorum) if outcome == "escalated" else "",
+            )
+    grant = judgement.grant.grant if judgement.grant is not None else ""
+    return Recorded(
+        outcome="accepted", pack=judgement.pack, applied=_form(judgement.applied), grant=grant
+    )
+
+
+def recheck_at(
+    projections: Projections, event: Event, catalog: PolicyCatalog
+) -> tuple[Recorded, Judgement] | None:
+    """Judge an approved action again as the DIM did just before it executed, at ``event``.
+
+    Returns the outcome (``accepted``, or ``superseded`` with what the judgement found)
+    and the judgement; None when the flow or its agent is unknown there.
+    """
+    flow = projections.flows.get(event.dfid or "")
+    agent = projections.agents.get(flow.agent_id) if flow is not None else None
+    if flow is None or agent is None or flow.proposal is None:
+        return None
+    judgement = verdict(flow.proposal, flow, agent, catalog, event.ts, projections, recheck=True)
+    approval = projections.approvals.get(flow.dfid)
+    ballot = projections.domain(Quorums).ballots.get(flow.dfid)
+    if rechecked(judgement, ballot, approval):
+        return Recorded(outcome="accepted", pack=judgement.pack), judgement
+    found = judgement.rejection or judgement.escalation
+    assert found is not None
+    return (
+        Recorded(
+            outcome="superseded",
+            reason_code=str(found.reason_code),
+            detail=found.detail,
+            pack=judgement.pack,
+        ),
+        judgement,
+    )
 
 
 def _form(applied: Applied | None) -> str:
@@ -139,7 +227,11 @@ def _form(applied: Applied | None) -> str:
 
 
 async def rejudge(
-    journal: Journal, packs: Sequence[PolicyPack], *, check_hash: bool = True
+    journal: Journal,
+    packs: Sequence[PolicyPack],
+    *,
+    check_hash: bool = True,
+    exclude: Collection[int] = (),
 ) -> Rejudged:
     """Judge every recorded proposal again with ``packs``; return the verdicts that differ.
 
@@ -151,7 +243,10 @@ async def rejudge(
             ``PackLoaded``); without it, by the first version given.
         check_hash: compare each verdict's recorded pack hash with the given pack's,
             and skip (reporting PACK_MISMATCH) where they differ.
+        exclude: seqs of events the judged history does not have (``dirk whatif
+            --exclude``): a grant never issued, a pack never loaded.
     """
+    excluded = frozenset(exclude)
     by_hash = {pack.hash: pack for pack in packs}
     in_force_now: dict[str, PolicyPack] = {}
     for pack in packs:
@@ -173,9 +268,26 @@ async def rejudge(
     changes: list[Change] = []
     mismatched: dict[tuple[str, str, str], int] = {}
     judged = skipped = 0
+    rules: dict[str, QuorumRule | None] = {}
+    """Per flow, the quorum its escalation needs under the given packs (as re-judged)."""
     async for batch in journal.scan():
         for event in batch:
             payload, dfid = event.payload, event.dfid or ""
+            if event.seq in excluded:
+                continue
+            if isinstance(payload, HumanDecided) and payload.decision in APPROVE_WORDS:
+                change = _quorum_change(event, projections, rules.get(dfid, _UNJUDGED))
+                if change is not None:
+                    changes.append(change)
+            if (isinstance(payload, ProposalAccepted) and payload.rechecked) or isinstance(
+                payload, ApprovalSuperseded
+            ):
+                judged += 1
+                change = _recheck_change(event, projections, catalog)
+                if change is not None:
+                    changes.append(change)
+                projections.apply((event,))
+                continue
             if isinstance(payload, KernelStarted):
                 recorded_refs.update((ref.hash, ref) for ref in payload.packs)
                 catalog = adopt(payload.packs)
@@ -184,11 +296,16 @@ async def rejudge(
                 catalog = adopt([payload.pack])
             elif isinstance(payload, ProposalSubmitted):
                 flow = projections.flows.get(dfid)
-                now = judge_at(projections, event, catalog)
-                if now is not None and flow is not None:
+                judged_now = _judged_at(projections, event, catalog)
+                if judged_now is not None and flow is not None:
                     waiting[dfid] = _Pending(
-                        seq=event.seq, agent_id=flow.agent_id, kind=payload.proposal.kind, now=now
+                        seq=event.seq,
+                        agent_id=flow.agent_id,
+                        kind=payload.proposal.kind,
+                        now=_reduced(judged_now),
                     )
+                    if judged_now.escalation is not None:
+                        rules[dfid] = judged_now.quorum
             elif isinstance(payload, ProposalAccepted | ProposalRejected | FlowEscalated):
                 pending = waiting.pop(dfid, None)
                 if pending is not None:
@@ -218,13 +335,72 @@ async def rejudge(
     return Rejudged(judged=judged, skipped=skipped, changes=changes, mismatches=mismatches)
 
 
+_UNJUDGED: QuorumRule | None = QuorumRule(required=0)
+"""A flow whose proposal was not judged again (no given pack): its approvals are not compared."""
+
+
+def _quorum_change(
+    event: Event, projections: Projections, rule: QuorumRule | None
+) -> Change | None:
+    """An approval whose recorded votes would not meet the quorum the given packs ask for."""
+    if rule is _UNJUDGED:
+        return None
+    dfid = event.dfid or ""
+    flow = projections.flows.get(dfid)
+    payload = event.payload
+    assert isinstance(payload, HumanDecided)
+    ballot = projections.domain(Quorums).ballots.get(dfid)
+    voters = [(v.operator, v.roles) for v in ballot.votes if v.vote == "approve"] if ballot else []
+    voters = voters or [(payload.operator, [])]
+    counted = tally(rule or SINGLE, voters)
+    if counted.met or flow is None or flow.proposal is None:
+        return None
+    who = ", ".join(op for op, _ in voters)
+    return Change(
+        seq=event.seq,
+        dfid=dfid,
+        agent_id=flow.agent_id,
+        kind=flow.proposal.kind,
+        then=f"approved by {who}",
+        now=f"would still wait: {counted.waiting}",
+        reason_code=str(ReasonCode.APPROVAL_REQUIRED),
+    )
+
+
+def _recheck_change(
+    event: Event, projections: Projections, catalog: PolicyCatalog
+) -> Change | None:
+    """An approved action judged again before it executed, compared with what was recorded."""
+    flow = projections.flows.get(event.dfid or "")
+    if flow is None or flow.proposal is None or flow.proposal.kind not in catalog.kinds:
+        return None
+    found = recheck_at(projections, event, catalog)
+    if found is None:
+        return None
+    now, _ = found
+    payload = event.payload
+    then = (
+        Recorded(outcome="accepted")
+        if isinstance(payload, ProposalAccepted)
+        else Recorded(outcome="superseded", reason_code=str(payload.reason_code))  # type: ignore[union-attr]
+    )
+    if (then.outcome, then.reason_code) == (now.outcome, now.reason_code):
+        return None
+    return Change(
+        seq=event.seq,
+        dfid=flow.dfid,
+        agent_id=flow.agent_id,
+        kind=flow.proposal.kind,
+        then=f"approval {then.words()} when judged again",
+        now=f"would have been {now.outcome}",
+        reason_code=now.reason_code,
+        detail=now.detail,
+    )
+
+
 def _compare(event: Event, dfid: str, pending: _Pending, then: Recorded) -> Change | None:
     now = pending.now
-    if (then.outcome, then.reason_code, then.applied) == (
-        now.outcome,
-        now.reason_code,
-        now.applied,
-    ):
+    if then.key() == now.key():
         return None
     return Change(
         seq=pending.seq,
@@ -232,7 +408,10 @@ def _compare(event: Event, dfid: str, pending: _Pending, then: Recorded) -> Chan
         agent_id=pending.agent_id,
         kind=pending.kind,
         then=then.words(),
-        now=f"would have been {now.outcome}" + (f" as {now.applied}" if now.applied else ""),
+        now=f"would have been {now.outcome}"
+        + (f" as {now.applied}" if now.applied else "")
+        + (f" under grant {now.grant}" if now.grant else "")
+        + (f" (needing {now.quorum})" if now.quorum else ""),
         reason_code=now.reason_code,
         detail=now.detail,
     )

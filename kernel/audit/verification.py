@@ -29,6 +29,7 @@ async def verify_all(
     *,
     chain_key: bytes | None = None,
     anchor: Anchor | None = None,
+    public_only: bool = False,
 ) -> tuple[VerifyReport, ProjectionReport | None]:
     """Verify the journal at ``path`` and replay its projections; never raise for a bad file.
 
@@ -48,7 +49,10 @@ async def verify_all(
         except Exception:
             # An untrusted file that does not even open (damaged in ways opening does not
             # name, too): the chain check alone, which never raises, says what is wrong.
-            return await verify_journal(location, chain_key=chain_key, anchor=anchor), None
+            report = await verify_journal(
+                location, chain_key=chain_key, anchor=anchor, public_only=public_only
+            )
+            return report, None
         send, receive = anyio.create_memory_object_stream[list[Event]](1)
         chain: list[VerifyReport] = []
 
@@ -61,7 +65,13 @@ async def verify_all(
         async def check_chain() -> None:
             async with send:
                 chain.append(
-                    await verify_journal(location, chain_key=chain_key, anchor=anchor, fold=fold)
+                    await verify_journal(
+                        location,
+                        chain_key=chain_key,
+                        anchor=anchor,
+                        fold=fold,
+                        public_only=public_only,
+                    )
                 )
 
         replay: ProjectionReport | None = None

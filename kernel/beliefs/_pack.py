@@ -23,9 +23,10 @@ from kernel.core.ports import Clock
 from kernel.policy.kinds import Impact, PolicyKind
 from kernel.policy.packs import PolicyPack
 from kernel.state.beliefs import BELIEFS_ADAPTER, TEST_ADAPTER
+from kernel.state.beliefs.domain import Beliefs
 from kernel.state.beliefs.effects import effects
-from kernel.state.memory import Remembered, memory_id, recorded_receipt, started
-from kernel.state.projections import Projections
+from kernel.state.domain import ExecutorPorts, State
+from kernel.state.memory import Memory, Remembered, memory_id, recorded_receipt, started
 
 
 class GovernanceKind(PolicyKind, frozen=True, kw_only=True):
@@ -158,24 +159,25 @@ class BeliefsExecutor:
         clock: the kernel's clock: the time it reads is recorded in every event as ``at_ns``.
     """
 
-    def __init__(self, projections: Projections, clock: Clock) -> None:
-        self._projections = projections
+    def __init__(self, projections: State, clock: Clock) -> None:
+        self._memory = projections.domain(Memory)
+        self._beliefs = projections.domain(Beliefs)
         self._clock = clock
 
     async def lookup(self, key: str) -> Receipt | None:
         """Return the receipt of the belief effect recorded under ``key``, None if none is."""
-        return recorded_receipt(self._projections.memory, key)
+        return recorded_receipt(self._memory.state, key)
 
     async def execute(self, intent: ExecutionIntent) -> Receipt:
         """Return the belief events of ``intent`` for the engine to record, once per key."""
-        memory = self._projections.memory
+        memory = self._memory.state
         done = recorded_receipt(memory, intent.key)
         if done is not None:
             return done
         pending = started(memory, intent.key, "belief")
         task = str(intent.params.get("task", "")) or pending.root_dfid
         records = effects(
-            self._projections.beliefs,
+            self._beliefs.graph,
             intent.kind,
             intent.params,
             task=task,
@@ -230,3 +232,13 @@ class ScriptedTests:
         proposition = str(intent.params.get("proposition", ""))
         outcome = self.outcomes.get(test, self.outcomes.get(proposition, "inconclusive"))
         return Receipt(external_id=f"test:{test}", detail={"outcome": outcome})
+
+
+def executor(ports: ExecutorPorts) -> BeliefsExecutor:
+    """Build the beliefs executor of one kernel (the beliefs domain names it: kernel.wiring)."""
+    return BeliefsExecutor(ports.projections, ports.clock)
+
+
+def no_tests(ports: ExecutorPorts) -> NoTests:
+    """Build the ``belief_test`` adapter of a kernel given none."""
+    return NoTests()

@@ -76,6 +76,7 @@ def add_commands(commands: Any) -> None:
     rules.add_argument("--wait", type=wait_seconds, default=0.0, metavar="SECONDS", help=_WAIT_HELP)
     add_key_argument(rules)
     rules.add_argument("--db", required=True, help="the journal file")
+    rules.add_argument("--ns", default="default", help="the rulebook namespace (default: default)")
     rules.add_argument(
         "--json",
         action="store_true",
@@ -135,6 +136,9 @@ async def _agent(args: argparse.Namespace) -> int:
 async def _rules(args: argparse.Namespace) -> int:
     projections = await fold_journal(args.db)
     book = projections.memory.rulebook
+    ns = args.ns
+    space = book.space(ns)
+    pending = sorted((s, p) for s, p in book.pending.items() if p.ns == ns)
     change = args.add or args.edit or args.retract
     if change is not None:
         return await _change_rule(args, book, change)
@@ -149,8 +153,9 @@ async def _rules(args: argparse.Namespace) -> int:
                         "versions": len(item.versions),
                         "decisions": len(item.decisions),
                     }
-                    for rule, item in sorted(book.items.items())
+                    for rule, item in sorted(space.items())
                 ],
+                "ns": ns,
                 "deferred": [
                     {
                         "seq": pending_seq,
@@ -158,23 +163,23 @@ async def _rules(args: argparse.Namespace) -> int:
                         "title": proposal.title,
                         "proposer": proposal.proposer,
                     }
-                    for pending_seq, proposal in sorted(book.pending.items())
+                    for pending_seq, proposal in pending
                 ],
             }
         )
         return ExitCode.OK
     if seq is None:
-        for rule, item in sorted(book.items.items()):
+        for rule, item in sorted(space.items()):
             current = item.current
             shown = f"v{current.version} {current.title!r}" if current else "no version in force"
             say(f"{rule}: {shown} ({len(item.decisions)} decisions; dirk why {rule})")
-        for pending_seq, proposal in sorted(book.pending.items()):
+        for pending_seq, proposal in pending:
             say(
                 f"deferred #{pending_seq}: {proposal.rule} {proposal.title!r}"
                 f" by {proposal.proposer or '?'} (--override {pending_seq} | --skip {pending_seq})"
             )
-        if not book.items and not book.pending:
-            say("no rules")
+        if not space and not pending:
+            say("no rules" if ns == "default" else f"no rules in namespace {ns}")
         return ExitCode.OK
     if args.json:
         return error(CliError.BAD_ARGUMENT, "--json reads; a decision changes", ExitCode.USAGE)
@@ -207,6 +212,7 @@ async def _change_rule(args: argparse.Namespace, book: Rulebook, rule: str) -> i
             title=args.title or "",
             content=args.content or "",
             labels=args.label,
+            ns=args.ns,
         )
     except RequestRefused as exc:
         if exc.code is CliError.UNKNOWN_RULE:

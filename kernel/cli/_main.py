@@ -29,13 +29,19 @@ import msgspec
 from kernel.audit.narrative import narrate as _narrate
 from kernel.audit.narrative import outcome as _outcome
 from kernel.cli._admin import add_commands as add_admin_commands
+from kernel.cli._artifacts import add_commands as add_artifact_commands
 from kernel.cli._beliefs import add_commands as add_belief_commands
+from kernel.cli._completion import add_command as add_completion_command
+from kernel.cli._grants import add_commands as add_grant_commands
 from kernel.cli._journal import add_commands as add_journal_commands
 from kernel.cli._keyring import add_commands as add_keyring_commands
 from kernel.cli._mcp import add_commands as add_mcp_commands
 from kernel.cli._operator import add_commands, error, error_of, fold_journal
+from kernel.cli._proofs import add_commands as add_proof_commands
 from kernel.cli._read import (
+    find_flows,
     flows_matching,
+    paged,
     positive,
     print_table,
     say,
@@ -43,6 +49,8 @@ from kernel.cli._read import (
     when,
 )
 from kernel.cli._replay import add_commands as add_replay_commands
+from kernel.cli._roadmap import add_commands as add_roadmap_commands
+from kernel.cli._serve import add_commands as add_serve_commands
 from kernel.cli._verify import add_commands as add_verify_commands
 from kernel.console import add_commands as add_console_commands
 from kernel.core import events as ev
@@ -52,7 +60,7 @@ from kernel.core.reasons import CliError, ExitCode
 from kernel.core.text import utf8_problem
 from kernel.journal.errors import is_postgres
 from kernel.journal.opening import open_journal
-from kernel.journal.store import Journal, JournalCorrupt, JournalError
+from kernel.journal.store import JournalCorrupt, JournalError
 from kernel.registry import KERNEL_VERSION
 from kernel.state.projections import Projections
 from kernel.telemetry import trace_id_for
@@ -102,7 +110,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             # SQLite's own words for this are "unable to open database file".
             what = "no such file" if not os.path.exists(db) else "not a file"
             raise JournalError(db, what)
-        status = int(anyio.run(args.run, args))
+        # Reading commands for people page what does not fit a terminal (never --json).
+        pages = getattr(args, "pages", False) and not getattr(args, "json", False)
+        with paged(pages and not args.no_pager):
+            status = int(anyio.run(args.run, args))
         # Flushed here, so a reader that went away is seen here and not at exit.
         sys.stdout.flush()
         return status
@@ -130,7 +141,19 @@ Reading commands print text for people, or JSON with --json.
 
 
 _FILE_ARGUMENTS = frozenset(
-    {"db", "source", "target", "key_file", "anchor", "operators", "token_file", "pack"}
+    {
+        "db",
+        "source",
+        "target",
+        "key_file",
+        "anchor",
+        "operators",
+        "token_file",
+        "pack",
+        "files",
+        "keyring",
+        "mcp_token_file",
+    }
 )
 """Arguments that name files: any bytes the system takes (a name need not be UTF-8)."""
 
@@ -177,6 +200,11 @@ def _parser() -> argparse.ArgumentParser:
         version=f"dirk {KERNEL_VERSION}",
         help="print dirk's version and exit",
     )
+    parser.add_argument(
+        "--no-pager",
+        action="store_true",
+        help="never page long output on a terminal (PAGER='' or DIRK_PAGER='' say the same)",
+    )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     flows = commands.add_parser(
@@ -217,7 +245,7 @@ def _parser() -> argparse.ArgumentParser:
         help="only flows flagged NEEDS_REVIEW (by a soft guard or a rule past its budget)",
     )
     flows.add_argument("--json", action="store_true", help="one JSON object per line, per flow")
-    flows.set_defaults(run=_flows)
+    flows.set_defaults(run=_flows, pages=True)
 
     show = commands.add_parser("show", help="print the narrative of one flow")
     show.add_argument(
@@ -229,7 +257,7 @@ def _parser() -> argparse.ArgumentParser:
     show.add_argument(
         "--json", action="store_true", help="the flow and its events as one JSON object"
     )
-    show.set_defaults(run=_show)
+    show.set_defaults(run=_show, pages=True)
 
     traces = commands.add_parser("traces", help="OpenTelemetry spans from the journal")
     traces_commands = traces.add_subparsers(dest="traces_command", required=True, metavar="COMMAND")
@@ -250,6 +278,8 @@ def _parser() -> argparse.ArgumentParser:
     )
     export.set_defaults(run=_traces_export)
     add_verify_commands(commands)
+    add_artifact_commands(commands)
+    add_proof_commands(commands)
     add_commands(commands)
     add_admin_commands(commands)
     add_keyring_commands(commands)
@@ -257,7 +287,11 @@ def _parser() -> argparse.ArgumentParser:
     add_journal_commands(commands)
     add_mcp_commands(commands)
     add_console_commands(commands)
+    add_serve_commands(commands)
     add_belief_commands(commands)
+    add_completion_command(commands)
+    add_roadmap_commands(commands)
+    add_grant_commands(commands)
     return parser
 
 
@@ -287,27 +321,14 @@ async def _flows(args: argparse.Namespace) -> int:
         for row in rows:
             print(json.dumps(row))
         return ExitCode.OK
-    print_table(flows, now)
+    print_table(flows, now, among=projections.flows)
     say(f"{len(rows)} flows")
     return ExitCode.OK
 
 
-async def _find_flow(journal: Journal, wanted: str) -> list[str]:
-    """Return the DFIDs ``wanted`` names: itself, or those it prefixes (see flows_matching)."""
-    if await journal.flow_events(wanted):
-        return [wanted]
-    dfids = [
-        event.dfid
-        async for batch in journal.scan()
-        for event in batch
-        if event.dfid is not None and isinstance(event.payload, ev.FlowCreated)
-    ]
-    return flows_matching(dfids, wanted)
-
-
 async def _show(args: argparse.Namespace) -> int:
     async with open_journal(args.db, readonly=True) as journal:
-        found = await _find_flow(journal, args.dfid)
+        found = await find_flows(journal, args.dfid)
         if len(found) > 1:
             some = ", ".join(found[:3]) + (", ..." if len(found) > 3 else "")
             return error(

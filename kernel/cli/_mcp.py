@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import argparse
 import logging
+import math
+import socket
 import sys
+import urllib.parse
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
@@ -98,6 +101,19 @@ def add_commands(commands: Any) -> None:
         "--tls-key", metavar="FILE", help="the certificate's private key (PEM, unencrypted)"
     )
     p.add_argument(
+        "--public-url",
+        metavar="URL",
+        help="with --token-file: the server's MCP URL as hosts reach it (behind a proxy, or"
+        " bound to 0.0.0.0), named in its protected-resource metadata (default: from --http)",
+    )
+    p.add_argument(
+        "--wait",
+        type=float,
+        default=5.0,
+        metavar="SECONDS",
+        help="following a kernel: how long a write waits for its answer before QUEUED (default 5)",
+    )
+    p.add_argument(
         "--insecure-http",
         action="store_true",
         help="with --http: serve plain HTTP off loopback anyway (bearer tokens readable)",
@@ -108,10 +124,11 @@ def add_commands(commands: Any) -> None:
 async def _mcp(args: argparse.Namespace) -> int:
     try:
         import kernel.mcp  # noqa: F401
-        from kernel.mcp._http import TokenFileError, read_tokens
+        from kernel.mcp._http import TokenFileError, bound, read_tokens
     except ImportError:
+        # The same code as the console's for the same situation.
         return error(
-            CliError.BAD_ARGUMENT,
+            CliError.EXTRA_MISSING,
             "dirk mcp needs the MCP SDK: pip install 'dir-kernel[mcp]'",
             ExitCode.USAGE,
         )
@@ -150,12 +167,18 @@ async def _mcp(args: argparse.Namespace) -> int:
         refusal = plain_http_refusal(host, tls=tls is not None, insecure_http=args.insecure_http)
         if refusal is not None:
             return error(CliError.BAD_ARGUMENT, refusal, ExitCode.USAGE)
-    elif args.token_file or args.tls_cert or args.tls_key or args.insecure_http:
+    elif args.token_file or args.tls_cert or args.tls_key or args.insecure_http or args.public_url:
         return error(
             CliError.BAD_ARGUMENT,
-            "--token-file, --tls-cert, --tls-key and --insecure-http go with --http",
+            "--token-file, --public-url, --tls-cert, --tls-key and --insecure-http go with --http",
             ExitCode.USAGE,
         )
+    if args.public_url is not None and _url_problem(args.public_url) is not None:
+        return error(
+            CliError.BAD_ARGUMENT, f"--public-url: {_url_problem(args.public_url)}", ExitCode.USAGE
+        )
+    if not (math.isfinite(args.wait) and 0 <= args.wait <= 600):
+        return error(CliError.BAD_ARGUMENT, "--wait takes seconds from 0 to 600", ExitCode.USAGE)
     tokens = {}
     if args.token_file:
         try:
@@ -185,64 +208,94 @@ async def _mcp(args: argparse.Namespace) -> int:
     if default is not None and default.role == "agent":
         agents = [default.name]
     identity = Identity(default, tokens)
+    sock = None
+    if args.http:
+        try:
+            sock = bound(host, port)
+        except OSError as exc:
+            return error(
+                CliError.BAD_ARGUMENT, f"--http {args.http}: {exc.strerror}", ExitCode.USAGE
+            )
+    web = None
+    if sock is not None:
+        scheme = "https" if tls is not None else "http"
+        url = args.public_url or _url_of(scheme, host, sock.getsockname()[1])
+        web = _Web(sock, host, url, tls, tokens)
     try:
         async with _backend(args, agents, packs) as backend:
-            await _serve(backend, identity, tokens, args.http, host, port, tls)
+            await _serve(backend, identity, web)
     except PackError as exc:
         # Raised on opening the kernel: a pack that needs an adapter dirk mcp has not.
         return error(CliError.BAD_ARGUMENT, str(exc), ExitCode.USAGE)
     return ExitCode.OK
 
 
-async def _serve(
-    backend: Embedded | Follower,
-    identity: Identity,
-    tokens: dict[str, Principal],
-    http: str | None,
-    host: str,
-    port: int,
-    tls: TlsFiles | None,
-) -> None:
+class _Web:
+    """Where ``dirk mcp --http`` serves: its bound socket, its URL, TLS, and the tokens."""
+
+    def __init__(
+        self,
+        sock: socket.socket,
+        host: str,
+        url: str,
+        tls: TlsFiles | None,
+        tokens: dict[str, Principal],
+    ) -> None:
+        self.sock = sock
+        self.host = host
+        self.url = url
+        self.tls = tls
+        self.tokens = tokens
+
+
+def _url_of(scheme: str, host: str, port: int) -> str:
+    """The MCP URL of a server bound to ``host:port`` (a wildcard bind: this machine's name)."""
+    if host in ("0.0.0.0", "::", ""):
+        host = socket.getfqdn()
+    shown = f"[{host}]" if ":" in host else host
+    return f"{scheme}://{shown}:{port}/mcp"
+
+
+def _url_problem(url: str) -> str | None:
+    """Why ``url`` cannot be the server's public URL, or None."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return "an http:// or https:// URL"
+    if not parts.path.endswith("/mcp") or parts.query or parts.fragment:
+        return "a URL ending in /mcp, with no query"
+    return id_problem(url)
+
+
+async def _serve(backend: Embedded | Follower, identity: Identity, web: _Web | None) -> None:
     import anyio
     from mcp.server.subscriptions import InMemorySubscriptionBus
 
     from kernel.mcp import Embedded, build_server, watch_rules
+    from kernel.mcp._http import coded_errors, http_auth, no_oauth, serve_http
 
     bus = InMemorySubscriptionBus()
-    server = build_server(backend, identity, bus=bus)
+    if web is None:
+        server = build_server(backend, identity, bus=bus)
+    elif web.tokens:
+        # The SDK's own bearer check: a 401 names the protected-resource metadata.
+        auth, verifier = http_auth(web.tokens, web.url)
+        server = build_server(backend, identity, bus=bus, auth=auth, token_verifier=verifier)
+    else:
+        server = build_server(backend, identity, bus=bus)
     async with anyio.create_task_group() as tg:
         if isinstance(backend, Embedded):
             tg.start_soon(watch_rules, bus, backend.kernel.journal)
-        await _transport(server, tokens, http, host, port, tls)
+        if web is None:
+            await server.run_stdio_async()
+        else:
+            host = web.host
+            app: Any = server.streamable_http_app(stateless_http=True, host=host)
+            app = coded_errors(no_oauth(app) if web.tokens else app)
+            if web.tls is None and not is_loopback(host):
+                print(insecure_http_warning(host), file=sys.stderr, flush=True)
+            print(f"dirk mcp: serving {web.url}", file=sys.stderr, flush=True)
+            await serve_http(app, web.sock, tls=web.tls)
         tg.cancel_scope.cancel()
-
-
-async def _transport(
-    server: Any,
-    tokens: dict[str, Principal],
-    http: str | None,
-    host: str,
-    port: int,
-    tls: TlsFiles | None,
-) -> None:
-    from kernel.mcp._http import bearer, coded_errors, serve_http
-
-    if not http:
-        await server.run_stdio_async()
-        return
-    app: Any = coded_errors(server.streamable_http_app(stateless_http=True, host=host))
-    if tokens:
-        app = bearer(app, tokens)
-
-    scheme = "https" if tls is not None else "http"
-    shown = f"[{host}]" if ":" in host else host
-    if tls is None and not is_loopback(host):
-        print(insecure_http_warning(host), file=sys.stderr, flush=True)
-
-    def ready(bound: int) -> None:
-        print(f"dirk mcp: serving {scheme}://{shown}:{bound}/mcp", file=sys.stderr, flush=True)
-
-    await serve_http(app, host, port, ready=ready, tls=tls)
 
 
 @asynccontextmanager
@@ -252,7 +305,14 @@ async def _backend(
     from kernel.mcp import Embedded, Follower
 
     if not args.kernel:
-        yield Follower(args.db, PolicyCatalog(packs).schemas, key=args.key, door=args.door)
+        yield Follower(
+            args.db,
+            PolicyCatalog(packs).schemas,
+            key=args.key,
+            door=args.door,
+            wait_s=args.wait,
+            answer_s=args.wait,
+        )
         return
     from kernel.boot import open_kernel
 

@@ -21,7 +21,16 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from kernel.cli._read import age, iso_time, print_json, print_rows, say
+from kernel.cli._read import (
+    FlowNotFound,
+    age,
+    iso_time,
+    print_json,
+    print_rows,
+    resolve_flow,
+    say,
+    short_ids,
+)
 from kernel.core import events as ev
 from kernel.core.events import Event
 from kernel.core.flow import FlowState, FlowStatus
@@ -34,9 +43,11 @@ from kernel.inbox.prepare import amendment, prepare_decision
 from kernel.journal.opening import open_journal
 from kernel.journal.store import JournalError
 from kernel.policy.kinds import Impact
+from kernel.policy.quorums import waiting
 from kernel.policy.rules import decimal_of
 from kernel.state.approvals import Approval, ApprovalStatus
 from kernel.state.projections import Projections, fold
+from kernel.state.quorums import Ballot, Quorums
 
 if TYPE_CHECKING:
     from kernel.audit.reverify import PackPathError
@@ -52,18 +63,24 @@ def add_commands(commands: Any) -> None:
     escalations.add_argument(
         "--json", action="store_true", help="one JSON object per line, per waiting flow"
     )
-    escalations.set_defaults(run=_escalations)
+    escalations.set_defaults(run=_escalations, pages=True)
 
     review = commands.add_parser("review", help="everything needed to decide on one escalation")
-    review.add_argument("dfid", metavar="DFID", help="the escalated flow")
+    review.add_argument(
+        "dfid", metavar="FLOW", help="the flow: its DFID, a unique prefix (as tables show it)"
+    )
     review.add_argument("--db", required=True, help="the journal file")
     review.add_argument(
         "--json", action="store_true", help="the flow, its approval, proposal and context as JSON"
     )
-    review.set_defaults(run=_review)
+    review.set_defaults(run=_review, pages=True)
 
     decide = commands.add_parser("decide", help="decide on an escalated flow (via the inbox)")
-    decide.add_argument("dfid", metavar="DFID", help="the escalated flow")
+    decide.add_argument(
+        "dfid",
+        metavar="FLOW",
+        help="the escalated flow: its DFID, or a unique prefix (as dirk escalations shows it)",
+    )
     choice = decide.add_mutually_exclusive_group(required=True)
     choice.add_argument("--approve", action="store_true", help="execute the action as shown")
     choice.add_argument("--reject", action="store_true", help="abort the flow")
@@ -187,6 +204,12 @@ def one_line(text: str) -> str:
     return visible(text)
 
 
+def _spaced(action: str) -> str:
+    """``kind(a=1, b=2)`` as ``kind a=1, b=2``: a place to wrap after the kind."""
+    kind, paren, rest = action.partition("(")
+    return f"{kind} {rest.removesuffix(')')}" if paren else action
+
+
 def describe_action(flow: FlowState) -> str:
     """Return the proposed action in plain words."""
     if flow.proposal is None:
@@ -212,6 +235,13 @@ async def fold_journal_now(db: str) -> tuple[Projections, int]:
             projections.apply(batch)
             now = max(now, batch[-1].ts) if batch else now
     return projections, now
+
+
+def quorum_text(ballot: Ballot | None) -> str:
+    """What a flow's quorum waits for ("1 of 2, waiting for a desk-head"); "" without one."""
+    if ballot is None or (ballot.quorum.required < 2 and not ballot.quorum.roles):
+        return ""
+    return ballot.waiting or waiting(ballot.quorum, [])
 
 
 def _pending(projections: Projections) -> list[tuple[FlowState, Approval]]:
@@ -240,6 +270,7 @@ async def _escalations(args: argparse.Namespace) -> int:
             "action": describe_action(flow),
             "hash": approval.short_hash,
             "queued": flow.dfid in queued,
+            "quorum": quorum_text(projections.domain(Quorums).ballots.get(flow.dfid)),
         }
         for flow, approval in _pending(projections)
     ]
@@ -247,17 +278,20 @@ async def _escalations(args: argparse.Namespace) -> int:
         for row in rows:
             print(json.dumps(row))
         return ExitCode.OK
+    short = short_ids((str(row["dfid"]) for row in rows), projections.flows)
     print_rows(
-        ["DFID", "IMPACT", "REASON", ">AGE", "AGENT", "HASH", "ACTION"],
+        ["=DFID", "=IMPACT", "=REASON", ">=AGE", "=AGENT", "=HASH", "ACTION"],
         (
             [
-                str(row["dfid"]),
+                short[str(row["dfid"])],
                 str(row["impact"]),
                 str(row["reason_code"]),
                 str(row["age"]),
                 str(row["agent_id"]),
                 str(row["hash"] or "-"),
-                f"{row['action']}{'  (decision queued)' if row['queued'] else ''}",
+                # Spaces between the parameters: a narrow terminal wraps between them.
+                f"{_spaced(str(row['action']))}{'  (decision queued)' if row['queued'] else ''}"
+                + (f"  [{row['quorum']}]" if row["quorum"] else ""),
             ]
             for row in rows
         ),
@@ -268,6 +302,11 @@ async def _escalations(args: argparse.Namespace) -> int:
 
 async def _review(args: argparse.Namespace) -> int:
     async with open_journal(args.db, readonly=True) as journal:
+        try:
+            args.dfid = await resolve_flow(journal, args.dfid)
+        except FlowNotFound as exc:
+            unknown = exc.code is CliError.UNKNOWN_FLOW
+            return error(exc.code, f"{exc.message} in {args.db}" if unknown else exc.message)
         events = await journal.flow_events(args.dfid)
         started = await journal.read(types=["KernelStarted"])
         agents = await journal.read(types=["AgentRegistered"])
@@ -280,7 +319,8 @@ async def _review(args: argparse.Namespace) -> int:
     flow = projections.flows[args.dfid]
     approval = projections.approvals.get(args.dfid)
     if args.json:
-        print_json(_review_document(flow, approval, events, agents, started, now))
+        ballots = projections.domain(Quorums).ballots
+        print_json(_review_document(flow, approval, events, agents, started, now, ballots))
         return ExitCode.OK
     say(f"DecisionFlow {flow.dfid}: {flow.status}, agent {flow.agent_id}, topic {flow.topic!r}")
     if approval is None:
@@ -291,6 +331,16 @@ async def _review(args: argparse.Namespace) -> int:
     say(f"  impact {approval.impact}, approval {approval.status}, escalated {waited} ago")
     if approval.operator:
         say(f"  decided by {approval.operator}: {approval.reason!r}")
+    ballot = projections.domain(Quorums).ballots.get(args.dfid)
+    quorum = quorum_text(ballot)
+    if ballot is not None and quorum:
+        rule = ballot.quorum
+        roles = f" holding {', '.join(rule.roles)}" if rule.roles else ""
+        say(f"  quorum: {rule.required} operators{roles}: {quorum}")
+        for vote in ballot.votes:
+            held = f" ({', '.join(vote.roles)})" if vote.roles else ""
+            say(f"    {vote.vote} by {vote.operator}{held} at {iso_time(vote.ts)}")
+        say(f"  may not vote: {', '.join(ballot.excluded)} (proposed or modified it)")
     proposal = flow.proposal
     say("", "The proposed action")
     if proposal is None or not approval.action_hash:
@@ -350,8 +400,10 @@ def _review_document(
     agents: list[Event],
     started: list[Event],
     now: int,
+    ballots: dict[str, Ballot] | None = None,
 ) -> dict[str, Any]:
     """``dirk review --json``: what the text shows, as one object with fixed keys."""
+    ballots = ballots or {}
     proposal = flow.proposal
     context = _context_seen(events, proposal.context_ref if proposal else "")
     manifest = _manifest(agents, flow.agent_id)
@@ -381,7 +433,21 @@ def _review_document(
             "short_hash": approval.short_hash,
             "operator": approval.operator,
             "reason": approval.reason,
+            "quorum": None,
         }
+        ballot = ballots.get(flow.dfid)
+        if ballot is not None and quorum_text(ballot):
+            document["approval"]["quorum"] = {
+                "required": ballot.quorum.required,
+                "roles": ballot.quorum.roles,
+                "waiting": quorum_text(ballot),
+                "counted": ballot.counted,
+                "excluded": ballot.excluded,
+                "votes": [
+                    {"operator": v.operator, "vote": v.vote, "roles": v.roles, "at": iso_time(v.ts)}
+                    for v in ballot.votes
+                ],
+            }
     if proposal is not None:
         document["proposal"] = {
             "kind": proposal.kind,
@@ -430,6 +496,12 @@ def _manifest(agents: list[Event], agent_id: str) -> ev.Manifest | None:
 async def _decide(args: argparse.Namespace) -> int:
     # One flow's events, not the whole journal: what the decision is checked against.
     async with open_journal(args.db, readonly=True) as journal:
+        try:
+            # A prefix is resolved here, and the request names the whole DFID.
+            args.dfid = await resolve_flow(journal, args.dfid)
+        except FlowNotFound as exc:
+            unknown = exc.code is CliError.UNKNOWN_FLOW
+            return error(exc.code, f"{exc.message} in {args.db}" if unknown else exc.message)
         folded = fold(await journal.flow_events(args.dfid))
     flow = folded.flows.get(args.dfid)
     choice, outcome, external_id = "modify", "", ""
@@ -462,6 +534,7 @@ async def _decide(args: argparse.Namespace) -> int:
             outcome=outcome,
             external_id=external_id,
             queued=flow is not None and args.dfid in queued_dfids(args.db),
+            ballot=folded.domain(Quorums).ballots.get(args.dfid),
         )
     except RequestRefused as exc:
         if exc.code is CliError.UNKNOWN_FLOW:
@@ -522,6 +595,17 @@ async def wait_taken(db: str, row_id: int, timeout_s: float) -> int:
     payload = event.payload if event is not None else None
     if isinstance(payload, ev.HumanDecided):
         say(f"applied: {payload.decision} by {payload.operator} (event #{seq})")
+        return ExitCode.OK
+    if isinstance(payload, ev.ApprovalVoted | ev.GrantVoted):
+        met = "quorum met" if payload.met else payload.waiting
+        say(f"applied: vote {payload.vote} by {payload.operator}: {met} (event #{seq})")
+        return ExitCode.OK
+    if isinstance(payload, ev.GrantIssued):
+        waiting = " (waiting for its quorum)" if payload.quorum is not None else ""
+        say(f"applied: grant {payload.grant} by {payload.operator}{waiting} (event #{seq})")
+        return ExitCode.OK
+    if isinstance(payload, ev.GrantRevoked):
+        say(f"applied: grant {payload.grant} revoked by {payload.operator} (event #{seq})")
         return ExitCode.OK
     if isinstance(payload, ev.DecisionRefused | ev.AmendmentRefused):
         return error(payload.reason_code, payload.detail)

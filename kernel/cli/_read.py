@@ -1,32 +1,55 @@
 """What ``dirk``'s reading commands share: finding a flow by any id it goes by, filtering
-flows, and printing them as a table (``rich``) with ages on the journal's clock."""
+flows, printing them as a table (``rich``) with short ids and ages on the journal's
+clock, and a pager for what does not fit a terminal.
+
+A table fits the terminal's width (``COLUMNS`` when set, as a test sets it), and
+shows each DFID by its shortest unique prefix of at least :data:`SHORT_ID`
+characters: what ``show``, ``review`` and ``decide`` take back. Output longer than
+the terminal is high goes through ``$PAGER`` (``less`` by default), only when stdout
+is a terminal: a pipe or a file always gets the whole text.
+"""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
+import io
 import json
+import os
+import shutil
+import subprocess
 import sys
-from collections.abc import Iterable, Sequence
-from typing import Any, TextIO
+from collections.abc import Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, TextIO
 
 import msgspec
 
 from kernel.core.flow import FlowState, FlowStatus
+from kernel.core.reasons import CliError
 from kernel.core.wall import visible
 from kernel.telemetry import trace_id_for
 
+if TYPE_CHECKING:
+    from kernel.journal.store import Journal
+
 __all__ = [
+    "SHORT_ID",
+    "FlowNotFound",
     "age",
+    "find_flows",
     "flows_matching",
     "iso_time",
     "json_text",
+    "paged",
     "positive",
     "print_json",
     "print_rows",
     "print_table",
+    "resolve_flow",
     "say",
     "select_flows",
+    "short_ids",
     "when",
 ]
 
@@ -132,51 +155,170 @@ def select_flows(flows: Iterable[FlowState], args: argparse.Namespace) -> list[F
     return kept
 
 
+SHORT_ID = 8
+"""The fewest characters of a DFID a table shows (more where two flows share them)."""
+
+_PAGING: list[os.terminal_size] = []
+"""The terminal's size while :func:`paged` holds the output back (stdout is then a buffer)."""
+
+
 def _console() -> Any:
     from rich.console import Console
 
-    # A pipe gets whole lines (no wrapping, no colour); a terminal gets its width.
+    # A pipe gets whole lines (no wrapping, no colour) unless COLUMNS says how wide; a
+    # terminal gets its width, also while the pager holds the output back.
     class _Console(Console):
         def on_broken_pipe(self) -> None:
             raise BrokenPipeError  # main() ends quietly with CLOSED_PIPE, as for print()
 
-    width = None if sys.stdout.isatty() else 1000
+    if _PAGING:
+        return _Console(
+            highlight=False, soft_wrap=False, width=_PAGING[-1].columns, force_terminal=True
+        )
+    columns = os.environ.get("COLUMNS", "")
+    width = None if sys.stdout.isatty() or columns.isdigit() else 1000
     return _Console(highlight=False, soft_wrap=False, width=width)
+
+
+@contextlib.contextmanager
+def paged(enabled: bool = True) -> Iterator[None]:
+    """Hold back what the block prints; past a screenful on a terminal, show it in a pager.
+
+    Only when stdout is a terminal (never a pipe or a file), ``enabled`` (``--no-pager``
+    says not) and ``$PAGER`` is not empty. The pager is ``$DIRK_PAGER``, else ``$PAGER``,
+    else ``less``, run by the shell; ``less`` gets ``LESS=FRX`` unless set (quit at the
+    end of one screen, colours as they are). A pager that cannot start prints nothing
+    lost: the text is written as it would have been.
+    """
+    pager = os.environ.get("DIRK_PAGER", os.environ.get("PAGER", "less"))
+    if not (enabled and pager.strip() and sys.stdout.isatty()):
+        yield
+        return
+    size = shutil.get_terminal_size()
+    held = io.StringIO()
+    real = sys.stdout
+    _PAGING.append(size)
+    try:
+        with contextlib.redirect_stdout(held):
+            yield
+    finally:
+        _PAGING.pop()
+        text = held.getvalue()
+        if text.count("\n") < size.lines:
+            real.write(text)
+        else:
+            _page(pager, text, real)
+
+
+def _page(pager: str, text: str, out: TextIO) -> None:
+    env = dict(os.environ)
+    env.setdefault("LESS", "FRX")
+    out.flush()
+    try:
+        # The user's own command line, as git and man run it: through the shell.
+        done = subprocess.run(pager, shell=True, input=text, text=True, env=env, check=False)
+    except OSError:
+        out.write(text)
+        return
+    if done.returncode == 127:  # the shell found no such pager
+        out.write(text)
+
+
+def short_ids(dfids: Iterable[str], among: Iterable[str] = ()) -> dict[str, str]:
+    """Return each DFID's shortest prefix of at least :data:`SHORT_ID` characters that no
+    other DFID in ``dfids`` or ``among`` shares (git's short hashes)."""
+    wanted = list(dfids)
+    every = sorted(set(wanted) | set(among))
+    shortest: dict[str, str] = {}
+    for i, dfid in enumerate(every):
+        need = SHORT_ID
+        for other in (every[i - 1] if i else "", every[i + 1] if i + 1 < len(every) else ""):
+            common = 0
+            while common < min(len(dfid), len(other)) and dfid[common] == other[common]:
+                common += 1
+            need = max(need, common + 1)
+        shortest[dfid] = dfid[:need]
+    return {dfid: shortest[dfid] for dfid in wanted}
+
+
+class FlowNotFound(Exception):
+    """No flow, or more than one, goes by the id given (UNKNOWN_FLOW, AMBIGUOUS_FLOW)."""
+
+    def __init__(self, code: CliError, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+async def find_flows(journal: Journal, wanted: str) -> list[str]:
+    """Return the DFIDs ``wanted`` names: itself, or those it prefixes (see flows_matching)."""
+    if await journal.flow_events(wanted):
+        return [wanted]
+    created = await journal.read(types=["FlowCreated"])
+    return flows_matching((e.dfid for e in created if e.dfid is not None), wanted)
+
+
+async def resolve_flow(journal: Journal, wanted: str) -> str:
+    """Return the one DFID ``wanted`` names: a DFID, a unique prefix of it, or its trace id.
+
+    Raises:
+        FlowNotFound: UNKNOWN_FLOW for none, AMBIGUOUS_FLOW (naming some) for several.
+    """
+    found = await find_flows(journal, wanted)
+    if len(found) > 1:
+        some = ", ".join(found[:3]) + (", ..." if len(found) > 3 else "")
+        raise FlowNotFound(
+            CliError.AMBIGUOUS_FLOW, f"{wanted} fits {len(found)} flows ({some}): say more"
+        )
+    if not found:
+        raise FlowNotFound(CliError.UNKNOWN_FLOW, f"no flow {wanted}")
+    return found[0]
 
 
 def _table() -> Any:
     from rich import box
     from rich.table import Table
 
-    return Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False)
+    # One space between columns: at 80 columns every one counts.
+    # The box's blank separator alone between columns: at 80 columns every one counts.
+    return Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False, padding=0)
 
 
 def print_rows(columns: Sequence[str], rows: Iterable[Sequence[str]]) -> None:
     """Print ``rows`` as a table under ``columns`` (a column named with a leading ``>`` is
-    right-aligned); cells are plain text, never markup."""
+    right-aligned, with ``=`` never wrapped); cells are plain text, never markup."""
     from rich.text import Text
 
     table = _table()
     for column in columns:
         right = column.startswith(">")
-        table.add_column(column.lstrip(">"), justify="right" if right else "left")
+        whole = column.lstrip(">").startswith("=")
+        table.add_column(
+            column.lstrip(">="),
+            justify="right" if right else "left",
+            no_wrap=whole,
+            overflow="fold",  # never cut short: what is not shown cannot be pasted back
+        )
     for row in rows:
         table.add_row(*(Text(visible(cell)) for cell in row))
     _console().print(table)
 
 
-def print_table(flows: Sequence[FlowState], now: int) -> None:
+def print_table(flows: Sequence[FlowState], now: int, among: Iterable[str] = ()) -> None:
+    """Print ``flows`` as a table, each DFID by its short id (unique among ``among`` too)."""
     from rich.text import Text
 
     console = _console()
     table = _table()
     table.add_column("DFID", no_wrap=True)
     table.add_column("STATUS", no_wrap=True)
-    table.add_column("AGENT", overflow="ellipsis")
-    table.add_column("KIND", overflow="ellipsis")
+    # Ids and kinds whole where they fit: the reason (the kernel's word) wraps first.
+    table.add_column("AGENT", no_wrap=True, overflow="fold")
+    table.add_column("KIND", no_wrap=True, overflow="fold")
     table.add_column("TRIES", justify="right")
     table.add_column("AGE", justify="right", no_wrap=True)
-    table.add_column("REASON")
+    table.add_column("REASON", overflow="fold")
+    short = short_ids((f.dfid for f in flows), among)
     colours = {
         FlowStatus.ABORTED: "red",
         FlowStatus.COMPENSATED: "red",
@@ -189,7 +331,7 @@ def print_table(flows: Sequence[FlowState], now: int) -> None:
         # Recorded text as Text (never markup), shown through visible(); only the status
         # (the kernel's own word) is coloured.
         table.add_row(
-            Text(visible(flow.dfid)),
+            Text(visible(short[flow.dfid])),
             f"[{colours[flow.status]}]{status}[/]" if flow.status in colours else status,
             Text(visible(flow.agent_id or "")),
             Text(visible(flow.proposal.kind if flow.proposal else "")),

@@ -24,7 +24,7 @@ from kernel.journal.opening import open_journal
 from kernel.memory import MEMORY_PACK
 from kernel.policy.packs import PolicyPack
 from kernel.state.rulebook import RuleItem, history
-from kernel.state.snapshots import ProjectionReport, state_at, state_json, verify_projections
+from kernel.state.snapshots import state_at, state_json
 
 
 def add_commands(commands: Any) -> None:
@@ -39,7 +39,11 @@ def add_commands(commands: Any) -> None:
 
     what = commands.add_parser("whatif", help="which recorded verdicts another history changes")
     what.add_argument("--db", required=True, help="the journal file")
-    what.add_argument("--exclude", metavar="SEQ,...", help="replay without these events")
+    what.add_argument(
+        "--exclude",
+        metavar="SEQ,...",
+        help="replay without these events (with --pack: e.g. a grant never issued)",
+    )
     what.add_argument("--inject-constraint", metavar="TEXT", help="add this constraint ...")
     what.add_argument("--at", type=int, default=1, metavar="SEQ", help="... from event SEQ on")
     what.add_argument(
@@ -96,13 +100,13 @@ async def _whatif(args: argparse.Namespace) -> int:
             CliError.BAD_ARGUMENT, f"--exclude takes seqs, not {args.exclude!r}", ExitCode.USAGE
         )
     if args.pack:
-        if exclude or args.inject_constraint:
+        if args.inject_constraint:
             return error(
                 CliError.BAD_ARGUMENT,
-                "--pack goes alone, not with --exclude or --inject-constraint",
+                "--pack goes with --exclude, not with --inject-constraint",
                 ExitCode.USAGE,
             )
-        return await _whatif_pack(args.db, args.pack, args.json)
+        return await _whatif_pack(args.db, args.pack, args.json, exclude)
     if not exclude and not args.inject_constraint:
         return error(
             CliError.BAD_ARGUMENT, "give --exclude, --inject-constraint or --pack", ExitCode.USAGE
@@ -208,13 +212,15 @@ def packs_from(specs: list[str]) -> list[PolicyPack]:
     return packs
 
 
-async def _whatif_pack(db: str, specs: list[str], as_json: bool = False) -> int:
+async def _whatif_pack(
+    db: str, specs: list[str], as_json: bool = False, exclude: list[int] | None = None
+) -> int:
     try:
         packs = packs_from(specs)
     except PackPathError as exc:
         return error_of(exc, ExitCode.USAGE)
     async with open_journal(db, readonly=True) as journal:
-        result = await rejudge(journal, packs, check_hash=False)
+        result = await rejudge(journal, packs, check_hash=False, exclude=exclude or ())
     if as_json:
         print_json({"judged": result.judged, "skipped": result.skipped, "changes": result.changes})
         return ExitCode.OK
@@ -225,11 +231,6 @@ async def _whatif_pack(db: str, specs: list[str], as_json: bool = False) -> int:
         f" ({result.skipped} of kinds no given pack defines)"
     )
     return ExitCode.OK
-
-
-async def verify_verdicts(db: str, specs: list[str]) -> tuple[bool, list[str]]:
-    """Re-judge every recorded verdict with the packs ``specs`` name; return (ok, lines)."""
-    return verdict_lines(await rejudge_verdicts(db, specs))
 
 
 async def rejudge_verdicts(db: str, specs: list[str]) -> Rejudged:
@@ -248,9 +249,3 @@ def verdict_lines(result: Rejudged) -> tuple[bool, list[str]]:
         f" {len(result.changes)} differ, {result.skipped} not compared"
     )
     return ok, lines
-
-
-async def verify_replay(db: str) -> ProjectionReport:
-    """Recompute the projection hash and compare it with the checkpoints and snapshots."""
-    async with open_journal(db, readonly=True) as journal:
-        return await verify_projections(journal)

@@ -9,12 +9,16 @@ import json
 import os
 from typing import Any
 
+from kernel.artifacts import artifacts_beside
 from kernel.audit.reverify import PackPathError, Rejudged
 from kernel.audit.verification import verify_all
+from kernel.cli._artifacts import check_artifacts, recorded_artifacts
 from kernel.cli._operator import error, error_of
+from kernel.cli._proofs import public_keys
 from kernel.cli._read import print_json, say
 from kernel.cli._replay import rejudge_verdicts, verdict_lines
 from kernel.core.flow import IllegalTransition
+from kernel.core.notes import NoteError
 from kernel.core.reasons import CliError, ExitCode
 from kernel.journal.errors import redact
 from kernel.journal.head import CHAIN_KEY_ENV
@@ -26,7 +30,9 @@ from kernel.journal.store import (
     chain_key_from,
     chain_key_from_env,
 )
-from kernel.journal.verify import Anchor, parse_anchor, verify_journal
+from kernel.journal.verify import Anchor, VerifyReport, parse_anchor, verify_journal
+from kernel.proofs.check import KeySet, check_checkpoints
+from kernel.state.snapshots import ProjectionReport
 
 
 def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -52,6 +58,28 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
         "--anchor",
         metavar="LINE_OR_FILE",
         help="also prove the journal still holds this anchor (a line from dirk anchor, or a file)",
+    )
+    verify.add_argument(
+        "--artifacts",
+        metavar="LOCATION",
+        help="the artifact store whose bytes the references must still hash to"
+        " (default: beside the journal)",
+    )
+    verify.add_argument(
+        "--public-key",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="check every signed checkpoint with these public keys (the log's, and witnesses'"
+        " verifier keys), and that they cover every event (repeatable)",
+    )
+    verify.add_argument(
+        "--checkpoint",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="a signed checkpoint kept elsewhere: the journal must still hold the history it"
+        " signed (catches truncation, rollback and forks; needs --public-key; repeatable)",
     )
     _key_file_argument(verify)
     verify.set_defaults(run=_verify)
@@ -85,6 +113,30 @@ def _chain_key(args: argparse.Namespace) -> bytes | None:
         raise JournalKeyError(args.db, f"the key file cannot be read ({exc.strerror})") from exc
 
 
+def _signed_args(args: argparse.Namespace) -> tuple[KeySet, list[str]] | None:
+    """Return the public keys and the checkpoints kept elsewhere that were given, if any."""
+    if not args.public_key:
+        return None
+    keys = public_keys(args.public_key)
+    earlier = []
+    for path in args.checkpoint:
+        with open(path, encoding="utf-8") as file:
+            earlier.append(file.read())
+    return keys, earlier
+
+
+def _tree_line(report: VerifyReport) -> str:
+    if not report.tree_stored:
+        kept = "the store keeps none yet: a journal from before trees, built on its next open"
+    else:
+        kept = "its stored nodes match the events"
+    heads = len(report.tree_heads)
+    return (
+        f"verify: tree ok (root {report.tree_root[:16]}; {kept}; {heads} signed checkpoints"
+        " match the events)"
+    )
+
+
 def _anchor_arg(args: argparse.Namespace) -> Anchor | None:
     if args.anchor is None:
         return None
@@ -95,7 +147,9 @@ def _anchor_arg(args: argparse.Namespace) -> Anchor | None:
     return parse_anchor(text)
 
 
-async def _failed_file(command: str, db: str, problem: str) -> None:
+async def _failed_file(
+    command: str, db: str, problem: str, found: dict[str, Any] | None = None
+) -> None:
     """Print one FAILED line for a file that is not a readable journal, naming the condition."""
     code = ""
     try:
@@ -107,6 +161,8 @@ async def _failed_file(command: str, db: str, problem: str) -> None:
         code, problem = f"{JournalCorrupt.code}: ", f"{problem} ({exc!r})"
     # A journal that opens fails for what verify found (a key, an anchor), said as it is.
     say(f"{command}: FAILED: {code}journal {redact(db)}: {problem}")
+    if found is not None:
+        found["failure"] = {"code": code.removesuffix(": ") or None, "problem": problem}
 
 
 async def _anchor(args: argparse.Namespace) -> int:
@@ -134,16 +190,55 @@ async def _anchor(args: argparse.Namespace) -> int:
 
 
 async def _verify(args: argparse.Namespace) -> int:
+    """``dirk verify``: lines for people, or with ``--json`` one document of what was found.
+
+    The document has fixed keys: ``ok``; ``events`` and ``head`` (what checked out);
+    ``chain`` (``ok``, ``first_bad_seq``, ``problem``, ``head_record``, ``keyed``),
+    ``projections`` (``ok``, ``digest``, ``checkpoints``, ``snapshots``, ``problems``),
+    ``anchor`` (``seq``, ``hash``, ``ok``) and ``verdicts`` (see ``--verdicts``), each
+    null when that part was not checked (or could not be: the chain failed first);
+    ``failure`` (``code``, ``problem``) when the journal is no readable journal; and
+    ``lines``, what the text output says, for people reading the JSON.
+    """
     if not args.json:
         return await _verify_text(args)
     said = io.StringIO()
     found: dict[str, Any] = {}
     with contextlib.redirect_stdout(said):
         status = await _verify_text(args, found)
-    document = {"ok": status == ExitCode.OK, "lines": said.getvalue().splitlines()}
-    if args.verdicts:
-        result = found.get("verdicts")
-        document["verdicts"] = None if result is None else _verdicts_document(result)
+    report: VerifyReport | None = found.get("chain")
+    replay: ProjectionReport | None = found.get("projections")
+    anchor: Anchor | None = found.get("anchor")
+    result: Rejudged | None = found.get("verdicts")
+    document: dict[str, Any] = {
+        "ok": status == ExitCode.OK,
+        "events": report.events if report is not None else 0,
+        "head": report.head if report is not None else "",
+        "chain": None
+        if report is None
+        else {
+            "ok": report.ok,
+            "first_bad_seq": report.first_bad_seq,
+            "problem": report.problem,
+            "head_record": report.head_record,
+            "keyed": report.keyed,
+        },
+        "projections": None
+        if replay is None
+        else {
+            "ok": replay.ok,
+            "digest": replay.digest,
+            "checkpoints": replay.checkpoints,
+            "snapshots": replay.snapshots,
+            "problems": list(replay.problems),
+        },
+        "anchor": None
+        if anchor is None
+        else {"seq": anchor.seq, "hash": anchor.hash, "ok": bool(report and report.ok)},
+        "verdicts": None if result is None else _verdicts_document(result),
+        "failure": found.get("failure"),
+        "lines": said.getvalue().splitlines(),
+    }
     print_json(document)
     return status
 
@@ -171,10 +266,21 @@ async def _verify_text(args: argparse.Namespace, found: dict[str, Any] | None = 
             "--pack names the packs --verdicts re-judges with: give --verdicts too",
             ExitCode.USAGE,
         )
+    if args.checkpoint and not args.public_key:
+        return error(
+            CliError.BAD_ARGUMENT,
+            "--checkpoint is checked with the log's public key: give --public-key too",
+            ExitCode.USAGE,
+        )
     try:
         anchor = _anchor_arg(args)
     except ValueError as exc:
         return error(CliError.BAD_ARGUMENT, f"--anchor: {exc}", ExitCode.USAGE)
+    try:
+        signed = _signed_args(args)
+    except (NoteError, OSError, UnicodeDecodeError) as exc:
+        what = getattr(exc, "strerror", None) or exc
+        return error(CliError.KEY_UNUSABLE, f"--public-key/--checkpoint: {what}", ExitCode.USAGE)
     try:
         key = _chain_key(args)
     except JournalKeyError as exc:
@@ -183,20 +289,27 @@ async def _verify_text(args: argparse.Namespace, found: dict[str, Any] | None = 
     try:
         # The chain, then one fold from scratch of the projections, checked against every
         # checkpoint and snapshot: both from one read of the journal.
-        report, replay = await verify_all(args.db, chain_key=key, anchor=anchor)
+        report, replay = await verify_all(
+            args.db, chain_key=key, anchor=anchor, public_only=signed is not None
+        )
     except (JournalError, IllegalTransition, ValueError) as exc:
         # The chain checked out, so only what lies outside it (snapshots) can be at fault.
-        say(f"verify: FAILED: {getattr(exc, 'code', JournalCorrupt.code)}: {exc}")
+        code = str(getattr(exc, "code", JournalCorrupt.code))
+        say(f"verify: FAILED: {code}: {exc}")
+        if found is not None:
+            found["failure"] = {"code": code, "problem": str(exc)}
         return ExitCode.FAILED
+    if found is not None:
+        found["chain"], found["projections"], found["anchor"] = report, replay, anchor
     if not report.ok and report.first_bad_seq is None:
         # Not a readable journal rather than a bad event: opening it names the condition.
-        await _failed_file("verify", args.db, report.problem)
+        await _failed_file("verify", args.db, report.problem, found)
         return ExitCode.FAILED
     if not report.ok:
         say(f"verify: FAILED at seq {report.first_bad_seq}: {report.problem}")
         return ExitCode.FAILED
     if replay is None:  # the journal did not open, though its chain checked out
-        await _failed_file("verify", args.db, "it does not open")
+        await _failed_file("verify", args.db, "it does not open", found)
         return ExitCode.FAILED
     if not replay.ok:
         for problem in replay.problems:
@@ -209,10 +322,36 @@ async def _verify_text(args: argparse.Namespace, found: dict[str, Any] | None = 
         )
     if anchor is not None:
         say(f"verify: anchor ok: event {anchor.seq} ({anchor.hash[:16]}) is in the journal")
+    say(_tree_line(report))
+    if not report.chain_checked:
+        say(
+            "verify: note: a keyed chain, checked without its key: its HMACs are not"
+            " recomputed; the signed checkpoints below vouch for every event"
+        )
+    if signed is not None:
+        keys, earlier = signed
+        async with open_journal(args.db, readonly=True) as journal:
+            checked = await check_checkpoints(
+                report.tree_heads, report.events, keys, journal.trees(), earlier
+            )
+        if not checked.ok:
+            at = "" if checked.first_bad_seq is None else f" at seq {checked.first_bad_seq}"
+            for problem in checked.problems:
+                say(f"verify: FAILED{at}: {problem}")
+            return ExitCode.FAILED
+        say(*(f"verify: {line}" for line in checked.lines))
     say(
         f"verify: chain ok, projections ok (digest {replay.digest[:16]};"
         f" {replay.checkpoints} checkpoints, {replay.snapshots} snapshots match replay)"
     )
+    referenced = await recorded_artifacts(args.db)
+    problems = await check_artifacts(referenced, args.artifacts or artifacts_beside(args.db))
+    if problems:
+        for problem in problems:
+            say(f"verify: FAILED {problem}")
+        return ExitCode.FAILED
+    if referenced.stored:
+        say(f"verify: artifacts ok ({len(referenced.stored)} referenced, every one hashes)")
     if args.verdicts:
         try:
             result = await rejudge_verdicts(args.db, args.pack)

@@ -15,6 +15,9 @@ that the console signed it.
 
 from __future__ import annotations
 
+import csv
+import io
+import json
 import logging
 import math
 import time
@@ -24,7 +27,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import quote, urlencode, urlsplit
 
 import anyio
 import jinja2
@@ -57,18 +60,40 @@ from kernel.console._manage import (
     rule_row,
     rules_view,
 )
-from kernel.console._views import FlowFilter, as_json, flows, queue, review
+from kernel.console._money import readable
+from kernel.console._views import (
+    HUMAN_ACTS,
+    PAGE,
+    Act,
+    ActFilter,
+    Change,
+    FlowFilter,
+    acts,
+    as_json,
+    diff,
+    edited_params,
+    field_text,
+    flows,
+    queue,
+    review,
+)
 from kernel.core.flow import FlowStatus
 from kernel.core.reasons import CliError
 from kernel.inbox import InboxRequest
 from kernel.journal.opening import open_journal
 from kernel.journal.store import Journal
+from kernel.state.roadmap.domain import Roadmap
+from kernel.state.roadmap.view import roadmap_json
+from kernel.state.rulebook import DEFAULT_NS
 from kernel.telemetry import trace_id_for
 
 log = logging.getLogger(__name__)
 
 HERE = Path(__file__).parent
 MAX_FORM_BYTES = 256 * 1024
+THEME_COOKIE = "dirk_theme"
+THEMES = ("light", "dark")
+"""The colour schemes an operator may choose; without a choice, the system's preference."""
 
 _CSP = (
     "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self';"
@@ -100,30 +125,44 @@ class Settings:
     tls: bool = False
     """Served over TLS: every cookie is ``Secure`` (as it is for a request a TLS proxy on
     this machine forwards as https)."""
+    currency: str = "USD"
+    """The currency whose minor units reasons quote (``none``: show the units as recorded)."""
 
 
 def create_app(
-    settings: Settings, gate: Gate, *, now_ns: Callable[[], int] = time.time_ns
+    settings: Settings, gate: Gate, *, now_ns: Callable[[], int] | None = None
 ) -> Starlette:
-    """Return the console's ASGI application over the journal ``settings.db``."""
+    """Return the console's ASGI application over the journal ``settings.db``.
+
+    Args:
+        settings: how it runs.
+        gate: who may sign in.
+        now_ns: the clock ages and deadlines are measured on. None: the journal's own,
+            the time of its last event, so a journal written on a simulated clock shows
+            "waiting 46 m" as ``dirk escalations`` does, not the years since; ``dirk serve``
+            passes the clock of the kernel it runs, which continues the journal's.
+    """
     follower = Follower(settings.db, settings.poll_s)
+    clock: Callable[[], int] = now_ns or (lambda: follower.last_ts)
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(HERE / "templates"),
         autoescape=True,
         undefined=jinja2.StrictUndefined,
     )
-    env.filters["ago"] = lambda ts: _span(now_ns() - ts)
-    env.filters["within"] = lambda ts: _span(ts - now_ns())
+    env.filters["ago"] = lambda ts: _span(clock() - ts)
+    env.filters["within"] = lambda ts: _span(ts - clock())
     env.filters["json"] = as_json
     env.filters["utc"] = _utc
-    env.globals["now_ns"] = now_ns
+    env.filters["money"] = lambda text: readable(str(text), settings.currency)
+    env.globals["now_ns"] = clock
     env.globals["trace_link"] = lambda dfid, root: _trace_link(settings.trace_url, dfid, root)
     holder: dict[str, Journal] = {}
     door = Door(settings.db, settings.key, settings.door, settings.answer_s)
 
     async def post(request: InboxRequest) -> Refused | None:
         """Post ``request``; return the kernel's refusal if it refused it within answer_s."""
-        answer = await door.post(request, now_ns())
+        # The row's own time is when it was posted, on this machine's clock.
+        answer = await door.post(request, time.time_ns())
         await follower.catch_up(holder["journal"])
         if answer is not None and answer.verdict == "REFUSED":
             detail = f"{answer.field}: {answer.detail}" if answer.field else answer.detail
@@ -146,11 +185,14 @@ def create_app(
     def page(
         request: Request, name: str, session: Session | None, status: int = 200, **context: Any
     ) -> HTMLResponse:
+        theme = request.cookies.get(THEME_COOKIE, "")
         body = env.get_template(name).render(
             session=session,
             version=follower.version,
             named=gate.named,
             path=request.url.path,
+            theme=theme if theme in THEMES else "",
+            back=quote(request.url.path + (f"?{request.url.query}" if request.url.query else "")),
             **context,
         )
         return HTMLResponse(body, status_code=status)
@@ -256,7 +298,11 @@ def create_app(
         return page(request, "_queue.html", session, cards=cards())
 
     async def flow_review(
-        request: Request, session: Session, status: int = 200, error: Refused | None = None
+        request: Request,
+        session: Session,
+        status: int = 200,
+        error: Refused | None = None,
+        changes: list[Change] | None = None,
     ) -> Response:
         dfid = request.path_params["dfid"]
         events = await holder["journal"].flow_events(dfid)
@@ -275,6 +321,8 @@ def create_app(
             form=getattr(request.state, "form", None) or {},
             fragment=template == "_panel.html",
             ttl_ns=None if settings.approval_ttl_s is None else int(settings.approval_ttl_s * 1e9),
+            changes=changes,
+            field_text=field_text,
         )
 
     async def flow_panel(request: Request, session: Session) -> Response:
@@ -282,10 +330,23 @@ def create_app(
 
     async def decide(request: Request, session: Session) -> Response:
         dfid = request.path_params["dfid"]
-        form: FormData = request.state.form
+        form = _plain(request.state.form)
+        flow = follower.projections.flows.get(dfid)
+        if form.get("decision") == "modify" and flow is not None and flow.proposal is not None:
+            proposed = dict(flow.proposal.params)
+            if not str(form.get("params", "")).strip():
+                # The form's fields, one per parameter: the whole new set, as JSON.
+                form["params"] = json.dumps(edited_params(proposed, form), sort_keys=True)
+            if form.get("preview"):
+                try:
+                    edited = json.loads(form["params"])
+                except ValueError:
+                    edited = {}
+                shown = diff(proposed, edited if isinstance(edited, dict) else {})
+                return await flow_review(request, session, changes=shown)
         try:
             decision = decision_request(
-                follower.projections, follower.queued, dfid, _plain(form), session.operator
+                follower.projections, follower.queued, dfid, form, session.operator
             )
             _checked(decision)
             refused = await post(decision)
@@ -309,15 +370,27 @@ def create_app(
             kind=q.get("kind", ""),
             reason=q.get("reason", ""),
             since_s=since_s if since_s == since_s and since_s >= 0 else 0.0,
+            q=q.get("q", "")[:200],
         )
+        number = int(q["page"]) if q.get("page", "").isdigit() and len(q["page"]) < 9 else 1
         projections = follower.projections
         kinds = sorted({f.proposal.kind for f in projections.flows.values() if f.proposal})
         reasons = sorted({str(f.reason_code) for f in projections.flows.values() if f.reason_code})
+        found = flows(projections, where, clock())
+        pages = max(1, -(-len(found) // PAGE))
+        number = min(max(1, number), pages)
+        start = (number - 1) * PAGE
+        kept = {k: v for k, v in q.items() if k != "page" and v}
         return page(
             request,
             "flows.html",
             session,
-            rows=flows(projections, where, now_ns()),
+            rows=found[start : start + PAGE],
+            total=len(found),
+            first=start + 1,
+            number=number,
+            pages=pages,
+            query=urlencode(kept),
             where=where,
             since_h=q.get("since_h", ""),
             statuses=[s.value for s in FlowStatus],
@@ -374,6 +447,11 @@ def create_app(
             "/agents",
         )
 
+    def namespace_of(request: Request) -> str:
+        # A namespace the wall would refuse shows the default one (a filter, not an input).
+        ns = request.query_params.get("ns", "") or DEFAULT_NS
+        return ns if len(ns) <= 128 and ns.isprintable() else DEFAULT_NS
+
     async def rules_page(
         request: Request, session: Session, status: int = 200, error: Refused | None = None
     ) -> Response:
@@ -382,7 +460,7 @@ def create_app(
             "rules.html",
             session,
             status,
-            view=rules_view(follower.projections),
+            view=rules_view(follower.projections, namespace_of(request)),
             error=error,
         )
 
@@ -405,6 +483,77 @@ def create_app(
             rules_page,
             "/rules",
         )
+
+    async def roadmap_page(request: Request, session: Session) -> Response:
+        projections = follower.projections
+        state = projections.domain(Roadmap).state
+        return page(
+            request, "roadmap.html", session, roadmap=roadmap_json(state, projections.last_seq)
+        )
+
+    # --- the audit page: every human act -----------------------------------------------
+
+    async def audit_acts(request: Request) -> tuple[ActFilter, list[Any]]:
+        q = request.query_params
+        where = ActFilter(
+            operator=q.get("operator", "")[:256],
+            kind=q.get("kind", "")[:64],
+            q=q.get("q", "")[:200],
+        )
+        events = await holder["journal"].read(types=sorted(HUMAN_ACTS))
+        return where, acts(events, where)
+
+    async def audit_page(request: Request, session: Session) -> Response:
+        where, found = await audit_acts(request)
+        everyone = await holder["journal"].read(types=sorted(HUMAN_ACTS))
+        operators = sorted({a.operator for a in acts(everyone, ActFilter()) if a.operator})
+        kept = {k: v for k, v in request.query_params.items() if v}
+        return page(
+            request,
+            "audit.html",
+            session,
+            acts=found,
+            where=where,
+            operators=operators,
+            kinds=sorted(set(HUMAN_ACTS.values())),
+            query=urlencode(kept),
+        )
+
+    async def audit_export(request: Request, session: Session) -> Response:
+        _, found = await audit_acts(request)
+        rows = [act.row(_utc(act.ts)) for act in found]
+        if request.url.path.endswith(".json"):
+            return Response(
+                json.dumps(rows, ensure_ascii=False, indent=1),
+                media_type="application/json",
+                headers={"content-disposition": 'attachment; filename="dirk-audit.json"'},
+            )
+        out = io.StringIO()
+        writer = csv.DictWriter(out, fieldnames=list(Act.COLUMNS))
+        writer.writeheader()
+        for row in rows:
+            # A spreadsheet runs a cell that starts with = + - @: quoted as text instead.
+            writer.writerow({k: _cell(v) for k, v in row.items()})
+        return Response(
+            out.getvalue(),
+            media_type="text/csv; charset=utf-8",
+            headers={"content-disposition": 'attachment; filename="dirk-audit.csv"'},
+        )
+
+    async def theme(request: Request) -> Response:
+        """Remember the colour scheme chosen (a cookie), and go back to the page."""
+        mode = request.query_params.get("mode", "")
+        back = request.query_params.get("back", "/")
+        if not back.startswith("/") or back.startswith("//") or "\\" in back:
+            back = "/"
+        response = RedirectResponse(back, status_code=303)
+        if mode in THEMES:
+            response.set_cookie(
+                THEME_COOKIE, mode, samesite="strict", secure=secure(request), max_age=31_536_000
+            )
+        else:
+            response.delete_cookie(THEME_COOKIE, secure=secure(request))
+        return response
 
     # --- live -------------------------------------------------------------------------
 
@@ -447,8 +596,13 @@ def create_app(
         get("/agents/live", agents_live, fragment=True),
         post_("/agents/{agent_id}/status", agent_status),
         get("/rules", rules_page),
+        get("/audit", audit_page),
+        get("/audit.csv", audit_export),
+        get("/audit.json", audit_export),
+        Route("/theme", theme, methods=["GET"]),
         post_("/rules/change/{action}", rule_changed),
         post_("/rules/{seq}", rule_decide),
+        get("/roadmap", roadmap_page),
         Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
     ]
     middleware = [Middleware(_SecurityHeaders)]
@@ -529,6 +683,13 @@ def _nonce() -> str:
     import secrets
 
     return secrets.token_urlsafe(24)
+
+
+def _cell(value: Any) -> Any:
+    """A CSV cell a spreadsheet shows as text, never runs as a formula."""
+    if isinstance(value, str) and value[:1] in ("=", "+", "-", "@", "\t", "\r"):
+        return "'" + value
+    return value
 
 
 def _utc(ns: int) -> str:

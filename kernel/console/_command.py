@@ -11,15 +11,19 @@ whoever holds it names themselves when signing in.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import getpass
 import socket
 import sys
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from kernel.console._auth import Gate, OperatorsFileError, add_operator, read_operators
 from kernel.core.hosts import (
     TlsError,
+    TlsFiles,
     insecure_http_warning,
     is_loopback,
     plain_http_refusal,
@@ -43,6 +47,17 @@ def add_commands(commands: Any) -> None:
         "console", help="serve the operator console in a browser (extra dirk[console])"
     )
     console.add_argument("--db", required=True, help="the journal: a file, or a postgresql:// URL")
+    add_options(console)
+    console.add_argument(
+        "--add-operator",
+        metavar="NAME",
+        help="add NAME to --operators FILE with a password read from the terminal (or stdin)",
+    )
+    console.set_defaults(run=run)
+
+
+def add_options(console: argparse.ArgumentParser) -> None:
+    """Add the console's serving options (``dirk console`` and ``dirk serve`` share them)."""
     console.add_argument("--host", default="127.0.0.1", help="the address to listen on")
     console.add_argument(
         "--port", type=int, default=DEFAULT_PORT, help=f"default {DEFAULT_PORT}; 0: any free port"
@@ -52,11 +67,6 @@ def add_commands(commands: Any) -> None:
         type=Path,
         metavar="FILE",
         help="named operators with hashed passwords (see --add-operator); required off loopback",
-    )
-    console.add_argument(
-        "--add-operator",
-        metavar="NAME",
-        help="add NAME to --operators FILE with a password read from the terminal (or stdin)",
     )
     console.add_argument(
         "--tls-cert",
@@ -92,6 +102,13 @@ def add_commands(commands: Any) -> None:
         help="a link to a flow's trace, e.g. http://localhost:16686/trace/{trace_id}",
     )
     console.add_argument(
+        "--currency",
+        default="USD",
+        metavar="CODE",
+        help="the currency whose minor units (cents) reasons quote, shown as such (default USD;"
+        " none: as recorded)",
+    )
+    console.add_argument(
         "--key",
         metavar="PATH",
         help="the console's private key, or a directory holding DOOR.key (default: $DIRK_KEY);"
@@ -103,7 +120,6 @@ def add_commands(commands: Any) -> None:
         metavar="NAME",
         help="the name the kernel's keyring holds the console's key under (default console)",
     )
-    console.set_defaults(run=run)
 
 
 def _error(code: CliError | ReasonCode, message: str, status: ExitCode = ExitCode.USAGE) -> int:
@@ -111,10 +127,39 @@ def _error(code: CliError | ReasonCode, message: str, status: ExitCode = ExitCod
     return status
 
 
+@dataclass(frozen=True)
+class Prepared:
+    """A console ready to serve: its settings, its gate, and the socket it listens on."""
+
+    settings: Any
+    gate: Gate
+    sock: socket.socket
+    tls: TlsFiles | None
+    host: str
+
+
 async def run(args: argparse.Namespace) -> int:
     """Run ``dirk console`` until interrupted; return its exit status."""
     if args.add_operator:
         return _add_operator(args)
+    # A file that is no journal fails here, as one line with its code (dirk's main prints it).
+    async with open_journal(args.db, readonly=True):
+        pass
+    prepared = prepare(args)
+    if isinstance(prepared, int):
+        return prepared
+    try:
+        await serve(prepared)
+    finally:
+        prepared.sock.close()
+    return ExitCode.OK
+
+
+def prepare(args: argparse.Namespace, **overrides: Any) -> Prepared | int:
+    """Check the console's options and bind its socket; an exit status when they are wrong.
+
+    ``overrides`` replace fields of the console's Settings (``dirk serve`` names its key).
+    """
     if not 0 <= args.port <= 65535:
         return _error(CliError.BAD_ARGUMENT, f"--port {args.port} is not a port")
     if not args.poll > 0 or args.poll > 60:
@@ -143,17 +188,14 @@ async def run(args: argparse.Namespace) -> int:
     if refusal is not None:
         return _error(CliError.BAD_ARGUMENT, refusal)
     try:
-        import uvicorn
+        import uvicorn  # noqa: F401
 
-        from kernel.console._app import Settings, create_app
+        from kernel.console._app import Settings
     except ImportError as exc:
         return _error(
             CliError.EXTRA_MISSING,
-            f"dirk console needs the console extra: pip install 'dir-kernel[console]' ({exc})",
+            f"the console needs its extra: pip install 'dir-kernel[console]' ({exc})",
         )
-    # A file that is no journal fails here, as one line with its code (dirk's main prints it).
-    async with open_journal(args.db, readonly=True):
-        pass
     try:
         family = socket.AF_INET6 if ":" in args.host else socket.AF_INET
         sock = socket.socket(family, socket.SOCK_STREAM)
@@ -162,29 +204,54 @@ async def run(args: argparse.Namespace) -> int:
         sock.listen(64)
     except OSError as exc:
         return _error(CliError.BAD_ARGUMENT, f"cannot listen on {args.host}:{args.port}: {exc}")
-    gate = Gate(operators)
     ttl = args.approval_ttl if args.approval_ttl and args.approval_ttl > 0 else None
-    settings = Settings(
-        db=args.db,
-        poll_s=args.poll,
-        approval_ttl_s=ttl,
-        trace_url=args.trace_url,
-        allowed_hosts=(*LOOPBACK_NAMES, args.host) if is_loopback(args.host) else None,
-        key=args.key,
-        door=args.door,
-        answer_s=ANSWER_S,
-        tls=tls is not None,
-    )
-    app = create_app(settings, gate)
-    host, port = sock.getsockname()[:2]
+    fields: dict[str, Any] = {
+        "db": args.db,
+        "poll_s": args.poll,
+        "approval_ttl_s": ttl,
+        "trace_url": args.trace_url,
+        "allowed_hosts": (*LOOPBACK_NAMES, args.host) if is_loopback(args.host) else None,
+        "key": args.key,
+        "door": args.door,
+        "answer_s": ANSWER_S,
+        "tls": tls is not None,
+        "currency": args.currency,
+    }
+    settings = Settings(**(fields | overrides))
+    return Prepared(settings, Gate(operators), sock, tls, args.host)
+
+
+async def serve(prepared: Prepared) -> None:
+    """Serve a prepared console until interrupted."""
+    await server_for(prepared).serve(sockets=[prepared.sock])
+
+
+def server_for(
+    prepared: Prepared, *, now_ns: Callable[[], int] | None = None, signals: bool = True
+) -> Any:
+    """Return the uvicorn server of a prepared console, and print where it listens.
+
+    Args:
+        prepared: what :func:`prepare` made.
+        now_ns: the clock the pages measure ages by (None: the journal's last event).
+        signals: whether the server stops on SIGINT/SIGTERM itself (``dirk serve`` stops
+            it, setting ``should_exit``, after it stopped the kernel).
+    """
+    import uvicorn
+
+    from kernel.console._app import create_app
+
+    app = create_app(prepared.settings, prepared.gate, now_ns=now_ns)
+    host, port = prepared.sock.getsockname()[:2]
     shown = f"[{host}]" if ":" in host else host
-    scheme = "https" if tls is not None else "http"
-    if tls is None and not is_loopback(args.host):
-        print(insecure_http_warning(args.host), file=sys.stderr, flush=True)
-    print(f"dirk console for {redact(args.db)} on {scheme}://{shown}:{port}/", flush=True)
-    if operators is None:
+    scheme = "https" if prepared.tls is not None else "http"
+    if prepared.tls is None and not is_loopback(prepared.host):
+        print(insecure_http_warning(prepared.host), file=sys.stderr, flush=True)
+    where = redact(prepared.settings.db)
+    print(f"dirk console for {where} on {scheme}://{shown}:{port}/", flush=True)
+    if not prepared.gate.named:
         # Printed once, on the operator's own terminal, never logged (access logs are off).
-        print(f"sign in: {scheme}://{shown}:{port}/login?token={gate.token}", flush=True)
+        print(f"sign in: {scheme}://{shown}:{port}/login?token={prepared.gate.token}", flush=True)
     config = uvicorn.Config(
         app,
         log_config=None,
@@ -192,15 +259,24 @@ async def run(args: argparse.Namespace) -> int:
         access_log=False,
         server_header=False,
         timeout_graceful_shutdown=2,
-        ssl_certfile=tls.cert if tls is not None else None,
-        ssl_keyfile=tls.key if tls is not None else None,
+        ssl_certfile=prepared.tls.cert if prepared.tls is not None else None,
+        ssl_keyfile=prepared.tls.key if prepared.tls is not None else None,
     )
-    server = uvicorn.Server(config)
-    try:
-        await server.serve(sockets=[sock])
-    finally:
-        sock.close()
-    return ExitCode.OK
+    if signals:
+        return uvicorn.Server(config)
+    return _unsignalled(config)
+
+
+def _unsignalled(config: Any) -> Any:
+    """A uvicorn server that leaves SIGINT and SIGTERM to its caller."""
+    import uvicorn  # the console extra: imported only when a console runs
+
+    class Unsignalled(uvicorn.Server):
+        @contextlib.contextmanager
+        def capture_signals(self) -> Iterator[None]:
+            yield
+
+    return Unsignalled(config)
 
 
 def _add_operator(args: argparse.Namespace) -> int:

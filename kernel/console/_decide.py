@@ -23,6 +23,7 @@ from kernel.inbox import Answer, DecideRequest, InboxRequest, RequestRefused, Si
 from kernel.inbox.client import keyring_problem, read_answer, taken_seq
 from kernel.inbox.prepare import CHOICES, MAX_PARAMS_TEXT, prepare_decision
 from kernel.state.projections import Projections
+from kernel.state.quorums import Quorums
 
 DECISIONS = CHOICES
 __all__ = ["DECISIONS", "MAX_PARAMS_TEXT", "Door", "Refused", "decision_request"]
@@ -55,6 +56,7 @@ def decision_request(
         projections.flows.get(dfid),
         projections.approvals.get(dfid),
         dfid=dfid,
+        ballot=projections.domain(Quorums).ballots.get(dfid),
         choice=_text(form, "decision"),
         operator=operator,
         reason=_text(form, "reason").strip(),

@@ -54,6 +54,9 @@ class Follower:
         self.projections = Projections()
         self.version = 0
         """Grows by one each time the journal or the inbox changed."""
+        self.last_ts = 0
+        """The time of the last event folded: the journal's clock, which the pages'
+        ages and deadlines are measured on (a simulated day's journal keeps its day)."""
         self.queued: set[str] = set()
         """DFIDs with a decision in the inbox that the kernel has not taken yet."""
         self._inbox_mark: object = None
@@ -73,6 +76,7 @@ class Follower:
         fresh = [event for event in batch if event.seq > self.projections.last_seq]
         if fresh:
             self.projections.apply(fresh)
+            self.last_ts = max(self.last_ts, max(event.ts for event in fresh))
         return bool(fresh)
 
     def _queue(self, untaken: Untaken) -> None:

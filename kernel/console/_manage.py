@@ -19,7 +19,7 @@ from kernel.inbox import AgentStatusRequest, RuleChangeRequest, RuleDecisionRequ
 from kernel.inbox.prepare import rule_change as rule_change_request
 from kernel.inbox.prepare import rule_decision, status_change
 from kernel.state.projections import AgentView, Projections
-from kernel.state.rulebook import RuleItem
+from kernel.state.rulebook import DEFAULT_NS, RuleItem
 
 
 @dataclass(frozen=True)
@@ -83,16 +83,25 @@ def agent_row(
 
 @dataclass(frozen=True)
 class RulesView:
-    """The rulebook: each rule's history, and the proposals deferred to an operator."""
+    """One namespace of the rulebook: each rule's history, and the proposals deferred to an
+    operator; ``namespaces`` lists every namespace there is (the page's filter)."""
 
     items: list[tuple[str, RuleItem]]
     pending: list[tuple[int, ev.RuleProposed]]
+    ns: str = DEFAULT_NS
+    namespaces: tuple[str, ...] = (DEFAULT_NS,)
 
 
-def rules_view(projections: Projections) -> RulesView:
-    """The rulebook as of the last event folded."""
+def rules_view(projections: Projections, ns: str = DEFAULT_NS) -> RulesView:
+    """Namespace ``ns`` of the rulebook as of the last event folded."""
     book = projections.memory.rulebook
-    return RulesView(items=sorted(book.items.items()), pending=sorted(book.pending.items()))
+    spaces = tuple(sorted({DEFAULT_NS, ns, *book.namespaces()}))
+    return RulesView(
+        items=sorted(book.space(ns).items()),
+        pending=sorted((seq, p) for seq, p in book.pending.items() if p.ns == ns),
+        ns=ns,
+        namespaces=spaces,
+    )
 
 
 def rule_row(
@@ -139,4 +148,5 @@ def rule_change(
         title=str(form.get("title", "")).strip(),
         content=str(form.get("content", "")),
         labels=[label for label in labels if label],
+        ns=str(form.get("ns", "") or DEFAULT_NS).strip(),
     )

@@ -6,8 +6,9 @@ Plain data for the templates (which escape every field): no HTML is built here.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import msgspec
 
@@ -16,8 +17,10 @@ from kernel.core import events as ev
 from kernel.core.events import Event
 from kernel.core.flow import FlowState, FlowStatus
 from kernel.policy.kinds import Impact
+from kernel.policy.quorums import waiting
 from kernel.state.approvals import Approval, ApprovalStatus
 from kernel.state.projections import Projections
+from kernel.state.quorums import Ballot, Quorums
 
 
 @dataclass(frozen=True)
@@ -35,6 +38,16 @@ class Card:
     expires_ts: int | None
     queued: bool
     unknown_outcome: bool
+    quorum: str = ""
+    """What a quorum waits for ("1 of 2, waiting for a desk-head"); "" without one."""
+
+
+def quorum_of(projections: Projections, dfid: str) -> str:
+    """What flow ``dfid``'s approval waits for when its pack asks a quorum ("" otherwise)."""
+    ballot = projections.domain(Quorums).ballots.get(dfid)
+    if ballot is None or (ballot.quorum.required < 2 and not ballot.quorum.roles):
+        return ""
+    return ballot.waiting or waiting(ballot.quorum, [])
 
 
 def describe_action(flow: FlowState) -> str:
@@ -78,6 +91,7 @@ def queue(projections: Projections, queued: set[str], ttl_s: float | None) -> li
             ),
             queued=flow.dfid in queued,
             unknown_outcome=flow.pending is not None,
+            quorum=quorum_of(projections, flow.dfid),
         )
         for flow, approval in pending(projections)
     ]
@@ -109,7 +123,11 @@ class Review:
     waiting: bool
     """Whether the flow waits for a human decision right now."""
     decisions: list[Event]
-    """The flow's HumanDecided and DecisionRefused events, newest first."""
+    """The flow's HumanDecided, ApprovalVoted and DecisionRefused events, newest first."""
+    quorum: str = ""
+    """What the approval's quorum waits for ("" without one)."""
+    ballot: Ballot | None = None
+    """Who voted, with which roles, and who may not vote."""
 
 
 def review(projections: Projections, events: list[Event]) -> Review | None:
@@ -144,8 +162,10 @@ def review(projections: Projections, events: list[Event]) -> Review | None:
         decisions=[
             e
             for e in reversed(events)
-            if isinstance(e.payload, ev.HumanDecided | ev.DecisionRefused)
+            if isinstance(e.payload, ev.HumanDecided | ev.DecisionRefused | ev.ApprovalVoted)
         ],
+        quorum=quorum_of(local, dfid),
+        ballot=local.domain(Quorums).ballots.get(dfid),
     )
 
 
@@ -173,12 +193,37 @@ class FlowFilter:
     reason: str = ""
     since_s: float = 0.0
     """Only flows created within this many seconds before now (0: any time)."""
+    q: str = ""
+    """A DFID (or trace id) prefix, or words found in the flow's agent, kind, reason,
+    parameters, explanation or detail."""
+
+
+PAGE = 50
+"""Flows per page of the flows list."""
+
+_HEX = re.compile(r"[0-9a-f-]+")
+
+
+def matches(flow: FlowState, q: str) -> bool:
+    """Whether the search ``q`` finds ``flow``: a DFID or trace-id prefix, or its words."""
+    q = q.strip().lower()
+    if not q:
+        return True
+    if _HEX.fullmatch(q) and (
+        flow.dfid.startswith(q) or flow.dfid.replace("-", "").startswith(q.replace("-", ""))
+    ):
+        return True
+    proposal = flow.proposal
+    words = [flow.dfid, flow.agent_id, flow.topic, str(flow.reason_code or ""), flow.status]
+    if proposal is not None:
+        words += [proposal.kind, proposal.explain, json.dumps(proposal.params, sort_keys=True)]
+    return all(any(part in word.lower() for word in words) for part in q.split() if part)
 
 
 def flows(
-    projections: Projections, where: FlowFilter, now_ns: int, limit: int = 500
+    projections: Projections, where: FlowFilter, now_ns: int, limit: int | None = None
 ) -> list[FlowState]:
-    """Flows matching ``where``, newest first, at most ``limit``."""
+    """Flows matching ``where``, newest first (every one the journal holds; ``limit``: at most)."""
     chosen = []
     for flow in projections.flows.values():
         if where.status and flow.status != where.status:
@@ -191,6 +236,195 @@ def flows(
             continue
         if where.since_s and flow.created_ts < now_ns - int(where.since_s * 1e9):
             continue
+        if where.q and not matches(flow, where.q):
+            continue
         chosen.append(flow)
     chosen.sort(key=lambda f: (f.created_ts, f.dfid), reverse=True)
-    return chosen[:limit]
+    return chosen if limit is None else chosen[:limit]
+
+
+# --- the modify form ---------------------------------------------------------------------
+
+
+def field_text(value: Any) -> str:
+    """A parameter's value as its form field shows it: text as it is, anything else as JSON."""
+    return value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+
+
+def edited_params(proposed: dict[str, Any], form: dict[str, Any]) -> dict[str, Any]:
+    """The whole new parameters from a modify form's ``param.NAME`` fields.
+
+    Each field keeps the proposed value's type where its text is one (``162`` stays a
+    number, ``"295.81"`` text); text that is not stays text, and the kernel refuses it
+    with its reason (SCHEMA_INVALID), as it would from ``dirk decide --modify``.
+    """
+    params: dict[str, Any] = {}
+    for name, was in proposed.items():
+        text = form.get(f"param.{name}")
+        if not isinstance(text, str):
+            params[name] = was
+            continue
+        if isinstance(was, str):
+            params[name] = text
+            continue
+        try:
+            params[name] = json.loads(text)
+        except ValueError:
+            params[name] = text
+    return params
+
+
+@dataclass(frozen=True)
+class Change:
+    """One parameter a modification changes: its name, the proposed value, the new one."""
+
+    name: str
+    was: str
+    now: str
+
+
+def diff(proposed: dict[str, Any], params: dict[str, Any]) -> list[Change]:
+    """What ``params`` changes of the proposal, by name."""
+    return [
+        Change(name, field_text(proposed.get(name, "")), field_text(params.get(name, "")))
+        for name in sorted({*proposed, *params})
+        if proposed.get(name) != params.get(name)
+    ]
+
+
+# --- the audit page ----------------------------------------------------------------------
+
+HUMAN_ACTS = {
+    "HumanDecided": "decision",
+    "DecisionRefused": "decision refused",
+    "LimitAmended": "amendment",
+    "AmendmentRefused": "amendment refused",
+    "CredentialIssued": "credential",
+    "AgentStatusChanged": "agent status",
+    "RuleProposed": "rule change",
+    "RuleDecided": "rule change",
+    "RuleRetracted": "rule change",
+    "PackLoaded": "pack",
+    "OperatorKeyTrusted": "operator key",
+    "OperatorKeyRevoked": "operator key",
+    "InputRefused": "request refused",
+}
+"""The events that record what a person did (or tried), and the kind of act each is."""
+
+
+@dataclass(frozen=True)
+class Act:
+    """One human act as the audit page lists it."""
+
+    seq: int
+    ts: int
+    kind: str
+    type: str
+    operator: str
+    target: str
+    what: str
+    reason: str
+    dfid: str
+    text: str
+
+    COLUMNS: ClassVar[tuple[str, ...]] = (
+        "seq",
+        "time",
+        "act",
+        "event",
+        "operator",
+        "target",
+        "what",
+        "reason",
+        "dfid",
+        "narrative",
+    )
+    """The exported record's fields, in order."""
+
+    def row(self, when: str) -> dict[str, Any]:
+        """The act as one exported record (``when``: its time as text)."""
+        return {
+            "seq": self.seq,
+            "time": when,
+            "act": self.kind,
+            "event": self.type,
+            "operator": self.operator,
+            "target": self.target,
+            "what": self.what,
+            "reason": self.reason,
+            "dfid": self.dfid,
+            "narrative": self.text,
+        }
+
+
+def act_of(event: Event) -> Act | None:
+    """The human act ``event`` records, or None (an agent's or the kernel's own event)."""
+    kind = HUMAN_ACTS.get(event.type)
+    if kind is None:
+        return None
+    payload: Any = event.payload
+    operator = str(
+        getattr(payload, "operator", "")
+        or getattr(payload, "actor", "")
+        or getattr(payload, "proposer", "")
+        or getattr(payload, "name", "")
+    )
+    if isinstance(payload, ev.AgentStatusChanged) and not payload.operator:
+        return None  # the kernel's own demotion (an escalation budget spent), not a person's
+    target = event.dfid or str(
+        getattr(payload, "rule", "")
+        or getattr(payload, "limit", "")
+        or (payload.pack.name if isinstance(payload, ev.PackLoaded) else "")
+        or getattr(payload, "fingerprint", "")
+        or event.agent_id
+        or ""
+    )
+    what = str(
+        getattr(payload, "decision", "")
+        or getattr(payload, "status", "")
+        or getattr(payload, "value", "")
+        or getattr(payload, "reason_code", "")
+        or getattr(payload, "role", "")
+        or event.type
+    )
+    reason = str(getattr(payload, "reason", "") or getattr(payload, "detail", ""))
+    return Act(
+        seq=event.seq,
+        ts=event.ts,
+        kind=kind,
+        type=event.type,
+        operator=operator,
+        target=target,
+        what=what,
+        reason=reason,
+        dfid=event.dfid or "",
+        text=narrate(event),
+    )
+
+
+@dataclass(frozen=True)
+class ActFilter:
+    """The audit page's filters; empty fields do not filter."""
+
+    operator: str = ""
+    kind: str = ""
+    q: str = ""
+
+
+def acts(events: list[Event], where: ActFilter) -> list[Act]:
+    """The human acts among ``events`` that ``where`` keeps, newest first."""
+    found = []
+    q = where.q.strip().lower()
+    for event in events:
+        act = act_of(event)
+        if act is None:
+            continue
+        if where.operator and act.operator != where.operator:
+            continue
+        if where.kind and act.kind != where.kind:
+            continue
+        haystack = " ".join([act.operator, act.target, act.what, act.reason, act.text]).lower()
+        if q and not all(part in haystack for part in q.split()):
+            continue
+        found.append(act)
+    return sorted(found, key=lambda a: a.seq, reverse=True)

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from kernel.context._layers import LayerBody, compile_layers, layer_body, window_ns
+from kernel.context._layers import LayerBody, compile_layers, layer_body
 from kernel.core.events import ContextCompiled, Feedback, FlowCreated, Manifest, TriggerFired
 from kernel.core.flow import FlowStatus
 from kernel.core.ports import Clock, IdSource
@@ -167,7 +167,9 @@ class ContextCompiler:
         # The reference covers everything the agent is entitled to see, whatever the
         # limits show it: the DIM recomputes it the same way to detect a stale context.
         ref = self._ref(agent.manifest.subscriptions, staged, out)
-        as_of = self._clock.now_ns() if window_ns(agent.manifest) is not None else 0
+        # One recorded time per batch: the time window's "now" and the memory's
+        # generated_at (a flow's layers are a function of it, so it is recorded).
+        as_of = out.scratch.setdefault("as_of", self._clock.now_ns())
         layers = compile_layers(
             self._projections,
             flow,
@@ -188,6 +190,9 @@ class ContextCompiler:
                 dropped=layers.dropped,
                 as_of_ns=as_of,
                 rules=layers.rules,
+                artifacts=layers.artifacts,
+                memory_hash=layers.memory_hash,
+                reactivated=layers.reactivated,
             ),
             dfid=msg.dfid,
         )
@@ -208,8 +213,10 @@ class ContextCompiler:
             session=layers.session,
             memory=layers.memory,
             artifacts=layers.artifacts,
+            artifact_info=layers.artifact_info,
             schemas=layers.schemas,
             tokens=layers.tokens,
             dropped=layers.dropped,
+            knowledge=layers.knowledge,
         )
         out.send(host, ctx)

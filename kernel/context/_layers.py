@@ -7,18 +7,30 @@ same position gives byte-identical layers (tested):
 - session: the flow itself (topic, attempt, lineage, the last proposal);
 - state: the facts the agent is entitled to see (need-to-know from its
   subscriptions), newest first within the manifest's limits;
-- memory: the active constraints (all of them: the agent is judged by them),
-  the newest facts of governed memory, and the rulebook's rules relevant to
-  the flow (its topic, the agent's kinds and the state keys it sees; see
-  :func:`kernel.state.rulebook.select`), most relevant first, each with how to cite it;
-- artifacts: state values larger than :data:`ARTIFACT_BYTES`, by reference
-  (``sha256:<hex>``, fetched by tool use), never inlined.
+- memory: the document ``compile_memory`` makes (kernel.state.memory): its
+  namespace and when it was compiled, the active constraints (all of them: the
+  agent is judged by them), the newest facts of governed memory, and the
+  rulebook's rules of the agent's namespace relevant to the flow (its topic, the
+  agent's kinds and the state keys it sees; see :func:`kernel.state.rulebook.select`),
+  most relevant first, each with how to cite it; its hash is recorded;
+- artifacts: state values that name a stored artifact (``sha256:<hex>``,
+  :mod:`kernel.state.artifacts`), and state values larger than
+  :data:`ARTIFACT_BYTES`, by reference, never inlined, with their size, media type
+  and summary beside (``artifact_info``): the agent fetches what it needs
+  (``ctx.fetch_artifact``), and only these;
+- knowledge: canonical beliefs reactivated for the task (governance 13.5,
+  :mod:`kernel.state.beliefs.recall`): the entities its topic and state name, the
+  canonical propositions about them with state, confidence, freshness (at the
+  recorded compile time) and provenance, and their episodes' summaries, within the
+  fixed budget recall sets (never dropped for tokens: its own budget bounds it);
+  what it brought back is recorded (``ContextCompiled.reactivated``).
 
 Limits come from the manifest's ``limits``: ``context.state.max_items``,
 ``context.state.window_s`` (facts recorded within that many seconds of the
 compile), ``context.memory.max_facts``, ``context.memory.max_rules`` (default
-:data:`~kernel.state.rulebook.DEFAULT_RULES`) and ``context.tokens`` (the budget,
-default :data:`DEFAULT_TOKENS`). Tokens are estimated as a quarter of the
+:data:`~kernel.state.rulebook.DEFAULT_RULES`), ``context.memory.ns`` (the rulebook
+namespace, default ``default``) and ``context.tokens`` (the budget, default
+:data:`DEFAULT_TOKENS`). Tokens are estimated as a quarter of the
 canonical JSON bytes. Over budget, items are dropped in this order until the
 context fits: artifact references, then memory facts (oldest first) and then
 rules (least relevant first), then state facts (oldest first). The session,
@@ -28,16 +40,18 @@ recorded in ContextCompiled.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Mapping
 from typing import Any
 
 import msgspec
 
-from kernel.core.events import Manifest, canonical
+from kernel.core.events import Manifest, canonical, digest
 from kernel.core.flow import FlowState
+from kernel.state.artifacts import JSON, inline_ref, stored_ref
+from kernel.state.beliefs.recall import reactivate
+from kernel.state.memory import iso_time, memory_document
 from kernel.state.projections import Projections, visible
-from kernel.state.rulebook import DEFAULT_RULES, RuleSearch, select, shown_item
+from kernel.state.rulebook import DEFAULT_NS, DEFAULT_RULES, RuleSearch, select, shown_item
 
 ARTIFACT_BYTES = 2048
 """State values larger than this (canonical JSON) go by reference."""
@@ -58,6 +72,14 @@ class Layers(msgspec.Struct, frozen=True, gc=False, kw_only=True):
     dropped: list[str] = []
     rules: list[str] = []
     """The rules shown, as ``id@vN``."""
+    artifact_info: dict[str, dict[str, Any]] = {}
+    """Size, media type and summary of each artifact referenced, by reference."""
+    memory_hash: str = ""
+    """The hash of the memory layer (what ContextCompiled records)."""
+    knowledge: dict[str, Any] = {}
+    """Canonical beliefs reactivated for the task (kernel.state.beliefs.recall)."""
+    reactivated: list[str] = []
+    """What the knowledge layer brought back, as ids (what ContextCompiled records)."""
 
 
 def estimate(obj: Any) -> int:
@@ -91,6 +113,12 @@ def _limit(limits: Mapping[str, Any], name: str) -> int | None:
     return int(value) if isinstance(value, int | float) and value >= 0 else None
 
 
+def namespace(manifest: Manifest) -> str:
+    """Return the rulebook namespace the manifest's context shows (``context.memory.ns``)."""
+    ns = manifest.limits.get("context.memory.ns")
+    return ns if isinstance(ns, str) and ns else DEFAULT_NS
+
+
 def window_ns(manifest: Manifest) -> int | None:
     """Return the manifest's state time window in nanoseconds, if it sets one."""
     seconds = manifest.limits.get("context.state.window_s")
@@ -106,7 +134,19 @@ class LayerBody:
     because of it, differ per flow.
     """
 
-    __slots__ = ("budget", "constraints", "dropped", "items", "manifest", "mine", "tokens")
+    __slots__ = (
+        "budget",
+        "constraints",
+        "dropped",
+        "infos",
+        "items",
+        "knowledge",
+        "manifest",
+        "mine",
+        "ns",
+        "reactivated",
+        "tokens",
+    )
 
     def __init__(
         self,
@@ -117,8 +157,12 @@ class LayerBody:
         dropped: list[str],
         tokens: int,
         budget: int,
+        infos: dict[str, dict[str, Any]] | None = None,
+        ns: str = DEFAULT_NS,
+        knowledge: tuple[dict[str, Any], list[str]] = ({}, []),
     ) -> None:
         self.manifest = manifest
+        self.knowledge, self.reactivated = knowledge
         self.items = items
         self.constraints = constraints
         self.mine = mine
@@ -126,6 +170,9 @@ class LayerBody:
         self.tokens = tokens
         """The estimate of everything but the session."""
         self.budget = budget
+        self.infos = infos or {}
+        """What the context shows beside each artifact reference."""
+        self.ns = ns
 
 
 def layer_body(
@@ -162,13 +209,20 @@ def layer_body(
 
     state: list[tuple[str, str, Any, int]] = []
     artifacts: list[tuple[str, str, Any, int]] = []
+    infos: dict[str, dict[str, Any]] = {}
+    stored = projections.artifacts
     for _, key, value in facts:
-        body = canonical(value)
-        if len(body) > ARTIFACT_BYTES:
-            ref = f"sha256:{hashlib.sha256(body).hexdigest()}"
-            artifacts.append(("artifact", key, ref, _item_tokens(key, canonical(ref))))
-        else:
+        ref = stored_ref(stored, value) if stored.stored else None
+        body = b"" if ref is not None else canonical(value)
+        if ref is None and len(body) > ARTIFACT_BYTES:
+            ref = inline_ref(body)
+            infos[ref] = {"size": len(body), "media_type": JSON}
+        if ref is None:
             state.append(("state", key, value, _item_tokens(key, body)))
+            continue
+        info = infos.setdefault(ref, stored.info(ref) if ref in stored.stored else {})
+        cost = _item_tokens(key, canonical(ref)) + estimate({ref: info})
+        artifacts.append(("artifact", key, ref, cost))
     memory_facts = [
         ("memory", name, fact.value, _item_tokens(name, canonical(fact.value)))
         for name, fact in sorted(projections.memory.facts.items(), key=lambda i: i[1].seq)
@@ -180,11 +234,12 @@ def layer_body(
         memory_facts = memory_facts[cut:]
 
     rules: list[tuple[str, str, Any, int]] = []
-    if projections.memory.rulebook.items:
+    ns = namespace(manifest)
+    if projections.memory.rulebook.space(ns):
         max_rules = _limit(limits, "context.memory.max_rules")
         query = " ".join([topic, *sorted(manifest.capabilities), *(f[1] for f in facts)])
         k = DEFAULT_RULES if max_rules is None else max_rules
-        for version in select(projections.memory.rulebook, query, k, search):
+        for version in select(projections.memory.rulebook, query, k, search, ns):
             item = shown_item(version)
             key = f"rule:{version.ref}"
             rules.append(("rule", key, item, _item_tokens(key, canonical(item))))
@@ -194,9 +249,18 @@ def layer_body(
     # Within memory: facts oldest first, then rules least relevant first.
     items = {"artifact": artifacts, "memory": memory_facts + rules[::-1], "state": state}
     tokens = estimate(constraints) + _schemas_estimate(mine)
+    tokens += estimate({"ns": ns, "generated_at": iso_time(as_of_ns)})
     tokens += sum(item[3] for group in items.values() for item in group)
     budget = _limit(limits, "context.tokens") or DEFAULT_TOKENS
-    return LayerBody(manifest, items, constraints, mine, dropped, tokens, budget)
+    task = "\n".join(
+        [topic, *(f[1] for f in facts), *(f[2] for f in facts if isinstance(f[2], str))]
+    )
+    knowledge = reactivate(projections.beliefs, task, as_of_ns)
+    if knowledge[0]:
+        tokens += estimate(knowledge[0])
+    return LayerBody(
+        manifest, items, constraints, mine, dropped, tokens, budget, infos, ns, knowledge
+    )
 
 
 def compile_layers(
@@ -257,19 +321,27 @@ def compile_layers(
                 dropped.append(f"{layer}:{key}")
     # Fresh containers per flow: an agent that edits its context edits only its own.
     kept = [dict(item) for tag, _, item, _ in items["memory"] if tag == "rule"][::-1]
-    memory: dict[str, Any] = {
-        "constraints": [dict(c) for c in body.constraints],
-        "facts": dict(sorted((k, v) for tag, k, v, _ in items["memory"] if tag == "memory")),
-    }
-    if kept:
-        memory["rules"] = kept
+    memory = memory_document(
+        body.ns,
+        as_of_ns,
+        [dict(c) for c in body.constraints],
+        dict(sorted((k, v) for tag, k, v, _ in items["memory"] if tag == "memory")),
+        kept,
+    )
+    artifacts = dict(sorted((k, v) for _, k, v, _ in items["artifact"]))
     return Layers(
         session=session,
         state=dict(sorted((k, v) for _, k, v, _ in items["state"])),
         memory=memory,
-        artifacts=dict(sorted((k, v) for _, k, v, _ in items["artifact"])),
+        artifacts=artifacts,
         schemas=dict(body.mine),
         tokens=tokens,
         dropped=dropped,
-        rules=[f"{item['id']}@v{item['version']}" for item in kept],
+        rules=[item["cite"][len("[rule:") : -1] for item in kept],
+        artifact_info={ref: dict(body.infos[ref]) for ref in sorted(set(artifacts.values()))},
+        memory_hash=digest(memory),
+        knowledge=msgspec.json.decode(msgspec.json.encode(body.knowledge))
+        if body.knowledge
+        else {},
+        reactivated=list(body.reactivated),
     )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from kernel.core._approval_events import QuorumRule
 from kernel.core._belief_events import Applied
 from kernel.core._records import (
     ExecutionIntent,
@@ -78,8 +79,9 @@ class AgentStatusChanged(Payload, frozen=True, tag=True):
 class CredentialIssued(Payload, frozen=True, tag=True):
     """An operator provisioned (or rotated) the credential an agent must show to handshake.
 
-    Only ``verifier`` is recorded (``sha256:<hex>`` of the secret, kernel.registry), never
-    the secret; it replaces the agent's previous one. Live sessions stay valid.
+    Only ``verifier`` is recorded (the public key the secret seeds, ``ed25519:...``; before
+    keys, ``sha256:<hex>`` of it: kernel.registry), never the secret; it replaces the
+    agent's previous one. Live sessions stay valid.
     """
 
     verifier: str
@@ -134,6 +136,15 @@ class ContextCompiled(Payload, frozen=True, tag=True):
     as_of_ns: int = 0
     rules: list[str] = []
     """The rulebook items the context showed, as ``id@vN`` (what citations are checked against)."""
+    artifacts: dict[str, str] = {}
+    """The artifacts the context referenced, state key -> ``sha256:<hex>``: what its agent
+    may fetch (kernel.state.artifacts)."""
+    memory_hash: str = ""
+    """The hash of the memory layer shown (``compile_memory``'s document): which memory the
+    agent saw."""
+    reactivated: list[str] = []
+    """What canonical memory the knowledge layer brought back (``proposition:<id>``,
+    ``entity:<id>``, ``episode:<id>``): the beliefs the agent was shown."""
 
 
 class ProposalSubmitted(Payload, frozen=True, tag=True):
@@ -156,6 +167,10 @@ class ProposalAccepted(Payload, frozen=True, tag=True):
     pack: str = ""
     applied: Applied | None = None
     """A transformed verdict: the form applied instead of the one submitted (kernel.beliefs)."""
+    grant: str = ""
+    """The standing grant under which a proposal that would have escalated proceeded."""
+    rechecked: bool = False
+    """The verdict of an approved (or queued) action judged again just before it executes."""
 
 
 class FlowEscalated(Payload, frozen=True, tag=True):
@@ -173,6 +188,10 @@ class FlowEscalated(Payload, frozen=True, tag=True):
     rule: str = ""
     impact: str = "HIGH_IMPACT"
     action_hash: str = ""
+    version: str = ""
+    """The version of the pack ``pack`` hashes (what a later re-judgement names)."""
+    quorum: QuorumRule | None = None
+    """What the approval needs (None: one operator's approval, as before quorums)."""
 
 
 class HumanDecided(Payload, frozen=True, tag=True):

@@ -105,6 +105,13 @@ class ConstraintAdded(Payload, frozen=True, tag=True):
 
     ``priority`` is required or learned (enforced) or preferred (advisory);
     a learned constraint names the event of the mistake in ``triggered_by``.
+
+    How its text is matched is recorded with it, so a replay matches exactly as the
+    kernel did (kernel.state.meaning): ``matcher`` is empty for a constraint written
+    before meaning (whole words, as written), ``meaning/1`` for normalised, stemmed
+    phrases; ``synonyms`` the groups of phrases that mean the same, taken from the
+    packs in force when it was written; ``kinds`` and ``params`` its scope (the
+    action kinds it governs and the parameters read; empty: every kind, the whole text).
     """
 
     text: str
@@ -112,6 +119,10 @@ class ConstraintAdded(Payload, frozen=True, tag=True):
     triggered_by: int | None = None
     correlation_id: str = ""
     key: str = ""
+    matcher: str = ""
+    synonyms: list[list[str]] = []
+    kinds: list[str] = []
+    params: list[str] = []
 
 
 class ConstraintDeactivated(Payload, frozen=True, tag=True):
@@ -137,6 +148,57 @@ class MemoryQueried(Payload, frozen=True, tag=True):
     constraints: list[int] = []
     correlation_id: str = ""
     key: str = ""
+
+
+class MeaningScored(Payload, frozen=True, tag=True):
+    """How close a proposal's text came to each active constraint, by an embedding model.
+
+    Recorded on the proposal's flow before the DIM judges it (kernel.api), when a
+    kernel has an embedding matcher (``Ports.meaning``): the verdict reads these
+    recorded scores, never the model, so ``dirk verify --verdicts`` judges exactly as
+    the kernel did without it. ``text`` is the hash of the text scored; ``scores``
+    maps each constraint id to its score in micro-units (1.0 = 1_000_000), and
+    ``threshold`` is the score a match needs, in the same units.
+    """
+
+    model: str
+    version: str
+    threshold: int
+    text: str
+    scores: dict[str, int] = {}
+
+
+# --- artifacts: large documents by reference, the bytes kept in the artifact store --
+
+
+class ArtifactStored(Payload, frozen=True, tag=True):
+    """A document was put in the artifact store: its reference, never its bytes.
+
+    ``ref`` is ``sha256:<hex>`` of the bytes (the store is content-addressed);
+    ``by`` who put it (an operator, an agent, the embedding application);
+    ``summary`` a short description an agent's context shows beside the reference.
+    """
+
+    ref: str
+    size: int
+    media_type: str = "application/octet-stream"
+    summary: str = ""
+    by: str = ""
+    name: str = ""
+
+
+class ArtifactsCollected(Payload, frozen=True, tag=True):
+    """Artifacts no live flow, state fact or memory fact referenced were deleted from the store.
+
+    Recorded before the bytes are deleted (record first): ``refs`` and their total
+    ``size`` in bytes, who asked and why.
+    """
+
+    refs: list[str]
+    size: int = 0
+    operator: str = ""
+    reason: str = ""
+    inbox_id: int | None = None
 
 
 # --- the rulebook: versioned rules with provenance, through the promoter ----
@@ -170,6 +232,11 @@ class RuleProposed(Payload, frozen=True, tag=True):
     reason: str = ""
     correlation_id: str = ""
     key: str = ""
+    ns: str = "default"
+    """The rulebook namespace (a tenant, a team): rules of one never show in another."""
+    input_event: str = ""
+    """The id of the input that brought the proposal (a webhook delivery, a seed item):
+    the promoter skips a second proposal from the same input in the same namespace."""
 
 
 class RuleDecided(Payload, frozen=True, tag=True):
@@ -188,6 +255,7 @@ class RuleDecided(Payload, frozen=True, tag=True):
     prior_version: int = 0
     version: int = 0
     inbox_id: int | None = None
+    ns: str = "default"
 
 
 class CitationsChecked(Payload, frozen=True, tag=True):
@@ -290,4 +358,40 @@ class RuleRetracted(Payload, frozen=True, tag=True):
     operator: str
     reason: str
     version: int = 0
+    inbox_id: int | None = None
+    ns: str = "default"
+
+
+# --- proofs: the checkpoint signing key, erasure -----------------------------------
+
+
+class CheckpointKeyChanged(Payload, frozen=True, tag=True):
+    """From this event on the kernel signs the journal's checkpoints with ``key``.
+
+    Recorded when a kernel starts signing with a key the journal has not recorded last:
+    the first key, and each rotation (``previous`` names the key it replaces). Only
+    public halves: ``key`` as ``ed25519:...``, ``vkey`` as C2SP writes a verifier key
+    (kernel.core.notes). Checkpoints signed with an earlier key still verify with it.
+    """
+
+    origin: str
+    key: str
+    vkey: str
+    previous: str = ""
+
+
+class SubjectErased(Payload, frozen=True, tag=True):
+    """A data subject's keys were destroyed: every field sealed for it is unreadable now.
+
+    The sealed fields stay in the events (their ciphertext is what the chain, the tree
+    and every checkpoint cover), so the journal still verifies (kernel.proofs.erasure).
+    ``keys`` counts the keys destroyed; ``retention`` names the pack rule that expired
+    the subject ("" for an operator's erasure).
+    """
+
+    subject: str
+    keys: int = 0
+    operator: str = ""
+    reason: str = ""
+    retention: str = ""
     inbox_id: int | None = None

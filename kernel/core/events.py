@@ -15,10 +15,23 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-from typing import Any
+from collections.abc import Iterable
+from typing import Any, TypeVar
 
 import msgspec
 
+from kernel.core._approval_events import (
+    ApprovalSuperseded,
+    ApprovalVoted,
+    GrantIssued,
+    GrantRevoked,
+    GrantUsed,
+    GrantVoted,
+    QuorumRule,
+    ReasoningCharged,
+    WebhookDelivered,
+    WebhookFailed,
+)
 from kernel.core._belief_events import (
     BELIEF_PAYLOADS,
     Applied,
@@ -71,6 +84,9 @@ from kernel.core._flow_events import (
 )
 from kernel.core._governance_events import (
     AmendmentRefused,
+    ArtifactsCollected,
+    ArtifactStored,
+    CheckpointKeyChanged,
     CitationsChecked,
     ConstraintAdded,
     ConstraintAdvisory,
@@ -80,6 +96,7 @@ from kernel.core._governance_events import (
     FlowFlagged,
     InputRefused,
     LimitAmended,
+    MeaningScored,
     MemoryQueried,
     OperatorKeyRevoked,
     OperatorKeyTrusted,
@@ -90,6 +107,7 @@ from kernel.core._governance_events import (
     RuleProposed,
     RuleRetracted,
     RuleSource,
+    SubjectErased,
 )
 from kernel.core._records import (
     ExecutionIntent,
@@ -168,6 +186,20 @@ AnyPayload = (
     | PropositionTransitioned
     | ConsolidationRecorded
     | EpisodeArchived
+    | MeaningScored
+    | ArtifactStored
+    | ArtifactsCollected
+    | ApprovalVoted
+    | ApprovalSuperseded
+    | GrantIssued
+    | GrantVoted
+    | GrantRevoked
+    | GrantUsed
+    | ReasoningCharged
+    | WebhookDelivered
+    | WebhookFailed
+    | CheckpointKeyChanged
+    | SubjectErased
 )
 
 
@@ -208,6 +240,29 @@ class Event(msgspec.Struct, frozen=True, gc=False, kw_only=True, omit_defaults=T
     def type(self) -> str:
         """The event type: the payload's tag."""
         return type(self.payload).__name__
+
+
+P = TypeVar("P", bound=Payload)
+
+
+def payload_of(event: Event, kind: type[P]) -> P:
+    """Return ``event``'s payload as a ``kind``, for reading its fields with their types.
+
+    ``event.payload`` is the union of every payload type, so a type checker cannot know
+    which fields it has; this says which one is expected and checks it.
+
+    Raises:
+        TypeError: The event carries another payload type.
+    """
+    payload = event.payload
+    if not isinstance(payload, kind):
+        raise TypeError(f"event {event.seq} is {event.type}, not {kind.__name__}")
+    return payload
+
+
+def payloads(events: Iterable[Event], kind: type[P]) -> list[P]:
+    """Return the payloads of type ``kind`` among ``events``, in their order."""
+    return [e.payload for e in events if isinstance(e.payload, kind)]
 
 
 _encoder = msgspec.json.Encoder(order="sorted")
@@ -281,7 +336,12 @@ __all__ = [
     "AnyPayload",
     "Applied",
     "ApprovalExpired",
+    "ApprovalSuperseded",
+    "ApprovalVoted",
     "Archived",
+    "ArtifactStored",
+    "ArtifactsCollected",
+    "CheckpointKeyChanged",
     "CitationsChecked",
     "CompensationFailed",
     "CompensationStarted",
@@ -315,12 +375,17 @@ __all__ = [
     "FlowDirty",
     "FlowEscalated",
     "FlowFlagged",
+    "GrantIssued",
+    "GrantRevoked",
+    "GrantUsed",
+    "GrantVoted",
     "HumanDecided",
     "InputRefused",
     "KernelStarted",
     "KernelStopped",
     "LimitAmended",
     "Manifest",
+    "MeaningScored",
     "MemoryQueried",
     "MessageDeadLettered",
     "ObservationRecorded",
@@ -336,6 +401,8 @@ __all__ = [
     "ProposalSubmitted",
     "PropositionProposed",
     "PropositionTransitioned",
+    "QuorumRule",
+    "ReasoningCharged",
     "Record",
     "RequestVerified",
     "ResourceReleased",
@@ -345,9 +412,12 @@ __all__ = [
     "RuleRetracted",
     "RuleSource",
     "SourceRegistered",
+    "SubjectErased",
     "SubmissionRefused",
     "TestResultIngested",
     "TriggerFired",
+    "WebhookDelivered",
+    "WebhookFailed",
     "body_of",
     "canonical",
     "chain",

@@ -15,6 +15,8 @@ Lifecycle::
     ACTIVE -> ESCALATED (the agent fell silent)
     ESCALATED -> EXECUTING | DIRTY (a human reconciles or retries an intent whose
                                      outcome is unknown; only then, and only so)
+    ESCALATED | ACCEPTED -> ESCALATED (an approved or queued action, judged again just
+                                       before it executes, needs a new approval)
 
 An intent whose outcome is unknown (ExecutionFailed or CompensationFailed with
 ``unknown``) stays ``pending`` through the escalation: such a flow can be
@@ -31,6 +33,8 @@ import msgspec
 
 from kernel.core.events import (
     ApprovalExpired,
+    ApprovalSuperseded,
+    ApprovalVoted,
     CompensationFailed,
     CompensationStarted,
     CompensationSucceeded,
@@ -51,6 +55,7 @@ from kernel.core.events import (
     FlowDirty,
     FlowEscalated,
     FlowFlagged,
+    GrantUsed,
     HumanDecided,
     Payload,
     ProposalAccepted,
@@ -90,9 +95,17 @@ _TRANSITIONS: dict[type[Payload], tuple[frozenset[FlowStatus], FlowStatus | None
     ProposalSubmitted: (frozenset((S.ACTIVE, S.VALIDATING)), S.VALIDATING),
     ProposalRejected: (frozenset((S.VALIDATING,)), S.ACTIVE),
     ProposalAccepted: (frozenset((S.VALIDATING, S.ESCALATED)), S.ACCEPTED),
-    FlowEscalated: (frozenset((S.VALIDATING, S.DIRTY, S.ACTIVE, S.EXECUTING)), S.ESCALATED),
+    # From ESCALATED and ACCEPTED too: an approved action judged again before it executes
+    # may need a new approval (ApprovalSuperseded first says why).
+    FlowEscalated: (
+        frozenset((S.VALIDATING, S.DIRTY, S.ACTIVE, S.EXECUTING, S.ESCALATED, S.ACCEPTED)),
+        S.ESCALATED,
+    ),
     HumanDecided: (frozenset((S.ESCALATED,)), None),
     ApprovalExpired: (frozenset((S.ESCALATED,)), None),
+    ApprovalVoted: (frozenset((S.ESCALATED,)), None),
+    ApprovalSuperseded: (frozenset((S.ESCALATED, S.ACCEPTED)), None),
+    GrantUsed: (frozenset((S.ACCEPTED,)), None),
     DecisionRefused: (frozenset(S), None),
     ExecutionStarted: (frozenset((S.ACCEPTED, S.EXECUTING)), S.EXECUTING),
     ExecutionSucceeded: (frozenset((S.EXECUTING,)), None),

@@ -37,11 +37,13 @@ class UsageMeter:
         self.dfid = dfid
         self.cap_tokens = cap_tokens
         self.tokens = spent
+        self.models: dict[str, int] = {}
+        """This attempt's tokens by model (what the price table turns into money)."""
         self.stopped: tuple[ReasonCode, str] | None = None
         self.scope: anyio.CancelScope | None = None
 
-    def add(self, tokens: int) -> None:
-        """Count ``tokens`` more; past the cap, stop the reasoning.
+    def add(self, tokens: int, model: str = "") -> None:
+        """Count ``tokens`` more (of ``model``, if named); past the cap, stop the reasoning.
 
         Raises:
             InputInvalid: ``tokens`` is not a whole number of tokens within 64 bits
@@ -49,10 +51,12 @@ class UsageMeter:
                 stopped too, failing closed, and the flow ends SCHEMA_INVALID.
         """
         try:
-            tokens = admit({"tokens": tokens}, UsageSpec).tokens
+            checked = admit({"tokens": tokens, "model": model}, UsageSpec)
         except InputInvalid as exc:
             self.stop(ReasonCode.SCHEMA_INVALID, f"a usage report: {exc.detail}"[:500])
             raise
+        tokens = checked.tokens
+        self.models[checked.model] = self.models.get(checked.model, 0) + tokens
         self.tokens += tokens
         if self.cap_tokens is not None and self.tokens > self.cap_tokens:
             detail = f"reasoning spent {self.tokens} tokens, over the cap of {self.cap_tokens}"
@@ -70,11 +74,11 @@ current_meter: ContextVar[UsageMeter | None] = ContextVar("dir_usage_meter", def
 """The meter of the reasoning step running in this task (tasks it starts inherit it)."""
 
 
-def report_usage(dfid: str, tokens: int) -> None:
-    """Count ``tokens`` against flow ``dfid``, if the kernel is metering it in this task."""
+def report_usage(dfid: str, tokens: int, model: str = "") -> None:
+    """Count ``tokens`` (of ``model``) against flow ``dfid``, if the kernel meters it here."""
     meter = current_meter.get()
     if meter is not None and meter.dfid == dfid:
-        meter.add(tokens)
+        meter.add(tokens, model)
 
 
 async def metered(

@@ -79,6 +79,23 @@ class ReasonCode(StrEnum):
     """The operator deciding on a flow is its proposer, and its pack does not allow that."""
     AGENT_IN_SESSION = "AGENT_IN_SESSION"
     """A proposal from the inbox for an agent hosted in the kernel or holding a session."""
+    CONSTRAINT_CONFLICT = "CONSTRAINT_CONFLICT"
+    """A new constraint contradicts an active one (one requires what the other prohibits in
+    the same scope, or the same constraint at another priority); the detail names both."""
+    ARTIFACT_MISSING = "ARTIFACT_MISSING"
+    """A referenced artifact's bytes are not in the store, or no longer hash to the reference."""
+    APPROVAL_SUPERSEDED = "APPROVAL_SUPERSEDED"
+    """An approved (or granted, or queued) action judged again when it is about to execute no
+    longer passes the packs, limits and budgets in force (kernel.dim): refused, or escalated
+    again, as its pack says (``PolicyPack.on_superseded``)."""
+    BUDGET_EXHAUSTED = "BUDGET_EXHAUSTED"
+    """A money ceiling of the pack (per decision, per flow tree, rolling per agent, session
+    or desk) has no room for the proposal's amount: refused, or escalated, as the pack says."""
+    DUPLICATE_VOTE = "DUPLICATE_VOTE"
+    """An operator voted on this approval (or grant) already: a quorum counts each once."""
+    GRANT_NOT_LIVE = "GRANT_NOT_LIVE"
+    """A grant act names a grant that is unknown, revoked, expired or (for a vote) no longer
+    waiting for its quorum."""
 
 
 RESERVED_REASONS: frozenset[ReasonCode] = frozenset(
@@ -158,6 +175,15 @@ class CliError(StrEnum):
     """The command needs an optional extra that is not installed (``dirk[console]``)."""
     SIGN_IN_THROTTLED = "SIGN_IN_THROTTLED"
     """``dirk console``: too many failed sign-ins under that name or from that address."""
+    KEY_UNUSABLE = "KEY_UNUSABLE"
+    """A private or public key file (or key text) cannot be read or is not an Ed25519 key."""
+    NO_CHECKPOINT = "NO_CHECKPOINT"
+    """No signed checkpoint covers the events asked for (``dirk checkpoint`` signs one)."""
+    PROOF_FAILED = "PROOF_FAILED"
+    """A checkpoint, a proof or an evidence bundle does not verify against the keys given."""
+    WITNESS_REFUSED = "WITNESS_REFUSED"
+    """``dirk witness`` refused a checkpoint: not signed, or not consistent with the last it
+    cosigned (a truncated, rewritten or forked history)."""
 
 
 class ExitCode(IntEnum):

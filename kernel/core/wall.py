@@ -163,12 +163,28 @@ class RuleProposalSpec(_Spec, frozen=True):
     reason: Reason
     labels: list[Id] = []
     base_version: Annotated[int, Meta(ge=0, le=INT_MAX)] = 0
+    ns: Name = "default"
+    input_event: Id = ""
 
 
 class RuleRetractionSpec(_Spec, frozen=True):
     rule: Name
     operator: Name
     reason: Reason
+    ns: Name = "default"
+
+
+MAX_SUMMARY = 1000
+"""The longest summary of an artifact (what a context shows beside its reference)."""
+
+
+class ArtifactSpec(_Spec, frozen=True):
+    """What is recorded of an artifact put in the store (the bytes are checked apart)."""
+
+    media_type: Annotated[str, Meta(min_length=1, max_length=128, pattern=NAME_PATTERN)]
+    summary: Annotated[str, Meta(max_length=MAX_SUMMARY, pattern=TEXT_PATTERN)] = ""
+    by: Id = ""
+    name: Id = ""
 
 
 class SubmissionSpec(_Spec, frozen=True):
@@ -189,6 +205,7 @@ class AgentSpec(_Spec, frozen=True):
 
 class UsageSpec(_Spec, frozen=True):
     tokens: Tokens
+    model: Id = ""
 
 
 # --- admitting a value -------------------------------------------------------------

@@ -40,19 +40,26 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import Any
 
 import msgspec
 
 from kernel.core.events import (
+    ApprovalSuperseded,
     DuplicateSuppressed,
     Feedback,
     FlowAborted,
+    FlowEscalated,
     FlowFlagged,
+    GrantUsed,
     LimitAmended,
+    PackRef,
     ProposalAccepted,
+    ProposalRecord,
     ProposalRejected,
     ProposalSubmitted,
+    ReasoningCharged,
     ResourceReleased,
     ResourceReserved,
     SubmissionRefused,
@@ -62,14 +69,16 @@ from kernel.core.ports import Clock
 from kernel.core.reasons import ReasonCode
 from kernel.dim._amend import amend
 from kernel.dim._citations import notes_on
-from kernel.dim._gate import Judgement, MemoryCheck, reject
+from kernel.dim._gate import Judgement, budget_pool, reject
+from kernel.dim._grants import handle as handle_grant
 from kernel.dim._packs import load
 from kernel.dim._rules import handle as handle_rule
-from kernel.dim.verdict import Staged, verdict
+from kernel.dim.verdict import Staged, rechecked, verdict
 from kernel.policy.contracts import Outcome, Verdict
+from kernel.policy.money import ModelPrice
 from kernel.policy.packs import PolicyCatalog
 from kernel.policy.rules import Overrun, Stopwatch
-from kernel.runtime.actors import Mailbox, Outbox
+from kernel.runtime.actors import Mailbox, Outbox, Reply
 from kernel.runtime.messages import (
     AmendLimit,
     Compile,
@@ -81,17 +90,22 @@ from kernel.runtime.messages import (
     EscalationMessage,
     ExecutionMessage,
     GuardMessage,
+    IssueGrant,
     Judge,
     LoadPack,
+    Recheck,
     RetractRule,
+    RevokeGrant,
     Screen,
     SubmitRule,
+    VoteGrant,
     Withdraw,
 )
 from kernel.state.amendments import folded
-from kernel.state.approvals import escalated_event
+from kernel.state.approvals import ApprovalStatus, escalated_event
 from kernel.state.intents import mint, stage_start
 from kernel.state.projections import AgentView, Projections, session_hash
+from kernel.state.quorums import Ballot, Quorums
 
 log = logging.getLogger(__name__)
 
@@ -110,13 +124,13 @@ class IntegrityModule:
         compiler: Mailbox[CompilerMessage],
         escalation: Mailbox[EscalationMessage],
         execution: Mailbox[ExecutionMessage],
-        memory: MemoryCheck | None = None,
         guards: Mailbox[GuardMessage] | None = None,
         rule_clock: Callable[[], int] = time.perf_counter_ns,
+        prices: Mapping[str, ModelPrice] | None = None,
     ) -> None:
+        self._prices = dict(prices or {})
         # Measures rules beside the verdict; real time is right: it decides nothing.
         self._rule_clock = rule_clock
-        self._memory = memory
         self._guards = guards
         self._projections = projections
         self._catalog = catalog
@@ -129,6 +143,11 @@ class IntegrityModule:
         match msg:
             case Judge():
                 self._judge(msg, out)
+            case Recheck():
+                self._recheck(msg, out)
+            case IssueGrant() | VoteGrant() | RevokeGrant():
+                # The DIM owns grants, as it owns amendments: ordered with the verdicts.
+                handle_grant(msg, self._catalog, self._projections, self._clock.now_ns(), out)
             case AmendLimit():
                 self._amend(msg, out)
             case LoadPack():
@@ -145,6 +164,8 @@ class IntegrityModule:
                     and flow.awaiting_proposal
                     and flow.compiled == msg.attempt
                 ):
+                    # Thought that ends in nothing cost what it cost all the same.
+                    self._charge(flow, msg.usage, out)
                     out.emit(
                         FlowAborted(reason_code=msg.reason_code, detail=msg.detail), dfid=msg.dfid
                     )
@@ -192,6 +213,7 @@ class IntegrityModule:
             ProposalSubmitted(attempt=attempt, proposal=msg.proposal, by_human=msg.by_human),
             dfid=msg.dfid,
         )
+        self._charge(flow, msg.usage, out, after=submitted)
         # Citations and advisory constraints are recorded, never judged (kernel.dim._citations).
         for note in notes_on(self._projections.memory, flow, msg.proposal):
             out.emit(note, dfid=msg.dfid, agent_id=flow.agent_id, after=submitted)
@@ -212,7 +234,6 @@ class IntegrityModule:
                 self._projections,
                 by_human=msg.by_human,
                 staged=staged,
-                memory=self._memory,
                 stopwatch=stopwatch,
             )
         overruns = stopwatch.overruns
@@ -221,11 +242,8 @@ class IntegrityModule:
             return
         escalation = judgement.escalation
         if escalation is not None:
-            event = escalated_event(
-                msg.dfid, msg.proposal, self._catalog, escalation.reason_code, escalation.detail
-            )
             recorded = out.emit(
-                msgspec.structs.replace(event, pack=judgement.pack, rule=escalation.rule),
+                self._escalated(msg.dfid, msg.proposal, judgement, escalation),
                 dfid=msg.dfid,
                 after=submitted,
             )
@@ -246,10 +264,12 @@ class IntegrityModule:
                 by_human=msg.by_human,
                 pack=judgement.pack,
                 applied=judgement.applied,
+                grant=judgement.grant.grant if judgement.grant is not None else "",
             ),
             dfid=msg.dfid,
             after=submitted,
         )
+        self._use_grant(msg.dfid, judgement, recorded, out)
         self._flag(msg, judgement, overruns, recorded, out)
         self._reserve(msg.dfid, flow.agent_id, judgement, own, recorded, out)
         self._screen(msg, state, out)
@@ -268,6 +288,236 @@ class IntegrityModule:
         if intent is not None:
             out.send(self._execution, Dispatch(dfid=msg.dfid, key=intent.key))
         out.reply(msg.reply, Verdict(outcome=Outcome.ACCEPTED, dfid=msg.dfid, attempt=attempt))
+
+    def _charge(
+        self,
+        flow: FlowState,
+        usage: Mapping[str, int],
+        out: Outbox,
+        *,
+        after: int | None = None,
+    ) -> None:
+        """Record what an attempt's reasoning cost by the price table, one event per currency.
+
+        Spent at once in the pools of the budgets that count reasoning (their flow tree,
+        agent, session or desk), so the verdict that follows already has less room.
+        """
+        if not self._prices or not usage:
+            return
+        agent = self._projections.agents.get(flow.agent_id)
+        by_currency: dict[str, int] = {}
+        for model, tokens in sorted(usage.items()):
+            price = self._prices.get(model)
+            if price is not None:
+                by_currency[price.currency] = by_currency.get(price.currency, 0) + price.cost(
+                    tokens
+                )
+        unpriced = sorted(m for m in usage if m not in self._prices)
+        staged = _staged(out)
+        for currency, amount in sorted(by_currency.items()) or [("", 0)]:
+            pools = [
+                pool
+                for budgets in self._catalog.reasoning_budgets.values()
+                for budget in budgets
+                if budget.currency == currency and agent is not None
+                if (pool := budget_pool(budget, agent, flow.root_dfid)) is not None
+            ]
+            out.emit(
+                ReasoningCharged(
+                    tokens=dict(sorted(usage.items())),
+                    amount=amount,
+                    currency=currency,
+                    unpriced=unpriced,
+                    pools=sorted(set(pools)),
+                ),
+                dfid=flow.dfid,
+                agent_id=flow.agent_id,
+                after=after,
+            )
+            for pool in set(pools):
+                staged.spent[pool] = staged.spent.get(pool, 0) + amount
+
+    def _escalated(
+        self, dfid: str, proposal: ProposalRecord, judgement: Judgement, escalation: Feedback
+    ) -> FlowEscalated:
+        """The escalation a verdict records: its pack (hash and version), rule and quorum."""
+        event = escalated_event(
+            dfid, proposal, self._catalog, escalation.reason_code, escalation.detail
+        )
+        pack = self._catalog.pack_of.get(proposal.kind)
+        return msgspec.structs.replace(
+            event,
+            pack=judgement.pack,
+            rule=escalation.rule,
+            version=pack.version if pack is not None else "",
+            quorum=judgement.quorum,
+        )
+
+    def _use_grant(self, dfid: str, judgement: Judgement, recorded: int, out: Outbox) -> None:
+        """Record the use of the standing grant an acceptance stands on, and count it now."""
+        use = judgement.grant
+        if use is None:
+            return
+        out.emit(
+            GrantUsed(
+                grant=use.grant,
+                uses=use.uses,
+                amount=use.amount,
+                currency=use.currency,
+                escalation=use.escalation,
+            ),
+            dfid=dfid,
+            after=recorded,
+        )
+        granted = _staged(out).granted
+        uses, spent = granted.get(use.grant, (0, 0))
+        granted[use.grant] = (uses + 1, spent + use.amount)
+
+    # --- judged again before execution ------------------------------------------
+
+    def _recheck(self, msg: Recheck, out: Outbox) -> None:
+        """Judge an approved (or queued) action again against what is in force now.
+
+        It executes if it still passes and any escalation it now meets is one its
+        approval covers; else it is refused (APPROVAL_SUPERSEDED) or escalated again,
+        as its pack says, with both pack versions on record (ApprovalSuperseded).
+        """
+        flow = out.flow(msg.dfid)
+        approval = self._projections.approvals.get(msg.dfid)
+        approved = (
+            flow is not None
+            and flow.status is FlowStatus.ESCALATED
+            and approval is not None
+            and approval.status is ApprovalStatus.APPROVED
+        )
+        queued = flow is not None and flow.status is FlowStatus.ACCEPTED and not flow.intent_key
+        agent = self._projections.agents.get(flow.agent_id) if flow is not None else None
+        if flow is None or flow.proposal is None or agent is None or not (approved or queued):
+            self._answer_from_record(msg.dfid, flow, msg.reply, out)
+            return
+        staged = _staged(out)
+        own = staged.own(self._projections, msg.dfid)
+        judgement = verdict(
+            flow.proposal,
+            flow,
+            agent,
+            self._catalog,
+            self._clock.now_ns(),
+            self._projections,
+            recheck=True,
+            staged=staged,
+        )
+        ballot = self._projections.domain(Quorums).ballots.get(msg.dfid)
+        # A human's approval covers what it approved; so does an acceptance out of an
+        # escalation (a human's) recorded before a restart left it unstarted.
+        human = approval if approved or (queued and approval is not None) else None
+        if not rechecked(judgement, ballot, human):
+            self._superseded(msg, flow, judgement, ballot, own, out)
+            return
+        recorded: int | None = None
+        if approved:
+            recorded = out.emit(
+                ProposalAccepted(
+                    attempt=flow.attempts, by_human=True, pack=judgement.pack, rechecked=True
+                ),
+                dfid=msg.dfid,
+            )
+        self._reserve(msg.dfid, flow.agent_id, judgement, own, recorded, out)
+        accepted = out.flow(msg.dfid)
+        assert accepted is not None
+        intent = stage_start(self._catalog, accepted, out, policy=judgement.policy)
+        if intent is not None:
+            out.send(self._execution, Dispatch(dfid=msg.dfid, key=intent.key))
+        out.reply(
+            msg.reply, Verdict(outcome=Outcome.ACCEPTED, dfid=msg.dfid, attempt=flow.attempts)
+        )
+
+    def _superseded(
+        self,
+        msg: Recheck,
+        flow: FlowState,
+        judgement: Judgement,
+        ballot: Ballot | None,
+        own: Mapping[str, int],
+        out: Outbox,
+    ) -> None:
+        """Record why an approved action no longer passes; refuse or escalate it again."""
+        found = judgement.rejection or judgement.escalation
+        assert found is not None and flow.proposal is not None
+        pack = self._catalog.pack_of.get(flow.proposal.kind)
+        current = pack.ref if pack is not None else None
+        approved = None
+        if ballot is not None and ballot.pack:
+            name = pack.name if pack is not None else "?"
+            approved = PackRef(name=name, version=ballot.version or "?", hash=ballot.pack)
+        escalate = pack is not None and pack.on_superseded == "escalate"
+        approval = self._projections.approvals.get(msg.dfid)
+        noted = out.emit(
+            ApprovalSuperseded(
+                reason_code=found.reason_code,
+                action_hash=approval.action_hash if approval is not None else "",
+                approved=approved,
+                current=current,
+                detail=found.detail,
+                layer=found.layer,
+                rule=found.rule,
+                outcome="escalated" if escalate else "refused",
+                via=msg.via,
+            ),
+            dfid=msg.dfid,
+        )
+        then = f"{approved.name} {approved.version}" if approved is not None else "an earlier pack"
+        now = f"{current.name} {current.version}" if current is not None else "no pack"
+        detail = (
+            f"approved under {then}, judged again under {now} before executing:"
+            f" {found.reason_code}: {found.detail}"
+        )[:1000]
+        feedback = reject("recheck", ReasonCode.APPROVAL_SUPERSEDED, detail, rule=found.rule)
+        if not escalate:
+            out.emit(
+                FlowAborted(reason_code=ReasonCode.APPROVAL_SUPERSEDED, detail=detail),
+                dfid=msg.dfid,
+                after=noted,
+            )
+            outcome = Outcome.ABORTED
+        else:
+            if judgement.rejection is not None:
+                reason = Feedback(
+                    reason_code=ReasonCode.APPROVAL_SUPERSEDED, detail=detail, rule=found.rule
+                )
+                judgement = replace(judgement, quorum=None, reserve=own)
+            else:
+                reason = msgspec.structs.replace(found, detail=detail)
+            recorded = out.emit(
+                self._escalated(msg.dfid, flow.proposal, judgement, reason),
+                dfid=msg.dfid,
+                after=noted,
+            )
+            self._reserve(msg.dfid, flow.agent_id, judgement, own, recorded, out)
+            out.send(self._escalation, Escalate(dfid=msg.dfid))
+            outcome = Outcome.ESCALATED
+        out.reply(
+            msg.reply,
+            Verdict(outcome=outcome, dfid=msg.dfid, attempt=flow.attempts, feedback=feedback),
+        )
+
+    def _answer_from_record(
+        self, dfid: str, flow: FlowState | None, reply: Reply[Verdict] | None, out: Outbox
+    ) -> None:
+        """Answer a recheck of a flow that moved on meanwhile: from what its record says."""
+        if flow is None:
+            missing = reject("boundary", ReasonCode.FLOW_NOT_ACTIVE, f"no flow {dfid}")
+            out.reply(reply, Verdict(outcome=Outcome.REFUSED, dfid=dfid, feedback=missing))
+            return
+        outcome = {
+            FlowStatus.ABORTED: Outcome.ABORTED,
+            FlowStatus.ESCALATED: Outcome.ESCALATED,
+        }.get(flow.status, Outcome.ACCEPTED)
+        feedback = reject("boundary", flow.reason_code, flow.detail) if flow.reason_code else None
+        out.reply(
+            reply,
+            Verdict(outcome=outcome, dfid=dfid, attempt=flow.attempts, feedback=feedback),
+        )
 
     def _flag(
         self,
@@ -314,7 +564,7 @@ class IntegrityModule:
         agent_id: str,
         judgement: Judgement,
         own: Mapping[str, int],
-        recorded: int,
+        recorded: int | None,
         out: Outbox,
     ) -> None:
         """Stage what the flow now holds: new amounts reserved, pools no longer needed released."""

@@ -53,7 +53,8 @@ def check_citations(explain: str, shown: list[str], book: Rulebook) -> Citations
     incorrect: dict[str, str] = {}
     for ref in refs:
         rule, version = ref.rsplit("@v", 1)
-        item = book.items.get(rule)
+        ns, rule_id = book.resolve(rule)  # ``ns/id`` outside the default namespace
+        item = book.item(rule_id, ns)
         if ref in shown:
             correct.append(ref)
         elif rule in shown_versions:

@@ -18,11 +18,25 @@ feedback names the layer, the rule, the field and the limit:
    emergency rules (GUARD_EMERGENCY, see kernel.policy.guards);
 8. ``memory``: constraints from governed memory (a port, :data:`MemoryCheck`;
    CONSTRAINT_VIOLATION, VERIFICATION_REQUIRED);
-9. ``escalation``: thresholds (LOW_CONFIDENCE, APPROVAL_REQUIRED), then the kind's
-   own rule, ``needs_human()`` (an authority threshold, ambiguity): an ESCALATE verdict.
+9. ``escalation``: a money budget over its ceiling that says so (BUDGET_EXHAUSTED),
+   thresholds (LOW_CONFIDENCE, APPROVAL_REQUIRED), then the kind's own rule,
+   ``needs_human()`` (an authority threshold, ambiguity): an ESCALATE verdict, with the
+   quorum the pack asks for it (kernel.policy.quorums). A live standing grant that
+   covers the proposal (kernel.state.grants) turns it into an acceptance that uses
+   the grant; a budget's escalation no grant covers.
+
+Between 6 and 7, ``budgets``: what the kind costs (kernel.policy.money) is held in
+each of its money budgets' pools, beside its resources, against the budget's ceiling
+less what was spent within its window and what other open flows hold
+(BUDGET_EXHAUSTED, or an escalation as the budget says).
 
 Human modifications skip the state and escalation layers and the unsettled-saga
-check: a human already looked. The DIM and replay reach this function only
+check: a human already looked (an escalation whose quorum takes more than one
+operator, or a role, is kept: the modifier cannot approve what they changed). A
+*recheck* (an approved or queued action judged again just before it executes) skips
+the time layer (the engine checks the validity window at the call itself), the state
+layer and the unsettled-saga check, and keeps the escalation, for the DIM to
+compare with what was approved. The DIM and replay reach this function only
 through :func:`kernel.dim.verdict.verdict`, which builds the inputs.
 Nothing here reads a clock: the verdict is a function of its arguments, which the
 journal records, so replay judges as the live kernel did. How long each rule took
@@ -33,17 +47,20 @@ whose findings never change it (see kernel.policy.rules).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from typing import Any
 
 import msgspec
 
-from kernel.core.events import Applied, Feedback, ProposalRecord
+from kernel.core.events import Applied, Feedback, ProposalRecord, QuorumRule
 from kernel.core.reasons import ReasonCode
 from kernel.policy.contracts import field_of
 from kernel.policy.guards import emergency
-from kernel.policy.packs import PolicyCatalog, PolicyPack, amount_of
+from kernel.policy.kinds import Impact
+from kernel.policy.money import Budget, format_money
+from kernel.policy.packs import PolicyCatalog, PolicyPack, Threshold, amount_of
+from kernel.policy.quorums import SINGLE
 from kernel.policy.rules import (
     DECIMAL_PATTERN,
     Range,
@@ -55,6 +72,8 @@ from kernel.policy.rules import (
     is_decimal,
     run_rule,
 )
+from kernel.state.budgets import session_key
+from kernel.state.grants import Grant, covering
 from kernel.state.projections import AgentStatus, AgentView
 
 LAYERS = (
@@ -64,6 +83,7 @@ LAYERS = (
     "time",
     "state",
     "resources",
+    "budgets",
     "rules",
     "memory",
     "escalation",
@@ -93,6 +113,10 @@ class Inputs:
         amendments: limits an operator amended for this agent, still in force.
         unsettled: the agent's flows whose effects have not converged (a saga
             unwinding, or waiting for a human after an undo failed).
+        tree: the root DFID of the flow's tree (a ``tree`` budget's scope).
+        spent: what each money pool spent within its window (kernel.state.budgets).
+        grants: the standing grants as folded (kernel.state.grants).
+        granted: the uses and money each grant's acceptances staged in this batch.
     """
 
     context_ref: str = ""
@@ -102,6 +126,10 @@ class Inputs:
     capacities: Mapping[str, int] = field(default_factory=dict)
     amendments: Mapping[str, int | str] = field(default_factory=dict)
     unsettled: Sequence[str] = ()
+    tree: str = ""
+    spent: Mapping[str, int] = field(default_factory=dict)
+    grants: Sequence[Grant] = ()
+    granted: Mapping[str, tuple[int, int]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -113,6 +141,9 @@ class Judgement:
     ``policy`` is the proposal as its (frozen) kind, so execution need not convert again.
     ``applied`` is set on a transformed acceptance: the form executed instead of the
     submitted one (kernel.dim.verdict adds it; kernel.state.beliefs.gate decides it).
+    ``quorum`` is what an escalation needs when its pack asks for more than one operator;
+    ``grant`` the standing grant an acceptance uses; ``costs`` the proposal's cost by
+    currency.
     """
 
     rejection: Feedback | None = None
@@ -121,6 +152,24 @@ class Judgement:
     pack: str = ""
     policy: Any = None
     applied: Applied | None = None
+    quorum: QuorumRule | None = None
+    grant: GrantUse | None = None
+    costs: Mapping[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class GrantUse:
+    """A standing grant that lets an escalating proposal through: which, and what it spends.
+
+    ``uses`` counts this use; ``amount`` is the proposal's cost in the grant's currency
+    (0 when the grant has no money cap); ``escalation`` what it would have escalated for.
+    """
+
+    grant: str
+    uses: int
+    amount: int
+    currency: str
+    escalation: ReasonCode
 
 
 def reject(
@@ -146,13 +195,15 @@ def judge(
     inputs: Inputs,
     *,
     by_human: bool = False,
+    recheck: bool = False,
     memory: MemoryCheck | None = None,
     stopwatch: Stopwatch | None = None,
 ) -> Judgement:
     """Run the pipeline; the first failing layer decides.
 
     ``stopwatch`` times each rule and keeps the overruns of their budgets for the
-    caller to record; the judgement is the same with or without it.
+    caller to record; the judgement is the same with or without it. ``recheck`` judges
+    an approved or queued action again before it executes (see the module's docstring).
     """
     kind = catalog.kinds.get(proposal.kind)
     if kind is None:
@@ -169,12 +220,21 @@ def judge(
     if isinstance(failed, Feedback):
         return Judgement(rejection=failed, pack=pack.hash)
     params = failed
-    failed = _admission(proposal, params, agent, now_ns, inputs, by_human)
+    # A recheck leaves the validity window to the engine, which checks it at the call.
+    timed_at = None if recheck else now_ns
+    failed = _admission(proposal, params, agent, timed_at, inputs, by_human or recheck)
     if failed is not None:
         return Judgement(rejection=failed, pack=pack.hash)
     need = _resources(proposal.kind, params, catalog, pack, inputs)
     if isinstance(need, Feedback):
         return Judgement(rejection=need, pack=pack.hash)
+    costs = _costs(proposal.kind, params, catalog)
+    if isinstance(costs, Feedback):
+        return Judgement(rejection=costs, pack=pack.hash)
+    money = _budgets(proposal.kind, costs, catalog, agent, inputs)
+    if isinstance(money, Feedback):
+        return Judgement(rejection=money, pack=pack.hash)
+    need.update(money[0])
     view = View(
         params,
         inputs.state,
@@ -188,14 +248,146 @@ def judge(
         failed = emergency(proposal, params, view.state, catalog.emergencies_of[proposal.kind])
     if failed is None and memory is not None:
         failed = memory(proposal, view)
+        if failed is not None and failed.reason_code in pack.escalate_refusals and not by_human:
+            # The pack sends this refusal to a human instead (e.g. a constraint conflict).
+            return Judgement(escalation=failed, reserve=need, pack=pack.hash, policy=params)
     if failed is not None:
         return Judgement(rejection=failed, pack=pack.hash)
-    escalation = None
-    if not by_human:
+    escalation = None if by_human and not recheck else money[1]
+    if escalation is None:
         escalation = _thresholds(proposal, params, catalog, pack) or _needs_human(proposal, params)
         if escalation is not None and escalation.layer != "escalation":
             return Judgement(rejection=escalation, pack=pack.hash)
-    return Judgement(escalation=escalation, reserve=need, pack=pack.hash, policy=params)
+    judged = Judgement(reserve=need, pack=pack.hash, policy=params, costs=costs)
+    if escalation is None:
+        return judged
+    quorum = _quorum(proposal.kind, escalation.reason_code, params, catalog)
+    if by_human and not recheck and (quorum is None or (quorum.required < 2 and not quorum.roles)):
+        return judged  # a human's modification, which one operator may make and approve
+    grant = None
+    if not (by_human or recheck) and escalation.reason_code is not ReasonCode.BUDGET_EXHAUSTED:
+        # A grant stands in for a human's approval, never for a money ceiling.
+        grant = _grant(proposal, agent, now_ns, inputs, quorum or SINGLE, costs, escalation)
+    if grant is not None:
+        return replace(judged, grant=grant)
+    return replace(judged, escalation=escalation, quorum=quorum)
+
+
+def _quorum(
+    kind: str, reason: ReasonCode, params: Any, catalog: PolicyCatalog
+) -> QuorumRule | None:
+    """The first quorum of the kind's pack that applies to this escalation, as recorded."""
+    policy_kind = catalog.kinds[kind]
+    for q in catalog.quorums_of.get(kind, ()):
+        if q.applies(reason, Impact(policy_kind.impact), params):
+            return q.rule()
+    return None
+
+
+def _grant(
+    proposal: ProposalRecord,
+    agent: AgentView,
+    now_ns: int,
+    inputs: Inputs,
+    quorum: QuorumRule,
+    costs: Mapping[str, int],
+    escalation: Feedback,
+) -> GrantUse | None:
+    """The standing grant that covers an escalating proposal, if one does (its use)."""
+    if not inputs.grants:
+        return None
+    found = covering(
+        inputs.grants,
+        proposal.kind,
+        agent.manifest.agent_id,
+        proposal.params,
+        now_ns,
+        needs=quorum,
+        cost=costs,
+        staged=inputs.granted,
+    )
+    if found is None:
+        return None
+    amount = costs.get(found.currency, 0) if found.cap is not None else 0
+    return GrantUse(
+        grant=found.grant,
+        uses=found.used + 1,
+        amount=amount,
+        currency=found.currency if found.cap is not None else "",
+        escalation=escalation.reason_code,
+    )
+
+
+def _costs(kind: str, params: Any, catalog: PolicyCatalog) -> dict[str, int] | Feedback:
+    """What the proposal costs, by currency: whole minor units, or why it cannot say."""
+    costs: dict[str, int] = {}
+    for cost in catalog.costs_of.get(kind, ()):
+        try:
+            amount = amount_of(cost.amount, params)
+        except Exception as exc:
+            detail = f"cost in {cost.currency}: {type(exc).__name__}: {exc}"[:300]
+            return reject("budgets", ReasonCode.KERNEL_FAULT, detail, rule=f"cost {kind}")
+        if amount is None or amount < 0 or amount != amount.to_integral_value():
+            return reject(
+                "budgets",
+                ReasonCode.SCHEMA_INVALID,
+                f"the cost in {cost.currency} must be whole minor units >= 0, not {amount}",
+                rule=f"cost {kind}",
+            )
+        costs[cost.currency] = int(amount)
+    return costs
+
+
+def budget_pool(budget: Budget, agent: AgentView, tree: str) -> str | None:
+    """The pool a proposal's cost is held in for ``budget`` (None: a per-decision ceiling)."""
+    match budget.per:
+        case "decision":
+            return None
+        case "tree":
+            return budget.pool(tree)
+        case "agent":
+            return budget.pool(agent.manifest.agent_id)
+        case "session":
+            return budget.pool(session_key(agent.manifest.agent_id, agent.session_hash))
+        case _:
+            return budget.pool("")
+
+
+def _budgets(
+    kind: str, costs: Mapping[str, int], catalog: PolicyCatalog, agent: AgentView, inputs: Inputs
+) -> tuple[dict[str, int], Feedback | None] | Feedback:
+    """Layer 6b: the money pools to hold, and the first ceiling that escalates, or a refusal."""
+    need: dict[str, int] = {}
+    escalation: Feedback | None = None
+    for budget in catalog.budgets_of.get(kind, ()):
+        amount = costs.get(budget.currency, 0)
+        if not amount and not budget.reasoning:
+            continue
+        pool = budget_pool(budget, agent, inputs.tree)
+        room = budget.ceiling
+        if pool is not None:
+            others = inputs.held.get(pool, 0) - inputs.own.get(pool, 0)
+            room -= inputs.spent.get(pool, 0) + others
+            if amount:
+                need[pool] = need.get(pool, 0) + amount
+        if amount <= room and (amount or room >= 0):
+            continue
+        refuse = budget.over == "refuse"
+        over = reject(
+            "budgets" if refuse else "escalation",
+            ReasonCode.BUDGET_EXHAUSTED,
+            f"budget {budget.name} ({budget.per}"
+            + (f", {budget.window_s:g} s window" if budget.window_s else "")
+            + f"): {format_money(amount, budget.currency)} wanted,"
+            f" {format_money(max(room, 0), budget.currency)} of"
+            f" {format_money(budget.ceiling, budget.currency)} left",
+            rule=f"budget {budget.name}",
+            limit=format_money(budget.ceiling, budget.currency),
+        )
+        if refuse:
+            return over
+        escalation = escalation or over
+    return need, escalation
 
 
 def _schema(proposal: ProposalRecord, kind: type[Any], catalog: PolicyCatalog) -> Any:
@@ -262,11 +454,11 @@ def _admission(
     proposal: ProposalRecord,
     params: Any,
     agent: AgentView,
-    now_ns: int,
+    now_ns: int | None,
     inputs: Inputs,
     by_human: bool,
 ) -> Feedback | None:
-    """Layers 2-5: status, authority, time and state."""
+    """Layers 2-5: status, authority, time (unless ``now_ns`` is None) and state."""
     manifest = agent.manifest
     if agent.status is not AgentStatus.ACTIVE:
         code = _STATUS_CODES[agent.status]
@@ -311,7 +503,11 @@ def _admission(
                 "manifest.limits",
                 limit,
             )
-    if proposal.valid_until_ns is not None and now_ns > proposal.valid_until_ns:
+    if (
+        now_ns is not None
+        and proposal.valid_until_ns is not None
+        and now_ns > proposal.valid_until_ns
+    ):
         late_ms = (now_ns - proposal.valid_until_ns) // 1_000_000
         return reject(
             "time", ReasonCode.EXPIRED, f"validity window ended {late_ms} ms ago", "valid_until_ns"
@@ -480,7 +676,7 @@ def _thresholds(
             amount = None
             detail = f"{type(exc).__name__}: {exc}"
         else:
-            detail = f"amount {amount} is above {threshold.above}"
+            detail = _above(amount, threshold)
         # An amount that cannot be computed is not "below the threshold": a human decides.
         if amount is None or amount > Decimal(threshold.above):
             field = threshold.amount if isinstance(threshold.amount, str) else ""
@@ -493,3 +689,13 @@ def _thresholds(
                 threshold.above,
             )
     return None
+
+
+def _above(amount: Decimal | None, threshold: Threshold) -> str:
+    """Say an amount passed a threshold; money as people read it when the pack names a currency."""
+    limit = Decimal(str(threshold.above))
+    whole = amount is not None and amount == amount.to_integral_value()
+    if threshold.currency and amount is not None and whole and limit == int(limit):
+        money = format_money(int(amount), threshold.currency)
+        return f"{money} is above {format_money(int(limit), threshold.currency)}"
+    return f"amount {amount} is above {threshold.above}"

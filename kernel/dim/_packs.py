@@ -18,7 +18,7 @@ from kernel.core.events import PackLoaded, PackRef
 from kernel.policy.packs import PackError, PolicyCatalog, PolicyPack
 from kernel.runtime.actors import Outbox
 from kernel.runtime.messages import LoadPack
-from kernel.state.beliefs import BUILT_IN
+from kernel.state.projections import built_in
 
 
 def replaced(catalog: PolicyCatalog, pack: PolicyPack, adapters: Collection[str]) -> PolicyCatalog:
@@ -41,7 +41,7 @@ def replaced(catalog: PolicyCatalog, pack: PolicyPack, adapters: Collection[str]
                 f"pack {pack.name} {pack.version} drops policy kind(s) {', '.join(dropped)}"
                 f" that {old.version} defines; flows judged under it may still need them"
             )
-    missing = [a for a in fresh.adapters_needed() if a not in adapters and a not in BUILT_IN]
+    missing = [a for a in fresh.adapters_needed() if a not in adapters and a not in built_in()]
     if missing:
         raise PackError(f"no adapter registered for {', '.join(missing)}")
     return fresh

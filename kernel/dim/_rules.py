@@ -76,6 +76,7 @@ def handle(msg: RuleMessage, projections: Projections, out: Outbox) -> None:
                     operator=msg.operator,
                     reason=msg.reason,
                     inbox_id=msg.inbox_id,
+                    ns=msg.ns,
                 )
                 index = out.emit(retracted)
                 staged.fold([retracted])

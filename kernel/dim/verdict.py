@@ -3,9 +3,12 @@
 :func:`verdict` builds what the pipeline judges against from the projections
 (the agent's visible state and its reference, the pools held, the capacities
 facts set, the limits amended and still in force, the agent's unsettled sagas,
-governed memory) and runs :func:`kernel.dim._gate.judge`, whose layers, in their
-documented order, include the unsettled-saga check (status) and the kind's own
-``needs_human`` rule (escalation).
+and the domains registered with the projections) and runs
+:func:`kernel.dim._gate.judge`, whose layers, in their documented order, include the
+unsettled-saga check (status) and the kind's own ``needs_human`` rule (escalation).
+The gate's memory layer is every domain's check in registration order (governed
+memory's constraints, then the beliefs layer: kernel.state.domain); an accepted
+proposal a domain transforms is applied in the form it names.
 
 The DIM actor (kernel.dim._actor) calls it with what its current batch staged
 and has not committed yet (:class:`Staged`); ``dirk verify --verdicts`` and
@@ -20,17 +23,18 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from kernel.core.events import Feedback, ProposalRecord
+from kernel.core.events import Applied, Feedback, ProposalRecord
 from kernel.core.flow import FlowState
 from kernel.dim._gate import Inputs, Judgement, MemoryCheck, judge
 from kernel.policy.packs import PolicyCatalog
+from kernel.policy.quorums import SINGLE, tally
 from kernel.policy.rules import Stopwatch, View
 from kernel.state.amendments import Amendment, in_force
-from kernel.state.beliefs import gate as beliefs
-from kernel.state.beliefs.graph import BeliefGraph
-from kernel.state.memory import MemoryState
-from kernel.state.memory import check as check_memory
+from kernel.state.approvals import Approval
+from kernel.state.budgets import Budgets
+from kernel.state.grants import Grant, Grants
 from kernel.state.projections import AgentView, Projections, context_ref
+from kernel.state.quorums import Ballot
 
 
 class FactCapacities(Mapping[str, int]):
@@ -52,23 +56,48 @@ class FactCapacities(Mapping[str, int]):
         return sum(1 for _ in self)
 
 
-def memory_check(memory: MemoryState, correlation_id: str) -> MemoryCheck:
-    """The memory layer over governed memory: enforced constraints refuse (kernel.state.memory)."""
-    return lambda proposal, view: check_memory(memory, proposal, view.agent_id, correlation_id)
+class Spent(Mapping[str, int]):
+    """What each money pool spent within its window at ``now_ns``, staged spending included."""
+
+    def __init__(self, projections: Projections, now_ns: int, staged: Mapping[str, int]) -> None:
+        self._budgets = projections.domain(Budgets)
+        self._now = now_ns
+        self._staged = staged
+
+    def __getitem__(self, pool: str) -> int:
+        return self._budgets.spent(pool, self._now) + self._staged.get(pool, 0)
+
+    def __contains__(self, pool: object) -> bool:
+        return isinstance(pool, str)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._budgets.spent_in)
+
+    def __len__(self) -> int:
+        return len(self._budgets.spent_in)
 
 
-def beliefs_check(layer: MemoryCheck, graph: BeliefGraph, correlation_id: str) -> MemoryCheck:
-    """The memory layer, then the beliefs layer over the belief graph (kernel.state.beliefs)."""
+def domain_checks(projections: Projections, flow: FlowState) -> MemoryCheck:
+    """The gate's memory layer: each domain's check, in registration order; the first refusal."""
+    domains = projections.checking
 
     def check(proposal: ProposalRecord, view: View) -> Feedback | None:
-        refused = layer(proposal, view)
-        if refused is not None:
-            return refused
-        # Scored at the graph's latest recorded time, not the DIM's clock: "now" is recorded.
-        at = graph.latest_ns
-        return beliefs.check(graph, proposal.kind, proposal.params, correlation_id, at)
+        for domain in domains:
+            refused = domain.check(proposal, view, flow)
+            if refused is not None:
+                return refused
+        return None
 
     return check
+
+
+def transformed(projections: Projections, proposal: ProposalRecord) -> Applied | None:
+    """Return the form an accepted proposal is applied in, if a domain transforms it."""
+    for domain in projections.transforming:
+        applied = domain.transform(proposal)
+        if applied is not None:
+            return applied
+    return None
 
 
 @dataclass
@@ -80,11 +109,17 @@ class Staged:
         amended: the limits amended, by agent, then by limit.
         visible: the visible state and its reference, by subscriptions (a cache: the
             DIM stages no facts, so the state cannot change within its batch).
+        granted: per standing grant, the uses and money its staged acceptances took.
+        grants: grants issued, voted on or revoked in this batch, as they now stand.
+        spent: per money pool, what staged reasoning charges spent.
     """
 
     reserved: dict[str, dict[str, int]] = field(default_factory=dict)
     amended: dict[str, dict[str, Amendment]] = field(default_factory=dict)
     visible: dict[tuple[str, ...], tuple[dict[str, Any], str]] = field(default_factory=dict)
+    granted: dict[str, tuple[int, int]] = field(default_factory=dict)
+    spent: dict[str, int] = field(default_factory=dict)
+    grants: dict[str, Grant] = field(default_factory=dict)
 
     def held(self, projections: Projections) -> dict[str, int]:
         """Return the total held of each pool by open flows, staged reservations included."""
@@ -94,6 +129,13 @@ class Staged:
             for pool, amount in pools.items():
                 held[pool] = held.get(pool, 0) + amount - before.get(pool, 0)
         return held
+
+    def all_grants(self, projections: Projections) -> tuple[Grant, ...]:
+        """Return every grant: as committed, or as this batch left it."""
+        committed = projections.domain(Grants).grants
+        if not self.grants:
+            return tuple(committed.values())
+        return tuple({**committed, **self.grants}.values())
 
     def own(self, projections: Projections, dfid: str) -> Mapping[str, int]:
         """Return what the flow holds (staged, or else committed)."""
@@ -135,6 +177,10 @@ def inputs_of(
         capacities=FactCapacities(projections),
         amendments=staged.amendments(projections, flow.agent_id, now_ns),
         unsettled=projections.unsettled_flows(flow.agent_id),
+        tree=flow.root_dfid,
+        spent=Spent(projections, now_ns, staged.spent),
+        grants=staged.all_grants(projections),
+        granted=staged.granted,
     )
 
 
@@ -147,8 +193,8 @@ def verdict(
     projections: Projections,
     *,
     by_human: bool = False,
+    recheck: bool = False,
     staged: Staged | None = None,
-    memory: MemoryCheck | None = None,
     stopwatch: Stopwatch | None = None,
 ) -> Judgement:
     """Judge a proposal of ``flow``: the one function the DIM and replay both call.
@@ -161,12 +207,12 @@ def verdict(
         now_ns: the DIM's clock when it judges (replay: the submission's time).
         projections: the state as committed before the proposal.
         by_human: a human's modification (skips state, unsettled and escalation checks).
+        recheck: an approved or queued action judged again before it executes (skips
+            state and unsettled checks; kernel.dim._gate).
         staged: what the current batch staged and has not committed (the DIM only).
-        memory: the memory layer, if not governed memory for the flow's root.
         stopwatch: times each rule beside the verdict; never changes it.
     """
     inputs = inputs_of(projections, flow, agent, now_ns, staged)
-    layer = memory or memory_check(projections.memory, flow.root_dfid)
     judgement = judge(
         proposal,
         agent,
@@ -174,12 +220,38 @@ def verdict(
         now_ns,
         inputs,
         by_human=by_human,
-        memory=beliefs_check(layer, projections.beliefs, flow.root_dfid),
+        recheck=recheck,
+        memory=domain_checks(projections, flow),
         stopwatch=stopwatch,
     )
     if judgement.rejection is None and judgement.escalation is None:
         # A transformed verdict: accepted, and applied in another form (kernel.beliefs).
-        applied = beliefs.transform(projections.beliefs, proposal.kind, proposal.params)
+        applied = transformed(projections, proposal)
         if applied is not None:
             return replace(judgement, applied=applied)
     return judgement
+
+
+def rechecked(judgement: Judgement, ballot: Ballot | None, approval: Approval | None) -> bool:
+    """Whether a re-judged action may execute on the approval (None: no human approved it).
+
+    It may if nothing refuses it and it needs no human, or (approved) if what it now
+    escalates for is what was approved (same reason and rule) and the approval's votes
+    meet the quorum the pack now asks for. An approval of an operational escalation
+    (no ballot: the engine's) approved the very action, whatever would escalate it.
+    """
+    if judgement.rejection is not None:
+        return False
+    escalation = judgement.escalation
+    if escalation is None:
+        return True
+    if approval is None:
+        return False
+    if ballot is None:
+        return True
+    if (str(escalation.reason_code), escalation.rule) != (ballot.reason_code, ballot.rule):
+        return False
+    voters = [(v.operator, v.roles) for v in ballot.votes if v.vote == "approve"]
+    if not voters:
+        voters = [(approval.operator, [])]
+    return tally(judgement.quorum or SINGLE, voters).met

@@ -30,17 +30,20 @@ import msgspec
 from kernel.core.events import (
     AgentStatusChanged,
     ApprovalExpired,
+    ApprovalVoted,
     DecisionRefused,
     Feedback,
     FlowAborted,
     HumanDecided,
-    ProposalAccepted,
+    QuorumRule,
 )
 from kernel.core.flow import RESOLVE_WORDS, FlowState, FlowStatus
 from kernel.core.ports import Clock
 from kernel.core.reasons import ReasonCode
 from kernel.policy.contracts import Outcome, Verdict
 from kernel.policy.packs import PolicyCatalog
+from kernel.policy.quorums import eligible, tally
+from kernel.policy.quorums import waiting as waiting_text
 from kernel.runtime.actors import Mailbox, Outbox
 from kernel.runtime.messages import (
     Decide,
@@ -48,9 +51,9 @@ from kernel.runtime.messages import (
     DimMessage,
     Escalate,
     EscalationMessage,
-    Execute,
     ExecutionMessage,
     Judge,
+    Recheck,
     Resolve,
     Tick,
 )
@@ -67,6 +70,7 @@ from kernel.state.approvals import (
     reconciliation,
 )
 from kernel.state.projections import AgentStatus, Projections
+from kernel.state.quorums import Ballot, Quorums
 
 KERNEL_OPERATOR = "kernel"
 """The operator named on status changes the kernel makes by itself (a demotion)."""
@@ -85,6 +89,11 @@ def same_principal(operator: str, agent_id: str) -> bool:
         return unicodedata.normalize("NFKC", name).casefold().strip()
 
     return bool(operator) and seen(operator) == seen(agent_id)
+
+
+def _counts(rule: QuorumRule) -> bool:
+    """Whether an approval takes votes: more than one operator, or operators of a role."""
+    return rule.required > 1 or bool(rule.roles)
 
 
 class EscalationPolicy(msgspec.Struct, frozen=True, kw_only=True):
@@ -237,6 +246,13 @@ class EscalationDesk:
             detail = f"flow {msg.dfid} is {status}, not waiting for a human decision"
             self._refuse(msg, flow, ReasonCode.FLOW_NOT_ACTIVE, detail, out)
             return
+        if approval.status is not ApprovalStatus.PENDING or msg.dfid in out.scratch.get(
+            "decided", ()
+        ):
+            # Approved: the DIM judges it again before it executes; nothing more to decide.
+            detail = f"flow {msg.dfid} was {str(approval.status).lower()}: it is being judged again"
+            self._refuse(msg, flow, ReasonCode.FLOW_NOT_ACTIVE, detail, out)
+            return
         if flow.pending is None and self._expired(approval, self._clock.now_ns()):
             self._expire(approval, out)
             detail = f"the approval expired: no decision within {self._policy.approval_ttl_s:g} s"
@@ -246,6 +262,10 @@ class EscalationDesk:
         if problem is not None:
             code, detail, field = problem
             self._refuse(msg, flow, code, detail, out, field)
+            return
+        ballot = self._projections.domain(Quorums).ballots.get(msg.dfid)
+        if ballot is not None and flow.pending is None and _counts(ballot.quorum):
+            self._vote(msg, flow, approval, ballot, out)
             return
         own = msg.decision not in REJECT_WORDS and same_principal(msg.operator, flow.agent_id)
         if own and not self._self_approval(flow):
@@ -273,32 +293,174 @@ class EscalationDesk:
         if msg.decision in RESOLVE_WORDS:
             self._resolve(msg, flow, decided, out)
         elif msg.decision in APPROVE_WORDS:
-            out.emit(
-                ProposalAccepted(attempt=flow.attempts, by_human=True), dfid=msg.dfid, after=decided
-            )
-            out.send(self._execution, Execute(dfid=msg.dfid))
-            out.reply(
-                msg.reply, Verdict(outcome=Outcome.ACCEPTED, dfid=msg.dfid, attempt=flow.attempts)
-            )
+            self._approved(msg, out)
         elif msg.decision in REJECT_WORDS:
-            out.emit(
-                FlowAborted(
-                    reason_code=ReasonCode.HUMAN_REJECTED, detail=f"{msg.operator}: {msg.reason}"
-                ),
-                dfid=msg.dfid,
-                after=decided,
+            self._rejected(msg, flow, decided, out)
+        else:
+            # _problem refused a modification of nothing (an escalation with no action).
+            assert flow.proposal is not None
+            modified = msgspec.structs.replace(flow.proposal, params=msg.params or {})
+            out.send(
+                self._dim,
+                Judge(dfid=msg.dfid, proposal=modified, by_human=True, reply=msg.reply),
             )
-            feedback = Feedback(
-                reason_code=ReasonCode.HUMAN_REJECTED, detail=msg.reason, layer="escalation"
+
+    def _approved(self, msg: Decide, out: Outbox) -> None:
+        """Hand an approved action to the DIM: it is judged again before it executes."""
+        out.scratch.setdefault("decided", set()).add(msg.dfid)
+        out.send(self._dim, Recheck(dfid=msg.dfid, via="approval", reply=msg.reply))
+
+    def _rejected(self, msg: Decide, flow: FlowState, decided: int, out: Outbox) -> None:
+        out.emit(
+            FlowAborted(
+                reason_code=ReasonCode.HUMAN_REJECTED, detail=f"{msg.operator}: {msg.reason}"
+            ),
+            dfid=msg.dfid,
+            after=decided,
+        )
+        feedback = Feedback(
+            reason_code=ReasonCode.HUMAN_REJECTED, detail=msg.reason, layer="escalation"
+        )
+        out.reply(
+            msg.reply,
+            Verdict(
+                outcome=Outcome.ABORTED, dfid=msg.dfid, attempt=flow.attempts, feedback=feedback
+            ),
+        )
+
+    # --- quorums ------------------------------------------------------------------
+
+    def _vote(
+        self, msg: Decide, flow: FlowState, approval: Approval, ballot: Ballot, out: Outbox
+    ) -> None:
+        """Count one operator's vote on an approval that needs a quorum.
+
+        The proposer and every modifier may not vote (the proposer may still withdraw
+        the flow); an operator without a role the quorum names may not either; nobody
+        votes twice. A vote that meets the quorum is recorded with the approval it
+        completes (HumanDecided), and the action goes to the DIM to be judged again;
+        a rejection ends the flow, or counts against it, as the pack said.
+        """
+        rule = ballot.quorum
+        withdraw = msg.decision in REJECT_WORDS and same_principal(msg.operator, flow.agent_id)
+        refused = None if withdraw else self._ineligible(msg, ballot)
+        if refused is not None:
+            code, detail = refused
+            self._refuse(msg, flow, code, detail, out, "operator")
+            return
+        if msg.decision not in APPROVE_WORDS and not (
+            msg.decision in REJECT_WORDS and rule.on_reject == "vote" and not withdraw
+        ):
+            # A modification (judged again by the DIM) or a rejection that ends it.
+            self._decided_alone(msg, flow, approval, out)
+            return
+        now = self._clock.now_ns()
+        vote = "approve" if msg.decision in APPROVE_WORDS else "reject"
+        approvals = [(v.operator, v.roles) for v in ballot.standing(now)]
+        against = [v.operator for v in ballot.standing(now, "reject")]
+        if vote == "approve":
+            approvals.append((msg.operator, list(msg.roles)))
+        else:
+            against.append(msg.operator)
+        counted = tally(rule, approvals, against)
+        voted = out.emit(
+            ApprovalVoted(
+                vote=vote,
+                operator=msg.operator,
+                roles=list(msg.roles),
+                reason=msg.reason,
+                action_hash=approval.action_hash,
+                counted=counted.counted,
+                against=counted.against,
+                required=rule.required,
+                met=counted.met and vote == "approve",
+                waiting=counted.waiting,
+                inbox_id=msg.inbox_id,
+                via=msg.via,
+                signer=msg.signer,
+            ),
+            dfid=msg.dfid,
+        )
+        if vote == "approve" and counted.met:
+            self._decided_alone(msg, flow, approval, out, after=voted, inbox=False)
+        elif counted.ended:
+            self._decided_alone(msg, flow, approval, out, after=voted, inbox=False)
+        else:
+            waiting = Feedback(
+                reason_code=approval.reason_code,
+                detail=counted.waiting,
+                layer="escalation",
+                rule=rule.name,
             )
             out.reply(
                 msg.reply,
                 Verdict(
-                    outcome=Outcome.ABORTED, dfid=msg.dfid, attempt=flow.attempts, feedback=feedback
+                    outcome=Outcome.ESCALATED,
+                    dfid=msg.dfid,
+                    attempt=flow.attempts,
+                    feedback=waiting,
                 ),
             )
+
+    def _ineligible(self, msg: Decide, ballot: Ballot) -> tuple[ReasonCode, str] | None:
+        """Why ``msg``'s operator may not vote on ``ballot`` (code, detail), or None."""
+        rule = ballot.quorum
+        excluded = next((who for who in ballot.excluded if same_principal(msg.operator, who)), None)
+        if excluded is not None:
+            role = "proposed" if excluded == ballot.excluded[0] else "modified"
+            return (
+                ReasonCode.SELF_APPROVAL_FORBIDDEN,
+                f"{msg.operator} {role} this action and may not vote on it"
+                f" ({ballot.waiting or waiting_text(rule, [])})",
+            )
+        if msg.decision not in REJECT_WORDS or rule.on_reject == "vote":
+            if not eligible(rule, msg.roles):
+                return (
+                    ReasonCode.UNAUTHORIZED,
+                    f"this approval is voted by {' or '.join(rule.roles)};"
+                    f" {msg.operator} holds {', '.join(msg.roles) or 'no role'}",
+                )
+        now = self._clock.now_ns()
+        ttl = rule.vote_ttl_s
+        if ballot.voted(msg.operator, now - ttl * 1_000_000_000 if ttl else 0) is not None:
+            return (
+                ReasonCode.DUPLICATE_VOTE,
+                f"{msg.operator} voted on this approval already"
+                f" ({ballot.waiting or waiting_text(rule, [])})",
+            )
+        return None
+
+    def _decided_alone(
+        self,
+        msg: Decide,
+        flow: FlowState,
+        approval: Approval,
+        out: Outbox,
+        *,
+        after: int | None = None,
+        inbox: bool = True,
+    ) -> None:
+        """Record a decision that settles the approval (the last vote, a modification...)."""
+        decided = out.emit(
+            HumanDecided(
+                decision=msg.decision,
+                operator=msg.operator,
+                reason=msg.reason,
+                params=msg.params,
+                action_hash=approval.action_hash,
+                # The vote took the inbox row already: a row is taken by one event.
+                inbox_id=msg.inbox_id if inbox else None,
+                via=msg.via,
+                signer=msg.signer,
+            ),
+            dfid=msg.dfid,
+            after=after,
+        )
+        if msg.decision in APPROVE_WORDS:
+            self._approved(msg, out)
+        elif msg.decision in REJECT_WORDS:
+            self._rejected(msg, flow, decided, out)
         else:
-            # _problem refused a modification of nothing (an escalation with no action).
             assert flow.proposal is not None
             modified = msgspec.structs.replace(flow.proposal, params=msg.params or {})
             out.send(

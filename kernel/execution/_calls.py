@@ -14,31 +14,31 @@ import msgspec
 
 from kernel.adapters.constraints import Violation, check
 from kernel.adapters.contract import Adapter, AdapterError, Quote, Receipt, recordable
-from kernel.core.events import BELIEF_PAYLOADS, ExecutionIntent
+from kernel.core.events import ExecutionIntent, Payload
 from kernel.core.ports import Clock
 from kernel.core.wall import clip
 from kernel.runtime.actors import Mailbox
 from kernel.runtime.messages import AdapterDone, ExecutionMessage
-from kernel.state.beliefs import BELIEFS_ADAPTER
-from kernel.state.memory import MEMORY_ADAPTER, MEMORY_WRITES, Remembered
+from kernel.state.memory import Remembered
 
-_RECORDS = {MEMORY_ADAPTER: MEMORY_WRITES, BELIEFS_ADAPTER: frozenset(BELIEF_PAYLOADS)}
-"""The kernel's own executors, and the events each may return to record."""
+Records = Mapping[str, frozenset[type[Payload]]]
+"""The domains' executors by adapter name, and the event types each may return to record."""
 
 
-def _records_checked(intent: ExecutionIntent, receipt: Receipt) -> Receipt:
-    """Return ``receipt`` if the events it brings to record are a kernel executor's own.
+def _records_checked(intent: ExecutionIntent, receipt: Receipt, records: Records) -> Receipt:
+    """Return ``receipt`` if the events it brings to record are a domain executor's own.
 
-    Only the adapters named ``memory`` and ``beliefs`` return events, and only their own
-    events under the intent's key: any other is refused before anything is recorded (the
-    effect of such an intent is its record, so nothing happened).
+    Only the executors the domains declare (``memory``, ``beliefs``: Domain.records)
+    return events, and only their own events under the intent's key: any other is
+    refused before anything is recorded (the effect of such an intent is its record,
+    so nothing happened).
 
     Raises:
         AdapterError: terminal, naming what was refused.
     """
     if not isinstance(receipt, Remembered) or not receipt.records:
         return receipt
-    allowed = _RECORDS.get(intent.adapter)
+    allowed = records.get(intent.adapter)
     if allowed is None:
         raise AdapterError(f"adapter {intent.adapter!r} may not return events to record")
     for record in receipt.records:
@@ -58,10 +58,12 @@ class AdapterCalls:
         adapters: Mapping[str, Adapter],
         mailbox: Mailbox[ExecutionMessage],
         clock: Clock | None,
+        records: Records,
     ) -> None:
         self._adapters = adapters
         self._mailbox = mailbox
         self._clock = clock
+        self._records = records
 
     async def call(
         self, dfid: str, intent: ExecutionIntent, attempt: int, fresh: bool, at_ns: int | None
@@ -90,7 +92,9 @@ class AdapterCalls:
                 if violation is not None:
                     await self._mailbox.send(msgspec.structs.replace(done, violation=violation))
                     return
-            receipt = _records_checked(intent, recordable(await adapter.execute(intent)))
+            receipt = _records_checked(
+                intent, recordable(await adapter.execute(intent)), self._records
+            )
             done = msgspec.structs.replace(done, receipt=receipt)
         except AdapterError as exc:
             done = msgspec.structs.replace(

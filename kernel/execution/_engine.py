@@ -38,15 +38,17 @@ from kernel.policy.packs import PolicyCatalog
 from kernel.runtime.actors import Mailbox, Outbox
 from kernel.runtime.messages import (
     AdapterDone,
+    DimMessage,
     Dispatch,
     Escalate,
     EscalationMessage,
     Execute,
     ExecutionMessage,
+    Recheck,
     Recover,
     Resolve,
 )
-from kernel.state.approvals import escalated_event
+from kernel.state.approvals import ApprovalStatus, escalated_event
 from kernel.state.intents import mint, policy_of, stage_start, steps_of
 from kernel.state.memory import Remembered
 from kernel.state.projections import Projections
@@ -64,6 +66,8 @@ class ExecutionEngine:
         rng: the seeded source of backoff jitter (shared across actor restarts).
         retry: the retry policy of adapters that declare none.
         unsure: keys whose outcome an attempt left unknown (shared across actor restarts).
+        dim: the DIM's mailbox: an accepted flow left unstarted (or an approval the DIM had
+            not judged again) goes there to be judged again before it starts.
     """
 
     def __init__(
@@ -79,6 +83,7 @@ class ExecutionEngine:
         retry: RetryPolicy | None = None,
         escalation: Mailbox[EscalationMessage] | None = None,
         unsure: set[str] | None = None,
+        dim: Mailbox[DimMessage] | None = None,
     ) -> None:
         self._catalog = catalog
         self._adapters = adapters
@@ -89,7 +94,9 @@ class ExecutionEngine:
         self._rng = rng or random.Random(0)
         self._retry = retry or RetryPolicy()
         self._escalation = escalation
-        self._calls = AdapterCalls(adapters, mailbox, clock)
+        self._dim = dim
+        records = projections.records if projections is not None else {}
+        self._calls = AdapterCalls(adapters, mailbox, clock, records)
         self._resumed: set[str] = set()
         """Keys recovery called again: a Dispatch racing with recovery must not call twice."""
         self._unsure = unsure if unsure is not None else set()
@@ -128,12 +135,21 @@ class ExecutionEngine:
                 ),
             )
             return
+        if self._dim is not None:
+            # It waited: judged again against what is in force before it starts.
+            out.send(self._dim, Recheck(dfid=msg.dfid, via="queue", reply=msg.reply))
+            return
         self._start_accepted(flow, out)
         out.reply(
             msg.reply, Verdict(outcome=Outcome.ACCEPTED, dfid=msg.dfid, attempt=flow.attempts)
         )
 
     def _start_accepted(self, flow: FlowState, out: Outbox) -> None:
+        if self._dim is not None and flow.done == 0:
+            # An accepted flow an earlier run left unstarted waited: it is judged again
+            # against what is in force now, and the DIM starts it (or refuses it).
+            out.send(self._dim, Recheck(dfid=flow.dfid, via="queue"))
+            return
         intent = stage_start(self._catalog, flow, out)
         if intent is not None:
             self._call_after_commit(flow.dfid, intent, 1, fresh=True, out=out)
@@ -504,9 +520,18 @@ class ExecutionEngine:
         """Resume what an earlier run left between acceptance and a recorded end."""
         if self._projections is None:
             return
+        approvals = self._projections.approvals
         for flow in list(self._projections.flows.values()):
             if flow.status is FlowStatus.ACCEPTED:
                 self._start_accepted(flow, out)
+            elif (
+                flow.status is FlowStatus.ESCALATED
+                and self._dim is not None
+                and flow.dfid in approvals
+                and approvals[flow.dfid].status is ApprovalStatus.APPROVED
+            ):
+                # Approved, and stopped before the DIM judged it again: it does now.
+                out.send(self._dim, Recheck(dfid=flow.dfid, via="approval"))
             elif flow.status in (FlowStatus.EXECUTING, FlowStatus.DIRTY):
                 self._resume(flow, out)
 

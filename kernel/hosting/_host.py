@@ -9,7 +9,7 @@ reason it ended without a proposal. No task is spawned per flow.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Container
+from collections.abc import Awaitable, Callable, Container, Mapping
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any, Protocol
 
@@ -18,6 +18,7 @@ from anyio.abc import TaskGroup
 
 from kernel.core.errors import KernelShutdown
 from kernel.core.events import Manifest
+from kernel.core.fetching import ArtifactSlice, current_fetcher
 from kernel.core.ports import Clock
 from kernel.core.reasoning import UsageMeter, metered
 from kernel.core.reasons import ReasonCode
@@ -28,7 +29,17 @@ from kernel.runtime.messages import AgentMessage, DimMessage, Withdraw
 
 log = logging.getLogger("kernel")
 
-Submit = Callable[[str, str, Proposal], Awaitable[Verdict]]
+
+class Submit(Protocol):
+    """The kernel's submission path: (token, dfid, proposal, usage by model) -> a verdict."""
+
+    def __call__(
+        self, token: str, dfid: str, proposal: Proposal, /, *, usage: Mapping[str, int] | None
+    ) -> Awaitable[Verdict]: ...
+
+
+Fetch = Callable[[str, str, str, int, int | None], Awaitable[ArtifactSlice]]
+"""The kernel's fetch of an artifact: (agent id, dfid, ref, start, length)."""
 TraceScope = Callable[[str, int], AbstractContextManager[object]]
 """The span context to make current while a flow's attempt is reasoned about (dfid, attempt)."""
 _PRUNE_AT = 256
@@ -59,6 +70,8 @@ class AgentHost:
         concurrency: the flows one agent reasons about at once (its crew's size).
         token_budget: the most tokens one flow's reasoning may spend in all attempts.
         reasoning_timeout_s: the longest one reasoning step may take.
+        moving: the flows still moving (what the host keeps per flow is pruned to them).
+        fetch: the kernel's fetch of an artifact, which ``ctx.fetch_artifact`` reaches.
     """
 
     def __init__(
@@ -71,6 +84,7 @@ class AgentHost:
         token_budget: int | None,
         reasoning_timeout_s: float | None,
         moving: Container[str] = frozenset(),
+        fetch: Fetch | None = None,
     ) -> None:
         self._submit = submit
         self._dim = dim
@@ -92,6 +106,8 @@ class AgentHost:
         """Mailboxes of displaced crews, still drained (closed with the kernel's)."""
         self.trace_scope: TraceScope = _no_trace
         """Set by the kernel when spans are exported: ``decide()`` runs inside the flow's trace."""
+        self.fetch = fetch
+        """``ctx.fetch_artifact`` in ``decide()`` reaches it (as the agent)."""
 
     def host(self, agent: AgentLike, mailbox: Mailbox[AgentMessage]) -> None:
         """Start ``agent``'s crew on the contexts that arrive in ``mailbox``."""
@@ -157,11 +173,25 @@ class AgentHost:
 
         async def withdraw(code: ReasonCode, detail: str) -> None:
             msg = Withdraw(
-                dfid=ctx.dfid, token=token, attempt=ctx.attempt, reason_code=code, detail=detail
+                dfid=ctx.dfid,
+                token=token,
+                attempt=ctx.attempt,
+                reason_code=code,
+                detail=detail,
+                usage=dict(meter.models),
             )
             await self._dim.send(msg)
 
         meter = UsageMeter(ctx.dfid, self._token_budget, self._usage.pop(ctx.dfid, 0))
+        fetch = self.fetch
+        fetching = None
+        if fetch is not None:
+            agent_id = ctx.agent_id
+
+            async def fetcher(dfid: str, ref: str, start: int, length: int | None) -> ArtifactSlice:
+                return await fetch(agent_id, dfid, ref, start, length)
+
+            fetching = current_fetcher.set(fetcher)
         try:
             try:
                 with self.trace_scope(ctx.dfid, ctx.attempt):
@@ -185,7 +215,7 @@ class AgentHost:
             if proposal is None:
                 await withdraw(ReasonCode.AGENT_DECLINED, "no action")
                 return
-            verdict = await self._submit(token, ctx.dfid, proposal)
+            verdict = await self._submit(token, ctx.dfid, proposal, usage=dict(meter.models))
             if verdict.outcome is Outcome.REJECTED and meter.tokens:
                 self._usage[ctx.dfid] = meter.tokens  # the next attempt spends from the rest
                 if len(self._usage) > self._prune_at:
@@ -193,3 +223,6 @@ class AgentHost:
                     self._prune_at = 2 * len(self._usage) + _PRUNE_AT
         except KernelShutdown:
             return
+        finally:
+            if fetching is not None:
+                current_fetcher.reset(fetching)

@@ -35,7 +35,7 @@ from kernel.core.events import Draft, InputRefused, Payload
 from kernel.core.ports import Clock
 from kernel.core.reasons import ReasonCode
 from kernel.core.wall import MAX_DETAIL, clip
-from kernel.inbox.keyring import Keyring, KeyringError, Principal, read_keyring
+from kernel.inbox.keyring import Keyring, KeyringError, Principal, read_keyring, roles_of
 from kernel.inbox.proof import Proof, ProofRefused, check
 from kernel.inbox.requests import (
     DecideRequest,
@@ -91,6 +91,11 @@ class Intake:
         self._revoked: set[str] = set()
         self._seen: dict[str, tuple[int, int]] = {}
         """Request ids taken, with the row that carried each and the seq that recorded it."""
+
+    @property
+    def keyring(self) -> Keyring:
+        """The keyring as last read (the roles operators hold come from it)."""
+        return self._keyring
 
     async def run(self, clock: Clock, interval_s: float) -> None:
         """Poll until the kernel stops."""
@@ -169,6 +174,7 @@ class Intake:
             signer=signer.name,
             role=signer.role,
             fingerprint=signer.fingerprint,
+            roles=roles_of(self._keyring, principal_of(signed.request)),
         )
         try:
             verified = seen[1] if seen is not None else await self._verified(signed, signer, proof)
@@ -320,7 +326,7 @@ def _target(request: InboxRequest) -> str:
     """What a request names besides its principal: the flow, agent or rule it is about."""
     if isinstance(request, DecideRequest):
         return request.dfid
-    for field in ("agent_id", "rule"):
+    for field in ("agent_id", "rule", "grant", "kind"):
         value = getattr(request, field, None)
         if isinstance(value, str):
             return value

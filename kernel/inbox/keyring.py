@@ -2,10 +2,16 @@
 
 The keyring is a text file outside the journal, one principal a line::
 
-    # dirk keyring: NAME ROLE KEY
-    ana      operator  ed25519:3q2-7w...
+    # dirk keyring: NAME ROLE KEY [ROLES]
+    ana      operator  ed25519:3q2-7w...  risk,desk-head
+    bo       operator  ed25519:4r3-8x...  risk
     console  door      ed25519:Zm9v...
     pm       agent     ed25519:YmFy...
+
+An operator's line may end with the roles it holds (comma-separated ids): a pack's
+quorum counts votes by them (kernel.policy.quorums: "one risk and one desk-head").
+The roles are read with the key, so whoever cannot write the keyring cannot give
+themselves one; each vote records the roles its operator held when it was taken.
 
 It is the root of trust of the operator inbox: whoever can write the journal (its
 SQLite file, or PostgreSQL with the operator role) cannot add a line here, so cannot
@@ -30,6 +36,7 @@ refused: whoever could write it could make themselves an operator.
 from __future__ import annotations
 
 import os
+import re
 import stat
 import tempfile
 from collections.abc import Iterator, Mapping
@@ -44,7 +51,9 @@ Role = Literal["operator", "door", "agent"]
 ROLES: tuple[Role, ...] = ("operator", "door", "agent")
 ENV = "DIRK_KEYRING"
 """The environment variable that names the keyring when the configuration does not."""
-HEADER = "# dirk keyring: NAME ROLE KEY (see kernel.inbox.keyring)\n"
+HEADER = "# dirk keyring: NAME ROLE KEY [ROLES] (see kernel.inbox.keyring)\n"
+ROLE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+"""What an operator role is spelled as (``risk``, ``desk-head``)."""
 
 
 class KeyringError(ValueError):
@@ -57,6 +66,8 @@ class Principal(msgspec.Struct, frozen=True, kw_only=True):
     name: str
     role: Role
     key: str
+    roles: tuple[str, ...] = ()
+    """An operator's roles (what a quorum counts); none for doors and agents."""
 
     @property
     def fingerprint(self) -> str:
@@ -124,9 +135,10 @@ def read_keyring(path: str | os.PathLike[str]) -> Keyring:
         words = line.split("#", 1)[0].split()
         if not words:
             continue
-        if len(words) != 3:
-            raise KeyringError(f"keyring {where}, line {number}: not NAME ROLE KEY")
-        name, role, key = words
+        if len(words) not in (3, 4):
+            raise KeyringError(f"keyring {where}, line {number}: not NAME ROLE KEY [ROLES]")
+        name, role, key = words[:3]
+        roles = _roles(where, number, role, words[3] if len(words) == 4 else "")
         if not valid_name(name):
             raise KeyringError(f"keyring {where}, line {number}: {name[:40]!r} is no name")
         if role not in ROLES:
@@ -138,8 +150,28 @@ def read_keyring(path: str | os.PathLike[str]) -> Keyring:
             raise KeyringError(f"keyring {where}, line {number}: not an ed25519: public key")
         if name in principals:
             raise KeyringError(f"keyring {where}, line {number}: {name!r} again")
-        principals[name] = Principal(name=name, role=role, key=key)
+        principals[name] = Principal(name=name, role=role, key=key, roles=roles)
     return Keyring(principals)
+
+
+def _roles(where: Path, number: int, role: str, text: str) -> tuple[str, ...]:
+    """The roles a line names, checked: ids, no repeats, on an operator's line only."""
+    if not text:
+        return ()
+    if role != "operator":
+        raise KeyringError(f"keyring {where}, line {number}: only an operator holds roles")
+    roles = tuple(text.split(","))
+    if any(not ROLE_NAME.match(r) for r in roles) or len(set(roles)) != len(roles):
+        raise KeyringError(
+            f"keyring {where}, line {number}: roles are comma-separated ids, each once"
+        )
+    return roles
+
+
+def roles_of(keyring: Keyring | None, name: str) -> tuple[str, ...]:
+    """Return the roles the keyring gives operator ``name`` (none if it names no such operator)."""
+    principal = keyring.get(name) if keyring is not None else None
+    return principal.roles if principal is not None and principal.role == "operator" else ()
 
 
 def add_principal(path: str | os.PathLike[str], principal: Principal) -> None:
@@ -173,7 +205,12 @@ def remove_principal(path: str | os.PathLike[str], name: str) -> Principal:
 def _write(where: Path, principals: list[Principal]) -> None:
     """Replace the keyring in one rename, so a kernel never reads half a file."""
     width = max((len(p.name) for p in principals), default=0)
-    body = HEADER + "".join(f"{p.name:<{width}}  {p.role:<8}  {p.key}\n" for p in principals)
+    body = HEADER + "".join(
+        f"{p.name:<{width}}  {p.role:<8}  {p.key}"
+        + (f"  {','.join(p.roles)}" if p.roles else "")
+        + "\n"
+        for p in principals
+    )
     fd, tmp = tempfile.mkstemp(prefix=".keyring-", dir=where.parent or Path("."))
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as out:

@@ -27,15 +27,21 @@ from kernel.inbox.requests import (
     AmendRequest,
     CredentialRequest,
     DecideRequest,
+    GrantRequest,
     InboxRequest,
+    RevokeGrantRequest,
     RuleChangeRequest,
     RuleDecisionRequest,
+    VoteRequest,
     normalized,
 )
+from kernel.inbox.requests import grant_request as build_grant
 from kernel.policy.kinds import Impact
 from kernel.runtime.messages import Decision
 from kernel.state.approvals import Approval
+from kernel.state.grants import Grant, GrantStatus
 from kernel.state.projections import AgentStatus
+from kernel.state.quorums import Ballot
 from kernel.state.rulebook import Rulebook
 
 CHOICES = ("approve", "reject", "modify", "reconcile", "retry")
@@ -90,6 +96,7 @@ def prepare_decision(
     outcome: str = "",
     external_id: str = "",
     queued: bool = False,
+    ballot: Ballot | None = None,
 ) -> DecideRequest:
     """Return the request for a decision on flow ``dfid`` (its state and approval as read).
 
@@ -102,6 +109,8 @@ def prepare_decision(
         outcome, external_id: a reconciliation: ``done`` with the external id, or
             ``not_done``.
         queued: a decision on the flow already waits in the inbox.
+        ballot: the flow's ballot (kernel.state.quorums): a vote the kernel would refuse
+            (the operator voted already, proposed or modified the action) is refused here.
 
     Raises:
         RequestRefused: with the code the kernel would record (or ``dirk``'s own).
@@ -122,6 +131,8 @@ def prepare_decision(
         raise RequestRefused(
             CliError.DECISION_QUEUED, f"a decision on {dfid[:64]} already waits for the kernel"
         )
+    if ballot is not None and choice in ("approve", "reject", "modify"):
+        _ballot_problem(ballot, operator, choice)
     resolving = choice in ("reconcile", "retry")
     if flow.pending is not None and not resolving:
         raise RequestRefused(
@@ -174,6 +185,27 @@ def prepare_decision(
     )
     decided: DecideRequest = checked(request)
     return decided
+
+
+def _ballot_problem(ballot: Ballot, operator: str, choice: str) -> None:
+    """Refuse a vote the desk would refuse: a second one, or the proposer's or a modifier's."""
+    from kernel.escalation import same_principal  # the desk's own rule of one name
+
+    rule = ballot.quorum
+    if rule.required < 2 and not rule.roles:
+        return  # no quorum: one decision, as ever
+    waiting = ballot.waiting or f"0 of {rule.required}"
+    for who in ballot.excluded:
+        withdrawing = choice == "reject" and who == ballot.excluded[0]
+        if same_principal(operator, who) and not withdrawing:
+            raise RequestRefused(
+                ReasonCode.SELF_APPROVAL_FORBIDDEN,
+                f"{operator} proposed or modified this action and may not vote on it ({waiting})",
+            )
+    if any(v.operator == operator for v in ballot.votes) and rule.vote_ttl_s == 0:
+        raise RequestRefused(
+            ReasonCode.DUPLICATE_VOTE, f"{operator} voted on this approval already ({waiting})"
+        )
 
 
 def _params(params: str | Mapping[str, Any] | None) -> dict[str, Any]:
@@ -268,8 +300,9 @@ def rule_change(
     title: str = "",
     content: str = "",
     labels: Iterable[str] = (),
+    ns: str = "default",
 ) -> RuleChangeRequest:
-    """Return the request that adds, edits or retracts ``rule`` in ``book``.
+    """Return the request that adds, edits or retracts ``rule`` of namespace ``ns`` in ``book``.
 
     Raises:
         RequestRefused: no operator or reason, an unknown action, a retract or edit of a
@@ -279,12 +312,14 @@ def rule_change(
     _who(operator, reason)
     if action not in RULE_ACTIONS:
         raise RequestRefused(CliError.BAD_ARGUMENT, f"no such rule action: {action[:32]!r}")
-    item = book.items.get(rule)
+    item = book.item(rule, ns)
     in_force = item is not None and item.current is not None
     if action in ("retract", "edit") and not in_force:
         raise RequestRefused(CliError.UNKNOWN_RULE, f"no rule {rule[:64]!r} in force")
     if action == "retract":
-        request = RuleChangeRequest(action="retract", rule=rule, operator=operator, reason=reason)
+        request = RuleChangeRequest(
+            action="retract", rule=rule, operator=operator, reason=reason, ns=ns
+        )
     else:
         if not title or not content:
             raise RequestRefused(CliError.BAD_ARGUMENT, "an add or edit takes a title and a text")
@@ -299,6 +334,7 @@ def rule_change(
             content=content,
             labels=list(labels),
             base_version=item.latest if item is not None else 0,
+            ns=ns,
         )
     changed: RuleChangeRequest = checked(request)
     return changed
@@ -341,5 +377,127 @@ def credential(agent_id: str, verifier: str, *, operator: str, reason: str) -> C
     _who(operator, reason)
     request: CredentialRequest = checked(
         CredentialRequest(agent_id=agent_id, verifier=verifier, operator=operator, reason=reason)
+    )
+    return request
+
+
+_BOUND_WORDS = (("<=", "max"), (">=", "min"), ("=", "eq"))
+
+
+def bounds_of(terms: Iterable[str]) -> dict[str, dict[str, Any]]:
+    """Read a grant's bounds from ``field=value``, ``field<=n``, ``field>=n`` and
+    ``field=a|b`` terms (a value that reads as JSON is taken as JSON: ``guests=2``).
+
+    Raises:
+        RequestRefused: a term that is none of these.
+    """
+    bounds: dict[str, dict[str, Any]] = {}
+    for term in terms:
+        for sign, word in _BOUND_WORDS:
+            name, found, value = term.partition(sign)
+            if found and name.strip() and value.strip():
+                spec = bounds.setdefault(name.strip(), {})
+                text = value.strip()
+                if word == "eq" and "|" in text:
+                    spec["in"] = [_scalar(v) for v in text.split("|")]
+                else:
+                    spec[word] = text if word != "eq" else _scalar(text)
+                break
+        else:
+            raise RequestRefused(
+                CliError.BAD_ARGUMENT, f"{term[:64]!r} is not FIELD=VALUE, FIELD<=N or FIELD>=N"
+            )
+    return bounds
+
+
+def _scalar(text: str) -> Any:
+    try:
+        value = msgspec.json.decode(text.encode("utf-8", "surrogatepass"))
+    except (msgspec.DecodeError, UnicodeDecodeError):
+        return text
+    return value if isinstance(value, int | str | bool) and not isinstance(value, float) else text
+
+
+def grant_request(
+    kinds: Collection[str],
+    kind: str,
+    *,
+    operator: str,
+    reason: str,
+    uses: int,
+    agent: str = "*",
+    bounds: Mapping[str, Mapping[str, Any]] | None = None,
+    valid_from_ns: int | None = None,
+    valid_until_ns: int | None = None,
+    valid_for_s: float | None = None,
+    cap: str = "",
+) -> GrantRequest:
+    """Return the request for a standing grant (``kinds``: the policy kinds the journal knows).
+
+    Raises:
+        RequestRefused: no operator or reason, an unknown kind, a cap that is not money
+            (``"1,000.00 EUR"``), no end, or a field the wall refuses.
+    """
+    _who(operator, reason)
+    if kinds and kind not in kinds:
+        raise RequestRefused(ReasonCode.SCHEMA_INVALID, f"no policy kind {kind[:64]!r} is known")
+    try:
+        return build_grant(
+            kind,
+            operator=operator,
+            reason=reason,
+            uses=uses,
+            agent=agent,
+            bounds=bounds,
+            valid_from_ns=valid_from_ns,
+            valid_until_ns=valid_until_ns,
+            valid_for_s=valid_for_s,
+            cap=cap or None,
+        )
+    except InputInvalid as exc:
+        message = exc.detail if exc.field == "cap" else f"{exc.field}: {exc.detail}"
+        raise RequestRefused(exc.reason_code, message, malformed=True) from None
+
+
+def grant_vote(
+    grant: Grant | None, grant_id: str, vote: str, *, operator: str, reason: str
+) -> VoteRequest:
+    """Return the request for a vote on a pending grant (``grant`` as the journal shows it).
+
+    Raises:
+        RequestRefused: no operator or reason, a grant not waiting for votes, a second vote.
+    """
+    _who(operator, reason)
+    if grant is None or grant.status is not GrantStatus.PENDING:
+        status = grant.status if grant is not None else "unknown"
+        raise RequestRefused(
+            ReasonCode.GRANT_NOT_LIVE, f"grant {grant_id[:64]} is {status}, not voted on"
+        )
+    if any(v.operator == operator for v in grant.votes):
+        raise RequestRefused(
+            ReasonCode.DUPLICATE_VOTE, f"{operator} voted on {grant_id[:64]} already"
+        )
+    request: VoteRequest = checked(
+        VoteRequest(grant=grant_id, vote=vote, operator=operator, reason=reason)  # type: ignore[arg-type]
+    )
+    return request
+
+
+def grant_revocation(
+    grant: Grant | None, grant_id: str, *, operator: str, reason: str
+) -> RevokeGrantRequest:
+    """Return the request that revokes a grant.
+
+    Raises:
+        RequestRefused: no operator or reason, or a grant that is not in force.
+    """
+    _who(operator, reason)
+    if grant is None or grant.status not in (GrantStatus.PENDING, GrantStatus.LIVE):
+        status = grant.status if grant is not None else "unknown"
+        raise RequestRefused(
+            ReasonCode.GRANT_NOT_LIVE, f"grant {grant_id[:64]} is {status}: nothing to revoke"
+        )
+    request: RevokeGrantRequest = checked(
+        RevokeGrantRequest(grant=grant_id, operator=operator, reason=reason)
     )
     return request

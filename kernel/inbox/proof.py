@@ -69,6 +69,8 @@ class Proof(msgspec.Struct, frozen=True, kw_only=True):
     signer: str
     role: str
     fingerprint: str
+    roles: tuple[str, ...] = ()
+    """The principal's operator roles in the keyring when the row was taken."""
 
 
 def new_request_id() -> str:

@@ -16,6 +16,7 @@ where it is made.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
 import msgspec
@@ -33,6 +34,7 @@ from kernel.core.wall import (
     Text,
     check_value,
 )
+from kernel.policy.money import parse_money
 from kernel.runtime.messages import Decision
 from kernel.state.projections import AgentStatus
 
@@ -123,6 +125,15 @@ class RuleChangeRequest(_Request, frozen=True, tag="rule_change"):
     content: Text = ""
     labels: list[Id] = []
     base_version: Annotated[int, Meta(ge=0, le=INT_MAX)] = 0
+    ns: Name = "default"
+    """The rulebook namespace the rule lives in (kernel.state.rulebook)."""
+
+
+class CollectArtifactsRequest(_Request, frozen=True, tag="collect_artifacts"):
+    """Collect the artifacts nothing live references (``dirk artifacts gc``), on record."""
+
+    operator: Name
+    reason: Reason
 
 
 class ProposeRequest(_Request, frozen=True, tag="propose"):
@@ -139,6 +150,53 @@ class ProposeRequest(_Request, frozen=True, tag="propose"):
     confidence: Confidence = 1.0
 
 
+GrantId = Annotated[str, Meta(min_length=3, max_length=64, pattern=r"^g-[0-9a-f]+$")]
+Uses = Annotated[int, Meta(ge=1, le=1_000_000)]
+Bound = dict[Annotated[str, Meta(pattern=r"^(eq|in|min|max)$")], Any]
+
+
+class GrantRequest(_Request, frozen=True, tag="grant"):
+    """A standing grant (``dirk grant add``): proposals it matches proceed without a human.
+
+    For ``agent`` (``*``: any) and ``kind``, within ``bounds`` (per field: ``eq``, ``in``,
+    ``min``, ``max``), from ``valid_from_ns`` (default: when the kernel takes it) until
+    ``valid_until_ns``, or for ``valid_for_s`` from then; ``uses`` times at most; with
+    ``cap`` (minor units of ``currency``), for at most that much money in all.
+    """
+
+    kind: Id
+    operator: Name
+    reason: Reason
+    uses: Uses
+    agent: Name = "*"
+    bounds: dict[Id, Bound] = {}
+    valid_from_ns: Int64 | None = None
+    valid_until_ns: Int64 | None = None
+    valid_for_s: Seconds | None = None
+    cap: Annotated[int, Meta(ge=0, le=INT_MAX)] | None = None
+    currency: Annotated[str, Meta(pattern=r"^([A-Z]{3})?$")] = ""
+
+
+class RevokeGrantRequest(_Request, frozen=True, tag="revoke_grant"):
+    """Take a standing grant out of force (``dirk grant revoke``)."""
+
+    grant: GrantId
+    operator: Name
+    reason: Reason
+
+
+class VoteRequest(_Request, frozen=True, tag="vote"):
+    """A vote on a standing grant that waits for its quorum (``dirk grant vote``).
+
+    An escalated flow is voted on with a decision (``decide``): its approve or reject.
+    """
+
+    grant: GrantId
+    vote: Literal["approve", "reject"]
+    operator: Name
+    reason: Reason
+
+
 InboxRequest = (
     DecideRequest
     | AmendRequest
@@ -147,6 +205,10 @@ InboxRequest = (
     | RuleDecisionRequest
     | RuleChangeRequest
     | ProposeRequest
+    | CollectArtifactsRequest
+    | GrantRequest
+    | RevokeGrantRequest
+    | VoteRequest
 )
 """Every request the inbox takes; ``type`` tells them apart."""
 
@@ -157,6 +219,10 @@ OperatorRequest = (
     | CredentialRequest
     | RuleDecisionRequest
     | RuleChangeRequest
+    | CollectArtifactsRequest
+    | GrantRequest
+    | RevokeGrantRequest
+    | VoteRequest
 )
 """The requests an operator makes (each names its ``operator``); the others are agents'."""
 
@@ -255,6 +321,12 @@ def _check_free_form(request: InboxRequest) -> None:
     """Walk a request's free-form values with the wall's bounds (depth, size, finiteness)."""
     if isinstance(request, DecideRequest) and request.params is not None:
         check_value(request.params, "params")
+    elif isinstance(request, GrantRequest):
+        check_value(request.bounds, "bounds")
+        if (request.valid_until_ns is None) == (request.valid_for_s is None):
+            raise InputInvalid("valid_until_ns", "a grant ends: valid_until_ns or valid_for_s")
+        if (request.cap is None) != (not request.currency):
+            raise InputInvalid("currency", "a money cap takes its currency, and only then")
     elif isinstance(request, ProposeRequest):
         check_value(request.policy, "policy")
         if not isinstance(request.policy, dict) or not isinstance(request.policy.get("kind"), str):
@@ -267,3 +339,49 @@ def _field(exc: msgspec.ValidationError) -> str:
         path = text.rsplit(" - at `", 1)[1].rstrip("`")
         return path.removeprefix("$.").removeprefix("$") or "$"
     return "$"
+
+
+def grant_request(
+    kind: str,
+    *,
+    operator: str,
+    reason: str,
+    uses: int,
+    agent: str = "*",
+    bounds: Mapping[str, Mapping[str, Any]] | None = None,
+    valid_from_ns: int | None = None,
+    valid_until_ns: int | None = None,
+    valid_for_s: float | None = None,
+    cap: str | None = None,
+) -> GrantRequest:
+    """Return the normalized request for a standing grant; ``cap`` is money text.
+
+    The one builder for the API (``Kernel.grant``) and the doors (``prepare.grant_request``).
+
+    Raises:
+        InputInvalid: a ``cap`` that is not money (``"1,000.00 EUR"``), or a field the
+            kernel's wall refuses.
+    """
+    amount, currency = None, ""
+    if cap is not None:
+        try:
+            amount, currency = parse_money(cap)
+        except ValueError as exc:
+            raise InputInvalid("cap", str(exc)) from None
+    request = normalized(
+        GrantRequest(
+            kind=kind,
+            operator=operator,
+            reason=reason,
+            uses=uses,
+            agent=agent,
+            bounds={k: dict(v) for k, v in (bounds or {}).items()},
+            valid_from_ns=valid_from_ns,
+            valid_until_ns=valid_until_ns,
+            valid_for_s=valid_for_s,
+            cap=amount,
+            currency=currency,
+        )
+    )
+    assert isinstance(request, GrantRequest)
+    return request

@@ -37,6 +37,7 @@ import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from kernel.core.events import GENESIS_HASH, chain_key_id
+from kernel.core.merkle import Frontier, leaf_hash
 from kernel.journal._sqlite import SCHEMA_VERSION, check_meta, check_state
 from kernel.journal.codec import unpack
 from kernel.journal.errors import (
@@ -49,6 +50,15 @@ from kernel.journal.errors import (
 from kernel.journal.head import KEYED_CHAIN, Row, head_value
 from kernel.journal.inbox_store import StoredRow, stored_rows
 from kernel.journal.port import EventRow, Head, OpenedStore
+from kernel.journal.tree import (
+    TREE_MARK,
+    Node,
+    NodeKey,
+    TreeBuilder,
+    aligned,
+    frontier_from,
+    frontier_keys,
+)
 
 CHANNEL = "dirk_journal"
 """The channel each append notifies, with the new head seq as payload."""
@@ -73,6 +83,17 @@ CREATE TABLE operator_inbox (
     created_ts BIGINT NOT NULL, taken_seq BIGINT
 );
 """
+# The Merkle tree's stored subtrees and the signed checkpoints (kernel.journal.tree).
+TREE_SCHEMA = """
+CREATE TABLE IF NOT EXISTS tree_nodes (
+    level SMALLINT NOT NULL, idx BIGINT NOT NULL, hash BYTEA NOT NULL, PRIMARY KEY (level, idx)
+);
+CREATE TABLE IF NOT EXISTS tree_heads (size BIGINT PRIMARY KEY, note TEXT NOT NULL);
+"""
+_NODE = (
+    "INSERT INTO tree_nodes (level, idx, hash) VALUES (%s, %s, %s)"
+    " ON CONFLICT (level, idx) DO UPDATE SET hash = excluded.hash"
+)
 OPERATOR_GRANTS = """
 GRANT USAGE ON SCHEMA {schema} TO {role};
 GRANT SELECT ON ALL TABLES IN SCHEMA {schema} TO {role};
@@ -199,6 +220,34 @@ class _Reader(_Session):
         row = await self.run(lambda conn: conn.execute(sql, (seq,)).fetchone())
         return (str(row[0]), bytes(row[1])) if row else None
 
+    async def tree_nodes(self, keys: Sequence[NodeKey]) -> dict[NodeKey, bytes]:
+        if not keys:
+            return {}
+        levels, idxs = [k[0] for k in keys], [k[1] for k in keys]
+        sql = (
+            "SELECT n.level, n.idx, n.hash FROM tree_nodes AS n"
+            " JOIN unnest(%s::int[], %s::bigint[]) AS k(level, idx)"
+            " ON n.level = k.level AND n.idx = k.idx"
+        )
+        if not await self.run(lambda conn: _has_table(conn, "tree_nodes")):
+            return {}
+        rows = await self.run(lambda conn: conn.execute(sql, (levels, idxs)).fetchall())
+        return {(int(lv), int(ix)): bytes(h) for lv, ix, h in rows}
+
+    async def tree_heads(self) -> list[tuple[int, str]]:
+        return await self.run(_tree_heads)
+
+
+def _has_table(conn: psycopg.Connection[Any], name: str) -> bool:
+    return name in _tables(conn)
+
+
+def _tree_heads(conn: psycopg.Connection[Any]) -> list[tuple[int, str]]:
+    if not _has_table(conn, "tree_heads"):
+        return []
+    rows = conn.execute("SELECT size, note FROM tree_heads ORDER BY size").fetchall()
+    return [(int(size), str(note)) for size, note in rows]
+
 
 class _Writer:
     """The one writer: its lease's connection and its own (methods run in a worker thread)."""
@@ -211,7 +260,14 @@ class _Writer:
         self._conn = conn
         self.epoch = 0
 
-    def append(self, rows: Sequence[Row], expected_seq: int, head: str, injected: bool) -> None:
+    def append(
+        self,
+        rows: Sequence[Row],
+        expected_seq: int,
+        head: str,
+        injected: bool,
+        nodes: Sequence[Node] = (),
+    ) -> None:
         new_seq = rows[-1][0]
         with self._conn.transaction(), self._conn.cursor() as cur:
             # The compare-and-set first: it also locks the head row for the transaction.
@@ -233,6 +289,8 @@ class _Writer:
                     # Bodies stay canonical JSON here, readable by SQL (a copy from SQLite
                     # brings compressed ones): see kernel.journal.codec.
                     copy.write_row((seq, type_, dfid, unpack(body), hash_))
+            if nodes:
+                cur.executemany(_NODE, nodes)
             cur.execute("SELECT pg_notify(%s, %s)", (CHANNEL, str(new_seq)))
             if injected:
                 raise JournalWriteFailed(
@@ -252,6 +310,16 @@ class _Writer:
     def drop_snapshots(self, seqs: list[int]) -> None:
         try:
             self._conn.execute("DELETE FROM snapshots WHERE seq = ANY(%s)", (seqs,))
+        except psycopg.Error as exc:
+            raise pg_error(self._location, exc) from None
+
+    def store_tree_head(self, size: int, note: str) -> None:
+        try:
+            self._conn.execute(
+                "INSERT INTO tree_heads (size, note) VALUES (%s, %s)"
+                " ON CONFLICT (size) DO UPDATE SET note = excluded.note",
+                (size, note),
+            )
         except psycopg.Error as exc:
             raise pg_error(self._location, exc) from None
 
@@ -297,7 +365,7 @@ def _last_rows(conn: psycopg.Connection[Any]) -> list[Any]:
 
 def _open_writer(
     conn: psycopg.Connection[Any], location: str, chain_key: bytes | None, synchronous: str
-) -> tuple[Head, bool, int]:
+) -> tuple[Head, bool, int, Frontier]:
     """Under the lease: create or check the journal, bump the epoch; return head, keyed, epoch."""
     if synchronous in ("OFF", "NORMAL"):
         conn.execute("SET synchronous_commit = off")
@@ -306,7 +374,7 @@ def _open_writer(
         if meta is None:
             journal_id = str(uuid.uuid4())
             conn.execute(SCHEMA)
-            meta = {"schema_version": SCHEMA_VERSION, "journal_id": journal_id}
+            meta = {"schema_version": SCHEMA_VERSION, "journal_id": journal_id, "tree": TREE_MARK}
             for key, value in meta.items():
                 conn.execute("INSERT INTO meta (key, value) VALUES (%s, %s)", (key, value))
             meta["head"] = head_value(0, GENESIS_HASH)
@@ -335,19 +403,64 @@ def _open_writer(
         assert row is not None
         if int(row[1]) != head.seq:
             raise JournalFenced(location, "the head moved while the journal was opened")
-    return head, keyed, int(row[0])
+        tree = _writer_tree(conn, location, meta, head.seq)
+    return head, keyed, int(row[0]), tree
+
+
+def _writer_tree(
+    conn: psycopg.Connection[Any], location: str, meta: dict[str, str], size: int
+) -> Frontier:
+    """Return the tree's frontier at ``size`` events, building an old journal's tree first."""
+    conn.execute(TREE_SCHEMA)
+    if meta.get("tree") != TREE_MARK:
+        # A journal from before trees: built once, from every event, under the lease.
+        builder = TreeBuilder()
+        conn.execute("DELETE FROM tree_nodes")
+        with conn.cursor(name="tree_build") as cur:
+            cur.execute("SELECT body FROM events ORDER BY seq")
+            for (body,) in cur:
+                builder.add(unpack(bytes(body)))
+        if builder.nodes:
+            with conn.cursor() as cur:
+                cur.executemany(_NODE, builder.nodes)
+        conn.execute(
+            "INSERT INTO meta (key, value) VALUES ('tree', %s)"
+            " ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+            (TREE_MARK,),
+        )
+        return builder.frontier
+    keys = frontier_keys(size)
+    nodes: dict[NodeKey, bytes] = {}
+    for level, idx in keys:
+        found = conn.execute(
+            "SELECT hash FROM tree_nodes WHERE level = %s AND idx = %s", (level, idx)
+        ).fetchone()
+        if found is not None:
+            nodes[(level, idx)] = bytes(found[0])
+    tail = [
+        leaf_hash(unpack(bytes(body)))
+        for (body,) in conn.execute(
+            "SELECT body FROM events WHERE seq > %s ORDER BY seq", (aligned(size),)
+        ).fetchall()
+    ]
+    try:
+        return frontier_from(size, nodes, tail)[0]
+    except LookupError as exc:
+        raise JournalError(
+            location, f"its Merkle tree is damaged: {exc} (run dirk verify)"
+        ) from None
 
 
 def _read_state(
     conn: psycopg.Connection[Any], location: str, chain_key: bytes | None
-) -> tuple[Head, bool]:
+) -> tuple[Head, bool, bool]:
     with conn.transaction():
         conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
         meta = _read_meta(conn, location)
         if meta is None:
             raise JournalForeign(location, "an empty database, not a journal")
         _, head, keyed = check_state(meta, _last_rows(conn), location, chain_key, readonly=True)
-    return head, keyed
+    return head, keyed, meta.get("tree") == TREE_MARK
 
 
 async def _take_lease(location: str) -> psycopg.Connection[Any]:
@@ -382,16 +495,16 @@ async def open_store(
     conn: psycopg.Connection[Any] | None = None
     try:
         if readonly:
-            head, keyed = await reader.run(lambda c: _read_state(c, location, chain_key))
-            return OpenedStore(reader, None, head, keyed)
+            head, keyed, built = await reader.run(lambda c: _read_state(c, location, chain_key))
+            return OpenedStore(reader, None, head, keyed, None, built)
         lease = await _take_lease(location)
         conn = await anyio.to_thread.run_sync(connect, location)
         writer = _Writer(location, lease, conn)
         session = _Session(location, conn)
-        head, keyed, writer.epoch = await session.run(
+        head, keyed, writer.epoch, tree = await session.run(
             lambda c: _open_writer(c, location, chain_key, synchronous)
         )
-        return OpenedStore(reader, writer, head, keyed)
+        return OpenedStore(reader, writer, head, keyed, tree, True)
     except BaseException:
         with anyio.CancelScope(shield=True):
             for each in (conn, lease):
@@ -408,6 +521,26 @@ class _Snapshot(_Session):
     async def rows_from(self, start: int, limit: int) -> list[Row]:
         sql = f"{_ROWS} WHERE seq >= %s ORDER BY seq LIMIT %s"
         return await self.run(lambda conn: conn.execute(sql, (start, limit)).fetchall())
+
+    async def tree_levels(self) -> list[int]:
+        def levels(conn: psycopg.Connection[Any]) -> list[int]:
+            if not _has_table(conn, "tree_nodes"):
+                return []
+            rows = conn.execute("SELECT DISTINCT level FROM tree_nodes ORDER BY level")
+            return [int(lv) for (lv,) in rows.fetchall()]
+
+        return await self.run(levels)
+
+    async def tree_nodes_from(self, level: int, after: int, limit: int) -> list[Node]:
+        sql = (
+            "SELECT level, idx, hash FROM tree_nodes WHERE level = %s AND idx > %s"
+            " ORDER BY idx LIMIT %s"
+        )
+        rows = await self.run(lambda conn: conn.execute(sql, (level, after, limit)).fetchall())
+        return [(int(lv), int(ix), bytes(h)) for lv, ix, h in rows]
+
+    async def tree_heads(self) -> list[tuple[int, str]]:
+        return await self.run(_tree_heads)
 
 
 @contextlib.asynccontextmanager
@@ -528,3 +661,35 @@ def notified(conn: psycopg.Connection[Any], location: str, timeout_s: float) -> 
     except psycopg.Error as exc:
         raise pg_error(location, exc) from None
     return False
+
+
+def add_tree_head(location: str, size: int, note: str) -> None:
+    """Keep a signed checkpoint beside the journal's events, from outside its writer.
+
+    Only ``tree_heads`` is written (never an event, never the head row), so a running
+    writer and its lease are not disturbed; a size already kept gets the new signature
+    lines added.
+
+    Raises:
+        JournalError: the database cannot be written.
+        NoteError: ``note`` signs another checkpoint than the one kept for ``size``.
+    """
+    from kernel.core.notes import merge
+
+    conn = connect(location)
+    try:
+        conn.execute(TREE_SCHEMA)
+        with conn.transaction():
+            row = conn.execute(
+                "SELECT note FROM tree_heads WHERE size = %s FOR UPDATE", (size,)
+            ).fetchone()
+            merged = note if row is None else merge(str(row[0]), note)
+            conn.execute(
+                "INSERT INTO tree_heads (size, note) VALUES (%s, %s)"
+                " ON CONFLICT (size) DO UPDATE SET note = excluded.note",
+                (size, merged),
+            )
+    except psycopg.Error as exc:
+        raise pg_error(location, exc) from None
+    finally:
+        conn.close()

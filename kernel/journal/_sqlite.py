@@ -19,7 +19,8 @@ import aiosqlite
 import anyio
 
 from kernel.core.events import GENESIS_HASH, chain_key_id
-from kernel.journal.codec import BodyPacker
+from kernel.core.merkle import Frontier, leaf_hash
+from kernel.journal.codec import BodyPacker, unpack
 from kernel.journal.errors import (
     JournalCorrupt,
     JournalError,
@@ -31,6 +32,15 @@ from kernel.journal.head import KEYED_CHAIN, Row, head_problem, head_value, key_
 from kernel.journal.inbox_store import StoredRow, stored_rows
 from kernel.journal.port import EventRow, Head, OpenedStore
 from kernel.journal.sealing import check_row
+from kernel.journal.tree import (
+    TREE_MARK,
+    Node,
+    NodeKey,
+    TreeBuilder,
+    aligned,
+    frontier_from,
+    frontier_keys,
+)
 
 APPLICATION_ID = 0x44495231
 """``PRAGMA application_id`` of every journal ("DIR1"), so foreign SQLite files are recognised."""
@@ -53,6 +63,14 @@ CREATE TABLE events (
 CREATE INDEX events_dfid ON events (dfid) WHERE dfid IS NOT NULL;
 CREATE INDEX events_type ON events (type);
 """
+# The Merkle tree's stored subtrees and the signed checkpoints (kernel.journal.tree).
+_TREE = """
+CREATE TABLE IF NOT EXISTS tree_nodes (
+    level INTEGER NOT NULL, idx INTEGER NOT NULL, hash BLOB NOT NULL, PRIMARY KEY (level, idx)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS tree_heads (size INTEGER PRIMARY KEY, note TEXT NOT NULL);
+"""
+_NODE = "INSERT OR REPLACE INTO tree_nodes (level, idx, hash) VALUES (?, ?, ?)"
 INBOX_SCHEMA = """
 CREATE TABLE IF NOT EXISTS operator_inbox (
     id INTEGER PRIMARY KEY AUTOINCREMENT, request BLOB NOT NULL,
@@ -187,8 +205,42 @@ class _Reader:
             raise
         return (str(rows[0][0]), bytes(rows[0][1])) if rows else None
 
+    async def tree_nodes(self, keys: Sequence[NodeKey]) -> dict[NodeKey, bytes]:
+        return await tree_nodes_of(self._query, keys)
+
+    async def tree_heads(self) -> list[tuple[int, str]]:
+        return await tree_heads_of(self._query)
+
     async def aclose(self) -> None:
         await self._db.close()
+
+
+async def tree_nodes_of(query: Any, keys: Sequence[NodeKey]) -> dict[NodeKey, bytes]:
+    """Return the stored tree nodes among ``keys`` (absent ones are left out)."""
+    found: dict[NodeKey, bytes] = {}
+    for at in range(0, len(keys), 200):
+        chunk = keys[at : at + 200]
+        where = " OR ".join("(level = ? AND idx = ?)" for _ in chunk)
+        params = [x for key in chunk for x in key]
+        try:
+            rows = await query(f"SELECT level, idx, hash FROM tree_nodes WHERE {where}", params)
+        except JournalError as exc:
+            if "no such table" in exc.detail:
+                return found
+            raise
+        found.update({(int(lv), int(ix)): bytes(h) for lv, ix, h in rows})
+    return found
+
+
+async def tree_heads_of(query: Any) -> list[tuple[int, str]]:
+    """Return the stored signed checkpoints (size, note), smallest first."""
+    try:
+        rows = await query("SELECT size, note FROM tree_heads ORDER BY size", [])
+    except JournalError as exc:
+        if "no such table" in exc.detail:
+            return []
+        raise
+    return [(int(size), str(note)) for size, note in rows]
 
 
 class _Writer:
@@ -199,8 +251,15 @@ class _Writer:
         self._conn = conn
         self._packer = BodyPacker() if compress else None
 
-    def append(self, rows: Sequence[Row], expected_seq: int, head: str, injected: bool) -> None:
-        """Insert ``rows`` and the head record in one transaction, or none of them.
+    def append(
+        self,
+        rows: Sequence[Row],
+        expected_seq: int,
+        head: str,
+        injected: bool,
+        nodes: Sequence[Node] = (),
+    ) -> None:
+        """Insert ``rows``, their tree ``nodes`` and the head record in one transaction.
 
         seq is the primary key, so a second writer on the same file fails here instead
         of forking the chain.
@@ -216,6 +275,8 @@ class _Writer:
         conn.execute("BEGIN IMMEDIATE")
         try:
             conn.executemany(_INSERT, stored)
+            if nodes:
+                conn.executemany(_NODE, nodes)
             conn.execute(_HEAD, (head,))
             if injected:
                 raise sqlite3.OperationalError("disk I/O error (injected by JournalFaults)")
@@ -250,6 +311,14 @@ class _Writer:
         except SQLITE_ERRORS as exc:
             raise sqlite_error(self._path, exc) from exc
 
+    def store_tree_head(self, size: int, note: str) -> None:
+        try:
+            self._conn.execute(
+                "INSERT OR REPLACE INTO tree_heads (size, note) VALUES (?, ?)", (size, note)
+            )
+        except SQLITE_ERRORS as exc:
+            raise sqlite_error(self._path, exc) from exc
+
     def adopt(self, journal_id: str) -> None:
         if not _has_no_events(self._conn):
             raise JournalError(self._path, "holds events: its id is not changed")
@@ -276,31 +345,38 @@ async def open_store(
             # One read transaction: a kernel appending meanwhile moves rows and head record
             # together, so they are seen together. Ended before the writer may create the schema.
             await db.execute("BEGIN")
-            journal_id, head, keyed = await _read_state(db, path, chain_key, readonly)
+            journal_id, head, keyed, tree_built = await _read_state(db, path, chain_key, readonly)
         except SQLITE_ERRORS as exc:
             raise sqlite_error(path, exc) from exc
         finally:
             with contextlib.suppress(*SQLITE_ERRORS):
                 await db.rollback()
+        tree: Frontier | None = None
         if not readonly:
             try:
-                conn, created_id = await anyio.to_thread.run_sync(
-                    _open_writer, path, synchronous, journal_id, chain_key if keyed else None
+                conn, created_id, tree = await anyio.to_thread.run_sync(
+                    _open_writer,
+                    path,
+                    synchronous,
+                    journal_id,
+                    chain_key if keyed else None,
+                    head.seq,
                 )
             except SQLITE_ERRORS as exc:
                 raise sqlite_error(path, exc) from exc
             writer = _Writer(path, conn, compress)
             head = head._replace(journal_id=created_id)
+            tree_built = True
     except BaseException:
         with anyio.CancelScope(shield=True):
             await db.close()
         raise
-    return OpenedStore(_Reader(path, db), writer, head, keyed)
+    return OpenedStore(_Reader(path, db), writer, head, keyed, tree, tree_built)
 
 
 def _open_writer(
-    path: str, synchronous: str, journal_id: str | None, key: bytes | None
-) -> tuple[sqlite3.Connection, str]:
+    path: str, synchronous: str, journal_id: str | None, key: bytes | None, size: int
+) -> tuple[sqlite3.Connection, str, Frontier]:
     """Open the writer's connection, creating the schema if ``journal_id`` is None (blank file).
 
     ``key`` is the chain key of a keyed journal (checked against an existing one before).
@@ -316,7 +392,7 @@ def _open_writer(
             conn.executescript(
                 f"BEGIN IMMEDIATE; {_SCHEMA} INSERT INTO meta (key, value) VALUES"
                 f" ('schema_version', '{SCHEMA_VERSION}'), ('journal_id', '{journal_id}'),"
-                f" ('head', '{head_value(0, GENESIS_HASH)}'); COMMIT;"
+                f" ('head', '{head_value(0, GENESIS_HASH)}'), ('tree', '{TREE_MARK}'); COMMIT;"
             )
         else:
             # It is about to hold compressed bodies, which a version 1 kernel cannot read.
@@ -337,10 +413,64 @@ def _open_writer(
         # Journals created before the inbox existed get it the first time a kernel opens them.
         ensure_inbox(conn)
         conn.execute(_SNAPSHOTS)
+        tree = _writer_tree(conn, size)
     except BaseException:
         conn.close()
         raise
-    return conn, journal_id
+    return conn, journal_id, tree
+
+
+def _writer_tree(conn: sqlite3.Connection, size: int) -> Frontier:
+    """Return the tree's frontier at ``size`` events, building the tree of an old journal first."""
+    conn.executescript(_TREE)
+    marked = conn.execute("SELECT 1 FROM meta WHERE key = 'tree' AND value = ?", (TREE_MARK,))
+    if marked.fetchone() is None:
+        # A journal from before trees: built once, from every event, in one transaction.
+        builder = TreeBuilder()
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            conn.execute("DELETE FROM tree_nodes")
+            for (body,) in conn.execute("SELECT body FROM events ORDER BY seq"):
+                builder.add(unpack(body))
+            conn.executemany(_NODE, builder.nodes)
+            conn.execute(
+                "INSERT OR REPLACE INTO meta (key, value) VALUES ('tree', ?)", (TREE_MARK,)
+            )
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                with contextlib.suppress(sqlite3.Error):
+                    conn.execute("ROLLBACK")
+            raise
+        if builder.frontier.size != size:
+            raise JournalCorrupt(path_of(conn), "its events changed while its tree was built")
+        return builder.frontier
+    keys = frontier_keys(size)
+    nodes: dict[NodeKey, bytes] = {}
+    for level, idx in keys:
+        row = conn.execute(
+            "SELECT hash FROM tree_nodes WHERE level = ? AND idx = ?", (level, idx)
+        ).fetchone()
+        if row is not None:
+            nodes[(level, idx)] = bytes(row[0])
+    tail = [
+        leaf_hash(unpack(body))
+        for (body,) in conn.execute(
+            "SELECT body FROM events WHERE seq > ? ORDER BY seq", (aligned(size),)
+        )
+    ]
+    try:
+        return frontier_from(size, nodes, tail)[0]
+    except LookupError as exc:
+        raise JournalCorrupt(
+            path_of(conn), f"its Merkle tree is damaged: {exc} (run dirk verify)"
+        ) from None
+
+
+def path_of(conn: sqlite3.Connection) -> str:
+    """Return the file a connection is open on."""
+    row = conn.execute("PRAGMA database_list").fetchone()
+    return str(row[2]) if row else "?"
 
 
 def _sqlite_connect(path: str, readonly: bool) -> sqlite3.Connection:
@@ -407,19 +537,20 @@ def check_meta(meta: Mapping[Any, Any], path: str) -> dict[str, str]:
 
 async def _read_state(
     db: aiosqlite.Connection, path: str, chain_key: bytes | None, readonly: bool
-) -> tuple[str | None, Head, bool]:
-    """Return the journal's id (None: a blank file), checked head, and whether it is keyed."""
+) -> tuple[str | None, Head, bool, bool]:
+    """Return the journal's id (None: a blank file), checked head, whether it is keyed, and
+    whether it keeps a Merkle tree."""
     meta = await _inspect(db, path)
     if meta is None:
         if readonly:
             raise JournalForeign(path, "an empty database, not a journal")
-        return None, Head("", 0, GENESIS_HASH), chain_key is not None
+        return None, Head("", 0, GENESIS_HASH), chain_key is not None, True
     try:
         last = list(await db.execute_fetchall(f"{ROWS} ORDER BY seq DESC LIMIT 2"))
     except SQLITE_ERRORS as exc:
         raise sqlite_error(path, exc) from exc
     journal_id, head, keyed = check_state(meta, last, path, chain_key, readonly)
-    return journal_id, head, keyed
+    return journal_id, head, keyed, meta.get("tree") == TREE_MARK
 
 
 def check_state(
@@ -496,6 +627,39 @@ class _Snapshot:
         except SQLITE_ERRORS as exc:
             raise sqlite_error(self._path, exc) from exc
 
+    async def _query(self, sql: str, params: Sequence[Any]) -> Iterable[Any]:
+        try:
+            return await self._db.execute_fetchall(sql, params)
+        except SQLITE_ERRORS as exc:
+            raise sqlite_error(self._path, exc) from exc
+
+    async def tree_nodes_from(self, level: int, after: int, limit: int) -> list[Node]:
+        """Return stored nodes of ``level`` with index > ``after``, in order."""
+        sql = (
+            "SELECT level, idx, hash FROM tree_nodes WHERE level = ? AND idx > ?"
+            " ORDER BY idx LIMIT ?"
+        )
+        try:
+            rows = await self._query(sql, [level, after, limit])
+        except JournalError as exc:
+            if "no such table" in exc.detail:
+                return []
+            raise
+        return [(int(lv), int(ix), bytes(h)) for lv, ix, h in rows]
+
+    async def tree_levels(self) -> list[int]:
+        """Return the levels that hold stored nodes."""
+        try:
+            rows = await self._query("SELECT DISTINCT level FROM tree_nodes ORDER BY level", [])
+        except JournalError as exc:
+            if "no such table" in exc.detail:
+                return []
+            raise
+        return [int(lv) for (lv,) in rows]
+
+    async def tree_heads(self) -> list[tuple[int, str]]:
+        return await tree_heads_of(self._query)
+
 
 @contextlib.asynccontextmanager
 async def open_snapshot(location: str) -> AsyncIterator[_Snapshot]:
@@ -523,6 +687,35 @@ def sqlite_error(path: str, exc: sqlite3.Error | UnicodeDecodeError) -> JournalE
     if name == "SQLITE_NOTADB" or name.startswith("SQLITE_CORRUPT"):
         return JournalCorrupt(path, f"not a SQLite database, or a damaged or truncated one ({exc})")
     return JournalError(path, f"cannot be used ({exc})")
+
+
+def add_tree_head(location: str, size: int, note: str) -> None:
+    """Keep a signed checkpoint beside the journal's events, from outside its writer.
+
+    ``dirk checkpoint`` and ``dirk witness`` do this while a kernel may be running: only
+    the ``tree_heads`` table is written (never an event), so its writer is not
+    disturbed. A checkpoint of a size already kept gets the new signature lines added.
+
+    Raises:
+        JournalError: the file cannot be written.
+        NoteError: ``note`` signs another checkpoint than the one kept for ``size``.
+    """
+    from kernel.core.notes import merge
+
+    try:
+        with contextlib.closing(
+            sqlite3.connect(location, timeout=BUSY_TIMEOUT_S, isolation_level=None)
+        ) as conn:
+            conn.executescript(_TREE)  # a journal no kernel of this version opened yet
+            conn.execute("BEGIN IMMEDIATE")
+            row = conn.execute("SELECT note FROM tree_heads WHERE size = ?", (size,)).fetchone()
+            merged = note if row is None else merge(str(row[0]), note)
+            conn.execute(
+                "INSERT OR REPLACE INTO tree_heads (size, note) VALUES (?, ?)", (size, merged)
+            )
+            conn.execute("COMMIT")
+    except SQLITE_ERRORS as exc:
+        raise sqlite_error(location, exc) from exc
 
 
 BUSY_TIMEOUT_S = 10.0

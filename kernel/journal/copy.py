@@ -13,9 +13,11 @@ import anyio
 import msgspec
 
 from kernel.journal._subscription import READ_BATCH
+from kernel.journal.codec import unpack
 from kernel.journal.errors import JournalError
 from kernel.journal.head import head_value
 from kernel.journal.port import backend_for
+from kernel.journal.tree import TreeBuilder
 from kernel.journal.verify import VerifyReport, verify_journal
 
 
@@ -59,6 +61,8 @@ async def copy_journal(
             raise JournalError(target, f"holds {opened.head.seq} events: copy only into a new one")
         await anyio.to_thread.run_sync(writer.adopt, before.journal_id)
         copied = 0
+        # The copy keeps its own Merkle tree, built as the rows arrive.
+        tree = TreeBuilder()
         async with backend_for(source).open_snapshot(source) as snapshot:
             while copied < before.events:
                 rows = await snapshot.rows_from(copied + 1, min(batch, before.events - copied))
@@ -66,7 +70,10 @@ async def copy_journal(
                     raise JournalError(source, f"event {copied + 1} went missing while copied")
                 last_seq, last_hash = rows[-1][0], rows[-1][4]
                 head = head_value(last_seq, last_hash, key)
-                await anyio.to_thread.run_sync(writer.append, rows, copied, head, False)
+                tree.nodes = []
+                for row in rows:
+                    tree.add(unpack(row[3]))
+                await anyio.to_thread.run_sync(writer.append, rows, copied, head, False, tree.nodes)
                 copied = last_seq
     finally:
         with anyio.CancelScope(shield=True):

@@ -75,6 +75,8 @@ async def open_journal(
             faults or JournalFaults(),
             chain_key if opened.keyed else None,
             opened.keyed,
+            opened.tree,
+            opened.tree_built,
         )
         body_error: Exception | None = None
         async with anyio.create_task_group() as tg:

@@ -19,8 +19,10 @@ import importlib
 from collections.abc import Sequence
 from typing import Any, NamedTuple, Protocol
 
+from kernel.core.merkle import Frontier
 from kernel.journal.errors import is_postgres
 from kernel.journal.head import Row
+from kernel.journal.tree import Node, NodeKey
 
 EventRow = tuple[int, bytes, bytes, bytes | None]
 """An event as :meth:`StoreReader.events` returns it: seq, body, hash, the previous row's hash
@@ -70,6 +72,14 @@ class StoreReader(Protocol):
         """Return the (digest, body) stored for ``seq``, or None."""
         ...
 
+    async def tree_nodes(self, keys: Sequence[NodeKey]) -> dict[NodeKey, bytes]:
+        """Return the stored Merkle tree nodes among ``keys`` (kernel.journal.tree)."""
+        ...
+
+    async def tree_heads(self) -> list[tuple[int, str]]:
+        """Return the stored signed checkpoints as (tree size, note), smallest first."""
+        ...
+
     async def aclose(self) -> None:
         """Close the reader's connection."""
         ...
@@ -78,8 +88,16 @@ class StoreReader(Protocol):
 class StoreWriter(Protocol):
     """The one writer of a journal; every method runs in a worker thread, one at a time."""
 
-    def append(self, rows: Sequence[Row], expected_seq: int, head: str, injected: bool) -> None:
-        """Write ``rows`` and the head record ``head`` in one transaction, or nothing.
+    def append(
+        self,
+        rows: Sequence[Row],
+        expected_seq: int,
+        head: str,
+        injected: bool,
+        nodes: Sequence[Node] = (),
+    ) -> None:
+        """Write ``rows``, the tree ``nodes`` they complete and the head record ``head`` in one
+        transaction, or nothing.
 
         ``expected_seq`` is the head this writer last committed: a store shared
         between processes refuses the transaction if the head moved meanwhile.
@@ -93,6 +111,10 @@ class StoreWriter(Protocol):
 
     def drop_snapshots(self, seqs: list[int]) -> None:
         """Delete the snapshots stored for ``seqs``."""
+        ...
+
+    def store_tree_head(self, size: int, note: str) -> None:
+        """Store (or replace) the signed checkpoint of the tree of ``size`` events."""
         ...
 
     def adopt(self, journal_id: str) -> None:
@@ -111,6 +133,10 @@ class OpenedStore(NamedTuple):
     writer: StoreWriter | None
     head: Head
     keyed: bool
+    tree: Frontier | None = None
+    """The writer's Merkle tree frontier at the head (None read-only)."""
+    tree_built: bool = False
+    """Whether the store keeps the tree's nodes (False: a journal from before trees)."""
 
 
 class Snapshot(Protocol):
@@ -122,6 +148,18 @@ class Snapshot(Protocol):
 
     async def rows_from(self, start: int, limit: int) -> list[Row]:
         """Return at most ``limit`` rows with ``seq >= start``, in seq order."""
+        ...
+
+    async def tree_levels(self) -> list[int]:
+        """Return the levels at which Merkle tree nodes are stored."""
+        ...
+
+    async def tree_nodes_from(self, level: int, after: int, limit: int) -> list[Node]:
+        """Return at most ``limit`` stored nodes of ``level`` with index > ``after``, in order."""
+        ...
+
+    async def tree_heads(self) -> list[tuple[int, str]]:
+        """Return the stored signed checkpoints as (tree size, note), smallest first."""
         ...
 
 

@@ -37,6 +37,7 @@ import anyio
 import msgspec
 
 from kernel.core.events import GENESIS_HASH, Draft, Event, chain, decode_body
+from kernel.core.merkle import Frontier, leaf_hash
 from kernel.core.ports import Clock
 from kernel.journal._sqlite import APPLICATION_ID, INBOX_SCHEMA, SCHEMA_VERSION
 from kernel.journal._subscription import READ_BATCH as _BATCH
@@ -60,6 +61,7 @@ from kernel.journal.errors import (
 from kernel.journal.head import Row, head_value
 from kernel.journal.port import EventRow, Head, StoreReader, StoreWriter
 from kernel.journal.sealing import EventUnreadable, check_row, seal
+from kernel.journal.tree import Node, TreeReader, leaves_of
 
 __all__ = [
     "APPLICATION_ID",
@@ -214,8 +216,13 @@ class Journal:
         faults: JournalFaults,
         key: bytes | None = None,
         keyed: bool = False,
+        tree: Frontier | None = None,
+        tree_built: bool = False,
     ) -> None:
         self._path = path
+        # The Merkle tree's right edge, moved with each commit (kernel.journal.tree).
+        self._tree = tree
+        self._tree_built = tree_built
         # Never logged, never recorded: only chain() sees it.
         self._key = key
         self._keyed = keyed
@@ -268,6 +275,47 @@ class Journal:
     def head_hash(self) -> str:
         """Hex hash of the last committed event (the genesis hash when empty)."""
         return self._head_hex
+
+    @property
+    def tree_root(self) -> bytes | None:
+        """The Merkle root of events 1..head (None when opened read-only: see :meth:`trees`)."""
+        return None if self._tree is None else self._tree.root()
+
+    def trees(self) -> TreeReader:
+        """Return roots and inclusion and consistency proofs for any size up to the head."""
+        return TreeReader(self._reader.tree_nodes, self._leaves, self._tree_built)
+
+    async def _leaves(self, start: int, stop: int) -> list[bytes]:
+        self._check_open()
+        bodies: list[bytes] = []
+        while start < stop:
+            rows = await self._reader.rows(start, stop - 1, _BATCH)
+            if not rows or rows[0][0] != start:
+                raise self._corrupt(f"event {start} is missing", start)
+            bodies += [row[3] for row in rows]
+            start = rows[-1][0] + 1
+        try:
+            return leaves_of(bodies)
+        except (ValueError, TypeError) as exc:
+            raise self._corrupt(f"an event does not decode ({exc})", start) from None
+
+    async def tree_heads(self) -> list[tuple[int, str]]:
+        """Return the signed checkpoints stored beside the events: (tree size, note)."""
+        self._check_open()
+        return await self._reader.tree_heads()
+
+    async def store_tree_head(self, size: int, note: str) -> None:
+        """Keep a signed checkpoint of the tree of ``size`` events beside the events.
+
+        Raises:
+            JournalClosed: The journal is closing, closed or read-only.
+            JournalError: The write failed (the events are untouched).
+        """
+        if self._writer is None or self._closed:
+            self._raise_unwritable()
+        await anyio.to_thread.run_sync(
+            self._writer.store_tree_head, size, note, limiter=self._limiter
+        )
 
     @property
     def keyed(self) -> bool:
@@ -667,6 +715,14 @@ class Journal:
         self._attempts += 1
         injected = self._attempts == self._faults.fail_transaction
         head = head_value(seq, prev, self._key)
+        nodes: list[Node] = []
+        tree = None
+        if self._tree is not None:
+            # Leaves are over the canonical bytes the chain hashes; a copy of the frontier,
+            # so a failed transaction leaves the tree at the head.
+            tree = self._tree.copy()
+            for row in rows:
+                nodes += tree.append(leaf_hash(row[3]))
         writer = self._writer
         began = self._observer_clock() if self._observer is not None else 0
         try:
@@ -675,13 +731,14 @@ class Journal:
             # one call in a worker thread. run_sync waits out a cancellation, so the
             # writer always learns whether the commit happened.
             await anyio.to_thread.run_sync(
-                writer.append, rows, self._head_seq, head, injected, limiter=self._limiter
+                writer.append, rows, self._head_seq, head, injected, nodes, limiter=self._limiter
             )
         except Exception as exc:
             self._fail("a write failed", exc)
             return
         committed = [event for _, events in sealed for event in events]
         self._head_seq, self._head_hash, self._head_hex = seq, prev, committed[-1].hash
+        self._tree = tree
         self._appends += len(sealed)
         self._transactions += 1
         self._events += len(committed)

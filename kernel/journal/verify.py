@@ -21,11 +21,15 @@ from typing import cast
 import msgspec
 
 from kernel.core.events import GENESIS_HASH, Event, KernelStarted, KernelStopped
+from kernel.core.merkle import Frontier, leaf_hash
+from kernel.core.notes import NoteError, parse_checkpoint, split_note
 from kernel.journal._subscription import READ_BATCH
+from kernel.journal.codec import unpack
 from kernel.journal.errors import JournalError, chain_key_from_env
-from kernel.journal.head import head_problem, key_problem
-from kernel.journal.port import backend_for
+from kernel.journal.head import KEYED_CHAIN, head_problem, key_problem
+from kernel.journal.port import Snapshot, backend_for
 from kernel.journal.sealing import check_rows
+from kernel.journal.tree import TREE_MARK, Node
 
 _HEAD_EVENTS = frozenset({KernelStarted, KernelStopped})
 _Head = KernelStarted | KernelStopped
@@ -97,6 +101,11 @@ class VerifyReport(msgspec.Struct, frozen=True, kw_only=True):
         head_record: False for a journal written before head records existed
             (it verifies, but a removed tail cannot be told from it alone).
         keyed: True if the chain is keyed and was checked with its key.
+        tree_root: Hex Merkle root of the events that checked out (kernel.core.merkle).
+        tree_stored: False for a journal whose store keeps no tree yet (from before trees).
+        tree_heads: The signed checkpoints stored beside the events, as (size, note); each
+            one's root was checked against the events (its signatures need public keys:
+            kernel.proofs).
     """
 
     ok: bool
@@ -108,6 +117,11 @@ class VerifyReport(msgspec.Struct, frozen=True, kw_only=True):
     head_ts: int = 0
     head_record: bool = True
     keyed: bool = False
+    tree_root: str = ""
+    tree_stored: bool = True
+    tree_heads: list[tuple[int, str]] = []
+    chain_checked: bool = True
+    """False for a keyed journal verified without its key (``public_only``)."""
 
     def anchor(self) -> Anchor:
         """Return the anchor of the head this report verified."""
@@ -125,6 +139,7 @@ async def verify_journal(
     chain_key: bytes | None = None,
     anchor: Anchor | None = None,
     fold: Callable[[list[Event]], Awaitable[object]] | None = None,
+    public_only: bool = False,
 ) -> VerifyReport:
     """Check every event of the journal at ``path`` from genesis on; never raise for a bad file.
 
@@ -135,6 +150,11 @@ async def verify_journal(
 
     ``chain_key`` defaults to ``DIRK_CHAIN_KEY``, as for ``open_kernel`` and ``dirk``:
     a journal a kernel keyed from the environment verifies with the same environment.
+
+    ``public_only`` verifies a keyed journal without its chain key: its HMACs go
+    unchecked, and what vouches for the events is the Merkle tree recomputed from them,
+    which the caller checks against checkpoints signed with the kernel's key
+    (kernel.proofs.check): a public key, which cannot forge, instead of the chain key.
 
     ``fold`` is handed each batch of events that checked out, in order, before the
     next is read (``dirk verify`` folds the projections from them: each event is read
@@ -150,6 +170,13 @@ async def verify_journal(
     # Set once a kernel that keeps head records has opened the journal.
     head_events = False
     anchored: tuple[bytes, int] | None = None
+    hashes_checked = True
+    # The Merkle tree, rebuilt from the bodies as they are checked.
+    tree = Frontier()
+    computed: dict[tuple[int, int], bytes] = {}
+    heads: list[tuple[int, str]] = []
+    roots: dict[int, bytes] = {}
+    tree_stored = True
 
     def report(problem: str = "", first_bad_seq: int | None = None) -> VerifyReport:
         return VerifyReport(
@@ -162,6 +189,10 @@ async def verify_journal(
             head_ts=ts,
             head_record=head_record,
             keyed=key is not None,
+            tree_root=tree.root().hex(),
+            tree_stored=tree_stored,
+            tree_heads=heads,
+            chain_checked=hashes_checked,
         )
 
     try:
@@ -174,15 +205,21 @@ async def verify_journal(
             journal_id = meta["journal_id"]
             if chain_key is None:
                 chain_key = chain_key_from_env(None, path)
-            problem = key_problem(meta, chain_key, events=1, need_key=True)
+            problem = key_problem(meta, chain_key, events=1, need_key=not public_only)
             if problem:
                 return report(problem)
             key = chain_key
+            hashes_checked = key is not None or meta.get("chain") != KEYED_CHAIN
+            tree_stored = meta.get("tree") == TREE_MARK
+            heads = await db.tree_heads()
+            wanted = {size for size, _ in heads}
+            if 0 in wanted:
+                roots[0] = tree.root()
             start = -(2**63)  # rows below seq 1 would be forgeries: look at them too
             while True:
                 rows = await db.rows_from(start, READ_BATCH)
                 # Each body inflated and decoded once: its hash, its columns, its time.
-                batch, problem = check_rows(rows, events + 1, prev, key, True)
+                batch, problem = check_rows(rows, events + 1, prev, key, hashes_checked)
                 if batch:
                     for event in batch:
                         payload = event.payload
@@ -193,6 +230,11 @@ async def verify_journal(
                             rows[anchor.seq - events - 1][4],
                             batch[anchor.seq - events - 1].ts,
                         )
+                    for row in rows[: len(batch)]:
+                        for level, index, node in tree.append(leaf_hash(unpack(row[3]))):
+                            computed[(level, index)] = node
+                        if tree.size in wanted:
+                            roots[tree.size] = tree.root()
                     events, prev, ts = events + len(batch), rows[len(batch) - 1][4], batch[-1].ts
                 if problem:
                     return report(problem, min(rows[len(batch)][0], events + 1))
@@ -201,6 +243,7 @@ async def verify_journal(
                 if len(rows) < READ_BATCH:
                     break
                 start = events + 1
+            tree_problem = await _tree_problem(db, computed) if tree_stored else ""
     except JournalError as exc:
         return report(exc.detail, exc.seq)
     except (ValueError, TypeError) as exc:
@@ -215,11 +258,69 @@ async def verify_journal(
     problem, seq = head_problem(meta, events, prev, key)
     if problem:
         return report(problem, seq)
+    problem, seq = _heads_problem(heads, roots, events)
+    if problem:
+        return report(problem, seq)
+
     if anchor is not None:
         problem, seq = _anchor_problem(anchor, journal_id, events, anchored)
         if problem:
             return report(problem, seq)
+    if tree_problem:
+        return report(tree_problem)
     return report()
+
+
+async def _tree_problem(db: Snapshot, computed: dict[tuple[int, int], bytes]) -> str:
+    """Compare the stored tree nodes with those the events give; "" when they agree."""
+    seen = 0
+    for level in await db.tree_levels():
+        after = -1
+        while True:
+            nodes: list[Node] = await db.tree_nodes_from(level, after, READ_BATCH)
+            for lv, index, node in nodes:
+                if computed.get((lv, index)) != node:
+                    return (
+                        f"the Merkle tree's node at level {lv}, index {index} is not the events'"
+                        " (the tree or the events were altered)"
+                    )
+            seen += len(nodes)
+            if len(nodes) < READ_BATCH:
+                break
+            after = nodes[-1][1]
+    if seen != len(computed):
+        return f"the Merkle tree lacks {len(computed) - seen} of its {len(computed)} stored nodes"
+    return ""
+
+
+def _heads_problem(
+    heads: list[tuple[int, str]], roots: dict[int, bytes], events: int
+) -> tuple[str, int | None]:
+    """Check each stored signed checkpoint's tree against the events (signatures: kernel.proofs)."""
+    for size, note in heads:
+        try:
+            text, _ = split_note(note)
+            checkpoint = parse_checkpoint(text)
+        except NoteError as exc:
+            return f"the signed checkpoint stored for size {size} does not parse ({exc})", None
+        if checkpoint.size != size:
+            return (
+                f"the signed checkpoint stored for size {size} is of size {checkpoint.size}",
+                None,
+            )
+        if size > events:
+            return (
+                f"a signed checkpoint covers {size} events, but the journal ends at event"
+                f" {events}: events {events + 1}..{size} were removed",
+                events + 1,
+            )
+        if roots.get(size) != checkpoint.root:
+            return (
+                f"the signed checkpoint of size {size} has another root than events 1..{size}:"
+                " the journal was rewritten at or before event {size}".replace("{size}", str(size)),
+                size,
+            )
+    return "", None
 
 
 def _anchor_problem(

@@ -30,12 +30,16 @@ import msgspec
 
 from kernel.api import Kernel
 from kernel.core.events import (
+    ApprovalVoted,
+    ContextCompiled,
     Event,
     ExecutionSucceeded,
     InputRefused,
+    KernelStopped,
     Manifest,
     ProposalRejected,
 )
+from kernel.core.fetching import ArtifactSlice, FetchRefused
 from kernel.core.flow import FlowState, FlowStatus
 from kernel.core.keys import KeyUnusable
 from kernel.core.ports import Clock, SystemClock
@@ -65,6 +69,7 @@ from kernel.policy.contracts import HandshakeRefused
 from kernel.proposals import DecisionVerdict
 from kernel.registry import CONTRACT_VERSION
 from kernel.state.projections import Projections, fold
+from kernel.state.quorums import Quorums
 from kernel.state.rulebook import RuleNotInForce, RuleNotPending
 from kernel.state.snapshots import state_at
 
@@ -137,7 +142,20 @@ class Embedded:
     async def propose(
         self, agent_id: str, policy: dict[str, Any], explain: str, confidence: float
     ) -> Settled:
-        """Propose ``policy`` as ``agent_id`` (one flow, ``Kernel.propose``) and answer it."""
+        """Propose ``policy`` as ``agent_id`` (one flow, ``Kernel.propose``) and answer it,
+        with the artifacts its context referenced (what ``fetch_artifact`` may read)."""
+        answer = await self._propose(agent_id, policy, explain, confidence)
+        shown: dict[str, str] = {}
+        for event in await self.kernel.journal.read(dfid=answer.dfid, types=["ContextCompiled"]):
+            if isinstance(event.payload, ContextCompiled):
+                shown.update(event.payload.artifacts)
+        if not shown:
+            return answer
+        return msgspec.structs.replace(answer, result={**answer.result, "artifacts": shown})
+
+    async def _propose(
+        self, agent_id: str, policy: dict[str, Any], explain: str, confidence: float
+    ) -> Settled:
         await self._session(agent_id)
         params = dict(policy)
         kind = params.pop("kind", "")
@@ -233,6 +251,15 @@ class Embedded:
             raise ToolRefused(exc.reason_code, str(exc)) from None
         return {"verdict": "APPLIED", "agent_id": agent_id, "status": status}
 
+    async def fetch_artifact(
+        self, agent_id: str, dfid: str, ref: str, start: int, length: int | None
+    ) -> ArtifactSlice:
+        """Read a range of an artifact a context of ``agent_id``'s flow ``dfid`` referenced."""
+        try:
+            return await self.kernel.fetch_artifact(agent_id, dfid, ref, start, length)
+        except FetchRefused as exc:
+            raise ToolRefused(exc.reason_code, exc.detail, exc.field) from None
+
     async def rule_act(self, act: RuleAct) -> dict[str, Any]:
         """Apply an operator's act on the rulebook; answer APPLIED with the event's seq."""
         kernel = self.kernel
@@ -243,12 +270,13 @@ class Embedded:
                 )
             elif act.action == "retract":
                 event = await kernel.retract_rule(
-                    act.rule, operator=act.operator, reason=act.reason
+                    act.rule, operator=act.operator, reason=act.reason, ns=act.ns
                 )
             else:
-                item = kernel.projections.memory.rulebook.items.get(act.rule)
+                item = kernel.projections.memory.rulebook.item(act.rule, act.ns)
                 event = await kernel.propose_rule(
                     act.rule,
+                    ns=act.ns,
                     title=act.title,
                     content=act.content,
                     labels=act.labels,
@@ -280,6 +308,8 @@ class RuleAct(msgspec.Struct, frozen=True, kw_only=True):
     title: str = ""
     content: str = ""
     labels: list[str] = []
+    ns: str = "default"
+    """The rulebook namespace of ``rule``."""
 
 
 class Follower:
@@ -289,7 +319,8 @@ class Follower:
         path: the journal file.
         kinds: the JSON Schema of each kind agents may propose (for ``propose``'s schema).
         clock: stamps inbox rows and paces the wait for a verdict.
-        wait_s: how long a proposal waits for the kernel's verdict before answering QUEUED.
+        wait_s: how long a proposal waits for the kernel's verdict before answering QUEUED
+            (not at all when the journal's last kernel stopped: none will answer).
         poll_s: how often it reads the journal meanwhile (no notification crosses processes).
         key: where the keys are: a directory of ``<name>.key`` files (the server's own,
             ``<door>.key``, and each agent's), or one key file for the door alone (None:
@@ -308,7 +339,7 @@ class Follower:
         kinds: Mapping[str, dict[str, Any]] | None = None,
         clock: Clock | None = None,
         *,
-        wait_s: float = 30.0,
+        wait_s: float = 5.0,
         poll_s: float = 0.1,
         key: str | None = None,
         door: str = "mcp",
@@ -382,9 +413,10 @@ class Follower:
         signer = await self._signer(agent_id)
         async with open_journal(self.path, readonly=True) as journal:
             after = journal.head_seq  # what the kernel records of the row comes after this
+            stopped = await _stopped(journal)
         row_id = await self._post_signed(signer, request)
         topic = f"{PROPOSE_TOPIC}.{agent_id}.{row_id}"
-        with anyio.move_on_after(self.wait_s):
+        with anyio.move_on_after(0 if stopped else self.wait_s):
             while True:
                 answer = await self._settled(row_id, topic, after)
                 if answer is not None:
@@ -394,7 +426,7 @@ class Follower:
             verdict="QUEUED",
             dfid="",
             status="",
-            detail=f"the kernel did not settle inbox row {row_id} within {self.wait_s:g} s",
+            detail=_not_taken(row_id, stopped, self.wait_s),
             result={"inbox_id": row_id},
         )
 
@@ -447,6 +479,7 @@ class Follower:
                 outcome=outcome if isinstance(outcome, str) else "",
                 external_id=external_id if isinstance(external_id, str) else "",
                 queued=dfid in queued,
+                ballot=folded.domain(Quorums).ballots.get(dfid),
             )
         except RequestRefused as refused:
             return {
@@ -468,6 +501,18 @@ class Follower:
             raise ToolRefused(refused.code, refused.message) from None
         return await self._post("", request)
 
+    async def fetch_artifact(
+        self, agent_id: str, dfid: str, ref: str, start: int, length: int | None
+    ) -> ArtifactSlice:
+        """Refused: the artifact store is read by the kernel's process, which records each
+        fetch it refuses; a follower holds neither (serve MCP beside the kernel, or use the
+        mesh)."""
+        raise ToolRefused(
+            CliError.NOT_APPLIED,
+            "artifacts are fetched through the running kernel (the embedded server, or the mesh)",
+            "ref",
+        )
+
     async def rule_act(self, act: RuleAct) -> dict[str, Any]:
         """Check an operator's act on the rulebook, post it, and answer what became of it."""
         async with self.reading() as view:
@@ -487,6 +532,7 @@ class Follower:
                     title=act.title,
                     content=act.content,
                     labels=act.labels,
+                    ns=act.ns,
                 )
         except RequestRefused as refused:
             field = "proposal_seq" if refused.code is CliError.RULE_NOT_PENDING else "item_id"
@@ -495,29 +541,75 @@ class Follower:
 
     async def _post(self, dfid: str, request: InboxRequest) -> dict[str, Any]:
         """Sign ``request`` as the door, post it, and wait (``answer_s``) for the answer."""
+        async with open_journal(self.path, readonly=True) as journal:
+            stopped = await _stopped(journal)
         row_id = await self._post_signed(await self._signer(self.door), request)
         seq = None
-        with anyio.move_on_after(self.answer_s):
+        with anyio.move_on_after(0 if stopped else self.answer_s):
             while seq is None:
                 seq = await anyio.to_thread.run_sync(taken_seq, self.path, row_id)
                 if seq is None:
                     await self._clock.sleep(self.poll_s)
         if seq is None:
-            return {"verdict": "QUEUED", "dfid": dfid, "result": {"inbox_id": row_id}}
-        _, answer = await read_answer(self.path, seq)
+            return {
+                "verdict": "QUEUED",
+                "dfid": dfid,
+                "detail": _not_taken(row_id, stopped, self.answer_s),
+                "result": {"inbox_id": row_id},
+            }
+        event, answer = await read_answer(self.path, seq)
         result: dict[str, Any] = {"verdict": answer.verdict, "dfid": dfid}
         if answer.verdict == "REFUSED":
             result["reason_code"] = answer.reason_code
             result["detail"] = answer.detail
         result["result"] = {"inbox_id": row_id, "seq": seq}
+        if event is not None and isinstance(event.payload, ApprovalVoted):
+            # A vote that does not meet the quorum: what the flow still waits for.
+            result["result"]["waiting"] = event.payload.waiting
         return result
 
 
 Backend = Embedded | Follower
 
 
+async def _stopped(journal: Journal) -> int | None:
+    """Return the seq of the KernelStopped that ends the journal's last run, or None.
+
+    None when a kernel may be running (the last start has no stop after it) or none
+    ever ran: only a recorded stop says for sure that no kernel will take the inbox.
+    """
+    runs = await journal.read(types=["KernelStarted", "KernelStopped"])
+    if runs and isinstance(runs[-1].payload, KernelStopped):
+        return runs[-1].seq
+    return None
+
+
+def _not_taken(row_id: int, stopped: int | None, waited_s: float) -> str:
+    """Say why an inbox row has no answer yet, and what becomes of it."""
+    if stopped is not None:
+        why = f"the journal's kernel stopped (event #{stopped}): none is running to take it"
+    else:
+        why = f"no kernel took it within {waited_s:g} s"
+    return (
+        f"inbox row {row_id} waits: {why}; the next kernel on this journal applies it"
+        " (dirk serve, or the application's own)"
+    )
+
+
 def settled(flow: FlowState, events: list[Event]) -> Settled:
-    """Return the verdict a settled flow gives its proposer."""
+    """Return the verdict a settled flow gives its proposer, with the artifacts its context
+    referenced (``artifacts``: key -> reference; what ``fetch_artifact`` may read)."""
+    answer = _settled(flow, events)
+    shown: dict[str, str] = {}
+    for event in events:
+        if isinstance(event.payload, ContextCompiled):
+            shown.update(event.payload.artifacts)
+    if not shown:
+        return answer
+    return msgspec.structs.replace(answer, result={**answer.result, "artifacts": shown})
+
+
+def _settled(flow: FlowState, events: list[Event]) -> Settled:
     status = str(flow.status)
     if flow.status is FlowStatus.CLOSED:
         result: dict[str, Any] = {"external_id": flow.external_id}

@@ -1,11 +1,19 @@
 """Streamable HTTP for the MCP server: stateless, behind a bearer token per principal.
 
-The SDK's own auth sends clients into OAuth discovery; a small ASGI middleware
-in front of its app checks ``Authorization: Bearer TOKEN`` against the token
-file instead, and answers 401 without reaching the server when it does not
-match. Tools read the same header to know who calls (kernel.mcp._server.Identity).
+The SDK's own auth checks ``Authorization: Bearer TOKEN`` with :class:`TokenFile`,
+a token verifier over the token file, and answers 401 without reaching the server
+when it does not match. The 401 names the server's protected-resource metadata
+(RFC 9728, served at ``/.well-known/oauth-protected-resource/mcp``), so a host
+discovers what this server is and how to present a token instead of guessing.
+Tools read the same header to know who calls (kernel.mcp._server.Identity).
 Tokens are compared in constant time and never logged: the SDK's and uvicorn's
 request logs are off.
+
+The tokens are provisioned by the operator, out of band: the metadata names this
+server itself as the authority behind them, and it serves no OAuth endpoint
+(``/.well-known/oauth-authorization-server``, ``/register``, ``/authorize``
+answer 404 with an ``error_description`` that says so), so a host that tries
+OAuth anyway stops at its first request with that sentence to show.
 
 A token file has one principal per line, ``agent:ID TOKEN`` or
 ``operator:NAME TOKEN`` (blank lines and ``#`` comments ignored); a token is
@@ -23,6 +31,10 @@ import socket
 from collections.abc import Awaitable, Callable, Mapping, MutableMapping
 from pathlib import Path
 from typing import Any
+
+from mcp.server.auth.provider import AccessToken
+from mcp.server.auth.settings import AuthSettings
+from pydantic import AnyHttpUrl
 
 from kernel.core.hosts import TlsFiles
 from kernel.core.text import id_problem
@@ -93,34 +105,85 @@ def principal_of(headers: Mapping[str, str], tokens: Mapping[str, Principal]) ->
     return found
 
 
-def bearer(app: App, tokens: Mapping[str, Principal]) -> App:
-    """Wrap ``app`` so an HTTP request without a known bearer token gets 401 and goes no further."""
+class TokenFile:
+    """The SDK's token verifier over a token file: a known token is its principal's access.
 
-    async def guarded(scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
+    The access token names the principal as ``client_id`` (``agent:ide``), its role
+    as the one scope, and this server's URL as the resource it was issued for.
+
+    Args:
+        tokens: the principals by token (:func:`read_tokens`).
+        resource: this server's MCP URL, e.g. ``https://desk.example:8766/mcp``.
+    """
+
+    def __init__(self, tokens: Mapping[str, Principal], resource: str) -> None:
+        self._tokens = dict(tokens)
+        self.resource = resource
+
+    async def verify_token(self, token: str) -> AccessToken | None:
+        """Return the access ``token`` gives, or None for a token this server never issued."""
+        principal = principal_of({"authorization": f"Bearer {token}"}, self._tokens)
+        if principal is None:
+            return None
+        who = f"{principal.role}:{principal.name}"
+        return AccessToken(
+            token=token, client_id=who, subject=who, scopes=[principal.role], resource=self.resource
+        )
+
+
+def http_auth(tokens: Mapping[str, Principal], resource: str) -> tuple[AuthSettings, TokenFile]:
+    """Return the SDK's auth settings and verifier for a server at ``resource`` with ``tokens``.
+
+    The authority behind the tokens is the server itself (its origin): the operator
+    provisions them (``--token-file``), no OAuth server issues them.
+    """
+    origin = resource.removesuffix("/mcp")
+    settings = AuthSettings(
+        issuer_url=AnyHttpUrl(origin),
+        resource_server_url=AnyHttpUrl(resource),
+        # TokenFile answers only for its own tokens, each issued for this resource.
+        validate_token_resource=False,
+    )
+    return settings, TokenFile(tokens, resource)
+
+
+_NO_OAUTH = (
+    b'{"error": "invalid_request", "error_description": "this MCP server takes bearer tokens'
+    b" its operator provisions (dirk mcp --token-file): it issues none, and runs no OAuth"
+    b' server; ask the operator for a token and send it as Authorization: Bearer TOKEN",'
+    b' "reason_code": "UNAUTHORIZED"}'
+)
+_OAUTH_PATHS = (
+    "/.well-known/oauth-authorization-server",
+    "/.well-known/openid-configuration",
+    "/register",
+    "/authorize",
+    "/token",
+)
+
+
+def no_oauth(app: App) -> App:
+    """Wrap ``app`` so OAuth's endpoints answer 404 with a sentence a host can show.
+
+    A host that finds no authorization server's metadata tries the default OAuth
+    endpoints on the server's origin (``/register``, then ``/authorize``); each gets
+    this JSON error, so the host stops there and says why, rather than opening a
+    browser on a flow no one can finish.
+    """
+
+    async def answering(scope: Scope, receive: Receive, send: Send) -> None:
+        path = scope.get("path", "") if scope["type"] == "http" else ""
+        if not any(path == p or path.startswith(p + "/") for p in _OAUTH_PATHS):
             await app(scope, receive, send)
             return
-        headers = {
-            key.decode("latin-1").lower(): value.decode("latin-1")
-            for key, value in scope.get("headers", [])
-        }
-        if principal_of(headers, tokens) is None:
-            body = b'{"error": "UNAUTHORIZED", "detail": "a bearer token of this server is needed"}'
-            await send(
-                {
-                    "type": "http.response.start",
-                    "status": 401,
-                    "headers": [
-                        (b"content-type", b"application/json"),
-                        (b"www-authenticate", b"Bearer"),
-                    ],
-                }
-            )
-            await send({"type": "http.response.body", "body": body})
-            return
-        await app(scope, receive, send)
+        headers = [
+            (b"content-type", b"application/json"),
+            (b"content-length", str(len(_NO_OAUTH)).encode()),
+        ]
+        await send({"type": "http.response.start", "status": 404, "headers": headers})
+        await send({"type": "http.response.body", "body": _NO_OAUTH})
 
-    return guarded
+    return answering
 
 
 def coded_errors(app: App) -> App:
@@ -172,6 +235,10 @@ async def _flush_coded(held: list[Message], send: Send) -> None:
         if isinstance(error, dict) and "data" not in error:
             error["data"] = {"reason_code": code}
             body = json.dumps(message).encode()
+        elif isinstance(error, str) and "reason_code" not in message:
+            # An OAuth error (the auth middleware's 401: "invalid_token"): the code beside it.
+            message["reason_code"] = code
+            body = json.dumps(message).encode()
     except ValueError:
         pass  # not JSON after all: sent as it came
     headers = [(k, v) for k, v in start.get("headers", []) if k.lower() != b"content-length"]
@@ -180,30 +247,33 @@ async def _flush_coded(held: list[Message], send: Send) -> None:
     await send({"type": "http.response.body", "body": body})
 
 
-async def serve_http(
-    app: App,
-    host: str,
-    port: int,
-    *,
-    ready: Callable[[int], None] | None = None,
-    tls: TlsFiles | None = None,
-) -> None:
-    """Serve ``app`` on ``host:port`` with uvicorn until cancelled; ``ready`` gets the bound port.
+def bound(host: str, port: int) -> socket.socket:
+    """Return a listening socket on ``host:port`` (port 0: a free one, see ``getsockname``).
 
-    The socket is bound here, before uvicorn starts, so the port (0: a free one) is
-    known, and a client may connect, as soon as ``ready`` is called. With ``tls`` the
-    server speaks HTTPS only (a plain HTTP request fails its TLS handshake).
+    Bound before the app is built, so the app knows its own URL (the resource its
+    metadata names), and before uvicorn starts, so a client may connect at once.
     """
-    import uvicorn
-
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((host, port))
         sock.listen(128)
-        if ready is not None:
-            ready(sock.getsockname()[1])
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+async def serve_http(app: App, sock: socket.socket, *, tls: TlsFiles | None = None) -> None:
+    """Serve ``app`` on the bound ``sock`` with uvicorn until cancelled; the socket is closed.
+
+    With ``tls`` the server speaks HTTPS only (a plain HTTP request fails its TLS handshake).
+    """
+    import uvicorn
+
+    host, port = sock.getsockname()[:2]
+    try:
         config = uvicorn.Config(
             app,
             host=host,

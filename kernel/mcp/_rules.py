@@ -21,17 +21,22 @@ from kernel.core.reasons import CliError, ReasonCode
 from kernel.journal.store import Journal
 from kernel.mcp._backend import Backend, Principal, RuleAct, ToolRefused
 from kernel.mcp._tools import (
+    ACT,
     MAX_RESULTS,
+    PROPOSE,
+    READ,
     Answer,
     Id,
     Int,
     Labels,
+    OptId,
     Register,
     Text,
     checked_seq,
     checked_text,
 )
-from kernel.state.rulebook import history, select, shown_item
+from kernel.state.memory import compile_memory as compiled
+from kernel.state.rulebook import DEFAULT_NS, history, select, shown_item
 
 CURRENT = "im://rules/current"
 """The resource of every rule in force; ``im://rules/{item_id}`` is one rule's."""
@@ -62,48 +67,83 @@ async def watch_rules(bus: SubscriptionBus, journal: Journal) -> None:
                 await bus.publish(ResourceUpdated(uri=f"im://rules/{rule}"))
 
 
-def add_rulebook(
-    server: MCPServer[Any], tool: Callable[[str | None], Register], backend: Backend
-) -> None:
+def add_rulebook(server: MCPServer[Any], tool: Callable[..., Register], backend: Backend) -> None:
     """Add the rulebook's tools, resources and prompt to ``server``."""
     # --- the rulebook ----------------------------------------------------------------
 
-    @tool(None)
-    async def search_rules(who: Principal, q: Text, k: Int = 5) -> Answer:
-        """The current rules most relevant to Q (at most K)."""
-        query, count = checked_text(q, "q"), min(checked_seq(k, "k"), MAX_RESULTS)
-        async with backend.reading() as view:
-            found = select(view.projections.memory.rulebook, query, count)
-        return Answer(verdict="OK", result={"rules": [shown_item(r) for r in found]})
+    @tool(None, title="Search the rules", hints=READ)
+    async def search_rules(who: Principal, q: Text, k: Int = 5, ns: Id = DEFAULT_NS) -> Answer:
+        """The current rules of namespace NS most relevant to Q (at most K).
 
-    @tool(None)
-    async def compile_memory(who: Principal, prompt: Text, k: Int = 5) -> Answer:
-        """The memory layer for a task: the K rules relevant to PROMPT, constraints and facts."""
-        query, count = checked_text(prompt, "prompt"), min(checked_seq(k, "k"), MAX_RESULTS)
+        Args:
+            q: what to search for, in words.
+            k: return at most this many rules (default 5, at most 100).
+            ns: the rule namespace (a tenant or team); "default" unless given.
+        """
+        query, count = checked_text(q, "q"), min(checked_seq(k, "k"), MAX_RESULTS)
+        space = checked_text(ns, "ns", 256)
         async with backend.reading() as view:
-            memory = view.projections.memory
-            result = memory.view(MAX_RESULTS)
-            result["rules"] = [shown_item(r) for r in select(memory.rulebook, query, count)]
+            found = select(view.projections.memory.rulebook, query, count, ns=space)
+        return Answer(verdict="OK", result={"rules": [shown_item(r) for r in found], "ns": space})
+
+    @tool(None, title="Compile memory for a task", hints=READ)
+    async def compile_memory(
+        who: Principal, prompt: Text, k: Int = 5, ns: Id = DEFAULT_NS
+    ) -> Answer:
+        """The memory layer for a task: NS's K rules relevant to PROMPT, constraints and facts.
+
+        It carries ``ns`` and ``generated_at`` (the time of the journal's last event).
+
+        Args:
+            prompt: the task, in words.
+            k: include at most this many rules (default 5, at most 100).
+            ns: the rule namespace (a tenant or team); "default" unless given.
+        """
+        query, count = checked_text(prompt, "prompt"), min(checked_seq(k, "k"), MAX_RESULTS)
+        space = checked_text(ns, "ns", 256)
+        async with backend.reading() as view:
+            head = view.journal.head_seq
+            last = await view.journal.read(head, head + 1) if head else []
+            result = compiled(
+                view.projections.memory,
+                query,
+                ns=space,
+                k=count,
+                generated_at_ns=last[0].ts if last else 0,
+                max_facts=MAX_RESULTS,
+            )
         return Answer(verdict="OK", result=result)
 
-    @tool(None)
-    async def get_rule(who: Principal, item_id: Id) -> Answer:
-        """The current version of rule ITEM_ID."""
+    @tool(None, title="Get a rule", hints=READ)
+    async def get_rule(who: Principal, item_id: Id, ns: Id = DEFAULT_NS) -> Answer:
+        """The current version of rule ITEM_ID in namespace NS.
+
+        Args:
+            item_id: the rule's id, as search_rules shows it.
+            ns: the rule namespace (a tenant or team); "default" unless given.
+        """
         rule = checked_text(item_id, "item_id", 256)
+        space = checked_text(ns, "ns", 256)
         async with backend.reading() as view:
-            item = view.projections.memory.rulebook.items.get(rule)
+            item = view.projections.memory.rulebook.item(rule, space)
         current = item.current if item is not None else None
         if current is None:
             raise ToolRefused(CliError.UNKNOWN_RULE, f"no rule {rule!r} in force", "item_id")
         return Answer(verdict="OK", result=shown_item(current))
 
-    @tool(None)
-    async def why(who: Principal, item_id: Id) -> Answer:
-        """Rule ITEM_ID's versions, the decisions on it, and where each version comes from."""
+    @tool(None, title="Why this rule", hints=READ)
+    async def why(who: Principal, item_id: Id, ns: Id = DEFAULT_NS) -> Answer:
+        """Rule ITEM_ID's versions, the decisions on it, and where each version comes from.
+
+        Args:
+            item_id: the rule's id, as search_rules shows it.
+            ns: the rule namespace (a tenant or team); "default" unless given.
+        """
         rule = checked_text(item_id, "item_id", 256)
+        space = checked_text(ns, "ns", 256)
         async with backend.reading() as view:
             events = await view.journal.read(types=["RuleProposed", "RuleDecided", "RuleRetracted"])
-        item = history(events).items.get(rule)
+        item = history(events).item(rule, space)
         if item is None:
             raise ToolRefused(CliError.UNKNOWN_RULE, f"no rule {rule!r}", "item_id")
         proposals = {e.seq: e.payload for e in events if isinstance(e.payload, RuleProposed)}
@@ -134,14 +174,22 @@ def add_rulebook(
         answer = await backend.rule_act(act)
         return Answer(**answer)
 
-    @tool("operator")
-    async def admin_list_proposals(who: Principal) -> Answer:
-        """The rule proposals the promoter deferred to an operator, oldest first."""
+    @tool("operator", title="List rule proposals", hints=READ)
+    async def admin_list_proposals(who: Principal, ns: OptId = None) -> Answer:
+        """The rule proposals the promoter deferred to an operator, oldest first.
+
+        Args:
+            ns: list only this rule namespace's proposals (every namespace unless given).
+        """
+        space = None if ns is None else checked_text(ns, "ns", 256)
         async with backend.reading() as view:
             pending = sorted(view.projections.memory.rulebook.pending.items())
+        if space is not None:
+            pending = [(seq, p) for seq, p in pending if p.ns == space]
         proposals = [
             {
                 "proposal_seq": seq,
+                "ns": p.ns,
                 "rule": p.rule,
                 "title": p.title,
                 "content": p.content,
@@ -153,21 +201,31 @@ def add_rulebook(
         ]
         return Answer(verdict="OK", result={"proposals": proposals})
 
-    @tool("operator")
+    @tool("operator", title="Approve a rule proposal", hints=ACT)
     async def admin_approve_proposal(who: Principal, proposal_seq: Int, reason: Text) -> Answer:
-        """Put deferred proposal PROPOSAL_SEQ in force (an override, recorded with why)."""
+        """Put deferred proposal PROPOSAL_SEQ in force (an override, recorded with why).
+
+        Args:
+            proposal_seq: the proposal's seq, as admin_list_proposals shows it.
+            reason: why, in words (recorded).
+        """
         return await rule_act(
             who, "override", reason, proposal_seq=checked_seq(proposal_seq, "proposal_seq")
         )
 
-    @tool("operator")
+    @tool("operator", title="Reject a rule proposal", hints=ACT)
     async def admin_reject_proposal(who: Principal, proposal_seq: Int, reason: Text) -> Answer:
-        """Drop deferred proposal PROPOSAL_SEQ (recorded with why)."""
+        """Drop deferred proposal PROPOSAL_SEQ (recorded with why).
+
+        Args:
+            proposal_seq: the proposal's seq, as admin_list_proposals shows it.
+            reason: why, in words (recorded).
+        """
         return await rule_act(
             who, "skip", reason, proposal_seq=checked_seq(proposal_seq, "proposal_seq")
         )
 
-    @tool("operator")
+    @tool("operator", title="Create a rule", hints=PROPOSE)
     async def admin_create_rule(
         who: Principal,
         item_id: Id,
@@ -175,19 +233,30 @@ def add_rulebook(
         content: Text,
         reason: Text,
         labels: Labels = None,
+        ns: Id = DEFAULT_NS,
     ) -> Answer:
-        """Put a new rule in force (recorded as an operator's override, with why)."""
+        """Put a new rule in force in namespace NS (an operator's override, with why).
+
+        Args:
+            item_id: the new rule's id, e.g. "refunds.over-500".
+            title: the rule's title, one line.
+            content: what the rule says agents must do.
+            reason: why, in words (recorded).
+            labels: labels that help search find the rule.
+            ns: the rule namespace (a tenant or team); "default" unless given.
+        """
         return await rule_act(
             who,
             "add",
             reason,
+            ns=checked_text(ns, "ns", 256),
             rule=checked_text(item_id, "item_id", 256),
             title=checked_text(title, "title"),
             content=checked_text(content, "content", 32 * 1024),
             labels=_labels(labels),
         )
 
-    @tool("operator")
+    @tool("operator", title="Update a rule", hints=ACT)
     async def admin_update_rule(
         who: Principal,
         item_id: Id,
@@ -195,27 +264,48 @@ def add_rulebook(
         content: Text,
         reason: Text,
         labels: Labels = None,
+        ns: Id = DEFAULT_NS,
     ) -> Answer:
-        """Put a new version of rule ITEM_ID in force (an override, with why)."""
+        """Put a new version of rule ITEM_ID of namespace NS in force (an override, with why).
+
+        Args:
+            item_id: the rule's id, as search_rules shows it.
+            title: the new version's title, one line.
+            content: what the new version says agents must do.
+            reason: why, in words (recorded).
+            labels: labels that help search find the rule.
+            ns: the rule namespace (a tenant or team); "default" unless given.
+        """
         rule = checked_text(item_id, "item_id", 256)
+        space = checked_text(ns, "ns", 256)
         async with backend.reading() as view:
-            item = view.projections.memory.rulebook.items.get(rule)
+            item = view.projections.memory.rulebook.item(rule, space)
         if item is None or item.current is None:
             raise ToolRefused(CliError.UNKNOWN_RULE, f"no rule {rule!r} in force", "item_id")
         return await rule_act(
             who,
             "edit",
             reason,
+            ns=space,
             rule=rule,
             title=checked_text(title, "title"),
             content=checked_text(content, "content", 32 * 1024),
             labels=_labels(labels),
         )
 
-    @tool("operator")
-    async def admin_delete_rule(who: Principal, item_id: Id, reason: Text) -> Answer:
-        """Retract rule ITEM_ID: agents no longer see it; its history stays (RuleRetracted)."""
-        return await rule_act(who, "retract", reason, rule=checked_text(item_id, "item_id", 256))
+    @tool("operator", title="Retract a rule", hints=ACT)
+    async def admin_delete_rule(
+        who: Principal, item_id: Id, reason: Text, ns: Id = DEFAULT_NS
+    ) -> Answer:
+        """Retract rule ITEM_ID of NS: agents no longer see it; its history stays (RuleRetracted).
+
+        Args:
+            item_id: the rule's id, as search_rules shows it.
+            reason: why, in words (recorded).
+            ns: the rule namespace (a tenant or team); "default" unless given.
+        """
+        rule, space = checked_text(item_id, "item_id", 256), checked_text(ns, "ns", 256)
+        return await rule_act(who, "retract", reason, rule=rule, ns=space)
 
     # --- resources and the prompt ----------------------------------------------------
 
@@ -234,7 +324,7 @@ def add_rulebook(
         current = item.current if item is not None else None
         return msgspec.json.encode(shown_item(current) if current else None).decode()
 
-    @server.prompt()
+    @server.prompt(title="Apply the rulebook to a task")
     async def apply_rulebook_prompt(task: str, k: int = 5) -> str:
         """Instructions to carry out TASK under the rules relevant to it, cited by id@version."""
         async with backend.reading() as view:

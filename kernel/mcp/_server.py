@@ -11,11 +11,14 @@ and recorded by the kernel wherever a proposal or a human act was involved.
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Mapping
 from typing import Annotated, Any
 
 import anyio
 import msgspec
+from mcp.server.auth.provider import TokenVerifier
+from mcp.server.auth.settings import AuthSettings
 from mcp.server.mcpserver import MCPServer
 from mcp.server.subscriptions import SubscriptionBus
 from pydantic import WithJsonSchema
@@ -26,13 +29,19 @@ from kernel.core.reasons import CliError, ReasonCode
 from kernel.mcp._backend import Backend, Embedded, Principal, Settled, ToolRefused, settled
 from kernel.mcp._rules import add_rulebook
 from kernel.mcp._tools import (
+    ACT,
+    EFFECT,
     MAX_RESULTS,
+    PROPOSE,
+    READ,
     Answer,
     CodedServer,
+    Confidence,
     Id,
     Identity,
     Int,
     Ints,
+    Labels,
     Number,
     Obj,
     OptId,
@@ -41,11 +50,14 @@ from kernel.mcp._tools import (
     Priority,
     Rule,
     Text,
+    checked_confidence,
     checked_seq,
     checked_text,
     registrar,
 )
+from kernel.registry import KERNEL_VERSION
 from kernel.state.approvals import ApprovalStatus
+from kernel.state.quorums import Ballot, Quorums
 from kernel.state.rulebook import shown_item
 from kernel.state.snapshots import state_at
 
@@ -60,15 +72,22 @@ def build_server(
     name: str = "dirk",
     lifespan: Any = None,
     bus: SubscriptionBus | None = None,
+    auth: AuthSettings | None = None,
+    token_verifier: TokenVerifier | None = None,
 ) -> MCPServer[Any]:
     """Return the MCP server over ``backend``, its callers known by ``identity``.
 
     ``bus`` carries change events to ``subscriptions/listen`` clients: give the same
     one to :func:`kernel.mcp.watch_rules` to tell them when the rules change.
+    ``auth`` and ``token_verifier`` guard its streamable HTTP app with the SDK's
+    bearer check and protected-resource metadata (see kernel.mcp._http.http_auth).
     """
     server: MCPServer[Any] = CodedServer(
         name,
-        version="0.1.0",
+        title="dirk: a governed memory, rulebook and decisions",
+        version=KERNEL_VERSION,
+        auth=auth,
+        token_verifier=token_verifier,
         instructions=(
             "A governed memory and rulebook: every write is a proposal the kernel judges."
             " Read a REJECTED verdict's reason_code and detail, revise, and call again."
@@ -85,53 +104,128 @@ def build_server(
 
     # --- agent tools: every write a proposal -----------------------------------------
 
-    @tool("agent")
+    @tool("agent", title="Remember a fact", hints=PROPOSE)
     async def add_fact(
-        who: Principal, name: Id, value: Text, confidence: Id = "1", explain: Text = ""
+        who: Principal, name: Id, value: Text, confidence: Confidence = "1", explain: Text = ""
     ) -> Answer:
-        """Propose remembering that NAME is VALUE (confidence as a decimal string, 0..1)."""
+        """Propose remembering that NAME is VALUE; the kernel judges it and records the fact.
+
+        Args:
+            name: the fact's name, e.g. "guest.wheelchair"; a later fact of the same name
+                replaces it.
+            value: what the fact says, as text.
+            confidence: how sure the agent is, a decimal from 0 to 1 ("0.9"); default "1".
+            explain: why the agent proposes it (recorded with the proposal).
+        """
         policy = {"kind": "memory.add_fact", "name": name, "value": value}
-        policy["confidence"] = confidence
+        policy["confidence"] = checked_confidence(confidence)
         return await proposed(who, policy, explain or f"remember {name}", 1.0)
 
-    @tool("agent")
+    @tool("agent", title="Add a constraint", hints=PROPOSE)
     async def add_constraint(
         who: Principal,
         text: Text,
         priority: Priority = "required",
         triggered_by: OptInt = None,
         explain: Text = "",
+        kinds: Labels = None,
+        params: Labels = None,
     ) -> Answer:
-        """Propose a constraint on later proposals: 'never X', 'avoid X', 'verify X before Y'.
+        """Propose a constraint: 'never X', 'avoid X', 'verify X before Y', 'always X'.
 
-        A learned constraint names the event of the mistake it learns from in triggered_by.
+        Args:
+            text: the constraint in words: "never X", "avoid X", "verify X before Y" or
+                "always X".
+            priority: required (refuses), learned (from a mistake) or preferred (flags only).
+            triggered_by: for a learned constraint, the seq of the event of the mistake it
+                learns from.
+            explain: why the agent proposes it (recorded with the proposal).
+            kinds: scope the constraint to these policy kinds only.
+            params: scope it to these parameters of theirs only.
+
+        A constraint contradicting an active one is refused (CONSTRAINT_CONFLICT).
         """
-        policy = {"kind": "memory.add_constraint", "text": text, "priority": priority}
+        policy: dict[str, Any] = {"kind": "memory.add_constraint", "text": text}
+        policy["priority"] = priority
         if triggered_by is not None:
             policy["triggered_by"] = triggered_by
+        for name, value in (("kinds", kinds), ("params", params)):
+            if value is not None:
+                if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+                    raise ToolRefused(ReasonCode.SCHEMA_INVALID, "a list of strings", name)
+                policy[name] = value
         return await proposed(who, policy, explain or "constraint", 1.0)
 
-    @tool("agent")
+    @tool("agent", title="Record a decision", hints=PROPOSE)
     async def record_decision(
         who: Principal, text: Text, rationale: Text = "", refs: Ints = None, explain: Text = ""
     ) -> Answer:
-        """Propose recording a decision; the kernel checks it against every active constraint."""
+        """Propose recording a decision; the kernel checks it against every active constraint.
+
+        Args:
+            text: the decision in words, e.g. "book room 12 for the guest".
+            rationale: why the decision was taken.
+            refs: the seqs of the events (facts, queries) the decision rests on.
+            explain: why the agent proposes it (recorded with the proposal).
+        """
         policy = {"kind": "memory.record_decision", "text": text, "rationale": rationale}
         if refs is not None:
             policy["refs"] = refs
         return await proposed(who, policy, explain or f"{text}", 1.0)
 
-    @tool("agent")
+    @tool("agent", title="Query memory (recorded)", hints=PROPOSE)
     async def query_memory(who: Principal, topic: Text, explain: Text = "") -> Answer:
-        """Consult memory about TOPIC; the query is recorded (it is what verification needs)."""
+        """Consult memory about TOPIC; the query is recorded (it is what verification needs).
+
+        Args:
+            topic: what to look up, in words; a constraint "verify X before Y" is met by a
+                recorded query about X.
+            explain: why the agent asks (recorded with the query).
+        """
         policy = {"kind": "memory.query", "topic": topic}
         return await proposed(who, policy, explain or f"query {topic}", 1.0)
 
-    @tool("agent")
+    @tool("agent", title="Read an artifact", hints=READ)
+    async def fetch_artifact(
+        who: Principal, dfid: Id, ref: Id, start: Int = 0, length: OptInt = None
+    ) -> Answer:
+        """Read bytes of an artifact a context of your flow referenced, base64-encoded.
+
+        Anything a context of your flow did not reference is refused, on record.
+
+        Args:
+            dfid: your flow, whose context listed the artifact (under ``artifacts``).
+            ref: the artifact's reference, as the context lists it.
+            start: the first byte to read (default 0).
+            length: read at most this many bytes (default and most: 256 KiB).
+        """
+        flow = checked_text(dfid, "dfid", 256)
+        name = checked_text(ref, "ref", 256)
+        first = checked_seq(start, "start")
+        count = None if length is None else checked_seq(length, "length")
+        piece = await backend.fetch_artifact(who.name, flow, name, first, count)
+        result = {
+            "ref": piece.ref,
+            "start": piece.start,
+            "size": piece.size,
+            "media_type": piece.media_type,
+            "more": piece.more,
+            "data_base64": base64.b64encode(piece.data).decode("ascii"),
+        }
+        return Answer(verdict="OK", dfid=flow, result=result)
+
+    @tool("agent", title="Propose an action", hints=EFFECT)
     async def propose(
         who: Principal, policy: Obj, explain: Text = "", confidence: Number = 1.0
     ) -> Answer:
-        """Propose any policy kind the kernel knows: POLICY is {"kind": ..., its fields}."""
+        """Propose any policy kind the kernel knows; an accepted action is executed once.
+
+        Args:
+            policy: the action: {"kind": ..., and that kind's fields}; the input schema
+                lists every kind the kernel judges.
+            explain: why the agent proposes it (recorded; shown to a human on escalation).
+            confidence: how sure the agent is, from 0 to 1.
+        """
         if not isinstance(policy, dict) or not isinstance(policy.get("kind"), str):
             raise ToolRefused(
                 ReasonCode.SCHEMA_INVALID, 'policy is an object with a "kind"', "policy"
@@ -140,9 +234,13 @@ def build_server(
 
     # --- reads ---------------------------------------------------------------------
 
-    @tool(None)
+    @tool(None, title="Memory context", hints=READ)
     async def get_memory_context(who: Principal, max_facts: OptInt = None) -> Answer:
-        """The memory an agent's context shows: constraints by priority, facts, current rules."""
+        """The memory an agent's context shows: constraints by priority, facts, current rules.
+
+        Args:
+            max_facts: show at most this many facts (default: all, up to 100).
+        """
         limit = None if max_facts is None else checked_seq(max_facts, "max_facts")
         async with backend.reading() as view:
             memory = view.projections.memory
@@ -151,9 +249,14 @@ def build_server(
             result["as_of"] = view.projections.last_seq
         return Answer(verdict="OK", result=result)
 
-    @tool(None)
+    @tool(None, title="Trace provenance", hints=READ)
     async def trace_provenance(who: Principal, fact: OptId = None, seq: OptInt = None) -> Answer:
-        """Where a fact (by name) or a memory event (by seq) comes from: agent, flow, verdict."""
+        """Where a fact (by name) or a memory event (by seq) comes from: agent, flow, verdict.
+
+        Args:
+            fact: the fact's name (give this or seq).
+            seq: the seq of a journal event (give this or fact).
+        """
         async with backend.reading() as view:
             if fact is not None:
                 record = view.projections.memory.facts.get(checked_text(fact, "fact"))
@@ -181,9 +284,13 @@ def build_server(
                 result["proposal"] = msgspec.to_builtins(proposal)
         return Answer(verdict="OK", dfid=event.dfid or "", result=result)
 
-    @tool(None)
+    @tool(None, title="Time travel", hints=READ)
     async def time_travel(who: Principal, at: Int) -> Answer:
-        """The memory and state as they were right after event AT."""
+        """The memory and state as they were right after event AT.
+
+        Args:
+            at: the seq of the event after which to look (1 is the journal's first).
+        """
         seq = checked_seq(at, "at")
         async with backend.reading() as view:
             if seq > view.journal.head_seq:
@@ -196,7 +303,7 @@ def build_server(
         result["at"] = seq
         return Answer(verdict="OK", result=result)
 
-    @tool(None)
+    @tool(None, title="Simulate another timeline", hints=READ)
     async def simulate_timeline(
         who: Principal,
         constraint: OptText = None,
@@ -204,7 +311,16 @@ def build_server(
         priority: Priority = "required",
         exclude: Ints = None,
     ) -> Answer:
-        """Replay the journal in another history: which recorded verdicts would change."""
+        """Replay the journal in another history: which recorded verdicts would change.
+
+        Nothing is recorded: the replay runs on a copy of the journal's events.
+
+        Args:
+            constraint: a constraint to add to the history, in words ("never X").
+            at: the seq of the event after which the constraint holds (default 1).
+            priority: the added constraint's priority: required, learned or preferred.
+            exclude: the seqs of events to leave out of the history.
+        """
         skipped = exclude or []
         if not isinstance(skipped, list):
             raise ToolRefused(ReasonCode.SCHEMA_INVALID, "a list of event seqs", "exclude")
@@ -227,13 +343,17 @@ def build_server(
         changes = [msgspec.to_builtins(c) for c in replay.changes[:MAX_RESULTS]]
         return Answer(verdict="OK", result={"judged": replay.judged, "changes": changes})
 
-    @tool(None)
+    @tool(None, title="Wait for a flow", hints=READ)
     async def wait_flow(who: Principal, dfid: Id, timeout_s: OptInt = None) -> Answer:
-        """Read flow DFID as its proposer sees it; with timeout_s (0 to 30 seconds), first
-        wait up to that long for it to end (an escalated flow ends once a human decided).
+        """Read a flow as its proposer sees it, first waiting up to timeout_s for it to end.
 
         An agent reads only its own flows. The answer is the flow's verdict as it stands:
-        ACCEPTED, REJECTED, ESCALATED (still waiting) or the status of an open flow.
+        ACCEPTED, REJECTED, ESCALATED (still waiting) or the status of an open flow; an
+        escalated flow ends once a human decided.
+
+        Args:
+            dfid: the flow, as a proposal's answer named it.
+            timeout_s: wait up to this many seconds (0 to 30) for the flow to end first.
         """
         key = checked_text(dfid, "dfid", 256)
         if timeout_s is not None and (
@@ -276,7 +396,7 @@ def build_server(
 
     # --- operators -------------------------------------------------------------------
 
-    @tool("operator")
+    @tool("operator", title="List escalations", hints=READ)
     async def list_escalations(who: Principal) -> Answer:
         """The flows waiting for a human, oldest first."""
         async with backend.reading() as view:
@@ -298,17 +418,23 @@ def build_server(
                         "impact": str(approval.impact),
                         "action_hash": approval.short_hash,
                         "kind": flow.proposal.kind if flow.proposal else "",
+                        "quorum": quorum_text(view.projections.domain(Quorums).ballots.get(dfid)),
                     }
                 )
         return Answer(verdict="OK", result={"escalations": waiting[:MAX_RESULTS]})
 
-    @tool("operator")
+    @tool("operator", title="Review an escalation", hints=READ)
     async def review(who: Principal, dfid: Id) -> Answer:
-        """Everything needed to decide on one escalated flow."""
+        """Everything needed to decide on one escalated flow.
+
+        Args:
+            dfid: the flow's DFID, as list_escalations shows it.
+        """
         key = checked_text(dfid, "dfid", 256)
         async with backend.reading() as view:
             flow = view.projections.flows.get(key)
             approval = view.projections.approvals.get(key)
+            ballot = view.projections.domain(Quorums).ballots.get(key)
         if flow is None:
             raise ToolRefused(CliError.UNKNOWN_FLOW, f"no open or recent flow {key}", "dfid")
         result: dict[str, Any] = {
@@ -324,9 +450,18 @@ def build_server(
                 approval=str(approval.status),
                 action_hash=approval.action_hash,
             )
+        if quorum_text(ballot):
+            assert ballot is not None
+            result["quorum"] = {
+                "waiting": quorum_text(ballot),
+                "required": ballot.quorum.required,
+                "roles": ballot.quorum.roles,
+                "votes": [{"operator": v.operator, "vote": v.vote} for v in ballot.votes],
+                "may_not_vote": ballot.excluded,
+            }
         return Answer(verdict="OK", dfid=key, status=str(flow.status), result=result)
 
-    @tool("operator")
+    @tool("operator", title="Decide on an escalation", hints=EFFECT)
     async def decide(
         who: Principal,
         dfid: Id,
@@ -339,16 +474,31 @@ def build_server(
         params: Obj = None,
         action_hash: OptId = None,
     ) -> Answer:
-        """Decide on an escalated flow: approve (a HIGH_IMPACT action takes its action hash
-        typed back), modify (whole new params, judged again) or reject; recorded with why."""
+        """Decide on an escalated flow: approve, modify or reject; recorded with who and why.
+
+        Args:
+            dfid: the escalated flow's DFID, as list_escalations shows it.
+            decision: approve (the action is executed), modify (new params, judged again)
+                or reject (the flow ends).
+            reason: why, in words (recorded).
+            params: with modify, the action's whole new parameters.
+            action_hash: approving a HIGH_IMPACT action takes its action hash typed back, as
+                review shows it.
+        """
         answer = await backend.decide(dfid, decision, who.name, reason, params, action_hash)
         return Answer(**answer)
 
-    @tool("operator")
+    @tool("operator", title="Agent status", hints=ACT)
     async def agent_status(
         who: Principal, agent_id: Id, status: OptId = None, reason: OptText = None
     ) -> Answer:
-        """An agent's status and manifest; with STATUS and REASON, change it (recorded)."""
+        """An agent's status and manifest; with STATUS and REASON, change it (recorded).
+
+        Args:
+            agent_id: the agent's id.
+            status: the new status: ACTIVE, PASSIVE, SUSPENDED or RETIRED (leave out to read).
+            reason: why the status changes (recorded; needed with status).
+        """
         key = checked_text(agent_id, "agent_id", 256)
         if status is not None:
             answer = await backend.set_agent_status(key, status, who.name, reason or "")
@@ -385,3 +535,10 @@ def _schema_of_propose(server: MCPServer[Any], kinds: Mapping[str, dict[str, Any
     parameters["properties"] = properties
     parameters["$defs"] = {**parameters.get("$defs", {}), **defs}
     tool.parameters = parameters
+
+
+def quorum_text(ballot: Ballot | None) -> str:
+    """What an approval's quorum waits for ("1 of 2, waiting for a desk-head"); "" for none."""
+    if ballot is None or (ballot.quorum.required < 2 and not ballot.quorum.roles):
+        return ""
+    return ballot.waiting or f"0 of {ballot.quorum.required}"

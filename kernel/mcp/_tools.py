@@ -15,15 +15,26 @@ from __future__ import annotations
 
 import inspect
 import logging
+import math
+import re
 import typing
 from collections.abc import Callable, Mapping
+from decimal import Decimal
 from enum import Enum
 from typing import Annotated, Any
 
 import msgspec
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
-from mcp_types import CallToolResult, ListToolsResult, PaginatedRequestParams, TextContent
+from mcp.shared.exceptions import MCPError
+from mcp_types import (
+    INVALID_PARAMS,
+    CallToolResult,
+    ListToolsResult,
+    PaginatedRequestParams,
+    TextContent,
+    ToolAnnotations,
+)
 from pydantic import BaseModel, WithJsonSchema
 
 from kernel.core.errors import KernelShutdown
@@ -50,16 +61,27 @@ class Rule(Enum):
     """A number or an integer: the tool checks its range."""
 
 
+# An optional argument is one the caller may leave out: its schema has one `type`, no
+# `["string", "null"]` (a portable schema, as the Inspector's --strict asks); a null sent
+# anyway is taken as left out.
 Id = Annotated[Any, WithJsonSchema({"type": "string"}), Rule.ID]
-OptId = Annotated[Any, WithJsonSchema({"type": ["string", "null"]}), Rule.ID]
+OptId = Id
 Text = Annotated[Any, WithJsonSchema({"type": "string"}), Rule.TEXT]
-OptText = Annotated[Any, WithJsonSchema({"type": ["string", "null"]}), Rule.TEXT]
+OptText = Text
 Int = Annotated[Any, WithJsonSchema({"type": "integer"}), Rule.NUMBER]
-OptInt = Annotated[Any, WithJsonSchema({"type": ["integer", "null"]}), Rule.NUMBER]
+OptInt = Int
 Number = Annotated[Any, WithJsonSchema({"type": "number", "minimum": 0, "maximum": 1}), Rule.NUMBER]
 Ints = Annotated[Any, WithJsonSchema({"type": "array", "items": {"type": "integer"}}), Rule.VALUE]
 Labels = Annotated[Any, WithJsonSchema({"type": "array", "items": {"type": "string"}}), Rule.IDS]
-Obj = Annotated[Any, WithJsonSchema({"type": ["object", "null"]}), Rule.VALUE]
+Obj = Annotated[Any, WithJsonSchema({"type": "object"}), Rule.VALUE]
+Confidence = Annotated[
+    Any,
+    WithJsonSchema(
+        {"type": "string", "pattern": r"^(0(\.[0-9]{1,9})?|1(\.0{1,9})?)$", "default": "1"}
+    ),
+    Rule.ID,
+]
+"""A confidence from 0 to 1 as a decimal string ("0.9"); a JSON number is taken too."""
 Priority = Annotated[
     Any,
     WithJsonSchema({"type": "string", "enum": ["required", "learned", "preferred"]}),
@@ -165,6 +187,31 @@ def checked_seq(value: Any, field: str) -> int:
     return value
 
 
+_CONFIDENCE = re.compile(r"(0(\.[0-9]{1,9})?|1(\.0{1,9})?)")
+
+
+def checked_confidence(value: Any) -> str:
+    """Return a confidence as the decimal string the memory pack records ("0.9").
+
+    A JSON number from 0 to 1 is taken as what it means (models send 0.9 for a
+    confidence); a string must be a decimal from 0 to 1 already. Anything else
+    (``"NaN"``, ``"1e-3"``, ``2``, ``true``) is refused here: the pack would record it.
+
+    Raises:
+        ToolRefused: SCHEMA_INVALID on field ``confidence``.
+    """
+    text = value
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        if math.isfinite(value) and 0 <= value <= 1:
+            # At most 9 places, as the pattern allows: 0.1 + 0.2 is "0.3".
+            text = format(Decimal(repr(value)).quantize(Decimal("1e-9")).normalize(), "f")
+    if isinstance(text, str) and _CONFIDENCE.fullmatch(text):
+        return text
+    raise ToolRefused(
+        ReasonCode.SCHEMA_INVALID, 'a decimal from 0 to 1, such as "0.9"', "confidence"
+    )
+
+
 Register = Callable[[Callable[..., Any]], Callable[..., Any]]
 
 
@@ -233,6 +280,55 @@ class CodedServer(MCPServer[Any]):
             # What the SDK still refuses (arguments are declared Any, so rarely anything).
             log.info("MCP tool %r refused by the SDK: %s", name, type(exc.__cause__).__name__)
             return refused(ReasonCode.SCHEMA_INVALID, f"{name}: arguments do not validate")
+
+    async def get_prompt(
+        self, name: str, arguments: dict[str, Any] | None = None, context: Any = None
+    ) -> Any:
+        """Render a prompt; an unknown one or a bad argument is a JSON-RPC error with a code.
+
+        The SDK answers an unknown prompt with error code 0 and logs a traceback; the
+        spec asks for -32602 (invalid params). Every argument is text (prompts take
+        strings only), checked as free text, so no lone surrogate reaches the prompt.
+        """
+        prompt = self._prompt_manager.get_prompt(name)
+        if prompt is None:
+            raise MCPError(
+                INVALID_PARAMS,
+                f"no prompt {_shown(name)!r}",
+                {"reason_code": str(ReasonCode.SCHEMA_INVALID), "field": "name"},
+            )
+        declared = {a.name: a for a in prompt.arguments or []}
+        for key, value in (arguments or {}).items():
+            problem = (
+                f"{name} takes no argument {_shown(key)!r}"
+                if key not in declared
+                else free_text_problem(value)
+                if isinstance(value, str)
+                else "not text"
+            )
+            if problem is not None:
+                raise MCPError(
+                    INVALID_PARAMS,
+                    problem,
+                    {"reason_code": str(ReasonCode.SCHEMA_INVALID), "field": _shown(key)},
+                )
+        for arg in declared.values():
+            if arg.required and arg.name not in (arguments or {}):
+                raise MCPError(
+                    INVALID_PARAMS,
+                    f"{name} needs {arg.name}",
+                    {"reason_code": str(ReasonCode.SCHEMA_INVALID), "field": arg.name},
+                )
+        try:
+            return await super().get_prompt(name, arguments, context)
+        except ValueError as exc:
+            # What the prompt's own validation refuses (a k that is not a number).
+            log.info("MCP prompt %r refused: %s", name, type(exc.__cause__).__name__)
+            raise MCPError(
+                INVALID_PARAMS,
+                f"{name}: arguments do not validate",
+                {"reason_code": str(ReasonCode.SCHEMA_INVALID)},
+            ) from None
 
 
 def allowed(
@@ -311,20 +407,71 @@ def _rules_of(fn: Callable[..., Any]) -> dict[str, tuple[Rule | None, Any]]:
     return rules
 
 
-def registrar(server: MCPServer[Any], identity: Identity) -> Callable[[str | None], Register]:
-    """Return ``tool(role)``: a decorator that adds a tool to ``server``.
+READ = ToolAnnotations(
+    read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=False
+)
+"""A read of the journal's projections: changes nothing, safe to call again."""
+PROPOSE = ToolAnnotations(
+    read_only_hint=False, destructive_hint=False, idempotent_hint=False, open_world_hint=False
+)
+"""A proposal the kernel judges and records: it adds to the record, never removes."""
+ACT = ToolAnnotations(
+    read_only_hint=False, destructive_hint=True, idempotent_hint=False, open_world_hint=False
+)
+"""An operator's act that replaces or ends something (a rule, a flow, an agent's status)."""
+EFFECT = ToolAnnotations(
+    read_only_hint=False, destructive_hint=True, idempotent_hint=False, open_world_hint=True
+)
+"""A proposal or decision whose accepted action an executor carries out in the world."""
+
+
+def described(fn: Callable[..., Any]) -> tuple[str, dict[str, str]]:
+    """Split ``fn``'s Google-style docstring into its description and its ``Args:``.
+
+    Returns the text before ``Args:`` (what the tool does) and each argument's
+    description by name (continuation lines joined).
+
+    Raises:
+        ValueError: an argument of ``fn`` (but the principal) has no description.
+    """
+    doc = inspect.cleandoc(fn.__doc__ or "")
+    head, _, tail = doc.partition("\nArgs:\n")
+    args: dict[str, str] = {}
+    name = ""
+    for line in tail.splitlines():
+        if line and not line[0].isspace():
+            break  # the next section (Returns:, Raises:)
+        text = line.strip()
+        key, colon, rest = text.partition(":")
+        if colon and key.isidentifier() and line.startswith("    ") and line[4] != " ":
+            name, args[key] = key, rest.strip()
+        elif name and text:
+            args[name] += " " + text
+    params = list(inspect.signature(fn).parameters)[1:]
+    missing = [p for p in params if not args.get(p)]
+    if missing:
+        raise ValueError(f"tool {fn.__name__}: no description in Args: for {', '.join(missing)}")
+    return head.strip(), args
+
+
+def registrar(server: MCPServer[Any], identity: Identity) -> Callable[..., Register]:
+    """Return ``tool(role, title=..., hints=...)``: a decorator that adds a tool to ``server``.
 
     The decorated coroutine takes the calling :class:`Principal` first and answers
-    an :class:`Answer`; the tool checks the caller's role (None: anyone) and each
-    argument by the Rule its annotation carries, and answers a refusal, a stopped
-    kernel or a fault as an ERROR answer.
+    an :class:`Answer`; its docstring describes the tool and, under ``Args:``, every
+    argument (a tool with an undescribed argument is refused here, when the server is
+    built). ``title`` is what a host shows; ``hints`` its annotations (:data:`READ`,
+    :data:`PROPOSE`, :data:`ACT`, :data:`EFFECT`). The tool checks the caller's role
+    (None: anyone) and each argument by the Rule its annotation carries, and answers
+    a refusal, a stopped kernel or a fault as an ERROR answer.
     """
 
-    def tool(role: str | None = None) -> Register:
+    def tool(role: str | None, *, title: str, hints: ToolAnnotations) -> Register:
 
         def register(fn: Callable[..., Any]) -> Callable[..., Any]:
             rules = _rules_of(fn)
             strict = role != "agent"
+            description, params = described(fn)
             if isinstance(server, CodedServer):
                 server.identity = identity
                 server.roles = {**getattr(server, "roles", {}), fn.__name__: role}
@@ -349,8 +496,22 @@ def registrar(server: MCPServer[Any], identity: Identity) -> Callable[[str | Non
 
             run.__signature__ = _signature(fn)  # type: ignore[attr-defined]
             run.__name__ = fn.__name__
-            run.__doc__ = fn.__doc__
-            server.add_tool(run, name=fn.__name__, description=fn.__doc__)
+            run.__doc__ = description
+            server.add_tool(
+                run,
+                name=fn.__name__,
+                title=title,
+                description=description,
+                annotations=hints.model_copy(update={"title": title}),
+            )
+            added = server._tool_manager.get_tool(fn.__name__)
+            if added is not None:
+                # The SDK describes no argument; a host's model reads these to fill them in.
+                properties = added.parameters.get("properties", {})
+                for name, text in params.items():
+                    if name in properties:
+                        properties[name] = {**properties[name], "description": text}
+                        properties[name].pop("title", None)
             return fn
 
         return register

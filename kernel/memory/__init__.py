@@ -1,8 +1,9 @@
 """The memory policy pack and its built-in executor."""
 
-from kernel.memory._pack import MEMORY_PACK, MemoryExecutor
+from kernel.memory._pack import MEMORY_PACK, MemoryExecutor, memory_pack
 
 __all__ = [
     "MEMORY_PACK",
     "MemoryExecutor",
+    "memory_pack",
 ]

@@ -23,7 +23,8 @@ recorded decision, like an adapter waits for its system.
 
 from __future__ import annotations
 
-from typing import ClassVar, Literal
+from collections.abc import Mapping
+from typing import Any, ClassVar, Literal
 
 from kernel.adapters.contract import AdapterError, Receipt
 from kernel.core.events import (
@@ -39,20 +40,23 @@ from kernel.core.events import (
     RuleSource,
 )
 from kernel.policy.kinds import PolicyKind
-from kernel.policy.packs import PolicyPack
-from kernel.runtime.actors import Mailbox, Reply
-from kernel.runtime.messages import DimMessage, SubmitRule
+from kernel.policy.packs import PolicyCatalog, PolicyPack
+from kernel.runtime.actors import Reply
+from kernel.runtime.messages import SubmitRule
+from kernel.state.domain import ExecutorPorts, Recipient, State
+from kernel.state.meaning import MATCHER, phrase_in, relevant
 from kernel.state.memory import (
     MEMORY_ADAPTER,
+    Memory,
+    MemoryState,
     MemoryWrite,
     Pending,
     Remembered,
     memory_id,
-    mentions,
+    parse,
     recorded_receipt,
     started,
 )
-from kernel.state.projections import Projections
 
 PROPOSE_RULE = "memory.propose_rule"
 
@@ -68,13 +72,20 @@ class AddFact(PolicyKind, frozen=True, tag="memory.add_fact"):
 
 
 class AddConstraint(PolicyKind, frozen=True, tag="memory.add_constraint"):
-    """Constrain every later proposal: "never X", "avoid X", "verify X before Y"."""
+    """Constrain later proposals: "never X", "avoid X", "verify X before Y", "always X".
+
+    ``kinds`` scopes it to those policy kinds (a procedure's action is then any proposal
+    of them, whatever its words); ``params`` to those parameters of theirs (the
+    explanation is then not read). Empty: every kind, the whole text.
+    """
 
     adapter: ClassVar[str] = MEMORY_ADAPTER
 
     text: str
     priority: Literal["required", "learned", "preferred"] = "required"
     triggered_by: int | None = None
+    kinds: list[str] = []
+    params: list[str] = []
 
 
 class DeactivateConstraint(PolicyKind, frozen=True, tag="memory.deactivate_constraint"):
@@ -97,7 +108,8 @@ class ProposeRule(PolicyKind, frozen=True, tag="memory.propose_rule"):
 
     ``repo``, ``ref``, ``path`` and ``blob`` say where the text comes from (a rule
     without them is deferred to an operator); ``base_version`` is the version the
-    agent saw in its context (0 for a new rule).
+    agent saw in its context (0 for a new rule); ``ns`` the rulebook namespace;
+    ``input_event`` the id of the input that brought it (proposed once per namespace).
     """
 
     adapter: ClassVar[str] = MEMORY_ADAPTER
@@ -112,6 +124,8 @@ class ProposeRule(PolicyKind, frozen=True, tag="memory.propose_rule"):
     blob: str = ""
     base_version: int = 0
     reason: str = ""
+    ns: str = "default"
+    input_event: str = ""
 
 
 class Query(PolicyKind, frozen=True, tag="memory.query"):
@@ -122,13 +136,24 @@ class Query(PolicyKind, frozen=True, tag="memory.query"):
     topic: str
 
 
-MEMORY_PACK = PolicyPack(
-    name="memory",
-    version="1.0.0",
-    kinds=(AddFact, AddConstraint, DeactivateConstraint, RecordDecision, Query, ProposeRule),
-    escalate_below_confidence=0.0,
-)
-"""Load it beside a domain pack to let agents (with these capabilities) keep memory."""
+def memory_pack(*, conflicts: Literal["refuse", "escalate"] = "refuse") -> PolicyPack:
+    """Return the memory pack; ``conflicts`` says what a contradicting constraint meets.
+
+    ``refuse`` (the default): CONSTRAINT_CONFLICT, naming both constraints.
+    ``escalate``: the same, sent to a human, who may put it in force anyway.
+    """
+    return PolicyPack(
+        name="memory",
+        version="1.1.0",
+        kinds=(AddFact, AddConstraint, DeactivateConstraint, RecordDecision, Query, ProposeRule),
+        escalate_below_confidence=0.0,
+        escalate_refusals=("CONSTRAINT_CONFLICT",) if conflicts == "escalate" else (),
+    )
+
+
+MEMORY_PACK = memory_pack()
+"""Load it beside a domain pack to let agents (with these capabilities) keep memory.
+(1.0.0, which judged older journals, is ``policies.memory_1_0``.)"""
 
 
 class MemoryExecutor:
@@ -137,19 +162,28 @@ class MemoryExecutor:
     Args:
         projections: the memory projection (what is written, what is pending).
         rulebook: the mailbox of the rulebook's owner (the DIM), for rule proposals.
+        catalog: the packs in force: a constraint records the synonyms they declare, and
+            its scope must name their kinds.
     """
 
-    def __init__(self, projections: Projections, rulebook: Mailbox[DimMessage]) -> None:
-        self._projections = projections
+    def __init__(
+        self, projections: State, rulebook: Recipient, catalog: PolicyCatalog | None = None
+    ) -> None:
+        self._memory = projections.domain(Memory)
         self._rulebook = rulebook
+        self._catalog = catalog
+
+    @property
+    def _state(self) -> MemoryState:
+        return self._memory.state
 
     async def lookup(self, key: str) -> Receipt | None:
         """Return the receipt of the memory effect recorded under ``key``, None if none is."""
-        return recorded_receipt(self._projections.memory, key)
+        return recorded_receipt(self._state, key)
 
     async def execute(self, intent: ExecutionIntent) -> Receipt:
         """Return the memory event of ``intent`` for the engine to record, once per key."""
-        memory = self._projections.memory
+        memory = self._state
         done = recorded_receipt(memory, intent.key)
         if done is not None:
             return done
@@ -185,6 +219,8 @@ class MemoryExecutor:
             reason=p.get("reason", ""),
             correlation_id=correlation,
             key=intent.key,
+            ns=p.get("ns", "default"),
+            input_event=p.get("input_event", ""),
         )
         reply: Reply[list[Event] | Exception] = Reply()
         await self._rulebook.send(
@@ -226,13 +262,7 @@ class MemoryExecutor:
                     key=key,
                 ), {}
             case "memory.add_constraint":
-                return ConstraintAdded(
-                    text=p["text"],
-                    priority=p.get("priority", "required"),
-                    triggered_by=p.get("triggered_by"),
-                    correlation_id=correlation,
-                    key=key,
-                ), {}
+                return self._constraint(p, correlation, key), {}
             case "memory.deactivate_constraint":
                 return ConstraintDeactivated(
                     constraint=p["constraint"],
@@ -252,16 +282,43 @@ class MemoryExecutor:
                 return self._query(p["topic"], correlation, key)
         raise AdapterError(f"the memory executor does not know {intent.kind!r}")
 
+    def _constraint(self, p: dict[str, Any], correlation: str, key: str) -> ConstraintAdded:
+        """The constraint as recorded: matched by meaning, with the packs' synonyms it uses.
+
+        Raises:
+            AdapterError: its scope names a kind no loaded pack defines, or a parameter
+                none of its kinds has (terminal: a typo must not scope a constraint away).
+        """
+        kinds, params = list(p.get("kinds", [])), list(p.get("params", []))
+        catalog = self._catalog
+        if catalog is not None:
+            _check_scope(catalog.kinds, kinds, params)
+        packs = catalog.packs if catalog is not None else ()
+        phrases = [phrase for phrase in parse(p["text"]) or () if phrase]
+        return ConstraintAdded(
+            text=p["text"],
+            priority=p.get("priority", "required"),
+            triggered_by=p.get("triggered_by"),
+            correlation_id=correlation,
+            key=key,
+            matcher=MATCHER,
+            synonyms=relevant(phrases, [group for pack in packs for group in pack.synonyms]),
+            kinds=kinds,
+            params=params,
+        )
+
     def _query(
         self, topic: str, correlation: str, key: str
     ) -> tuple[MemoryWrite, dict[str, object]]:
-        memory = self._projections.memory
+        memory = self._state
         facts = {
             name: fact.value
             for name, fact in sorted(memory.facts.items())
-            if mentions(name, topic) or mentions(fact.value, topic)
+            if phrase_in(topic, name) or phrase_in(topic, fact.value)
         }
-        constraints = sorted(c.seq for c in memory.constraints.values() if mentions(c.text, topic))
+        constraints = sorted(
+            c.seq for c in memory.constraints.values() if phrase_in(topic, c.text, c.synonyms)
+        )
         payload = MemoryQueried(
             topic=topic,
             facts=sorted(facts),
@@ -270,3 +327,20 @@ class MemoryExecutor:
             key=key,
         )
         return payload, {"facts": facts, "constraints": constraints}
+
+
+def _check_scope(
+    known: Mapping[str, type[PolicyKind]], kinds: list[str], params: list[str]
+) -> None:
+    for kind in kinds:
+        if kind not in known:
+            raise AdapterError(f"the constraint's scope names kind {kind!r}, which no pack defines")
+    fields = {f for kind in (kinds or known) for f in known[kind].__struct_fields__}
+    for name in params:
+        if name not in fields:
+            raise AdapterError(f"the constraint's scope names parameter {name!r}, of no such kind")
+
+
+def executor(ports: ExecutorPorts) -> MemoryExecutor:
+    """Build the memory executor of one kernel (the memory domain names it: kernel.wiring)."""
+    return MemoryExecutor(ports.projections, ports.dim, ports.catalog)

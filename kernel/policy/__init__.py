@@ -8,7 +8,9 @@ A pack (``policies/``) imports only from here::
 
 from kernel.policy.guards import Guard, GuardFinding, SoftGuard
 from kernel.policy.kinds import Impact, NeedsHuman, PolicyKind
+from kernel.policy.money import Budget, Cost, ModelPrice, format_money, parse_money
 from kernel.policy.packs import Consume, LimitSpec, PackError, PolicyPack, Threshold
+from kernel.policy.quorums import Quorum
 from kernel.policy.rules import (
     ALLOW,
     DecimalStr,
@@ -24,17 +26,21 @@ from kernel.policy.rules import (
 
 __all__ = [
     "ALLOW",
+    "Budget",
     "Consume",
+    "Cost",
     "DecimalStr",
     "Guard",
     "GuardFinding",
     "Impact",
     "LimitSpec",
+    "ModelPrice",
     "NeedsHuman",
     "OneOf",
     "PackError",
     "PolicyKind",
     "PolicyPack",
+    "Quorum",
     "Range",
     "Rule",
     "RuleVerdict",
@@ -43,5 +49,7 @@ __all__ = [
     "Threshold",
     "View",
     "deny",
+    "format_money",
+    "parse_money",
     "rule",
 ]

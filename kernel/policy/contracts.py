@@ -14,6 +14,7 @@ from typing import Any
 import msgspec
 
 from kernel.core.events import Feedback, ProposalRecord
+from kernel.core.fetching import ArtifactSlice, fetch_artifact
 from kernel.core.reasoning import report_usage
 from kernel.core.reasons import ReasonCode
 from kernel.policy.kinds import PolicyKind, kind_name
@@ -47,9 +48,13 @@ class WorkingContext(msgspec.Struct, frozen=True, gc=False, kw_only=True):
     """Everything an agent may know for one attempt of one DecisionFlow; immutable.
 
     The layers: ``session`` (the flow), ``state`` (need-to-know facts), ``memory``
-    (active constraints and facts), ``artifacts`` (large values by reference);
-    ``schemas`` of the kinds the agent may propose; ``tokens`` the estimate and
-    ``dropped`` what the token budget or the limits left out (see kernel.context._layers).
+    (the memory document: namespace, constraints, facts, rules), ``artifacts``
+    (documents by reference, state key -> ``sha256:<hex>``, with their size, media
+    type and summary in ``artifact_info``; read one with :meth:`fetch_artifact`),
+    ``knowledge`` (beliefs of canonical memory brought back for this task, with
+    provenance and freshness); ``schemas`` of the kinds the agent may propose;
+    ``tokens`` the estimate and ``dropped`` what the token budget or the limits left
+    out (see kernel.context._layers).
     """
 
     dfid: str
@@ -68,14 +73,35 @@ class WorkingContext(msgspec.Struct, frozen=True, gc=False, kw_only=True):
     schemas: dict[str, Any] = {}
     tokens: int = 0
     dropped: list[str] = []
+    artifact_info: dict[str, dict[str, Any]] = {}
+    knowledge: dict[str, Any] = {}
 
-    def report_usage(self, *, tokens: int) -> None:
+    async def fetch_artifact(
+        self, ref: str, *, start: int = 0, length: int | None = None
+    ) -> ArtifactSlice:
+        """Read bytes ``[start, start + length)`` of an artifact this context references.
+
+        ``ref`` is a value of ``artifacts`` (or the key it is under). At most
+        256 KiB come back per call (``length`` None asks for that much); the slice says
+        the artifact's ``size`` and whether ``more`` follows. Works while the kernel
+        asks this agent for a decision, in the kernel's process and on a mesh host alike.
+
+        Raises:
+            kernel.FetchRefused: UNAUTHORIZED (no context of this flow referenced it),
+                ARTIFACT_MISSING (collected, or its bytes no longer hash to it),
+                SCHEMA_INVALID (a bad range).
+        """
+        return await fetch_artifact(self.dfid, self.artifacts.get(ref, ref), start, length)
+
+    def report_usage(self, *, tokens: int, model: str = "") -> None:
         """Tell the kernel this flow's reasoning spent ``tokens`` more (e.g. LLM tokens).
 
         Past the flow's cap the kernel cancels this reasoning at its next await
-        and aborts the flow with TOKEN_BUDGET_EXHAUSTED.
+        and aborts the flow with TOKEN_BUDGET_EXHAUSTED. Naming the ``model`` lets the
+        kernel's price table (``KernelConfig.prices``) turn the tokens into money,
+        recorded (ReasoningCharged) against the budgets that count reasoning.
         """
-        report_usage(self.dfid, tokens)
+        report_usage(self.dfid, tokens, model)
 
     def propose(
         self,

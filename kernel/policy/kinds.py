@@ -7,7 +7,9 @@ that executes it. Packs (:mod:`kernel.policy.packs`) group kinds by domain.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from enum import StrEnum
+from types import MappingProxyType
 from typing import ClassVar, dataclass_transform
 
 import msgspec
@@ -46,6 +48,13 @@ class PolicyKind(
     adapter: ClassVar[str] = ""
     impact: ClassVar[Impact] = Impact.HIGH_IMPACT
     """Fail closed: a kind that declares nothing is HIGH_IMPACT."""
+    personal: ClassVar[Mapping[str, str]] = MappingProxyType({})
+    """Personal fields (string fields holding a person's data), each with the field that
+    names its data subject: sealed under the subject's key before anything judges or
+    records them, and erasable (kernel.proofs.erasure). Rules may not read them."""
+    retention_s: ClassVar[float | None] = None
+    """How long a subject's personal fields are kept after their last use (None: until
+    erased): ``dirk erase --expired`` erases subjects past it."""
 
     def needs_human(self) -> NeedsHuman | None:
         """Return why this (valid) action needs a human, or None: the pack's escalation rule.

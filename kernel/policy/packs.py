@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from functools import cached_property
 from types import MappingProxyType
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 import msgspec.inspect
@@ -40,6 +40,8 @@ from kernel.core.text import id_problem
 from kernel.core.wall import clip
 from kernel.policy.guards import Guard
 from kernel.policy.kinds import Impact, PolicyKind, kind_name
+from kernel.policy.money import CURRENCY, SCOPES, Budget, Cost
+from kernel.policy.quorums import Quorum
 from kernel.policy.rules import (
     MAX_BUDGET_US,
     Invariant,
@@ -83,12 +85,15 @@ class Threshold:
         amount: what is compared with ``above`` (a field or a pure function of the params).
         above: the amount past which a human approves (APPROVAL_REQUIRED).
         confidence_below: the confidence under which a human decides (LOW_CONFIDENCE).
+        currency: the amount is money, minor units of this ISO 4217 code: the escalation
+            reads "30,000.00 USD is above 25,000.00 USD", not raw minor units.
     """
 
     kind: type[PolicyKind]
     amount: Amount = ""
     above: int | str | None = None
     confidence_below: float | None = None
+    currency: str = ""
 
 
 @dataclass(frozen=True)
@@ -120,7 +125,22 @@ class PolicyPack:
             path; a pure one with ``emergency_above`` may reject (GUARD_EMERGENCY).
         self_approval: whether the proposer of a flow of this pack's kinds may decide on it
             as an operator (recorded ``self_approved``); by default the escalation desk
-            refuses it (SELF_APPROVAL_FORBIDDEN): four eyes.
+            refuses it (SELF_APPROVAL_FORBIDDEN): four eyes. Never where a quorum applies.
+        synonyms: groups of phrases that mean the same to memory constraints (kernel.state
+            .meaning): ``("book", "reserve", "reservation")``. A constraint added while the
+            pack is loaded records the groups that share a word with it, and matches by them.
+        escalate_refusals: reason codes a domain's check refuses this pack's kinds with that
+            go to a human instead (ESCALATED, with the refusal's detail): the memory pack
+            may send CONSTRAINT_CONFLICT to an operator rather than refuse it.
+        quorums: escalations that need more than one operator (kernel.policy.quorums); the
+            first that applies to an escalation is recorded with it.
+        grant_quorum: the quorum a standing grant for this pack's kinds needs before it is
+            live (None: the issuing operator alone).
+        costs: what each kind costs in money (kernel.policy.money), for budgets and grants.
+        budgets: ceilings on spending, reserved before acceptance (BUDGET_EXHAUSTED).
+        on_superseded: what happens to an approved (or granted, or queued) action that no
+            longer passes when it is judged again just before it executes: ``refuse``
+            (APPROVAL_SUPERSEDED) or ``escalate`` (a new approval).
     """
 
     name: str
@@ -136,6 +156,13 @@ class PolicyPack:
     limits: Mapping[str, LimitSpec] = field(default_factory=dict)
     guards: Sequence[Guard] = ()
     self_approval: bool = False
+    synonyms: Sequence[Sequence[str]] = ()
+    escalate_refusals: Sequence[str] = ()
+    quorums: Sequence[Quorum] = ()
+    grant_quorum: Quorum | None = None
+    costs: Sequence[Cost] = ()
+    budgets: Sequence[Budget] = ()
+    on_superseded: Literal["refuse", "escalate"] = "refuse"
 
     def __post_init__(self) -> None:
         # Copies the caller cannot reach, read-only: what judges stays what the hash covers.
@@ -149,6 +176,19 @@ class PolicyPack:
             if not isinstance(value, Mapping):
                 raise PackError(f"pack {self.name}: {part} must be a mapping, not {value!r}")
             object.__setattr__(self, part, MappingProxyType(dict(value)))
+        groups = self.synonyms
+        if isinstance(groups, str | bytes) or not all(
+            isinstance(g, Sequence)
+            and not isinstance(g, str)
+            and all(isinstance(p, str) for p in g)
+            for g in groups
+        ):
+            raise PackError(f"pack {self.name}: synonyms are groups (sequences) of phrases")
+        object.__setattr__(self, "synonyms", tuple(tuple(g) for g in groups))
+        codes = self.escalate_refusals
+        if isinstance(codes, str) or not all(isinstance(c, str) for c in codes):
+            raise PackError(f"pack {self.name}: escalate_refusals is a sequence of reason codes")
+        object.__setattr__(self, "escalate_refusals", tuple(str(c) for c in codes))
 
     @cached_property
     def by_name(self) -> Mapping[str, type[PolicyKind]]:
@@ -177,7 +217,9 @@ class PolicyPack:
             "consumes": [[_name(c.kind), c.pool, _described(c.amount)] for c in self.consumes],
             "capacities": dict(self.capacities),
             "thresholds": [
+                # A currency joins the entry only when set: older packs keep their hashes.
                 [_name(t.kind), _described(t.amount), str(t.above), repr(t.confidence_below)]
+                + ([t.currency] if t.currency else [])
                 for t in self.thresholds
             ],
             "limits": {
@@ -192,7 +234,33 @@ class PolicyPack:
             ]  # fmt: skip
         if self.self_approval:  # absent from older hashes, as guards are
             content["self_approval"] = True
+        if self.synonyms:  # absent from older hashes, as guards are
+            content["synonyms"] = [list(group) for group in self.synonyms]
+        if self.escalate_refusals:
+            content["escalate_refusals"] = sorted(self.escalate_refusals)
+        content.update(self._approval_content())
         return hashlib.sha256(canonical(content)).hexdigest()
+
+    def _approval_content(self) -> dict[str, Any]:
+        """Quorums, grants, money and re-judging, for the hash: each absent while unset."""
+        content: dict[str, Any] = {}
+        if self.quorums:
+            content["quorums"] = [_quorum(q) for q in self.quorums]
+        if self.grant_quorum is not None:
+            content["grant_quorum"] = _quorum(self.grant_quorum)
+        if self.costs:
+            content["costs"] = [
+                [_name(c.kind), _described(c.amount), c.currency] for c in self.costs
+            ]
+        if self.budgets:
+            content["budgets"] = [
+                [b.name, b.ceiling, b.currency, b.per, b.window_s, b.over,
+                 [_name(k) for k in b.kinds], b.reasoning]
+                for b in self.budgets
+            ]  # fmt: skip
+        if self.on_superseded != "refuse":
+            content["on_superseded"] = self.on_superseded
+        return content
 
     @property
     def ref(self) -> PackRef:
@@ -200,7 +268,10 @@ class PolicyPack:
         return PackRef(name=self.name, version=self.version, hash=self.hash)
 
 
-_SEQUENCES = ("kinds", "rules", "invariants", "consumes", "thresholds", "guards")
+_SEQUENCES = (
+    "kinds", "rules", "invariants", "consumes", "thresholds", "guards", "quorums", "costs",
+    "budgets",
+)  # fmt: skip
 _MAPPINGS = ("extra", "capacities", "limits")
 
 
@@ -217,6 +288,15 @@ def _name(kind: Any) -> str:
     )
 
 
+def _quorum(q: Quorum) -> list[Any]:
+    return [
+        q.required, list(q.roles), q.distinct, q.on_reject, q.vote_ttl_s,
+        _name(q.kind) if q.kind is not None else None, [str(r) for r in q.reasons],
+        str(q.impact) if q.impact is not None else None, _described(q.amount), str(q.above),
+        q.name,
+    ]  # fmt: skip
+
+
 def _described(obj: Any) -> str:
     """A stable description of a piece of a pack, for its hash (functions by their source)."""
     if callable(obj) and not isinstance(obj, type):
@@ -229,25 +309,40 @@ def _described(obj: Any) -> str:
     return repr(obj)
 
 
-@dataclass(frozen=True)
 class PolicyCatalog:
     """Every policy kind of every loaded pack, validated together.
 
-    Its packs are a tuple and its tables read-only: only :meth:`adopt` changes
-    what it holds, when the DIM has recorded a newly loaded pack.
+    Readers cannot change it: its packs are a tuple behind a read-only property and
+    its tables read-only views. One method does, :meth:`adopt`, once the DIM has
+    staged PackLoaded for a new version: every actor holds this catalog (and some
+    hold its tables), so the new version is taken where they look rather than handed
+    to each of them. Nothing else changes a catalog: use ``Kernel.load_pack``, which
+    records the new version.
+
+    Raises:
+        PackError: A pack is invalid, or two packs define one kind.
     """
 
-    packs: Sequence[PolicyPack]
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "packs", tuple(self.packs))
+    def __init__(self, packs: Sequence[PolicyPack]) -> None:
+        taken = tuple(packs)
         seen: dict[str, str] = {}
-        for pack in self.packs:
+        for pack in taken:
             _check_pack(pack, seen)
+        self._packs = taken
+        # The tables built so far, by name: adopt() refills them where they are.
+        self._tables: dict[str, dict[str, Any]] = {}
+
+    def __repr__(self) -> str:
+        return f"PolicyCatalog({', '.join(f'{p.name} {p.version}' for p in self._packs)})"
+
+    @property
+    def packs(self) -> tuple[PolicyPack, ...]:
+        """The loaded packs, in the order given."""
+        return self._packs
 
     def _table(self, name: str, table: dict[str, Any]) -> Mapping[str, Any]:
         """Keep ``table`` for :meth:`adopt` to refill, and hand out a read-only view of it."""
-        self.__dict__.setdefault("_tables", {})[name] = table
+        self._tables[name] = table
         return MappingProxyType(table)
 
     @cached_property
@@ -289,19 +384,59 @@ class PolicyCatalog:
         """Each kind's escalation thresholds."""
         return self._table("thresholds_of", _by_kind(t for p in self.packs for t in p.thresholds))
 
+    @cached_property
+    def costs_of(self) -> Mapping[str, tuple[Cost, ...]]:
+        """What each kind costs in money (one Cost per currency at most)."""
+        return self._table("costs_of", _by_kind(c for p in self.packs for c in p.costs))
+
+    @cached_property
+    def quorums_of(self) -> Mapping[str, tuple[Quorum, ...]]:
+        """The quorums that may apply to each kind's escalations, in its pack's order."""
+        return self._table(
+            "quorums_of",
+            {
+                name: tuple(q for q in pack.quorums if q.kind is None or kind_name(q.kind) == name)
+                for pack in self.packs
+                for name in pack.by_name
+            },
+        )
+
+    @cached_property
+    def budgets_of(self) -> Mapping[str, tuple[Budget, ...]]:
+        """The money budgets each kind's cost counts against (those of its own pack)."""
+        table: dict[str, tuple[Budget, ...]] = {}
+        for pack in self.packs:
+            for name in pack.by_name:
+                currencies = {c.currency for c in pack.costs if kind_name(c.kind) == name}
+                # A budget that counts reasoning covers its kinds whatever they cost:
+                # thought spent past its ceiling refuses what it led to.
+                table[name] = tuple(
+                    b
+                    for b in pack.budgets
+                    if (b.currency in currencies or b.reasoning)
+                    and (not b.kinds or name in {kind_name(k) for k in b.kinds})
+                )
+        return self._table("budgets_of", table)
+
+    @cached_property
+    def reasoning_budgets(self) -> Mapping[str, tuple[Budget, ...]]:
+        """Every budget that counts the price of reasoning, by its pack's name."""
+        return self._table(
+            "reasoning_budgets",
+            {p.name: tuple(b for b in p.budgets if b.reasoning) for p in self.packs},
+        )
+
     def adopt(self, other: PolicyCatalog) -> None:
         """Take ``other``'s packs in place: the DIM's, once PackLoaded is staged.
 
-        Every actor holds this catalog (and some hold its tables), so the tables
-        are refilled where they are rather than replaced. Nothing else changes a
-        catalog: use ``Kernel.load_pack``, which records the new version.
+        Tables already handed out are refilled where they are (a view of one sees the
+        new version); those not built yet are built from the new packs when asked.
         """
-        object.__setattr__(self, "packs", other.packs)
-        tables: dict[str, dict[str, Any]] = vars(self).get("_tables", {})
-        for name, table in tables.items():
+        self._packs = other.packs
+        for name, table in self._tables.items():
             getattr(other, name)  # builds other's table of that name
             table.clear()
-            table.update(vars(other)["_tables"][name])
+            table.update(other._tables[name])
 
     @cached_property
     def guards_of(self) -> Mapping[str, tuple[Guard, ...]]:
@@ -465,6 +600,8 @@ def _check_pack(pack: PolicyPack, seen: dict[str, str]) -> None:
                     raise PackError(f"pack {pack.name}: invariant {inv.name}: bad bound {bound!r}")
     for c in pack.consumes:
         part = f"resource {c.pool}"
+        if c.pool.startswith("money:"):
+            raise PackError(f"pack {pack.name}: {part}: money: pools are the budgets' (Budget)")
         need(part, c.kind, template_fields(c.pool))
         if isinstance(c.amount, str):
             need(part, c.kind, [c.amount])
@@ -481,6 +618,8 @@ def _check_pack(pack: PolicyPack, seen: dict[str, str]) -> None:
                 pure(part, t.amount)
             if decimal_of(t.above) is None:
                 raise PackError(f"pack {pack.name}: {part}: bad amount {t.above!r}")
+        if t.currency and (not isinstance(t.currency, str) or not CURRENCY.match(t.currency)):
+            raise PackError(f"pack {pack.name}: {part}: {t.currency!r} is no ISO 4217 code")
         else:
             fields_of(part, t.kind)
     for g in pack.guards:
@@ -508,3 +647,86 @@ def _check_pack(pack: PolicyPack, seen: dict[str, str]) -> None:
         low, default, high = (decimal_of(v) for v in (spec.floor, spec.default, spec.ceiling))
         if low is None or default is None or high is None or not low <= default <= high:
             raise PackError(f"pack {pack.name}: limit {key!r} needs floor <= default <= ceiling")
+    _check_money(pack, fields_of, need, pure)
+    for q in (*pack.quorums, *([pack.grant_quorum] if pack.grant_quorum else [])):
+        _check_quorum(pack, q, fields_of, need, pure)
+    if pack.on_superseded not in ("refuse", "escalate"):
+        raise PackError(f"pack {pack.name}: on_superseded is refuse or escalate")
+
+
+def _whole(value: Any, low: int = 0) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= low
+
+
+def _check_money(pack: PolicyPack, fields_of: Any, need: Any, pure: Any) -> None:
+    """Refuse costs and budgets that could not be judged exactly."""
+    currencies: dict[str, set[str]] = {}
+    for c in pack.costs:
+        if not isinstance(c, Cost):
+            raise PackError(f"pack {pack.name}: {c!r} is not a Cost")
+        part = f"cost of {_name(c.kind)}"
+        if not isinstance(c.currency, str) or not CURRENCY.match(c.currency):
+            raise PackError(f"pack {pack.name}: {part}: {c.currency!r} is no ISO 4217 code")
+        if isinstance(c.amount, str):
+            need(part, c.kind, [c.amount])
+        else:
+            fields_of(part, c.kind)
+            pure(part, c.amount)
+        held = currencies.setdefault(_name(c.kind), set())
+        if c.currency in held:
+            raise PackError(f"pack {pack.name}: {part} is declared twice in {c.currency}")
+        held.add(c.currency)
+    names: set[str] = set()
+    for b in pack.budgets:
+        if not isinstance(b, Budget):
+            raise PackError(f"pack {pack.name}: {b!r} is not a Budget")
+        part = f"budget {b.name!r}"
+        problem = id_problem(b.name) if isinstance(b.name, str) and b.name else "empty"
+        if problem is not None or ":" in b.name or "@" in b.name or b.name in names:
+            raise PackError(
+                f"pack {pack.name}: {part}: a budget needs a unique id without ':' or '@'"
+            )
+        names.add(b.name)
+        if not isinstance(b.currency, str) or not CURRENCY.match(b.currency):
+            raise PackError(f"pack {pack.name}: {part}: {b.currency!r} is no ISO 4217 code")
+        if not _whole(b.ceiling):
+            raise PackError(f"pack {pack.name}: {part}: the ceiling is whole minor units >= 0")
+        if b.per not in SCOPES or b.over not in ("refuse", "escalate"):
+            raise PackError(f"pack {pack.name}: {part}: per is one of {', '.join(SCOPES)},"
+                            " over is refuse or escalate")  # fmt: skip
+        if b.window_s is not None and not _whole(b.window_s, 1):
+            raise PackError(f"pack {pack.name}: {part}: window_s is whole seconds >= 1, or None")
+        for kind in b.kinds:
+            fields_of(part, kind)
+
+
+def _check_quorum(pack: PolicyPack, q: Any, fields_of: Any, need: Any, pure: Any) -> None:
+    """Refuse a quorum that could never be met, or not be judged."""
+    if not isinstance(q, Quorum):
+        raise PackError(f"pack {pack.name}: {q!r} is not a Quorum")
+    part = f"quorum {q.name or q.required}"
+    if not _whole(q.required, 1):
+        raise PackError(f"pack {pack.name}: {part}: required is a whole number >= 1")
+    for role in q.roles:
+        if not isinstance(role, str) or id_problem(role) is not None or not role:
+            raise PackError(f"pack {pack.name}: {part}: role {role!r} is no id")
+    if q.distinct and q.roles and q.required > len(q.roles):
+        raise PackError(
+            f"pack {pack.name}: {part}: {q.required} distinct roles needed, only"
+            f" {len(q.roles)} named: it could never be met"
+        )
+    if q.on_reject not in ("end", "vote"):
+        raise PackError(f"pack {pack.name}: {part}: on_reject is end or vote")
+    if q.vote_ttl_s is not None and not _whole(q.vote_ttl_s, 1):
+        raise PackError(f"pack {pack.name}: {part}: vote_ttl_s is whole seconds >= 1, or None")
+    if q.kind is not None:
+        fields_of(part, q.kind)
+    if q.above is not None:
+        if q.kind is None:
+            raise PackError(f"pack {pack.name}: {part}: an amount needs its kind")
+        if isinstance(q.amount, str):
+            need(part, q.kind, [q.amount])
+        else:
+            pure(part, q.amount)
+        if decimal_of(q.above) is None:
+            raise PackError(f"pack {pack.name}: {part}: bad amount {q.above!r}")

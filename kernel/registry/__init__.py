@@ -3,7 +3,9 @@
 from kernel.registry._actor import (
     CONTRACT_VERSION,
     KERNEL_VERSION,
+    PROOF_CONTEXT,
     Registry,
+    agent_key,
     check_version,
     credential_matches,
     credential_verifier,
@@ -14,7 +16,9 @@ from kernel.registry._actor import (
 __all__ = [
     "CONTRACT_VERSION",
     "KERNEL_VERSION",
+    "PROOF_CONTEXT",
     "Registry",
+    "agent_key",
     "check_version",
     "credential_matches",
     "credential_verifier",

@@ -7,7 +7,12 @@ the agent, so no prompt can grant an agent new powers.
 Credentials: an operator provisions one secret per agent id (``dirk agent AGENT
 --issue-credential``, through the inbox; :func:`new_credential`) and hands it to
 whoever runs the agent. The journal records only its verifier
-(:func:`credential_verifier`, ``CredentialIssued``); issuing another rotates it.
+(:func:`credential_verifier`, ``CredentialIssued``); issuing another rotates it. The
+verifier is a public key: the credential seeds an Ed25519 key (:func:`agent_key`), so
+over the bus an agent proves it holds the credential by signing the kernel's one-time
+challenge (a ``CredentialProof``) and never sends it; whoever reads the journal learns
+nothing that lets them handshake. Verifiers of older journals (``sha256:<hex>``) still
+match the credential shown in process; over the bus they must be issued again.
 Once an agent has a credential, every handshake for its id must show it, in
 process as over the bus; one without it, or with another, is refused with
 CREDENTIAL_INVALID and recorded (``AgentRefused``), and the live session stays
@@ -25,7 +30,9 @@ import secrets
 from collections.abc import Collection
 
 import semver
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from kernel.core import keys
 from kernel.core.events import (
     AgentRefused,
     AgentRegistered,
@@ -41,16 +48,26 @@ from kernel.core.wall import clip
 from kernel.policy.contracts import HandshakeRefused, Session
 from kernel.policy.packs import PolicyCatalog
 from kernel.runtime.actors import Outbox, Reply
-from kernel.runtime.messages import IssueCredential, Register, RegistryMessage, SetStatus
+from kernel.runtime.messages import (
+    CredentialProof,
+    IssueCredential,
+    Register,
+    RegistryMessage,
+    SetStatus,
+)
 from kernel.state.projections import AgentStatus, Projections, session_hash
 
 CONTRACT_VERSION = (1, 2)
 """The DIR contract this kernel speaks: manifests 1.0 up to 1.2 are accepted."""
 
-KERNEL_VERSION = "0.1.0"
+KERNEL_VERSION = "0.2.0"
 
 CREDENTIAL_PREFIX = "dirk_"
 VERIFIER_PREFIX = "sha256:"
+"""How verifiers were written before they became public keys (still matched in process)."""
+PROOF_CONTEXT = "dirk.agent.handshake"
+"""What an agent's handshake signature is for (kernel.core.keys contexts keep purposes apart)."""
+_KEY_LABEL = b"dirk agent key\x00"
 
 
 def new_credential() -> str:
@@ -58,17 +75,33 @@ def new_credential() -> str:
     return CREDENTIAL_PREFIX + secrets.token_urlsafe(32)
 
 
-def credential_verifier(credential: str) -> str:
-    """Return what the kernel stores of ``credential``: ``sha256:<hex>``.
+def agent_key(credential: str) -> Ed25519PrivateKey:
+    """Return the Ed25519 key the credential seeds (what a host signs with).
 
-    A plain hash is enough: a credential is 256 random bits, not a password, so
-    there is nothing for a slow hash to protect against guessing.
+    A hash is enough to derive it: a credential is 256 random bits, not a password.
+
+    Raises:
+        UnicodeEncodeError: the credential is not valid text (a lone surrogate).
     """
-    return VERIFIER_PREFIX + hashlib.sha256(credential.encode()).hexdigest()
+    seed = hashlib.sha256(_KEY_LABEL + credential.encode("utf-8")).digest()
+    return Ed25519PrivateKey.from_private_bytes(seed)
+
+
+def credential_verifier(credential: str) -> str:
+    """Return what the kernel stores of ``credential``: the public key it seeds (``ed25519:...``).
+
+    Raises:
+        UnicodeEncodeError: the credential is not valid text (a lone surrogate).
+    """
+    return keys.public_text(agent_key(credential))
 
 
 def is_verifier(text: str) -> bool:
     """Whether ``text`` has the shape of a verifier (what an inbox row may carry)."""
+    if not isinstance(text, str):
+        return False
+    if text.startswith(keys.PREFIX):
+        return keys.is_public_key(text)
     digest = text.removeprefix(VERIFIER_PREFIX)
     return (
         text.startswith(VERIFIER_PREFIX)
@@ -77,15 +110,31 @@ def is_verifier(text: str) -> bool:
     )
 
 
-def credential_matches(verifier: str | None, credential: str | None) -> bool:
-    """Whether ``credential`` is the one ``verifier`` was made from (in constant time)."""
-    if verifier is None or not isinstance(credential, str):
+def credential_matches(verifier: str | None, credential: str | CredentialProof | None) -> bool:
+    """Whether ``credential`` is (or proves holding) the one ``verifier`` was made from.
+
+    Never raises: a credential that is not valid text, or a proof that does not parse,
+    does not match.
+    """
+    if not isinstance(verifier, str):
+        return False
+    if isinstance(credential, CredentialProof):
+        # A proof needs a public key: a hash verifier cannot check a signature.
+        return verifier.startswith(keys.PREFIX) and keys.verify(
+            verifier, PROOF_CONTEXT, credential.message, credential.signature
+        )
+    if not isinstance(credential, str):
         return False
     try:
-        shown = credential_verifier(credential)
+        shown = credential.encode("utf-8")
     except UnicodeEncodeError:
-        return False  # not text (a lone surrogate): no credential is made of that
-    return hmac.compare_digest(verifier, shown)
+        return False
+    if verifier.startswith(VERIFIER_PREFIX):
+        expected = VERIFIER_PREFIX + hashlib.sha256(shown).hexdigest()
+    else:
+        expected = credential_verifier(credential)
+    # Bytes, not str: compare_digest raises on non-ASCII text.
+    return hmac.compare_digest(verifier.encode("utf-8", "replace"), expected.encode("ascii"))
 
 
 def check_version(version: str) -> str | None:
@@ -234,6 +283,8 @@ class Registry:
             detail = f"no credential is provisioned for agent {agent_id!r}"
         elif msg.credential is None:
             detail = f"agent {agent_id!r} must show its credential"
+        elif isinstance(msg.credential, CredentialProof) and not verifier.startswith(keys.PREFIX):
+            detail = f"agent {agent_id!r}'s credential predates keys: issue it again"
         elif not credential_matches(verifier, msg.credential):
             detail = f"the credential shown for agent {agent_id!r} is not its own"
         else:

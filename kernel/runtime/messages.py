@@ -41,13 +41,27 @@ if TYPE_CHECKING:  # the actors import the projections, which fold amendments (A
 # --- to the registry ---------------------------------------------------------
 
 
+class CredentialProof(msgspec.Struct, frozen=True, kw_only=True):
+    """A handshake's proof that its sender holds the agent's credential, without the credential.
+
+    ``signature`` is the Ed25519 signature (kernel.core.keys) of ``message`` by the key
+    derived from the credential (``kernel.registry.agent_key``); the registry checks it
+    against the agent's recorded public key. ``message`` is built by the kernel's side of
+    the bus from its own one-time challenge and the manifest, so a proof cannot be replayed.
+    """
+
+    message: bytes
+    signature: str
+
+
 class Register(msgspec.Struct, frozen=True, kw_only=True):
     manifest: Manifest
     reply: Reply[Session | HandshakeRefused]
     invalid: str | None = None
     """Why the wall refused the manifest as given (``manifest`` then holds its clipped ids)."""
-    credential: str | None = None
-    """The secret the operator provisioned for the agent (checked against its verifier)."""
+    credential: str | CredentialProof | None = None
+    """The secret the operator provisioned for the agent, or a proof of holding it (over the
+    bus); checked against its verifier."""
     require_credential: bool = False
     """Refuse the handshake unless a credential is provisioned and shown (over the bus)."""
     hosted: bool = False
@@ -143,6 +157,67 @@ class Judge(msgspec.Struct, frozen=True, kw_only=True):
     reply: Reply[Verdict] | None = None
     single: bool = False
     streak: Streak | None = None
+    usage: Mapping[str, int] = {}
+    """The tokens the attempt's reasoning reported, by model (priced by the DIM)."""
+
+
+class Recheck(msgspec.Struct, frozen=True, kw_only=True):
+    """Judge an approved (or queued) action again just before it executes, and start it.
+
+    The escalation desk sends it once a human's approval (or a quorum) is recorded; the
+    execution engine for an accepted flow an earlier run left unstarted. ``via`` says
+    which: ``approval`` or ``queue``.
+    """
+
+    dfid: str
+    via: str = "approval"
+    reply: Reply[Verdict] | None = None
+
+
+class IssueGrant(msgspec.Struct, frozen=True, kw_only=True):
+    """An operator's standing grant (kernel.state.grants), to record if it can be judged."""
+
+    kind: str
+    agent: str
+    bounds: dict[str, dict[str, Any]]
+    valid_from_ns: int | None
+    valid_until_ns: int
+    uses: int
+    operator: str
+    reason: str
+    roles: tuple[str, ...] = ()
+    cap: int | None = None
+    currency: str = ""
+    inbox_id: int | None = None
+    via: str = "api"
+    signer: str = ""
+    reply: Reply[list[Event] | Exception] | None = None
+
+
+class VoteGrant(msgspec.Struct, frozen=True, kw_only=True):
+    """An operator's vote on a grant that waits for its quorum."""
+
+    grant: str
+    vote: str
+    operator: str
+    reason: str
+    roles: tuple[str, ...] = ()
+    inbox_id: int | None = None
+    via: str = "api"
+    signer: str = ""
+    reply: Reply[list[Event] | Exception] | None = None
+
+
+class RevokeGrant(msgspec.Struct, frozen=True, kw_only=True):
+    """An operator takes a grant out of force."""
+
+    grant: str
+    operator: str
+    reason: str
+    inbox_id: int | None = None
+    via: str = "api"
+    signer: str = ""
+    reply: Reply[list[Event] | Exception] | None = None
 
 
 class Withdraw(msgspec.Struct, frozen=True, kw_only=True):
@@ -153,6 +228,8 @@ class Withdraw(msgspec.Struct, frozen=True, kw_only=True):
     attempt: int
     reason_code: ReasonCode
     detail: str = ""
+    usage: Mapping[str, int] = {}
+    """The tokens the attempt's reasoning reported before it gave up, by model."""
 
 
 class AmendLimit(msgspec.Struct, frozen=True, kw_only=True):
@@ -212,13 +289,15 @@ class DecideRule(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class RetractRule(msgspec.Struct, frozen=True, kw_only=True):
-    """An operator's retraction of rule ``rule`` (out of force; its history stays)."""
+    """An operator's retraction of rule ``rule`` of namespace ``ns`` (out of force; its
+    history stays)."""
 
     rule: str
     operator: str
     reason: str
     inbox_id: int | None = None
     reply: Reply[list[Event] | Exception] | None = None
+    ns: str = "default"
 
 
 # --- to the escalation desk -----------------------------------------------
@@ -265,6 +344,8 @@ class Decide(msgspec.Struct, frozen=True, kw_only=True):
     """How it reached the kernel: ``api`` (embedding code) or ``inbox`` (a signed request)."""
     signer: str = ""
     """The key that signed an inbox request (the operator's own, or a door's)."""
+    roles: tuple[str, ...] = ()
+    """The operator's roles in the kernel's keyring (what a quorum counts)."""
 
 
 class Tick(msgspec.Struct, frozen=True, kw_only=True):
@@ -342,8 +423,20 @@ class Found(msgspec.Struct, frozen=True, kw_only=True):
 RegistryMessage: TypeAlias = Register | SetStatus | IssueCredential
 CompilerMessage: TypeAlias = FireTrigger | Compile | Open
 DimMessage: TypeAlias = (
-    Judge | Withdraw | AmendLimit | LoadPack | SubmitRule | DecideRule | RetractRule
+    Judge
+    | Withdraw
+    | AmendLimit
+    | LoadPack
+    | SubmitRule
+    | DecideRule
+    | RetractRule
+    | Recheck
+    | IssueGrant
+    | VoteGrant
+    | RevokeGrant
 )
+GrantMessage: TypeAlias = IssueGrant | VoteGrant | RevokeGrant
+"""What the DIM receives as the owner of standing grants."""
 RuleMessage: TypeAlias = SubmitRule | DecideRule | RetractRule
 """What the DIM receives as the rulebook's owner."""
 EscalationMessage: TypeAlias = Escalate | Decide | Tick

@@ -23,6 +23,7 @@ escalation desk records (ApprovalExpired) when it notices it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from enum import StrEnum
 from typing import Any
 
@@ -146,49 +147,77 @@ def escalated_event(
 
 def apply(approvals: dict[str, Approval], event: Event) -> None:
     """Fold one flow event into the approvals (events of other types are ignored)."""
-    payload = event.payload
+    fold = _FOLDS.get(type(event.payload))
+    if fold is not None:
+        fold(approvals, event)
+
+
+def _opened(approvals: dict[str, Approval], event: Event) -> None:
+    payload: FlowEscalated = event.payload  # type: ignore[assignment]
     dfid = event.dfid or ""
-    if isinstance(payload, FlowEscalated):
-        approvals[dfid] = Approval(
-            dfid=dfid,
-            agent_id=event.agent_id or "",
-            action_hash=payload.action_hash,
-            impact=Impact(payload.impact),
-            reason_code=payload.reason_code,
-            detail=payload.detail,
-            escalated_seq=event.seq,
-            escalated_ts=event.ts,
-        )
-        return
-    current = approvals.get(dfid)
+    approvals[dfid] = Approval(
+        dfid=dfid,
+        agent_id=event.agent_id or "",
+        action_hash=payload.action_hash,
+        impact=Impact(payload.impact),
+        reason_code=payload.reason_code,
+        detail=payload.detail,
+        escalated_seq=event.seq,
+        escalated_ts=event.ts,
+    )
+
+
+def _pending(approvals: dict[str, Approval], event: Event) -> Approval | None:
+    current = approvals.get(event.dfid or "")
+    return current if current is not None and current.status is ApprovalStatus.PENDING else None
+
+
+def _decided(approvals: dict[str, Approval], event: Event) -> None:
+    current = _pending(approvals, event)
     if current is None:
         return
-    if isinstance(payload, HumanDecided) and current.status is ApprovalStatus.PENDING:
-        if payload.decision in APPROVE_WORDS:
-            status = ApprovalStatus.APPROVED
-        elif payload.decision in REJECT_WORDS:
-            status = ApprovalStatus.REJECTED
-        elif payload.decision in RESOLVE_WORDS:
-            status = ApprovalStatus.RESOLVED
-        else:
-            status = ApprovalStatus.MODIFIED
-        approvals[dfid] = msgspec.structs.replace(
-            current,
-            status=status,
-            operator=payload.operator,
-            reason=payload.reason,
-            decided_ts=event.ts,
-        )
-    elif isinstance(payload, ApprovalExpired) and current.status is ApprovalStatus.PENDING:
-        approvals[dfid] = msgspec.structs.replace(
+    payload: HumanDecided = event.payload  # type: ignore[assignment]
+    approvals[current.dfid] = msgspec.structs.replace(
+        current,
+        status=_status_of(payload.decision),
+        operator=payload.operator,
+        reason=payload.reason,
+        decided_ts=event.ts,
+    )
+
+
+def _status_of(decision: str) -> ApprovalStatus:
+    """Return the status a human's decision word leaves a pending approval in."""
+    if decision in APPROVE_WORDS:
+        return ApprovalStatus.APPROVED
+    if decision in REJECT_WORDS:
+        return ApprovalStatus.REJECTED
+    if decision in RESOLVE_WORDS:
+        return ApprovalStatus.RESOLVED
+    return ApprovalStatus.MODIFIED
+
+
+def _expired(approvals: dict[str, Approval], event: Event) -> None:
+    current = _pending(approvals, event)
+    if current is not None:
+        approvals[current.dfid] = msgspec.structs.replace(
             current, status=ApprovalStatus.EXPIRED, decided_ts=event.ts
         )
-    elif isinstance(payload, ExecutionStarted) and current.status is ApprovalStatus.APPROVED:
-        approvals[dfid] = msgspec.structs.replace(current, status=ApprovalStatus.CONSUMED)
 
 
-APPROVAL_EVENTS = frozenset({FlowEscalated, HumanDecided, ApprovalExpired, ExecutionStarted})
-"""The event types :func:`apply` reacts to."""
+def _consumed(approvals: dict[str, Approval], event: Event) -> None:
+    current = approvals.get(event.dfid or "")
+    if current is not None and current.status is ApprovalStatus.APPROVED:
+        approvals[current.dfid] = msgspec.structs.replace(current, status=ApprovalStatus.CONSUMED)
+
+
+_FOLDS: dict[type[Payload], Callable[[dict[str, Approval], Event], None]] = {
+    FlowEscalated: _opened,
+    HumanDecided: _decided,
+    ApprovalExpired: _expired,
+    ExecutionStarted: _consumed,
+}
+"""What each event type does to the approval of its flow."""
 
 
 def reconcile_problem(params: dict[str, Any] | None) -> str | None:

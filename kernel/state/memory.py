@@ -8,31 +8,16 @@ and every constraint has a proposal, a verdict and a cause in the journal. This 
 holds the projection (:class:`MemoryState`) and the DIM's memory layer
 (:func:`check`), a pure function of the proposal and the memory state.
 
-Constraint texts are parsed, not interpreted by a model:
-
-- prohibitions: ``never X``, ``do not X``, ``don't X``, ``avoid X``. A proposal
-  whose explanation or parameters contain X as a whole word (case-insensitive)
-  is refused with CONSTRAINT_VIOLATION. A leading ``use``/``using``/``call`` is
-  not part of X, so "never use eval()" forbids ``eval()``.
-- procedures: ``verify X before Y``. A proposal that mentions Y (in its kind,
-  explanation or parameters) is refused with VERIFICATION_REQUIRED unless its
-  agent, or its flow's tree, queried memory about X before.
-
-Constraint management (adding or retiring a constraint) is exempt from both:
-its text talks about behaviour rather than performing it. Queries are exempt
-from procedures (a query is the verification).
-
-Priorities ``required`` and ``learned`` are enforced; ``preferred`` is
-advisory: :func:`advisories` names the preferred constraints a proposal
-breaks, and the verdict does not change.
+The DIM's memory layer (what constraints forbid and require, how their texts
+match, their conflicts) is :mod:`kernel.state.constraints`; its names are
+re-exported here.
 """
 
 from __future__ import annotations
 
-import re
-from collections.abc import Iterator
-from functools import lru_cache
-from typing import Any
+import datetime as dt
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, cast
 
 import msgspec
 
@@ -40,21 +25,45 @@ from kernel.adapters.contract import AdapterError, Receipt
 from kernel.core.events import (
     ConstraintAdded,
     ConstraintDeactivated,
+    ContextCompiled,
     DecisionMade,
     Event,
+    ExecutionFailed,
+    ExecutionRefused,
+    ExecutionStarted,
+    ExecutionSucceeded,
     FactAdded,
     Feedback,
+    FlowAborted,
+    FlowClosed,
+    FlowCompensated,
+    MeaningScored,
     MemoryQueried,
+    Payload,
     ProposalRecord,
     RuleDecided,
     RuleProposed,
     RuleRetracted,
 )
-from kernel.core.reasons import ReasonCode
-from kernel.state.rulebook import Rulebook
+from kernel.core.flow import FlowState
+from kernel.policy.rules import View
+from kernel.state.constraints import CONSTRAINT_KINDS as CONSTRAINT_KINDS
+from kernel.state.constraints import ENFORCED as ENFORCED
+from kernel.state.constraints import PRIORITIES as PRIORITIES
+from kernel.state.constraints import QUERY_KIND as QUERY_KIND
+from kernel.state.constraints import advisories as advisories
+from kernel.state.constraints import by_priority
+from kernel.state.constraints import check as check
+from kernel.state.constraints import mentions as mentions
+from kernel.state.constraints import parse as parse
+from kernel.state.constraints import text_of as text_of
+from kernel.state.constraints import violations as violations
+from kernel.state.domain import Domain, ExecutorFactory, Fold, Saved, State
+from kernel.state.rulebook import DEFAULT_NS, Rulebook, RuleSearch, select, shown_item
 
 MEMORY_EVENTS = frozenset(
     {
+        MeaningScored,
         FactAdded,
         ConstraintAdded,
         ConstraintDeactivated,
@@ -67,7 +76,7 @@ MEMORY_EVENTS = frozenset(
 )
 """Payload types folded into :class:`MemoryState`."""
 
-MEMORY_WRITES = frozenset(
+MEMORY_WRITES: frozenset[type[Payload]] = frozenset(
     {FactAdded, ConstraintAdded, ConstraintDeactivated, DecisionMade, MemoryQueried}
 )
 """Memory events the execution engine records with a memory intent's ExecutionSucceeded.
@@ -77,21 +86,8 @@ QUERIED_TOPICS = 256
 """The most topics remembered as queried per agent and per flow tree (bounded folds): the
 newest by seq are kept; a topic queried longer ago must be queried again (fail closed)."""
 
-ENFORCED = frozenset({"required", "learned"})
-PRIORITIES = ("required", "learned", "preferred")
-
 MEMORY_ADAPTER = "memory"
 """The adapter name of the built-in memory executor."""
-
-QUERY_KIND = "memory.query"
-CONSTRAINT_KINDS = frozenset({"memory.add_constraint", "memory.deactivate_constraint"})
-"""Kinds that talk about behaviour rather than perform it: constraints do not apply to them
-(else "never use eval()" could not be restated as learned, nor any constraint be retired)."""
-
-_PROHIBITION = re.compile(
-    r"^\s*(?:never|do\s+not|don't|avoid)\s+(?:(?:use|using|call)\s+)?(.+?)\s*\.?\s*$", re.I
-)
-_PROCEDURE = re.compile(r"^\s*verify\s+(.+?)\s+before\s+(.+?)\s*\.?\s*$", re.I)
 
 
 class FactRecord(msgspec.Struct, frozen=True, gc=False, kw_only=True):
@@ -102,8 +98,12 @@ class FactRecord(msgspec.Struct, frozen=True, gc=False, kw_only=True):
     correlation_id: str
 
 
-class ConstraintRecord(msgspec.Struct, frozen=True, gc=False, kw_only=True):
-    """An active constraint; its id is the seq of its ConstraintAdded."""
+class ConstraintRecord(msgspec.Struct, frozen=True, gc=False, kw_only=True, omit_defaults=True):
+    """An active constraint; its id is the seq of its ConstraintAdded.
+
+    ``matcher``, ``synonyms``, ``kinds`` and ``params`` are how it matches, as recorded
+    (kernel.state.constraints); left out of the digest while empty, as older kernels had none.
+    """
 
     seq: int
     text: str
@@ -111,6 +111,19 @@ class ConstraintRecord(msgspec.Struct, frozen=True, gc=False, kw_only=True):
     triggered_by: int | None
     agent_id: str
     correlation_id: str
+    matcher: str = ""
+    synonyms: list[list[str]] = []
+    kinds: list[str] = []
+    params: list[str] = []
+
+
+class ScoreRecord(msgspec.Struct, frozen=True, gc=False, kw_only=True):
+    """Embedding scores recorded for one text of a flow (``MeaningScored``)."""
+
+    model: str
+    version: str
+    threshold: int
+    scores: dict[str, int]
 
 
 class Pending(msgspec.Struct, frozen=True, gc=False, kw_only=True):
@@ -189,6 +202,8 @@ class MemoryState(msgspec.Struct, kw_only=True):
     written: dict[str, int] = {}
     pending: dict[str, Pending] = {}
     rulebook: Rulebook = msgspec.field(default_factory=Rulebook)
+    scores: dict[str, dict[str, ScoreRecord]] = {}
+    """Embedding scores recorded for the proposals of each open flow, by text hash."""
 
     def copy(self) -> MemoryState:
         """Return a copy that later folds do not change (records are immutable)."""
@@ -200,6 +215,7 @@ class MemoryState(msgspec.Struct, kw_only=True):
             written=dict(self.written),
             pending=dict(self.pending),
             rulebook=self.rulebook.copy(),
+            scores={dfid: dict(texts) for dfid, texts in self.scores.items()},
         )
 
     def started(self, key: str, pending: Pending) -> None:
@@ -229,45 +245,70 @@ class MemoryState(msgspec.Struct, kw_only=True):
 
     def apply(self, event: Event, bounded: bool = False) -> None:
         """Fold one memory event (``bounded``: keep the newest queried topics only)."""
-        payload = event.payload
-        agent = event.agent_id or ""
-        correlation = getattr(payload, "correlation_id", "")
-        key = getattr(payload, "key", "")
+        self.recorded(event)
+        fold = _FOLDS.get(type(event.payload))
+        if fold is not None:
+            fold(self, event, bounded)
+
+    def recorded(self, event: Event) -> None:
+        """Note the intent key an event carries: the kernel executors' idempotency record."""
+        key = getattr(event.payload, "key", "")
         if key:
             self.written[key] = event.seq
             self.pending.pop(key, None)
-        match payload:
-            case FactAdded(name=name, value=value, confidence=confidence):
-                self.facts[name] = FactRecord(
-                    value=value,
-                    confidence=confidence,
-                    seq=event.seq,
-                    agent_id=agent,
-                    correlation_id=correlation,
-                )
-            case ConstraintAdded(text=text, priority=priority, triggered_by=triggered_by):
-                self.constraints[event.seq] = ConstraintRecord(
-                    seq=event.seq,
-                    text=text,
-                    priority=priority,
-                    triggered_by=triggered_by,
-                    agent_id=agent,
-                    correlation_id=correlation,
-                )
-            case ConstraintDeactivated(constraint=constraint):
-                self.constraints.pop(constraint, None)
-            case DecisionMade():
-                self.decisions += 1
-            case MemoryQueried(topic=topic):
-                for who in (agent, correlation):
-                    if who:
-                        topics = self.queried.setdefault(who, {})
-                        topics[topic] = event.seq
-                        if bounded and len(topics) > QUERIED_TOPICS:
-                            # By seq, not by dict order: a snapshot restores either order.
-                            del topics[min(topics, key=topics.__getitem__)]
-            case RuleProposed() | RuleDecided() | RuleRetracted():
-                self.rulebook.apply(event)
+
+    def _fact(self, event: Event, bounded: bool) -> None:
+        payload = cast(FactAdded, event.payload)
+        self.facts[payload.name] = FactRecord(
+            value=payload.value,
+            confidence=payload.confidence,
+            seq=event.seq,
+            agent_id=event.agent_id or "",
+            correlation_id=payload.correlation_id,
+        )
+
+    def _constraint(self, event: Event, bounded: bool) -> None:
+        payload = cast(ConstraintAdded, event.payload)
+        self.constraints[event.seq] = ConstraintRecord(
+            seq=event.seq,
+            text=payload.text,
+            priority=payload.priority,
+            triggered_by=payload.triggered_by,
+            agent_id=event.agent_id or "",
+            correlation_id=payload.correlation_id,
+            matcher=payload.matcher,
+            synonyms=[list(group) for group in payload.synonyms],
+            kinds=list(payload.kinds),
+            params=list(payload.params),
+        )
+
+    def _deactivated(self, event: Event, bounded: bool) -> None:
+        self.constraints.pop(cast(ConstraintDeactivated, event.payload).constraint, None)
+
+    def _decision(self, event: Event, bounded: bool) -> None:
+        self.decisions += 1
+
+    def _queried(self, event: Event, bounded: bool) -> None:
+        payload = cast(MemoryQueried, event.payload)
+        for who in (event.agent_id or "", payload.correlation_id):
+            if who:
+                topics = self.queried.setdefault(who, {})
+                topics[payload.topic] = event.seq
+                if bounded and len(topics) > QUERIED_TOPICS:
+                    # By seq, not by dict order: a snapshot restores either order.
+                    del topics[min(topics, key=topics.__getitem__)]
+
+    def _rule(self, event: Event, bounded: bool) -> None:
+        self.rulebook.apply(event)
+
+    def _scored(self, event: Event, bounded: bool) -> None:
+        payload = cast(MeaningScored, event.payload)
+        self.scores.setdefault(event.dfid or "", {})[payload.text] = ScoreRecord(
+            model=payload.model,
+            version=payload.version,
+            threshold=payload.threshold,
+            scores=dict(payload.scores),
+        )
 
     def view(self, max_facts: int | None = None) -> dict[str, Any]:
         """Return the memory layer an agent's context shows: constraints, then newest facts."""
@@ -277,153 +318,241 @@ class MemoryState(msgspec.Struct, kw_only=True):
         return {
             "constraints": [
                 {"id": c.seq, "text": c.text, "priority": c.priority}
-                for c in sorted(self.constraints.values(), key=_by_priority)
+                for c in sorted(self.constraints.values(), key=by_priority)
             ],
             "facts": {name: fact.value for name, fact in sorted(facts)},
         }
 
 
-def _by_priority(c: ConstraintRecord) -> tuple[int, int]:
-    return PRIORITIES.index(c.priority) if c.priority in PRIORITIES else 3, c.seq
+def canonical_memory(state: MemoryState) -> Any:
+    """The memory's form in the digest: what journals' checkpoints hashed.
 
-
-# --- constraint texts -----------------------------------------------------------
-
-
-@lru_cache(maxsize=4096)
-def parse(text: str) -> tuple[str, str, str] | None:
-    """Return ("never", X, "") or ("verify", X, Y) for a constraint text, None if neither."""
-    if match := _PROCEDURE.match(text):
-        return "verify", match[1].strip(), match[2].strip()
-    if match := _PROHIBITION.match(text):
-        return "never", match[1].strip(), ""
-    return None
-
-
-@lru_cache(maxsize=4096)
-def _word(term: str) -> re.Pattern[str]:
-    # \b would not match after "eval()": a word boundary needs a word character on one
-    # side. "Not preceded or followed by a word character" works for any term.
-    return re.compile(r"(?<!\w)" + re.escape(term) + r"(?!\w)", re.I)
-
-
-def mentions(text: str, term: str) -> bool:
-    """Whether ``term`` occurs in ``text`` as a whole word ("cat" is not in "concatenate")."""
-    return bool(term) and _word(term).search(text) is not None
-
-
-def _strings(value: Any) -> Iterator[str]:
-    if isinstance(value, str):
-        yield value
-    elif isinstance(value, dict):
-        for item in value.values():
-            yield from _strings(item)
-    elif isinstance(value, list | tuple):
-        for item in value:
-            yield from _strings(item)
-    elif value is not None:
-        yield str(value)
-
-
-def text_of(proposal: ProposalRecord) -> str:
-    """Return what prohibitions are matched against: the explanation and every parameter."""
-    return "\n".join((proposal.explain, *_strings(proposal.params)))
-
-
-def _verified(state: MemoryState, topic: str, who: tuple[str, ...]) -> bool:
-    for name in who:
-        for queried in state.queried.get(name, {}):
-            if mentions(queried, topic):
-                return True
-    return False
-
-
-def violations(
-    state: MemoryState, proposal: ProposalRecord, agent_id: str, correlation_id: str
-) -> Iterator[tuple[ConstraintRecord, ReasonCode]]:
-    """Yield each active constraint the proposal breaks, by priority then age."""
-    if proposal.kind in CONSTRAINT_KINDS or not state.constraints:
-        return
-    text = text_of(proposal)
-    about = f"{proposal.kind}\n{text}"
-    who = (agent_id, correlation_id)
-    for constraint in sorted(state.constraints.values(), key=_by_priority):
-        parsed = parse(constraint.text)
-        if parsed is None:
-            continue
-        form, subject, action = parsed
-        if form == "never":
-            if mentions(text, subject):
-                yield constraint, ReasonCode.CONSTRAINT_VIOLATION
-        elif (
-            proposal.kind != QUERY_KIND
-            and mentions(about, action)
-            and not _verified(state, subject, who)
-        ):
-            yield constraint, ReasonCode.VERIFICATION_REQUIRED
-
-
-def _malformed(state: MemoryState, proposal: ProposalRecord) -> Feedback | None:
-    """Refuse memory writes the memory could not enforce or link (fail closed)."""
-    params = proposal.params
-    if proposal.kind == "memory.add_constraint":
-        text = str(params.get("text", ""))
-        if parse(text) is None:
-            return _feedback(
-                ReasonCode.SCHEMA_INVALID,
-                f"{text!r} is neither 'never/do not/avoid X' nor 'verify X before Y'",
-                "params.text",
-            )
-        if params.get("priority") == "learned" and not params.get("triggered_by"):
-            return _feedback(
-                ReasonCode.SCHEMA_INVALID,
-                "a learned constraint names the event of the mistake in triggered_by",
-                "params.triggered_by",
-            )
-    if proposal.kind == "memory.deactivate_constraint":
-        if params.get("constraint") not in state.constraints:
-            return _feedback(
-                ReasonCode.SCHEMA_INVALID,
-                f"no active constraint {params.get('constraint')!r}",
-                "params.constraint",
-            )
-    return None
-
-
-def _feedback(code: ReasonCode, detail: str, field: str = "") -> Feedback:
-    return Feedback(reason_code=code, detail=detail, layer="memory", field=field)
-
-
-def check(
-    state: MemoryState, proposal: ProposalRecord, agent_id: str, correlation_id: str
-) -> Feedback | None:
-    """Return the memory layer's refusal of ``proposal``, or None if no enforced constraint objects.
-
-    Args:
-        state: the memory projection at the time of the verdict.
-        proposal: the proposal being judged.
-        agent_id: who proposes (its queries count as verification).
-        correlation_id: the root DFID of the proposal's flow (its tree's queries count too).
+    Constraints and rule proposals are keyed by seq (canonical JSON keys are strings).
+    Parts added since (rulebook namespaces, the input events seen, embedding scores) are
+    left out while empty, so an older journal's checkpoints still verify.
     """
-    malformed = _malformed(state, proposal)
-    if malformed is not None:
-        return malformed
-    for constraint, code in violations(state, proposal, agent_id, correlation_id):
-        if constraint.priority in ENFORCED:
-            what = "violates" if code is ReasonCode.CONSTRAINT_VIOLATION else "needs"
-            detail = (
-                f"{what} {constraint.priority} constraint #{constraint.seq}: {constraint.text!r}"
-            )
-            return _feedback(code, detail)
-    return None
+    builtins: dict[str, Any] = msgspec.to_builtins(state, str_keys=True)
+    book = builtins["rulebook"]
+    for later in ("spaces", "seen"):
+        if not book.get(later):
+            book.pop(later, None)
+    if not builtins.get("scores"):
+        builtins.pop("scores", None)
+    return builtins
 
 
-def advisories(
-    state: MemoryState, proposal: ProposalRecord, agent_id: str, correlation_id: str
-) -> list[int]:
-    """Return the ids of the preferred (advisory) constraints ``proposal`` breaks."""
-    return [
-        c.seq
-        for c, _ in violations(state, proposal, agent_id, correlation_id)
-        if c.priority not in ENFORCED
-    ]
+_FOLDS: dict[type[Payload], Callable[[MemoryState, Event, bool], None]] = {
+    FactAdded: MemoryState._fact,
+    ConstraintAdded: MemoryState._constraint,
+    ConstraintDeactivated: MemoryState._deactivated,
+    DecisionMade: MemoryState._decision,
+    MemoryQueried: MemoryState._queried,
+    RuleProposed: MemoryState._rule,
+    RuleDecided: MemoryState._rule,
+    RuleRetracted: MemoryState._rule,
+    MeaningScored: MemoryState._scored,
+}
+"""What each memory event records (the rule events: in the rulebook it holds)."""
+
+
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+
+
+def iso_time(ns: int) -> str:
+    """Return a recorded time (ns since the epoch) as ISO 8601 in UTC, to the microsecond.
+
+    Integer arithmetic only: the same recorded time is the same text on every replay.
+    """
+    moment = _EPOCH + dt.timedelta(microseconds=ns // 1000)
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def memory_document(
+    ns: str,
+    generated_at_ns: int,
+    constraints: list[dict[str, Any]],
+    facts: dict[str, Any],
+    rules: list[dict[str, Any]],
+) -> dict[str, Any]:
+    """Return the memory JSON an agent is shown: what ``compile_memory`` answers.
+
+    ``ns`` is the rulebook namespace its rules come from, ``generated_at`` the recorded
+    time it was compiled at; a context records the document's hash (``memory_hash``),
+    so a replay knows which memory its agent saw. ``rules`` is left out when none is shown.
+    """
+    document: dict[str, Any] = {
+        "ns": ns,
+        "generated_at": iso_time(generated_at_ns),
+        "constraints": constraints,
+        "facts": facts,
+    }
+    if rules:
+        document["rules"] = rules
+    return document
+
+
+def compile_memory(
+    memory: MemoryState,
+    prompt: str,
+    *,
+    ns: str = DEFAULT_NS,
+    k: int = 5,
+    generated_at_ns: int = 0,
+    max_facts: int | None = None,
+    search: RuleSearch | None = None,
+) -> dict[str, Any]:
+    """Return the memory JSON for a task: the rules of ``ns`` relevant to ``prompt``, constraints,
+    facts (the rulebook document's ``compile_memory``; the same document a context shows)."""
+    view = memory.view(max_facts)
+    rules = [shown_item(r) for r in select(memory.rulebook, prompt, k, search, ns)]
+    return memory_document(ns, generated_at_ns, view["constraints"], view["facts"], rules)
+
+
+# --- the domain ---------------------------------------------------------------------
+
+_OUTCOMES = (ExecutionSucceeded, ExecutionRefused, ExecutionFailed)
+_Outcome = ExecutionSucceeded | ExecutionRefused | ExecutionFailed
+_ENDINGS = (FlowClosed, FlowAborted, FlowCompensated)
+
+
+class Memory(Domain):
+    """Governed memory as a domain: its writes, the executors' idempotency record, its check.
+
+    Its state (:class:`MemoryState`, saved as ``memory``) also holds the rulebook (folded
+    by :class:`~kernel.state.rulebook.Rules`) and the idempotency record of every kernel
+    executor that returns events to record (``written``, ``pending``): journals'
+    checkpoints hashed them there.
+    """
+
+    name = "memory"
+
+    def __init__(self, projections: State) -> None:
+        self._projections = projections
+        self._recording: frozenset[str] = frozenset()
+        self.state = MemoryState()
+
+    def folds(self) -> Mapping[type[Payload], Fold]:
+        self._recording = self._projections.recording
+        folds: dict[type[Payload], Fold] = dict.fromkeys(MEMORY_WRITES, self._write)
+        folds[MeaningScored] = self._write
+        # The record of every executor's events (and of the rule proposals it hands over).
+        for kinds in self._projections.records.values():
+            folds.update((kind, self._recorded) for kind in kinds if kind not in folds)
+        folds[RuleProposed] = self._recorded
+        folds[ExecutionStarted] = self._started
+        folds.update(dict.fromkeys(_OUTCOMES, self._outcome))
+        folds.update(dict.fromkeys(_ENDINGS, self._ended))
+        return folds
+
+    def saved(self) -> Sequence[Saved]:
+        def load(state: MemoryState) -> None:
+            self.state = state
+
+        return (
+            Saved(
+                name="memory",
+                type=MemoryState,
+                get=lambda: self.state,
+                load=load,
+                copy=MemoryState.copy,
+                canonical=canonical_memory,
+            ),
+        )
+
+    def check(self, proposal: ProposalRecord, view: View, flow: FlowState) -> Feedback | None:
+        return check(self.state, proposal, view.agent_id, flow.root_dfid, flow.dfid)
+
+    def executors(self) -> Mapping[str, ExecutorFactory | str]:
+        # Built in: it hands memory events to the engine, rule proposals to the DIM.
+        return {MEMORY_ADAPTER: "kernel.memory._pack:executor"}
+
+    def records(self) -> Mapping[str, frozenset[type[Payload]]]:
+        return {MEMORY_ADAPTER: MEMORY_WRITES}
+
+    def _write(self, event: Event) -> None:
+        self.state.apply(event, bounded=self._projections.fold > 1)
+
+    def _recorded(self, event: Event) -> None:
+        self.state.recorded(event)
+
+    def _started(self, event: Event) -> None:
+        """Note an intent of a recording executor as pending (the executor's work list)."""
+        intent = event.payload.intent  # type: ignore[union-attr]  # ExecutionStarted
+        if intent.adapter not in self._recording:
+            return
+        dfid = event.dfid or ""
+        flow = self._projections.current_flow(dfid)
+        pending = Pending(
+            dfid=dfid,
+            root_dfid=flow.root_dfid if flow else dfid,
+            agent_id=event.agent_id or "",
+            started_seq=event.seq,
+        )
+        self.state.started(intent.key, pending)
+
+    def _outcome(self, event: Event) -> None:
+        # Fold rules 2: an intent's outcome is recorded (an unknown one waits for a human).
+        payload: _Outcome = event.payload  # type: ignore[assignment]
+        if self._projections.fold > 1 and not getattr(payload, "unknown", False):
+            self.state.settled(payload.key)
+
+    def _ended(self, event: Event) -> None:
+        """Let the memory forget what a flow that just ended kept in it (fold rules 2).
+
+        Asked at the ending event itself, live and in replay alike: what the memory keeps
+        may not depend on how events were batched into commits.
+        """
+        memory = self.state
+        if memory.scores:
+            # A flow's recorded scores judge only its own proposals.
+            memory.scores.pop(event.dfid or "", None)
+        if self._projections.fold < 2 or not (memory.pending or memory.queried):
+            return
+        dfid = event.dfid or ""
+        state = self._projections.current_flow(dfid)
+        if state is None:
+            return
+        tree = self._projections.current_flow(state.root_dfid)
+        memory.flow_ended(dfid, state.root_dfid, root_open=tree is not None and not tree.terminal)
+
+
+class Rules(Domain):
+    """The rulebook as a domain: rule events, and the rules each open flow was shown.
+
+    Its state is the :class:`~kernel.state.rulebook.Rulebook` inside the memory's (saved
+    there, where journals' checkpoints hashed it), so it comes after :class:`Memory`.
+    It judges no proposal (citations are recorded, never judged: kernel.dim) and has no
+    executor: the DIM writes rule events; agents' rule proposals reach it through the
+    memory executor.
+    """
+
+    name = "rules"
+
+    def __init__(self, projections: State) -> None:
+        self._memory = projections.domain(Memory)
+
+    def folds(self) -> Mapping[type[Payload], Fold]:
+        return {
+            RuleProposed: self._rule,
+            RuleDecided: self._rule,
+            RuleRetracted: self._rule,
+            ContextCompiled: self._shown,
+            # What citations are checked against goes when its flow ends.
+            FlowClosed: self._ended,
+            FlowAborted: self._ended,
+            FlowCompensated: self._ended,
+        }
+
+    def saved(self) -> Sequence[Saved]:
+        return ()
+
+    def _rule(self, event: Event) -> None:
+        self._memory.state.rulebook.apply(event)
+
+    def _shown(self, event: Event) -> None:
+        # The rules this attempt showed: what its citations are checked against.
+        rules = event.payload.rules  # type: ignore[union-attr]  # ContextCompiled
+        self._memory.state.rulebook.context_shown(event.dfid or "", rules)
+
+    def _ended(self, event: Event) -> None:
+        self._memory.state.rulebook.shown.pop(event.dfid or "", None)

@@ -5,6 +5,16 @@ each committed batch as the journal reports it; ``fold`` rebuilds the same
 state from scratch, and the two must agree (``digest`` compares them). Nothing
 here reads the clock or the network: time enters only as recorded event data.
 
+The state is the flows (folded by ``kernel.core.flow``), the kernel's own records
+beside them (agents and sessions, the state layer fed by triggers, approvals and
+escalation budgets, pack versions, amendments, operator inbox rows), and the
+domains registered in :data:`DOMAINS` (reservations, governed memory, the rulebook,
+governed beliefs; see :mod:`kernel.state.domain`). One table maps each payload type
+to its fold, the flow's own first: :meth:`Projections.apply` looks each event up
+once and dispatches nothing by hand. The saved state (snapshots, the digest) is the
+list of :class:`~kernel.state.domain.Saved` fields: the kernel's own
+(:meth:`Projections.saved_fields` lists them first), then each domain's.
+
 A finished flow (CLOSED, ABORTED, COMPENSATED) leaves the canonical state the
 moment it ends: the digest covers the open flows, the count of finished ones
 by status and a rolling hash of their final states, so a kernel that runs for
@@ -18,32 +28,31 @@ read back from the journal on demand, see :meth:`Projections.recall`).
 from __future__ import annotations
 
 import hashlib
+import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from enum import StrEnum
+from functools import cached_property, partial
 from typing import Any, cast
 
 import msgspec
 
 from kernel.core import flow
 from kernel.core.events import (
-    BELIEF_PAYLOADS,
     AgentRegistered,
     AgentStatusChanged,
     AmendmentRefused,
-    ContextCompiled,
+    ApprovalExpired,
+    ApprovalVoted,
     CredentialIssued,
     DecisionRefused,
     DuplicateSuppressed,
     Event,
-    ExecutionFailed,
-    ExecutionRefused,
     ExecutionStarted,
-    ExecutionSucceeded,
-    FlowAborted,
-    FlowClosed,
-    FlowCompensated,
     FlowEscalated,
     FlowFlagged,
+    GrantIssued,
+    GrantRevoked,
+    GrantVoted,
     HumanDecided,
     InputRefused,
     KernelStarted,
@@ -51,8 +60,7 @@ from kernel.core.events import (
     Manifest,
     PackLoaded,
     PackRef,
-    ResourceReleased,
-    ResourceReserved,
+    Payload,
     RuleDecided,
     RuleRetracted,
     SubmissionRefused,
@@ -62,11 +70,31 @@ from kernel.core.events import (
 from kernel.core.flow import FLOW_EVENTS, TERMINAL, FlowState, FlowStatus
 from kernel.state import approvals
 from kernel.state.amendments import Amendment, folded
-from kernel.state.approvals import APPROVAL_EVENTS, Approval
-from kernel.state.beliefs import BELIEFS_ADAPTER
-from kernel.state.beliefs.effects import PROPOSE_TEST
+from kernel.state.approvals import Approval
+from kernel.state.artifacts import Artifacts, ArtifactState
+from kernel.state.beliefs.domain import Beliefs
 from kernel.state.beliefs.graph import BeliefGraph
-from kernel.state.memory import MEMORY_ADAPTER, MEMORY_EVENTS, MemoryState, Pending
+from kernel.state.budgets import Budgets
+from kernel.state.domain import OMIT, D, Domain, DomainType, Fold, Saved, compose, same
+from kernel.state.grants import Grants
+from kernel.state.memory import Memory, MemoryState, Rules
+from kernel.state.quorums import Quorums
+from kernel.state.reservations import Reservations
+from kernel.state.roadmap.domain import Roadmap
+
+DOMAINS: tuple[DomainType, ...] = (
+    Reservations,
+    Memory,
+    Rules,
+    Beliefs,
+    Artifacts,
+    Roadmap,
+    Quorums,
+    Grants,
+    Budgets,
+)
+"""The registered domains, in order: every Projections folds them, the DIM runs their
+checks in this order, the kernel builds their executors. Registering one is adding it here."""
 
 FOLD = 2
 """The fold rules this kernel records in KernelStarted and applies from then on.
@@ -75,9 +103,6 @@ FOLD = 2
 intent's idempotency record goes with its outcome, a flow tree's queries when it ends.
 A journal folds by the highest rules any kernel that opened it recorded, so an older
 journal keeps folding (and its checkpoints keep hashing) exactly as its kernel did."""
-
-_BELIEF_EVENTS = frozenset(BELIEF_PAYLOADS)
-_RECORDING_ADAPTERS = frozenset({MEMORY_ADAPTER, BELIEFS_ADAPTER})
 
 MOVING = frozenset(
     {
@@ -96,9 +121,10 @@ HISTORY = 256
 """Escalations kept per agent for its budget; older ones no longer matter to any bucket."""
 
 # Operational failures are the adapters' doing, not the agent's: they spend no budget.
-_UNCHARGED = frozenset({"EXECUTION_FAILED", "OUTCOME_UNKNOWN"})
+# So is an approval a later pack supersedes: the pack changed, not the agent.
+_UNCHARGED = frozenset({"EXECUTION_FAILED", "OUTCOME_UNKNOWN", "APPROVAL_SUPERSEDED"})
 # Events that may take an operator inbox row.
-_INBOX_EVENTS = frozenset(
+_INBOX_EVENTS: frozenset[type[Payload]] = frozenset(
     {
         HumanDecided,
         DecisionRefused,
@@ -109,17 +135,17 @@ _INBOX_EVENTS = frozenset(
         InputRefused,
         RuleRetracted,
         CredentialIssued,
+        ApprovalVoted,
+        GrantIssued,
+        GrantVoted,
+        GrantRevoked,
     }
 )
 # Flow events allowed in any status that never change it: the only ones a flow gets
 # after it ended. On a finished flow they touch the index, never the canonical state.
 _NOTES = frozenset({DecisionRefused, DuplicateSuppressed, SubmissionRefused, FlowFlagged})
-# Events that end a flow.
-_ENDINGS = frozenset({FlowClosed, FlowAborted, FlowCompensated})
-# Events that record an intent's outcome (ExecutionFailed only when it is known).
-_OUTCOMES = frozenset({ExecutionSucceeded, ExecutionRefused, ExecutionFailed})
-_Outcome = ExecutionSucceeded | ExecutionRefused | ExecutionFailed
 _MODULUS = 1 << 256
+_Table = dict[type[Payload], Fold]
 # Sorted keys: a live payload and the same payload decoded from the journal encode alike.
 _flow_encoder = msgspec.msgpack.Encoder(order="sorted")
 
@@ -185,9 +211,16 @@ class Projections:
     Args:
         keep_finished: how many finished flows ``flows`` keeps beside the open
             ones (the most recently ended); None keeps every one.
+        domains: the domains to fold (default: :data:`DOMAINS` as registered now).
+
+    Raises:
+        ValueError: A domain is registered twice, two parts save a field of the same
+            name, or two domains provide an executor for the same adapter.
     """
 
-    def __init__(self, keep_finished: int | None = None) -> None:
+    def __init__(
+        self, keep_finished: int | None = None, domains: Sequence[DomainType] | None = None
+    ) -> None:
         self.last_seq = 0
         self.keep_finished = keep_finished
         self.fold = 1
@@ -211,15 +244,11 @@ class Projections:
         # Derived (not part of the digest): per agent, its flows whose effects have not
         # converged (a saga unwinding, or escalated with steps still in effect).
         self.unsettled: dict[str, set[str]] = {}
-        self.memory = MemoryState()
-        self.beliefs = BeliefGraph()
-        """Governed beliefs: workspaces and the canonical graph (kernel.beliefs)."""
+        # The flows the transition check folded for the transaction being committed,
+        # while apply() adopts them (current_flow reads them first).
         self._committing: dict[str, FlowState] | None = None
+        self._adopting: dict[str, FlowState] | None = None
         self._were_ended: set[str] = set()
-        self.reservations: dict[str, dict[str, int]] = {}
-        """What each open flow holds, by pool (semantic locks)."""
-        self.held: dict[str, int] = {}
-        """The total held of each pool."""
         self.approvals: dict[str, Approval] = {}
         self.waiting: set[str] = set()
         """Flows waiting for a human (ESCALATED)."""
@@ -231,154 +260,235 @@ class Projections:
         """The pack versions in force, by name (KernelStarted, then PackLoaded)."""
         self.amendments: dict[str, dict[str, Amendment]] = {}
         """Per agent, its amended limits by name (expired ones too: see amendments.in_force)."""
+        # What these projections hand out to their domains and keep in their table reaches
+        # them weakly: with no reference cycle, a Projections dropped (a fold, a recall, a
+        # replay) is freed at once, not left to the cyclic GC with all the state it holds.
+        weak = cast(Projections, weakref.proxy(self))
+        self._by_type: dict[type[Domain], Domain] = {}
+        self._build(DOMAINS if domains is None else domains, weak)
+        self.domains: tuple[Domain, ...] = tuple(self._by_type.values())
+        """Every domain this state folds, in registration order."""
+        self.records: dict[str, frozenset[type[Payload]]] = {
+            adapter: kinds for domain in self.domains for adapter, kinds in domain.records().items()
+        }
+        """The event types each domain executor may return to record, by adapter name."""
+        self.recording = frozenset(self.records)
+        """The adapters whose executors return events to record (their idempotency
+        record is the memory's ``written``/``pending``)."""
+        _one_executor_each(self.domains)
+        self.checking = tuple(d for d in self.domains if type(d).check is not Domain.check)
+        """The domains with a DIM check of their own, in registration order."""
+        self.transforming = tuple(
+            d for d in self.domains if type(d).transform is not Domain.transform
+        )
+        """The domains that may apply an accepted proposal in another form."""
+        self.saved_fields()  # refuses a field saved twice now, not at the first snapshot
+        self._on_flow, self._on_other = self._tables(weak)
+
+    def _build(self, domains: Sequence[DomainType], weak: Projections) -> None:
+        """Build each domain, one by one: a domain may look up those registered before it."""
+        for make in domains:
+            domain = make(weak)
+            if type(domain) in self._by_type:
+                raise ValueError(f"the domain {type(domain).__name__} is registered twice")
+            self._by_type[type(domain)] = domain
+
+    # --- the table --------------------------------------------------------------
+
+    def _tables(self, weak: Projections) -> tuple[_Table, _Table]:
+        """Return the folds by payload type: of flow events on their flow, of the others.
+
+        A flow event reaches the folds registered for its type only on its flow (after
+        the flow's own fold); without one, it only takes the inbox row it names.
+        """
+        own: _Table = {kind: partial(fold, weak) for kind, fold in _KERNEL_FOLDS.items()}
+        inbox = partial(Projections._take_inbox_row, weak)
+        by_type: dict[type[Payload], list[Fold]] = {}
+        for folds in (own, *(domain.folds() for domain in self.domains)):
+            for kind, fold in folds.items():
+                by_type.setdefault(kind, []).append(fold)
+        for kind in _INBOX_EVENTS:
+            by_type.setdefault(kind, []).append(inbox)
+        on_flow = {kind: compose(folds) for kind, folds in by_type.items()}
+        on_other = {kind: fold for kind, fold in on_flow.items() if kind not in FLOW_EVENTS}
+        on_other.update((kind, inbox) for kind in _INBOX_EVENTS & FLOW_EVENTS)
+        return on_flow, on_other
+
+    def domain(self, kind: type[D]) -> D:
+        """Return this state's instance of the registered domain ``kind``.
+
+        Raises:
+            LookupError: ``kind`` is not among this state's domains.
+        """
+        found = self._by_type.get(kind)
+        if found is None:
+            raise LookupError(f"the domain {kind.__name__} is not registered")
+        return cast(D, found)
+
+    # The built-in domains as attributes: actors read them per proposal and per flow.
+
+    @property
+    def memory(self) -> MemoryState:
+        """Governed memory (kernel.memory), the rulebook and the executors' record in it."""
+        return self._memory.state
+
+    @cached_property
+    def _memory(self) -> Memory:
+        return self.domain(Memory)
+
+    @cached_property
+    def _reservations(self) -> Reservations:
+        return self.domain(Reservations)
+
+    @property
+    def beliefs(self) -> BeliefGraph:
+        """Governed beliefs: workspaces and the canonical graph (kernel.beliefs)."""
+        return self.domain(Beliefs).graph
+
+    @property
+    def artifacts(self) -> ArtifactState:
+        """Artifact references, and what each open flow's context referenced."""
+        return self.domain(Artifacts).state
+
+    @property
+    def reservations(self) -> dict[str, dict[str, int]]:
+        """What each open flow holds, by pool (semantic locks)."""
+        return self._reservations.holds
+
+    @property
+    def held(self) -> dict[str, int]:
+        """The total held of each pool."""
+        return self._reservations.held
+
+    # --- folding -----------------------------------------------------------------
 
     def apply(self, events: Iterable[Event]) -> None:
         """Fold committed events, in seq order, into the state."""
         # Flows the transition check already folded for the transaction being committed.
         committing, self._committing = self._committing, None
+        self._adopting = committing
         # Replay runs this for every event of a journal: names bound once, types compared
-        # by identity (no payload type is subclassed; isinstance costs more per event).
-        flows = self.flows
-        flow_apply = flow.apply
-        set_flow = self._set_flow
-        for event in events:
-            payload = event.payload
-            kind = type(payload)
-            dfid = event.dfid
-            if dfid is not None and kind in FLOW_EVENTS:
-                if committing is None or dfid not in committing:
-                    current = flows.get(dfid)
-                    if current is not None or kind not in _NOTES:
-                        set_flow(flow_apply(current, event))
-                if kind is ContextCompiled:
-                    # The rules this attempt showed: what its citations are checked against.
-                    self.memory.rulebook.context_shown(dfid, cast(ContextCompiled, payload).rules)
-                elif kind in APPROVAL_EVENTS:
-                    # ExecutionStarted only consumes an approval the flow has.
-                    if kind is not ExecutionStarted or dfid in self.approvals:
-                        approvals.apply(self.approvals, event)
-                    if (
-                        kind is FlowEscalated
-                        and cast(FlowEscalated, payload).reason_code not in _UNCHARGED
-                    ):
-                        owner = committing.get(dfid) if committing else None
-                        agent_id = (owner or flows[dfid]).agent_id
-                        history = self.escalations.setdefault(agent_id, [])
-                        history.append((dfid, event.ts))
-                        del history[:-HISTORY]
-                    elif kind is ExecutionStarted:
-                        started = cast(ExecutionStarted, payload)
-                        intent = started.intent
-                        if intent.adapter in _RECORDING_ADAPTERS:
-                            self._memory_started(event, started)
-                        elif intent.kind == PROPOSE_TEST:
-                            self.beliefs.test_started(
-                                intent.key, intent.params, intent.adapter, event.seq
-                            )
-                elif kind is ExecutionSucceeded:
-                    succeeded = cast(ExecutionSucceeded, payload)
-                    if succeeded.key in self.beliefs.test_keys:
-                        self.beliefs.test_done(succeeded.key, succeeded.detail)
-                if self.fold > 1:
-                    # An intent's outcome is recorded (an unknown one waits for a human).
-                    if kind in _OUTCOMES and not (
-                        kind is ExecutionFailed and cast(ExecutionFailed, payload).unknown
-                    ):
-                        self.memory.settled(cast(_Outcome, payload).key)
-                    elif kind in _ENDINGS:
-                        self._flow_ended(dfid, committing)
-            elif kind in MEMORY_EVENTS:
-                self.memory.apply(event, bounded=self.fold > 1)
-            elif kind in _BELIEF_EVENTS:
-                self.beliefs.apply(event)
-                key = payload.key  # type: ignore[union-attr]
-                if key:
-                    # The beliefs executor's idempotency record, beside the memory executor's.
-                    self.memory.written[key] = event.seq
-                    self.memory.pending.pop(key, None)
-            elif isinstance(payload, TriggerFired):
-                for key, value in payload.facts.items():
-                    self.state[key] = Fact(
-                        value=value,
-                        source=payload.source or payload.topic,
-                        seq=event.seq,
-                        ts=event.ts,
-                    )
-            elif isinstance(payload, ResourceReserved | ResourceReleased):
-                self._reserve(event.dfid or "", payload)
-            elif isinstance(payload, AgentRegistered):
-                manifest = payload.manifest
-                previous = self.agents.get(manifest.agent_id)
-                if previous is not None:
-                    self.sessions.pop(previous.session_hash, None)
-                # A new handshake never lifts a demotion: only an operator does.
-                self.agents[manifest.agent_id] = AgentView(
-                    manifest=manifest,
-                    status=previous.status if previous else AgentStatus.ACTIVE,
-                    session_hash=payload.session_hash,
-                    registered_seq=event.seq,
-                )
-                self.sessions[payload.session_hash] = manifest.agent_id
-            elif isinstance(payload, AgentStatusChanged):
-                agent = self.agents.get(event.agent_id or "")
-                if agent is not None:
-                    self.agents[agent.manifest.agent_id] = msgspec.structs.replace(
-                        agent, status=AgentStatus(payload.status)
-                    )
-                    if payload.status == AgentStatus.ACTIVE:
-                        # Restored by an operator: a full escalation budget again.
-                        self.escalations.pop(agent.manifest.agent_id, None)
-            elif isinstance(payload, KernelStarted):
-                self.packs = {pack.name: pack for pack in payload.packs}
-                self.fold = max(self.fold, payload.fold)
-            elif isinstance(payload, PackLoaded):
-                self.packs[payload.pack.name] = payload.pack
-            elif isinstance(payload, CredentialIssued):
-                self.credentials[event.agent_id or ""] = payload.verifier
-            elif isinstance(payload, LimitAmended):
-                limits = self.amendments.setdefault(event.agent_id or "", {})
-                limits[payload.limit] = folded(payload, event.seq)
-            if kind in _INBOX_EVENTS:
-                inbox_id = payload.inbox_id  # type: ignore[union-attr]
-                if inbox_id is not None:
-                    self.inbox_taken.setdefault(inbox_id, event.seq)
-            self.last_seq = event.seq
-        if committing:
-            for state in committing.values():
-                if state.dfid in self._were_ended:
-                    # Only notes reach a finished flow: the index sees them, if it kept it.
-                    if state.dfid in self.ended:
-                        self.flows[state.dfid] = state
-                    continue
-                self._set_flow(state)
+        # by identity (no payload type is subclassed; isinstance costs more per event),
+        # the flow's own fold inline (a call per event costs about a tenth of a fold).
+        flows, flow_apply, set_flow = self.flows, flow.apply, self._set_flow
+        on_flow, on_other = self._on_flow, self._on_other
+        try:
+            for event in events:
+                kind = type(event.payload)
+                dfid = event.dfid
+                if dfid is not None and kind in FLOW_EVENTS:
+                    if committing is None or dfid not in committing:
+                        current = flows.get(dfid)
+                        if current is not None or kind not in _NOTES:
+                            set_flow(flow_apply(current, event))
+                    fold = on_flow.get(kind)
+                else:
+                    fold = on_other.get(kind)
+                if fold is not None:
+                    fold(event)
+                self.last_seq = event.seq
+        finally:
+            self._adopting = None
+        self._adopt(committing)
 
-    def _flow_ended(self, dfid: str, committing: dict[str, FlowState] | None) -> None:
-        """Let the memory forget what flow ``dfid`` (which just ended) kept in it.
+    def _adopt(self, committing: dict[str, FlowState] | None) -> None:
+        """Take the flows the transition check folded for the transaction just committed."""
+        for state in (committing or {}).values():
+            if state.dfid in self._were_ended:
+                # Only notes reach a finished flow: the index sees them, if it kept it.
+                if state.dfid in self.ended:
+                    self.flows[state.dfid] = state
+                continue
+            self._set_flow(state)
 
-        Asked at the ending event itself, live and in replay alike: what the memory keeps
-        may not depend on how events were batched into commits.
-        """
-        memory = self.memory
-        if not (memory.pending or memory.queried):
+    def current_flow(self, dfid: str) -> FlowState | None:
+        """Return flow ``dfid`` as folded so far (inside a commit: as the transaction has it)."""
+        adopting = self._adopting
+        if adopting is not None:
+            state = adopting.get(dfid)
+            if state is not None:
+                return state
+        return self.flows.get(dfid)
+
+    def _approval(self, event: Event) -> None:
+        approvals.apply(self.approvals, event)
+
+    def _consumed(self, event: Event) -> None:
+        # ExecutionStarted only consumes an approval the flow has.
+        if event.dfid in self.approvals:
+            approvals.apply(self.approvals, event)
+
+    def _escalated(self, event: Event) -> None:
+        approvals.apply(self.approvals, event)
+        if cast(FlowEscalated, event.payload).reason_code in _UNCHARGED:
             return
-        state = (committing and committing.get(dfid)) or self.flows.get(dfid)
-        if state is None:
-            return
-        root = state.root_dfid
-        tree = (committing and committing.get(root)) or self.flows.get(root)
-        memory.flow_ended(dfid, root, root_open=tree is not None and not tree.terminal)
+        dfid = cast(str, event.dfid)
+        state = self.current_flow(dfid)
+        if state is not None:
+            history = self.escalations.setdefault(state.agent_id, [])
+            history.append((dfid, event.ts))
+            del history[:-HISTORY]
 
-    def _memory_started(self, event: Event, payload: ExecutionStarted) -> None:
-        flow_state = self.flows.get(event.dfid or "")
-        self.memory.started(
-            payload.intent.key,
-            Pending(
-                dfid=event.dfid or "",
-                root_dfid=flow_state.root_dfid if flow_state else event.dfid or "",
-                agent_id=event.agent_id or "",
-                started_seq=event.seq,
-            ),
+    def _facts(self, event: Event) -> None:
+        payload = cast(TriggerFired, event.payload)
+        for key, value in payload.facts.items():
+            self.state[key] = Fact(
+                value=value,
+                source=payload.source or payload.topic,
+                seq=event.seq,
+                ts=event.ts,
+            )
+
+    def _registered(self, event: Event) -> None:
+        payload = cast(AgentRegistered, event.payload)
+        manifest = payload.manifest
+        previous = self.agents.get(manifest.agent_id)
+        if previous is not None:
+            self.sessions.pop(previous.session_hash, None)
+        # A new handshake never lifts a demotion: only an operator does.
+        self.agents[manifest.agent_id] = AgentView(
+            manifest=manifest,
+            status=previous.status if previous else AgentStatus.ACTIVE,
+            session_hash=payload.session_hash,
+            registered_seq=event.seq,
         )
+        self.sessions[payload.session_hash] = manifest.agent_id
+
+    def _status_changed(self, event: Event) -> None:
+        payload = cast(AgentStatusChanged, event.payload)
+        agent = self.agents.get(event.agent_id or "")
+        if agent is None:
+            return
+        self.agents[agent.manifest.agent_id] = msgspec.structs.replace(
+            agent, status=AgentStatus(payload.status)
+        )
+        if payload.status == AgentStatus.ACTIVE:
+            # Restored by an operator: a full escalation budget again.
+            self.escalations.pop(agent.manifest.agent_id, None)
+
+    def _kernel_started(self, event: Event) -> None:
+        payload = cast(KernelStarted, event.payload)
+        self.packs = {pack.name: pack for pack in payload.packs}
+        self.fold = max(self.fold, payload.fold)
+
+    def _pack_loaded(self, event: Event) -> None:
+        pack = cast(PackLoaded, event.payload).pack
+        self.packs[pack.name] = pack
+
+    def _credential(self, event: Event) -> None:
+        self.credentials[event.agent_id or ""] = cast(CredentialIssued, event.payload).verifier
+
+    def _amended(self, event: Event) -> None:
+        payload = cast(LimitAmended, event.payload)
+        limits = self.amendments.setdefault(event.agent_id or "", {})
+        limits[payload.limit] = folded(payload, event.seq)
+
+    def _take_inbox_row(self, event: Event) -> None:
+        inbox_id = event.payload.inbox_id  # type: ignore[union-attr]
+        if inbox_id is not None:
+            self.inbox_taken.setdefault(inbox_id, event.seq)
+
+    # --- flows and their index ---------------------------------------------------
 
     def _set_flow(self, state: FlowState) -> None:
         dfid = state.dfid
@@ -402,15 +512,13 @@ class Projections:
 
     def _finish(self, state: FlowState) -> None:
         """Move a flow that just ended out of the canonical state, into the index."""
-        dfid = state.dfid
-        self.memory.rulebook.shown.pop(dfid, None)
         self.finished[state.status] = self.finished.get(state.status, 0) + 1
         total = self._finished_sum
         if total is None:
             total = int(self._finished_hex, 16) if self._finished_hex else 0
         self._finished_sum = (total + _flow_hash(state)) % _MODULUS
         self._finished_hex = None
-        self._index(dfid)
+        self._index(state.dfid)
 
     @property
     def finished_hash(self) -> str:
@@ -453,26 +561,20 @@ class Projections:
         ended = self.ended
         return {dfid: state for dfid, state in self.flows.items() if dfid not in ended}
 
+    def _open_approvals(self) -> dict[str, Approval]:
+        ended = self.ended
+        return {dfid: a for dfid, a in self.approvals.items() if dfid not in ended}
+
+    def _load_flows(self, flows: dict[str, FlowState]) -> None:
+        for state in flows.values():
+            self._set_flow(state)  # also rebuilds what is derived from flows
+
     def unsettled_flows(self, agent_id: str) -> list[str]:
         """Return the agent's flows whose effects have not converged.
 
         Those are flows DIRTY (a saga unwinding) or escalated after a failed compensation.
         """
         return sorted(self.unsettled.get(agent_id, ()))
-
-    def _reserve(self, dfid: str, payload: ResourceReserved | ResourceReleased) -> None:
-        holds = self.reservations.setdefault(dfid, {})
-        before = holds.pop(payload.pool, 0)
-        after = payload.amount if isinstance(payload, ResourceReserved) else 0
-        if after:
-            holds[payload.pool] = after
-        elif not holds:
-            del self.reservations[dfid]
-        total = self.held.get(payload.pool, 0) - before + after
-        if total:
-            self.held[payload.pool] = total
-        else:
-            self.held.pop(payload.pool, None)
 
     def transition_check(self) -> Callable[[Sequence[Event]], None]:
         """Return a check for one journal transaction: it refuses illegal flow transitions.
@@ -519,39 +621,133 @@ class Projections:
             seen.update((k, v) for k, v in staged.items() if visible(subs, k))
         return dict(sorted(seen.items()))
 
-    def snapshot(self) -> dict[str, Any]:
-        """Return the canonical state as plain data (for digests, time travel and the CLI).
+    # --- the saved state ---------------------------------------------------------
 
-        Finished flows appear only as counts by status and their rolling hash;
-        the index of them (``flows``, ``approvals``) is left out.
+    def saved_fields(self) -> tuple[Saved, ...]:
+        """Return the saved state, field by field: the kernel's own, then each domain's.
+
+        Raises:
+            ValueError: Two parts save a field of the same name.
         """
-        ended = self.ended
+        return _unique(self._saved(), *(domain.saved() for domain in self.domains))
+
+    def _saved(self) -> tuple[Saved, ...]:
+        """Return the kernel's own share of the saved state, in snapshot order.
+
+        Finished flows are saved only as counts by status and their rolling hash; the
+        index of them (``flows``, ``approvals``) is left out. ``credentials`` and
+        ``fold`` are left out of the digest while they hold nothing new: journals'
+        checkpoints recorded before them hashed the state without them.
+        """
+
+        def kept(name: str, kind: Any, copy: Callable[[Any], Any] = dict, **how: Any) -> Saved:
+            # A field kept as an attribute of its own name.
+            get, load = partial(getattr, self, name), partial(setattr, self, name)
+            return Saved(name=name, type=kind, get=get, load=load, copy=copy, **how)
+
         return (
-            {
-                "last_seq": self.last_seq,
-                "flows": self.open_flows(),
-                "finished": dict(sorted(self.finished.items())),
-                "finished_hash": self.finished_hash,
-                "agents": self.agents,
-                "sessions": self.sessions,
-                "state": self.state,
-                "reservations": self.reservations,
-                "approvals": {d: a for d, a in self.approvals.items() if d not in ended},
-                "escalations": self.escalations,
-                "inbox_taken": sorted(self.inbox_taken.items()),
-                # Constraints and rule proposals are keyed by seq: canonical JSON keys are strings.
-                "memory": msgspec.to_builtins(self.memory, str_keys=True),
-                "packs": self.packs,
-                "amendments": self.amendments,
-            }
-            | ({"credentials": self.credentials} if self.credentials else {})
-            | ({"fold": self.fold} if self.fold > 1 else {})
-            | ({} if self.beliefs.empty() else {"beliefs": msgspec.to_builtins(self.beliefs)})
+            kept("last_seq", int, copy=same),
+            Saved(
+                name="flows", type=dict[str, FlowState], get=self.open_flows, load=self._load_flows
+            ),
+            kept("agents", dict[str, AgentView]),
+            kept("sessions", dict[str, str]),
+            kept("state", dict[str, Fact]),
+            kept("finished", dict[str, int], canonical=_sorted, default={}),
+            kept("finished_hash", str, copy=same, default=""),
+            Saved(
+                name="approvals",
+                type=dict[str, Approval],
+                get=self._open_approvals,
+                load=partial(setattr, self, "approvals"),
+                default={},
+            ),
+            kept("escalations", dict[str, list[tuple[str, int]]], copy=_copy_lists, default={}),
+            kept("inbox_taken", dict[int, int], canonical=_items, default={}),
+            kept("packs", dict[str, PackRef], default={}),
+            kept("amendments", dict[str, dict[str, Amendment]], copy=_copy_dicts, default={}),
+            kept("credentials", dict[str, str], canonical=_unless_empty, default={}),
+            kept("fold", int, copy=same, canonical=_unless_first, default=1),
         )
+
+    def snapshot(self) -> dict[str, Any]:
+        """Return the canonical state as plain data (for digests, time travel and the CLI)."""
+        shown: dict[str, Any] = {}
+        for field in self.saved_fields():
+            value = field.canonical(field.get())
+            if value is not OMIT:
+                shown[field.name] = value
+        return shown
 
     def digest(self) -> str:
         """Return the hash of the canonical projected state."""
         return digest(self.snapshot())
+
+
+_KERNEL_FOLDS: dict[type[Payload], Callable[[Projections, Event], None]] = {
+    FlowEscalated: Projections._escalated,
+    HumanDecided: Projections._approval,
+    ApprovalExpired: Projections._approval,
+    ExecutionStarted: Projections._consumed,
+    TriggerFired: Projections._facts,
+    AgentRegistered: Projections._registered,
+    AgentStatusChanged: Projections._status_changed,
+    KernelStarted: Projections._kernel_started,
+    PackLoaded: Projections._pack_loaded,
+    CredentialIssued: Projections._credential,
+    LimitAmended: Projections._amended,
+}
+"""The kernel's own folds (beside the flow's, which runs first)."""
+
+
+def _unique(*shares: Sequence[Saved]) -> tuple[Saved, ...]:
+    """Return the saved fields of every share, refusing a name saved twice."""
+    fields = tuple(field for share in shares for field in share)
+    names = [field.name for field in fields]
+    twice = sorted({name for name in names if names.count(name) > 1})
+    if twice:
+        raise ValueError(f"saved-state fields declared twice: {', '.join(twice)}")
+    return fields
+
+
+def _one_executor_each(domains: Sequence[Domain]) -> None:
+    """Refuse two domains that provide an executor for the same adapter."""
+    names = [adapter for domain in domains for adapter in domain.executors()]
+    twice = sorted({name for name in names if names.count(name) > 1})
+    if twice:
+        raise ValueError(f"adapters provided by two domains: {', '.join(twice)}")
+
+
+def _sorted(counts: dict[str, int]) -> dict[str, int]:
+    return dict(sorted(counts.items()))
+
+
+def _items(rows: dict[int, int]) -> list[tuple[int, int]]:
+    return sorted(rows.items())
+
+
+def _unless_empty(value: dict[str, str]) -> Any:
+    return value if value else OMIT
+
+
+def _unless_first(rules: int) -> Any:
+    return rules if rules > 1 else OMIT
+
+
+def _copy_lists(history: dict[str, list[tuple[str, int]]]) -> dict[str, list[tuple[str, int]]]:
+    return {agent: list(h) for agent, h in history.items()}
+
+
+def _copy_dicts(limits: dict[str, dict[str, Amendment]]) -> dict[str, dict[str, Amendment]]:
+    return {agent: dict(by_name) for agent, by_name in limits.items()}
+
+
+def built_in(domains: Sequence[DomainType] | None = None) -> frozenset[str]:
+    """Return the adapters the domains (default: those registered) provide executors for.
+
+    A pack may name them without being given one: the kernel builds it (kernel.wiring).
+    """
+    return frozenset(name for d in Projections(domains=domains).domains for name in d.executors())
 
 
 def fold(events: Iterable[Event], keep_finished: int | None = None) -> Projections:

@@ -19,14 +19,24 @@ rules in order (a pure function of the rulebook and the proposal):
    the proposer is not an operator;
 5. ``promote`` NEW_RULE or NEW_VERSION otherwise: the next version.
 
+Before them, ``skip`` DUPLICATE_INPUT: a proposal naming an ``input_event`` (a webhook
+delivery, a seeded item) that an earlier proposal of the same namespace named.
+
+Every rule lives in a **namespace** (``ns``, default ``default``): a tenant, a team.
+Proposals, decisions, retractions, searches and contexts name one, and never see
+another's rules; the same rule id in two namespaces is two rules. A context shows the
+rules of its agent's namespace (the manifest's ``context.memory.ns``). A rule of another
+namespace than ``default`` is cited ``[rule:ns/id@vN]``.
+
 A deferred proposal waits for an operator, who may ``override`` it (it becomes
 the next version) or ``skip`` it (:func:`operator_decision`). The DIM actor owns
 the rulebook: it stages every rule event (kernel.dim), one message at a time, so
 every decision reads the version the previous one left. The projection
 (:class:`Rulebook`) lives in the memory projection, so snapshots, time travel
-and ``dirk why`` see it. Agents receive the rules relevant to their flow in the
-memory layer of their context (:func:`select`), through the :class:`RuleSearch`
-port: lexical (BM25 over title, content and labels) by default.
+and ``dirk why`` see it; its domain, :class:`kernel.state.memory.Rules`, folds
+it. Agents receive the rules relevant to their flow in the memory layer of their
+context (:func:`select`), through the :class:`RuleSearch` port: lexical (BM25
+over title, content and labels) by default.
 """
 
 from __future__ import annotations
@@ -57,9 +67,18 @@ RETRACT = "retract"
 """The decision a retraction (RuleRetracted) is kept as in a rule's history."""
 DEFAULT_RULES = 5
 """Rules a context shows unless the manifest's ``context.memory.max_rules`` says otherwise."""
+DEFAULT_NS = "default"
+"""The namespace of a rule, proposal or query that names none (and of every older journal's)."""
+_SEEN = "\x1f"
+"""Joins a namespace and an input event id in :attr:`Rulebook.seen` (no id holds a control)."""
 
 
-class RuleVersion(msgspec.Struct, frozen=True, gc=False, kw_only=True):
+def qualified(ns: str, rule: str) -> str:
+    """Return how a rule is named outside its namespace: ``rule``, or ``ns/rule``."""
+    return rule if ns == DEFAULT_NS else f"{ns}/{rule}"
+
+
+class RuleVersion(msgspec.Struct, frozen=True, gc=False, kw_only=True, omit_defaults=True):
     """One version of a rule, with its provenance and the decision that created it."""
 
     rule: str
@@ -72,16 +91,17 @@ class RuleVersion(msgspec.Struct, frozen=True, gc=False, kw_only=True):
     proposal: int
     decided: int
     actor: str
+    ns: str = DEFAULT_NS
 
     @property
     def cite(self) -> str:
-        """How an explanation cites this version: ``[rule:id@vN]``."""
-        return f"[rule:{self.rule}@v{self.version}]"
+        """How an explanation cites this version: ``[rule:id@vN]`` (``[rule:ns/id@vN]``)."""
+        return f"[rule:{self.ref}]"
 
     @property
     def ref(self) -> str:
-        """``id@vN``, as recorded in ContextCompiled."""
-        return f"{self.rule}@v{self.version}"
+        """``id@vN`` (``ns/id@vN`` outside the default namespace), as ContextCompiled records."""
+        return f"{qualified(self.ns, self.rule)}@v{self.version}"
 
 
 class RuleDecision(msgspec.Struct, frozen=True, gc=False, kw_only=True):
@@ -130,34 +150,64 @@ class RuleItem(msgspec.Struct, kw_only=True):
 class Rulebook(msgspec.Struct, kw_only=True):
     """The rulebook projection: plain data, stored as is in snapshots.
 
-    ``pending`` holds deferred proposals by seq; ``shown`` the rules each open
-    flow's latest context showed (``id@vN``), what citations are checked against.
+    ``items`` holds the rules of the default namespace, ``spaces`` those of every other
+    (namespace -> rule id -> item); ``pending`` holds deferred proposals by seq;
+    ``shown`` the rules each open flow's latest context showed (``id@vN``), what
+    citations are checked against; ``seen`` the input events proposals named, per
+    namespace (the promoter's deduplication). ``spaces`` and ``seen`` are left out of
+    the digest while empty (kernel.state.memory), as journals before them hashed it.
     """
 
     items: dict[str, RuleItem] = {}
     pending: dict[int, RuleProposed] = {}
     shown: dict[str, list[str]] = {}
+    spaces: dict[str, dict[str, RuleItem]] = {}
+    seen: dict[str, int] = {}
 
     def copy(self) -> Rulebook:
         """Return a copy that later folds do not change."""
         return Rulebook(
-            items={
-                rule: RuleItem(versions=list(i.versions), decisions=list(i.decisions))
-                for rule, i in self.items.items()
-            },
+            items=_copied(self.items),
             pending=dict(self.pending),
             shown={dfid: list(refs) for dfid, refs in self.shown.items()},
+            spaces={ns: _copied(items) for ns, items in self.spaces.items()},
+            seen=dict(self.seen),
         )
 
-    def current(self) -> list[RuleVersion]:
-        """Every rule's current version, by id."""
-        return [v for _, i in sorted(self.items.items()) if (v := i.current) is not None]
+    def space(self, ns: str = DEFAULT_NS) -> dict[str, RuleItem]:
+        """The rules of namespace ``ns`` by id (an empty mapping for an unknown namespace)."""
+        return self.items if ns == DEFAULT_NS else self.spaces.get(ns, {})
+
+    def item(self, rule: str, ns: str = DEFAULT_NS) -> RuleItem | None:
+        """Rule ``rule`` of namespace ``ns``, or None."""
+        return self.space(ns).get(rule)
+
+    def namespaces(self) -> list[str]:
+        """Every namespace that holds a rule, sorted (``default`` among them if it does)."""
+        names = set(self.spaces)
+        if self.items:
+            names.add(DEFAULT_NS)
+        return sorted(names)
+
+    def resolve(self, name: str) -> tuple[str, str]:
+        """Return (namespace, rule id) of a rule named as :func:`qualified` names it."""
+        ns, sep, rule = name.partition("/")
+        if sep and ns in self.spaces:
+            return ns, rule
+        return DEFAULT_NS, name
+
+    def _writable(self, ns: str) -> dict[str, RuleItem]:
+        return self.items if ns == DEFAULT_NS else self.spaces.setdefault(ns, {})
+
+    def current(self, ns: str = DEFAULT_NS) -> list[RuleVersion]:
+        """Every rule's current version in namespace ``ns``, by id."""
+        return [v for _, i in sorted(self.space(ns).items()) if (v := i.current) is not None]
 
     def apply(self, event: Event) -> None:
         """Fold a RuleProposed, RuleDecided or RuleRetracted."""
         match event.payload:
             case RuleRetracted() as retracted:
-                item = self.items.setdefault(retracted.rule, RuleItem())
+                item = self._writable(retracted.ns).setdefault(retracted.rule, RuleItem())
                 item.decisions.append(
                     RuleDecision(
                         seq=event.seq,
@@ -173,11 +223,13 @@ class Rulebook(msgspec.Struct, kw_only=True):
             case RuleProposed() as proposal:
                 # Held until decided; the promoter decides in the same append.
                 self.pending[event.seq] = proposal
+                if proposal.input_event:
+                    self.seen.setdefault(seen_key(proposal.ns, proposal.input_event), event.seq)
             case RuleDecided() as decided:
                 self._decided(event.seq, event.caused_by or 0, decided)
 
     def _decided(self, seq: int, proposal_seq: int, decided: RuleDecided) -> None:
-        item = self.items.setdefault(decided.rule, RuleItem())
+        item = self._writable(decided.ns).setdefault(decided.rule, RuleItem())
         item.decisions.append(
             RuleDecision(
                 seq=seq,
@@ -206,6 +258,7 @@ class Rulebook(msgspec.Struct, kw_only=True):
                     proposal=proposal_seq,
                     decided=seq,
                     actor=decided.actor,
+                    ns=decided.ns,
                 )
             )
 
@@ -215,6 +268,18 @@ class Rulebook(msgspec.Struct, kw_only=True):
             self.shown[dfid] = list(refs)
         else:
             self.shown.pop(dfid, None)
+
+
+def _copied(items: dict[str, RuleItem]) -> dict[str, RuleItem]:
+    return {
+        rule: RuleItem(versions=list(i.versions), decisions=list(i.decisions))
+        for rule, i in items.items()
+    }
+
+
+def seen_key(ns: str, input_event: str) -> str:
+    """The key of an input event in :attr:`Rulebook.seen`."""
+    return f"{ns}{_SEEN}{input_event}"
 
 
 def content_hash(proposal: RuleProposed) -> str:
@@ -231,43 +296,60 @@ def content_hash(proposal: RuleProposed) -> str:
 
 def promote(book: Rulebook, proposal: RuleProposed) -> RuleDecided:
     """Return the promoter's decision on ``proposal`` (a pure function; see the module doc)."""
-    item = book.items.get(proposal.rule)
-    current = item.current if item is not None else None
+    item = book.item(proposal.rule, proposal.ns)
     # After a retraction versions go on from the last one given: they never repeat.
     prior = item.latest if item is not None else 0
+    decision, reason, detail = _promoter(book, item, prior, proposal)
+    return RuleDecided(
+        rule=proposal.rule,
+        decision=decision,
+        actor=PROMOTER,
+        reason=reason,
+        detail=detail,
+        prior_version=prior,
+        version=prior + 1 if decision == "promote" else 0,
+        ns=proposal.ns,
+    )
 
-    def decided(decision: str, reason: str, detail: str) -> RuleDecided:
-        version = prior + 1 if decision == "promote" else 0
-        return RuleDecided(
-            rule=proposal.rule,
-            decision=decision,
-            actor=PROMOTER,
-            reason=reason,
-            detail=detail,
-            prior_version=prior,
-            version=version,
-        )
 
-    if current is not None and current.hash == content_hash(proposal):
-        return decided("skip", "SAME_CONTENT", f"v{prior} already says this")
-    source = proposal.source
-    if not (source.repo and source.path and source.blob):
-        return decided(
-            "defer",
-            "NO_PROVENANCE",
-            "a rule names its repository, path and blob; an operator may override",
-        )
+def _promoter(
+    book: Rulebook, item: RuleItem | None, prior: int, proposal: RuleProposed
+) -> tuple[str, str, str]:
+    """Return the decision, the reason and the detail of the first promoter rule that applies."""
+    duplicate = _duplicate(book, proposal)
+    if duplicate is not None:
+        return "skip", "DUPLICATE_INPUT", duplicate
+    if _same(item, proposal):
+        return "skip", "SAME_CONTENT", f"v{prior} already says this"
+    if not _sourced(proposal.source):
+        detail = "a rule names its repository, path and blob; an operator may override"
+        return "defer", "NO_PROVENANCE", detail
     if proposal.base_version != prior:
-        return decided(
-            "defer",
-            "STALE_BASE",
-            f"proposed against v{proposal.base_version}, the rulebook is at v{prior}",
-        )
+        detail = f"proposed against v{proposal.base_version}, the rulebook is at v{prior}"
+        return "defer", "STALE_BASE", detail
     if item is not None and item.pinned and not proposal.by_operator:
-        return decided("defer", "OPERATOR_PINNED", f"v{prior} was set by an operator's override")
-    if prior == 0:
-        return decided("promote", "NEW_RULE", "")
-    return decided("promote", "NEW_VERSION", "")
+        return "defer", "OPERATOR_PINNED", f"v{prior} was set by an operator's override"
+    return "promote", "NEW_VERSION" if prior else "NEW_RULE", ""
+
+
+def _same(item: RuleItem | None, proposal: RuleProposed) -> bool:
+    """Whether ``proposal`` says what the rule's current version says."""
+    current = item.current if item is not None else None
+    return current is not None and current.hash == content_hash(proposal)
+
+
+def _duplicate(book: Rulebook, proposal: RuleProposed) -> str | None:
+    """Why ``proposal`` repeats an input event its namespace saw, or None if it does not."""
+    if not proposal.input_event:
+        return None
+    first = book.seen.get(seen_key(proposal.ns, proposal.input_event))
+    if first is None:
+        return None
+    return f"input {proposal.input_event!r} was proposed before (#{first})"
+
+
+def _sourced(source: RuleSource) -> bool:
+    return bool(source.repo and source.path and source.blob)
 
 
 # --- relevance ------------------------------------------------------------------
@@ -304,31 +386,50 @@ class LexicalSearch:
         if not rules or not terms or k <= 0:
             return []
         docs = [(r.rule, Counter(tokens(" ".join([r.title, r.content, *r.labels])))) for r in rules]
+        return [rule for _, rule in sorted(self._scored(docs, terms))[:k]]
+
+    def _scored(
+        self, docs: list[tuple[str, Counter[str]]], terms: set[str]
+    ) -> list[tuple[float, str]]:
+        """Return (minus the score, rule id) of each document that scores above zero."""
         average = sum(sum(d.values()) for _, d in docs) / len(docs) or 1.0
         frequency = Counter(t for _, d in docs for t in d if t in terms)
         scored: list[tuple[float, str]] = []
         for rule, doc in docs:
-            length = sum(doc.values())
-            score = 0.0
-            for term in terms & doc.keys():
-                idf = math.log(1 + (len(docs) - frequency[term] + 0.5) / (frequency[term] + 0.5))
-                tf = doc[term]
-                score += (
-                    idf
-                    * tf
-                    * (self.k1 + 1)
-                    / (tf + self.k1 * (1 - self.b + self.b * length / average))
-                )
+            score = self._score(doc, terms, frequency, len(docs), average)
             if score > 0:
                 scored.append((-score, rule))
-        return [rule for _, rule in sorted(scored)[:k]]
+        return scored
+
+    def _score(
+        self,
+        doc: Counter[str],
+        terms: set[str],
+        frequency: Counter[str],
+        count: int,
+        average: float,
+    ) -> float:
+        """Return the BM25 score of one document for ``terms`` among ``count`` documents."""
+        length = sum(doc.values())
+        score = 0.0
+        for term in terms & doc.keys():
+            idf = math.log(1 + (count - frequency[term] + 0.5) / (frequency[term] + 0.5))
+            tf = doc[term]
+            score += (
+                idf * tf * (self.k1 + 1) / (tf + self.k1 * (1 - self.b + self.b * length / average))
+            )
+        return score
 
 
 def select(
-    book: Rulebook, query: str, k: int = DEFAULT_RULES, search: RuleSearch | None = None
+    book: Rulebook,
+    query: str,
+    k: int = DEFAULT_RULES,
+    search: RuleSearch | None = None,
+    ns: str = DEFAULT_NS,
 ) -> list[RuleVersion]:
-    """Return the current versions of the rules relevant to ``query``, most relevant first."""
-    current = book.current()
+    """Return the current versions of namespace ``ns``'s rules relevant to ``query``, best first."""
+    current = book.current(ns)
     if not current:
         return []
     by_id = {r.rule: r for r in current}
@@ -337,8 +438,8 @@ def select(
 
 
 def shown_item(version: RuleVersion) -> dict[str, Any]:
-    """A rule as the memory layer of a context shows it."""
-    return {
+    """A rule as the memory layer of a context shows it (``ns`` outside the default one)."""
+    item: dict[str, Any] = {
         "id": version.rule,
         "version": version.version,
         "cite": version.cite,
@@ -346,6 +447,9 @@ def shown_item(version: RuleVersion) -> dict[str, Any]:
         "content": version.content,
         "labels": version.labels,
     }
+    if version.ns != DEFAULT_NS:
+        item["ns"] = version.ns
+    return item
 
 
 # --- deciding ---------------------------------------------------------------------
@@ -384,22 +488,34 @@ def override(
 
 
 def retraction(
-    book: Rulebook, rule: str, *, operator: str, reason: str, inbox_id: int | None = None
+    book: Rulebook,
+    rule: str,
+    *,
+    operator: str,
+    reason: str,
+    inbox_id: int | None = None,
+    ns: str = DEFAULT_NS,
 ) -> RuleRetracted:
-    """Return an operator's retraction of rule ``rule`` (its history is kept).
+    """Return an operator's retraction of rule ``rule`` of namespace ``ns`` (history kept).
 
     Raises:
-        RuleNotInForce: no version of the rule is in force.
+        RuleNotInForce: no version of the rule is in force in that namespace.
         ValueError: no operator or no reason.
     """
     if not operator or not reason:
         raise ValueError("a retraction names the operator and a reason")
-    item = book.items.get(rule)
+    item = book.item(rule, ns)
     current = item.current if item is not None else None
     if current is None:
-        raise RuleNotInForce(f"no rule {rule!r} in force")
+        where = "" if ns == DEFAULT_NS else f" in namespace {ns!r}"
+        raise RuleNotInForce(f"no rule {rule!r} in force{where}")
     return RuleRetracted(
-        rule=rule, operator=operator, reason=reason, version=current.version, inbox_id=inbox_id
+        rule=rule,
+        operator=operator,
+        reason=reason,
+        version=current.version,
+        inbox_id=inbox_id,
+        ns=ns,
     )
 
 
@@ -436,7 +552,7 @@ def _by_operator(
     reason: str,
     inbox_id: int | None = None,
 ) -> RuleDecided:
-    item = book.items.get(proposal.rule)
+    item = book.item(proposal.rule, proposal.ns)
     # After a retraction versions go on from the last one given: they never repeat.
     prior = item.latest if item is not None else 0
     return RuleDecided(
@@ -447,6 +563,7 @@ def _by_operator(
         prior_version=prior,
         version=prior + 1 if decision == "override" else 0,
         inbox_id=inbox_id,
+        ns=proposal.ns,
     )
 
 

@@ -22,20 +22,17 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from collections.abc import AsyncIterable, Callable, Sequence
-from typing import Any
+from collections.abc import AsyncIterable, Callable, Mapping, Sequence
+from typing import Any, ClassVar, cast
 
 import anyio
 import msgspec
 
-from kernel.core.events import Draft, Event, PackRef, ProjectionCheckpoint
-from kernel.core.flow import FlowState, IllegalTransition
+from kernel.core.events import Draft, Event, ProjectionCheckpoint
+from kernel.core.flow import IllegalTransition
 from kernel.journal.store import Journal, JournalError
-from kernel.state.amendments import Amendment
-from kernel.state.approvals import Approval
-from kernel.state.beliefs.graph import BeliefGraph
-from kernel.state.memory import MemoryState
-from kernel.state.projections import AgentView, Fact, Projections
+from kernel.state.domain import DomainType
+from kernel.state.projections import Projections
 
 log = logging.getLogger(__name__)
 
@@ -43,101 +40,100 @@ CHECKPOINT_EVERY = 10_000
 """Events between projection checkpoints, unless ``open_kernel`` is told otherwise."""
 
 
-class ProjectedState(msgspec.Struct, kw_only=True):
+class SavedState(msgspec.Struct, kw_only=True):
     """The canonical projected state as stored in a snapshot (see Projections.snapshot).
 
-    Only open flows are stored, finished ones as counts and their rolling hash:
-    a snapshot's size does not grow with the flows that ever ran.
+    Its fields are the saved fields of the projections it was captured from
+    (``Projections.saved_fields()``: the kernel's own, then each domain's), so each
+    set of domains has its own subclass (:func:`saved_type`); only ``last_seq`` is
+    declared here. Only open flows are stored, finished ones as counts and their
+    rolling hash: a snapshot's size does not grow with the flows that ever ran.
     """
 
+    domains: ClassVar[tuple[DomainType, ...]] = ()
+    """The domains whose state it holds."""
+
     last_seq: int
-    flows: dict[str, FlowState]
-    agents: dict[str, AgentView]
-    sessions: dict[str, str]
-    state: dict[str, Fact]
-    memory: MemoryState
-    finished: dict[str, int] = {}
-    finished_hash: str = ""
-    reservations: dict[str, dict[str, int]] = {}
-    approvals: dict[str, Approval] = {}
-    escalations: dict[str, list[tuple[str, int]]] = {}
-    inbox_taken: dict[int, int] = {}
-    packs: dict[str, PackRef] = {}
-    amendments: dict[str, dict[str, Amendment]] = {}
-    credentials: dict[str, str] = {}
-    beliefs: BeliefGraph = msgspec.field(default_factory=BeliefGraph)
-    fold: int = 1
 
 
+_types: dict[tuple[DomainType, ...], type[SavedState]] = {}
+_decoders: dict[type[SavedState], msgspec.msgpack.Decoder[Any]] = {}
 _encoder = msgspec.msgpack.Encoder()
-_decoder = msgspec.msgpack.Decoder(ProjectedState)
 
 
-def capture(projections: Projections) -> ProjectedState:
+def saved_type(projections: Projections) -> type[SavedState]:
+    """Return the snapshot type of ``projections``: one field per saved field, in order."""
+    domains = tuple(type(domain) for domain in projections.domains)
+    found = _types.get(domains)
+    if found is None:
+        declared = SavedState.__struct_fields__
+        fields = [
+            (f.name, f.type) if f.default is msgspec.NODEFAULT else (f.name, f.type, f.default)
+            for f in projections.saved_fields()
+            if f.name not in declared
+        ]
+        made = msgspec.defstruct(
+            "ProjectedState",
+            fields,
+            bases=(SavedState,),
+            kw_only=True,
+            namespace={"domains": domains, "__module__": __name__},
+        )
+        found = _types[domains] = cast(type[SavedState], made)
+    return found
+
+
+ProjectedState = saved_type(Projections())
+"""The snapshot type of the registered domains (as they were when this module was imported)."""
+
+
+def capture(projections: Projections) -> SavedState:
     """Return a copy of the state that later folds leave alone (the records are immutable)."""
-    return ProjectedState(
-        last_seq=projections.last_seq,
-        flows=projections.open_flows(),
-        agents=dict(projections.agents),
-        sessions=dict(projections.sessions),
-        state=dict(projections.state),
-        memory=projections.memory.copy(),
-        finished=dict(projections.finished),
-        finished_hash=projections.finished_hash,
-        reservations={dfid: dict(pools) for dfid, pools in projections.reservations.items()},
-        approvals={
-            dfid: approval
-            for dfid, approval in projections.approvals.items()
-            if dfid not in projections.ended
-        },
-        escalations={a: list(h) for a, h in projections.escalations.items()},
-        inbox_taken=dict(projections.inbox_taken),
-        packs=dict(projections.packs),
-        amendments={a: dict(limits) for a, limits in projections.amendments.items()},
-        credentials=dict(projections.credentials),
-        beliefs=projections.beliefs.copy(),
-        fold=projections.fold,
-    )
+    made = saved_type(projections)
+    return made(**{f.name: f.copy(f.get()) for f in projections.saved_fields()})
 
 
-def restore_state(captured: ProjectedState, keep_finished: int | None = None) -> Projections:
-    """Return live projections holding ``captured`` (no finished flow in the index yet)."""
-    projections = Projections(keep_finished)
-    projections.last_seq = captured.last_seq
-    for flow in captured.flows.values():
-        projections._set_flow(flow)  # also rebuilds what is derived from flows
-    projections.finished = captured.finished
-    projections.finished_hash = captured.finished_hash
-    projections.agents = captured.agents
-    projections.sessions = captured.sessions
-    projections.state = captured.state
-    projections.memory = captured.memory
-    projections.approvals = captured.approvals
-    projections.escalations = captured.escalations
-    projections.inbox_taken = captured.inbox_taken
-    projections.packs = captured.packs
-    projections.amendments = captured.amendments
-    projections.credentials = captured.credentials
-    projections.beliefs = captured.beliefs
-    projections.fold = captured.fold
-    projections.reservations = captured.reservations
-    for pools in captured.reservations.values():
-        for pool, amount in pools.items():
-            projections.held[pool] = projections.held.get(pool, 0) + amount
+def restore_state(
+    captured: SavedState,
+    keep_finished: int | None = None,
+    domains: tuple[DomainType, ...] | None = None,
+) -> Projections:
+    """Return live projections holding ``captured`` (no finished flow in the index yet).
+
+    ``domains`` defaults to those ``captured`` was taken from.
+    """
+    projections = Projections(keep_finished, captured.domains if domains is None else domains)
+    _load(projections, captured)
     return projections
 
 
-def encode_snapshot(captured: ProjectedState) -> tuple[str, bytes]:
+def _load(projections: Projections, captured: SavedState) -> None:
+    for field in projections.saved_fields():
+        field.load(getattr(captured, field.name))
+
+
+def encode_snapshot(captured: SavedState) -> tuple[str, bytes]:
     """Return the projection hash and the snapshot body of a captured state."""
     return restore_state(captured).digest(), _encoder.encode(captured)
 
 
-def decode_snapshot(body: bytes, keep_finished: int | None = None) -> Projections | None:
-    """Return the projections a snapshot body holds, or None if it does not decode."""
+def decode_snapshot(
+    body: bytes, keep_finished: int | None = None, domains: tuple[DomainType, ...] | None = None
+) -> Projections | None:
+    """Return the projections a snapshot body holds, or None if it does not decode.
+
+    ``domains``: those it was taken from (default: the registered ones).
+    """
+    projections = Projections(keep_finished, domains)
+    made = saved_type(projections)
+    decoder = _decoders.get(made)
+    if decoder is None:
+        decoder = _decoders[made] = msgspec.msgpack.Decoder(made)
     try:
-        return restore_state(_decoder.decode(body), keep_finished)
+        _load(projections, decoder.decode(body))
     except (msgspec.DecodeError, msgspec.ValidationError, ValueError):
         return None
+    return projections
 
 
 async def checkpoints(journal: Journal, stop: int | None = None) -> list[ProjectionCheckpoint]:
@@ -249,57 +245,89 @@ async def verify_projections(
     points: dict[int, list[ProjectionCheckpoint]] = {}
     for point in await checkpoints(journal):
         points.setdefault(point.seq, []).append(point)
-    projections = Projections()
-    problems: list[str] = []
-    compared = snapshots = 0
-
-    async def compare(seq: int) -> None:
-        nonlocal compared, snapshots
-        replayed = projections.digest()
-        here = points.pop(seq, [])
-        for point in here:
-            compared += 1
-            if point.digest != replayed:
-                problems.append(f"at seq {seq}: checkpoint digest differs from replay")
-        stored = await journal.read_snapshot(seq)
-        if stored is not None:
-            snapshots += 1
-            restored = decode_snapshot(stored[1])
-            recorded = {p.snapshot for p in here} - {""}
-            if (
-                restored is None
-                or restored.digest() != replayed
-                or stored[0] != replayed
-                or recorded - {hashlib.sha256(stored[1]).hexdigest()}
-            ):
-                problems.append(f"at seq {seq}: snapshot does not match replay")
-
+    replay = _Replay(journal, points)
     if 0 in points:
-        await compare(0)
+        await replay.compare(0)
     async for batch in journal.scan(hashes=False) if batches is None else batches:
-        # Folded in runs that end at a checkpoint (or the batch's end), not event by event.
+        if not await replay.fold(batch):
+            return ProjectionReport(ok=False, digest="", problems=replay.problems)
+    for seq in points:
+        replay.problems.append(f"at seq {seq}: checkpoint beyond the last event")
+    return ProjectionReport(
+        ok=not replay.problems,
+        digest=replay.projections.digest(),
+        checkpoints=replay.compared,
+        snapshots=replay.snapshots,
+        problems=replay.problems,
+    )
+
+
+class _Replay:
+    """Folds a journal from scratch, comparing the checkpoints and snapshots on the way."""
+
+    def __init__(self, journal: Journal, points: dict[int, list[ProjectionCheckpoint]]) -> None:
+        self.journal = journal
+        self.points = points
+        """The checkpoints not compared yet, by the seq they describe."""
+        self.projections = Projections()
+        self.problems: list[str] = []
+        self.compared = 0
+        self.snapshots = 0
+
+    async def fold(self, batch: Sequence[Event]) -> bool:
+        """Fold one batch in runs that end at a checkpoint; False at an event that does not fold.
+
+        Runs, not event by event: apply() costs the same for a run as for one event.
+        """
         begin = 0
-        ends = [i + 1 for i, event in enumerate(batch) if event.seq in points]
-        for end in ends if ends and ends[-1] == len(batch) else [*ends, len(batch)]:
+        for end in _run_ends(batch, self.points):
             run = batch[begin:end] if begin or end < len(batch) else batch
             try:
-                projections.apply(run)
+                self.projections.apply(run)
             except IllegalTransition as exc:
                 # apply stops at the event that does not fold: the first past last_seq.
-                seq = next((e.seq for e in run if e.seq > projections.last_seq), run[-1].seq)
-                problems.append(f"at seq {seq}: projection: {exc}")
-                return ProjectionReport(ok=False, digest="", problems=problems)
+                last = self.projections.last_seq
+                seq = next((e.seq for e in run if e.seq > last), run[-1].seq)
+                self.problems.append(f"at seq {seq}: projection: {exc}")
+                return False
             begin = end
-            if run and run[-1].seq in points:
-                await compare(run[-1].seq)
-    for seq in points:
-        problems.append(f"at seq {seq}: checkpoint beyond the last event")
-    return ProjectionReport(
-        ok=not problems,
-        digest=projections.digest(),
-        checkpoints=compared,
-        snapshots=snapshots,
-        problems=problems,
+            if run and run[-1].seq in self.points:
+                await self.compare(run[-1].seq)
+        return True
+
+    async def compare(self, seq: int) -> None:
+        """Compare the checkpoints and the snapshot of ``seq`` with the state folded so far."""
+        replayed = self.projections.digest()
+        here = self.points.pop(seq, [])
+        for point in here:
+            self.compared += 1
+            if point.digest != replayed:
+                self.problems.append(f"at seq {seq}: checkpoint digest differs from replay")
+        stored = await self.journal.read_snapshot(seq)
+        if stored is not None:
+            self.snapshots += 1
+            if not _snapshot_matches(stored, here, replayed):
+                self.problems.append(f"at seq {seq}: snapshot does not match replay")
+
+
+def _run_ends(batch: Sequence[Event], points: Mapping[int, object]) -> list[int]:
+    """Return where the runs of ``batch`` end: after each checkpointed event, and at its end."""
+    ends = [i + 1 for i, event in enumerate(batch) if event.seq in points]
+    return ends if ends and ends[-1] == len(batch) else [*ends, len(batch)]
+
+
+def _snapshot_matches(
+    stored: tuple[str, bytes], points: Sequence[ProjectionCheckpoint], replayed: str
+) -> bool:
+    """Whether a stored snapshot (its digest column, its body) is the state replay reached."""
+    digest, body = stored
+    restored = decode_snapshot(body)
+    recorded = {p.snapshot for p in points} - {""}
+    return (
+        restored is not None
+        and restored.digest() == replayed
+        and digest == replayed
+        and not recorded - {hashlib.sha256(body).hexdigest()}
     )
 
 
@@ -315,7 +343,7 @@ class Checkpointer:
     def __init__(self, every: int, head: int) -> None:
         self._every = every
         self._next = (head // every + 1) * every if every > 0 else 0
-        self._captured: ProjectedState | None = None
+        self._captured: SavedState | None = None
         self._ready = anyio.Event()
 
     def observe(self, projections: Projections) -> None:
@@ -367,8 +395,8 @@ def retained(seqs: Sequence[int], every: int) -> set[int]:
 
 async def record_checkpoint(
     journal: Journal,
-    captured: ProjectedState,
-    encode: Callable[[ProjectedState], tuple[str, bytes]] = encode_snapshot,
+    captured: SavedState,
+    encode: Callable[[SavedState], tuple[str, bytes]] = encode_snapshot,
 ) -> Event | None:
     """Store the snapshot of ``captured``, then append its checkpoint; return the event.
 

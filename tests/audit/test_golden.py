@@ -23,14 +23,17 @@ from kernel.audit import Projections, open_journal
 from kernel.audit.reverify import rejudge
 from kernel.journal.verify import verify_journal
 from policies.booking import BOOKING
+from policies.booking_0_1 import BOOKING_0_1
+from policies.memory_1_0 import MEMORY_PACK_1_0
 from policies.trading import TRADING
 from policies.trading_0_2 import TRADING_0_2
+from policies.trading_0_3 import TRADING_0_3
 from tests.support import GOLDEN
 
 # The versions that judged the journals ride along: re-judging picks each by its recorded hash.
 PACKS: dict[str, list[Any]] = {
-    "trading": [TRADING, desk.DESK, TRADING_0_2, DESK_0_1],
-    "booking": [BOOKING],
+    "trading": [TRADING, desk.DESK, TRADING_0_3, TRADING_0_2, DESK_0_1],
+    "booking": [BOOKING, BOOKING_0_1, MEMORY_PACK_1_0],
 }
 
 

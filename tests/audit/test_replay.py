@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import random
+from pathlib import Path
+from typing import cast
 
 import anyio
 import pytest
 
-from kernel import FlowStatus
+from kernel import FlowStatus, Proposal, WorkingContext
 from kernel.audit import fold
-from kernel.testing import action_of
+from kernel.testing import ManualClock, Step, action_of
 from tests.support.helpers import ScriptedAgent, kernel_for, transfer
 
 
@@ -20,12 +22,12 @@ class RandomAgent(ScriptedAgent):
         super().__init__(name, subscriptions=[f"bank.{name}", "bank.all"])
         self.seed = seed
 
-    async def decide(self, ctx):
+    async def decide(self, ctx: WorkingContext) -> Proposal | None:
         rng = random.Random(f"{self.seed}/{ctx.dfid}/{ctx.attempt}")
         return random_step(rng)(ctx)
 
 
-def random_step(rng: random.Random):
+def random_step(rng: random.Random) -> Step:
     choice = rng.random()
     if choice < 0.15:
         return lambda ctx: ctx.propose(
@@ -39,7 +41,7 @@ def random_step(rng: random.Random):
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
-async def test_fold_from_scratch_equals_the_live_projections(tmp_path, seed):
+async def test_fold_from_scratch_equals_the_live_projections(tmp_path: Path, seed: int) -> None:
     rng = random.Random(seed)
     async with kernel_for(tmp_path / "j.db") as kernel:
         agents = [RandomAgent(name, seed) for name in ("clerk", "auditor", "other")]
@@ -49,7 +51,7 @@ async def test_fold_from_scratch_equals_the_live_projections(tmp_path, seed):
             topic = rng.choice(["bank.all", "bank.clerk", "bank.other"])
             await kernel.trigger(topic, {f"bank.{topic}.n": i})
             if rng.random() < 0.1:
-                kernel.clock.advance(rng.random())
+                cast(ManualClock, kernel.clock).advance(rng.random())
         await kernel.wait_quiet()
         for flow in kernel.flows(FlowStatus.ESCALATED):
             decision = rng.choice(["override", "abort"])
@@ -72,7 +74,7 @@ async def test_fold_from_scratch_equals_the_live_projections(tmp_path, seed):
         assert reopened.projections.flows == rebuilt.flows
 
 
-async def test_a_kernel_opened_from_a_snapshot_holds_the_whole_state(tmp_path):
+async def test_a_kernel_opened_from_a_snapshot_holds_the_whole_state(tmp_path: Path) -> None:
     # Approvals, escalation budgets and every other projection survive the snapshot.
     async with kernel_for(tmp_path / "j.db", checkpoint_every=5) as kernel:
         await kernel.register(ScriptedAgent(steps=[transfer(confidence=0.2)]))

@@ -6,14 +6,17 @@ import json
 import random
 import sqlite3
 from contextlib import closing
+from pathlib import Path
+from typing import Any
 
 import anyio
 import msgspec
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from kernel import FlowStatus
-from kernel.audit import fold, open_journal
+from kernel.audit import fold, open_journal, payload_of
 from kernel.cli import main
 from kernel.core.events import ProjectionCheckpoint
 from kernel.state.snapshots import (
@@ -28,7 +31,7 @@ from tests.audit.test_replay import RandomAgent
 from tests.support.helpers import kernel_for
 
 
-async def record(path, *, every: int = 25, triggers: int = 40, seed: int = 5) -> None:
+async def record(path: Path, *, every: int = 25, triggers: int = 40, seed: int = 5) -> None:
     """Let a kernel write a journal with checkpoints every ``every`` events."""
     rng = random.Random(seed)
     async with kernel_for(path, checkpoint_every=every) as kernel:
@@ -42,7 +45,7 @@ async def record(path, *, every: int = 25, triggers: int = 40, seed: int = 5) ->
         await kernel.wait_quiet()
 
 
-async def test_state_at_every_tenth_seq_equals_the_fold_of_the_prefix(tmp_path):
+async def test_state_at_every_tenth_seq_equals_the_fold_of_the_prefix(tmp_path: Path) -> None:
     path = tmp_path / "j.db"
     await record(path)
     async with open_journal(path, readonly=True) as journal:
@@ -70,7 +73,7 @@ async def test_state_at_every_tenth_seq_equals_the_fold_of_the_prefix(tmp_path):
     assert stored[-1] == points[-1].seq
 
 
-async def test_each_checkpoint_is_the_digest_of_the_state_it_names(tmp_path):
+async def test_each_checkpoint_is_the_digest_of_the_state_it_names(tmp_path: Path) -> None:
     path = tmp_path / "j.db"
     await record(path, triggers=20)
     async with open_journal(path, readonly=True) as journal:
@@ -78,17 +81,18 @@ async def test_each_checkpoint_is_the_digest_of_the_state_it_names(tmp_path):
     recorded = [e for e in events if isinstance(e.payload, ProjectionCheckpoint)]
     assert recorded
     for event in recorded:
-        point = event.payload
+        point = payload_of(event, ProjectionCheckpoint)
         assert point.seq < event.seq  # written after the state it describes, by the kernel
         assert event.dfid is None and event.agent_id is None
         assert fold(events[: point.seq]).digest() == point.digest
 
 
-def tamper(path, seq: int) -> None:
+def tamper(path: Path, seq: int) -> None:
     """Change one flow's status inside the snapshot of ``seq``, leaving its digest column."""
     with closing(sqlite3.connect(path)) as db:
         ((body,),) = db.execute("SELECT body FROM snapshots WHERE seq = ?", (seq,))
-        state = msgspec.msgpack.decode(body, type=ProjectedState)
+        # The saved state's fields are made at run time from the domains: Any to mypy.
+        state: Any = msgspec.msgpack.decode(body, type=ProjectedState)
         dfid, flow = next(iter(state.flows.items()))
         state.flows[dfid] = msgspec.structs.replace(flow, external_id="forged")
         db.execute(
@@ -97,7 +101,7 @@ def tamper(path, seq: int) -> None:
         db.commit()
 
 
-async def test_a_tampered_snapshot_is_reported_and_never_loaded(tmp_path):
+async def test_a_tampered_snapshot_is_reported_and_never_loaded(tmp_path: Path) -> None:
     path = tmp_path / "j.db"
     await record(path)
     async with open_journal(path, readonly=True) as journal:
@@ -122,7 +126,7 @@ async def test_a_tampered_snapshot_is_reported_and_never_loaded(tmp_path):
         assert all(f.external_id != "forged" for f in kernel.projections.flows.values())
 
 
-async def test_reopening_from_a_snapshot_equals_the_full_fold(tmp_path):
+async def test_reopening_from_a_snapshot_equals_the_full_fold(tmp_path: Path) -> None:
     path = tmp_path / "j.db"
     await record(path)
     async with kernel_for(path) as kernel:
@@ -137,7 +141,7 @@ async def test_reopening_from_a_snapshot_equals_the_full_fold(tmp_path):
             assert await kernel.wait_flow(dfid, until=[flow.status]) == flow
 
 
-def test_dirk_state_at_and_verify(tmp_path, capsys):
+def test_dirk_state_at_and_verify(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "j.db"
     anyio.run(record, path)
     assert main(["state", "--db", str(path), "--at", "30"]) == 0
@@ -160,7 +164,9 @@ def test_dirk_state_at_and_verify(tmp_path, capsys):
 
 
 @given(st.integers(1, 300), st.integers(1, 50), st.randoms(use_true_random=False))
-def test_snapshots_thin_out_to_about_two_per_doubling_of_age(n, every, rng):
+def test_snapshots_thin_out_to_about_two_per_doubling_of_age(
+    n: int, every: int, rng: random.Random
+) -> None:
     """Thinning after each checkpoint keeps the same set as thinning once at the end."""
     seqs: list[int] = []
     kept: set[int] = set()

@@ -6,19 +6,27 @@ import dataclasses
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from decimal import ROUND_CEILING, Decimal
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
 
-from agents_sdk import Agent, Manifest
+from agents_sdk import Agent, Manifest, Proposal, WorkingContext
 from kernel import open_kernel
 from kernel.audit import open_journal
 from kernel.audit.reverify import PackPathError, load_packs, rejudge
 from kernel.cli import main
 from kernel.config import KernelConfig, Ports
-from kernel.core.events import FlowEscalated, ProposalAccepted, ProposalRejected, ProposalSubmitted
+from kernel.core.events import (
+    FlowEscalated,
+    Payload,
+    ProposalAccepted,
+    ProposalRejected,
+    ProposalSubmitted,
+)
 from kernel.memory import MEMORY_PACK
 from kernel.policy import LimitSpec
 from kernel.testing import ManualClock, SeededIds, action_of
@@ -29,7 +37,11 @@ PRICES = {"market.ACME.price": "100.00", "market.GLOBEX.price": "50.00"}
 PRICES["market.INITECH.price"] = "10.00"
 
 
-def order(symbol: str, side: str, quantity: int, price: str, confidence: float = 0.9):
+Plan = Callable[[WorkingContext], Proposal]
+"""One step of the desk's plan: a proposal made on the context given."""
+
+
+def order(symbol: str, side: str, quantity: int, price: str, confidence: float = 0.9) -> Plan:
     params = {"symbol": symbol, "side": side, "quantity": quantity, "limit_price": price}
     return lambda ctx: ctx.propose(
         {"kind": "trading.place_order", **params},
@@ -38,7 +50,7 @@ def order(symbol: str, side: str, quantity: int, price: str, confidence: float =
     )
 
 
-def constraint(text: str):
+def constraint(text: str) -> Plan:
     return lambda ctx: ctx.propose({"kind": "memory.add_constraint", "text": text}, explain=text)
 
 
@@ -53,9 +65,9 @@ class Desk(Agent):
             subscriptions=["market"],
             max_attempts=1,
         )
-        self.plan: list = []
+        self.plan: list[Plan] = []
 
-    async def decide(self, ctx):
+    async def decide(self, ctx: WorkingContext) -> Proposal | None:
         return self.plan.pop(0)(ctx)
 
 
@@ -92,13 +104,16 @@ async def workload(path: Path) -> dict[str, str]:
             desk.plan.append(step)
             [flows[name]] = await kernel.trigger("market.tick", PRICES)
             await kernel.wait_flow(flows[name])
-        await kernel.decide(
-            flows["large"],
-            "approve",
-            operator="ana",
-            reason="known desk",
-            action_hash=action_of(kernel, flows["large"]),
-        )
+        # 30,000.00 USD is above trading 0.4.0's two-person size: a risk officer and a desk head.
+        for operator, role in (("ana", "risk"), ("ed", "desk-head")):
+            await kernel.decide(
+                flows["large"],
+                "approve",
+                operator=operator,
+                reason="known desk",
+                action_hash=action_of(kernel, flows["large"]),
+                roles=[role],
+            )
         await kernel.decide(
             flows["unsure"],
             "modify",
@@ -110,14 +125,15 @@ async def workload(path: Path) -> dict[str, str]:
         return flows
 
 
-async def verdicts(path: Path) -> list[tuple[ProposalSubmitted, object, int]]:
+async def verdicts(path: Path) -> list[tuple[ProposalSubmitted, Payload, int]]:
     """(proposal, recorded verdict, seq) of every recorded judgement, read independently."""
     async with open_journal(path, readonly=True) as journal:
         events = await journal.read()
     waiting: dict[str, tuple[ProposalSubmitted, int]] = {}
-    out = []
+    out: list[tuple[ProposalSubmitted, Payload, int]] = []
     for event in events:
         if isinstance(event.payload, ProposalSubmitted):
+            assert event.dfid is not None  # a proposal is always in a flow
             waiting[event.dfid] = (event.payload, event.seq)
         elif isinstance(event.payload, ProposalAccepted | ProposalRejected | FlowEscalated):
             if event.dfid in waiting:
@@ -126,13 +142,24 @@ async def verdicts(path: Path) -> list[tuple[ProposalSubmitted, object, int]]:
     return out
 
 
-def notional(params: dict) -> int:
+async def rechecks(path: Path) -> dict[int, str]:
+    """Seq -> DFID of every approved action judged again before it executed (and accepted)."""
+    async with open_journal(path, readonly=True) as journal:
+        events = await journal.read(types=["ProposalAccepted"])
+    return {
+        e.seq: str(e.dfid)
+        for e in events
+        if isinstance(e.payload, ProposalAccepted) and e.payload.rechecked
+    }
+
+
+def notional(params: dict[str, Any]) -> int:
     cents = Decimal(params["limit_price"]) * params["quantity"] * 100
     return int(cents.to_integral_value(rounding=ROUND_CEILING))
 
 
 @pytest.fixture
-def journal_path(tmp_path) -> Path:
+def journal_path(tmp_path: Path) -> Path:
     path = tmp_path / "desk.db"
     anyio.run(workload, path)
     return path
@@ -168,13 +195,13 @@ TAMPERED = dataclasses.replace(TRADING, rules=(notional_limit, position_limit))
 
 
 @pytest.fixture
-def pack_file(tmp_path) -> Path:
+def pack_file(tmp_path: Path) -> Path:
     path = tmp_path / "desk_packs.py"
     path.write_text(PACK_FILE)
     return path
 
 
-async def test_replay_reproduces_every_recorded_verdict(journal_path):
+async def test_replay_reproduces_every_recorded_verdict(journal_path: Path) -> None:
     recorded = await verdicts(journal_path)
     kinds = {type(v).__name__ for _, v, _ in recorded}
     codes = {str(v.feedback.reason_code) for _, v, _ in recorded if isinstance(v, ProposalRejected)}
@@ -188,10 +215,15 @@ async def test_replay_reproduces_every_recorded_verdict(journal_path):
         result = await rejudge(journal, [TRADING, MEMORY_PACK])
         assert journal.head_hash == head
     assert result.changes == [] and result.mismatches == []
-    assert result.judged == len(recorded) and result.skipped == 0
+    # Each verdict, and the approval judged again before it executed.
+    again = await rechecks(journal_path)
+    assert len(again) == 1
+    assert result.judged == len(recorded) + len(again) and result.skipped == 0
 
 
-async def test_a_stricter_pack_flips_exactly_the_verdicts_above_its_limit(journal_path, pack_file):
+async def test_a_stricter_pack_flips_exactly_the_verdicts_above_its_limit(
+    journal_path: Path, pack_file: Path
+) -> None:
     [strict] = load_packs(f"{pack_file}:STRICT")
     expected = {
         seq
@@ -201,33 +233,46 @@ async def test_a_stricter_pack_flips_exactly_the_verdicts_above_its_limit(journa
         and notional(submitted.proposal.params) > STRICT_LIMIT
     }
     assert len(expected) >= 3  # accepted and escalated ones both
+    # The large order's approval, judged again before it executed, would be superseded.
+    [(recheck, _)] = (await rechecks(journal_path)).items()
     async with open_journal(journal_path, readonly=True) as journal:
         result = await rejudge(journal, [strict, MEMORY_PACK], check_hash=False)
-    assert {c.seq for c in result.changes} == expected
-    assert all(c.now == "would have been rejected" for c in result.changes)
+    assert {c.seq for c in result.changes} == expected | {recheck}
+    now = {c.seq: c.now for c in result.changes}
+    assert now.pop(recheck) == "would have been superseded"
+    assert set(now.values()) == {"would have been rejected"}
     assert all(c.reason_code == "RISK_LIMIT_EXCEEDED" for c in result.changes)
 
 
-def test_dirk_whatif_pack_lists_the_flips_both_ways(journal_path, pack_file, capsys):
+def test_dirk_whatif_pack_lists_the_flips_both_ways(
+    journal_path: Path, pack_file: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     flows_by_seq = {seq: v for _, v, seq in anyio.run(verdicts, journal_path)}
+    judged = len(flows_by_seq) + len(anyio.run(rechecks, journal_path))
     before = journal_path.read_bytes()
     assert main(["whatif", "--db", str(journal_path), "--pack", f"{pack_file}:STRICT"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines[-1].startswith(f"whatif: {len(flows_by_seq)} recorded verdicts judged again,")
+    assert lines[-1].startswith(f"whatif: {judged} recorded verdicts judged again,")
     assert any("accepted then, would have been rejected: RISK_LIMIT_EXCEEDED" in x for x in lines)
-    assert any("escalated (APPROVAL_REQUIRED) then, would have been rejected" in x for x in lines)
+    # The large order escalated under trading 0.4.0's two-person rule; the line says so.
+    escalated = "escalated (APPROVAL_REQUIRED, needing 2 of risk, desk-head) then"
+    assert any(f"{escalated}, would have been rejected" in x for x in lines)
 
     # The reverse: a looser limit turns the rejected order into one a human approves.
     assert main(["whatif", "--db", str(journal_path), "--pack", f"{pack_file}:LOOSE"]) == 0
     [flip, summary] = capsys.readouterr().out.splitlines()
+    # 60,000.00 USD: it would wait for two humans, a risk officer and a desk head.
     assert (
-        "rejected (RISK_LIMIT_EXCEEDED) then, would have been escalated: APPROVAL_REQUIRED" in flip
+        "rejected (RISK_LIMIT_EXCEEDED) then, would have been escalated"
+        " (needing 2 of risk, desk-head): APPROVAL_REQUIRED" in flip
     )
     assert summary.endswith("1 change (0 of kinds no given pack defines)")
     assert journal_path.read_bytes() == before
 
 
-def test_a_tampered_pack_is_detected_and_its_differences_listed(journal_path, pack_file, capsys):
+def test_a_tampered_pack_is_detected_and_its_differences_listed(
+    journal_path: Path, pack_file: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     assert (
         main(
             [
@@ -257,7 +302,9 @@ def test_a_tampered_pack_is_detected_and_its_differences_listed(journal_path, pa
     assert "quietly tightened" in out and "would have been rejected" in out
 
 
-def test_bad_pack_paths_fail_clearly(tmp_path, pack_file, capsys):
+def test_bad_pack_paths_fail_clearly(
+    tmp_path: Path, pack_file: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     cases = [
         (str(tmp_path / "missing.py"), "no such file"),
         (f"{pack_file}:NOPE", "has no attribute 'NOPE'"),
@@ -281,7 +328,7 @@ def test_bad_pack_paths_fail_clearly(tmp_path, pack_file, capsys):
     assert "BAD_ARGUMENT" in capsys.readouterr().err
 
 
-def test_pack_loading_by_module_and_dataclass_copy():
+def test_pack_loading_by_module_and_dataclass_copy() -> None:
     [pack] = load_packs("policies.trading:TRADING")
     assert pack is TRADING
     strict = dataclasses.replace(
@@ -311,7 +358,7 @@ async def amended_then_reloaded(path: Path) -> dict[str, list[str]]:
         await kernel.register(desk)
         flows: dict[str, list[str]] = {"huge": [], "mid": []}
 
-        async def run(name: str, step) -> None:
+        async def run(name: str, step: Plan) -> None:
             desk.plan.append(step)
             [dfid] = await kernel.trigger("market.tick", PRICES)
             await kernel.wait_flow(dfid)
@@ -333,7 +380,7 @@ async def amended_then_reloaded(path: Path) -> dict[str, list[str]]:
         return flows
 
 
-async def test_replay_follows_amendments_and_pack_loads(tmp_path):
+async def test_replay_follows_amendments_and_pack_loads(tmp_path: Path) -> None:
     path = tmp_path / "desk.db"
     flows = await amended_then_reloaded(path)
     async with open_journal(path, readonly=True) as journal:
@@ -374,7 +421,9 @@ def installed_dirk(*args: str | Path, cwd: Path) -> subprocess.CompletedProcess[
     )
 
 
-def test_a_pack_module_is_found_from_the_current_directory(tmp_path, journal_path):
+def test_a_pack_module_is_found_from_the_current_directory(
+    tmp_path: Path, journal_path: Path
+) -> None:
     """`dirk --pack MODULE` imports MODULE the way `python -m` finds it: the current directory."""
     here = tmp_path / "checkout"
     here.mkdir()
@@ -392,7 +441,9 @@ def test_a_pack_module_is_found_from_the_current_directory(tmp_path, journal_pat
     assert "Traceback" not in ran.stderr
 
 
-def test_loading_a_pack_module_leaves_the_path_as_it_was(tmp_path, monkeypatch):
+def test_loading_a_pack_module_leaves_the_path_as_it_was(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     (tmp_path / "strict_desk_packs.py").write_text(PACK_FILE)
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])

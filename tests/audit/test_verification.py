@@ -41,7 +41,8 @@ async def separately(path: Path) -> tuple[VerifyReport, ProjectionReport | None]
 
 
 def same(one: tuple[VerifyReport, ProjectionReport | None], other: object) -> bool:
-    return msgspec.to_builtins(one) == msgspec.to_builtins(other)
+    same: bool = msgspec.to_builtins(one) == msgspec.to_builtins(other)
+    return same
 
 
 async def test_a_sound_journal_verifies_alike_in_one_read(image: bytes, tmp_path: Path) -> None:

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import anyio
+import pytest
 
 from kernel.audit import open_journal
 from kernel.audit.counterfactual import whatif
@@ -12,7 +15,7 @@ from tests.support.memory_domain import Planner, book, booking_kernel, note, rem
 ACCESS = "verify accessibility before booking"
 
 
-async def history(path) -> dict[str, str]:
+async def history(path: Path) -> dict[str, str]:
     """A booking accepted with no constraint, then a constraint, a query and a second booking."""
     async with booking_kernel(path) as kernel:
         agent = Planner(max_attempts=1)
@@ -25,7 +28,7 @@ async def history(path) -> dict[str, str]:
         return flows
 
 
-async def test_injected_constraint_at_seq_1_flips_the_first_booking(tmp_path):
+async def test_injected_constraint_at_seq_1_flips_the_first_booking(tmp_path: Path) -> None:
     path = tmp_path / "j.db"
     flows = await history(path)
     async with open_journal(path, readonly=True) as journal:
@@ -41,7 +44,7 @@ async def test_injected_constraint_at_seq_1_flips_the_first_booking(tmp_path):
     assert result.judged == 5
 
 
-async def test_excluding_the_query_flips_the_verified_booking(tmp_path):
+async def test_excluding_the_query_flips_the_verified_booking(tmp_path: Path) -> None:
     path = tmp_path / "j.db"
     flows = await history(path)
     async with open_journal(path, readonly=True) as journal:
@@ -56,7 +59,7 @@ async def test_excluding_the_query_flips_the_verified_booking(tmp_path):
     assert without_rule.changes == [] and nothing.changes == []
 
 
-async def test_a_refused_query_verifies_nothing_in_the_other_history(tmp_path):
+async def test_a_refused_query_verifies_nothing_in_the_other_history(tmp_path: Path) -> None:
     path = tmp_path / "j.db"
     flows = await history(path)
     async with open_journal(path, readonly=True) as journal:
@@ -67,7 +70,9 @@ async def test_a_refused_query_verifies_nothing_in_the_other_history(tmp_path):
     assert flows["note"] not in refused
 
 
-def test_dirk_whatif_prints_the_flipped_verdict(tmp_path, capsys):
+def test_dirk_whatif_prints_the_flipped_verdict(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     path = tmp_path / "j.db"
     flows = anyio.run(history, path)
     before = path.read_bytes()

@@ -62,7 +62,9 @@ SC = Scenario(
 )
 
 
-def outcome(states: list[tuple[str, int]], answers: dict[str, str], entities: dict[str, str]):
+def outcome(
+    states: list[tuple[str, int]], answers: dict[str, str], entities: dict[str, str]
+) -> Outcome:
     return Outcome(
         scenario="s",
         answers=answers,
@@ -169,7 +171,9 @@ fractions = st.fractions(min_value=0, max_value=1)
 
 @settings(max_examples=200, derandomize=True, deadline=None)
 @given(st.sampled_from(POLICY_METRICS), fractions, fractions)
-def test_gain_is_positive_exactly_when_the_system_is_better(metric, system, baseline) -> None:
+def test_gain_is_positive_exactly_when_the_system_is_better(
+    metric: str, system: Fraction, baseline: Fraction
+) -> None:
     g = gain(metric, system, baseline)
     if baseline == 0:
         assert g == (0 if system == 0 else None)
@@ -189,7 +193,9 @@ states = st.sampled_from(
     st.lists(st.sampled_from(["Porto", "Kyiv", "unknown", "Oslo"]), min_size=3, max_size=3),
     st.lists(st.sampled_from(["e1", "e2", "e3"]), min_size=4, max_size=4),
 )
-def test_every_metric_is_a_rate_or_undefined(beliefs, answers, entities) -> None:
+def test_every_metric_is_a_rate_or_undefined(
+    beliefs: list[tuple[str, int]], answers: list[str], entities: list[str]
+) -> None:
     out = outcome(
         beliefs,
         dict(zip(["q1", "q2", "q3"], answers, strict=True)),
@@ -197,7 +203,10 @@ def test_every_metric_is_a_rate_or_undefined(beliefs, answers, entities) -> None
     )
     for metric, ratio in measure([SC], [out]).items():
         value = ratio.value()
-        assert (value is None and metric == "contested_precision") or 0 <= value <= 1
+        if value is None:
+            assert metric == "contested_precision"
+        else:
+            assert 0 <= value <= 1
     accepted_false = sum(
         s == "accepted" for (s, _), t in zip(beliefs, SC.truths, strict=True) if t.label != TRUE
     )

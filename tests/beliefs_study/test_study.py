@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import anyio
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -80,7 +81,9 @@ def test_different_seeds_make_different_bundles() -> None:
     assert len({bundle_hash(bundle(s)) for s in range(1, 6)}) == 5
 
 
-def test_the_command_prints_the_table_and_the_pass_rule(tmp_path: Path, capsys) -> None:
+def test_the_command_prints_the_table_and_the_pass_rule(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     code = cli.main(
         [
             "--seeds",
@@ -133,3 +136,18 @@ def test_every_bundle_is_well_formed_and_translates(seed: int, per_family: int) 
         assert {c.kind for c in calls} <= set(KINDS)
         assert [c.at_s for c in calls] == sorted(c.at_s for c in calls)
         assert all(q.mention in res.entities for q in sc.questions)
+
+
+async def test_the_reactivation_arm_helps_when_the_world_held_and_misleads_when_it_moved(
+    tmp_path: Path,
+) -> None:
+    from examples.beliefs.reactivation import run_arm, tally
+
+    rows = await run_arm([1, 2], 2, tmp_path)
+    assert tally(rows) == {
+        "cold": {"right": 0, "misled": 0, "abstained": 4},
+        "reactivated": {"right": 2, "misled": 2, "abstained": 0},
+        "reactivated_fresh": {"right": 2, "misled": 0, "abstained": 2},
+    }
+    again = await run_arm([1, 2], 2, tmp_path / "again")
+    assert again == rows  # offline and deterministic

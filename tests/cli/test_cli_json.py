@@ -16,6 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from examples import booking
+from kernel.audit import open_journal
 from kernel.cli._main import _parser, main
 from kernel.testing import ManualClock
 from tests.support.helpers import ScriptedAgent, kernel_for, transfer
@@ -29,6 +30,17 @@ def dirk(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str]:
     out, err = capsys.readouterr()
     assert status == 0 or err, "a failure says why"
     return status, out
+
+
+def rechecks(path: Path) -> int:
+    """How many approved actions the journal at ``path`` judged again before they executed."""
+
+    async def count() -> int:
+        async with open_journal(path, readonly=True) as journal:
+            accepted = await journal.read(types=["ProposalAccepted"])
+        return sum(1 for e in accepted if getattr(e.payload, "rechecked", False))
+
+    return anyio.run(count)
 
 
 def dirk_json(capsys: pytest.CaptureFixture[str], *args: str) -> Any:
@@ -81,7 +93,7 @@ def test_escalations_age_on_the_journals_clock(
     assert row["escalated"] == "2024-03-15T10:53:20.000+00:00"
     assert set(row) == {
         "dfid", "impact", "reason_code", "detail", "age", "escalated", "waited_s",
-        "agent_id", "action", "hash", "queued",
+        "agent_id", "action", "hash", "queued", "quorum",
     }  # fmt: skip
     status, text = dirk(capsys, "escalations", "--db", str(waiting.path))
     assert status == 0 and " 20m " in text and "1 pending escalations" in text
@@ -192,7 +204,9 @@ def test_whatif_json_names_the_changed_verdict(
     )  # fmt: skip
     assert status == 0 and len(text.splitlines()) == len(result["changes"]) + 1
     rejudged = dirk_json(capsys, "whatif", "--db", str(story), "--pack", "policies.booking")
-    assert rejudged["changes"] == [] and rejudged["judged"] == result["judged"]
+    # Re-judging with the pack also judges the approved stay again before it executed; the
+    # memory what-if judges each agent proposal once.
+    assert rejudged["changes"] == [] and rejudged["judged"] == result["judged"] + rechecks(story)
 
 
 def test_verify_verdicts_json(story: Path, capsys: pytest.CaptureFixture[str]) -> None:

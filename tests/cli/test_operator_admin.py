@@ -8,6 +8,8 @@ from pathlib import Path
 import anyio
 
 from kernel import SystemClock
+from kernel.audit import payload_of
+from kernel.core.events import RuleDecided
 from kernel.journal.inbox_store import open_inbox
 from tests.cli.test_cli import COMMAND_TIMEOUT_S, clean_env
 from tests.support.helpers import ScriptedAgent, kernel_for
@@ -30,7 +32,7 @@ def live(path: Path):  # type: ignore[no-untyped-def]
     return kernel_for(path, clock=SystemClock(), inbox_poll_s=POLL_S)
 
 
-async def test_an_operator_suspends_and_restores_an_agent_exactly_once(tmp_path):
+async def test_an_operator_suspends_and_restores_an_agent_exactly_once(tmp_path: Path) -> None:
     db = tmp_path / "j.db"
     async with live(db) as kernel:
         await kernel.register(ScriptedAgent())
@@ -60,7 +62,7 @@ async def test_an_operator_suspends_and_restores_an_agent_exactly_once(tmp_path)
     ]
 
 
-async def test_agent_changes_are_checked_before_they_are_queued(tmp_path):
+async def test_agent_changes_are_checked_before_they_are_queued(tmp_path: Path) -> None:
     db = tmp_path / "j.db"
     async with kernel_for(db) as kernel:
         await kernel.register(ScriptedAgent())
@@ -104,7 +106,7 @@ async def test_a_malformed_row_is_refused_on_record_and_never_applied(
     assert refused.payload.field in ("request", "request.status", "request.reason")
 
 
-async def test_an_operator_overrides_a_deferred_rule_exactly_once(tmp_path):
+async def test_an_operator_overrides_a_deferred_rule_exactly_once(tmp_path: Path) -> None:
     db = tmp_path / "j.db"
     async with kernel_for(db) as kernel:
         # No provenance (repository, path, blob): the promoter defers it to a human.
@@ -118,7 +120,8 @@ async def test_an_operator_overrides_a_deferred_rule_exactly_once(tmp_path):
         other = await kernel.propose_rule(
             "tone", title="Tone", content="Be brief.", operator="bo", reason="style"
         )
-    assert deferred.payload.decision == other.payload.decision == "defer"
+    assert payload_of(deferred, RuleDecided).decision == payload_of(other, RuleDecided).decision
+    assert payload_of(deferred, RuleDecided).decision == "defer"
     [proposal, skipped] = (deferred.caused_by, other.caused_by)
 
     code, out, _ = await dirk("rules", "--db", db)
@@ -148,3 +151,22 @@ async def test_an_operator_overrides_a_deferred_rule_exactly_once(tmp_path):
     assert item.current is not None and item.current.version == 1 and item.pinned
     code, out, _ = await dirk("why", "refunds", "--db", db)
     assert code == 0 and "override" in out and "ana" in out
+
+
+async def test_dirk_rules_lists_one_namespace(tmp_path: Path) -> None:
+    db = tmp_path / "j.db"
+    async with kernel_for(db) as kernel:
+        for ns, content in (("acme", "acme refunds need a receipt"), ("globex", "globex: a PIN")):
+            await kernel.propose_rule(
+                "refunds",
+                title=f"Refunds of {ns}",
+                content=content,
+                operator="bo",
+                reason="tenant",
+                override=True,
+                ns=ns,
+            )
+    code, acme, _ = await dirk("rules", "--db", db, "--ns", "acme")
+    assert code == 0 and "Refunds of acme" in acme and "globex" not in acme
+    code, default, _ = await dirk("rules", "--db", db)
+    assert code == 0 and "no rules" in default

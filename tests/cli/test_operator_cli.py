@@ -9,6 +9,7 @@ import sys
 from collections.abc import Iterator
 from contextlib import closing, contextmanager
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
@@ -61,7 +62,7 @@ def count(db: Path, type_: str, dfid: str) -> int:
     return int(n)
 
 
-def escalations(db: Path) -> dict[str, dict[str, object]]:
+def escalations(db: Path) -> dict[str, dict[str, Any]]:
     result = dirk("escalations", "--db", db, "--json")
     assert result.returncode == 0, result.stderr
     return {row["dfid"]: row for row in map(json.loads, result.stdout.splitlines())}

@@ -977,3 +977,43 @@ async def test_a_decision_the_kernel_refuses_at_once_is_shown_refused(
         "inbox",
         "console",
     )
+
+
+def test_the_rules_page_shows_one_tenants_namespace_at_a_time(tmp_path: Path, gate: Gate) -> None:
+    db = tmp_path / "ns.db"
+
+    async def build() -> None:
+        await _build(db)
+        async with open_kernel(
+            db,
+            packs=[PACK, OPS],
+            adapters={"bank": Bank()},
+            allow=["clerk", "scribe", "mallory"],
+            config=KernelConfig(ports=Ports(clock=ManualClock(NOW))),
+        ) as kernel:
+            for ns, content in (("acme", "acme-only text"), ("globex", "globex-only text")):
+                await kernel.propose_rule(
+                    "refunds",
+                    title="Refunds",
+                    content=content,
+                    operator="bo",
+                    reason="tenant",
+                    override=True,
+                    ns=ns,
+                )
+
+    anyio.run(build)
+    with TestClient(create_app(Settings(db=str(db)), gate), follow_redirects=False) as client:
+        sign_in(client, "ana", gate.token)
+        acme = client.get("/rules", params={"ns": "acme"}).text
+        globex = client.get("/rules", params={"ns": "globex"}).text
+        default = client.get("/rules").text
+        token = csrf(client, "/rules?ns=acme")
+        edit = {"csrf": token, "rule": "refunds", "title": "R", "content": "v2", "reason": "x"}
+        assert client.post("/rules/change/edit", data=edit | {"ns": "acme"}).status_code == 303
+    assert "acme-only text" in acme and "globex-only text" not in acme
+    assert "globex-only text" in globex and "acme-only text" not in globex
+    assert "acme-only text" not in default and "globex-only text" not in default
+    assert '<option value="globex"' in default
+    [(_, edited)] = rows(db)
+    assert edited["ns"] == "acme" and edited["content"] == "v2"

@@ -2,28 +2,35 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import msgspec
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kernel.audit import fold
+from kernel import Kernel
+from kernel.audit import fold, payload_of
 from kernel.context import DROP_ORDER, compile_layers, estimate
 from kernel.core.events import ContextCompiled, Manifest
+from kernel.core.flow import FlowState
 from kernel.state.projections import Projections
+from kernel.testing import ManualClock
 from tests.support.helpers import ScriptedAgent, kernel_for
 
 
-def manifest(**limits) -> Manifest:
+def manifest(**limits: float) -> Manifest:
     return Manifest(agent_id="a", version="1.0", subscriptions=["bank"], limits=limits)
 
 
-async def test_need_to_know_limits_and_byte_identical_recompilation(kernel):
+async def test_need_to_know_limits_and_byte_identical_recompilation(
+    kernel: Kernel, clock: ManualClock
+) -> None:
     agent = ScriptedAgent(subscriptions=["bank.rates"])
     agent.manifest = msgspec.structs.replace(agent.manifest, limits={"context.state.max_items": 2})
     await kernel.register(agent)
     await kernel.trigger("fx.spot", {"fx.spot.eur": "1.08"})  # nobody subscribed
     await kernel.trigger("bank.rates", {"bank.rates.a": 1, "bank.rates.b": 2})
-    kernel.clock.advance(1)
+    clock.advance(1)  # the kernel fixture's clock
     [dfid] = await kernel.trigger("bank.rates", {"bank.rates.c": 3, "bank.secret": "x"})
     await kernel.wait_flow(dfid)
     ctx = agent.contexts[-1]
@@ -36,7 +43,8 @@ async def test_need_to_know_limits_and_byte_identical_recompilation(kernel):
 
     events = await kernel.journal.read()
     [compiled] = [e for e in events if e.dfid == dfid and isinstance(e.payload, ContextCompiled)]
-    assert compiled.payload.dropped == ctx.dropped and compiled.payload.tokens == ctx.tokens
+    recorded = payload_of(compiled, ContextCompiled)
+    assert recorded.dropped == ctx.dropped and recorded.tokens == ctx.tokens
     # Recompile from the journal position just before the recorded context, twice.
     outputs = []
     for _ in range(2):
@@ -46,12 +54,12 @@ async def test_need_to_know_limits_and_byte_identical_recompilation(kernel):
             before.flows[dfid],
             before.agents["clerk"].manifest,
             kernel.catalog.schemas,
-            as_of_ns=compiled.payload.as_of_ns,
+            as_of_ns=recorded.as_of_ns,
         )
         outputs.append(msgspec.msgpack.encode(layers))
     assert outputs[0] == outputs[1]
     layers = msgspec.msgpack.decode(outputs[0])
-    assert layers["state"] == compiled.payload.state == ctx.state
+    assert layers["state"] == recorded.state == ctx.state
     assert layers["dropped"] == ctx.dropped and layers["tokens"] == ctx.tokens
     assert layers["session"] == ctx.session and layers["memory"] == ctx.memory
 
@@ -73,7 +81,7 @@ def projections_with(facts: dict[str, object], step_ns: int = 10**9) -> Projecti
     return projections
 
 
-def flow_of():
+def flow_of() -> FlowState:
     from kernel.core.flow import FlowState, FlowStatus
 
     return FlowState(
@@ -89,7 +97,7 @@ def flow_of():
     )
 
 
-def test_time_window_keeps_recent_facts_only():
+def test_time_window_keeps_recent_facts_only() -> None:
     projections = projections_with({"bank.old": 1, "bank.mid": 2, "bank.new": 3})
     layers = compile_layers(
         projections, flow_of(), manifest(**{"context.state.window_s": 1.5}), {}, as_of_ns=3 * 10**9
@@ -97,7 +105,7 @@ def test_time_window_keeps_recent_facts_only():
     assert layers.state == {"bank.mid": 2, "bank.new": 3}
 
 
-def test_over_budget_drops_artifacts_then_memory_then_state_oldest_first():
+def test_over_budget_drops_artifacts_then_memory_then_state_oldest_first() -> None:
     assert DROP_ORDER == ("artifact", "memory", "state")
     big = "x" * 5000
     projections = projections_with(
@@ -123,7 +131,9 @@ def test_over_budget_drops_artifacts_then_memory_then_state_oldest_first():
     assert fixed.state == {} and fixed.session["topic"] == "bank"  # the session is never dropped
 
 
-async def test_triggers_compiled_in_one_batch_each_get_the_reference_of_their_state(tmp_path):
+async def test_triggers_compiled_in_one_batch_each_get_the_reference_of_their_state(
+    tmp_path: Path,
+) -> None:
     from kernel.runtime.actors import Reply
     from kernel.runtime.messages import FireTrigger
     from kernel.state.projections import context_ref
@@ -142,7 +152,7 @@ async def test_triggers_compiled_in_one_batch_each_get_the_reference_of_their_st
             )
         dfids = [(await reply.wait())[0] for reply in replies]
         compiled = {
-            e.dfid: e.payload.context_ref
+            e.dfid: payload_of(e, ContextCompiled).context_ref
             for e in await kernel.journal.read(types=["ContextCompiled"])
         }
     before, after = context_ref({}), context_ref({"bank.rate": 1})

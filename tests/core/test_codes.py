@@ -67,7 +67,7 @@ def test_every_reason_code_is_used_by_the_kernel_or_documented_as_reserved() -> 
 
 
 def test_every_error_that_carries_its_code_to_the_cli_names_a_cli_error() -> None:
-    def family(cls: type[Exception]) -> Iterator[type[Exception]]:
+    def family(cls: type[JournalError]) -> Iterator[type[JournalError]]:
         yield cls
         for sub in cls.__subclasses__():
             yield from family(sub)
@@ -174,7 +174,7 @@ async def escalated(db: Path) -> str:
 
 WHO = ("--operator", "ana", "--reason", "checked")
 # (arguments, the code, the exit status); {db}, {closed}, {aborted} filled in from the journal.
-ERRORS: list[tuple[tuple[str, ...], str, ExitCode]] = [
+ERRORS: list[tuple[tuple[str, ...], str, int]] = [
     (("show", "nope", "--db", "{db}"), "UNKNOWN_FLOW", ExitCode.FAILED),
     (("review", "nope", "--db", "{db}"), "UNKNOWN_FLOW", ExitCode.FAILED),
     (("decide", "nope", "--reject", *WHO, "--db", "{db}"), "UNKNOWN_FLOW", ExitCode.FAILED),
@@ -190,7 +190,7 @@ ERRORS: list[tuple[tuple[str, ...], str, ExitCode]] = [
     (("why", "nothing", "--db", "{db}"), "UNKNOWN_RULE", ExitCode.FAILED),
     (("whatif", "--db", "{db}"), "BAD_ARGUMENT", ExitCode.USAGE),
     (("whatif", "--exclude", "x", "--db", "{db}"), "BAD_ARGUMENT", ExitCode.USAGE),
-    (("whatif", "--pack", "p.py", "--exclude", "1", "--db", "{db}"), "BAD_ARGUMENT", 2),
+    (("whatif", "--pack", "p.py", "--inject-constraint", "x", "--db", "{db}"), "BAD_ARGUMENT", 2),
     (("whatif", "--pack", "no/such.py", "--db", "{db}"), "BAD_PACK_PATH", ExitCode.USAGE),
     (("verify", "--verdicts", "--db", "{db}"), "BAD_ARGUMENT", ExitCode.USAGE),
     (("verify", "--anchor", "dirk-anchor x", "--db", "{db}"), "BAD_ARGUMENT", ExitCode.USAGE),

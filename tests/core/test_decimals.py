@@ -23,7 +23,7 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from agents_sdk import Agent, Manifest
+from agents_sdk import Agent, Manifest, Proposal, WorkingContext
 from examples.desk import DESK
 from kernel import Kernel, PackError, ReasonCode, open_kernel
 from kernel.adapters import Quote
@@ -43,7 +43,8 @@ from kernel.policy.packs import PolicyCatalog
 from kernel.policy.rules import decimal_of, is_decimal
 from kernel.state.projections import AgentStatus, AgentView
 from kernel.testing import ManualClock, SeededIds
-from policies.trading import TRADING
+from policies.trading import TRADING, PlaceOrder
+from policies.trading_0_3 import TRADING_0_3
 from tests.support import GOLDEN
 from tests.support.helpers import Bank
 
@@ -80,7 +81,7 @@ class Trader(Agent):
         )
         self.plan: list[dict[str, Any]] = []
 
-    async def decide(self, ctx):
+    async def decide(self, ctx: WorkingContext) -> Proposal | None:
         params = self.plan.pop(0)
         return ctx.propose({"kind": "trading.place_order", **params}, explain="", confidence=0.9)
 
@@ -179,6 +180,7 @@ async def test_well_formed_prices_reach_the_adapter_byte_for_byte(tmp_path: Path
         judged = msgspec.convert(
             {"kind": "trading.place_order", **result.submitted}, TRADING.kinds[0]
         )
+        assert isinstance(judged, PlaceOrder)
         # Recorded (the proposal), judged (its typed form), minted and executed: one string.
         assert (
             result.submitted["limit_price"]
@@ -233,7 +235,9 @@ _paths = itertools.count()
 )
 @given(orders=st.lists(ORDER, min_size=1, max_size=6))
 @example(orders=[("100.00", 10), ("100.0", 1), ("1_0_0.00", 1), ("99.9\n", 1)])
-def test_any_price_or_quantity_is_refused_as_schema_or_executed_verbatim(orders) -> None:
+def test_any_price_or_quantity_is_refused_as_schema_or_executed_verbatim(
+    orders: list[tuple[str, int]],
+) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / f"k{next(_paths)}.db"
         results = anyio.run(run_orders, path, [order(p, q) for p, q in orders])
@@ -418,5 +422,6 @@ async def test_the_golden_journal_is_judged_the_same_by_the_strict_packs(tmp_pat
     db = tmp_path / "trading.db"
     shutil.copyfile(GOLDEN / "trading.db", db)
     async with open_journal(db, readonly=True) as journal:
-        result = await rejudge(journal, [TRADING, DESK], check_hash=False)
+        # 0.3.0 typed the prices (0.4.0 adds money and a quorum, which change escalations).
+        result = await rejudge(journal, [TRADING_0_3, DESK], check_hash=False)
     assert result.changes == [] and result.judged > 0 and result.skipped == 0

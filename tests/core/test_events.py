@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import msgspec
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -20,7 +22,7 @@ json_values = st.recursive(
     max_leaves=12,
 )
 
-SAMPLES = [
+SAMPLES: list[ev.AnyPayload] = [
     ev.KernelStarted(kernel_version="0.1.0", packs=[ev.PackRef(name="p", version="1", hash="h")]),
     ev.KernelStopped(reason="KERNEL_CLOSED"),
     ev.ActorRestarted(actor="dim", error="RuntimeError: x", restarts=1),
@@ -131,14 +133,62 @@ SAMPLES = [
         archived=[ev.Archived(proposition="p", reason="REJECTED")],
     ),
     ev.EpisodeArchived(episode="e", propositions={"p": "rejected"}),
+    ev.ApprovalVoted(
+        vote="approve",
+        operator="ana",
+        roles=["risk"],
+        counted=["ana"],
+        required=2,
+        waiting="1 of 2, waiting for a desk-head",
+    ),
+    ev.ApprovalSuperseded(
+        reason_code=ReasonCode.SCHEMA_INVALID,
+        action_hash="h",
+        approved=ev.PackRef(name="trading", version="0.3.0", hash="a"),
+        current=ev.PackRef(name="trading", version="0.3.1", hash="b"),
+    ),
+    ev.GrantIssued(
+        grant="g-1",
+        kind="booking.reserve_room",
+        valid_until_ns=10,
+        uses=3,
+        operator="ana",
+        bounds={"traveller": {"eq": "ana"}, "nightly_rate_cents": {"max": "20000"}},
+        cap=100_000,
+        currency="EUR",
+        quorum=ev.QuorumRule(required=2, roles=["risk", "desk-head"]),
+    ),
+    ev.GrantVoted(grant="g-1", vote="approve", operator="bo", met=True),
+    ev.GrantRevoked(grant="g-1", operator="ana", reason="trip cancelled"),
+    ev.GrantUsed(grant="g-1", uses=1, amount=15_000, currency="EUR"),
+    ev.ReasoningCharged(tokens={"m": 1200}, amount=3, currency="USD", pools=["money:USD:x:desk"]),
+    ev.WebhookDelivered(hook="slack", notice="request", about=7, status=200),
+    ev.WebhookFailed(hook="slack", notice="request", about=7, error="503", attempts=5),
+    # proofs (kernel.proofs)
+    ev.CheckpointKeyChanged(
+        origin="dirk/j", key="ed25519:AAAA", vkey="dirk/j+00000000+AQ==", previous="ed25519:BBBB"
+    ),
+    ev.SubjectErased(subject="ana", keys=1, operator="rui", reason="asked", inbox_id=7),
     ev.ProposalAccepted(
         attempt=1,
         applied=ev.Applied(kind="governance.attach_support", params={"proposition": "p"}),
     ),
+    # meaning, artifacts (kernel.state.meaning, kernel.state.artifacts)
+    ev.MeaningScored(
+        model="fake", version="1", threshold=800_000, text="ab" * 32, scores={"4": 912_345}
+    ),
+    ev.ArtifactStored(
+        ref="sha256:" + "ab" * 32,
+        size=4096,
+        media_type="text/plain",
+        summary="Granvia's accessibility statement",
+        by="app",
+    ),
+    ev.ArtifactsCollected(refs=["sha256:" + "cd" * 32], size=10, operator="ana", reason="gc"),
 ]
 
 
-def test_every_event_type_has_a_sample_and_round_trips():
+def test_every_event_type_has_a_sample_and_round_trips() -> None:
     assert {type(p) for p in SAMPLES} == set(ev.AnyPayload.__args__)
     prev = GENESIS_HASH
     for seq, payload in enumerate(SAMPLES, 1):
@@ -153,7 +203,7 @@ def test_every_event_type_has_a_sample_and_round_trips():
         prev = hash_
 
 
-def test_canonical_bytes_sort_keys_and_omit_defaults():
+def test_canonical_bytes_sort_keys_and_omit_defaults() -> None:
     body = body_of(Draft(payload=ev.FlowClosed(), dfid="d"), 3, 9)
     assert body == b'{"dfid":"d","payload":{"type":"FlowClosed"},"seq":3,"ts":9}'
     decoded = json.loads(body)
@@ -163,10 +213,22 @@ def test_canonical_bytes_sort_keys_and_omit_defaults():
 @given(
     facts=st.dictionaries(st.text(max_size=12), json_values, max_size=6), seq=st.integers(1, 10**9)
 )
-def test_trigger_facts_round_trip_and_any_change_changes_the_hash(facts, seq):
+def test_trigger_facts_round_trip_and_any_change_changes_the_hash(
+    facts: dict[str, Any], seq: int
+) -> None:
     draft = Draft(payload=ev.TriggerFired(topic="t", facts=facts))
     body = body_of(draft, seq, 0)
     assert msgspec.json.decode(body, type=ev.Event).payload == draft.payload
     changed = body_of(Draft(payload=ev.TriggerFired(topic="t", facts={**facts, "\0": 1})), seq, 0)
     assert chain(GENESIS_HASH, body) != chain(GENESIS_HASH, changed)
     assert chain(GENESIS_HASH, body) != chain(b"\1" * 32, body)
+
+
+def test_payload_of_reads_the_payload_as_the_type_it_names_and_refuses_another() -> None:
+    restarted = ev.Event(seq=3, ts=1, payload=ev.ActorRestarted(actor="dim", error="x", restarts=2))
+    stopped = ev.Event(seq=4, ts=2, payload=ev.KernelStopped(reason="KERNEL_CLOSED"))
+    assert ev.payload_of(restarted, ev.ActorRestarted).restarts == 2
+    with pytest.raises(TypeError, match="event 4 is KernelStopped, not ActorRestarted"):
+        ev.payload_of(stopped, ev.ActorRestarted)
+    assert ev.payloads([stopped, restarted, stopped], ev.ActorRestarted) == [restarted.payload]
+    assert ev.payloads([stopped], ev.ActorRestarted) == []

@@ -6,9 +6,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kernel import TERMINAL, FlowStatus
+from kernel import TERMINAL, FlowState, FlowStatus
 from kernel.audit import IllegalTransition
 from kernel.core.events import (
+    AnyPayload,
     ContextCompiled,
     Event,
     ExecutionIntent,
@@ -33,7 +34,7 @@ PROPOSAL = ProposalRecord(kind="test.transfer", params={"amount_cents": 1})
 FEEDBACK = Feedback(reason_code=ReasonCode.SCHEMA_INVALID)
 INTENT = ExecutionIntent(key="k", kind="test.transfer", adapter="bank")
 
-PAYLOADS = [
+PAYLOADS: list[AnyPayload] = [
     FlowCreated(root_dfid=DFID),
     ContextCompiled(attempt=1, context_ref="r"),
     ProposalSubmitted(attempt=1, proposal=PROPOSAL),
@@ -48,20 +49,21 @@ PAYLOADS = [
 ]
 
 
-def fold(payloads):
-    state = None
+def fold(payloads: list[AnyPayload]) -> FlowState:
+    state: FlowState | None = None
     for seq, payload in enumerate(payloads, 1):
         state = apply(state, Event(seq=seq, ts=seq, payload=payload, dfid=DFID, agent_id="a"))
+    assert state is not None
     return state
 
 
-def test_the_happy_path():
+def test_the_happy_path() -> None:
     state = fold([PAYLOADS[i] for i in (0, 1, 2, 4, 7, 8, 9)])
     assert state.status is FlowStatus.CLOSED
     assert (state.attempts, state.intent_key, state.last_seq) == (1, "k", 7)
 
 
-def test_feedback_loop_then_escalation_then_override():
+def test_feedback_loop_then_escalation_then_override() -> None:
     state = fold([PAYLOADS[i] for i in (0, 1, 2, 3, 1, 2, 5, 6, 4, 7, 8, 9)])
     assert state.status is FlowStatus.CLOSED
     assert state.rejections == 1 and state.escalated
@@ -79,14 +81,16 @@ def test_feedback_loop_then_escalation_then_override():
         (1,),  # an event for a flow that does not exist
     ],
 )
-def test_illegal_transitions_raise(path):
+def test_illegal_transitions_raise(path: tuple[int, ...]) -> None:
     with pytest.raises(IllegalTransition):
         fold([PAYLOADS[i] for i in path])
 
 
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.integers(0, len(PAYLOADS) - 1), max_size=20))
-def test_any_sequence_either_folds_or_is_refused_and_terminal_states_are_final(path):
+def test_any_sequence_either_folds_or_is_refused_and_terminal_states_are_final(
+    path: list[int],
+) -> None:
     state = None
     for seq, i in enumerate(path, 1):
         event = Event(seq=seq, ts=seq, payload=PAYLOADS[i], dfid=DFID, agent_id="a")

@@ -29,7 +29,8 @@ from kernel import (
     ReasonCode,
     Session,
 )
-from kernel.audit import verify_journal
+from kernel.audit import payload_of, verify_journal
+from kernel.core.events import AgentStatusChanged, InputRefused
 from kernel.core.reasoning import UsageMeter
 from kernel.core.wall import INT_MAX
 from kernel.inbox import DecideRequest
@@ -115,7 +116,9 @@ proposals = st.one_of(
 
 @SETTINGS
 @given(batch=st.lists(proposals, min_size=1, max_size=6))
-async def test_no_proposal_stops_the_kernel_or_poisons_the_journal(tmp_path, batch):
+async def test_no_proposal_stops_the_kernel_or_poisons_the_journal(
+    tmp_path: Path, batch: list[Any]
+) -> None:
     path = fresh(tmp_path)
     gate = anyio.Event()
     async with kernel_for(path) as kernel:
@@ -145,7 +148,9 @@ manifests = st.builds(
 
 @SETTINGS
 @given(batch=st.lists(manifests, min_size=1, max_size=6))
-async def test_no_manifest_stops_the_kernel_or_poisons_the_journal(tmp_path, batch):
+async def test_no_manifest_stops_the_kernel_or_poisons_the_journal(
+    tmp_path: Path, batch: list[Any]
+) -> None:
     path = fresh(tmp_path)
     async with kernel_for(path) as kernel:
         for manifest in batch:
@@ -169,7 +174,9 @@ async def test_no_manifest_stops_the_kernel_or_poisons_the_journal(tmp_path, bat
         max_size=6,
     )
 )
-async def test_no_trigger_stops_the_kernel_or_poisons_the_journal(tmp_path, batch):
+async def test_no_trigger_stops_the_kernel_or_poisons_the_journal(
+    tmp_path: Path, batch: list[Any]
+) -> None:
     path = fresh(tmp_path)
     async with kernel_for(path) as kernel:
         await kernel.register(ScriptedAgent())
@@ -207,7 +214,9 @@ human_acts = st.fixed_dictionaries(
         max_size=5,
     )
 )
-async def test_no_decision_stops_the_kernel_or_poisons_the_journal(tmp_path, batch):
+async def test_no_decision_stops_the_kernel_or_poisons_the_journal(
+    tmp_path: Path, batch: list[Any]
+) -> None:
     path = fresh(tmp_path)
     async with kernel_for(path) as kernel:
         await kernel.register(ScriptedAgent(steps=[transfer(confidence=0.2, valid_for_s=600)]))
@@ -241,7 +250,7 @@ async def test_no_decision_stops_the_kernel_or_poisons_the_journal(tmp_path, bat
         max_size=6,
     )
 )
-async def test_no_agent_status_change_stops_the_kernel(tmp_path, batch):
+async def test_no_agent_status_change_stops_the_kernel(tmp_path: Path, batch: list[Any]) -> None:
     path = fresh(tmp_path)
     async with kernel_for(path) as kernel:
         await kernel.register(ScriptedAgent())
@@ -253,7 +262,8 @@ async def test_no_agent_status_change_stops_the_kernel(tmp_path, batch):
                 # A refused act changed nothing: an operator and a reason are on every change.
             assert kernel.stopped is None
         for event in await kernel.journal.read(types=["AgentStatusChanged"]):
-            assert event.payload.operator.strip() and event.payload.reason.strip()
+            changed = payload_of(event, AgentStatusChanged)
+            assert changed.operator.strip() and changed.reason.strip()
     await reopens(path)
 
 
@@ -271,7 +281,9 @@ async def test_no_agent_status_change_stops_the_kernel(tmp_path, batch):
         max_size=6,
     )
 )
-async def test_no_amendment_stops_the_kernel_or_poisons_the_journal(tmp_path, batch):
+async def test_no_amendment_stops_the_kernel_or_poisons_the_journal(
+    tmp_path: Path, batch: list[Any]
+) -> None:
     from tests.dim.test_amendments import kernel as desk_kernel
     from tests.dim.test_amendments import trader
 
@@ -289,13 +301,16 @@ async def test_no_amendment_stops_the_kernel_or_poisons_the_journal(tmp_path, ba
 
 @settings(max_examples=200, derandomize=True, deadline=None)
 @given(reports=st.lists(values, min_size=1, max_size=5))
-def test_a_usage_report_is_counted_or_stops_the_reasoning(reports):
+def test_a_usage_report_is_counted_or_stops_the_reasoning(reports: list[Any]) -> None:
     meter = UsageMeter("f", cap_tokens=1000)
     for tokens in reports:
+        before = meter.stopped
         try:
             meter.add(tokens)
         except InputInvalid:
-            assert meter.stopped is not None and meter.stopped[0] is ReasonCode.SCHEMA_INVALID
+            # Stopped SCHEMA_INVALID, unless it had already stopped: the first reason wins.
+            assert meter.stopped is not None
+            assert meter.stopped == before or meter.stopped[0] is ReasonCode.SCHEMA_INVALID
         assert isinstance(meter.tokens, int) and 0 <= meter.tokens
         if meter.tokens > 1000:
             assert meter.stopped is not None
@@ -356,7 +371,7 @@ def signed_or_not(keys: Keys, journal_id: str, body: dict[str, Any]) -> bytes:
 
 
 @pytest.fixture(scope="module")
-def escalated_journal(tmp_path_factory) -> tuple[Path, str]:
+def escalated_journal(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     """A journal with one flow waiting for a human, made once and copied per example."""
     path = tmp_path_factory.mktemp("inbox") / "template.db"
 
@@ -429,7 +444,7 @@ async def test_a_dirk_amend_row_with_ttl_inf_is_refused_on_record_never_a_crash_
     path = tmp_path / "j.db"
     shutil.copy(template, path)
     # What `dirk amend ... --ttl inf` wrote before the CLI refused it: json writes Infinity.
-    row = {"type": "amend", "agent_id": "clerk", "limit": "max_qty", "value": "8"}
+    row: dict[str, Any] = {"type": "amend", "agent_id": "clerk", "limit": "max_qty", "value": "8"}
     row |= {"ttl_s": float("inf"), "operator": "ana", "reason": "r"}
     body = signed_or_not(operator_keys, journal_id_of(path), row)
     assert b"Infinity" in body
@@ -437,8 +452,9 @@ async def test_a_dirk_amend_row_with_ttl_inf_is_refused_on_record_never_a_crash_
     await apply_rows_then_reject(path, dfid, operator_keys)
     async with kernel_for(path, inbox_poll_s=None) as kernel:
         [refused] = await kernel.journal.read(types=["InputRefused"])
-        assert refused.payload.reason_code is ReasonCode.SCHEMA_INVALID
-        assert refused.payload.inbox_id == 1
+        refusal = payload_of(refused, InputRefused)
+        assert refusal.reason_code is ReasonCode.SCHEMA_INVALID
+        assert refusal.inbox_id == 1
 
 
 async def test_dirk_amend_refuses_a_ttl_that_is_not_finite(
@@ -455,8 +471,8 @@ async def test_dirk_amend_refuses_a_ttl_that_is_not_finite(
             "amend", "--agent", "clerk", "--limit", "max_qty", *args, "--db", path
         )
         assert code != 0 and "SCHEMA_INVALID" in err, err
-    args = ("--value", "8", "--ttl", "60", "--operator", " ", "--reason", "r", "--db", path)
-    code, _, err = await dirk("amend", "--agent", "clerk", "--limit", "max_qty", *args)
+    blank = ("--value", "8", "--ttl", "60", "--operator", " ", "--reason", "r", "--db", path)
+    code, _, err = await dirk("amend", "--agent", "clerk", "--limit", "max_qty", *blank)
     assert code != 0 and "SCHEMA_INVALID" in err
     with open_inbox(str(path)) as store:
         assert store.rows(pending=False) == []

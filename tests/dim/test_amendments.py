@@ -2,14 +2,23 @@
 
 from __future__ import annotations
 
+from contextlib import AbstractAsyncContextManager
 from decimal import Decimal
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import anyio
 import pytest
 
-from kernel import AmendmentInvalid, FlowStatus, ReasonCode, SystemClock, open_kernel
+from kernel import (
+    AmendmentInvalid,
+    Clock,
+    FlowStatus,
+    Kernel,
+    ReasonCode,
+    SystemClock,
+    open_kernel,
+)
 from kernel.adapters import Receipt
 from kernel.audit import fold
 from kernel.config import KernelConfig, Ports
@@ -56,7 +65,7 @@ class Desk:
         return Receipt(external_id=intent.key[:8])
 
 
-def kernel(path, clock, **kw):
+def kernel(path: Path, clock: Clock, **kw: Any) -> AbstractAsyncContextManager[Kernel]:
     return open_kernel(
         path,
         packs=[PACK],
@@ -68,7 +77,9 @@ def kernel(path, clock, **kw):
     )
 
 
-def trader(qty=8, price="1.00", name="trader", topic="desk.tick"):
+def trader(
+    qty: int = 8, price: str = "1.00", name: str = "trader", topic: str = "desk.tick"
+) -> ScriptedAgent:
     return ScriptedAgent(
         name,
         [lambda ctx: ctx.propose(Order(qty=qty, price=price), confidence=0.9)],

@@ -10,6 +10,7 @@ import pytest
 from kernel import FlowStatus, InputInvalid, PackError, ReasonCode, open_kernel
 from kernel.audit import fold, state_at
 from kernel.config import KernelConfig, Ports, Supervision
+from kernel.core.events import ApprovalSuperseded
 from kernel.policy import LimitSpec, PolicyKind, PolicyPack
 from kernel.policy.packs import PolicyCatalog
 from kernel.policy.rules import ALLOW, RuleVerdict, View, rule
@@ -86,7 +87,7 @@ async def test_a_new_version_is_recorded_and_judges_what_comes_after(tmp_path):
         assert k.projections.packs["desk"] == PACK.ref
 
 
-async def test_an_escalated_flow_keeps_the_verdict_of_the_version_that_judged_it(tmp_path):
+async def test_an_approval_under_one_version_is_judged_again_under_the_next(tmp_path):
     async with kernel(tmp_path / "j.db") as k:
         unsure = ScriptedAgent(
             "trader",
@@ -100,8 +101,22 @@ async def test_an_escalated_flow_keeps_the_verdict_of_the_version_that_judged_it
         await k.load_pack(V2, operator="ana", reason="v2")
         [escalated] = await k.journal.read(dfid=dfid, types=["FlowEscalated"])
         assert escalated.payload.pack == PACK.hash
-        await k.decide(dfid, "approve", operator="ana", reason="ok", action_hash=action_of(k, dfid))
-        assert (await k.wait_flow(dfid)).status is FlowStatus.CLOSED
+        verdict = await k.decide(
+            dfid, "approve", operator="ana", reason="ok", action_hash=action_of(k, dfid)
+        )
+        # V2 caps the quantity below 4: approved under PACK, refused before it executes.
+        assert verdict.reason_code is ReasonCode.APPROVAL_SUPERSEDED
+        flow = await k.wait_flow(dfid)
+        assert (flow.status, flow.reason_code) == (
+            FlowStatus.ABORTED,
+            ReasonCode.APPROVAL_SUPERSEDED,
+        )
+        [superseded] = await k.journal.read(dfid=dfid, types=["ApprovalSuperseded"])
+        assert isinstance(superseded.payload, ApprovalSuperseded)
+        assert superseded.payload.approved == PACK.ref
+        assert superseded.payload.current == V2.ref
+        assert superseded.payload.reason_code is ReasonCode.RISK_LIMIT_EXCEEDED
+        assert await k.journal.read(dfid=dfid, types=["ExecutionStarted"]) == []
 
 
 @pytest.mark.parametrize(

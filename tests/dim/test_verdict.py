@@ -39,8 +39,11 @@ from kernel.dim.verdict import verdict
 from kernel.memory import MEMORY_PACK
 from kernel.policy.packs import PolicyCatalog, PolicyPack
 from policies.booking import BOOKING
+from policies.booking_0_1 import BOOKING_0_1
+from policies.memory_1_0 import MEMORY_PACK_1_0
 from policies.trading import TRADING
 from policies.trading_0_2 import TRADING_0_2
+from policies.trading_0_3 import TRADING_0_3
 from tests.audit import test_verdicts
 from tests.audit.test_golden import GOLDEN
 from tests.escalation import test_escalation as gov
@@ -93,8 +96,10 @@ async def judged_again(path: Path, packs: list[PolicyPack]) -> tuple[int, list[s
     async with open_journal(path, readonly=True) as journal:
         events = await journal.read()
     recorded = _recorded_verdicts(events)
-    by_hash = {pack.hash: PolicyCatalog([pack, MEMORY_PACK]) for pack in packs}
-    by_hash[MEMORY_PACK.hash] = PolicyCatalog([MEMORY_PACK])
+    # The memory pack in force beside each: 1.0.0 judged the golden journals.
+    memory = MEMORY_PACK_1_0 if path.name in ("trading.db", "booking.db") else MEMORY_PACK
+    by_hash = {pack.hash: PolicyCatalog([pack, memory]) for pack in packs}
+    by_hash[memory.hash] = PolicyCatalog([memory])
     by_hash[""] = PolicyCatalog([])
     projections = Projections()
     count, differences = 0, []
@@ -127,7 +132,10 @@ def test_the_dim_and_replay_call_the_same_function():
 
 @pytest.mark.parametrize(
     ("name", "packs", "verdicts"),
-    [("trading", [TRADING, desk.DESK, TRADING_0_2, DESK_0_1], 51), ("booking", [BOOKING], 8)],
+    [
+        ("trading", [TRADING, desk.DESK, TRADING_0_3, TRADING_0_2, DESK_0_1], 51),
+        ("booking", [BOOKING, BOOKING_0_1], 8),
+    ],
 )
 async def test_every_golden_verdict_is_the_functions_output_in_full(
     tmp_path, name, packs, verdicts

@@ -24,15 +24,22 @@ from kernel import (
     open_kernel,
 )
 from kernel.adapters import AdapterError, RetryPolicy
-from kernel.audit import open_journal
+from kernel.audit import open_journal, payload_of
 from kernel.config import KernelConfig, Ports
-from kernel.core.events import Draft, HumanDecided, ProposalAccepted
+from kernel.core.events import (
+    AgentStatusChanged,
+    Draft,
+    FlowEscalated,
+    HumanDecided,
+    ProposalAccepted,
+    ProposalRejected,
+)
 from kernel.policy import Impact, NeedsHuman, PolicyKind, PolicyPack
 from kernel.state.approvals import EscalationBudget as Budget
 from kernel.state.approvals import over_budget
 from kernel.telemetry import Telemetry
 from kernel.testing import ManualClock, SeededIds, action_of, flow_types
-from tests.support.helpers import PACK, Bank, ScriptedAgent, configured, transfer
+from tests.support.helpers import PACK, Bank, ScriptedAgent, configured, flow_of, transfer
 
 LIMIT_CENTS = 10_000
 
@@ -118,7 +125,7 @@ def agent(steps: list[Any], **kw: Any) -> ScriptedAgent:
 # --- triggers and impact ------------------------------------------------------
 
 
-async def test_authority_and_ambiguity_rules_escalate_with_the_packs_impact(tmp_path):
+async def test_authority_and_ambiguity_rules_escalate_with_the_packs_impact(tmp_path: Path) -> None:
     async with gov_kernel(tmp_path / "j.db") as kernel:
         await kernel.register(agent([pay(LIMIT_CENTS + 1)], subscriptions=["pay"]))
         await kernel.register(
@@ -128,24 +135,24 @@ async def test_authority_and_ambiguity_rules_escalate_with_the_packs_impact(tmp_
         [vague] = await kernel.trigger("notice.customer")
         await kernel.wait_quiet()
 
-        assert kernel.flow(big).status is FlowStatus.ESCALATED
-        assert kernel.flow(big).reason_code is ReasonCode.RISK_LIMIT_EXCEEDED
-        assert kernel.flow(vague).reason_code is ReasonCode.AMBIGUOUS
+        assert flow_of(kernel, big).status is FlowStatus.ESCALATED
+        assert flow_of(kernel, big).reason_code is ReasonCode.RISK_LIMIT_EXCEEDED
+        assert flow_of(kernel, vague).reason_code is ReasonCode.AMBIGUOUS
         assert kernel.projections.approvals[big].impact is Impact.HIGH_IMPACT
         assert kernel.projections.approvals[vague].impact is Impact.LOW_IMPACT
         [escalated] = await kernel.journal.read(dfid=big, types=["FlowEscalated"])
-        assert escalated.payload.impact == "HIGH_IMPACT"
-        assert len(escalated.payload.action_hash) == 64
+        assert payload_of(escalated, FlowEscalated).impact == "HIGH_IMPACT"
+        assert len(payload_of(escalated, FlowEscalated).action_hash) == 64
 
 
-async def test_within_the_limit_nothing_escalates(tmp_path):
+async def test_within_the_limit_nothing_escalates(tmp_path: Path) -> None:
     async with gov_kernel(tmp_path / "j.db") as kernel:
         await kernel.register(agent([pay(LIMIT_CENTS)]))
         [dfid] = await kernel.trigger("bank.invoice")
         assert (await kernel.wait_flow(dfid)).status is FlowStatus.CLOSED
 
 
-async def test_the_watchdog_escalates_a_silent_agent(tmp_path):
+async def test_the_watchdog_escalates_a_silent_agent(tmp_path: Path) -> None:
     clock = ManualClock()
     policy = EscalationPolicy(silence_s=60)
     async with gov_kernel(tmp_path / "j.db", clock, escalation=policy) as kernel:
@@ -166,13 +173,13 @@ async def test_the_watchdog_escalates_a_silent_agent(tmp_path):
         # The agent wakes up late: its proposal finds the flow ended.
         silent.gates[0].set()
         await kernel.wait_quiet()
-        assert kernel.flow(dfid).status is FlowStatus.ABORTED
+        assert flow_of(kernel, dfid).status is FlowStatus.ABORTED
 
 
 # --- approvals ----------------------------------------------------------------
 
 
-async def test_an_approval_is_bound_to_its_action_and_single_use(tmp_path):
+async def test_an_approval_is_bound_to_its_action_and_single_use(tmp_path: Path) -> None:
     bank = Bank()
     async with gov_kernel(tmp_path / "j.db", bank=bank) as kernel:
         await kernel.register(agent([transfer(700, confidence=0.2)]))
@@ -186,7 +193,7 @@ async def test_an_approval_is_bound_to_its_action_and_single_use(tmp_path):
         )
         assert wrong.outcome is Outcome.REFUSED
         assert wrong.reason_code is ReasonCode.ACTION_MISMATCH
-        assert kernel.flow(dfid).status is FlowStatus.ESCALATED
+        assert flow_of(kernel, dfid).status is FlowStatus.ESCALATED
 
         right = await kernel.decide(
             dfid, "approve", operator="ana", reason="ok", action_hash=approval.short_hash
@@ -210,7 +217,7 @@ async def test_an_approval_is_bound_to_its_action_and_single_use(tmp_path):
         assert types.count("HumanDecided") == 1 and types.count("DecisionRefused") == 2
 
 
-async def test_an_approval_expires_on_a_tick(tmp_path):
+async def test_an_approval_expires_on_a_tick(tmp_path: Path) -> None:
     clock = ManualClock()
     policy = EscalationPolicy(approval_ttl_s=600)
     async with gov_kernel(tmp_path / "j.db", clock, escalation=policy) as kernel:
@@ -232,7 +239,7 @@ async def test_an_approval_expires_on_a_tick(tmp_path):
         assert late.outcome is Outcome.REFUSED
 
 
-async def test_a_late_decision_finds_the_approval_expired(tmp_path):
+async def test_a_late_decision_finds_the_approval_expired(tmp_path: Path) -> None:
     clock = ManualClock()
     policy = EscalationPolicy(approval_ttl_s=600)
     bank = Bank()
@@ -248,14 +255,14 @@ async def test_a_late_decision_finds_the_approval_expired(tmp_path):
             dfid, "approve", operator="ana", reason="finally", action_hash=action_of(kernel, dfid)
         )
         assert late.outcome is Outcome.REFUSED and late.reason_code is ReasonCode.EXPIRED
-        assert kernel.flow(dfid).reason_code is ReasonCode.EXPIRED
+        assert flow_of(kernel, dfid).reason_code is ReasonCode.EXPIRED
         assert bank.calls == []
 
 
 # --- the escalation budget ----------------------------------------------------
 
 
-def test_the_bucket_refills_evenly_over_its_period():
+def test_the_bucket_refills_evenly_over_its_period() -> None:
     bucket = Budget(capacity=2, period_s=100)
     s = 1_000_000_000
     assert over_budget([("a", 0), ("b", 0), ("c", 0)], bucket) == {"c"}
@@ -264,7 +271,7 @@ def test_the_bucket_refills_evenly_over_its_period():
     assert over_budget([("a", 0), ("b", 0), ("c", 49 * s)], bucket) == {"c"}
 
 
-async def test_budget_exhaustion_demotes_aborts_and_an_operator_restores(tmp_path):
+async def test_budget_exhaustion_demotes_aborts_and_an_operator_restores(tmp_path: Path) -> None:
     clock = ManualClock()
     policy = EscalationPolicy(budget=EscalationBudget(capacity=1, period_s=3600))
     async with gov_kernel(tmp_path / "j.db", clock, escalation=policy) as kernel:
@@ -280,8 +287,8 @@ async def test_budget_exhaustion_demotes_aborts_and_an_operator_restores(tmp_pat
         assert flow_b.reason_code is ReasonCode.ESCALATION_BUDGET_EXHAUSTED
         assert kernel.projections.agents["clerk"].status == "PASSIVE"
         [demoted] = await kernel.journal.read(types=["AgentStatusChanged"])
-        assert demoted.payload.operator == "kernel"
-        assert "ESCALATION_BUDGET_EXHAUSTED" in demoted.payload.reason
+        assert payload_of(demoted, AgentStatusChanged).operator == "kernel"
+        assert "ESCALATION_BUDGET_EXHAUSTED" in payload_of(demoted, AgentStatusChanged).reason
 
         # A PASSIVE agent's proposals are refused, and it is woken for nothing new.
         clerk.gates[2].set()
@@ -289,11 +296,11 @@ async def test_budget_exhaustion_demotes_aborts_and_an_operator_restores(tmp_pat
             gate.set()
         flow_c = await kernel.wait_flow(c, {FlowStatus.ABORTED})
         [first, *_] = await kernel.journal.read(dfid=c, types=["ProposalRejected"])
-        assert first.payload.feedback.reason_code is ReasonCode.AGENT_PASSIVE
+        assert payload_of(first, ProposalRejected).feedback.reason_code is ReasonCode.AGENT_PASSIVE
         assert flow_c.status is FlowStatus.ABORTED
         assert await kernel.trigger("bank.invoice") == []
         # The first escalation still waits for its human.
-        assert kernel.flow(a).status is FlowStatus.ESCALATED
+        assert flow_of(kernel, a).status is FlowStatus.ESCALATED
 
         await kernel.set_agent_status("clerk", "ACTIVE", operator="ana", reason="tuned prompt")
         [d] = await kernel.trigger("bank.invoice")
@@ -301,7 +308,7 @@ async def test_budget_exhaustion_demotes_aborts_and_an_operator_restores(tmp_pat
         assert kernel.projections.agents["clerk"].status == "ACTIVE"
 
 
-async def test_the_budget_refills_with_time(tmp_path):
+async def test_the_budget_refills_with_time(tmp_path: Path) -> None:
     clock = ManualClock()
     policy = EscalationPolicy(budget=EscalationBudget(capacity=1, period_s=3600))
     async with gov_kernel(tmp_path / "j.db", clock, escalation=policy, inbox_poll_s=None) as kernel:
@@ -335,7 +342,7 @@ class Looping(ScriptedAgent):
             raise
 
 
-async def test_the_token_cap_cancels_a_looping_agent_mid_reasoning(tmp_path):
+async def test_the_token_cap_cancels_a_looping_agent_mid_reasoning(tmp_path: Path) -> None:
     async with gov_kernel(tmp_path / "j.db", token_budget=1_000) as kernel:
         looping = Looping()
         await kernel.register(looping)
@@ -347,7 +354,9 @@ async def test_the_token_cap_cancels_a_looping_agent_mid_reasoning(tmp_path):
         assert looping.cancelled
 
 
-async def test_the_wall_time_cap_cancels_a_reasoning_step_on_the_kernels_clock(tmp_path):
+async def test_the_wall_time_cap_cancels_a_reasoning_step_on_the_kernels_clock(
+    tmp_path: Path,
+) -> None:
     clock = ManualClock()
     async with gov_kernel(tmp_path / "j.db", clock, reasoning_timeout_s=30) as kernel:
         stuck = GatedAgent(steps=[transfer()])
@@ -360,7 +369,7 @@ async def test_the_wall_time_cap_cancels_a_reasoning_step_on_the_kernels_clock(t
         assert flow.reason_code is ReasonCode.REASONING_TIMEOUT
 
 
-async def test_usage_within_the_cap_changes_nothing(tmp_path):
+async def test_usage_within_the_cap_changes_nothing(tmp_path: Path) -> None:
     def frugal(ctx: WorkingContext) -> Proposal:
         ctx.report_usage(tokens=900)
         return transfer()(ctx)
@@ -381,7 +390,9 @@ class DownBank(Bank):
         raise AdapterError("ledger offline", transient=True, outcome_unknown=False)
 
 
-async def test_an_operational_failure_escalates_without_spending_the_agents_budget(tmp_path):
+async def test_an_operational_failure_escalates_without_spending_the_agents_budget(
+    tmp_path: Path,
+) -> None:
     policy = EscalationPolicy(budget=EscalationBudget(capacity=1, period_s=3600))
     once = RetryPolicy(max_attempts=1)
     async with gov_kernel(
@@ -400,7 +411,7 @@ async def test_an_operational_failure_escalates_without_spending_the_agents_budg
         assert kernel.projections.escalations.get("clerk") is None
 
 
-async def test_the_escalation_span_shows_how_long_the_flow_waited(tmp_path):
+async def test_the_escalation_span_shows_how_long_the_flow_waited(tmp_path: Path) -> None:
     exporter = InMemorySpanExporter()
     clock = ManualClock()
     telemetry = Telemetry(SimpleSpanProcessor(exporter))
@@ -424,7 +435,9 @@ async def test_the_escalation_span_shows_how_long_the_flow_waited(tmp_path):
     assert span.attributes["dir.decision"] == "approve"
 
 
-async def test_a_decision_recorded_just_before_a_crash_executes_once_after_restart(tmp_path):
+async def test_a_decision_recorded_just_before_a_crash_executes_once_after_restart(
+    tmp_path: Path,
+) -> None:
     path = tmp_path / "j.db"
     async with gov_kernel(path, inbox_poll_s=None) as kernel:
         await kernel.register(agent([transfer(confidence=0.2)]))

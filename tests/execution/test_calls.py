@@ -37,7 +37,7 @@ async def done_of(calls: AdapterCalls, mailbox: Mailbox[ExecutionMessage]) -> Ad
 async def test_without_a_clock_an_intent_is_refused_never_called_unchecked() -> None:
     adapter = Counting()
     mailbox: Mailbox[ExecutionMessage] = Mailbox("execution")
-    done = await done_of(AdapterCalls({"bank": adapter}, mailbox, None), mailbox)
+    done = await done_of(AdapterCalls({"bank": adapter}, mailbox, None, {}), mailbox)
     assert adapter.calls == 0
     assert done.violation is not None and done.violation.bound == "valid_until_ns"
     assert done.receipt is None
@@ -46,6 +46,6 @@ async def test_without_a_clock_an_intent_is_refused_never_called_unchecked() -> 
 async def test_with_a_clock_a_valid_intent_is_called_once() -> None:
     adapter = Counting()
     mailbox: Mailbox[ExecutionMessage] = Mailbox("execution")
-    done = await done_of(AdapterCalls({"bank": adapter}, mailbox, ManualClock()), mailbox)
+    done = await done_of(AdapterCalls({"bank": adapter}, mailbox, ManualClock(), {}), mailbox)
     assert adapter.calls == 1
     assert done.violation is None and done.receipt is not None

@@ -8,6 +8,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
 
@@ -45,7 +46,9 @@ def openai_env(base_url: str, key: str = "test-key", model: str = "travel-sim") 
     return {"OPENAI_BASE_URL": base_url, "OPENAI_API_KEY": key, "OPENAI_MODEL": model}
 
 
-def test_the_travel_desk_runs_the_same_through_an_openai_compatible_endpoint(tmp_path, capsys):
+def test_the_travel_desk_runs_the_same_through_an_openai_compatible_endpoint(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """The endpoint answers as the scripted model would: the journal must come out the same."""
     scripted = run_example(booking, tmp_path / "scripted.db", "--seed", "1", capsys=capsys)
     db = tmp_path / "openai.db"
@@ -73,7 +76,9 @@ def test_the_travel_desk_runs_the_same_through_an_openai_compatible_endpoint(tmp
     [("wrong", "travel-sim", "401"), ("test-key", "broken", "500")],
     ids=["unauthorised", "server-error"],
 )
-async def test_an_endpoint_that_refuses_is_a_model_error(key, model, expected):
+async def test_an_endpoint_that_refuses_is_a_model_error(
+    key: str, model: str, expected: str
+) -> None:
     with endpoint(seed=1) as (base_url, _):
         client = OpenAIChat(openai_env(base_url, key, model), timeout_s=30)
         task = {"task": "travel", "id": "x"}
@@ -81,6 +86,6 @@ async def test_an_endpoint_that_refuses_is_a_model_error(key, model, expected):
             await client.complete(conversation("You are a travel agent.", task))
 
 
-def test_a_missing_environment_names_what_is_missing():
+def test_a_missing_environment_names_what_is_missing() -> None:
     with pytest.raises(ModelError, match="OPENAI_MODEL"):
         OpenAIChat({"OPENAI_API_KEY": "k"})

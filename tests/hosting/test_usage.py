@@ -7,6 +7,7 @@ flows still moving once the map has grown, instead of keeping it for months.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from contextlib import closing
 from typing import Any
 
@@ -43,7 +44,9 @@ async def test_a_moving_flow_keeps_its_spend_while_ended_flows_are_forgotten() -
     submitted: list[str] = []
     enough = anyio.Event()
 
-    async def submit(token: str, dfid: str, proposal: Proposal) -> Verdict:
+    async def submit(
+        token: str, dfid: str, proposal: Proposal, /, *, usage: Mapping[str, int] | None
+    ) -> Verdict:
         submitted.append(dfid)
         if len(submitted) == 1 + 600:
             enough.set()

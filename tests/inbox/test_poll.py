@@ -61,7 +61,7 @@ requests = st.fixed_dictionaries(
 def signed(keys: Keys, journal_id: str, fields: dict[str, Any]) -> bytes | None:
     """The row ana's key makes of ``fields`` if they form a request the wall admits, else None."""
     try:
-        request: InboxRequest = msgspec.convert(fields, InboxRequest)  # type: ignore[arg-type]
+        request: InboxRequest = msgspec.convert(fields, InboxRequest)
         request = normalized(request)
     except (msgspec.ValidationError, InputInvalid, TypeError, ValueError):
         return None

@@ -27,6 +27,7 @@ from kernel.escalation import same_principal
 from kernel.inbox import (
     AgentStatusRequest,
     AmendRequest,
+    CollectArtifactsRequest,
     CredentialRequest,
     DecideRequest,
     InboxRequest,
@@ -44,7 +45,14 @@ from kernel.inbox.keyring import (
     remove_principal,
 )
 from kernel.inbox.proof import ProofRefused, check, sign
-from kernel.inbox.requests import decode_row, encode, normalized
+from kernel.inbox.requests import (
+    GrantRequest,
+    RevokeGrantRequest,
+    VoteRequest,
+    decode_row,
+    encode,
+    normalized,
+)
 from kernel.runtime.messages import Decision
 from kernel.state.projections import AgentStatus
 from tests.support import ROOT
@@ -78,6 +86,22 @@ SAMPLES: list[InboxRequest] = [
         reason="r",
     ),
     ProposeRequest(agent_id="ide", policy={"kind": "memory.add_fact", "name": "a"}, confidence=0.5),
+    CollectArtifactsRequest(operator="ana", reason="monthly retention"),
+    RuleChangeRequest(action="retract", rule="access", operator="ana", reason="r", ns="acme"),
+    GrantRequest(
+        kind="booking.reserve_room",
+        operator="ana",
+        reason="ana's week in Lyon",
+        uses=5,
+        agent="booker",
+        bounds={"traveller": {"eq": "ana"}, "nightly_rate_cents": {"max": "20000"}},
+        valid_from_ns=1,
+        valid_until_ns=2,
+        cap=100_000,
+        currency="EUR",
+    ),
+    RevokeGrantRequest(grant="g-0123456789ab", operator="ana", reason="trip cancelled"),
+    VoteRequest(grant="g-0123456789ab", vote="approve", operator="bo", reason="ok"),
 ]
 
 
@@ -119,15 +143,16 @@ def test_every_request_has_an_arm_in_the_one_match_that_applies_it() -> None:
 
 
 def test_every_request_is_built_by_a_client() -> None:
-    """Built in a client's module, or by kernel.inbox.prepare for a function a client calls."""
-    prepare = (KERNEL / "inbox" / "prepare.py").read_text()
-    tree = ast.parse(prepare)
+    """Built in a client's module, or by kernel.inbox (prepare, or a builder of requests
+    shared with the API) for a function a client calls."""
     built_by: dict[str, str] = {}
-    for function in tree.body:
-        if isinstance(function, ast.FunctionDef):
-            for node in ast.walk(function):
-                if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
-                    built_by.setdefault(node.func.id, function.name)
+    for module in ("prepare.py", "requests.py"):
+        tree = ast.parse((KERNEL / "inbox" / module).read_text())
+        for function in tree.body:
+            if isinstance(function, ast.FunctionDef):
+                for node in ast.walk(function):
+                    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+                        built_by.setdefault(node.func.id, function.name)
     clients = "\n".join(
         path.read_text() for part in CLIENTS for path in sorted((KERNEL / part).glob("*.py"))
     )

@@ -20,6 +20,7 @@ from kernel.cli import main
 from kernel.core.events import Draft, FlowCreated, TriggerFired, canonical, chain
 from kernel.core.ports import ManualClock
 from kernel.core.reasons import ExitCode
+from kernel.journal import codec
 from kernel.journal.codec import (
     CURRENT,
     BodyPacker,
@@ -37,7 +38,10 @@ from tests.support import GOLDEN
 from tests.support.helpers import ScriptedAgent, kernel_for, transfer
 from tests.support.postgres import PostgresServer, postgres_server  # noqa: F401
 
-DICTIONARY_SHA256 = {1: "bd237374d9ca468e920e8c5e1c219b6fca405524dcf77b0d6b1410c24bdf73e1"}
+DICTIONARY_SHA256 = {
+    1: "bd237374d9ca468e920e8c5e1c219b6fca405524dcf77b0d6b1410c24bdf73e1",
+    2: "4814f49526b5edfc38ce9812952c54414a4af9f2816e294e269e70a98ec82411",
+}
 """Every dictionary ever released: changing one would make the rows written with it unreadable."""
 
 SETTINGS = settings(max_examples=200, derandomize=True, deadline=None)
@@ -114,8 +118,8 @@ def test_a_cut_or_lengthened_compressed_body_is_unreadable(
 
 def test_a_body_naming_an_unknown_dictionary_is_refused_clearly() -> None:
     stored = BodyPacker().pack(b'{"seq":1}')
-    with pytest.raises(BodyUnreadable, match="dictionary 2, unknown to this kernel"):
-        unpack(b"\x02" + stored[1:])
+    with pytest.raises(BodyUnreadable, match="dictionary 3, unknown to this kernel"):
+        unpack(b"\x03" + stored[1:])
     with pytest.raises(BodyUnreadable, match="empty"):
         unpack(b"")
 
@@ -242,8 +246,8 @@ async def test_a_journal_whose_last_body_is_unreadable_is_refused_on_open(
 ) -> None:
     path = tmp_path / "j.db"
     await journal_of(path, 3)
-    set_body(path, 3, b"\x02" + stored_bodies(path)[2][1:])
-    with pytest.raises(JournalCorrupt, match="dictionary 2, unknown") as caught:
+    set_body(path, 3, b"\x03" + stored_bodies(path)[2][1:])
+    with pytest.raises(JournalCorrupt, match="dictionary 3, unknown") as caught:
         async with open_journal(path):
             pass
     assert caught.value.seq == 3
@@ -279,3 +283,78 @@ async def test_a_copy_to_postgres_keeps_canonical_json_and_back_compresses_again
         rows = conn.execute("SELECT convert_from(body, 'UTF8')::jsonb ->> 'seq' FROM events")
         assert sorted(int(seq) for (seq,) in rows) == list(range(1, len(xs) + 1))
     assert stored_bodies(back) == stored_bodies(here)
+
+
+# Dictionary 1 (DEFLATE) is what kernels 0.2.0 and before wrote; it is read forever.
+ZLIB_1 = 1
+
+
+@SETTINGS
+@given(bodies)
+def test_a_dictionary_1_body_still_unpacks_and_the_current_packer_converts_it(body: bytes) -> None:
+    old = BodyPacker(ZLIB_1).pack(body)
+    assert old[0] == ZLIB_1 != CURRENT
+    assert unpack(old) == body
+    converted = BodyPacker().pack(old)
+    assert converted[0] == CURRENT
+    assert unpack(converted) == body
+
+
+@SETTINGS
+@given(bodies, st.sampled_from([ZLIB_1, CURRENT]), st.data())
+def test_a_cut_or_lengthened_body_of_either_codec_is_unreadable(
+    body: bytes, number: int, data: st.DataObject
+) -> None:
+    stored = BodyPacker(number).pack(body)
+    cut = data.draw(st.integers(1, len(stored) - 1))
+    with pytest.raises(BodyUnreadable):
+        unpack(stored[:cut])
+    with pytest.raises(BodyUnreadable):
+        unpack(stored + data.draw(st.binary(min_size=1, max_size=4)))
+
+
+@SETTINGS
+@given(st.binary(max_size=300))
+def test_any_bytes_after_the_zstd_number_unpack_or_are_refused(frame: bytes) -> None:
+    try:
+        body = unpack(bytes([CURRENT]) + frame)
+    except BodyUnreadable as exc:
+        assert str(exc)
+    else:
+        assert isinstance(body, bytes)
+
+
+def test_a_zstd_body_claiming_more_than_the_limit_is_refused_before_inflating(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    stored = BodyPacker().pack(b'{"pad":"' + b"x" * 500 + b'"}')
+    monkeypatch.setattr(codec, "MAX_BODY", 100)
+    with pytest.raises(BodyUnreadable, match="more than 100 bytes"):
+        unpack(stored)
+
+
+async def test_an_old_dictionary_1_journal_opens_verifies_grows_and_copies_to_zstd(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "old.db"
+    await journal_of(path, 6)
+    # What a 0.2.0 kernel wrote: every body deflated with dictionary 1.
+    old_packer = BodyPacker(ZLIB_1)
+    for seq, body in enumerate(stored_bodies(path), start=1):
+        set_body(path, seq, old_packer.pack(unpack(body)))
+    assert {body[0] for body in stored_bodies(path)} == {ZLIB_1}
+    before = await verify_journal(path)
+    assert before.ok and before.events == 6
+
+    async with open_journal(path, clock=ManualClock()) as journal:
+        assert len(await journal.read()) == 6
+        await journal.append([trigger(99, "d9")])
+    assert [body[0] for body in stored_bodies(path)] == [ZLIB_1] * 6 + [CURRENT]
+    grown = await verify_journal(path)
+    assert grown.ok and grown.events == 7
+
+    copy = tmp_path / "copy.db"
+    report = await copy_journal(path, copy)
+    assert report.head == grown.head and report.events == 7
+    assert {body[0] for body in stored_bodies(copy)} == {CURRENT}
+    assert [unpack(b) for b in stored_bodies(copy)] == [unpack(b) for b in stored_bodies(path)]

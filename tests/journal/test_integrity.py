@@ -12,7 +12,7 @@ import shutil
 import sqlite3
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import closing
 from pathlib import Path
 from typing import Any
@@ -27,6 +27,7 @@ from kernel.audit import open_journal
 from kernel.cli import main
 from kernel.core.events import (
     Draft,
+    Event,
     HumanDecided,
     KernelStarted,
     KernelStopped,
@@ -45,7 +46,7 @@ from kernel.state.snapshots import restore
 from kernel.testing import action_of
 from tests.support import GOLDEN
 from tests.support.bodies import readable_bytes
-from tests.support.helpers import ScriptedAgent, kernel_for, transfer
+from tests.support.helpers import ScriptedAgent, flow_of, kernel_for, transfer
 
 KEY = b"0123456789abcdef-test-chain-key"
 
@@ -60,7 +61,7 @@ async def record(path: Path, **kw: Any) -> str:
         await kernel.trigger("bank.invoice")
         [escalated] = await kernel.trigger("audit.check")
         await kernel.wait_quiet()
-        assert kernel.flow(escalated).status == FlowStatus.ESCALATED
+        assert flow_of(kernel, escalated).status == FlowStatus.ESCALATED
     return escalated
 
 
@@ -101,10 +102,17 @@ def head_record(path: Path) -> str:
 
 
 def set_head(path: Path, seq: int) -> None:
-    """Forge the head record to name event ``seq``, as a careful attacker would."""
+    """Forge the head record to name event ``seq``, as a careful attacker would.
+
+    The attacker also drops the Merkle tree (it would name the removed or forged events),
+    making the journal look like one from before trees: only a signed checkpoint kept
+    elsewhere tells (tests/proofs).
+    """
     with closing(sqlite3.connect(path)) as db, db:
         ((hash_,),) = db.execute("SELECT hash FROM events WHERE seq = ?", (seq,))
         db.execute("UPDATE meta SET value = ? WHERE key = 'head'", (f"{seq} {hash_.hex()}",))
+        db.execute("DELETE FROM tree_nodes")
+        db.execute("DELETE FROM meta WHERE key = 'tree'")
 
 
 def truncate(path: Path, keep: int) -> None:
@@ -119,7 +127,7 @@ def forge_approval(path: Path, dfid: str, *, update_head: bool) -> int:
     """
     with closing(sqlite3.connect(path)) as db, db:
         ((seq, prev),) = db.execute("SELECT seq, hash FROM events ORDER BY seq DESC LIMIT 1")
-        first = seq + 1
+        first: int = seq + 1
         ts = 10**18
         for payload in (
             HumanDecided(decision="approve", operator="mallory", reason="looks fine"),
@@ -280,8 +288,8 @@ async def test_verify_sees_rows_and_head_record_of_one_moment(
     recorded: tuple[Path, str], plain: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import kernel.journal.verify
+    from kernel.journal.sealing import check_rows
 
-    check_rows = kernel.journal.verify.check_rows
     commits: list[int] = []
 
     def commit_midway(*args: Any) -> Any:
@@ -439,7 +447,7 @@ async def test_a_kernel_never_serves_the_edited_event_and_stops_with_the_corrupt
         async with kernel_for(path, allow=("clerk", "auditor")) as kernel:
             # Ready at once from its snapshot; the edited event is never served.
             assert kernel.stopped is None or kernel.stopped.reason is StopReason.HISTORY_CORRUPT
-            reads = (
+            reads: tuple[Callable[[], Awaitable[list[Event]]], ...] = (
                 lambda: kernel.journal.read(seq, seq + 1),
                 lambda: kernel.journal.flow_events(dfid),
             )

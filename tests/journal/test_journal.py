@@ -8,6 +8,7 @@ import shutil
 import signal
 import sqlite3
 import sys
+from collections.abc import Sequence
 from contextlib import closing
 from pathlib import Path
 
@@ -16,7 +17,16 @@ import msgspec
 import pytest
 from anyio.streams.buffered import BufferedByteReceiveStream
 
-from kernel.core.events import GENESIS_HASH, Draft, FlowCreated, TriggerFired, canonical, chain
+from kernel.core.events import (
+    GENESIS_HASH,
+    Draft,
+    Event,
+    FlowCreated,
+    TriggerFired,
+    canonical,
+    chain,
+    payloads,
+)
 from kernel.core.ports import ManualClock
 from kernel.journal.codec import unpack
 from kernel.journal.opening import open_journal
@@ -42,7 +52,7 @@ def trigger(x: int, dfid: str | None = None) -> Draft:
     return Draft(payload=TriggerFired(topic="t", facts={"x": x}), dfid=dfid)
 
 
-def seqs(events: list) -> list[int]:
+def seqs(events: Sequence[Event]) -> list[int]:
     return [event.seq for event in events]
 
 
@@ -52,9 +62,9 @@ async def make_journal(path: Path, count: int) -> None:
         await journal.append([trigger(i) for i in range(1, count + 1)])
 
 
-async def append_concurrently(journal: Journal, batches: list[list[Draft]]) -> list[list]:
+async def append_concurrently(journal: Journal, batches: list[list[Draft]]) -> list[list[Event]]:
     """Append every batch from its own task; return what each append returned."""
-    results: list[list] = [[] for _ in batches]
+    results: list[list[Event]] = [[] for _ in batches]
 
     async def append(index: int) -> None:
         results[index] = await journal.append(batches[index])
@@ -203,7 +213,7 @@ async def test_a_closed_or_readonly_journal_takes_no_appends(tmp_path: Path) -> 
 
 async def test_closing_commits_pending_appends(tmp_path: Path) -> None:
     path = tmp_path / "journal.db"
-    results: list[list] = []
+    results: list[list[Event]] = []
 
     async def append(x: int) -> None:
         results.append(await journal.append([trigger(x)]))
@@ -401,7 +411,7 @@ async def test_an_injected_write_failure_fails_the_journal_closed(tmp_path: Path
 
     async with open_journal(path) as journal:
         stored = await journal.read()
-        assert [event.payload.facts for event in stored] == [{"x": 1}, {"x": 2}, {"x": 3}]
+        assert [p.facts for p in payloads(stored, TriggerFired)] == [{"x": 1}, {"x": 2}, {"x": 3}]
         assert seqs(await journal.append([trigger(4)])) == [4]
     assert (await verify_journal(path)).ok
 
@@ -410,11 +420,11 @@ async def test_an_injected_write_failure_fails_the_journal_closed(tmp_path: Path
 
 
 async def test_listeners_see_committed_events_in_order(tmp_path: Path) -> None:
-    seen: list = []
+    seen: list[Event] = []
     heads: list[int] = []
     async with open_journal(tmp_path / "journal.db") as journal:
 
-        def listener(events: list) -> None:
+        def listener(events: Sequence[Event]) -> None:
             heads.append(journal.head_seq)
             seen.extend(events)
 
@@ -430,7 +440,7 @@ async def test_listeners_see_committed_events_in_order(tmp_path: Path) -> None:
 async def test_a_raising_listener_fails_the_journal(tmp_path: Path) -> None:
     path = tmp_path / "journal.db"
 
-    def listener(events: list) -> None:
+    def listener(events: Sequence[Event]) -> None:
         if events[-1].seq == 3:
             raise RuntimeError("projection bug")
 
@@ -451,7 +461,7 @@ async def test_a_raising_listener_fails_the_journal(tmp_path: Path) -> None:
 async def test_a_subscription_delivers_history_then_live_events(
     tmp_path: Path, from_seq: int
 ) -> None:
-    got: list = []
+    got: list[Event] = []
     async with open_journal(tmp_path / "journal.db") as journal:
         await journal.append([trigger(i) for i in range(1, 11)])
         async with journal.subscribe(from_seq) as subscription:
@@ -480,7 +490,7 @@ async def test_a_slow_subscriber_never_blocks_the_writer_and_misses_nothing(
             await append_concurrently(journal, [[trigger(i)] * (1 + i % 3) for i in range(100)])
             assert subscription.lagging
             head = journal.head_seq
-            got: list = []
+            got: list[Event] = []
             with anyio.fail_after(30):  # a guard against a hang, not a timing assertion
                 while len(got) < head - 1:
                     got += await anext(subscription)

@@ -173,7 +173,7 @@ async def test_a_scan_without_hashes_folds_the_same_events(name: str, tmp_path: 
 
 # --- verify_projections folds runs up to each checkpoint ---------------------------------
 
-_FLOW_STEPS = [
+_FLOW_STEPS: list[ev.AnyPayload] = [
     ev.FlowCreated(root_dfid="r", topic="t"),
     ev.ContextCompiled(attempt=1, context_ref="c"),
     ev.ProposalSubmitted(attempt=1, proposal=ev.ProposalRecord(kind="k", params={"q": 1})),
@@ -247,7 +247,7 @@ def test_verify_projections_folds_runs_as_it_folded_events(
         path = tmp_path_factory.mktemp("runs") / "j.db"
         async with open_journal(path) as journal:
             original = snapshots.checkpoints
-            snapshots.checkpoints = checkpoints  # type: ignore[assignment]
+            snapshots.checkpoints = checkpoints
             try:
                 return await snapshots.verify_projections(journal, batches=given_batches())
             finally:

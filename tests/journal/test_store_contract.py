@@ -271,3 +271,118 @@ def test_a_password_in_a_url_never_reaches_an_error_message(secret: str, url: st
     error = JournalError(url.format(secret), "cannot be used")
     assert secret not in str(error) and secret not in error.path
     assert "***" in error.path
+
+
+# --- the Merkle tree (kernel.journal.tree) ----------------------------------------------
+
+
+async def test_the_writer_keeps_the_merkle_tree_of_its_events_across_reopens(
+    location: str,
+) -> None:
+    from kernel.core.merkle import leaf_hash, root_of, verify_consistency, verify_inclusion
+    from kernel.proofs.bundle import _bare
+
+    async with open_journal(location, clock=ManualClock()) as journal:
+        for n in range(7):
+            await journal.append([trigger(x) for x in range(n * 5, n * 5 + 5)])
+        first = journal.tree_root
+    async with open_journal(location, clock=ManualClock()) as journal:
+        # Rebuilt from at most log2(n) stored nodes and the last < 16 events.
+        assert journal.tree_root == first
+        await journal.append([trigger(99)])
+        events = await journal.read()
+        leaves = [leaf_hash(_bare(e)) for e in events]
+        assert journal.tree_root == root_of(leaves)
+        trees = journal.trees()
+        for size in (1, 16, 17, 35, 36):
+            assert await trees.root(size) == root_of(leaves[:size])
+        for seq in (1, 16, 17, 36):
+            proof = await trees.inclusion(seq, 36)
+            assert verify_inclusion(seq - 1, 36, leaves[seq - 1], proof, root_of(leaves))
+        proof = await trees.consistency(17, 36)
+        assert verify_consistency(17, 36, proof, root_of(leaves[:17]), root_of(leaves))
+    report = await verify_journal(location)
+    assert report.ok and report.tree_root == root_of(leaves).hex() and report.tree_stored
+
+
+async def test_a_journal_from_before_trees_gets_its_tree_on_its_first_open_for_writing(
+    location: str,
+) -> None:
+    async with open_journal(location, clock=ManualClock()) as journal:
+        await journal.append([trigger(x) for x in range(40)])
+        root = journal.tree_root
+    forget_tree(location)
+    report = await verify_journal(location)
+    assert report.ok and not report.tree_stored and report.tree_root == (root or b"").hex()
+    async with open_journal(location, readonly=True) as journal:
+        # Read-only: proofs hash the events they need.
+        assert await journal.trees().root(40) == root
+    async with open_journal(location, clock=ManualClock()) as journal:
+        assert journal.tree_root == root
+    report = await verify_journal(location)
+    assert report.ok and report.tree_stored
+
+
+def forget_tree(location: str) -> None:
+    """Make a journal look as one written before trees: no nodes, no mark."""
+    if location.startswith("postgresql://"):
+        import psycopg
+
+        with psycopg.connect(location, autocommit=True) as conn:
+            conn.execute("DELETE FROM tree_nodes")
+            conn.execute("DELETE FROM meta WHERE key = 'tree'")
+        return
+    import sqlite3
+
+    with contextlib.closing(sqlite3.connect(location)) as db, db:
+        db.execute("DELETE FROM tree_nodes")
+        db.execute("DELETE FROM meta WHERE key = 'tree'")
+
+
+async def test_an_altered_tree_node_fails_verify(location: str) -> None:
+    async with open_journal(location, clock=ManualClock()) as journal:
+        await journal.append([trigger(x) for x in range(20)])
+    if location.startswith("postgresql://"):
+        import psycopg
+
+        with psycopg.connect(location, autocommit=True) as conn:
+            conn.execute("UPDATE tree_nodes SET hash = %s", (b"\x00" * 32,))
+    else:
+        import sqlite3
+
+        with contextlib.closing(sqlite3.connect(location)) as db, db:
+            db.execute("UPDATE tree_nodes SET hash = ?", (b"\x00" * 32,))
+    report = await verify_journal(location)
+    assert not report.ok and "Merkle tree's node at level 4, index 0" in report.problem
+
+
+def test_signed_checkpoints_are_kept_beside_the_events_from_outside_the_writer(
+    location: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from kernel.cli import main
+    from tests.support.proofs import KeyFiles
+
+    async def write() -> None:
+        async with open_journal(location, clock=ManualClock()) as journal:
+            await journal.append([trigger(x) for x in range(21)])
+
+    anyio.run(write)
+    key = KeyFiles(tmp_path / "k", "log")
+    # dirk checkpoint reads the journal and writes only tree_heads (a kernel may be running).
+    assert main(["checkpoint", "--db", location, "--key-file", str(key.private)]) == 0
+    assert main(["checkpoint", "--db", location, "--key-file", str(key.private)]) == 0
+    capsys.readouterr()
+    assert main(["verify", "--db", location, "--public-key", str(key.public)]) == 0
+    assert "the latest covers events 1..21" in capsys.readouterr().out
+    witness = KeyFiles(tmp_path / "k", "witness")
+    state = tmp_path / "w.state"
+    args = ["witness", "--db", location, "--log-key", str(key.public), "--key-file",
+            str(witness.private), "--state", str(state), "--name", "w.example/1"]  # fmt: skip
+    assert main(args) == 0
+
+    async def heads() -> list[tuple[int, str]]:
+        async with open_journal(location, readonly=True) as journal:
+            return await journal.tree_heads()
+
+    [(size, note)] = anyio.run(heads)
+    assert size == 21 and note.count("\u2014 ") == 2  # the log's line and the witness's

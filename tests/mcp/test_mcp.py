@@ -23,7 +23,7 @@ from mcp import Client  # noqa: E402
 
 from kernel import MEMORY_PACK, Kernel, open_kernel  # noqa: E402
 from kernel.config import KernelConfig, Ports  # noqa: E402
-from kernel.core.events import AgentStatusChanged  # noqa: E402
+from kernel.core.events import AgentStatusChanged, payloads  # noqa: E402
 from kernel.mcp import Embedded, Follower, Identity, Principal, build_server  # noqa: E402
 from kernel.testing import ManualClock, SeededIds  # noqa: E402
 
@@ -43,7 +43,7 @@ async def kernel(tmp_path: Path) -> AsyncIterator[Kernel]:
 
 
 def client(kernel: Kernel, mode: str, who: Principal = AGENT) -> Client:
-    return Client(build_server(Embedded(kernel), Identity(who)), mode=mode)  # type: ignore[arg-type]
+    return Client(build_server(Embedded(kernel), Identity(who)), mode=mode)
 
 
 async def call(c: Client, tool: str, **args: Any) -> dict[str, Any]:
@@ -218,7 +218,7 @@ async def test_a_follower_reads_the_journal_and_queues_operator_acts(
         await call(c, "add_fact", name="a", value="b")
     # No kernel runs: an operator's act waits in the inbox (its answer, not at all), QUEUED.
     follower = build_server(Follower(str(db), answer_s=0), Identity(OPERATOR))
-    async with Client(follower, mode=mode) as c:  # type: ignore[arg-type]
+    async with Client(follower, mode=mode) as c:
         assert (await call(c, "get_memory_context"))["result"]["facts"] == {"a": "b"}
         queued = await call(
             c, "agent_status", agent_id="ide", status="SUSPENDED", reason="off for the night"
@@ -228,7 +228,7 @@ async def test_a_follower_reads_the_journal_and_queues_operator_acts(
         assert unknown["reason_code"] == "UNKNOWN_AGENT"  # refused here, never queued
     # No kernel runs: an agent's write waits in the inbox (here, not at all), QUEUED.
     waiting = Follower(str(db), wait_s=0)
-    async with Client(build_server(waiting, Identity(AGENT)), mode=mode) as c:  # type: ignore[arg-type]
+    async with Client(build_server(waiting, Identity(AGENT)), mode=mode) as c:
         queued = await call(c, "add_fact", name="a", value="c")
         assert queued["verdict"] == "QUEUED" and queued["result"]["inbox_id"] >= 1
     # The queued row is applied by the kernel when it next runs, with who and why.
@@ -242,12 +242,10 @@ async def test_a_follower_reads_the_journal_and_queues_operator_acts(
         async with kernel.journal.subscribe(1) as batches:
             changed = None
             async for batch in batches:
-                changed = next(
-                    (e for e in batch if isinstance(e.payload, AgentStatusChanged)), None
-                )
+                changed = next(iter(payloads(batch, AgentStatusChanged)), None)
                 if changed is not None:
                     break
-        assert changed is not None and changed.payload.operator == "rui"
+        assert changed is not None and changed.operator == "rui"
         assert str(kernel.projections.agents["ide"].status) == "SUSPENDED"
 
 

@@ -24,7 +24,7 @@ async def call(c: Client, **policy: Any) -> dict[str, Any]:
 async def test_an_mcp_client_keeps_governed_beliefs(tmp_path: Path) -> None:
     async with memory_kernel(tmp_path / "j.db", GOVERNANCE_PACK) as kernel:
         server = build_server(Embedded(kernel), Identity(Principal(role="agent", name="ide")))
-        async with Client(server) as c:  # type: ignore[arg-type]
+        async with Client(server) as c:
             for observation, source in (("o1", "wire"), ("o2", "registry")):
                 seen = await call(
                     c,

@@ -50,7 +50,7 @@ async def test_a_decision_the_kernel_refuses_is_answered_refused_not_queued(
 
         def server(name: str) -> Client:
             who = Identity(Principal(role="operator", name=name))
-            return Client(build_server(follower, who))  # type: ignore[arg-type]
+            return Client(build_server(follower, who))
 
         async with server("ana") as c:
             # The checks dirk decide makes: refused here, with the code, never posted.

@@ -49,7 +49,7 @@ async def kernel(tmp_path: Path) -> AsyncIterator[Kernel]:
 
 
 def client(kernel: Kernel, mode: str, who: Principal) -> Client:
-    return Client(build_server(Embedded(kernel), Identity(who)), mode=mode)  # type: ignore[arg-type]
+    return Client(build_server(Embedded(kernel), Identity(who)), mode=mode)
 
 
 async def call(c: Client, tool: str, **args: Any) -> dict[str, Any]:
@@ -202,7 +202,7 @@ async def test_dirk_rules_adds_edits_and_retracts_through_the_inbox(
     assert await dirk(["rules", "--add", "access", "--title", "T", "--content", "c", *who]) == 2
     async with inbox_kernel(db) as kernel:
         await applied(kernel, 2)
-        assert kernel.projections.memory.rulebook.items["access"].current.version == 2  # type: ignore[union-attr]
+        assert kernel.projections.memory.rulebook.items["access"].current.version == 2
     assert await dirk(["rules", "--retract", "access", *who]) == 0
     async with inbox_kernel(db) as kernel:
         *_, retracted = await applied(kernel, 3)
@@ -221,7 +221,7 @@ async def test_a_follower_queues_rule_acts_in_the_inbox(tmp_path: Path, mode: st
         pass
     # No kernel runs: the act waits in the inbox (its answer, not at all), QUEUED.
     server = build_server(Follower(str(db), answer_s=0), Identity(OPERATOR))
-    async with Client(server, mode=mode) as c:  # type: ignore[arg-type]
+    async with Client(server, mode=mode) as c:
         queued = await call(
             c, "admin_create_rule", item_id="access", title="A", content=ACCESS, reason="r"
         )

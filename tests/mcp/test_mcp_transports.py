@@ -106,14 +106,31 @@ def test_http_with_tokens(http_server: tuple[str, Path]) -> None:
             assert (await content(operator, "get_memory_context"))["result"]["facts"] == {
                 "lang": "python"
             }
-        # Without a known token the request stops at the middleware: 401, no tool runs.
+        # Without a known token the request stops at the SDK's bearer check: 401, no tool
+        # runs, and the answer names the server's protected-resource metadata (RFC 9728).
         call = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
+        metadata = url.replace("/mcp", "/.well-known/oauth-protected-resource/mcp")
         for token in (None, "agent-token-guessed-wrongly", AGENT_TOKEN[:-1]):
             headers = {"Authorization": f"Bearer {token}"} if token else {}
             async with create_mcp_http_client(headers=headers) as http:
                 response = await http.post(url, json=call)
             assert response.status_code == 401
-            assert response.json()["error"] == "UNAUTHORIZED"
+            assert response.json()["error"] == "invalid_token"
+            assert response.json()["reason_code"] == "UNAUTHORIZED"
+            challenge = response.headers["www-authenticate"]
+            assert (
+                challenge.startswith("Bearer ") and f'resource_metadata="{metadata}"' in challenge
+            )
+        # The metadata is public: what this resource is and how a token is presented.
+        async with create_mcp_http_client() as http:
+            document = (await http.get(metadata)).json()
+            assert document["resource"] == url
+            assert document["bearer_methods_supported"] == ["header"]
+            # No OAuth server behind it: a host that tries one is told why, and stops.
+            for path in ("/.well-known/oauth-authorization-server", "/register", "/authorize"):
+                answer = await http.post(url.replace("/mcp", path), json={})
+                assert answer.status_code == 404
+                assert "operator" in answer.json()["error_description"]
 
     anyio.run(drive)
 

@@ -1,26 +1,22 @@
-"""The agent mesh against a real nats-server: remote hosts, credentials on the bus, faults.
+"""The agent mesh against a real nats-server with the shipped permissions: hosts, executors, faults.
 
-Hosts are real processes (``python -m agents_sdk.serve``); a crash is a SIGKILL.
+Hosts and executors are real processes (``python -m agents_sdk.serve``, ``python -m
+kernel.mesh.executor``) logged in as their principals; a crash is a SIGKILL. The attacks
+on the bus are in test_attacks.py.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
-import os
-import signal
 import sqlite3
-import subprocess
-import sys
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager, closing
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
 import anyio
 import anyio.lowlevel
 import msgspec
-import nats
 import nats.js.errors
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -30,101 +26,45 @@ from nats.js.api import AckPolicy, ConsumerConfig, StreamConfig
 from agents_sdk.serve import handshake
 from kernel import FlowStatus, HandshakeRefused, Outcome, ReasonCode, Verdict
 from kernel.adapters import ExecutionIntent, Receipt
-from kernel.mesh import HANDSHAKE_SUBJECT, MeshConfig, RemoteAdapter, auth_tag, open_mesh
-from kernel.mesh._executor import Result, result_subject, serve_executor
+from kernel.core import keys
+from kernel.mesh import (
+    SIGNATURE_HEADER,
+    Challenge,
+    Refused,
+    Result,
+    handshake_subject,
+    open_mesh,
+    proposal_signature,
+    recorded_result_holds,
+    result_subject,
+    serve_executor,
+    sign_result,
+    verdict_subject,
+)
 from kernel.policy.contracts import WorkingContext, to_record
-from kernel.registry import credential_verifier, new_credential
+from kernel.registry import agent_key, new_credential
 from tests.support.helpers import ScriptedAgent, kernel_for, transfer
 from tests.support.mesh_agents import Clerk
-from tests.support.nats import NatsServer, nats_server_fixture, reset_bus  # noqa: F401
-
-STEP_S = 60  # the most one step of a test may take before it fails
-FAST = MeshConfig(ack_wait_s=2.0, max_deliver=5)  # a killed host's context comes back soon
-EXECUTOR_ACK_WAIT_S = 2.0  # a killed executor's intent comes back soon
-
-
-class Host:
-    """A host process and the lines it printed."""
-
-    def __init__(self, process: anyio.abc.Process) -> None:
-        self.process = process
-        self.lines: list[str] = []
-        self._buffer = b""
-
-    async def line(self, prefix: str) -> str:
-        """Return the first line starting with ``prefix`` (reading on until there is one)."""
-        assert self.process.stdout is not None
-        try:
-            with anyio.fail_after(STEP_S):
-                while True:
-                    for line in self.lines:
-                        if line.startswith(prefix):
-                            return line
-                    try:
-                        chunk = await self.process.stdout.receive()
-                    except anyio.EndOfStream:
-                        raise AssertionError(
-                            f"no {prefix!r} line; it printed {self.lines}"
-                        ) from None
-                    self._buffer += chunk
-                    *done, self._buffer = self._buffer.split(b"\n")
-                    self.lines += [d.decode() for d in done]
-        except TimeoutError:  # say what it did print: a slow step is then told from a stuck one
-            raise AssertionError(
-                f"no {prefix!r} line in {STEP_S} s; it printed {self.lines}"
-            ) from None
-
-    def kill(self) -> None:
-        self.process.send_signal(signal.SIGKILL)
-
-
-@asynccontextmanager
-async def host(url: str, credential: str, mode: str = "") -> AsyncIterator[Host]:
-    env = dict(os.environ, DIRK_CREDENTIAL_CLERK=credential, MESH_AGENT_MODE=mode)
-    command = [sys.executable, "-m", "agents_sdk.serve", "--bus", url, "--concurrency", "2"]
-    async with running([*command, "tests.support.mesh_agents:Clerk"], env) as process:
-        yield process
-
-
-@asynccontextmanager
-async def executor(
-    url: str, ledger: Any, mode: str = "", ack_wait_s: float = EXECUTOR_ACK_WAIT_S
-) -> AsyncIterator[Host]:
-    env = dict(os.environ, LEDGER_DB=str(ledger), EXECUTOR_MODE=mode)
-    command = [sys.executable, "-m", "kernel.mesh.executor", "--bus", url]
-    command += ["--ack-wait", str(ack_wait_s)]
-    command += ["--adapter", "bank"]
-    async with running([*command, "tests.support.mesh_executor:Ledger"], env) as process:
-        yield process
-
-
-@asynccontextmanager
-async def running(command: list[str], env: dict[str, str]) -> AsyncIterator[Host]:
-    process = await anyio.open_process(command, env=env, stderr=subprocess.STDOUT)
-    running = Host(process)
-    try:
-        await running.line("READY")
-        yield running
-    finally:
-        if process.returncode is None:
-            process.kill()
-        with anyio.CancelScope(shield=True):
-            await process.wait()
-            await process.aclose()
-
-
-async def provision(kernel: Any) -> str:
-    secret = new_credential()
-    verifier = credential_verifier(secret)
-    await kernel.issue_credential("clerk", verifier, operator="ana", reason="host")
-    return secret
-
-
-@asynccontextmanager
-async def meshed(tmp_path: Any, server: NatsServer) -> AsyncIterator[Any]:
-    await reset_bus(server.url)
-    async with kernel_for(tmp_path / "j.db") as kernel, open_mesh(kernel, server.url, FAST):
-        yield kernel
+from tests.support.mesh_helpers import (
+    EXECUTOR_ACK_WAIT_S,
+    FAST,
+    STEP_S,
+    as_admin,
+    as_clerk,
+    as_reader,
+    executor,
+    host,
+    meshed,
+    principals_of,
+    provision,
+    remote_bank,
+)
+from tests.support.nats import (  # noqa: F401
+    NatsServer,
+    nats_server_fixture,
+    principals_fixture,
+    reset_bus,
+)
 
 
 async def submitted(kernel: Any, dfid: str) -> int:
@@ -132,10 +72,10 @@ async def submitted(kernel: Any, dfid: str) -> int:
 
 
 async def test_a_remote_agent_and_an_in_process_one_close_their_flows(tmp_path, nats_server):
-    async with meshed(tmp_path, nats_server) as kernel:
-        secret = await provision(kernel)
+    async with meshed(tmp_path / "j.db", nats_server) as kernel:
+        secret = await provision(kernel, nats_server)
         await kernel.register(ScriptedAgent("auditor"))  # in process, beside the remote clerk
-        async with host(nats_server.url, secret) as remote:
+        async with host(nats_server, secret) as remote:
             dfids = await kernel.trigger("bank.invoice")
             assert len(dfids) == 2
             with anyio.fail_after(STEP_S):
@@ -149,15 +89,16 @@ async def test_a_remote_agent_and_an_in_process_one_close_their_flows(tmp_path, 
 async def test_no_handshake_without_the_credential_and_the_live_session_survives(
     tmp_path, nats_server
 ):
-    async with meshed(tmp_path, nats_server) as kernel:
-        # Nothing provisioned: the bus refuses even the right agent.
-        nc = await nats.connect(nats_server.url)
+    async with meshed(tmp_path / "j.db", nats_server) as kernel:
+        # Logged in as clerk's hosts, but nothing provisioned: the kernel refuses even the
+        # right credential.
+        nc = await as_clerk(nats_server)
         try:
             with pytest.raises(HandshakeRefused) as refused:
-                await handshake(nc, Clerk(), None)
+                await handshake(nc, Clerk(), principals_of(nats_server).clerk)
             assert refused.value.reason_code is ReasonCode.CREDENTIAL_INVALID
-            secret = await provision(kernel)
-            async with host(nats_server.url, secret) as remote:
+            secret = await provision(kernel, nats_server)
+            async with host(nats_server, secret) as remote:
                 for shown in (None, new_credential(), secret + "x"):
                     with pytest.raises(HandshakeRefused) as refused:
                         await handshake(nc, Clerk(), shown)
@@ -175,12 +116,12 @@ async def test_no_handshake_without_the_credential_and_the_live_session_survives
 
 
 async def test_a_host_killed_mid_decide_costs_a_redelivery_to_another(tmp_path, nats_server):
-    async with meshed(tmp_path, nats_server) as kernel:
-        secret = await provision(kernel)
-        async with host(nats_server.url, secret, mode="hang") as stuck:
+    async with meshed(tmp_path / "j.db", nats_server) as kernel:
+        secret = await provision(kernel, nats_server)
+        async with host(nats_server, secret, mode="hang") as stuck:
             [dfid] = await kernel.trigger("bank.invoice")
             assert await stuck.line("DECIDING") == f"DECIDING {dfid}"
-            async with host(nats_server.url, secret) as spare:
+            async with host(nats_server, secret) as spare:
                 stuck.kill()  # SIGKILL in the middle of decide()
                 assert await spare.line("DECIDED") == f"DECIDED {dfid} 1"
                 with anyio.fail_after(STEP_S):
@@ -192,14 +133,14 @@ async def test_a_host_killed_mid_decide_costs_a_redelivery_to_another(tmp_path, 
 async def test_a_recorded_proposal_is_answered_from_the_record_never_judged_twice(
     tmp_path, nats_server
 ):
-    async with meshed(tmp_path, nats_server) as kernel:
-        secret = await provision(kernel)
-        nc = await nats.connect(nats_server.url)
+    async with meshed(tmp_path / "j.db", nats_server) as kernel:
+        secret = await provision(kernel, nats_server)
+        nc = await as_clerk(nats_server)
         js = nc.jetstream()
         # A host by hand: it takes the context, publishes its proposal twice, and dies
         # before it acks (the connection closes without an ack).
-        session = await handshake(nc, Clerk(), secret)
-        work = await js.pull_subscribe_bind(durable=session["consumer"], stream="DIRK_WORK")
+        welcome = await handshake(nc, Clerk(), secret)
+        work = await js.pull_subscribe_bind(durable=welcome.consumer, stream="DIRK_WORK")
         [dfid] = await kernel.trigger("bank.invoice")
         with anyio.fail_after(STEP_S):
             [msg] = await work.fetch(1, timeout=STEP_S)
@@ -208,8 +149,9 @@ async def test_a_recorded_proposal_is_answered_from_the_record_never_judged_twic
         body = json.dumps({"proposal": msgspec.to_builtins(to_record(transfer()(ctx)))}).encode()
         journal = kernel.journal.journal_id
         msg_id = f"{journal}:{dfid}:1"
-        headers = {"Nats-Msg-Id": msg_id, "Dirk-Auth": auth_tag(session["token"], msg_id, body)}
-        answers = await nc.subscribe(f"dirk.verdicts.{journal}.{dfid}.1", max_msgs=1)
+        signature = proposal_signature(agent_key(secret), msg_id, body)
+        headers = {"Nats-Msg-Id": msg_id, SIGNATURE_HEADER: signature}
+        answers = await nc.subscribe(verdict_subject("clerk", journal, dfid, 1), max_msgs=1)
         first = await js.publish("dirk.proposals.clerk", body, headers=headers)
         again = await js.publish("dirk.proposals.clerk", body, headers=headers)
         assert not first.duplicate and again.duplicate  # the duplicate publish is absorbed
@@ -217,7 +159,7 @@ async def test_a_recorded_proposal_is_answered_from_the_record_never_judged_twic
         assert verdict.outcome is Outcome.ACCEPTED
         await nc.close()
 
-        async with host(nats_server.url, secret) as spare:
+        async with host(nats_server, secret) as spare:
             await spare.line("agents_sdk.serve: flow " + dfid)  # judged already: not decided
             with anyio.fail_after(STEP_S):
                 assert (await kernel.wait_flow(dfid)).status is FlowStatus.CLOSED
@@ -226,21 +168,23 @@ async def test_a_recorded_proposal_is_answered_from_the_record_never_judged_twic
 
 
 async def test_a_forged_proposal_is_refused_on_record(tmp_path, nats_server):
-    async with meshed(tmp_path, nats_server) as kernel:
-        secret = await provision(kernel)
-        nc = await nats.connect(nats_server.url)
+    async with meshed(tmp_path / "j.db", nats_server) as kernel:
+        secret = await provision(kernel, nats_server)
+        nc = await as_clerk(nats_server)
         try:
             js = nc.jetstream()
-            session = await handshake(nc, Clerk(), secret)
-            work = await js.pull_subscribe_bind(durable=session["consumer"], stream="DIRK_WORK")
+            welcome = await handshake(nc, Clerk(), secret)
+            work = await js.pull_subscribe_bind(durable=welcome.consumer, stream="DIRK_WORK")
             [dfid] = await kernel.trigger("bank.invoice")
             [msg] = await work.fetch(1, timeout=STEP_S)
             ctx = msgspec.json.decode(msg.data, type=WorkingContext)
             body = json.dumps({"proposal": msgspec.to_builtins(to_record(transfer()(ctx)))})
             journal = kernel.journal.journal_id
             msg_id = f"{journal}:{dfid}:1"
-            headers = {"Nats-Msg-Id": msg_id, "Dirk-Auth": "0" * 64}  # not the session's
-            answers = await nc.subscribe(f"dirk.verdicts.{journal}.{dfid}.1", max_msgs=1)
+            # Signed, but by another key than the one the session was proven with.
+            forged = proposal_signature(keys.generate(), msg_id, body.encode())
+            headers = {"Nats-Msg-Id": msg_id, SIGNATURE_HEADER: forged}
+            answers = await nc.subscribe(verdict_subject("clerk", journal, dfid, 1), max_msgs=1)
             await js.publish("dirk.proposals.clerk", body.encode(), headers=headers)
             raw = await answers.next_msg(timeout=STEP_S)
             verdict = msgspec.json.decode(raw.data, type=Verdict)
@@ -290,14 +234,15 @@ def test_whatever_reaches_the_bus_is_refused_and_the_kernel_goes_on(
     tmp_path_factory, nats_server, handshakes, proposals
 ):
     async def main() -> None:
-        async with meshed(tmp_path_factory.mktemp("mesh"), nats_server) as kernel:
-            secret = await provision(kernel)
-            nc = await nats.connect(nats_server.url)
+        async with meshed(tmp_path_factory.mktemp("mesh") / "j.db", nats_server) as kernel:
+            secret = await provision(kernel, nats_server)
+            nc = await as_clerk(nats_server)
             try:
                 js = nc.jetstream()
                 for data in handshakes:
-                    reply = await nc.request(HANDSHAKE_SUBJECT, data, timeout=STEP_S)
-                    assert "refused" in json.loads(reply.data)
+                    reply = await nc.request(handshake_subject("clerk"), data, timeout=STEP_S)
+                    answer = msgspec.json.decode(reply.data, type=Refused | Challenge)
+                    assert isinstance(answer, Refused)
                 for msg_id, data in proposals:
                     headers = {"Nats-Msg-Id": msg_id or "x"}
                     await js.publish("dirk.proposals.clerk", data, headers=headers)
@@ -311,9 +256,9 @@ def test_whatever_reaches_the_bus_is_refused_and_the_kernel_goes_on(
 
 
 async def test_after_a_nats_server_restart_hosts_and_kernel_reconnect(tmp_path, nats_server):
-    async with meshed(tmp_path, nats_server) as kernel:
-        secret = await provision(kernel)
-        async with host(nats_server.url, secret) as remote:
+    async with meshed(tmp_path / "j.db", nats_server) as kernel:
+        secret = await provision(kernel, nats_server)
+        async with host(nats_server, secret) as remote:
             [before] = await kernel.trigger("bank.invoice")
             with anyio.fail_after(STEP_S):
                 assert (await kernel.wait_flow(before)).status is FlowStatus.CLOSED
@@ -328,13 +273,9 @@ async def test_after_a_nats_server_restart_hosts_and_kernel_reconnect(tmp_path, 
 
 
 async def test_a_stuck_agent_pool_holds_triggers_back_instead_of_queueing(tmp_path, nats_server):
-    await reset_bus(nats_server.url)
-    async with (
-        kernel_for(tmp_path / "j.db", max_in_flight=2) as kernel,
-        open_mesh(kernel, nats_server.url, FAST),
-    ):
-        secret = await provision(kernel)
-        async with host(nats_server.url, secret, mode="hang") as stuck:
+    async with meshed(tmp_path / "j.db", nats_server, max_in_flight=2) as kernel:
+        secret = await provision(kernel, nats_server)
+        async with host(nats_server, secret, mode="hang") as stuck:
             first = [d for _ in range(2) for d in await kernel.trigger("bank.invoice")]
             await stuck.line("DECIDING")
             later: list[str] = []
@@ -342,7 +283,7 @@ async def test_a_stuck_agent_pool_holds_triggers_back_instead_of_queueing(tmp_pa
             async def third() -> None:
                 later.extend(await kernel.trigger("bank.invoice"))
 
-            async with host(nats_server.url, secret) as spare:
+            async with host(nats_server, secret) as spare:
                 async with anyio.create_task_group() as tg:
                     tg.start_soon(third)  # waits for room: two flows are already moving
                     stuck.kill()
@@ -359,9 +300,9 @@ async def test_a_stuck_agent_pool_holds_triggers_back_instead_of_queueing(tmp_pa
         assert created[0].seq > min(e.seq for e in closed)
 
 
-async def relayed(url: str) -> list[tuple[str, dict[str, Any], str]]:
-    """Every message in DIRK_EVENTS: (subject, event, Nats-Msg-Id)."""
-    nc = await nats.connect(url)
+async def relayed(server: NatsServer) -> list[tuple[str, dict[str, Any], str]]:
+    """Every message in DIRK_EVENTS, as the relay's reader reads it: (subject, event, id)."""
+    nc = await as_reader(server)
     try:
         js = nc.jetstream()
         info = await js.stream_info("DIRK_EVENTS")
@@ -377,14 +318,17 @@ async def relayed(url: str) -> list[tuple[str, dict[str, Any], str]]:
 
 
 async def test_the_relay_publishes_each_committed_event_once_across_restarts(tmp_path, nats_server):
-    await reset_bus(nats_server.url)
-    nc = await nats.connect(nats_server.url)
+    await reset_bus(nats_server)
+    nc = await as_admin(nats_server)
     with contextlib.suppress(Exception):
         await nc.jetstream().delete_stream("DIRK_EVENTS")
     await nc.close()
     path = tmp_path / "j.db"
     for _ in range(2):  # the second run resumes from the stored position
-        async with kernel_for(path) as kernel, open_mesh(kernel, nats_server.url, FAST) as mesh:
+        async with (
+            kernel_for(path) as kernel,
+            open_mesh(kernel, nats_server.url, FAST, auth=nats_server.kernel) as mesh,
+        ):
             await kernel.register(ScriptedAgent())
             [dfid] = await kernel.trigger("bank.invoice")
             with anyio.fail_after(STEP_S):
@@ -394,7 +338,7 @@ async def test_the_relay_publishes_each_committed_event_once_across_restarts(tmp
     async with kernel_for(path) as kernel:
         events = await kernel.journal.read()
         head = kernel.journal.head_seq
-    published = await relayed(nats_server.url)
+    published = await relayed(nats_server)
     # The last run's KernelStopped (and this reader's start) came after its relay stopped.
     seqs = [event["seq"] for _, event, _ in published]
     assert seqs == list(range(1, len(seqs) + 1)) and len(seqs) < head  # none twice, none lost
@@ -407,26 +351,27 @@ async def test_the_relay_publishes_each_committed_event_once_across_restarts(tmp
 
 
 async def test_an_executor_killed_after_its_effect_duplicates_nothing(tmp_path, nats_server):
-    await reset_bus(nats_server.url)
+    await reset_bus(nats_server)
     ledger = tmp_path / "ledger.db"
-    remote = RemoteAdapter(
-        nats_server.url, "bank", result_timeout_s=STEP_S, ack_wait_s=EXECUTOR_ACK_WAIT_S
-    )
+    remote = remote_bank(nats_server)
     try:
-        async with executor(nats_server.url, ledger, mode="die_after_effect") as dying:
+        async with executor(nats_server, ledger, mode="die_after_effect") as dying:
             async with kernel_for(tmp_path / "j.db", bank=remote) as kernel:
                 await kernel.register(ScriptedAgent())
                 [dfid] = await kernel.trigger("bank.invoice")
                 key = (await dying.line("EFFECT")).split()[1]
                 with anyio.fail_after(STEP_S):
                     await dying.process.wait()  # SIGKILLed after the effect, before its result
-                async with executor(nats_server.url, ledger):
+                async with executor(nats_server, ledger):
                     with anyio.fail_after(STEP_S):
                         assert (await kernel.wait_flow(dfid)).status is FlowStatus.CLOSED
                 [started] = await kernel.journal.read(dfid=dfid, types=["ExecutionStarted"])
                 [done] = await kernel.journal.read(dfid=dfid, types=["ExecutionSucceeded"])
                 assert started.seq < done.seq and started.payload.intent.key == key
                 assert done.payload.external_id == f"ledger-{key}"
+                # The record keeps the executors' signature: it checks with their public key.
+                bank = principals_of(nats_server).bank_public
+                assert recorded_result_holds(done.payload, "bank", bank)
     finally:
         await remote.close()
     assert ledger_counts(ledger) == (2, 1)  # redelivered once, deduplicated by key: one effect
@@ -440,14 +385,14 @@ def ledger_counts(ledger: Path) -> tuple[int, int]:
     return calls, effects
 
 
-async def ack_wait_passes(url: str, ack_wait_s: float, times: int) -> None:
+async def ack_wait_passes(server: NatsServer, ack_wait_s: float, times: int) -> None:
     """Return once the server's clock has run ``times`` of ``ack_wait_s`` from now.
 
     A probe message is delivered and never acked: each time the server hands it out
     again, one ``ack_wait_s`` has passed on its clock (the wait is the server's
     redelivery, not a sleep).
     """
-    nc = await nats.connect(url)
+    nc = await as_admin(server)
     js = nc.jetstream()
     try:
         with contextlib.suppress(nats.js.errors.NotFoundError):
@@ -472,21 +417,21 @@ async def ack_wait_passes(url: str, ack_wait_s: float, times: int) -> None:
 async def test_a_slow_executor_keeps_its_intent_and_no_other_executor_runs_it(
     tmp_path, nats_server
 ):
-    await reset_bus(nats_server.url)
+    await reset_bus(nats_server)
     ledger = tmp_path / "ledger.db"
     ack_wait_s = 3.0  # in-progress acks every 0.75 s: a loaded machine has 2.25 s to spare
-    remote = RemoteAdapter(nats_server.url, "bank", result_timeout_s=STEP_S, ack_wait_s=ack_wait_s)
+    remote = remote_bank(nats_server, ack_wait_s=ack_wait_s)
     try:
-        async with executor(nats_server.url, ledger, "hold", ack_wait_s) as slow:
+        async with executor(nats_server, ledger, "hold", ack_wait_s) as slow:
             async with kernel_for(tmp_path / "j.db", bank=remote) as kernel:
                 await kernel.register(ScriptedAgent())
                 [dfid] = await kernel.trigger("bank.invoice")
                 key = (await slow.line("HOLDING")).split()[1]
                 # An idle executor pulls beside the slow one, which holds the intent
                 # for two of its ack_waits: in-progress acks keep it there.
-                async with executor(nats_server.url, ledger, "", ack_wait_s):
-                    await ack_wait_passes(nats_server.url, ack_wait_s, 2)
-                    nc = await nats.connect(nats_server.url)
+                async with executor(nats_server, ledger, "", ack_wait_s):
+                    await ack_wait_passes(nats_server, ack_wait_s, 2)
+                    nc = await as_admin(nats_server)
                     try:
                         info = await nc.jetstream().consumer_info("DIRK_INTENTS", "exec-bank")
                     finally:
@@ -506,11 +451,12 @@ async def test_a_slow_executor_keeps_its_intent_and_no_other_executor_runs_it(
 async def test_a_result_is_taken_from_its_notification_even_before_the_stream_has_it(
     nats_server,
 ):
-    await reset_bus(nats_server.url)
+    await reset_bus(nats_server)
     # ack_wait as long as the step: the stream is not read again within the test.
-    remote = RemoteAdapter(nats_server.url, "bank", result_timeout_s=STEP_S, ack_wait_s=STEP_S)
+    remote = remote_bank(nats_server, ack_wait_s=STEP_S)
     intent = ExecutionIntent(key="flow-1:0", kind="transfer", adapter="bank")
-    nc = await nats.connect(nats_server.url)
+    nc = await as_admin(nats_server)  # watches the intents: an executor by hand
+    bank = principals_of(nats_server).key(principals_of(nats_server).bank_key)
     receipts: list[Receipt] = []
 
     async def call() -> None:
@@ -526,9 +472,12 @@ async def test_a_result_is_taken_from_its_notification_even_before_the_stream_ha
             # never, it is gone); the notification alone answers the call.
             await nc.jetstream().delete_stream("DIRK_RESULTS")
             result = Result(key=intent.key, receipt=Receipt(external_id="by-hand"))
-            await nc.publish(result_subject(intent.key), b"not a result")
-            await nc.publish(result_subject(intent.key), msgspec.json.encode(result))
+            subject = result_subject("bank", intent.key)
+            await nc.publish(subject, b"not a result")
+            headers = {SIGNATURE_HEADER: sign_result(bank, "bank", result)}
+            await nc.publish(subject, msgspec.json.encode(result), headers=headers)
         assert [r.external_id for r in receipts] == ["by-hand"]
+        assert remote.refused == 1  # the junk before it was refused, not taken
     finally:
         await nc.close()
         await remote.close()
@@ -550,16 +499,21 @@ class Echo:
 @given(intents=st.lists(junk, min_size=1, max_size=6))
 def test_whatever_reaches_an_executor_is_terminated_and_it_goes_on(nats_server, intents):
     async def main() -> None:
-        await reset_bus(nats_server.url)
-        remote = RemoteAdapter(
-            nats_server.url, "bank", result_timeout_s=STEP_S, ack_wait_s=EXECUTOR_ACK_WAIT_S
-        )
-        nc = await nats.connect(nats_server.url)
+        await reset_bus(nats_server)
+        remote = remote_bank(nats_server)
+        await remote.connect()  # the kernel's side makes the streams and the consumer
+        nc = await as_admin(nats_server)  # only the kernel may publish intents: a wide grant
+        principals = principals_of(nats_server)
         try:
             async with anyio.create_task_group() as tg:
                 ready = anyio.Event()
                 serve = serve_executor(
-                    nats_server.url, "bank", Echo(), ack_wait_s=EXECUTOR_ACK_WAIT_S, ready=ready
+                    nats_server.url,
+                    "bank",
+                    Echo(),
+                    key=principals.key(principals.bank_key),
+                    ack_wait_s=EXECUTOR_ACK_WAIT_S,
+                    ready=ready,
                 )
                 tg.start_soon(lambda: serve)
                 with anyio.fail_after(STEP_S):
@@ -581,22 +535,25 @@ def test_whatever_reaches_an_executor_is_terminated_and_it_goes_on(nats_server, 
 
 
 async def test_a_restarted_kernel_gets_its_running_hosts_back(tmp_path, nats_server):
-    await reset_bus(nats_server.url)
+    await reset_bus(nats_server)
     path = tmp_path / "j.db"
     first = kernel_for(path)
     kernel = await first.__aenter__()
-    first_mesh = open_mesh(kernel, nats_server.url, FAST)
+    first_mesh = open_mesh(kernel, nats_server.url, FAST, auth=nats_server.kernel)
     await first_mesh.__aenter__()
     try:
-        secret = await provision(kernel)
-        async with host(nats_server.url, secret) as remote:
+        secret = await provision(kernel, nats_server)
+        async with host(nats_server, secret) as remote:
             [before] = await kernel.trigger("bank.invoice")
             with anyio.fail_after(STEP_S):
                 assert (await kernel.wait_flow(before)).status is FlowStatus.CLOSED
             await first_mesh.__aexit__(None, None, None)
             await first.__aexit__(None, None, None)
             first = None  # the host keeps running across the kernel's restart
-            async with kernel_for(path) as kernel, open_mesh(kernel, nats_server.url, FAST):
+            async with (
+                kernel_for(path) as kernel,
+                open_mesh(kernel, nats_server.url, FAST, auth=nats_server.kernel),
+            ):
                 await remote.line("agents_sdk.serve: agent clerk handshook again")
                 [after] = await kernel.trigger("bank.invoice")
                 with anyio.fail_after(STEP_S):
@@ -609,11 +566,12 @@ async def test_a_restarted_kernel_gets_its_running_hosts_back(tmp_path, nats_ser
 
 
 async def test_the_bus_is_one_setting_of_the_kernel(tmp_path, nats_server, monkeypatch):
-    await reset_bus(nats_server.url)
+    await reset_bus(nats_server)
     monkeypatch.setenv("DIRK_BUS", nats_server.url)  # KernelConfig(bus=...) or the environment
+    monkeypatch.setenv("DIRK_BUS_KEY", str(principals_of(nats_server).kernel_key))
     async with kernel_for(tmp_path / "j.db") as kernel:
-        secret = await provision(kernel)
-        async with host(nats_server.url, secret) as remote:
+        secret = await provision(kernel, nats_server)
+        async with host(nats_server, secret) as remote:
             [dfid] = await kernel.trigger("bank.invoice")
             with anyio.fail_after(STEP_S):
                 assert (await kernel.wait_flow(dfid)).status is FlowStatus.CLOSED

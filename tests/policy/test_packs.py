@@ -9,18 +9,33 @@ import os
 import random
 import time
 import uuid
+from collections.abc import Callable
+from pathlib import Path
 from random import random as rand
+from typing import Any
 
 import pytest
 
 from examples.desk import DESK
 from examples.desk_0_1 import DESK_0_1
 from kernel import PackError, open_kernel
-from kernel.adapters import Receipt
+from kernel.adapters import ExecutionIntent, Receipt
+from kernel.audit import payload_of
 from kernel.config import KernelConfig, Ports
+from kernel.core.events import PackLoaded
 from kernel.policy import PolicyKind, PolicyPack
 from kernel.policy.packs import Consume, LimitSpec, PolicyCatalog, Threshold
-from kernel.policy.rules import ALLOW, OneOf, Range, RuleVerdict, StateMatch, View, deny, rule
+from kernel.policy.rules import (
+    ALLOW,
+    OneOf,
+    Range,
+    Rule,
+    RuleVerdict,
+    StateMatch,
+    View,
+    deny,
+    rule,
+)
 from kernel.testing import ManualClock, SeededIds
 from policies.booking import BOOKING
 from policies.trading import TRADING
@@ -30,7 +45,7 @@ from tests.support.gate_domain import SHOP, Buy, qty_cap
 HERE = __file__
 
 
-def pack(**parts) -> PolicyPack:
+def pack(**parts: Any) -> PolicyPack:
     return PolicyPack(name="broken", version="1.0.0", kinds=parts.pop("kinds", (Buy,)), **parts)
 
 
@@ -82,7 +97,7 @@ def reads_urandom(view: View) -> RuleVerdict:
     return ALLOW if os.urandom(1) else deny("no")
 
 
-def _line_of(fn, text: str) -> int:
+def _line_of(fn: Rule, text: str) -> int:
     lines, first = inspect.getsourcelines(fn.fn)
     return first + next(i for i, line in enumerate(lines) if text in line)
 
@@ -108,7 +123,7 @@ def _line_of(fn, text: str) -> int:
         ({"rules": (qty_cap.fn,)}, ["is not a Rule"]),
         ({"rules": (dataclasses.replace(qty_cap, budget_us=0),)}, ["rule qty_cap", "budget_us"]),
         ({"rules": (dataclasses.replace(qty_cap, budget_us=-5),)}, ["not -5"]),
-        ({"rules": (dataclasses.replace(qty_cap, budget_us=2.5),)}, ["not 2.5"]),
+        ({"rules": (dataclasses.replace(qty_cap, budget_us=2.5),)}, ["not 2.5"]),  # type: ignore[arg-type]
         ({"rules": (dataclasses.replace(qty_cap, budget_us=True),)}, ["not True"]),
         ({"rules": (dataclasses.replace(qty_cap, budget_us=10**6 + 1),)}, ["[1, 1000000]"]),
         ({"rules": qty_cap}, ["rules must be a sequence"]),
@@ -137,7 +152,9 @@ def _line_of(fn, text: str) -> int:
         "limits-not-a-mapping",
     ],
 )
-def test_a_broken_pack_is_refused_naming_the_problem(parts, words):
+def test_a_broken_pack_is_refused_naming_the_problem(
+    parts: dict[str, Any], words: list[str]
+) -> None:
     with pytest.raises(PackError) as refused:
         PolicyCatalog([pack(**parts)])
     for word in words:
@@ -156,7 +173,7 @@ def test_a_broken_pack_is_refused_naming_the_problem(parts, words):
     ],
     ids=["time", "datetime", "random", "imported-random", "uuid", "urandom"],
 )
-def test_a_non_deterministic_rule_is_refused_with_its_line(r, call):
+def test_a_non_deterministic_rule_is_refused_with_its_line(r: Rule, call: str) -> None:
     with pytest.raises(PackError) as refused:
         PolicyCatalog([pack(rules=(r,))])
     message = str(refused.value)
@@ -164,12 +181,12 @@ def test_a_non_deterministic_rule_is_refused_with_its_line(r, call):
     assert f"{HERE}:{_line_of(r, call + '(')}" in message
 
 
-def test_a_kind_in_two_packs_is_refused():
+def test_a_kind_in_two_packs_is_refused() -> None:
     with pytest.raises(PackError, match="defined by both"):
         PolicyCatalog([SHOP, PolicyPack(name="other", version="1.0.0", kinds=(Buy,))])
 
 
-def test_a_rule_about_a_kind_of_another_pack_is_refused():
+def test_a_rule_about_a_kind_of_another_pack_is_refused() -> None:
     from policies.trading import PlaceOrder
 
     @rule(PlaceOrder)
@@ -180,7 +197,7 @@ def test_a_rule_about_a_kind_of_another_pack_is_refused():
         PolicyCatalog([pack(rules=(elsewhere,))])
 
 
-async def test_the_kernel_refuses_to_start_on_a_broken_pack(tmp_path):
+async def test_the_kernel_refuses_to_start_on_a_broken_pack(tmp_path: Path) -> None:
     with pytest.raises(PackError, match="'colour'"):
         async with open_kernel(
             tmp_path / "j.db", packs=[pack(rules=(reads_missing,))], adapters={}, allow=[]
@@ -189,7 +206,7 @@ async def test_the_kernel_refuses_to_start_on_a_broken_pack(tmp_path):
     assert not (tmp_path / "j.db").exists()
 
 
-def test_the_shipped_packs_load_and_their_hash_covers_the_rules():
+def test_the_shipped_packs_load_and_their_hash_covers_the_rules() -> None:
     catalog = PolicyCatalog([TRADING, BOOKING, SHOP])
     assert len({p.hash for p in catalog.packs}) == 3
 
@@ -201,19 +218,19 @@ def test_the_shipped_packs_load_and_their_hash_covers_the_rules():
     assert changed.hash != SHOP.hash
 
 
-def test_every_policy_kind_is_frozen_without_declaring_it():
+def test_every_policy_kind_is_frozen_without_declaring_it() -> None:
     # PolicyKind tells type checkers its subclasses are frozen (dataclass_transform), and the
     # shipped kinds do not say frozen=True: that holds only while msgspec inherits frozen.
     class Bare(PolicyKind, tag="test.bare"):
         n: int
 
-    kinds = [
+    kinds: list[type[PolicyKind]] = [
         Bare,
         *(k for p in (TRADING, TRADING_0_2, DESK, DESK_0_1, BOOKING, SHOP) for k in p.kinds),
     ]
     assert all(k.__struct_config__.frozen for k in kinds)
     with pytest.raises(AttributeError):
-        Bare(n=1).n = 2
+        Bare(n=1).n = 2  # type: ignore[misc]  # the assignment that must fail
 
 
 # --- a pack is immutable once built: what judges is what its hash covers -----------
@@ -224,7 +241,8 @@ def denies_all(view: View) -> RuleVerdict:
     return deny("no")
 
 
-def tries_to_change(pack: PolicyPack, catalog: PolicyCatalog) -> list:
+# The pack and catalog are Any here: each is a change their types forbid, tried at run time.
+def tries_to_change(pack: Any, catalog: Any) -> list[Callable[[], object]]:
     """Every plain way to swap or edit what judges, as zero-argument callables."""
     limit = LimitSpec(default=99, floor=0, ceiling=100)
     return [
@@ -252,13 +270,13 @@ def tries_to_change(pack: PolicyPack, catalog: PolicyCatalog) -> list:
     ]
 
 
-def test_a_pack_and_its_catalog_refuse_every_change():
+def test_a_pack_and_its_catalog_refuse_every_change() -> None:
     rules, limits = [qty_cap], {"max_qty": LimitSpec(default=9, floor=0, ceiling=20)}
     built = pack(
         rules=rules,
         limits=limits,
         capacities={"inventory:*": 10},
-        invariants=[OneOf(Buy, "sku", {"A", "B"})],
+        invariants=[OneOf(Buy, "sku", {"A", "B"})],  # type: ignore[arg-type]  # a set: copied
     )
     catalog = PolicyCatalog([built])
     before = built.hash
@@ -269,7 +287,9 @@ def test_a_pack_and_its_catalog_refuse_every_change():
         with pytest.raises((TypeError, AttributeError)):
             attempt()
     assert built.rules == (qty_cap,) and built.limits["max_qty"].default == 9
-    assert catalog.rules_of["shop.buy"] == (qty_cap,) and built.invariants[0].values == {"A", "B"}
+    [one_of] = built.invariants
+    assert isinstance(one_of, OneOf)
+    assert catalog.rules_of["shop.buy"] == (qty_cap,) and one_of.values == {"A", "B"}
     twin = pack(
         rules=(qty_cap,),
         limits={"max_qty": LimitSpec(default=9, floor=0, ceiling=20)},
@@ -280,11 +300,11 @@ def test_a_pack_and_its_catalog_refuse_every_change():
 
 
 class Shop:
-    async def execute(self, intent):
+    async def execute(self, intent: ExecutionIntent) -> Receipt:
         return Receipt(external_id="s-1")
 
 
-async def test_the_rules_of_a_running_kernel_change_only_through_load_pack(tmp_path):
+async def test_the_rules_of_a_running_kernel_change_only_through_load_pack(tmp_path: Path) -> None:
     async with open_kernel(
         tmp_path / "j.db",
         packs=[SHOP],
@@ -301,8 +321,10 @@ async def test_the_rules_of_a_running_kernel_change_only_through_load_pack(tmp_p
         strict = dataclasses.replace(SHOP, version="1.1.0", rules=(qty_cap, denies_all))
         ref = await k.load_pack(strict, operator="ana", reason="stricter")
         [loaded] = await k.journal.read(types=["PackLoaded"])
-        assert (loaded.payload.pack, loaded.payload.previous) == (ref, SHOP.hash)
+        recorded = payload_of(loaded, PackLoaded)
+        assert (recorded.pack, recorded.previous) == (ref, SHOP.hash)
         # The hash recorded is the hash of what now judges.
-        assert k.catalog.rules_of["shop.buy"] == (qty_cap, denies_all)
+        # mypy kept the narrowing of the assertion above; load_pack changed the catalog since.
+        assert k.catalog.rules_of["shop.buy"] == (qty_cap, denies_all)  # type: ignore[comparison-overlap]
         assert k.catalog.pack_of["shop.buy"].hash == ref.hash == strict.hash
         assert SHOP.rules == (qty_cap,)  # the old version is untouched

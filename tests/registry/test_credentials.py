@@ -7,13 +7,16 @@ CREDENTIAL_INVALID, recorded, and never revokes the live session.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kernel import FlowStatus, HandshakeRefused, Outcome, ReasonCode
+from kernel import FlowStatus, HandshakeRefused, Kernel, Outcome, ReasonCode
+from kernel.audit import payloads
+from kernel.core.events import AgentRefused
 from kernel.core.wall import InputInvalid
 from kernel.registry import credential_matches, credential_verifier, new_credential
 from kernel.state.projections import session_hash
@@ -31,7 +34,9 @@ async def provision(kernel, agent_id="clerk") -> str:  # type: ignore[no-untyped
     return secret
 
 
-async def test_without_a_provisioned_credential_in_process_agents_handshake_as_before(kernel):
+async def test_without_a_provisioned_credential_in_process_agents_handshake_as_before(
+    kernel: Kernel,
+) -> None:
     session = await kernel.register(ScriptedAgent())
     assert session.agent_id == "clerk"
     # The bus asks for one: nothing provisioned means no handshake there.
@@ -41,8 +46,8 @@ async def test_without_a_provisioned_credential_in_process_agents_handshake_as_b
 
 
 async def test_a_handshake_without_the_credential_is_refused_and_the_live_session_survives(
-    tmp_path,
-):
+    tmp_path: Path,
+) -> None:
     gate = anyio.Event()
     async with kernel_for(tmp_path / "j.db") as kernel:
         secret = await provision(kernel)
@@ -58,11 +63,14 @@ async def test_a_handshake_without_the_credential_is_refused_and_the_live_sessio
                 await kernel.handshake(impostor.manifest, credential=shown)  # type: ignore[arg-type]
             assert refused.value.reason_code is ReasonCode.CREDENTIAL_INVALID
         refusals = await kernel.journal.read(types=["AgentRefused"])
-        assert [e.payload.reason_code for e in refusals] == [ReasonCode.CREDENTIAL_INVALID] * 4
+        assert [p.reason_code for p in payloads(refusals, AgentRefused)] == [
+            ReasonCode.CREDENTIAL_INVALID
+        ] * 4
         assert all(e.agent_id == "clerk" for e in refusals)
         # The real agent's session was not revoked: its proposal is judged.
         assert kernel.projections.sessions[session_hash(session.token)] == "clerk"
         proposal = agent.steps[0](agent.contexts[0])
+        assert proposal is not None
         verdict = await kernel.submit(session.token, dfid, proposal)
         assert verdict.outcome is Outcome.ACCEPTED
         assert (await kernel.wait_flow(dfid)).status is FlowStatus.CLOSED
@@ -73,7 +81,7 @@ async def test_a_handshake_without_the_credential_is_refused_and_the_live_sessio
         assert credential_verifier(secret).encode() in raw
 
 
-async def test_rotation_replaces_the_credential_and_keeps_sessions(tmp_path):
+async def test_rotation_replaces_the_credential_and_keeps_sessions(tmp_path: Path) -> None:
     async with kernel_for(tmp_path / "j.db") as kernel:
         old = await provision(kernel)
         session = await kernel.register(ScriptedAgent(), credential=old)
@@ -93,7 +101,9 @@ async def test_rotation_replaces_the_credential_and_keeps_sessions(tmp_path):
         await kernel.register(ScriptedAgent(), credential=new)
 
 
-async def test_credentials_are_refused_for_unknown_agents_and_malformed_verifiers(kernel):
+async def test_credentials_are_refused_for_unknown_agents_and_malformed_verifiers(
+    kernel: Kernel,
+) -> None:
     with pytest.raises(HandshakeRefused) as refused:
         await kernel.issue_credential("mallory", credential_verifier("x"), operator="a", reason="b")
     assert refused.value.reason_code is ReasonCode.UNKNOWN_AGENT
@@ -133,7 +143,9 @@ async def test_an_operator_issues_a_credential_through_the_inbox(
     suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
 @given(shown=st.one_of(st.none(), st.text(max_size=80), st.integers(), st.binary(max_size=40)))
-def test_no_credential_but_the_provisioned_one_handshakes(tmp_path_factory, shown):
+def test_no_credential_but_the_provisioned_one_handshakes(
+    tmp_path_factory: pytest.TempPathFactory, shown: Any
+) -> None:
     secret = "dirk_fixed-secret-for-the-property"
 
     async def main() -> None:

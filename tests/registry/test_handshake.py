@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import anyio
 import anyio.lowlevel
 import pytest
 
-from kernel import AgentStatus, FlowStatus, HandshakeRefused, Outcome, ReasonCode
+from kernel import AgentStatus, FlowStatus, HandshakeRefused, Kernel, Outcome, ReasonCode
+from kernel.audit import payload_of
+from kernel.core.events import AgentRefused, AgentRegistered, ProposalRejected, SubmissionRefused
 from kernel.state.projections import session_hash
 from tests.support.bodies import readable_bytes
-from tests.support.helpers import ALL_KINDS, ScriptedAgent, kernel_for
+from tests.support.helpers import ALL_KINDS, ScriptedAgent, flow_of, kernel_for
 
 
 @pytest.mark.parametrize(
@@ -24,7 +28,7 @@ from tests.support.helpers import ALL_KINDS, ScriptedAgent, kernel_for
         ("one", False),
     ],
 )
-async def test_contract_versions(kernel, version, accepted):
+async def test_contract_versions(kernel: Kernel, version: str, accepted: bool) -> None:
     agent = ScriptedAgent(version=version)
     if accepted:
         session = await kernel.register(agent)
@@ -34,10 +38,10 @@ async def test_contract_versions(kernel, version, accepted):
         await kernel.register(agent)
     assert refused.value.reason_code is ReasonCode.VERSION_MISMATCH
     [event] = await kernel.journal.read(types=["AgentRefused"])
-    assert event.payload.reason_code is ReasonCode.VERSION_MISMATCH
+    assert payload_of(event, AgentRefused).reason_code is ReasonCode.VERSION_MISMATCH
 
 
-async def test_an_agent_outside_the_allowlist_is_unknown(tmp_path):
+async def test_an_agent_outside_the_allowlist_is_unknown(tmp_path: Path) -> None:
     async with kernel_for(tmp_path / "j.db", allow=["clerk"]) as kernel:
         with pytest.raises(HandshakeRefused) as refused:
             await kernel.register(ScriptedAgent("mallory"))
@@ -45,7 +49,7 @@ async def test_an_agent_outside_the_allowlist_is_unknown(tmp_path):
         assert "mallory" not in kernel.projections.agents
 
 
-async def test_capabilities_must_be_known_kinds(kernel):
+async def test_capabilities_must_be_known_kinds(kernel: Kernel) -> None:
     with pytest.raises(HandshakeRefused) as refused:
         await kernel.register(ScriptedAgent(capabilities=["test.transfer", "bank.drain"]))
     assert refused.value.reason_code is ReasonCode.SCHEMA_INVALID
@@ -53,19 +57,19 @@ async def test_capabilities_must_be_known_kinds(kernel):
 
 
 async def test_the_session_carries_schemas_and_the_journal_only_a_hash_of_the_token(
-    tmp_path, kernel
-):
+    tmp_path: Path, kernel: Kernel
+) -> None:
     session = await kernel.register(ScriptedAgent(capabilities=ALL_KINDS[:2]))
     assert set(session.schemas) == {"test.transfer", "test.note"}
     transfer = session.schemas["test.transfer"]["$defs"]["Transfer"]
     assert transfer["properties"]["amount_cents"] == {"type": "integer"}
     [registered] = await kernel.journal.read(types=["AgentRegistered"])
-    assert registered.payload.session_hash == session_hash(session.token)
+    assert payload_of(registered, AgentRegistered).session_hash == session_hash(session.token)
     raw = readable_bytes(tmp_path / "j.db")
     assert session.token.encode() not in raw
 
 
-async def test_a_forged_token_is_refused_and_the_flow_goes_on(tmp_path):
+async def test_a_forged_token_is_refused_and_the_flow_goes_on(tmp_path: Path) -> None:
     gate = anyio.Event()
     async with kernel_for(tmp_path / "j.db") as kernel:
         agent = ScriptedAgent(hold=gate)
@@ -73,20 +77,21 @@ async def test_a_forged_token_is_refused_and_the_flow_goes_on(tmp_path):
         [dfid] = await kernel.trigger("bank.invoice")
         await agent.wait_context()
         proposal = agent.steps[0](agent.contexts[0])
+        assert proposal is not None
 
         verdict = await kernel.submit("forged-token", dfid, proposal)
         assert verdict.outcome is Outcome.REFUSED
         assert verdict.reason_code is ReasonCode.INVALID_SESSION
-        assert kernel.flow(dfid).status is FlowStatus.ACTIVE
-        assert kernel.flow(dfid).attempts == 0
+        assert flow_of(kernel, dfid).status is FlowStatus.ACTIVE
+        assert flow_of(kernel, dfid).attempts == 0
 
         gate.set()
         assert (await kernel.wait_flow(dfid)).status is FlowStatus.CLOSED
         [refused] = await kernel.journal.read(dfid=dfid, types=["SubmissionRefused"])
-        assert refused.payload.reason_code is ReasonCode.INVALID_SESSION
+        assert payload_of(refused, SubmissionRefused).reason_code is ReasonCode.INVALID_SESSION
 
 
-async def test_another_agents_token_cannot_act_on_a_flow(tmp_path):
+async def test_another_agents_token_cannot_act_on_a_flow(tmp_path: Path) -> None:
     gate = anyio.Event()
     async with kernel_for(tmp_path / "j.db") as kernel:
         agent = ScriptedAgent(hold=gate)
@@ -94,13 +99,15 @@ async def test_another_agents_token_cannot_act_on_a_flow(tmp_path):
         other = await kernel.handshake(ScriptedAgent("other", subscriptions=["elsewhere"]).manifest)
         [dfid] = await kernel.trigger("bank.invoice")
         await agent.wait_context()
-        verdict = await kernel.submit(other.token, dfid, agent.steps[0](agent.contexts[0]))
+        proposal = agent.steps[0](agent.contexts[0])
+        assert proposal is not None
+        verdict = await kernel.submit(other.token, dfid, proposal)
         assert verdict.reason_code is ReasonCode.FLOW_NOT_ACTIVE
         gate.set()
         await kernel.wait_flow(dfid)
 
 
-async def test_a_kind_outside_the_capabilities_is_unauthorized(kernel):
+async def test_a_kind_outside_the_capabilities_is_unauthorized(kernel: Kernel) -> None:
     agent = ScriptedAgent(
         max_attempts=1, steps=[lambda ctx: ctx.propose({"kind": "test.note", "text": "hi"})]
     )
@@ -108,12 +115,13 @@ async def test_a_kind_outside_the_capabilities_is_unauthorized(kernel):
     [dfid] = await kernel.trigger("bank.invoice")
     flow = await kernel.wait_flow(dfid)
     [rejected] = await kernel.journal.read(dfid=dfid, types=["ProposalRejected"])
-    assert rejected.payload.feedback.reason_code is ReasonCode.UNAUTHORIZED
-    assert rejected.payload.feedback.layer == "authority"
+    feedback = payload_of(rejected, ProposalRejected).feedback
+    assert feedback.reason_code is ReasonCode.UNAUTHORIZED
+    assert feedback.layer == "authority"
     assert flow.status is FlowStatus.ABORTED
 
 
-async def test_a_new_handshake_replaces_the_old_token(tmp_path):
+async def test_a_new_handshake_replaces_the_old_token(tmp_path: Path) -> None:
     gate = anyio.Event()
     async with kernel_for(tmp_path / "j.db") as kernel:
         agent = ScriptedAgent(hold=gate)
@@ -125,13 +133,14 @@ async def test_a_new_handshake_replaces_the_old_token(tmp_path):
         [dfid] = await kernel.trigger("bank.invoice")
         context = await contexts.receive()
         proposal = agent.steps[0](context)
+        assert proposal is not None
         assert (
             await kernel.submit(first.token, dfid, proposal)
         ).reason_code is ReasonCode.INVALID_SESSION
         assert (await kernel.submit(second.token, dfid, proposal)).outcome is Outcome.ACCEPTED
 
 
-async def test_status_changes_gate_proposals_and_handshakes(tmp_path):
+async def test_status_changes_gate_proposals_and_handshakes(tmp_path: Path) -> None:
     gate = anyio.Event()
     async with kernel_for(tmp_path / "j.db") as kernel:
         agent = ScriptedAgent(hold=gate, max_attempts=1)
@@ -143,7 +152,9 @@ async def test_status_changes_gate_proposals_and_handshakes(tmp_path):
         flow = await kernel.wait_flow(dfid)
         assert flow.reason_code is ReasonCode.REASONING_EXHAUSTION
         [rejected] = await kernel.journal.read(dfid=dfid, types=["ProposalRejected"])
-        assert rejected.payload.feedback.reason_code is ReasonCode.AGENT_PASSIVE
+        assert (
+            payload_of(rejected, ProposalRejected).feedback.reason_code is ReasonCode.AGENT_PASSIVE
+        )
         # A PASSIVE agent is not woken; a new handshake does not lift the demotion.
         assert await kernel.trigger("bank.invoice") == []
         await kernel.register(agent)

@@ -4,6 +4,7 @@ import ast
 import textwrap
 import typing
 from pathlib import Path
+from typing import Any
 
 import msgspec
 import pytest
@@ -44,25 +45,25 @@ def message_types() -> set[type]:
     return {t for union in UNIONS.values() for t in typing.get_args(union)}
 
 
-def test_the_messages_module_imports_only_vocabulary():
+def test_the_messages_module_imports_only_vocabulary() -> None:
     imported = kernel_imports(KERNEL / "runtime" / "messages.py")
     assert imported, "the scan found no import at all"
     assert imported <= VOCABULARY, imported - VOCABULARY
 
 
 @pytest.mark.parametrize("actor", list(UNIONS), ids=lambda actor: actor.__name__)
-def test_each_actor_handles_exactly_its_union(actor):
+def test_each_actor_handles_exactly_its_union(actor: type[Any]) -> None:
     assert typing.get_type_hints(actor.handle)["msg"] == UNIONS[actor]
 
 
-def test_every_message_is_declared_in_the_messages_module_and_frozen():
+def test_every_message_is_declared_in_the_messages_module_and_frozen() -> None:
     for message in message_types():
         assert message.__module__ == "kernel.runtime.messages", message
         assert issubclass(message, msgspec.Struct), message
         assert message.__struct_config__.frozen, message
 
 
-def test_no_actor_module_declares_a_message_class():
+def test_no_actor_module_declares_a_message_class() -> None:
     names = {message.__name__ for message in message_types()}
     for path in KERNEL.rglob("*.py"):
         if path.name == "messages.py":
@@ -71,7 +72,7 @@ def test_no_actor_module_declares_a_message_class():
         assert not declared & names, (path.name, declared & names)
 
 
-def test_mypy_refuses_a_message_sent_to_the_wrong_actor(tmp_path):
+def test_mypy_refuses_a_message_sent_to_the_wrong_actor(tmp_path: Path) -> None:
     api = pytest.importorskip("mypy.api")
     source = tmp_path / "wrong.py"
     source.write_text(

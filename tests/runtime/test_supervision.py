@@ -2,17 +2,24 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import anyio
 import msgspec
 import pytest
 
 from kernel import FlowStatus, KernelShutdown, ReasonCode, StopReason, open_kernel
-from kernel.audit import open_journal, verify_journal
+from kernel.audit import open_journal, payload_of, payloads, verify_journal
 from kernel.config import KernelConfig, Ports
-from kernel.core.events import MessageDeadLettered, TriggerFired
+from kernel.core.events import (
+    ActorRestarted,
+    Event,
+    KernelStopped,
+    MessageDeadLettered,
+    TriggerFired,
+)
 from kernel.core.ports import ManualClock
 from kernel.policy import PolicyKind, PolicyPack, RuleVerdict, View, deny, rule
 from kernel.runtime.actors import ChildSpec, Mailbox, Outbox, RestartIntensityExceeded, Supervisor
@@ -24,14 +31,14 @@ from tests.support.helpers import PACK, POISON_CRASHES, Bank, ScriptedAgent, ker
 POISON = lambda ctx: ctx.propose({"kind": "test.poison", "text": "poison"})  # noqa: E731
 
 
-class DoneList(list):
+class DoneList(list[Any]):
     """A list that also reports each item to a shared tally."""
 
-    def __init__(self, tally: list) -> None:
+    def __init__(self, tally: list[Any]) -> None:
         super().__init__()
         self.tally = tally
 
-    def append(self, item) -> None:
+    def append(self, item: Any) -> None:
         super().append(item)
         self.tally.append(item)
 
@@ -58,20 +65,22 @@ class Flaky:
         out.after_commit(lambda: self.done.append(msg.n))
 
 
-class Tally(list):
+class Tally(list[Any]):
     """A list that says when it holds ``expected`` items."""
 
     def __init__(self, expected: int, finished: anyio.Event) -> None:
         super().__init__()
         self.expected, self.finished = expected, finished
 
-    def append(self, item) -> None:
+    def append(self, item: Any) -> None:
         super().append(item)
         if len(self) >= self.expected:
             self.finished.set()
 
 
-async def run_supervisor(tmp_path, crash_on, jobs, **kw):
+async def run_supervisor(
+    tmp_path: Path, crash_on: dict[int, int], jobs: Iterable[int], **kw: Any
+) -> tuple[DoneList, DoneList, list[Event], RestartIntensityExceeded | None, Supervisor]:
     jobs = list(jobs)
     finished = anyio.Event()
     # Every job ends up either done or dead-lettered; both tally into `settled`.
@@ -91,10 +100,10 @@ async def run_supervisor(tmp_path, crash_on, jobs, **kw):
             backoff_s=0.001,
             **kw,
         )
-        error = None
+        error: RestartIntensityExceeded | None = None
         async with anyio.create_task_group() as tg:
 
-            async def run():
+            async def run() -> None:
                 nonlocal error
                 try:
                     await supervisor.run()
@@ -113,25 +122,25 @@ async def run_supervisor(tmp_path, crash_on, jobs, **kw):
     return done, dead, events, error, supervisor
 
 
-async def test_a_crashed_actor_is_restarted_and_the_message_retried(tmp_path):
+async def test_a_crashed_actor_is_restarted_and_the_message_retried(tmp_path: Path) -> None:
     done, dead, events, error, _ = await run_supervisor(tmp_path, {2: 1}, range(5))
     assert error is None
     assert sorted(done) == [0, 1, 2, 3, 4]
     assert dead == []
-    restarts = [e.payload for e in events if e.type == "ActorRestarted"]
+    restarts = payloads(events, ActorRestarted)
     assert len(restarts) == 1 and "crash on 2" in restarts[0].error
 
 
-async def test_a_message_that_crashes_twice_is_dead_lettered(tmp_path):
+async def test_a_message_that_crashes_twice_is_dead_lettered(tmp_path: Path) -> None:
     done, dead, events, error, _ = await run_supervisor(tmp_path, {3: 99}, range(6))
     assert error is None
     assert sorted(done) == [0, 1, 2, 4, 5]
     assert dead == [Job(3)]
-    [letter] = [e.payload for e in events if e.type == "MessageDeadLettered"]
+    [letter] = payloads(events, MessageDeadLettered)
     assert letter.actor == "flaky" and "Job(n=3)" in letter.message
 
 
-async def test_exceeding_the_restart_intensity_stops_the_supervisor(tmp_path):
+async def test_exceeding_the_restart_intensity_stops_the_supervisor(tmp_path: Path) -> None:
     crash_on = {n: 99 for n in range(10)}
     _, _, _, error, supervisor = await run_supervisor(tmp_path, crash_on, range(10), max_restarts=3)
     assert isinstance(error, RestartIntensityExceeded)
@@ -139,7 +148,7 @@ async def test_exceeding_the_restart_intensity_stops_the_supervisor(tmp_path):
     assert await verify_journal(tmp_path / "j.db")
 
 
-async def test_a_crash_in_the_pipeline_is_restarted_and_the_flow_goes_on(tmp_path):
+async def test_a_crash_in_the_pipeline_is_restarted_and_the_flow_goes_on(tmp_path: Path) -> None:
     POISON_CRASHES["remaining"] = 1
     bank = Bank()
     async with kernel_for(tmp_path / "j.db", bank=bank) as kernel:
@@ -149,10 +158,12 @@ async def test_a_crash_in_the_pipeline_is_restarted_and_the_flow_goes_on(tmp_pat
         assert flow.status is FlowStatus.CLOSED
         assert len(bank.calls) == 1
         [restart] = await kernel.journal.read(types=["ActorRestarted"])
-        assert restart.payload.actor == "dim"
+        assert payload_of(restart, ActorRestarted).actor == "dim"
 
 
-async def test_a_poison_proposal_is_dead_lettered_and_its_flow_aborted_with_kernel_fault(tmp_path):
+async def test_a_poison_proposal_is_dead_lettered_and_its_flow_aborted_with_kernel_fault(
+    tmp_path: Path,
+) -> None:
     POISON_CRASHES["remaining"] = 2
     bank = Bank()
     async with kernel_for(tmp_path / "j.db", bank=bank) as kernel:
@@ -169,7 +180,7 @@ async def test_a_poison_proposal_is_dead_lettered_and_its_flow_aborted_with_kern
         assert (await kernel.wait_flow(next_flow)).status is FlowStatus.CLOSED
 
 
-async def test_exceeding_the_intensity_shuts_the_kernel_down_cleanly(tmp_path):
+async def test_exceeding_the_intensity_shuts_the_kernel_down_cleanly(tmp_path: Path) -> None:
     POISON_CRASHES["remaining"] = 1000
     with pytest.raises(KernelShutdown) as stopped:
         async with kernel_for(tmp_path / "j.db", max_restarts=3) as kernel:
@@ -185,10 +196,12 @@ async def test_exceeding_the_intensity_shuts_the_kernel_down_cleanly(tmp_path):
     assert (await verify_journal(tmp_path / "j.db")).ok
     async with open_journal(tmp_path / "j.db") as journal:
         [last] = await journal.read(start=journal.head_seq)
-        assert last.type == "KernelStopped" and last.payload.reason == "RESTART_INTENSITY_EXCEEDED"
+        assert payload_of(last, KernelStopped).reason == "RESTART_INTENSITY_EXCEEDED"
 
 
-async def test_a_journal_write_failure_stops_the_kernel_without_acting_unrecorded(tmp_path):
+async def test_a_journal_write_failure_stops_the_kernel_without_acting_unrecorded(
+    tmp_path: Path,
+) -> None:
     bank = Bank()
     async with kernel_for(tmp_path / "j.db") as kernel:
         await kernel.register(ScriptedAgent())
@@ -217,7 +230,7 @@ async def test_a_journal_write_failure_stops_the_kernel_without_acting_unrecorde
         assert verdict_types == []
 
 
-async def test_submissions_after_shutdown_are_refused(tmp_path):
+async def test_submissions_after_shutdown_are_refused(tmp_path: Path) -> None:
     async with kernel_for(tmp_path / "j.db") as kernel:
         session = await kernel.register(ScriptedAgent())
     with pytest.raises(KernelShutdown):
@@ -313,7 +326,10 @@ async def test_a_verdict_that_cannot_be_recorded_aborts_its_flow_and_the_kernel_
         assert flow.status is FlowStatus.ABORTED
         assert flow.reason_code is ReasonCode.KERNEL_FAULT
         [letter] = await kernel.journal.read(types=["MessageDeadLettered"])
-        assert letter.payload.actor == "dim" and "\\ud800" in letter.payload.error
+        assert (
+            payload_of(letter, MessageDeadLettered).actor == "dim"
+            and "\\ud800" in payload_of(letter, MessageDeadLettered).error
+        )
         assert kernel.stopped is None
         [other] = await kernel.trigger("bank.invoice")
         assert (await kernel.wait_flow(other)).status is FlowStatus.CLOSED
@@ -337,6 +353,6 @@ async def test_a_kernel_that_stops_on_a_fault_records_the_fault(
     assert isinstance(stopped.value.__cause__, RuntimeError)
     async with open_journal(path) as journal:
         [last] = await journal.read(start=journal.head_seq)
-    assert last.type == "KernelStopped" and last.payload.reason == "KERNEL_FAILED"
-    assert last.payload.detail == "RuntimeError: a bug in a kernel task \\ud800"
+    assert payload_of(last, KernelStopped).reason == "KERNEL_FAILED"
+    assert payload_of(last, KernelStopped).detail == "RuntimeError: a bug in a kernel task \\ud800"
     assert (await verify_journal(path)).ok

@@ -67,4 +67,4 @@ async def main(journal: str, mode: str, kill: str) -> None:
 
 
 if __name__ == "__main__":
-    anyio.run(main, *sys.argv[1:4])
+    anyio.run(lambda: main(*sys.argv[1:4]))

@@ -94,7 +94,7 @@ class Desk:
 
 @asynccontextmanager
 async def belief_desk(
-    path: Path, tests: ScriptedTests | None = None, **settings: Any
+    path: Path, tests: ScriptedTests | None = None, allow: tuple[str, ...] = (), **settings: Any
 ) -> AsyncIterator[Desk]:
     clock = ManualClock()
     agent = Believer()
@@ -104,7 +104,7 @@ async def belief_desk(
         path,
         packs=[GOVERNANCE_PACK],
         adapters=adapters,
-        allow=[agent.manifest.agent_id],
+        allow=[agent.manifest.agent_id, *allow],
         config=configured(config, **settings),
     ) as kernel:
         await kernel.register(agent)

@@ -111,4 +111,4 @@ async def resolve(kernel: Any, ledger: Ledger, dfid: str, key: str, mode: str) -
 
 
 if __name__ == "__main__":
-    anyio.run(main, *sys.argv[1:6])
+    anyio.run(lambda: main(*sys.argv[1:6]))

@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import itertools
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, ClassVar
 
 import msgspec
 
-from kernel import Clock, Kernel, open_kernel, testing
-from kernel.adapters import ExecutionIntent, Receipt
+from kernel import Clock, FlowState, Kernel, Proposal, WorkingContext, open_kernel, testing
+from kernel.adapters import Adapter, ExecutionIntent, Receipt
 from kernel.config import KernelConfig, Ports
 from kernel.policy import PolicyKind, PolicyPack
 from kernel.testing import ManualClock, SeededIds, Step
@@ -89,8 +89,10 @@ class Bank:
         return self.effects[intent.key]
 
 
-def transfer(amount: int = 100, confidence: float = 0.9, **kw: Any) -> Step:
-    """A step that proposes a transfer on the context it was given."""
+def transfer(
+    amount: int = 100, confidence: float = 0.9, **kw: Any
+) -> Callable[[WorkingContext], Proposal]:
+    """A step that proposes a transfer on the context it was given (a Step that always proposes)."""
     return lambda ctx: ctx.propose(
         Transfer(account="acc-1", amount_cents=amount),
         explain="pay the invoice",
@@ -124,15 +126,16 @@ class ScriptedAgent(testing.ScriptedAgent):
 async def kernel_for(
     path: Path,
     *,
-    bank: Bank | None = None,
+    bank: Adapter | None = None,
     allow: Sequence[str] = ("clerk", "auditor", "other"),
     clock: Clock | None = None,
+    packs: Sequence[Any] = (),
     **kw: Any,
 ) -> AsyncIterator[Kernel]:
-    """Open a kernel on a real journal file with the test pack and a bank."""
+    """Open a kernel on a real journal file with the test pack (and ``packs``) and a bank."""
     async with open_kernel(
         path,
-        packs=[PACK],
+        packs=[PACK, *packs],
         adapters={"bank": bank or Bank()},
         allow=allow,
         config=configured(
@@ -140,3 +143,10 @@ async def kernel_for(
         ),
     ) as kernel:
         yield kernel
+
+
+def flow_of(kernel: Kernel, dfid: str) -> FlowState:
+    """Return the state of a flow the test knows is there (``kernel.flow`` may say None)."""
+    flow = kernel.flow(dfid)
+    assert flow is not None, f"no flow {dfid}"
+    return flow

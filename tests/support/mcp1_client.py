@@ -16,6 +16,8 @@ async def main(db: str, python: str) -> None:
     params = StdioServerParameters(
         command=python, args=["-m", "kernel", "mcp", "--db", db, "--kernel", "--agent", "ide"]
     )
+    # mypy reads the mcp 2.x installed here; this runs under mcp 1.x, whose names are
+    # camelCase (hence the three coded ignores below).
     async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
         init = await session.initialize()
         fact = await session.call_tool("add_fact", {"name": "lang", "value": "python"})
@@ -23,9 +25,9 @@ async def main(db: str, python: str) -> None:
         print(
             json.dumps(
                 {
-                    "protocol": init.protocolVersion,
-                    "fact": fact.structuredContent,
-                    "memory": memory.structuredContent,
+                    "protocol": init.protocolVersion,  # type: ignore[attr-defined]
+                    "fact": fact.structuredContent,  # type: ignore[attr-defined]
+                    "memory": memory.structuredContent,  # type: ignore[attr-defined]
                 }
             )
         )

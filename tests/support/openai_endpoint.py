@@ -28,6 +28,7 @@ _lock = threading.Lock()
 class Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
+        reply: dict[str, object]
         if self.path != "/v1/chat/completions":
             status, reply = 404, {"error": {"message": "no such route"}}
         elif self.headers.get("Authorization") != f"Bearer {KEY}":

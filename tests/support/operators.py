@@ -102,10 +102,13 @@ def provision(
     return keys
 
 
-def add(keys: Keys, name: str, role: Role = "operator") -> None:
-    """Give ``name`` a key and put its public half in the keyring."""
+def add(keys: Keys, name: str, role: Role = "operator", roles: Iterable[str] = ()) -> None:
+    """Give ``name`` a key and put its public half in the keyring (with its operator roles)."""
     private = write_private_key(keys.keys / f"{name}.key")
-    add_principal(keys.keyring, Principal(name=name, role=role, key=public_text(private)))
+    add_principal(
+        keys.keyring,
+        Principal(name=name, role=role, key=public_text(private), roles=tuple(roles)),
+    )
 
 
 def journal_id_of(location: str | os.PathLike[str]) -> str:

@@ -9,13 +9,14 @@ that dies cannot leave it behind.
 from __future__ import annotations
 
 import gzip
+import io
 import json
 import signal
 import sys
 import threading
 import zlib
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, cast
 
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
     ExportMetricsServiceRequest,
@@ -149,7 +150,8 @@ def main() -> None:
     print(f"PORT {server.server_address[1]}", flush=True)
     try:
         # Reading stdin until EOF ties our life to the parent's pipe.
-        while sys.stdin.buffer.read1(65536):
+        # Typed BinaryIO, a BufferedReader in fact: read1 returns what has arrived.
+        while cast(io.BufferedReader, sys.stdin.buffer).read1(65536):
             pass
     except KeyboardInterrupt:
         pass

@@ -36,8 +36,9 @@ from kernel.telemetry import (
 from kernel.telemetry._clock import iso_utc
 from kernel.testing import action_of
 from tests.support import SUPPORT
-from tests.support.helpers import ScriptedAgent, kernel_for, transfer
+from tests.support.helpers import ScriptedAgent, flow_of, kernel_for, transfer
 from tests.support.otlp import otlp_receiver
+from tests.support.spans import attrs
 
 RECEIVER = SUPPORT / "otlp_receiver.py"
 MS = 1_000_000
@@ -83,8 +84,8 @@ async def run_flows(path: Path, telemetry: Telemetry) -> Flows:
         await kernel.decide(aborted, HumanDecision.ABORT, operator="bob", reason="looks wrong")
         await kernel.wait_quiet()
         for dfid in (accepted, retried, child, overridden):
-            assert kernel.flow(dfid).status is FlowStatus.CLOSED
-        assert kernel.flow(aborted).status is FlowStatus.ABORTED
+            assert flow_of(kernel, dfid).status is FlowStatus.CLOSED
+        assert flow_of(kernel, aborted).status is FlowStatus.ABORTED
     return Flows(accepted, retried, child, overridden, aborted)
 
 
@@ -247,7 +248,7 @@ async def test_the_rejected_attempt_is_a_governed_judge_span(tree: tuple[Tree, F
     spans, flows = tree
 
     validates = [s for s in spans.stages(flows.retried) if s.name == "judge test.transfer"]
-    first, second = sorted(validates, key=lambda s: s.attributes["dir.attempt"])  # type: ignore[index]
+    first, second = sorted(validates, key=lambda s: attrs(s)["dir.attempt"])
     assert first.status.status_code is StatusCode.UNSET
     assert first.attributes is not None
     assert first.attributes["dir.reason_code"] == "SCHEMA_INVALID"
@@ -325,7 +326,7 @@ async def test_a_flow_left_open_is_exported_even_if_the_kernel_closes_before_cat
         # Telemetry catches up on the flows an earlier run left open by reading the
         # journal's past. Hold its first such read back, as a slow disk (or a few
         # hundred open flows) would, until the kernel closes.
-        read, held, reads = kernel.journal.read, anyio.Event(), []
+        read, held, reads = kernel.journal.read, anyio.Event(), list[dict[str, Any]]()
 
         async def slow_read(*args: Any, **kwargs: Any) -> Any:
             if kwargs.get("stop") is not None and not reads:

@@ -22,7 +22,9 @@ from kernel.telemetry._telemetry import Telemetry
         st.text(min_size=1, max_size=8), st.one_of(st.text(max_size=8), st.integers()), max_size=4
     )
 )
-def test_the_sinks_resource_equals_the_providers_and_hashes_alike(attrs: dict) -> None:
+def test_the_sinks_resource_equals_the_providers_and_hashes_alike(
+    attrs: dict[str, str | int],
+) -> None:
     provider = TracerProvider(resource=Resource(attrs, "https://example.test/schema"))
     exporter = InMemorySpanExporter()
     sink = DirectSink(provider, SimpleSpanProcessor(exporter))

@@ -12,7 +12,7 @@ A consolidation, at the task boundary or every 25 observations, comes last.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from kernel.core.events import (
@@ -29,11 +29,12 @@ from kernel.core.events import (
     SourceRegistered,
     TestResultIngested,
 )
-from kernel.state.beliefs.graph import BeliefGraph
+from kernel.state.beliefs.graph import BeliefGraph, PropositionRecord
 from kernel.state.beliefs.scoring import (
     CARRY_OVER_CAP,
     CONSOLIDATE_EVERY,
     SCALE,
+    Assessment,
     BeliefState,
     micro,
     promotable,
@@ -130,22 +131,22 @@ class _Scratch:
         number = space.consolidations + 1 if space is not None else 1
         cid = f"consolidation:{task}:{number}"
         names = graph.workspace(task)
-        promoted, archived, discarded, unresolved = [], [], [], []
+        promoted: list[str] = []
+        archived: list[Archived] = []
+        discarded: list[str] = []
+        unresolved: list[tuple[int, int, str]] = []
         for name in names:
             # Re-assessed at consolidation time: the state and the freshness of now.
-            p = graph.propositions[name]
             a = graph.assess(name, self.now_ns)
-            if promotable(a):
-                promoted.append(name)
-            elif a.state in (BeliefState.REJECTED, BeliefState.DEPRECATED):
-                archived.append(Archived(proposition=name, reason=a.state.upper()))
-            elif a.state == BeliefState.ACCEPTED:
-                # Accepted, yet too stale to promote (freshness < 0.35): keep it open.
-                unresolved.append((_UNRESOLVED_ORDER[BeliefState.PROVISIONAL], -a.confidence, name))
-            elif not p.support and not p.contradiction:
-                discarded.append(name)  # transient clutter: never any evidence
-            else:
-                unresolved.append((_UNRESOLVED_ORDER.get(a.state, 3), -a.confidence, name))
+            match _fate(graph.propositions[name], a):
+                case "promoted":
+                    promoted.append(name)
+                case "archived":
+                    archived.append(Archived(proposition=name, reason=a.state.upper()))
+                case "discarded":
+                    discarded.append(name)  # transient clutter: never any evidence
+                case int(rank):
+                    unresolved.append((rank, -a.confidence, name))
         unresolved.sort()
         carried = [name for _, _, name in unresolved[:CARRY_OVER_CAP]]
         archived += [
@@ -168,6 +169,21 @@ class _Scratch:
         )
         cause = ("consolidation", cid)
         self.reassess(task, key, dict.fromkeys(names, cause), cause)
+
+
+def _fate(p: PropositionRecord, a: Assessment) -> str | int:
+    """Return where a consolidation puts a workspace proposition: promoted, archived,
+    discarded, or its rank among the unresolved ones it may carry over."""
+    if promotable(a):
+        return "promoted"
+    if a.state in (BeliefState.REJECTED, BeliefState.DEPRECATED):
+        return "archived"
+    if a.state == BeliefState.ACCEPTED:
+        # Accepted, yet too stale to promote (freshness < 0.35): keep it open.
+        return _UNRESOLVED_ORDER[BeliefState.PROVISIONAL]
+    if not p.support and not p.contradiction:
+        return "discarded"
+    return _UNRESOLVED_ORDER.get(a.state, 3)
 
 
 def _text(params: Mapping[str, Any], name: str, default: str = "") -> str:
@@ -211,99 +227,158 @@ def effects(
     """
     s = _Scratch(graph, now_ns)
     touched: dict[str, tuple[str, str]] = {}
-    now = key  # the id of what this call records: what brought its "now" (decay's cause)
-    g = s.graph
-    match kind:
-        case "governance.record_observation":
-            source = _text(params, "source")
-            group = _text(params, "independence_group")
-            if source not in g.sources:
-                reliability = _text(params, "reliability")
-                s.add(
-                    SourceRegistered(
-                        source=source,
-                        source_type=_text(params, "source_type"),
-                        independence_group=group or source,
-                        reliability=micro(reliability) if reliability else SCALE,
-                        domain_tags=_list(params, "domain_tags"),
-                        task=task,
-                        at_ns=now_ns,
-                        key=key,
-                    )
-                )
-            registered = g.sources[source]
-            now = _text(params, "observation")
-            parsed = params.get("parsed_payload", {})
-            s.add(
-                ObservationRecorded(
-                    observation=_text(params, "observation"),
-                    source=source,
-                    source_type=registered.source_type,
-                    independence_group=registered.group,
-                    session=_text(params, "session"),
-                    raw_payload=_text(params, "raw_payload"),
-                    parsed_payload=dict(parsed) if isinstance(parsed, dict) else {},
-                    task=task,
-                    at_ns=now_ns,
-                    key=key,
-                )
-            )
-        case "governance.create_or_link_entity_candidate":
-            _entity(s, params, task, key)
-        case "governance.propose_proposition":
-            name = _text(params, "proposition")
-            s.add(
-                PropositionProposed(
-                    proposition=name,
-                    text=_text(params, "text"),
-                    proposition_class=_text(params, "proposition_class", "descriptive"),
-                    volatility=_text(params, "volatility", "medium"),
-                    about=_list(params, "about"),
-                    predicts=_list(params, "predicts"),
-                    supersedes=_text(params, "supersedes"),
-                    derived_from=_list(params, "derived_from"),
-                    task=task,
-                    at_ns=now_ns,
-                    key=key,
-                )
-            )
-            touched[name] = ("proposed", f"proposed:{name}")
-            now = f"proposed:{name}"
-            for observation in _list(params, "derived_from"):
-                touched[name] = _attach(s, name, observation, "supports", task, key)
-        case "governance.attach_support" | "governance.attach_contradiction":
-            stance = "supports" if kind.endswith("support") else "contradicts"
-            name = _text(params, "proposition")
-            touched[name] = _attach(s, name, _text(params, "observation"), stance, task, key)
-            now = touched[name][1]
-        case "governance.execute_test_result_ingest":
-            _ingest(s, _text(params, "test"), task, key, touched)
-            now = f"test:{_text(params, 'test')}"
-        case "governance.request_consolidation":
-            s.consolidate(task, key, "task_boundary")
-            return s.events
-        case "governance.archive_episode":
-            s.consolidate(task, key, "task_boundary")
-            episode = _text(params, "episode") or task
-            states = {p.proposition: p.state for p in g.propositions.values() if p.task == task}
-            s.add(
-                EpisodeArchived(
-                    episode=episode,
-                    summary=_text(params, "summary"),
-                    observations=sum(1 for o in g.observations.values() if o.task == task),
-                    propositions=states,
-                    task=task,
-                    at_ns=now_ns,
-                    key=key,
-                )
-            )
-            return s.events
+    # Each kind's step returns the id of what this call records that brought its "now"
+    # (decay's cause), or None when its consolidation already reassessed the workspace.
+    now = _STEPS.get(kind, _nothing)(s, params, task, key, touched)
+    if now is None:
+        return s.events
     s.reassess(task, key, touched, ("time", now))
-    space = g.workspaces.get(task)
+    space = s.graph.workspaces.get(task)
     counted = kind in (RECORD_OBSERVATION, INGEST_TEST_RESULT)
     if counted and space is not None and space.observations >= CONSOLIDATE_EVERY:
         s.consolidate(task, key, "cadence")
     return s.events
+
+
+_Step = Callable[[_Scratch, Mapping[str, Any], str, str, dict[str, tuple[str, str]]], str | None]
+
+
+def _nothing(
+    s: _Scratch, params: Mapping[str, Any], task: str, key: str, touched: dict[str, tuple[str, str]]
+) -> str:
+    return key
+
+
+def _observe(
+    s: _Scratch, params: Mapping[str, Any], task: str, key: str, touched: dict[str, tuple[str, str]]
+) -> str:
+    source = _text(params, "source")
+    if source not in s.graph.sources:
+        reliability = _text(params, "reliability")
+        group = _text(params, "independence_group")
+        s.add(
+            SourceRegistered(
+                source=source,
+                source_type=_text(params, "source_type"),
+                independence_group=group or source,
+                reliability=micro(reliability) if reliability else SCALE,
+                domain_tags=_list(params, "domain_tags"),
+                task=task,
+                at_ns=s.now_ns,
+                key=key,
+            )
+        )
+    registered = s.graph.sources[source]
+    parsed = params.get("parsed_payload", {})
+    s.add(
+        ObservationRecorded(
+            observation=_text(params, "observation"),
+            source=source,
+            source_type=registered.source_type,
+            independence_group=registered.group,
+            session=_text(params, "session"),
+            raw_payload=_text(params, "raw_payload"),
+            parsed_payload=dict(parsed) if isinstance(parsed, dict) else {},
+            task=task,
+            at_ns=s.now_ns,
+            key=key,
+        )
+    )
+    return _text(params, "observation")
+
+
+def _link(
+    s: _Scratch, params: Mapping[str, Any], task: str, key: str, touched: dict[str, tuple[str, str]]
+) -> str:
+    _entity(s, params, task, key)
+    return key
+
+
+def _propose(
+    s: _Scratch, params: Mapping[str, Any], task: str, key: str, touched: dict[str, tuple[str, str]]
+) -> str:
+    name = _text(params, "proposition")
+    s.add(
+        PropositionProposed(
+            proposition=name,
+            text=_text(params, "text"),
+            proposition_class=_text(params, "proposition_class", "descriptive"),
+            volatility=_text(params, "volatility", "medium"),
+            about=_list(params, "about"),
+            predicts=_list(params, "predicts"),
+            supersedes=_text(params, "supersedes"),
+            derived_from=_list(params, "derived_from"),
+            task=task,
+            at_ns=s.now_ns,
+            key=key,
+        )
+    )
+    touched[name] = ("proposed", f"proposed:{name}")
+    for observation in _list(params, "derived_from"):
+        touched[name] = _attach(s, name, observation, "supports", task, key)
+    return f"proposed:{name}"
+
+
+def _attached(
+    stance: str,
+) -> _Step:
+    def attach(
+        s: _Scratch,
+        params: Mapping[str, Any],
+        task: str,
+        key: str,
+        touched: dict[str, tuple[str, str]],
+    ) -> str:
+        name = _text(params, "proposition")
+        touched[name] = _attach(s, name, _text(params, "observation"), stance, task, key)
+        return touched[name][1]
+
+    return attach
+
+
+def _ingested(
+    s: _Scratch, params: Mapping[str, Any], task: str, key: str, touched: dict[str, tuple[str, str]]
+) -> str:
+    _ingest(s, _text(params, "test"), task, key, touched)
+    return f"test:{_text(params, 'test')}"
+
+
+def _consolidated(
+    s: _Scratch, params: Mapping[str, Any], task: str, key: str, touched: dict[str, tuple[str, str]]
+) -> None:
+    s.consolidate(task, key, "task_boundary")
+
+
+def _archived(
+    s: _Scratch, params: Mapping[str, Any], task: str, key: str, touched: dict[str, tuple[str, str]]
+) -> None:
+    s.consolidate(task, key, "task_boundary")
+    g = s.graph
+    states = {p.proposition: p.state for p in g.propositions.values() if p.task == task}
+    s.add(
+        EpisodeArchived(
+            episode=_text(params, "episode") or task,
+            summary=_text(params, "summary"),
+            observations=sum(1 for o in g.observations.values() if o.task == task),
+            propositions=states,
+            task=task,
+            at_ns=s.now_ns,
+            key=key,
+        )
+    )
+
+
+_STEPS: dict[str, _Step] = {
+    RECORD_OBSERVATION: _observe,
+    LINK_ENTITY: _link,
+    PROPOSE_PROPOSITION: _propose,
+    ATTACH_SUPPORT: _attached("supports"),
+    ATTACH_CONTRADICTION: _attached("contradicts"),
+    INGEST_TEST_RESULT: _ingested,
+    REQUEST_CONSOLIDATION: _consolidated,
+    ARCHIVE_EPISODE: _archived,
+}
+"""What each kind records (a kind not here records only what time changed)."""
 
 
 def _attach(
@@ -359,18 +434,26 @@ def _entity(s: _Scratch, params: Mapping[str, Any], task: str, key: str) -> None
             key=key,
         )
 
+    linked = _linked(g, wanted, alias_of, bearers)
+    if linked is not None:
+        s.add(candidate(linked, linked_to=linked))
+        return
+    # Ambiguous (several bear the name, or the alias claim conflicts): a new
+    # candidate beside them, linked by possible_same_as, never merged.
+    entity = wanted if wanted and wanted not in g.entities else new_entity_id(g, name)
+    maybe = sorted({*bearers, *([alias_of] if alias_of in g.entities else [])} - {entity})
+    s.add(candidate(entity, maybe=maybe))
+
+
+def _linked(g: BeliefGraph, wanted: str, alias_of: str, bearers: list[str]) -> str | None:
+    """Return the entity an unambiguous name is an alias of, or None if it is ambiguous."""
     if alias_of in g.entities and set(bearers) <= {alias_of}:
-        s.add(candidate(alias_of, linked_to=alias_of))
-    elif not alias_of and wanted in g.entities:
-        s.add(candidate(wanted, linked_to=wanted))
-    elif not alias_of and not wanted and len(bearers) == 1:
-        s.add(candidate(bearers[0], linked_to=bearers[0]))
-    else:
-        # Ambiguous (several bear the name, or the alias claim conflicts): a new
-        # candidate beside them, linked by possible_same_as, never merged.
-        entity = wanted if wanted and wanted not in g.entities else new_entity_id(g, name)
-        maybe = sorted({*bearers, *([alias_of] if alias_of in g.entities else [])} - {entity})
-        s.add(candidate(entity, maybe=maybe))
+        return alias_of
+    if not alias_of and wanted in g.entities:
+        return wanted
+    if not alias_of and not wanted and len(bearers) == 1:
+        return bearers[0]
+    return None
 
 
 def _ingest(

@@ -135,12 +135,24 @@ def _observation(graph: BeliefGraph, params: Mapping[str, Any]) -> Feedback | No
 
 
 def _proposition(graph: BeliefGraph, params: Mapping[str, Any]) -> Feedback | None:
-    name = _text(params, "proposition")
     derived = _list(params, "derived_from")
-    missing = _unrecorded(graph, derived, "derived_from")
-    if missing is not None:
-        return missing
-    if not name or not _text(params, "text").strip():
+    refused = _unrecorded(graph, derived, "derived_from") or _ill_formed(graph, params)
+    if refused is not None:
+        return refused
+    if duplicate_of(graph, params) is not None:
+        if transform(graph, PROPOSE_PROPOSITION, params) is None:
+            return _refuse(
+                ReasonCode.CONSTRAINT_VIOLATION,
+                "the same proposition exists with this evidence already",
+                "params.text",
+            )
+        return None
+    return _fresh(graph, _text(params, "proposition"), derived)
+
+
+def _ill_formed(graph: BeliefGraph, params: Mapping[str, Any]) -> Feedback | None:
+    """Refuse a proposition without an id or a text, or about what the graph does not hold."""
+    if not _text(params, "proposition") or not _text(params, "text").strip():
         return _refuse(
             ReasonCode.SCHEMA_INVALID, "a proposition has an id and a text", "params.proposition"
         )
@@ -152,14 +164,11 @@ def _proposition(graph: BeliefGraph, params: Mapping[str, Any]) -> Feedback | No
         return _refuse(
             ReasonCode.SCHEMA_INVALID, f"no proposition {superseded!r}", "params.supersedes"
         )
-    if duplicate_of(graph, params) is not None:
-        if transform(graph, PROPOSE_PROPOSITION, params) is None:
-            return _refuse(
-                ReasonCode.CONSTRAINT_VIOLATION,
-                "the same proposition exists with this evidence already",
-                "params.text",
-            )
-        return None
+    return None
+
+
+def _fresh(graph: BeliefGraph, name: str, derived: list[str]) -> Feedback | None:
+    """Refuse a new proposition whose id is taken or whose observations spawned enough."""
     if name in graph.propositions:
         return _refuse(
             ReasonCode.CONSTRAINT_VIOLATION, f"proposition {name!r} exists", "params.proposition"
@@ -193,19 +202,35 @@ def _attach(graph: BeliefGraph, params: Mapping[str, Any]) -> Feedback | None:
 
 def _test(graph: BeliefGraph, params: Mapping[str, Any], now_ns: int) -> Feedback | None:
     test, name = _text(params, "test"), _text(params, "proposition")
-    if not test:
-        return _refuse(ReasonCode.SCHEMA_INVALID, "a test has an id", "params.test")
-    if test in graph.tests:
-        return _refuse(ReasonCode.CONSTRAINT_VIOLATION, f"test {test!r} exists", "params.test")
     names = [name, *_list(params, "competing")]
-    for each in names:
-        if each not in graph.propositions:
-            return _refuse(ReasonCode.SCHEMA_INVALID, f"no proposition {each!r}", "params")
+    refused = _test_named(graph, test, names)
+    if refused is not None:
+        return refused
     try:
         cost = micro(_text(params, "cost") or "0")
         impact = Impact(_text(params, "action_impact") or "high")
     except ValueError as e:
         return _refuse(ReasonCode.SCHEMA_INVALID, str(e), "params")
+    return _test_worth(graph, names, impact, cost, now_ns)
+
+
+def _test_named(graph: BeliefGraph, test: str, names: list[str]) -> Feedback | None:
+    """Refuse a test without a fresh id, or naming propositions the graph does not hold."""
+    if not test:
+        return _refuse(ReasonCode.SCHEMA_INVALID, "a test has an id", "params.test")
+    if test in graph.tests:
+        return _refuse(ReasonCode.CONSTRAINT_VIOLATION, f"test {test!r} exists", "params.test")
+    for each in names:
+        if each not in graph.propositions:
+            return _refuse(ReasonCode.SCHEMA_INVALID, f"no proposition {each!r}", "params")
+    return None
+
+
+def _test_worth(
+    graph: BeliefGraph, names: list[str], impact: Impact, cost: int, now_ns: int
+) -> Feedback | None:
+    """Refuse a test of a settled proposition, or one whose uncertainty does not matter."""
+    name = names[0]
     target = graph.propositions[name]
     if target.state == BeliefState.REJECTED or target.layer in (ARCHIVED, DISCARDED):
         return _refuse(

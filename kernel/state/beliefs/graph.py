@@ -20,6 +20,9 @@ states. ``dirk verify`` checks it: it refolds and compares digests.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import msgspec
 
 from kernel.core.events import (
@@ -29,6 +32,7 @@ from kernel.core.events import (
     Event,
     EvidenceAttached,
     ObservationRecorded,
+    Payload,
     PropositionProposed,
     PropositionTransitioned,
     SourceRegistered,
@@ -279,65 +283,60 @@ class BeliefGraph(msgspec.Struct, kw_only=True):
 
     def apply(self, event: Event) -> None:
         """Fold one belief event."""
-        seq = event.seq
         at_ns = getattr(event.payload, "at_ns", 0)
         if at_ns > self.latest_ns:
             self.latest_ns = at_ns
-        match event.payload:
-            case SourceRegistered() as e:
-                self.sources[e.source] = SourceRecord(
-                    source=e.source,
-                    source_type=e.source_type,
-                    group=e.independence_group or e.source,
-                    reliability=e.reliability,
-                    domain_tags=list(e.domain_tags),
-                    correction_rate=e.correction_rate,
-                    seq=seq,
-                )
-            case ObservationRecorded() as e:
-                self.observations[e.observation] = ObservationRecord(
-                    observation=e.observation,
-                    source=e.source,
-                    group=e.independence_group or e.source,
-                    task=e.task,
-                    session=e.session,
-                    raw_payload=e.raw_payload,
-                    test=e.test,
-                    at_ns=e.at_ns,
-                    seq=seq,
-                )
-                self.evidence[e.observation] = seq
-                space = self.workspaces.setdefault(e.task, WorkspaceRecord(task=e.task))
-                space.observations += 1
-            case EntityCandidateRecorded() as e:
-                self._entity(e, seq)
-            case PropositionProposed() as e:
-                self._proposition(e, seq)
-            case EvidenceAttached() as e:
-                self._evidence(e, seq)
-            case TestResultIngested() as e:
-                test = self.tests.get(e.test)
-                if test is not None:
-                    test.ingested = True
-                self.evidence[f"test:{e.test}"] = seq
-                p = self.propositions.get(e.proposition)
-                if p is not None:
-                    p.failed_test = e.outcome == "failed"
-                    p.unresolved = 0
-                    self._refute(p, test.competing if test is not None and p.failed_test else [])
-            case PropositionTransitioned() as e:
-                self._transition(e, seq)
-            case ConsolidationRecorded() as e:
-                self._consolidation(e, seq)
-            case EpisodeArchived() as e:
-                self.episodes[e.episode] = EpisodeRecord(
-                    episode=e.episode,
-                    task=e.task,
-                    summary=e.summary,
-                    observations=e.observations,
-                    propositions=dict(e.propositions),
-                    seq=seq,
-                )
+        fold = _FOLDS.get(type(event.payload))
+        if fold is not None:
+            fold(self, event.payload, event.seq)
+
+    def _source(self, e: SourceRegistered, seq: int) -> None:
+        self.sources[e.source] = SourceRecord(
+            source=e.source,
+            source_type=e.source_type,
+            group=e.independence_group or e.source,
+            reliability=e.reliability,
+            domain_tags=list(e.domain_tags),
+            correction_rate=e.correction_rate,
+            seq=seq,
+        )
+
+    def _observation(self, e: ObservationRecorded, seq: int) -> None:
+        self.observations[e.observation] = ObservationRecord(
+            observation=e.observation,
+            source=e.source,
+            group=e.independence_group or e.source,
+            task=e.task,
+            session=e.session,
+            raw_payload=e.raw_payload,
+            test=e.test,
+            at_ns=e.at_ns,
+            seq=seq,
+        )
+        self.evidence[e.observation] = seq
+        space = self.workspaces.setdefault(e.task, WorkspaceRecord(task=e.task))
+        space.observations += 1
+
+    def _ingested(self, e: TestResultIngested, seq: int) -> None:
+        test = self.tests.get(e.test)
+        if test is not None:
+            test.ingested = True
+        self.evidence[f"test:{e.test}"] = seq
+        p = self.propositions.get(e.proposition)
+        if p is not None:
+            p.failed_test = e.outcome == "failed"
+            p.unresolved = 0
+            self._refute(p, test.competing if test is not None and p.failed_test else [])
+
+    def _episode(self, e: EpisodeArchived, seq: int) -> None:
+        self.episodes[e.episode] = EpisodeRecord(
+            episode=e.episode,
+            task=e.task,
+            summary=e.summary,
+            observations=e.observations,
+            propositions=dict(e.propositions),
+            seq=seq,
+        )
 
     def test_started(self, key: str, params: dict[str, object], adapter: str, seq: int) -> None:
         """Note a propose_test intent started: the test exists, its adapter runs it."""
@@ -517,6 +516,19 @@ class BeliefGraph(msgspec.Struct, kw_only=True):
         space.observations = 0
         space.consolidations += 1
 
+
+_FOLDS: dict[type[Payload], Callable[[BeliefGraph, Any, int], None]] = {
+    SourceRegistered: BeliefGraph._source,
+    ObservationRecorded: BeliefGraph._observation,
+    EntityCandidateRecorded: BeliefGraph._entity,
+    PropositionProposed: BeliefGraph._proposition,
+    EvidenceAttached: BeliefGraph._evidence,
+    TestResultIngested: BeliefGraph._ingested,
+    PropositionTransitioned: BeliefGraph._transition,
+    ConsolidationRecorded: BeliefGraph._consolidation,
+    EpisodeArchived: BeliefGraph._episode,
+}
+"""What each belief event records (its payload and seq)."""
 
 OUTCOMES = ("passed", "failed", "inconclusive")
 

@@ -233,26 +233,36 @@ def classify(
         unsupported_ns: how long since its newest support (or its creation).
         half_life_ns: its volatility's half-life.
     """
-    if failed_test or (
-        confidence < REJECT_CONFIDENCE
-        and contradiction >= REJECT_CONTRADICTION
-        and contradiction_groups >= REJECT_GROUPS
-    ):
+    if failed_test or _refuted(confidence, contradiction, contradiction_groups):
         return BeliefState.REJECTED
     if support >= CONTESTED_SUPPORT and contradiction >= CONTESTED_CONTRADICTION:
         return BeliefState.CONTESTED
-    if (
-        confidence >= ACCEPT_CONFIDENCE
-        and support_groups >= ACCEPT_GROUPS
-        and contradiction < ACCEPT_MAX_CONTRADICTION
-        and fresh >= ACCEPT_FRESHNESS
-    ):
+    if _acceptable(confidence, support_groups, contradiction, fresh):
         return BeliefState.ACCEPTED
     if held and fresh < DEPRECATED_FRESHNESS and unsupported_ns >= half_life_ns:
         return BeliefState.DEPRECATED
     if confidence >= PROVISIONAL_CONFIDENCE:
         return BeliefState.PROVISIONAL
     return BeliefState.TENTATIVE
+
+
+def _refuted(confidence: int, contradiction: int, contradiction_groups: int) -> bool:
+    """The rejection rule: low confidence against enough independent contradiction."""
+    return (
+        confidence < REJECT_CONFIDENCE
+        and contradiction >= REJECT_CONTRADICTION
+        and contradiction_groups >= REJECT_GROUPS
+    )
+
+
+def _acceptable(confidence: int, support_groups: int, contradiction: int, fresh: int) -> bool:
+    """The acceptance rule: confident, independently supported, barely contradicted, fresh."""
+    return (
+        confidence >= ACCEPT_CONFIDENCE
+        and support_groups >= ACCEPT_GROUPS
+        and contradiction < ACCEPT_MAX_CONTRADICTION
+        and fresh >= ACCEPT_FRESHNESS
+    )
 
 
 def assess(
