@@ -29,4 +29,7 @@ Figures:
   paired per round (each peer runs in its own process right after the round's P1).
 - P14: Microsoft's Agent Governance Toolkit doing the same governed decision, in
   memory (``govern()``) and with a ``FileAuditSink``; R14.x: P1 / it, per round.
+- P16: added latency of one governed tool call (``kernel.frameworks.Gate.call``, what
+  every framework adapter does) over the bare tool call, p50 and p99, one call at a
+  time on SQLite; goal: P3's p50 + 0.2 ms in the same run.
 """

@@ -47,6 +47,7 @@ from benchmarks.peer_rounds import PeerRounds
 from benchmarks.replay import ReplayMismatch, ReplayRun, run_replay
 from benchmarks.report import Figure, machine, table
 from benchmarks.storage import StorageRun, run_storage
+from benchmarks.toolcall import ToolCallRun, run_tool_calls, toolcall_figures
 
 FLOWS_GOAL = 7_000.0
 """DecisionFlows per second, durable, telemetry off (P1)."""
@@ -56,6 +57,7 @@ CPU_GOAL_US = 130.0
 """CPU per flow in P1, all threads (C1): a ceiling."""
 FIGURES = (
     "B1", "B2", "P1", "P2", "P3", "P4", "P5", "P6", "P7", "P8", "P9", "P10", "P13", "P14", "P15",
+    "P16",
 )  # fmt: skip
 SIGNED_GOAL = 0.95
 """P15.p1: P1 with the tree and a checkpoint a second, as a share of P1 without either."""
@@ -87,6 +89,8 @@ class Plan:
     peer_decisions: int = 1_000
     proof_events: int = 1_000_000
     """P15.proof: events in the journal proofs are made in."""
+    tool_calls: int = 2_000
+    """P16: governed tool calls per round, one at a time."""
 
 
 QUICK = Plan(
@@ -102,6 +106,7 @@ QUICK = Plan(
     memory_writes=(2_500, 5_000),
     peer_decisions=200,
     proof_events=100_000,
+    tool_calls=300,
 )
 FULL = Plan(repeats=5, round_trips=200_000, rows=100_000, flows=20_000)
 
@@ -189,6 +194,7 @@ def _measure(plan: Plan, only: set[str], tmp: Path, quick: bool) -> list[Figure]
     p5: list[ReplayRun] = []
     p6: list[StorageRun] = []
     p15: list[tuple[float, float]] = []  # (without, signed) flows/s, paired per round
+    p16: list[ToolCallRun] = []
     # P9, P14: each peer right after the round's P1, so the ratio pairs the same machine state.
     peers = PeerRounds(only, plan.peer_decisions, str(tmp))
     with ExitStack() as stack:
@@ -225,6 +231,13 @@ def _measure(plan: Plan, only: set[str], tmp: Path, quick: bool) -> list[Figure]
                 finally:
                     _remove(path)
                 said.append(f"P3 p50 {p3[-1].percentile_us(0.5):,.0f} us")
+            if "P16" in only:
+                path = tmp / f"p16-{n}.db"
+                try:
+                    p16.append(anyio.run(run_tool_calls, path, plan.tool_calls, backend="asyncio"))
+                finally:
+                    _remove(path)
+                said.append(f"P16 p50 +{p16[-1].added_us(0.5):,.0f} us")
             if "P4" in only:
                 p4.append(run_gate(plan.proposals))
                 said.append(f"P4 {p4[-1].per_s():,.0f} verdicts/s")
@@ -242,6 +255,8 @@ def _measure(plan: Plan, only: set[str], tmp: Path, quick: bool) -> list[Figure]
     figures = _figures(plan, b1, b2, p1 if "P1" in only or peers.active else [], p2)
     if p3:
         figures += latency_figures(p3)
+    if p16:
+        figures += toolcall_figures(p16, [r.percentile_us(0.5) for r in p3])
     if p4:
         figures.append(
             Figure(

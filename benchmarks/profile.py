@@ -41,7 +41,7 @@ CONCERNS = [
     ("journal seal: stamp Event, canonical encode, sha256 chain", r"seal \(kernel|stamp \(kernel"),
     ("journal transition check: re-fold of every draft", r"Projections\.transition_check"),
     ("projections.apply on commit (fold again)", r"Projections\.apply|Kernel\._on_commit"),
-    ("journal writer task, thread hop", r"Journal\._commit|Journal\._run_writer|to_thread"),
+    ("journal writer task, thread hop", r"Journal\._commit|Journal\.run_writer|to_thread"),
     ("Outbox.emit: staging fold", r"Outbox\.emit"),
     ("visible_state + context_ref digest", r"visible_state|context_ref \(kernel|digest \(kernel"),
     (

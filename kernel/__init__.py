@@ -35,8 +35,9 @@ from kernel.policy.contracts import (
 )
 from kernel.policy.packs import PackError
 from kernel.proofs.signing import Signing, write_signing_key
+from kernel.proposals import Decision, DecisionVerdict
 from kernel.registry import credential_verifier
-from kernel.runtime.messages import Decision
+from kernel.runtime.messages import Decision as HumanDecision
 from kernel.state.amendments import AmendmentInvalid
 from kernel.state.approvals import Approval, ApprovalStatus, EscalationBudget
 from kernel.state.projections import AgentStatus
@@ -52,12 +53,14 @@ __all__ = [
     "ArtifactSlice",
     "Clock",
     "Decision",
+    "DecisionVerdict",
     "EscalationBudget",
     "EscalationPolicy",
     "FetchRefused",
     "FlowState",
     "FlowStatus",
     "HandshakeRefused",
+    "HumanDecision",
     "IdSource",
     "InputInvalid",
     "JournalError",

@@ -1,4 +1,5 @@
-"""The human acts a kernel accepts: decisions, agent status, limits, packs, rules, and the inbox.
+"""The human acts a kernel accepts: decisions, grants, agent status, limits, packs, rules,
+artifacts collected, and the inbox.
 
 Each act is admitted at the wall first (an operator and a reason are required,
 every field is bounded), then handed to the actor that owns it, and waits for
@@ -9,8 +10,8 @@ console, the MCP server) writes a signed request into the operator inbox, and th
 kernel's poller (kernel.inbox) hands each verified request to :meth:`OperatorActs.apply`:
 the one place a request becomes acts.
 
-:class:`OperatorActs` is the base of :class:`kernel.api.Kernel`: one class for
-the embedding code, two modules to read.
+:class:`OperatorActs` is one part of a :class:`kernel.api.Kernel`, which offers its
+acts as its own methods.
 """
 
 from __future__ import annotations
@@ -19,12 +20,10 @@ from collections.abc import Callable, Mapping, Sequence
 from decimal import Decimal
 from typing import Any, TypeVar, assert_never
 
-import anyio
 import msgspec
 
-from kernel.artifacts import ArtifactStore, connect_artifacts
+from kernel.calls import Calls, Flows
 from kernel.core import events, wall
-from kernel.core.errors import KernelShutdown
 from kernel.core.events import (
     DecisionRefused,
     Draft,
@@ -34,10 +33,10 @@ from kernel.core.events import (
     LimitAmended,
     PackRef,
 )
-from kernel.core.flow import FlowState
 from kernel.core.ports import Clock
 from kernel.core.reasons import ReasonCode
 from kernel.core.wall import InputInvalid, clip
+from kernel.documents import Artifacts
 from kernel.inbox import (
     AgentStatusRequest,
     AmendRequest,
@@ -45,7 +44,7 @@ from kernel.inbox import (
     CredentialRequest,
     DecideRequest,
     GrantRequest,
-    InboxAgents,
+    InboxProposals,
     InboxRequest,
     Keyring,
     Proof,
@@ -57,7 +56,7 @@ from kernel.inbox import (
 )
 from kernel.inbox.keyring import roles_of
 from kernel.inbox.requests import grant_request, normalized
-from kernel.journal.store import Journal, JournalError
+from kernel.journal.store import Journal
 from kernel.policy.contracts import (
     HandshakeRefused,
     Outcome,
@@ -65,7 +64,7 @@ from kernel.policy.contracts import (
 )
 from kernel.policy.kinds import Impact
 from kernel.policy.packs import PackError, PolicyPack
-from kernel.runtime.actors import Mailbox, Reply
+from kernel.runtime.actors import Reply
 from kernel.runtime.messages import (
     AmendLimit,
     Decide,
@@ -83,34 +82,51 @@ from kernel.runtime.messages import (
 from kernel.state.amendments import AmendmentInvalid
 from kernel.state.approvals import APPROVE_WORDS
 from kernel.state.artifacts import collectable
-from kernel.state.projections import AgentStatus, Projections, fold
+from kernel.state.projections import AgentStatus, Projections
 from kernel.state.rulebook import RuleNotInForce, RuleNotPending
 from kernel.wiring import Actors
 
-M = TypeVar("M")
 T = TypeVar("T")
 
 
-STOPPED = object()
-"""What a pending reply gets when the kernel stops: the caller then raises why."""
-
-
 class OperatorActs:
-    """The operator's side of the kernel, and the plumbing every call shares."""
+    """The operator's acts, each admitted at the wall and handed to the actor that owns it.
 
-    journal: Journal
-    projections: Projections
-    clock: Clock
-    actors: Actors
-    inbox_agents: InboxAgents
-    _adapter_names: frozenset[str]
-    _pending: set[Reply[Any]]
-    _stop_reason: KernelShutdown | None
-    _artifact_location: str
-    _artifact_store: ArtifactStore | None
-    _artifact_lock: anyio.Lock
-    operator_keyring: Callable[[], Keyring | None] = staticmethod(lambda: None)
-    """The operator keyring as last read (kernel.boot sets it): the roles a quorum counts."""
+    Args:
+        journal: where refusals at the wall are recorded.
+        projections: what the checks read (approvals, flows, agents).
+        actors: the mailboxes the acts go to.
+        calls: sends an act and waits for its durable answer.
+        flows: reads back a finished flow an act names.
+        proposals: opens the flows of the inbox's ``propose`` requests.
+        artifacts: the artifact store an operator collects.
+        keyring: the operator keyring as last read (the roles a quorum counts).
+        clock: where a grant's validity starts when it names no start.
+    """
+
+    def __init__(
+        self,
+        journal: Journal,
+        projections: Projections,
+        actors: Actors,
+        calls: Calls,
+        flows: Flows,
+        proposals: InboxProposals,
+        *,
+        artifacts: Artifacts,
+        keyring: Callable[[], Keyring | None],
+        clock: Clock,
+    ) -> None:
+        self._journal = journal
+        self._projections = projections
+        self._actors = actors
+        self._calls = calls
+        self._flows = flows
+        self._proposals = proposals
+        self._artifacts = artifacts
+        self._keyring = keyring
+        self._clock = clock
+        self._adapter_names = frozenset(actors.adapters)
 
     async def decide(
         self,
@@ -149,7 +165,7 @@ class OperatorActs:
         is refused with OUTCOME_UNKNOWN.
         """
         if isinstance(dfid, str) and len(dfid) <= wall.MAX_ID:
-            await self._recall(dfid)
+            await self._flows.recall(dfid)
         try:
             checked = self._check_decision(dfid, decision, operator, reason, params, action_hash)
         except InputInvalid as exc:
@@ -166,13 +182,13 @@ class OperatorActs:
             via="api",
             roles=self._roles(checked.operator, roles),
         )
-        return await self._call(self.actors.escalation, msg, reply)
+        return await self._calls.call(self._actors.escalation, msg, reply)
 
     def _roles(self, operator: str, given: Sequence[str] | None) -> tuple[str, ...]:
         """The roles an act counts: as given by embedding code, else the keyring's."""
         if given is not None:
             return tuple(str(r) for r in given)
-        return roles_of(self.operator_keyring(), operator)
+        return roles_of(self._keyring(), operator)
 
     async def grant(
         self,
@@ -271,7 +287,7 @@ class OperatorActs:
         until = request.valid_until_ns
         if until is None:
             assert request.valid_for_s is not None
-            start = request.valid_from_ns or self.clock.now_ns()
+            start = request.valid_from_ns or self._clock.now_ns()
             until = start + int(request.valid_for_s * 1e9)
         return IssueGrant(
             kind=request.kind,
@@ -297,8 +313,10 @@ class OperatorActs:
             InputInvalid: the DIM refused it (recorded as InputRefused).
         """
         reply: Reply[list[Event] | Exception] = Reply()
-        answer = await self._call(self.actors.dim, msgspec.structs.replace(msg, reply=reply), reply)
-        assert isinstance(answer, list) and answer  # a refusal was raised by _call
+        answer = await self._calls.call(
+            self._actors.dim, msgspec.structs.replace(msg, reply=reply), reply
+        )
+        assert isinstance(answer, list) and answer  # a refusal was raised by the call
         return answer[-1]
 
     async def apply(self, request: InboxRequest, proof: Proof) -> None:
@@ -314,7 +332,7 @@ class OperatorActs:
         """
         match request:
             case DecideRequest():
-                await self._recall(request.dfid)
+                await self._flows.recall(request.dfid)
                 verdict: Reply[Verdict] = Reply()
                 decide = Decide(
                     dfid=request.dfid,
@@ -329,7 +347,7 @@ class OperatorActs:
                     signer=proof.signer,
                     roles=proof.roles,
                 )
-                await self._call(self.actors.escalation, decide, verdict)
+                await self._calls.call(self._actors.escalation, decide, verdict)
             case GrantRequest():
                 await self._grant_act(
                     self._issue_grant(request, proof.roles, proof.inbox_id, "inbox", proof.signer)
@@ -370,7 +388,7 @@ class OperatorActs:
                     inbox_id=proof.inbox_id,
                     reply=amended,
                 )
-                await self._call(self.actors.dim, amend, amended)
+                await self._calls.call(self._actors.dim, amend, amended)
             case AgentStatusRequest():
                 changed: Reply[ReasonCode | None] = Reply()
                 status = SetStatus(
@@ -381,7 +399,7 @@ class OperatorActs:
                     inbox_id=proof.inbox_id,
                     reply=changed,
                 )
-                code = await self._call(self.actors.registry, status, changed)
+                code = await self._calls.call(self._actors.registry, status, changed)
                 if code is not None:
                     raise HandshakeRefused(code, f"no agent {request.agent_id!r}")
             case CredentialRequest():
@@ -440,7 +458,7 @@ class OperatorActs:
                     )
                 )
             case ProposeRequest():
-                await self.inbox_agents.propose(request, proof)
+                await self._proposals.propose(request, proof)
             case CollectArtifactsRequest():
                 await self.collect_artifacts(
                     operator=request.operator, reason=request.reason, inbox_id=proof.inbox_id
@@ -472,7 +490,7 @@ class OperatorActs:
             reason=checked.reason,
             reply=reply,
         )
-        code = await self._call(self.actors.registry, msg, reply)
+        code = await self._calls.call(self._actors.registry, msg, reply)
         if code is not None:
             raise HandshakeRefused(code, f"no agent {agent_id!r}")
 
@@ -512,7 +530,7 @@ class OperatorActs:
             inbox_id=inbox_id,
             reply=reply,
         )
-        code = await self._call(self.actors.registry, msg, reply)
+        code = await self._calls.call(self._actors.registry, msg, reply)
         if code is not None:
             raise HandshakeRefused(code, f"no credential issued for {agent_id!r}")
 
@@ -550,7 +568,7 @@ class OperatorActs:
             reason=reason,
             reply=reply,
         )
-        event = await self._call(self.actors.dim, msg, reply)
+        event = await self._calls.call(self._actors.dim, msg, reply)
         if not isinstance(event, LimitAmended):
             raise AmendmentInvalid(event.reason_code, event.detail)
         return event
@@ -580,7 +598,7 @@ class OperatorActs:
             reason=act.reason,
             reply=reply,
         )
-        answer = await self._call(self.actors.dim, msg, reply)
+        answer = await self._calls.call(self._actors.dim, msg, reply)
         if isinstance(answer, PackError):
             raise answer
         return answer if answer is not None else pack.ref
@@ -608,7 +626,7 @@ class OperatorActs:
         ``ns`` is the rulebook namespace (a tenant); ``input_event`` the id of the input
         that brought it (a webhook delivery): the promoter skips a second one from it.
         """
-        self._raise_if_stopped()
+        self._calls.raise_if_stopped()
         await self._admit_act(
             wall.fields(
                 rule=rule,
@@ -652,7 +670,7 @@ class OperatorActs:
             ValueError: another decision than override or skip, or no operator or reason
                 (InputInvalid, recorded, for a field of the wrong type or size).
         """
-        self._raise_if_stopped()
+        self._calls.raise_if_stopped()
         await self._admit_act(
             wall.fields(
                 proposal_seq=proposal_seq, decision=decision, operator=operator, reason=reason
@@ -678,7 +696,7 @@ class OperatorActs:
             RuleNotInForce: no version of the rule is in force in that namespace.
             InputInvalid: no operator or reason, or a field of the wrong type or size (recorded).
         """
-        self._raise_if_stopped()
+        self._calls.raise_if_stopped()
         act = await self._admit_act(
             wall.fields(rule=rule, operator=operator, reason=reason, ns=ns),
             wall.RuleRetractionSpec,
@@ -689,27 +707,6 @@ class OperatorActs:
         return await self._rule_act(
             RetractRule(rule=act.rule, operator=act.operator, reason=act.reason, ns=act.ns)
         )
-
-    # --- artifacts: the store, and collecting what nothing live references --------------
-
-    async def artifact_store(self) -> ArtifactStore:
-        """Return the kernel's artifact store, opened on first use (closed with the kernel).
-
-        Raises:
-            ArtifactStoreError: the store cannot be opened.
-        """
-        self._raise_if_stopped()
-        if self._artifact_store is None:
-            async with self._artifact_lock:
-                if self._artifact_store is None:
-                    self._artifact_store = await connect_artifacts(self._artifact_location)
-        assert self._artifact_store is not None
-        return self._artifact_store
-
-    async def _close_artifacts(self) -> None:
-        store, self._artifact_store = self._artifact_store, None
-        if store is not None:
-            await store.aclose()
 
     async def collect_artifacts(
         self, *, operator: str, reason: str, inbox_id: int | None = None, dry_run: bool = False
@@ -725,7 +722,7 @@ class OperatorActs:
             InputInvalid: no operator or reason (recorded).
             ArtifactStoreError: the store cannot be used.
         """
-        self._raise_if_stopped()
+        self._calls.raise_if_stopped()
         await self._admit_act(
             wall.fields(operator=operator, reason=reason),
             wall.HumanActSpec,
@@ -733,8 +730,8 @@ class OperatorActs:
             operator,
             target="gc",
         )
-        store = await self.artifact_store()
-        projections = self.projections
+        store = await self._artifacts.store()
+        projections = self._projections
         facts = [fact.value for fact in projections.state.values()]
         facts += [fact.value for fact in projections.memory.facts.values()]
         refs = collectable(projections.artifacts, facts, await store.refs())
@@ -748,7 +745,7 @@ class OperatorActs:
         collected = events.ArtifactsCollected(
             refs=refs, size=size, operator=operator, reason=reason, inbox_id=inbox_id
         )
-        await self.journal.append([Draft(payload=collected)])
+        await self._journal.append([Draft(payload=collected)])
         for ref in refs:  # recorded first: bytes left behind by a crash go at the next run
             await store.delete(ref)
         return refs
@@ -760,7 +757,9 @@ class OperatorActs:
             RuleNotPending, RuleNotInForce, ValueError: the DIM refused it (nothing recorded).
         """
         reply: Reply[list[Event] | Exception] = Reply()
-        answer = await self._call(self.actors.dim, msgspec.structs.replace(msg, reply=reply), reply)
+        answer = await self._calls.call(
+            self._actors.dim, msgspec.structs.replace(msg, reply=reply), reply
+        )
         assert isinstance(answer, list) and answer  # a refusal was raised by _call
         return answer[-1]
 
@@ -790,8 +789,8 @@ class OperatorActs:
         except ValueError:
             words = ", ".join(d.value for d in Decision)
             raise InputInvalid("decision", f"a decision is one of {words}") from None
-        approval = self.projections.approvals.get(checked.dfid)
-        flow = self.projections.flows.get(checked.dfid)
+        approval = self._projections.approvals.get(checked.dfid)
+        flow = self._projections.flows.get(checked.dfid)
         if (
             word in APPROVE_WORDS
             and not checked.action_hash
@@ -831,7 +830,7 @@ class OperatorActs:
         self, dfid: Any, decision: Any, operator: Any, exc: InputInvalid
     ) -> Verdict:
         """Record a decision the wall refused (on its flow when it names one) and answer it."""
-        known = isinstance(dfid, str) and dfid in self.projections.flows
+        known = isinstance(dfid, str) and dfid in self._projections.flows
         detail = clip(f"{exc.field}: {exc.detail}", wall.MAX_DETAIL)
         refused = DecisionRefused(
             reason_code=exc.reason_code,
@@ -840,8 +839,8 @@ class OperatorActs:
             detail=detail,
             target="" if known else clip(dfid),
         )
-        self._raise_if_stopped()
-        await self.journal.append([Draft(payload=refused, dfid=dfid if known else None)])
+        self._calls.raise_if_stopped()
+        await self._journal.append([Draft(payload=refused, dfid=dfid if known else None)])
         feedback = Feedback(
             reason_code=exc.reason_code, detail=detail, layer="schema", field=exc.field
         )
@@ -866,44 +865,6 @@ class OperatorActs:
             target=clip(target) if target is not None else "",
             inbox_id=inbox_id,
         )
-        self._raise_if_stopped()
-        [event] = await self.journal.append([Draft(payload=refused)])
+        self._calls.raise_if_stopped()
+        [event] = await self._journal.append([Draft(payload=refused)])
         return event
-
-    async def _recall(self, dfid: str) -> FlowState | None:
-        """Read a finished flow the projections forgot back from the journal, and keep it.
-
-        Requests naming an old flow (a repeated submission, a late decision) are
-        then answered from its record exactly as while it was kept. Returns the
-        flow if it finished, else None (an open flow is always in memory).
-        """
-        self._raise_if_stopped()
-        if dfid in self.projections.flows:
-            return None
-        try:
-            folded = fold(await self.journal.flow_events(dfid))
-        except JournalError:
-            return None  # the request goes on, and is refused or finds the kernel stopped
-        state = folded.flows.get(dfid)
-        if state is None or not state.terminal:
-            return None
-        self.projections.recall(state, folded.approvals.get(dfid))
-        return state
-
-    async def _call(self, mailbox: Mailbox[M], msg: M, reply: Reply[T]) -> T:
-        self._raise_if_stopped()
-        self._pending.add(reply)
-        try:
-            await mailbox.send(msg)
-            answer = await reply.wait()
-        finally:
-            self._pending.discard(reply)
-        if answer is STOPPED:
-            self._raise_if_stopped()
-        if isinstance(answer, Exception):
-            raise answer
-        return answer
-
-    def _raise_if_stopped(self) -> None:
-        if self._stop_reason is not None:
-            raise self._stop_reason

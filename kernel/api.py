@@ -8,52 +8,58 @@
         dfids = await kernel.trigger("market.ACME", {"market.ACME.price": "101.25"})
         flow = await kernel.wait_flow(dfids[0])
 
+        # Or, from a framework's tool call: one call, one Decision.
+        decision = await kernel.propose("sdk-agent", "trading.place_order", {...},
+                                        explain="...", confidence=0.9,
+                                        conversation=run_id, tool_call_id=call_id)
+
 Data flows one way: trigger -> context compiler -> agent (user space) -> DIM
 -> (escalation) -> execution -> journal, and every arrow is a message between
 supervised actors. The kernel itself only routes calls from the embedding
-code into mailboxes and waits for their durable answers. The actors are wired
-in :mod:`kernel.wiring`; the operator's acts (decide, amend, load a pack, ...)
-are in :mod:`kernel.acts`, the Kernel's base. Opening, running and stopping
-one is :func:`kernel.boot.open_kernel`; hosting agents, :mod:`kernel.hosting`.
+code into mailboxes and waits for their durable answers.
+
+A Kernel is composed of parts, each named for what it does: the actors
+(:mod:`kernel.wiring`), the calls into them and the flows waited on
+(:mod:`kernel.calls`), what a proposal goes through before its verdict
+(:mod:`kernel.edge`), the artifacts it keeps (:mod:`kernel.documents`), the
+operator's acts (:mod:`kernel.acts`), the one entry for a given proposal and its
+conversations (:mod:`kernel.proposals`), and its life (:mod:`kernel.lifetime`): a
+Kernel is an async context manager that starts, recovers, runs and stops itself.
+:func:`kernel.boot.open_kernel` reads the configuration, restores the projections,
+constructs one and enters it.
 """
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Collection, Mapping, Sequence
-from typing import Any, TypeVar
+from contextlib import AsyncExitStack
+from decimal import Decimal
+from types import TracebackType
+from typing import Any
 
-import anyio
 import msgspec
-from anyio.abc import TaskGroup
 from opentelemetry.context import Context
 
-from kernel.acts import STOPPED, OperatorActs
+from kernel.acts import OperatorActs
 from kernel.adapters.contract import Adapter
-from kernel.artifacts import ArtifactStore, artifacts_beside, checked
+from kernel.artifacts import ArtifactStore, artifacts_beside
+from kernel.calls import Calls, Flows
 from kernel.config import KernelConfig
-from kernel.core import wall
-from kernel.core.errors import KernelFault, KernelShutdown
-from kernel.core.events import (
-    ArtifactStored,
-    Draft,
-    Event,
-    Feedback,
-    FlowAborted,
-    InputRefused,
-    Manifest,
-    MeaningScored,
-    ProposalRecord,
-)
-from kernel.core.fetching import ArtifactSlice, FetchRefused
-from kernel.core.flow import FLOW_EVENTS, TERMINAL, FlowState, FlowStatus
+from kernel.core import events, wall
+from kernel.core.errors import KernelShutdown
+from kernel.core.events import Event, Feedback, LimitAmended, Manifest, PackRef, ProposalRecord
+from kernel.core.fetching import ArtifactSlice
+from kernel.core.flow import TERMINAL, FlowState, FlowStatus
 from kernel.core.ports import Clock, IdSource
-from kernel.core.reasons import ReasonCode, StopReason
+from kernel.core.reasons import ReasonCode
 from kernel.core.text import utf8_problem
 from kernel.core.wall import InputInvalid, clip
+from kernel.documents import Artifacts
+from kernel.edge import Edge
 from kernel.hosting import AgentLike
-from kernel.inbox import InboxAgents
+from kernel.inbox import InboxProposals, InboxRequest, Keyring, Proof
 from kernel.journal.store import Journal
+from kernel.lifetime import Checkpoints, Lifetime
 from kernel.policy.contracts import (
     HandshakeRefused,
     Outcome,
@@ -63,31 +69,29 @@ from kernel.policy.contracts import (
     Verdict,
     to_record,
 )
-from kernel.policy.packs import PolicyCatalog
+from kernel.policy.packs import PolicyCatalog, PolicyPack
 from kernel.proofs.erasure import Sealer
-from kernel.runtime.actors import Mailbox, Outbox, Reply
-from kernel.runtime.messages import (
-    AgentMessage,
-    CredentialProof,
-    FireTrigger,
-    Judge,
-    Register,
-)
-from kernel.state.artifacts import fetch as fetch_artifact_for
-from kernel.state.constraints import about_of, scorable
-from kernel.state.meaning import text_hash
-from kernel.state.projections import Projections, visible
+from kernel.proposals import Decision, Proposals
+from kernel.runtime.actors import Mailbox, Reply
+from kernel.runtime.messages import AgentMessage, CredentialProof, FireTrigger, Judge, Register
+from kernel.runtime.messages import Decision as HumanDecision
+from kernel.state.projections import AgentStatus, Projections, visible
 from kernel.state.snapshots import Checkpointer
-from kernel.telemetry import caller_context, traceparent_of
+from kernel.telemetry import Telemetry, caller_context, traceparent_of
 from kernel.wiring import Actors
 
-M = TypeVar("M")
-T = TypeVar("T")
-log = logging.getLogger("kernel")
 
+class Kernel:
+    """A running kernel; obtain one with :func:`open_kernel`.
 
-class Kernel(OperatorActs):
-    """A running kernel; obtain one with :func:`open_kernel`."""
+    Entering it (``async with``) starts it: that is what :func:`open_kernel` does
+    after restoring its projections, and a kernel runs once.
+
+    ``sealer`` seals the personal fields of proposals before anything judges them
+    (kernel.proofs.erasure; :func:`open_kernel` builds one when a kind has such
+    fields), and ``checkpoints`` signs checkpoints of the journal while it runs and
+    as it stops (``KernelConfig.signing``).
+    """
 
     def __init__(
         self,
@@ -100,25 +104,31 @@ class Kernel(OperatorActs):
         *,
         clock: Clock,
         ids: IdSource,
+        telemetry: Telemetry | None = None,
+        keyring: Keyring | None = None,
+        keyring_path: str | None = None,
+        sealer: Sealer | None = None,
+        checkpoints: Checkpoints | None = None,
     ) -> None:
-        limits = config.limits
-        max_in_flight = limits.max_in_flight
         self.journal = journal
         self.projections = projections
         self.catalog = catalog
         self.clock = clock
-        self._max_in_flight = max_in_flight
-        self._admitting = 0
-        self._room: anyio.Event | None = None
+        every = config.storage.checkpoint_every
+        checkpointer = Checkpointer(every, journal.head_seq) if every > 0 else None
+        self._calls = Calls()
+        self._flows = Flows(
+            journal, projections, self._calls, config.limits.max_in_flight, checkpointer
+        )
+        self._artifacts = Artifacts(
+            journal,
+            projections,
+            config.artifacts or artifacts_beside(journal.path),
+            self._calls.raise_if_stopped,
+        )
+        self._edge = Edge(journal, projections, sealer=sealer, meaning=config.ports.meaning)
         self._hosts: dict[str, Mailbox[AgentMessage]] = {}
-        self._pending: set[Reply[Any]] = set()
-        self._waiters: dict[str, list[tuple[frozenset[FlowStatus], anyio.Event]]] = {}
-        self._stop_reason: KernelShutdown | None = None
-        self._quiet: anyio.Event | None = None
-        self._effects_tg: TaskGroup | None = None
-        self._checkpointer: Checkpointer | None = None
-        # Seals personal fields of proposals (kernel.proofs.erasure); set by open_kernel.
-        self._sealer: Sealer | None = None
+        self._sessions: dict[str, Session] = {}
         self.actors = Actors(
             projections=projections,
             catalog=catalog,
@@ -130,20 +140,90 @@ class Kernel(OperatorActs):
             hosts=self._hosts,
             submit=self.submit,
             spawn_effect=self._spawn_effect,
+            fetch=self._artifacts.fetch,
         )
-        self._adapter_names = frozenset(self.actors.adapters)
-        self._meaning = config.ports.meaning
-        self._artifact_location = config.artifacts or artifacts_beside(journal.path)
-        self._artifact_store: ArtifactStore | None = None
-        self._artifact_lock = anyio.Lock()
-        self.actors.agents.fetch = self.fetch_artifact
-        self.inbox_agents = InboxAgents(
-            self.register,
-            lambda topic: self.trigger(topic, source="inbox"),
+        self._proposals = Proposals(
+            journal,
+            projections,
+            self.actors,
+            self._calls,
+            self._flows,
+            clock=clock,
+            ids=ids,
+            token_of=self._token_of,
+            prepare=self._edge.prepare,
+        )
+        inbox = InboxProposals(
+            self.handshake,
+            self._proposals.open_flow,
             lambda: self.catalog.kinds,
             projections,
             self._hosts,
         )
+        self._lifetime = Lifetime(
+            journal=journal,
+            projections=projections,
+            catalog=catalog,
+            allow=allow,
+            config=config,
+            clock=clock,
+            telemetry=telemetry or Telemetry(),
+            keyring=(keyring, keyring_path),
+            actors=self.actors,
+            calls=self._calls,
+            flows=self._flows,
+            hosts=self._hosts,
+            apply=self.apply,
+            artifacts=self._artifacts,
+            sealer=sealer,
+            checkpoints=checkpoints,
+        )
+        self._acts = OperatorActs(
+            journal,
+            projections,
+            self.actors,
+            self._calls,
+            self._flows,
+            inbox,
+            artifacts=self._artifacts,
+            keyring=self._lifetime.operator_keyring,
+            clock=clock,
+        )
+        self._running: AsyncExitStack | None = None
+
+    # --- its life --------------------------------------------------------------
+
+    async def __aenter__(self) -> Kernel:
+        """Start the kernel: record KernelStarted, recover, start the actors and tasks.
+
+        Raises:
+            RuntimeError: the kernel ran before.
+            JournalError: KernelStarted could not be recorded.
+        """
+        running = AsyncExitStack()
+        await running.enter_async_context(self._lifetime.running())
+        self._running = running
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool:
+        """Stop the kernel: release every caller, record KernelStopped, flush the spans.
+
+        Raises:
+            KernelShutdown: the kernel had to stop before the block ended.
+        """
+        running, self._running = self._running, None
+        assert running is not None, "the kernel was not entered"
+        return bool(await running.__aexit__(exc_type, exc, tb))
+
+    @property
+    def stopped(self) -> KernelShutdown | None:
+        """Why the kernel stopped, or None while it runs."""
+        return self._calls.stopped
 
     # --- the embedding API -------------------------------------------------
 
@@ -172,6 +252,7 @@ class Kernel(OperatorActs):
             self._hosts[agent_id] = mailbox
             hosts.host(agent, mailbox)
         hosts.sessions[agent_id] = session
+        self._sessions[agent_id] = session
         return session
 
     def route(self, agent_id: str) -> Mailbox[AgentMessage]:
@@ -209,6 +290,7 @@ class Kernel(OperatorActs):
         agent_id = session.agent_id
         if self.actors.agents.hosting(agent_id):
             self.actors.agents.retire(agent_id, self._hosts.pop(agent_id), session.token)
+        self._sessions[agent_id] = session
         return session
 
     async def _handshake(
@@ -243,7 +325,7 @@ class Kernel(OperatorActs):
             require_credential=require_credential,
             hosted=self.actors.agents.hosting(manifest.agent_id),
         )
-        answer = await self._call(self.actors.registry, msg, reply)
+        answer = await self._calls.call(self.actors.registry, msg, reply)
         assert isinstance(answer, Session)  # _call raised a refusal
         return answer
 
@@ -293,12 +375,6 @@ class Kernel(OperatorActs):
             if (agent := self.projections.agents.get(agent_id)) is not None
             and visible(agent.manifest.subscriptions, topic)
         )
-        while self._admitting + len(self.projections.moving) + fan_out > self._max_in_flight:
-            if self._admitting + len(self.projections.moving) == 0:
-                break  # a single trigger wider than the limit still goes through, alone
-            self._raise_if_stopped()
-            self._room = self._room or anyio.Event()
-            await self._room.wait()
         reply: Reply[list[str]] = Reply()
         msg = FireTrigger(
             topic=topic,
@@ -308,11 +384,11 @@ class Kernel(OperatorActs):
             reply=reply,
             traceparent=checked.traceparent,
         )
-        self._admitting += fan_out
+        await self._flows.admit(fan_out)
         try:
-            return await self._call(self.actors.compiler, msg, reply)
+            return await self._calls.call(self.actors.compiler, msg, reply)
         finally:
-            self._admitting -= fan_out
+            self._flows.release(fan_out)
 
     async def submit(
         self,
@@ -355,12 +431,9 @@ class Kernel(OperatorActs):
                 layer="schema",
                 field=exc.field,
             )
-        if invalid is None and self._sealer is not None:
-            # Personal fields become tokens before anything judges or records them.
-            record = self._sealer.seal(record)
-        await self._recall(dfid)
-        if self._meaning is not None and invalid is None:
-            await self._score_meaning(dfid, record)
+        await self._flows.recall(dfid)
+        if invalid is None:
+            record = await self._edge.prepare(dfid, record)
         reply: Reply[Verdict] = Reply()
         msg = Judge(
             dfid=dfid,
@@ -370,39 +443,79 @@ class Kernel(OperatorActs):
             reply=reply,
             usage=_usage(usage),
         )
-        return await self._call(self.actors.dim, msg, reply)
+        return await self._calls.call(self.actors.dim, msg, reply)
 
-    async def _score_meaning(self, dfid: str, record: ProposalRecord) -> None:
-        """Record how close the proposal comes to the constraints its words did not match.
+    async def propose(
+        self,
+        agent_id: str,
+        kind: str,
+        params: Mapping[str, Any],
+        *,
+        explain: str,
+        confidence: float,
+        conversation: str | None = None,
+        trace_context: Context | str | None = None,
+        tool_call_id: str | None = None,
+    ) -> Decision:
+        """Propose ``kind`` with ``params`` as ``agent_id`` in one call; return the Decision.
 
-        The embedding model runs here, at the edge; the DIM reads the recorded scores
-        (``MeaningScored``), so its verdict stays a function of the journal. A model that
-        fails scores nothing: the words still match as they always do.
+        The one entry for code that already holds a proposal (a framework's tool
+        call): the kernel opens a flow for the agent with this proposal in it, the
+        DIM judges it, an accepted one is executed, and the answer says what became
+        of it (docs/embedding.md). The agent needs a session in this kernel first
+        (:meth:`handshake`, or :meth:`register`); its manifest's ``max_attempts`` is
+        its conversations' retry governor.
+
+        Args:
+            agent_id: the agent proposing.
+            kind: the policy kind (``booking.reserve_room``).
+            params: the kind's parameters.
+            explain: the model's reasoning, for humans.
+            confidence: the model's confidence in [0, 1]; low values go to a human.
+            conversation: the framework's run or thread id: the conversation's calls are
+                one DecisionFlow, with one retry governor and one view of the state.
+            trace_context: the caller's span (an OpenTelemetry ``Context`` or a W3C
+                ``traceparent``), which the flow's trace links to.
+            tool_call_id: the framework's id of this tool call. With it the call is
+                idempotent: proposed again (a saved run resumed twice, even after a
+                restart), it is answered from its record, never executed twice.
+
+        Returns:
+            EXECUTED with the receipt, ESCALATED (follow it with :meth:`await_decision`),
+            REFUSED or FAILED with a reason code and a detail: never an exception for
+            what the caller passed.
+
+        Raises:
+            KernelShutdown: the kernel stopped.
         """
-        matcher = self._meaning
-        flow = self.projections.flows.get(dfid)
-        if matcher is None or flow is None or flow.terminal:
-            return
-        memory = self.projections.memory
-        wanted = scorable(memory, record)
-        about = about_of(record)
-        hashed = text_hash(about)
-        if not wanted or hashed in memory.scores.get(dfid, {}):
-            return
-        seqs = sorted(wanted)
-        try:
-            scores = await matcher.scores(about, [wanted[seq] for seq in seqs])
-        except Exception as exc:  # the model is the outside world: it never stops a verdict
-            log.warning("the embedding matcher failed on flow %s: %r", dfid, exc)
-            return
-        scored = MeaningScored(
-            model=clip(matcher.embedder.model),
-            version=clip(matcher.embedder.version),
-            threshold=matcher.threshold,
-            text=hashed,
-            scores={str(seq): score for seq, score in zip(seqs, scores, strict=True)},
+        return await self._proposals.propose(
+            agent_id,
+            kind,
+            params,
+            explain=explain,
+            confidence=confidence,
+            conversation=conversation,
+            trace_context=trace_context,
+            tool_call_id=tool_call_id,
         )
-        await self.journal.append([Draft(payload=scored, dfid=dfid, agent_id=flow.agent_id)])
+
+    # A timeout here is an answer (the decision as it stands), not a failure: a
+    # cancel scope around the call could not say which decision it had reached.
+    async def await_decision(
+        self,
+        dfid: str,
+        timeout: float | None = None,  # noqa: ASYNC109
+    ) -> Decision:
+        """Wait until flow ``dfid`` ended, at most ``timeout`` seconds; return its Decision.
+
+        What a caller does after an ESCALATED decision: it returns once a human
+        decided and the execution ended, or, past ``timeout``, the decision as it
+        stands (still ESCALATED or PENDING). An unknown DFID is refused at once.
+
+        Raises:
+            KernelShutdown: the kernel stopped.
+        """
+        return await self._proposals.await_decision(dfid, timeout)
 
     def flow(self, dfid: str) -> FlowState | None:
         """Return the current state of a flow: open, or among the ``keep_finished`` last ended.
@@ -433,27 +546,13 @@ class Kernel(OperatorActs):
 
         A finished flow no longer in memory is read back from the journal.
         """
-        targets = frozenset(until)
-        while True:
-            current = self.projections.flows.get(dfid)
-            if current is None:
-                current = await self._recall(dfid)
-                if current is not None and current.status in targets:
-                    return current
-                current = self.projections.flows.get(dfid)  # it may have moved meanwhile
-            if current is not None and current.status in targets:
-                return current
-            self._raise_if_stopped()
-            wake = anyio.Event()
-            self._waiters.setdefault(dfid, []).append((targets, wake))
-            await wake.wait()
+        return await self._flows.wait_flow(dfid, until)
 
     async def wait_quiet(self) -> None:
         """Wait until no flow moves on its own (every flow ended or waits for a human)."""
-        while self.projections.moving:
-            self._raise_if_stopped()
-            self._quiet = self._quiet or anyio.Event()
-            await self._quiet.wait()
+        await self._flows.wait_quiet()
+
+    # --- artifacts (kernel.documents.Artifacts says what each checks) -------------------
 
     async def put_artifact(
         self,
@@ -477,26 +576,9 @@ class Kernel(OperatorActs):
             InputInvalid: a media type, summary, ``by`` or name the wall refuses.
             ArtifactStoreError: the store cannot be used.
         """
-        self._raise_if_stopped()
-        info = wall.admit(
-            wall.fields(media_type=media_type, summary=summary, by=by, name=name),
-            wall.ArtifactSpec,
+        return await self._artifacts.put(
+            data, media_type=media_type, summary=summary, by=by, name=name
         )
-        raw = checked(data)
-        store = await self.artifact_store()
-        ref = await store.put(raw)
-        known = self.projections.artifacts.stored.get(ref)
-        if known is None or (known.media_type, known.summary) != (info.media_type, info.summary):
-            stored = ArtifactStored(
-                ref=ref,
-                size=len(raw),
-                media_type=info.media_type,
-                summary=info.summary,
-                by=info.by,
-                name=info.name,
-            )
-            await self.journal.append([Draft(payload=stored, agent_id=info.by or None)])
-        return ref
 
     async def fetch_artifact(
         self,
@@ -515,123 +597,250 @@ class Kernel(OperatorActs):
         Raises:
             FetchRefused: UNAUTHORIZED, ARTIFACT_MISSING or SCHEMA_INVALID, recorded.
         """
-        self._raise_if_stopped()
-        projections = self.projections
-        try:
-            store = await self.artifact_store() if projections.artifacts.stored else None
-            return await fetch_artifact_for(
-                projections.artifacts,
-                projections.flows,
-                projections.state,
-                self.journal,
-                store,
-                agent_id=agent_id,
-                dfid=dfid,
-                ref=ref,
-                start=start,
-                length=length,
-            )
-        except FetchRefused as exc:
-            refused = InputRefused(
-                reason_code=exc.reason_code,
-                entry="artifact",
-                field=exc.field,
-                detail=clip(exc.detail, wall.MAX_DETAIL),
-                target=clip(ref) if isinstance(ref, str) else "",
-            )
-            flow = projections.flows.get(dfid) if isinstance(dfid, str) else None
-            await self.journal.append(
-                [
-                    Draft(
-                        payload=refused,
-                        dfid=flow.dfid if flow is not None and not flow.terminal else None,
-                        agent_id=clip(agent_id) if isinstance(agent_id, str) else None,
-                    )
-                ]
-            )
-            raise
+        return await self._artifacts.fetch(agent_id, dfid, ref, start, length)
 
-    @property
-    def stopped(self) -> KernelShutdown | None:
-        """Why the kernel stopped, or None while it runs."""
-        return self._stop_reason
+    async def artifact_store(self) -> ArtifactStore:
+        """Return the kernel's artifact store, opened on first use (closed with the kernel).
 
-    # --- internals ---------------------------------------------------------
+        Raises:
+            ArtifactStoreError: the store cannot be opened.
+        """
+        return await self._artifacts.store()
 
-    def _stop(self, reason: StopReason, detail: str = "") -> None:
-        """Stop accepting work and release everyone waiting on the kernel."""
-        if self._stop_reason is not None:
-            return
-        self._stop_reason = KernelShutdown(reason, detail)
-        for reply in list(self._pending):
-            reply.set(STOPPED)
-        for waiters in self._waiters.values():
-            for _, wake in waiters:
-                wake.set()
-        self._waiters.clear()
-        for event in (self._quiet, self._room):
-            if event is not None:
-                event.set()
+    # --- the operator's acts (kernel.acts.OperatorActs says what each checks) ----------
 
-    def _on_commit(self, events: Sequence[Event]) -> None:
-        self.projections.apply(events)
-        if self._checkpointer is not None:
-            self._checkpointer.observe(self.projections)
-        if self._waiters:
-            for event in events:
-                if event.dfid is None or type(event.payload) not in FLOW_EVENTS:
-                    continue
-                waiters = self._waiters.get(event.dfid)
-                if not waiters:
-                    continue
-                current = self.projections.flows.get(event.dfid)
-                if current is None:
-                    continue  # a note on a finished flow the index forgot
-                status = current.status
-                keep = []
-                for targets, wake in waiters:
-                    if status in targets:
-                        wake.set()
-                    else:
-                        keep.append((targets, wake))
-                if keep:
-                    self._waiters[event.dfid] = keep
-                else:
-                    del self._waiters[event.dfid]
-        moving = len(self.projections.moving)
-        if self._quiet is not None and not moving:
-            self._quiet.set()
-            self._quiet = None
-        if self._room is not None and moving + self._admitting < self._max_in_flight:
-            self._room.set()
-            self._room = None
+    async def decide(
+        self,
+        dfid: str,
+        decision: HumanDecision | str,
+        *,
+        operator: str,
+        reason: str,
+        params: Mapping[str, Any] | None = None,
+        action_hash: str | None = None,
+        roles: Sequence[str] | None = None,
+    ) -> Verdict:
+        """Give a human decision on an escalated flow: approve, modify or reject.
+
+        See :meth:`kernel.acts.OperatorActs.decide` for what each decision takes, and
+        how a quorum counts an approval (``roles``: the operator's, default the keyring's).
+        """
+        return await self._acts.decide(
+            dfid,
+            decision,
+            operator=operator,
+            reason=reason,
+            params=params,
+            action_hash=action_hash,
+            roles=roles,
+        )
+
+    async def grant(
+        self,
+        kind: str,
+        *,
+        operator: str,
+        reason: str,
+        uses: int,
+        agent: str = "*",
+        bounds: Mapping[str, Mapping[str, Any]] | None = None,
+        valid_from_ns: int | None = None,
+        valid_until_ns: int | None = None,
+        valid_for_s: float | None = None,
+        cap: str | None = None,
+        roles: Sequence[str] | None = None,
+    ) -> Event:
+        """Grant in advance: proposals of ``kind`` within ``bounds`` proceed without a human.
+
+        See :meth:`kernel.acts.OperatorActs.grant` for the bounds, the validity and the cap.
+
+        Returns:
+            The recorded GrantIssued (its ``grant`` is the id to vote on or revoke).
+
+        Raises:
+            InputInvalid: a field the wall or the DIM refuses (recorded, InputRefused).
+        """
+        return await self._acts.grant(
+            kind,
+            operator=operator,
+            reason=reason,
+            uses=uses,
+            agent=agent,
+            bounds=bounds,
+            valid_from_ns=valid_from_ns,
+            valid_until_ns=valid_until_ns,
+            valid_for_s=valid_for_s,
+            cap=cap,
+            roles=roles,
+        )
+
+    async def vote_grant(
+        self,
+        grant: str,
+        vote: str,
+        *,
+        operator: str,
+        reason: str,
+        roles: Sequence[str] | None = None,
+    ) -> Event:
+        """Vote ``approve`` or ``reject`` on a grant that waits for its quorum (GrantVoted).
+
+        Raises:
+            InputInvalid: GRANT_NOT_LIVE, DUPLICATE_VOTE, UNAUTHORIZED, a bad field (recorded).
+        """
+        return await self._acts.vote_grant(
+            grant, vote, operator=operator, reason=reason, roles=roles
+        )
+
+    async def revoke_grant(self, grant: str, *, operator: str, reason: str) -> Event:
+        """Take a standing grant out of force (GrantRevoked); later proposals escalate again.
+
+        Raises:
+            InputInvalid: GRANT_NOT_LIVE or a bad field (recorded).
+        """
+        return await self._acts.revoke_grant(grant, operator=operator, reason=reason)
+
+    async def apply(self, request: InboxRequest, proof: Proof) -> None:
+        """Apply one verified inbox request (the inbox's poller calls it once per row).
+
+        Raises:
+            InputInvalid, HandshakeRefused, ProofRefused: the request cannot be applied.
+        """
+        await self._acts.apply(request, proof)
+
+    async def set_agent_status(
+        self, agent_id: str, status: AgentStatus | str, *, operator: str, reason: str
+    ) -> None:
+        """Change an agent's status (an operator's act, recorded with who and why).
+
+        Raises:
+            InputInvalid: no operator or reason, or a field of the wrong type (recorded).
+            HandshakeRefused: UNKNOWN_AGENT.
+        """
+        await self._acts.set_agent_status(agent_id, status, operator=operator, reason=reason)
+
+    async def issue_credential(
+        self, agent_id: str, verifier: str, *, operator: str, reason: str
+    ) -> None:
+        """Provision or rotate ``agent_id``'s credential from its verifier (recorded).
+
+        Raises:
+            InputInvalid: a field of the wrong type or too long.
+            HandshakeRefused: UNKNOWN_AGENT (not allowed here) or SCHEMA_INVALID (no verifier).
+        """
+        await self._acts.issue_credential(agent_id, verifier, operator=operator, reason=reason)
+
+    async def amend_limit(
+        self,
+        agent_id: str,
+        limit: str,
+        value: int | str | Decimal,
+        *,
+        ttl_s: float,
+        operator: str,
+        reason: str,
+    ) -> LimitAmended:
+        """Set one of an agent's pack limits, within the pack's floor and ceiling, for ``ttl_s``.
+
+        Raises:
+            AmendmentInvalid: UNKNOWN_AGENT, UNKNOWN_LIMIT, LIMIT_OUT_OF_BOUNDS, SCHEMA_INVALID.
+        """
+        return await self._acts.amend_limit(
+            agent_id, limit, value, ttl_s=ttl_s, operator=operator, reason=reason
+        )
+
+    async def load_pack(self, pack: PolicyPack, *, operator: str, reason: str) -> PackRef:
+        """Load a new version of a pack (or a new pack); record PackLoaded and judge with it.
+
+        Raises:
+            InputInvalid: no operator or reason, or one too long (recorded).
+            PackError: the pack is invalid (nothing changes), with the same message as at start.
+        """
+        return await self._acts.load_pack(pack, operator=operator, reason=reason)
+
+    async def propose_rule(
+        self,
+        rule: str,
+        *,
+        title: str,
+        content: str,
+        operator: str,
+        reason: str,
+        labels: Sequence[str] = (),
+        source: events.RuleSource | None = None,
+        base_version: int = 0,
+        override: bool = False,
+        ns: str = "default",
+        input_event: str = "",
+    ) -> Event:
+        """Propose a rule version as an operator; return the audited decision (RuleDecided).
+
+        ``ns`` is the rulebook namespace (a tenant); ``input_event`` the id of the input
+        that brought it (a webhook delivery): the promoter skips a second one from it.
+        """
+        return await self._acts.propose_rule(
+            rule,
+            title=title,
+            content=content,
+            operator=operator,
+            reason=reason,
+            labels=labels,
+            source=source,
+            base_version=base_version,
+            override=override,
+            ns=ns,
+            input_event=input_event,
+        )
+
+    async def decide_rule(
+        self, proposal_seq: int, decision: str, *, operator: str, reason: str
+    ) -> Event:
+        """Override or skip a deferred rule proposal; return the audit record (RuleDecided).
+
+        Raises:
+            RuleNotPending: the proposal is not waiting for an operator.
+            ValueError: another decision than override or skip, or no operator or reason.
+        """
+        return await self._acts.decide_rule(
+            proposal_seq, decision, operator=operator, reason=reason
+        )
+
+    async def retract_rule(
+        self, rule: str, *, operator: str, reason: str, ns: str = "default"
+    ) -> Event:
+        """Take rule ``rule`` of namespace ``ns`` out of force (RuleRetracted, with who and why);
+        its history stays.
+
+        Raises:
+            RuleNotInForce: no version of the rule is in force in that namespace.
+            InputInvalid: no operator or reason, or a field of the wrong type or size (recorded).
+        """
+        return await self._acts.retract_rule(rule, operator=operator, reason=reason, ns=ns)
+
+    async def collect_artifacts(
+        self, *, operator: str, reason: str, inbox_id: int | None = None, dry_run: bool = False
+    ) -> list[str]:
+        """Delete the artifacts nothing live references; return their references.
+
+        See :meth:`kernel.acts.OperatorActs.collect_artifacts` for what is kept.
+
+        Raises:
+            InputInvalid: no operator or reason (recorded).
+            ArtifactStoreError: the store cannot be used.
+        """
+        return await self._acts.collect_artifacts(
+            operator=operator, reason=reason, inbox_id=inbox_id, dry_run=dry_run
+        )
+
+    # --- internals -----------------------------------------------------------------
 
     def _spawn_effect(self, fn: Any) -> None:
-        assert self._effects_tg is not None
-        if self._effects_tg.cancel_scope.cancel_called:
-            # Stopping: what was not called yet is recorded as started, and the next
-            # start resumes it (execution's Recover).
-            return
-        self._effects_tg.start_soon(fn)
+        self._lifetime.spawn_effect(fn)
 
-    def _on_dead_letter(self, actor: str, msg: Any, exc: BaseException, out: Outbox) -> None:
-        dfid = getattr(msg, "dfid", None)
-        flow = out.flow(dfid) if isinstance(dfid, str) else None
-        # Twice crashed on, or its events could not be sealed (kernel.runtime.actors).
-        detail = clip(
-            f"actor {actor} could not handle this flow's message: {type(exc).__name__}: {exc}", 500
-        )
-        if flow is not None and not flow.terminal and flow.status is not FlowStatus.DIRTY:
-            out.emit(
-                FlowAborted(reason_code=ReasonCode.KERNEL_FAULT, detail=detail), dfid=flow.dfid
-            )
-        reply = getattr(msg, "reply", None)
-        if isinstance(reply, Reply):
-            if isinstance(dfid, str):
-                feedback = Feedback(reason_code=ReasonCode.KERNEL_FAULT, detail=detail, layer=actor)
-                out.reply(reply, Verdict(outcome=Outcome.ABORTED, dfid=dfid, feedback=feedback))
-            else:
-                out.reply(reply, KernelFault(detail))
+    def _token_of(self, agent_id: str) -> str | None:
+        """The token of the session this kernel opened last for ``agent_id``, if any."""
+        session = self._sessions.get(agent_id)
+        return session.token if session is not None else None
 
 
 def _usage(usage: Mapping[str, int] | None) -> dict[str, int]:

@@ -20,7 +20,7 @@ from kernel.dim import IntegrityModule
 from kernel.escalation import EscalationDesk
 from kernel.execution import ExecutionEngine
 from kernel.guards import GuardRunner
-from kernel.hosting import AgentHost, Submit
+from kernel.hosting import AgentHost, Fetch, Submit
 from kernel.policy.packs import PolicyCatalog
 from kernel.registry import Registry
 from kernel.runtime.actors import ChildSpec, Mailbox
@@ -53,6 +53,7 @@ class Actors:
         hosts: Mapping[str, Mailbox[AgentMessage]],
         submit: Submit,
         spawn_effect: Callable[[Any], None],
+        fetch: Fetch | None = None,
     ) -> None:
         limits = config.limits
         max_in_flight = limits.max_in_flight
@@ -82,6 +83,7 @@ class Actors:
             token_budget=limits.token_budget,
             reasoning_timeout_s=limits.reasoning_timeout_s,
             moving=projections.moving,
+            fetch=fetch,
         )
         # Adapter calls run on kept worker tasks (shared by every engine instance); a
         # flow has at most one call at a time, so this many never makes one wait.

@@ -38,6 +38,7 @@ from kernel.core.events import (
     ExecutionSucceeded,
     FlowAborted,
     FlowCompensated,
+    FlowCreated,
     FlowDirty,
     FlowEscalated,
     FlowFlagged,
@@ -526,6 +527,29 @@ def test_the_trading_desk_sends_every_flow_to_an_otlp_receiver(tmp_path: Path) -
     assert saga["attributes"]["dir.reason_code"] == "COMPENSATED"
     undone = [s for s in received if s["name"].startswith("compensate ")]
     assert undone and {s["parent_span_id"] for s in undone} == {saga["span_id"]}
+
+
+@pytest.mark.parametrize("framework", ["openai_agents", "pydantic_ai", "langgraph"])
+def test_each_framework_example_books_its_rooms_under_the_kernel(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], framework: str
+) -> None:
+    """Four rooms through a framework: what the journal holds, and the pause's one approval."""
+    import importlib
+
+    pytest.importorskip({"openai_agents": "agents"}.get(framework, framework))
+    module: Example = importlib.import_module(f"examples.frameworks.{framework}")
+    db = tmp_path / "trip.db"
+    code = module.main(["--db", str(db), "--json"])
+    assert code == 0
+    events = read_events_of(db)
+    assert len(of_type(events, ExecutionSucceeded)) == 2  # the cheap room, the approved one
+    assert len(of_type(events, HumanDecided)) == 1
+    codes = codes_in(events)
+    # Each refusal is counted twice: the proposal's rejection and its flow's end.
+    assert codes["RISK_LIMIT_EXCEEDED"] == 2 and codes["CONSTRAINT_VIOLATION"] == 2
+    assert codes["APPROVAL_REQUIRED"] == 1
+    [created] = [e for e in of_type(events, FlowCreated) if e.payload.tool_call_id == "call_3"]
+    assert created.payload.conversation_id == "trip-42"
 
 
 @pytest.mark.parametrize("example", ["trading", "booking"])

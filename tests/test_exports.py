@@ -15,6 +15,7 @@ import kernel
 import kernel.adapters
 import kernel.audit
 import kernel.beliefs
+import kernel.frameworks
 import kernel.policy
 from tests.support import ROOT
 
@@ -29,12 +30,14 @@ PINNED = {
         "ArtifactSlice",
         "Clock",
         "Decision",
+        "DecisionVerdict",
         "EscalationBudget",
         "EscalationPolicy",
         "FetchRefused",
         "FlowState",
         "FlowStatus",
         "HandshakeRefused",
+        "HumanDecision",
         "IdSource",
         "InputInvalid",
         "JournalError",
@@ -134,6 +137,7 @@ PINNED = {
         "verify_bundle",
         "redact",
     ],
+    kernel.frameworks: ["Gate", "ToolSpec", "tool_spec", "tool_specs"],
     kernel.beliefs: [
         "BELIEFS_ADAPTER",
         "EDGE_TYPES",
@@ -207,6 +211,11 @@ PUBLIC = {
     "kernel.testing",
     "kernel.mesh",  # hosts and executors on the bus (dirk[nats])
     "kernel.beliefs",  # governed beliefs: the pure model, the governance pack, the graph
+    # The agent frameworks: tools from kinds, the gate, one adapter per framework (its extra).
+    "kernel.frameworks",
+    "kernel.frameworks.openai_agents",
+    "kernel.frameworks.pydantic_ai",
+    "kernel.frameworks.langgraph",
 }
 
 

@@ -6,6 +6,10 @@ ACTIVE agent subscribed to its topic, and compiles each agent's context: the
 state it is entitled to see (need-to-know, from its manifest subscriptions)
 and the hash of that snapshot, the reference the DIM later checks for
 staleness.
+
+A flow whose proposal its caller brings (``Kernel.propose``, an :class:`Open`)
+is opened the same way, for one agent and without a trigger: its context is
+recorded, for the DIM to judge the proposal against, and sent to no agent.
 """
 
 from __future__ import annotations
@@ -14,14 +18,21 @@ from collections.abc import Mapping
 from typing import Any
 
 from kernel.context._layers import LayerBody, compile_layers, layer_body
-from kernel.core.events import ContextCompiled, FlowCreated, Manifest, TriggerFired
+from kernel.core.events import ContextCompiled, Feedback, FlowCreated, Manifest, TriggerFired
 from kernel.core.flow import FlowStatus
 from kernel.core.ports import Clock, IdSource
+from kernel.core.reasons import ReasonCode
 from kernel.policy.contracts import WorkingContext
 from kernel.runtime.actors import Mailbox, Outbox
-from kernel.runtime.messages import AgentMessage, Compile, CompilerMessage, FireTrigger
+from kernel.runtime.messages import AgentMessage, Compile, CompilerMessage, FireTrigger, Open
 from kernel.state.projections import AgentStatus, Projections, context_ref, visible
 from kernel.state.rulebook import RuleSearch
+
+_NOT_ACTIVE = {
+    AgentStatus.PASSIVE: ReasonCode.AGENT_PASSIVE,
+    AgentStatus.SUSPENDED: ReasonCode.AGENT_SUSPENDED,
+    AgentStatus.RETIRED: ReasonCode.AGENT_RETIRED,
+}
 
 
 class ContextCompiler:
@@ -49,6 +60,41 @@ class ContextCompiler:
                 self._fire(msg, out)
             case Compile():
                 self._compile(msg, out)
+            case Open():
+                self._open(msg, out)
+
+    def _open(self, msg: Open, out: Outbox) -> None:
+        agent = self._projections.agents.get(msg.agent_id)
+        if agent is None or agent.status is not AgentStatus.ACTIVE:
+            # As for a trigger, no flow is opened for an agent that may not act.
+            code = _NOT_ACTIVE.get(agent.status) if agent else ReasonCode.UNKNOWN_AGENT
+            status = agent.status if agent else "unknown"
+            detail = f"agent {msg.agent_id} is {status}: no flow was opened"
+            out.reply(
+                msg.reply, Feedback(reason_code=code or ReasonCode.UNKNOWN_AGENT, detail=detail)
+            )
+            return
+        if out.flow(msg.dfid) is not None:
+            # The caller looks its keys up first; a DFID is never opened twice.
+            detail = f"flow {msg.dfid} exists already"
+            out.reply(msg.reply, Feedback(reason_code=ReasonCode.FLOW_NOT_ACTIVE, detail=detail))
+            return
+        out.emit(
+            FlowCreated(
+                root_dfid=msg.root_dfid or msg.dfid,
+                topic=msg.topic,
+                traceparent=msg.traceparent,
+                conversation_id=msg.conversation_id,
+                tool_call_id=msg.tool_call_id,
+            ),
+            dfid=msg.dfid,
+            parent_dfid=msg.parent_dfid,
+            agent_id=msg.agent_id,
+        )
+        self._compile(Compile(dfid=msg.dfid, attempt=1), out, route=False)
+        opened = out.flow(msg.dfid)
+        assert opened is not None
+        out.reply(msg.reply, opened.context_ref)
 
     def _fire(self, msg: FireTrigger, out: Outbox) -> None:
         root = self._projections.flows.get(msg.parent_dfid) if msg.parent_dfid else None
@@ -110,7 +156,7 @@ class ContextCompiler:
             )
         return body
 
-    def _compile(self, msg: Compile, out: Outbox) -> None:
+    def _compile(self, msg: Compile, out: Outbox, *, route: bool = True) -> None:
         flow = out.flow(msg.dfid)
         if flow is None or flow.status not in (FlowStatus.CREATED, FlowStatus.ACTIVE):
             return
@@ -150,7 +196,7 @@ class ContextCompiler:
             ),
             dfid=msg.dfid,
         )
-        host = self._hosts.get(flow.agent_id)
+        host = self._hosts.get(flow.agent_id) if route else None
         if host is None:
             return
         ctx = WorkingContext(

@@ -106,11 +106,18 @@ class TriggerFired(Payload, frozen=True, tag=True):
 
 class FlowCreated(Payload, frozen=True, tag=True):
     """A flow begins. ``traceparent`` is the W3C trace context of the caller's span when
-    the embedding code passed one (its trace links to it; see docs/traces.md)."""
+    the embedding code passed one (its trace links to it; see docs/traces.md).
+
+    A flow opened by ``Kernel.propose`` records the ids its caller gave: the
+    conversation it belongs to (a framework's run or thread) and the tool call it
+    governs. Spans carry them as ``gen_ai.conversation.id`` and ``gen_ai.tool.call.id``.
+    """
 
     root_dfid: str
     topic: str = ""
     traceparent: str = ""
+    conversation_id: str = ""
+    tool_call_id: str = ""
 
 
 class ContextCompiled(Payload, frozen=True, tag=True):

@@ -17,6 +17,13 @@ A rejection with attempts left hands the agent its feedback through a fresh
 context; the intent retry governor ends the flow with REASONING_EXHAUSTION
 once the agent's attempts are spent. There is no default-allow path.
 
+A flow opened with its proposal given (``Kernel.propose``: one tool call) takes
+that one proposal: a refusal ends it with the refusal's own reason. Its calls'
+conversation is the unit the governor counts in then: the call that makes its
+conversation's refusals in a row reach the agent's ``max_attempts`` ends with
+REASONING_EXHAUSTION, and the conversation's stop is recorded on the
+conversation's flow (SubmissionRefused), where the kernel finds it again.
+
 The DIM times each rule it runs (a :class:`~kernel.policy.rules.Stopwatch` on real
 monotonic time) and records a rule that overran its budget as a finding right
 after the verdict: FlowFlagged (guard ``"rule budget"``), which marks the flow
@@ -609,6 +616,8 @@ class IntegrityModule:
                 after=rejected,
             )
             outcome = Outcome.ABORTED
+        elif msg.single:
+            outcome, feedback = self._end_call(msg, feedback, rejected, out)
         elif attempt >= agent.manifest.max_attempts:
             out.emit(
                 FlowAborted(
@@ -625,6 +634,48 @@ class IntegrityModule:
         out.reply(
             msg.reply, Verdict(outcome=outcome, dfid=msg.dfid, attempt=attempt, feedback=feedback)
         )
+
+    def _end_call(
+        self, msg: Judge, feedback: Feedback, rejected: int, out: Outbox
+    ) -> tuple[Outcome, Feedback]:
+        """End a flow whose one proposal was refused; stop its conversation if it must.
+
+        Returns the outcome and the feedback to answer: the refusal's own, or the
+        governor's when the conversation stops.
+        """
+        streak = msg.streak
+        if streak is None or streak.refused + 1 < streak.limit:
+            out.emit(
+                FlowAborted(reason_code=feedback.reason_code, detail=feedback.detail),
+                dfid=msg.dfid,
+                after=rejected,
+            )
+            return Outcome.REJECTED, feedback
+        stopped = (
+            f"conversation {streak.conversation_id} stopped: {streak.refused + 1} calls in a"
+            f" row refused (the agent's max_attempts is {streak.limit})"
+        )
+        detail = f"{stopped}; last: {feedback.reason_code}"[:500]
+        ended = out.emit(
+            FlowAborted(reason_code=ReasonCode.REASONING_EXHAUSTION, detail=detail),
+            dfid=msg.dfid,
+            after=rejected,
+        )
+        root = out.flow(streak.root_dfid)
+        if root is not None:
+            # The stop is kept on the conversation's own flow: a later call (or a
+            # restarted kernel) reads it there, and is refused at the boundary.
+            out.emit(
+                SubmissionRefused(
+                    reason_code=ReasonCode.REASONING_EXHAUSTION,
+                    detail=detail,
+                    claimed_agent=root.agent_id,
+                ),
+                dfid=root.dfid,
+                after=ended,
+            )
+        last = f"{stopped}; last: {feedback.reason_code}: {feedback.detail}"[:500]
+        return Outcome.ABORTED, reject("governor", ReasonCode.REASONING_EXHAUSTION, last)
 
     def _refuse(
         self, msg: Judge, flow: FlowState | None, code: ReasonCode, detail: str, out: Outbox

@@ -1,9 +1,10 @@
 """Hosting agents in user space: a fixed crew of reasoning tasks per agent."""
 
-from kernel.hosting._host import AgentHost, AgentLike, Submit
+from kernel.hosting._host import AgentHost, AgentLike, Fetch, Submit
 
 __all__ = [
     "AgentHost",
     "AgentLike",
+    "Fetch",
     "Submit",
 ]

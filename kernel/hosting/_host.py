@@ -70,6 +70,8 @@ class AgentHost:
         concurrency: the flows one agent reasons about at once (its crew's size).
         token_budget: the most tokens one flow's reasoning may spend in all attempts.
         reasoning_timeout_s: the longest one reasoning step may take.
+        moving: the flows still moving (what the host keeps per flow is pruned to them).
+        fetch: the kernel's fetch of an artifact, which ``ctx.fetch_artifact`` reaches.
     """
 
     def __init__(
@@ -82,6 +84,7 @@ class AgentHost:
         token_budget: int | None,
         reasoning_timeout_s: float | None,
         moving: Container[str] = frozenset(),
+        fetch: Fetch | None = None,
     ) -> None:
         self._submit = submit
         self._dim = dim
@@ -103,8 +106,8 @@ class AgentHost:
         """Mailboxes of displaced crews, still drained (closed with the kernel's)."""
         self.trace_scope: TraceScope = _no_trace
         """Set by the kernel when spans are exported: ``decide()`` runs inside the flow's trace."""
-        self.fetch: Fetch | None = None
-        """Set by the kernel: ``ctx.fetch_artifact`` in ``decide()`` reaches it (as the agent)."""
+        self.fetch = fetch
+        """``ctx.fetch_artifact`` in ``decide()`` reaches it (as the agent)."""
 
     def host(self, agent: AgentLike, mailbox: Mailbox[AgentMessage]) -> None:
         """Start ``agent``'s crew on the contexts that arrive in ``mailbox``."""

@@ -23,11 +23,11 @@ Modules:
 - :mod:`~kernel.inbox.proof`: signing and checking;
 - :mod:`~kernel.inbox.prepare`: the checks every client makes before it posts;
 - :mod:`~kernel.inbox.client`: signing, posting and reading back, for clients;
-- ``_poll`` (the kernel's poller) and ``_agents`` (agents proposing through the
-  inbox): the kernel's side, never imported by a client (the import contract says so).
+- ``_poll`` (the kernel's poller) and ``_agents`` (the flows of agents' ``propose``
+  rows): the kernel's side, never imported by a client (the import contract says so).
 """
 
-from kernel.inbox._agents import InboxAgent, InboxAgents
+from kernel.inbox._agents import InboxProposals
 from kernel.inbox._poll import Intake
 from kernel.inbox.client import (
     Answer,
@@ -68,8 +68,7 @@ __all__ = [
     "CredentialRequest",
     "DecideRequest",
     "GrantRequest",
-    "InboxAgent",
-    "InboxAgents",
+    "InboxProposals",
     "InboxRequest",
     "Intake",
     "Keyring",

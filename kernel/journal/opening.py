@@ -81,20 +81,20 @@ async def open_journal(
         body_error: Exception | None = None
         async with anyio.create_task_group() as tg:
             if writer is not None:
-                tg.start_soon(journal._run_writer)
+                tg.start_soon(journal.run_writer)
             try:
                 yield journal
             except Exception as exc:
                 # Re-raised outside the task group, so the caller sees it and not an ExceptionGroup.
                 body_error = exc
             finally:
-                journal._stop()
+                journal.stop_writer()
         if body_error is not None:
             raise body_error
     finally:
         with anyio.CancelScope(shield=True):
             if journal is not None:
-                journal._close()
+                journal.close()
             if writer is not None:
                 await anyio.to_thread.run_sync(writer.close)
             await opened.reader.aclose()

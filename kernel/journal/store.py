@@ -669,8 +669,11 @@ class Journal:
             ) from self._failure
         raise JournalClosed(self._path, "closed" if self._writer else "opened read-only")
 
-    async def _run_writer(self) -> None:
-        """Commit what is pending, one transaction at a time, until the journal closes."""
+    async def run_writer(self) -> None:
+        """Commit what is pending, one transaction at a time, until the journal closes.
+
+        The task :func:`~kernel.journal.opening.open_journal` runs beside the body.
+        """
         batch = self._pending
         try:
             while not (self._closing and not self._pending.requests):
@@ -759,12 +762,14 @@ class Journal:
     def _fail(self, what: str, exc: Exception) -> None:
         self._failure, self._failure_what = exc, what
 
-    def _stop(self) -> None:
+    def stop_writer(self) -> None:
+        """Let the writer commit what is pending and end (appends after it fail)."""
         self._closing = True
         self._pending.ready.set()
 
-    def _close(self) -> None:
-        self._stop()
+    def close(self) -> None:
+        """Stop the writer and close the journal: reads fail, subscriptions end."""
+        self.stop_writer()
         self._closed = True
         for subscription in self._subscriptions:
             subscription._send.close()

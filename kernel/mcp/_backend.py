@@ -1,11 +1,10 @@
 """Where the MCP server's tools read and write: a kernel beside it, or a journal it follows.
 
 :class:`Embedded` runs next to a kernel in the same process. An agent's write
-becomes a proposal through the DIM: the server hosts a bridge agent for each
-MCP agent principal, opens one DecisionFlow per tool call (a trigger on the
-topic ``mcp.<agent>.<n>``), hands the bridge the proposal for that flow and
-waits for the flow to settle. Operator acts call the kernel's API, which
-records them with who and why.
+is one call of the kernel's ``propose``: the server opens a session for each MCP
+agent principal (a handshake, nothing hosted), and each tool call is a flow with
+its proposal in it, judged by the DIM, answered once it settles. Operator acts
+call the kernel's API, which records them with who and why.
 
 :class:`Follower` works against a journal whose kernel runs in another process.
 Reads fold the journal as it is on disk at the time of the call; operator acts
@@ -15,15 +14,13 @@ server's own key, a ``door`` of the kernel's keyring, on behalf of the operator
 principal. The follower waits (``answer_s``) for the kernel to take the request and
 answers what it made of it (APPLIED, or REFUSED with the code), else QUEUED with the
 row's id. An agent's write goes through the inbox too, as a ``propose`` request
-signed with the agent's own key (kernel.inbox.InboxAgents): that kernel opens a
-flow in which the agent proposes it, and the follower reads the verdict back from
-the journal.
+signed with the agent's own key: that kernel opens a flow with the proposal in it
+(kernel.inbox.InboxProposals), and the follower reads the verdict back from the
+journal.
 """
 
 from __future__ import annotations
 
-import itertools
-import weakref
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from typing import Any, Literal
@@ -68,7 +65,8 @@ from kernel.inbox.prepare import (
 )
 from kernel.journal.opening import open_journal
 from kernel.journal.store import Journal
-from kernel.policy.contracts import HandshakeRefused, Proposal, WorkingContext
+from kernel.policy.contracts import HandshakeRefused
+from kernel.proposals import DecisionVerdict
 from kernel.registry import CONTRACT_VERSION
 from kernel.state.projections import Projections, fold
 from kernel.state.quorums import Quorums
@@ -114,41 +112,14 @@ class View(msgspec.Struct, frozen=True, kw_only=True):
     projections: Projections
 
 
-class _Bridge:
-    """The hosted agent behind MCP agent principals: it proposes what a tool call brings."""
-
-    def __init__(self, manifest: Manifest) -> None:
-        self.manifest = manifest
-        self.calls: dict[str, tuple[dict[str, Any], str, float]] = {}
-
-    async def decide(self, ctx: WorkingContext) -> Proposal | None:
-        call = self.calls.pop(ctx.topic, None)
-        if call is None:
-            return None  # a flow no tool call waits for: declined, on record
-        policy, explain, confidence = call
-        return ctx.propose(policy, explain=explain, confidence=confidence, valid_for_s=600)
-
-
-class _Shared:
-    """The bridges hosted in one kernel, and the counter that names their flows' topics."""
-
-    def __init__(self) -> None:
-        self.bridges: dict[str, _Bridge] = {}
-        self.lock = anyio.Lock()
-        self.calls = itertools.count(1)
-
-
-_SHARED: weakref.WeakKeyDictionary[Kernel, _Shared] = weakref.WeakKeyDictionary()
-
-
 class Embedded:
     """Tools beside a running kernel in the same process.
 
     Args:
         kernel: the running kernel.
         capabilities: the kinds each MCP agent may propose, by agent id (default: every
-            kind the kernel's packs define). The kernel's ``allow`` must name the agent,
-            and the agent must not also be hosted by the embedding code.
+            kind the kernel's packs define). The kernel's ``allow`` must name the agent;
+            an agent the embedding code hosts is refused (AGENT_IN_SESSION).
     """
 
     remote = False
@@ -156,8 +127,8 @@ class Embedded:
     def __init__(self, kernel: Kernel, capabilities: Mapping[str, list[str]] | None = None) -> None:
         self.kernel = kernel
         self._capabilities = dict(capabilities or {})
-        # Shared by every server beside this kernel: a kernel hosts one agent per id.
-        self._shared = _SHARED.setdefault(kernel, _Shared())
+        self._sessions: set[str] = set()
+        self._lock = anyio.Lock()
 
     @property
     def kinds(self) -> Mapping[str, dict[str, Any]]:
@@ -171,29 +142,74 @@ class Embedded:
     async def propose(
         self, agent_id: str, policy: dict[str, Any], explain: str, confidence: float
     ) -> Settled:
-        """Open a flow for ``agent_id``, propose ``policy`` in it, and wait until it settles."""
-        bridge = await self._bridge(agent_id)
-        topic = f"mcp.{agent_id}.{next(self._shared.calls)}"
-        bridge.calls[topic] = (policy, explain, confidence)
-        dfids = await self.kernel.trigger(topic, source="mcp")
-        if not dfids:
-            bridge.calls.pop(topic, None)
-            agent = self.kernel.projections.agents.get(agent_id)
-            status = agent.status if agent is not None else "unknown"
-            raise ToolRefused(
-                f"AGENT_{status}" if status in ("SUSPENDED", "RETIRED") else "AGENT_PASSIVE",
-                f"agent {agent_id} is {status}: no flow was opened",
-            )
-        flow = await self.kernel.wait_flow(dfids[0])
-        events = await self.kernel.journal.flow_events(flow.dfid)
-        return settled(flow, events)
+        """Propose ``policy`` as ``agent_id`` (one flow, ``Kernel.propose``) and answer it,
+        with the artifacts its context referenced (what ``fetch_artifact`` may read)."""
+        answer = await self._propose(agent_id, policy, explain, confidence)
+        shown: dict[str, str] = {}
+        for event in await self.kernel.journal.read(dfid=answer.dfid, types=["ContextCompiled"]):
+            if isinstance(event.payload, ContextCompiled):
+                shown.update(event.payload.artifacts)
+        if not shown:
+            return answer
+        return msgspec.structs.replace(answer, result={**answer.result, "artifacts": shown})
 
-    async def _bridge(self, agent_id: str) -> _Bridge:
-        shared = self._shared
-        async with shared.lock:
-            bridge = shared.bridges.get(agent_id)
-            if bridge is not None:
-                return bridge
+    async def _propose(
+        self, agent_id: str, policy: dict[str, Any], explain: str, confidence: float
+    ) -> Settled:
+        await self._session(agent_id)
+        params = dict(policy)
+        kind = params.pop("kind", "")
+        decision = await self.kernel.propose(
+            agent_id,
+            kind if isinstance(kind, str) else "",
+            params,
+            explain=explain,
+            confidence=confidence,
+        )
+        code = str(decision.reason_code) if decision.reason_code is not None else None
+        if not decision.dfid:
+            # Refused before any flow opened (an agent that may not act, a malformed call).
+            raise ToolRefused(code or ReasonCode.SCHEMA_INVALID, decision.detail, decision.field)
+        flow = self.kernel.flow(decision.dfid)
+        status = str(flow.status) if flow is not None else ""
+        match decision.verdict:
+            case DecisionVerdict.EXECUTED:
+                return Settled(
+                    verdict="ACCEPTED", dfid=decision.dfid, status=status, result=decision.result
+                )
+            case DecisionVerdict.ESCALATED | DecisionVerdict.PENDING:
+                return Settled(
+                    verdict=str(decision.verdict),
+                    dfid=decision.dfid,
+                    status=status,
+                    reason_code=code,
+                    detail=decision.detail,
+                )
+        return Settled(
+            verdict="REJECTED",
+            dfid=decision.dfid,
+            status=status,
+            reason_code=code,
+            detail=decision.detail,
+            field=decision.field,
+        )
+
+    async def _session(self, agent_id: str) -> None:
+        """Open a session for the MCP agent ``agent_id`` once: a handshake, nothing hosted.
+
+        Raises:
+            ToolRefused: AGENT_IN_SESSION for an agent the embedding code hosts; the
+                registry's refusal otherwise.
+        """
+        async with self._lock:
+            if agent_id in self._sessions:
+                return
+            if self.kernel.actors.agents.hosting(agent_id):
+                raise ToolRefused(
+                    ReasonCode.AGENT_IN_SESSION,
+                    f"agent {agent_id} is hosted in this kernel: MCP does not propose for it",
+                    "agent_id",
+                )
             kinds = self._capabilities.get(agent_id, sorted(self.kinds))
             manifest = Manifest(
                 agent_id=agent_id,
@@ -202,13 +218,11 @@ class Embedded:
                 subscriptions=[f"mcp.{agent_id}"],
                 max_attempts=1,
             )
-            bridge = _Bridge(manifest)
             try:
-                await self.kernel.register(bridge)
+                await self.kernel.handshake(manifest)
             except HandshakeRefused as exc:
                 raise ToolRefused(exc.reason_code, str(exc)) from None
-            shared.bridges[agent_id] = bridge
-            return bridge
+            self._sessions.add(agent_id)
 
     async def decide(
         self,

@@ -15,6 +15,7 @@ import base64
 from collections.abc import Mapping
 from typing import Annotated, Any
 
+import anyio
 import msgspec
 from mcp.server.auth.provider import TokenVerifier
 from mcp.server.auth.settings import AuthSettings
@@ -23,9 +24,9 @@ from mcp.server.subscriptions import SubscriptionBus
 from pydantic import WithJsonSchema
 
 from kernel.audit.counterfactual import whatif
-from kernel.core.flow import FlowStatus
+from kernel.core.flow import FlowState, FlowStatus
 from kernel.core.reasons import CliError, ReasonCode
-from kernel.mcp._backend import Backend, Principal, Settled, ToolRefused
+from kernel.mcp._backend import Backend, Embedded, Principal, Settled, ToolRefused, settled
 from kernel.mcp._rules import add_rulebook
 from kernel.mcp._tools import (
     ACT,
@@ -59,6 +60,9 @@ from kernel.state.approvals import ApprovalStatus
 from kernel.state.quorums import Ballot, Quorums
 from kernel.state.rulebook import shown_item
 from kernel.state.snapshots import state_at
+
+MAX_WAIT_S = 30
+"""The longest ``wait_flow`` holds a call open: a long-poll, bounded."""
 
 
 def build_server(
@@ -338,6 +342,57 @@ def build_server(
             )
         changes = [msgspec.to_builtins(c) for c in replay.changes[:MAX_RESULTS]]
         return Answer(verdict="OK", result={"judged": replay.judged, "changes": changes})
+
+    @tool(None, title="Wait for a flow", hints=READ)
+    async def wait_flow(who: Principal, dfid: Id, timeout_s: OptInt = None) -> Answer:
+        """Read a flow as its proposer sees it, first waiting up to timeout_s for it to end.
+
+        An agent reads only its own flows. The answer is the flow's verdict as it stands:
+        ACCEPTED, REJECTED, ESCALATED (still waiting) or the status of an open flow; an
+        escalated flow ends once a human decided.
+
+        Args:
+            dfid: the flow, as a proposal's answer named it.
+            timeout_s: wait up to this many seconds (0 to 30) for the flow to end first.
+        """
+        key = checked_text(dfid, "dfid", 256)
+        if timeout_s is not None and (
+            not isinstance(timeout_s, int) or isinstance(timeout_s, bool) or timeout_s < 0
+        ):
+            raise ToolRefused(ReasonCode.SCHEMA_INVALID, "timeout_s is 0 to 30", "timeout_s")
+        bounded = float(min(timeout_s or 0, MAX_WAIT_S))
+        flow = await _flow_of(key, who)
+        if bounded and not flow.terminal:
+            flow = await _wait_end(key, who, bounded)
+        async with backend.reading() as view:
+            events = await view.journal.read(dfid=key)
+        answer = settled(flow, events)
+        if not flow.terminal and flow.status is not FlowStatus.ESCALATED:
+            return Answer(verdict="PENDING", dfid=key, status=str(flow.status))
+        return Answer(**msgspec.to_builtins(answer))
+
+    async def _flow_of(key: str, who: Principal) -> FlowState:
+        async with backend.reading() as view:
+            flow = view.projections.flows.get(key)
+        if flow is None:
+            raise ToolRefused(CliError.UNKNOWN_FLOW, f"no open or recent flow {key}", "dfid")
+        if who.role == "agent" and flow.agent_id != who.name:
+            # The same answer as an unknown flow: an agent learns nothing of others' flows.
+            raise ToolRefused(CliError.UNKNOWN_FLOW, f"no open or recent flow {key}", "dfid")
+        return flow
+
+    async def _wait_end(key: str, who: Principal, bounded: float) -> FlowState:
+        if isinstance(backend, Embedded):
+            await backend.kernel.await_decision(key, bounded)  # woken by the journal
+            return await _flow_of(key, who)
+        # Another process's kernel: nothing wakes this one, so read the journal again.
+        with anyio.move_on_after(bounded):
+            while True:
+                await anyio.sleep(backend.poll_s)
+                flow = await _flow_of(key, who)
+                if flow.terminal:
+                    return flow
+        return await _flow_of(key, who)
 
     # --- operators -------------------------------------------------------------------
 

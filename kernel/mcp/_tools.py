@@ -27,7 +27,14 @@ import msgspec
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
 from mcp.shared.exceptions import MCPError
-from mcp_types import INVALID_PARAMS, CallToolResult, TextContent, ToolAnnotations
+from mcp_types import (
+    INVALID_PARAMS,
+    CallToolResult,
+    ListToolsResult,
+    PaginatedRequestParams,
+    TextContent,
+    ToolAnnotations,
+)
 from pydantic import BaseModel, WithJsonSchema
 
 from kernel.core.errors import KernelShutdown
@@ -221,6 +228,23 @@ class CodedServer(MCPServer[Any]):
 
     identity: Identity | None = None
     roles: dict[str, str | None]
+
+    async def _handle_list_tools(
+        self, ctx: Any, params: PaginatedRequestParams | None
+    ) -> ListToolsResult:
+        """``tools/list``: each principal sees only the tools its role may call."""
+        roles = getattr(self, "roles", {})
+        try:
+            who: Principal | None = (
+                self.identity.of(Context(request_context=ctx, mcp_server=self))
+                if self.identity is not None
+                else None
+            )
+        except ToolRefused:
+            who = None  # no valid token: only the tools anyone may call
+        role = who.role if who is not None else None
+        tools = [t for t in await self.list_tools() if roles.get(t.name) in (None, role)]
+        return ListToolsResult(tools=tools)
 
     async def call_tool(
         self, name: str, arguments: dict[str, Any], context: Context[Any, Any] | None = None

@@ -134,6 +134,34 @@ class Mesh:
         self.relay: Relay | None = None
         """The relay of committed events, when the config asks for one."""
 
+    @asynccontextmanager
+    async def serving(self) -> AsyncIterator[Mesh]:
+        """Serve remote agents on the bus for the body of the block: handshakes, contexts,
+        proposals and, when configured, the relay of committed events."""
+        await self._streams()
+        nc, kernel = self.nc, self.kernel
+        async with anyio.create_task_group() as tg:
+            self._tg = tg
+            # A message the client could not hand over (too large, a slow consumer) is
+            # recorded as refused, not lost in silence; so is a remote executor's bad result.
+            nc.on_dropped = lambda subject, why: self.refuse_soon("bus", "subject", why, subject)
+            for adapter in _remote_adapters(kernel):
+                adapter.on_refused = self.refuse
+            await nc.subscribe(HANDSHAKE_PREFIX + ".*", queue="kernel", cb=self._on_handshake)
+            await nc.subscribe(ARTIFACT_PREFIX + ".*", queue="kernel", cb=self._on_fetch)
+            tg.start_soon(self._take_proposals, name="mesh:proposals")
+            await nc.publish(STARTED_SUBJECT, kernel.journal.journal_id.encode())
+            if self.config.relay:
+                self.relay = Relay(kernel.journal, self.js, RETRY_S)
+                tg.start_soon(self.relay.run, name="mesh:relay")
+            try:
+                yield self
+            finally:
+                tg.cancel_scope.cancel()
+                nc.on_dropped = None
+                for adapter in _remote_adapters(kernel):
+                    adapter.on_refused = None
+
     async def _streams(self) -> None:
         streams = [
             StreamConfig(
@@ -526,27 +554,8 @@ async def open_mesh(
         config = msgspec.structs.replace(config, ack_wait_s=timeout_s)
     nc = await connect(url, name="dirk-kernel", auth=auth or kernel_auth())
     try:
-        mesh = Mesh(kernel, nc, config)
-        await mesh._streams()
-        async with anyio.create_task_group() as tg:
-            mesh._tg = tg
-            nc.on_dropped = lambda subject, why: mesh.refuse_soon("bus", "subject", why, subject)
-            for adapter in _remote_adapters(kernel):
-                adapter.on_refused = mesh.refuse
-            await nc.subscribe(HANDSHAKE_PREFIX + ".*", queue="kernel", cb=mesh._on_handshake)
-            await nc.subscribe(ARTIFACT_PREFIX + ".*", queue="kernel", cb=mesh._on_fetch)
-            tg.start_soon(mesh._take_proposals, name="mesh:proposals")
-            await nc.publish(STARTED_SUBJECT, kernel.journal.journal_id.encode())
-            if config.relay:
-                mesh.relay = Relay(kernel.journal, mesh.js, RETRY_S)
-                tg.start_soon(mesh.relay.run, name="mesh:relay")
-            try:
-                yield mesh
-            finally:
-                tg.cancel_scope.cancel()
-                nc.on_dropped = None
-                for adapter in _remote_adapters(kernel):
-                    adapter.on_refused = None
+        async with Mesh(kernel, nc, config).serving() as mesh:
+            yield mesh
     finally:
         with anyio.CancelScope(shield=True):
             await nc.close()

@@ -107,11 +107,47 @@ class Compile(msgspec.Struct, frozen=True, gc=False, kw_only=True):
     feedback: Feedback | None = None
 
 
+class Open(msgspec.Struct, frozen=True, kw_only=True):
+    """Open flow ``dfid`` for ``agent_id``, whose proposal the caller brings (Kernel.propose).
+
+    No trigger fires and no agent host is woken: the compiler records the flow and
+    the context its proposal is judged against, and answers the context's reference,
+    or why no flow was opened (an unknown or inactive agent, a DFID already taken).
+    """
+
+    dfid: str
+    agent_id: str
+    topic: str
+    reply: Reply[str | Feedback]
+    parent_dfid: str | None = None
+    root_dfid: str | None = None
+    traceparent: str = ""
+    conversation_id: str = ""
+    tool_call_id: str = ""
+
+
 # --- to the DIM (the Decision Integrity Module) -------------------------------------
 
 
+class Streak(msgspec.Struct, frozen=True, kw_only=True):
+    """Where a conversation stands before its next call is judged (the retry governor).
+
+    ``refused`` calls in a row were refused; one more refusal reaching ``limit`` stops
+    the conversation, recorded on its flow ``root_dfid``.
+    """
+
+    conversation_id: str
+    root_dfid: str
+    refused: int
+    limit: int
+
+
 class Judge(msgspec.Struct, frozen=True, kw_only=True):
-    """A proposal to judge: from an agent (with its token) or a human modification."""
+    """A proposal to judge: from an agent (with its token) or a human modification.
+
+    ``single``: the flow takes this one proposal (Kernel.propose): a refusal ends it
+    instead of asking the agent again; ``streak`` counts it in its conversation.
+    """
 
     dfid: str
     proposal: ProposalRecord
@@ -119,6 +155,8 @@ class Judge(msgspec.Struct, frozen=True, kw_only=True):
     by_human: bool = False
     invalid: Feedback | None = None
     reply: Reply[Verdict] | None = None
+    single: bool = False
+    streak: Streak | None = None
     usage: Mapping[str, int] = {}
     """The tokens the attempt's reasoning reported, by model (priced by the DIM)."""
 
@@ -383,7 +421,7 @@ class Found(msgspec.Struct, frozen=True, kw_only=True):
 # --- one union per receiving actor --------------------------------------------
 
 RegistryMessage: TypeAlias = Register | SetStatus | IssueCredential
-CompilerMessage: TypeAlias = FireTrigger | Compile
+CompilerMessage: TypeAlias = FireTrigger | Compile | Open
 DimMessage: TypeAlias = (
     Judge
     | Withdraw

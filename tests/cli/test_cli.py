@@ -22,7 +22,7 @@ from anyio.streams.buffered import BufferedByteReceiveStream
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from kernel import Decision, ReasonCode
+from kernel import HumanDecision, ReasonCode
 from kernel.audit import open_journal
 from kernel.core.events import Draft, FlowAborted, FlowCreated
 from kernel.core.reasons import CliError, ExitCode
@@ -86,10 +86,10 @@ async def record(path: Path) -> Recorded:
         [overridden] = await kernel.trigger("review.invoice", {"review.invoice.vendor": "ACME"})
         await kernel.wait_quiet()
         [child] = await kernel.trigger("bank.refund", parent=closed)
-        await kernel.decide(aborted, Decision.ABORT, operator="ana", reason="looks wrong")
+        await kernel.decide(aborted, HumanDecision.ABORT, operator="ana", reason="looks wrong")
         await kernel.decide(
             overridden,
-            Decision.OVERRIDE,
+            HumanDecision.OVERRIDE,
             operator="bob",
             reason="vendor confirmed by phone",
             action_hash=action_of(kernel, overridden),

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kernel import Decision
+from kernel import HumanDecision
 from kernel.cli._main import _parser, main
 from kernel.cli._read import age, flows_matching
 from kernel.telemetry import trace_id_for
@@ -50,7 +50,7 @@ async def record(path: Path) -> Journal:
         [aborted] = await kernel.trigger("audit.check")
         await kernel.wait_flow(aborted)
         clock.advance(5 * MIN)
-        await kernel.decide(aborted, Decision.ABORT, operator="ana", reason="no")
+        await kernel.decide(aborted, HumanDecision.ABORT, operator="ana", reason="no")
         await kernel.wait_flow(aborted)
     return Journal(path, closed, aborted)
 

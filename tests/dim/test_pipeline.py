@@ -12,8 +12,8 @@ import anyio.lowlevel
 import pytest
 
 from kernel import (
-    Decision,
     FlowStatus,
+    HumanDecision,
     Kernel,
     Outcome,
     Proposal,
@@ -136,7 +136,7 @@ async def test_low_confidence_escalates_and_a_human_override_executes(
 
     verdict = await kernel.decide(
         dfid,
-        Decision.OVERRIDE,
+        HumanDecision.OVERRIDE,
         operator="ana",
         reason="known vendor",
         action_hash=action_of(kernel, dfid),

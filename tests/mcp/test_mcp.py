@@ -288,3 +288,23 @@ async def test_an_agent_the_kernel_does_not_allow_is_refused(kernel: Kernel, mod
         refused = await call(c, "add_fact", name="a", value="b")
     assert refused["verdict"] == "ERROR" and refused["reason_code"] == "UNKNOWN_AGENT"
     assert kernel.projections.memory.facts == {}
+
+
+async def test_an_agent_the_embedding_code_hosts_is_refused_not_displaced(
+    kernel: Kernel, mode: str
+) -> None:
+    from kernel.testing import ScriptedAgent
+
+    def declines(ctx: Any) -> None:
+        return None
+
+    hosted = ScriptedAgent(
+        "ide", [declines], capabilities=["memory.add_fact"], subscriptions=["notes"]
+    )
+    await kernel.register(hosted)
+    async with client(kernel, mode) as agent:
+        refused = await call(agent, "add_fact", name="a", value="b")
+    # Before, the server registered a bridge under the same id and displaced the crew.
+    assert refused["verdict"] == "ERROR" and refused["reason_code"] == "AGENT_IN_SESSION"
+    assert kernel.actors.agents.hosting("ide")
+    assert not kernel.flows()

@@ -108,6 +108,22 @@ async def refusals(
     raise AssertionError("the journal's subscription ended")  # pragma: no cover
 
 
+async def refused_submission(kernel: Kernel, code: ReasonCode) -> SubmissionRefused:
+    """Wait until the journal holds a SubmissionRefused with ``code``; return it.
+
+    The bus judges proposals concurrently: a proposal's refusal by the DIM may commit
+    after the bus refusals of messages sent later. Event-driven, as :func:`refusals`.
+    """
+    with anyio.fail_after(STEP_S):
+        async with kernel.journal.subscribe(1) as batches:
+            async for batch in batches:
+                for event in batch:
+                    payload = event.payload
+                    if isinstance(payload, SubmissionRefused) and payload.reason_code is code:
+                        return payload
+    raise AssertionError("the journal's subscription ended")  # pragma: no cover
+
+
 async def closes_a_real_flow(kernel: Kernel, server: NatsServer, secret: str) -> None:
     """The next real flow through a real host process closes."""
     async with host(server, secret) as remote:
@@ -320,10 +336,7 @@ async def test_d2_messages_with_the_real_journal_id_are_refused_on_record(
         assert entries == ["bus", "bus.handshake", "bus.proposal"]
         assert any("²" in r.target for r in found) and all(r.detail for r in found)
         # The forged signature was judged as no session's: refused by the DIM, on record.
-        refused_submissions = await kernel.journal.read(types=["SubmissionRefused"])
-        assert ReasonCode.INVALID_SESSION in {
-            p.reason_code for p in payloads(refused_submissions, SubmissionRefused)
-        }
+        await refused_submission(kernel, ReasonCode.INVALID_SESSION)
         assert kernel.stopped is None
         assert mesh_of(kernel).nc.is_connected and mesh_of(kernel).nc.dropped == 2
         await closes_a_real_flow(kernel, nats_server, secret)

@@ -21,7 +21,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.sdk.trace.sampling import ALWAYS_OFF
 from opentelemetry.trace import StatusCode
 
-from kernel import Decision, FlowStatus
+from kernel import FlowStatus, HumanDecision
 from kernel.audit import open_journal
 from kernel.cli._main import main as cli_main
 from kernel.core.ports import SeededIds
@@ -76,12 +76,12 @@ async def run_flows(path: Path, telemetry: Telemetry) -> Flows:
         [child] = await kernel.trigger("bank.refund", parent=accepted)
         await kernel.decide(
             overridden,
-            Decision.OVERRIDE,
+            HumanDecision.OVERRIDE,
             operator="ana",
             reason="known vendor",
             action_hash=action_of(kernel, overridden),
         )
-        await kernel.decide(aborted, Decision.ABORT, operator="bob", reason="looks wrong")
+        await kernel.decide(aborted, HumanDecision.ABORT, operator="bob", reason="looks wrong")
         await kernel.wait_quiet()
         for dfid in (accepted, retried, child, overridden):
             assert flow_of(kernel, dfid).status is FlowStatus.CLOSED

@@ -1,0 +1,210 @@
+"""Tools from policy kinds, and the one gate every framework adapter calls.
+
+A pack's ``PolicyKind`` already says what a tool takes: its fields are the
+parameters, its docstring the description, the pack's invariants the bounds. So
+the tool a framework shows its model is generated from the kind, never written a
+second time, and a call of it goes to ``Kernel.propose`` (docs/frameworks.md).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import msgspec
+from opentelemetry import context as otel_context
+
+from kernel.api import Kernel
+from kernel.policy import OneOf, PolicyKind, PolicyPack, Range
+from kernel.policy.kinds import kind_name
+from kernel.proposals import Decision
+
+_SAFE = re.compile(r"[^A-Za-z0-9_-]")
+_TYPES = {
+    "integer": "an integer",
+    "string": "text",
+    "boolean": "true or false",
+    "number": "a number",
+}
+
+
+class ToolSpec(msgspec.Struct, frozen=True, kw_only=True):
+    """One policy kind as a framework's tool.
+
+    Attributes:
+        name: the tool's name: the kind's wire name with every character outside
+            ``[A-Za-z0-9_-]`` made ``_`` (OpenAI's rule for tool names, the strictest).
+        kind: the policy kind a call of the tool is proposed as.
+        description: what the tool does: the kind's docstring.
+        parameters: the JSON Schema of the arguments, a description on each.
+    """
+
+    name: str
+    kind: str
+    description: str
+    parameters: dict[str, Any]
+
+
+def tool_spec(kind: type[PolicyKind], invariants: Iterable[object] = ()) -> ToolSpec:
+    """Return ``kind`` as a tool: its fields, docstring and (given) invariants, described.
+
+    The schema says what the kind's type says and no more: bounds and allowed
+    values are in the descriptions, not in ``minimum``/``enum``. Why: a framework
+    that validates arguments against the schema would turn an out-of-bounds call
+    into its own error before the kernel saw it (the Agents SDK then skips its
+    approval hook), and the kernel's refusal, with its reason code, is what the
+    model should read and what the journal should hold.
+    """
+    name = kind_name(kind)
+    schema = msgspec.json.schema(kind)
+    defs: dict[str, Any] = dict(schema.get("$defs", {}))
+    body: dict[str, Any] = defs.pop(kind.__name__, schema)
+    documented = _attributes(kind.__doc__ or "")
+    bounds = _bounds(kind, invariants)
+    properties: dict[str, Any] = {}
+    for field, prop in body.get("properties", {}).items():
+        if field == "kind":  # the tag: the tool's name already says it
+            continue
+        described = dict(prop)
+        described["description"] = _describe(field, prop, documented, bounds)
+        properties[field] = described
+    parameters: dict[str, Any] = {
+        "type": "object",
+        "properties": properties,
+        "required": [f for f in body.get("required", []) if f != "kind"],
+        "additionalProperties": False,
+    }
+    if defs:
+        parameters["$defs"] = defs
+    summary = (kind.__doc__ or name).strip().split("\n\n")[0].replace("``", "")
+    return ToolSpec(
+        name=_SAFE.sub("_", name),
+        kind=name,
+        description=" ".join(summary.split()),
+        parameters=parameters,
+    )
+
+
+def tool_specs(
+    packs: PolicyPack | Sequence[PolicyPack], kinds: Iterable[str] | None = None
+) -> list[ToolSpec]:
+    """Return the tools of every kind in ``packs`` (or only of ``kinds``), in pack order."""
+    packs = [packs] if isinstance(packs, PolicyPack) else list(packs)
+    wanted = None if kinds is None else set(kinds)
+    return [
+        tool_spec(kind, pack.invariants)
+        for pack in packs
+        for kind in pack.kinds
+        if wanted is None or kind_name(kind) in wanted
+    ]
+
+
+def _attributes(doc: str) -> dict[str, str]:
+    """Read a Google-style ``Attributes:`` section: field name to its words."""
+    found: dict[str, str] = {}
+    inside, current = False, ""
+    for line in doc.splitlines():
+        text = line.strip()
+        if text == "Attributes:":
+            inside = True
+            continue
+        if not inside:
+            continue
+        match = re.match(r"^(\w+)(?: \([^)]*\))?: (.*)$", text)
+        if match:
+            current = match.group(1)
+            found[current] = match.group(2)
+        elif text and current:
+            found[current] += " " + text
+        elif not text and found:
+            break
+    return found
+
+
+def _bounds(kind: type[PolicyKind], invariants: Iterable[object]) -> dict[str, str]:
+    """What the pack's invariants allow, per field, in words."""
+    said: dict[str, str] = {}
+    for inv in invariants:
+        if isinstance(inv, Range) and inv.kind is kind:
+            low = "" if inv.min is None else f"at least {inv.min}"
+            high = "" if inv.max is None else f"at most {inv.max}"
+            said[inv.field] = " and ".join(p for p in (low, high) if p)
+        elif isinstance(inv, OneOf) and inv.kind is kind:
+            said[inv.field] = "one of " + ", ".join(sorted(map(str, inv.values)))
+    return said
+
+
+def _describe(
+    field: str, prop: Mapping[str, Any], documented: Mapping[str, str], bounds: Mapping[str, str]
+) -> str:
+    """One parameter's description: its ``msgspec.Meta`` description, the docstring's
+    ``Attributes:`` words, else its name and type; then the pack's bounds and the default."""
+    words = (
+        prop.get("description")
+        or documented.get(field)
+        or f"{field.replace('_', ' ')}: {_TYPES.get(prop.get('type', ''), 'a value')}"
+    )
+    if field in bounds:
+        words += f" ({bounds[field]})"
+    if "default" in prop:
+        words += f"; default {msgspec.json.encode(prop['default']).decode()}"
+    return words
+
+
+class Gate:
+    """What every adapter calls: a tool call becomes ``Kernel.propose``, keyed for replay.
+
+    One per agent: the agent needs a session in the kernel (``kernel.handshake``),
+    whose manifest's ``max_attempts`` governs each conversation's retries.
+
+    Args:
+        kernel: the running kernel.
+        agent_id: the agent the framework's model acts as.
+        packs: the packs whose kinds become tools.
+        kinds: only these kinds (default: every kind of ``packs``).
+        confidence: the confidence each call is proposed with (frameworks report none).
+    """
+
+    def __init__(
+        self,
+        kernel: Kernel,
+        agent_id: str,
+        packs: PolicyPack | Sequence[PolicyPack],
+        *,
+        kinds: Iterable[str] | None = None,
+        confidence: float = 0.9,
+    ) -> None:
+        self.kernel = kernel
+        self.agent_id = agent_id
+        self.confidence = confidence
+        self.tools = tool_specs(packs, kinds)
+        self._kind_of = {spec.name: spec.kind for spec in self.tools}
+
+    async def call(
+        self,
+        tool: str,
+        args: Mapping[str, Any],
+        *,
+        conversation: str | None,
+        tool_call_id: str | None,
+        explain: str = "",
+    ) -> Decision:
+        """Propose one tool call; return the kernel's Decision (it never raises on input).
+
+        The same (conversation, tool-call id) is answered from the record, so a
+        framework that runs the call again on resume gets the first answer, and the
+        executor runs once. The current OpenTelemetry context (the framework's tool
+        span, or the app's) becomes the flow's parent link.
+        """
+        kind = self._kind_of.get(tool, tool)  # an unknown name is the kernel's to refuse
+        return await self.kernel.propose(
+            self.agent_id,
+            kind,
+            args,
+            explain=explain or f"tool call {tool_call_id or '(no id)'} of {tool}",
+            confidence=self.confidence,
+            conversation=conversation,
+            trace_context=otel_context.get_current(),
+            tool_call_id=tool_call_id,
+        )

@@ -1,0 +1,128 @@
+"""LangGraph under the kernel: each tool call is proposed, judged, executed once.
+
+A few lines on the app's side (the graph is the app's; a durable checkpointer is
+what lets a paused thread resume, from another process too)::
+
+    gate = Gate(kernel, "booker", BOOKING)
+    model = chat_model.bind_tools(governed_tools(gate))
+    graph.add_node("tools", governed_tool_node(gate))
+    ...compile(checkpointer=AsyncSqliteSaver(...))
+    await graph.ainvoke(inputs, {"configurable": {"thread_id": "conv-42"}})
+
+How LangGraph's interrupts carry the kernel's answer
+(shared/notes/framework-hitl-apis.md):
+
+- The ``ToolNode``'s wrapper proposes each call (``Kernel.propose``, keyed by the
+  ``thread_id`` and the call's id) and answers with a ``ToolMessage``: the executed
+  receipt, or the refusal with its reason code (``status="error"``). It never calls
+  the tool: the kernel's executor carried the action out, once.
+- ESCALATED calls ``interrupt()`` with plain JSON (the DFID, the reason): the run
+  ends with ``__interrupt__``. LangGraph re-runs the node from its top on resume,
+  so the proposal before ``interrupt()`` is answered from the record, not made again.
+- When an operator decided (console, ``dirk decide``, MCP), :func:`settle` returns
+  the ``Command(resume=...)`` for the thread; the resumed wrapper reads the kernel's
+  decision (the operator's refusal included). Resuming twice books once.
+
+Limits: a plain ``ToolNode`` runs all calls of one model turn as one task, and
+LangGraph matches several resume values by their order inside it; give each call
+its own task (``create_agent``, ``Send``) or let the model make one call a turn.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from langchain_core.messages import ToolMessage
+from langchain_core.runnables import RunnableConfig
+from langchain_core.tools import BaseTool, StructuredTool
+from langgraph.prebuilt import ToolNode
+from langgraph.prebuilt.tool_node import ToolCallRequest
+from langgraph.pregel import Pregel
+from langgraph.types import Command, interrupt
+
+from kernel.frameworks._tools import Gate, ToolSpec
+from kernel.proposals import Decision, DecisionVerdict
+
+__all__ = ["governed_tool_node", "governed_tools", "settle"]
+
+
+def governed_tools(gate: Gate) -> list[BaseTool]:
+    """Return one LangChain tool per kind of ``gate``: what ``bind_tools`` shows the model.
+
+    Called outside :func:`governed_tool_node`, a tool still goes to the kernel, but
+    with no call id and no pause: an escalated call answers that it waits.
+    """
+    return [_tool(gate, spec) for spec in gate.tools]
+
+
+def _tool(gate: Gate, spec: ToolSpec) -> BaseTool:
+    async def run(**params: Any) -> str:
+        decision = await gate.call(spec.name, params, conversation=None, tool_call_id=None)
+        return decision.message()
+
+    return StructuredTool.from_function(
+        coroutine=run, name=spec.name, description=spec.description, args_schema=spec.parameters
+    )
+
+
+def governed_tool_node(gate: Gate, *, name: str = "tools") -> ToolNode:
+    """Return a ``ToolNode`` whose calls the kernel judges (use with ``ainvoke``)."""
+
+    async def wrap(
+        request: ToolCallRequest,
+        execute: Callable[[ToolCallRequest], Awaitable[ToolMessage | Command[Any]]],
+    ) -> ToolMessage:
+        call = request.tool_call
+        info = request.runtime.execution_info if request.runtime else None
+        thread = info.thread_id if info else None
+        decision = await gate.call(
+            call["name"], call["args"], conversation=thread, tool_call_id=call["id"]
+        )
+        if decision.verdict is DecisionVerdict.ESCALATED:
+            # Raises the first time; on resume the node re-runs, the proposal above is
+            # answered from the record, and the kernel's decision is read again below.
+            interrupt(
+                {
+                    "dfid": decision.dfid,
+                    "tool_call_id": call["id"],
+                    "reason_code": str(decision.reason_code),
+                    "detail": decision.detail,
+                }
+            )
+            decision = await gate.call(
+                call["name"], call["args"], conversation=thread, tool_call_id=call["id"]
+            )
+        failed = decision.verdict in (DecisionVerdict.REFUSED, DecisionVerdict.FAILED)
+        return ToolMessage(
+            decision.message(),
+            tool_call_id=call["id"] or "",
+            name=call["name"],
+            status="error" if failed else "success",
+        )
+
+    return ToolNode(governed_tools(gate), name=name, awrap_tool_call=wrap)
+
+
+async def settle(
+    gate: Gate, graph: Pregel[Any, Any, Any, Any], config: RunnableConfig
+) -> tuple[Command[Any] | None, list[Decision]]:
+    """Return the command that resumes ``config``'s thread once the kernel settled its pauses.
+
+    Returns:
+        ``Command(resume=...)`` (None until every pending call is settled), and the
+        decisions still ESCALATED or PENDING.
+    """
+    snapshot = await graph.aget_state(config)
+    answers: dict[str, str] = {}
+    waiting: list[Decision] = []
+    for pause in snapshot.interrupts:
+        value = pause.value if isinstance(pause.value, dict) else {}
+        decision = await gate.kernel.await_decision(str(value.get("dfid", "")), 0)
+        if decision.settled:
+            answers[pause.id] = decision.verdict.value
+        else:
+            waiting.append(decision)
+    if waiting or not answers:
+        return None, waiting
+    return Command(resume=answers), waiting

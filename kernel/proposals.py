@@ -1,0 +1,791 @@
+"""One call: a proposal in, a Decision out; a conversation is one DecisionFlow.
+
+:meth:`Proposals.propose` (``Kernel.propose``) is how code that already holds a
+proposal (a framework's tool call, an MCP tool, an inbox row) puts it before the
+kernel. It opens a flow for the agent with that proposal (the compiler records the
+context the proposal is judged against, and wakes no agent), has the DIM judge it
+as any other, waits for the execution when it is accepted, and answers a
+:class:`Decision` the model can act on.
+
+A ``conversation`` (a framework's run or thread id) is one DecisionFlow. Its first
+call opens the conversation's flow, whose DFID is derived from the agent and the
+conversation id; every later call is a child flow of it, so the flow tree is the
+conversation (memory and beliefs already correlate by a tree's root, and a trace
+shows each call as a child of the conversation's flow). Why not one attempt per
+call inside one flow: a flow executes at most one intent and ends, while a
+conversation acts many times. Across its calls the kernel keeps:
+
+- the retry governor (DIR 6.2, 9.3): refusals in a row are counted, and the call
+  that brings them to the agent's ``max_attempts`` stops the conversation
+  (REASONING_EXHAUSTION, recorded on the conversation's flow); every later call is
+  refused at the boundary. An accepted or escalated call starts the count again.
+- stale context: a call cites the state the agent could see when its conversation
+  was last answered; when that state changed meanwhile, the call is refused
+  STALE_CONTEXT and the next one cites the state as of that refusal.
+
+A call keyed by (conversation, tool-call id) is idempotent: its DFID is derived
+from the key, so the same key proposed again (a framework resuming a saved run
+twice, even after a restart) is answered from the recorded flow, never with a
+second effect (recorded as DuplicateSuppressed).
+
+The governor's count lives in memory: a restarted kernel counts again from zero,
+while a stop is recorded and survives.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+import anyio
+import msgspec
+from opentelemetry.context import Context
+
+from kernel.calls import Calls, Flows
+from kernel.core import wall
+from kernel.core.events import (
+    Draft,
+    DuplicateSuppressed,
+    Event,
+    ExecutionSucceeded,
+    Feedback,
+    FlowCreated,
+    InputRefused,
+    ProposalRecord,
+    ProposalRejected,
+    SubmissionRefused,
+)
+from kernel.core.flow import TERMINAL, FlowState, FlowStatus, IllegalTransition
+from kernel.core.ports import Clock, IdSource
+from kernel.core.reasons import ReasonCode
+from kernel.core.wall import InputInvalid, clip
+from kernel.journal.store import Journal
+from kernel.policy.contracts import Outcome, Proposal, ProposalInvalid, Verdict, to_record
+from kernel.runtime.actors import Reply
+from kernel.runtime.messages import Judge, Open, Streak
+from kernel.state.projections import Projections, context_ref
+from kernel.telemetry import caller_context, traceparent_of
+from kernel.wiring import Actors
+
+_KEYS = uuid.UUID("5f1d6a4e-2c39-4c0e-9d57-6d6972b1a5e0")
+"""The namespace of derived DFIDs (UUID version 5): fixed, so a key names one flow forever."""
+
+_FAULTS = frozenset({ReasonCode.KERNEL_FAULT, ReasonCode.INTERRUPTED})
+"""Ends of a flow that say nothing about its proposal: the kernel failed, not the call."""
+
+
+def keyed_dfid(*parts: str) -> str:
+    """Return the DFID a key names: the same parts, the same flow, in any kernel."""
+    return str(uuid.uuid5(_KEYS, "\x1f".join(parts)))
+
+
+def conversation_dfid(agent_id: str, conversation: str) -> str:
+    """Return the DFID of ``agent_id``'s conversation ``conversation`` (its first call's flow)."""
+    return keyed_dfid("conversation", agent_id, conversation)
+
+
+def call_dfid(agent_id: str, conversation: str | None, tool_call_id: str) -> str:
+    """Return the DFID of a tool call keyed by (conversation, tool-call id) for ``agent_id``."""
+    return keyed_dfid("call", agent_id, conversation or "", tool_call_id)
+
+
+class DecisionVerdict(StrEnum):
+    """What became of a proposal, as a model needs to know it."""
+
+    EXECUTED = "EXECUTED"
+    """Accepted and carried out: ``result`` holds the adapter's receipt."""
+    ESCALATED = "ESCALATED"
+    """A human must decide first: follow it with ``Kernel.await_decision(dfid)``."""
+    PENDING = "PENDING"
+    """Accepted, and its execution has not finished yet (``await_decision`` follows it)."""
+    REFUSED = "REFUSED"
+    """Not carried out, by policy, by a human or by the retry governor: revise and call again."""
+    FAILED = "FAILED"
+    """Accepted, but the execution did not take effect (or was undone)."""
+
+
+class Decision(msgspec.Struct, frozen=True, kw_only=True):
+    """The kernel's answer to one proposal (``Kernel.propose``, ``Kernel.await_decision``).
+
+    Attributes:
+        verdict: what became of the proposal.
+        dfid: the call's DecisionFlow ("" when it was refused before any flow opened).
+        reason_code: why, when it was not simply executed.
+        detail: what the reason means here, in words the model can act on.
+        field: the proposal's field the refusal names (``params.qty``), if any.
+        limit: the limit it crossed, if any.
+        result: the execution's receipt: the external id and the adapter's detail.
+        conversation_dfid: the conversation's DecisionFlow, for a call in one.
+        tool_call_id: the tool call the proposal came from, when given.
+        replayed: answered from the record of an earlier call with the same key.
+    """
+
+    verdict: DecisionVerdict
+    dfid: str = ""
+    reason_code: ReasonCode | None = None
+    detail: str = ""
+    field: str = ""
+    limit: str = ""
+    result: dict[str, Any] = {}
+    conversation_dfid: str = ""
+    tool_call_id: str = ""
+    replayed: bool = False
+
+    @property
+    def settled(self) -> bool:
+        """Whether the answer is final (nothing pending, no human awaited)."""
+        return self.verdict not in (DecisionVerdict.ESCALATED, DecisionVerdict.PENDING)
+
+    def message(self) -> str:
+        """Return the decision as one line for a model to read as the tool's output."""
+        match self.verdict:
+            case DecisionVerdict.EXECUTED:
+                shown = msgspec.json.encode(self.result).decode()
+                return f"EXECUTED (flow {self.dfid}): {shown}"
+            case DecisionVerdict.ESCALATED:
+                return (
+                    f"ESCALATED {self.reason_code}: {self.detail} (flow {self.dfid} waits for"
+                    " a human decision)"
+                )
+            case DecisionVerdict.PENDING:
+                return f"PENDING: {self.detail} (flow {self.dfid})"
+        where = ", ".join(
+            part for part in (self.field, f"limit {self.limit}" if self.limit else "") if part
+        )
+        return f"{self.verdict} {self.reason_code}: {self.detail}" + (
+            f" ({where})" if where else ""
+        )
+
+
+class _CallSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """What names a call before its proposal is read (the proposal has its own spec)."""
+
+    agent_id: wall.Name
+    kind: wall.Name
+    conversation: wall.Name | None = None
+    tool_call_id: wall.Name | None = None
+    traceparent: wall.TraceParent = ""
+
+
+@dataclass
+class _Conversation:
+    """What the kernel keeps of one conversation between its calls."""
+
+    agent_id: str
+    id: str
+    dfid: str
+    loaded: bool = False
+    opened: bool = False
+    """Its flow exists (its first call opened it)."""
+    first_call: str = ""
+    """The tool-call id of the call that opened its flow."""
+    refused: int = 0
+    """Calls refused in a row (the retry governor's count)."""
+    stopped: str = ""
+    """Why the governor stopped it ("" while it runs)."""
+    context_ref: str | None = None
+    """The state the agent could see when the conversation was last answered."""
+    lock: anyio.Lock = field(default_factory=anyio.Lock)
+    users: int = 0
+
+
+@dataclass
+class _Key:
+    lock: anyio.Lock = field(default_factory=anyio.Lock)
+    users: int = 0
+
+
+class Proposals:
+    """The kernel's one entry for a given proposal, and the conversations it groups.
+
+    Args:
+        journal: the record (flows read back, refusals recorded).
+        projections: the kernel's projections.
+        actors: the compiler opens the flow, the DIM judges it.
+        calls: calls into the actors.
+        flows: waits for a flow's end and reads forgotten ones back.
+        clock: the proposal's validity window starts now.
+        ids: DFIDs of calls that name no key.
+        token_of: the session token the kernel holds for an agent, or None.
+        prepare: what a proposal goes through before its verdict, once its flow is open
+            (``kernel.edge.Edge.prepare``: personal fields sealed, meaning scored).
+        validity_s: how long a proposal stays valid (it is judged at once).
+        kept: conversations kept in memory between calls (the least recent go first;
+            one that goes forgets its governor's count, not its stop).
+    """
+
+    def __init__(
+        self,
+        journal: Journal,
+        projections: Projections,
+        actors: Actors,
+        calls: Calls,
+        flows: Flows,
+        *,
+        clock: Clock,
+        ids: IdSource,
+        token_of: Callable[[str], str | None],
+        prepare: Callable[[str, ProposalRecord], Awaitable[ProposalRecord]] | None = None,
+        validity_s: float = 600.0,
+        kept: int = 4096,
+    ) -> None:
+        self._journal = journal
+        self._projections = projections
+        self._actors = actors
+        self._calls = calls
+        self._flows = flows
+        self._clock = clock
+        self._ids = ids
+        self._token_of = token_of
+        self._prepare = prepare
+        self._validity_ns = int(validity_s * 1e9)
+        self._kept = kept
+        self._conversations: OrderedDict[str, _Conversation] = OrderedDict()
+        self._keys: dict[str, _Key] = {}
+
+    # --- the entries ---------------------------------------------------------------
+
+    async def propose(
+        self,
+        agent_id: str,
+        kind: str,
+        params: Mapping[str, Any],
+        *,
+        explain: str,
+        confidence: float,
+        conversation: str | None = None,
+        trace_context: Context | str | None = None,
+        tool_call_id: str | None = None,
+    ) -> Decision:
+        """Propose ``kind`` with ``params`` as ``agent_id``; return the decision once known.
+
+        An accepted proposal is answered once its execution ended (EXECUTED or
+        FAILED), an escalated one at once (ESCALATED). Every refusal is a Decision
+        with a reason code, never an exception.
+
+        Raises:
+            KernelShutdown: the kernel stopped.
+        """
+        self._calls.raise_if_stopped()
+        try:
+            call = wall.admit(
+                wall.fields(
+                    agent_id=agent_id,
+                    kind=kind,
+                    conversation=conversation if conversation != "" else None,
+                    tool_call_id=tool_call_id if tool_call_id != "" else None,
+                    traceparent=trace_context
+                    if trace_context is not None and not isinstance(trace_context, Context)
+                    else traceparent_of(trace_context),
+                ),
+                _CallSpec,
+            )
+            if call.traceparent and caller_context(call.traceparent) is None:
+                raise InputInvalid("traceparent", "a trace context names a span: non-zero ids")
+        except InputInvalid as exc:
+            return await self._refuse_input(exc, agent_id)
+        token = self._token_of(call.agent_id)
+        if token is None:
+            detail = (
+                f"agent {call.agent_id} has no session in this kernel:"
+                " register it or open one with Kernel.handshake first"
+            )
+            await self._record(
+                SubmissionRefused(
+                    reason_code=ReasonCode.INVALID_SESSION,
+                    detail=detail,
+                    claimed_agent=call.agent_id,
+                )
+            )
+            return Decision(
+                verdict=DecisionVerdict.REFUSED,
+                reason_code=ReasonCode.INVALID_SESSION,
+                detail=detail,
+                tool_call_id=call.tool_call_id or "",
+            )
+        policy = {**params, "kind": call.kind} if isinstance(params, Mapping) else params
+        tool_call_id = call.tool_call_id or ""
+        if call.conversation is None:
+            key = call_dfid(call.agent_id, None, tool_call_id) if tool_call_id else None
+            async with self._keyed(key):
+                known = await self._known(key) if key is not None else None
+                if known is None:
+                    dfid = key or self._ids.new_dfid()
+                    judged = await self._judge(call, token, policy, explain, confidence, dfid, None)
+            if known is not None:
+                return await self._replay(known, tool_call_id, "")
+            return await self._settle(judged)
+        conv = self._conversation(call.agent_id, call.conversation)
+        conv.users += 1
+        try:
+            async with conv.lock:
+                if not conv.loaded:
+                    await self._load(conv)
+                known = await self._known_call(conv, tool_call_id)
+                if known is None:
+                    if conv.stopped:
+                        return await self._refuse_stopped(conv, tool_call_id)
+                    if not conv.opened:
+                        dfid = conv.dfid
+                    elif tool_call_id:
+                        dfid = call_dfid(call.agent_id, conv.id, tool_call_id)
+                    else:
+                        dfid = self._ids.new_dfid()
+                    judged = await self._judge(call, token, policy, explain, confidence, dfid, conv)
+            # The lock covers the verdict only: a conversation's next call (a parallel
+            # tool call) need not wait for this one's execution.
+            if known is not None:
+                return await self._replay(known, tool_call_id, conv.dfid)
+            decision = await self._settle(judged)
+            # What the model knows now: its next call is judged against this state.
+            conv.context_ref = self._visible_ref(call.agent_id)
+            return decision
+        finally:
+            conv.users -= 1
+            self._forget_idle()
+
+    # A timeout here is an answer (the decision as it stands), not a failure: a
+    # cancel scope around the call could not say which decision it had reached.
+    async def await_decision(
+        self,
+        dfid: str,
+        timeout: float | None = None,  # noqa: ASYNC109
+    ) -> Decision:
+        """Wait until flow ``dfid`` ended, at most ``timeout`` seconds; return its decision.
+
+        Past the timeout the answer is the flow as it stands (ESCALATED, PENDING);
+        ``None`` waits until it ended. An unknown DFID is answered at once: REFUSED,
+        FLOW_NOT_ACTIVE.
+
+        Raises:
+            KernelShutdown: the kernel stopped.
+        """
+        try:
+            dfid = wall.admit({"agent_id": dfid}, wall.AgentSpec).agent_id
+        except InputInvalid as exc:
+            return Decision(
+                verdict=DecisionVerdict.REFUSED,
+                reason_code=exc.reason_code,
+                detail=f"a DFID is an id: {exc.detail}",
+                field="dfid",
+            )
+        flow = self._projections.flows.get(dfid) or await self._flows.recall(dfid)
+        if flow is None:
+            return Decision(
+                verdict=DecisionVerdict.REFUSED,
+                dfid=dfid,
+                reason_code=ReasonCode.FLOW_NOT_ACTIVE,
+                detail=f"no flow {dfid}",
+            )
+        if not flow.terminal:
+            with anyio.move_on_after(timeout):
+                flow = await self._flows.wait_flow(dfid, TERMINAL)
+            flow = self._projections.flows.get(dfid) or flow
+        return await self._decision(flow)
+
+    async def open_flow(
+        self,
+        agent_id: str,
+        token: str,
+        policy: Mapping[str, Any],
+        *,
+        explain: str,
+        confidence: float,
+        key: str,
+        topic: str,
+    ) -> Feedback | None:
+        """Open the flow keyed ``key`` for ``agent_id`` with ``policy`` in it, and judge it.
+
+        The inbox's entry (``propose`` rows): it returns once the verdict is recorded,
+        never waiting for a human or an adapter. Returns why no flow was opened, or
+        None: the flow is open now, or was opened under ``key`` before.
+        """
+        dfid = keyed_dfid("open", agent_id, key)
+        async with self._keyed(dfid):
+            if await self._known(dfid) is not None:
+                return None
+            record, invalid = self._proposal(policy, explain, confidence, "")
+            opened = await self._open(
+                Open(dfid=dfid, agent_id=agent_id, topic=topic, reply=Reply())
+            )
+            if isinstance(opened, Feedback):
+                return opened
+            reply: Reply[Verdict] = Reply()
+            record = await self._prepared(
+                dfid, msgspec.structs.replace(record, context_ref=opened), invalid
+            )
+            judge = Judge(
+                dfid=dfid, proposal=record, token=token, invalid=invalid, reply=reply, single=True
+            )
+            await self._calls.call(self._actors.dim, judge, reply)
+        return None
+
+    # --- one call ----------------------------------------------------------------
+
+    async def _judge(
+        self,
+        call: _CallSpec,
+        token: str,
+        policy: Any,
+        explain: Any,
+        confidence: Any,
+        dfid: str,
+        conv: _Conversation | None,
+    ) -> _Judged:
+        """Open the call's flow, judge its proposal, and count it in its conversation."""
+        tool_call_id = call.tool_call_id or ""
+        root = conv.dfid if conv is not None and conv.opened else None
+        if root is not None:
+            await self._flows.recall(root)  # the governor may record the stop on it
+        opened = await self._open(
+            Open(
+                dfid=dfid,
+                agent_id=call.agent_id,
+                topic=call.kind,
+                parent_dfid=root,
+                root_dfid=root,
+                traceparent=call.traceparent,
+                conversation_id=conv.id if conv is not None else "",
+                tool_call_id=tool_call_id,
+                reply=Reply(),
+            )
+        )
+        conversation = conv.dfid if conv is not None else ""
+        if isinstance(opened, Feedback):
+            failed = opened.reason_code in _FAULTS
+            decision = Decision(
+                verdict=DecisionVerdict.FAILED if failed else DecisionVerdict.REFUSED,
+                reason_code=opened.reason_code,
+                detail=opened.detail,
+                conversation_dfid=conversation,
+                tool_call_id=tool_call_id,
+            )
+            return _Judged(dfid="", decision=decision)
+        seen = conv.context_ref if conv is not None and conv.context_ref is not None else opened
+        record, invalid = self._proposal(policy, explain, confidence, seen)
+        record = await self._prepared(dfid, record, invalid)
+        streak = None
+        if conv is not None:
+            conv.opened = True
+            if dfid == conv.dfid:
+                conv.first_call = tool_call_id
+            agent = self._projections.agents.get(call.agent_id)
+            limit = agent.manifest.max_attempts if agent is not None else 1
+            streak = Streak(
+                conversation_id=conv.id, root_dfid=conv.dfid, refused=conv.refused, limit=limit
+            )
+        reply: Reply[Verdict] = Reply()
+        judge = Judge(
+            dfid=dfid,
+            proposal=record,
+            token=token,
+            invalid=invalid,
+            reply=reply,
+            single=True,
+            streak=streak,
+        )
+        verdict = await self._calls.call(self._actors.dim, judge, reply)
+        if conv is not None:
+            self._count(conv, verdict)
+        return _Judged(
+            dfid=dfid, verdict=verdict, conversation_dfid=conversation, tool_call_id=tool_call_id
+        )
+
+    async def _open(self, msg: Open) -> str | Feedback:
+        """Open a flow (room for it first); return its context's reference or the refusal."""
+        await self._flows.admit(1)
+        try:
+            answer = await self._calls.call(self._actors.compiler, msg, msg.reply)
+        finally:
+            self._flows.release(1)
+        if isinstance(answer, Verdict):
+            # The compiler could not handle it (dead-lettered): a fault, answered as such.
+            return answer.feedback or Feedback(reason_code=ReasonCode.KERNEL_FAULT)
+        return answer
+
+    def _proposal(
+        self, policy: Any, explain: Any, confidence: Any, seen: str
+    ) -> tuple[ProposalRecord, Feedback | None]:
+        """Return the proposal's record and, when the wall refuses it, why (judged as such)."""
+        proposal = Proposal(
+            policy=policy,
+            explain=explain,
+            confidence=confidence,
+            valid_until_ns=self._clock.now_ns() + self._validity_ns,
+            context_ref=seen,
+        )
+        try:
+            try:
+                record = to_record(proposal)
+            except RecursionError:
+                raise InputInvalid("$", f"nested deeper than {wall.MAX_DEPTH} levels") from None
+            wall.admit(record, wall.ProposalSpec)
+        except (ProposalInvalid, InputInvalid) as exc:
+            kind = policy.get("kind") if isinstance(policy, Mapping) else None
+            record = ProposalRecord(kind=clip(kind) if isinstance(kind, str) else "")
+            invalid = Feedback(
+                reason_code=ReasonCode.SCHEMA_INVALID,
+                detail=exc.detail[:500],
+                layer="schema",
+                field=exc.field,
+            )
+            return record, invalid
+        return record, None
+
+    async def _prepared(
+        self, dfid: str, record: ProposalRecord, invalid: Feedback | None
+    ) -> ProposalRecord:
+        """Return the record as the DIM judges it: what the wall refused, as it is."""
+        if invalid is not None or self._prepare is None:
+            return record
+        return await self._prepare(dfid, record)
+
+    def _count(self, conv: _Conversation, verdict: Verdict) -> None:
+        """Count a verdict in its conversation's refusals in a row (the retry governor)."""
+        feedback = verdict.feedback
+        if verdict.outcome in (Outcome.ACCEPTED, Outcome.ESCALATED):
+            conv.refused = 0
+        elif verdict.outcome is Outcome.REJECTED:
+            conv.refused += 1
+        elif verdict.outcome is Outcome.ABORTED and feedback is not None:
+            if feedback.layer == "governor":
+                conv.refused += 1
+                conv.stopped = feedback.detail
+
+    async def _settle(self, judged: _Judged) -> Decision:
+        """Return the decision of a judged call, waiting for its execution if it was accepted."""
+        if judged.decision is not None:
+            return judged.decision
+        verdict = judged.verdict
+        assert verdict is not None
+        ids: dict[str, Any] = {
+            "conversation_dfid": judged.conversation_dfid,
+            "tool_call_id": judged.tool_call_id,
+        }
+        feedback = verdict.feedback
+        match verdict.outcome:
+            case Outcome.ACCEPTED | Outcome.DUPLICATE:
+                flow = await self._flows.wait_flow(judged.dfid, TERMINAL | {FlowStatus.ESCALATED})
+                return await self._decision(flow, **ids)
+            case Outcome.ESCALATED:
+                return Decision(
+                    verdict=DecisionVerdict.ESCALATED,
+                    dfid=judged.dfid,
+                    reason_code=feedback.reason_code if feedback else None,
+                    detail=feedback.detail if feedback else "",
+                    **ids,
+                )
+        code = feedback.reason_code if feedback else None
+        return Decision(
+            verdict=DecisionVerdict.FAILED if code in _FAULTS else DecisionVerdict.REFUSED,
+            dfid=judged.dfid,
+            reason_code=code,
+            detail=feedback.detail if feedback else "",
+            field=feedback.field if feedback else "",
+            limit=feedback.limit if feedback else "",
+            **ids,
+        )
+
+    async def _decision(
+        self,
+        flow: FlowState,
+        *,
+        conversation_dfid: str = "",
+        tool_call_id: str = "",
+        replayed: bool = False,
+    ) -> Decision:
+        """Return the decision a flow stands for, read from its record."""
+        ids: dict[str, Any] = {
+            "dfid": flow.dfid,
+            "conversation_dfid": conversation_dfid,
+            "tool_call_id": tool_call_id,
+            "replayed": replayed,
+        }
+        status = flow.status
+        if status is FlowStatus.ESCALATED:
+            return Decision(
+                verdict=DecisionVerdict.ESCALATED,
+                reason_code=flow.reason_code,
+                detail=flow.detail,
+                **ids,
+            )
+        if not flow.terminal:
+            return Decision(verdict=DecisionVerdict.PENDING, detail=f"the flow is {status}", **ids)
+        events = await self._journal.flow_events(flow.dfid)
+        created = next((e.payload for e in events if isinstance(e.payload, FlowCreated)), None)
+        if created is not None:
+            ids["tool_call_id"] = tool_call_id or created.tool_call_id
+            if not conversation_dfid and created.conversation_id:
+                ids["conversation_dfid"] = created.root_dfid
+        if status is FlowStatus.CLOSED:
+            result: dict[str, Any] = {"external_id": flow.external_id}
+            for event in events:
+                if isinstance(event.payload, ExecutionSucceeded):
+                    result.update(event.payload.detail)
+            return Decision(verdict=DecisionVerdict.EXECUTED, result=result, **ids)
+        executed = bool(flow.intent_key) or status is FlowStatus.COMPENSATED
+        if executed or flow.reason_code in _FAULTS:
+            return Decision(
+                verdict=DecisionVerdict.FAILED,
+                reason_code=flow.reason_code,
+                detail=flow.detail,
+                **ids,
+            )
+        rejected = _last_rejection(events)
+        return Decision(
+            verdict=DecisionVerdict.REFUSED,
+            reason_code=flow.reason_code,
+            detail=flow.detail,
+            field=rejected.field if rejected is not None else "",
+            limit=rejected.limit if rejected is not None else "",
+            **ids,
+        )
+
+    # --- keys and conversations ----------------------------------------------------
+
+    async def _known(self, dfid: str) -> FlowState | None:
+        """Return the flow ``dfid`` if any kernel opened it (read back if forgotten)."""
+        return self._projections.flows.get(dfid) or await self._flows.recall(dfid)
+
+    async def _known_call(self, conv: _Conversation, tool_call_id: str | None) -> FlowState | None:
+        """Return the flow of a keyed call of ``conv`` proposed before, if any."""
+        if not tool_call_id or not conv.opened:
+            return None
+        if tool_call_id == conv.first_call:
+            return await self._known(conv.dfid)
+        return await self._known(call_dfid(conv.agent_id, conv.id, tool_call_id))
+
+    async def _replay(self, flow: FlowState, tool_call_id: str, conversation: str) -> Decision:
+        """Answer a call proposed before from its flow's record: no second effect."""
+        suppressed = DuplicateSuppressed(key=flow.intent_key, source="tool_call")
+        await self._record(suppressed, flow.dfid)
+        if not flow.terminal and flow.status is not FlowStatus.ESCALATED:
+            flow = await self._flows.wait_flow(flow.dfid, TERMINAL | {FlowStatus.ESCALATED})
+        return await self._decision(
+            flow, conversation_dfid=conversation, tool_call_id=tool_call_id, replayed=True
+        )
+
+    def _conversation(self, agent_id: str, conversation: str) -> _Conversation:
+        dfid = conversation_dfid(agent_id, conversation)
+        conv = self._conversations.get(dfid)
+        if conv is None:
+            conv = self._conversations[dfid] = _Conversation(agent_id, conversation, dfid)
+        else:
+            self._conversations.move_to_end(dfid)
+        return conv
+
+    def _forget_idle(self) -> None:
+        """Keep at most ``kept`` conversations in memory: the least recent idle ones go."""
+        while len(self._conversations) > self._kept:
+            idle = next((d for d, c in self._conversations.items() if c.users == 0), None)
+            if idle is None:
+                return
+            del self._conversations[idle]
+
+    async def _load(self, conv: _Conversation) -> None:
+        """Read what the record says of a conversation: whether it began, and stopped."""
+        for event in await self._journal.flow_events(conv.dfid):
+            payload = event.payload
+            if isinstance(payload, FlowCreated):
+                conv.opened = True
+                conv.first_call = payload.tool_call_id
+            elif (
+                isinstance(payload, SubmissionRefused)
+                and payload.reason_code is ReasonCode.REASONING_EXHAUSTION
+                and not conv.stopped
+            ):
+                conv.stopped = payload.detail
+        conv.loaded = True
+
+    async def _refuse_stopped(self, conv: _Conversation, tool_call_id: str) -> Decision:
+        """Refuse a call of a conversation the governor stopped, on the conversation's record."""
+        detail = f"{conv.stopped}; start a new conversation"[:500]
+        await self._flows.recall(conv.dfid)
+        await self._record(
+            SubmissionRefused(
+                reason_code=ReasonCode.REASONING_EXHAUSTION,
+                detail=detail,
+                claimed_agent=conv.agent_id,
+            ),
+            conv.dfid,
+        )
+        return Decision(
+            verdict=DecisionVerdict.REFUSED,
+            reason_code=ReasonCode.REASONING_EXHAUSTION,
+            detail=detail,
+            conversation_dfid=conv.dfid,
+            tool_call_id=tool_call_id,
+        )
+
+    @asynccontextmanager
+    async def _keyed(self, key: str | None) -> AsyncIterator[None]:
+        """Hold ``key`` while its call is looked up and judged: one flow per key."""
+        if key is None:
+            yield
+            return
+        held = self._keys.setdefault(key, _Key())
+        held.users += 1
+        try:
+            async with held.lock:
+                yield
+        finally:
+            held.users -= 1
+            if not held.users:
+                del self._keys[key]
+
+    def _visible_ref(self, agent_id: str) -> str | None:
+        agent = self._projections.agents.get(agent_id)
+        if agent is None:
+            return None
+        return context_ref(self._projections.visible_state(tuple(agent.manifest.subscriptions)))
+
+    # --- refusals on record --------------------------------------------------------
+
+    async def _refuse_input(self, exc: InputInvalid, agent_id: Any) -> Decision:
+        """Record a call the wall refused before any flow could be named, and answer it."""
+        detail = clip(f"{exc.field}: {exc.detail}", wall.MAX_DETAIL)
+        await self._record(
+            InputRefused(
+                reason_code=exc.reason_code,
+                entry="propose",
+                field=clip(exc.field, 64),
+                detail=clip(exc.detail, wall.MAX_DETAIL),
+                target=clip(agent_id) if agent_id is not None else "",
+            )
+        )
+        return Decision(
+            verdict=DecisionVerdict.REFUSED,
+            reason_code=exc.reason_code,
+            detail=detail,
+            field=exc.field,
+        )
+
+    async def _record(self, payload: Any, dfid: str | None = None) -> list[Event]:
+        """Append one event of the kernel's own (a refusal, a duplicate noticed)."""
+        self._calls.raise_if_stopped()
+        try:
+            return await self._journal.append([Draft(payload=payload, dfid=dfid)])
+        except IllegalTransition:
+            # Its flow was forgotten again meanwhile: the note is kept, without its flow.
+            return await self._journal.append([Draft(payload=payload)])
+
+
+@dataclass(frozen=True)
+class _Judged:
+    """A call judged: its flow and verdict, or the decision that answered it at once."""
+
+    dfid: str
+    verdict: Verdict | None = None
+    decision: Decision | None = None
+    conversation_dfid: str = ""
+    tool_call_id: str = ""
+
+
+def _last_rejection(events: list[Event]) -> Feedback | None:
+    rejected = [e.payload.feedback for e in events if isinstance(e.payload, ProposalRejected)]
+    return rejected[-1] if rejected else None

@@ -1,0 +1,113 @@
+"""LangGraph under the kernel, offline, with a fake chat model and a SQLite checkpointer."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("langgraph")
+
+from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
+from langchain_core.outputs import ChatGeneration, ChatResult
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
+from langgraph.graph import START, MessagesState, StateGraph
+from langgraph.prebuilt import tools_condition
+from langgraph.pregel import Pregel
+
+from kernel.frameworks import Gate
+from kernel.frameworks.langgraph import governed_tool_node, settle
+from tests.frameworks.support import (
+    OVER_LIMIT,
+    SCRIPT,
+    TOOL,
+    Hotel,
+    approve_all,
+    booking_kernel,
+)
+
+
+def scripted_chat(script: list[dict[str, Any]], seen: list[list[str]]) -> GenericFakeChatModel:
+    """langchain-core's fake chat model, made stateless: each reply comes from the history."""
+
+    class ScriptedChat(GenericFakeChatModel):
+        def _generate(self, messages: list[BaseMessage], *args: Any, **kw: Any) -> ChatResult:
+            done = [str(m.content) for m in messages if isinstance(m, ToolMessage)]
+            seen.append(done)
+            n = len(done)
+            reply = AIMessage("done")
+            if n < len(script):
+                call = {"name": TOOL, "args": script[n], "id": f"call_{n + 1}"}
+                reply = AIMessage("", tool_calls=[call])
+            return ChatResult(generations=[ChatGeneration(message=reply)])
+
+    return ScriptedChat(messages=iter(()))
+
+
+@asynccontextmanager
+async def booker(
+    gate: Gate, path: Path, script: list[dict[str, Any]], seen: list[list[str]]
+) -> AsyncIterator[Pregel[Any, Any, Any, Any]]:
+    """A graph (model, then governed tools) checkpointed to the SQLite file ``path``."""
+    model = scripted_chat(script, seen)
+
+    async def agent(state: MessagesState) -> dict[str, list[BaseMessage]]:
+        return {"messages": [await model.ainvoke(state["messages"])]}
+
+    builder = StateGraph(MessagesState)
+    builder.add_node("agent", agent)
+    builder.add_node("tools", governed_tool_node(gate))
+    builder.add_edge(START, "agent")
+    builder.add_conditional_edges("agent", tools_condition)
+    builder.add_edge("tools", "agent")
+    async with AsyncSqliteSaver.from_conn_string(str(path)) as saver:
+        yield builder.compile(checkpointer=saver)
+
+
+async def test_four_rooms_refusals_reach_the_model_and_the_approval_resumes_once(
+    tmp_path: Path,
+) -> None:
+    hotel = Hotel()
+    seen: list[list[str]] = []
+    config: RunnableConfig = {"configurable": {"thread_id": "conv-42"}}
+    async with booking_kernel(tmp_path / "j.db", hotel) as gate:
+        async with booker(gate, tmp_path / "graph.db", SCRIPT, seen) as graph:
+            out = await graph.ainvoke({"messages": [("user", "book four rooms")]}, config)
+            [pause] = out["__interrupt__"]
+            assert pause.value["tool_call_id"] == "call_4"
+            assert pause.value["reason_code"] == "APPROVAL_REQUIRED"
+            said = seen[-1]
+            assert said[0].startswith("EXECUTED")
+            assert said[1].startswith("REFUSED RISK_LIMIT_EXCEEDED: total 450000 cents")
+            assert said[2].startswith("REFUSED CONSTRAINT_VIOLATION")
+            command, waiting = await settle(gate, graph, config)
+            assert command is None and [d.verdict.value for d in waiting] == ["ESCALATED"]
+            paused_at = (await graph.aget_state(config)).config
+
+        await approve_all(gate.kernel)
+        # A new graph on the same file, as another process would build it.
+        async with booker(gate, tmp_path / "graph.db", SCRIPT, seen) as graph:
+            command, waiting = await settle(gate, graph, config)
+            assert command is not None and waiting == []
+            out = await graph.ainvoke(command, config)
+            assert out["messages"][-1].content == "done"
+            assert seen[-1][3].startswith("EXECUTED")
+            # Resumed again from the paused checkpoint (a fork): still one booking.
+            again = await graph.ainvoke(command, paused_at)
+            assert again["messages"][-1].content == "done"
+        assert [c.params["nightly_rate_cents"] for c in hotel.calls] == [10_000, 50_000]
+
+
+async def test_25_identical_over_limit_calls_trip_the_governor(tmp_path: Path) -> None:
+    seen: list[list[str]] = []
+    config: RunnableConfig = {"configurable": {"thread_id": "loop"}, "recursion_limit": 60}
+    async with booking_kernel(tmp_path / "j.db", Hotel(), max_attempts=3) as gate:
+        async with booker(gate, tmp_path / "graph.db", [OVER_LIMIT] * 25, seen) as graph:
+            await graph.ainvoke({"messages": [("user", "book")]}, config)
+        codes = [out.split(":")[0] for out in seen[-1]]
+        assert codes == ["REFUSED RISK_LIMIT_EXCEEDED"] * 2 + ["REFUSED REASONING_EXHAUSTION"] * 23

@@ -1,0 +1,72 @@
+"""docs/architecture.md draws the house the import contract keeps: the two never drift apart."""
+
+import re
+import tomllib
+
+from tests.support import ROOT
+
+DOC = ROOT / "docs" / "architecture.md"
+KERNEL = ROOT / "kernel"
+
+
+def documented_layers() -> list[list[str]]:
+    """The layers of the package map's block, top first, each as its module names."""
+    text = DOC.read_text()
+    section = text[text.index("## Where the code is") :]
+    block = section[section.index("```\n") + 4 :]
+    block = block[: block.index("```")]
+    layers = []
+    for line in block.splitlines():
+        names = re.split(r"\s{2,}", line.strip())[0]
+        layers.append(sorted(name.strip() for name in names.split("|")))
+    return layers
+
+
+def contract_layers() -> list[list[str]]:
+    """The layers of pyproject's import contract, top first, without the ``kernel.`` prefix."""
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    [contract] = [c for c in config["tool"]["importlinter"]["contracts"] if c["type"] == "layers"]
+    return [
+        sorted(name.strip().removeprefix("kernel.") for name in layer.split("|"))
+        for layer in contract["layers"]
+    ]
+
+
+def test_the_package_map_is_the_import_contract() -> None:
+    assert documented_layers() == contract_layers()
+
+
+def test_every_package_and_module_of_the_kernel_is_in_a_layer() -> None:
+    placed = {name for layer in contract_layers() for name in layer}
+    present = {
+        path.stem if path.is_file() else path.name
+        for path in KERNEL.iterdir()
+        if (path.is_dir() and (path / "__init__.py").exists())
+        or (path.suffix == ".py" and not path.name.startswith("_"))
+    }
+    assert present - placed == set(), "not in any layer of the contract"
+    assert placed - present == set(), "in the contract, not in kernel/"
+
+
+def test_the_actor_layer_is_the_independence_contract() -> None:
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    [independent] = [
+        c for c in config["tool"]["importlinter"]["contracts"] if c["type"] == "independence"
+    ]
+    actors = sorted(name.removeprefix("kernel.") for name in independent["modules"])
+    assert actors in documented_layers()
+
+
+def test_each_package_has_a_row_in_the_table() -> None:
+    text = DOC.read_text()
+    rows = set(re.findall(r"^\| `([a-z_]+)/` \|", text, flags=re.MULTILINE))
+    packages = {
+        path.name for path in KERNEL.iterdir() if path.is_dir() and (path / "__init__.py").exists()
+    }
+    assert packages - rows == set()
+
+
+def test_every_file_the_page_names_exists() -> None:
+    named = set(re.findall(r"`(kernel/[\w/.]+\.py)`", DOC.read_text()))
+    assert named, "the page names the files a walk goes through"
+    assert sorted(path for path in named if not (ROOT / path).exists()) == []
