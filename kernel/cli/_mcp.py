@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from kernel.audit.reverify import PackPathError
 from kernel.cli._operator import error
+from kernel.cli._proxy import add_proxy
 from kernel.cli._replay import packs_from
 from kernel.core.hosts import (
     TlsError,
@@ -47,7 +48,7 @@ def add_commands(commands: Any) -> None:
             " kernel here, with the memory pack."
         ),
     )
-    p.add_argument("--db", required=True, help="the journal file")
+    p.add_argument("--db", help="the journal file (required)")
     who = p.add_mutually_exclusive_group()
     who.add_argument("--agent", metavar="ID", help="over stdio: calls act as this agent")
     who.add_argument("--operator", metavar="NAME", help="over stdio: calls act as this operator")
@@ -103,23 +104,60 @@ def add_commands(commands: Any) -> None:
         help="with --http: serve plain HTTP off loopback anyway (bearer tokens readable)",
     )
     p.set_defaults(run=_mcp)
+    add_proxy(p.add_subparsers(dest="mcp_command", metavar="{proxy}"))
 
 
 async def _mcp(args: argparse.Namespace) -> int:
     try:
         import kernel.mcp  # noqa: F401
-        from kernel.mcp._http import TokenFileError, read_tokens
     except ImportError:
         return error(
             CliError.BAD_ARGUMENT,
             "dirk mcp needs the MCP SDK: pip install 'dir-kernel[mcp]'",
             ExitCode.USAGE,
         )
-    from kernel.mcp import Identity, Principal
+    from kernel.mcp import Identity
 
     for name in _QUIET:
         logging.getLogger(name).setLevel(logging.WARNING)
-    for flag, name in (("--agent", args.agent), ("--operator", args.operator)):
+    if not args.db:
+        return error(CliError.BAD_ARGUMENT, "dirk mcp needs --db FILE", ExitCode.USAGE)
+    callers = callers_of(args)
+    if isinstance(callers, int):
+        return callers
+    host, port, tls, tokens, default = callers
+    try:
+        packs = packs_from(args.pack)
+    except PackPathError as exc:
+        return error(CliError.BAD_PACK_PATH, str(exc), ExitCode.USAGE)
+    agents = sorted({p.name for p in tokens.values() if p.role == "agent"})
+    if default is not None and default.role == "agent":
+        agents = [default.name]
+    identity = Identity(default, tokens)
+    try:
+        async with _backend(args, agents, packs) as backend:
+            await _serve(backend, identity, tokens, args.http, host, port, tls)
+    except PackError as exc:
+        # Raised on opening the kernel: a pack that needs an adapter dirk mcp has not.
+        return error(CliError.BAD_ARGUMENT, str(exc), ExitCode.USAGE)
+    return ExitCode.OK
+
+
+Callers = tuple[str, int, "TlsFiles | None", "dict[str, Principal]", "Principal | None"]
+"""Where to listen and who calls: host, port, TLS, the bearer tokens, the stdio principal."""
+
+
+def callers_of(args: argparse.Namespace) -> Callers | int:
+    """Check ``--http``, TLS, ``--token-file`` and ``--agent``/``--operator``; or an exit code.
+
+    Shared by ``dirk mcp`` and ``dirk mcp proxy``: both are served, and authenticate
+    their callers, the same way.
+    """
+    from kernel.mcp import Principal
+    from kernel.mcp._http import TokenFileError, read_tokens
+
+    operator = getattr(args, "operator", None)  # dirk mcp proxy serves agents only
+    for flag, name in (("--agent", args.agent), ("--operator", operator)):
         problem = None if name is None else id_problem(name)
         if problem is not None:
             # A byte that is not UTF-8 reaches argv as a lone surrogate: refused, not echoed.
@@ -156,7 +194,7 @@ async def _mcp(args: argparse.Namespace) -> int:
             "--token-file, --tls-cert, --tls-key and --insecure-http go with --http",
             ExitCode.USAGE,
         )
-    tokens = {}
+    tokens: dict[str, Principal] = {}
     if args.token_file:
         try:
             tokens = read_tokens(args.token_file)
@@ -165,8 +203,8 @@ async def _mcp(args: argparse.Namespace) -> int:
     default = None
     if args.agent:
         default = Principal(role="agent", name=args.agent)
-    elif args.operator:
-        default = Principal(role="operator", name=args.operator)
+    elif operator:
+        default = Principal(role="operator", name=operator)
     if default is None and not tokens:
         return error(
             CliError.BAD_ARGUMENT, "say who calls: --agent ID or --operator NAME", ExitCode.USAGE
@@ -177,21 +215,7 @@ async def _mcp(args: argparse.Namespace) -> int:
             "with --token-file the tokens say who calls, not --agent/--operator",
             ExitCode.USAGE,
         )
-    try:
-        packs = packs_from(args.pack)
-    except PackPathError as exc:
-        return error(CliError.BAD_PACK_PATH, str(exc), ExitCode.USAGE)
-    agents = sorted({p.name for p in tokens.values() if p.role == "agent"})
-    if default is not None and default.role == "agent":
-        agents = [default.name]
-    identity = Identity(default, tokens)
-    try:
-        async with _backend(args, agents, packs) as backend:
-            await _serve(backend, identity, tokens, args.http, host, port, tls)
-    except PackError as exc:
-        # Raised on opening the kernel: a pack that needs an adapter dirk mcp has not.
-        return error(CliError.BAD_ARGUMENT, str(exc), ExitCode.USAGE)
-    return ExitCode.OK
+    return host, port, tls, tokens, default
 
 
 async def _serve(
