@@ -47,6 +47,20 @@ class UpstreamDown(Exception):
     """No connection to the upstream could be made (nothing was sent)."""
 
 
+class _Link:
+    """One connection to an upstream: its client, and how it ended."""
+
+    def __init__(self) -> None:
+        self.client: Client | None = None
+        self.lost = anyio.Event()
+        """Set to give the connection up."""
+        self.closed = anyio.Event()
+        """Set once the connection is closed."""
+        self.error: BaseException | None = None
+        """What broke it, if anything did."""
+        self.inflight = 0
+
+
 class Upstream:
     """One upstream MCP server, connected while the gateway runs.
 
@@ -62,8 +76,7 @@ class Upstream:
         self.spec = spec
         self._base = base
         self._tg = tg
-        self._client: Client | None = None
-        self._lost = anyio.Event()
+        self._link: _Link | None = None
         self._lock = anyio.Lock()
 
     def _target(self) -> Any:
@@ -78,10 +91,8 @@ class Upstream:
             )
         return spec.url
 
-    async def _hold(self, *, task_status: TaskStatus[Client]) -> None:
+    async def _hold(self, link: _Link, *, task_status: TaskStatus[Client]) -> None:
         """Keep one connection open until it is lost or given up; its errors end here."""
-        started = False
-        lost = self._lost
         try:
             async with AsyncExitStack() as stack:
                 target = self._target()
@@ -91,54 +102,58 @@ class Upstream:
                     )
                     target = streamable_http_client(target, http_client=http)
                 client = await stack.enter_async_context(Client(target))
-                started = True
+                link.client = client
                 task_status.started(client)
-                await lost.wait()
+                await link.lost.wait()
         except Exception as exc:
-            if not started:
+            if link.client is None:
                 raise
             # The server went away under the connection: the next call connects again.
-            log.warning("upstream %s: connection lost: %s", self.name, type(exc).__name__)
+            link.error = exc
+            log.warning("upstream %s: connection lost: %s", self.name, _said(exc))
         finally:
-            if self._client is not None and self._lost is lost:
-                self._client = None
+            if self._link is link:
+                self._link = None
+            link.closed.set()
 
-    async def client(self) -> Client:
+    async def _open(self) -> _Link:
         """Return the open connection, connecting (starting the command) first if needed.
 
         Raises:
             UpstreamDown: it cannot be reached within ``connect_s``.
         """
         async with self._lock:
-            if self._client is not None:
-                return self._client
-            self._lost = anyio.Event()
+            if self._link is not None and not self._link.lost.is_set():
+                return self._link
+            link = _Link()
             try:
                 with anyio.fail_after(self.spec.connect_s):
-                    client: Client = await self._tg.start(self._hold)
+                    await self._tg.start(self._hold, link)
             except Exception as exc:
-                self._lost.set()
+                link.lost.set()
                 raise UpstreamDown(
                     f"upstream {self.name} cannot be reached: {_said(exc)}"
                 ) from None
-            self._client = client
-            return client
+            self._link = link
+            return link
 
     def drop(self) -> None:
-        """Give the connection up (it failed): the next call connects again."""
-        self._client = None
-        self._lost.set()
+        """Give the connection up (it failed, or the gateway stops)."""
+        if self._link is not None:
+            self._link.lost.set()
+            self._link = None
 
     async def list_tools(self) -> list[ToolInfo]:
-        """Return the upstream's tools (its ``tools/list``, every page).
+        """Return the upstream's tools (its ``tools/list``).
 
         Raises:
             UpstreamDown: it cannot be reached, or its listing cannot be read.
         """
-        client = await self.client()
+        link = await self._open()
+        assert link.client is not None
         try:
             with anyio.fail_after(self.spec.timeout_s):
-                listed = await client.list_tools()
+                listed = await link.client.list_tools()
         except Exception as exc:
             self.drop()
             raise UpstreamDown(f"upstream {self.name}: tools/list failed: {_said(exc)}") from None
@@ -158,31 +173,63 @@ class Upstream:
             AdapterError: classified as the module says.
         """
         try:
-            client = await self.client()
+            link = await self._open()
         except UpstreamDown as exc:
             # Nothing was sent: a retry cannot double anything.
             raise AdapterError(str(exc), transient=True, outcome_unknown=False) from None
+        assert link.client is not None
+        link.inflight += 1
+        alone = link.inflight == 1
         try:
             with anyio.fail_after(self.spec.timeout_s):
-                result = await client.call_tool(tool, arguments)
+                result = await link.client.call_tool(tool, arguments)
         except TimeoutError:
-            self.drop()
+            self._give_up(link)
             raise AdapterError(
                 f"upstream {self.name}: {tool} did not answer within {self.spec.timeout_s:g} s",
                 outcome_unknown=True,
             ) from None
         except Exception as exc:
-            self.drop()
+            self._give_up(link)
+            cause = await self._cause(link, exc, alone)
+            if _never_sent(cause):
+                # Refused at connect (an HTTP upstream that went away): nothing reached it.
+                raise AdapterError(
+                    f"upstream {self.name} cannot be reached: {_said(cause)}",
+                    transient=True,
+                    outcome_unknown=False,
+                ) from None
             raise AdapterError(
-                f"upstream {self.name}: {tool} gave no usable answer: {_said(exc)}",
+                f"upstream {self.name}: {tool} gave no usable answer: {_said(cause)}",
                 outcome_unknown=True,
             ) from None
+        finally:
+            link.inflight -= 1
         if not isinstance(result, CallToolResult):
             raise AdapterError(
                 f"upstream {self.name}: {tool} answered {type(result).__name__}, not a result",
                 outcome_unknown=True,
             )
         return result
+
+    def _give_up(self, link: _Link) -> None:
+        link.lost.set()
+        if self._link is link:
+            self._link = None
+
+    async def _cause(self, link: _Link, exc: BaseException, alone: bool) -> BaseException:
+        """What made a call fail: its own error, or what broke the connection under it.
+
+        The SDK answers a request whose connection broke with "Connection closed"; what
+        broke it (a refused connect) ended the connection's task. That counts for this
+        call only when it was the connection's one request in flight: another's failure
+        says nothing about whether this one was sent.
+        """
+        if not alone:
+            return exc
+        with anyio.move_on_after(5):
+            await link.closed.wait()
+        return link.error if link.error is not None and _never_sent(link.error) else exc
 
 
 class UpstreamExecutor:
@@ -227,6 +274,27 @@ class UpstreamExecutor:
 def text_of(result: CallToolResult) -> str:
     """The text a result's content carries, joined."""
     return " ".join(b.text for b in result.content if isinstance(b, TextContent)) or "(no text)"
+
+
+_UNSENT = frozenset({"ConnectError", "ConnectTimeout", "ConnectionRefusedError"})
+"""Errors that say a request never reached the server (httpx's and httpx2's, the OS's)."""
+
+
+def _never_sent(exc: BaseException) -> bool:
+    """Whether ``exc`` (or what it wraps) says the request never reached the server."""
+    seen: set[int] = set()
+    todo: list[BaseException] = [exc]
+    while todo:
+        current = todo.pop()
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        if type(current).__name__ in _UNSENT:
+            return True
+        if isinstance(current, BaseExceptionGroup):
+            todo.extend(current.exceptions)
+        todo.extend(e for e in (current.__cause__, current.__context__) if e is not None)
+    return False
 
 
 def _said(exc: BaseException) -> str:

@@ -9,14 +9,16 @@ file the server writes its pid to (a test SIGKILLs it).
 Tools: ``add_note`` (no idempotency key), ``transfer`` (takes ``idempotency_key``
 and honours it: a repeated key answers the first receipt, no second effect),
 ``delete_all`` (a tool the tests' pack does not name), ``fail`` (answers
-``isError``), ``hang`` (takes as long as it is told), ``garbage`` (writes a line
-that is not JSON-RPC on stdout, then never answers).
+``isError``), ``hang`` (takes as long as it is told), ``die`` (SIGKILLs its own
+process mid-call), ``garbage`` (writes a line that is not JSON-RPC on stdout,
+then never answers).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import sys
 import time
@@ -76,6 +78,14 @@ def hang(seconds: int) -> str:
     _log("hang", {"seconds": seconds})
     time.sleep(seconds)
     return "woke"
+
+
+@server.tool()
+def die() -> str:
+    """SIGKILL this server in the middle of the call (it logs the call first)."""
+    _log("die", {})
+    os.kill(os.getpid(), signal.SIGKILL)
+    return "never"
 
 
 @server.tool()
