@@ -228,22 +228,33 @@ class GatewayServer(MCPServer[Any]):
 
     async def _handle_call_tool(self, ctx: Any, params: CallToolRequestParams) -> CallToolResult:
         """``tools/call``: proposed through the kernel; every failure an answer with a code."""
+        return await self.answer_call(ctx, params.name, params.arguments or {})
+
+    async def answer_call(self, ctx: Any, name: Any, arguments: Any) -> CallToolResult:
+        """Answer one ``tools/call`` as the SDK hands it over (``ctx``: its request context).
+
+        Whatever ``name`` and ``arguments`` hold, the answer is a result with a reason
+        code; nothing a caller sends raises here or stops the kernel.
+        """
+        params = _Call(name=name, arguments=arguments)
         try:
             who = self._who(ctx)
             if who.role != "agent":
                 raise ToolRefused(
                     ReasonCode.UNAUTHORIZED, f"the gateway's tools are for agents, not {who.name}"
                 )
+            if not isinstance(params.name, str) or not isinstance(params.arguments, dict):
+                raise ToolRefused(ReasonCode.SCHEMA_INVALID, "a tool's name and its arguments")
             if params.name == "wait_flow":
-                return await self._wait_flow(who, params.arguments or {})
-            return await self._call(who, ctx, params.name, params.arguments or {})
+                return await self._wait_flow(who, params.arguments)
+            return await self._call(who, ctx, params.name, params.arguments)
         except ToolRefused as exc:
             return _refused(str(exc.code), exc.detail, exc.field)
         except KernelShutdown as exc:
             return _refused(str(exc.reason), f"the kernel stopped: {exc.detail}")
         except Exception as exc:
             # Fail clear: the caller gets a code, the log the traceback, the kernel runs on.
-            log.exception("gateway call of %r failed", clip(params.name, 64))
+            log.exception("gateway call of %s failed", clip(params.name, 64))
             return _refused(ReasonCode.KERNEL_FAULT, f"the gateway failed: {type(exc).__name__}")
 
     # --- one call -------------------------------------------------------------------
@@ -384,6 +395,11 @@ def answer(decision: Decision) -> CallToolResult:
         is_error=decision.verdict in (DecisionVerdict.REFUSED, DecisionVerdict.FAILED),
         _meta=meta,
     )
+
+
+class _Call(msgspec.Struct, frozen=True, kw_only=True):
+    name: Any
+    arguments: Any
 
 
 def _refused(code: str, detail: str, field: str = "") -> CallToolResult:
