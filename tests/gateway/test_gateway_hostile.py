@@ -74,7 +74,7 @@ def test_hostile_calls_get_a_coded_answer_and_never_stop_the_kernel(
                     answers.append(await c.call_tool(name, args, meta=given_meta))
                     continue
                 ctx = ServerRequestContext(
-                    session=c,  # what names the connection: one per client here too
+                    session=c,  # type: ignore[arg-type]  # what names the connection here
                     lifespan_context=None,
                     protocol_version="2025-11-25",
                     method="tools/call",
