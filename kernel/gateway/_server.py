@@ -117,8 +117,8 @@ async def open_gateway(
     config: GatewayConfig,
     db: str | PathLike[str],
     *,
-    identity: Identity,
     agents: Collection[str],
+    identity: Identity | None = None,
     kernel_config: KernelConfig = KernelConfig(),
 ) -> AsyncIterator[Gateway]:
     """Connect the upstreams, make the pack from their tools, open the kernel; yield the gateway.
@@ -126,8 +126,9 @@ async def open_gateway(
     Args:
         config: the gateway's configuration.
         db: the journal.
-        identity: who calls (``kernel.mcp.Identity``: a stdio principal or bearer tokens).
         agents: the agent ids that may propose (the kernel's ``allow``).
+        identity: who calls (``kernel.mcp.Identity``: a stdio principal or bearer tokens);
+            by default the one agent of ``agents`` (stdio, in process).
         kernel_config: the kernel's configuration.
 
     Raises:
@@ -135,6 +136,11 @@ async def open_gateway(
         PackFailure: a named tool that is not listed, or a schema the gateway cannot govern.
         PackError: the kernel refuses the pack (a bound naming no field of its tool).
     """
+    who = identity
+    if who is None:
+        if len(agents) != 1:
+            raise ValueError("say who calls: an identity, or exactly one agent")
+        who = Identity(Principal(role="agent", name=next(iter(agents))))
     try:
         async with anyio.create_task_group() as tg:
             upstreams = {
@@ -153,7 +159,7 @@ async def open_gateway(
                 async with open_kernel(
                     db, packs=[pack], adapters=adapters, allow=agents, config=kernel_config
                 ) as kernel:
-                    server = GatewayServer(kernel, config, routes, identity)
+                    server = GatewayServer(kernel, config, routes, who)
                     yield Gateway(kernel, server, pack, routes, upstreams)
             finally:
                 for up in upstreams.values():
