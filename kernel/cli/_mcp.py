@@ -206,9 +206,8 @@ def callers_of(args: argparse.Namespace) -> Callers | int:
     elif operator:
         default = Principal(role="operator", name=operator)
     if default is None and not tokens:
-        return error(
-            CliError.BAD_ARGUMENT, "say who calls: --agent ID or --operator NAME", ExitCode.USAGE
-        )
+        who = "--agent ID or --operator NAME" if hasattr(args, "operator") else "--agent ID"
+        return error(CliError.BAD_ARGUMENT, f"say who calls: {who}", ExitCode.USAGE)
     if tokens and default is not None:
         return error(
             CliError.BAD_ARGUMENT,

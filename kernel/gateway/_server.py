@@ -64,6 +64,8 @@ CONVERSATION_META = "dirk/conversation"
 """The ``_meta`` key a client names its conversation with."""
 CALL_META = "dirk/tool_call_id"
 """The ``_meta`` key a client names its tool call with."""
+TRACEPARENT_META = "traceparent"
+"""The ``_meta`` key a client's W3C trace context comes in: the flow links to that span."""
 MAX_WAIT_S = 30
 """The longest ``wait_flow`` holds a call open."""
 
@@ -271,6 +273,8 @@ class GatewayServer(MCPServer[Any]):
         route = self.routes.get(name)
         kind = route.kind if route is not None else self._unnamed(name)
         conversation, call_id = self._keys(ctx)
+        meta = getattr(ctx, "meta", None) or {}
+        traceparent = meta.get(TRACEPARENT_META)
         await self._session(who.name)
         decision = await self.kernel.propose(
             who.name,
@@ -279,6 +283,8 @@ class GatewayServer(MCPServer[Any]):
             explain=f"MCP tools/call of {clip(name, 64)} through the gateway",
             confidence=self.config.confidence,
             conversation=conversation,
+            # The client's span, when it says which (W3C trace context in ``_meta``).
+            trace_context=traceparent if isinstance(traceparent, str) else None,
             tool_call_id=call_id,
         )
         return answer(decision)

@@ -295,3 +295,18 @@ async def test_only_agents_call_the_gateways_tools(tmp_path: Path) -> None:
     assert listed == []
     assert refused.is_error and body(refused)["reason_code"] == "UNAUTHORIZED"
     assert up.calls() == []
+
+
+async def test_the_clients_trace_context_is_the_flows_parent_link(tmp_path: Path) -> None:
+    up = upstream_in(tmp_path)
+    parent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+    keys = {**meta("traced", "1"), "traceparent": parent}
+    async with gateway(stdio_config(up), tmp_path / "j.db") as gw, client_of(gw) as c:
+        result = await c.call_tool("notes_add_note", {"text": "traced"}, meta=keys)  # type: ignore[arg-type]
+        assert result.meta is not None
+        [created] = await gw.kernel.journal.read(
+            dfid=result.meta["dirk/dfid"], types=["FlowCreated"]
+        )
+    assert isinstance(created.payload, FlowCreated)
+    assert created.payload.traceparent == parent
+    assert created.payload.conversation_id == "traced" and created.payload.tool_call_id == "1"
