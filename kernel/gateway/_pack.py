@@ -111,10 +111,19 @@ def gateway_pack(
         info = next((t for t in listed.get(upstream, ()) if t.name == tool), None)
         if info is None:
             raise PackFailure(f"{kind_name}: upstream {upstream} lists no tool {tool!r}")
-        key_arg = _key_arg(config.upstreams[upstream].idempotency_key, info.input_schema)
-        kind = _kind(kind_name, info, policy, key_arg)
+        try:
+            msgspec.json.encode([info.input_schema, info.description])  # what the digest reads
+            key_arg = _key_arg(config.upstreams[upstream].idempotency_key, info.input_schema)
+            kind = _kind(kind_name, info, policy, key_arg)
+            found = _invariants(kind, info.input_schema, policy)
+        except PackFailure:
+            raise
+        except (TypeError, ValueError, AttributeError) as exc:
+            # An upstream's schema is input like any other: one the gateway cannot read
+            # stops it at start, with the tool's name, never a traceback.
+            raise PackFailure(f"{kind_name}: its input schema cannot be governed: {exc}") from None
         kinds.append(kind)
-        invariants.extend(_invariants(kind, info.input_schema, policy))
+        invariants.extend(found)
         rules.extend(_limit_rule(kind, field, name) for field, name in policy.limit.items())
         thresholds.extend(
             Threshold(kind, amount=field, above=above)
