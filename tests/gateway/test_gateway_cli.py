@@ -22,7 +22,8 @@ from mcp.shared._httpx_utils import create_mcp_http_client
 
 from kernel.audit import open_journal
 from kernel.cli import main
-from tests.gateway.support import UPSTREAM, Upstream, meta, upstream_in
+from kernel.gateway import UpstreamDown, config_of
+from tests.gateway.support import UPSTREAM, Upstream, body, gateway, meta, upstream_in
 
 TOKEN = "gateway-agent-token-0123456789"
 
@@ -154,3 +155,42 @@ def test_an_upstream_down_at_start_is_a_clear_failure(
     err = capsys.readouterr().err
     assert status == 1 and "upstream notes cannot be reached" in err
     assert "Traceback" not in err
+
+
+@pytest.fixture
+def dirk_upstream(tmp_path: Path) -> Iterator[str]:
+    """``dirk mcp --kernel --http`` behind a token file: an upstream that wants a bearer token."""
+    db = anyio.run(new_journal, tmp_path / "upstream.db")
+    tokens = tmp_path / "upstream-tokens"
+    tokens.write_text(f"agent:gw {TOKEN}\n")
+    command = [sys.executable, "-m", "kernel", "mcp", "--db", str(db), "--kernel"]
+    command += ["--http", "127.0.0.1:0", "--token-file", str(tokens)]
+    proc = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stderr is not None
+        line = proc.stderr.readline()
+        assert "serving http://" in line, line
+        yield line.split()[-1]
+    finally:
+        proc.terminate()
+        proc.communicate(timeout=60)
+
+
+async def test_the_gateway_authenticates_to_an_upstream_as_its_clients_do(
+    dirk_upstream: str, tmp_path: Path
+) -> None:
+    """The upstream is dirk's own MCP server: the gateway sends the bearer token it wants."""
+    tool = {"tools": {"dirk.query_memory": {"impact": "LOW_IMPACT"}}}
+    without = config_of({"upstreams": {"dirk": {"url": dirk_upstream}}, **tool})
+    with pytest.raises(UpstreamDown, match="upstream dirk"):
+        async with gateway(without, await new_journal(tmp_path / "a.db")):
+            pass
+    headers = {"Authorization": f"Bearer {TOKEN}"}
+    spec = {"url": dirk_upstream, "headers": headers}
+    config = config_of({"upstreams": {"dirk": spec}, **tool})
+    async with gateway(config, await new_journal(tmp_path / "b.db")) as gw:
+        async with Client(gw.server) as c:
+            result = await c.call_tool("dirk_query_memory", {"topic": "rooms"})
+    assert not result.is_error, result
+    # The upstream's own kernel judged it too, as its agent "gw": governed twice, recorded twice.
+    assert body(result)["verdict"] == "ACCEPTED"
