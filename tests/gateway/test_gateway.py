@@ -17,9 +17,9 @@ import pytest
 
 from kernel import FlowStatus
 from kernel.core.events import ExecutionRetried, FlowCreated, HumanDecided
-from kernel.gateway import Gateway, GatewayConfig, UpstreamDown
+from kernel.gateway import Gateway, GatewayConfig, GatewayServer, UpstreamDown
 from kernel.inbox import DecideRequest
-from kernel.mcp import Principal
+from kernel.mcp import Identity, Principal
 from kernel.runtime.messages import Decision
 from kernel.testing import action_of
 from tests.gateway.support import (
@@ -310,3 +310,49 @@ async def test_the_clients_trace_context_is_the_flows_parent_link(tmp_path: Path
     assert isinstance(created.payload, FlowCreated)
     assert created.payload.traceparent == parent
     assert created.payload.conversation_id == "traced" and created.payload.tool_call_id == "1"
+
+
+async def test_wait_flow_refuses_what_is_not_the_agents_own_flow(tmp_path: Path) -> None:
+    up = upstream_in(tmp_path)
+    async with gateway(stdio_config(up), tmp_path / "j.db") as gw, client_of(gw) as c:
+        mine = await c.call_tool("notes_add_note", {"text": "mine"})
+        assert mine.meta is not None
+        dfid = mine.meta["dirk/dfid"]
+        answers = [
+            await c.call_tool("wait_flow", args)
+            for args in (
+                {"dfid": "no-such-flow"},
+                {"dfid": dfid, "timeout_s": -1},
+                {"dfid": dfid, "timeout_s": True},
+                {"dfid": dfid, "since": 1},
+                {"dfid": ""},
+            )
+        ]
+        done = await c.call_tool("wait_flow", {"dfid": dfid})
+    assert [body(a)["reason_code"] for a in answers] == [
+        "UNKNOWN_FLOW",
+        "SCHEMA_INVALID",
+        "SCHEMA_INVALID",
+        "SCHEMA_INVALID",
+        "SCHEMA_INVALID",
+    ]
+    assert all(a.is_error for a in answers)
+    assert not done.is_error and done.content[0].text == "note 1: mine"  # type: ignore[union-attr]
+    assert done.meta is not None and done.meta["dirk/replayed"] is False
+    assert len(up.calls()) == 1
+
+
+async def test_another_agents_flow_is_unknown_to_wait_flow(tmp_path: Path) -> None:
+    up = upstream_in(tmp_path)
+    config = stdio_config(up)
+    async with gateway(config, tmp_path / "j.db") as gw:
+        async with client_of(gw) as c:
+            mine = await c.call_tool("notes_add_note", {"text": "mine"})
+        assert mine.meta is not None
+        # The same kernel, its server seen by another agent.
+        other = GatewayServer(
+            gw.kernel, config, gw.routes, Identity(Principal(role="agent", name="x"))
+        )
+        async with Client(other) as c:
+            theirs = await c.call_tool("wait_flow", {"dfid": mine.meta["dirk/dfid"]})
+    assert body(theirs)["reason_code"] == "UNKNOWN_FLOW"
