@@ -128,6 +128,7 @@ PINNED = {
         "GatewayConfig",
         "GatewayServer",
         "LimitDef",
+        "Listing",
         "PackFailure",
         "Route",
         "ToolInfo",
@@ -140,7 +141,9 @@ PINNED = {
         "config_of",
         "gateway_pack",
         "open_gateway",
+        "pack_of",
         "read_config",
+        "write_listing",
     ],
     kernel.beliefs: [
         "BELIEFS_ADAPTER",

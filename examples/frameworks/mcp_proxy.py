@@ -26,7 +26,13 @@ from mcp_types import CallToolResult, TextContent
 
 from examples.frameworks._scene import AGENT, CONVERSATION, flow_tree, next_call, operator_approves
 from kernel.audit import redact
-from kernel.gateway import CALL_META, CONVERSATION_META, open_gateway, read_config
+from kernel.gateway import (
+    CALL_META,
+    CONVERSATION_META,
+    open_gateway,
+    read_config,
+    write_listing,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = """\
@@ -49,6 +55,13 @@ floor = 0
 ceiling = 100_000
 """
 TOOL = "hotel_reserve_room"
+PACK_FILE = """\
+from pathlib import Path
+
+from kernel.gateway import pack_of
+
+PACK = pack_of(Path({workdir}) / "gateway.toml", Path({workdir}) / "listing.json")
+"""
 
 
 def shown(result: CallToolResult) -> str:
@@ -73,6 +86,9 @@ async def play(db: Path, workdir: Path) -> dict[str, Any]:
     config = read_config(config_file)
     seen: list[str] = []
     async with open_gateway(config, db, agents=[AGENT]) as gateway, Client(gateway.server) as c:
+        # What the pack was made from, for `dirk verify --verdicts --pack gateway_pack.py:PACK`.
+        write_listing(workdir / "listing.json", gateway.listed)
+        (workdir / "gateway_pack.py").write_text(PACK_FILE.format(workdir=json.dumps(str(workdir))))
         while (call := next_call(seen)) is not None:
             call_id, args = call
             keys = {CONVERSATION_META: CONVERSATION, CALL_META: call_id}

@@ -49,12 +49,27 @@ def add_proxy(commands: Any) -> None:
         action="store_true",
         help="with --http: serve plain HTTP off loopback anyway (bearer tokens readable)",
     )
+    p.add_argument(
+        "--listing",
+        metavar="FILE",
+        help=(
+            "save the upstreams' tools as listed at start (JSON): with the config, what"
+            " kernel.gateway.pack_of makes the pack again from, for dirk verify --verdicts"
+        ),
+    )
     p.set_defaults(run=_proxy)
 
 
 async def _proxy(args: argparse.Namespace) -> int:
     try:
-        from kernel.gateway import ConfigError, PackFailure, UpstreamDown, open_gateway, read_config
+        from kernel.gateway import (
+            ConfigError,
+            PackFailure,
+            UpstreamDown,
+            open_gateway,
+            read_config,
+            write_listing,
+        )
         from kernel.mcp import Identity
     except ImportError:
         return error(
@@ -84,6 +99,11 @@ async def _proxy(args: argparse.Namespace) -> int:
         async with open_gateway(
             config, args.db, identity=Identity(default, tokens), agents=agents
         ) as gateway:
+            if args.listing:
+                try:
+                    write_listing(args.listing, gateway.listed)
+                except OSError as exc:
+                    return error(CliError.BAD_ARGUMENT, f"cannot write --listing: {exc}")
             kinds = ", ".join(route.kind for route in gateway.routes.values()) or "none"
             print(f"dirk mcp proxy: governing {kinds}", file=sys.stderr, flush=True)
             await _transport(gateway.server, tokens, args.http, host, port, tls)

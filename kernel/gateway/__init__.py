@@ -24,7 +24,15 @@ from kernel.gateway._config import (
     config_of,
     read_config,
 )
-from kernel.gateway._pack import PackFailure, Route, ToolInfo, gateway_pack
+from kernel.gateway._pack import (
+    Listing,
+    PackFailure,
+    Route,
+    ToolInfo,
+    gateway_pack,
+    pack_of,
+    write_listing,
+)
 from kernel.gateway._server import (
     CALL_META,
     CONVERSATION_META,
@@ -43,6 +51,7 @@ __all__ = [
     "GatewayConfig",
     "GatewayServer",
     "LimitDef",
+    "Listing",
     "PackFailure",
     "Route",
     "ToolInfo",
@@ -55,5 +64,7 @@ __all__ = [
     "config_of",
     "gateway_pack",
     "open_gateway",
+    "pack_of",
     "read_config",
+    "write_listing",
 ]

@@ -20,12 +20,13 @@ import hashlib
 import keyword
 import re
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any, cast
 
 import msgspec
 import msgspec.inspect
 
-from kernel.gateway._config import GatewayConfig, ToolPolicy
+from kernel.gateway._config import GatewayConfig, ToolPolicy, read_config
 from kernel.policy import (
     ALLOW,
     Impact,
@@ -155,6 +156,37 @@ def gateway_pack(
         },
     )
     return pack, routes
+
+
+Listing = dict[str, list[ToolInfo]]
+"""Each upstream's tools, as its ``tools/list`` answered, by upstream name."""
+
+_listing = msgspec.json.Decoder(Listing)
+
+
+def write_listing(path: str | Path, listed: Mapping[str, Sequence[ToolInfo]]) -> None:
+    """Save what the upstreams listed (what the pack was made from) as JSON."""
+    Path(path).write_bytes(msgspec.json.encode({k: list(v) for k, v in listed.items()}))
+
+
+def pack_of(config: GatewayConfig | str | Path, listing: str | Path) -> PolicyPack:
+    """Make the gateway's pack again from its configuration and a saved listing.
+
+    What ``dirk verify --verdicts`` judges a gateway's journal with: a pack file holding
+    ``PACK = pack_of("gateway.toml", "listing.json")`` (``dirk mcp proxy --listing``
+    saves the listing at start). The same file and listing make the same pack hash.
+
+    Raises:
+        ConfigError: the configuration cannot be used.
+        PackFailure: the listing cannot be read, or a named tool is not in it.
+    """
+    if not isinstance(config, GatewayConfig):
+        config = read_config(config)
+    try:
+        listed = _listing.decode(Path(listing).read_bytes())
+    except (OSError, msgspec.DecodeError) as exc:
+        raise PackFailure(f"cannot read the listing {listing}: {exc}") from None
+    return gateway_pack(config, listed)[0]
 
 
 def _key_arg(configured: str | None, schema: Mapping[str, Any]) -> str:

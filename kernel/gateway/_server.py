@@ -50,7 +50,7 @@ from kernel.core.events import Manifest
 from kernel.core.reasons import CliError, ReasonCode
 from kernel.core.wall import clip
 from kernel.gateway._config import GatewayConfig
-from kernel.gateway._pack import Route, gateway_pack
+from kernel.gateway._pack import Route, ToolInfo, gateway_pack
 from kernel.gateway._upstream import Upstream, UpstreamExecutor
 from kernel.mcp import Identity, Principal, ToolRefused
 from kernel.policy import PolicyPack
@@ -97,6 +97,7 @@ class Gateway:
         pack: the pack made from the upstreams' tools and the configuration.
         routes: the governed tools by their name to clients.
         upstreams: the upstream connections by name.
+        listed: what each upstream listed at start (``write_listing`` saves it).
     """
 
     def __init__(
@@ -106,12 +107,14 @@ class Gateway:
         pack: PolicyPack,
         routes: dict[str, Route],
         upstreams: dict[str, Upstream],
+        listed: dict[str, list[ToolInfo]],
     ) -> None:
         self.kernel = kernel
         self.server = server
         self.pack = pack
         self.routes = routes
         self.upstreams = upstreams
+        self.listed = listed
 
 
 @asynccontextmanager
@@ -162,7 +165,7 @@ async def open_gateway(
                     db, packs=[pack], adapters=adapters, allow=agents, config=kernel_config
                 ) as kernel:
                     server = GatewayServer(kernel, config, routes, who)
-                    yield Gateway(kernel, server, pack, routes, upstreams)
+                    yield Gateway(kernel, server, pack, routes, upstreams, listed)
             finally:
                 for up in upstreams.values():
                     up.drop()

@@ -57,7 +57,9 @@ async def test_stdio_serves_the_governed_tools_as_the_agent(tmp_path: Path) -> N
     up = upstream_in(tmp_path)
     config = write_config(tmp_path, up)
     db = await new_journal(tmp_path / "j.db")
+    listing = tmp_path / "listing.json"
     args = ["-m", "kernel", "mcp", "proxy", "--config", str(config), "--db", str(db)]
+    args += ["--listing", str(listing)]
     params = StdioServerParameters(command=sys.executable, args=[*args, "--agent", "ide"])
     async with Client(params) as c:
         names = [tool.name for tool in (await c.list_tools()).tools]
@@ -69,6 +71,16 @@ async def test_stdio_serves_the_governed_tools_as_the_agent(tmp_path: Path) -> N
         stopped = await journal.read(types=["KernelStopped"])
     assert done.agent_id == "ide" and stopped
     assert len(up.calls()) == 1
+    # The verdicts judge again with the pack made from the config and the saved listing.
+    pack_file = tmp_path / "gateway_pack.py"
+    pack_file.write_text(
+        f"from kernel.gateway import pack_of\nPACK = pack_of({str(config)!r}, {str(listing)!r})\n"
+    )
+    verify = ["verify", "--db", str(db), "--verdicts", "--pack", f"{pack_file}:PACK"]
+    assert await anyio.to_thread.run_sync(main, verify) == 0
+    # Another listing makes another pack, whose hash no verdict recorded: verify says so.
+    listing.write_text(listing.read_text().replace("Add a note with a tag.", "Add a note."))
+    assert await anyio.to_thread.run_sync(main, verify) == 1
 
 
 @pytest.fixture

@@ -9,6 +9,7 @@ import anyio
 import pytest
 
 from examples.summary import read_events
+from kernel.cli import main
 from tests.support.mcp_kernel import require_mcp
 
 require_mcp()
@@ -33,3 +34,6 @@ def test_the_example_books_two_rooms_once_each_under_the_gateway(
         if type(e.payload).__name__ == "ProposalRejected" and "cancel_all" in str(e.payload)
     ]
     assert unnamed.agent_id == "booker"
+    # What the pack was made from is saved beside the journal: the verdicts judge again.
+    pack = tmp_path / "trip.gateway" / "gateway_pack.py"
+    assert main(["verify", "--db", str(db), "--verdicts", "--pack", f"{pack}:PACK"]) == 0
