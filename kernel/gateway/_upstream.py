@@ -144,16 +144,24 @@ class Upstream:
             self._link = None
 
     async def list_tools(self) -> list[ToolInfo]:
-        """Return the upstream's tools (its ``tools/list``).
+        """Return the upstream's tools (its ``tools/list``, page by page).
 
         Raises:
             UpstreamDown: it cannot be reached, or its listing cannot be read.
         """
         link = await self._open()
         assert link.client is not None
+        tools: list[Any] = []
+        cursor: str | None = None
         try:
             with anyio.fail_after(self.spec.timeout_s):
-                listed = await link.client.list_tools()
+                # Every page, up to MAX_TOOLS: a server that pages forever is not followed.
+                while len(tools) < MAX_TOOLS:
+                    page = await link.client.list_tools(cursor=cursor, cache_mode="refresh")
+                    tools.extend(page.tools)
+                    cursor = page.next_cursor
+                    if not cursor:
+                        break
         except Exception as exc:
             self.drop()
             raise UpstreamDown(f"upstream {self.name}: tools/list failed: {_said(exc)}") from None
@@ -163,7 +171,7 @@ class Upstream:
                 description=tool.description or "",
                 input_schema=dict(tool.input_schema or {}),
             )
-            for tool in listed.tools[:MAX_TOOLS]
+            for tool in tools[:MAX_TOOLS]
         ]
 
     async def call(self, tool: str, arguments: dict[str, Any]) -> CallToolResult:
