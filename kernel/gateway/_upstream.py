@@ -15,7 +15,9 @@ How each failure is classified (the adapter contract, kernel.adapters):
   the tool's words;
 - the request was sent and no usable answer came back (the server died mid-call,
   its answer does not parse, the call outlived ``timeout_s``): the effect may have
-  happened: the flow goes to a human, OUTCOME_UNKNOWN (reconcile or retry).
+  happened: the flow goes to a human, OUTCOME_UNKNOWN (reconcile or retry);
+- a call the kernel resumes after a restart: an MCP server cannot be asked what became
+  of it (``UpstreamExecutor.lookup``), so it goes to a human as well.
 """
 
 from __future__ import annotations
@@ -252,12 +254,33 @@ class UpstreamExecutor:
     def __init__(self, upstream: Upstream, routes: dict[str, Route]) -> None:
         self.upstream = upstream
         self._routes = {route.kind: route for route in routes.values()}
+        self._unsent: set[str] = set()
+        """Keys whose last call never reached the upstream (kept in memory only)."""
         self.retry_policy = RetryPolicy(
             max_attempts=upstream.spec.attempts,
             base_s=0.2,
             max_s=2.0,
             jitter=0.0,
             on_exhausted="abort",
+        )
+
+    async def lookup(self, key: str) -> Receipt | None:
+        """Say what became of a call with ``key`` before the kernel calls again.
+
+        An MCP server cannot be asked that. What this process knows: a key whose last
+        call never reached the upstream (a refused connect) has no effect, so it may be
+        called again (None). Any other key (a call that may have been carried out, or
+        one the kernel resumes after a restart) has an unknown outcome: a human
+        reconciles or retries it (OUTCOME_UNKNOWN), nothing calls it again blindly.
+
+        Raises:
+            AdapterError: the outcome is unknown.
+        """
+        if key in self._unsent:
+            return None
+        raise AdapterError(
+            f"upstream {self.upstream.name} cannot be asked what became of call {key}",
+            outcome_unknown=True,
         )
 
     async def execute(self, intent: ExecutionIntent) -> Receipt:
@@ -268,7 +291,15 @@ class UpstreamExecutor:
         arguments = dict(intent.params)
         if route.key_arg:
             arguments[route.key_arg] = intent.key
-        result = await self.upstream.call(route.tool, arguments)
+        try:
+            result = await self.upstream.call(route.tool, arguments)
+        except AdapterError as exc:
+            if exc.outcome_unknown:
+                self._unsent.discard(intent.key)
+            else:
+                self._unsent.add(intent.key)  # nothing reached the upstream
+            raise
+        self._unsent.discard(intent.key)
         if result.is_error:
             raise AdapterError(f"{route.tool} refused: {clip(text_of(result), 500)}")
         detail: dict[str, Any] = {

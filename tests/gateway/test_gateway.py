@@ -16,8 +16,17 @@ import anyio
 import pytest
 
 from kernel import FlowStatus
+from kernel.adapters import AdapterError, ExecutionIntent
 from kernel.core.events import ExecutionRetried, FlowCreated, HumanDecided
-from kernel.gateway import Gateway, GatewayConfig, GatewayServer, UpstreamDown
+from kernel.gateway import (
+    Gateway,
+    GatewayConfig,
+    GatewayServer,
+    Route,
+    UpstreamDown,
+    UpstreamExecutor,
+)
+from kernel.gateway import Upstream as GatewayUpstream
 from kernel.inbox import DecideRequest
 from kernel.mcp import Identity, Principal
 from kernel.runtime.messages import Decision
@@ -356,3 +365,23 @@ async def test_another_agents_flow_is_unknown_to_wait_flow(tmp_path: Path) -> No
         async with Client(other) as c:
             theirs = await c.call_tool("wait_flow", {"dfid": mine.meta["dirk/dfid"]})
     assert body(theirs)["reason_code"] == "UNKNOWN_FLOW"
+
+
+async def test_only_a_call_that_never_reached_the_upstream_is_called_again(
+    tmp_path: Path,
+) -> None:
+    """The executor's lookup: what the kernel asks before a retry, and on resuming after a crash."""
+    config = http_config("http://127.0.0.1:9/mcp", connect_s=5)
+    intent = ExecutionIntent(key="k-1", kind="notes.add_note", adapter="mcp.notes")
+    route = Route(name="notes_add_note", kind="notes.add_note", upstream="notes", tool="add_note")
+    async with anyio.create_task_group() as tg:
+        upstream = GatewayUpstream("notes", config.upstreams["notes"], str(tmp_path), tg)
+        executor = UpstreamExecutor(upstream, {route.name: route})
+        with pytest.raises(AdapterError) as refused:
+            await executor.execute(intent)
+        assert refused.value.transient and not refused.value.outcome_unknown
+        assert await executor.lookup("k-1") is None  # nothing was sent: calling again is safe
+        with pytest.raises(AdapterError) as unknown:
+            await executor.lookup("k-resumed-after-a-restart")
+        assert unknown.value.outcome_unknown
+        tg.cancel_scope.cancel()
