@@ -16,6 +16,7 @@ import kernel.adapters
 import kernel.audit
 import kernel.beliefs
 import kernel.frameworks
+import kernel.gateway
 import kernel.policy
 from tests.support import ROOT
 
@@ -138,6 +139,31 @@ PINNED = {
         "redact",
     ],
     kernel.frameworks: ["Gate", "ToolSpec", "tool_spec", "tool_specs"],
+    kernel.gateway: [
+        "CALL_META",
+        "CONVERSATION_META",
+        "ConfigError",
+        "Gateway",
+        "GatewayConfig",
+        "GatewayServer",
+        "LimitDef",
+        "Listing",
+        "PackFailure",
+        "Route",
+        "ToolInfo",
+        "ToolPolicy",
+        "Upstream",
+        "UpstreamDown",
+        "UpstreamExecutor",
+        "UpstreamSpec",
+        "answer",
+        "config_of",
+        "gateway_pack",
+        "open_gateway",
+        "pack_of",
+        "read_config",
+        "write_listing",
+    ],
     kernel.beliefs: [
         "BELIEFS_ADAPTER",
         "EDGE_TYPES",
@@ -216,6 +242,7 @@ PUBLIC = {
     "kernel.frameworks.openai_agents",
     "kernel.frameworks.pydantic_ai",
     "kernel.frameworks.langgraph",
+    "kernel.gateway",  # the governing MCP gateway, `dirk mcp proxy` (dirk[mcp])
 }
 
 

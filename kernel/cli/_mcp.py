@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from kernel.audit.reverify import PackPathError
 from kernel.cli._operator import error
+from kernel.cli._proxy import add_proxy
 from kernel.cli._replay import packs_from
 from kernel.core.hosts import (
     TlsError,
@@ -50,7 +51,7 @@ def add_commands(commands: Any) -> None:
             " kernel here, with the memory pack."
         ),
     )
-    p.add_argument("--db", required=True, help="the journal file")
+    p.add_argument("--db", help="the journal file (required)")
     who = p.add_mutually_exclusive_group()
     who.add_argument("--agent", metavar="ID", help="over stdio: calls act as this agent")
     who.add_argument("--operator", metavar="NAME", help="over stdio: calls act as this operator")
@@ -119,12 +120,12 @@ def add_commands(commands: Any) -> None:
         help="with --http: serve plain HTTP off loopback anyway (bearer tokens readable)",
     )
     p.set_defaults(run=_mcp)
+    add_proxy(p.add_subparsers(dest="mcp_command", metavar="{proxy}"))
 
 
 async def _mcp(args: argparse.Namespace) -> int:
     try:
         import kernel.mcp  # noqa: F401
-        from kernel.mcp._http import TokenFileError, bound, read_tokens
     except ImportError:
         # The same code as the console's for the same situation.
         return error(
@@ -132,11 +133,69 @@ async def _mcp(args: argparse.Namespace) -> int:
             "dirk mcp needs the MCP SDK: pip install 'dir-kernel[mcp]'",
             ExitCode.USAGE,
         )
-    from kernel.mcp import Identity, Principal
+    from kernel.mcp import Identity
 
     for name in _QUIET:
         logging.getLogger(name).setLevel(logging.WARNING)
-    for flag, name in (("--agent", args.agent), ("--operator", args.operator)):
+    if not args.db:
+        # Not required by argparse, so that `dirk mcp proxy` (a subcommand) goes without.
+        return error(CliError.BAD_ARGUMENT, "dirk mcp needs --db FILE", ExitCode.USAGE)
+    if not (math.isfinite(args.wait) and 0 <= args.wait <= 600):
+        return error(CliError.BAD_ARGUMENT, "--wait takes seconds from 0 to 600", ExitCode.USAGE)
+    callers = callers_of(args)
+    if isinstance(callers, int):
+        return callers
+    try:
+        packs = packs_from(args.pack)
+    except PackPathError as exc:
+        return error(CliError.BAD_PACK_PATH, str(exc), ExitCode.USAGE)
+    tokens, default = callers.tokens, callers.default
+    agents = sorted({p.name for p in tokens.values() if p.role == "agent"})
+    if default is not None and default.role == "agent":
+        agents = [default.name]
+    identity = Identity(default, tokens)
+    web = web_of(args, callers)
+    if isinstance(web, int):
+        return web
+    try:
+        async with _backend(args, agents, packs) as backend:
+            await _serve(backend, identity, web)
+    except PackError as exc:
+        # Raised on opening the kernel: a pack that needs an adapter dirk mcp has not.
+        return error(CliError.BAD_ARGUMENT, str(exc), ExitCode.USAGE)
+    return ExitCode.OK
+
+
+class Callers:
+    """Where to listen and who calls, as the command line says (checked by :func:`callers_of`)."""
+
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        tls: TlsFiles | None,
+        tokens: dict[str, Principal],
+        default: Principal | None,
+    ) -> None:
+        self.host = host
+        self.port = port
+        self.tls = tls
+        self.tokens = tokens
+        self.default = default
+
+
+def callers_of(args: argparse.Namespace) -> Callers | int:
+    """Check ``--http``, TLS, ``--token-file``, ``--public-url`` and ``--agent``/``--operator``.
+
+    Shared by ``dirk mcp`` and ``dirk mcp proxy``: both are served, and authenticate their
+    callers, the same way. Returns the callers, or the exit code of a usage error.
+    """
+    from kernel.mcp import Principal
+    from kernel.mcp._http import TokenFileError, read_tokens
+
+    operator = getattr(args, "operator", None)  # dirk mcp proxy serves agents only
+    public_url = getattr(args, "public_url", None)
+    for flag, name in (("--agent", args.agent), ("--operator", operator)):
         problem = None if name is None else id_problem(name)
         if problem is not None:
             # A byte that is not UTF-8 reaches argv as a lone surrogate: refused, not echoed.
@@ -167,19 +226,17 @@ async def _mcp(args: argparse.Namespace) -> int:
         refusal = plain_http_refusal(host, tls=tls is not None, insecure_http=args.insecure_http)
         if refusal is not None:
             return error(CliError.BAD_ARGUMENT, refusal, ExitCode.USAGE)
-    elif args.token_file or args.tls_cert or args.tls_key or args.insecure_http or args.public_url:
+    elif args.token_file or args.tls_cert or args.tls_key or args.insecure_http or public_url:
         return error(
             CliError.BAD_ARGUMENT,
             "--token-file, --public-url, --tls-cert, --tls-key and --insecure-http go with --http",
             ExitCode.USAGE,
         )
-    if args.public_url is not None and _url_problem(args.public_url) is not None:
+    if public_url is not None and _url_problem(public_url) is not None:
         return error(
-            CliError.BAD_ARGUMENT, f"--public-url: {_url_problem(args.public_url)}", ExitCode.USAGE
+            CliError.BAD_ARGUMENT, f"--public-url: {_url_problem(public_url)}", ExitCode.USAGE
         )
-    if not (math.isfinite(args.wait) and 0 <= args.wait <= 600):
-        return error(CliError.BAD_ARGUMENT, "--wait takes seconds from 0 to 600", ExitCode.USAGE)
-    tokens = {}
+    tokens: dict[str, Principal] = {}
     if args.token_file:
         try:
             tokens = read_tokens(args.token_file)
@@ -188,46 +245,33 @@ async def _mcp(args: argparse.Namespace) -> int:
     default = None
     if args.agent:
         default = Principal(role="agent", name=args.agent)
-    elif args.operator:
-        default = Principal(role="operator", name=args.operator)
+    elif operator:
+        default = Principal(role="operator", name=operator)
     if default is None and not tokens:
-        return error(
-            CliError.BAD_ARGUMENT, "say who calls: --agent ID or --operator NAME", ExitCode.USAGE
-        )
+        who = "--agent ID or --operator NAME" if hasattr(args, "operator") else "--agent ID"
+        return error(CliError.BAD_ARGUMENT, f"say who calls: {who}", ExitCode.USAGE)
     if tokens and default is not None:
         return error(
             CliError.BAD_ARGUMENT,
             "with --token-file the tokens say who calls, not --agent/--operator",
             ExitCode.USAGE,
         )
+    return Callers(host, port, tls, tokens, default)
+
+
+def web_of(args: argparse.Namespace, callers: Callers) -> _Web | int | None:
+    """Bind ``--http``'s socket: where the server listens (None over stdio), or an exit code."""
+    from kernel.mcp._http import bound
+
+    if not args.http:
+        return None
     try:
-        packs = packs_from(args.pack)
-    except PackPathError as exc:
-        return error(CliError.BAD_PACK_PATH, str(exc), ExitCode.USAGE)
-    agents = sorted({p.name for p in tokens.values() if p.role == "agent"})
-    if default is not None and default.role == "agent":
-        agents = [default.name]
-    identity = Identity(default, tokens)
-    sock = None
-    if args.http:
-        try:
-            sock = bound(host, port)
-        except OSError as exc:
-            return error(
-                CliError.BAD_ARGUMENT, f"--http {args.http}: {exc.strerror}", ExitCode.USAGE
-            )
-    web = None
-    if sock is not None:
-        scheme = "https" if tls is not None else "http"
-        url = args.public_url or _url_of(scheme, host, sock.getsockname()[1])
-        web = _Web(sock, host, url, tls, tokens)
-    try:
-        async with _backend(args, agents, packs) as backend:
-            await _serve(backend, identity, web)
-    except PackError as exc:
-        # Raised on opening the kernel: a pack that needs an adapter dirk mcp has not.
-        return error(CliError.BAD_ARGUMENT, str(exc), ExitCode.USAGE)
-    return ExitCode.OK
+        sock = bound(callers.host, callers.port)
+    except OSError as exc:
+        return error(CliError.BAD_ARGUMENT, f"--http {args.http}: {exc.strerror}", ExitCode.USAGE)
+    scheme = "https" if callers.tls is not None else "http"
+    url = getattr(args, "public_url", None) or _url_of(scheme, callers.host, sock.getsockname()[1])
+    return _Web(sock, callers.host, url, callers.tls, callers.tokens)
 
 
 class _Web:
@@ -266,36 +310,48 @@ def _url_problem(url: str) -> str | None:
     return id_problem(url)
 
 
+def auth_of(web: _Web | None) -> dict[str, Any]:
+    """The MCP server's keywords for ``web``: the SDK's bearer check when tokens say who calls.
+
+    A 401 then names the protected-resource metadata (RFC 9728); over stdio, or on loopback
+    without tokens, none.
+    """
+    from kernel.mcp._http import http_auth
+
+    if web is None or not web.tokens:
+        return {}
+    auth, verifier = http_auth(web.tokens, web.url)
+    return {"auth": auth, "token_verifier": verifier}
+
+
 async def _serve(backend: Embedded | Follower, identity: Identity, web: _Web | None) -> None:
     import anyio
     from mcp.server.subscriptions import InMemorySubscriptionBus
 
     from kernel.mcp import Embedded, build_server, watch_rules
-    from kernel.mcp._http import coded_errors, http_auth, no_oauth, serve_http
 
     bus = InMemorySubscriptionBus()
-    if web is None:
-        server = build_server(backend, identity, bus=bus)
-    elif web.tokens:
-        # The SDK's own bearer check: a 401 names the protected-resource metadata.
-        auth, verifier = http_auth(web.tokens, web.url)
-        server = build_server(backend, identity, bus=bus, auth=auth, token_verifier=verifier)
-    else:
-        server = build_server(backend, identity, bus=bus)
+    server = build_server(backend, identity, bus=bus, **auth_of(web))
     async with anyio.create_task_group() as tg:
         if isinstance(backend, Embedded):
             tg.start_soon(watch_rules, bus, backend.kernel.journal)
-        if web is None:
-            await server.run_stdio_async()
-        else:
-            host = web.host
-            app: Any = server.streamable_http_app(stateless_http=True, host=host)
-            app = coded_errors(no_oauth(app) if web.tokens else app)
-            if web.tls is None and not is_loopback(host):
-                print(insecure_http_warning(host), file=sys.stderr, flush=True)
-            print(f"dirk mcp: serving {web.url}", file=sys.stderr, flush=True)
-            await serve_http(app, web.sock, tls=web.tls)
+        await transport(server, web)
         tg.cancel_scope.cancel()
+
+
+async def transport(server: Any, web: _Web | None) -> None:
+    """Serve ``server`` over stdio, or over streamable HTTP at ``web`` (until cancelled)."""
+    from kernel.mcp._http import coded_errors, no_oauth, serve_http
+
+    if web is None:
+        await server.run_stdio_async()
+        return
+    app: Any = server.streamable_http_app(stateless_http=True, host=web.host)
+    app = coded_errors(no_oauth(app) if web.tokens else app)
+    if web.tls is None and not is_loopback(web.host):
+        print(insecure_http_warning(web.host), file=sys.stderr, flush=True)
+    print(f"dirk mcp: serving {web.url}", file=sys.stderr, flush=True)
+    await serve_http(app, web.sock, tls=web.tls)
 
 
 @asynccontextmanager

@@ -1,0 +1,119 @@
+"""``dirk mcp proxy``: the governing MCP gateway in front of existing MCP servers.
+
+Served as ``dirk mcp`` is (stdio for one ``--agent``; ``--http`` with a token file
+of agents), it opens the kernel on ``--db`` with the pack made from the upstreams'
+tools (kernel.gateway). The SDK is imported only when the command runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from typing import Any
+
+from kernel.cli._operator import error
+from kernel.core.reasons import CliError, ExitCode
+
+
+def add_proxy(commands: Any) -> None:
+    """Add ``proxy`` under ``dirk mcp``."""
+    p = commands.add_parser(
+        "proxy",
+        help="govern existing MCP servers: each of their tool calls is a proposal",
+        description=(
+            "Stand in front of the MCP servers a config file names (stdio commands or"
+            " streamable-HTTP URLs): each tool the file names is a policy kind with the"
+            " tool's own schema and the file's bounds, limits and approval thresholds; a"
+            " tool it does not name is refused. Every call is judged, recorded and carried"
+            " out once by the kernel opened here on --db. See docs/frameworks.md."
+        ),
+    )
+    p.add_argument("--config", required=True, metavar="FILE", help="the gateway's TOML file")
+    p.add_argument("--db", required=True, help="the journal file")
+    p.add_argument("--agent", metavar="ID", help="over stdio: calls act as this agent")
+    p.add_argument(
+        "--http",
+        metavar="HOST:PORT",
+        help="serve streamable HTTP (stateless) instead of stdio; port 0 picks a free one",
+    )
+    p.add_argument(
+        "--token-file",
+        metavar="FILE",
+        help="HTTP bearer tokens, one 'agent:ID TOKEN' a line (dirk mcp's format)",
+    )
+    p.add_argument("--tls-cert", metavar="FILE", help="with --http: serve HTTPS (PEM chain)")
+    p.add_argument("--tls-key", metavar="FILE", help="the certificate's private key (PEM)")
+    p.add_argument(
+        "--insecure-http",
+        action="store_true",
+        help="with --http: serve plain HTTP off loopback anyway (bearer tokens readable)",
+    )
+    p.add_argument(
+        "--listing",
+        metavar="FILE",
+        help=(
+            "save the upstreams' tools as listed at start (JSON): with the config, what"
+            " kernel.gateway.pack_of makes the pack again from, for dirk verify --verdicts"
+        ),
+    )
+    p.set_defaults(run=_proxy)
+
+
+async def _proxy(args: argparse.Namespace) -> int:
+    try:
+        from kernel.gateway import (
+            ConfigError,
+            PackFailure,
+            UpstreamDown,
+            open_gateway,
+            read_config,
+            write_listing,
+        )
+        from kernel.mcp import Identity
+    except ImportError:
+        return error(
+            CliError.BAD_ARGUMENT,
+            "dirk mcp proxy needs the MCP SDK: pip install 'dir-kernel[mcp]'",
+            ExitCode.USAGE,
+        )
+    from kernel.cli._mcp import _QUIET, auth_of, callers_of, transport, web_of
+    from kernel.policy.packs import PackError
+
+    for name in (*_QUIET, "mcp.client"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+    callers = callers_of(args)
+    if isinstance(callers, int):
+        return callers
+    tokens, default = callers.tokens, callers.default
+    if any(p.role != "agent" for p in tokens.values()):
+        return error(
+            CliError.BAD_ARGUMENT, "the gateway serves agents: 'agent:ID TOKEN' lines only"
+        )
+    try:
+        config = read_config(args.config)
+    except ConfigError as exc:
+        return error(CliError.BAD_ARGUMENT, str(exc), ExitCode.USAGE)
+    agents = sorted({p.name for p in tokens.values()} | ({default.name} if default else set()))
+    web = web_of(args, callers)
+    if isinstance(web, int):
+        return web
+    try:
+        async with open_gateway(
+            config,
+            args.db,
+            identity=Identity(default, tokens),
+            agents=agents,
+            server_options=auth_of(web),
+        ) as gateway:
+            if args.listing:
+                try:
+                    write_listing(args.listing, gateway.listed)
+                except OSError as exc:
+                    return error(CliError.BAD_ARGUMENT, f"cannot write --listing: {exc}")
+            kinds = ", ".join(route.kind for route in gateway.routes.values()) or "none"
+            print(f"dirk mcp proxy: governing {kinds}", file=sys.stderr, flush=True)
+            await transport(gateway.server, web)
+    except (UpstreamDown, PackFailure, PackError) as exc:
+        return error(CliError.BAD_ARGUMENT, str(exc))
+    return ExitCode.OK
