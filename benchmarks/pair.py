@@ -181,7 +181,7 @@ def _print(args: argparse.Namespace, runs: list[dict[str, dict[str, float]]]) ->
         if not ratios:
             continue
         print(
-            f"{key:<36}{statistics.median(a):>10,.1f}{statistics.median(b):>10,.1f}"
+            f"{key:<36}{statistics.median(a):>10,.2f}{statistics.median(b):>10,.2f}"
             f"{statistics.median(ratios):>8.3f}  {min(ratios):.3f}-{max(ratios):.3f}"
         )
 
