@@ -137,6 +137,7 @@ class Kernel(OperatorActs):
         self._artifact_store: ArtifactStore | None = None
         self._artifact_lock = anyio.Lock()
         self.actors.agents.fetch = self.fetch_artifact
+        self.actors.agents.judge_now = self._judge_now
         self.inbox_agents = InboxAgents(
             self.register,
             lambda topic: self.trigger(topic, source="inbox"),
@@ -339,6 +340,49 @@ class Kernel(OperatorActs):
                 field=exc.field,
             )
             return Verdict(outcome=Outcome.REFUSED, dfid=clip(dfid), feedback=feedback)
+        record, invalid = self._admitted(proposal)
+        await self._recall(dfid)
+        if self._meaning is not None and invalid is None:
+            await self._score_meaning(dfid, record)
+        reply: Reply[Verdict] = Reply()
+        msg = Judge(
+            dfid=dfid,
+            proposal=record,
+            token=token,
+            invalid=invalid,
+            reply=reply,
+            usage=_usage(usage),
+        )
+        return await self._call(self.actors.dim, msg, reply)
+
+    def _judge_now(
+        self, token: str, dfid: str, proposal: Proposal, usage: Mapping[str, int]
+    ) -> bool:
+        """Hand a hosted agent's proposal to the DIM without waiting for its verdict.
+
+        The run-to-completion path of a synchronous agent (kernel.hosting): the same
+        judgement as :meth:`submit`, when nothing in it waits (the flow is in memory, no
+        meaning scorer, room in the DIM's mailbox). False leaves it to :meth:`submit`.
+        """
+        if (
+            self._stop_reason is not None
+            or self._meaning is not None
+            or dfid not in self.projections.flows
+        ):
+            return False
+        # No id check of token and dfid: both are the kernel's own (the session, the flow).
+        record, invalid = self._admitted(proposal)
+        msg = Judge(dfid=dfid, proposal=record, token=token, invalid=invalid, usage=_usage(usage))
+        try:
+            self.actors.dim.send_nowait(msg)
+        except anyio.WouldBlock:
+            return False
+        return True
+
+    def _admitted(
+        self, proposal: Proposal | Mapping[str, Any] | bytes | str
+    ) -> tuple[ProposalRecord, Feedback | None]:
+        """Return the proposal as the wall admits it (sealed), or its kind and why not."""
         invalid: Feedback | None = None
         try:
             try:
@@ -358,19 +402,7 @@ class Kernel(OperatorActs):
         if invalid is None and self._sealer is not None:
             # Personal fields become tokens before anything judges or records them.
             record = self._sealer.seal(record)
-        await self._recall(dfid)
-        if self._meaning is not None and invalid is None:
-            await self._score_meaning(dfid, record)
-        reply: Reply[Verdict] = Reply()
-        msg = Judge(
-            dfid=dfid,
-            proposal=record,
-            token=token,
-            invalid=invalid,
-            reply=reply,
-            usage=_usage(usage),
-        )
-        return await self._call(self.actors.dim, msg, reply)
+        return record, invalid
 
     async def _score_meaning(self, dfid: str, record: ProposalRecord) -> None:
         """Record how close the proposal comes to the constraints its words did not match.

@@ -80,6 +80,10 @@ class Mailbox(Generic[M]):
         send, receive = anyio.create_memory_object_stream[M](capacity)
         self._send: MemoryObjectSendStream[M] = send
         self._receive: MemoryObjectReceiveStream[M] = receive
+        self.direct: Callable[[M], bool] | None = None
+        """A receiver that takes a message where it is delivered (run to completion: no
+        task waits for it, no hop through the scheduler); it returns False to leave the
+        message to the mailbox. kernel.hosting sets it for agents that decide synchronously."""
 
     async def send(self, msg: M) -> None:
         """Deliver ``msg``, waiting while the mailbox is full.
@@ -87,6 +91,8 @@ class Mailbox(Generic[M]):
         With room it returns without a trip through the scheduler (anyio's ``send``
         yields once even then); the sender's next wait is its checkpoint.
         """
+        if self.direct is not None and self.direct(msg):
+            return
         try:
             self._send.send_nowait(msg)
             return
@@ -105,6 +111,8 @@ class Mailbox(Generic[M]):
         Actors hand many messages over per batch: skipping the scheduler round trip
         of ``send`` when the mailbox has room is most of the cost of a hand-over.
         """
+        if self.direct is not None and self.direct(msg):
+            return None
         try:
             self._send.send_nowait(msg)
         except anyio.WouldBlock:
