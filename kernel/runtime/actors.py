@@ -44,6 +44,8 @@ from kernel.core.events import (
     MessageDeadLettered,
     Payload,
     ResourceReleased,
+    closes_flow,
+    closing_of,
 )
 from kernel.core.flow import FLOW_EVENTS, FlowState, IllegalTransition
 from kernel.core.ports import Clock
@@ -255,6 +257,9 @@ class Outbox:
             if dfid not in self._undo:
                 self._undo[dfid] = staged
             state = flow.apply(current, provisional)
+            if closes_flow(provisional):
+                # The FlowClosed it stands for, which every reader will see after it.
+                state = flow.apply(state, closing_of(provisional))
             self._overlay[dfid] = (state, index)
             if state.terminal and (current is None or not current.terminal):
                 ended = state
