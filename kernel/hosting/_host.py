@@ -17,7 +17,7 @@ takes the agent's contexts from then on.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Container, Mapping
+from collections.abc import Awaitable, Callable, Container, Coroutine, Mapping
 from contextlib import AbstractContextManager, nullcontext
 from functools import partial
 from typing import Any, Protocol
@@ -295,9 +295,21 @@ class AgentHost:
         elif meter.tokens or not self._judge_now(session.token, ctx.dfid, proposal, meter):
             # The verdict is needed (tokens to carry past a rejection), or the judgement
             # waits on something: submit it from a task of its own, as the crew would.
-            assert self.tg is not None
-            self.tg.start_soon(self._submit_later, session.token, ctx.dfid, proposal, meter)
+            self._later(self._submit_later, session.token, ctx.dfid, proposal, meter)
         return True
+
+    def _later(self, fn: Callable[..., Coroutine[Any, Any, None]], *args: Any) -> None:
+        """Run ``fn(*args)`` in a task beside the agents; nothing if the kernel is stopping.
+
+        Called from the compiler's after-commit step, which must never fail for it: a flow
+        whose proposal or withdrawal is lost to a stop stays open, and the next run
+        recovers it.
+        """
+        try:
+            if self.tg is not None:
+                self.tg.start_soon(fn, *args)
+        except RuntimeError:
+            log.info("the kernel is stopping: %s not run", getattr(fn, "__name__", fn))
 
     def _decide_now(
         self, agent: AgentLike, ctx: WorkingContext, meter: UsageMeter
@@ -362,7 +374,6 @@ class AgentHost:
         try:
             self._dim.send_nowait(msg)
         except anyio.WouldBlock:
-            assert self.tg is not None
-            self.tg.start_soon(self._dim.send, msg)
+            self._later(self._dim.send, msg)
         except MailboxClosed:
             pass  # the kernel is stopping; the flow stays open for the next run
