@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from kernel import Manifest, Proposal, WorkingContext
 
 
@@ -28,6 +30,13 @@ class Agent:
     """
 
     manifest: Manifest
+    synchronous: ClassVar[bool] = False
+    """True when :meth:`decide` never waits (no ``await`` that suspends: rules, arithmetic,
+    a local model called inline). The kernel then runs it to completion where its context
+    is delivered, without a task or a mailbox between them, which is most of what hosting
+    costs an instant agent. A ``decide`` that waits after all is closed at that wait and
+    run again from the start by the agent's own tasks, which take its contexts from then
+    on: say True only of a ``decide`` that never waits."""
 
     async def decide(self, ctx: WorkingContext) -> Proposal | None:
         """Return a proposal for this flow, or None to decline to act."""

@@ -72,6 +72,8 @@ class NoopAdapter:
 class InstantAgent(Agent):
     """Proposes a valid Order on every context, with high confidence, without waiting."""
 
+    synchronous = True  # it never waits: the kernel runs it where its context is delivered
+
     def __init__(self, agent_id: str) -> None:
         self.manifest = Manifest(
             agent_id=agent_id,

@@ -12,16 +12,22 @@ Levers (A is before, B after):
   with the trained dictionary 2 (B, the current codec); time-ordered ids on both sides.
 - ``both``: random ids and dictionary 1 (A, main before this round) against time-ordered
   ids and zstd (B).
+- ``tree``: the kernel at git revision ``--a`` (A) against the working tree (B), for levers
+  that change the runtime itself (issue 35's second half): side A runs this harness with
+  ``kernel``, ``agents_sdk``, ``policies`` and ``examples`` taken from ``git archive`` of
+  that revision. ``--p3 N`` adds P3 (N flows at 500/s) to each run.
 """
 
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import os
 import statistics
 import subprocess
 import sys
+import tarfile
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
@@ -29,17 +35,38 @@ from pathlib import Path
 import anyio
 
 from benchmarks.flows import FlowRun, run_flows
+from benchmarks.latency import LatencyRun, run_latency
 from kernel.journal import codec
 
 LEVERS = {
     "ids": ("random v4 DFIDs", "time-ordered v7 DFIDs"),
     "codec": ("zlib, dictionary 1", "zstd, dictionary 2"),
     "both": ("v4 ids, zlib dictionary 1", "v7 ids, zstd dictionary 2"),
+    "tree": ("the kernel at --a", "the working tree"),
 }
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("kernel", "agents_sdk", "policies", "examples")
 
 
-def _one(lever: str, side: str, flows: int) -> dict[str, float]:
-    """Run P1 once with ``side`` (``A`` or ``B``) of ``lever``; return its figures per flow."""
+def checkout(rev: str, into: Path) -> Path:
+    """Unpack the kernel's packages at ``rev`` into ``into``, beside this harness; return it.
+
+    Only the measured code comes from ``rev``: the harness (this package) is the working
+    tree's, linked in, so both sides run the same workload and figures.
+    """
+    archive = subprocess.run(
+        ["git", "-C", str(ROOT), "archive", "--format=tar", rev, *PACKAGES],
+        check=True,
+        capture_output=True,
+    ).stdout
+    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+        tar.extractall(into, filter="data")
+    (into / "benchmarks").symlink_to(ROOT / "benchmarks", target_is_directory=True)
+    return into
+
+
+def _one(lever: str, side: str, flows: int, p3: int = 0) -> dict[str, float]:
+    """Run P1 (and P3 if ``p3``) once with ``side`` of ``lever``; return its figures per flow."""
     ordered = not (lever in ("ids", "both") and side == "A")
     if lever in ("codec", "both") and side == "A":
         # The store's writer makes its packer with the default number: make that dictionary 1.
@@ -62,6 +89,18 @@ def _one(lever: str, side: str, flows: int) -> dict[str, float]:
     for key in ("rchar", "wchar"):
         if r.io and key in r.io:
             figures[f"{key} per flow"] = r.io[key] / r.flows
+    figures["commits per flow"] = r.transactions / r.flows
+    figures["events per flow"] = r.events / r.flows
+    if p3:
+        with tempfile.TemporaryDirectory(prefix="dir-pair-") as tmp:
+            path = Path(tmp) / "p3.db"
+
+            async def latency() -> LatencyRun:
+                return await run_latency(path, p3)
+
+            lat = anyio.run(latency, backend="asyncio")
+        figures["P3 p50 us"] = lat.percentile_us(0.5)
+        figures["P3 p99 us"] = lat.percentile_us(0.99)
     return figures
 
 
@@ -71,15 +110,31 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("lever", choices=sorted(LEVERS))
     parser.add_argument("--flows", type=int, default=8_000)
     parser.add_argument("--pairs", type=int, default=3, help="pairs kept (one more is run first)")
+    parser.add_argument("--a", metavar="REV", help="tree: the git revision of side A")
+    parser.add_argument("--p3", type=int, default=0, metavar="N", help="also P3, N flows")
     parser.add_argument("--side", choices=("A", "B"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.side:
-        print(json.dumps(_one(args.lever, args.side, args.flows)))
+        print(json.dumps(_one(args.lever, args.side, args.flows, args.p3)))
         return 0
+    if args.lever == "tree" and not args.a:
+        parser.error("tree needs --a REV (the revision before the lever)")
+    with tempfile.TemporaryDirectory(prefix="dir-pair-tree-") as tmp:
+        where = {"A": checkout(args.a, Path(tmp)), "B": ROOT} if args.a else {}
+        runs = _pairs(args, where)
+    _print(args, runs)
+    return 0
+
+
+def _pairs(args: argparse.Namespace, where: dict[str, Path]) -> list[dict[str, dict[str, float]]]:
+    """Run the pairs (one warm-up first), alternating which side goes first."""
     runs: list[dict[str, dict[str, float]]] = []
     for n in range(args.pairs + 1):
         pair = {}
         for side in ("A", "B") if n % 2 == 0 else ("B", "A"):
+            env = dict(os.environ)
+            if side in where:
+                env["PYTHONPATH"] = str(where[side])
             out = subprocess.run(
                 [
                     sys.executable,
@@ -90,10 +145,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                     side,
                     "--flows",
                     str(args.flows),
+                    "--p3",
+                    str(args.p3),
                 ],
                 check=True,
                 capture_output=True,
                 text=True,
+                cwd=where.get(side),
+                env=env,
             ).stdout
             pair[side] = json.loads(out.splitlines()[-1])
         label = "warm-up" if n == 0 else f"pair {n}"
@@ -105,7 +164,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         if n:
             runs.append(pair)
+    return runs
+
+
+def _print(args: argparse.Namespace, runs: list[dict[str, dict[str, float]]]) -> None:
+    """Print each figure's A, B and B/A: the median of the pairs, and their min-max."""
     a_name, b_name = LEVERS[args.lever]
+    if args.a:
+        a_name = f"{a_name} ({args.a})"
     print(f"{args.lever}: A = {a_name}, B = {b_name}; {args.pairs} pairs of {args.flows:,} flows")
     print(f"{'figure':<36}{'A':>10}{'B':>10}{'B/A':>8}  min-max")
     for key in runs[0]["A"]:
@@ -115,10 +181,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not ratios:
             continue
         print(
-            f"{key:<36}{statistics.median(a):>10,.1f}{statistics.median(b):>10,.1f}"
+            f"{key:<36}{statistics.median(a):>10,.2f}{statistics.median(b):>10,.2f}"
             f"{statistics.median(ratios):>8.3f}  {min(ratios):.3f}-{max(ratios):.3f}"
         )
-    return 0
 
 
 if __name__ == "__main__":

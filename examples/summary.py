@@ -173,7 +173,9 @@ async def summarize(
         "budget_used": money_spent(projections, now),
         "quorum_votes": quorum_votes(events),
         "grant_uses": grant_uses(projections),
-        "events": len(events),
+        # The journal's events, as its head counts them: a FlowClosed derived from its
+        # success (kernel.core.events.with_derived) is read but has no row of its own.
+        "events": events[-1].seq if events else 0,
         "flows": dict(sorted(Counter(str(f.status) for f in flows).items())),
         "reason_codes": dict(sorted(reason_codes(events).items())),
         "effects_executed": sum(isinstance(e.payload, ev.ExecutionSucceeded) for e in events),

@@ -37,6 +37,7 @@ from decimal import Decimal
 from types import TracebackType
 from typing import Any
 
+import anyio
 import msgspec
 from opentelemetry.context import Context
 
@@ -141,6 +142,7 @@ class Kernel:
             submit=self.submit,
             spawn_effect=self._spawn_effect,
             fetch=self._artifacts.fetch,
+            judge_now=self._judge_now,
         )
         self._proposals = Proposals(
             journal,
@@ -415,22 +417,7 @@ class Kernel:
                 field=exc.field,
             )
             return Verdict(outcome=Outcome.REFUSED, dfid=clip(dfid), feedback=feedback)
-        invalid: Feedback | None = None
-        try:
-            try:
-                record = to_record(proposal)
-            except RecursionError:
-                raise InputInvalid("$", f"nested deeper than {wall.MAX_DEPTH} levels") from None
-            wall.admit(record, wall.ProposalSpec)
-        except (ProposalInvalid, InputInvalid) as exc:
-            kind = proposal.get("kind") if isinstance(proposal, Mapping) else None
-            record = ProposalRecord(kind=clip(kind) if isinstance(kind, str) else "")
-            invalid = Feedback(
-                reason_code=ReasonCode.SCHEMA_INVALID,
-                detail=exc.detail[:500],
-                layer="schema",
-                field=exc.field,
-            )
+        record, invalid = _admitted(proposal)
         await self._flows.recall(dfid)
         if invalid is None:
             record = await self._edge.prepare(dfid, record)
@@ -444,6 +431,30 @@ class Kernel:
             usage=_usage(usage),
         )
         return await self._calls.call(self.actors.dim, msg, reply)
+
+    def _judge_now(
+        self, token: str, dfid: str, proposal: Proposal, usage: Mapping[str, int]
+    ) -> bool:
+        """Hand a hosted agent's proposal to the DIM without waiting for its verdict.
+
+        The run-to-completion path of a synchronous agent (kernel.hosting): the same
+        judgement as :meth:`submit`, when nothing in it waits (the flow is in memory, no
+        meaning to score, room in the DIM's mailbox). False leaves it to :meth:`submit`.
+        """
+        if self._calls.stopped is not None or self._edge.scores:
+            return False
+        if dfid not in self.projections.flows:
+            return False
+        # No id check of token and dfid: both are the kernel's own (the session, the flow).
+        record, invalid = _admitted(proposal)
+        if invalid is None:
+            record = self._edge.seal(record)
+        msg = Judge(dfid=dfid, proposal=record, token=token, invalid=invalid, usage=_usage(usage))
+        try:
+            self.actors.dim.send_nowait(msg)
+        except anyio.WouldBlock:
+            return False
+        return True
 
     async def propose(
         self,
@@ -853,3 +864,25 @@ def _usage(usage: Mapping[str, int] | None) -> dict[str, int]:
             continue
         admitted[checked.model] = admitted.get(checked.model, 0) + checked.tokens
     return admitted
+
+
+def _admitted(
+    proposal: Proposal | Mapping[str, Any] | bytes | str,
+) -> tuple[ProposalRecord, Feedback | None]:
+    """Return the proposal as the wall admits it, or its kind and why not."""
+    try:
+        try:
+            record = to_record(proposal)
+        except RecursionError:
+            raise InputInvalid("$", f"nested deeper than {wall.MAX_DEPTH} levels") from None
+        wall.admit(record, wall.ProposalSpec)
+    except (ProposalInvalid, InputInvalid) as exc:
+        kind = proposal.get("kind") if isinstance(proposal, Mapping) else None
+        record = ProposalRecord(kind=clip(kind) if isinstance(kind, str) else "")
+        return record, Feedback(
+            reason_code=ReasonCode.SCHEMA_INVALID,
+            detail=exc.detail[:500],
+            layer="schema",
+            field=exc.field,
+        )
+    return record, None

@@ -51,11 +51,25 @@ class Edge:
         self._sealer = sealer
         self._meaning = meaning
 
-    async def prepare(self, dfid: str, record: ProposalRecord) -> ProposalRecord:
-        """Return ``record`` as the DIM may judge it in flow ``dfid`` (the wall passed it)."""
+    @property
+    def scores(self) -> bool:
+        """Whether :meth:`prepare` scores meaning (it then waits for the model and the journal)."""
+        return self._meaning is not None
+
+    def seal(self, record: ProposalRecord) -> ProposalRecord:
+        """Return ``record`` with its personal fields sealed.
+
+        All of :meth:`prepare` that never waits: what a proposal judged at once (a
+        synchronous agent's, run to completion) goes through when nothing scores.
+        """
         if self._sealer is not None:
             # Personal fields become tokens before anything judges or records them.
             record = self._sealer.seal(record)
+        return record
+
+    async def prepare(self, dfid: str, record: ProposalRecord) -> ProposalRecord:
+        """Return ``record`` as the DIM may judge it in flow ``dfid`` (the wall passed it)."""
+        record = self.seal(record)
         if self._meaning is not None:
             await self._score_meaning(self._meaning, dfid, record)
         return record

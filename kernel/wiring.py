@@ -20,7 +20,7 @@ from kernel.dim import IntegrityModule
 from kernel.escalation import EscalationDesk
 from kernel.execution import ExecutionEngine
 from kernel.guards import GuardRunner
-from kernel.hosting import AgentHost, Fetch, Submit
+from kernel.hosting import AgentHost, Fetch, JudgeNow, Submit
 from kernel.policy.packs import PolicyCatalog
 from kernel.registry import Registry
 from kernel.runtime.actors import ChildSpec, Mailbox
@@ -54,6 +54,7 @@ class Actors:
         submit: Submit,
         spawn_effect: Callable[[Any], None],
         fetch: Fetch | None = None,
+        judge_now: JudgeNow | None = None,
     ) -> None:
         limits = config.limits
         max_in_flight = limits.max_in_flight
@@ -84,6 +85,7 @@ class Actors:
             reasoning_timeout_s=limits.reasoning_timeout_s,
             moving=projections.moving,
             fetch=fetch,
+            judge_now=judge_now,
         )
         # Adapter calls run on kept worker tasks (shared by every engine instance); a
         # flow has at most one call at a time, so this many never makes one wait.

@@ -22,6 +22,7 @@ import anyio
 
 from kernel.cli._operator import error, error_of
 from kernel.cli._read import print_json, say
+from kernel.core.events import is_derived
 from kernel.core.keys import KeyUnusable, load_private_key
 from kernel.core.merkle import leaf_hash, verify_consistency, verify_inclusion
 from kernel.core.notes import NoteError, parse_checkpoint, split_note, tlog_proof
@@ -212,6 +213,8 @@ async def _prove(args: argparse.Namespace) -> int:
                 )
             size, note = covering
             trees = journal.trees()
+            # A derived event (a FlowClosed with no row of its own) is proven by its row's.
+            events = [event for event in events if not is_derived(event)]
             proofs = [(event, await trees.inclusion(event.seq, size)) for event in events]
     except JournalError as exc:
         return error_of(exc, ExitCode.USAGE)

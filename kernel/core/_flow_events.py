@@ -251,6 +251,11 @@ class ExecutionSucceeded(Payload, frozen=True, tag=True):
     """The result was found by the adapter's ``lookup`` after a restart, not by a call."""
     reconciled: bool = False
     """The result was observed outside the kernel and recorded by a human (``reconcile``)."""
+    closes: bool = False
+    """The flow ends with this result (its single action). The journal stores no FlowClosed
+    row after it: every reader gets the FlowClosed it stands for, derived right after it
+    (same seq, time and hash: :func:`kernel.core.events.with_derived`). Journals from before
+    it (both rows) read the same."""
 
 
 class ExecutionFailed(Payload, frozen=True, tag=True):

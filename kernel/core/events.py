@@ -313,6 +313,68 @@ def chain_key_id(key: bytes) -> str:
     return hmac.new(key, b"dirk chain key id v1", hashlib.sha256).hexdigest()[:16]
 
 
+_CLOSED = FlowClosed()
+
+
+def closing_of(event: Event) -> Event:
+    """Return the FlowClosed a closing ExecutionSucceeded stands for (see ``closes``).
+
+    It is what the engine recorded as a row of its own before: the next event of the flow,
+    caused by the success, in the same append (same time). It has the success's seq and
+    hash, having no row of its own: what vouches for it is the row it is derived from.
+    """
+    return Event(
+        seq=event.seq,
+        ts=event.ts,
+        payload=_CLOSED,
+        dfid=event.dfid,
+        parent_dfid=event.parent_dfid,
+        caused_by=event.seq,
+        agent_id=event.agent_id,
+        prev_hash=event.hash,
+        hash=event.hash,
+    )
+
+
+def closes_flow(event: Event) -> bool:
+    """Whether ``event`` is an ExecutionSucceeded that ends its flow (a FlowClosed follows)."""
+    payload = event.payload
+    return type(payload) is ExecutionSucceeded and payload.closes
+
+
+def is_derived(event: Event) -> bool:
+    """Whether ``event`` has no row of its own (derived by :func:`with_derived`).
+
+    Only a derived event is caused by its own seq: an id made of the seq alone (a bus
+    message's, say) needs this to tell it from the row it shares the seq with.
+    """
+    return event.caused_by == event.seq
+
+
+def with_derived(events: list[Event]) -> list[Event]:
+    """Return ``events`` with the FlowClosed each closing success stands for right after it.
+
+    Every reader of the journal sees events through this (folds, listeners, reads, scans,
+    verify): the journal stores one row where two events travel together, and the contract
+    of the second (narratives, spans, the console, the mesh's subjects) stays. ``events``
+    itself is returned when nothing is derived.
+    """
+    first = next((i for i, event in enumerate(events) if closes_flow(event)), None)
+    if first is None:
+        return events
+    out = events[:first]
+    last = len(events) - 1
+    for index in range(first, last + 1):
+        event = events[index]
+        out.append(event)
+        if closes_flow(event) and not (
+            # Already derived (a list handed on twice): never a second FlowClosed.
+            index < last and events[index + 1].seq == event.seq
+        ):
+            out.append(closing_of(event))
+    return out
+
+
 def decode_body(body: bytes, prev_hash: bytes, hash_: bytes) -> Event:
     """Decode stored canonical bytes back into an Event carrying its chain hashes."""
     event = _decoder.decode(body)
@@ -422,8 +484,12 @@ __all__ = [
     "canonical",
     "chain",
     "chain_key_id",
+    "closes_flow",
+    "closing_of",
     "decode_body",
     "digest",
     "event_type",
+    "is_derived",
     "stamp",
+    "with_derived",
 ]

@@ -240,6 +240,9 @@ class ExecutionEngine:
                     external_id=msg.receipt.external_id,
                     detail=msg.receipt.detail,
                     recovered=msg.found,
+                    # A single action's success ends its flow: one row where two events
+                    # travel together, the FlowClosed derived from it for every reader.
+                    closes=intent.step == 0,
                 ),
                 dfid=msg.dfid,
             )
@@ -290,10 +293,9 @@ class ExecutionEngine:
             )
 
     def _advance_after(self, intent: ExecutionIntent, dfid: str, out: Outbox) -> None:
-        if intent.step == 0:
-            out.emit(FlowClosed(), dfid=dfid)  # a single action: nothing follows
-        else:
+        if intent.step != 0:
             self._advance(dfid, out)
+        # else a single action: its success closes the flow (``closes``), nothing follows
 
     # --- unknown outcomes ---------------------------------------------------------
 

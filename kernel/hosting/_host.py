@@ -4,13 +4,22 @@ The context compiler addresses each WorkingContext to its agent's mailbox; a
 crew of tasks takes them, runs ``agent.decide`` under the token and time caps
 (kernel.core.reasoning) and submits what comes back, or withdraws the flow with the
 reason it ended without a proposal. No task is spawned per flow.
+
+An agent that declares it decides synchronously (``synchronous = True``: its ``decide``
+never waits) runs to completion where its context is delivered, in the compiler's
+after-commit step: no mailbox, no crew task, no reply to wait for; its proposal goes
+straight to the DIM's mailbox (issue 35). It is the same reasoning under the same
+token meter, trace and fetcher; what it saves is the hops between tasks. A ``decide``
+that waits after all is closed at its first wait and run again by the crew, which
+takes the agent's contexts from then on.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Container, Mapping
+from collections.abc import Awaitable, Callable, Container, Coroutine, Mapping
 from contextlib import AbstractContextManager, nullcontext
+from functools import partial
 from typing import Any, Protocol
 
 import anyio
@@ -20,11 +29,11 @@ from kernel.core.errors import KernelShutdown
 from kernel.core.events import Manifest
 from kernel.core.fetching import ArtifactSlice, current_fetcher
 from kernel.core.ports import Clock
-from kernel.core.reasoning import UsageMeter, metered
+from kernel.core.reasoning import UsageMeter, current_meter, metered
 from kernel.core.reasons import ReasonCode
 from kernel.core.wall import clip
 from kernel.policy.contracts import Outcome, Proposal, Session, Verdict, WorkingContext
-from kernel.runtime.actors import Mailbox
+from kernel.runtime.actors import Mailbox, MailboxClosed
 from kernel.runtime.messages import AgentMessage, DimMessage, Withdraw
 
 log = logging.getLogger("kernel")
@@ -38,6 +47,9 @@ class Submit(Protocol):
     ) -> Awaitable[Verdict]: ...
 
 
+JudgeNow = Callable[[str, str, Proposal, Mapping[str, int]], bool]
+"""The kernel's hand-over of a proposal to the DIM without waiting for the verdict:
+(token, dfid, proposal, usage by model) -> False if it must go through ``Submit``."""
 Fetch = Callable[[str, str, str, int, int | None], Awaitable[ArtifactSlice]]
 """The kernel's fetch of an artifact: (agent id, dfid, ref, start, length)."""
 TraceScope = Callable[[str, int], AbstractContextManager[object]]
@@ -50,8 +62,16 @@ def _no_trace(dfid: str, attempt: int) -> AbstractContextManager[object]:
     return nullcontext()
 
 
+class _Suspended(Exception):
+    """A ``decide`` declared synchronous waited: the crew runs it instead."""
+
+
 class AgentLike(Protocol):
-    """What the kernel needs of an agent it hosts (agents_sdk.Agent provides it)."""
+    """What the kernel needs of an agent it hosts (agents_sdk.Agent provides it).
+
+    An agent may also say ``synchronous = True``: its ``decide`` never waits, so the
+    kernel runs it to completion where its context is delivered.
+    """
 
     manifest: Manifest
 
@@ -72,6 +92,9 @@ class AgentHost:
         reasoning_timeout_s: the longest one reasoning step may take.
         moving: the flows still moving (what the host keeps per flow is pruned to them).
         fetch: the kernel's fetch of an artifact, which ``ctx.fetch_artifact`` reaches.
+        judge_now: the kernel's hand-off of a synchronous agent's proposal to the DIM
+            without waiting for its verdict (run to completion); False leaves it to
+            ``submit``.
     """
 
     def __init__(
@@ -85,6 +108,7 @@ class AgentHost:
         reasoning_timeout_s: float | None,
         moving: Container[str] = frozenset(),
         fetch: Fetch | None = None,
+        judge_now: JudgeNow | None = None,
     ) -> None:
         self._submit = submit
         self._dim = dim
@@ -108,6 +132,8 @@ class AgentHost:
         """Set by the kernel when spans are exported: ``decide()`` runs inside the flow's trace."""
         self.fetch = fetch
         """``ctx.fetch_artifact`` in ``decide()`` reaches it (as the agent)."""
+        self.judge_now = judge_now
+        """A synchronous agent's proposal goes to the DIM without a wait (None: never)."""
 
     def host(self, agent: AgentLike, mailbox: Mailbox[AgentMessage]) -> None:
         """Start ``agent``'s crew on the contexts that arrive in ``mailbox``."""
@@ -115,6 +141,8 @@ class AgentHost:
         agent_id = agent.manifest.agent_id
         scope = self._crews[agent_id] = anyio.CancelScope()
         self.tg.start_soon(self._crew, agent, mailbox, scope, name=f"agent:{agent_id}")
+        if getattr(agent, "synchronous", False) is True:
+            mailbox.direct = partial(self._run_now, agent, mailbox)
 
     def hosting(self, agent_id: str) -> bool:
         """Whether a crew in this process reasons for ``agent_id``."""
@@ -129,6 +157,7 @@ class AgentHost:
         left waiting in a mailbox no one reads.
         """
         assert self.tg is not None
+        mailbox.direct = None  # what still arrives is withdrawn, never decided
         scope = self._crews.pop(agent_id, None)
         if scope is not None:
             scope.cancel()
@@ -216,13 +245,142 @@ class AgentHost:
                 await withdraw(ReasonCode.AGENT_DECLINED, "no action")
                 return
             verdict = await self._submit(token, ctx.dfid, proposal, usage=dict(meter.models))
-            if verdict.outcome is Outcome.REJECTED and meter.tokens:
-                self._usage[ctx.dfid] = meter.tokens  # the next attempt spends from the rest
-                if len(self._usage) > self._prune_at:
-                    self._usage = {d: n for d, n in self._usage.items() if d in self._moving}
-                    self._prune_at = 2 * len(self._usage) + _PRUNE_AT
+            self._carry(ctx.dfid, verdict, meter)
         except KernelShutdown:
             return
         finally:
             if fetching is not None:
                 current_fetcher.reset(fetching)
+
+    def _carry(self, dfid: str, verdict: Verdict, meter: UsageMeter) -> None:
+        """Keep a rejected attempt's tokens for the flow's next attempt to spend from."""
+        if verdict.outcome is Outcome.REJECTED and meter.tokens:
+            self._usage[dfid] = meter.tokens  # the next attempt spends from the rest
+            if len(self._usage) > self._prune_at:
+                self._usage = {d: n for d, n in self._usage.items() if d in self._moving}
+                self._prune_at = 2 * len(self._usage) + _PRUNE_AT
+
+    # --- run to completion: agents that decide synchronously ----------------------
+
+    def _run_now(
+        self, agent: AgentLike, mailbox: Mailbox[AgentMessage], ctx: WorkingContext
+    ) -> bool:
+        """Decide ``ctx`` here and now; False leaves it to the crew (the mailbox).
+
+        Runs inside the compiler's after-commit step, so nothing may escape: what the
+        agent raises withdraws its flow, as in the crew.
+        """
+        session = self.sessions.get(ctx.agent_id)
+        if session is None or self.judge_now is None:
+            return False
+        carried = self._usage.pop(ctx.dfid, 0)
+        meter = UsageMeter(ctx.dfid, self._token_budget, carried)
+        try:
+            proposal = self._decide_now(agent, ctx, meter)
+        except _Suspended:
+            log.warning(
+                "agent %s says it decides synchronously but its decide() waited: its crew"
+                " runs it from now on (this attempt is reasoned again there)",
+                ctx.agent_id,
+            )
+            mailbox.direct = None
+            if carried:
+                self._usage[ctx.dfid] = carried
+            return False
+        except Exception as exc:
+            log.warning("agent %s failed on flow %s: %r", ctx.agent_id, ctx.dfid, exc)
+            if meter.stopped is not None:
+                self._withdraw_now(ctx, session.token, meter, *meter.stopped)
+            else:
+                detail = clip(f"{type(exc).__name__}: {exc}", 500)
+                self._withdraw_now(ctx, session.token, meter, ReasonCode.AGENT_ERROR, detail)
+            return True
+        if meter.stopped is not None:
+            self._withdraw_now(ctx, session.token, meter, *meter.stopped)
+        elif proposal is None:
+            self._withdraw_now(ctx, session.token, meter, ReasonCode.AGENT_DECLINED, "no action")
+        elif meter.tokens or not self._judge_now(session.token, ctx.dfid, proposal, meter):
+            # The verdict is needed (tokens to carry past a rejection), or the judgement
+            # waits on something: submit it from a task of its own, as the crew would.
+            self._later(self._submit_later, session.token, ctx.dfid, proposal, meter)
+        return True
+
+    def _later(self, fn: Callable[..., Coroutine[Any, Any, None]], *args: Any) -> None:
+        """Run ``fn(*args)`` in a task beside the agents; nothing if the kernel is stopping.
+
+        Called from the compiler's after-commit step, which must never fail for it: a flow
+        whose proposal or withdrawal is lost to a stop stays open, and the next run
+        recovers it.
+        """
+        try:
+            if self.tg is not None:
+                self.tg.start_soon(fn, *args)
+        except RuntimeError:
+            log.info("the kernel is stopping: %s not run", getattr(fn, "__name__", fn))
+
+    def _decide_now(
+        self, agent: AgentLike, ctx: WorkingContext, meter: UsageMeter
+    ) -> Proposal | None:
+        """Run ``decide`` to its end without a wait; raise _Suspended if it waits."""
+        if meter.stopped is not None:
+            return None  # the budget was spent before this attempt began
+        fetch = self.fetch
+        fetching = None
+        if fetch is not None:
+            agent_id = ctx.agent_id
+
+            async def fetcher(dfid: str, ref: str, start: int, length: int | None) -> ArtifactSlice:
+                return await fetch(agent_id, dfid, ref, start, length)
+
+            fetching = current_fetcher.set(fetcher)
+        metering = current_meter.set(meter)
+        try:
+            with self.trace_scope(ctx.dfid, ctx.attempt):
+                thought = agent.decide(ctx)
+                try:
+                    thought.send(None)
+                except StopIteration as done:
+                    proposal: Proposal | None = done.value
+                    return proposal
+                thought.close()  # at its first wait, in the task that started it
+                raise _Suspended
+        finally:
+            current_meter.reset(metering)
+            if fetching is not None:
+                current_fetcher.reset(fetching)
+
+    def _judge_now(self, token: str, dfid: str, proposal: Proposal, meter: UsageMeter) -> bool:
+        assert self.judge_now is not None
+        try:
+            return self.judge_now(token, dfid, proposal, dict(meter.models))
+        except Exception as exc:
+            # Never a crash of the compiler: the flow goes the crew's way to the DIM.
+            log.warning("judging flow %s at once failed: %r", dfid, exc)
+            return False
+
+    async def _submit_later(
+        self, token: str, dfid: str, proposal: Proposal, meter: UsageMeter
+    ) -> None:
+        try:
+            verdict = await self._submit(token, dfid, proposal, usage=dict(meter.models))
+        except KernelShutdown:
+            return
+        self._carry(dfid, verdict, meter)
+
+    def _withdraw_now(
+        self, ctx: WorkingContext, token: str, meter: UsageMeter, code: ReasonCode, detail: str
+    ) -> None:
+        msg = Withdraw(
+            dfid=ctx.dfid,
+            token=token,
+            attempt=ctx.attempt,
+            reason_code=code,
+            detail=detail,
+            usage=dict(meter.models),
+        )
+        try:
+            self._dim.send_nowait(msg)
+        except anyio.WouldBlock:
+            self._later(self._dim.send, msg)
+        except MailboxClosed:
+            pass  # the kernel is stopping; the flow stays open for the next run

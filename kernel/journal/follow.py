@@ -17,7 +17,7 @@ from typing import Any
 
 import anyio
 
-from kernel.core.events import GENESIS_HASH, Event, decode_body
+from kernel.core.events import GENESIS_HASH, Event, decode_body, with_derived
 from kernel.core.ports import Clock, SystemClock
 from kernel.journal._subscription import READ_BATCH
 from kernel.journal.codec import unpack
@@ -63,7 +63,7 @@ async def follow_journal(
                 except (ValueError, TypeError) as exc:
                     raise JournalCorrupt(location, f"an event does not decode ({exc})") from exc
                 next_seq = batch[-1].seq + 1
-                yield batch
+                yield with_derived(batch)
                 if len(rows) == READ_BATCH:
                     continue
             await wake.wait()

@@ -36,7 +36,7 @@ from typing import NoReturn
 import anyio
 import msgspec
 
-from kernel.core.events import GENESIS_HASH, Draft, Event, chain, decode_body
+from kernel.core.events import GENESIS_HASH, Draft, Event, chain, decode_body, with_derived
 from kernel.core.merkle import Frontier, leaf_hash
 from kernel.core.ports import Clock
 from kernel.journal._sqlite import APPLICATION_ID, INBOX_SCHEMA, SCHEMA_VERSION
@@ -451,7 +451,11 @@ class Journal:
             # No event can carry a name that is not UTF-8 text: nothing to ask the store.
             return []
         self._check_open()
-        rows = await self._reader.events(start, stop, dfid, wanted, limit, True)
+        asked = wanted
+        if wanted is not None and "FlowClosed" in wanted and "ExecutionSucceeded" not in wanted:
+            # A FlowClosed may be derived from the success it travels with (no row of its own).
+            asked = [*wanted, "ExecutionSucceeded"]
+        rows = await self._reader.events(start, stop, dfid, asked, limit, True)
         if rows and rows[0][0] <= self._history_end:
             await self.check_history()
         key, checked = self._key, self._hashes_checked
@@ -464,13 +468,18 @@ class Journal:
             if (
                 event is None
                 or (dfid is not None and event.dfid != dfid)
-                or (wanted is not None and event.type not in wanted)
+                or (asked is not None and event.type not in asked)
             ):
                 raise self._corrupt(
                     _problem((seq, "", None, body, hash_), seq, prev, key, checked), seq
                 )
             events.append(event)
-        return events
+        # A page may end up longer than ``limit`` by the events derived from its rows: never
+        # cut between a row and what it stands for (a reader goes on from the last seq + 1).
+        derived = with_derived(events)
+        if derived is not events and wanted is not None:
+            derived = [event for event in derived if event.type in wanted]
+        return derived
 
     async def check_history(self) -> None:
         """Check the chain from event 1 up to where opening began to check it, once.
@@ -561,7 +570,7 @@ class Journal:
                     raise self._corrupt(problem, expected)
                 batch.append(event)
                 expected, prev = expected + 1, row[4]
-            yield batch
+            yield with_derived(batch)
 
     @property
     def _hashes_checked(self) -> bool:
@@ -606,7 +615,7 @@ class Journal:
             if problem:
                 raise self._corrupt(problem, start + len(batch))
             if batch:
-                yield batch
+                yield with_derived(batch)
             if len(rows) < batch_size:
                 return
             start, prev = start + len(rows), rows[-1][2]
@@ -702,7 +711,7 @@ class Journal:
             try:
                 request_rows, events = seal(drafts, seq, prev, ts, self._key)
                 if check is not None:
-                    check(events)
+                    check(with_derived(events))
             except Exception as exc:
                 # A draft that cannot be encoded fails its own caller, not the whole batch.
                 batch.results[index] = exc
@@ -748,13 +757,15 @@ class Journal:
             except Exception:
                 # A measurement that fails costs the measurement, not the journal.
                 self._observer = None
+        # What readers see: each closing success followed by the FlowClosed it stands for.
+        published = with_derived(committed)
         try:
             for listener in self._listeners:
-                listener(committed)
+                listener(published)
         except Exception as exc:
             self._fail("a listener raised", exc)
         for subscription in tuple(self._subscriptions):
-            subscription._offer(committed)
+            subscription._offer(published)
         if self._failure is None:
             for index, events in sealed:
                 batch.results[index] = events

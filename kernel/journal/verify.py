@@ -20,7 +20,13 @@ from typing import cast
 
 import msgspec
 
-from kernel.core.events import GENESIS_HASH, Event, KernelStarted, KernelStopped
+from kernel.core.events import (
+    GENESIS_HASH,
+    Event,
+    KernelStarted,
+    KernelStopped,
+    with_derived,
+)
 from kernel.core.merkle import Frontier, leaf_hash
 from kernel.core.notes import NoteError, parse_checkpoint, split_note
 from kernel.journal._subscription import READ_BATCH
@@ -239,7 +245,7 @@ async def verify_journal(
                 if problem:
                     return report(problem, min(rows[len(batch)][0], events + 1))
                 if fold is not None and batch:
-                    await fold(batch)
+                    await fold(with_derived(batch))  # folded as every reader sees them
                 if len(rows) < READ_BATCH:
                     break
                 start = events + 1

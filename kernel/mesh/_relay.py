@@ -22,7 +22,7 @@ from nats.js import JetStreamContext
 from nats.js.api import StreamConfig
 from nats.js.kv import KeyValue
 
-from kernel.core.events import Event, event_type
+from kernel.core.events import Event, event_type, is_derived
 from kernel.journal.store import Journal
 
 log = logging.getLogger("kernel.mesh")
@@ -75,7 +75,10 @@ class Relay:
         async with self.journal.subscribe(self.position + 1) as batches:
             async for batch in batches:
                 for event in batch:
-                    headers = {"Nats-Msg-Id": f"{journal_id}:{event.seq}"}
+                    # A derived FlowClosed shares its success's seq: an id of its own, or
+                    # the stream would drop it as a duplicate of that success.
+                    msg_id = f"{journal_id}:{event.seq}" + ("+" if is_derived(event) else "")
+                    headers = {"Nats-Msg-Id": msg_id}
                     body = msgspec.json.encode(event)
                     while True:
                         try:

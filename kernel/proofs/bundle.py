@@ -26,7 +26,14 @@ from typing import Any
 
 import msgspec
 
-from kernel.core.events import CheckpointKeyChanged, Event, KernelStarted, PackLoaded, canonical
+from kernel.core.events import (
+    CheckpointKeyChanged,
+    Event,
+    KernelStarted,
+    PackLoaded,
+    canonical,
+    is_derived,
+)
 from kernel.core.keys import fingerprint
 from kernel.core.merkle import leaf_hash, verify_inclusion
 from kernel.core.notes import ED25519, NoteError, open_note, parse_checkpoint, split_note
@@ -64,7 +71,8 @@ async def export_bundle(journal: Journal, dfid: str) -> dict[str, Any]:
     Raises:
         BundleError: no such flow, or no signed checkpoint covers its last event yet.
     """
-    events = await journal.flow_events(dfid)
+    # The rows of the flow: a derived FlowClosed has none (its success's row stands for it).
+    events = [event for event in await journal.flow_events(dfid) if not is_derived(event)]
     if not events:
         raise BundleError(f"no flow {dfid} in the journal")
     last = events[-1].seq

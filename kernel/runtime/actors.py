@@ -44,6 +44,8 @@ from kernel.core.events import (
     MessageDeadLettered,
     Payload,
     ResourceReleased,
+    closes_flow,
+    closing_of,
 )
 from kernel.core.flow import FLOW_EVENTS, FlowState, IllegalTransition
 from kernel.core.ports import Clock
@@ -80,6 +82,10 @@ class Mailbox(Generic[M]):
         send, receive = anyio.create_memory_object_stream[M](capacity)
         self._send: MemoryObjectSendStream[M] = send
         self._receive: MemoryObjectReceiveStream[M] = receive
+        self.direct: Callable[[M], bool] | None = None
+        """A receiver that takes a message where it is delivered (run to completion: no
+        task waits for it, no hop through the scheduler); it returns False to leave the
+        message to the mailbox. kernel.hosting sets it for agents that decide synchronously."""
 
     async def send(self, msg: M) -> None:
         """Deliver ``msg``, waiting while the mailbox is full.
@@ -87,6 +93,8 @@ class Mailbox(Generic[M]):
         With room it returns without a trip through the scheduler (anyio's ``send``
         yields once even then); the sender's next wait is its checkpoint.
         """
+        if self.direct is not None and self.direct(msg):
+            return
         try:
             self._send.send_nowait(msg)
             return
@@ -105,6 +113,8 @@ class Mailbox(Generic[M]):
         Actors hand many messages over per batch: skipping the scheduler round trip
         of ``send`` when the mailbox has room is most of the cost of a hand-over.
         """
+        if self.direct is not None and self.direct(msg):
+            return None
         try:
             self._send.send_nowait(msg)
         except anyio.WouldBlock:
@@ -247,6 +257,9 @@ class Outbox:
             if dfid not in self._undo:
                 self._undo[dfid] = staged
             state = flow.apply(current, provisional)
+            if closes_flow(provisional):
+                # The FlowClosed it stands for, which every reader will see after it.
+                state = flow.apply(state, closing_of(provisional))
             self._overlay[dfid] = (state, index)
             if state.terminal and (current is None or not current.terminal):
                 ended = state

@@ -311,8 +311,17 @@ class _Replay:
 
 
 def _run_ends(batch: Sequence[Event], points: Mapping[int, object]) -> list[int]:
-    """Return where the runs of ``batch`` end: after each checkpointed event, and at its end."""
-    ends = [i + 1 for i, event in enumerate(batch) if event.seq in points]
+    """Return where the runs of ``batch`` end: after each checkpointed seq, and at its end.
+
+    A seq may hold two events (a FlowClosed derived from its success: kernel.core.events
+    ``with_derived``); the state it checkpoints is after both.
+    """
+    last = len(batch) - 1
+    ends = [
+        i + 1
+        for i, event in enumerate(batch)
+        if event.seq in points and (i == last or batch[i + 1].seq != event.seq)
+    ]
     return ends if ends and ends[-1] == len(batch) else [*ends, len(batch)]
 
 

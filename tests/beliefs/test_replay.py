@@ -58,8 +58,9 @@ async def test_state_at_any_seq_is_the_fold_of_the_prefix(journal: Path) -> None
         assert len(await checkpoints(opened)) >= 3  # snapshots are in play
         for seq in range(5, opened.head_seq + 1, 5):
             at = await state_at(opened, seq)
-            assert at.beliefs == fold(events[:seq]).beliefs
-            assert at.digest() == fold(events[:seq]).digest()
+            prefix = [e for e in events if e.seq <= seq]  # a seq may hold two events
+            assert at.beliefs == fold(prefix).beliefs
+            assert at.digest() == fold(prefix).digest()
         report = await verify_projections(opened)
     assert report.ok, report.problems
     final = fold(events).beliefs

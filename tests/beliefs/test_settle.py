@@ -86,7 +86,8 @@ async def test_a_failed_discriminating_test_settles_the_dispute(tmp_path: Path) 
         events = list(await opened.read())
         assert len(await checkpoints(opened)) >= 2
         for seq in range(1, opened.head_seq + 1):
-            assert (await state_at(opened, seq)).beliefs == fold(events[:seq]).beliefs
+            prefix = [e for e in events if e.seq <= seq]  # a seq may hold two events
+            assert (await state_at(opened, seq)).beliefs == fold(prefix).beliefs
         report = await verify_projections(opened)
     assert report.ok, report.problems
     # dirk beliefs shows the contradiction kept as history and marked as not counted.

@@ -31,7 +31,7 @@ async def test_a_checkpoint_records_the_hash_of_its_snapshot_bytes(tmp_path: Pat
                 assert point.snapshot == hashlib.sha256(stored[1]).hexdigest()
         restored = await trusted_snapshot(journal)
     assert restored is not None and restored.last_seq == points[-1].seq
-    assert restored.digest() == fold(events[: points[-1].seq]).digest()
+    assert restored.digest() == fold([e for e in events if e.seq <= points[-1].seq]).digest()
 
 
 async def test_a_checkpoint_without_a_snapshot_hash_still_vouches_by_digest(tmp_path: Path) -> None:
