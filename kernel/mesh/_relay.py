@@ -60,7 +60,8 @@ class Relay:
         except (nats.js.errors.BucketNotFoundError, nats.js.errors.NotFoundError):
             return await self.js.create_key_value(bucket=POSITION_BUCKET, history=1)
 
-    async def run(self) -> None:
+    async def _start(self) -> KeyValue:
+        """Make sure the stream and the position bucket exist; read the last position."""
         try:
             await self.js.add_stream(StreamConfig(name=EVENT_STREAM, subjects=["dirk.evt.>"]))
         except nats.js.errors.BadRequestError:
@@ -71,6 +72,18 @@ class Relay:
             self.position = int(entry.value or b"0")
         except nats.js.errors.KeyNotFoundError:
             self.position = 0
+        return bucket
+
+    async def run(self) -> None:
+        while True:
+            # The server may be slow to answer (a timeout) or briefly away: the relay
+            # waits and asks again, as it does for each publish, and never ends the mesh.
+            try:
+                bucket = await self._start()
+                break
+            except nats.errors.Error as exc:
+                log.warning("relay: reading its position failed (%r); retrying", exc)
+                await anyio.sleep(self._retry_s)
         journal_id = self.journal.journal_id
         async with self.journal.subscribe(self.position + 1) as batches:
             async for batch in batches:
