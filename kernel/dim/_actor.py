@@ -48,6 +48,7 @@ import msgspec
 from kernel.core.events import (
     ApprovalSuperseded,
     DuplicateSuppressed,
+    Event,
     Feedback,
     FlowAborted,
     FlowEscalated,
@@ -81,6 +82,7 @@ from kernel.policy.rules import Overrun, Stopwatch
 from kernel.runtime.actors import Mailbox, Outbox, Reply
 from kernel.runtime.messages import (
     AmendLimit,
+    Carry,
     Compile,
     CompilerMessage,
     DecideRule,
@@ -145,6 +147,13 @@ class IntegrityModule:
                 self._judge(msg, out)
             case Recheck():
                 self._recheck(msg, out)
+            case Carry():
+                # The compiler's events first, then what its agents answered on them: one
+                # append holds context, proposal, verdict and intent (two commits a flow).
+                start = out.carry(msg.drafts)
+                for answer in msg.messages:
+                    await self.handle(answer, out)
+                out.after_commit_with(_hand_back, (out, start, len(msg.drafts), msg.done))
             case IssueGrant() | VoteGrant() | RevokeGrant():
                 # The DIM owns grants, as it owns amendments: ordered with the verdicts.
                 handle_grant(msg, self._catalog, self._projections, self._clock.now_ns(), out)
@@ -707,6 +716,12 @@ class IntegrityModule:
                 external_id=flow.external_id,
             ),
         )
+
+
+def _hand_back(arg: tuple[Outbox, int, int, Reply[list[Event] | None]]) -> None:
+    """Answer the compiler with its events as this append committed them."""
+    out, start, count, done = arg
+    done.set(out.committed[start : start + count])
 
 
 def _staged(out: Outbox) -> Staged:

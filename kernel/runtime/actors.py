@@ -60,6 +60,10 @@ M_contra = TypeVar("M_contra", contravariant=True)
 T = TypeVar("T")
 
 Append = Callable[[Sequence[Draft]], Awaitable[list[Event]]]
+Carrier = Callable[["Outbox"], Awaitable[bool]]
+"""Records a batch's events in another actor's append, with what its early messages
+produced; True once that append committed (``out.committed`` set), False to leave the
+batch to its own append (kernel.api: two commits per flow)."""
 
 
 class MailboxClosed(Exception):
@@ -205,6 +209,9 @@ class Outbox:
         """The staged events as the journal recorded them (numbered), once committed."""
         self.scratch: dict[str, Any] = {}
         """Whatever else an actor stages for this batch (derived, never recorded)."""
+        self.early: list[tuple[int, Mailbox[Any], Any]] = []
+        """Messages that may be delivered before the staged events commit, as (index in
+        ``effects``, mailbox, message): see :meth:`send_early`."""
         # Per flow staged in this batch: its state and the index of its last event.
         self._overlay: dict[str, tuple[FlowState, int]] = {}
         self._undo: dict[str, tuple[FlowState, int] | None] = {}
@@ -296,6 +303,51 @@ class Outbox:
         """Deliver ``msg`` once the staged events have committed."""
         self.effects.append((mailbox.offer, msg))
 
+    def send_early(self, mailbox: Mailbox[M], msg: M) -> None:
+        """Deliver ``msg`` once the staged events have committed, or earlier if a carrier can.
+
+        A carrier (:data:`Carrier`) may hand the message over before the commit, when
+        what it leads to is recorded in the same append as these events (nothing acts on
+        it before that append); otherwise it is sent after the commit, as :meth:`send`.
+        """
+        self.early.append((len(self.effects), mailbox, msg))
+        self.effects.append((mailbox.offer, msg))
+
+    def taken_early(self, index: int) -> None:
+        """Mark the early message whose effect is at ``index`` as delivered already."""
+        self.effects[index] = (_nothing, None)
+
+    def carry(self, drafts: Sequence[Draft]) -> int:
+        """Stage another batch's drafts, unchanged and contiguous; return the first's index.
+
+        Their relative causes stay valid (the block keeps its order); flow events are
+        folded into the flows as staged, as :meth:`emit` folds them, so what this batch
+        stages next sees the flows they open. Ends of flows among them brought their
+        releases with them.
+        """
+        start = len(self.drafts)
+        for offset, draft in enumerate(drafts):
+            dfid = draft.dfid
+            if dfid is not None and type(draft.payload) in FLOW_EVENTS:
+                staged = self._overlay.get(dfid)
+                current = staged[0] if staged else self._projections.flows.get(dfid)
+                provisional = Event(
+                    seq=current.last_seq if current else 0,
+                    ts=self._clock.now_ns(),
+                    payload=draft.payload,
+                    dfid=dfid,
+                    parent_dfid=draft.parent_dfid,
+                    agent_id=draft.agent_id,
+                )
+                if dfid not in self._undo:
+                    self._undo[dfid] = staged
+                state = flow.apply(current, provisional)
+                if closes_flow(provisional):
+                    state = flow.apply(state, closing_of(provisional))
+                self._overlay[dfid] = (state, start + offset)
+            self.drafts.append(draft)
+        return start
+
     def reply(self, reply: Reply[Any] | None, value: Any) -> None:
         """Answer ``reply`` once the staged events have committed."""
         if reply is not None:
@@ -330,6 +382,7 @@ class Outbox:
         drafts, effects = self._mark
         del self.drafts[drafts:]
         del self.effects[effects:]
+        self.early = [e for e in self.early if e[0] < effects]
         for dfid, previous in self._undo.items():
             if previous is None:
                 self._overlay.pop(dfid, None)
@@ -383,6 +436,8 @@ class Supervisor:
         backoff_s: the first restart delay; each further restart in the period doubles it.
         max_backoff_s: the ceiling of the delay.
         fatal: exception types that are not actor crashes but reasons to stop (journal failure).
+        carry: records a batch with early messages (:meth:`Outbox.send_early`) in another
+            actor's append when it can; without it they wait for the batch's own commit.
     """
 
     def __init__(
@@ -398,7 +453,9 @@ class Supervisor:
         backoff_s: float = 0.01,
         max_backoff_s: float = 1.0,
         fatal: tuple[type[BaseException], ...] = (),
+        carry: Carrier | None = None,
     ) -> None:
+        self._carry = carry
         self._specs = list(specs)
         self._append = append
         self._projections = projections
@@ -422,7 +479,10 @@ class Supervisor:
             raise group.exceptions[0] from None
 
     async def _commit(self, out: Outbox) -> None:
-        if out.drafts:
+        carried = False
+        if out.early and self._carry is not None:
+            carried = await self._carry(out)
+        if out.drafts and not carried:
             out.committed = await self._append(out.drafts)
         for effect, arg in out.effects:
             result = effect(arg)
@@ -538,6 +598,10 @@ class Supervisor:
 
 def _run(fn: Callable[[], Awaitable[None] | None]) -> Awaitable[None] | None:
     return fn()
+
+
+def _nothing(_: Any) -> None:
+    return None
 
 
 def _describe(msg: Any) -> str:
