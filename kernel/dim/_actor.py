@@ -638,7 +638,8 @@ class IntegrityModule:
             )
             outcome = Outcome.ABORTED
         else:
-            out.send(self._compiler, Compile(dfid=msg.dfid, attempt=attempt + 1, feedback=feedback))
+            # Posted: the compiler may be waiting for this actor's append (Carry).
+            out.post(self._compiler, Compile(dfid=msg.dfid, attempt=attempt + 1, feedback=feedback))
             outcome = Outcome.REJECTED
         out.reply(
             msg.reply, Verdict(outcome=outcome, dfid=msg.dfid, attempt=attempt, feedback=feedback)

@@ -303,6 +303,16 @@ class Outbox:
         """Deliver ``msg`` once the staged events have committed."""
         self.effects.append((mailbox.offer, msg))
 
+    def post(self, mailbox: Mailbox[M], msg: M) -> None:
+        """Deliver ``msg`` once the staged events have committed, never waiting for room.
+
+        For a message to an actor that may itself be waiting on this one (the DIM's
+        recompile requests to the compiler, which waits for the DIM's append of its
+        carried batch): a full mailbox gets it from a task of its own, so neither waits
+        on the other. One such message per flow at most, so they stay bounded.
+        """
+        self.effects.append((_Post(mailbox), msg))
+
     def send_early(self, mailbox: Mailbox[M], msg: M) -> None:
         """Deliver ``msg`` once the staged events have committed, or earlier if a carrier can.
 
@@ -456,6 +466,7 @@ class Supervisor:
         carry: Carrier | None = None,
     ) -> None:
         self._carry = carry
+        self._tg: anyio.abc.TaskGroup | None = None
         self._specs = list(specs)
         self._append = append
         self._projections = projections
@@ -472,6 +483,7 @@ class Supervisor:
         """Run every child until cancelled; raise RestartIntensityExceeded or a fatal error."""
         try:
             async with anyio.create_task_group() as tg:
+                self._tg = tg
                 for spec in self._specs:
                     tg.start_soon(self._run_child, spec, name=f"actor:{spec.name}")
         except BaseExceptionGroup as group:
@@ -486,7 +498,11 @@ class Supervisor:
             out.committed = await self._append(out.drafts)
         for effect, arg in out.effects:
             result = effect(arg)
-            if result is not None:
+            if result is None:
+                continue
+            if isinstance(result, _Waiting) and self._tg is not None:
+                self._tg.start_soon(_wait, result.wait)
+            else:
                 await result
 
     async def _run_child(self, spec: ChildSpec[Any]) -> None:
@@ -602,6 +618,34 @@ def _run(fn: Callable[[], Awaitable[None] | None]) -> Awaitable[None] | None:
 
 def _nothing(_: Any) -> None:
     return None
+
+
+@dataclass(frozen=True)
+class _Waiting:
+    """A posted message's wait for room, run beside the actor rather than by it."""
+
+    wait: Awaitable[None]
+
+    def __await__(self) -> Any:
+        return self.wait.__await__()
+
+
+@dataclass(frozen=True)
+class _Post:
+    """The effect of :meth:`Outbox.post`: deliver now, or hand the wait for room on."""
+
+    mailbox: Mailbox[Any]
+
+    def __call__(self, msg: Any) -> Awaitable[None] | None:
+        wait = self.mailbox.offer(msg)
+        return _Waiting(wait) if wait is not None else None
+
+
+async def _wait(wait: Awaitable[None]) -> None:
+    try:
+        await wait
+    except MailboxClosed:
+        pass  # the kernel is stopping: the flow is recompiled by the next run
 
 
 def _describe(msg: Any) -> str:
