@@ -497,7 +497,14 @@ class Kernel:
             return False
         done: Reply[list[Event] | None] = Reply()
         try:
-            dim.send_nowait(Carry(drafts=tuple(out.drafts), messages=tuple(answers), done=done))
+            dim.send_nowait(
+                Carry(
+                    drafts=tuple(out.drafts),
+                    flows=out.opened,
+                    messages=tuple(answers),
+                    done=done,
+                )
+            )
         except (anyio.WouldBlock, MailboxClosed):
             return False  # the contexts go out after the compiler's commit: reasoned again
         committed = await done.wait()

@@ -65,7 +65,7 @@ from kernel.core.events import (
     ResourceReserved,
     SubmissionRefused,
 )
-from kernel.core.flow import FlowState, FlowStatus
+from kernel.core.flow import FlowState, FlowStatus, IllegalTransition
 from kernel.core.ports import Clock
 from kernel.core.reasons import ReasonCode
 from kernel.dim._amend import amend
@@ -150,7 +150,14 @@ class IntegrityModule:
             case Carry():
                 # The compiler's events first, then what its agents answered on them: one
                 # append holds context, proposal, verdict and intent (two commits a flow).
-                start = out.carry(msg.drafts)
+                try:
+                    start = out.carry(msg.drafts, msg.flows)
+                except IllegalTransition:
+                    # A flow it recompiled moved meanwhile (an operator ended it): none
+                    # of it is recorded here; the compiler's own append finds out.
+                    out.rollback()
+                    out.reply(msg.done, None)
+                    return
                 for answer in msg.messages:
                     await self.handle(answer, out)
                 out.after_commit_with(_hand_back, (out, start, len(msg.drafts), msg.done))

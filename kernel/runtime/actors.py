@@ -28,7 +28,7 @@ import logging
 import math
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar
 
@@ -214,6 +214,7 @@ class Outbox:
         ``effects``, mailbox, message): see :meth:`send_early`."""
         # Per flow staged in this batch: its state and the index of its last event.
         self._overlay: dict[str, tuple[FlowState, int]] = {}
+        self._opened: list[str] = []
         self._undo: dict[str, tuple[FlowState, int] | None] = {}
         self._mark = (0, 0)
 
@@ -264,6 +265,8 @@ class Outbox:
             if dfid not in self._undo:
                 self._undo[dfid] = staged
             state = flow.apply(current, provisional)
+            if current is None:
+                self._opened.append(dfid)
             if closes_flow(provisional):
                 # The FlowClosed it stands for, which every reader will see after it.
                 state = flow.apply(state, closing_of(provisional))
@@ -327,35 +330,51 @@ class Outbox:
         """Mark the early message whose effect is at ``index`` as delivered already."""
         self.effects[index] = (_nothing, None)
 
-    def carry(self, drafts: Sequence[Draft]) -> int:
+    @property
+    def opened(self) -> dict[str, tuple[FlowState, int]]:
+        """The flows this batch opens (FlowCreated staged), as staged, with their last index."""
+        return {d: self._overlay[d] for d in self._opened if d in self._overlay}
+
+    def carry(self, drafts: Sequence[Draft], opened: Mapping[str, tuple[FlowState, int]]) -> int:
         """Stage another batch's drafts, unchanged and contiguous; return the first's index.
 
-        Their relative causes stay valid (the block keeps its order); flow events are
-        folded into the flows as staged, as :meth:`emit` folds them, so what this batch
-        stages next sees the flows they open. Ends of flows among them brought their
-        releases with them.
+        Their relative causes stay valid (the block keeps its order). What this batch
+        stages next sees their flows: a flow they open (``opened``: the other batch's
+        :attr:`opened`) as that batch staged it, since no one else can have touched a
+        flow that did not exist; any other flow event is folded again here, against the
+        flow as committed since (an illegal transition raises, as in :meth:`emit`).
+        Ends of flows among them brought their releases with them.
         """
         start = len(self.drafts)
+        fresh = {
+            dfid: state
+            for dfid, state in opened.items()
+            if dfid not in self._overlay and dfid not in self._projections.flows
+        }
         for offset, draft in enumerate(drafts):
             dfid = draft.dfid
-            if dfid is not None and type(draft.payload) in FLOW_EVENTS:
-                staged = self._overlay.get(dfid)
-                current = staged[0] if staged else self._projections.flows.get(dfid)
-                provisional = Event(
-                    seq=current.last_seq if current else 0,
-                    ts=self._clock.now_ns(),
-                    payload=draft.payload,
-                    dfid=dfid,
-                    parent_dfid=draft.parent_dfid,
-                    agent_id=draft.agent_id,
-                )
-                if dfid not in self._undo:
-                    self._undo[dfid] = staged
-                state = flow.apply(current, provisional)
-                if closes_flow(provisional):
-                    state = flow.apply(state, closing_of(provisional))
-                self._overlay[dfid] = (state, start + offset)
-            self.drafts.append(draft)
+            if dfid is None or dfid in fresh or type(draft.payload) not in FLOW_EVENTS:
+                continue
+            staged = self._overlay.get(dfid)
+            current = staged[0] if staged else self._projections.flows.get(dfid)
+            provisional = Event(
+                seq=current.last_seq if current else 0,
+                ts=self._clock.now_ns(),
+                payload=draft.payload,
+                dfid=dfid,
+                parent_dfid=draft.parent_dfid,
+                agent_id=draft.agent_id,
+            )
+            if dfid not in self._undo:
+                self._undo[dfid] = staged
+            state = flow.apply(current, provisional)
+            if closes_flow(provisional):
+                state = flow.apply(state, closing_of(provisional))
+            self._overlay[dfid] = (state, start + offset)
+        for dfid, (state, index) in fresh.items():
+            self._undo.setdefault(dfid, None)
+            self._overlay[dfid] = (state, start + index)
+        self.drafts.extend(drafts)
         return start
 
     def reply(self, reply: Reply[Any] | None, value: Any) -> None:

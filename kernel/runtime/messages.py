@@ -36,6 +36,7 @@ from kernel.policy.contracts import HandshakeRefused, Session, Verdict, WorkingC
 from kernel.policy.packs import PackError
 
 if TYPE_CHECKING:  # the actors import the projections, which fold amendments (AmendLimit)
+    from kernel.core.flow import FlowState
     from kernel.runtime.actors import Reply
     from kernel.state.projections import AgentStatus
 
@@ -247,6 +248,8 @@ class Carry(msgspec.Struct, frozen=True, kw_only=True):
     """
 
     drafts: tuple[Draft, ...]
+    flows: Mapping[str, tuple[FlowState, int]]
+    """The flows the drafts open, as the compiler staged them, with their last draft's index."""
     messages: tuple[Judge | Withdraw, ...]
     done: Reply[list[Event] | None]
 
