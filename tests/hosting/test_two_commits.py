@@ -20,9 +20,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 from kernel import FlowStatus, Proposal, WorkingContext
-from kernel.audit import verify_journal
+from kernel.audit import open_journal, verify_journal
+from kernel.audit.reverify import rejudge
 from kernel.core.events import Event
-from tests.support.helpers import ScriptedAgent, kernel_for, transfer
+from tests.support.helpers import PACK, ScriptedAgent, kernel_for, transfer
 from tests.support.hostile import hostile_values
 
 Commits = list[list[Event]]
@@ -135,3 +136,23 @@ async def test_hostile_params_decided_before_the_context_is_durable_end_with_a_r
     # Refused with a reason, then revised: never a stopped kernel or an unreadable record.
     assert [e.type for e in events][:3] == ["FlowCreated", "ContextCompiled", "ProposalSubmitted"]
     assert (await verify_journal(path)).ok
+
+
+async def test_verdicts_recorded_in_one_append_with_their_context_are_judged_the_same_again(
+    tmp_path: Path,
+) -> None:
+    def bad(ctx: WorkingContext) -> Proposal:
+        return ctx.propose({"kind": "test.transfer", "account": "acc-1", "amount_cents": "x"})
+
+    path = tmp_path / "j.db"
+    async with kernel_for(path) as kernel:
+        # A rejection, then an acceptance, each decided before its context was durable.
+        await kernel.register(Synchronous(steps=[bad, transfer()]))
+        [dfid] = await kernel.trigger("bank.invoice")
+        assert (await kernel.wait_flow(dfid)).status is FlowStatus.CLOSED
+        types = [e.type for e in await kernel.journal.read(dfid=dfid)]
+    assert types.count("ProposalSubmitted") == 2
+    assert "ProposalRejected" in types and "ProposalAccepted" in types
+    async with open_journal(path, readonly=True) as journal:
+        again = await rejudge(journal, [PACK])
+    assert (again.judged, again.changes, again.mismatches) == (2, [], [])
