@@ -48,10 +48,11 @@ class Submit(Protocol):
 
 
 JudgeNow = Callable[[str, str, Proposal, Mapping[str, int]], bool]
-JudgeEarly = Callable[[str, str, Proposal, Mapping[str, int], "Reply[Verdict] | None"], Judge]
-"""Makes the Judge of a proposal decided before its context is durable (kernel.api)."""
 """The kernel's hand-over of a proposal to the DIM without waiting for the verdict:
 (token, dfid, proposal, usage by model) -> False if it must go through ``Submit``."""
+JudgeEarly = Callable[[str, str, Proposal, Mapping[str, int], "Reply[Verdict] | None"], Judge]
+"""Makes the Judge of a proposal decided before its context is durable (kernel.api):
+(token, dfid, proposal, usage by model, where its verdict goes or None)."""
 Fetch = Callable[[str, str, str, int, int | None], Awaitable[ArtifactSlice]]
 """The kernel's fetch of an artifact: (agent id, dfid, ref, start, length)."""
 TraceScope = Callable[[str, int], AbstractContextManager[object]]
