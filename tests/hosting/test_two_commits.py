@@ -20,13 +20,21 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 from kernel import FlowStatus, Proposal, WorkingContext
-from kernel.audit import open_journal, verify_journal
+from kernel.audit import open_journal, payload_of, verify_journal
 from kernel.audit.reverify import rejudge
-from kernel.core.events import Event
-from tests.support.helpers import PACK, ScriptedAgent, kernel_for, transfer
+from kernel.core.events import Event, MessageDeadLettered
+from tests.support.helpers import (
+    PACK,
+    POISON_CRASHES,
+    Bank,
+    ScriptedAgent,
+    kernel_for,
+    transfer,
+)
 from tests.support.hostile import hostile_values
 
 Commits = list[list[Event]]
+POISON = lambda ctx: ctx.propose({"kind": "test.poison", "text": "poison"})  # noqa: E731
 
 
 class Synchronous(ScriptedAgent):
@@ -156,3 +164,26 @@ async def test_verdicts_recorded_in_one_append_with_their_context_are_judged_the
     async with open_journal(path, readonly=True) as journal:
         again = await rejudge(journal, [PACK])
     assert (again.judged, again.changes, again.mismatches) == (2, [], [])
+
+
+async def test_a_carried_batch_the_dim_cannot_handle_is_recorded_by_the_compiler_and_reasoned_again(
+    tmp_path: Path,
+) -> None:
+    # Judging the proposal crashes the DIM twice: the Carry is dead-lettered, nothing of
+    # it was recorded, and the compiler records its own batch; the agent reasons again.
+    POISON_CRASHES["remaining"] = 2
+    bank = Bank()
+    path = tmp_path / "j.db"
+    async with kernel_for(path, bank=bank) as kernel:
+        agent = Synchronous(capabilities=["test.poison"], steps=[POISON])
+        await kernel.register(agent)
+        [dfid] = await kernel.trigger("bank.invoice")
+        assert (await kernel.wait_flow(dfid)).status is FlowStatus.CLOSED
+        assert kernel.stopped is None
+        [letter] = await kernel.journal.read(types=["MessageDeadLettered"])
+        types = [e.type for e in await kernel.journal.read(dfid=dfid)]
+    assert payload_of(letter, MessageDeadLettered).message.startswith("Carry(")
+    assert [ctx.attempt for ctx in agent.contexts] == [1, 1]
+    assert types.count("FlowCreated") == types.count("ProposalSubmitted") == 1
+    assert len(bank.calls) == 1
+    assert (await verify_journal(path)).ok
