@@ -31,6 +31,7 @@ constructs one and enters it.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Collection, Mapping, Sequence
 from contextlib import AsyncExitStack
 from decimal import Decimal
@@ -88,6 +89,8 @@ from kernel.state.projections import AgentStatus, Projections, visible
 from kernel.state.snapshots import Checkpointer
 from kernel.telemetry import Telemetry, caller_context, traceparent_of
 from kernel.wiring import Actors
+
+log = logging.getLogger("kernel")
 
 
 class Kernel:
@@ -489,7 +492,12 @@ class Kernel:
         answers: list[Judge | Withdraw] = []
         taken: list[int] = []
         for index, mailbox, ctx in out.early:
-            answer = self.actors.agents.early(mailbox, ctx, self._judge_early)
+            try:
+                answer = self.actors.agents.early(mailbox, ctx, self._judge_early)
+            except Exception as exc:
+                # Never a crash of the compiler's commit: this context goes out after it.
+                log.warning("flow %s could not be judged with its context: %r", ctx.dfid, exc)
+                continue
             if answer is not None:
                 answers.append(answer)
                 taken.append(index)
