@@ -47,6 +47,8 @@ class LatencyRun:
     rate: float
     added_ns: list[int]
     achieved_rate: float
+    transactions: int = 0
+    """Journal commits while the flows ran (one per flow and stage it waited on)."""
 
     def percentile_us(self, q: float) -> float:
         ordered = sorted(self.added_ns)
@@ -83,6 +85,7 @@ async def run_latency(path: Path, flows: int, rate: float = 500.0) -> LatencyRun
         await kernel.trigger("bench.setup", STATE, source="benchmark")
         await kernel.register(agent)
         kernel.journal.add_listener(on_commit)
+        first_tx = kernel.journal.statistics().transactions
 
         async def fire() -> None:
             start = time.perf_counter_ns()
@@ -97,8 +100,9 @@ async def run_latency(path: Path, flows: int, rate: float = 500.0) -> LatencyRun
                 tg.start_soon(fire)
         await kernel.wait_quiet()
         achieved = flows / (anyio.current_time() - began)
+        transactions = kernel.journal.statistics().transactions - first_tx
         statuses = {str(f.status) for f in kernel.flows() if f.topic == TOPIC}
     if statuses != {str(FlowStatus.CLOSED)} or len(closed) != flows or len(fired) != flows:
         raise BenchmarkFailed(f"P3: expected {flows} CLOSED flows, got statuses {statuses}")
     added = [closed[d] - fired[d] - agent.think_ns.get(d, 0) for d in fired]
-    return LatencyRun(rate=rate, added_ns=added, achieved_rate=achieved)
+    return LatencyRun(rate=rate, added_ns=added, achieved_rate=achieved, transactions=transactions)

@@ -101,6 +101,7 @@ def _one(lever: str, side: str, flows: int, p3: int = 0) -> dict[str, float]:
             lat = anyio.run(latency, backend="asyncio")
         figures["P3 p50 us"] = lat.percentile_us(0.5)
         figures["P3 p99 us"] = lat.percentile_us(0.99)
+        figures["P3 commits per flow"] = lat.transactions / p3
     return figures
 
 

@@ -31,6 +31,7 @@ constructs one and enters it.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Collection, Mapping, Sequence
 from contextlib import AsyncExitStack
 from decimal import Decimal
@@ -73,13 +74,23 @@ from kernel.policy.contracts import (
 from kernel.policy.packs import PolicyCatalog, PolicyPack
 from kernel.proofs.erasure import Sealer
 from kernel.proposals import Decision, Proposals
-from kernel.runtime.actors import Mailbox, Reply
-from kernel.runtime.messages import AgentMessage, CredentialProof, FireTrigger, Judge, Register
+from kernel.runtime.actors import Mailbox, MailboxClosed, Outbox, Reply
+from kernel.runtime.messages import (
+    AgentMessage,
+    Carry,
+    CredentialProof,
+    FireTrigger,
+    Judge,
+    Register,
+    Withdraw,
+)
 from kernel.runtime.messages import Decision as HumanDecision
 from kernel.state.projections import AgentStatus, Projections, visible
 from kernel.state.snapshots import Checkpointer
 from kernel.telemetry import Telemetry, caller_context, traceparent_of
 from kernel.wiring import Actors
+
+log = logging.getLogger("kernel")
 
 
 class Kernel:
@@ -144,6 +155,7 @@ class Kernel:
             fetch=self._artifacts.fetch,
             judge_now=self._judge_now,
         )
+        self.actors.carry = self._carry_early
         self._proposals = Proposals(
             journal,
             projections,
@@ -455,6 +467,82 @@ class Kernel:
         except anyio.WouldBlock:
             return False
         return True
+
+    async def _carry_early(self, out: Outbox) -> bool:
+        """Record the compiler's batch in the DIM's append with its agents' answers.
+
+        Two commits per flow instead of three (issue 35, lever 4): the synchronous
+        agents decide on their contexts before those are durable, and the DIM records
+        the compiler's events, the proposals (or withdrawals), the verdicts and the
+        intents in one append. Nothing acts before it; a crash before it repeats only
+        the reasoning (nothing of the batch, not even the trigger, was recorded, and
+        ``trigger()`` had not answered). False (nothing taken early, a batch that
+        stages facts the DIM would judge against, a judgement that would wait, or the
+        DIM could not record it) leaves the batch to the compiler's own commit, its
+        contexts delivered after it as before.
+        """
+        if self._calls.stopped is not None or self._edge.scores:
+            return False
+        if out.scratch.get("facts"):
+            # The DIM judges against committed facts (kernel.dim.verdict.Staged).
+            return False
+        dim = self.actors.dim
+        if dim.pending() >= self.actors.capacity:
+            return False  # checked before anyone reasons: no answer is then lost to it
+        answers: list[Judge | Withdraw] = []
+        taken: list[int] = []
+        for index, mailbox, ctx in out.early:
+            try:
+                answer = self.actors.agents.early(mailbox, ctx, self._judge_early)
+            except Exception as exc:
+                # Never a crash of the compiler's commit: this context goes out after it.
+                log.warning("flow %s could not be judged with its context: %r", ctx.dfid, exc)
+                continue
+            if answer is not None:
+                answers.append(answer)
+                taken.append(index)
+        if not answers:
+            return False
+        done: Reply[list[Event] | None] = Reply()
+        try:
+            dim.send_nowait(
+                Carry(
+                    drafts=tuple(out.drafts),
+                    flows=out.opened,
+                    messages=tuple(answers),
+                    done=done,
+                )
+            )
+        except (anyio.WouldBlock, MailboxClosed):
+            return False  # the contexts go out after the compiler's commit: reasoned again
+        committed = await done.wait()
+        if committed is None:
+            return False
+        out.committed = committed
+        for index in taken:
+            out.taken_early(index)
+        return True
+
+    def _judge_early(
+        self,
+        token: str,
+        dfid: str,
+        proposal: Proposal,
+        usage: Mapping[str, int],
+        reply: Reply[Verdict] | None,
+    ) -> Judge:
+        """The Judge of a proposal decided before its context is durable (no wait in it)."""
+        record, invalid = _admitted(proposal)
+        if invalid is None:
+            record = self._edge.seal(record)
+        return Judge(
+            dfid=dfid,
+            proposal=record,
+            token=token,
+            invalid=invalid,
+            reply=reply,
+            usage=_usage(usage),
+        )
 
     async def propose(
         self,

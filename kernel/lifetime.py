@@ -61,7 +61,7 @@ from kernel.runtime.actors import (
     RestartIntensityExceeded,
     Supervisor,
 )
-from kernel.runtime.messages import AgentMessage, Recover, Tick
+from kernel.runtime.messages import AgentMessage, Carry, Recover, Tick
 from kernel.state.projections import FOLD, Projections
 from kernel.telemetry import Telemetry
 from kernel.webhooks import Webhooks
@@ -198,6 +198,7 @@ class Lifetime:
             max_restarts=self._config.supervision.max_restarts,
             period_s=self._config.supervision.restart_period_s,
             fatal=(JournalError,),
+            carry=self._actors.carry,
         )
         failure: KernelShutdown | None = None
         body_error: Exception | None = None
@@ -444,6 +445,10 @@ def _on_dead_letter(actor: str, msg: Any, exc: BaseException, out: Outbox) -> No
     )
     if flow is not None and not flow.terminal and flow.status is not FlowStatus.DIRTY:
         out.emit(FlowAborted(reason_code=ReasonCode.KERNEL_FAULT, detail=detail), dfid=flow.dfid)
+    if isinstance(msg, Carry):
+        # Nothing of the compiler's batch was recorded: it records it itself.
+        out.reply(msg.done, None)
+        return
     reply = getattr(msg, "reply", None)
     if isinstance(reply, Reply):
         if isinstance(dfid, str):

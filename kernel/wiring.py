@@ -23,7 +23,7 @@ from kernel.guards import GuardRunner
 from kernel.hosting import AgentHost, Fetch, JudgeNow, Submit
 from kernel.policy.packs import PolicyCatalog
 from kernel.registry import Registry
-from kernel.runtime.actors import ChildSpec, Mailbox
+from kernel.runtime.actors import Carrier, ChildSpec, Mailbox
 from kernel.runtime.messages import (
     AgentMessage,
     CompilerMessage,
@@ -76,6 +76,9 @@ class Actors:
         adapters = {**adapters, **_executors(projections, catalog, adapters, clock, self.dim)}
         self.adapters: Mapping[str, Adapter] = adapters
         """The adapters by name, with the domains' executors the packs need and none gave."""
+        self.carry: Carrier | None = None
+        """Records the compiler's batch in the DIM's append with what its synchronous
+        agents answered (set by the kernel; None: the compiler commits on its own)."""
         self.agents = AgentHost(
             submit=submit,
             dim=self.dim,

@@ -219,4 +219,9 @@ class ContextCompiler:
             dropped=layers.dropped,
             knowledge=layers.knowledge,
         )
-        out.send(host, ctx)
+        if host.direct is not None:
+            # A synchronous agent may reason on it before it is durable: its answer is
+            # then recorded in the same append as this context (kernel.api, lever 4).
+            out.send_early(host, ctx)
+        else:
+            out.send(host, ctx)

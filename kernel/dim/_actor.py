@@ -48,6 +48,7 @@ import msgspec
 from kernel.core.events import (
     ApprovalSuperseded,
     DuplicateSuppressed,
+    Event,
     Feedback,
     FlowAborted,
     FlowEscalated,
@@ -64,7 +65,7 @@ from kernel.core.events import (
     ResourceReserved,
     SubmissionRefused,
 )
-from kernel.core.flow import FlowState, FlowStatus
+from kernel.core.flow import FlowState, FlowStatus, IllegalTransition
 from kernel.core.ports import Clock
 from kernel.core.reasons import ReasonCode
 from kernel.dim._amend import amend
@@ -81,6 +82,7 @@ from kernel.policy.rules import Overrun, Stopwatch
 from kernel.runtime.actors import Mailbox, Outbox, Reply
 from kernel.runtime.messages import (
     AmendLimit,
+    Carry,
     Compile,
     CompilerMessage,
     DecideRule,
@@ -145,6 +147,20 @@ class IntegrityModule:
                 self._judge(msg, out)
             case Recheck():
                 self._recheck(msg, out)
+            case Carry():
+                # The compiler's events first, then what its agents answered on them: one
+                # append holds context, proposal, verdict and intent (two commits a flow).
+                try:
+                    start = out.carry(msg.drafts, msg.flows)
+                except IllegalTransition:
+                    # A flow it recompiled moved meanwhile (an operator ended it): none
+                    # of it is recorded here; the compiler's own append finds out.
+                    out.rollback()
+                    out.reply(msg.done, None)
+                    return
+                for answer in msg.messages:
+                    await self.handle(answer, out)
+                out.after_commit_with(_hand_back, (out, start, len(msg.drafts), msg.done))
             case IssueGrant() | VoteGrant() | RevokeGrant():
                 # The DIM owns grants, as it owns amendments: ordered with the verdicts.
                 handle_grant(msg, self._catalog, self._projections, self._clock.now_ns(), out)
@@ -629,7 +645,8 @@ class IntegrityModule:
             )
             outcome = Outcome.ABORTED
         else:
-            out.send(self._compiler, Compile(dfid=msg.dfid, attempt=attempt + 1, feedback=feedback))
+            # Posted: the compiler may be waiting for this actor's append (Carry).
+            out.post(self._compiler, Compile(dfid=msg.dfid, attempt=attempt + 1, feedback=feedback))
             outcome = Outcome.REJECTED
         out.reply(
             msg.reply, Verdict(outcome=outcome, dfid=msg.dfid, attempt=attempt, feedback=feedback)
@@ -707,6 +724,12 @@ class IntegrityModule:
                 external_id=flow.external_id,
             ),
         )
+
+
+def _hand_back(arg: tuple[Outbox, int, int, Reply[list[Event] | None]]) -> None:
+    """Answer the compiler with its events as this append committed them."""
+    out, start, count, done = arg
+    done.set(out.committed[start : start + count])
 
 
 def _staged(out: Outbox) -> Staged:

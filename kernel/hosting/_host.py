@@ -33,8 +33,8 @@ from kernel.core.reasoning import UsageMeter, current_meter, metered
 from kernel.core.reasons import ReasonCode
 from kernel.core.wall import clip
 from kernel.policy.contracts import Outcome, Proposal, Session, Verdict, WorkingContext
-from kernel.runtime.actors import Mailbox, MailboxClosed
-from kernel.runtime.messages import AgentMessage, DimMessage, Withdraw
+from kernel.runtime.actors import Mailbox, MailboxClosed, Reply
+from kernel.runtime.messages import AgentMessage, DimMessage, Judge, Withdraw
 
 log = logging.getLogger("kernel")
 
@@ -50,6 +50,9 @@ class Submit(Protocol):
 JudgeNow = Callable[[str, str, Proposal, Mapping[str, int]], bool]
 """The kernel's hand-over of a proposal to the DIM without waiting for the verdict:
 (token, dfid, proposal, usage by model) -> False if it must go through ``Submit``."""
+JudgeEarly = Callable[[str, str, Proposal, Mapping[str, int], "Reply[Verdict] | None"], Judge]
+"""Makes the Judge of a proposal decided before its context is durable (kernel.api):
+(token, dfid, proposal, usage by model, where its verdict goes or None)."""
 Fetch = Callable[[str, str, str, int, int | None], Awaitable[ArtifactSlice]]
 """The kernel's fetch of an artifact: (agent id, dfid, ref, start, length)."""
 TraceScope = Callable[[str, int], AbstractContextManager[object]]
@@ -270,9 +273,56 @@ class AgentHost:
         Runs inside the compiler's after-commit step, so nothing may escape: what the
         agent raises withdraws its flow, as in the crew.
         """
+        answer = self._reason_now(agent, mailbox, ctx)
+        if answer is None:
+            return False
+        if isinstance(answer, Withdraw):
+            self._send_withdrawal(answer)
+            return True
+        token, meter, proposal = answer
+        if meter.tokens or not self._judge_now(token, ctx.dfid, proposal, meter):
+            # The verdict is needed (tokens to carry past a rejection), or the judgement
+            # waits on something: submit it from a task of its own, as the crew would.
+            self._later(self._submit_later, token, ctx.dfid, proposal, meter)
+        return True
+
+    def early(
+        self, mailbox: Mailbox[AgentMessage], ctx: WorkingContext, judge: JudgeEarly
+    ) -> Judge | Withdraw | None:
+        """Decide ``ctx`` before it is durable; return what the DIM is to record with it.
+
+        Two commits per flow (kernel.api): the compiler's events, this answer's verdict
+        and its intent go into one append, so nothing acts on the context before it is
+        recorded, and a crash before that append repeats only this reasoning. None
+        leaves the context to be delivered after the compiler's own commit (a receiver
+        that is not this host's, a ``decide`` that waited).
+        """
+        direct = mailbox.direct
+        if not isinstance(direct, partial) or direct.func != self._run_now:
+            return None  # not one of this host's agents run to completion (any more)
+        agent: AgentLike = direct.args[0]
+        answer = self._reason_now(agent, mailbox, ctx)
+        if answer is None or isinstance(answer, Withdraw):
+            return answer
+        token, meter, proposal = answer
+        reply: Reply[Verdict] | None = None
+        if meter.tokens:
+            # The verdict is needed (tokens to carry past a rejection): it is read
+            # once the append that records it committed.
+            reply = Reply()
+            self._later(self._carry_later, ctx.dfid, reply, meter)
+        return judge(token, ctx.dfid, proposal, dict(meter.models), reply)
+
+    async def _carry_later(self, dfid: str, reply: Reply[Verdict], meter: UsageMeter) -> None:
+        self._carry(dfid, await reply.wait(), meter)
+
+    def _reason_now(
+        self, agent: AgentLike, mailbox: Mailbox[AgentMessage], ctx: WorkingContext
+    ) -> tuple[str, UsageMeter, Proposal] | Withdraw | None:
+        """Run ``decide`` on ``ctx`` to its end: a proposal, a withdrawal, or None (it waited)."""
         session = self.sessions.get(ctx.agent_id)
         if session is None or self.judge_now is None:
-            return False
+            return None
         carried = self._usage.pop(ctx.dfid, 0)
         meter = UsageMeter(ctx.dfid, self._token_budget, carried)
         try:
@@ -286,24 +336,20 @@ class AgentHost:
             mailbox.direct = None
             if carried:
                 self._usage[ctx.dfid] = carried
-            return False
+            return None
         except Exception as exc:
             log.warning("agent %s failed on flow %s: %r", ctx.agent_id, ctx.dfid, exc)
             if meter.stopped is not None:
-                self._withdraw_now(ctx, session.token, meter, *meter.stopped)
-            else:
-                detail = clip(f"{type(exc).__name__}: {exc}", 500)
-                self._withdraw_now(ctx, session.token, meter, ReasonCode.AGENT_ERROR, detail)
-            return True
+                return self._withdrawal(ctx, session.token, meter, *meter.stopped)
+            detail = clip(f"{type(exc).__name__}: {exc}", 500)
+            return self._withdrawal(ctx, session.token, meter, ReasonCode.AGENT_ERROR, detail)
         if meter.stopped is not None:
-            self._withdraw_now(ctx, session.token, meter, *meter.stopped)
-        elif proposal is None:
-            self._withdraw_now(ctx, session.token, meter, ReasonCode.AGENT_DECLINED, "no action")
-        elif meter.tokens or not self._judge_now(session.token, ctx.dfid, proposal, meter):
-            # The verdict is needed (tokens to carry past a rejection), or the judgement
-            # waits on something: submit it from a task of its own, as the crew would.
-            self._later(self._submit_later, session.token, ctx.dfid, proposal, meter)
-        return True
+            return self._withdrawal(ctx, session.token, meter, *meter.stopped)
+        if proposal is None:
+            return self._withdrawal(
+                ctx, session.token, meter, ReasonCode.AGENT_DECLINED, "no action"
+            )
+        return session.token, meter, proposal
 
     def _later(self, fn: Callable[..., Coroutine[Any, Any, None]], *args: Any) -> None:
         """Run ``fn(*args)`` in a task beside the agents; nothing if the kernel is stopping.
@@ -367,10 +413,10 @@ class AgentHost:
             return
         self._carry(dfid, verdict, meter)
 
-    def _withdraw_now(
+    def _withdrawal(
         self, ctx: WorkingContext, token: str, meter: UsageMeter, code: ReasonCode, detail: str
-    ) -> None:
-        msg = Withdraw(
+    ) -> Withdraw:
+        return Withdraw(
             dfid=ctx.dfid,
             token=token,
             attempt=ctx.attempt,
@@ -378,6 +424,8 @@ class AgentHost:
             detail=detail,
             usage=dict(meter.models),
         )
+
+    def _send_withdrawal(self, msg: Withdraw) -> None:
         try:
             self._dim.send_nowait(msg)
         except anyio.WouldBlock:

@@ -28,7 +28,7 @@ import logging
 import math
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar
 
@@ -60,6 +60,10 @@ M_contra = TypeVar("M_contra", contravariant=True)
 T = TypeVar("T")
 
 Append = Callable[[Sequence[Draft]], Awaitable[list[Event]]]
+Carrier = Callable[["Outbox"], Awaitable[bool]]
+"""Records a batch's events in another actor's append, with what its early messages
+produced; True once that append committed (``out.committed`` set), False to leave the
+batch to its own append (kernel.api: two commits per flow)."""
 
 
 class MailboxClosed(Exception):
@@ -205,8 +209,12 @@ class Outbox:
         """The staged events as the journal recorded them (numbered), once committed."""
         self.scratch: dict[str, Any] = {}
         """Whatever else an actor stages for this batch (derived, never recorded)."""
+        self.early: list[tuple[int, Mailbox[Any], Any]] = []
+        """Messages that may be delivered before the staged events commit, as (index in
+        ``effects``, mailbox, message): see :meth:`send_early`."""
         # Per flow staged in this batch: its state and the index of its last event.
         self._overlay: dict[str, tuple[FlowState, int]] = {}
+        self._opened: list[str] = []
         self._undo: dict[str, tuple[FlowState, int] | None] = {}
         self._mark = (0, 0)
 
@@ -257,6 +265,8 @@ class Outbox:
             if dfid not in self._undo:
                 self._undo[dfid] = staged
             state = flow.apply(current, provisional)
+            if current is None:
+                self._opened.append(dfid)
             if closes_flow(provisional):
                 # The FlowClosed it stands for, which every reader will see after it.
                 state = flow.apply(state, closing_of(provisional))
@@ -296,6 +306,77 @@ class Outbox:
         """Deliver ``msg`` once the staged events have committed."""
         self.effects.append((mailbox.offer, msg))
 
+    def post(self, mailbox: Mailbox[M], msg: M) -> None:
+        """Deliver ``msg`` once the staged events have committed, never waiting for room.
+
+        For a message to an actor that may itself be waiting on this one (the DIM's
+        recompile requests to the compiler, which waits for the DIM's append of its
+        carried batch): a full mailbox gets it from a task of its own, so neither waits
+        on the other. One such message per flow at most, so they stay bounded.
+        """
+        self.effects.append((_Post(mailbox), msg))
+
+    def send_early(self, mailbox: Mailbox[M], msg: M) -> None:
+        """Deliver ``msg`` once the staged events have committed, or earlier if a carrier can.
+
+        A carrier (:data:`Carrier`) may hand the message over before the commit, when
+        what it leads to is recorded in the same append as these events (nothing acts on
+        it before that append); otherwise it is sent after the commit, as :meth:`send`.
+        """
+        self.early.append((len(self.effects), mailbox, msg))
+        self.effects.append((mailbox.offer, msg))
+
+    def taken_early(self, index: int) -> None:
+        """Mark the early message whose effect is at ``index`` as delivered already."""
+        self.effects[index] = (_nothing, None)
+
+    @property
+    def opened(self) -> dict[str, tuple[FlowState, int]]:
+        """The flows this batch opens (FlowCreated staged), as staged, with their last index."""
+        return {d: self._overlay[d] for d in self._opened if d in self._overlay}
+
+    def carry(self, drafts: Sequence[Draft], opened: Mapping[str, tuple[FlowState, int]]) -> int:
+        """Stage another batch's drafts, unchanged and contiguous; return the first's index.
+
+        Their relative causes stay valid (the block keeps its order). What this batch
+        stages next sees their flows: a flow they open (``opened``: the other batch's
+        :attr:`opened`) as that batch staged it, since no one else can have touched a
+        flow that did not exist; any other flow event is folded again here, against the
+        flow as committed since (an illegal transition raises, as in :meth:`emit`).
+        Ends of flows among them brought their releases with them.
+        """
+        start = len(self.drafts)
+        fresh = {
+            dfid: state
+            for dfid, state in opened.items()
+            if dfid not in self._overlay and dfid not in self._projections.flows
+        }
+        for offset, draft in enumerate(drafts):
+            dfid = draft.dfid
+            if dfid is None or dfid in fresh or type(draft.payload) not in FLOW_EVENTS:
+                continue
+            staged = self._overlay.get(dfid)
+            current = staged[0] if staged else self._projections.flows.get(dfid)
+            provisional = Event(
+                seq=current.last_seq if current else 0,
+                ts=self._clock.now_ns(),
+                payload=draft.payload,
+                dfid=dfid,
+                parent_dfid=draft.parent_dfid,
+                agent_id=draft.agent_id,
+            )
+            if dfid not in self._undo:
+                self._undo[dfid] = staged
+            state = flow.apply(current, provisional)
+            if closes_flow(provisional):
+                state = flow.apply(state, closing_of(provisional))
+            self._overlay[dfid] = (state, start + offset)
+        for dfid, (state, index) in fresh.items():
+            self._undo.setdefault(dfid, None)
+            self._overlay[dfid] = (state, start + index)
+        self.drafts.extend(drafts)
+        return start
+
     def reply(self, reply: Reply[Any] | None, value: Any) -> None:
         """Answer ``reply`` once the staged events have committed."""
         if reply is not None:
@@ -330,6 +411,7 @@ class Outbox:
         drafts, effects = self._mark
         del self.drafts[drafts:]
         del self.effects[effects:]
+        self.early = [e for e in self.early if e[0] < effects]
         for dfid, previous in self._undo.items():
             if previous is None:
                 self._overlay.pop(dfid, None)
@@ -383,6 +465,8 @@ class Supervisor:
         backoff_s: the first restart delay; each further restart in the period doubles it.
         max_backoff_s: the ceiling of the delay.
         fatal: exception types that are not actor crashes but reasons to stop (journal failure).
+        carry: records a batch with early messages (:meth:`Outbox.send_early`) in another
+            actor's append when it can; without it they wait for the batch's own commit.
     """
 
     def __init__(
@@ -398,7 +482,10 @@ class Supervisor:
         backoff_s: float = 0.01,
         max_backoff_s: float = 1.0,
         fatal: tuple[type[BaseException], ...] = (),
+        carry: Carrier | None = None,
     ) -> None:
+        self._carry = carry
+        self._tg: anyio.abc.TaskGroup | None = None
         self._specs = list(specs)
         self._append = append
         self._projections = projections
@@ -415,6 +502,7 @@ class Supervisor:
         """Run every child until cancelled; raise RestartIntensityExceeded or a fatal error."""
         try:
             async with anyio.create_task_group() as tg:
+                self._tg = tg
                 for spec in self._specs:
                     tg.start_soon(self._run_child, spec, name=f"actor:{spec.name}")
         except BaseExceptionGroup as group:
@@ -422,11 +510,18 @@ class Supervisor:
             raise group.exceptions[0] from None
 
     async def _commit(self, out: Outbox) -> None:
-        if out.drafts:
+        carried = False
+        if out.early and self._carry is not None:
+            carried = await self._carry(out)
+        if out.drafts and not carried:
             out.committed = await self._append(out.drafts)
         for effect, arg in out.effects:
             result = effect(arg)
-            if result is not None:
+            if result is None:
+                continue
+            if isinstance(result, _Waiting) and self._tg is not None:
+                self._tg.start_soon(_wait, result.wait)
+            else:
                 await result
 
     async def _run_child(self, spec: ChildSpec[Any]) -> None:
@@ -538,6 +633,38 @@ class Supervisor:
 
 def _run(fn: Callable[[], Awaitable[None] | None]) -> Awaitable[None] | None:
     return fn()
+
+
+def _nothing(_: Any) -> None:
+    return None
+
+
+@dataclass(frozen=True)
+class _Waiting:
+    """A posted message's wait for room, run beside the actor rather than by it."""
+
+    wait: Awaitable[None]
+
+    def __await__(self) -> Any:
+        return self.wait.__await__()
+
+
+@dataclass(frozen=True)
+class _Post:
+    """The effect of :meth:`Outbox.post`: deliver now, or hand the wait for room on."""
+
+    mailbox: Mailbox[Any]
+
+    def __call__(self, msg: Any) -> Awaitable[None] | None:
+        wait = self.mailbox.offer(msg)
+        return _Waiting(wait) if wait is not None else None
+
+
+async def _wait(wait: Awaitable[None]) -> None:
+    try:
+        await wait
+    except MailboxClosed:
+        pass  # the kernel is stopping: the flow is recompiled by the next run
 
 
 def _describe(msg: Any) -> str:

@@ -22,6 +22,7 @@ from kernel.adapters.constraints import Violation
 from kernel.adapters.contract import Receipt
 from kernel.core.events import (
     AmendmentRefused,
+    Draft,
     Event,
     Feedback,
     LimitAmended,
@@ -35,6 +36,7 @@ from kernel.policy.contracts import HandshakeRefused, Session, Verdict, WorkingC
 from kernel.policy.packs import PackError
 
 if TYPE_CHECKING:  # the actors import the projections, which fold amendments (AmendLimit)
+    from kernel.core.flow import FlowState
     from kernel.runtime.actors import Reply
     from kernel.state.projections import AgentStatus
 
@@ -232,6 +234,26 @@ class Withdraw(msgspec.Struct, frozen=True, kw_only=True):
     """The tokens the attempt's reasoning reported before it gave up, by model."""
 
 
+class Carry(msgspec.Struct, frozen=True, kw_only=True):
+    """The compiler's batch, carried into the DIM's append with what its agents answered.
+
+    Two commits per flow instead of three (issue 35, lever 4): a synchronous agent
+    reasons on its context before that context is durable, and its proposal (or
+    withdrawal) is judged in the same append that records the compiler's events
+    (trigger, flows, contexts), its verdict and its intent. Nothing acts before that
+    append; a crash before it loses only reasoning, never an effect.
+
+    ``done`` is answered with the compiler's events as committed, or None when
+    nothing of it was recorded (the compiler then records its batch itself).
+    """
+
+    drafts: tuple[Draft, ...]
+    flows: Mapping[str, tuple[FlowState, int]]
+    """The flows the drafts open, as the compiler staged them, with their last draft's index."""
+    messages: tuple[Judge | Withdraw, ...]
+    done: Reply[list[Event] | None]
+
+
 class AmendLimit(msgspec.Struct, frozen=True, kw_only=True):
     """An operator's request to set ``limit`` of ``agent_id`` to ``value`` for ``ttl_s``."""
 
@@ -425,6 +447,7 @@ CompilerMessage: TypeAlias = FireTrigger | Compile | Open
 DimMessage: TypeAlias = (
     Judge
     | Withdraw
+    | Carry
     | AmendLimit
     | LoadPack
     | SubmitRule

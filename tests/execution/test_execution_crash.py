@@ -6,6 +6,12 @@ drawn from the seed: after the Nth journal commit, before the Nth adapter
 call, or after the Nth effect is durable but before the kernel hears of it.
 Then the kernel is restarted on the same journal (and may be killed again),
 and finally runs to the end. Rerun with more seeds: ``DIRK_KILL_SEEDS=200``.
+
+The clerk either reasons in its crew (after its context committed) or decides
+synchronously: then its flow commits twice (issue 35, lever 4), its context reaching
+it before it is durable, and a kill point in its ``decide`` (before the append that
+records context, proposal, verdict and intent) must leave nothing recorded and
+nothing executed.
 """
 
 from __future__ import annotations
@@ -37,8 +43,8 @@ WORKER = SUPPORT / "execution_worker.py"
 SEEDS = range(int(os.environ.get("DIRK_KILL_SEEDS", "6")))
 
 
-def kill_point(rng: random.Random) -> str:
-    what = rng.choice(["commit", "commit", "call", "effect"])
+def kill_point(rng: random.Random, *, decide: bool = False) -> str:
+    what = rng.choice(["commit", "commit", "call", "effect", *(["decide"] if decide else [])])
     return f"{what}:{rng.randint(1, 60 if what == 'commit' else 16)}"
 
 
@@ -59,7 +65,48 @@ async def test_a_killed_kernel_resumes_every_intent_with_exactly_one_effect(
     await kill_run(tmp_path, seed, lookup)
 
 
-async def kill_run(tmp_path: Path, seed: int, lookup: str) -> None:
+@pytest.mark.parametrize("seed", SEEDS)
+async def test_a_killed_kernel_whose_clerk_decides_before_its_context_is_durable_loses_nothing(
+    tmp_path: Path, seed: int
+) -> None:
+    await kill_run(tmp_path, seed, "0", agent="sync")
+
+
+async def test_a_kill_between_a_context_reaching_its_agent_and_its_append_records_nothing(
+    tmp_path: Path,
+) -> None:
+    journal, ledger = str(tmp_path / "j.db"), str(tmp_path / "ledger.db")
+    with anyio.fail_after(300):  # a guard against a hung child, not a timing assertion
+        killed = await run_worker(journal, ledger, "run", "decide:1", "0", "sync")
+        assert killed == -signal.SIGKILL
+        async with open_journal(journal) as j:
+            events = await j.read()
+        # The trigger, the flow, its context: none of it was recorded, nothing ran.
+        assert not [e.type for e in events if e.dfid is not None or e.type == "TriggerFired"]
+        assert not _effects(ledger)
+        # Restarted, the kernel finds no flow to recover: the flow never started.
+        assert await run_worker(journal, ledger, "recover", "none", "0", "sync") == 0
+        async with open_journal(journal) as j:
+            assert not fold(await j.read()).flows
+        # Triggered again, every flow runs to its end, each effect once.
+        assert await run_worker(journal, ledger, "run", "none", "0", "sync") == 0
+    await check(journal, ledger, decided=False)
+    async with open_journal(journal) as j:
+        state = fold(await j.read())
+    assert len(state.flows) == 9
+    assert all(flow.terminal for flow in state.flows.values())
+    assert sum(_effects(ledger).values()) >= 9
+
+
+def _effects(ledger: str) -> Counter[str]:
+    with sqlite3.connect(ledger) as db:
+        tables = {name for (name,) in db.execute("SELECT name FROM sqlite_master")}
+        if "effects" not in tables:
+            return Counter()
+        return Counter(key for (key,) in db.execute("SELECT key FROM effects"))
+
+
+async def kill_run(tmp_path: Path, seed: int, lookup: str, *, agent: str = "crew") -> None:
     """Run one seed of the kill test and check its invariants (tests.support.kill_loop runs it too).
 
     The invariant: every effect in the ledger is recorded exactly once, or its
@@ -73,9 +120,10 @@ async def kill_run(tmp_path: Path, seed: int, lookup: str) -> None:
     with anyio.fail_after(300):
         mode = "run"
         for _ in range(rng.randint(1, 3)):
-            await run_worker(journal, ledger, mode, kill_point(rng), lookup)
+            kill = kill_point(rng, decide=agent == "sync")
+            await run_worker(journal, ledger, mode, kill, lookup, agent)
             mode = "recover"
-        assert await run_worker(journal, ledger, "recover", "none", lookup) == 0
+        assert await run_worker(journal, ledger, "recover", "none", lookup, agent) == 0
         await check(journal, ledger, decided=False)
         # The operator decides what waits: retry first (by the seed), reconcile after.
         first = rng.choice(["retry", "reconcile"])

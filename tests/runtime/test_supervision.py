@@ -356,3 +356,54 @@ async def test_a_kernel_that_stops_on_a_fault_records_the_fault(
     assert payload_of(last, KernelStopped).reason == "KERNEL_FAILED"
     assert payload_of(last, KernelStopped).detail == "RuntimeError: a bug in a kernel task \\ud800"
     assert (await verify_journal(path)).ok
+
+
+# --- a posted message never makes its sender wait for room ------------------------------
+
+
+class Poster:
+    """Records each job, then posts it to ``target`` (which the test keeps full)."""
+
+    def __init__(self, target: Mailbox[Job], done: list[int]) -> None:
+        self.target = target
+        self.done = done
+
+    async def handle(self, msg: Job, out: Outbox) -> None:
+        out.emit(TriggerFired(topic="job", facts={"n": msg.n}))
+        out.post(self.target, msg)
+        out.after_commit(lambda: self.done.append(msg.n))
+
+
+async def test_a_message_posted_to_a_full_mailbox_waits_beside_its_sender(
+    tmp_path: Path,
+) -> None:
+    # The DIM posts recompile requests to the compiler, which may be waiting for the
+    # DIM's own append (two commits per flow): neither may wait on the other.
+    finished = anyio.Event()
+    done = Tally(3, finished)
+    mailbox: Mailbox[Job] = Mailbox("poster", capacity=16)
+    target: Mailbox[Job] = Mailbox("target", capacity=1)
+    target.send_nowait(Job(-1))  # full, and nobody reads it yet
+    async with open_journal(tmp_path / "j.db") as journal:
+        projections = Projections()
+        journal.add_listener(projections.apply)
+        supervisor = Supervisor(
+            [ChildSpec("poster", lambda: Poster(target, done), mailbox, batch=1)],
+            append=journal.append,
+            projections=projections,
+            clock=ManualClock(),
+            on_dead_letter=lambda actor, msg, exc, out: None,
+        )
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(supervisor.run)
+            for n in range(3):  # three batches, each posting to the full mailbox
+                mailbox.send_nowait(Job(n))
+            with anyio.fail_after(10):  # a guard against a hang, not a timing assertion
+                await finished.wait()
+                received = [await target.receive() for _ in range(4)]
+            tg.cancel_scope.cancel()
+    mailbox.close()
+    target.close()
+    assert done == [0, 1, 2]
+    assert received[0] == Job(-1)
+    assert sorted(job.n for job in received[1:]) == [0, 1, 2]

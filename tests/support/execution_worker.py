@@ -1,15 +1,18 @@
 """Run flows against a durable ledger, and SIGKILL this process at a chosen point.
 
-Usage: ``execution_worker.py JOURNAL LEDGER MODE KILL LOOKUP`` where MODE is
+Usage: ``execution_worker.py JOURNAL LEDGER MODE KILL LOOKUP [AGENT]`` where MODE is
 ``run`` (register a clerk and trigger a stream of flows), ``recover`` (only
 open the kernel and let it finish what an earlier run left), or ``retry`` /
 ``reconcile`` (an operator decides every flow escalated with OUTCOME_UNKNOWN:
 calls it again, or records what the ledger shows); KILL is
 ``none``, ``commit:N`` (after the Nth journal commit), ``call:N`` (before the
 Nth adapter call) or ``effect:N`` (after the Nth effect is durable in the
-ledger, before its answer reaches the kernel); LOOKUP is ``1`` for a ledger
+ledger, before its answer reaches the kernel) or ``decide:N`` (in the agent's Nth
+``decide``, while it holds a context); LOOKUP is ``1`` for a ledger
 that does not deduplicate but answers ``lookup(key)``, ``0`` for one that
-deduplicates on the key.
+deduplicates on the key; AGENT is ``crew`` (the default: the clerk reasons in its
+crew, after its context committed) or ``sync`` (it decides synchronously: it runs to
+completion before its context is durable, and its flow commits twice).
 """
 
 from __future__ import annotations
@@ -53,6 +56,23 @@ class Ledger(SimulatedSystem):
             die()
 
 
+class Clerk(ScriptedAgent):
+    """The scripted clerk, dying in its Nth ``decide`` when told to."""
+
+    def __init__(self, kill: str, synchronous: bool) -> None:
+        super().__init__(steps=[decide], capabilities=KINDS, subscriptions=["desk"])
+        self.synchronous = synchronous
+        what, _, n = kill.partition(":")
+        self._die_at = int(n) if what == "decide" else 0
+        self._decided = 0
+
+    async def decide(self, ctx: WorkingContext) -> Proposal | None:
+        self._decided += 1
+        if self._decided == self._die_at:
+            die()  # the context reached the agent; nothing it leads to was recorded
+        return await super().decide(ctx)
+
+
 def decide(ctx: WorkingContext) -> Proposal:
     """Ping, a saga that completes, or a saga whose last leg fails (and is compensated)."""
     kind = ctx.topic.split(".")[1]
@@ -64,14 +84,16 @@ def decide(ctx: WorkingContext) -> Proposal:
     return ctx.propose(policy, valid_for_s=3600)
 
 
-async def main(journal: str, ledger_path: str, mode: str, kill: str, lookup: str) -> None:
+async def main(
+    journal: str, ledger_path: str, mode: str, kill: str, lookup: str, agent: str = "crew"
+) -> None:
     ledger = Ledger(ledger_path, kill, lookup == "1")
     async with open_kernel(
         journal, packs=[DESK], adapters={"desk": ledger}, allow=["clerk"]
     ) as kernel:
         die_after_commit(kernel, kill)
         if mode == "run":
-            clerk = ScriptedAgent(steps=[decide], capabilities=KINDS, subscriptions=["desk"])
+            clerk = Clerk(kill, synchronous=agent == "sync")
             await kernel.register(clerk)
             async with anyio.create_task_group() as tg:
                 for i in range(FLOWS):
@@ -110,4 +132,4 @@ async def resolve(kernel: Kernel, ledger: Ledger, dfid: str, key: str, mode: str
 
 
 if __name__ == "__main__":
-    anyio.run(lambda: main(*sys.argv[1:6]))
+    anyio.run(lambda: main(*sys.argv[1:7]))
