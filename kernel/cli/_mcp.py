@@ -72,16 +72,6 @@ def add_commands(commands: Any) -> None:
         ),
     )
     p.add_argument(
-        "--http",
-        metavar="HOST:PORT",
-        help="serve streamable HTTP (stateless) instead of stdio; port 0 picks a free one",
-    )
-    p.add_argument(
-        "--token-file",
-        metavar="FILE",
-        help="HTTP bearer tokens, one 'agent:ID TOKEN' or 'operator:NAME TOKEN' a line",
-    )
-    p.add_argument(
         "--key",
         metavar="PATH",
         help="a directory of NAME.key files (default: $DIRK_KEY): the server's own, DOOR.key,"
@@ -92,14 +82,6 @@ def add_commands(commands: Any) -> None:
         default="mcp",
         metavar="NAME",
         help="the name the kernel's keyring holds the server's key under (default mcp)",
-    )
-    p.add_argument(
-        "--tls-cert",
-        metavar="FILE",
-        help="with --http: serve HTTPS with this certificate chain (PEM); needs --tls-key",
-    )
-    p.add_argument(
-        "--tls-key", metavar="FILE", help="the certificate's private key (PEM, unencrypted)"
     )
     p.add_argument(
         "--public-url",
@@ -114,13 +96,37 @@ def add_commands(commands: Any) -> None:
         metavar="SECONDS",
         help="following a kernel: how long a write waits for its answer before QUEUED (default 5)",
     )
+    add_serving_arguments(p, "one 'agent:ID TOKEN' or 'operator:NAME TOKEN' a line")
+    p.set_defaults(run=_mcp)
+    add_proxy(p.add_subparsers(dest="mcp_command", metavar="{proxy}"))
+
+
+def add_serving_arguments(p: argparse.ArgumentParser, tokens: str) -> None:
+    """Add where and how a server is reached (shared by ``dirk mcp`` and ``dirk mcp proxy``).
+
+    Args:
+        p: the command's parser.
+        tokens: what a line of its ``--token-file`` holds.
+    """
+    p.add_argument(
+        "--http",
+        metavar="HOST:PORT",
+        help="serve streamable HTTP (stateless) instead of stdio; port 0 picks a free one",
+    )
+    p.add_argument("--token-file", metavar="FILE", help=f"HTTP bearer tokens, {tokens}")
+    p.add_argument(
+        "--tls-cert",
+        metavar="FILE",
+        help="with --http: serve HTTPS with this certificate chain (PEM); needs --tls-key",
+    )
+    p.add_argument(
+        "--tls-key", metavar="FILE", help="the certificate's private key (PEM, unencrypted)"
+    )
     p.add_argument(
         "--insecure-http",
         action="store_true",
         help="with --http: serve plain HTTP off loopback anyway (bearer tokens readable)",
     )
-    p.set_defaults(run=_mcp)
-    add_proxy(p.add_subparsers(dest="mcp_command", metavar="{proxy}"))
 
 
 async def _mcp(args: argparse.Namespace) -> int:

@@ -32,23 +32,10 @@ def add_proxy(commands: Any) -> None:
     p.add_argument("--config", required=True, metavar="FILE", help="the gateway's TOML file")
     p.add_argument("--db", required=True, help="the journal file")
     p.add_argument("--agent", metavar="ID", help="over stdio: calls act as this agent")
-    p.add_argument(
-        "--http",
-        metavar="HOST:PORT",
-        help="serve streamable HTTP (stateless) instead of stdio; port 0 picks a free one",
-    )
-    p.add_argument(
-        "--token-file",
-        metavar="FILE",
-        help="HTTP bearer tokens, one 'agent:ID TOKEN' a line (dirk mcp's format)",
-    )
-    p.add_argument("--tls-cert", metavar="FILE", help="with --http: serve HTTPS (PEM chain)")
-    p.add_argument("--tls-key", metavar="FILE", help="the certificate's private key (PEM)")
-    p.add_argument(
-        "--insecure-http",
-        action="store_true",
-        help="with --http: serve plain HTTP off loopback anyway (bearer tokens readable)",
-    )
+    # Imported here: kernel.cli._mcp adds this command, so it loads first.
+    from kernel.cli._mcp import add_serving_arguments
+
+    add_serving_arguments(p, "one 'agent:ID TOKEN' a line (dirk mcp's format)")
     p.add_argument(
         "--listing",
         metavar="FILE",
@@ -72,8 +59,9 @@ async def _proxy(args: argparse.Namespace) -> int:
         )
         from kernel.mcp import Identity
     except ImportError:
+        # The same code as dirk mcp's and the console's for the same situation.
         return error(
-            CliError.BAD_ARGUMENT,
+            CliError.EXTRA_MISSING,
             "dirk mcp proxy needs the MCP SDK: pip install 'dir-kernel[mcp]'",
             ExitCode.USAGE,
         )
