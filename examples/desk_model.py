@@ -44,6 +44,11 @@ def order(symbol: str, side: str, quantity: Any, limit: str, slippage: int = 30)
     }
 
 
+def spent(feedback: dict[str, Any]) -> dict[str, Any]:
+    """Stand down when the desk's money budget is spent: asking again cannot change that."""
+    return {"proposal": None, "explain": f"The desk's budget is spent ({feedback['detail']})."}
+
+
 def trade_playbook(plan: Plan) -> Playbook:
     """The position agents' model: momentum trades, with the day's scripted mistakes."""
 
@@ -64,6 +69,8 @@ def trade_playbook(plan: Plan) -> Playbook:
             "good_for_minutes": 2,
             "explain": f"{symbol} moved {move:+} last minute; {side} {quantity} on momentum.",
         }
+        if feedback and feedback["reason_code"] == "BUDGET_EXHAUSTED":
+            return spent(feedback)
         if feedback and feedback["reason_code"] == "GUARD_EMERGENCY":
             # Quoting the guard's reason back would repeat the words it objected to.
             answer["explain"] += " Revised: the explanation now matches the order."
@@ -171,6 +178,9 @@ def strategy(task: dict[str, Any], rng: random.Random) -> dict[str, Any]:
 
 def risk(task: dict[str, Any], rng: random.Random) -> dict[str, Any]:
     """The risk model: trim half of the largest exposure above 20,000 dollars."""
+    feedback = task.get("feedback")
+    if feedback and feedback["reason_code"] == "BUDGET_EXHAUSTED":
+        return spent(feedback)
     prices = {s: Decimal(p) for s, p in task.get("prices", {}).items()}
     positions = {s: int(q) for s, q in task.get("positions", {}).items() if s in prices}
     if not positions:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import shutil
 import sqlite3
 import subprocess
@@ -24,6 +25,7 @@ import msgspec
 import pytest
 
 from examples import booking, coding, trading
+from examples.desk_model import playbooks
 from examples.market import plan_day
 from examples.summary import read_events
 from kernel.audit import Event, Projections, fold, open_journal, payload_of, payloads, whatif
@@ -256,6 +258,23 @@ def test_a_day_too_short_for_the_plan_is_refused_with_a_reason() -> None:
     with pytest.raises(ValueError, match="at least"):
         plan_day(1, 10)
     assert trading.main(["--minutes", "10"]) == 2
+
+
+def test_the_desks_model_stands_down_when_the_budget_is_spent() -> None:
+    # Asking again with the same money cannot pass a spent budget: an agent that did would
+    # fill the rest of the day with refusals (P6 measured 881 of them on a whole day).
+    spent = {
+        "reason_code": "BUDGET_EXHAUSTED",
+        "detail": "budget daily-notional (desk, 86400 s window): 8,305.36 USD wanted",
+        "field": None,
+    }
+    books = playbooks(plan_day(1, 390))
+    trade = {"symbol": "ACME", "price": "296.03", "history": ["295.88", "296.03"], "minute": 200}
+    risk = {"prices": {"ACME": "296.03"}, "positions": {"ACME": 400}}
+    for name, task in (("trade", trade), ("risk", risk)):
+        assert books[name](task, random.Random(1))["proposal"] is not None
+        answer = books[name]({**task, "feedback": spent}, random.Random(1))
+        assert answer["proposal"] is None and "budget is spent" in answer["explain"]
 
 
 def test_openai_without_its_environment_is_a_clear_error(
