@@ -55,6 +55,8 @@ PACKAGES = {
 }
 IN_FLIGHT = 64
 LIMIT = 1_000
+FAILURE_CHARS = 500
+"""The most of a broken peer's reason its record carries (the table shows it on one line)."""
 
 
 def valid(quantity: int) -> bool:
@@ -213,6 +215,27 @@ def measure(name: str, n: int, directory: str | None) -> dict[str, Any]:
     return {"peer": name, "decisions": n, "seconds": seconds, "per_s": n / seconds, **versions}
 
 
+def failure(exc: BaseException) -> str:
+    """Say why a peer broke: the exception and each one it was raised from, innermost last.
+
+    A peer's own wrapper often hides the reason (temporalio's worker says only "Failed
+    validating workflow Decide"; why is in its ``__cause__``), and the peers' logging is off.
+
+    Returns:
+        ``failed: Type: message <- Type: message ...``, on one line, at most ``FAILURE_CHARS``.
+    """
+    said: list[str] = []
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:  # a cause can loop back
+        seen.add(id(current))
+        said.append(f"{type(current).__name__}: {current}")
+        current = current.__cause__ or (
+            None if current.__suppress_context__ else current.__context__
+        )
+    return " ".join(f"failed: {' <- '.join(said)}".split())[:FAILURE_CHARS]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.peers", description=__doc__)
     parser.add_argument("peer", choices=PEERS)
@@ -224,7 +247,7 @@ def main(argv: list[str] | None = None) -> int:
     except ImportError as exc:
         record = {"peer": args.peer, "error": f"cannot import: {exc}"}
     except Exception as exc:  # a peer that breaks is reported, never a traceback in the table
-        record = {"peer": args.peer, "error": f"failed: {type(exc).__name__}: {exc}"[:500]}
+        record = {"peer": args.peer, "error": failure(exc)}
     print(json.dumps(record))
     return 0
 

