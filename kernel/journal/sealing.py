@@ -37,7 +37,9 @@ def seal(
     prev_hex = prev.hex()
     for position, draft in enumerate(drafts):
         seq += 1
-        if draft.caused_by is not None and draft.caused_by < 0:
+        # A cause that is not an integer at all is the event's own fault: the round-trip
+        # check refuses it below, rather than a comparison failing here with a TypeError.
+        if isinstance(draft.caused_by, int) and draft.caused_by < 0:
             if -draft.caused_by > position:
                 raise ValueError(f"caused_by={draft.caused_by} reaches outside its append")
             draft = msgspec.structs.replace(draft, caused_by=seq + draft.caused_by)
