@@ -39,10 +39,12 @@ DEFAULT_SERVICE_NAME = "dir-kernel"
 # for tens of seconds when the collector is down (DESIGN.md section 6).
 _EXPORT_TIMEOUT_S = 2.0
 # The queue bounds memory, not delivery: the kernel's telemetry task waits for room
-# (kernel.telemetry._ship). One HTTP request per 2048 spans (~1 MB) instead of the SDK's
-# 512 cuts the requests, and so the receiver's per-request work, by four.
-_MAX_QUEUE_SIZE = 8192
-_EXPORT_BATCH = 2048
+# (kernel.telemetry._ship). So it needs no more than the SDK's 2,048 spans and batches of
+# 512: a larger queue delivers no more, keeps more spans alive for the cyclic GC to walk,
+# and has the exporter encode while decisions wait for the GIL (docs/benchmarks.md, "S2:
+# spans under load").
+_MAX_QUEUE_SIZE = 2048
+_EXPORT_BATCH = 512
 _SCHEDULE_DELAY_MS = 500
 _TRACES, _GENERIC = "OTEL_EXPORTER_OTLP_TRACES_", "OTEL_EXPORTER_OTLP_"
 

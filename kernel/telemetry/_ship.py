@@ -87,8 +87,8 @@ class SpanShipper(SpanProcessor):
         self,
         exporter: SpanExporter,
         *,
-        max_queue_size: int = 8192,
-        max_export_batch_size: int = 2048,
+        max_queue_size: int = 2048,
+        max_export_batch_size: int = 512,
         schedule_delay_s: float = 0.5,
         give_up_s: float = 30.0,
     ) -> None:
