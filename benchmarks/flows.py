@@ -39,6 +39,9 @@ TOPIC = "bench.tick"
 SPANS_PER_FLOW = 5
 """A happy-path flow projects to a root span plus context, reason, validate and execute."""
 
+DRAIN_S = 600.0
+"""How long P2's close may take to hand every span to the receiver."""
+
 RECEIVER = Path(__file__).resolve().parent.parent / "tests" / "support" / "otlp_receiver.py"
 
 # A small state layer, recorded before any agent is hosted (so it opens no flow):
@@ -360,14 +363,21 @@ class SpanReceiver:
             self.spans += 1
 
     def telemetry(self) -> Telemetry:
-        """Return fresh telemetry exporting to this receiver (the kernel shuts it down)."""
+        """Return fresh telemetry exporting to this receiver (the kernel shuts it down).
+
+        The kernel's close waits for every span (S2 measures delivery, not a deadline): the
+        time it takes is P2's ``close_s``.
+        """
         processor = configure_exporter(
             {
                 "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{self.port}",
                 "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
             }
         )
-        return Telemetry(processor)
+        try:
+            return Telemetry(processor, drain_s=DRAIN_S)
+        except TypeError:  # a kernel from before drain_s (benchmarks.pair's side A)
+            return Telemetry(processor)
 
     async def wait_settled(self, since: int, expected: int, timeout_s: float = 5.0) -> int:
         """Wait until ``expected`` spans arrived after ``since`` or none arrive for 0.5 s."""

@@ -15,7 +15,8 @@ Levers (A is before, B after):
 - ``tree``: the kernel at git revision ``--a`` (A) against the working tree (B), for levers
   that change the runtime itself (issue 35's second half): side A runs this harness with
   ``kernel``, ``agents_sdk``, ``policies`` and ``examples`` taken from ``git archive`` of
-  that revision. ``--p3 N`` adds P3 (N flows at 500/s) to each run.
+  that revision. ``--p3 N`` adds P3 (N flows at 500/s) to each run; ``--p2`` adds P2 (P1's
+  flows with spans over OTLP/HTTP to a receiver process of the run's own) and S2.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from pathlib import Path
 
 import anyio
 
-from benchmarks.flows import FlowRun, run_flows
+from benchmarks.flows import SPANS_PER_FLOW, FlowRun, open_receiver, run_flows
 from benchmarks.latency import LatencyRun, run_latency
 from kernel.journal import codec
 
@@ -65,8 +66,28 @@ def checkout(rev: str, into: Path) -> Path:
     return into
 
 
-def _one(lever: str, side: str, flows: int, p3: int = 0) -> dict[str, float]:
-    """Run P1 (and P3 if ``p3``) once with ``side`` of ``lever``; return its figures per flow."""
+def _p2(flows: int) -> dict[str, float]:
+    """Run P2 once: P1's flows with spans to a receiver process; its figures."""
+    with tempfile.TemporaryDirectory(prefix="dir-pair-") as tmp, open_receiver() as receiver:
+        path = Path(tmp) / "p2.db"
+
+        async def run() -> tuple[FlowRun, int]:
+            r = await run_flows(path, flows, telemetry=receiver.telemetry())
+            return r, await receiver.wait_settled(0, flows * SPANS_PER_FLOW)
+
+        r, received = anyio.run(run, backend="asyncio")
+    return {
+        "P2": r.flows_per_s,
+        "P2 with close": r.flows / (r.seconds + r.close_seconds),
+        "P2 close s": r.close_seconds,
+        "P2 C1": r.cpu_seconds / r.flows * 1e6,
+        "S2": received / (flows * SPANS_PER_FLOW),
+    }
+
+
+def _one(lever: str, side: str, flows: int, p3: int = 0, p2: bool = False) -> dict[str, float]:
+    """Run P1 (and P3 if ``p3``, P2 if ``p2``) once with ``side`` of ``lever``; return its
+    figures per flow."""
     ordered = not (lever in ("ids", "both") and side == "A")
     if lever in ("codec", "both") and side == "A":
         # The store's writer makes its packer with the default number: make that dictionary 1.
@@ -102,6 +123,8 @@ def _one(lever: str, side: str, flows: int, p3: int = 0) -> dict[str, float]:
         figures["P3 p50 us"] = lat.percentile_us(0.5)
         figures["P3 p99 us"] = lat.percentile_us(0.99)
         figures["P3 commits per flow"] = lat.transactions / p3
+    if p2:
+        figures |= _p2(flows)
     return figures
 
 
@@ -113,10 +136,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--pairs", type=int, default=3, help="pairs kept (one more is run first)")
     parser.add_argument("--a", metavar="REV", help="tree: the git revision of side A")
     parser.add_argument("--p3", type=int, default=0, metavar="N", help="also P3, N flows")
+    parser.add_argument("--p2", action="store_true", help="also P2 and S2 (spans exported)")
     parser.add_argument("--side", choices=("A", "B"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.side:
-        print(json.dumps(_one(args.lever, args.side, args.flows, args.p3)))
+        print(json.dumps(_one(args.lever, args.side, args.flows, args.p3, args.p2)))
         return 0
     if args.lever == "tree" and not args.a:
         parser.error("tree needs --a REV (the revision before the lever)")
@@ -148,6 +172,7 @@ def _pairs(args: argparse.Namespace, where: dict[str, Path]) -> list[dict[str, d
                     str(args.flows),
                     "--p3",
                     str(args.p3),
+                    *(["--p2"] if args.p2 else []),
                 ],
                 check=True,
                 capture_output=True,
@@ -157,9 +182,13 @@ def _pairs(args: argparse.Namespace, where: dict[str, Path]) -> list[dict[str, d
             ).stdout
             pair[side] = json.loads(out.splitlines()[-1])
         label = "warm-up" if n == 0 else f"pair {n}"
+        p2 = {
+            s: f" P2 {pair[s]['P2']:,.0f} S2 {pair[s]['S2']:.3f}" if args.p2 else "" for s in "AB"
+        }
         print(
-            f"{label}: A P1 {pair['A']['P1']:,.0f} C1 {pair['A']['C1']:.0f};"
-            f" B P1 {pair['B']['P1']:,.0f} C1 {pair['B']['C1']:.0f}; load {os.getloadavg()[0]:.1f}",
+            f"{label}: A P1 {pair['A']['P1']:,.0f} C1 {pair['A']['C1']:.0f}{p2['A']};"
+            f" B P1 {pair['B']['P1']:,.0f} C1 {pair['B']['C1']:.0f}{p2['B']};"
+            f" load {os.getloadavg()[0]:.1f}",
             file=sys.stderr,
             flush=True,
         )

@@ -356,9 +356,8 @@ class Lifetime:
             if self._checkpoints is not None:
                 await self._sign_last(self._checkpoints)
             if self._telemetry.enabled:
-                # Spans of what committed after the exporter's last batch.
-                self._telemetry.emit(await journal.read(exported[0] + 1))
-                await anyio.to_thread.run_sync(self._telemetry.shutdown)
+                # Spans of what committed after the exporter's last batch, within a bound.
+                await self._telemetry.finish(journal, exported)
             if self._artifacts is not None:
                 with contextlib.suppress(Exception):
                     await self._artifacts.aclose()
@@ -408,11 +407,8 @@ class Lifetime:
         )
 
     async def _export(self, exported: list[int]) -> None:
-        """Feed committed events to telemetry as they commit."""
-        async with self._journal.subscribe(exported[0] + 1) as batches:
-            async for batch in batches:
-                self._telemetry.emit(batch)
-                exported[0] = batch[-1].seq
+        """Feed committed events to telemetry as they commit, at the exporter's pace."""
+        await self._telemetry.follow(self._journal, exported)
 
     async def _supervise(self, supervisor: Supervisor) -> None:
         try:

@@ -14,6 +14,7 @@ import shutil
 import sqlite3
 import subprocess
 import sys
+import threading
 import uuid
 from collections import Counter
 from dataclasses import dataclass
@@ -510,16 +511,27 @@ def test_the_trading_desk_sends_every_flow_to_an_otlp_receiver(tmp_path: Path) -
             "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{port}",
             "OTEL_SERVICE_NAME": "trading-desk",
         }
+        # Read as it prints, as a collector would: a receiver stalled on a full pipe answers
+        # late, and the kernel's exporter re-sends a batch it got no answer for.
+        lines: list[str] = []
+        reader = threading.Thread(target=lambda: lines.extend(receiver.stdout or ()))
+        reader.start()
         run = [sys.executable, "-m", "examples.trading", "--seed", "1", "--db", str(db)]
         subprocess.run([*run, "--minutes", MINUTES], env=env, check=True, capture_output=True)
         # The example has exited, so its exporter has flushed; closing the receiver's stdin
         # ends it, and everything it received is on its stdout.
-        out, _ = receiver.communicate(timeout=60)
+        assert receiver.stdin is not None
+        receiver.stdin.close()
+        receiver.wait(60)
+        reader.join(60)
     finally:
         receiver.kill()
+        receiver.wait()
+        if receiver.stdout is not None:
+            receiver.stdout.close()
     # Span lines only: the receiver prints the kernel's metric points too.
     received: list[dict[str, Any]] = [
-        span for line in out.splitlines() if "span_id" in (span := json.loads(line))
+        span for line in lines if "span_id" in (span := json.loads(line))
     ]
 
     expected = spans_for_events(read_events_of(db))

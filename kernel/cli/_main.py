@@ -409,7 +409,8 @@ async def _traces_export(args: argparse.Namespace) -> int:
     # them all (a flow has at most two spans per event).
     env.setdefault("OTEL_BSP_MAX_QUEUE_SIZE", str(max(_MIN_QUEUE, 2 * len(events))))
     try:
-        processor = configure_exporter(env)
+        # A one-off export: a refusal is the answer, said at once (no retries).
+        processor = configure_exporter(env, give_up_s=0.0)
     except ExporterUnavailable as exc:
         return error(CliError.NO_EXPORTER, str(exc), ExitCode.USAGE)
     if processor is None:

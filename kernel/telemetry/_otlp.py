@@ -5,7 +5,8 @@ and ``OTEL_SERVICE_NAME``, the TracerProvider takes its sampler and span limits
 from the environment, and the OTLP exporters read their headers, compression and
 TLS files themselves. The kernel only picks the exporter (export is off unless
 an endpoint or the console exporter is named), gives its default service name
-to a service that has none, and keeps its queue large and its timeout short.
+to a service that has none, keeps its timeout short, and ships spans through a
+queue whose writer waits for room rather than one that drops (kernel.telemetry._ship).
 The OTLP exporters come with the optional extra ``dirk[otlp]``; nothing here
 imports them until an endpoint asks for one.
 """
@@ -17,8 +18,9 @@ import os
 from collections.abc import Mapping
 
 from opentelemetry.sdk.resources import SERVICE_NAME, Resource
-from opentelemetry.sdk.trace import SpanProcessor, SynchronousMultiSpanProcessor
-from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter, SpanExporter
+from opentelemetry.sdk.trace.export import ConsoleSpanExporter, SpanExporter
+
+from kernel.telemetry._ship import Fanout, SpanShipper
 
 __all__ = [
     "DEFAULT_SERVICE_NAME",
@@ -36,8 +38,14 @@ DEFAULT_SERVICE_NAME = "dir-kernel"
 # The SDK's 10 s export timeout, spent on retries with backoff, stalls a flush
 # for tens of seconds when the collector is down (DESIGN.md section 6).
 _EXPORT_TIMEOUT_S = 2.0
-# Flows end in bursts; the SDK's default queue of 2048 drops spans under load.
-_MAX_QUEUE_SIZE = 8192
+# The queue bounds memory, not delivery: the kernel's telemetry task waits for room
+# (kernel.telemetry._ship). So it needs no more than the SDK's 2,048 spans and batches of
+# 512: a larger queue delivers no more, keeps more spans alive for the cyclic GC to walk,
+# and has the exporter encode while decisions wait for the GIL (docs/benchmarks.md, "S2:
+# spans under load").
+_MAX_QUEUE_SIZE = 2048
+_EXPORT_BATCH = 512
+_SCHEDULE_DELAY_MS = 500
 _TRACES, _GENERIC = "OTEL_EXPORTER_OTLP_TRACES_", "OTEL_EXPORTER_OTLP_"
 
 
@@ -103,8 +111,15 @@ def _otlp_exporter(env: Mapping[str, str]) -> SpanExporter:
     return OTLPSpanExporter(endpoint=endpoint, timeout=_timeout(env))
 
 
-def configure_exporter(env: Mapping[str, str] = os.environ) -> SpanProcessor | None:
+def configure_exporter(
+    env: Mapping[str, str] = os.environ, *, give_up_s: float = 30.0
+) -> SpanShipper | None:
     """Return a batching span processor as the ``OTEL_*`` variables in ``env`` ask, or None.
+
+    The processor is a :class:`~kernel.telemetry._ship.SpanShipper` (``OTEL_BSP_MAX_QUEUE_SIZE``,
+    ``OTEL_BSP_MAX_EXPORT_BATCH_SIZE`` and ``OTEL_BSP_SCHEDULE_DELAY`` size it): one queue
+    and one export thread, whatever the number of exporters. A batch the collector refuses
+    is retried for ``give_up_s``, then dropped and counted (0: tried once).
 
     Export is on only when an OTLP endpoint is set or ``OTEL_TRACES_EXPORTER``
     names "console"; ``OTEL_SDK_DISABLED=true``, ``OTEL_TRACES_EXPORTER=none``
@@ -126,14 +141,22 @@ def configure_exporter(env: Mapping[str, str] = os.environ) -> SpanProcessor | N
         exporters.append(_otlp_exporter(env))
     if unknown := names - {"otlp", "console", ""}:
         _log.warning("ignoring unsupported trace exporters %s", sorted(unknown))
+    if not exporters:
+        return None
+    exporter = exporters[0] if len(exporters) == 1 else Fanout(exporters)
+    return SpanShipper(
+        exporter,
+        max_queue_size=_positive(env, "OTEL_BSP_MAX_QUEUE_SIZE", _MAX_QUEUE_SIZE),
+        max_export_batch_size=_positive(env, "OTEL_BSP_MAX_EXPORT_BATCH_SIZE", _EXPORT_BATCH),
+        schedule_delay_s=_positive(env, "OTEL_BSP_SCHEDULE_DELAY", _SCHEDULE_DELAY_MS) / 1000,
+        give_up_s=give_up_s,
+    )
+
+
+def _positive(env: Mapping[str, str], name: str, default: int) -> int:
     try:
-        queue_size = int(env.get("OTEL_BSP_MAX_QUEUE_SIZE") or _MAX_QUEUE_SIZE)
+        value = int(env.get(name) or default)
     except ValueError:
-        queue_size = _MAX_QUEUE_SIZE
-    processors = [BatchSpanProcessor(exporter, max_queue_size=queue_size) for exporter in exporters]
-    if len(processors) <= 1:
-        return processors[0] if processors else None
-    multi = SynchronousMultiSpanProcessor()  # type: ignore[no-untyped-call]
-    for processor in processors:
-        multi.add_span_processor(processor)
-    return multi
+        _log.warning("%s is not an integer, using %d", name, default)
+        return default
+    return value if value > 0 else default

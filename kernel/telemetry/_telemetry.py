@@ -11,11 +11,14 @@ says (:mod:`kernel.telemetry._clock`).
 from __future__ import annotations
 
 import logging
+import math
 import os
 import threading
+import time
 from collections.abc import AsyncIterable, Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 
+import anyio
 from opentelemetry import trace
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.resources import Resource
@@ -28,11 +31,18 @@ from kernel.telemetry._clock import SpanClock, SpanTime, span_time_from_env
 from kernel.telemetry._metrics import FlowMetrics, host_meter_provider, meter_provider_from_env
 from kernel.telemetry._otlp import ExporterUnavailable, configure_exporter, resource_from_env
 from kernel.telemetry._project import SpanProjector, SpanRecord
+from kernel.telemetry._ship import SHUT_DOWN, SpanShipper
 from kernel.telemetry._sink import Collector, DirectSink, SpanSink
 
 __all__ = ["Telemetry", "export_flows", "shutdown_processor", "spans_for_events"]
 
 _log = logging.getLogger(__name__)
+
+_SLICE = 512
+"""Events projected between two looks at the exporter's queue (at most ~2 spans each)."""
+_DRAIN_S = 5.0
+_WAIT_S = 1.0
+"""A wait for room in a worker thread ends this often, so a cancelled one ends soon."""
 
 
 def _provider(
@@ -92,6 +102,9 @@ class Telemetry:
             close unless ``owns_meter`` is False.
         span_time: the clock of span times: "auto" (the wall clock when the journal's is
             a simulated one, else the journal's), "wall" or "journal".
+        drain_s: how long the kernel's close waits for the exporter to take the spans of
+            what it has not exported yet (``DIRK_SPAN_DRAIN_S`` in :meth:`from_env`); what
+            is left then is counted and logged, and ``dirk traces export`` can send it.
     """
 
     def __init__(
@@ -104,8 +117,17 @@ class Telemetry:
         meter_provider: MeterProvider | None = None,
         owns_meter: bool = True,
         span_time: SpanTime = "auto",
+        drain_s: float = _DRAIN_S,
     ) -> None:
         self._span_clock = SpanClock(span_time)
+        if not 0 <= drain_s < math.inf:
+            raise ValueError(f"drain_s must be a finite number of seconds, not {drain_s!r}")
+        self._drain_s = drain_s
+        # The kernel's own shipper tells the telemetry task when it has room; a host's
+        # processors (or a test's) take every span at once.
+        self._shipper = processor if isinstance(processor, SpanShipper) else None
+        self.unexported = 0
+        """Events whose spans were never handed to the exporter: the close ran out of time."""
         # Spans of flows an earlier run left open wait for the first live batch, which
         # tells how far the journal's clock is from the wall clock (their own events
         # are old, whatever the clock).
@@ -154,6 +176,7 @@ class Telemetry:
                 provider=host, meter_provider=host_meter, owns_meter=False, span_time=span_time
             )
         resource = resource_from_env(env)
+        drain_s = _drain_from_env(env)
         meter = host_meter or meter_provider_from_env(env, resource)
         owns_meter = host_meter is None
         try:
@@ -169,6 +192,7 @@ class Telemetry:
             meter_provider=meter,
             owns_meter=owns_meter,
             span_time=span_time,
+            drain_s=drain_s,
         )
 
     @property
@@ -242,9 +266,85 @@ class Telemetry:
         return self._sink.reasoning(dfid, attempt) if self._sink is not None else nullcontext()
 
     async def run(self, subscription: AsyncIterable[Sequence[Event]]) -> None:
-        """Emit every batch of a journal subscription until it ends."""
+        """Emit every batch of a journal subscription until it ends, at the exporter's pace."""
         async for batch in subscription:
-            self.emit(batch)
+            for start in range(0, len(batch), _SLICE):
+                await self.wait_for_room()
+                self.emit(batch[start : start + _SLICE])
+
+    @property
+    def dropped(self) -> Mapping[str, int]:
+        """Spans the kernel's own exporter lost, by reason (:mod:`kernel.telemetry._ship`)."""
+        return dict(self._shipper.dropped) if self._shipper is not None else {}
+
+    async def wait_for_room(self, deadline: float = math.inf) -> bool:
+        """Wait until the kernel's exporter has room for more spans, or ``deadline``
+        (``time.monotonic()``) passes; return whether it has room.
+
+        The wait is in a worker thread, so the event loop, and every decision on it, goes
+        on meanwhile; a host's provider (or none) always has room.
+        """
+        shipper = self._shipper
+        if shipper is None or self._sink is None:
+            return True
+        if shipper.queued < shipper.max_queue_size:
+            return True  # the common case: no thread hop
+        while (left := deadline - time.monotonic()) > 0:
+            wait_s = min(left, _WAIT_S)
+            if await anyio.to_thread.run_sync(
+                shipper.wait_for_room, wait_s, abandon_on_cancel=True
+            ):
+                return True
+        return False
+
+    async def follow(self, journal: Journal, exported: list[int]) -> None:
+        """Emit what ``journal`` commits after ``exported[0]``, keeping ``exported[0]`` at the
+        last event emitted, at the exporter's pace; until the journal closes.
+
+        Falling behind costs the kernel nothing but memory the subscription bounds: it
+        reads the events it missed from the journal when the exporter has room again.
+        """
+        async with journal.subscribe(exported[0] + 1) as batches:
+            async for batch in batches:
+                for start in range(0, len(batch), _SLICE):
+                    await self.wait_for_room()
+                    part = batch[start : start + _SLICE]
+                    self.emit(part)
+                    exported[0] = part[-1].seq
+
+    async def finish(self, journal: Journal, exported: list[int]) -> bool:
+        """Emit what ``journal`` holds after ``exported[0]`` and shut down, all within about
+        ``drain_s`` (plus the exporter's timeout); return whether every span was handed over
+        and exported.
+
+        What the exporter did not take in time is counted (:attr:`unexported` events,
+        :attr:`dropped` spans) and logged with the seqs to export again.
+        """
+        deadline = time.monotonic() + self._drain_s
+        head = journal.head_seq
+        done = True
+        while exported[0] < head:
+            if not await self.wait_for_room(deadline):
+                done = False
+                break
+            events = await journal.read(exported[0] + 1, head + 1, limit=_SLICE)
+            if not events:
+                break
+            self.emit(events)
+            exported[0] = events[-1].seq
+        if exported[0] < head:
+            self.unexported = head - exported[0]
+            _log.warning(
+                "the spans of events %d to %d were not exported within %g s (the exporter is"
+                " slow or down): `dirk traces export` sends them",
+                exported[0] + 1,
+                head,
+                self._drain_s,
+            )
+        left = max(deadline - time.monotonic(), 0.5)
+        finished = await anyio.to_thread.run_sync(self.shutdown, left)
+        lost = self.dropped.get(SHUT_DOWN, 0)
+        return done and finished and not lost
 
     def shutdown(self, timeout_s: float = 3.0) -> bool:
         """Flush (and, if the provider is the kernel's own, shut down) within about ``timeout_s``.
@@ -280,6 +380,18 @@ class Telemetry:
                 provider.shutdown()
 
         return _bounded(close, timeout_s, "span export shutdown") and done
+
+
+def _drain_from_env(env: Mapping[str, str]) -> float:
+    raw = env.get("DIRK_SPAN_DRAIN_S", "").strip()
+    try:
+        value = float(raw) if raw else _DRAIN_S
+    except ValueError:
+        value = -1.0
+    if not (0 <= value < math.inf):
+        _log.warning("DIRK_SPAN_DRAIN_S=%r is not a number of seconds; using %g", raw, _DRAIN_S)
+        return _DRAIN_S
+    return value
 
 
 def spans_for_events(

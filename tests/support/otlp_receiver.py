@@ -1,6 +1,7 @@
 """A minimal OTLP/HTTP receiver for tests: prints every span and metric point as a JSON line.
 
-Run ``python tests/support/otlp_receiver.py``: it binds 127.0.0.1 on a free port,
+Run ``python tests/support/otlp_receiver.py [PORT]``: it binds 127.0.0.1 on PORT (a
+free one if none is given: a test restarting a killed receiver gives the old one's),
 prints ``PORT <n>``, then one JSON object per received span, each line
 flushed. It exits on SIGTERM, SIGINT or end of its standard input, so a test
 that dies cannot leave it behind.
@@ -142,7 +143,8 @@ def _stop(signum: int, frame: object) -> None:
 
 def main() -> None:
     """Serve until SIGTERM, SIGINT or end of standard input."""
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+    port = int(sys.argv[1]) if len(sys.argv) > 1 else 0
+    server = ThreadingHTTPServer(("127.0.0.1", port), _Handler)
     server.daemon_threads = True
     signal.signal(signal.SIGTERM, _stop)
     serving = threading.Thread(target=server.serve_forever, daemon=True)

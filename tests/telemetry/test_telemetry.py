@@ -22,7 +22,6 @@ from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import (
-    BatchSpanProcessor,
     ConsoleSpanExporter,
     SimpleSpanProcessor,
     SpanExporter,
@@ -73,6 +72,7 @@ from kernel.telemetry import (
     spans_for_events,
     trace_id_for,
 )
+from kernel.telemetry._ship import SpanShipper
 from kernel.telemetry._sink import Collector
 from tests.support import SUPPORT
 from tests.support.spans import attrs
@@ -567,10 +567,9 @@ def test_export_is_off_unless_configured(env: dict[str, str]) -> None:
 def exporter_of(env: dict[str, str]) -> SpanExporter:
     """Return the exporter ``env`` configures, shutting its processor down again."""
     processor = configure_exporter(env)
-    assert isinstance(processor, BatchSpanProcessor)
-    processor.shutdown()  # type: ignore[no-untyped-call]  # the SDK leaves it unannotated
-    exporter: SpanExporter = processor.span_exporter
-    return exporter
+    assert isinstance(processor, SpanShipper)
+    processor.shutdown()
+    return processor.exporter
 
 
 @pytest.mark.parametrize(
