@@ -387,13 +387,11 @@ def _open_writer(
     try:
         conn.execute("PRAGMA journal_mode = WAL")
         conn.execute(f"PRAGMA synchronous = {synchronous}")
-        # A group commit can carry thousands of events (P1: ~2,000 a transaction). Past the
-        # page cache (2 MiB by default) SQLite spills dirty pages into the WAL before the
-        # commit; a page written again is then overwritten in place, and the commit reads
-        # back every frame after it to rewrite their checksums (4 KiB a frame: 0.6 KB a
-        # flow in P1). Not spilling keeps a transaction's dirty pages in memory until it
-        # commits: about the size of its rows, which the journal holds until then anyway.
-        conn.execute("PRAGMA cache_spill = OFF")
+        # SQLite's default cache_spill stays: a group commit past the page cache (2 MiB) spills
+        # into the WAL and may read frames back to rewrite their checksums (P1: ~0.5 KB a
+        # flow, page-cache hits, no CPU measured). Not spilling removed those reads but held
+        # every dirty page of the largest transaction in memory: P8's RSS growth 0.03-0.05
+        # -> 0.09 (docs/benchmarks.md, lever 6).
         if journal_id is None:
             journal_id = str(uuid.uuid4())
             conn.executescript(

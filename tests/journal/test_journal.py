@@ -512,31 +512,3 @@ async def test_a_subscription_ends_when_the_journal_closes(tmp_path: Path) -> No
         assert [seqs(batch) async for batch in live] == [[2, 3]]
     async with journal.subscribe() as late:
         assert [batch async for batch in late] == []
-
-
-def _io() -> dict[str, int]:
-    with open("/proc/self/io") as io:
-        return {k: int(v) for k, _, v in (line.partition(": ") for line in io) if v}
-
-
-@pytest.mark.skipif(not os.path.exists("/proc/self/io"), reason="reads /proc/self/io (Linux)")
-async def test_a_transaction_larger_than_the_page_cache_is_not_read_back(tmp_path: Path) -> None:
-    # Past SQLite's page cache (2 MiB) a spilling transaction re-reads every WAL frame after
-    # the first page it writes twice, to rewrite their checksums (2.5 MB read back for these
-    # 3.5 MB before the writer stopped spilling).
-    # Ids the dfid index does not keep in their order of arrival ("d10" before "d2"): its
-    # pages are written again after they spilled.
-    drafts = [
-        Draft(
-            payload=TriggerFired(topic="t", facts={"blob": random.randbytes(600).hex()}),
-            dfid=f"d{i}",
-        )
-        for i in range(4_000)
-    ]
-    async with open_journal(tmp_path / "j.db") as journal:
-        before = _io()
-        await journal.append(drafts)
-        after = _io()
-    written, read = after["wchar"] - before["wchar"], after["rchar"] - before["rchar"]
-    assert written > 3_000_000
-    assert read < written / 20
