@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 from collections import Counter
 from pathlib import Path
@@ -197,13 +198,24 @@ def test_the_trading_desk_at_ratio_one_half_sends_about_half_its_flows_to_a_real
             "OTEL_METRICS_EXPORTER": "none",
         }
         env.pop("DIRK_SPAN_TIME", None)
+        # Read as it prints, as a collector would: a receiver stalled on a full pipe answers
+        # late, and a kernel that is closing waits only so long for its exports.
+        lines: list[str] = []
+        reader = threading.Thread(target=lambda: lines.extend(receiver.stdout or ()))
+        reader.start()
         run = [sys.executable, "-m", "examples.trading", "--seed", "1", "--db", str(db)]
         subprocess.run([*run, "--minutes", "40"], env=env, check=True, capture_output=True)
         after = time.time_ns()
-        out, _ = receiver.communicate(timeout=60)
+        assert receiver.stdin is not None
+        receiver.stdin.close()  # ends the receiver once it printed all it received
+        receiver.wait(60)
+        reader.join(60)
     finally:
         receiver.kill()
-    received = [span for line in out.splitlines() if "span_id" in (span := json.loads(line))]
+        receiver.wait()
+        if receiver.stdout is not None:
+            receiver.stdout.close()
+    received = [span for line in lines if "span_id" in (span := json.loads(line))]
 
     events = anyio.run(read_events, db)
     flows = [e.dfid for e in events if isinstance(e.payload, FlowCreated) and e.dfid]
