@@ -458,10 +458,7 @@ class Kernel:
         if dfid not in self.projections.flows:
             return False
         # No id check of token and dfid: both are the kernel's own (the session, the flow).
-        record, invalid = _admitted(proposal)
-        if invalid is None:
-            record = self._edge.seal(record)
-        msg = Judge(dfid=dfid, proposal=record, token=token, invalid=invalid, usage=_usage(usage))
+        msg = self._judge_early(token, dfid, proposal, usage, None)
         try:
             self.actors.dim.send_nowait(msg)
         except anyio.WouldBlock:
@@ -531,7 +528,8 @@ class Kernel:
         usage: Mapping[str, int],
         reply: Reply[Verdict] | None,
     ) -> Judge:
-        """The Judge of a proposal decided before its context is durable (no wait in it)."""
+        """The Judge of a proposal a hosted agent decided with nothing to wait for (sealed,
+        not scored): run to completion, or before its context is durable."""
         record, invalid = _admitted(proposal)
         if invalid is None:
             record = self._edge.seal(record)
