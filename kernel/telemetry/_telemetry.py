@@ -268,9 +268,17 @@ class Telemetry:
     async def run(self, subscription: AsyncIterable[Sequence[Event]]) -> None:
         """Emit every batch of a journal subscription until it ends, at the exporter's pace."""
         async for batch in subscription:
-            for start in range(0, len(batch), _SLICE):
-                await self.wait_for_room()
-                self.emit(batch[start : start + _SLICE])
+            await self._emit_paced(batch)
+
+    async def _emit_paced(self, batch: Sequence[Event], exported: list[int] | None = None) -> None:
+        """Emit ``batch`` a slice at a time, each once the exporter has room; keep
+        ``exported[0]`` at the last event emitted."""
+        for start in range(0, len(batch), _SLICE):
+            await self.wait_for_room()
+            part = batch[start : start + _SLICE]
+            self.emit(part)
+            if exported is not None:
+                exported[0] = part[-1].seq
 
     @property
     def dropped(self) -> Mapping[str, int]:
@@ -306,11 +314,7 @@ class Telemetry:
         """
         async with journal.subscribe(exported[0] + 1) as batches:
             async for batch in batches:
-                for start in range(0, len(batch), _SLICE):
-                    await self.wait_for_room()
-                    part = batch[start : start + _SLICE]
-                    self.emit(part)
-                    exported[0] = part[-1].seq
+                await self._emit_paced(batch, exported)
 
     async def finish(self, journal: Journal, exported: list[int]) -> bool:
         """Emit what ``journal`` holds after ``exported[0]`` and shut down, all within about
