@@ -24,6 +24,10 @@ from kernel.policy import Impact, PolicyKind, PolicyPack
 from tests.support.helpers import PACK, Bank, ScriptedAgent, transfer
 
 POLL_S = 0.05
+# The proposals wait for people typing commands, on the system clock: a window that outlasts
+# any test run under load, so an approval the test makes is never late (the window's own
+# refusal is tested with a ManualClock elsewhere).
+VALID_FOR_S = 3600.0
 
 
 class Memo(PolicyKind, tag="ops.memo"):
@@ -39,7 +43,12 @@ OPS = PolicyPack(name="ops", version="1.0.0", kinds=(Memo,), escalate_below_conf
 
 
 def memo(ctx: WorkingContext) -> Proposal:
-    return ctx.propose(Memo(text="rates change on Monday"), explain="tell the team", confidence=0.1)
+    return ctx.propose(
+        Memo(text="rates change on Monday"),
+        explain="tell the team",
+        confidence=0.1,
+        valid_for_s=VALID_FOR_S,
+    )
 
 
 def pending(db: str) -> int:
@@ -58,7 +67,9 @@ async def main(db: str, flows: int, drain: bool) -> None:
             escalation=EscalationPolicy(budget=EscalationBudget(capacity=20)),
         ),
     ) as kernel:
-        await kernel.register(ScriptedAgent("clerk", [transfer(100, confidence=0.2)]))
+        await kernel.register(
+            ScriptedAgent("clerk", [transfer(100, confidence=0.2, valid_for_s=VALID_FOR_S)])
+        )
         await kernel.register(
             ScriptedAgent("scribe", [memo], capabilities=["ops.memo"], subscriptions=["ops"])
         )
