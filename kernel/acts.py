@@ -17,7 +17,6 @@ acts as its own methods.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from decimal import Decimal
 from typing import Any, TypeVar, assert_never
 
 import msgspec
@@ -55,7 +54,7 @@ from kernel.inbox import (
     VoteRequest,
 )
 from kernel.inbox.keyring import roles_of
-from kernel.inbox.requests import grant_request, normalized
+from kernel.inbox.requests import normalized
 from kernel.journal.store import Journal
 from kernel.policy.contracts import (
     HandshakeRefused,
@@ -87,6 +86,23 @@ from kernel.state.rulebook import RuleNotInForce, RuleNotPending
 from kernel.wiring import Actors
 
 T = TypeVar("T")
+
+DimAct = IssueGrant | VoteGrant | RevokeGrant | SubmitRule | DecideRule | RetractRule
+"""The acts the DIM owns (grants and the rulebook): each answers with the events it recorded."""
+
+
+class Origin(msgspec.Struct, frozen=True, kw_only=True):
+    """An act of the embedding code, in the kernel's own process (trusted as code, ``via="api"``).
+
+    Attributes:
+        roles: the operator's roles as the code gives them (None: what the keyring says).
+        inbox_id: the inbox row the act answers, if the code names one.
+        dry_run: for a collection of artifacts: only answer what would go.
+    """
+
+    roles: Sequence[str] | None = None
+    inbox_id: int | None = None
+    dry_run: bool = False
 
 
 class OperatorActs:
@@ -128,153 +144,259 @@ class OperatorActs:
         self._clock = clock
         self._adapter_names = frozenset(actors.adapters)
 
-    async def decide(
-        self,
-        dfid: str,
-        decision: Decision | str,
-        *,
-        operator: str,
-        reason: str,
-        params: Mapping[str, Any] | None = None,
-        action_hash: str | None = None,
-        roles: Sequence[str] | None = None,
-    ) -> Verdict:
-        """Give a human decision on an escalated flow: approve, modify or reject.
+    async def apply(self, request: InboxRequest, origin: Proof | Origin) -> Any:
+        """Apply one operator act: the one place a request becomes the kernel's acts.
 
-        Where the flow's pack asks for a quorum, an approval is one vote (recorded as
-        ApprovalVoted): the verdict stays ESCALATED, its feedback saying what it waits
-        for ("1 of 2, waiting for a desk-head"), until the vote that meets it. ``roles``
-        are the operator's roles (default: what the kernel's keyring says).
-
-        ``override`` and ``abort`` are accepted for approve and reject. With
-        ``action_hash`` (whole, or a prefix of 8 characters or more) the decision
-        applies only if the flow still waits on that very action; otherwise it
-        is refused with ACTION_MISMATCH. A late decision finds the approval
-        expired (EXPIRED), and a flow not waiting for a human refuses it
-        (FLOW_NOT_ACTIVE); every refusal is recorded.
-
-        Every field is checked at the wall first: an operator and a reason are
-        required (non-blank, bounded), and approving a HIGH_IMPACT action takes
-        its ``action_hash``, as ``dirk decide --confirm`` does; a refusal there is
-        SCHEMA_INVALID, recorded as DecisionRefused.
-
-        A flow escalated with OUTCOME_UNKNOWN (its effect may have happened)
-        takes only ``reconcile`` (``params={"outcome": "done", "external_id":
-        ...}`` or ``{"outcome": "not_done"}``: what the external system shows)
-        or ``retry`` (call again with the same key); any other decision there
-        is refused with OUTCOME_UNKNOWN.
-        """
-        if isinstance(dfid, str) and len(dfid) <= wall.MAX_ID:
-            await self._flows.recall(dfid)
-        try:
-            checked = self._check_decision(dfid, decision, operator, reason, params, action_hash)
-        except InputInvalid as exc:
-            return await self._refuse_decision(dfid, decision, operator, exc)
-        reply: Reply[Verdict] = Reply()
-        msg = Decide(
-            dfid=checked.dfid,
-            decision=Decision(checked.decision),
-            operator=checked.operator,
-            reason=checked.reason,
-            params=checked.params,
-            action_hash=checked.action_hash,
-            reply=reply,
-            via="api",
-            roles=self._roles(checked.operator, roles),
-        )
-        return await self._calls.call(self._actors.escalation, msg, reply)
-
-    def _roles(self, operator: str, given: Sequence[str] | None) -> tuple[str, ...]:
-        """The roles an act counts: as given by embedding code, else the keyring's."""
-        if given is not None:
-            return tuple(str(r) for r in given)
-        return roles_of(self._keyring(), operator)
-
-    async def grant(
-        self,
-        kind: str,
-        *,
-        operator: str,
-        reason: str,
-        uses: int,
-        agent: str = "*",
-        bounds: Mapping[str, Mapping[str, Any]] | None = None,
-        valid_from_ns: int | None = None,
-        valid_until_ns: int | None = None,
-        valid_for_s: float | None = None,
-        cap: str | None = None,
-        roles: Sequence[str] | None = None,
-    ) -> Event:
-        """Grant in advance: proposals of ``kind`` within ``bounds`` proceed without a human.
-
-        A proposal by ``agent`` (``*``: any) that would escalate for approval and lies
-        within ``bounds`` (per parameter: ``{"eq": v}``, ``{"in": [...]}``, ``{"min": n}``,
-        ``{"max": n}``) is accepted instead while the grant is live: from
-        ``valid_from_ns`` (default: now) until ``valid_until_ns`` (or ``valid_for_s``
-        from now) on the kernel's clock, ``uses`` times, and, with ``cap`` (``"1,000.00
-        EUR"``), for that much money in all. Each use is recorded (GrantUsed) with the
-        acceptance it made. Where the kind's pack asks grants for a quorum, the grant
-        waits for the votes (:meth:`vote_grant`) before it is live.
+        ``origin`` says who brings it. A verified inbox row (its :class:`Proof`; the
+        poller calls this once per row whose proof held): the event the act records
+        names the row (``proof.inbox_id``), and anything raised here is recorded by the
+        poller as the row's refusal. The embedding code (an :class:`Origin`): the
+        request as the Kernel's method built it, admitted at the wall first (a refusal
+        recorded: DecisionRefused, InputRefused), recorded ``via="api"``.
 
         Returns:
-            The recorded GrantIssued (its ``grant`` is the id to vote on or revoke).
+            The act's answer: a Verdict (decide), the recorded event (grants, rules,
+            amendments), the references collected, or None.
 
         Raises:
-            InputInvalid: a field the wall or the DIM refuses (recorded, InputRefused).
+            InputInvalid, HandshakeRefused, ProofRefused: the request cannot be applied.
         """
-        request = grant_request(
-            kind,
-            operator=operator,
-            reason=reason,
-            uses=uses,
-            agent=agent,
-            bounds=bounds,
-            valid_from_ns=valid_from_ns,
-            valid_until_ns=valid_until_ns,
-            valid_for_s=valid_for_s,
-            cap=cap,
-        )
-        return await self._grant_act(
-            self._issue_grant(request, self._roles(request.operator, roles), None, "api", "")
-        )
+        if isinstance(origin, Origin):
+            admitted = await self._admit(request)
+            if isinstance(admitted, Verdict):
+                return admitted  # a decision refused at the wall: recorded, and answered
+            request = admitted
+        via, signer = ("inbox", origin.signer) if isinstance(origin, Proof) else ("api", "")
+        inbox_id = origin.inbox_id
+        match request:
+            case DecideRequest():
+                await self._flows.recall(request.dfid)
+                verdict: Reply[Verdict] = Reply()
+                decide = Decide(
+                    dfid=request.dfid,
+                    decision=Decision(request.decision),
+                    operator=request.operator,
+                    reason=request.reason,
+                    params=request.params,
+                    action_hash=request.action_hash,
+                    inbox_id=inbox_id,
+                    reply=verdict,
+                    via=via,
+                    signer=signer,
+                    roles=self._roles(request.operator, origin),
+                )
+                return await self._calls.call(self._actors.escalation, decide, verdict)
+            case GrantRequest():
+                roles = self._roles(request.operator, origin)
+                return await self._dim_act(self._issue_grant(request, roles, inbox_id, via, signer))
+            case VoteRequest():
+                vote = VoteGrant(
+                    grant=request.grant,
+                    vote=request.vote,
+                    operator=request.operator,
+                    reason=request.reason,
+                    roles=self._roles(request.operator, origin),
+                    inbox_id=inbox_id,
+                    via=via,
+                    signer=signer,
+                )
+                return await self._dim_act(vote)
+            case RevokeGrantRequest():
+                revoke = RevokeGrant(
+                    grant=request.grant,
+                    operator=request.operator,
+                    reason=request.reason,
+                    inbox_id=inbox_id,
+                    via=via,
+                    signer=signer,
+                )
+                return await self._dim_act(revoke)
+            case AmendRequest():
+                amended: Reply[Any] = Reply()
+                amend = AmendLimit(
+                    agent_id=request.agent_id,
+                    limit=request.limit,
+                    value=request.value,
+                    ttl_s=request.ttl_s,
+                    operator=request.operator,
+                    reason=request.reason,
+                    inbox_id=inbox_id,
+                    reply=amended,
+                )
+                event = await self._calls.call(self._actors.dim, amend, amended)
+                if isinstance(origin, Origin) and not isinstance(event, LimitAmended):
+                    raise AmendmentInvalid(event.reason_code, event.detail)
+                return event
+            case AgentStatusRequest():
+                changed: Reply[ReasonCode | None] = Reply()
+                status = SetStatus(
+                    agent_id=request.agent_id,
+                    status=AgentStatus(request.status),
+                    operator=request.operator,
+                    reason=request.reason,
+                    inbox_id=inbox_id,
+                    reply=changed,
+                )
+                code = await self._calls.call(self._actors.registry, status, changed)
+                if code is not None:
+                    raise HandshakeRefused(code, f"no agent {request.agent_id!r}")
+                return None
+            case CredentialRequest():
+                issued: Reply[ReasonCode | None] = Reply()
+                credential = IssueCredential(
+                    agent_id=request.agent_id,
+                    verifier=request.verifier,
+                    operator=request.operator,
+                    reason=request.reason,
+                    inbox_id=inbox_id,
+                    reply=issued,
+                )
+                code = await self._calls.call(self._actors.registry, credential, issued)
+                if code is not None:
+                    raise HandshakeRefused(code, f"no credential issued for {request.agent_id!r}")
+                return None
+            case RuleDecisionRequest():
+                try:
+                    return await self._dim_act(
+                        DecideRule(
+                            proposal_seq=request.proposal_seq,
+                            decision=request.decision,
+                            operator=request.operator,
+                            reason=request.reason,
+                            inbox_id=inbox_id,
+                        )
+                    )
+                except RuleNotPending as exc:
+                    if isinstance(origin, Origin):
+                        raise
+                    raise InputInvalid("proposal_seq", str(exc)) from exc
+            case RuleChangeRequest(action="retract"):
+                retract = RetractRule(
+                    rule=request.rule,
+                    operator=request.operator,
+                    reason=request.reason,
+                    inbox_id=inbox_id,
+                    ns=request.ns,
+                )
+                try:
+                    return await self._dim_act(retract)
+                except RuleNotInForce as exc:
+                    if isinstance(origin, Origin):
+                        raise
+                    raise InputInvalid("rule", str(exc)) from exc
+            case RuleChangeRequest():
+                proposal = events.RuleProposed(
+                    rule=request.rule,
+                    title=request.title,
+                    content=request.content,
+                    labels=list(request.labels),
+                    base_version=request.base_version,
+                    proposer=request.operator,
+                    by_operator=True,
+                    reason=request.reason,
+                    ns=request.ns,
+                )
+                return await self._submit_rule(proposal, True, inbox_id)
+            case ProposeRequest():
+                assert isinstance(origin, Proof), "an agent proposes with Kernel.propose"
+                await self._proposals.propose(request, origin)
+                return None
+            case CollectArtifactsRequest():
+                dry_run = not isinstance(origin, Proof) and origin.dry_run
+                return await self._collect(request, inbox_id, dry_run)
+            case _:
+                assert_never(request)
 
-    async def vote_grant(
-        self,
-        grant: str,
-        vote: str,
-        *,
-        operator: str,
-        reason: str,
-        roles: Sequence[str] | None = None,
-    ) -> Event:
-        """Vote ``approve`` or ``reject`` on a grant that waits for its quorum (GrantVoted).
+    async def _admit(self, request: InboxRequest) -> InboxRequest | Verdict:
+        """Return an act of the embedding code checked at the wall; record a refusal there.
 
-        Raises:
-            InputInvalid: GRANT_NOT_LIVE, DUPLICATE_VOTE, UNAUTHORIZED, a bad field (recorded).
+        A request decoded from the inbox was checked as it was decoded; one the Kernel's
+        method built holds what the caller passed, of any type.
         """
-        request = normalized(VoteRequest(grant=grant, vote=vote, operator=operator, reason=reason))  # type: ignore[arg-type]
-        assert isinstance(request, VoteRequest)
-        return await self._grant_act(
-            VoteGrant(
-                grant=request.grant,
-                vote=request.vote,
-                operator=request.operator,
-                reason=request.reason,
-                roles=self._roles(request.operator, roles),
-            )
-        )
+        match request:
+            case DecideRequest(dfid=dfid, decision=decision, operator=operator):
+                if isinstance(dfid, str) and len(dfid) <= wall.MAX_ID:
+                    await self._flows.recall(dfid)
+                try:
+                    return self._check_decision(request)
+                except InputInvalid as exc:
+                    return await self._refuse_decision(dfid, decision, operator, exc)
+            case AgentStatusRequest(agent_id=agent_id, operator=operator):
+                try:
+                    checked = self._check_status(
+                        wall.fields(
+                            agent_id=agent_id,
+                            status=request.status,
+                            operator=operator,
+                            reason=request.reason,
+                        )
+                    )
+                except InputInvalid as exc:
+                    await self._record_refusal("agent_status", exc, operator, target=agent_id)
+                    raise
+                return AgentStatusRequest(
+                    agent_id=checked.agent_id,
+                    status=AgentStatus(checked.status),
+                    operator=checked.operator,
+                    reason=checked.reason,
+                )
+            case AmendRequest(agent_id=agent_id):
+                try:
+                    # The agent names the event's envelope; kernel.state.amendments checks
+                    # the rest.
+                    agent_id = wall.admit({"agent_id": agent_id}, wall.AgentSpec).agent_id
+                except InputInvalid as exc:
+                    await self._record_refusal("amend", exc, request.operator, target=agent_id)
+                    raise AmendmentInvalid(exc.reason_code, f"{exc.field}: {exc.detail}") from None
+                return msgspec.structs.replace(request, agent_id=agent_id)
+            case RuleDecisionRequest(proposal_seq=seq, operator=operator):
+                self._calls.raise_if_stopped()
+                await self._admit_act(
+                    wall.fields(
+                        proposal_seq=seq,
+                        decision=request.decision,
+                        operator=operator,
+                        reason=request.reason,
+                    ),
+                    wall.RuleDecisionSpec,
+                    "rule",
+                    operator,
+                    target=f"#{seq}",
+                )
+                return request
+            case RuleChangeRequest(action="retract", rule=rule, operator=operator):
+                self._calls.raise_if_stopped()
+                act = await self._admit_act(
+                    wall.fields(rule=rule, operator=operator, reason=request.reason, ns=request.ns),
+                    wall.RuleRetractionSpec,
+                    "rule",
+                    operator,
+                    target=rule,
+                )
+                return msgspec.structs.replace(
+                    request, rule=act.rule, operator=act.operator, reason=act.reason, ns=act.ns
+                )
+            case CollectArtifactsRequest(operator=operator):
+                self._calls.raise_if_stopped()
+                await self._admit_act(
+                    wall.fields(operator=operator, reason=request.reason),
+                    wall.HumanActSpec,
+                    "artifacts",
+                    operator,
+                    target="gc",
+                )
+                return request
+            case _:
+                # The inbox's request is the API's spec too: one set of bounds for both doors.
+                return normalized(request)
 
-    async def revoke_grant(self, grant: str, *, operator: str, reason: str) -> Event:
-        """Take a standing grant out of force (GrantRevoked); later proposals escalate again.
-
-        Raises:
-            InputInvalid: GRANT_NOT_LIVE or a bad field (recorded).
-        """
-        request = normalized(RevokeGrantRequest(grant=grant, operator=operator, reason=reason))
-        assert isinstance(request, RevokeGrantRequest)
-        return await self._grant_act(
-            RevokeGrant(grant=request.grant, operator=request.operator, reason=request.reason)
-        )
+    def _roles(self, operator: str, origin: Proof | Origin) -> tuple[str, ...]:
+        """The roles an act counts: the row's, as given by embedding code, else the keyring's."""
+        if isinstance(origin, Proof):
+            return origin.roles
+        if origin.roles is not None:
+            return tuple(str(r) for r in origin.roles)
+        return roles_of(self._keyring(), operator)
 
     def _issue_grant(
         self,
@@ -306,273 +428,6 @@ class OperatorActs:
             signer=signer,
         )
 
-    async def _grant_act(self, msg: IssueGrant | VoteGrant | RevokeGrant) -> Event:
-        """Hand a grant act to the DIM (the grants' owner); return its recorded event.
-
-        Raises:
-            InputInvalid: the DIM refused it (recorded as InputRefused).
-        """
-        reply: Reply[list[Event] | Exception] = Reply()
-        answer = await self._calls.call(
-            self._actors.dim, msgspec.structs.replace(msg, reply=reply), reply
-        )
-        assert isinstance(answer, list) and answer  # a refusal was raised by the call
-        return answer[-1]
-
-    async def apply(self, request: InboxRequest, proof: Proof) -> None:
-        """Apply one verified inbox request: the one place a request becomes the kernel's acts.
-
-        The inbox's poller (kernel.inbox) calls it once per row whose proof held. The
-        event the act records names the row (``proof.inbox_id``); a refusal the act
-        records itself (DecisionRefused, AmendmentRefused) takes the row too. Anything
-        raised here is recorded by the poller as the row's refusal.
-
-        Raises:
-            InputInvalid, HandshakeRefused, ProofRefused: the request cannot be applied.
-        """
-        match request:
-            case DecideRequest():
-                await self._flows.recall(request.dfid)
-                verdict: Reply[Verdict] = Reply()
-                decide = Decide(
-                    dfid=request.dfid,
-                    decision=request.decision,
-                    operator=request.operator,
-                    reason=request.reason,
-                    params=request.params,
-                    action_hash=request.action_hash,
-                    inbox_id=proof.inbox_id,
-                    reply=verdict,
-                    via="inbox",
-                    signer=proof.signer,
-                    roles=proof.roles,
-                )
-                await self._calls.call(self._actors.escalation, decide, verdict)
-            case GrantRequest():
-                await self._grant_act(
-                    self._issue_grant(request, proof.roles, proof.inbox_id, "inbox", proof.signer)
-                )
-            case VoteRequest():
-                await self._grant_act(
-                    VoteGrant(
-                        grant=request.grant,
-                        vote=request.vote,
-                        operator=request.operator,
-                        reason=request.reason,
-                        roles=proof.roles,
-                        inbox_id=proof.inbox_id,
-                        via="inbox",
-                        signer=proof.signer,
-                    )
-                )
-            case RevokeGrantRequest():
-                await self._grant_act(
-                    RevokeGrant(
-                        grant=request.grant,
-                        operator=request.operator,
-                        reason=request.reason,
-                        inbox_id=proof.inbox_id,
-                        via="inbox",
-                        signer=proof.signer,
-                    )
-                )
-            case AmendRequest():
-                amended: Reply[Any] = Reply()
-                amend = AmendLimit(
-                    agent_id=request.agent_id,
-                    limit=request.limit,
-                    value=request.value,
-                    ttl_s=request.ttl_s,
-                    operator=request.operator,
-                    reason=request.reason,
-                    inbox_id=proof.inbox_id,
-                    reply=amended,
-                )
-                await self._calls.call(self._actors.dim, amend, amended)
-            case AgentStatusRequest():
-                changed: Reply[ReasonCode | None] = Reply()
-                status = SetStatus(
-                    agent_id=request.agent_id,
-                    status=request.status,
-                    operator=request.operator,
-                    reason=request.reason,
-                    inbox_id=proof.inbox_id,
-                    reply=changed,
-                )
-                code = await self._calls.call(self._actors.registry, status, changed)
-                if code is not None:
-                    raise HandshakeRefused(code, f"no agent {request.agent_id!r}")
-            case CredentialRequest():
-                await self._issue_credential(
-                    request.agent_id,
-                    request.verifier,
-                    request.operator,
-                    request.reason,
-                    inbox_id=proof.inbox_id,
-                )
-            case RuleDecisionRequest():
-                try:
-                    await self._rule_act(
-                        DecideRule(
-                            proposal_seq=request.proposal_seq,
-                            decision=request.decision,
-                            operator=request.operator,
-                            reason=request.reason,
-                            inbox_id=proof.inbox_id,
-                        )
-                    )
-                except RuleNotPending as exc:
-                    raise InputInvalid("proposal_seq", str(exc)) from exc
-            case RuleChangeRequest(action="retract"):
-                try:
-                    await self._rule_act(
-                        RetractRule(
-                            rule=request.rule,
-                            operator=request.operator,
-                            reason=request.reason,
-                            inbox_id=proof.inbox_id,
-                            ns=request.ns,
-                        )
-                    )
-                except RuleNotInForce as exc:
-                    raise InputInvalid("rule", str(exc)) from exc
-            case RuleChangeRequest():
-                proposal = events.RuleProposed(
-                    rule=request.rule,
-                    title=request.title,
-                    content=request.content,
-                    labels=list(request.labels),
-                    base_version=request.base_version,
-                    proposer=request.operator,
-                    by_operator=True,
-                    reason=request.reason,
-                    ns=request.ns,
-                )
-                await self._rule_act(
-                    SubmitRule(
-                        proposal=proposal,
-                        override=True,
-                        operator=request.operator,
-                        reason=request.reason,
-                        inbox_id=proof.inbox_id,
-                    )
-                )
-            case ProposeRequest():
-                await self._proposals.propose(request, proof)
-            case CollectArtifactsRequest():
-                await self.collect_artifacts(
-                    operator=request.operator, reason=request.reason, inbox_id=proof.inbox_id
-                )
-            case _:
-                assert_never(request)
-
-    async def set_agent_status(
-        self, agent_id: str, status: AgentStatus | str, *, operator: str, reason: str
-    ) -> None:
-        """Change an agent's status (an operator's act, recorded with who and why).
-
-        Raises:
-            InputInvalid: no operator or reason, or a field of the wrong type (recorded).
-            HandshakeRefused: UNKNOWN_AGENT.
-        """
-        try:
-            checked = self._check_status(
-                wall.fields(agent_id=agent_id, status=status, operator=operator, reason=reason)
-            )
-        except InputInvalid as exc:
-            await self._record_refusal("agent_status", exc, operator, target=agent_id)
-            raise
-        reply: Reply[ReasonCode | None] = Reply()
-        msg = SetStatus(
-            agent_id=checked.agent_id,
-            status=AgentStatus(checked.status),
-            operator=checked.operator,
-            reason=checked.reason,
-            reply=reply,
-        )
-        code = await self._calls.call(self._actors.registry, msg, reply)
-        if code is not None:
-            raise HandshakeRefused(code, f"no agent {agent_id!r}")
-
-    async def issue_credential(
-        self, agent_id: str, verifier: str, *, operator: str, reason: str
-    ) -> None:
-        """Provision or rotate ``agent_id``'s credential from its verifier (recorded).
-
-        Make the pair with :func:`kernel.registry.new_credential` and
-        :func:`kernel.registry.credential_verifier`; give the secret to whoever runs the
-        agent, and only the verifier to the kernel. Live sessions stay valid.
-
-        Raises:
-            InputInvalid: a field of the wrong type or too long.
-            HandshakeRefused: UNKNOWN_AGENT (not allowed here) or SCHEMA_INVALID (no verifier).
-        """
-        # The inbox's request is the API's spec too: one set of bounds for both doors.
-        checked = normalized(
-            CredentialRequest(
-                agent_id=agent_id, verifier=verifier, operator=operator, reason=reason
-            )
-        )
-        assert isinstance(checked, CredentialRequest)
-        await self._issue_credential(
-            checked.agent_id, checked.verifier, checked.operator, checked.reason
-        )
-
-    async def _issue_credential(
-        self, agent_id: str, verifier: str, operator: str, reason: str, inbox_id: int | None = None
-    ) -> None:
-        reply: Reply[ReasonCode | None] = Reply()
-        msg = IssueCredential(
-            agent_id=agent_id,
-            verifier=verifier,
-            operator=operator,
-            reason=reason,
-            inbox_id=inbox_id,
-            reply=reply,
-        )
-        code = await self._calls.call(self._actors.registry, msg, reply)
-        if code is not None:
-            raise HandshakeRefused(code, f"no credential issued for {agent_id!r}")
-
-    async def amend_limit(
-        self,
-        agent_id: str,
-        limit: str,
-        value: int | str | Decimal,
-        *,
-        ttl_s: float,
-        operator: str,
-        reason: str,
-    ) -> LimitAmended:
-        """Set one of an agent's pack limits, within the pack's floor and ceiling, for ``ttl_s``.
-
-        The DIM judges that agent with the amended value until it expires on the
-        kernel's clock (see kernel.state.amendments). A refusal is recorded too.
-
-        Raises:
-            AmendmentInvalid: UNKNOWN_AGENT, UNKNOWN_LIMIT, LIMIT_OUT_OF_BOUNDS, SCHEMA_INVALID.
-        """
-        try:
-            # The agent names the event's envelope; kernel.state.amendments checks the rest.
-            agent_id = wall.admit({"agent_id": agent_id}, wall.AgentSpec).agent_id
-        except InputInvalid as exc:
-            await self._record_refusal("amend", exc, operator, target=agent_id)
-            raise AmendmentInvalid(exc.reason_code, f"{exc.field}: {exc.detail}") from None
-        reply: Reply[Any] = Reply()
-        msg = AmendLimit(
-            agent_id=agent_id,
-            limit=limit,
-            value=value,
-            ttl_s=ttl_s,
-            operator=operator,
-            reason=reason,
-            reply=reply,
-        )
-        event = await self._calls.call(self._actors.dim, msg, reply)
-        if not isinstance(event, LimitAmended):
-            raise AmendmentInvalid(event.reason_code, event.detail)
-        return event
-
     async def load_pack(self, pack: PolicyPack, *, operator: str, reason: str) -> PackRef:
         """Load a new version of a pack (or a new pack); record PackLoaded and judge with it.
 
@@ -603,21 +458,7 @@ class OperatorActs:
             raise answer
         return answer if answer is not None else pack.ref
 
-    async def propose_rule(
-        self,
-        rule: str,
-        *,
-        title: str,
-        content: str,
-        operator: str,
-        reason: str,
-        labels: Sequence[str] = (),
-        source: events.RuleSource | None = None,
-        base_version: int = 0,
-        override: bool = False,
-        ns: str = "default",
-        input_event: str = "",
-    ) -> Event:
+    async def propose_rule(self, proposal: events.RuleProposed, *, override: bool) -> Event:
         """Propose a rule version as an operator; return the audited decision (RuleDecided).
 
         The proposal passes the promoter like an agent's (kernel.state.rulebook);
@@ -629,87 +470,37 @@ class OperatorActs:
         self._calls.raise_if_stopped()
         await self._admit_act(
             wall.fields(
-                rule=rule,
-                title=title,
-                content=content,
-                labels=list(labels),
-                operator=operator,
-                reason=reason,
-                base_version=base_version,
-                ns=ns,
-                input_event=input_event,
+                rule=proposal.rule,
+                title=proposal.title,
+                content=proposal.content,
+                labels=proposal.labels,
+                operator=proposal.proposer,
+                reason=proposal.reason,
+                base_version=proposal.base_version,
+                ns=proposal.ns,
+                input_event=proposal.input_event,
             ),
             wall.RuleProposalSpec,
             "rule",
-            operator,
-            target=rule,
+            proposal.proposer,
+            target=proposal.rule,
         )
-        proposal = events.RuleProposed(
-            rule=rule,
-            title=title,
-            content=content,
-            labels=list(labels),
-            source=source or events.RuleSource(),
-            base_version=base_version,
-            proposer=operator,
-            by_operator=True,
-            reason=reason,
-            ns=ns,
-            input_event=input_event,
-        )
-        msg = SubmitRule(proposal=proposal, override=override, operator=operator, reason=reason)
-        return await self._rule_act(msg)
+        return await self._submit_rule(proposal, override, None)
 
-    async def decide_rule(
-        self, proposal_seq: int, decision: str, *, operator: str, reason: str
+    async def _submit_rule(
+        self, proposal: events.RuleProposed, override: bool, inbox_id: int | None
     ) -> Event:
-        """Override or skip a deferred rule proposal; return the audit record (RuleDecided).
-
-        Raises:
-            RuleNotPending: the proposal is not waiting for an operator.
-            ValueError: another decision than override or skip, or no operator or reason
-                (InputInvalid, recorded, for a field of the wrong type or size).
-        """
-        self._calls.raise_if_stopped()
-        await self._admit_act(
-            wall.fields(
-                proposal_seq=proposal_seq, decision=decision, operator=operator, reason=reason
-            ),
-            wall.RuleDecisionSpec,
-            "rule",
-            operator,
-            target=f"#{proposal_seq}",
+        msg = SubmitRule(
+            proposal=proposal,
+            override=override,
+            operator=proposal.proposer,
+            reason=proposal.reason,
+            inbox_id=inbox_id,
         )
-        return await self._rule_act(
-            DecideRule(
-                proposal_seq=proposal_seq, decision=decision, operator=operator, reason=reason
-            )
-        )
+        return await self._dim_act(msg)
 
-    async def retract_rule(
-        self, rule: str, *, operator: str, reason: str, ns: str = "default"
-    ) -> Event:
-        """Take rule ``rule`` of namespace ``ns`` out of force (RuleRetracted, with who and why);
-        its history stays.
-
-        Raises:
-            RuleNotInForce: no version of the rule is in force in that namespace.
-            InputInvalid: no operator or reason, or a field of the wrong type or size (recorded).
-        """
-        self._calls.raise_if_stopped()
-        act = await self._admit_act(
-            wall.fields(rule=rule, operator=operator, reason=reason, ns=ns),
-            wall.RuleRetractionSpec,
-            "rule",
-            operator,
-            target=rule,
-        )
-        return await self._rule_act(
-            RetractRule(rule=act.rule, operator=act.operator, reason=act.reason, ns=act.ns)
-        )
-
-    async def collect_artifacts(
-        self, *, operator: str, reason: str, inbox_id: int | None = None, dry_run: bool = False
+    async def _collect(
+        self, request: CollectArtifactsRequest, inbox_id: int | None, dry_run: bool
     ) -> list[str]:
         """Delete the artifacts nothing live references; return their references.
 
@@ -719,17 +510,9 @@ class OperatorActs:
         ``dry_run`` only answers what would go.
 
         Raises:
-            InputInvalid: no operator or reason (recorded).
             ArtifactStoreError: the store cannot be used.
         """
         self._calls.raise_if_stopped()
-        await self._admit_act(
-            wall.fields(operator=operator, reason=reason),
-            wall.HumanActSpec,
-            "artifacts",
-            operator,
-            target="gc",
-        )
         store = await self._artifacts.store()
         projections = self._projections
         facts = [fact.value for fact in projections.state.values()]
@@ -743,44 +526,42 @@ class OperatorActs:
             known = stored.get(ref)
             size += known.size if known is not None else (await store.size(ref) or 0)
         collected = events.ArtifactsCollected(
-            refs=refs, size=size, operator=operator, reason=reason, inbox_id=inbox_id
+            refs=refs,
+            size=size,
+            operator=request.operator,
+            reason=request.reason,
+            inbox_id=inbox_id,
         )
         await self._journal.append([Draft(payload=collected)])
         for ref in refs:  # recorded first: bytes left behind by a crash go at the next run
             await store.delete(ref)
         return refs
 
-    async def _rule_act(self, msg: SubmitRule | DecideRule | RetractRule) -> Event:
-        """Hand a rule act to the rulebook's owner (the DIM); return its last recorded event.
+    async def _dim_act(self, msg: DimAct) -> Event:
+        """Hand a grant or rule act to the DIM (their owner); return its last recorded event.
 
         Raises:
-            RuleNotPending, RuleNotInForce, ValueError: the DIM refused it (nothing recorded).
+            InputInvalid: the DIM refused a grant act (recorded as InputRefused).
+            RuleNotPending, RuleNotInForce, ValueError: the DIM refused a rule act.
         """
         reply: Reply[list[Event] | Exception] = Reply()
         answer = await self._calls.call(
             self._actors.dim, msgspec.structs.replace(msg, reply=reply), reply
         )
-        assert isinstance(answer, list) and answer  # a refusal was raised by _call
+        assert isinstance(answer, list) and answer  # a refusal was raised by the call
         return answer[-1]
 
-    def _check_decision(
-        self,
-        dfid: Any,
-        decision: Any,
-        operator: Any,
-        reason: Any,
-        params: Any,
-        action_hash: Any,
-    ) -> wall.DecisionSpec:
+    def _check_decision(self, request: DecideRequest) -> DecideRequest:
         """Return a human decision checked at the wall, or raise InputInvalid."""
+        params = request.params
         checked = wall.admit(
             wall.fields(
-                dfid=dfid,
-                decision=decision,
-                operator=operator,
-                reason=reason,
+                dfid=request.dfid,
+                decision=request.decision,
+                operator=request.operator,
+                reason=request.reason,
                 params=dict(params) if isinstance(params, Mapping) else params,
-                action_hash=action_hash,
+                action_hash=request.action_hash,
             ),
             wall.DecisionSpec,
         )
@@ -804,7 +585,14 @@ class OperatorActs:
                 "action_hash",
                 "approving a HIGH_IMPACT action takes its action hash (as dirk decide --confirm)",
             )
-        return checked
+        return DecideRequest(
+            dfid=checked.dfid,
+            decision=word,
+            operator=checked.operator,
+            reason=checked.reason,
+            params=checked.params,
+            action_hash=checked.action_hash,
+        )
 
     async def _admit_act(
         self, value: Mapping[str, Any], spec: type[T], entry: str, operator: Any, *, target: Any

@@ -36,13 +36,13 @@ from collections.abc import Collection, Mapping, Sequence
 from contextlib import AsyncExitStack
 from decimal import Decimal
 from types import TracebackType
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
 import msgspec
 from opentelemetry.context import Context
 
-from kernel.acts import OperatorActs
+from kernel.acts import OperatorActs, Origin
 from kernel.adapters.contract import Adapter
 from kernel.artifacts import ArtifactStore, artifacts_beside
 from kernel.calls import Calls, Flows
@@ -59,7 +59,22 @@ from kernel.core.wall import InputInvalid, clip
 from kernel.documents import Artifacts
 from kernel.edge import Edge
 from kernel.hosting import AgentLike
-from kernel.inbox import InboxProposals, InboxRequest, Keyring, Proof
+from kernel.inbox import (
+    AgentStatusRequest,
+    AmendRequest,
+    CollectArtifactsRequest,
+    CredentialRequest,
+    DecideRequest,
+    InboxProposals,
+    InboxRequest,
+    Keyring,
+    Proof,
+    RevokeGrantRequest,
+    RuleChangeRequest,
+    RuleDecisionRequest,
+    VoteRequest,
+)
+from kernel.inbox.requests import grant_request
 from kernel.journal.store import Journal
 from kernel.lifetime import Checkpoints, Lifetime
 from kernel.policy.contracts import (
@@ -91,6 +106,7 @@ from kernel.telemetry import Telemetry, caller_context, traceparent_of
 from kernel.wiring import Actors
 
 log = logging.getLogger("kernel")
+T = TypeVar("T")
 
 
 class Kernel:
@@ -719,18 +735,40 @@ class Kernel:
     ) -> Verdict:
         """Give a human decision on an escalated flow: approve, modify or reject.
 
-        See :meth:`kernel.acts.OperatorActs.decide` for what each decision takes, and
-        how a quorum counts an approval (``roles``: the operator's, default the keyring's).
+        Where the flow's pack asks for a quorum, an approval is one vote (recorded as
+        ApprovalVoted): the verdict stays ESCALATED, its feedback saying what it waits
+        for ("1 of 2, waiting for a desk-head"), until the vote that meets it. ``roles``
+        are the operator's roles (default: what the kernel's keyring says).
+
+        ``override`` and ``abort`` are accepted for approve and reject. With
+        ``action_hash`` (whole, or a prefix of 8 characters or more) the decision
+        applies only if the flow still waits on that very action; otherwise it
+        is refused with ACTION_MISMATCH. A late decision finds the approval
+        expired (EXPIRED), and a flow not waiting for a human refuses it
+        (FLOW_NOT_ACTIVE); every refusal is recorded.
+
+        Every field is checked at the wall first: an operator and a reason are
+        required (non-blank, bounded), and approving a HIGH_IMPACT action takes
+        its ``action_hash``, as ``dirk decide --confirm`` does; a refusal there is
+        SCHEMA_INVALID, recorded as DecisionRefused.
+
+        A flow escalated with OUTCOME_UNKNOWN (its effect may have happened)
+        takes only ``reconcile`` (``params={"outcome": "done", "external_id":
+        ...}`` or ``{"outcome": "not_done"}``: what the external system shows)
+        or ``retry`` (call again with the same key); any other decision there
+        is refused with OUTCOME_UNKNOWN.
         """
-        return await self._acts.decide(
-            dfid,
-            decision,
+        request = DecideRequest(
+            dfid=dfid,
+            decision=decision,  # type: ignore[arg-type]  # checked at the wall
             operator=operator,
             reason=reason,
-            params=params,
+            params=params,  # type: ignore[arg-type]
             action_hash=action_hash,
-            roles=roles,
         )
+        verdict = await self._acts.apply(request, Origin(roles=roles))
+        assert isinstance(verdict, Verdict)
+        return verdict
 
     async def grant(
         self,
@@ -749,7 +787,14 @@ class Kernel:
     ) -> Event:
         """Grant in advance: proposals of ``kind`` within ``bounds`` proceed without a human.
 
-        See :meth:`kernel.acts.OperatorActs.grant` for the bounds, the validity and the cap.
+        A proposal by ``agent`` (``*``: any) that would escalate for approval and lies
+        within ``bounds`` (per parameter: ``{"eq": v}``, ``{"in": [...]}``, ``{"min": n}``,
+        ``{"max": n}``) is accepted instead while the grant is live: from
+        ``valid_from_ns`` (default: now) until ``valid_until_ns`` (or ``valid_for_s``
+        from now) on the kernel's clock, ``uses`` times, and, with ``cap`` (``"1,000.00
+        EUR"``), for that much money in all. Each use is recorded (GrantUsed) with the
+        acceptance it made. Where the kind's pack asks grants for a quorum, the grant
+        waits for the votes (:meth:`vote_grant`) before it is live.
 
         Returns:
             The recorded GrantIssued (its ``grant`` is the id to vote on or revoke).
@@ -757,7 +802,7 @@ class Kernel:
         Raises:
             InputInvalid: a field the wall or the DIM refuses (recorded, InputRefused).
         """
-        return await self._acts.grant(
+        request = grant_request(
             kind,
             operator=operator,
             reason=reason,
@@ -768,8 +813,8 @@ class Kernel:
             valid_until_ns=valid_until_ns,
             valid_for_s=valid_for_s,
             cap=cap,
-            roles=roles,
         )
+        return await self._act(request, Origin(roles=roles), Event)
 
     async def vote_grant(
         self,
@@ -785,9 +830,8 @@ class Kernel:
         Raises:
             InputInvalid: GRANT_NOT_LIVE, DUPLICATE_VOTE, UNAUTHORIZED, a bad field (recorded).
         """
-        return await self._acts.vote_grant(
-            grant, vote, operator=operator, reason=reason, roles=roles
-        )
+        request = VoteRequest(grant=grant, vote=vote, operator=operator, reason=reason)  # type: ignore[arg-type]
+        return await self._act(request, Origin(roles=roles), Event)
 
     async def revoke_grant(self, grant: str, *, operator: str, reason: str) -> Event:
         """Take a standing grant out of force (GrantRevoked); later proposals escalate again.
@@ -795,7 +839,8 @@ class Kernel:
         Raises:
             InputInvalid: GRANT_NOT_LIVE or a bad field (recorded).
         """
-        return await self._acts.revoke_grant(grant, operator=operator, reason=reason)
+        request = RevokeGrantRequest(grant=grant, operator=operator, reason=reason)
+        return await self._act(request, Origin(), Event)
 
     async def apply(self, request: InboxRequest, proof: Proof) -> None:
         """Apply one verified inbox request (the inbox's poller calls it once per row).
@@ -814,18 +859,31 @@ class Kernel:
             InputInvalid: no operator or reason, or a field of the wrong type (recorded).
             HandshakeRefused: UNKNOWN_AGENT.
         """
-        await self._acts.set_agent_status(agent_id, status, operator=operator, reason=reason)
+        request = AgentStatusRequest(
+            agent_id=agent_id,
+            status=status,  # type: ignore[arg-type]  # checked at the wall
+            operator=operator,
+            reason=reason,
+        )
+        await self._acts.apply(request, Origin())
 
     async def issue_credential(
         self, agent_id: str, verifier: str, *, operator: str, reason: str
     ) -> None:
         """Provision or rotate ``agent_id``'s credential from its verifier (recorded).
 
+        Make the pair with :func:`kernel.registry.new_credential` and
+        :func:`kernel.registry.credential_verifier`; give the secret to whoever runs the
+        agent, and only the verifier to the kernel. Live sessions stay valid.
+
         Raises:
             InputInvalid: a field of the wrong type or too long.
             HandshakeRefused: UNKNOWN_AGENT (not allowed here) or SCHEMA_INVALID (no verifier).
         """
-        await self._acts.issue_credential(agent_id, verifier, operator=operator, reason=reason)
+        request = CredentialRequest(
+            agent_id=agent_id, verifier=verifier, operator=operator, reason=reason
+        )
+        await self._acts.apply(request, Origin())
 
     async def amend_limit(
         self,
@@ -839,12 +897,21 @@ class Kernel:
     ) -> LimitAmended:
         """Set one of an agent's pack limits, within the pack's floor and ceiling, for ``ttl_s``.
 
+        The DIM judges that agent with the amended value until it expires on the
+        kernel's clock (see kernel.state.amendments). A refusal is recorded too.
+
         Raises:
             AmendmentInvalid: UNKNOWN_AGENT, UNKNOWN_LIMIT, LIMIT_OUT_OF_BOUNDS, SCHEMA_INVALID.
         """
-        return await self._acts.amend_limit(
-            agent_id, limit, value, ttl_s=ttl_s, operator=operator, reason=reason
+        request = AmendRequest(
+            agent_id=agent_id,
+            limit=limit,
+            value=value,  # type: ignore[arg-type]  # kernel.state.amendments checks it
+            ttl_s=ttl_s,
+            operator=operator,
+            reason=reason,
         )
+        return await self._act(request, Origin(), LimitAmended)
 
     async def load_pack(self, pack: PolicyPack, *, operator: str, reason: str) -> PackRef:
         """Load a new version of a pack (or a new pack); record PackLoaded and judge with it.
@@ -872,22 +939,26 @@ class Kernel:
     ) -> Event:
         """Propose a rule version as an operator; return the audited decision (RuleDecided).
 
-        ``ns`` is the rulebook namespace (a tenant); ``input_event`` the id of the input
-        that brought it (a webhook delivery): the promoter skips a second one from it.
+        The proposal passes the promoter like an agent's (kernel.state.rulebook); with
+        ``override`` the operator puts it in force at once, recorded as an override
+        with their name and reason. ``ns`` is the rulebook namespace (a tenant);
+        ``input_event`` the id of the input that brought it (a webhook delivery): the
+        promoter skips a second one from it.
         """
-        return await self._acts.propose_rule(
-            rule,
+        proposal = events.RuleProposed(
+            rule=rule,
             title=title,
             content=content,
-            operator=operator,
-            reason=reason,
-            labels=labels,
-            source=source,
+            labels=list(labels),
+            source=source or events.RuleSource(),
             base_version=base_version,
-            override=override,
+            proposer=operator,
+            by_operator=True,
+            reason=reason,
             ns=ns,
             input_event=input_event,
         )
+        return await self._acts.propose_rule(proposal, override=override)
 
     async def decide_rule(
         self, proposal_seq: int, decision: str, *, operator: str, reason: str
@@ -896,11 +967,16 @@ class Kernel:
 
         Raises:
             RuleNotPending: the proposal is not waiting for an operator.
-            ValueError: another decision than override or skip, or no operator or reason.
+            ValueError: another decision than override or skip, or no operator or reason
+                (InputInvalid, recorded, for a field of the wrong type or size).
         """
-        return await self._acts.decide_rule(
-            proposal_seq, decision, operator=operator, reason=reason
+        request = RuleDecisionRequest(
+            proposal_seq=proposal_seq,
+            decision=decision,  # type: ignore[arg-type]  # the DIM refuses another
+            operator=operator,
+            reason=reason,
         )
+        return await self._act(request, Origin(), Event)
 
     async def retract_rule(
         self, rule: str, *, operator: str, reason: str, ns: str = "default"
@@ -912,22 +988,35 @@ class Kernel:
             RuleNotInForce: no version of the rule is in force in that namespace.
             InputInvalid: no operator or reason, or a field of the wrong type or size (recorded).
         """
-        return await self._acts.retract_rule(rule, operator=operator, reason=reason, ns=ns)
+        request = RuleChangeRequest(
+            action="retract", rule=rule, operator=operator, reason=reason, ns=ns
+        )
+        return await self._act(request, Origin(), Event)
 
     async def collect_artifacts(
         self, *, operator: str, reason: str, inbox_id: int | None = None, dry_run: bool = False
     ) -> list[str]:
         """Delete the artifacts nothing live references; return their references.
 
-        See :meth:`kernel.acts.OperatorActs.collect_artifacts` for what is kept.
+        Kept: what a context of an open flow referenced, and what a state or memory fact
+        names. The rest, journal-recorded or not, is collected: ``ArtifactsCollected``
+        (who, why, how many bytes) is recorded first, then the bytes are deleted.
+        ``dry_run`` only answers what would go.
 
         Raises:
             InputInvalid: no operator or reason (recorded).
             ArtifactStoreError: the store cannot be used.
         """
-        return await self._acts.collect_artifacts(
-            operator=operator, reason=reason, inbox_id=inbox_id, dry_run=dry_run
-        )
+        request = CollectArtifactsRequest(operator=operator, reason=reason)
+        refs = await self._acts.apply(request, Origin(inbox_id=inbox_id, dry_run=dry_run))
+        assert isinstance(refs, list)
+        return refs
+
+    async def _act(self, request: InboxRequest, origin: Origin, answer: type[T]) -> T:
+        """Apply an act of the embedding code; return its answer, of the type it has."""
+        done = await self._acts.apply(request, origin)
+        assert isinstance(done, answer)
+        return done
 
     # --- internals -----------------------------------------------------------------
 
