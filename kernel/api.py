@@ -38,24 +38,21 @@ from decimal import Decimal
 from types import TracebackType
 from typing import Any, TypeVar
 
-import anyio
-import msgspec
 from opentelemetry.context import Context
 
 from kernel.acts import OperatorActs, Origin
 from kernel.adapters.contract import Adapter
+from kernel.answers import Answers
 from kernel.artifacts import ArtifactStore, artifacts_beside
 from kernel.calls import Calls, Flows
 from kernel.config import KernelConfig
 from kernel.core import events, wall
 from kernel.core.errors import KernelShutdown
-from kernel.core.events import Event, Feedback, LimitAmended, Manifest, PackRef, ProposalRecord
+from kernel.core.events import Event, LimitAmended, Manifest, PackRef
 from kernel.core.fetching import ArtifactSlice
 from kernel.core.flow import TERMINAL, FlowState, FlowStatus
 from kernel.core.ports import Clock, IdSource
-from kernel.core.reasons import ReasonCode
-from kernel.core.text import utf8_problem
-from kernel.core.wall import InputInvalid, clip
+from kernel.core.wall import InputInvalid
 from kernel.documents import Artifacts
 from kernel.edge import Edge
 from kernel.hosting import AgentLike
@@ -78,28 +75,21 @@ from kernel.inbox.requests import grant_request
 from kernel.journal.store import Journal
 from kernel.lifetime import Checkpoints, Lifetime
 from kernel.policy.contracts import (
-    HandshakeRefused,
-    Outcome,
     Proposal,
-    ProposalInvalid,
     Session,
     Verdict,
-    to_record,
 )
 from kernel.policy.packs import PolicyCatalog, PolicyPack
 from kernel.proofs.erasure import Sealer
 from kernel.proposals import Decision, Proposals
-from kernel.runtime.actors import Mailbox, MailboxClosed, Outbox, Reply
+from kernel.runtime.actors import Effects, Mailbox, Reply
 from kernel.runtime.messages import (
     AgentMessage,
-    Carry,
     CredentialProof,
     FireTrigger,
-    Judge,
-    Register,
-    Withdraw,
 )
 from kernel.runtime.messages import Decision as HumanDecision
+from kernel.sessions import Sessions
 from kernel.state.projections import AgentStatus, Projections, visible
 from kernel.state.snapshots import Checkpointer
 from kernel.telemetry import Telemetry, caller_context, traceparent_of
@@ -154,9 +144,10 @@ class Kernel:
             config.artifacts or artifacts_beside(journal.path),
             self._calls.raise_if_stopped,
         )
-        self._edge = Edge(journal, projections, sealer=sealer, meaning=config.ports.meaning)
-        self._hosts: dict[str, Mailbox[AgentMessage]] = {}
-        self._sessions: dict[str, Session] = {}
+        edge = Edge(journal, projections, sealer=sealer, meaning=config.ports.meaning)
+        hosts: dict[str, Mailbox[AgentMessage]] = {}
+        self._hosts = hosts
+        effects = Effects()
         self.actors = Actors(
             projections=projections,
             catalog=catalog,
@@ -165,13 +156,13 @@ class Kernel:
             config=config,
             clock=clock,
             ids=ids,
-            hosts=self._hosts,
-            submit=self.submit,
-            spawn_effect=self._spawn_effect,
+            hosts=hosts,
+            effects=effects,
             fetch=self._artifacts.fetch,
-            judge_now=self._judge_now,
         )
-        self.actors.carry = self._carry_early
+        self._answers = Answers(projections, self.actors, self._calls, self._flows, edge)
+        self.actors.answer_with(self._answers, self._answers.carry)
+        self._sessions = Sessions(self.actors, self._calls, hosts)
         self._proposals = Proposals(
             journal,
             projections,
@@ -180,15 +171,15 @@ class Kernel:
             self._flows,
             clock=clock,
             ids=ids,
-            token_of=self._token_of,
-            prepare=self._edge.prepare,
+            token_of=self._sessions.token_of,
+            prepare=edge.prepare,
         )
         inbox = InboxProposals(
-            self.handshake,
+            self._sessions.handshake,
             self._proposals.open_flow,
-            lambda: self.catalog.kinds,
+            lambda: catalog.kinds,
             projections,
-            self._hosts,
+            hosts,
         )
         self._lifetime = Lifetime(
             journal=journal,
@@ -202,8 +193,8 @@ class Kernel:
             actors=self.actors,
             calls=self._calls,
             flows=self._flows,
-            hosts=self._hosts,
-            apply=self.apply,
+            hosts=hosts,
+            effects=effects,
             artifacts=self._artifacts,
             sealer=sealer,
             checkpoints=checkpoints,
@@ -231,7 +222,7 @@ class Kernel:
             JournalError: KernelStarted could not be recorded.
         """
         running = AsyncExitStack()
-        await running.enter_async_context(self._lifetime.running())
+        await running.enter_async_context(self._lifetime.running(self._acts.apply))
         self._running = running
         return self
 
@@ -267,34 +258,14 @@ class Kernel:
             HandshakeRefused: with VERSION_MISMATCH, UNKNOWN_AGENT, AGENT_SUSPENDED,
                 CREDENTIAL_INVALID, ...
         """
-        session = await self._handshake(agent.manifest, credential, False)
-        agent_id = session.agent_id
-        hosts = self.actors.agents
-        if agent_id not in self._hosts:
-            mailbox: Mailbox[AgentMessage] = Mailbox(f"agent:{agent_id}", self.actors.capacity)
-            self._hosts[agent_id] = mailbox
-            hosts.host(agent, mailbox)
-        elif hosts.hosting(agent_id):
-            # Registered again: the new agent gets a crew and a mailbox of its own; the
-            # flows the old one held ended with its session (kernel.registry).
-            mailbox = Mailbox(f"agent:{agent_id}", self.actors.capacity)
-            hosts.retire(agent_id, self._hosts[agent_id], session.token)
-            self._hosts[agent_id] = mailbox
-            hosts.host(agent, mailbox)
-        hosts.sessions[agent_id] = session
-        self._sessions[agent_id] = session
-        return session
+        return await self._sessions.register(agent, credential=credential)
 
     def route(self, agent_id: str) -> Mailbox[AgentMessage]:
         """Return the mailbox ``agent_id``'s contexts arrive in when it is hosted elsewhere.
 
         kernel.mesh drains it onto the bus; the agent's flows open as for a hosted one.
         """
-        mailbox = self._hosts.get(agent_id)
-        if mailbox is None:
-            mailbox = Mailbox(f"agent:{agent_id}", self.actors.capacity)
-            self._hosts[agent_id] = mailbox
-        return mailbox
+        return self._sessions.route(agent_id)
 
     async def handshake(
         self,
@@ -316,48 +287,9 @@ class Kernel:
         Raises:
             HandshakeRefused: when the registry refuses the manifest.
         """
-        session = await self._handshake(manifest, credential, require_credential)
-        agent_id = session.agent_id
-        if self.actors.agents.hosting(agent_id):
-            self.actors.agents.retire(agent_id, self._hosts.pop(agent_id), session.token)
-        self._sessions[agent_id] = session
-        return session
-
-    async def _handshake(
-        self,
-        manifest: Manifest,
-        credential: str | CredentialProof | None,
-        require_credential: bool,
-    ) -> Session:
-        invalid: str | None = None
-        if credential is not None and not (
-            isinstance(credential, CredentialProof)
-            or (isinstance(credential, str) and utf8_problem(credential) is None)
-        ):
-            credential = ""  # shown but unusable: refused as not the agent's own
-        try:
-            checked = wall.admit(manifest, wall.ManifestSpec)
-            manifest = msgspec.convert(msgspec.to_builtins(checked), Manifest)
-        except InputInvalid as exc:
-            # Refused, and recorded under ids clipped to what the journal takes.
-            agent_id = getattr(manifest, "agent_id", "")
-            invalid = f"{exc.field}: {exc.detail}"
-            if not isinstance(agent_id, str) or len(agent_id) > wall.MAX_ID:
-                invalid += f" (the refusal records the agent id cut to {wall.MAX_ID} characters)"
-            version = getattr(manifest, "version", "")
-            manifest = Manifest(agent_id=clip(agent_id), version=clip(version, 64))
-        reply: Reply[Session | HandshakeRefused] = Reply()
-        msg = Register(
-            manifest=manifest,
-            reply=reply,
-            invalid=invalid,
-            credential=credential,
-            require_credential=require_credential,
-            hosted=self.actors.agents.hosting(manifest.agent_id),
+        return await self._sessions.handshake(
+            manifest, credential=credential, require_credential=require_credential
         )
-        answer = await self._calls.call(self.actors.registry, msg, reply)
-        assert isinstance(answer, Session)  # _call raised a refusal
-        return answer
 
     async def trigger(
         self,
@@ -433,130 +365,7 @@ class Kernel:
         ``usage``: the tokens the reasoning behind it spent, by model (the DIM prices
         them with ``KernelConfig.prices`` and records ReasoningCharged).
         """
-        try:
-            wall.admit(wall.fields(token=token, dfid=dfid), wall.SubmissionSpec)
-        except InputInvalid as exc:
-            # Nothing to name: no flow could have such an id, and the token is unchecked.
-            feedback = Feedback(
-                reason_code=ReasonCode.SCHEMA_INVALID,
-                detail=f"the token and the DFID are ids (text, at most {wall.MAX_ID}"
-                f" characters, no control character): {exc.detail}"[:500],
-                layer="schema",
-                field=exc.field,
-            )
-            return Verdict(outcome=Outcome.REFUSED, dfid=clip(dfid), feedback=feedback)
-        record, invalid = _admitted(proposal)
-        await self._flows.recall(dfid)
-        if invalid is None:
-            record = await self._edge.prepare(dfid, record)
-        reply: Reply[Verdict] = Reply()
-        msg = Judge(
-            dfid=dfid,
-            proposal=record,
-            token=token,
-            invalid=invalid,
-            reply=reply,
-            usage=_usage(usage),
-        )
-        return await self._calls.call(self.actors.dim, msg, reply)
-
-    def _judge_now(
-        self, token: str, dfid: str, proposal: Proposal, usage: Mapping[str, int]
-    ) -> bool:
-        """Hand a hosted agent's proposal to the DIM without waiting for its verdict.
-
-        The run-to-completion path of a synchronous agent (kernel.hosting): the same
-        judgement as :meth:`submit`, when nothing in it waits (the flow is in memory, no
-        meaning to score, room in the DIM's mailbox). False leaves it to :meth:`submit`.
-        """
-        if self._calls.stopped is not None or self._edge.scores:
-            return False
-        if dfid not in self.projections.flows:
-            return False
-        # No id check of token and dfid: both are the kernel's own (the session, the flow).
-        msg = self._judge_early(token, dfid, proposal, usage, None)
-        try:
-            self.actors.dim.send_nowait(msg)
-        except anyio.WouldBlock:
-            return False
-        return True
-
-    async def _carry_early(self, out: Outbox) -> bool:
-        """Record the compiler's batch in the DIM's append with its agents' answers.
-
-        Two commits per flow instead of three (issue 35, lever 4): the synchronous
-        agents decide on their contexts before those are durable, and the DIM records
-        the compiler's events, the proposals (or withdrawals), the verdicts and the
-        intents in one append. Nothing acts before it; a crash before it repeats only
-        the reasoning (nothing of the batch, not even the trigger, was recorded, and
-        ``trigger()`` had not answered). False (nothing taken early, a batch that
-        stages facts the DIM would judge against, a judgement that would wait, or the
-        DIM could not record it) leaves the batch to the compiler's own commit, its
-        contexts delivered after it as before.
-        """
-        if self._calls.stopped is not None or self._edge.scores:
-            return False
-        if out.scratch.get("facts"):
-            # The DIM judges against committed facts (kernel.dim.verdict.Staged).
-            return False
-        dim = self.actors.dim
-        if dim.pending() >= self.actors.capacity:
-            return False  # checked before anyone reasons: no answer is then lost to it
-        answers: list[Judge | Withdraw] = []
-        taken: list[int] = []
-        for index, mailbox, ctx in out.early:
-            try:
-                answer = self.actors.agents.early(mailbox, ctx, self._judge_early)
-            except Exception as exc:
-                # Never a crash of the compiler's commit: this context goes out after it.
-                log.warning("flow %s could not be judged with its context: %r", ctx.dfid, exc)
-                continue
-            if answer is not None:
-                answers.append(answer)
-                taken.append(index)
-        if not answers:
-            return False
-        done: Reply[list[Event] | None] = Reply()
-        try:
-            dim.send_nowait(
-                Carry(
-                    drafts=tuple(out.drafts),
-                    flows=out.opened,
-                    messages=tuple(answers),
-                    done=done,
-                )
-            )
-        except (anyio.WouldBlock, MailboxClosed):
-            return False  # the contexts go out after the compiler's commit: reasoned again
-        committed = await done.wait()
-        if committed is None:
-            return False
-        out.committed = committed
-        for index in taken:
-            out.taken_early(index)
-        return True
-
-    def _judge_early(
-        self,
-        token: str,
-        dfid: str,
-        proposal: Proposal,
-        usage: Mapping[str, int],
-        reply: Reply[Verdict] | None,
-    ) -> Judge:
-        """The Judge of a proposal a hosted agent decided with nothing to wait for (sealed,
-        not scored): run to completion, or before its context is durable."""
-        record, invalid = _admitted(proposal)
-        if invalid is None:
-            record = self._edge.seal(record)
-        return Judge(
-            dfid=dfid,
-            proposal=record,
-            token=token,
-            invalid=invalid,
-            reply=reply,
-            usage=_usage(usage),
-        )
+        return await self._answers.submit(token, dfid, proposal, usage=usage)
 
     async def propose(
         self,
@@ -1017,47 +826,3 @@ class Kernel:
         done = await self._acts.apply(request, origin)
         assert isinstance(done, answer)
         return done
-
-    # --- internals -----------------------------------------------------------------
-
-    def _spawn_effect(self, fn: Any) -> None:
-        self._lifetime.spawn_effect(fn)
-
-    def _token_of(self, agent_id: str) -> str | None:
-        """The token of the session this kernel opened last for ``agent_id``, if any."""
-        session = self._sessions.get(agent_id)
-        return session.token if session is not None else None
-
-
-def _usage(usage: Mapping[str, int] | None) -> dict[str, int]:
-    """Reported tokens by model, as the wall admits them (anything else counts as nothing)."""
-    admitted: dict[str, int] = {}
-    for model, tokens in (usage or {}).items():
-        try:
-            checked = wall.admit({"tokens": tokens, "model": model}, wall.UsageSpec)
-        except InputInvalid:
-            continue
-        admitted[checked.model] = admitted.get(checked.model, 0) + checked.tokens
-    return admitted
-
-
-def _admitted(
-    proposal: Proposal | Mapping[str, Any] | bytes | str,
-) -> tuple[ProposalRecord, Feedback | None]:
-    """Return the proposal as the wall admits it, or its kind and why not."""
-    try:
-        try:
-            record = to_record(proposal)
-        except RecursionError:
-            raise InputInvalid("$", f"nested deeper than {wall.MAX_DEPTH} levels") from None
-        wall.admit(record, wall.ProposalSpec)
-    except (ProposalInvalid, InputInvalid) as exc:
-        kind = proposal.get("kind") if isinstance(proposal, Mapping) else None
-        record = ProposalRecord(kind=clip(kind) if isinstance(kind, str) else "")
-        return record, Feedback(
-            reason_code=ReasonCode.SCHEMA_INVALID,
-            detail=exc.detail[:500],
-            layer="schema",
-            field=exc.field,
-        )
-    return record, None

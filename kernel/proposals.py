@@ -64,8 +64,9 @@ from kernel.core.flow import TERMINAL, FlowState, FlowStatus, IllegalTransition
 from kernel.core.ports import Clock, IdSource
 from kernel.core.reasons import ReasonCode
 from kernel.core.wall import InputInvalid, clip
+from kernel.edge import admitted
 from kernel.journal.store import Journal
-from kernel.policy.contracts import Outcome, Proposal, ProposalInvalid, Verdict, to_record
+from kernel.policy.contracts import Outcome, Proposal, Verdict
 from kernel.runtime.actors import Reply
 from kernel.runtime.messages import Judge, Open, Streak
 from kernel.state.projections import Projections, context_ref
@@ -519,23 +520,7 @@ class Proposals:
             valid_until_ns=self._clock.now_ns() + self._validity_ns,
             context_ref=seen,
         )
-        try:
-            try:
-                record = to_record(proposal)
-            except RecursionError:
-                raise InputInvalid("$", f"nested deeper than {wall.MAX_DEPTH} levels") from None
-            wall.admit(record, wall.ProposalSpec)
-        except (ProposalInvalid, InputInvalid) as exc:
-            kind = policy.get("kind") if isinstance(policy, Mapping) else None
-            record = ProposalRecord(kind=clip(kind) if isinstance(kind, str) else "")
-            invalid = Feedback(
-                reason_code=ReasonCode.SCHEMA_INVALID,
-                detail=exc.detail[:500],
-                layer="schema",
-                field=exc.field,
-            )
-            return record, invalid
-        return record, None
+        return admitted(proposal, policy=policy)
 
     async def _prepared(
         self, dfid: str, record: ProposalRecord, invalid: Feedback | None

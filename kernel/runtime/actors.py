@@ -34,6 +34,7 @@ from typing import Any, Generic, Protocol, TypeVar
 
 import anyio
 import msgspec
+from anyio.abc import TaskGroup
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from kernel.core import flow
@@ -63,7 +64,31 @@ Append = Callable[[Sequence[Draft]], Awaitable[list[Event]]]
 Carrier = Callable[["Outbox"], Awaitable[bool]]
 """Records a batch's events in another actor's append, with what its early messages
 produced; True once that append committed (``out.committed`` set), False to leave the
-batch to its own append (kernel.api: two commits per flow)."""
+batch to its own append (kernel.answers: two commits per flow)."""
+
+
+class Effects:
+    """The task group adapter calls and guards run on, while the kernel runs.
+
+    Handed to the parts that spawn effects (the adapter call pool, the guard runner);
+    the kernel's lifetime opens the group (:attr:`tg`) and cancels it as it stops.
+    Calling it runs ``fn`` there; once the group is cancelled nothing new starts
+    (what was not called yet is recorded as started, and the next start resumes it:
+    execution's Recover).
+    """
+
+    __slots__ = ("tg",)
+
+    def __init__(self) -> None:
+        self.tg: TaskGroup | None = None
+
+    def __call__(self, fn: Any) -> None:
+        """Run ``fn`` on the effects task group (nothing once it is cancelled)."""
+        tg = self.tg
+        assert tg is not None, "effects spawned before the kernel started"
+        if tg.cancel_scope.cancel_called:
+            return
+        tg.start_soon(fn)
 
 
 class MailboxClosed(Exception):
