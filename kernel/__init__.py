@@ -21,6 +21,7 @@ from kernel.core.flow import TERMINAL, FlowState, FlowStatus
 from kernel.core.ports import Clock, IdSource, RandomIds, SystemClock
 from kernel.core.reasons import ReasonCode, StopReason
 from kernel.core.wall import InputInvalid
+from kernel.decisions import Decision, DecisionVerdict
 from kernel.escalation import EscalationPolicy
 from kernel.journal.store import JournalError
 from kernel.memory import MEMORY_PACK
@@ -35,7 +36,6 @@ from kernel.policy.contracts import (
 )
 from kernel.policy.packs import PackError
 from kernel.proofs.signing import Signing, write_signing_key
-from kernel.proposals import Decision, DecisionVerdict
 from kernel.registry import credential_verifier
 from kernel.runtime.messages import Decision as HumanDecision
 from kernel.state.amendments import AmendmentInvalid

@@ -60,9 +60,9 @@ from kernel.runtime.actors import (
     Outbox,
     Reply,
     RestartIntensityExceeded,
-    Supervisor,
 )
 from kernel.runtime.messages import AgentMessage, Carry, Recover, Tick
+from kernel.runtime.supervision import Supervisor
 from kernel.state.projections import FOLD, Projections
 from kernel.telemetry import Telemetry
 from kernel.webhooks import Webhooks

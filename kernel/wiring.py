@@ -23,7 +23,7 @@ from kernel.guards import GuardRunner
 from kernel.hosting import AgentHost, Answering, Fetch
 from kernel.policy.packs import PolicyCatalog
 from kernel.registry import Registry
-from kernel.runtime.actors import Carrier, ChildSpec, Effects, Mailbox
+from kernel.runtime.actors import Carrier, Effects, Mailbox
 from kernel.runtime.messages import (
     AgentMessage,
     CompilerMessage,
@@ -33,6 +33,7 @@ from kernel.runtime.messages import (
     GuardMessage,
     RegistryMessage,
 )
+from kernel.runtime.supervision import ChildSpec
 from kernel.state.domain import ExecutorPorts, executor_factory
 from kernel.state.projections import Projections
 

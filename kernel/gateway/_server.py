@@ -49,13 +49,13 @@ from kernel.core.errors import KernelShutdown
 from kernel.core.events import Manifest
 from kernel.core.reasons import CliError, ReasonCode
 from kernel.core.wall import clip
+from kernel.decisions import Decision, DecisionVerdict
 from kernel.gateway._config import GatewayConfig
 from kernel.gateway._pack import Route, ToolInfo, gateway_pack
 from kernel.gateway._upstream import Upstream, UpstreamExecutor
 from kernel.mcp import Identity, Principal, ToolRefused
 from kernel.policy import PolicyPack
 from kernel.policy.contracts import HandshakeRefused
-from kernel.proposals import Decision, DecisionVerdict
 from kernel.registry import CONTRACT_VERSION
 
 log = logging.getLogger(__name__)

@@ -45,6 +45,7 @@ from kernel.core.keys import KeyUnusable
 from kernel.core.ports import Clock, SystemClock
 from kernel.core.reasons import CliError, ReasonCode
 from kernel.core.wall import InputInvalid
+from kernel.decisions import DecisionVerdict
 from kernel.inbox import (
     PROPOSE_TOPIC,
     InboxRequest,
@@ -66,7 +67,6 @@ from kernel.inbox.prepare import (
 from kernel.journal.opening import open_journal
 from kernel.journal.store import Journal
 from kernel.policy.contracts import HandshakeRefused
-from kernel.proposals import DecisionVerdict
 from kernel.registry import CONTRACT_VERSION
 from kernel.state.projections import Projections, fold
 from kernel.state.quorums import Quorums
