@@ -12,6 +12,7 @@ authors :mod:`agents_sdk`.
 """
 
 from kernel.api import Kernel
+from kernel.api.decisions import Decision, DecisionVerdict
 from kernel.boot import open_kernel
 from kernel.config import KernelConfig, Limits, Ports, Storage, Supervision
 from kernel.core.errors import KernelFault, KernelShutdown
@@ -21,7 +22,6 @@ from kernel.core.flow import TERMINAL, FlowState, FlowStatus
 from kernel.core.ports import Clock, IdSource, RandomIds, SystemClock
 from kernel.core.reasons import ReasonCode, StopReason
 from kernel.core.wall import InputInvalid
-from kernel.decisions import Decision, DecisionVerdict
 from kernel.escalation import EscalationPolicy
 from kernel.journal.store import JournalError
 from kernel.memory import MEMORY_PACK

@@ -16,7 +16,7 @@ import msgspec
 from opentelemetry import context as otel_context
 
 from kernel.api import Kernel
-from kernel.decisions import Decision
+from kernel.api.decisions import Decision
 from kernel.policy import OneOf, PolicyKind, PolicyPack, Range
 from kernel.policy.kinds import kind_name
 

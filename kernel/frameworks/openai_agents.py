@@ -33,7 +33,7 @@ from agents import FunctionTool, RunState
 from agents.run_context import RunContextWrapper
 from agents.tool_context import ToolContext
 
-from kernel.decisions import Decision, DecisionVerdict
+from kernel.api.decisions import Decision, DecisionVerdict
 from kernel.frameworks._tools import Gate, ToolSpec
 
 __all__ = ["conversation_of", "governed_tools", "settle"]

@@ -37,7 +37,7 @@ from pydantic_ai import (
     ToolApproved,
 )
 
-from kernel.decisions import Decision, DecisionVerdict
+from kernel.api.decisions import Decision, DecisionVerdict
 from kernel.frameworks._tools import Gate, ToolSpec
 
 __all__ = ["governed_toolset", "settle"]

@@ -43,13 +43,13 @@ from mcp_types import (
 )
 
 from kernel.api import Kernel
+from kernel.api.decisions import Decision, DecisionVerdict
 from kernel.boot import open_kernel
 from kernel.config import KernelConfig
 from kernel.core.errors import KernelShutdown
 from kernel.core.events import Manifest
 from kernel.core.reasons import CliError, ReasonCode
 from kernel.core.wall import clip
-from kernel.decisions import Decision, DecisionVerdict
 from kernel.gateway._config import GatewayConfig
 from kernel.gateway._pack import Route, ToolInfo, gateway_pack
 from kernel.gateway._upstream import Upstream, UpstreamExecutor

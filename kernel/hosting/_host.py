@@ -39,7 +39,7 @@ log = logging.getLogger("kernel")
 
 
 class Answering(Protocol):
-    """Where a hosted agent's answers go (kernel.answers.Answers): submitted, or judged at once."""
+    """Where a hosted agent's answers go (kernel.api.answers): submitted, or judged at once."""
 
     async def submit(
         self,
@@ -104,7 +104,7 @@ class AgentHost:
     """Runs the reasoning of every agent a kernel hosts.
 
     Args:
-        answers: where the agents' answers go (kernel.answers): submitted (a verdict once
+        answers: where the agents' answers go (kernel.api.answers): submitted (a verdict once
             it is durable), or, for an agent that decides synchronously, judged at once
             (None until the kernel sets it: no agent then runs to completion).
         dim: the DIM's mailbox, where a flow ended without a proposal is withdrawn.
@@ -283,7 +283,7 @@ class AgentHost:
     def early(self, mailbox: Mailbox[AgentMessage], ctx: WorkingContext) -> Judge | Withdraw | None:
         """Decide ``ctx`` before it is durable; return what the DIM is to record with it.
 
-        Two commits per flow (kernel.answers): the compiler's events, this answer's verdict
+        Two commits per flow (kernel.api.answers): the compiler's events, this answer's verdict
         and its intent go into one append, so nothing acts on the context before it is
         recorded, and a crash before that append repeats only this reasoning. None
         leaves the context to be delivered after the compiler's own commit (a receiver

@@ -29,6 +29,7 @@ import anyio
 import msgspec
 
 from kernel.api import Kernel
+from kernel.api.decisions import DecisionVerdict
 from kernel.core.events import (
     ApprovalVoted,
     ContextCompiled,
@@ -45,7 +46,6 @@ from kernel.core.keys import KeyUnusable
 from kernel.core.ports import Clock, SystemClock
 from kernel.core.reasons import CliError, ReasonCode
 from kernel.core.wall import InputInvalid
-from kernel.decisions import DecisionVerdict
 from kernel.inbox import (
     PROPOSE_TOPIC,
     InboxRequest,

@@ -46,7 +46,7 @@ Append = Callable[[Sequence[Draft]], Awaitable[list[Event]]]
 Carrier = Callable[["Outbox"], Awaitable[bool]]
 """Records a batch's events in another actor's append, with what its early messages
 produced; True once that append committed (``out.committed`` set), False to leave the
-batch to its own append (kernel.answers: two commits per flow)."""
+batch to its own append (kernel.api.answers: two commits per flow)."""
 
 
 class Effects:

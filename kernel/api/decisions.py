@@ -2,7 +2,7 @@
 
 A call's DFID is derived from its key (the agent, the conversation, the tool-call
 id), so the same key names the same flow in any kernel; the Decision a flow stands
-for is read from the flow and its events (kernel.proposals answers with it).
+for is read from the flow and its events (kernel.api.proposals answers with it).
 """
 
 from __future__ import annotations

@@ -19,11 +19,11 @@ supervised actors. The kernel itself only routes calls from the embedding
 code into mailboxes and waits for their durable answers.
 
 A Kernel is composed of parts, each named for what it does: the actors
-(:mod:`kernel.wiring`), the calls into them and the flows waited on
-(:mod:`kernel.calls`), what a proposal goes through before its verdict
-(:mod:`kernel.edge`), the artifacts it keeps (:mod:`kernel.documents`), the
-operator's acts (:mod:`kernel.acts`), the one entry for a given proposal and its
-conversations (:mod:`kernel.proposals`), and its life (:mod:`kernel.lifetime`): a
+(:mod:`kernel.api.wiring`), the calls into them and the flows waited on
+(:mod:`kernel.api.calls`), what a proposal goes through before its verdict
+(:mod:`kernel.api.edge`), the artifacts it keeps (:mod:`kernel.api.documents`), the
+operator's acts (:mod:`kernel.api.acts`), the one entry for a given proposal and its
+conversations (:mod:`kernel.api.proposals`), and its life (:mod:`kernel.api.lifetime`): a
 Kernel is an async context manager that starts, recovers, runs and stops itself.
 :func:`kernel.boot.open_kernel` reads the configuration, restores the projections,
 constructs one and enters it.
@@ -39,11 +39,19 @@ from typing import Any, TypeVar
 
 from opentelemetry.context import Context
 
-from kernel.acts import OperatorActs
 from kernel.adapters.contract import Adapter
-from kernel.answers import Answers
+from kernel.api.acts import OperatorActs
+from kernel.api.answers import Answers
+from kernel.api.calls import Calls, Flows
+from kernel.api.decisions import Decision
+from kernel.api.documents import Artifacts
+from kernel.api.edge import Edge
+from kernel.api.lifetime import Checkpoints, Lifetime
+from kernel.api.operating import Operating
+from kernel.api.proposals import Proposals
+from kernel.api.sessions import Sessions
+from kernel.api.wiring import Actors
 from kernel.artifacts import ArtifactStore, artifacts_beside
-from kernel.calls import Calls, Flows
 from kernel.config import KernelConfig
 from kernel.core import wall
 from kernel.core.errors import KernelShutdown
@@ -52,17 +60,12 @@ from kernel.core.fetching import ArtifactSlice
 from kernel.core.flow import TERMINAL, FlowState, FlowStatus
 from kernel.core.ports import Clock, IdSource
 from kernel.core.wall import InputInvalid
-from kernel.decisions import Decision
-from kernel.documents import Artifacts
-from kernel.edge import Edge
 from kernel.hosting import AgentLike
 from kernel.inbox import (
     InboxProposals,
     Keyring,
 )
 from kernel.journal.store import Journal
-from kernel.lifetime import Checkpoints, Lifetime
-from kernel.operating import Operating
 from kernel.policy.contracts import (
     Proposal,
     Session,
@@ -70,18 +73,15 @@ from kernel.policy.contracts import (
 )
 from kernel.policy.packs import PolicyCatalog
 from kernel.proofs.erasure import Sealer
-from kernel.proposals import Proposals
 from kernel.runtime.actors import Effects, Mailbox, Reply
 from kernel.runtime.messages import (
     AgentMessage,
     CredentialProof,
     FireTrigger,
 )
-from kernel.sessions import Sessions
 from kernel.state.projections import Projections, visible
 from kernel.state.snapshots import Checkpointer
 from kernel.telemetry import Telemetry, caller_context, traceparent_of
-from kernel.wiring import Actors
 
 log = logging.getLogger("kernel")
 T = TypeVar("T")
@@ -462,7 +462,7 @@ class Kernel(Operating):
         """Wait until no flow moves on its own (every flow ended or waits for a human)."""
         await self._flows.wait_quiet()
 
-    # --- artifacts (kernel.documents.Artifacts says what each checks) -------------------
+    # --- artifacts (kernel.api.documents.Artifacts says what each checks) -------------------
 
     async def put_artifact(
         self,

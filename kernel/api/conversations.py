@@ -1,4 +1,4 @@
-"""What the kernel keeps of a conversation between its calls (kernel.proposals).
+"""What the kernel keeps of a conversation between its calls (kernel.api.proposals).
 
 A conversation is one DecisionFlow: its first call opens the flow, every later call
 is a child of it. Between calls the kernel keeps whether it began and whether the

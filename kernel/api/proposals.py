@@ -44,8 +44,19 @@ import anyio
 import msgspec
 from opentelemetry.context import Context
 
-from kernel.calls import Calls, Flows
-from kernel.conversations import Conversation, Key, load_conversation
+from kernel.api.calls import Calls, Flows
+from kernel.api.conversations import Conversation, Key, load_conversation
+from kernel.api.decisions import (
+    FAULTS,
+    Decision,
+    DecisionVerdict,
+    call_dfid,
+    conversation_dfid,
+    decision_of,
+    keyed_dfid,
+)
+from kernel.api.edge import admitted
+from kernel.api.wiring import Actors
 from kernel.core import wall
 from kernel.core.events import (
     Draft,
@@ -60,23 +71,12 @@ from kernel.core.flow import TERMINAL, FlowState, FlowStatus, IllegalTransition
 from kernel.core.ports import Clock, IdSource
 from kernel.core.reasons import ReasonCode
 from kernel.core.wall import InputInvalid, clip
-from kernel.decisions import (
-    FAULTS,
-    Decision,
-    DecisionVerdict,
-    call_dfid,
-    conversation_dfid,
-    decision_of,
-    keyed_dfid,
-)
-from kernel.edge import admitted
 from kernel.journal.store import Journal
 from kernel.policy.contracts import Outcome, Proposal, Verdict
 from kernel.runtime.actors import Reply
 from kernel.runtime.messages import Judge, Open, Streak
 from kernel.state.projections import Projections, context_ref
 from kernel.telemetry import caller_context, traceparent_of
-from kernel.wiring import Actors
 
 
 class _CallSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -102,7 +102,7 @@ class Proposals:
         ids: DFIDs of calls that name no key.
         token_of: the session token the kernel holds for an agent, or None.
         prepare: what a proposal goes through before its verdict, once its flow is open
-            (``kernel.edge.Edge.prepare``: personal fields sealed, meaning scored).
+            (``kernel.api.edge.Edge.prepare``: personal fields sealed, meaning scored).
         validity_s: how long a proposal stays valid (it is judged at once).
         kept: conversations kept in memory between calls (the least recent go first;
             one that goes forgets its governor's count, not its stop).

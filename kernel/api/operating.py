@@ -1,7 +1,7 @@
 """The operator's acts a Kernel offers as its own methods.
 
 Each builds the typed inbox request that bounds its fields (kernel.inbox.requests)
-and applies it through :meth:`kernel.acts.OperatorActs.apply`, the one path the
+and applies it through :meth:`kernel.api.acts.OperatorActs.apply`, the one path the
 inbox, the CLI and the console take too; the request holds what the caller passed,
 and the acts check it at the wall there (a refusal recorded).
 """
@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from decimal import Decimal
 from typing import Any, TypeVar
 
-from kernel.acts import OperatorActs, Origin
+from kernel.api.acts import OperatorActs, Origin
 from kernel.core import events
 from kernel.core.events import Event, LimitAmended, PackRef
 from kernel.inbox import (

@@ -2,7 +2,7 @@
 
 An act of the embedding code (``Kernel.decide``, ``Kernel.grant``...) is built as
 its typed inbox request holding what the caller passed, of any type; before
-kernel.acts applies it, :meth:`Admission.admit` checks it with the wall's specs
+kernel.api.acts applies it, :meth:`Admission.admit` checks it with the wall's specs
 and records a refusal there (DecisionRefused, InputRefused). A request decoded
 from the inbox was checked as it was decoded, and is not admitted again.
 """
@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 
 import msgspec
 
-from kernel.calls import Calls, Flows
+from kernel.api.calls import Calls, Flows
 from kernel.core import wall
 from kernel.core.events import DecisionRefused, Draft, Event, Feedback, InputRefused
 from kernel.core.reasons import ReasonCode

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import msgspec
 
-from kernel.calls import Calls
+from kernel.api.calls import Calls
+from kernel.api.wiring import Actors
 from kernel.core import wall
 from kernel.core.events import Manifest
 from kernel.core.text import utf8_problem
@@ -22,7 +23,6 @@ from kernel.hosting import AgentLike
 from kernel.policy.contracts import HandshakeRefused, Session
 from kernel.runtime.actors import Mailbox, Reply
 from kernel.runtime.messages import AgentMessage, CredentialProof, Register
-from kernel.wiring import Actors
 
 
 class Sessions:

@@ -21,17 +21,17 @@ from typing import Any
 
 import anyio
 
-from kernel.calls import Calls, Flows
+from kernel.api.calls import Calls, Flows
+from kernel.api.edge import Edge, admitted
+from kernel.api.wiring import Actors
 from kernel.core import wall
 from kernel.core.events import Event, Feedback
 from kernel.core.reasons import ReasonCode
 from kernel.core.wall import InputInvalid, clip
-from kernel.edge import Edge, admitted
 from kernel.policy.contracts import Outcome, Proposal, Verdict
 from kernel.runtime.actors import MailboxClosed, Outbox, Reply
 from kernel.runtime.messages import Carry, Judge, Withdraw
 from kernel.state.projections import Projections
-from kernel.wiring import Actors
 
 log = logging.getLogger("kernel")
 

@@ -21,8 +21,10 @@ from typing import Any, TypeVar, assert_never
 
 import msgspec
 
-from kernel.admission import Admission
-from kernel.calls import Calls, Flows
+from kernel.api.admission import Admission
+from kernel.api.calls import Calls, Flows
+from kernel.api.documents import Artifacts
+from kernel.api.wiring import Actors
 from kernel.core import events, wall
 from kernel.core.events import (
     Draft,
@@ -33,7 +35,6 @@ from kernel.core.events import (
 from kernel.core.ports import Clock
 from kernel.core.reasons import ReasonCode
 from kernel.core.wall import InputInvalid
-from kernel.documents import Artifacts
 from kernel.inbox import (
     AgentStatusRequest,
     AmendRequest,
@@ -77,7 +78,6 @@ from kernel.state.amendments import AmendmentInvalid
 from kernel.state.artifacts import collectable
 from kernel.state.projections import AgentStatus, Projections
 from kernel.state.rulebook import RuleNotInForce, RuleNotPending
-from kernel.wiring import Actors
 
 T = TypeVar("T")
 
@@ -103,7 +103,7 @@ class OperatorActs:
     """The operator's acts, each admitted at the wall and handed to the actor that owns it.
 
     Args:
-        journal: where refusals at the wall are recorded (kernel.admission checks).
+        journal: where refusals at the wall are recorded (kernel.api.admission checks).
         projections: what the checks and the collection of artifacts read.
         actors: the mailboxes the acts go to.
         calls: sends an act and waits for its durable answer.

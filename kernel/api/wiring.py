@@ -166,7 +166,7 @@ class Actors:
 
     def answer_with(self, answers: Answering, carry: Carrier) -> None:
         """Send the hosted agents' answers to ``answers``, and carry the compiler's batches
-        with ``carry`` (kernel.answers: both exist only once the actors do)."""
+        with ``carry`` (kernel.api.answers: both exist only once the actors do)."""
         self.agents.answers = answers
         self.carry = carry
 

@@ -29,7 +29,9 @@ from typing import Any
 import anyio
 from anyio.abc import TaskGroup
 
-from kernel.calls import Calls, Flows
+from kernel.api.calls import Calls, Flows
+from kernel.api.documents import Artifacts
+from kernel.api.wiring import Actors
 from kernel.config import KernelConfig
 from kernel.core import events
 from kernel.core.errors import KernelFault, KernelShutdown
@@ -38,7 +40,6 @@ from kernel.core.flow import FlowStatus
 from kernel.core.ports import Clock
 from kernel.core.reasons import ReasonCode, StopReason
 from kernel.core.wall import clip
-from kernel.documents import Artifacts
 from kernel.inbox import InboxRequest, Intake, Keyring, Proof
 from kernel.journal.store import (
     Journal,
@@ -66,7 +67,6 @@ from kernel.runtime.supervision import Supervisor
 from kernel.state.projections import FOLD, Projections
 from kernel.telemetry import Telemetry
 from kernel.webhooks import Webhooks
-from kernel.wiring import Actors
 
 Apply = Callable[[InboxRequest, Proof], Awaitable[Any]]
 """Turns a verified inbox request into acts (the inbox's poller calls it per row)."""
@@ -164,7 +164,7 @@ class Lifetime:
         """Start the kernel, run the body of the block, and stop it cleanly.
 
         ``apply`` turns each verified inbox request into acts
-        (:meth:`kernel.acts.OperatorActs.apply`).
+        (:meth:`kernel.api.acts.OperatorActs.apply`).
 
         Raises:
             KernelShutdown: the kernel had to stop (restart intensity, journal failure,
