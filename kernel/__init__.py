@@ -12,6 +12,7 @@ authors :mod:`agents_sdk`.
 """
 
 from kernel.api import Kernel
+from kernel.api.decisions import Decision, DecisionVerdict
 from kernel.boot import open_kernel
 from kernel.config import KernelConfig, Limits, Ports, Storage, Supervision
 from kernel.core.errors import KernelFault, KernelShutdown
@@ -35,7 +36,6 @@ from kernel.policy.contracts import (
 )
 from kernel.policy.packs import PackError
 from kernel.proofs.signing import Signing, write_signing_key
-from kernel.proposals import Decision, DecisionVerdict
 from kernel.registry import credential_verifier
 from kernel.runtime.messages import Decision as HumanDecision
 from kernel.state.amendments import AmendmentInvalid

@@ -6,7 +6,7 @@ keyring, telemetry, the chain key, the checkpoint key, the subject key store of
 personal fields), opens the journal and the checkpoints' publishers, restores the projections
 from it (latest trusted snapshot, then the events after it, whose chain it checks
 first), constructs the kernel and enters it: the kernel starts, recovers, runs and
-stops itself (:mod:`kernel.lifetime`). With a bus configured, the mesh serves
+stops itself (:mod:`kernel.api.lifetime`). With a bus configured, the mesh serves
 agents in other processes for the body of the block.
 """
 
@@ -22,13 +22,13 @@ from os import PathLike
 
 from kernel.adapters.contract import Adapter
 from kernel.api import Kernel
+from kernel.api.lifetime import Checkpoints
 from kernel.config import KernelConfig
 from kernel.core.ports import Clock, IdSource, RandomIds, SeededIds, SystemClock
 from kernel.inbox import read_keyring
 from kernel.inbox.keyring import ENV as KEYRING_ENV
 from kernel.journal.opening import open_journal
 from kernel.journal.store import chain_key_from, chain_key_from_env
-from kernel.lifetime import Checkpoints
 from kernel.policy.packs import PackError, PolicyCatalog, PolicyPack
 from kernel.proofs.erasure import (
     KEYS_ENV,
@@ -94,7 +94,7 @@ async def open_kernel(
     # The inbox's root of trust, read before anything starts: a bad keyring stops the open.
     keyring_path = config.keyring or os.environ.get(KEYRING_ENV) or None
     keyring = read_keyring(keyring_path) if keyring_path else None
-    # The kernel's own executors are built in (kernel.wiring adds them where a pack needs them).
+    # The kernel's own executors are built in (kernel.api.wiring adds them where a pack needs them).
     missing = [n for n in catalog.adapters_needed() if n not in adapters and n not in built_in()]
     if missing:
         raise PackError(f"no adapter registered for {', '.join(missing)}")

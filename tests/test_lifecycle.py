@@ -6,6 +6,8 @@ do the same by hand, so what a Kernel does on entering and leaving is its own.
 
 from __future__ import annotations
 
+import functools
+import inspect
 from pathlib import Path
 
 import pytest
@@ -22,6 +24,7 @@ from kernel import (
 from kernel.audit import open_journal
 from kernel.config import Ports
 from kernel.core import events as ev
+from kernel.hosting import DirectRun
 from kernel.journal.store import Journal
 from kernel.policy.packs import PolicyCatalog
 from kernel.state.projections import Projections
@@ -140,3 +143,71 @@ async def test_the_embedding_codes_approval_counts_the_roles_the_keyring_gives(
             if isinstance(e.payload, ev.ApprovalVoted)
         ]
     assert voted == [["risk"], ["desk-head"]]
+
+
+def _holders_of(kernel: Kernel) -> list[str]:
+    """Where the kernel's parts hold the kernel: a method of it, or a closure or a
+    ``functools.partial`` over it."""
+    found: list[str] = []
+    seen: set[int] = {id(kernel)}
+    stack: list[tuple[str, object]] = [(f"kernel.{k}", v) for k, v in vars(kernel).items()]
+    while stack:
+        path, value = stack.pop()
+        if id(value) in seen:
+            continue
+        seen.add(id(value))
+        if isinstance(value, functools.partial):
+            if getattr(value.func, "__self__", None) is kernel or kernel in value.args:
+                found.append(f"{path}: a partial over the kernel")
+            stack.append((f"{path}.func", value.func))
+            stack.extend((f"{path}.args[{n}]", v) for n, v in enumerate(value.args))
+            continue
+        if inspect.ismethod(value):
+            if value.__self__ is kernel:
+                found.append(f"{path}: Kernel.{value.__name__}")
+            stack.append((f"{path}.__self__", value.__self__))
+            continue
+        if inspect.isfunction(value):
+            for n, cell in enumerate(value.__closure__ or ()):
+                contents = cell.cell_contents
+                if contents is kernel:
+                    found.append(f"{path}: a closure over the kernel")
+                stack.append((f"{path}.<cell {n}>", contents))
+            continue
+        if isinstance(value, dict):
+            stack.extend((f"{path}[{k!r}]", v) for k, v in list(value.items()))
+            continue
+        if isinstance(value, list | tuple | set | frozenset):
+            stack.extend((f"{path}[{n}]", v) for n, v in enumerate(value))
+            continue
+        if not type(value).__module__.startswith("kernel."):
+            continue
+        fields = dict(vars(value)) if hasattr(value, "__dict__") else {}
+        for cls in type(value).__mro__:
+            for name in getattr(cls, "__slots__", ()):
+                if hasattr(value, name):
+                    fields[name] = getattr(value, name)
+        stack.extend((f"{path}.{k}", v) for k, v in fields.items())
+    return found
+
+
+class Synchronous(ScriptedAgent):
+    synchronous = True
+
+
+async def test_no_part_of_a_running_kernel_holds_the_kernel(tmp_path: Path) -> None:
+    """The parts are given parts (and the effects task group), never the whole: a method of
+    the Kernel handed to a part would make the facade the pipeline again (issue 39)."""
+    async with open_journal(tmp_path / "j.db") as journal:
+        kernel = built(journal, await restore(journal, 10), Bank())
+        async with kernel:
+            await kernel.register(Synchronous())
+            [dfid] = await kernel.trigger("bank.invoice")
+            assert (await kernel.wait_flow(dfid)).status is FlowStatus.CLOSED
+            assert _holders_of(kernel) == []
+            # The agent run to completion is a named object, not a partial read back.
+            assert isinstance(kernel.route("clerk").direct, DirectRun)
+    # The walk does find one: a part handed a method of the kernel.
+    kernel.actors.carry = kernel.submit  # type: ignore[assignment]
+    [found] = _holders_of(kernel)
+    assert found.endswith(".carry: Kernel.submit")

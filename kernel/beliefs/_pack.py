@@ -235,7 +235,7 @@ class ScriptedTests:
 
 
 def executor(ports: ExecutorPorts) -> BeliefsExecutor:
-    """Build the beliefs executor of one kernel (the beliefs domain names it: kernel.wiring)."""
+    """Build the beliefs executor of one kernel (the beliefs domain names it: kernel.api.wiring)."""
     return BeliefsExecutor(ports.projections, ports.clock)
 
 

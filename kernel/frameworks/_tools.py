@@ -16,9 +16,9 @@ import msgspec
 from opentelemetry import context as otel_context
 
 from kernel.api import Kernel
+from kernel.api.decisions import Decision
 from kernel.policy import OneOf, PolicyKind, PolicyPack, Range
 from kernel.policy.kinds import kind_name
-from kernel.proposals import Decision
 
 _SAFE = re.compile(r"[^A-Za-z0-9_-]")
 _TYPES = {

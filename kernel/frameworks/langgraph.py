@@ -41,8 +41,8 @@ from langgraph.prebuilt.tool_node import ToolCallRequest
 from langgraph.pregel import Pregel
 from langgraph.types import Command, interrupt
 
+from kernel.api.decisions import Decision, DecisionVerdict
 from kernel.frameworks._tools import Gate, ToolSpec
-from kernel.proposals import Decision, DecisionVerdict
 
 __all__ = ["governed_tool_node", "governed_tools", "settle"]
 

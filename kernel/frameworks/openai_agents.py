@@ -33,8 +33,8 @@ from agents import FunctionTool, RunState
 from agents.run_context import RunContextWrapper
 from agents.tool_context import ToolContext
 
+from kernel.api.decisions import Decision, DecisionVerdict
 from kernel.frameworks._tools import Gate, ToolSpec
-from kernel.proposals import Decision, DecisionVerdict
 
 __all__ = ["conversation_of", "governed_tools", "settle"]
 

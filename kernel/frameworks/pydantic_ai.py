@@ -37,8 +37,8 @@ from pydantic_ai import (
     ToolApproved,
 )
 
+from kernel.api.decisions import Decision, DecisionVerdict
 from kernel.frameworks._tools import Gate, ToolSpec
-from kernel.proposals import Decision, DecisionVerdict
 
 __all__ = ["governed_toolset", "settle"]
 

@@ -43,6 +43,7 @@ from mcp_types import (
 )
 
 from kernel.api import Kernel
+from kernel.api.decisions import Decision, DecisionVerdict
 from kernel.boot import open_kernel
 from kernel.config import KernelConfig
 from kernel.core.errors import KernelShutdown
@@ -55,7 +56,6 @@ from kernel.gateway._upstream import Upstream, UpstreamExecutor
 from kernel.mcp import Identity, Principal, ToolRefused
 from kernel.policy import PolicyPack
 from kernel.policy.contracts import HandshakeRefused
-from kernel.proposals import Decision, DecisionVerdict
 from kernel.registry import CONTRACT_VERSION
 
 log = logging.getLogger(__name__)

@@ -19,7 +19,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable, Container, Coroutine, Mapping
 from contextlib import AbstractContextManager, nullcontext
-from functools import partial
 from typing import Any, Protocol
 
 import anyio
@@ -39,20 +38,38 @@ from kernel.runtime.messages import AgentMessage, DimMessage, Judge, Withdraw
 log = logging.getLogger("kernel")
 
 
-class Submit(Protocol):
-    """The kernel's submission path: (token, dfid, proposal, usage by model) -> a verdict."""
+class Answering(Protocol):
+    """Where a hosted agent's answers go (kernel.api.answers): submitted, or judged at once."""
 
-    def __call__(
-        self, token: str, dfid: str, proposal: Proposal, /, *, usage: Mapping[str, int] | None
-    ) -> Awaitable[Verdict]: ...
+    async def submit(
+        self,
+        token: str,
+        dfid: str,
+        proposal: Proposal,
+        *,
+        usage: Mapping[str, int] | None = None,
+    ) -> Verdict:
+        """Submit ``proposal`` for flow ``dfid``; return the verdict once it is durable."""
+        ...
+
+    def judge_now(
+        self, token: str, dfid: str, proposal: Proposal, usage: Mapping[str, int]
+    ) -> bool:
+        """Hand ``proposal`` to the DIM without waiting; False if it must be submitted."""
+        ...
+
+    def judge_early(
+        self,
+        token: str,
+        dfid: str,
+        proposal: Proposal,
+        usage: Mapping[str, int],
+        reply: Reply[Verdict] | None,
+    ) -> Judge:
+        """Return the Judge of a proposal decided before its context is durable."""
+        ...
 
 
-JudgeNow = Callable[[str, str, Proposal, Mapping[str, int]], bool]
-"""The kernel's hand-over of a proposal to the DIM without waiting for the verdict:
-(token, dfid, proposal, usage by model) -> False if it must go through ``Submit``."""
-JudgeEarly = Callable[[str, str, Proposal, Mapping[str, int], "Reply[Verdict] | None"], Judge]
-"""Makes the Judge of a proposal decided before its context is durable (kernel.api):
-(token, dfid, proposal, usage by model, where its verdict goes or None)."""
 Fetch = Callable[[str, str, str, int, int | None], Awaitable[ArtifactSlice]]
 """The kernel's fetch of an artifact: (agent id, dfid, ref, start, length)."""
 TraceScope = Callable[[str, int], AbstractContextManager[object]]
@@ -87,7 +104,9 @@ class AgentHost:
     """Runs the reasoning of every agent a kernel hosts.
 
     Args:
-        submit: the kernel's submission path (a verdict once it is durable).
+        answers: where the agents' answers go (kernel.api.answers): submitted (a verdict once
+            it is durable), or, for an agent that decides synchronously, judged at once
+            (None until the kernel sets it: no agent then runs to completion).
         dim: the DIM's mailbox, where a flow ended without a proposal is withdrawn.
         clock: the kernel's clock, on which ``reasoning_timeout_s`` is measured.
         concurrency: the flows one agent reasons about at once (its crew's size).
@@ -95,15 +114,11 @@ class AgentHost:
         reasoning_timeout_s: the longest one reasoning step may take.
         moving: the flows still moving (what the host keeps per flow is pruned to them).
         fetch: the kernel's fetch of an artifact, which ``ctx.fetch_artifact`` reaches.
-        judge_now: the kernel's hand-off of a synchronous agent's proposal to the DIM
-            without waiting for its verdict (run to completion); False leaves it to
-            ``submit``.
     """
 
     def __init__(
         self,
         *,
-        submit: Submit,
         dim: Mailbox[DimMessage],
         clock: Clock,
         concurrency: int,
@@ -111,9 +126,8 @@ class AgentHost:
         reasoning_timeout_s: float | None,
         moving: Container[str] = frozenset(),
         fetch: Fetch | None = None,
-        judge_now: JudgeNow | None = None,
+        answers: Answering | None = None,
     ) -> None:
-        self._submit = submit
         self._dim = dim
         self._clock = clock
         self._concurrency = concurrency
@@ -135,8 +149,8 @@ class AgentHost:
         """Set by the kernel when spans are exported: ``decide()`` runs inside the flow's trace."""
         self.fetch = fetch
         """``ctx.fetch_artifact`` in ``decide()`` reaches it (as the agent)."""
-        self.judge_now = judge_now
-        """A synchronous agent's proposal goes to the DIM without a wait (None: never)."""
+        self.answers = answers
+        """Where the agents' answers go (set by the kernel; None: nothing hosted answers)."""
 
     def host(self, agent: AgentLike, mailbox: Mailbox[AgentMessage]) -> None:
         """Start ``agent``'s crew on the contexts that arrive in ``mailbox``."""
@@ -145,7 +159,7 @@ class AgentHost:
         scope = self._crews[agent_id] = anyio.CancelScope()
         self.tg.start_soon(self._crew, agent, mailbox, scope, name=f"agent:{agent_id}")
         if getattr(agent, "synchronous", False) is True:
-            mailbox.direct = partial(self._run_now, agent, mailbox)
+            mailbox.direct = DirectRun(self, agent, mailbox)
 
     def hosting(self, agent_id: str) -> bool:
         """Whether a crew in this process reasons for ``agent_id``."""
@@ -247,7 +261,8 @@ class AgentHost:
             if proposal is None:
                 await withdraw(ReasonCode.AGENT_DECLINED, "no action")
                 return
-            verdict = await self._submit(token, ctx.dfid, proposal, usage=dict(meter.models))
+            assert self.answers is not None
+            verdict = await self.answers.submit(token, ctx.dfid, proposal, usage=dict(meter.models))
             self._carry(ctx.dfid, verdict, meter)
         except KernelShutdown:
             return
@@ -265,43 +280,19 @@ class AgentHost:
 
     # --- run to completion: agents that decide synchronously ----------------------
 
-    def _run_now(
-        self, agent: AgentLike, mailbox: Mailbox[AgentMessage], ctx: WorkingContext
-    ) -> bool:
-        """Decide ``ctx`` here and now; False leaves it to the crew (the mailbox).
-
-        Runs inside the compiler's after-commit step, so nothing may escape: what the
-        agent raises withdraws its flow, as in the crew.
-        """
-        answer = self._reason_now(agent, mailbox, ctx)
-        if answer is None:
-            return False
-        if isinstance(answer, Withdraw):
-            self._send_withdrawal(answer)
-            return True
-        token, meter, proposal = answer
-        if meter.tokens or not self._judge_now(token, ctx.dfid, proposal, meter):
-            # The verdict is needed (tokens to carry past a rejection), or the judgement
-            # waits on something: submit it from a task of its own, as the crew would.
-            self._later(self._submit_later, token, ctx.dfid, proposal, meter)
-        return True
-
-    def early(
-        self, mailbox: Mailbox[AgentMessage], ctx: WorkingContext, judge: JudgeEarly
-    ) -> Judge | Withdraw | None:
+    def early(self, mailbox: Mailbox[AgentMessage], ctx: WorkingContext) -> Judge | Withdraw | None:
         """Decide ``ctx`` before it is durable; return what the DIM is to record with it.
 
-        Two commits per flow (kernel.api): the compiler's events, this answer's verdict
+        Two commits per flow (kernel.api.answers): the compiler's events, this answer's verdict
         and its intent go into one append, so nothing acts on the context before it is
         recorded, and a crash before that append repeats only this reasoning. None
         leaves the context to be delivered after the compiler's own commit (a receiver
         that is not this host's, a ``decide`` that waited).
         """
         direct = mailbox.direct
-        if not isinstance(direct, partial) or direct.func != self._run_now:
+        if not isinstance(direct, DirectRun) or direct.host is not self:
             return None  # not one of this host's agents run to completion (any more)
-        agent: AgentLike = direct.args[0]
-        answer = self._reason_now(agent, mailbox, ctx)
+        answer = self._reason_now(direct.agent, mailbox, ctx)
         if answer is None or isinstance(answer, Withdraw):
             return answer
         token, meter, proposal = answer
@@ -311,7 +302,8 @@ class AgentHost:
             # once the append that records it committed.
             reply = Reply()
             self._later(self._carry_later, ctx.dfid, reply, meter)
-        return judge(token, ctx.dfid, proposal, dict(meter.models), reply)
+        assert self.answers is not None  # _reason_now answered
+        return self.answers.judge_early(token, ctx.dfid, proposal, dict(meter.models), reply)
 
     async def _carry_later(self, dfid: str, reply: Reply[Verdict], meter: UsageMeter) -> None:
         self._carry(dfid, await reply.wait(), meter)
@@ -321,7 +313,7 @@ class AgentHost:
     ) -> tuple[str, UsageMeter, Proposal] | Withdraw | None:
         """Run ``decide`` on ``ctx`` to its end: a proposal, a withdrawal, or None (it waited)."""
         session = self.sessions.get(ctx.agent_id)
-        if session is None or self.judge_now is None:
+        if session is None or self.answers is None:
             return None
         carried = self._usage.pop(ctx.dfid, 0)
         meter = UsageMeter(ctx.dfid, self._token_budget, carried)
@@ -396,9 +388,9 @@ class AgentHost:
                 current_fetcher.reset(fetching)
 
     def _judge_now(self, token: str, dfid: str, proposal: Proposal, meter: UsageMeter) -> bool:
-        assert self.judge_now is not None
+        assert self.answers is not None
         try:
-            return self.judge_now(token, dfid, proposal, dict(meter.models))
+            return self.answers.judge_now(token, dfid, proposal, dict(meter.models))
         except Exception as exc:
             # Never a crash of the compiler: the flow goes the crew's way to the DIM.
             log.warning("judging flow %s at once failed: %r", dfid, exc)
@@ -408,7 +400,8 @@ class AgentHost:
         self, token: str, dfid: str, proposal: Proposal, meter: UsageMeter
     ) -> None:
         try:
-            verdict = await self._submit(token, dfid, proposal, usage=dict(meter.models))
+            assert self.answers is not None
+            verdict = await self.answers.submit(token, dfid, proposal, usage=dict(meter.models))
         except KernelShutdown:
             return
         self._carry(dfid, verdict, meter)
@@ -432,3 +425,43 @@ class AgentHost:
             self._later(self._dim.send, msg)
         except MailboxClosed:
             pass  # the kernel is stopping; the flow stays open for the next run
+
+
+class DirectRun:
+    """An agent run to completion where its context is delivered (``synchronous = True``).
+
+    Set as its mailbox's ``direct`` receiver by :meth:`AgentHost.host`; the host reads
+    it back to decide a context before it is durable (:meth:`AgentHost.early`).
+
+    Attributes:
+        host: the host that runs the agent.
+        agent: the agent.
+        mailbox: the agent's mailbox (its crew takes over if a ``decide`` waits).
+    """
+
+    __slots__ = ("agent", "host", "mailbox")
+
+    def __init__(self, host: AgentHost, agent: AgentLike, mailbox: Mailbox[AgentMessage]) -> None:
+        self.host = host
+        self.agent = agent
+        self.mailbox = mailbox
+
+    def __call__(self, ctx: WorkingContext) -> bool:
+        """Decide ``ctx`` here and now; False leaves it to the crew (the mailbox).
+
+        Runs inside the compiler's after-commit step, so nothing may escape: what the
+        agent raises withdraws its flow, as in the crew.
+        """
+        host = self.host
+        answer = host._reason_now(self.agent, self.mailbox, ctx)
+        if answer is None:
+            return False
+        if isinstance(answer, Withdraw):
+            host._send_withdrawal(answer)
+            return True
+        token, meter, proposal = answer
+        if meter.tokens or not host._judge_now(token, ctx.dfid, proposal, meter):
+            # The verdict is needed (tokens to carry past a rejection), or the judgement
+            # waits on something: submit it from a task of its own, as the crew would.
+            host._later(host._submit_later, token, ctx.dfid, proposal, meter)
+        return True

@@ -29,6 +29,7 @@ import anyio
 import msgspec
 
 from kernel.api import Kernel
+from kernel.api.decisions import DecisionVerdict
 from kernel.core.events import (
     ApprovalVoted,
     ContextCompiled,
@@ -66,7 +67,6 @@ from kernel.inbox.prepare import (
 from kernel.journal.opening import open_journal
 from kernel.journal.store import Journal
 from kernel.policy.contracts import HandshakeRefused
-from kernel.proposals import DecisionVerdict
 from kernel.registry import CONTRACT_VERSION
 from kernel.state.projections import Projections, fold
 from kernel.state.quorums import Quorums

@@ -342,5 +342,5 @@ def _check_scope(
 
 
 def executor(ports: ExecutorPorts) -> MemoryExecutor:
-    """Build the memory executor of one kernel (the memory domain names it: kernel.wiring)."""
+    """Build the memory executor of one kernel (the memory domain names it: kernel.api.wiring)."""
     return MemoryExecutor(ports.projections, ports.dim, ports.catalog)

@@ -1,4 +1,4 @@
-"""Actors, mailboxes and the supervisor that keeps them running.
+"""Actors, their mailboxes and the Outbox they stage on.
 
 An actor is a little state machine: some state, and ``handle(msg, out)``. It
 never writes anything itself. It *stages* events and follow-up messages on
@@ -8,49 +8,32 @@ and replies. That is "record first" by construction, and it turns a mailbox
 full of messages into one transaction (the group commit is the lever: one
 fsync for many decisions).
 
-The supervisor runs its children in one task group, Erlang/OTP style: a child
-that crashes is replaced by a fresh instance (which rebuilds its state from
-projections) after an exponential backoff; the message it crashed on is
-delivered once more, and dead-lettered if it crashes the actor a second time;
-more restarts than the intensity allows within the period stop the kernel.
-
-A batch whose events the journal refuses to seal (``EventUnreadable``: text that
-is not UTF-8, a value JSON would not give back) was not recorded at all: its
-messages are handled again one at a time by a fresh instance, and the one whose
-events cannot be sealed is dead-lettered at once (sealing is deterministic, a
-second try would fail the same way). Its caller gets a refusal; the kernel goes on.
+The supervisor that runs them is kernel.runtime.supervision.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import math
-import time
-from collections import deque
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Generic, Protocol, TypeVar
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
 
 import anyio
-import msgspec
+from anyio.abc import TaskGroup
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from kernel.core import flow
 from kernel.core.events import (
-    ActorRestarted,
     Draft,
     Event,
-    MessageDeadLettered,
     Payload,
     ResourceReleased,
     closes_flow,
     closing_of,
 )
-from kernel.core.flow import FLOW_EVENTS, FlowState, IllegalTransition
+from kernel.core.flow import FLOW_EVENTS, FlowState
 from kernel.core.ports import Clock
-from kernel.core.wall import visible
-from kernel.journal.sealing import EventUnreadable
 from kernel.state.projections import Projections
 
 log = logging.getLogger(__name__)
@@ -63,7 +46,31 @@ Append = Callable[[Sequence[Draft]], Awaitable[list[Event]]]
 Carrier = Callable[["Outbox"], Awaitable[bool]]
 """Records a batch's events in another actor's append, with what its early messages
 produced; True once that append committed (``out.committed`` set), False to leave the
-batch to its own append (kernel.api: two commits per flow)."""
+batch to its own append (kernel.api.answers: two commits per flow)."""
+
+
+class Effects:
+    """The task group adapter calls and guards run on, while the kernel runs.
+
+    Handed to the parts that spawn effects (the adapter call pool, the guard runner);
+    the kernel's lifetime opens the group (:attr:`tg`) and cancels it as it stops.
+    Calling it runs ``fn`` there; once the group is cancelled nothing new starts
+    (what was not called yet is recorded as started, and the next start resumes it:
+    execution's Recover).
+    """
+
+    __slots__ = ("tg",)
+
+    def __init__(self) -> None:
+        self.tg: TaskGroup | None = None
+
+    def __call__(self, fn: Any) -> None:
+        """Run ``fn`` on the effects task group (nothing once it is cancelled)."""
+        tg = self.tg
+        assert tg is not None, "effects spawned before the kernel started"
+        if tg.cancel_scope.cancel_called:
+            return
+        tg.start_soon(fn)
 
 
 class MailboxClosed(Exception):
@@ -420,217 +427,6 @@ class Outbox:
         self._undo = {}
 
 
-class Actor(Protocol[M_contra]):
-    """A kernel actor: state plus one ``handle`` of the messages its mailbox carries."""
-
-    async def handle(self, msg: M_contra, out: Outbox) -> None:
-        """React to one message by staging events and follow-ups on ``out``."""
-        ...
-
-
-@dataclass(frozen=True)
-class ChildSpec(Generic[M]):
-    """How to start (and restart) one supervised actor, and the mailbox it reads."""
-
-    name: str
-    factory: Callable[[], Actor[M]]
-    mailbox: Mailbox[M]
-    batch: int = 512
-
-
-DeadLetterHandler = Callable[[str, Any, BaseException, Outbox], None]
-
-
-@dataclass
-class SupervisorStatistics:
-    """Counters since the supervisor started."""
-
-    restarts: int = 0
-    dead_letters: int = 0
-    batches: int = 0
-    messages: int = 0
-    restart_times: deque[float] = field(default_factory=deque)
-
-
-class Supervisor:
-    """Runs child actors in one task group, restarting them within a bounded intensity.
-
-    Args:
-        specs: the children, started in order.
-        append: the journal's append (group commit).
-        projections: the state the actors read.
-        clock: the kernel's clock, for the provisional times of staged events.
-        on_dead_letter: stages what a dead-lettered message entails (abort its flow).
-        max_restarts: restarts allowed within ``period_s`` before giving up.
-        backoff_s: the first restart delay; each further restart in the period doubles it.
-        max_backoff_s: the ceiling of the delay.
-        fatal: exception types that are not actor crashes but reasons to stop (journal failure).
-        carry: records a batch with early messages (:meth:`Outbox.send_early`) in another
-            actor's append when it can; without it they wait for the batch's own commit.
-    """
-
-    def __init__(
-        self,
-        specs: Sequence[ChildSpec[Any]],
-        *,
-        append: Append,
-        projections: Projections,
-        clock: Clock,
-        on_dead_letter: DeadLetterHandler,
-        max_restarts: int = 3,
-        period_s: float = 5.0,
-        backoff_s: float = 0.01,
-        max_backoff_s: float = 1.0,
-        fatal: tuple[type[BaseException], ...] = (),
-        carry: Carrier | None = None,
-    ) -> None:
-        self._carry = carry
-        self._tg: anyio.abc.TaskGroup | None = None
-        self._specs = list(specs)
-        self._append = append
-        self._projections = projections
-        self._clock = clock
-        self._on_dead_letter = on_dead_letter
-        self._max_restarts = max_restarts
-        self._period_s = period_s
-        self._backoff_s = backoff_s
-        self._max_backoff_s = max_backoff_s
-        self._fatal = fatal
-        self.stats = SupervisorStatistics()
-
-    async def run(self) -> None:
-        """Run every child until cancelled; raise RestartIntensityExceeded or a fatal error."""
-        try:
-            async with anyio.create_task_group() as tg:
-                self._tg = tg
-                for spec in self._specs:
-                    tg.start_soon(self._run_child, spec, name=f"actor:{spec.name}")
-        except BaseExceptionGroup as group:
-            # One child's failure stops them all; report that failure, not the group.
-            raise group.exceptions[0] from None
-
-    async def _commit(self, out: Outbox) -> None:
-        carried = False
-        if out.early and self._carry is not None:
-            carried = await self._carry(out)
-        if out.drafts and not carried:
-            out.committed = await self._append(out.drafts)
-        for effect, arg in out.effects:
-            result = effect(arg)
-            if result is None:
-                continue
-            if isinstance(result, _Waiting) and self._tg is not None:
-                self._tg.start_soon(_wait, result.wait)
-            else:
-                await result
-
-    async def _run_child(self, spec: ChildSpec[Any]) -> None:
-        actor = spec.factory()
-        buffer: deque[Any] = deque()
-        suspect: Any = None  # the message that crashed the previous instance
-        alone = 0  # messages still to handle one per batch, to find one that cannot be sealed
-        while True:
-            if not buffer:
-                buffer.extend(await spec.mailbox.receive_batch(spec.batch))
-            out = Outbox(self._projections, self._clock)
-            taken: list[Any] = []
-            crash: BaseException | None = None
-            while buffer and len(taken) < (1 if alone else spec.batch):
-                msg = buffer.popleft()
-                out.begin()
-                try:
-                    await actor.handle(msg, out)
-                except self._fatal:
-                    raise
-                except Exception as exc:
-                    out.rollback()
-                    buffer.appendleft(msg)
-                    crash = exc
-                    break
-                taken.append(msg)
-            self.stats.batches += 1
-            self.stats.messages += len(taken)
-            alone = max(0, alone - len(taken))
-            try:
-                await self._commit(out)
-            except IllegalTransition as conflict:
-                # Another actor moved one of these flows first: nothing of this batch was
-                # recorded, so a fresh instance handles the same messages again.
-                buffer.extendleft(reversed(taken))
-                await self._restart(spec, conflict)
-                actor = spec.factory()
-                continue
-            except EventUnreadable as unsealable:
-                # Nothing of this batch was recorded, and the instance's state has moved as
-                # if it had been: a fresh one takes the messages again. Not a crash of the
-                # actor (no restart is counted): input the wall let through, or a bug.
-                actor = spec.factory()
-                if len(taken) > 1:
-                    buffer.extendleft(reversed(taken))
-                    alone = len(taken)
-                    continue
-                await self._dead_letter(spec, taken[0], unsealable)
-                continue
-            if crash is None:
-                continue
-
-            msg = buffer[0]
-            log.warning("actor %s crashed on %s: %r", spec.name, type(msg).__name__, crash)
-            out = Outbox(self._projections, self._clock)
-            if msg is suspect:
-                buffer.popleft()
-                suspect = None
-                self.stats.dead_letters += 1
-                out.emit(
-                    MessageDeadLettered(
-                        actor=spec.name, message=_describe(msg), error=_describe_error(crash)
-                    )
-                )
-                self._on_dead_letter(spec.name, msg, crash, out)
-            else:
-                suspect = msg
-            await self._restart(spec, crash, out)
-            actor = spec.factory()
-
-    async def _dead_letter(self, spec: ChildSpec[Any], msg: Any, error: BaseException) -> None:
-        """Dead-letter ``msg``: record it, end its flow, answer its caller."""
-        log.warning("actor %s could not record %s: %r", spec.name, type(msg).__name__, error)
-        self.stats.dead_letters += 1
-        out = Outbox(self._projections, self._clock)
-        out.emit(
-            MessageDeadLettered(
-                actor=spec.name, message=_describe(msg), error=_describe_error(error)
-            )
-        )
-        self._on_dead_letter(spec.name, msg, error, out)
-        await self._commit(out)
-
-    async def _restart(
-        self, spec: ChildSpec[Any], crash: BaseException, out: Outbox | None = None
-    ) -> None:
-        """Record a restart, enforce the intensity, and back off."""
-        out = out or Outbox(self._projections, self._clock)
-        restarts = self._count_restart()
-        out.emit(ActorRestarted(actor=spec.name, error=_describe_error(crash), restarts=restarts))
-        await self._commit(out)
-        if restarts > self._max_restarts:
-            raise RestartIntensityExceeded(
-                f"{restarts} restarts within {self._period_s}s (allowed {self._max_restarts});"
-                f" last: actor {spec.name}: {_describe_error(crash)}"
-            ) from crash
-        await anyio.sleep(min(self._max_backoff_s, self._backoff_s * math.pow(2, restarts - 1)))
-
-    def _count_restart(self) -> int:
-        # Intensity is operational, not a decision: real monotonic time is right here.
-        now = time.monotonic()
-        times = self.stats.restart_times
-        times.append(now)
-        while times and now - times[0] > self._period_s:
-            times.popleft()
-        self.stats.restarts += 1
-        return len(times)
-
-
 def _run(fn: Callable[[], Awaitable[None] | None]) -> Awaitable[None] | None:
     return fn()
 
@@ -640,7 +436,7 @@ def _nothing(_: Any) -> None:
 
 
 @dataclass(frozen=True)
-class _Waiting:
+class Waiting:
     """A posted message's wait for room, run beside the actor rather than by it."""
 
     wait: Awaitable[None]
@@ -657,24 +453,4 @@ class _Post:
 
     def __call__(self, msg: Any) -> Awaitable[None] | None:
         wait = self.mailbox.offer(msg)
-        return _Waiting(wait) if wait is not None else None
-
-
-async def _wait(wait: Awaitable[None]) -> None:
-    try:
-        await wait
-    except MailboxClosed:
-        pass  # the kernel is stopping: the flow is recompiled by the next run
-
-
-def _describe(msg: Any) -> str:
-    # Shown through visible(): a message may carry anything, its record may not.
-    if isinstance(msg, msgspec.Struct):
-        fields = {f: getattr(msg, f) for f in msg.__struct_fields__ if f != "reply"}
-        text = f"{type(msg).__name__}({', '.join(f'{k}={v!r}' for k, v in fields.items())})"
-        return visible(text[:500])
-    return visible(repr(msg)[:500])
-
-
-def _describe_error(exc: BaseException) -> str:
-    return visible(f"{type(exc).__name__}: {exc}"[:500])
+        return Waiting(wait) if wait is not None else None

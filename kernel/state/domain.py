@@ -19,7 +19,7 @@ brings the same things, and no kernel module wires any of them by hand:
    ``dirk verify --verdicts`` judges again exactly as the DIM judged
    (``kernel.dim.verdict`` runs every domain's, in registration order).
 4. **Its executors.** :meth:`Domain.executors` names the built-in adapters it
-   provides: ``kernel.wiring`` builds one when a loaded pack needs that adapter and
+   provides: ``kernel.api.wiring`` builds one when a loaded pack needs that adapter and
    none was given. :meth:`Domain.records` names the event types each of them may
    return in its receipt for the execution engine to record with the intent's
    ExecutionSucceeded (anything else fails the call, kernel.execution).
@@ -108,7 +108,7 @@ class Saved:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ExecutorPorts:
-    """What a domain's executor is built with (``kernel.wiring`` builds one per kernel).
+    """What a domain's executor is built with (``kernel.api.wiring`` builds one per kernel).
 
     Attributes:
         projections: the kernel's projections (the executor reads its domain there).

@@ -745,7 +745,7 @@ def _copy_dicts(limits: dict[str, dict[str, Amendment]]) -> dict[str, dict[str, 
 def built_in(domains: Sequence[DomainType] | None = None) -> frozenset[str]:
     """Return the adapters the domains (default: those registered) provide executors for.
 
-    A pack may name them without being given one: the kernel builds it (kernel.wiring).
+    A pack may name them without being given one: the kernel builds it (kernel.api.wiring).
     """
     return frozenset(name for d in Projections(domains=domains).domains for name in d.executors())
 

@@ -17,8 +17,8 @@ from kernel.core.events import Manifest
 from kernel.core.reasons import ReasonCode
 from kernel.hosting import AgentHost
 from kernel.policy.contracts import Outcome, Proposal, Session, Verdict, WorkingContext
-from kernel.runtime.actors import Mailbox
-from kernel.runtime.messages import AgentMessage, DimMessage, Withdraw
+from kernel.runtime.actors import Mailbox, Reply
+from kernel.runtime.messages import AgentMessage, DimMessage, Judge, Withdraw
 from kernel.testing import ManualClock
 
 SPEND = 60
@@ -44,23 +44,46 @@ async def test_a_moving_flow_keeps_its_spend_while_ended_flows_are_forgotten() -
     submitted: list[str] = []
     enough = anyio.Event()
 
-    async def submit(
-        token: str, dfid: str, proposal: Proposal, /, *, usage: Mapping[str, int] | None
-    ) -> Verdict:
-        submitted.append(dfid)
-        if len(submitted) == 1 + 600:
-            enough.set()
-        return Verdict(outcome=Outcome.REJECTED, dfid=dfid, attempt=1)
+    class Answers:
+        """Every submission rejected: the spend carries to the flow's next attempt."""
+
+        async def submit(
+            self,
+            token: str,
+            dfid: str,
+            proposal: Proposal,
+            *,
+            usage: Mapping[str, int] | None = None,
+        ) -> Verdict:
+            submitted.append(dfid)
+            if len(submitted) == 1 + 600:
+                enough.set()
+            return Verdict(outcome=Outcome.REJECTED, dfid=dfid, attempt=1)
+
+        def judge_now(
+            self, token: str, dfid: str, proposal: Proposal, usage: Mapping[str, int]
+        ) -> bool:
+            return False
+
+        def judge_early(
+            self,
+            token: str,
+            dfid: str,
+            proposal: Proposal,
+            usage: Mapping[str, int],
+            reply: Reply[Verdict] | None,
+        ) -> Judge:
+            raise AssertionError("no agent here decides synchronously")
 
     dim: Mailbox[DimMessage] = Mailbox("dim")
     host = AgentHost(
-        submit=submit,
         dim=dim,
         clock=ManualClock(),
         concurrency=1,
         token_budget=BUDGET,
         reasoning_timeout_s=None,
         moving=moving,
+        answers=Answers(),
     )
     host.sessions["a"] = Session(agent_id="a", token="t", schemas={}, kernel_version="t")
     mailbox: Mailbox[AgentMessage] = Mailbox("agent")

@@ -19,7 +19,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kernel import acts
+from kernel.api import acts
 from kernel.core import keys
 from kernel.core.reasons import ReasonCode
 from kernel.core.wall import InputInvalid
@@ -170,7 +170,7 @@ def test_no_client_writes_a_dict_row_or_reaches_the_poller() -> None:
     for part in CLIENTS:
         for path in (KERNEL / part).glob("*.py"):
             text = path.read_text()
-            assert "kernel.inbox._poll" not in text and "kernel.acts" not in text, path
+            assert "kernel.inbox._poll" not in text and "kernel.api.acts" not in text, path
             for tag in tags:  # a request is a struct, never a dict
                 assert f'"type": "{tag}"' not in text, (path, tag)
 

@@ -1,7 +1,7 @@
 """The one call passes the kernel's edge as a submission does: sealed, and scored by meaning.
 
 ``Kernel.propose`` builds its proposal itself instead of receiving it from an agent's
-``submit``; what happens to a proposal before its verdict (kernel.edge) must happen on
+``submit``; what happens to a proposal before its verdict (kernel.api.edge) must happen on
 this path too, or a framework's tool call would record a guest's name in clear and
 escape the memory's constraints by meaning.
 """

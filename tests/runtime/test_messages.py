@@ -78,7 +78,8 @@ def test_mypy_refuses_a_message_sent_to_the_wrong_actor(tmp_path: Path) -> None:
     source.write_text(
         textwrap.dedent(
             """
-            from kernel.runtime.actors import ChildSpec, Mailbox, Outbox
+            from kernel.runtime.actors import Mailbox, Outbox
+            from kernel.runtime.supervision import ChildSpec
             from kernel.runtime.messages import (
                 Compile, DimMessage, EscalationMessage, Escalate, Tick,
             )
@@ -104,4 +105,4 @@ def test_mypy_refuses_a_message_sent_to_the_wrong_actor(tmp_path: Path) -> None:
     )
     assert status == 1, stdout
     lines = {int(line.split(":")[1]) for line in stdout.splitlines() if ": error:" in line}
-    assert lines == {10, 11, 12}, stdout
+    assert lines == {11, 12, 13}, stdout

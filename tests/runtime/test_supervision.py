@@ -22,7 +22,8 @@ from kernel.core.events import (
 )
 from kernel.core.ports import ManualClock
 from kernel.policy import PolicyKind, PolicyPack, RuleVerdict, View, deny, rule
-from kernel.runtime.actors import ChildSpec, Mailbox, Outbox, RestartIntensityExceeded, Supervisor
+from kernel.runtime.actors import Mailbox, Outbox, RestartIntensityExceeded
+from kernel.runtime.supervision import ChildSpec, Supervisor
 from kernel.state.projections import Projections
 from kernel.state.snapshots import Checkpointer
 from kernel.testing import JournalFaults, SeededIds

@@ -16,10 +16,15 @@ passed the wall:
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
+from typing import Any
 
-from kernel.core.events import Draft, MeaningScored, ProposalRecord
-from kernel.core.wall import clip
+from kernel.core import wall
+from kernel.core.events import Draft, Feedback, MeaningScored, ProposalRecord
+from kernel.core.reasons import ReasonCode
+from kernel.core.wall import InputInvalid, clip
 from kernel.journal.store import Journal
+from kernel.policy.contracts import Proposal, ProposalInvalid, to_record
 from kernel.proofs.erasure import Sealer
 from kernel.state.constraints import about_of, scorable
 from kernel.state.meaning import EmbeddingMatcher, text_hash
@@ -104,3 +109,30 @@ class Edge:
             scores={str(seq): score for seq, score in zip(seqs, scores, strict=True)},
         )
         await self._journal.append([Draft(payload=scored, dfid=dfid, agent_id=flow.agent_id)])
+
+
+def admitted(
+    proposal: Proposal | Mapping[str, Any] | bytes | str, *, policy: Any = None
+) -> tuple[ProposalRecord, Feedback | None]:
+    """Return the proposal as the wall admits it, or its kind and why not.
+
+    The kind of a refused proposal is read from ``policy`` when given (the policy a
+    proposal was built from), else from the proposal itself when it is a mapping.
+    """
+    try:
+        try:
+            record = to_record(proposal)
+        except RecursionError:
+            raise InputInvalid("$", f"nested deeper than {wall.MAX_DEPTH} levels") from None
+        wall.admit(record, wall.ProposalSpec)
+    except (ProposalInvalid, InputInvalid) as exc:
+        source = proposal if policy is None else policy
+        kind = source.get("kind") if isinstance(source, Mapping) else None
+        record = ProposalRecord(kind=clip(kind) if isinstance(kind, str) else "")
+        return record, Feedback(
+            reason_code=ReasonCode.SCHEMA_INVALID,
+            detail=exc.detail[:500],
+            layer="schema",
+            field=exc.field,
+        )
+    return record, None

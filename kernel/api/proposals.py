@@ -34,30 +34,37 @@ while a stop is recorded and survives.
 
 from __future__ import annotations
 
-import uuid
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
-from enum import StrEnum
+from dataclasses import dataclass
 from typing import Any
 
 import anyio
 import msgspec
 from opentelemetry.context import Context
 
-from kernel.calls import Calls, Flows
+from kernel.api.calls import Calls, Flows
+from kernel.api.conversations import Conversation, Key, load_conversation
+from kernel.api.decisions import (
+    FAULTS,
+    Decision,
+    DecisionVerdict,
+    call_dfid,
+    conversation_dfid,
+    decision_of,
+    keyed_dfid,
+)
+from kernel.api.edge import admitted
+from kernel.api.wiring import Actors
 from kernel.core import wall
 from kernel.core.events import (
     Draft,
     DuplicateSuppressed,
     Event,
-    ExecutionSucceeded,
     Feedback,
-    FlowCreated,
     InputRefused,
     ProposalRecord,
-    ProposalRejected,
     SubmissionRefused,
 )
 from kernel.core.flow import TERMINAL, FlowState, FlowStatus, IllegalTransition
@@ -65,101 +72,11 @@ from kernel.core.ports import Clock, IdSource
 from kernel.core.reasons import ReasonCode
 from kernel.core.wall import InputInvalid, clip
 from kernel.journal.store import Journal
-from kernel.policy.contracts import Outcome, Proposal, ProposalInvalid, Verdict, to_record
+from kernel.policy.contracts import Outcome, Proposal, Verdict
 from kernel.runtime.actors import Reply
 from kernel.runtime.messages import Judge, Open, Streak
 from kernel.state.projections import Projections, context_ref
 from kernel.telemetry import caller_context, traceparent_of
-from kernel.wiring import Actors
-
-_KEYS = uuid.UUID("5f1d6a4e-2c39-4c0e-9d57-6d6972b1a5e0")
-"""The namespace of derived DFIDs (UUID version 5): fixed, so a key names one flow forever."""
-
-_FAULTS = frozenset({ReasonCode.KERNEL_FAULT, ReasonCode.INTERRUPTED})
-"""Ends of a flow that say nothing about its proposal: the kernel failed, not the call."""
-
-
-def keyed_dfid(*parts: str) -> str:
-    """Return the DFID a key names: the same parts, the same flow, in any kernel."""
-    return str(uuid.uuid5(_KEYS, "\x1f".join(parts)))
-
-
-def conversation_dfid(agent_id: str, conversation: str) -> str:
-    """Return the DFID of ``agent_id``'s conversation ``conversation`` (its first call's flow)."""
-    return keyed_dfid("conversation", agent_id, conversation)
-
-
-def call_dfid(agent_id: str, conversation: str | None, tool_call_id: str) -> str:
-    """Return the DFID of a tool call keyed by (conversation, tool-call id) for ``agent_id``."""
-    return keyed_dfid("call", agent_id, conversation or "", tool_call_id)
-
-
-class DecisionVerdict(StrEnum):
-    """What became of a proposal, as a model needs to know it."""
-
-    EXECUTED = "EXECUTED"
-    """Accepted and carried out: ``result`` holds the adapter's receipt."""
-    ESCALATED = "ESCALATED"
-    """A human must decide first: follow it with ``Kernel.await_decision(dfid)``."""
-    PENDING = "PENDING"
-    """Accepted, and its execution has not finished yet (``await_decision`` follows it)."""
-    REFUSED = "REFUSED"
-    """Not carried out, by policy, by a human or by the retry governor: revise and call again."""
-    FAILED = "FAILED"
-    """Accepted, but the execution did not take effect (or was undone)."""
-
-
-class Decision(msgspec.Struct, frozen=True, kw_only=True):
-    """The kernel's answer to one proposal (``Kernel.propose``, ``Kernel.await_decision``).
-
-    Attributes:
-        verdict: what became of the proposal.
-        dfid: the call's DecisionFlow ("" when it was refused before any flow opened).
-        reason_code: why, when it was not simply executed.
-        detail: what the reason means here, in words the model can act on.
-        field: the proposal's field the refusal names (``params.qty``), if any.
-        limit: the limit it crossed, if any.
-        result: the execution's receipt: the external id and the adapter's detail.
-        conversation_dfid: the conversation's DecisionFlow, for a call in one.
-        tool_call_id: the tool call the proposal came from, when given.
-        replayed: answered from the record of an earlier call with the same key.
-    """
-
-    verdict: DecisionVerdict
-    dfid: str = ""
-    reason_code: ReasonCode | None = None
-    detail: str = ""
-    field: str = ""
-    limit: str = ""
-    result: dict[str, Any] = {}
-    conversation_dfid: str = ""
-    tool_call_id: str = ""
-    replayed: bool = False
-
-    @property
-    def settled(self) -> bool:
-        """Whether the answer is final (nothing pending, no human awaited)."""
-        return self.verdict not in (DecisionVerdict.ESCALATED, DecisionVerdict.PENDING)
-
-    def message(self) -> str:
-        """Return the decision as one line for a model to read as the tool's output."""
-        match self.verdict:
-            case DecisionVerdict.EXECUTED:
-                shown = msgspec.json.encode(self.result).decode()
-                return f"EXECUTED (flow {self.dfid}): {shown}"
-            case DecisionVerdict.ESCALATED:
-                return (
-                    f"ESCALATED {self.reason_code}: {self.detail} (flow {self.dfid} waits for"
-                    " a human decision)"
-                )
-            case DecisionVerdict.PENDING:
-                return f"PENDING: {self.detail} (flow {self.dfid})"
-        where = ", ".join(
-            part for part in (self.field, f"limit {self.limit}" if self.limit else "") if part
-        )
-        return f"{self.verdict} {self.reason_code}: {self.detail}" + (
-            f" ({where})" if where else ""
-        )
 
 
 class _CallSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -170,34 +87,6 @@ class _CallSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields
     conversation: wall.Name | None = None
     tool_call_id: wall.Name | None = None
     traceparent: wall.TraceParent = ""
-
-
-@dataclass
-class _Conversation:
-    """What the kernel keeps of one conversation between its calls."""
-
-    agent_id: str
-    id: str
-    dfid: str
-    loaded: bool = False
-    opened: bool = False
-    """Its flow exists (its first call opened it)."""
-    first_call: str = ""
-    """The tool-call id of the call that opened its flow."""
-    refused: int = 0
-    """Calls refused in a row (the retry governor's count)."""
-    stopped: str = ""
-    """Why the governor stopped it ("" while it runs)."""
-    context_ref: str | None = None
-    """The state the agent could see when the conversation was last answered."""
-    lock: anyio.Lock = field(default_factory=anyio.Lock)
-    users: int = 0
-
-
-@dataclass
-class _Key:
-    lock: anyio.Lock = field(default_factory=anyio.Lock)
-    users: int = 0
 
 
 class Proposals:
@@ -213,7 +102,7 @@ class Proposals:
         ids: DFIDs of calls that name no key.
         token_of: the session token the kernel holds for an agent, or None.
         prepare: what a proposal goes through before its verdict, once its flow is open
-            (``kernel.edge.Edge.prepare``: personal fields sealed, meaning scored).
+            (``kernel.api.edge.Edge.prepare``: personal fields sealed, meaning scored).
         validity_s: how long a proposal stays valid (it is judged at once).
         kept: conversations kept in memory between calls (the least recent go first;
             one that goes forgets its governor's count, not its stop).
@@ -245,8 +134,8 @@ class Proposals:
         self._prepare = prepare
         self._validity_ns = int(validity_s * 1e9)
         self._kept = kept
-        self._conversations: OrderedDict[str, _Conversation] = OrderedDict()
-        self._keys: dict[str, _Key] = {}
+        self._conversations: OrderedDict[str, Conversation] = OrderedDict()
+        self._keys: dict[str, Key] = {}
 
     # --- the entries ---------------------------------------------------------------
 
@@ -325,7 +214,7 @@ class Proposals:
         try:
             async with conv.lock:
                 if not conv.loaded:
-                    await self._load(conv)
+                    await load_conversation(self._journal, conv)
                 known = await self._known_call(conv, tool_call_id)
                 if known is None:
                     if conv.stopped:
@@ -386,7 +275,7 @@ class Proposals:
             with anyio.move_on_after(timeout):
                 flow = await self._flows.wait_flow(dfid, TERMINAL)
             flow = self._projections.flows.get(dfid) or flow
-        return await self._decision(flow)
+        return await decision_of(self._journal, flow)
 
     async def open_flow(
         self,
@@ -435,7 +324,7 @@ class Proposals:
         explain: Any,
         confidence: Any,
         dfid: str,
-        conv: _Conversation | None,
+        conv: Conversation | None,
     ) -> _Judged:
         """Open the call's flow, judge its proposal, and count it in its conversation."""
         tool_call_id = call.tool_call_id or ""
@@ -457,7 +346,7 @@ class Proposals:
         )
         conversation = conv.dfid if conv is not None else ""
         if isinstance(opened, Feedback):
-            failed = opened.reason_code in _FAULTS
+            failed = opened.reason_code in FAULTS
             decision = Decision(
                 verdict=DecisionVerdict.FAILED if failed else DecisionVerdict.REFUSED,
                 reason_code=opened.reason_code,
@@ -519,23 +408,7 @@ class Proposals:
             valid_until_ns=self._clock.now_ns() + self._validity_ns,
             context_ref=seen,
         )
-        try:
-            try:
-                record = to_record(proposal)
-            except RecursionError:
-                raise InputInvalid("$", f"nested deeper than {wall.MAX_DEPTH} levels") from None
-            wall.admit(record, wall.ProposalSpec)
-        except (ProposalInvalid, InputInvalid) as exc:
-            kind = policy.get("kind") if isinstance(policy, Mapping) else None
-            record = ProposalRecord(kind=clip(kind) if isinstance(kind, str) else "")
-            invalid = Feedback(
-                reason_code=ReasonCode.SCHEMA_INVALID,
-                detail=exc.detail[:500],
-                layer="schema",
-                field=exc.field,
-            )
-            return record, invalid
-        return record, None
+        return admitted(proposal, policy=policy)
 
     async def _prepared(
         self, dfid: str, record: ProposalRecord, invalid: Feedback | None
@@ -545,7 +418,7 @@ class Proposals:
             return record
         return await self._prepare(dfid, record)
 
-    def _count(self, conv: _Conversation, verdict: Verdict) -> None:
+    def _count(self, conv: Conversation, verdict: Verdict) -> None:
         """Count a verdict in its conversation's refusals in a row (the retry governor)."""
         feedback = verdict.feedback
         if verdict.outcome in (Outcome.ACCEPTED, Outcome.ESCALATED):
@@ -571,7 +444,7 @@ class Proposals:
         match verdict.outcome:
             case Outcome.ACCEPTED | Outcome.DUPLICATE:
                 flow = await self._flows.wait_flow(judged.dfid, TERMINAL | {FlowStatus.ESCALATED})
-                return await self._decision(flow, **ids)
+                return await decision_of(self._journal, flow, **ids)
             case Outcome.ESCALATED:
                 return Decision(
                     verdict=DecisionVerdict.ESCALATED,
@@ -582,67 +455,12 @@ class Proposals:
                 )
         code = feedback.reason_code if feedback else None
         return Decision(
-            verdict=DecisionVerdict.FAILED if code in _FAULTS else DecisionVerdict.REFUSED,
+            verdict=DecisionVerdict.FAILED if code in FAULTS else DecisionVerdict.REFUSED,
             dfid=judged.dfid,
             reason_code=code,
             detail=feedback.detail if feedback else "",
             field=feedback.field if feedback else "",
             limit=feedback.limit if feedback else "",
-            **ids,
-        )
-
-    async def _decision(
-        self,
-        flow: FlowState,
-        *,
-        conversation_dfid: str = "",
-        tool_call_id: str = "",
-        replayed: bool = False,
-    ) -> Decision:
-        """Return the decision a flow stands for, read from its record."""
-        ids: dict[str, Any] = {
-            "dfid": flow.dfid,
-            "conversation_dfid": conversation_dfid,
-            "tool_call_id": tool_call_id,
-            "replayed": replayed,
-        }
-        status = flow.status
-        if status is FlowStatus.ESCALATED:
-            return Decision(
-                verdict=DecisionVerdict.ESCALATED,
-                reason_code=flow.reason_code,
-                detail=flow.detail,
-                **ids,
-            )
-        if not flow.terminal:
-            return Decision(verdict=DecisionVerdict.PENDING, detail=f"the flow is {status}", **ids)
-        events = await self._journal.flow_events(flow.dfid)
-        created = next((e.payload for e in events if isinstance(e.payload, FlowCreated)), None)
-        if created is not None:
-            ids["tool_call_id"] = tool_call_id or created.tool_call_id
-            if not conversation_dfid and created.conversation_id:
-                ids["conversation_dfid"] = created.root_dfid
-        if status is FlowStatus.CLOSED:
-            result: dict[str, Any] = {"external_id": flow.external_id}
-            for event in events:
-                if isinstance(event.payload, ExecutionSucceeded):
-                    result.update(event.payload.detail)
-            return Decision(verdict=DecisionVerdict.EXECUTED, result=result, **ids)
-        executed = bool(flow.intent_key) or status is FlowStatus.COMPENSATED
-        if executed or flow.reason_code in _FAULTS:
-            return Decision(
-                verdict=DecisionVerdict.FAILED,
-                reason_code=flow.reason_code,
-                detail=flow.detail,
-                **ids,
-            )
-        rejected = _last_rejection(events)
-        return Decision(
-            verdict=DecisionVerdict.REFUSED,
-            reason_code=flow.reason_code,
-            detail=flow.detail,
-            field=rejected.field if rejected is not None else "",
-            limit=rejected.limit if rejected is not None else "",
             **ids,
         )
 
@@ -652,7 +470,7 @@ class Proposals:
         """Return the flow ``dfid`` if any kernel opened it (read back if forgotten)."""
         return self._projections.flows.get(dfid) or await self._flows.recall(dfid)
 
-    async def _known_call(self, conv: _Conversation, tool_call_id: str | None) -> FlowState | None:
+    async def _known_call(self, conv: Conversation, tool_call_id: str | None) -> FlowState | None:
         """Return the flow of a keyed call of ``conv`` proposed before, if any."""
         if not tool_call_id or not conv.opened:
             return None
@@ -666,15 +484,19 @@ class Proposals:
         await self._record(suppressed, flow.dfid)
         if not flow.terminal and flow.status is not FlowStatus.ESCALATED:
             flow = await self._flows.wait_flow(flow.dfid, TERMINAL | {FlowStatus.ESCALATED})
-        return await self._decision(
-            flow, conversation_dfid=conversation, tool_call_id=tool_call_id, replayed=True
+        return await decision_of(
+            self._journal,
+            flow,
+            conversation_dfid=conversation,
+            tool_call_id=tool_call_id,
+            replayed=True,
         )
 
-    def _conversation(self, agent_id: str, conversation: str) -> _Conversation:
+    def _conversation(self, agent_id: str, conversation: str) -> Conversation:
         dfid = conversation_dfid(agent_id, conversation)
         conv = self._conversations.get(dfid)
         if conv is None:
-            conv = self._conversations[dfid] = _Conversation(agent_id, conversation, dfid)
+            conv = self._conversations[dfid] = Conversation(agent_id, conversation, dfid)
         else:
             self._conversations.move_to_end(dfid)
         return conv
@@ -687,22 +509,7 @@ class Proposals:
                 return
             del self._conversations[idle]
 
-    async def _load(self, conv: _Conversation) -> None:
-        """Read what the record says of a conversation: whether it began, and stopped."""
-        for event in await self._journal.flow_events(conv.dfid):
-            payload = event.payload
-            if isinstance(payload, FlowCreated):
-                conv.opened = True
-                conv.first_call = payload.tool_call_id
-            elif (
-                isinstance(payload, SubmissionRefused)
-                and payload.reason_code is ReasonCode.REASONING_EXHAUSTION
-                and not conv.stopped
-            ):
-                conv.stopped = payload.detail
-        conv.loaded = True
-
-    async def _refuse_stopped(self, conv: _Conversation, tool_call_id: str) -> Decision:
+    async def _refuse_stopped(self, conv: Conversation, tool_call_id: str) -> Decision:
         """Refuse a call of a conversation the governor stopped, on the conversation's record."""
         detail = f"{conv.stopped}; start a new conversation"[:500]
         await self._flows.recall(conv.dfid)
@@ -728,7 +535,7 @@ class Proposals:
         if key is None:
             yield
             return
-        held = self._keys.setdefault(key, _Key())
+        held = self._keys.setdefault(key, Key())
         held.users += 1
         try:
             async with held.lock:
@@ -784,8 +591,3 @@ class _Judged:
     decision: Decision | None = None
     conversation_dfid: str = ""
     tool_call_id: str = ""
-
-
-def _last_rejection(events: list[Event]) -> Feedback | None:
-    rejected = [e.payload.feedback for e in events if isinstance(e.payload, ProposalRejected)]
-    return rejected[-1] if rejected else None

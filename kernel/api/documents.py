@@ -5,8 +5,8 @@ A document too large for a fact (a statement, a report) goes to the artifact sto
 trigger fact holding the reference puts it in the contexts that see the fact. An
 agent then fetches ranges of it, as itself, and only what a context of its own flow
 referenced (kernel.state.artifacts); a refusal is recorded. The store opens on first
-use and closes with the kernel (:mod:`kernel.lifetime`). Collecting what nothing live
-references is an operator's act (:meth:`kernel.acts.OperatorActs.collect_artifacts`).
+use and closes with the kernel (:mod:`kernel.api.lifetime`). Collecting what nothing live
+references is an operator's act (:meth:`kernel.api.Kernel.collect_artifacts`).
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ builds a fresh actor on the same mailbox from its :class:`ChildSpec`.
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
 from kernel.adapters.contract import Adapter, CallPool
@@ -20,10 +20,10 @@ from kernel.dim import IntegrityModule
 from kernel.escalation import EscalationDesk
 from kernel.execution import ExecutionEngine
 from kernel.guards import GuardRunner
-from kernel.hosting import AgentHost, Fetch, JudgeNow, Submit
+from kernel.hosting import AgentHost, Answering, Fetch
 from kernel.policy.packs import PolicyCatalog
 from kernel.registry import Registry
-from kernel.runtime.actors import Carrier, ChildSpec, Mailbox
+from kernel.runtime.actors import Carrier, Effects, Mailbox
 from kernel.runtime.messages import (
     AgentMessage,
     CompilerMessage,
@@ -33,12 +33,18 @@ from kernel.runtime.messages import (
     GuardMessage,
     RegistryMessage,
 )
+from kernel.runtime.supervision import ChildSpec
 from kernel.state.domain import ExecutorPorts, executor_factory
 from kernel.state.projections import Projections
 
 
 class Actors:
-    """The mailboxes, the agent host and the child specs of one kernel's actors."""
+    """The mailboxes, the agent host and the child specs of one kernel's actors.
+
+    ``effects`` is the task group the adapter calls and the guards run on (opened by
+    the kernel's lifetime); ``fetch`` the artifact fetch an agent's context reaches.
+    Where the agents' answers go is set once it exists (:meth:`answer_with`).
+    """
 
     def __init__(
         self,
@@ -51,10 +57,8 @@ class Actors:
         clock: Clock,
         ids: IdSource,
         hosts: Mapping[str, Mailbox[AgentMessage]],
-        submit: Submit,
-        spawn_effect: Callable[[Any], None],
+        effects: Effects,
         fetch: Fetch | None = None,
-        judge_now: JudgeNow | None = None,
     ) -> None:
         limits = config.limits
         max_in_flight = limits.max_in_flight
@@ -78,9 +82,8 @@ class Actors:
         """The adapters by name, with the domains' executors the packs need and none gave."""
         self.carry: Carrier | None = None
         """Records the compiler's batch in the DIM's append with what its synchronous
-        agents answered (set by the kernel; None: the compiler commits on its own)."""
+        agents answered (:meth:`answer_with`; None: the compiler commits on its own)."""
         self.agents = AgentHost(
-            submit=submit,
             dim=self.dim,
             clock=clock,
             concurrency=limits.agent_concurrency,
@@ -88,11 +91,10 @@ class Actors:
             reasoning_timeout_s=limits.reasoning_timeout_s,
             moving=projections.moving,
             fetch=fetch,
-            judge_now=judge_now,
         )
         # Adapter calls run on kept worker tasks (shared by every engine instance); a
         # flow has at most one call at a time, so this many never makes one wait.
-        adapter_calls = CallPool(spawn_effect, size=max_in_flight)
+        adapter_calls = CallPool(effects, size=max_in_flight)
         self.specs: list[ChildSpec[Any]] = [
             ChildSpec[RegistryMessage](
                 "registry",
@@ -126,7 +128,7 @@ class Actors:
                     catalog.guards_of,
                     catalog.kinds,
                     self.guards,
-                    spawn_effect,
+                    effects,
                     limits.guard_timeout_s,
                 ),
                 self.guards,
@@ -161,6 +163,12 @@ class Actors:
                 self.execution,
             ),
         ]
+
+    def answer_with(self, answers: Answering, carry: Carrier) -> None:
+        """Send the hosted agents' answers to ``answers``, and carry the compiler's batches
+        with ``carry`` (kernel.api.answers: both exist only once the actors do)."""
+        self.agents.answers = answers
+        self.carry = carry
 
 
 def _executors(

@@ -29,7 +29,9 @@ from typing import Any
 import anyio
 from anyio.abc import TaskGroup
 
-from kernel.calls import Calls, Flows
+from kernel.api.calls import Calls, Flows
+from kernel.api.documents import Artifacts
+from kernel.api.wiring import Actors
 from kernel.config import KernelConfig
 from kernel.core import events
 from kernel.core.errors import KernelFault, KernelShutdown
@@ -38,7 +40,6 @@ from kernel.core.flow import FlowStatus
 from kernel.core.ports import Clock
 from kernel.core.reasons import ReasonCode, StopReason
 from kernel.core.wall import clip
-from kernel.documents import Artifacts
 from kernel.inbox import InboxRequest, Intake, Keyring, Proof
 from kernel.journal.store import (
     Journal,
@@ -54,18 +55,21 @@ from kernel.proofs.publish import Publisher
 from kernel.proofs.signing import Signer, record_key, run_signing, sign_head
 from kernel.registry import KERNEL_VERSION
 from kernel.runtime.actors import (
+    Effects,
     Mailbox,
     MailboxClosed,
     Outbox,
     Reply,
     RestartIntensityExceeded,
-    Supervisor,
 )
 from kernel.runtime.messages import AgentMessage, Carry, Recover, Tick
+from kernel.runtime.supervision import Supervisor
 from kernel.state.projections import FOLD, Projections
 from kernel.telemetry import Telemetry
 from kernel.webhooks import Webhooks
-from kernel.wiring import Actors
+
+Apply = Callable[[InboxRequest, Proof], Awaitable[Any]]
+"""Turns a verified inbox request into acts (the inbox's poller calls it per row)."""
 
 log = logging.getLogger("kernel.boot")
 
@@ -101,7 +105,7 @@ class Lifetime:
         calls: the calls into the actors; stopping it releases every caller.
         flows: what waits on commits; it is the journal's listener.
         hosts: the mailboxes of the agents hosted or routed, by id.
-        apply: turns a verified inbox request into acts (``Kernel.apply``).
+        effects: the task group adapter calls and guards run on, opened while it runs.
         artifacts: the artifact store, closed when the kernel stops.
         sealer: seals personal fields; its erasures are recorded (None: no kind has any).
         checkpoints: signs checkpoints of the journal (None: not configured).
@@ -122,7 +126,7 @@ class Lifetime:
         calls: Calls,
         flows: Flows,
         hosts: Mapping[str, Mailbox[AgentMessage]],
-        apply: Callable[[InboxRequest, Proof], Awaitable[None]],
+        effects: Effects,
         artifacts: Artifacts | None = None,
         sealer: Sealer | None = None,
         checkpoints: Checkpoints | None = None,
@@ -139,12 +143,12 @@ class Lifetime:
         self._calls = calls
         self._flows = flows
         self._hosts = hosts
-        self._apply = apply
+        self._effects = effects
+        self._apply: Apply | None = None
         self._artifacts = artifacts
         self._sealer = sealer
         self._checkpoints = checkpoints
         self._intake: Intake | None = None
-        self._effects: TaskGroup | None = None
         self._entered = False
 
     def operator_keyring(self) -> Keyring | None:
@@ -155,18 +159,12 @@ class Lifetime:
         """
         return self._intake.keyring if self._intake is not None else self._keyring
 
-    def spawn_effect(self, fn: Any) -> None:
-        """Run an adapter call (or a guard) on the kernel's effects task group."""
-        assert self._effects is not None
-        if self._effects.cancel_scope.cancel_called:
-            # Stopping: what was not called yet is recorded as started, and the next
-            # start resumes it (execution's Recover).
-            return
-        self._effects.start_soon(fn)
-
     @asynccontextmanager
-    async def running(self) -> AsyncIterator[None]:
+    async def running(self, apply: Apply) -> AsyncIterator[None]:
         """Start the kernel, run the body of the block, and stop it cleanly.
+
+        ``apply`` turns each verified inbox request into acts
+        (:meth:`kernel.api.acts.OperatorActs.apply`).
 
         Raises:
             KernelShutdown: the kernel had to stop (restart intensity, journal failure,
@@ -176,6 +174,7 @@ class Lifetime:
         if self._entered:
             raise RuntimeError("a kernel runs once: open another with open_kernel")
         self._entered = True
+        self._apply = apply
         journal, projections, telemetry = self._journal, self._projections, self._telemetry
         journal.set_transition_check(projections.transition_check)
         journal.add_listener(self._flows.on_commit)
@@ -218,7 +217,7 @@ class Lifetime:
                     self._actors.agents.tg = agents_tg
                     if telemetry.enabled:
                         self._actors.agents.trace_scope = telemetry.reasoning
-                    self._effects = effects_tg
+                    self._effects.tg = effects_tg
                     # What an earlier run left between acceptance and a recorded end.
                     self._actors.execution.send_nowait(Recover())
                     try:
@@ -246,6 +245,7 @@ class Lifetime:
         tg.start_soon(self._check_history, name="history-check")
         poll_s = self._config.supervision.inbox_poll_s
         if poll_s is not None:
+            assert self._apply is not None
             intake = Intake(
                 self._journal,
                 self._projections,
