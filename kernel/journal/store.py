@@ -39,7 +39,9 @@ import msgspec
 from kernel.core.events import GENESIS_HASH, Draft, Event, chain, decode_body, with_derived
 from kernel.core.merkle import Frontier, leaf_hash
 from kernel.core.ports import Clock
-from kernel.journal._sqlite import APPLICATION_ID, INBOX_SCHEMA, SCHEMA_VERSION
+from kernel.journal._meta import SCHEMA_VERSION
+from kernel.journal._sqlite import APPLICATION_ID
+from kernel.journal._sqlite_inbox import INBOX_SCHEMA
 from kernel.journal._subscription import READ_BATCH as _BATCH
 from kernel.journal._subscription import Subscription
 from kernel.journal.codec import unpack
@@ -413,8 +415,10 @@ class Journal:
         """
         if buffer < 1:
             raise ValueError("buffer must be at least 1")
-        subscription = Subscription(self, from_seq, buffer)
-        if not self._closed:
+        subscription = Subscription(self, from_seq, buffer, self._subscriptions.discard)
+        if self._closed:
+            subscription.end()
+        else:
             self._subscriptions.add(subscription)
         return subscription
 
@@ -765,7 +769,7 @@ class Journal:
         except Exception as exc:
             self._fail("a listener raised", exc)
         for subscription in tuple(self._subscriptions):
-            subscription._offer(published)
+            subscription.offer(published)
         if self._failure is None:
             for index, events in sealed:
                 batch.results[index] = events
@@ -783,5 +787,5 @@ class Journal:
         self.stop_writer()
         self._closed = True
         for subscription in self._subscriptions:
-            subscription._send.close()
+            subscription.end()
         self._subscriptions.clear()
