@@ -19,7 +19,7 @@ import pytest
 
 from kernel.journal.inbox_store import StoredRow, open_inbox
 from kernel.journal.opening import open_journal
-from kernel.testing import InboxStoreContract
+from kernel.testing import ContractBroken, InboxStoreContract
 from tests.support.postgres import PostgresServer, postgres_server  # noqa: F401
 
 
@@ -83,3 +83,17 @@ def test_an_unsigned_inbox_of_an_earlier_kernel_is_set_aside_and_ids_go_on(tmp_p
     with closing(sqlite3.connect(db)) as conn:
         [(old,)] = conn.execute("SELECT count(*) FROM operator_inbox_unsigned").fetchall()
     assert old == 2
+
+
+def test_the_contract_names_the_rule_a_store_breaks(tmp_path: Path) -> None:
+    """A store whose new inbox already holds a row fails the suite, which says why."""
+    used = anyio.run(new_journal, str(tmp_path / "used.db"))
+    with open_inbox(used) as store:
+        store.insert(b"left over", 1)
+
+    class UsedInbox(InboxStoreContract):
+        def journal_location(self, tmp_path: Path) -> str:
+            return used
+
+    with pytest.raises(ContractBroken, match="a new inbox is empty"):
+        UsedInbox().test_contract_rows_are_inserted_read_and_marked_taken(tmp_path)

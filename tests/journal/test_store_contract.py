@@ -28,7 +28,7 @@ from kernel.journal.store import (
     JournalForeign,
 )
 from kernel.journal.verify import verify_journal
-from kernel.testing import JournalStoreContract
+from kernel.testing import ContractBroken, JournalStoreContract
 from tests.support.postgres import PostgresServer, postgres_server  # noqa: F401
 
 KEY = b"k" * 32
@@ -237,3 +237,16 @@ def test_signed_checkpoints_are_kept_beside_the_events_from_outside_the_writer(
 
     [(size, note)] = anyio.run(heads)
     assert size == 21 and note.count("\u2014 ") == 2  # the log's line and the witness's
+
+
+def test_the_contract_names_the_rule_a_store_breaks(tmp_path: Path) -> None:
+    """A store whose new journal already holds an event fails the suite, which says why."""
+    used = str(tmp_path / "used.db")
+    anyio.run(record, used, [[trigger(0)]])
+
+    class UsedStore(JournalStoreContract):
+        def journal_location(self, tmp_path: Path) -> str:
+            return used
+
+    with pytest.raises(ContractBroken, match="an append is numbered from 1"):
+        UsedStore().test_contract_appends_read_back_in_order_with_every_filter(tmp_path)
