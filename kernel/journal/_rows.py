@@ -133,6 +133,11 @@ def asked_for(wanted: list[str] | None) -> list[str] | None:
     return wanted
 
 
+def unaskable(wanted: list[str] | None, dfid: str | None) -> bool:
+    """Whether no event can match a read: no type left to ask for, or an unstorable dfid."""
+    return (wanted is not None and not wanted) or (dfid is not None and not storable(dfid))
+
+
 def read_rows(
     rows: Sequence[EventRow],
     dfid: str | None,

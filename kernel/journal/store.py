@@ -43,6 +43,7 @@ from kernel.journal._rows import (
     leaves_read,
     read_rows,
     storable,
+    unaskable,
 )
 from kernel.journal._sqlite import APPLICATION_ID
 from kernel.journal._sqlite_inbox import INBOX_SCHEMA
@@ -329,7 +330,7 @@ class Journal:
         limit: int | None,
     ) -> list[Event]:
         wanted = None if types is None else [t for t in types if storable(t)]
-        if (wanted is not None and not wanted) or (dfid is not None and not storable(dfid)):
+        if unaskable(wanted, dfid):
             # No event can carry a name that is not UTF-8 text: nothing to ask the store.
             return []
         self._check_open()
