@@ -30,13 +30,6 @@ ALLOWED: dict[tuple[str, str], str] = {
         " mcp does; it reaches the older and the newer dirk mcp alike until the older is gone"
     ),
     ("kernel/cli/_verify.py", "_SubParsersAction"): "as above: argparse's subparsers",
-    ("kernel/journal/_subscription.py", "_closed"): (
-        "the journal and its subscriptions are one object in two modules that import each"
-        " other (the import circle issue 28's leftovers remove)"
-    ),
-    ("kernel/journal/_subscription.py", "_subscriptions"): "as above: journal and subscriptions",
-    ("kernel/journal/store.py", "_offer"): "as above: journal and subscriptions",
-    ("kernel/journal/store.py", "_send"): "as above: journal and subscriptions",
     ("kernel/mcp/_server.py", "_tool_manager"): (
         "the mcp SDK has no public way to reach a registered tool's schema, which the server"
         " narrows to the packs' kinds"

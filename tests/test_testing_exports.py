@@ -10,6 +10,8 @@ def test_testing_exports() -> None:
             "AdapterContract",
             "ContractBroken",
             "Faults",
+            "InboxStoreContract",
+            "JournalStoreContract",
             "JournalFaults",
             "ManualClock",
             "SeededIds",

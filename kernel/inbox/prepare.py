@@ -133,46 +133,13 @@ def prepare_decision(
         )
     if ballot is not None and choice in ("approve", "reject", "modify"):
         _ballot_problem(ballot, operator, choice)
-    resolving = choice in ("reconcile", "retry")
-    if flow.pending is not None and not resolving:
-        raise RequestRefused(
-            ReasonCode.OUTCOME_UNKNOWN,
-            f"the effect of {dfid[:64]} may have happened (key {flow.pending.key}): look it up,"
-            " then reconcile (done with the external id, or not done) or retry",
-        )
-    if flow.pending is None and resolving:
-        raise RequestRefused(
-            ReasonCode.SCHEMA_INVALID,
-            f"reconcile and retry apply to an unknown outcome; {dfid[:64]} escalated for"
-            f" {approval.reason_code}",
-        )
+    _check_outcome(flow, approval, dfid, resolving=choice in ("reconcile", "retry"))
     new: dict[str, Any] | None = None
     action_hash = approval.action_hash
     if choice == "reconcile":
-        if outcome == "not_done":
-            new = {"outcome": "not_done"}
-        elif outcome == "done" and external_id.strip():
-            new = {"outcome": "done", "external_id": external_id.strip()}
-        else:
-            raise RequestRefused(
-                ReasonCode.SCHEMA_INVALID,
-                "reconcile takes done with an external id, or not done",
-                malformed=True,
-            )
+        new = _reconciled(outcome, external_id)
     elif choice == "approve":
-        typed = confirm.strip()
-        if approval.impact is Impact.HIGH_IMPACT and not typed:
-            raise RequestRefused(
-                CliError.CONFIRMATION_REQUIRED,
-                f"approving a HIGH_IMPACT action takes its short hash typed back"
-                f" ({dfid[:64]} waits on {approval.short_hash})",
-            )
-        action_hash = typed or approval.action_hash
-        if not approval.names(action_hash):
-            raise RequestRefused(
-                ReasonCode.ACTION_MISMATCH,
-                f"{action_hash[:64]!r} is not the hash of the action this flow waits on",
-            )
+        action_hash = _confirmed(approval, confirm, dfid)
     elif choice == "modify":
         new = _params(params)
     request = DecideRequest(
@@ -185,6 +152,53 @@ def prepare_decision(
     )
     decided: DecideRequest = checked(request)
     return decided
+
+
+def _check_outcome(flow: FlowState, approval: Approval, dfid: str, *, resolving: bool) -> None:
+    """Refuse a resolution of a known outcome, and a decision on an unknown one."""
+    if flow.pending is not None and not resolving:
+        raise RequestRefused(
+            ReasonCode.OUTCOME_UNKNOWN,
+            f"the effect of {dfid[:64]} may have happened (key {flow.pending.key}): look it up,"
+            " then reconcile (done with the external id, or not done) or retry",
+        )
+    if flow.pending is None and resolving:
+        raise RequestRefused(
+            ReasonCode.SCHEMA_INVALID,
+            f"reconcile and retry apply to an unknown outcome; {dfid[:64]} escalated for"
+            f" {approval.reason_code}",
+        )
+
+
+def _reconciled(outcome: str, external_id: str) -> dict[str, Any]:
+    """Return a reconciliation's parameters: done with the external id, or not done."""
+    if outcome == "not_done":
+        return {"outcome": "not_done"}
+    if outcome == "done" and external_id.strip():
+        return {"outcome": "done", "external_id": external_id.strip()}
+    raise RequestRefused(
+        ReasonCode.SCHEMA_INVALID,
+        "reconcile takes done with an external id, or not done",
+        malformed=True,
+    )
+
+
+def _confirmed(approval: Approval, confirm: str, dfid: str) -> str:
+    """Return the action hash an approval names: ``confirm`` typed back, or the approval's."""
+    typed = confirm.strip()
+    if approval.impact is Impact.HIGH_IMPACT and not typed:
+        raise RequestRefused(
+            CliError.CONFIRMATION_REQUIRED,
+            f"approving a HIGH_IMPACT action takes its short hash typed back"
+            f" ({dfid[:64]} waits on {approval.short_hash})",
+        )
+    action_hash = typed or approval.action_hash
+    if not approval.names(action_hash):
+        raise RequestRefused(
+            ReasonCode.ACTION_MISMATCH,
+            f"{action_hash[:64]!r} is not the hash of the action this flow waits on",
+        )
+    return action_hash
 
 
 def _ballot_problem(ballot: Ballot, operator: str, choice: str) -> None:

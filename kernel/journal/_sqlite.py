@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import sqlite3
 import uuid
-from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -20,18 +20,17 @@ import anyio
 
 from kernel.core.events import GENESIS_HASH, chain_key_id
 from kernel.core.merkle import Frontier, leaf_hash
+from kernel.journal._meta import SCHEMA_VERSION, check_meta, check_state
+from kernel.journal._sqlite_errors import BUSY_TIMEOUT_S, SQLITE_ERRORS, sqlite_error
+from kernel.journal._sqlite_inbox import ensure_inbox
 from kernel.journal.codec import BodyPacker, unpack
 from kernel.journal.errors import (
     JournalCorrupt,
     JournalError,
     JournalForeign,
-    JournalKeyError,
-    JournalVersionError,
 )
-from kernel.journal.head import KEYED_CHAIN, Row, head_problem, head_value, key_problem
-from kernel.journal.inbox_store import StoredRow, stored_rows
+from kernel.journal.head import KEYED_CHAIN, Row, head_value
 from kernel.journal.port import EventRow, Head, OpenedStore
-from kernel.journal.sealing import check_row
 from kernel.journal.tree import (
     TREE_MARK,
     Node,
@@ -44,12 +43,6 @@ from kernel.journal.tree import (
 
 APPLICATION_ID = 0x44495231
 """``PRAGMA application_id`` of every journal ("DIR1"), so foreign SQLite files are recognised."""
-
-SCHEMA_VERSION = "2"
-"""Version 2: a body may be stored compressed (:mod:`kernel.journal.codec`). A kernel that
-writes to a version 1 journal raises it to 2 first, so an older kernel refuses the
-journal by its version instead of failing on a body it cannot read."""
-READABLE_VERSIONS = frozenset({"1", SCHEMA_VERSION})
 
 SYNCHRONOUS = frozenset({"OFF", "NORMAL", "FULL", "EXTRA"})
 """The values ``open_journal(synchronous=)`` takes (SQLite's ``PRAGMA synchronous``)."""
@@ -71,52 +64,6 @@ CREATE TABLE IF NOT EXISTS tree_nodes (
 CREATE TABLE IF NOT EXISTS tree_heads (size INTEGER PRIMARY KEY, note TEXT NOT NULL);
 """
 _NODE = "INSERT OR REPLACE INTO tree_nodes (level, idx, hash) VALUES (?, ?, ?)"
-INBOX_SCHEMA = """
-CREATE TABLE IF NOT EXISTS operator_inbox (
-    id INTEGER PRIMARY KEY AUTOINCREMENT, request BLOB NOT NULL,
-    created_ts INTEGER NOT NULL, taken_seq INTEGER
-);
-"""
-"""The operator inbox: signed requests written by another process (kernel.inbox).
-
-It lives beside the events but outside the hash chain: a row is only a request.
-What the kernel made of it is an event (HumanDecided, DecisionRefused, InputRefused...
-naming the row's id), which is what makes each row count exactly once; ``taken_seq``
-is a marker for the poller, set after that event committed. AUTOINCREMENT: an id is
-never used twice, even after rows are gone, since events name rows by id.
-"""
-# Before requests were signed, a row held a JSON text in ``decision`` and a ``dfid``.
-_OLD_INBOX = """
-ALTER TABLE operator_inbox RENAME TO operator_inbox_unsigned;
-CREATE TABLE operator_inbox (
-    id INTEGER PRIMARY KEY AUTOINCREMENT, request BLOB NOT NULL,
-    created_ts INTEGER NOT NULL, taken_seq INTEGER
-);
-INSERT INTO sqlite_sequence (name, seq)
-    SELECT 'operator_inbox', coalesce(max(id), 0) FROM operator_inbox_unsigned;
-"""
-# Every column read as what it must be: a writer of the file may have stored anything.
-_INBOX_ROWS = (
-    "SELECT id, CAST(request AS BLOB),"
-    " CASE WHEN typeof(created_ts) = 'integer' THEN created_ts END,"
-    " CASE WHEN typeof(taken_seq) = 'integer' THEN taken_seq END"
-    " FROM operator_inbox WHERE id > ?"
-)
-
-
-def ensure_inbox(conn: sqlite3.Connection) -> None:
-    """Create the inbox table of a journal file that lacks it, or replace an unsigned one.
-
-    The rows of an inbox from before requests were signed stay in
-    ``operator_inbox_unsigned``, never read; new ids continue after theirs.
-    """
-    columns = {row[1] for row in conn.execute("PRAGMA table_info(operator_inbox)")}
-    if "decision" in columns:
-        conn.executescript(f"BEGIN IMMEDIATE; {_OLD_INBOX} COMMIT;")
-    else:
-        conn.executescript(INBOX_SCHEMA)
-
-
 # Snapshots of the projected state live beside the events, never in the hash chain: each
 # is only trusted if it hashes to a ProjectionCheckpoint recorded in the chain.
 _SNAPSHOTS = (
@@ -133,8 +80,6 @@ _EVENTS = (
 # The same rows without the join for the previous hash (NULL): what a scan reads
 # (Journal.scan), which checks the chain through consecutive rows itself.
 _BODIES = "SELECT e.seq, e.body, e.hash, NULL FROM events AS e WHERE e.seq >= ?"
-# sqlite3 raises UnicodeDecodeError for a schema whose text was damaged.
-SQLITE_ERRORS = (sqlite3.Error, UnicodeDecodeError)
 # The head record (kernel.journal.head), rewritten in each append's transaction.
 _HEAD = "INSERT OR REPLACE INTO meta (key, value) VALUES ('head', ?)"
 
@@ -519,27 +464,6 @@ async def _inspect(db: aiosqlite.Connection, path: str) -> dict[str, str] | None
     return check_meta(meta, path)
 
 
-def check_meta(meta: Mapping[Any, Any], path: str) -> dict[str, str]:
-    """Check a journal's meta (schema version, id, kind of chain); return it with str keys.
-
-    Raises:
-        JournalVersionError: A schema version or a chain this kernel does not read.
-        JournalCorrupt: No journal id.
-    """
-    version = meta.get("schema_version")
-    if version not in READABLE_VERSIONS:
-        raise JournalVersionError(
-            path,
-            f"schema version {version!r}; this kernel reads versions"
-            f" {', '.join(sorted(READABLE_VERSIONS))}",
-        )
-    if not isinstance(meta.get("journal_id"), str):
-        raise JournalCorrupt(path, "the meta table has no journal_id")
-    if meta.get("chain", KEYED_CHAIN) != KEYED_CHAIN:
-        raise JournalVersionError(path, f"a chain of kind {meta['chain']!r}, unknown here")
-    return {str(k): v for k, v in meta.items()}
-
-
 async def _read_state(
     db: aiosqlite.Connection, path: str, chain_key: bytes | None, readonly: bool
 ) -> tuple[str | None, Head, bool, bool]:
@@ -558,61 +482,8 @@ async def _read_state(
     return journal_id, head, keyed, meta.get("tree") == TREE_MARK
 
 
-def check_state(
-    meta: Mapping[str, str], last: list[Any], path: str, chain_key: bytes | None, readonly: bool
-) -> tuple[str, Head, bool]:
-    """Check a journal's key and head against its ``meta`` and ``last`` two rows (newest first).
-
-    Returns:
-        The journal's id, its checked head, and whether it is (or will be) keyed.
-    """
-    journal_id = meta["journal_id"]
-    # Reading a keyed journal needs no key (its hashes then go unchecked); writing does.
-    problem = key_problem(meta, chain_key, events=0, need_key=not readonly)
-    if problem:
-        raise JournalKeyError(path, problem)
-    keyed = meta.get("chain") == KEYED_CHAIN
-    checked = chain_key is not None or not keyed
-    key = chain_key if keyed else None
-    head = Head(journal_id, *_check_head(last, path, meta, key, checked))
-    # A key given to an unkeyed journal: refused once it has events (a read-only open
-    # cannot key it either); a journal without events is keyed from its first on.
-    events = head.seq if not readonly else max(head.seq, 1)
-    problem = key_problem(meta, chain_key, events=events, need_key=False)
-    if problem:
-        raise JournalKeyError(path, problem)
-    return journal_id, head, keyed or chain_key is not None
-
-
 def _has_no_events(conn: sqlite3.Connection) -> bool:
     return conn.execute("SELECT 1 FROM events LIMIT 1").fetchone() is None
-
-
-def _check_head(
-    rows: list[Any],
-    path: str,
-    meta: Mapping[str, str],
-    key: bytes | None,
-    hashes_checked: bool,
-) -> tuple[int, bytes]:
-    """Return the last event's seq and hash, after checking it against the head record
-    and that it chains to the one before."""
-    last_seq = int(rows[0][0]) if rows else 0
-    last_hash = rows[0][4] if rows and isinstance(rows[0][4], bytes) else None
-    problem, seq = head_problem(meta, last_seq, last_hash, key if hashes_checked else None)
-    if problem:
-        raise JournalCorrupt(path, f"{problem} (run dirk verify)", seq=seq)
-    if not rows:
-        return 0, GENESIS_HASH
-    before = rows[1] if len(rows) == 2 else None
-    expected = before[0] + 1 if before else 1
-    prev = before[4] if before and isinstance(before[4], bytes) else GENESIS_HASH
-    problem, _ = check_row(rows[0], expected, prev, key, hashes_checked)
-    if problem:
-        raise JournalCorrupt(
-            path, f"{problem} (run dirk verify to find the first bad event)", seq=expected
-        )
-    return rows[0][0], rows[0][4]
 
 
 class _Snapshot:
@@ -683,17 +554,6 @@ async def open_snapshot(location: str) -> AsyncIterator[_Snapshot]:
             await db.close()
 
 
-def sqlite_error(path: str, exc: sqlite3.Error | UnicodeDecodeError) -> JournalError:
-    """Translate a sqlite3 error met on ``path`` into a JournalError."""
-    if isinstance(exc, UnicodeDecodeError):
-        # SQLite read text that is not UTF-8 (a damaged schema), before any row.
-        return JournalCorrupt(path, f"a damaged database: text that is not UTF-8 ({exc})")
-    name = getattr(exc, "sqlite_errorname", "")
-    if name == "SQLITE_NOTADB" or name.startswith("SQLITE_CORRUPT"):
-        return JournalCorrupt(path, f"not a SQLite database, or a damaged or truncated one ({exc})")
-    return JournalError(path, f"cannot be used ({exc})")
-
-
 def add_tree_head(location: str, size: int, note: str) -> None:
     """Keep a signed checkpoint beside the journal's events, from outside its writer.
 
@@ -721,95 +581,3 @@ def add_tree_head(location: str, size: int, note: str) -> None:
             conn.execute("COMMIT")
     except SQLITE_ERRORS as exc:
         raise sqlite_error(location, exc) from exc
-
-
-BUSY_TIMEOUT_S = 10.0
-"""How long the inbox waits for the journal writer's lock on the shared file."""
-
-
-class SqliteInbox:
-    """The operator inbox table of a journal file (plain sqlite3, one call at a time).
-
-    The connection may move between worker threads (one call at a time); reads take
-    every column as bytes or integers, so nothing a writer of the file stored makes a
-    read fail. It never announces a row: a poller finds it on its next round.
-    """
-
-    announces = False
-
-    def __init__(self, path: str, *, readonly: bool = False) -> None:
-        self._path = path
-        self.location = path
-        self._readonly = readonly
-        try:
-            if readonly:
-                uri = Path(path).absolute().as_uri() + "?mode=ro"
-                self._conn = sqlite3.connect(
-                    uri, uri=True, timeout=BUSY_TIMEOUT_S, check_same_thread=False
-                )
-            else:
-                self._conn = sqlite3.connect(
-                    path, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False
-                )
-            if not readonly:
-                ensure_inbox(self._conn)
-            # Every text as bytes: a writer of the file may have stored text that is no UTF-8.
-            self._conn.text_factory = bytes
-        except SQLITE_ERRORS as exc:
-            raise sqlite_error(path, exc) from exc
-
-    def __enter__(self) -> SqliteInbox:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
-
-    def _run(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
-        try:
-            return self._conn.execute(sql, params).fetchall()
-        except sqlite3.OperationalError as exc:
-            if self._readonly and ("no such table" in str(exc) or "no such column" in str(exc)):
-                return []  # no kernel of this version opened the journal yet: no inbox to read
-            raise sqlite_error(self._path, exc) from exc
-        except SQLITE_ERRORS as exc:
-            raise sqlite_error(self._path, exc) from exc
-
-    def rows(self, *, pending: bool = True, after: int = 0) -> list[StoredRow]:
-        """Return the rows after id ``after`` (only untaken ones if ``pending``), oldest first."""
-        where = " AND taken_seq IS NULL" if pending else ""
-        return stored_rows(self._run(f"{_INBOX_ROWS}{where} ORDER BY id", (after,)))
-
-    def insert(self, body: bytes, now_ns: int) -> int:
-        """Insert one row; return its id."""
-        try:
-            cursor = self._conn.execute(
-                "INSERT INTO operator_inbox (request, created_ts) VALUES (?, ?)", (body, now_ns)
-            )
-        except SQLITE_ERRORS as exc:
-            raise sqlite_error(self._path, exc) from exc
-        return int(cursor.lastrowid or 0)
-
-    def mark_taken(self, row_id: int, seq: int) -> None:
-        """Record on the row that the event at ``seq`` took it."""
-        self._run("UPDATE operator_inbox SET taken_seq = ? WHERE id = ?", (seq, row_id))
-
-    def taken_seq(self, row_id: int) -> int | None:
-        """Return the seq of the event that took row ``row_id`` (None: not taken yet)."""
-        found = self._run(
-            "SELECT CASE WHEN typeof(taken_seq) = 'integer' THEN taken_seq END"
-            " FROM operator_inbox WHERE id = ?",
-            (row_id,),
-        )
-        return found[0][0] if found and isinstance(found[0][0], int) else None
-
-    def last_id(self) -> int:
-        """Return the newest row's id (0: none)."""
-        found = self._run("SELECT max(id) FROM operator_inbox")
-        return found[0][0] if found and isinstance(found[0][0], int) else 0
-
-    def wait(self, timeout_s: float) -> bool:
-        """Return False: a file announces nothing (see :attr:`announces`)."""
-        return False
-
-    def close(self) -> None:
-        self._conn.close()

@@ -1,32 +1,58 @@
 """Subscriptions: follow a journal's commits, falling back to reads when behind.
 
 The journal's writer hands each committed batch to every live subscription
-without waiting (:meth:`Subscription._offer`); a subscription whose buffer is
+without waiting (:meth:`Subscription.offer`); a subscription whose buffer is
 full stops being live and reads the missed events from the database instead,
 so a slow subscriber never slows the writer and still sees every event once.
+
+A subscription knows the journal only as :class:`Followed` (its head and its
+reads) and is told by the journal when it closes (:meth:`Subscription.end`), so
+this module imports nothing of the store's.
 """
 
 from __future__ import annotations
 
 import contextlib
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import Protocol
 
 import anyio
 
 from kernel.core.events import Event
 
-if TYPE_CHECKING:
-    from kernel.journal.store import Journal
-
 READ_BATCH = 5000
 """Events per read when a subscription (or a scan) reads from the database."""
+
+
+class Followed(Protocol):
+    """What a subscription follows: a journal's head and its committed events."""
+
+    @property
+    def head_seq(self) -> int:
+        """Seq of the last committed event."""
+        ...
+
+    async def read(
+        self, start: int = 1, stop: int | None = None, *, limit: int | None = None
+    ) -> list[Event]:
+        """Return committed events in seq order."""
+        ...
 
 
 class Subscription:
     """Batches of committed events in seq order; see :meth:`Journal.subscribe`."""
 
-    def __init__(self, journal: Journal, from_seq: int, buffer: int) -> None:
-        self._journal = journal
+    def __init__(
+        self,
+        followed: Followed,
+        from_seq: int,
+        buffer: int,
+        forget: Callable[[Subscription], None],
+    ) -> None:
+        """Follow ``followed`` from ``from_seq``; ``forget`` is called once it stops."""
+        self._followed = followed
+        self._forget = forget
+        self._ended = False
         self._next_seq = max(from_seq, 1)
         # Live means the writer hands batches over; otherwise the next ones come from the database.
         self._live = False
@@ -45,9 +71,14 @@ class Subscription:
 
     async def aclose(self) -> None:
         """Stop following the journal."""
-        self._journal._subscriptions.discard(self)
+        self._forget(self)
         self._send.close()
         self._receive.close()
+
+    def end(self) -> None:
+        """End the subscription once what was handed over is taken: the journal closed."""
+        self._ended = True
+        self._send.close()
 
     def __aiter__(self) -> Subscription:
         return self
@@ -72,16 +103,15 @@ class Subscription:
             return self._receive.receive_nowait()
         if self._live:
             return await self._receive.receive()
-        journal = self._journal
-        if journal._closed:
+        if self._ended:
             raise anyio.EndOfStream
-        events = await journal.read(self._next_seq, limit=READ_BATCH)
+        events = await self._followed.read(self._next_seq, limit=READ_BATCH)
         # No await between this check and going live, so no commit can slip past unseen.
-        if (events[-1].seq if events else self._next_seq - 1) >= journal.head_seq:
+        if (events[-1].seq if events else self._next_seq - 1) >= self._followed.head_seq:
             self._live = True
         return events
 
-    def _offer(self, events: list[Event]) -> None:
+    def offer(self, events: list[Event]) -> None:
         """Hand a committed batch over without waiting; on a full buffer, fall behind instead."""
         if not self._live:
             return
@@ -90,4 +120,4 @@ class Subscription:
         except anyio.WouldBlock:
             self._live = False
         except (anyio.BrokenResourceError, anyio.ClosedResourceError):
-            self._journal._subscriptions.discard(self)
+            self._forget(self)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping
+from typing import NoReturn
 
 import msgspec
 
@@ -135,3 +136,18 @@ def redact(location: str) -> str:
     if not is_postgres(location):
         return location
     return _PARAM_PASSWORD.sub(r"\1***", _URL_PASSWORD.sub(r"\1:***@", location))
+
+
+def raise_unwritable(path: str, failure: Exception | None, what: str, writer: bool) -> NoReturn:
+    """Raise why the journal at ``path`` takes no more events.
+
+    ``failure`` is what failed it (None: nothing did), ``what`` says what failed, and
+    ``writer`` is whether it was opened for writing (else it is read-only).
+    """
+    if isinstance(failure, JournalFenced):
+        raise JournalFenced(path, f"{failure.detail}; no more events are taken") from failure
+    if failure is not None:
+        raise JournalWriteFailed(
+            path, f"{what}; no more events are taken ({failure!r})"
+        ) from failure
+    raise JournalClosed(path, "closed" if writer else "opened read-only")

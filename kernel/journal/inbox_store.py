@@ -2,9 +2,9 @@
 
 The inbox is a table of the journal's store, outside the hash chain: a row is only a
 request (kernel.inbox), and what the kernel made of it is an event naming the row.
-Both stores implement :class:`InboxStore`: :class:`~kernel.journal._sqlite.SqliteInbox`
+Both stores implement :class:`InboxStore`: :class:`~kernel.journal._sqlite_inbox.SqliteInbox`
 (a table of the journal file, plain sqlite3) and
-:class:`~kernel.journal._postgres.PostgresInbox` (a table of the journal's schema, where
+:class:`~kernel.journal._postgres_inbox.PostgresInbox` (a table of the journal's schema, where
 an insert also sends a NOTIFY, so the kernel's poller wakes at once instead of at its
 next round). Everything above this port is written once for both.
 
@@ -17,18 +17,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
-import msgspec
-
+from kernel.journal._inbox_rows import StoredRow, stored_rows
 from kernel.journal.errors import is_postgres
 
-
-class StoredRow(msgspec.Struct, frozen=True, kw_only=True):
-    """One row as stored: its id, its body's bytes, when it was posted, what took it."""
-
-    id: int
-    body: bytes
-    created_ts: int = 0
-    taken_seq: int | None = None
+__all__ = ["InboxStore", "StoredRow", "on_server", "open_inbox", "stored_rows"]
 
 
 class InboxStore(Protocol):
@@ -88,32 +80,9 @@ def open_inbox(location: str, *, readonly: bool = False) -> InboxStore:
     yet simply has no rows.
     """
     if on_server(location):
-        from kernel.journal._postgres import PostgresInbox
+        from kernel.journal._postgres_inbox import PostgresInbox
 
         return PostgresInbox(location)
-    from kernel.journal._sqlite import SqliteInbox
+    from kernel.journal._sqlite_inbox import SqliteInbox
 
     return SqliteInbox(location, readonly=readonly)
-
-
-def stored_rows(found: Sequence[Sequence[object]]) -> list[StoredRow]:
-    """Turn (id, body, created_ts, taken_seq) tuples into rows, whatever a writer stored.
-
-    A body stored as text is taken as its UTF-8 bytes (what cannot be read stays the
-    poller's to refuse); a timestamp or a marker that is no integer counts as absent.
-    """
-    rows = []
-    for id_, body, created_ts, taken in found:
-        if not isinstance(id_, int):
-            continue
-        if isinstance(body, str):
-            body = body.encode("utf-8", "surrogateescape")
-        rows.append(
-            StoredRow(
-                id=id_,
-                body=bytes(body) if isinstance(body, bytes | bytearray | memoryview) else b"",
-                created_ts=created_ts if isinstance(created_ts, int) else 0,
-                taken_seq=taken if isinstance(taken, int) else None,
-            )
-        )
-    return rows

@@ -11,12 +11,8 @@ dropped or reordered. The same transaction that appends rows rewrites the head
 record (the last seq and hash), so a removed tail is caught on open and by
 verify; docs/integrity.md says what that proves and what it does not.
 
-What is read is what was verified. Every event a read returns is checked against
-its stored hash and the stored hash of the event before it (a scan checks the
-chain through the rows it reads), and a kernel that opened from a snapshot checks
-the chain before it, which opening skipped, in the background
-(:meth:`Journal.check_history`): a read that would return an event of that part
-waits for the check, and gets :class:`JournalCorrupt` naming the seq if it failed.
+What is read is what was verified, each event against its stored hash and the
+one before (:mod:`kernel.journal._rows` says how).
 
 All of that is the same for every store; what a database must do is the port
 in :mod:`kernel.journal.port`. :func:`open_journal` takes a SQLite file (the
@@ -28,21 +24,31 @@ commits without ever slowing the writer.
 
 from __future__ import annotations
 
-import hashlib
 import time
 from collections.abc import AsyncIterator, Callable, Collection, Sequence
 from typing import NoReturn
 
 import anyio
-import msgspec
 
-from kernel.core.events import GENESIS_HASH, Draft, Event, chain, decode_body, with_derived
-from kernel.core.merkle import Frontier, leaf_hash
+from kernel.core.events import GENESIS_HASH, Draft, Event, with_derived
+from kernel.core.merkle import Frontier
 from kernel.core.ports import Clock
-from kernel.journal._sqlite import APPLICATION_ID, INBOX_SCHEMA, SCHEMA_VERSION
+from kernel.journal._batch import Batch, grown, seal_requests
+from kernel.journal._meta import SCHEMA_VERSION
+from kernel.journal._rows import (
+    HistoryCheck,
+    asked_for,
+    checked_page,
+    folded,
+    leaves_read,
+    read_rows,
+    storable,
+    unaskable,
+)
+from kernel.journal._sqlite import APPLICATION_ID
+from kernel.journal._sqlite_inbox import INBOX_SCHEMA
 from kernel.journal._subscription import READ_BATCH as _BATCH
 from kernel.journal._subscription import Subscription
-from kernel.journal.codec import unpack
 from kernel.journal.errors import (
     JournalClosed,
     JournalCorrupt,
@@ -56,12 +62,13 @@ from kernel.journal.errors import (
     JournalWriteFailed,
     chain_key_from,
     chain_key_from_env,
+    raise_unwritable,
     redact,
 )
-from kernel.journal.head import Row, head_value
-from kernel.journal.port import EventRow, Head, StoreReader, StoreWriter
-from kernel.journal.sealing import EventUnreadable, check_row, seal
-from kernel.journal.tree import Node, TreeReader, leaves_of
+from kernel.journal.head import head_value
+from kernel.journal.port import Head, StoreReader, StoreWriter
+from kernel.journal.sealing import EventUnreadable
+from kernel.journal.tree import TreeReader
 
 __all__ = [
     "APPLICATION_ID",
@@ -90,117 +97,6 @@ Listener = Callable[[Sequence[Event]], None]
 TransitionCheck = Callable[[], Callable[[Sequence[Event]], None]]
 CommitObserver = Callable[[int, int], None]
 """Told of each committed transaction: (events written, nanoseconds it took to commit)."""
-
-
-_decoder = msgspec.json.Decoder(Event)
-
-
-def _checked(
-    seq: int, body: bytes, hash_: bytes, prev: bytes, key: bytes | None, checked: bool
-) -> Event | None:
-    """Return event ``seq`` with its hashes if its row chains on ``prev``; None if not."""
-    try:
-        plain = unpack(body)
-        if checked and hash_ != (
-            hashlib.sha256(prev + plain).digest() if key is None else chain(prev, plain, key)
-        ):
-            return None
-        event = decode_body(plain, prev, hash_)
-    except (ValueError, TypeError):
-        return None
-    return event if event.seq == seq else None
-
-
-def _problem(row: Row, seq: int, prev: bytes, key: bytes | None, checked: bool) -> str:
-    """Say what is wrong with a row that did not check (check_row's words)."""
-    found = check_row(row, seq, prev, key, checked, with_columns=False)[0]
-    return found or f"event {seq} is stored under another dfid or type than its body's"
-
-
-def _folded(
-    rows: Sequence[EventRow], expected: int, prev: bytes, key: bytes | None, checked: bool
-) -> tuple[list[Event], str]:
-    """Decode consecutive rows from event ``expected`` on, checking they chain on ``prev``.
-
-    Returns the events (without their hashes, as a fold reads them) and what is wrong
-    with the next row ("" when every row checked out). The loop every replay runs: the
-    words for a row that is not plainly sound come from :func:`check_row`.
-    """
-    events: list[Event] = []
-    append, decode, sha256 = events.append, _decoder.decode, hashlib.sha256
-    fast = checked and key is None
-    for seq, body, hash_, _ in rows:
-        try:
-            if seq != expected or type(hash_) is not bytes:
-                raise _Unsound
-            plain = unpack(body)
-            if fast:
-                if hash_ != sha256(prev + plain).digest():
-                    raise _Unsound
-            elif checked and hash_ != chain(prev, plain, key):
-                raise _Unsound
-            event = decode(plain)
-            if event.seq != seq:
-                raise _Unsound
-        except (_Unsound, ValueError, TypeError):
-            return events, _problem((seq, "", None, body, hash_), expected, prev, key, checked)
-        append(event)
-        expected, prev = expected + 1, hash_
-    return events, ""
-
-
-class _Unsound(Exception):
-    """A row :func:`_folded` leaves to :func:`check_row` to describe."""
-
-
-def _chain_through(
-    rows: Sequence[Row], expected: int, prev: bytes, key: bytes | None, hashes_checked: bool
-) -> tuple[str, int, bytes]:
-    """Check that ``rows`` are events ``expected``.. chained on ``prev``.
-
-    Returns what is wrong ("" if nothing), the seq it is wrong at (else the next seq)
-    and the last hash. Hashes only: nothing is decoded, so it is cheap enough to run
-    over a whole history in the background.
-    """
-    for seq, _, _, body, hash_ in rows:
-        if seq != expected:
-            return f"event {expected} is missing (the next row is event {seq})", expected, prev
-        if not isinstance(body, bytes) or not isinstance(hash_, bytes):
-            return f"event {seq} is not stored as bytes", seq, prev
-        if hashes_checked:
-            try:
-                canonical = unpack(body)
-            except (ValueError, TypeError) as exc:
-                return f"event {seq} does not decode ({exc})", seq, prev
-            if hash_ != chain(prev, canonical, key):
-                altered = f"event {seq} does not match its hash: its body or hash was altered"
-                return altered, seq, prev
-        expected, prev = expected + 1, hash_
-    return "", expected, prev
-
-
-def _storable(text: str) -> bool:
-    """Whether ``text`` could be a stored dfid or type (a store cannot even be asked otherwise)."""
-    if text.isascii():
-        return "\x00" not in text
-    try:
-        text.encode()
-    except UnicodeEncodeError:
-        return False
-    return "\x00" not in text
-
-
-class _Batch:
-    """The appends gathered for one transaction, and their outcomes."""
-
-    __slots__ = ("done", "ready", "requests", "results")
-
-    def __init__(self) -> None:
-        self.requests: list[Sequence[Draft]] = []
-        # Per request: its events, the exception its own drafts raised, or None if not written.
-        self.results: list[list[Event] | Exception | None] = []
-        self.ready = anyio.Event()  # the first append, or closing, wakes the writer
-        self.done = anyio.Event()
 
 
 class Journal:
@@ -234,7 +130,7 @@ class Journal:
         self._faults = faults
         # Its own limiter, so the writer never queues behind other users of anyio's thread pool.
         self._limiter = anyio.CapacityLimiter(1)
-        self._pending = _Batch()
+        self._pending = Batch()
         self._listeners: list[Listener] = []
         self._transition_check: TransitionCheck | None = None
         self._subscriptions: set[Subscription] = set()
@@ -245,11 +141,9 @@ class Journal:
         self._attempts = self._appends = self._transactions = self._events = 0
         self._observer: CommitObserver | None = None
         self._observer_clock: Callable[[], int] = time.perf_counter_ns
-        # Events 1.._history_end were not checked when the journal was opened (restore()
-        # folded a snapshot and checked only the tail after it): check_history() does.
-        self._history_end = 0
-        self._history_lock: anyio.Lock | None = None
-        self._history_problem: JournalCorrupt | None = None
+        # Events 1..end were not checked when the journal was opened (restore() folded a
+        # snapshot and checked only the tail after it): check_history() does.
+        self._history = HistoryCheck()
 
     @property
     def path(self) -> str:
@@ -287,17 +181,7 @@ class Journal:
 
     async def _leaves(self, start: int, stop: int) -> list[bytes]:
         self._check_open()
-        bodies: list[bytes] = []
-        while start < stop:
-            rows = await self._reader.rows(start, stop - 1, _BATCH)
-            if not rows or rows[0][0] != start:
-                raise self._corrupt(f"event {start} is missing", start)
-            bodies += [row[3] for row in rows]
-            start = rows[-1][0] + 1
-        try:
-            return leaves_of(bodies)
-        except (ValueError, TypeError) as exc:
-            raise self._corrupt(f"an event does not decode ({exc})", start) from None
+        return await leaves_read(self._reader.rows, start, stop, self._corrupt)
 
     async def tree_heads(self) -> list[tuple[int, str]]:
         """Return the signed checkpoints stored beside the events: (tree size, note)."""
@@ -355,10 +239,7 @@ class Journal:
         if not drafts:
             return []
         batch = self._pending
-        index = len(batch.requests)
-        batch.requests.append(drafts)
-        batch.results.append(None)
-        batch.ready.set()
+        index = batch.add(drafts)
         await batch.done.wait()
         result = batch.results[index]
         if isinstance(result, list):
@@ -413,8 +294,10 @@ class Journal:
         """
         if buffer < 1:
             raise ValueError("buffer must be at least 1")
-        subscription = Subscription(self, from_seq, buffer)
-        if not self._closed:
+        subscription = Subscription(self, from_seq, buffer, self._subscriptions.discard)
+        if self._closed:
+            subscription.end()
+        else:
             self._subscriptions.add(subscription)
         return subscription
 
@@ -446,34 +329,18 @@ class Journal:
         types: Collection[str] | None,
         limit: int | None,
     ) -> list[Event]:
-        wanted = None if types is None else [t for t in types if _storable(t)]
-        if (wanted is not None and not wanted) or (dfid is not None and not _storable(dfid)):
+        wanted = None if types is None else [t for t in types if storable(t)]
+        if unaskable(wanted, dfid):
             # No event can carry a name that is not UTF-8 text: nothing to ask the store.
             return []
         self._check_open()
-        asked = wanted
-        if wanted is not None and "FlowClosed" in wanted and "ExecutionSucceeded" not in wanted:
-            # A FlowClosed may be derived from the success it travels with (no row of its own).
-            asked = [*wanted, "ExecutionSucceeded"]
+        asked = asked_for(wanted)
         rows = await self._reader.events(start, stop, dfid, asked, limit, True)
-        if rows and rows[0][0] <= self._history_end:
+        if rows and rows[0][0] <= self._history.end:
             await self.check_history()
-        key, checked = self._key, self._hashes_checked
-        events: list[Event] = []
-        for seq, body, hash_, prev in rows:
-            # Each event against its own hash and the stored hash of the one before it: an
-            # edited body, a hash that was not recomputed or a missing row is refused.
-            prev = GENESIS_HASH if seq == 1 else prev or b""
-            event = _checked(seq, body, hash_, prev, key, checked)
-            if (
-                event is None
-                or (dfid is not None and event.dfid != dfid)
-                or (asked is not None and event.type not in asked)
-            ):
-                raise self._corrupt(
-                    _problem((seq, "", None, body, hash_), seq, prev, key, checked), seq
-                )
-            events.append(event)
+        events, problem, seq = read_rows(rows, dfid, asked, self._key, self._hashes_checked)
+        if problem:
+            raise self._corrupt(problem, seq)
         # A page may end up longer than ``limit`` by the events derived from its rows: never
         # cut between a row and what it stands for (a reader goes on from the last seq + 1).
         derived = with_derived(events)
@@ -484,46 +351,19 @@ class Journal:
     async def check_history(self) -> None:
         """Check the chain from event 1 up to where opening began to check it, once.
 
-        :func:`kernel.state.snapshots.restore` opens a kernel from its latest trusted
-        snapshot and checks only the events after it; it hands the events before it here
-        (:meth:`defer_history`). A kernel runs this in the background after it opened;
-        a read of one of those events waits for it. Later calls return at once, or raise
-        again what the first found.
+        The events :meth:`defer_history` left (see :class:`~kernel.journal._rows.HistoryCheck`);
+        later calls return at once, or raise again what the first found.
 
         Raises:
             JournalCorrupt: an event before the snapshot is missing or altered (with its seq).
         """
-        if self._history_problem is not None:
-            raise self._history_problem
-        if not self._history_end:
-            return
-        self._history_lock = self._history_lock or anyio.Lock()
-        async with self._history_lock:
-            if self._history_problem is not None:
-                raise self._history_problem
-            last = self._history_end
-            if not last:
-                return
-            key, checked = self._key, self._hashes_checked
-            expected, prev = 1, GENESIS_HASH
-            while expected <= last:
-                self._check_open()
-                rows = await self._reader.rows(expected, last, _BATCH)
-                # The hashing runs off the event loop: the kernel goes on meanwhile.
-                if not rows:
-                    self._history_problem = self._corrupt(f"event {expected} is missing", expected)
-                    raise self._history_problem
-                problem, expected, prev = await anyio.to_thread.run_sync(
-                    _chain_through, rows, expected, prev, key, checked
-                )
-                if problem:
-                    self._history_problem = self._corrupt(problem, expected)
-                    raise self._history_problem
-            self._history_end = 0
+        await self._history.check(
+            self._reader.rows, self._check_open, self._corrupt, self._key, self._hashes_checked
+        )
 
     def defer_history(self, last: int) -> None:
         """Leave events 1..``last`` to :meth:`check_history`; until it ran, reads wait for it."""
-        self._history_end = max(self._history_end, last)
+        self._history.defer(last)
 
     async def check_chain(self, start: int = 1) -> None:
         """Check that events ``start``..head are whole and chain on from event ``start - 1``.
@@ -563,13 +403,11 @@ class Journal:
             rows = await self._reader.rows(expected, head, _BATCH)
             if not rows:
                 raise self._corrupt(f"event {expected} is missing", expected)
-            batch: list[Event] = []
-            for row in rows:
-                problem, event = check_row(row, expected, prev, self._key, self._hashes_checked)
-                if event is None:
-                    raise self._corrupt(problem, expected)
-                batch.append(event)
-                expected, prev = expected + 1, row[4]
+            batch, problem, expected, prev = checked_page(
+                rows, expected, prev, self._key, self._hashes_checked
+            )
+            if problem:
+                raise self._corrupt(problem, expected)
             yield with_derived(batch)
 
     @property
@@ -609,9 +447,9 @@ class Journal:
         while True:
             self._check_open()
             rows = await self._reader.events(start, None, None, None, batch_size, False)
-            if rows and start <= self._history_end:
+            if rows and start <= self._history.end:
                 await self.check_history()
-            batch, problem = _folded(rows, start, prev, key, checked)
+            batch, problem = folded(rows, start, prev, key, checked)
             if problem:
                 raise self._corrupt(problem, start + len(batch))
             if batch:
@@ -668,15 +506,7 @@ class Journal:
             raise JournalClosed(self._path, "closed")
 
     def _raise_unwritable(self) -> NoReturn:
-        if isinstance(self._failure, JournalFenced):
-            raise JournalFenced(
-                self._path, f"{self._failure.detail}; no more events are taken"
-            ) from self._failure
-        if self._failure is not None:
-            raise JournalWriteFailed(
-                self._path, f"{self._failure_what}; no more events are taken ({self._failure!r})"
-            ) from self._failure
-        raise JournalClosed(self._path, "closed" if self._writer else "opened read-only")
+        raise_unwritable(self._path, self._failure, self._failure_what, bool(self._writer))
 
     async def run_writer(self) -> None:
         """Commit what is pending, one transaction at a time, until the journal closes.
@@ -689,7 +519,7 @@ class Journal:
                 batch = self._pending
                 await batch.ready.wait()
                 if batch.requests:
-                    self._pending = _Batch()
+                    self._pending = Batch()
                     if self._failure is None:
                         await self._commit(batch)
                     batch.done.set()
@@ -699,40 +529,19 @@ class Journal:
             batch.done.set()
             self._pending.done.set()
 
-    async def _commit(self, batch: _Batch) -> None:
+    async def _commit(self, batch: Batch) -> None:
         """Write one batch in one transaction, then publish it; a failure fails the journal."""
         assert self._writer is not None
         ts = self._clock.now_ns()
-        seq, prev = self._head_seq, self._head_hash
-        rows: list[Row] = []
-        sealed: list[tuple[int, list[Event]]] = []
         check = self._transition_check() if self._transition_check is not None else None
-        for index, drafts in enumerate(batch.requests):
-            try:
-                request_rows, events = seal(drafts, seq, prev, ts, self._key)
-                if check is not None:
-                    check(with_derived(events))
-            except Exception as exc:
-                # A draft that cannot be encoded fails its own caller, not the whole batch.
-                batch.results[index] = exc
-                continue
-            rows += request_rows
-            sealed.append((index, events))
-            seq, prev = request_rows[-1][0], request_rows[-1][4]
+        rows, sealed = seal_requests(batch, self._head_seq, self._head_hash, ts, self._key, check)
         if not rows:
             return
+        seq, prev = rows[-1][0], rows[-1][4]
         self._attempts += 1
         injected = self._attempts == self._faults.fail_transaction
         head = head_value(seq, prev, self._key)
-        nodes: list[Node] = []
-        tree = None
-        if self._tree is not None:
-            # Leaves are over the canonical bytes the chain hashes; a copy of the frontier,
-            # so a failed transaction leaves the tree at the head.
-            tree = self._tree.copy()
-            for row in rows:
-                nodes += tree.append(leaf_hash(row[3]))
-        writer = self._writer
+        tree, nodes = grown(self._tree, rows)
         began = self._observer_clock() if self._observer is not None else 0
         try:
             # One hop per transaction: the store's writer (a plain sqlite3 or psycopg
@@ -740,10 +549,16 @@ class Journal:
             # one call in a worker thread. run_sync waits out a cancellation, so the
             # writer always learns whether the commit happened.
             await anyio.to_thread.run_sync(
-                writer.append, rows, self._head_seq, head, injected, nodes, limiter=self._limiter
+                self._writer.append,
+                rows,
+                self._head_seq,
+                head,
+                injected,
+                nodes,
+                limiter=self._limiter,
             )
         except Exception as exc:
-            self._fail("a write failed", exc)
+            self._failure, self._failure_what = exc, "a write failed"
             return
         committed = [event for _, events in sealed for event in events]
         self._head_seq, self._head_hash, self._head_hex = seq, prev, committed[-1].hash
@@ -763,15 +578,12 @@ class Journal:
             for listener in self._listeners:
                 listener(published)
         except Exception as exc:
-            self._fail("a listener raised", exc)
+            self._failure, self._failure_what = exc, "a listener raised"
         for subscription in tuple(self._subscriptions):
-            subscription._offer(published)
+            subscription.offer(published)
         if self._failure is None:
             for index, events in sealed:
                 batch.results[index] = events
-
-    def _fail(self, what: str, exc: Exception) -> None:
-        self._failure, self._failure_what = exc, what
 
     def stop_writer(self) -> None:
         """Let the writer commit what is pending and end (appends after it fail)."""
@@ -783,5 +595,5 @@ class Journal:
         self.stop_writer()
         self._closed = True
         for subscription in self._subscriptions:
-            subscription._send.close()
+            subscription.end()
         self._subscriptions.clear()

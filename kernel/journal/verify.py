@@ -32,7 +32,7 @@ from kernel.core.notes import NoteError, parse_checkpoint, split_note
 from kernel.journal._subscription import READ_BATCH
 from kernel.journal.codec import unpack
 from kernel.journal.errors import JournalError, chain_key_from_env
-from kernel.journal.head import KEYED_CHAIN, head_problem, key_problem
+from kernel.journal.head import KEYED_CHAIN, Row, head_problem, key_problem
 from kernel.journal.port import Snapshot, backend_for
 from kernel.journal.sealing import check_rows
 from kernel.journal.tree import TREE_MARK, Node
@@ -169,112 +169,134 @@ async def verify_journal(
     report says where.
     """
     path = os.fspath(path)
-    events, prev, ts = 0, GENESIS_HASH, 0
-    journal_id = ""
-    head_record = True
-    key: bytes | None = None
-    # Set once a kernel that keeps head records has opened the journal.
-    head_events = False
-    anchored: tuple[bytes, int] | None = None
-    hashes_checked = True
-    # The Merkle tree, rebuilt from the bodies as they are checked.
-    tree = Frontier()
-    computed: dict[tuple[int, int], bytes] = {}
-    heads: list[tuple[int, str]] = []
-    roots: dict[int, bytes] = {}
-    tree_stored = True
-
-    def report(problem: str = "", first_bad_seq: int | None = None) -> VerifyReport:
-        return VerifyReport(
-            ok=not problem,
-            events=events,
-            head=prev.hex(),
-            first_bad_seq=first_bad_seq,
-            problem=problem,
-            journal_id=journal_id,
-            head_ts=ts,
-            head_record=head_record,
-            keyed=key is not None,
-            tree_root=tree.root().hex(),
-            tree_stored=tree_stored,
-            tree_heads=heads,
-            chain_checked=hashes_checked,
-        )
-
+    walk = _Walk(anchor)
     try:
         # One read transaction: rows and head record as of one moment, even while a
         # kernel appends.
         async with backend_for(path).open_snapshot(path) as db:
             meta = await db.meta()
             if meta is None:
-                return report("an empty database, not a journal")
-            journal_id = meta["journal_id"]
+                return walk.report("an empty database, not a journal")
+            walk.journal_id = meta["journal_id"]
             if chain_key is None:
                 chain_key = chain_key_from_env(None, path)
-            problem = key_problem(meta, chain_key, events=1, need_key=not public_only)
+            problem = await walk.begin(db, meta, chain_key, public_only)
             if problem:
-                return report(problem)
-            key = chain_key
-            hashes_checked = key is not None or meta.get("chain") != KEYED_CHAIN
-            tree_stored = meta.get("tree") == TREE_MARK
-            heads = await db.tree_heads()
-            wanted = {size for size, _ in heads}
-            if 0 in wanted:
-                roots[0] = tree.root()
+                return walk.report(problem)
             start = -(2**63)  # rows below seq 1 would be forgeries: look at them too
             while True:
                 rows = await db.rows_from(start, READ_BATCH)
                 # Each body inflated and decoded once: its hash, its columns, its time.
-                batch, problem = check_rows(rows, events + 1, prev, key, hashes_checked)
+                batch, problem = check_rows(
+                    rows, walk.events + 1, walk.prev, walk.key, walk.hashes_checked
+                )
                 if batch:
-                    for event in batch:
-                        payload = event.payload
-                        if type(payload) in _HEAD_EVENTS and cast(_Head, payload).head_hash:
-                            head_events = True
-                    if anchor is not None and events < anchor.seq <= events + len(batch):
-                        anchored = (
-                            rows[anchor.seq - events - 1][4],
-                            batch[anchor.seq - events - 1].ts,
-                        )
-                    for row in rows[: len(batch)]:
-                        for level, index, node in tree.append(leaf_hash(unpack(row[3]))):
-                            computed[(level, index)] = node
-                        if tree.size in wanted:
-                            roots[tree.size] = tree.root()
-                    events, prev, ts = events + len(batch), rows[len(batch) - 1][4], batch[-1].ts
+                    walk.take(rows, batch)
                 if problem:
-                    return report(problem, min(rows[len(batch)][0], events + 1))
+                    return walk.report(problem, min(rows[len(batch)][0], walk.events + 1))
                 if fold is not None and batch:
                     await fold(with_derived(batch))  # folded as every reader sees them
                 if len(rows) < READ_BATCH:
                     break
-                start = events + 1
-            tree_problem = await _tree_problem(db, computed) if tree_stored else ""
+                start = walk.events + 1
+            tree_problem = await _tree_problem(db, walk.computed) if walk.tree_stored else ""
     except JournalError as exc:
-        return report(exc.detail, exc.seq)
+        return walk.report(exc.detail, exc.seq)
     except (ValueError, TypeError) as exc:
         # Bytes that passed the checks above and still do not decode: reported, never raised.
-        return report(f"the journal does not read back ({exc})", events + 1 if journal_id else None)
-    if "head" not in meta:
-        head_record = False
-        if head_events:
-            return report(
-                "its head record was removed (a kernel that keeps one has written to it)", events
-            )
-    problem, seq = head_problem(meta, events, prev, key)
-    if problem:
-        return report(problem, seq)
-    problem, seq = _heads_problem(heads, roots, events)
-    if problem:
-        return report(problem, seq)
+        bad = walk.events + 1 if walk.journal_id else None
+        return walk.report(f"the journal does not read back ({exc})", bad)
+    return walk.finish(meta, tree_problem)
 
-    if anchor is not None:
-        problem, seq = _anchor_problem(anchor, journal_id, events, anchored)
+
+class _Walk:
+    """What :func:`verify_journal` learns walking the chain: its report's fields."""
+
+    def __init__(self, anchor: Anchor | None) -> None:
+        self.anchor = anchor
+        self.events, self.prev, self.ts = 0, GENESIS_HASH, 0
+        self.journal_id = ""
+        self.head_record = True
+        self.key: bytes | None = None
+        # Set once a kernel that keeps head records has opened the journal.
+        self.head_events = False
+        self.anchored: tuple[bytes, int] | None = None
+        self.hashes_checked = True
+        # The Merkle tree, rebuilt from the bodies as they are checked.
+        self.tree = Frontier()
+        self.computed: dict[tuple[int, int], bytes] = {}
+        self.heads: list[tuple[int, str]] = []
+        self.wanted: set[int] = set()
+        self.roots: dict[int, bytes] = {}
+        self.tree_stored = True
+
+    def report(self, problem: str = "", first_bad_seq: int | None = None) -> VerifyReport:
+        """Return the report of what was walked so far, with ``problem`` if any."""
+        return VerifyReport(
+            ok=not problem,
+            events=self.events,
+            head=self.prev.hex(),
+            first_bad_seq=first_bad_seq,
+            problem=problem,
+            journal_id=self.journal_id,
+            head_ts=self.ts,
+            head_record=self.head_record,
+            keyed=self.key is not None,
+            tree_root=self.tree.root().hex(),
+            tree_stored=self.tree_stored,
+            tree_heads=self.heads,
+            chain_checked=self.hashes_checked,
+        )
+
+    async def begin(
+        self, db: Snapshot, meta: dict[str, str], chain_key: bytes | None, public_only: bool
+    ) -> str:
+        """Take the journal's key, tree and checkpoints; return what is wrong ("" if nothing)."""
+        problem = key_problem(meta, chain_key, events=1, need_key=not public_only)
         if problem:
-            return report(problem, seq)
-    if tree_problem:
-        return report(tree_problem)
-    return report()
+            return problem
+        self.key = chain_key
+        self.hashes_checked = chain_key is not None or meta.get("chain") != KEYED_CHAIN
+        self.tree_stored = meta.get("tree") == TREE_MARK
+        self.heads = await db.tree_heads()
+        self.wanted = {size for size, _ in self.heads}
+        if 0 in self.wanted:
+            self.roots[0] = self.tree.root()
+        return ""
+
+    def take(self, rows: list[Row], batch: list[Event]) -> None:
+        """Count the events of ``rows`` that checked out: head events, the anchor, the tree."""
+        for event in batch:
+            payload = event.payload
+            if type(payload) in _HEAD_EVENTS and cast(_Head, payload).head_hash:
+                self.head_events = True
+        events, anchor = self.events, self.anchor
+        if anchor is not None and events < anchor.seq <= events + len(batch):
+            self.anchored = (rows[anchor.seq - events - 1][4], batch[anchor.seq - events - 1].ts)
+        for row in rows[: len(batch)]:
+            for level, index, node in self.tree.append(leaf_hash(unpack(row[3]))):
+                self.computed[(level, index)] = node
+            if self.tree.size in self.wanted:
+                self.roots[self.tree.size] = self.tree.root()
+        self.events, self.prev, self.ts = events + len(batch), rows[len(batch) - 1][4], batch[-1].ts
+
+    def finish(self, meta: dict[str, str], tree_problem: str) -> VerifyReport:
+        """Check the head record, the checkpoints, the anchor and the tree; return the report."""
+        if "head" not in meta:
+            self.head_record = False
+            if self.head_events:
+                return self.report(
+                    "its head record was removed (a kernel that keeps one has written to it)",
+                    self.events,
+                )
+        problem, seq = head_problem(meta, self.events, self.prev, self.key)
+        if not problem:
+            problem, seq = _heads_problem(self.heads, self.roots, self.events)
+        if not problem and self.anchor is not None:
+            problem, seq = _anchor_problem(self.anchor, self.journal_id, self.events, self.anchored)
+        if not problem and tree_problem:
+            problem, seq = tree_problem, None
+        return self.report(problem, seq if problem else None)
 
 
 async def _tree_problem(db: Snapshot, computed: dict[tuple[int, int], bytes]) -> str:

@@ -1,5 +1,7 @@
 """The inbox's store port, one contract for SQLite and PostgreSQL; and what a file writer left.
 
+The contract is :class:`kernel.testing.InboxStoreContract`, run here against both stores.
+
 Every read gives bytes and integers, whatever a writer of the table stored: text that
 is not UTF-8, a timestamp that is no number, a marker that is text. An inbox from
 before requests were signed is set aside, and new ids continue after its ids (events
@@ -9,7 +11,6 @@ name rows by id).
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterator
 from contextlib import closing
 from pathlib import Path
 
@@ -18,6 +19,7 @@ import pytest
 
 from kernel.journal.inbox_store import StoredRow, open_inbox
 from kernel.journal.opening import open_journal
+from kernel.testing import ContractBroken, InboxStoreContract
 from tests.support.postgres import PostgresServer, postgres_server  # noqa: F401
 
 
@@ -27,33 +29,18 @@ async def new_journal(location: str) -> str:
     return location
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-def location(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    if request.param == "sqlite":
-        yield anyio.run(new_journal, str(tmp_path / "j.db"))
-        return
-    pg: PostgresServer = request.getfixturevalue("postgres_server")
-    yield anyio.run(new_journal, pg.new_url())
+class TestSqliteInbox(InboxStoreContract):
+    def journal_location(self, tmp_path: Path) -> str:
+        return str(tmp_path / "j.db")
 
 
-def test_the_store_contract(location: str) -> None:
-    with open_inbox(location) as store:
-        assert store.rows() == [] and store.last_id() == 0
-        first = store.insert(b'{"a": 1}', 5)
-        second = store.insert(b"\xff\xfe not utf-8", 6)
-        assert second > first and store.last_id() == second
-        assert store.rows() == [
-            StoredRow(id=first, body=b'{"a": 1}', created_ts=5),
-            StoredRow(id=second, body=b"\xff\xfe not utf-8", created_ts=6),
-        ]
-        assert store.taken_seq(first) is None
-        store.mark_taken(first, 42)
-        assert store.taken_seq(first) == 42 and store.taken_seq(999) is None
-        assert [r.id for r in store.rows(pending=True)] == [second]
-        assert [r.id for r in store.rows(pending=False, after=first)] == [second]
-        assert store.rows(pending=False)[0].taken_seq == 42
-    with open_inbox(location, readonly=True) as reader:
-        assert [r.id for r in reader.rows(pending=False)] == [first, second]
+class TestPostgresInbox(InboxStoreContract):
+    @pytest.fixture(autouse=True)
+    def server(self, postgres_server: PostgresServer) -> None:  # noqa: F811
+        self.pg = postgres_server
+
+    def journal_location(self, tmp_path: Path) -> str:
+        return self.pg.new_url()
 
 
 def test_whatever_a_writer_of_the_file_stored_reads_as_bytes(tmp_path: Path) -> None:
@@ -96,3 +83,17 @@ def test_an_unsigned_inbox_of_an_earlier_kernel_is_set_aside_and_ids_go_on(tmp_p
     with closing(sqlite3.connect(db)) as conn:
         [(old,)] = conn.execute("SELECT count(*) FROM operator_inbox_unsigned").fetchall()
     assert old == 2
+
+
+def test_the_contract_names_the_rule_a_store_breaks(tmp_path: Path) -> None:
+    """A store whose new inbox already holds a row fails the suite, which says why."""
+    used = anyio.run(new_journal, str(tmp_path / "used.db"))
+    with open_inbox(used) as store:
+        store.insert(b"left over", 1)
+
+    class UsedInbox(InboxStoreContract):
+        def journal_location(self, tmp_path: Path) -> str:
+            return used
+
+    with pytest.raises(ContractBroken, match="a new inbox is empty"):
+        UsedInbox().test_contract_rows_are_inserted_read_and_marked_taken(tmp_path)

@@ -1,19 +1,20 @@
 """One contract for every journal store: the same appends give the same journal.
 
-Each test runs against the SQLite store (a file) and the PostgreSQL store (a
-database on the run's throwaway server, tests/support/postgres.py), as
-eventsourcing runs one recorder test case per backend. Same drafts and clock,
-same canonical bytes, same chain: the head hash ``verify`` reports is equal.
+The contract itself is :class:`kernel.testing.JournalStoreContract`, a suite a third
+party runs against its own database too; here it runs against the SQLite store (a
+file) and the PostgreSQL store (a database on the run's throwaway server,
+tests/support/postgres.py), as eventsourcing runs one recorder test case per backend.
+Beside it, what compares the two stores: same drafts and clock, same canonical bytes,
+same chain, so the head hash ``verify`` reports is equal; and what each store keeps of
+its tree in its own tables.
 """
 
 from __future__ import annotations
 
 import contextlib
-import itertools
 from pathlib import Path
 
 import anyio
-import msgspec
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -21,17 +22,13 @@ from hypothesis import strategies as st
 from kernel.core.events import Draft, FlowCreated, TriggerFired
 from kernel.core.ports import ManualClock
 from kernel.journal.copy import copy_journal
-from kernel.journal.follow import follow_journal
 from kernel.journal.opening import open_journal
 from kernel.journal.store import (
-    JournalClosed,
     JournalError,
-    JournalFaults,
     JournalForeign,
-    JournalKeyError,
-    JournalWriteFailed,
 )
 from kernel.journal.verify import verify_journal
+from kernel.testing import ContractBroken, JournalStoreContract
 from tests.support.postgres import PostgresServer, postgres_server  # noqa: F401
 
 KEY = b"k" * 32
@@ -60,6 +57,20 @@ def pg(postgres_server: PostgresServer) -> PostgresServer:  # noqa: F811
     return postgres_server
 
 
+class TestSqliteStore(JournalStoreContract):
+    def journal_location(self, tmp_path: Path) -> str:
+        return str(tmp_path / "j.db")
+
+
+class TestPostgresStore(JournalStoreContract):
+    @pytest.fixture(autouse=True)
+    def server(self, postgres_server: PostgresServer) -> None:  # noqa: F811
+        self.pg = postgres_server
+
+    def journal_location(self, tmp_path: Path) -> str:
+        return self.pg.new_url()
+
+
 async def record(location: str, batches: list[list[Draft]], key: bytes | None = None) -> str:
     """Append ``batches`` (concurrently within each) on a fresh journal; return its head hash."""
     clock = ManualClock()
@@ -70,45 +81,6 @@ async def record(location: str, batches: list[list[Draft]], key: bytes | None = 
                     tg.start_soon(journal.append, [draft])
             clock.advance(1.0)
         return journal.head_hash
-
-
-async def test_appends_read_back_in_order_with_every_filter(location: str) -> None:
-    async with open_journal(location, clock=ManualClock()) as journal:
-        first = await journal.append([trigger(1), trigger(2, "d1")])
-        await journal.append([trigger(3, "d2"), flow("d1")])
-        assert [e.seq for e in first] == [1, 2]
-        assert journal.head_seq == 4
-        assert [e.seq for e in await journal.read()] == [1, 2, 3, 4]
-        assert [e.seq for e in await journal.read(2, 4)] == [2, 3]
-        assert [e.seq for e in await journal.flow_events("d1")] == [2, 4]
-        assert [e.seq for e in await journal.read(types=["FlowCreated"])] == [4]
-        assert await journal.read(types=[]) == []
-        assert [e.seq for e in await journal.read(limit=1, start=3)] == [3]
-        events = await journal.read()
-        assert events[0].prev_hash == "00" * 32
-        assert all(a.hash == b.prev_hash for a, b in itertools.pairwise(events))
-        assert events[-1].hash == journal.head_hash
-        await journal.check_chain(2)
-        scanned = [e.seq async for batch in journal.scan_checked(3) for e in batch]
-        assert scanned == [3, 4]
-        # What a fold reads: the same events from seq 2 on, without their hashes.
-        bare = [e async for batch in journal.scan(2, batch_size=2, hashes=False) for e in batch]
-        assert bare == [msgspec.structs.replace(e, prev_hash="", hash="") for e in events[1:]]
-
-
-async def test_a_reopened_journal_goes_on_from_its_head(location: str) -> None:
-    async with open_journal(location) as journal:
-        await journal.append([trigger(1)])
-        journal_id, head = journal.journal_id, journal.head_hash
-    async with open_journal(location) as journal:
-        assert (journal.journal_id, journal.head_seq, journal.head_hash) == (journal_id, 1, head)
-        await journal.append([trigger(2)])
-    async with open_journal(location, readonly=True) as journal:
-        assert journal.head_seq == 2
-        with pytest.raises(JournalClosed):
-            await journal.append([trigger(3)])
-    report = await verify_journal(location)
-    assert (report.ok, report.events, report.journal_id) == (True, 2, journal_id)
 
 
 async def test_the_same_appends_give_the_same_head_hash_in_both_stores(
@@ -159,73 +131,6 @@ async def test_any_appends_verify_to_one_head_in_both_stores_and_copy_between_th
     assert {(r.ok, r.head, r.journal_id) for r in copies} == {(True, *heads, reports[0].journal_id)}
 
 
-async def test_a_keyed_journal_needs_its_key_to_be_written(location: str) -> None:
-    async with open_journal(location, chain_key=KEY) as journal:
-        await journal.append([trigger(1)])
-        assert journal.keyed
-    with pytest.raises(JournalKeyError):
-        async with open_journal(location):
-            pass
-    with pytest.raises(JournalKeyError):
-        async with open_journal(location, chain_key=b"x" * 32):
-            pass
-    async with open_journal(location, readonly=True) as journal:
-        assert journal.head_seq == 1
-    assert (await verify_journal(location, chain_key=KEY)).ok
-    assert not (await verify_journal(location)).ok
-
-
-async def test_snapshots_are_written_read_and_dropped(location: str) -> None:
-    async with open_journal(location) as journal:
-        await journal.append([trigger(1)])
-        await journal.write_snapshot(1, "d1", b"\x00body")
-        await journal.write_snapshot(1, "d2", b"\x01body")
-        await journal.write_snapshot(3, "d3", b"x")
-        assert await journal.snapshot_seqs() == [1, 3]
-        assert await journal.read_snapshot(1) == ("d2", b"\x01body")
-        await journal.drop_snapshots([3])
-        assert await journal.snapshot_seqs() == [1]
-        assert await journal.read_snapshot(3) is None
-
-
-async def test_a_failed_transaction_fails_the_journal_and_writes_nothing(location: str) -> None:
-    async with open_journal(location, faults=JournalFaults(fail_transaction=2)) as journal:
-        await journal.append([trigger(1)])
-        with pytest.raises(JournalWriteFailed):
-            await journal.append([trigger(2)])
-        with pytest.raises(JournalWriteFailed):
-            await journal.append([trigger(3)])
-    async with open_journal(location) as journal:
-        assert journal.head_seq == 1
-    assert (await verify_journal(location)).ok
-
-
-async def test_a_subscriber_sees_history_then_live_commits(location: str) -> None:
-    async with open_journal(location) as journal:
-        await journal.append([trigger(1), trigger(2)])
-        seen: list[int] = []
-        async with journal.subscribe(2) as sub:
-            async for batch in sub:
-                seen += [e.seq for e in batch]
-                if seen[-1] == 2:
-                    await journal.append([trigger(3)])
-                if seen[-1] == 3:
-                    break
-        assert seen == [2, 3]
-
-
-async def test_a_read_only_open_of_nothing_is_refused(location: str) -> None:
-    if location.startswith("postgresql://"):
-        with pytest.raises(JournalForeign):
-            async with open_journal(location, readonly=True):
-                pass
-    else:
-        await anyio.Path(location).touch()
-        with pytest.raises(JournalForeign):
-            async with open_journal(location, readonly=True):
-                pass
-
-
 async def test_a_database_of_something_else_is_foreign(pg: PostgresServer) -> None:
     url = pg.new_url()
     pg.admin("CREATE TABLE customers (id INT)", url.rsplit("/", 1)[1])
@@ -234,31 +139,6 @@ async def test_a_database_of_something_else_is_foreign(pg: PostgresServer) -> No
             pass
     report = await verify_journal(url)
     assert not report.ok and "something else" in report.problem
-
-
-async def test_a_follower_sees_history_then_new_commits(location: str) -> None:
-    clock = ManualClock()
-    seen: list[int] = []
-    async with open_journal(location) as journal:
-        await journal.append([trigger(1), trigger(2)])
-
-        async def follow() -> None:
-            stream = follow_journal(location, 2, poll_s=1.0, clock=clock)
-            async with contextlib.aclosing(stream) as batches:
-                async for batch in batches:
-                    seen.extend(e.seq for e in batch)
-                    if seen[-1] == 2:
-                        await journal.append([trigger(3)])
-                    if seen[-1] == 3:
-                        return
-
-        with anyio.fail_after(30):
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(follow)
-                while seen[-1:] != [3]:
-                    clock.advance(1.0)  # SQLite's follower reads again on its clock
-                    await anyio.lowlevel.checkpoint()
-    assert seen == [2, 3]
 
 
 @settings(max_examples=50, derandomize=True, deadline=None)
@@ -274,35 +154,6 @@ def test_a_password_in_a_url_never_reaches_an_error_message(secret: str, url: st
 
 
 # --- the Merkle tree (kernel.journal.tree) ----------------------------------------------
-
-
-async def test_the_writer_keeps_the_merkle_tree_of_its_events_across_reopens(
-    location: str,
-) -> None:
-    from kernel.core.merkle import leaf_hash, root_of, verify_consistency, verify_inclusion
-    from kernel.proofs.bundle import _bare
-
-    async with open_journal(location, clock=ManualClock()) as journal:
-        for n in range(7):
-            await journal.append([trigger(x) for x in range(n * 5, n * 5 + 5)])
-        first = journal.tree_root
-    async with open_journal(location, clock=ManualClock()) as journal:
-        # Rebuilt from at most log2(n) stored nodes and the last < 16 events.
-        assert journal.tree_root == first
-        await journal.append([trigger(99)])
-        events = await journal.read()
-        leaves = [leaf_hash(_bare(e)) for e in events]
-        assert journal.tree_root == root_of(leaves)
-        trees = journal.trees()
-        for size in (1, 16, 17, 35, 36):
-            assert await trees.root(size) == root_of(leaves[:size])
-        for seq in (1, 16, 17, 36):
-            proof = await trees.inclusion(seq, 36)
-            assert verify_inclusion(seq - 1, 36, leaves[seq - 1], proof, root_of(leaves))
-        proof = await trees.consistency(17, 36)
-        assert verify_consistency(17, 36, proof, root_of(leaves[:17]), root_of(leaves))
-    report = await verify_journal(location)
-    assert report.ok and report.tree_root == root_of(leaves).hex() and report.tree_stored
 
 
 async def test_a_journal_from_before_trees_gets_its_tree_on_its_first_open_for_writing(
@@ -386,3 +237,16 @@ def test_signed_checkpoints_are_kept_beside_the_events_from_outside_the_writer(
 
     [(size, note)] = anyio.run(heads)
     assert size == 21 and note.count("\u2014 ") == 2  # the log's line and the witness's
+
+
+def test_the_contract_names_the_rule_a_store_breaks(tmp_path: Path) -> None:
+    """A store whose new journal already holds an event fails the suite, which says why."""
+    used = str(tmp_path / "used.db")
+    anyio.run(record, used, [[trigger(0)]])
+
+    class UsedStore(JournalStoreContract):
+        def journal_location(self, tmp_path: Path) -> str:
+            return used
+
+    with pytest.raises(ContractBroken, match="an append is numbered from 1"):
+        UsedStore().test_contract_appends_read_back_in_order_with_every_filter(tmp_path)
