@@ -289,7 +289,7 @@ def _parser() -> argparse.ArgumentParser:
     add_console_commands(commands)
     add_serve_commands(commands)
     add_belief_commands(commands)
-    add_completion_command(commands)
+    add_completion_command(commands, _parser)
     add_roadmap_commands(commands)
     add_grant_commands(commands)
     return parser

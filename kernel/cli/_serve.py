@@ -369,7 +369,8 @@ async def _mcp(
     kernel: Any, args: argparse.Namespace, sock: socket.socket, scope: anyio.CancelScope
 ) -> None:
     """Serve MCP over HTTP on this kernel (``dirk mcp --kernel --http``, in this process)."""
-    from kernel.cli import _mcp as mcp_module
+    from kernel.cli._mcp import serve
+    from kernel.cli._serving import Web, url_of
     from kernel.mcp import Embedded, Identity, Principal
     from kernel.mcp._http import read_tokens
 
@@ -379,16 +380,6 @@ async def _mcp(
     if args.mcp_operator and not tokens:
         default = Principal(role="operator", name=args.mcp_operator)
     identity = Identity(default, tokens)
-    # dirk mcp's serving changed with the release branch (a bound socket, its URL named in
-    # its RFC 9728 metadata): this runs on either, until the older one is gone.
-    mcp_cli: Any = mcp_module
-    web = getattr(mcp_cli, "_Web", None)
+    url = url_of("http", host, sock.getsockname()[1])
     with scope:
-        if web is not None:
-            url = mcp_cli._url_of("http", host, sock.getsockname()[1])
-            await mcp_cli._serve(Embedded(kernel), identity, web(sock, host, url, None, tokens))
-        else:
-            # The older dirk mcp binds its own port: this one, given back to it.
-            port = sock.getsockname()[1]
-            sock.close()
-            await mcp_cli._serve(Embedded(kernel), identity, tokens, args.mcp, host, port, None)
+        await serve(Embedded(kernel), identity, Web(sock, host, url, None, tokens))
