@@ -66,7 +66,7 @@ from kernel.state.projections import Projections
 from kernel.telemetry import trace_id_for
 
 EPILOG = f"""\
---db takes a journal file or a postgresql:// URL (dirk[postgres]); keep a
+--db takes a journal file or a postgresql:// URL (dir-kernel[postgres]); keep a
 server's password in PGPASSWORD or ~/.pgpass, not in the URL.
 
 exit status:

@@ -84,7 +84,7 @@ def add_commands(commands: Any) -> None:
     """Add ``serve`` to ``dirk``'s subparsers."""
     p = commands.add_parser(
         "serve",
-        help="run a kernel on an existing journal, with its console (extra dirk[console])",
+        help="run a kernel on an existing journal, with its console (extra dir-kernel[console])",
         description=(
             "Run a kernel on an existing journal with the packs and adapters named here,"
             " apply the operator inbox's decisions, and serve the console (and with --mcp the"
@@ -146,7 +146,10 @@ def add_commands(commands: Any) -> None:
     p.add_argument(
         "--mcp",
         metavar="HOST:PORT",
-        help="also serve MCP over streamable HTTP on HOST:PORT, on this kernel (extra dirk[mcp])",
+        help=(
+            "also serve MCP over streamable HTTP on HOST:PORT, on this kernel"
+            " (extra dir-kernel[mcp])"
+        ),
     )
     p.add_argument(
         "--mcp-token-file",

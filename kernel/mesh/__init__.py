@@ -1,4 +1,4 @@
-"""The agent mesh: agents hosted in other processes, over NATS JetStream (``dirk[nats]``).
+"""The agent mesh: agents hosted in other processes, over NATS JetStream (``dir-kernel[nats]``).
 
 Topology (``KernelConfig(bus="nats://...")`` or ``DIRK_BUS``): the kernel stays
 the one writer of its journal; agent hosts (``python -m agents_sdk.serve``) and
