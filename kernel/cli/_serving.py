@@ -92,7 +92,6 @@ def callers_of(args: argparse.Namespace) -> Callers | int:
     Shared by ``dirk mcp`` and ``dirk mcp proxy``: both are served, and authenticate their
     callers, the same way. Returns the callers, or the exit code of a usage error.
     """
-    from kernel.mcp import Principal
     from kernel.mcp._http import TokenFileError, read_tokens
 
     operator = getattr(args, "operator", None)  # dirk mcp proxy serves agents only
@@ -102,38 +101,10 @@ def callers_of(args: argparse.Namespace) -> Callers | int:
         if problem is not None:
             # A byte that is not UTF-8 reaches argv as a lone surrogate: refused, not echoed.
             return error(ReasonCode.SCHEMA_INVALID, f"{flag}: {problem}", ExitCode.USAGE)
-    host, port = "", 0
-    tls: TlsFiles | None = None
-    if args.http:
-        host, sep, port_text = args.http.rpartition(":")
-        if not sep or not port_text.isdigit() or not host or not 0 <= int(port_text) <= 65535:
-            return error(CliError.BAD_ARGUMENT, "--http takes HOST:PORT", ExitCode.USAGE)
-        host, port = host.strip("[]"), int(port_text)
-        if not is_loopback(host) and not args.token_file:
-            return error(
-                CliError.BAD_ARGUMENT,
-                f"refusing to serve {host} without --token-file (only loopback may go without)",
-                ExitCode.USAGE,
-            )
-        try:
-            tls = tls_files(args.tls_cert, args.tls_key)
-        except TlsError as exc:
-            return error(CliError.BAD_ARGUMENT, str(exc), ExitCode.USAGE)
-        if tls is not None and args.insecure_http:
-            return error(
-                CliError.BAD_ARGUMENT,
-                "--insecure-http contradicts --tls-cert/--tls-key",
-                ExitCode.USAGE,
-            )
-        refusal = plain_http_refusal(host, tls=tls is not None, insecure_http=args.insecure_http)
-        if refusal is not None:
-            return error(CliError.BAD_ARGUMENT, refusal, ExitCode.USAGE)
-    elif args.token_file or args.tls_cert or args.tls_key or args.insecure_http or public_url:
-        return error(
-            CliError.BAD_ARGUMENT,
-            "--token-file, --public-url, --tls-cert, --tls-key and --insecure-http go with --http",
-            ExitCode.USAGE,
-        )
+    listening = _listening(args, public_url)
+    if isinstance(listening, int):
+        return listening
+    host, port, tls = listening
     if public_url is not None and _url_problem(public_url) is not None:
         return error(
             CliError.BAD_ARGUMENT, f"--public-url: {_url_problem(public_url)}", ExitCode.USAGE
@@ -144,6 +115,57 @@ def callers_of(args: argparse.Namespace) -> Callers | int:
             tokens = read_tokens(args.token_file)
         except TokenFileError as exc:
             return error(CliError.BAD_ARGUMENT, str(exc), ExitCode.USAGE)
+    default = _default_caller(args, operator, tokens)
+    if isinstance(default, int):
+        return default
+    return Callers(host, port, tls, tokens, default)
+
+
+def _listening(
+    args: argparse.Namespace, public_url: str | None
+) -> tuple[str, int, TlsFiles | None] | int:
+    """Where ``--http`` listens and its TLS (``("", 0, None)`` over stdio), or an exit code."""
+    if not args.http:
+        if args.token_file or args.tls_cert or args.tls_key or args.insecure_http or public_url:
+            return error(
+                CliError.BAD_ARGUMENT,
+                "--token-file, --public-url, --tls-cert, --tls-key and --insecure-http go with"
+                " --http",
+                ExitCode.USAGE,
+            )
+        return "", 0, None
+    host, sep, port_text = args.http.rpartition(":")
+    if not sep or not port_text.isdigit() or not host or not 0 <= int(port_text) <= 65535:
+        return error(CliError.BAD_ARGUMENT, "--http takes HOST:PORT", ExitCode.USAGE)
+    host, port = host.strip("[]"), int(port_text)
+    if not is_loopback(host) and not args.token_file:
+        return error(
+            CliError.BAD_ARGUMENT,
+            f"refusing to serve {host} without --token-file (only loopback may go without)",
+            ExitCode.USAGE,
+        )
+    try:
+        tls = tls_files(args.tls_cert, args.tls_key)
+    except TlsError as exc:
+        return error(CliError.BAD_ARGUMENT, str(exc), ExitCode.USAGE)
+    if tls is not None and args.insecure_http:
+        return error(
+            CliError.BAD_ARGUMENT,
+            "--insecure-http contradicts --tls-cert/--tls-key",
+            ExitCode.USAGE,
+        )
+    refusal = plain_http_refusal(host, tls=tls is not None, insecure_http=args.insecure_http)
+    if refusal is not None:
+        return error(CliError.BAD_ARGUMENT, refusal, ExitCode.USAGE)
+    return host, port, tls
+
+
+def _default_caller(
+    args: argparse.Namespace, operator: str | None, tokens: dict[str, Principal]
+) -> Principal | int | None:
+    """Who calls without a token (``--agent``/``--operator``), None, or an exit code."""
+    from kernel.mcp import Principal
+
     default = None
     if args.agent:
         default = Principal(role="agent", name=args.agent)
@@ -158,7 +180,7 @@ def callers_of(args: argparse.Namespace) -> Callers | int:
             "with --token-file the tokens say who calls, not --agent/--operator",
             ExitCode.USAGE,
         )
-    return Callers(host, port, tls, tokens, default)
+    return default
 
 
 def web_of(args: argparse.Namespace, callers: Callers) -> Web | int | None:
