@@ -324,48 +324,46 @@ async def wait_taken(db: str, row_id: int, timeout_s: float) -> int:
             CliError.NOT_TAKEN, f"the kernel did not take the decision within {timeout_s:g} s"
         )
     event, _ = await read_answer(db, seq)
-    events = [event] if event is not None else []
     payload = event.payload if event is not None else None
-    if isinstance(payload, ev.HumanDecided):
-        say(f"applied: {payload.decision} by {payload.operator} (event #{seq})")
-        return ExitCode.OK
-    if isinstance(payload, ev.ApprovalVoted | ev.GrantVoted):
-        met = "quorum met" if payload.met else payload.waiting
-        say(f"applied: vote {payload.vote} by {payload.operator}: {met} (event #{seq})")
-        return ExitCode.OK
-    if isinstance(payload, ev.GrantIssued):
-        waiting = " (waiting for its quorum)" if payload.quorum is not None else ""
-        say(f"applied: grant {payload.grant} by {payload.operator}{waiting} (event #{seq})")
-        return ExitCode.OK
-    if isinstance(payload, ev.GrantRevoked):
-        say(f"applied: grant {payload.grant} revoked by {payload.operator} (event #{seq})")
-        return ExitCode.OK
     if isinstance(payload, ev.DecisionRefused | ev.AmendmentRefused):
         return error(payload.reason_code, payload.detail)
-    if isinstance(payload, ev.AgentStatusChanged):
-        who = f"by {payload.operator} (event #{seq})"
-        say(f"applied: {events[0].agent_id} is {payload.status}, {who}")
-        return ExitCode.OK
-    if isinstance(payload, ev.RuleDecided):
-        version = f", now v{payload.version}" if payload.version else ""
-        what = f"rule {payload.rule} {payload.decision} by {payload.actor}{version}"
-        say(f"applied: {what} (event #{seq})")
-        return ExitCode.OK
-    if isinstance(payload, ev.RuleRetracted):
-        say(f"applied: rule {payload.rule} v{payload.version} retracted by {payload.operator}")
-        return ExitCode.OK
     if isinstance(payload, ev.InputRefused):
         return error(payload.reason_code, f"{payload.field}: {payload.detail}")
-    if isinstance(payload, ev.LimitAmended):
-        say(
-            f"applied: {payload.limit} = {payload.value} for {events[0].agent_id} by"
-            f" {payload.operator} (event #{seq}, floor {payload.floor}, ceiling {payload.ceiling})"
-        )
-        return ExitCode.OK
-    if isinstance(payload, ev.CredentialIssued):
-        say(f"applied: credential of {events[0].agent_id} by {payload.operator} (event #{seq})")
-        return ExitCode.OK
     if isinstance(payload, ev.RequestVerified):
         print(f"applied: {payload.request} by {payload.principal} (event #{seq})")
         return ExitCode.OK
+    applied = None if event is None else _applied(event, seq)
+    if applied is not None:
+        say(f"applied: {applied}")
+        return ExitCode.OK
     return error(CliError.NOT_APPLIED, f"inbox row {row_id} was not applied (marker {seq})")
+
+
+def _applied(event: Event, seq: int) -> str | None:
+    """What the kernel's answer at ``seq`` says it applied, or None if it applied nothing."""
+    payload = event.payload
+    if isinstance(payload, ev.HumanDecided):
+        return f"{payload.decision} by {payload.operator} (event #{seq})"
+    if isinstance(payload, ev.ApprovalVoted | ev.GrantVoted):
+        met = "quorum met" if payload.met else payload.waiting
+        return f"vote {payload.vote} by {payload.operator}: {met} (event #{seq})"
+    if isinstance(payload, ev.GrantIssued):
+        waiting = " (waiting for its quorum)" if payload.quorum is not None else ""
+        return f"grant {payload.grant} by {payload.operator}{waiting} (event #{seq})"
+    if isinstance(payload, ev.GrantRevoked):
+        return f"grant {payload.grant} revoked by {payload.operator} (event #{seq})"
+    if isinstance(payload, ev.AgentStatusChanged):
+        return f"{event.agent_id} is {payload.status}, by {payload.operator} (event #{seq})"
+    if isinstance(payload, ev.RuleDecided):
+        version = f", now v{payload.version}" if payload.version else ""
+        return f"rule {payload.rule} {payload.decision} by {payload.actor}{version} (event #{seq})"
+    if isinstance(payload, ev.RuleRetracted):
+        return f"rule {payload.rule} v{payload.version} retracted by {payload.operator}"
+    if isinstance(payload, ev.LimitAmended):
+        return (
+            f"{payload.limit} = {payload.value} for {event.agent_id} by"
+            f" {payload.operator} (event #{seq}, floor {payload.floor}, ceiling {payload.ceiling})"
+        )
+    if isinstance(payload, ev.CredentialIssued):
+        return f"credential of {event.agent_id} by {payload.operator} (event #{seq})"
+    return None

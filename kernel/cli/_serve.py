@@ -167,30 +167,9 @@ def add_commands(commands: Any) -> None:
 
 async def run(args: argparse.Namespace) -> int:
     """Run ``dirk serve`` until interrupted; return its exit status."""
-    for agent_id in args.allow:
-        problem = id_problem(agent_id)
-        if problem is not None:
-            return error(ReasonCode.SCHEMA_INVALID, f"--allow: {problem}", ExitCode.USAGE)
-    if args.files and not args.example:
-        return error(CliError.BAD_ARGUMENT, "--files goes with --example", ExitCode.USAGE)
-    if not 0.05 <= args.inbox_poll <= 60:
-        return error(CliError.BAD_ARGUMENT, "--inbox-poll takes 0.05 to 60 seconds", ExitCode.USAGE)
-    if args.mcp is None and (args.mcp_token_file or args.mcp_operator):
-        return error(
-            CliError.BAD_ARGUMENT,
-            "--mcp-token-file and --mcp-operator go with --mcp",
-            ExitCode.USAGE,
-        )
-    if args.mcp is not None:
-        host, sep, port = args.mcp.rpartition(":")
-        if not sep or not host or not port.isdigit() or int(port) > 65535:
-            return error(CliError.BAD_ARGUMENT, "--mcp takes HOST:PORT", ExitCode.USAGE)
-        if not args.mcp_token_file and not (args.mcp_operator and is_loopback(host.strip("[]"))):
-            return error(
-                CliError.BAD_ARGUMENT,
-                "--mcp needs --mcp-token-file (or, on loopback, --mcp-operator NAME)",
-                ExitCode.USAGE,
-            )
+    refused = _flags_refused(args)
+    if refused is not None:
+        return refused
     try:
         extra = packs_from(args.pack) if args.pack else []
     except PackPathError as exc:
@@ -220,6 +199,35 @@ async def run(args: argparse.Namespace) -> int:
         finally:
             if prepared is not None:
                 prepared.sock.close()
+
+
+def _flags_refused(args: argparse.Namespace) -> int | None:
+    """The exit code of flags ``dirk serve`` cannot run with, or None."""
+    for agent_id in args.allow:
+        problem = id_problem(agent_id)
+        if problem is not None:
+            return error(ReasonCode.SCHEMA_INVALID, f"--allow: {problem}", ExitCode.USAGE)
+    if args.files and not args.example:
+        return error(CliError.BAD_ARGUMENT, "--files goes with --example", ExitCode.USAGE)
+    if not 0.05 <= args.inbox_poll <= 60:
+        return error(CliError.BAD_ARGUMENT, "--inbox-poll takes 0.05 to 60 seconds", ExitCode.USAGE)
+    if args.mcp is None and (args.mcp_token_file or args.mcp_operator):
+        return error(
+            CliError.BAD_ARGUMENT,
+            "--mcp-token-file and --mcp-operator go with --mcp",
+            ExitCode.USAGE,
+        )
+    if args.mcp is not None:
+        host, sep, port = args.mcp.rpartition(":")
+        if not sep or not host or not port.isdigit() or int(port) > 65535:
+            return error(CliError.BAD_ARGUMENT, "--mcp takes HOST:PORT", ExitCode.USAGE)
+        if not args.mcp_token_file and not (args.mcp_operator and is_loopback(host.strip("[]"))):
+            return error(
+                CliError.BAD_ARGUMENT,
+                "--mcp needs --mcp-token-file (or, on loopback, --mcp-operator NAME)",
+                ExitCode.USAGE,
+            )
+    return None
 
 
 class ExampleMissing(Exception):
