@@ -6,15 +6,15 @@ adapter, a credential or a journal handle.
 """
 
 from agents_sdk.agent import Agent
-from kernel import Manifest, Outcome, Proposal, Session, ValidationFeedback, Verdict, WorkingContext
+from kernel import Feedback, Manifest, Outcome, Proposal, Session, Verdict, WorkingContext
 
 __all__ = [
     "Agent",
+    "Feedback",
     "Manifest",
     "Outcome",
     "Proposal",
     "Session",
-    "ValidationFeedback",
     "Verdict",
     "WorkingContext",
 ]

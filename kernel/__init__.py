@@ -16,7 +16,7 @@ from kernel.api.decisions import Decision, DecisionVerdict
 from kernel.boot import open_kernel
 from kernel.config import KernelConfig, Limits, Ports, Storage, Supervision
 from kernel.core.errors import KernelFault, KernelShutdown
-from kernel.core.events import Manifest, PackRef, ProposalRecord
+from kernel.core.events import Feedback, Manifest, PackRef, ProposalRecord
 from kernel.core.fetching import ArtifactSlice, FetchRefused
 from kernel.core.flow import TERMINAL, FlowState, FlowStatus
 from kernel.core.ports import Clock, IdSource, RandomIds, SystemClock
@@ -30,7 +30,6 @@ from kernel.policy.contracts import (
     Outcome,
     Proposal,
     Session,
-    ValidationFeedback,
     Verdict,
     WorkingContext,
 )
@@ -56,6 +55,7 @@ __all__ = [
     "DecisionVerdict",
     "EscalationBudget",
     "EscalationPolicy",
+    "Feedback",
     "FetchRefused",
     "FlowState",
     "FlowStatus",
@@ -87,7 +87,6 @@ __all__ = [
     "Storage",
     "Supervision",
     "SystemClock",
-    "ValidationFeedback",
     "Verdict",
     "WorkingContext",
     "credential_verifier",

@@ -93,3 +93,41 @@ def test_the_kernels_parts_are_the_inner_contract() -> None:
     assert placed == present
     for path in (KERNEL / "api").glob("*.py"):
         assert len(path.read_text().splitlines()) <= 600, path.name
+
+
+def documented_domains() -> list[list[str]]:
+    """The rows of the page's domain table: class, module, saved, events, DIM layer, executors."""
+    text = DOC.read_text()
+    section = text[text.index("## Domains, and adding one") :]
+    table = section[section.index("| domain |") :]
+    rows = []
+    for line in table.splitlines()[2:]:
+        if not line.startswith("|"):
+            break
+        rows.append([cell.strip() for cell in line.strip("|").split("|")])
+    return rows
+
+
+def _named(text: str) -> list[str]:
+    return re.findall(r"`([^`]+)`", text)
+
+
+def test_the_domain_table_is_the_registry() -> None:
+    from kernel.state.domain import Domain
+    from kernel.state.projections import DOMAINS, Projections
+
+    rows = documented_domains()
+    domains = list(Projections().domains)
+    assert [type(d) for d in domains] == list(DOMAINS)
+    assert [_named(row[0])[0] for row in rows] == [type(d).__name__ for d in domains]
+    for row, domain in zip(rows, domains, strict=True):
+        kind = type(domain)
+        name, module = _named(row[0])
+        assert module == kind.__module__.removeprefix("kernel.").replace(".", "/") + ".py", name
+        # The saved fields are the backticked names of the state column's last parentheses.
+        saved = re.search(r"\(([^()]*)\)$", row[1])
+        assert (_named(saved.group(1)) if saved else []) == [s.name for s in domain.saved()], name
+        judges = kind.check is not Domain.check or kind.transform is not Domain.transform
+        assert (not row[3].startswith("none")) == judges, name
+        executors = re.split(r"[(:]", row[4])[0]
+        assert _named(executors) == list(domain.executors()), name

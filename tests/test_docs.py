@@ -62,3 +62,15 @@ def test_the_trace_picture_is_drawn_from_the_spans_a_receiver_got(tmp_path: Path
     ids = {s["span_id"] for s in spans}
     roots = [s for s in spans if s["parent_span_id"] not in ids]
     assert [r["name"].split()[0] for r in roots] == ["invoke_workflow"]
+
+
+def test_extras_are_named_by_the_distribution() -> None:
+    # The distribution is dir-kernel (pip install 'dir-kernel[mcp]'); `dirk` is only the command.
+    texts = [ROOT / "README.md", *DOCS.rglob("*.md"), *(ROOT / "kernel").rglob("*.py")]
+    wrong = [
+        f"{path.relative_to(ROOT)}:{n}"
+        for path in texts
+        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if re.search(r"(?<![\w-])dirk\[", line)
+    ]
+    assert wrong == []

@@ -34,6 +34,7 @@ PINNED = {
         "DecisionVerdict",
         "EscalationBudget",
         "EscalationPolicy",
+        "Feedback",
         "FetchRefused",
         "FlowState",
         "FlowStatus",
@@ -68,7 +69,6 @@ PINNED = {
         "Supervision",
         "SystemClock",
         "TERMINAL",
-        "ValidationFeedback",
         "Verdict",
         "WorkingContext",
     ],
@@ -235,14 +235,14 @@ PUBLIC = {
     "kernel.adapters",
     "kernel.audit",
     "kernel.testing",
-    "kernel.mesh",  # hosts and executors on the bus (dirk[nats])
+    "kernel.mesh",  # hosts and executors on the bus (dir-kernel[nats])
     "kernel.beliefs",  # governed beliefs: the pure model, the governance pack, the graph
     # The agent frameworks: tools from kinds, the gate, one adapter per framework (its extra).
     "kernel.frameworks",
     "kernel.frameworks.openai_agents",
     "kernel.frameworks.pydantic_ai",
     "kernel.frameworks.langgraph",
-    "kernel.gateway",  # the governing MCP gateway, `dirk mcp proxy` (dirk[mcp])
+    "kernel.gateway",  # the governing MCP gateway, `dirk mcp proxy` (dir-kernel[mcp])
 }
 
 

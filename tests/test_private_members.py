@@ -25,10 +25,6 @@ ALLOWED: dict[tuple[str, str], str] = {
         " the completion script walks the parser's subcommands through it"
     ),
     ("kernel/cli/_proofs.py", "_SubParsersAction"): "as above: argparse's subparsers",
-    ("kernel/cli/_serve.py", "_url_of"): (
-        "dirk serve runs dirk mcp's HTTP server in its own process and names its URL as dirk"
-        " mcp does; it reaches the older and the newer dirk mcp alike until the older is gone"
-    ),
     ("kernel/cli/_verify.py", "_SubParsersAction"): "as above: argparse's subparsers",
     ("kernel/mcp/_server.py", "_tool_manager"): (
         "the mcp SDK has no public way to reach a registered tool's schema, which the server"

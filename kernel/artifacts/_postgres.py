@@ -2,7 +2,7 @@
 
 ``artifacts (ref, size, body)`` in the connection's current schema, reached with
 psycopg 3, synchronously, in a worker thread one call at a time, as the journal's own
-PostgreSQL store works (the ``dirk[postgres]`` extra; nothing imports this module
+PostgreSQL store works (the ``dir-kernel[postgres]`` extra; nothing imports this module
 until a ``postgresql://`` location is opened). Its own connection: a put never waits
 on the journal writer's lease or transactions.
 """

@@ -10,7 +10,7 @@ is a no-op, and bytes that no longer hash to their reference are caught by
 
 Three stores keep the same contract (tests/artifacts/test_store_contract.py runs it
 against each): a SQLite file (:mod:`kernel.artifacts._sqlite`), a PostgreSQL table
-(:mod:`kernel.artifacts._postgres`, the ``dirk[postgres]`` extra) and a directory of
+(:mod:`kernel.artifacts._postgres`, the ``dir-kernel[postgres]`` extra) and a directory of
 files (:mod:`kernel.artifacts._directory`). :func:`open_artifacts` picks one by
 location; :func:`artifacts_beside` names the default one beside a journal.
 """

@@ -2,7 +2,7 @@
 
 ``whatif`` replays the journal with some events removed, or with a constraint
 added at a point, and judges every recorded agent proposal again with the
-memory layer of the DIM (:func:`kernel.state.memory.check`) against the memory of
+memory layer of the DIM (:func:`kernel.state.constraints.check`) against the memory of
 that other history. It reports the verdicts that flip: accepted then, refused
 now (and why), or refused by memory then, passing the memory layer now; and
 the accepted ones whose advisories (preferred constraints touched, recorded
@@ -33,7 +33,8 @@ from kernel.core.events import (
     ProposalSubmitted,
 )
 from kernel.journal.store import Journal
-from kernel.state.memory import MEMORY_EVENTS, MemoryState, advisories, check
+from kernel.state.constraints import advisories, check
+from kernel.state.memory import MEMORY_EVENTS, MemoryState
 
 INJECTED_ID = 0
 """The id an injected constraint carries (real constraints are ids of recorded events)."""

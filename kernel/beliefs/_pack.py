@@ -25,8 +25,8 @@ from kernel.policy.packs import PolicyPack
 from kernel.state.beliefs import BELIEFS_ADAPTER, TEST_ADAPTER
 from kernel.state.beliefs.domain import Beliefs
 from kernel.state.beliefs.effects import effects
-from kernel.state.domain import ExecutorPorts, State
-from kernel.state.memory import Memory, Remembered, memory_id, recorded_receipt, started
+from kernel.state.domain import ExecutorPorts, RecordingReceipt, State
+from kernel.state.memory import Memory, memory_id, recorded_receipt, started
 
 
 class GovernanceKind(PolicyKind, frozen=True, kw_only=True):
@@ -195,7 +195,9 @@ class BeliefsExecutor:
                 if isinstance(r, PropositionTransitioned)
             },
         }
-        return Remembered(external_id=memory_id(intent.key), detail=detail, records=tuple(records))  # type: ignore[arg-type]
+        return RecordingReceipt(
+            external_id=memory_id(intent.key), detail=detail, records=tuple(records)
+        )
 
 
 class NoTests:

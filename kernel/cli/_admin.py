@@ -22,11 +22,12 @@ from kernel.cli._operator import (
     wait_seconds,
 )
 from kernel.cli._read import print_json, say
+from kernel.core.events import RuleProposed
 from kernel.core.reasons import CliError, ExitCode, ReasonCode
 from kernel.inbox import RequestRefused
 from kernel.inbox.prepare import rule_change, rule_decision, status_change
 from kernel.state.projections import AgentStatus
-from kernel.state.rulebook import Rulebook
+from kernel.state.rulebook import Rulebook, RuleItem
 
 _WAIT_HELP = "wait this long for the kernel to apply it and report the outcome"
 
@@ -143,7 +144,29 @@ async def _rules(args: argparse.Namespace) -> int:
     if change is not None:
         return await _change_rule(args, book, change)
     seq = args.override if args.override is not None else args.skip
-    if seq is None and args.json:
+    if seq is None:
+        _list_rules(space, pending, ns, as_json=args.json)
+        return ExitCode.OK
+    if args.json:
+        return error(CliError.BAD_ARGUMENT, "--json reads; a decision changes", ExitCode.USAGE)
+    missing = _who_and_why(args)
+    if missing is not None:
+        return error(ReasonCode.SCHEMA_INVALID, missing, ExitCode.USAGE)
+    decision = "override" if args.override is not None else "skip"
+    try:
+        request = rule_decision(book, seq, decision, operator=args.operator, reason=args.reason)
+    except RequestRefused as exc:
+        if exc.code is CliError.RULE_NOT_PENDING:
+            return error(exc.code, f"{exc.message} in {args.db}")
+        return refused(exc)
+    return await post_request(args, request, f"{decision} of rule proposal #{seq}")
+
+
+def _list_rules(
+    space: dict[str, RuleItem], pending: list[tuple[int, RuleProposed]], ns: str, *, as_json: bool
+) -> None:
+    """Print the rules of ``ns`` and its deferred proposals, as text or one JSON object."""
+    if as_json:
         print_json(
             {
                 "rules": [
@@ -167,33 +190,18 @@ async def _rules(args: argparse.Namespace) -> int:
                 ],
             }
         )
-        return ExitCode.OK
-    if seq is None:
-        for rule, item in sorted(space.items()):
-            current = item.current
-            shown = f"v{current.version} {current.title!r}" if current else "no version in force"
-            say(f"{rule}: {shown} ({len(item.decisions)} decisions; dirk why {rule})")
-        for pending_seq, proposal in pending:
-            say(
-                f"deferred #{pending_seq}: {proposal.rule} {proposal.title!r}"
-                f" by {proposal.proposer or '?'} (--override {pending_seq} | --skip {pending_seq})"
-            )
-        if not space and not pending:
-            say("no rules" if ns == "default" else f"no rules in namespace {ns}")
-        return ExitCode.OK
-    if args.json:
-        return error(CliError.BAD_ARGUMENT, "--json reads; a decision changes", ExitCode.USAGE)
-    missing = _who_and_why(args)
-    if missing is not None:
-        return error(ReasonCode.SCHEMA_INVALID, missing, ExitCode.USAGE)
-    decision = "override" if args.override is not None else "skip"
-    try:
-        request = rule_decision(book, seq, decision, operator=args.operator, reason=args.reason)
-    except RequestRefused as exc:
-        if exc.code is CliError.RULE_NOT_PENDING:
-            return error(exc.code, f"{exc.message} in {args.db}")
-        return refused(exc)
-    return await post_request(args, request, f"{decision} of rule proposal #{seq}")
+        return
+    for rule, item in sorted(space.items()):
+        current = item.current
+        shown = f"v{current.version} {current.title!r}" if current else "no version in force"
+        say(f"{rule}: {shown} ({len(item.decisions)} decisions; dirk why {rule})")
+    for pending_seq, proposal in pending:
+        say(
+            f"deferred #{pending_seq}: {proposal.rule} {proposal.title!r}"
+            f" by {proposal.proposer or '?'} (--override {pending_seq} | --skip {pending_seq})"
+        )
+    if not space and not pending:
+        say("no rules" if ns == "default" else f"no rules in namespace {ns}")
 
 
 async def _change_rule(args: argparse.Namespace, book: Rulebook, rule: str) -> int:

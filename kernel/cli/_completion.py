@@ -10,6 +10,8 @@ and ``import kernel`` takes about 125 ms). Flags that name files (``--db``,
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from kernel.core.reasons import ExitCode
@@ -22,8 +24,12 @@ _FILES = frozenset(
 """The destinations whose values are file names (shtab completes them as files)."""
 
 
-def add_command(commands: Any) -> None:
-    """Add ``completion`` to ``dirk``'s subcommands."""
+def add_command(commands: Any, parser_of: Callable[[], argparse.ArgumentParser]) -> None:
+    """Add ``completion`` to ``dirk``'s subcommands; ``parser_of`` builds the parser it completes.
+
+    The parser comes as a function, not an import: ``kernel.cli._main`` adds this command,
+    so this module importing it back would make the two one module in two files.
+    """
     p = commands.add_parser(
         "completion",
         help="print a shell completion script (bash, zsh or tcsh)",
@@ -35,16 +41,13 @@ def add_command(commands: Any) -> None:
         ),
     )
     p.add_argument("shell", choices=SHELLS, help="the shell to complete in")
-    p.set_defaults(run=_completion)
+    p.set_defaults(run=partial(_completion, parser_of))
 
 
-def script(shell: str) -> str:
-    """Return ``dirk``'s completion script for ``shell``."""
+def script(parser: argparse.ArgumentParser, shell: str) -> str:
+    """Return the completion script of ``parser`` for ``shell``."""
     import shtab
 
-    from kernel.cli._main import _parser
-
-    parser = _parser()
     for action in _actions(parser):
         if action.dest in _FILES:
             action.complete = shtab.FILE  # type: ignore[attr-defined]
@@ -62,6 +65,8 @@ def _actions(parser: argparse.ArgumentParser) -> list[argparse.Action]:
     return found
 
 
-async def _completion(args: argparse.Namespace) -> int:
-    print(script(args.shell), end="")
+async def _completion(
+    parser_of: Callable[[], argparse.ArgumentParser], args: argparse.Namespace
+) -> int:
+    print(script(parser_of(), args.shell), end="")
     return ExitCode.OK

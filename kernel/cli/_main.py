@@ -32,6 +32,7 @@ from kernel.cli._admin import add_commands as add_admin_commands
 from kernel.cli._artifacts import add_commands as add_artifact_commands
 from kernel.cli._beliefs import add_commands as add_belief_commands
 from kernel.cli._completion import add_command as add_completion_command
+from kernel.cli._escalations import add_commands as add_escalation_commands
 from kernel.cli._grants import add_commands as add_grant_commands
 from kernel.cli._journal import add_commands as add_journal_commands
 from kernel.cli._keyring import add_commands as add_keyring_commands
@@ -66,7 +67,7 @@ from kernel.state.projections import Projections
 from kernel.telemetry import trace_id_for
 
 EPILOG = f"""\
---db takes a journal file or a postgresql:// URL (dirk[postgres]); keep a
+--db takes a journal file or a postgresql:// URL (dir-kernel[postgres]); keep a
 server's password in PGPASSWORD or ~/.pgpass, not in the URL.
 
 exit status:
@@ -280,6 +281,7 @@ def _parser() -> argparse.ArgumentParser:
     add_verify_commands(commands)
     add_artifact_commands(commands)
     add_proof_commands(commands)
+    add_escalation_commands(commands)
     add_commands(commands)
     add_admin_commands(commands)
     add_keyring_commands(commands)
@@ -289,7 +291,7 @@ def _parser() -> argparse.ArgumentParser:
     add_console_commands(commands)
     add_serve_commands(commands)
     add_belief_commands(commands)
-    add_completion_command(commands)
+    add_completion_command(commands, _parser)
     add_roadmap_commands(commands)
     add_grant_commands(commands)
     return parser

@@ -9,9 +9,6 @@ from __future__ import annotations
 import argparse
 import logging
 import math
-import socket
-import sys
-import urllib.parse
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
@@ -20,22 +17,20 @@ from kernel.audit.reverify import PackPathError
 from kernel.cli._operator import error
 from kernel.cli._proxy import add_proxy
 from kernel.cli._replay import packs_from
-from kernel.core.hosts import (
-    TlsError,
-    TlsFiles,
-    insecure_http_warning,
-    is_loopback,
-    plain_http_refusal,
-    tls_files,
+from kernel.cli._serving import (
+    QUIET_LOGGERS,
+    Web,
+    add_serving_arguments,
+    auth_of,
+    callers_of,
+    transport,
+    web_of,
 )
-from kernel.core.reasons import CliError, ExitCode, ReasonCode
-from kernel.core.text import id_problem
+from kernel.core.reasons import CliError, ExitCode
 from kernel.policy.packs import PackError, PolicyCatalog, PolicyPack
 
 if TYPE_CHECKING:
-    from kernel.mcp import Embedded, Follower, Identity, Principal
-
-_QUIET = ("mcp", "mcp.server", "httpx", "httpx2", "uvicorn", "uvicorn.error", "uvicorn.access")
+    from kernel.mcp import Embedded, Follower, Identity
 
 
 def add_commands(commands: Any) -> None:
@@ -101,34 +96,6 @@ def add_commands(commands: Any) -> None:
     add_proxy(p.add_subparsers(dest="mcp_command", metavar="{proxy}"))
 
 
-def add_serving_arguments(p: argparse.ArgumentParser, tokens: str) -> None:
-    """Add where and how a server is reached (shared by ``dirk mcp`` and ``dirk mcp proxy``).
-
-    Args:
-        p: the command's parser.
-        tokens: what a line of its ``--token-file`` holds.
-    """
-    p.add_argument(
-        "--http",
-        metavar="HOST:PORT",
-        help="serve streamable HTTP (stateless) instead of stdio; port 0 picks a free one",
-    )
-    p.add_argument("--token-file", metavar="FILE", help=f"HTTP bearer tokens, {tokens}")
-    p.add_argument(
-        "--tls-cert",
-        metavar="FILE",
-        help="with --http: serve HTTPS with this certificate chain (PEM); needs --tls-key",
-    )
-    p.add_argument(
-        "--tls-key", metavar="FILE", help="the certificate's private key (PEM, unencrypted)"
-    )
-    p.add_argument(
-        "--insecure-http",
-        action="store_true",
-        help="with --http: serve plain HTTP off loopback anyway (bearer tokens readable)",
-    )
-
-
 async def _mcp(args: argparse.Namespace) -> int:
     try:
         import kernel.mcp  # noqa: F401
@@ -141,7 +108,7 @@ async def _mcp(args: argparse.Namespace) -> int:
         )
     from kernel.mcp import Identity
 
-    for name in _QUIET:
+    for name in QUIET_LOGGERS:
         logging.getLogger(name).setLevel(logging.WARNING)
     if not args.db:
         # Not required by argparse, so that `dirk mcp proxy` (a subcommand) goes without.
@@ -165,172 +132,15 @@ async def _mcp(args: argparse.Namespace) -> int:
         return web
     try:
         async with _backend(args, agents, packs) as backend:
-            await _serve(backend, identity, web)
+            await serve(backend, identity, web)
     except PackError as exc:
         # Raised on opening the kernel: a pack that needs an adapter dirk mcp has not.
         return error(CliError.BAD_ARGUMENT, str(exc), ExitCode.USAGE)
     return ExitCode.OK
 
 
-class Callers:
-    """Where to listen and who calls, as the command line says (checked by :func:`callers_of`)."""
-
-    def __init__(
-        self,
-        host: str,
-        port: int,
-        tls: TlsFiles | None,
-        tokens: dict[str, Principal],
-        default: Principal | None,
-    ) -> None:
-        self.host = host
-        self.port = port
-        self.tls = tls
-        self.tokens = tokens
-        self.default = default
-
-
-def callers_of(args: argparse.Namespace) -> Callers | int:
-    """Check ``--http``, TLS, ``--token-file``, ``--public-url`` and ``--agent``/``--operator``.
-
-    Shared by ``dirk mcp`` and ``dirk mcp proxy``: both are served, and authenticate their
-    callers, the same way. Returns the callers, or the exit code of a usage error.
-    """
-    from kernel.mcp import Principal
-    from kernel.mcp._http import TokenFileError, read_tokens
-
-    operator = getattr(args, "operator", None)  # dirk mcp proxy serves agents only
-    public_url = getattr(args, "public_url", None)
-    for flag, name in (("--agent", args.agent), ("--operator", operator)):
-        problem = None if name is None else id_problem(name)
-        if problem is not None:
-            # A byte that is not UTF-8 reaches argv as a lone surrogate: refused, not echoed.
-            return error(ReasonCode.SCHEMA_INVALID, f"{flag}: {problem}", ExitCode.USAGE)
-    host, port = "", 0
-    tls: TlsFiles | None = None
-    if args.http:
-        host, sep, port_text = args.http.rpartition(":")
-        if not sep or not port_text.isdigit() or not host or not 0 <= int(port_text) <= 65535:
-            return error(CliError.BAD_ARGUMENT, "--http takes HOST:PORT", ExitCode.USAGE)
-        host, port = host.strip("[]"), int(port_text)
-        if not is_loopback(host) and not args.token_file:
-            return error(
-                CliError.BAD_ARGUMENT,
-                f"refusing to serve {host} without --token-file (only loopback may go without)",
-                ExitCode.USAGE,
-            )
-        try:
-            tls = tls_files(args.tls_cert, args.tls_key)
-        except TlsError as exc:
-            return error(CliError.BAD_ARGUMENT, str(exc), ExitCode.USAGE)
-        if tls is not None and args.insecure_http:
-            return error(
-                CliError.BAD_ARGUMENT,
-                "--insecure-http contradicts --tls-cert/--tls-key",
-                ExitCode.USAGE,
-            )
-        refusal = plain_http_refusal(host, tls=tls is not None, insecure_http=args.insecure_http)
-        if refusal is not None:
-            return error(CliError.BAD_ARGUMENT, refusal, ExitCode.USAGE)
-    elif args.token_file or args.tls_cert or args.tls_key or args.insecure_http or public_url:
-        return error(
-            CliError.BAD_ARGUMENT,
-            "--token-file, --public-url, --tls-cert, --tls-key and --insecure-http go with --http",
-            ExitCode.USAGE,
-        )
-    if public_url is not None and _url_problem(public_url) is not None:
-        return error(
-            CliError.BAD_ARGUMENT, f"--public-url: {_url_problem(public_url)}", ExitCode.USAGE
-        )
-    tokens: dict[str, Principal] = {}
-    if args.token_file:
-        try:
-            tokens = read_tokens(args.token_file)
-        except TokenFileError as exc:
-            return error(CliError.BAD_ARGUMENT, str(exc), ExitCode.USAGE)
-    default = None
-    if args.agent:
-        default = Principal(role="agent", name=args.agent)
-    elif operator:
-        default = Principal(role="operator", name=operator)
-    if default is None and not tokens:
-        who = "--agent ID or --operator NAME" if hasattr(args, "operator") else "--agent ID"
-        return error(CliError.BAD_ARGUMENT, f"say who calls: {who}", ExitCode.USAGE)
-    if tokens and default is not None:
-        return error(
-            CliError.BAD_ARGUMENT,
-            "with --token-file the tokens say who calls, not --agent/--operator",
-            ExitCode.USAGE,
-        )
-    return Callers(host, port, tls, tokens, default)
-
-
-def web_of(args: argparse.Namespace, callers: Callers) -> _Web | int | None:
-    """Bind ``--http``'s socket: where the server listens (None over stdio), or an exit code."""
-    from kernel.mcp._http import bound
-
-    if not args.http:
-        return None
-    try:
-        sock = bound(callers.host, callers.port)
-    except OSError as exc:
-        return error(CliError.BAD_ARGUMENT, f"--http {args.http}: {exc.strerror}", ExitCode.USAGE)
-    scheme = "https" if callers.tls is not None else "http"
-    url = getattr(args, "public_url", None) or _url_of(scheme, callers.host, sock.getsockname()[1])
-    return _Web(sock, callers.host, url, callers.tls, callers.tokens)
-
-
-class _Web:
-    """Where ``dirk mcp --http`` serves: its bound socket, its URL, TLS, and the tokens."""
-
-    def __init__(
-        self,
-        sock: socket.socket,
-        host: str,
-        url: str,
-        tls: TlsFiles | None,
-        tokens: dict[str, Principal],
-    ) -> None:
-        self.sock = sock
-        self.host = host
-        self.url = url
-        self.tls = tls
-        self.tokens = tokens
-
-
-def _url_of(scheme: str, host: str, port: int) -> str:
-    """The MCP URL of a server bound to ``host:port`` (a wildcard bind: this machine's name)."""
-    if host in ("0.0.0.0", "::", ""):
-        host = socket.getfqdn()
-    shown = f"[{host}]" if ":" in host else host
-    return f"{scheme}://{shown}:{port}/mcp"
-
-
-def _url_problem(url: str) -> str | None:
-    """Why ``url`` cannot be the server's public URL, or None."""
-    parts = urllib.parse.urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        return "an http:// or https:// URL"
-    if not parts.path.endswith("/mcp") or parts.query or parts.fragment:
-        return "a URL ending in /mcp, with no query"
-    return id_problem(url)
-
-
-def auth_of(web: _Web | None) -> dict[str, Any]:
-    """The MCP server's keywords for ``web``: the SDK's bearer check when tokens say who calls.
-
-    A 401 then names the protected-resource metadata (RFC 9728); over stdio, or on loopback
-    without tokens, none.
-    """
-    from kernel.mcp._http import http_auth
-
-    if web is None or not web.tokens:
-        return {}
-    auth, verifier = http_auth(web.tokens, web.url)
-    return {"auth": auth, "token_verifier": verifier}
-
-
-async def _serve(backend: Embedded | Follower, identity: Identity, web: _Web | None) -> None:
+async def serve(backend: Embedded | Follower, identity: Identity, web: Web | None) -> None:
+    """Serve the MCP tools of ``backend`` to ``identity``'s callers, over ``web`` or stdio."""
     import anyio
     from mcp.server.subscriptions import InMemorySubscriptionBus
 
@@ -343,21 +153,6 @@ async def _serve(backend: Embedded | Follower, identity: Identity, web: _Web | N
             tg.start_soon(watch_rules, bus, backend.kernel.journal)
         await transport(server, web)
         tg.cancel_scope.cancel()
-
-
-async def transport(server: Any, web: _Web | None) -> None:
-    """Serve ``server`` over stdio, or over streamable HTTP at ``web`` (until cancelled)."""
-    from kernel.mcp._http import coded_errors, no_oauth, serve_http
-
-    if web is None:
-        await server.run_stdio_async()
-        return
-    app: Any = server.streamable_http_app(stateless_http=True, host=web.host)
-    app = coded_errors(no_oauth(app) if web.tokens else app)
-    if web.tls is None and not is_loopback(web.host):
-        print(insecure_http_warning(web.host), file=sys.stderr, flush=True)
-    print(f"dirk mcp: serving {web.url}", file=sys.stderr, flush=True)
-    await serve_http(app, web.sock, tls=web.tls)
 
 
 @asynccontextmanager

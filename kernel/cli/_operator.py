@@ -1,8 +1,9 @@
-"""The operator's side of ``dirk``: pending escalations, a review of one, and a decision on it.
+"""The operator's side of ``dirk``: a decision on an escalation, an amendment, and their helpers.
 
-``escalations`` and ``review`` only read the journal. ``decide`` writes one signed
-request into the journal's operator inbox (kernel.inbox), which the running kernel
-(another process, possibly not running right now) polls and applies exactly once.
+``escalations`` and ``review`` only read the journal (kernel.cli._escalations).
+``decide`` writes one signed request into the journal's operator inbox
+(kernel.inbox), which the running kernel (another process, possibly not running
+right now) polls and applies exactly once.
 The request is signed with the operator's own key (``--key`` or ``DIRK_KEY``, made by
 ``dirk operator add``), and checked here as the kernel will check it
 (kernel.inbox.prepare): what the kernel would refuse at once is refused here, with its
@@ -13,7 +14,6 @@ hash typed back (``--confirm``): no one-key approvals.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 import time
@@ -23,17 +23,12 @@ import anyio
 
 from kernel.cli._read import (
     FlowNotFound,
-    age,
-    iso_time,
-    print_json,
-    print_rows,
     resolve_flow,
     say,
-    short_ids,
 )
 from kernel.core import events as ev
 from kernel.core.events import Event
-from kernel.core.flow import FlowState, FlowStatus
+from kernel.core.flow import FlowState
 from kernel.core.keys import KeyUnusable
 from kernel.core.reasons import CliError, ExitCode, ReasonCode
 from kernel.core.wall import MAX_TTL_S, visible
@@ -42,10 +37,8 @@ from kernel.inbox.client import keyring_problem, queued_dfids, read_answer, take
 from kernel.inbox.prepare import amendment, prepare_decision
 from kernel.journal.opening import open_journal
 from kernel.journal.store import JournalError
-from kernel.policy.kinds import Impact
 from kernel.policy.quorums import waiting
 from kernel.policy.rules import decimal_of
-from kernel.state.approvals import Approval, ApprovalStatus
 from kernel.state.projections import Projections, fold
 from kernel.state.quorums import Ballot, Quorums
 
@@ -57,24 +50,10 @@ _WAIT_POLL_S = 0.05
 
 
 def add_commands(commands: Any) -> None:
-    """Add the operator's commands to the ``dirk`` parser's subcommands."""
-    escalations = commands.add_parser("escalations", help="list flows waiting for a human")
-    escalations.add_argument("--db", required=True, help="the journal file")
-    escalations.add_argument(
-        "--json", action="store_true", help="one JSON object per line, per waiting flow"
-    )
-    escalations.set_defaults(run=_escalations, pages=True)
+    """Add ``decide`` and ``amend`` to the ``dirk`` parser's subcommands.
 
-    review = commands.add_parser("review", help="everything needed to decide on one escalation")
-    review.add_argument(
-        "dfid", metavar="FLOW", help="the flow: its DFID, a unique prefix (as tables show it)"
-    )
-    review.add_argument("--db", required=True, help="the journal file")
-    review.add_argument(
-        "--json", action="store_true", help="the flow, its approval, proposal and context as JSON"
-    )
-    review.set_defaults(run=_review, pages=True)
-
+    ``escalations`` and ``review``, which only read, are kernel.cli._escalations's.
+    """
     decide = commands.add_parser("decide", help="decide on an escalated flow (via the inbox)")
     decide.add_argument(
         "dfid",
@@ -204,12 +183,6 @@ def one_line(text: str) -> str:
     return visible(text)
 
 
-def _spaced(action: str) -> str:
-    """``kind(a=1, b=2)`` as ``kind a=1, b=2``: a place to wrap after the kind."""
-    kind, paren, rest = action.partition("(")
-    return f"{kind} {rest.removesuffix(')')}" if paren else action
-
-
 def describe_action(flow: FlowState) -> str:
     """Return the proposed action in plain words."""
     if flow.proposal is None:
@@ -244,248 +217,8 @@ def quorum_text(ballot: Ballot | None) -> str:
     return ballot.waiting or waiting(ballot.quorum, [])
 
 
-def _pending(projections: Projections) -> list[tuple[FlowState, Approval]]:
-    rows = []
-    for dfid, approval in projections.approvals.items():
-        flow = projections.flows.get(dfid)
-        if flow is not None and flow.status is FlowStatus.ESCALATED:
-            if approval.status is ApprovalStatus.PENDING:
-                rows.append((flow, approval))
-    return sorted(rows, key=lambda row: row[1].escalated_ts)
-
-
-async def _escalations(args: argparse.Namespace) -> int:
-    projections, now = await fold_journal_now(args.db)
-    queued = queued_dfids(args.db)
-    rows = [
-        {
-            "dfid": flow.dfid,
-            "impact": str(approval.impact),
-            "reason_code": str(approval.reason_code),
-            "detail": approval.detail,
-            "age": age(now - approval.escalated_ts),
-            "escalated": iso_time(approval.escalated_ts),
-            "waited_s": max(0, now - approval.escalated_ts) // 1_000_000_000,
-            "agent_id": flow.agent_id,
-            "action": describe_action(flow),
-            "hash": approval.short_hash,
-            "queued": flow.dfid in queued,
-            "quorum": quorum_text(projections.domain(Quorums).ballots.get(flow.dfid)),
-        }
-        for flow, approval in _pending(projections)
-    ]
-    if args.json:
-        for row in rows:
-            print(json.dumps(row))
-        return ExitCode.OK
-    short = short_ids((str(row["dfid"]) for row in rows), projections.flows)
-    print_rows(
-        ["=DFID", "=IMPACT", "=REASON", ">=AGE", "=AGENT", "=HASH", "ACTION"],
-        (
-            [
-                short[str(row["dfid"])],
-                str(row["impact"]),
-                str(row["reason_code"]),
-                str(row["age"]),
-                str(row["agent_id"]),
-                str(row["hash"] or "-"),
-                # Spaces between the parameters: a narrow terminal wraps between them.
-                f"{_spaced(str(row['action']))}{'  (decision queued)' if row['queued'] else ''}"
-                + (f"  [{row['quorum']}]" if row["quorum"] else ""),
-            ]
-            for row in rows
-        ),
-    )
-    say(f"{len(rows)} pending escalations")
-    return ExitCode.OK
-
-
-async def _review(args: argparse.Namespace) -> int:
-    async with open_journal(args.db, readonly=True) as journal:
-        try:
-            args.dfid = await resolve_flow(journal, args.dfid)
-        except FlowNotFound as exc:
-            unknown = exc.code is CliError.UNKNOWN_FLOW
-            return error(exc.code, f"{exc.message} in {args.db}" if unknown else exc.message)
-        events = await journal.flow_events(args.dfid)
-        started = await journal.read(types=["KernelStarted"])
-        agents = await journal.read(types=["AgentRegistered"])
-        tail = await journal.read(journal.head_seq, journal.head_seq + 1)
-    if not events:
-        return error(CliError.UNKNOWN_FLOW, f"no flow {args.dfid} in {args.db}")
-    now = tail[-1].ts if tail else events[-1].ts
-    projections = Projections()
-    projections.apply(events)
-    flow = projections.flows[args.dfid]
-    approval = projections.approvals.get(args.dfid)
-    if args.json:
-        ballots = projections.domain(Quorums).ballots
-        print_json(_review_document(flow, approval, events, agents, started, now, ballots))
-        return ExitCode.OK
-    say(f"DecisionFlow {flow.dfid}: {flow.status}, agent {flow.agent_id}, topic {flow.topic!r}")
-    if approval is None:
-        say("  never escalated")
-        return ExitCode.OK
-    say("", "Why it escalated", f"  {approval.reason_code}: {approval.detail}")
-    waited = age(now - approval.escalated_ts)
-    say(f"  impact {approval.impact}, approval {approval.status}, escalated {waited} ago")
-    if approval.operator:
-        say(f"  decided by {approval.operator}: {approval.reason!r}")
-    ballot = projections.domain(Quorums).ballots.get(args.dfid)
-    quorum = quorum_text(ballot)
-    if ballot is not None and quorum:
-        rule = ballot.quorum
-        roles = f" holding {', '.join(rule.roles)}" if rule.roles else ""
-        say(f"  quorum: {rule.required} operators{roles}: {quorum}")
-        for vote in ballot.votes:
-            held = f" ({', '.join(vote.roles)})" if vote.roles else ""
-            say(f"    {vote.vote} by {vote.operator}{held} at {iso_time(vote.ts)}")
-        say(f"  may not vote: {', '.join(ballot.excluded)} (proposed or modified it)")
-    proposal = flow.proposal
-    say("", "The proposed action")
-    if proposal is None or not approval.action_hash:
-        say("  none: the agent proposed nothing")
-    else:
-        say(f"  {describe_action(flow)}")
-        say(f"  kind {proposal.kind} version {proposal.version or '-'}")
-        say(f"  params {json.dumps(proposal.params, sort_keys=True)}")
-        say(f"  confidence {proposal.confidence:g}")
-        say(f"  action hash {approval.short_hash} (full {approval.action_hash})")
-        say("", "The agent's explanation", f"  {proposal.explain or '(none given)'}")
-    context = _context_seen(events, proposal.context_ref if proposal else "")
-    say("", "The working context the agent saw")
-    if context is None:
-        say("  (not recorded)")
-    else:
-        say(f"  attempt {context.attempt}, context {context.context_ref[:12]}")
-        for key, value in context.state.items():
-            say(f"  {key} = {json.dumps(value)}")
-        if context.feedback is not None:
-            say(f"  feedback {context.feedback.reason_code}: {context.feedback.detail}")
-    say("", "The limits involved")
-    say(f"  {approval.detail}")
-    manifest = _manifest(agents, flow.agent_id)
-    if manifest is not None:
-        limits = json.dumps(manifest.limits, sort_keys=True) if manifest.limits else "none"
-        say(f"  agent {manifest.agent_id}: capabilities {', '.join(manifest.capabilities)};")
-        say(f"    max attempts {manifest.max_attempts}; declared limits {limits}")
-    if started:
-        boot = started[-1].payload
-        assert isinstance(boot, ev.KernelStarted)
-        for pack in boot.packs:
-            say(f"  pack {pack.name} {pack.version} ({pack.hash[:12]})")
-    if flow.status is FlowStatus.ESCALATED and flow.pending is not None:
-        say("", f"The effect may have happened: look up key {flow.pending.key} in the system")
-        say(
-            "",
-            f"To decide: dirk decide {flow.dfid} --reconcile done:EXTERNAL_ID"
-            " | --reconcile not-done | --retry --operator NAME --reason TEXT",
-        )
-    elif approval.status is ApprovalStatus.PENDING and flow.status is FlowStatus.ESCALATED:
-        confirm = (
-            f" --confirm {approval.short_hash}" if approval.impact is Impact.HIGH_IMPACT else ""
-        )
-        say(
-            "",
-            f"To decide: dirk decide {flow.dfid} --approve{confirm} | --reject | --modify JSON"
-            " --operator NAME --reason TEXT",
-        )
-    return ExitCode.OK
-
-
-def _review_document(
-    flow: FlowState,
-    approval: Approval | None,
-    events: list[Event],
-    agents: list[Event],
-    started: list[Event],
-    now: int,
-    ballots: dict[str, Ballot] | None = None,
-) -> dict[str, Any]:
-    """``dirk review --json``: what the text shows, as one object with fixed keys."""
-    ballots = ballots or {}
-    proposal = flow.proposal
-    context = _context_seen(events, proposal.context_ref if proposal else "")
-    manifest = _manifest(agents, flow.agent_id)
-    boot = started[-1].payload if started else None
-    packs = boot.packs if isinstance(boot, ev.KernelStarted) else []
-    document: dict[str, Any] = {
-        "dfid": flow.dfid,
-        "status": str(flow.status),
-        "agent_id": flow.agent_id,
-        "topic": flow.topic,
-        "approval": None,
-        "proposal": None,
-        "context": None,
-        "agent": None,
-        "packs": [{"name": p.name, "version": p.version, "hash": p.hash} for p in packs],
-        "pending_key": flow.pending.key if flow.pending is not None else None,
-    }
-    if approval is not None:
-        document["approval"] = {
-            "status": str(approval.status),
-            "impact": str(approval.impact),
-            "reason_code": str(approval.reason_code),
-            "detail": approval.detail,
-            "escalated": iso_time(approval.escalated_ts),
-            "waited_s": max(0, now - approval.escalated_ts) // 1_000_000_000,
-            "action_hash": approval.action_hash,
-            "short_hash": approval.short_hash,
-            "operator": approval.operator,
-            "reason": approval.reason,
-            "quorum": None,
-        }
-        ballot = ballots.get(flow.dfid)
-        if ballot is not None and quorum_text(ballot):
-            document["approval"]["quorum"] = {
-                "required": ballot.quorum.required,
-                "roles": ballot.quorum.roles,
-                "waiting": quorum_text(ballot),
-                "counted": ballot.counted,
-                "excluded": ballot.excluded,
-                "votes": [
-                    {"operator": v.operator, "vote": v.vote, "roles": v.roles, "at": iso_time(v.ts)}
-                    for v in ballot.votes
-                ],
-            }
-    if proposal is not None:
-        document["proposal"] = {
-            "kind": proposal.kind,
-            "version": proposal.version,
-            "params": proposal.params,
-            "confidence": proposal.confidence,
-            "explain": proposal.explain,
-        }
-    if context is not None:
-        feedback = context.feedback
-        document["context"] = {
-            "attempt": context.attempt,
-            "context_ref": context.context_ref,
-            "state": context.state,
-            "feedback": None
-            if feedback is None
-            else {"reason_code": str(feedback.reason_code), "detail": feedback.detail},
-        }
-    if manifest is not None:
-        document["agent"] = {
-            "agent_id": manifest.agent_id,
-            "capabilities": list(manifest.capabilities),
-            "max_attempts": manifest.max_attempts,
-            "limits": manifest.limits,
-        }
-    return document
-
-
-def _context_seen(events: list[Event], ref: str) -> ev.ContextCompiled | None:
-    """The context the proposal reasoned on (the latest, if none matches its reference)."""
-    contexts = [e.payload for e in events if isinstance(e.payload, ev.ContextCompiled)]
-    for context in reversed(contexts):
-        if context.context_ref == ref:
-            return context
-    return contexts[-1] if contexts else None
-
-
-def _manifest(agents: list[Event], agent_id: str) -> ev.Manifest | None:
+def manifest_of(agents: list[Event], agent_id: str) -> ev.Manifest | None:
+    """The manifest ``agent_id`` last registered with, among the ``AgentRegistered`` events."""
     for event in reversed(agents):
         payload = event.payload
         if isinstance(payload, ev.AgentRegistered) and payload.manifest.agent_id == agent_id:
@@ -571,7 +304,7 @@ async def _amend(args: argparse.Namespace) -> int:
         return refused(exc)
     async with open_journal(args.db, readonly=True) as journal:
         agents = await journal.read(types=["AgentRegistered"])
-    if _manifest(agents, args.agent) is None:
+    if manifest_of(agents, args.agent) is None:
         return error(
             ReasonCode.UNKNOWN_AGENT, f"no agent {args.agent!r} ever registered in {args.db}"
         )
@@ -591,48 +324,46 @@ async def wait_taken(db: str, row_id: int, timeout_s: float) -> int:
             CliError.NOT_TAKEN, f"the kernel did not take the decision within {timeout_s:g} s"
         )
     event, _ = await read_answer(db, seq)
-    events = [event] if event is not None else []
     payload = event.payload if event is not None else None
-    if isinstance(payload, ev.HumanDecided):
-        say(f"applied: {payload.decision} by {payload.operator} (event #{seq})")
-        return ExitCode.OK
-    if isinstance(payload, ev.ApprovalVoted | ev.GrantVoted):
-        met = "quorum met" if payload.met else payload.waiting
-        say(f"applied: vote {payload.vote} by {payload.operator}: {met} (event #{seq})")
-        return ExitCode.OK
-    if isinstance(payload, ev.GrantIssued):
-        waiting = " (waiting for its quorum)" if payload.quorum is not None else ""
-        say(f"applied: grant {payload.grant} by {payload.operator}{waiting} (event #{seq})")
-        return ExitCode.OK
-    if isinstance(payload, ev.GrantRevoked):
-        say(f"applied: grant {payload.grant} revoked by {payload.operator} (event #{seq})")
-        return ExitCode.OK
     if isinstance(payload, ev.DecisionRefused | ev.AmendmentRefused):
         return error(payload.reason_code, payload.detail)
-    if isinstance(payload, ev.AgentStatusChanged):
-        who = f"by {payload.operator} (event #{seq})"
-        say(f"applied: {events[0].agent_id} is {payload.status}, {who}")
-        return ExitCode.OK
-    if isinstance(payload, ev.RuleDecided):
-        version = f", now v{payload.version}" if payload.version else ""
-        what = f"rule {payload.rule} {payload.decision} by {payload.actor}{version}"
-        say(f"applied: {what} (event #{seq})")
-        return ExitCode.OK
-    if isinstance(payload, ev.RuleRetracted):
-        say(f"applied: rule {payload.rule} v{payload.version} retracted by {payload.operator}")
-        return ExitCode.OK
     if isinstance(payload, ev.InputRefused):
         return error(payload.reason_code, f"{payload.field}: {payload.detail}")
-    if isinstance(payload, ev.LimitAmended):
-        say(
-            f"applied: {payload.limit} = {payload.value} for {events[0].agent_id} by"
-            f" {payload.operator} (event #{seq}, floor {payload.floor}, ceiling {payload.ceiling})"
-        )
-        return ExitCode.OK
-    if isinstance(payload, ev.CredentialIssued):
-        say(f"applied: credential of {events[0].agent_id} by {payload.operator} (event #{seq})")
-        return ExitCode.OK
     if isinstance(payload, ev.RequestVerified):
         print(f"applied: {payload.request} by {payload.principal} (event #{seq})")
         return ExitCode.OK
+    applied = None if event is None else _applied(event, seq)
+    if applied is not None:
+        say(f"applied: {applied}")
+        return ExitCode.OK
     return error(CliError.NOT_APPLIED, f"inbox row {row_id} was not applied (marker {seq})")
+
+
+def _applied(event: Event, seq: int) -> str | None:
+    """What the kernel's answer at ``seq`` says it applied, or None if it applied nothing."""
+    payload = event.payload
+    if isinstance(payload, ev.HumanDecided):
+        return f"{payload.decision} by {payload.operator} (event #{seq})"
+    if isinstance(payload, ev.ApprovalVoted | ev.GrantVoted):
+        met = "quorum met" if payload.met else payload.waiting
+        return f"vote {payload.vote} by {payload.operator}: {met} (event #{seq})"
+    if isinstance(payload, ev.GrantIssued):
+        waiting = " (waiting for its quorum)" if payload.quorum is not None else ""
+        return f"grant {payload.grant} by {payload.operator}{waiting} (event #{seq})"
+    if isinstance(payload, ev.GrantRevoked):
+        return f"grant {payload.grant} revoked by {payload.operator} (event #{seq})"
+    if isinstance(payload, ev.AgentStatusChanged):
+        return f"{event.agent_id} is {payload.status}, by {payload.operator} (event #{seq})"
+    if isinstance(payload, ev.RuleDecided):
+        version = f", now v{payload.version}" if payload.version else ""
+        return f"rule {payload.rule} {payload.decision} by {payload.actor}{version} (event #{seq})"
+    if isinstance(payload, ev.RuleRetracted):
+        return f"rule {payload.rule} v{payload.version} retracted by {payload.operator}"
+    if isinstance(payload, ev.LimitAmended):
+        return (
+            f"{payload.limit} = {payload.value} for {event.agent_id} by"
+            f" {payload.operator} (event #{seq}, floor {payload.floor}, ceiling {payload.ceiling})"
+        )
+    if isinstance(payload, ev.CredentialIssued):
+        return f"credential of {event.agent_id} by {payload.operator} (event #{seq})"
+    return None

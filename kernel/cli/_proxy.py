@@ -13,6 +13,14 @@ import sys
 from typing import Any
 
 from kernel.cli._operator import error
+from kernel.cli._serving import (
+    QUIET_LOGGERS,
+    add_serving_arguments,
+    auth_of,
+    callers_of,
+    transport,
+    web_of,
+)
 from kernel.core.reasons import CliError, ExitCode
 
 
@@ -32,9 +40,6 @@ def add_proxy(commands: Any) -> None:
     p.add_argument("--config", required=True, metavar="FILE", help="the gateway's TOML file")
     p.add_argument("--db", required=True, help="the journal file")
     p.add_argument("--agent", metavar="ID", help="over stdio: calls act as this agent")
-    # Imported here: kernel.cli._mcp adds this command, so it loads first.
-    from kernel.cli._mcp import add_serving_arguments
-
     add_serving_arguments(p, "one 'agent:ID TOKEN' a line (dirk mcp's format)")
     p.add_argument(
         "--listing",
@@ -65,10 +70,9 @@ async def _proxy(args: argparse.Namespace) -> int:
             "dirk mcp proxy needs the MCP SDK: pip install 'dir-kernel[mcp]'",
             ExitCode.USAGE,
         )
-    from kernel.cli._mcp import _QUIET, auth_of, callers_of, transport, web_of
     from kernel.policy.packs import PackError
 
-    for name in (*_QUIET, "mcp.client"):
+    for name in (*QUIET_LOGGERS, "mcp.client"):
         logging.getLogger(name).setLevel(logging.WARNING)
     callers = callers_of(args)
     if isinstance(callers, int):

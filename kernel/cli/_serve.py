@@ -84,7 +84,7 @@ def add_commands(commands: Any) -> None:
     """Add ``serve`` to ``dirk``'s subparsers."""
     p = commands.add_parser(
         "serve",
-        help="run a kernel on an existing journal, with its console (extra dirk[console])",
+        help="run a kernel on an existing journal, with its console (extra dir-kernel[console])",
         description=(
             "Run a kernel on an existing journal with the packs and adapters named here,"
             " apply the operator inbox's decisions, and serve the console (and with --mcp the"
@@ -146,7 +146,10 @@ def add_commands(commands: Any) -> None:
     p.add_argument(
         "--mcp",
         metavar="HOST:PORT",
-        help="also serve MCP over streamable HTTP on HOST:PORT, on this kernel (extra dirk[mcp])",
+        help=(
+            "also serve MCP over streamable HTTP on HOST:PORT, on this kernel"
+            " (extra dir-kernel[mcp])"
+        ),
     )
     p.add_argument(
         "--mcp-token-file",
@@ -164,30 +167,9 @@ def add_commands(commands: Any) -> None:
 
 async def run(args: argparse.Namespace) -> int:
     """Run ``dirk serve`` until interrupted; return its exit status."""
-    for agent_id in args.allow:
-        problem = id_problem(agent_id)
-        if problem is not None:
-            return error(ReasonCode.SCHEMA_INVALID, f"--allow: {problem}", ExitCode.USAGE)
-    if args.files and not args.example:
-        return error(CliError.BAD_ARGUMENT, "--files goes with --example", ExitCode.USAGE)
-    if not 0.05 <= args.inbox_poll <= 60:
-        return error(CliError.BAD_ARGUMENT, "--inbox-poll takes 0.05 to 60 seconds", ExitCode.USAGE)
-    if args.mcp is None and (args.mcp_token_file or args.mcp_operator):
-        return error(
-            CliError.BAD_ARGUMENT,
-            "--mcp-token-file and --mcp-operator go with --mcp",
-            ExitCode.USAGE,
-        )
-    if args.mcp is not None:
-        host, sep, port = args.mcp.rpartition(":")
-        if not sep or not host or not port.isdigit() or int(port) > 65535:
-            return error(CliError.BAD_ARGUMENT, "--mcp takes HOST:PORT", ExitCode.USAGE)
-        if not args.mcp_token_file and not (args.mcp_operator and is_loopback(host.strip("[]"))):
-            return error(
-                CliError.BAD_ARGUMENT,
-                "--mcp needs --mcp-token-file (or, on loopback, --mcp-operator NAME)",
-                ExitCode.USAGE,
-            )
+    refused = _flags_refused(args)
+    if refused is not None:
+        return refused
     try:
         extra = packs_from(args.pack) if args.pack else []
     except PackPathError as exc:
@@ -217,6 +199,35 @@ async def run(args: argparse.Namespace) -> int:
         finally:
             if prepared is not None:
                 prepared.sock.close()
+
+
+def _flags_refused(args: argparse.Namespace) -> int | None:
+    """The exit code of flags ``dirk serve`` cannot run with, or None."""
+    for agent_id in args.allow:
+        problem = id_problem(agent_id)
+        if problem is not None:
+            return error(ReasonCode.SCHEMA_INVALID, f"--allow: {problem}", ExitCode.USAGE)
+    if args.files and not args.example:
+        return error(CliError.BAD_ARGUMENT, "--files goes with --example", ExitCode.USAGE)
+    if not 0.05 <= args.inbox_poll <= 60:
+        return error(CliError.BAD_ARGUMENT, "--inbox-poll takes 0.05 to 60 seconds", ExitCode.USAGE)
+    if args.mcp is None and (args.mcp_token_file or args.mcp_operator):
+        return error(
+            CliError.BAD_ARGUMENT,
+            "--mcp-token-file and --mcp-operator go with --mcp",
+            ExitCode.USAGE,
+        )
+    if args.mcp is not None:
+        host, sep, port = args.mcp.rpartition(":")
+        if not sep or not host or not port.isdigit() or int(port) > 65535:
+            return error(CliError.BAD_ARGUMENT, "--mcp takes HOST:PORT", ExitCode.USAGE)
+        if not args.mcp_token_file and not (args.mcp_operator and is_loopback(host.strip("[]"))):
+            return error(
+                CliError.BAD_ARGUMENT,
+                "--mcp needs --mcp-token-file (or, on loopback, --mcp-operator NAME)",
+                ExitCode.USAGE,
+            )
+    return None
 
 
 class ExampleMissing(Exception):
@@ -369,7 +380,8 @@ async def _mcp(
     kernel: Any, args: argparse.Namespace, sock: socket.socket, scope: anyio.CancelScope
 ) -> None:
     """Serve MCP over HTTP on this kernel (``dirk mcp --kernel --http``, in this process)."""
-    from kernel.cli import _mcp as mcp_module
+    from kernel.cli._mcp import serve
+    from kernel.cli._serving import Web, url_of
     from kernel.mcp import Embedded, Identity, Principal
     from kernel.mcp._http import read_tokens
 
@@ -379,16 +391,6 @@ async def _mcp(
     if args.mcp_operator and not tokens:
         default = Principal(role="operator", name=args.mcp_operator)
     identity = Identity(default, tokens)
-    # dirk mcp's serving changed with the release branch (a bound socket, its URL named in
-    # its RFC 9728 metadata): this runs on either, until the older one is gone.
-    mcp_cli: Any = mcp_module
-    web = getattr(mcp_cli, "_Web", None)
+    url = url_of("http", host, sock.getsockname()[1])
     with scope:
-        if web is not None:
-            url = mcp_cli._url_of("http", host, sock.getsockname()[1])
-            await mcp_cli._serve(Embedded(kernel), identity, web(sock, host, url, None, tokens))
-        else:
-            # The older dirk mcp binds its own port: this one, given back to it.
-            port = sock.getsockname()[1]
-            sock.close()
-            await mcp_cli._serve(Embedded(kernel), identity, tokens, args.mcp, host, port, None)
+        await serve(Embedded(kernel), identity, Web(sock, host, url, None, tokens))

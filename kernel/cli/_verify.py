@@ -255,37 +255,13 @@ def _verdicts_document(result: Rejudged) -> dict[str, Any]:
 
 
 async def _verify_text(args: argparse.Namespace, found: dict[str, Any] | None = None) -> int:
-    if args.verdicts and not args.pack:
-        return error(
-            CliError.BAD_ARGUMENT, "--verdicts needs the packs: --pack PATH", ExitCode.USAGE
-        )
-    if args.pack and not args.verdicts:
-        # Silently ignored, it would read as "the verdicts were checked against this pack".
-        return error(
-            CliError.BAD_ARGUMENT,
-            "--pack names the packs --verdicts re-judges with: give --verdicts too",
-            ExitCode.USAGE,
-        )
-    if args.checkpoint and not args.public_key:
-        return error(
-            CliError.BAD_ARGUMENT,
-            "--checkpoint is checked with the log's public key: give --public-key too",
-            ExitCode.USAGE,
-        )
-    try:
-        anchor = _anchor_arg(args)
-    except ValueError as exc:
-        return error(CliError.BAD_ARGUMENT, f"--anchor: {exc}", ExitCode.USAGE)
-    try:
-        signed = _signed_args(args)
-    except (NoteError, OSError, UnicodeDecodeError) as exc:
-        what = getattr(exc, "strerror", None) or exc
-        return error(CliError.KEY_UNUSABLE, f"--public-key/--checkpoint: {what}", ExitCode.USAGE)
-    try:
-        key = _chain_key(args)
-    except JournalKeyError as exc:
-        # A key that cannot be read or used: verify cannot run as given (docs/integrity.md).
-        return error_of(exc, ExitCode.USAGE)
+    refused = _flags_refused(args)
+    if refused is not None:
+        return refused
+    inputs = _inputs(args)
+    if isinstance(inputs, int):
+        return inputs
+    anchor, signed, key = inputs
     try:
         # The chain, then one fold from scratch of the projections, checked against every
         # checkpoint and snapshot: both from one read of the journal.
@@ -315,6 +291,67 @@ async def _verify_text(args: argparse.Namespace, found: dict[str, Any] | None = 
         for problem in replay.problems:
             say(f"verify: FAILED {problem}")
         return ExitCode.FAILED
+    _say_chain_notes(report, anchor)
+    if signed is not None and not await _signatures_ok(args.db, report, signed):
+        return ExitCode.FAILED
+    say(
+        f"verify: chain ok, projections ok (digest {replay.digest[:16]};"
+        f" {replay.checkpoints} checkpoints, {replay.snapshots} snapshots match replay)"
+    )
+    if not await _artifacts_ok(args):
+        return ExitCode.FAILED
+    if args.verdicts:
+        judged = await _verdicts_judged(args, found)
+        if judged is not None:
+            return judged
+    say(f"verify: ok events={report.events} head={report.head}")
+    return ExitCode.OK
+
+
+def _flags_refused(args: argparse.Namespace) -> int | None:
+    """The exit code of flags that do not go together, or None."""
+    if args.verdicts and not args.pack:
+        return error(
+            CliError.BAD_ARGUMENT, "--verdicts needs the packs: --pack PATH", ExitCode.USAGE
+        )
+    if args.pack and not args.verdicts:
+        # Silently ignored, it would read as "the verdicts were checked against this pack".
+        return error(
+            CliError.BAD_ARGUMENT,
+            "--pack names the packs --verdicts re-judges with: give --verdicts too",
+            ExitCode.USAGE,
+        )
+    if args.checkpoint and not args.public_key:
+        return error(
+            CliError.BAD_ARGUMENT,
+            "--checkpoint is checked with the log's public key: give --public-key too",
+            ExitCode.USAGE,
+        )
+    return None
+
+
+def _inputs(
+    args: argparse.Namespace,
+) -> tuple[Anchor | None, tuple[KeySet, list[str]] | None, bytes | None] | int:
+    """The anchor, the signed checkpoints' keys and the chain key, or a usage error's code."""
+    try:
+        anchor = _anchor_arg(args)
+    except ValueError as exc:
+        return error(CliError.BAD_ARGUMENT, f"--anchor: {exc}", ExitCode.USAGE)
+    try:
+        signed = _signed_args(args)
+    except (NoteError, OSError, UnicodeDecodeError) as exc:
+        what = getattr(exc, "strerror", None) or exc
+        return error(CliError.KEY_UNUSABLE, f"--public-key/--checkpoint: {what}", ExitCode.USAGE)
+    try:
+        key = _chain_key(args)
+    except JournalKeyError as exc:
+        # A key that cannot be read or used: verify cannot run as given (docs/integrity.md).
+        return error_of(exc, ExitCode.USAGE)
+    return anchor, signed, key
+
+
+def _say_chain_notes(report: VerifyReport, anchor: Anchor | None) -> None:
     if not report.head_record:
         say(
             "verify: note: no head record (a journal from before head records): a removed tail"
@@ -328,40 +365,45 @@ async def _verify_text(args: argparse.Namespace, found: dict[str, Any] | None = 
             "verify: note: a keyed chain, checked without its key: its HMACs are not"
             " recomputed; the signed checkpoints below vouch for every event"
         )
-    if signed is not None:
-        keys, earlier = signed
-        async with open_journal(args.db, readonly=True) as journal:
-            checked = await check_checkpoints(
-                report.tree_heads, report.events, keys, journal.trees(), earlier
-            )
-        if not checked.ok:
-            at = "" if checked.first_bad_seq is None else f" at seq {checked.first_bad_seq}"
-            for problem in checked.problems:
-                say(f"verify: FAILED{at}: {problem}")
-            return ExitCode.FAILED
-        say(*(f"verify: {line}" for line in checked.lines))
-    say(
-        f"verify: chain ok, projections ok (digest {replay.digest[:16]};"
-        f" {replay.checkpoints} checkpoints, {replay.snapshots} snapshots match replay)"
-    )
+
+
+async def _signatures_ok(db: str, report: VerifyReport, signed: tuple[KeySet, list[str]]) -> bool:
+    """Check the signed checkpoints against the chain's tree heads, saying what was found."""
+    keys, earlier = signed
+    async with open_journal(db, readonly=True) as journal:
+        checked = await check_checkpoints(
+            report.tree_heads, report.events, keys, journal.trees(), earlier
+        )
+    if not checked.ok:
+        at = "" if checked.first_bad_seq is None else f" at seq {checked.first_bad_seq}"
+        for problem in checked.problems:
+            say(f"verify: FAILED{at}: {problem}")
+        return False
+    say(*(f"verify: {line}" for line in checked.lines))
+    return True
+
+
+async def _artifacts_ok(args: argparse.Namespace) -> bool:
+    """Check that every artifact the journal references is stored and hashes to it."""
     referenced = await recorded_artifacts(args.db)
     problems = await check_artifacts(referenced, args.artifacts or artifacts_beside(args.db))
     if problems:
         for problem in problems:
             say(f"verify: FAILED {problem}")
-        return ExitCode.FAILED
+        return False
     if referenced.stored:
         say(f"verify: artifacts ok ({len(referenced.stored)} referenced, every one hashes)")
-    if args.verdicts:
-        try:
-            result = await rejudge_verdicts(args.db, args.pack)
-        except PackPathError as exc:
-            return error_of(exc, ExitCode.USAGE)
-        if found is not None:
-            found["verdicts"] = result
-        ok, lines = verdict_lines(result)
-        say(*lines)
-        if not ok:
-            return ExitCode.FAILED
-    say(f"verify: ok events={report.events} head={report.head}")
-    return ExitCode.OK
+    return True
+
+
+async def _verdicts_judged(args: argparse.Namespace, found: dict[str, Any] | None) -> int | None:
+    """Judge the verdicts again with ``--pack``: None if they all agree, else the exit code."""
+    try:
+        result = await rejudge_verdicts(args.db, args.pack)
+    except PackPathError as exc:
+        return error_of(exc, ExitCode.USAGE)
+    if found is not None:
+        found["verdicts"] = result
+    ok, lines = verdict_lines(result)
+    say(*lines)
+    return None if ok else ExitCode.FAILED

@@ -44,7 +44,7 @@ LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1", "[::1]")
 def add_commands(commands: Any) -> None:
     """Add ``console`` to the ``dirk`` parser's subcommands."""
     console = commands.add_parser(
-        "console", help="serve the operator console in a browser (extra dirk[console])"
+        "console", help="serve the operator console in a browser (extra dir-kernel[console])"
     )
     console.add_argument("--db", required=True, help="the journal: a file, or a postgresql:// URL")
     add_options(console)

@@ -172,7 +172,7 @@ class CliError(StrEnum):
     AMBIGUOUS_FLOW = "AMBIGUOUS_FLOW"
     """A DFID prefix (or trace id prefix) given to ``dirk show`` fits more than one flow."""
     EXTRA_MISSING = "EXTRA_MISSING"
-    """The command needs an optional extra that is not installed (``dirk[console]``)."""
+    """The command needs an optional extra that is not installed (``dir-kernel[console]``)."""
     SIGN_IN_THROTTLED = "SIGN_IN_THROTTLED"
     """``dirk console``: too many failed sign-ins under that name or from that address."""
     KEY_UNUSABLE = "KEY_UNUSABLE"

@@ -28,7 +28,8 @@ from kernel.core.events import (
     ProposalRecord,
 )
 from kernel.core.flow import FlowState
-from kernel.state.memory import MemoryState, advisories
+from kernel.state.constraints import advisories
+from kernel.state.memory import MemoryState
 from kernel.state.rulebook import Rulebook
 
 CITATION = re.compile(r"\[rule:([^\]\s@]+)@v(\d+)\]")

@@ -19,7 +19,7 @@ from kernel.core.ports import Clock
 from kernel.core.wall import clip
 from kernel.runtime.actors import Mailbox
 from kernel.runtime.messages import AdapterDone, ExecutionMessage
-from kernel.state.memory import Remembered
+from kernel.state.domain import RecordingReceipt
 
 Records = Mapping[str, frozenset[type[Payload]]]
 """The domains' executors by adapter name, and the event types each may return to record."""
@@ -36,13 +36,13 @@ def _records_checked(intent: ExecutionIntent, receipt: Receipt, records: Records
     Raises:
         AdapterError: terminal, naming what was refused.
     """
-    if not isinstance(receipt, Remembered) or not receipt.records:
+    if not isinstance(receipt, RecordingReceipt) or not receipt.records:
         return receipt
     allowed = records.get(intent.adapter)
     if allowed is None:
         raise AdapterError(f"adapter {intent.adapter!r} may not return events to record")
     for record in receipt.records:
-        if type(record) not in allowed or record.key != intent.key:
+        if type(record) not in allowed or getattr(record, "key", None) != intent.key:
             raise AdapterError(
                 f"the {intent.adapter} executor returned {type(record).__name__}"
                 " outside its intent's key"

@@ -49,8 +49,8 @@ from kernel.runtime.messages import (
     Resolve,
 )
 from kernel.state.approvals import ApprovalStatus, escalated_event
+from kernel.state.domain import RecordingReceipt
 from kernel.state.intents import mint, policy_of, stage_start, steps_of
-from kernel.state.memory import Remembered
 from kernel.state.projections import Projections
 
 Spawn = Callable[[Callable[[], Any]], None]
@@ -232,7 +232,7 @@ class ExecutionEngine:
             self._compensation_done(flow, intent, msg, out)
         elif msg.receipt is not None:
             self._unsure.discard(msg.key)
-            if isinstance(msg.receipt, Remembered):
+            if isinstance(msg.receipt, RecordingReceipt):
                 self._remember(msg.receipt, msg.key, out)
             out.emit(
                 ExecutionSucceeded(
@@ -274,7 +274,7 @@ class ExecutionEngine:
             escalate = msg.transient and policy.on_exhausted == "escalate"
             self._fail(flow, intent, ReasonCode.EXECUTION_FAILED, detail, out, escalate=escalate)
 
-    def _remember(self, receipt: Remembered, key: str, out: Outbox) -> None:
+    def _remember(self, receipt: RecordingReceipt, key: str, out: Outbox) -> None:
         """Stage a memory intent's events, before its ExecutionSucceeded in the same append.
 
         Caused by the intent's ExecutionStarted, on its flow and agent, as the memory

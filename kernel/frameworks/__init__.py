@@ -2,7 +2,7 @@
 
 The framework-neutral part lives here; each framework has its own module, which
 imports that framework and is installed with its extra (``pip install
-dirk[openai-agents]``, ``[pydantic-ai]``, ``[langgraph]``):
+dir-kernel[openai-agents]``, ``[pydantic-ai]``, ``[langgraph]``):
 
 - ``kernel.frameworks.openai_agents``: the OpenAI Agents SDK;
 - ``kernel.frameworks.pydantic_ai``: PydanticAI;

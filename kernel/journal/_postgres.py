@@ -2,7 +2,7 @@
 
 The same rows, canonical bytes and chain as the SQLite store, in tables of the
 connection's current schema (``events``, ``meta``, ``journal_head``,
-``snapshots``, ``operator_inbox``). Needs the ``dirk[postgres]`` extra
+``snapshots``, ``operator_inbox``). Needs the ``dir-kernel[postgres]`` extra
 (psycopg 3); nothing imports this module until a ``postgresql://`` URL is opened.
 
 - **The lease.** A writer first takes ``pg_advisory_lock`` on a connection of its

@@ -30,7 +30,7 @@ async def open_journal(
     On exit, pending appends are committed, the writer stops and the store is closed.
 
     Args:
-        path: The SQLite file, or a ``postgresql://`` URL (the ``dirk[postgres]`` extra).
+        path: The SQLite file, or a ``postgresql://`` URL (the ``dir-kernel[postgres]`` extra).
             On PostgreSQL a writer first takes the journal's lease: a second writer
             waits here, as a standby, until the first is gone.
         clock: Where event timestamps come from; the system clock by default.

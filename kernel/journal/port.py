@@ -6,7 +6,7 @@ commit, listeners, subscriptions) and reaches its database only through the
 three small protocols here. A store is a module with :func:`open_store` and
 :func:`open_snapshot` of these shapes: :mod:`kernel.journal._sqlite` (the
 default, a file) and :mod:`kernel.journal._postgres` (a shared server, behind
-the ``dirk[postgres]`` extra). :func:`backend_for` picks one by location.
+the ``dir-kernel[postgres]`` extra). :func:`backend_for` picks one by location.
 
 Errors: a reader raises :class:`~kernel.journal.errors.JournalError` (never the
 driver's own); a writer may raise anything, which fails the journal.

@@ -87,17 +87,6 @@ _round_trip_decoder = _decoder = msgspec.json.Decoder(Event)
 _msgpack_probe = msgspec.msgpack.Encoder()
 
 
-def row_problem(
-    row: Any, expected_seq: int, prev: bytes, key: bytes | None = None, hashes_checked: bool = True
-) -> str:
-    """Return what is wrong with a row; "" if it is event ``expected_seq`` chained to ``prev``.
-
-    ``key`` is the chain key of a keyed journal; ``hashes_checked`` False skips the
-    hash (a keyed journal read without its key).
-    """
-    return check_row(row, expected_seq, prev, key, hashes_checked)[0]
-
-
 def check_row(
     row: Any,
     expected_seq: int,

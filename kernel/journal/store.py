@@ -17,7 +17,7 @@ one before (:mod:`kernel.journal._rows` says how).
 All of that is the same for every store; what a database must do is the port
 in :mod:`kernel.journal.port`. :func:`open_journal` takes a SQLite file (the
 default, :mod:`kernel.journal._sqlite`) or a ``postgresql://`` URL
-(:mod:`kernel.journal._postgres`, the ``dirk[postgres]`` extra). Reads use a
+(:mod:`kernel.journal._postgres`, the ``dir-kernel[postgres]`` extra). Reads use a
 connection of their own and never wait for a commit; subscriptions follow live
 commits without ever slowing the writer.
 """

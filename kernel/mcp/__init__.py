@@ -1,4 +1,4 @@
-"""The kernel seen from MCP hosts: an MCP server (the optional extra ``dirk[mcp]``).
+"""The kernel seen from MCP hosts: an MCP server (the optional extra ``dir-kernel[mcp]``).
 
 Importing this package imports the ``mcp`` SDK (over a second); ``import kernel``
 never does. :func:`build_server` gives the server over a backend:

@@ -9,7 +9,7 @@ How an effect becomes a memory event: the executor never writes. The
 execution engine records ExecutionStarted (the memory projection notes the
 intent as pending, with its flow and agent), then calls the executor, which
 returns the memory event (FactAdded, ConstraintAdded, ...) in its receipt
-(:class:`~kernel.state.memory.Remembered`); the engine stages it, caused by
+(:class:`~kernel.state.domain.RecordingReceipt`); the engine stages it, caused by
 that ExecutionStarted and carrying the intent key, in the same append as
 ExecutionSucceeded and FlowClosed: the fact and the end of its execution are
 recorded together or not at all. The key in the memory event is the
@@ -43,7 +43,8 @@ from kernel.policy.kinds import PolicyKind
 from kernel.policy.packs import PolicyCatalog, PolicyPack
 from kernel.runtime.actors import Reply
 from kernel.runtime.messages import SubmitRule
-from kernel.state.domain import ExecutorPorts, Recipient, State
+from kernel.state.constraints import parse
+from kernel.state.domain import ExecutorPorts, Recipient, RecordingReceipt, State
 from kernel.state.meaning import MATCHER, phrase_in, relevant
 from kernel.state.memory import (
     MEMORY_ADAPTER,
@@ -51,9 +52,7 @@ from kernel.state.memory import (
     MemoryState,
     MemoryWrite,
     Pending,
-    Remembered,
     memory_id,
-    parse,
     recorded_receipt,
     started,
 )
@@ -191,7 +190,9 @@ class MemoryExecutor:
         if intent.kind == PROPOSE_RULE:
             return await self._propose_rule(intent, pending.root_dfid, pending)
         payload, detail = self._payload(intent, pending.root_dfid)
-        return Remembered(external_id=memory_id(intent.key), detail=detail, records=(payload,))
+        return RecordingReceipt(
+            external_id=memory_id(intent.key), detail=detail, records=(payload,)
+        )
 
     async def _propose_rule(
         self, intent: ExecutionIntent, correlation: str, pending: Pending

@@ -1,4 +1,4 @@
-"""The agent mesh: agents hosted in other processes, over NATS JetStream (``dirk[nats]``).
+"""The agent mesh: agents hosted in other processes, over NATS JetStream (``dir-kernel[nats]``).
 
 Topology (``KernelConfig(bus="nats://...")`` or ``DIRK_BUS``): the kernel stays
 the one writer of its journal; agent hosts (``python -m agents_sdk.serve``) and
@@ -45,7 +45,6 @@ from kernel.core.fetching import current_fetcher
 from kernel.core.keys import KeyUnusable, load_private_key, public_text, write_private_key
 from kernel.mesh._bridge import (
     PROPOSAL_STREAM,
-    RETRY_S,
     VERDICT_STREAM,
     WORK_STREAM,
     Mesh,
@@ -104,6 +103,7 @@ from kernel.mesh._protocol import (
 from kernel.mesh._relay import EVENT_STREAM, Relay, subject_of
 from kernel.mesh._wire import (
     KERNEL_INBOX,
+    RETRY_S,
     BusAuth,
     GuardedClient,
     agent_inbox,

@@ -32,7 +32,7 @@ from kernel.core.errors import KernelShutdown
 from kernel.core.events import Draft, Feedback, InputRefused, Manifest
 from kernel.core.fetching import FetchRefused
 from kernel.core.reasons import ReasonCode
-from kernel.core.wall import MAX_DETAIL, clip
+from kernel.mesh._executor import RemoteAdapter
 from kernel.mesh._protocol import (
     ARTIFACT_PREFIX,
     FETCH_DECODER,
@@ -57,7 +57,15 @@ from kernel.mesh._protocol import (
     work_id,
 )
 from kernel.mesh._relay import Relay
-from kernel.mesh._wire import BusAuth, GuardedClient, agent_inbox, connect
+from kernel.mesh._wire import (
+    RETRY_S,
+    BusAuth,
+    GuardedClient,
+    agent_inbox,
+    connect,
+    ensure_stream,
+    printable,
+)
 from kernel.policy.contracts import HandshakeRefused, Outcome, Session, Verdict
 from kernel.registry import credential_matches
 from kernel.runtime.actors import Mailbox, MailboxClosed
@@ -72,8 +80,6 @@ PROPOSAL_STREAM = "DIRK_PROPOSALS"
 VERDICT_STREAM = "DIRK_VERDICTS"
 KERNEL_CONSUMER = "kernel"
 MAX_MESSAGE = 1 << 20
-RETRY_S = 0.25
-"""The pause before a publish or fetch is tried again while the client reconnects."""
 CHALLENGES = 1024
 """Challenges kept at once; the oldest unanswered one is forgotten first."""
 # What a host may report when its agent ends a flow without a proposal.
@@ -81,12 +87,6 @@ _WITHDRAW_CODES = frozenset(
     {ReasonCode.AGENT_DECLINED, ReasonCode.AGENT_ERROR, ReasonCode.REASONING_TIMEOUT}
 )
 _ANY = msgspec.json.Decoder()
-
-
-def printable(text: object, limit: int = MAX_DETAIL) -> str:
-    """Return ``text`` as text the journal can always hold: valid UTF-8, clipped."""
-    shown = text if isinstance(text, str) else repr(text)
-    return clip(shown.encode("utf-8", "backslashreplace").decode("utf-8"), limit)
 
 
 class MeshConfig(msgspec.Struct, frozen=True, kw_only=True):
@@ -503,14 +503,6 @@ class Mesh:
         return await self.kernel.submit(token, dfid, proposal if proposal is not None else data)
 
 
-async def ensure_stream(js: JetStreamContext, config: StreamConfig) -> None:
-    """Create the stream, or bring an existing one to ``config``."""
-    try:
-        await js.add_stream(config)
-    except nats.js.errors.BadRequestError:
-        await js.update_stream(config)
-
-
 async def _publish(js: JetStreamContext, subject: str, body: bytes, headers: Headers) -> None:
     """Publish until JetStream acknowledges (the client reconnects underneath)."""
     while True:
@@ -527,8 +519,6 @@ def _pool(agent_id: str) -> str:
 
 
 def _remote_adapters(kernel: Kernel) -> list[Any]:
-    from kernel.mesh._executor import RemoteAdapter
-
     return [a for a in kernel.actors.adapters.values() if isinstance(a, RemoteAdapter)]
 
 

@@ -54,9 +54,17 @@ from kernel.adapters.contract import Adapter, AdapterError, Receipt
 from kernel.core import keys
 from kernel.core.events import ExecutionIntent, ExecutionSucceeded, canonical
 from kernel.core.reasons import ReasonCode
-from kernel.mesh._bridge import RETRY_S, ensure_stream, printable
 from kernel.mesh._protocol import SIGNATURE_HEADER, safe_token
-from kernel.mesh._wire import BusAuth, GuardedClient, connect, executor_inbox, kernel_auth
+from kernel.mesh._wire import (
+    RETRY_S,
+    BusAuth,
+    GuardedClient,
+    connect,
+    ensure_stream,
+    executor_inbox,
+    kernel_auth,
+    printable,
+)
 
 log = logging.getLogger("kernel.mesh")
 

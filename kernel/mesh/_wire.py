@@ -36,11 +36,15 @@ from typing import Any
 import anyio
 import msgspec
 import nats.errors
+import nats.js.errors
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from nats.aio.client import Client
+from nats.js import JetStreamContext
+from nats.js.api import StreamConfig
 
 from kernel.core import keys
+from kernel.core.wall import MAX_DETAIL, clip
 
 log = logging.getLogger("kernel.mesh")
 
@@ -52,10 +56,27 @@ CONNECT_ATTEMPTS = 3
 RECONNECT_WAIT_S = 2.0
 """The pause between reconnects after the first connection (nats.py's default)."""
 
+RETRY_S = 0.25
+"""The pause before a publish or fetch is tried again while the client reconnects."""
+
 _PREFIX_SEED = 18 << 3
 _PREFIX_USER = 20 << 3
 _HDR_LINE = len(b"NATS/1.0")
 _STATUS_SPACE = 0x20
+
+
+def printable(text: object, limit: int = MAX_DETAIL) -> str:
+    """Return ``text`` as text the journal can always hold: valid UTF-8, clipped."""
+    shown = text if isinstance(text, str) else repr(text)
+    return clip(shown.encode("utf-8", "backslashreplace").decode("utf-8"), limit)
+
+
+async def ensure_stream(js: JetStreamContext, config: StreamConfig) -> None:
+    """Create the stream, or bring an existing one to ``config``."""
+    try:
+        await js.add_stream(config)
+    except nats.js.errors.BadRequestError:
+        await js.update_stream(config)
 
 
 def agent_inbox(agent_id: str) -> str:

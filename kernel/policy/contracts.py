@@ -19,9 +19,6 @@ from kernel.core.reasoning import report_usage
 from kernel.core.reasons import ReasonCode
 from kernel.policy.kinds import PolicyKind, kind_name
 
-ValidationFeedback = Feedback
-"""Why a proposal was not accepted: reason code, detail, the layer and the field."""
-
 MAX_PROPOSAL_BYTES = 64 * 1024
 """Proposals larger than this (as JSON) are refused with SCHEMA_INVALID."""
 

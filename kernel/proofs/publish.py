@@ -90,7 +90,7 @@ class DirectoryPublisher:
 
 
 class PostgresPublisher:
-    """Checkpoints as rows of a PostgreSQL table (the ``dirk[postgres]`` extra)."""
+    """Checkpoints as rows of a PostgreSQL table (the ``dir-kernel[postgres]`` extra)."""
 
     def __init__(self, url: str) -> None:
         from kernel.journal.errors import redact

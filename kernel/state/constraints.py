@@ -40,7 +40,9 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
+
+import msgspec
 
 from kernel.core.events import Feedback, ProposalRecord
 from kernel.core.reasons import ReasonCode
@@ -53,9 +55,6 @@ from kernel.state.meaning import (
     text_hash,
     words,
 )
-
-if TYPE_CHECKING:
-    from kernel.state.memory import ConstraintRecord, MemoryState
 
 ENFORCED = frozenset({"required", "learned"})
 PRIORITIES = ("required", "learned", "preferred")
@@ -118,6 +117,57 @@ def text_of(proposal: ProposalRecord) -> str:
 def about_of(proposal: ProposalRecord) -> str:
     """Return what a procedure's action is matched against: the kind, then :func:`text_of`."""
     return f"{proposal.kind}\n{text_of(proposal)}"
+
+
+class ConstraintRecord(msgspec.Struct, frozen=True, gc=False, kw_only=True, omit_defaults=True):
+    """An active constraint; its id is the seq of its ConstraintAdded.
+
+    ``matcher``, ``synonyms``, ``kinds`` and ``params`` are how it matches, as recorded
+    (this module); left out of the digest while empty, as older kernels had none.
+    """
+
+    seq: int
+    text: str
+    priority: str
+    triggered_by: int | None
+    agent_id: str
+    correlation_id: str
+    matcher: str = ""
+    synonyms: list[list[str]] = []
+    kinds: list[str] = []
+    params: list[str] = []
+
+
+class ScoreRecord(msgspec.Struct, frozen=True, gc=False, kw_only=True):
+    """Embedding scores recorded for one text of a flow (``MeaningScored``)."""
+
+    model: str
+    version: str
+    threshold: int
+    scores: dict[str, int]
+
+
+class MemoryState(Protocol):
+    """What the memory layer reads of the memory projection (kernel.state.memory's).
+
+    A protocol, not an import: the projection folds with this module's records and
+    judges with its :func:`check`, so importing it back would make the two one module.
+    """
+
+    @property
+    def constraints(self) -> Mapping[int, ConstraintRecord]:
+        """The active constraints by id."""
+        ...
+
+    @property
+    def queried(self) -> Mapping[str, Mapping[str, int]]:
+        """The topics each agent id or root DFID queried (topic -> seq)."""
+        ...
+
+    @property
+    def scores(self) -> Mapping[str, Mapping[str, ScoreRecord]]:
+        """The embedding scores recorded for each open flow, by text hash."""
+        ...
 
 
 def by_priority(c: ConstraintRecord) -> tuple[int, int]:

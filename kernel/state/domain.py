@@ -65,7 +65,7 @@ from typing import Any, Protocol, TypeVar
 
 import msgspec
 
-from kernel.adapters.contract import Adapter
+from kernel.adapters.contract import Adapter, Receipt
 from kernel.core.events import Applied, Event, Feedback, Payload, ProposalRecord
 from kernel.core.flow import FlowState
 from kernel.core.ports import Clock
@@ -135,6 +135,20 @@ class Recipient(Protocol):
 
 ExecutorFactory = Callable[[ExecutorPorts], Adapter]
 """Builds a domain's executor for one kernel."""
+
+
+class RecordingReceipt(Receipt, frozen=True, gc=False, kw_only=True):
+    """A domain executor's receipt: its effect *is* the events in ``records``.
+
+    The execution engine stages ``records`` in the same append as the intent's
+    ExecutionSucceeded (caused by its ExecutionStarted), so the effect and the end of
+    its execution are recorded together or not at all. Only the executors a domain
+    declares (:meth:`Domain.records`) may return records, only of the types declared
+    and only under the intent's key (kernel.execution checks; anything else fails the
+    call).
+    """
+
+    records: tuple[Payload, ...] = ()
 
 
 class Domain(Protocol):

@@ -1,16 +1,15 @@
 """Governed memory: facts, constraints, decisions and queries, folded from memory events.
 
 Memory is written only through a memory policy kind the DIM accepted (see
-:mod:`kernel.memory._pack`): the memory executor returns the event
-(:class:`Remembered`) and the execution engine records it with the intent's
-ExecutionSucceeded (rule events: the DIM, the rulebook's owner), so every fact
+:mod:`kernel.memory._pack`): the memory executor returns the event (a
+:class:`kernel.state.domain.RecordingReceipt`) and the execution engine records it with the
+intent's ExecutionSucceeded (rule events: the DIM, the rulebook's owner), so every fact
 and every constraint has a proposal, a verdict and a cause in the journal. This module
 holds the projection (:class:`MemoryState`) and the DIM's memory layer
-(:func:`check`), a pure function of the proposal and the memory state.
+(:func:`kernel.state.constraints.check`), a pure function of the proposal and the memory state.
 
 The DIM's memory layer (what constraints forbid and require, how their texts
-match, their conflicts) is :mod:`kernel.state.constraints`; its names are
-re-exported here.
+match, their conflicts) is :mod:`kernel.state.constraints`.
 """
 
 from __future__ import annotations
@@ -47,17 +46,7 @@ from kernel.core.events import (
 )
 from kernel.core.flow import FlowState
 from kernel.policy.rules import View
-from kernel.state.constraints import CONSTRAINT_KINDS as CONSTRAINT_KINDS
-from kernel.state.constraints import ENFORCED as ENFORCED
-from kernel.state.constraints import PRIORITIES as PRIORITIES
-from kernel.state.constraints import QUERY_KIND as QUERY_KIND
-from kernel.state.constraints import advisories as advisories
-from kernel.state.constraints import by_priority
-from kernel.state.constraints import check as check
-from kernel.state.constraints import mentions as mentions
-from kernel.state.constraints import parse as parse
-from kernel.state.constraints import text_of as text_of
-from kernel.state.constraints import violations as violations
+from kernel.state.constraints import ConstraintRecord, ScoreRecord, by_priority, check
 from kernel.state.domain import Domain, ExecutorFactory, Fold, Saved, State
 from kernel.state.rulebook import DEFAULT_NS, Rulebook, RuleSearch, select, shown_item
 
@@ -98,34 +87,6 @@ class FactRecord(msgspec.Struct, frozen=True, gc=False, kw_only=True):
     correlation_id: str
 
 
-class ConstraintRecord(msgspec.Struct, frozen=True, gc=False, kw_only=True, omit_defaults=True):
-    """An active constraint; its id is the seq of its ConstraintAdded.
-
-    ``matcher``, ``synonyms``, ``kinds`` and ``params`` are how it matches, as recorded
-    (kernel.state.constraints); left out of the digest while empty, as older kernels had none.
-    """
-
-    seq: int
-    text: str
-    priority: str
-    triggered_by: int | None
-    agent_id: str
-    correlation_id: str
-    matcher: str = ""
-    synonyms: list[list[str]] = []
-    kinds: list[str] = []
-    params: list[str] = []
-
-
-class ScoreRecord(msgspec.Struct, frozen=True, gc=False, kw_only=True):
-    """Embedding scores recorded for one text of a flow (``MeaningScored``)."""
-
-    model: str
-    version: str
-    threshold: int
-    scores: dict[str, int]
-
-
 class Pending(msgspec.Struct, frozen=True, gc=False, kw_only=True):
     """A memory intent started and not yet recorded: whose, and which event started it."""
 
@@ -136,19 +97,6 @@ class Pending(msgspec.Struct, frozen=True, gc=False, kw_only=True):
 
 
 MemoryWrite = FactAdded | ConstraintAdded | ConstraintDeactivated | DecisionMade | MemoryQueried
-
-
-class Remembered(Receipt, frozen=True, gc=False, kw_only=True):
-    """The memory executor's receipt: its effect *is* the memory event in ``records``.
-
-    The execution engine stages ``records`` in the same append as the intent's
-    ExecutionSucceeded (caused by its ExecutionStarted), so the fact and the end of
-    its execution are recorded together or not at all. Only an adapter named
-    ``memory`` may return records, only of :data:`MEMORY_WRITES` types and only
-    under the intent's key (kernel.execution checks; anything else fails the call).
-    """
-
-    records: tuple[MemoryWrite, ...] = ()
 
 
 def memory_id(key: str) -> str:

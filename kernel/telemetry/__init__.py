@@ -6,7 +6,7 @@ The host application's SDK TracerProvider governs sampling, limits, resource and
 exporters; without one, the standard ``OTEL_*`` variables do (a ratio sampler
 decides on a hash of the DFID). Span times are on the wall clock when the journal's
 is a simulated one (``span_time``, ``DIRK_SPAN_TIME``). The OTLP exporters are the
-optional extra ``dirk[otlp]``.
+optional extra ``dir-kernel[otlp]``.
 """
 
 from kernel.telemetry._clock import SpanTime

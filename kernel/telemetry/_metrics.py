@@ -86,7 +86,7 @@ def configure_meter_provider(env: Mapping[str, str], resource: Resource) -> Mete
     "none"; the exporter reads its headers, compression and TLS from the environment.
 
     Raises:
-        ExporterUnavailable: an endpoint is set but ``dirk[otlp]`` is not installed.
+        ExporterUnavailable: an endpoint is set but ``dir-kernel[otlp]`` is not installed.
     """
     if env.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
         return None

@@ -7,7 +7,7 @@ TLS files themselves. The kernel only picks the exporter (export is off unless
 an endpoint or the console exporter is named), gives its default service name
 to a service that has none, keeps its timeout short, and ships spans through a
 queue whose writer waits for room rather than one that drops (kernel.telemetry._ship).
-The OTLP exporters come with the optional extra ``dirk[otlp]``; nothing here
+The OTLP exporters come with the optional extra ``dir-kernel[otlp]``; nothing here
 imports them until an endpoint asks for one.
 """
 
@@ -50,7 +50,7 @@ _TRACES, _GENERIC = "OTEL_EXPORTER_OTLP_TRACES_", "OTEL_EXPORTER_OTLP_"
 
 
 class ExporterUnavailable(RuntimeError):
-    """An OTLP endpoint is configured but the exporters are not installed (``dirk[otlp]``)."""
+    """An OTLP endpoint is configured but the exporters are not installed (``dir-kernel[otlp]``)."""
 
 
 def resource_from_env(env: Mapping[str, str] | None = None) -> Resource:
@@ -126,7 +126,7 @@ def configure_exporter(
     or no configuration at all turn it off quietly.
 
     Raises:
-        ExporterUnavailable: an endpoint is set but ``dirk[otlp]`` is not installed.
+        ExporterUnavailable: an endpoint is set but ``dir-kernel[otlp]`` is not installed.
     """
     if env.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
         return None

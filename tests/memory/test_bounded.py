@@ -25,7 +25,8 @@ from kernel.core.events import (
     MemoryQueried,
     ProposalRecord,
 )
-from kernel.state.memory import QUERIED_TOPICS, MemoryState, check
+from kernel.state.constraints import check
+from kernel.state.memory import QUERIED_TOPICS, MemoryState
 from kernel.state.projections import FOLD, Projections
 from kernel.state.snapshots import verify_projections
 from tests.support import GOLDEN

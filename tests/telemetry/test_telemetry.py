@@ -748,7 +748,7 @@ def test_import_kernel_imports_no_exporter() -> None:
 def test_a_missing_exporter_package_is_named_not_raised_at_the_kernel(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    # As if `dirk[otlp]` were not installed: the import of the exporter fails.
+    # As if `dir-kernel[otlp]` were not installed: the import of the exporter fails.
     http = "opentelemetry.exporter.otlp.proto.http"
     monkeypatch.setitem(sys.modules, f"{http}.trace_exporter", None)
     monkeypatch.setitem(sys.modules, f"{http}.metric_exporter", None)
