@@ -27,7 +27,7 @@ OVER_TEN_AT_MOST = 60
 # each may keep: the count may only fall.
 PACKAGES: dict[str, int] = {
     "audit/narrative.py": 0,
-    "policy": 9,
+    "policy": 6,
     "context": 2,
     "telemetry": 8,
 }

@@ -105,18 +105,29 @@ def _check_names(pack: PolicyPack) -> None:
     A lone surrogate cannot be written to the journal (KernelStarted names the packs),
     and a control character would be obeyed by the terminal that shows it.
     """
-    names: list[tuple[str, Any]] = [("name", pack.name), ("version", pack.version)]
-    names += [("policy kind", kind_name(k)) for k in pack.kinds if isinstance(k, type)]
-    names += [("rule", r.name) for r in pack.rules if isinstance(r, Rule)]
-    names += [("invariant", i.name) for i in pack.invariants if hasattr(i, "name")]
-    names += [("guard", g.name) for g in pack.guards if isinstance(g, Guard)]
-    names += [("limit", key) for key in pack.limits]
-    names += [("resource", key) for key in pack.capacities]
-    for what, name in names:
+    for what, name in _names_of(pack):
         problem = id_problem(name)
         if problem is not None:
             shown = clip(name, 80)
             raise PackError(f"pack {clip(pack.name, 80)}: {what} '{shown}' is no id: {problem}")
+
+
+def _names_of(pack: PolicyPack) -> list[tuple[str, Any]]:
+    """Every name a pack declares, with what it names."""
+    names: list[tuple[str, Any]] = [("name", pack.name), ("version", pack.version)]
+    names += _part_names(pack)
+    names += [("limit", key) for key in pack.limits]
+    names += [("resource", key) for key in pack.capacities]
+    return names
+
+
+def _part_names(pack: PolicyPack) -> list[tuple[str, Any]]:
+    names: list[tuple[str, Any]] = []
+    names += [("policy kind", kind_name(k)) for k in pack.kinds if isinstance(k, type)]
+    names += [("rule", r.name) for r in pack.rules if isinstance(r, Rule)]
+    names += [("invariant", i.name) for i in pack.invariants if hasattr(i, "name")]
+    names += [("guard", g.name) for g in pack.guards if isinstance(g, Guard)]
+    return names
 
 
 def _whole(value: Any, low: int = 0) -> bool:
@@ -310,6 +321,14 @@ class _PackCheck:
         part = f"quorum {q.name or q.required}"
         if not _whole(q.required, 1):
             self.fail(f"{part}: required is a whole number >= 1")
+        self.quorum_roles(part, q)
+        if q.on_reject not in ("end", "vote"):
+            self.fail(f"{part}: on_reject is end or vote")
+        if q.vote_ttl_s is not None and not _whole(q.vote_ttl_s, 1):
+            self.fail(f"{part}: vote_ttl_s is whole seconds >= 1, or None")
+        self.quorum_amount(part, q)
+
+    def quorum_roles(self, part: str, q: Any) -> None:
         for role in q.roles:
             if not isinstance(role, str) or id_problem(role) is not None or not role:
                 self.fail(f"{part}: role {role!r} is no id")
@@ -318,11 +337,6 @@ class _PackCheck:
                 f"{part}: {q.required} distinct roles needed, only"
                 f" {len(q.roles)} named: it could never be met"
             )
-        if q.on_reject not in ("end", "vote"):
-            self.fail(f"{part}: on_reject is end or vote")
-        if q.vote_ttl_s is not None and not _whole(q.vote_ttl_s, 1):
-            self.fail(f"{part}: vote_ttl_s is whole seconds >= 1, or None")
-        self.quorum_amount(part, q)
 
     def quorum_amount(self, part: str, q: Any) -> None:
         if q.kind is not None:

@@ -167,6 +167,11 @@ class PolicyPack:
             if not isinstance(value, Mapping):
                 raise PackError(f"pack {self.name}: {part} must be a mapping, not {value!r}")
             object.__setattr__(self, part, MappingProxyType(dict(value)))
+        self._own_synonyms()
+        self._own_codes()
+
+    def _own_synonyms(self) -> None:
+        """Take the synonyms as tuples of phrases, or refuse them."""
         groups = self.synonyms
         if isinstance(groups, str | bytes) or not all(
             isinstance(g, Sequence)
@@ -176,6 +181,9 @@ class PolicyPack:
         ):
             raise PackError(f"pack {self.name}: synonyms are groups (sequences) of phrases")
         object.__setattr__(self, "synonyms", tuple(tuple(g) for g in groups))
+
+    def _own_codes(self) -> None:
+        """Take the refusal codes that escalate as a tuple of strings, or refuse them."""
         codes = self.escalate_refusals
         if isinstance(codes, str) or not all(isinstance(c, str) for c in codes):
             raise PackError(f"pack {self.name}: escalate_refusals is a sequence of reason codes")
