@@ -26,10 +26,21 @@ OVER_TEN_AT_MOST = 60
 # Packages whose every function already stays under the ceiling, with how many over 10
 # each may keep: the count may only fall.
 PACKAGES: dict[str, int] = {
+    "audit/counterfactual.py": 1,
     "audit/narrative.py": 0,
-    "policy": 6,
+    "beliefs": 0,
+    "console": 3,
     "context": 2,
-    "telemetry": 8,
+    "escalation": 5,
+    "execution": 2,
+    "frameworks": 0,
+    "gateway": 4,
+    "mcp": 7,
+    "policy": 6,
+    "proofs/bundle.py": 2,
+    "proofs/check.py": 1,
+    "state": 0,
+    "telemetry": 5,
 }
 
 
@@ -57,15 +68,15 @@ def test_a_package_done_keeps_under_the_ceiling_and_its_count(package: str) -> N
     assert len(over_ten) <= PACKAGES[package], "; ".join(over_ten)
 
 
+# The two targets of issue 39 for the whole kernel. On the complexity branch alone they
+# fail only for packages other engineers bring down in parallel (dim, journal, cli, the
+# flat modules, adapters, core); the packages in PACKAGES already pass above.
 def test_no_function_in_the_kernel_is_more_complex_than_the_ceiling() -> None:
     found = _blocks(KERNEL)
     assert len(found) > 1000  # the whole kernel, not an empty directory
     assert _over(found, CEILING) == []
 
 
-# The target of issue 39 for the whole kernel. On the complexity branch alone it fails
-# only for packages other engineers bring down in parallel (dim, journal, cli, the
-# flat modules); the packages listed in PACKAGES pass above.
 def test_few_functions_in_the_kernel_are_over_ten() -> None:
     over_ten = _over(_blocks(KERNEL), 10)
     assert len(over_ten) <= OVER_TEN_AT_MOST, f"{len(over_ten)} over 10: " + "; ".join(over_ten)
