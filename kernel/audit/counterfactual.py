@@ -97,63 +97,77 @@ async def whatif(
         priority: the injected constraint's priority.
     """
     excluded = frozenset(exclude)
-    memory = MemoryState()
-    roots: dict[str, str] = {}
-    judged: dict[int, _Judged] = {}
-    waiting: dict[str, int] = {}  # dfid -> seq of its proposal awaiting its recorded verdict
-    refused_dfids: set[str] = set()
-    changes: list[Change] = []
-    count = 0
+    replay = _Replay()
     injected = constraint is None
-
-    def inject(before: int) -> None:
-        nonlocal injected
-        if not injected and before >= at:
-            payload = ConstraintAdded(text=constraint or "", priority=priority)
-            memory.apply(Event(seq=INJECTED_ID, ts=0, payload=payload, agent_id="whatif"))
-            injected = True
-
     async for batch in journal.scan():
         for event in batch:
-            inject(event.seq)
-            if event.seq in excluded:
-                continue
-            payload, dfid = event.payload, event.dfid or ""
-            if type(payload) in MEMORY_EVENTS:
-                if dfid not in refused_dfids:
-                    memory.apply(event)
-            elif isinstance(payload, FlowCreated):
-                roots[dfid] = payload.root_dfid
-            elif isinstance(payload, ProposalSubmitted) and not payload.by_human:
-                agent = event.agent_id or ""
-                root = roots.get(dfid, dfid)
-                feedback = check(memory, payload.proposal, agent, root)
-                judged[event.seq] = _Judged(
-                    dfid=dfid,
-                    agent_id=agent,
-                    proposal=payload.proposal,
-                    refused_now=str(feedback.reason_code) if feedback else "",
-                    detail_now=feedback.detail if feedback else "",
-                    advised_now=advisories(memory, payload.proposal, agent, root),
-                )
-                waiting[dfid] = event.seq
-                count += 1
-                if feedback is not None:
-                    refused_dfids.add(dfid)
-            elif isinstance(payload, ProposalAccepted | ProposalRejected | FlowEscalated):
-                seq = waiting.pop(dfid, None)
-                if seq is not None:
-                    change = _compare(seq, judged.pop(seq), payload)
-                    if change is not None:
-                        changes.append(change)
-                if isinstance(payload, ProposalRejected):
-                    # A rejected attempt wrote nothing; the flow's next attempt is judged anew.
-                    refused_dfids.discard(dfid)
-            elif isinstance(payload, ConstraintAdvisory) and event.caused_by in judged:
-                judged[event.caused_by].advised_then = list(payload.constraints)
-            elif isinstance(payload, FlowAborted):
-                waiting.pop(dfid, None)
-    return WhatIf(judged=count, changes=changes)
+            if not injected and event.seq >= at:
+                added = ConstraintAdded(text=constraint or "", priority=priority)
+                replay.memory.apply(Event(seq=INJECTED_ID, ts=0, payload=added, agent_id="whatif"))
+                injected = True
+            if event.seq not in excluded:
+                replay.feed(event)
+    return WhatIf(judged=replay.count, changes=replay.changes)
+
+
+class _Replay:
+    """The other history as it is replayed: memory, the proposals judged again, the changes."""
+
+    def __init__(self) -> None:
+        self.memory = MemoryState()
+        self.roots: dict[str, str] = {}
+        self.judged: dict[int, _Judged] = {}
+        self.waiting: dict[str, int] = {}  # dfid -> seq of its proposal awaiting its verdict
+        self.refused_dfids: set[str] = set()
+        self.changes: list[Change] = []
+        self.count = 0
+
+    def feed(self, event: Event) -> None:
+        payload, dfid = event.payload, event.dfid or ""
+        if type(payload) in MEMORY_EVENTS:
+            if dfid not in self.refused_dfids:
+                self.memory.apply(event)
+        elif isinstance(payload, FlowCreated):
+            self.roots[dfid] = payload.root_dfid
+        elif isinstance(payload, ProposalSubmitted) and not payload.by_human:
+            self.proposed(event, payload, dfid)
+        elif isinstance(payload, ProposalAccepted | ProposalRejected | FlowEscalated):
+            self.verdict(payload, dfid)
+        elif isinstance(payload, ConstraintAdvisory) and event.caused_by in self.judged:
+            self.judged[event.caused_by].advised_then = list(payload.constraints)
+        elif isinstance(payload, FlowAborted):
+            self.waiting.pop(dfid, None)
+
+    def proposed(self, event: Event, payload: ProposalSubmitted, dfid: str) -> None:
+        """Judge an agent's proposal against the other history's memory."""
+        agent = event.agent_id or ""
+        root = self.roots.get(dfid, dfid)
+        feedback = check(self.memory, payload.proposal, agent, root)
+        self.judged[event.seq] = _Judged(
+            dfid=dfid,
+            agent_id=agent,
+            proposal=payload.proposal,
+            refused_now=str(feedback.reason_code) if feedback else "",
+            detail_now=feedback.detail if feedback else "",
+            advised_now=advisories(self.memory, payload.proposal, agent, root),
+        )
+        self.waiting[dfid] = event.seq
+        self.count += 1
+        if feedback is not None:
+            self.refused_dfids.add(dfid)
+
+    def verdict(
+        self, payload: ProposalAccepted | ProposalRejected | FlowEscalated, dfid: str
+    ) -> None:
+        """Compare the recorded verdict with the one the other history gave."""
+        seq = self.waiting.pop(dfid, None)
+        if seq is not None:
+            change = _compare(seq, self.judged.pop(seq), payload)
+            if change is not None:
+                self.changes.append(change)
+        if isinstance(payload, ProposalRejected):
+            # A rejected attempt wrote nothing; the flow's next attempt is judged anew.
+            self.refused_dfids.discard(dfid)
 
 
 def _compare(

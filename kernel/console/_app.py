@@ -21,26 +21,22 @@ import json
 import logging
 import math
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote, urlencode, urlsplit
+from urllib.parse import quote, urlencode
 
 import anyio
 import jinja2
 from sse_starlette.sse import EventSourceResponse
 from starlette.applications import Starlette
-from starlette.datastructures import FormData
 from starlette.middleware import Middleware
 from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
-from starlette.types import ASGIApp, Receive, Scope, Send
 
 from kernel.console._auth import (
     LOGIN_COOKIE,
@@ -51,7 +47,7 @@ from kernel.console._auth import (
     csrf_ok,
 )
 from kernel.console._decide import Door, Refused, decision_request
-from kernel.console._fields import field_refusal, form_items, row_refusal
+from kernel.console._fields import field_refusal, form_items
 from kernel.console._follow import Follower
 from kernel.console._manage import (
     agent_row,
@@ -61,6 +57,7 @@ from kernel.console._manage import (
     rules_view,
 )
 from kernel.console._money import readable
+from kernel.console._settings import Settings as Settings  # re-exported: its old home
 from kernel.console._views import (
     HUMAN_ACTS,
     PAGE,
@@ -77,6 +74,19 @@ from kernel.console._views import (
     queue,
     review,
 )
+from kernel.console._web import (
+    SecurityHeaders,
+    cell,
+    checked,
+    form_of,
+    new_nonce,
+    plain,
+    same_origin,
+    set_cookie,
+    span_text,
+    trace_link,
+    utc,
+)
 from kernel.core.flow import FlowStatus
 from kernel.core.reasons import CliError
 from kernel.inbox import InboxRequest
@@ -85,48 +95,13 @@ from kernel.journal.store import Journal
 from kernel.state.roadmap.domain import Roadmap
 from kernel.state.roadmap.view import roadmap_json
 from kernel.state.rulebook import DEFAULT_NS
-from kernel.telemetry import trace_id_for
 
 log = logging.getLogger(__name__)
 
 HERE = Path(__file__).parent
-MAX_FORM_BYTES = 256 * 1024
 THEME_COOKIE = "dirk_theme"
 THEMES = ("light", "dark")
 """The colour schemes an operator may choose; without a choice, the system's preference."""
-
-_CSP = (
-    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self';"
-    " connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
-)
-
-
-@dataclass(frozen=True)
-class Settings:
-    """How one console runs."""
-
-    db: str
-    poll_s: float = 0.25
-    approval_ttl_s: float | None = 3600.0
-    """The kernel's approval TTL, to show each expiry (the journal does not record it)."""
-    allowed_hosts: tuple[str, ...] | None = None
-    """The names the console answers to (the Host header); None: any. A console on loopback
-    answers only to loopback names, so a page elsewhere cannot reach it by DNS rebinding."""
-    trace_url: str = ""
-    """A link to a flow's trace: ``{trace_id}`` (32 hex digits) and ``{dfid}`` are filled in."""
-    key: str | None = None
-    """The console's private key (a file, or a directory holding ``<door>.key``); None:
-    ``DIRK_KEY``. Without one, the console shows everything and changes nothing."""
-    door: str = "console"
-    """The name the kernel's keyring holds the console's key under (role ``door``)."""
-    answer_s: float = 0.0
-    """How long a change waits for the kernel to take it, so that a request the kernel
-    refuses at once is shown refused (0: shown queued at once)."""
-    tls: bool = False
-    """Served over TLS: every cookie is ``Secure`` (as it is for a request a TLS proxy on
-    this machine forwards as https)."""
-    currency: str = "USD"
-    """The currency whose minor units reasons quote (``none``: show the units as recorded)."""
 
 
 def create_app(
@@ -149,13 +124,13 @@ def create_app(
         autoescape=True,
         undefined=jinja2.StrictUndefined,
     )
-    env.filters["ago"] = lambda ts: _span(clock() - ts)
-    env.filters["within"] = lambda ts: _span(ts - clock())
+    env.filters["ago"] = lambda ts: span_text(clock() - ts)
+    env.filters["within"] = lambda ts: span_text(ts - clock())
     env.filters["json"] = as_json
-    env.filters["utc"] = _utc
+    env.filters["utc"] = utc
     env.filters["money"] = lambda text: readable(str(text), settings.currency)
     env.globals["now_ns"] = clock
-    env.globals["trace_link"] = lambda dfid, root: _trace_link(settings.trace_url, dfid, root)
+    env.globals["trace_link"] = lambda dfid, root: trace_link(settings.trace_url, dfid, root)
     holder: dict[str, Journal] = {}
     door = Door(settings.db, settings.key, settings.door, settings.answer_s)
 
@@ -218,9 +193,9 @@ def create_app(
                     return Response("sign in first", status_code=401)
                 return RedirectResponse("/login", status_code=303)
             if request.method == "POST":
-                if not _same_origin(request):
+                if not same_origin(request):
                     return Response("cross-origin request refused", status_code=403)
-                form = await _form(request)
+                form = await form_of(request)
                 if form is None or not csrf_ok(session, form.get("csrf")):
                     return Response("CSRF token missing or wrong", status_code=403)
                 refused = field_refusal([*request.path_params.items(), *form_items(form)])
@@ -234,7 +209,7 @@ def create_app(
     # --- signing in -------------------------------------------------------------------
 
     async def login_page(request: Request) -> Response:
-        nonce = _nonce()
+        nonce = new_nonce()
         response = page(
             request,
             "login.html",
@@ -244,13 +219,13 @@ def create_app(
             error="",
             code="",
         )
-        _cookie(response, LOGIN_COOKIE, nonce, path="/login", secure=secure(request))
+        set_cookie(response, LOGIN_COOKIE, nonce, path="/login", secure=secure(request))
         return response
 
     async def login(request: Request) -> Response:
-        form = await _form(request)
+        form = await form_of(request)
         nonce = request.cookies.get(LOGIN_COOKIE, "")
-        if form is None or not _same_origin(request) or not nonce or form.get("nonce") != nonce:
+        if form is None or not same_origin(request) or not nonce or form.get("nonce") != nonce:
             return Response("CSRF check failed: load the sign-in page again", status_code=403)
         refused = field_refusal(form_items(form))
         if refused is not None:
@@ -268,16 +243,16 @@ def create_app(
         if sid is None:
             return login_refused(request, 401, "not signed in: wrong name, password or token")
         home = RedirectResponse("/", status_code=303)
-        _cookie(home, SESSION_COOKIE, sid, secure=secure(request))
+        set_cookie(home, SESSION_COOKIE, sid, secure=secure(request))
         home.delete_cookie(LOGIN_COOKIE, path="/login", secure=secure(request), httponly=True)
         return home
 
     def login_refused(request: Request, status: int, error: str, code: str = "") -> Response:
-        fresh = _nonce()
+        fresh = new_nonce()
         response = page(
             request, "login.html", None, status, nonce=fresh, token="", error=error, code=code
         )
-        _cookie(response, LOGIN_COOKIE, fresh, path="/login", secure=secure(request))
+        set_cookie(response, LOGIN_COOKIE, fresh, path="/login", secure=secure(request))
         return response
 
     async def logout(request: Request, session: Session) -> Response:
@@ -330,7 +305,7 @@ def create_app(
 
     async def decide(request: Request, session: Session) -> Response:
         dfid = request.path_params["dfid"]
-        form = _plain(request.state.form)
+        form = plain(request.state.form)
         flow = follower.projections.flows.get(dfid)
         if form.get("decision") == "modify" and flow is not None and flow.proposal is not None:
             proposed = dict(flow.proposal.params)
@@ -348,7 +323,7 @@ def create_app(
             decision = decision_request(
                 follower.projections, follower.queued, dfid, form, session.operator
             )
-            _checked(decision)
+            checked(decision)
             refused = await post(decision)
         except Refused as refusal:
             return await flow_review(request, session, 409, refusal)
@@ -428,8 +403,8 @@ def create_app(
     ) -> Response:
         """Post the request ``build`` makes of the form, or show why not."""
         try:
-            built = build(_plain(request.state.form))
-            _checked(built)
+            built = build(plain(request.state.form))
+            checked(built)
             refused = await post(built)
         except Refused as refusal:
             return await refused_page(request, session, 409, refusal)
@@ -521,7 +496,7 @@ def create_app(
 
     async def audit_export(request: Request, session: Session) -> Response:
         _, found = await audit_acts(request)
-        rows = [act.row(_utc(act.ts)) for act in found]
+        rows = [act.row(utc(act.ts)) for act in found]
         if request.url.path.endswith(".json"):
             return Response(
                 json.dumps(rows, ensure_ascii=False, indent=1),
@@ -533,7 +508,7 @@ def create_app(
         writer.writeheader()
         for row in rows:
             # A spreadsheet runs a cell that starts with = + - @: quoted as text instead.
-            writer.writerow({k: _cell(v) for k, v in row.items()})
+            writer.writerow({k: cell(v) for k, v in row.items()})
         return Response(
             out.getvalue(),
             media_type="text/csv; charset=utf-8",
@@ -605,111 +580,9 @@ def create_app(
         get("/roadmap", roadmap_page),
         Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
     ]
-    middleware = [Middleware(_SecurityHeaders)]
+    middleware = [Middleware(SecurityHeaders)]
     if settings.allowed_hosts is not None:
         middleware.append(
             Middleware(TrustedHostMiddleware, allowed_hosts=list(settings.allowed_hosts))
         )
     return Starlette(routes=routes, lifespan=lifespan, middleware=middleware)
-
-
-class _SecurityHeaders:
-    """Headers on every response: no inline script, no framing, no sniffing, no referrer."""
-
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        async def sending(message: MutableMapping[str, Any]) -> None:
-            if message["type"] == "http.response.start":
-                headers = list(message.get("headers", []))
-                headers += [
-                    (b"content-security-policy", _CSP.encode()),
-                    (b"x-content-type-options", b"nosniff"),
-                    (b"x-frame-options", b"DENY"),
-                    # A sign-in link carries the run's token: no Referer to another site.
-                    # (no-referrer would also make the browser send "Origin: null".)
-                    (b"referrer-policy", b"same-origin"),
-                    (b"cache-control", b"no-store"),
-                ]
-                message = {**message, "headers": headers}
-            await send(message)
-
-        await self.app(scope, receive, sending)
-
-
-async def _form(request: Request) -> FormData | None:
-    """The request's form, or None when it is too large or does not parse."""
-    length = request.headers.get("content-length", "")
-    if not length.isdigit() or int(length) > MAX_FORM_BYTES:
-        return None
-    try:
-        return await request.form(max_files=0, max_fields=32)
-    except Exception:  # a malformed body, whatever the parser says about it
-        return None
-
-
-def _plain(form: FormData) -> dict[str, Any]:
-    return {key: value for key, value in form.items() if isinstance(value, str)}
-
-
-def _same_origin(request: Request) -> bool:
-    """A browser's Origin (or Referer) header, when sent, must name this console."""
-    origin = request.headers.get("origin") or request.headers.get("referer")
-    if not origin:
-        return True  # not a browser, or one that sends neither: the CSRF token still counts
-    try:
-        parts = urlsplit(origin)
-    except ValueError:  # "http://[": not a URL, so no origin of this console
-        return False
-    return parts.netloc == request.headers.get("host", "")
-
-
-def _checked(row: Any) -> None:
-    """Raise the refusal of a row no journal could record (a lone surrogate in it)."""
-    refused = row_refusal(row)
-    if refused is not None:
-        raise refused
-
-
-def _cookie(
-    response: Response, name: str, value: str, path: str = "/", *, secure: bool = False
-) -> None:
-    # Secure under TLS: a browser then never sends the session over plain HTTP.
-    response.set_cookie(name, value, httponly=True, samesite="strict", path=path, secure=secure)
-
-
-def _nonce() -> str:
-    import secrets
-
-    return secrets.token_urlsafe(24)
-
-
-def _cell(value: Any) -> Any:
-    """A CSV cell a spreadsheet shows as text, never runs as a formula."""
-    if isinstance(value, str) and value[:1] in ("=", "+", "-", "@", "\t", "\r"):
-        return "'" + value
-    return value
-
-
-def _utc(ns: int) -> str:
-    """An event's time as UTC to the second (``2026-11-24 02:19:18``)."""
-    return datetime.fromtimestamp(ns / 1e9, tz=UTC).strftime("%Y-%m-%d %H:%M:%S")
-
-
-def _span(ns: int) -> str:
-    seconds = max(0, ns // 1_000_000_000)
-    if seconds < 120:
-        return f"{seconds}s"
-    if seconds < 7200:
-        return f"{seconds // 60}m"
-    if seconds < 172800:
-        return f"{seconds // 3600}h"
-    return f"{seconds // 86400}d"
-
-
-def _trace_link(template: str, dfid: str, root_dfid: str) -> str:
-    if not template:
-        return ""
-    trace_id = f"{trace_id_for(root_dfid or dfid):032x}"
-    return template.replace("{trace_id}", trace_id).replace("{dfid}", dfid)

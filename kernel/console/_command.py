@@ -190,7 +190,7 @@ def prepare(args: argparse.Namespace, **overrides: Any) -> Prepared | int:
     try:
         import uvicorn  # noqa: F401
 
-        from kernel.console._app import Settings
+        from kernel.console._settings import Settings
     except ImportError as exc:
         return _error(
             CliError.EXTRA_MISSING,

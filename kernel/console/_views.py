@@ -357,21 +357,19 @@ class Act:
         }
 
 
-def act_of(event: Event) -> Act | None:
-    """The human act ``event`` records, or None (an agent's or the kernel's own event)."""
-    kind = HUMAN_ACTS.get(event.type)
-    if kind is None:
-        return None
-    payload: Any = event.payload
-    operator = str(
+def _operator_of(payload: Any) -> str:
+    """Who did the act: its operator, actor, proposer or key name."""
+    return str(
         getattr(payload, "operator", "")
         or getattr(payload, "actor", "")
         or getattr(payload, "proposer", "")
         or getattr(payload, "name", "")
     )
-    if isinstance(payload, ev.AgentStatusChanged) and not payload.operator:
-        return None  # the kernel's own demotion (an escalation budget spent), not a person's
-    target = event.dfid or str(
+
+
+def _target_of(event: Event, payload: Any) -> str:
+    """What a flowless act is about: a rule, a limit, a pack, a key or an agent."""
+    return str(
         getattr(payload, "rule", "")
         or getattr(payload, "limit", "")
         or (payload.pack.name if isinstance(payload, ev.PackLoaded) else "")
@@ -379,7 +377,11 @@ def act_of(event: Event) -> Act | None:
         or event.agent_id
         or ""
     )
-    what = str(
+
+
+def _what_of(event: Event, payload: Any) -> str:
+    """What the act was: a decision, a status, a value, a code, a role, else its type."""
+    return str(
         getattr(payload, "decision", "")
         or getattr(payload, "status", "")
         or getattr(payload, "value", "")
@@ -387,6 +389,19 @@ def act_of(event: Event) -> Act | None:
         or getattr(payload, "role", "")
         or event.type
     )
+
+
+def act_of(event: Event) -> Act | None:
+    """The human act ``event`` records, or None (an agent's or the kernel's own event)."""
+    kind = HUMAN_ACTS.get(event.type)
+    if kind is None:
+        return None
+    payload: Any = event.payload
+    if isinstance(payload, ev.AgentStatusChanged) and not payload.operator:
+        return None  # the kernel's own demotion (an escalation budget spent), not a person's
+    operator = _operator_of(payload)
+    target = event.dfid or _target_of(event, payload)
+    what = _what_of(event, payload)
     reason = str(getattr(payload, "reason", "") or getattr(payload, "detail", ""))
     return Act(
         seq=event.seq,

@@ -175,6 +175,10 @@ class LayerBody:
         self.ns = ns
 
 
+_Item = tuple[str, str, Any, int]
+"""(layer, key, value, tokens) of one item of a context layer."""
+
+
 def layer_body(
     projections: Projections,
     manifest: Manifest,
@@ -187,62 +191,11 @@ def layer_body(
 ) -> LayerBody:
     """Compile what every flow of ``topic`` for this agent shows (see :func:`compile_layers`)."""
     limits = manifest.limits
-    subs = tuple(manifest.subscriptions)
-    # (seq, key, value) of every entitled fact; staged facts are the newest.
-    newest = projections.last_seq + 1
-    window = window_ns(manifest)
-    facts = [
-        (fact.seq, key, fact.value)
-        for key, fact in projections.state.items()
-        if visible(subs, key) and (window is None or fact.ts >= as_of_ns - window)
-    ]
-    if staged:
-        facts = [f for f in facts if f[1] not in staged]
-        facts += [(newest, key, value) for key, value in staged.items() if visible(subs, key)]
-    facts.sort(key=lambda f: (f[0], f[1]))
-    state_items = _limit(limits, "context.state.max_items")
-    dropped: list[str] = []
-    if state_items is not None and len(facts) > state_items:
-        cut = len(facts) - state_items
-        dropped = [f"state:{key}" for _, key, _ in facts[:cut]]
-        facts = facts[cut:]
-
-    state: list[tuple[str, str, Any, int]] = []
-    artifacts: list[tuple[str, str, Any, int]] = []
-    infos: dict[str, dict[str, Any]] = {}
-    stored = projections.artifacts
-    for _, key, value in facts:
-        ref = stored_ref(stored, value) if stored.stored else None
-        body = b"" if ref is not None else canonical(value)
-        if ref is None and len(body) > ARTIFACT_BYTES:
-            ref = inline_ref(body)
-            infos[ref] = {"size": len(body), "media_type": JSON}
-        if ref is None:
-            state.append(("state", key, value, _item_tokens(key, body)))
-            continue
-        info = infos.setdefault(ref, stored.info(ref) if ref in stored.stored else {})
-        cost = _item_tokens(key, canonical(ref)) + estimate({ref: info})
-        artifacts.append(("artifact", key, ref, cost))
-    memory_facts = [
-        ("memory", name, fact.value, _item_tokens(name, canonical(fact.value)))
-        for name, fact in sorted(projections.memory.facts.items(), key=lambda i: i[1].seq)
-    ]
-    max_facts = _limit(limits, "context.memory.max_facts")
-    if max_facts is not None and len(memory_facts) > max_facts:
-        cut = len(memory_facts) - max_facts
-        dropped += [f"memory:{name}" for _, name, _, _ in memory_facts[:cut]]
-        memory_facts = memory_facts[cut:]
-
-    rules: list[tuple[str, str, Any, int]] = []
+    facts, dropped = _entitled_facts(projections, manifest, staged, as_of_ns)
+    state, artifacts, infos = _state_items(projections, facts)
+    memory_facts = _memory_facts(projections, limits, dropped)
     ns = namespace(manifest)
-    if projections.memory.rulebook.space(ns):
-        max_rules = _limit(limits, "context.memory.max_rules")
-        query = " ".join([topic, *sorted(manifest.capabilities), *(f[1] for f in facts)])
-        k = DEFAULT_RULES if max_rules is None else max_rules
-        for version in select(projections.memory.rulebook, query, k, search, ns):
-            item = shown_item(version)
-            key = f"rule:{version.ref}"
-            rules.append(("rule", key, item, _item_tokens(key, canonical(item))))
+    rules = _rules(projections, manifest, topic, facts, search, ns)
 
     constraints = projections.memory.view(0)["constraints"]
     mine = {k: schemas[k] for k in sorted(manifest.capabilities) if k in schemas}
@@ -261,6 +214,110 @@ def layer_body(
     return LayerBody(
         manifest, items, constraints, mine, dropped, tokens, budget, infos, ns, knowledge
     )
+
+
+def _entitled_facts(
+    projections: Projections,
+    manifest: Manifest,
+    staged: Mapping[str, Any] | None,
+    as_of_ns: int,
+) -> tuple[list[tuple[int, str, Any]], list[str]]:
+    """(seq, key, value) of every entitled fact, oldest first, and what the item cap dropped.
+
+    Staged facts are the newest.
+    """
+    subs = tuple(manifest.subscriptions)
+    newest = projections.last_seq + 1
+    window = window_ns(manifest)
+    facts = [
+        (fact.seq, key, fact.value)
+        for key, fact in projections.state.items()
+        if visible(subs, key) and (window is None or fact.ts >= as_of_ns - window)
+    ]
+    if staged:
+        facts = [f for f in facts if f[1] not in staged]
+        facts += [(newest, key, value) for key, value in staged.items() if visible(subs, key)]
+    facts.sort(key=lambda f: (f[0], f[1]))
+    state_items = _limit(manifest.limits, "context.state.max_items")
+    dropped: list[str] = []
+    if state_items is not None and len(facts) > state_items:
+        cut = len(facts) - state_items
+        dropped = [f"state:{key}" for _, key, _ in facts[:cut]]
+        facts = facts[cut:]
+    return facts, dropped
+
+
+def _state_items(
+    projections: Projections, facts: list[tuple[int, str, Any]]
+) -> tuple[list[_Item], list[_Item], dict[str, dict[str, Any]]]:
+    """The state layer's items, the artifact references standing for large values, their infos."""
+    state: list[_Item] = []
+    artifacts: list[_Item] = []
+    infos: dict[str, dict[str, Any]] = {}
+    stored = projections.artifacts
+    for _, key, value in facts:
+        ref = stored_ref(stored, value) if stored.stored else None
+        body = b"" if ref is not None else canonical(value)
+        if ref is None and len(body) > ARTIFACT_BYTES:
+            ref = inline_ref(body)
+            infos[ref] = {"size": len(body), "media_type": JSON}
+        if ref is None:
+            state.append(("state", key, value, _item_tokens(key, body)))
+            continue
+        info = infos.setdefault(ref, stored.info(ref) if ref in stored.stored else {})
+        cost = _item_tokens(key, canonical(ref)) + estimate({ref: info})
+        artifacts.append(("artifact", key, ref, cost))
+    return state, artifacts, infos
+
+
+def _memory_facts(projections: Projections, limits: Any, dropped: list[str]) -> list[_Item]:
+    """Memory's facts, oldest first, past the cap dropped (and named in ``dropped``)."""
+    memory_facts = [
+        ("memory", name, fact.value, _item_tokens(name, canonical(fact.value)))
+        for name, fact in sorted(projections.memory.facts.items(), key=lambda i: i[1].seq)
+    ]
+    max_facts = _limit(limits, "context.memory.max_facts")
+    if max_facts is not None and len(memory_facts) > max_facts:
+        cut = len(memory_facts) - max_facts
+        dropped += [f"memory:{name}" for _, name, _, _ in memory_facts[:cut]]
+        memory_facts = memory_facts[cut:]
+    return memory_facts
+
+
+def _rules(
+    projections: Projections,
+    manifest: Manifest,
+    topic: str,
+    facts: list[tuple[int, str, Any]],
+    search: RuleSearch | None,
+    ns: str,
+) -> list[_Item]:
+    """The rules of the agent's namespace most relevant to the flow, most relevant first."""
+    rules: list[_Item] = []
+    if projections.memory.rulebook.space(ns):
+        max_rules = _limit(manifest.limits, "context.memory.max_rules")
+        query = " ".join([topic, *sorted(manifest.capabilities), *(f[1] for f in facts)])
+        k = DEFAULT_RULES if max_rules is None else max_rules
+        for version in select(projections.memory.rulebook, query, k, search, ns):
+            item = shown_item(version)
+            key = f"rule:{version.ref}"
+            rules.append(("rule", key, item, _item_tokens(key, canonical(item))))
+    return rules
+
+
+def _fit(
+    items: Mapping[str, list[_Item]], tokens: int, budget: int, dropped: list[str]
+) -> tuple[dict[str, list[_Item]], int]:
+    """Drop items in DROP_ORDER, oldest first, until the context fits ``budget``."""
+    # The body is shared by the flows of its batch: drop from copies.
+    kept = {layer: list(group) for layer, group in items.items()}
+    for layer in DROP_ORDER:
+        group = kept[layer]
+        while tokens > budget and group:
+            _, key, _, cost = group.pop(0)
+            tokens -= cost
+            dropped.append(f"{layer}:{key}")
+    return kept, tokens
 
 
 def compile_layers(
@@ -311,14 +368,7 @@ def compile_layers(
     dropped = list(body.dropped)
     items = body.items
     if tokens > body.budget:
-        # The body is shared by the flows of its batch: drop from copies.
-        items = {layer: list(group) for layer, group in items.items()}
-        for layer in DROP_ORDER:
-            group = items[layer]
-            while tokens > body.budget and group:
-                _, key, _, cost = group.pop(0)
-                tokens -= cost
-                dropped.append(f"{layer}:{key}")
+        items, tokens = _fit(items, tokens, body.budget, dropped)
     # Fresh containers per flow: an agent that edits its context edits only its own.
     kept = [dict(item) for tag, _, item, _ in items["memory"] if tag == "rule"][::-1]
     memory = memory_document(

@@ -232,13 +232,8 @@ class EscalationDesk:
     # --- human decisions ------------------------------------------------------
 
     def _decide(self, msg: Decide, out: Outbox) -> None:
-        if msg.inbox_id is not None:
-            # The durable dedupe: an inbox row is taken by exactly one recorded event.
-            taken: set[int] = out.scratch.setdefault("inbox", set())
-            if msg.inbox_id in self._projections.inbox_taken or msg.inbox_id in taken:
-                out.reply(msg.reply, Verdict(outcome=Outcome.DUPLICATE, dfid=msg.dfid))
-                return
-            taken.add(msg.inbox_id)
+        if self._duplicate(msg, out):
+            return
         flow = out.flow(msg.dfid)
         approval = self._projections.approvals.get(msg.dfid)
         if flow is None or flow.status is not FlowStatus.ESCALATED or approval is None:
@@ -246,19 +241,7 @@ class EscalationDesk:
             detail = f"flow {msg.dfid} is {status}, not waiting for a human decision"
             self._refuse(msg, flow, ReasonCode.FLOW_NOT_ACTIVE, detail, out)
             return
-        if approval.status is not ApprovalStatus.PENDING or msg.dfid in out.scratch.get(
-            "decided", ()
-        ):
-            # Approved: the DIM judges it again before it executes; nothing more to decide.
-            detail = f"flow {msg.dfid} was {str(approval.status).lower()}: it is being judged again"
-            self._refuse(msg, flow, ReasonCode.FLOW_NOT_ACTIVE, detail, out)
-            return
-        if flow.pending is None and self._expired(approval, self._clock.now_ns()):
-            self._expire(approval, out)
-            detail = f"the approval expired: no decision within {self._policy.approval_ttl_s:g} s"
-            self._refuse(msg, flow, ReasonCode.EXPIRED, detail, out)
-            return
-        problem = self._problem(msg, approval, flow)
+        problem = self._closed(msg, flow, approval, out) or self._problem(msg, approval, flow)
         if problem is not None:
             code, detail, field = problem
             self._refuse(msg, flow, code, detail, out, field)
@@ -290,6 +273,41 @@ class EscalationDesk:
             ),
             dfid=msg.dfid,
         )
+        self._carry_out(msg, flow, decided, out)
+
+    def _duplicate(self, msg: Decide, out: Outbox) -> bool:
+        """Answer DUPLICATE for an inbox row already taken; else mark it taken."""
+        if msg.inbox_id is None:
+            return False
+        # The durable dedupe: an inbox row is taken by exactly one recorded event.
+        taken: set[int] = out.scratch.setdefault("inbox", set())
+        if msg.inbox_id in self._projections.inbox_taken or msg.inbox_id in taken:
+            out.reply(msg.reply, Verdict(outcome=Outcome.DUPLICATE, dfid=msg.dfid))
+            return True
+        taken.add(msg.inbox_id)
+        return False
+
+    def _closed(
+        self, msg: Decide, flow: FlowState, approval: Approval, out: Outbox
+    ) -> tuple[ReasonCode, str, str] | None:
+        """Why the approval takes no decision any more (code, detail, field), or None.
+
+        An approval found past its time expires here, before the refusal is recorded.
+        """
+        if approval.status is not ApprovalStatus.PENDING or msg.dfid in out.scratch.get(
+            "decided", ()
+        ):
+            # Approved: the DIM judges it again before it executes; nothing more to decide.
+            detail = f"flow {msg.dfid} was {str(approval.status).lower()}: it is being judged again"
+            return ReasonCode.FLOW_NOT_ACTIVE, detail, ""
+        if flow.pending is None and self._expired(approval, self._clock.now_ns()):
+            self._expire(approval, out)
+            detail = f"the approval expired: no decision within {self._policy.approval_ttl_s:g} s"
+            return ReasonCode.EXPIRED, detail, ""
+        return None
+
+    def _carry_out(self, msg: Decide, flow: FlowState, decided: int, out: Outbox) -> None:
+        """Act on a recorded decision: resolve, approve, reject, or judge the modification."""
         if msg.decision in RESOLVE_WORDS:
             self._resolve(msg, flow, decided, out)
         elif msg.decision in APPROVE_WORDS:

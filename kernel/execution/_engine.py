@@ -11,6 +11,7 @@ import msgspec
 
 from kernel.adapters.contract import (
     Adapter,
+    Receipt,
     RetryPolicy,
     SagaStep,
     compensation_key,
@@ -210,43 +211,12 @@ class ExecutionEngine:
         intent = flow.pending
         policy = self._policy_of(intent.adapter)
         if msg.receipt is None and msg.violation is None:
-            unknown = self._unknown(intent, msg)
-            if msg.transient and msg.attempt < policy.max_attempts:
-                self._retry_later(flow, intent, msg, policy, out, unknown=unknown)
-                return
-            if unknown and not msg.looked_up and self._has_lookup(intent.adapter):
-                # Before any human: ask the system what became of the key (a read,
-                # nothing to record first). Its answer comes back as this attempt's.
-                out.after_commit_with(
-                    self._spawn, partial(self._calls.look_up, msg.dfid, intent, msg)
-                )
-                return
-            if unknown and msg.transient and self._still_valid(intent, policy):
-                # The adapter honours the key: calling again cannot double the effect.
-                self._retry_later(flow, intent, msg, policy, out, unknown=True)
-                return
-            if unknown:
-                self._escalate_unknown(flow, intent, msg, out)
+            if self._answered_later(flow, intent, msg, policy, out):
                 return
         if intent.compensation:
             self._compensation_done(flow, intent, msg, out)
         elif msg.receipt is not None:
-            self._unsure.discard(msg.key)
-            if isinstance(msg.receipt, RecordingReceipt):
-                self._remember(msg.receipt, msg.key, out)
-            out.emit(
-                ExecutionSucceeded(
-                    key=msg.key,
-                    external_id=msg.receipt.external_id,
-                    detail=msg.receipt.detail,
-                    recovered=msg.found,
-                    # A single action's success ends its flow: one row where two events
-                    # travel together, the FlowClosed derived from it for every reader.
-                    closes=intent.step == 0,
-                ),
-                dfid=msg.dfid,
-            )
-            self._advance_after(intent, msg.dfid, out)
+            self._succeeded(intent, msg, msg.receipt, out)
         elif msg.violation is not None:
             v = msg.violation
             out.emit(
@@ -273,6 +243,53 @@ class ExecutionEngine:
             )
             escalate = msg.transient and policy.on_exhausted == "escalate"
             self._fail(flow, intent, ReasonCode.EXECUTION_FAILED, detail, out, escalate=escalate)
+
+    def _answered_later(
+        self,
+        flow: FlowState,
+        intent: ExecutionIntent,
+        msg: AdapterDone,
+        policy: RetryPolicy,
+        out: Outbox,
+    ) -> bool:
+        """For a call without a result: retry, look the key up or escalate; False to fail it."""
+        unknown = self._unknown(intent, msg)
+        if msg.transient and msg.attempt < policy.max_attempts:
+            self._retry_later(flow, intent, msg, policy, out, unknown=unknown)
+            return True
+        if unknown and not msg.looked_up and self._has_lookup(intent.adapter):
+            # Before any human: ask the system what became of the key (a read,
+            # nothing to record first). Its answer comes back as this attempt's.
+            out.after_commit_with(self._spawn, partial(self._calls.look_up, msg.dfid, intent, msg))
+            return True
+        if unknown and msg.transient and self._still_valid(intent, policy):
+            # The adapter honours the key: calling again cannot double the effect.
+            self._retry_later(flow, intent, msg, policy, out, unknown=True)
+            return True
+        if unknown:
+            self._escalate_unknown(flow, intent, msg, out)
+            return True
+        return False
+
+    def _succeeded(
+        self, intent: ExecutionIntent, msg: AdapterDone, receipt: Receipt, out: Outbox
+    ) -> None:
+        self._unsure.discard(msg.key)
+        if isinstance(receipt, RecordingReceipt):
+            self._remember(receipt, msg.key, out)
+        out.emit(
+            ExecutionSucceeded(
+                key=msg.key,
+                external_id=receipt.external_id,
+                detail=receipt.detail,
+                recovered=msg.found,
+                # A single action's success ends its flow: one row where two events
+                # travel together, the FlowClosed derived from it for every reader.
+                closes=intent.step == 0,
+            ),
+            dfid=msg.dfid,
+        )
+        self._advance_after(intent, msg.dfid, out)
 
     def _remember(self, receipt: RecordingReceipt, key: str, out: Outbox) -> None:
         """Stage a memory intent's events, before its ExecutionSucceeded in the same append.

@@ -165,32 +165,38 @@ def config_of(data: object, where: str = "the configuration") -> GatewayConfig:
     return config
 
 
+def _check_upstream(name: str, spec: UpstreamSpec, where: str) -> None:
+    if not UPSTREAM_NAME.match(name):
+        raise ConfigError(f"{where}: upstream {name!r}: a name is 1 to 32 letters, digits or '-'")
+    if bool(spec.command) == bool(spec.url):
+        raise ConfigError(f"{where}: upstream {name}: give either command (stdio) or url")
+    if spec.url and not spec.url.startswith(("http://", "https://")):
+        raise ConfigError(f"{where}: upstream {name}: url is http:// or https://")
+    if not 0 < spec.timeout_s <= 3600 or not 0 < spec.connect_s <= 600:
+        raise ConfigError(f"{where}: upstream {name}: timeout_s and connect_s are positive")
+    if not 1 <= spec.attempts <= 10:
+        raise ConfigError(f"{where}: upstream {name}: attempts is 1 to 10")
+
+
+def _check_tool(kind: str, policy: ToolPolicy, config: GatewayConfig, where: str) -> None:
+    upstream, dot, tool = kind.partition(".")
+    problem = id_problem(kind)
+    if not dot or not tool or upstream not in config.upstreams or problem:
+        raise ConfigError(
+            f"{where}: [tools.{kind!r}]: name a tool as '<upstream>.<tool>' of an upstream"
+        )
+    for field, name in policy.limit.items():
+        if name not in config.limits:
+            raise ConfigError(f"{where}: [tools.{kind!r}] limit {field}: no [limits.{name}]")
+
+
 def _check(config: GatewayConfig, where: str) -> None:
     if not config.upstreams:
         raise ConfigError(f"{where}: no [upstreams]")
     for name, spec in config.upstreams.items():
-        if not UPSTREAM_NAME.match(name):
-            raise ConfigError(
-                f"{where}: upstream {name!r}: a name is 1 to 32 letters, digits or '-'"
-            )
-        if bool(spec.command) == bool(spec.url):
-            raise ConfigError(f"{where}: upstream {name}: give either command (stdio) or url")
-        if spec.url and not spec.url.startswith(("http://", "https://")):
-            raise ConfigError(f"{where}: upstream {name}: url is http:// or https://")
-        if not 0 < spec.timeout_s <= 3600 or not 0 < spec.connect_s <= 600:
-            raise ConfigError(f"{where}: upstream {name}: timeout_s and connect_s are positive")
-        if not 1 <= spec.attempts <= 10:
-            raise ConfigError(f"{where}: upstream {name}: attempts is 1 to 10")
+        _check_upstream(name, spec, where)
     for kind, policy in config.tools.items():
-        upstream, dot, tool = kind.partition(".")
-        problem = id_problem(kind)
-        if not dot or not tool or upstream not in config.upstreams or problem:
-            raise ConfigError(
-                f"{where}: [tools.{kind!r}]: name a tool as '<upstream>.<tool>' of an upstream"
-            )
-        for field, name in policy.limit.items():
-            if name not in config.limits:
-                raise ConfigError(f"{where}: [tools.{kind!r}] limit {field}: no [limits.{name}]")
+        _check_tool(kind, policy, config, where)
     if problem := id_problem(config.pack) or id_problem(config.version):
         raise ConfigError(f"{where}: pack and version are names: {problem}")
     if not 1 <= config.max_attempts <= 100:

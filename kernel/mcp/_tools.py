@@ -370,29 +370,45 @@ def argument_refusal(
         rule, default = rules.get(name, (None, inspect.Parameter.empty))
         if value is None and default is None:
             continue  # an optional argument sent as null
-        if isinstance(value, str):
-            problem = (free_text_problem if rule is Rule.TEXT else id_problem)(value)
+        refused = _refusal_of(name, value, rule, strict)
+        if refused is not None:
+            return refused
+    return None
+
+
+def _refusal_of(name: str, value: Any, rule: Rule | None, strict: bool) -> ToolRefused | None:
+    """The refusal of one argument's value, or None (see :func:`argument_refusal`)."""
+    if isinstance(value, str):
+        problem = (free_text_problem if rule is Rule.TEXT else id_problem)(value)
+        if problem is not None:
+            return ToolRefused(ReasonCode.SCHEMA_INVALID, problem, name)
+        return None
+    refused = _rule_refusal(name, value, rule, strict)
+    if refused is not None:
+        return refused
+    # Whatever goes on into a proposal or a row: no lone surrogate, however deep.
+    found = value_problem(value)
+    if found is not None:
+        path, problem = found
+        field = name if path == "$" else f"{name}.{path}" if path[0] != "[" else name + path
+        return ToolRefused(ReasonCode.SCHEMA_INVALID, problem, field)
+    return None
+
+
+def _rule_refusal(name: str, value: Any, rule: Rule | None, strict: bool) -> ToolRefused | None:
+    """The refusal of a value that is not a string by its parameter's rule, or None."""
+    if rule in (Rule.ID, Rule.TEXT) and strict:
+        return ToolRefused(ReasonCode.SCHEMA_INVALID, f"not text: {type(value).__name__}", name)
+    if rule is Rule.IDS and isinstance(value, list):
+        for i, item in enumerate(value):
+            problem = id_problem(item) if isinstance(item, str) or strict else None
             if problem is not None:
-                return ToolRefused(ReasonCode.SCHEMA_INVALID, problem, name)
-            continue
-        if rule in (Rule.ID, Rule.TEXT) and strict:
-            return ToolRefused(ReasonCode.SCHEMA_INVALID, f"not text: {type(value).__name__}", name)
-        if rule is Rule.IDS and isinstance(value, list):
-            for i, item in enumerate(value):
-                problem = id_problem(item) if isinstance(item, str) or strict else None
-                if problem is not None:
-                    return ToolRefused(ReasonCode.SCHEMA_INVALID, problem, f"{name}[{i}]")
-        if rule is Rule.VALUE and strict:
-            try:
-                check_value(value, name)
-            except InputInvalid as exc:
-                return ToolRefused(exc.reason_code, exc.detail, exc.field)
-        # Whatever goes on into a proposal or a row: no lone surrogate, however deep.
-        found = value_problem(value)
-        if found is not None:
-            path, problem = found
-            field = name if path == "$" else f"{name}.{path}" if path[0] != "[" else name + path
-            return ToolRefused(ReasonCode.SCHEMA_INVALID, problem, field)
+                return ToolRefused(ReasonCode.SCHEMA_INVALID, problem, f"{name}[{i}]")
+    if rule is Rule.VALUE and strict:
+        try:
+            check_value(value, name)
+        except InputInvalid as exc:
+            return ToolRefused(exc.reason_code, exc.detail, exc.field)
     return None
 
 

@@ -36,32 +36,23 @@ import msgspec
 import msgspec.inspect
 
 from kernel.core.events import PackRef, canonical
-from kernel.core.text import id_problem
-from kernel.core.wall import clip
+from kernel.policy._checks import PackError as PackError  # re-exported: its old home
+from kernel.policy._checks import check_pack, name_of
 from kernel.policy.guards import Guard
-from kernel.policy.kinds import Impact, PolicyKind, kind_name
-from kernel.policy.money import CURRENCY, SCOPES, Budget, Cost
+from kernel.policy.kinds import PolicyKind, kind_name
+from kernel.policy.money import Budget, Cost
 from kernel.policy.quorums import Quorum
 from kernel.policy.rules import (
-    MAX_BUDGET_US,
     Invariant,
     OneOf,
     Range,
     Rule,
     StateMatch,
-    attributes_read,
     decimal_of,
-    impurity,
-    source_of,
-    template_fields,
 )
 
 Amount = str | Callable[[Any], int | Decimal | str]
 """A field of the kind, or a pure function of the typed parameters returning an amount."""
-
-
-class PackError(Exception):
-    """A policy pack that cannot be loaded; the kernel refuses to start on it."""
 
 
 @dataclass(frozen=True)
@@ -176,6 +167,11 @@ class PolicyPack:
             if not isinstance(value, Mapping):
                 raise PackError(f"pack {self.name}: {part} must be a mapping, not {value!r}")
             object.__setattr__(self, part, MappingProxyType(dict(value)))
+        self._own_synonyms()
+        self._own_codes()
+
+    def _own_synonyms(self) -> None:
+        """Take the synonyms as tuples of phrases, or refuse them."""
         groups = self.synonyms
         if isinstance(groups, str | bytes) or not all(
             isinstance(g, Sequence)
@@ -185,6 +181,9 @@ class PolicyPack:
         ):
             raise PackError(f"pack {self.name}: synonyms are groups (sequences) of phrases")
         object.__setattr__(self, "synonyms", tuple(tuple(g) for g in groups))
+
+    def _own_codes(self) -> None:
+        """Take the refusal codes that escalate as a tuple of strings, or refuse them."""
         codes = self.escalate_refusals
         if isinstance(codes, str) or not all(isinstance(c, str) for c in codes):
             raise PackError(f"pack {self.name}: escalate_refusals is a sequence of reason codes")
@@ -212,13 +211,13 @@ class PolicyPack:
                 }
                 for k in self.kinds
             },
-            "rules": [[_name(r.kind), _source(r.fn), r.fields, r.budget_us] for r in self.rules],
+            "rules": [[name_of(r.kind), _source(r.fn), r.fields, r.budget_us] for r in self.rules],
             "invariants": [_described(i) for i in self.invariants],
-            "consumes": [[_name(c.kind), c.pool, _described(c.amount)] for c in self.consumes],
+            "consumes": [[name_of(c.kind), c.pool, _described(c.amount)] for c in self.consumes],
             "capacities": dict(self.capacities),
             "thresholds": [
                 # A currency joins the entry only when set: older packs keep their hashes.
-                [_name(t.kind), _described(t.amount), str(t.above), repr(t.confidence_below)]
+                [name_of(t.kind), _described(t.amount), str(t.above), repr(t.confidence_below)]
                 + ([t.currency] if t.currency else [])
                 for t in self.thresholds
             ],
@@ -228,7 +227,7 @@ class PolicyPack:
         }
         if self.guards:  # absent from older hashes: a pack without guards keeps its hash
             content["guards"] = [
-                [_name(g.kind), g.name, _described(g.check), repr(g.flag_above),
+                [name_of(g.kind), g.name, _described(g.check), repr(g.flag_above),
                  repr(g.emergency_above)]
                 for g in self.guards
             ]  # fmt: skip
@@ -250,12 +249,12 @@ class PolicyPack:
             content["grant_quorum"] = _quorum(self.grant_quorum)
         if self.costs:
             content["costs"] = [
-                [_name(c.kind), _described(c.amount), c.currency] for c in self.costs
+                [name_of(c.kind), _described(c.amount), c.currency] for c in self.costs
             ]
         if self.budgets:
             content["budgets"] = [
                 [b.name, b.ceiling, b.currency, b.per, b.window_s, b.over,
-                 [_name(k) for k in b.kinds], b.reasoning]
+                 [name_of(k) for k in b.kinds], b.reasoning]
                 for b in self.budgets
             ]  # fmt: skip
         if self.on_superseded != "refuse":
@@ -282,16 +281,10 @@ def _source(obj: Any) -> str:
         return ""
 
 
-def _name(kind: Any) -> str:
-    return (
-        kind_name(kind) if isinstance(kind, type) and issubclass(kind, PolicyKind) else repr(kind)
-    )
-
-
 def _quorum(q: Quorum) -> list[Any]:
     return [
         q.required, list(q.roles), q.distinct, q.on_reject, q.vote_ttl_s,
-        _name(q.kind) if q.kind is not None else None, [str(r) for r in q.reasons],
+        name_of(q.kind) if q.kind is not None else None, [str(r) for r in q.reasons],
         str(q.impact) if q.impact is not None else None, _described(q.amount), str(q.above),
         q.name,
     ]  # fmt: skip
@@ -305,7 +298,7 @@ def _described(obj: Any) -> str:
         fields = {k: v for k, v in vars(obj).items() if k != "kind"}
         if isinstance(obj, OneOf):
             fields["values"] = sorted(map(str, obj.values))
-        return f"{type(obj).__name__}({_name(obj.kind)}, {sorted(fields.items())!r})"
+        return f"{type(obj).__name__}({name_of(obj.kind)}, {sorted(fields.items())!r})"
     return repr(obj)
 
 
@@ -327,7 +320,7 @@ class PolicyCatalog:
         taken = tuple(packs)
         seen: dict[str, str] = {}
         for pack in taken:
-            _check_pack(pack, seen)
+            check_pack(pack, seen)
         self._packs = taken
         # The tables built so far, by name: adopt() refills them where they are.
         self._tables: dict[str, dict[str, Any]] = {}
@@ -471,262 +464,3 @@ def amount_of(amount: Amount, params: Any) -> Decimal | None:
     """Evaluate an amount declaration (a field or a pure function) on typed parameters."""
     value = getattr(params, amount) if isinstance(amount, str) else amount(params)
     return decimal_of(value)
-
-
-def _decimal_field(kind: type[PolicyKind]) -> str | None:
-    """Return the first field of ``kind`` whose type holds a ``decimal.Decimal``, or None."""
-
-    def holds(t: Any, seen: set[type]) -> bool:
-        if isinstance(t, msgspec.inspect.DecimalType):
-            return True
-        if isinstance(t, msgspec.inspect.StructType | msgspec.inspect.DataclassType):
-            if t.cls in seen:
-                return False
-            seen.add(t.cls)
-            return any(holds(f.type, seen) for f in t.fields)
-        inner: list[Any] = []
-        for attr in ("type", "types", "item_type", "item_types", "key_type", "value_type"):
-            value = getattr(t, attr, None)
-            inner.extend(value if isinstance(value, tuple) else [value] if value else [])
-        return any(holds(i, seen) for i in inner)
-
-    info = msgspec.inspect.type_info(kind)
-    assert isinstance(info, msgspec.inspect.StructType)
-    return next((f.name for f in info.fields if holds(f.type, {kind})), None)
-
-
-def _check_names(pack: PolicyPack) -> None:
-    """Refuse a pack whose names could not be recorded or printed: every one is an id.
-
-    A lone surrogate cannot be written to the journal (KernelStarted names the packs),
-    and a control character would be obeyed by the terminal that shows it.
-    """
-    names: list[tuple[str, Any]] = [("name", pack.name), ("version", pack.version)]
-    names += [("policy kind", kind_name(k)) for k in pack.kinds if isinstance(k, type)]
-    names += [("rule", r.name) for r in pack.rules if isinstance(r, Rule)]
-    names += [("invariant", i.name) for i in pack.invariants if hasattr(i, "name")]
-    names += [("guard", g.name) for g in pack.guards if isinstance(g, Guard)]
-    names += [("limit", key) for key in pack.limits]
-    names += [("resource", key) for key in pack.capacities]
-    for what, name in names:
-        problem = id_problem(name)
-        if problem is not None:
-            shown = clip(name, 80)
-            raise PackError(f"pack {clip(pack.name, 80)}: {what} '{shown}' is no id: {problem}")
-
-
-def _check_pack(pack: PolicyPack, seen: dict[str, str]) -> None:
-    """Raise PackError naming the first problem of ``pack`` (and where it is)."""
-    if not pack.name or not pack.version:
-        raise PackError(f"pack {pack!r}: a pack needs a name and a version")
-    _check_names(pack)
-    for kind in pack.kinds:
-        if not (isinstance(kind, type) and issubclass(kind, PolicyKind)):
-            raise PackError(f"pack {pack.name}: {kind!r} is not a PolicyKind subclass")
-        name = kind_name(kind)
-        if name in seen:
-            raise PackError(
-                f"policy kind {name!r} is defined by both pack {seen[name]!r}"
-                f" and pack {pack.name!r}"
-            )
-        if not kind.adapter:
-            raise PackError(
-                f"pack {pack.name}: policy kind {name!r} names no adapter to execute it"
-            )
-        lenient = _decimal_field(kind)
-        if lenient is not None:
-            raise PackError(
-                f"pack {pack.name}: policy kind {name!r} types field {lenient!r} as Decimal,"
-                " which reads '1_0_0', ' 100 ', full-width digits and 'NaN' and re-spells them;"
-                " type it kernel.DecimalStr (the string the DIM judges is the one executed)"
-            )
-        if kind.impact not in tuple(Impact):
-            raise PackError(
-                f"pack {pack.name}: policy kind {name!r} declares an unknown impact {kind.impact!r}"
-            )
-        seen[name] = pack.name
-    own = set(pack.kinds)
-
-    def fields_of(part: str, kind: Any) -> tuple[str, ...]:
-        if kind not in own:
-            raise PackError(
-                f"pack {pack.name}: {part} is about {_name(kind)}, not a kind of this pack"
-            )
-        return tuple(kind.__struct_fields__)
-
-    def need(part: str, kind: Any, names: Iterable[str], where: str = "") -> None:
-        fields = fields_of(part, kind)
-        for f in names:
-            if f not in fields:
-                at = f" ({where})" if where else ""
-                raise PackError(
-                    f"pack {pack.name}: {part}{at} names field {f!r},"
-                    f" which {_name(kind)} does not have (it has {', '.join(fields)})"
-                )
-
-    def pure(part: str, fn: Callable[..., Any]) -> None:
-        problem = impurity(fn)
-        if problem is not None:
-            raise PackError(f"pack {pack.name}: {part} is not deterministic: {problem}")
-
-    for r in pack.rules:
-        if not isinstance(r, Rule):
-            raise PackError(f"pack {pack.name}: {r!r} is not a Rule (declare it with @rule)")
-        where, _ = source_of(r.fn)
-        part = f"rule {r.name}"
-        budget = r.budget_us
-        if (
-            isinstance(budget, bool)
-            or not isinstance(budget, int)
-            or not 0 < budget <= MAX_BUDGET_US
-        ):
-            raise PackError(
-                f"pack {pack.name}: {part} ({where}): budget_us must be a whole number of"
-                f" microseconds in [1, {MAX_BUDGET_US}], not {budget!r}"
-            )
-        need(part, r.kind, r.fields, where)
-        for f, line in attributes_read(r.fn):
-            need(part, r.kind, [f], f"{where.rsplit(':', 1)[0]}:{line}")
-        pure(part, r.fn)
-    for inv in pack.invariants:
-        if not isinstance(inv, Range | OneOf | StateMatch):
-            raise PackError(f"pack {pack.name}: {inv!r} is not an invariant")
-        need(f"invariant {inv.name}", inv.kind, [inv.field])
-        if isinstance(inv, StateMatch):
-            need(f"invariant {inv.name}", inv.kind, template_fields(inv.state_key))
-        if isinstance(inv, Range):
-            for bound in (inv.min, inv.max):
-                if bound is not None and decimal_of(bound) is None:
-                    raise PackError(f"pack {pack.name}: invariant {inv.name}: bad bound {bound!r}")
-    for c in pack.consumes:
-        part = f"resource {c.pool}"
-        if c.pool.startswith("money:"):
-            raise PackError(f"pack {pack.name}: {part}: money: pools are the budgets' (Budget)")
-        need(part, c.kind, template_fields(c.pool))
-        if isinstance(c.amount, str):
-            need(part, c.kind, [c.amount])
-        else:
-            fields_of(part, c.kind)
-            pure(part, c.amount)
-    for t in pack.thresholds:
-        part = f"threshold of {_name(t.kind)}"
-        if t.above is not None:
-            if isinstance(t.amount, str):
-                need(part, t.kind, [t.amount])
-            else:
-                fields_of(part, t.kind)
-                pure(part, t.amount)
-            if decimal_of(t.above) is None:
-                raise PackError(f"pack {pack.name}: {part}: bad amount {t.above!r}")
-        if t.currency and (not isinstance(t.currency, str) or not CURRENCY.match(t.currency)):
-            raise PackError(f"pack {pack.name}: {part}: {t.currency!r} is no ISO 4217 code")
-        else:
-            fields_of(part, t.kind)
-    for g in pack.guards:
-        if not isinstance(g, Guard):
-            raise PackError(f"pack {pack.name}: {g!r} is not a Guard")
-        part = f"guard {g.name}"
-        fields_of(part, g.kind)
-        if not 0.0 <= g.flag_above <= 1.0:
-            raise PackError(f"pack {pack.name}: {part}: flag_above must lie in [0, 1]")
-        if g.emergency_above is not None:
-            if not g.deterministic:
-                raise PackError(
-                    f"pack {pack.name}: {part}: an emergency rule must be a pure function,"
-                    " not an async guard (its verdict must replay)"
-                )
-            if not g.flag_above <= g.emergency_above <= 1.0:
-                raise PackError(
-                    f"pack {pack.name}: {part}: emergency_above must lie in [flag_above, 1]"
-                )
-        if g.deterministic:
-            pure(part, g.check)
-        elif not callable(g.check):
-            raise PackError(f"pack {pack.name}: {part}: the check is not callable")
-    for key, spec in pack.limits.items():
-        low, default, high = (decimal_of(v) for v in (spec.floor, spec.default, spec.ceiling))
-        if low is None or default is None or high is None or not low <= default <= high:
-            raise PackError(f"pack {pack.name}: limit {key!r} needs floor <= default <= ceiling")
-    _check_money(pack, fields_of, need, pure)
-    for q in (*pack.quorums, *([pack.grant_quorum] if pack.grant_quorum else [])):
-        _check_quorum(pack, q, fields_of, need, pure)
-    if pack.on_superseded not in ("refuse", "escalate"):
-        raise PackError(f"pack {pack.name}: on_superseded is refuse or escalate")
-
-
-def _whole(value: Any, low: int = 0) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= low
-
-
-def _check_money(pack: PolicyPack, fields_of: Any, need: Any, pure: Any) -> None:
-    """Refuse costs and budgets that could not be judged exactly."""
-    currencies: dict[str, set[str]] = {}
-    for c in pack.costs:
-        if not isinstance(c, Cost):
-            raise PackError(f"pack {pack.name}: {c!r} is not a Cost")
-        part = f"cost of {_name(c.kind)}"
-        if not isinstance(c.currency, str) or not CURRENCY.match(c.currency):
-            raise PackError(f"pack {pack.name}: {part}: {c.currency!r} is no ISO 4217 code")
-        if isinstance(c.amount, str):
-            need(part, c.kind, [c.amount])
-        else:
-            fields_of(part, c.kind)
-            pure(part, c.amount)
-        held = currencies.setdefault(_name(c.kind), set())
-        if c.currency in held:
-            raise PackError(f"pack {pack.name}: {part} is declared twice in {c.currency}")
-        held.add(c.currency)
-    names: set[str] = set()
-    for b in pack.budgets:
-        if not isinstance(b, Budget):
-            raise PackError(f"pack {pack.name}: {b!r} is not a Budget")
-        part = f"budget {b.name!r}"
-        problem = id_problem(b.name) if isinstance(b.name, str) and b.name else "empty"
-        if problem is not None or ":" in b.name or "@" in b.name or b.name in names:
-            raise PackError(
-                f"pack {pack.name}: {part}: a budget needs a unique id without ':' or '@'"
-            )
-        names.add(b.name)
-        if not isinstance(b.currency, str) or not CURRENCY.match(b.currency):
-            raise PackError(f"pack {pack.name}: {part}: {b.currency!r} is no ISO 4217 code")
-        if not _whole(b.ceiling):
-            raise PackError(f"pack {pack.name}: {part}: the ceiling is whole minor units >= 0")
-        if b.per not in SCOPES or b.over not in ("refuse", "escalate"):
-            raise PackError(f"pack {pack.name}: {part}: per is one of {', '.join(SCOPES)},"
-                            " over is refuse or escalate")  # fmt: skip
-        if b.window_s is not None and not _whole(b.window_s, 1):
-            raise PackError(f"pack {pack.name}: {part}: window_s is whole seconds >= 1, or None")
-        for kind in b.kinds:
-            fields_of(part, kind)
-
-
-def _check_quorum(pack: PolicyPack, q: Any, fields_of: Any, need: Any, pure: Any) -> None:
-    """Refuse a quorum that could never be met, or not be judged."""
-    if not isinstance(q, Quorum):
-        raise PackError(f"pack {pack.name}: {q!r} is not a Quorum")
-    part = f"quorum {q.name or q.required}"
-    if not _whole(q.required, 1):
-        raise PackError(f"pack {pack.name}: {part}: required is a whole number >= 1")
-    for role in q.roles:
-        if not isinstance(role, str) or id_problem(role) is not None or not role:
-            raise PackError(f"pack {pack.name}: {part}: role {role!r} is no id")
-    if q.distinct and q.roles and q.required > len(q.roles):
-        raise PackError(
-            f"pack {pack.name}: {part}: {q.required} distinct roles needed, only"
-            f" {len(q.roles)} named: it could never be met"
-        )
-    if q.on_reject not in ("end", "vote"):
-        raise PackError(f"pack {pack.name}: {part}: on_reject is end or vote")
-    if q.vote_ttl_s is not None and not _whole(q.vote_ttl_s, 1):
-        raise PackError(f"pack {pack.name}: {part}: vote_ttl_s is whole seconds >= 1, or None")
-    if q.kind is not None:
-        fields_of(part, q.kind)
-    if q.above is not None:
-        if q.kind is None:
-            raise PackError(f"pack {pack.name}: {part}: an amount needs its kind")
-        if isinstance(q.amount, str):
-            need(part, q.kind, [q.amount])
-        else:
-            pure(part, q.amount)
-        if decimal_of(q.above) is None:
-            raise PackError(f"pack {pack.name}: {part}: bad amount {q.above!r}")

@@ -36,7 +36,14 @@ from kernel.core.events import (
 )
 from kernel.core.keys import fingerprint
 from kernel.core.merkle import leaf_hash, verify_inclusion
-from kernel.core.notes import ED25519, NoteError, open_note, parse_checkpoint, split_note
+from kernel.core.notes import (
+    ED25519,
+    Checkpoint,
+    NoteError,
+    open_note,
+    parse_checkpoint,
+    split_note,
+)
 from kernel.journal.store import Journal
 from kernel.proofs.check import KeySet
 
@@ -140,47 +147,13 @@ def verify_bundle(data: bytes, keys: KeySet, quorum: int = 0) -> BundleChecked:
     Raises:
         BundleError: anything that does not hold, with what.
     """
-    try:
-        bundle = json.loads(data)
-    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
-        raise BundleError(f"not a JSON document ({exc})") from None
-    if not isinstance(bundle, dict) or bundle.get("format") != FORMAT:
-        raise BundleError(f"not a {FORMAT} bundle")
-    note, dfid = bundle.get("checkpoint"), bundle.get("dfid")
-    entries = bundle.get("events")
-    if not isinstance(note, str) or not isinstance(dfid, str) or not isinstance(entries, list):
-        raise BundleError("a bundle has a checkpoint, a dfid and events")
-    try:
-        text, _ = split_note(note)
-        checkpoint = parse_checkpoint(text)
-        verifiers = keys.for_log(checkpoint.origin) + keys.for_witnesses()
-        _, signatures = open_note(note, verifiers)
-    except NoteError as exc:
-        raise BundleError(f"the checkpoint does not verify: {exc}") from None
-    if not any(s.type == ED25519 and s.name == checkpoint.origin for s in signatures):
-        raise BundleError(f"no key given signed the checkpoint as {checkpoint.origin}")
-    witnesses = sum(1 for s in signatures if s.type != ED25519)
-    if witnesses < quorum:
-        raise BundleError(f"{witnesses} witness cosignatures given keys verify; {quorum} needed")
+    bundle = _bundle_of(data)
+    note, dfid, entries = bundle["checkpoint"], bundle["dfid"], bundle["events"]
+    checkpoint, witnesses = _signed(note, keys, quorum)
     seqs: list[int] = []
     named: set[str] = set()
     for entry in entries:
-        if not isinstance(entry, dict) or not isinstance(entry.get("seq"), int):
-            raise BundleError("each event has a seq, its bytes and its proof")
-        seq, body = entry["seq"], _unb64(entry.get("event"))
-        proof = [_unb64(h) for h in entry.get("proof") or []]
-        if not verify_inclusion(seq - 1, checkpoint.size, leaf_hash(body), proof, checkpoint.root):
-            raise BundleError(f"event {seq} is not in the signed tree (its proof fails)")
-        try:
-            event = json.loads(body)
-        except (ValueError, UnicodeDecodeError, RecursionError):
-            raise BundleError(f"event {seq}'s bytes are not JSON") from None
-        if not isinstance(event, dict) or event.get("seq") != seq or event.get("dfid") != dfid:
-            raise BundleError(f"event {seq} is not event {seq} of flow {dfid}")
-        payload = event.get("payload")
-        if isinstance(payload, dict) and isinstance(payload.get("pack"), str) and payload["pack"]:
-            named.add(payload["pack"])
-        seqs.append(seq)
+        seqs.append(_proved_event(entry, checkpoint, dfid, named))
     if not seqs:
         raise BundleError("a bundle holds at least one event")
     listed = {p.get("hash") for p in bundle.get("packs") or [] if isinstance(p, dict)}
@@ -196,3 +169,58 @@ def verify_bundle(data: bytes, keys: KeySet, quorum: int = 0) -> BundleChecked:
         witnesses=witnesses,
         packs=sorted(str(p) for p in listed if p),
     )
+
+
+def _bundle_of(data: bytes) -> dict[str, Any]:
+    """The bundle document, with its checkpoint, dfid and events of the right types."""
+    try:
+        bundle = json.loads(data)
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+        raise BundleError(f"not a JSON document ({exc})") from None
+    if not isinstance(bundle, dict) or bundle.get("format") != FORMAT:
+        raise BundleError(f"not a {FORMAT} bundle")
+    note, dfid = bundle.get("checkpoint"), bundle.get("dfid")
+    entries = bundle.get("events")
+    if not isinstance(note, str) or not isinstance(dfid, str) or not isinstance(entries, list):
+        raise BundleError("a bundle has a checkpoint, a dfid and events")
+    return bundle
+
+
+def _signed(note: str, keys: KeySet, quorum: int) -> tuple[Checkpoint, int]:
+    """The checkpoint the log's key signed, and how many witnesses cosigned it."""
+    try:
+        text, _ = split_note(note)
+        checkpoint = parse_checkpoint(text)
+        verifiers = keys.for_log(checkpoint.origin) + keys.for_witnesses()
+        _, signatures = open_note(note, verifiers)
+    except NoteError as exc:
+        raise BundleError(f"the checkpoint does not verify: {exc}") from None
+    if not any(s.type == ED25519 and s.name == checkpoint.origin for s in signatures):
+        raise BundleError(f"no key given signed the checkpoint as {checkpoint.origin}")
+    witnesses = sum(1 for s in signatures if s.type != ED25519)
+    if witnesses < quorum:
+        raise BundleError(f"{witnesses} witness cosignatures given keys verify; {quorum} needed")
+    return checkpoint, witnesses
+
+
+def _proved_event(entry: Any, checkpoint: Checkpoint, dfid: str, named: set[str]) -> int:
+    """Check one event's proof of inclusion and that it is the flow's; return its seq.
+
+    The pack its verdict names, if any, joins ``named``.
+    """
+    if not isinstance(entry, dict) or not isinstance(entry.get("seq"), int):
+        raise BundleError("each event has a seq, its bytes and its proof")
+    seq, body = entry["seq"], _unb64(entry.get("event"))
+    proof = [_unb64(h) for h in entry.get("proof") or []]
+    if not verify_inclusion(seq - 1, checkpoint.size, leaf_hash(body), proof, checkpoint.root):
+        raise BundleError(f"event {seq} is not in the signed tree (its proof fails)")
+    try:
+        event = json.loads(body)
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        raise BundleError(f"event {seq}'s bytes are not JSON") from None
+    if not isinstance(event, dict) or event.get("seq") != seq or event.get("dfid") != dfid:
+        raise BundleError(f"event {seq} is not event {seq} of flow {dfid}")
+    payload = event.get("payload")
+    if isinstance(payload, dict) and isinstance(payload.get("pack"), str) and payload["pack"]:
+        named.add(payload["pack"])
+    return seq  # type: ignore[no-any-return]

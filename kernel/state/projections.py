@@ -29,8 +29,7 @@ from __future__ import annotations
 
 import hashlib
 import weakref
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from enum import StrEnum
+from collections.abc import Callable, Iterable, Sequence
 from functools import cached_property, partial
 from typing import Any, cast
 
@@ -57,7 +56,6 @@ from kernel.core.events import (
     InputRefused,
     KernelStarted,
     LimitAmended,
-    Manifest,
     PackLoaded,
     PackRef,
     Payload,
@@ -79,6 +77,12 @@ from kernel.state.domain import OMIT, D, Domain, DomainType, Fold, Saved, compos
 from kernel.state.grants import Grants
 from kernel.state.memory import Memory, MemoryState, Rules
 from kernel.state.quorums import Quorums
+from kernel.state.records import AgentStatus as AgentStatus
+from kernel.state.records import AgentView as AgentView
+from kernel.state.records import Fact as Fact
+from kernel.state.records import context_ref as context_ref
+from kernel.state.records import session_hash as session_hash
+from kernel.state.records import visible as visible
 from kernel.state.reservations import Reservations
 from kernel.state.roadmap.domain import Roadmap
 
@@ -158,51 +162,6 @@ def _flow_hash(state: FlowState) -> int:
     different orders), and each finished flow changes it.
     """
     return int.from_bytes(hashlib.sha256(_flow_encoder.encode(state)).digest())
-
-
-class AgentStatus(StrEnum):
-    """What an agent may do: ACTIVE proposes, PASSIVE only observes, the others nothing."""
-
-    ACTIVE = "ACTIVE"
-    PASSIVE = "PASSIVE"
-    SUSPENDED = "SUSPENDED"
-    RETIRED = "RETIRED"
-
-
-class AgentView(msgspec.Struct, frozen=True, gc=False, kw_only=True):
-    """A registered agent as the registry knows it."""
-
-    manifest: Manifest
-    status: AgentStatus
-    session_hash: str
-    registered_seq: int
-
-
-class Fact(msgspec.Struct, frozen=True, gc=False, kw_only=True):
-    """One key of the state layer: its value, where it came from and when."""
-
-    value: Any
-    source: str
-    seq: int
-    ts: int
-
-
-def session_hash(token: str) -> str:
-    """Return what the journal records of a session token (never the token itself)."""
-    return hashlib.sha256(token.encode()).hexdigest()
-
-
-def context_ref(state: Mapping[str, Any]) -> str:
-    """Return the snapshot reference of a visible state."""
-    return digest(state)
-
-
-def visible(subscriptions: Iterable[str], key: str) -> bool:
-    """Whether a state key or topic falls under one of the dotted-prefix subscriptions."""
-    for prefix in subscriptions:
-        if key == prefix or key.startswith(prefix + ".") or prefix == "*":
-            return True
-    return False
 
 
 class Projections:

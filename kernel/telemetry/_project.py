@@ -18,14 +18,9 @@ a verdict or an outcome out, as bounded JSON with secret-looking keys redacted.
 
 from __future__ import annotations
 
-import json
-import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
-import msgspec
-from openinference.semconv.trace import OpenInferenceSpanKindValues as SpanKind
-from openinference.semconv.trace import SpanAttributes as OpenInference
 from opentelemetry.semconv._incubating.attributes import gen_ai_attributes as gen_ai
 from opentelemetry.semconv.attributes import error_attributes
 
@@ -38,12 +33,10 @@ from kernel.core.events import (
     DuplicateSuppressed,
     Event,
     ExecutionFailed,
-    ExecutionIntent,
     ExecutionRefused,
     ExecutionRetried,
     ExecutionStarted,
     ExecutionSucceeded,
-    Feedback,
     FlowAborted,
     FlowClosed,
     FlowCompensated,
@@ -53,234 +46,39 @@ from kernel.core.events import (
     FlowFlagged,
     HumanDecided,
     ProposalAccepted,
-    ProposalRecord,
     ProposalRejected,
     ProposalSubmitted,
 )
 from kernel.core.reasons import ReasonCode
-
-__all__ = ["FAULTS", "PROVIDER_NAME", "SpanProjector", "SpanRecord"]
-
-FAULTS: frozenset[str] = frozenset(
-    code.value
-    for code in (
-        ReasonCode.KERNEL_FAULT,
-        ReasonCode.EXECUTION_FAILED,
-        ReasonCode.OUTCOME_UNKNOWN,
-        ReasonCode.AGENT_ERROR,
-        ReasonCode.INTERRUPTED,
-        ReasonCode.COMPENSATED,
-    )
+from kernel.telemetry._spans import (
+    _ACCEPTED,
+    _CHAIN,
+    _GUARDRAIL,
+    _IN,
+    _INVOKE,
+    _KEPT_AS,
+    _KIND,
+    _OUT,
+    _RESUME,
+    _ROOT,
+    _STATUS_TEXT,
+    _US,
+    _WORKFLOW,
+    FAULTS,
+    PROVIDER_NAME,
+    SpanRecord,
+    Where,
+    _feedback_attrs,
+    _ids_of,
+    _intent_attrs,
+    _optional_id,
+    _proposal_text,
+    _Stage,
+    _verdict_text,
+    json_text,
 )
-"""Reason codes that mark a flow's root ERROR: faults. Refusals, rejections and human
-decisions are governed outcomes, and leave the status unset."""
 
-PROVIDER_NAME = "dirk"
-"""The ``gen_ai.provider.name`` of the kernel's spans. The conventions require one on an
-agent's span, and the kernel does not know which model an agent calls: this names the
-flavour of the telemetry (``dir.*`` attributes). An instrumented LLM client's own spans,
-nested under ``invoke_agent``, carry the real provider."""
-
-_US = 1_000  # the step that keeps a flow's span starts strictly increasing (viewers keep µs)
-_ROOT = ("flow", 0)
-_INVOKE = gen_ai.GenAiOperationNameValues.INVOKE_AGENT.value
-_WORKFLOW = gen_ai.GenAiOperationNameValues.INVOKE_WORKFLOW.value
-_RESUME = ("resume", 0)
-
-_KIND = OpenInference.OPENINFERENCE_SPAN_KIND
-_CHAIN = SpanKind.CHAIN.value
-_GUARDRAIL = SpanKind.GUARDRAIL.value
-# Values are JSON text. No mime type goes with them: two more attributes on every flow
-# cost what P2 (spans on) must not lose, and a viewer shows JSON text as it is.
-_IN, _OUT = OpenInference.INPUT_VALUE, OpenInference.OUTPUT_VALUE
-
-# Ids a framework adapter may record on a flow's events (read when present, absent
-# otherwise): the conversation it belongs to, the tool call it governs, the agent's
-# own version (a Manifest's ``version`` is the DIR contract it speaks, not its own).
-_CONVERSATION, _TOOL_CALL, _AGENT_VERSION = "conversation_id", "tool_call_id", "agent_version"
-_ID_LIMIT = 256
-_KEPT_AS = {_CONVERSATION: "conversation", _TOOL_CALL: "tool_call", _AGENT_VERSION: "agent_version"}
-_TEXT_LIMIT = 4096  # characters of an input or output value; the rest is cut
-_EXPLAIN_LIMIT = 1024  # characters of a proposal's explanation in an input value
-_NODE_BUDGET = 2000  # values walked for redaction; past it, the rest is elided
-_REDACTED = "[redacted]"
-_SECRET = re.compile(
-    r"passw(?:or)?d|passphrase|secret|api[-_]?key|authori[sz]ation|credential|cookie"
-    r"|private[-_]?key|token$",
-    re.IGNORECASE,
-)
-"""Keys whose values stay out of span attributes, at any depth: spans leave for a
-collector that whoever reads traces can read."""
-_SECRET_WORDS = (
-    "passw", "passphrase", "secret", "apikey", "api_key", "api-key", "authori", "credential",
-    "cookie", "private", "token",
-)  # fmt: skip
-"""What any key :data:`_SECRET` matches contains (in lower case): text without any of
-them needs no redaction walk."""
-
-Where = tuple[str, int]
-"""A span's place in its flow: (stage, n), hashed with the DFID into its span id."""
-
-
-class SpanRecord:
-    """One finished span, before it becomes an SDK span.
-
-    ``dfid`` names the trace, ``where`` the span, ``parent`` its parent in the same
-    trace (None for a root), ``links`` spans of other traces as (dfid, where), ``remote``
-    a span outside the kernel (the caller's, as a recorded W3C traceparent) it links to.
-    ``error`` is the status description of a fault (None: OK if ``ok``, else unset).
-    ``final`` marks the flow's last span (its root or its ``resume``, as the flow ends).
-    """
-
-    __slots__ = (
-        "attrs",
-        "dfid",
-        "end",
-        "error",
-        "events",
-        "final",
-        "links",
-        "name",
-        "ok",
-        "parent",
-        "remote",
-        "start",
-        "where",
-    )
-
-    def __init__(
-        self,
-        dfid: str,
-        where: Where,
-        name: str,
-        start: int,
-        end: int,
-        attrs: dict[str, Any],
-        *,
-        parent: Where | None = _ROOT,
-        events: list[tuple[str, dict[str, Any], int]] | None = None,
-        links: list[tuple[str, Where]] | None = None,
-        error: str | None = None,
-        ok: bool = False,
-        remote: str = "",
-        final: bool = False,
-    ) -> None:
-        self.remote, self.final = remote, final
-        self.dfid, self.where, self.name = dfid, where, name
-        self.start, self.end, self.attrs = start, max(start, end), attrs
-        self.parent, self.events, self.links = parent, events or [], links or []
-        self.error, self.ok = error, ok
-
-
-class _Stage:
-    __slots__ = ("attrs", "events", "name", "parent", "start", "ts", "where")
-
-    def __init__(
-        self, where: Where, name: str, ts: int, start: int, attrs: dict[str, Any], parent: Where
-    ) -> None:
-        self.where, self.name, self.attrs, self.parent = where, name, attrs, parent
-        self.ts = ts  # when it began, as recorded
-        self.start = start  # when its span starts: ``ts``, or just after a tied earlier start
-        self.events: list[tuple[str, dict[str, Any], int]] = []
-
-
-def _feedback_attrs(feedback: Feedback) -> dict[str, Any]:
-    attrs: dict[str, Any] = {"dir.reason_code": str(feedback.reason_code)}
-    for name in ("detail", "layer", "field"):
-        if value := getattr(feedback, name):
-            attrs[f"dir.{name}"] = value
-    return attrs
-
-
-def _intent_attrs(intent: ExecutionIntent) -> dict[str, Any]:
-    return {
-        "dir.idempotency_key": intent.key,
-        "dir.adapter": intent.adapter,
-        "dir.step": intent.step,
-        gen_ai.GEN_AI_OPERATION_NAME: gen_ai.GenAiOperationNameValues.EXECUTE_TOOL.value,
-        gen_ai.GEN_AI_TOOL_NAME: intent.kind,
-    }
-
-
-_CARRIED: dict[type, tuple[str, ...]] = {}
-"""Per payload type, which of the optional ids it has fields for (most: none)."""
-
-
-def _ids_of(payload: object) -> tuple[str, ...]:
-    kind = type(payload)
-    names = _CARRIED.get(kind)
-    if names is None:
-        fields = getattr(kind, "__struct_fields__", None) or dir(kind)
-        names = _CARRIED[kind] = tuple(
-            n for n in (_CONVERSATION, _TOOL_CALL, _AGENT_VERSION) if n in fields
-        )
-    return names
-
-
-def _optional_id(payload: object, name: str) -> str:
-    """Return the id ``payload`` records as ``name`` if it has one (bounded), else ""."""
-    value = getattr(payload, name, None)
-    return value[:_ID_LIMIT] if isinstance(value, str) else ""
-
-
-def _redacted(value: Any, budget: list[int]) -> Any:
-    budget[0] -= 1
-    if budget[0] < 0:
-        return "…"
-    if isinstance(value, dict):
-        return {
-            key: _REDACTED
-            if isinstance(key, str) and _SECRET.search(key)
-            else _redacted(item, budget)
-            for key, item in value.items()
-        }
-    if isinstance(value, list | tuple):
-        return [_redacted(item, budget) for item in value]
-    return value
-
-
-def json_text(value: dict[str, Any]) -> str:
-    """Return ``value`` as JSON for an input or output attribute: sorted, secret-looking
-    keys redacted, at most about 4,096 characters. Never raises."""
-    try:
-        text = msgspec.json.encode(value, order="sorted").decode()
-        # Most values hold no secret-looking key: a look for the words in the text says
-        # so, and spares the walk (a false alarm, a word in a value, only costs the walk).
-        lowered = text.lower()
-        if any(word in lowered for word in _SECRET_WORDS):
-            text = msgspec.json.encode(_redacted(value, [_NODE_BUDGET]), order="sorted").decode()
-    except (TypeError, ValueError, OverflowError):
-        # What msgspec refuses (a lone surrogate, an integer past 64 bits): escaped, as text.
-        clean = _redacted(value, [_NODE_BUDGET])
-        text = json.dumps(clean, ensure_ascii=True, sort_keys=True, default=repr)
-    return text if len(text) <= _TEXT_LIMIT else text[: _TEXT_LIMIT - 1] + "…"
-
-
-def _proposal_text(proposal: ProposalRecord) -> str:
-    shown: dict[str, Any] = {"kind": proposal.kind, "params": proposal.params}
-    if proposal.confidence != 1.0:
-        shown["confidence"] = proposal.confidence
-    if explain := proposal.explain:
-        # The agent's prose is cut first, so that what it asked for still shows.
-        shown["explain"] = (
-            explain if len(explain) <= _EXPLAIN_LIMIT else explain[:_EXPLAIN_LIMIT] + "…"
-        )
-    return json_text(shown)
-
-
-def _verdict_text(verdict: str, code: str = "", detail: str = "", impact: str = "") -> str:
-    shown = {"verdict": verdict}
-    if code:
-        shown["reason_code"] = code
-    if impact:
-        shown["impact"] = impact
-    if detail:
-        shown["detail"] = detail
-    return json_text(shown)
-
-
-_ACCEPTED = _verdict_text("ACCEPTED")
-_STATUS_TEXT: dict[str, str] = {}  # a flow's outcome that is its status alone, as JSON
+__all__ = ["FAULTS", "PROVIDER_NAME", "SpanProjector", "SpanRecord", "Where"]
 
 
 class _Flow:
@@ -522,158 +320,244 @@ class _Flow:
         self.agent_id = self.agent_id or event.agent_id or ""
         if self.resume_start < 0:
             self.resume_start = self.at(ts)
-        ended = False
-        match event.payload:
-            case ContextCompiled(attempt=attempt, context_ref=ref):
-                self.attempts = max(self.attempts, attempt)
-                start = self.at(self.prev)
-                self.span(
-                    "context",
-                    "context",
-                    start,
-                    ts,
-                    {"dir.attempt": attempt, "dir.context_ref": ref},
-                )
-                name = f"invoke_agent {self.agent_id}".rstrip()
-                attrs = {
-                    "dir.attempt": attempt,
-                    gen_ai.GEN_AI_OPERATION_NAME: _INVOKE,
-                    gen_ai.GEN_AI_PROVIDER_NAME: PROVIDER_NAME,
-                    # Phoenix reads AGENT off gen_ai.operation.name (TOOL too): no kind here.
-                }
-                if self.agent_id:
-                    attrs[gen_ai.GEN_AI_AGENT_NAME] = self.agent_id
-                self.start("reason", "reason", name, ts, attrs, where=("reason", attempt))
-            case ProposalSubmitted(attempt=attempt, proposal=proposal, by_human=by_human):
-                self.attempts, self.kind = max(self.attempts, attempt), proposal.kind
-                self.learn_ids(event.payload)
-                self.learn_ids(proposal)
-                self.proposal = _proposal_text(proposal)
-                self.finish("reason", ts, {"dir.policy_kind": self.kind})
-                judged: dict[str, Any] = {
-                    "dir.attempt": attempt,
-                    "dir.policy_kind": self.kind,
-                    _KIND: _GUARDRAIL,
-                    _IN: self.proposal,
-                }
-                if by_human:
-                    judged["dir.by_human"] = True
-                self.start("validate", "validate", f"judge {self.kind}", ts, judged)
-            case ProposalRejected(feedback=feedback):
-                code = str(feedback.reason_code)
-                stage = self.open.get("validate")
-                if stage is not None:
-                    stage.events.append(("feedback", _feedback_attrs(feedback), ts))
-                rejected = {
-                    "dir.verdict": "REJECTED",
-                    "dir.reason_code": code,
-                    _OUT: _verdict_text("REJECTED", code, feedback.detail),
-                }
-                self.finish("validate", ts, rejected)
-            case ProposalAccepted():
-                accepted = {"dir.verdict": "ACCEPTED", _OUT: _ACCEPTED}
-                self.finish("validate", ts, accepted)
-            case FlowEscalated(reason_code=reason_code, impact=impact, detail=detail):
-                code = str(reason_code)
-                escalated = {
-                    "dir.verdict": "ESCALATED",
-                    "dir.reason_code": code,
-                    _OUT: _verdict_text("ESCALATED", code, detail, impact),
-                }
-                self.finish("validate", ts, escalated)
-                why = {"dir.reason_code": code, "dir.impact": impact}
-                if detail:
-                    why["dir.detail"] = detail
-                parent, self.segment = self.segment, _ROOT
-                waiting = {**why, _KIND: _CHAIN}
-                self.start("escalation", "escalation", f"escalation {code}", ts, waiting)
-                self.segment = parent
-                if self.segment == _ROOT:
-                    # The root leaves now: it says why the flow waits, as the console does.
-                    self.root_attrs.update(why)
-                self.wait(ts)
-            case ApprovalExpired():
-                self.finish("escalation", ts, {"dir.decision": "expired"})
-            case HumanDecided(decision=decision, operator=operator, reason=reason):
-                done = {"dir.decision": decision, "dir.operator": operator}
-                if reason:
-                    done["dir.human_reason"] = reason
-                self.finish("escalation", ts, done)
-            case ExecutionStarted(intent=intent):
-                self.learn_ids(intent)
-                name = f"execute_tool {intent.kind}"
-                attrs = _intent_attrs(intent)
-                if self.tool_call:
-                    attrs[gen_ai.GEN_AI_TOOL_CALL_ID] = self.tool_call
-                self.start(f"execute/{intent.key}", "execute", name, ts, attrs)
-            case ExecutionSucceeded(key=key, external_id=external_id):
-                self.finish(
-                    f"execute/{key}", ts, {"dir.external_id": external_id} if external_id else None
-                )
-            case ExecutionRetried(key=key, attempt=attempt, error=error, delay_ns=delay_ns):
-                stage = self.open.get(f"execute/{key}")
-                if stage is not None:
-                    retry = {
-                        "dir.attempt": attempt,
-                        "dir.error": error,
-                        "dir.delay_ms": delay_ns // 1_000_000,
-                    }
-                    stage.events.append(("retry", retry, ts))
-            case ExecutionRefused(key=key, reason_code=reason_code, bound=bound, detail=detail):
-                refused = {"dir.reason_code": str(reason_code), "dir.bound": bound}
-                if detail:
-                    refused["dir.detail"] = detail
-                self.finish(f"execute/{key}", ts, refused)
-            case ExecutionFailed(key=key, error=error, transient=transient):
-                failed = {
-                    "dir.reason_code": ReasonCode.EXECUTION_FAILED.value,
-                    "dir.error": error,
-                    "dir.transient": transient,
-                }
-                self.finish(f"execute/{key}", ts, failed, error=ReasonCode.EXECUTION_FAILED.value)
-            case DuplicateSuppressed(key=key, source=source):
-                self.root_events.append(
-                    ("duplicate_suppressed", {"dir.idempotency_key": key, "dir.source": source}, ts)
-                )
-            case FlowDirty(step=step, reason_code=reason_code, detail=detail):
-                dirty = {
-                    "dir.step": step,
-                    "dir.reason_code": str(reason_code),
-                    "dir.detail": detail,
-                }
-                self.root_events.append(("dirty", dirty, ts))
-            case CompensationStarted(intent=intent):
-                attrs = _intent_attrs(intent)
-                self.start(
-                    f"compensate/{intent.key}", "compensate", f"compensate {intent.kind}", ts, attrs
-                )
-            case CompensationSucceeded(key=key, external_id=external_id):
-                self.finish(
-                    f"compensate/{key}",
-                    ts,
-                    {"dir.external_id": external_id} if external_id else None,
-                )
-            case CompensationFailed(key=key, error=error, transient=transient):
-                failed = {"dir.error": error, "dir.transient": transient}
-                self.finish(f"compensate/{key}", ts, failed, error="COMPENSATION_FAILED")
-            case FlowFlagged(guard=guard, reason=reason, confidence=confidence):
-                self.root_attrs["dir.needs_review"] = True
-                flag = {"dir.guard": guard, "dir.reason": reason, "dir.confidence": confidence}
-                self.root_events.append(("needs_review", flag, ts))
-            case FlowClosed():
-                self.end(ts, "CLOSED", None)
-                ended = True
-            case FlowCompensated(steps=steps):
-                self.root_attrs["dir.compensated_steps"] = steps
-                self.end(ts, "COMPENSATED", ReasonCode.COMPENSATED.value)
-                ended = True
-            case FlowAborted(reason_code=reason_code, detail=detail):
-                if detail:
-                    self.root_attrs["dir.detail"] = detail
-                self.end(ts, "ABORTED", str(reason_code))
-                ended = True
+        fold = _FOLD.get(type(event.payload))
+        if fold is not None:
+            fold(self, event.payload, ts)
         self.prev = ts
-        return ended
+        return isinstance(event.payload, FlowClosed | FlowCompensated | FlowAborted)
+
+    # -- one step of the fold per event type (the table _FOLD, below the class) --
+
+    def _on_context_compiled(self, payload: ContextCompiled, ts: int) -> None:
+        attempt = payload.attempt
+        ref = payload.context_ref
+        self.attempts = max(self.attempts, attempt)
+        start = self.at(self.prev)
+        self.span(
+            "context",
+            "context",
+            start,
+            ts,
+            {"dir.attempt": attempt, "dir.context_ref": ref},
+        )
+        name = f"invoke_agent {self.agent_id}".rstrip()
+        attrs = {
+            "dir.attempt": attempt,
+            gen_ai.GEN_AI_OPERATION_NAME: _INVOKE,
+            gen_ai.GEN_AI_PROVIDER_NAME: PROVIDER_NAME,
+            # Phoenix reads AGENT off gen_ai.operation.name (TOOL too): no kind here.
+        }
+        if self.agent_id:
+            attrs[gen_ai.GEN_AI_AGENT_NAME] = self.agent_id
+        self.start("reason", "reason", name, ts, attrs, where=("reason", attempt))
+
+    def _on_proposal_submitted(self, payload: ProposalSubmitted, ts: int) -> None:
+        attempt = payload.attempt
+        proposal = payload.proposal
+        by_human = payload.by_human
+        self.attempts, self.kind = max(self.attempts, attempt), proposal.kind
+        self.learn_ids(payload)
+        self.learn_ids(proposal)
+        self.proposal = _proposal_text(proposal)
+        self.finish("reason", ts, {"dir.policy_kind": self.kind})
+        judged: dict[str, Any] = {
+            "dir.attempt": attempt,
+            "dir.policy_kind": self.kind,
+            _KIND: _GUARDRAIL,
+            _IN: self.proposal,
+        }
+        if by_human:
+            judged["dir.by_human"] = True
+        self.start("validate", "validate", f"judge {self.kind}", ts, judged)
+
+    def _on_proposal_rejected(self, payload: ProposalRejected, ts: int) -> None:
+        feedback = payload.feedback
+        code = str(feedback.reason_code)
+        stage = self.open.get("validate")
+        if stage is not None:
+            stage.events.append(("feedback", _feedback_attrs(feedback), ts))
+        rejected = {
+            "dir.verdict": "REJECTED",
+            "dir.reason_code": code,
+            _OUT: _verdict_text("REJECTED", code, feedback.detail),
+        }
+        self.finish("validate", ts, rejected)
+
+    def _on_proposal_accepted(self, payload: ProposalAccepted, ts: int) -> None:
+        accepted = {"dir.verdict": "ACCEPTED", _OUT: _ACCEPTED}
+        self.finish("validate", ts, accepted)
+
+    def _on_flow_escalated(self, payload: FlowEscalated, ts: int) -> None:
+        reason_code = payload.reason_code
+        impact = payload.impact
+        detail = payload.detail
+        code = str(reason_code)
+        escalated = {
+            "dir.verdict": "ESCALATED",
+            "dir.reason_code": code,
+            _OUT: _verdict_text("ESCALATED", code, detail, impact),
+        }
+        self.finish("validate", ts, escalated)
+        why = {"dir.reason_code": code, "dir.impact": impact}
+        if detail:
+            why["dir.detail"] = detail
+        parent, self.segment = self.segment, _ROOT
+        waiting = {**why, _KIND: _CHAIN}
+        self.start("escalation", "escalation", f"escalation {code}", ts, waiting)
+        self.segment = parent
+        if self.segment == _ROOT:
+            # The root leaves now: it says why the flow waits, as the console does.
+            self.root_attrs.update(why)
+        self.wait(ts)
+
+    def _on_approval_expired(self, payload: ApprovalExpired, ts: int) -> None:
+        self.finish("escalation", ts, {"dir.decision": "expired"})
+
+    def _on_human_decided(self, payload: HumanDecided, ts: int) -> None:
+        decision = payload.decision
+        operator = payload.operator
+        reason = payload.reason
+        done = {"dir.decision": decision, "dir.operator": operator}
+        if reason:
+            done["dir.human_reason"] = reason
+        self.finish("escalation", ts, done)
+
+    def _on_execution_started(self, payload: ExecutionStarted, ts: int) -> None:
+        intent = payload.intent
+        self.learn_ids(intent)
+        name = f"execute_tool {intent.kind}"
+        attrs = _intent_attrs(intent)
+        if self.tool_call:
+            attrs[gen_ai.GEN_AI_TOOL_CALL_ID] = self.tool_call
+        self.start(f"execute/{intent.key}", "execute", name, ts, attrs)
+
+    def _on_execution_succeeded(self, payload: ExecutionSucceeded, ts: int) -> None:
+        key = payload.key
+        external_id = payload.external_id
+        self.finish(f"execute/{key}", ts, {"dir.external_id": external_id} if external_id else None)
+
+    def _on_execution_retried(self, payload: ExecutionRetried, ts: int) -> None:
+        key = payload.key
+        attempt = payload.attempt
+        error = payload.error
+        delay_ns = payload.delay_ns
+        stage = self.open.get(f"execute/{key}")
+        if stage is not None:
+            retry = {
+                "dir.attempt": attempt,
+                "dir.error": error,
+                "dir.delay_ms": delay_ns // 1_000_000,
+            }
+            stage.events.append(("retry", retry, ts))
+
+    def _on_execution_refused(self, payload: ExecutionRefused, ts: int) -> None:
+        key = payload.key
+        reason_code = payload.reason_code
+        bound = payload.bound
+        detail = payload.detail
+        refused = {"dir.reason_code": str(reason_code), "dir.bound": bound}
+        if detail:
+            refused["dir.detail"] = detail
+        self.finish(f"execute/{key}", ts, refused)
+
+    def _on_execution_failed(self, payload: ExecutionFailed, ts: int) -> None:
+        key = payload.key
+        error = payload.error
+        transient = payload.transient
+        failed = {
+            "dir.reason_code": ReasonCode.EXECUTION_FAILED.value,
+            "dir.error": error,
+            "dir.transient": transient,
+        }
+        self.finish(f"execute/{key}", ts, failed, error=ReasonCode.EXECUTION_FAILED.value)
+
+    def _on_duplicate_suppressed(self, payload: DuplicateSuppressed, ts: int) -> None:
+        key = payload.key
+        source = payload.source
+        self.root_events.append(
+            ("duplicate_suppressed", {"dir.idempotency_key": key, "dir.source": source}, ts)
+        )
+
+    def _on_flow_dirty(self, payload: FlowDirty, ts: int) -> None:
+        step = payload.step
+        reason_code = payload.reason_code
+        detail = payload.detail
+        dirty = {
+            "dir.step": step,
+            "dir.reason_code": str(reason_code),
+            "dir.detail": detail,
+        }
+        self.root_events.append(("dirty", dirty, ts))
+
+    def _on_compensation_started(self, payload: CompensationStarted, ts: int) -> None:
+        intent = payload.intent
+        attrs = _intent_attrs(intent)
+        self.start(f"compensate/{intent.key}", "compensate", f"compensate {intent.kind}", ts, attrs)
+
+    def _on_compensation_succeeded(self, payload: CompensationSucceeded, ts: int) -> None:
+        key = payload.key
+        external_id = payload.external_id
+        self.finish(
+            f"compensate/{key}",
+            ts,
+            {"dir.external_id": external_id} if external_id else None,
+        )
+
+    def _on_compensation_failed(self, payload: CompensationFailed, ts: int) -> None:
+        key = payload.key
+        error = payload.error
+        transient = payload.transient
+        failed = {"dir.error": error, "dir.transient": transient}
+        self.finish(f"compensate/{key}", ts, failed, error="COMPENSATION_FAILED")
+
+    def _on_flow_flagged(self, payload: FlowFlagged, ts: int) -> None:
+        guard = payload.guard
+        reason = payload.reason
+        confidence = payload.confidence
+        self.root_attrs["dir.needs_review"] = True
+        flag = {"dir.guard": guard, "dir.reason": reason, "dir.confidence": confidence}
+        self.root_events.append(("needs_review", flag, ts))
+
+    def _on_flow_closed(self, payload: FlowClosed, ts: int) -> None:
+        self.end(ts, "CLOSED", None)
+
+    def _on_flow_compensated(self, payload: FlowCompensated, ts: int) -> None:
+        steps = payload.steps
+        self.root_attrs["dir.compensated_steps"] = steps
+        self.end(ts, "COMPENSATED", ReasonCode.COMPENSATED.value)
+
+    def _on_flow_aborted(self, payload: FlowAborted, ts: int) -> None:
+        reason_code = payload.reason_code
+        detail = payload.detail
+        if detail:
+            self.root_attrs["dir.detail"] = detail
+        self.end(ts, "ABORTED", str(reason_code))
+
+
+# What each event type does to its flow's spans; a type not here changes none.
+_FOLD: dict[type[Any], Callable[[_Flow, Any, int], None]] = {
+    ContextCompiled: _Flow._on_context_compiled,
+    ProposalSubmitted: _Flow._on_proposal_submitted,
+    ProposalRejected: _Flow._on_proposal_rejected,
+    ProposalAccepted: _Flow._on_proposal_accepted,
+    FlowEscalated: _Flow._on_flow_escalated,
+    ApprovalExpired: _Flow._on_approval_expired,
+    HumanDecided: _Flow._on_human_decided,
+    ExecutionStarted: _Flow._on_execution_started,
+    ExecutionSucceeded: _Flow._on_execution_succeeded,
+    ExecutionRetried: _Flow._on_execution_retried,
+    ExecutionRefused: _Flow._on_execution_refused,
+    ExecutionFailed: _Flow._on_execution_failed,
+    DuplicateSuppressed: _Flow._on_duplicate_suppressed,
+    FlowDirty: _Flow._on_flow_dirty,
+    CompensationStarted: _Flow._on_compensation_started,
+    CompensationSucceeded: _Flow._on_compensation_succeeded,
+    CompensationFailed: _Flow._on_compensation_failed,
+    FlowFlagged: _Flow._on_flow_flagged,
+    FlowClosed: _Flow._on_flow_closed,
+    FlowCompensated: _Flow._on_flow_compensated,
+    FlowAborted: _Flow._on_flow_aborted,
+}
 
 
 class SpanProjector:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kernel.audit.narrative import _narrate_approval, narrate
+from kernel.audit.narrative import _words_of, narrate
 from kernel.core import events as ev
 from kernel.core.reasons import ReasonCode
 from kernel.testing import action_of
@@ -31,11 +31,9 @@ def test_votes_grant_uses_prices_and_webhooks_read_as_words() -> None:
     vote = ev.ApprovalVoted(
         vote="approve", operator="dana", reason="risk ok", waiting="1 of 2, waiting for a desk-head"
     )
-    assert _narrate_approval(vote) == (
-        "approve vote by dana: 'risk ok' (1 of 2, waiting for a desk-head)"
-    )
+    assert _words_of(vote) == ("approve vote by dana: 'risk ok' (1 of 2, waiting for a desk-head)")
     met = ev.ApprovalVoted(vote="approve", operator="ed", met=True)
-    assert _narrate_approval(met) == "approve vote by ed: '' (quorum met)"
+    assert _words_of(met) == "approve vote by ed: '' (quorum met)"
     used = ev.GrantUsed(
         grant="g-1",
         uses=2,
@@ -43,23 +41,23 @@ def test_votes_grant_uses_prices_and_webhooks_read_as_words() -> None:
         currency="USD",
         escalation=ReasonCode.APPROVAL_REQUIRED,
     )
-    assert _narrate_approval(used) == (
+    assert _words_of(used) == (
         "proceeds under grant g-1 (use 2, 25,000.00 USD) instead of APPROVAL_REQUIRED"
     )
     charged = ev.ReasoningCharged(
         tokens={"gpt-x": 1200, "mystery": 5}, amount=1, currency="USD", unpriced=["mystery"]
     )
-    assert _narrate_approval(charged) == (
+    assert _words_of(charged) == (
         "reasoning 0.01 USD (1200 gpt-x, 5 mystery tokens); no price for mystery"
     )
     failed = ev.WebhookFailed(hook="desk", notice="request", about=7, error="HTTP 500", attempts=3)
-    assert "desk did not take the request after 3 tries: HTTP 500" in str(_narrate_approval(failed))
+    assert "desk did not take the request after 3 tries: HTTP 500" in str(_words_of(failed))
     held = ev.ResourceReserved(pool="money:USD:daily-notional@86400:desk", amount=2_500_000)
-    assert _narrate_approval(held) == ("holds 25,000.00 USD of money:USD:daily-notional@86400:desk")
+    assert _words_of(held) == ("holds 25,000.00 USD of money:USD:daily-notional@86400:desk")
     back = ev.ResourceReleased(pool="money:EUR:day:desk", amount=5, reason="ABORTED")
-    assert _narrate_approval(back) == "gives back 0.05 EUR of money:EUR:day:desk (ABORTED)"
+    assert _words_of(back) == "gives back 0.05 EUR of money:EUR:day:desk (ABORTED)"
     spent = ev.ResourceReleased(pool="money:EUR:day:desk", amount=5, reason="CLOSED")
-    assert _narrate_approval(spent) == "spends 0.05 EUR of money:EUR:day:desk"
+    assert _words_of(spent) == "spends 0.05 EUR of money:EUR:day:desk"
     # Pools of other resources are not money: they keep the plain record.
-    assert _narrate_approval(ev.ResourceReserved(pool="cash:desk", amount=3)) is None
-    assert _narrate_approval(ev.FlowClosed()) is None
+    assert _words_of(ev.ResourceReserved(pool="cash:desk", amount=3)) == "reserved 3 of cash:desk"
+    assert _words_of(ev.FlowClosed()) == "CLOSED"

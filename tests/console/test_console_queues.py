@@ -26,9 +26,10 @@ console_extra()
 
 from starlette.testclient import TestClient  # noqa: E402
 
-from kernel.console._app import Settings, _cell, create_app  # noqa: E402
+from kernel.console._app import Settings, create_app  # noqa: E402
 from kernel.console._auth import Gate  # noqa: E402
 from kernel.console._views import act_of, diff, edited_params  # noqa: E402
+from kernel.console._web import cell as _cell  # noqa: E402
 from kernel.core import events as ev  # noqa: E402
 
 
