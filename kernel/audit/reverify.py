@@ -27,10 +27,10 @@ whose recorded votes would not have met it ("approved by ana then, would wait: 1
 2"). A grant's use is part of an acceptance: excluding the grant shows the proposals
 that would have waited for a human instead.
 
-The DIM judges against the projections as committed when its batch ran; an
-event committed in the same group commit as the submission by another actor
-is in the replayed prefix but was not visible to the DIM. Such a race shows
-up as a difference, never as a silent pass. The journal is only read.
+The replayed prefix is what the DIM judged against: a verdict another actor's
+events before it (in its group commit, or the one in flight while it judged) would
+have changed is never written, but judged again (kernel.dim._raced). A difference
+is therefore a finding, never a race. The journal is only read.
 """
 
 from __future__ import annotations

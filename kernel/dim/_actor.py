@@ -68,6 +68,7 @@ from kernel.core.events import (
 from kernel.core.flow import FlowState, FlowStatus, IllegalTransition
 from kernel.core.ports import Clock
 from kernel.core.reasons import ReasonCode
+from kernel.dim import _raced as raced
 from kernel.dim._amend import amend
 from kernel.dim._citations import notes_on
 from kernel.dim._gate import Judgement, budget_pool, reject
@@ -135,6 +136,8 @@ class IntegrityModule:
         self._rule_clock = rule_clock
         self._guards = guards
         self._projections = projections
+        # Its verdicts are written only if nothing staged before them would change them.
+        projections.verdict_check = raced.check
         self._catalog = catalog
         self._clock = clock
         self._compiler = compiler

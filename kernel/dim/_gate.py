@@ -450,6 +450,11 @@ def numbers_of(kind: str, catalog: PolicyCatalog) -> list[str]:
     return names
 
 
+def unsettled_detail(agent_id: str, unsettled: Sequence[str]) -> str:
+    """The detail of an AGENT_PASSIVE refusal for the agent's unsettled flows."""
+    return f"agent {agent_id} has flow(s) {', '.join(unsettled)} with effects not yet converged"
+
+
 def _admission(
     proposal: ProposalRecord,
     params: Any,
@@ -468,8 +473,7 @@ def _admission(
         return reject(
             "status",
             ReasonCode.AGENT_PASSIVE,
-            f"agent {manifest.agent_id} has flow(s) {', '.join(inputs.unsettled)}"
-            " with effects not yet converged",
+            unsettled_detail(manifest.agent_id, inputs.unsettled),
         )
     if proposal.kind not in manifest.capabilities:
         return reject(
