@@ -62,7 +62,7 @@ from kernel.core.events import (
     canonical,
 )
 from kernel.core.reasons import CliError, ReasonCode
-from kernel.dim._gate import Judgement
+from kernel.dim._judgement import Judgement
 from kernel.dim.verdict import rechecked, verdict
 from kernel.journal.store import Journal
 from kernel.policy.packs import PackError, PolicyCatalog, PolicyPack

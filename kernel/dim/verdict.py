@@ -25,7 +25,8 @@ from typing import Any
 
 from kernel.core.events import Applied, Feedback, ProposalRecord
 from kernel.core.flow import FlowState
-from kernel.dim._gate import Inputs, Judgement, MemoryCheck, judge
+from kernel.dim._gate import MemoryCheck, judge
+from kernel.dim._judgement import Inputs, Judgement
 from kernel.policy.packs import PolicyCatalog
 from kernel.policy.quorums import SINGLE, tally
 from kernel.policy.rules import Stopwatch, View
