@@ -208,19 +208,7 @@ class IntegrityModule:
         if flow is None or (not msg.by_human and flow.agent_id != agent_id):
             refuse(msg, None, ReasonCode.FLOW_NOT_ACTIVE, f"no flow {msg.dfid} for this agent", out)
             return
-        ready = flow.status is FlowStatus.VALIDATING if msg.by_human else flow.awaiting_proposal
-        if not ready:
-            if flow.proposal == msg.proposal and flow.status not in (
-                FlowStatus.VALIDATING,
-                FlowStatus.ACTIVE,
-            ):
-                duplicate(msg, flow, out)
-            elif flow.status is FlowStatus.ACTIVE:
-                refuse(
-                    msg, flow, ReasonCode.FLOW_NOT_ACTIVE, "the flow awaits a fresh context", out
-                )
-            else:
-                refuse(msg, flow, ReasonCode.FLOW_NOT_ACTIVE, f"flow is {flow.status}", out)
+        if not self._ready(msg, flow, out):
             return
 
         agent = self._projections.agents[flow.agent_id]
@@ -304,6 +292,22 @@ class IntegrityModule:
         if intent is not None:
             out.send(self._execution, Dispatch(dfid=msg.dfid, key=intent.key))
         out.reply(msg.reply, Verdict(outcome=Outcome.ACCEPTED, dfid=msg.dfid, attempt=attempt))
+
+    def _ready(self, msg: Judge, flow: FlowState, out: Outbox) -> bool:
+        """Whether the flow awaits this proposal; if not, answer (a duplicate, or refused)."""
+        ready = flow.status is FlowStatus.VALIDATING if msg.by_human else flow.awaiting_proposal
+        if ready:
+            return True
+        if flow.proposal == msg.proposal and flow.status not in (
+            FlowStatus.VALIDATING,
+            FlowStatus.ACTIVE,
+        ):
+            duplicate(msg, flow, out)
+        elif flow.status is FlowStatus.ACTIVE:
+            refuse(msg, flow, ReasonCode.FLOW_NOT_ACTIVE, "the flow awaits a fresh context", out)
+        else:
+            refuse(msg, flow, ReasonCode.FLOW_NOT_ACTIVE, f"flow is {flow.status}", out)
+        return False
 
     def _charge(
         self,
