@@ -14,6 +14,13 @@ The rule read here is the unsettled-saga check (status layer, AGENT_PASSIVE): th
 agent's unsettled flows are written by the executor, not the DIM. What the verdict
 saw is in the verdict itself: a refusal for unsettled flows names them (its detail),
 and any other verdict past the schema layer and the agent's own status saw none.
+
+The other state the verdict reads that another actor writes moves one way only: a
+flow that ends releases what it held (more room: an acceptance stands), and a closed
+flow's money moves from held to spent (the same room). Grants, amendments, packs and
+rules are the DIM's own messages, ordered with its verdicts. Not covered yet: a
+refusal or escalation for room (RESOURCE_CONTENTION, BUDGET_EXHAUSTED) that a release
+before it would have let through, and facts that change the agent's visible state.
 """
 
 from __future__ import annotations
@@ -73,7 +80,9 @@ def _seen(agent_id: str, payload: object) -> str | None:
     if not isinstance(payload, ProposalRejected):
         return None
     feedback: Feedback = payload.feedback
-    if feedback.layer == "schema":
+    if feedback.layer == "schema" or feedback.reason_code is ReasonCode.SCHEMA_INVALID:
+        # Refused before the status layer (or as if): whatever else it missed, the
+        # verdict is the same; judging it again would give it again (never a loop).
         return None
     if feedback.layer == "status" and feedback.reason_code is ReasonCode.AGENT_PASSIVE:
         prefix = f"agent {agent_id} has flow(s) "
