@@ -21,7 +21,19 @@ import pytest
 from kernel.adapters import AdapterError, ExecutionIntent, Receipt
 from kernel.audit import open_journal
 from kernel.audit.reverify import rejudge
-from kernel.core.events import ProposalAccepted, ProposalRejected
+from kernel.core.events import (
+    Event,
+    Feedback,
+    ProposalAccepted,
+    ProposalRecord,
+    ProposalRejected,
+    ProposalSubmitted,
+)
+from kernel.core.flow import FlowState, FlowStatus, StaleVerdict
+from kernel.core.reasons import ReasonCode
+from kernel.dim import _raced as raced
+from kernel.dim._gate import unsettled_detail
+from kernel.state.projections import Projections
 from tests.support.execution_domain import DESK, Desk, Trip, agent, desk_kernel
 from tests.support.postgres import PostgresServer, postgres_server  # noqa: F401
 
@@ -90,3 +102,52 @@ async def test_no_verdict_differs_when_sagas_fail_beside_the_next_proposal(
     # The race was run: proposals were judged while this agent's sagas were unwinding.
     assert accepted and passive
     assert result.judged == len(flows)
+
+
+def _state(dfid: str, status: FlowStatus) -> FlowState:
+    return FlowState(
+        dfid=dfid,
+        root_dfid=dfid,
+        parent_dfid=None,
+        agent_id="clerk",
+        topic="desk.go",
+        status=status,
+        created_ts=0,
+        updated_ts=0,
+        last_seq=1,
+        done=1,
+    )
+
+
+def _append(verdict: ProposalAccepted | ProposalRejected, by_human: bool = False) -> list[Event]:
+    record = ProposalRecord(kind="desk.ping", params={"text": "hi"})
+    submitted = ProposalSubmitted(attempt=1, proposal=record, by_human=by_human)
+    return [
+        Event(seq=10, ts=0, payload=submitted, dfid="next", agent_id="clerk"),
+        Event(seq=11, ts=0, payload=verdict, dfid="next", agent_id="clerk"),
+    ]
+
+
+def _rejected(layer: str, code: ReasonCode, detail: str) -> ProposalRejected:
+    return ProposalRejected(
+        attempt=1, feedback=Feedback(reason_code=code, detail=detail, layer=layer)
+    )
+
+
+def test_the_check_refuses_a_verdict_that_missed_a_saga_staged_before_it() -> None:
+    projections = Projections()
+    unwinding = {"trip": _state("trip", FlowStatus.DIRTY)}
+    accepted = ProposalAccepted(attempt=1)
+    with pytest.raises(StaleVerdict):
+        raced.check(projections, _append(accepted), unwinding)
+    # Nothing staged before it: the verdict saw what precedes it.
+    raced.check(projections, _append(accepted), {})
+    # A human's modification and a refusal before the status layer never read sagas.
+    raced.check(projections, _append(accepted, by_human=True), unwinding)
+    schema = _rejected("schema", ReasonCode.SCHEMA_INVALID, "no")
+    raced.check(projections, _append(schema), unwinding)
+    # A refusal for the very flows staged before it stands; one for other flows does not.
+    passive = _rejected("status", ReasonCode.AGENT_PASSIVE, unsettled_detail("clerk", ["trip"]))
+    raced.check(projections, _append(passive), unwinding)
+    with pytest.raises(StaleVerdict):
+        raced.check(projections, _append(passive), {})
