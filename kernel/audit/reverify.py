@@ -27,10 +27,10 @@ whose recorded votes would not have met it ("approved by ana then, would wait: 1
 2"). A grant's use is part of an acceptance: excluding the grant shows the proposals
 that would have waited for a human instead.
 
-The DIM judges against the projections as committed when its batch ran; an
-event committed in the same group commit as the submission by another actor
-is in the replayed prefix but was not visible to the DIM. Such a race shows
-up as a difference, never as a silent pass. The journal is only read.
+The replayed prefix is what the DIM judged against: a verdict another actor's
+events before it (in its group commit, or the one in flight while it judged) would
+have changed is never written, but judged again (kernel.dim._raced). A difference
+is therefore a finding, never a race. The journal is only read.
 """
 
 from __future__ import annotations
@@ -41,6 +41,7 @@ import os
 import sys
 from collections.abc import Collection, Sequence
 from pathlib import Path
+from types import ModuleType
 
 import msgspec
 
@@ -62,7 +63,7 @@ from kernel.core.events import (
     canonical,
 )
 from kernel.core.reasons import CliError, ReasonCode
-from kernel.dim._gate import Judgement
+from kernel.dim._judgement import Judgement
 from kernel.dim.verdict import rechecked, verdict
 from kernel.journal.store import Journal
 from kernel.policy.packs import PackError, PolicyCatalog, PolicyPack
@@ -246,93 +247,118 @@ async def rejudge(
         exclude: seqs of events the judged history does not have (``dirk whatif
             --exclude``): a grant never issued, a pack never loaded.
     """
+    replay = _Replay(packs, check_hash)
     excluded = frozenset(exclude)
-    by_hash = {pack.hash: pack for pack in packs}
-    in_force_now: dict[str, PolicyPack] = {}
-    for pack in packs:
-        in_force_now.setdefault(pack.name, pack)
-    catalog = PolicyCatalog(list(in_force_now.values()))
+    async for batch in journal.scan():
+        for event in batch:
+            if event.seq not in excluded:
+                replay.step(event)
+    return replay.result()
 
-    def adopt(refs: Sequence[PackRef]) -> PolicyCatalog:
+
+class _Replay:
+    """The walk :func:`rejudge` makes: the projections folded so far, and what it found."""
+
+    def __init__(self, packs: Sequence[PolicyPack], check_hash: bool) -> None:
+        self.check_hash = check_hash
+        self.by_hash = {pack.hash: pack for pack in packs}
+        self.in_force_now: dict[str, PolicyPack] = {}
+        for pack in packs:
+            self.in_force_now.setdefault(pack.name, pack)
+        self.catalog = PolicyCatalog(list(self.in_force_now.values()))
+        self.recorded_refs: dict[str, PackRef] = {}
+        self.projections = Projections()
+        self.waiting: dict[str, _Pending] = {}
+        self.changes: list[Change] = []
+        self.mismatched: dict[tuple[str, str, str], int] = {}
+        self.judged = self.skipped = 0
+        self.rules: dict[str, QuorumRule | None] = {}
+        """Per flow, the quorum its escalation needs under the given packs (as re-judged)."""
+
+    def adopt(self, refs: Sequence[PackRef]) -> None:
         """Switch to the given versions the journal names as in force from here on."""
         swapped = False
         for ref in refs:
-            pack = by_hash.get(ref.hash)
-            if check_hash and pack is not None and in_force_now.get(ref.name) is not pack:
-                in_force_now[ref.name], swapped = pack, True
-        return PolicyCatalog(list(in_force_now.values())) if swapped else catalog
+            pack = self.by_hash.get(ref.hash)
+            if self.check_hash and pack is not None and self.in_force_now.get(ref.name) is not pack:
+                self.in_force_now[ref.name], swapped = pack, True
+        if swapped:
+            self.catalog = PolicyCatalog(list(self.in_force_now.values()))
 
-    recorded_refs: dict[str, PackRef] = {}
-    projections = Projections()
-    waiting: dict[str, _Pending] = {}
-    changes: list[Change] = []
-    mismatched: dict[tuple[str, str, str], int] = {}
-    judged = skipped = 0
-    rules: dict[str, QuorumRule | None] = {}
-    """Per flow, the quorum its escalation needs under the given packs (as re-judged)."""
-    async for batch in journal.scan():
-        for event in batch:
-            payload, dfid = event.payload, event.dfid or ""
-            if event.seq in excluded:
-                continue
-            if isinstance(payload, HumanDecided) and payload.decision in APPROVE_WORDS:
-                change = _quorum_change(event, projections, rules.get(dfid, _UNJUDGED))
-                if change is not None:
-                    changes.append(change)
-            if (isinstance(payload, ProposalAccepted) and payload.rechecked) or isinstance(
-                payload, ApprovalSuperseded
-            ):
-                judged += 1
-                change = _recheck_change(event, projections, catalog)
-                if change is not None:
-                    changes.append(change)
-                projections.apply((event,))
-                continue
-            if isinstance(payload, KernelStarted):
-                recorded_refs.update((ref.hash, ref) for ref in payload.packs)
-                catalog = adopt(payload.packs)
-            elif isinstance(payload, PackLoaded):
-                recorded_refs[payload.pack.hash] = payload.pack
-                catalog = adopt([payload.pack])
-            elif isinstance(payload, ProposalSubmitted):
-                flow = projections.flows.get(dfid)
-                judged_now = _judged_at(projections, event, catalog)
-                if judged_now is not None and flow is not None:
-                    waiting[dfid] = _Pending(
-                        seq=event.seq,
-                        agent_id=flow.agent_id,
-                        kind=payload.proposal.kind,
-                        now=_reduced(judged_now),
-                    )
-                    if judged_now.escalation is not None:
-                        rules[dfid] = judged_now.quorum
-            elif isinstance(payload, ProposalAccepted | ProposalRejected | FlowEscalated):
-                pending = waiting.pop(dfid, None)
-                if pending is not None:
-                    then = _recorded(payload)
-                    if then.pack and pending.kind not in catalog.kinds:
-                        skipped += 1  # judged by a pack not given
-                    elif check_hash and then.pack and then.pack != pending.now.pack:
-                        ref = recorded_refs.get(then.pack)
-                        name = ref.name if ref else catalog.pack_of[pending.kind].name
-                        version = ref.version if ref else "?"
-                        key = (f"{name} {version}", then.pack, pending.now.pack)
-                        mismatched[key] = mismatched.get(key, 0) + 1
-                        skipped += 1
-                    else:
-                        judged += 1
-                        change = _compare(event, dfid, pending, then)
-                        if change is not None:
-                            changes.append(change)
-            elif isinstance(payload, FlowAborted):
-                waiting.pop(dfid, None)
-            projections.apply((event,))
-    mismatches = [
-        f"{CliError.PACK_MISMATCH} pack {name}: {count} verdict(s) recorded under hash"
-        f" {recorded[:16]}, the given pack hashes to {now[:16]}"
-        for (name, recorded, now), count in sorted(mismatched.items())
-    ]
-    return Rejudged(judged=judged, skipped=skipped, changes=changes, mismatches=mismatches)
+    def step(self, event: Event) -> None:
+        """Judge what ``event`` asks to be judged again, then fold it."""
+        payload, dfid = event.payload, event.dfid or ""
+        if isinstance(payload, HumanDecided) and payload.decision in APPROVE_WORDS:
+            self._found(_quorum_change(event, self.projections, self.rules.get(dfid, _UNJUDGED)))
+        if (isinstance(payload, ProposalAccepted) and payload.rechecked) or isinstance(
+            payload, ApprovalSuperseded
+        ):
+            self.judged += 1
+            self._found(_recheck_change(event, self.projections, self.catalog))
+        elif isinstance(payload, KernelStarted):
+            self.recorded_refs.update((ref.hash, ref) for ref in payload.packs)
+            self.adopt(payload.packs)
+        elif isinstance(payload, PackLoaded):
+            self.recorded_refs[payload.pack.hash] = payload.pack
+            self.adopt([payload.pack])
+        elif isinstance(payload, ProposalSubmitted):
+            self._submitted(event, payload, dfid)
+        elif isinstance(payload, ProposalAccepted | ProposalRejected | FlowEscalated):
+            pending = self.waiting.pop(dfid, None)
+            if pending is not None:
+                self._verdict(event, payload, dfid, pending)
+        elif isinstance(payload, FlowAborted):
+            self.waiting.pop(dfid, None)
+        self.projections.apply((event,))
+
+    def _found(self, change: Change | None) -> None:
+        if change is not None:
+            self.changes.append(change)
+
+    def _submitted(self, event: Event, payload: ProposalSubmitted, dfid: str) -> None:
+        flow = self.projections.flows.get(dfid)
+        judged_now = _judged_at(self.projections, event, self.catalog)
+        if judged_now is None or flow is None:
+            return
+        self.waiting[dfid] = _Pending(
+            seq=event.seq,
+            agent_id=flow.agent_id,
+            kind=payload.proposal.kind,
+            now=_reduced(judged_now),
+        )
+        if judged_now.escalation is not None:
+            self.rules[dfid] = judged_now.quorum
+
+    def _verdict(
+        self,
+        event: Event,
+        payload: ProposalAccepted | ProposalRejected | FlowEscalated,
+        dfid: str,
+        pending: _Pending,
+    ) -> None:
+        then = _recorded(payload)
+        if then.pack and pending.kind not in self.catalog.kinds:
+            self.skipped += 1  # judged by a pack not given
+        elif self.check_hash and then.pack and then.pack != pending.now.pack:
+            ref = self.recorded_refs.get(then.pack)
+            name = ref.name if ref else self.catalog.pack_of[pending.kind].name
+            version = ref.version if ref else "?"
+            key = (f"{name} {version}", then.pack, pending.now.pack)
+            self.mismatched[key] = self.mismatched.get(key, 0) + 1
+            self.skipped += 1
+        else:
+            self.judged += 1
+            self._found(_compare(event, dfid, pending, then))
+
+    def result(self) -> Rejudged:
+        mismatches = [
+            f"{CliError.PACK_MISMATCH} pack {name}: {count} verdict(s) recorded under hash"
+            f" {recorded[:16]}, the given pack hashes to {now[:16]}"
+            for (name, recorded, now), count in sorted(self.mismatched.items())
+        ]
+        return Rejudged(
+            judged=self.judged, skipped=self.skipped, changes=self.changes, mismatches=mismatches
+        )
 
 
 _UNJUDGED: QuorumRule | None = QuorumRule(required=0)
@@ -441,56 +467,67 @@ def load_packs(spec: str) -> list[PolicyPack]:
     if not where:
         raise PackPathError(f"{spec!r}: give FILE.py[:ATTR] or MODULE[:ATTR]")
     try:
-        if where.endswith(".py") or os.sep in where:
-            path = Path(where)
-            if not path.is_file():
-                raise PackPathError(f"{where}: no such file")
-            name = f"_dirk_pack_{abs(hash(str(path.resolve())))}"
-            module_spec = importlib.util.spec_from_file_location(name, path)
-            if module_spec is None or module_spec.loader is None:
-                raise PackPathError(f"{where}: not a Python file")
-            module = importlib.util.module_from_spec(module_spec)
-            sys.modules[name] = module
-            module_spec.loader.exec_module(module)
-        else:
-            # As `python -m` finds a module: the current directory first. A console
-            # script (`dirk`) has its own directory on the path, not the current one,
-            # and a checkout's `examples.desk` is never installed; on the path only
-            # while the pack is imported.
-            cwd = os.getcwd()
-            added = cwd not in sys.path
-            if added:
-                sys.path.insert(0, cwd)
-            try:
-                module = importlib.import_module(where)
-            finally:
-                if added and cwd in sys.path:
-                    sys.path.remove(cwd)
+        module = _module_of(where)
     except PackPathError:
         raise
     except Exception as exc:  # whatever the file raises: one line, never a traceback
         raise PackPathError(f"{where}: cannot be loaded: {type(exc).__name__}: {exc}") from exc
-    if attr:
-        if not hasattr(module, attr):
-            raise PackPathError(f"{where} has no attribute {attr!r}")
-        found = getattr(module, attr)
-        packs = (
-            [found]
-            if isinstance(found, PolicyPack)
-            else list(found)
-            if isinstance(found, list | tuple)
-            else []
-        )
-        if not packs or not all(isinstance(p, PolicyPack) for p in packs):
-            raise PackPathError(f"{spec}: is not a PolicyPack (nor a list of them)")
-    else:
+    packs = _packs_in(module, spec, where, attr)
+    try:
+        PolicyCatalog(packs)
+    except PackError as exc:
+        raise PackPathError(f"{spec}: {exc}") from exc
+    return packs
+
+
+def _module_of(where: str) -> ModuleType:
+    """Import the file or module ``where`` names."""
+    if where.endswith(".py") or os.sep in where:
+        path = Path(where)
+        if not path.is_file():
+            raise PackPathError(f"{where}: no such file")
+        name = f"_dirk_pack_{abs(hash(str(path.resolve())))}"
+        module_spec = importlib.util.spec_from_file_location(name, path)
+        if module_spec is None or module_spec.loader is None:
+            raise PackPathError(f"{where}: not a Python file")
+        module = importlib.util.module_from_spec(module_spec)
+        sys.modules[name] = module
+        module_spec.loader.exec_module(module)
+        return module
+    # As `python -m` finds a module: the current directory first. A console
+    # script (`dirk`) has its own directory on the path, not the current one,
+    # and a checkout's `examples.desk` is never installed; on the path only
+    # while the pack is imported.
+    cwd = os.getcwd()
+    added = cwd not in sys.path
+    if added:
+        sys.path.insert(0, cwd)
+    try:
+        return importlib.import_module(where)
+    finally:
+        if added and cwd in sys.path:
+            sys.path.remove(cwd)
+
+
+def _packs_in(module: ModuleType, spec: str, where: str, attr: str) -> list[PolicyPack]:
+    """The packs ``attr`` of ``module`` names, or (no ``attr``) every pack it defines."""
+    if not attr:
         packs = list(
             {id(v): v for v in vars(module).values() if isinstance(v, PolicyPack)}.values()
         )
         if not packs:
             raise PackPathError(f"{where} defines no PolicyPack; name one with {where}:ATTR")
-    try:
-        PolicyCatalog(packs)
-    except PackError as exc:
-        raise PackPathError(f"{spec}: {exc}") from exc
+        return packs
+    if not hasattr(module, attr):
+        raise PackPathError(f"{where} has no attribute {attr!r}")
+    found = getattr(module, attr)
+    packs = (
+        [found]
+        if isinstance(found, PolicyPack)
+        else list(found)
+        if isinstance(found, list | tuple)
+        else []
+    )
+    if not packs or not all(isinstance(p, PolicyPack) for p in packs):
+        raise PackPathError(f"{spec}: is not a PolicyPack (nor a list of them)")
     return packs

@@ -138,6 +138,15 @@ class IllegalTransition(Exception):
         self.event_type = event_type
 
 
+class StaleVerdict(IllegalTransition):
+    """A verdict judged against less than the journal records before it (kernel.dim._raced).
+
+    Another actor's events land between what the DIM judged against and its verdict
+    (the same group commit, or the one in flight while it judged) and would have
+    changed it: nothing of the DIM's append is written, and it judges again.
+    """
+
+
 class FlowState(msgspec.Struct, frozen=True, gc=False, kw_only=True):
     """Everything the kernel knows about one DecisionFlow, derived from its events."""
 

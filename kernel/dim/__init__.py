@@ -4,8 +4,10 @@
 and ``dirk verify --verdicts`` / ``whatif`` re-judge with it.
 """
 
-from kernel.dim._actor import BUDGET_GUARD, IntegrityModule
-from kernel.dim._gate import LAYERS, Inputs, Judgement, judge, reject
+from kernel.dim._actor import IntegrityModule
+from kernel.dim._gate import LAYERS, judge
+from kernel.dim._judgement import Inputs, Judgement, reject
+from kernel.dim._records import BUDGET_GUARD
 
 __all__ = [
     "BUDGET_GUARD",

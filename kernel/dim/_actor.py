@@ -47,39 +47,44 @@ import msgspec
 
 from kernel.core.events import (
     ApprovalSuperseded,
-    DuplicateSuppressed,
-    Event,
     Feedback,
     FlowAborted,
-    FlowEscalated,
-    FlowFlagged,
-    GrantUsed,
     LimitAmended,
     PackRef,
     ProposalAccepted,
-    ProposalRecord,
     ProposalRejected,
     ProposalSubmitted,
     ReasoningCharged,
-    ResourceReleased,
-    ResourceReserved,
-    SubmissionRefused,
 )
 from kernel.core.flow import FlowState, FlowStatus, IllegalTransition
 from kernel.core.ports import Clock
 from kernel.core.reasons import ReasonCode
+from kernel.dim import _raced as raced
 from kernel.dim._amend import amend
 from kernel.dim._citations import notes_on
-from kernel.dim._gate import Judgement, budget_pool, reject
 from kernel.dim._grants import handle as handle_grant
+from kernel.dim._judgement import Judgement, reject
 from kernel.dim._packs import load
+from kernel.dim._records import (
+    answer_from_record,
+    duplicate,
+    end_call,
+    escalated,
+    flag,
+    hand_back,
+    refuse,
+    reserve,
+    staged_of,
+    use_grant,
+)
+from kernel.dim._resources import budget_pool
 from kernel.dim._rules import handle as handle_rule
-from kernel.dim.verdict import Staged, rechecked, verdict
+from kernel.dim.verdict import rechecked, verdict
 from kernel.policy.contracts import Outcome, Verdict
 from kernel.policy.money import ModelPrice
 from kernel.policy.packs import PolicyCatalog
 from kernel.policy.rules import Overrun, Stopwatch
-from kernel.runtime.actors import Mailbox, Outbox, Reply
+from kernel.runtime.actors import Mailbox, Outbox
 from kernel.runtime.messages import (
     AmendLimit,
     Carry,
@@ -104,15 +109,12 @@ from kernel.runtime.messages import (
     Withdraw,
 )
 from kernel.state.amendments import folded
-from kernel.state.approvals import ApprovalStatus, escalated_event
+from kernel.state.approvals import ApprovalStatus
 from kernel.state.intents import mint, stage_start
 from kernel.state.projections import AgentView, Projections, session_hash
 from kernel.state.quorums import Ballot, Quorums
 
 log = logging.getLogger(__name__)
-
-BUDGET_GUARD = "rule budget"
-"""The name a rule's budget overrun is flagged under (FlowFlagged.guard)."""
 
 
 class IntegrityModule:
@@ -135,6 +137,8 @@ class IntegrityModule:
         self._rule_clock = rule_clock
         self._guards = guards
         self._projections = projections
+        # Its verdicts are written only if nothing staged before them would change them.
+        projections.verdict_check = raced.check
         self._catalog = catalog
         self._clock = clock
         self._compiler = compiler
@@ -160,7 +164,7 @@ class IntegrityModule:
                     return
                 for answer in msg.messages:
                     await self.handle(answer, out)
-                out.after_commit_with(_hand_back, (out, start, len(msg.drafts), msg.done))
+                out.after_commit_with(hand_back, (out, start, len(msg.drafts), msg.done))
             case IssueGrant() | VoteGrant() | RevokeGrant():
                 # The DIM owns grants, as it owns amendments: ordered with the verdicts.
                 handle_grant(msg, self._catalog, self._projections, self._clock.now_ns(), out)
@@ -191,7 +195,7 @@ class IntegrityModule:
         out.emit(event, agent_id=msg.agent_id or None)
         if isinstance(event, LimitAmended):
             # In force for the proposals this batch judges after it, as replay will see it.
-            staged = _staged(out).amended
+            staged = staged_of(out).amended
             staged.setdefault(msg.agent_id, {})[event.limit] = folded(event, 0)
         out.reply(msg.reply, event)
 
@@ -199,28 +203,12 @@ class IntegrityModule:
         flow = out.flow(msg.dfid)
         agent_id = self._projections.sessions.get(session_hash(msg.token)) if msg.token else None
         if not msg.by_human and agent_id is None:
-            self._refuse(
-                msg, flow, ReasonCode.INVALID_SESSION, "the session token is not valid", out
-            )
+            refuse(msg, flow, ReasonCode.INVALID_SESSION, "the session token is not valid", out)
             return
         if flow is None or (not msg.by_human and flow.agent_id != agent_id):
-            self._refuse(
-                msg, None, ReasonCode.FLOW_NOT_ACTIVE, f"no flow {msg.dfid} for this agent", out
-            )
+            refuse(msg, None, ReasonCode.FLOW_NOT_ACTIVE, f"no flow {msg.dfid} for this agent", out)
             return
-        ready = flow.status is FlowStatus.VALIDATING if msg.by_human else flow.awaiting_proposal
-        if not ready:
-            if flow.proposal == msg.proposal and flow.status not in (
-                FlowStatus.VALIDATING,
-                FlowStatus.ACTIVE,
-            ):
-                self._duplicate(msg, flow, out)
-            elif flow.status is FlowStatus.ACTIVE:
-                self._refuse(
-                    msg, flow, ReasonCode.FLOW_NOT_ACTIVE, "the flow awaits a fresh context", out
-                )
-            else:
-                self._refuse(msg, flow, ReasonCode.FLOW_NOT_ACTIVE, f"flow is {flow.status}", out)
+        if not self._ready(msg, flow, out):
             return
 
         agent = self._projections.agents[flow.agent_id]
@@ -233,7 +221,7 @@ class IntegrityModule:
         # Citations and advisory constraints are recorded, never judged (kernel.dim._citations).
         for note in notes_on(self._projections.memory, flow, msg.proposal):
             out.emit(note, dfid=msg.dfid, agent_id=flow.agent_id, after=submitted)
-        staged = _staged(out)
+        staged = staged_of(out)
         state = staged.state(self._projections, agent)[0]
         own = staged.own(self._projections, msg.dfid)
         stopwatch = Stopwatch(self._rule_clock)
@@ -259,12 +247,12 @@ class IntegrityModule:
         escalation = judgement.escalation
         if escalation is not None:
             recorded = out.emit(
-                self._escalated(msg.dfid, msg.proposal, judgement, escalation),
+                escalated(self._catalog, msg.dfid, msg.proposal, judgement, escalation),
                 dfid=msg.dfid,
                 after=submitted,
             )
-            self._flag(msg, judgement, overruns, recorded, out)
-            self._reserve(msg.dfid, flow.agent_id, judgement, own, recorded, out)
+            flag(self._catalog, msg, judgement, overruns, recorded, out)
+            reserve(msg.dfid, flow.agent_id, judgement, own, recorded, out)
             self._screen(msg, state, out)
             out.send(self._escalation, Escalate(dfid=msg.dfid))
             out.reply(
@@ -285,9 +273,9 @@ class IntegrityModule:
             dfid=msg.dfid,
             after=submitted,
         )
-        self._use_grant(msg.dfid, judgement, recorded, out)
-        self._flag(msg, judgement, overruns, recorded, out)
-        self._reserve(msg.dfid, flow.agent_id, judgement, own, recorded, out)
+        use_grant(msg.dfid, judgement, recorded, out)
+        flag(self._catalog, msg, judgement, overruns, recorded, out)
+        reserve(msg.dfid, flow.agent_id, judgement, own, recorded, out)
         self._screen(msg, state, out)
         # The start of execution goes into this append too (one commit fewer per flow);
         # the engine calls the adapter only once it is recorded (kernel.state.intents).
@@ -304,6 +292,22 @@ class IntegrityModule:
         if intent is not None:
             out.send(self._execution, Dispatch(dfid=msg.dfid, key=intent.key))
         out.reply(msg.reply, Verdict(outcome=Outcome.ACCEPTED, dfid=msg.dfid, attempt=attempt))
+
+    def _ready(self, msg: Judge, flow: FlowState, out: Outbox) -> bool:
+        """Whether the flow awaits this proposal; if not, answer (a duplicate, or refused)."""
+        ready = flow.status is FlowStatus.VALIDATING if msg.by_human else flow.awaiting_proposal
+        if ready:
+            return True
+        if flow.proposal == msg.proposal and flow.status not in (
+            FlowStatus.VALIDATING,
+            FlowStatus.ACTIVE,
+        ):
+            duplicate(msg, flow, out)
+        elif flow.status is FlowStatus.ACTIVE:
+            refuse(msg, flow, ReasonCode.FLOW_NOT_ACTIVE, "the flow awaits a fresh context", out)
+        else:
+            refuse(msg, flow, ReasonCode.FLOW_NOT_ACTIVE, f"flow is {flow.status}", out)
+        return False
 
     def _charge(
         self,
@@ -329,7 +333,7 @@ class IntegrityModule:
                     tokens
                 )
         unpriced = sorted(m for m in usage if m not in self._prices)
-        staged = _staged(out)
+        staged = staged_of(out)
         for currency, amount in sorted(by_currency.items()) or [("", 0)]:
             pools = [
                 pool
@@ -353,42 +357,6 @@ class IntegrityModule:
             for pool in set(pools):
                 staged.spent[pool] = staged.spent.get(pool, 0) + amount
 
-    def _escalated(
-        self, dfid: str, proposal: ProposalRecord, judgement: Judgement, escalation: Feedback
-    ) -> FlowEscalated:
-        """The escalation a verdict records: its pack (hash and version), rule and quorum."""
-        event = escalated_event(
-            dfid, proposal, self._catalog, escalation.reason_code, escalation.detail
-        )
-        pack = self._catalog.pack_of.get(proposal.kind)
-        return msgspec.structs.replace(
-            event,
-            pack=judgement.pack,
-            rule=escalation.rule,
-            version=pack.version if pack is not None else "",
-            quorum=judgement.quorum,
-        )
-
-    def _use_grant(self, dfid: str, judgement: Judgement, recorded: int, out: Outbox) -> None:
-        """Record the use of the standing grant an acceptance stands on, and count it now."""
-        use = judgement.grant
-        if use is None:
-            return
-        out.emit(
-            GrantUsed(
-                grant=use.grant,
-                uses=use.uses,
-                amount=use.amount,
-                currency=use.currency,
-                escalation=use.escalation,
-            ),
-            dfid=dfid,
-            after=recorded,
-        )
-        granted = _staged(out).granted
-        uses, spent = granted.get(use.grant, (0, 0))
-        granted[use.grant] = (uses + 1, spent + use.amount)
-
     # --- judged again before execution ------------------------------------------
 
     def _recheck(self, msg: Recheck, out: Outbox) -> None:
@@ -409,9 +377,9 @@ class IntegrityModule:
         queued = flow is not None and flow.status is FlowStatus.ACCEPTED and not flow.intent_key
         agent = self._projections.agents.get(flow.agent_id) if flow is not None else None
         if flow is None or flow.proposal is None or agent is None or not (approved or queued):
-            self._answer_from_record(msg.dfid, flow, msg.reply, out)
+            answer_from_record(msg.dfid, flow, msg.reply, out)
             return
-        staged = _staged(out)
+        staged = staged_of(out)
         own = staged.own(self._projections, msg.dfid)
         judgement = verdict(
             flow.proposal,
@@ -438,7 +406,7 @@ class IntegrityModule:
                 ),
                 dfid=msg.dfid,
             )
-        self._reserve(msg.dfid, flow.agent_id, judgement, own, recorded, out)
+        reserve(msg.dfid, flow.agent_id, judgement, own, recorded, out)
         accepted = out.flow(msg.dfid)
         assert accepted is not None
         intent = stage_start(self._catalog, accepted, out, policy=judgement.policy)
@@ -505,11 +473,11 @@ class IntegrityModule:
             else:
                 reason = msgspec.structs.replace(found, detail=detail)
             recorded = out.emit(
-                self._escalated(msg.dfid, flow.proposal, judgement, reason),
+                escalated(self._catalog, msg.dfid, flow.proposal, judgement, reason),
                 dfid=msg.dfid,
                 after=noted,
             )
-            self._reserve(msg.dfid, flow.agent_id, judgement, own, recorded, out)
+            reserve(msg.dfid, flow.agent_id, judgement, own, recorded, out)
             out.send(self._escalation, Escalate(dfid=msg.dfid))
             outcome = Outcome.ESCALATED
         out.reply(
@@ -517,92 +485,12 @@ class IntegrityModule:
             Verdict(outcome=outcome, dfid=msg.dfid, attempt=flow.attempts, feedback=feedback),
         )
 
-    def _answer_from_record(
-        self, dfid: str, flow: FlowState | None, reply: Reply[Verdict] | None, out: Outbox
-    ) -> None:
-        """Answer a recheck of a flow that moved on meanwhile: from what its record says."""
-        if flow is None:
-            missing = reject("boundary", ReasonCode.FLOW_NOT_ACTIVE, f"no flow {dfid}")
-            out.reply(reply, Verdict(outcome=Outcome.REFUSED, dfid=dfid, feedback=missing))
-            return
-        outcome = {
-            FlowStatus.ABORTED: Outcome.ABORTED,
-            FlowStatus.ESCALATED: Outcome.ESCALATED,
-        }.get(flow.status, Outcome.ACCEPTED)
-        feedback = reject("boundary", flow.reason_code, flow.detail) if flow.reason_code else None
-        out.reply(
-            reply,
-            Verdict(outcome=outcome, dfid=dfid, attempt=flow.attempts, feedback=feedback),
-        )
-
-    def _flag(
-        self,
-        msg: Judge,
-        judgement: Judgement,
-        overruns: list[Overrun],
-        recorded: int,
-        out: Outbox,
-    ) -> None:
-        """Record each rule that overran its budget: the flow needs review, the verdict stands."""
-        if not overruns:
-            return
-        pack = self._catalog.pack_of.get(msg.proposal.kind)
-        of_pack = f" of pack {pack.name} {pack.version}" if pack is not None else ""
-        for o in overruns:
-            reason = (
-                f"rule {o.rule}{of_pack} took {o.took_us} us, over its budget of {o.budget_us} us"
-                " (the verdict does not depend on it; make the rule cheaper or raise its budget)"
-            )
-            log.warning("flow %s: %s", msg.dfid, reason)
-            out.emit(
-                FlowFlagged(
-                    guard=BUDGET_GUARD,
-                    reason=reason,
-                    rule=o.rule,
-                    budget_us=o.budget_us,
-                    took_us=o.took_us,
-                    pack=judgement.pack,
-                ),
-                dfid=msg.dfid,
-                after=recorded,
-            )
-
     def _screen(self, msg: Judge, state: Mapping[str, Any], out: Outbox) -> None:
         """Hand a proposal let through to the soft guards, once its verdict is recorded."""
         if self._guards is not None and msg.proposal.kind in self._catalog.guards_of:
             # Its own copy: the state seen is shared by the flows of this batch.
             screen = Screen(dfid=msg.dfid, proposal=msg.proposal, state=dict(state))
             out.send(self._guards, screen)
-
-    def _reserve(
-        self,
-        dfid: str,
-        agent_id: str,
-        judgement: Judgement,
-        own: Mapping[str, int],
-        recorded: int | None,
-        out: Outbox,
-    ) -> None:
-        """Stage what the flow now holds: new amounts reserved, pools no longer needed released."""
-        want = judgement.reserve
-        for pool, amount in sorted(want.items()):
-            if own.get(pool) != amount:
-                out.emit(
-                    ResourceReserved(pool=pool, amount=amount),
-                    dfid=dfid,
-                    agent_id=agent_id,
-                    after=recorded,
-                )
-        for pool, amount in sorted(own.items()):
-            if pool not in want:
-                out.emit(
-                    ResourceReleased(pool=pool, amount=amount, reason="modified"),
-                    dfid=dfid,
-                    agent_id=agent_id,
-                    after=recorded,
-                )
-        if want or own:
-            _staged(out).reserved[dfid] = dict(want)
 
     def _rejected(
         self,
@@ -621,7 +509,7 @@ class IntegrityModule:
             dfid=msg.dfid,
             after=submitted,
         )
-        self._flag(msg, judgement, overruns, rejected, out)
+        flag(self._catalog, msg, judgement, overruns, rejected, out)
         if msg.by_human:
             out.emit(
                 FlowAborted(
@@ -633,7 +521,7 @@ class IntegrityModule:
             )
             outcome = Outcome.ABORTED
         elif msg.single:
-            outcome, feedback = self._end_call(msg, feedback, rejected, out)
+            outcome, feedback = end_call(msg, feedback, rejected, out)
         elif attempt >= agent.manifest.max_attempts:
             out.emit(
                 FlowAborted(
@@ -651,91 +539,3 @@ class IntegrityModule:
         out.reply(
             msg.reply, Verdict(outcome=outcome, dfid=msg.dfid, attempt=attempt, feedback=feedback)
         )
-
-    def _end_call(
-        self, msg: Judge, feedback: Feedback, rejected: int, out: Outbox
-    ) -> tuple[Outcome, Feedback]:
-        """End a flow whose one proposal was refused; stop its conversation if it must.
-
-        Returns the outcome and the feedback to answer: the refusal's own, or the
-        governor's when the conversation stops.
-        """
-        streak = msg.streak
-        if streak is None or streak.refused + 1 < streak.limit:
-            out.emit(
-                FlowAborted(reason_code=feedback.reason_code, detail=feedback.detail),
-                dfid=msg.dfid,
-                after=rejected,
-            )
-            return Outcome.REJECTED, feedback
-        stopped = (
-            f"conversation {streak.conversation_id} stopped: {streak.refused + 1} calls in a"
-            f" row refused (the agent's max_attempts is {streak.limit})"
-        )
-        detail = f"{stopped}; last: {feedback.reason_code}"[:500]
-        ended = out.emit(
-            FlowAborted(reason_code=ReasonCode.REASONING_EXHAUSTION, detail=detail),
-            dfid=msg.dfid,
-            after=rejected,
-        )
-        root = out.flow(streak.root_dfid)
-        if root is not None:
-            # The stop is kept on the conversation's own flow: a later call (or a
-            # restarted kernel) reads it there, and is refused at the boundary.
-            out.emit(
-                SubmissionRefused(
-                    reason_code=ReasonCode.REASONING_EXHAUSTION,
-                    detail=detail,
-                    claimed_agent=root.agent_id,
-                ),
-                dfid=root.dfid,
-                after=ended,
-            )
-        last = f"{stopped}; last: {feedback.reason_code}: {feedback.detail}"[:500]
-        return Outcome.ABORTED, reject("governor", ReasonCode.REASONING_EXHAUSTION, last)
-
-    def _refuse(
-        self, msg: Judge, flow: FlowState | None, code: ReasonCode, detail: str, out: Outbox
-    ) -> None:
-        out.emit(
-            SubmissionRefused(
-                reason_code=code, detail=detail, claimed_agent=flow.agent_id if flow else ""
-            ),
-            dfid=flow.dfid if flow else None,
-        )
-        feedback = reject("boundary", code, detail)
-        out.reply(msg.reply, Verdict(outcome=Outcome.REFUSED, dfid=msg.dfid, feedback=feedback))
-
-    def _duplicate(self, msg: Judge, flow: FlowState, out: Outbox) -> None:
-        out.emit(DuplicateSuppressed(key=flow.intent_key, source="submission"), dfid=flow.dfid)
-        outcome = {
-            FlowStatus.CLOSED: Outcome.DUPLICATE,
-            FlowStatus.ABORTED: Outcome.ABORTED,
-            FlowStatus.ESCALATED: Outcome.ESCALATED,
-        }.get(flow.status, Outcome.DUPLICATE)
-        feedback = reject("boundary", flow.reason_code, flow.detail) if flow.reason_code else None
-        out.reply(
-            msg.reply,
-            Verdict(
-                outcome=outcome,
-                dfid=flow.dfid,
-                attempt=flow.attempts,
-                feedback=feedback,
-                external_id=flow.external_id,
-            ),
-        )
-
-
-def _hand_back(arg: tuple[Outbox, int, int, Reply[list[Event] | None]]) -> None:
-    """Answer the compiler with its events as this append committed them."""
-    out, start, count, done = arg
-    done.set(out.committed[start : start + count])
-
-
-def _staged(out: Outbox) -> Staged:
-    """Return what this batch staged and has not committed (kernel.dim.verdict counts it)."""
-    staged = out.scratch.get("staged")
-    if staged is None:
-        staged = out.scratch["staged"] = Staged()
-    assert isinstance(staged, Staged)
-    return staged

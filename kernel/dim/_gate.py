@@ -47,18 +47,20 @@ whose findings never change it (see kernel.policy.rules).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from decimal import Decimal
 from typing import Any
 
 import msgspec
 
-from kernel.core.events import Applied, Feedback, ProposalRecord, QuorumRule
+from kernel.core.events import Feedback, ProposalRecord, QuorumRule
 from kernel.core.reasons import ReasonCode
+from kernel.dim._judgement import GrantUse, Inputs, Judgement, reject
+from kernel.dim._resources import cost_of, money_held, pools_held
 from kernel.policy.contracts import field_of
 from kernel.policy.guards import emergency
 from kernel.policy.kinds import Impact
-from kernel.policy.money import Budget, format_money
+from kernel.policy.money import format_money
 from kernel.policy.packs import PolicyCatalog, PolicyPack, Threshold, amount_of
 from kernel.policy.quorums import SINGLE
 from kernel.policy.rules import (
@@ -72,8 +74,7 @@ from kernel.policy.rules import (
     is_decimal,
     run_rule,
 )
-from kernel.state.budgets import session_key
-from kernel.state.grants import Grant, covering
+from kernel.state.grants import covering
 from kernel.state.projections import AgentStatus, AgentView
 
 LAYERS = (
@@ -98,87 +99,6 @@ _STATUS_CODES = {
 
 MemoryCheck = Callable[[ProposalRecord, View], Feedback | None]
 """The memory layer's port: return the feedback of a violated constraint, or None."""
-
-
-@dataclass(frozen=True)
-class Inputs:
-    """What the pipeline judges against, besides the proposal and the agent.
-
-    Args:
-        context_ref: the reference of the agent's current visible state.
-        state: the agent's visible state (what rules and invariants read).
-        held: the total held of each pool by open flows (staged ones included).
-        own: what this flow already holds (it does not contend with itself).
-        capacities: capacities set by facts; they override the packs'.
-        amendments: limits an operator amended for this agent, still in force.
-        unsettled: the agent's flows whose effects have not converged (a saga
-            unwinding, or waiting for a human after an undo failed).
-        tree: the root DFID of the flow's tree (a ``tree`` budget's scope).
-        spent: what each money pool spent within its window (kernel.state.budgets).
-        grants: the standing grants as folded (kernel.state.grants).
-        granted: the uses and money each grant's acceptances staged in this batch.
-    """
-
-    context_ref: str = ""
-    state: Mapping[str, Any] = field(default_factory=dict)
-    held: Mapping[str, int] = field(default_factory=dict)
-    own: Mapping[str, int] = field(default_factory=dict)
-    capacities: Mapping[str, int] = field(default_factory=dict)
-    amendments: Mapping[str, int | str] = field(default_factory=dict)
-    unsettled: Sequence[str] = ()
-    tree: str = ""
-    spent: Mapping[str, int] = field(default_factory=dict)
-    grants: Sequence[Grant] = ()
-    granted: Mapping[str, tuple[int, int]] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class Judgement:
-    """The pipeline's answer: a rejection, an escalation, or an acceptance.
-
-    ``reserve`` holds what the flow must hold once accepted or escalated; ``pack``
-    is the hash of the pack that judged (empty when no pack knows the kind);
-    ``policy`` is the proposal as its (frozen) kind, so execution need not convert again.
-    ``applied`` is set on a transformed acceptance: the form executed instead of the
-    submitted one (kernel.dim.verdict adds it; kernel.state.beliefs.gate decides it).
-    ``quorum`` is what an escalation needs when its pack asks for more than one operator;
-    ``grant`` the standing grant an acceptance uses; ``costs`` the proposal's cost by
-    currency.
-    """
-
-    rejection: Feedback | None = None
-    escalation: Feedback | None = None
-    reserve: Mapping[str, int] = field(default_factory=dict)
-    pack: str = ""
-    policy: Any = None
-    applied: Applied | None = None
-    quorum: QuorumRule | None = None
-    grant: GrantUse | None = None
-    costs: Mapping[str, int] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class GrantUse:
-    """A standing grant that lets an escalating proposal through: which, and what it spends.
-
-    ``uses`` counts this use; ``amount`` is the proposal's cost in the grant's currency
-    (0 when the grant has no money cap); ``escalation`` what it would have escalated for.
-    """
-
-    grant: str
-    uses: int
-    amount: int
-    currency: str
-    escalation: ReasonCode
-
-
-def reject(
-    layer: str, code: ReasonCode, detail: str, field: str = "", rule: str = "", limit: Any = ""
-) -> Feedback:
-    """Build the feedback of a failed layer."""
-    return Feedback(
-        reason_code=code, detail=detail, layer=layer, field=field, rule=rule, limit=str(limit)
-    )
 
 
 def _from_rule(verdict: RuleVerdict, name: str, layer: str = "rules") -> Feedback:
@@ -216,25 +136,18 @@ def judge(
             )
         )
     pack = catalog.pack_of[proposal.kind]
-    failed = _schema(proposal, kind, catalog)
-    if isinstance(failed, Feedback):
-        return Judgement(rejection=failed, pack=pack.hash)
-    params = failed
+    params = _schema(proposal, kind, catalog)
+    if isinstance(params, Feedback):
+        return Judgement(rejection=params, pack=pack.hash)
     # A recheck leaves the validity window to the engine, which checks it at the call.
     timed_at = None if recheck else now_ns
     failed = _admission(proposal, params, agent, timed_at, inputs, by_human or recheck)
     if failed is not None:
         return Judgement(rejection=failed, pack=pack.hash)
-    need = _resources(proposal.kind, params, catalog, pack, inputs)
-    if isinstance(need, Feedback):
-        return Judgement(rejection=need, pack=pack.hash)
-    costs = _costs(proposal.kind, params, catalog)
-    if isinstance(costs, Feedback):
-        return Judgement(rejection=costs, pack=pack.hash)
-    money = _budgets(proposal.kind, costs, catalog, agent, inputs)
-    if isinstance(money, Feedback):
-        return Judgement(rejection=money, pack=pack.hash)
-    need.update(money[0])
+    held = _held(proposal.kind, params, catalog, pack, agent, inputs)
+    if isinstance(held, Feedback):
+        return Judgement(rejection=held, pack=pack.hash)
+    need, costs, over = held
     view = View(
         params,
         inputs.state,
@@ -243,17 +156,12 @@ def judge(
         limits_of(pack, agent, inputs.amendments),
         proposal.confidence,
     )
-    failed = _rules(proposal.kind, view, catalog, stopwatch)
-    if failed is None and not by_human and proposal.kind in catalog.emergencies_of:
-        failed = emergency(proposal, params, view.state, catalog.emergencies_of[proposal.kind])
-    if failed is None and memory is not None:
-        failed = memory(proposal, view)
-        if failed is not None and failed.reason_code in pack.escalate_refusals and not by_human:
-            # The pack sends this refusal to a human instead (e.g. a constraint conflict).
-            return Judgement(escalation=failed, reserve=need, pack=pack.hash, policy=params)
+    failed, escalate = _checked(proposal, params, view, pack, catalog, stopwatch, memory, by_human)
+    if escalate:
+        return Judgement(escalation=failed, reserve=need, pack=pack.hash, policy=params)
     if failed is not None:
         return Judgement(rejection=failed, pack=pack.hash)
-    escalation = None if by_human and not recheck else money[1]
+    escalation = None if by_human and not recheck else over
     if escalation is None:
         escalation = _thresholds(proposal, params, catalog, pack) or _needs_human(proposal, params)
         if escalation is not None and escalation.layer != "escalation":
@@ -261,13 +169,88 @@ def judge(
     judged = Judgement(reserve=need, pack=pack.hash, policy=params, costs=costs)
     if escalation is None:
         return judged
+    return _escalation(
+        proposal,
+        params,
+        agent,
+        catalog,
+        now_ns,
+        inputs,
+        judged,
+        escalation,
+        by_human=by_human,
+        recheck=recheck,
+    )
+
+
+def _held(
+    kind: str,
+    params: Any,
+    catalog: PolicyCatalog,
+    pack: PolicyPack,
+    agent: AgentView,
+    inputs: Inputs,
+) -> tuple[dict[str, int], dict[str, int], Feedback | None] | Feedback:
+    """Layers 6 and 6b: the pools to hold, the costs, and a budget's escalation; or why not."""
+    need = pools_held(kind, params, catalog, pack, inputs)
+    if isinstance(need, Feedback):
+        return need
+    costs = cost_of(kind, params, catalog)
+    if isinstance(costs, Feedback):
+        return costs
+    money = money_held(kind, costs, catalog, agent, inputs)
+    if isinstance(money, Feedback):
+        return money
+    need.update(money[0])
+    return need, costs, money[1]
+
+
+def _checked(
+    proposal: ProposalRecord,
+    params: Any,
+    view: View,
+    pack: PolicyPack,
+    catalog: PolicyCatalog,
+    stopwatch: Stopwatch | None,
+    memory: MemoryCheck | None,
+    by_human: bool,
+) -> tuple[Feedback | None, bool]:
+    """Layers 7 and 8: the pack's rules, its emergency rules, then governed memory.
+
+    Returns the first refusal, and whether the pack sends it to a human instead (a
+    memory refusal it names, e.g. a constraint conflict; never a human's modification).
+    """
+    failed = _rules(proposal.kind, view, catalog, stopwatch)
+    if failed is None and not by_human and proposal.kind in catalog.emergencies_of:
+        failed = emergency(proposal, params, view.state, catalog.emergencies_of[proposal.kind])
+    if failed is not None or memory is None:
+        return failed, False
+    failed = memory(proposal, view)
+    escalate = failed is not None and failed.reason_code in pack.escalate_refusals
+    return failed, escalate and not by_human
+
+
+def _escalation(
+    proposal: ProposalRecord,
+    params: Any,
+    agent: AgentView,
+    catalog: PolicyCatalog,
+    now_ns: int,
+    inputs: Inputs,
+    judged: Judgement,
+    escalation: Feedback,
+    *,
+    by_human: bool,
+    recheck: bool,
+) -> Judgement:
+    """Layer 9's end: the quorum an escalation needs, or the grant that stands in for it."""
     quorum = _quorum(proposal.kind, escalation.reason_code, params, catalog)
     if by_human and not recheck and (quorum is None or (quorum.required < 2 and not quorum.roles)):
         return judged  # a human's modification, which one operator may make and approve
     grant = None
     if not (by_human or recheck) and escalation.reason_code is not ReasonCode.BUDGET_EXHAUSTED:
         # A grant stands in for a human's approval, never for a money ceiling.
-        grant = _grant(proposal, agent, now_ns, inputs, quorum or SINGLE, costs, escalation)
+        grant = _grant(proposal, agent, now_ns, inputs, quorum or SINGLE, judged.costs, escalation)
     if grant is not None:
         return replace(judged, grant=grant)
     return replace(judged, escalation=escalation, quorum=quorum)
@@ -316,78 +299,6 @@ def _grant(
         currency=found.currency if found.cap is not None else "",
         escalation=escalation.reason_code,
     )
-
-
-def _costs(kind: str, params: Any, catalog: PolicyCatalog) -> dict[str, int] | Feedback:
-    """What the proposal costs, by currency: whole minor units, or why it cannot say."""
-    costs: dict[str, int] = {}
-    for cost in catalog.costs_of.get(kind, ()):
-        try:
-            amount = amount_of(cost.amount, params)
-        except Exception as exc:
-            detail = f"cost in {cost.currency}: {type(exc).__name__}: {exc}"[:300]
-            return reject("budgets", ReasonCode.KERNEL_FAULT, detail, rule=f"cost {kind}")
-        if amount is None or amount < 0 or amount != amount.to_integral_value():
-            return reject(
-                "budgets",
-                ReasonCode.SCHEMA_INVALID,
-                f"the cost in {cost.currency} must be whole minor units >= 0, not {amount}",
-                rule=f"cost {kind}",
-            )
-        costs[cost.currency] = int(amount)
-    return costs
-
-
-def budget_pool(budget: Budget, agent: AgentView, tree: str) -> str | None:
-    """The pool a proposal's cost is held in for ``budget`` (None: a per-decision ceiling)."""
-    match budget.per:
-        case "decision":
-            return None
-        case "tree":
-            return budget.pool(tree)
-        case "agent":
-            return budget.pool(agent.manifest.agent_id)
-        case "session":
-            return budget.pool(session_key(agent.manifest.agent_id, agent.session_hash))
-        case _:
-            return budget.pool("")
-
-
-def _budgets(
-    kind: str, costs: Mapping[str, int], catalog: PolicyCatalog, agent: AgentView, inputs: Inputs
-) -> tuple[dict[str, int], Feedback | None] | Feedback:
-    """Layer 6b: the money pools to hold, and the first ceiling that escalates, or a refusal."""
-    need: dict[str, int] = {}
-    escalation: Feedback | None = None
-    for budget in catalog.budgets_of.get(kind, ()):
-        amount = costs.get(budget.currency, 0)
-        if not amount and not budget.reasoning:
-            continue
-        pool = budget_pool(budget, agent, inputs.tree)
-        room = budget.ceiling
-        if pool is not None:
-            others = inputs.held.get(pool, 0) - inputs.own.get(pool, 0)
-            room -= inputs.spent.get(pool, 0) + others
-            if amount:
-                need[pool] = need.get(pool, 0) + amount
-        if amount <= room and (amount or room >= 0):
-            continue
-        refuse = budget.over == "refuse"
-        over = reject(
-            "budgets" if refuse else "escalation",
-            ReasonCode.BUDGET_EXHAUSTED,
-            f"budget {budget.name} ({budget.per}"
-            + (f", {budget.window_s:g} s window" if budget.window_s else "")
-            + f"): {format_money(amount, budget.currency)} wanted,"
-            f" {format_money(max(room, 0), budget.currency)} of"
-            f" {format_money(budget.ceiling, budget.currency)} left",
-            rule=f"budget {budget.name}",
-            limit=format_money(budget.ceiling, budget.currency),
-        )
-        if refuse:
-            return over
-        escalation = escalation or over
-    return need, escalation
 
 
 def _schema(proposal: ProposalRecord, kind: type[Any], catalog: PolicyCatalog) -> Any:
@@ -450,6 +361,11 @@ def numbers_of(kind: str, catalog: PolicyCatalog) -> list[str]:
     return names
 
 
+def unsettled_detail(agent_id: str, unsettled: Sequence[str]) -> str:
+    """The detail of an AGENT_PASSIVE refusal for the agent's unsettled flows."""
+    return f"agent {agent_id} has flow(s) {', '.join(unsettled)} with effects not yet converged"
+
+
 def _admission(
     proposal: ProposalRecord,
     params: Any,
@@ -468,8 +384,7 @@ def _admission(
         return reject(
             "status",
             ReasonCode.AGENT_PASSIVE,
-            f"agent {manifest.agent_id} has flow(s) {', '.join(inputs.unsettled)}"
-            " with effects not yet converged",
+            unsettled_detail(manifest.agent_id, inputs.unsettled),
         )
     if proposal.kind not in manifest.capabilities:
         return reject(
@@ -520,63 +435,6 @@ def _admission(
             "context_ref",
         )
     return None
-
-
-def capacity_of(pool: str, pack: PolicyPack, overrides: Mapping[str, int]) -> int | None:
-    """Return a pool's capacity: a fact first, then the pack (exact, then ``prefix:*``)."""
-    for source in (overrides, pack.capacities):
-        if pool in source:
-            return int(source[pool])
-        family = pool.split(":", 1)[0] + ":*"
-        if family in source:
-            return int(source[family])
-    return None
-
-
-def _resources(
-    kind: str, params: Any, catalog: PolicyCatalog, pack: PolicyPack, inputs: Inputs
-) -> dict[str, int] | Feedback:
-    """Layer 6: what the proposal would hold, or why it cannot."""
-    need: dict[str, int] = {}
-    for consume in catalog.consumes_of.get(kind, ()):
-        try:
-            pool = consume.pool.format_map(
-                {f: getattr(params, f) for f in params.__struct_fields__}
-            )
-            amount = amount_of(consume.amount, params)
-        except Exception as exc:
-            detail = f"resource {consume.pool}: {type(exc).__name__}: {exc}"[:300]
-            return reject("resources", ReasonCode.KERNEL_FAULT, detail, rule=consume.pool)
-        if amount is None or amount < 0 or amount != amount.to_integral_value():
-            return reject(
-                "resources",
-                ReasonCode.SCHEMA_INVALID,
-                f"{pool}: the amount must be a whole number of units, not {amount}",
-                rule=consume.pool,
-            )
-        if amount:
-            need[pool] = need.get(pool, 0) + int(amount)
-    for pool, units in need.items():
-        capacity = capacity_of(pool, pack, inputs.capacities)
-        if capacity is None or units > capacity:
-            return reject(
-                "resources",
-                ReasonCode.INSUFFICIENT_RESOURCES,
-                f"{pool}: {units} wanted, capacity {capacity or 0}",
-                rule=pool,
-                limit=capacity or 0,
-            )
-        others = inputs.held.get(pool, 0) - inputs.own.get(pool, 0)
-        if units > capacity - others:
-            return reject(
-                "resources",
-                ReasonCode.RESOURCE_CONTENTION,
-                f"{pool}: {units} wanted, {capacity - others} of {capacity} free"
-                " (the rest is held by open flows)",
-                rule=pool,
-                limit=capacity - others,
-            )
-    return need
 
 
 def limits_of(

@@ -15,6 +15,9 @@ and has not committed yet (:class:`Staged`); ``dirk verify --verdicts`` and
 ``dirk whatif --pack`` (kernel.audit.reverify) call it with nothing staged, against
 the projections folded up to the submission. A layer added here or in the gate
 is therefore in both, and the live judgement and its replay cannot drift apart.
+What other actors' appends record before the DIM's own (in its group commit, or
+the one in flight while it judged) is checked at the commit (kernel.dim._raced):
+a verdict it would change is judged again, never written.
 """
 
 from __future__ import annotations
@@ -25,7 +28,8 @@ from typing import Any
 
 from kernel.core.events import Applied, Feedback, ProposalRecord
 from kernel.core.flow import FlowState
-from kernel.dim._gate import Inputs, Judgement, MemoryCheck, judge
+from kernel.dim._gate import MemoryCheck, judge
+from kernel.dim._judgement import Inputs, Judgement
 from kernel.policy.packs import PolicyCatalog
 from kernel.policy.quorums import SINGLE, tally
 from kernel.policy.rules import Stopwatch, View

@@ -30,7 +30,7 @@ from kernel.core.events import (
     ActorRestarted,
     MessageDeadLettered,
 )
-from kernel.core.flow import IllegalTransition
+from kernel.core.flow import IllegalTransition, StaleVerdict
 from kernel.core.ports import Clock
 from kernel.core.wall import visible
 from kernel.journal.sealing import EventUnreadable
@@ -184,6 +184,12 @@ class Supervisor:
             alone = max(0, alone - len(taken))
             try:
                 await self._commit(out)
+            except StaleVerdict:
+                # The DIM judged against less than precedes its verdict in the journal:
+                # nothing was recorded; the same messages are judged again, on what committed.
+                buffer.extendleft(reversed(taken))
+                actor = spec.factory()
+                continue
             except IllegalTransition as conflict:
                 # Another actor moved one of these flows first: nothing of this batch was
                 # recorded, so a fresh instance handles the same messages again.

@@ -121,6 +121,8 @@ MOVING = frozenset(
 """Statuses in which a flow moves on without a human."""
 
 _UNSETTLED = frozenset({FlowStatus.DIRTY, FlowStatus.ESCALATED})
+VerdictCheck = Callable[["Projections", Sequence[Event], Mapping[str, FlowState]], None]
+"""Called with each append of a transaction and the flows the appends before it staged."""
 HISTORY = 256
 """Escalations kept per agent for its budget; older ones no longer matter to any bucket."""
 
@@ -206,6 +208,8 @@ class Projections:
         # The flows the transition check folded for the transaction being committed,
         # while apply() adopts them (current_flow reads them first).
         self._committing: dict[str, FlowState] | None = None
+        self.verdict_check: VerdictCheck | None = None
+        """Refuses an append whose verdicts the flows staged before it would change (the DIM's)."""
         self._adopting: dict[str, FlowState] | None = None
         self._were_ended: set[str] = set()
         self.approvals: dict[str, Approval] = {}
@@ -535,6 +539,17 @@ class Projections:
         """
         return sorted(self.unsettled.get(agent_id, ()))
 
+    def unsettled_with(self, agent_id: str, staged: Mapping[str, FlowState]) -> list[str]:
+        """Return :meth:`unsettled_flows` as it will be once ``staged`` flows are folded."""
+        flows = set(self.unsettled.get(agent_id, ()))
+        for dfid, state in staged.items():
+            if state.agent_id == agent_id and state.done:
+                if state.status in _UNSETTLED:
+                    flows.add(dfid)
+                else:
+                    flows.discard(dfid)
+        return sorted(flows)
+
     def transition_check(self) -> Callable[[Sequence[Event]], None]:
         """Return a check for one journal transaction: it refuses illegal flow transitions.
 
@@ -563,6 +578,8 @@ class Projections:
                     if current is not None and current.terminal:
                         were_ended.add(dfid)  # it had ended before this transaction
                 mine[dfid] = flow.apply(current, event)
+            if self.verdict_check is not None:
+                self.verdict_check(self, events, staged)
             staged.update(mine)
 
         return check

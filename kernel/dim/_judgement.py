@@ -1,0 +1,92 @@
+"""What the gate judges against and what it answers (kernel.dim._gate runs the layers)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from kernel.core.events import Applied, Feedback, QuorumRule
+from kernel.core.reasons import ReasonCode
+from kernel.state.grants import Grant
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """What the pipeline judges against, besides the proposal and the agent.
+
+    Args:
+        context_ref: the reference of the agent's current visible state.
+        state: the agent's visible state (what rules and invariants read).
+        held: the total held of each pool by open flows (staged ones included).
+        own: what this flow already holds (it does not contend with itself).
+        capacities: capacities set by facts; they override the packs'.
+        amendments: limits an operator amended for this agent, still in force.
+        unsettled: the agent's flows whose effects have not converged (a saga
+            unwinding, or waiting for a human after an undo failed).
+        tree: the root DFID of the flow's tree (a ``tree`` budget's scope).
+        spent: what each money pool spent within its window (kernel.state.budgets).
+        grants: the standing grants as folded (kernel.state.grants).
+        granted: the uses and money each grant's acceptances staged in this batch.
+    """
+
+    context_ref: str = ""
+    state: Mapping[str, Any] = field(default_factory=dict)
+    held: Mapping[str, int] = field(default_factory=dict)
+    own: Mapping[str, int] = field(default_factory=dict)
+    capacities: Mapping[str, int] = field(default_factory=dict)
+    amendments: Mapping[str, int | str] = field(default_factory=dict)
+    unsettled: Sequence[str] = ()
+    tree: str = ""
+    spent: Mapping[str, int] = field(default_factory=dict)
+    grants: Sequence[Grant] = ()
+    granted: Mapping[str, tuple[int, int]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Judgement:
+    """The pipeline's answer: a rejection, an escalation, or an acceptance.
+
+    ``reserve`` holds what the flow must hold once accepted or escalated; ``pack``
+    is the hash of the pack that judged (empty when no pack knows the kind);
+    ``policy`` is the proposal as its (frozen) kind, so execution need not convert again.
+    ``applied`` is set on a transformed acceptance: the form executed instead of the
+    submitted one (kernel.dim.verdict adds it; kernel.state.beliefs.gate decides it).
+    ``quorum`` is what an escalation needs when its pack asks for more than one operator;
+    ``grant`` the standing grant an acceptance uses; ``costs`` the proposal's cost by
+    currency.
+    """
+
+    rejection: Feedback | None = None
+    escalation: Feedback | None = None
+    reserve: Mapping[str, int] = field(default_factory=dict)
+    pack: str = ""
+    policy: Any = None
+    applied: Applied | None = None
+    quorum: QuorumRule | None = None
+    grant: GrantUse | None = None
+    costs: Mapping[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class GrantUse:
+    """A standing grant that lets an escalating proposal through: which, and what it spends.
+
+    ``uses`` counts this use; ``amount`` is the proposal's cost in the grant's currency
+    (0 when the grant has no money cap); ``escalation`` what it would have escalated for.
+    """
+
+    grant: str
+    uses: int
+    amount: int
+    currency: str
+    escalation: ReasonCode
+
+
+def reject(
+    layer: str, code: ReasonCode, detail: str, field: str = "", rule: str = "", limit: Any = ""
+) -> Feedback:
+    """Build the feedback of a failed layer."""
+    return Feedback(
+        reason_code=code, detail=detail, layer=layer, field=field, rule=rule, limit=str(limit)
+    )

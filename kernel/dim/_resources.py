@@ -1,0 +1,148 @@
+"""The gate's resources and budgets layers: what a proposal holds, costs and may spend.
+
+Layer 6 (``resources``) and 6b (``budgets``) of :func:`kernel.dim._gate.judge`: the pools
+a proposal's kind consumes against their capacities and what other open flows hold, and
+its money cost against each budget's ceiling less what was spent in its window.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from kernel.core.events import Feedback
+from kernel.core.reasons import ReasonCode
+from kernel.dim._judgement import Inputs, reject
+from kernel.policy.money import Budget, format_money
+from kernel.policy.packs import PolicyCatalog, PolicyPack, amount_of
+from kernel.state.budgets import session_key
+from kernel.state.projections import AgentView
+
+
+def cost_of(kind: str, params: Any, catalog: PolicyCatalog) -> dict[str, int] | Feedback:
+    """What the proposal costs, by currency: whole minor units, or why it cannot say."""
+    costs: dict[str, int] = {}
+    for cost in catalog.costs_of.get(kind, ()):
+        try:
+            amount = amount_of(cost.amount, params)
+        except Exception as exc:
+            detail = f"cost in {cost.currency}: {type(exc).__name__}: {exc}"[:300]
+            return reject("budgets", ReasonCode.KERNEL_FAULT, detail, rule=f"cost {kind}")
+        if amount is None or amount < 0 or amount != amount.to_integral_value():
+            return reject(
+                "budgets",
+                ReasonCode.SCHEMA_INVALID,
+                f"the cost in {cost.currency} must be whole minor units >= 0, not {amount}",
+                rule=f"cost {kind}",
+            )
+        costs[cost.currency] = int(amount)
+    return costs
+
+
+def budget_pool(budget: Budget, agent: AgentView, tree: str) -> str | None:
+    """The pool a proposal's cost is held in for ``budget`` (None: a per-decision ceiling)."""
+    match budget.per:
+        case "decision":
+            return None
+        case "tree":
+            return budget.pool(tree)
+        case "agent":
+            return budget.pool(agent.manifest.agent_id)
+        case "session":
+            return budget.pool(session_key(agent.manifest.agent_id, agent.session_hash))
+        case _:
+            return budget.pool("")
+
+
+def money_held(
+    kind: str, costs: Mapping[str, int], catalog: PolicyCatalog, agent: AgentView, inputs: Inputs
+) -> tuple[dict[str, int], Feedback | None] | Feedback:
+    """Layer 6b: the money pools to hold, and the first ceiling that escalates, or a refusal."""
+    need: dict[str, int] = {}
+    escalation: Feedback | None = None
+    for budget in catalog.budgets_of.get(kind, ()):
+        amount = costs.get(budget.currency, 0)
+        if not amount and not budget.reasoning:
+            continue
+        pool = budget_pool(budget, agent, inputs.tree)
+        room = budget.ceiling
+        if pool is not None:
+            others = inputs.held.get(pool, 0) - inputs.own.get(pool, 0)
+            room -= inputs.spent.get(pool, 0) + others
+            if amount:
+                need[pool] = need.get(pool, 0) + amount
+        if amount <= room and (amount or room >= 0):
+            continue
+        refuse = budget.over == "refuse"
+        over = reject(
+            "budgets" if refuse else "escalation",
+            ReasonCode.BUDGET_EXHAUSTED,
+            f"budget {budget.name} ({budget.per}"
+            + (f", {budget.window_s:g} s window" if budget.window_s else "")
+            + f"): {format_money(amount, budget.currency)} wanted,"
+            f" {format_money(max(room, 0), budget.currency)} of"
+            f" {format_money(budget.ceiling, budget.currency)} left",
+            rule=f"budget {budget.name}",
+            limit=format_money(budget.ceiling, budget.currency),
+        )
+        if refuse:
+            return over
+        escalation = escalation or over
+    return need, escalation
+
+
+def capacity_of(pool: str, pack: PolicyPack, overrides: Mapping[str, int]) -> int | None:
+    """Return a pool's capacity: a fact first, then the pack (exact, then ``prefix:*``)."""
+    for source in (overrides, pack.capacities):
+        if pool in source:
+            return int(source[pool])
+        family = pool.split(":", 1)[0] + ":*"
+        if family in source:
+            return int(source[family])
+    return None
+
+
+def pools_held(
+    kind: str, params: Any, catalog: PolicyCatalog, pack: PolicyPack, inputs: Inputs
+) -> dict[str, int] | Feedback:
+    """Layer 6: what the proposal would hold, or why it cannot."""
+    need: dict[str, int] = {}
+    for consume in catalog.consumes_of.get(kind, ()):
+        try:
+            pool = consume.pool.format_map(
+                {f: getattr(params, f) for f in params.__struct_fields__}
+            )
+            amount = amount_of(consume.amount, params)
+        except Exception as exc:
+            detail = f"resource {consume.pool}: {type(exc).__name__}: {exc}"[:300]
+            return reject("resources", ReasonCode.KERNEL_FAULT, detail, rule=consume.pool)
+        if amount is None or amount < 0 or amount != amount.to_integral_value():
+            return reject(
+                "resources",
+                ReasonCode.SCHEMA_INVALID,
+                f"{pool}: the amount must be a whole number of units, not {amount}",
+                rule=consume.pool,
+            )
+        if amount:
+            need[pool] = need.get(pool, 0) + int(amount)
+    for pool, units in need.items():
+        capacity = capacity_of(pool, pack, inputs.capacities)
+        if capacity is None or units > capacity:
+            return reject(
+                "resources",
+                ReasonCode.INSUFFICIENT_RESOURCES,
+                f"{pool}: {units} wanted, capacity {capacity or 0}",
+                rule=pool,
+                limit=capacity or 0,
+            )
+        others = inputs.held.get(pool, 0) - inputs.own.get(pool, 0)
+        if units > capacity - others:
+            return reject(
+                "resources",
+                ReasonCode.RESOURCE_CONTENTION,
+                f"{pool}: {units} wanted, {capacity - others} of {capacity} free"
+                " (the rest is held by open flows)",
+                rule=pool,
+                limit=capacity - others,
+            )
+    return need
