@@ -48,11 +48,13 @@ from kernel.mesh._protocol import (
     Prove,
     Refused,
     Welcome,
+    digest_holds,
     fetch_signed,
     parse_work_id,
     proof_message,
     proposal_signed,
     safe_token,
+    split_proposal_id,
     verdict_subject,
     work_id,
 )
@@ -440,7 +442,8 @@ class Mesh:
         agent_id = msg.subject.removeprefix("dirk.proposals.")
         headers = msg.headers or {}
         msg_id = headers.get("Nats-Msg-Id", "")
-        ids = parse_work_id(msg_id)
+        work, digest = split_proposal_id(msg_id)
+        ids = parse_work_id(work)
         if ids is not None and ids[0] != self.journal:
             await msg.term()  # another kernel's flow (journals may share a bus): not ours
             return
@@ -451,6 +454,8 @@ class Mesh:
             if ids is None
             else "larger than a message may be"
             if len(msg.data) > MAX_MESSAGE
+            else "Nats-Msg-Id's digest is not its Dirk-Sig's"
+            if digest and not digest_holds(digest, headers.get(SIGNATURE_HEADER))
             else None
         )
         if problem is not None or ids is None:
@@ -460,7 +465,7 @@ class Mesh:
         _, dfid, attempt = ids
         held = self.sessions.get(agent_id)
         authentic = held is not None and proposal_signed(
-            held.key, msg_id, msg.data, headers.get(SIGNATURE_HEADER)
+            held.key, work, msg.data, headers.get(SIGNATURE_HEADER)
         )
         # A message that is not its session's is submitted under no token: the DIM
         # refuses it (INVALID_SESSION) and records the refusal.
