@@ -1,4 +1,4 @@
-"""``dirk checkpoint``, ``prove``, ``witness``, ``export`` and ``verify-bundle``.
+"""``dirk checkpoint``, ``prove``, ``witness``, ``export``, ``verify-bundle`` and ``key public``.
 
 What makes a journal provable to someone who does not trust its writer
 (docs/proofs.md): a checkpoint signed with the kernel's Ed25519 key, inclusion and
@@ -23,9 +23,17 @@ import anyio
 from kernel.cli._operator import error, error_of
 from kernel.cli._read import print_json, say
 from kernel.core.events import is_derived
-from kernel.core.keys import KeyUnusable, load_private_key
+from kernel.core.keys import KeyUnusable, load_private_key, public_text
 from kernel.core.merkle import leaf_hash, verify_consistency, verify_inclusion
-from kernel.core.notes import NoteError, parse_checkpoint, split_note, tlog_proof
+from kernel.core.notes import (
+    ED25519,
+    NoteError,
+    parse_checkpoint,
+    raw_public,
+    split_note,
+    tlog_proof,
+    vkey,
+)
 from kernel.core.reasons import CliError, ExitCode
 from kernel.journal.errors import redact
 from kernel.journal.opening import open_journal
@@ -110,6 +118,24 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
     )
     check.add_argument("--json", action="store_true", help="what the bundle proves, as JSON")
     check.set_defaults(run=_verify_bundle)
+
+    key = commands.add_parser(
+        "key", help="the public half of a checkpoint or witness key, as verifiers take it"
+    )
+    key_commands = key.add_subparsers(dest="key_command", required=True, metavar="ACTION")
+    public = key_commands.add_parser(
+        "public",
+        help="print a private key's verifier key (for --public-key, --log-key, a keyring)",
+    )
+    public.add_argument(
+        "--key-file", required=True, metavar="FILE", help="the private key (PEM, 0600)"
+    )
+    public.add_argument(
+        "--name",
+        help="print the C2SP verifier key under this name (a witness's --name, a log's"
+        " origin) instead of ed25519:...",
+    )
+    public.set_defaults(run=_key_public)
 
     erase = commands.add_parser(
         "erase", help="destroy a data subject's keys: its personal fields become unreadable"
@@ -330,6 +356,21 @@ async def _keep(location: str, size: int, note: str) -> None:
 
     backend: Any = backend_for(location)
     await anyio.to_thread.run_sync(backend.add_tree_head, location, size, note)
+
+
+async def _key_public(args: argparse.Namespace) -> int:
+    try:
+        key = load_private_key(Path(args.key_file))
+    except KeyUnusable as exc:
+        return error(CliError.KEY_UNUSABLE, str(exc), ExitCode.USAGE)
+    if args.name is None:
+        print(public_text(key))
+        return ExitCode.OK
+    try:
+        print(vkey(args.name, ED25519, raw_public(key)))
+    except NoteError as exc:
+        return error(CliError.BAD_ARGUMENT, f"--name: {exc}", ExitCode.USAGE)
+    return ExitCode.OK
 
 
 async def _export(args: argparse.Namespace) -> int:
