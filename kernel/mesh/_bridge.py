@@ -447,26 +447,15 @@ class Mesh:
         if ids is not None and ids[0] != self.journal:
             await msg.term()  # another kernel's flow (journals may share a bus): not ours
             return
-        problem = (
-            "the subject names no agent"
-            if not safe_token(agent_id)
-            else "Nats-Msg-Id is not <journal>:<dfid>:<attempt>"
-            if ids is None
-            else "larger than a message may be"
-            if len(msg.data) > MAX_MESSAGE
-            else "Nats-Msg-Id's digest is not its Dirk-Sig's"
-            if digest and not digest_holds(digest, headers.get(SIGNATURE_HEADER))
-            else None
-        )
+        signature = headers.get(SIGNATURE_HEADER)
+        problem = _proposal_problem(agent_id, ids, len(msg.data), digest, signature)
         if problem is not None or ids is None:
             await self.refuse("bus.proposal", "Nats-Msg-Id", problem or "", printable(msg_id, 256))
             await msg.term()
             return
         _, dfid, attempt = ids
         held = self.sessions.get(agent_id)
-        authentic = held is not None and proposal_signed(
-            held.key, work, msg.data, headers.get(SIGNATURE_HEADER)
-        )
+        authentic = held is not None and proposal_signed(held.key, work, msg.data, signature)
         # A message that is not its session's is submitted under no token: the DIM
         # refuses it (INVALID_SESSION) and records the refusal.
         token = held.session.token if authentic and held is not None else ""
@@ -506,6 +495,21 @@ class Mesh:
             return Verdict(outcome=Outcome.ABORTED, dfid=dfid, attempt=attempt, feedback=feedback)
         proposal = body.get("proposal") if isinstance(body, dict) else None
         return await self.kernel.submit(token, dfid, proposal if proposal is not None else data)
+
+
+def _proposal_problem(
+    agent_id: str, ids: tuple[str, str, int] | None, size: int, digest: str, signature: object
+) -> str | None:
+    """Why a proposal on the bus is refused before the DIM sees it, or None."""
+    if not safe_token(agent_id):
+        return "the subject names no agent"
+    if ids is None:
+        return "Nats-Msg-Id is not <journal>:<dfid>:<attempt>"
+    if size > MAX_MESSAGE:
+        return "larger than a message may be"
+    if digest and not digest_holds(digest, signature):
+        return "Nats-Msg-Id's digest is not its Dirk-Sig's"
+    return None
 
 
 async def ensure_stream(js: JetStreamContext, config: StreamConfig) -> None:
