@@ -170,6 +170,8 @@ async def test_an_agent_written_key_trailer_answers_no_other_flows_patch(tmp_pat
     assert await adapter.lookup("victim") is None
     found = await adapter.lookup("notes")
     assert found is not None and found.external_id == planted
+    # A key that merely starts with another's names nothing of it either.
+    assert await adapter.lookup("note") is None and await adapter.lookup("victi") is None
     receipt = await adapter.execute(victim)
     assert receipt.external_id != planted
     assert (repo / "files" / "victim.txt").read_text() == "victim\n"
