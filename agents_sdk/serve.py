@@ -14,12 +14,12 @@ own connection and reply inbox (``_INBOX.agent.<agent_id>``), handshakes by sign
 the kernel's challenge (kernel.mesh._protocol), and then ``--concurrency`` workers
 take contexts from its pool's work queue (``dirk.work.<agent_id>``), call
 ``decide``, publish the proposal signed (``Dirk-Sig``) with ``Nats-Msg-Id =
-<journal_id>:<dfid>:<attempt>``, wait for the kernel's verdict and only then ack the
-context. Any number of host processes may serve the same agent; a host that dies
-costs a redelivery to another one, and a context whose proposal was already
-recorded is answered from the verdict stream, never decided or judged again.
-``--ca`` (or ``DIRK_BUS_CA``) trusts a TLS server's CA. :func:`serve` is the same
-as an API.
+<journal_id>:<dfid>:<attempt>:<digest of Dirk-Sig>`` (kernel.mesh.proposal_id), wait
+for the kernel's verdict and only then ack the context. Any number of host processes
+may serve the same agent; a host that dies costs a redelivery to another one, and a
+context whose proposal was already recorded is answered from the verdict stream,
+never decided or judged again. ``--ca`` (or ``DIRK_BUS_CA``) trusts a TLS server's
+CA. :func:`serve` is the same as an API.
 """
 
 from __future__ import annotations
@@ -78,6 +78,7 @@ from kernel.mesh import (
     handshake_subject,
     proof_message,
     proposal_body,
+    proposal_id,
     proposal_signature,
     sign_proof,
     verdict_subject,
@@ -187,10 +188,13 @@ class _Hosted:
             verdict = await self._recorded(subject) if redelivered else None
             if verdict is None:
                 body = await self._decide(ctx, msg, progress_s)
-                msg_id = work_id(journal, ctx.dfid, ctx.attempt)
-                headers = {"Nats-Msg-Id": msg_id}
+                work = work_id(journal, ctx.dfid, ctx.attempt)
+                headers = {"Nats-Msg-Id": work}
                 if self.key is not None:
-                    headers[SIGNATURE_HEADER] = proposal_signature(self.key, msg_id, body)
+                    signature = proposal_signature(self.key, work, body)
+                    # An id no other agent can publish first (the stream is every agent's).
+                    headers = {"Nats-Msg-Id": proposal_id(work, signature)}
+                    headers[SIGNATURE_HEADER] = signature
                 ack = await self.js.publish(
                     f"dirk.proposals.{self.agent_id}", body, stream=PROPOSAL_STREAM, headers=headers
                 )

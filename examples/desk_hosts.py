@@ -175,8 +175,9 @@ class _DeskHost(Agent):
         """Publish the last proposal for the flow ``data`` names again; say what JetStream did.
 
         The message is the one ``agents_sdk.serve`` published: the same body, the same
-        ``Nats-Msg-Id`` (``<journal_id>:<dfid>:<attempt>``) and the same signature
-        (Ed25519 signs deterministically), on the agent's own subject.
+        signature (Ed25519 signs deterministically) and so the same ``Nats-Msg-Id``
+        (kernel.mesh.proposal_id: the work id and a digest of the signature), on the
+        agent's own subject.
         """
         import nats.errors
 
@@ -186,6 +187,7 @@ class _DeskHost(Agent):
             SIGNATURE_HEADER,
             agent_key,
             proposal_body,
+            proposal_id,
             proposal_signature,
             work_id,
         )
@@ -200,12 +202,10 @@ class _DeskHost(Agent):
         try:
             nc = await self.cues.as_agent()
             body = proposal_body(proposal)
-            msg_id = work_id(ask.journal, ask.dfid, attempt)
+            work = work_id(ask.journal, ask.dfid, attempt)
             key = agent_key(credential_for(self.agent_id) or "")
-            headers = {
-                "Nats-Msg-Id": msg_id,
-                SIGNATURE_HEADER: proposal_signature(key, msg_id, body),
-            }
+            signature = proposal_signature(key, work, body)
+            headers = {"Nats-Msg-Id": proposal_id(work, signature), SIGNATURE_HEADER: signature}
             ack = await nc.jetstream().publish(
                 f"dirk.proposals.{self.agent_id}", body, stream=PROPOSAL_STREAM, headers=headers
             )

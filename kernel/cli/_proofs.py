@@ -1,4 +1,4 @@
-"""``dirk checkpoint``, ``prove``, ``witness``, ``export`` and ``verify-bundle``.
+"""``dirk checkpoint``, ``prove``, ``witness``, ``export``, ``verify-bundle`` and ``key public``.
 
 What makes a journal provable to someone who does not trust its writer
 (docs/proofs.md): a checkpoint signed with the kernel's Ed25519 key, inclusion and
@@ -22,15 +22,23 @@ import anyio
 
 from kernel.cli._operator import error, error_of
 from kernel.cli._read import print_json, say
-from kernel.core.events import is_derived
-from kernel.core.keys import KeyUnusable, load_private_key
+from kernel.core.events import Event, is_derived
+from kernel.core.keys import KeyUnusable, load_private_key, public_text
 from kernel.core.merkle import leaf_hash, verify_consistency, verify_inclusion
-from kernel.core.notes import NoteError, parse_checkpoint, split_note, tlog_proof
+from kernel.core.notes import (
+    ED25519,
+    NoteError,
+    parse_checkpoint,
+    raw_public,
+    split_note,
+    tlog_proof,
+    vkey,
+)
 from kernel.core.reasons import CliError, ExitCode
 from kernel.journal.errors import redact
 from kernel.journal.opening import open_journal
 from kernel.journal.store import Journal, JournalError
-from kernel.proofs.bundle import BundleError, _bare, export_bundle, verify_bundle
+from kernel.proofs.bundle import BundleError, _bare, export_bundle, tlog_proofs, verify_bundle
 from kernel.proofs.check import KeySet, read_keys
 from kernel.proofs.publish import open_publishers, publish_all
 from kernel.proofs.signing import Signer, default_origin, load_signing_key
@@ -69,6 +77,11 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
         help="prove the tree of OLD events is a prefix of the tree of NEW",
     )
     prove.add_argument("--json", action="store_true", help="the proof as one JSON object")
+    prove.add_argument(
+        "--tlog-proof",
+        metavar="DIR",
+        help="also write each event's c2sp.org/tlog-proof@v1 to DIR/event-SEQ.tlog-proof",
+    )
     prove.set_defaults(run=_prove)
 
     witness = commands.add_parser(
@@ -92,6 +105,11 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
     export.add_argument("--db", required=True, help="the journal: a file or a postgresql:// URL")
     export.add_argument("--flow", required=True, metavar="DFID", help="the flow to export")
     export.add_argument("--bundle", required=True, metavar="FILE", help="where to write it")
+    export.add_argument(
+        "--tlog-proof",
+        metavar="DIR",
+        help="also write each event as a c2sp.org/tlog-proof@v1 to DIR/event-SEQ.tlog-proof",
+    )
     export.set_defaults(run=_export)
 
     check = commands.add_parser(
@@ -110,6 +128,24 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
     )
     check.add_argument("--json", action="store_true", help="what the bundle proves, as JSON")
     check.set_defaults(run=_verify_bundle)
+
+    key = commands.add_parser(
+        "key", help="the public half of a checkpoint or witness key, as verifiers take it"
+    )
+    key_commands = key.add_subparsers(dest="key_command", required=True, metavar="ACTION")
+    public = key_commands.add_parser(
+        "public",
+        help="print a private key's verifier key (for --public-key, --log-key, a keyring)",
+    )
+    public.add_argument(
+        "--key-file", required=True, metavar="FILE", help="the private key (PEM, 0600)"
+    )
+    public.add_argument(
+        "--name",
+        help="print the C2SP verifier key under this name (a witness's --name, a log's"
+        " origin) instead of ed25519:...",
+    )
+    public.set_defaults(run=_key_public)
 
     erase = commands.add_parser(
         "erase", help="destroy a data subject's keys: its personal fields become unreadable"
@@ -190,6 +226,12 @@ async def _latest_covering(journal: Journal, seq: int) -> tuple[int, str] | None
 
 
 async def _prove(args: argparse.Namespace) -> int:
+    if args.consistency is not None and args.tlog_proof:
+        return error(
+            CliError.BAD_ARGUMENT,
+            "--tlog-proof proves events (--event, --flow), not consistency",
+            ExitCode.USAGE,
+        )
     try:
         async with open_journal(args.db, readonly=True) as journal:
             if args.consistency is not None:
@@ -227,6 +269,22 @@ async def _prove(args: argparse.Namespace) -> int:
                 f"the proof of event {event.seq} does not match the signed checkpoint of {size}"
                 " events: run dirk verify",
             )
+    return _print_proofs(args, proofs, size, note, root)
+
+
+def _print_proofs(
+    args: argparse.Namespace,
+    proofs: list[tuple[Event, list[bytes]]],
+    size: int,
+    note: str,
+    root: bytes,
+) -> int:
+    """Print proofs that hold (as JSON, or as tlog-proofs), and write them under --tlog-proof."""
+    if args.tlog_proof:
+        texts = [(e.seq, tlog_proof(e.seq - 1, proof, note, _bare(e))) for e, proof in proofs]
+        failed = _write_tlog_proofs(args.tlog_proof, texts)
+        if failed is not None:
+            return failed
     if args.json:
         print_json(
             {
@@ -332,6 +390,41 @@ async def _keep(location: str, size: int, note: str) -> None:
     await anyio.to_thread.run_sync(backend.add_tree_head, location, size, note)
 
 
+def _write_tlog_proofs(folder: str, proofs: list[tuple[int, str]]) -> int | None:
+    """Write each proof to ``<folder>/event-<seq>.tlog-proof``, never over a file.
+
+    Returns None once all are written, else the status after printing the error.
+    """
+    try:
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        for seq, text in proofs:
+            where = Path(folder) / f"event-{seq}.tlog-proof"
+            fd = os.open(where, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            with os.fdopen(fd, "wb") as out:
+                out.write(text.encode())
+    except OSError as exc:
+        named = exc.filename or folder
+        return error(
+            CliError.BAD_ARGUMENT, f"--tlog-proof {named}: {exc.strerror or exc}", ExitCode.USAGE
+        )
+    return None
+
+
+async def _key_public(args: argparse.Namespace) -> int:
+    try:
+        key = load_private_key(Path(args.key_file))
+    except KeyUnusable as exc:
+        return error(CliError.KEY_UNUSABLE, str(exc), ExitCode.USAGE)
+    if args.name is None:
+        print(public_text(key))
+        return ExitCode.OK
+    try:
+        print(vkey(args.name, ED25519, raw_public(key)))
+    except NoteError as exc:
+        return error(CliError.BAD_ARGUMENT, f"--name: {exc}", ExitCode.USAGE)
+    return ExitCode.OK
+
+
 async def _export(args: argparse.Namespace) -> int:
     try:
         async with open_journal(args.db, readonly=True) as journal:
@@ -342,6 +435,10 @@ async def _export(args: argparse.Namespace) -> int:
         code = CliError.UNKNOWN_FLOW if "no flow" in str(exc) else CliError.NO_CHECKPOINT
         return error(code, str(exc))
     data = json.dumps(bundle, indent=1, sort_keys=True).encode() + b"\n"
+    if args.tlog_proof:
+        failed = _write_tlog_proofs(args.tlog_proof, tlog_proofs(bundle))
+        if failed is not None:
+            return failed
     try:
         fd = os.open(args.bundle, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     except OSError as exc:

@@ -26,7 +26,9 @@ is never the record):
   ``pool-<agent_id>`` per agent pool, explicit ack (sent by the host only once the
   kernel has recorded its proposal), in-progress acks, a ``max_deliver`` bound.
 - ``DIRK_PROPOSALS`` on ``dirk.proposals.<agent_id>``: proposals (or withdrawals)
-  with ``Nats-Msg-Id = <journal_id>:<dfid>:<attempt>`` and ``Dirk-Sig``.
+  with ``Dirk-Sig`` (signing the work id ``<journal_id>:<dfid>:<attempt>`` and the
+  body) and ``Nats-Msg-Id = <work id>:<digest of Dirk-Sig>`` (:func:`proposal_id`): the
+  stream deduplicates ids across every agent, and no other agent can make this one.
 - ``DIRK_VERDICTS`` on ``dirk.verdicts.<agent_id>.<journal_id>.<dfid>.<attempt>``
   (one kept per subject): the verdict with its feedback.
 - ``DIRK_INTENTS`` (work queue) on ``dirk.intents.<adapter>`` and ``DIRK_RESULTS`` on
@@ -93,6 +95,7 @@ from kernel.mesh._protocol import (
     parse_work_id,
     proof_message,
     proposal_body,
+    proposal_id,
     proposal_signature,
     proposal_signed,
     safe_token,
@@ -170,6 +173,7 @@ __all__ = [
     "parse_work_id",
     "proof_message",
     "proposal_body",
+    "proposal_id",
     "proposal_signature",
     "proposal_signed",
     "public_text",

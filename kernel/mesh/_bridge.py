@@ -48,11 +48,13 @@ from kernel.mesh._protocol import (
     Prove,
     Refused,
     Welcome,
+    digest_holds,
     fetch_signed,
     parse_work_id,
     proof_message,
     proposal_signed,
     safe_token,
+    split_proposal_id,
     verdict_subject,
     work_id,
 )
@@ -440,28 +442,20 @@ class Mesh:
         agent_id = msg.subject.removeprefix("dirk.proposals.")
         headers = msg.headers or {}
         msg_id = headers.get("Nats-Msg-Id", "")
-        ids = parse_work_id(msg_id)
+        work, digest = split_proposal_id(msg_id)
+        ids = parse_work_id(work)
         if ids is not None and ids[0] != self.journal:
             await msg.term()  # another kernel's flow (journals may share a bus): not ours
             return
-        problem = (
-            "the subject names no agent"
-            if not safe_token(agent_id)
-            else "Nats-Msg-Id is not <journal>:<dfid>:<attempt>"
-            if ids is None
-            else "larger than a message may be"
-            if len(msg.data) > MAX_MESSAGE
-            else None
-        )
+        signature = headers.get(SIGNATURE_HEADER)
+        problem = _proposal_problem(agent_id, ids, len(msg.data), digest, signature)
         if problem is not None or ids is None:
             await self.refuse("bus.proposal", "Nats-Msg-Id", problem or "", printable(msg_id, 256))
             await msg.term()
             return
         _, dfid, attempt = ids
         held = self.sessions.get(agent_id)
-        authentic = held is not None and proposal_signed(
-            held.key, msg_id, msg.data, headers.get(SIGNATURE_HEADER)
-        )
+        authentic = held is not None and proposal_signed(held.key, work, msg.data, signature)
         # A message that is not its session's is submitted under no token: the DIM
         # refuses it (INVALID_SESSION) and records the refusal.
         token = held.session.token if authentic and held is not None else ""
@@ -501,6 +495,21 @@ class Mesh:
             return Verdict(outcome=Outcome.ABORTED, dfid=dfid, attempt=attempt, feedback=feedback)
         proposal = body.get("proposal") if isinstance(body, dict) else None
         return await self.kernel.submit(token, dfid, proposal if proposal is not None else data)
+
+
+def _proposal_problem(
+    agent_id: str, ids: tuple[str, str, int] | None, size: int, digest: str, signature: object
+) -> str | None:
+    """Why a proposal on the bus is refused before the DIM sees it, or None."""
+    if not safe_token(agent_id):
+        return "the subject names no agent"
+    if ids is None:
+        return "Nats-Msg-Id is not <journal>:<dfid>:<attempt>"
+    if size > MAX_MESSAGE:
+        return "larger than a message may be"
+    if digest and not digest_holds(digest, signature):
+        return "Nats-Msg-Id's digest is not its Dirk-Sig's"
+    return None
 
 
 async def _publish(js: JetStreamContext, subject: str, body: bytes, headers: Headers) -> None:

@@ -20,6 +20,8 @@ the kernel's text.
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import re
 
 import msgspec
@@ -44,6 +46,7 @@ MAX_NONCE = 64
 _TOKEN = re.compile(r"[A-Za-z0-9_-]{1,128}")
 _ATTEMPT = re.compile(r"[1-9][0-9]{0,8}")
 _JOURNAL = re.compile(r"[A-Za-z0-9_-]{1,64}")
+_DIGEST = re.compile(r"[0-9a-f]{32}")
 
 
 def safe_token(text: object) -> bool:
@@ -76,6 +79,38 @@ def parse_work_id(msg_id: object) -> tuple[str, str, int] | None:
     if _ATTEMPT.fullmatch(attempt) is None:
         return None
     return journal, dfid, int(attempt)
+
+
+def proposal_id(work: str, signature: str) -> str:
+    """The ``Nats-Msg-Id`` of a signed proposal: ``<work id>:<digest of its Dirk-Sig>``.
+
+    JetStream deduplicates ids across the whole ``DIRK_PROPOSALS`` stream, whoever
+    published them, and a work id is known to anyone who learns the DFID: another agent
+    could publish it first on its own subject and have the real proposal dropped as a
+    duplicate. A digest of a signature only the flow's agent key can make is an id no
+    other principal can take first; Ed25519 signs deterministically, so a retry of the
+    same proposal keeps its id and is still absorbed.
+    """
+    return f"{work}:{_signature_digest(signature)}"
+
+
+def split_proposal_id(msg_id: str) -> tuple[str, str]:
+    """Return (work id, digest) of a proposal's ``Nats-Msg-Id``; the digest is "" in an
+    id without one (a host from before :func:`proposal_id`)."""
+    work, sep, digest = msg_id.rpartition(":")
+    if sep and _DIGEST.fullmatch(digest) and parse_work_id(work) is not None:
+        return work, digest
+    return msg_id, ""
+
+
+def digest_holds(digest: str, signature: object) -> bool:
+    """Whether ``digest`` is the digest :func:`proposal_id` takes of ``signature``."""
+    return isinstance(signature, str) and hmac.compare_digest(digest, _signature_digest(signature))
+
+
+def _signature_digest(signature: str) -> str:
+    data = signature.encode("utf-8", "backslashreplace")
+    return hashlib.sha256(data).hexdigest()[:32]
 
 
 def verdict_subject(agent_id: str, journal: str, dfid: str, attempt: int) -> str:

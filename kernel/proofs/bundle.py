@@ -10,6 +10,9 @@
 - ``packs``: the packs (name, version, hash) whose hashes the flow's verdicts record;
 - ``keys``: the fingerprints and verifier keys of the checkpoint keys the journal recorded.
 
+:func:`tlog_proofs` gives the same evidence, event by event, as ``c2sp.org/tlog-proof@v1``
+texts (``dirk export --tlog-proof DIR``), which other transparency-log tools read.
+
 Anyone holding the log's public key checks it offline (:func:`verify_bundle`, ``dirk
 verify-bundle``, or docs/proofs.md's hundred lines of standard library and
 ``cryptography``): the signature, each leaf computed from the event's own bytes, each
@@ -43,6 +46,7 @@ from kernel.core.notes import (
     open_note,
     parse_checkpoint,
     split_note,
+    tlog_proof,
 )
 from kernel.journal.store import Journal
 from kernel.proofs.check import KeySet
@@ -128,6 +132,29 @@ async def export_bundle(journal: Journal, dfid: str) -> dict[str, Any]:
         "packs": sorted(packs.values(), key=lambda p: (p["name"], p["version"])),
         "keys": keys,
     }
+
+
+def tlog_proofs(bundle: dict[str, Any]) -> list[tuple[int, str]]:
+    """Return each event of a bundle :func:`export_bundle` made as a ``c2sp.org/tlog-proof@v1``
+    text, with its seq: the event's canonical bytes as ``extra``, its index (seq - 1), its
+    inclusion proof and the bundle's checkpoint, verbatim (cosignatures included).
+
+    What other transparency-log tools read: each proof stands alone, and its leaf is the
+    hash of its ``extra`` bytes, so the proof authenticates them.
+    """
+    note = bundle["checkpoint"]
+    return [
+        (
+            entry["seq"],
+            tlog_proof(
+                entry["seq"] - 1,
+                [_unb64(h) for h in entry["proof"]],
+                note,
+                _unb64(entry["event"]),
+            ),
+        )
+        for entry in bundle["events"]
+    ]
 
 
 class BundleChecked(msgspec.Struct, frozen=True, kw_only=True):

@@ -359,7 +359,23 @@ def _feedback(code: ReasonCode, detail: str, field: str = "") -> Feedback:
     return Feedback(reason_code=code, detail=detail, layer="memory", field=field)
 
 
-def _malformed_constraint(state: MemoryState, params: Mapping[str, Any]) -> Feedback | None:
+def _unrecorded_cause(params: Mapping[str, Any], last_seq: int | None) -> Feedback | None:
+    """Refuse a ``triggered_by`` that names no event the journal has recorded."""
+    cause = params.get("triggered_by")
+    if cause is None or last_seq is None:
+        return None
+    if isinstance(cause, bool) or not isinstance(cause, int) or not 1 <= cause <= last_seq:
+        return _feedback(
+            ReasonCode.SCHEMA_INVALID,
+            f"triggered_by {cause!r} names no recorded event (the journal has 1..{last_seq})",
+            "params.triggered_by",
+        )
+    return None
+
+
+def _malformed_constraint(
+    state: MemoryState, params: Mapping[str, Any], last_seq: int | None = None
+) -> Feedback | None:
     text = str(params.get("text", ""))
     parsed = parse(text)
     if parsed is None:
@@ -373,17 +389,26 @@ def _malformed_constraint(state: MemoryState, params: Mapping[str, Any]) -> Feed
             "a learned constraint names the event of the mistake in triggered_by",
             "params.triggered_by",
         )
+    unrecorded = _unrecorded_cause(params, last_seq)
+    if unrecorded is not None:
+        return unrecorded
     clash = conflict(state, params)
     if clash is not None:
         return _feedback(ReasonCode.CONSTRAINT_CONFLICT, clash, "params.text")
     return None
 
 
-def malformed(state: MemoryState, proposal: ProposalRecord) -> Feedback | None:
-    """Refuse memory writes the memory could not enforce or link, or that contradict it."""
+def malformed(
+    state: MemoryState, proposal: ProposalRecord, last_seq: int | None = None
+) -> Feedback | None:
+    """Refuse memory writes the memory could not enforce or link, or that contradict it.
+
+    ``last_seq`` (the journal's last event folded) lets a learned constraint's
+    ``triggered_by`` be checked against what was recorded; None leaves it unchecked.
+    """
     params = proposal.params
     if proposal.kind == ADD_CONSTRAINT:
-        return _malformed_constraint(state, params)
+        return _malformed_constraint(state, params, last_seq)
     if proposal.kind == "memory.deactivate_constraint":
         if params.get("constraint") not in state.constraints:
             return _feedback(
@@ -400,6 +425,7 @@ def check(
     agent_id: str,
     correlation_id: str,
     dfid: str = "",
+    last_seq: int | None = None,
 ) -> Feedback | None:
     """Return the memory layer's refusal of ``proposal``, or None if no enforced constraint objects.
 
@@ -409,8 +435,9 @@ def check(
         agent_id: who proposes (its queries count as verification).
         correlation_id: the root DFID of the proposal's flow (its tree's queries count too).
         dfid: the proposal's flow (the embedding scores recorded for it count).
+        last_seq: the journal's last event folded (a ``triggered_by`` must name one).
     """
-    refused = malformed(state, proposal)
+    refused = malformed(state, proposal, last_seq)
     if refused is not None:
         return refused
     for constraint, code, how in violations(state, proposal, agent_id, correlation_id, dfid):

@@ -212,6 +212,11 @@ class State(Protocol):
         ...
 
     @property
+    def last_seq(self) -> int:
+        """The seq of the last event folded (0 before any)."""
+        ...
+
+    @property
     def records(self) -> Mapping[str, frozenset[type[Payload]]]:
         """The event types each domain executor may return to record, by adapter name."""
         ...

@@ -408,7 +408,8 @@ class Memory(Domain):
         )
 
     def check(self, proposal: ProposalRecord, view: View, flow: FlowState) -> Feedback | None:
-        return check(self.state, proposal, view.agent_id, flow.root_dfid, flow.dfid)
+        last = self._projections.last_seq
+        return check(self.state, proposal, view.agent_id, flow.root_dfid, flow.dfid, last)
 
     def executors(self) -> Mapping[str, ExecutorFactory | str]:
         # Built in: it hands memory events to the engine, rule proposals to the DIM.

@@ -9,7 +9,8 @@ operation) and carries out three kinds of intent, each at most once per key:
   and that each file it names (``files``) has there the blob id named. A read: nothing
   changes.
 - ``esaa.file_patch``: applies each file's diff with ``git apply`` to a private index
-  built from the head, commits it (the message carries ``Dirk-Key: <key>``), and moves
+  built from the head, commits it (the message carries ``Dirk-Key: <key>`` as its last
+  line; a patch whose own message or task carries such a line is refused), and moves
   the branch with a compare-and-swap (``git update-ref NEW OLD``). That one ref update
   *is* the effect: a crash before it leaves nothing behind, a crash after it leaves a
   commit that :meth:`GitWorkTree.lookup` finds by its key, so the kernel records it
@@ -51,6 +52,7 @@ OUTPUT_CHARS = 2000
 _INDEX = re.compile(r"^index ([0-9a-f]{7,40})\.\.", re.M)
 _CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 _KEY = re.compile(r"[0-9A-Za-z_-]{1,128}\Z")
+_TRAILERS = frozenset({KEY_TRAILER.casefold(), TASK_TRAILER.casefold()})
 # The paths a patch may name (kernel.state.roadmap.plan.path_problem says which exactly):
 # tree_files leaves out the others, which no agent could change anyway.
 _PATCHABLE = re.compile(r"(?!.*(^|/)\.\.?(/|$))[A-Za-z0-9._+-]+(/[A-Za-z0-9._+-]+){0,31}\Z")
@@ -169,6 +171,7 @@ class GitWorkTree:
         patches = intent.params.get("patches")
         if not isinstance(patches, Mapping) or not patches:
             raise AdapterError("a patch changes at least one file")
+        _check_message(intent)
         head = await self._head()
         for path in sorted(patches):
             await self._check_diff(head, path, patches[path])
@@ -232,11 +235,19 @@ class GitWorkTree:
         return (made or "").strip()
 
     async def _commit_of(self, key: str) -> str:
-        """The commit on the branch that carried out ``key`` ("" if none)."""
+        """The commit on the branch that carried out ``key`` ("" if none).
+
+        Only the message's last line counts, which the adapter writes after everything an
+        agent wrote: a ``Dirk-Key`` line earlier in a message names no effect.
+        """
         found = await self._git(
-            "log", "--format=%H", "-F", f"--grep={KEY_TRAILER}: {key}", self._ref()
+            "log", "--format=%H%x00%B%x00", "-F", f"--grep={KEY_TRAILER}: {key}", self._ref()
         )
-        return (found or "").split("\n", 1)[0].strip()
+        fields = str(found or "").split("\0")
+        for commit, message in zip(fields[0::2], fields[1::2], strict=False):
+            if message.rstrip("\n").rpartition("\n")[2] == f"{KEY_TRAILER}: {key}":
+                return commit.strip()
+        return ""
 
     async def _patch_receipt(self, commit: str) -> Receipt:
         names = await self._git(
@@ -448,6 +459,25 @@ def _git_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     }
     env.update(extra or {})
     return env
+
+
+def _check_message(intent: ExecutionIntent) -> None:
+    """Refuse a patch whose text would carry the adapter's own trailers.
+
+    The adapter finds a key's commit by its ``Dirk-Key`` trailer: one an agent wrote into
+    its message (or its task id) would answer another flow's patch with this commit, and
+    that patch would never be applied.
+    """
+    task = str(intent.params.get("task", ""))
+    if "\n" in task or "\r" in task:
+        raise AdapterError("a task id is one line")
+    text = f"{intent.params.get('message', '')}\n{task}"
+    for line in text.splitlines():
+        name = line.strip().partition(":")[0].strip().casefold()
+        if name in _TRAILERS:
+            raise AdapterError(
+                f"the patch's message carries a {name.title()} line: only the adapter writes one"
+            )
 
 
 def _plain_env() -> dict[str, str]:

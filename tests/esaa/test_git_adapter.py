@@ -142,6 +142,42 @@ async def test_a_commit_made_before_a_crash_is_found_and_never_made_twice(tmp_pa
     assert git(repo, "status", "--porcelain") == ""
 
 
+async def test_an_agent_written_key_trailer_answers_no_other_flows_patch(tmp_path: Path) -> None:
+    repo = fresh_repo(tmp_path)
+    adapter = GitWorkTree(repo)
+    victim = new_file("victim")
+    # The attacker's patch names the victim flow's key in its message, or in its task id.
+    for params in (
+        {"message": "tidy\n\nDirk-Key: victim"},
+        {"message": "tidy\n  dirk-key : victim"},
+        {"message": "tidy\nDirk-Task: T-9"},
+        {"task": "T-1\nDirk-Key: victim"},
+    ):
+        forged = new_file("attacker")
+        forged = ExecutionIntent(
+            key=forged.key, kind=forged.kind, adapter="git", params={**forged.params, **params}
+        )
+        with pytest.raises(AdapterError, match=r"only the adapter|one line") as refused:
+            await adapter.execute(forged)
+        assert not refused.value.transient
+    assert git(repo, "rev-list", "--count", "HEAD").strip() == "1"
+    # A commit already on the branch whose message names the key before its last line (made
+    # by hand, or by an adapter before the refusal): it answers for no key but its own.
+    (repo / "notes.txt").write_text("n\n")
+    git(repo, "add", "notes.txt")
+    git(repo, "commit", "-q", "-m", "notes\n\nDirk-Key: victim\n\nDirk-Task: T-2\nDirk-Key: notes")
+    planted = git(repo, "rev-parse", "HEAD").strip()
+    assert await adapter.lookup("victim") is None
+    found = await adapter.lookup("notes")
+    assert found is not None and found.external_id == planted
+    # A key that merely starts with another's names nothing of it either.
+    assert await adapter.lookup("note") is None and await adapter.lookup("victi") is None
+    receipt = await adapter.execute(victim)
+    assert receipt.external_id != planted
+    assert (repo / "files" / "victim.txt").read_text() == "victim\n"
+    assert git(repo, "log", "-1", "--format=%B").rstrip().endswith("Dirk-Key: victim")
+
+
 async def test_a_check_that_outlives_its_time_is_stopped_with_what_it_started(
     tmp_path: Path,
 ) -> None:

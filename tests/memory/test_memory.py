@@ -104,6 +104,21 @@ async def test_learned_constraint_after_a_bad_booking_refuses_the_next(tmp_path:
             kernel, agent, remember("memory.add_constraint", text=ACCESS, priority="learned")
         )
         assert await reasons(kernel, unlinked) == [ReasonCode.SCHEMA_INVALID]
+        # Nor with an event the journal never recorded (a seq past its head, or none at all).
+        head = kernel.projections.last_seq
+        for cause in (99999, head + 50, -1):
+            invented = await run(
+                kernel,
+                agent,
+                remember(
+                    "memory.add_constraint", text=ACCESS, priority="learned", triggered_by=cause
+                ),
+            )
+            [refused] = payloads(await kernel.journal.flow_events(invented), ProposalRejected)
+            assert refused.feedback.reason_code is ReasonCode.SCHEMA_INVALID
+            assert refused.feedback.field == "params.triggered_by"
+            assert "names no recorded event" in refused.feedback.detail
+        assert kernel.projections.memory.constraints == {}
         learn = await run(
             kernel,
             agent,

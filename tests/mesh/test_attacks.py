@@ -49,6 +49,7 @@ from kernel.mesh import (
     agent_inbox,
     connect,
     handshake_subject,
+    proposal_id,
     proposal_signature,
     recorded_result_holds,
     result_subject,
@@ -267,6 +268,49 @@ async def test_another_principal_publishes_no_proposal_or_result(
             assert "Publish Violation" in nats_server.server_log()
     finally:
         await remote.close()
+    await verifies(path)
+
+
+async def test_another_agent_cannot_have_a_real_proposal_dropped_as_a_duplicate(
+    tmp_path: Path, nats_server: NatsServer
+) -> None:
+    path = tmp_path / "j.db"
+    async with meshed(path, nats_server) as kernel:
+        secret = await provision(kernel, nats_server)
+        journal = kernel.journal.journal_id
+        principals = principals_of(nats_server)
+        clerk = await as_clerk(nats_server)
+        mallory = await as_mallory(nats_server)
+        try:
+            await handshake(clerk, Clerk(), secret)  # clerk's session, no host taking work
+            [dfid] = await kernel.trigger("bank.invoice")
+            # Mallory learnt the flow's id and publishes first, where its grants allow (its
+            # own subject), every id a host of clerk could be expected to use: the stream
+            # is one for every agent and deduplicates ids across all of them.
+            work = f"{journal}:{dfid}:1"
+            body = b'{"withdraw": {"reason_code": "AGENT_DECLINED", "detail": "no action"}}'
+            mine = proposal_signature(agent_key(principals.mallory), work, body)
+            stolen = proposal_id(work, "x")
+            for msg_id in (work, stolen):
+                headers = {"Nats-Msg-Id": msg_id, SIGNATURE_HEADER: mine}
+                ack = await mallory.jetstream().publish(
+                    "dirk.proposals.mallory", body, headers=headers
+                )
+                assert not ack.duplicate
+            # Not clerk's session, and a digest that is not its Dirk-Sig's: both refused.
+            [digest] = await refusals(kernel, 1, lambda r: "digest" in r.detail)
+            assert digest.entry == "bus.proposal" and digest.target == stolen
+            await refused_submission(kernel, ReasonCode.INVALID_SESSION)
+        finally:
+            await clerk.close()
+            await mallory.close()
+        # Clerk's real host decides and publishes: taken, never dropped as a duplicate.
+        async with host(nats_server, secret) as remote:
+            assert await remote.line("DECIDED") == f"DECIDED {dfid} 1"
+            with anyio.fail_after(STEP_S):
+                assert (await kernel.wait_flow(dfid)).status is FlowStatus.CLOSED
+        assert len(await kernel.journal.read(dfid=dfid, types=["ProposalAccepted"])) == 1
+        assert kernel.stopped is None
     await verifies(path)
 
 

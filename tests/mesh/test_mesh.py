@@ -42,6 +42,7 @@ from kernel.mesh import (
     Result,
     handshake_subject,
     open_mesh,
+    proposal_id,
     proposal_signature,
     recorded_result_holds,
     result_subject,
@@ -163,9 +164,9 @@ async def test_a_recorded_proposal_is_answered_from_the_record_never_judged_twic
         assert (ctx.dfid, ctx.attempt) == (dfid, 1)
         body = json.dumps({"proposal": msgspec.to_builtins(to_record(transfer()(ctx)))}).encode()
         journal = kernel.journal.journal_id
-        msg_id = f"{journal}:{dfid}:1"
-        signature = proposal_signature(agent_key(secret), msg_id, body)
-        headers = {"Nats-Msg-Id": msg_id, SIGNATURE_HEADER: signature}
+        work_id = f"{journal}:{dfid}:1"
+        signature = proposal_signature(agent_key(secret), work_id, body)
+        headers = {"Nats-Msg-Id": proposal_id(work_id, signature), SIGNATURE_HEADER: signature}
         answers = await nc.subscribe(verdict_subject("clerk", journal, dfid, 1), max_msgs=1)
         first = await js.publish("dirk.proposals.clerk", body, headers=headers)
         again = await js.publish("dirk.proposals.clerk", body, headers=headers)

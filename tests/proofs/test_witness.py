@@ -133,3 +133,55 @@ def test_the_witness_follows_tlog_witness_rules(tmp_path: Path, keys: dict[str, 
     assert refused.value.status == 500
     with pytest.raises(NoteError):
         open_note(one, [])
+
+
+def test_dirk_key_public_prints_the_verifier_keys_verify_bundle_takes(
+    tmp_path: Path, keys: dict[str, KeyFiles], capsys: pytest.CaptureFixture[str]
+) -> None:
+    path, state, bundle = tmp_path / "j.db", tmp_path / "witness.state", tmp_path / "flow.json"
+
+    async def run() -> list[str]:
+        async with signing_kernel(path, keys["log"]) as kernel:
+            return await run_flows(kernel, [100])
+
+    [dfid] = anyio.run(run)
+    assert witness(path, keys, state, capsys)[0] == 0
+    assert main(["export", "--db", str(path), "--flow", dfid, "--bundle", str(bundle)]) == 0
+    capsys.readouterr()
+
+    def dirk(*args: str) -> tuple[int, str, str]:
+        status = main(list(args))
+        out, err = capsys.readouterr()
+        return status, out, err
+
+    # The log's key as ed25519:..., the witness's as a C2SP verifier key under its name.
+    status, out, _ = dirk("key", "public", "--key-file", str(keys["log"].private))
+    assert status == 0 and out == keys["log"].public_text + "\n"
+    name = "witness.example/w1"
+    status, out, _ = dirk(
+        "key", "public", "--key-file", str(keys["witness"].private), "--name", name
+    )
+    assert status == 0 and out.startswith(name + "+")
+    vkey = tmp_path / "w.vkey"
+    vkey.write_text(out)
+    log = str(keys["log"].public)
+    args = ["verify-bundle", str(bundle), "--public-key", log, "--quorum", "1"]
+    assert dirk(*args)[0] == 1  # the cosignature is there, but no key to check it with
+    assert dirk(*args, "--public-key", str(vkey))[0] == 0
+    # Another name is another key ID: its cosignature does not count.
+    other = tmp_path / "other.vkey"
+    other.write_text(
+        dirk("key", "public", "--key-file", str(keys["witness"].private), "--name", "w2")[1]
+    )
+    assert dirk(*args, "--public-key", str(other))[0] == 1
+
+    # Bad input: a reason code, never a traceback; and never the private key's text.
+    keys["log"].public.chmod(0o600)
+    for argv, code in (
+        (["--key-file", str(keys["log"].public)], "KEY_UNUSABLE"),
+        (["--key-file", str(tmp_path / "none.pem")], "KEY_UNUSABLE"),
+        (["--key-file", str(keys["witness"].private), "--name", "a b"], "BAD_ARGUMENT"),
+    ):
+        status, out, err = dirk("key", "public", *argv)
+        assert status == 2 and out == "" and f"error: {code}:" in err, err
+        assert "PRIVATE KEY" not in err
