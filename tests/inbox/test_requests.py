@@ -329,7 +329,8 @@ def verdict(
     journal: str = "j",
 ) -> str:
     keyring, private = ring
-    body = sign(request, key=private[signer], signer=as_name or signer, journal_id=journal)  # type: ignore[arg-type]
+    key = private[signer]
+    body = sign(request, key=key, signer=as_name or signer, journal_id=journal, signed_ns=1)  # type: ignore[arg-type]
     try:
         check(decode_row(body), keyring, "j", set())
     except ProofRefused as exc:
@@ -354,7 +355,7 @@ def test_a_changed_byte_or_a_revoked_key_breaks_the_proof(
     ring: tuple[Keyring, dict[str, object]],
 ) -> None:
     keyring, private = ring
-    body = sign(REJECT, key=private["ana"], signer="ana", journal_id="j")  # type: ignore[arg-type]
+    body = sign(REJECT, key=private["ana"], signer="ana", journal_id="j", signed_ns=1)  # type: ignore[arg-type]
     signed = decode_row(body)
     check(signed, keyring, "j", set())
     approve = msgspec.structs.replace(
