@@ -28,9 +28,9 @@ from kernel.core import keys
 from kernel.core.reasons import ReasonCode
 from kernel.inbox.keyring import Keyring, Policy, Principal
 from kernel.inbox.requests import (
+    VALID_S,
     InboxRequest,
     ProposeRequest,
-    VALID_S,
     Signed,
     Unstamped,
     decode_row,
