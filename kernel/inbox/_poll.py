@@ -166,20 +166,10 @@ class Intake:
         except ProofRefused as exc:
             return await self._refuse(row, signed, exc)
         seen = self._seen.get(signed.request_id)
-        if seen is not None and seen[0] != row.id:
-            replay = ProofRefused(
-                ReasonCode.REQUEST_REPLAYED,
-                "request_id",
-                f"this request was taken from inbox row {seen[0]}: a copy is never taken again",
-            )
-            return await self._refuse(row, signed, replay)
-        if seen is None:
-            # Where it is taken, on the kernel's clock: an expired row is refused on
-            # record, and replay reads that refusal (a row is never judged twice).
-            try:
-                check_time(signed, self._keyring.policy, self._clock.now_ns())
-            except ProofRefused as exc:
-                return await self._refuse(row, signed, exc)
+        try:
+            self._check_new(signed, row, seen)
+        except ProofRefused as exc:
+            return await self._refuse(row, signed, exc)
         proof = Proof(
             inbox_id=row.id,
             request_id=signed.request_id,
@@ -200,6 +190,24 @@ class Intake:
             if row.id not in self._projections.inbox_taken:
                 return await self._refuse(row, signed, exc)
         return self._projections.inbox_taken.get(row.id, verified)
+
+    def _check_new(self, signed: Signed, row: StoredRow, seen: tuple[int, int] | None) -> None:
+        """Refuse a copy of a request taken before, or one taken outside its time window.
+
+        Raises:
+            ProofRefused: REQUEST_REPLAYED, REQUEST_EXPIRED or REQUEST_NOT_YET_VALID.
+        """
+        if seen is not None and seen[0] != row.id:
+            raise ProofRefused(
+                ReasonCode.REQUEST_REPLAYED,
+                "request_id",
+                f"this request was taken from inbox row {seen[0]}: a copy is never taken again",
+            )
+        if seen is None:
+            # Where it is taken, on the kernel's clock: an expired row is refused on
+            # record, and replay reads that refusal (a row is never judged twice). A row
+            # verified before a restart was judged in time then: it is applied now.
+            check_time(signed, self._keyring.policy, self._clock.now_ns())
 
     async def _verified(self, signed: Signed, signer: Principal, proof: Proof) -> int:
         """Record who asked and who signed (and the signer's key, the first time)."""

@@ -168,31 +168,36 @@ def read_keyring(path: str | os.PathLike[str]) -> Keyring:
         if not words:
             continue
         if words[0] == "policy" and all("=" in w for w in words[1:]):
-            if policy is not None:
-                raise KeyringError(f"keyring {where}, line {number}: a second policy line")
-            policy = _policy(where, number, words[1:])
+            policy = _policy(where, number, words[1:], policy)
             continue
-        if len(words) not in (3, 4):
-            raise KeyringError(f"keyring {where}, line {number}: not NAME ROLE KEY [ROLES]")
-        name, role, key = words[:3]
-        roles = _roles(where, number, role, words[3] if len(words) == 4 else "")
-        if not valid_name(name):
-            raise KeyringError(f"keyring {where}, line {number}: {name[:40]!r} is no name")
-        if role not in ROLES:
-            raise KeyringError(
-                f"keyring {where}, line {number}: role {role[:20]!r} is not one of"
-                f" {', '.join(ROLES)}"
-            )
-        if not is_public_key(key):
-            raise KeyringError(f"keyring {where}, line {number}: not an ed25519: public key")
-        if name in principals:
-            raise KeyringError(f"keyring {where}, line {number}: {name!r} again")
-        principals[name] = Principal(name=name, role=role, key=key, roles=roles)
+        principal = _principal(where, number, words)
+        if principal.name in principals:
+            raise KeyringError(f"keyring {where}, line {number}: {principal.name!r} again")
+        principals[principal.name] = principal
     return Keyring(principals, policy)
 
 
-def _policy(where: Path, number: int, settings: list[str]) -> Policy:
-    """The policy a ``policy NAME=SECONDS ...`` line sets, checked."""
+def _principal(where: Path, number: int, words: list[str]) -> Principal:
+    """The principal a ``NAME ROLE KEY [ROLES]`` line names, checked."""
+    if len(words) not in (3, 4):
+        raise KeyringError(f"keyring {where}, line {number}: not NAME ROLE KEY [ROLES]")
+    name, role, key = words[:3]
+    roles = _roles(where, number, role, words[3] if len(words) == 4 else "")
+    if not valid_name(name):
+        raise KeyringError(f"keyring {where}, line {number}: {name[:40]!r} is no name")
+    if role not in ROLES:
+        raise KeyringError(
+            f"keyring {where}, line {number}: role {role[:20]!r} is not one of {', '.join(ROLES)}"
+        )
+    if not is_public_key(key):
+        raise KeyringError(f"keyring {where}, line {number}: not an ed25519: public key")
+    return Principal(name=name, role=role, key=key, roles=roles)
+
+
+def _policy(where: Path, number: int, settings: list[str], before: Policy | None) -> Policy:
+    """The policy a ``policy NAME=SECONDS ...`` line sets, checked (once in a keyring)."""
+    if before is not None:
+        raise KeyringError(f"keyring {where}, line {number}: a second policy line")
     values: dict[str, int] = {}
     for setting in settings:
         name, _, value = setting.partition("=")

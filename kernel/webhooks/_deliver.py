@@ -165,6 +165,27 @@ def post(hook: Webhook, body: bytes, delivery: str) -> int:
         DELIVERY: delivery,
         SIGNATURE: signature(hook.key(), body, int(time.time())),
     }
+    status, answer = _exchange(connection, hook, started, path, body, headers)
+    if len(answer) > hook.max_response_bytes:
+        raise DeliveryFailed(f"an answer of more than {hook.max_response_bytes} bytes")
+    if not 200 <= status < 300:
+        raise DeliveryFailed(f"HTTP {status}")
+    return status
+
+
+def _exchange(
+    connection: http.client.HTTPConnection,
+    hook: Webhook,
+    started: float,
+    path: str,
+    body: bytes,
+    headers: dict[str, str],
+) -> tuple[int, bytes]:
+    """Connect, send, and read the status and at most the cap (plus one byte) of the answer.
+
+    A watchdog shuts the socket at the hook's deadline, counted from ``started``.
+    """
+    late = f"no answer within the deadline ({hook.deadline_s:g} s)"
     expired = threading.Event()
     watchdog: threading.Timer | None = None
     response: http.client.HTTPResponse | None = None
@@ -176,13 +197,10 @@ def post(hook: Webhook, body: bytes, delivery: str) -> int:
         watchdog.start()
         connection.request("POST", path, body=body, headers=headers)
         response = connection.getresponse()
-        status = response.status
         answer = _read_capped(response, max(0, hook.max_response_bytes) + 1, expired)
     except (OSError, ValueError, http.client.HTTPException) as exc:
-        if expired.is_set():
-            raise DeliveryFailed(f"no answer within the deadline ({hook.deadline_s:g} s)") from None
         # Never the URL: it may hold a token (Slack's do).
-        raise DeliveryFailed(type(exc).__name__) from None
+        raise DeliveryFailed(late if expired.is_set() else type(exc).__name__) from None
     finally:
         if watchdog is not None:
             watchdog.cancel()
@@ -190,12 +208,8 @@ def post(hook: Webhook, body: bytes, delivery: str) -> int:
             response.close()  # what was left unread of it, too
         connection.close()
     if expired.is_set():
-        raise DeliveryFailed(f"no answer within the deadline ({hook.deadline_s:g} s)")
-    if len(answer) > hook.max_response_bytes:
-        raise DeliveryFailed(f"an answer of more than {hook.max_response_bytes} bytes")
-    if not 200 <= status < 300:
-        raise DeliveryFailed(f"HTTP {status}")
-    return status
+        raise DeliveryFailed(late)
+    return response.status, answer
 
 
 def _read_capped(response: http.client.HTTPResponse, most: int, expired: threading.Event) -> bytes:
