@@ -136,8 +136,9 @@ def create_app(
 
     async def post(request: InboxRequest) -> Refused | None:
         """Post ``request``; return the kernel's refusal if it refused it within answer_s."""
-        # The row's own time is when it was posted, on this machine's clock.
-        answer = await door.post(request, time.time_ns())
+        # Signed and posted now, on this machine's clock, or on the clock of the kernel it
+        # runs beside (dirk serve): the one the kernel judges the request's window on.
+        answer = await door.post(request, now_ns() if now_ns is not None else time.time_ns())
         await follower.catch_up(holder["journal"])
         if answer is not None and answer.verdict == "REFUSED":
             detail = f"{answer.field}: {answer.detail}" if answer.field else answer.detail

@@ -75,6 +75,12 @@ class ReasonCode(StrEnum):
     the kernel does not trust (or no longer), or signed for another journal (kernel.inbox)."""
     REQUEST_REPLAYED = "REQUEST_REPLAYED"
     """An inbox request whose id another row already carried: a copy is never taken twice."""
+    REQUEST_EXPIRED = "REQUEST_EXPIRED"
+    """An inbox request taken later than its validity window (its signing time plus the
+    window it names, bounded by the keyring's policy), or signed with no time at all."""
+    REQUEST_NOT_YET_VALID = "REQUEST_NOT_YET_VALID"
+    """An inbox request signed at a time later than the kernel's clock (by more than the
+    keyring's policy tolerates): future-dated, so it could be held and used later."""
     SELF_APPROVAL_FORBIDDEN = "SELF_APPROVAL_FORBIDDEN"
     """The operator deciding on a flow is its proposer, and its pack does not allow that."""
     AGENT_IN_SESSION = "AGENT_IN_SESSION"

@@ -32,11 +32,11 @@ import anyio
 from kernel.core import events as ev
 from kernel.core.errors import KernelShutdown
 from kernel.core.events import Draft, InputRefused, Payload
-from kernel.core.ports import Clock
+from kernel.core.ports import Clock, SystemClock
 from kernel.core.reasons import ReasonCode
 from kernel.core.wall import MAX_DETAIL, clip
 from kernel.inbox.keyring import Keyring, KeyringError, Principal, read_keyring, roles_of
-from kernel.inbox.proof import Proof, ProofRefused, check
+from kernel.inbox.proof import Proof, ProofRefused, check, check_time
 from kernel.inbox.requests import (
     DecideRequest,
     InboxRequest,
@@ -70,6 +70,8 @@ class Intake:
             refused, SIGNATURE_INVALID).
         keyring_path: the file to read again when it changes.
         apply: turns a verified request into acts (``Kernel.apply``).
+        clock: the kernel's clock, that a request's validity window is judged on (None:
+            the machine's; :meth:`run` sets the clock it runs on).
     """
 
     def __init__(
@@ -79,7 +81,10 @@ class Intake:
         keyring: Keyring | None,
         keyring_path: str | None,
         apply: Apply,
+        *,
+        clock: Clock | None = None,
     ) -> None:
+        self._clock: Clock = clock or SystemClock()
         self._journal = journal
         self._projections = projections
         self._keyring = keyring or Keyring()
@@ -99,6 +104,7 @@ class Intake:
 
     async def run(self, clock: Clock, interval_s: float) -> None:
         """Poll until the kernel stops."""
+        self._clock = clock
         try:
             while not await self.remember():
                 await clock.sleep(interval_s)
@@ -160,13 +166,10 @@ class Intake:
         except ProofRefused as exc:
             return await self._refuse(row, signed, exc)
         seen = self._seen.get(signed.request_id)
-        if seen is not None and seen[0] != row.id:
-            replay = ProofRefused(
-                ReasonCode.REQUEST_REPLAYED,
-                "request_id",
-                f"this request was taken from inbox row {seen[0]}: a copy is never taken again",
-            )
-            return await self._refuse(row, signed, replay)
+        try:
+            self._check_new(signed, row, seen)
+        except ProofRefused as exc:
+            return await self._refuse(row, signed, exc)
         proof = Proof(
             inbox_id=row.id,
             request_id=signed.request_id,
@@ -187,6 +190,24 @@ class Intake:
             if row.id not in self._projections.inbox_taken:
                 return await self._refuse(row, signed, exc)
         return self._projections.inbox_taken.get(row.id, verified)
+
+    def _check_new(self, signed: Signed, row: StoredRow, seen: tuple[int, int] | None) -> None:
+        """Refuse a copy of a request taken before, or one taken outside its time window.
+
+        Raises:
+            ProofRefused: REQUEST_REPLAYED, REQUEST_EXPIRED or REQUEST_NOT_YET_VALID.
+        """
+        if seen is not None and seen[0] != row.id:
+            raise ProofRefused(
+                ReasonCode.REQUEST_REPLAYED,
+                "request_id",
+                f"this request was taken from inbox row {seen[0]}: a copy is never taken again",
+            )
+        if seen is None:
+            # Where it is taken, on the kernel's clock: an expired row is refused on
+            # record, and replay reads that refusal (a row is never judged twice). A row
+            # verified before a restart was judged in time then: it is applied now.
+            check_time(signed, self._keyring.policy, self._clock.now_ns())
 
     async def _verified(self, signed: Signed, signer: Principal, proof: Proof) -> int:
         """Record who asked and who signed (and the signer's key, the first time)."""

@@ -62,22 +62,28 @@ class Signer:
         self.public = public_text(key)
         self._key = key
 
-    def row(self, request: InboxRequest) -> bytes:
-        """Return the signed row for ``request``.
+    def row(self, request: InboxRequest, now_ns: int) -> bytes:
+        """Return the signed row for ``request``, stamped as signed at ``now_ns``.
 
         Raises:
             InputInvalid: the kernel's wall would refuse the request.
         """
-        return sign(request, key=self._key, signer=self.name, journal_id=self.journal_id)
+        return sign(
+            request, key=self._key, signer=self.name, journal_id=self.journal_id, signed_ns=now_ns
+        )
 
     def post(self, request: InboxRequest, now_ns: int) -> int:
-        """Sign ``request`` and insert its row; return the row's id (blocks: use a thread).
+        """Sign ``request`` at ``now_ns`` and insert its row; return the row's id (blocks).
+
+        ``now_ns`` is the signing time the kernel judges the request's validity window on
+        (the machine's clock, or the clock of the kernel a door runs beside); run it in a
+        thread.
 
         Raises:
             InputInvalid: the kernel's wall would refuse the request (nothing posted).
             JournalError: the inbox cannot be written.
         """
-        body = self.row(request)
+        body = self.row(request, now_ns)
         with open_inbox(self.location) as store:
             return store.insert(body, now_ns)
 

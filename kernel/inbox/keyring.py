@@ -29,6 +29,17 @@ Roles:
   operators it signed in (each request names the operator; the record names the door);
 - ``agent``: signs ``propose`` requests for itself only, never a human act.
 
+One more line may set the keyring's policy for the time requests carry (each field
+optional; the defaults below)::
+
+    policy  max_valid_s=3600  skew_s=300
+
+A signed request names when it was signed and for how long it may be taken; the
+kernel takes it no later than ``max_valid_s`` after its signing, whatever it names,
+and refuses one signed more than ``skew_s`` later than the kernel's clock (clocks of
+two machines differ by a little, never by days). So whoever can delay inbox rows
+cannot hold a signed request and have it applied days later.
+
 Like ssh's ``authorized_keys``, a keyring that others than its owner may write is
 refused: whoever could write it could make themselves an operator.
 """
@@ -75,11 +86,31 @@ class Principal(msgspec.Struct, frozen=True, kw_only=True):
         return fingerprint(self.key)
 
 
-class Keyring(Mapping[str, Principal]):
-    """The principals of one keyring file, by name (read-only)."""
+MAX_VALID_S = 3600
+"""The longest a signed request is valid for unless the keyring's policy says otherwise."""
+SKEW_S = 300
+"""How far ahead of the kernel's clock a request's signing time may be, by default."""
+_MOST_S = 366 * 24 * 3600
+"""The most either policy field may be set to: a year."""
 
-    def __init__(self, principals: Mapping[str, Principal] | None = None) -> None:
+
+class Policy(msgspec.Struct, frozen=True, kw_only=True):
+    """What a keyring allows of the time signed requests carry (see the module's text)."""
+
+    max_valid_s: int = MAX_VALID_S
+    """A request is taken at most this long after its signing, whatever window it names."""
+    skew_s: int = SKEW_S
+    """A request signed up to this much later than the kernel's clock is still taken."""
+
+
+class Keyring(Mapping[str, Principal]):
+    """The principals of one keyring file, by name (read-only), and its policy."""
+
+    def __init__(
+        self, principals: Mapping[str, Principal] | None = None, policy: Policy | None = None
+    ) -> None:
         self._by_name = dict(principals or {})
+        self.policy = policy or Policy()
 
     def __getitem__(self, name: str) -> Principal:
         return self._by_name[name]
@@ -131,27 +162,55 @@ def read_keyring(path: str | os.PathLike[str]) -> Keyring:
             " whoever can write it can make themselves an operator; chmod go-w it"
         )
     principals: dict[str, Principal] = {}
+    policy: Policy | None = None
     for number, line in enumerate(text.splitlines(), 1):
         words = line.split("#", 1)[0].split()
         if not words:
             continue
-        if len(words) not in (3, 4):
-            raise KeyringError(f"keyring {where}, line {number}: not NAME ROLE KEY [ROLES]")
-        name, role, key = words[:3]
-        roles = _roles(where, number, role, words[3] if len(words) == 4 else "")
-        if not valid_name(name):
-            raise KeyringError(f"keyring {where}, line {number}: {name[:40]!r} is no name")
-        if role not in ROLES:
+        if words[0] == "policy" and all("=" in w for w in words[1:]):
+            policy = _policy(where, number, words[1:], policy)
+            continue
+        principal = _principal(where, number, words)
+        if principal.name in principals:
+            raise KeyringError(f"keyring {where}, line {number}: {principal.name!r} again")
+        principals[principal.name] = principal
+    return Keyring(principals, policy)
+
+
+def _principal(where: Path, number: int, words: list[str]) -> Principal:
+    """The principal a ``NAME ROLE KEY [ROLES]`` line names, checked."""
+    if len(words) not in (3, 4):
+        raise KeyringError(f"keyring {where}, line {number}: not NAME ROLE KEY [ROLES]")
+    name, role, key = words[:3]
+    roles = _roles(where, number, role, words[3] if len(words) == 4 else "")
+    if not valid_name(name):
+        raise KeyringError(f"keyring {where}, line {number}: {name[:40]!r} is no name")
+    if role not in ROLES:
+        raise KeyringError(
+            f"keyring {where}, line {number}: role {role[:20]!r} is not one of {', '.join(ROLES)}"
+        )
+    if not is_public_key(key):
+        raise KeyringError(f"keyring {where}, line {number}: not an ed25519: public key")
+    return Principal(name=name, role=role, key=key, roles=roles)
+
+
+def _policy(where: Path, number: int, settings: list[str], before: Policy | None) -> Policy:
+    """The policy a ``policy NAME=SECONDS ...`` line sets, checked (once in a keyring)."""
+    if before is not None:
+        raise KeyringError(f"keyring {where}, line {number}: a second policy line")
+    values: dict[str, int] = {}
+    for setting in settings:
+        name, _, value = setting.partition("=")
+        if name not in Policy.__struct_fields__ or name in values:
             raise KeyringError(
-                f"keyring {where}, line {number}: role {role[:20]!r} is not one of"
-                f" {', '.join(ROLES)}"
+                f"keyring {where}, line {number}: policy sets max_valid_s and skew_s, each once"
             )
-        if not is_public_key(key):
-            raise KeyringError(f"keyring {where}, line {number}: not an ed25519: public key")
-        if name in principals:
-            raise KeyringError(f"keyring {where}, line {number}: {name!r} again")
-        principals[name] = Principal(name=name, role=role, key=key, roles=roles)
-    return Keyring(principals)
+        if not value.isdigit() or not 0 <= int(value) <= _MOST_S:
+            raise KeyringError(
+                f"keyring {where}, line {number}: {name} is whole seconds, 0 to {_MOST_S}"
+            )
+        values[name] = int(value)
+    return Policy(**values)
 
 
 def _roles(where: Path, number: int, role: str, text: str) -> tuple[str, ...]:
@@ -185,7 +244,7 @@ def add_principal(path: str | os.PathLike[str], principal: Principal) -> None:
     keyring = read_keyring(where) if where.exists() else Keyring()
     if principal.name in keyring:
         raise KeyringError(f"keyring {where} already names {principal.name!r}: revoke it first")
-    _write(where, [*keyring.values(), principal])
+    _write(where, [*keyring.values(), principal], keyring.policy)
 
 
 def remove_principal(path: str | os.PathLike[str], name: str) -> Principal:
@@ -198,18 +257,27 @@ def remove_principal(path: str | os.PathLike[str], name: str) -> Principal:
     keyring = read_keyring(where)
     if name not in keyring:
         raise KeyringError(f"keyring {where} names no {name[:64]!r}")
-    _write(where, [p for p in keyring.values() if p.name != name])
+    _write(where, [p for p in keyring.values() if p.name != name], keyring.policy)
     return keyring[name]
 
 
-def _write(where: Path, principals: list[Principal]) -> None:
+def _write(where: Path, principals: list[Principal], policy: Policy) -> None:
     """Replace the keyring in one rename, so a kernel never reads half a file."""
     width = max((len(p.name) for p in principals), default=0)
-    body = HEADER + "".join(
-        f"{p.name:<{width}}  {p.role:<8}  {p.key}"
-        + (f"  {','.join(p.roles)}" if p.roles else "")
-        + "\n"
-        for p in principals
+    kept = (
+        ""
+        if policy == Policy()
+        else (f"policy  max_valid_s={policy.max_valid_s}  skew_s={policy.skew_s}\n")
+    )
+    body = (
+        HEADER
+        + kept
+        + "".join(
+            f"{p.name:<{width}}  {p.role:<8}  {p.key}"
+            + (f"  {','.join(p.roles)}" if p.roles else "")
+            + "\n"
+            for p in principals
+        )
     )
     fd, tmp = tempfile.mkstemp(prefix=".keyring-", dir=where.parent or Path("."))
     try:

@@ -26,11 +26,13 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from kernel.core import keys
 from kernel.core.reasons import ReasonCode
-from kernel.inbox.keyring import Keyring, Principal
+from kernel.inbox.keyring import Keyring, Policy, Principal
 from kernel.inbox.requests import (
+    VALID_S,
     InboxRequest,
     ProposeRequest,
     Signed,
+    Unstamped,
     decode_row,
     encode,
     normalized,
@@ -79,7 +81,21 @@ def new_request_id() -> str:
 
 
 def signed_bytes(envelope: Signed) -> bytes:
-    """Return the bytes a signature covers: the envelope without its signature."""
+    """Return the bytes a signature covers: the envelope without its signature.
+
+    An envelope with no time (a row signed before rows carried one) is covered by the
+    bytes it was signed as: without the time's fields. Adding a time to such a row, or
+    taking one away from a stamped row, breaks its signature.
+    """
+    if envelope.signed_ns is None and envelope.valid_s is None:
+        return encode(
+            Unstamped(
+                request=envelope.request,
+                journal_id=envelope.journal_id,
+                request_id=envelope.request_id,
+                signer=envelope.signer,
+            )
+        )
     return encode(msgspec.structs.replace(envelope, signature=""))
 
 
@@ -89,9 +105,14 @@ def sign(
     key: Ed25519PrivateKey,
     signer: str,
     journal_id: str,
+    signed_ns: int,
+    valid_s: int = VALID_S,
     request_id: str | None = None,
 ) -> bytes:
-    """Return the row that carries ``request``, signed by ``key`` as ``signer``.
+    """Return the row that carries ``request``, signed by ``key`` as ``signer`` at ``signed_ns``.
+
+    ``signed_ns`` is the signer's time (unix nanoseconds); the kernel takes the row only
+    within ``valid_s`` seconds of it (fewer if its keyring's policy says so).
 
     The request is first normalized (kernel.inbox.requests.normalized), and the row is
     decoded back as the kernel will decode it, so whatever the kernel would refuse at
@@ -105,6 +126,8 @@ def sign(
         journal_id=journal_id,
         request_id=request_id or new_request_id(),
         signer=signer,
+        signed_ns=signed_ns,
+        valid_s=valid_s,
     )
     body = signed_bytes(envelope)
     decode_row(body)  # the envelope's own fields, checked as the kernel checks them
@@ -149,6 +172,40 @@ def check(
     if problem is not None:
         raise ProofRefused(ReasonCode.UNAUTHORIZED, *problem)
     return signer
+
+
+def check_time(envelope: Signed, policy: Policy, now_ns: int) -> None:
+    """Refuse ``envelope`` unless ``now_ns`` (the kernel's clock) lies in its validity window.
+
+    The window opens ``policy.skew_s`` before the signing time (clocks differ) and closes
+    ``valid_s`` after it, never later than ``policy.max_valid_s``.
+
+    Raises:
+        ProofRefused: REQUEST_EXPIRED (taken too late, or no signing time at all) or
+            REQUEST_NOT_YET_VALID (signed later than now, beyond the skew).
+    """
+    if envelope.signed_ns is None or envelope.valid_s is None:
+        raise ProofRefused(
+            ReasonCode.REQUEST_EXPIRED,
+            "signed_ns",
+            "signed with no time: sign it again (a request is taken only soon after it is signed)",
+        )
+    valid_s = min(envelope.valid_s, policy.max_valid_s)
+    if now_ns < envelope.signed_ns - policy.skew_s * 1_000_000_000:
+        ahead = (envelope.signed_ns - now_ns) // 1_000_000_000
+        raise ProofRefused(
+            ReasonCode.REQUEST_NOT_YET_VALID,
+            "signed_ns",
+            f"signed {ahead} s later than the kernel's clock (the keyring tolerates"
+            f" {policy.skew_s} s)",
+        )
+    if now_ns > envelope.signed_ns + valid_s * 1_000_000_000:
+        age = (now_ns - envelope.signed_ns) // 1_000_000_000
+        raise ProofRefused(
+            ReasonCode.REQUEST_EXPIRED,
+            "signed_ns",
+            f"signed {age} s ago, valid for {valid_s} s: sign it again",
+        )
 
 
 def _unauthorized(signer: Principal, request: InboxRequest) -> tuple[str, str] | None:

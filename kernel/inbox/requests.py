@@ -41,6 +41,10 @@ from kernel.state.projections import AgentStatus
 RequestId = Annotated[str, Meta(min_length=16, max_length=64, pattern=r"^[A-Za-z0-9_-]+$")]
 """A request's own id: random, base64url, drawn by whoever signs it (``new_request_id``)."""
 Signature = Annotated[str, Meta(max_length=128)]
+ValidFor = Annotated[int, Meta(ge=1, le=INT_MAX)]
+"""How many seconds after its signing a request may be taken (the keyring's policy bounds it)."""
+VALID_S = 900
+"""The validity window a signer gives a request unless told otherwise: 15 minutes."""
 Verifier = Annotated[str, Meta(max_length=80)]
 PROPOSE_TOPIC = "inbox"
 """Flows of proposals from the inbox open on ``inbox.<agent>.<row id>``."""
@@ -236,8 +240,29 @@ class Signed(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
             does not verify there.
         request_id: the request's own random id: a row that repeats it is refused.
         signer: the name of the key that signed, as the kernel's keyring holds it.
+        signed_ns: when it was signed (unix nanoseconds, the signer's clock).
+        valid_s: for how long after ``signed_ns`` the kernel may take it (the keyring's
+            policy may shorten it: kernel.inbox.keyring.Policy).
         signature: Ed25519 over the canonical bytes of all the above (kernel.inbox.proof).
+
+    A row written before requests carried their time has neither ``signed_ns`` nor
+    ``valid_s``: it still decodes, and its signature still covers the bytes it was
+    made over (kernel.inbox.proof.signed_bytes), but a kernel refuses it as expired
+    (REQUEST_EXPIRED) when it comes to take it. Rows taken before are never taken
+    again, so the journals that recorded them replay and verify as they did.
     """
+
+    request: InboxRequest
+    journal_id: Id
+    request_id: RequestId
+    signer: Name
+    signed_ns: Int64 | None = None
+    valid_s: ValidFor | None = None
+    signature: Signature = ""
+
+
+class Unstamped(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """An envelope as rows were signed before they carried their time (for their bytes)."""
 
     request: InboxRequest
     journal_id: Id
@@ -265,7 +290,7 @@ def principal_of(request: InboxRequest) -> str:
     return request.operator
 
 
-def encode(value: Signed | InboxRequest) -> bytes:
+def encode(value: Signed | Unstamped | InboxRequest) -> bytes:
     """Return the canonical JSON bytes of a request or an envelope (sorted keys)."""
     return _encoder.encode(value)
 

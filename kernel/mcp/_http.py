@@ -247,6 +247,10 @@ async def _flush_coded(held: list[Message], send: Send) -> None:
     await send({"type": "http.response.body", "body": body})
 
 
+SHUTDOWN_GRACE_S = 2
+"""How long a stopping server waits for its open connections before it cuts them."""
+
+
 def bound(host: str, port: int) -> socket.socket:
     """Return a listening socket on ``host:port`` (port 0: a free one, see ``getsockname``).
 
@@ -283,6 +287,9 @@ async def serve_http(app: App, sock: socket.socket, *, tls: TlsFiles | None = No
             lifespan="on",
             ssl_certfile=tls.cert if tls is not None else None,
             ssl_keyfile=tls.key if tls is not None else None,
+            # On SIGTERM, connections still open (a client idle on keep-alive after a 401)
+            # get this long to close, then are cut: the server always exits.
+            timeout_graceful_shutdown=SHUTDOWN_GRACE_S,
         )
         await uvicorn.Server(config).serve(sockets=[sock])
     finally:

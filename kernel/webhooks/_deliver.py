@@ -19,6 +19,8 @@ import hashlib
 import hmac
 import http.client
 import logging
+import socket
+import threading
 import time
 import urllib.parse
 from collections.abc import Callable, Sequence
@@ -67,7 +69,12 @@ class Webhook:
         max_reminders: ... at most this many times.
         max_attempts: tries per notice before WebhookFailed.
         backoff_s, max_backoff_s: the first wait between tries, doubled each time up to this.
-        timeout_s: how long one try may take (a receiver that answers later has failed it).
+        timeout_s: how long one read or write of a try may wait for the receiver.
+        deadline_s: how long one whole try may take, connecting, sending and reading the
+            answer (a receiver that answers later, or trickles its answer, has failed it).
+        max_response_bytes: the most of an answer's body that is read; a receiver that
+            answers with more has failed the try (only the status counts, but a receiver
+            must not be able to grow the kernel's memory).
         queue: notices that may wait for this hook; more are dropped (and recorded so).
     """
 
@@ -83,6 +90,8 @@ class Webhook:
     backoff_s: float = 0.5
     max_backoff_s: float = 30.0
     timeout_s: float = 5.0
+    deadline_s: float = 15.0
+    max_response_bytes: int = 64 * 1024
     queue: int = 256
 
     def key(self) -> bytes:
@@ -129,8 +138,12 @@ class DeliveryFailed(Exception):
 def post(hook: Webhook, body: bytes, delivery: str) -> int:
     """POST ``body`` to ``hook`` once; return the 2xx status (blocks: run it in a thread).
 
+    The try is bounded twice: each socket read or write by ``hook.timeout_s``, the whole
+    try by ``hook.deadline_s`` (a watchdog shuts the socket when it passes, which ends a
+    read of a trickled answer); at most ``hook.max_response_bytes`` of the answer is read.
+
     Raises:
-        DeliveryFailed: the receiver answered otherwise, too late, or not at all.
+        DeliveryFailed: the receiver answered otherwise, too late, too much, or not at all.
     """
     url = urllib.parse.urlsplit(hook.url)
     if url.scheme not in ("http", "https") or not url.hostname:
@@ -138,7 +151,11 @@ def post(hook: Webhook, body: bytes, delivery: str) -> int:
     connection_type = (
         http.client.HTTPSConnection if url.scheme == "https" else http.client.HTTPConnection
     )
-    connection = connection_type(url.hostname, url.port, timeout=hook.timeout_s)
+    # Real time, not the kernel's clock: a bound on a network try, it decides nothing.
+    started = time.monotonic()
+    connection = connection_type(
+        url.hostname, url.port, timeout=max(0.001, min(hook.timeout_s, hook.deadline_s))
+    )
     path = url.path or "/"
     if url.query:
         path += "?" + url.query
@@ -148,18 +165,79 @@ def post(hook: Webhook, body: bytes, delivery: str) -> int:
         DELIVERY: delivery,
         SIGNATURE: signature(hook.key(), body, int(time.time())),
     }
+    status, answer = _exchange(connection, hook, started, path, body, headers)
+    if len(answer) > hook.max_response_bytes:
+        raise DeliveryFailed(f"an answer of more than {hook.max_response_bytes} bytes")
+    if not 200 <= status < 300:
+        raise DeliveryFailed(f"HTTP {status}")
+    return status
+
+
+def _exchange(
+    connection: http.client.HTTPConnection,
+    hook: Webhook,
+    started: float,
+    path: str,
+    body: bytes,
+    headers: dict[str, str],
+) -> tuple[int, bytes]:
+    """Connect, send, and read the status and at most the cap (plus one byte) of the answer.
+
+    A watchdog shuts the socket at the hook's deadline, counted from ``started``.
+    """
+    late = f"no answer within the deadline ({hook.deadline_s:g} s)"
+    expired = threading.Event()
+    watchdog: threading.Timer | None = None
+    response: http.client.HTTPResponse | None = None
     try:
+        connection.connect()
+        left = hook.deadline_s - (time.monotonic() - started)
+        watchdog = threading.Timer(max(0.0, left), _cut, (connection, expired))
+        watchdog.daemon = True
+        watchdog.start()
         connection.request("POST", path, body=body, headers=headers)
         response = connection.getresponse()
-        response.read()
-    except (OSError, http.client.HTTPException) as exc:
+        answer = _read_capped(response, max(0, hook.max_response_bytes) + 1, expired)
+    except (OSError, ValueError, http.client.HTTPException) as exc:
         # Never the URL: it may hold a token (Slack's do).
-        raise DeliveryFailed(type(exc).__name__) from None
+        raise DeliveryFailed(late if expired.is_set() else type(exc).__name__) from None
     finally:
+        if watchdog is not None:
+            watchdog.cancel()
+        if response is not None:
+            response.close()  # what was left unread of it, too
         connection.close()
-    if not 200 <= response.status < 300:
-        raise DeliveryFailed(f"HTTP {response.status}")
-    return response.status
+    if expired.is_set():
+        raise DeliveryFailed(late)
+    return response.status, answer
+
+
+def _read_capped(response: http.client.HTTPResponse, most: int, expired: threading.Event) -> bytes:
+    """Read at most ``most`` bytes of an answer's body, a chunk at a time, until the deadline.
+
+    One read at a time and a look at the deadline between them: a read of many bytes
+    would wait for all of them, and a trickle sends them for ever.
+    """
+    answer = bytearray()
+    while len(answer) < most and not expired.is_set():
+        chunk = response.read1(min(16384, most - len(answer)))
+        if not chunk:
+            break
+        answer += chunk
+    return bytes(answer)
+
+
+def _cut(connection: http.client.HTTPConnection, expired: threading.Event) -> None:
+    """End a try at its deadline: shut its socket, so a blocked read or write returns."""
+    expired.set()
+    sock = connection.sock
+    if sock is not None:
+        try:
+            # socket.socket's own shutdown, under TLS too: the other thread still uses the
+            # SSL object, which SSLSocket.shutdown would take away from under it.
+            socket.socket.shutdown(sock, socket.SHUT_RDWR)
+        except OSError:
+            pass  # already closed: the try ended as the deadline came
 
 
 Post = Callable[[Webhook, bytes, str], int]

@@ -392,7 +392,8 @@ async def apply_rows_then_reject(path: Path, dfid: str, keys: Keys) -> None:
     reject = DecideRequest(
         dfid=dfid, decision=Decision.REJECT, operator="ana", reason="enough", action_hash=action
     )
-    last = post(keys, path, reject, "ana")
+    # Signed on the clock of the kernel that takes it (kernel_for's ManualClock).
+    last = post(keys, path, reject, "ana", ManualClock().now_ns())
     async with kernel_for(path, inbox_poll_s=1.0) as kernel:
         # Rows are applied in order: once the rejection is, every row before it was looked at.
         with anyio.fail_after(30):

@@ -24,6 +24,7 @@ from kernel.audit import open_journal
 from kernel.cli import main
 from kernel.gateway import UpstreamDown, config_of
 from tests.gateway.support import UPSTREAM, Upstream, body, gateway, meta, upstream_in
+from tests.support.sigterm import exits_on_sigterm
 
 TOKEN = "gateway-agent-token-0123456789"
 
@@ -208,3 +209,24 @@ async def test_the_gateway_authenticates_to_an_upstream_as_its_clients_do(
     assert not result.is_error, result
     # The upstream's own kernel judged it too, as its agent "gw": governed twice, recorded twice.
     assert body(result)["verdict"] == "ACCEPTED"
+
+
+def test_sigterm_stops_it_while_a_refused_client_holds_its_connection(tmp_path: Path) -> None:
+    up = upstream_in(tmp_path)
+    config = write_config(tmp_path, up)
+    db = anyio.run(new_journal, tmp_path / "j.db")
+    tokens = tmp_path / "tokens"
+    tokens.write_text(f"agent:ide {TOKEN}\n")
+    command = [sys.executable, "-m", "kernel", "mcp", "proxy", "--config", str(config)]
+    command += ["--db", str(db), "--http", "127.0.0.1:0", "--token-file", str(tokens)]
+    proc = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stderr is not None
+        lines = [proc.stderr.readline(), proc.stderr.readline()]
+        assert "serving http://" in lines[1], lines
+        # Refused (401, no token); the client keeps the connection open, idle.
+        assert exits_on_sigterm(proc, lines[1].split()[-1]) is not None, "still running"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.communicate(timeout=60)

@@ -15,12 +15,14 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, closing, contextmanager
 from pathlib import Path
 from typing import Any
 
 import anyio
+import msgspec
 import pytest
 
 from kernel import FlowStatus, Kernel, ReasonCode, SystemClock
@@ -34,7 +36,8 @@ from kernel.inbox import (
     DecideRequest,
     ProposeRequest,
 )
-from kernel.inbox.proof import sign
+from kernel.inbox.proof import CONTEXT, new_request_id, sign, signed_bytes
+from kernel.inbox.requests import Signed, encode
 from kernel.journal.verify import verify_journal
 from kernel.registry import credential_verifier
 from kernel.runtime.messages import Decision
@@ -121,6 +124,7 @@ SURROGATE = "\udcff"  # what the byte 0xff becomes under surrogateescape
 def attacks(journal_id: str, dfid: str, action: str, keys: Keys) -> dict[str, tuple[bytes, str]]:
     """Every attack's row, with the reason code its refusal must carry."""
     mallory = keyfns.generate()
+    now = time.time_ns()
     approve = DecideRequest(
         dfid=dfid, decision=Decision.APPROVE, operator="ana", reason="ok", action_hash=action
     )
@@ -151,7 +155,7 @@ def attacks(journal_id: str, dfid: str, action: str, keys: Keys) -> dict[str, tu
             "SIGNATURE_INVALID",
         ),
         "a forged signature": (
-            sign(approve, key=mallory, signer="ana", journal_id=journal_id),
+            sign(approve, key=mallory, signer="ana", journal_id=journal_id, signed_ns=now),
             "SIGNATURE_INVALID",
         ),
         "a row signed for another journal": (
@@ -159,11 +163,11 @@ def attacks(journal_id: str, dfid: str, action: str, keys: Keys) -> dict[str, tu
             "SIGNATURE_INVALID",
         ),
         "a credential rotation": (
-            sign(rotate, key=mallory, signer="ana", journal_id=journal_id),
+            sign(rotate, key=mallory, signer="ana", journal_id=journal_id, signed_ns=now),
             "SIGNATURE_INVALID",
         ),
         "a propose for a hosted agent": (
-            sign(hijack, key=mallory, signer="clerk", journal_id=journal_id),
+            sign(hijack, key=mallory, signer="clerk", journal_id=journal_id, signed_ns=now),
             "SIGNATURE_INVALID",
         ),
         "a lone surrogate in every field": (
@@ -183,7 +187,42 @@ def attacks(journal_id: str, dfid: str, action: str, keys: Keys) -> dict[str, tu
             "SCHEMA_INVALID",
         ),
         "not JSON at all": (b"\xff" * 64, "SCHEMA_INVALID"),
+        # Signed by ana's own key, genuinely, but held back (or dated ahead) by whoever
+        # can delay rows: taken only within the window its signing time opens.
+        "a request signed days ago": (
+            keys.row(approve, journal_id, "ana", signed_ns=now - 3 * DAY_NS),
+            "REQUEST_EXPIRED",
+        ),
+        "a request that names a window of years, signed days ago": (
+            sign(
+                approve,
+                key=keys.key("ana"),
+                signer="ana",
+                journal_id=journal_id,
+                signed_ns=now - 2 * DAY_NS,
+                valid_s=10 * 365 * 86_400,
+            ),
+            "REQUEST_EXPIRED",
+        ),
+        "a request signed days ahead": (
+            keys.row(approve, journal_id, "ana", signed_ns=now + 3 * DAY_NS),
+            "REQUEST_NOT_YET_VALID",
+        ),
+        "a request signed with no time (as rows were once)": (
+            unstamped(keys, approve, journal_id, "ana"),
+            "REQUEST_EXPIRED",
+        ),
     }
+
+
+DAY_NS = 86_400 * 1_000_000_000
+
+
+def unstamped(keys: Keys, request: DecideRequest, journal_id: str, name: str) -> bytes:
+    """A row signed by ``name``'s own key as rows were before they carried a time."""
+    body = Signed(request=request, journal_id=journal_id, request_id=new_request_id(), signer=name)
+    signature = keyfns.sign(keys.key(name), CONTEXT, signed_bytes(body))
+    return encode(msgspec.structs.replace(body, signature=signature))
 
 
 @pytest.fixture(params=["sqlite", "postgres"])

@@ -8,6 +8,7 @@ journal verifies and reopens. Hypothesis draws the strings from tests/support/ho
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -66,7 +67,13 @@ def signed(keys: Keys, journal_id: str, fields: dict[str, Any]) -> bytes | None:
     except (msgspec.ValidationError, InputInvalid, TypeError, ValueError):
         return None
     signer = "ide" if fields["type"] == "propose" else "ana"
-    return sign(request, key=keys.key(signer), signer=signer, journal_id=journal_id)
+    return sign(
+        request,
+        key=keys.key(signer),
+        signer=signer,
+        journal_id=journal_id,
+        signed_ns=time.time_ns(),
+    )
 
 
 @pytest.fixture(scope="module")

@@ -39,12 +39,13 @@ from kernel.inbox import (
 from kernel.inbox.keyring import (
     Keyring,
     KeyringError,
+    Policy,
     Principal,
     add_principal,
     read_keyring,
     remove_principal,
 )
-from kernel.inbox.proof import ProofRefused, check, sign
+from kernel.inbox.proof import CONTEXT, ProofRefused, check, check_time, sign, signed_bytes
 from kernel.inbox.requests import (
     GrantRequest,
     RevokeGrantRequest,
@@ -329,7 +330,8 @@ def verdict(
     journal: str = "j",
 ) -> str:
     keyring, private = ring
-    body = sign(request, key=private[signer], signer=as_name or signer, journal_id=journal)  # type: ignore[arg-type]
+    key = private[signer]
+    body = sign(request, key=key, signer=as_name or signer, journal_id=journal, signed_ns=1)  # type: ignore[arg-type]
     try:
         check(decode_row(body), keyring, "j", set())
     except ProofRefused as exc:
@@ -354,7 +356,7 @@ def test_a_changed_byte_or_a_revoked_key_breaks_the_proof(
     ring: tuple[Keyring, dict[str, object]],
 ) -> None:
     keyring, private = ring
-    body = sign(REJECT, key=private["ana"], signer="ana", journal_id="j")  # type: ignore[arg-type]
+    body = sign(REJECT, key=private["ana"], signer="ana", journal_id="j", signed_ns=1)  # type: ignore[arg-type]
     signed = decode_row(body)
     check(signed, keyring, "j", set())
     approve = msgspec.structs.replace(
@@ -372,3 +374,92 @@ def test_an_operator_and_an_agent_of_one_name_are_one_principal() -> None:
     assert same_principal("ana", "ana") and same_principal("Ana", "ana")
     assert same_principal("ａｎａ", "ana") and same_principal(" ana ", "ana")  # noqa: RUF001
     assert not same_principal("ana", "anna") and not same_principal("", "")
+
+
+S = 1_000_000_000
+SIGNED = 1_800_000_000 * S
+"""A signing time for the window tests (any will do: the kernel's clock is given)."""
+
+
+def stamped(ring: tuple[Keyring, dict[str, object]], valid_s: int = 600) -> Signed:
+    keyring, private = ring
+    key = private["ana"]
+    body = sign(REJECT, key=key, signer="ana", journal_id="j", signed_ns=SIGNED, valid_s=valid_s)  # type: ignore[arg-type]
+    signed = decode_row(body)
+    check(signed, keyring, "j", set())
+    return signed
+
+
+def refusal(signed: Signed, now_ns: int, policy: Policy | None = None) -> str:
+    try:
+        check_time(signed, policy or Policy(), now_ns)
+    except ProofRefused as exc:
+        return str(exc.reason_code)
+    return "OK"
+
+
+def test_a_request_is_taken_only_within_its_window(
+    ring: tuple[Keyring, dict[str, object]],
+) -> None:
+    signed = stamped(ring, valid_s=600)
+    assert (signed.signed_ns, signed.valid_s) == (SIGNED, 600)
+    assert refusal(signed, SIGNED) == "OK"
+    assert refusal(signed, SIGNED + 600 * S) == "OK"
+    assert refusal(signed, SIGNED + 600 * S + 1) == "REQUEST_EXPIRED"
+    assert refusal(signed, SIGNED + 30 * 86_400 * S) == "REQUEST_EXPIRED"
+    # Signed a little ahead of the kernel's clock (another machine's): within the skew.
+    assert refusal(signed, SIGNED - 300 * S) == "OK"
+    assert refusal(signed, SIGNED - 300 * S - 1) == "REQUEST_NOT_YET_VALID"
+    assert refusal(signed, SIGNED - 5 * S, Policy(skew_s=0)) == "REQUEST_NOT_YET_VALID"
+    # The keyring's policy bounds the window a signer names.
+    years = stamped(ring, valid_s=10 * 365 * 86_400)
+    assert refusal(years, SIGNED + 3599 * S) == "OK"
+    assert refusal(years, SIGNED + 3601 * S) == "REQUEST_EXPIRED"
+    assert refusal(years, SIGNED + 61 * S, Policy(max_valid_s=60)) == "REQUEST_EXPIRED"
+
+
+def test_a_row_signed_before_rows_carried_a_time_still_verifies_and_is_refused_as_expired(
+    ring: tuple[Keyring, dict[str, object]],
+) -> None:
+    keyring, private = ring
+    # The bytes a row was signed over before: no signed_ns, no valid_s.
+    old = {"journal_id": "j", "request": msgspec.to_builtins(REJECT), "request_id": "r" * 22,
+           "signer": "ana", "signature": ""}  # fmt: skip
+    body = msgspec.json.encode(old, order="sorted")
+    old["signature"] = keys.sign(private["ana"], CONTEXT, body)  # type: ignore[arg-type]
+    signed = decode_row(msgspec.json.encode(old, order="sorted"))
+    assert (signed.signed_ns, signed.valid_s) == (None, None)
+    assert signed_bytes(signed) == body
+    assert check(signed, keyring, "j", set()).name == "ana"  # its proof holds as it did
+    assert refusal(signed, SIGNED) == "REQUEST_EXPIRED"
+    # A time added to it, or taken away from a stamped row, breaks the signature.
+    for forged in (
+        msgspec.structs.replace(signed, signed_ns=SIGNED, valid_s=600),
+        msgspec.structs.replace(stamped(ring), signed_ns=None, valid_s=None),
+        msgspec.structs.replace(stamped(ring), signed_ns=SIGNED + 86_400 * S),
+    ):
+        with pytest.raises(ProofRefused) as refused:
+            check(forged, keyring, "j", set())
+        assert refused.value.reason_code is ReasonCode.SIGNATURE_INVALID
+
+
+def test_the_keyring_sets_the_policy_and_keeps_it(tmp_path: Path) -> None:
+    path = tmp_path / "keyring"
+    ana = Principal(name="ana", role="operator", key=keys.public_text(keys.generate()))
+    add_principal(path, ana)
+    assert read_keyring(path).policy == Policy()
+    path.write_text(path.read_text() + "policy  max_valid_s=60  skew_s=5\n")
+    assert read_keyring(path).policy == Policy(max_valid_s=60, skew_s=5)
+    bo = Principal(name="bo", role="operator", key=keys.public_text(keys.generate()))
+    add_principal(path, bo)
+    remove_principal(path, "ana")
+    kept = read_keyring(path)
+    assert kept.policy == Policy(max_valid_s=60, skew_s=5) and list(kept) == ["bo"]
+    for bad in ("policy max_valid_s=-1", "policy max_valid_s=1h", "policy ttl=5",
+                "policy skew_s=1 skew_s=2", "policy skew_s=99999999999"):  # fmt: skip
+        path.write_text(f"{bad}\n")
+        with pytest.raises(KeyringError):
+            read_keyring(path)
+    path.write_text("policy skew_s=1\npolicy skew_s=2\n")
+    with pytest.raises(KeyringError):
+        read_keyring(path)

@@ -17,6 +17,7 @@ import anyio
 import pytest
 
 from tests.support.mcp_kernel import require_mcp
+from tests.support.sigterm import exits_on_sigterm
 from tests.support.tls import Certificates, certificates
 
 require_mcp()
@@ -168,3 +169,11 @@ def test_insecure_http_off_loopback_is_served_only_when_asked_and_warns(
     finally:
         proc.terminate()
         proc.communicate(timeout=60)
+
+
+def test_sigterm_stops_it_while_a_refused_client_holds_its_connection(
+    https_server: tuple[str, subprocess.Popen[str]], certs: Certificates
+) -> None:
+    url, proc = https_server
+    # A client refused (401, no token) that keeps its TLS connection open, idle.
+    assert exits_on_sigterm(proc, url, certs.client_context()) is not None, "still running"

@@ -37,6 +37,7 @@ from tests.support.serving import (
     running_serve,
     trading_journal,
 )
+from tests.support.sigterm import exits_on_sigterm
 
 
 @pytest.fixture(scope="module")
@@ -296,3 +297,11 @@ def test_an_mcp_host_decides_on_the_served_kernel(journal: Path, tmp_path: Path)
             signed_in(client, served.login, "ana")
             wait_status(client, dfid, "CLOSED")
     assert folded(journal).flows[dfid].status is FlowStatus.CLOSED
+
+
+def test_sigterm_stops_it_while_a_client_holds_its_connection(journal: Path) -> None:
+    with running_serve(journal, "--example", "trading") as served:
+        code = exits_on_sigterm(served.proc, served.url + "/login")
+        assert code is not None, "still running"
+    # Stopped as by any SIGTERM: the kernel recorded a clean stop.
+    assert stopped(journal)[-1].reason == StopReason.KERNEL_CLOSED

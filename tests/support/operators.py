@@ -14,6 +14,7 @@ import os
 import shutil
 import sqlite3
 import tempfile
+import time
 from collections.abc import Callable, Iterable, Mapping
 from contextlib import closing
 from pathlib import Path
@@ -28,6 +29,7 @@ from kernel.inbox import InboxRequest, Signer
 from kernel.inbox.keyring import ENV as KEYRING_ENV
 from kernel.inbox.keyring import Principal, Role, add_principal
 from kernel.inbox.proof import new_request_id, sign
+from kernel.inbox.requests import VALID_S
 
 OPERATORS = ("ana", "bo", "bob", "rui", "a", "o", "ops", "cy", "dana", "x", "kim")
 """The operator names the suite's tests act as."""
@@ -55,11 +57,25 @@ class Keys(msgspec.Struct, frozen=True, kw_only=True):
         return Signer(str(location), journal_id, self.key(name), name)
 
     def row(
-        self, request: InboxRequest, journal_id: str, name: str, *, request_id: str | None = None
+        self,
+        request: InboxRequest,
+        journal_id: str,
+        name: str,
+        *,
+        request_id: str | None = None,
+        signed_ns: int | None = None,
     ) -> bytes:
-        """The signed row of ``request`` by ``name`` for journal ``journal_id``."""
+        """The signed row of ``request`` by ``name`` for journal ``journal_id``.
+
+        Signed at ``signed_ns`` (None: now, on this machine's clock).
+        """
         return sign(
-            request, key=self.key(name), signer=name, journal_id=journal_id, request_id=request_id
+            request,
+            key=self.key(name),
+            signer=name,
+            journal_id=journal_id,
+            request_id=request_id,
+            signed_ns=time.time_ns() if signed_ns is None else signed_ns,
         )
 
 
@@ -131,10 +147,14 @@ def post(
     location: str | os.PathLike[str],
     request: InboxRequest,
     name: str,
-    now_ns: int = 0,
+    now_ns: int | None = None,
 ) -> int:
-    """Sign ``request`` as ``name`` and post it to the inbox at ``location``; return the row id."""
-    return keys.signer(location, journal_id_of(location), name).post(request, now_ns)
+    """Sign ``request`` as ``name`` and post it to the inbox at ``location``; return the row id.
+
+    Signed and posted at ``now_ns`` (None: now, on this machine's clock).
+    """
+    at = time.time_ns() if now_ns is None else now_ns
+    return keys.signer(location, journal_id_of(location), name).post(request, at)
 
 
 def raw_row(
@@ -153,6 +173,8 @@ def raw_row(
         "request": dict(request),
         "request_id": request_id or new_request_id(),
         "signer": name,
+        "signed_ns": time.time_ns(),
+        "valid_s": VALID_S,
         "signature": "",
     }
     body = msgspec.json.encode(envelope, order="sorted")

@@ -9,7 +9,10 @@ body, the status answered). What it answers depends on the path:
 - ``/slow/S``: 200 after S seconds (a slow receiver, within the sender's timeout);
 - ``/late/N/S``: the first N requests answered after S seconds (later than the sender
   waits), then 200 at once;
-- ``/hold``: 200 only once the file LOG + ``.release`` exists (a receiver that hangs).
+- ``/hold``: 200 only once the file LOG + ``.release`` exists (a receiver that hangs);
+- ``/flood``: 200, then a body of zeros without end, until the sender hangs up;
+- ``/trickle``: 200 and a long Content-Length, then the body a byte at a time, ever;
+- ``/trickle-head``: the status line and headers a byte at a time, ever.
 """
 
 from __future__ import annotations
@@ -38,6 +41,8 @@ def main(log: Path) -> None:
             with _lock:
                 n = _seen.get(self.path, 0) + 1
                 _seen[self.path] = n
+            if self._stream(self.path.strip("/")):
+                return
             status = self._answer(n)
             entry = {
                 "path": self.path,
@@ -54,6 +59,33 @@ def main(log: Path) -> None:
                 self.end_headers()
             except OSError:
                 pass  # the sender gave up on us (a late answer)
+
+        def _stream(self, what: str) -> bool:
+            """Answer a hostile path (flood, trickle) until the sender hangs up."""
+            head = b"HTTP/1.0 200 OK\r\nContent-Length: 1000000\r\n\r\n"
+            if what not in ("flood", "trickle", "trickle-head"):
+                return False
+            with _lock, log.open("a", encoding="utf-8") as out:
+                out.write(json.dumps({"path": self.path, "status": 200}) + "\n")
+            try:
+                if what == "flood":
+                    self.wfile.write(b"HTTP/1.0 200 OK\r\n\r\n")
+                    while True:
+                        self.wfile.write(bytes(65536))
+                if what == "trickle":
+                    self.wfile.write(head)
+                    head = b"x" * 1_000_000
+                for byte in head:
+                    self.wfile.write(bytes([byte]))
+                    self.wfile.flush()
+                    time.sleep(0.05)
+                while True:  # the trickle outlasts any head: never done sending
+                    self.wfile.write(b"x")
+                    self.wfile.flush()
+                    time.sleep(0.05)
+            except OSError:
+                pass  # the sender hung up: what a bounded try does
+            return True
 
         def _answer(self, n: int) -> int:
             parts = self.path.strip("/").split("/")

@@ -201,6 +201,35 @@ async def test_the_kernel_never_waits_for_a_hanging_receiver(
         await recorded(kernel, 3)
 
 
+async def test_a_receiver_that_floods_trickles_or_never_answers_costs_one_bounded_try(
+    tmp_path: Path, receiver: Receiver
+) -> None:
+    # Each socket read would wait 30 s: only the deadline on the whole try can end these.
+    bounded = {"max_attempts": 1, "deadline_s": 0.5, "timeout_s": 30, "notices": ("request",)}
+    webhooks = [
+        hook(f"{receiver.base}/flood", name="flood", max_response_bytes=1024, **bounded),
+        hook(f"{receiver.base}/trickle", name="trickle", **bounded),
+        hook(f"{receiver.base}/trickle-head", name="trickle-head", **bounded),
+        hook(f"{receiver.base}/hold", name="silent", **bounded),
+    ]
+    async with pay_kernel(tmp_path / "j.db", webhooks=webhooks) as kernel:
+        await kernel.register(sender())
+        dfid = await escalate(kernel)
+        failed = {p.hook: p for p in outcomes(await recorded(kernel, 4))}
+        # The kernel runs on: the flow is decided and closes.
+        await kernel.decide(
+            dfid, "approve", operator="ana", reason="ok", action_hash=action_of(kernel, dfid)
+        )
+        assert (await kernel.wait_flow(dfid)).status is FlowStatus.CLOSED
+        receiver.release()
+    assert set(failed) == {"flood", "trickle", "trickle-head", "silent"}
+    assert all(isinstance(p, WebhookFailed) and p.attempts == 1 for p in failed.values())
+    errors = {name: getattr(p, "error", "") for name, p in failed.items()}
+    assert errors["flood"] == "an answer of more than 1024 bytes"
+    for name in ("trickle", "trickle-head", "silent"):
+        assert errors[name] == "no answer within the deadline (0.5 s)", name
+
+
 async def test_reminders_follow_the_recorded_clock_and_a_slack_body(
     tmp_path: Path, receiver: Receiver
 ) -> None:
