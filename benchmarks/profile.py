@@ -49,7 +49,10 @@ CONCERNS = [
         r"ContextCompiler|IntegrityModule|ExecutionEngine|evaluate \(kernel|idempotency_key"
         r"|session_hash|SeededIds",
     ),
-    ("task spawn per context; adapter call pool", r"TaskGroup\.start_soon|Effects\.__call__|CallPool"),
+    (
+        "task spawn per context; adapter call pool",
+        r"TaskGroup\.start_soon|Effects\.__call__|CallPool",
+    ),
     (
         "anyio checkpoints and backend lookups",
         r"checkpoint|get_async_backend|current_async_library",

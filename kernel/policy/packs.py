@@ -38,6 +38,7 @@ import msgspec.inspect
 from kernel.core.events import PackRef, canonical
 from kernel.policy._checks import PackError as PackError  # re-exported: its old home
 from kernel.policy._checks import check_pack, name_of
+from kernel.policy._schema import hashed_schema
 from kernel.policy.guards import Guard
 from kernel.policy.kinds import PolicyKind, kind_name
 from kernel.policy.money import Budget, Cost
@@ -206,7 +207,7 @@ class PolicyPack:
                     "version": k.version,
                     "adapter": k.adapter,
                     "impact": str(k.impact),
-                    "schema": msgspec.json.schema(k),
+                    "schema": hashed_schema(k),
                     "source": _source(k),
                 }
                 for k in self.kinds
