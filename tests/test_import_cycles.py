@@ -14,12 +14,8 @@ from tests.support import ROOT
 
 KERNEL = ROOT / "kernel"
 
-# The journal's two circles are removed on the journal branch: this allowlist goes when that
-# branch merges. A circle among some of these modules is allowed until then, no other.
-KNOWN_CYCLES: list[set[str]] = [
-    {"kernel.journal.store", "kernel.journal._subscription"},
-    {"kernel.journal._postgres", "kernel.journal._sqlite", "kernel.journal.inbox_store"},
-]
+# No circle is allowed: the list names the exceptions, and there are none left.
+KNOWN_CYCLES: list[set[str]] = []
 
 
 def module_name(path: Path) -> str:

@@ -7,8 +7,8 @@ parts are declared and raises :class:`PackError` naming the first problem and wh
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any, NoReturn
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, NoReturn, Protocol
 
 import msgspec
 import msgspec.inspect
@@ -32,8 +32,44 @@ from kernel.policy.rules import (
     template_fields,
 )
 
-if TYPE_CHECKING:
-    from kernel.policy.packs import PolicyPack
+
+class PolicyPack(Protocol):
+    """The parts of a pack (kernel.policy.packs.PolicyPack) its load checks read.
+
+    A protocol rather than the class itself: packs.py imports these checks, and a
+    check module that imported packs.py back would close an import circle.
+    """
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def version(self) -> str: ...
+    @property
+    def kinds(self) -> Sequence[type[PolicyKind]]: ...
+    @property
+    def rules(self) -> Sequence[Rule]: ...
+    @property
+    def invariants(self) -> Sequence[Any]: ...
+    @property
+    def consumes(self) -> Sequence[Any]: ...
+    @property
+    def capacities(self) -> Mapping[str, int]: ...
+    @property
+    def thresholds(self) -> Sequence[Any]: ...
+    @property
+    def limits(self) -> Mapping[str, Any]: ...
+    @property
+    def guards(self) -> Sequence[Guard]: ...
+    @property
+    def quorums(self) -> Sequence[Quorum]: ...
+    @property
+    def grant_quorum(self) -> Quorum | None: ...
+    @property
+    def costs(self) -> Sequence[Cost]: ...
+    @property
+    def budgets(self) -> Sequence[Budget]: ...
+    @property
+    def on_superseded(self) -> str: ...
 
 
 class PackError(Exception):
