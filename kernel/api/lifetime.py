@@ -252,7 +252,6 @@ class Lifetime:
                 self._keyring,
                 self._keyring_path,
                 self._apply,
-                clock=self._clock,
             )
             self._intake = intake
             tg.start_soon(intake.run, self._clock, poll_s, name="operator-inbox")

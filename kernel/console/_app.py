@@ -138,7 +138,8 @@ def create_app(
         """Post ``request``; return the kernel's refusal if it refused it within answer_s."""
         # Signed and posted now, on this machine's clock, or on the clock of the kernel it
         # runs beside (dirk serve): the one the kernel judges the request's window on.
-        answer = await door.post(request, now_ns() if now_ns is not None else time.time_ns())
+        # Signed on the machine's clock, as the inbox judges a request's window.
+        answer = await door.post(request, time.time_ns())
         await follower.catch_up(holder["journal"])
         if answer is not None and answer.verdict == "REFUSED":
             detail = f"{answer.field}: {answer.detail}" if answer.field else answer.detail

@@ -70,8 +70,11 @@ class Intake:
             refused, SIGNATURE_INVALID).
         keyring_path: the file to read again when it changes.
         apply: turns a verified request into acts (``Kernel.apply``).
-        clock: the kernel's clock, that a request's validity window is judged on (None:
-            the machine's; :meth:`run` sets the clock it runs on).
+        clock: the clock a request's validity window is judged on (None: the machine's).
+            Real time, whatever clock the kernel decides on: the window bounds how long a
+            row may be held back, and doors sign on the machine's clock too, so a kernel
+            serving a simulated day (``dirk serve --clock journal``) takes a decision
+            signed a moment ago by ``dirk decide``.
     """
 
     def __init__(
@@ -103,8 +106,7 @@ class Intake:
         return self._keyring
 
     async def run(self, clock: Clock, interval_s: float) -> None:
-        """Poll until the kernel stops."""
-        self._clock = clock
+        """Poll until the kernel stops, on ``clock``'s time."""
         try:
             while not await self.remember():
                 await clock.sleep(interval_s)
@@ -204,7 +206,7 @@ class Intake:
                 f"this request was taken from inbox row {seen[0]}: a copy is never taken again",
             )
         if seen is None:
-            # Where it is taken, on the kernel's clock: an expired row is refused on
+            # Where it is taken, on the machine's clock: an expired row is refused on
             # record, and replay reads that refusal (a row is never judged twice). A row
             # verified before a restart was judged in time then: it is applied now.
             check_time(signed, self._keyring.policy, self._clock.now_ns())

@@ -6,6 +6,7 @@ answered with what the kernel made of it once it takes it.
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from typing import Any
@@ -125,7 +126,8 @@ class Follower:
             ToolRefused: the kernel's wall would refuse the request (nothing posted).
         """
         try:
-            return await anyio.to_thread.run_sync(signer.post, request, self._clock.now_ns())
+            # Signed on the machine's clock, as the inbox judges a request's window.
+            return await anyio.to_thread.run_sync(signer.post, request, time.time_ns())
         except InputInvalid as exc:
             raise ToolRefused(exc.reason_code, exc.detail, exc.field) from None
 
