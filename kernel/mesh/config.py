@@ -139,10 +139,19 @@ def main(argv: Sequence[str] | None = None) -> int:
             tls=(args.tls_cert, args.tls_key) if args.tls_cert else None,
         )
     except (ValueError, keys.KeyUnusable, OSError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        # One line whatever the file named: a key that is no key is read as a path, and a
+        # path may hold a newline or a lone surrogate.
+        print(f"error: {one_line(str(exc))}", file=sys.stderr)
         return 2
     sys.stdout.write(text)
     return 0
+
+
+def one_line(text: str) -> str:
+    """Return ``text`` with every control character and lone surrogate escaped."""
+    return "".join(
+        c if c.isprintable() and not 0xD800 <= ord(c) <= 0xDFFF else ascii(c)[1:-1] for c in text
+    )
 
 
 if __name__ == "__main__":
