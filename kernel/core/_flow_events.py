@@ -6,6 +6,7 @@ from typing import Any
 
 from kernel.core._approval_events import QuorumRule
 from kernel.core._belief_events import Applied
+from kernel.core._principal_events import OnBehalf
 from kernel.core._records import (
     ExecutionIntent,
     Feedback,
@@ -111,6 +112,11 @@ class FlowCreated(Payload, frozen=True, tag=True):
     A flow opened by ``Kernel.propose`` records the ids its caller gave: the
     conversation it belongs to (a framework's run or thread) and the tool call it
     governs. Spans carry them as ``gen_ai.conversation.id`` and ``gen_ai.tool.call.id``.
+
+    ``on_behalf`` is whom the flow acts for (kernel.core._principal_events): the
+    authenticated principal, the agent's tier and the delegation chain. None: opened by a
+    kernel before principals existed, or for nobody (the DIM then refuses its proposal
+    PRINCIPAL_MISSING, on journals whose fold rules know principals).
     """
 
     root_dfid: str
@@ -118,6 +124,7 @@ class FlowCreated(Payload, frozen=True, tag=True):
     traceparent: str = ""
     conversation_id: str = ""
     tool_call_id: str = ""
+    on_behalf: OnBehalf | None = None
 
 
 class ContextCompiled(Payload, frozen=True, tag=True):

@@ -109,6 +109,21 @@ from kernel.core._governance_events import (
     RuleSource,
     SubjectErased,
 )
+from kernel.core._principal_events import (
+    PRINCIPAL_PAYLOADS,
+    Delegated,
+    FailMode,
+    Layer,
+    Member,
+    OnBehalf,
+    Permission,
+    Principal,
+    TenantDeclared,
+    TenantPolicy,
+    TenantPolicyChanged,
+    TenantSpec,
+    Tier,
+)
 from kernel.core._records import (
     ExecutionIntent,
     Feedback,
@@ -200,6 +215,9 @@ AnyPayload = (
     | WebhookFailed
     | CheckpointKeyChanged
     | SubjectErased
+    | TenantDeclared
+    | TenantPolicyChanged
+    | Delegated
 )
 
 
@@ -390,6 +408,7 @@ __all__ = [
     # governed beliefs (kernel.core._belief_events)
     "BELIEF_PAYLOADS",
     "GENESIS_HASH",
+    "PRINCIPAL_PAYLOADS",
     "ActorRestarted",
     "AgentRefused",
     "AgentRegistered",
@@ -416,6 +435,7 @@ __all__ = [
     "CredentialIssued",
     "DecisionMade",
     "DecisionRefused",
+    "Delegated",
     "Draft",
     "DuplicateSuppressed",
     "EntityCandidateRecorded",
@@ -429,6 +449,7 @@ __all__ = [
     "ExecutionStarted",
     "ExecutionSucceeded",
     "FactAdded",
+    "FailMode",
     "Feedback",
     "FlowAborted",
     "FlowClosed",
@@ -445,17 +466,22 @@ __all__ = [
     "InputRefused",
     "KernelStarted",
     "KernelStopped",
+    "Layer",
     "LimitAmended",
     "Manifest",
     "MeaningScored",
+    "Member",
     "MemoryQueried",
     "MessageDeadLettered",
     "ObservationRecorded",
+    "OnBehalf",
     "OperatorKeyRevoked",
     "OperatorKeyTrusted",
     "PackLoaded",
     "PackRef",
     "Payload",
+    "Permission",
+    "Principal",
     "ProjectionCheckpoint",
     "ProposalAccepted",
     "ProposalRecord",
@@ -476,7 +502,12 @@ __all__ = [
     "SourceRegistered",
     "SubjectErased",
     "SubmissionRefused",
+    "TenantDeclared",
+    "TenantPolicy",
+    "TenantPolicyChanged",
+    "TenantSpec",
     "TestResultIngested",
+    "Tier",
     "TriggerFired",
     "WebhookDelivered",
     "WebhookFailed",

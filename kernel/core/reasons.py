@@ -102,6 +102,30 @@ class ReasonCode(StrEnum):
     GRANT_NOT_LIVE = "GRANT_NOT_LIVE"
     """A grant act names a grant that is unknown, revoked, expired or (for a vote) no longer
     waiting for its quorum."""
+    PRINCIPAL_MISSING = "PRINCIPAL_MISSING"
+    """A call on behalf of nobody: no principal came with it and the kernel was opened with no
+    default principal its host vouches for (docs/identity.md)."""
+    PRINCIPAL_INVALID = "PRINCIPAL_INVALID"
+    """A principal's credential did not verify: a user token unsigned, expired, for another
+    audience, or signed by a key the kernel does not trust."""
+    TENANT_NOT_MEMBER = "TENANT_NOT_MEMBER"
+    """The principal is not a member of the tenant the call names (or the tenant is not
+    declared in a kernel that declares tenants)."""
+    CROSS_TENANT = "CROSS_TENANT"
+    """A read or an act on another tenant's records than the caller's own."""
+    SCOPE_MISSING = "SCOPE_MISSING"
+    """The principal lacks a scope the kind requires (all of them are required)."""
+    SCOPE_NOT_DELEGATED = "SCOPE_NOT_DELEGATED"
+    """A scope the kind requires was not handed on by every hop of the delegation chain."""
+    POLICY_DENIED = "POLICY_DENIED"
+    """The tenant's policy denies the kind to this tier or user (the most specific layer)."""
+    RATE_LIMITED = "RATE_LIMITED"
+    """The user's calls at this tier within the last minute reached the tenant's limit."""
+    GOVERNANCE_UNAVAILABLE = "GOVERNANCE_UNAVAILABLE"
+    """The journal's store cannot be reached and the tenant fails closed for this kind."""
+    DELEGATION_INVALID = "DELEGATION_INVALID"
+    """A delegation names an agent, a parent or a principal that does not fit: the parent is
+    another principal's, or its agent is not the delegating one."""
 
 
 RESERVED_REASONS: frozenset[ReasonCode] = frozenset(

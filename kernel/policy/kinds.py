@@ -55,6 +55,12 @@ class PolicyKind(
     retention_s: ClassVar[float | None] = None
     """How long a subject's personal fields are kept after their last use (None: until
     erased): ``dirk erase --expired`` erases subjects past it."""
+    scopes: ClassVar[tuple[str, ...]] = ()
+    """The scopes a principal needs for this kind, all of them (docs/identity.md): checked
+    by the DIM against the principal's scopes in its tenant, narrowed along a delegation."""
+    read_only: ClassVar[bool] = False
+    """Whether the kind only reads (changes nothing in the world): a tenant that fails open
+    lets such calls proceed while the journal's store is away (docs/identity.md)."""
 
     def needs_human(self) -> NeedsHuman | None:
         """Return why this (valid) action needs a human, or None: the pack's escalation rule.
