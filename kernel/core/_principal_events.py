@@ -201,5 +201,38 @@ class Delegated(Payload, frozen=True, tag=True):
     chain: list[str] = []
 
 
-PRINCIPAL_PAYLOADS = (TenantDeclared, TenantPolicyChanged, Delegated)
+class DecidedWithoutJournal(Payload, frozen=True, tag=True):
+    """A call decided while the journal's store could not be reached, appended once it was.
+
+    Its tenant's fail mode decided it (``allowed``: a read-only kind of a tenant that fails
+    open; otherwise refused GOVERNANCE_UNAVAILABLE). It was kept in a durable local spool
+    meanwhile and is appended in the spool's order, exactly once (``spool_id``). Never
+    shown as an ordinary allow: audits mark it decided without the journal.
+
+    Attributes:
+        spool_id: the call's place in the spool (unique, increasing).
+        decided_ns: when it was decided, on the kernel's clock.
+        dfid: the trace id the call was answered with.
+        agent_id: the calling agent.
+        kind: the policy kind called.
+        on_behalf: whom it acted for.
+        allowed: whether it proceeded.
+        reason_code: why it was refused (None when allowed).
+        detail: what the caller was told.
+        params_digest: the hex SHA-256 of the call's canonical parameters.
+    """
+
+    spool_id: int
+    decided_ns: int
+    dfid: str
+    agent_id: str
+    kind: str
+    on_behalf: OnBehalf | None = None
+    allowed: bool = False
+    reason_code: str | None = None
+    detail: str = ""
+    params_digest: str = ""
+
+
+PRINCIPAL_PAYLOADS = (TenantDeclared, TenantPolicyChanged, Delegated, DecidedWithoutJournal)
 """The event types of the principals domain (kernel.state.principals)."""

@@ -111,6 +111,7 @@ from kernel.core._governance_events import (
 )
 from kernel.core._principal_events import (
     PRINCIPAL_PAYLOADS,
+    DecidedWithoutJournal,
     Delegated,
     FailMode,
     Layer,
@@ -218,6 +219,7 @@ AnyPayload = (
     | TenantDeclared
     | TenantPolicyChanged
     | Delegated
+    | DecidedWithoutJournal
 )
 
 
@@ -433,6 +435,7 @@ __all__ = [
     "ConstraintDeactivated",
     "ContextCompiled",
     "CredentialIssued",
+    "DecidedWithoutJournal",
     "DecisionMade",
     "DecisionRefused",
     "Delegated",
