@@ -24,11 +24,9 @@ OVER_TEN_AT_MOST = 124
 """Functions in kernel/ above complexity 10, at most: 134 when issue 39 was written, its goal
 60; lower this as functions come down, never raise it."""
 OVER_THE_CEILING = {
-    "kernel/adapters/constraints.py check",
     "kernel/api/acts.py OperatorActs.apply",
     "kernel/api/proposals.py Proposals.propose",
     "kernel/boot.py open_kernel",
-    "kernel/core/wall.py check_value",
 }
 """The functions still above the ceiling (31 when issue 39 was written): each to come down."""
 

@@ -24,6 +24,7 @@ intent for the system behind it to enforce (a limit order at the exchange).
 
 from __future__ import annotations
 
+from decimal import Decimal
 from typing import Any
 
 import msgspec
@@ -63,24 +64,49 @@ def check(
 
     A bound that needs a quote fails closed when there is none to judge it by.
     """
-    if valid_until_ns is not None and now_ns > valid_until_ns:
-        late_ms = (now_ns - valid_until_ns) // 1_000_000
-        return Violation(
-            bound="valid_until_ns",
-            detail=f"validity window ended {late_ms} ms before execution",
-            observed={"now_ns": now_ns},
-        )
-    if not bounds:
-        return None
+    late = _expired(valid_until_ns, now_ns)
+    if late is not None or not bounds:
+        return late
     observed = msgspec.to_builtins(quote) if quote is not None else {}
+    failed = _market_state(bounds, quote, observed) or _not_decimal(bounds, observed)
+    if failed is not None or not any(bounds.get(n) is not None for n in _PRICED):
+        return failed
+    price = decimal_of(quote.price) if quote is not None and quote.price is not None else None
+    if price is None:
+        return Violation(bound="price", detail="no live price to check bounds", observed=observed)
+    return _limit(bounds, price, observed) or _slippage(bounds, price, observed)
+
+
+_PRICED = ("limit_price", "max_slippage_bps")
+"""The bounds that need a live price."""
+
+
+def _expired(valid_until_ns: int | None, now_ns: int) -> Violation | None:
+    if valid_until_ns is None or now_ns <= valid_until_ns:
+        return None
+    late_ms = (now_ns - valid_until_ns) // 1_000_000
+    return Violation(
+        bound="valid_until_ns",
+        detail=f"validity window ended {late_ms} ms before execution",
+        observed={"now_ns": now_ns},
+    )
+
+
+def _market_state(
+    bounds: dict[str, Any], quote: Quote | None, observed: dict[str, Any]
+) -> Violation | None:
     state = bounds.get("required_market_state")
-    if state is not None and (quote is None or quote.market_state != state):
-        found = quote.market_state if quote else None
-        return Violation(
-            bound="required_market_state",
-            detail=f"market is {found}, the intent requires {state}",
-            observed=observed,
-        )
+    if state is None or (quote is not None and quote.market_state == state):
+        return None
+    found = quote.market_state if quote else None
+    return Violation(
+        bound="required_market_state",
+        detail=f"market is {found}, the intent requires {state}",
+        observed=observed,
+    )
+
+
+def _not_decimal(bounds: dict[str, Any], observed: dict[str, Any]) -> Violation | None:
     for name in ("limit_price", "reference_price", "max_slippage_bps"):
         if bounds.get(name) is not None and decimal_of(bounds[name]) is None:
             return Violation(
@@ -88,33 +114,36 @@ def check(
                 detail=f"{name} {bounds[name]!r} is not a decimal string: it bounds nothing",
                 observed=observed,
             )
-    needs_price = any(bounds.get(name) is not None for name in ("limit_price", "max_slippage_bps"))
-    if not needs_price:
-        return None
-    price = decimal_of(quote.price) if quote is not None and quote.price is not None else None
-    if price is None:
-        return Violation(bound="price", detail="no live price to check bounds", observed=observed)
+    return None
+
+
+def _limit(bounds: dict[str, Any], price: Decimal, observed: dict[str, Any]) -> Violation | None:
     side = bounds.get("side")
     limit = decimal_of(bounds.get("limit_price"))
-    if limit is not None:
-        if (side == "sell" and price < limit) or (side != "sell" and price > limit):
-            return Violation(
-                bound="limit_price",
-                detail=f"price {price} is beyond the limit {limit} ({side or 'buy'})",
-                observed=observed,
-            )
+    if limit is None:
+        return None
+    if (side == "sell" and price < limit) or (side != "sell" and price > limit):
+        return Violation(
+            bound="limit_price",
+            detail=f"price {price} is beyond the limit {limit} ({side or 'buy'})",
+            observed=observed,
+        )
+    return None
+
+
+def _slippage(bounds: dict[str, Any], price: Decimal, observed: dict[str, Any]) -> Violation | None:
     max_bps = decimal_of(bounds.get("max_slippage_bps"))
     reference = decimal_of(bounds.get("reference_price"))
-    if max_bps is not None and reference is not None and reference > 0:
-        move = (price - reference) / reference * 10_000
-        adverse = {"buy": move, "sell": -move}.get(side or "", abs(move))
-        if adverse > max_bps:
-            return Violation(
-                bound="max_slippage_bps",
-                detail=(
-                    f"price moved from {reference} to {price}: {move:.1f} bps,"
-                    f" the bound is {max_bps} bps"
-                ),
-                observed={**observed, "reference_price": str(reference)},
-            )
-    return None
+    if max_bps is None or reference is None or reference <= 0:
+        return None
+    move = (price - reference) / reference * 10_000
+    adverse = {"buy": move, "sell": -move}.get(bounds.get("side") or "", abs(move))
+    if adverse <= max_bps:
+        return None
+    return Violation(
+        bound="max_slippage_bps",
+        detail=(
+            f"price moved from {reference} to {price}: {move:.1f} bps, the bound is {max_bps} bps"
+        ),
+        observed={**observed, "reference_price": str(reference)},
+    )

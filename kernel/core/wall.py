@@ -275,32 +275,44 @@ def check_value(value: Any, path: str = "$") -> None:
             if not math.isfinite(item):
                 raise InputInvalid(_spelled(where), f"{item} is not a finite number")
         elif kind is str:
-            if not item.isascii():
-                _check_utf8(item, where)
-            chars += len(item)
-            if chars > MAX_CHARS:
-                raise InputInvalid("$", f"more than {MAX_CHARS} characters of text in all")
-            if len(item) > MAX_VALUE_CHARS:
-                raise InputInvalid(
-                    _spelled(where), f"a string of {len(item)} characters, over {MAX_VALUE_CHARS}"
-                )
+            chars = _text(item, where, chars)
         elif kind is list:
             stack.extend((v, (where, i), depth + 1) for i, v in enumerate(item))
         elif kind is dict:
-            for key, v in item.items():
-                if not isinstance(key, str):
-                    raise InputInvalid(
-                        _spelled(where), f"a key that is not a string: {key!r}"[:200]
-                    )
-                if not key.isascii():
-                    _check_utf8(key, where, "a key")
-                chars += len(key)
-                stack.append((v, (where, key), depth + 1))
+            chars = _members(item, where, depth, stack, chars)
         else:
             raise InputInvalid(_spelled(where), f"a {type(item).__name__} is not plain data")
 
 
 _PLAIN = frozenset({int, float, str, list, dict})
+
+
+def _text(item: str, where: Any, chars: int) -> int:
+    """Check one string of a value; return the characters counted so far with it."""
+    if not item.isascii():
+        _check_utf8(item, where)
+    chars += len(item)
+    if chars > MAX_CHARS:
+        raise InputInvalid("$", f"more than {MAX_CHARS} characters of text in all")
+    if len(item) > MAX_VALUE_CHARS:
+        raise InputInvalid(
+            _spelled(where), f"a string of {len(item)} characters, over {MAX_VALUE_CHARS}"
+        )
+    return chars
+
+
+def _members(
+    item: Mapping[Any, Any], where: Any, depth: int, stack: list[tuple[Any, Any, int]], chars: int
+) -> int:
+    """Check a mapping's keys and queue its values; return the characters counted so far."""
+    for key, v in item.items():
+        if not isinstance(key, str):
+            raise InputInvalid(_spelled(where), f"a key that is not a string: {key!r}"[:200])
+        if not key.isascii():
+            _check_utf8(key, where, "a key")
+        chars += len(key)
+        stack.append((v, (where, key), depth + 1))
+    return chars
 
 
 def _check_utf8(text: str, where: Any, what: str = "text") -> None:
