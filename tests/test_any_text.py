@@ -63,6 +63,7 @@ from tests.dim.test_amendments import PACK as DESK
 from tests.dim.test_amendments import Desk, trader
 from tests.support.helpers import PACK, Bank, ScriptedAgent, configured, kernel_for, transfer
 from tests.support.hostile import hostile_scalars, hostile_text, hostile_values
+from tests.support.principals import LOCAL
 
 BAD = "a\ud800"
 """A lone surrogate: what json.loads makes of the escape ``"\\ud800"``."""
@@ -90,7 +91,8 @@ async def desk(path: Path) -> AsyncIterator[tuple[Kernel, Scene]]:
         adapters={"bank": Bank(), "desk": Desk()},
         allow=["clerk", "trader", "other", "payer", BAD, ESC],
         config=configured(
-            KernelConfig(ports=Ports(clock=ManualClock(), ids=SeededIds(3))), inbox_poll_s=None
+            KernelConfig(principal=LOCAL, ports=Ports(clock=ManualClock(), ids=SeededIds(3))),
+            inbox_poll_s=None,
         ),
     ) as kernel:
         await kernel.register(ScriptedAgent(steps=[transfer(confidence=0.2, valid_for_s=600)]))

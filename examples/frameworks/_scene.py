@@ -22,12 +22,16 @@ from typing import Any
 
 import anyio
 
-from kernel import FlowStatus, Kernel, Manifest, open_kernel
+from kernel import FlowStatus, Kernel, KernelConfig, Manifest, Principal, open_kernel
 from kernel.adapters import ExecutionIntent, Receipt
 from kernel.audit import redact
 from kernel.frameworks import Gate
 from kernel.testing import action_of
 from policies.booking import BOOKING
+
+# This host vouches for one local user: every flow it opens acts on their behalf
+# (a multi-user host passes each call's own principal instead; docs/identity.md).
+HOST_PRINCIPAL = Principal(tenant="local", user="you")
 
 AGENT = "booker"
 TOOL = "booking_reserve_room"
@@ -77,7 +81,13 @@ class Hotel:
 @asynccontextmanager
 async def scene(db: Path) -> AsyncIterator[Gate]:
     """A kernel on ``db`` with the booking pack and the hotel; the agent's session and gate."""
-    async with open_kernel(db, packs=[BOOKING], adapters={"hotel": Hotel()}, allow=[AGENT]) as k:
+    async with open_kernel(
+        db,
+        packs=[BOOKING],
+        adapters={"hotel": Hotel()},
+        allow=[AGENT],
+        config=KernelConfig(principal=HOST_PRINCIPAL),
+    ) as k:
         await k.handshake(
             Manifest(
                 agent_id=AGENT,

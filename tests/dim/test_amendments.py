@@ -30,6 +30,7 @@ from kernel.testing import ManualClock, SeededIds
 from tests.cli.test_cli import dirk, one_error_line
 from tests.support.helpers import ScriptedAgent, configured
 from tests.support.operators import Keys
+from tests.support.principals import LOCAL
 
 
 class Order(PolicyKind, tag="desk.order"):
@@ -74,7 +75,8 @@ def kernel(path: Path, clock: Clock, **kw: Any) -> AbstractAsyncContextManager[K
         adapters={"desk": Desk()},
         allow=["trader", "other"],
         config=configured(
-            KernelConfig(ports=Ports(clock=clock, ids=SeededIds(5))), **{"inbox_poll_s": None, **kw}
+            KernelConfig(principal=LOCAL, ports=Ports(clock=clock, ids=SeededIds(5))),
+            **{"inbox_poll_s": None, **kw},
         ),
     )
 

@@ -41,6 +41,7 @@ from tests.support.helpers import (
     kernel_for,
     transfer,
 )
+from tests.support.principals import LOCAL
 
 
 async def test_accepted_flow_executes_once_and_is_recorded(kernel: Kernel, bank: Bank) -> None:
@@ -367,7 +368,7 @@ async def test_a_rule_sleeping_past_its_budget_keeps_its_verdict_live_and_on_rep
         packs=[SLOW],
         adapters={"bank": Bank()},
         allow=["clerk"],
-        config=KernelConfig(ports=Ports(clock=ManualClock(), ids=SeededIds(7))),
+        config=KernelConfig(principal=LOCAL, ports=Ports(clock=ManualClock(), ids=SeededIds(7))),
     ) as kernel:
         await kernel.register(ScriptedAgent(steps=[invoice], max_attempts=1))
         for amount, (status, code) in expected.items():

@@ -36,6 +36,7 @@ from kernel.gateway import (  # noqa: E402
 )
 from kernel.mcp import Identity, Principal  # noqa: E402
 from tests.support.operators import suite_keys  # noqa: E402
+from tests.support.principals import LOCAL  # noqa: E402
 
 UPSTREAM = SUPPORT / "gateway_upstream.py"
 AGENT = "ide"
@@ -117,7 +118,9 @@ def subprocess_env() -> dict[str, str]:
 def kernel_config() -> KernelConfig:
     """The kernel trusts the suite's operators' keys and reads the inbox often."""
     return KernelConfig(
-        keyring=str(suite_keys().keyring), supervision=Supervision(inbox_poll_s=0.05)
+        principal=LOCAL,
+        keyring=str(suite_keys().keyring),
+        supervision=Supervision(inbox_poll_s=0.05),
     )
 
 

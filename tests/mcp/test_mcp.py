@@ -26,6 +26,7 @@ from kernel.config import KernelConfig, Ports  # noqa: E402
 from kernel.core.events import AgentStatusChanged, payloads  # noqa: E402
 from kernel.mcp import Embedded, Follower, Identity, Principal, build_server  # noqa: E402
 from kernel.testing import ManualClock, SeededIds  # noqa: E402
+from tests.support.principals import LOCAL  # noqa: E402
 
 AGENT = Principal(role="agent", name="ide")
 OPERATOR = Principal(role="operator", name="rui")
@@ -237,7 +238,7 @@ async def test_a_follower_reads_the_journal_and_queues_operator_acts(
         packs=[MEMORY_PACK],
         adapters={},
         allow=["ide"],
-        config=KernelConfig(ports=Ports(clock=ManualClock(), ids=SeededIds(6))),
+        config=KernelConfig(principal=LOCAL, ports=Ports(clock=ManualClock(), ids=SeededIds(6))),
     ) as kernel:
         async with kernel.journal.subscribe(1) as batches:
             changed = None

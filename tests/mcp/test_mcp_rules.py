@@ -34,6 +34,7 @@ from kernel.mcp import (  # noqa: E402
 )
 from kernel.state.projections import fold  # noqa: E402
 from kernel.testing import ManualClock, SeededIds  # noqa: E402
+from tests.support.principals import LOCAL  # noqa: E402
 
 AGENT = Principal(role="agent", name="ide")
 OPERATOR = Principal(role="operator", name="rui")
@@ -187,7 +188,7 @@ def inbox_kernel(db: Path) -> AbstractAsyncContextManager[Kernel]:
         packs=[MEMORY_PACK],
         adapters={},
         allow=["ide"],
-        config=KernelConfig(ports=Ports(clock=ManualClock(), ids=SeededIds(8))),
+        config=KernelConfig(principal=LOCAL, ports=Ports(clock=ManualClock(), ids=SeededIds(8))),
     )
 
 

@@ -21,6 +21,7 @@ from kernel.testing import ManualClock, SeededIds
 from tests.support.helpers import PACK, Bank, configured, flow_of
 from tests.support.hostile import hostile_text
 from tests.support.memory_domain import BOOKING, Planner, book, note, remember, run
+from tests.support.principals import LOCAL
 
 DML = "Verify accessibility before booking"
 
@@ -63,7 +64,7 @@ async def kernel_with(
         packs=[PACK, BOOKING, memory or memory_pack()],
         adapters={"bank": Bank()},
         allow=["booker", "other"],
-        config=configured(KernelConfig(ports=ports)),
+        config=configured(KernelConfig(principal=LOCAL, ports=ports)),
     ) as kernel:
         yield kernel
 

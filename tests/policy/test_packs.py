@@ -41,6 +41,7 @@ from policies.booking import BOOKING
 from policies.trading import TRADING
 from policies.trading_0_2 import TRADING_0_2
 from tests.support.gate_domain import SHOP, Buy, qty_cap
+from tests.support.principals import LOCAL
 
 HERE = __file__
 
@@ -200,7 +201,11 @@ def test_a_rule_about_a_kind_of_another_pack_is_refused() -> None:
 async def test_the_kernel_refuses_to_start_on_a_broken_pack(tmp_path: Path) -> None:
     with pytest.raises(PackError, match="'colour'"):
         async with open_kernel(
-            tmp_path / "j.db", packs=[pack(rules=(reads_missing,))], adapters={}, allow=[]
+            tmp_path / "j.db",
+            packs=[pack(rules=(reads_missing,))],
+            adapters={},
+            allow=[],
+            config=KernelConfig(principal=LOCAL),
         ):
             pass
     assert not (tmp_path / "j.db").exists()
@@ -310,7 +315,7 @@ async def test_the_rules_of_a_running_kernel_change_only_through_load_pack(tmp_p
         packs=[SHOP],
         adapters={"shop": Shop()},
         allow=[],
-        config=KernelConfig(ports=Ports(clock=ManualClock(), ids=SeededIds(1))),
+        config=KernelConfig(principal=LOCAL, ports=Ports(clock=ManualClock(), ids=SeededIds(1))),
     ) as k:
         for attempt in tries_to_change(SHOP, k.catalog):
             with pytest.raises((TypeError, AttributeError)):

@@ -24,6 +24,7 @@ from kernel.adapters import ExecutionIntent, Receipt
 from kernel.config import KernelConfig, Supervision
 from tests.support.helpers import PACK, Bank, ScriptedAgent, Transfer, transfer
 from tests.support.operator_kernel import OPS, memo
+from tests.support.principals import LOCAL
 
 POLL_S = 0.05
 MARKUP = (
@@ -58,6 +59,7 @@ async def main(db: str, effects: str, budget: int) -> None:
         adapters={"bank": RecordingBank(Path(effects))},
         allow=["clerk", "scribe", "mallory"],
         config=KernelConfig(
+            principal=LOCAL,
             supervision=Supervision(inbox_poll_s=POLL_S),
             escalation=EscalationPolicy(budget=EscalationBudget(capacity=budget)),
         ),

@@ -21,12 +21,21 @@ import sys
 
 import anyio
 
-from kernel import FlowStatus, Kernel, Proposal, ReasonCode, WorkingContext, open_kernel
+from kernel import (
+    FlowStatus,
+    Kernel,
+    KernelConfig,
+    Proposal,
+    ReasonCode,
+    WorkingContext,
+    open_kernel,
+)
 from kernel.adapters import AdapterError, ExecutionIntent
 from kernel.testing import Faults, SimulatedSystem
 from tests.support.crash import die, die_after_commit
 from tests.support.execution_domain import DESK, KINDS, Ping, Trip, name_of
 from tests.support.helpers import ScriptedAgent
+from tests.support.principals import LOCAL
 
 FLOWS = 9
 
@@ -89,7 +98,11 @@ async def main(
 ) -> None:
     ledger = Ledger(ledger_path, kill, lookup == "1")
     async with open_kernel(
-        journal, packs=[DESK], adapters={"desk": ledger}, allow=["clerk"]
+        journal,
+        packs=[DESK],
+        adapters={"desk": ledger},
+        allow=["clerk"],
+        config=KernelConfig(principal=LOCAL),
     ) as kernel:
         die_after_commit(kernel, kill)
         if mode == "run":

@@ -15,6 +15,7 @@ from kernel.adapters import Adapter, ExecutionIntent, Receipt
 from kernel.config import KernelConfig, Ports
 from kernel.policy import PolicyKind, PolicyPack
 from kernel.testing import ManualClock, SeededIds, Step
+from tests.support.principals import LOCAL
 
 
 def configured(config: KernelConfig, **settings: Any) -> KernelConfig:
@@ -139,7 +140,10 @@ async def kernel_for(
         adapters={"bank": bank or Bank()},
         allow=allow,
         config=configured(
-            KernelConfig(ports=Ports(clock=clock or ManualClock(), ids=SeededIds(7))), **kw
+            KernelConfig(
+                principal=LOCAL, ports=Ports(clock=clock or ManualClock(), ids=SeededIds(7))
+            ),
+            **kw,
         ),
     ) as kernel:
         yield kernel
