@@ -20,7 +20,7 @@ import kernel
 KERNEL = Path(kernel.__file__).parent
 CEILING = 20
 """No function anywhere in kernel/ above this."""
-OVER_TEN_AT_MOST = 119
+OVER_TEN_AT_MOST = 114
 """Functions in kernel/ above complexity 10, at most: 134 when issue 39 was written, its goal
 60; lower this as functions come down, never raise it."""
 OVER_THE_CEILING = {
@@ -44,8 +44,8 @@ PACKAGES: dict[str, int] = {
     "gateway": 4,
     "mcp": 7,
     "policy": 6,
-    "proofs/bundle.py": 2,
-    "proofs/check.py": 1,
+    "proofs/bundle.py": 0,
+    "proofs/check.py": 0,
     "state": 0,
     "telemetry": 5,
 }
