@@ -20,7 +20,7 @@ import kernel
 KERNEL = Path(kernel.__file__).parent
 CEILING = 20
 """No function anywhere in kernel/ above this."""
-OVER_TEN_AT_MOST = 124
+OVER_TEN_AT_MOST = 89
 """Functions in kernel/ above complexity 10, at most: 134 when issue 39 was written, its goal
 60; lower this as functions come down, never raise it."""
 OVER_THE_CEILING = {
@@ -38,14 +38,14 @@ PACKAGES: dict[str, int] = {
     "beliefs": 0,
     "console": 3,
     "context": 2,
-    "escalation": 5,
-    "execution": 2,
+    "escalation": 0,
+    "execution": 0,
     "frameworks": 0,
     "gateway": 4,
     "mcp": 7,
-    "policy": 6,
-    "proofs/bundle.py": 2,
-    "proofs/check.py": 1,
+    "policy": 3,
+    "proofs/bundle.py": 0,
+    "proofs/check.py": 0,
     "state": 0,
     "telemetry": 5,
 }

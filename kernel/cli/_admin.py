@@ -147,6 +147,11 @@ async def _rules(args: argparse.Namespace) -> int:
     if seq is None:
         _list_rules(space, pending, ns, as_json=args.json)
         return ExitCode.OK
+    return await _decide_rule(args, book, seq)
+
+
+async def _decide_rule(args: argparse.Namespace, book: Rulebook, seq: int) -> int:
+    """Queue an override or skip of the deferred rule proposal ``seq``."""
     if args.json:
         return error(CliError.BAD_ARGUMENT, "--json reads; a decision changes", ExitCode.USAGE)
     missing = _who_and_why(args)
@@ -167,29 +172,7 @@ def _list_rules(
 ) -> None:
     """Print the rules of ``ns`` and its deferred proposals, as text or one JSON object."""
     if as_json:
-        print_json(
-            {
-                "rules": [
-                    {
-                        "rule": rule,
-                        "current": item.current,
-                        "versions": len(item.versions),
-                        "decisions": len(item.decisions),
-                    }
-                    for rule, item in sorted(space.items())
-                ],
-                "ns": ns,
-                "deferred": [
-                    {
-                        "seq": pending_seq,
-                        "rule": proposal.rule,
-                        "title": proposal.title,
-                        "proposer": proposal.proposer,
-                    }
-                    for pending_seq, proposal in pending
-                ],
-            }
-        )
+        _print_rules_json(space, pending, ns)
         return
     for rule, item in sorted(space.items()):
         current = item.current
@@ -202,6 +185,34 @@ def _list_rules(
         )
     if not space and not pending:
         say("no rules" if ns == "default" else f"no rules in namespace {ns}")
+
+
+def _print_rules_json(
+    space: dict[str, RuleItem], pending: list[tuple[int, RuleProposed]], ns: str
+) -> None:
+    print_json(
+        {
+            "rules": [
+                {
+                    "rule": rule,
+                    "current": item.current,
+                    "versions": len(item.versions),
+                    "decisions": len(item.decisions),
+                }
+                for rule, item in sorted(space.items())
+            ],
+            "ns": ns,
+            "deferred": [
+                {
+                    "seq": pending_seq,
+                    "rule": proposal.rule,
+                    "title": proposal.title,
+                    "proposer": proposal.proposer,
+                }
+                for pending_seq, proposal in pending
+            ],
+        }
+    )
 
 
 async def _change_rule(args: argparse.Namespace, book: Rulebook, rule: str) -> int:

@@ -102,22 +102,32 @@ async def check_artifacts(state: ArtifactState, location: str) -> list[str]:
 async def _artifacts(args: argparse.Namespace) -> int:
     projections = await fold_journal(args.db)
     location = args.artifacts or artifacts_beside(args.db)
-    state = projections.artifacts
     if args.gc and not args.dry_run:
         return await _collect(args)
-    kept = live(state, _facts(projections))
     if args.gc:
-        try:
-            async with open_artifacts(location, readonly=True) as store:
-                held = await store.refs()
-        except ArtifactStoreError as exc:
-            return error(ReasonCode.ARTIFACT_MISSING, exc.detail)
-        going = collectable(state, _facts(projections), held)
-        if args.json:
-            print_json({"collectable": going})
-        else:
-            say(*(f"would collect {ref}" for ref in going) or ["nothing to collect"])
-        return ExitCode.OK
+        return await _would_collect(args, projections, location)
+    return _list(args, projections)
+
+
+async def _would_collect(args: argparse.Namespace, projections: Projections, location: str) -> int:
+    """``--gc --dry-run``: the stored artifacts a collection would take, nothing taken."""
+    try:
+        async with open_artifacts(location, readonly=True) as store:
+            held = await store.refs()
+    except ArtifactStoreError as exc:
+        return error(ReasonCode.ARTIFACT_MISSING, exc.detail)
+    going = collectable(projections.artifacts, _facts(projections), held)
+    if args.json:
+        print_json({"collectable": going})
+    else:
+        say(*(f"would collect {ref}" for ref in going) or ["nothing to collect"])
+    return ExitCode.OK
+
+
+def _list(args: argparse.Namespace, projections: Projections) -> int:
+    """Every artifact the journal stored, live (referenced) or not."""
+    state = projections.artifacts
+    kept = live(state, _facts(projections))
     rows = [
         {
             "ref": ref,

@@ -245,7 +245,6 @@ def _review_document(
     ballots = ballots or {}
     proposal = flow.proposal
     context = _context_seen(events, proposal.context_ref if proposal else "")
-    manifest = manifest_of(agents, flow.agent_id)
     boot = started[-1].payload if started else None
     packs = boot.packs if isinstance(boot, ev.KernelStarted) else []
     document: dict[str, Any] = {
@@ -254,65 +253,82 @@ def _review_document(
         "agent_id": flow.agent_id,
         "topic": flow.topic,
         "approval": None,
-        "proposal": None,
+        "proposal": _proposal_document(proposal),
         "context": None,
-        "agent": None,
+        "agent": _agent_document(manifest_of(agents, flow.agent_id)),
         "packs": [{"name": p.name, "version": p.version, "hash": p.hash} for p in packs],
         "pending_key": flow.pending.key if flow.pending is not None else None,
     }
     if approval is not None:
-        document["approval"] = {
-            "status": str(approval.status),
-            "impact": str(approval.impact),
-            "reason_code": str(approval.reason_code),
-            "detail": approval.detail,
-            "escalated": iso_time(approval.escalated_ts),
-            "waited_s": max(0, now - approval.escalated_ts) // 1_000_000_000,
-            "action_hash": approval.action_hash,
-            "short_hash": approval.short_hash,
-            "operator": approval.operator,
-            "reason": approval.reason,
-            "quorum": None,
-        }
-        ballot = ballots.get(flow.dfid)
-        if ballot is not None and quorum_text(ballot):
-            document["approval"]["quorum"] = {
-                "required": ballot.quorum.required,
-                "roles": ballot.quorum.roles,
-                "waiting": quorum_text(ballot),
-                "counted": ballot.counted,
-                "excluded": ballot.excluded,
-                "votes": [
-                    {"operator": v.operator, "vote": v.vote, "roles": v.roles, "at": iso_time(v.ts)}
-                    for v in ballot.votes
-                ],
-            }
-    if proposal is not None:
-        document["proposal"] = {
-            "kind": proposal.kind,
-            "version": proposal.version,
-            "params": proposal.params,
-            "confidence": proposal.confidence,
-            "explain": proposal.explain,
-        }
+        document["approval"] = _approval_document(approval, ballots.get(flow.dfid), now)
     if context is not None:
-        feedback = context.feedback
-        document["context"] = {
-            "attempt": context.attempt,
-            "context_ref": context.context_ref,
-            "state": context.state,
-            "feedback": None
-            if feedback is None
-            else {"reason_code": str(feedback.reason_code), "detail": feedback.detail},
-        }
-    if manifest is not None:
-        document["agent"] = {
-            "agent_id": manifest.agent_id,
-            "capabilities": list(manifest.capabilities),
-            "max_attempts": manifest.max_attempts,
-            "limits": manifest.limits,
+        document["context"] = _context_document(context)
+    return document
+
+
+def _proposal_document(proposal: ev.ProposalRecord | None) -> dict[str, Any] | None:
+    if proposal is None:
+        return None
+    return {
+        "kind": proposal.kind,
+        "version": proposal.version,
+        "params": proposal.params,
+        "confidence": proposal.confidence,
+        "explain": proposal.explain,
+    }
+
+
+def _agent_document(manifest: ev.Manifest | None) -> dict[str, Any] | None:
+    if manifest is None:
+        return None
+    return {
+        "agent_id": manifest.agent_id,
+        "capabilities": list(manifest.capabilities),
+        "max_attempts": manifest.max_attempts,
+        "limits": manifest.limits,
+    }
+
+
+def _approval_document(approval: Approval, ballot: Ballot | None, now: int) -> dict[str, Any]:
+    """The review's approval: what waits, since when, and the quorum's votes if it takes votes."""
+    document: dict[str, Any] = {
+        "status": str(approval.status),
+        "impact": str(approval.impact),
+        "reason_code": str(approval.reason_code),
+        "detail": approval.detail,
+        "escalated": iso_time(approval.escalated_ts),
+        "waited_s": max(0, now - approval.escalated_ts) // 1_000_000_000,
+        "action_hash": approval.action_hash,
+        "short_hash": approval.short_hash,
+        "operator": approval.operator,
+        "reason": approval.reason,
+        "quorum": None,
+    }
+    if ballot is not None and quorum_text(ballot):
+        document["quorum"] = {
+            "required": ballot.quorum.required,
+            "roles": ballot.quorum.roles,
+            "waiting": quorum_text(ballot),
+            "counted": ballot.counted,
+            "excluded": ballot.excluded,
+            "votes": [
+                {"operator": v.operator, "vote": v.vote, "roles": v.roles, "at": iso_time(v.ts)}
+                for v in ballot.votes
+            ],
         }
     return document
+
+
+def _context_document(context: ev.ContextCompiled) -> dict[str, Any]:
+    feedback = context.feedback
+    return {
+        "attempt": context.attempt,
+        "context_ref": context.context_ref,
+        "state": context.state,
+        "feedback": None
+        if feedback is None
+        else {"reason_code": str(feedback.reason_code), "detail": feedback.detail},
+    }
 
 
 def _context_seen(events: list[Event], ref: str) -> ev.ContextCompiled | None:

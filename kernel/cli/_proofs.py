@@ -16,7 +16,7 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 
@@ -43,6 +43,9 @@ from kernel.proofs.check import KeySet, read_keys
 from kernel.proofs.publish import open_publishers, publish_all
 from kernel.proofs.signing import Signer, default_origin, load_signing_key
 from kernel.proofs.witness import Witness, WitnessRefused
+
+if TYPE_CHECKING:
+    from kernel.proofs.erasure import SubjectKeys
 
 
 def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -237,27 +240,13 @@ async def _prove(args: argparse.Namespace) -> int:
             if args.consistency is not None:
                 old, new = args.consistency
                 return await _prove_consistency(journal, old, new, args.json)
-            if args.event is not None:
-                within = 1 <= args.event <= journal.head_seq
-                events = await journal.read(args.event, args.event + 1) if within else []
-                if not events:
-                    return error(CliError.UNKNOWN_SEQ, f"no event {args.event} in the journal")
-            else:
-                events = await journal.flow_events(args.flow)
-                if not events:
-                    return error(CliError.UNKNOWN_FLOW, f"no flow {args.flow} in the journal")
-            covering = await _latest_covering(journal, events[-1].seq)
-            if covering is None:
-                return error(
-                    CliError.NO_CHECKPOINT,
-                    f"no signed checkpoint covers event {events[-1].seq}:"
-                    " dirk checkpoint signs one",
-                )
-            size, note = covering
-            trees = journal.trees()
-            # A derived event (a FlowClosed with no row of its own) is proven by its row's.
-            events = [event for event in events if not is_derived(event)]
-            proofs = [(event, await trees.inclusion(event.seq, size)) for event in events]
+            events = await _selected(journal, args)
+            if isinstance(events, int):
+                return events
+            proven = await _inclusions(journal, events)
+            if isinstance(proven, int):
+                return proven
+            proofs, size, note = proven
     except JournalError as exc:
         return error_of(exc, ExitCode.USAGE)
     root = parse_checkpoint(split_note(note)[0]).root
@@ -270,6 +259,37 @@ async def _prove(args: argparse.Namespace) -> int:
                 " events: run dirk verify",
             )
     return _print_proofs(args, proofs, size, note, root)
+
+
+async def _selected(journal: Journal, args: argparse.Namespace) -> list[Event] | int:
+    """The events ``dirk prove`` was asked for (--event or --flow), or the error's status."""
+    if args.event is not None:
+        within = 1 <= args.event <= journal.head_seq
+        events = await journal.read(args.event, args.event + 1) if within else []
+        if not events:
+            return error(CliError.UNKNOWN_SEQ, f"no event {args.event} in the journal")
+        return events
+    events = await journal.flow_events(args.flow)
+    if not events:
+        return error(CliError.UNKNOWN_FLOW, f"no flow {args.flow} in the journal")
+    return events
+
+
+async def _inclusions(
+    journal: Journal, events: list[Event]
+) -> tuple[list[tuple[Event, list[bytes]]], int, str] | int:
+    """Each event's proof against the latest checkpoint covering them, its size and note."""
+    covering = await _latest_covering(journal, events[-1].seq)
+    if covering is None:
+        return error(
+            CliError.NO_CHECKPOINT,
+            f"no signed checkpoint covers event {events[-1].seq}: dirk checkpoint signs one",
+        )
+    size, note = covering
+    trees = journal.trees()
+    # A derived event (a FlowClosed with no row of its own) is proven by its row's.
+    rows = [event for event in events if not is_derived(event)]
+    return [(event, await trees.inclusion(event.seq, size)) for event in rows], size, note
 
 
 def _print_proofs(
@@ -340,7 +360,8 @@ async def _prove_consistency(journal: Journal, old: int, new: int, as_json: bool
     return ExitCode.OK
 
 
-async def _witness(args: argparse.Namespace) -> int:
+def _witness_of(args: argparse.Namespace) -> Witness | int:
+    """The witness ``dirk witness`` runs as (its key, the log's key, its state), or a status."""
     try:
         keys = public_keys([args.log_key])
         key = load_private_key(Path(args.key_file))
@@ -349,9 +370,15 @@ async def _witness(args: argparse.Namespace) -> int:
     except KeyUnusable as exc:
         return error(CliError.KEY_UNUSABLE, str(exc), ExitCode.USAGE)
     try:
-        witness = Witness(args.name, key, list(keys.keys), Path(args.state))
+        return Witness(args.name, key, list(keys.keys), Path(args.state))
     except WitnessRefused as exc:
         return error(CliError.WITNESS_REFUSED, exc.detail, ExitCode.USAGE)
+
+
+async def _witness(args: argparse.Namespace) -> int:
+    witness = _witness_of(args)
+    if isinstance(witness, int):
+        return witness
     try:
         async with open_journal(args.db, readonly=True) as journal:
             heads = await journal.tree_heads()
@@ -369,6 +396,14 @@ async def _witness(args: argparse.Namespace) -> int:
         cosigned = witness.add_checkpoint(old, proof, note, int(time.time()))
     except WitnessRefused as exc:
         return error(CliError.WITNESS_REFUSED, f"{exc.status}: {exc.detail}")
+    await _keep_cosigned(args, size, note, cosigned)
+    say(f"witness: cosigned events 1..{size} (after {old}) as {args.name}")
+    sys.stdout.write(cosigned)
+    return ExitCode.OK
+
+
+async def _keep_cosigned(args: argparse.Namespace, size: int, note: str, cosigned: str) -> None:
+    """Keep the cosigned checkpoint beside the journal, and publish it under --out."""
     try:
         await _keep(args.db, size, cosigned)
     except (JournalError, NoteError) as exc:
@@ -377,9 +412,6 @@ async def _witness(args: argparse.Namespace) -> int:
         async with open_publishers([args.out]) as publishers:
             origin = parse_checkpoint(split_note(note)[0]).origin
             await publishers[0].publish(origin, size, cosigned)
-    say(f"witness: cosigned events 1..{size} (after {old}) as {args.name}")
-    sys.stdout.write(cosigned)
-    return ExitCode.OK
 
 
 async def _keep(location: str, size: int, note: str) -> None:
@@ -483,19 +515,11 @@ async def _verify_bundle(args: argparse.Namespace) -> int:
 
 
 async def _erase(args: argparse.Namespace) -> int:
-    from kernel.core.text import free_text_problem, id_problem
     from kernel.proofs.erasure import ErasureError, SubjectKeys, keys_location
 
-    for name in ("subject", "operator"):
-        value = getattr(args, name)
-        problem = id_problem(value) if value is not None else None
-        if problem:
-            return error(CliError.BAD_ARGUMENT, f"--{name}: {problem}", ExitCode.USAGE)
-    problem = free_text_problem(args.reason)
-    if problem:
-        return error(CliError.BAD_ARGUMENT, f"--reason: {problem}", ExitCode.USAGE)
-    if not args.list and not args.operator:
-        return error(CliError.BAD_ARGUMENT, "an erasure names its --operator", ExitCode.USAGE)
+    bad = _erase_arguments(args)
+    if bad is not None:
+        return bad
     location = keys_location(args.db, args.keys)
     if location is None or not await anyio.Path(location).exists():
         return error(
@@ -511,12 +535,7 @@ async def _erase(args: argparse.Namespace) -> int:
         if args.subject is not None:
             targets = [(args.subject, "")]
         else:
-            now = time.time_ns()
-            targets = [
-                (subject, f"retention {retention:g} s")
-                for subject, used, retention in keys.subjects()
-                if retention is not None and used + int(retention * 1e9) < now
-            ]
+            targets = _past_retention(keys)
             if args.list:
                 for subject, why in targets:
                     say(f"erase: {subject} is past its {why}")
@@ -531,3 +550,30 @@ async def _erase(args: argparse.Namespace) -> int:
     finally:
         keys.close()
     return ExitCode.OK
+
+
+def _erase_arguments(args: argparse.Namespace) -> int | None:
+    """Refuse ``dirk erase``'s arguments that are no ids or free text (the status), or None."""
+    from kernel.core.text import free_text_problem, id_problem
+
+    for name in ("subject", "operator"):
+        value = getattr(args, name)
+        problem = id_problem(value) if value is not None else None
+        if problem:
+            return error(CliError.BAD_ARGUMENT, f"--{name}: {problem}", ExitCode.USAGE)
+    problem = free_text_problem(args.reason)
+    if problem:
+        return error(CliError.BAD_ARGUMENT, f"--reason: {problem}", ExitCode.USAGE)
+    if not args.list and not args.operator:
+        return error(CliError.BAD_ARGUMENT, "an erasure names its --operator", ExitCode.USAGE)
+    return None
+
+
+def _past_retention(keys: SubjectKeys) -> list[tuple[str, str]]:
+    """The subjects whose key was last used longer ago than their retention, with why."""
+    now = time.time_ns()
+    return [
+        (subject, f"retention {retention:g} s")
+        for subject, used, retention in keys.subjects()
+        if retention is not None and used + int(retention * 1e9) < now
+    ]

@@ -10,11 +10,12 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kernel.cli._operator import error
 from kernel.cli._serving import (
     QUIET_LOGGERS,
+    Web,
     add_serving_arguments,
     auth_of,
     callers_of,
@@ -22,6 +23,9 @@ from kernel.cli._serving import (
     web_of,
 )
 from kernel.core.reasons import CliError, ExitCode
+
+if TYPE_CHECKING:
+    from kernel.mcp import Identity
 
 
 def add_proxy(commands: Any) -> None:
@@ -54,14 +58,7 @@ def add_proxy(commands: Any) -> None:
 
 async def _proxy(args: argparse.Namespace) -> int:
     try:
-        from kernel.gateway import (
-            ConfigError,
-            PackFailure,
-            UpstreamDown,
-            open_gateway,
-            read_config,
-            write_listing,
-        )
+        from kernel.gateway import ConfigError, read_config
         from kernel.mcp import Identity
     except ImportError:
         # The same code as dirk mcp's and the console's for the same situation.
@@ -70,8 +67,6 @@ async def _proxy(args: argparse.Namespace) -> int:
             "dirk mcp proxy needs the MCP SDK: pip install 'dir-kernel[mcp]'",
             ExitCode.USAGE,
         )
-    from kernel.policy.packs import PackError
-
     for name in (*QUIET_LOGGERS, "mcp.client"):
         logging.getLogger(name).setLevel(logging.WARNING)
     callers = callers_of(args)
@@ -90,11 +85,21 @@ async def _proxy(args: argparse.Namespace) -> int:
     web = web_of(args, callers)
     if isinstance(web, int):
         return web
+    return await _govern(args, config, Identity(default, tokens), agents, web)
+
+
+async def _govern(
+    args: argparse.Namespace, config: Any, identity: Identity, agents: list[str], web: Web | None
+) -> int:
+    """Open the gateway over the upstreams of ``config`` and serve its agents until stopped."""
+    from kernel.gateway import PackFailure, UpstreamDown, open_gateway, write_listing
+    from kernel.policy.packs import PackError
+
     try:
         async with open_gateway(
             config,
             args.db,
-            identity=Identity(default, tokens),
+            identity=identity,
             agents=agents,
             server_options=auth_of(web),
         ) as gateway:

@@ -23,7 +23,7 @@ from kernel.core.reasons import CliError, ExitCode
 from kernel.journal.opening import open_journal
 from kernel.memory import MEMORY_PACK
 from kernel.policy.packs import PolicyPack
-from kernel.state.rulebook import RuleItem, history
+from kernel.state.rulebook import RuleDecision, RuleItem, RuleVersion, history
 from kernel.state.snapshots import state_at, state_json
 
 
@@ -92,13 +92,20 @@ async def _state(args: argparse.Namespace) -> int:
     return ExitCode.OK
 
 
-async def _whatif(args: argparse.Namespace) -> int:
+def _excluded(args: argparse.Namespace) -> list[int] | int:
+    """``--exclude``'s seqs (none when not given), or the usage error's code."""
     try:
-        exclude = [int(s) for s in args.exclude.split(",") if s.strip()] if args.exclude else []
+        return [int(s) for s in args.exclude.split(",") if s.strip()] if args.exclude else []
     except ValueError:
         return error(
             CliError.BAD_ARGUMENT, f"--exclude takes seqs, not {args.exclude!r}", ExitCode.USAGE
         )
+
+
+async def _whatif(args: argparse.Namespace) -> int:
+    exclude = _excluded(args)
+    if isinstance(exclude, int):
+        return exclude
     if args.pack:
         if args.inject_constraint:
             return error(
@@ -153,30 +160,35 @@ def why_lines(rule: str, item: RuleItem, proposals: dict[int, RuleProposed]) -> 
     ]
     lines.append("versions:")
     for v in item.versions:
-        source = v.source
-        lines.append(
-            f"  v{v.version} {v.title!r} labels [{', '.join(v.labels)}]"
-            f" (proposal #{v.proposal}, decision #{v.decided} by {v.actor})"
-        )
-        lines.append(
-            f"     source repo {source.repo or '-'} ref {source.ref or '-'}"
-            f" path {source.path or '-'} blob {source.blob or '-'}"
-        )
-        lines.append(f"     {v.content}")
+        lines += _version_lines(v)
     lines.append("decisions:")
     for d in item.decisions:
-        proposal = proposals.get(d.proposal)
-        who = ""
-        if proposal is not None:
-            role = "operator" if proposal.by_operator else "agent"
-            who = f" by {role} {proposal.proposer or '-'}"
-        after = f" -> v{d.version}" if d.version else ""
-        detail = f": {d.detail}" if d.detail else ""
-        lines.append(
-            f"  #{d.seq} {d.decision.upper()} by {d.actor}, {d.reason}{detail}"
-            f" (proposal #{d.proposal}{who}; prior v{d.prior_version}{after})"
-        )
+        lines.append(_decision_line(d, proposals.get(d.proposal)))
     return lines
+
+
+def _version_lines(v: RuleVersion) -> list[str]:
+    source = v.source
+    return [
+        f"  v{v.version} {v.title!r} labels [{', '.join(v.labels)}]"
+        f" (proposal #{v.proposal}, decision #{v.decided} by {v.actor})",
+        f"     source repo {source.repo or '-'} ref {source.ref or '-'}"
+        f" path {source.path or '-'} blob {source.blob or '-'}",
+        f"     {v.content}",
+    ]
+
+
+def _decision_line(d: RuleDecision, proposal: RuleProposed | None) -> str:
+    who = ""
+    if proposal is not None:
+        role = "operator" if proposal.by_operator else "agent"
+        who = f" by {role} {proposal.proposer or '-'}"
+    after = f" -> v{d.version}" if d.version else ""
+    detail = f": {d.detail}" if d.detail else ""
+    return (
+        f"  #{d.seq} {d.decision.upper()} by {d.actor}, {d.reason}{detail}"
+        f" (proposal #{d.proposal}{who}; prior v{d.prior_version}{after})"
+    )
 
 
 def why_document(rule: str, item: RuleItem, proposals: dict[int, RuleProposed]) -> Any:

@@ -134,6 +134,18 @@ def _listening(
                 ExitCode.USAGE,
             )
         return "", 0, None
+    where = _host_port(args)
+    if isinstance(where, int):
+        return where
+    host, port = where
+    tls = _tls(args, host)
+    if isinstance(tls, int):
+        return tls
+    return host, port, tls
+
+
+def _host_port(args: argparse.Namespace) -> tuple[str, int] | int:
+    """``--http``'s HOST:PORT; a host not loopback needs --token-file. Else an exit code."""
     host, sep, port_text = args.http.rpartition(":")
     if not sep or not port_text.isdigit() or not host or not 0 <= int(port_text) <= 65535:
         return error(CliError.BAD_ARGUMENT, "--http takes HOST:PORT", ExitCode.USAGE)
@@ -144,6 +156,11 @@ def _listening(
             f"refusing to serve {host} without --token-file (only loopback may go without)",
             ExitCode.USAGE,
         )
+    return host, port
+
+
+def _tls(args: argparse.Namespace, host: str) -> TlsFiles | int | None:
+    """The TLS files to serve ``host`` with (None: plain HTTP, where allowed), or an exit code."""
     try:
         tls = tls_files(args.tls_cert, args.tls_key)
     except TlsError as exc:
@@ -157,7 +174,7 @@ def _listening(
     refusal = plain_http_refusal(host, tls=tls is not None, insecure_http=args.insecure_http)
     if refusal is not None:
         return error(CliError.BAD_ARGUMENT, refusal, ExitCode.USAGE)
-    return host, port, tls
+    return tls
 
 
 def _default_caller(

@@ -262,11 +262,40 @@ async def _verify_text(args: argparse.Namespace, found: dict[str, Any] | None = 
     if isinstance(inputs, int):
         return inputs
     anchor, signed, key = inputs
+    verified = await _verified(args, key, anchor, signed is not None, found)
+    if isinstance(verified, int):
+        return verified
+    report, replay = verified
+    _say_chain_notes(report, anchor)
+    if signed is not None and not await _signatures_ok(args.db, report, signed):
+        return ExitCode.FAILED
+    say(
+        f"verify: chain ok, projections ok (digest {replay.digest[:16]};"
+        f" {replay.checkpoints} checkpoints, {replay.snapshots} snapshots match replay)"
+    )
+    if not await _artifacts_ok(args):
+        return ExitCode.FAILED
+    if args.verdicts:
+        judged = await _verdicts_judged(args, found)
+        if judged is not None:
+            return judged
+    say(f"verify: ok events={report.events} head={report.head}")
+    return ExitCode.OK
+
+
+async def _verified(
+    args: argparse.Namespace,
+    key: bytes | None,
+    anchor: Anchor | None,
+    public_only: bool,
+    found: dict[str, Any] | None,
+) -> tuple[VerifyReport, ProjectionReport] | int:
+    """The chain's report and the projections' replay when both hold, else the exit code."""
     try:
         # The chain, then one fold from scratch of the projections, checked against every
         # checkpoint and snapshot: both from one read of the journal.
         report, replay = await verify_all(
-            args.db, chain_key=key, anchor=anchor, public_only=signed is not None
+            args.db, chain_key=key, anchor=anchor, public_only=public_only
         )
     except (JournalError, IllegalTransition, ValueError) as exc:
         # The chain checked out, so only what lies outside it (snapshots) can be at fault.
@@ -291,21 +320,7 @@ async def _verify_text(args: argparse.Namespace, found: dict[str, Any] | None = 
         for problem in replay.problems:
             say(f"verify: FAILED {problem}")
         return ExitCode.FAILED
-    _say_chain_notes(report, anchor)
-    if signed is not None and not await _signatures_ok(args.db, report, signed):
-        return ExitCode.FAILED
-    say(
-        f"verify: chain ok, projections ok (digest {replay.digest[:16]};"
-        f" {replay.checkpoints} checkpoints, {replay.snapshots} snapshots match replay)"
-    )
-    if not await _artifacts_ok(args):
-        return ExitCode.FAILED
-    if args.verdicts:
-        judged = await _verdicts_judged(args, found)
-        if judged is not None:
-            return judged
-    say(f"verify: ok events={report.events} head={report.head}")
-    return ExitCode.OK
+    return report, replay
 
 
 def _flags_refused(args: argparse.Namespace) -> int | None:

@@ -437,29 +437,36 @@ def apply(state: FlowState | None, event: Event) -> FlowState:
     payload = event.payload
     kind = type(payload)
     if kind is FlowCreated:
-        if state is not None:
-            raise IllegalTransition(event.dfid or "", state.status, "FlowCreated")
-        created = cast(FlowCreated, payload)
-        return FlowState(
-            dfid=event.dfid or "",
-            root_dfid=created.root_dfid,
-            parent_dfid=event.parent_dfid,
-            agent_id=event.agent_id or "",
-            topic=created.topic,
-            status=S.CREATED,
-            created_ts=event.ts,
-            updated_ts=event.ts,
-            last_seq=event.seq,
-        )
+        return _created(state, event, cast(FlowCreated, payload))
     rule = _RULES.get(kind)
     if rule is None or state is None or state.status not in rule[0]:
-        raise IllegalTransition(event.dfid or "", state.status if state else None, event.type)
+        raise _illegal(state, event)
     _, status, update = rule
+    to = status or state.status
     if update is None:
-        return _replace(
-            state, updated_ts=event.ts, last_seq=event.seq, status=status or state.status
-        )
-    return update(state, payload, event.ts, event.seq, status or state.status)
+        return _replace(state, updated_ts=event.ts, last_seq=event.seq, status=to)
+    return update(state, payload, event.ts, event.seq, to)
+
+
+def _created(state: FlowState | None, event: Event, created: FlowCreated) -> FlowState:
+    """A flow's first state; a second FlowCreated for it is illegal."""
+    if state is not None:
+        raise IllegalTransition(event.dfid or "", state.status, "FlowCreated")
+    return FlowState(
+        dfid=event.dfid or "",
+        root_dfid=created.root_dfid,
+        parent_dfid=event.parent_dfid,
+        agent_id=event.agent_id or "",
+        topic=created.topic,
+        status=S.CREATED,
+        created_ts=event.ts,
+        updated_ts=event.ts,
+        last_seq=event.seq,
+    )
+
+
+def _illegal(state: FlowState | None, event: Event) -> IllegalTransition:
+    return IllegalTransition(event.dfid or "", state.status if state else None, event.type)
 
 
 # Per flow event type: the statuses it may occur in, the status it leads to, and what it

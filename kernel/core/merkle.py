@@ -169,7 +169,7 @@ def verify_inclusion(
     index: int, size: int, leaf: bytes, proof: Sequence[bytes], root: bytes
 ) -> bool:
     """Tell whether ``proof`` shows ``leaf`` at ``index`` in the tree of ``size`` with ``root``."""
-    if not 0 <= index < size or len(leaf) != 32 or any(len(p) != 32 for p in proof):
+    if not 0 <= index < size or len(leaf) != 32 or not _all_hashes(proof):
         return False
     fn, sn, r = index, size - 1, leaf
     for p in proof:
@@ -177,8 +177,7 @@ def verify_inclusion(
             return False
         if fn & 1 or fn == sn:
             r = node_hash(p, r)
-            while fn and not fn & 1:
-                fn, sn = fn >> 1, sn >> 1
+            fn, sn = _past_right_edge(fn, sn)
         else:
             r = node_hash(r, p)
         fn, sn = fn >> 1, sn >> 1
@@ -197,24 +196,39 @@ def verify_consistency(
         return False
     if old == new:
         return not proof and old_root == new_root
-    if not proof or any(len(p) != 32 for p in proof):
+    if not proof or not _all_hashes(proof):
         return False
     hashes = list(proof)
     if old & (old - 1) == 0:
         # D[0:old] is a node of the new tree: the proof leaves it out (2.1.4.2 step 2).
         hashes = [old_root, *hashes]
-    fn, sn = old - 1, new - 1
+    return _consistent_roots(old - 1, new - 1, hashes) == (old_root, new_root)
+
+
+def _all_hashes(proof: Sequence[bytes]) -> bool:
+    """Whether every node of a proof has a SHA-256 hash's length."""
+    return all(len(p) == 32 for p in proof)
+
+
+def _past_right_edge(fn: int, sn: int) -> tuple[int, int]:
+    """Climb while the node is a right child (RFC 9162 2.1.3.2 and 2.1.4.2)."""
+    while fn and not fn & 1:
+        fn, sn = fn >> 1, sn >> 1
+    return fn, sn
+
+
+def _consistent_roots(fn: int, sn: int, hashes: list[bytes]) -> tuple[bytes, bytes] | None:
+    """Fold a consistency proof (RFC 9162 2.1.4.2): the old and new roots, or None."""
     while fn & 1:
         fn, sn = fn >> 1, sn >> 1
     fr = sr = hashes[0]
     for c in hashes[1:]:
         if sn == 0:
-            return False
+            return None
         if fn & 1 or fn == sn:
             fr, sr = node_hash(c, fr), node_hash(c, sr)
-            while fn and not fn & 1:
-                fn, sn = fn >> 1, sn >> 1
+            fn, sn = _past_right_edge(fn, sn)
         else:
             sr = node_hash(sr, c)
         fn, sn = fn >> 1, sn >> 1
-    return sn == 0 and fr == old_root and sr == new_root
+    return (fr, sr) if sn == 0 else None

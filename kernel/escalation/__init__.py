@@ -1,10 +1,10 @@
 """The escalation desk actor: flows that need a human wait here for one."""
 
+from kernel.escalation._checks import same_principal
 from kernel.escalation._manager import (
     KERNEL_OPERATOR,
     EscalationDesk,
     EscalationPolicy,
-    same_principal,
 )
 
 __all__ = [

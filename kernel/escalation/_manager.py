@@ -23,8 +23,6 @@ agent that escalates more often than its budget allows is demoted to PASSIVE.
 
 from __future__ import annotations
 
-import unicodedata
-
 import msgspec
 
 from kernel.core.events import (
@@ -40,14 +38,20 @@ from kernel.core.events import (
 from kernel.core.flow import RESOLVE_WORDS, FlowState, FlowStatus
 from kernel.core.ports import Clock
 from kernel.core.reasons import ReasonCode
+from kernel.escalation._checks import (
+    Problem,
+    decision_problem,
+    excluded_voter,
+    role_refusal,
+    same_principal,
+)
 from kernel.policy.contracts import Outcome, Verdict
 from kernel.policy.packs import PolicyCatalog
-from kernel.policy.quorums import eligible, tally
+from kernel.policy.quorums import Tally, tally
 from kernel.policy.quorums import waiting as waiting_text
 from kernel.runtime.actors import Mailbox, Outbox
 from kernel.runtime.messages import (
     Decide,
-    Decision,
     DimMessage,
     Escalate,
     EscalationMessage,
@@ -66,7 +70,6 @@ from kernel.state.approvals import (
     EscalationBudget,
     escalated_event,
     over_budget,
-    reconcile_problem,
     reconciliation,
 )
 from kernel.state.projections import AgentStatus, Projections
@@ -76,24 +79,24 @@ KERNEL_OPERATOR = "kernel"
 """The operator named on status changes the kernel makes by itself (a demotion)."""
 
 
-def same_principal(operator: str, agent_id: str) -> bool:
-    """Tell whether an operator's name and an agent's id name one principal.
-
-    Operators and agents share one namespace (the keyring names both), so an MCP
-    principal acting as agent ``ana`` and as operator ``ana`` is one principal. Names
-    compare as a reader sees them: NFKC-normalized and case-folded, so ``Ana``, ``ana``
-    and ``ana`` in full-width letters are one name, and surrounding blanks do not count.
-    """
-
-    def seen(name: str) -> str:
-        return unicodedata.normalize("NFKC", name).casefold().strip()
-
-    return bool(operator) and seen(operator) == seen(agent_id)
-
-
 def _counts(rule: QuorumRule) -> bool:
     """Whether an approval takes votes: more than one operator, or operators of a role."""
     return rule.required > 1 or bool(rule.roles)
+
+
+def _counted(msg: Decide, rule: QuorumRule, withdraw: bool) -> bool:
+    """Whether a decision is a vote the quorum counts: an approval, or a rejection it votes on.
+
+    A modification (judged again by the DIM) or a rejection that ends the flow is not.
+    """
+    if msg.decision in APPROVE_WORDS:
+        return True
+    return msg.decision in REJECT_WORDS and rule.on_reject == "vote" and not withdraw
+
+
+def _own(msg: Decide, flow: FlowState) -> bool:
+    """Whether the flow's proposer approves or modifies its own flow."""
+    return msg.decision not in REJECT_WORDS and same_principal(msg.operator, flow.agent_id)
 
 
 class EscalationPolicy(msgspec.Struct, frozen=True, kw_only=True):
@@ -185,34 +188,42 @@ class EscalationDesk:
 
     def _tick(self, out: Outbox) -> None:
         now = self._clock.now_ns()
-        ttl = self._policy.approval_ttl_s
-        if ttl is not None:
-            for dfid in sorted(self._projections.waiting):
-                approval = self._projections.approvals.get(dfid)
-                if approval is None or approval.status is not ApprovalStatus.PENDING:
-                    continue
-                flow = out.flow(approval.dfid)
-                if flow is not None and flow.status is FlowStatus.ESCALATED:
-                    if flow.pending is None and self._expired(approval, now):
-                        self._expire(approval, out)
+        if self._policy.approval_ttl_s is not None:
+            self._expire_due(now, out)
         silence = self._policy.silence_s
         if silence is not None:
             for dfid in sorted(self._projections.moving):
-                flow = out.flow(dfid)
-                if flow is None or not flow.awaiting_proposal:
-                    continue
-                quiet_s = (now - flow.updated_ts) / 1e9
-                if quiet_s < silence:
-                    continue
-                detail = (
-                    f"agent {flow.agent_id} has not proposed for {quiet_s:g} s"
-                    f" (the watchdog allows {silence:g} s)"
-                )
-                out.emit(
-                    escalated_event(dfid, None, self._catalog, ReasonCode.AGENT_SILENT, detail),
-                    dfid=dfid,
-                )
-                self._charge(out.flow(dfid) or flow, out, staged=True)
+                self._watch(dfid, now, silence, out)
+
+    def _expire_due(self, now: int, out: Outbox) -> None:
+        """Expire every pending approval past its time (an unknown outcome never expires)."""
+        for dfid in sorted(self._projections.waiting):
+            approval = self._projections.approvals.get(dfid)
+            if approval is None or approval.status is not ApprovalStatus.PENDING:
+                continue
+            flow = out.flow(approval.dfid)
+            if flow is None or flow.status is not FlowStatus.ESCALATED:
+                continue
+            if flow.pending is None and self._expired(approval, now):
+                self._expire(approval, out)
+
+    def _watch(self, dfid: str, now: int, silence: float, out: Outbox) -> None:
+        """Escalate a flow whose agent has been silent longer than the watchdog allows."""
+        flow = out.flow(dfid)
+        if flow is None or not flow.awaiting_proposal:
+            return
+        quiet_s = (now - flow.updated_ts) / 1e9
+        if quiet_s < silence:
+            return
+        detail = (
+            f"agent {flow.agent_id} has not proposed for {quiet_s:g} s"
+            f" (the watchdog allows {silence:g} s)"
+        )
+        out.emit(
+            escalated_event(dfid, None, self._catalog, ReasonCode.AGENT_SILENT, detail),
+            dfid=dfid,
+        )
+        self._charge(out.flow(dfid) or flow, out, staged=True)
 
     def _expired(self, approval: Approval, now: int) -> bool:
         ttl = self._policy.approval_ttl_s
@@ -237,20 +248,18 @@ class EscalationDesk:
         flow = out.flow(msg.dfid)
         approval = self._projections.approvals.get(msg.dfid)
         if flow is None or flow.status is not FlowStatus.ESCALATED or approval is None:
-            status = flow.status if flow else "unknown"
-            detail = f"flow {msg.dfid} is {status}, not waiting for a human decision"
-            self._refuse(msg, flow, ReasonCode.FLOW_NOT_ACTIVE, detail, out)
+            self._refuse_not_waiting(msg, flow, out)
             return
-        problem = self._closed(msg, flow, approval, out) or self._problem(msg, approval, flow)
+        problem = self._closed(msg, flow, approval, out) or decision_problem(msg, approval, flow)
         if problem is not None:
             code, detail, field = problem
             self._refuse(msg, flow, code, detail, out, field)
             return
-        ballot = self._projections.domain(Quorums).ballots.get(msg.dfid)
-        if ballot is not None and flow.pending is None and _counts(ballot.quorum):
+        ballot = self._ballot(msg, flow)
+        if ballot is not None:
             self._vote(msg, flow, approval, ballot, out)
             return
-        own = msg.decision not in REJECT_WORDS and same_principal(msg.operator, flow.agent_id)
+        own = _own(msg, flow)
         if own and not self._self_approval(flow):
             detail = (
                 f"{msg.operator} proposed this flow (as agent {flow.agent_id}) and may not"
@@ -275,6 +284,18 @@ class EscalationDesk:
         )
         self._carry_out(msg, flow, decided, out)
 
+    def _refuse_not_waiting(self, msg: Decide, flow: FlowState | None, out: Outbox) -> None:
+        status = flow.status if flow else "unknown"
+        detail = f"flow {msg.dfid} is {status}, not waiting for a human decision"
+        self._refuse(msg, flow, ReasonCode.FLOW_NOT_ACTIVE, detail, out)
+
+    def _ballot(self, msg: Decide, flow: FlowState) -> Ballot | None:
+        """The ballot the decision is a vote on, when the approval takes votes."""
+        ballot = self._projections.domain(Quorums).ballots.get(msg.dfid)
+        if ballot is not None and flow.pending is None and _counts(ballot.quorum):
+            return ballot
+        return None
+
     def _duplicate(self, msg: Decide, out: Outbox) -> bool:
         """Answer DUPLICATE for an inbox row already taken; else mark it taken."""
         if msg.inbox_id is None:
@@ -289,7 +310,7 @@ class EscalationDesk:
 
     def _closed(
         self, msg: Decide, flow: FlowState, approval: Approval, out: Outbox
-    ) -> tuple[ReasonCode, str, str] | None:
+    ) -> Problem | None:
         """Why the approval takes no decision any more (code, detail, field), or None.
 
         An approval found past its time expires here, before the refusal is recorded.
@@ -366,14 +387,37 @@ class EscalationDesk:
             code, detail = refused
             self._refuse(msg, flow, code, detail, out, "operator")
             return
-        if msg.decision not in APPROVE_WORDS and not (
-            msg.decision in REJECT_WORDS and rule.on_reject == "vote" and not withdraw
-        ):
+        if not _counted(msg, rule, withdraw):
             # A modification (judged again by the DIM) or a rejection that ends it.
             self._decided_alone(msg, flow, approval, out)
             return
-        now = self._clock.now_ns()
         vote = "approve" if msg.decision in APPROVE_WORDS else "reject"
+        counted, voted = self._record_vote(msg, approval, ballot, vote, out)
+        if (vote == "approve" and counted.met) or counted.ended:
+            self._decided_alone(msg, flow, approval, out, after=voted, inbox=False)
+            return
+        waiting = Feedback(
+            reason_code=approval.reason_code,
+            detail=counted.waiting,
+            layer="escalation",
+            rule=rule.name,
+        )
+        out.reply(
+            msg.reply,
+            Verdict(
+                outcome=Outcome.ESCALATED,
+                dfid=msg.dfid,
+                attempt=flow.attempts,
+                feedback=waiting,
+            ),
+        )
+
+    def _record_vote(
+        self, msg: Decide, approval: Approval, ballot: Ballot, vote: str, out: Outbox
+    ) -> tuple[Tally, int]:
+        """Count ``vote`` with the votes still standing and record it (ApprovalVoted)."""
+        rule = ballot.quorum
+        now = self._clock.now_ns()
         approvals = [(v.operator, v.roles) for v in ballot.standing(now)]
         against = [v.operator for v in ballot.standing(now, "reject")]
         if vote == "approve":
@@ -399,45 +443,14 @@ class EscalationDesk:
             ),
             dfid=msg.dfid,
         )
-        if vote == "approve" and counted.met:
-            self._decided_alone(msg, flow, approval, out, after=voted, inbox=False)
-        elif counted.ended:
-            self._decided_alone(msg, flow, approval, out, after=voted, inbox=False)
-        else:
-            waiting = Feedback(
-                reason_code=approval.reason_code,
-                detail=counted.waiting,
-                layer="escalation",
-                rule=rule.name,
-            )
-            out.reply(
-                msg.reply,
-                Verdict(
-                    outcome=Outcome.ESCALATED,
-                    dfid=msg.dfid,
-                    attempt=flow.attempts,
-                    feedback=waiting,
-                ),
-            )
+        return counted, voted
 
     def _ineligible(self, msg: Decide, ballot: Ballot) -> tuple[ReasonCode, str] | None:
         """Why ``msg``'s operator may not vote on ``ballot`` (code, detail), or None."""
         rule = ballot.quorum
-        excluded = next((who for who in ballot.excluded if same_principal(msg.operator, who)), None)
-        if excluded is not None:
-            role = "proposed" if excluded == ballot.excluded[0] else "modified"
-            return (
-                ReasonCode.SELF_APPROVAL_FORBIDDEN,
-                f"{msg.operator} {role} this action and may not vote on it"
-                f" ({ballot.waiting or waiting_text(rule, [])})",
-            )
-        if msg.decision not in REJECT_WORDS or rule.on_reject == "vote":
-            if not eligible(rule, msg.roles):
-                return (
-                    ReasonCode.UNAUTHORIZED,
-                    f"this approval is voted by {' or '.join(rule.roles)};"
-                    f" {msg.operator} holds {', '.join(msg.roles) or 'no role'}",
-                )
+        refused = excluded_voter(msg, ballot) or role_refusal(msg, ballot)
+        if refused is not None:
+            return refused
         now = self._clock.now_ns()
         ttl = rule.vote_ttl_s
         if ballot.voted(msg.operator, now - ttl * 1_000_000_000 if ttl else 0) is not None:
@@ -491,52 +504,6 @@ class EscalationDesk:
         kind = flow.proposal.kind if flow.proposal is not None else None
         pack = self._catalog.pack_of.get(kind) if kind is not None else None
         return pack is not None and pack.self_approval
-
-    def _problem(
-        self, msg: Decide, approval: Approval, flow: FlowState
-    ) -> tuple[ReasonCode, str, str] | None:
-        """Return why ``msg`` cannot be applied to ``approval`` (code, detail, field), or None."""
-        if not msg.operator or not msg.reason:
-            field = "operator" if not msg.operator else "reason"
-            return (
-                ReasonCode.SCHEMA_INVALID,
-                "a human decision needs an operator and a reason",
-                field,
-            )
-        if msg.action_hash is not None and not approval.names(msg.action_hash):
-            detail = (
-                f"the decision names action {msg.action_hash[:16]!r}, but the flow waits"
-                f" for a decision on action {approval.short_hash!r}"
-            )
-            return ReasonCode.ACTION_MISMATCH, detail, "action_hash"
-        if msg.inbox_id is not None and msg.action_hash is None:
-            detail = "a decision from the operator inbox must name the action it was made on"
-            return ReasonCode.ACTION_MISMATCH, detail, "action_hash"
-        if flow.pending is not None:
-            if msg.decision not in RESOLVE_WORDS:
-                detail = (
-                    f"the effect of this flow may have happened (key {flow.pending.key});"
-                    f" {msg.decision} would leave the world and the record apart:"
-                    " reconcile (done with the external id, or not done) or retry"
-                )
-                return ReasonCode.OUTCOME_UNKNOWN, detail, "decision"
-            if msg.decision == RECONCILE:
-                problem = reconcile_problem(msg.params)
-                if problem is not None:
-                    return ReasonCode.SCHEMA_INVALID, problem, "params"
-            return None
-        if msg.decision in RESOLVE_WORDS:
-            detail = (
-                f"{msg.decision} applies only to an intent whose outcome is unknown;"
-                f" this flow escalated for {approval.reason_code}"
-            )
-            return ReasonCode.SCHEMA_INVALID, detail, "decision"
-        if msg.decision not in REJECT_WORDS and not approval.action_hash:
-            detail = f"there is no proposed action to {msg.decision} ({approval.reason_code})"
-            return ReasonCode.SCHEMA_INVALID, detail, "decision"
-        if msg.decision is Decision.MODIFY and msg.params is None:
-            return ReasonCode.SCHEMA_INVALID, "a modification needs the new parameters", "params"
-        return None
 
     def _resolve(self, msg: Decide, flow: FlowState, decided: int, out: Outbox) -> None:
         """Record a reconcile's result with the decision; the engine goes on from there."""

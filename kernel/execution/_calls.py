@@ -73,9 +73,7 @@ class AdapterCalls:
         done = AdapterDone(dfid=dfid, key=intent.key, attempt=attempt)
         looking = False
         try:
-            if at_ns is not None and self._clock is not None:
-                # The due time was recorded: a clock moved past it meanwhile waits no more.
-                await self._clock.sleep(max(0, at_ns - self._clock.now_ns()) / 1e9)
+            await self._until(at_ns)
             lookup = getattr(adapter, "lookup", None)
             if not fresh and callable(lookup):
                 looking = True
@@ -96,19 +94,14 @@ class AdapterCalls:
                 intent, recordable(await adapter.execute(intent)), self._records
             )
             done = msgspec.structs.replace(done, receipt=receipt)
-        except AdapterError as exc:
-            done = msgspec.structs.replace(
-                done,
-                error=clip(str(exc), 500),
-                transient=exc.transient,
-                # A lookup that failed leaves the outcome as unknown as before it.
-                unknown=exc.outcome_unknown or looking,
-            )
         except Exception as exc:
-            # Unclassified: the call may have reached the system; fail closed.
-            error = clip(f"{type(exc).__name__}: {exc}", 500)
-            done = msgspec.structs.replace(done, error=error, unknown=True)
+            done = _failed(done, exc, looking)
         await self._mailbox.send(done)
+
+    async def _until(self, at_ns: int | None) -> None:
+        if at_ns is not None and self._clock is not None:
+            # The due time was recorded: a clock moved past it meanwhile waits no more.
+            await self._clock.sleep(max(0, at_ns - self._clock.now_ns()) / 1e9)
 
     async def look_up(self, dfid: str, intent: ExecutionIntent, last: AdapterDone) -> None:
         """Ask the adapter's lookup what became of ``intent`` before a human is asked."""
@@ -143,3 +136,18 @@ class AdapterCalls:
             return check({}, intent.valid_until_ns, None, self._clock.now_ns())
         quote: Quote | None = await quote_fn(intent) if intent.bounds else None
         return check(intent.bounds, intent.valid_until_ns, quote, self._clock.now_ns())
+
+
+def _failed(done: AdapterDone, exc: Exception, looking: bool) -> AdapterDone:
+    """What a call that raised reports: the adapter's classification, or unknown."""
+    if isinstance(exc, AdapterError):
+        return msgspec.structs.replace(
+            done,
+            error=clip(str(exc), 500),
+            transient=exc.transient,
+            # A lookup that failed leaves the outcome as unknown as before it.
+            unknown=exc.outcome_unknown or looking,
+        )
+    # Unclassified: the call may have reached the system; fail closed.
+    error = clip(f"{type(exc).__name__}: {exc}", 500)
+    return msgspec.structs.replace(done, error=error, unknown=True)

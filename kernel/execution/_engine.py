@@ -9,6 +9,7 @@ from typing import Any
 
 import msgspec
 
+from kernel.adapters.constraints import Violation
 from kernel.adapters.contract import (
     Adapter,
     Receipt,
@@ -200,15 +201,9 @@ class ExecutionEngine:
 
     def _done(self, msg: AdapterDone, out: Outbox) -> None:
         flow = out.flow(msg.dfid)
-        if (
-            flow is None
-            or flow.pending is None
-            or flow.pending.key != msg.key
-            or msg.attempt != flow.retries + 1
-            or flow.status not in (FlowStatus.EXECUTING, FlowStatus.DIRTY)
-        ):
+        intent = _answered(flow, msg)
+        if flow is None or intent is None:
             return  # a late answer to something already decided (or waiting for a human)
-        intent = flow.pending
         policy = self._policy_of(intent.adapter)
         if msg.receipt is None and msg.violation is None:
             if self._answered_later(flow, intent, msg, policy, out):
@@ -218,31 +213,50 @@ class ExecutionEngine:
         elif msg.receipt is not None:
             self._succeeded(intent, msg, msg.receipt, out)
         elif msg.violation is not None:
-            v = msg.violation
-            out.emit(
-                ExecutionRefused(
-                    key=msg.key,
-                    reason_code=ReasonCode.EXECUTION_CONSTRAINT_VIOLATED,
-                    bound=v.bound,
-                    detail=v.detail,
-                    bounds=intent.bounds,
-                    observed=v.observed,
-                ),
-                dfid=msg.dfid,
-            )
-            self._fail(flow, intent, ReasonCode.EXECUTION_CONSTRAINT_VIOLATED, v.detail, out)
+            self._violated(flow, intent, msg, msg.violation, out)
         else:
-            out.emit(
-                ExecutionFailed(key=msg.key, error=msg.error, transient=msg.transient),
-                dfid=msg.dfid,
-            )
-            detail = (
-                f"{policy.max_attempts} attempts failed; last: {msg.error}"
-                if msg.transient
-                else msg.error
-            )
-            escalate = msg.transient and policy.on_exhausted == "escalate"
-            self._fail(flow, intent, ReasonCode.EXECUTION_FAILED, detail, out, escalate=escalate)
+            self._failed(flow, intent, msg, policy, out)
+
+    def _violated(
+        self,
+        flow: FlowState,
+        intent: ExecutionIntent,
+        msg: AdapterDone,
+        v: Violation,
+        out: Outbox,
+    ) -> None:
+        out.emit(
+            ExecutionRefused(
+                key=msg.key,
+                reason_code=ReasonCode.EXECUTION_CONSTRAINT_VIOLATED,
+                bound=v.bound,
+                detail=v.detail,
+                bounds=intent.bounds,
+                observed=v.observed,
+            ),
+            dfid=msg.dfid,
+        )
+        self._fail(flow, intent, ReasonCode.EXECUTION_CONSTRAINT_VIOLATED, v.detail, out)
+
+    def _failed(
+        self,
+        flow: FlowState,
+        intent: ExecutionIntent,
+        msg: AdapterDone,
+        policy: RetryPolicy,
+        out: Outbox,
+    ) -> None:
+        out.emit(
+            ExecutionFailed(key=msg.key, error=msg.error, transient=msg.transient),
+            dfid=msg.dfid,
+        )
+        detail = (
+            f"{policy.max_attempts} attempts failed; last: {msg.error}"
+            if msg.transient
+            else msg.error
+        )
+        escalate = msg.transient and policy.on_exhausted == "escalate"
+        self._fail(flow, intent, ReasonCode.EXECUTION_FAILED, detail, out, escalate=escalate)
 
     def _answered_later(
         self,
@@ -566,3 +580,16 @@ class ExecutionEngine:
             self._compensate_next(flow.dfid, out)
         else:
             self._advance(flow.dfid, out)
+
+
+def _answered(flow: FlowState | None, msg: AdapterDone) -> ExecutionIntent | None:
+    """The intent ``msg`` is the awaited answer to, or None for a late one."""
+    if (
+        flow is None
+        or flow.pending is None
+        or flow.pending.key != msg.key
+        or msg.attempt != flow.retries + 1
+        or flow.status not in (FlowStatus.EXECUTING, FlowStatus.DIRTY)
+    ):
+        return None
+    return flow.pending

@@ -185,14 +185,25 @@ def waiting(
         return f"{head}, quorum met"
     more = need - have
     if rule.distinct and rule.roles:
-        held = {role for op, roles in voters if op in counted for role in roles}
-        missing = [role for role in rule.roles if role not in held]
-        if more == 1 and len(missing) == 1:
-            return f"{head}, waiting for {_article(missing[0])}"
-        return f"{head}, waiting for {more} more of {', '.join(missing or rule.roles)}"
+        return _waiting_for_roles(rule, head, more, counted, voters)
     if rule.roles:
         return f"{head}, waiting for {more} more ({' or '.join(rule.roles)})"
     return f"{head}, waiting for {more} more operator{'s' if more > 1 else ''}"
+
+
+def _waiting_for_roles(
+    rule: QuorumRule,
+    head: str,
+    more: int,
+    counted: Sequence[str],
+    voters: Sequence[tuple[str, tuple[str, ...]]],
+) -> str:
+    """What a quorum of distinct roles still waits for: the roles no counted vote holds."""
+    held = {role for op, roles in voters if op in counted for role in roles}
+    missing = [role for role in rule.roles if role not in held]
+    if more == 1 and len(missing) == 1:
+        return f"{head}, waiting for {_article(missing[0])}"
+    return f"{head}, waiting for {more} more of {', '.join(missing or rule.roles)}"
 
 
 __all__ = ["SINGLE", "Quorum", "Tally", "eligible", "tally", "waiting"]

@@ -411,23 +411,25 @@ def _dotted(node: ast.expr) -> list[str]:
 
 def _impure_call(parts: list[str], scope: Mapping[str, Any]) -> bool:
     head = scope.get(parts[0])
-    if isinstance(head, ModuleType):
+    if isinstance(head, ModuleType) or head in (_datetime.datetime, _datetime.date):
         parts = [head.__name__, *parts[1:]]
-    elif head in (_datetime.datetime, _datetime.date):
-        parts = [head.__name__, *parts[1:]]
-    elif len(parts) == 1 and callable(head):
-        module = getattr(head, "__module__", None) or ""
-        owner = getattr(head, "__self__", None)
-        if not module and owner is not None:
-            module = type(owner).__module__
-        if module.split(".")[0] in _IMPURE_MODULES:
-            return True
+    elif len(parts) == 1 and callable(head) and _from_impure_module(head):
+        return True
     name = ".".join(parts)
     return (
         parts[0] in _IMPURE_MODULES
         or name in _IMPURE_CALLS
         or (len(parts) == 1 and parts[0] in _IMPURE_BUILTINS)
     )
+
+
+def _from_impure_module(fn: Callable[..., Any]) -> bool:
+    """Whether a bare name calls a function of an impure module (``from time import time``)."""
+    module = getattr(fn, "__module__", None) or ""
+    owner = getattr(fn, "__self__", None)
+    if not module and owner is not None:
+        module = type(owner).__module__
+    return module.split(".")[0] in _IMPURE_MODULES
 
 
 def source_of(fn: Callable[..., Any]) -> tuple[str, int]:
@@ -473,6 +475,16 @@ def attributes_read(fn: Callable[..., Any], root: str = "params") -> list[tuple[
     code = getattr(fn, "__code__", None)
     if tree is None or code is None:
         return []
+    aliases = _aliases(tree, root)
+    return [
+        (node.attr, code.co_firstlineno + node.lineno - 1)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Attribute) and _reads_root(node.value, root, aliases)
+    ]
+
+
+def _aliases(tree: ast.AST, root: str) -> set[str]:
+    """``root`` and the names assigned ``<view>.<root>`` (``p = view.params``)."""
     aliases = {root}
     for node in ast.walk(tree):
         if (
@@ -481,13 +493,11 @@ def attributes_read(fn: Callable[..., Any], root: str = "params") -> list[tuple[
             and node.value.attr == root
         ):
             aliases.update(t.id for t in node.targets if isinstance(t, ast.Name))
-    found: list[tuple[str, int]] = []
-    for node in ast.walk(tree):
-        if not isinstance(node, ast.Attribute):
-            continue
-        base = node.value
-        via_attr = isinstance(base, ast.Attribute) and base.attr == root
-        via_alias = isinstance(base, ast.Name) and base.id in aliases and base.id != root
-        if via_attr or via_alias:
-            found.append((node.attr, code.co_firstlineno + node.lineno - 1))
-    return found
+    return aliases
+
+
+def _reads_root(base: ast.expr, root: str, aliases: set[str]) -> bool:
+    """Whether an attribute read on ``base`` is one of ``root``'s fields."""
+    if isinstance(base, ast.Attribute):
+        return base.attr == root
+    return isinstance(base, ast.Name) and base.id in aliases and base.id != root

@@ -102,11 +102,31 @@ async def export_bundle(journal: Journal, dfid: str) -> dict[str, Any]:
         }
         for event in events
     ]
-    named = {
+    packs, keys = await _packs_and_keys(journal, _named(events))
+    return {
+        "format": FORMAT,
+        "origin": parse_checkpoint(split_note(note)[0]).origin,
+        "dfid": dfid,
+        "checkpoint": note,
+        "events": entries,
+        "packs": sorted(packs.values(), key=lambda p: (p["name"], p["version"])),
+        "keys": keys,
+    }
+
+
+def _named(events: list[Event]) -> set[str]:
+    """The hashes of the packs the flow's events name (its verdicts')."""
+    return {
         getattr(e.payload, "pack", "")
         for e in events
         if isinstance(getattr(e.payload, "pack", None), str)
     } - {""}
+
+
+async def _packs_and_keys(
+    journal: Journal, named: set[str]
+) -> tuple[dict[str, dict[str, str]], list[dict[str, str]]]:
+    """The packs of ``named`` the journal loaded, and every checkpoint key it recorded."""
     packs: dict[str, dict[str, str]] = {}
     keys: list[dict[str, str]] = []
     for event in await journal.read(types=["KernelStarted", "PackLoaded", "CheckpointKeyChanged"]):
@@ -123,15 +143,7 @@ async def export_bundle(journal: Journal, dfid: str) -> dict[str, Any]:
         for ref in found:
             if ref.hash in named:
                 packs[ref.hash] = {"name": ref.name, "version": ref.version, "hash": ref.hash}
-    return {
-        "format": FORMAT,
-        "origin": parse_checkpoint(split_note(note)[0]).origin,
-        "dfid": dfid,
-        "checkpoint": note,
-        "events": entries,
-        "packs": sorted(packs.values(), key=lambda p: (p["name"], p["version"])),
-        "keys": keys,
-    }
+    return packs, keys
 
 
 def tlog_proofs(bundle: dict[str, Any]) -> list[tuple[int, str]]:
@@ -241,13 +253,19 @@ def _proved_event(entry: Any, checkpoint: Checkpoint, dfid: str, named: set[str]
     proof = [_unb64(h) for h in entry.get("proof") or []]
     if not verify_inclusion(seq - 1, checkpoint.size, leaf_hash(body), proof, checkpoint.root):
         raise BundleError(f"event {seq} is not in the signed tree (its proof fails)")
+    event = _event_of(body, seq, dfid)
+    payload = event.get("payload")
+    if isinstance(payload, dict) and isinstance(payload.get("pack"), str) and payload["pack"]:
+        named.add(payload["pack"])
+    return seq  # type: ignore[no-any-return]
+
+
+def _event_of(body: bytes, seq: int, dfid: str) -> dict[str, Any]:
+    """The proven bytes read as event ``seq`` of flow ``dfid``, or refused."""
     try:
         event = json.loads(body)
     except (ValueError, UnicodeDecodeError, RecursionError):
         raise BundleError(f"event {seq}'s bytes are not JSON") from None
     if not isinstance(event, dict) or event.get("seq") != seq or event.get("dfid") != dfid:
         raise BundleError(f"event {seq} is not event {seq} of flow {dfid}")
-    payload = event.get("payload")
-    if isinstance(payload, dict) and isinstance(payload.get("pack"), str) and payload["pack"]:
-        named.add(payload["pack"])
-    return seq  # type: ignore[no-any-return]
+    return event

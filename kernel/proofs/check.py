@@ -110,6 +110,15 @@ def _opened(note: str, keys: KeySet) -> tuple[str, int, bytes, int]:
     return checkpoint.origin, checkpoint.size, checkpoint.root, witnesses
 
 
+class _Findings:
+    """What a check of checkpoints found so far: problems, what held, the first bad event."""
+
+    def __init__(self) -> None:
+        self.problems: list[str] = []
+        self.lines: list[str] = []
+        self.first_bad: int | None = None
+
+
 async def check_checkpoints(
     heads: list[tuple[int, str]],
     events: int,
@@ -123,65 +132,89 @@ async def check_checkpoints(
     that was ok (so each stored checkpoint's root is the events'); ``trees`` gives the
     journal's root at the size of each earlier checkpoint.
     """
-    problems: list[str] = []
-    lines: list[str] = []
-    origins: set[str] = set()
-    covered = 0
-    first_bad: int | None = None
-    for size, note in heads:
-        try:
-            origin, _, _, witnesses = _opened(note, keys)
-        except NoteError as exc:
-            problems.append(f"the checkpoint of size {size} is not signed by a key given: {exc}")
-            first_bad = first_bad if first_bad is not None else size
-            continue
-        origins.add(origin)
-        covered = max(covered, size)
-        if witnesses:
-            lines.append(f"checkpoint {size}: cosigned by {witnesses} witness(es) given")
+    found = _Findings()
+    origins, covered = _check_stored(heads, keys, found)
     if len(origins) > 1:
-        problems.append(f"checkpoints of several origins: {', '.join(sorted(origins))}")
+        found.problems.append(f"checkpoints of several origins: {', '.join(sorted(origins))}")
     origin = min(origins) if origins else ""
-    if not heads:
-        problems.append(
-            "no signed checkpoint: nothing in it is signed (the kernel signs with a key)"
-        )
-    elif covered < events and not problems:
-        problems.append(
-            f"events {covered + 1}..{events} are not covered by any signed checkpoint:"
-            " appended after the last one the kernel signed, or not by the kernel"
-        )
-        first_bad = covered + 1
+    _check_coverage(bool(heads), covered, events, found)
     for note in earlier:
-        try:
-            kept_origin, size, root, _ = _opened(note, keys)
-        except NoteError as exc:
-            problems.append(f"a checkpoint kept elsewhere does not verify: {exc}")
-            continue
-        if origin and kept_origin != origin:
-            problems.append(f"a checkpoint kept elsewhere is of {kept_origin}, not {origin}")
-            continue
-        if size > events:
-            problems.append(
-                f"a checkpoint kept elsewhere covers {size} events, the journal ends at {events}:"
-                " it was truncated or rolled back"
-            )
-            first_bad = events + 1
-            continue
-        if await trees.root(size) != root:
-            problems.append(
-                f"events 1..{size} are not those of the checkpoint kept elsewhere (root"
-                f" {base64.b64encode(root).decode()[:12]}...): a forked or rewritten history"
-            )
-            first_bad = size
-            continue
-        lines.append(f"checkpoint kept elsewhere ok: events 1..{size} are the ones it signed")
-    if not problems:
-        lines.insert(
+        await _check_earlier(note, keys, origin, events, trees, found)
+    if not found.problems:
+        found.lines.insert(
             0,
             f"signatures ok: {len(heads)} signed checkpoints of {origin}, the latest covers"
             f" events 1..{covered}",
         )
     return CheckpointsChecked(
-        problems=problems, lines=lines, origin=origin, covered=covered, first_bad_seq=first_bad
+        problems=found.problems,
+        lines=found.lines,
+        origin=origin,
+        covered=covered,
+        first_bad_seq=found.first_bad,
     )
+
+
+def _check_stored(
+    heads: list[tuple[int, str]], keys: KeySet, found: _Findings
+) -> tuple[set[str], int]:
+    """Open each stored checkpoint: the origins that signed them and the size they cover."""
+    origins: set[str] = set()
+    covered = 0
+    for size, note in heads:
+        try:
+            origin, _, _, witnesses = _opened(note, keys)
+        except NoteError as exc:
+            found.problems.append(
+                f"the checkpoint of size {size} is not signed by a key given: {exc}"
+            )
+            found.first_bad = found.first_bad if found.first_bad is not None else size
+            continue
+        origins.add(origin)
+        covered = max(covered, size)
+        if witnesses:
+            found.lines.append(f"checkpoint {size}: cosigned by {witnesses} witness(es) given")
+    return origins, covered
+
+
+def _check_coverage(signed: bool, covered: int, events: int, found: _Findings) -> None:
+    """The latest signed checkpoint covers every event, or the rest is the file's word."""
+    if not signed:
+        found.problems.append(
+            "no signed checkpoint: nothing in it is signed (the kernel signs with a key)"
+        )
+    elif covered < events and not found.problems:
+        found.problems.append(
+            f"events {covered + 1}..{events} are not covered by any signed checkpoint:"
+            " appended after the last one the kernel signed, or not by the kernel"
+        )
+        found.first_bad = covered + 1
+
+
+async def _check_earlier(
+    note: str, keys: KeySet, origin: str, events: int, trees: TreeReader, found: _Findings
+) -> None:
+    """A checkpoint kept elsewhere still holds: same origin, not past the end, same root."""
+    try:
+        kept_origin, size, root, _ = _opened(note, keys)
+    except NoteError as exc:
+        found.problems.append(f"a checkpoint kept elsewhere does not verify: {exc}")
+        return
+    if origin and kept_origin != origin:
+        found.problems.append(f"a checkpoint kept elsewhere is of {kept_origin}, not {origin}")
+        return
+    if size > events:
+        found.problems.append(
+            f"a checkpoint kept elsewhere covers {size} events, the journal ends at {events}:"
+            " it was truncated or rolled back"
+        )
+        found.first_bad = events + 1
+        return
+    if await trees.root(size) != root:
+        found.problems.append(
+            f"events 1..{size} are not those of the checkpoint kept elsewhere (root"
+            f" {base64.b64encode(root).decode()[:12]}...): a forked or rewritten history"
+        )
+        found.first_bad = size
+        return
+    found.lines.append(f"checkpoint kept elsewhere ok: events 1..{size} are the ones it signed")

@@ -43,7 +43,7 @@ from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from kernel.core.events import ExecutionIntent, ProposalRecord, canonical
-from kernel.policy.packs import PackError, PolicyCatalog
+from kernel.policy.packs import PackError, PolicyCatalog, PolicyPack
 
 PREFIX = "dirk-sealed:v1:"
 ERASED = "[erased]"
@@ -207,28 +207,36 @@ def check_personal(catalog: PolicyCatalog) -> None:
     """
     for pack in catalog.packs:
         for kind in pack.kinds:
-            personal = personal_fields(kind)
             fields = getattr(kind, "__struct_fields__", ())
-            for field, subject in personal.items():
-                where = f"pack {pack.name}: {kind.__name__}.{field} is personal"
-                if field not in fields or subject not in fields:
-                    raise PackError(f"{where} but {kind.__name__} has no such field (or subject)")
-                readers = [
-                    r.fn.__name__ for r in pack.rules if r.kind is kind and field in r.fields
-                ]
-                readers += [
-                    type(i).__name__
-                    for i in pack.invariants
-                    if getattr(i, "kind", None) is kind and getattr(i, "field", None) == field
-                ]
-                readers += [
-                    c.pool for c in pack.consumes if c.kind is kind and "{" + field + "}" in c.pool
-                ]
-                if readers:
-                    raise PackError(
-                        f"{where} and read by {', '.join(readers)}: a verdict may not depend"
-                        " on a field that can be erased"
-                    )
+            for field, subject in personal_fields(kind).items():
+                _check_personal_field(pack, kind, field, subject in fields, fields)
+
+
+def _check_personal_field(
+    pack: PolicyPack, kind: Any, field: str, has_subject: bool, fields: tuple[str, ...]
+) -> None:
+    """Refuse one personal field that is no field of its kind, or that a verdict reads."""
+    where = f"pack {pack.name}: {kind.__name__}.{field} is personal"
+    if field not in fields or not has_subject:
+        raise PackError(f"{where} but {kind.__name__} has no such field (or subject)")
+    readers = _readers(pack, kind, field)
+    if readers:
+        raise PackError(
+            f"{where} and read by {', '.join(readers)}: a verdict may not depend"
+            " on a field that can be erased"
+        )
+
+
+def _readers(pack: PolicyPack, kind: Any, field: str) -> list[str]:
+    """The pack's rules, invariants and pools that read ``kind``'s ``field``."""
+    readers = [r.fn.__name__ for r in pack.rules if r.kind is kind and field in r.fields]
+    readers += [
+        type(i).__name__
+        for i in pack.invariants
+        if getattr(i, "kind", None) is kind and getattr(i, "field", None) == field
+    ]
+    readers += [c.pool for c in pack.consumes if c.kind is kind and "{" + field + "}" in c.pool]
+    return readers
 
 
 class Sealer:

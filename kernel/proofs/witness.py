@@ -27,6 +27,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from kernel.core.merkle import EMPTY_ROOT, verify_consistency
 from kernel.core.notes import (
     ED25519,
+    Checkpoint,
     NoteError,
     Verifier,
     cosign,
@@ -120,6 +121,24 @@ class Witness:
         origin = self._origin or (self.state.origin if self.state else checkpoint.origin)
         if checkpoint.origin != origin:
             raise WitnessRefused(404, f"this witness follows {origin}, not {checkpoint.origin}")
+        self._check_signed(note, origin)
+        if old != self.size:
+            raise WitnessRefused(409, f"the witness is at size {self.size}, not {old}", self.size)
+        if checkpoint.size < old:
+            raise WitnessRefused(
+                400, f"size {checkpoint.size} is below the {old} events already cosigned"
+            )
+        self._check_extends(old, proof, checkpoint)
+        line = cosign(text, self.name, self._key, now_s)
+        cosigned = merge(note, text + "\n" + line)
+        self._save(
+            WitnessState(origin=origin, size=checkpoint.size, root=checkpoint.root, note=cosigned)
+        )
+        self.state = self._load()
+        return cosigned
+
+    def _check_signed(self, note: str, origin: str) -> None:
+        """Refuse (403) a note no key of the log signed."""
         verifiers = [
             k if isinstance(k, Verifier) else Verifier(origin, ED25519, k) for k in self._log_keys
         ]
@@ -129,31 +148,19 @@ class Witness:
             raise WitnessRefused(403, f"not signed by the log's key ({exc})") from None
         if not any(s.type == ED25519 for s in signatures):
             raise WitnessRefused(403, "not signed by the log's key")
-        if old != self.size:
-            raise WitnessRefused(409, f"the witness is at size {self.size}, not {old}", self.size)
-        if checkpoint.size < old:
-            raise WitnessRefused(
-                400, f"size {checkpoint.size} is below the {old} events already cosigned"
-            )
+
+    def _check_extends(self, old: int, proof: Sequence[bytes], checkpoint: Checkpoint) -> None:
+        """Refuse (422) a tree that does not extend the one cosigned at size ``old``."""
         if old == 0:
             if proof:
                 raise WitnessRefused(422, "from size 0 the proof is empty")
             if checkpoint.size == 0 and checkpoint.root != EMPTY_ROOT:
                 raise WitnessRefused(422, "an empty tree has the root SHA-256()")
-        else:
-            assert self.state is not None
-            if not verify_consistency(
-                old, checkpoint.size, proof, self.state.root, checkpoint.root
-            ):
-                raise WitnessRefused(
-                    422,
-                    f"the tree of {checkpoint.size} events does not extend the {old} cosigned:"
-                    " a truncated, rewritten or forked history",
-                )
-        line = cosign(text, self.name, self._key, now_s)
-        cosigned = merge(note, text + "\n" + line)
-        self._save(
-            WitnessState(origin=origin, size=checkpoint.size, root=checkpoint.root, note=cosigned)
-        )
-        self.state = self._load()
-        return cosigned
+            return
+        assert self.state is not None
+        if not verify_consistency(old, checkpoint.size, proof, self.state.root, checkpoint.root):
+            raise WitnessRefused(
+                422,
+                f"the tree of {checkpoint.size} events does not extend the {old} cosigned:"
+                " a truncated, rewritten or forked history",
+            )

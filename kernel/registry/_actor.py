@@ -306,8 +306,10 @@ class Registry:
         if manifest.max_attempts < 1:
             return ReasonCode.SCHEMA_INVALID, "max_attempts must be at least 1"
         known = self._projections.agents.get(manifest.agent_id)
-        if known is not None and known.status is AgentStatus.SUSPENDED:
+        if known is None:
+            return None
+        if known.status is AgentStatus.SUSPENDED:
             return ReasonCode.AGENT_SUSPENDED, f"agent {manifest.agent_id!r} is suspended"
-        if known is not None and known.status is AgentStatus.RETIRED:
+        if known.status is AgentStatus.RETIRED:
             return ReasonCode.AGENT_RETIRED, f"agent {manifest.agent_id!r} is retired"
         return None

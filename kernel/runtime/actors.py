@@ -254,31 +254,14 @@ class Outbox:
             staged = self._overlay.get(dfid)
             current = staged[0] if staged else self._projections.flows.get(dfid)
             if current is not None:
-                parent_dfid = parent_dfid or current.parent_dfid
-                agent_id = agent_id or current.agent_id
-                if after is None and caused_by is None:
-                    if staged is not None:
-                        after = staged[1]
-                    else:
-                        caused_by = current.last_seq
-            provisional = Event(
-                seq=current.last_seq if current else 0,
-                ts=self._clock.now_ns(),
-                payload=payload,  # type: ignore[arg-type]
-                dfid=dfid,
-                parent_dfid=parent_dfid,
-                agent_id=agent_id,
-            )
-            if dfid not in self._undo:
-                self._undo[dfid] = staged
-            state = flow.apply(current, provisional)
+                parent_dfid, agent_id, caused_by, after = _defaults(
+                    current, staged, parent_dfid, agent_id, caused_by, after
+                )
+            state = self._fold(dfid, payload, parent_dfid, agent_id, staged, current, index)
             if current is None:
+                # A FlowCreated: the flow is new (CREATED, which no flow ends in).
                 self._opened.append(dfid)
-            if closes_flow(provisional):
-                # The FlowClosed it stands for, which every reader will see after it.
-                state = flow.apply(state, closing_of(provisional))
-            self._overlay[dfid] = (state, index)
-            if state.terminal and (current is None or not current.terminal):
+            elif state.terminal and not current.terminal:
                 ended = state
         if after is not None:
             caused_by = after - index
@@ -291,14 +274,47 @@ class Outbox:
                 agent_id=agent_id,
             )
         )
-        if ended is not None and ended.dfid in self._projections.reservations:
+        if ended is not None:
             self._release(ended, index)
         return index
+
+    def _fold(
+        self,
+        dfid: str,
+        payload: Payload,
+        parent_dfid: str | None,
+        agent_id: str | None,
+        staged: tuple[FlowState, int] | None,
+        current: FlowState | None,
+        index: int,
+    ) -> FlowState:
+        """Fold a staged flow event into the overlay at ``index``; return the flow after it.
+
+        An illegal transition raises before anything is staged.
+        """
+        provisional = Event(
+            seq=current.last_seq if current else 0,
+            ts=self._clock.now_ns(),
+            payload=payload,  # type: ignore[arg-type]
+            dfid=dfid,
+            parent_dfid=parent_dfid,
+            agent_id=agent_id,
+        )
+        # What to restore should the message crash: the flow as before its first event.
+        self._undo.setdefault(dfid, staged)
+        state = flow.apply(current, provisional)
+        if closes_flow(provisional):
+            # The FlowClosed it stands for, which every reader will see after it.
+            state = flow.apply(state, closing_of(provisional))
+        self._overlay[dfid] = (state, index)
+        return state
 
     def _release(self, ended: FlowState, index: int) -> None:
         # Whoever records the end of a flow releases what it held, in the same append:
         # a reservation can then never outlive its flow, on any path to an end.
-        held = self._projections.reservations[ended.dfid]
+        held = self._projections.reservations.get(ended.dfid)
+        if held is None:
+            return
         for pool, amount in sorted(held.items()):
             self.drafts.append(
                 Draft(
@@ -364,20 +380,15 @@ class Outbox:
                 continue
             staged = self._overlay.get(dfid)
             current = staged[0] if staged else self._projections.flows.get(dfid)
-            provisional = Event(
-                seq=current.last_seq if current else 0,
-                ts=self._clock.now_ns(),
-                payload=draft.payload,
-                dfid=dfid,
-                parent_dfid=draft.parent_dfid,
-                agent_id=draft.agent_id,
+            self._fold(
+                dfid,
+                draft.payload,
+                draft.parent_dfid,
+                draft.agent_id,
+                staged,
+                current,
+                start + offset,
             )
-            if dfid not in self._undo:
-                self._undo[dfid] = staged
-            state = flow.apply(current, provisional)
-            if closes_flow(provisional):
-                state = flow.apply(state, closing_of(provisional))
-            self._overlay[dfid] = (state, start + offset)
         for dfid, (state, index) in fresh.items():
             self._undo.setdefault(dfid, None)
             self._overlay[dfid] = (state, start + index)
@@ -425,6 +436,29 @@ class Outbox:
             else:
                 self._overlay[dfid] = previous
         self._undo = {}
+
+
+def _defaults(
+    current: FlowState,
+    staged: tuple[FlowState, int] | None,
+    parent_dfid: str | None,
+    agent_id: str | None,
+    caused_by: int | None,
+    after: int | None,
+) -> tuple[str | None, str | None, int | None, int | None]:
+    """A flow event's envelope defaulted from its flow: parent, agent, and its cause.
+
+    With no cause given, it is the flow's previous event: staged in this batch (``after``,
+    an index) or committed (``caused_by``, a seq).
+    """
+    parent_dfid = parent_dfid or current.parent_dfid
+    agent_id = agent_id or current.agent_id
+    if after is None and caused_by is None:
+        if staged is not None:
+            after = staged[1]
+        else:
+            caused_by = current.last_seq
+    return parent_dfid, agent_id, caused_by, after
 
 
 def _run(fn: Callable[[], Awaitable[None] | None]) -> Awaitable[None] | None:

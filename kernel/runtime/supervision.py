@@ -164,21 +164,7 @@ class Supervisor:
             if not buffer:
                 buffer.extend(await spec.mailbox.receive_batch(spec.batch))
             out = Outbox(self._projections, self._clock)
-            taken: list[Any] = []
-            crash: BaseException | None = None
-            while buffer and len(taken) < (1 if alone else spec.batch):
-                msg = buffer.popleft()
-                out.begin()
-                try:
-                    await actor.handle(msg, out)
-                except self._fatal:
-                    raise
-                except Exception as exc:
-                    out.rollback()
-                    buffer.appendleft(msg)
-                    crash = exc
-                    break
-                taken.append(msg)
+            taken, crash = await self._handle(actor, buffer, out, 1 if alone else spec.batch)
             self.stats.batches += 1
             self.stats.messages += len(taken)
             alone = max(0, alone - len(taken))
@@ -210,24 +196,55 @@ class Supervisor:
                 continue
             if crash is None:
                 continue
-
-            msg = buffer[0]
-            log.warning("actor %s crashed on %s: %r", spec.name, type(msg).__name__, crash)
-            out = Outbox(self._projections, self._clock)
-            if msg is suspect:
-                buffer.popleft()
-                suspect = None
-                self.stats.dead_letters += 1
-                out.emit(
-                    MessageDeadLettered(
-                        actor=spec.name, message=_describe(msg), error=_describe_error(crash)
-                    )
-                )
-                self._on_dead_letter(spec.name, msg, crash, out)
-            else:
-                suspect = msg
-            await self._restart(spec, crash, out)
+            suspect = await self._crashed(spec, buffer, crash, suspect)
             actor = spec.factory()
+
+    async def _handle(
+        self, actor: Any, buffer: deque[Any], out: Outbox, limit: int
+    ) -> tuple[list[Any], BaseException | None]:
+        """Stage up to ``limit`` messages of ``buffer``; return them and the crash, if any.
+
+        A message that crashes the actor is rolled back and put back at the front.
+        """
+        taken: list[Any] = []
+        while buffer and len(taken) < limit:
+            msg = buffer.popleft()
+            out.begin()
+            try:
+                await actor.handle(msg, out)
+            except self._fatal:
+                raise
+            except Exception as exc:
+                out.rollback()
+                buffer.appendleft(msg)
+                return taken, exc
+            taken.append(msg)
+        return taken, None
+
+    async def _crashed(
+        self, spec: ChildSpec[Any], buffer: deque[Any], crash: BaseException, suspect: Any
+    ) -> Any:
+        """Restart after a crash on ``buffer[0]``; return the message now suspect.
+
+        A message that crashed the previous instance too is dead-lettered.
+        """
+        msg = buffer[0]
+        log.warning("actor %s crashed on %s: %r", spec.name, type(msg).__name__, crash)
+        out = Outbox(self._projections, self._clock)
+        if msg is suspect:
+            buffer.popleft()
+            suspect = None
+            self.stats.dead_letters += 1
+            out.emit(
+                MessageDeadLettered(
+                    actor=spec.name, message=_describe(msg), error=_describe_error(crash)
+                )
+            )
+            self._on_dead_letter(spec.name, msg, crash, out)
+        else:
+            suspect = msg
+        await self._restart(spec, crash, out)
+        return suspect
 
     async def _dead_letter(self, spec: ChildSpec[Any], msg: Any, error: BaseException) -> None:
         """Dead-letter ``msg``: record it, end its flow, answer its caller."""

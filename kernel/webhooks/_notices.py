@@ -9,6 +9,7 @@ records hold no secrets: see docs/approvals.md).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Literal
 
 import msgspec
@@ -59,59 +60,91 @@ class Notice(msgspec.Struct, frozen=True, kw_only=True):
 def notice_of(event: Event) -> Notice | None:
     """Return the notice a committed event makes, or None (most events make none)."""
     p = event.payload
+    notice = _NOTICES.get(type(p))
+    if notice is None:
+        return None
     base = {"seq": event.seq, "ts": event.ts, "event": type(p).__name__}
-    dfid = event.dfid or ""
-    match p:
-        case FlowEscalated(action_hash=action) if action:
-            quorum = p.quorum
-            fields = base | {
-                "dfid": dfid,
-                "agent_id": event.agent_id or "",
-                "reason_code": str(p.reason_code),
-                "detail": p.detail,
-                "impact": p.impact,
-                "action_hash": action[:SHORT_HASH],
-                "quorum": msgspec.to_builtins(quorum) if quorum is not None else None,
-            }
-            need = f" ({quorum.required} approvals)" if quorum and quorum.required > 1 else ""
-            title = f"Approval needed{need}: {p.reason_code} on flow {dfid} ({p.impact})"
-            return Notice(kind="request", about=event.seq, target=dfid, title=title, fields=fields)
-        case ApprovalVoted():
-            fields = base | {"dfid": dfid, "vote": p.vote, "operator": p.operator}
-            fields |= {"waiting": p.waiting, "met": p.met}
-            title = f"{p.operator} voted {p.vote} on flow {dfid}: {p.waiting}"
-            return Notice(kind="outcome", about=event.seq, target=dfid, title=title, fields=fields)
-        case HumanDecided():
-            fields = base | {"dfid": dfid, "decision": p.decision, "operator": p.operator}
-            fields |= {"reason": p.reason}
-            title = f"Flow {dfid}: {p.decision} by {p.operator}"
-            return Notice(kind="outcome", about=event.seq, target=dfid, title=title, fields=fields)
-        case ApprovalExpired():
-            fields = base | {"dfid": dfid, "detail": p.detail}
-            title = f"Flow {dfid}: the approval expired ({p.detail})"
-            return Notice(kind="outcome", about=event.seq, target=dfid, title=title, fields=fields)
-        case ApprovalSuperseded():
-            then = f"{p.approved.name} {p.approved.version}" if p.approved else "?"
-            now = f"{p.current.name} {p.current.version}" if p.current else "?"
-            fields = base | {"dfid": dfid, "approved_under": then, "judged_under": now}
-            fields |= {"reason_code": str(p.reason_code), "detail": p.detail, "outcome": p.outcome}
-            title = f"Flow {dfid}: approved under {then}, {p.outcome} under {now}"
-            return Notice(kind="outcome", about=event.seq, target=dfid, title=title, fields=fields)
-        case GrantIssued(quorum=quorum) if quorum is not None:
-            fields = base | {"grant": p.grant, "kind": p.kind, "agent": p.agent}
-            fields |= {"operator": p.operator, "uses": p.uses, "required": quorum.required}
-            title = f"Grant {p.grant} for {p.kind} by {p.agent} needs {quorum.required} approvals"
-            return Notice(
-                kind="request", about=event.seq, target=p.grant, title=title, fields=fields
-            )
-        case GrantVoted() | GrantRevoked():
-            word = "revoked" if isinstance(p, GrantRevoked) else f"voted {p.vote}"
-            fields = base | {"grant": p.grant, "operator": p.operator, "act": word}
-            title = f"Grant {p.grant}: {word} by {p.operator}"
-            return Notice(
-                kind="outcome", about=event.seq, target=p.grant, title=title, fields=fields
-            )
-    return None
+    return notice(event, p, base, event.dfid or "")
+
+
+def _escalated(event: Event, p: FlowEscalated, base: dict[str, Any], dfid: str) -> Notice | None:
+    action = p.action_hash
+    if not action:
+        return None
+    quorum = p.quorum
+    fields = base | {
+        "dfid": dfid,
+        "agent_id": event.agent_id or "",
+        "reason_code": str(p.reason_code),
+        "detail": p.detail,
+        "impact": p.impact,
+        "action_hash": action[:SHORT_HASH],
+        "quorum": msgspec.to_builtins(quorum) if quorum is not None else None,
+    }
+    need = f" ({quorum.required} approvals)" if quorum and quorum.required > 1 else ""
+    title = f"Approval needed{need}: {p.reason_code} on flow {dfid} ({p.impact})"
+    return Notice(kind="request", about=event.seq, target=dfid, title=title, fields=fields)
+
+
+def _voted(event: Event, p: ApprovalVoted, base: dict[str, Any], dfid: str) -> Notice:
+    fields = base | {"dfid": dfid, "vote": p.vote, "operator": p.operator}
+    fields |= {"waiting": p.waiting, "met": p.met}
+    title = f"{p.operator} voted {p.vote} on flow {dfid}: {p.waiting}"
+    return Notice(kind="outcome", about=event.seq, target=dfid, title=title, fields=fields)
+
+
+def _decided(event: Event, p: HumanDecided, base: dict[str, Any], dfid: str) -> Notice:
+    fields = base | {"dfid": dfid, "decision": p.decision, "operator": p.operator}
+    fields |= {"reason": p.reason}
+    title = f"Flow {dfid}: {p.decision} by {p.operator}"
+    return Notice(kind="outcome", about=event.seq, target=dfid, title=title, fields=fields)
+
+
+def _expired(event: Event, p: ApprovalExpired, base: dict[str, Any], dfid: str) -> Notice:
+    fields = base | {"dfid": dfid, "detail": p.detail}
+    title = f"Flow {dfid}: the approval expired ({p.detail})"
+    return Notice(kind="outcome", about=event.seq, target=dfid, title=title, fields=fields)
+
+
+def _superseded(event: Event, p: ApprovalSuperseded, base: dict[str, Any], dfid: str) -> Notice:
+    then = f"{p.approved.name} {p.approved.version}" if p.approved else "?"
+    now = f"{p.current.name} {p.current.version}" if p.current else "?"
+    fields = base | {"dfid": dfid, "approved_under": then, "judged_under": now}
+    fields |= {"reason_code": str(p.reason_code), "detail": p.detail, "outcome": p.outcome}
+    title = f"Flow {dfid}: approved under {then}, {p.outcome} under {now}"
+    return Notice(kind="outcome", about=event.seq, target=dfid, title=title, fields=fields)
+
+
+def _grant_issued(event: Event, p: GrantIssued, base: dict[str, Any], dfid: str) -> Notice | None:
+    quorum = p.quorum
+    if quorum is None:
+        return None
+    fields = base | {"grant": p.grant, "kind": p.kind, "agent": p.agent}
+    fields |= {"operator": p.operator, "uses": p.uses, "required": quorum.required}
+    title = f"Grant {p.grant} for {p.kind} by {p.agent} needs {quorum.required} approvals"
+    return Notice(kind="request", about=event.seq, target=p.grant, title=title, fields=fields)
+
+
+def _grant_acted(
+    event: Event, p: GrantVoted | GrantRevoked, base: dict[str, Any], dfid: str
+) -> Notice:
+    word = "revoked" if isinstance(p, GrantRevoked) else f"voted {p.vote}"
+    fields = base | {"grant": p.grant, "operator": p.operator, "act": word}
+    title = f"Grant {p.grant}: {word} by {p.operator}"
+    return Notice(kind="outcome", about=event.seq, target=p.grant, title=title, fields=fields)
+
+
+# The events that make a notice, each with what it says (its fields, its title).
+_NOTICES: dict[type[Any], Callable[[Event, Any, dict[str, Any], str], Notice | None]] = {
+    FlowEscalated: _escalated,
+    ApprovalVoted: _voted,
+    HumanDecided: _decided,
+    ApprovalExpired: _expired,
+    ApprovalSuperseded: _superseded,
+    GrantIssued: _grant_issued,
+    GrantVoted: _grant_acted,
+    GrantRevoked: _grant_acted,
+}
 
 
 def reminder(approval: Approval, waited_ns: int, n: int) -> Notice:
