@@ -38,7 +38,6 @@ from kernel import (
     KernelConfig,
     Manifest,
     Ports,
-    Principal,
     Proposal,
     Storage,
     Supervision,
@@ -46,11 +45,8 @@ from kernel import (
     open_kernel,
 )
 from kernel.beliefs import GOVERNANCE_PACK, KINDS
+from kernel.core.events import Principal
 from kernel.testing import ManualClock, SeededIds
-
-# This host vouches for one local user: every flow it opens acts on their behalf
-# (a multi-user host passes each call's own principal instead; docs/identity.md).
-HOST_PRINCIPAL = Principal(tenant="local", user="you")
 
 ARMS = ("cold", "reactivated", "reactivated_fresh")
 FRESH_MICRO = 350_000
@@ -147,7 +143,9 @@ async def run_seed(seed: int, pairs: int, workdir: Path) -> list[dict[str, Any]]
     asker = _Asker()
     rows: list[dict[str, Any]] = []
     config = KernelConfig(
-        principal=HOST_PRINCIPAL,
+        # This host vouches for one local user: every flow acts on its behalf
+        # (KernelConfig.principal; docs/identity.md).
+        principal=Principal(tenant="local", user="local"),
         ports=Ports(clock=clock, ids=SeededIds(seed), jitter_seed=seed),
         supervision=Supervision(inbox_poll_s=None),
         storage=Storage(synchronous="NORMAL"),

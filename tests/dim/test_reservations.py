@@ -26,8 +26,7 @@ from kernel.core.events import (
 from kernel.policy import PolicyKind, PolicyPack
 from kernel.policy.packs import Consume
 from kernel.testing import ManualClock, SeededIds, Step, action_of
-from tests.support.helpers import ScriptedAgent, configured, flow_of
-from tests.support.principals import LOCAL
+from tests.support.helpers import LOCAL, ScriptedAgent, configured, flow_of
 
 
 class Claim(PolicyKind, tag="race.claim"):

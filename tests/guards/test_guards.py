@@ -24,8 +24,7 @@ from kernel.policy.packs import PolicyCatalog
 from kernel.testing import ManualClock, SeededIds
 from policies.trading import TRADING, PlaceOrder, direction_mismatch
 from tests.support.gate_domain import agent
-from tests.support.helpers import ScriptedAgent, configured
-from tests.support.principals import LOCAL
+from tests.support.helpers import LOCAL, ScriptedAgent, configured
 
 NOW = 1_000
 

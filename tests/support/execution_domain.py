@@ -15,8 +15,7 @@ from kernel.audit import Event
 from kernel.config import KernelConfig, Ports
 from kernel.policy import PolicyKind, PolicyPack
 from kernel.testing import ManualClock, SeededIds, Step
-from tests.support.helpers import ScriptedAgent, configured
-from tests.support.principals import LOCAL
+from tests.support.helpers import LOCAL, ScriptedAgent, configured
 
 
 class Ping(PolicyKind, tag="desk.ping"):

@@ -19,7 +19,13 @@ from tests.support.principals import LOCAL
 
 
 def configured(config: KernelConfig, **settings: Any) -> KernelConfig:
-    """Return ``config`` with flat settings (``max_in_flight=8``) put in their groups."""
+    """Return ``config`` with flat settings (``max_in_flight=8``) put in their groups.
+
+    A config that names no principal gets :data:`LOCAL` unless ``principal=`` is given
+    (``principal=None``: a kernel that vouches for nobody).
+    """
+    if config.principal is None and "principal" not in settings:
+        config = msgspec.structs.replace(config, principal=LOCAL)
     groups = {name: getattr(config, name) for name in ("limits", "supervision", "storage", "ports")}
     top = {}
     for key, value in settings.items():
