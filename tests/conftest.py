@@ -18,7 +18,7 @@ worker runs it; under ``CI=true`` Hypothesis' ``ci`` profile keeps no database a
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Generator
 from pathlib import Path
 
 import pytest
@@ -63,7 +63,9 @@ def _sendable(text: str) -> str:
 
 
 @pytest.hookimpl(wrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
     """Make a report a worker can send: its captured output without lone surrogates.
 
     Tests feed the kernel hostile text on purpose ("\\ud800" in an exception's message,
