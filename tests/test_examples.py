@@ -59,6 +59,7 @@ from kernel.core.events import (
 from kernel.policy import parse_money
 from kernel.telemetry import spans_for_events
 from tests.support import SUPPORT
+from tests.support.extras import require
 
 MINUTES = "40"
 TRADING_PACK_CODES = {
@@ -567,7 +568,12 @@ def test_each_framework_example_books_its_rooms_under_the_kernel(
     """Four rooms through a framework: what the journal holds, and the pause's one approval."""
     import importlib
 
-    pytest.importorskip({"openai_agents": "agents"}.get(framework, framework))
+    module_name, extra = {
+        "openai_agents": ("agents", "openai-agents"),
+        "pydantic_ai": ("pydantic_ai", "pydantic-ai"),
+        "langgraph": ("langgraph", "langgraph"),
+    }[framework]
+    require(module_name, extra)  # skips outside CI, fails under it
     module: Example = importlib.import_module(f"examples.frameworks.{framework}")
     db = tmp_path / "trip.db"
     code = module.main(["--db", str(db), "--json"])

@@ -97,4 +97,5 @@ def test_the_metadata_names_version_license_and_classifiers(sdist: Path) -> None
     assert not [c for c in classifiers if c.startswith("License ::")]
     assert meta["Requires-Python"] == ">=3.11"
     extras = set(meta.get_all("Provides-Extra") or [])
-    assert {"docs", "mcp", "console", "postgres", "nats", "otlp", "test"} <= extras
+    named = {"docs", "mcp", "console", "postgres", "nats", "otlp", "test", "lint", "frameworks"}
+    assert named <= extras

@@ -199,8 +199,11 @@ def _exchange(
         response = connection.getresponse()
         answer = _read_capped(response, max(0, hook.max_response_bytes) + 1, expired)
     except (OSError, ValueError, http.client.HTTPException) as exc:
-        # Never the URL: it may hold a token (Slack's do).
-        raise DeliveryFailed(late if expired.is_set() else type(exc).__name__) from None
+        # Never the URL: it may hold a token (Slack's do). Past the deadline it is late,
+        # whichever came first: the watchdog's cut, or a socket timeout the deadline
+        # shortened (under load the watchdog's thread may run after the read gave up).
+        over = expired.is_set() or time.monotonic() - started >= hook.deadline_s
+        raise DeliveryFailed(late if over else type(exc).__name__) from None
     finally:
         if watchdog is not None:
             watchdog.cancel()

@@ -31,6 +31,7 @@ from kernel.telemetry import export_flows, span_id_for
 from kernel.testing import action_of
 from tests.support import SUPPORT
 from tests.support.helpers import ScriptedAgent, Transfer, kernel_for, transfer
+from tests.support.ports import free_port
 
 RECEIVER = SUPPORT / "otlp_receiver.py"
 AGENTS = ("clerk", "other", "auditor", "reviewer")
@@ -544,9 +545,8 @@ def test_traces_export_without_an_exporter_says_how_to_configure_one(journal: Re
 
 
 def closed_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    """A port nothing listens on (nor will: no other worker is handed it)."""
+    return free_port()
 
 
 def test_traces_export_reports_a_collector_that_refuses(journal: Recorded) -> None:

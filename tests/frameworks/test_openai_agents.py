@@ -1,13 +1,15 @@
 """The OpenAI Agents SDK under the kernel, offline, with the SDK's own ScriptedModel."""
 
+# ruff: noqa: E402 (the framework's imports follow the check that its extra is installed)
+
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
-import pytest
+from tests.support.extras import require
 
-pytest.importorskip("agents")
+require("agents", "openai-agents")  # skips outside CI, fails under it
 
 from agents import Agent, Runner, RunState, set_tracing_disabled
 from agents.testing import ModelCall, ModelStep, ScriptedModel, assistant_message, function_call

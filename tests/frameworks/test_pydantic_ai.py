@@ -1,13 +1,15 @@
 """PydanticAI under the kernel, offline, with PydanticAI's own FunctionModel."""
 
+# ruff: noqa: E402 (the framework's imports follow the check that its extra is installed)
+
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
-import pytest
+from tests.support.extras import require
 
-pytest.importorskip("pydantic_ai")
+require("pydantic_ai", "pydantic-ai")  # skips outside CI, fails under it
 
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor

@@ -33,7 +33,8 @@ from kernel.mesh.config import main
 from kernel.registry import agent_key, credential_verifier, new_credential
 from tests.support.helpers import kernel_for
 from tests.support.hostile import hostile_text, hostile_values
-from tests.support.nats import _free_port, _wait_listening, find_server
+from tests.support.nats import _wait_listening, find_server
+from tests.support.ports import free_port
 
 
 def test_an_nkey_is_the_same_key_written_for_nats() -> None:
@@ -73,7 +74,7 @@ async def test_the_config_cli_writes_what_a_real_server_takes(
     async with kernel_for(tmp_path / "j.db") as kernel:
         verifier = credential_verifier(secret)
         await kernel.issue_credential("clerk", verifier, operator="ana", reason="host")
-    port = _free_port()
+    port = free_port()
     argv = ["server", "--kernel", str(tmp_path / "kernel.pem"), "--agents-from"]
     argv += [str(tmp_path / "j.db"), "--listen", f"127.0.0.1:{port}"]
     argv += ["--store-dir", str(tmp_path / "js")]
@@ -237,7 +238,7 @@ async def test_the_config_cli_adds_an_applications_principals_a_real_server_take
             }
         )
     )
-    port = _free_port()
+    port = free_port()
     argv = ["server", "--kernel", str(tmp_path / "kernel.pem"), "--extra"]
     argv += [str(tmp_path / "extra.json"), "--listen", f"127.0.0.1:{port}"]
     argv += ["--store-dir", str(tmp_path / "js")]

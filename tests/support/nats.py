@@ -36,6 +36,7 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from kernel.core import keys
+from tests.support.ports import free_port
 
 MIN_VERSION = (2, 12)
 
@@ -223,13 +224,6 @@ def _absent(reason: str) -> None:
     pytest.skip(reason)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
 def _wait_listening(port: int, process: subprocess.Popen[bytes]) -> None:
     # Poll the port until the server accepts (bounded by connection attempts, not a sleep).
     for _ in range(2000):
@@ -280,9 +274,7 @@ def nats_server_fixture(principals: Principals) -> Iterator[NatsServer]:
     """A nats-server -js on a free 127.0.0.1 port with the shipped permissions."""
     binary = find_server()
     with tempfile.TemporaryDirectory(prefix="dirk-nats-") as tmp:
-        server = NatsServer(
-            binary=binary, port=_free_port(), store=Path(tmp), principals=principals
-        )
+        server = NatsServer(binary=binary, port=free_port(), store=Path(tmp), principals=principals)
         server.start()
         try:
             yield server
@@ -295,7 +287,7 @@ def started_server(configure: Callable[[int, Path], str]) -> Iterator[NatsServer
     """A nats-server on a free 127.0.0.1 port running the configuration ``configure`` writes."""
     binary = find_server()
     with tempfile.TemporaryDirectory(prefix="dirk-nats-own-") as tmp:
-        server = NatsServer(binary=binary, port=_free_port(), store=Path(tmp), configure=configure)
+        server = NatsServer(binary=binary, port=free_port(), store=Path(tmp), configure=configure)
         server.start()
         try:
             yield server
@@ -319,7 +311,7 @@ def nats_tls_server_fixture(principals: Principals) -> Iterator[NatsServer]:
         context = ssl.create_default_context(cafile=str(folder / "ca.pem"))
         server = NatsServer(
             binary=binary,
-            port=_free_port(),
+            port=free_port(),
             store=folder,
             principals=principals,
             tls=(str(folder / "server-cert.pem"), str(folder / "server-key.pem")),

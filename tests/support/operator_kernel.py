@@ -26,7 +26,13 @@ from tests.support.helpers import LOCAL, PACK, Bank, ScriptedAgent, transfer
 POLL_S = 0.05
 # The proposals wait for people typing commands, on the system clock: a window that outlasts
 # any test run under load, so an approval the test makes is never late (the window's own
-# refusal is tested with a ManualClock elsewhere).
+# refusal is tested with a ManualClock elsewhere). With the default 30 s the modified and
+# the memo flows, decided last, expired under load (ABORTED instead of CLOSED, issue 42).
+# Every wait of tests/cli/test_operator_cli.py is on an event (the kernel's "ready" line,
+# the inbox row taken, the kernel's exit once no flow moves), each bounded by a timeout
+# (COMMAND_TIMEOUT_S, --wait); all of them together stay under this window, so the window
+# cannot run out before the test would have failed on its own bounds: how fast the machine
+# is no longer decides the outcome.
 VALID_FOR_S = 3600.0
 
 

@@ -15,7 +15,6 @@ import itertools
 import os
 import pwd
 import shutil
-import socket
 import subprocess
 import tempfile
 from collections.abc import Iterator
@@ -23,6 +22,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests.support.ports import free_port
 
 _names = itertools.count(1)
 
@@ -42,12 +43,6 @@ def _bindir() -> Path | None:
             return Path(out.stdout.strip())
     initdb = shutil.which("initdb")
     return Path(initdb).parent if initdb else None
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 class PostgresServer:
@@ -134,7 +129,7 @@ def throwaway_server() -> Iterator[PostgresServer]:
     os.chmod(root, 0o755)
     if os.geteuid() == 0:
         shutil.chown(root, "postgres")
-    server = PostgresServer(root, bindir, _free_port())
+    server = PostgresServer(root, bindir, free_port())
     try:
         server.run(
             "initdb", "-D", str(server.data), "-A", "trust", "-U", "postgres",

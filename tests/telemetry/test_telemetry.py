@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import socket
 import subprocess
 import sys
 import uuid
@@ -75,6 +74,7 @@ from kernel.telemetry import (
 from kernel.telemetry._ship import SpanShipper
 from kernel.telemetry._sink import Collector
 from tests.support import SUPPORT
+from tests.support.ports import free_port
 from tests.support.spans import attrs
 
 T0 = 1_700_000_000_000_000_000
@@ -676,9 +676,8 @@ async def test_spans_reach_a_real_otlp_receiver(compression: str) -> None:
 
 
 def closed_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    """A port nothing listens on (nor will: no other worker is handed it)."""
+    return free_port()
 
 
 async def test_shutdown_returns_when_the_collector_is_unreachable() -> None:
