@@ -132,6 +132,13 @@ class _Session:
     def _call(self, fn: Callable[[psycopg.Connection[Any]], T]) -> T:
         if self.revives:
             self._conn = revived(self._location, self._conn)
+            try:
+                return fn(self._conn)
+            except psycopg.OperationalError:
+                if not self._conn.broken:
+                    raise
+                # Dropped since its last use (the server restarted): once more, anew.
+                self._conn = revived(self._location, self._conn)
         return fn(self._conn)
 
     async def run(self, fn: Callable[[psycopg.Connection[Any]], T]) -> T:
