@@ -48,6 +48,7 @@ from kernel.api.documents import Artifacts
 from kernel.api.edge import Edge
 from kernel.api.lifetime import Checkpoints, Lifetime
 from kernel.api.operating import Operating
+from kernel.api.outage import Outage, spool_beside
 from kernel.api.proposals import Proposals
 from kernel.api.sessions import Sessions
 from kernel.api.wiring import Actors
@@ -161,6 +162,14 @@ class Kernel(Operating):
             ids=ids,
             token_of=self._sessions.token_of,
             prepare=edge.prepare,
+            outage=Outage(
+                journal,
+                catalog,
+                clock=clock,
+                ids=ids,
+                principal=config.principal,
+                spool=spool_beside(journal, config.storage.spool),
+            ),
         )
         inbox = InboxProposals(
             self._sessions.handshake,

@@ -56,6 +56,7 @@ from kernel.api.decisions import (
     keyed_dfid,
 )
 from kernel.api.edge import admitted
+from kernel.api.outage import Outage
 from kernel.api.wiring import Actors
 from kernel.core import wall
 from kernel.core.events import (
@@ -106,6 +107,7 @@ class Proposals:
         validity_s: how long a proposal stays valid (it is judged at once).
         kept: conversations kept in memory between calls (the least recent go first;
             one that goes forgets its governor's count, not its stop).
+        outage: answers calls while the journal's store is away (kernel.api.outage).
     """
 
     def __init__(
@@ -122,6 +124,7 @@ class Proposals:
         prepare: Callable[[str, ProposalRecord], Awaitable[ProposalRecord]] | None = None,
         validity_s: float = 600.0,
         kept: int = 4096,
+        outage: Outage | None = None,
     ) -> None:
         self._journal = journal
         self._projections = projections
@@ -136,6 +139,7 @@ class Proposals:
         self._kept = kept
         self._conversations: OrderedDict[str, Conversation] = OrderedDict()
         self._keys: dict[str, Key] = {}
+        self._outage = outage
 
     # --- the entries ---------------------------------------------------------------
 
@@ -179,6 +183,10 @@ class Proposals:
         except InputInvalid as exc:
             return await self._refuse_input(exc, agent_id)
         token = self._token_of(call.agent_id)
+        # The journal's store away past its grace: the tenant's fail mode answers.
+        away = await self._outage.answer(call, params, bool(token)) if self._outage else None
+        if away is not None:
+            return msgspec.structs.replace(away, tool_call_id=call.tool_call_id or "")
         if token is None:
             detail = (
                 f"agent {call.agent_id} has no session in this kernel:"

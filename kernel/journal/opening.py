@@ -86,6 +86,7 @@ async def open_journal(
         async with anyio.create_task_group() as tg:
             if writer is not None:
                 tg.start_soon(journal.run_writer)
+                tg.start_soon(journal.store.run_hooks)
             try:
                 yield journal
             except Exception as exc:
@@ -93,6 +94,7 @@ async def open_journal(
                 body_error = exc
             finally:
                 journal.stop_writer()
+                journal.store.stop_hooks()
         if body_error is not None:
             raise body_error
     finally:

@@ -21,13 +21,16 @@ as any I/O retry: no decision reads it.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import logging
+from collections.abc import Awaitable, Callable
 from enum import StrEnum
 from typing import Any
 
 import anyio
 
 from kernel.journal.errors import JournalUnreachable
+
+log = logging.getLogger(__name__)
 
 
 class StoreState(StrEnum):
@@ -73,6 +76,36 @@ class StoreWatch:
         self._changed = anyio.Event()
         self.outages = 0
         """How many outages were ridden out (or are being) since the journal opened."""
+        self._hooks: list[Callable[[], Awaitable[object]]] = []
+        self._kick = anyio.Event()
+        self._stopped = False
+
+    def on_back(self, hook: Callable[[], Awaitable[object]]) -> None:
+        """Run ``hook`` now (the store is reachable at open) and each time the store is back.
+
+        A hook that raises is logged and run again at the next return; it must not wait
+        for the store itself to be away (it runs beside the writer, never in it).
+        """
+        self._hooks.append(hook)
+        self._kick.set()
+
+    async def run_hooks(self) -> None:
+        """Run the :meth:`on_back` hooks whenever the store is reachable again, until stopped."""
+        while not self._stopped:
+            await self._kick.wait()
+            self._kick = anyio.Event()
+            if self._stopped or self._state is not StoreState.REACHABLE:
+                continue
+            for hook in tuple(self._hooks):
+                try:
+                    await hook()
+                except Exception as exc:
+                    log.warning("after the journal's store came back: %r", exc)
+
+    def stop_hooks(self) -> None:
+        """End :meth:`run_hooks` (the journal is closing)."""
+        self._stopped = True
+        self._kick.set()
 
     @property
     def state(self) -> StoreState:
@@ -99,6 +132,8 @@ class StoreWatch:
             self._state = state
             changed, self._changed = self._changed, anyio.Event()
             changed.set()
+            if state is StoreState.REACHABLE:
+                self._kick.set()
 
     async def write(
         self, append: Callable[[], None], expected_seq: int, pending: tuple[int, str]
