@@ -221,10 +221,10 @@ class Outage:
         normally. A row whose event the journal already holds (a kernel killed between
         the append and the mark) is only marked.
         """
+        await self.modes.load()
         if not self._maybe_pending:
             return 0
         async with self._lock:
-            await self.modes.load()
             spool = await self._open()
             rows = await anyio.to_thread.run_sync(spool.pending)
             held = await self._held() if rows else set()

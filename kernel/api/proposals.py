@@ -183,7 +183,6 @@ class Proposals:
         except InputInvalid as exc:
             return await self._refuse_input(exc, agent_id)
         token = self._token_of(call.agent_id)
-        # The journal's store away past its grace: the tenant's fail mode answers.
         away = await self._outage.answer(call, params, bool(token)) if self._outage else None
         if away is not None:
             return msgspec.structs.replace(away, tool_call_id=call.tool_call_id or "")
