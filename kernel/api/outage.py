@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -35,11 +35,8 @@ from kernel.core import wall
 from kernel.core.events import (
     DecidedWithoutJournal,
     Draft,
-    Event,
     FailMode,
     OnBehalf,
-    Principal,
-    TenantDeclared,
     digest,
 )
 from kernel.core.ports import Clock, IdSource
@@ -48,6 +45,8 @@ from kernel.journal.outage import StoreState
 from kernel.journal.spool import Spool, SpoolRow
 from kernel.journal.store import Journal
 from kernel.policy.packs import PolicyCatalog
+from kernel.state.principals import Principals
+from kernel.state.projections import Projections
 
 log = logging.getLogger(__name__)
 
@@ -75,42 +74,10 @@ def spool_beside(journal: Journal, configured: str | None) -> str:
     return str(path.with_name(f"{path.stem}.spool{path.suffix or '.db'}"))
 
 
-class FailModes:
-    """Each tenant's fail mode as last committed: TenantDeclared events, folded.
-
-    Fed live by a journal listener from construction; the events before it are read
-    once (:meth:`load`), while the store is reachable. Until then every tenant fails
-    closed, which is the default anyway.
-    """
-
-    def __init__(self, journal: Journal) -> None:
-        self._journal = journal
-        self._before = journal.head_seq
-        self._heard: dict[str, str] = {}
-        self._old: dict[str, str] = {}
-        self.loaded = False
-        journal.add_listener(self._hear)
-
-    def _hear(self, events: Sequence[Event]) -> None:
-        for event in events:
-            if isinstance(event.payload, TenantDeclared):
-                spec = event.payload.tenant
-                self._heard[spec.id] = spec.policy.fail_mode
-
-    async def load(self) -> None:
-        """Fold the declarations committed before this kernel listened."""
-        if self.loaded:
-            return
-        for event in await self._journal.read(stop=self._before + 1, types=["TenantDeclared"]):
-            if isinstance(event.payload, TenantDeclared):
-                self._old[event.payload.tenant.id] = event.payload.tenant.policy.fail_mode
-        self.loaded = True
-
-    def of(self, tenant: str) -> str:
-        """Return ``tenant``'s fail mode (closed for one never declared, or not yet read)."""
-        if not self.loaded:
-            return FailMode.CLOSED
-        return self._heard.get(tenant, self._old.get(tenant, FailMode.CLOSED))
+def fail_mode_of(projections: Projections, tenant: str) -> str:
+    """Return ``tenant``'s fail mode as last committed (closed for a tenant never declared)."""
+    spec = projections.domain(Principals).tenants.get(tenant)
+    return spec.policy.fail_mode if spec is not None else FailMode.CLOSED
 
 
 class Outage:
@@ -118,46 +85,44 @@ class Outage:
 
     Args:
         journal: the journal whose store is watched.
+        projections: the principals domain (each tenant's fail mode, as last committed).
         catalog: which kinds are read-only.
         clock: when a call was decided.
         ids: the DFIDs of the calls answered.
-        principal: the principal a call with none of its own acts for
-            (``KernelConfig.principal``).
         spool: the spool file's path (``spool_beside``).
     """
 
     def __init__(
         self,
         journal: Journal,
+        projections: Projections,
         catalog: PolicyCatalog,
         *,
         clock: Clock,
         ids: IdSource,
-        principal: Principal | None,
         spool: str,
     ) -> None:
         self._journal = journal
+        self._projections = projections
         self._catalog = catalog
         self._clock = clock
         self._ids = ids
-        self._principal = principal
         self._path = spool
         self._spool: Spool | None = None
         self._maybe_pending = os.path.exists(spool)
         self._lock = anyio.Lock()
-        self.modes = FailModes(journal)
         if journal.store.rides_out:
             journal.store.on_back(self.drain)
 
     async def answer(
-        self, call: Any, params: Any, session: bool, principal: Principal | None = None
+        self, call: Any, params: Any, session: bool, behalf: OnBehalf | None
     ) -> Decision | None:
         """Return the fail mode's answer while the store is away; None: judge as ever.
 
         ``call`` names the agent and the kind (``agent_id``, ``kind``); ``session``:
-        whether the agent has one. A store lost within its grace is waited for; a store
-        reachable first gets what the spool holds appended, so no call is judged
-        normally before them.
+        whether the agent has one; ``behalf``: whom it acts for (None: nobody, refused).
+        A store lost within its grace is waited for; a store reachable first gets what
+        the spool holds appended, so no call is judged normally before them.
         """
         agent_id, kind = str(call.agent_id), str(call.kind)
         store = self._journal.store
@@ -166,13 +131,13 @@ class Outage:
         if await store.settled() is StoreState.REACHABLE:
             await self.drain()
             return None
-        who = principal or self._principal
+        who = behalf.principal if behalf is not None else None
         read_only = getattr(self._catalog.kinds.get(kind), "read_only", False)
         allowed = (
             session
             and who is not None
             and read_only is True
-            and self.modes.of(who.tenant) == FailMode.OPEN
+            and fail_mode_of(self._projections, who.tenant) == FailMode.OPEN
         )
         record = DecidedWithoutJournal(
             spool_id=0,
@@ -180,7 +145,7 @@ class Outage:
             dfid=self._ids.new_dfid(),
             agent_id=agent_id,
             kind=kind,
-            on_behalf=OnBehalf(principal=who) if who is not None else None,
+            on_behalf=behalf,
             allowed=allowed,
             reason_code=None if allowed else ReasonCode.GOVERNANCE_UNAVAILABLE,
             detail=_ALLOWED if allowed else _REFUSED,
@@ -221,7 +186,6 @@ class Outage:
         normally. A row whose event the journal already holds (a kernel killed between
         the append and the mark) is only marked.
         """
-        await self.modes.load()
         if not self._maybe_pending:
             return 0
         async with self._lock:

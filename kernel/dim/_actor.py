@@ -162,6 +162,7 @@ class IntegrityModule:
                     out.rollback()
                     out.reply(msg.done, None)
                     return
+                staged_of(out).carried(msg.drafts)
                 for answer in msg.messages:
                     await self.handle(answer, out)
                 out.after_commit_with(hand_back, (out, start, len(msg.drafts), msg.done))
@@ -274,6 +275,7 @@ class IntegrityModule:
             after=submitted,
         )
         use_grant(msg.dfid, judgement, recorded, out)
+        staged.count_call(self._projections, msg.dfid)
         flag(self._catalog, msg, judgement, overruns, recorded, out)
         reserve(msg.dfid, flow.agent_id, judgement, own, recorded, out)
         self._screen(msg, state, out)
@@ -406,6 +408,7 @@ class IntegrityModule:
                 ),
                 dfid=msg.dfid,
             )
+            staged.count_call(self._projections, msg.dfid)
         reserve(msg.dfid, flow.agent_id, judgement, own, recorded, out)
         accepted = out.flow(msg.dfid)
         assert accepted is not None

@@ -22,14 +22,15 @@ a verdict it would change is judged again, never written.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from kernel.core.events import Applied, Feedback, ProposalRecord
+from kernel.core.events import Applied, Draft, Feedback, FlowCreated, OnBehalf, ProposalRecord
 from kernel.core.flow import FlowState
 from kernel.dim._gate import MemoryCheck, judge
 from kernel.dim._judgement import Inputs, Judgement
+from kernel.dim._principal import Behalf
 from kernel.policy.packs import PolicyCatalog
 from kernel.policy.quorums import SINGLE, tally
 from kernel.policy.rules import Stopwatch, View
@@ -37,8 +38,12 @@ from kernel.state.amendments import Amendment, in_force
 from kernel.state.approvals import Approval
 from kernel.state.budgets import Budgets
 from kernel.state.grants import Grant, Grants
+from kernel.state.principals import Principals, rate_key
 from kernel.state.projections import AgentView, Projections, context_ref
 from kernel.state.quorums import Ballot
+
+PRINCIPAL_FOLD = 3
+"""The fold rules from which the principal layer judges (kernel.state.projections.FOLD)."""
 
 
 class FactCapacities(Mapping[str, int]):
@@ -116,6 +121,9 @@ class Staged:
         granted: per standing grant, the uses and money its staged acceptances took.
         grants: grants issued, voted on or revoked in this batch, as they now stand.
         spent: per money pool, what staged reasoning charges spent.
+        calls: per rate window (kernel.state.principals.rate_key), the acceptances staged.
+        behalf: whom the flows of a compiler batch carried into this one act for (their
+            FlowCreated is staged here, not folded yet).
     """
 
     reserved: dict[str, dict[str, int]] = field(default_factory=dict)
@@ -124,6 +132,29 @@ class Staged:
     granted: dict[str, tuple[int, int]] = field(default_factory=dict)
     spent: dict[str, int] = field(default_factory=dict)
     grants: dict[str, Grant] = field(default_factory=dict)
+    calls: dict[str, int] = field(default_factory=dict)
+    behalf: dict[str, OnBehalf] = field(default_factory=dict)
+
+    def carried(self, drafts: Iterable[Draft]) -> None:
+        """Note whom the flows a carried compiler batch opens act for (not folded yet)."""
+        for draft in drafts:
+            payload = draft.payload
+            if isinstance(payload, FlowCreated) and payload.on_behalf is not None and draft.dfid:
+                self.behalf[draft.dfid] = payload.on_behalf
+
+    def on_behalf(self, projections: Projections, dfid: str) -> OnBehalf | None:
+        """Whom flow ``dfid`` acts for: as this batch staged it, or as committed."""
+        staged = self.behalf.get(dfid)
+        if staged is not None:
+            return staged
+        return projections.domain(Principals).on_behalf.get(dfid)
+
+    def count_call(self, projections: Projections, dfid: str) -> None:
+        """Count a staged acceptance of flow ``dfid`` in its principal's rate window."""
+        on_behalf = self.on_behalf(projections, dfid)
+        if on_behalf is not None:
+            key = rate_key(on_behalf)
+            self.calls[key] = self.calls.get(key, 0) + 1
 
     def held(self, projections: Projections) -> dict[str, int]:
         """Return the total held of each pool by open flows, staged reservations included."""
@@ -185,6 +216,28 @@ def inputs_of(
         spent=Spent(projections, now_ns, staged.spent),
         grants=staged.all_grants(projections),
         granted=staged.granted,
+        principal=behalf_of(projections, flow, now_ns, staged),
+    )
+
+
+def behalf_of(
+    projections: Projections, flow: FlowState, now_ns: int, staged: Staged
+) -> Behalf | None:
+    """What the principal layer judges ``flow`` against; None on journals before principals."""
+    if projections.fold < PRINCIPAL_FOLD:
+        return None
+    domain = projections.domain(Principals)
+    on_behalf = staged.on_behalf(projections, flow.dfid)
+    accepted = 0
+    if on_behalf is not None:
+        key = rate_key(on_behalf)
+        accepted = domain.accepted_within(key, now_ns) + staged.calls.get(key, 0)
+    return Behalf(
+        on_behalf=on_behalf,
+        agent_id=flow.agent_id,
+        tenants=domain.tenants,
+        delegations=domain.delegations,
+        accepted=accepted,
     )
 
 

@@ -14,11 +14,9 @@ from kernel import Decision, Kernel, KernelConfig, Manifest, open_kernel
 from kernel.adapters import ExecutionIntent, Receipt
 from kernel.config import Ports, Storage
 from kernel.core.events import (
-    Draft,
     FailMode,
     Member,
     Principal,
-    TenantDeclared,
     TenantPolicy,
     TenantSpec,
 )
@@ -96,7 +94,7 @@ async def declare(kernel: Kernel, fail_mode: str) -> None:
         members={USER: Member(scopes=[])},
         policy=TenantPolicy(fail_mode=FailMode(fail_mode)),
     )
-    await kernel.journal.append([Draft(payload=TenantDeclared(tenant=spec))])
+    await kernel.declare_tenant(spec, reason="the fail-mode tests")
 
 
 async def lookup(kernel: Kernel, account: str = "acc-1") -> Decision:
