@@ -158,7 +158,7 @@ _bodies = st.one_of(
 def test_every_spool_row_becomes_one_event_in_order_whatever_it_holds(
     contents: list[tuple[str, object]], data: st.DataObject
 ) -> None:
-    rows = []
+    rows: list[tuple[SpoolRow, DecidedWithoutJournal | None]] = []
     for row_id, (what, value) in enumerate(contents, start=1):
         if what == "record":
             assert isinstance(value, DecidedWithoutJournal)

@@ -24,8 +24,6 @@ import pytest
 
 from kernel import FlowStatus
 from kernel.audit import fold, open_journal, verify_journal
-from kernel.core.errors import KernelShutdown
-from kernel.core.reasons import StopReason
 from tests.execution.test_execution_crash import check
 from tests.support import ROOT, SUPPORT
 from tests.support.helpers import Bank, ScriptedAgent, kernel_for, transfer
