@@ -37,6 +37,7 @@ from kernel.core.events import (
     Draft,
     FailMode,
     OnBehalf,
+    Principal,
     digest,
 )
 from kernel.core.ports import Clock, IdSource
@@ -124,22 +125,34 @@ class Outage:
         A store lost within its grace is waited for; a store reachable first gets what
         the spool holds appended, so no call is judged normally before them.
         """
-        agent_id, kind = str(call.agent_id), str(call.kind)
         store = self._journal.store
         if not store.rides_out:
             return None
         if await store.settled() is StoreState.REACHABLE:
             await self.drain()
             return None
-        who = behalf.principal if behalf is not None else None
-        read_only = getattr(self._catalog.kinds.get(kind), "read_only", False)
-        allowed = (
-            session
-            and who is not None
-            and read_only is True
-            and fail_mode_of(self._projections, who.tenant) == FailMode.OPEN
-        )
-        record = DecidedWithoutJournal(
+        record = self._decided(str(call.agent_id), str(call.kind), params, session, behalf)
+        try:
+            spool_id = await self._keep(record)
+        except Exception as exc:
+            # Not kept, so not allowed: a refusal acts on nothing.
+            log.error("outage spool %s: %r; the call is refused unrecorded", self._path, exc)
+            return _refusal(record.dfid, f"{_REFUSED.split(':')[0]}, and the spool failed")
+        if record.allowed:
+            return Decision(
+                verdict=DecisionVerdict.ALLOWED_WITHOUT_JOURNAL,
+                dfid=record.dfid,
+                detail=record.detail,
+                result={"decided_without_journal": True, "spool_id": spool_id},
+            )
+        return _refusal(record.dfid, record.detail)
+
+    def _decided(
+        self, agent_id: str, kind: str, params: Any, session: bool, behalf: OnBehalf | None
+    ) -> DecidedWithoutJournal:
+        """Decide a call by its tenant's fail mode (see the module's table)."""
+        allowed = session and behalf is not None and self._fails_open(kind, behalf.principal)
+        return DecidedWithoutJournal(
             spool_id=0,
             decided_ns=self._clock.now_ns(),
             dfid=self._ids.new_dfid(),
@@ -151,20 +164,11 @@ class Outage:
             detail=_ALLOWED if allowed else _REFUSED,
             params_digest=_digest(params),
         )
-        try:
-            spool_id = await self._keep(record)
-        except Exception as exc:
-            # Not kept, so not allowed: a refusal acts on nothing.
-            log.error("outage spool %s: %r; the call is refused unrecorded", self._path, exc)
-            return _refusal(record.dfid, f"{_REFUSED.split(':')[0]}, and the spool failed")
-        if allowed:
-            return Decision(
-                verdict=DecisionVerdict.ALLOWED_WITHOUT_JOURNAL,
-                dfid=record.dfid,
-                detail=record.detail,
-                result={"decided_without_journal": True, "spool_id": spool_id},
-            )
-        return _refusal(record.dfid, record.detail)
+
+    def _fails_open(self, kind: str, who: Principal) -> bool:
+        """Whether ``kind`` is read-only and ``who``'s tenant fails open."""
+        read_only = getattr(self._catalog.kinds.get(kind), "read_only", False)
+        return read_only is True and fail_mode_of(self._projections, who.tenant) == FailMode.OPEN
 
     async def _keep(self, record: DecidedWithoutJournal) -> int:
         async with self._lock:
