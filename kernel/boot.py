@@ -128,6 +128,7 @@ async def open_kernel(
             faults=storage.faults,
             chain_key=key,
             compress=storage.compress,
+            grace_s=storage.outage_grace_s,
         ) as journal,
         open_publishers(signing.publish if signing is not None else ()) as publishers,
     ):

@@ -88,6 +88,13 @@ class Storage(msgspec.Struct, frozen=True, kw_only=True):
             docs/benchmarks.md); False stores canonical JSON as it is. Either way every
             body stays readable, and hashes are over the canonical bytes. PostgreSQL keeps
             JSON regardless.
+        outage_grace_s: how long a journal store that cannot be reached (a PostgreSQL
+            server restarting) is retried before calls are answered by their tenant's
+            fail mode; an outage shorter than this is waited out and judged normally
+            (docs/identity.md, "Fail modes").
+        spool: the local SQLite file that keeps calls decided while the store is away,
+            until they are appended to the journal (None: beside a SQLite journal, or
+            ``dirk-spool-<journal id>.db`` in the working directory for PostgreSQL).
     """
 
     synchronous: str = "FULL"
@@ -95,6 +102,8 @@ class Storage(msgspec.Struct, frozen=True, kw_only=True):
     chain_key: bytes | str | None = None
     faults: JournalFaults | None = None
     compress: bool = True
+    outage_grace_s: float = 5.0
+    spool: str | None = None
 
 
 class Ports(msgspec.Struct, frozen=True, kw_only=True):

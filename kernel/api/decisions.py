@@ -53,6 +53,10 @@ class DecisionVerdict(StrEnum):
     """Not carried out, by policy, by a human or by the retry governor: revise and call again."""
     FAILED = "FAILED"
     """Accepted, but the execution did not take effect (or was undone)."""
+    ALLOWED_WITHOUT_JOURNAL = "ALLOWED_WITHOUT_JOURNAL"
+    """Decided while the journal's store was away: a read-only kind its tenant lets fail
+    open. The caller may carry it out; the kernel ran nothing, and records the call as
+    ``DecidedWithoutJournal`` once the store is back (kernel.api.outage)."""
 
 
 class Decision(msgspec.Struct, frozen=True, kw_only=True):
@@ -100,6 +104,8 @@ class Decision(msgspec.Struct, frozen=True, kw_only=True):
                 )
             case DecisionVerdict.PENDING:
                 return f"PENDING: {self.detail} (flow {self.dfid})"
+            case DecisionVerdict.ALLOWED_WITHOUT_JOURNAL:
+                return f"ALLOWED_WITHOUT_JOURNAL: {self.detail} (call {self.dfid})"
         where = ", ".join(
             part for part in (self.field, f"limit {self.limit}" if self.limit else "") if part
         )

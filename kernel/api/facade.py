@@ -48,6 +48,7 @@ from kernel.api.documents import Artifacts
 from kernel.api.edge import Edge
 from kernel.api.lifetime import Checkpoints, Lifetime
 from kernel.api.operating import Operating
+from kernel.api.outage import Outage, spool_beside
 from kernel.api.principals import Delegations
 from kernel.api.proposals import Proposals
 from kernel.api.sessions import Sessions
@@ -163,6 +164,14 @@ class Kernel(Operating):
             token_of=self._sessions.token_of,
             prepare=edge.prepare,
             principal=config.principal,
+            outage=Outage(
+                journal,
+                projections,
+                catalog,
+                clock=clock,
+                ids=ids,
+                spool=spool_beside(journal, config.storage.spool),
+            ),
         )
         self._delegations = Delegations(journal, projections, ids)
         inbox = InboxProposals(

@@ -56,6 +56,7 @@ from kernel.api.decisions import (
     keyed_dfid,
 )
 from kernel.api.edge import admitted
+from kernel.api.outage import Outage
 from kernel.api.principals import on_behalf_of
 from kernel.api.wiring import Actors
 from kernel.core import wall
@@ -112,6 +113,7 @@ class Proposals:
             one that goes forgets its governor's count, not its stop).
         principal: the principal the host vouches for (``KernelConfig.principal``): a
             call that names none acts for it (None: for nobody, refused by the DIM).
+        outage: answers calls while the journal's store is away (kernel.api.outage).
     """
 
     def __init__(
@@ -129,6 +131,7 @@ class Proposals:
         validity_s: float = 600.0,
         kept: int = 4096,
         principal: Principal | None = None,
+        outage: Outage | None = None,
     ) -> None:
         self._journal = journal
         self._projections = projections
@@ -144,6 +147,7 @@ class Proposals:
         self._principal = principal
         self._conversations: OrderedDict[str, Conversation] = OrderedDict()
         self._keys: dict[str, Key] = {}
+        self._outage = outage
 
     # --- the entries ---------------------------------------------------------------
 
@@ -194,6 +198,10 @@ class Proposals:
         except InputInvalid as exc:
             return await self._refuse_input(exc, agent_id)
         token = self._token_of(call.agent_id)
+        outage = self._outage
+        away = await outage.answer(call, params, bool(token), behalf) if outage else None
+        if away is not None:
+            return msgspec.structs.replace(away, tool_call_id=call.tool_call_id or "")
         if token is None:
             detail = (
                 f"agent {call.agent_id} has no session in this kernel:"

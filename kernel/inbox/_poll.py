@@ -22,6 +22,7 @@ a key recorded before and gone from the file is recorded revoked, for good.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 from collections.abc import Awaitable, Callable
@@ -116,7 +117,8 @@ class Intake:
             try:
                 if store.announces:
                     # Listening before the first read: a row inserted after it is read or announced.
-                    await anyio.to_thread.run_sync(store.wait, 0.0, limiter=waits)
+                    with contextlib.suppress(JournalError):  # the store away: polling finds it
+                        await anyio.to_thread.run_sync(store.wait, 0.0, limiter=waits)
                 while True:
                     await self._round(store, limiter)
                     await _pause(store, clock, interval_s, waits)

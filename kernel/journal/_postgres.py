@@ -39,7 +39,11 @@ from kernel.core.events import GENESIS_HASH, chain_key_id
 from kernel.core.merkle import Frontier, leaf_hash
 from kernel.journal._meta import SCHEMA_VERSION, check_meta, check_state
 from kernel.journal._postgres_connect import connect as connect
-from kernel.journal._postgres_connect import pg_error
+from kernel.journal._postgres_connect import is_unreachable, pg_error, retake, revived, unreachable
+from kernel.journal._postgres_follow import CHANNEL, TREE_SCHEMA
+from kernel.journal._postgres_follow import add_tree_head as add_tree_head
+from kernel.journal._postgres_follow import listen as listen
+from kernel.journal._postgres_follow import notified as notified
 from kernel.journal.codec import unpack
 from kernel.journal.errors import (
     JournalError,
@@ -59,8 +63,6 @@ from kernel.journal.tree import (
     frontier_keys,
 )
 
-CHANNEL = "dirk_journal"
-"""The channel each append notifies, with the new head seq as payload."""
 LEASE_CLASS = 0x44495231
 """The first key of the writer's advisory lock ("DIR1"); the second is the schema's hash."""
 
@@ -81,13 +83,6 @@ CREATE TABLE operator_inbox (
     id BIGSERIAL PRIMARY KEY, request BYTEA NOT NULL,
     created_ts BIGINT NOT NULL, taken_seq BIGINT
 );
-"""
-# The Merkle tree's stored subtrees and the signed checkpoints (kernel.journal.tree).
-TREE_SCHEMA = """
-CREATE TABLE IF NOT EXISTS tree_nodes (
-    level SMALLINT NOT NULL, idx BIGINT NOT NULL, hash BYTEA NOT NULL, PRIMARY KEY (level, idx)
-);
-CREATE TABLE IF NOT EXISTS tree_heads (size BIGINT PRIMARY KEY, note TEXT NOT NULL);
 """
 _NODE = (
     "INSERT INTO tree_nodes (level, idx, hash) VALUES (%s, %s, %s)"
@@ -116,21 +111,42 @@ _BODIES = "SELECT e.seq, e.body, e.hash, NULL FROM events AS e WHERE e.seq >= %s
 _COPY = "COPY events (seq, type, dfid, body, hash) FROM STDIN (FORMAT BINARY)"
 _COPY_TYPES = ["int8", "text", "text", "bytea", "bytea"]
 _LEASE = f"SELECT pg_advisory_lock({LEASE_CLASS}, hashtext(current_schema()))"
+_TRY_LEASE = f"SELECT pg_try_advisory_lock({LEASE_CLASS}, hashtext(current_schema()))"
 T = TypeVar("T")
 
 
 class _Session:
-    """One connection used from worker threads one call at a time, errors translated."""
+    """One connection used from worker threads one call at a time, errors translated.
+
+    ``revives``: a connection the server dropped is replaced before the next call (the
+    reader's, which holds no transaction across calls), so reads resume after an outage.
+    """
+
+    revives = False
 
     def __init__(self, location: str, conn: psycopg.Connection[Any]) -> None:
         self._location = location
         self._conn = conn
         self._limiter = anyio.CapacityLimiter(1)
 
+    def _call(self, fn: Callable[[psycopg.Connection[Any]], T]) -> T:
+        if self.revives:
+            self._conn = revived(self._location, self._conn)
+            try:
+                return fn(self._conn)
+            except psycopg.OperationalError:
+                if not self._conn.broken:
+                    raise
+                # Dropped since its last use (the server restarted): once more, anew.
+                self._conn = revived(self._location, self._conn)
+        return fn(self._conn)
+
     async def run(self, fn: Callable[[psycopg.Connection[Any]], T]) -> T:
         try:
-            return await anyio.to_thread.run_sync(fn, self._conn, limiter=self._limiter)
+            return await anyio.to_thread.run_sync(self._call, fn, limiter=self._limiter)
         except psycopg.Error as exc:
+            if is_unreachable(exc):
+                raise unreachable(self._location, exc) from None
             raise pg_error(self._location, exc) from None
 
     async def aclose(self) -> None:
@@ -138,6 +154,8 @@ class _Session:
 
 
 class _Reader(_Session):
+    revives = True
+
     async def events(
         self,
         start: int,
@@ -221,6 +239,7 @@ class _Writer:
         self._lease = lease
         self._conn = conn
         self.epoch = 0
+        self.synchronous_off = False
 
     def append(
         self,
@@ -229,6 +248,43 @@ class _Writer:
         head: str,
         injected: bool,
         nodes: Sequence[Node] = (),
+    ) -> None:
+        try:
+            self._append(rows, expected_seq, head, injected, nodes)
+        except psycopg.Error as exc:
+            if is_unreachable(exc):
+                raise unreachable(self._location, exc) from None
+            raise
+
+    def probe(self) -> None:
+        """Ask the server something, to learn while idle that it went away."""
+        try:
+            self._conn.execute("SELECT 1")
+        except psycopg.Error as exc:
+            raise unreachable(self._location, exc) from None
+
+    def reconnect(self, expected_seq: int, pending: tuple[int, str] | None) -> bool:
+        """Connect again and retake the lease; return whether ``pending`` had committed.
+
+        Raises:
+            JournalUnreachable: still away. JournalFenced: another kernel took the journal.
+        """
+        for each in (self._conn, self._lease):
+            with contextlib.suppress(psycopg.Error):
+                each.close()
+        back = retake(self._location, _TRY_LEASE, self.epoch, expected_seq, pending)
+        self._lease, self._conn, self.epoch = back.lease, back.conn, back.epoch
+        if self.synchronous_off:
+            self._conn.execute("SET synchronous_commit = off")
+        return back.committed
+
+    def _append(
+        self,
+        rows: Sequence[Row],
+        expected_seq: int,
+        head: str,
+        injected: bool,
+        nodes: Sequence[Node],
     ) -> None:
         new_seq = rows[-1][0]
         with self._conn.transaction(), self._conn.cursor() as cur:
@@ -462,6 +518,7 @@ async def open_store(
         lease = await _take_lease(location)
         conn = await anyio.to_thread.run_sync(connect, location)
         writer = _Writer(location, lease, conn)
+        writer.synchronous_off = synchronous in ("OFF", "NORMAL")
         session = _Session(location, conn)
         head, keyed, writer.epoch, tree = await session.run(
             lambda c: _open_writer(c, location, chain_key, synchronous)
@@ -518,56 +575,3 @@ async def open_snapshot(location: str) -> AsyncIterator[_Snapshot]:
     finally:
         with anyio.CancelScope(shield=True):
             await snapshot.aclose()
-
-
-def listen(location: str) -> psycopg.Connection[Any]:
-    """Open a connection that LISTENs on the journal's channel (for a follower)."""
-    conn = connect(location)
-    try:
-        conn.execute(f"LISTEN {CHANNEL}")
-    except psycopg.Error as exc:
-        conn.close()
-        raise pg_error(location, exc) from None
-    return conn
-
-
-def notified(conn: psycopg.Connection[Any], location: str, timeout_s: float) -> bool:
-    """Wait up to ``timeout_s`` for an append's notification on ``conn``; True if one came."""
-    try:
-        for _ in conn.notifies(timeout=timeout_s, stop_after=1):
-            return True
-    except psycopg.Error as exc:
-        raise pg_error(location, exc) from None
-    return False
-
-
-def add_tree_head(location: str, size: int, note: str) -> None:
-    """Keep a signed checkpoint beside the journal's events, from outside its writer.
-
-    Only ``tree_heads`` is written (never an event, never the head row), so a running
-    writer and its lease are not disturbed; a size already kept gets the new signature
-    lines added.
-
-    Raises:
-        JournalError: the database cannot be written.
-        NoteError: ``note`` signs another checkpoint than the one kept for ``size``.
-    """
-    from kernel.core.notes import merge
-
-    conn = connect(location)
-    try:
-        conn.execute(TREE_SCHEMA)
-        with conn.transaction():
-            row = conn.execute(
-                "SELECT note FROM tree_heads WHERE size = %s FOR UPDATE", (size,)
-            ).fetchone()
-            merged = note if row is None else merge(str(row[0]), note)
-            conn.execute(
-                "INSERT INTO tree_heads (size, note) VALUES (%s, %s)"
-                " ON CONFLICT (size) DO UPDATE SET note = excluded.note",
-                (size, merged),
-            )
-    except psycopg.Error as exc:
-        raise pg_error(location, exc) from None
-    finally:
-        conn.close()

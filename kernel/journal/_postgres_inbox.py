@@ -12,7 +12,7 @@ from typing import Any
 import psycopg
 
 from kernel.journal._inbox_rows import StoredRow, stored_rows
-from kernel.journal._postgres_connect import connect, pg_error
+from kernel.journal._postgres_connect import connect, pg_error, revived
 from kernel.journal.errors import redact
 
 INBOX_CHANNEL = "dirk_inbox"
@@ -42,6 +42,8 @@ class PostgresInbox:
         self.close()
 
     def _run(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
+        # A connection the server dropped (an outage) is replaced: the poller tries again.
+        self._conn = revived(self._location, self._conn)
         try:
             cur = self._conn.execute(sql, params)
             return cur.fetchall() if cur.description else []
@@ -60,6 +62,7 @@ class PostgresInbox:
 
     def insert(self, body: bytes, now_ns: int) -> int:
         """Insert one row and wake the kernel; return the row's id."""
+        self._conn = revived(self._location, self._conn)
         try:
             with self._conn.transaction():
                 (row_id,) = self._conn.execute(
@@ -84,6 +87,9 @@ class PostgresInbox:
     def wait(self, timeout_s: float) -> bool:
         """Wait up to ``timeout_s`` for an insert's notification; True if one came."""
         try:
+            if self._listener is not None and self._listener.broken:
+                self._listener.close()
+                self._listener = None
             if self._listener is None:
                 self._listener = connect(self._location)
                 self._listener.execute(f"LISTEN {INBOX_CHANNEL}")

@@ -83,6 +83,18 @@ class JournalFenced(JournalWriteFailed):
     code = "JOURNAL_FENCED"
 
 
+class JournalUnreachable(JournalError):
+    """The journal's store cannot be reached (its server stopped, the network or mount is gone).
+
+    Not a failure of the journal: nothing was lost and the chain is intact. The writer
+    rides it out (:mod:`kernel.journal.outage`): it reconnects, learns whether its last
+    transaction committed, and carries on; meanwhile appends wait and the store's state
+    says it is away, so a caller can decide without it (``kernel.api.outage``).
+    """
+
+    code = "JOURNAL_UNREACHABLE"
+
+
 class JournalFaults(msgspec.Struct, frozen=True, kw_only=True):
     """Faults to inject, a seam for tests; production code never passes one.
 

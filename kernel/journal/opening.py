@@ -24,6 +24,7 @@ async def open_journal(
     faults: JournalFaults | None = None,
     chain_key: bytes | None = None,
     compress: bool = True,
+    grace_s: float = 5.0,
 ) -> AsyncIterator[Journal]:
     """Open the journal at ``path``, creating it if it does not exist.
 
@@ -43,6 +44,8 @@ async def open_journal(
             Only a journal without events can be given a key.
         compress: Store new SQLite bodies deflated (:mod:`kernel.journal.codec`), or as
             canonical JSON; both forms are always read. PostgreSQL keeps JSON.
+        grace_s: How long a store that cannot be reached is retried before the journal
+            reports it away (:mod:`kernel.journal.outage`); appends wait either way.
 
     Raises:
         JournalCorrupt: Not a SQLite database, or its last event does not check out, or
@@ -77,11 +80,13 @@ async def open_journal(
             opened.keyed,
             opened.tree,
             opened.tree_built,
+            grace_s=grace_s,
         )
         body_error: Exception | None = None
         async with anyio.create_task_group() as tg:
             if writer is not None:
                 tg.start_soon(journal.run_writer)
+                tg.start_soon(journal.store.run_hooks)
             try:
                 yield journal
             except Exception as exc:
@@ -89,6 +94,7 @@ async def open_journal(
                 body_error = exc
             finally:
                 journal.stop_writer()
+                journal.store.stop_hooks()
         if body_error is not None:
             raise body_error
     finally:

@@ -1,25 +1,23 @@
 """The journal: the append-only, hash-chained event log, whatever store holds it.
 
-Every step of every DecisionFlow is appended here before anything acts on it
-("record first", DESIGN.md section 4). One writer task owns every write and
-commits in groups: whatever callers append while a transaction is in flight
-goes into the next one, so the cost of a commit is shared by everyone who
-waited for it. Each row keeps the event's canonical bytes and the SHA-256
-chaining them to the row before (an HMAC-SHA256 when the journal has a chain
-key), so :func:`kernel.journal.verify.verify_journal` can prove nothing was edited,
-dropped or reordered. The same transaction that appends rows rewrites the head
-record (the last seq and hash), so a removed tail is caught on open and by
-verify; docs/integrity.md says what that proves and what it does not.
+Every step of every DecisionFlow is appended here before anything acts on it ("record first",
+DESIGN.md section 4). One writer task owns every write and commits in groups: whatever callers
+append while a transaction is in flight goes into the next one, so the cost of a commit is
+shared by everyone who waited for it. Each row keeps the event's canonical bytes and the
+SHA-256 chaining them to the row before (an HMAC-SHA256 when the journal has a chain key), so
+:func:`kernel.journal.verify.verify_journal` can prove nothing was edited, dropped or
+reordered. The same transaction that appends rows rewrites the head record (the last seq and
+hash), so a removed tail is caught on open and by verify; docs/integrity.md says what that
+proves and what it does not.
 
-What is read is what was verified, each event against its stored hash and the
-one before (:mod:`kernel.journal._rows` says how).
+What is read is what was verified, each event against its stored hash and the one before
+(:mod:`kernel.journal._rows` says how).
 
-All of that is the same for every store; what a database must do is the port
-in :mod:`kernel.journal.port`. :func:`open_journal` takes a SQLite file (the
-default, :mod:`kernel.journal._sqlite`) or a ``postgresql://`` URL
-(:mod:`kernel.journal._postgres`, the ``dir-kernel[postgres]`` extra). Reads use a
-connection of their own and never wait for a commit; subscriptions follow live
-commits without ever slowing the writer.
+All of that is the same for every store; what a database must do is the port in
+:mod:`kernel.journal.port`. :func:`open_journal` takes a SQLite file (the default,
+:mod:`kernel.journal._sqlite`) or a ``postgresql://`` URL (:mod:`kernel.journal._postgres`, the
+``dir-kernel[postgres]`` extra). Reads use a connection of their own and never wait for a
+commit; subscriptions follow live commits without ever slowing the writer.
 """
 
 from __future__ import annotations
@@ -66,6 +64,7 @@ from kernel.journal.errors import (
     redact,
 )
 from kernel.journal.head import head_value
+from kernel.journal.outage import StoreWatch
 from kernel.journal.port import Head, StoreReader, StoreWriter
 from kernel.journal.sealing import EventUnreadable
 from kernel.journal.tree import TreeReader
@@ -114,6 +113,7 @@ class Journal:
         keyed: bool = False,
         tree: Frontier | None = None,
         tree_built: bool = False,
+        grace_s: float = 5.0,
     ) -> None:
         self._path = path
         # The Merkle tree's right edge, moved with each commit (kernel.journal.tree).
@@ -130,6 +130,7 @@ class Journal:
         self._faults = faults
         # Its own limiter, so the writer never queues behind other users of anyio's thread pool.
         self._limiter = anyio.CapacityLimiter(1)
+        self._watch = StoreWatch(writer, self._limiter, grace_s=grace_s)
         self._pending = Batch()
         self._listeners: list[Listener] = []
         self._transition_check: TransitionCheck | None = None
@@ -197,14 +198,18 @@ class Journal:
         """
         if self._writer is None or self._closed:
             self._raise_unwritable()
-        await anyio.to_thread.run_sync(
-            self._writer.store_tree_head, size, note, limiter=self._limiter
-        )
+        store = self._writer.store_tree_head
+        await anyio.to_thread.run_sync(store, size, note, limiter=self._limiter)
 
     @property
     def keyed(self) -> bool:
         """True if the chain is keyed (its hashes are HMACs under a chain key)."""
         return self._keyed
+
+    @property
+    def store(self) -> StoreWatch:
+        """Whether the store can be reached now (an outage is ridden out: kernel.journal.outage)."""
+        return self._watch
 
     @property
     def failed(self) -> bool:
@@ -274,12 +279,11 @@ class Journal:
     def add_listener(self, listener: Listener) -> None:
         """Call ``listener`` with every committed batch of events, in commit order.
 
-        Listeners run synchronously in the writer task, after the commit and
-        before any appender wakes, so a projection fed by one is never behind
-        an append that returned. They must be quick and must not raise: a
-        listener that raises leaves the projections it feeds unreliable, so the
-        journal fails as if a write had failed (the batch stays committed, but
-        its callers and all later appends get :class:`JournalWriteFailed`).
+        Listeners run synchronously in the writer task, after the commit and before any
+        appender wakes, so a projection fed by one is never behind an append that returned.
+        They must be quick and must not raise: a listener that raises leaves the projections
+        it feeds unreliable, so the journal fails as if a write had failed (the batch stays
+        committed, but its callers and all later appends get :class:`JournalWriteFailed`).
         """
         self._listeners.append(listener)
 
@@ -287,10 +291,9 @@ class Journal:
         """Follow the journal from ``from_seq``: history first, then live commits.
 
         Use it as ``async with journal.subscribe() as sub: async for batch in sub``.
-        A slow subscriber never slows the writer: when its ``buffer`` of batches
-        is full it falls back to reading the database, so it still sees every
-        event exactly once, in order, in bounded memory. Iteration ends when the
-        journal closes.
+        A slow subscriber never slows the writer: when its ``buffer`` of batches is full it
+        falls back to reading the database, so it still sees every event exactly once, in
+        order, in bounded memory. Iteration ends when the journal closes.
         """
         if buffer < 1:
             raise ValueError("buffer must be at least 1")
@@ -472,9 +475,8 @@ class Journal:
         if self._writer is None or self._closing:
             self._raise_unwritable()
         # The writer's limiter: its connection is used by one thread at a time.
-        await anyio.to_thread.run_sync(
-            self._writer.write_snapshot, seq, digest, body, limiter=self._limiter
-        )
+        write = self._writer.write_snapshot
+        await anyio.to_thread.run_sync(write, seq, digest, body, limiter=self._limiter)
 
     async def snapshot_seqs(self) -> list[int]:
         """Return the seqs for which a snapshot is stored, oldest first."""
@@ -492,9 +494,8 @@ class Journal:
             return
         if self._writer is None or self._closing:
             self._raise_unwritable()
-        await anyio.to_thread.run_sync(
-            self._writer.drop_snapshots, sorted(seqs), limiter=self._limiter
-        )
+        drop = self._writer.drop_snapshots
+        await anyio.to_thread.run_sync(drop, sorted(seqs), limiter=self._limiter)
 
     async def read_snapshot(self, seq: int) -> tuple[str, bytes] | None:
         """Return the (digest, body) stored for ``seq``, or None (journals before snapshots too)."""
@@ -517,7 +518,9 @@ class Journal:
         try:
             while not (self._closing and not self._pending.requests):
                 batch = self._pending
-                await batch.ready.wait()
+                lost = await self._watch.idle(batch.ready, self._head_seq)
+                if lost is not None and self._failure is None:
+                    self._failure, self._failure_what = lost, "the store was lost"
                 if batch.requests:
                     self._pending = Batch()
                     if self._failure is None:
@@ -545,17 +548,15 @@ class Journal:
         began = self._observer_clock() if self._observer is not None else 0
         try:
             # One hop per transaction: the store's writer (a plain sqlite3 or psycopg
-            # connection, used only here) runs BEGIN, the rows, the head and COMMIT as
-            # one call in a worker thread. run_sync waits out a cancellation, so the
-            # writer always learns whether the commit happened.
-            await anyio.to_thread.run_sync(
-                self._writer.append,
-                rows,
+            # connection, used only here) runs BEGIN, the rows, the head and COMMIT as one
+            # call in a worker thread. run_sync waits out a cancellation, so the writer
+            # always learns whether the commit happened (after an outage too: its head row
+            # says, kernel.journal.outage).
+            append = self._writer.append
+            await self._watch.write(
+                lambda: append(rows, self._head_seq, head, injected, nodes),
                 self._head_seq,
-                head,
-                injected,
-                nodes,
-                limiter=self._limiter,
+                (seq, head),
             )
         except Exception as exc:
             self._failure, self._failure_what = exc, "a write failed"

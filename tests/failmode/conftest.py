@@ -1,0 +1,43 @@
+"""A PostgreSQL server of this package's own, which its tests stop and start at will.
+
+The suite's shared server (tests.support.postgres.postgres_server) is never stopped
+under other tests: an outage here is of this server only. Outside CI a machine without
+PostgreSQL skips these tests with the reason; under ``CI=true`` it fails them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from tests.support.postgres import PostgresServer, Unavailable, missing, throwaway_server
+
+
+@pytest.fixture(scope="module")
+def outage_server() -> Iterator[PostgresServer]:
+    """A server for this module's outages, in a temporary directory, stopped at the end."""
+    try:
+        context = throwaway_server()
+        server = context.__enter__()
+    except Unavailable as exc:
+        missing(str(exc))
+    try:
+        yield server
+    finally:
+        context.__exit__(None, None, None)
+
+
+@pytest.fixture
+def pg(outage_server: PostgresServer) -> Iterator[PostgresServer]:
+    """The module's server, running when the test starts (a test may leave it stopped)."""
+    _running(outage_server)
+    yield outage_server
+    _running(outage_server)
+
+
+def _running(server: PostgresServer) -> None:
+    try:
+        server.admin("SELECT 1")
+    except Exception:
+        server.start()
