@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import argparse
 import json
-from collections.abc import Sequence
-from typing import Any, TextIO
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
 
+import anyio
 import msgspec
 
 from kernel.audit.attempts import Attempt, attempts
@@ -24,7 +25,18 @@ from kernel.cli._read import json_text, print_rows, say
 from kernel.core.reasons import CliError, ExitCode
 from kernel.journal.opening import open_journal
 
-_COLUMNS = ("TIME", "USER", "AGENT", "TIER", "KIND", "DECISION", "REASON", "LAYER", "CHAIN", "TRACE")
+_COLUMNS = (
+    "TIME",
+    "USER",
+    "AGENT",
+    "TIER",
+    "KIND",
+    "DECISION",
+    "REASON",
+    "LAYER",
+    "CHAIN",
+    "TRACE",
+)
 
 NO_PRINCIPAL = "(no principal recorded)"
 """What a row of a flow that recorded no principal shows for its user."""
@@ -78,17 +90,18 @@ def cells(attempt: Attempt) -> Sequence[str]:
 async def _audit(args: argparse.Namespace) -> int:
     if args.jsonl is not None:
         try:
-            with open(args.jsonl, "w", encoding="utf-8") as out:
-                count = await _write(args, out)
+            async with await anyio.open_file(args.jsonl, "w", encoding="utf-8") as out:
+                count = await _write(args, out.write)
         except OSError as exc:
             return error(
-                CliError.BAD_ARGUMENT, f"jsonl: cannot write {args.jsonl} ({exc.strerror})",
+                CliError.BAD_ARGUMENT,
+                f"jsonl: cannot write {args.jsonl} ({exc.strerror})",
                 ExitCode.USAGE,
             )
         say(f"{count} attempts written to {args.jsonl}")
         return ExitCode.OK
     if args.json:
-        await _write(args, None)
+        await _write(args, _print)
         return ExitCode.OK
     rows: list[Sequence[str]] = []
     async with open_journal(args.db, readonly=True) as journal:
@@ -103,11 +116,15 @@ def _of_user(user: str | None) -> str:
     return "" if user is None else f" by user {user!r}"
 
 
-async def _write(args: argparse.Namespace, out: TextIO | None) -> int:
-    """Write each attempt as a line of JSON to ``out`` (stdout for None); return how many."""
+async def _print(line: str) -> None:
+    print(line, end="")
+
+
+async def _write(args: argparse.Namespace, emit: Callable[[str], Awaitable[object]]) -> int:
+    """Write each attempt as a line of JSON through ``emit``; return how many."""
     count = 0
     async with open_journal(args.db, readonly=True) as journal:
         async for attempt in attempts(journal, tenant=args.tenant, user=args.user):
-            print(document(attempt), file=out)
+            await emit(document(attempt) + "\n")
             count += 1
     return count

@@ -62,7 +62,7 @@ def on_behalf(call: Call) -> ev.OnBehalf | None:
     return ev.OnBehalf(principal=principal, tier=call.tier, chain=list(call.chain))
 
 
-def _verdict_event(verdict: Verdict, attempt: int) -> ev.Payload:
+def _verdict_event(verdict: Verdict, attempt: int) -> ev.AnyPayload:
     if verdict.decision == "allow":
         return ev.ProposalAccepted(attempt=attempt)
     if verdict.decision == "escalate":
@@ -92,16 +92,19 @@ def drafts_of(call: Call, dfid: str, seq: int) -> list[Draft]:
                 )
             )
         ]
-    at = {"dfid": dfid, "agent_id": call.agent}
-    drafts = [Draft(payload=ev.FlowCreated(root_dfid=dfid, on_behalf=behalf), **at)]
+
+    def at(payload: ev.AnyPayload) -> Draft:
+        return Draft(payload=payload, dfid=dfid, agent_id=call.agent)
+
+    drafts = [at(ev.FlowCreated(root_dfid=dfid, on_behalf=behalf))]
     for attempt, verdict in enumerate(call.verdicts, 1):
         proposal = ev.ProposalRecord(kind=call.kind, params={"n": attempt})
-        drafts.append(Draft(payload=ev.ProposalSubmitted(attempt=attempt, proposal=proposal), **at))
-        drafts.append(Draft(payload=_verdict_event(verdict, attempt), **at))
+        drafts.append(at(ev.ProposalSubmitted(attempt=attempt, proposal=proposal)))
+        drafts.append(at(_verdict_event(verdict, attempt)))
         if verdict.decision == "escalate":
             # A human approves and the action is judged again: the same attempt, no new row.
-            drafts.append(Draft(payload=ev.ProposalAccepted(attempt=attempt, by_human=True), **at))
-            drafts.append(Draft(payload=ev.ProposalAccepted(attempt=attempt, rechecked=True), **at))
+            drafts.append(at(ev.ProposalAccepted(attempt=attempt, by_human=True)))
+            drafts.append(at(ev.ProposalAccepted(attempt=attempt, rechecked=True)))
             break
     return drafts
 

@@ -45,9 +45,9 @@ CALLS = [
 ]  # fmt: skip
 
 
-async def rows(path: Path, **filters: str | None) -> list[Attempt]:
+async def rows(path: Path, tenant: str | None = None, user: str | None = None) -> list[Attempt]:
     async with open_journal(path, readonly=True) as journal:
-        return [row async for row in attempts(journal, **filters)]
+        return [row async for row in attempts(journal, tenant=tenant, user=user)]
 
 
 async def test_a_journal_with_refusals_at_several_layers_yields_exactly_one_row_per_attempt(
@@ -125,9 +125,7 @@ async def test_the_tenant_filter_never_shows_another_tenants_row(
 
     assert all(r.tenant == tenant for r in found)
     assert user is None or all(r.user == user for r in found)
-    wanted = [
-        e for e in written.expected if e[0] == tenant and (user is None or e[1] == user)
-    ]
+    wanted = [e for e in written.expected if e[0] == tenant and (user is None or e[1] == user)]
     assert [(r.tenant, r.user, r.decision, r.trace_id) for r in found] == wanted
 
 
@@ -145,7 +143,11 @@ async def test_rows_of_a_real_kernel_are_its_verdicts_one_per_proposal(tmp_path:
     submitted = [e for e in events if isinstance(e.payload, ev.ProposalSubmitted)]
     assert len(found) == len(submitted) == 4
     by_flow = {e.dfid: e.payload for e in events if e.type in verdict_types}
-    words = {ev.ProposalAccepted: "allow", ev.ProposalRejected: "deny", ev.FlowEscalated: "escalate"}
+    words = {
+        ev.ProposalAccepted: "allow",
+        ev.ProposalRejected: "deny",
+        ev.FlowEscalated: "escalate",
+    }
     assert [r.decision for r in found] == [words[type(by_flow[r.trace_id])] for r in found]
     assert {r.kind for r in found} == {"booking.reserve_room"}
     assert all(r.agent == "sdk-agent" for r in found)
