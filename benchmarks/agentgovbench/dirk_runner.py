@@ -39,7 +39,6 @@ from typing import Any
 import anyio
 import anyio.from_thread
 import msgspec
-
 from benchmark.runner import RunnerMetadata, StatefulRunner
 from benchmark.types import (
     Action,
@@ -56,6 +55,7 @@ from benchmark.types import (
     Tool,
     ToolOutcome,
 )
+
 from kernel import DecisionVerdict, Kernel, KernelConfig, Manifest, open_kernel
 from kernel.adapters import ExecutionIntent, Receipt
 from kernel.audit.attempts import Attempt, attempts
@@ -106,7 +106,9 @@ def pack_of(tools: list[Tool]) -> PolicyPack:
 
 
 def layer(tier_policy: TierPolicy) -> Layer:
-    return Layer(permission=tier_policy.permission, rate_per_minute=tier_policy.rate_limit_per_minute)
+    return Layer(
+        permission=tier_policy.permission, rate_per_minute=tier_policy.rate_limit_per_minute
+    )
 
 
 def layers(by_tier: dict[str, TierPolicy]) -> dict[str, Layer]:
@@ -312,7 +314,9 @@ class Runner(StatefulRunner):
         """The principal the host vouches for: none when the call is made for no user."""
         if not user:
             return None
-        return Principal(tenant=self._tenant_of(tenant), user=user, email=self._emails.get(user, ""))
+        return Principal(
+            tenant=self._tenant_of(tenant), user=user, email=self._emails.get(user, "")
+        )
 
     async def _propose(
         self, tool: str, params: dict[str, Any], user: str, tenant: str | None, tier: str,
@@ -421,4 +425,3 @@ class Runner(StatefulRunner):
 
     async def _attempts(self) -> list[Attempt]:
         return [row async for row in attempts(self._live().journal)]
-

@@ -33,7 +33,17 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
-SNAPSHOT = Path(os.environ.get("AGENTGOVBENCH", ROOT.parent.parent / "shared" / "agentgovbench"))
+
+
+def _snapshot() -> Path:
+    """``$AGENTGOVBENCH``, else ``../shared/agentgovbench`` beside the repository."""
+    named = os.environ.get("AGENTGOVBENCH")
+    if named:
+        return Path(named)
+    near = [up / "shared" / "agentgovbench" for up in (ROOT.parent, ROOT.parent.parent)]
+    return next((p for p in near if p.is_dir()), near[0])
+
+
 _ERROR = re.compile(r"^\[\d+/\d+\] (?P<id>\S+): RUNNER ERROR (?P<why>.*)$")
 
 
@@ -124,7 +134,7 @@ def score(
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--snapshot", type=Path, default=SNAPSHOT, help="the benchmark snapshot")
+    parser.add_argument("--snapshot", type=Path, default=_snapshot(), help="the benchmark snapshot")
     parser.add_argument("--category", help="only this category")
     parser.add_argument("--json", type=Path, metavar="FILE", help="write the score as JSON here")
     args = parser.parse_args(argv)

@@ -97,15 +97,20 @@ def drafts_of(call: Call, dfid: str, seq: int) -> list[Draft]:
         return Draft(payload=payload, dfid=dfid, agent_id=call.agent)
 
     drafts = [at(ev.FlowCreated(root_dfid=dfid, on_behalf=behalf))]
-    for attempt, verdict in enumerate(call.verdicts, 1):
+    for attempt, verdict in enumerate(call.verdicts[: _counted(call)], 1):
         proposal = ev.ProposalRecord(kind=call.kind, params={"n": attempt})
+        drafts.append(at(ev.ContextCompiled(attempt=attempt, context_ref="ctx")))
         drafts.append(at(ev.ProposalSubmitted(attempt=attempt, proposal=proposal)))
         drafts.append(at(_verdict_event(verdict, attempt)))
-        if verdict.decision == "escalate":
-            # A human approves and the action is judged again: the same attempt, no new row.
-            drafts.append(at(ev.ProposalAccepted(attempt=attempt, by_human=True)))
-            drafts.append(at(ev.ProposalAccepted(attempt=attempt, rechecked=True)))
-            break
+    if call.verdicts[_counted(call) - 1].decision == "escalate":
+        # A human approves, the action judged again needs a new approval, and a human gives
+        # it: verdicts of the same attempt, no new row.
+        human = ev.HumanDecided(decision="approve", operator="ana")
+        drafts.append(at(human))
+        drafts.append(at(ev.ProposalAccepted(attempt=_counted(call), by_human=True)))
+        drafts.append(at(ev.FlowEscalated(reason_code=ReasonCode.APPROVAL_REQUIRED)))
+        drafts.append(at(human))
+        drafts.append(at(ev.ProposalAccepted(attempt=_counted(call), by_human=True)))
     return drafts
 
 
@@ -128,11 +133,11 @@ async def write(path: Path, calls: list[Call]) -> Written:
 
 
 def _counted(call: Call) -> int:
-    """How many of a call's verdicts are attempts (a flow ends at its escalation)."""
+    """How many of a call's verdicts are attempts (a flow ends at its acceptance or escalation)."""
     if call.without_journal:
         return 1
     for k, verdict in enumerate(call.verdicts):
-        if verdict.decision == "escalate":
+        if verdict.decision != "deny":
             return k + 1
     return len(call.verdicts)
 
@@ -143,8 +148,8 @@ def _expected(calls: list[Call]) -> list[tuple[str, str, str, str]]:
     for n, call in enumerate(calls):
         dfid = str(uuid.UUID(int=n + 1))
         for k, verdict in enumerate(call.verdicts[: _counted(call)]):
-            # Event i of every flow is appended in round i: a verdict is event 2 + 2k.
-            round_ = 0 if call.without_journal else 2 + 2 * k
+            # Event i of every flow is appended in round i: a verdict is event 3 + 3k.
+            round_ = 0 if call.without_journal else 3 + 3 * k
             user = call.user if call.tenant else ""
             slots.append((round_, n, (call.tenant, user, verdict.decision, dfid)))
     return [row for _, _, row in sorted(slots)]
