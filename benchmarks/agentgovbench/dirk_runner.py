@@ -34,7 +34,7 @@ import tempfile
 import threading
 from concurrent.futures import Future
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import anyio
 import anyio.from_thread
@@ -71,7 +71,7 @@ DEFAULT_AGENT = "assistant"
 READS = ("public", "user_data")
 """The sensitivities of tools that only read: their kinds are ``read_only``."""
 
-DECISIONS = {"allow": "allow", "deny": "deny", "escalate": "flag"}
+DECISIONS: dict[str, Any] = {"allow": "allow", "deny": "deny", "escalate": "flag"}
 """The kernel's decisions in the harness's words (an escalation waits for a human: flag)."""
 
 FAIL_MODES = {"fail_open": "open", "fail_closed": "closed"}
@@ -88,7 +88,7 @@ class Tools:
 
 def tool_kind(tool: Tool) -> type[PolicyKind]:
     """Return the policy kind a tool is: its input as one field, its scopes, its read-only mark."""
-    return msgspec.defstruct(
+    kind = msgspec.defstruct(
         "Tool_" + "".join(ch if ch.isalnum() else "_" for ch in tool.name),
         [("input", dict[str, Any], msgspec.field(default_factory=dict))],
         bases=(PolicyKind,),
@@ -99,6 +99,7 @@ def tool_kind(tool: Tool) -> type[PolicyKind]:
             "read_only": tool.sensitivity in READS,
         },
     )
+    return cast(type[PolicyKind], kind)
 
 
 def pack_of(tools: list[Tool]) -> PolicyPack:
@@ -163,7 +164,7 @@ def entry(attempt: Attempt) -> AuditEntry:
         actor_uid=attempt.user or None,
         actor_email=attempt.email or None,
         tool=attempt.kind,
-        decision=DECISIONS[attempt.decision],  # type: ignore[arg-type]
+        decision=DECISIONS[attempt.decision],
         reason=attempt.reason_code or None,
         trace_id=attempt.trace_id,
         delegation_chain=list(attempt.chain),
