@@ -80,13 +80,15 @@ def _store(databases: int) -> Iterator[dict[str, str]]:
                 f" -c unix_socket_directories={server.root}"
             )
             start = [*pg_ctl, "-l", str(server.root / "log"), "-w", "-o", options, "start"]
-            yield {
-                "DIRK_AGB_POSTGRES": server.url("agb_{n}"),
-                "DIRK_AGB_STORE_STOP": shlex.join([*pg_ctl, "-m", "immediate", "-w", "stop"]),
-                "DIRK_AGB_STORE_START": shlex.join(start),
-            }
-            # The runner may have left it stopped: the server's own exit stops it again.
-            subprocess.run(shlex.split(shlex.join(start)), capture_output=True, check=False)
+            try:
+                yield {
+                    "DIRK_AGB_POSTGRES": server.url("agb_{n}"),
+                    "DIRK_AGB_STORE_STOP": shlex.join([*pg_ctl, "-m", "immediate", "-w", "stop"]),
+                    "DIRK_AGB_STORE_START": shlex.join(start),
+                }
+            finally:
+                # The runner may have left it stopped: the server's own exit stops it again.
+                subprocess.run(start, capture_output=True, check=False, timeout=120)
     except Unavailable as exc:
         print(f"no PostgreSQL server ({exc}): scenarios that stop the store will fail")
         yield {}
