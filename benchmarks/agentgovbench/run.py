@@ -113,6 +113,7 @@ def score(
 ) -> dict[str, Any]:
     """The score over every scenario loaded: one whose runner raised counts as failed."""
     passed = {r["scenario_id"]: bool(r["passed"]) for r in results["results"]}
+    checks = {r["scenario_id"]: r.get("assertions", []) for r in results["results"]}
     raised = {}
     for line in stderr.splitlines():
         found = _ERROR.match(line)
@@ -125,7 +126,15 @@ def score(
         counts = categories.setdefault(category, {"passed": 0, "total": 0})
         counts["total"] += 1
         counts["passed"] += ok
-        rows.append({"id": sid, "category": category, "passed": ok, "raised": raised.get(sid)})
+        rows.append(
+            {
+                "id": sid,
+                "category": category,
+                "passed": ok,
+                "raised": raised.get(sid),
+                "assertions": checks.get(sid, []),
+            }
+        )
     return {
         "passed": sum(c["passed"] for c in categories.values()),
         "total": len(scenarios),

@@ -21,7 +21,17 @@ from benchmarks.agentgovbench.run import ROOT, _snapshot, score
 
 SCRIPT = ROOT / "benchmarks" / "agentgovbench" / "run.py"
 
-SUPPORTED: frozenset[str] = frozenset()
+SUPPORTED = frozenset(
+    {
+        "audit_completeness",
+        "cross_tenant_isolation",
+        "delegation_provenance",
+        "identity_propagation",
+        "per_user_policy_enforcement",
+        "rate_limit_cascade",
+        "scope_inheritance",
+    }
+)
 """The categories the kernel earns every scenario of (asserted); the rest are printed."""
 
 
