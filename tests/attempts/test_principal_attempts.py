@@ -79,8 +79,16 @@ async def test_every_layers_refusal_is_one_row_with_its_reason(tmp_path: Path) -
         for spec in TENANTS:
             await kernel.declare_tenant(spec)
 
-        async def call(agent: str, kind: str, params: dict[str, str], **kw: object) -> None:
-            await kernel.propose(agent, kind, params, explain="x", confidence=1.0, **kw)
+        async def call(
+            agent: str,
+            kind: str,
+            params: dict[str, str],
+            principal: Principal | None = None,
+            tier: str = "interactive",
+        ) -> None:
+            await kernel.propose(
+                agent, kind, params, explain="x", confidence=1.0, principal=principal, tier=tier
+            )
 
         alice, carol = who("t-a", "alice"), who("t-a", "carol")
         await call("assistant", "mail.read", {"box": "in"}, principal=alice)  # allowed
