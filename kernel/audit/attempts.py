@@ -206,21 +206,21 @@ class _Deriver:
                 self._flows[dfid] = _Flow(payload.on_behalf, event.agent_id or "")
             return None
         flow = self._flows.get(dfid)
-        if flow is None:
-            return None
-        if isinstance(payload, ev.ProposalSubmitted):
-            if not payload.by_human:
-                flow.kind, flow.attempt, flow.pending = (
-                    payload.proposal.kind,
-                    payload.attempt,
-                    True,
-                )
-            return None
-        verdict = _verdict_of(payload)
-        if verdict is None or not flow.pending:
-            return None
-        flow.pending = False
-        return _row(event, flow.on_behalf, verdict, flow, event.ts)
+        return None if flow is None else _judged(flow, event)
+
+
+def _judged(flow: _Flow, event: Event) -> Attempt | None:
+    """Fold one event of a kept flow: a proposal waits; its first verdict is the row."""
+    payload = event.payload
+    if isinstance(payload, ev.ProposalSubmitted):
+        if not payload.by_human:
+            flow.kind, flow.attempt, flow.pending = payload.proposal.kind, payload.attempt, True
+        return None
+    verdict = _verdict_of(payload)
+    if verdict is None or not flow.pending:
+        return None
+    flow.pending = False
+    return _row(event, flow.on_behalf, verdict, flow, event.ts)
 
 
 async def attempts(
