@@ -30,6 +30,7 @@ from agents_sdk import Agent, Manifest, Proposal, WorkingContext
 from kernel import FlowStatus, Signing, open_kernel
 from kernel.adapters import ExecutionIntent, Receipt
 from kernel.config import KernelConfig, Ports, Storage
+from kernel.core.events import Principal
 from kernel.core.ports import SystemClock
 from kernel.policy import PolicyKind, PolicyPack
 from kernel.telemetry import Telemetry, configure_exporter
@@ -170,6 +171,8 @@ async def run_flows(
         adapters={"noop": adapter},
         allow=names,
         config=KernelConfig(
+            # The benchmark's host vouches for one local user (docs/identity.md).
+            principal=Principal(tenant="local", user="bench"),
             ports=Ports(clock=clock, ids=ids),
             storage=Storage(synchronous="FULL"),
             telemetry=telemetry if telemetry is not None else Telemetry(None),

@@ -22,6 +22,7 @@ from benchmarks.flows import PACK, STATE, TOPIC, BenchmarkFailed, InstantAgent, 
 from kernel import FlowStatus, open_kernel
 from kernel.audit import Event
 from kernel.config import KernelConfig, Ports, Storage
+from kernel.core.events import Principal
 from kernel.telemetry import Telemetry
 from kernel.testing import SeededIds
 
@@ -77,6 +78,8 @@ async def run_latency(path: Path, flows: int, rate: float = 500.0) -> LatencyRun
         adapters={"noop": NoopAdapter()},
         allow=[agent.manifest.agent_id],
         config=KernelConfig(
+            # The benchmark's host vouches for one local user (docs/identity.md).
+            principal=Principal(tenant="local", user="bench"),
             ports=Ports(ids=SeededIds(11)),
             storage=Storage(synchronous="FULL"),
             telemetry=Telemetry(None),

@@ -20,6 +20,7 @@ from benchmarks.report import Figure
 from kernel import DecisionVerdict, Manifest, open_kernel
 from kernel.adapters import ExecutionIntent
 from kernel.config import KernelConfig, Ports, Storage
+from kernel.core.events import Principal
 from kernel.frameworks import Gate
 from kernel.telemetry import Telemetry
 from kernel.testing import SeededIds
@@ -63,6 +64,8 @@ async def run_tool_calls(path: Path, calls: int) -> ToolCallRun:
         adapters={"noop": adapter},
         allow=["tools"],
         config=KernelConfig(
+            # The benchmark's host vouches for one local user (docs/identity.md).
+            principal=Principal(tenant="local", user="bench"),
             ports=Ports(ids=SeededIds(15)),
             storage=Storage(synchronous="FULL"),
             telemetry=Telemetry(None),

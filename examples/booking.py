@@ -55,6 +55,7 @@ from kernel import (
 )
 from kernel.audit import Event, open_journal, redact, whatif
 from kernel.audit import events as ev
+from kernel.core.events import Principal
 from kernel.testing import Faults, SeededIds, SimulatedSystem
 from policies.booking import BOOKING
 
@@ -267,6 +268,9 @@ async def simulate(
             adapters={"hotel": hotel},
             allow=["travel-agent"],
             config=KernelConfig(
+                # This host vouches for one local user: every flow acts on its behalf
+                # (KernelConfig.principal; docs/identity.md).
+                principal=Principal(tenant="local", user="local"),
                 ports=Ports(clock=clock, ids=SeededIds(seed), jitter_seed=seed),
                 supervision=Supervision(inbox_poll_s=None),
                 signing=signing,

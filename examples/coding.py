@@ -42,6 +42,7 @@ from examples.summary import journal_and_files, read_events, show, summarize
 from kernel import FlowStatus, Kernel, KernelConfig, Ports, Supervision, open_kernel
 from kernel.audit import events as ev
 from kernel.audit import fold, open_journal, redact, rejudge
+from kernel.core.events import Principal
 from kernel.testing import SeededIds
 from policies.esaa import (
     CONTRACT_FILE,
@@ -354,6 +355,9 @@ async def simulate(seed: int, db: Path | str, repo: Path) -> dict[str, Any]:
         adapters={"git": git},
         allow=list(agents),
         config=KernelConfig(
+            # This host vouches for one local user: every flow acts on its behalf
+            # (KernelConfig.principal; docs/identity.md).
+            principal=Principal(tenant="local", user="local"),
             ports=Ports(clock=clock, ids=SeededIds(seed), jitter_seed=seed),
             supervision=Supervision(inbox_poll_s=None),
         ),

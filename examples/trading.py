@@ -73,6 +73,7 @@ from kernel import (
 )
 from kernel.adapters import RetryPolicy
 from kernel.audit import redact
+from kernel.core.events import Principal
 from kernel.testing import Faults, SeededIds, SimulatedSystem
 from policies.trading import TRADING
 
@@ -346,6 +347,9 @@ async def _simulate(
             adapters={"broker": broker, "ledger": ledger},
             allow=list(agents),
             config=KernelConfig(
+                # This host vouches for one local user: every flow acts on its behalf
+                # (KernelConfig.principal; docs/identity.md).
+                principal=Principal(tenant="local", user="local"),
                 ports=Ports(clock=clock, ids=SeededIds(seed), jitter_seed=seed),
                 supervision=Supervision(inbox_poll_s=None),
                 escalation=EscalationPolicy(budget=EscalationBudget(capacity=100, period_s=3600)),

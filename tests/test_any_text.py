@@ -61,7 +61,7 @@ from kernel.testing import ManualClock, SeededIds, action_of
 from tests.cli.test_cli import clean_env
 from tests.dim.test_amendments import PACK as DESK
 from tests.dim.test_amendments import Desk, trader
-from tests.support.helpers import PACK, Bank, ScriptedAgent, configured, kernel_for, transfer
+from tests.support.helpers import LOCAL, PACK, Bank, ScriptedAgent, configured, kernel_for, transfer
 from tests.support.hostile import hostile_scalars, hostile_text, hostile_values
 
 BAD = "a\ud800"
@@ -90,7 +90,8 @@ async def desk(path: Path) -> AsyncIterator[tuple[Kernel, Scene]]:
         adapters={"bank": Bank(), "desk": Desk()},
         allow=["clerk", "trader", "other", "payer", BAD, ESC],
         config=configured(
-            KernelConfig(ports=Ports(clock=ManualClock(), ids=SeededIds(3))), inbox_poll_s=None
+            KernelConfig(principal=LOCAL, ports=Ports(clock=ManualClock(), ids=SeededIds(3))),
+            inbox_poll_s=None,
         ),
     ) as kernel:
         await kernel.register(ScriptedAgent(steps=[transfer(confidence=0.2, valid_for_s=600)]))

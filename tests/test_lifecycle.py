@@ -31,7 +31,7 @@ from kernel.state.projections import Projections
 from kernel.state.snapshots import restore
 from kernel.testing import ManualClock, SeededIds, action_of
 from tests.support.approvals_domain import TWO_ROLES, pack, pay_kernel, sender
-from tests.support.helpers import PACK, Bank, ScriptedAgent
+from tests.support.helpers import LOCAL, PACK, Bank, ScriptedAgent
 from tests.support.operators import Keys, add
 
 
@@ -42,7 +42,7 @@ def built(journal: Journal, projections: Projections, bank: Bank) -> Kernel:
         PolicyCatalog([PACK]),
         {"bank": bank},
         ["clerk"],
-        KernelConfig(),
+        KernelConfig(principal=LOCAL),
         clock=ManualClock(),
         ids=SeededIds(3),
     )
@@ -101,7 +101,7 @@ async def test_the_body_raising_stops_the_kernel_on_record_and_reaches_the_calle
 async def test_open_kernel_is_restore_construct_enter(tmp_path: Path) -> None:
     from kernel import open_kernel
 
-    config = KernelConfig(ports=Ports(clock=ManualClock(), ids=SeededIds(3)))
+    config = KernelConfig(principal=LOCAL, ports=Ports(clock=ManualClock(), ids=SeededIds(3)))
     async with open_kernel(
         tmp_path / "j.db", packs=[PACK], adapters={"bank": Bank()}, allow=["clerk"], config=config
     ) as kernel:

@@ -44,6 +44,7 @@ from kernel import (
 from kernel.adapters import ExecutionIntent, Receipt
 from kernel.audit import events as ev
 from kernel.beliefs import GOVERNANCE_PACK, KINDS, TEST_ADAPTER
+from kernel.core.events import Principal
 from kernel.testing import ManualClock, SeededIds
 
 AGENT = "study-agent"
@@ -109,6 +110,9 @@ class GovernedKernel:
                 adapters={TEST_ADAPTER: self.tests},
                 allow=[AGENT],
                 config=KernelConfig(
+                    # This host vouches for one local user: every flow acts on its behalf
+                    # (KernelConfig.principal; docs/identity.md).
+                    principal=Principal(tenant="local", user="local"),
                     ports=Ports(clock=self.clock, ids=SeededIds(self.seed), jitter_seed=self.seed),
                     supervision=Supervision(inbox_poll_s=None),
                     # A study's journal survives the process, not a power cut: no fsync wait.

@@ -45,6 +45,7 @@ from kernel import (
     open_kernel,
 )
 from kernel.beliefs import GOVERNANCE_PACK, KINDS
+from kernel.core.events import Principal
 from kernel.testing import ManualClock, SeededIds
 
 ARMS = ("cold", "reactivated", "reactivated_fresh")
@@ -142,6 +143,9 @@ async def run_seed(seed: int, pairs: int, workdir: Path) -> list[dict[str, Any]]
     asker = _Asker()
     rows: list[dict[str, Any]] = []
     config = KernelConfig(
+        # This host vouches for one local user: every flow acts on its behalf
+        # (KernelConfig.principal; docs/identity.md).
+        principal=Principal(tenant="local", user="local"),
         ports=Ports(clock=clock, ids=SeededIds(seed), jitter_seed=seed),
         supervision=Supervision(inbox_poll_s=None),
         storage=Storage(synchronous="NORMAL"),

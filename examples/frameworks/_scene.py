@@ -25,6 +25,8 @@ import anyio
 from kernel import FlowStatus, Kernel, Manifest, open_kernel
 from kernel.adapters import ExecutionIntent, Receipt
 from kernel.audit import redact
+from kernel.config import KernelConfig
+from kernel.core.events import Principal
 from kernel.frameworks import Gate
 from kernel.testing import action_of
 from policies.booking import BOOKING
@@ -77,7 +79,11 @@ class Hotel:
 @asynccontextmanager
 async def scene(db: Path) -> AsyncIterator[Gate]:
     """A kernel on ``db`` with the booking pack and the hotel; the agent's session and gate."""
-    async with open_kernel(db, packs=[BOOKING], adapters={"hotel": Hotel()}, allow=[AGENT]) as k:
+    # This host vouches for one local user: every flow acts on its behalf (docs/identity.md).
+    local = KernelConfig(principal=Principal(tenant="local", user="local"))
+    async with open_kernel(
+        db, packs=[BOOKING], adapters={"hotel": Hotel()}, allow=[AGENT], config=local
+    ) as k:
         await k.handshake(
             Manifest(
                 agent_id=AGENT,

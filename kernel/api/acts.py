@@ -301,7 +301,9 @@ class OperatorActs:
             case CollectArtifactsRequest():
                 dry_run = not isinstance(origin, Proof) and origin.dry_run
                 return await self._collect(request, inbox_id, dry_run)
-            case DeclareTenantRequest() | ChangeTenantPolicyRequest():
+            case DeclareTenantRequest():
+                return await self._tenant(request, inbox_id)
+            case ChangeTenantPolicyRequest():
                 return await self._tenant(request, inbox_id)
             case _:
                 assert_never(request)

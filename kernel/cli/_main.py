@@ -53,6 +53,7 @@ from kernel.cli._read import (
 from kernel.cli._replay import add_commands as add_replay_commands
 from kernel.cli._roadmap import add_commands as add_roadmap_commands
 from kernel.cli._serve import add_commands as add_serve_commands
+from kernel.cli._tenants import add_commands as add_tenant_commands
 from kernel.cli._verify import add_commands as add_verify_commands
 from kernel.console import add_commands as add_console_commands
 from kernel.core import events as ev
@@ -296,6 +297,7 @@ def _parser() -> argparse.ArgumentParser:
     add_roadmap_commands(commands)
     add_grant_commands(commands)
     add_audit_commands(commands)
+    add_tenant_commands(commands)
     return parser
 
 

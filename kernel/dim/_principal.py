@@ -182,14 +182,12 @@ def _scopes(
     member: Sequence[str] | None,
     hops: Sequence[Delegated],
 ) -> Feedback | None:
+    """SCOPE_MISSING for a scope the principal lacks (any of them), before any hop's."""
     own = effective_scopes(member, principal.scopes, ())
     for scope in required:
         if own is not None and scope not in own:
-            whose = (
-                "its tenant grants it"
-                if member is not None and scope not in member
-                else ("its door claims")
-            )
+            lacking = member is not None and scope not in member
+            whose = "its tenant grants it" if lacking else "its door claims"
             return reject(
                 LAYER,
                 ReasonCode.SCOPE_MISSING,
@@ -197,7 +195,8 @@ def _scopes(
                 "principal.scopes",
                 limit=scope,
             )
-        for hop in hops:
+    for hop in hops:
+        for scope in required:
             if scope not in hop.scopes:
                 return reject(
                     LAYER,

@@ -22,11 +22,11 @@ a verdict it would change is judged again, never written.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from kernel.core.events import Applied, Feedback, ProposalRecord
+from kernel.core.events import Applied, Draft, Feedback, FlowCreated, OnBehalf, ProposalRecord
 from kernel.core.flow import FlowState
 from kernel.dim._gate import MemoryCheck, judge
 from kernel.dim._judgement import Inputs, Judgement
@@ -122,6 +122,8 @@ class Staged:
         grants: grants issued, voted on or revoked in this batch, as they now stand.
         spent: per money pool, what staged reasoning charges spent.
         calls: per rate window (kernel.state.principals.rate_key), the acceptances staged.
+        behalf: whom the flows of a compiler batch carried into this one act for (their
+            FlowCreated is staged here, not folded yet).
     """
 
     reserved: dict[str, dict[str, int]] = field(default_factory=dict)
@@ -131,10 +133,25 @@ class Staged:
     spent: dict[str, int] = field(default_factory=dict)
     grants: dict[str, Grant] = field(default_factory=dict)
     calls: dict[str, int] = field(default_factory=dict)
+    behalf: dict[str, OnBehalf] = field(default_factory=dict)
+
+    def carried(self, drafts: Iterable[Draft]) -> None:
+        """Note whom the flows a carried compiler batch opens act for (not folded yet)."""
+        for draft in drafts:
+            payload = draft.payload
+            if isinstance(payload, FlowCreated) and payload.on_behalf is not None and draft.dfid:
+                self.behalf[draft.dfid] = payload.on_behalf
+
+    def on_behalf(self, projections: Projections, dfid: str) -> OnBehalf | None:
+        """Whom flow ``dfid`` acts for: as this batch staged it, or as committed."""
+        staged = self.behalf.get(dfid)
+        if staged is not None:
+            return staged
+        return projections.domain(Principals).on_behalf.get(dfid)
 
     def count_call(self, projections: Projections, dfid: str) -> None:
         """Count a staged acceptance of flow ``dfid`` in its principal's rate window."""
-        on_behalf = projections.domain(Principals).on_behalf.get(dfid)
+        on_behalf = self.on_behalf(projections, dfid)
         if on_behalf is not None:
             key = rate_key(on_behalf)
             self.calls[key] = self.calls.get(key, 0) + 1
@@ -210,7 +227,7 @@ def behalf_of(
     if projections.fold < PRINCIPAL_FOLD:
         return None
     domain = projections.domain(Principals)
-    on_behalf = domain.on_behalf.get(flow.dfid)
+    on_behalf = staged.on_behalf(projections, flow.dfid)
     accepted = 0
     if on_behalf is not None:
         key = rate_key(on_behalf)

@@ -37,7 +37,6 @@ from kernel.core.events import (
     Payload,
     ProposalAccepted,
     TenantDeclared,
-    TenantPolicy,
     TenantPolicyChanged,
     TenantSpec,
 )
@@ -141,33 +140,10 @@ class Principals(Domain):
         """Return the accepted calls of rate window ``key`` within 60 s before ``now_ns``."""
         return self.count(key, now_ns)
 
-    def detached(self, payloads: Sequence[Payload]) -> Principals:
-        """Return a copy with ``payloads`` (staged, not committed) folded in."""
-        other = Principals()
-        other.state = copied(self.state)
-        for payload in payloads:
-            other.fold_payload(payload)
-        return other
-
     def count(self, key: str, now_ns: int) -> int:
         """Return the accepted calls of ``key`` within the window ending at ``now_ns``."""
         since = now_ns - WINDOW_NS
         return sum(1 for ts in self.state.calls.get(key, ()) if ts > since)
-
-    def chain_of(self, delegation: str) -> list[Delegated] | None:
-        """Return the delegations from the first hop to ``delegation``, or None if unknown."""
-        hops: list[Delegated] = []
-        seen: set[str] = set()
-        current = delegation
-        while current:
-            hop = self.state.delegations.get(current)
-            if hop is None or current in seen:
-                return None
-            seen.add(current)
-            hops.append(hop)
-            current = hop.parent
-        hops.reverse()
-        return hops
 
     def latest_for(self, tenant: str, user: str, agent: str) -> str:
         """Return the latest delegation handed to ``agent`` for (tenant, user), or ""."""
@@ -257,27 +233,6 @@ def _set(layers: Mapping[str, Layer], tier: str, change: TenantPolicyChanged) ->
         layer = msgspec.structs.replace(layer, rate_per_minute=change.rate_per_minute)
     out[tier] = layer
     return out
-
-
-def layers_of(policy: TenantPolicy, user: str, kind: str, tier: str) -> list[tuple[str, Layer]]:
-    """Return the layers that apply to a call, most specific first, each with its name.
-
-    user x kind, then user, then kind, then the tier default; at each level the named
-    tier before ``*``.
-    """
-    levels: list[tuple[str, Mapping[str, Layer]]] = [
-        (f"user_kinds[{user}][{kind}]", policy.user_kinds.get(user, {}).get(kind, {})),
-        (f"users[{user}]", policy.users.get(user, {})),
-        (f"kinds[{kind}]", policy.kinds.get(kind, {})),
-        ("tiers", policy.tiers),
-    ]
-    found: list[tuple[str, Layer]] = []
-    for name, by_tier in levels:
-        for t in (tier, "*"):
-            layer = by_tier.get(t)
-            if layer is not None:
-                found.append((f"{name}[{t}]", layer))
-    return found
 
 
 def _unless_empty(state: PrincipalsState) -> Any:

@@ -31,7 +31,7 @@ from kernel.memory import MEMORY_PACK
 from kernel.policy import LimitSpec
 from kernel.testing import ManualClock, SeededIds, action_of
 from policies.trading import TRADING
-from tests.support.helpers import Bank
+from tests.support.helpers import LOCAL, Bank
 
 PRICES = {"market.ACME.price": "100.00", "market.GLOBEX.price": "50.00"}
 PRICES["market.INITECH.price"] = "10.00"
@@ -78,7 +78,7 @@ async def workload(path: Path) -> dict[str, str]:
         packs=[TRADING, MEMORY_PACK],
         adapters={"broker": Bank(), "ledger": Bank()},
         allow=["trader"],
-        config=KernelConfig(ports=Ports(clock=ManualClock(), ids=SeededIds(3))),
+        config=KernelConfig(principal=LOCAL, ports=Ports(clock=ManualClock(), ids=SeededIds(3))),
     ) as kernel:
         desk = Desk()
         await kernel.register(desk)
@@ -352,7 +352,7 @@ async def amended_then_reloaded(path: Path) -> dict[str, list[str]]:
         packs=[TRADING, MEMORY_PACK],
         adapters={"broker": Bank(), "ledger": Bank()},
         allow=["trader"],
-        config=KernelConfig(ports=Ports(clock=clock, ids=SeededIds(4))),
+        config=KernelConfig(principal=LOCAL, ports=Ports(clock=clock, ids=SeededIds(4))),
     ) as kernel:
         desk = Desk()
         await kernel.register(desk)

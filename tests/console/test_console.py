@@ -38,7 +38,7 @@ from kernel.state.projections import Projections
 from kernel.testing import ManualClock
 from tests.support.browser import ROOT, console_extra
 from tests.support.console_kernel import shady
-from tests.support.helpers import PACK, Bank, ScriptedAgent, transfer
+from tests.support.helpers import LOCAL, PACK, Bank, ScriptedAgent, transfer
 from tests.support.operator_kernel import OPS, memo
 from tests.support.operators import Keys, post
 
@@ -76,6 +76,7 @@ async def _build(db: Path, start_ns: int = 1_700_000_000_000_000_000) -> dict[st
         adapters={"bank": Bank()},
         allow=["clerk", "scribe", "mallory"],
         config=KernelConfig(
+            principal=LOCAL,
             ports=Ports(clock=ManualClock(start_ns)),
             escalation=EscalationPolicy(budget=EscalationBudget(capacity=50)),
         ),
@@ -105,7 +106,7 @@ async def _build_unknown(db: Path) -> str:
         packs=[PACK],
         adapters={"bank": BrokenBank()},
         allow=["clerk"],
-        config=KernelConfig(ports=Ports(clock=ManualClock())),
+        config=KernelConfig(principal=LOCAL, ports=Ports(clock=ManualClock())),
     ) as kernel:
         await kernel.register(ScriptedAgent("clerk", [transfer(500, confidence=0.2)]))
         (dfid,) = await kernel.trigger("bank.invoice")
@@ -626,7 +627,7 @@ def _with_rule(db: Path, content: str) -> None:
             packs=[PACK, OPS],
             adapters={"bank": Bank()},
             allow=["clerk", "scribe", "mallory"],
-            config=KernelConfig(ports=Ports(clock=ManualClock(NOW))),
+            config=KernelConfig(principal=LOCAL, ports=Ports(clock=ManualClock(NOW))),
         ) as kernel:
             await kernel.propose_rule(
                 "access",
@@ -856,7 +857,7 @@ def test_the_agents_page_shows_who_changed_a_status_and_why(tmp_path: Path, gate
             packs=[PACK, OPS],
             adapters={"bank": Bank()},
             allow=["clerk", "scribe", "mallory"],
-            config=KernelConfig(ports=Ports(clock=ManualClock(NOW))),
+            config=KernelConfig(principal=LOCAL, ports=Ports(clock=ManualClock(NOW))),
         ) as kernel:
             await kernel.set_agent_status("clerk", "SUSPENDED", operator="bo", reason="<loops>")
 
@@ -906,7 +907,7 @@ def test_the_agents_page_lists_each_status_change_newest_first(tmp_path: Path, g
             packs=[PACK, OPS],
             adapters={"bank": Bank()},
             allow=["clerk", "scribe", "mallory"],
-            config=KernelConfig(ports=Ports(clock=ManualClock(NOW))),
+            config=KernelConfig(principal=LOCAL, ports=Ports(clock=ManualClock(NOW))),
         ) as kernel:
             await kernel.set_agent_status("clerk", "PASSIVE", operator="bo", reason="<noisy>")
             await kernel.set_agent_status("clerk", "ACTIVE", operator="cy", reason="refilled")
@@ -948,7 +949,7 @@ async def test_a_decision_the_kernel_refuses_at_once_is_shown_refused(
         packs=[PACK, OPS],
         adapters={"bank": Bank()},
         allow=["clerk"],
-        config=KernelConfig(supervision=Supervision(inbox_poll_s=0.05)),
+        config=KernelConfig(principal=LOCAL, supervision=Supervision(inbox_poll_s=0.05)),
     ) as kernel:
         assert isinstance(kernel.clock, SystemClock)
         await kernel.register(ScriptedAgent("clerk", [transfer(250_000, confidence=0.2)]))
@@ -991,7 +992,7 @@ def test_the_rules_page_shows_one_tenants_namespace_at_a_time(tmp_path: Path, ga
             packs=[PACK, OPS],
             adapters={"bank": Bank()},
             allow=["clerk", "scribe", "mallory"],
-            config=KernelConfig(ports=Ports(clock=ManualClock(NOW))),
+            config=KernelConfig(principal=LOCAL, ports=Ports(clock=ManualClock(NOW))),
         ) as kernel:
             for ns, content in (("acme", "acme-only text"), ("globex", "globex-only text")):
                 await kernel.propose_rule(

@@ -46,7 +46,7 @@ from kernel.testing import ManualClock, SeededIds
 from policies.trading import TRADING, PlaceOrder
 from policies.trading_0_3 import TRADING_0_3
 from tests.support import GOLDEN
-from tests.support.helpers import Bank
+from tests.support.helpers import LOCAL, Bank
 
 PRICES = {"market.ACME.price": "100.00", "market.GLOBEX.price": "50.00"}
 DIGITS = frozenset("0123456789")
@@ -108,7 +108,7 @@ async def run_orders(path: Path, orders: list[dict[str, Any]]) -> list[Outcome]:
         packs=[TRADING],
         adapters={"broker": bank, "ledger": Bank()},
         allow=["trader"],
-        config=KernelConfig(ports=Ports(clock=ManualClock(), ids=SeededIds(5))),
+        config=KernelConfig(principal=LOCAL, ports=Ports(clock=ManualClock(), ids=SeededIds(5))),
     ) as kernel:
         trader = Trader()
         await kernel.register(trader)

@@ -17,6 +17,7 @@ from benchmarks.gate import run_gate
 from kernel import AgentStatus, ReasonCode
 from kernel.core.events import Feedback, ProposalRecord
 from kernel.dim import LAYERS, Inputs, Judgement, judge
+from kernel.dim._principal import Behalf
 from kernel.policy import NeedsHuman, PolicyPack, Rule
 from kernel.policy.packs import PolicyCatalog
 from kernel.policy.rules import ALLOW, Overrun, RuleVerdict, Stopwatch, View, deny, rule, run_rule
@@ -73,6 +74,14 @@ CASES = [
     ),
     ("confidence", {"confidence": 1.5}, {}, {}, NOW, ("schema", R.SCHEMA_INVALID, "confidence")),
     ("no-window", {"valid_until_ns": None}, {}, {}, NOW, ("schema", R.SCHEMA_INVALID)),
+    (
+        "no-principal",
+        {},
+        {"status": AgentStatus.PASSIVE},  # the principal layer runs before the status layer
+        {"principal": Behalf(on_behalf=None, agent_id="buyer", tenants={}, delegations={})},
+        NOW,
+        ("principal", R.PRINCIPAL_MISSING, "on_behalf"),
+    ),
     ("passive", {}, {"status": AgentStatus.PASSIVE}, {}, NOW, ("status", R.AGENT_PASSIVE)),
     ("suspended", {}, {"status": AgentStatus.SUSPENDED}, {}, NOW, ("status", R.AGENT_SUSPENDED)),
     ("retired", {}, {"status": AgentStatus.RETIRED}, {}, NOW, ("status", R.AGENT_RETIRED)),

@@ -26,7 +26,7 @@ from kernel.policy.packs import PolicyCatalog
 from kernel.policy.rules import ALLOW, RuleVerdict, View, rule
 from kernel.testing import ManualClock, SeededIds, action_of
 from tests.dim.test_amendments import PACK, Desk, Order, trader, verdict
-from tests.support.helpers import ScriptedAgent, configured
+from tests.support.helpers import LOCAL, ScriptedAgent, configured
 
 V2 = dataclasses.replace(
     PACK,
@@ -62,6 +62,7 @@ def kernel(path: Path, **kw: Any) -> AbstractAsyncContextManager[Kernel]:
         allow=["trader"],
         config=configured(
             KernelConfig(
+                principal=LOCAL,
                 ports=Ports(clock=ManualClock(), ids=SeededIds(5)),
                 supervision=Supervision(inbox_poll_s=None),
             ),

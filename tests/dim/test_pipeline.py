@@ -33,6 +33,7 @@ from kernel.runtime.actors import Reply
 from kernel.runtime.messages import Execute
 from kernel.testing import ManualClock, SeededIds, action_of, flow_types
 from tests.support.helpers import (
+    LOCAL,
     PACK,
     Bank,
     ScriptedAgent,
@@ -367,7 +368,7 @@ async def test_a_rule_sleeping_past_its_budget_keeps_its_verdict_live_and_on_rep
         packs=[SLOW],
         adapters={"bank": Bank()},
         allow=["clerk"],
-        config=KernelConfig(ports=Ports(clock=ManualClock(), ids=SeededIds(7))),
+        config=KernelConfig(principal=LOCAL, ports=Ports(clock=ManualClock(), ids=SeededIds(7))),
     ) as kernel:
         await kernel.register(ScriptedAgent(steps=[invoice], max_attempts=1))
         for amount, (status, code) in expected.items():

@@ -26,7 +26,7 @@ from kernel.core.events import (
 from kernel.policy import PolicyKind, PolicyPack
 from kernel.policy.packs import Consume
 from kernel.testing import ManualClock, SeededIds, Step, action_of
-from tests.support.helpers import ScriptedAgent, configured, flow_of
+from tests.support.helpers import LOCAL, ScriptedAgent, configured, flow_of
 
 
 class Claim(PolicyKind, tag="race.claim"):
@@ -75,7 +75,9 @@ def kernel(
         packs=[PACK],
         adapters={"depot": depot},
         allow=list(names),
-        config=configured(KernelConfig(ports=Ports(clock=ManualClock(), ids=SeededIds(3))), **kw),
+        config=configured(
+            KernelConfig(principal=LOCAL, ports=Ports(clock=ManualClock(), ids=SeededIds(3))), **kw
+        ),
     )
 
 

@@ -24,7 +24,7 @@ from kernel.policy.contracts import WorkingContext
 from kernel.testing import ManualClock, SeededIds, action_of
 from policies.trading import PlaceOrder, notional_minor
 from policies.trading_0_3 import TRADING_0_3 as TRADING
-from tests.support.helpers import Bank
+from tests.support.helpers import LOCAL, Bank
 
 PRICES = {"market.ACME.price": "100.00"}
 
@@ -75,7 +75,7 @@ def open_desk(
         packs=packs or [TRADING],
         adapters={"broker": broker, "ledger": Bank()},
         allow=["trader"],
-        config=KernelConfig(ports=Ports(clock=ManualClock(), ids=SeededIds(5))),
+        config=KernelConfig(principal=LOCAL, ports=Ports(clock=ManualClock(), ids=SeededIds(5))),
     )
 
 

@@ -21,6 +21,7 @@ from kernel import WorkingContext as Context
 from kernel.core import events as ev
 from kernel.testing import ManualClock, SeededIds
 from policies.esaa import ESAA, GitWorkTree, file_diff, init_repository, tree_files
+from tests.support.helpers import LOCAL
 
 PY = sys.executable
 WORK = ["esaa.claim", "esaa.file_patch", "esaa.run_check", "esaa.complete", "esaa.report"]
@@ -248,7 +249,7 @@ async def desk(
         packs=[ESAA],
         adapters={"git": adapter or GitWorkTree(repo)},
         allow=list(coders),
-        config=KernelConfig(ports=Ports(clock=ManualClock(), ids=SeededIds(7))),
+        config=KernelConfig(principal=LOCAL, ports=Ports(clock=ManualClock(), ids=SeededIds(7))),
     ) as kernel:
         for coder in coders.values():
             await kernel.register(coder)

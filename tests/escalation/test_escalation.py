@@ -39,7 +39,7 @@ from kernel.state.approvals import EscalationBudget as Budget
 from kernel.state.approvals import over_budget
 from kernel.telemetry import Telemetry
 from kernel.testing import ManualClock, SeededIds, action_of, flow_types
-from tests.support.helpers import PACK, Bank, ScriptedAgent, configured, flow_of, transfer
+from tests.support.helpers import LOCAL, PACK, Bank, ScriptedAgent, configured, flow_of, transfer
 
 LIMIT_CENTS = 10_000
 
@@ -112,7 +112,10 @@ async def gov_kernel(
         adapters={"bank": bank or Bank()},
         allow=["clerk", "other"],
         config=configured(
-            KernelConfig(ports=Ports(clock=clock or ManualClock(), ids=SeededIds(5))), **kw
+            KernelConfig(
+                principal=LOCAL, ports=Ports(clock=clock or ManualClock(), ids=SeededIds(5))
+            ),
+            **kw,
         ),
     ) as kernel:
         yield kernel

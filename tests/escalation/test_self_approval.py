@@ -16,7 +16,7 @@ from kernel.audit import payloads
 from kernel.core.events import DecisionRefused, HumanDecided
 from kernel.policy import PolicyPack
 from kernel.testing import action_of
-from tests.support.helpers import PACK, ScriptedAgent, flow_of, kernel_for, transfer
+from tests.support.helpers import LOCAL, PACK, ScriptedAgent, flow_of, kernel_for, transfer
 
 LENIENT = PolicyPack(
     name=PACK.name,
@@ -98,7 +98,7 @@ async def test_a_pack_may_allow_self_approval_and_the_record_says_so(tmp_path: P
         packs=[LENIENT],
         adapters={"bank": Bank()},
         allow=["clerk"],
-        config=KernelConfig(ports=Ports(clock=ManualClock(), ids=SeededIds(7))),
+        config=KernelConfig(principal=LOCAL, ports=Ports(clock=ManualClock(), ids=SeededIds(7))),
     ) as kernel:
         dfid = await escalated_flow(kernel)
         verdict = await kernel.decide(

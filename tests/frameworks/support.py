@@ -20,6 +20,7 @@ from kernel.core import events as ev
 from kernel.frameworks import Gate
 from kernel.testing import ManualClock, SeededIds, action_of
 from policies.booking import BOOKING
+from tests.support.helpers import LOCAL
 
 AGENT = "booker"
 TOOL = "booking_reserve_room"
@@ -60,7 +61,7 @@ SCRIPT: list[dict[str, Any]] = [CHEAP, OVER_LIMIT, NO_SUCH_ROOM, REVISED]
 @asynccontextmanager
 async def booking_kernel(path: Path, hotel: Hotel, *, max_attempts: int = 5) -> AsyncIterator[Gate]:
     """A kernel with the booking pack, the booker's session, and its gate."""
-    config = KernelConfig(ports=Ports(clock=ManualClock(), ids=SeededIds(29)))
+    config = KernelConfig(principal=LOCAL, ports=Ports(clock=ManualClock(), ids=SeededIds(29)))
     async with open_kernel(
         path, packs=[BOOKING], adapters={"hotel": hotel}, allow=[AGENT], config=config
     ) as kernel:

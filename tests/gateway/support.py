@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from tests.support import SUPPORT
+from tests.support.helpers import LOCAL
 from tests.support.mcp_kernel import require_mcp
 
 require_mcp()
@@ -117,7 +118,9 @@ def subprocess_env() -> dict[str, str]:
 def kernel_config() -> KernelConfig:
     """The kernel trusts the suite's operators' keys and reads the inbox often."""
     return KernelConfig(
-        keyring=str(suite_keys().keyring), supervision=Supervision(inbox_poll_s=0.05)
+        principal=LOCAL,
+        keyring=str(suite_keys().keyring),
+        supervision=Supervision(inbox_poll_s=0.05),
     )
 
 

@@ -24,7 +24,7 @@ from kernel.policy.packs import PolicyCatalog
 from kernel.testing import ManualClock, SeededIds
 from policies.trading import TRADING, PlaceOrder, direction_mismatch
 from tests.support.gate_domain import agent
-from tests.support.helpers import ScriptedAgent, configured
+from tests.support.helpers import LOCAL, ScriptedAgent, configured
 
 NOW = 1_000
 
@@ -174,6 +174,7 @@ def kernel(path: Path, guards: Sequence[Guard], **kw: Any) -> AbstractAsyncConte
         allow=["writer"],
         config=configured(
             KernelConfig(
+                principal=LOCAL,
                 ports=Ports(clock=ManualClock(), ids=SeededIds(2)),
                 supervision=Supervision(inbox_poll_s=None),
             ),

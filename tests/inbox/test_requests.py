@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 
 from kernel.api import acts
 from kernel.core import keys
+from kernel.core.events import Member, TenantSpec
 from kernel.core.reasons import ReasonCode
 from kernel.core.wall import InputInvalid
 from kernel.escalation import same_principal
@@ -47,6 +48,8 @@ from kernel.inbox.keyring import (
 )
 from kernel.inbox.proof import CONTEXT, ProofRefused, check, check_time, sign, signed_bytes
 from kernel.inbox.requests import (
+    ChangeTenantPolicyRequest,
+    DeclareTenantRequest,
     GrantRequest,
     RevokeGrantRequest,
     VoteRequest,
@@ -103,6 +106,15 @@ SAMPLES: list[InboxRequest] = [
     ),
     RevokeGrantRequest(grant="g-0123456789ab", operator="ana", reason="trip cancelled"),
     VoteRequest(grant="g-0123456789ab", vote="approve", operator="bo", reason="ok"),
+    DeclareTenantRequest(
+        tenant=TenantSpec(id="acme", members={"ann": Member(email="a@x.test", scopes=["pay"])}),
+        operator="ana",
+        reason="onboarding",
+    ),
+    ChangeTenantPolicyRequest(
+        tenant="acme", user="ann", kind="k.pay", permission="deny", operator="ana", reason="r"
+    ),
+    ChangeTenantPolicyRequest(tenant="acme", rate_per_minute=3, scopes=["a"], operator="ana"),
 ]
 
 

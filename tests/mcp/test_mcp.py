@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from tests.support.helpers import LOCAL
 from tests.support.mcp_kernel import memory_kernel, require_mcp
 
 require_mcp()
@@ -237,7 +238,7 @@ async def test_a_follower_reads_the_journal_and_queues_operator_acts(
         packs=[MEMORY_PACK],
         adapters={},
         allow=["ide"],
-        config=KernelConfig(ports=Ports(clock=ManualClock(), ids=SeededIds(6))),
+        config=KernelConfig(principal=LOCAL, ports=Ports(clock=ManualClock(), ids=SeededIds(6))),
     ) as kernel:
         async with kernel.journal.subscribe(1) as batches:
             changed = None

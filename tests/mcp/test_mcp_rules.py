@@ -11,6 +11,7 @@ from typing import Any
 import anyio
 import pytest
 
+from tests.support.helpers import LOCAL
 from tests.support.mcp_kernel import memory_kernel, require_mcp
 
 require_mcp()
@@ -187,7 +188,7 @@ def inbox_kernel(db: Path) -> AbstractAsyncContextManager[Kernel]:
         packs=[MEMORY_PACK],
         adapters={},
         allow=["ide"],
-        config=KernelConfig(ports=Ports(clock=ManualClock(), ids=SeededIds(8))),
+        config=KernelConfig(principal=LOCAL, ports=Ports(clock=ManualClock(), ids=SeededIds(8))),
     )
 
 

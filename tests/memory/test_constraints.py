@@ -18,7 +18,7 @@ from kernel.memory import memory_pack
 from kernel.policy import PolicyPack
 from kernel.state.meaning import EmbeddingMatcher, phrase_in, to_micro, words
 from kernel.testing import ManualClock, SeededIds
-from tests.support.helpers import PACK, Bank, configured, flow_of
+from tests.support.helpers import LOCAL, PACK, Bank, configured, flow_of
 from tests.support.hostile import hostile_text
 from tests.support.memory_domain import BOOKING, Planner, book, note, remember, run
 
@@ -63,7 +63,7 @@ async def kernel_with(
         packs=[PACK, BOOKING, memory or memory_pack()],
         adapters={"bank": Bank()},
         allow=["booker", "other"],
-        config=configured(KernelConfig(ports=ports)),
+        config=configured(KernelConfig(principal=LOCAL, ports=ports)),
     ) as kernel:
         yield kernel
 

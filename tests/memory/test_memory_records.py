@@ -26,7 +26,7 @@ from kernel.core.reasons import ReasonCode
 from kernel.memory import MEMORY_PACK
 from kernel.state.domain import RecordingReceipt
 from kernel.testing import ManualClock, SeededIds
-from tests.support.helpers import PACK, Bank
+from tests.support.helpers import LOCAL, PACK, Bank
 from tests.support.memory_domain import BOOKING, Planner, book, booking_kernel, remember, run
 
 RULE = {
@@ -46,7 +46,7 @@ async def kernel_with(path: Path, **adapters: Any) -> AsyncIterator[Kernel]:
         packs=[PACK, BOOKING, MEMORY_PACK],
         adapters={"bank": Bank(), **adapters},
         allow=["booker"],
-        config=KernelConfig(ports=Ports(clock=ManualClock(), ids=SeededIds(3))),
+        config=KernelConfig(principal=LOCAL, ports=Ports(clock=ManualClock(), ids=SeededIds(3))),
     ) as kernel:
         yield kernel
 

@@ -41,6 +41,7 @@ from policies.booking import BOOKING
 from policies.trading import TRADING
 from policies.trading_0_2 import TRADING_0_2
 from tests.support.gate_domain import SHOP, Buy, qty_cap
+from tests.support.helpers import LOCAL
 
 HERE = __file__
 
@@ -310,7 +311,7 @@ async def test_the_rules_of_a_running_kernel_change_only_through_load_pack(tmp_p
         packs=[SHOP],
         adapters={"shop": Shop()},
         allow=[],
-        config=KernelConfig(ports=Ports(clock=ManualClock(), ids=SeededIds(1))),
+        config=KernelConfig(principal=LOCAL, ports=Ports(clock=ManualClock(), ids=SeededIds(1))),
     ) as k:
         for attempt in tries_to_change(SHOP, k.catalog):
             with pytest.raises((TypeError, AttributeError)):

@@ -33,6 +33,7 @@ from kernel.proofs.erasure import ERASED, SubjectKeys, check_personal, is_sealed
 from kernel.telemetry import spans_for_events
 from kernel.testing import SimulatedSystem
 from policies.booking import BOOKING
+from tests.support.helpers import LOCAL
 from tests.support.hostile import hostile_text
 
 NAMES = {subject: name.encode() for subject, name in booking.GUESTS.items()}
@@ -113,6 +114,7 @@ def test_erasing_a_subject_keeps_every_proof_and_every_verdict(
                 adapters={"hotel": hotel},
                 allow=["travel-agent"],
                 config=KernelConfig(
+                    principal=LOCAL,
                     ports=Ports(ids=SeededIds(9)),
                     supervision=Supervision(inbox_poll_s=None),
                     signing=checkpoint_signing(booked),

@@ -35,6 +35,7 @@ from kernel.state.projections import fold
 from kernel.telemetry import spans_for_events
 from kernel.testing import ManualClock, SeededIds, action_of
 from policies.booking import BOOKING
+from tests.support.helpers import LOCAL
 
 AGENT = "sdk-agent"
 
@@ -77,6 +78,7 @@ async def booking_kernel(
 ) -> AsyncIterator[Kernel]:
     """A kernel with the booking pack, and a session for the framework's agent."""
     config = KernelConfig(
+        principal=LOCAL,
         limits=Limits(keep_finished=keep_finished),
         ports=Ports(clock=ManualClock(), ids=SeededIds(11)),
     )

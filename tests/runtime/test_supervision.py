@@ -27,7 +27,7 @@ from kernel.runtime.supervision import ChildSpec, Supervisor
 from kernel.state.projections import Projections
 from kernel.state.snapshots import Checkpointer
 from kernel.testing import JournalFaults, SeededIds
-from tests.support.helpers import PACK, POISON_CRASHES, Bank, ScriptedAgent, kernel_for
+from tests.support.helpers import LOCAL, PACK, POISON_CRASHES, Bank, ScriptedAgent, kernel_for
 
 POISON = lambda ctx: ctx.propose({"kind": "test.poison", "text": "poison"})  # noqa: E731
 
@@ -313,7 +313,7 @@ async def test_a_verdict_that_cannot_be_recorded_aborts_its_flow_and_the_kernel_
 ) -> None:
     pack = PolicyPack(name="garbled", version="1.0.0", kinds=(Garbled,), rules=(garbled_feedback,))
     path = tmp_path / "j.db"
-    config = KernelConfig(ports=Ports(clock=ManualClock(), ids=SeededIds(1)))
+    config = KernelConfig(principal=LOCAL, ports=Ports(clock=ManualClock(), ids=SeededIds(1)))
     async with open_kernel(
         path, packs=[PACK, pack], adapters={"bank": Bank()}, allow=["clerk", "g"], config=config
     ) as kernel:

@@ -64,7 +64,7 @@ from kernel.state.snapshots import (
 )
 from kernel.testing import ManualClock, SeededIds
 from tests.support import GOLDEN
-from tests.support.helpers import configured
+from tests.support.helpers import LOCAL, configured
 from tests.support.hostile import hostile_scalars, hostile_text
 
 CAP = 10
@@ -190,7 +190,10 @@ class Counter(Agent):
 
 
 def _config(**settings: Any) -> KernelConfig:
-    return configured(KernelConfig(ports=Ports(clock=ManualClock(), ids=SeededIds(7))), **settings)
+    return configured(
+        KernelConfig(principal=LOCAL, ports=Ports(clock=ManualClock(), ids=SeededIds(7))),
+        **settings,
+    )
 
 
 async def test_a_domain_plugs_in_with_one_registration_line(

@@ -31,7 +31,7 @@ from kernel.policy import (
 )
 from kernel.policy.contracts import WorkingContext
 from kernel.testing import ManualClock, ScriptedAgent, SeededIds
-from tests.support.helpers import configured
+from tests.support.helpers import LOCAL, configured
 
 THRESHOLD = 100_000
 """Sends above 1,000.00 EUR need a human."""
@@ -134,7 +134,8 @@ async def pay_kernel(
     settings.setdefault("escalation", EscalationPolicy(budget=None))
     settings.setdefault("inbox_poll_s", None)
     config = configured(
-        KernelConfig(ports=Ports(clock=clock or ManualClock(), ids=SeededIds(11))), **settings
+        KernelConfig(principal=LOCAL, ports=Ports(clock=clock or ManualClock(), ids=SeededIds(11))),
+        **settings,
     )
     async with open_kernel(
         path,

@@ -15,8 +15,10 @@ import anyio
 
 from kernel import FlowStatus, open_kernel
 from kernel.beliefs import GOVERNANCE_PACK
+from kernel.config import KernelConfig
 from tests.support.beliefs_domain import Believer
 from tests.support.crash import die_after_commit
+from tests.support.helpers import LOCAL
 
 CALLS: list[dict[str, Any]] = [
     {"kind": "governance.record_observation", "observation": "o1", "source": "wire"},
@@ -48,7 +50,11 @@ CALLS: list[dict[str, Any]] = [
 
 async def main(journal: str, mode: str, kill: str) -> None:
     async with open_kernel(
-        journal, packs=[GOVERNANCE_PACK], adapters={}, allow=["believer"]
+        journal,
+        packs=[GOVERNANCE_PACK],
+        adapters={},
+        allow=["believer"],
+        config=KernelConfig(principal=LOCAL),
     ) as kernel:
         die_after_commit(kernel, kill)
         if mode == "run":

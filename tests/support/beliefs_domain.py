@@ -14,7 +14,7 @@ from kernel.beliefs import GOVERNANCE_PACK, KINDS, BeliefGraph
 from kernel.config import KernelConfig, Ports
 from kernel.core.events import Event, ProposalRejected
 from kernel.testing import ManualClock, ScriptedTests, SeededIds
-from tests.support.helpers import configured
+from tests.support.helpers import LOCAL, configured
 
 HOUR = 3600.0
 TASK = "task-1"
@@ -100,7 +100,7 @@ async def belief_desk(
     clock = ManualClock()
     agent = Believer()
     adapters: dict[str, Any] = {"belief_test": tests} if tests is not None else {}
-    config = KernelConfig(ports=Ports(clock=clock, ids=SeededIds(19)))
+    config = KernelConfig(principal=LOCAL, ports=Ports(clock=clock, ids=SeededIds(19)))
     async with open_kernel(
         path,
         packs=[GOVERNANCE_PACK],

@@ -22,7 +22,7 @@ import anyio
 from kernel import EscalationBudget, EscalationPolicy, Proposal, WorkingContext, open_kernel
 from kernel.adapters import ExecutionIntent, Receipt
 from kernel.config import KernelConfig, Supervision
-from tests.support.helpers import PACK, Bank, ScriptedAgent, Transfer, transfer
+from tests.support.helpers import LOCAL, PACK, Bank, ScriptedAgent, Transfer, transfer
 from tests.support.operator_kernel import OPS, memo
 
 POLL_S = 0.05
@@ -58,6 +58,7 @@ async def main(db: str, effects: str, budget: int) -> None:
         adapters={"bank": RecordingBank(Path(effects))},
         allow=["clerk", "scribe", "mallory"],
         config=KernelConfig(
+            principal=LOCAL,
             supervision=Supervision(inbox_poll_s=POLL_S),
             escalation=EscalationPolicy(budget=EscalationBudget(capacity=budget)),
         ),

@@ -15,7 +15,7 @@ from kernel.audit import Event
 from kernel.config import KernelConfig, Ports
 from kernel.policy import PolicyKind, PolicyPack
 from kernel.testing import ManualClock, SeededIds, Step
-from tests.support.helpers import ScriptedAgent, configured
+from tests.support.helpers import LOCAL, ScriptedAgent, configured
 
 
 class Ping(PolicyKind, tag="desk.ping"):
@@ -150,7 +150,8 @@ async def desk_kernel(
         allow=["clerk"],
         config=configured(
             KernelConfig(
-                ports=Ports(clock=clock or ManualClock(), ids=SeededIds(7), jitter_seed=1)
+                principal=LOCAL,
+                ports=Ports(clock=clock or ManualClock(), ids=SeededIds(7), jitter_seed=1),
             ),
             **kw,
         ),

@@ -23,10 +23,11 @@ import anyio
 
 from kernel import FlowStatus, Kernel, Proposal, ReasonCode, WorkingContext, open_kernel
 from kernel.adapters import AdapterError, ExecutionIntent
+from kernel.config import KernelConfig
 from kernel.testing import Faults, SimulatedSystem
 from tests.support.crash import die, die_after_commit
 from tests.support.execution_domain import DESK, KINDS, Ping, Trip, name_of
-from tests.support.helpers import ScriptedAgent
+from tests.support.helpers import LOCAL, ScriptedAgent
 
 FLOWS = 9
 
@@ -89,7 +90,11 @@ async def main(
 ) -> None:
     ledger = Ledger(ledger_path, kill, lookup == "1")
     async with open_kernel(
-        journal, packs=[DESK], adapters={"desk": ledger}, allow=["clerk"]
+        journal,
+        packs=[DESK],
+        adapters={"desk": ledger},
+        allow=["clerk"],
+        config=KernelConfig(principal=LOCAL),
     ) as kernel:
         die_after_commit(kernel, kill)
         if mode == "run":

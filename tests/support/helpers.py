@@ -13,12 +13,23 @@ import msgspec
 from kernel import Clock, FlowState, Kernel, Proposal, WorkingContext, open_kernel, testing
 from kernel.adapters import Adapter, ExecutionIntent, Receipt
 from kernel.config import KernelConfig, Ports
+from kernel.core.events import Principal
 from kernel.policy import PolicyKind, PolicyPack
 from kernel.testing import ManualClock, SeededIds, Step
 
+LOCAL = Principal(tenant="local", user="tester")
+"""The one local user the suite's kernels vouch for (``KernelConfig.principal``): with none,
+every proposal is refused PRINCIPAL_MISSING (docs/identity.md)."""
+
 
 def configured(config: KernelConfig, **settings: Any) -> KernelConfig:
-    """Return ``config`` with flat settings (``max_in_flight=8``) put in their groups."""
+    """Return ``config`` with flat settings (``max_in_flight=8``) put in their groups.
+
+    A config that names no principal gets :data:`LOCAL` unless ``principal=`` is given
+    (``principal=None``: a kernel that vouches for nobody).
+    """
+    if config.principal is None and "principal" not in settings:
+        config = msgspec.structs.replace(config, principal=LOCAL)
     groups = {name: getattr(config, name) for name in ("limits", "supervision", "storage", "ports")}
     top = {}
     for key, value in settings.items():

@@ -14,6 +14,7 @@ import pytest
 from kernel import MEMORY_PACK, Kernel, open_kernel
 from kernel.config import KernelConfig, Ports, Supervision
 from kernel.testing import ManualClock, SeededIds
+from tests.support.helpers import LOCAL
 
 
 def require_mcp() -> None:
@@ -40,6 +41,7 @@ async def memory_kernel(
         adapters=adapters or {},
         allow=allow,
         config=KernelConfig(
+            principal=LOCAL,
             ports=Ports(clock=ManualClock(), ids=SeededIds(5)),
             supervision=Supervision(inbox_poll_s=None),
         ),

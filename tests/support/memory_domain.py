@@ -13,7 +13,7 @@ from kernel.config import KernelConfig, Ports
 from kernel.memory import MEMORY_PACK
 from kernel.policy import PolicyKind, PolicyPack
 from kernel.testing import ManualClock, SeededIds
-from tests.support.helpers import PACK, Bank, configured
+from tests.support.helpers import LOCAL, PACK, Bank, configured
 
 
 class Reserve(PolicyKind, frozen=True, tag="booking.reserve"):
@@ -86,6 +86,8 @@ async def booking_kernel(path: Path, **kw: Any) -> AsyncIterator[Kernel]:
         packs=[PACK, BOOKING, MEMORY_PACK],
         adapters={"bank": Bank()},
         allow=["booker", "other"],
-        config=configured(KernelConfig(ports=Ports(clock=ManualClock(), ids=SeededIds(11))), **kw),
+        config=configured(
+            KernelConfig(principal=LOCAL, ports=Ports(clock=ManualClock(), ids=SeededIds(11))), **kw
+        ),
     ) as kernel:
         yield kernel

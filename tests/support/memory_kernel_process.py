@@ -12,10 +12,11 @@ import anyio
 
 from kernel import MEMORY_PACK, open_kernel
 from kernel.config import KernelConfig, Supervision
+from tests.support.helpers import LOCAL
 
 
 async def run(db: str) -> None:
-    config = KernelConfig(supervision=Supervision(inbox_poll_s=0.05))
+    config = KernelConfig(principal=LOCAL, supervision=Supervision(inbox_poll_s=0.05))
     async with open_kernel(db, packs=[MEMORY_PACK], adapters={}, allow=["ide"], config=config):
         print("ready", flush=True)
         await anyio.to_thread.run_sync(sys.stdin.read)

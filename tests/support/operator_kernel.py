@@ -21,7 +21,7 @@ from kernel.config import KernelConfig, Supervision
 from kernel.journal.errors import JournalError
 from kernel.journal.inbox_store import open_inbox
 from kernel.policy import Impact, PolicyKind, PolicyPack
-from tests.support.helpers import PACK, Bank, ScriptedAgent, transfer
+from tests.support.helpers import LOCAL, PACK, Bank, ScriptedAgent, transfer
 
 POLL_S = 0.05
 # The proposals wait for people typing commands, on the system clock: a window that outlasts
@@ -63,6 +63,7 @@ async def main(db: str, flows: int, drain: bool) -> None:
         adapters={"bank": Bank()},
         allow=["clerk", "scribe"],
         config=KernelConfig(
+            principal=LOCAL,
             supervision=Supervision(inbox_poll_s=POLL_S),
             escalation=EscalationPolicy(budget=EscalationBudget(capacity=20)),
         ),

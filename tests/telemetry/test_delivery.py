@@ -34,6 +34,7 @@ from kernel.telemetry import Telemetry, configure_exporter, spans_for_events, tr
 from kernel.telemetry._ship import EXPORT_FAILED, OVERFLOW, SHUT_DOWN, SpanShipper
 from kernel.telemetry._telemetry import _drain_from_env
 from kernel.testing import SeededIds
+from tests.support.helpers import LOCAL
 from tests.support.hostile import hostile_text
 from tests.support.otlp import Received, otlp_receiver
 
@@ -52,7 +53,9 @@ async def desk(path: Path, telemetry: Telemetry, agents: int = 4) -> AsyncIterat
         adapters={"noop": NoopAdapter()},
         allow=names,
         config=KernelConfig(
-            ports=Ports(clock=clock, ids=SeededIds(7, clock=clock)), telemetry=telemetry
+            principal=LOCAL,
+            ports=Ports(clock=clock, ids=SeededIds(7, clock=clock)),
+            telemetry=telemetry,
         ),
     ) as kernel:
         for name in names:
