@@ -30,6 +30,7 @@ from kernel.audit.narrative import narrate as _narrate
 from kernel.audit.narrative import outcome as _outcome
 from kernel.cli._admin import add_commands as add_admin_commands
 from kernel.cli._artifacts import add_commands as add_artifact_commands
+from kernel.cli._audit import add_commands as add_audit_commands
 from kernel.cli._beliefs import add_commands as add_belief_commands
 from kernel.cli._completion import add_command as add_completion_command
 from kernel.cli._escalations import add_commands as add_escalation_commands
@@ -295,6 +296,7 @@ def _parser() -> argparse.ArgumentParser:
     add_completion_command(commands, _parser)
     add_roadmap_commands(commands)
     add_grant_commands(commands)
+    add_audit_commands(commands)
     add_tenant_commands(commands)
     return parser
 

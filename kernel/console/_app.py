@@ -38,6 +38,7 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
+from kernel.console._attempts import attempt_routes
 from kernel.console._auth import (
     LOGIN_COOKIE,
     SESSION_COOKIE,
@@ -576,6 +577,7 @@ def create_app(
         get("/audit", audit_page),
         get("/audit.csv", audit_export),
         get("/audit.json", audit_export),
+        *attempt_routes(lambda: holder["journal"], page, get),
         Route("/theme", theme, methods=["GET"]),
         post_("/rules/change/{action}", rule_changed),
         post_("/rules/{seq}", rule_decide),
