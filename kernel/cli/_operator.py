@@ -172,6 +172,11 @@ def error(code: ReasonCode | CliError, message: str, status: ExitCode = ExitCode
     return status
 
 
+def counted(n: int, word: str, plural: str = "") -> str:
+    """``n`` and ``word`` in the number ``n`` takes: "1 flow", "2 flows", "0 keys"."""
+    return f"{n} {word if n == 1 else plural or word + 's'}"
+
+
 def error_of(exc: JournalError | PackPathError, status: ExitCode) -> int:
     """Print ``error: CODE: ...`` for an error that carries its code (a ``CliError`` value)."""
     print(one_line(f"error: {exc.code}: {exc}"), file=sys.stderr)
