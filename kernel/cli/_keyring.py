@@ -125,8 +125,8 @@ def _add_key(args: argparse.Namespace) -> int:
         return error(CliError.BAD_ARGUMENT, problem, ExitCode.USAGE)
     made: list[Path] = []
     try:
+        made += make_folders(out.parent, 0o700)  # first: a folder both share is the key's
         made += make_folders(Path(path).parent, 0o755)
-        made += make_folders(out.parent, 0o700)
         key = write_private_key(out)
     except (KeyUnusable, OSError) as exc:
         _unmake(made)
@@ -153,9 +153,13 @@ def _roles(given: list[str]) -> tuple[Role, tuple[str, ...], str | None]:
         return role, roles, f"a key is one of {', '.join(ROLES)}, not {' and '.join(kinds)}"
     bad = [r for r in roles if not ROLE_NAME.match(r)]
     if bad:
-        return role, roles, (
-            f"role {bad[0][:64]!r}: a role is a letter or digit, then up to 63 of"
-            " letters, digits, '_', '.', '-' (as a pack's quorum names it: risk, desk-head)"
+        return (
+            role,
+            roles,
+            (
+                f"role {bad[0][:64]!r}: a role is a letter or digit, then up to 63 of"
+                " letters, digits, '_', '.', '-' (as a pack's quorum names it: risk, desk-head)"
+            ),
         )
     if roles and role != "operator":
         return role, roles, f"only an operator holds roles ({', '.join(roles)}), not a {role}"
@@ -267,6 +271,8 @@ async def _list(args: argparse.Namespace) -> int:
         return ExitCode.OK
     for row in rows:
         held = ",".join(row["roles"]) or "-"
-        print(f"{row['name']}  {row['role']}  {held}  {row['fingerprint']}  {row['journal']}".rstrip())
+        print(
+            f"{row['name']}  {row['role']}  {held}  {row['fingerprint']}  {row['journal']}".rstrip()
+        )
     print(f"{counted(len(rows), 'key')} in {path or '(no keyring)'}")
     return ExitCode.OK
