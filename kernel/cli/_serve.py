@@ -284,9 +284,7 @@ def _trusted(keyring: str, door: str | None) -> int | None:
         )
     shown = ", ".join(_principal_text(p) for p in principals.values()) or "nobody"
     print(
-        f"trusting {counted(len(principals), 'key')} of {keyring}: {shown}",
-        file=sys.stderr,
-        flush=True,
+        f"trusting {counted(len(principals), 'key')} of {keyring}: {shown}", flush=True
     )
     return None
 
