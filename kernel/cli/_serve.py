@@ -283,9 +283,7 @@ def _trusted(keyring: str, door: str | None) -> int | None:
             ExitCode.USAGE,
         )
     shown = ", ".join(_principal_text(p) for p in principals.values()) or "nobody"
-    print(
-        f"trusting {counted(len(principals), 'key')} of {keyring}: {shown}", flush=True
-    )
+    print(f"trusting {counted(len(principals), 'key')} of {keyring}: {shown}", flush=True)
     return None
 
 

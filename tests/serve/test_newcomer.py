@@ -194,9 +194,8 @@ async def test_the_newcomer_approves_the_quorum_card_in_the_browser_and_the_cli(
         await approve.get_by_label("Reason").fill("risk agrees")
         await approve.get_by_role("button", name="Approve").click()
         await expect(page.locator("p.voted")).to_contain_text("by ana", timeout=30_000)
-        voted = run(
-            venv, work, vote.replace("DFID", dfid).replace("HASH", short), home=home, exports=exports
-        )
+        bo = vote.replace("DFID", dfid).replace("HASH", short)
+        voted = run(venv, work, bo, home=home, exports=exports)
         assert voted.returncode == 0, voted.stdout + voted.stderr
         assert "quorum met" in voted.stdout
         await page.reload()
