@@ -21,7 +21,7 @@ import os
 import sys
 import textwrap
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 import anyio
 import msgspec
@@ -37,7 +37,7 @@ from kernel.cli._grants import add_commands as add_grant_commands
 from kernel.cli._journal import add_commands as add_journal_commands
 from kernel.cli._keyring import add_commands as add_keyring_commands
 from kernel.cli._mcp import add_commands as add_mcp_commands
-from kernel.cli._operator import add_commands, error, error_of, fold_journal
+from kernel.cli._operator import add_commands, counted, error, error_of, fold_journal
 from kernel.cli._proofs import add_commands as add_proof_commands
 from kernel.cli._read import (
     find_flows,
@@ -102,6 +102,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     parser = _parser()
     args = parser.parse_args(_with_default_db(sys.argv[1:] if argv is None else list(argv)))
+    if getattr(args, "needs_db", False) and not args.db:
+        return error(
+            CliError.BAD_ARGUMENT,
+            f"name the journal: --db FILE or URL, or set ${DB_ENV}",
+            ExitCode.USAGE,
+        )
     refused = _not_text(args)
     if refused is not None:
         return error(CliError.BAD_ARGUMENT, refused, ExitCode.USAGE)
@@ -188,8 +194,33 @@ def _with_default_db(argv: list[str]) -> list[str]:
     return argv
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, its errors in dirk's form: the usage, then ``error: BAD_ARGUMENT: what``."""
+
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        error(CliError.BAD_ARGUMENT, f"{self.prog}: {message}")
+        sys.exit(ExitCode.USAGE)
+
+
+def _db_optional(parser: argparse.ArgumentParser) -> None:
+    """Show every ``--db`` as optional, with its variable: ``$DIRK_DB`` stands for it.
+
+    A command that needs its journal says so after parsing (``needs_db``), as one line.
+    """
+    for action in parser._actions:
+        if action.dest == "db" and action.option_strings and action.required:
+            action.required = False
+            action.metavar = action.metavar or f"${DB_ENV}"
+            action.help = f"{action.help} (default ${DB_ENV})"
+            parser.set_defaults(needs_db=True)
+        if isinstance(action, argparse._SubParsersAction):
+            for child in action.choices.values():
+                _db_optional(child)
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="dirk",
         description=DESCRIPTION,
         epilog=EPILOG,
@@ -294,6 +325,7 @@ def _parser() -> argparse.ArgumentParser:
     add_completion_command(commands, _parser)
     add_roadmap_commands(commands)
     add_grant_commands(commands)
+    _db_optional(parser)
     return parser
 
 
@@ -324,7 +356,7 @@ async def _flows(args: argparse.Namespace) -> int:
             print(json.dumps(row))
         return ExitCode.OK
     print_table(flows, now, among=projections.flows)
-    say(f"{len(rows)} flows")
+    say(counted(len(rows), "flow"))
     return ExitCode.OK
 
 
