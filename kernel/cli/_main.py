@@ -28,6 +28,7 @@ import msgspec
 
 from kernel.audit.narrative import narrate as _narrate
 from kernel.audit.narrative import outcome as _outcome
+from kernel.audit.units import offset
 from kernel.cli._admin import add_commands as add_admin_commands
 from kernel.cli._artifacts import add_commands as add_artifact_commands
 from kernel.cli._beliefs import add_commands as add_belief_commands
@@ -54,6 +55,7 @@ from kernel.cli._roadmap import add_commands as add_roadmap_commands
 from kernel.cli._serve import add_commands as add_serve_commands
 from kernel.cli._verify import add_commands as add_verify_commands
 from kernel.console import add_commands as add_console_commands
+from kernel.console._money import readable
 from kernel.core import events as ev
 from kernel.core.events import Event
 from kernel.core.flow import FlowState, FlowStatus, IllegalTransition
@@ -289,6 +291,13 @@ def _parser() -> argparse.ArgumentParser:
     show.add_argument(
         "--json", action="store_true", help="the flow and its events as one JSON object"
     )
+    show.add_argument(
+        "--currency",
+        default="USD",
+        metavar="CODE",
+        help="the currency whose minor units the packs count in, shown as such (default USD;"
+        " none: as recorded)",
+    )
     show.set_defaults(run=_show, pages=True)
 
     traces = commands.add_parser("traces", help="OpenTelemetry spans from the journal")
@@ -388,8 +397,8 @@ async def _show(args: argparse.Namespace) -> int:
     say(f"  trace {trace}")
     say(f"  agent {first.agent_id}, parent {first.parent_dfid or '-'}, started {_time(start)}")
     for event in events:
-        offset = (event.ts - start) / 1e6
-        say(f"  +{offset:9.3f} ms  #{event.seq:<6} {event.type:20} {_narrate(event)}")
+        words = readable(_narrate(event), args.currency)
+        say(f"  {offset(event.ts - start):>14}  #{event.seq:<6} {event.type:20} {words}")
     if flow is not None:
         say(f"  {_outcome(flow)}")
     return ExitCode.OK
