@@ -4,7 +4,8 @@ The conventions (open-telemetry/semantic-conventions-genai, docs/gen-ai/gen-ai-g
 status Development) describe a guardrail by its component, the policy it evaluated and the
 result it reported in its own words. The DIM is a dedicated in-process guardrail: its span
 is ``apply_guardrail dirk DIM`` (``gen_ai.operation.name=apply_guardrail``), the policy is
-the pack that judged (its name and version; the rule or layer that decided), and the result
+the pack that judged (its hash, and its version where the verdict records one; the rule or
+layer that decided), and the result
 is the DIM's verdict as it records it, ``ACCEPTED``, ``REJECTED`` or ``ESCALATED``, with its
 reason code: no allow or deny is inferred from it, as the conventions ask. What the kernel
 then does with the verdict (waits for a human, executes) is a span of its own, apart.
@@ -13,8 +14,6 @@ then does with the verdict (waits for a human, executes) is a span of its own, a
 from __future__ import annotations
 
 from typing import Any
-
-from kernel.core.events import KernelStarted, PackLoaded, PackRef
 
 OPERATION = "apply_guardrail"
 COMPONENT = "dirk DIM"
@@ -38,26 +37,20 @@ def started() -> dict[str, Any]:
 
 
 def result(
-    verdict: str, known: PackRef | None, *, pack: str, version: str = "", code: str = "",
-    rule: str = "",
-) -> dict[str, Any]:  # fmt: skip
-    """The result attributes of a verdict by the pack ``pack`` hashes (``known``, if loaded)."""
+    verdict: str, *, pack: str, version: str = "", code: str = "", rule: str = ""
+) -> dict[str, Any]:
+    """The result attributes of a verdict by the pack ``pack`` hashes.
+
+    Only what the verdict's own event records: a span's content never depends on where
+    the projector began reading (live spans and ``dirk traces export`` agree).
+    """
     found: dict[str, Any] = {RESULT_TYPE: "verdict", RESULT_VALUE: verdict}
-    if known is not None or pack:
-        found[POLICY_ID] = known.name if known is not None else pack
-    if version or known is not None:
-        found[POLICY_VERSION] = version or (known.version if known is not None else "")
+    if pack:
+        found[POLICY_ID] = pack
+    if version:
+        found[POLICY_VERSION] = version
     if code:
         found[RESULT_REASON] = code
     if rule:
         found[RULE_ID] = rule[:_RULE_LIMIT]
     return found
-
-
-def learn_packs(packs: dict[str, PackRef], payload: object) -> None:
-    """Keep in ``packs`` the packs a kernel loaded, by hash: what a verdict's hash names."""
-    if isinstance(payload, KernelStarted):
-        for pack in payload.packs:
-            packs[pack.hash] = pack
-    elif isinstance(payload, PackLoaded):
-        packs[payload.pack.hash] = payload.pack

@@ -45,7 +45,6 @@ from kernel.core.events import (
     FlowEscalated,
     FlowFlagged,
     HumanDecided,
-    PackRef,
     ProposalAccepted,
     ProposalRejected,
     ProposalSubmitted,
@@ -110,7 +109,6 @@ class _Flow:
         self.conversation = self.tool_call = self.agent_version = ""
         self.learn_ids(created)
         self.proposal = ""  # the last proposal, as JSON for input values
-        self.packs: dict[str, PackRef] = {}  # the packs loaded, by hash (the projector's)
         if self.parent_dfid:
             # The parent's trace says where its child went, at the moment it began.
             self.out.append(
@@ -375,7 +373,7 @@ class _Flow:
 
     def verdict(self, ts: int, verdict: str, extra: dict[str, Any], **why: str) -> None:
         """End the guardrail span with the DIM's verdict (kernel.telemetry._guardrail)."""
-        found = guardrail.result(verdict, self.packs.get(why.get("pack", "")), **why)
+        found = guardrail.result(verdict, **why)
         stage = self.open.get("validate")
         if stage is not None:
             stage.events.append((guardrail.RESULT_EVENT, dict(found), ts))

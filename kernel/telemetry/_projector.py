@@ -1,16 +1,14 @@
 """The span projector: committed events in, the records of the spans they ended out.
 
 Each open flow's state is a ``_Flow`` (kernel.telemetry._project); the projector keeps
-them, and the packs the kernel loaded (what a verdict's pack hash names on its
-guardrail span, kernel.telemetry._guardrail).
+the flows begun and not yet ended.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 
-from kernel.core.events import Event, FlowCreated, PackRef
-from kernel.telemetry import _guardrail as guardrail
+from kernel.core.events import Event, FlowCreated
 from kernel.telemetry._project import SpanRecord, _Flow
 
 __all__ = ["SpanProjector"]
@@ -26,7 +24,6 @@ class SpanProjector:
 
     def __init__(self) -> None:
         self._open: dict[str, _Flow] = {}
-        self._packs: dict[str, PackRef] = {}
 
     @property
     def open_flows(self) -> int:
@@ -44,13 +41,11 @@ class SpanProjector:
         for event in events:
             dfid = event.dfid
             if dfid is None:
-                guardrail.learn_packs(self._packs, event.payload)
                 continue
             flow = flows.get(dfid)
             if flow is None:
                 if isinstance(event.payload, FlowCreated):
                     flows[dfid] = _Flow(event, out)
-                    flows[dfid].packs = self._packs
                 continue
             flow.out = out
             if flow.feed(event):
