@@ -222,7 +222,7 @@ def _db_optional(parser: argparse.ArgumentParser) -> None:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = _Parser(
+    parser: argparse.ArgumentParser = _Parser(
         prog="dirk",
         description=DESCRIPTION,
         epilog=EPILOG,

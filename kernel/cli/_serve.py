@@ -302,17 +302,17 @@ def _own_keys(
         yield keyring, None
         return
     with tempfile.TemporaryDirectory(prefix="dirk-serve-") as folder:
-        keyring = Path(folder) / "keyring"
+        own = Path(folder) / "keyring"
         # The MCP server acts on this kernel in process: only the console signs.
         key = write_private_key(Path(folder) / f"{args.door}.key")
-        add_principal(keyring, Principal(name=args.door, role="door", key=public_text(key)))
+        add_principal(own, Principal(name=args.door, role="door", key=public_text(key)))
         print(
             "no keyring given: this run trusts only its own console's key (made for it, gone"
             " when it stops); give --keyring for the operators' own keys",
             file=sys.stderr,
             flush=True,
         )
-        yield str(keyring), folder
+        yield str(own), folder
 
 
 async def _serve(
