@@ -56,6 +56,7 @@ from kernel import (
 from kernel.audit import Event, open_journal, redact, whatif
 from kernel.audit import events as ev
 from kernel.core.events import Principal
+from kernel.inbox.keyring import keyring_problem
 from kernel.testing import Faults, SeededIds, SimulatedSystem
 from policies.booking import BOOKING
 
@@ -405,6 +406,10 @@ def main(argv: list[str] | None = None) -> int:
         if taken.exists():
             print(f"error: {taken} exists; pick a new --db path", file=sys.stderr)
             return 2
+    unusable = keyring_problem()  # before any file is made: none is left half made
+    if unusable is not None:
+        print(f"error: BAD_ARGUMENT: {unusable}", file=sys.stderr)
+        return 2
     print(f"travel desk, seed {args.seed} -> {redact(str(db))}", file=sys.stderr)
     try:
         anyio.run(simulate, args.seed, db, args.llm, files, checkpoint_signing(files))

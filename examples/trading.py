@@ -74,6 +74,7 @@ from kernel import (
 from kernel.adapters import RetryPolicy
 from kernel.audit import redact
 from kernel.core.events import Principal
+from kernel.inbox.keyring import keyring_problem
 from kernel.testing import Faults, SeededIds, SimulatedSystem
 from policies.trading import TRADING
 
@@ -477,6 +478,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.minutes < MIN_MINUTES:
         print(f"error: --minutes must be at least {MIN_MINUTES}", file=sys.stderr)
+        return 2
+    unusable = keyring_problem()  # before any file is made: none is left half made
+    if unusable is not None:
+        print(f"error: BAD_ARGUMENT: {unusable}", file=sys.stderr)
         return 2
     where = ""
     if args.bus:

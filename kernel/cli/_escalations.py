@@ -9,6 +9,7 @@ import argparse
 import json
 from typing import Any
 
+from kernel.audit.units import judged_by
 from kernel.cli._operator import (
     describe_action,
     error,
@@ -148,7 +149,10 @@ async def _review(args: argparse.Namespace) -> int:
         return ExitCode.OK
     ballot = projections.domain(Quorums).ballots.get(args.dfid)
     _say_why(approval, ballot, now)
-    _say_action(flow, approval)
+    loaded = [
+        p for e in started if isinstance(e.payload, ev.KernelStarted) for p in e.payload.packs
+    ]
+    _say_action(flow, approval, judged_by(events, loaded))
     _say_context(_context_seen(events, flow.proposal.context_ref if flow.proposal else ""))
     _say_limits(approval, manifest_of(agents, flow.agent_id), started)
     _say_next(flow, approval)
@@ -172,14 +176,15 @@ def _say_why(approval: Approval, ballot: Ballot | None, now: int) -> None:
         say(f"  may not vote: {', '.join(ballot.excluded)} (proposed or modified it)")
 
 
-def _say_action(flow: FlowState, approval: Approval) -> None:
+def _say_action(flow: FlowState, approval: Approval, pack: str) -> None:
     proposal = flow.proposal
     say("", "The proposed action")
     if proposal is None or not approval.action_hash:
         say("  none: the agent proposed nothing")
         return
     say(f"  {describe_action(flow)}")
-    say(f"  kind {proposal.kind} version {proposal.version or '-'}")
+    version = f" version {proposal.version}" if proposal.version else ""
+    say(f"  kind {proposal.kind}{version}" + (f" of pack {pack}" if pack else ""))
     say(f"  params {json.dumps(proposal.params, sort_keys=True)}")
     say(f"  confidence {proposal.confidence:g}")
     say(f"  action hash {approval.short_hash} (full {approval.action_hash})")

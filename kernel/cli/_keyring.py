@@ -7,9 +7,15 @@ the root of trust of the inbox, which no writer of the journal can change. The r
 kernel reads the keyring again when it changes, and records the key the first time it
 takes a request signed with it (OperatorKeyTrusted). ``revoke`` takes a line out; the
 kernel records the key revoked (OperatorKeyRevoked) and never trusts it again on that
-journal. Roles: ``operator`` (acts as itself: ``dirk decide --key``), ``door`` (the
-console or an MCP server, acting for the operators it signs in), ``agent`` (proposes
-through the inbox as itself: ``dirk mcp --agent``).
+journal. What a key may sign (``--role``): ``operator`` (acts as itself: ``dirk decide
+--key``), ``door`` (the console or an MCP server, acting for the operators it signs in),
+``agent`` (proposes through the inbox as itself: ``dirk mcp --agent``). Any other
+``--role`` is an operator's role, as a pack's quorum names it (``--role risk --role
+desk-head``): a quorum counts votes by them (kernel.policy.quorums).
+
+The folders are made when missing (the key's mode 700, ``DIRK_KEY=~/.dirk`` on a fresh
+machine), or the command says why not; a command that fails leaves no key, folder or
+keyring behind.
 """
 
 from __future__ import annotations
@@ -21,16 +27,18 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from kernel.cli._operator import error
+from kernel.cli._operator import counted, error
 from kernel.core import events as ev
 from kernel.core.keys import KeyUnusable, fingerprint, public_text, write_private_key
 from kernel.core.reasons import CliError, ExitCode
 from kernel.inbox.client import KEY_ENV
 from kernel.inbox.keyring import (
     ENV,
+    ROLE_NAME,
     ROLES,
     KeyringError,
     Principal,
+    Role,
     add_principal,
     read_keyring,
     remove_principal,
@@ -49,13 +57,18 @@ def add_commands(commands: Any) -> None:
     add = verbs.add_parser("add", help="make NAME's key pair and add its public half")
     add.add_argument("name", metavar="NAME", help="the operator (or door, or agent) it names")
     add.add_argument(
-        "--role", choices=ROLES, default="operator", help="what the key may sign (default operator)"
+        "--role",
+        action="append",
+        default=[],
+        metavar="ROLE",
+        help="what the key may sign: operator (the default), door or agent; or an operator's"
+        " role as a pack's quorum names it (risk, desk-head); repeatable",
     )
     add.add_argument(
         "--key-out",
         metavar="FILE",
-        help=f"where the private key goes (default: NAME.key in ${KEY_ENV} if it is a"
-        " directory, else in the current one); never overwritten",
+        help=f"where the private key goes (default: NAME.key in the folder ${KEY_ENV} names,"
+        " made mode 700 if missing; without it, the current one); never overwritten",
     )
     _common(add)
     add.set_defaults(run=_add)
@@ -96,6 +109,9 @@ def _add_key(args: argparse.Namespace) -> int:
             "a name is 1 to 256 printable characters, no blanks, not starting with #",
             ExitCode.USAGE,
         )
+    role, roles, problem = _roles(args.role)
+    if problem is not None:
+        return error(CliError.BAD_ARGUMENT, problem, ExitCode.USAGE)
     if os.path.exists(path):
         try:
             if args.name in read_keyring(path):
@@ -104,28 +120,104 @@ def _add_key(args: argparse.Namespace) -> int:
                 )
         except KeyringError as exc:
             return error(CliError.BAD_ARGUMENT, str(exc), ExitCode.USAGE)
-    out = Path(args.key_out) if args.key_out else _default_key_file(args.name)
+    out, problem = (Path(args.key_out), None) if args.key_out else _default_key_file(args.name)
+    if problem is not None:
+        return error(CliError.BAD_ARGUMENT, problem, ExitCode.USAGE)
+    made: list[Path] = []
     try:
+        made += make_folders(out.parent, 0o700)  # first: a folder both share is the key's
+        made += make_folders(Path(path).parent, 0o755)
         key = write_private_key(out)
-    except KeyUnusable as exc:
-        return error(CliError.BAD_ARGUMENT, str(exc), ExitCode.USAGE)
-    except OSError as exc:
-        return error(CliError.BAD_ARGUMENT, f"{out}: {exc.strerror or exc}", ExitCode.USAGE)
+    except (KeyUnusable, OSError) as exc:
+        _unmake(made)
+        return error(CliError.BAD_ARGUMENT, _why(exc), ExitCode.USAGE)
     public = public_text(key)
     try:
-        add_principal(path, Principal(name=args.name, role=args.role, key=public))
+        add_principal(path, Principal(name=args.name, role=role, key=public, roles=roles))
     except (KeyringError, OSError) as exc:
         out.unlink(missing_ok=True)  # a key nobody trusts is no use
-        return error(CliError.BAD_ARGUMENT, str(exc), ExitCode.USAGE)
-    print(f"{args.name} ({args.role}) key {fingerprint(public)} added to {path}")
+        _unmake(made)
+        return error(CliError.BAD_ARGUMENT, _why(exc), ExitCode.USAGE)
+    held = f", roles {', '.join(roles)}" if roles else ""
+    print(f"{args.name} ({role}{held}) key {fingerprint(public)} added to {path}")
     print(f"private key: {out} (mode 600; keep it, it is shown nowhere else)", file=sys.stderr)
     return ExitCode.OK
 
 
-def _default_key_file(name: str) -> Path:
+def _roles(given: list[str]) -> tuple[Role, tuple[str, ...], str | None]:
+    """What ``--role`` says: the key's role, an operator's quorum roles, or why it cannot."""
+    kinds = [r for r in given if r in ROLES]
+    roles = tuple(dict.fromkeys(r for r in given if r not in ROLES))
+    role: Role = kinds[0] if kinds else "operator"
+    if len(set(kinds)) > 1:
+        return role, roles, f"a key is one of {', '.join(ROLES)}, not {' and '.join(kinds)}"
+    bad = [r for r in roles if not ROLE_NAME.match(r)]
+    if bad:
+        return (
+            role,
+            roles,
+            (
+                f"role {bad[0][:64]!r}: a role is a letter or digit, then up to 63 of"
+                " letters, digits, '_', '.', '-' (as a pack's quorum names it: risk, desk-head)"
+            ),
+        )
+    if roles and role != "operator":
+        return role, roles, f"only an operator holds roles ({', '.join(roles)}), not a {role}"
+    return role, roles, None
+
+
+def _default_key_file(name: str) -> tuple[Path, str | None]:
+    """Where NAME's key goes without ``--key-out``, or why ``DIRK_KEY`` cannot say."""
     where = os.environ.get(KEY_ENV)
-    folder = Path(where) if where and Path(where).is_dir() else Path()
-    return folder / f"{name}.key"
+    if not where:
+        return Path(f"{name}.key"), None
+    folder = Path(where).expanduser()
+    if folder.is_dir():
+        return folder / f"{name}.key", None
+    if folder.exists():
+        return folder, (
+            f"${KEY_ENV} names {folder}, which is no folder: give --key-out FILE, or point"
+            f" ${KEY_ENV} at a folder for NAME.key files"
+        )
+    return folder / f"{name}.key", None
+
+
+def make_folders(folder: Path, mode: int) -> list[Path]:
+    """Make ``folder`` and its missing parents (``mode``); return those made, outermost first.
+
+    Raises:
+        OSError: one cannot be made (what was made is taken back).
+    """
+    missing: list[Path] = []
+    for step in [folder, *folder.parents]:
+        if step.exists():
+            break
+        missing.insert(0, step)
+    made: list[Path] = []
+    try:
+        for step in missing:
+            step.mkdir(mode)
+            made.append(step)
+    except OSError:
+        _unmake(made)
+        raise
+    return made
+
+
+def _unmake(made: list[Path]) -> None:
+    """Take back the folders ``make_folders`` made (innermost first), if still empty."""
+    for step in reversed(made):
+        try:
+            step.rmdir()
+        except OSError:
+            return
+
+
+def _why(exc: Exception) -> str:
+    """An error's words: an OSError's file and reason, else its message."""
+    if isinstance(exc, OSError) and not isinstance(exc, KeyringError):
+        return f"{exc.filename}: {exc.strerror}" if exc.filename else f"{exc.strerror or exc}"
+    return str(exc)
 
 
 async def _revoke(args: argparse.Namespace) -> int:
@@ -166,6 +258,7 @@ async def _list(args: argparse.Namespace) -> int:
         {
             "name": p.name,
             "role": p.role,
+            "roles": list(p.roles),
             "fingerprint": p.fingerprint,
             "key": p.key,
             "journal": recorded.get(p.fingerprint, "not used yet" if args.db else ""),
@@ -177,6 +270,9 @@ async def _list(args: argparse.Namespace) -> int:
             print(json.dumps(row))
         return ExitCode.OK
     for row in rows:
-        print(f"{row['name']}  {row['role']}  {row['fingerprint']}  {row['journal']}".rstrip())
-    print(f"{len(rows)} keys in {path or '(no keyring)'}")
+        held = ",".join(row["roles"]) or "-"
+        print(
+            f"{row['name']}  {row['role']}  {held}  {row['fingerprint']}  {row['journal']}".rstrip()
+        )
+    print(f"{counted(len(rows), 'key')} in {path or '(no keyring)'}")
     return ExitCode.OK

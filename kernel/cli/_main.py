@@ -21,13 +21,14 @@ import os
 import sys
 import textwrap
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 import anyio
 import msgspec
 
 from kernel.audit.narrative import narrate as _narrate
 from kernel.audit.narrative import outcome as _outcome
+from kernel.audit.units import offset
 from kernel.cli._admin import add_commands as add_admin_commands
 from kernel.cli._artifacts import add_commands as add_artifact_commands
 from kernel.cli._audit import add_commands as add_audit_commands
@@ -38,7 +39,7 @@ from kernel.cli._grants import add_commands as add_grant_commands
 from kernel.cli._journal import add_commands as add_journal_commands
 from kernel.cli._keyring import add_commands as add_keyring_commands
 from kernel.cli._mcp import add_commands as add_mcp_commands
-from kernel.cli._operator import add_commands, error, error_of, fold_journal
+from kernel.cli._operator import add_commands, counted, error, error_of, fold_journal
 from kernel.cli._proofs import add_commands as add_proof_commands
 from kernel.cli._read import (
     find_flows,
@@ -56,6 +57,7 @@ from kernel.cli._serve import add_commands as add_serve_commands
 from kernel.cli._tenants import add_commands as add_tenant_commands
 from kernel.cli._verify import add_commands as add_verify_commands
 from kernel.console import add_commands as add_console_commands
+from kernel.console._money import readable
 from kernel.core import events as ev
 from kernel.core.events import Event
 from kernel.core.flow import FlowState, FlowStatus, IllegalTransition
@@ -104,6 +106,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     parser = _parser()
     args = parser.parse_args(_with_default_db(sys.argv[1:] if argv is None else list(argv)))
+    if getattr(args, "needs_db", False) and not args.db:
+        return error(
+            CliError.BAD_ARGUMENT,
+            f"name the journal: --db FILE or URL, or set ${DB_ENV}",
+            ExitCode.USAGE,
+        )
     refused = _not_text(args)
     if refused is not None:
         return error(CliError.BAD_ARGUMENT, refused, ExitCode.USAGE)
@@ -190,8 +198,33 @@ def _with_default_db(argv: list[str]) -> list[str]:
     return argv
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, its errors in dirk's form: the usage, then ``error: BAD_ARGUMENT: what``."""
+
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        error(CliError.BAD_ARGUMENT, f"{self.prog}: {message}")
+        sys.exit(ExitCode.USAGE)
+
+
+def _db_optional(parser: argparse.ArgumentParser) -> None:
+    """Show every ``--db`` as optional, with its variable: ``$DIRK_DB`` stands for it.
+
+    A command that needs its journal says so after parsing (``needs_db``), as one line.
+    """
+    for action in parser._actions:
+        if action.dest == "db" and action.option_strings and action.required:
+            action.required = False
+            action.metavar = action.metavar or f"${DB_ENV}"
+            action.help = f"{action.help} (default ${DB_ENV})"
+            parser.set_defaults(needs_db=True)
+        if isinstance(action, argparse._SubParsersAction):
+            for child in action.choices.values():
+                _db_optional(child)
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser: argparse.ArgumentParser = _Parser(
         prog="dirk",
         description=DESCRIPTION,
         epilog=EPILOG,
@@ -260,6 +293,13 @@ def _parser() -> argparse.ArgumentParser:
     show.add_argument(
         "--json", action="store_true", help="the flow and its events as one JSON object"
     )
+    show.add_argument(
+        "--currency",
+        default="USD",
+        metavar="CODE",
+        help="the currency whose minor units the packs count in, shown as such (default USD;"
+        " none: as recorded)",
+    )
     show.set_defaults(run=_show, pages=True)
 
     traces = commands.add_parser("traces", help="OpenTelemetry spans from the journal")
@@ -298,6 +338,7 @@ def _parser() -> argparse.ArgumentParser:
     add_grant_commands(commands)
     add_audit_commands(commands)
     add_tenant_commands(commands)
+    _db_optional(parser)
     return parser
 
 
@@ -328,7 +369,7 @@ async def _flows(args: argparse.Namespace) -> int:
             print(json.dumps(row))
         return ExitCode.OK
     print_table(flows, now, among=projections.flows)
-    say(f"{len(rows)} flows")
+    say(counted(len(rows), "flow"))
     return ExitCode.OK
 
 
@@ -360,8 +401,8 @@ async def _show(args: argparse.Namespace) -> int:
     say(f"  trace {trace}")
     say(f"  agent {first.agent_id}, parent {first.parent_dfid or '-'}, started {_time(start)}")
     for event in events:
-        offset = (event.ts - start) / 1e6
-        say(f"  +{offset:9.3f} ms  #{event.seq:<6} {event.type:20} {_narrate(event)}")
+        words = readable(_narrate(event), args.currency)
+        say(f"  {offset(event.ts - start):>14}  #{event.seq:<6} {event.type:20} {words}")
     if flow is not None:
         say(f"  {_outcome(flow)}")
     return ExitCode.OK

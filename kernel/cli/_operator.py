@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import sys
 import time
 from typing import TYPE_CHECKING, Any
@@ -34,6 +35,7 @@ from kernel.core.reasons import CliError, ExitCode, ReasonCode
 from kernel.core.wall import MAX_TTL_S, visible
 from kernel.inbox import InboxRequest, RequestRefused, Signer, open_signer
 from kernel.inbox.client import keyring_problem, queued_dfids, read_answer, taken_seq
+from kernel.inbox.keyring import ENV as KEYRING_ENV
 from kernel.inbox.prepare import amendment, prepare_decision
 from kernel.journal.opening import open_journal
 from kernel.journal.store import JournalError
@@ -147,9 +149,15 @@ async def post_signed(
     args: argparse.Namespace, signer: Signer, request: InboxRequest, what: str
 ) -> int:
     """Post ``request`` signed by ``signer``; print ``what`` was queued; wait if ``--wait``."""
-    problem = keyring_problem(signer, None)
+    problem = keyring_problem(signer, None) or await _revoked(args.db, signer)
     if problem is not None:
         return error(ReasonCode.SIGNATURE_INVALID, problem)
+    if not os.environ.get(KEYRING_ENV):
+        say(
+            f"note: ${KEYRING_ENV} is not set, so whether the kernel trusts {signer.name}'s key"
+            " is not known here (dirk serve without a keyring trusts only its console's)",
+            file=sys.stderr,
+        )
     try:
         row_id = signer.post(request, time.time_ns())
     except ValueError as exc:  # InputInvalid: the request as the kernel's wall sees it
@@ -158,6 +166,17 @@ async def post_signed(
     if args.wait <= 0:
         return ExitCode.OK
     return await wait_taken(args.db, row_id, args.wait)
+
+
+async def _revoked(db: str, signer: Signer) -> str | None:
+    """Why the journal's kernel will never again trust ``signer``'s key, or None."""
+    async with open_journal(db, readonly=True) as journal:
+        found = await journal.read(types=["OperatorKeyRevoked"])
+    for event in found:
+        payload = event.payload
+        if isinstance(payload, ev.OperatorKeyRevoked) and payload.key == signer.public:
+            return f"{signer.name}'s key was revoked at #{event.seq}: this journal never trusts it"
+    return None
 
 
 def refused(exc: RequestRefused) -> int:
@@ -170,6 +189,11 @@ def error(code: ReasonCode | CliError, message: str, status: ExitCode = ExitCode
     """Print ``error: CODE: message`` on stderr; return ``status`` (by default FAILED)."""
     print(f"error: {code}: {visible(message)}", file=sys.stderr)
     return status
+
+
+def counted(n: int, word: str, plural: str = "") -> str:
+    """``n`` and ``word`` in the number ``n`` takes: "1 flow", "2 flows", "0 keys"."""
+    return f"{n} {word if n == 1 else plural or word + 's'}"
 
 
 def error_of(exc: JournalError | PackPathError, status: ExitCode) -> int:

@@ -43,7 +43,7 @@ from typing import Any
 import anyio
 
 from kernel.audit.reverify import PackPathError
-from kernel.cli._operator import error
+from kernel.cli._operator import counted, error
 from kernel.cli._replay import packs_from
 from kernel.console._command import add_options, prepare, server_for
 from kernel.core.hosts import is_loopback
@@ -51,7 +51,7 @@ from kernel.core.keys import public_text, write_private_key
 from kernel.core.reasons import CliError, ExitCode, ReasonCode
 from kernel.core.text import id_problem
 from kernel.inbox.keyring import ENV as KEYRING_ENV
-from kernel.inbox.keyring import Principal, add_principal
+from kernel.inbox.keyring import KeyringError, Principal, add_principal, read_keyring
 from kernel.journal.errors import is_postgres, redact
 from kernel.journal.opening import open_journal
 from kernel.policy.packs import PackError, PolicyPack
@@ -179,7 +179,11 @@ async def run(args: argparse.Namespace) -> int:
         last = await journal.read(journal.head_seq, limit=1) if journal.head_seq else []
     start_ns = last[-1].ts if last else time.time_ns()
     keyring = args.keyring or os.environ.get(KEYRING_ENV) or None
-    with _own_keys(keyring is None, args) as (keyring_path, key):
+    if keyring is not None:
+        problem = _trusted(keyring, None if args.no_console else args.door)
+        if problem is not None:
+            return problem
+    with _own_keys(keyring, args) as (keyring_path, key):
         if args.no_console:
             prepared = None
         else:
@@ -265,24 +269,50 @@ async def _parts(
         served.close()
 
 
+def _trusted(keyring: str, door: str | None) -> int | None:
+    """Say whom ``keyring`` trusts, on stderr; the exit code if it cannot be served with."""
+    try:
+        principals = read_keyring(keyring)
+    except KeyringError as exc:
+        return error(CliError.BAD_ARGUMENT, str(exc), ExitCode.USAGE)
+    if door is not None and (door not in principals or principals[door].role != "door"):
+        return error(
+            CliError.BAD_ARGUMENT,
+            f"keyring {keyring} names no door {door!r} for the console to sign with:"
+            f" dirk operator add {door} --role door (or --no-console)",
+            ExitCode.USAGE,
+        )
+    shown = ", ".join(_principal_text(p) for p in principals.values()) or "nobody"
+    print(f"trusting {counted(len(principals), 'key')} of {keyring}: {shown}", flush=True)
+    return None
+
+
+def _principal_text(principal: Principal) -> str:
+    """One keyring line as a person reads it: ``ana (operator: risk, desk-head)``."""
+    roles = f": {', '.join(principal.roles)}" if principal.roles else ""
+    return f"{principal.name} ({principal.role}{roles})"
+
+
 @contextlib.contextmanager
-def _own_keys(wanted: bool, args: argparse.Namespace) -> Iterator[tuple[str | None, str | None]]:
+def _own_keys(
+    keyring: str | None, args: argparse.Namespace
+) -> Iterator[tuple[str | None, str | None]]:
     """This run's keyring and door keys, when no keyring is given; removed when it ends."""
-    if not wanted:
-        yield args.keyring, None
+    if keyring is not None:
+        yield keyring, None
         return
     with tempfile.TemporaryDirectory(prefix="dirk-serve-") as folder:
-        keyring = Path(folder) / "keyring"
+        own = Path(folder) / "keyring"
         # The MCP server acts on this kernel in process: only the console signs.
         key = write_private_key(Path(folder) / f"{args.door}.key")
-        add_principal(keyring, Principal(name=args.door, role="door", key=public_text(key)))
+        add_principal(own, Principal(name=args.door, role="door", key=public_text(key)))
         print(
             "no keyring given: this run trusts only its own console's key (made for it, gone"
             " when it stops); give --keyring for the operators' own keys",
             file=sys.stderr,
             flush=True,
         )
-        yield str(keyring), folder
+        yield str(own), folder
 
 
 async def _serve(
@@ -341,7 +371,8 @@ async def _run_kernel(
         waiting = len(kernel.projections.waiting)
         print(
             f"dirk serve: kernel on {redact(args.db)} (packs {names}; clock {args.clock});"
-            f" {waiting} flows wait for a human. Ctrl-C stops it.",
+            f" {counted(waiting, 'flow')} {'waits' if waiting == 1 else 'wait'} for a human."
+            " Ctrl-C stops it.",
             flush=True,
         )
         console = None

@@ -13,6 +13,7 @@ from typing import Any, ClassVar
 import msgspec
 
 from kernel.audit.narrative import narrate, outcome
+from kernel.audit.units import judged_by, offset
 from kernel.core import events as ev
 from kernel.core.events import Event
 from kernel.core.flow import FlowState, FlowStatus
@@ -105,6 +106,8 @@ class Line:
     offset_ms: float
     type: str
     text: str
+    offset: str = ""
+    """``offset_ms`` as a person reads it (``+49 min 24 s``; kernel.audit.units)."""
 
 
 @dataclass(frozen=True)
@@ -128,6 +131,8 @@ class Review:
     """What the approval's quorum waits for ("" without one)."""
     ballot: Ballot | None = None
     """Who voted, with which roles, and who may not vote."""
+    pack: str = ""
+    """The pack and version whose verdict the flow's latest judgement names ("trading 0.4.0")."""
 
 
 def review(projections: Projections, events: list[Event]) -> Review | None:
@@ -152,7 +157,10 @@ def review(projections: Projections, events: list[Event]) -> Review | None:
         context=_context_seen(events, proposal.context_ref if proposal else ""),
         manifest=agent.manifest if agent else None,
         packs=list(projections.packs.values()),
-        lines=[Line(e.seq, (e.ts - start) / 1e6, e.type, narrate(e)) for e in events],
+        lines=[
+            Line(e.seq, (e.ts - start) / 1e6, e.type, narrate(e), offset(e.ts - start))
+            for e in events
+        ],
         outcome=outcome(flow),
         waiting=(
             flow.status is FlowStatus.ESCALATED
@@ -166,6 +174,7 @@ def review(projections: Projections, events: list[Event]) -> Review | None:
         ],
         quorum=quorum_of(local, dfid),
         ballot=local.domain(Quorums).ballots.get(dfid),
+        pack=judged_by(events, projections.packs.values()),
     )
 
 

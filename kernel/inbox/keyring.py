@@ -152,6 +152,10 @@ def read_keyring(path: str | os.PathLike[str]) -> Keyring:
     try:
         mode = where.stat().st_mode
         text = where.read_bytes().decode("utf-8")
+    except FileNotFoundError:
+        raise KeyringError(
+            f"keyring {where}: no such file (dirk operator add NAME makes it; or unset {ENV})"
+        ) from None
     except OSError as exc:
         raise KeyringError(f"keyring {where}: {exc.strerror or exc}") from None
     except UnicodeDecodeError:
@@ -225,6 +229,22 @@ def _roles(where: Path, number: int, role: str, text: str) -> tuple[str, ...]:
             f"keyring {where}, line {number}: roles are comma-separated ids, each once"
         )
     return roles
+
+
+def keyring_problem(path: str | os.PathLike[str] | None = None) -> str | None:
+    """Return why the keyring a kernel would open (``path``, else ``DIRK_KEYRING``) is unusable.
+
+    None when it reads, or when none is named. A program that makes files before it opens
+    its kernel asks first, so a bad keyring stops it before anything is half made.
+    """
+    where = path or os.environ.get(ENV) or None
+    if where is None:
+        return None
+    try:
+        read_keyring(where)
+    except KeyringError as exc:
+        return str(exc)
+    return None
 
 
 def roles_of(keyring: Keyring | None, name: str) -> tuple[str, ...]:

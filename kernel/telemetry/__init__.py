@@ -17,7 +17,8 @@ from kernel.telemetry._otlp import (
     configure_exporter,
     resource_from_env,
 )
-from kernel.telemetry._project import PROVIDER_NAME, SpanProjector, SpanRecord
+from kernel.telemetry._project import PROVIDER_NAME, SpanRecord
+from kernel.telemetry._projector import SpanProjector
 from kernel.telemetry._sampling import DfidRatioBased, flow_sampler
 from kernel.telemetry._telemetry import (
     Telemetry,

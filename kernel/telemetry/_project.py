@@ -18,7 +18,7 @@ a verdict or an outcome out, as bounded JSON with secret-looking keys redacted.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any
 
 from opentelemetry.semconv._incubating.attributes import gen_ai_attributes as gen_ai
@@ -50,6 +50,7 @@ from kernel.core.events import (
     ProposalSubmitted,
 )
 from kernel.core.reasons import ReasonCode
+from kernel.telemetry import _guardrail as guardrail
 from kernel.telemetry._spans import (
     _ACCEPTED,
     _CHAIN,
@@ -78,7 +79,7 @@ from kernel.telemetry._spans import (
     json_text,
 )
 
-__all__ = ["FAULTS", "PROVIDER_NAME", "SpanProjector", "SpanRecord", "Where"]
+__all__ = ["FAULTS", "PROVIDER_NAME", "SpanRecord", "Where"]
 
 
 class _Flow:
@@ -236,7 +237,6 @@ class _Flow:
         attrs = self.agent_attrs()
         workflow = self.kind or self.topic
         attrs[gen_ai.GEN_AI_OPERATION_NAME] = _WORKFLOW
-        attrs[gen_ai.GEN_AI_PROVIDER_NAME] = PROVIDER_NAME
         if workflow:
             attrs[gen_ai.GEN_AI_WORKFLOW_NAME] = workflow
         if self.tool_call:
@@ -344,7 +344,7 @@ class _Flow:
         attrs = {
             "dir.attempt": attempt,
             gen_ai.GEN_AI_OPERATION_NAME: _INVOKE,
-            gen_ai.GEN_AI_PROVIDER_NAME: PROVIDER_NAME,
+            # No gen_ai.provider.name: the kernel makes no model call (docs/traces.md).
             # Phoenix reads AGENT off gen_ai.operation.name (TOOL too): no kind here.
         }
         if self.agent_id:
@@ -363,12 +363,21 @@ class _Flow:
         judged: dict[str, Any] = {
             "dir.attempt": attempt,
             "dir.policy_kind": self.kind,
+            **guardrail.started(),
             _KIND: _GUARDRAIL,
             _IN: self.proposal,
         }
         if by_human:
             judged["dir.by_human"] = True
-        self.start("validate", "validate", f"judge {self.kind}", ts, judged)
+        self.start("validate", "validate", guardrail.SPAN_NAME, ts, judged)
+
+    def verdict(self, ts: int, verdict: str, extra: dict[str, Any], **why: str) -> None:
+        """End the guardrail span with the DIM's verdict (kernel.telemetry._guardrail)."""
+        found = guardrail.result(verdict, **why)
+        stage = self.open.get("validate")
+        if stage is not None:
+            stage.events.append((guardrail.RESULT_EVENT, dict(found), ts))
+        self.finish("validate", ts, {**extra, **found})
 
     def _on_proposal_rejected(self, payload: ProposalRejected, ts: int) -> None:
         feedback = payload.feedback
@@ -381,11 +390,12 @@ class _Flow:
             "dir.reason_code": code,
             _OUT: _verdict_text("REJECTED", code, feedback.detail),
         }
-        self.finish("validate", ts, rejected)
+        rule = feedback.rule or feedback.layer
+        self.verdict(ts, "REJECTED", rejected, pack=payload.pack, code=code, rule=rule)
 
     def _on_proposal_accepted(self, payload: ProposalAccepted, ts: int) -> None:
         accepted = {"dir.verdict": "ACCEPTED", _OUT: _ACCEPTED}
-        self.finish("validate", ts, accepted)
+        self.verdict(ts, "ACCEPTED", accepted, pack=payload.pack)
 
     def _on_flow_escalated(self, payload: FlowEscalated, ts: int) -> None:
         reason_code = payload.reason_code
@@ -397,7 +407,10 @@ class _Flow:
             "dir.reason_code": code,
             _OUT: _verdict_text("ESCALATED", code, detail, impact),
         }
-        self.finish("validate", ts, escalated)
+        self.verdict(
+            ts, "ESCALATED", escalated, pack=payload.pack, version=payload.version, code=code,
+            rule=payload.rule,
+        )  # fmt: skip
         why = {"dir.reason_code": code, "dir.impact": impact}
         if detail:
             why["dir.detail"] = detail
@@ -558,42 +571,3 @@ _FOLD: dict[type[Any], Callable[[_Flow, Any, int], None]] = {
     FlowCompensated: _Flow._on_flow_compensated,
     FlowAborted: _Flow._on_flow_aborted,
 }
-
-
-class SpanProjector:
-    """Fold committed events, in seq order, into the records of spans that ended.
-
-    The only state is that of flows not yet terminal. A flow is projected only if
-    its FlowCreated was seen; events for a flow already ended (a late
-    DuplicateSuppressed, say) are ignored, since its spans are out.
-    """
-
-    def __init__(self) -> None:
-        self._open: dict[str, _Flow] = {}
-
-    @property
-    def open_flows(self) -> int:
-        """The number of flows begun and not yet ended."""
-        return len(self._open)
-
-    def is_open(self, dfid: str) -> bool:
-        """Whether flow ``dfid`` has begun and not yet ended."""
-        return dfid in self._open
-
-    def feed(self, events: Iterable[Event]) -> list[SpanRecord]:
-        """Take events in seq order; return the records of the spans they ended."""
-        out: list[SpanRecord] = []
-        flows = self._open
-        for event in events:
-            dfid = event.dfid
-            if dfid is None:
-                continue
-            flow = flows.get(dfid)
-            if flow is None:
-                if isinstance(event.payload, FlowCreated):
-                    flows[dfid] = _Flow(event, out)
-                continue
-            flow.out = out
-            if flow.feed(event):
-                del flows[dfid]
-        return out

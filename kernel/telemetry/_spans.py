@@ -41,10 +41,11 @@ FAULTS: frozenset[str] = frozenset(
 decisions are governed outcomes, and leave the status unset."""
 
 PROVIDER_NAME = "dirk"
-"""The ``gen_ai.provider.name`` of the kernel's spans. The conventions require one on an
-agent's span, and the kernel does not know which model an agent calls: this names the
-flavour of the telemetry (``dir.*`` attributes). An instrumented LLM client's own spans,
-nested under ``invoke_agent``, carry the real provider."""
+"""What the kernel once set as ``gen_ai.provider.name`` on its own spans. It sets none now:
+the GenAI conventions mean the provider of a model call, and the kernel makes none (an
+instrumented LLM client's own ``chat`` spans, nested under ``invoke_agent``, carry the real
+one). Kept for code that imported it."""
+
 
 _US = 1_000  # the step that keeps a flow's span starts strictly increasing (viewers keep µs)
 _ROOT = ("flow", 0)

@@ -30,7 +30,8 @@ from kernel.journal.store import Journal
 from kernel.telemetry._clock import SpanClock, SpanTime, span_time_from_env
 from kernel.telemetry._metrics import FlowMetrics, host_meter_provider, meter_provider_from_env
 from kernel.telemetry._otlp import ExporterUnavailable, configure_exporter, resource_from_env
-from kernel.telemetry._project import SpanProjector, SpanRecord
+from kernel.telemetry._project import SpanRecord
+from kernel.telemetry._projector import SpanProjector
 from kernel.telemetry._ship import SHUT_DOWN, SpanShipper
 from kernel.telemetry._sink import Collector, DirectSink, SpanSink
 

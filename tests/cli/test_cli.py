@@ -492,7 +492,7 @@ async def test_traces_export_sends_one_flow_tree_to_a_real_receiver(
     assert flows == ({dfid, journal.child} if flow == "closed" else {dfid})
     names = sorted(span["name"] for span in received)
     if flow == "overridden":
-        judged = [name for name in names if name.startswith("judge ")]
+        judged = [name for name in names if name.startswith("apply_guardrail ")]
         assert len(judged) == 2
         assert any(name.startswith("escalation ") for name in names)
         assert any(name.startswith("execute_tool ") for name in names)

@@ -3,10 +3,12 @@
 Played as a new user would: the package is built into a wheel and installed with
 ``pip install --no-deps`` into a venv of its own (its dependencies are this suite's,
 reached through a ``.pth`` line: the network is not needed, and no checkout is on the
-path), then, in an empty directory, the README's four steps: run the trading example
-with nobody answering escalations, ``dirk serve --example trading``, sign in with the
-printed link and approve an order in chromium, and see its flow CLOSED, the order in
-the simulated broker's ledger, and the journal verified.
+path), then, in an empty directory and a fresh home, the README's steps word for word:
+make the keyring, the console's key and two operators with the quorum's roles, run the
+trading example with nobody answering escalations, ``dirk serve --example trading``, sign
+in as ana with the printed link and approve the first card (a quorum of risk and
+desk-head) in chromium, bo's vote from ``dirk decide``, and see its flow CLOSED, the order
+in the simulated broker's ledger, and the journal verified.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import re
 import shlex
 import shutil
 import site
+import stat
 import subprocess
 import sys
 from collections.abc import AsyncIterator
@@ -23,9 +26,10 @@ from pathlib import Path
 import pytest
 
 from kernel.core.flow import FlowStatus
+from kernel.state.quorums import Quorums
 from kernel.testing import SimulatedSystem
 from tests.support.browser import ROOT, chromium, console_extra, unavailable
-from tests.support.serving import approvable_in, env_without_keys, projections_of, running_serve
+from tests.support.serving import env_without_keys, projections_of, running_serve
 
 try:
     from playwright.async_api import Browser, async_playwright, expect
@@ -38,10 +42,15 @@ SHIPPED = ("pyproject.toml", "README.md", "LICENSE", "kernel", "agents_sdk", "po
 
 
 def readme_steps() -> list[str]:
-    """The commands of the README's four-step block (the one that runs ``dirk serve``)."""
+    """The commands of the README's console block (the one that runs ``dirk serve``)."""
     blocks = re.findall(r"```sh\n(.*?)```", (ROOT / "README.md").read_text(), flags=re.S)
     [block] = [b for b in blocks if "dirk serve --example trading" in b]
-    return [line.split("#", 1)[0].strip() for line in block.splitlines() if line[:1] != "#"]
+    return [_command(line) for line in block.splitlines() if line[:1] != "#"]
+
+
+def _command(line: str) -> str:
+    """A README line less its comment (a ``#`` after blanks: the block quotes none)."""
+    return re.split(r"\s#", line, maxsplit=1)[0].strip()
 
 
 @pytest.fixture(scope="module")
@@ -86,13 +95,34 @@ def venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return env
 
 
-def run(venv: Path, cwd: Path, command: str) -> subprocess.CompletedProcess[str]:
-    """Run one README command as the newcomer's shell would, with the venv activated."""
+def newcomer_env(venv: Path, home: Path | None = None) -> dict[str, str]:
+    """The newcomer's environment: the venv activated, no key, and a home of its own."""
     env = env_without_keys({"PATH": f"{venv / 'bin'}:{env_without_keys()['PATH']}"})
     env.pop("PYTHONPATH", None)
+    if home is not None:
+        env["HOME"] = str(home)
+    return env
+
+
+def run(
+    venv: Path, cwd: Path, command: str, *, home: Path | None = None, exports: str = ""
+) -> subprocess.CompletedProcess[str]:
+    """Run one README command as the newcomer's shell would, after the block's exports."""
     return subprocess.run(
-        shlex.split(command), cwd=cwd, env=env, capture_output=True, text=True, timeout=300
+        ["bash", "-c", f"{exports}\n{command}" if exports else command],
+        cwd=cwd,
+        env=newcomer_env(venv, home),
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
+
+
+def exported(venv: Path, home: Path, exports: str) -> dict[str, str]:
+    """The environment the block's ``export`` line leaves, as bash expands it."""
+    shown = run(venv, home, "env -0", home=home, exports=exports)
+    assert shown.returncode == 0, shown.stderr
+    return dict(item.split("=", 1) for item in shown.stdout.split("\0") if "=" in item)
 
 
 def test_the_wheel_ships_the_examples_and_the_console(venv: Path, tmp_path: Path) -> None:
@@ -124,42 +154,61 @@ async def browser() -> AsyncIterator[Browser]:
 
 # Playwright's async API runs on asyncio only.
 @pytest.mark.parametrize("anyio_backend", ["asyncio"])
-async def test_the_newcomer_approves_in_the_browser_and_the_order_executes(
+async def test_the_newcomer_approves_the_quorum_card_in_the_browser_and_the_cli(
     venv: Path, tmp_path: Path, browser: Browser
 ) -> None:
-    example, serve, flows = readme_steps()
-    assert flows.startswith("dirk show DFID")
+    exports, *keys, example, serve, vote, flows = readme_steps()
+    assert exports.startswith("export DIRK_KEYRING=") and "DIRK_KEY=" in exports
+    assert [k.split()[:3] for k in keys] == [["dirk", "operator", "add"]] * 3
     assert example.startswith("python -m examples.trading") and "--operator none" in example
     assert serve.startswith("dirk serve --example trading")
-    assert run(venv, tmp_path, example).returncode == 0
-    db = tmp_path / "desk.db"
-    dfid, short = approvable_in(await projections_of(db))
-    # The README's port may be taken on this machine: any free one, as --port 0 says.
+    assert vote.startswith("dirk decide DFID --approve --confirm HASH --operator bo")
+    assert flows.startswith("dirk show DFID")
+    home = tmp_path / "home"
+    home.mkdir()
+    work = tmp_path / "work"
+    work.mkdir()
+    for step in [*keys, example]:
+        done = run(venv, work, step, home=home, exports=exports)
+        assert done.returncode == 0, f"{step}: {done.stderr}"
+    assert stat.S_IMODE((home / ".dirk").stat().st_mode) == 0o700
+    db = work / "desk.db"
     dirk, verb, *args = shlex.split(serve)
-    env = env_without_keys({"PATH": f"{venv / 'bin'}:{env_without_keys()['PATH']}"})
-    env.pop("PYTHONPATH", None)
     assert (dirk, verb) == ("dirk", "serve")
+    env = exported(venv, home, exports)
     command = [str(venv / "bin" / "dirk")]
-    with running_serve(db, *args, command=command, env=env, cwd=tmp_path) as served:
+    with running_serve(db, *args, command=command, env=env, cwd=work) as served:
         page = await browser.new_page(viewport={"width": 1200, "height": 900})
         await page.goto(served.login)
-        await page.get_by_label("Operator name").fill("newcomer")
+        await page.get_by_label("Operator name").fill("ana")
         await page.get_by_role("button", name="Sign in").click()
-        await expect(page.locator("#operator")).to_have_text("newcomer")
-        await page.locator(f"#esc-{dfid} a.review").click()
+        await expect(page.locator("#operator")).to_have_text("ana")
+        await page.locator("a.review").first.click()
+        dfid = page.url.rstrip("/").rsplit("/", 1)[1]
+        before = await projections_of(db)
+        ballot = before.domain(Quorums).ballots[dfid]
+        assert ballot.quorum.required == 2 and set(ballot.quorum.roles) == {"risk", "desk-head"}
+        short = before.approvals[dfid].short_hash
         approve = page.locator("#approve")
         await approve.get_by_label(re.compile("Type the action hash")).fill(short)
-        await approve.get_by_label("Reason").fill("looks right to me")
+        await approve.get_by_label("Reason").fill("risk agrees")
         await approve.get_by_role("button", name="Approve").click()
+        await expect(page.locator("p.voted")).to_contain_text("by ana", timeout=30_000)
+        bo = vote.replace("DFID", dfid).replace("HASH", short)
+        voted = run(venv, work, bo, home=home, exports=exports)
+        assert voted.returncode == 0, voted.stdout + voted.stderr
+        assert "quorum met" in voted.stdout
+        await page.reload()
         await expect(page.locator("#status strong")).to_have_text("CLOSED", timeout=30_000)
         await page.close()
-    shown = run(venv, tmp_path, flows.replace("DFID", dfid))
+    assert any(line.startswith("trusting 3 keys of ") for line in served.lines)
+    shown = run(venv, work, flows.replace("DFID", dfid), home=home, exports=exports)
     assert shown.returncode == 0, shown.stdout + shown.stderr
-    assert "HumanDecided" in shown.stdout and "ExecutionSucceeded" in shown.stdout
-    assert "final status CLOSED" in shown.stdout
+    assert "vote by ana" in shown.stdout and "vote by bo" in shown.stdout
+    assert "ExecutionSucceeded" in shown.stdout and "final status CLOSED" in shown.stdout
     after = await projections_of(db)
     assert after.flows[dfid].status is FlowStatus.CLOSED
-    broker = SimulatedSystem(tmp_path / "desk.broker.db")
+    broker = SimulatedSystem(work / "desk.broker.db")
     try:
         ledger = broker.ledger()
     finally:
@@ -167,5 +216,5 @@ async def test_the_newcomer_approves_in_the_browser_and_the_order_executes(
     placed = [params for _key, _kind, params in ledger]
     approved = after.flows[dfid].proposal
     assert approved is not None and dict(approved.params) in [dict(p) for p in placed]
-    verified = run(venv, tmp_path, "dirk verify --db desk.db")
+    verified = run(venv, work, "dirk verify --db desk.db", home=home)
     assert verified.returncode == 0, verified.stdout + verified.stderr

@@ -32,7 +32,7 @@ from kernel.core.events import (
     ProposalSubmitted,
 )
 from kernel.core.reasons import ReasonCode
-from kernel.telemetry import PROVIDER_NAME, span_id_for, spans_for_events
+from kernel.telemetry import span_id_for, spans_for_events
 from tests.support.hostile import hostile_text, hostile_values
 from tests.telemetry.test_telemetry import PARENT, JournalBuilder, executed_flow, proposal
 
@@ -75,16 +75,16 @@ def test_the_root_is_the_workflow_and_each_stage_has_its_openinference_kind() ->
     assert named["invoke_workflow"].name == "invoke_workflow reorder"
     assert root[gen_ai.GEN_AI_OPERATION_NAME] == "invoke_workflow"
     assert root[gen_ai.GEN_AI_WORKFLOW_NAME] == "reorder"
-    assert root[gen_ai.GEN_AI_PROVIDER_NAME] == PROVIDER_NAME == "dirk"
     reason = attrs(named["invoke_agent"])
     assert reason[gen_ai.GEN_AI_OPERATION_NAME] == "invoke_agent"
-    assert reason[gen_ai.GEN_AI_PROVIDER_NAME] == PROVIDER_NAME  # Required on agent spans
+    # The provider names a model call's: the kernel makes none, so no span of its says one.
+    assert all(gen_ai.GEN_AI_PROVIDER_NAME not in attrs(s) for s in named.values())
     # Phoenix reads AGENT and TOOL off gen_ai.operation.name; the root and judge say theirs.
     assert {name: attrs(s).get("openinference.span.kind") for name, s in named.items()} == {
         "invoke_workflow": "CHAIN",
         "context": None,
         "invoke_agent": None,
-        "judge": "GUARDRAIL",
+        "apply_guardrail": "GUARDRAIL",
         "execute_tool": None,
     }
     assert attrs(named["execute_tool"])[gen_ai.GEN_AI_OPERATION_NAME] == "execute_tool"
@@ -112,7 +112,7 @@ def test_judge_shows_the_proposal_in_and_the_verdict_out() -> None:
     j.add(FlowClosed(), at_ms=7)
 
     judged = sorted(
-        (s for s in spans_for_events(j.events) if s.name.startswith("judge")),
+        (s for s in spans_for_events(j.events) if s.name.startswith("apply_guardrail")),
         key=lambda s: attrs(s)["dir.attempt"],
     )
 
@@ -157,7 +157,7 @@ def test_a_waiting_flows_root_says_why_it_waits() -> None:
         "detail": "amount 2992640 is above 2500000",
     }
     assert json.loads(root["input.value"])["kind"] == "reorder"
-    (judge,) = [attrs(s) for s in spans.values() if s.name.startswith("judge")]
+    (judge,) = [attrs(s) for s in spans.values() if s.name.startswith("apply_guardrail")]
     assert json.loads(judge["output.value"])["verdict"] == "ESCALATED"
 
 
@@ -208,7 +208,7 @@ def test_secret_looking_keys_stay_out_and_values_stay_bounded() -> None:
             assert len(text) <= LIMIT
             for secret in ("sk-live-123", "hunter2", "Bearer abc", '"tok"'):
                 assert secret not in text
-    (judge,) = [s for s in spans_for_events(j.events) if s.name.startswith("judge")]
+    (judge,) = [s for s in spans_for_events(j.events) if s.name.startswith("apply_guardrail")]
     shown = json.loads(attrs(judge)["input.value"])
     assert len(shown["explain"]) == 1025 and shown["explain"].endswith("…")
     assert shown["params"]["api_key"] == "[redacted]" and shown["params"]["max_tokens"] == 5

@@ -26,7 +26,6 @@ from kernel.audit import open_journal
 from kernel.cli._main import main as cli_main
 from kernel.core.ports import SeededIds
 from kernel.telemetry import (
-    PROVIDER_NAME,
     Telemetry,
     configure_exporter,
     resource_from_env,
@@ -215,20 +214,25 @@ async def test_root_spans_name_the_flow_agent_and_policy_kind(tree: tuple[Tree, 
 async def test_stage_spans_hang_under_their_flows_root(tree: tuple[Tree, Flows]) -> None:
     spans, flows = tree
 
-    one = ["context", "execute_tool", "invoke_agent", "judge"]
+    one = ["apply_guardrail", "context", "execute_tool", "invoke_agent"]
     assert spans.names(flows.accepted) == one
     assert spans.names(flows.child) == one
     assert spans.names(flows.retried) == [
+        "apply_guardrail",
+        "apply_guardrail",
         "context",
         "context",
         "execute_tool",
         "invoke_agent",
         "invoke_agent",
-        "judge",
-        "judge",
     ]
-    assert spans.names(flows.overridden) == ["context", *sorted(["escalation", *one[1:]])]
-    assert spans.names(flows.aborted) == ["context", "escalation", "invoke_agent", "judge"]
+    assert spans.names(flows.overridden) == sorted(["escalation", *one])
+    assert spans.names(flows.aborted) == [
+        "apply_guardrail",
+        "context",
+        "escalation",
+        "invoke_agent",
+    ]
     root = spans.root(flows.accepted)
     starts = []
     for stage in spans.stages(flows.accepted):
@@ -247,15 +251,22 @@ async def test_stage_spans_hang_under_their_flows_root(tree: tuple[Tree, Flows])
 async def test_the_rejected_attempt_is_a_governed_judge_span(tree: tuple[Tree, Flows]) -> None:
     spans, flows = tree
 
-    validates = [s for s in spans.stages(flows.retried) if s.name == "judge test.transfer"]
+    validates = [s for s in spans.stages(flows.retried) if s.name == "apply_guardrail dirk DIM"]
     first, second = sorted(validates, key=lambda s: attrs(s)["dir.attempt"])
     assert first.status.status_code is StatusCode.UNSET
     assert first.attributes is not None
     assert first.attributes["dir.reason_code"] == "SCHEMA_INVALID"
     assert first.attributes["dir.verdict"] == "REJECTED"
-    (feedback,) = first.events
+    feedback, result = first.events
     assert feedback.attributes is not None
     assert feedback.attributes["dir.field"] == "params.amount_cents"
+    # The DIM's verdict as the GenAI conventions' guardrail result, in its own words.
+    assert result.name == "gen_ai.guardrail.result" and result.attributes is not None
+    assert result.attributes["gen_ai.guardrail.result.type"] == "verdict"
+    assert result.attributes["gen_ai.guardrail.result.value"] == "REJECTED"
+    assert result.attributes["gen_ai.guardrail.result.reason"] == "SCHEMA_INVALID"
+    assert first.attributes["gen_ai.operation.name"] == "apply_guardrail"
+    assert first.attributes["gen_ai.guardrail.component.name"] == "dirk DIM"
     assert second.status.status_code is StatusCode.UNSET
     assert second.attributes is not None
     assert second.attributes["dir.verdict"] == "ACCEPTED"
@@ -269,7 +280,7 @@ async def test_escalation_spans_carry_the_human_decision(tree: tuple[Tree, Flows
         (flows.overridden, "override", "ana"),
         (flows.aborted, "abort", "bob"),
     ]:
-        (validate,) = [s for s in spans.stages(dfid) if s.name.startswith("judge")]
+        (validate,) = [s for s in spans.stages(dfid) if s.name.startswith("apply_guardrail")]
         assert validate.attributes is not None
         assert validate.attributes["dir.verdict"] == "ESCALATED"
         (escalation,) = [s for s in spans.stages(dfid) if s.name == "escalation LOW_CONFIDENCE"]
@@ -293,7 +304,7 @@ async def test_a_flow_escalated_before_a_restart_shows_while_waiting_and_ends_af
     # Waiting for a human: its root and finished stages are out, before any decision.
     waiting = Tree(first.get_finished_spans())
     assert waiting.root(dfid).attributes["dir.status"] == "ESCALATED"  # type: ignore[index]
-    assert waiting.names(dfid) == ["context", "invoke_agent", "judge"]
+    assert waiting.names(dfid) == ["apply_guardrail", "context", "invoke_agent"]
 
     second = InMemorySpanExporter()
     again = Telemetry(SimpleSpanProcessor(second), span_time="journal")
@@ -309,7 +320,13 @@ async def test_a_flow_escalated_before_a_restart_shows_while_waiting_and_ends_af
 
     spans = Tree([*first.get_finished_spans(), *second.get_finished_spans()], repeats=True)
     assert spans.outcome(dfid).status.status_code is StatusCode.OK
-    assert spans.names(dfid) == ["context", "escalation", "execute_tool", "invoke_agent", "judge"]
+    assert spans.names(dfid) == [
+        "apply_guardrail",
+        "context",
+        "escalation",
+        "execute_tool",
+        "invoke_agent",
+    ]
 
 
 async def test_a_flow_left_open_is_exported_even_if_the_kernel_closes_before_catching_up(
@@ -411,7 +428,8 @@ async def test_a_flow_reaches_a_real_otlp_receiver_on_the_wall_clock(tmp_path: P
     attrs = root["attributes"]
     assert attrs["gen_ai.operation.name"] == "invoke_workflow"
     assert attrs["gen_ai.workflow.name"] == "test.transfer"
-    assert attrs["gen_ai.provider.name"] == PROVIDER_NAME
+    # The kernel calls no model: no provider on its own spans (an LLM client's carry one).
+    assert "gen_ai.provider.name" not in attrs
     assert attrs["openinference.span.kind"] == "CHAIN"
     assert json.loads(attrs["input.value"])["params"] == {"account": "acc-1", "amount_cents": 250}
     assert json.loads(attrs["output.value"]) == {"status": "CLOSED"}
@@ -422,10 +440,25 @@ async def test_a_flow_reaches_a_real_otlp_receiver_on_the_wall_clock(tmp_path: P
     assert kinds == {
         "context": None,
         "invoke_agent": None,  # Phoenix reads AGENT and TOOL off gen_ai.operation.name
-        "judge": "GUARDRAIL",
+        "apply_guardrail": "GUARDRAIL",
         "execute_tool": None,
         "invoke_workflow": "CHAIN",
     }
+    # The DIM's verdict, as the receiver got it: a guardrail span by the GenAI conventions,
+    # its result the DIM's own word, the pack that judged its policy; no model provider.
+    [judged] = [s for s in received.values() if s["name"] == "apply_guardrail dirk DIM"]
+    guard = judged["attributes"]
+    assert guard["gen_ai.operation.name"] == "apply_guardrail"
+    assert guard["gen_ai.guardrail.component.name"] == "dirk DIM"
+    assert guard["gen_ai.guardrail.source"] == "proposal"
+    assert (guard["gen_ai.guardrail.result.type"], guard["gen_ai.guardrail.result.value"]) == (
+        "verdict",
+        "ACCEPTED",
+    )
+    assert len(guard["gen_ai.guardrail.policy.id"]) == 64  # the judging pack's hash
+    assert not any("provider" in key for s in received.values() for key in s["attributes"])
+    [result] = [e for e in judged["events"] if e[0] == "gen_ai.guardrail.result"]
+    assert result[1]["gen_ai.guardrail.result.value"] == "ACCEPTED"
 
 
 # --- the host's tracing ---------------------------------------------------------
@@ -536,10 +569,10 @@ async def test_a_waiting_flow_is_visible_live_and_export_never_changes_a_spans_c
             await received.until(lambda _: len(ids()) >= 4)
             waiting = ids()
             assert sorted(s["name"].split()[0] for s in received.spans()) == [
+                "apply_guardrail",
                 "context",
                 "invoke_agent",
                 "invoke_workflow",
-                "judge",
             ]
 
             async with kernel_for(path) as kernel:

@@ -179,11 +179,11 @@ def test_accepted_and_executed_flow_is_one_trace_with_a_span_per_stage() -> None
 
     named = by_name(spans)
     assert sorted(named) == [
+        "apply_guardrail dirk DIM",
         "context",
         "execute_tool reorder",
         REASON,
         "invoke_workflow reorder",
-        "judge reorder",
     ]
     root = named["invoke_workflow reorder"][0]
     assert root.parent is None
@@ -202,7 +202,6 @@ def test_accepted_and_executed_flow_is_one_trace_with_a_span_per_stage() -> None
         "dir.attempts": 1,
         "gen_ai.operation.name": "invoke_workflow",
         "gen_ai.workflow.name": "reorder",
-        "gen_ai.provider.name": "dirk",
         "gen_ai.agent.id": AGENT,
         "openinference.span.kind": "CHAIN",
         "input.value": '{"kind":"reorder","params":{"qty":5,"sku":"A-1"}}',
@@ -212,7 +211,7 @@ def test_accepted_and_executed_flow_is_one_trace_with_a_span_per_stage() -> None
     assert root.instrumentation_scope is not None
 
     context, reason = named["context"][0], named[REASON][0]
-    validate, execute = named["judge reorder"][0], named["execute_tool reorder"][0]
+    validate, execute = named["apply_guardrail dirk DIM"][0], named["execute_tool reorder"][0]
     assert (context.start_time, context.end_time) == (T0 + US, T0 + 2 * MS)
     assert attrs(context)["dir.context_ref"] == "ctx-1"
     assert (reason.start_time, reason.end_time) == (T0 + 2 * MS, T0 + 50 * MS)
@@ -247,14 +246,22 @@ def test_a_rejected_attempt_is_a_governed_validate_span_carrying_the_feedback() 
 
     named = by_name(exported(j.events))
 
-    first, second = sorted(named["judge reorder"], key=lambda s: attrs(s)["dir.attempt"])
+    first, second = sorted(named["apply_guardrail dirk DIM"], key=lambda s: attrs(s)["dir.attempt"])
     # A refusal is the policy working, not a fault: no ERROR status.
     assert first.status.status_code is StatusCode.UNSET
     assert attrs(first)["dir.reason_code"] == "RISK_LIMIT_EXCEEDED"
     assert attrs(first)["dir.verdict"] == "REJECTED"
-    (event,) = first.events
+    event, result = first.events
     assert event.name == "feedback"
     assert event.timestamp == T0 + 11 * MS
+    # The verdict as the GenAI guardrail conventions' result, with the rule (layer) decided.
+    assert result.name == "gen_ai.guardrail.result" and result.timestamp == event.timestamp
+    assert dict(result.attributes or {}) == {
+        "gen_ai.guardrail.result.type": "verdict",
+        "gen_ai.guardrail.result.value": "REJECTED",
+        "gen_ai.guardrail.result.reason": "RISK_LIMIT_EXCEEDED",
+        "gen_ai.guardrail.policy.rule.id": "risk",
+    }
     assert dict(event.attributes or {}) == {
         "dir.reason_code": "RISK_LIMIT_EXCEEDED",
         "dir.detail": "qty 5 > 3",
@@ -359,7 +366,7 @@ def test_an_escalation_span_records_the_human_decision_and_the_wait() -> None:
 
     named = by_name(exported(j.events))
 
-    (validate,) = named["judge reorder"]
+    (validate,) = named["apply_guardrail dirk DIM"]
     assert attrs(validate)["dir.verdict"] == "ESCALATED"
     assert validate.status.status_code is StatusCode.UNSET
     (escalation,) = named["escalation VERIFICATION_REQUIRED"]
@@ -379,7 +386,7 @@ def test_an_escalation_span_records_the_human_decision_and_the_wait() -> None:
     assert resume.status.status_code is StatusCode.OK
     assert (resume.start_time, resume.end_time) == (T0 + 90_006 * MS, T0 + 90_008 * MS)
     # A human's acceptance opens no second judgement.
-    assert not [s for s in named["judge reorder"] if s is not validate]
+    assert not [s for s in named["apply_guardrail dirk DIM"] if s is not validate]
 
 
 def test_a_child_flow_is_its_own_trace_linked_both_ways_to_its_parent() -> None:
@@ -415,7 +422,7 @@ def test_a_child_flow_is_its_own_trace_linked_both_ways_to_its_parent() -> None:
     assert parent_id(spawn) == span_id(parent_root)
     assert [link.context.span_id for link in spawn.links] == [span_id(child_root)]
     (child_validate,) = [s for s in spans if parent_id(s) == span_id(child_root)]
-    assert child_validate.name == "judge quote"
+    assert child_validate.name == "apply_guardrail dirk DIM"
 
 
 def test_export_flows_selects_a_flow_and_its_descendants() -> None:
@@ -518,10 +525,10 @@ def test_a_waiting_flow_shows_its_root_and_stages_and_later_ids_never_change_con
     after = {span_id(s): s for s in spans_for_events(j.events)}
 
     assert sorted(s.name for s in before.values()) == [
+        "apply_guardrail dirk DIM",
         "context",
         REASON,
         "invoke_workflow reorder",
-        "judge reorder",
     ]
     assert attrs(before[span_id_for(PARENT, "flow", 0)])["dir.status"] == "ESCALATED"
     for sid, span in before.items():
