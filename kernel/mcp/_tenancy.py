@@ -39,13 +39,19 @@ def tenant_of(who: Principal, backend: Backend) -> str | None:
 
 
 async def refuse_cross_tenant(
-    backend: Backend, who: Principal, tool: str, target: str, field: str, detail: str
+    backend: Backend,
+    who: Principal,
+    tool: str,
+    target: str,
+    field: str,
+    detail: str,
+    door: str = "mcp",
 ) -> ToolRefused:
     """Record a read across tenants (beside a kernel) and return its refusal to raise."""
     if isinstance(backend, Embedded):
         refused = InputRefused(
             reason_code=ReasonCode.CROSS_TENANT,
-            entry=clip(f"mcp.{tool}", 32),
+            entry=clip(f"{door}.{tool}", 32),
             field=field,
             detail=clip(detail),
             operator=clip(f"{who.role}:{who.name}"),
@@ -80,7 +86,9 @@ async def flow_tenant(view: View, dfid: str) -> str | None:
     return None
 
 
-async def check_flow(backend: Backend, view: View, who: Principal, tool: str, dfid: str) -> None:
+async def check_flow(
+    backend: Backend, view: View, who: Principal, tool: str, dfid: str, door: str = "mcp"
+) -> None:
     """Refuse ``who`` a flow of another tenant, answered as an unknown flow, recorded.
 
     A flow with no principal recorded (before tenants) is read by a tenant's caller only
@@ -96,6 +104,6 @@ async def check_flow(backend: Backend, view: View, who: Principal, tool: str, df
     if owner == tenant:
         return
     await refuse_cross_tenant(
-        backend, who, tool, dfid, "dfid", f"flow {dfid} is not of tenant {tenant!r}"
+        backend, who, tool, dfid, "dfid", f"flow {dfid} is not of tenant {tenant!r}", door
     )
     raise ToolRefused(CliError.UNKNOWN_FLOW, f"no open or recent flow {dfid}", "dfid")
