@@ -5,6 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import anyio
+
 from kernel.core.events import InputRefused
 from kernel.core.events import Principal as User
 from kernel.gateway import GatewayConfig, config_of
@@ -31,7 +33,7 @@ def caller(scopes: list[str] | None, tenant: str = "acme") -> Principal:
 
 
 async def listed(tmp: Path, who: Principal) -> set[str]:
-    tmp.mkdir()
+    await anyio.Path(tmp).mkdir()
     async with gateway(scoped_config(tmp), tmp / "j.db", who) as gw, Client(gw.server) as c:
         return {tool.name for tool in (await c.list_tools()).tools}
 
