@@ -18,6 +18,7 @@ import msgspec
 from opentelemetry.sdk.trace import TracerProvider
 
 from kernel.adapters.contract import RetryPolicy
+from kernel.core.events import Principal
 from kernel.core.ports import Clock, IdSource
 from kernel.escalation import EscalationPolicy
 from kernel.guards import GUARD_TIMEOUT_S
@@ -164,6 +165,10 @@ class KernelConfig(msgspec.Struct, frozen=True, kw_only=True):
             (kernel.proofs.erasure); None: ``DIRK_SUBJECT_KEYS``, else ``<journal>.keys``
             beside a SQLite journal. Only opened when a pack's kind has personal fields.
             Keep it out of the journal's backups: restoring it brings erased data back.
+        principal: the principal this host vouches for (kernel.core.events.Principal):
+            a flow opened with none of its own (a trigger, a hosted agent, a ``propose``
+            that names none) acts on its behalf. None: such a flow's proposals are refused
+            PRINCIPAL_MISSING, never run under a service identity (docs/identity.md).
         signing: how the kernel signs checkpoints of its journal's Merkle tree with its
             Ed25519 key, and where it publishes them (kernel.proofs.signing); None: a key
             in ``DIRK_CHECKPOINT_KEY_FILE`` or ``DIRK_CHECKPOINT_KEY``, else no signing.
@@ -186,3 +191,4 @@ class KernelConfig(msgspec.Struct, frozen=True, kw_only=True):
     artifacts: str | None = None
     signing: Signing | None = None
     subject_keys: str | None = None
+    principal: Principal | None = None

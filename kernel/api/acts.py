@@ -38,9 +38,11 @@ from kernel.core.wall import InputInvalid
 from kernel.inbox import (
     AgentStatusRequest,
     AmendRequest,
+    ChangeTenantPolicyRequest,
     CollectArtifactsRequest,
     CredentialRequest,
     DecideRequest,
+    DeclareTenantRequest,
     GrantRequest,
     InboxProposals,
     InboxRequest,
@@ -299,6 +301,8 @@ class OperatorActs:
             case CollectArtifactsRequest():
                 dry_run = not isinstance(origin, Proof) and origin.dry_run
                 return await self._collect(request, inbox_id, dry_run)
+            case DeclareTenantRequest() | ChangeTenantPolicyRequest():
+                return await self._tenant(request, inbox_id)
             case _:
                 assert_never(request)
 
@@ -448,6 +452,34 @@ class OperatorActs:
         for ref in refs:  # recorded first: bytes left behind by a crash go at the next run
             await store.delete(ref)
         return refs
+
+    async def _tenant(
+        self, request: DeclareTenantRequest | ChangeTenantPolicyRequest, inbox_id: int | None
+    ) -> Event:
+        """Record a tenant's declaration or one layer of its policy; in force from the next call."""
+        self._calls.raise_if_stopped()
+        payload: events.TenantDeclared | events.TenantPolicyChanged
+        if isinstance(request, DeclareTenantRequest):
+            payload = events.TenantDeclared(
+                tenant=request.tenant,
+                operator=request.operator,
+                reason=request.reason,
+                inbox_id=inbox_id,
+            )
+        else:
+            payload = events.TenantPolicyChanged(
+                tenant=request.tenant,
+                tier=request.tier or "*",
+                user=request.user,
+                kind=request.kind,
+                permission=request.permission,
+                rate_per_minute=request.rate_per_minute,
+                scopes=list(request.scopes) if request.scopes is not None else None,
+                operator=request.operator,
+                reason=request.reason,
+                inbox_id=inbox_id,
+            )
+        return (await self._journal.append([Draft(payload=payload)]))[-1]
 
     async def _dim_act(self, msg: DimAct) -> Event:
         """Hand a grant or rule act to the DIM (their owner); return its last recorded event.

@@ -32,7 +32,7 @@ constructs one and enters it.
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from contextlib import AsyncExitStack
 from types import TracebackType
 from typing import Any, TypeVar
@@ -48,6 +48,7 @@ from kernel.api.documents import Artifacts
 from kernel.api.edge import Edge
 from kernel.api.lifetime import Checkpoints, Lifetime
 from kernel.api.operating import Operating
+from kernel.api.principals import Delegations
 from kernel.api.proposals import Proposals
 from kernel.api.sessions import Sessions
 from kernel.api.wiring import Actors
@@ -55,7 +56,7 @@ from kernel.artifacts import ArtifactStore, artifacts_beside
 from kernel.config import KernelConfig
 from kernel.core import wall
 from kernel.core.errors import KernelShutdown
-from kernel.core.events import Manifest
+from kernel.core.events import Manifest, Principal, Tier
 from kernel.core.fetching import ArtifactSlice
 from kernel.core.flow import TERMINAL, FlowState, FlowStatus
 from kernel.core.ports import Clock, IdSource
@@ -161,7 +162,9 @@ class Kernel(Operating):
             ids=ids,
             token_of=self._sessions.token_of,
             prepare=edge.prepare,
+            principal=config.principal,
         )
+        self._delegations = Delegations(journal, projections, ids)
         inbox = InboxProposals(
             self._sessions.handshake,
             self._proposals.open_flow,
@@ -366,6 +369,9 @@ class Kernel(Operating):
         conversation: str | None = None,
         trace_context: Context | str | None = None,
         tool_call_id: str | None = None,
+        principal: Principal | None = None,
+        tier: Tier | str = Tier.INTERACTIVE,
+        delegation: str | None = None,
     ) -> Decision:
         """Propose ``kind`` with ``params`` as ``agent_id`` in one call; return the Decision.
 
@@ -407,6 +413,45 @@ class Kernel(Operating):
             conversation=conversation,
             trace_context=trace_context,
             tool_call_id=tool_call_id,
+            principal=principal,
+            tier=tier,
+            delegation=delegation,
+        )
+
+    async def delegate(
+        self,
+        principal: Principal,
+        *,
+        from_agent: str,
+        to_agent: str,
+        task: str = "",
+        scopes: Iterable[str] = (),
+        parent: str | None = None,
+    ) -> str:
+        """Record that ``from_agent`` hands a task to ``to_agent`` for ``principal`` (Delegated).
+
+        A later call by ``to_agent`` for the same tenant and user acts under the latest
+        such delegation unless it names one (``propose(delegation=...)``); its scopes are
+        the principal's intersected with every hop's, never wider (docs/identity.md).
+        ``parent`` None: the delegation ``from_agent`` itself acts under, if any.
+
+        Returns:
+            The delegation's id.
+
+        Raises:
+            InputInvalid: a field of the wrong type.
+            DelegationInvalid: DELEGATION_INVALID or CROSS_TENANT (the parent is unknown,
+                another principal's, or not handed to ``from_agent``).
+            KernelShutdown: the kernel stopped.
+        """
+        self._calls.raise_if_stopped()
+        return await self._delegations.delegate(
+            principal,
+            from_agent=from_agent,
+            to_agent=to_agent,
+            task=task,
+            scopes=scopes,
+            parent=parent,
         )
 
     # A timeout here is an answer (the decision as it stands), not a failure: a

@@ -14,13 +14,15 @@ from typing import Any, TypeVar
 
 from kernel.api.acts import OperatorActs, Origin
 from kernel.core import events
-from kernel.core.events import Event, LimitAmended, PackRef
+from kernel.core.events import Event, LimitAmended, PackRef, TenantSpec
 from kernel.inbox import (
     AgentStatusRequest,
     AmendRequest,
+    ChangeTenantPolicyRequest,
     CollectArtifactsRequest,
     CredentialRequest,
     DecideRequest,
+    DeclareTenantRequest,
     InboxRequest,
     Proof,
     RevokeGrantRequest,
@@ -331,6 +333,56 @@ class Operating:
         refs = await self._acts.apply(request, Origin(inbox_id=inbox_id, dry_run=dry_run))
         assert isinstance(refs, list)
         return refs
+
+    async def declare_tenant(
+        self, spec: TenantSpec, *, reason: str = "", operator: str = "host"
+    ) -> None:
+        """Declare a tenant, or declare it again (TenantDeclared): members and policy.
+
+        The whole spec replaces the one before; the next decision judges by it. Once any
+        tenant is declared, a principal of an undeclared tenant is refused
+        TENANT_NOT_MEMBER (docs/identity.md).
+
+        Raises:
+            InputInvalid: a field of the wrong type or too long.
+        """
+        request = DeclareTenantRequest(tenant=spec, operator=operator, reason=reason)
+        await self._acts.apply(request, Origin())
+
+    async def change_tenant_policy(
+        self,
+        tenant: str,
+        *,
+        tier: str = "*",
+        user: str = "",
+        kind: str = "",
+        permission: str | None = None,
+        rate_per_minute: int | None = None,
+        scopes: Sequence[str] | None = None,
+        reason: str = "",
+        operator: str = "host",
+    ) -> None:
+        """Set one layer of a tenant's policy (TenantPolicyChanged), in force at once.
+
+        The layer is named by ``user`` and ``kind`` (both empty: the tier default) and
+        ``tier`` (``*``: every tier at that level); the most specific layer that sets a
+        value wins. ``scopes`` replaces ``user``'s scopes in the tenant.
+
+        Raises:
+            InputInvalid: a field of the wrong type, an unknown permission (recorded).
+        """
+        request = ChangeTenantPolicyRequest(
+            tenant=tenant,
+            tier=tier,
+            user=user,
+            kind=kind,
+            permission=permission,  # type: ignore[arg-type]  # checked at the wall
+            rate_per_minute=rate_per_minute,
+            scopes=list(scopes) if scopes is not None else None,
+            operator=operator,
+            reason=reason,
+        )
+        await self._acts.apply(request, Origin())
 
     async def _act(self, request: InboxRequest, origin: Origin, answer: type[T]) -> T:
         """Apply an act of the embedding code; return its answer, of the type it has."""

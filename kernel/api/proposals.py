@@ -56,6 +56,7 @@ from kernel.api.decisions import (
     keyed_dfid,
 )
 from kernel.api.edge import admitted
+from kernel.api.principals import on_behalf_of
 from kernel.api.wiring import Actors
 from kernel.core import wall
 from kernel.core.events import (
@@ -64,8 +65,11 @@ from kernel.core.events import (
     Event,
     Feedback,
     InputRefused,
+    OnBehalf,
+    Principal,
     ProposalRecord,
     SubmissionRefused,
+    Tier,
 )
 from kernel.core.flow import TERMINAL, FlowState, FlowStatus, IllegalTransition
 from kernel.core.ports import Clock, IdSource
@@ -106,6 +110,8 @@ class Proposals:
         validity_s: how long a proposal stays valid (it is judged at once).
         kept: conversations kept in memory between calls (the least recent go first;
             one that goes forgets its governor's count, not its stop).
+        principal: the principal the host vouches for (``KernelConfig.principal``): a
+            call that names none acts for it (None: for nobody, refused by the DIM).
     """
 
     def __init__(
@@ -122,6 +128,7 @@ class Proposals:
         prepare: Callable[[str, ProposalRecord], Awaitable[ProposalRecord]] | None = None,
         validity_s: float = 600.0,
         kept: int = 4096,
+        principal: Principal | None = None,
     ) -> None:
         self._journal = journal
         self._projections = projections
@@ -134,6 +141,7 @@ class Proposals:
         self._prepare = prepare
         self._validity_ns = int(validity_s * 1e9)
         self._kept = kept
+        self._principal = principal
         self._conversations: OrderedDict[str, Conversation] = OrderedDict()
         self._keys: dict[str, Key] = {}
 
@@ -150,12 +158,16 @@ class Proposals:
         conversation: str | None = None,
         trace_context: Context | str | None = None,
         tool_call_id: str | None = None,
+        principal: Principal | None = None,
+        tier: Tier | str = Tier.INTERACTIVE,
+        delegation: str | None = None,
     ) -> Decision:
         """Propose ``kind`` with ``params`` as ``agent_id``; return the decision once known.
 
         An accepted proposal is answered once its execution ended (EXECUTED or
         FAILED), an escalated one at once (ESCALATED). Every refusal is a Decision
-        with a reason code, never an exception.
+        with a reason code, never an exception. The flow records whom it acts for
+        (kernel.api.principals.on_behalf_of): ``principal``, else the host's.
 
         Raises:
             KernelShutdown: the kernel stopped.
@@ -176,6 +188,9 @@ class Proposals:
             )
             if call.traceparent and caller_context(call.traceparent) is None:
                 raise InputInvalid("traceparent", "a trace context names a span: non-zero ids")
+            behalf = on_behalf_of(
+                self._projections, self._principal, call.agent_id, principal, tier, delegation
+            )
         except InputInvalid as exc:
             return await self._refuse_input(exc, agent_id)
         token = self._token_of(call.agent_id)
@@ -205,7 +220,9 @@ class Proposals:
                 known = await self._known(key) if key is not None else None
                 if known is None:
                     dfid = key or self._ids.new_dfid()
-                    judged = await self._judge(call, token, policy, explain, confidence, dfid, None)
+                    judged = await self._judge(
+                        call, token, policy, (explain, confidence), dfid, None, behalf
+                    )
             if known is not None:
                 return await self._replay(known, tool_call_id, "")
             return await self._settle(judged)
@@ -225,7 +242,9 @@ class Proposals:
                         dfid = call_dfid(call.agent_id, conv.id, tool_call_id)
                     else:
                         dfid = self._ids.new_dfid()
-                    judged = await self._judge(call, token, policy, explain, confidence, dfid, conv)
+                    judged = await self._judge(
+                        call, token, policy, (explain, confidence), dfid, conv, behalf
+                    )
             # The lock covers the verdict only: a conversation's next call (a parallel
             # tool call) need not wait for this one's execution.
             if known is not None:
@@ -299,8 +318,9 @@ class Proposals:
             if await self._known(dfid) is not None:
                 return None
             record, invalid = self._proposal(policy, explain, confidence, "")
+            behalf = on_behalf_of(self._projections, self._principal, agent_id)
             opened = await self._open(
-                Open(dfid=dfid, agent_id=agent_id, topic=topic, reply=Reply())
+                Open(dfid=dfid, agent_id=agent_id, topic=topic, reply=Reply(), on_behalf=behalf)
             )
             if isinstance(opened, Feedback):
                 return opened
@@ -321,12 +341,17 @@ class Proposals:
         call: _CallSpec,
         token: str,
         policy: Any,
-        explain: Any,
-        confidence: Any,
+        reasons: tuple[Any, Any],
         dfid: str,
         conv: Conversation | None,
+        behalf: OnBehalf | None,
     ) -> _Judged:
-        """Open the call's flow, judge its proposal, and count it in its conversation."""
+        """Open the call's flow, judge its proposal, and count it in its conversation.
+
+        ``reasons`` is the model's explanation and confidence; ``behalf`` whom the flow
+        acts for (recorded on its FlowCreated).
+        """
+        explain, confidence = reasons
         tool_call_id = call.tool_call_id or ""
         root = conv.dfid if conv is not None and conv.opened else None
         if root is not None:
@@ -342,6 +367,7 @@ class Proposals:
                 conversation_id=conv.id if conv is not None else "",
                 tool_call_id=tool_call_id,
                 reply=Reply(),
+                on_behalf=behalf,
             )
         )
         conversation = conv.dfid if conv is not None else ""

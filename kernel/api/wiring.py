@@ -104,7 +104,13 @@ class Actors:
             ChildSpec[CompilerMessage](
                 "context",
                 lambda: ContextCompiler(
-                    projections, clock, ids, hosts, catalog.schemas, config.ports.rule_search
+                    projections,
+                    clock,
+                    ids,
+                    hosts,
+                    catalog.schemas,
+                    config.ports.rule_search,
+                    principal=config.principal,
                 ),
                 self.compiler,
             ),

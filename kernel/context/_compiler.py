@@ -18,7 +18,16 @@ from collections.abc import Mapping
 from typing import Any
 
 from kernel.context._layers import LayerBody, compile_layers, layer_body
-from kernel.core.events import ContextCompiled, Feedback, FlowCreated, Manifest, TriggerFired
+from kernel.core.events import (
+    ContextCompiled,
+    Feedback,
+    FlowCreated,
+    Manifest,
+    OnBehalf,
+    Principal,
+    Tier,
+    TriggerFired,
+)
 from kernel.core.flow import FlowStatus
 from kernel.core.ports import Clock, IdSource
 from kernel.core.reasons import ReasonCode
@@ -46,7 +55,13 @@ class ContextCompiler:
         hosts: Mapping[str, Mailbox[AgentMessage]],
         schemas: Mapping[str, Any] | None = None,
         rule_search: RuleSearch | None = None,
+        principal: Principal | None = None,
     ) -> None:
+        # A trigger's flows act for the principal the host vouches for (None: nobody,
+        # and the DIM refuses their proposals PRINCIPAL_MISSING).
+        self._on_behalf = (
+            OnBehalf(principal=principal, tier=Tier.BACKGROUND) if principal is not None else None
+        )
         self._rule_search = rule_search
         self._schemas = schemas or {}
         self._projections = projections
@@ -86,6 +101,7 @@ class ContextCompiler:
                 traceparent=msg.traceparent,
                 conversation_id=msg.conversation_id,
                 tool_call_id=msg.tool_call_id,
+                on_behalf=msg.on_behalf,
             ),
             dfid=msg.dfid,
             parent_dfid=msg.parent_dfid,
@@ -117,7 +133,10 @@ class ContextCompiler:
             dfid = self._ids.new_dfid()
             out.emit(
                 FlowCreated(
-                    root_dfid=root_dfid or dfid, topic=msg.topic, traceparent=msg.traceparent
+                    root_dfid=root_dfid or dfid,
+                    topic=msg.topic,
+                    traceparent=msg.traceparent,
+                    on_behalf=self._on_behalf,
                 ),
                 dfid=dfid,
                 parent_dfid=msg.parent_dfid,

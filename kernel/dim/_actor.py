@@ -274,6 +274,7 @@ class IntegrityModule:
             after=submitted,
         )
         use_grant(msg.dfid, judgement, recorded, out)
+        staged.count_call(self._projections, msg.dfid)
         flag(self._catalog, msg, judgement, overruns, recorded, out)
         reserve(msg.dfid, flow.agent_id, judgement, own, recorded, out)
         self._screen(msg, state, out)
@@ -406,6 +407,7 @@ class IntegrityModule:
                 ),
                 dfid=msg.dfid,
             )
+            staged.count_call(self._projections, msg.dfid)
         reserve(msg.dfid, flow.agent_id, judgement, own, recorded, out)
         accepted = out.flow(msg.dfid)
         assert accepted is not None

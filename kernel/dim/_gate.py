@@ -4,6 +4,10 @@ The layers run in this fixed order and the first that fails decides; its
 feedback names the layer, the rule, the field and the limit:
 
 1. ``schema``: kind, version and parameters of the policy kind (SCHEMA_INVALID);
+1b. ``principal``: on whose behalf, on journals whose fold rules know principals
+   (kernel.dim._principal: PRINCIPAL_MISSING, TENANT_NOT_MEMBER, SCOPE_MISSING,
+   SCOPE_NOT_DELEGATED, POLICY_DENIED, RATE_LIMITED; a layer that flags the call
+   escalates it, APPROVAL_REQUIRED, unless a human modified it);
 2. ``status``: the agent is ACTIVE (AGENT_PASSIVE, AGENT_SUSPENDED, AGENT_RETIRED),
    and none of its sagas has effects not yet converged (AGENT_PASSIVE);
 3. ``authority``: the kind is among the agent's capabilities, and every parameter
@@ -56,6 +60,7 @@ import msgspec
 from kernel.core.events import Feedback, ProposalRecord, QuorumRule
 from kernel.core.reasons import ReasonCode
 from kernel.dim._judgement import GrantUse, Inputs, Judgement, reject
+from kernel.dim._principal import on_behalf_refusal
 from kernel.dim._resources import cost_of, money_held, pools_held
 from kernel.policy.contracts import field_of
 from kernel.policy.guards import emergency
@@ -79,6 +84,7 @@ from kernel.state.projections import AgentStatus, AgentView
 
 LAYERS = (
     "schema",
+    "principal",
     "status",
     "authority",
     "time",
@@ -139,6 +145,12 @@ def judge(
     params = _schema(proposal, kind, catalog)
     if isinstance(params, Feedback):
         return Judgement(rejection=params, pack=pack.hash)
+    flagged = None
+    if inputs.principal is not None:
+        scopes = getattr(kind, "scopes", ())
+        flagged = on_behalf_refusal(proposal.kind, scopes, inputs.principal, rate=not recheck)
+        if flagged is not None and flagged.reason_code is not ReasonCode.APPROVAL_REQUIRED:
+            return Judgement(rejection=flagged, pack=pack.hash)
     # A recheck leaves the validity window to the engine, which checks it at the call.
     timed_at = None if recheck else now_ns
     failed = _admission(proposal, params, agent, timed_at, inputs, by_human or recheck)
@@ -161,7 +173,7 @@ def judge(
         return Judgement(escalation=failed, reserve=need, pack=pack.hash, policy=params)
     if failed is not None:
         return Judgement(rejection=failed, pack=pack.hash)
-    escalation = None if by_human and not recheck else over
+    escalation = None if by_human and not recheck else over or flagged
     if escalation is None:
         escalation = _thresholds(proposal, params, catalog, pack) or _needs_human(proposal, params)
         if escalation is not None and escalation.layer != "escalation":

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kernel.core.events import Applied, Feedback, QuorumRule
 from kernel.core.reasons import ReasonCode
 from kernel.state.grants import Grant
+
+if TYPE_CHECKING:
+    from kernel.dim._principal import Behalf
 
 
 @dataclass(frozen=True)
@@ -28,6 +31,8 @@ class Inputs:
         spent: what each money pool spent within its window (kernel.state.budgets).
         grants: the standing grants as folded (kernel.state.grants).
         granted: the uses and money each grant's acceptances staged in this batch.
+        principal: what the principal layer judges against (kernel.dim._principal); None:
+            the journal's fold rules predate principals, and the layer does not run.
     """
 
     context_ref: str = ""
@@ -41,6 +46,7 @@ class Inputs:
     spent: Mapping[str, int] = field(default_factory=dict)
     grants: Sequence[Grant] = ()
     granted: Mapping[str, tuple[int, int]] = field(default_factory=dict)
+    principal: Behalf | None = None
 
 
 @dataclass(frozen=True)

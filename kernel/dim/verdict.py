@@ -30,6 +30,7 @@ from kernel.core.events import Applied, Feedback, ProposalRecord
 from kernel.core.flow import FlowState
 from kernel.dim._gate import MemoryCheck, judge
 from kernel.dim._judgement import Inputs, Judgement
+from kernel.dim._principal import Behalf
 from kernel.policy.packs import PolicyCatalog
 from kernel.policy.quorums import SINGLE, tally
 from kernel.policy.rules import Stopwatch, View
@@ -37,8 +38,12 @@ from kernel.state.amendments import Amendment, in_force
 from kernel.state.approvals import Approval
 from kernel.state.budgets import Budgets
 from kernel.state.grants import Grant, Grants
+from kernel.state.principals import Principals, rate_key
 from kernel.state.projections import AgentView, Projections, context_ref
 from kernel.state.quorums import Ballot
+
+PRINCIPAL_FOLD = 3
+"""The fold rules from which the principal layer judges (kernel.state.projections.FOLD)."""
 
 
 class FactCapacities(Mapping[str, int]):
@@ -116,6 +121,7 @@ class Staged:
         granted: per standing grant, the uses and money its staged acceptances took.
         grants: grants issued, voted on or revoked in this batch, as they now stand.
         spent: per money pool, what staged reasoning charges spent.
+        calls: per rate window (kernel.state.principals.rate_key), the acceptances staged.
     """
 
     reserved: dict[str, dict[str, int]] = field(default_factory=dict)
@@ -124,6 +130,14 @@ class Staged:
     granted: dict[str, tuple[int, int]] = field(default_factory=dict)
     spent: dict[str, int] = field(default_factory=dict)
     grants: dict[str, Grant] = field(default_factory=dict)
+    calls: dict[str, int] = field(default_factory=dict)
+
+    def count_call(self, projections: Projections, dfid: str) -> None:
+        """Count a staged acceptance of flow ``dfid`` in its principal's rate window."""
+        on_behalf = projections.domain(Principals).on_behalf.get(dfid)
+        if on_behalf is not None:
+            key = rate_key(on_behalf)
+            self.calls[key] = self.calls.get(key, 0) + 1
 
     def held(self, projections: Projections) -> dict[str, int]:
         """Return the total held of each pool by open flows, staged reservations included."""
@@ -185,6 +199,28 @@ def inputs_of(
         spent=Spent(projections, now_ns, staged.spent),
         grants=staged.all_grants(projections),
         granted=staged.granted,
+        principal=behalf_of(projections, flow, now_ns, staged),
+    )
+
+
+def behalf_of(
+    projections: Projections, flow: FlowState, now_ns: int, staged: Staged
+) -> Behalf | None:
+    """What the principal layer judges ``flow`` against; None on journals before principals."""
+    if projections.fold < PRINCIPAL_FOLD:
+        return None
+    domain = projections.domain(Principals)
+    on_behalf = domain.on_behalf.get(flow.dfid)
+    accepted = 0
+    if on_behalf is not None:
+        key = rate_key(on_behalf)
+        accepted = domain.accepted_within(key, now_ns) + staged.calls.get(key, 0)
+    return Behalf(
+        on_behalf=on_behalf,
+        agent_id=flow.agent_id,
+        tenants=domain.tenants,
+        delegations=domain.delegations,
+        accepted=accepted,
     )
 
 

@@ -22,6 +22,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 from msgspec import Meta
 
+from kernel.core.events import TenantSpec
 from kernel.core.wall import (
     INT_MAX,
     Confidence,
@@ -140,6 +141,38 @@ class CollectArtifactsRequest(_Request, frozen=True, tag="collect_artifacts"):
     reason: Reason
 
 
+Short = Annotated[str, Meta(max_length=128)]
+
+
+class DeclareTenantRequest(_Request, frozen=True, tag="declare_tenant"):
+    """Declare a tenant, or declare it again: its members and layered policy (TenantDeclared).
+
+    The whole spec replaces the one before (docs/identity.md).
+    """
+
+    tenant: TenantSpec
+    operator: Name
+    reason: Text = ""
+
+
+class ChangeTenantPolicyRequest(_Request, frozen=True, tag="tenant_policy"):
+    """Set one layer of a tenant's policy (TenantPolicyChanged), in force from the next call.
+
+    ``user`` and ``kind`` empty: a tier's default; ``tier`` ``*``: every tier at that
+    level. A field left None keeps its value; ``scopes`` replaces the user's scopes.
+    """
+
+    tenant: Name
+    operator: Name
+    tier: Short = "*"
+    user: Short = ""
+    kind: Short = ""
+    permission: Literal["allow", "flag", "deny"] | None = None
+    rate_per_minute: Annotated[int, Meta(ge=0, le=INT_MAX)] | None = None
+    scopes: list[Short] | None = None
+    reason: Text = ""
+
+
 class ProposeRequest(_Request, frozen=True, tag="propose"):
     """An agent's proposal from another process (``dirk mcp`` following this journal).
 
@@ -213,6 +246,8 @@ InboxRequest = (
     | GrantRequest
     | RevokeGrantRequest
     | VoteRequest
+    | DeclareTenantRequest
+    | ChangeTenantPolicyRequest
 )
 """Every request the inbox takes; ``type`` tells them apart."""
 
@@ -227,6 +262,8 @@ OperatorRequest = (
     | GrantRequest
     | RevokeGrantRequest
     | VoteRequest
+    | DeclareTenantRequest
+    | ChangeTenantPolicyRequest
 )
 """The requests an operator makes (each names its ``operator``); the others are agents'."""
 

@@ -209,6 +209,7 @@ class PolicyPack:
                     "impact": str(k.impact),
                     "schema": hashed_schema(k),
                     "source": _source(k),
+                    **_principal_marks(k),
                 }
                 for k in self.kinds
             },
@@ -465,3 +466,14 @@ def amount_of(amount: Amount, params: Any) -> Decimal | None:
     """Evaluate an amount declaration (a field or a pure function) on typed parameters."""
     value = getattr(params, amount) if isinstance(amount, str) else amount(params)
     return decimal_of(value)
+
+
+def _principal_marks(kind: type[Any]) -> dict[str, Any]:
+    """A kind's scopes and read-only mark, only when set: older packs keep their hashes."""
+    marks: dict[str, Any] = {}
+    scopes = getattr(kind, "scopes", ())
+    if scopes:
+        marks["scopes"] = list(scopes)
+    if getattr(kind, "read_only", False):
+        marks["read_only"] = True
+    return marks

@@ -27,6 +27,7 @@ from kernel.core.events import (
     Feedback,
     LimitAmended,
     Manifest,
+    OnBehalf,
     PackRef,
     ProposalRecord,
     RuleProposed,
@@ -126,6 +127,8 @@ class Open(msgspec.Struct, frozen=True, kw_only=True):
     traceparent: str = ""
     conversation_id: str = ""
     tool_call_id: str = ""
+    on_behalf: OnBehalf | None = None
+    """Whom the flow acts for (recorded on its FlowCreated; kernel.dim._principal)."""
 
 
 # --- to the DIM (the Decision Integrity Module) -------------------------------------

@@ -62,6 +62,8 @@ from kernel.core.events import (
     RuleDecided,
     RuleRetracted,
     SubmissionRefused,
+    TenantDeclared,
+    TenantPolicyChanged,
     TriggerFired,
     digest,
 )
@@ -76,6 +78,7 @@ from kernel.state.budgets import Budgets
 from kernel.state.domain import OMIT, D, Domain, DomainType, Fold, Saved, compose, same
 from kernel.state.grants import Grants
 from kernel.state.memory import Memory, MemoryState, Rules
+from kernel.state.principals import Principals
 from kernel.state.quorums import Quorums
 from kernel.state.records import AgentStatus as AgentStatus
 from kernel.state.records import AgentView as AgentView
@@ -96,15 +99,18 @@ DOMAINS: tuple[DomainType, ...] = (
     Quorums,
     Grants,
     Budgets,
+    Principals,
 )
 """The registered domains, in order: every Projections folds them, the DIM runs their
 checks in this order, the kernel builds their executors. Registering one is adding it here."""
 
-FOLD = 2
+FOLD = 3
 """The fold rules this kernel records in KernelStarted and applies from then on.
 
 1: every journal before them. 2: state kept per key is bounded (see MemoryState): an
 intent's idempotency record goes with its outcome, a flow tree's queries when it ends.
+3: the DIM's principal layer judges (kernel.dim._principal): a flow acts for someone;
+journals written under 1 or 2 re-judge without it, as their kernels did.
 A journal folds by the highest rules any kernel that opened it recorded, so an older
 journal keeps folding (and its checkpoints keep hashing) exactly as its kernel did."""
 
@@ -145,6 +151,8 @@ _INBOX_EVENTS: frozenset[type[Payload]] = frozenset(
         GrantIssued,
         GrantVoted,
         GrantRevoked,
+        TenantDeclared,
+        TenantPolicyChanged,
     }
 )
 # Flow events allowed in any status that never change it: the only ones a flow gets

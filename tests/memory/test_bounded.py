@@ -55,7 +55,7 @@ async def test_memory_kept_per_key_does_not_grow_with_the_flows_served(tmp_path:
     async with open_journal(path, readonly=True) as journal:
         events = await journal.read()
         [started] = [e.payload for e in events if isinstance(e.payload, KernelStarted)]
-        assert started.fold == FOLD == 2
+        assert started.fold == FOLD >= 2
         assert fold(e for e in events if e.seq <= last).digest() == live
         report = await verify_projections(journal)
         assert report.ok and report.checkpoints >= 2, report.problems
