@@ -1,16 +1,16 @@
 """Tenants at the MCP door: a caller bound to a tenant reads only that tenant's records.
 
-A caller's tenant is the one its door authenticated (a user token's tenant claim, or
-the tenant its token-file line binds it to), else the tenant of the kernel's default
-principal (``KernelConfig.principal``, beside a kernel). Rulebook namespaces are
+A caller's tenant is the one its door authenticated: a user token's tenant claim, or
+the tenant its token-file line binds it to. Rulebook namespaces are
 tenants: such a caller's namespace is its tenant's, and naming another is refused
 CROSS_TENANT, on record (``InputRefused``, entry ``mcp.<tool>``) beside a kernel. A
 flow is read only by a caller of the tenant it was opened for (``FlowCreated.on_behalf``);
 another tenant's flow is answered as unknown, so nothing of it leaks, and recorded.
 
-A caller with no tenant at all (a token-file line that binds none, a stdio server
-with no principal, over a kernel with no default principal) reads as before: a
-single-tenant deployment. Give each token a tenant to partition.
+A caller with no tenant (a token-file line that binds none, a stdio server) reads as
+before: a single-tenant deployment, whose proposals act for the kernel's default
+principal (``KernelConfig.principal``) or are refused PRINCIPAL_MISSING. Give each
+token a tenant to partition.
 """
 
 from __future__ import annotations
@@ -26,16 +26,9 @@ from kernel.state.rulebook import DEFAULT_NS
 
 
 def tenant_of(who: Principal, backend: Backend) -> str | None:
-    """The tenant ``who`` is confined to, or None (no tenant anywhere: unpartitioned)."""
-    if who.tenant is not None:
-        return who.tenant
-    if isinstance(backend, Embedded):
-        # The kernel's default principal (KernelConfig.principal), where it shows it.
-        config: Any = getattr(backend.kernel, "config", None)
-        default = getattr(config, "principal", None)
-        tenant = getattr(default, "tenant", None)
-        return tenant if isinstance(tenant, str) and tenant else None
-    return None
+    """The tenant ``who`` is confined to, or None (none authenticated: unpartitioned)."""
+    del backend  # the same for every backend: the door's word alone
+    return who.tenant
 
 
 async def refuse_cross_tenant(

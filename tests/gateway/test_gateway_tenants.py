@@ -55,12 +55,11 @@ async def test_the_tool_kind_declares_the_scopes_and_read_only(tmp_path: Path) -
 
 
 async def test_another_tenants_flow_is_unknown_to_wait_flow_and_recorded(tmp_path: Path) -> None:
-    bare = Principal(role="agent", name=AGENT)
-    async with gateway(scoped_config(tmp_path), tmp_path / "j.db", bare) as gw:
+    async with gateway(scoped_config(tmp_path), tmp_path / "j.db", caller(None)) as gw:
         async with Client(gw.server) as c:
             made = await c.call_tool("notes_add_note", {"text": "hi", "tag": "misc"})
-        assert made.structured_content is not None or made.meta is not None
-        dfid = (made.meta or {}).get("dirk/dfid") or (made.structured_content or {})["dfid"]
+        assert made.meta is not None and made.meta["dirk/verdict"] == "EXECUTED"
+        dfid = made.meta["dirk/dfid"]
         gw.server.identity = Identity(caller(None, tenant="globex"))  # the next caller
         async with Client(gw.server) as c:
             waited = await c.call_tool("wait_flow", {"dfid": dfid})

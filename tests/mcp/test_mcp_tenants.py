@@ -30,7 +30,7 @@ from mcp.client.streamable_http import streamable_http_client  # noqa: E402
 from mcp.shared._httpx_utils import create_mcp_http_client  # noqa: E402
 
 from kernel import Kernel  # noqa: E402
-from kernel.core.events import InputRefused  # noqa: E402
+from kernel.core.events import FlowCreated, InputRefused  # noqa: E402
 from kernel.core.events import Principal as User  # noqa: E402
 from kernel.mcp import Embedded, Identity, Principal, build_server  # noqa: E402
 from kernel.mcp._http import bound, coded_errors, http_auth, no_oauth, serve_http  # noqa: E402
@@ -177,18 +177,41 @@ def _unb64(text: str) -> bytes:
     return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
 
 
-async def test_a_flow_of_another_tenant_is_unknown_to_the_caller(tmp_path: Path) -> None:
-    """wait_flow and trace_provenance on another tenant's flow: UNKNOWN_FLOW, recorded."""
+async def test_a_users_proposal_is_on_its_flow_and_unknown_to_another_tenant(
+    tmp_path: Path,
+) -> None:
+    """The flow records whom it acts for; another tenant's wait_flow: UNKNOWN_FLOW, recorded."""
+    async with memory_kernel(tmp_path / "j.db") as kernel:
+        alice = Principal(role="agent", name="ide", on_behalf=ALICE)
+        async with Client(build_server(Embedded(kernel), Identity(alice))) as c:
+            fact = await answer(c, "add_fact", name="lang", value="python")
+            assert fact["verdict"] == "ACCEPTED"
+            assert (await answer(c, "wait_flow", dfid=fact["dfid"]))["verdict"] == "ACCEPTED"
+        [created] = await kernel.journal.read(dfid=fact["dfid"], types=["FlowCreated"])
+        assert isinstance(created.payload, FlowCreated)
+        assert created.payload.on_behalf is not None
+        assert created.payload.on_behalf.principal == ALICE
+        bob = Principal(role="agent", name="ide", on_behalf=BOB)
+        async with Client(build_server(Embedded(kernel), Identity(bob))) as c:
+            waited = await answer(c, "wait_flow", dfid=fact["dfid"])
+            assert waited["reason_code"] == "UNKNOWN_FLOW"
+            traced = await answer(c, "trace_provenance", seq=created.seq)
+            assert traced["reason_code"] == "UNKNOWN_FLOW"
+        recorded = await refusals(kernel)
+    assert [(r.entry, r.target) for r in recorded] == [
+        ("mcp.wait_flow", fact["dfid"]),
+        ("mcp.trace_provenance", fact["dfid"]),
+    ]
+
+
+async def test_a_caller_for_nobody_is_refused_principal_missing_on_record(tmp_path: Path) -> None:
+    """No user bound and no default principal: refused, never run as a service identity."""
     async with memory_kernel(tmp_path / "j.db") as kernel:
         bare = Principal(role="agent", name="ide")
         async with Client(build_server(Embedded(kernel), Identity(bare))) as c:
             fact = await answer(c, "add_fact", name="lang", value="python")
-        tenant = Principal(role="agent", name="ide", on_behalf=ALICE)
-        async with Client(build_server(Embedded(kernel), Identity(tenant))) as c:
-            waited = await answer(c, "wait_flow", dfid=fact["dfid"])
-            assert waited["reason_code"] == "UNKNOWN_FLOW"
-        [refused] = await refusals(kernel)
-    assert (refused.entry, refused.target) == ("mcp.wait_flow", fact["dfid"])
+        assert fact["verdict"] == "REJECTED" and fact["reason_code"] == "PRINCIPAL_MISSING"
+        assert await kernel.journal.read(types=["FactAdded"]) == []
 
 
 NAMES = st.sampled_from(["acme", "globex", "default", "initech", "acme2"])
