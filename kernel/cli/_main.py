@@ -44,6 +44,7 @@ from kernel.cli._read import (
     flows_matching,
     paged,
     positive,
+    principal_lines,
     print_table,
     say,
     select_flows,
@@ -355,6 +356,7 @@ async def _show(args: argparse.Namespace) -> int:
     say(f"DecisionFlow {dfid}")
     say(f"  trace {trace}")
     say(f"  agent {first.agent_id}, parent {first.parent_dfid or '-'}, started {_time(start)}")
+    say(*principal_lines(events))
     for event in events:
         offset = (event.ts - start) / 1e6
         say(f"  +{offset:9.3f} ms  #{event.seq:<6} {event.type:20} {_narrate(event)}")
