@@ -128,6 +128,8 @@ class Review:
     """What the approval's quorum waits for ("" without one)."""
     ballot: Ballot | None = None
     """Who voted, with which roles, and who may not vote."""
+    on_behalf: ev.OnBehalf | None = None
+    """Whom the flow acts for (None: a flow from before principals were recorded)."""
 
 
 def review(projections: Projections, events: list[Event]) -> Review | None:
@@ -166,6 +168,9 @@ def review(projections: Projections, events: list[Event]) -> Review | None:
         ],
         quorum=quorum_of(local, dfid),
         ballot=local.domain(Quorums).ballots.get(dfid),
+        on_behalf=next(
+            (e.payload.on_behalf for e in events if isinstance(e.payload, ev.FlowCreated)), None
+        ),
     )
 
 
