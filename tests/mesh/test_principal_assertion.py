@@ -8,6 +8,7 @@ refused on record (PRINCIPAL_INVALID, CROSS_TENANT), and the kernel runs on.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import msgspec
@@ -63,12 +64,12 @@ async def test_a_hosts_assertion_is_judged_only_when_it_verifies_and_names_the_f
             ctx = msgspec.json.decode(msg.data, type=WorkingContext)
             msg_id = f"{journal}:{ctx.dfid}:{ctx.attempt}"
             body = proposal_body(transfer()(ctx))
-            forged = [
-                (stranger.sign(ALICE, msg_id, body), "PRINCIPAL_INVALID"),  # not the host's key
-                (signer.sign(ALICE, msg_id, body + b" "), "PRINCIPAL_INVALID"),  # another body
-                (signer.sign(EVE, msg_id, body), "CROSS_TENANT"),  # another tenant's user
-                (signer.sign(CAROL, msg_id, body), "PRINCIPAL_INVALID"),  # another user
-                ("not.a.jws", "PRINCIPAL_INVALID"),
+            forged: list[tuple[Callable[[bytes], str], str]] = [
+                (lambda b: stranger.sign(ALICE, msg_id, b), "PRINCIPAL_INVALID"),  # not its key
+                (lambda b: signer.sign(ALICE, msg_id, b + b" "), "PRINCIPAL_INVALID"),  # lifted
+                (lambda b: signer.sign(EVE, msg_id, b), "CROSS_TENANT"),  # another tenant's
+                (lambda b: signer.sign(CAROL, msg_id, b), "PRINCIPAL_INVALID"),  # another user
+                (lambda b: "not.a.jws", "PRINCIPAL_INVALID"),
             ]
             for n, (assertion, _) in enumerate(forged):
                 signed = body + b" " * (n + 2)  # each its own message: none deduplicated
@@ -76,7 +77,7 @@ async def test_a_hosts_assertion_is_judged_only_when_it_verifies_and_names_the_f
                 headers = {
                     "Nats-Msg-Id": proposal_id(msg_id, signature),
                     SIGNATURE_HEADER: signature,
-                    PRINCIPAL_HEADER: assertion,
+                    PRINCIPAL_HEADER: assertion(signed),
                 }
                 await nc.jetstream().publish("dirk.proposals.clerk", signed, headers=headers)
             found = await refusals(kernel, len(forged), lambda r: r.field == PRINCIPAL_HEADER)
