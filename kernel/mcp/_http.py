@@ -93,15 +93,18 @@ def read_tokens(path: str | Path) -> dict[str, Principal]:
             )
         if token in tokens:
             raise TokenFileError(f"{path} line {number}: the same token twice")
-        user = _user_of(parts[2], name, path, number) if len(parts) == 3 else None
+        user = _user_of(parts[2:], name, path, number)
         tokens[token] = Principal(role=role, name=name, on_behalf=user)  # type: ignore[arg-type]
     if not tokens:
         raise TokenFileError(f"{path} names no principal")
     return tokens
 
 
-def _user_of(column: str, name: str, path: str | Path, number: int) -> OnBehalfOf:
-    tenant, _, user = column.partition("/")
+def _user_of(rest: list[str], name: str, path: str | Path, number: int) -> OnBehalfOf | None:
+    """The user a token-file line's third column binds its token to (None: no column)."""
+    if not rest:
+        return None
+    tenant, _, user = rest[0].partition("/")
     if not tenant or not user or id_problem(tenant) or id_problem(user):
         raise TokenFileError(f"{path} line {number}: the third column is TENANT/USER")
     return OnBehalfOf(tenant=tenant, user=user, vouched_by=f"mcp:{name}")
@@ -269,14 +272,19 @@ def _bearer_is_jwt(scope: Scope) -> bool:
     return False
 
 
+def _code_of(status: int, signed: bool) -> str:
+    """The reason code of a 4xx answer (``signed``: the request bore a user token)."""
+    if status == 401 and signed:
+        # A signed user token that did not verify: forged, expired, or another audience's.
+        return "PRINCIPAL_INVALID"
+    return "UNAUTHORIZED" if status in (401, 403, 421) else "SCHEMA_INVALID"
+
+
 async def _flush_coded(held: list[Message], send: Send, signed: bool = False) -> None:
     start, *bodies = held
     body = b"".join(m.get("body", b"") for m in bodies)
     status = start.get("status", 400)
-    code = "UNAUTHORIZED" if status in (401, 403, 421) else "SCHEMA_INVALID"
-    if status == 401 and signed:
-        # A signed user token that did not verify: forged, expired, or another audience's.
-        code = "PRINCIPAL_INVALID"
+    code = _code_of(status, signed)
     try:
         message = json.loads(body)
         error = message.get("error") if isinstance(message, dict) else None

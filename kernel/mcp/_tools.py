@@ -208,12 +208,16 @@ class Identity:
             user = principal_of(claims, self.users.config.tenant_claim, f"token:{kid}")
         except PrincipalInvalid as exc:
             raise ToolRefused(ReasonCode.PRINCIPAL_INVALID, exc.detail, "authorization") from None
+        return Principal(role="agent", name=self._agent_of(claims), on_behalf=user)
+
+    def _agent_of(self, claims: Mapping[str, Any]) -> str:
+        """The agent a verified user token calls as: its ``azp``, else ``token_agent``."""
         agent = claims.get("azp", self.token_agent) or self.token_agent
         if not isinstance(agent, str) or not agent or id_problem(agent) is not None:
             raise ToolRefused(
                 ReasonCode.PRINCIPAL_INVALID, "the user token names no agent (azp)", "authorization"
             )
-        return Principal(role="agent", name=agent[:128], on_behalf=user)
+        return agent[:128]
 
 
 def checked_text(value: Any, field: str, limit: int = 4096) -> str:

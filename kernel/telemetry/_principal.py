@@ -69,11 +69,7 @@ class PrincipalSpans(SpanProjector):
     def feed(self, events: Iterable[Event]) -> list[SpanRecord]:
         """Take events in seq order; return the ended spans' records, principals added."""
         batch = list(events)
-        for event in batch:
-            if event.dfid and isinstance(event.payload, FlowCreated):
-                attrs = principal_attrs(event.payload, self._key)
-                if attrs and not self.is_open(event.dfid):
-                    self._attrs[event.dfid] = attrs
+        self._learn(batch)
         records = super().feed(batch)
         for record in records:
             found = self._attrs.get(record.dfid)
@@ -82,3 +78,11 @@ class PrincipalSpans(SpanProjector):
         for dfid in [d for d in self._attrs if not self.is_open(d)]:
             del self._attrs[dfid]
         return records
+
+    def _learn(self, batch: list[Event]) -> None:
+        """Keep the principal of each flow ``batch`` opens."""
+        for event in batch:
+            if event.dfid and isinstance(event.payload, FlowCreated):
+                attrs = principal_attrs(event.payload, self._key)
+                if attrs and not self.is_open(event.dfid):
+                    self._attrs[event.dfid] = attrs
