@@ -46,6 +46,7 @@ from kernel.cli._read import (
     flows_matching,
     paged,
     positive,
+    principal_lines,
     print_table,
     say,
     select_flows,
@@ -400,6 +401,7 @@ async def _show(args: argparse.Namespace) -> int:
     say(f"DecisionFlow {dfid}")
     say(f"  trace {trace}")
     say(f"  agent {first.agent_id}, parent {first.parent_dfid or '-'}, started {_time(start)}")
+    say(*principal_lines(events))
     for event in events:
         words = readable(_narrate(event), args.currency)
         say(f"  {offset(event.ts - start):>14}  #{event.seq:<6} {event.type:20} {words}")

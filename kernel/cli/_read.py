@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 import msgspec
 
+from kernel.core.events import Event, FlowCreated
 from kernel.core.flow import FlowState, FlowStatus
 from kernel.core.reasons import CliError
 from kernel.core.wall import visible
@@ -43,6 +44,7 @@ __all__ = [
     "json_text",
     "paged",
     "positive",
+    "principal_lines",
     "print_json",
     "print_rows",
     "print_table",
@@ -356,3 +358,26 @@ def flows_matching(dfids: Iterable[str], wanted: str) -> list[str]:
         or dfid.replace("-", "").lower().startswith(bare)
         or f"{trace_id_for(dfid):032x}".startswith(bare)
     ]
+
+
+def principal_lines(events: Sequence[Event]) -> list[str]:
+    """Whom a flow acts for, as ``dirk show`` prints it: tenant, user, tier, chain.
+
+    A flow recorded before principals were (its ``FlowCreated`` has no ``on_behalf``)
+    says so rather than showing anyone.
+    """
+    created = next((e.payload for e in events if isinstance(e.payload, FlowCreated)), None)
+    behalf = created.on_behalf if created is not None else None
+    if behalf is None:
+        return ["  on behalf of: no principal recorded"]
+    who = behalf.principal
+    user = f"{who.user} <{who.email}>" if who.email else who.user
+    chain = " -> ".join(behalf.chain) if behalf.chain else "-"
+    lines = [
+        f"  on behalf of: {user}, tenant {who.tenant} (vouched by {who.vouched_by})",
+        f"  tier {behalf.tier}, chain {chain}"
+        + (f", delegation {behalf.delegation}" if behalf.delegation else ""),
+    ]
+    if who.scopes is not None:
+        lines.append(f"  scopes claimed: {' '.join(who.scopes) or '(none)'}")
+    return lines

@@ -133,6 +133,8 @@ class Review:
     """Who voted, with which roles, and who may not vote."""
     pack: str = ""
     """The pack and version whose verdict the flow's latest judgement names ("trading 0.4.0")."""
+    on_behalf: ev.OnBehalf | None = None
+    """Whom the flow acts for (None: a flow from before principals were recorded)."""
 
 
 def review(projections: Projections, events: list[Event]) -> Review | None:
@@ -175,6 +177,9 @@ def review(projections: Projections, events: list[Event]) -> Review | None:
         quorum=quorum_of(local, dfid),
         ballot=local.domain(Quorums).ballots.get(dfid),
         pack=judged_by(events, projections.packs.values()),
+        on_behalf=next(
+            (e.payload.on_behalf for e in events if isinstance(e.payload, ev.FlowCreated)), None
+        ),
     )
 
 

@@ -90,6 +90,11 @@ class ToolPolicy(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
         one_of: fields with the values allowed (CONSTRAINT_VIOLATION otherwise).
         limit: fields bounded by an agent's limit, by the limit's name (``[limits]``).
         approve_above: fields above whose amount a human approves (APPROVAL_REQUIRED).
+        scopes: the scopes a user needs to call the tool, all of them (the kind's
+            ``scopes``: the DIM checks them; tools/list shows a user only the tools its
+            token's scopes cover).
+        read_only: the tool changes nothing (the kind's ``read_only``: a tenant that fails
+            open lets such calls through while the journal's store is away).
     """
 
     impact: Literal["LOW_IMPACT", "HIGH_IMPACT"] = "HIGH_IMPACT"
@@ -98,6 +103,8 @@ class ToolPolicy(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
     one_of: dict[str, list[str | int | bool]] = {}
     limit: dict[str, str] = {}
     approve_above: dict[str, Amount] = {}
+    scopes: list[str] = []
+    read_only: bool = False
 
 
 class LimitDef(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):

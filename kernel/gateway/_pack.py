@@ -78,6 +78,7 @@ class Route(msgspec.Struct, frozen=True, kw_only=True):
         key_arg: the argument the idempotency key is passed in ("" for none).
         description: what the tool does (the upstream's words).
         input_schema: its JSON Schema to clients (without the idempotency key).
+        scopes: the scopes its kind requires (tools/list hides it from a user without them).
     """
 
     name: str
@@ -87,6 +88,7 @@ class Route(msgspec.Struct, frozen=True, kw_only=True):
     key_arg: str = ""
     description: str = ""
     input_schema: dict[str, Any] = {}
+    scopes: list[str] = []
 
 
 def gateway_pack(
@@ -138,6 +140,7 @@ def gateway_pack(
             key_arg=key_arg,
             description=info.description,
             input_schema=_shown_schema(info.input_schema, key_arg),
+            scopes=list(policy.scopes),
         )
         if route.name in routes:
             raise PackFailure(f"{kind_name}: two tools are named {route.name} to clients")
@@ -224,6 +227,8 @@ def _kind(name: str, info: ToolInfo, policy: ToolPolicy, key_arg: str) -> type[P
         "version": "1.0",
         "adapter": f"mcp.{name.partition('.')[0]}",
         "impact": Impact(policy.impact),
+        "scopes": tuple(policy.scopes),
+        "read_only": policy.read_only,
     }
     kind = msgspec.defstruct(
         "Upstream_" + _SAFE.sub("_", name).replace("-", "_"),

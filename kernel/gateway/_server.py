@@ -53,7 +53,8 @@ from kernel.core.wall import clip
 from kernel.gateway._config import GatewayConfig
 from kernel.gateway._pack import Route, ToolInfo, gateway_pack
 from kernel.gateway._upstream import Upstream, UpstreamExecutor
-from kernel.mcp import Identity, Principal, ToolRefused
+from kernel.mcp import Embedded, Identity, Principal, ToolRefused
+from kernel.mcp._tenancy import check_flow
 from kernel.policy import PolicyPack
 from kernel.policy.contracts import HandshakeRefused
 from kernel.registry import CONTRACT_VERSION
@@ -232,9 +233,14 @@ class GatewayServer(MCPServer[Any]):
             return ListToolsResult(tools=[])
         if who.role != "agent":
             return ListToolsResult(tools=[])
+        # A user whose token claims scopes sees only the tools they cover; the DIM still
+        # judges every call against the tenant's grants (a hidden tool called anyway is
+        # refused on record there).
+        claimed = who.on_behalf.scopes if who.on_behalf is not None else None
         tools = [
             Tool(name=r.name, description=r.description, input_schema=r.input_schema)
             for r in self.routes.values()
+            if claimed is None or set(r.scopes) <= set(claimed)
         ]
         return ListToolsResult(tools=[*tools, _WAIT_FLOW])
 
@@ -286,6 +292,9 @@ class GatewayServer(MCPServer[Any]):
         meta = getattr(ctx, "meta", None) or {}
         traceparent = meta.get(TRACEPARENT_META)
         await self._session(who.name)
+        # A call the door bound to a user is that user's; any other acts for the kernel's
+        # default principal (KernelConfig.principal), or is refused PRINCIPAL_MISSING.
+        behalf: dict[str, Any] = {} if who.on_behalf is None else {"principal": who.on_behalf}
         decision = await self.kernel.propose(
             who.name,
             kind,
@@ -296,6 +305,7 @@ class GatewayServer(MCPServer[Any]):
             # The client's span, when it says which (W3C trace context in ``_meta``).
             trace_context=traceparent if isinstance(traceparent, str) else None,
             tool_call_id=call_id,
+            **behalf,
         )
         return answer(decision)
 
@@ -369,6 +379,10 @@ class GatewayServer(MCPServer[Any]):
         if flow is None or flow.agent_id != who.name:
             # The same answer for another agent's flow: an agent learns nothing of others'.
             raise ToolRefused(CliError.UNKNOWN_FLOW, f"no open or recent flow {clip(dfid)}", "dfid")
+        reads = Embedded(self.kernel)
+        async with reads.reading() as view:
+            # Another tenant's flow: the same answer, and the attempt on record.
+            await check_flow(reads, view, who, "wait_flow", dfid, door="gateway")
         decision = await self.kernel.await_decision(dfid, float(min(timeout, MAX_WAIT_S)))
         return answer(decision)
 

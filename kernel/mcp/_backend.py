@@ -34,6 +34,7 @@ from kernel.core.events import (
     ContextCompiled,
     Manifest,
 )
+from kernel.core.events import Principal as OnBehalfOf
 from kernel.core.fetching import ArtifactSlice, FetchRefused
 from kernel.core.reasons import CliError, ReasonCode
 from kernel.core.wall import InputInvalid
@@ -78,11 +79,20 @@ class Embedded:
         yield View(journal=self.kernel.journal, projections=self.kernel.projections)
 
     async def propose(
-        self, agent_id: str, policy: dict[str, Any], explain: str, confidence: float
+        self,
+        agent_id: str,
+        policy: dict[str, Any],
+        explain: str,
+        confidence: float,
+        principal: OnBehalfOf | None = None,
     ) -> Settled:
         """Propose ``policy`` as ``agent_id`` (one flow, ``Kernel.propose``) and answer it,
-        with the artifacts its context referenced (what ``fetch_artifact`` may read)."""
-        answer = await self._propose(agent_id, policy, explain, confidence)
+        with the artifacts its context referenced (what ``fetch_artifact`` may read).
+
+        ``principal`` is the user the door authenticated for the call (None: the
+        kernel's default principal, if it has one, or PRINCIPAL_MISSING).
+        """
+        answer = await self._propose(agent_id, policy, explain, confidence, principal)
         shown: dict[str, str] = {}
         for event in await self.kernel.journal.read(dfid=answer.dfid, types=["ContextCompiled"]):
             if isinstance(event.payload, ContextCompiled):
@@ -92,17 +102,26 @@ class Embedded:
         return msgspec.structs.replace(answer, result={**answer.result, "artifacts": shown})
 
     async def _propose(
-        self, agent_id: str, policy: dict[str, Any], explain: str, confidence: float
+        self,
+        agent_id: str,
+        policy: dict[str, Any],
+        explain: str,
+        confidence: float,
+        principal: OnBehalfOf | None,
     ) -> Settled:
         await self._session(agent_id)
         params = dict(policy)
         kind = params.pop("kind", "")
+        # Only a call the door bound to a user names one: the others act for the kernel's
+        # default principal (KernelConfig.principal), as Kernel.propose decides.
+        behalf: dict[str, Any] = {} if principal is None else {"principal": principal}
         decision = await self.kernel.propose(
             agent_id,
             kind if isinstance(kind, str) else "",
             params,
             explain=explain,
             confidence=confidence,
+            **behalf,
         )
         code = str(decision.reason_code) if decision.reason_code is not None else None
         if not decision.dfid:

@@ -18,6 +18,7 @@ from kernel.core.events import (
     InputRefused,
     KernelStopped,
 )
+from kernel.core.events import Principal as OnBehalfOf
 from kernel.core.fetching import ArtifactSlice
 from kernel.core.flow import FlowStatus
 from kernel.core.keys import KeyUnusable
@@ -132,15 +133,29 @@ class Follower:
             raise ToolRefused(exc.reason_code, exc.detail, exc.field) from None
 
     async def propose(
-        self, agent_id: str, policy: dict[str, Any], explain: str, confidence: float
+        self,
+        agent_id: str,
+        policy: dict[str, Any],
+        explain: str,
+        confidence: float,
+        principal: OnBehalfOf | None = None,
     ) -> Settled:
         """Queue the proposal in the inbox; wait (up to ``wait_s``) for its flow to settle.
 
         The request is signed with the agent's own key. The kernel opens the flow when
         it takes the row, on the topic ``inbox.<agent>.<row id>``; until then, or past
         the wait, the answer is QUEUED with the row id, and the flow's verdict can be
-        read later (trace_provenance).
+        read later (trace_provenance). A call bound to a user is refused
+        (PRINCIPAL_MISSING): an inbox ``propose`` row carries no principal, and the
+        call must never run as another's.
         """
+        if principal is not None:
+            raise ToolRefused(
+                ReasonCode.PRINCIPAL_MISSING,
+                "a proposal for a user goes to a kernel beside this server (dirk mcp --kernel):"
+                " the inbox carries no principal",
+                "authorization",
+            )
         try:
             request = checked(
                 ProposeRequest(

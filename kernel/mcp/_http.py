@@ -17,7 +17,11 @@ OAuth anyway stops at its first request with that sentence to show.
 
 A token file has one principal per line, ``agent:ID TOKEN`` or
 ``operator:NAME TOKEN`` (blank lines and ``#`` comments ignored); a token is
-at least 16 characters.
+at least 16 characters. A third column, ``TENANT/USER``, binds the token to the
+user it acts for: its calls are that user's, in that tenant, vouched for by this
+server (``mcp:<name>``), and it reads that tenant's records only. With a
+:class:`kernel.identity.TokenVerifier`, a signed user token is a bearer token too:
+its subject is the user, its ``azp`` claim the agent (kernel.mcp._tools.Identity).
 
 Served with a certificate and key (:class:`kernel.core.hosts.TlsFiles`), the
 same app speaks HTTPS only: a bearer token never crosses a network readable.
@@ -36,9 +40,11 @@ from mcp.server.auth.provider import AccessToken
 from mcp.server.auth.settings import AuthSettings
 from pydantic import AnyHttpUrl
 
+from kernel.core.events import Principal as OnBehalfOf
 from kernel.core.hosts import TlsFiles
 from kernel.core.text import id_problem
-from kernel.mcp._backend import Principal
+from kernel.identity import TokenVerifier
+from kernel.mcp._backend import Principal, ToolRefused
 
 MIN_TOKEN = 16
 """The shortest token a token file may hold."""
@@ -71,9 +77,10 @@ def read_tokens(path: str | Path) -> dict[str, Principal]:
             continue
         parts = line.split()
         role, _, name = parts[0].partition(":") if parts else ("", "", "")
-        if len(parts) != 2 or role not in ("agent", "operator") or not name:
+        if len(parts) not in (2, 3) or role not in ("agent", "operator") or not name:
             raise TokenFileError(
-                f"{path} line {number}: want 'agent:ID TOKEN' or 'operator:NAME TOKEN'"
+                f"{path} line {number}: want 'agent:ID TOKEN [TENANT/USER]' or"
+                " 'operator:NAME TOKEN [TENANT/USER]'"
             )
         problem = id_problem(name)
         if problem is not None:
@@ -86,10 +93,21 @@ def read_tokens(path: str | Path) -> dict[str, Principal]:
             )
         if token in tokens:
             raise TokenFileError(f"{path} line {number}: the same token twice")
-        tokens[token] = Principal(role=role, name=name)  # type: ignore[arg-type]
+        user = _user_of(parts[2:], name, path, number)
+        tokens[token] = Principal(role=role, name=name, on_behalf=user)  # type: ignore[arg-type]
     if not tokens:
         raise TokenFileError(f"{path} names no principal")
     return tokens
+
+
+def _user_of(rest: list[str], name: str, path: str | Path, number: int) -> OnBehalfOf | None:
+    """The user a token-file line's third column binds its token to (None: no column)."""
+    if not rest:
+        return None
+    tenant, _, user = rest[0].partition("/")
+    if not tenant or not user or id_problem(tenant) or id_problem(user):
+        raise TokenFileError(f"{path} line {number}: the third column is TENANT/USER")
+    return OnBehalfOf(tenant=tenant, user=user, vouched_by=f"mcp:{name}")
 
 
 def principal_of(headers: Mapping[str, str], tokens: Mapping[str, Principal]) -> Principal | None:
@@ -109,21 +127,34 @@ class TokenFile:
     """The SDK's token verifier over a token file: a known token is its principal's access.
 
     The access token names the principal as ``client_id`` (``agent:ide``), its role
-    as the one scope, and this server's URL as the resource it was issued for.
+    as the one scope, and this server's URL as the resource it was issued for. With
+    ``users``, a signed user token that verifies is an agent's access too (its ``azp``).
 
     Args:
         tokens: the principals by token (:func:`read_tokens`).
         resource: this server's MCP URL, e.g. ``https://desk.example:8766/mcp``.
+        users: the verifier of signed user tokens, if the server takes them.
+        token_agent: the agent a user token without ``azp`` calls as.
     """
 
-    def __init__(self, tokens: Mapping[str, Principal], resource: str) -> None:
-        self._tokens = dict(tokens)
+    def __init__(
+        self,
+        tokens: Mapping[str, Principal],
+        resource: str,
+        *,
+        users: TokenVerifier | None = None,
+        token_agent: str = "",
+    ) -> None:
+        from kernel.mcp._tools import Identity
+
+        self._identity = Identity(tokens=tokens, users=users, token_agent=token_agent)
         self.resource = resource
 
     async def verify_token(self, token: str) -> AccessToken | None:
         """Return the access ``token`` gives, or None for a token this server never issued."""
-        principal = principal_of({"authorization": f"Bearer {token}"}, self._tokens)
-        if principal is None:
+        try:
+            principal = self._identity.of_token(token)
+        except ToolRefused:
             return None
         who = f"{principal.role}:{principal.name}"
         return AccessToken(
@@ -131,11 +162,18 @@ class TokenFile:
         )
 
 
-def http_auth(tokens: Mapping[str, Principal], resource: str) -> tuple[AuthSettings, TokenFile]:
+def http_auth(
+    tokens: Mapping[str, Principal],
+    resource: str,
+    *,
+    users: TokenVerifier | None = None,
+    token_agent: str = "",
+) -> tuple[AuthSettings, TokenFile]:
     """Return the SDK's auth settings and verifier for a server at ``resource`` with ``tokens``.
 
     The authority behind the tokens is the server itself (its origin): the operator
-    provisions them (``--token-file``), no OAuth server issues them.
+    provisions them (``--token-file``), no OAuth server issues them; user tokens
+    (``users``) come from the identity provider whose keys the verifier holds.
     """
     origin = resource.removesuffix("/mcp")
     settings = AuthSettings(
@@ -144,7 +182,7 @@ def http_auth(tokens: Mapping[str, Principal], resource: str) -> tuple[AuthSetti
         # TokenFile answers only for its own tokens, each issued for this resource.
         validate_token_resource=False,
     )
-    return settings, TokenFile(tokens, resource)
+    return settings, TokenFile(tokens, resource, users=users, token_agent=token_agent)
 
 
 _NO_OAUTH = (
@@ -200,12 +238,13 @@ def coded_errors(app: App) -> App:
             await app(scope, receive, send)
             return
         held: list[Message] = []
+        signed = _bearer_is_jwt(scope)
 
         async def sending(message: Message) -> None:
             if held:
                 held.append(message)
                 if message["type"] == "http.response.body" and not message.get("more_body"):
-                    await _flush_coded(held, send)
+                    await _flush_coded(held, send, signed)
                 return
             if message["type"] == "http.response.start" and _json_error(message):
                 held.append(message)
@@ -224,11 +263,28 @@ def _json_error(start: Message) -> bool:
     return headers.get(b"content-type", b"").startswith(b"application/json")
 
 
-async def _flush_coded(held: list[Message], send: Send) -> None:
+def _bearer_is_jwt(scope: Scope) -> bool:
+    """Whether the request's bearer token has a JWT's shape (three dot-separated parts)."""
+    for key, value in scope.get("headers", []):
+        if key.lower() == b"authorization":
+            scheme, _, token = value.partition(b" ")
+            return bool(scheme.lower() == b"bearer" and token.strip().count(b".") == 2)
+    return False
+
+
+def _code_of(status: int, signed: bool) -> str:
+    """The reason code of a 4xx answer (``signed``: the request bore a user token)."""
+    if status == 401 and signed:
+        # A signed user token that did not verify: forged, expired, or another audience's.
+        return "PRINCIPAL_INVALID"
+    return "UNAUTHORIZED" if status in (401, 403, 421) else "SCHEMA_INVALID"
+
+
+async def _flush_coded(held: list[Message], send: Send, signed: bool = False) -> None:
     start, *bodies = held
     body = b"".join(m.get("body", b"") for m in bodies)
     status = start.get("status", 400)
-    code = "UNAUTHORIZED" if status in (401, 403, 421) else "SCHEMA_INVALID"
+    code = _code_of(status, signed)
     try:
         message = json.loads(body)
         error = message.get("error") if isinstance(message, dict) else None

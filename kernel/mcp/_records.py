@@ -16,6 +16,9 @@ from kernel.core.events import (
     ExecutionSucceeded,
     ProposalRejected,
 )
+from kernel.core.events import (
+    Principal as OnBehalfOf,
+)
 from kernel.core.flow import FlowState, FlowStatus
 from kernel.journal.store import Journal
 from kernel.state.projections import Projections
@@ -24,10 +27,22 @@ Role = Literal["agent", "operator"]
 
 
 class Principal(msgspec.Struct, frozen=True, kw_only=True):
-    """Who calls a tool: an agent (by id) or an operator (by name)."""
+    """Who calls a tool: an agent (by id) or an operator (by name), and for whom.
+
+    ``on_behalf`` is the user the call acts for, as the door authenticated it: a
+    verified user token's subject, or the user and tenant the token file binds the
+    agent's token to. None: the server was given no user for this caller (a token
+    file line without one, stdio), and the kernel's default principal, if any, applies.
+    """
 
     role: Role
     name: str
+    on_behalf: OnBehalfOf | None = None
+
+    @property
+    def tenant(self) -> str | None:
+        """The tenant this caller is confined to (None: none was authenticated)."""
+        return self.on_behalf.tenant if self.on_behalf is not None else None
 
 
 class ToolRefused(Exception):

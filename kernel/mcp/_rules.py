@@ -20,6 +20,7 @@ from kernel.core.events import RuleDecided, RuleProposed, RuleRetracted
 from kernel.core.reasons import CliError, ReasonCode
 from kernel.journal.store import Journal
 from kernel.mcp._backend import Backend, Principal, RuleAct, ToolRefused
+from kernel.mcp._tenancy import rule_space, tenant_of
 from kernel.mcp._tools import (
     ACT,
     MAX_RESULTS,
@@ -68,7 +69,12 @@ async def watch_rules(bus: SubscriptionBus, journal: Journal) -> None:
 
 
 def add_rulebook(server: MCPServer[Any], tool: Callable[..., Register], backend: Backend) -> None:
-    """Add the rulebook's tools, resources and prompt to ``server``."""
+    """Add the rulebook's tools, resources and prompt to ``server``.
+
+    A tool's caller reads its tenant's namespace only (kernel.mcp._tenancy). The
+    resources and the prompt, which the SDK calls with no caller, show the default
+    namespace only, as they always did.
+    """
     # --- the rulebook ----------------------------------------------------------------
 
     @tool(None, title="Search the rules", hints=READ)
@@ -81,7 +87,7 @@ def add_rulebook(server: MCPServer[Any], tool: Callable[..., Register], backend:
             ns: the rule namespace (a tenant or team); "default" unless given.
         """
         query, count = checked_text(q, "q"), min(checked_seq(k, "k"), MAX_RESULTS)
-        space = checked_text(ns, "ns", 256)
+        space = await rule_space(backend, who, "search_rules", checked_text(ns, "ns", 256))
         async with backend.reading() as view:
             found = select(view.projections.memory.rulebook, query, count, ns=space)
         return Answer(verdict="OK", result={"rules": [shown_item(r) for r in found], "ns": space})
@@ -100,7 +106,7 @@ def add_rulebook(server: MCPServer[Any], tool: Callable[..., Register], backend:
             ns: the rule namespace (a tenant or team); "default" unless given.
         """
         query, count = checked_text(prompt, "prompt"), min(checked_seq(k, "k"), MAX_RESULTS)
-        space = checked_text(ns, "ns", 256)
+        space = await rule_space(backend, who, "compile_memory", checked_text(ns, "ns", 256))
         async with backend.reading() as view:
             head = view.journal.head_seq
             last = await view.journal.read(head, head + 1) if head else []
@@ -123,7 +129,7 @@ def add_rulebook(server: MCPServer[Any], tool: Callable[..., Register], backend:
             ns: the rule namespace (a tenant or team); "default" unless given.
         """
         rule = checked_text(item_id, "item_id", 256)
-        space = checked_text(ns, "ns", 256)
+        space = await rule_space(backend, who, "get_rule", checked_text(ns, "ns", 256))
         async with backend.reading() as view:
             item = view.projections.memory.rulebook.item(rule, space)
         current = item.current if item is not None else None
@@ -140,7 +146,7 @@ def add_rulebook(server: MCPServer[Any], tool: Callable[..., Register], backend:
             ns: the rule namespace (a tenant or team); "default" unless given.
         """
         rule = checked_text(item_id, "item_id", 256)
-        space = checked_text(ns, "ns", 256)
+        space = await rule_space(backend, who, "why", checked_text(ns, "ns", 256))
         async with backend.reading() as view:
             events = await view.journal.read(types=["RuleProposed", "RuleDecided", "RuleRetracted"])
         item = history(events).item(rule, space)
@@ -182,6 +188,8 @@ def add_rulebook(server: MCPServer[Any], tool: Callable[..., Register], backend:
             ns: list only this rule namespace's proposals (every namespace unless given).
         """
         space = None if ns is None else checked_text(ns, "ns", 256)
+        if space is not None or tenant_of(who, backend) is not None:
+            space = await rule_space(backend, who, "admin_list_proposals", space)
         async with backend.reading() as view:
             pending = sorted(view.projections.memory.rulebook.pending.items())
         if space is not None:
@@ -249,7 +257,7 @@ def add_rulebook(server: MCPServer[Any], tool: Callable[..., Register], backend:
             who,
             "add",
             reason,
-            ns=checked_text(ns, "ns", 256),
+            ns=await rule_space(backend, who, "admin_create_rule", checked_text(ns, "ns", 256)),
             rule=checked_text(item_id, "item_id", 256),
             title=checked_text(title, "title"),
             content=checked_text(content, "content", 32 * 1024),
@@ -277,7 +285,7 @@ def add_rulebook(server: MCPServer[Any], tool: Callable[..., Register], backend:
             ns: the rule namespace (a tenant or team); "default" unless given.
         """
         rule = checked_text(item_id, "item_id", 256)
-        space = checked_text(ns, "ns", 256)
+        space = await rule_space(backend, who, "admin_update_rule", checked_text(ns, "ns", 256))
         async with backend.reading() as view:
             item = view.projections.memory.rulebook.item(rule, space)
         if item is None or item.current is None:
@@ -304,7 +312,8 @@ def add_rulebook(server: MCPServer[Any], tool: Callable[..., Register], backend:
             reason: why, in words (recorded).
             ns: the rule namespace (a tenant or team); "default" unless given.
         """
-        rule, space = checked_text(item_id, "item_id", 256), checked_text(ns, "ns", 256)
+        rule = checked_text(item_id, "item_id", 256)
+        space = await rule_space(backend, who, "admin_delete_rule", checked_text(ns, "ns", 256))
         return await rule_act(who, "retract", reason, rule=rule, ns=space)
 
     # --- resources and the prompt ----------------------------------------------------

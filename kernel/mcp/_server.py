@@ -28,6 +28,7 @@ from kernel.core.flow import FlowState, FlowStatus
 from kernel.core.reasons import CliError, ReasonCode
 from kernel.mcp._backend import Backend, Embedded, Principal, Settled, ToolRefused, settled
 from kernel.mcp._rules import add_rulebook
+from kernel.mcp._tenancy import check_flow, rule_space
 from kernel.mcp._tools import (
     ACT,
     EFFECT,
@@ -99,7 +100,7 @@ def build_server(
     tool = registrar(server, identity)
 
     async def proposed(who: Principal, policy: dict[str, Any], explain: Any, conf: Any) -> Answer:
-        settled: Settled = await backend.propose(who.name, policy, explain, conf)
+        settled: Settled = await backend.propose(who.name, policy, explain, conf, who.on_behalf)
         return Answer(**msgspec.to_builtins(settled))
 
     # --- agent tools: every write a proposal -----------------------------------------
@@ -242,10 +243,11 @@ def build_server(
             max_facts: show at most this many facts (default: all, up to 100).
         """
         limit = None if max_facts is None else checked_seq(max_facts, "max_facts")
+        space = await rule_space(backend, who, "get_memory_context", None)
         async with backend.reading() as view:
             memory = view.projections.memory
             result = memory.view(limit)
-            result["rules"] = [shown_item(r) for r in memory.rulebook.current()[:MAX_RESULTS]]
+            result["rules"] = [shown_item(r) for r in memory.rulebook.current(space)[:MAX_RESULTS]]
             result["as_of"] = view.projections.last_seq
         return Answer(verdict="OK", result=result)
 
@@ -268,6 +270,8 @@ def build_server(
             if not found:
                 raise ToolRefused(CliError.UNKNOWN_SEQ, f"no event #{at}", "seq")
             event = found[0]
+            if event.dfid:
+                await check_flow(backend, view, who, "trace_provenance", event.dfid)
             flow = await view.journal.flow_events(event.dfid) if event.dfid else []
         result: dict[str, Any] = {
             "seq": event.seq,
@@ -379,6 +383,8 @@ def build_server(
         if who.role == "agent" and flow.agent_id != who.name:
             # The same answer as an unknown flow: an agent learns nothing of others' flows.
             raise ToolRefused(CliError.UNKNOWN_FLOW, f"no open or recent flow {key}", "dfid")
+        async with backend.reading() as view:
+            await check_flow(backend, view, who, "wait_flow", key)
         return flow
 
     async def _wait_end(key: str, who: Principal, bounded: float) -> FlowState:

@@ -74,6 +74,7 @@ from kernel.mesh._executor import (
     serve_executor,
     sign_result,
 )
+from kernel.mesh._principal import PRINCIPAL_HEADER
 from kernel.mesh._protocol import (
     ARTIFACT_PREFIX,
     FETCHED_DECODER,
@@ -127,6 +128,7 @@ __all__ = [
     "HANDSHAKE_PREFIX",
     "INTENT_STREAM",
     "KERNEL_INBOX",
+    "PRINCIPAL_HEADER",
     "PROPOSAL_STREAM",
     "RESULT_STREAM",
     "RETRY_S",

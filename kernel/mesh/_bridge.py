@@ -33,6 +33,7 @@ from kernel.core.events import Draft, Feedback, InputRefused, Manifest
 from kernel.core.fetching import FetchRefused
 from kernel.core.reasons import ReasonCode
 from kernel.mesh._executor import RemoteAdapter
+from kernel.mesh._principal import PRINCIPAL_HEADER, assertion_problem
 from kernel.mesh._protocol import (
     ARTIFACT_PREFIX,
     FETCH_DECODER,
@@ -459,6 +460,15 @@ class Mesh:
         # A message that is not its session's is submitted under no token: the DIM
         # refuses it (INVALID_SESSION) and records the refusal.
         token = held.session.token if authentic and held is not None else ""
+        if token and held is not None and PRINCIPAL_HEADER in headers:
+            vouched = headers[PRINCIPAL_HEADER]
+            found = await assertion_problem(
+                self.kernel.journal, agent_id, held.key, work, msg.data, vouched
+            )
+            if found is not None:
+                await self.refuse("bus.proposal", PRINCIPAL_HEADER, found[1], msg_id, found[0])
+                await msg.term()
+                return
         verdict = await self._record(token, dfid, attempt, msg.data)
         body = msgspec.json.encode(verdict)
         out = {"Nats-Msg-Id": f"{msg_id}:{msg.metadata.sequence.stream}"}

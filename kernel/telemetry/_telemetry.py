@@ -30,8 +30,8 @@ from kernel.journal.store import Journal
 from kernel.telemetry._clock import SpanClock, SpanTime, span_time_from_env
 from kernel.telemetry._metrics import FlowMetrics, host_meter_provider, meter_provider_from_env
 from kernel.telemetry._otlp import ExporterUnavailable, configure_exporter, resource_from_env
+from kernel.telemetry._principal import PrincipalSpans, user_key_from_env
 from kernel.telemetry._project import SpanRecord
-from kernel.telemetry._projector import SpanProjector
 from kernel.telemetry._ship import SHUT_DOWN, SpanShipper
 from kernel.telemetry._sink import Collector, DirectSink, SpanSink
 
@@ -106,6 +106,8 @@ class Telemetry:
         drain_s: how long the kernel's close waits for the exporter to take the spans of
             what it has not exported yet (``DIRK_SPAN_DRAIN_S`` in :meth:`from_env`); what
             is left then is counted and logged, and ``dirk traces export`` can send it.
+        user_key: the key that pseudonymises ``user.id`` on spans (``DIRK_SPAN_USER_KEY``
+            in :meth:`from_env`; None: the user's id as recorded). Never put on a span.
     """
 
     def __init__(
@@ -119,6 +121,7 @@ class Telemetry:
         owns_meter: bool = True,
         span_time: SpanTime = "auto",
         drain_s: float = _DRAIN_S,
+        user_key: bytes | None = None,
     ) -> None:
         self._span_clock = SpanClock(span_time)
         if not 0 <= drain_s < math.inf:
@@ -143,7 +146,8 @@ class Telemetry:
             self._sink = DirectSink(_provider(processor, resource, sampler), processor)
         if self._sink is not None and not self._sink.enabled:
             self._sink = None
-        self._projector = SpanProjector()
+        # Spans carry their flow's user and tenant; ``user_key`` pseudonymises the user.
+        self._projector = PrincipalSpans(user_key)
 
     @classmethod
     def from_provider(
@@ -157,7 +161,11 @@ class Telemetry:
 
         ``span_time`` None: as ``DIRK_SPAN_TIME`` in ``env`` says (default "auto").
         """
-        return cls(provider=provider, span_time=span_time or span_time_from_env(env))
+        return cls(
+            provider=provider,
+            span_time=span_time or span_time_from_env(env),
+            user_key=user_key_from_env(env),
+        )
 
     @classmethod
     def from_env(
@@ -170,11 +178,16 @@ class Telemetry:
         ``DIRK_SPAN_TIME`` in ``env`` says (default "auto").
         """
         span_time = span_time or span_time_from_env(env)
+        key = user_key_from_env(env)
         host = trace.get_tracer_provider()
         host_meter = host_meter_provider()
         if isinstance(host, TracerProvider):
             return cls(
-                provider=host, meter_provider=host_meter, owns_meter=False, span_time=span_time
+                provider=host,
+                meter_provider=host_meter,
+                owns_meter=False,
+                span_time=span_time,
+                user_key=key,
             )
         resource = resource_from_env(env)
         drain_s = _drain_from_env(env)
@@ -186,7 +199,9 @@ class Telemetry:
             _log.error("span export is off: %s", exc)
             processor = None
         if processor is None:
-            return cls(None, meter_provider=meter, owns_meter=owns_meter, span_time=span_time)
+            return cls(
+                None, meter_provider=meter, owns_meter=owns_meter, span_time=span_time, user_key=key
+            )
         return cls(
             processor,
             resource=resource,
@@ -194,6 +209,7 @@ class Telemetry:
             owns_meter=owns_meter,
             span_time=span_time,
             drain_s=drain_s,
+            user_key=key,
         )
 
     @property
