@@ -17,6 +17,7 @@ from kernel import FlowStatus, Kernel, KernelConfig, Manifest, open_kernel
 from kernel.adapters import ExecutionIntent, Receipt
 from kernel.config import Ports
 from kernel.core import events as ev
+from kernel.core.reasons import ReasonCode
 from kernel.frameworks import Gate
 from kernel.testing import ManualClock, SeededIds, action_of
 from policies.booking import BOOKING
@@ -96,3 +97,25 @@ async def created(kernel: Kernel, dfid: str) -> ev.FlowCreated:
     [event] = await kernel.journal.read(dfid=dfid, types=["FlowCreated"])
     assert isinstance(event.payload, ev.FlowCreated)
     return event.payload
+
+
+async def proposals(kernel: Kernel) -> int:
+    """The calls that reached the kernel: each opened a flow or was refused at the boundary.
+
+    The governor's record of a stop on the conversation's flow (a SubmissionRefused in
+    the tripping call's batch) is not a call; a refusal of a later call is, and says
+    ``start a new conversation``.
+    """
+    events = await kernel.journal.read(types=["FlowCreated", "SubmissionRefused"])
+    return sum(
+        1
+        for event in events
+        if not isinstance(event.payload, ev.SubmissionRefused)
+        or event.payload.reason_code is not ReasonCode.REASONING_EXHAUSTION
+        or event.payload.detail.endswith("start a new conversation")
+    )
+
+
+async def suspend(kernel: Kernel, agent_id: str = AGENT) -> None:
+    """Suspend ``agent_id``, as the operator ana."""
+    await kernel.set_agent_status(agent_id, "SUSPENDED", operator="ana", reason="stop it")
