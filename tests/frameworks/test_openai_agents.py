@@ -10,12 +10,12 @@ import pytest
 pytest.importorskip("agents")
 
 from agents import Agent, Runner, RunState, set_tracing_disabled
-from agents.testing import ModelCall, ModelStep, ScriptedModel, assistant_message, function_call
 from agents.exceptions import ToolInputGuardrailTripwireTriggered
+from agents.testing import ModelCall, ModelStep, ScriptedModel, assistant_message, function_call
 from opentelemetry.sdk.trace import TracerProvider
 
-from kernel.frameworks import Gate
 from kernel.core.reasons import ReasonCode
+from kernel.frameworks import Gate
 from kernel.frameworks.openai_agents import governed_tools, settle, stop_of
 from tests.frameworks.support import (
     AGENT,

@@ -18,8 +18,9 @@ from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCall
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.models.instrumented import InstrumentationSettings
 
+from kernel.core.reasons import ReasonCode
 from kernel.frameworks import Gate
-from kernel.frameworks.pydantic_ai import governed_toolset, settle
+from kernel.frameworks.pydantic_ai import RunStopped, governed_toolset, settle
 from tests.frameworks.support import (
     OVER_LIMIT,
     SCRIPT,
@@ -28,6 +29,8 @@ from tests.frameworks.support import (
     approve_all,
     booking_kernel,
     created,
+    proposals,
+    suspend,
 )
 
 
@@ -86,12 +89,24 @@ async def test_four_rooms_refusals_reach_the_model_and_the_approval_resumes_once
         assert [c.params["nightly_rate_cents"] for c in hotel.calls] == [10_000, 50_000]
 
 
-async def test_25_identical_over_limit_calls_trip_the_governor(tmp_path: Path) -> None:
+async def test_a_looping_agent_stops_when_the_governor_trips(tmp_path: Path) -> None:
     seen: list[list[str]] = []
     async with booking_kernel(tmp_path / "j.db", Hotel(), max_attempts=3) as gate:
-        await booker(gate, [OVER_LIMIT] * 25, seen).run("book", conversation_id="loop")
-        codes = [out.split(":")[0] for out in seen[-1]]
-        assert codes == ["REFUSED RISK_LIMIT_EXCEEDED"] * 2 + ["REFUSED REASONING_EXHAUSTION"] * 23
+        with pytest.raises(RunStopped) as raised:
+            await booker(gate, [OVER_LIMIT] * 25, seen).run("book", conversation_id="loop")
+        assert raised.value.reason_code is ReasonCode.REASONING_EXHAUSTION
+        assert len(seen) == 3  # the model was asked three times, and not after the stop
+        assert await proposals(gate.kernel) == 3
+
+
+async def test_a_suspended_agents_run_stops_on_its_first_call(tmp_path: Path) -> None:
+    seen: list[list[str]] = []
+    async with booking_kernel(tmp_path / "j.db", Hotel()) as gate:
+        await suspend(gate.kernel)
+        with pytest.raises(RunStopped) as raised:
+            await booker(gate, [OVER_LIMIT] * 5, seen).run("book", conversation_id="s")
+        assert raised.value.reason_code is ReasonCode.AGENT_SUSPENDED
+        assert len(seen) == 1  # one call, refused at the session (no flow): then the stop
 
 
 async def test_the_tool_span_is_the_flows_parent(tmp_path: Path) -> None:
