@@ -144,7 +144,7 @@ class EscalationDesk:
 
     def _charge(self, flow: FlowState, out: Outbox, *, staged: bool) -> None:
         """Spend one escalation of the agent's budget; demote and abort when it is empty."""
-        bucket = self._policy.budget
+        bucket = self._budget(flow)
         if bucket is None or flow.pending is not None:
             # An intent of unknown outcome waits for a human whatever the budget says.
             return
@@ -182,6 +182,14 @@ class EscalationDesk:
             FlowAborted(reason_code=ReasonCode.ESCALATION_BUDGET_EXHAUSTED, detail=detail),
             dfid=flow.dfid,
         )
+
+    def _budget(self, flow: FlowState) -> EscalationBudget | None:
+        """The budget ``flow`` spends: its pack's when the pack sets one, else the kernel's."""
+        kind = flow.proposal.kind if flow.proposal is not None else None
+        pack = self._catalog.pack_of.get(kind) if kind is not None else None
+        if pack is not None and pack.escalation_budget is not None:
+            return pack.escalation_budget
+        return self._policy.budget
 
     def _tick(self, out: Outbox) -> None:
         now = self._clock.now_ns()

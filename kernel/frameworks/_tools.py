@@ -17,7 +17,9 @@ from opentelemetry import context as otel_context
 
 from kernel.api import Kernel
 from kernel.api.decisions import Decision, DecisionVerdict
+from kernel.core.events import AgentStatusChanged
 from kernel.core.reasons import ReasonCode
+from kernel.escalation import KERNEL_OPERATOR
 from kernel.policy import OneOf, PolicyKind, PolicyPack, Range
 from kernel.policy.kinds import kind_name
 
@@ -251,6 +253,32 @@ class Gate:
             trace_context=otel_context.get_current(),
             tool_call_id=tool_call_id,
         )
+        if decision.reason_code is ReasonCode.AGENT_PASSIVE:
+            decision = await self._demotion(decision)
         if stops(decision):
             self._stopped[conversation] = decision
         return decision
+
+    async def _demotion(self, passive: Decision) -> Decision:
+        """Say why the agent is PASSIVE when the kernel demoted it for escalating too often.
+
+        The refusal is AGENT_PASSIVE whoever set the status; a framework (and the
+        person reading its run) needs to know that the agent's escalation budget was
+        spent, and that an operator restores it: the demotion's own reason code,
+        ESCALATION_BUDGET_EXHAUSTED, with the kernel's recorded reason.
+        """
+        changes = await self.kernel.journal.read(types=["AgentStatusChanged"])
+        mine = [e.payload for e in changes if e.agent_id == self.agent_id]
+        last = mine[-1] if mine else None
+        code = ReasonCode.ESCALATION_BUDGET_EXHAUSTED
+        if not (
+            isinstance(last, AgentStatusChanged)
+            and last.operator == KERNEL_OPERATOR
+            and last.reason.startswith(str(code))
+        ):
+            return passive
+        detail = (
+            f"agent {self.agent_id} was demoted to PASSIVE ({last.reason}); an operator sets it"
+            f" ACTIVE again (dirk agent {self.agent_id} --set ACTIVE)"
+        )
+        return msgspec.structs.replace(passive, reason_code=code, detail=detail[:500])

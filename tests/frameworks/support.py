@@ -19,6 +19,7 @@ from kernel.config import Ports
 from kernel.core import events as ev
 from kernel.core.reasons import ReasonCode
 from kernel.frameworks import Gate
+from kernel.policy import PolicyPack
 from kernel.testing import ManualClock, SeededIds, action_of
 from policies.booking import BOOKING
 from tests.support.principals import LOCAL
@@ -60,11 +61,13 @@ SCRIPT: list[dict[str, Any]] = [CHEAP, OVER_LIMIT, NO_SUCH_ROOM, REVISED]
 
 
 @asynccontextmanager
-async def booking_kernel(path: Path, hotel: Hotel, *, max_attempts: int = 5) -> AsyncIterator[Gate]:
-    """A kernel with the booking pack, the booker's session, and its gate."""
+async def booking_kernel(
+    path: Path, hotel: Hotel, *, max_attempts: int = 5, pack: PolicyPack = BOOKING
+) -> AsyncIterator[Gate]:
+    """A kernel with the booking pack (or ``pack``, a variant), the booker's session, its gate."""
     config = KernelConfig(principal=LOCAL, ports=Ports(clock=ManualClock(), ids=SeededIds(29)))
     async with open_kernel(
-        path, packs=[BOOKING], adapters={"hotel": hotel}, allow=[AGENT], config=config
+        path, packs=[pack], adapters={"hotel": hotel}, allow=[AGENT], config=config
     ) as kernel:
         await kernel.handshake(
             Manifest(
