@@ -33,12 +33,13 @@ from kernel.policy.contracts import (
     Verdict,
     WorkingContext,
 )
+from kernel.policy.escalations import EscalationBudget
 from kernel.policy.packs import PackError
 from kernel.proofs.signing import Signing, write_signing_key
 from kernel.registry import credential_verifier
 from kernel.runtime.messages import Decision as HumanDecision
 from kernel.state.amendments import AmendmentInvalid
-from kernel.state.approvals import Approval, ApprovalStatus, EscalationBudget
+from kernel.state.approvals import Approval, ApprovalStatus
 from kernel.state.projections import AgentStatus
 from kernel.state.rulebook import LexicalSearch, RuleNotPending, RuleSearch
 

@@ -41,6 +41,7 @@ from kernel.core.flow import RESOLVE_WORDS, FlowState, FlowStatus
 from kernel.core.ports import Clock
 from kernel.core.reasons import ReasonCode
 from kernel.policy.contracts import Outcome, Verdict
+from kernel.policy.escalations import EscalationBudget
 from kernel.policy.packs import PolicyCatalog
 from kernel.policy.quorums import eligible, tally
 from kernel.policy.quorums import waiting as waiting_text
@@ -63,7 +64,6 @@ from kernel.state.approvals import (
     REJECT_WORDS,
     Approval,
     ApprovalStatus,
-    EscalationBudget,
     escalated_event,
     over_budget,
     reconcile_problem,
