@@ -9,8 +9,9 @@ is and said so.
 from __future__ import annotations
 
 import argparse
-import os
 from typing import Any
+
+import anyio
 
 from kernel.cli._read import say
 from kernel.core.reasons import ExitCode
@@ -27,7 +28,7 @@ def add_commands(commands: Any) -> None:
 
 async def _init(args: argparse.Namespace) -> int:
     path = args.new_db
-    existed = os.path.exists(path)
+    existed = await anyio.Path(path).exists()
     async with open_journal(path) as journal:  # opening creates; an existing one is checked
         events = await journal.read(limit=1)
     if existed:
