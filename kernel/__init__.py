@@ -12,6 +12,7 @@ authors :mod:`agents_sdk`.
 """
 
 from kernel.api import Kernel
+from kernel.api.approving import action_hash
 from kernel.api.decisions import Decision, DecisionVerdict
 from kernel.boot import open_kernel
 from kernel.config import KernelConfig, Limits, Ports, Storage, Supervision
@@ -91,6 +92,7 @@ __all__ = [
     "SystemClock",
     "Verdict",
     "WorkingContext",
+    "action_hash",
     "credential_verifier",
     "open_kernel",
     "write_signing_key",

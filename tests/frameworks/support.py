@@ -13,14 +13,14 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-from kernel import FlowStatus, Kernel, KernelConfig, Manifest, open_kernel
+from kernel import FlowStatus, Kernel, KernelConfig, Manifest, action_hash, open_kernel
 from kernel.adapters import ExecutionIntent, Receipt
 from kernel.config import Ports
 from kernel.core import events as ev
 from kernel.core.reasons import ReasonCode
 from kernel.frameworks import Gate
 from kernel.policy import PolicyPack
-from kernel.testing import ManualClock, SeededIds, action_of
+from kernel.testing import ManualClock, SeededIds
 from policies.booking import BOOKING
 from tests.support.principals import LOCAL
 
@@ -89,7 +89,7 @@ async def approve_all(kernel: Kernel) -> list[str]:
             "approve",
             operator="ana",
             reason="fits the trip",
-            action_hash=action_of(kernel, dfid),
+            action_hash=action_hash(kernel, dfid),
         )
         await kernel.await_decision(dfid)
     return waiting

@@ -13,6 +13,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from kernel import action_hash
 from kernel.api.decisions import Decision, DecisionVerdict
 from kernel.core.reasons import ReasonCode
 from kernel.frameworks import STOPS, stops
@@ -113,3 +114,17 @@ async def test_an_operators_passive_stays_agent_passive(tmp_path: Path) -> None:
         await gate.kernel.set_agent_status("booker", "PASSIVE", operator="ana", reason="audit")
         said = await gate.call(TOOL, CHEAP, conversation="c", tool_call_id="t1")
         assert said.reason_code is ReasonCode.AGENT_PASSIVE and stops(said)
+
+
+async def test_the_public_action_hash_approves_in_process(tmp_path: Path) -> None:
+    async with booking_kernel(tmp_path / "j.db", Hotel()) as gate:
+        asked = await gate.call(TOOL, REVISED, conversation="a", tool_call_id="t")
+        cheap = await gate.call(TOOL, CHEAP, conversation="b", tool_call_id="t")
+        assert action_hash(gate.kernel, cheap.dfid) is None  # executed: nothing waits
+        bound = action_hash(gate.kernel, asked.dfid)
+        assert bound is not None
+        await gate.kernel.decide(
+            asked.dfid, "approve", operator="ana", reason="ok", action_hash=bound
+        )
+        done = await gate.kernel.await_decision(asked.dfid)
+        assert done.verdict is DecisionVerdict.EXECUTED
