@@ -22,11 +22,10 @@ from typing import Any
 
 import anyio
 
-from kernel import FlowStatus, Kernel, KernelConfig, Manifest, Principal, open_kernel
+from kernel import FlowStatus, Kernel, KernelConfig, Manifest, Principal, action_hash, open_kernel
 from kernel.adapters import ExecutionIntent, Receipt
 from kernel.audit import redact
 from kernel.frameworks import Gate
-from kernel.testing import action_of
 from policies.booking import BOOKING
 
 # This host vouches for one local user: every flow it opens acts on their behalf
@@ -109,7 +108,7 @@ async def operator_approves(kernel: Kernel) -> list[str]:
             "approve",
             operator="ana",
             reason="the offsite is budgeted",
-            action_hash=action_of(kernel, dfid),
+            action_hash=action_hash(kernel, dfid),
         )
         await kernel.await_decision(dfid)
     return waiting
