@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -21,8 +22,12 @@ from pydantic_ai.models.instrumented import InstrumentationSettings
 from kernel.core.reasons import ReasonCode
 from kernel.frameworks import Gate
 from kernel.frameworks.pydantic_ai import RunStopped, governed_toolset, settle
+from kernel.policy import EscalationBudget
+from policies.booking import BOOKING
 from tests.frameworks.support import (
+    CHEAP,
     OVER_LIMIT,
+    REVISED,
     SCRIPT,
     TOOL,
     Hotel,
@@ -128,3 +133,24 @@ async def test_the_tool_span_is_the_flows_parent(tmp_path: Path) -> None:
         assert tool.attributes is not None and tool.attributes["gen_ai.tool.call.id"] == "call_1"
         tool_span = f"{tool.context.span_id:016x}" if tool.context else ""
         assert (made.traceparent or "").startswith(f"00-{trace_id}-{tool_span}-")
+
+
+async def test_a_demoted_agents_runs_stop_with_the_demotions_reason_code(tmp_path: Path) -> None:
+    pack = dataclasses.replace(BOOKING, escalation_budget=EscalationBudget(capacity=1))
+    async with booking_kernel(tmp_path / "j.db", Hotel(), pack=pack) as gate:
+        first = await booker(gate, [REVISED], []).run("book", conversation_id="a")
+        assert isinstance(first.output, DeferredToolRequests)
+        agent = booker(gate, [REVISED], [])
+        second = await agent.run("book", conversation_id="b")
+        assert isinstance(second.output, DeferredToolRequests)
+        # The desk finds the budget spent: it aborts the escalation and demotes the agent.
+        await gate.kernel.await_decision(second.output.metadata["call_1"]["dfid"])
+        results, waiting = await settle(gate, second.conversation)
+        assert waiting == [] and results is not None
+        with pytest.raises(RunStopped) as resumed:
+            await agent.run(conversation=second.conversation, deferred_tool_results=results)
+        assert resumed.value.reason_code is ReasonCode.ESCALATION_BUDGET_EXHAUSTED
+        with pytest.raises(RunStopped) as later:
+            await booker(gate, [CHEAP], []).run("book", conversation_id="c")
+        assert later.value.reason_code is ReasonCode.ESCALATION_BUDGET_EXHAUSTED
+        assert "demoted to PASSIVE" in later.value.decision.detail
