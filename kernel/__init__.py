@@ -12,6 +12,7 @@ authors :mod:`agents_sdk`.
 """
 
 from kernel.api import Kernel
+from kernel.api.approving import action_hash
 from kernel.api.decisions import Decision, DecisionVerdict
 from kernel.boot import open_kernel
 from kernel.config import KernelConfig, Limits, Ports, Storage, Supervision
@@ -33,12 +34,13 @@ from kernel.policy.contracts import (
     Verdict,
     WorkingContext,
 )
+from kernel.policy.escalations import EscalationBudget
 from kernel.policy.packs import PackError
 from kernel.proofs.signing import Signing, write_signing_key
 from kernel.registry import credential_verifier
 from kernel.runtime.messages import Decision as HumanDecision
 from kernel.state.amendments import AmendmentInvalid
-from kernel.state.approvals import Approval, ApprovalStatus, EscalationBudget
+from kernel.state.approvals import Approval, ApprovalStatus
 from kernel.state.projections import AgentStatus
 from kernel.state.rulebook import LexicalSearch, RuleNotPending, RuleSearch
 
@@ -90,6 +92,7 @@ __all__ = [
     "SystemClock",
     "Verdict",
     "WorkingContext",
+    "action_hash",
     "credential_verifier",
     "open_kernel",
     "write_signing_key",

@@ -22,13 +22,12 @@ from typing import Any
 
 import anyio
 
-from kernel import FlowStatus, Kernel, Manifest, open_kernel
+from kernel import FlowStatus, Kernel, Manifest, action_hash, open_kernel
 from kernel.adapters import ExecutionIntent, Receipt
 from kernel.audit import redact
 from kernel.config import KernelConfig
 from kernel.core.events import Principal
 from kernel.frameworks import Gate
-from kernel.testing import action_of
 from policies.booking import BOOKING
 
 AGENT = "booker"
@@ -105,7 +104,7 @@ async def operator_approves(kernel: Kernel) -> list[str]:
             "approve",
             operator="ana",
             reason="the offsite is budgeted",
-            action_hash=action_of(kernel, dfid),
+            action_hash=action_hash(kernel, dfid),
         )
         await kernel.await_decision(dfid)
     return waiting

@@ -12,7 +12,9 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from kernel.cli._agents import add_commands as add_agents_commands
 from kernel.cli._credential import issue_credential
+from kernel.cli._init import add_commands as add_init_commands
 from kernel.cli._operator import (
     add_key_argument,
     error,
@@ -33,7 +35,9 @@ _WAIT_HELP = "wait this long for the kernel to apply it and report the outcome"
 
 
 def add_commands(commands: Any) -> None:
-    """Add ``agent`` and ``rules`` to the ``dirk`` parser's subcommands."""
+    """Add ``agent``, ``agents``, ``init`` and ``rules`` to the ``dirk`` parser's subcommands."""
+    add_agents_commands(commands)
+    add_init_commands(commands)
     agent = commands.add_parser("agent", help="show an agent, or set its status (via the inbox)")
     agent.add_argument("agent_id", metavar="AGENT_ID", help="the agent")
     agent.add_argument(

@@ -14,11 +14,12 @@ from typing import Any
 
 from kernel.console._decide import Refused
 from kernel.core import events as ev
-from kernel.core.reasons import CliError
+from kernel.core.reasons import CliError, ReasonCode
+from kernel.escalation import KERNEL_OPERATOR
 from kernel.inbox import AgentStatusRequest, RuleChangeRequest, RuleDecisionRequest
 from kernel.inbox.prepare import rule_change as rule_change_request
 from kernel.inbox.prepare import rule_decision, status_change
-from kernel.state.projections import AgentView, Projections
+from kernel.state.projections import AgentStatus, AgentView, Projections
 from kernel.state.rulebook import DEFAULT_NS, RuleItem
 
 
@@ -34,6 +35,17 @@ class AgentLine:
     """Its latest status change (by an operator, or by the kernel when a budget ran out)."""
     history: tuple[ev.Event, ...] = ()
     """Its status changes (AgentStatusChanged events), newest first, at most HISTORY_SHOWN."""
+
+    @property
+    def demoted(self) -> bool:
+        """Whether the kernel made it PASSIVE for escalating past its budget (not an operator)."""
+        change = self.last_change
+        return (
+            change is not None
+            and self.view.status is AgentStatus.PASSIVE
+            and change.operator == KERNEL_OPERATOR
+            and change.reason.startswith(str(ReasonCode.ESCALATION_BUDGET_EXHAUSTED))
+        )
 
 
 HISTORY_SHOWN = 50

@@ -46,6 +46,7 @@ from kernel.escalation._checks import (
     same_principal,
 )
 from kernel.policy.contracts import Outcome, Verdict
+from kernel.policy.escalations import EscalationBudget
 from kernel.policy.packs import PolicyCatalog
 from kernel.policy.quorums import Tally, tally
 from kernel.policy.quorums import waiting as waiting_text
@@ -67,7 +68,6 @@ from kernel.state.approvals import (
     REJECT_WORDS,
     Approval,
     ApprovalStatus,
-    EscalationBudget,
     escalated_event,
     over_budget,
     reconciliation,
@@ -147,7 +147,7 @@ class EscalationDesk:
 
     def _charge(self, flow: FlowState, out: Outbox, *, staged: bool) -> None:
         """Spend one escalation of the agent's budget; demote and abort when it is empty."""
-        bucket = self._policy.budget
+        bucket = self._budget(flow)
         if bucket is None or flow.pending is not None:
             # An intent of unknown outcome waits for a human whatever the budget says.
             return
@@ -185,6 +185,14 @@ class EscalationDesk:
             FlowAborted(reason_code=ReasonCode.ESCALATION_BUDGET_EXHAUSTED, detail=detail),
             dfid=flow.dfid,
         )
+
+    def _budget(self, flow: FlowState) -> EscalationBudget | None:
+        """The budget ``flow`` spends: its pack's when the pack sets one, else the kernel's."""
+        kind = flow.proposal.kind if flow.proposal is not None else None
+        pack = self._catalog.pack_of.get(kind) if kind is not None else None
+        if pack is not None and pack.escalation_budget is not None:
+            return pack.escalation_budget
+        return self._policy.budget
 
     def _tick(self, out: Outbox) -> None:
         now = self._clock.now_ns()

@@ -11,6 +11,6 @@ dir-kernel[openai-agents]``, ``[pydantic-ai]``, ``[langgraph]``):
 Nothing else in the kernel imports a framework (the import contract says so).
 """
 
-from kernel.frameworks._tools import Gate, ToolSpec, tool_spec, tool_specs
+from kernel.frameworks._tools import STOPS, Gate, ToolSpec, stops, tool_spec, tool_specs
 
-__all__ = ["Gate", "ToolSpec", "tool_spec", "tool_specs"]
+__all__ = ["STOPS", "Gate", "ToolSpec", "stops", "tool_spec", "tool_specs"]

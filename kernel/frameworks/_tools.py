@@ -16,7 +16,10 @@ import msgspec
 from opentelemetry import context as otel_context
 
 from kernel.api import Kernel
-from kernel.api.decisions import Decision
+from kernel.api.decisions import Decision, DecisionVerdict
+from kernel.core.events import AgentStatusChanged
+from kernel.core.reasons import ReasonCode
+from kernel.escalation import KERNEL_OPERATOR
 from kernel.policy import OneOf, PolicyKind, PolicyPack, Range
 from kernel.policy.kinds import kind_name
 
@@ -27,6 +30,28 @@ _TYPES = {
     "boolean": "true or false",
     "number": "a number",
 }
+
+
+STOPS = frozenset(
+    {
+        ReasonCode.REASONING_EXHAUSTION,
+        ReasonCode.ESCALATION_BUDGET_EXHAUSTED,
+        ReasonCode.AGENT_PASSIVE,
+        ReasonCode.AGENT_SUSPENDED,
+        ReasonCode.AGENT_RETIRED,
+        ReasonCode.TOKEN_BUDGET_EXHAUSTED,
+        ReasonCode.BUDGET_EXHAUSTED,
+    }
+)
+"""Refusals that end a run, not a call: the conversation's governor tripped
+(REASONING_EXHAUSTION), the agent was demoted for escalating past its budget
+(ESCALATION_BUDGET_EXHAUSTED), it may not act (PASSIVE, SUSPENDED, RETIRED), or a
+budget is spent. A model that revises and calls again would only be refused again."""
+
+
+def stops(decision: Decision) -> bool:
+    """Return whether ``decision`` ends the run: a refusal whose reason is in :data:`STOPS`."""
+    return decision.verdict is DecisionVerdict.REFUSED and decision.reason_code in STOPS
 
 
 class ToolSpec(msgspec.Struct, frozen=True, kw_only=True):
@@ -180,6 +205,19 @@ class Gate:
         self.confidence = confidence
         self.tools = tool_specs(packs, kinds)
         self._kind_of = {spec.name: spec.kind for spec in self.tools}
+        self._stopped: dict[str | None, Decision] = {}
+
+    def stop_of(self, conversation: str | None) -> Decision | None:
+        """Return the refusal that stopped ``conversation`` in this gate, or None."""
+        return self._stopped.get(conversation)
+
+    def forget(self, conversation: str | None) -> None:
+        """Let ``conversation`` reach the kernel again (after an operator restored the agent).
+
+        A conversation the governor stopped stays stopped in the kernel as well:
+        its next call is refused there, on record.
+        """
+        self._stopped.pop(conversation, None)
 
     async def call(
         self,
@@ -196,9 +234,16 @@ class Gate:
         framework that runs the call again on resume gets the first answer, and the
         executor runs once. The current OpenTelemetry context (the framework's tool
         span, or the app's) becomes the flow's parent link.
+
+        A call of a conversation this gate saw stopped (:func:`stops`) is answered
+        with that refusal and never reaches the kernel: the adapters end the run on
+        it, and a framework that calls again anyway is not another proposal.
         """
+        stopped = self._stopped.get(conversation)
+        if stopped is not None:
+            return stopped
         kind = self._kind_of.get(tool, tool)  # an unknown name is the kernel's to refuse
-        return await self.kernel.propose(
+        decision = await self.kernel.propose(
             self.agent_id,
             kind,
             args,
@@ -208,3 +253,32 @@ class Gate:
             trace_context=otel_context.get_current(),
             tool_call_id=tool_call_id,
         )
+        if decision.reason_code is ReasonCode.AGENT_PASSIVE:
+            decision = await self._demotion(decision)
+        if stops(decision):
+            self._stopped[conversation] = decision
+        return decision
+
+    async def _demotion(self, passive: Decision) -> Decision:
+        """Say why the agent is PASSIVE when the kernel demoted it for escalating too often.
+
+        The refusal is AGENT_PASSIVE whoever set the status; a framework (and the
+        person reading its run) needs to know that the agent's escalation budget was
+        spent, and that an operator restores it: the demotion's own reason code,
+        ESCALATION_BUDGET_EXHAUSTED, with the kernel's recorded reason.
+        """
+        changes = await self.kernel.journal.read(types=["AgentStatusChanged"])
+        mine = [e.payload for e in changes if e.agent_id == self.agent_id]
+        last = mine[-1] if mine else None
+        code = ReasonCode.ESCALATION_BUDGET_EXHAUSTED
+        if not (
+            isinstance(last, AgentStatusChanged)
+            and last.operator == KERNEL_OPERATOR
+            and last.reason.startswith(str(code))
+        ):
+            return passive
+        detail = (
+            f"agent {self.agent_id} was demoted to PASSIVE ({last.reason}); an operator sets it"
+            f" ACTIVE again (dirk agent {self.agent_id} --set ACTIVE)"
+        )
+        return msgspec.structs.replace(passive, reason_code=code, detail=detail[:500])

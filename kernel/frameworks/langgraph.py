@@ -22,6 +22,12 @@ How LangGraph's interrupts carry the kernel's answer
 - When an operator decided (console, ``dirk decide``, MCP), :func:`settle` returns
   the ``Command(resume=...)`` for the thread; the resumed wrapper reads the kernel's
   decision (the operator's refusal included). Resuming twice books once.
+- A refusal that ends the run, not the call (:data:`kernel.frameworks.STOPS`: the
+  thread's retry governor tripped, the agent was demoted or suspended, a budget is
+  spent) calls ``interrupt()`` with ``{"stopped": <reason code>, ...}``: the run
+  ends with ``__interrupt__`` (:func:`stop_of` reads it), no later call of the run
+  reaches the kernel, and :func:`settle` never resumes it. A thread resumed anyway
+  proposes the call again and pauses again while the stop holds.
 
 Limits: a plain ``ToolNode`` runs all calls of one model turn as one task, and
 LangGraph matches several resume values by their order inside it; give each call
@@ -30,7 +36,7 @@ its own task (``create_agent``, ``Send``) or let the model make one call a turn.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
 from langchain_core.messages import ToolMessage
@@ -39,12 +45,38 @@ from langchain_core.tools import BaseTool, StructuredTool
 from langgraph.prebuilt import ToolNode
 from langgraph.prebuilt.tool_node import ToolCallRequest
 from langgraph.pregel import Pregel
-from langgraph.types import Command, interrupt
+from langgraph.types import Command, Interrupt, interrupt
 
 from kernel.api.decisions import Decision, DecisionVerdict
-from kernel.frameworks._tools import Gate, ToolSpec
+from kernel.frameworks._tools import Gate, ToolSpec, stops
 
-__all__ = ["governed_tool_node", "governed_tools", "settle"]
+__all__ = ["governed_tool_node", "governed_tools", "settle", "stop_of"]
+
+
+def stop_of(interrupts: Iterable[Interrupt]) -> Mapping[str, Any] | None:
+    """Return the stop a run ended on (``out["__interrupt__"]``, a snapshot's ``interrupts``).
+
+    Returns:
+        The pause's value: ``stopped`` (the reason code), ``detail``, ``dfid``,
+        ``tool_call_id``; None when the run paused for a human, not for a stop.
+    """
+    for pause in interrupts:
+        if isinstance(pause.value, dict) and pause.value.get("stopped"):
+            return pause.value
+    return None
+
+
+def _paused(decision: Decision, call_id: str | None) -> dict[str, Any]:
+    """The JSON an interrupt carries for ``decision``: what a human or the app reads."""
+    said: dict[str, Any] = {
+        "dfid": decision.dfid,
+        "tool_call_id": call_id,
+        "reason_code": str(decision.reason_code),
+        "detail": decision.detail,
+    }
+    if stops(decision):
+        said["stopped"] = str(decision.reason_code)
+    return said
 
 
 def governed_tools(gate: Gate) -> list[BaseTool]:
@@ -79,17 +111,17 @@ def governed_tool_node(gate: Gate, *, name: str = "tools") -> ToolNode:
         decision = await gate.call(
             call["name"], call["args"], conversation=thread, tool_call_id=call["id"]
         )
+        while stops(decision):
+            # The run ends here; resumed anyway, the call is proposed again (the gate
+            # answers a stop it saw) and, while the stop holds, pauses again.
+            interrupt(_paused(decision, call["id"]))
+            decision = await gate.call(
+                call["name"], call["args"], conversation=thread, tool_call_id=call["id"]
+            )
         if decision.verdict is DecisionVerdict.ESCALATED:
             # Raises the first time; on resume the node re-runs, the proposal above is
             # answered from the record, and the kernel's decision is read again below.
-            interrupt(
-                {
-                    "dfid": decision.dfid,
-                    "tool_call_id": call["id"],
-                    "reason_code": str(decision.reason_code),
-                    "detail": decision.detail,
-                }
-            )
+            interrupt(_paused(decision, call["id"]))
             decision = await gate.call(
                 call["name"], call["args"], conversation=thread, tool_call_id=call["id"]
             )
@@ -110,14 +142,17 @@ async def settle(
     """Return the command that resumes ``config``'s thread once the kernel settled its pauses.
 
     Returns:
-        ``Command(resume=...)`` (None until every pending call is settled), and the
-        decisions still ESCALATED or PENDING.
+        ``Command(resume=...)`` (None until every pending call is settled, and for a
+        thread the kernel stopped: :func:`stop_of`), and the decisions still
+        ESCALATED or PENDING.
     """
     snapshot = await graph.aget_state(config)
     answers: dict[str, str] = {}
     waiting: list[Decision] = []
     for pause in snapshot.interrupts:
         value = pause.value if isinstance(pause.value, dict) else {}
+        if value.get("stopped"):
+            continue  # a stop is not a human's to settle: the thread stays stopped
         decision = await gate.kernel.await_decision(str(value.get("dfid", "")), 0)
         if decision.settled:
             answers[pause.id] = decision.verdict.value

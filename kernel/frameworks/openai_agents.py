@@ -18,6 +18,12 @@ How the SDK's hooks carry the kernel's answer (shared/notes/framework-hitl-apis.
   approves in the loaded ``RunState`` each interruption the kernel settled, and
   ``Runner.run(agent, state)`` resumes. An operator's rejection reaches the model
   as the refusal. Resuming the same saved state twice is answered from the record.
+- A refusal that ends the run, not the call (:data:`kernel.frameworks.STOPS`: the
+  conversation's retry governor tripped, the agent was demoted or suspended, a
+  budget is spent) trips the tool's input guardrail: ``Runner.run`` raises the
+  SDK's ``ToolInputGuardrailTripwireTriggered``, whose ``output.output_info`` is
+  the kernel's :class:`~kernel.api.decisions.Decision` (:func:`stop_of` reads it),
+  and no later call of the run reaches the kernel.
 
 The conversation is the run context's ``"conversation"`` (a dict context, or an
 object with that attribute): ``needs_approval`` sees nothing else that names the run.
@@ -29,14 +35,16 @@ from collections.abc import Mapping
 from typing import Any
 
 import msgspec
-from agents import FunctionTool, RunState
+from agents import FunctionTool, RunState, ToolGuardrailFunctionOutput, ToolInputGuardrail
+from agents.exceptions import ToolInputGuardrailTripwireTriggered
 from agents.run_context import RunContextWrapper
 from agents.tool_context import ToolContext
+from agents.tool_guardrails import ToolInputGuardrailData
 
 from kernel.api.decisions import Decision, DecisionVerdict
 from kernel.frameworks._tools import Gate, ToolSpec
 
-__all__ = ["conversation_of", "governed_tools", "settle"]
+__all__ = ["conversation_of", "governed_tools", "settle", "stop_of"]
 
 
 def conversation_of(context: object) -> str | None:
@@ -44,6 +52,12 @@ def conversation_of(context: object) -> str | None:
     found = context.get("conversation") if isinstance(context, Mapping) else None
     found = found if found is not None else getattr(context, "conversation", None)
     return found if isinstance(found, str) else None
+
+
+def stop_of(error: ToolInputGuardrailTripwireTriggered) -> Decision | None:
+    """Return the kernel's refusal that stopped a run (its ``reason_code``), or None."""
+    info = error.output.output_info
+    return info if isinstance(info, Decision) else None
 
 
 def governed_tools(gate: Gate, *, wait: float = 0.0) -> list[FunctionTool]:
@@ -80,6 +94,13 @@ def _tool(gate: Gate, spec: ToolSpec, wait: float) -> FunctionTool:
             decision = await gate.kernel.await_decision(decision.dfid, wait)
         return decision.message()
 
+    def stop(data: ToolInputGuardrailData) -> ToolGuardrailFunctionOutput:
+        # needs_approval proposed this call just before: a stop it met ends the run here.
+        stopped = gate.stop_of(conversation_of(data.context.context))
+        if stopped is None:
+            return ToolGuardrailFunctionOutput.allow()
+        return ToolGuardrailFunctionOutput.raise_exception(output_info=stopped)
+
     return FunctionTool(
         name=spec.name,
         description=spec.description,
@@ -89,6 +110,7 @@ def _tool(gate: Gate, spec: ToolSpec, wait: float) -> FunctionTool:
         # the kernel validates the arguments itself and names what is wrong.
         strict_json_schema=False,
         needs_approval=needs_approval,
+        tool_input_guardrails=[ToolInputGuardrail(stop, name="dirk stop")],
     )
 
 

@@ -21,6 +21,11 @@ How PydanticAI's deferred tools carry the kernel's answer
   ``agent.run(conversation=conv, deferred_tool_results=results)``. The approved
   re-call is answered from the record: the receipt, or the operator's refusal.
   Resuming the same saved conversation twice books once.
+- A refusal that ends the run, not the call (:data:`kernel.frameworks.STOPS`: the
+  conversation's retry governor tripped, the agent was demoted or suspended, a
+  budget is spent) raises :class:`RunStopped`, a PydanticAI ``AgentRunError`` (as
+  ``UsageLimitExceeded`` is): ``agent.run`` raises it with the kernel's Decision,
+  and no later call of the run reaches the kernel.
 """
 
 from __future__ import annotations
@@ -36,11 +41,26 @@ from pydantic_ai import (
     Tool,
     ToolApproved,
 )
+from pydantic_ai.exceptions import AgentRunError
 
 from kernel.api.decisions import Decision, DecisionVerdict
-from kernel.frameworks._tools import Gate, ToolSpec
+from kernel.core.reasons import ReasonCode
+from kernel.frameworks._tools import Gate, ToolSpec, stops
 
-__all__ = ["governed_toolset", "settle"]
+__all__ = ["RunStopped", "governed_toolset", "settle"]
+
+
+class RunStopped(AgentRunError):
+    """The kernel ended the run: its ``decision`` says why (``reason_code``, ``detail``).
+
+    A PydanticAI ``AgentRunError``, so an app that already handles a run's errors
+    (``UsageLimitExceeded``) handles this one there too.
+    """
+
+    def __init__(self, decision: Decision) -> None:
+        super().__init__(decision.message())
+        self.decision = decision
+        self.reason_code: ReasonCode | None = decision.reason_code
 
 
 def governed_toolset(gate: Gate, *, wait: float = 0.0) -> FunctionToolset[Any]:
@@ -61,6 +81,8 @@ def _tool(gate: Gate, spec: ToolSpec, wait: float) -> Tool[Any]:
         if not decision.settled and ctx.tool_call_approved and decision.dfid:
             # Approved in the app, still open in the kernel: the kernel's word decides.
             decision = await gate.kernel.await_decision(decision.dfid, wait)
+        if stops(decision):
+            raise RunStopped(decision)
         if decision.verdict is DecisionVerdict.ESCALATED and not ctx.tool_call_approved:
             raise ApprovalRequired(
                 metadata={"dfid": decision.dfid, "reason_code": str(decision.reason_code)}

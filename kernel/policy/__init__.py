@@ -6,6 +6,7 @@ A pack (``policies/``) imports only from here::
 
 """
 
+from kernel.policy.escalations import EscalationBudget
 from kernel.policy.guards import Guard, GuardFinding, SoftGuard
 from kernel.policy.kinds import Impact, NeedsHuman, PolicyKind
 from kernel.policy.money import Budget, Cost, ModelPrice, format_money, parse_money
@@ -30,6 +31,7 @@ __all__ = [
     "Consume",
     "Cost",
     "DecimalStr",
+    "EscalationBudget",
     "Guard",
     "GuardFinding",
     "Impact",

@@ -39,6 +39,7 @@ from kernel.core.events import PackRef, canonical
 from kernel.policy._checks import PackError as PackError  # re-exported: its old home
 from kernel.policy._checks import check_pack, name_of
 from kernel.policy._schema import hashed_schema
+from kernel.policy.escalations import EscalationBudget
 from kernel.policy.guards import Guard
 from kernel.policy.kinds import PolicyKind, kind_name
 from kernel.policy.money import Budget, Cost
@@ -133,6 +134,8 @@ class PolicyPack:
         on_superseded: what happens to an approved (or granted, or queued) action that no
             longer passes when it is judged again just before it executes: ``refuse``
             (APPROVAL_SUPERSEDED) or ``escalate`` (a new approval).
+        escalation_budget: how often an agent may escalate this pack's kinds before it is
+            demoted to PASSIVE (kernel.policy.escalations); None: the kernel's budget.
     """
 
     name: str
@@ -155,6 +158,7 @@ class PolicyPack:
     costs: Sequence[Cost] = ()
     budgets: Sequence[Budget] = ()
     on_superseded: Literal["refuse", "escalate"] = "refuse"
+    escalation_budget: EscalationBudget | None = None
 
     def __post_init__(self) -> None:
         # Copies the caller cannot reach, read-only: what judges stays what the hash covers.
@@ -261,6 +265,9 @@ class PolicyPack:
             ]  # fmt: skip
         if self.on_superseded != "refuse":
             content["on_superseded"] = self.on_superseded
+        if self.escalation_budget is not None:  # absent from older hashes, as quorums are
+            budget = self.escalation_budget
+            content["escalation_budget"] = [budget.capacity, repr(budget.period_s)]
         return content
 
     @property

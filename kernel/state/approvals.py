@@ -47,6 +47,7 @@ from kernel.core.events import (
 )
 from kernel.core.flow import RESOLVE_WORDS, FlowState
 from kernel.core.reasons import ReasonCode
+from kernel.policy.escalations import EscalationBudget
 from kernel.policy.kinds import Impact
 from kernel.policy.packs import PolicyCatalog
 
@@ -292,13 +293,6 @@ def reconciliation(
         # Earlier saga steps are in effect: the engine compensates them next.
         return [failed, FlowDirty(step=intent.step, reason_code=code, detail=error)]
     return [failed, FlowAborted(reason_code=code, detail=error)]
-
-
-class EscalationBudget(msgspec.Struct, frozen=True, kw_only=True):
-    """An escalation budget: ``capacity`` escalations, refilled evenly over ``period_s``."""
-
-    capacity: int = 3
-    period_s: float = 3600.0
 
 
 def over_budget(history: list[tuple[str, int]], bucket: EscalationBudget) -> set[str]:

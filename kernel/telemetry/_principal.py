@@ -21,7 +21,7 @@ from collections.abc import Iterable, Mapping
 from opentelemetry.semconv._incubating.attributes.user_attributes import USER_ID
 
 from kernel.core.events import Event, FlowCreated
-from kernel.telemetry._project import SpanProjector
+from kernel.telemetry._projector import SpanProjector
 from kernel.telemetry._spans import SpanRecord
 
 TENANT = "dirk.tenant"

@@ -96,22 +96,36 @@ class Webhook:
 
     def key(self) -> bytes:
         """The HMAC key as bytes."""
-        return self.secret.encode() if isinstance(self.secret, str) else bytes(self.secret)
+        return _key(self.secret)
 
 
-def signature(secret: bytes, body: bytes, timestamp: int) -> str:
-    """Return the ``X-Dirk-Signature`` value of ``body`` sent at ``timestamp`` (unix seconds)."""
-    mac = hmac.new(secret, f"{timestamp}.".encode() + body, hashlib.sha256).hexdigest()
+def _key(secret: str | bytes) -> bytes:
+    """The HMAC key: a configured ``str`` secret is its UTF-8 bytes, as the sender signs."""
+    return secret.encode() if isinstance(secret, str) else bytes(secret)
+
+
+def signature(secret: str | bytes, body: bytes, timestamp: int) -> str:
+    """Return the ``X-Dirk-Signature`` value of ``body`` sent at ``timestamp`` (unix seconds).
+
+    ``secret`` is the webhook's configured secret, as text or bytes.
+    """
+    mac = hmac.new(_key(secret), f"{timestamp}.".encode() + body, hashlib.sha256).hexdigest()
     return f"t={timestamp},v1={mac}"
 
 
 def verify(
-    secret: bytes, body: bytes, header: str, *, now_s: float | None = None, tolerance_s: int = 300
+    secret: str | bytes,
+    body: bytes,
+    header: str,
+    *,
+    now_s: float | None = None,
+    tolerance_s: int = 300,
 ) -> bool:
     """Tell whether ``header`` signs ``body`` with ``secret``, sent within ``tolerance_s``.
 
     What a receiver calls on each request: a wrong key, an altered body, or a body
-    replayed later than the tolerance is refused.
+    replayed later than the tolerance is refused. ``secret`` is the webhook's
+    configured secret as it is written in the configuration (text) or as bytes.
     """
     parts = dict(part.split("=", 1) for part in header.split(",") if "=" in part)
     try:

@@ -7,6 +7,7 @@ cannot easily show: every refusal, every header, and properties over any input.
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import re
@@ -19,11 +20,12 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import msgspec
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kernel import EscalationBudget, EscalationPolicy, open_kernel
+from kernel import AgentStatus, EscalationBudget, EscalationPolicy, open_kernel
 from kernel.adapters import ExecutionIntent, Receipt
 from kernel.config import KernelConfig, Ports, Supervision
 from kernel.core import events as ev
@@ -895,6 +897,12 @@ def test_a_budget_demotion_by_the_kernel_is_in_the_agents_history(folded: Projec
     assert len(clerk) == HISTORY_SHOWN and clerk[0].seq == HISTORY_SHOWN + 2
     assert lines["clerk"].last_change == changes[-1].payload
     assert lines["scribe"].history == () and lines["scribe"].last_change is None
+    # PASSIVE by the kernel's budget is shown as a demotion; by an operator it is not.
+    passive = msgspec.structs.replace(lines["clerk"].view, status=AgentStatus.PASSIVE)
+    assert dataclasses.replace(lines["clerk"], view=passive).demoted
+    by_hand = msgspec.structs.replace(changes[-1].payload, operator="bo")
+    assert not dataclasses.replace(lines["clerk"], view=passive, last_change=by_hand).demoted
+    assert not lines["scribe"].demoted
 
 
 def test_the_agents_page_lists_each_status_change_newest_first(tmp_path: Path, gate: Gate) -> None:

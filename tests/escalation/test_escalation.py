@@ -35,7 +35,7 @@ from kernel.core.events import (
     ProposalRejected,
 )
 from kernel.policy import Impact, NeedsHuman, PolicyKind, PolicyPack
-from kernel.state.approvals import EscalationBudget as Budget
+from kernel.policy.escalations import EscalationBudget as Budget
 from kernel.state.approvals import over_budget
 from kernel.telemetry import Telemetry
 from kernel.testing import ManualClock, SeededIds, action_of, flow_types

@@ -13,12 +13,14 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-from kernel import FlowStatus, Kernel, KernelConfig, Manifest, open_kernel
+from kernel import FlowStatus, Kernel, KernelConfig, Manifest, action_hash, open_kernel
 from kernel.adapters import ExecutionIntent, Receipt
 from kernel.config import Ports
 from kernel.core import events as ev
+from kernel.core.reasons import ReasonCode
 from kernel.frameworks import Gate
-from kernel.testing import ManualClock, SeededIds, action_of
+from kernel.policy import PolicyPack
+from kernel.testing import ManualClock, SeededIds
 from policies.booking import BOOKING
 from tests.support.helpers import LOCAL
 
@@ -59,11 +61,13 @@ SCRIPT: list[dict[str, Any]] = [CHEAP, OVER_LIMIT, NO_SUCH_ROOM, REVISED]
 
 
 @asynccontextmanager
-async def booking_kernel(path: Path, hotel: Hotel, *, max_attempts: int = 5) -> AsyncIterator[Gate]:
-    """A kernel with the booking pack, the booker's session, and its gate."""
+async def booking_kernel(
+    path: Path, hotel: Hotel, *, max_attempts: int = 5, pack: PolicyPack = BOOKING
+) -> AsyncIterator[Gate]:
+    """A kernel with the booking pack (or ``pack``, a variant), the booker's session, its gate."""
     config = KernelConfig(principal=LOCAL, ports=Ports(clock=ManualClock(), ids=SeededIds(29)))
     async with open_kernel(
-        path, packs=[BOOKING], adapters={"hotel": hotel}, allow=[AGENT], config=config
+        path, packs=[pack], adapters={"hotel": hotel}, allow=[AGENT], config=config
     ) as kernel:
         await kernel.handshake(
             Manifest(
@@ -85,7 +89,7 @@ async def approve_all(kernel: Kernel) -> list[str]:
             "approve",
             operator="ana",
             reason="fits the trip",
-            action_hash=action_of(kernel, dfid),
+            action_hash=action_hash(kernel, dfid),
         )
         await kernel.await_decision(dfid)
     return waiting
@@ -96,3 +100,25 @@ async def created(kernel: Kernel, dfid: str) -> ev.FlowCreated:
     [event] = await kernel.journal.read(dfid=dfid, types=["FlowCreated"])
     assert isinstance(event.payload, ev.FlowCreated)
     return event.payload
+
+
+async def proposals(kernel: Kernel) -> int:
+    """The calls that reached the kernel: each opened a flow or was refused at the boundary.
+
+    The governor's record of a stop on the conversation's flow (a SubmissionRefused in
+    the tripping call's batch) is not a call; a refusal of a later call is, and says
+    ``start a new conversation``.
+    """
+    events = await kernel.journal.read(types=["FlowCreated", "SubmissionRefused"])
+    return sum(
+        1
+        for event in events
+        if not isinstance(event.payload, ev.SubmissionRefused)
+        or event.payload.reason_code is not ReasonCode.REASONING_EXHAUSTION
+        or event.payload.detail.endswith("start a new conversation")
+    )
+
+
+async def suspend(kernel: Kernel, agent_id: str = AGENT) -> None:
+    """Suspend ``agent_id``, as the operator ana."""
+    await kernel.set_agent_status(agent_id, "SUSPENDED", operator="ana", reason="stop it")

@@ -21,9 +21,10 @@ from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 from langgraph.graph import START, MessagesState, StateGraph
 from langgraph.prebuilt import tools_condition
 from langgraph.pregel import Pregel
+from langgraph.types import Command
 
 from kernel.frameworks import Gate
-from kernel.frameworks.langgraph import governed_tool_node, settle
+from kernel.frameworks.langgraph import governed_tool_node, settle, stop_of
 from tests.frameworks.support import (
     OVER_LIMIT,
     SCRIPT,
@@ -31,6 +32,8 @@ from tests.frameworks.support import (
     Hotel,
     approve_all,
     booking_kernel,
+    proposals,
+    suspend,
 )
 
 
@@ -105,11 +108,30 @@ async def test_four_rooms_refusals_reach_the_model_and_the_approval_resumes_once
         assert [c.params["nightly_rate_cents"] for c in hotel.calls] == [10_000, 50_000]
 
 
-async def test_25_identical_over_limit_calls_trip_the_governor(tmp_path: Path) -> None:
+async def test_a_looping_agent_stops_when_the_governor_trips(tmp_path: Path) -> None:
     seen: list[list[str]] = []
     config: RunnableConfig = {"configurable": {"thread_id": "loop"}, "recursion_limit": 60}
     async with booking_kernel(tmp_path / "j.db", Hotel(), max_attempts=3) as gate:
         async with booker(gate, tmp_path / "graph.db", [OVER_LIMIT] * 25, seen) as graph:
-            await graph.ainvoke({"messages": [("user", "book")]}, config)
-        codes = [out.split(":")[0] for out in seen[-1]]
-        assert codes == ["REFUSED RISK_LIMIT_EXCEEDED"] * 2 + ["REFUSED REASONING_EXHAUSTION"] * 23
+            out = await graph.ainvoke({"messages": [("user", "book")]}, config)
+            stopped = stop_of(out["__interrupt__"])
+            assert stopped is not None and stopped["stopped"] == "REASONING_EXHAUSTION"
+            assert len(seen) == 3  # the model was asked three times, and not after the stop
+            assert await settle(gate, graph, config) == (None, [])
+            # Resumed anyway: the gate answers the stop, the thread pauses on it again.
+            again = await graph.ainvoke(Command(resume="go on"), config)
+            assert stop_of(again["__interrupt__"]) == stopped
+            assert len(seen) == 3
+        assert await proposals(gate.kernel) == 3
+
+
+async def test_a_suspended_agents_run_stops_on_its_first_call(tmp_path: Path) -> None:
+    seen: list[list[str]] = []
+    config: RunnableConfig = {"configurable": {"thread_id": "s"}}
+    async with booking_kernel(tmp_path / "j.db", Hotel()) as gate:
+        await suspend(gate.kernel)
+        async with booker(gate, tmp_path / "graph.db", [OVER_LIMIT] * 5, seen) as graph:
+            out = await graph.ainvoke({"messages": [("user", "book")]}, config)
+        stopped = stop_of(out["__interrupt__"])
+        assert stopped is not None and stopped["stopped"] == "AGENT_SUSPENDED"
+        assert len(seen) == 1

@@ -12,11 +12,13 @@ from tests.support.extras import require
 require("agents", "openai-agents")  # skips outside CI, fails under it
 
 from agents import Agent, Runner, RunState, set_tracing_disabled
+from agents.exceptions import ToolInputGuardrailTripwireTriggered
 from agents.testing import ModelCall, ModelStep, ScriptedModel, assistant_message, function_call
 from opentelemetry.sdk.trace import TracerProvider
 
+from kernel.core.reasons import ReasonCode
 from kernel.frameworks import Gate
-from kernel.frameworks.openai_agents import governed_tools, settle
+from kernel.frameworks.openai_agents import governed_tools, settle, stop_of
 from tests.frameworks.support import (
     AGENT,
     OVER_LIMIT,
@@ -26,6 +28,8 @@ from tests.frameworks.support import (
     approve_all,
     booking_kernel,
     created,
+    proposals,
+    suspend,
 )
 
 set_tracing_disabled(True)  # the SDK's own tracer would try to export to OpenAI
@@ -106,21 +110,6 @@ async def test_an_operators_rejection_is_the_tools_output(tmp_path: Path) -> Non
         assert hotel.calls == []
 
 
-async def test_25_identical_over_limit_calls_trip_the_governor(tmp_path: Path) -> None:
-    seen: list[list[str]] = []
-    async with booking_kernel(tmp_path / "j.db", Hotel(), max_attempts=3) as gate:
-        await Runner.run(
-            booker(gate, [OVER_LIMIT] * 25, seen),
-            "book",
-            context={"conversation": "loop"},
-            max_turns=30,
-        )
-        codes = [out.split(":")[0] for out in seen[-1]]
-        assert codes == ["REFUSED RISK_LIMIT_EXCEEDED"] * 2 + ["REFUSED REASONING_EXHAUSTION"] * 23
-        # The conversation stopped: three flows, not 25.
-        assert len([f for f in gate.kernel.flows() if f.agent_id == AGENT]) == 3
-
-
 async def test_the_apps_span_is_the_flows_parent_and_the_call_id_is_recorded(
     tmp_path: Path,
 ) -> None:
@@ -136,3 +125,32 @@ async def test_the_apps_span_is_the_flows_parent_and_the_call_id_is_recorded(
         made = await created(gate.kernel, flow.dfid)
         assert made.tool_call_id == "call_1" and made.conversation_id == "t"
         assert made.traceparent is not None and trace_id in made.traceparent
+
+
+async def test_a_looping_agent_stops_when_the_governor_trips(tmp_path: Path) -> None:
+    seen: list[list[str]] = []
+    async with booking_kernel(tmp_path / "j.db", Hotel(), max_attempts=3) as gate:
+        with pytest.raises(ToolInputGuardrailTripwireTriggered) as raised:
+            await Runner.run(
+                booker(gate, [OVER_LIMIT] * 25, seen),
+                "book",
+                context={"conversation": "loop"},
+                max_turns=30,
+            )
+        stopped = stop_of(raised.value)
+        assert stopped is not None and stopped.reason_code is ReasonCode.REASONING_EXHAUSTION
+        assert len(seen) == 3  # the model was asked three times, and not after the stop
+        assert await proposals(gate.kernel) == 3
+
+
+async def test_a_suspended_agents_run_stops_on_its_first_call(tmp_path: Path) -> None:
+    async with booking_kernel(tmp_path / "j.db", Hotel()) as gate:
+        await suspend(gate.kernel)
+        seen: list[list[str]] = []
+        with pytest.raises(ToolInputGuardrailTripwireTriggered) as raised:
+            await Runner.run(
+                booker(gate, [OVER_LIMIT] * 5, seen), "book", context={"conversation": "s"}
+            )
+        stopped = stop_of(raised.value)
+        assert stopped is not None and stopped.reason_code is ReasonCode.AGENT_SUSPENDED
+        assert len(seen) == 1  # one call, refused at the session (no flow): then the stop

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -20,16 +21,23 @@ from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCall
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.models.instrumented import InstrumentationSettings
 
+from kernel.core.reasons import ReasonCode
 from kernel.frameworks import Gate
-from kernel.frameworks.pydantic_ai import governed_toolset, settle
+from kernel.frameworks.pydantic_ai import RunStopped, governed_toolset, settle
+from kernel.policy import EscalationBudget
+from policies.booking import BOOKING
 from tests.frameworks.support import (
+    CHEAP,
     OVER_LIMIT,
+    REVISED,
     SCRIPT,
     TOOL,
     Hotel,
     approve_all,
     booking_kernel,
     created,
+    proposals,
+    suspend,
 )
 
 
@@ -88,12 +96,24 @@ async def test_four_rooms_refusals_reach_the_model_and_the_approval_resumes_once
         assert [c.params["nightly_rate_cents"] for c in hotel.calls] == [10_000, 50_000]
 
 
-async def test_25_identical_over_limit_calls_trip_the_governor(tmp_path: Path) -> None:
+async def test_a_looping_agent_stops_when_the_governor_trips(tmp_path: Path) -> None:
     seen: list[list[str]] = []
     async with booking_kernel(tmp_path / "j.db", Hotel(), max_attempts=3) as gate:
-        await booker(gate, [OVER_LIMIT] * 25, seen).run("book", conversation_id="loop")
-        codes = [out.split(":")[0] for out in seen[-1]]
-        assert codes == ["REFUSED RISK_LIMIT_EXCEEDED"] * 2 + ["REFUSED REASONING_EXHAUSTION"] * 23
+        with pytest.raises(RunStopped) as raised:
+            await booker(gate, [OVER_LIMIT] * 25, seen).run("book", conversation_id="loop")
+        assert raised.value.reason_code is ReasonCode.REASONING_EXHAUSTION
+        assert len(seen) == 3  # the model was asked three times, and not after the stop
+        assert await proposals(gate.kernel) == 3
+
+
+async def test_a_suspended_agents_run_stops_on_its_first_call(tmp_path: Path) -> None:
+    seen: list[list[str]] = []
+    async with booking_kernel(tmp_path / "j.db", Hotel()) as gate:
+        await suspend(gate.kernel)
+        with pytest.raises(RunStopped) as raised:
+            await booker(gate, [OVER_LIMIT] * 5, seen).run("book", conversation_id="s")
+        assert raised.value.reason_code is ReasonCode.AGENT_SUSPENDED
+        assert len(seen) == 1  # one call, refused at the session (no flow): then the stop
 
 
 async def test_the_tool_span_is_the_flows_parent(tmp_path: Path) -> None:
@@ -115,3 +135,24 @@ async def test_the_tool_span_is_the_flows_parent(tmp_path: Path) -> None:
         assert tool.attributes is not None and tool.attributes["gen_ai.tool.call.id"] == "call_1"
         tool_span = f"{tool.context.span_id:016x}" if tool.context else ""
         assert (made.traceparent or "").startswith(f"00-{trace_id}-{tool_span}-")
+
+
+async def test_a_demoted_agents_runs_stop_with_the_demotions_reason_code(tmp_path: Path) -> None:
+    pack = dataclasses.replace(BOOKING, escalation_budget=EscalationBudget(capacity=1))
+    async with booking_kernel(tmp_path / "j.db", Hotel(), pack=pack) as gate:
+        first = await booker(gate, [REVISED], []).run("book", conversation_id="a")
+        assert isinstance(first.output, DeferredToolRequests)
+        agent = booker(gate, [REVISED], [])
+        second = await agent.run("book", conversation_id="b")
+        assert isinstance(second.output, DeferredToolRequests)
+        # The desk finds the budget spent: it aborts the escalation and demotes the agent.
+        await gate.kernel.await_decision(second.output.metadata["call_1"]["dfid"])
+        results, waiting = await settle(gate, second.conversation)
+        assert waiting == [] and results is not None
+        with pytest.raises(RunStopped) as resumed:
+            await agent.run(conversation=second.conversation, deferred_tool_results=results)
+        assert resumed.value.reason_code is ReasonCode.ESCALATION_BUDGET_EXHAUSTED
+        with pytest.raises(RunStopped) as later:
+            await booker(gate, [CHEAP], []).run("book", conversation_id="c")
+        assert later.value.reason_code is ReasonCode.ESCALATION_BUDGET_EXHAUSTED
+        assert "demoted to PASSIVE" in later.value.decision.detail
