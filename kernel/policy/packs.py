@@ -42,6 +42,7 @@ from kernel.policy._schema import hashed_schema
 from kernel.policy.guards import Guard
 from kernel.policy.kinds import PolicyKind, kind_name
 from kernel.policy.money import Budget, Cost
+from kernel.policy.monitors import Monitor
 from kernel.policy.quorums import Quorum
 from kernel.policy.rules import (
     Invariant,
@@ -133,6 +134,8 @@ class PolicyPack:
         on_superseded: what happens to an approved (or granted, or queued) action that no
             longer passes when it is judged again just before it executes: ``refuse``
             (APPROVAL_SUPERSEDED) or ``escalate`` (a new approval).
+        monitors: drift monitors (kernel.policy.monitors) over rolling windows of the
+            journal; evaluated by kernel.state.drift.
     """
 
     name: str
@@ -155,6 +158,7 @@ class PolicyPack:
     costs: Sequence[Cost] = ()
     budgets: Sequence[Budget] = ()
     on_superseded: Literal["refuse", "escalate"] = "refuse"
+    monitors: Sequence[Monitor] = ()
 
     def __post_init__(self) -> None:
         # Copies the caller cannot reach, read-only: what judges stays what the hash covers.
@@ -239,6 +243,8 @@ class PolicyPack:
         if self.escalate_refusals:
             content["escalate_refusals"] = sorted(self.escalate_refusals)
         content.update(self._approval_content())
+        if self.monitors:  # absent from older hashes: a pack without monitors keeps its hash
+            content["monitors"] = [m.hashed() for m in self.monitors]
         return hashlib.sha256(canonical(content)).hexdigest()
 
     def _approval_content(self) -> dict[str, Any]:
@@ -270,7 +276,7 @@ class PolicyPack:
 
 _SEQUENCES = (
     "kinds", "rules", "invariants", "consumes", "thresholds", "guards", "quorums", "costs",
-    "budgets",
+    "budgets", "monitors",
 )  # fmt: skip
 _MAPPINGS = ("extra", "capacities", "limits")
 
