@@ -50,8 +50,10 @@ class Monitor:
         window_s: the rolling window, in seconds of the kernel's clock, ending now.
         bound: a fixed bound: a breach is a value strictly above it (strictly below it
             for ``mean_confidence``); exactly at the bound is not a breach.
-        baseline_s: instead of a fixed bound, a baseline window of this many seconds
-            just before the current one; the bound is ``factor`` times its value.
+        baseline_s: a baseline window of this many seconds just before the current one;
+            the bound is then ``factor`` times its value, and ``bound``, if given, a
+            floor under it (a ceiling over it for ``mean_confidence``): a morning with no
+            refusal does not make one refusal a breach.
         factor: the multiple of the baseline that breaches (a fraction of it for
             ``mean_confidence``).
         min_samples: the fewest observations in the window that let a rate breach (a
@@ -79,8 +81,8 @@ class Monitor:
             raise PackError(f"monitor {self.name}: by is 'agent' or 'principal'")
         if self.window_s <= 0 or self.min_samples < 1:
             raise PackError(f"monitor {self.name}: window_s and min_samples must be positive")
-        if (self.bound is None) == (self.baseline_s is None):
-            raise PackError(f"monitor {self.name}: give a bound or a baseline_s, not both")
+        if self.bound is None and self.baseline_s is None:
+            raise PackError(f"monitor {self.name}: give a bound, a baseline_s or both")
         if self.baseline_s is not None and (self.baseline_s <= 0 or self.factor <= 0):
             raise PackError(f"monitor {self.name}: baseline_s and factor must be positive")
 

@@ -17,6 +17,7 @@ from kernel.core.events import (
     ApprovalExpired,
     ApprovalSuperseded,
     ApprovalVoted,
+    DriftBreached,
     Event,
     FlowEscalated,
     GrantIssued,
@@ -110,6 +111,12 @@ def notice_of(event: Event) -> Notice | None:
             title = f"Grant {p.grant}: {word} by {p.operator}"
             return Notice(
                 kind="outcome", about=event.seq, target=p.grant, title=title, fields=fields
+            )
+        case DriftBreached():
+            fields = base | msgspec.to_builtins(p)
+            title = f"Drift {p.monitor}: {p.metric} {p.value:g} crossed {p.bound:g} ({p.subject})"
+            return Notice(
+                kind="outcome", about=event.seq, target=p.subject, title=title, fields=fields
             )
     return None
 
