@@ -17,7 +17,8 @@ The bound is the monitor's fixed one, or ``factor`` times the baseline window's 
 (never under the fixed one when both are given). A value strictly above the bound
 breaches (strictly below it for ``mean_confidence``); exactly at the bound does not.
 A breach is recorded once per window: a monitor that breached for a subject is quiet
-until a whole window has passed since. The action a breach leads to (:func:`action_of`) is an ``AgentStatusChanged`` by operator ``drift``,
+until a whole window has passed since. The action a breach leads to
+(:func:`action_of`) is an ``AgentStatusChanged`` by operator ``drift``,
 as the registry records an operator's; an operator restores the agent as ever.
 
 Nothing here is folded per event: a kernel whose packs declare no monitor does no work
