@@ -30,6 +30,8 @@ class DriftBreached(Payload, frozen=True, tag=True):
             events with ``window_start_ns < ts <= window_end_ns``.
         first_seq / last_seq: the first and last journal seq the window counted.
         samples: the observations the window counted.
+        as_of_seq: the journal's last seq when it was evaluated: events after it are not
+            in the window, whatever their time (0: the whole journal up to the window's end).
         action: what the pack said to do (``notify``, ``demote``, ``suspend``).
     """
 
@@ -47,3 +49,4 @@ class DriftBreached(Payload, frozen=True, tag=True):
     baseline: float | None = None
     first_seq: int = 0
     last_seq: int = 0
+    as_of_seq: int = 0

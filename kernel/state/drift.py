@@ -181,18 +181,20 @@ def evaluate(
     now_ns: int,
     subjects: Subjects | None = None,
     quiet: Mapping[str, int] = {},
+    as_of_seq: int = 0,
 ) -> list[DriftBreached]:
     """The breaches of one monitor at ``now_ns``, one per subject, in subject order.
 
     ``events`` must hold every event since the baseline window's start (or the window's);
     ``quiet`` maps a subject to the end of its last breach of this monitor: a subject is
-    not breached again until a whole window has passed since.
+    not breached again until a whole window has passed since. ``as_of_seq``, when set,
+    leaves out every event after it (what a live evaluation had not yet seen).
     """
     subjects = subjects or Subjects()
     start = now_ns - monitor.window_s * NS
     base_s = monitor.baseline_s or 0
     base_start = start - base_s * NS
-    seen = list(events)
+    seen = [e for e in events if not as_of_seq or e.seq <= as_of_seq]
     current = tally(seen, start, now_ns, monitor.by, subjects)
     baseline = tally(seen, base_start, start, monitor.by, subjects) if base_s else {}
     out: list[DriftBreached] = []
@@ -221,6 +223,7 @@ def evaluate(
                 subject=who, value=value, bound=bound, baseline=base_value,
                 window_start_ns=start, window_end_ns=now_ns, samples=samples,
                 action=monitor.action, first_seq=t.first_seq, last_seq=t.last_seq,
+                as_of_seq=as_of_seq,
             )
         )  # fmt: skip
     return out
@@ -247,7 +250,9 @@ def reevaluate(
     subjects: Subjects | None = None,
 ) -> bool:
     """Whether the recorded breach is what its window, read again, gives (replay's check)."""
-    again = evaluate(breach.pack, monitor, events, breach.window_end_ns, subjects)
+    again = evaluate(
+        breach.pack, monitor, events, breach.window_end_ns, subjects, as_of_seq=breach.as_of_seq
+    )
     return any(b == breach for b in again)
 
 
@@ -310,20 +315,31 @@ def watch(
     drift: Drift,
     status_of: Mapping[str, AgentStatus],
     subjects: Subjects | None = None,
-) -> list[Payload]:
+    as_of_seq: int = 0,
+) -> list[DriftBreached | AgentStatusChanged]:
     """What every monitor records at ``now_ns``: each breach, then the action it leads to.
 
     ``monitors`` pairs each monitor with its pack's ref (``name@version``); with none,
     nothing is read and nothing is returned. A demoted agent is not demoted twice in one
     call (``status_of`` is updated as the actions are decided).
     """
-    out: list[Payload] = []
+    out: list[DriftBreached | AgentStatusChanged] = []
     status = dict(status_of)
     for pack, monitor in monitors:
-        for breach in evaluate(pack, monitor, events, now_ns, subjects, drift.quiet(monitor.name)):
+        quiet = drift.quiet(monitor.name)
+        for breach in evaluate(pack, monitor, events, now_ns, subjects, quiet, as_of_seq):
             out.append(breach)
             change = action_of(breach, status.get(breach.subject))
             if change is not None:
                 status[breach.subject] = AgentStatus(change.status)
                 out.append(change)
     return out
+
+
+OBSERVED: tuple[type[Payload], ...] = (
+    *_VERDICTS,
+    ProposalSubmitted,
+    ReasoningCharged,
+    ExecutionSucceeded,
+)
+"""The payload types a monitor counts: a batch holding none leaves every metric as it was."""
