@@ -73,18 +73,29 @@ class Monitor:
     by: By = "agent"
 
     def __post_init__(self) -> None:
+        problem = self._kind_problem() or self._bound_problem()
+        if problem:
+            raise PackError(f"monitor {self.name}: {problem}")
+
+    def _kind_problem(self) -> str:
+        """What is wrong with the metric, the action or the grouping ("" for nothing)."""
         if self.metric not in METRICS:
-            raise PackError(f"monitor {self.name}: unknown metric {self.metric!r}")
+            return f"unknown metric {self.metric!r}"
         if self.action not in ACTIONS:
-            raise PackError(f"monitor {self.name}: unknown action {self.action!r}")
+            return f"unknown action {self.action!r}"
         if self.by not in ("agent", "principal"):
-            raise PackError(f"monitor {self.name}: by is 'agent' or 'principal'")
+            return "by is 'agent' or 'principal'"
+        return ""
+
+    def _bound_problem(self) -> str:
+        """What is wrong with the window, the bound or the baseline ("" for nothing)."""
         if self.window_s <= 0 or self.min_samples < 1:
-            raise PackError(f"monitor {self.name}: window_s and min_samples must be positive")
+            return "window_s and min_samples must be positive"
         if self.bound is None and self.baseline_s is None:
-            raise PackError(f"monitor {self.name}: give a bound, a baseline_s or both")
+            return "give a bound, a baseline_s or both"
         if self.baseline_s is not None and (self.baseline_s <= 0 or self.factor <= 0):
-            raise PackError(f"monitor {self.name}: baseline_s and factor must be positive")
+            return "baseline_s and factor must be positive"
+        return ""
 
     def hashed(self) -> list[object]:
         """The monitor as the pack's hash sees it."""

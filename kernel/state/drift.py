@@ -174,6 +174,39 @@ def _floored(monitor: Monitor, relative: float) -> float:
     return pick(monitor.bound, relative)
 
 
+def _windows(
+    monitor: Monitor, events: Sequence[Event], now_ns: int, subjects: Subjects, as_of_seq: int
+) -> tuple[dict[str, Tally], dict[str, Tally]]:
+    """Each subject's tally of the window, and of the baseline window before it (or none)."""
+    start = now_ns - monitor.window_s * NS
+    seen = [e for e in events if not as_of_seq or e.seq <= as_of_seq]
+    current = tally(seen, start, now_ns, monitor.by, subjects)
+    if not monitor.baseline_s:
+        return current, {}
+    return current, tally(seen, start - monitor.baseline_s * NS, start, monitor.by, subjects)
+
+
+def _breach(
+    monitor: Monitor, current: Tally, baseline: Tally | None
+) -> tuple[float, int, float, float | None] | None:
+    """The value, samples, bound and baseline of a subject's breach, or None (no breach)."""
+    value, samples = current.measure(monitor.metric, monitor.window_s)
+    if samples < monitor.min_samples:
+        return None
+    bound, base_value = monitor.bound, None
+    if monitor.baseline_s:
+        if baseline is None:
+            return None
+        base_value, base_samples = baseline.measure(monitor.metric, monitor.baseline_s)
+        if base_samples < monitor.min_samples:
+            return None
+        bound = _floored(monitor, base_value * monitor.factor)
+    assert bound is not None  # a Monitor has a bound or a baseline
+    if not crossed(monitor.metric, value, bound):
+        return None
+    return value, samples, bound, base_value
+
+
 def evaluate(
     pack: str,
     monitor: Monitor,
@@ -190,42 +223,26 @@ def evaluate(
     not breached again until a whole window has passed since. ``as_of_seq``, when set,
     leaves out every event after it (what a live evaluation had not yet seen).
     """
-    subjects = subjects or Subjects()
     start = now_ns - monitor.window_s * NS
-    base_s = monitor.baseline_s or 0
-    base_start = start - base_s * NS
-    seen = [e for e in events if not as_of_seq or e.seq <= as_of_seq]
-    current = tally(seen, start, now_ns, monitor.by, subjects)
-    baseline = tally(seen, base_start, start, monitor.by, subjects) if base_s else {}
+    current, baseline = _windows(monitor, events, now_ns, subjects or Subjects(), as_of_seq)
     out: list[DriftBreached] = []
     for who in sorted(current):
-        if who in quiet and now_ns - quiet[who] < monitor.window_s * NS:
-            continue
+        if now_ns - quiet.get(who, start) < monitor.window_s * NS:
+            continue  # breached within the window: quiet
         t = current[who]
-        value, samples = t.measure(monitor.metric, monitor.window_s)
-        if samples < monitor.min_samples:
-            continue
-        bound, base_value = monitor.bound, None
-        if base_s:
-            b = baseline.get(who)
-            if b is None:
-                continue
-            base_value, base_samples = b.measure(monitor.metric, base_s)
-            if base_samples < monitor.min_samples:
-                continue
-            bound = _floored(monitor, base_value * monitor.factor)
-        assert bound is not None  # a Monitor has a bound or a baseline
-        if not crossed(monitor.metric, value, bound):
-            continue
-        out.append(
-            DriftBreached(
-                pack=pack, monitor=monitor.name, metric=monitor.metric, by=monitor.by,
-                subject=who, value=value, bound=bound, baseline=base_value,
-                window_start_ns=start, window_end_ns=now_ns, samples=samples,
-                action=monitor.action, first_seq=t.first_seq, last_seq=t.last_seq,
-                as_of_seq=as_of_seq,
-            )
-        )  # fmt: skip
+        found = _breach(monitor, t, baseline.get(who))
+        if found is not None:
+            value, samples, bound, base_value = found
+            out.append(
+                DriftBreached(
+                    pack=pack, monitor=monitor.name, metric=monitor.metric, by=monitor.by,
+                    subject=who, value=value, bound=bound, baseline=base_value,
+                    window_start_ns=start, window_end_ns=now_ns,
+                    samples=samples,
+                    action=monitor.action, first_seq=t.first_seq, last_seq=t.last_seq,
+                    as_of_seq=as_of_seq,
+                )
+            )  # fmt: skip
     return out
 
 
