@@ -8,6 +8,7 @@ journal: evaluated again from the file, it is found again, identically.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import anyio
@@ -20,6 +21,7 @@ from kernel.policy.monitors import Monitor
 from kernel.state.drift import OPERATOR, reevaluate
 from kernel.state.records import AgentStatus
 from kernel.testing import ManualClock
+from tests.cli.test_operator_admin import dirk
 from tests.support.approvals_domain import pack, pay_kernel, sender
 
 pytestmark = pytest.mark.anyio
@@ -86,6 +88,14 @@ async def test_a_drifting_agent_is_demoted_then_restored_by_an_operator(tmp_path
     [recorded] = payloads(events, DriftBreached)
     assert recorded == breach
     assert reevaluate(recorded, REFUSALS, events)
+
+    # ``dirk agent`` shows the breach, in words and as JSON.
+    code, out, err = await dirk("agent", "clerk", "--db", path)
+    assert code == 0, err
+    assert f"drift refusals: refusal_rate {breach.value:g} crossed 0.3 (seq {breached.seq}" in out
+    code, out, err = await dirk("agent", "clerk", "--db", path, "--json")
+    shown = json.loads(out)["drift"]["refusals"]
+    assert code == 0 and shown["seq"] == breached.seq and shown["action"] == "demote"
 
 
 async def test_a_kernel_without_monitors_records_no_drift(tmp_path: Path) -> None:
