@@ -360,3 +360,26 @@ OBSERVED: tuple[type[Payload], ...] = (
     ExecutionSucceeded,
 )
 """The payload types a monitor counts: a batch holding none leaves every metric as it was."""
+
+
+def unproven(
+    events: Sequence[Event], monitors: Sequence[tuple[str, Monitor]]
+) -> list[tuple[int, str]]:
+    """The recorded breaches a journal's events do not re-derive: (seq, why) each.
+
+    Every ``DriftBreached`` is evaluated again from the events before it under the
+    monitor of the same pack (``name@version``) and name in ``monitors``; a breach whose
+    monitor is not given, or whose window gives another value, bound or count, is listed.
+    """
+    by_name = {(pack, m.name): m for pack, m in monitors}
+    out: list[tuple[int, str]] = []
+    for i, event in enumerate(events):
+        p = event.payload
+        if not isinstance(p, DriftBreached):
+            continue
+        monitor = by_name.get((p.pack, p.monitor))
+        if monitor is None:
+            out.append((event.seq, f"no monitor {p.monitor} in {p.pack} was given"))
+        elif not reevaluate(p, monitor, events[:i]):
+            out.append((event.seq, f"{p.monitor}: its window does not give what was recorded"))
+    return out

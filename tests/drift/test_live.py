@@ -15,10 +15,11 @@ import anyio
 import pytest
 
 from kernel import FlowStatus, Kernel
+from kernel.api.drift import monitors_of
 from kernel.audit import open_journal, payloads
 from kernel.core.events import AgentStatusChanged, DriftBreached, Event
 from kernel.policy.monitors import Monitor
-from kernel.state.drift import OPERATOR, reevaluate
+from kernel.state.drift import OPERATOR, reevaluate, unproven
 from kernel.state.records import AgentStatus
 from kernel.testing import ManualClock
 from tests.cli.test_operator_admin import dirk
@@ -88,6 +89,7 @@ async def test_a_drifting_agent_is_demoted_then_restored_by_an_operator(tmp_path
     [recorded] = payloads(events, DriftBreached)
     assert recorded == breach
     assert reevaluate(recorded, REFUSALS, events)
+    assert unproven(events, monitors_of([pack(monitors=(REFUSALS,))])) == []
 
     # ``dirk agent`` shows the breach, in words and as JSON.
     code, out, err = await dirk("agent", "clerk", "--db", path)

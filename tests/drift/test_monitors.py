@@ -40,6 +40,7 @@ from kernel.state.drift import (
     action_of,
     evaluate,
     reevaluate,
+    unproven,
     watch,
 )
 from kernel.state.records import AgentStatus
@@ -268,3 +269,19 @@ def test_the_window_holds_its_end_and_not_its_start(window: int, offset: int) ->
     monitor = Monitor(name="s", metric="spend", window_s=window, bound=0)
     inside = now - window * NS < ts <= now
     assert bool(evaluate("p@1", monitor, journal.events, now)) == inside
+
+
+def test_every_recorded_breach_re_derives_and_a_forged_one_does_not() -> None:
+    journal, drift = Journal(), Drift(None)  # type: ignore[arg-type]
+    drifting_day(journal, drift)
+    monitors = [("ops@1.0.0", REFUSALS)]
+    assert unproven(journal.events, monitors) == []
+    # A breach nobody's window gives, written into the journal by hand, is found out.
+    forged = DriftBreached(
+        pack="ops@1.0.0", monitor="refusals", metric="refusal_rate", by="agent", subject="a1",
+        value=0.9, bound=0.1, window_start_ns=0, window_end_ns=7 * 60 * MINUTE, samples=60,
+        action="demote",
+    )  # fmt: skip
+    at = journal.add(forged, 7 * 60 * MINUTE)
+    assert [seq for seq, _ in unproven(journal.events, monitors)] == [at.seq]
+    assert unproven(journal.events, [])[0][1].startswith("no monitor refusals")
