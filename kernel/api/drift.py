@@ -24,14 +24,8 @@ from kernel.core.errors import KernelShutdown
 from kernel.core.events import Draft, DriftBreached, Event, FlowCreated
 from kernel.journal.store import Journal, JournalClosed, JournalWriteFailed
 from kernel.policy.monitors import Monitor
-from kernel.policy.packs import PolicyPack
 from kernel.state.drift import NS, OBSERVED, Drift, Subjects, watch
 from kernel.state.projections import Projections
-
-
-def monitors_of(packs: Sequence[PolicyPack]) -> list[tuple[str, Monitor]]:
-    """Every loaded pack's monitors, each with its pack's ``name@version``."""
-    return [(f"{p.name}@{p.version}", m) for p in packs for m in p.monitors]
 
 
 class DriftWatch:

@@ -31,7 +31,7 @@ from anyio.abc import TaskGroup
 
 from kernel.api.calls import Calls, Flows
 from kernel.api.documents import Artifacts
-from kernel.api.drift import DriftWatch, monitors_of
+from kernel.api.drift import DriftWatch
 from kernel.api.wiring import Actors
 from kernel.config import KernelConfig
 from kernel.core import events
@@ -65,6 +65,7 @@ from kernel.runtime.actors import (
 )
 from kernel.runtime.messages import AgentMessage, Carry, Recover, Tick
 from kernel.runtime.supervision import Supervisor
+from kernel.state.drift import monitors_of
 from kernel.state.projections import FOLD, Projections
 from kernel.telemetry import Telemetry
 from kernel.webhooks import Webhooks

@@ -50,6 +50,7 @@ from kernel.core.events import (
 )
 from kernel.core.reasons import ReasonCode
 from kernel.policy.monitors import LOW_IS_BAD, Monitor
+from kernel.policy.packs import PolicyPack
 from kernel.state.domain import OMIT, Domain, Fold, Saved, State
 from kernel.state.records import AgentStatus
 
@@ -383,3 +384,8 @@ def unproven(
         elif not reevaluate(p, monitor, events[:i]):
             out.append((event.seq, f"{p.monitor}: its window does not give what was recorded"))
     return out
+
+
+def monitors_of(packs: Sequence[PolicyPack]) -> list[tuple[str, Monitor]]:
+    """Every pack's monitors, each with its pack's ``name@version``."""
+    return [(f"{p.name}@{p.version}", m) for p in packs for m in p.monitors]

@@ -15,11 +15,10 @@ import anyio
 import pytest
 
 from kernel import FlowStatus, Kernel
-from kernel.api.drift import monitors_of
 from kernel.audit import open_journal, payloads
 from kernel.core.events import AgentStatusChanged, DriftBreached, Event
 from kernel.policy.monitors import Monitor
-from kernel.state.drift import OPERATOR, reevaluate, unproven
+from kernel.state.drift import OPERATOR, monitors_of, reevaluate, unproven
 from kernel.state.records import AgentStatus
 from kernel.testing import ManualClock
 from tests.cli.test_operator_admin import dirk
@@ -35,6 +34,10 @@ REFUSALS = Monitor(
     min_samples=8,
     action="demote",
 )
+
+PACK_SPEC = "tests.drift.test_live:WATCHED"
+WATCHED = pack(monitors=(REFUSALS,))
+"""The payments pack with the refusal monitor (``dirk verify --pack`` loads it by name)."""
 
 
 async def pay(kernel: Kernel, clock: ManualClock, cents: int) -> FlowStatus | None:
@@ -62,7 +65,7 @@ async def first(kernel: Kernel, kind: type[object], from_seq: int = 1) -> Event:
 async def test_a_drifting_agent_is_demoted_then_restored_by_an_operator(tmp_path: Path) -> None:
     clock = ManualClock()
     path = tmp_path / "j.db"
-    async with pay_kernel(path, [pack(monitors=(REFUSALS,))], clock=clock) as kernel:
+    async with pay_kernel(path, [WATCHED], clock=clock) as kernel:
         await kernel.register(sender())
         for _ in range(10):
             assert await pay(kernel, clock, 100) is FlowStatus.CLOSED
@@ -89,7 +92,7 @@ async def test_a_drifting_agent_is_demoted_then_restored_by_an_operator(tmp_path
     [recorded] = payloads(events, DriftBreached)
     assert recorded == breach
     assert reevaluate(recorded, REFUSALS, events)
-    assert unproven(events, monitors_of([pack(monitors=(REFUSALS,))])) == []
+    assert unproven(events, monitors_of([WATCHED])) == []
 
     # ``dirk agent`` shows the breach, in words and as JSON.
     code, out, err = await dirk("agent", "clerk", "--db", path)
@@ -98,6 +101,11 @@ async def test_a_drifting_agent_is_demoted_then_restored_by_an_operator(tmp_path
     code, out, err = await dirk("agent", "clerk", "--db", path, "--json")
     shown = json.loads(out)["drift"]["refusals"]
     assert code == 0 and shown["seq"] == breached.seq and shown["action"] == "demote"
+
+    # ``dirk verify --verdicts`` re-derives the breach from the journal.
+    code, out, err = await dirk("verify", "--db", path, "--verdicts", "--pack", PACK_SPEC)
+    assert code == 0, out + err
+    assert "verify: drift breaches ok: 1 of 1 re-derived" in out
 
 
 async def test_a_kernel_without_monitors_records_no_drift(tmp_path: Path) -> None:
