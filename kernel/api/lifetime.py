@@ -31,6 +31,7 @@ from anyio.abc import TaskGroup
 
 from kernel.api.calls import Calls, Flows
 from kernel.api.documents import Artifacts
+from kernel.api.drift import DriftWatch
 from kernel.api.wiring import Actors
 from kernel.config import KernelConfig
 from kernel.core import events
@@ -64,6 +65,7 @@ from kernel.runtime.actors import (
 )
 from kernel.runtime.messages import AgentMessage, Carry, Recover, Tick
 from kernel.runtime.supervision import Supervisor
+from kernel.state.drift import monitors_of
 from kernel.state.projections import FOLD, Projections
 from kernel.telemetry import Telemetry
 from kernel.webhooks import Webhooks
@@ -265,6 +267,10 @@ class Lifetime:
         checkpointer = self._flows.checkpointer
         if checkpointer is not None:
             tg.start_soon(checkpointer.run, self._journal, name="checkpoints")
+        monitors = monitors_of(self._catalog.packs)
+        if monitors:  # no task, and no work per event, for a kernel without monitors
+            watch = DriftWatch(self._journal, self._projections, monitors)
+            tg.start_soon(watch.run, self._journal.head_seq + 1, name="drift-watch")
         if self._config.webhooks:
             # Beside the kernel, never in its way: they follow what commits.
             hooks = Webhooks(self._config.webhooks, self._journal, self._projections, self._clock)

@@ -295,6 +295,16 @@ def _agent_status_changed(payload: ev.AgentStatusChanged) -> str:
     return f"agent status set to {status} by {operator or 'the kernel'}: {reason!r}"
 
 
+@_says(ev.DriftBreached)
+def _drift_breached(payload: ev.DriftBreached) -> str:
+    return (
+        f"drift monitor {payload.monitor} breached for {payload.by} {payload.subject}: "
+        f"{payload.metric} {payload.value:g} crossed {payload.bound:g} over "
+        f"{payload.samples} samples (seq {payload.first_seq}..{payload.last_seq}), "
+        f"action {payload.action}"
+    )
+
+
 @_says(ev.TriggerFired)
 def _trigger_fired(payload: ev.TriggerFired) -> str:
     topic = payload.topic

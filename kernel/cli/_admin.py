@@ -12,6 +12,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+import msgspec
+
 from kernel.cli._agents import add_commands as add_agents_commands
 from kernel.cli._credential import issue_credential
 from kernel.cli._init import add_commands as add_init_commands
@@ -28,7 +30,8 @@ from kernel.core.events import RuleProposed
 from kernel.core.reasons import CliError, ExitCode, ReasonCode
 from kernel.inbox import RequestRefused
 from kernel.inbox.prepare import rule_change, rule_decision, status_change
-from kernel.state.projections import AgentStatus
+from kernel.state.drift import Drift
+from kernel.state.projections import AgentStatus, Projections
 from kernel.state.rulebook import Rulebook, RuleItem
 
 _WAIT_HELP = "wait this long for the kernel to apply it and report the outcome"
@@ -96,6 +99,12 @@ def _who_and_why(args: argparse.Namespace) -> str | None:
     return None
 
 
+def _breaches(projections: Projections, agent_id: str) -> dict[str, dict[str, Any]]:
+    """The agent's last breach of each drift monitor (kernel.state.drift), by monitor."""
+    found = projections.domain(Drift).breaches.get(agent_id, {})
+    return {name: msgspec.to_builtins(b) for name, b in sorted(found.items())}
+
+
 async def _agent(args: argparse.Namespace) -> int:
     if args.issue_credential:
         return await issue_credential(args)
@@ -117,12 +126,16 @@ async def _agent(args: argparse.Namespace) -> int:
                     "subscriptions": list(manifest.subscriptions),
                     "max_attempts": manifest.max_attempts,
                     "limits": manifest.limits,
+                    "drift": _breaches(projections, manifest.agent_id),
                 }
             )
             return ExitCode.OK
         say(f"{manifest.agent_id} {manifest.version}: {agent.status}")
         say(f"  capabilities  {', '.join(manifest.capabilities)}")
         say(f"  subscriptions {', '.join(manifest.subscriptions)}")
+        for name, b in _breaches(projections, manifest.agent_id).items():
+            crossed = f"{b['metric']} {b['value']:g} crossed {b['bound']:g}"
+            say(f"  drift {name}: {crossed} (seq {b['seq']}, {b['action']})")
         return ExitCode.OK
     if args.json:
         return error(CliError.BAD_ARGUMENT, "--json reads; --set changes", ExitCode.USAGE)

@@ -7,6 +7,7 @@ import contextlib
 import io
 import json
 import os
+from collections.abc import Sequence
 from typing import Any
 
 from kernel.artifacts import artifacts_beside
@@ -16,7 +17,8 @@ from kernel.cli._artifacts import check_artifacts, recorded_artifacts
 from kernel.cli._operator import error, error_of
 from kernel.cli._proofs import public_keys
 from kernel.cli._read import print_json, say
-from kernel.cli._replay import rejudge_verdicts, verdict_lines
+from kernel.cli._replay import packs_from, rejudge_verdicts, verdict_lines
+from kernel.core.events import DriftBreached
 from kernel.core.flow import IllegalTransition
 from kernel.core.notes import NoteError
 from kernel.core.reasons import CliError, ExitCode
@@ -31,7 +33,9 @@ from kernel.journal.store import (
     chain_key_from_env,
 )
 from kernel.journal.verify import Anchor, VerifyReport, parse_anchor, verify_journal
+from kernel.policy.packs import PolicyPack
 from kernel.proofs.check import KeySet, check_checkpoints
+from kernel.state.drift import monitors_of, unproven
 from kernel.state.snapshots import ProjectionReport
 
 
@@ -421,4 +425,19 @@ async def _verdicts_judged(args: argparse.Namespace, found: dict[str, Any] | Non
         found["verdicts"] = result
     ok, lines = verdict_lines(result)
     say(*lines)
-    return None if ok else ExitCode.FAILED
+    drift_ok = await _breaches_derived(args.db, packs_from(args.pack))
+    return None if ok and drift_ok else ExitCode.FAILED
+
+
+async def _breaches_derived(db: str, packs: Sequence[PolicyPack]) -> bool:
+    """Whether every recorded drift breach re-derives from the journal (kernel.state.drift)."""
+    async with open_journal(db, readonly=True) as journal:
+        if not await journal.read(types=["DriftBreached"]):
+            return True  # none recorded: nothing read, nothing said
+        events = await journal.read()
+    failed = unproven(events, monitors_of(packs))
+    say(*(f"verify: FAILED drift breach at seq {seq}: {why}" for seq, why in failed))
+    breaches = sum(isinstance(e.payload, DriftBreached) for e in events)
+    word = "FAILED" if failed else "ok"
+    say(f"verify: drift breaches {word}: {breaches - len(failed)} of {breaches} re-derived")
+    return not failed

@@ -46,6 +46,7 @@ from kernel.core._belief_events import (
     SourceRegistered,
     TestResultIngested,
 )
+from kernel.core._drift_events import DriftBreached
 from kernel.core._flow_events import (
     ActorRestarted,
     AgentRefused,
@@ -220,6 +221,7 @@ AnyPayload = (
     | TenantPolicyChanged
     | Delegated
     | DecidedWithoutJournal
+    | DriftBreached
 )
 
 
@@ -440,6 +442,7 @@ __all__ = [
     "DecisionRefused",
     "Delegated",
     "Draft",
+    "DriftBreached",
     "DuplicateSuppressed",
     "EntityCandidateRecorded",
     "EpisodeArchived",

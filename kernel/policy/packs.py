@@ -43,6 +43,7 @@ from kernel.policy.escalations import EscalationBudget
 from kernel.policy.guards import Guard
 from kernel.policy.kinds import PolicyKind, kind_name
 from kernel.policy.money import Budget, Cost
+from kernel.policy.monitors import Monitor
 from kernel.policy.quorums import Quorum
 from kernel.policy.rules import (
     Invariant,
@@ -136,6 +137,8 @@ class PolicyPack:
             (APPROVAL_SUPERSEDED) or ``escalate`` (a new approval).
         escalation_budget: how often an agent may escalate this pack's kinds before it is
             demoted to PASSIVE (kernel.policy.escalations); None: the kernel's budget.
+        monitors: drift monitors (kernel.policy.monitors) over rolling windows of the
+            journal; evaluated by kernel.state.drift.
     """
 
     name: str
@@ -159,6 +162,7 @@ class PolicyPack:
     budgets: Sequence[Budget] = ()
     on_superseded: Literal["refuse", "escalate"] = "refuse"
     escalation_budget: EscalationBudget | None = None
+    monitors: Sequence[Monitor] = ()
 
     def __post_init__(self) -> None:
         # Copies the caller cannot reach, read-only: what judges stays what the hash covers.
@@ -244,6 +248,8 @@ class PolicyPack:
         if self.escalate_refusals:
             content["escalate_refusals"] = sorted(self.escalate_refusals)
         content.update(self._approval_content())
+        if self.monitors:  # absent from older hashes: a pack without monitors keeps its hash
+            content["monitors"] = [m.hashed() for m in self.monitors]
         return hashlib.sha256(canonical(content)).hexdigest()
 
     def _approval_content(self) -> dict[str, Any]:
@@ -278,7 +284,7 @@ class PolicyPack:
 
 _SEQUENCES = (
     "kinds", "rules", "invariants", "consumes", "thresholds", "guards", "quorums", "costs",
-    "budgets",
+    "budgets", "monitors",
 )  # fmt: skip
 _MAPPINGS = ("extra", "capacities", "limits")
 

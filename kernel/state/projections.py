@@ -76,6 +76,7 @@ from kernel.state.beliefs.domain import Beliefs
 from kernel.state.beliefs.graph import BeliefGraph
 from kernel.state.budgets import Budgets
 from kernel.state.domain import OMIT, D, Domain, DomainType, Fold, Saved, compose, same
+from kernel.state.drift import Drift
 from kernel.state.grants import Grants
 from kernel.state.memory import Memory, MemoryState, Rules
 from kernel.state.principals import Principals
@@ -100,6 +101,7 @@ DOMAINS: tuple[DomainType, ...] = (
     Grants,
     Budgets,
     Principals,
+    Drift,
 )
 """The registered domains, in order: every Projections folds them, the DIM runs their
 checks in this order, the kernel builds their executors. Registering one is adding it here."""

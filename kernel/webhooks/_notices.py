@@ -18,6 +18,7 @@ from kernel.core.events import (
     ApprovalExpired,
     ApprovalSuperseded,
     ApprovalVoted,
+    DriftBreached,
     Event,
     FlowEscalated,
     GrantIssued,
@@ -65,6 +66,12 @@ def notice_of(event: Event) -> Notice | None:
         return None
     base = {"seq": event.seq, "ts": event.ts, "event": type(p).__name__}
     return notice(event, p, base, event.dfid or "")
+
+
+def _drifted(event: Event, p: DriftBreached, base: dict[str, Any], dfid: str) -> Notice:
+    fields = base | msgspec.to_builtins(p)
+    title = f"Drift {p.monitor}: {p.metric} {p.value:g} crossed {p.bound:g} ({p.subject})"
+    return Notice(kind="outcome", about=event.seq, target=p.subject, title=title, fields=fields)
 
 
 def _escalated(event: Event, p: FlowEscalated, base: dict[str, Any], dfid: str) -> Notice | None:
@@ -144,6 +151,7 @@ _NOTICES: dict[type[Any], Callable[[Event, Any, dict[str, Any], str], Notice | N
     GrantIssued: _grant_issued,
     GrantVoted: _grant_acted,
     GrantRevoked: _grant_acted,
+    DriftBreached: _drifted,
 }
 
 

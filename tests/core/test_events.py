@@ -185,6 +185,23 @@ SAMPLES: list[ev.AnyPayload] = [
         by="app",
     ),
     ev.ArtifactsCollected(refs=["sha256:" + "cd" * 32], size=10, operator="ana", reason="gc"),
+    # drift monitors (kernel.state.drift)
+    ev.DriftBreached(
+        pack="ops@1.0.0",
+        monitor="refusals",
+        metric="refusal_rate",
+        by="agent",
+        subject="a",
+        value=0.4,
+        bound=0.1,
+        baseline=0.02,
+        window_start_ns=1,
+        window_end_ns=3_600_000_000_001,
+        samples=60,
+        action="demote",
+        first_seq=3,
+        last_seq=62,
+    ),
 ]
 
 
