@@ -7,6 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.support.extras import require
 
 require("agents", "openai-agents")  # skips outside CI, fails under it

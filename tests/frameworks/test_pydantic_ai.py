@@ -8,6 +8,8 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.support.extras import require
 
 require("pydantic_ai", "pydantic-ai")  # skips outside CI, fails under it

@@ -15,7 +15,7 @@ from kernel.adapters import Adapter, ExecutionIntent, Receipt
 from kernel.config import KernelConfig, Ports
 from kernel.policy import PolicyKind, PolicyPack
 from kernel.testing import ManualClock, SeededIds, Step
-from tests.support.principals import LOCAL
+from tests.support.principals import LOCAL as LOCAL
 
 
 def configured(config: KernelConfig, **settings: Any) -> KernelConfig:
