@@ -27,14 +27,16 @@ from typing import ClassVar
 import anyio
 
 from agents_sdk import Agent, Manifest, Proposal, WorkingContext
-from kernel import FlowStatus, Signing, open_kernel
+from kernel import FlowStatus, Principal, Signing, open_kernel
 from kernel.adapters import ExecutionIntent, Receipt
 from kernel.config import KernelConfig, Ports, Storage
-from kernel.core.events import Principal
 from kernel.core.ports import SystemClock
 from kernel.policy import PolicyKind, PolicyPack
 from kernel.telemetry import Telemetry, configure_exporter
 from kernel.testing import SeededIds
+
+# The benchmark's host vouches for one local user, as a single-user host would.
+HOST_PRINCIPAL = Principal(tenant="bench", user="bench")
 
 TOPIC = "bench.tick"
 SPANS_PER_FLOW = 5
@@ -171,8 +173,7 @@ async def run_flows(
         adapters={"noop": adapter},
         allow=names,
         config=KernelConfig(
-            # The benchmark's host vouches for one local user (docs/identity.md).
-            principal=Principal(tenant="local", user="bench"),
+            principal=HOST_PRINCIPAL,
             ports=Ports(clock=clock, ids=ids),
             storage=Storage(synchronous="FULL"),
             telemetry=telemetry if telemetry is not None else Telemetry(None),

@@ -19,12 +19,14 @@ import anyio
 
 from agents_sdk import Proposal, WorkingContext
 from benchmarks.flows import PACK, STATE, TOPIC, BenchmarkFailed, InstantAgent, NoopAdapter
-from kernel import FlowStatus, open_kernel
+from kernel import FlowStatus, Principal, open_kernel
 from kernel.audit import Event
 from kernel.config import KernelConfig, Ports, Storage
-from kernel.core.events import Principal
 from kernel.telemetry import Telemetry
 from kernel.testing import SeededIds
+
+# The benchmark's host vouches for one local user, as a single-user host would.
+HOST_PRINCIPAL = Principal(tenant="bench", user="bench")
 
 
 class TimedAgent(InstantAgent):
@@ -78,8 +80,7 @@ async def run_latency(path: Path, flows: int, rate: float = 500.0) -> LatencyRun
         adapters={"noop": NoopAdapter()},
         allow=[agent.manifest.agent_id],
         config=KernelConfig(
-            # The benchmark's host vouches for one local user (docs/identity.md).
-            principal=Principal(tenant="local", user="bench"),
+            principal=HOST_PRINCIPAL,
             ports=Ports(ids=SeededIds(11)),
             storage=Storage(synchronous="FULL"),
             telemetry=Telemetry(None),

@@ -32,12 +32,14 @@ import anyio
 
 from agents_sdk import Manifest, Proposal, WorkingContext
 from benchmarks.flows import PACK, STATE, TOPIC, BenchmarkFailed, InstantAgent, NoopAdapter
-from kernel import FlowStatus, open_kernel
+from kernel import FlowStatus, Principal, open_kernel
 from kernel.config import KEEP_FINISHED, KernelConfig, Limits, Ports, Storage
-from kernel.core.events import Principal
 from kernel.memory import MEMORY_PACK
 from kernel.telemetry import Telemetry
 from kernel.testing import SeededIds
+
+# The benchmark's host vouches for one local user, as a single-user host would.
+HOST_PRINCIPAL = Principal(tenant="bench", user="bench")
 
 WORKLOADS = ("orders", "memory")
 NAMES = 64
@@ -94,8 +96,7 @@ async def grow(
         adapters={"noop": adapter},
         allow=names,
         config=KernelConfig(
-            # The benchmark's host vouches for one local user (docs/identity.md).
-            principal=Principal(tenant="local", user="bench"),
+            principal=HOST_PRINCIPAL,
             ports=Ports(ids=SeededIds(5)),
             storage=Storage(synchronous="FULL"),
             limits=Limits(keep_finished=keep_finished),

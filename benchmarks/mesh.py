@@ -32,12 +32,14 @@ import nats
 from agents_sdk import Agent, Manifest, Proposal, WorkingContext
 from benchmarks.flows import PACK, NoopAdapter, Order
 from benchmarks.report import Figure
-from kernel import FlowStatus, KernelConfig, Limits, Ports, open_kernel
-from kernel.core.events import Principal
+from kernel import FlowStatus, KernelConfig, Limits, Ports, Principal, open_kernel
 from kernel.mesh import MeshConfig, open_mesh
 from kernel.registry import credential_verifier, new_credential
 from kernel.telemetry import Telemetry
 from kernel.testing import SeededIds
+
+# The benchmark's host vouches for one local user, as a single-user host would.
+HOST_PRINCIPAL = Principal(tenant="bench", user="bench")
 
 AGENT = "thinker"
 THINK_MS = 50.0
@@ -141,8 +143,7 @@ async def run(
     (paired: the machine's drift touches both alike)."""
     path = Path(tempfile.mkdtemp(dir=workdir)) / "j.db"
     config = KernelConfig(
-        # The benchmark's host vouches for one local user (docs/identity.md).
-        principal=Principal(tenant="local", user="bench"),
+        principal=HOST_PRINCIPAL,
         ports=Ports(ids=SeededIds(7)),
         limits=Limits(agent_concurrency=width),
         telemetry=Telemetry(None),

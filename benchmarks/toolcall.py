@@ -17,13 +17,15 @@ from pathlib import Path
 
 from benchmarks.flows import PACK, BenchmarkFailed, NoopAdapter
 from benchmarks.report import Figure
-from kernel import DecisionVerdict, Manifest, open_kernel
+from kernel import DecisionVerdict, Manifest, Principal, open_kernel
 from kernel.adapters import ExecutionIntent
 from kernel.config import KernelConfig, Ports, Storage
-from kernel.core.events import Principal
 from kernel.frameworks import Gate
 from kernel.telemetry import Telemetry
 from kernel.testing import SeededIds
+
+# The benchmark's host vouches for one local user, as a single-user host would.
+HOST_PRINCIPAL = Principal(tenant="bench", user="bench")
 
 WARMUP = 20
 ADDED_OVER_P3_US = 200.0
@@ -64,8 +66,7 @@ async def run_tool_calls(path: Path, calls: int) -> ToolCallRun:
         adapters={"noop": adapter},
         allow=["tools"],
         config=KernelConfig(
-            # The benchmark's host vouches for one local user (docs/identity.md).
-            principal=Principal(tenant="local", user="bench"),
+            principal=HOST_PRINCIPAL,
             ports=Ports(ids=SeededIds(15)),
             storage=Storage(synchronous="FULL"),
             telemetry=Telemetry(None),

@@ -49,15 +49,19 @@ from kernel import (
     Kernel,
     KernelConfig,
     Ports,
+    Principal,
     Signing,
     Supervision,
     open_kernel,
 )
 from kernel.audit import Event, open_journal, redact, whatif
 from kernel.audit import events as ev
-from kernel.core.events import Principal
 from kernel.testing import Faults, SeededIds, SimulatedSystem
 from policies.booking import BOOKING
+
+# This host vouches for one local user: every flow it opens acts on their behalf
+# (a multi-user host passes each call's own principal instead; docs/identity.md).
+HOST_PRINCIPAL = Principal(tenant="local", user="you")
 
 LESSON = "verify accessibility before booking"
 ACCESS_RULE = (
@@ -268,9 +272,7 @@ async def simulate(
             adapters={"hotel": hotel},
             allow=["travel-agent"],
             config=KernelConfig(
-                # This host vouches for one local user: every flow acts on its behalf
-                # (KernelConfig.principal; docs/identity.md).
-                principal=Principal(tenant="local", user="local"),
+                principal=HOST_PRINCIPAL,
                 ports=Ports(clock=clock, ids=SeededIds(seed), jitter_seed=seed),
                 supervision=Supervision(inbox_poll_s=None),
                 signing=signing,

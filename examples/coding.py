@@ -39,10 +39,9 @@ import anyio
 from agents_sdk import Agent, Manifest, Proposal, WorkingContext
 from examples.clock import SimClock
 from examples.summary import journal_and_files, read_events, show, summarize
-from kernel import FlowStatus, Kernel, KernelConfig, Ports, Supervision, open_kernel
+from kernel import FlowStatus, Kernel, KernelConfig, Ports, Principal, Supervision, open_kernel
 from kernel.audit import events as ev
 from kernel.audit import fold, open_journal, redact, rejudge
-from kernel.core.events import Principal
 from kernel.testing import SeededIds
 from policies.esaa import (
     CONTRACT_FILE,
@@ -53,6 +52,10 @@ from policies.esaa import (
     init_repository,
     tree_files,
 )
+
+# This host vouches for one local user: every flow it opens acts on their behalf
+# (a multi-user host passes each call's own principal instead; docs/identity.md).
+HOST_PRINCIPAL = Principal(tenant="local", user="you")
 
 Step = Callable[[WorkingContext], dict[str, Any]]
 WORK = ["esaa.claim", "esaa.file_patch", "esaa.run_check", "esaa.complete"]
@@ -355,9 +358,7 @@ async def simulate(seed: int, db: Path | str, repo: Path) -> dict[str, Any]:
         adapters={"git": git},
         allow=list(agents),
         config=KernelConfig(
-            # This host vouches for one local user: every flow acts on its behalf
-            # (KernelConfig.principal; docs/identity.md).
-            principal=Principal(tenant="local", user="local"),
+            principal=HOST_PRINCIPAL,
             ports=Ports(clock=clock, ids=SeededIds(seed), jitter_seed=seed),
             supervision=Supervision(inbox_poll_s=None),
         ),

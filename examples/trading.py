@@ -64,6 +64,7 @@ from kernel import (
     KernelConfig,
     Outcome,
     Ports,
+    Principal,
     Proposal,
     Session,
     Signing,
@@ -73,9 +74,12 @@ from kernel import (
 )
 from kernel.adapters import RetryPolicy
 from kernel.audit import redact
-from kernel.core.events import Principal
 from kernel.testing import Faults, SeededIds, SimulatedSystem
 from policies.trading import TRADING
+
+# This host vouches for one local user: every flow it opens acts on their behalf
+# (a multi-user host passes each call's own principal instead; docs/identity.md).
+HOST_PRINCIPAL = Principal(tenant="local", user="you")
 
 BROKER_FAULTS = Faults(latency_s=(0.05, 0.4), transient=0.12, lost_answer=0.08, duplicate=0.15)
 BROKER_RETRY = RetryPolicy(base_s=0.5, max_s=4.0, max_attempts=6)
@@ -347,9 +351,7 @@ async def _simulate(
             adapters={"broker": broker, "ledger": ledger},
             allow=list(agents),
             config=KernelConfig(
-                # This host vouches for one local user: every flow acts on its behalf
-                # (KernelConfig.principal; docs/identity.md).
-                principal=Principal(tenant="local", user="local"),
+                principal=HOST_PRINCIPAL,
                 ports=Ports(clock=clock, ids=SeededIds(seed), jitter_seed=seed),
                 supervision=Supervision(inbox_poll_s=None),
                 escalation=EscalationPolicy(budget=EscalationBudget(capacity=100, period_s=3600)),

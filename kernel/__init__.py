@@ -16,7 +16,7 @@ from kernel.api.decisions import Decision, DecisionVerdict
 from kernel.boot import open_kernel
 from kernel.config import KernelConfig, Limits, Ports, Storage, Supervision
 from kernel.core.errors import KernelFault, KernelShutdown
-from kernel.core.events import Feedback, Manifest, PackRef, ProposalRecord
+from kernel.core.events import Feedback, Manifest, PackRef, Principal, ProposalRecord
 from kernel.core.fetching import ArtifactSlice, FetchRefused
 from kernel.core.flow import TERMINAL, FlowState, FlowStatus
 from kernel.core.ports import Clock, IdSource, RandomIds, SystemClock
@@ -75,6 +75,7 @@ __all__ = [
     "PackError",
     "PackRef",
     "Ports",
+    "Principal",
     "Proposal",
     "ProposalRecord",
     "RandomIds",

@@ -35,6 +35,7 @@ from kernel import (
     KernelConfig,
     Manifest,
     Ports,
+    Principal,
     Proposal,
     Storage,
     Supervision,
@@ -44,8 +45,11 @@ from kernel import (
 from kernel.adapters import ExecutionIntent, Receipt
 from kernel.audit import events as ev
 from kernel.beliefs import GOVERNANCE_PACK, KINDS, TEST_ADAPTER
-from kernel.core.events import Principal
 from kernel.testing import ManualClock, SeededIds
+
+# This host vouches for one local user: every flow it opens acts on their behalf
+# (a multi-user host passes each call's own principal instead; docs/identity.md).
+HOST_PRINCIPAL = Principal(tenant="local", user="you")
 
 AGENT = "study-agent"
 TOPIC = "study.call"
@@ -110,9 +114,7 @@ class GovernedKernel:
                 adapters={TEST_ADAPTER: self.tests},
                 allow=[AGENT],
                 config=KernelConfig(
-                    # This host vouches for one local user: every flow acts on its behalf
-                    # (KernelConfig.principal; docs/identity.md).
-                    principal=Principal(tenant="local", user="local"),
+                    principal=HOST_PRINCIPAL,
                     ports=Ports(clock=self.clock, ids=SeededIds(self.seed), jitter_seed=self.seed),
                     supervision=Supervision(inbox_poll_s=None),
                     # A study's journal survives the process, not a power cut: no fsync wait.

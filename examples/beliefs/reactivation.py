@@ -38,6 +38,7 @@ from kernel import (
     KernelConfig,
     Manifest,
     Ports,
+    Principal,
     Proposal,
     Storage,
     Supervision,
@@ -45,8 +46,11 @@ from kernel import (
     open_kernel,
 )
 from kernel.beliefs import GOVERNANCE_PACK, KINDS
-from kernel.core.events import Principal
 from kernel.testing import ManualClock, SeededIds
+
+# This host vouches for one local user: every flow it opens acts on their behalf
+# (a multi-user host passes each call's own principal instead; docs/identity.md).
+HOST_PRINCIPAL = Principal(tenant="local", user="you")
 
 ARMS = ("cold", "reactivated", "reactivated_fresh")
 FRESH_MICRO = 350_000
@@ -143,9 +147,7 @@ async def run_seed(seed: int, pairs: int, workdir: Path) -> list[dict[str, Any]]
     asker = _Asker()
     rows: list[dict[str, Any]] = []
     config = KernelConfig(
-        # This host vouches for one local user: every flow acts on its behalf
-        # (KernelConfig.principal; docs/identity.md).
-        principal=Principal(tenant="local", user="local"),
+        principal=HOST_PRINCIPAL,
         ports=Ports(clock=clock, ids=SeededIds(seed), jitter_seed=seed),
         supervision=Supervision(inbox_poll_s=None),
         storage=Storage(synchronous="NORMAL"),

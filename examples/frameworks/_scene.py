@@ -22,14 +22,16 @@ from typing import Any
 
 import anyio
 
-from kernel import FlowStatus, Kernel, Manifest, open_kernel
+from kernel import FlowStatus, Kernel, KernelConfig, Manifest, Principal, open_kernel
 from kernel.adapters import ExecutionIntent, Receipt
 from kernel.audit import redact
-from kernel.config import KernelConfig
-from kernel.core.events import Principal
 from kernel.frameworks import Gate
 from kernel.testing import action_of
 from policies.booking import BOOKING
+
+# This host vouches for one local user: every flow it opens acts on their behalf
+# (a multi-user host passes each call's own principal instead; docs/identity.md).
+HOST_PRINCIPAL = Principal(tenant="local", user="you")
 
 AGENT = "booker"
 TOOL = "booking_reserve_room"
@@ -79,10 +81,12 @@ class Hotel:
 @asynccontextmanager
 async def scene(db: Path) -> AsyncIterator[Gate]:
     """A kernel on ``db`` with the booking pack and the hotel; the agent's session and gate."""
-    # This host vouches for one local user: every flow acts on its behalf (docs/identity.md).
-    local = KernelConfig(principal=Principal(tenant="local", user="local"))
     async with open_kernel(
-        db, packs=[BOOKING], adapters={"hotel": Hotel()}, allow=[AGENT], config=local
+        db,
+        packs=[BOOKING],
+        adapters={"hotel": Hotel()},
+        allow=[AGENT],
+        config=KernelConfig(principal=HOST_PRINCIPAL),
     ) as k:
         await k.handshake(
             Manifest(

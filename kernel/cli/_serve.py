@@ -321,10 +321,14 @@ async def _run_kernel(
 ) -> int:
     from kernel.boot import open_kernel
     from kernel.config import KernelConfig, Ports, Supervision
+    from kernel.core.events import Principal
     from kernel.core.ports import SystemClock
 
     clock = ContinuedClock(start_ns) if args.clock == "journal" else SystemClock()
     config = KernelConfig(
+        # `dirk serve` hosts the examples' desks for the one person running it, as the
+        # examples do: their flows act for one local user (docs/identity.md).
+        principal=Principal(tenant="local", user="you"),
         ports=Ports(clock=clock),
         supervision=Supervision(inbox_poll_s=args.inbox_poll),
         keyring=keyring,

@@ -59,9 +59,13 @@ def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--db", required=True, help="the journal file")
 
 
+def _read_spec(path: str) -> TenantSpec:
+    return msgspec.json.decode(Path(path).read_bytes(), type=TenantSpec)
+
+
 async def _declare(args: argparse.Namespace) -> int:
     try:
-        spec = msgspec.json.decode(Path(args.file).read_bytes(), type=TenantSpec)
+        spec = _read_spec(args.file)
     except (OSError, msgspec.DecodeError) as exc:
         return error(CliError.BAD_ARGUMENT, f"{args.file}: {exc}"[:300], ExitCode.USAGE)
     request = DeclareTenantRequest(tenant=spec, operator=args.operator, reason=args.reason)

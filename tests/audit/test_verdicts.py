@@ -31,7 +31,8 @@ from kernel.memory import MEMORY_PACK
 from kernel.policy import LimitSpec
 from kernel.testing import ManualClock, SeededIds, action_of
 from policies.trading import TRADING
-from tests.support.helpers import LOCAL, Bank
+from tests.support.helpers import Bank
+from tests.support.principals import LOCAL
 
 PRICES = {"market.ACME.price": "100.00", "market.GLOBEX.price": "50.00"}
 PRICES["market.INITECH.price"] = "10.00"

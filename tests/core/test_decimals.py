@@ -46,7 +46,8 @@ from kernel.testing import ManualClock, SeededIds
 from policies.trading import TRADING, PlaceOrder
 from policies.trading_0_3 import TRADING_0_3
 from tests.support import GOLDEN
-from tests.support.helpers import LOCAL, Bank
+from tests.support.helpers import Bank
+from tests.support.principals import LOCAL
 
 PRICES = {"market.ACME.price": "100.00", "market.GLOBEX.price": "50.00"}
 DIGITS = frozenset("0123456789")

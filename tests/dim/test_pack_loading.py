@@ -26,7 +26,8 @@ from kernel.policy.packs import PolicyCatalog
 from kernel.policy.rules import ALLOW, RuleVerdict, View, rule
 from kernel.testing import ManualClock, SeededIds, action_of
 from tests.dim.test_amendments import PACK, Desk, Order, trader, verdict
-from tests.support.helpers import LOCAL, ScriptedAgent, configured
+from tests.support.helpers import ScriptedAgent, configured
+from tests.support.principals import LOCAL
 
 V2 = dataclasses.replace(
     PACK,

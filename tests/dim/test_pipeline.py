@@ -33,7 +33,6 @@ from kernel.runtime.actors import Reply
 from kernel.runtime.messages import Execute
 from kernel.testing import ManualClock, SeededIds, action_of, flow_types
 from tests.support.helpers import (
-    LOCAL,
     PACK,
     Bank,
     ScriptedAgent,
@@ -42,6 +41,7 @@ from tests.support.helpers import (
     kernel_for,
     transfer,
 )
+from tests.support.principals import LOCAL
 
 
 async def test_accepted_flow_executes_once_and_is_recorded(kernel: Kernel, bank: Bank) -> None:

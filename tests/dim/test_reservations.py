@@ -26,7 +26,8 @@ from kernel.core.events import (
 from kernel.policy import PolicyKind, PolicyPack
 from kernel.policy.packs import Consume
 from kernel.testing import ManualClock, SeededIds, Step, action_of
-from tests.support.helpers import LOCAL, ScriptedAgent, configured, flow_of
+from tests.support.helpers import ScriptedAgent, configured, flow_of
+from tests.support.principals import LOCAL
 
 
 class Claim(PolicyKind, tag="race.claim"):

@@ -24,7 +24,8 @@ from kernel.policy.contracts import WorkingContext
 from kernel.testing import ManualClock, SeededIds, action_of
 from policies.trading import PlaceOrder, notional_minor
 from policies.trading_0_3 import TRADING_0_3 as TRADING
-from tests.support.helpers import LOCAL, Bank
+from tests.support.helpers import Bank
+from tests.support.principals import LOCAL
 
 PRICES = {"market.ACME.price": "100.00"}
 

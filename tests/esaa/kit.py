@@ -21,7 +21,7 @@ from kernel import WorkingContext as Context
 from kernel.core import events as ev
 from kernel.testing import ManualClock, SeededIds
 from policies.esaa import ESAA, GitWorkTree, file_diff, init_repository, tree_files
-from tests.support.helpers import LOCAL
+from tests.support.principals import LOCAL
 
 PY = sys.executable
 WORK = ["esaa.claim", "esaa.file_patch", "esaa.run_check", "esaa.complete", "esaa.report"]

@@ -39,7 +39,8 @@ from kernel.state.approvals import EscalationBudget as Budget
 from kernel.state.approvals import over_budget
 from kernel.telemetry import Telemetry
 from kernel.testing import ManualClock, SeededIds, action_of, flow_types
-from tests.support.helpers import LOCAL, PACK, Bank, ScriptedAgent, configured, flow_of, transfer
+from tests.support.helpers import PACK, Bank, ScriptedAgent, configured, flow_of, transfer
+from tests.support.principals import LOCAL
 
 LIMIT_CENTS = 10_000
 

@@ -16,7 +16,8 @@ from kernel.audit import payloads
 from kernel.core.events import DecisionRefused, HumanDecided
 from kernel.policy import PolicyPack
 from kernel.testing import action_of
-from tests.support.helpers import LOCAL, PACK, ScriptedAgent, flow_of, kernel_for, transfer
+from tests.support.helpers import PACK, ScriptedAgent, flow_of, kernel_for, transfer
+from tests.support.principals import LOCAL
 
 LENIENT = PolicyPack(
     name=PACK.name,

@@ -20,7 +20,7 @@ from kernel.core import events as ev
 from kernel.frameworks import Gate
 from kernel.testing import ManualClock, SeededIds, action_of
 from policies.booking import BOOKING
-from tests.support.helpers import LOCAL
+from tests.support.principals import LOCAL
 
 AGENT = "booker"
 TOOL = "booking_reserve_room"

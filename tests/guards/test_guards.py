@@ -24,7 +24,8 @@ from kernel.policy.packs import PolicyCatalog
 from kernel.testing import ManualClock, SeededIds
 from policies.trading import TRADING, PlaceOrder, direction_mismatch
 from tests.support.gate_domain import agent
-from tests.support.helpers import LOCAL, ScriptedAgent, configured
+from tests.support.helpers import ScriptedAgent, configured
+from tests.support.principals import LOCAL
 
 NOW = 1_000
 

@@ -11,7 +11,6 @@ from typing import Any
 import anyio
 import pytest
 
-from tests.support.helpers import LOCAL
 from tests.support.mcp_kernel import memory_kernel, require_mcp
 
 require_mcp()
@@ -35,6 +34,7 @@ from kernel.mcp import (  # noqa: E402
 )
 from kernel.state.projections import fold  # noqa: E402
 from kernel.testing import ManualClock, SeededIds  # noqa: E402
+from tests.support.principals import LOCAL  # noqa: E402
 
 AGENT = Principal(role="agent", name="ide")
 OPERATOR = Principal(role="operator", name="rui")

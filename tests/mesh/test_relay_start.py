@@ -15,7 +15,7 @@ import anyio
 import nats.errors
 from nats.js import JetStreamContext
 
-from kernel import open_kernel
+from kernel import KernelConfig, open_kernel
 from kernel.mesh import Relay
 from tests.support.mesh_helpers import as_admin
 from tests.support.nats import (  # noqa: F401
@@ -24,6 +24,7 @@ from tests.support.nats import (  # noqa: F401
     principals_fixture,
     reset_bus,
 )
+from tests.support.principals import LOCAL
 
 
 class SlowFirstAnswer:
@@ -50,7 +51,9 @@ async def test_a_timeout_reading_the_position_is_asked_again(
     nc = await as_admin(nats_server)
     try:
         slow = SlowFirstAnswer(nc.jetstream())
-        async with open_kernel(tmp_path / "j.db", packs=[], adapters={}, allow=[]) as kernel:
+        async with open_kernel(
+            tmp_path / "j.db", packs=[], adapters={}, allow=[], config=KernelConfig(principal=LOCAL)
+        ) as kernel:
             relay = Relay(kernel.journal, slow, retry_s=0.01)  # type: ignore[arg-type]
             head = kernel.journal.head_seq
             assert head >= 1  # KernelStarted, at least

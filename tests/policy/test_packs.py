@@ -41,7 +41,7 @@ from policies.booking import BOOKING
 from policies.trading import TRADING
 from policies.trading_0_2 import TRADING_0_2
 from tests.support.gate_domain import SHOP, Buy, qty_cap
-from tests.support.helpers import LOCAL
+from tests.support.principals import LOCAL
 
 HERE = __file__
 
@@ -201,7 +201,11 @@ def test_a_rule_about_a_kind_of_another_pack_is_refused() -> None:
 async def test_the_kernel_refuses_to_start_on_a_broken_pack(tmp_path: Path) -> None:
     with pytest.raises(PackError, match="'colour'"):
         async with open_kernel(
-            tmp_path / "j.db", packs=[pack(rules=(reads_missing,))], adapters={}, allow=[]
+            tmp_path / "j.db",
+            packs=[pack(rules=(reads_missing,))],
+            adapters={},
+            allow=[],
+            config=KernelConfig(principal=LOCAL),
         ):
             pass
     assert not (tmp_path / "j.db").exists()

@@ -35,7 +35,7 @@ from kernel.state.projections import fold
 from kernel.telemetry import spans_for_events
 from kernel.testing import ManualClock, SeededIds, action_of
 from policies.booking import BOOKING
-from tests.support.helpers import LOCAL
+from tests.support.principals import LOCAL
 
 AGENT = "sdk-agent"
 

@@ -27,7 +27,8 @@ from kernel.runtime.supervision import ChildSpec, Supervisor
 from kernel.state.projections import Projections
 from kernel.state.snapshots import Checkpointer
 from kernel.testing import JournalFaults, SeededIds
-from tests.support.helpers import LOCAL, PACK, POISON_CRASHES, Bank, ScriptedAgent, kernel_for
+from tests.support.helpers import PACK, POISON_CRASHES, Bank, ScriptedAgent, kernel_for
+from tests.support.principals import LOCAL
 
 POISON = lambda ctx: ctx.propose({"kind": "test.poison", "text": "poison"})  # noqa: E731
 

@@ -31,7 +31,8 @@ from kernel.policy import (
 )
 from kernel.policy.contracts import WorkingContext
 from kernel.testing import ManualClock, ScriptedAgent, SeededIds
-from tests.support.helpers import LOCAL, configured
+from tests.support.helpers import configured
+from tests.support.principals import LOCAL
 
 THRESHOLD = 100_000
 """Sends above 1,000.00 EUR need a human."""

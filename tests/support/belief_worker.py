@@ -13,12 +13,11 @@ from typing import Any
 
 import anyio
 
-from kernel import FlowStatus, open_kernel
+from kernel import FlowStatus, KernelConfig, open_kernel
 from kernel.beliefs import GOVERNANCE_PACK
-from kernel.config import KernelConfig
 from tests.support.beliefs_domain import Believer
 from tests.support.crash import die_after_commit
-from tests.support.helpers import LOCAL
+from tests.support.principals import LOCAL
 
 CALLS: list[dict[str, Any]] = [
     {"kind": "governance.record_observation", "observation": "o1", "source": "wire"},

@@ -14,7 +14,8 @@ from kernel.beliefs import GOVERNANCE_PACK, KINDS, BeliefGraph
 from kernel.config import KernelConfig, Ports
 from kernel.core.events import Event, ProposalRejected
 from kernel.testing import ManualClock, ScriptedTests, SeededIds
-from tests.support.helpers import LOCAL, configured
+from tests.support.helpers import configured
+from tests.support.principals import LOCAL
 
 HOUR = 3600.0
 TASK = "task-1"

@@ -15,7 +15,8 @@ from kernel.audit import Event
 from kernel.config import KernelConfig, Ports
 from kernel.policy import PolicyKind, PolicyPack
 from kernel.testing import ManualClock, SeededIds, Step
-from tests.support.helpers import LOCAL, ScriptedAgent, configured
+from tests.support.helpers import ScriptedAgent, configured
+from tests.support.principals import LOCAL
 
 
 class Ping(PolicyKind, tag="desk.ping"):

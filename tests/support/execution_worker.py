@@ -21,13 +21,21 @@ import sys
 
 import anyio
 
-from kernel import FlowStatus, Kernel, Proposal, ReasonCode, WorkingContext, open_kernel
+from kernel import (
+    FlowStatus,
+    Kernel,
+    KernelConfig,
+    Proposal,
+    ReasonCode,
+    WorkingContext,
+    open_kernel,
+)
 from kernel.adapters import AdapterError, ExecutionIntent
-from kernel.config import KernelConfig
 from kernel.testing import Faults, SimulatedSystem
 from tests.support.crash import die, die_after_commit
 from tests.support.execution_domain import DESK, KINDS, Ping, Trip, name_of
-from tests.support.helpers import LOCAL, ScriptedAgent
+from tests.support.helpers import ScriptedAgent
+from tests.support.principals import LOCAL
 
 FLOWS = 9
 

@@ -13,13 +13,9 @@ import msgspec
 from kernel import Clock, FlowState, Kernel, Proposal, WorkingContext, open_kernel, testing
 from kernel.adapters import Adapter, ExecutionIntent, Receipt
 from kernel.config import KernelConfig, Ports
-from kernel.core.events import Principal
 from kernel.policy import PolicyKind, PolicyPack
 from kernel.testing import ManualClock, SeededIds, Step
-
-LOCAL = Principal(tenant="local", user="tester")
-"""The one local user the suite's kernels vouch for (``KernelConfig.principal``): with none,
-every proposal is refused PRINCIPAL_MISSING (docs/identity.md)."""
+from tests.support.principals import LOCAL as LOCAL
 
 
 def configured(config: KernelConfig, **settings: Any) -> KernelConfig:
@@ -150,7 +146,10 @@ async def kernel_for(
         adapters={"bank": bank or Bank()},
         allow=allow,
         config=configured(
-            KernelConfig(ports=Ports(clock=clock or ManualClock(), ids=SeededIds(7))), **kw
+            KernelConfig(
+                principal=LOCAL, ports=Ports(clock=clock or ManualClock(), ids=SeededIds(7))
+            ),
+            **kw,
         ),
     ) as kernel:
         yield kernel

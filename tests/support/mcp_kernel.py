@@ -14,7 +14,7 @@ import pytest
 from kernel import MEMORY_PACK, Kernel, open_kernel
 from kernel.config import KernelConfig, Ports, Supervision
 from kernel.testing import ManualClock, SeededIds
-from tests.support.helpers import LOCAL
+from tests.support.principals import LOCAL
 
 
 def require_mcp() -> None:

@@ -13,7 +13,8 @@ from kernel.config import KernelConfig, Ports
 from kernel.memory import MEMORY_PACK
 from kernel.policy import PolicyKind, PolicyPack
 from kernel.testing import ManualClock, SeededIds
-from tests.support.helpers import LOCAL, PACK, Bank, configured
+from tests.support.helpers import PACK, Bank, configured
+from tests.support.principals import LOCAL
 
 
 class Reserve(PolicyKind, frozen=True, tag="booking.reserve"):

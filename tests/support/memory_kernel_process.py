@@ -12,7 +12,7 @@ import anyio
 
 from kernel import MEMORY_PACK, open_kernel
 from kernel.config import KernelConfig, Supervision
-from tests.support.helpers import LOCAL
+from tests.support.principals import LOCAL
 
 
 async def run(db: str) -> None:

@@ -21,7 +21,8 @@ from kernel.config import KernelConfig, Supervision
 from kernel.journal.errors import JournalError
 from kernel.journal.inbox_store import open_inbox
 from kernel.policy import Impact, PolicyKind, PolicyPack
-from tests.support.helpers import LOCAL, PACK, Bank, ScriptedAgent, transfer
+from tests.support.helpers import PACK, Bank, ScriptedAgent, transfer
+from tests.support.principals import LOCAL
 
 POLL_S = 0.05
 # The proposals wait for people typing commands, on the system clock: a window that outlasts
