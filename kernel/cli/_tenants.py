@@ -38,7 +38,9 @@ def add_commands(commands: Any) -> None:
     policy.add_argument("--tier", default="*", help="the agent tier (default: every tier)")
     policy.add_argument("--user", default="", help="a user's layer (default: none)")
     policy.add_argument("--kind", default="", help="a kind's layer (default: none)")
-    policy.add_argument("--permission", choices=("allow", "flag", "deny"), default=None)
+    policy.add_argument(
+        "--permission", choices=("allow", "flag", "deny"), default=None, help="allow, flag or deny"
+    )
     policy.add_argument("--rate", type=int, default=None, metavar="N", help="calls per minute")
     policy.add_argument("--scopes", default=None, help="replace --user's scopes: a,b,c")
     _common(policy)
