@@ -61,7 +61,7 @@ from kernel.testing import ManualClock, SeededIds, action_of
 from tests.cli.test_cli import clean_env
 from tests.dim.test_amendments import PACK as DESK
 from tests.dim.test_amendments import Desk, trader
-from tests.support.helpers import LOCAL, PACK, Bank, ScriptedAgent, configured, kernel_for, transfer
+from tests.support.helpers import PACK, Bank, ScriptedAgent, configured, kernel_for, transfer
 from tests.support.hostile import hostile_scalars, hostile_text, hostile_values
 
 BAD = "a\ud800"

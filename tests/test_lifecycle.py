@@ -31,7 +31,7 @@ from kernel.state.projections import Projections
 from kernel.state.snapshots import restore
 from kernel.testing import ManualClock, SeededIds, action_of
 from tests.support.approvals_domain import TWO_ROLES, pack, pay_kernel, sender
-from tests.support.helpers import LOCAL, PACK, Bank, ScriptedAgent
+from tests.support.helpers import PACK, Bank, ScriptedAgent
 from tests.support.operators import Keys, add
 
 

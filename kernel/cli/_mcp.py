@@ -172,6 +172,12 @@ async def _backend(
         )
         return
     from kernel.boot import open_kernel
+    from kernel.config import KernelConfig
+    from kernel.core.events import Principal
 
-    async with open_kernel(args.db, packs=packs, adapters={}, allow=agents) as kernel:
+    # The kernel this process opens vouches for one local user, as ``dirk serve`` does.
+    config = KernelConfig(principal=Principal(tenant="local", user="you"))
+    async with open_kernel(
+        args.db, packs=packs, adapters={}, allow=agents, config=config
+    ) as kernel:
         yield Embedded(kernel)

@@ -38,7 +38,9 @@ def add_commands(commands: Any) -> None:
     policy.add_argument("--tier", default="*", help="the agent tier (default: every tier)")
     policy.add_argument("--user", default="", help="a user's layer (default: none)")
     policy.add_argument("--kind", default="", help="a kind's layer (default: none)")
-    policy.add_argument("--permission", choices=("allow", "flag", "deny"), default=None)
+    policy.add_argument(
+        "--permission", choices=("allow", "flag", "deny"), default=None, help="allow, flag or deny"
+    )
     policy.add_argument("--rate", type=int, default=None, metavar="N", help="calls per minute")
     policy.add_argument("--scopes", default=None, help="replace --user's scopes: a,b,c")
     _common(policy)
@@ -59,9 +61,13 @@ def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--db", required=True, help="the journal file")
 
 
+def _read_spec(path: str) -> TenantSpec:
+    return msgspec.json.decode(Path(path).read_bytes(), type=TenantSpec)
+
+
 async def _declare(args: argparse.Namespace) -> int:
     try:
-        spec = msgspec.json.decode(Path(args.file).read_bytes(), type=TenantSpec)
+        spec = _read_spec(args.file)
     except (OSError, msgspec.DecodeError) as exc:
         return error(CliError.BAD_ARGUMENT, f"{args.file}: {exc}"[:300], ExitCode.USAGE)
     request = DeclareTenantRequest(tenant=spec, operator=args.operator, reason=args.reason)

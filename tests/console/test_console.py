@@ -40,7 +40,7 @@ from kernel.state.projections import Projections
 from kernel.testing import ManualClock
 from tests.support.browser import ROOT, console_extra
 from tests.support.console_kernel import shady
-from tests.support.helpers import LOCAL, PACK, Bank, ScriptedAgent, transfer
+from tests.support.helpers import PACK, Bank, ScriptedAgent, transfer
 from tests.support.operator_kernel import OPS, memo
 from tests.support.operators import Keys, post
 

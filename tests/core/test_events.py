@@ -25,6 +25,35 @@ json_values = st.recursive(
 SAMPLES: list[ev.AnyPayload] = [
     ev.KernelStarted(kernel_version="0.1.0", packs=[ev.PackRef(name="p", version="1", hash="h")]),
     ev.KernelStopped(reason="KERNEL_CLOSED"),
+    ev.TenantDeclared(
+        tenant=ev.TenantSpec(
+            id="acme",
+            members={"ann": ev.Member(email="a@x.test", scopes=["pay"])},
+            policy=ev.TenantPolicy(
+                tiers={"*": ev.Layer(rate_per_minute=3)},
+                user_kinds={"ann": {"k.pay": {"api": ev.Layer(permission="deny")}}},
+            ),
+        ),
+        reason="onboarding",
+    ),
+    ev.TenantPolicyChanged(tenant="acme", user="ann", permission="flag", scopes=["read"]),
+    ev.Delegated(
+        delegation="dlg-1",
+        principal=ev.Principal(tenant="acme", user="ann", scopes=None),
+        from_agent="front",
+        to_agent="helper",
+        scopes=["read"],
+        chain=["front", "helper"],
+    ),
+    ev.DecidedWithoutJournal(
+        spool_id=1,
+        decided_ns=5,
+        dfid="f-1",
+        agent_id="front",
+        kind="k.look",
+        on_behalf=ev.OnBehalf(principal=ev.Principal(tenant="acme", user="ann"), tier="api"),
+        allowed=True,
+    ),
     ev.ActorRestarted(actor="dim", error="RuntimeError: x", restarts=1),
     ev.MessageDeadLettered(actor="dim", message="Judge(...)", error="x"),
     ev.AgentRegistered(manifest=ev.Manifest(agent_id="a", version="1.0"), session_hash="s"),

@@ -28,7 +28,7 @@ from kernel.policy import ALLOW, LimitSpec, PolicyKind, PolicyPack, RuleVerdict,
 from kernel.state.snapshots import capture, decode_snapshot, encode_snapshot
 from kernel.testing import ManualClock, SeededIds
 from tests.cli.test_cli import dirk, one_error_line
-from tests.support.helpers import LOCAL, ScriptedAgent, configured
+from tests.support.helpers import ScriptedAgent, configured
 from tests.support.operators import Keys
 
 

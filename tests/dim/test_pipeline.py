@@ -33,7 +33,6 @@ from kernel.runtime.actors import Reply
 from kernel.runtime.messages import Execute
 from kernel.testing import ManualClock, SeededIds, action_of, flow_types
 from tests.support.helpers import (
-    LOCAL,
     PACK,
     Bank,
     ScriptedAgent,

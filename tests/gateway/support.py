@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any, cast
 
 from tests.support import SUPPORT
-from tests.support.helpers import LOCAL
 from tests.support.mcp_kernel import require_mcp
 
 require_mcp()

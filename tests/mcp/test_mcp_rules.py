@@ -11,7 +11,6 @@ from typing import Any
 import anyio
 import pytest
 
-from tests.support.helpers import LOCAL
 from tests.support.mcp_kernel import memory_kernel, require_mcp
 
 require_mcp()

@@ -18,7 +18,7 @@ from kernel.memory import memory_pack
 from kernel.policy import PolicyPack
 from kernel.state.meaning import EmbeddingMatcher, phrase_in, to_micro, words
 from kernel.testing import ManualClock, SeededIds
-from tests.support.helpers import LOCAL, PACK, Bank, configured, flow_of
+from tests.support.helpers import PACK, Bank, configured, flow_of
 from tests.support.hostile import hostile_text
 from tests.support.memory_domain import BOOKING, Planner, book, note, remember, run
 

@@ -26,7 +26,7 @@ from kernel.core.reasons import ReasonCode
 from kernel.memory import MEMORY_PACK
 from kernel.state.domain import RecordingReceipt
 from kernel.testing import ManualClock, SeededIds
-from tests.support.helpers import LOCAL, PACK, Bank
+from tests.support.helpers import PACK, Bank
 from tests.support.memory_domain import BOOKING, Planner, book, booking_kernel, remember, run
 
 RULE = {

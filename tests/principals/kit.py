@@ -90,11 +90,12 @@ async def call(
 ) -> Decision:
     """Propose one ``kind`` as ``agent`` for ``principal``; fresh parameters each time."""
     n = next(_n)
-    params: dict[str, Any] = {
+    choices: dict[str, dict[str, Any]] = {
         "people.pay": {"account": f"acc-{n}", "amount_cents": n},
         "people.look": {"account": f"acc-{n}"},
         "people.ping": {"n": n},
-    }[kind]
+    }
+    params = choices[kind]
     return await kernel.propose(
         agent, kind, params, explain="test", confidence=0.9, principal=principal, **kw
     )

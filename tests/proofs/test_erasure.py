@@ -33,7 +33,6 @@ from kernel.proofs.erasure import ERASED, SubjectKeys, check_personal, is_sealed
 from kernel.telemetry import spans_for_events
 from kernel.testing import SimulatedSystem
 from policies.booking import BOOKING
-from tests.support.helpers import LOCAL
 from tests.support.hostile import hostile_text
 
 NAMES = {subject: name.encode() for subject, name in booking.GUESTS.items()}

@@ -64,7 +64,7 @@ from kernel.state.snapshots import (
 )
 from kernel.testing import ManualClock, SeededIds
 from tests.support import GOLDEN
-from tests.support.helpers import LOCAL, configured
+from tests.support.helpers import configured
 from tests.support.hostile import hostile_scalars, hostile_text
 
 CAP = 10

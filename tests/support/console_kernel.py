@@ -22,7 +22,7 @@ import anyio
 from kernel import EscalationBudget, EscalationPolicy, Proposal, WorkingContext, open_kernel
 from kernel.adapters import ExecutionIntent, Receipt
 from kernel.config import KernelConfig, Supervision
-from tests.support.helpers import LOCAL, PACK, Bank, ScriptedAgent, Transfer, transfer
+from tests.support.helpers import PACK, Bank, ScriptedAgent, Transfer, transfer
 from tests.support.operator_kernel import OPS, memo
 
 POLL_S = 0.05

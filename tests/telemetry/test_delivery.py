@@ -34,7 +34,6 @@ from kernel.telemetry import Telemetry, configure_exporter, spans_for_events, tr
 from kernel.telemetry._ship import EXPORT_FAILED, OVERFLOW, SHUT_DOWN, SpanShipper
 from kernel.telemetry._telemetry import _drain_from_env
 from kernel.testing import SeededIds
-from tests.support.helpers import LOCAL
 from tests.support.hostile import hostile_text
 from tests.support.otlp import Received, otlp_receiver
 
