@@ -63,6 +63,7 @@ from tests.dim.test_amendments import PACK as DESK
 from tests.dim.test_amendments import Desk, trader
 from tests.support.helpers import PACK, Bank, ScriptedAgent, configured, kernel_for, transfer
 from tests.support.hostile import hostile_scalars, hostile_text, hostile_values
+from tests.support.principals import LOCAL
 
 BAD = "a\ud800"
 """A lone surrogate: what json.loads makes of the escape ``"\\ud800"``."""

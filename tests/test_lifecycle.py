@@ -33,6 +33,7 @@ from kernel.testing import ManualClock, SeededIds, action_of
 from tests.support.approvals_domain import TWO_ROLES, pack, pay_kernel, sender
 from tests.support.helpers import PACK, Bank, ScriptedAgent
 from tests.support.operators import Keys, add
+from tests.support.principals import LOCAL
 
 
 def built(journal: Journal, projections: Projections, bank: Bank) -> Kernel:

@@ -305,6 +305,47 @@ def _drift_breached(payload: ev.DriftBreached) -> str:
     )
 
 
+@_says(ev.TenantDeclared)
+def _tenant_declared(p: ev.TenantDeclared) -> str:
+    spec = p.tenant
+    members = len(spec.members)
+    return (
+        f"tenant {spec.id} declared by {p.operator} ({members} member"
+        f"{'' if members == 1 else 's'}, fails {spec.policy.fail_mode})"
+        + (f": {p.reason!r}" if p.reason else "")
+    )
+
+
+@_says(ev.TenantPolicyChanged)
+def _tenant_policy_changed(p: ev.TenantPolicyChanged) -> str:
+    target = " x ".join(t for t in (f"user {p.user}" if p.user else "", p.kind) if t) or "default"
+    parts = [
+        f"permission {p.permission}" if p.permission is not None else "",
+        f"{p.rate_per_minute} calls a minute" if p.rate_per_minute is not None else "",
+        f"scopes {', '.join(p.scopes) or 'none'}" if p.scopes is not None else "",
+    ]
+    said = "; ".join(part for part in parts if part) or "nothing"
+    return f"tenant {p.tenant}'s policy for {target} (tier {p.tier}) set by {p.operator}: {said}"
+
+
+@_says(ev.Delegated)
+def _delegated(p: ev.Delegated) -> str:
+    who = p.principal
+    scopes = ", ".join(p.scopes) or "no scopes"
+    return (
+        f"{p.from_agent} delegated {p.task or 'a task'!r} to {p.to_agent} for {who.user}"
+        f" in {who.tenant}, handing on {scopes} (chain {' > '.join(p.chain) or p.to_agent})"
+    )
+
+
+@_says(ev.DecidedWithoutJournal)
+def _decided_without_journal(p: ev.DecidedWithoutJournal) -> str:
+    who = p.on_behalf.principal if p.on_behalf is not None else None
+    whom = f" for {who.user} in {who.tenant}" if who is not None else ""
+    verdict = "allowed" if p.allowed else f"refused {p.reason_code}"
+    return f"{p.kind} by {p.agent_id}{whom} {verdict} while the journal's store was away"
+
+
 @_says(ev.TriggerFired)
 def _trigger_fired(payload: ev.TriggerFired) -> str:
     topic = payload.topic

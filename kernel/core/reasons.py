@@ -199,6 +199,9 @@ class CliError(StrEnum):
     JOURNAL_WRITE_FAILED = "JOURNAL_WRITE_FAILED"
     JOURNAL_FENCED = "JOURNAL_FENCED"
     """Another kernel moved the journal's head: this writer lost its lease and stopped writing."""
+    JOURNAL_UNREACHABLE = "JOURNAL_UNREACHABLE"
+    """The journal's store cannot be reached (a PostgreSQL server down): nothing can be read or
+    recorded until it is back."""
     AMBIGUOUS_FLOW = "AMBIGUOUS_FLOW"
     """A DFID prefix (or trace id prefix) given to ``dirk show`` fits more than one flow."""
     EXTRA_MISSING = "EXTRA_MISSING"

@@ -64,6 +64,7 @@ from kernel.console._decide import Refused, decision_request  # noqa: E402
 from kernel.console._follow import Follower  # noqa: E402
 from kernel.console._manage import HISTORY_SHOWN, agents_view, rule_change, rule_row  # noqa: E402
 from kernel.journal.opening import open_journal  # noqa: E402
+from tests.support.principals import LOCAL  # noqa: E402
 
 NOW = 1_700_000_000_000_000_000 + 90 * 10**9
 """The console's wall clock in these tests: 90 s after the kernel's ManualClock began."""

@@ -30,6 +30,7 @@ from kernel.testing import ManualClock, SeededIds
 from tests.cli.test_cli import dirk, one_error_line
 from tests.support.helpers import ScriptedAgent, configured
 from tests.support.operators import Keys
+from tests.support.principals import LOCAL
 
 
 class Order(PolicyKind, tag="desk.order"):

@@ -41,6 +41,7 @@ from tests.support.helpers import (
     kernel_for,
     transfer,
 )
+from tests.support.principals import LOCAL
 
 
 async def test_accepted_flow_executes_once_and_is_recorded(kernel: Kernel, bank: Bank) -> None:

@@ -36,6 +36,7 @@ from kernel.gateway import (  # noqa: E402
 )
 from kernel.mcp import Identity, Principal  # noqa: E402
 from tests.support.operators import suite_keys  # noqa: E402
+from tests.support.principals import LOCAL  # noqa: E402
 
 UPSTREAM = SUPPORT / "gateway_upstream.py"
 AGENT = "ide"

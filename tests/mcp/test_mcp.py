@@ -26,6 +26,7 @@ from kernel.config import KernelConfig, Ports  # noqa: E402
 from kernel.core.events import AgentStatusChanged, payloads  # noqa: E402
 from kernel.mcp import Embedded, Follower, Identity, Principal, build_server  # noqa: E402
 from kernel.testing import ManualClock, SeededIds  # noqa: E402
+from tests.support.principals import LOCAL  # noqa: E402
 
 AGENT = Principal(role="agent", name="ide")
 OPERATOR = Principal(role="operator", name="rui")

@@ -34,6 +34,7 @@ from kernel.mcp import (  # noqa: E402
 )
 from kernel.state.projections import fold  # noqa: E402
 from kernel.testing import ManualClock, SeededIds  # noqa: E402
+from tests.support.principals import LOCAL  # noqa: E402
 
 AGENT = Principal(role="agent", name="ide")
 OPERATOR = Principal(role="operator", name="rui")

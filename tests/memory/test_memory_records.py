@@ -28,6 +28,7 @@ from kernel.state.domain import RecordingReceipt
 from kernel.testing import ManualClock, SeededIds
 from tests.support.helpers import PACK, Bank
 from tests.support.memory_domain import BOOKING, Planner, book, booking_kernel, remember, run
+from tests.support.principals import LOCAL
 
 RULE = {
     "rule": "access",

@@ -34,6 +34,7 @@ from kernel.telemetry import spans_for_events
 from kernel.testing import SimulatedSystem
 from policies.booking import BOOKING
 from tests.support.hostile import hostile_text
+from tests.support.principals import LOCAL
 
 NAMES = {subject: name.encode() for subject, name in booking.GUESTS.items()}
 

@@ -66,6 +66,7 @@ from kernel.testing import ManualClock, SeededIds
 from tests.support import GOLDEN
 from tests.support.helpers import configured
 from tests.support.hostile import hostile_scalars, hostile_text
+from tests.support.principals import LOCAL
 
 CAP = 10
 """The most a name may total."""

@@ -24,6 +24,7 @@ from kernel.adapters import ExecutionIntent, Receipt
 from kernel.config import KernelConfig, Supervision
 from tests.support.helpers import PACK, Bank, ScriptedAgent, Transfer, transfer
 from tests.support.operator_kernel import OPS, memo
+from tests.support.principals import LOCAL
 
 POLL_S = 0.05
 MARKUP = (

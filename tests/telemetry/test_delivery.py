@@ -36,6 +36,7 @@ from kernel.telemetry._telemetry import _drain_from_env
 from kernel.testing import SeededIds
 from tests.support.hostile import hostile_text
 from tests.support.otlp import Received, otlp_receiver
+from tests.support.principals import LOCAL
 
 TOPIC = "bench.tick"
 
