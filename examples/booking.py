@@ -49,14 +49,14 @@ from kernel import (
     Kernel,
     KernelConfig,
     Ports,
+    Principal,
     Signing,
     Supervision,
+    keyring_problem,
     open_kernel,
 )
 from kernel.audit import Event, open_journal, redact, whatif
 from kernel.audit import events as ev
-from kernel.core.events import Principal
-from kernel.inbox.keyring import keyring_problem
 from kernel.testing import Faults, SeededIds, SimulatedSystem
 from policies.booking import BOOKING
 

@@ -39,10 +39,9 @@ import anyio
 from agents_sdk import Agent, Manifest, Proposal, WorkingContext
 from examples.clock import SimClock
 from examples.summary import journal_and_files, read_events, show, summarize
-from kernel import FlowStatus, Kernel, KernelConfig, Ports, Supervision, open_kernel
+from kernel import FlowStatus, Kernel, KernelConfig, Ports, Principal, Supervision, open_kernel
 from kernel.audit import events as ev
 from kernel.audit import fold, open_journal, redact, rejudge
-from kernel.core.events import Principal
 from kernel.testing import SeededIds
 from policies.esaa import (
     CONTRACT_FILE,

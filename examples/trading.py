@@ -64,17 +64,17 @@ from kernel import (
     KernelConfig,
     Outcome,
     Ports,
+    Principal,
     Proposal,
     Session,
     Signing,
     Supervision,
     credential_verifier,
+    keyring_problem,
     open_kernel,
 )
 from kernel.adapters import RetryPolicy
 from kernel.audit import redact
-from kernel.core.events import Principal
-from kernel.inbox.keyring import keyring_problem
 from kernel.testing import Faults, SeededIds, SimulatedSystem
 from policies.trading import TRADING
 

@@ -24,6 +24,7 @@ from kernel.core.ports import Clock, IdSource, RandomIds, SystemClock
 from kernel.core.reasons import ReasonCode, StopReason
 from kernel.core.wall import InputInvalid
 from kernel.escalation import EscalationPolicy
+from kernel.inbox.keyring import keyring_problem
 from kernel.journal.store import JournalError
 from kernel.memory import MEMORY_PACK
 from kernel.policy.contracts import (
@@ -94,6 +95,7 @@ __all__ = [
     "WorkingContext",
     "action_hash",
     "credential_verifier",
+    "keyring_problem",
     "open_kernel",
     "write_signing_key",
 ]

@@ -35,6 +35,7 @@ from kernel import (
     KernelConfig,
     Manifest,
     Ports,
+    Principal,
     Proposal,
     Storage,
     Supervision,
@@ -44,7 +45,6 @@ from kernel import (
 from kernel.adapters import ExecutionIntent, Receipt
 from kernel.audit import events as ev
 from kernel.beliefs import GOVERNANCE_PACK, KINDS, TEST_ADAPTER
-from kernel.core.events import Principal
 from kernel.testing import ManualClock, SeededIds
 
 AGENT = "study-agent"

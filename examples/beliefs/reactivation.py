@@ -38,6 +38,7 @@ from kernel import (
     KernelConfig,
     Manifest,
     Ports,
+    Principal,
     Proposal,
     Storage,
     Supervision,
@@ -45,7 +46,6 @@ from kernel import (
     open_kernel,
 )
 from kernel.beliefs import GOVERNANCE_PACK, KINDS
-from kernel.core.events import Principal
 from kernel.testing import ManualClock, SeededIds
 
 ARMS = ("cold", "reactivated", "reactivated_fresh")

@@ -22,11 +22,9 @@ from typing import Any
 
 import anyio
 
-from kernel import FlowStatus, Kernel, Manifest, action_hash, open_kernel
+from kernel import FlowStatus, Kernel, KernelConfig, Manifest, Principal, action_hash, open_kernel
 from kernel.adapters import ExecutionIntent, Receipt
 from kernel.audit import redact
-from kernel.config import KernelConfig
-from kernel.core.events import Principal
 from kernel.frameworks import Gate
 from policies.booking import BOOKING
 

@@ -4,6 +4,22 @@ A conversation is one DecisionFlow: its first call opens the flow, every later c
 is a child of it. Between calls the kernel keeps whether it began and whether the
 retry governor stopped it (both read back from the record when it was forgotten),
 the refusals in a row, and the state the agent could see when it was last answered.
+
+A ``conversation`` (a framework's run or thread id) is one DecisionFlow. Its first
+call opens the conversation's flow, whose DFID is derived from the agent and the
+conversation id; every later call is a child flow of it, so the flow tree is the
+conversation (memory and beliefs already correlate by a tree's root, and a trace
+shows each call as a child of the conversation's flow). Why not one attempt per
+call inside one flow: a flow executes at most one intent and ends, while a
+conversation acts many times. Across its calls the kernel keeps:
+
+- the retry governor (DIR 6.2, 9.3): refusals in a row are counted, and the call
+  that brings them to the agent's ``max_attempts`` stops the conversation
+  (REASONING_EXHAUSTION, recorded on the conversation's flow); every later call is
+  refused at the boundary. An accepted or escalated call starts the count again.
+- stale context: a call cites the state the agent could see when its conversation
+  was last answered; when that state changed meanwhile, the call is refused
+  STALE_CONTEXT and the next one cites the state as of that refusal.
 """
 
 from __future__ import annotations
@@ -11,7 +27,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import anyio
+import msgspec
 
+from kernel.core import wall
 from kernel.core.events import FlowCreated, SubmissionRefused
 from kernel.core.reasons import ReasonCode
 from kernel.journal.store import Journal
@@ -61,3 +79,13 @@ async def load_conversation(journal: Journal, conv: Conversation) -> None:
         ):
             conv.stopped = payload.detail
     conv.loaded = True
+
+
+class CallSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """What names a call before its proposal is read (the proposal has its own spec)."""
+
+    agent_id: wall.Name
+    kind: wall.Name
+    conversation: wall.Name | None = None
+    tool_call_id: wall.Name | None = None
+    traceparent: wall.TraceParent = ""

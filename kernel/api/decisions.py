@@ -8,6 +8,7 @@ for is read from the flow and its events (kernel.api.proposals answers with it).
 from __future__ import annotations
 
 import uuid
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
@@ -17,6 +18,7 @@ from kernel.core.events import Event, ExecutionSucceeded, Feedback, FlowCreated,
 from kernel.core.flow import FlowState, FlowStatus
 from kernel.core.reasons import ReasonCode
 from kernel.journal.store import Journal
+from kernel.policy.contracts import Verdict
 
 _KEYS = uuid.UUID("5f1d6a4e-2c39-4c0e-9d57-6d6972b1a5e0")
 """The namespace of derived DFIDs (UUID version 5): fixed, so a key names one flow forever."""
@@ -173,3 +175,14 @@ async def decision_of(
 def _last_rejection(events: list[Event]) -> Feedback | None:
     rejected = [e.payload.feedback for e in events if isinstance(e.payload, ProposalRejected)]
     return rejected[-1] if rejected else None
+
+
+@dataclass(frozen=True)
+class Judged:
+    """A call judged: its flow and verdict, or the decision that answered it at once."""
+
+    dfid: str
+    verdict: Verdict | None = None
+    decision: Decision | None = None
+    conversation_dfid: str = ""
+    tool_call_id: str = ""

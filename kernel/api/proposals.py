@@ -7,21 +7,8 @@ context the proposal is judged against, and wakes no agent), has the DIM judge i
 as any other, waits for the execution when it is accepted, and answers a
 :class:`Decision` the model can act on.
 
-A ``conversation`` (a framework's run or thread id) is one DecisionFlow. Its first
-call opens the conversation's flow, whose DFID is derived from the agent and the
-conversation id; every later call is a child flow of it, so the flow tree is the
-conversation (memory and beliefs already correlate by a tree's root, and a trace
-shows each call as a child of the conversation's flow). Why not one attempt per
-call inside one flow: a flow executes at most one intent and ends, while a
-conversation acts many times. Across its calls the kernel keeps:
-
-- the retry governor (DIR 6.2, 9.3): refusals in a row are counted, and the call
-  that brings them to the agent's ``max_attempts`` stops the conversation
-  (REASONING_EXHAUSTION, recorded on the conversation's flow); every later call is
-  refused at the boundary. An accepted or escalated call starts the count again.
-- stale context: a call cites the state the agent could see when its conversation
-  was last answered; when that state changed meanwhile, the call is refused
-  STALE_CONTEXT and the next one cites the state as of that refusal.
+A ``conversation`` (a framework's run or thread id) is one DecisionFlow, with one retry
+governor and one view of the state across its calls (kernel.api.conversations).
 
 A call keyed by (conversation, tool-call id) is idempotent: its DFID is derived
 from the key, so the same key proposed again (a framework resuming a saved run
@@ -37,7 +24,6 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
 from typing import Any
 
 import anyio
@@ -45,11 +31,12 @@ import msgspec
 from opentelemetry.context import Context
 
 from kernel.api.calls import Calls, Flows
-from kernel.api.conversations import Conversation, Key, load_conversation
+from kernel.api.conversations import CallSpec, Conversation, Key, load_conversation
 from kernel.api.decisions import (
     FAULTS,
     Decision,
     DecisionVerdict,
+    Judged,
     call_dfid,
     conversation_dfid,
     decision_of,
@@ -82,16 +69,6 @@ from kernel.runtime.actors import Reply
 from kernel.runtime.messages import Judge, Open, Streak
 from kernel.state.projections import Projections, context_ref
 from kernel.telemetry import caller_context, traceparent_of
-
-
-class _CallSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """What names a call before its proposal is read (the proposal has its own spec)."""
-
-    agent_id: wall.Name
-    kind: wall.Name
-    conversation: wall.Name | None = None
-    tool_call_id: wall.Name | None = None
-    traceparent: wall.TraceParent = ""
 
 
 class Proposals:
@@ -188,7 +165,7 @@ class Proposals:
                     if trace_context is not None and not isinstance(trace_context, Context)
                     else traceparent_of(trace_context),
                 ),
-                _CallSpec,
+                CallSpec,
             )
             if call.traceparent and caller_context(call.traceparent) is None:
                 raise InputInvalid("traceparent", "a trace context names a span: non-zero ids")
@@ -346,14 +323,14 @@ class Proposals:
 
     async def _judge(
         self,
-        call: _CallSpec,
+        call: CallSpec,
         token: str,
         policy: Any,
         reasons: tuple[Any, Any],
         dfid: str,
         conv: Conversation | None,
         behalf: OnBehalf | None,
-    ) -> _Judged:
+    ) -> Judged:
         """Open the call's flow, judge its proposal, and count it in its conversation.
 
         ``reasons`` is the model's explanation and confidence; ``behalf`` whom the flow
@@ -388,7 +365,7 @@ class Proposals:
                 conversation_dfid=conversation,
                 tool_call_id=tool_call_id,
             )
-            return _Judged(dfid="", decision=decision)
+            return Judged(dfid="", decision=decision)
         seen = conv.context_ref if conv is not None and conv.context_ref is not None else opened
         record, invalid = self._proposal(policy, explain, confidence, seen)
         record = await self._prepared(dfid, record, invalid)
@@ -415,7 +392,7 @@ class Proposals:
         verdict = await self._calls.call(self._actors.dim, judge, reply)
         if conv is not None:
             self._count(conv, verdict)
-        return _Judged(
+        return Judged(
             dfid=dfid, verdict=verdict, conversation_dfid=conversation, tool_call_id=tool_call_id
         )
 
@@ -464,7 +441,7 @@ class Proposals:
                 conv.refused += 1
                 conv.stopped = feedback.detail
 
-    async def _settle(self, judged: _Judged) -> Decision:
+    async def _settle(self, judged: Judged) -> Decision:
         """Return the decision of a judged call, waiting for its execution if it was accepted."""
         if judged.decision is not None:
             return judged.decision
@@ -614,14 +591,3 @@ class Proposals:
         except IllegalTransition:
             # Its flow was forgotten again meanwhile: the note is kept, without its flow.
             return await self._journal.append([Draft(payload=payload)])
-
-
-@dataclass(frozen=True)
-class _Judged:
-    """A call judged: its flow and verdict, or the decision that answered it at once."""
-
-    dfid: str
-    verdict: Verdict | None = None
-    decision: Decision | None = None
-    conversation_dfid: str = ""
-    tool_call_id: str = ""

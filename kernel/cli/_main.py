@@ -202,26 +202,24 @@ def _with_default_db(argv: list[str]) -> list[str]:
 class _Parser(argparse.ArgumentParser):
     """argparse, its errors in dirk's form: the usage, then ``error: BAD_ARGUMENT: what``."""
 
+    def add_argument(self, *args: Any, **kwargs: Any) -> argparse.Action:
+        """Add an argument; a required ``--db`` is shown optional: ``$DIRK_DB`` stands for it.
+
+        A command that needs its journal says so after parsing (``needs_db``), as one line.
+        """
+        long = next((a for a in args if str(a).startswith("--")), "")
+        dest = kwargs.get("dest") or str(long)[2:].replace("-", "_")
+        if kwargs.get("required") and dest == "db":
+            kwargs["required"] = False
+            kwargs["metavar"] = kwargs.get("metavar") or f"${DB_ENV}"
+            kwargs["help"] = f"{kwargs.get('help')} (default ${DB_ENV})"
+            self.set_defaults(needs_db=True)
+        return super().add_argument(*args, **kwargs)
+
     def error(self, message: str) -> NoReturn:
         self.print_usage(sys.stderr)
         error(CliError.BAD_ARGUMENT, f"{self.prog}: {message}")
         sys.exit(ExitCode.USAGE)
-
-
-def _db_optional(parser: argparse.ArgumentParser) -> None:
-    """Show every ``--db`` as optional, with its variable: ``$DIRK_DB`` stands for it.
-
-    A command that needs its journal says so after parsing (``needs_db``), as one line.
-    """
-    for action in parser._actions:
-        if action.dest == "db" and action.option_strings and action.required:
-            action.required = False
-            action.metavar = action.metavar or f"${DB_ENV}"
-            action.help = f"{action.help} (default ${DB_ENV})"
-            parser.set_defaults(needs_db=True)
-        if isinstance(action, argparse._SubParsersAction):
-            for child in action.choices.values():
-                _db_optional(child)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -339,7 +337,6 @@ def _parser() -> argparse.ArgumentParser:
     add_grant_commands(commands)
     add_audit_commands(commands)
     add_tenant_commands(commands)
-    _db_optional(parser)
     return parser
 
 

@@ -4,14 +4,31 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from kernel.core.events import Applied, Feedback, QuorumRule
+from kernel.core.events import Applied, Delegated, Feedback, OnBehalf, QuorumRule, TenantSpec
 from kernel.core.reasons import ReasonCode
 from kernel.state.grants import Grant
 
-if TYPE_CHECKING:
-    from kernel.dim._principal import Behalf
+
+@dataclass(frozen=True)
+class Behalf:
+    """What the principal layer judges against (kernel.dim.verdict builds it).
+
+    Attributes:
+        on_behalf: whom the proposal's flow acts for (None: nobody).
+        agent_id: the flow's agent.
+        tenants: the declared tenants, by id.
+        delegations: every recorded delegation, by id.
+        accepted: the calls of the flow's (tenant, user, tier) accepted within the rate
+            window, the DIM's staged acceptances included.
+    """
+
+    on_behalf: OnBehalf | None
+    agent_id: str
+    tenants: Mapping[str, TenantSpec]
+    delegations: Mapping[str, Delegated]
+    accepted: int = 0
 
 
 @dataclass(frozen=True)

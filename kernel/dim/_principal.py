@@ -23,7 +23,6 @@ Pure: a function of the recorded state (:class:`Behalf`), so replay judges alike
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from kernel.core.events import (
@@ -37,31 +36,11 @@ from kernel.core.events import (
     TenantSpec,
 )
 from kernel.core.reasons import ReasonCode
-from kernel.dim._judgement import reject
+from kernel.dim._judgement import Behalf, reject
 
 LAYER = "principal"
 MAX_DEPTH = 64
 """The longest delegation chain followed (a longer one is refused DELEGATION_INVALID)."""
-
-
-@dataclass(frozen=True)
-class Behalf:
-    """What the principal layer judges against (kernel.dim.verdict builds it).
-
-    Attributes:
-        on_behalf: whom the proposal's flow acts for (None: nobody).
-        agent_id: the flow's agent.
-        tenants: the declared tenants, by id.
-        delegations: every recorded delegation, by id.
-        accepted: the calls of the flow's (tenant, user, tier) accepted within the rate
-            window, the DIM's staged acceptances included.
-    """
-
-    on_behalf: OnBehalf | None
-    agent_id: str
-    tenants: Mapping[str, TenantSpec]
-    delegations: Mapping[str, Delegated]
-    accepted: int = 0
 
 
 def on_behalf_refusal(

@@ -29,8 +29,7 @@ from typing import Any
 from kernel.core.events import Applied, Draft, Feedback, FlowCreated, OnBehalf, ProposalRecord
 from kernel.core.flow import FlowState
 from kernel.dim._gate import MemoryCheck, judge
-from kernel.dim._judgement import Inputs, Judgement
-from kernel.dim._principal import Behalf
+from kernel.dim._judgement import Behalf, Inputs, Judgement
 from kernel.policy.packs import PolicyCatalog
 from kernel.policy.quorums import SINGLE, tally
 from kernel.policy.rules import Stopwatch, View

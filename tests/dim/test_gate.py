@@ -17,7 +17,7 @@ from benchmarks.gate import run_gate
 from kernel import AgentStatus, ReasonCode
 from kernel.core.events import Feedback, ProposalRecord
 from kernel.dim import LAYERS, Inputs, Judgement, judge
-from kernel.dim._principal import Behalf
+from kernel.dim._judgement import Behalf
 from kernel.policy import NeedsHuman, PolicyPack, Rule
 from kernel.policy.packs import PolicyCatalog
 from kernel.policy.rules import ALLOW, Overrun, RuleVerdict, Stopwatch, View, deny, rule, run_rule

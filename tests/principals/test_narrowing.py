@@ -9,7 +9,8 @@ from hypothesis import strategies as st
 
 from kernel.core.events import Delegated, Member, OnBehalf, Principal, TenantSpec
 from kernel.core.reasons import ReasonCode
-from kernel.dim._principal import Behalf, effective_scopes, on_behalf_refusal
+from kernel.dim._judgement import Behalf
+from kernel.dim._principal import effective_scopes, on_behalf_refusal
 from tests.principals.kit import ACME, ANN, call, people
 
 R = ReasonCode
