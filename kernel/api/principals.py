@@ -64,20 +64,26 @@ def on_behalf_of(
     Raises:
         InputInvalid: the principal, tier or delegation is not of its type.
     """
-    if not isinstance(tier, str) or tier not in _TIERS:
-        raise InputInvalid("tier", f"a tier is one of {', '.join(sorted(_TIERS))}")
-    if delegation is not None and not isinstance(delegation, str):
-        raise InputInvalid("delegation", "a delegation is named by its id")
+    _check_call(tier, delegation)
     who = checked_principal(principal) if principal is not None else default
     if who is None:
         return None
     domain = projections.domain(Principals)
     chosen = (
-        delegation if delegation is not None else domain.latest_for(who.tenant, who.user, agent_id)
+        delegation
+        if isinstance(delegation, str)
+        else domain.latest_for(who.tenant, who.user, agent_id)
     )
     hop = domain.delegations.get(chosen) if chosen else None
     chain = list(hop.chain) if hop is not None else []
     return OnBehalf(principal=who, tier=str(tier), chain=chain, delegation=chosen or "")
+
+
+def _check_call(tier: object, delegation: object) -> None:
+    if not isinstance(tier, str) or tier not in _TIERS:
+        raise InputInvalid("tier", f"a tier is one of {', '.join(sorted(_TIERS))}")
+    if delegation is not None and not isinstance(delegation, str):
+        raise InputInvalid("delegation", "a delegation is named by its id")
 
 
 class Delegations:
@@ -121,20 +127,13 @@ class Delegations:
                 parent was made in another tenant).
         """
         who = checked_principal(principal)
-        for field, value in (("from_agent", from_agent), ("to_agent", to_agent), ("task", task)):
-            if not isinstance(value, str) or (field != "task" and not value):
-                raise InputInvalid(field, "a non-empty string" if field != "task" else "a string")
-        handed = [scopes] if isinstance(scopes, str) else list(scopes)
-        if not all(isinstance(s, str) and s for s in handed):
-            raise InputInvalid("scopes", "scopes are non-empty strings")
+        handed = _checked_handing(from_agent, to_agent, task, scopes)
         domain = self._projections.domain(Principals)
         if parent is None:
             parent = domain.latest_for(who.tenant, who.user, from_agent)
         chain = [from_agent, to_agent]
         if parent:
-            above = domain.delegations.get(parent)
-            _check_parent(above, parent, who, from_agent)
-            assert above is not None
+            above = _check_parent(domain.delegations.get(parent), parent, who, from_agent)
             chain = [*above.chain, to_agent]
         delegation = f"dlg-{self._ids.new_dfid()}"
         recorded = Delegated(
@@ -151,7 +150,22 @@ class Delegations:
         return delegation
 
 
-def _check_parent(above: Delegated | None, parent: str, who: Principal, from_agent: str) -> None:
+def _checked_handing(
+    from_agent: object, to_agent: object, task: object, scopes: object
+) -> list[str]:
+    """Return the scopes handed on, once the delegation's fields are of their types."""
+    for field, value in (("from_agent", from_agent), ("to_agent", to_agent), ("task", task)):
+        if not isinstance(value, str) or (field != "task" and not value):
+            raise InputInvalid(field, "a non-empty string" if field != "task" else "a string")
+    handed = [scopes] if isinstance(scopes, str) else list(scopes)  # type: ignore[call-overload]
+    if not all(isinstance(s, str) and s for s in handed):
+        raise InputInvalid("scopes", "scopes are non-empty strings")
+    return handed
+
+
+def _check_parent(
+    above: Delegated | None, parent: str, who: Principal, from_agent: str
+) -> Delegated:
     if above is None:
         raise DelegationInvalid(f"no delegation {parent!r} is recorded")
     if above.principal.tenant != who.tenant:
@@ -165,3 +179,4 @@ def _check_parent(above: Delegated | None, parent: str, who: Principal, from_age
         raise DelegationInvalid(
             f"delegation {parent!r} was handed to {above.to_agent}, not {from_agent}"
         )
+    return above

@@ -319,13 +319,21 @@ def _tenant_declared(p: ev.TenantDeclared) -> str:
 @_says(ev.TenantPolicyChanged)
 def _tenant_policy_changed(p: ev.TenantPolicyChanged) -> str:
     target = " x ".join(t for t in (f"user {p.user}" if p.user else "", p.kind) if t) or "default"
-    parts = [
-        f"permission {p.permission}" if p.permission is not None else "",
-        f"{p.rate_per_minute} calls a minute" if p.rate_per_minute is not None else "",
-        f"scopes {', '.join(p.scopes) or 'none'}" if p.scopes is not None else "",
-    ]
-    said = "; ".join(part for part in parts if part) or "nothing"
-    return f"tenant {p.tenant}'s policy for {target} (tier {p.tier}) set by {p.operator}: {said}"
+    return (
+        f"tenant {p.tenant}'s policy for {target} (tier {p.tier}) set by {p.operator}:"
+        f" {_layer_set(p)}"
+    )
+
+
+def _layer_set(p: ev.TenantPolicyChanged) -> str:
+    parts = []
+    if p.permission is not None:
+        parts.append(f"permission {p.permission}")
+    if p.rate_per_minute is not None:
+        parts.append(f"{p.rate_per_minute} calls a minute")
+    if p.scopes is not None:
+        parts.append(f"scopes {', '.join(p.scopes) or 'none'}")
+    return "; ".join(parts) or "nothing"
 
 
 @_says(ev.Delegated)

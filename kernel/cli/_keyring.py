@@ -24,6 +24,7 @@ import argparse
 import json
 import os
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -149,21 +150,21 @@ def _roles(given: list[str]) -> tuple[Role, tuple[str, ...], str | None]:
     kinds = [r for r in given if r in ROLES]
     roles = tuple(dict.fromkeys(r for r in given if r not in ROLES))
     role: Role = kinds[0] if kinds else "operator"
+    return role, roles, _roles_problem(kinds, roles, role)
+
+
+def _roles_problem(kinds: Sequence[str], roles: tuple[str, ...], role: Role) -> str | None:
     if len(set(kinds)) > 1:
-        return role, roles, f"a key is one of {', '.join(ROLES)}, not {' and '.join(kinds)}"
+        return f"a key is one of {', '.join(ROLES)}, not {' and '.join(kinds)}"
     bad = [r for r in roles if not ROLE_NAME.match(r)]
     if bad:
         return (
-            role,
-            roles,
-            (
-                f"role {bad[0][:64]!r}: a role is a letter or digit, then up to 63 of"
-                " letters, digits, '_', '.', '-' (as a pack's quorum names it: risk, desk-head)"
-            ),
+            f"role {bad[0][:64]!r}: a role is a letter or digit, then up to 63 of"
+            " letters, digits, '_', '.', '-' (as a pack's quorum names it: risk, desk-head)"
         )
     if roles and role != "operator":
-        return role, roles, f"only an operator holds roles ({', '.join(roles)}), not a {role}"
-    return role, roles, None
+        return f"only an operator holds roles ({', '.join(roles)}), not a {role}"
+    return None
 
 
 def _default_key_file(name: str) -> tuple[Path, str | None]:
@@ -236,6 +237,20 @@ def _revoke_key(args: argparse.Namespace) -> int:
     return ExitCode.OK
 
 
+async def _keys_recorded(db: str) -> dict[str, str]:
+    """What the journal recorded of each key, by fingerprint (trusted since, revoked at)."""
+    recorded: dict[str, str] = {}
+    async with open_journal(db, readonly=True) as journal:
+        found = await journal.read(types=["OperatorKeyTrusted", "OperatorKeyRevoked"])
+    for event in found:
+        payload = event.payload
+        if isinstance(payload, ev.OperatorKeyTrusted):
+            recorded[payload.fingerprint] = f"trusted since #{event.seq}"
+        elif isinstance(payload, ev.OperatorKeyRevoked):
+            recorded[payload.fingerprint] = f"revoked at #{event.seq}"
+    return recorded
+
+
 async def _list(args: argparse.Namespace) -> int:
     path = _keyring_path(args)
     keyring = {}
@@ -244,16 +259,7 @@ async def _list(args: argparse.Namespace) -> int:
             keyring = dict(read_keyring(path))
         except KeyringError as exc:
             return error(CliError.BAD_ARGUMENT, str(exc), ExitCode.USAGE)
-    recorded: dict[str, str] = {}
-    if args.db:
-        async with open_journal(args.db, readonly=True) as journal:
-            found = await journal.read(types=["OperatorKeyTrusted", "OperatorKeyRevoked"])
-        for event in found:
-            payload = event.payload
-            if isinstance(payload, ev.OperatorKeyTrusted):
-                recorded[payload.fingerprint] = f"trusted since #{event.seq}"
-            elif isinstance(payload, ev.OperatorKeyRevoked):
-                recorded[payload.fingerprint] = f"revoked at #{event.seq}"
+    recorded = await _keys_recorded(args.db) if args.db else {}
     rows = [
         {
             "name": p.name,
@@ -265,14 +271,18 @@ async def _list(args: argparse.Namespace) -> int:
         }
         for p in keyring.values()
     ]
-    if args.json:
+    _print_keys(rows, args.json, path)
+    return ExitCode.OK
+
+
+def _print_keys(rows: list[dict[str, Any]], as_json: bool, path: Path | str | None) -> None:
+    if as_json:
         for row in rows:
             print(json.dumps(row))
-        return ExitCode.OK
+        return
     for row in rows:
         held = ",".join(row["roles"]) or "-"
         print(
             f"{row['name']}  {row['role']}  {held}  {row['fingerprint']}  {row['journal']}".rstrip()
         )
     print(f"{counted(len(rows), 'key')} in {path or '(no keyring)'}")
-    return ExitCode.OK

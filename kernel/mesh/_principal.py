@@ -15,7 +15,7 @@ as before: the flow acts for the principal it records.
 from __future__ import annotations
 
 from kernel.core import keys
-from kernel.core.events import FlowCreated
+from kernel.core.events import FlowCreated, Principal
 from kernel.core.reasons import ReasonCode
 from kernel.identity import AssertionVerifier, PrincipalInvalid
 from kernel.journal.store import Journal
@@ -40,11 +40,7 @@ async def assertion_problem(
         return ReasonCode.PRINCIPAL_INVALID, exc.detail
     except ValueError:
         return ReasonCode.PRINCIPAL_INVALID, "the session's key is not an Ed25519 key"
-    dfid = work.split(":")[1] if work.count(":") == 2 else ""
-    recorded = None
-    for event in await journal.read(dfid=dfid, types=["FlowCreated"]) if dfid else []:
-        if isinstance(event.payload, FlowCreated) and event.payload.on_behalf is not None:
-            recorded = event.payload.on_behalf.principal
+    recorded = await _recorded_principal(journal, work)
     if recorded is None:
         return ReasonCode.PRINCIPAL_INVALID, "the flow records no principal to vouch for"
     if recorded.tenant != asserted.tenant:
@@ -52,3 +48,13 @@ async def assertion_problem(
     if recorded.user != asserted.user:
         return ReasonCode.PRINCIPAL_INVALID, "the assertion names another user than the flow's"
     return None
+
+
+async def _recorded_principal(journal: Journal, work: str) -> Principal | None:
+    """Return whom the work's flow was recorded acting for (None: nobody, or no flow)."""
+    dfid = work.split(":")[1] if work.count(":") == 2 else ""
+    recorded = None
+    for event in await journal.read(dfid=dfid, types=["FlowCreated"]) if dfid else []:
+        if isinstance(event.payload, FlowCreated) and event.payload.on_behalf is not None:
+            recorded = event.payload.on_behalf.principal
+    return recorded

@@ -235,22 +235,29 @@ class PolicyPack:
                 k: [str(v.default), str(v.floor), str(v.ceiling)] for k, v in self.limits.items()
             },
         }
-        if self.guards:  # absent from older hashes: a pack without guards keeps its hash
+        content.update(self._optional_content())
+        content.update(self._approval_content())
+        return hashlib.sha256(canonical(content)).hexdigest()
+
+    def _optional_content(self) -> dict[str, Any]:
+        """Guards, synonyms, refusals escalated and monitors, for the hash: each absent while
+        unset, so a pack that sets none keeps the hash it had before they existed."""
+        content: dict[str, Any] = {}
+        if self.guards:
             content["guards"] = [
                 [name_of(g.kind), g.name, _described(g.check), repr(g.flag_above),
                  repr(g.emergency_above)]
                 for g in self.guards
             ]  # fmt: skip
-        if self.self_approval:  # absent from older hashes, as guards are
+        if self.self_approval:
             content["self_approval"] = True
-        if self.synonyms:  # absent from older hashes, as guards are
+        if self.synonyms:
             content["synonyms"] = [list(group) for group in self.synonyms]
         if self.escalate_refusals:
             content["escalate_refusals"] = sorted(self.escalate_refusals)
-        content.update(self._approval_content())
-        if self.monitors:  # absent from older hashes: a pack without monitors keeps its hash
+        if self.monitors:
             content["monitors"] = [m.hashed() for m in self.monitors]
-        return hashlib.sha256(canonical(content)).hexdigest()
+        return content
 
     def _approval_content(self) -> dict[str, Any]:
         """Quorums, grants, money and re-judging, for the hash: each absent while unset."""
