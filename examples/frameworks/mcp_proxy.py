@@ -25,6 +25,7 @@ from mcp import Client
 from mcp_types import CallToolResult, TextContent
 
 from examples.frameworks._scene import AGENT, CONVERSATION, flow_tree, next_call, operator_approves
+from kernel import KernelConfig, Principal
 from kernel.audit import redact
 from kernel.gateway import (
     CALL_META,
@@ -85,7 +86,12 @@ async def play(db: Path, workdir: Path) -> dict[str, Any]:
     )
     config = read_config(config_file)
     seen: list[str] = []
-    async with open_gateway(config, db, agents=[AGENT]) as gateway, Client(gateway.server) as c:
+    # This host vouches for one local user: every governed call acts on their behalf.
+    me = KernelConfig(principal=Principal(tenant="local", user="you"))
+    async with (
+        open_gateway(config, db, agents=[AGENT], kernel_config=me) as gateway,
+        Client(gateway.server) as c,
+    ):
         # What the pack was made from, for `dirk verify --verdicts --pack gateway_pack.py:PACK`.
         write_listing(workdir / "listing.json", gateway.listed)
         (workdir / "gateway_pack.py").write_text(PACK_FILE.format(workdir=json.dumps(str(workdir))))

@@ -92,6 +92,8 @@ async def _govern(
     args: argparse.Namespace, config: Any, identity: Identity, agents: list[str], web: Web | None
 ) -> int:
     """Open the gateway over the upstreams of ``config`` and serve its agents until stopped."""
+    from kernel.config import KernelConfig
+    from kernel.core.events import Principal
     from kernel.gateway import PackFailure, UpstreamDown, open_gateway, write_listing
     from kernel.policy.packs import PackError
 
@@ -101,6 +103,9 @@ async def _govern(
             args.db,
             identity=identity,
             agents=agents,
+            # The kernel this process opens vouches for one local user, as `dirk mcp` does;
+            # a caller whose user token names its own principal acts for that one instead.
+            kernel_config=KernelConfig(principal=Principal(tenant="local", user="you")),
             server_options=auth_of(web),
         ) as gateway:
             if args.listing:
