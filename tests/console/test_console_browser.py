@@ -363,7 +363,8 @@ async def test_an_agent_demoted_by_its_budget_is_shown_and_restored_with_a_reaso
         await expect(page.locator("#esc-count-clerk")).to_have_text("1")
         second = await opened(kernel, "invoice")
         # The page follows: the kernel's demotion, its reason, the clerk's history.
-        await expect(status).to_have_text("PASSIVE")
+        await expect(status).to_have_attribute("data-status", "PASSIVE")
+        await expect(status.locator(".demoted")).to_have_text("demoted: escalation budget spent")
         change = page.locator("#change-clerk")
         await expect(change).to_contain_text("PASSIVE by kernel: ESCALATION_BUDGET_EXHAUSTED")
         await expect(change).to_contain_text("escalated more than 1 times per 3600 s")

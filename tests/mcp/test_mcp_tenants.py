@@ -206,7 +206,7 @@ async def test_a_users_proposal_is_on_its_flow_and_unknown_to_another_tenant(
 
 async def test_a_caller_for_nobody_is_refused_principal_missing_on_record(tmp_path: Path) -> None:
     """No user bound and no default principal: refused, never run as a service identity."""
-    async with memory_kernel(tmp_path / "j.db") as kernel:
+    async with memory_kernel(tmp_path / "j.db", principal=None) as kernel:
         bare = Principal(role="agent", name="ide")
         async with Client(build_server(Embedded(kernel), Identity(bare))) as c:
             fact = await answer(c, "add_fact", name="lang", value="python")

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from kernel import MEMORY_PACK, Kernel, open_kernel
+from kernel import MEMORY_PACK, Kernel, Principal, open_kernel
 from kernel.config import KernelConfig, Ports, Supervision
 from kernel.testing import ManualClock, SeededIds
 from tests.support.helpers import LOCAL
@@ -33,15 +33,19 @@ async def memory_kernel(
     *packs: Any,
     allow: tuple[str, ...] = ("ide",),
     adapters: dict[str, Any] | None = None,
+    principal: Principal | None = LOCAL,
 ) -> AsyncIterator[Kernel]:
-    """A kernel with the memory pack (and ``packs``), a manual clock and seeded ids."""
+    """A kernel with the memory pack (and ``packs``), a manual clock and seeded ids.
+
+    It vouches for ``principal`` (None: for nobody, so a call that names no user is refused).
+    """
     async with open_kernel(
         path,
         packs=[*packs, MEMORY_PACK],
         adapters=adapters or {},
         allow=allow,
         config=KernelConfig(
-            principal=LOCAL,
+            principal=principal,
             ports=Ports(clock=ManualClock(), ids=SeededIds(5)),
             supervision=Supervision(inbox_poll_s=None),
         ),
