@@ -11,21 +11,13 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.support.postgres import PostgresServer, Unavailable, missing, throwaway_server
+from tests.support.postgres import PostgresServer, server_or_missing
 
 
 @pytest.fixture(scope="module")
 def outage_server() -> Iterator[PostgresServer]:
     """A server for this module's outages, in a temporary directory, stopped at the end."""
-    try:
-        context = throwaway_server()
-        server = context.__enter__()
-    except Unavailable as exc:
-        missing(str(exc))
-    try:
-        yield server
-    finally:
-        context.__exit__(None, None, None)
+    yield from server_or_missing()
 
 
 @pytest.fixture

@@ -150,9 +150,8 @@ def throwaway_server() -> Iterator[PostgresServer]:
             shutil.rmtree(root, ignore_errors=True)
 
 
-@pytest.fixture(scope="session")
-def postgres_server() -> Iterator[PostgresServer]:
-    """A PostgreSQL server for the run, in a temporary directory, stopped at the end."""
+def server_or_missing() -> Iterator[PostgresServer]:
+    """A throwaway server for a fixture to yield; its absence skips (outside CI) or fails."""
     try:
         context = throwaway_server()
         server = context.__enter__()
@@ -162,6 +161,12 @@ def postgres_server() -> Iterator[PostgresServer]:
         yield server
     finally:
         context.__exit__(None, None, None)
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[PostgresServer]:
+    """A PostgreSQL server for the run, in a temporary directory, stopped at the end."""
+    yield from server_or_missing()
 
 
 @pytest.fixture
