@@ -16,6 +16,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+import msgspec
+
+from kernel.core import wall
 from kernel.core.events import Delegated, Draft, OnBehalf, Principal, Tier
 from kernel.core.ports import IdSource
 from kernel.core.reasons import ReasonCode
@@ -42,6 +45,10 @@ def checked_principal(principal: object, field: str = "principal") -> Principal:
         raise _invalid_principal(field, "a principal is a kernel.core.events.Principal")
     if not principal.tenant or not principal.user:
         raise _invalid_principal(field, "a principal names a tenant and a user")
+    try:  # text the journal can hold (no lone surrogate, bounded), as every door's input
+        wall.check_value(msgspec.to_builtins(principal), field)
+    except InputInvalid as exc:
+        raise _invalid_principal(exc.field, exc.detail) from None
     return principal
 
 
