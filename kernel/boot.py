@@ -129,6 +129,7 @@ async def open_kernel(
             chain_key=key,
             compress=storage.compress,
             grace_s=storage.outage_grace_s,
+            probe_s=storage.outage_probe_s,
         ) as journal,
         open_publishers(signing.publish if signing is not None else ()) as publishers,
     ):

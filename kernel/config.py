@@ -92,6 +92,8 @@ class Storage(msgspec.Struct, frozen=True, kw_only=True):
             server restarting) is retried before calls are answered by their tenant's
             fail mode; an outage shorter than this is waited out and judged normally
             (docs/identity.md, "Fail modes").
+        outage_probe_s: how often an idle writer asks its store whether it is there (a
+            busy one learns of a lost store from its next commit).
         spool: the local SQLite file that keeps calls decided while the store is away,
             until they are appended to the journal (None: beside a SQLite journal, or
             ``dirk-spool-<journal id>.db`` in the working directory for PostgreSQL).
@@ -103,6 +105,7 @@ class Storage(msgspec.Struct, frozen=True, kw_only=True):
     faults: JournalFaults | None = None
     compress: bool = True
     outage_grace_s: float = 5.0
+    outage_probe_s: float = 1.0
     spool: str | None = None
 
 

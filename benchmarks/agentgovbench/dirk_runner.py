@@ -9,7 +9,10 @@ becomes the kernel call that says the same: a direct call is ``Kernel.propose`` 
 the named agent; a delegation is ``Kernel.delegate``; a fan-out is its worker agents'
 calls, run concurrently; a policy change is ``Kernel.change_tenant_policy``; a gateway
 failure stops the journal's real PostgreSQL server and starts it again after the
-outage's duration (or when the scenario ends). The audit is read back from the journal
+outage's duration (or when the scenario ends); the kernel rides out an outage shorter
+than its grace (``GRACE_S``: a call waits for the store and is judged as ever) and answers
+a longer one by the tenant's fail mode (ALLOWED_WITHOUT_JOURNAL is the kernel's allow
+then, the caller carrying the read out). The audit is read back from the journal
 (kernel.audit.attempts). No scope arithmetic, no rate windows, no audit rows of its own
 and no branch on a scenario's id or names happen here: where the kernel lacks something
 a scenario needs, the scenario fails.
@@ -56,7 +59,7 @@ from benchmark.types import (
     ToolOutcome,
 )
 
-from kernel import DecisionVerdict, Kernel, KernelConfig, Manifest, open_kernel
+from kernel import DecisionVerdict, Kernel, KernelConfig, Manifest, Storage, open_kernel
 from kernel.adapters import ExecutionIntent, Receipt
 from kernel.audit.attempts import Attempt, attempts
 from kernel.core.events import Layer, Member, Principal, TenantPolicy, TenantSpec
@@ -75,6 +78,13 @@ DECISIONS: dict[str, Any] = {"allow": "allow", "deny": "deny", "escalate": "flag
 """The kernel's decisions in the harness's words (an escalation waits for a human: flag)."""
 
 FAIL_MODES = {"fail_open": "open", "fail_closed": "closed"}
+
+ALLOWED = (DecisionVerdict.EXECUTED, DecisionVerdict.ALLOWED_WITHOUT_JOURNAL)
+"""The kernel's verdicts that let a tool's call go on."""
+
+GRACE_S = 10.0
+"""How long the kernel waits for a lost store before its tenants' fail modes answer
+(``Storage.outage_grace_s``): longer than a PostgreSQL restart, as a deployment would set it."""
 
 _databases = itertools.count(1)
 
@@ -250,7 +260,7 @@ class Runner(StatefulRunner):
             packs=[pack_of(scenario.setup.tools)],
             adapters={ADAPTER: Tools()},
             allow=agents_of(scenario),
-            config=KernelConfig(),
+            config=KernelConfig(storage=Storage(outage_grace_s=GRACE_S)),
         )
         self._kernel = self._stack.enter_context(self._portal.wrap_async_context_manager(opened))
         self._portal.call(self._declare, agents_of(scenario))
@@ -337,7 +347,7 @@ class Runner(StatefulRunner):
             input=params,
             as_user=user,
             as_tenant=tenant,
-            allowed=decision.verdict is DecisionVerdict.EXECUTED,
+            allowed=decision.verdict in ALLOWED,
             reason=str(decision.reason_code) if decision.reason_code else None,
             agent_tier=tier,
             agent_name=agent,
@@ -421,6 +431,9 @@ class Runner(StatefulRunner):
 
     def audit_log(self) -> list[AuditEntry]:
         self._recover()
+        # Read once the kernel is quiet: what it decided while the store was away is on
+        # record only once the store is back.
+        self._call(self._live().wait_quiet)
         rows: list[Attempt] = self._call(self._attempts)
         return [entry(row) for row in rows]
 

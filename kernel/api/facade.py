@@ -153,6 +153,15 @@ class Kernel(Operating):
         self._answers = Answers(projections, self.actors, self._calls, self._flows, edge)
         self.actors.answer_with(self._answers, self._answers.carry)
         self._sessions = Sessions(self.actors, self._calls, hosts)
+        self._outage = Outage(
+            journal,
+            projections,
+            catalog,
+            clock=clock,
+            ids=ids,
+            spool=spool_beside(journal, config.storage.spool),
+            spawn=effects,
+        )
         self._proposals = Proposals(
             journal,
             projections,
@@ -164,14 +173,7 @@ class Kernel(Operating):
             token_of=self._sessions.token_of,
             prepare=edge.prepare,
             principal=config.principal,
-            outage=Outage(
-                journal,
-                projections,
-                catalog,
-                clock=clock,
-                ids=ids,
-                spool=spool_beside(journal, config.storage.spool),
-            ),
+            outage=self._outage,
         )
         self._delegations = Delegations(journal, projections, ids)
         inbox = InboxProposals(
@@ -513,7 +515,12 @@ class Kernel(Operating):
         return await self._flows.wait_flow(dfid, until)
 
     async def wait_quiet(self) -> None:
-        """Wait until no flow moves on its own (every flow ended or waits for a human)."""
+        """Wait until no flow moves on its own (every flow ended or waits for a human).
+
+        Calls decided while the journal's store was away count as moving until they are
+        on record: this waits for the store to be back (kernel.api.outage).
+        """
+        await self._outage.settle()
         await self._flows.wait_quiet()
 
     # --- artifacts (kernel.api.documents.Artifacts says what each checks) -------------------

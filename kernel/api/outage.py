@@ -10,6 +10,13 @@ mode of the call's tenant (``TenantSpec.policy.fail_mode``, as last committed):
 - ``open``: a kind its pack marks read-only (``PolicyKind.read_only``) is allowed
   (ALLOWED_WITHOUT_JOURNAL), any other refused as when closed.
 
+A call that came while the store was still thought reachable waits for its flow to be
+opened on record (:meth:`Outage.opened`) for as long as the store is not lost past its
+grace. Lost longer, the call is answered by its fail mode as above, under its flow's
+DFID; its opening commits once the store is back, and the flow is then aborted
+GOVERNANCE_UNAVAILABLE unjudged, so nothing it proposed is ever carried out. A flow
+opened on record is judged as ever: its later appends wait for the store.
+
 Either way the call is kept first in the spool (:mod:`kernel.journal.spool`, a local
 SQLite file fsynced before the answer), so nothing acts unrecorded, and once the store
 is back every spooled call is appended in spool order, exactly once, as one
@@ -23,9 +30,9 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
 import msgspec
@@ -36,6 +43,7 @@ from kernel.core.events import (
     DecidedWithoutJournal,
     Draft,
     FailMode,
+    FlowAborted,
     OnBehalf,
     Principal,
     digest,
@@ -46,16 +54,24 @@ from kernel.journal.outage import StoreState
 from kernel.journal.spool import Spool, SpoolRow
 from kernel.journal.store import Journal
 from kernel.policy.packs import PolicyCatalog
+from kernel.runtime.actors import Effects
 from kernel.state.principals import Principals
 from kernel.state.projections import Projections
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 _TYPE = "DecidedWithoutJournal"
 _DRAIN_BATCH = 100
 _REFUSED = (
     "the journal's store cannot be reached: this call was refused"
     " (GOVERNANCE_UNAVAILABLE) and is on record once the store is back"
+)
+_UNJUDGED = (
+    "the journal's store was lost past its grace while this flow was being opened: the"
+    " call was answered by its tenant's fail mode (decided without the journal), and the"
+    " flow is not judged"
 )
 _ALLOWED = (
     "the journal's store cannot be reached: this read-only call is allowed by its"
@@ -91,6 +107,8 @@ class Outage:
         clock: when a call was decided.
         ids: the DFIDs of the calls answered.
         spool: the spool file's path (``spool_beside``).
+        spawn: runs an opening beside its caller (:meth:`opened`); None: openings are
+            waited for, however long the store is away.
     """
 
     def __init__(
@@ -102,7 +120,9 @@ class Outage:
         clock: Clock,
         ids: IdSource,
         spool: str,
+        spawn: Effects | None = None,
     ) -> None:
+        self._spawn = spawn
         self._journal = journal
         self._projections = projections
         self._catalog = catalog
@@ -112,6 +132,9 @@ class Outage:
         self._spool: Spool | None = None
         self._maybe_pending = os.path.exists(spool)
         self._lock = anyio.Lock()
+        self._overtaken = 0
+        """Openings answered by the fail mode whose flows are not ended yet."""
+        self._settled = anyio.Event()
         if journal.store.rides_out:
             journal.store.on_back(self.drain)
 
@@ -131,7 +154,106 @@ class Outage:
         if await store.settled() is StoreState.REACHABLE:
             await self.drain()
             return None
-        record = self._decided(str(call.agent_id), str(call.kind), params, session, behalf)
+        return await self._lost(call, params, session, behalf, self._ids.new_dfid())
+
+    async def opened(
+        self,
+        open_flow: Callable[[], Awaitable[T]],
+        dfid: str,
+        call: Any,
+        params: Any,
+        behalf: OnBehalf | None,
+    ) -> T | Decision:
+        """Return what ``open_flow`` returns, or the fail mode's answer if the store is lost first.
+
+        ``open_flow`` opens flow ``dfid`` for ``call`` (its first append). Should the
+        store be lost past its grace before that append commits, the call is answered
+        by its fail mode (a Decision under ``dfid``), and the opening goes on beside:
+        once it commits, the flow is aborted unjudged (see the module's text).
+
+        Raises:
+            Exception: what ``open_flow`` raised.
+        """
+        store = self._journal.store
+        if not store.rides_out or self._spawn is None:
+            return await open_flow()
+        box: list[Any] = []
+        done = anyio.Event()
+        overtaken = False
+
+        async def opening() -> None:
+            try:
+                box.append(await open_flow())
+            except Exception as exc:
+                box.append(exc)
+            finally:
+                done.set()
+            if overtaken:
+                try:
+                    if isinstance(box[0], str):
+                        await self._abort_unjudged(dfid)
+                finally:
+                    self._overtaken -= 1
+                    self._settled.set()
+
+        if not self._spawn.running:
+            return await open_flow()  # the kernel is stopping: as it says
+        self._spawn(opening)
+        async with anyio.create_task_group() as race:
+
+            async def lost() -> None:
+                await store.until(StoreState.UNREACHABLE)
+                race.cancel_scope.cancel()
+
+            race.start_soon(lost)
+            await done.wait()
+            race.cancel_scope.cancel()
+        if done.is_set():
+            if isinstance(box[0], Exception):
+                raise box[0]
+            result: T = box[0]
+            return result
+        overtaken = True
+        self._overtaken += 1
+        return await self._lost(call, params, True, behalf, dfid)
+
+    async def settle(self) -> None:
+        """Wait until nothing decided without the journal is left to record.
+
+        That is: the spool drained into the journal (the store is waited for), and every
+        flow whose opening the fail mode overtook ended.
+        """
+        while self._maybe_pending or self._overtaken:
+            if self._maybe_pending:
+                await self._journal.store.until(StoreState.REACHABLE)
+                await self.drain()
+                continue
+            self._settled = anyio.Event()
+            await self._settled.wait()
+
+    async def _abort_unjudged(self, dfid: str) -> None:
+        """End an opened flow whose call the fail mode answered: nothing of it is judged."""
+        flow = self._projections.flows.get(dfid)
+        if flow is None or flow.terminal:
+            return
+        payload = FlowAborted(reason_code=ReasonCode.GOVERNANCE_UNAVAILABLE, detail=_UNJUDGED)
+        draft = Draft(
+            payload=payload,
+            dfid=dfid,
+            parent_dfid=flow.parent_dfid,
+            agent_id=flow.agent_id,
+            caused_by=flow.last_seq,
+        )
+        try:
+            await self._journal.append([draft])
+        except Exception as exc:  # the kernel stopping; its next start aborts it INTERRUPTED
+            log.warning("flow %s, answered without the journal, is left open: %r", dfid, exc)
+
+    async def _lost(
+        self, call: Any, params: Any, session: bool, behalf: OnBehalf | None, dfid: str
+    ) -> Decision:
+        """Answer ``call`` by its tenant's fail mode, kept in the spool first."""
+        record = self._decided(str(call.agent_id), str(call.kind), params, session, behalf, dfid)
         try:
             spool_id = await self._keep(record)
         except Exception as exc:
@@ -148,14 +270,20 @@ class Outage:
         return _refusal(record.dfid, record.detail)
 
     def _decided(
-        self, agent_id: str, kind: str, params: Any, session: bool, behalf: OnBehalf | None
+        self,
+        agent_id: str,
+        kind: str,
+        params: Any,
+        session: bool,
+        behalf: OnBehalf | None,
+        dfid: str,
     ) -> DecidedWithoutJournal:
         """Decide a call by its tenant's fail mode (see the module's table)."""
         allowed = session and behalf is not None and self._fails_open(kind, behalf.principal)
         return DecidedWithoutJournal(
             spool_id=0,
             decided_ns=self._clock.now_ns(),
-            dfid=self._ids.new_dfid(),
+            dfid=dfid,
             agent_id=agent_id,
             kind=kind,
             on_behalf=behalf,

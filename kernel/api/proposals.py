@@ -341,21 +341,28 @@ class Proposals:
         root = conv.dfid if conv is not None and conv.opened else None
         if root is not None:
             await self._flows.recall(root)  # the governor may record the stop on it
-        opened = await self._open(
-            Open(
-                dfid=dfid,
-                agent_id=call.agent_id,
-                topic=call.kind,
-                parent_dfid=root,
-                root_dfid=root,
-                traceparent=call.traceparent,
-                conversation_id=conv.id if conv is not None else "",
-                tool_call_id=tool_call_id,
-                reply=Reply(),
-                on_behalf=behalf,
-            )
+        msg = Open(
+            dfid=dfid,
+            agent_id=call.agent_id,
+            topic=call.kind,
+            parent_dfid=root,
+            root_dfid=root,
+            traceparent=call.traceparent,
+            conversation_id=conv.id if conv is not None else "",
+            tool_call_id=tool_call_id,
+            reply=Reply(),
+            on_behalf=behalf,
+        )
+        outage = self._outage
+        opened = (
+            await outage.opened(lambda: self._open(msg), dfid, call, policy, behalf)
+            if outage is not None
+            else await self._open(msg)
         )
         conversation = conv.dfid if conv is not None else ""
+        if isinstance(opened, Decision):  # the store was lost before the flow was opened
+            ids = {"conversation_dfid": conversation, "tool_call_id": tool_call_id}
+            return Judged(dfid="", decision=msgspec.structs.replace(opened, **ids))
         if isinstance(opened, Feedback):
             failed = opened.reason_code in FAULTS
             decision = Decision(

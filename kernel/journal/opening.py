@@ -25,6 +25,7 @@ async def open_journal(
     chain_key: bytes | None = None,
     compress: bool = True,
     grace_s: float = 5.0,
+    probe_s: float = 1.0,
 ) -> AsyncIterator[Journal]:
     """Open the journal at ``path``, creating it if it does not exist.
 
@@ -46,6 +47,7 @@ async def open_journal(
             canonical JSON; both forms are always read. PostgreSQL keeps JSON.
         grace_s: How long a store that cannot be reached is retried before the journal
             reports it away (:mod:`kernel.journal.outage`); appends wait either way.
+        probe_s: How often an idle writer asks its store whether it is there.
 
     Raises:
         JournalCorrupt: Not a SQLite database, or its last event does not check out, or
@@ -81,6 +83,7 @@ async def open_journal(
             opened.tree,
             opened.tree_built,
             grace_s=grace_s,
+            probe_s=probe_s,
         )
         body_error: Exception | None = None
         async with anyio.create_task_group() as tg:

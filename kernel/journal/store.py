@@ -114,6 +114,7 @@ class Journal:
         tree: Frontier | None = None,
         tree_built: bool = False,
         grace_s: float = 5.0,
+        probe_s: float = 1.0,
     ) -> None:
         self._path = path
         # The Merkle tree's right edge, moved with each commit (kernel.journal.tree).
@@ -130,7 +131,7 @@ class Journal:
         self._faults = faults
         # Its own limiter, so the writer never queues behind other users of anyio's thread pool.
         self._limiter = anyio.CapacityLimiter(1)
-        self._watch = StoreWatch(writer, self._limiter, grace_s=grace_s)
+        self._watch = StoreWatch(writer, self._limiter, grace_s=grace_s, heartbeat_s=probe_s)
         self._pending = Batch()
         self._listeners: list[Listener] = []
         self._transition_check: TransitionCheck | None = None

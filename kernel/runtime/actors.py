@@ -64,6 +64,11 @@ class Effects:
     def __init__(self) -> None:
         self.tg: TaskGroup | None = None
 
+    @property
+    def running(self) -> bool:
+        """Whether what is called now runs (the group is open and not cancelled)."""
+        return self.tg is not None and not self.tg.cancel_scope.cancel_called
+
     def __call__(self, fn: Any) -> None:
         """Run ``fn`` on the effects task group (nothing once it is cancelled)."""
         tg = self.tg

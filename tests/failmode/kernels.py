@@ -65,12 +65,18 @@ class Desk:
 
 @contextlib.asynccontextmanager
 async def fail_mode_kernel(
-    url: str, spool: str, desk: Desk, *, grace_s: float = 0.0, seed: int = 5
+    url: str,
+    spool: str,
+    desk: Desk,
+    *,
+    grace_s: float = 0.0,
+    probe_s: float = 1.0,
+    seed: int = 5,
 ) -> AsyncIterator[Kernel]:
     """A kernel on ``url`` acting for ana at acme, its spool at ``spool``, the clerk's session."""
     config = KernelConfig(
         ports=Ports(clock=ManualClock(), ids=SeededIds(seed)),
-        storage=Storage(outage_grace_s=grace_s, spool=spool),
+        storage=Storage(outage_grace_s=grace_s, outage_probe_s=probe_s, spool=spool),
         principal=Principal(tenant=TENANT, user=USER, scopes=None),
     )
     async with open_kernel(

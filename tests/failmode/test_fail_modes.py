@@ -129,3 +129,41 @@ async def test_a_short_outage_within_the_grace_is_ridden_out_and_judged_normally
             assert kernel.journal.store.state is StoreState.REACHABLE
             assert await without_journal(kernel) == []
             assert len(desk.calls) == 1
+
+
+async def test_a_call_caught_in_an_outage_not_yet_noticed_is_answered_after_the_grace(
+    pg: PostgresServer, tmp_path: Path
+) -> None:
+    # The idle writer does not probe in this test: the call's own opening meets the lost
+    # store, and the fail mode answers it once the grace is over, not when the store returns.
+    url, desk = pg.new_url(), Desk()
+    with anyio.fail_after(120):
+        async with fail_mode_kernel(
+            url, str(tmp_path / "spool.db"), desk, grace_s=1.0, probe_s=3600.0
+        ) as kernel:
+            await declare(kernel, "closed")
+            await anyio.to_thread.run_sync(pg.stop, "immediate")
+            assert kernel.journal.store.state is StoreState.REACHABLE  # not noticed yet
+            refused = await pay(kernel)
+            assert refused.verdict is DecisionVerdict.REFUSED
+            assert refused.reason_code is ReasonCode.GOVERNANCE_UNAVAILABLE
+            assert kernel.journal.store.state is StoreState.UNREACHABLE  # type: ignore[comparison-overlap]
+            await anyio.to_thread.run_sync(pg.start)
+            # Quiet once the store is back, the spool drained and the flow ended: its
+            # opening committed on the store's return, and the flow ended there unjudged.
+            await kernel.wait_quiet()
+            events = await kernel.journal.read(dfid=refused.dfid)
+            assert [type(e.payload).__name__ for e in events] == [
+                "FlowCreated",
+                "ContextCompiled",
+                "FlowAborted",
+            ]
+            assert events[-1].payload.reason_code == ReasonCode.GOVERNANCE_UNAVAILABLE
+            [record] = await without_journal(kernel)
+            assert record.dfid == refused.dfid and not record.allowed
+            assert desk.calls == []
+            after = await pay(kernel)
+            assert after.verdict is DecisionVerdict.EXECUTED
+            assert len(desk.calls) == 1
+    report = await verify_journal(url)
+    assert report.ok, report.problem
