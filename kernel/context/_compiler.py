@@ -34,6 +34,7 @@ from kernel.core.reasons import ReasonCode
 from kernel.policy.contracts import WorkingContext
 from kernel.runtime.actors import Mailbox, Outbox
 from kernel.runtime.messages import AgentMessage, Compile, CompilerMessage, FireTrigger, Open
+from kernel.state.principals import tenant_of
 from kernel.state.projections import AgentStatus, Projections, context_ref, visible
 from kernel.state.rulebook import RuleSearch
 
@@ -107,7 +108,7 @@ class ContextCompiler:
             parent_dfid=msg.parent_dfid,
             agent_id=msg.agent_id,
         )
-        self._compile(Compile(dfid=msg.dfid, attempt=1), out, route=False)
+        self._compile(Compile(dfid=msg.dfid, attempt=1), out, route=False, behalf=msg.on_behalf)
         opened = out.flow(msg.dfid)
         assert opened is not None
         out.reply(msg.reply, opened.context_ref)
@@ -143,7 +144,7 @@ class ContextCompiler:
                 agent_id=agent_id,
                 after=trigger,
             )
-            self._compile(Compile(dfid=dfid, attempt=1), out)
+            self._compile(Compile(dfid=dfid, attempt=1), out, behalf=self._on_behalf)
             dfids.append(dfid)
         out.reply(msg.reply, dfids)
 
@@ -157,11 +158,17 @@ class ContextCompiler:
         return ref
 
     def _body(
-        self, manifest: Manifest, topic: str, staged: dict[str, Any] | None, as_of: int, out: Outbox
+        self,
+        manifest: Manifest,
+        topic: str,
+        staged: dict[str, Any] | None,
+        as_of: int,
+        out: Outbox,
+        tenant: str,
     ) -> LayerBody:
-        """Return what the flows of ``topic`` show this agent, once per state per batch."""
-        bodies: dict[tuple[str, str, int], LayerBody] = out.scratch.setdefault("bodies", {})
-        key = (manifest.agent_id, topic, as_of)
+        """Return what the flows of ``topic`` for ``tenant`` show this agent, once per batch."""
+        bodies: dict[tuple[str, str, int, str], LayerBody] = out.scratch.setdefault("bodies", {})
+        key = (manifest.agent_id, topic, as_of, tenant)
         body = bodies.get(key)
         if body is None or body.manifest is not manifest:
             body = bodies[key] = layer_body(
@@ -172,10 +179,14 @@ class ContextCompiler:
                 staged=staged,
                 as_of_ns=as_of,
                 search=self._rule_search,
+                tenant=tenant,
             )
         return body
 
-    def _compile(self, msg: Compile, out: Outbox, *, route: bool = True) -> None:
+    def _compile(
+        self, msg: Compile, out: Outbox, *, route: bool = True, behalf: OnBehalf | None = None
+    ) -> None:
+        """Compile attempt ``msg.attempt`` of a flow (``behalf``: whom one opened now acts for)."""
         flow = out.flow(msg.dfid)
         if flow is None or flow.status not in (FlowStatus.CREATED, FlowStatus.ACTIVE):
             return
@@ -183,6 +194,12 @@ class ContextCompiler:
             return  # a compile request overtaken by events
         agent = self._projections.agents[flow.agent_id]
         staged = out.scratch.get("facts")
+        # A flow opened in this batch is not folded yet: whom it acts for comes with it.
+        tenant = (
+            behalf.principal.tenant
+            if behalf is not None
+            else tenant_of(self._projections, msg.dfid)
+        )
         # The reference covers everything the agent is entitled to see, whatever the
         # limits show it: the DIM recomputes it the same way to detect a stale context.
         ref = self._ref(agent.manifest.subscriptions, staged, out)
@@ -197,7 +214,8 @@ class ContextCompiler:
             staged=staged,
             as_of_ns=as_of,
             search=self._rule_search,
-            body=self._body(agent.manifest, flow.topic, staged, as_of, out),
+            body=self._body(agent.manifest, flow.topic, staged, as_of, out, tenant),
+            tenant=tenant,
         )
         out.emit(
             ContextCompiled(

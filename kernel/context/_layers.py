@@ -188,16 +188,20 @@ def layer_body(
     staged: Mapping[str, Any] | None = None,
     as_of_ns: int = 0,
     search: RuleSearch | None = None,
+    tenant: str = "",
 ) -> LayerBody:
-    """Compile what every flow of ``topic`` for this agent shows (see :func:`compile_layers`)."""
+    """Compile what every flow of ``topic`` for this agent shows (see :func:`compile_layers`).
+
+    Memory shows what is shared and what is ``tenant``'s own (kernel.state.memory).
+    """
     limits = manifest.limits
     facts, dropped = _entitled_facts(projections, manifest, staged, as_of_ns)
     state, artifacts, infos = _state_items(projections, facts)
-    memory_facts = _memory_facts(projections, limits, dropped)
+    memory_facts = _memory_facts(projections, limits, dropped, tenant)
     ns = namespace(manifest)
     rules = _rules(projections, manifest, topic, facts, search, ns)
 
-    constraints = projections.memory.view(0)["constraints"]
+    constraints = projections.memory.view(0, tenant)["constraints"]
     mine = {k: schemas[k] for k in sorted(manifest.capabilities) if k in schemas}
     # Within memory: facts oldest first, then rules least relevant first.
     items = {"artifact": artifacts, "memory": memory_facts + rules[::-1], "state": state}
@@ -270,11 +274,14 @@ def _state_items(
     return state, artifacts, infos
 
 
-def _memory_facts(projections: Projections, limits: Any, dropped: list[str]) -> list[_Item]:
-    """Memory's facts, oldest first, past the cap dropped (and named in ``dropped``)."""
+def _memory_facts(
+    projections: Projections, limits: Any, dropped: list[str], tenant: str
+) -> list[_Item]:
+    """Memory's facts ``tenant`` sees, oldest first, past the cap dropped (named in ``dropped``)."""
+    seen = projections.memory.facts_of(tenant)
     memory_facts = [
         ("memory", name, fact.value, _item_tokens(name, canonical(fact.value)))
-        for name, fact in sorted(projections.memory.facts.items(), key=lambda i: i[1].seq)
+        for name, fact in sorted(seen.items(), key=lambda i: i[1].seq)
     ]
     max_facts = _limit(limits, "context.memory.max_facts")
     if max_facts is not None and len(memory_facts) > max_facts:
@@ -330,6 +337,7 @@ def compile_layers(
     as_of_ns: int = 0,
     search: RuleSearch | None = None,
     body: LayerBody | None = None,
+    tenant: str = "",
 ) -> Layers:
     """Compile the layers of one attempt's context.
 
@@ -343,6 +351,7 @@ def compile_layers(
         search: the rule relevance port (lexical by default).
         body: :func:`layer_body` of the same arguments and the flow's topic, if the
             caller already has it (the layers are the same either way).
+        tenant: the tenant the flow acts for (its memory is what is shared and its own).
     """
     if body is None:
         body = layer_body(
@@ -353,6 +362,7 @@ def compile_layers(
             staged=staged,
             as_of_ns=as_of_ns,
             search=search,
+            tenant=tenant,
         )
     session: dict[str, Any] = {
         "topic": flow.topic,

@@ -91,13 +91,18 @@ class ProjectionCheckpoint(Payload, frozen=True, tag=True):
 
 
 class FactAdded(Payload, frozen=True, tag=True):
-    """A fact an agent learned, accepted by the DIM; ``key`` the intent key that wrote it."""
+    """A fact an agent learned, accepted by the DIM; ``key`` the intent key that wrote it.
+
+    ``tenant`` is the tenant its flow acted for: the fact is that tenant's, seen by its
+    flows only (empty: written for no tenant, shared by all).
+    """
 
     name: str
     value: str
     confidence: str = "1"
     correlation_id: str = ""
     key: str = ""
+    tenant: str = ""
 
 
 class ConstraintAdded(Payload, frozen=True, tag=True):
@@ -112,6 +117,8 @@ class ConstraintAdded(Payload, frozen=True, tag=True):
     phrases; ``synonyms`` the groups of phrases that mean the same, taken from the
     packs in force when it was written; ``kinds`` and ``params`` its scope (the
     action kinds it governs and the parameters read; empty: every kind, the whole text).
+    ``tenant`` is the tenant its flow acted for: it binds that tenant's proposals only
+    (empty: written for no tenant, it binds every proposal).
     """
 
     text: str
@@ -123,6 +130,7 @@ class ConstraintAdded(Payload, frozen=True, tag=True):
     synonyms: list[list[str]] = []
     kinds: list[str] = []
     params: list[str] = []
+    tenant: str = ""
 
 
 class ConstraintDeactivated(Payload, frozen=True, tag=True):

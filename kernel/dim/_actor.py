@@ -219,10 +219,12 @@ class IntegrityModule:
             dfid=msg.dfid,
         )
         self._charge(flow, msg.usage, out, after=submitted)
-        # Citations and advisory constraints are recorded, never judged (kernel.dim._citations).
-        for note in notes_on(self._projections.memory, flow, msg.proposal):
-            out.emit(note, dfid=msg.dfid, agent_id=flow.agent_id, after=submitted)
         staged = staged_of(out)
+        # Citations and advisory constraints are recorded, never judged (kernel.dim._citations).
+        behalf = staged.on_behalf(self._projections, msg.dfid)
+        tenant = behalf.principal.tenant if behalf is not None else ""
+        for note in notes_on(self._projections.memory, flow, msg.proposal, tenant):
+            out.emit(note, dfid=msg.dfid, agent_id=flow.agent_id, after=submitted)
         state = staged.state(self._projections, agent)[0]
         own = staged.own(self._projections, msg.dfid)
         stopwatch = Stopwatch(self._rule_clock)

@@ -69,14 +69,19 @@ def check_citations(explain: str, shown: list[str], book: Rulebook) -> Citations
     return CitationsChecked(correct=correct, incorrect=incorrect)
 
 
-def notes_on(memory: MemoryState, flow: FlowState, proposal: ProposalRecord) -> list[Payload]:
-    """Return the notes to record beside ``proposal``: its citations, its advisories."""
+def notes_on(
+    memory: MemoryState, flow: FlowState, proposal: ProposalRecord, tenant: str = ""
+) -> list[Payload]:
+    """Return the notes to record beside ``proposal``: its citations, its advisories.
+
+    The advisories are of the constraints that bind ``tenant`` (shared ones and its own).
+    """
     notes: list[Payload] = []
     book = memory.rulebook
     citations = check_citations(proposal.explain, book.shown.get(flow.dfid, []), book)
     if citations is not None:
         notes.append(citations)
-    touched = advisories(memory, proposal, flow.agent_id, flow.root_dfid)
+    touched = advisories(memory.seen_by(tenant), proposal, flow.agent_id, flow.root_dfid)
     if touched:
         texts = "; ".join(
             f"#{seq} {memory.constraints[seq].text!r}"

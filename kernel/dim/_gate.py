@@ -107,6 +107,12 @@ MemoryCheck = Callable[[ProposalRecord, View], Feedback | None]
 """The memory layer's port: return the feedback of a violated constraint, or None."""
 
 
+def _tenant(inputs: Inputs) -> str:
+    """The tenant the proposal is made for ("" for none, or a journal before principals)."""
+    behalf = inputs.principal.on_behalf if inputs.principal is not None else None
+    return behalf.principal.tenant if behalf is not None else ""
+
+
 def _from_rule(verdict: RuleVerdict, name: str, layer: str = "rules") -> Feedback:
     code = verdict.reason_code or ReasonCode.KERNEL_FAULT
     field = f"params.{verdict.field}" if verdict.field else ""
@@ -167,6 +173,7 @@ def judge(
         agent.manifest.agent_id,
         limits_of(pack, agent, inputs.amendments),
         proposal.confidence,
+        _tenant(inputs),
     )
     failed, escalate = _checked(proposal, params, view, pack, catalog, stopwatch, memory, by_human)
     if escalate:

@@ -246,7 +246,7 @@ def build_server(
         space = await rule_space(backend, who, "get_memory_context", None)
         async with backend.reading() as view:
             memory = view.projections.memory
-            result = memory.view(limit)
+            result = memory.view(limit, who.tenant or "")
             result["rules"] = [shown_item(r) for r in memory.rulebook.current(space)[:MAX_RESULTS]]
             result["as_of"] = view.projections.last_seq
         return Answer(verdict="OK", result=result)
@@ -261,7 +261,8 @@ def build_server(
         """
         async with backend.reading() as view:
             if fact is not None:
-                record = view.projections.memory.facts.get(checked_text(fact, "fact"))
+                seen = view.projections.memory.facts_of(who.tenant or "")
+                record = seen.get(checked_text(fact, "fact"))
                 if record is None:
                     raise ToolRefused(CliError.BAD_ARGUMENT, f"no fact {fact!r}", "fact")
                 seq = record.seq
@@ -302,7 +303,7 @@ def build_server(
                     CliError.UNKNOWN_SEQ, f"the journal has events 1..{view.journal.head_seq}", "at"
                 )
             then = await state_at(view.journal, seq)
-        result = then.memory.view()
+        result = then.memory.view(tenant=who.tenant or "")
         result["state"] = {k: fact.value for k, fact in sorted(then.state.items())}
         result["at"] = seq
         return Answer(verdict="OK", result=result)

@@ -56,6 +56,7 @@ from kernel.state.memory import (
     recorded_receipt,
     started,
 )
+from kernel.state.principals import memory_tenant
 
 PROPOSE_RULE = "memory.propose_rule"
 
@@ -168,6 +169,7 @@ class MemoryExecutor:
     def __init__(
         self, projections: State, rulebook: Recipient, catalog: PolicyCatalog | None = None
     ) -> None:
+        self._projections = projections
         self._memory = projections.domain(Memory)
         self._rulebook = rulebook
         self._catalog = catalog
@@ -189,7 +191,9 @@ class MemoryExecutor:
         pending = started(memory, intent.key, "memory")
         if intent.kind == PROPOSE_RULE:
             return await self._propose_rule(intent, pending.root_dfid, pending)
-        payload, detail = self._payload(intent, pending.root_dfid)
+        # What it writes is the tenant's its flow acts for (kernel.state.memory).
+        tenant = memory_tenant(self._projections, pending.dfid)
+        payload, detail = self._payload(intent, pending.root_dfid, tenant)
         return RecordingReceipt(
             external_id=memory_id(intent.key), detail=detail, records=(payload,)
         )
@@ -250,7 +254,7 @@ class MemoryExecutor:
         )
 
     def _payload(
-        self, intent: ExecutionIntent, correlation: str
+        self, intent: ExecutionIntent, correlation: str, tenant: str
     ) -> tuple[MemoryWrite, dict[str, object]]:
         p, key = intent.params, intent.key
         match intent.kind:
@@ -261,9 +265,10 @@ class MemoryExecutor:
                     confidence=p.get("confidence", "1"),
                     correlation_id=correlation,
                     key=key,
+                    tenant=tenant,
                 ), {}
             case "memory.add_constraint":
-                return self._constraint(p, correlation, key), {}
+                return self._constraint(p, correlation, key, tenant), {}
             case "memory.deactivate_constraint":
                 return ConstraintDeactivated(
                     constraint=p["constraint"],
@@ -280,10 +285,12 @@ class MemoryExecutor:
                     key=key,
                 ), {}
             case "memory.query":
-                return self._query(p["topic"], correlation, key)
+                return self._query(p["topic"], correlation, key, tenant)
         raise AdapterError(f"the memory executor does not know {intent.kind!r}")
 
-    def _constraint(self, p: dict[str, Any], correlation: str, key: str) -> ConstraintAdded:
+    def _constraint(
+        self, p: dict[str, Any], correlation: str, key: str, tenant: str
+    ) -> ConstraintAdded:
         """The constraint as recorded: matched by meaning, with the packs' synonyms it uses.
 
         Raises:
@@ -306,20 +313,20 @@ class MemoryExecutor:
             synonyms=relevant(phrases, [group for pack in packs for group in pack.synonyms]),
             kinds=kinds,
             params=params,
+            tenant=tenant,
         )
 
     def _query(
-        self, topic: str, correlation: str, key: str
+        self, topic: str, correlation: str, key: str, tenant: str
     ) -> tuple[MemoryWrite, dict[str, object]]:
         memory = self._state
         facts = {
             name: fact.value
-            for name, fact in sorted(memory.facts.items())
+            for name, fact in sorted(memory.facts_of(tenant).items())
             if phrase_in(topic, name) or phrase_in(topic, fact.value)
         }
-        constraints = sorted(
-            c.seq for c in memory.constraints.values() if phrase_in(topic, c.text, c.synonyms)
-        )
+        seen = memory.seen_by(tenant).constraints.values()
+        constraints = sorted(c.seq for c in seen if phrase_in(topic, c.text, c.synonyms))
         payload = MemoryQueried(
             topic=topic,
             facts=sorted(facts),

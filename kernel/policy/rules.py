@@ -79,9 +79,10 @@ class View:
         agent_id: who proposes.
         limits: the agent's limits: the pack's defaults, its manifest, approved amendments.
         confidence: the agent's own confidence.
+        tenant: the tenant the proposal is made for ("" for none).
     """
 
-    __slots__ = ("agent_id", "confidence", "limits", "now_ns", "params", "state")
+    __slots__ = ("agent_id", "confidence", "limits", "now_ns", "params", "state", "tenant")
 
     def __init__(
         self,
@@ -91,6 +92,7 @@ class View:
         agent_id: str = "",
         limits: Mapping[str, Any] | None = None,
         confidence: float = 1.0,
+        tenant: str = "",
     ) -> None:
         self.params = params
         # No copy: the caller hands a fresh mapping; the proxy keeps rules from writing it.
@@ -99,6 +101,7 @@ class View:
         self.agent_id = agent_id
         self.limits = MappingProxyType(limits if limits is not None else {})
         self.confidence = confidence
+        self.tenant = tenant
 
 
 RuleFn = Callable[[View], RuleVerdict]

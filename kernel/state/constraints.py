@@ -136,6 +136,8 @@ class ConstraintRecord(msgspec.Struct, frozen=True, gc=False, kw_only=True, omit
     synonyms: list[list[str]] = []
     kinds: list[str] = []
     params: list[str] = []
+    tenant: str = ""
+    """The tenant whose proposals it binds (empty: every tenant's)."""
 
 
 class ScoreRecord(msgspec.Struct, frozen=True, gc=False, kw_only=True):

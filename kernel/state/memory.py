@@ -79,12 +79,33 @@ MEMORY_ADAPTER = "memory"
 """The adapter name of the built-in memory executor."""
 
 
-class FactRecord(msgspec.Struct, frozen=True, gc=False, kw_only=True):
+class FactRecord(msgspec.Struct, frozen=True, gc=False, kw_only=True, omit_defaults=True):
+    """A fact as memory holds it; ``tenant`` left out of the digest while empty."""
+
     value: str
     confidence: str
     seq: int
     agent_id: str
     correlation_id: str
+    tenant: str = ""
+    """The tenant whose flows see it (empty: every tenant's)."""
+
+
+def fact_key(tenant: str, name: str) -> str:
+    """A fact's key in :attr:`MemoryState.facts`: its name, after its tenant's if it has one.
+
+    A NUL separates them: no recorded name holds one, so a shared fact's name can never
+    be mistaken for another tenant's key.
+    """
+    return f"{tenant}\x00{name}" if tenant else name
+
+
+class TenantMemory(msgspec.Struct, frozen=True, kw_only=True):
+    """The part of memory a tenant's proposals are judged by: shared constraints and its own."""
+
+    constraints: dict[int, ConstraintRecord]
+    queried: dict[str, dict[str, int]]
+    scores: dict[str, dict[str, ScoreRecord]]
 
 
 class Pending(msgspec.Struct, frozen=True, gc=False, kw_only=True):
@@ -207,12 +228,13 @@ class MemoryState(msgspec.Struct, kw_only=True):
 
     def _fact(self, event: Event, bounded: bool) -> None:
         payload = cast(FactAdded, event.payload)
-        self.facts[payload.name] = FactRecord(
+        self.facts[fact_key(payload.tenant, payload.name)] = FactRecord(
             value=payload.value,
             confidence=payload.confidence,
             seq=event.seq,
             agent_id=event.agent_id or "",
             correlation_id=payload.correlation_id,
+            tenant=payload.tenant,
         )
 
     def _constraint(self, event: Event, bounded: bool) -> None:
@@ -228,6 +250,7 @@ class MemoryState(msgspec.Struct, kw_only=True):
             synonyms=[list(group) for group in payload.synonyms],
             kinds=list(payload.kinds),
             params=list(payload.params),
+            tenant=payload.tenant,
         )
 
     def _deactivated(self, event: Event, bounded: bool) -> None:
@@ -258,15 +281,40 @@ class MemoryState(msgspec.Struct, kw_only=True):
             scores=dict(payload.scores),
         )
 
-    def view(self, max_facts: int | None = None) -> dict[str, Any]:
-        """Return the memory layer an agent's context shows: constraints, then newest facts."""
-        facts = sorted(self.facts.items(), key=lambda item: item[1].seq, reverse=True)
+    def facts_of(self, tenant: str) -> dict[str, FactRecord]:
+        """Return the facts a flow for ``tenant`` sees, by name: the shared ones and its own.
+
+        Its own fact wins over a shared one of the same name; another tenant's are never
+        seen (a flow for no tenant sees the shared ones only).
+        """
+        facts = {key: fact for key, fact in self.facts.items() if not fact.tenant}
+        if tenant:
+            cut = len(tenant) + 1
+            facts.update(
+                (key[cut:], fact) for key, fact in self.facts.items() if fact.tenant == tenant
+            )
+        return facts
+
+    def seen_by(self, tenant: str) -> MemoryState | TenantMemory:
+        """Return the memory ``tenant``'s proposals are judged by: no other tenant's constraints."""
+        if not any(c.tenant for c in self.constraints.values()):
+            return self
+        return TenantMemory(
+            constraints={s: c for s, c in self.constraints.items() if c.tenant in ("", tenant)},
+            queried=self.queried,
+            scores=self.scores,
+        )
+
+    def view(self, max_facts: int | None = None, tenant: str = "") -> dict[str, Any]:
+        """Return the memory layer a context for ``tenant`` shows: constraints, newest facts."""
+        seen = self.facts_of(tenant)
+        facts = sorted(seen.items(), key=lambda item: item[1].seq, reverse=True)
         if max_facts is not None:
             facts = facts[:max_facts]
         return {
             "constraints": [
                 {"id": c.seq, "text": c.text, "priority": c.priority}
-                for c in sorted(self.constraints.values(), key=by_priority)
+                for c in sorted(self.seen_by(tenant).constraints.values(), key=by_priority)
             ],
             "facts": {name: fact.value for name, fact in sorted(facts)},
         }
@@ -409,7 +457,8 @@ class Memory(Domain):
 
     def check(self, proposal: ProposalRecord, view: View, flow: FlowState) -> Feedback | None:
         last = self._projections.last_seq
-        return check(self.state, proposal, view.agent_id, flow.root_dfid, flow.dfid, last)
+        seen = self.state.seen_by(view.tenant)
+        return check(seen, proposal, view.agent_id, flow.root_dfid, flow.dfid, last)
 
     def executors(self) -> Mapping[str, ExecutorFactory | str]:
         # Built in: it hands memory events to the engine, rule proposals to the DIM.

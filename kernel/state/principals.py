@@ -53,6 +53,22 @@ def key_of(*parts: str) -> str:
     return _SEP.join(parts)
 
 
+def tenant_of(projections: State, dfid: str) -> str:
+    """Return the tenant open flow ``dfid`` acts for ("" for none, or a flow not open)."""
+    behalf = projections.domain(Principals).on_behalf.get(dfid)
+    return behalf.principal.tenant if behalf is not None else ""
+
+
+def memory_tenant(projections: State, dfid: str) -> str:
+    """Return the tenant whose memory open flow ``dfid`` writes ("": shared memory).
+
+    A declared tenant's flows write its own; a flow for no tenant, or for one nobody
+    declared (a host embedding the kernel for its one user), writes shared memory.
+    """
+    tenant = tenant_of(projections, dfid)
+    return tenant if tenant in projections.domain(Principals).tenants else ""
+
+
 def rate_key(on_behalf: OnBehalf) -> str:
     """The key of a flow's rate window: its (tenant, user, tier)."""
     who = on_behalf.principal
