@@ -92,7 +92,7 @@ class Answers:
             token=token,
             invalid=invalid,
             reply=reply,
-            usage=_usage(usage),
+            usage=admitted_usage(usage),
         )
         return await self._calls.call(self._actors.dim, msg, reply)
 
@@ -194,11 +194,11 @@ class Answers:
             token=token,
             invalid=invalid,
             reply=reply,
-            usage=_usage(usage),
+            usage=admitted_usage(usage),
         )
 
 
-def _usage(usage: Mapping[str, int] | None) -> dict[str, int]:
+def admitted_usage(usage: Mapping[str, int] | None) -> dict[str, int]:
     """Reported tokens by model, as the wall admits them (anything else counts as nothing)."""
     admitted: dict[str, int] = {}
     for model, tokens in (usage or {}).items():

@@ -383,6 +383,7 @@ class Kernel(Operating):
         principal: Principal | None = None,
         tier: Tier | str = Tier.INTERACTIVE,
         delegation: str | None = None,
+        usage: Mapping[str, int] | None = None,
     ) -> Decision:
         """Propose ``kind`` with ``params`` as ``agent_id`` in one call; return the Decision.
 
@@ -406,6 +407,11 @@ class Kernel(Operating):
             tool_call_id: the framework's id of this tool call. With it the call is
                 idempotent: proposed again (a saved run resumed twice, even after a
                 restart), it is answered from its record, never executed twice.
+            principal: whom the call is made for (default: the host's principal).
+            tier: the agent's tier (interactive, subagent, api, background).
+            delegation: the delegation the agent acts under (default: its latest).
+            usage: the tokens the model spent on this call, by model name: priced and
+                charged to the reasoning budgets before the verdict (docs/budgets.md).
 
         Returns:
             EXECUTED with the receipt, ESCALATED (follow it with :meth:`await_decision`),
@@ -427,6 +433,7 @@ class Kernel(Operating):
             principal=principal,
             tier=tier,
             delegation=delegation,
+            usage=usage,
         )
 
     async def delegate(

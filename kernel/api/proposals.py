@@ -30,6 +30,7 @@ import anyio
 import msgspec
 from opentelemetry.context import Context
 
+from kernel.api.answers import admitted_usage
 from kernel.api.calls import Calls, Flows
 from kernel.api.conversations import CallSpec, Conversation, Key, load_conversation
 from kernel.api.decisions import (
@@ -142,13 +143,14 @@ class Proposals:
         principal: Principal | None = None,
         tier: Tier | str = Tier.INTERACTIVE,
         delegation: str | None = None,
+        usage: Mapping[str, int] | None = None,
     ) -> Decision:
         """Propose ``kind`` with ``params`` as ``agent_id``; return the decision once known.
 
-        An accepted proposal is answered once its execution ended (EXECUTED or
-        FAILED), an escalated one at once (ESCALATED). Every refusal is a Decision
-        with a reason code, never an exception. The flow records whom it acts for
-        (kernel.api.principals.on_behalf_of): ``principal``, else the host's.
+        Answered once its execution ended (EXECUTED, FAILED), at once if escalated or
+        refused (a reason code, never an exception). Acts for ``principal``, else the
+        host's (kernel.api.principals.on_behalf_of); ``usage`` (tokens by model) is
+        charged to the reasoning budgets before the verdict, as a hosted agent's is.
 
         Raises:
             KernelShutdown: the kernel stopped.
@@ -198,6 +200,7 @@ class Proposals:
                 tool_call_id=call.tool_call_id or "",
             )
         policy = {**params, "kind": call.kind} if isinstance(params, Mapping) else params
+        reasons = (explain, confidence, admitted_usage(usage))
         tool_call_id = call.tool_call_id or ""
         if call.conversation is None:
             key = call_dfid(call.agent_id, None, tool_call_id) if tool_call_id else None
@@ -205,9 +208,7 @@ class Proposals:
                 known = await self._known(key) if key is not None else None
                 if known is None:
                     dfid = key or self._ids.new_dfid()
-                    judged = await self._judge(
-                        call, token, policy, (explain, confidence), dfid, None, behalf
-                    )
+                    judged = await self._judge(call, token, policy, reasons, dfid, None, behalf)
             if known is not None:
                 return await self._replay(known, tool_call_id, "")
             return await self._settle(judged)
@@ -227,9 +228,7 @@ class Proposals:
                         dfid = call_dfid(call.agent_id, conv.id, tool_call_id)
                     else:
                         dfid = self._ids.new_dfid()
-                    judged = await self._judge(
-                        call, token, policy, (explain, confidence), dfid, conv, behalf
-                    )
+                    judged = await self._judge(call, token, policy, reasons, dfid, conv, behalf)
             # The lock covers the verdict only: a conversation's next call (a parallel
             # tool call) need not wait for this one's execution.
             if known is not None:
@@ -326,17 +325,17 @@ class Proposals:
         call: CallSpec,
         token: str,
         policy: Any,
-        reasons: tuple[Any, Any],
+        reasons: tuple[Any, Any, dict[str, int]],
         dfid: str,
         conv: Conversation | None,
         behalf: OnBehalf | None,
     ) -> Judged:
         """Open the call's flow, judge its proposal, and count it in its conversation.
 
-        ``reasons`` is the model's explanation and confidence; ``behalf`` whom the flow
-        acts for (recorded on its FlowCreated).
+        ``reasons`` is the model's explanation, confidence and tokens spent; ``behalf``
+        whom the flow acts for (recorded on its FlowCreated).
         """
-        explain, confidence = reasons
+        explain, confidence, usage = reasons
         tool_call_id = call.tool_call_id or ""
         root = conv.dfid if conv is not None and conv.opened else None
         if root is not None:
@@ -395,6 +394,7 @@ class Proposals:
             reply=reply,
             single=True,
             streak=streak,
+            usage=usage,
         )
         verdict = await self._calls.call(self._actors.dim, judge, reply)
         if conv is not None:

@@ -269,6 +269,41 @@ async def test_a_price_table_turns_reasoning_into_money_against_a_ceiling(tmp_pa
         assert spent == 60  # thought is spent, refused or not
 
 
+async def test_usage_a_framework_reports_through_propose_is_charged_as_a_hosted_agents(
+    tmp_path: Path,
+) -> None:
+    prices = {"m-large": ModelPrice(currency="USD", per_million=1_000_000)}
+    thought = Budget(
+        name="thought", ceiling=50, currency="USD", per="agent", window_s=86_400, reasoning=True
+    )
+    async with pay_kernel(tmp_path / "j.db", [pack(budgets=(thought,))], prices=prices) as kernel:
+        await kernel.register(sender())
+
+        async def pay(usage: object) -> ReasonCode | None:
+            decision = await kernel.propose(
+                "clerk",
+                "pay.send",
+                {"payee": "acme", "amount_cents": 100},
+                explain="a framework's tool call",
+                confidence=0.9,
+                usage=usage,  # type: ignore[arg-type]  # what a caller may pass
+            )
+            return decision.reason_code
+
+        assert await pay({"m-large": 30}) is None
+        [charged] = payloads(
+            await kernel.journal.read(types=["ReasoningCharged"]), ReasoningCharged
+        )
+        assert (charged.tokens, charged.amount, charged.pools) == (
+            {"m-large": 30},
+            30,
+            [thought.pool("clerk")],
+        )
+        # Usage the wall does not admit counts as nothing; the call is judged as ever.
+        assert await pay({"m-large": -5, 7: 3, "m-x": "lots"}) is None
+        assert await pay({"m-large": 30}) is ReasonCode.BUDGET_EXHAUSTED
+
+
 async def test_tokens_of_a_model_the_table_does_not_price_are_named_not_guessed(
     tmp_path: Path,
 ) -> None:
