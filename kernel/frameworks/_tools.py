@@ -189,6 +189,8 @@ class Gate:
         packs: the packs whose kinds become tools.
         kinds: only these kinds (default: every kind of ``packs``).
         confidence: the confidence each call is proposed with (frameworks report none).
+        model: the model name its tokens are priced under when the framework names none
+            (the pack's ``prices`` table: docs/budgets.md).
     """
 
     def __init__(
@@ -199,10 +201,15 @@ class Gate:
         *,
         kinds: Iterable[str] | None = None,
         confidence: float = 0.9,
+        model: str = "",
     ) -> None:
         self.kernel = kernel
         self.agent_id = agent_id
         self.confidence = confidence
+        self.model = model
+        # Per conversation, the run's tokens already reported: each call reports what
+        # the framework's running total grew by since (a replayed call adds nothing).
+        self._reported: dict[str | None, int] = {}
         self.tools = tool_specs(packs, kinds)
         self._kind_of = {spec.name: spec.kind for spec in self.tools}
         self._stopped: dict[str | None, Decision] = {}
@@ -227,6 +234,7 @@ class Gate:
         conversation: str | None,
         tool_call_id: str | None,
         explain: str = "",
+        spent: tuple[str, int] | None = None,
     ) -> Decision:
         """Propose one tool call; return the kernel's Decision (it never raises on input).
 
@@ -238,10 +246,15 @@ class Gate:
         A call of a conversation this gate saw stopped (:func:`stops`) is answered
         with that refusal and never reaches the kernel: the adapters end the run on
         it, and a framework that calls again anyway is not another proposal.
+
+        ``spent`` is the framework's running total of the run's tokens (model name, or
+        "" for :attr:`model`, and tokens): what it grew by since this conversation's
+        last call is the call's usage, charged to the reasoning budgets.
         """
         stopped = self._stopped.get(conversation)
         if stopped is not None:
             return stopped
+        usage = self._usage(conversation, spent)
         kind = self._kind_of.get(tool, tool)  # an unknown name is the kernel's to refuse
         decision = await self.kernel.propose(
             self.agent_id,
@@ -252,12 +265,27 @@ class Gate:
             conversation=conversation,
             trace_context=otel_context.get_current(),
             tool_call_id=tool_call_id,
+            usage=usage,
         )
         if decision.reason_code is ReasonCode.AGENT_PASSIVE:
             decision = await self._demotion(decision)
         if stops(decision):
             self._stopped[conversation] = decision
         return decision
+
+    def _usage(
+        self, conversation: str | None, spent: tuple[str, int] | None
+    ) -> dict[str, int] | None:
+        """The tokens spent since this conversation's last call, by model (None: none)."""
+        if spent is None:
+            return None
+        model, total = spent
+        if not isinstance(total, int) or isinstance(total, bool):
+            return None  # the framework's to report; nothing is guessed
+        grown = total - self._reported.get(conversation, 0)
+        self._reported[conversation] = max(total, self._reported.get(conversation, 0))
+        model = model or self.model
+        return {model: grown} if grown > 0 and model else None
 
     async def _demotion(self, passive: Decision) -> Decision:
         """Say why the agent is PASSIVE when the kernel demoted it for escalating too often.

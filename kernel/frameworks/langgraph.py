@@ -98,6 +98,23 @@ def _tool(gate: Gate, spec: ToolSpec) -> BaseTool:
     )
 
 
+def spent_in(state: Any) -> tuple[str, int] | None:
+    """The thread's tokens so far: its AI messages' ``usage_metadata``, and the latest model.
+
+    None when no message reports usage (a model that reports none is charged nothing).
+    """
+    messages = state.get("messages") if isinstance(state, Mapping) else None
+    total, model, seen = 0, "", False
+    for message in messages if isinstance(messages, list) else ():
+        usage = getattr(message, "usage_metadata", None)
+        if isinstance(usage, Mapping) and isinstance(usage.get("total_tokens"), int):
+            total += usage["total_tokens"]
+            seen = True
+            named = (getattr(message, "response_metadata", None) or {}).get("model_name")
+            model = named if isinstance(named, str) else model
+    return (model, total) if seen else None
+
+
 def governed_tool_node(gate: Gate, *, name: str = "tools") -> ToolNode:
     """Return a ``ToolNode`` whose calls the kernel judges (use with ``ainvoke``)."""
 
@@ -109,7 +126,11 @@ def governed_tool_node(gate: Gate, *, name: str = "tools") -> ToolNode:
         info = request.runtime.execution_info if request.runtime else None
         thread = info.thread_id if info else None
         decision = await gate.call(
-            call["name"], call["args"], conversation=thread, tool_call_id=call["id"]
+            call["name"],
+            call["args"],
+            conversation=thread,
+            tool_call_id=call["id"],
+            spent=spent_in(request.state),
         )
         while stops(decision):
             # The run ends here; resumed anyway, the call is proposed again (the gate

@@ -75,7 +75,11 @@ def _tool(gate: Gate, spec: ToolSpec, wait: float) -> FunctionTool:
         ctx: RunContextWrapper[Any], params: dict[str, Any], call_id: str
     ) -> bool:
         decision = await gate.call(
-            spec.name, params, conversation=conversation_of(ctx.context), tool_call_id=call_id
+            spec.name,
+            params,
+            conversation=conversation_of(ctx.context),
+            tool_call_id=call_id,
+            spent=("", ctx.usage.total_tokens),  # the SDK names no model here: Gate.model
         )
         return decision.verdict is DecisionVerdict.ESCALATED
 
@@ -89,6 +93,7 @@ def _tool(gate: Gate, spec: ToolSpec, wait: float) -> FunctionTool:
             params,
             conversation=conversation_of(ctx.context),
             tool_call_id=ctx.tool_call_id,
+            spent=("", ctx.usage.total_tokens),
         )
         if decision.verdict is DecisionVerdict.PENDING and decision.dfid:
             decision = await gate.kernel.await_decision(decision.dfid, wait)

@@ -76,7 +76,11 @@ def governed_toolset(gate: Gate, *, wait: float = 0.0) -> FunctionToolset[Any]:
 def _tool(gate: Gate, spec: ToolSpec, wait: float) -> Tool[Any]:
     async def run(ctx: RunContext[Any], **params: Any) -> str:
         decision = await gate.call(
-            spec.name, params, conversation=ctx.conversation_id, tool_call_id=ctx.tool_call_id
+            spec.name,
+            params,
+            conversation=ctx.conversation_id,
+            tool_call_id=ctx.tool_call_id,
+            spent=(getattr(ctx.model, "model_name", ""), ctx.usage.total_tokens),
         )
         if not decision.settled and ctx.tool_call_approved and decision.dfid:
             # Approved in the app, still open in the kernel: the kernel's word decides.

@@ -19,12 +19,17 @@ from kernel.config import Ports
 from kernel.core import events as ev
 from kernel.core.reasons import ReasonCode
 from kernel.frameworks import Gate
-from kernel.policy import PolicyPack
+from kernel.policy import ModelPrice, PolicyPack
 from kernel.testing import ManualClock, SeededIds
 from policies.booking import BOOKING
 from tests.support.helpers import LOCAL
 
 AGENT = "booker"
+PRICES = {
+    name: ModelPrice(currency="USD", per_million=1_000_000)
+    for name in ("scripted", "gpt-test", "chat-test")
+}
+"""A cent a token for the models the frameworks' tests name."""
 TOOL = "booking_reserve_room"
 
 
@@ -62,10 +67,20 @@ SCRIPT: list[dict[str, Any]] = [CHEAP, OVER_LIMIT, NO_SUCH_ROOM, REVISED]
 
 @asynccontextmanager
 async def booking_kernel(
-    path: Path, hotel: Hotel, *, max_attempts: int = 5, pack: PolicyPack = BOOKING
+    path: Path,
+    hotel: Hotel,
+    *,
+    max_attempts: int = 5,
+    pack: PolicyPack = BOOKING,
+    model: str = "",
 ) -> AsyncIterator[Gate]:
-    """A kernel with the booking pack (or ``pack``, a variant), the booker's session, its gate."""
-    config = KernelConfig(principal=LOCAL, ports=Ports(clock=ManualClock(), ids=SeededIds(29)))
+    """A kernel with the booking pack (or ``pack``, a variant), the booker's session, its gate.
+
+    A token of any model costs a cent (:data:`PRICES`); ``model`` names the gate's model.
+    """
+    config = KernelConfig(
+        principal=LOCAL, ports=Ports(clock=ManualClock(), ids=SeededIds(29)), prices=PRICES
+    )
     async with open_kernel(
         path, packs=[pack], adapters={"hotel": hotel}, allow=[AGENT], config=config
     ) as kernel:
@@ -77,7 +92,13 @@ async def booking_kernel(
                 max_attempts=max_attempts,
             )
         )
-        yield Gate(kernel, AGENT, BOOKING)
+        yield Gate(kernel, AGENT, BOOKING, model=model)
+
+
+async def charged(kernel: Kernel) -> list[dict[str, int]]:
+    """The tokens charged to each flow's reasoning, in journal order."""
+    events = await kernel.journal.read(types=["ReasoningCharged"])
+    return [dict(e.payload.tokens) for e in events if isinstance(e.payload, ev.ReasoningCharged)]
 
 
 async def approve_all(kernel: Kernel) -> list[str]:

@@ -32,23 +32,35 @@ from tests.frameworks.support import (
     Hotel,
     approve_all,
     booking_kernel,
+    charged,
     proposals,
     suspend,
 )
 
+USED = {"input_tokens": 100, "output_tokens": 20, "total_tokens": 120}
+"""What each reply of a model that reports usage says it spent."""
 
-def scripted_chat(script: list[dict[str, Any]], seen: list[list[str]]) -> GenericFakeChatModel:
-    """langchain-core's fake chat model, made stateless: each reply comes from the history."""
+
+def scripted_chat(
+    script: list[dict[str, Any]], seen: list[list[str]], usage: bool = False
+) -> GenericFakeChatModel:
+    """langchain-core's fake chat model, made stateless: each reply comes from the history.
+
+    With ``usage``, each reply reports :data:`USED` as model ``chat-test``.
+    """
+    said: dict[str, Any] = (
+        {"usage_metadata": USED, "response_metadata": {"model_name": "chat-test"}} if usage else {}
+    )
 
     class ScriptedChat(GenericFakeChatModel):
         def _generate(self, messages: list[BaseMessage], *args: Any, **kw: Any) -> ChatResult:
             done = [str(m.content) for m in messages if isinstance(m, ToolMessage)]
             seen.append(done)
             n = len(done)
-            reply = AIMessage("done")
+            reply = AIMessage("done", **said)
             if n < len(script):
                 call = {"name": TOOL, "args": script[n], "id": f"call_{n + 1}"}
-                reply = AIMessage("", tool_calls=[call])
+                reply = AIMessage("", tool_calls=[call], **said)
             return ChatResult(generations=[ChatGeneration(message=reply)])
 
     return ScriptedChat(messages=iter(()))
@@ -56,10 +68,14 @@ def scripted_chat(script: list[dict[str, Any]], seen: list[list[str]]) -> Generi
 
 @asynccontextmanager
 async def booker(
-    gate: Gate, path: Path, script: list[dict[str, Any]], seen: list[list[str]]
+    gate: Gate,
+    path: Path,
+    script: list[dict[str, Any]],
+    seen: list[list[str]],
+    usage: bool = False,
 ) -> AsyncIterator[Pregel[Any, Any, Any, Any]]:
     """A graph (model, then governed tools) checkpointed to the SQLite file ``path``."""
-    model = scripted_chat(script, seen)
+    model = scripted_chat(script, seen, usage)
 
     async def agent(state: MessagesState) -> dict[str, list[BaseMessage]]:
         return {"messages": [await model.ainvoke(state["messages"])]}
@@ -135,3 +151,13 @@ async def test_a_suspended_agents_run_stops_on_its_first_call(tmp_path: Path) ->
         stopped = stop_of(out["__interrupt__"])
         assert stopped is not None and stopped["stopped"] == "AGENT_SUSPENDED"
         assert len(seen) == 1
+
+
+async def test_the_threads_tokens_are_charged_to_the_flow_of_each_call(tmp_path: Path) -> None:
+    seen: list[list[str]] = []
+    config: RunnableConfig = {"configurable": {"thread_id": "usage"}}
+    async with booking_kernel(tmp_path / "j.db", Hotel()) as gate:
+        two = [SCRIPT[0], SCRIPT[3]]
+        async with booker(gate, tmp_path / "graph.db", two, seen, usage=True) as graph:
+            await graph.ainvoke({"messages": [("user", "book two rooms")]}, config)
+        assert await charged(gate.kernel) == [{"chat-test": 120}, {"chat-test": 120}]

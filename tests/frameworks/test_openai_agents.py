@@ -16,6 +16,7 @@ require("agents", "openai-agents")  # skips outside CI, fails under it
 from agents import Agent, Runner, RunState, set_tracing_disabled
 from agents.exceptions import ToolInputGuardrailTripwireTriggered
 from agents.testing import ModelCall, ModelStep, ScriptedModel, assistant_message, function_call
+from agents.usage import Usage
 from opentelemetry.sdk.trace import TracerProvider
 
 from kernel.core.reasons import ReasonCode
@@ -29,6 +30,7 @@ from tests.frameworks.support import (
     Hotel,
     approve_all,
     booking_kernel,
+    charged,
     created,
     proposals,
     suspend,
@@ -156,3 +158,20 @@ async def test_a_suspended_agents_run_stops_on_its_first_call(tmp_path: Path) ->
         stopped = stop_of(raised.value)
         assert stopped is not None and stopped.reason_code is ReasonCode.AGENT_SUSPENDED
         assert len(seen) == 1  # one call, refused at the session (no flow): then the stop
+
+
+async def test_the_runs_tokens_are_charged_to_the_flow_of_each_call(tmp_path: Path) -> None:
+    # Each model call reports 120 tokens; the SDK names no model to a tool: the gate's does.
+    def turn(call: ModelCall) -> ModelStep:
+        n = len(outputs(call))
+        said = [assistant_message("done")]
+        if n < 2:
+            said = [function_call(TOOL, [SCRIPT[0], SCRIPT[3]][n], call_id=f"call_{n + 1}")]
+        used = Usage(requests=1, input_tokens=100, output_tokens=20, total_tokens=120)
+        return ModelStep(output=said, usage=used)
+
+    async with booking_kernel(tmp_path / "j.db", Hotel(), model="gpt-test") as gate:
+        model = ScriptedModel([ModelStep.respond(turn)] * 3)
+        agent = Agent(name=AGENT, tools=governed_tools(gate), model=model)  # type: ignore[arg-type]
+        await Runner.run(agent, "book two rooms", context={"conversation": "usage"})
+        assert await charged(gate.kernel) == [{"gpt-test": 120}, {"gpt-test": 120}]

@@ -22,6 +22,7 @@ from pydantic_ai.capabilities import Instrumentation
 from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart, ToolReturnPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.models.instrumented import InstrumentationSettings
+from pydantic_ai.usage import RequestUsage
 
 from kernel.core.reasons import ReasonCode
 from kernel.frameworks import Gate
@@ -37,6 +38,7 @@ from tests.frameworks.support import (
     Hotel,
     approve_all,
     booking_kernel,
+    charged,
     created,
     proposals,
     suspend,
@@ -158,3 +160,23 @@ async def test_a_demoted_agents_runs_stop_with_the_demotions_reason_code(tmp_pat
             await booker(gate, [CHEAP], []).run("book", conversation_id="c")
         assert later.value.reason_code is ReasonCode.ESCALATION_BUDGET_EXHAUSTED
         assert "demoted to PASSIVE" in later.value.decision.detail
+
+
+async def test_the_runs_tokens_are_charged_to_the_flow_of_each_call(tmp_path: Path) -> None:
+    # Each model request reports 100 + 20 tokens: each call's flow is charged what the
+    # run's total grew by since the conversation's last call, under the model's name.
+    def turn(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        n = sum(1 for m in messages for p in m.parts if isinstance(p, ToolReturnPart))
+        parts: list[Any] = [TextPart("done")]
+        if n < 2:
+            parts = [ToolCallPart(TOOL, [CHEAP, REVISED][n], tool_call_id=f"call_{n + 1}")]
+        return ModelResponse(parts=parts, usage=RequestUsage(input_tokens=100, output_tokens=20))
+
+    async with booking_kernel(tmp_path / "j.db", Hotel()) as gate:
+        agent = Agent(
+            FunctionModel(turn, model_name="scripted"),
+            toolsets=[governed_toolset(gate)],
+            output_type=[str, DeferredToolRequests],
+        )
+        await agent.run("book two rooms", conversation_id="usage")
+        assert await charged(gate.kernel) == [{"scripted": 120}, {"scripted": 120}]
