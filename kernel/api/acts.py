@@ -70,6 +70,7 @@ from kernel.runtime.messages import (
     IssueCredential,
     IssueGrant,
     LoadPack,
+    RecordAct,
     RetractRule,
     RevokeGrant,
     SetStatus,
@@ -83,7 +84,7 @@ from kernel.state.rulebook import RuleNotInForce, RuleNotPending
 
 T = TypeVar("T")
 
-DimAct = IssueGrant | VoteGrant | RevokeGrant | SubmitRule | DecideRule | RetractRule
+DimAct = IssueGrant | VoteGrant | RevokeGrant | SubmitRule | DecideRule | RetractRule | RecordAct
 """The acts the DIM owns (grants and the rulebook): each answers with the events it recorded."""
 
 
@@ -481,10 +482,14 @@ class OperatorActs:
                 reason=request.reason,
                 inbox_id=inbox_id,
             )
-        return (await self._journal.append([Draft(payload=payload)]))[-1]
+        return await self.record_act(payload)
+
+    async def record_act(self, payload: Any) -> Event:
+        """Record a principals act through the DIM, in order with its verdicts; return it."""
+        return await self._dim_act(RecordAct(payload=payload))
 
     async def _dim_act(self, msg: DimAct) -> Event:
-        """Hand a grant or rule act to the DIM (their owner); return its last recorded event.
+        """Hand a grant, rule or principals act to the DIM (their owner); return its last event.
 
         Raises:
             InputInvalid: the DIM refused a grant act (recorded as InputRefused).

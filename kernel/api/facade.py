@@ -175,7 +175,7 @@ class Kernel(Operating):
             principal=config.principal,
             outage=self._outage,
         )
-        self._delegations = Delegations(journal, projections, ids)
+        self._delegations = Delegations(lambda act: self._acts.record_act(act), projections, ids)
         inbox = InboxProposals(
             self._sessions.handshake,
             self._proposals.open_flow,

@@ -14,16 +14,15 @@ acts under (its parent), so a chain of any depth is recorded hop by hop.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 
 import msgspec
 
 from kernel.core import wall
-from kernel.core.events import Delegated, Draft, OnBehalf, Principal, Tier
+from kernel.core.events import Delegated, OnBehalf, Principal, Tier
 from kernel.core.ports import IdSource
 from kernel.core.reasons import ReasonCode
 from kernel.core.wall import InputInvalid
-from kernel.journal.store import Journal
 from kernel.state.principals import Principals
 from kernel.state.projections import Projections
 
@@ -97,13 +96,18 @@ class Delegations:
     """Records delegations (``Kernel.delegate``).
 
     Args:
-        journal: where ``Delegated`` is recorded.
+        record: records ``Delegated`` (through the DIM, in order with its verdicts).
         projections: the delegations recorded so far (a parent is checked there).
         ids: a delegation's id.
     """
 
-    def __init__(self, journal: Journal, projections: Projections, ids: IdSource) -> None:
-        self._journal = journal
+    def __init__(
+        self,
+        record: Callable[[Delegated], Awaitable[object]],
+        projections: Projections,
+        ids: IdSource,
+    ) -> None:
+        self._record = record
         self._projections = projections
         self._ids = ids
 
@@ -153,7 +157,7 @@ class Delegations:
             parent=parent or "",
             chain=chain,
         )
-        await self._journal.append([Draft(payload=recorded)])
+        await self._record(recorded)
         return delegation
 
 

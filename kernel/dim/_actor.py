@@ -101,6 +101,7 @@ from kernel.runtime.messages import (
     Judge,
     LoadPack,
     Recheck,
+    RecordAct,
     RetractRule,
     RevokeGrant,
     Screen,
@@ -171,6 +172,11 @@ class IntegrityModule:
                 handle_grant(msg, self._catalog, self._projections, self._clock.now_ns(), out)
             case AmendLimit():
                 self._amend(msg, out)
+            case RecordAct():
+                # The DIM orders principals acts with its verdicts, as it does grants.
+                index = out.emit(msg.payload)
+                staged_of(out).acted(self._projections, msg.payload)
+                out.reply_events(msg.reply, [index])
             case LoadPack():
                 load(msg, self._catalog, self._projections.packs, out)
             case SubmitRule() | DecideRule() | RetractRule():

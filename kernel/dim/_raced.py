@@ -17,8 +17,9 @@ and any other verdict past the schema layer and the agent's own status saw none.
 
 The other state the verdict reads that another actor writes moves one way only: a
 flow that ends releases what it held (more room: an acceptance stands), and a closed
-flow's money moves from held to spent (the same room). Grants, amendments, packs and
-rules are the DIM's own messages, ordered with its verdicts. Not covered yet: a
+flow's money moves from held to spent (the same room). Grants, amendments, packs,
+rules and principals acts (tenants declared or changed, delegations: RecordAct) are the
+DIM's own messages, ordered with its verdicts. Not covered yet: a
 refusal or escalation for room (RESOURCE_CONTENTION, BUDGET_EXHAUSTED) that a release
 before it would have let through, and facts that change the agent's visible state.
 """

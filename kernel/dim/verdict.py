@@ -26,7 +26,18 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from kernel.core.events import Applied, Draft, Feedback, FlowCreated, OnBehalf, ProposalRecord
+from kernel.core.events import (
+    Applied,
+    Delegated,
+    Draft,
+    Feedback,
+    FlowCreated,
+    OnBehalf,
+    ProposalRecord,
+    TenantDeclared,
+    TenantPolicyChanged,
+    TenantSpec,
+)
 from kernel.core.flow import FlowState
 from kernel.dim._gate import MemoryCheck, judge
 from kernel.dim._judgement import Behalf, Inputs, Judgement
@@ -37,7 +48,7 @@ from kernel.state.amendments import Amendment, in_force
 from kernel.state.approvals import Approval
 from kernel.state.budgets import Budgets
 from kernel.state.grants import Grant, Grants
-from kernel.state.principals import Principals, rate_key
+from kernel.state.principals import Principals, changed, rate_key
 from kernel.state.projections import AgentView, Projections, context_ref
 from kernel.state.quorums import Ballot
 
@@ -123,6 +134,8 @@ class Staged:
         calls: per rate window (kernel.state.principals.rate_key), the acceptances staged.
         behalf: whom the flows of a compiler batch carried into this one act for (their
             FlowCreated is staged here, not folded yet).
+        tenants: tenants declared or changed in this batch, as they now stand.
+        delegations: delegations recorded in this batch.
     """
 
     reserved: dict[str, dict[str, int]] = field(default_factory=dict)
@@ -133,6 +146,28 @@ class Staged:
     grants: dict[str, Grant] = field(default_factory=dict)
     calls: dict[str, int] = field(default_factory=dict)
     behalf: dict[str, OnBehalf] = field(default_factory=dict)
+    tenants: dict[str, TenantSpec] = field(default_factory=dict)
+    delegations: dict[str, Delegated] = field(default_factory=dict)
+
+    def acted(self, projections: Projections, payload: Any) -> None:
+        """Count a principals act this batch staged (kernel.runtime.messages.RecordAct)."""
+        if isinstance(payload, TenantDeclared):
+            self.tenants[payload.tenant.id] = payload.tenant
+        elif isinstance(payload, TenantPolicyChanged):
+            tenant = payload.tenant
+            spec = self.tenants.get(tenant) or projections.domain(Principals).tenants.get(tenant)
+            self.tenants[tenant] = changed(spec or TenantSpec(id=tenant), payload)
+        elif isinstance(payload, Delegated):
+            self.delegations[payload.delegation] = payload
+
+    def principals(
+        self, projections: Projections
+    ) -> tuple[Mapping[str, TenantSpec], Mapping[str, Delegated]]:
+        """The tenants and delegations as committed, with this batch's acts over them."""
+        domain = projections.domain(Principals)
+        if not (self.tenants or self.delegations):
+            return domain.tenants, domain.delegations
+        return {**domain.tenants, **self.tenants}, {**domain.delegations, **self.delegations}
 
     def carried(self, drafts: Iterable[Draft]) -> None:
         """Note whom the flows a carried compiler batch opens act for (not folded yet)."""
@@ -231,11 +266,12 @@ def behalf_of(
     if on_behalf is not None:
         key = rate_key(on_behalf)
         accepted = domain.accepted_within(key, now_ns) + staged.calls.get(key, 0)
+    tenants, delegations = staged.principals(projections)
     return Behalf(
         on_behalf=on_behalf,
         agent_id=flow.agent_id,
-        tenants=domain.tenants,
-        delegations=domain.delegations,
+        tenants=tenants,
+        delegations=delegations,
         accepted=accepted,
     )
 

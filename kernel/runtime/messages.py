@@ -199,6 +199,18 @@ class IssueGrant(msgspec.Struct, frozen=True, kw_only=True):
     reply: Reply[list[Event] | Exception] | None = None
 
 
+class RecordAct(msgspec.Struct, frozen=True, kw_only=True):
+    """A principals act to record in order with the verdicts (kernel.dim: their owner).
+
+    A tenant declared or its policy changed (``TenantDeclared``, ``TenantPolicyChanged``),
+    a delegation (``Delegated``): in force from the next proposal the DIM judges, in the
+    same batch too, so replay judges every verdict against the acts before it.
+    """
+
+    payload: Any
+    reply: Reply[list[Event] | Exception] | None = None
+
+
 class VoteGrant(msgspec.Struct, frozen=True, kw_only=True):
     """An operator's vote on a grant that waits for its quorum."""
 
@@ -460,6 +472,7 @@ DimMessage: TypeAlias = (
     | IssueGrant
     | VoteGrant
     | RevokeGrant
+    | RecordAct
 )
 GrantMessage: TypeAlias = IssueGrant | VoteGrant | RevokeGrant
 """What the DIM receives as the owner of standing grants."""

@@ -99,3 +99,34 @@ async def test_an_old_journal_opens_and_its_flows_act_for_nobody(tmp_path: Path)
     assert not (domain.tenants or domain.delegations or domain.on_behalf)
     assert projections.digest() == expected["projection_hash"]
     assert result.changes == [] and result.mismatches == []
+
+
+async def _racing(db: Path) -> None:
+    async with people(db) as kernel:
+        await kernel.declare_tenant(ACME)
+
+        async def calls(agent: str) -> None:
+            for _ in range(40):
+                await call(kernel, "people.look", ANN, agent=agent)
+
+        async def changes() -> None:
+            for i in range(40):
+                permission = "deny" if i % 2 == 0 else "allow"
+                await kernel.change_tenant_policy(
+                    "acme", user="ann", kind="people.look", permission=permission
+                )
+
+        async with anyio.create_task_group() as tg:
+            for agent in ("front", "helper", "worker"):
+                tg.start_soon(calls, agent)
+            tg.start_soon(changes)
+
+
+def test_policy_changes_racing_calls_rejudge_as_recorded(tmp_path: Path) -> None:
+    # Tenant acts are ordered with the verdicts (the DIM records them): a change and the
+    # calls judged around it, in one group commit or not, replay as they were recorded.
+    db = tmp_path / "j.db"
+    anyio.run(_racing, db)
+    rejected, accepted, result = anyio.run(_rejudged, db)
+    assert rejected and accepted  # the changes fell between calls both ways
+    assert result.changes == [] and result.mismatches == []
