@@ -22,6 +22,7 @@ from typing import Any
 import anyio
 
 from kernel.api.calls import Calls, Flows
+from kernel.api.conversations import admitted_usage
 from kernel.api.edge import Edge, admitted
 from kernel.api.wiring import Actors
 from kernel.core import wall
@@ -196,15 +197,3 @@ class Answers:
             reply=reply,
             usage=admitted_usage(usage),
         )
-
-
-def admitted_usage(usage: Mapping[str, int] | None) -> dict[str, int]:
-    """Reported tokens by model, as the wall admits them (anything else counts as nothing)."""
-    admitted: dict[str, int] = {}
-    for model, tokens in (usage or {}).items():
-        try:
-            checked = wall.admit({"tokens": tokens, "model": model}, wall.UsageSpec)
-        except InputInvalid:
-            continue
-        admitted[checked.model] = admitted.get(checked.model, 0) + checked.tokens
-    return admitted

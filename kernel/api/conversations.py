@@ -24,15 +24,20 @@ conversation acts many times. Across its calls the kernel keeps:
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import anyio
 import msgspec
+from opentelemetry.context import Context
 
 from kernel.core import wall
-from kernel.core.events import FlowCreated, SubmissionRefused
+from kernel.core.events import FlowCreated, OnBehalf, SubmissionRefused
 from kernel.core.reasons import ReasonCode
+from kernel.core.wall import InputInvalid
 from kernel.journal.store import Journal
+from kernel.telemetry import caller_context, traceparent_of
 
 
 @dataclass
@@ -89,3 +94,53 @@ class CallSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     conversation: wall.Name | None = None
     tool_call_id: wall.Name | None = None
     traceparent: wall.TraceParent = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Ask:
+    """One call as admitted: what it proposes, with whose session, why, at what cost, for whom."""
+
+    call: CallSpec
+    token: str
+    policy: Any
+    explain: Any
+    confidence: Any
+    usage: dict[str, int]
+    behalf: OnBehalf | None
+
+
+def admitted_call(
+    agent_id: Any, kind: Any, conversation: Any, tool_call_id: Any, trace_context: Any
+) -> CallSpec:
+    """Return a call's fields as the wall admits them.
+
+    Raises:
+        InputInvalid: a field is not what it must be.
+    """
+    call = wall.admit(
+        wall.fields(
+            agent_id=agent_id,
+            kind=kind,
+            conversation=conversation if conversation != "" else None,
+            tool_call_id=tool_call_id if tool_call_id != "" else None,
+            traceparent=trace_context
+            if trace_context is not None and not isinstance(trace_context, Context)
+            else traceparent_of(trace_context),
+        ),
+        CallSpec,
+    )
+    if call.traceparent and caller_context(call.traceparent) is None:
+        raise InputInvalid("traceparent", "a trace context names a span: non-zero ids")
+    return call
+
+
+def admitted_usage(usage: Mapping[str, int] | None) -> dict[str, int]:
+    """Reported tokens by model, as the wall admits them (anything else counts as nothing)."""
+    admitted: dict[str, int] = {}
+    for model, tokens in (usage or {}).items():
+        try:
+            checked = wall.admit({"tokens": tokens, "model": model}, wall.UsageSpec)
+        except InputInvalid:
+            continue
+        admitted[checked.model] = admitted.get(checked.model, 0) + checked.tokens
+    return admitted

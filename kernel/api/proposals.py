@@ -30,9 +30,16 @@ import anyio
 import msgspec
 from opentelemetry.context import Context
 
-from kernel.api.answers import admitted_usage
 from kernel.api.calls import Calls, Flows
-from kernel.api.conversations import CallSpec, Conversation, Key, load_conversation
+from kernel.api.conversations import (
+    Ask,
+    CallSpec,
+    Conversation,
+    Key,
+    admitted_call,
+    admitted_usage,
+    load_conversation,
+)
 from kernel.api.decisions import (
     FAULTS,
     Decision,
@@ -54,7 +61,6 @@ from kernel.core.events import (
     Event,
     Feedback,
     InputRefused,
-    OnBehalf,
     Principal,
     ProposalRecord,
     SubmissionRefused,
@@ -69,7 +75,6 @@ from kernel.policy.contracts import Outcome, Proposal, Verdict
 from kernel.runtime.actors import Reply
 from kernel.runtime.messages import Judge, Open, Streak
 from kernel.state.projections import Projections, context_ref
-from kernel.telemetry import caller_context, traceparent_of
 
 
 class Proposals:
@@ -157,20 +162,7 @@ class Proposals:
         """
         self._calls.raise_if_stopped()
         try:
-            call = wall.admit(
-                wall.fields(
-                    agent_id=agent_id,
-                    kind=kind,
-                    conversation=conversation if conversation != "" else None,
-                    tool_call_id=tool_call_id if tool_call_id != "" else None,
-                    traceparent=trace_context
-                    if trace_context is not None and not isinstance(trace_context, Context)
-                    else traceparent_of(trace_context),
-                ),
-                CallSpec,
-            )
-            if call.traceparent and caller_context(call.traceparent) is None:
-                raise InputInvalid("traceparent", "a trace context names a span: non-zero ids")
+            call = admitted_call(agent_id, kind, conversation, tool_call_id, trace_context)
             behalf = on_behalf_of(
                 self._projections, self._principal, call.agent_id, principal, tier, delegation
             )
@@ -182,37 +174,36 @@ class Proposals:
         if away is not None:
             return msgspec.structs.replace(away, tool_call_id=call.tool_call_id or "")
         if token is None:
-            detail = (
-                f"agent {call.agent_id} has no session in this kernel:"
-                " register it or open one with Kernel.handshake first"
-            )
-            await self._record(
-                SubmissionRefused(
-                    reason_code=ReasonCode.INVALID_SESSION,
-                    detail=detail,
-                    claimed_agent=call.agent_id,
-                )
-            )
-            return Decision(
-                verdict=DecisionVerdict.REFUSED,
-                reason_code=ReasonCode.INVALID_SESSION,
-                detail=detail,
-                tool_call_id=call.tool_call_id or "",
-            )
-        policy = {**params, "kind": call.kind} if isinstance(params, Mapping) else params
-        reasons = (explain, confidence, admitted_usage(usage))
-        tool_call_id = call.tool_call_id or ""
+            return await self._no_session(call)
+        ask = Ask(
+            call=call,
+            token=token,
+            policy={**params, "kind": call.kind} if isinstance(params, Mapping) else params,
+            explain=explain,
+            confidence=confidence,
+            usage=admitted_usage(usage),
+            behalf=behalf,
+        )
         if call.conversation is None:
-            key = call_dfid(call.agent_id, None, tool_call_id) if tool_call_id else None
-            async with self._keyed(key):
-                known = await self._known(key) if key is not None else None
-                if known is None:
-                    dfid = key or self._ids.new_dfid()
-                    judged = await self._judge(call, token, policy, reasons, dfid, None, behalf)
-            if known is not None:
-                return await self._replay(known, tool_call_id, "")
-            return await self._settle(judged)
-        conv = self._conversation(call.agent_id, call.conversation)
+            return await self._alone(ask)
+        return await self._in_conversation(ask, call.conversation)
+
+    async def _alone(self, ask: Ask) -> Decision:
+        """One call of no conversation: keyed by its tool-call id, if it has one."""
+        call, tool_call_id = ask.call, ask.call.tool_call_id or ""
+        key = call_dfid(call.agent_id, None, tool_call_id) if tool_call_id else None
+        async with self._keyed(key):
+            known = await self._known(key) if key is not None else None
+            if known is None:
+                judged = await self._judge(ask, key or self._ids.new_dfid(), None)
+        if known is not None:
+            return await self._replay(known, tool_call_id, "")
+        return await self._settle(judged)
+
+    async def _in_conversation(self, ask: Ask, conversation: str) -> Decision:
+        """One call of a conversation: its flow, its governor, its view of the state."""
+        call, tool_call_id = ask.call, ask.call.tool_call_id or ""
+        conv = self._conversation(call.agent_id, conversation)
         conv.users += 1
         try:
             async with conv.lock:
@@ -222,13 +213,7 @@ class Proposals:
                 if known is None:
                     if conv.stopped:
                         return await self._refuse_stopped(conv, tool_call_id)
-                    if not conv.opened:
-                        dfid = conv.dfid
-                    elif tool_call_id:
-                        dfid = call_dfid(call.agent_id, conv.id, tool_call_id)
-                    else:
-                        dfid = self._ids.new_dfid()
-                    judged = await self._judge(call, token, policy, reasons, dfid, conv, behalf)
+                    judged = await self._judge(ask, self._next_dfid(conv, call), conv)
             # The lock covers the verdict only: a conversation's next call (a parallel
             # tool call) need not wait for this one's execution.
             if known is not None:
@@ -240,6 +225,31 @@ class Proposals:
         finally:
             conv.users -= 1
             self._forget_idle()
+
+    def _next_dfid(self, conv: Conversation, call: CallSpec) -> str:
+        """The flow of a conversation's next call: the conversation's own first, then keyed."""
+        if not conv.opened:
+            return conv.dfid
+        if call.tool_call_id:
+            return call_dfid(call.agent_id, conv.id, call.tool_call_id)
+        return self._ids.new_dfid()
+
+    async def _no_session(self, call: CallSpec) -> Decision:
+        """Refuse, on record, a call of an agent that has no session."""
+        detail = (
+            f"agent {call.agent_id} has no session in this kernel:"
+            " register it or open one with Kernel.handshake first"
+        )
+        refused = SubmissionRefused(
+            reason_code=ReasonCode.INVALID_SESSION, detail=detail, claimed_agent=call.agent_id
+        )
+        await self._record(refused)
+        return Decision(
+            verdict=DecisionVerdict.REFUSED,
+            reason_code=ReasonCode.INVALID_SESSION,
+            detail=detail,
+            tool_call_id=call.tool_call_id or "",
+        )
 
     # A timeout here is an answer (the decision as it stands), not a failure: a
     # cancel scope around the call could not say which decision it had reached.
@@ -320,22 +330,9 @@ class Proposals:
 
     # --- one call ----------------------------------------------------------------
 
-    async def _judge(
-        self,
-        call: CallSpec,
-        token: str,
-        policy: Any,
-        reasons: tuple[Any, Any, dict[str, int]],
-        dfid: str,
-        conv: Conversation | None,
-        behalf: OnBehalf | None,
-    ) -> Judged:
-        """Open the call's flow, judge its proposal, and count it in its conversation.
-
-        ``reasons`` is the model's explanation, confidence and tokens spent; ``behalf``
-        whom the flow acts for (recorded on its FlowCreated).
-        """
-        explain, confidence, usage = reasons
+    async def _judge(self, ask: Ask, dfid: str, conv: Conversation | None) -> Judged:
+        """Open the call's flow as ``dfid``, judge its proposal, count it in its conversation."""
+        call, policy, behalf = ask.call, ask.policy, ask.behalf
         tool_call_id = call.tool_call_id or ""
         root = conv.dfid if conv is not None and conv.opened else None
         if root is not None:
@@ -373,7 +370,7 @@ class Proposals:
             )
             return Judged(dfid="", decision=decision)
         seen = conv.context_ref if conv is not None and conv.context_ref is not None else opened
-        record, invalid = self._proposal(policy, explain, confidence, seen)
+        record, invalid = self._proposal(policy, ask.explain, ask.confidence, seen)
         record = await self._prepared(dfid, record, invalid)
         streak = None
         if conv is not None:
@@ -389,12 +386,12 @@ class Proposals:
         judge = Judge(
             dfid=dfid,
             proposal=record,
-            token=token,
+            token=ask.token,
             invalid=invalid,
             reply=reply,
             single=True,
             streak=streak,
-            usage=usage,
+            usage=ask.usage,
         )
         verdict = await self._calls.call(self._actors.dim, judge, reply)
         if conv is not None:
