@@ -113,7 +113,7 @@ class Intake:
                 await clock.sleep(interval_s)
             limiter = anyio.CapacityLimiter(1)
             waits = anyio.CapacityLimiter(1)  # waits for an announced row, on their own connection
-            store = await anyio.to_thread.run_sync(open_inbox, self._journal.path, limiter=limiter)
+            store = await self._opened(limiter)
             try:
                 if store.announces:
                     # Listening before the first read: a row inserted after it is read or announced.
@@ -127,6 +127,24 @@ class Intake:
                     await anyio.to_thread.run_sync(store.close, limiter=limiter)
         except (KernelShutdown, MailboxClosed, JournalClosed, JournalWriteFailed):
             return
+
+    async def _opened(self, limiter: anyio.CapacityLimiter) -> InboxStore:
+        """Open the inbox's store; a server that cannot be reached now is tried until it can.
+
+        The journal's store away (a PostgreSQL server restarting) is an outage the kernel
+        rides out, never a reason for it to stop; the retry's pause is the process's own
+        time, as any I/O retry's (it decides nothing).
+        """
+        while True:
+            try:
+                return await anyio.to_thread.run_sync(
+                    open_inbox, self._journal.path, limiter=limiter
+                )
+            except JournalError as exc:
+                log.warning(
+                    "operator inbox of %s: %r; trying again", redact(self._journal.path), exc
+                )
+                await anyio.sleep(_REOPEN_S)
 
     async def _round(self, store: InboxStore, limiter: anyio.CapacityLimiter) -> None:
         """Take every pending row once; a store that fails is tried again next round."""
@@ -368,6 +386,10 @@ def _mark(path: str | None) -> tuple[int, int, int] | None:
     except OSError:
         return None
     return (stat.st_ino, stat.st_size, stat.st_mtime_ns)
+
+
+_REOPEN_S = 0.5
+"""The pause before the inbox's store is opened again when it could not be reached."""
 
 
 async def _pause(
