@@ -20,10 +20,12 @@ from collections.abc import AsyncIterator, Collection, Mapping, Sequence
 from contextlib import asynccontextmanager
 from os import PathLike
 
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
 from kernel.adapters.contract import Adapter
 from kernel.api import Kernel
 from kernel.api.lifetime import Checkpoints
-from kernel.config import KernelConfig
+from kernel.config import KernelConfig, Storage
 from kernel.core.ports import Clock, IdSource, RandomIds, SeededIds, SystemClock
 from kernel.inbox import read_keyring
 from kernel.inbox.keyring import ENV as KEYRING_ENV
@@ -40,8 +42,14 @@ from kernel.proofs.erasure import (
     keys_location,
     personal_fields,
 )
-from kernel.proofs.publish import open_publishers
-from kernel.proofs.signing import Signer, default_origin, load_signing_key, signing_from_env
+from kernel.proofs.publish import Publisher, open_publishers
+from kernel.proofs.signing import (
+    Signer,
+    Signing,
+    default_origin,
+    load_signing_key,
+    signing_from_env,
+)
 from kernel.state.projections import built_in
 from kernel.state.snapshots import restore
 from kernel.telemetry import Telemetry
@@ -95,16 +103,9 @@ async def open_kernel(
     keyring_path = config.keyring or os.environ.get(KEYRING_ENV) or None
     keyring = read_keyring(keyring_path) if keyring_path else None
     # The kernel's own executors are built in (kernel.api.wiring adds them where a pack needs them).
-    missing = [n for n in catalog.adapters_needed() if n not in adapters and n not in built_in()]
-    if missing:
-        raise PackError(f"no adapter registered for {', '.join(missing)}")
+    _check_adapters(catalog, adapters)
     clock = config.ports.clock or SystemClock()
-    telemetry = config.telemetry
-    if telemetry is None:
-        provider = config.tracer_provider
-        telemetry = (
-            Telemetry.from_provider(provider) if provider is not None else Telemetry.from_env()
-        )
+    telemetry = _telemetry_of(config)
     # The checkpoint key, read before anything starts: a bad key stops the open (its
     # message names where the key came from, never the key).
     signing = config.signing or signing_from_env()
@@ -118,8 +119,7 @@ async def open_kernel(
     sealer = _sealer(catalog, where, config, ids, clock)
     if sealer is not None:
         adapters = _opening(adapters, catalog, sealer)
-    key = chain_key_from(storage.chain_key, where) if storage.chain_key is not None else None
-    key = key or chain_key_from_env(None, where)
+    key = _chain_key(storage, where)
     async with (
         open_journal(
             path,
@@ -137,10 +137,7 @@ async def open_kernel(
         projections = await restore(journal, config.limits.keep_finished)
         # What replay built lives as long as the kernel: keep the collector off it.
         gc.freeze()
-        checkpoints = None
-        if signing is not None and signing_key is not None:
-            signer = Signer(signing_key, signing.origin or default_origin(journal.journal_id))
-            checkpoints = Checkpoints(signer, publishers, signing.every_s)
+        checkpoints = _checkpoints(signing, signing_key, publishers, journal.journal_id)
         kernel = Kernel(
             journal,
             projections,
@@ -158,6 +155,40 @@ async def open_kernel(
         )
         async with kernel, _bus(kernel, config):
             yield kernel
+
+
+def _check_adapters(catalog: PolicyCatalog, adapters: Mapping[str, Adapter]) -> None:
+    """Refuse to start without an adapter for every kind (the kernel's own are built in)."""
+    missing = [n for n in catalog.adapters_needed() if n not in adapters and n not in built_in()]
+    if missing:
+        raise PackError(f"no adapter registered for {', '.join(missing)}")
+
+
+def _telemetry_of(config: KernelConfig) -> Telemetry:
+    """The kernel's telemetry: as configured, else from its tracer provider or the environment."""
+    if config.telemetry is not None:
+        return config.telemetry
+    provider = config.tracer_provider
+    return Telemetry.from_provider(provider) if provider is not None else Telemetry.from_env()
+
+
+def _chain_key(storage: Storage, where: str) -> bytes | None:
+    """The journal's chain key: configured, else ``DIRK_CHAIN_KEY``, else none."""
+    key = chain_key_from(storage.chain_key, where) if storage.chain_key is not None else None
+    return key or chain_key_from_env(None, where)
+
+
+def _checkpoints(
+    signing: Signing | None,
+    signing_key: Ed25519PrivateKey | None,
+    publishers: list[Publisher],
+    journal_id: str,
+) -> Checkpoints | None:
+    """The signer of the journal's checkpoints, when a signing key is configured."""
+    if signing is None or signing_key is None:
+        return None
+    signer = Signer(signing_key, signing.origin or default_origin(journal_id))
+    return Checkpoints(signer, publishers, signing.every_s)
 
 
 def _sealer(
