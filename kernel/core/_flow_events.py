@@ -117,6 +117,9 @@ class FlowCreated(Payload, frozen=True, tag=True):
     authenticated principal, the agent's tier and the delegation chain. None: opened by a
     kernel before principals existed, or for nobody (the DIM then refuses its proposal
     PRINCIPAL_MISSING, on journals whose fold rules know principals).
+
+    ``agent_version`` is the agent's own version as its manifest said when the flow
+    opened (``Manifest.agent_version``): spans carry it as ``gen_ai.agent.version``.
     """
 
     root_dfid: str
@@ -125,6 +128,7 @@ class FlowCreated(Payload, frozen=True, tag=True):
     conversation_id: str = ""
     tool_call_id: str = ""
     on_behalf: OnBehalf | None = None
+    agent_version: str = ""
 
 
 class ContextCompiled(Payload, frozen=True, tag=True):

@@ -39,7 +39,9 @@ class Manifest(Record, frozen=True):
     ``version`` is the semver of the DIR contract the agent speaks (the kernel
     accepts its own major and any minor up to its own); ``capabilities`` are
     the policy kinds it may propose; ``subscriptions`` are the trigger topics
-    (dotted prefixes) it wakes on and the state it may see.
+    (dotted prefixes) it wakes on and the state it may see. ``agent_version`` is the
+    agent's own version (its build, its prompt's revision), shown on its flows' spans as
+    ``gen_ai.agent.version``; empty: not said.
     """
 
     agent_id: str
@@ -48,6 +50,7 @@ class Manifest(Record, frozen=True):
     subscriptions: list[str] = []
     limits: dict[str, Any] = {}
     max_attempts: int = 3
+    agent_version: str = ""
 
 
 class ProposalRecord(Record, frozen=True):

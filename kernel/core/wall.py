@@ -107,6 +107,7 @@ class ManifestSpec(_Spec, frozen=True):
     subscriptions: list[Id] = []
     limits: dict[Id, Any] = {}
     max_attempts: Annotated[int, Meta(ge=1, le=1000)] = 3
+    agent_version: Id = ""
 
 
 TraceParent = Annotated[

@@ -60,9 +60,10 @@ _GUARDRAIL = SpanKind.GUARDRAIL.value
 # cost what P2 (spans on) must not lose, and a viewer shows JSON text as it is.
 _IN, _OUT = OpenInference.INPUT_VALUE, OpenInference.OUTPUT_VALUE
 
-# Ids a framework adapter may record on a flow's events (read when present, absent
-# otherwise): the conversation it belongs to, the tool call it governs, the agent's
-# own version (a Manifest's ``version`` is the DIR contract it speaks, not its own).
+# Ids a flow's events may record (read when present, absent otherwise): the
+# conversation it belongs to, the tool call it governs (a framework adapter's), the
+# agent's own version (FlowCreated, from ``Manifest.agent_version``; a Manifest's
+# ``version`` is the DIR contract it speaks, not its own).
 _CONVERSATION, _TOOL_CALL, _AGENT_VERSION = "conversation_id", "tool_call_id", "agent_version"
 _ID_LIMIT = 256
 _KEPT_AS = {_CONVERSATION: "conversation", _TOOL_CALL: "tool_call", _AGENT_VERSION: "agent_version"}

@@ -9,6 +9,7 @@ tool call, the agent's version) are carried when present; nothing is made up oth
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 from hypothesis import given, settings
@@ -26,6 +27,7 @@ from kernel.core.events import (
     FlowClosed,
     FlowCreated,
     FlowEscalated,
+    Manifest,
     ProposalAccepted,
     ProposalRecord,
     ProposalRejected,
@@ -33,17 +35,11 @@ from kernel.core.events import (
 )
 from kernel.core.reasons import ReasonCode
 from kernel.telemetry import span_id_for, spans_for_events
+from tests.support.helpers import kernel_for
 from tests.support.hostile import hostile_text, hostile_values
 from tests.telemetry.test_telemetry import PARENT, JournalBuilder, executed_flow, proposal
 
 LIMIT = 4096  # characters of an input or output value
-
-
-class FlowCreatedInConversation(FlowCreated, frozen=True, tag=True):
-    """A FlowCreated as a framework adapter may record it (not a kernel event yet)."""
-
-    conversation_id: str = ""
-    agent_version: str = ""
 
 
 class ToolCallProposal(ProposalRecord, frozen=True):
@@ -163,7 +159,7 @@ def test_a_waiting_flows_root_says_why_it_waits() -> None:
 
 def test_a_conversation_a_tool_call_and_an_agent_version_are_carried_when_recorded() -> None:
     j = JournalBuilder()
-    created = FlowCreatedInConversation(
+    created = FlowCreated(
         root_dfid=PARENT, topic="stock.low", conversation_id="conv_42", agent_version="2.1.0"
     )
     j.add(created, at_ms=0)
@@ -245,3 +241,22 @@ def test_any_proposal_gives_spans_the_otlp_encoder_can_send(
     # feedback's own detail goes as it was recorded, and a journal records only UTF-8).
     if "\ud800" not in detail and not any(0xD800 <= ord(c) <= 0xDFFF for c in detail):
         assert encode_spans(spans).SerializeToString()
+
+
+async def test_an_agents_own_version_reaches_its_flows_and_their_spans(tmp_path: Path) -> None:
+    async with kernel_for(tmp_path / "j.db") as kernel:
+        await kernel.handshake(
+            Manifest(
+                agent_id="clerk", version="1.0.0", capabilities=["test.transfer"],
+                agent_version="clerk-2.1.0",
+            )
+        )  # fmt: skip
+        decision = await kernel.propose(
+            "clerk", "test.transfer", {"account": "acc-1", "amount_cents": 100},
+            explain="a test", confidence=0.9,
+        )  # fmt: skip
+        events = await kernel.journal.read(dfid=decision.dfid)
+    created = events[0].payload
+    assert isinstance(created, FlowCreated) and created.agent_version == "clerk-2.1.0"
+    for span in spans_for_events(events):
+        assert attrs(span)[gen_ai.GEN_AI_AGENT_VERSION] == "clerk-2.1.0"
