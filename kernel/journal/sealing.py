@@ -128,7 +128,12 @@ def check_row(
 
 
 def check_rows(
-    rows: Sequence[Any], expected_seq: int, prev: bytes, key: bytes | None, hashes_checked: bool
+    rows: Sequence[Any],
+    expected_seq: int,
+    prev: bytes,
+    key: bytes | None,
+    hashes_checked: bool,
+    bodies: list[bytes] | None = None,
 ) -> tuple[list[Event], str]:
     """Check consecutive rows from event ``expected_seq`` on, chained to ``prev``.
 
@@ -140,6 +145,7 @@ def check_rows(
     The same checks as :func:`check_row` row by row, in a loop that replay and verify
     run for every event: a row that is not plainly sound is handed to
     :func:`check_row`, which says what is wrong with it, so both give one verdict.
+    ``bodies``, when given, gets each checked event's canonical body (inflated once, here).
     """
     events: list[Event] = []
     append = events.append
@@ -169,7 +175,10 @@ def check_rows(
             if event_ is None:
                 return events, problem
             event = event_
+            body = unpack(row[3])
         append(event)
+        if bodies is not None:
+            bodies.append(body)
         expected_seq, prev = expected_seq + 1, hash_
     return events, ""
 

@@ -30,7 +30,6 @@ from kernel.core.events import (
 from kernel.core.merkle import Frontier, leaf_hash
 from kernel.core.notes import NoteError, parse_checkpoint, split_note
 from kernel.journal._subscription import READ_BATCH
-from kernel.journal.codec import unpack
 from kernel.journal.errors import JournalError, chain_key_from_env
 from kernel.journal.head import KEYED_CHAIN, Row, head_problem, key_problem
 from kernel.journal.port import Snapshot, backend_for
@@ -186,12 +185,13 @@ async def verify_journal(
             start = -(2**63)  # rows below seq 1 would be forgeries: look at them too
             while True:
                 rows = await db.rows_from(start, READ_BATCH)
-                # Each body inflated and decoded once: its hash, its columns, its time.
+                # Each body inflated and decoded once: its hash, its tree leaf, its columns.
+                bodies: list[bytes] = []
                 batch, problem = check_rows(
-                    rows, walk.events + 1, walk.prev, walk.key, walk.hashes_checked
+                    rows, walk.events + 1, walk.prev, walk.key, walk.hashes_checked, bodies
                 )
                 if batch:
-                    walk.take(rows, batch)
+                    walk.take(rows, batch, bodies)
                 if problem:
                     return walk.report(problem, min(rows[len(batch)][0], walk.events + 1))
                 if fold is not None and batch:
@@ -264,8 +264,9 @@ class _Walk:
             self.roots[0] = self.tree.root()
         return ""
 
-    def take(self, rows: list[Row], batch: list[Event]) -> None:
-        """Count the events of ``rows`` that checked out: head events, the anchor, the tree."""
+    def take(self, rows: list[Row], batch: list[Event], bodies: list[bytes]) -> None:
+        """Count the events of ``rows`` that checked out (their canonical ``bodies``): head
+        events, the anchor, the tree."""
         for event in batch:
             payload = event.payload
             if type(payload) in _HEAD_EVENTS and cast(_Head, payload).head_hash:
@@ -273,8 +274,8 @@ class _Walk:
         events, anchor = self.events, self.anchor
         if anchor is not None and events < anchor.seq <= events + len(batch):
             self.anchored = (rows[anchor.seq - events - 1][4], batch[anchor.seq - events - 1].ts)
-        for row in rows[: len(batch)]:
-            for level, index, node in self.tree.append(leaf_hash(unpack(row[3]))):
+        for body in bodies:
+            for level, index, node in self.tree.append(leaf_hash(body)):
                 self.computed[(level, index)] = node
             if self.tree.size in self.wanted:
                 self.roots[self.tree.size] = self.tree.root()
