@@ -162,9 +162,11 @@ async def _backend(
     from kernel.mcp import Embedded, Follower
 
     if not args.kernel:
+        catalog = PolicyCatalog(packs)
         yield Follower(
             args.db,
-            PolicyCatalog(packs).schemas,
+            catalog.schemas,
+            scopes={name: kind.scopes for name, kind in catalog.kinds.items()},
             key=args.key,
             door=args.door,
             wait_s=args.wait,
