@@ -106,8 +106,6 @@ async def _mcp(args: argparse.Namespace) -> int:
             "dirk mcp needs the MCP SDK: pip install 'dir-kernel[mcp]'",
             ExitCode.USAGE,
         )
-    from kernel.mcp import Identity
-
     for name in QUIET_LOGGERS:
         logging.getLogger(name).setLevel(logging.WARNING)
     if not args.db:
@@ -126,7 +124,9 @@ async def _mcp(args: argparse.Namespace) -> int:
     agents = sorted({p.name for p in tokens.values() if p.role == "agent"})
     if default is not None and default.role == "agent":
         agents = [default.name]
-    identity = Identity(default, tokens)
+    if callers.token_agent:
+        agents = sorted({*agents, callers.token_agent})
+    identity = callers.identity()
     web = web_of(args, callers)
     if isinstance(web, int):
         return web

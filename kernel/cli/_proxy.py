@@ -59,7 +59,6 @@ def add_proxy(commands: Any) -> None:
 async def _proxy(args: argparse.Namespace) -> int:
     try:
         from kernel.gateway import ConfigError, read_config
-        from kernel.mcp import Identity
     except ImportError:
         # The same code as dirk mcp's and the console's for the same situation.
         return error(
@@ -82,10 +81,12 @@ async def _proxy(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         return error(CliError.BAD_ARGUMENT, str(exc), ExitCode.USAGE)
     agents = sorted({p.name for p in tokens.values()} | ({default.name} if default else set()))
+    if callers.token_agent:
+        agents = sorted({*agents, callers.token_agent})
     web = web_of(args, callers)
     if isinstance(web, int):
         return web
-    return await _govern(args, config, Identity(default, tokens), agents, web)
+    return await _govern(args, config, callers.identity(), agents, web)
 
 
 async def _govern(

@@ -50,7 +50,7 @@ from kernel.core.errors import KernelShutdown
 from kernel.core.events import Manifest
 from kernel.core.reasons import CliError, ReasonCode
 from kernel.core.wall import clip
-from kernel.gateway._config import GatewayConfig
+from kernel.gateway._config import GatewayConfig, ToolPolicy
 from kernel.gateway._pack import Route, ToolInfo, gateway_pack
 from kernel.gateway._upstream import Upstream, UpstreamExecutor
 from kernel.mcp import Embedded, Identity, Principal, ToolRefused
@@ -307,7 +307,7 @@ class GatewayServer(MCPServer[Any]):
             tool_call_id=call_id,
             **behalf,
         )
-        return answer(decision)
+        return answer(decision, self.config.tools)
 
     def _unnamed(self, name: str) -> str:
         """The kind a call of a tool the pack does not name is proposed as (the kernel refuses it).
@@ -384,18 +384,20 @@ class GatewayServer(MCPServer[Any]):
             # Another tenant's flow: the same answer, and the attempt on record.
             await check_flow(reads, view, who, "wait_flow", dfid, door="gateway")
         decision = await self.kernel.await_decision(dfid, float(min(timeout, MAX_WAIT_S)))
-        return answer(decision)
+        return answer(decision, self.config.tools)
 
     def _who(self, ctx: Any) -> Principal:
         return self.identity.of(Context(request_context=ctx, mcp_server=self))
 
 
-def answer(decision: Decision) -> CallToolResult:
+def answer(decision: Decision, tools: Mapping[str, ToolPolicy] | None = None) -> CallToolResult:
     """Return the kernel's decision as the tool's result.
 
     EXECUTED: what the upstream answered, as recorded. Otherwise one line for the
-    model and the decision's fields, structured.
+    model and the decision's fields, structured; an escalation over a threshold names
+    the field of ``tools`` (the configuration's) it compares.
     """
+    decision = _in_its_units(decision, tools or {})
     meta = {
         "dirk/verdict": str(decision.verdict),
         "dirk/dfid": decision.dfid,
@@ -433,6 +435,27 @@ def answer(decision: Decision) -> CallToolResult:
     )
 
 
+def _in_its_units(decision: Decision, tools: Mapping[str, ToolPolicy]) -> Decision:
+    """``decision`` with an approval threshold's wording naming the field it compares.
+
+    The DIM words a threshold over a field as ``amount 50 is above 20`` whatever the
+    field holds; a gateway tool's field is a quantity, a count, a size as often as money,
+    so the answer names it, ``qty 50 is above 20``: the field of the kind's
+    ``approve_above`` whose bound the sentence quotes. The record keeps the DIM's words.
+    """
+    if str(decision.reason_code) != ReasonCode.APPROVAL_REQUIRED:
+        return decision
+    kind, sep, rest = decision.detail.partition(": amount ")
+    policy = tools.get(kind)
+    if not sep or policy is None:
+        return decision
+    bound = rest.rpartition(" is above ")[2]
+    fields = [f for f, above in policy.approve_above.items() if str(above) == bound]
+    if len(fields) != 1:
+        return decision
+    return msgspec.structs.replace(decision, detail=f"{kind}: {fields[0]} {rest}")
+
+
 class _Call(msgspec.Struct, frozen=True, kw_only=True):
     name: Any
     arguments: Any
@@ -445,6 +468,7 @@ def _refused(code: str, detail: str, field: str = "") -> CallToolResult:
         content=[TextContent(type="text", text=_sendable(f"REFUSED {code}: {detail}"))],
         structured_content=_sendable(body),
         is_error=True,
+        _meta={"dirk/verdict": "REFUSED", "dirk/dfid": "", "dirk/replayed": False},
     )
 
 

@@ -192,7 +192,9 @@ class CodedServer(MCPServer[Any]):
 
     The SDK answers an unknown tool, a missing argument or one it fails to
     validate with bare text (``Error executing tool ...``), no code, no field.
-    Here each is an ERROR answer with SCHEMA_INVALID and the field, and an
+    Here an unknown tool is the JSON-RPC error the spec asks for (-32602, invalid
+    params, ``data`` with SCHEMA_INVALID and field ``name``); each other is an ERROR
+    answer with SCHEMA_INVALID and the field, and an
     argument the tool does not declare is refused as the wall refuses an unknown
     field, instead of being dropped unseen. Who calls is checked first: a caller
     without the tool's role learns nothing about its arguments.
@@ -230,7 +232,12 @@ class CodedServer(MCPServer[Any]):
     ) -> Any:
         tool = self._tool_manager.get_tool(name)
         if tool is None:
-            return refused(ReasonCode.SCHEMA_INVALID, f"no tool {_shown(name)!r}", "name")
+            # The spec's answer to an unknown tool: a JSON-RPC error, invalid params.
+            raise MCPError(
+                INVALID_PARAMS,
+                f"no tool {_shown(name)!r}",
+                {"reason_code": str(ReasonCode.SCHEMA_INVALID), "field": "name"},
+            )
         if context is None:
             context = Context(mcp_server=self)
         try:
