@@ -29,6 +29,7 @@ from kernel.core.reasons import CliError, ReasonCode
 from kernel.mcp._backend import Backend, Embedded, Principal, Settled, ToolRefused, settled
 from kernel.mcp._offered import Offer, offer_of
 from kernel.mcp._rules import add_rulebook
+from kernel.mcp._tasks import Tasks
 from kernel.mcp._tenancy import check_flow, refuse_on_record, rule_space
 from kernel.mcp._tools import (
     ACT,
@@ -84,6 +85,7 @@ def build_server(
     ``auth`` and ``token_verifier`` guard its streamable HTTP app with the SDK's
     bearer check and protected-resource metadata (see kernel.mcp._http.http_auth).
     """
+    tasks = Tasks(backend, identity)
     server: MCPServer[Any] = CodedServer(
         name,
         title="dirk: a governed memory, rulebook and decisions",
@@ -97,7 +99,10 @@ def build_server(
         lifespan=lifespan,
         log_level="WARNING",
         subscriptions=bus,
+        # Escalated calls answered as tasks on 2026-07-28, for clients that declare it.
+        extensions=[tasks],
     )
+    tasks.server = server
     tool = registrar(server, identity)
 
     async def offered(who: Principal) -> Offer:
