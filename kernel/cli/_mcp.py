@@ -120,12 +120,7 @@ async def _mcp(args: argparse.Namespace) -> int:
         packs = packs_from(args.pack)
     except PackPathError as exc:
         return error(CliError.BAD_PACK_PATH, str(exc), ExitCode.USAGE)
-    tokens, default = callers.tokens, callers.default
-    agents = sorted({p.name for p in tokens.values() if p.role == "agent"})
-    if default is not None and default.role == "agent":
-        agents = [default.name]
-    if callers.token_agent:
-        agents = sorted({*agents, callers.token_agent})
+    agents = callers.agents()
     identity = callers.identity()
     web = web_of(args, callers)
     if isinstance(web, int):

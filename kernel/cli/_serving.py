@@ -116,6 +116,15 @@ class Callers:
         self.users = users
         self.token_agent = token_agent
 
+    def agents(self) -> list[str]:
+        """The agents that may call: the token file's, ``--agent``'s, ``--token-agent``."""
+        named = {p.name for p in self.tokens.values() if p.role == "agent"}
+        if self.default is not None and self.default.role == "agent":
+            named.add(self.default.name)
+        if self.token_agent:
+            named.add(self.token_agent)
+        return sorted(named)
+
     def identity(self) -> Identity:
         """Who calls, as :class:`kernel.mcp.Identity` knows it."""
         from kernel.mcp import Identity
@@ -152,13 +161,19 @@ def callers_of(args: argparse.Namespace) -> Callers | int:
             tokens = read_tokens(args.token_file)
         except TokenFileError as exc:
             return error(CliError.BAD_ARGUMENT, str(exc), ExitCode.USAGE)
+    return _with_users(args, operator, Callers(host, port, tls, tokens, None))
+
+
+def _with_users(args: argparse.Namespace, operator: str | None, callers: Callers) -> Callers | int:
+    """``callers`` with the user tokens and the caller without a token, or an exit code."""
     users = _users_of(args)
     if isinstance(users, int):
         return users
-    default = _default_caller(args, operator, tokens, users is not None)
+    default = _default_caller(args, operator, callers.tokens, users is not None)
     if isinstance(default, int):
         return default
-    return Callers(host, port, tls, tokens, default, users, args.token_agent)
+    callers.default, callers.users, callers.token_agent = default, users, args.token_agent
+    return callers
 
 
 def _users_of(args: argparse.Namespace) -> TokenVerifier | int | None:

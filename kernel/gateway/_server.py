@@ -33,7 +33,9 @@ from typing import Any
 import anyio
 import msgspec
 from mcp.server.mcpserver import Context, MCPServer
+from mcp.shared.exceptions import MCPError
 from mcp_types import (
+    INVALID_PARAMS,
     CallToolRequestParams,
     CallToolResult,
     ListToolsResult,
@@ -48,12 +50,14 @@ from kernel.boot import open_kernel
 from kernel.config import KernelConfig
 from kernel.core.errors import KernelShutdown
 from kernel.core.events import Manifest
+from kernel.core.flow import FlowState
 from kernel.core.reasons import CliError, ReasonCode
 from kernel.core.wall import clip
 from kernel.gateway._config import GatewayConfig, ToolPolicy
 from kernel.gateway._pack import Route, ToolInfo, gateway_pack
 from kernel.gateway._upstream import Upstream, UpstreamExecutor
 from kernel.mcp import Embedded, Identity, Principal, ToolRefused
+from kernel.mcp._tasks import Tasks, unknown_task
 from kernel.mcp._tenancy import check_flow
 from kernel.policy import PolicyPack
 from kernel.policy.contracts import HandshakeRefused
@@ -211,6 +215,8 @@ class GatewayServer(MCPServer[Any]):
                 " An ESCALATED one waits for a human: follow its dfid with wait_flow."
             ),
             log_level="WARNING",
+            # An escalated call answered as a task (2026-07-28, for clients that declare it).
+            extensions=[Tasks(self._task, self._task_caller)],
             **options,
         )
         self.kernel = kernel
@@ -385,6 +391,24 @@ class GatewayServer(MCPServer[Any]):
             await check_flow(reads, view, who, "wait_flow", dfid, door="gateway")
         decision = await self.kernel.await_decision(dfid, float(min(timeout, MAX_WAIT_S)))
         return answer(decision, self.config.tools)
+
+    async def _task(self, who: Principal, dfid: str) -> tuple[FlowState, CallToolResult | None]:
+        """The flow behind task ``dfid`` as agent ``who`` may read it, its answer once ended."""
+        flow = self.kernel.flow(dfid) if who.role == "agent" and 0 < len(dfid) <= 256 else None
+        if flow is None or flow.agent_id != who.name:
+            raise unknown_task(dfid)
+        reads = Embedded(self.kernel)
+        async with reads.reading() as view:
+            await check_flow(reads, view, who, "tasks_get", dfid, door="gateway")
+        if not flow.terminal:
+            return flow, None
+        return flow, answer(await self.kernel.await_decision(dfid, 0.0), self.config.tools)
+
+    def _task_caller(self, ctx: Any) -> Principal:
+        try:
+            return self._who(ctx)
+        except ToolRefused as exc:
+            raise MCPError(INVALID_PARAMS, exc.detail, {"reason_code": str(exc.code)}) from None
 
     def _who(self, ctx: Any) -> Principal:
         return self.identity.of(Context(request_context=ctx, mcp_server=self))

@@ -19,8 +19,10 @@ import anyio
 import msgspec
 from mcp.server.auth.provider import TokenVerifier
 from mcp.server.auth.settings import AuthSettings
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.subscriptions import SubscriptionBus
+from mcp.shared.exceptions import MCPError
+from mcp_types import INVALID_PARAMS
 from pydantic import WithJsonSchema
 
 from kernel.audit.counterfactual import whatif
@@ -29,7 +31,7 @@ from kernel.core.reasons import CliError, ReasonCode
 from kernel.mcp._backend import Backend, Embedded, Principal, Settled, ToolRefused, settled
 from kernel.mcp._offered import Offer, offer_of
 from kernel.mcp._rules import add_rulebook
-from kernel.mcp._tasks import Tasks
+from kernel.mcp._tasks import Tasks, flow_reader
 from kernel.mcp._tenancy import check_flow, refuse_on_record, rule_space
 from kernel.mcp._tools import (
     ACT,
@@ -85,7 +87,14 @@ def build_server(
     ``auth`` and ``token_verifier`` guard its streamable HTTP app with the SDK's
     bearer check and protected-resource metadata (see kernel.mcp._http.http_auth).
     """
-    tasks = Tasks(backend, identity)
+
+    def caller(ctx: Any) -> Principal:
+        try:
+            return identity.of(Context(request_context=ctx, mcp_server=server))
+        except ToolRefused as exc:
+            raise MCPError(INVALID_PARAMS, exc.detail, {"reason_code": str(exc.code)}) from None
+
+    tasks = Tasks(flow_reader(backend), caller)
     server: MCPServer[Any] = CodedServer(
         name,
         title="dirk: a governed memory, rulebook and decisions",
@@ -102,7 +111,6 @@ def build_server(
         # Escalated calls answered as tasks on 2026-07-28, for clients that declare it.
         extensions=[tasks],
     )
-    tasks.server = server
     tool = registrar(server, identity)
 
     async def offered(who: Principal) -> Offer:

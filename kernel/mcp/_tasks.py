@@ -32,7 +32,6 @@ import msgspec
 from mcp.client.extension import ClaimContext, ClientExtension, ResultClaim
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.extension import Extension, MethodBinding
-from mcp.server.mcpserver import Context
 from mcp.shared.exceptions import MCPError
 from mcp_types import INVALID_PARAMS, CallToolRequestParams, CallToolResult, RequestParams, Result
 from mcp_types import Request as McpRequest
@@ -43,7 +42,7 @@ from kernel.core.flow import FlowState
 from kernel.core.reasons import CliError
 from kernel.mcp._backend import Backend, Principal, ToolRefused, settled
 from kernel.mcp._tenancy import check_flow
-from kernel.mcp._tools import Answer, Identity, reply
+from kernel.mcp._tools import Answer, reply
 
 TASKS = "io.modelcontextprotocol/tasks"
 """The extension's identifier."""
@@ -72,17 +71,16 @@ class Tasks(Extension):
     """The server half: escalated tool calls become tasks; ``tasks/*`` read their flows.
 
     Args:
-        backend: where the flows are read (a kernel beside the server, or a journal).
-        identity: who calls (the same as the tools').
+        read: reads a task's flow for a caller, and the tool's answer once it ended
+            (:func:`flow_reader` for dirk's tools; the gateway reads its kernel's).
+        who: the caller of a request (its Context's principal).
     """
 
     identifier = TASKS
 
-    def __init__(self, backend: Backend, identity: Identity) -> None:
-        self.backend = backend
-        self.identity = identity
-        self.server: Any = None
-        """The MCP server (set once it is built): what a caller's Context names."""
+    def __init__(self, read: Reader, who: Callable[[Any], Principal]) -> None:
+        self.read = read
+        self.who = who
 
     def methods(self) -> Sequence[MethodBinding]:
         versions = frozenset(MODERN_PROTOCOL_VERSIONS)
@@ -106,14 +104,15 @@ class Tasks(Extension):
         if body.get("verdict") != "ESCALATED" or not body.get("dfid"):
             return result
         try:
-            flow, _ = await self._read(self._who(ctx), str(body["dfid"]))
+            flow, _ = await self.read(self.who(ctx), str(body["dfid"]))
         except ToolRefused:
             return result  # not readable as a task by this caller: the answer as it is
         return {"resultType": "task", **_task(flow, body.get("detail", ""))}
 
     async def _get(self, ctx: ServerRequestContext[Any, Any], params: TaskParams) -> HandlerResult:
         try:
-            flow, answer = await self._read(self._who(ctx), params.task_id)
+            who = self.who(ctx)
+            flow, answer = await self.read(who, params.task_id)
         except ToolRefused as exc:
             # An unknown task, another agent's or another tenant's: the same answer.
             raise MCPError(
@@ -130,30 +129,29 @@ class Tasks(Extension):
         """``tasks/update`` and ``tasks/cancel``: acknowledged; a human decides the flow."""
         return {}
 
-    def _who(self, ctx: ServerRequestContext[Any, Any]) -> Principal:
-        try:
-            return self.identity.of(Context(request_context=ctx, mcp_server=self.server))
-        except ToolRefused as exc:
-            raise MCPError(INVALID_PARAMS, exc.detail, {"reason_code": str(exc.code)}) from None
 
-    async def _read(self, who: Principal, dfid: str) -> tuple[FlowState, CallToolResult | None]:
-        """The flow behind task ``dfid`` as ``who`` may read it, and its answer once ended.
+def unknown_task(dfid: str) -> ToolRefused:
+    """The refusal of a task a caller may not read (the same whether it exists or not)."""
+    return ToolRefused(CliError.UNKNOWN_FLOW, f"no task {dfid[:64]!r}", "taskId")
 
-        Raises:
-            ToolRefused: UNKNOWN_FLOW (no such flow, another agent's, another tenant's).
-        """
-        unknown = ToolRefused(CliError.UNKNOWN_FLOW, f"no task {dfid[:64]!r}", "taskId")
+
+def flow_reader(backend: Backend) -> Reader:
+    """Read tasks from ``backend``: the flow, and once it ended the answer ``wait_flow`` gives."""
+
+    async def read(who: Principal, dfid: str) -> tuple[FlowState, CallToolResult | None]:
         if not dfid or len(dfid) > 256:
-            raise unknown
-        async with self.backend.reading() as view:
+            raise unknown_task(dfid)
+        async with backend.reading() as view:
             flow = view.projections.flows.get(dfid)
             if flow is None or (who.role == "agent" and flow.agent_id != who.name):
-                raise unknown
-            await check_flow(self.backend, view, who, "tasks_get", dfid)
+                raise unknown_task(dfid)
+            await check_flow(backend, view, who, "tasks_get", dfid)
             if not flow.terminal:
                 return flow, None
             events = await view.journal.read(dfid=dfid)
         return flow, reply(Answer(**msgspec.to_builtins(settled(flow, events))))
+
+    return read
 
 
 def _declared(ctx: ServerRequestContext[Any, Any]) -> bool:
