@@ -57,6 +57,7 @@ from kernel.gateway._config import GatewayConfig, ToolPolicy
 from kernel.gateway._pack import Route, ToolInfo, gateway_pack
 from kernel.gateway._upstream import Upstream, UpstreamExecutor
 from kernel.mcp import Embedded, Identity, Principal, ToolRefused
+from kernel.mcp._offered import principal_scopes
 from kernel.mcp._tasks import Tasks, unknown_task
 from kernel.mcp._tenancy import check_flow
 from kernel.policy import PolicyPack
@@ -239,14 +240,15 @@ class GatewayServer(MCPServer[Any]):
             return ListToolsResult(tools=[])
         if who.role != "agent":
             return ListToolsResult(tools=[])
-        # A user whose token claims scopes sees only the tools they cover; the DIM still
-        # judges every call against the tenant's grants (a hidden tool called anyway is
-        # refused on record there).
-        claimed = who.on_behalf.scopes if who.on_behalf is not None else None
+        # A user sees only the tools its scopes cover: the member scopes its tenant declares,
+        # narrowed by those its token claims (kernel.mcp._offered). The DIM still judges
+        # every call (a hidden tool called anyway is refused on record there).
+        scopes = principal_scopes(self.kernel.projections, who)
+        kinds = set(self._capabilities(who.name))
         tools = [
             Tool(name=r.name, description=r.description, input_schema=r.input_schema)
             for r in self.routes.values()
-            if claimed is None or set(r.scopes) <= set(claimed)
+            if r.kind in kinds and (scopes is None or set(r.scopes) <= scopes)
         ]
         return ListToolsResult(tools=[*tools, _WAIT_FLOW])
 
@@ -361,7 +363,7 @@ class GatewayServer(MCPServer[Any]):
             manifest = Manifest(
                 agent_id=agent_id,
                 version=f"{CONTRACT_VERSION[0]}.{CONTRACT_VERSION[1]}.0",
-                capabilities=sorted(route.kind for route in self.routes.values()),
+                capabilities=self._capabilities(agent_id),
                 max_attempts=self.config.max_attempts,
             )
             try:
@@ -369,6 +371,12 @@ class GatewayServer(MCPServer[Any]):
             except HandshakeRefused as exc:
                 raise ToolRefused(exc.reason_code, str(exc)) from None
             self._sessions.add(agent_id)
+
+    def _capabilities(self, agent_id: str) -> list[str]:
+        """The kinds ``agent_id`` may call: the configuration's ``[agents]``, else every one."""
+        every = sorted(route.kind for route in self.routes.values())
+        named = self.config.agents.get(agent_id)
+        return every if named is None else [k for k in every if k in named]
 
     async def _wait_flow(self, who: Principal, arguments: Mapping[str, Any]) -> CallToolResult:
         unknown = set(arguments) - {"dfid", "timeout_s"}

@@ -26,6 +26,7 @@ from kernel.dim._principal import effective_scopes
 from kernel.mcp._backend import Backend, Embedded, Principal, ToolRefused
 from kernel.mcp._records import View
 from kernel.state.principals import Principals
+from kernel.state.projections import Projections
 
 TOOL_KINDS: Mapping[str, str] = {
     "add_fact": "memory.add_fact",
@@ -69,7 +70,7 @@ class Offer:
 def offer_of(backend: Backend, view: View, who: Principal) -> Offer:
     """Return what agent ``who`` may propose, read from ``view`` (see the module's text)."""
     manifest = set(_capabilities(backend, view, who.name))
-    scopes = _scopes(view, who)
+    scopes = principal_scopes(view.projections, who)
     required = backend.scopes
     kinds: set[str] = set()
     refusals: dict[str, tuple[str, str]] = {}
@@ -103,12 +104,12 @@ def _capabilities(backend: Backend, view: View, agent_id: str) -> Sequence[str]:
     return list(backend.kinds)
 
 
-def _scopes(view: View, who: Principal) -> frozenset[str] | None:
+def principal_scopes(projections: Projections, who: Principal) -> frozenset[str] | None:
     """The scopes ``who``'s principal holds in its tenant (None: unrestricted)."""
     user = who.on_behalf
     if user is None:
         return None
-    tenants = view.projections.domain(Principals).tenants
+    tenants = projections.domain(Principals).tenants
     tenant = tenants.get(user.tenant)
     if tenant is None:
         # No tenant declared: the door's claim alone; a tenant the kernel does not know,
