@@ -33,8 +33,10 @@ from mcp.client.extension import ClaimContext, ClientExtension, ResultClaim
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.extension import Extension, MethodBinding
 from mcp.shared.exceptions import MCPError
+from mcp.shared.inbound import MCP_NAME_HEADER, decode_header_value
 from mcp_types import INVALID_PARAMS, CallToolRequestParams, CallToolResult, RequestParams, Result
 from mcp_types import Request as McpRequest
+from mcp_types.jsonrpc import HEADER_MISMATCH
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import Field
 
@@ -110,6 +112,7 @@ class Tasks(Extension):
         return {"resultType": "task", **_task(flow, body.get("detail", ""))}
 
     async def _get(self, ctx: ServerRequestContext[Any, Any], params: TaskParams) -> HandlerResult:
+        _check_name(ctx, params)
         try:
             who = self.who(ctx)
             flow, answer = await self.read(who, params.task_id)
@@ -127,7 +130,26 @@ class Tasks(Extension):
 
     async def _ack(self, ctx: ServerRequestContext[Any, Any], params: TaskParams) -> HandlerResult:
         """``tasks/update`` and ``tasks/cancel``: acknowledged; a human decides the flow."""
+        _check_name(ctx, params)
         return {}
+
+
+def _check_name(ctx: ServerRequestContext[Any, Any], params: TaskParams) -> None:
+    """Over HTTP, a ``tasks/*`` request's ``Mcp-Name`` header is its task id (SEP-2663).
+
+    What routes the request to the server holding the task must name the task the body
+    names: a request without it, or naming another, is refused (-32020, header mismatch).
+    """
+    request = ctx.request
+    headers = getattr(request, "headers", None)
+    if headers is None:
+        return  # stdio, in process: no header to carry it
+    if decode_header_value(headers.get(MCP_NAME_HEADER)) != params.task_id:
+        raise MCPError(
+            HEADER_MISMATCH,
+            f"{MCP_NAME_HEADER} header does not match the request body's 'taskId' parameter",
+            {"reason_code": "SCHEMA_INVALID", "field": "taskId"},
+        )
 
 
 def unknown_task(dfid: str) -> ToolRefused:

@@ -25,9 +25,10 @@ require_mcp()
 
 from mcp import Client  # noqa: E402
 from mcp.client.streamable_http import streamable_http_client  # noqa: E402
+from mcp.shared._httpx_utils import create_mcp_http_client  # noqa: E402
 
 from kernel import FlowStatus, Kernel, SystemClock  # noqa: E402
-from kernel.mcp import Embedded, Identity, Principal, TaskClient, build_server  # noqa: E402
+from kernel.mcp import TASKS, Embedded, Identity, Principal, TaskClient, build_server  # noqa: E402
 from kernel.mcp._http import bound, serve_http  # noqa: E402
 from kernel.testing import action_of  # noqa: E402
 from tests.support.browser import ROOT  # noqa: E402
@@ -122,3 +123,46 @@ async def test_without_the_extension_an_escalated_call_is_escalated(tmp_path: Pa
             assert answer.structured_content["verdict"] == "ESCALATED", mode
         async with Client(streamable_http_client(url), mode="legacy") as c:
             assert c.protocol_version != "2026-07-28"
+
+
+ENVELOPE = {
+    "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+    "io.modelcontextprotocol/clientCapabilities": {"extensions": {TASKS: {}}},
+    "io.modelcontextprotocol/clientInfo": {"name": "raw", "version": "1"},
+}
+"""What a 2026-07-28 request carries in ``_meta``: its revision and its capabilities."""
+
+
+async def raw(url: str, method: str, params: dict[str, Any], **headers: str) -> Any:
+    """One stateless 2026-07-28 request, as a client in another language writes it."""
+    sent = {"accept": "application/json, text/event-stream", "mcp-protocol-version": "2026-07-28"}
+    sent["mcp-method"] = method
+    sent.update({k.replace("_", "-"): v for k, v in headers.items()})
+    body = {"jsonrpc": "2.0", "id": 1, "method": method, "params": {**params, "_meta": ENVELOPE}}
+    async with create_mcp_http_client() as http:
+        return (await http.post(url, json=body, headers=sent)).json()
+
+
+async def test_server_discover_and_tasks_get_over_stateless_http(tmp_path: Path) -> None:
+    async with (
+        kernel_for(tmp_path / "j.db", clock=SystemClock()) as kernel,
+        served(kernel) as url,
+    ):
+        found = await raw(url, "server/discover", {})
+        assert "2026-07-28" in found["result"]["supportedVersions"]
+        assert TASKS in found["result"]["capabilities"]["extensions"]
+        made = await raw(url, "tools/call", {"name": "propose", "arguments": LOW_CONFIDENCE},
+                         mcp_name="propose")  # fmt: skip
+        task = made["result"]
+        assert (task["resultType"], task["status"]) == ("task", "working"), made
+        polled = await raw(url, "tasks/get", {"taskId": task["taskId"]}, mcp_name=task["taskId"])
+        assert polled["result"]["status"] == "working"
+        # The routing header names the task the body names, or the request is refused.
+        unrouted = await raw(url, "tasks/get", {"taskId": task["taskId"]})
+        assert unrouted["error"]["code"] == -32020
+        unknown = await raw(url, "tasks/get", {"taskId": "no-such"}, mcp_name="no-such")
+        assert unknown["error"]["code"] == -32602
+        assert unknown["error"]["data"]["reason_code"] == "UNKNOWN_FLOW"
+        # tasks/result is the 2025 experiment's: not a method of the extension.
+        legacy = await raw(url, "tasks/result", {"taskId": task["taskId"]}, mcp_name=task["taskId"])
+        assert legacy["error"]["code"] == -32601
