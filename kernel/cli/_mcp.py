@@ -106,8 +106,6 @@ async def _mcp(args: argparse.Namespace) -> int:
             "dirk mcp needs the MCP SDK: pip install 'dir-kernel[mcp]'",
             ExitCode.USAGE,
         )
-    from kernel.mcp import Identity
-
     for name in QUIET_LOGGERS:
         logging.getLogger(name).setLevel(logging.WARNING)
     if not args.db:
@@ -122,11 +120,8 @@ async def _mcp(args: argparse.Namespace) -> int:
         packs = packs_from(args.pack)
     except PackPathError as exc:
         return error(CliError.BAD_PACK_PATH, str(exc), ExitCode.USAGE)
-    tokens, default = callers.tokens, callers.default
-    agents = sorted({p.name for p in tokens.values() if p.role == "agent"})
-    if default is not None and default.role == "agent":
-        agents = [default.name]
-    identity = Identity(default, tokens)
+    agents = callers.agents()
+    identity = callers.identity()
     web = web_of(args, callers)
     if isinstance(web, int):
         return web
@@ -162,9 +157,11 @@ async def _backend(
     from kernel.mcp import Embedded, Follower
 
     if not args.kernel:
+        catalog = PolicyCatalog(packs)
         yield Follower(
             args.db,
-            PolicyCatalog(packs).schemas,
+            catalog.schemas,
+            scopes={name: kind.scopes for name, kind in catalog.kinds.items()},
             key=args.key,
             door=args.door,
             wait_s=args.wait,

@@ -12,6 +12,8 @@ import logging
 import sys
 from typing import TYPE_CHECKING, Any
 
+import anyio
+
 from kernel.cli._operator import error
 from kernel.cli._serving import (
     QUIET_LOGGERS,
@@ -42,7 +44,15 @@ def add_proxy(commands: Any) -> None:
         ),
     )
     p.add_argument("--config", required=True, metavar="FILE", help="the gateway's TOML file")
-    p.add_argument("--db", required=True, help="the journal file")
+    # Not ``dest="db"``: dirk refuses a --db that is not there, but the gateway owns its
+    # journal (it opens the kernel itself) and creates it on first use.
+    p.add_argument(
+        "--db",
+        dest="gateway_db",
+        required=True,
+        metavar="FILE",
+        help="the gateway's journal file (created on first use)",
+    )
     p.add_argument("--agent", metavar="ID", help="over stdio: calls act as this agent")
     add_serving_arguments(p, "one 'agent:ID TOKEN' a line (dirk mcp's format)")
     p.add_argument(
@@ -59,7 +69,6 @@ def add_proxy(commands: Any) -> None:
 async def _proxy(args: argparse.Namespace) -> int:
     try:
         from kernel.gateway import ConfigError, read_config
-        from kernel.mcp import Identity
     except ImportError:
         # The same code as dirk mcp's and the console's for the same situation.
         return error(
@@ -72,7 +81,7 @@ async def _proxy(args: argparse.Namespace) -> int:
     callers = callers_of(args)
     if isinstance(callers, int):
         return callers
-    tokens, default = callers.tokens, callers.default
+    tokens = callers.tokens
     if any(p.role != "agent" for p in tokens.values()):
         return error(
             CliError.BAD_ARGUMENT, "the gateway serves agents: 'agent:ID TOKEN' lines only"
@@ -81,11 +90,11 @@ async def _proxy(args: argparse.Namespace) -> int:
         config = read_config(args.config)
     except ConfigError as exc:
         return error(CliError.BAD_ARGUMENT, str(exc), ExitCode.USAGE)
-    agents = sorted({p.name for p in tokens.values()} | ({default.name} if default else set()))
+    agents = callers.agents()
     web = web_of(args, callers)
     if isinstance(web, int):
         return web
-    return await _govern(args, config, Identity(default, tokens), agents, web)
+    return await _govern(args, config, callers.identity(), agents, web)
 
 
 async def _govern(
@@ -97,10 +106,11 @@ async def _govern(
     from kernel.gateway import PackFailure, UpstreamDown, open_gateway, write_listing
     from kernel.policy.packs import PackError
 
+    new = not await anyio.Path(args.gateway_db).exists()
     try:
         async with open_gateway(
             config,
-            args.db,
+            args.gateway_db,
             identity=identity,
             agents=agents,
             # The kernel this process opens vouches for one local user, as `dirk mcp` does;
@@ -113,6 +123,8 @@ async def _govern(
                     write_listing(args.listing, gateway.listed)
                 except OSError as exc:
                     return error(CliError.BAD_ARGUMENT, f"cannot write --listing: {exc}")
+            if new:
+                print(f"dirk mcp proxy: created the journal {args.gateway_db}", file=sys.stderr)
             kinds = ", ".join(route.kind for route in gateway.routes.values()) or "none"
             print(f"dirk mcp proxy: governing {kinds}", file=sys.stderr, flush=True)
             await transport(gateway.server, web)

@@ -26,7 +26,8 @@ from kernel.core.reasons import CliError, ExitCode, ReasonCode
 from kernel.core.text import id_problem
 
 if TYPE_CHECKING:
-    from kernel.mcp import Principal
+    from kernel.identity import TokenVerifier
+    from kernel.mcp import Identity, Principal
 
 QUIET_LOGGERS = (
     "mcp",
@@ -66,6 +67,32 @@ def add_serving_arguments(p: argparse.ArgumentParser, tokens: str) -> None:
         action="store_true",
         help="with --http: serve plain HTTP off loopback anyway (bearer tokens readable)",
     )
+    users = p.add_argument_group(
+        "signed user tokens",
+        "with --http: take JWTs from an identity provider as bearer tokens too; each call"
+        " acts for the token's subject, in its tenant (docs/identity.md)",
+    )
+    users.add_argument(
+        "--user-keys",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="the identity provider's public keys: JWKS, JWK or PEM (repeatable)",
+    )
+    users.add_argument("--user-issuer", metavar="URL", help="the iss every user token carries")
+    users.add_argument("--user-audience", metavar="AUD", help="the aud a user token must name")
+    users.add_argument(
+        "--user-tenant-claim",
+        default="tenant",
+        metavar="CLAIM",
+        help="the claim that names the user's tenant (default tenant)",
+    )
+    users.add_argument(
+        "--token-agent",
+        default="",
+        metavar="ID",
+        help="the agent a user token calls as when it has no azp claim (default: it must)",
+    )
 
 
 class Callers:
@@ -78,12 +105,31 @@ class Callers:
         tls: TlsFiles | None,
         tokens: dict[str, Principal],
         default: Principal | None,
+        users: TokenVerifier | None = None,
+        token_agent: str = "",
     ) -> None:
         self.host = host
         self.port = port
         self.tls = tls
         self.tokens = tokens
         self.default = default
+        self.users = users
+        self.token_agent = token_agent
+
+    def agents(self) -> list[str]:
+        """The agents that may call: the token file's, ``--agent``'s, ``--token-agent``."""
+        named = {p.name for p in self.tokens.values() if p.role == "agent"}
+        if self.default is not None and self.default.role == "agent":
+            named.add(self.default.name)
+        if self.token_agent:
+            named.add(self.token_agent)
+        return sorted(named)
+
+    def identity(self) -> Identity:
+        """Who calls, as :class:`kernel.mcp.Identity` knows it."""
+        from kernel.mcp import Identity
+
+        return Identity(self.default, self.tokens, users=self.users, token_agent=self.token_agent)
 
 
 def callers_of(args: argparse.Namespace) -> Callers | int:
@@ -115,10 +161,57 @@ def callers_of(args: argparse.Namespace) -> Callers | int:
             tokens = read_tokens(args.token_file)
         except TokenFileError as exc:
             return error(CliError.BAD_ARGUMENT, str(exc), ExitCode.USAGE)
-    default = _default_caller(args, operator, tokens)
+    return _with_users(args, operator, Callers(host, port, tls, tokens, None))
+
+
+def _with_users(args: argparse.Namespace, operator: str | None, callers: Callers) -> Callers | int:
+    """``callers`` with the user tokens and the caller without a token, or an exit code."""
+    users = _users_of(args)
+    if isinstance(users, int):
+        return users
+    default = _default_caller(args, operator, callers.tokens, users is not None)
     if isinstance(default, int):
         return default
-    return Callers(host, port, tls, tokens, default)
+    callers.default, callers.users, callers.token_agent = default, users, args.token_agent
+    return callers
+
+
+def _users_of(args: argparse.Namespace) -> TokenVerifier | int | None:
+    """The verifier of ``--user-keys`` tokens (None: none taken), or an exit code."""
+    from kernel.identity import KeyFileError, TokenVerifier, UserTokens
+
+    given = (args.user_keys, args.user_issuer, args.user_audience)
+    if not any(given):
+        if args.token_agent:
+            return error(CliError.BAD_ARGUMENT, "--token-agent goes with --user-keys")
+        return None
+    if not all(given):
+        return error(
+            CliError.BAD_ARGUMENT,
+            "signed user tokens need --user-keys FILE, --user-issuer URL and --user-audience AUD",
+            ExitCode.USAGE,
+        )
+    if not args.http:
+        return error(CliError.BAD_ARGUMENT, "--user-keys goes with --http", ExitCode.USAGE)
+    for flag, value in (
+        ("--user-issuer", args.user_issuer),
+        ("--user-audience", args.user_audience),
+        ("--user-tenant-claim", args.user_tenant_claim),
+        ("--token-agent", args.token_agent or "x"),
+    ):
+        problem = id_problem(value)
+        if problem is not None:
+            return error(ReasonCode.SCHEMA_INVALID, f"{flag}: {problem}", ExitCode.USAGE)
+    config = UserTokens(
+        issuer=args.user_issuer,
+        audience=args.user_audience,
+        keys=list(args.user_keys),
+        tenant_claim=args.user_tenant_claim,
+    )
+    try:
+        return TokenVerifier(config)
+    except (KeyFileError, ValueError) as exc:
+        return error(CliError.BAD_ARGUMENT, f"--user-keys: {exc}", ExitCode.USAGE)
 
 
 def _listening(
@@ -150,10 +243,11 @@ def _host_port(args: argparse.Namespace) -> tuple[str, int] | int:
     if not sep or not port_text.isdigit() or not host or not 0 <= int(port_text) <= 65535:
         return error(CliError.BAD_ARGUMENT, "--http takes HOST:PORT", ExitCode.USAGE)
     host, port = host.strip("[]"), int(port_text)
-    if not is_loopback(host) and not args.token_file:
+    if not is_loopback(host) and not (args.token_file or args.user_keys):
         return error(
             CliError.BAD_ARGUMENT,
-            f"refusing to serve {host} without --token-file (only loopback may go without)",
+            f"refusing to serve {host} without --token-file or --user-keys (only loopback may"
+            " go without)",
             ExitCode.USAGE,
         )
     return host, port
@@ -178,7 +272,7 @@ def _tls(args: argparse.Namespace, host: str) -> TlsFiles | int | None:
 
 
 def _default_caller(
-    args: argparse.Namespace, operator: str | None, tokens: dict[str, Principal]
+    args: argparse.Namespace, operator: str | None, tokens: dict[str, Principal], users: bool
 ) -> Principal | int | None:
     """Who calls without a token (``--agent``/``--operator``), None, or an exit code."""
     from kernel.mcp import Principal
@@ -188,13 +282,13 @@ def _default_caller(
         default = Principal(role="agent", name=args.agent)
     elif operator:
         default = Principal(role="operator", name=operator)
-    if default is None and not tokens:
+    if default is None and not tokens and not users:
         who = "--agent ID or --operator NAME" if hasattr(args, "operator") else "--agent ID"
         return error(CliError.BAD_ARGUMENT, f"say who calls: {who}", ExitCode.USAGE)
-    if tokens and default is not None:
+    if (tokens or users) and default is not None:
         return error(
             CliError.BAD_ARGUMENT,
-            "with --token-file the tokens say who calls, not --agent/--operator",
+            "with --token-file or --user-keys the tokens say who calls, not --agent/--operator",
             ExitCode.USAGE,
         )
     return default
@@ -212,7 +306,9 @@ def web_of(args: argparse.Namespace, callers: Callers) -> Web | int | None:
         return error(CliError.BAD_ARGUMENT, f"--http {args.http}: {exc.strerror}", ExitCode.USAGE)
     scheme = "https" if callers.tls is not None else "http"
     url = getattr(args, "public_url", None) or url_of(scheme, callers.host, sock.getsockname()[1])
-    return Web(sock, callers.host, url, callers.tls, callers.tokens)
+    return Web(
+        sock, callers.host, url, callers.tls, callers.tokens, callers.users, callers.token_agent
+    )
 
 
 class Web:
@@ -225,12 +321,21 @@ class Web:
         url: str,
         tls: TlsFiles | None,
         tokens: dict[str, Principal],
+        users: TokenVerifier | None = None,
+        token_agent: str = "",
     ) -> None:
         self.sock = sock
         self.host = host
         self.url = url
         self.tls = tls
         self.tokens = tokens
+        self.users = users
+        self.token_agent = token_agent
+
+    @property
+    def guarded(self) -> bool:
+        """Whether a request must carry a bearer token (a token file, or user tokens)."""
+        return bool(self.tokens) or self.users is not None
 
 
 def url_of(scheme: str, host: str, port: int) -> str:
@@ -259,9 +364,9 @@ def auth_of(web: Web | None) -> dict[str, Any]:
     """
     from kernel.mcp._http import http_auth
 
-    if web is None or not web.tokens:
+    if web is None or not web.guarded:
         return {}
-    auth, verifier = http_auth(web.tokens, web.url)
+    auth, verifier = http_auth(web.tokens, web.url, users=web.users, token_agent=web.token_agent)
     return {"auth": auth, "token_verifier": verifier}
 
 
@@ -273,7 +378,7 @@ async def transport(server: Any, web: Web | None) -> None:
         await server.run_stdio_async()
         return
     app: Any = server.streamable_http_app(stateless_http=True, host=web.host)
-    app = coded_errors(no_oauth(app) if web.tokens else app)
+    app = coded_errors(no_oauth(app, web.url, web.users) if web.guarded else app)
     if web.tls is None and not is_loopback(web.host):
         print(insecure_http_warning(web.host), file=sys.stderr, flush=True)
     print(f"dirk mcp: serving {web.url}", file=sys.stderr, flush=True)

@@ -25,6 +25,9 @@ A TOML file (``dirk mcp proxy --config FILE``)::
     floor = 0
     ceiling = 1_000_000
 
+    [agents]                  # the tools each agent may call (its manifest); unnamed: all
+    ide = ["pay.transfer"]
+
 A tool the file does not name under ``[tools]`` is no policy kind: calling it is
 refused and recorded. Everything is checked when the file is read
 (:class:`ConfigError` says what and where), before any upstream starts.
@@ -128,6 +131,8 @@ class GatewayConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
         confidence: the confidence each call is proposed with (MCP clients report none).
         escalate_below_confidence: the pack's confidence threshold.
         base: the directory relative paths start from (the config file's).
+        agents: the tools (``<upstream>.<tool>``) each agent may call, by agent id: its
+            manifest's capabilities; an agent not named may call every tool the pack names.
     """
 
     upstreams: dict[str, UpstreamSpec]
@@ -139,6 +144,7 @@ class GatewayConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     confidence: float = 1.0
     escalate_below_confidence: float = 0.5
     base: str = "."
+    agents: dict[str, list[str]] = {}
 
 
 def read_config(path: str | Path) -> GatewayConfig:
@@ -197,6 +203,16 @@ def _check_tool(kind: str, policy: ToolPolicy, config: GatewayConfig, where: str
             raise ConfigError(f"{where}: [tools.{kind!r}] limit {field}: no [limits.{name}]")
 
 
+def _check_agents(config: GatewayConfig, where: str) -> None:
+    for agent, kinds in config.agents.items():
+        unknown = [k for k in kinds if k not in config.tools]
+        if id_problem(agent) or unknown:
+            raise ConfigError(
+                f"{where}: [agents] {agent!r}: an agent id, and tools the file names"
+                + (f" (not {unknown[0]!r})" if unknown else "")
+            )
+
+
 def _check(config: GatewayConfig, where: str) -> None:
     if not config.upstreams:
         raise ConfigError(f"{where}: no [upstreams]")
@@ -204,6 +220,7 @@ def _check(config: GatewayConfig, where: str) -> None:
         _check_upstream(name, spec, where)
     for kind, policy in config.tools.items():
         _check_tool(kind, policy, config, where)
+    _check_agents(config, where)
     if problem := id_problem(config.pack) or id_problem(config.version):
         raise ConfigError(f"{where}: pack and version are names: {problem}")
     if not 1 <= config.max_attempts <= 100:

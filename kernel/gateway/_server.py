@@ -33,7 +33,9 @@ from typing import Any
 import anyio
 import msgspec
 from mcp.server.mcpserver import Context, MCPServer
+from mcp.shared.exceptions import MCPError
 from mcp_types import (
+    INVALID_PARAMS,
     CallToolRequestParams,
     CallToolResult,
     ListToolsResult,
@@ -48,12 +50,15 @@ from kernel.boot import open_kernel
 from kernel.config import KernelConfig
 from kernel.core.errors import KernelShutdown
 from kernel.core.events import Manifest
+from kernel.core.flow import FlowState
 from kernel.core.reasons import CliError, ReasonCode
 from kernel.core.wall import clip
-from kernel.gateway._config import GatewayConfig
+from kernel.gateway._config import GatewayConfig, ToolPolicy
 from kernel.gateway._pack import Route, ToolInfo, gateway_pack
 from kernel.gateway._upstream import Upstream, UpstreamExecutor
 from kernel.mcp import Embedded, Identity, Principal, ToolRefused
+from kernel.mcp._offered import principal_scopes
+from kernel.mcp._tasks import Tasks, unknown_task
 from kernel.mcp._tenancy import check_flow
 from kernel.policy import PolicyPack
 from kernel.policy.contracts import HandshakeRefused
@@ -211,6 +216,8 @@ class GatewayServer(MCPServer[Any]):
                 " An ESCALATED one waits for a human: follow its dfid with wait_flow."
             ),
             log_level="WARNING",
+            # An escalated call answered as a task (2026-07-28, for clients that declare it).
+            extensions=[Tasks(self._task, self._task_caller)],
             **options,
         )
         self.kernel = kernel
@@ -233,14 +240,15 @@ class GatewayServer(MCPServer[Any]):
             return ListToolsResult(tools=[])
         if who.role != "agent":
             return ListToolsResult(tools=[])
-        # A user whose token claims scopes sees only the tools they cover; the DIM still
-        # judges every call against the tenant's grants (a hidden tool called anyway is
-        # refused on record there).
-        claimed = who.on_behalf.scopes if who.on_behalf is not None else None
+        # A user sees only the tools its scopes cover: the member scopes its tenant declares,
+        # narrowed by those its token claims (kernel.mcp._offered). The DIM still judges
+        # every call (a hidden tool called anyway is refused on record there).
+        scopes = principal_scopes(self.kernel.projections, who)
+        kinds = set(self._capabilities(who.name))
         tools = [
             Tool(name=r.name, description=r.description, input_schema=r.input_schema)
             for r in self.routes.values()
-            if claimed is None or set(r.scopes) <= set(claimed)
+            if r.kind in kinds and (scopes is None or set(r.scopes) <= scopes)
         ]
         return ListToolsResult(tools=[*tools, _WAIT_FLOW])
 
@@ -307,7 +315,7 @@ class GatewayServer(MCPServer[Any]):
             tool_call_id=call_id,
             **behalf,
         )
-        return answer(decision)
+        return answer(decision, self.config.tools)
 
     def _unnamed(self, name: str) -> str:
         """The kind a call of a tool the pack does not name is proposed as (the kernel refuses it).
@@ -355,7 +363,7 @@ class GatewayServer(MCPServer[Any]):
             manifest = Manifest(
                 agent_id=agent_id,
                 version=f"{CONTRACT_VERSION[0]}.{CONTRACT_VERSION[1]}.0",
-                capabilities=sorted(route.kind for route in self.routes.values()),
+                capabilities=self._capabilities(agent_id),
                 max_attempts=self.config.max_attempts,
             )
             try:
@@ -363,6 +371,12 @@ class GatewayServer(MCPServer[Any]):
             except HandshakeRefused as exc:
                 raise ToolRefused(exc.reason_code, str(exc)) from None
             self._sessions.add(agent_id)
+
+    def _capabilities(self, agent_id: str) -> list[str]:
+        """The kinds ``agent_id`` may call: the configuration's ``[agents]``, else every one."""
+        every = sorted(route.kind for route in self.routes.values())
+        named = self.config.agents.get(agent_id)
+        return every if named is None else [k for k in every if k in named]
 
     async def _wait_flow(self, who: Principal, arguments: Mapping[str, Any]) -> CallToolResult:
         unknown = set(arguments) - {"dfid", "timeout_s"}
@@ -384,18 +398,38 @@ class GatewayServer(MCPServer[Any]):
             # Another tenant's flow: the same answer, and the attempt on record.
             await check_flow(reads, view, who, "wait_flow", dfid, door="gateway")
         decision = await self.kernel.await_decision(dfid, float(min(timeout, MAX_WAIT_S)))
-        return answer(decision)
+        return answer(decision, self.config.tools)
+
+    async def _task(self, who: Principal, dfid: str) -> tuple[FlowState, CallToolResult | None]:
+        """The flow behind task ``dfid`` as agent ``who`` may read it, its answer once ended."""
+        flow = self.kernel.flow(dfid) if who.role == "agent" and 0 < len(dfid) <= 256 else None
+        if flow is None or flow.agent_id != who.name:
+            raise unknown_task(dfid)
+        reads = Embedded(self.kernel)
+        async with reads.reading() as view:
+            await check_flow(reads, view, who, "tasks_get", dfid, door="gateway")
+        if not flow.terminal:
+            return flow, None
+        return flow, answer(await self.kernel.await_decision(dfid, 0.0), self.config.tools)
+
+    def _task_caller(self, ctx: Any) -> Principal:
+        try:
+            return self._who(ctx)
+        except ToolRefused as exc:
+            raise MCPError(INVALID_PARAMS, exc.detail, {"reason_code": str(exc.code)}) from None
 
     def _who(self, ctx: Any) -> Principal:
         return self.identity.of(Context(request_context=ctx, mcp_server=self))
 
 
-def answer(decision: Decision) -> CallToolResult:
+def answer(decision: Decision, tools: Mapping[str, ToolPolicy] | None = None) -> CallToolResult:
     """Return the kernel's decision as the tool's result.
 
     EXECUTED: what the upstream answered, as recorded. Otherwise one line for the
-    model and the decision's fields, structured.
+    model and the decision's fields, structured; an escalation over a threshold names
+    the field of ``tools`` (the configuration's) it compares.
     """
+    decision = _in_its_units(decision, tools or {})
     meta = {
         "dirk/verdict": str(decision.verdict),
         "dirk/dfid": decision.dfid,
@@ -433,6 +467,27 @@ def answer(decision: Decision) -> CallToolResult:
     )
 
 
+def _in_its_units(decision: Decision, tools: Mapping[str, ToolPolicy]) -> Decision:
+    """``decision`` with an approval threshold's wording naming the field it compares.
+
+    The DIM words a threshold over a field as ``amount 50 is above 20`` whatever the
+    field holds; a gateway tool's field is a quantity, a count, a size as often as money,
+    so the answer names it, ``qty 50 is above 20``: the field of the kind's
+    ``approve_above`` whose bound the sentence quotes. The record keeps the DIM's words.
+    """
+    if str(decision.reason_code) != ReasonCode.APPROVAL_REQUIRED:
+        return decision
+    kind, sep, rest = decision.detail.partition(": amount ")
+    policy = tools.get(kind)
+    if not sep or policy is None:
+        return decision
+    bound = rest.rpartition(" is above ")[2]
+    fields = [f for f, above in policy.approve_above.items() if str(above) == bound]
+    if len(fields) != 1:
+        return decision
+    return msgspec.structs.replace(decision, detail=f"{kind}: {fields[0]} {rest}")
+
+
 class _Call(msgspec.Struct, frozen=True, kw_only=True):
     name: Any
     arguments: Any
@@ -445,6 +500,7 @@ def _refused(code: str, detail: str, field: str = "") -> CallToolResult:
         content=[TextContent(type="text", text=_sendable(f"REFUSED {code}: {detail}"))],
         structured_content=_sendable(body),
         is_error=True,
+        _meta={"dirk/verdict": "REFUSED", "dirk/dfid": "", "dirk/replayed": False},
     )
 
 

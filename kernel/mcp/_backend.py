@@ -74,6 +74,15 @@ class Embedded:
         """The JSON Schema of every policy kind, by name."""
         return self.kernel.catalog.schemas
 
+    @property
+    def scopes(self) -> Mapping[str, tuple[str, ...]]:
+        """The scopes each policy kind requires (``PolicyKind.scopes``), by name."""
+        return {name: kind.scopes for name, kind in self.kernel.catalog.kinds.items()}
+
+    def capabilities_of(self, agent_id: str) -> list[str]:
+        """The kinds MCP agent ``agent_id`` may propose: its manifest's capabilities."""
+        return list(self._capabilities.get(agent_id, sorted(self.kinds)))
+
     @asynccontextmanager
     async def reading(self) -> AsyncIterator[View]:
         yield View(journal=self.kernel.journal, projections=self.kernel.projections)
@@ -167,7 +176,7 @@ class Embedded:
                     f"agent {agent_id} is hosted in this kernel: MCP does not propose for it",
                     "agent_id",
                 )
-            kinds = self._capabilities.get(agent_id, sorted(self.kinds))
+            kinds = self.capabilities_of(agent_id)
             manifest = Manifest(
                 agent_id=agent_id,
                 version=f"{CONTRACT_VERSION[0]}.{CONTRACT_VERSION[1]}.0",

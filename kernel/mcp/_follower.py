@@ -7,7 +7,7 @@ answered with what the kernel made of it once it takes it.
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -68,6 +68,8 @@ class Follower:
             it signs operator acts for the operator principals.
         answer_s: how long an operator act waits for the kernel to take it before
             answering QUEUED.
+        scopes: the scopes each kind requires (``PolicyKind.scopes``): what ``tools/list``
+            offers a caller bound to a user (kernel.mcp._offered).
     """
 
     remote = True
@@ -83,6 +85,7 @@ class Follower:
         key: str | None = None,
         door: str = "mcp",
         answer_s: float = 5.0,
+        scopes: Mapping[str, Sequence[str]] | None = None,
     ) -> None:
         self.path = path
         self.kinds: Mapping[str, dict[str, Any]] = dict(kinds or {})
@@ -92,6 +95,7 @@ class Follower:
         self.key = key
         self.door = door
         self.answer_s = answer_s
+        self.scopes: Mapping[str, Sequence[str]] = dict(scopes or {})
         self._signers: dict[str, Signer] = {}
 
     @asynccontextmanager

@@ -9,11 +9,14 @@ Tools read the same header to know who calls (kernel.mcp._server.Identity).
 Tokens are compared in constant time and never logged: the SDK's and uvicorn's
 request logs are off.
 
-The tokens are provisioned by the operator, out of band: the metadata names this
-server itself as the authority behind them, and it serves no OAuth endpoint
-(``/.well-known/oauth-authorization-server``, ``/register``, ``/authorize``
-answer 404 with an ``error_description`` that says so), so a host that tries
-OAuth anyway stops at its first request with that sentence to show.
+The tokens are provisioned by the operator, out of band: the metadata names no
+authorization server for them (RFC 9728 makes ``authorization_servers`` optional;
+the SDK's own would name this server, which runs none). With signed user tokens
+(``--user-keys``) it names their issuer, the identity provider that does issue
+them. This server serves no OAuth endpoint (``/.well-known/oauth-authorization-server``,
+``/register``, ``/authorize`` answer 404 with an ``error_description`` that says
+so), so a host that tries OAuth anyway stops at its first request with that
+sentence to show.
 
 A token file has one principal per line, ``agent:ID TOKEN`` or
 ``operator:NAME TOKEN`` (blank lines and ``#`` comments ignored); a token is
@@ -32,6 +35,7 @@ from __future__ import annotations
 import hmac
 import json
 import socket
+import urllib.parse
 from collections.abc import Awaitable, Callable, Mapping, MutableMapping
 from pathlib import Path
 from typing import Any
@@ -171,9 +175,11 @@ def http_auth(
 ) -> tuple[AuthSettings, TokenFile]:
     """Return the SDK's auth settings and verifier for a server at ``resource`` with ``tokens``.
 
-    The authority behind the tokens is the server itself (its origin): the operator
-    provisions them (``--token-file``), no OAuth server issues them; user tokens
-    (``users``) come from the identity provider whose keys the verifier holds.
+    The operator provisions the tokens (``--token-file``), no OAuth server issues them;
+    user tokens (``users``) come from the identity provider whose keys the verifier
+    holds. The SDK's settings want an issuer: the server's origin is given, but the
+    metadata hosts read is :func:`resource_metadata`'s (served by :func:`no_oauth`),
+    which names no authorization server that does not exist.
     """
     origin = resource.removesuffix("/mcp")
     settings = AuthSettings(
@@ -200,28 +206,63 @@ _OAUTH_PATHS = (
 )
 
 
-def no_oauth(app: App) -> App:
+def resource_metadata(resource: str, users: TokenVerifier | None = None) -> bytes:
+    """The protected-resource metadata (RFC 9728) of the MCP server at ``resource``.
+
+    It names an authorization server only where one exists: the issuer of the signed
+    user tokens the server takes (``users``), when that is an https (or loopback http)
+    URL. The operator's tokens have none, so without ``users`` it names none.
+    """
+    document: dict[str, Any] = {
+        "resource": resource,
+        "bearer_methods_supported": ["header"],
+        "resource_name": "dirk",
+    }
+    issuer = users.config.issuer if users is not None else ""
+    if issuer.startswith(("https://", "http://127.0.0.1", "http://localhost")):
+        document["authorization_servers"] = [issuer]
+    return json.dumps(document).encode()
+
+
+def metadata_path(resource: str) -> str:
+    """Where the metadata of ``resource`` is served (``/.well-known/...`` + its path)."""
+    path = urllib.parse.urlsplit(resource).path.rstrip("/")
+    return "/.well-known/oauth-protected-resource" + path
+
+
+def no_oauth(app: App, resource: str = "", users: TokenVerifier | None = None) -> App:
     """Wrap ``app`` so OAuth's endpoints answer 404 with a sentence a host can show.
 
     A host that finds no authorization server's metadata tries the default OAuth
     endpoints on the server's origin (``/register``, then ``/authorize``); each gets
     this JSON error, so the host stops there and says why, rather than opening a
-    browser on a flow no one can finish.
+    browser on a flow no one can finish. With ``resource`` (the server's MCP URL), the
+    protected-resource metadata is :func:`resource_metadata`'s, not the SDK's.
     """
+    served = metadata_path(resource) if resource else None
+    metadata = resource_metadata(resource, users) if resource else b""
 
     async def answering(scope: Scope, receive: Receive, send: Send) -> None:
         path = scope.get("path", "") if scope["type"] == "http" else ""
+        if served is not None and path == served and scope.get("method") in ("GET", "HEAD"):
+            await _send_json(send, 200, metadata)
+            return
         if not any(path == p or path.startswith(p + "/") for p in _OAUTH_PATHS):
             await app(scope, receive, send)
             return
-        headers = [
-            (b"content-type", b"application/json"),
-            (b"content-length", str(len(_NO_OAUTH)).encode()),
-        ]
-        await send({"type": "http.response.start", "status": 404, "headers": headers})
-        await send({"type": "http.response.body", "body": _NO_OAUTH})
+        await _send_json(send, 404, _NO_OAUTH)
 
     return answering
+
+
+async def _send_json(send: Send, status: int, body: bytes) -> None:
+    headers = [
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(body)).encode()),
+        (b"access-control-allow-origin", b"*"),
+    ]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
 
 
 def coded_errors(app: App) -> App:

@@ -19,16 +19,20 @@ import anyio
 import msgspec
 from mcp.server.auth.provider import TokenVerifier
 from mcp.server.auth.settings import AuthSettings
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.subscriptions import SubscriptionBus
+from mcp.shared.exceptions import MCPError
+from mcp_types import INVALID_PARAMS
 from pydantic import WithJsonSchema
 
 from kernel.audit.counterfactual import whatif
 from kernel.core.flow import FlowState, FlowStatus
 from kernel.core.reasons import CliError, ReasonCode
 from kernel.mcp._backend import Backend, Embedded, Principal, Settled, ToolRefused, settled
+from kernel.mcp._offered import Offer, offer_of
 from kernel.mcp._rules import add_rulebook
-from kernel.mcp._tenancy import check_flow, rule_space
+from kernel.mcp._tasks import Tasks, flow_reader
+from kernel.mcp._tenancy import check_flow, refuse_on_record, rule_space
 from kernel.mcp._tools import (
     ACT,
     EFFECT,
@@ -83,6 +87,14 @@ def build_server(
     ``auth`` and ``token_verifier`` guard its streamable HTTP app with the SDK's
     bearer check and protected-resource metadata (see kernel.mcp._http.http_auth).
     """
+
+    def caller(ctx: Any) -> Principal:
+        try:
+            return identity.of(Context(request_context=ctx, mcp_server=server))
+        except ToolRefused as exc:
+            raise MCPError(INVALID_PARAMS, exc.detail, {"reason_code": str(exc.code)}) from None
+
+    tasks = Tasks(flow_reader(backend), caller)
     server: MCPServer[Any] = CodedServer(
         name,
         title="dirk: a governed memory, rulebook and decisions",
@@ -96,10 +108,24 @@ def build_server(
         lifespan=lifespan,
         log_level="WARNING",
         subscriptions=bus,
+        # Escalated calls answered as tasks on 2026-07-28, for clients that declare it.
+        extensions=[tasks],
     )
     tool = registrar(server, identity)
 
-    async def proposed(who: Principal, policy: dict[str, Any], explain: Any, conf: Any) -> Answer:
+    async def offered(who: Principal) -> Offer:
+        async with backend.reading() as view:
+            return offer_of(backend, view, who)
+
+    async def proposed(
+        who: Principal, policy: dict[str, Any], explain: Any, conf: Any, tool: str
+    ) -> Answer:
+        kind = policy.get("kind")
+        if isinstance(kind, str):
+            refusal = (await offered(who)).refusal(kind)
+            if refusal is not None:
+                # A kind this agent is not offered: refused before any flow, on record.
+                raise await refuse_on_record(backend, who, tool, refusal, kind)
         settled: Settled = await backend.propose(who.name, policy, explain, conf, who.on_behalf)
         return Answer(**msgspec.to_builtins(settled))
 
@@ -120,7 +146,7 @@ def build_server(
         """
         policy = {"kind": "memory.add_fact", "name": name, "value": value}
         policy["confidence"] = checked_confidence(confidence)
-        return await proposed(who, policy, explain or f"remember {name}", 1.0)
+        return await proposed(who, policy, explain or f"remember {name}", 1.0, "add_fact")
 
     @tool("agent", title="Add a constraint", hints=PROPOSE)
     async def add_constraint(
@@ -155,7 +181,7 @@ def build_server(
                 if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
                     raise ToolRefused(ReasonCode.SCHEMA_INVALID, "a list of strings", name)
                 policy[name] = value
-        return await proposed(who, policy, explain or "constraint", 1.0)
+        return await proposed(who, policy, explain or "constraint", 1.0, "add_constraint")
 
     @tool("agent", title="Record a decision", hints=PROPOSE)
     async def record_decision(
@@ -172,7 +198,7 @@ def build_server(
         policy = {"kind": "memory.record_decision", "text": text, "rationale": rationale}
         if refs is not None:
             policy["refs"] = refs
-        return await proposed(who, policy, explain or f"{text}", 1.0)
+        return await proposed(who, policy, explain or f"{text}", 1.0, "record_decision")
 
     @tool("agent", title="Query memory (recorded)", hints=PROPOSE)
     async def query_memory(who: Principal, topic: Text, explain: Text = "") -> Answer:
@@ -184,7 +210,7 @@ def build_server(
             explain: why the agent asks (recorded with the query).
         """
         policy = {"kind": "memory.query", "topic": topic}
-        return await proposed(who, policy, explain or f"query {topic}", 1.0)
+        return await proposed(who, policy, explain or f"query {topic}", 1.0, "query_memory")
 
     @tool("agent", title="Read an artifact", hints=READ)
     async def fetch_artifact(
@@ -231,7 +257,7 @@ def build_server(
             raise ToolRefused(
                 ReasonCode.SCHEMA_INVALID, 'policy is an object with a "kind"', "policy"
             )
-        return await proposed(who, policy, explain, confidence)
+        return await proposed(who, policy, explain, confidence, "propose")
 
     # --- reads ---------------------------------------------------------------------
 
@@ -521,27 +547,40 @@ def build_server(
         )
 
     add_rulebook(server, tool, backend)
-    _schema_of_propose(server, backend.kinds)
+    options = _schema_of_propose(server, backend.kinds)
+    if isinstance(server, CodedServer):
+        server.offered = offered
+        server.kind_options = options
     return server
 
 
-def _schema_of_propose(server: MCPServer[Any], kinds: Mapping[str, dict[str, Any]]) -> None:
-    """Put each kind's JSON Schema into ``propose``'s input schema (``policy`` is one of them)."""
+def _schema_of_propose(
+    server: MCPServer[Any], kinds: Mapping[str, dict[str, Any]]
+) -> dict[str, dict[str, Any]]:
+    """Put each kind's JSON Schema into ``propose``'s input schema (``policy`` is one of them).
+
+    Returns each kind's option of ``policy``'s ``anyOf`` by name: what ``tools/list``
+    narrows to the kinds an agent is offered.
+    """
     defs: dict[str, Any] = {}
-    options = []
+    options: dict[str, dict[str, Any]] = {}
     for name in sorted(kinds):
         schema = kinds[name]
         defs.update(schema.get("$defs", {}))
-        options.append({k: v for k, v in schema.items() if k != "$defs"})
+        options[name] = {k: v for k, v in schema.items() if k != "$defs"}
     tool = server._tool_manager.get_tool("propose")
     if tool is None or not options:
-        return
+        return options
     parameters = dict(tool.parameters)
     properties = dict(parameters.get("properties", {}))
-    properties["policy"] = {"anyOf": options, "description": "the policy: one of these kinds"}
+    properties["policy"] = {
+        "anyOf": list(options.values()),
+        "description": "the policy: one of these kinds",
+    }
     parameters["properties"] = properties
     parameters["$defs"] = {**parameters.get("$defs", {}), **defs}
     tool.parameters = parameters
+    return options
 
 
 def quorum_text(ballot: Ballot | None) -> str:

@@ -31,6 +31,24 @@ def tenant_of(who: Principal, backend: Backend) -> str | None:
     return who.tenant
 
 
+async def refuse_on_record(
+    backend: Backend, who: Principal, tool: str, refusal: ToolRefused, target: str
+) -> ToolRefused:
+    """Record ``refusal`` of ``who``'s call of ``tool`` (beside a kernel); return it to raise."""
+    if isinstance(backend, Embedded):
+        refused = InputRefused(
+            reason_code=ReasonCode(refusal.code),
+            entry=clip(f"mcp.{tool}", 32),
+            field=refusal.field,
+            detail=clip(refusal.detail),
+            operator=clip(f"{who.role}:{who.name}"),
+            target=clip(target),
+        )
+        agent = who.name if who.role == "agent" else None
+        await backend.kernel.journal.append([Draft(payload=refused, agent_id=agent)])
+    return refusal
+
+
 async def refuse_cross_tenant(
     backend: Backend,
     who: Principal,

@@ -13,13 +13,12 @@ an ERROR answer with SCHEMA_INVALID (or another code) and the field.
 
 from __future__ import annotations
 
-import hmac
 import inspect
 import logging
 import math
 import re
 import typing
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from decimal import Decimal
 from enum import Enum
 from typing import Annotated, Any
@@ -34,6 +33,7 @@ from mcp_types import (
     ListToolsResult,
     PaginatedRequestParams,
     TextContent,
+    Tool,
     ToolAnnotations,
 )
 from pydantic import BaseModel, WithJsonSchema
@@ -42,8 +42,8 @@ from kernel.core.errors import KernelShutdown
 from kernel.core.reasons import ReasonCode
 from kernel.core.text import free_text_problem, id_problem, value_problem
 from kernel.core.wall import InputInvalid, check_value
-from kernel.identity import PrincipalInvalid, TokenVerifier, principal_of
 from kernel.mcp._backend import Principal, ToolRefused
+from kernel.mcp._identity import Identity as Identity
 
 log = logging.getLogger(__name__)
 
@@ -125,6 +125,8 @@ def reply(answer: Answer) -> CallToolResult:
         content=[TextContent(type="text", text=text)],
         structured_content=body,
         is_error=answer.verdict == "ERROR",
+        # As the gateway's answers carry it: a client reads the verdict without the body.
+        _meta={"dirk/verdict": body["verdict"], "dirk/dfid": body["dfid"]},
     )
 
 
@@ -141,83 +143,6 @@ def _scrubbed(value: Any) -> Any:
 
 def refused(code: str, detail: str, field: str = "") -> CallToolResult:
     return reply(Answer(verdict="ERROR", reason_code=code, detail=detail, field=field))
-
-
-class Identity:
-    """Who calls: a fixed principal (stdio, in process), or one per bearer token (HTTP).
-
-    A bearer token is either one of the token file's (the agent or operator it names,
-    with the user it binds, if any) or, with ``users``, a signed user token: its
-    subject is the user the call acts for, its ``azp`` claim (the OAuth client it was
-    issued to) the agent that calls, else ``token_agent``.
-
-    Args:
-        default: the principal of a call that carries no token (stdio, in process).
-        tokens: principals by bearer token; when given, a call must carry one.
-        users: the verifier of signed user tokens (kernel.identity), if the server takes them.
-        token_agent: the agent a user token without ``azp`` calls as ("": it must name one).
-    """
-
-    def __init__(
-        self,
-        default: Principal | None = None,
-        tokens: Mapping[str, Principal] | None = None,
-        *,
-        users: TokenVerifier | None = None,
-        token_agent: str = "",
-    ) -> None:
-        self.default = default
-        self.tokens = dict(tokens or {})
-        self.users = users
-        self.token_agent = token_agent
-
-    def of(self, ctx: Context[Any, Any]) -> Principal:
-        headers = None
-        try:
-            headers = ctx.headers
-        except ValueError:
-            headers = None
-        if self.tokens or self.users is not None:
-            value = (headers or {}).get("authorization", "")
-            scheme, _, token = value.partition(" ")
-            if scheme.lower() != "bearer" or not token:
-                raise ToolRefused(ReasonCode.INVALID_SESSION, "no valid bearer token")
-            return self.of_token(token.strip())
-        if self.default is None:
-            raise ToolRefused(ReasonCode.UNAUTHORIZED, "this server has no principal")
-        return self.default
-
-    def of_token(self, token: str) -> Principal:
-        """Return the principal of a bearer ``token``.
-
-        Raises:
-            ToolRefused: INVALID_SESSION for a token this server never issued;
-                PRINCIPAL_INVALID for a user token that does not verify.
-        """
-        found = None
-        for known, principal in self.tokens.items():
-            # Every token is compared, so the time taken says nothing about which was close.
-            if hmac.compare_digest(known.encode(), token.encode("utf-8", "replace")):
-                found = principal
-        if found is not None:
-            return found
-        if self.users is None or token.count(".") != 2:
-            raise ToolRefused(ReasonCode.INVALID_SESSION, "no valid bearer token")
-        try:
-            claims, kid = self.users.claims(token)
-            user = principal_of(claims, self.users.config.tenant_claim, f"token:{kid}")
-        except PrincipalInvalid as exc:
-            raise ToolRefused(ReasonCode.PRINCIPAL_INVALID, exc.detail, "authorization") from None
-        return Principal(role="agent", name=self._agent_of(claims), on_behalf=user)
-
-    def _agent_of(self, claims: Mapping[str, Any]) -> str:
-        """The agent a verified user token calls as: its ``azp``, else ``token_agent``."""
-        agent = claims.get("azp", self.token_agent) or self.token_agent
-        if not isinstance(agent, str) or not agent or id_problem(agent) is not None:
-            raise ToolRefused(
-                ReasonCode.PRINCIPAL_INVALID, "the user token names no agent (azp)", "authorization"
-            )
-        return agent[:128]
 
 
 def checked_text(value: Any, field: str, limit: int = 4096) -> str:
@@ -267,7 +192,9 @@ class CodedServer(MCPServer[Any]):
 
     The SDK answers an unknown tool, a missing argument or one it fails to
     validate with bare text (``Error executing tool ...``), no code, no field.
-    Here each is an ERROR answer with SCHEMA_INVALID and the field, and an
+    Here an unknown tool is the JSON-RPC error the spec asks for (-32602, invalid
+    params, ``data`` with SCHEMA_INVALID and field ``name``); each other is an ERROR
+    answer with SCHEMA_INVALID and the field, and an
     argument the tool does not declare is refused as the wall refuses an unknown
     field, instead of being dropped unseen. Who calls is checked first: a caller
     without the tool's role learns nothing about its arguments.
@@ -275,6 +202,10 @@ class CodedServer(MCPServer[Any]):
 
     identity: Identity | None = None
     roles: dict[str, str | None]
+    offered: Callable[[Principal], Awaitable[Any]] | None = None
+    """What an agent is offered (kernel.mcp._offered.Offer), when the server knows."""
+    kind_options: Mapping[str, dict[str, Any]] = {}
+    """Each kind's option of ``propose``'s ``policy`` schema, by name."""
 
     async def _handle_list_tools(
         self, ctx: Any, params: PaginatedRequestParams | None
@@ -291,6 +222,9 @@ class CodedServer(MCPServer[Any]):
             who = None  # no valid token: only the tools anyone may call
         role = who.role if who is not None else None
         tools = [t for t in await self.list_tools() if roles.get(t.name) in (None, role)]
+        offered = getattr(self, "offered", None)
+        if who is not None and who.role == "agent" and offered is not None:
+            tools = _offered_tools(tools, await offered(who), getattr(self, "kind_options", {}))
         return ListToolsResult(tools=tools)
 
     async def call_tool(
@@ -298,7 +232,12 @@ class CodedServer(MCPServer[Any]):
     ) -> Any:
         tool = self._tool_manager.get_tool(name)
         if tool is None:
-            return refused(ReasonCode.SCHEMA_INVALID, f"no tool {_shown(name)!r}", "name")
+            # The spec's answer to an unknown tool: a JSON-RPC error, invalid params.
+            raise MCPError(
+                INVALID_PARAMS,
+                f"no tool {_shown(name)!r}",
+                {"reason_code": str(ReasonCode.SCHEMA_INVALID), "field": "name"},
+            )
         if context is None:
             context = Context(mcp_server=self)
         try:
@@ -376,6 +315,25 @@ class CodedServer(MCPServer[Any]):
                 f"{name}: arguments do not validate",
                 {"reason_code": str(ReasonCode.SCHEMA_INVALID)},
             ) from None
+
+
+def _offered_tools(tools: list[Tool], offer: Any, options: Mapping[str, Any]) -> list[Tool]:
+    """``tools`` as an agent is offered them: its kinds' tools, ``propose`` its kinds only."""
+    hidden = offer.hidden()
+    shown = []
+    for tool in tools:
+        if tool.name in hidden:
+            continue
+        if tool.name == "propose" and options:
+            schema = dict(tool.input_schema)
+            properties = dict(schema.get("properties", {}))
+            policy = dict(properties.get("policy", {}))
+            policy["anyOf"] = [options[k] for k in sorted(options) if k in offer.kinds]
+            properties["policy"] = policy
+            schema["properties"] = properties
+            tool = tool.model_copy(update={"input_schema": schema})
+        shown.append(tool)
+    return shown
 
 
 def allowed(

@@ -140,7 +140,12 @@ async def test_an_escalated_call_waits_for_a_signed_operator_then_runs_once(
         pending = body(first)
         assert not first.is_error
         assert pending["verdict"] == "ESCALATED" and pending["reason_code"] == "APPROVAL_REQUIRED"
+        # Worded by the field it compares, not as an "amount" of anything.
+        assert pending["detail"] == "notes.transfer: amount_cents 60000 is above 50000"
         dfid = pending["dfid"]
+        unknown = await c.call_tool("wait_flow", {"dfid": "no-such-flow"})
+        assert unknown.is_error and unknown.meta is not None
+        assert unknown.meta["dirk/verdict"] == "REFUSED"
         still = await c.call_tool("wait_flow", {"dfid": dfid, "timeout_s": 0})
         assert body(still)["verdict"] == "ESCALATED"
         assert up.calls() == []

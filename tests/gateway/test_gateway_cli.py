@@ -57,7 +57,7 @@ async def new_journal(path: Path) -> Path:
 async def test_stdio_serves_the_governed_tools_as_the_agent(tmp_path: Path) -> None:
     up = upstream_in(tmp_path)
     config = write_config(tmp_path, up)
-    db = await new_journal(tmp_path / "j.db")
+    db = tmp_path / "j.db"  # none yet: the gateway creates its journal on first use
     listing = tmp_path / "listing.json"
     args = ["-m", "kernel", "mcp", "proxy", "--config", str(config), "--db", str(db)]
     args += ["--listing", str(listing)]

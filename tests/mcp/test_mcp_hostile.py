@@ -37,6 +37,7 @@ require_mcp()
 
 import httpx2  # noqa: E402
 from mcp import Client  # noqa: E402
+from mcp.shared.exceptions import MCPError  # noqa: E402
 from mcp_types import CallToolResult  # noqa: E402
 
 from kernel.audit import open_journal, verify_journal  # noqa: E402
@@ -263,7 +264,6 @@ async def test_the_sdks_own_validation_answers_with_a_code(tmp_path: Path) -> No
                 ("decide", {}, "dfid"),
                 ("decide", {"dfid": "x", "decision": "reject"}, "reason"),
                 ("review", {"dfid": "x", "dfdi": "y"}, "dfdi"),
-                ("no_such_tool", {}, "name"),
                 ("review", {"dfid": "x", "ctx": 1}, "ctx"),
             ]
             for tool, args, field in cases:
@@ -271,6 +271,11 @@ async def test_the_sdks_own_validation_answers_with_a_code(tmp_path: Path) -> No
                 body = result.structured_content or {}
                 assert result.is_error, (tool, args, result)
                 assert body["reason_code"] == "SCHEMA_INVALID" and body["field"] == field, body
+            # An unknown tool is the spec's JSON-RPC error: -32602, invalid params.
+            with pytest.raises(MCPError) as raised:
+                await c.call_tool("no_such_tool", {})
+            assert raised.value.error.code == -32602
+            assert raised.value.error.data == {"reason_code": "SCHEMA_INVALID", "field": "name"}
 
 
 # --- over HTTP --------------------------------------------------------------------------------

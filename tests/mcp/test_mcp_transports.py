@@ -126,6 +126,8 @@ def test_http_with_tokens(http_server: tuple[str, Path]) -> None:
             document = (await http.get(metadata)).json()
             assert document["resource"] == url
             assert document["bearer_methods_supported"] == ["header"]
+            # The operator provisions the tokens: no authorization server is named, none runs.
+            assert "authorization_servers" not in document
             # No OAuth server behind it: a host that tries one is told why, and stops.
             for path in ("/.well-known/oauth-authorization-server", "/register", "/authorize"):
                 answer = await http.post(url.replace("/mcp", path), json={})

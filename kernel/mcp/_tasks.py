@@ -1,0 +1,276 @@
+"""Approvals as MCP tasks: the tasks extension (``io.modelcontextprotocol/tasks``, SEP-2663).
+
+On protocol revision 2026-07-28, a client that declares the extension in its request's
+capabilities gets an escalated proposal back as a **task** (``resultType: "task"``)
+instead of an ESCALATED answer: the task's id is the flow's DFID, and the task is the
+flow. ``tasks/get`` reads the flow from the journal, so any process that can reach the
+server (another client, a restarted one) polls it, and the server may have restarted in
+between: while a human decides the task is ``working`` (its ``statusMessage`` says why
+the call waits); once the flow ends (approved and executed once by the kernel, rejected,
+expired) it is ``completed`` with the tool's own answer as its ``result``, the very
+answer ``wait_flow`` gives. Only the flow's own agent reads it (another agent's flow,
+or another tenant's, is an unknown task: -32602, and another tenant's attempt is recorded).
+``tasks/update`` and ``tasks/cancel`` are acknowledged, as the extension asks; neither
+changes the flow: a human decides it (``dirk decide``).
+
+A client without the extension, or on an older revision (the conformance suite's and
+the Inspector's), gets the ESCALATED answer and follows it with ``wait_flow`` as before.
+
+For clients, :class:`TaskClient` is the extension's client half for ``mcp.Client``
+(``Client(..., extensions=[TaskClient()])``): ``call_tool`` then waits for an escalated
+call's task to complete and returns its result; :func:`get_task` reads one task by id.
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, ClassVar, Literal
+
+import anyio
+import msgspec
+from mcp.client.extension import ClaimContext, ClientExtension, ResultClaim
+from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
+from mcp.server.extension import Extension, MethodBinding
+from mcp.shared.exceptions import MCPError
+from mcp.shared.inbound import MCP_NAME_HEADER, decode_header_value
+from mcp_types import INVALID_PARAMS, CallToolRequestParams, CallToolResult, RequestParams, Result
+from mcp_types import Request as McpRequest
+from mcp_types.jsonrpc import HEADER_MISMATCH
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+from pydantic import Field
+
+from kernel.core.flow import FlowState
+from kernel.core.reasons import CliError
+from kernel.mcp._backend import Backend, Principal, ToolRefused, settled
+from kernel.mcp._tenancy import check_flow
+from kernel.mcp._tools import Answer, reply
+
+TASKS = "io.modelcontextprotocol/tasks"
+"""The extension's identifier."""
+POLL_MS = 2000
+"""The polling interval a task suggests: a human's decision takes seconds at least."""
+
+
+class TaskParams(RequestParams):
+    """What ``tasks/get``, ``tasks/update`` and ``tasks/cancel`` name: the task."""
+
+    task_id: str = Field(alias="taskId")
+    request_state: str | None = Field(default=None, alias="requestState")
+
+
+class UpdateParams(TaskParams):
+    """``tasks/update``: responses to input requests (a dirk task asks for none)."""
+
+    input_responses: dict[str, Any] = Field(default_factory=dict, alias="inputResponses")
+
+
+Reader = Callable[[Principal, str], Awaitable[tuple[FlowState, CallToolResult | None]]]
+"""Reads a task's flow for a caller: the flow, and the tool's answer once it ended."""
+
+
+class Tasks(Extension):
+    """The server half: escalated tool calls become tasks; ``tasks/*`` read their flows.
+
+    Args:
+        read: reads a task's flow for a caller, and the tool's answer once it ended
+            (:func:`flow_reader` for dirk's tools; the gateway reads its kernel's).
+        who: the caller of a request (its Context's principal).
+    """
+
+    identifier = TASKS
+
+    def __init__(self, read: Reader, who: Callable[[Any], Principal]) -> None:
+        self.read = read
+        self.who = who
+
+    def methods(self) -> Sequence[MethodBinding]:
+        versions = frozenset(MODERN_PROTOCOL_VERSIONS)
+        return (
+            MethodBinding("tasks/get", TaskParams, self._get, versions),
+            MethodBinding("tasks/update", UpdateParams, self._ack, versions),
+            MethodBinding("tasks/cancel", TaskParams, self._ack, versions),
+        )
+
+    async def intercept_tool_call(
+        self,
+        params: CallToolRequestParams,
+        ctx: ServerRequestContext[Any, Any],
+        call_next: CallNext,
+    ) -> HandlerResult:
+        """Answer an escalated call as a task, where the client declared the extension."""
+        result = await call_next(ctx)
+        if not isinstance(result, CallToolResult) or not _declared(ctx):
+            return result
+        body = result.structured_content or {}
+        if body.get("verdict") != "ESCALATED" or not body.get("dfid"):
+            return result
+        try:
+            flow, _ = await self.read(self.who(ctx), str(body["dfid"]))
+        except ToolRefused:
+            return result  # not readable as a task by this caller: the answer as it is
+        return {"resultType": "task", **_task(flow, body.get("detail", ""))}
+
+    async def _get(self, ctx: ServerRequestContext[Any, Any], params: TaskParams) -> HandlerResult:
+        _check_name(ctx, params)
+        try:
+            who = self.who(ctx)
+            flow, answer = await self.read(who, params.task_id)
+        except ToolRefused as exc:
+            # An unknown task, another agent's or another tenant's: the same answer.
+            raise MCPError(
+                INVALID_PARAMS, exc.detail, {"reason_code": str(exc.code), "field": "taskId"}
+            ) from None
+        task = _task(flow, flow.detail)
+        if answer is not None:
+            task["status"] = "completed"
+            task["statusMessage"] = str((answer.structured_content or {}).get("verdict", ""))
+            task["result"] = answer.model_dump(by_alias=True, mode="json", exclude_none=True)
+        return task
+
+    async def _ack(self, ctx: ServerRequestContext[Any, Any], params: TaskParams) -> HandlerResult:
+        """``tasks/update`` and ``tasks/cancel``: acknowledged; a human decides the flow."""
+        _check_name(ctx, params)
+        return {}
+
+
+def _check_name(ctx: ServerRequestContext[Any, Any], params: TaskParams) -> None:
+    """Over HTTP, a ``tasks/*`` request's ``Mcp-Name`` header is its task id (SEP-2663).
+
+    What routes the request to the server holding the task must name the task the body
+    names: a request without it, or naming another, is refused (-32020, header mismatch).
+    """
+    request = ctx.request
+    headers = getattr(request, "headers", None)
+    if headers is None:
+        return  # stdio, in process: no header to carry it
+    if decode_header_value(headers.get(MCP_NAME_HEADER)) != params.task_id:
+        raise MCPError(
+            HEADER_MISMATCH,
+            f"{MCP_NAME_HEADER} header does not match the request body's 'taskId' parameter",
+            {"reason_code": "SCHEMA_INVALID", "field": "taskId"},
+        )
+
+
+def unknown_task(dfid: str) -> ToolRefused:
+    """The refusal of a task a caller may not read (the same whether it exists or not)."""
+    return ToolRefused(CliError.UNKNOWN_FLOW, f"no task {dfid[:64]!r}", "taskId")
+
+
+def flow_reader(backend: Backend) -> Reader:
+    """Read tasks from ``backend``: the flow, and once it ended the answer ``wait_flow`` gives."""
+
+    async def read(who: Principal, dfid: str) -> tuple[FlowState, CallToolResult | None]:
+        if not dfid or len(dfid) > 256:
+            raise unknown_task(dfid)
+        async with backend.reading() as view:
+            flow = view.projections.flows.get(dfid)
+            if flow is None or (who.role == "agent" and flow.agent_id != who.name):
+                raise unknown_task(dfid)
+            await check_flow(backend, view, who, "tasks_get", dfid)
+            if not flow.terminal:
+                return flow, None
+            events = await view.journal.read(dfid=dfid)
+        return flow, reply(Answer(**msgspec.to_builtins(settled(flow, events))))
+
+    return read
+
+
+def _declared(ctx: ServerRequestContext[Any, Any]) -> bool:
+    """Whether this request may be answered with a task: 2026-07-28, extension declared."""
+    if ctx.protocol_version not in MODERN_PROTOCOL_VERSIONS:
+        return False
+    capabilities = ctx.session.client_capabilities
+    return bool(capabilities and capabilities.extensions and TASKS in capabilities.extensions)
+
+
+def _task(flow: FlowState, why: str) -> dict[str, Any]:
+    """The task a flow is (working while it is open), times from the flow's events."""
+    return {
+        "taskId": flow.dfid,
+        "status": "working",
+        "statusMessage": f"waiting for a human decision: {why}" if why else "waiting",
+        "createdAt": _iso(flow.created_ts),
+        "lastUpdatedAt": _iso(flow.updated_ts),
+        "ttlSeconds": None,
+        "pollIntervalMilliseconds": POLL_MS,
+    }
+
+
+def _iso(ts_ns: int) -> str:
+    at = datetime.datetime.fromtimestamp(ts_ns / 1e9, tz=datetime.UTC)
+    return at.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+# --- the client half -----------------------------------------------------------------
+
+
+class TaskHandle(Result):
+    """A task as ``tools/call`` answers it (``resultType: "task"``)."""
+
+    result_type: Literal["task"] = "task"
+    task_id: str
+    status: str
+    status_message: str | None = None
+    poll_interval_milliseconds: int | None = None
+
+
+class TaskState(Result):
+    """A task as ``tasks/get`` answers it: its status, and its result once completed."""
+
+    task_id: str
+    status: str
+    status_message: str | None = None
+    poll_interval_milliseconds: int | None = None
+    result: dict[str, Any] | None = None
+    error: dict[str, Any] | None = None
+
+
+class GetTask(McpRequest[TaskParams, Literal["tasks/get"]]):
+    """The ``tasks/get`` request (its ``Mcp-Name`` header is the task's id)."""
+
+    method: Literal["tasks/get"] = "tasks/get"
+    params: TaskParams
+    name_param: ClassVar[str | None] = "taskId"
+
+
+async def get_task(session: Any, task_id: str) -> TaskState:
+    """Read task ``task_id`` once (``session``: an ``mcp.Client``'s ``session``)."""
+    request = GetTask(params=TaskParams(taskId=task_id))
+    state: TaskState = await session.send_request(request, TaskState)
+    return state
+
+
+async def await_task(session: Any, task_id: str, poll_s: float | None = None) -> CallToolResult:
+    """Poll task ``task_id`` until it completes; return the tool's result.
+
+    Raises:
+        MCPError: the task failed, or was cancelled.
+    """
+    while True:
+        state = await get_task(session, task_id)
+        if state.status == "completed" and state.result is not None:
+            return CallToolResult.model_validate(state.result)
+        if state.status in ("failed", "cancelled"):
+            raise MCPError(INVALID_PARAMS, f"task {task_id} {state.status}", state.error)
+        interval = poll_s if poll_s is not None else (state.poll_interval_milliseconds or 1000)
+        await anyio.sleep(interval if poll_s is not None else interval / 1000)
+
+
+class TaskClient(ClientExtension):
+    """The client half: an escalated call's task is awaited, its result returned.
+
+    Args:
+        poll_s: how often to poll (default: the interval the task suggests).
+    """
+
+    identifier = TASKS
+
+    def __init__(self, poll_s: float | None = None) -> None:
+        self.poll_s = poll_s
+
+    def claims(self) -> Sequence[ResultClaim[Any]]:
+        async def resolve(handle: TaskHandle, ctx: ClaimContext) -> CallToolResult:
+            return await await_task(ctx.session, handle.task_id, self.poll_s)
+
+        return (ResultClaim(result_type="task", model=TaskHandle, resolve=resolve),)
