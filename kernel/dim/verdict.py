@@ -26,7 +26,17 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from kernel.core.events import Applied, Draft, Feedback, FlowCreated, OnBehalf, ProposalRecord
+from kernel.core.events import (
+    Applied,
+    Draft,
+    Feedback,
+    FlowCreated,
+    Judged,
+    OnBehalf,
+    ProposalRecord,
+    QuorumRule,
+    canonical,
+)
 from kernel.core.flow import FlowState
 from kernel.dim._gate import MemoryCheck, judge
 from kernel.dim._judgement import Behalf, Inputs, Judgement
@@ -311,3 +321,30 @@ def rechecked(judgement: Judgement, ballot: Ballot | None, approval: Approval | 
     if not voters:
         voters = [(approval.operator, [])]
     return tally(judgement.quorum or SINGLE, voters).met
+
+
+def quorum_words(rule: QuorumRule | None) -> str:
+    """A quorum rule in words for comparing and showing; "" for one operator's approval."""
+    if rule is None or (rule.required < 2 and not rule.roles):
+        return ""
+    roles = f" of {', '.join(rule.roles)}" if rule.roles else " operators"
+    return f"{rule.required}{roles}"
+
+
+def form_of(applied: Applied | None) -> str:
+    """A transformed acceptance's applied form as canonical JSON ("" when none)."""
+    return "" if applied is None else canonical(applied).decode()
+
+
+def outcome_of(judgement: Judgement) -> Judged:
+    """Reduce a judgement to what two verdicts are compared on: the DIM's shadow and replay's."""
+    for outcome, f in (("rejected", judgement.rejection), ("escalated", judgement.escalation)):
+        if f is not None:
+            return Judged(
+                outcome=outcome,
+                reason_code=str(f.reason_code),
+                detail=f.detail,
+                quorum=quorum_words(judgement.quorum) if outcome == "escalated" else "",
+            )
+    grant = judgement.grant.grant if judgement.grant is not None else ""
+    return Judged(outcome="accepted", applied=form_of(judgement.applied), grant=grant)

@@ -89,6 +89,7 @@ from kernel.state.records import session_hash as session_hash
 from kernel.state.records import visible as visible
 from kernel.state.reservations import Reservations
 from kernel.state.roadmap.domain import Roadmap
+from kernel.state.shadows import Shadows
 
 DOMAINS: tuple[DomainType, ...] = (
     Reservations,
@@ -102,6 +103,7 @@ DOMAINS: tuple[DomainType, ...] = (
     Budgets,
     Principals,
     Drift,
+    Shadows,
 )
 """The registered domains, in order: every Projections folds them, the DIM runs their
 checks in this order, the kernel builds their executors. Registering one is adding it here."""
