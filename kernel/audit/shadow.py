@@ -30,8 +30,10 @@ from collections.abc import Collection, Iterable, Sequence
 
 import msgspec
 
+from kernel.audit.counterfactual import Change
 from kernel.audit.reverify import rejudge_costed
 from kernel.core.events import (
+    Event,
     FlowCreated,
     ProposalSubmitted,
     ShadowDiffered,
@@ -144,40 +146,50 @@ async def live_report(
     Raises:
         NoShadow: the journal records no shadow (at that seq).
     """
-    head = journal.head_seq if stop is None else min(stop, journal.head_seq)
-    found = await shadows_of(journal, head)
-    if shadow is not None:
-        found = [s for s in found if s.loaded == shadow]
-    if not found:
-        where = f" loaded at #{shadow}" if shadow is not None else ""
-        raise NoShadow(f"the journal records no shadow pack{where}")
-    count = found[-1]
+    head = _head(journal, stop)
+    count = _chosen(await shadows_of(journal, head), shadow)
     end = count.ended - 1 if count.ended else head
     loaded = (await journal.read(count.loaded, count.loaded + 1))[0].payload
     assert isinstance(loaded, ShadowLoaded)
-    diffs = [
-        (e, e.payload)
-        for e in await journal.read(count.loaded + 1, end + 1, types=["ShadowDiffered"])
-        if isinstance(e.payload, ShadowDiffered) and e.payload.shadow == count.hash
-    ]
+    recorded = await journal.read(count.loaded + 1, end + 1, types=["ShadowDiffered"])
     differences = [
-        Difference(
-            seq=event.caused_by or event.seq,
-            dfid=event.dfid or "",
-            agent_id=event.agent_id or "",
-            kind=p.kind,
-            then=p.enforced.words(),
-            now=p.judged.would(),
-            reason_code=p.judged.reason_code,
-            detail=p.judged.detail,
-            costs=dict(p.costs),
-        )
-        for event, p in diffs
+        _recorded(event, event.payload)
+        for event in recorded
+        if isinstance(event.payload, ShadowDiffered) and event.payload.shadow == count.hash
     ]
     return await _report(
         journal, "live", (count.name, count.version, count.hash), loaded.kinds,
         (count.loaded, end), differences, count.how,
     )  # fmt: skip
+
+
+def _head(journal: Journal, stop: int | None) -> int:
+    return journal.head_seq if stop is None else min(stop, journal.head_seq)
+
+
+def _chosen(found: list[ShadowCount], shadow: int | None) -> ShadowCount:
+    """The shadow loaded at ``shadow``, or the last loaded; NoShadow when there is none."""
+    if shadow is not None:
+        found = [s for s in found if s.loaded == shadow]
+    if not found:
+        where = f" loaded at #{shadow}" if shadow is not None else ""
+        raise NoShadow(f"the journal records no shadow pack{where}")
+    return found[-1]
+
+
+def _recorded(event: Event, p: ShadowDiffered) -> Difference:
+    """A difference as the shadow recorded it (its seq: the submission that caused it)."""
+    return Difference(
+        seq=event.caused_by or event.seq,
+        dfid=event.dfid or "",
+        agent_id=event.agent_id or "",
+        kind=p.kind,
+        then=p.enforced.words(),
+        now=p.judged.would(),
+        reason_code=p.judged.reason_code,
+        detail=p.judged.detail,
+        costs=dict(p.costs),
+    )
 
 
 async def history_report(
@@ -198,23 +210,28 @@ async def history_report(
         start: count proposals submitted after this seq (a shadow's ShadowLoaded).
         stop: the last seq to read (default: the head).
     """
-    head = journal.head_seq if stop is None else min(stop, journal.head_seq)
+    head = _head(journal, stop)
     names = {p.name for p in candidates}
     packs = [*candidates, *(p for p in others if p.name not in names)]
     result, costs = await rejudge_costed(journal, packs, head)
     kinds = sorted({kind for pack in candidates for kind in pack.by_name})
     differences = [
-        Difference(
-            seq=c.seq, dfid=c.dfid, agent_id=c.agent_id, kind=c.kind, then=c.then, now=c.now,
-            reason_code=c.reason_code, detail=c.detail, costs=costs[c.seq],
-        )
+        _replayed(c, costs[c.seq])
         for c in result.changes
         if c.seq in costs and start < c.seq <= head and c.kind in kinds
-    ]  # fmt: skip
+    ]
     first = candidates[0]
     return await _report(
         journal, "history", (first.name, first.version, first.hash), kinds, (start, head),
         differences, "",
+    )  # fmt: skip
+
+
+def _replayed(c: Change, costs: dict[str, int]) -> Difference:
+    """A difference as replay found it (a verdict change of a submission)."""
+    return Difference(
+        seq=c.seq, dfid=c.dfid, agent_id=c.agent_id, kind=c.kind, then=c.then, now=c.now,
+        reason_code=c.reason_code, detail=c.detail, costs=costs,
     )  # fmt: skip
 
 

@@ -43,9 +43,9 @@ CANDIDATE = dataclasses.replace(
 QTYS = (1, 4, 2, 8, 3, 5, 1, 6)
 
 
-def Trader(qtys: Sequence[int] = QTYS) -> ScriptedAgent:  # noqa: N802  (an agent, named so)
+def trader(qtys: Sequence[int] = QTYS) -> ScriptedAgent:
     """Proposes the next quantity of ``qtys`` in each flow it is handed."""
-    played = []
+    played: list[int] = []
 
     def step(ctx: WorkingContext) -> Proposal:
         qty = qtys[len(played) % len(qtys)]
@@ -104,13 +104,13 @@ async def test_live_differences_equal_the_replay_and_enforced_verdicts_do_not_mo
     tmp_path: Path,
 ) -> None:
     async with kernel(tmp_path / "plain.db") as k:
-        await k.register(Trader())
+        await k.register(trader())
         await run_flows(k, 2 * len(QTYS))
         plain = enforced(await k.journal.read(types=VERDICTS))
         plain_journal = await k.journal.read()
 
     async with kernel(tmp_path / "j.db") as k:
-        await k.register(Trader())
+        await k.register(trader())
         ref = await k.load_shadow(CANDIDATE, operator="ana", reason="try the tighter limit")
         assert (ref.version, ref.hash) == ("1.1.0", CANDIDATE.hash)
         [count] = k.projections.domain(Shadows).judging()
@@ -147,7 +147,7 @@ async def test_live_differences_equal_the_replay_and_enforced_verdicts_do_not_mo
 
 async def test_promotion_records_the_report_digest_and_enforces_the_shadow(tmp_path: Path) -> None:
     async with kernel(tmp_path / "j.db") as k:
-        await k.register(Trader([4]))
+        await k.register(trader([4]))
         await k.load_shadow(CANDIDATE, operator="ana", reason="try it")
         await run_flows(k, 3)
         reviewed = await live_report(k.journal)
@@ -195,7 +195,7 @@ async def test_refused_shadow_acts_name_a_reason_and_change_nothing(tmp_path: Pa
 
 async def test_retired_and_restarted_shadows_judge_no_more(tmp_path: Path) -> None:
     async with kernel(tmp_path / "j.db") as k:
-        await k.register(Trader([4]))
+        await k.register(trader([4]))
         await k.load_shadow(CANDIDATE, operator="ana", reason="try")
         await run_flows(k, 1)
         await k.retire_shadow("desk", operator="ana", reason="enough", version="1.1.0")
@@ -203,7 +203,7 @@ async def test_retired_and_restarted_shadows_judge_no_more(tmp_path: Path) -> No
         assert len(await k.journal.read(types=["ShadowDiffered"])) == 1
         await k.load_shadow(CANDIDATE, operator="ana", reason="again")
     async with kernel(tmp_path / "j.db", seed=6) as k:
-        await k.register(Trader([4]))
+        await k.register(trader([4]))
         await run_flows(k, 1)
         found = await shadows_of(k.journal)
         assert [s.how for s in found] == ["retired", "restarted"]
