@@ -312,7 +312,7 @@ class OperatorActs:
             case ChangeTenantPolicyRequest():
                 return await self._tenant(request, inbox_id)
             case ShadowRequest():
-                return await self.shadows.apply(request)
+                return await self.shadows.apply(request, inbox_id)
             case _:
                 assert_never(request)
 

@@ -90,7 +90,7 @@ class ShadowActs:
         )
         return _answer(await self._calls.call(self._actors.dim, msg, reply))
 
-    async def apply(self, request: ShadowRequest) -> PackRef:
+    async def apply(self, request: ShadowRequest, inbox_id: int | None = None) -> PackRef:
         """Retire or promote a shadow as ``request`` says (its fields checked at the wall).
 
         Raises:
@@ -105,13 +105,16 @@ class ShadowActs:
                 version=request.version,
                 operator=request.operator,
                 reason=request.reason,
+                inbox_id=inbox_id,
                 reply=reply,
             )
         else:
-            msg = await self._promotion(request, reply)
+            msg = await self._promotion(request, reply, inbox_id)
         return _answer(await self._calls.call(self._actors.dim, msg, reply))
 
-    async def _promotion(self, request: ShadowRequest, reply: Reply[Any]) -> PromoteShadow:
+    async def _promotion(
+        self, request: ShadowRequest, reply: Reply[Any], inbox_id: int | None
+    ) -> PromoteShadow:
         """The promotion, with the digest of the shadow's report as the journal stands."""
         judging = [s for s in self._projections.domain(Shadows).judging() if s.name == request.pack]
         if not judging or (request.version and judging[-1].version != request.version):
@@ -134,6 +137,7 @@ class ShadowActs:
             differed=report.differed,
             operator=request.operator,
             reason=request.reason,
+            inbox_id=inbox_id,
             reply=reply,
         )
 

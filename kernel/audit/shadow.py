@@ -121,10 +121,15 @@ class NoShadow(Exception):
 
 
 def digest(report: ShadowReport) -> str:
-    """The report's SHA-256 over its canonical JSON, its source left out (live = history)."""
+    """The SHA-256 of the report's evidence, as canonical JSON.
+
+    Its source, its end and its last seq are left out: a live report and its replay
+    digest alike, and events that change nothing of it (an inbox row verified, another
+    pack's flows) leave the digest a reviewer named as it was.
+    """
     body = msgspec.to_builtins(report)
-    body.pop("source", None)
-    body.pop("ended", None)
+    for field in ("source", "ended", "stop"):
+        body.pop(field, None)
     return hashlib.sha256(msgspec.json.encode(body, order="sorted")).hexdigest()
 
 

@@ -103,6 +103,7 @@ class ShadowRetired(Payload, frozen=True, tag=True):
     pack: PackRef
     operator: str = ""
     reason: str = ""
+    inbox_id: int | None = None
 
 
 class ShadowPromoted(Payload, frozen=True, tag=True):
@@ -116,6 +117,7 @@ class ShadowPromoted(Payload, frozen=True, tag=True):
         as_of_seq: the last seq that report read.
         judged / differed: the report's counts, for a reader of this event alone.
         operator / reason: who promoted it, and why.
+        inbox_id: the inbox row the promotion answers (a signed request), if any.
     """
 
     pack: PackRef
@@ -125,6 +127,7 @@ class ShadowPromoted(Payload, frozen=True, tag=True):
     differed: int = 0
     operator: str = ""
     reason: str = ""
+    inbox_id: int | None = None
 
 
 SHADOW_PAYLOADS = (ShadowLoaded, ShadowDiffered, ShadowRetired, ShadowPromoted)

@@ -170,7 +170,14 @@ class Shadows:
             return
         del self.by_name[msg.name]
         self._index()
-        out.emit(ShadowRetired(pack=shadow.pack.ref, operator=msg.operator, reason=msg.reason))
+        out.emit(
+            ShadowRetired(
+                pack=shadow.pack.ref,
+                operator=msg.operator,
+                reason=msg.reason,
+                inbox_id=msg.inbox_id,
+            )
+        )
         out.reply(msg.reply, shadow.pack.ref)
 
     def promote(
@@ -199,6 +206,7 @@ class Shadows:
                 differed=msg.differed,
                 operator=msg.operator,
                 reason=msg.reason,
+                inbox_id=msg.inbox_id,
             )
         )
         catalog.adopt(fresh)

@@ -297,6 +297,7 @@ class RetireShadow(msgspec.Struct, frozen=True, kw_only=True):
     version: str = ""
     operator: str = ""
     reason: str = ""
+    inbox_id: int | None = None
     reply: Reply[Any] | None = None
 
 
@@ -311,6 +312,7 @@ class PromoteShadow(msgspec.Struct, frozen=True, kw_only=True):
     differed: int = 0
     operator: str = ""
     reason: str = ""
+    inbox_id: int | None = None
     reply: Reply[Any] | None = None
 
 

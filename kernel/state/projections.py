@@ -61,6 +61,8 @@ from kernel.core.events import (
     Payload,
     RuleDecided,
     RuleRetracted,
+    ShadowPromoted,
+    ShadowRetired,
     SubmissionRefused,
     TenantDeclared,
     TenantPolicyChanged,
@@ -157,6 +159,8 @@ _INBOX_EVENTS: frozenset[type[Payload]] = frozenset(
         GrantRevoked,
         TenantDeclared,
         TenantPolicyChanged,
+        ShadowRetired,
+        ShadowPromoted,
     }
 )
 # Flow events allowed in any status that never change it: the only ones a flow gets

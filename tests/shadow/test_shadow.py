@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from agents_sdk import Proposal, WorkingContext
-from kernel import FlowStatus, Kernel, open_kernel
+from kernel import Clock, FlowStatus, Kernel, open_kernel
 from kernel.audit.shadow import ShadowReport, digest, history_report, live_report, shadows_of
 from kernel.config import KernelConfig, Ports
 from kernel.core.events import (
@@ -61,16 +61,16 @@ def trader(qtys: Sequence[int] = QTYS) -> ScriptedAgent:
     )
 
 
-def kernel(path: Path, seed: int = 5) -> AbstractAsyncContextManager[Kernel]:
+def kernel(
+    path: Path, seed: int = 5, *, clock: Clock | None = None, poll_s: float | None = None
+) -> AbstractAsyncContextManager[Kernel]:
+    ports = Ports(clock=clock or ManualClock(), ids=SeededIds(seed))
     return open_kernel(
         path,
         packs=[PACK],
         adapters={"desk": Desk()},
         allow=["trader"],
-        config=configured(
-            KernelConfig(principal=LOCAL, ports=Ports(clock=ManualClock(), ids=SeededIds(seed))),
-            inbox_poll_s=None,
-        ),
+        config=configured(KernelConfig(principal=LOCAL, ports=ports), inbox_poll_s=poll_s),
     )
 
 
