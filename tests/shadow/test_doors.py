@@ -9,6 +9,7 @@ import itertools
 import json
 import re
 import subprocess
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import anyio
@@ -133,11 +134,12 @@ async def test_hostile_shadow_acts_are_refused_with_a_code_and_the_kernel_goes_o
     async with kernel(path) as k:
         await k.register(trader([4]))
         await k.load_shadow(CANDIDATE, operator="ana", reason="try")
-        for act in (
+        acts: list[Callable[[], Awaitable[object]]] = [
             lambda: k.retire_shadow(name, operator=operator, reason=reason, version=version),  # type: ignore[arg-type]
             lambda: k.promote_shadow(name, operator=operator, reason=reason, report=report),  # type: ignore[arg-type]
             lambda: k.load_shadow(name, operator=operator, reason=reason),  # type: ignore[arg-type]
-        ):
+        ]
+        for act in acts:
             try:
                 await act()
             except (InputInvalid, ShadowRefused) as exc:
