@@ -56,6 +56,7 @@ from kernel.core.events import (
     PackLoaded,
     PackRef,
     ProposalAccepted,
+    ProposalRecord,
     ProposalRejected,
     ProposalSubmitted,
     QuorumRule,
@@ -227,14 +228,14 @@ async def rejudge(
 
 async def rejudge_costed(
     journal: Journal, packs: Sequence[PolicyPack], stop: int | None = None
-) -> tuple[Rejudged, dict[int, dict[str, int]]]:
-    """:func:`rejudge` without the hash check, through ``stop``; with each submission's cost.
+) -> tuple[Rejudged, dict[int, ProposalRecord]]:
+    """:func:`rejudge` without the hash check, through ``stop``; with each submission judged.
 
-    The second value maps the seq of every submission judged again to the proposal's
-    cost by currency under ``packs`` (what a shadow report counts as money affected).
+    The second value maps the seq of every submission judged again to its proposal
+    (a shadow report prices it, kernel.dim.verdict.money_of).
     """
     replay = await _walk(journal, packs, False, (), stop)
-    return replay.result(), replay.costs
+    return replay.result(), replay.proposals
 
 
 async def _walk(
@@ -273,8 +274,8 @@ class _Replay:
         self.judged = self.skipped = 0
         self.rules: dict[str, QuorumRule | None] = {}
         """Per flow, the quorum its escalation needs under the given packs (as re-judged)."""
-        self.costs: dict[int, dict[str, int]] = {}
-        """Per submission seq judged again, the proposal's cost by currency (shadow reports)."""
+        self.proposals: dict[int, ProposalRecord] = {}
+        """Per submission seq judged again, the proposal (what shadow reports price)."""
 
     def adopt(self, refs: Sequence[PackRef]) -> None:
         """Switch to the given versions the journal names as in force from here on."""
@@ -329,7 +330,7 @@ class _Replay:
         )
         if judged_now.escalation is not None:
             self.rules[dfid] = judged_now.quorum
-        self.costs[event.seq] = dict(judged_now.costs)
+        self.proposals[event.seq] = payload.proposal
 
     def _verdict(
         self,

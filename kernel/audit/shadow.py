@@ -40,9 +40,10 @@ from kernel.core.events import (
     ShadowLoaded,
 )
 from kernel.core.reasons import ReasonCode
+from kernel.dim.verdict import money_of
 from kernel.journal.store import Journal
 from kernel.policy.money import format_money
-from kernel.policy.packs import PolicyPack
+from kernel.policy.packs import PolicyCatalog, PolicyPack
 from kernel.state.shadows import ShadowCount, Shadows
 
 
@@ -218,12 +219,13 @@ async def history_report(
     head = _head(journal, stop)
     names = {p.name for p in candidates}
     packs = [*candidates, *(p for p in others if p.name not in names)]
-    result, costs = await rejudge_costed(journal, packs, head)
+    result, proposals = await rejudge_costed(journal, packs, head)
+    catalog = PolicyCatalog(packs)
     kinds = sorted({kind for pack in candidates for kind in pack.by_name})
     differences = [
-        _replayed(c, costs[c.seq])
+        _replayed(c, money_of(proposals[c.seq], catalog))
         for c in result.changes
-        if c.seq in costs and start < c.seq <= head and c.kind in kinds
+        if c.seq in proposals and start < c.seq <= head and c.kind in kinds
     ]
     first = candidates[0]
     return await _report(
@@ -309,7 +311,7 @@ def report_lines(report: ShadowReport) -> list[str]:
     ended = f", {report.ended}" if report.ended else ""
     lines = [
         f"shadow {report.pack} {report.version} ({report.hash[:16]}), {report.source},"
-        f" events #{report.start + 1}..#{report.stop}{ended}",
+        f" events after #{report.start} through #{report.stop}{ended}",
         f"  judged {report.judged} proposal(s) of {', '.join(report.kinds) or '-'};"
         f" {report.differed} differ",
     ]

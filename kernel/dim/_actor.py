@@ -273,7 +273,7 @@ class IntegrityModule:
         self._enforce(msg, flow, agent, attempt, judgement, submitted, stopwatch, out)
         if shadowed is not None:
             self._shadows.record(
-                shadowed, judgement, msg.proposal.kind, msg.dfid, flow.agent_id, submitted, out
+                shadowed, judgement, msg.proposal, msg.dfid, flow.agent_id, submitted, out
             )
 
     def _enforce(

@@ -39,7 +39,7 @@ from kernel.core.flow import FlowState
 from kernel.core.reasons import ReasonCode
 from kernel.dim._judgement import Judgement
 from kernel.dim._packs import replaced
-from kernel.dim.verdict import Staged, outcome_of, verdict
+from kernel.dim.verdict import Staged, money_of, outcome_of, verdict
 from kernel.policy.packs import PackError, PolicyCatalog, PolicyPack
 from kernel.runtime.actors import Outbox
 from kernel.runtime.messages import LoadShadow, PromoteShadow, RetireShadow
@@ -113,7 +113,7 @@ class Shadows:
     def record(
         found: tuple[Shadow, Judgement],
         enforced: Judgement,
-        kind: str,
+        proposal: ProposalRecord,
         dfid: str,
         agent_id: str,
         submitted: int,
@@ -127,10 +127,10 @@ class Shadows:
         out.emit(
             ShadowDiffered(
                 shadow=shadow.pack.hash,
-                kind=kind,
+                kind=proposal.kind,
                 enforced=then,
                 judged=now,
-                costs=dict(judged.costs),
+                costs=money_of(proposal, shadow.catalog),
             ),
             dfid=dfid,
             agent_id=agent_id,

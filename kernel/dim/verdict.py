@@ -38,8 +38,9 @@ from kernel.core.events import (
     canonical,
 )
 from kernel.core.flow import FlowState
-from kernel.dim._gate import MemoryCheck, judge
+from kernel.dim._gate import MemoryCheck, judge, schema_of
 from kernel.dim._judgement import Behalf, Inputs, Judgement
+from kernel.dim._resources import cost_of
 from kernel.policy.packs import PolicyCatalog
 from kernel.policy.quorums import SINGLE, tally
 from kernel.policy.rules import Stopwatch, View
@@ -348,3 +349,19 @@ def outcome_of(judgement: Judgement) -> Judged:
             )
     grant = judgement.grant.grant if judgement.grant is not None else ""
     return Judged(outcome="accepted", applied=form_of(judgement.applied), grant=grant)
+
+
+def money_of(proposal: ProposalRecord, catalog: PolicyCatalog) -> dict[str, int]:
+    """What ``proposal`` costs by currency under ``catalog`` ({} when it cannot say).
+
+    The money a shadow's difference touches: the same whatever either verdict was (a
+    refused proposal's cost is not in its judgement), for the live shadow and its replay.
+    """
+    kind = catalog.kinds.get(proposal.kind)
+    if kind is None:
+        return {}
+    params = schema_of(proposal, kind, catalog)
+    if isinstance(params, Feedback):
+        return {}
+    costs = cost_of(proposal.kind, params, catalog)
+    return {} if isinstance(costs, Feedback) else costs

@@ -74,18 +74,18 @@ class Shadows(Domain):
         return (
             Saved(
                 name="shadows",
-                type=dict[int, ShadowCount],
-                get=lambda: self.shadows,
+                type=list[ShadowCount],
+                get=lambda: list(self.shadows.values()),
                 load=self._load,
                 copy=_copied,
                 canonical=lambda s: s if s else OMIT,  # older journals hashed none
-                default={},
+                default=[],
             ),
         )
 
-    def _load(self, shadows: dict[int, ShadowCount]) -> None:
-        self.shadows = shadows
-        self._open = {s.hash: k for k, s in shadows.items() if not s.ended}
+    def _load(self, shadows: list[ShadowCount]) -> None:
+        self.shadows = {s.loaded: s for s in shadows}
+        self._open = {s.hash: s.loaded for s in shadows if not s.ended}
 
     def judging(self) -> list[ShadowCount]:
         """The shadows that judge now, in the order they were loaded."""
@@ -138,14 +138,14 @@ class Shadows(Domain):
             self._end(pack_hash, event.seq, "restarted")
 
 
-def _copied(shadows: dict[int, ShadowCount]) -> dict[int, ShadowCount]:
+def _copied(shadows: list[ShadowCount]) -> list[ShadowCount]:
     """A copy later folds leave alone (they count into the tables in place)."""
-    return {
-        seq: msgspec.structs.replace(
+    return [
+        msgspec.structs.replace(
             count,
             by_reason=dict(count.by_reason),
             by_kind=dict(count.by_kind),
             by_agent=dict(count.by_agent),
         )
-        for seq, count in shadows.items()
-    }
+        for count in shadows
+    ]

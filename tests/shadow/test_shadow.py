@@ -12,6 +12,7 @@ import pytest
 
 from agents_sdk import Proposal, WorkingContext
 from kernel import Clock, FlowStatus, Kernel, open_kernel
+from kernel.audit import fold
 from kernel.audit.shadow import ShadowReport, digest, history_report, live_report, shadows_of
 from kernel.config import KernelConfig, Ports
 from kernel.core.events import (
@@ -122,6 +123,12 @@ async def test_live_differences_equal_the_replay_and_enforced_verdicts_do_not_mo
             k.journal, [CANDIDATE], [PACK, MEMORY_PACK], start=count.loaded, stop=live.stop
         )
         shadowed_journal = await k.journal.read()
+        # The live projections (the shadows' counters included) are the fold of the record.
+        assert fold(shadowed_journal).digest() == k.projections.digest()
+        [counted] = k.projections.domain(Shadows).judging()
+        assert counted.differed == len(differed) and sum(counted.by_reason.values()) == len(
+            differed
+        )
 
     # The shadow never changes an enforced outcome: apart from its own events, the journal
     # is the one the same run without it records, event for event.
