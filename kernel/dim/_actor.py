@@ -80,7 +80,7 @@ from kernel.dim._records import (
 from kernel.dim._resources import budget_pool
 from kernel.dim._rules import handle as handle_rule
 from kernel.dim._shadow import Shadows
-from kernel.dim.verdict import rechecked, verdict
+from kernel.dim.verdict import inputs_of, rechecked, verdict
 from kernel.policy.contracts import Outcome, Verdict
 from kernel.policy.money import ModelPrice
 from kernel.policy.packs import PolicyCatalog
@@ -240,6 +240,8 @@ class IntegrityModule:
         staged = staged_of(out)
         stopwatch = Stopwatch(self._rule_clock)
         now = self._clock.now_ns()
+        # Built once: the shadow, if one is loaded, judges against the very same state.
+        inputs = inputs_of(self._projections, flow, agent, now, staged)
         if msg.invalid is not None:
             # The wall refused the proposal at the schema layer: there is nothing to judge.
             judgement = Judgement(rejection=msg.invalid)
@@ -254,8 +256,9 @@ class IntegrityModule:
                 by_human=msg.by_human,
                 staged=staged,
                 stopwatch=stopwatch,
+                inputs=inputs,
             )
-        # The shadow judges the same proposal on the same state, before the enforced
+        # The shadow judges the same proposal on the same inputs, before the enforced
         # verdict stages its reservations; its difference is recorded after that verdict.
         shadowed = (
             self._shadows.judge(
@@ -265,7 +268,7 @@ class IntegrityModule:
                 now,
                 self._projections,
                 by_human=msg.by_human,
-                staged=staged,
+                inputs=inputs,
             )
             if self._shadows.by_name
             else None

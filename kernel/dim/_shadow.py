@@ -37,9 +37,9 @@ from kernel.core.events import (
 )
 from kernel.core.flow import FlowState
 from kernel.core.reasons import ReasonCode
-from kernel.dim._judgement import Judgement
+from kernel.dim._judgement import Inputs, Judgement
 from kernel.dim._packs import replaced
-from kernel.dim.verdict import Staged, money_of, outcome_of, verdict
+from kernel.dim.verdict import money_of, outcome_of, verdict
 from kernel.policy.packs import PackError, PolicyCatalog, PolicyPack
 from kernel.runtime.actors import Outbox
 from kernel.runtime.messages import LoadShadow, PromoteShadow, RetireShadow
@@ -91,9 +91,13 @@ class Shadows:
         projections: Projections,
         *,
         by_human: bool,
-        staged: Staged,
+        inputs: Inputs,
     ) -> tuple[Shadow, Judgement] | None:
-        """Judge ``proposal`` by its kind's shadow, if one is loaded; as the DIM judges it."""
+        """Judge ``proposal`` by its kind's shadow, if one is loaded; as the DIM judges it.
+
+        ``inputs`` are the enforced verdict's (kernel.dim.verdict.inputs_of): the very
+        state, staged batch included, it was judged against.
+        """
         shadow = self._by_kind.get(proposal.kind)
         if shadow is None:
             return None
@@ -105,7 +109,7 @@ class Shadows:
             now_ns,
             projections,
             by_human=by_human,
-            staged=staged,
+            inputs=inputs,
         )
         return shadow, judged
 

@@ -263,6 +263,7 @@ def verdict(
     recheck: bool = False,
     staged: Staged | None = None,
     stopwatch: Stopwatch | None = None,
+    inputs: Inputs | None = None,
 ) -> Judgement:
     """Judge a proposal of ``flow``: the one function the DIM and replay both call.
 
@@ -278,8 +279,11 @@ def verdict(
             state and unsettled checks; kernel.dim._gate).
         staged: what the current batch staged and has not committed (the DIM only).
         stopwatch: times each rule beside the verdict; never changes it.
+        inputs: what :func:`inputs_of` returns for these arguments, when the caller
+            built it already (the DIM's shadow judges on the enforced verdict's).
     """
-    inputs = inputs_of(projections, flow, agent, now_ns, staged)
+    if inputs is None:
+        inputs = inputs_of(projections, flow, agent, now_ns, staged)
     judgement = judge(
         proposal,
         agent,
