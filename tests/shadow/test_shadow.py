@@ -6,7 +6,7 @@ import dataclasses
 from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 
@@ -22,11 +22,12 @@ from kernel.core.events import (
     ProposalRejected,
     ShadowDiffered,
     ShadowPromoted,
+    ShadowRetired,
 )
 from kernel.core.reasons import ReasonCode
 from kernel.dim import ShadowRefused
 from kernel.memory import MEMORY_PACK
-from kernel.policy import LimitSpec, Threshold
+from kernel.policy import LimitSpec, PolicyKind, Threshold
 from kernel.state.shadows import Shadows
 from kernel.testing import ManualClock, SeededIds
 from tests.dim.test_amendments import PACK, Desk, Order
@@ -42,6 +43,15 @@ CANDIDATE = dataclasses.replace(
 """Tighter: at most 3 (the enforced pack allows 5), and above 2 a human decides."""
 
 QTYS = (1, 4, 2, 8, 3, 5, 1, 6)
+
+
+class Note(PolicyKind, tag="desk.note"):
+    """A second kind a later enforced version adds (the candidate does not define it)."""
+
+    version: ClassVar[str] = "1.0"
+    adapter: ClassVar[str] = "desk"
+
+    text: str
 
 
 def trader(qtys: Sequence[int] = QTYS) -> ScriptedAgent:
@@ -217,3 +227,50 @@ async def test_retired_and_restarted_shadows_judge_no_more(tmp_path: Path) -> No
         assert len(await k.journal.read(types=["ShadowDiffered"])) == 1
         report: ShadowReport = await live_report(k.journal, shadow=found[0].loaded)
         assert report.ended == "retired" and report.differed == 1
+
+
+async def test_one_call_proposals_are_shadowed_and_their_report_is_the_replays(
+    tmp_path: Path,
+) -> None:
+    async with kernel(tmp_path / "j.db") as k:
+        await k.register(trader([1]))
+        [count] = [await k.load_shadow(CANDIDATE, operator="ana", reason="try")]
+        verdicts = [
+            (await k.propose("trader", "desk.order", {"qty": qty}, explain="x", confidence=0.9))
+            for qty in (1, 4, 9, 3)
+        ]
+        assert [str(v.verdict) for v in verdicts] == ["EXECUTED", "EXECUTED", "REFUSED", "EXECUTED"]
+        [loaded] = k.projections.domain(Shadows).judging()
+        live = await live_report(k.journal)
+        history = await history_report(
+            k.journal, [CANDIDATE], [PACK, MEMORY_PACK], start=loaded.loaded, stop=live.stop
+        )
+        assert count == CANDIDATE.ref
+    # 4: refused now; 9: refused then and now, for the same reason; 3: escalated now.
+    assert [d.now.split(":")[0] for d in live.differences] == [
+        "would have been rejected",
+        "would have been escalated",
+    ]
+    assert live.differences == history.differences and digest(live) == digest(history)
+
+
+async def test_a_shadow_follows_the_enforced_pack_and_is_retired_when_it_no_longer_fits(
+    tmp_path: Path,
+) -> None:
+    wider = dataclasses.replace(PACK, version="1.0.1", kinds=(Order, Note))
+    async with kernel(tmp_path / "j.db") as k:
+        await k.register(trader([4]))
+        await k.load_shadow(CANDIDATE, operator="ana", reason="try")
+        # A new enforced version the candidate still fits beside: it keeps judging.
+        tighter = dataclasses.replace(PACK, version="1.0.2", escalate_below_confidence=0.1)
+        await k.load_pack(tighter, operator="ana", reason="v1.0.2")
+        await run_flows(k, 1)
+        assert len(await k.journal.read(types=["ShadowDiffered"])) == 1
+        # One that defines a kind the candidate drops: the kernel retires it, on record.
+        await k.load_pack(wider, operator="ana", reason="notes too")
+        [retired] = await k.journal.read(types=["ShadowRetired"])
+        assert isinstance(retired.payload, ShadowRetired)
+        assert retired.payload.operator == "kernel" and "drops" in retired.payload.reason
+        await run_flows(k, 1)
+        assert len(await k.journal.read(types=["ShadowDiffered"])) == 1
+        assert k.projections.domain(Shadows).judging() == []
