@@ -74,8 +74,7 @@ from kernel import (
     open_kernel,
 )
 from kernel.adapters import RetryPolicy
-from kernel.audit import open_journal, redact
-from kernel.audit.shadow import NoShadow, live_report, report_lines
+from kernel.audit import NoShadow, live_report, open_journal, redact, report_lines
 from kernel.testing import Faults, SeededIds, SimulatedSystem
 from policies.trading import TRADING
 from policies.trading_0_5 import TRADING_0_5
