@@ -284,18 +284,16 @@ async def _principals_and_judged(
 ) -> tuple[dict[str, str], int]:
     """Each flow's principal (``tenant/user``), and the window's submissions of ``kinds``."""
     principals: dict[str, str] = {}
-    judged = 0
-    for event in await journal.read(1, stop + 1, types=["FlowCreated", "ProposalSubmitted"]):
+    for event in await journal.read(1, stop + 1, types=["FlowCreated"]):
         payload = event.payload
         if isinstance(payload, FlowCreated) and payload.on_behalf is not None:
             who = payload.on_behalf.principal
             principals[event.dfid or ""] = f"{who.tenant}/{who.user}"
-        elif (
-            isinstance(payload, ProposalSubmitted)
-            and event.seq > start
-            and payload.proposal.kind in kinds
-        ):
-            judged += 1
+    judged = sum(
+        1
+        for event in await journal.read(start + 1, stop + 1, types=["ProposalSubmitted"])
+        if isinstance(event.payload, ProposalSubmitted) and event.payload.proposal.kind in kinds
+    )
     return principals, judged
 
 

@@ -155,7 +155,7 @@ async def _read(args: argparse.Namespace) -> ShadowReport:
     async with open_journal(args.db, readonly=True) as journal:
         if args.pack:
             candidates = load_packs(args.pack)
-            others = packs_from(args.others) if args.others else packs_from([])
+            others = packs_from(args.others)  # the memory pack unless one is given
             return await history_report(
                 journal, candidates, others, start=args.start, stop=args.stop
             )
