@@ -29,6 +29,7 @@ from kernel.dim import ShadowRefused
 from kernel.memory import MEMORY_PACK
 from kernel.policy import LimitSpec, PolicyKind, Threshold
 from kernel.state.shadows import Shadows
+from kernel.state.snapshots import capture, decode_snapshot, encode_snapshot
 from kernel.testing import ManualClock, SeededIds
 from tests.dim.test_amendments import PACK, Desk, Order
 from tests.support.helpers import ScriptedAgent, configured
@@ -274,3 +275,23 @@ async def test_a_shadow_follows_the_enforced_pack_and_is_retired_when_it_no_long
         await run_flows(k, 1)
         assert len(await k.journal.read(types=["ShadowDiffered"])) == 1
         assert k.projections.domain(Shadows).judging() == []
+
+
+async def test_the_shadows_state_survives_a_snapshot_and_folds_on_from_it(tmp_path: Path) -> None:
+    async with kernel(tmp_path / "j.db") as k:
+        await k.register(trader([4]))
+        await k.load_shadow(CANDIDATE, operator="ana", reason="try")
+        await run_flows(k, 2)
+        captured = capture(k.projections)
+        digest_then = k.projections.digest()
+        head = k.journal.head_seq
+        await run_flows(k, 1)  # later folds leave the captured copy alone
+        later = await k.journal.read(start=head + 1)
+        now = k.projections.digest()
+    restored = decode_snapshot(encode_snapshot(captured)[1])
+    assert restored is not None and restored.digest() == digest_then
+    [count] = restored.domain(Shadows).judging()
+    assert count.differed == 2 and count.by_agent == {"trader": 2}
+    # Folding the rest of the journal on top of the snapshot gives the live state.
+    restored.apply(later)
+    assert restored.digest() == now
