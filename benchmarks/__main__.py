@@ -57,8 +57,10 @@ CPU_GOAL_US = 130.0
 """CPU per flow in P1, all threads (C1): a ceiling."""
 FIGURES = (
     "B1", "B2", "P1", "P2", "P3", "P4", "P5", "P6", "P7", "P8", "P9", "P10", "P13", "P14", "P15",
-    "P16",
+    "P16", "P17",
 )  # fmt: skip
+SHADOW_GOAL = 1.3
+"""P17.c: CPU per flow with one shadow pack loaded, as a multiple of C1 without it."""
 SIGNED_GOAL = 0.95
 """P15.p1: P1 with the tree and a checkpoint a second, as a share of P1 without either."""
 
@@ -195,6 +197,7 @@ def _measure(plan: Plan, only: set[str], tmp: Path, quick: bool) -> list[Figure]
     p6: list[StorageRun] = []
     p15: list[tuple[float, float]] = []  # (without, signed) flows/s, paired per round
     p16: list[ToolCallRun] = []
+    p17: list[tuple[FlowRun, FlowRun]] = []  # (plain, shadowed), paired per round
     # P9, P14: each peer right after the round's P1, so the ratio pairs the same machine state.
     peers = PeerRounds(only, plan.peer_decisions, str(tmp))
     with ExitStack() as stack:
@@ -244,6 +247,10 @@ def _measure(plan: Plan, only: set[str], tmp: Path, quick: bool) -> list[Figure]
             if "P15" in only:
                 p15.append(_signed_round(plan, tmp, n))
                 said.append(f"P15.p1 {p15[-1][1] / p15[-1][0]:.2f}x")
+            if "P17" in only:
+                p17.append(_shadow_round(plan, tmp, n))
+                plain, shadowed = p17[-1]
+                said.append(f"P17.c {_cpu(shadowed) / _cpu(plain):.2f}x")
             if "P6" in only:
                 path = tmp / f"p6-{n}.db"
                 try:
@@ -277,6 +284,8 @@ def _measure(plan: Plan, only: set[str], tmp: Path, quick: bool) -> list[Figure]
     scaled = " [quick: smaller than the goal's]" if quick else ""
     if "P15" in only:
         figures += _proof_figures(plan, p15, tmp, scaled)
+    if p17:
+        figures += _shadow_figures(p17)
     if "P7" in only:
         print(f"P7: building {plan.open_events:,} events{scaled}", file=sys.stderr, flush=True)
         figures.append(open_figure(plan.open_events, plan.repeats, 5_000, tmp, scaled))
@@ -423,6 +432,55 @@ def _signed_round(plan: Plan, tmp: Path, n: int) -> tuple[float, float]:
         finally:
             _remove(path)
     return runs[False], runs[True]
+
+
+def _cpu(run: FlowRun) -> float:
+    """CPU per flow, all threads, in microseconds (C1's measure)."""
+    return run.cpu_seconds / run.flows * 1e6
+
+
+def _shadow_round(plan: Plan, tmp: Path, n: int) -> tuple[FlowRun, FlowRun]:
+    """P17: P1 without a shadow pack, then with one loaded (order alternating per round)."""
+    runs: dict[bool, FlowRun] = {}
+    for shadow in (False, True) if n % 2 == 0 else (True, False):
+        path = tmp / f"p17-{n}.db"
+        run = functools.partial(
+            run_flows, path, plan.flows, agents=plan.agents, outstanding=plan.outstanding,
+            shadow=shadow,
+        )  # fmt: skip
+        try:
+            runs[shadow] = anyio.run(run, backend="asyncio")
+        finally:
+            _remove(path)
+    return runs[False], runs[True]
+
+
+def _shadow_figures(p17: list[tuple[FlowRun, FlowRun]]) -> list[Figure]:
+    """P17 (throughput) and P17.c (CPU per flow) with a shadow pack, as shares of without."""
+    return [
+        Figure(
+            "P17",
+            "P1 with one shadow pack loaded / P1 without",
+            "x",
+            [shadowed.flows_per_s / plain.flows_per_s for plain, shadowed in p17],
+            extra={
+                "without_flows_per_s": [p.flows_per_s for p, _ in p17],
+                "shadowed_flows_per_s": [s.flows_per_s for _, s in p17],
+            },
+        ),
+        Figure(
+            "P17.c",
+            "C1 with one shadow pack loaded / C1 without",
+            "x",
+            [_cpu(shadowed) / _cpu(plain) for plain, shadowed in p17],
+            goal=SHADOW_GOAL,
+            lower_is_better=True,
+            extra={
+                "without_cpu_us": [_cpu(p) for p, _ in p17],
+                "shadowed_cpu_us": [_cpu(s) for _, s in p17],
+            },
+        ),
+    ]
 
 
 def _proof_figures(

@@ -61,6 +61,10 @@ class Order(PolicyKind, tag="bench.order"):
 
 PACK = PolicyPack(name="bench", version="1.0.0", kinds=(Order,), escalate_below_confidence=0.5)
 
+SHADOW = PolicyPack(name="bench", version="1.1.0", kinds=(Order,), escalate_below_confidence=0.6)
+"""P17's candidate: judges every proposal beside PACK and agrees (the agents are sure), so
+what P17 measures is the shadow's judging alone, with no difference recorded."""
+
 
 class NoopAdapter:
     """An adapter that carries nothing out and answers at once; it counts its calls."""
@@ -141,6 +145,7 @@ async def run_flows(
     signing: Signing | None = None,
     tree: bool = True,
     ordered_ids: bool = True,
+    shadow: bool = False,
 ) -> FlowRun:
     """Drive ``flows`` DecisionFlows through a kernel on a fresh journal at ``path``.
 
@@ -152,7 +157,7 @@ async def run_flows(
     kernel runs; ``tree`` False drops the Merkle tree from the open journal (P15.p1's
     baseline: such a journal keeps no proofs, and is for measuring only). ``ordered_ids``
     False draws the DFIDs as random UUIDv4 (the ids before time-ordered ones), for paired
-    comparisons.
+    comparisons. ``shadow`` loads :data:`SHADOW` as a shadow of the pack first (P17).
 
     Raises:
         BenchmarkFailed: when a flow did not close, or the adapter was not called once per flow.
@@ -184,6 +189,8 @@ async def run_flows(
         await kernel.trigger("bench.setup", STATE, source="benchmark")
         for name in names:
             await kernel.register(InstantAgent(name))
+        if shadow:
+            await kernel.load_shadow(SHADOW, operator="bench", reason="P17")
 
         async def fire() -> None:
             for _ in triggers:  # shared by every firing task

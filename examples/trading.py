@@ -74,9 +74,10 @@ from kernel import (
     open_kernel,
 )
 from kernel.adapters import RetryPolicy
-from kernel.audit import redact
+from kernel.audit import NoShadow, live_report, open_journal, redact, report_lines
 from kernel.testing import Faults, SeededIds, SimulatedSystem
 from policies.trading import TRADING
+from policies.trading_0_5 import TRADING_0_5
 
 BROKER_FAULTS = Faults(latency_s=(0.05, 0.4), transient=0.12, lost_answer=0.08, duplicate=0.15)
 BROKER_RETRY = RetryPolicy(base_s=0.5, max_s=4.0, max_attempts=6)
@@ -85,6 +86,11 @@ AGENTS = ("strategist", *OWNERS, "risk")
 """The desk's agents, in the order their sessions are made."""
 DESK_OPERATORS = (("dana", ["risk"]), ("ed", ["desk-head"]))
 """The desk's humans and their roles: the two-person rule takes one of each."""
+
+
+def shadow_window(minutes: int) -> range:
+    """The minutes the next pack version judges as a shadow: the day's middle half."""
+    return range(max(1, minutes // 4), max(2, (3 * minutes) // 4))
 
 
 def desk_credential(seed: int, agent_id: str) -> str:
@@ -150,7 +156,9 @@ class Desk:
             # The mandate sizes the desk's cash pool (in cents) that open buys reserve.
             cents = int(Decimal(MANDATE_NOTIONAL) * 100)
             await self.kernel.trigger("book", {"capacity.cash:desk": cents}, source="mandate")
+        shadowed = shadow_window(self.plan.minutes)
         for minute in range(1, self.plan.minutes):
+            await self.shadow(minute, shadowed)
             await self.minute(minute)
             if minute % OPERATOR_EVERY == OPERATOR_EVERY - 1:
                 await self.answer_escalations()
@@ -158,6 +166,21 @@ class Desk:
                 self.report(minute)
         await self.answer_escalations()
         await self.settle()
+
+    async def shadow(self, minute: int, window: range) -> None:
+        """Run the pack's next version as a shadow for part of the day (its report at the end).
+
+        The shadow judges every order beside 0.4.0 and records only where it differs;
+        it never reserves, escalates or executes: the day goes exactly as without it.
+        """
+        if minute == window.start:
+            await self.kernel.load_shadow(
+                TRADING_0_5, operator="dana", reason="risk committee's candidate: shadow first"
+            )
+        elif minute == window.stop:
+            await self.kernel.retire_shadow(
+                "trading", operator="dana", reason="enough evidence for the committee"
+            )
 
     async def minute(self, minute: int) -> None:
         self.clock.at_minute(minute)
@@ -516,7 +539,19 @@ def main(argv: list[str] | None = None) -> int:
         summarize, db, ("trading.place_order",), public_key_of(files)
     )
     show(f"trading desk, seed {args.seed}", summary, args.json)
+    if not args.json:
+        print("\n".join(anyio.run(shadow_lines, db)))
     return 0 if summary["verified"] else 1
+
+
+async def shadow_lines(db: Path | str) -> list[str]:
+    """The shadow report of the day (``dirk shadow report --db DB`` prints the same)."""
+    async with open_journal(db, readonly=True) as journal:
+        try:
+            report = await live_report(journal)
+        except NoShadow:
+            return []
+    return report_lines(report)
 
 
 def failure(exc: BaseException) -> BaseException | None:

@@ -24,6 +24,7 @@ import msgspec
 from kernel.api.admission import Admission
 from kernel.api.calls import Calls, Flows
 from kernel.api.documents import Artifacts
+from kernel.api.shadow import ShadowActs
 from kernel.api.wiring import Actors
 from kernel.core import events, wall
 from kernel.core.events import (
@@ -52,6 +53,7 @@ from kernel.inbox import (
     RevokeGrantRequest,
     RuleChangeRequest,
     RuleDecisionRequest,
+    ShadowRequest,
     VoteRequest,
 )
 from kernel.inbox.keyring import roles_of
@@ -141,6 +143,10 @@ class OperatorActs:
         self._clock = clock
         self._adapter_names = frozenset(actors.adapters)
         self._admission = Admission(journal, projections, calls, flows)
+        self.shadows = ShadowActs(
+            journal, projections, self._admission, calls, actors, self._adapter_names
+        )
+        """The shadow acts (kernel.api.shadow): ``Kernel.load_shadow`` loads through them."""
 
     async def apply(self, request: InboxRequest, origin: Proof | Origin) -> Any:
         """Apply one operator act: the one place a request becomes the kernel's acts.
@@ -306,6 +312,8 @@ class OperatorActs:
                 return await self._tenant(request, inbox_id)
             case ChangeTenantPolicyRequest():
                 return await self._tenant(request, inbox_id)
+            case ShadowRequest():
+                return await self.shadows.apply(request, inbox_id)
             case _:
                 assert_never(request)
 

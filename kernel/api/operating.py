@@ -28,6 +28,7 @@ from kernel.inbox import (
     RevokeGrantRequest,
     RuleChangeRequest,
     RuleDecisionRequest,
+    ShadowRequest,
     VoteRequest,
 )
 from kernel.inbox.requests import grant_request
@@ -243,6 +244,57 @@ class Operating:
             PackError: the pack is invalid (nothing changes), with the same message as at start.
         """
         return await self._acts.load_pack(pack, operator=operator, reason=reason)
+
+    async def load_shadow(self, pack: PolicyPack, *, operator: str, reason: str) -> PackRef:
+        """Judge by ``pack`` beside the enforced version of its name, recording differences.
+
+        Every proposal of the pack's kinds is judged by the shadow too, on the same state;
+        only a differing verdict is recorded (ShadowDiffered); the shadow never reserves,
+        escalates or executes (docs/policy-lifecycle.md).
+
+        Raises:
+            InputInvalid: no operator or reason, or one too long (recorded).
+            ShadowRefused: SHADOW_INVALID: nothing changes.
+        """
+        return await self._acts.shadows.load(pack, operator=operator, reason=reason)
+
+    async def retire_shadow(
+        self, name: str, *, operator: str, reason: str, version: str = ""
+    ) -> PackRef:
+        """Stop the shadow of pack ``name``; the enforced pack is unchanged.
+
+        Raises:
+            InputInvalid: a field the wall refuses (recorded).
+            ShadowRefused: SHADOW_NOT_LOADED.
+        """
+        request = ShadowRequest(
+            action="retire", pack=name, version=version, operator=operator, reason=reason
+        )
+        ref: PackRef = await self._acts.apply(request, Origin())
+        return ref
+
+    async def promote_shadow(
+        self, name: str, *, operator: str, reason: str, version: str = "", report: str = ""
+    ) -> PackRef:
+        """Make the shadow of pack ``name`` the enforced version, with its report's digest.
+
+        ``report``, when given, is the digest of the report reviewed (``dirk shadow
+        report``): the promotion is refused if the report has changed since.
+
+        Raises:
+            InputInvalid: a field the wall refuses (recorded).
+            ShadowRefused: SHADOW_NOT_LOADED, SHADOW_REPORT_CHANGED, SHADOW_INVALID.
+        """
+        request = ShadowRequest(
+            action="promote",
+            pack=name,
+            version=version,
+            report=report,
+            operator=operator,
+            reason=reason,
+        )
+        ref: PackRef = await self._acts.apply(request, Origin())
+        return ref
 
     async def propose_rule(
         self,

@@ -16,7 +16,7 @@ from kernel.adapters.contract import Adapter, CallPool
 from kernel.config import KernelConfig
 from kernel.context import ContextCompiler
 from kernel.core.ports import Clock, IdSource
-from kernel.dim import IntegrityModule
+from kernel.dim import IntegrityModule, Shadows
 from kernel.escalation import EscalationDesk
 from kernel.execution import ExecutionEngine
 from kernel.guards import GuardRunner
@@ -77,6 +77,8 @@ class Actors:
         self.escalation: Mailbox[EscalationMessage] = Mailbox("escalation", capacity)
         self.execution: Mailbox[ExecutionMessage] = Mailbox("execution", capacity)
         self.guards: Mailbox[GuardMessage] = Mailbox("guards", capacity)
+        self.shadows = Shadows()
+        """The shadow packs the DIM judges by beside the enforced ones (kept across restarts)."""
         adapters = {**adapters, **_executors(projections, catalog, adapters, clock, self.dim)}
         self.adapters: Mapping[str, Adapter] = adapters
         """The adapters by name, with the domains' executors the packs need and none gave."""
@@ -125,6 +127,7 @@ class Actors:
                     self.execution,
                     guards=self.guards,
                     prices=config.prices,
+                    shadows=self.shadows,
                 ),
                 self.dim,
             ),

@@ -6,6 +6,7 @@ Everything here works on a recorded journal, with or without a running kernel.
 
 from kernel.audit.counterfactual import whatif
 from kernel.audit.reverify import rejudge
+from kernel.audit.shadow import NoShadow, ShadowReport, history_report, live_report, report_lines
 from kernel.core import events
 from kernel.core.events import Event, RuleSource, payload_of, payloads
 from kernel.core.flow import IllegalTransition
@@ -30,20 +31,25 @@ __all__ = [
     "IllegalTransition",
     "JournalError",
     "MemoryState",
+    "NoShadow",
     "Projections",
     "RuleSource",
+    "ShadowReport",
     "check_checkpoints",
     "copy_journal",
     "events",
     "export_bundle",
     "fold",
     "follow_journal",
+    "history_report",
+    "live_report",
     "open_journal",
     "payload_of",
     "payloads",
     "read_keys",
     "redact",
     "rejudge",
+    "report_lines",
     "state_at",
     "verify_bundle",
     "verify_journal",

@@ -305,6 +305,32 @@ def _drift_breached(payload: ev.DriftBreached) -> str:
     )
 
 
+@_says(ev.ShadowLoaded)
+def _shadow_loaded(p: ev.ShadowLoaded) -> str:
+    return (
+        f"pack {p.pack.name} {p.pack.version} shadows {p.enforced.version} by {p.operator}:"
+        f" {p.reason!r} (it judges {', '.join(p.kinds) or 'nothing'}, decides nothing)"
+    )
+
+
+@_says(ev.ShadowDiffered)
+def _shadow_differed(p: ev.ShadowDiffered) -> str:
+    return f"the shadow pack judged {p.kind} otherwise: {p.enforced.words()}, {p.judged.would()}"
+
+
+@_says(ev.ShadowRetired)
+def _shadow_retired(p: ev.ShadowRetired) -> str:
+    return f"shadow {p.pack.name} {p.pack.version} retired by {p.operator}: {p.reason!r}"
+
+
+@_says(ev.ShadowPromoted)
+def _shadow_promoted(p: ev.ShadowPromoted) -> str:
+    return (
+        f"shadow {p.pack.name} {p.pack.version} promoted by {p.operator} on its report"
+        f" {p.report[:16]} ({p.differed} of {p.judged} differ through #{p.as_of_seq}): {p.reason!r}"
+    )
+
+
 @_says(ev.TenantDeclared)
 def _tenant_declared(p: ev.TenantDeclared) -> str:
     spec = p.tenant

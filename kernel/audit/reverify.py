@@ -47,7 +47,6 @@ import msgspec
 
 from kernel.audit.counterfactual import Change
 from kernel.core.events import (
-    Applied,
     ApprovalSuperseded,
     Event,
     FlowAborted,
@@ -57,14 +56,14 @@ from kernel.core.events import (
     PackLoaded,
     PackRef,
     ProposalAccepted,
+    ProposalRecord,
     ProposalRejected,
     ProposalSubmitted,
     QuorumRule,
-    canonical,
 )
 from kernel.core.reasons import CliError, ReasonCode
 from kernel.dim._judgement import Judgement
-from kernel.dim.verdict import rechecked, verdict
+from kernel.dim.verdict import form_of, outcome_of, quorum_words, rechecked, verdict
 from kernel.journal.store import Journal
 from kernel.policy.packs import PackError, PolicyCatalog, PolicyPack
 from kernel.policy.quorums import SINGLE, tally
@@ -98,14 +97,6 @@ class Recorded(msgspec.Struct, frozen=True, kw_only=True):
     def key(self) -> tuple[str, ...]:
         """What must be equal for two verdicts to be the same."""
         return (self.outcome, self.reason_code, self.applied, self.quorum, self.grant)
-
-
-def quorum_words(rule: QuorumRule | None) -> str:
-    """A quorum rule in words for comparing and showing; "" for one operator's approval."""
-    if rule is None or (rule.required < 2 and not rule.roles):
-        return ""
-    roles = f" of {', '.join(rule.roles)}" if rule.roles else " operators"
-    return f"{rule.required}{roles}"
 
 
 class Rejudged(msgspec.Struct, frozen=True, kw_only=True):
@@ -146,7 +137,7 @@ def _recorded(payload: ProposalAccepted | ProposalRejected | FlowEscalated) -> R
                 quorum=quorum_words(payload.quorum),
             )
         case ProposalAccepted(pack=pack, applied=applied, grant=grant):
-            return Recorded(outcome="accepted", pack=pack, applied=_form(applied), grant=grant)
+            return Recorded(outcome="accepted", pack=pack, applied=form_of(applied), grant=grant)
 
 
 def judge_at(projections: Projections, event: Event, catalog: PolicyCatalog) -> Recorded | None:
@@ -177,20 +168,9 @@ def _judged_at(projections: Projections, event: Event, catalog: PolicyCatalog) -
 
 
 def _reduced(judgement: Judgement) -> Recorded:
-    for outcome, f in (("rejected", judgement.rejection), ("escalated", judgement.escalation)):
-        if f is not None:
-            code, detail = str(f.reason_code), f.detail
-            return Recorded(
-                outcome=outcome,
-                reason_code=code,
-                detail=detail,
-                pack=judgement.pack,
-                quorum=quorum_words(judgement.quorum) if outcome == "escalated" else "",
-            )
-    grant = judgement.grant.grant if judgement.grant is not None else ""
-    return Recorded(
-        outcome="accepted", pack=judgement.pack, applied=_form(judgement.applied), grant=grant
-    )
+    # The reduction the DIM's shadow compares on (kernel.dim.verdict.outcome_of), with the pack.
+    found = outcome_of(judgement)
+    return Recorded(**msgspec.structs.asdict(found), pack=judgement.pack)
 
 
 def recheck_at(
@@ -223,10 +203,6 @@ def recheck_at(
     )
 
 
-def _form(applied: Applied | None) -> str:
-    return "" if applied is None else canonical(applied).decode()
-
-
 async def rejudge(
     journal: Journal,
     packs: Sequence[PolicyPack],
@@ -247,13 +223,37 @@ async def rejudge(
         exclude: seqs of events the judged history does not have (``dirk whatif
             --exclude``): a grant never issued, a pack never loaded.
     """
+    return (await _walk(journal, packs, check_hash, exclude)).result()
+
+
+async def rejudge_costed(
+    journal: Journal, packs: Sequence[PolicyPack], stop: int | None = None
+) -> tuple[Rejudged, dict[int, ProposalRecord]]:
+    """:func:`rejudge` without the hash check, through ``stop``; with each submission judged.
+
+    The second value maps the seq of every submission judged again to its proposal
+    (a shadow report prices it, kernel.dim.verdict.money_of).
+    """
+    replay = await _walk(journal, packs, False, (), stop)
+    return replay.result(), replay.proposals
+
+
+async def _walk(
+    journal: Journal,
+    packs: Sequence[PolicyPack],
+    check_hash: bool,
+    exclude: Collection[int],
+    stop: int | None = None,
+) -> _Replay:
     replay = _Replay(packs, check_hash)
     excluded = frozenset(exclude)
     async for batch in journal.scan():
         for event in batch:
+            if stop is not None and event.seq > stop:
+                return replay
             if event.seq not in excluded:
                 replay.step(event)
-    return replay.result()
+    return replay
 
 
 class _Replay:
@@ -274,6 +274,8 @@ class _Replay:
         self.judged = self.skipped = 0
         self.rules: dict[str, QuorumRule | None] = {}
         """Per flow, the quorum its escalation needs under the given packs (as re-judged)."""
+        self.proposals: dict[int, ProposalRecord] = {}
+        """Per submission seq judged again, the proposal (what shadow reports price)."""
 
     def adopt(self, refs: Sequence[PackRef]) -> None:
         """Switch to the given versions the journal names as in force from here on."""
@@ -328,6 +330,7 @@ class _Replay:
         )
         if judged_now.escalation is not None:
             self.rules[dfid] = judged_now.quorum
+        self.proposals[event.seq] = payload.proposal
 
     def _verdict(
         self,

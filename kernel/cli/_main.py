@@ -55,6 +55,7 @@ from kernel.cli._read import (
 from kernel.cli._replay import add_commands as add_replay_commands
 from kernel.cli._roadmap import add_commands as add_roadmap_commands
 from kernel.cli._serve import add_commands as add_serve_commands
+from kernel.cli._shadow import add_commands as add_shadow_commands
 from kernel.cli._tenants import add_commands as add_tenant_commands
 from kernel.cli._verify import add_commands as add_verify_commands
 from kernel.console import add_commands as add_console_commands
@@ -335,6 +336,7 @@ def _parser() -> argparse.ArgumentParser:
     add_completion_command(commands, _parser)
     add_roadmap_commands(commands)
     add_grant_commands(commands)
+    add_shadow_commands(commands)
     add_audit_commands(commands)
     add_tenant_commands(commands)
     return parser

@@ -390,4 +390,8 @@ def _applied(event: Event, seq: int) -> str | None:
         )
     if isinstance(payload, ev.CredentialIssued):
         return f"credential of {event.agent_id} by {payload.operator} (event #{seq})"
+    if isinstance(payload, ev.ShadowRetired | ev.ShadowPromoted):
+        done = "retired" if isinstance(payload, ev.ShadowRetired) else "promoted"
+        ref = payload.pack
+        return f"shadow {ref.name} {ref.version} {done} by {payload.operator} (event #{seq})"
     return None

@@ -59,6 +59,7 @@ from kernel.console._manage import (
 )
 from kernel.console._money import readable
 from kernel.console._settings import Settings as Settings  # re-exported: its old home
+from kernel.console._shadows import shadow_routes
 from kernel.console._views import (
     HUMAN_ACTS,
     PAGE,
@@ -578,6 +579,7 @@ def create_app(
         get("/audit.csv", audit_export),
         get("/audit.json", audit_export),
         *attempt_routes(lambda: holder["journal"], page, get),
+        *shadow_routes(lambda: holder["journal"], page, get),
         Route("/theme", theme, methods=["GET"]),
         post_("/rules/change/{action}", rule_changed),
         post_("/rules/{seq}", rule_decide),

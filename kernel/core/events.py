@@ -135,6 +135,14 @@ from kernel.core._records import (
     ProposalRecord,
     Record,
 )
+from kernel.core._shadow_events import (
+    SHADOW_PAYLOADS,
+    Judged,
+    ShadowDiffered,
+    ShadowLoaded,
+    ShadowPromoted,
+    ShadowRetired,
+)
 
 GENESIS_HASH = bytes(32)
 """The ``prev_hash`` of the first event of every journal."""
@@ -222,6 +230,10 @@ AnyPayload = (
     | Delegated
     | DecidedWithoutJournal
     | DriftBreached
+    | ShadowLoaded
+    | ShadowDiffered
+    | ShadowRetired
+    | ShadowPromoted
 )
 
 
@@ -413,6 +425,7 @@ __all__ = [
     "BELIEF_PAYLOADS",
     "GENESIS_HASH",
     "PRINCIPAL_PAYLOADS",
+    "SHADOW_PAYLOADS",
     "ActorRestarted",
     "AgentRefused",
     "AgentRegistered",
@@ -470,6 +483,7 @@ __all__ = [
     "GrantVoted",
     "HumanDecided",
     "InputRefused",
+    "Judged",
     "KernelStarted",
     "KernelStopped",
     "Layer",
@@ -505,6 +519,10 @@ __all__ = [
     "RuleProposed",
     "RuleRetracted",
     "RuleSource",
+    "ShadowDiffered",
+    "ShadowLoaded",
+    "ShadowPromoted",
+    "ShadowRetired",
     "SourceRegistered",
     "SubjectErased",
     "SubmissionRefused",

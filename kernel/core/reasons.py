@@ -126,6 +126,15 @@ class ReasonCode(StrEnum):
     DELEGATION_INVALID = "DELEGATION_INVALID"
     """A delegation names an agent, a parent or a principal that does not fit: the parent is
     another principal's, or its agent is not the delegating one."""
+    SHADOW_NOT_LOADED = "SHADOW_NOT_LOADED"
+    """A shadow act names a pack that has no shadow judging (none loaded, or retired,
+    promoted, or ended by a restart), or a shadow whose version is not the one named."""
+    SHADOW_INVALID = "SHADOW_INVALID"
+    """A candidate pack cannot shadow: it does not validate, shadows no enforced pack of its
+    name, drops a kind the enforced version defines, or is the enforced version itself."""
+    SHADOW_REPORT_CHANGED = "SHADOW_REPORT_CHANGED"
+    """A promotion names the digest of the report it was reviewed on, and the shadow's report
+    over the journal now has another (differences recorded since): review it again."""
 
 
 RESERVED_REASONS: frozenset[ReasonCode] = frozenset(

@@ -8,6 +8,7 @@ from kernel.dim._actor import IntegrityModule
 from kernel.dim._gate import LAYERS, judge
 from kernel.dim._judgement import Inputs, Judgement, reject
 from kernel.dim._records import BUDGET_GUARD
+from kernel.dim._shadow import ShadowRefused, Shadows
 
 __all__ = [
     "BUDGET_GUARD",
@@ -15,6 +16,8 @@ __all__ = [
     "Inputs",
     "IntegrityModule",
     "Judgement",
+    "ShadowRefused",
+    "Shadows",
     "judge",
     "reject",
 ]

@@ -79,7 +79,8 @@ from kernel.dim._records import (
 )
 from kernel.dim._resources import budget_pool
 from kernel.dim._rules import handle as handle_rule
-from kernel.dim.verdict import rechecked, verdict
+from kernel.dim._shadow import Shadows
+from kernel.dim.verdict import inputs_of, rechecked, verdict
 from kernel.policy.contracts import Outcome, Verdict
 from kernel.policy.money import ModelPrice
 from kernel.policy.packs import PolicyCatalog
@@ -100,8 +101,11 @@ from kernel.runtime.messages import (
     IssueGrant,
     Judge,
     LoadPack,
+    LoadShadow,
+    PromoteShadow,
     Recheck,
     RecordAct,
+    RetireShadow,
     RetractRule,
     RevokeGrant,
     Screen,
@@ -132,8 +136,11 @@ class IntegrityModule:
         guards: Mailbox[GuardMessage] | None = None,
         rule_clock: Callable[[], int] = time.perf_counter_ns,
         prices: Mapping[str, ModelPrice] | None = None,
+        shadows: Shadows | None = None,
     ) -> None:
         self._prices = dict(prices or {})
+        # Built beside the actor (kernel.api.wiring), so a restarted DIM keeps its shadows.
+        self._shadows = Shadows() if shadows is None else shadows
         # Measures rules beside the verdict; real time is right: it decides nothing.
         self._rule_clock = rule_clock
         self._guards = guards
@@ -179,6 +186,14 @@ class IntegrityModule:
                 out.reply_events(msg.reply, [index])
             case LoadPack():
                 load(msg, self._catalog, self._projections.packs, out)
+                if self._shadows.by_name:
+                    self._shadows.refit(self._catalog, out)
+            case LoadShadow():
+                self._shadows.load(msg, self._catalog, out)
+            case RetireShadow():
+                self._shadows.retire(msg, out)
+            case PromoteShadow():
+                self._shadows.promote(msg, self._catalog, self._projections.packs, out)
             case SubmitRule() | DecideRule() | RetractRule():
                 # The DIM owns the rulebook: one serial writer of rule events.
                 handle_rule(msg, self._projections, out)
@@ -231,9 +246,10 @@ class IntegrityModule:
         tenant = behalf.principal.tenant if behalf is not None else ""
         for note in notes_on(self._projections.memory, flow, msg.proposal, tenant):
             out.emit(note, dfid=msg.dfid, agent_id=flow.agent_id, after=submitted)
-        state = staged.state(self._projections, agent)[0]
-        own = staged.own(self._projections, msg.dfid)
         stopwatch = Stopwatch(self._rule_clock)
+        now = self._clock.now_ns()
+        # Built once: the shadow, if one is loaded, judges against the very same state.
+        inputs = inputs_of(self._projections, flow, agent, now, staged)
         if msg.invalid is not None:
             # The wall refused the proposal at the schema layer: there is nothing to judge.
             judgement = Judgement(rejection=msg.invalid)
@@ -243,12 +259,49 @@ class IntegrityModule:
                 flow,
                 agent,
                 self._catalog,
-                self._clock.now_ns(),
+                now,
                 self._projections,
                 by_human=msg.by_human,
                 staged=staged,
                 stopwatch=stopwatch,
+                inputs=inputs,
             )
+        # The shadow judges the same proposal on the same inputs, before the enforced
+        # verdict stages its reservations; its difference is recorded after that verdict.
+        shadowed = (
+            self._shadows.judge(
+                msg.proposal,
+                flow,
+                agent,
+                now,
+                self._projections,
+                by_human=msg.by_human,
+                inputs=inputs,
+            )
+            if self._shadows.by_name
+            else None
+        )
+        self._enforce(msg, flow, agent, attempt, judgement, submitted, stopwatch, out)
+        if shadowed is not None:
+            self._shadows.record(
+                shadowed, judgement, msg.proposal, msg.dfid, flow.agent_id, submitted, out
+            )
+
+    def _enforce(
+        self,
+        msg: Judge,
+        flow: FlowState,
+        agent: AgentView,
+        attempt: int,
+        judgement: Judgement,
+        submitted: int,
+        stopwatch: Stopwatch,
+        out: Outbox,
+    ) -> None:
+        """Record the enforced verdict and what follows from it: reserve, escalate, execute."""
+        staged = staged_of(out)
+        state = staged.state(self._projections, agent)[0]
+        own = staged.own(self._projections, msg.dfid)
         overruns = stopwatch.overruns
         if judgement.rejection is not None:
             self._rejected(msg, agent, attempt, judgement, submitted, overruns, out)

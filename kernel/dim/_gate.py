@@ -320,6 +320,11 @@ def _grant(
     )
 
 
+def schema_of(proposal: ProposalRecord, kind: type[Any], catalog: PolicyCatalog) -> Any:
+    """The proposal's params as its kind (the schema layer), or the layer's refusal."""
+    return _schema(proposal, kind, catalog)
+
+
 def _schema(proposal: ProposalRecord, kind: type[Any], catalog: PolicyCatalog) -> Any:
     if proposal.version and proposal.version.split(".")[0] != kind.version.split(".")[0]:
         return reject(

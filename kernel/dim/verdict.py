@@ -32,15 +32,19 @@ from kernel.core.events import (
     Draft,
     Feedback,
     FlowCreated,
+    Judged,
     OnBehalf,
     ProposalRecord,
+    QuorumRule,
     TenantDeclared,
     TenantPolicyChanged,
     TenantSpec,
+    canonical,
 )
 from kernel.core.flow import FlowState
-from kernel.dim._gate import MemoryCheck, judge
+from kernel.dim._gate import MemoryCheck, judge, schema_of
 from kernel.dim._judgement import Behalf, Inputs, Judgement
+from kernel.dim._resources import cost_of
 from kernel.policy.packs import PolicyCatalog
 from kernel.policy.quorums import SINGLE, tally
 from kernel.policy.rules import Stopwatch, View
@@ -288,6 +292,7 @@ def verdict(
     recheck: bool = False,
     staged: Staged | None = None,
     stopwatch: Stopwatch | None = None,
+    inputs: Inputs | None = None,
 ) -> Judgement:
     """Judge a proposal of ``flow``: the one function the DIM and replay both call.
 
@@ -303,8 +308,11 @@ def verdict(
             state and unsettled checks; kernel.dim._gate).
         staged: what the current batch staged and has not committed (the DIM only).
         stopwatch: times each rule beside the verdict; never changes it.
+        inputs: what :func:`inputs_of` returns for these arguments, when the caller
+            built it already (the DIM's shadow judges on the enforced verdict's).
     """
-    inputs = inputs_of(projections, flow, agent, now_ns, staged)
+    if inputs is None:
+        inputs = inputs_of(projections, flow, agent, now_ns, staged)
     judgement = judge(
         proposal,
         agent,
@@ -347,3 +355,46 @@ def rechecked(judgement: Judgement, ballot: Ballot | None, approval: Approval | 
     if not voters:
         voters = [(approval.operator, [])]
     return tally(judgement.quorum or SINGLE, voters).met
+
+
+def quorum_words(rule: QuorumRule | None) -> str:
+    """A quorum rule in words for comparing and showing; "" for one operator's approval."""
+    if rule is None or (rule.required < 2 and not rule.roles):
+        return ""
+    roles = f" of {', '.join(rule.roles)}" if rule.roles else " operators"
+    return f"{rule.required}{roles}"
+
+
+def form_of(applied: Applied | None) -> str:
+    """A transformed acceptance's applied form as canonical JSON ("" when none)."""
+    return "" if applied is None else canonical(applied).decode()
+
+
+def outcome_of(judgement: Judgement) -> Judged:
+    """Reduce a judgement to what two verdicts are compared on: the DIM's shadow and replay's."""
+    for outcome, f in (("rejected", judgement.rejection), ("escalated", judgement.escalation)):
+        if f is not None:
+            return Judged(
+                outcome=outcome,
+                reason_code=str(f.reason_code),
+                detail=f.detail,
+                quorum=quorum_words(judgement.quorum) if outcome == "escalated" else "",
+            )
+    grant = judgement.grant.grant if judgement.grant is not None else ""
+    return Judged(outcome="accepted", applied=form_of(judgement.applied), grant=grant)
+
+
+def money_of(proposal: ProposalRecord, catalog: PolicyCatalog) -> dict[str, int]:
+    """What ``proposal`` costs by currency under ``catalog`` ({} when it cannot say).
+
+    The money a shadow's difference touches: the same whatever either verdict was (a
+    refused proposal's cost is not in its judgement), for the live shadow and its replay.
+    """
+    kind = catalog.kinds.get(proposal.kind)
+    if kind is None:
+        return {}
+    params = schema_of(proposal, kind, catalog)
+    if isinstance(params, Feedback):
+        return {}
+    costs = cost_of(proposal.kind, params, catalog)
+    return {} if isinstance(costs, Feedback) else costs

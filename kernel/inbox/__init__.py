@@ -57,6 +57,7 @@ from kernel.inbox.requests import (
     RevokeGrantRequest,
     RuleChangeRequest,
     RuleDecisionRequest,
+    ShadowRequest,
     Signed,
     VoteRequest,
 )
@@ -85,6 +86,7 @@ __all__ = [
     "RevokeGrantRequest",
     "RuleChangeRequest",
     "RuleDecisionRequest",
+    "ShadowRequest",
     "Signed",
     "Signer",
     "VoteRequest",

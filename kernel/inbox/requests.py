@@ -234,6 +234,28 @@ class VoteRequest(_Request, frozen=True, tag="vote"):
     reason: Reason
 
 
+Digest = Annotated[str, Meta(max_length=64, pattern=r"^([0-9a-f]{64})?$")]
+"""A SHA-256 in hex (a shadow report's digest), or empty."""
+Version = Annotated[str, Meta(max_length=64, pattern=r"^[0-9A-Za-z.+_-]*$")]
+
+
+class ShadowRequest(_Request, frozen=True, tag="shadow"):
+    """Retire or promote the shadow of pack ``pack`` (``dirk shadow retire|promote``).
+
+    ``version``, when given, must be the shadow's; ``report``, when given, must be the
+    digest of the shadow's report as the kernel computes it when it promotes (the one
+    reviewed: SHADOW_REPORT_CHANGED otherwise). Loading a shadow takes the pack's code,
+    which no request carries: the embedding program calls ``Kernel.load_shadow``.
+    """
+
+    action: Literal["retire", "promote"]
+    pack: Name
+    operator: Name
+    reason: Reason
+    version: Version = ""
+    report: Digest = ""
+
+
 InboxRequest = (
     DecideRequest
     | AmendRequest
@@ -248,6 +270,7 @@ InboxRequest = (
     | VoteRequest
     | DeclareTenantRequest
     | ChangeTenantPolicyRequest
+    | ShadowRequest
 )
 """Every request the inbox takes; ``type`` tells them apart."""
 
@@ -264,6 +287,7 @@ OperatorRequest = (
     | VoteRequest
     | DeclareTenantRequest
     | ChangeTenantPolicyRequest
+    | ShadowRequest
 )
 """The requests an operator makes (each names its ``operator``); the others are agents'."""
 

@@ -292,6 +292,42 @@ class LoadPack(msgspec.Struct, frozen=True, kw_only=True):
     reply: Reply[PackRef | PackError | None] | None = None
 
 
+class LoadShadow(msgspec.Struct, frozen=True, kw_only=True):
+    """Judge by ``pack`` beside the enforced version of its name (kernel.dim._shadow)."""
+
+    pack: Any
+    adapters: frozenset[str]
+    operator: str = ""
+    reason: str = ""
+    reply: Reply[Any] | None = None
+
+
+class RetireShadow(msgspec.Struct, frozen=True, kw_only=True):
+    """Stop the shadow of pack ``name`` (of ``version``, when given)."""
+
+    name: str
+    version: str = ""
+    operator: str = ""
+    reason: str = ""
+    inbox_id: int | None = None
+    reply: Reply[Any] | None = None
+
+
+class PromoteShadow(msgspec.Struct, frozen=True, kw_only=True):
+    """Make the shadow of pack ``name`` the enforced version, with its report's digest."""
+
+    name: str
+    report: str
+    as_of_seq: int
+    version: str = ""
+    judged: int = 0
+    differed: int = 0
+    operator: str = ""
+    reason: str = ""
+    inbox_id: int | None = None
+    reply: Reply[Any] | None = None
+
+
 class SubmitRule(msgspec.Struct, frozen=True, kw_only=True):
     """A rule proposal for the rulebook's owner, recorded with the promoter's decision.
 
@@ -465,6 +501,9 @@ DimMessage: TypeAlias = (
     | Carry
     | AmendLimit
     | LoadPack
+    | LoadShadow
+    | RetireShadow
+    | PromoteShadow
     | SubmitRule
     | DecideRule
     | RetractRule

@@ -61,6 +61,8 @@ from kernel.core.events import (
     Payload,
     RuleDecided,
     RuleRetracted,
+    ShadowPromoted,
+    ShadowRetired,
     SubmissionRefused,
     TenantDeclared,
     TenantPolicyChanged,
@@ -89,6 +91,7 @@ from kernel.state.records import session_hash as session_hash
 from kernel.state.records import visible as visible
 from kernel.state.reservations import Reservations
 from kernel.state.roadmap.domain import Roadmap
+from kernel.state.shadows import Shadows
 
 DOMAINS: tuple[DomainType, ...] = (
     Reservations,
@@ -102,6 +105,7 @@ DOMAINS: tuple[DomainType, ...] = (
     Budgets,
     Principals,
     Drift,
+    Shadows,
 )
 """The registered domains, in order: every Projections folds them, the DIM runs their
 checks in this order, the kernel builds their executors. Registering one is adding it here."""
@@ -155,6 +159,8 @@ _INBOX_EVENTS: frozenset[type[Payload]] = frozenset(
         GrantRevoked,
         TenantDeclared,
         TenantPolicyChanged,
+        ShadowRetired,
+        ShadowPromoted,
     }
 )
 # Flow events allowed in any status that never change it: the only ones a flow gets

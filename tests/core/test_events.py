@@ -231,6 +231,31 @@ SAMPLES: list[ev.AnyPayload] = [
         first_seq=3,
         last_seq=62,
     ),
+    # shadow packs (kernel.dim._shadow)
+    ev.ShadowLoaded(
+        pack=ev.PackRef(name="desk", version="1.1.0", hash="ab" * 32),
+        enforced=ev.PackRef(name="desk", version="1.0.0", hash="cd" * 32),
+        kinds=["desk.order"],
+        operator="ana",
+        reason="try it",
+    ),
+    ev.ShadowDiffered(
+        shadow="ab" * 32,
+        kind="desk.order",
+        enforced=ev.Judged(outcome="accepted"),
+        judged=ev.Judged(outcome="rejected", reason_code="RISK_LIMIT_EXCEEDED", detail="qty"),
+        costs={"USD": 1200},
+    ),
+    ev.ShadowRetired(pack=ev.PackRef(name="desk", version="1.1.0", hash="ab" * 32), operator="ana"),
+    ev.ShadowPromoted(
+        pack=ev.PackRef(name="desk", version="1.1.0", hash="ab" * 32),
+        report="ef" * 32,
+        as_of_seq=40,
+        judged=12,
+        differed=3,
+        operator="ana",
+        reason="reviewed",
+    ),
 ]
 
 

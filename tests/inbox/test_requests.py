@@ -52,6 +52,7 @@ from kernel.inbox.requests import (
     DeclareTenantRequest,
     GrantRequest,
     RevokeGrantRequest,
+    ShadowRequest,
     VoteRequest,
     decode_row,
     encode,
@@ -105,6 +106,15 @@ SAMPLES: list[InboxRequest] = [
         currency="EUR",
     ),
     RevokeGrantRequest(grant="g-0123456789ab", operator="ana", reason="trip cancelled"),
+    ShadowRequest(action="retire", pack="desk", operator="ana", reason="enough"),
+    ShadowRequest(
+        action="promote",
+        pack="desk",
+        version="1.1.0",
+        report="ab" * 32,
+        operator="ana",
+        reason="reviewed",
+    ),
     VoteRequest(grant="g-0123456789ab", vote="approve", operator="bo", reason="ok"),
     DeclareTenantRequest(
         tenant=TenantSpec(id="acme", members={"ann": Member(email="a@x.test", scopes=["pay"])}),
