@@ -175,7 +175,6 @@ class Kernel(Operating):
             principal=config.principal,
             outage=self._outage,
         )
-        self._delegations = Delegations(lambda act: self._acts.record_act(act), projections, ids)
         inbox = InboxProposals(
             self._sessions.handshake,
             self._proposals.open_flow,
@@ -212,6 +211,7 @@ class Kernel(Operating):
             keyring=self._lifetime.operator_keyring,
             clock=clock,
         )
+        self._delegations = Delegations(self._acts.record_act, projections, ids)
         self._running: AsyncExitStack | None = None
 
     # --- its life --------------------------------------------------------------
