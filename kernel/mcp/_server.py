@@ -218,7 +218,8 @@ def build_server(
     ) -> Answer:
         """Read bytes of an artifact a context of your flow referenced, base64-encoded.
 
-        Anything a context of your flow did not reference is refused, on record.
+        Anything a context of your flow did not reference is refused, on record, and so is
+        a flow of another tenant than yours (answered as unknown).
 
         Args:
             dfid: your flow, whose context listed the artifact (under ``artifacts``).
@@ -230,6 +231,9 @@ def build_server(
         name = checked_text(ref, "ref", 256)
         first = checked_seq(start, "start")
         count = None if length is None else checked_seq(length, "length")
+        async with backend.reading() as view:
+            # An agent serving several tenants reads a flow of the caller's tenant only.
+            await check_flow(backend, view, who, "fetch_artifact", flow)
         piece = await backend.fetch_artifact(who.name, flow, name, first, count)
         result = {
             "ref": piece.ref,

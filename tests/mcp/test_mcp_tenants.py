@@ -7,6 +7,7 @@ forged or expired user token stop at the door (401: UNAUTHORIZED, PRINCIPAL_INVA
 
 from __future__ import annotations
 
+import base64
 import json
 import tempfile
 import time
@@ -201,6 +202,32 @@ async def test_a_users_proposal_is_on_its_flow_and_unknown_to_another_tenant(
     assert [(r.entry, r.target) for r in recorded] == [
         ("mcp.wait_flow", fact["dfid"]),
         ("mcp.trace_provenance", fact["dfid"]),
+    ]
+
+
+async def test_an_artifact_of_one_tenants_flow_is_refused_to_another_tenants_caller(
+    tmp_path: Path,
+) -> None:
+    """The same agent serves two tenants: Bob's session names Alice's flow to read an artifact
+    her context referenced; answered as an unknown flow, CROSS_TENANT on record, no bytes."""
+    async with memory_kernel(tmp_path / "j.db") as kernel:
+        ref = await kernel.put_artifact(b"Acme's floor plan", media_type="text/plain", by="app")
+        await kernel.trigger("mcp.ide.plan", {"mcp.ide.plan.doc": ref})
+        await kernel.wait_quiet()
+        alice = Principal(role="agent", name="ide", on_behalf=ALICE)
+        async with Client(build_server(Embedded(kernel), Identity(alice))) as c:
+            asked = await answer(c, "query_memory", topic="plan")
+            assert asked["result"]["artifacts"] == {"mcp.ide.plan.doc": ref}
+            mine = await answer(c, "fetch_artifact", dfid=asked["dfid"], ref=ref)
+        assert base64.b64decode(mine["result"]["data_base64"]) == b"Acme's floor plan"
+        bob = Principal(role="agent", name="ide", on_behalf=BOB)
+        async with Client(build_server(Embedded(kernel), Identity(bob))) as c:
+            stolen = await answer(c, "fetch_artifact", dfid=asked["dfid"], ref=ref)
+        assert (stolen["verdict"], stolen["reason_code"]) == ("ERROR", "UNKNOWN_FLOW")
+        assert "data_base64" not in json.dumps(stolen)
+        recorded = await refusals(kernel)
+    assert [(r.reason_code, r.entry, r.target) for r in recorded] == [
+        ("CROSS_TENANT", "mcp.fetch_artifact", asked["dfid"])
     ]
 
 
