@@ -4,7 +4,10 @@ An attempt is an agent's proposal in a flow with the first verdict it got, which
 layer gave it (ProposalAccepted: allow; ProposalRejected: deny, with the layer that
 refused; FlowEscalated: escalate), or a call decided while the journal's store was away
 (DecidedWithoutJournal, marked ``without_journal`` and never shown as an ordinary
-allow). Whom it was for (tenant, user, email, tier, delegation chain) is its flow's
+allow), or a call a door refused before any flow for a caller it had authenticated
+(InputRefused with ``on_behalf``: layer ``door``, kind the door's entry, no trace id; a
+refusal before authentication is nobody's attempt: its claim is not trusted). Whom it
+was for (tenant, user, email, tier, delegation chain) is its flow's
 ``FlowCreated.on_behalf``: the principal, tier and chain of a verdict are its flow's.
 
 The rows are derived from the journal alone, in its order, streaming: the events are
@@ -47,6 +50,7 @@ _TYPES = tuple(
             ev.ProposalRejected,
             ev.FlowEscalated,
             ev.DecidedWithoutJournal,
+            ev.InputRefused,
         )
     )
 )
@@ -185,6 +189,22 @@ def _unjournalled(event: Event, payload: ev.DecidedWithoutJournal) -> Attempt:
     return msgspec.structs.replace(row, trace_id=payload.dfid, without_journal=True)
 
 
+def _at_the_door(
+    event: Event, payload: ev.InputRefused, tenant: str | None, user: str | None
+) -> Attempt | None:
+    """The row of a door's refusal of an authenticated caller (None: nobody's, or filtered)."""
+    if payload.on_behalf is None:
+        return None
+    on_behalf = ev.OnBehalf(principal=payload.on_behalf)
+    if not _kept(on_behalf, tenant, user):
+        return None
+    role, _, name = payload.operator.partition(":")
+    flow = _Flow(on_behalf=on_behalf, agent=name if role == "agent" else "", kind=payload.entry)
+    verdict = _Verdict(DENY, str(payload.reason_code), payload.detail, "door")
+    row = _row(event, on_behalf, verdict, flow, event.ts)
+    return msgspec.structs.replace(row, trace_id="", tier="")
+
+
 class _Deriver:
     """Folds attempt events, one at a time, into rows; keeps only the open flows it needs."""
 
@@ -199,6 +219,8 @@ class _Deriver:
             if not _kept(payload.on_behalf, self._tenant, self._user):
                 return None
             return _unjournalled(event, payload)
+        if isinstance(payload, ev.InputRefused):
+            return _at_the_door(event, payload, self._tenant, self._user)
         dfid = event.dfid or ""
         if isinstance(payload, ev.FlowCreated):
             # Another tenant's or user's flow is never kept: its verdicts find nothing.

@@ -27,6 +27,7 @@ from kernel.state.beliefs.domain import Beliefs
 from kernel.state.beliefs.effects import effects
 from kernel.state.domain import ExecutorPorts, RecordingReceipt, State
 from kernel.state.memory import Memory, memory_id, recorded_receipt, started
+from kernel.state.principals import tenant_of
 
 
 class GovernanceKind(PolicyKind, frozen=True, kw_only=True):
@@ -160,6 +161,7 @@ class BeliefsExecutor:
     """
 
     def __init__(self, projections: State, clock: Clock) -> None:
+        self._projections = projections
         self._memory = projections.domain(Memory)
         self._beliefs = projections.domain(Beliefs)
         self._clock = clock
@@ -176,8 +178,10 @@ class BeliefsExecutor:
             return done
         pending = started(memory, intent.key, "belief")
         task = str(intent.params.get("task", "")) or pending.root_dfid
+        # Effects read the graph the flow's tenant sees, as its proposal was judged on.
+        graph = self._beliefs.graph.seen_by(tenant_of(self._projections, pending.dfid))
         records = effects(
-            self._beliefs.graph,
+            graph,
             intent.kind,
             intent.params,
             task=task,

@@ -192,7 +192,8 @@ def layer_body(
 ) -> LayerBody:
     """Compile what every flow of ``topic`` for this agent shows (see :func:`compile_layers`).
 
-    Memory shows what is shared and what is ``tenant``'s own (kernel.state.memory).
+    Memory and canonical beliefs show what is shared and what is ``tenant``'s own
+    (kernel.state.memory, BeliefGraph.seen_by).
     """
     limits = manifest.limits
     facts, dropped = _entitled_facts(projections, manifest, staged, as_of_ns)
@@ -212,7 +213,8 @@ def layer_body(
     task = "\n".join(
         [topic, *(f[1] for f in facts), *(f[2] for f in facts if isinstance(f[2], str))]
     )
-    knowledge = reactivate(projections.beliefs, task, as_of_ns)
+    # Canonical beliefs as memory's facts: what is shared and what is the tenant's own.
+    knowledge = reactivate(projections.beliefs.seen_by(tenant), task, as_of_ns)
     if knowledge[0]:
         tokens += estimate(knowledge[0])
     return LayerBody(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import msgspec
 
+from kernel.core._principal_events import Principal
 from kernel.core._records import PackRef, Payload, Record
 from kernel.core.reasons import ReasonCode
 
@@ -305,6 +306,10 @@ class InputRefused(Payload, frozen=True, tag=True):
     inbox_id: int | None = None
     request_id: str = ""
     """The refused inbox request's own id (when it decoded): never taken from another row."""
+    on_behalf: Principal | None = None
+    """The principal the refused caller was authenticated as acting for, when its door had
+    authenticated one (the refusal is then an attempt in that tenant's audit); none when it
+    was refused before (a bad token's claim is not trusted)."""
 
 
 # --- the operator inbox: whose keys the kernel trusts, and whose requests it took -----

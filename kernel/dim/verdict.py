@@ -114,10 +114,12 @@ def domain_checks(projections: Projections, flow: FlowState) -> MemoryCheck:
     return check
 
 
-def transformed(projections: Projections, proposal: ProposalRecord) -> Applied | None:
+def transformed(
+    projections: Projections, proposal: ProposalRecord, flow: FlowState
+) -> Applied | None:
     """Return the form an accepted proposal is applied in, if a domain transforms it."""
     for domain in projections.transforming:
-        applied = domain.transform(proposal)
+        applied = domain.transform(proposal, flow)
         if applied is not None:
             return applied
     return None
@@ -326,7 +328,7 @@ def verdict(
     )
     if judgement.rejection is None and judgement.escalation is None:
         # A transformed verdict: accepted, and applied in another form (kernel.beliefs).
-        applied = transformed(projections, proposal)
+        applied = transformed(projections, proposal, flow)
         if applied is not None:
             return replace(judgement, applied=applied)
     return judgement

@@ -179,8 +179,8 @@ class Domain(Protocol):
         """
         return None
 
-    def transform(self, proposal: ProposalRecord) -> Applied | None:
-        """Return the form an accepted ``proposal`` is applied in, if not its own."""
+    def transform(self, proposal: ProposalRecord, flow: FlowState) -> Applied | None:
+        """Return the form an accepted ``proposal`` of ``flow`` is applied in, if not its own."""
         return None
 
     def executors(self) -> Mapping[str, ExecutorFactory | str]:

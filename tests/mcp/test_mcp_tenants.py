@@ -31,6 +31,7 @@ from mcp.client.streamable_http import streamable_http_client  # noqa: E402
 from mcp.shared._httpx_utils import create_mcp_http_client  # noqa: E402
 
 from kernel import Kernel  # noqa: E402
+from kernel.audit.attempts import attempts  # noqa: E402
 from kernel.core.events import FlowCreated, InputRefused  # noqa: E402
 from kernel.core.events import Principal as User  # noqa: E402
 from kernel.mcp import Embedded, Identity, Principal, build_server  # noqa: E402
@@ -226,9 +227,22 @@ async def test_an_artifact_of_one_tenants_flow_is_refused_to_another_tenants_cal
         assert (stolen["verdict"], stolen["reason_code"]) == ("ERROR", "UNKNOWN_FLOW")
         assert "data_base64" not in json.dumps(stolen)
         recorded = await refusals(kernel)
+        # The refusal is an attempt in Bob's tenant's audit, and in no other.
+        [row] = [a async for a in attempts(kernel.journal, tenant="globex")]
+        theirs = [a async for a in attempts(kernel.journal, tenant="acme")]
     assert [(r.reason_code, r.entry, r.target) for r in recorded] == [
         ("CROSS_TENANT", "mcp.fetch_artifact", asked["dfid"])
     ]
+    assert recorded[0].on_behalf == BOB
+    assert (row.user, row.agent, row.kind, row.decision, row.reason_code, row.layer) == (
+        "bob",
+        "ide",
+        "mcp.fetch_artifact",
+        "deny",
+        "CROSS_TENANT",
+        "door",
+    )
+    assert [a.kind for a in theirs] == ["memory.query"]  # Alice's own call, not Bob's refusal
 
 
 async def test_a_caller_for_nobody_is_refused_principal_missing_on_record(tmp_path: Path) -> None:

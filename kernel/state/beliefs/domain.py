@@ -18,11 +18,13 @@ from kernel.core.events import (
     ProposalRecord,
 )
 from kernel.core.flow import FlowState
+from kernel.core.reasons import ReasonCode
 from kernel.policy.rules import View
 from kernel.state.beliefs import BELIEFS_ADAPTER, TEST_ADAPTER, gate
-from kernel.state.beliefs.effects import PROPOSE_TEST
+from kernel.state.beliefs.effects import PREFIX, PROPOSE_TEST
 from kernel.state.beliefs.graph import BeliefGraph
 from kernel.state.domain import OMIT, Domain, ExecutorFactory, Fold, Saved, State
+from kernel.state.principals import memory_tenant, tenant_of
 
 _EVENTS: frozenset[type[Payload]] = frozenset(BELIEF_PAYLOADS)
 
@@ -64,12 +66,38 @@ class Beliefs(Domain):
         )
 
     def check(self, proposal: ProposalRecord, view: View, flow: FlowState) -> Feedback | None:
-        graph = self.graph
+        if proposal.kind.startswith(PREFIX):
+            refused = self._task_of_another(proposal, flow)
+            if refused is not None:
+                return refused
+        # A flow reads the graph its tenant sees: another tenant's ids are unrecorded to it.
+        graph = self.graph.seen_by(view.tenant)
         # Scored at the graph's latest recorded time, not the DIM's clock: "now" is recorded.
         return gate.check(graph, proposal.kind, proposal.params, flow.root_dfid, graph.latest_ns)
 
-    def transform(self, proposal: ProposalRecord) -> Applied | None:
-        return gate.transform(self.graph, proposal.kind, proposal.params)
+    def transform(self, proposal: ProposalRecord, flow: FlowState) -> Applied | None:
+        # A duplicate is one of the tenant's own (or shared): never another tenant's.
+        graph = self.graph.seen_by(tenant_of(self._projections, flow.dfid))
+        return gate.transform(graph, proposal.kind, proposal.params)
+
+    def _task_of_another(self, proposal: ProposalRecord, flow: FlowState) -> Feedback | None:
+        """Refuse a write into a task another tenant owns (CROSS_TENANT).
+
+        A task belongs to the tenant whose flows first recorded in it, or, before any did,
+        to the tenant its open root flow acts for; shared memory's writers own none.
+        """
+        named = proposal.params.get("task")
+        task = named if isinstance(named, str) and named else flow.root_dfid
+        writer = memory_tenant(self._projections, flow.dfid)
+        owner = self.graph.tenants.get(task) or memory_tenant(self._projections, task)
+        if not owner or owner == writer:
+            return None
+        return Feedback(
+            reason_code=ReasonCode.CROSS_TENANT,
+            detail=f"task {task!r} is another tenant's",
+            layer=gate.LAYER,
+            field="params.task",
+        )
 
     def executors(self) -> Mapping[str, ExecutorFactory | str]:
         return {
@@ -81,6 +109,10 @@ class Beliefs(Domain):
         return {BELIEFS_ADAPTER: _EVENTS}
 
     def _belief(self, event: Event) -> None:
+        task = getattr(event.payload, "task", "")
+        tenant = memory_tenant(self._projections, event.dfid) if event.dfid else ""
+        if task and tenant:
+            self.graph.tenants.setdefault(task, tenant)
         self.graph.apply(event)
 
     def _test_started(self, event: Event) -> None:
@@ -96,5 +128,11 @@ class Beliefs(Domain):
 
 
 def _canonical(graph: BeliefGraph) -> Any:
-    # Journals that never recorded a belief hashed the state without the graph.
-    return OMIT if graph.empty() else msgspec.to_builtins(graph)
+    # Journals that never recorded a belief hashed the state without the graph, and
+    # those whose beliefs were no tenant's without its tenants.
+    if graph.empty():
+        return OMIT
+    shown = msgspec.to_builtins(graph)
+    if not graph.tenants:
+        del shown["tenants"]
+    return shown

@@ -21,7 +21,7 @@ states. ``dirk verify`` checks it: it refolds and compares digests.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 import msgspec
 
@@ -203,6 +203,16 @@ class WorkspaceRecord(msgspec.Struct, kw_only=True):
     consolidations: int = 0
 
 
+class _Owned(Protocol):
+    """A record of the graph that a task recorded (its tenant's, if the task is one's)."""
+
+    @property
+    def task(self) -> str: ...
+
+
+_R = TypeVar("_R", bound=_Owned)
+
+
 class BeliefGraph(msgspec.Struct, kw_only=True):
     """The governed-beliefs projection (see the module docstring)."""
 
@@ -227,6 +237,9 @@ class BeliefGraph(msgspec.Struct, kw_only=True):
     latest_ns: int = 0
     """The latest recorded time of any belief event: the "now" the DIM judges belief
     proposals at (never its own clock, so ``dirk verify --verdicts`` judges alike)."""
+    tenants: dict[str, str] = {}
+    """Each task (root DFID) whose flows act for a declared tenant -> that tenant; a task
+    absent is shared (kernel.state.principals.memory_tenant, as memory's facts are)."""
 
     def empty(self) -> bool:
         """Whether nothing was ever recorded (old journals: the digest leaves it out)."""
@@ -274,6 +287,32 @@ class BeliefGraph(msgspec.Struct, kw_only=True):
             for p in self.propositions.values()
             if p.task == task and p.layer == WORKSPACE
         ]
+
+    def seen_by(self, tenant: str) -> BeliefGraph:
+        """The graph as a flow for ``tenant`` reads it: what shared tasks and its own recorded.
+
+        Another tenant's observations, entities, propositions, tests and episodes are
+        not in it (sources, being no one's, are). A view to read, never to fold into;
+        the graph itself when no task was ever a tenant's (nothing to hide, nothing paid).
+        """
+        if not self.tenants:
+            return self
+        owners = self.tenants
+
+        def seen(records: dict[str, _R]) -> dict[str, _R]:
+            return {k: v for k, v in records.items() if owners.get(v.task, tenant) == tenant}
+
+        entities = seen(self.entities)
+        names = {n: [e for e in ids if e in entities] for n, ids in self.names.items()}
+        return msgspec.structs.replace(
+            self,
+            observations=seen(self.observations),
+            entities=entities,
+            names={n: ids for n, ids in names.items() if ids},
+            propositions=seen(self.propositions),
+            tests=seen(self.tests),
+            episodes=seen(self.episodes),
+        )
 
     def named(self, name: str) -> list[str]:
         """The entities bearing ``name`` as canonical name or alias."""

@@ -78,7 +78,7 @@ class Roadmap(Domain):
     def check(self, proposal: ProposalRecord, view: View, flow: FlowState) -> Feedback | None:
         return gate.check(self.state, proposal.kind, proposal.params, view.agent_id)
 
-    def transform(self, proposal: ProposalRecord) -> Applied | None:
+    def transform(self, proposal: ProposalRecord, flow: FlowState) -> Applied | None:
         return gate.transform(self.state, proposal.kind, proposal.params)
 
     def executors(self) -> Mapping[str, ExecutorFactory | str]:
