@@ -32,7 +32,7 @@ from mcp.shared._httpx_utils import create_mcp_http_client  # noqa: E402
 
 from kernel import Kernel  # noqa: E402
 from kernel.audit.attempts import attempts  # noqa: E402
-from kernel.core.events import FlowCreated, InputRefused  # noqa: E402
+from kernel.core.events import FactAdded, FlowCreated, InputRefused, Member, TenantSpec  # noqa: E402
 from kernel.core.events import Principal as User  # noqa: E402
 from kernel.mcp import Embedded, Identity, Principal, build_server  # noqa: E402
 from kernel.mcp._http import bound, coded_errors, http_auth, no_oauth, serve_http  # noqa: E402
@@ -243,6 +243,33 @@ async def test_an_artifact_of_one_tenants_flow_is_refused_to_another_tenants_cal
         "door",
     )
     assert [a.kind for a in theirs] == ["memory.query"]  # Alice's own call, not Bob's refusal
+
+
+async def test_a_tenants_memory_is_unread_by_another_tenants_token_over_http(
+    tmp_path: Path, provider: Provider
+) -> None:
+    """As the attacker: Bob's real token, a real HTTP client; every memory read of MCP
+    (the context, provenance by fact name, time travel) shows his tenant's facts only."""
+    async with memory_kernel(tmp_path / "j.db") as kernel:
+        for tenant, user in (("acme", "alice"), ("globex", "bob")):
+            await kernel.declare_tenant(TenantSpec(id=tenant, members={user: Member()}))
+        async with served(kernel, provider) as url:
+            async with over_http(url, ACME_TOKEN) as acme:
+                fact = await answer(acme, "add_fact", name="plan", value="acme buys initech")
+                assert (await answer(acme, "wait_flow", dfid=fact["dfid"]))["verdict"] == "ACCEPTED"
+            at = kernel.journal.head_seq
+            async with over_http(url, GLOBEX_TOKEN) as globex:
+                context = await answer(globex, "get_memory_context")
+                traced = await answer(globex, "trace_provenance", fact="plan")
+                then = await answer(globex, "time_travel", at=at)
+            async with over_http(url, ACME_TOKEN) as acme:
+                own = await answer(acme, "get_memory_context")
+        [added] = await kernel.journal.read(types=["FactAdded"])
+    assert isinstance(added.payload, FactAdded) and added.payload.tenant == "acme"
+    assert "plan" in own["result"]["facts"]
+    assert context["verdict"] == "OK" and "initech" not in json.dumps(context)
+    assert (traced["verdict"], traced["reason_code"]) == ("ERROR", "BAD_ARGUMENT")
+    assert then["verdict"] == "OK" and "initech" not in json.dumps(then["result"]["facts"])
 
 
 async def test_a_caller_for_nobody_is_refused_principal_missing_on_record(tmp_path: Path) -> None:
