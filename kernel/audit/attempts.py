@@ -5,7 +5,7 @@ layer gave it (ProposalAccepted: allow; ProposalRejected: deny, with the layer t
 refused; FlowEscalated: escalate), or a call decided while the journal's store was away
 (DecidedWithoutJournal, marked ``without_journal`` and never shown as an ordinary
 allow), or a call a door refused before any flow for a caller it had authenticated
-(InputRefused with ``on_behalf``: layer ``door``, kind the door's entry, no trace id; a
+(InputRefused with a ``principal``: layer ``door``, kind the door's entry, no trace id; a
 refusal before authentication is nobody's attempt: its claim is not trusted). Whom it
 was for (tenant, user, email, tier, delegation chain) is its flow's
 ``FlowCreated.on_behalf``: the principal, tier and chain of a verdict are its flow's.
@@ -193,9 +193,9 @@ def _at_the_door(
     event: Event, payload: ev.InputRefused, tenant: str | None, user: str | None
 ) -> Attempt | None:
     """The row of a door's refusal of an authenticated caller (None: nobody's, or filtered)."""
-    if payload.on_behalf is None:
+    if payload.principal is None:
         return None
-    on_behalf = ev.OnBehalf(principal=payload.on_behalf)
+    on_behalf = ev.OnBehalf(principal=payload.principal)
     if not _kept(on_behalf, tenant, user):
         return None
     role, _, name = payload.operator.partition(":")

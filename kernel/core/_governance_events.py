@@ -306,7 +306,7 @@ class InputRefused(Payload, frozen=True, tag=True):
     inbox_id: int | None = None
     request_id: str = ""
     """The refused inbox request's own id (when it decoded): never taken from another row."""
-    on_behalf: Principal | None = None
+    principal: Principal | None = None
     """The principal the refused caller was authenticated as acting for, when its door had
     authenticated one (the refusal is then an attempt in that tenant's audit); none when it
     was refused before (a bad token's claim is not trusted)."""

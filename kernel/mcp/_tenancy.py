@@ -43,7 +43,7 @@ async def refuse_on_record(
             detail=clip(refusal.detail),
             operator=clip(f"{who.role}:{who.name}"),
             target=clip(target),
-            on_behalf=who.on_behalf,
+            principal=who.on_behalf,
         )
         agent = who.name if who.role == "agent" else None
         await backend.kernel.journal.append([Draft(payload=refused, agent_id=agent)])
@@ -68,7 +68,7 @@ async def refuse_cross_tenant(
             detail=clip(detail),
             operator=clip(f"{who.role}:{who.name}"),
             target=clip(target),
-            on_behalf=who.on_behalf,
+            principal=who.on_behalf,
         )
         agent = who.name if who.role == "agent" else None
         await backend.kernel.journal.append([Draft(payload=refused, agent_id=agent)])

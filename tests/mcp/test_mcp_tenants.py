@@ -233,7 +233,7 @@ async def test_an_artifact_of_one_tenants_flow_is_refused_to_another_tenants_cal
     assert [(r.reason_code, r.entry, r.target) for r in recorded] == [
         ("CROSS_TENANT", "mcp.fetch_artifact", asked["dfid"])
     ]
-    assert recorded[0].on_behalf == BOB
+    assert recorded[0].principal == BOB
     assert (row.user, row.agent, row.kind, row.decision, row.reason_code, row.layer) == (
         "bob",
         "ide",
