@@ -57,10 +57,13 @@ CPU_GOAL_US = 130.0
 """CPU per flow in P1, all threads (C1): a ceiling."""
 FIGURES = (
     "B1", "B2", "P1", "P2", "P3", "P4", "P5", "P6", "P7", "P8", "P9", "P10", "P13", "P14", "P15",
-    "P16", "P17",
+    "P16", "P17", "P18",
 )  # fmt: skip
 SHADOW_GOAL = 1.3
 """P17.c: CPU per flow with one shadow pack loaded, as a multiple of C1 without it."""
+TENANTS_GOAL = 1.1
+"""P18.c: CPU per flow acting for a declared tenant's member (scopes, layers, rate windows),
+as a multiple of C1 for the host's one undeclared user (issue 45)."""
 SIGNED_GOAL = 0.95
 """P15.p1: P1 with the tree and a checkpoint a second, as a share of P1 without either."""
 
@@ -198,6 +201,7 @@ def _measure(plan: Plan, only: set[str], tmp: Path, quick: bool) -> list[Figure]
     p15: list[tuple[float, float]] = []  # (without, signed) flows/s, paired per round
     p16: list[ToolCallRun] = []
     p17: list[tuple[FlowRun, FlowRun]] = []  # (plain, shadowed), paired per round
+    p18: list[tuple[FlowRun, FlowRun]] = []  # (plain, with tenants), paired per round
     # P9, P14: each peer right after the round's P1, so the ratio pairs the same machine state.
     peers = PeerRounds(only, plan.peer_decisions, str(tmp))
     with ExitStack() as stack:
@@ -248,9 +252,13 @@ def _measure(plan: Plan, only: set[str], tmp: Path, quick: bool) -> list[Figure]
                 p15.append(_signed_round(plan, tmp, n))
                 said.append(f"P15.p1 {p15[-1][1] / p15[-1][0]:.2f}x")
             if "P17" in only:
-                p17.append(_shadow_round(plan, tmp, n))
+                p17.append(_paired_round(plan, tmp, n, "shadow"))
                 plain, shadowed = p17[-1]
                 said.append(f"P17.c {_cpu(shadowed) / _cpu(plain):.2f}x")
+            if "P18" in only:
+                p18.append(_paired_round(plan, tmp, n, "tenants"))
+                plain, tenanted = p18[-1]
+                said.append(f"P18.c {_cpu(tenanted) / _cpu(plain):.2f}x")
             if "P6" in only:
                 path = tmp / f"p6-{n}.db"
                 try:
@@ -286,6 +294,8 @@ def _measure(plan: Plan, only: set[str], tmp: Path, quick: bool) -> list[Figure]
         figures += _proof_figures(plan, p15, tmp, scaled)
     if p17:
         figures += _shadow_figures(p17)
+    if p18:
+        figures += _tenant_figures(p18)
     if "P7" in only:
         print(f"P7: building {plan.open_events:,} events{scaled}", file=sys.stderr, flush=True)
         figures.append(open_figure(plan.open_events, plan.repeats, 5_000, tmp, scaled))
@@ -356,8 +366,10 @@ ISSUE_GOALS = (
     ("R14.file", "R14.file >= 2 (AGT with its file audit sink)"),
     ("P10", "P10 >= 8,000 flows/s on PostgreSQL"),
     ("P13.s", "4 mesh hosts >= 3.5x 1 host, 50 ms agents"),
+    ("P18.c", "P18.c <= 1.1x C1 with tenants in use"),
 )
-"""Every goal of issue 35 (speed, round two), by the id of the figure that measures it."""
+"""Every goal of issue 35 (speed, round two) and issue 45's with principals and tenants in
+use, by the id of the figure that measures it."""
 
 
 def _plain(value: float) -> str:
@@ -439,17 +451,18 @@ def _cpu(run: FlowRun) -> float:
     return run.cpu_seconds / run.flows * 1e6
 
 
-def _shadow_round(plan: Plan, tmp: Path, n: int) -> tuple[FlowRun, FlowRun]:
-    """P17: P1 without a shadow pack, then with one loaded (order alternating per round)."""
+def _paired_round(plan: Plan, tmp: Path, n: int, option: str) -> tuple[FlowRun, FlowRun]:
+    """P1 without ``option`` (``shadow`` or ``tenants`` of run_flows), then with it (order
+    alternating per round): P17's shadow pack, P18's tenants."""
     runs: dict[bool, FlowRun] = {}
-    for shadow in (False, True) if n % 2 == 0 else (True, False):
-        path = tmp / f"p17-{n}.db"
+    for on in (False, True) if n % 2 == 0 else (True, False):
+        path = tmp / f"{option}-{n}.db"
         run = functools.partial(
             run_flows, path, plan.flows, agents=plan.agents, outstanding=plan.outstanding,
-            shadow=shadow,
+            shadow=on and option == "shadow", tenants=on and option == "tenants",
         )  # fmt: skip
         try:
-            runs[shadow] = anyio.run(run, backend="asyncio")
+            runs[on] = anyio.run(run, backend="asyncio")
         finally:
             _remove(path)
     return runs[False], runs[True]
@@ -478,6 +491,34 @@ def _shadow_figures(p17: list[tuple[FlowRun, FlowRun]]) -> list[Figure]:
             extra={
                 "without_cpu_us": [_cpu(p) for p, _ in p17],
                 "shadowed_cpu_us": [_cpu(s) for _, s in p17],
+            },
+        ),
+    ]
+
+
+def _tenant_figures(p18: list[tuple[FlowRun, FlowRun]]) -> list[Figure]:
+    """P18 (throughput) and P18.c (CPU per flow) acting for a declared tenant's member."""
+    return [
+        Figure(
+            "P18",
+            "P1 for a declared tenant's member / P1 for the host's one user",
+            "x",
+            [tenanted.flows_per_s / plain.flows_per_s for plain, tenanted in p18],
+            extra={
+                "plain_flows_per_s": [p.flows_per_s for p, _ in p18],
+                "tenant_flows_per_s": [t.flows_per_s for _, t in p18],
+            },
+        ),
+        Figure(
+            "P18.c",
+            "C1 for a declared tenant's member / C1 for the host's one user",
+            "x",
+            [_cpu(tenanted) / _cpu(plain) for plain, tenanted in p18],
+            goal=TENANTS_GOAL,
+            lower_is_better=True,
+            extra={
+                "plain_cpu_us": [_cpu(p) for p, _ in p18],
+                "tenant_cpu_us": [_cpu(t) for _, t in p18],
             },
         ),
     ]

@@ -30,7 +30,7 @@ from agents_sdk import Agent, Manifest, Proposal, WorkingContext
 from kernel import FlowStatus, Signing, open_kernel
 from kernel.adapters import ExecutionIntent, Receipt
 from kernel.config import KernelConfig, Ports, Storage
-from kernel.core.events import Principal
+from kernel.core.events import Layer, Member, Permission, Principal, TenantPolicy, TenantSpec
 from kernel.core.ports import SystemClock
 from kernel.policy import PolicyKind, PolicyPack
 from kernel.telemetry import Telemetry, configure_exporter
@@ -55,11 +55,28 @@ class Order(PolicyKind, tag="bench.order"):
 
     version: ClassVar[str] = "1.0"
     adapter: ClassVar[str] = "noop"
+    scopes: ClassVar[tuple[str, ...]] = ("trade",)
+    """Checked against the member's scopes when its tenant is declared (P18); a principal
+    of no declared tenant is unrestricted, as P1's is."""
 
     quantity: int
 
 
 PACK = PolicyPack(name="bench", version="1.0.0", kinds=(Order,), escalate_below_confidence=0.5)
+
+LOCAL = Principal(tenant="local", user="bench")
+"""P1's principal: the benchmark's host vouches for one local user (docs/identity.md)."""
+TENANT = TenantSpec(
+    id="bench-co",
+    members={"bench": Member(email="bench@bench.test", scopes=["trade", "read"])},
+    policy=TenantPolicy(
+        tiers={"*": Layer(rate_per_minute=10_000_000)},
+        kinds={"bench.order": {"*": Layer(permission=Permission.ALLOW)}},
+        users={"bench": {"*": Layer(rate_per_minute=5_000_000)}},
+    ),
+)
+"""P18's tenant: declared, its member's scopes checked, a layered policy with a permission
+and per-user rate windows that every call is counted in (none is ever reached)."""
 
 SHADOW = PolicyPack(name="bench", version="1.1.0", kinds=(Order,), escalate_below_confidence=0.6)
 """P17's candidate: judges every proposal beside PACK and agrees (the agents are sure), so
@@ -146,6 +163,7 @@ async def run_flows(
     tree: bool = True,
     ordered_ids: bool = True,
     shadow: bool = False,
+    tenants: bool = False,
 ) -> FlowRun:
     """Drive ``flows`` DecisionFlows through a kernel on a fresh journal at ``path``.
 
@@ -158,6 +176,7 @@ async def run_flows(
     baseline: such a journal keeps no proofs, and is for measuring only). ``ordered_ids``
     False draws the DFIDs as random UUIDv4 (the ids before time-ordered ones), for paired
     comparisons. ``shadow`` loads :data:`SHADOW` as a shadow of the pack first (P17).
+    ``tenants`` declares :data:`TENANT` and has every flow act for its member (P18).
 
     Raises:
         BenchmarkFailed: when a flow did not close, or the adapter was not called once per flow.
@@ -176,8 +195,7 @@ async def run_flows(
         adapters={"noop": adapter},
         allow=names,
         config=KernelConfig(
-            # The benchmark's host vouches for one local user (docs/identity.md).
-            principal=Principal(tenant="local", user="bench"),
+            principal=Principal(tenant=TENANT.id, user="bench") if tenants else LOCAL,
             ports=Ports(clock=clock, ids=ids),
             storage=Storage(synchronous="FULL"),
             telemetry=telemetry if telemetry is not None else Telemetry(None),
@@ -191,6 +209,8 @@ async def run_flows(
             await kernel.register(InstantAgent(name))
         if shadow:
             await kernel.load_shadow(SHADOW, operator="bench", reason="P17")
+        if tenants:
+            await kernel.declare_tenant(TENANT)
 
         async def fire() -> None:
             for _ in triggers:  # shared by every firing task

@@ -13,6 +13,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from benchmarks.memory import resident_bytes
 from benchmarks.peers import installed
 from benchmarks.report import Figure, table
@@ -125,6 +127,31 @@ async def test_a_p1_run_splits_its_cpu_by_thread_and_counts_its_io(tmp_path: Pat
     # The benchmark's flows get time-ordered ids: their first appearance is in id order.
     first_seen = list(dict.fromkeys(dfids))
     assert first_seen and all(d[14] == "7" for d in first_seen)
+
+
+async def test_p18_acts_for_the_declared_tenants_member_with_its_scopes_checked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import msgspec
+
+    import benchmarks.flows as flows
+    from kernel.audit import open_journal
+    from kernel.core.events import FlowCreated, Member
+
+    await flows.run_flows(tmp_path / "p18.db", 40, tenants=True)
+    async with open_journal(tmp_path / "p18.db", readonly=True) as journal:
+        created = [e.payload for e in await journal.read(types=["FlowCreated"])]
+    tenants = {
+        (c.on_behalf.principal.tenant, c.on_behalf.principal.user)
+        for c in created
+        if isinstance(c, FlowCreated) and c.on_behalf is not None
+    }
+    assert tenants == {("bench-co", "bench")}
+    # What P18 measures is judged: a member without the kind's scope gets no flow through.
+    lacking = msgspec.structs.replace(flows.TENANT, members={"bench": Member(scopes=["read"])})
+    monkeypatch.setattr(flows, "TENANT", lacking)
+    with pytest.raises(flows.BenchmarkFailed, match="ABORTED"):
+        await flows.run_flows(tmp_path / "lacking.db", 40, tenants=True)
 
 
 def test_the_library_split_reads_a_native_py_spy_profile() -> None:
