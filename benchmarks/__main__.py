@@ -293,9 +293,13 @@ def _measure(plan: Plan, only: set[str], tmp: Path, quick: bool) -> list[Figure]
     if "P15" in only:
         figures += _proof_figures(plan, p15, tmp, scaled)
     if p17:
-        figures += _shadow_figures(p17)
+        figures += _paired_figures(
+            "P17", "with one shadow pack loaded", "without", SHADOW_GOAL, p17
+        )
     if p18:
-        figures += _tenant_figures(p18)
+        figures += _paired_figures(
+            "P18", "for a declared tenant's member", "for the host's one user", TENANTS_GOAL, p18
+        )
     if "P7" in only:
         print(f"P7: building {plan.open_events:,} events{scaled}", file=sys.stderr, flush=True)
         figures.append(open_figure(plan.open_events, plan.repeats, 5_000, tmp, scaled))
@@ -468,57 +472,32 @@ def _paired_round(plan: Plan, tmp: Path, n: int, option: str) -> tuple[FlowRun, 
     return runs[False], runs[True]
 
 
-def _shadow_figures(p17: list[tuple[FlowRun, FlowRun]]) -> list[Figure]:
-    """P17 (throughput) and P17.c (CPU per flow) with a shadow pack, as shares of without."""
+def _paired_figures(
+    figure: str, with_what: str, without: str, goal: float, pairs: list[tuple[FlowRun, FlowRun]]
+) -> list[Figure]:
+    """``figure`` (throughput) and ``figure``.c (CPU per flow) with an option, as shares of
+    without it, paired per round."""
     return [
         Figure(
-            "P17",
-            "P1 with one shadow pack loaded / P1 without",
+            figure,
+            f"P1 {with_what} / P1 {without}",
             "x",
-            [shadowed.flows_per_s / plain.flows_per_s for plain, shadowed in p17],
+            [on.flows_per_s / off.flows_per_s for off, on in pairs],
             extra={
-                "without_flows_per_s": [p.flows_per_s for p, _ in p17],
-                "shadowed_flows_per_s": [s.flows_per_s for _, s in p17],
+                "without_flows_per_s": [off.flows_per_s for off, _ in pairs],
+                "with_flows_per_s": [on.flows_per_s for _, on in pairs],
             },
         ),
         Figure(
-            "P17.c",
-            "C1 with one shadow pack loaded / C1 without",
+            f"{figure}.c",
+            f"C1 {with_what} / C1 {without}",
             "x",
-            [_cpu(shadowed) / _cpu(plain) for plain, shadowed in p17],
-            goal=SHADOW_GOAL,
+            [_cpu(on) / _cpu(off) for off, on in pairs],
+            goal=goal,
             lower_is_better=True,
             extra={
-                "without_cpu_us": [_cpu(p) for p, _ in p17],
-                "shadowed_cpu_us": [_cpu(s) for _, s in p17],
-            },
-        ),
-    ]
-
-
-def _tenant_figures(p18: list[tuple[FlowRun, FlowRun]]) -> list[Figure]:
-    """P18 (throughput) and P18.c (CPU per flow) acting for a declared tenant's member."""
-    return [
-        Figure(
-            "P18",
-            "P1 for a declared tenant's member / P1 for the host's one user",
-            "x",
-            [tenanted.flows_per_s / plain.flows_per_s for plain, tenanted in p18],
-            extra={
-                "plain_flows_per_s": [p.flows_per_s for p, _ in p18],
-                "tenant_flows_per_s": [t.flows_per_s for _, t in p18],
-            },
-        ),
-        Figure(
-            "P18.c",
-            "C1 for a declared tenant's member / C1 for the host's one user",
-            "x",
-            [_cpu(tenanted) / _cpu(plain) for plain, tenanted in p18],
-            goal=TENANTS_GOAL,
-            lower_is_better=True,
-            extra={
-                "plain_cpu_us": [_cpu(p) for p, _ in p18],
-                "tenant_cpu_us": [_cpu(t) for _, t in p18],
+                "without_cpu_us": [_cpu(off) for off, _ in pairs],
+                "with_cpu_us": [_cpu(on) for _, on in pairs],
             },
         ),
     ]

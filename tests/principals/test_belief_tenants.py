@@ -143,25 +143,14 @@ async def test_another_tenant_can_neither_write_into_nor_reference_a_tenants_bel
             kernel, EVE, "attach_support", "t-globex", proposition="t-acme.p", observation="g1"
         )
         assert support.verdict is DecisionVerdict.REFUSED
+        claim = {"proposition": "g.p", "text": "Acme Corp is headquartered in Lyon"}
         derived = await call(
-            kernel,
-            EVE,
-            "propose_proposition",
-            "t-globex",
-            proposition="g.p",
-            text="Acme Corp is headquartered in Lyon",
-            derived_from=["t-acme.o1"],
+            kernel, EVE, "propose_proposition", "t-globex", **claim, derived_from=["t-acme.o1"]
         )
         assert derived.verdict is DecisionVerdict.REFUSED
         # The same claim from her own observation is hers, not merged into Ann's.
         same = await call(
-            kernel,
-            EVE,
-            "propose_proposition",
-            "t-globex",
-            proposition="g.p",
-            text="Acme Corp is headquartered in Lyon",
-            derived_from=["g1"],
+            kernel, EVE, "propose_proposition", "t-globex", **claim, derived_from=["g1"]
         )
         assert same.verdict is DecisionVerdict.EXECUTED
         graph = kernel.projections.beliefs
