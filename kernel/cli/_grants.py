@@ -13,12 +13,11 @@ import datetime as dt
 from typing import Any
 
 from kernel.cli._operator import (
-    add_key_argument,
+    add_act_arguments,
     error,
     fold_journal_now,
     post_request,
     refused,
-    wait_seconds,
 )
 from kernel.cli._read import iso_time, print_json, print_rows, say
 from kernel.core.reasons import CliError, ExitCode, ReasonCode
@@ -56,7 +55,7 @@ def add_commands(commands: Any) -> None:
     end.add_argument("--until", metavar="ISO", help="an end time, e.g. 2025-06-08T00:00:00Z")
     add.add_argument("--from", dest="start", metavar="ISO", help="a start time (default: now)")
     add.add_argument("--cap", default="", metavar="MONEY", help="a money cap: '1,000.00 EUR'")
-    _common(add)
+    add_act_arguments(add)
     add.set_defaults(run=_add)
 
     vote = acts.add_parser("vote", help="vote on a grant that waits for its quorum")
@@ -64,27 +63,13 @@ def add_commands(commands: Any) -> None:
     choice = vote.add_mutually_exclusive_group(required=True)
     choice.add_argument("--approve", action="store_true", help="count my approval")
     choice.add_argument("--reject", action="store_true", help="vote against it")
-    _common(vote)
+    add_act_arguments(vote)
     vote.set_defaults(run=_vote)
 
     revoke = acts.add_parser("revoke", help="take a grant out of force")
     revoke.add_argument("grant", metavar="GRANT", help="the grant's id (g-...)")
-    _common(revoke)
+    add_act_arguments(revoke)
     revoke.set_defaults(run=_revoke)
-
-
-def _common(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--operator", required=True, help="who acts (recorded)")
-    parser.add_argument("--reason", required=True, help="why (recorded)")
-    parser.add_argument(
-        "--wait",
-        type=wait_seconds,
-        default=0.0,
-        metavar="SECONDS",
-        help="wait this long for the kernel to apply it and report the outcome",
-    )
-    add_key_argument(parser)
-    parser.add_argument("--db", required=True, help="the journal file")
 
 
 def status_of(grant: Grant, now_ns: int) -> str:

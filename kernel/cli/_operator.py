@@ -136,6 +136,22 @@ def add_key_argument(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_act_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add what every signed operator act takes: ``--operator``, ``--reason``, ``--wait``,
+    ``--key`` and ``--db``."""
+    parser.add_argument("--operator", required=True, help="who acts (recorded)")
+    parser.add_argument("--reason", required=True, help="why (recorded)")
+    parser.add_argument(
+        "--wait",
+        type=wait_seconds,
+        default=0.0,
+        metavar="SECONDS",
+        help="wait this long for the kernel to apply it and report the outcome",
+    )
+    add_key_argument(parser)
+    parser.add_argument("--db", required=True, help="the journal file")
+
+
 async def post_request(args: argparse.Namespace, request: InboxRequest, what: str) -> int:
     """Sign ``request`` with ``args.operator``'s key, post it, say so; wait if ``--wait``."""
     try:

@@ -32,12 +32,11 @@ from kernel.audit.shadow import (
     report_lines,
 )
 from kernel.cli._operator import (
-    add_key_argument,
+    add_act_arguments,
     error,
     error_of,
     fold_journal_now,
     post_request,
-    wait_seconds,
 )
 from kernel.cli._read import print_json, say
 from kernel.cli._replay import packs_from
@@ -96,17 +95,7 @@ def add_commands(commands: Any) -> None:
             parser.add_argument(
                 "--report", default="", metavar="DIGEST", help="the digest of the report reviewed"
             )
-        parser.add_argument("--operator", required=True, help="who acts (recorded)")
-        parser.add_argument("--reason", required=True, help="why (recorded)")
-        parser.add_argument(
-            "--wait",
-            type=wait_seconds,
-            default=0.0,
-            metavar="SECONDS",
-            help="wait this long for the kernel to apply it and report the outcome",
-        )
-        add_key_argument(parser)
-        parser.add_argument("--db", required=True, help="the journal file")
+        add_act_arguments(parser)
         parser.set_defaults(run=_act, action=act)
 
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import msgspec
 
-from kernel.cli._operator import add_key_argument, error, post_request, wait_seconds
+from kernel.cli._operator import add_act_arguments, error, post_request
 from kernel.core.events import TenantSpec
 from kernel.core.reasons import CliError, ExitCode
 from kernel.core.wall import InputInvalid
@@ -30,7 +30,7 @@ def add_commands(commands: Any) -> None:
 
     declare = acts.add_parser("declare", help="declare a tenant from a JSON spec (replaces it)")
     declare.add_argument("--file", required=True, help="the spec: id, name, members, policy")
-    _common(declare)
+    add_act_arguments(declare)
     declare.set_defaults(run=_declare)
 
     policy = acts.add_parser("policy", help="set one layer of a tenant's policy")
@@ -43,22 +43,8 @@ def add_commands(commands: Any) -> None:
     )
     policy.add_argument("--rate", type=int, default=None, metavar="N", help="calls per minute")
     policy.add_argument("--scopes", default=None, help="replace --user's scopes: a,b,c")
-    _common(policy)
+    add_act_arguments(policy)
     policy.set_defaults(run=_policy)
-
-
-def _common(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--operator", required=True, help="who acts (recorded)")
-    parser.add_argument("--reason", required=True, help="why (recorded)")
-    parser.add_argument(
-        "--wait",
-        type=wait_seconds,
-        default=0.0,
-        metavar="SECONDS",
-        help="wait this long for the kernel to apply it and report the outcome",
-    )
-    add_key_argument(parser)
-    parser.add_argument("--db", required=True, help="the journal file")
 
 
 def _read_spec(path: str) -> TenantSpec:
