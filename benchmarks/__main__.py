@@ -22,6 +22,7 @@ import time
 from collections.abc import Sequence
 from contextlib import ExitStack
 from pathlib import Path
+from typing import Any
 
 import anyio
 
@@ -57,10 +58,16 @@ CPU_GOAL_US = 130.0
 """CPU per flow in P1, all threads (C1): a ceiling."""
 FIGURES = (
     "B1", "B2", "P1", "P2", "P3", "P4", "P5", "P6", "P7", "P8", "P9", "P10", "P13", "P14", "P15",
-    "P16", "P17", "P18",
+    "P16", "P17", "P18", "P19",
 )  # fmt: skip
 SHADOW_GOAL = 1.3
 """P17.c: CPU per flow with one shadow pack loaded, as a multiple of C1 without it."""
+REGISTERED_FEW, REGISTERED_MANY = 10, 1_000
+"""P19: agents registered, of which P1's ``agents`` act and the rest are hosted and idle."""
+REGISTERED_GOAL = 0.9
+"""P19: P1 with 1,000 agents registered, as a share of P1 with 10 (issue 45)."""
+REGISTERED_CPU_GOAL = 1.1
+"""P19.c: C1 with 1,000 agents registered, as a multiple of C1 with 10."""
 TENANTS_GOAL = 1.1
 """P18.c: CPU per flow acting for a declared tenant's member (scopes, layers, rate windows),
 as a multiple of C1 for the host's one undeclared user (issue 45)."""
@@ -202,6 +209,7 @@ def _measure(plan: Plan, only: set[str], tmp: Path, quick: bool) -> list[Figure]
     p16: list[ToolCallRun] = []
     p17: list[tuple[FlowRun, FlowRun]] = []  # (plain, shadowed), paired per round
     p18: list[tuple[FlowRun, FlowRun]] = []  # (plain, with tenants), paired per round
+    p19: list[tuple[FlowRun, FlowRun]] = []  # (10 registered, 1,000 registered)
     # P9, P14: each peer right after the round's P1, so the ratio pairs the same machine state.
     peers = PeerRounds(only, plan.peer_decisions, str(tmp))
     with ExitStack() as stack:
@@ -252,13 +260,18 @@ def _measure(plan: Plan, only: set[str], tmp: Path, quick: bool) -> list[Figure]
                 p15.append(_signed_round(plan, tmp, n))
                 said.append(f"P15.p1 {p15[-1][1] / p15[-1][0]:.2f}x")
             if "P17" in only:
-                p17.append(_paired_round(plan, tmp, n, "shadow"))
+                p17.append(_paired_round(plan, tmp, n, {}, {"shadow": True}))
                 plain, shadowed = p17[-1]
                 said.append(f"P17.c {_cpu(shadowed) / _cpu(plain):.2f}x")
             if "P18" in only:
-                p18.append(_paired_round(plan, tmp, n, "tenants"))
+                p18.append(_paired_round(plan, tmp, n, {}, {"tenants": True}))
                 plain, tenanted = p18[-1]
                 said.append(f"P18.c {_cpu(tenanted) / _cpu(plain):.2f}x")
+            if "P19" in only:
+                few, many = REGISTERED_FEW - plan.agents, REGISTERED_MANY - plan.agents
+                p19.append(_paired_round(plan, tmp, n, {"idle": few}, {"idle": many}))
+                small, large = p19[-1]
+                said.append(f"P19 {large.flows_per_s / small.flows_per_s:.2f}x")
             if "P6" in only:
                 path = tmp / f"p6-{n}.db"
                 try:
@@ -295,6 +308,15 @@ def _measure(plan: Plan, only: set[str], tmp: Path, quick: bool) -> list[Figure]
     if p17:
         figures += _paired_figures(
             "P17", "with one shadow pack loaded", "without", SHADOW_GOAL, p17
+        )
+    if p19:
+        figures += _paired_figures(
+            "P19",
+            f"with {REGISTERED_MANY:,} agents registered",
+            f"with {REGISTERED_FEW}",
+            REGISTERED_CPU_GOAL,
+            p19,
+            throughput_goal=REGISTERED_GOAL,
         )
     if p18:
         figures += _paired_figures(
@@ -371,6 +393,7 @@ ISSUE_GOALS = (
     ("P10", "P10 >= 8,000 flows/s on PostgreSQL"),
     ("P13.s", "4 mesh hosts >= 3.5x 1 host, 50 ms agents"),
     ("P18.c", "P18.c <= 1.1x C1 with tenants in use"),
+    ("P19", "P19 >= 0.9x P1 with 1,000 agents registered (10: 1x)"),
 )
 """Every goal of issue 35 (speed, round two) and issue 45's with principals and tenants in
 use, by the id of the figure that measures it."""
@@ -455,25 +478,32 @@ def _cpu(run: FlowRun) -> float:
     return run.cpu_seconds / run.flows * 1e6
 
 
-def _paired_round(plan: Plan, tmp: Path, n: int, option: str) -> tuple[FlowRun, FlowRun]:
-    """P1 without ``option`` (``shadow`` or ``tenants`` of run_flows), then with it (order
-    alternating per round): P17's shadow pack, P18's tenants."""
+def _paired_round(
+    plan: Plan, tmp: Path, n: int, off: dict[str, Any], on: dict[str, Any]
+) -> tuple[FlowRun, FlowRun]:
+    """P1 with run_flows' options ``off``, then ``on`` (order alternating per round): P17's
+    shadow pack, P18's tenants, P19's registered agents."""
     runs: dict[bool, FlowRun] = {}
-    for on in (False, True) if n % 2 == 0 else (True, False):
-        path = tmp / f"{option}-{n}.db"
+    for side in (False, True) if n % 2 == 0 else (True, False):
+        path = tmp / f"paired-{n}.db"
         run = functools.partial(
             run_flows, path, plan.flows, agents=plan.agents, outstanding=plan.outstanding,
-            shadow=on and option == "shadow", tenants=on and option == "tenants",
+            **(on if side else off),
         )  # fmt: skip
         try:
-            runs[on] = anyio.run(run, backend="asyncio")
+            runs[side] = anyio.run(run, backend="asyncio")
         finally:
             _remove(path)
     return runs[False], runs[True]
 
 
 def _paired_figures(
-    figure: str, with_what: str, without: str, goal: float, pairs: list[tuple[FlowRun, FlowRun]]
+    figure: str,
+    with_what: str,
+    without: str,
+    goal: float,
+    pairs: list[tuple[FlowRun, FlowRun]],
+    throughput_goal: float | None = None,
 ) -> list[Figure]:
     """``figure`` (throughput) and ``figure``.c (CPU per flow) with an option, as shares of
     without it, paired per round."""
@@ -483,6 +513,7 @@ def _paired_figures(
             f"P1 {with_what} / P1 {without}",
             "x",
             [on.flows_per_s / off.flows_per_s for off, on in pairs],
+            goal=throughput_goal,
             extra={
                 "without_flows_per_s": [off.flows_per_s for off, _ in pairs],
                 "with_flows_per_s": [on.flows_per_s for _, on in pairs],

@@ -99,12 +99,12 @@ class InstantAgent(Agent):
 
     synchronous = True  # it never waits: the kernel runs it where its context is delivered
 
-    def __init__(self, agent_id: str) -> None:
+    def __init__(self, agent_id: str, subscription: str = "bench") -> None:
         self.manifest = Manifest(
             agent_id=agent_id,
             version="1.0.0",
             capabilities=["bench.order"],
-            subscriptions=["bench"],
+            subscriptions=[subscription],
         )
 
     async def decide(self, ctx: WorkingContext) -> Proposal | None:
@@ -164,6 +164,7 @@ async def run_flows(
     ordered_ids: bool = True,
     shadow: bool = False,
     tenants: bool = False,
+    idle: int = 0,
 ) -> FlowRun:
     """Drive ``flows`` DecisionFlows through a kernel on a fresh journal at ``path``.
 
@@ -177,6 +178,8 @@ async def run_flows(
     False draws the DFIDs as random UUIDv4 (the ids before time-ordered ones), for paired
     comparisons. ``shadow`` loads :data:`SHADOW` as a shadow of the pack first (P17).
     ``tenants`` declares :data:`TENANT` and has every flow act for its member (P18).
+    ``idle`` more agents are registered and hosted, each subscribed to a topic of its own
+    that nothing fires (P19: what a kernel with many agents pays for those that do not act).
 
     Raises:
         BenchmarkFailed: when a flow did not close, or the adapter was not called once per flow.
@@ -193,7 +196,7 @@ async def run_flows(
         path,
         packs=[PACK],
         adapters={"noop": adapter},
-        allow=names,
+        allow=[*names, *(f"idle-{i}" for i in range(idle))],
         config=KernelConfig(
             principal=Principal(tenant=TENANT.id, user="bench") if tenants else LOCAL,
             ports=Ports(clock=clock, ids=ids),
@@ -207,6 +210,8 @@ async def run_flows(
         await kernel.trigger("bench.setup", STATE, source="benchmark")
         for name in names:
             await kernel.register(InstantAgent(name))
+        for i in range(idle):
+            await kernel.register(InstantAgent(f"idle-{i}", subscription=f"idle.{i}"))
         if shadow:
             await kernel.load_shadow(SHADOW, operator="bench", reason="P17")
         if tenants:

@@ -55,6 +55,7 @@ from kernel.api.sessions import Sessions
 from kernel.api.wiring import Actors
 from kernel.artifacts import ArtifactStore, artifacts_beside
 from kernel.config import KernelConfig
+from kernel.context import Subscribers
 from kernel.core import wall
 from kernel.core.errors import KernelShutdown
 from kernel.core.events import Manifest, Principal, Tier
@@ -81,7 +82,7 @@ from kernel.runtime.messages import (
     CredentialProof,
     FireTrigger,
 )
-from kernel.state.projections import Projections, visible
+from kernel.state.projections import Projections
 from kernel.state.snapshots import Checkpointer
 from kernel.telemetry import Telemetry, caller_context, traceparent_of
 
@@ -137,6 +138,7 @@ class Kernel(Operating):
         edge = Edge(journal, projections, sealer=sealer, meaning=config.ports.meaning)
         hosts: dict[str, Mailbox[AgentMessage]] = {}
         self._hosts = hosts
+        self._subscribers = Subscribers(hosts, projections)
         effects = Effects()
         self.actors = Actors(
             projections=projections,
@@ -333,12 +335,7 @@ class Kernel(Operating):
         topic, facts, source, parent = checked.topic, checked.facts, checked.source, checked.parent
         if checked.traceparent and caller_context(checked.traceparent) is None:
             raise InputInvalid("traceparent", "a trace context names a span: non-zero ids")
-        fan_out = sum(
-            1
-            for agent_id in self._hosts
-            if (agent := self.projections.agents.get(agent_id)) is not None
-            and visible(agent.manifest.subscriptions, topic)
-        )
+        fan_out = len(self._subscribers.of(topic, active=False))
         reply: Reply[list[str]] = Reply()
         msg = FireTrigger(
             topic=topic,

@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from kernel.context._layers import LayerBody, compile_layers, layer_body
+from kernel.context._subscribers import Subscribers
 from kernel.core.events import (
     ContextCompiled,
     Feedback,
@@ -35,7 +36,7 @@ from kernel.policy.contracts import WorkingContext
 from kernel.runtime.actors import Mailbox, Outbox
 from kernel.runtime.messages import AgentMessage, Compile, CompilerMessage, FireTrigger, Open
 from kernel.state.principals import tenant_of
-from kernel.state.projections import AgentStatus, Projections, context_ref, visible
+from kernel.state.projections import AgentStatus, Projections, context_ref
 from kernel.state.rulebook import RuleSearch
 
 _NOT_ACTIVE = {
@@ -69,6 +70,7 @@ class ContextCompiler:
         self._clock = clock
         self._ids = ids
         self._hosts = hosts
+        self._subscribers = Subscribers(hosts, projections)
 
     async def handle(self, msg: CompilerMessage, out: Outbox) -> None:
         match msg:
@@ -126,12 +128,8 @@ class ContextCompiler:
             out.scratch.pop("refs", None)  # the state changed: references seen so far are stale
             out.scratch.pop("bodies", None)  # and so are the layers compiled so far
         dfids = []
-        for agent_id in sorted(self._hosts):
-            agent = self._projections.agents.get(agent_id)
-            if agent is None or agent.status is not AgentStatus.ACTIVE:
-                continue
-            if not visible(agent.manifest.subscriptions, msg.topic):
-                continue
+        for agent_id in self._subscribers.of(msg.topic):
+            agent = self._projections.agents[agent_id]
             dfid = self._ids.new_dfid()
             out.emit(
                 FlowCreated(
