@@ -20,12 +20,10 @@ import kernel
 KERNEL = Path(kernel.__file__).parent
 CEILING = 20
 """No function anywhere in kernel/ above this."""
-OVER_TEN_AT_MOST = 87
+OVER_TEN_AT_MOST = 85
 """Functions in kernel/ above complexity 10, at most: 134 when issue 39 was written, its goal
 60; lower this as functions come down, never raise it."""
-OVER_THE_CEILING = {
-    "kernel/api/acts.py OperatorActs.apply",
-}
+OVER_THE_CEILING: set[str] = set()
 """The functions still above the ceiling (31 when issue 39 was written): each to come down."""
 
 # Packages whose every function already stays under the ceiling, with how many over 10
