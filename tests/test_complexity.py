@@ -2,7 +2,7 @@
 
 A function with a branch per event type, per pack part or per error is how
 ``narrative._more`` reached 63 and ``_check_pack`` 50: a type goes into a table (the
-narrative's ``_WORDS``, the span fold's ``_FOLD``), a rule into a named step (the pack
+narrative's ``WORDS``, the span fold's ``_FOLD``), a rule into a named step (the pack
 checks' ``_PackCheck``). Measured with radon, as ``radon cc -s -n C kernel`` shows it.
 kernel/state/ keeps its own stricter ceiling (tests/state/test_complexity.py).
 """
@@ -31,6 +31,9 @@ OVER_THE_CEILING: set[str] = set()
 PACKAGES: dict[str, int] = {
     "audit/counterfactual.py": 1,
     "audit/narrative.py": 0,
+    "audit/_words.py": 0,
+    "audit/_flow_words.py": 0,
+    "audit/_state_words.py": 0,
     "beliefs": 0,
     "console": 3,
     "context": 2,
