@@ -20,7 +20,7 @@ import kernel
 KERNEL = Path(kernel.__file__).parent
 CEILING = 20
 """No function anywhere in kernel/ above this."""
-OVER_TEN_AT_MOST = 78
+OVER_TEN_AT_MOST = 72
 """Functions in kernel/ above complexity 10, at most: 134 when issue 39 was written, its goal
 60; lower this as functions come down, never raise it."""
 OVER_THE_CEILING: set[str] = set()
@@ -35,7 +35,7 @@ PACKAGES: dict[str, int] = {
     "audit/_flow_words.py": 0,
     "audit/_state_words.py": 0,
     "beliefs": 0,
-    "console": 3,
+    "console": 0,
     "context": 2,
     "escalation": 0,
     "execution": 0,
