@@ -20,11 +20,12 @@ import kernel
 KERNEL = Path(kernel.__file__).parent
 CEILING = 20
 """No function anywhere in kernel/ above this."""
-OVER_TEN_AT_MOST = 65
+OVER_TEN_AT_MOST = 60
 """Functions in kernel/ above complexity 10, at most: 134 when issue 39 was written, its goal
-60; lower this as functions come down, never raise it."""
+60 (reached); lower this as functions come down, never raise it."""
 OVER_THE_CEILING: set[str] = set()
-"""The functions still above the ceiling (31 when issue 39 was written): each to come down."""
+"""The functions still above the ceiling (31 when issue 39 was written, none now): the set
+only shrinks, and it is empty."""
 
 # Packages whose every function already stays under the ceiling, with how many over 10
 # each may keep: the count may only fall.
@@ -37,11 +38,15 @@ PACKAGES: dict[str, int] = {
     "beliefs": 0,
     "console": 0,
     "context": 2,
+    "core": 4,
     "escalation": 0,
     "execution": 0,
     "frameworks": 0,
     "gateway": 4,
+    "inbox": 6,
+    "journal": 7,
     "mcp": 7,
+    "mesh": 4,
     "policy": 3,
     "proofs/bundle.py": 0,
     "proofs/check.py": 0,
