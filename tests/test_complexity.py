@@ -2,7 +2,7 @@
 
 A function with a branch per event type, per pack part or per error is how
 ``narrative._more`` reached 63 and ``_check_pack`` 50: a type goes into a table (the
-narrative's ``_WORDS``, the span fold's ``_FOLD``), a rule into a named step (the pack
+narrative's ``WORDS``, the span fold's ``_FOLD``), a rule into a named step (the pack
 checks' ``_PackCheck``). Measured with radon, as ``radon cc -s -n C kernel`` shows it.
 kernel/state/ keeps its own stricter ceiling (tests/state/test_complexity.py).
 """
@@ -20,27 +20,33 @@ import kernel
 KERNEL = Path(kernel.__file__).parent
 CEILING = 20
 """No function anywhere in kernel/ above this."""
-OVER_TEN_AT_MOST = 87
+OVER_TEN_AT_MOST = 60
 """Functions in kernel/ above complexity 10, at most: 134 when issue 39 was written, its goal
-60; lower this as functions come down, never raise it."""
-OVER_THE_CEILING = {
-    "kernel/api/acts.py OperatorActs.apply",
-}
-"""The functions still above the ceiling (31 when issue 39 was written): each to come down."""
+60 (reached); lower this as functions come down, never raise it."""
+OVER_THE_CEILING: set[str] = set()
+"""The functions still above the ceiling (31 when issue 39 was written, none now): the set
+only shrinks, and it is empty."""
 
 # Packages whose every function already stays under the ceiling, with how many over 10
 # each may keep: the count may only fall.
 PACKAGES: dict[str, int] = {
     "audit/counterfactual.py": 1,
     "audit/narrative.py": 0,
+    "audit/_words.py": 0,
+    "audit/_flow_words.py": 0,
+    "audit/_state_words.py": 0,
     "beliefs": 0,
-    "console": 3,
+    "console": 0,
     "context": 2,
+    "core": 4,
     "escalation": 0,
     "execution": 0,
     "frameworks": 0,
     "gateway": 4,
+    "inbox": 6,
+    "journal": 7,
     "mcp": 7,
+    "mesh": 4,
     "policy": 3,
     "proofs/bundle.py": 0,
     "proofs/check.py": 0,

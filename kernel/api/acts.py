@@ -16,8 +16,8 @@ acts as its own methods.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import Any, TypeVar, assert_never
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, TypeVar
 
 import msgspec
 
@@ -104,6 +104,26 @@ class Origin(msgspec.Struct, frozen=True, kw_only=True):
     dry_run: bool = False
 
 
+class _Act(msgspec.Struct, frozen=True, kw_only=True):
+    """Who brings an act, as its step records it: the inbox row's proof or the embedding code."""
+
+    origin: Proof | Origin
+    via: str
+    signer: str
+    inbox_id: int | None
+
+    @classmethod
+    def of(cls, origin: Proof | Origin) -> _Act:
+        if isinstance(origin, Proof):
+            return cls(origin=origin, via="inbox", signer=origin.signer, inbox_id=origin.inbox_id)
+        return cls(origin=origin, via="api", signer="", inbox_id=origin.inbox_id)
+
+    @property
+    def trusted(self) -> bool:
+        """The embedding code's act: a refusal raises as the DIM gave it, not as bad input."""
+        return isinstance(self.origin, Origin)
+
+
 class OperatorActs:
     """The operator's acts, each admitted at the wall and handed to the actor that owns it.
 
@@ -170,152 +190,160 @@ class OperatorActs:
             if isinstance(admitted, Verdict):
                 return admitted  # a decision refused at the wall: recorded, and answered
             request = admitted
-        via, signer = ("inbox", origin.signer) if isinstance(origin, Proof) else ("api", "")
-        inbox_id = origin.inbox_id
-        match request:
-            case DecideRequest():
-                await self._flows.recall(request.dfid)
-                verdict: Reply[Verdict] = Reply()
-                decide = Decide(
-                    dfid=request.dfid,
-                    decision=Decision(request.decision),
-                    operator=request.operator,
-                    reason=request.reason,
-                    params=request.params,
-                    action_hash=request.action_hash,
-                    inbox_id=inbox_id,
-                    reply=verdict,
-                    via=via,
-                    signer=signer,
-                    roles=self._roles(request.operator, origin),
-                )
-                return await self._calls.call(self._actors.escalation, decide, verdict)
-            case GrantRequest():
-                roles = self._roles(request.operator, origin)
-                return await self._dim_act(self._issue_grant(request, roles, inbox_id, via, signer))
-            case VoteRequest():
-                vote = VoteGrant(
-                    grant=request.grant,
-                    vote=request.vote,
-                    operator=request.operator,
-                    reason=request.reason,
-                    roles=self._roles(request.operator, origin),
-                    inbox_id=inbox_id,
-                    via=via,
-                    signer=signer,
-                )
-                return await self._dim_act(vote)
-            case RevokeGrantRequest():
-                revoke = RevokeGrant(
-                    grant=request.grant,
-                    operator=request.operator,
-                    reason=request.reason,
-                    inbox_id=inbox_id,
-                    via=via,
-                    signer=signer,
-                )
-                return await self._dim_act(revoke)
-            case AmendRequest():
-                amended: Reply[Any] = Reply()
-                amend = AmendLimit(
-                    agent_id=request.agent_id,
-                    limit=request.limit,
-                    value=request.value,
-                    ttl_s=request.ttl_s,
-                    operator=request.operator,
-                    reason=request.reason,
-                    inbox_id=inbox_id,
-                    reply=amended,
-                )
-                event = await self._calls.call(self._actors.dim, amend, amended)
-                if isinstance(origin, Origin) and not isinstance(event, LimitAmended):
-                    raise AmendmentInvalid(event.reason_code, event.detail)
-                return event
-            case AgentStatusRequest():
-                changed: Reply[ReasonCode | None] = Reply()
-                status = SetStatus(
-                    agent_id=request.agent_id,
-                    status=AgentStatus(request.status),
-                    operator=request.operator,
-                    reason=request.reason,
-                    inbox_id=inbox_id,
-                    reply=changed,
-                )
-                code = await self._calls.call(self._actors.registry, status, changed)
-                if code is not None:
-                    raise HandshakeRefused(code, f"no agent {request.agent_id!r}")
-                return None
-            case CredentialRequest():
-                issued: Reply[ReasonCode | None] = Reply()
-                credential = IssueCredential(
-                    agent_id=request.agent_id,
-                    verifier=request.verifier,
-                    operator=request.operator,
-                    reason=request.reason,
-                    inbox_id=inbox_id,
-                    reply=issued,
-                )
-                code = await self._calls.call(self._actors.registry, credential, issued)
-                if code is not None:
-                    raise HandshakeRefused(code, f"no credential issued for {request.agent_id!r}")
-                return None
-            case RuleDecisionRequest():
-                try:
-                    return await self._dim_act(
-                        DecideRule(
-                            proposal_seq=request.proposal_seq,
-                            decision=request.decision,
-                            operator=request.operator,
-                            reason=request.reason,
-                            inbox_id=inbox_id,
-                        )
-                    )
-                except RuleNotPending as exc:
-                    if isinstance(origin, Origin):
-                        raise
-                    raise InputInvalid("proposal_seq", str(exc)) from exc
-            case RuleChangeRequest(action="retract"):
-                retract = RetractRule(
-                    rule=request.rule,
-                    operator=request.operator,
-                    reason=request.reason,
-                    inbox_id=inbox_id,
-                    ns=request.ns,
-                )
-                try:
-                    return await self._dim_act(retract)
-                except RuleNotInForce as exc:
-                    if isinstance(origin, Origin):
-                        raise
-                    raise InputInvalid("rule", str(exc)) from exc
-            case RuleChangeRequest():
-                proposal = events.RuleProposed(
-                    rule=request.rule,
-                    title=request.title,
-                    content=request.content,
-                    labels=list(request.labels),
-                    base_version=request.base_version,
-                    proposer=request.operator,
-                    by_operator=True,
-                    reason=request.reason,
-                    ns=request.ns,
-                )
-                return await self._submit_rule(proposal, True, inbox_id)
-            case ProposeRequest():
-                assert isinstance(origin, Proof), "an agent proposes with Kernel.propose"
-                await self._proposals.propose(request, origin)
-                return None
-            case CollectArtifactsRequest():
-                dry_run = not isinstance(origin, Proof) and origin.dry_run
-                return await self._collect(request, inbox_id, dry_run)
-            case DeclareTenantRequest():
-                return await self._tenant(request, inbox_id)
-            case ChangeTenantPolicyRequest():
-                return await self._tenant(request, inbox_id)
-            case ShadowRequest():
-                return await self.shadows.apply(request, inbox_id)
-            case _:
-                assert_never(request)
+        return await STEPS[type(request)](self, request, _Act.of(origin))
+
+    async def _decide(self, request: DecideRequest, act: _Act) -> Verdict:
+        await self._flows.recall(request.dfid)
+        verdict: Reply[Verdict] = Reply()
+        decide = Decide(
+            dfid=request.dfid,
+            decision=Decision(request.decision),
+            operator=request.operator,
+            reason=request.reason,
+            params=request.params,
+            action_hash=request.action_hash,
+            inbox_id=act.inbox_id,
+            reply=verdict,
+            via=act.via,
+            signer=act.signer,
+            roles=self._roles(request.operator, act.origin),
+        )
+        return await self._calls.call(self._actors.escalation, decide, verdict)
+
+    async def _grant(self, request: GrantRequest, act: _Act) -> Event:
+        roles = self._roles(request.operator, act.origin)
+        return await self._dim_act(self._issue_grant(request, roles, act))
+
+    async def _vote(self, request: VoteRequest, act: _Act) -> Event:
+        vote = VoteGrant(
+            grant=request.grant,
+            vote=request.vote,
+            operator=request.operator,
+            reason=request.reason,
+            roles=self._roles(request.operator, act.origin),
+            inbox_id=act.inbox_id,
+            via=act.via,
+            signer=act.signer,
+        )
+        return await self._dim_act(vote)
+
+    async def _revoke(self, request: RevokeGrantRequest, act: _Act) -> Event:
+        revoke = RevokeGrant(
+            grant=request.grant,
+            operator=request.operator,
+            reason=request.reason,
+            inbox_id=act.inbox_id,
+            via=act.via,
+            signer=act.signer,
+        )
+        return await self._dim_act(revoke)
+
+    async def _amend(self, request: AmendRequest, act: _Act) -> Any:
+        amended: Reply[Any] = Reply()
+        amend = AmendLimit(
+            agent_id=request.agent_id,
+            limit=request.limit,
+            value=request.value,
+            ttl_s=request.ttl_s,
+            operator=request.operator,
+            reason=request.reason,
+            inbox_id=act.inbox_id,
+            reply=amended,
+        )
+        event = await self._calls.call(self._actors.dim, amend, amended)
+        if act.trusted and not isinstance(event, LimitAmended):
+            raise AmendmentInvalid(event.reason_code, event.detail)
+        return event
+
+    async def _status(self, request: AgentStatusRequest, act: _Act) -> None:
+        changed: Reply[ReasonCode | None] = Reply()
+        status = SetStatus(
+            agent_id=request.agent_id,
+            status=AgentStatus(request.status),
+            operator=request.operator,
+            reason=request.reason,
+            inbox_id=act.inbox_id,
+            reply=changed,
+        )
+        code = await self._calls.call(self._actors.registry, status, changed)
+        if code is not None:
+            raise HandshakeRefused(code, f"no agent {request.agent_id!r}")
+
+    async def _credential(self, request: CredentialRequest, act: _Act) -> None:
+        issued: Reply[ReasonCode | None] = Reply()
+        credential = IssueCredential(
+            agent_id=request.agent_id,
+            verifier=request.verifier,
+            operator=request.operator,
+            reason=request.reason,
+            inbox_id=act.inbox_id,
+            reply=issued,
+        )
+        code = await self._calls.call(self._actors.registry, credential, issued)
+        if code is not None:
+            raise HandshakeRefused(code, f"no credential issued for {request.agent_id!r}")
+
+    async def _rule_decision(self, request: RuleDecisionRequest, act: _Act) -> Event:
+        decide = DecideRule(
+            proposal_seq=request.proposal_seq,
+            decision=request.decision,
+            operator=request.operator,
+            reason=request.reason,
+            inbox_id=act.inbox_id,
+        )
+        try:
+            return await self._dim_act(decide)
+        except RuleNotPending as exc:
+            if act.trusted:
+                raise
+            raise InputInvalid("proposal_seq", str(exc)) from exc
+
+    async def _rule_change(self, request: RuleChangeRequest, act: _Act) -> Event:
+        if request.action == "retract":
+            return await self._retract(request, act)
+        proposal = events.RuleProposed(
+            rule=request.rule,
+            title=request.title,
+            content=request.content,
+            labels=list(request.labels),
+            base_version=request.base_version,
+            proposer=request.operator,
+            by_operator=True,
+            reason=request.reason,
+            ns=request.ns,
+        )
+        return await self._submit_rule(proposal, True, act.inbox_id)
+
+    async def _retract(self, request: RuleChangeRequest, act: _Act) -> Event:
+        retract = RetractRule(
+            rule=request.rule,
+            operator=request.operator,
+            reason=request.reason,
+            inbox_id=act.inbox_id,
+            ns=request.ns,
+        )
+        try:
+            return await self._dim_act(retract)
+        except RuleNotInForce as exc:
+            if act.trusted:
+                raise
+            raise InputInvalid("rule", str(exc)) from exc
+
+    async def _propose(self, request: ProposeRequest, act: _Act) -> None:
+        assert isinstance(act.origin, Proof), "an agent proposes with Kernel.propose"
+        await self._proposals.propose(request, act.origin)
+
+    async def _collect_act(self, request: CollectArtifactsRequest, act: _Act) -> list[str]:
+        dry_run = isinstance(act.origin, Origin) and act.origin.dry_run
+        return await self._collect(request, act.inbox_id, dry_run)
+
+    async def _tenant_act(
+        self, request: DeclareTenantRequest | ChangeTenantPolicyRequest, act: _Act
+    ) -> Event:
+        return await self._tenant(request, act.inbox_id)
+
+    async def _shadow(self, request: ShadowRequest, act: _Act) -> Any:
+        return await self.shadows.apply(request, act.inbox_id)
 
     def _roles(self, operator: str, origin: Proof | Origin) -> tuple[str, ...]:
         """The roles an act counts: the row's, as given by embedding code, else the keyring's."""
@@ -329,9 +357,7 @@ class OperatorActs:
         self,
         request: GrantRequest,
         roles: tuple[str, ...],
-        inbox_id: int | None,
-        via: str,
-        signer: str,
+        act: _Act,
     ) -> IssueGrant:
         until = request.valid_until_ns
         if until is None:
@@ -350,9 +376,9 @@ class OperatorActs:
             roles=roles,
             cap=request.cap,
             currency=request.currency,
-            inbox_id=inbox_id,
-            via=via,
-            signer=signer,
+            inbox_id=act.inbox_id,
+            via=act.via,
+            signer=act.signer,
         )
 
     async def load_pack(self, pack: PolicyPack, *, operator: str, reason: str) -> PackRef:
@@ -509,3 +535,24 @@ class OperatorActs:
         )
         assert isinstance(answer, list) and answer  # a refusal was raised by the call
         return answer[-1]
+
+
+_Step = Callable[[OperatorActs, Any, _Act], Awaitable[Any]]
+STEPS: dict[type[InboxRequest], _Step] = {
+    DecideRequest: OperatorActs._decide,
+    GrantRequest: OperatorActs._grant,
+    VoteRequest: OperatorActs._vote,
+    RevokeGrantRequest: OperatorActs._revoke,
+    AmendRequest: OperatorActs._amend,
+    AgentStatusRequest: OperatorActs._status,
+    CredentialRequest: OperatorActs._credential,
+    RuleDecisionRequest: OperatorActs._rule_decision,
+    RuleChangeRequest: OperatorActs._rule_change,
+    ProposeRequest: OperatorActs._propose,
+    CollectArtifactsRequest: OperatorActs._collect_act,
+    DeclareTenantRequest: OperatorActs._tenant_act,
+    ChangeTenantPolicyRequest: OperatorActs._tenant_act,
+    ShadowRequest: OperatorActs._shadow,
+}
+"""Each inbox request's step: :meth:`OperatorActs.apply` looks it up once (a test holds
+that every member of ``InboxRequest`` has one)."""

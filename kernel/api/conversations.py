@@ -37,6 +37,7 @@ from kernel.core.events import FlowCreated, OnBehalf, SubmissionRefused
 from kernel.core.reasons import ReasonCode
 from kernel.core.wall import InputInvalid
 from kernel.journal.store import Journal
+from kernel.policy.contracts import Outcome, Verdict
 from kernel.telemetry import caller_context, traceparent_of
 
 
@@ -60,6 +61,18 @@ class Conversation:
     """The state the agent could see when the conversation was last answered."""
     lock: anyio.Lock = field(default_factory=anyio.Lock)
     users: int = 0
+
+    def count(self, verdict: Verdict) -> None:
+        """Count a verdict in the refusals in a row (the retry governor)."""
+        feedback = verdict.feedback
+        if verdict.outcome in (Outcome.ACCEPTED, Outcome.ESCALATED):
+            self.refused = 0
+        elif verdict.outcome is Outcome.REJECTED:
+            self.refused += 1
+        elif verdict.outcome is Outcome.ABORTED and feedback is not None:
+            if feedback.layer == "governor":
+                self.refused += 1
+                self.stopped = feedback.detail
 
 
 @dataclass

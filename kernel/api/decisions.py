@@ -142,17 +142,9 @@ async def decision_of(
     if not flow.terminal:
         return Decision(verdict=DecisionVerdict.PENDING, detail=f"the flow is {status}", **ids)
     events = await journal.flow_events(flow.dfid)
-    created = next((e.payload for e in events if isinstance(e.payload, FlowCreated)), None)
-    if created is not None:
-        ids["tool_call_id"] = tool_call_id or created.tool_call_id
-        if not conversation_dfid and created.conversation_id:
-            ids["conversation_dfid"] = created.root_dfid
+    _name_the_call(ids, events)
     if status is FlowStatus.CLOSED:
-        result: dict[str, Any] = {"external_id": flow.external_id}
-        for event in events:
-            if isinstance(event.payload, ExecutionSucceeded):
-                result.update(event.payload.detail)
-        return Decision(verdict=DecisionVerdict.EXECUTED, result=result, **ids)
+        return Decision(verdict=DecisionVerdict.EXECUTED, result=_result(flow, events), **ids)
     executed = bool(flow.intent_key) or status is FlowStatus.COMPENSATED
     if executed or flow.reason_code in FAULTS:
         return Decision(
@@ -172,6 +164,24 @@ async def decision_of(
     )
 
 
+def _name_the_call(ids: dict[str, Any], events: list[Event]) -> None:
+    """Fill in the call's tool-call id and conversation the flow recorded, if not given."""
+    created = next((e.payload for e in events if isinstance(e.payload, FlowCreated)), None)
+    if created is not None:
+        ids["tool_call_id"] = ids["tool_call_id"] or created.tool_call_id
+        if not ids["conversation_dfid"] and created.conversation_id:
+            ids["conversation_dfid"] = created.root_dfid
+
+
+def _result(flow: FlowState, events: list[Event]) -> dict[str, Any]:
+    """What a closed flow's execution answered: its external id and each success's detail."""
+    result: dict[str, Any] = {"external_id": flow.external_id}
+    for event in events:
+        if isinstance(event.payload, ExecutionSucceeded):
+            result.update(event.payload.detail)
+    return result
+
+
 def _last_rejection(events: list[Event]) -> Feedback | None:
     rejected = [e.payload.feedback for e in events if isinstance(e.payload, ProposalRejected)]
     return rejected[-1] if rejected else None
@@ -186,3 +196,19 @@ class Judged:
     decision: Decision | None = None
     conversation_dfid: str = ""
     tool_call_id: str = ""
+
+
+def unopened(opened: Decision | Feedback, conversation: str, tool_call_id: str) -> Judged:
+    """Answer a call whose flow was not opened: the store was lost, or opening it was refused."""
+    if isinstance(opened, Decision):  # the store was lost before the flow was opened
+        ids = {"conversation_dfid": conversation, "tool_call_id": tool_call_id}
+        return Judged(dfid="", decision=msgspec.structs.replace(opened, **ids))
+    failed = opened.reason_code in FAULTS
+    decision = Decision(
+        verdict=DecisionVerdict.FAILED if failed else DecisionVerdict.REFUSED,
+        reason_code=opened.reason_code,
+        detail=opened.detail,
+        conversation_dfid=conversation,
+        tool_call_id=tool_call_id,
+    )
+    return Judged(dfid="", decision=decision)

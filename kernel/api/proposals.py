@@ -49,6 +49,7 @@ from kernel.api.decisions import (
     conversation_dfid,
     decision_of,
     keyed_dfid,
+    unopened,
 )
 from kernel.api.edge import admitted
 from kernel.api.outage import Outage
@@ -332,56 +333,16 @@ class Proposals:
 
     async def _judge(self, ask: Ask, dfid: str, conv: Conversation | None) -> Judged:
         """Open the call's flow as ``dfid``, judge its proposal, count it in its conversation."""
-        call, policy, behalf = ask.call, ask.policy, ask.behalf
+        call, policy = ask.call, ask.policy
         tool_call_id = call.tool_call_id or ""
-        root = conv.dfid if conv is not None and conv.opened else None
-        if root is not None:
-            await self._flows.recall(root)  # the governor may record the stop on it
-        msg = Open(
-            dfid=dfid,
-            agent_id=call.agent_id,
-            topic=call.kind,
-            parent_dfid=root,
-            root_dfid=root,
-            traceparent=call.traceparent,
-            conversation_id=conv.id if conv is not None else "",
-            tool_call_id=tool_call_id,
-            reply=Reply(),
-            on_behalf=behalf,
-        )
-        outage = self._outage
-        opened = (
-            await outage.opened(lambda: self._open(msg), dfid, call, policy, behalf)
-            if outage is not None
-            else await self._open(msg)
-        )
+        opened = await self._open_call(ask, dfid, conv)
         conversation = conv.dfid if conv is not None else ""
-        if isinstance(opened, Decision):  # the store was lost before the flow was opened
-            ids = {"conversation_dfid": conversation, "tool_call_id": tool_call_id}
-            return Judged(dfid="", decision=msgspec.structs.replace(opened, **ids))
-        if isinstance(opened, Feedback):
-            failed = opened.reason_code in FAULTS
-            decision = Decision(
-                verdict=DecisionVerdict.FAILED if failed else DecisionVerdict.REFUSED,
-                reason_code=opened.reason_code,
-                detail=opened.detail,
-                conversation_dfid=conversation,
-                tool_call_id=tool_call_id,
-            )
-            return Judged(dfid="", decision=decision)
+        if not isinstance(opened, str):
+            return unopened(opened, conversation, tool_call_id)
         seen = conv.context_ref if conv is not None and conv.context_ref is not None else opened
         record, invalid = self._proposal(policy, ask.explain, ask.confidence, seen)
         record = await self._prepared(dfid, record, invalid)
-        streak = None
-        if conv is not None:
-            conv.opened = True
-            if dfid == conv.dfid:
-                conv.first_call = tool_call_id
-            agent = self._projections.agents.get(call.agent_id)
-            limit = agent.manifest.max_attempts if agent is not None else 1
-            streak = Streak(
-                conversation_id=conv.id, root_dfid=conv.dfid, refused=conv.refused, limit=limit
-            )
+        streak = None if conv is None else self._streak(conv, dfid, call.agent_id, tool_call_id)
         reply: Reply[Verdict] = Reply()
         judge = Judge(
             dfid=dfid,
@@ -395,9 +356,45 @@ class Proposals:
         )
         verdict = await self._calls.call(self._actors.dim, judge, reply)
         if conv is not None:
-            self._count(conv, verdict)
+            conv.count(verdict)
         return Judged(
             dfid=dfid, verdict=verdict, conversation_dfid=conversation, tool_call_id=tool_call_id
+        )
+
+    async def _open_call(
+        self, ask: Ask, dfid: str, conv: Conversation | None
+    ) -> str | Feedback | Decision:
+        """Open the call's flow (in its conversation's): its context, a refusal, or an answer."""
+        call, policy, behalf = ask.call, ask.policy, ask.behalf
+        root = conv.dfid if conv is not None and conv.opened else None
+        if root is not None:
+            await self._flows.recall(root)  # the governor may record the stop on it
+        msg = Open(
+            dfid=dfid,
+            agent_id=call.agent_id,
+            topic=call.kind,
+            parent_dfid=root,
+            root_dfid=root,
+            traceparent=call.traceparent,
+            conversation_id=conv.id if conv is not None else "",
+            tool_call_id=call.tool_call_id or "",
+            reply=Reply(),
+            on_behalf=behalf,
+        )
+        outage = self._outage
+        if outage is None:
+            return await self._open(msg)
+        return await outage.opened(lambda: self._open(msg), dfid, call, policy, behalf)
+
+    def _streak(self, conv: Conversation, dfid: str, agent_id: str, tool_call_id: str) -> Streak:
+        """Note the call in its conversation; return the refusals in a row it is counted in."""
+        conv.opened = True
+        if dfid == conv.dfid:
+            conv.first_call = tool_call_id
+        agent = self._projections.agents.get(agent_id)
+        limit = agent.manifest.max_attempts if agent is not None else 1
+        return Streak(
+            conversation_id=conv.id, root_dfid=conv.dfid, refused=conv.refused, limit=limit
         )
 
     async def _open(self, msg: Open) -> str | Feedback:
@@ -432,18 +429,6 @@ class Proposals:
         if invalid is not None or self._prepare is None:
             return record
         return await self._prepare(dfid, record)
-
-    def _count(self, conv: Conversation, verdict: Verdict) -> None:
-        """Count a verdict in its conversation's refusals in a row (the retry governor)."""
-        feedback = verdict.feedback
-        if verdict.outcome in (Outcome.ACCEPTED, Outcome.ESCALATED):
-            conv.refused = 0
-        elif verdict.outcome is Outcome.REJECTED:
-            conv.refused += 1
-        elif verdict.outcome is Outcome.ABORTED and feedback is not None:
-            if feedback.layer == "governor":
-                conv.refused += 1
-                conv.stopped = feedback.detail
 
     async def _settle(self, judged: Judged) -> Decision:
         """Return the decision of a judged call, waiting for its execution if it was accepted."""

@@ -117,19 +117,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     refused = _not_text(args)
     if refused is not None:
         return error(CliError.BAD_ARGUMENT, refused, ExitCode.USAGE)
+    db = getattr(args, "db", None) or ""
     try:
-        db = getattr(args, "db", None) or ""
-        if db and not is_postgres(db) and not os.path.isfile(db):
-            # SQLite's own words for this are "unable to open database file".
-            what = "no such file" if not os.path.exists(db) else "not a file"
-            raise JournalError(db, what)
-        # Reading commands for people page what does not fit a terminal (never --json).
-        pages = getattr(args, "pages", False) and not getattr(args, "json", False)
-        with paged(pages and not args.no_pager):
-            status = int(anyio.run(args.run, args))
-        # Flushed here, so a reader that went away is seen here and not at exit.
-        sys.stdout.flush()
-        return status
+        return _run(args, db)
     except BrokenPipeError:
         # Whatever is still buffered goes nowhere, so the interpreter's last flush is quiet too.
         devnull = os.open(os.devnull, os.O_WRONLY)
@@ -143,6 +133,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         return error_of(JournalCorrupt(db, f"{exc} (run dirk verify)"), ExitCode.USAGE)
     except KeyboardInterrupt:
         return ExitCode.INTERRUPTED
+
+
+def _run(args: argparse.Namespace, db: str) -> int:
+    """Run the parsed command on its journal (a file that is none is refused first)."""
+    if db and not is_postgres(db) and not os.path.isfile(db):
+        # SQLite's own words for this are "unable to open database file".
+        what = "no such file" if not os.path.exists(db) else "not a file"
+        raise JournalError(db, what)
+    # Reading commands for people page what does not fit a terminal (never --json).
+    pages = getattr(args, "pages", False) and not getattr(args, "json", False)
+    with paged(pages and not args.no_pager):
+        status = int(anyio.run(args.run, args))
+    # Flushed here, so a reader that went away is seen here and not at exit.
+    sys.stdout.flush()
+    return status
 
 
 DESCRIPTION = f"""\
@@ -431,6 +436,17 @@ class _ExportProblems(logging.Handler):
         say(f"otel: {record.getMessage()}", file=sys.stderr)
 
 
+def _flow_named(args: argparse.Namespace, events: list[Event]) -> str | int:
+    """The flow ``--dfid`` names (whole or a prefix), or the exit code when it names none."""
+    created = [e.dfid for e in events if isinstance(e.payload, ev.FlowCreated) and e.dfid]
+    found = [args.dfid] if args.dfid in created else flows_matching(created, args.dfid)
+    if len(found) > 1:
+        return error(CliError.AMBIGUOUS_FLOW, f"{args.dfid} fits {len(found)} flows: say more")
+    if not found:
+        return error(CliError.UNKNOWN_FLOW, f"no flow {args.dfid} in {args.db}")
+    return found[0]
+
+
 async def _traces_export(args: argparse.Namespace) -> int:
     from kernel.telemetry import (
         ExporterUnavailable,
@@ -443,15 +459,9 @@ async def _traces_export(args: argparse.Namespace) -> int:
     async with open_journal(args.db, readonly=True) as journal:
         async for batch in journal.scan():
             events.extend(batch)
-    dfid = None
-    if args.dfid:
-        created = [e.dfid for e in events if isinstance(e.payload, ev.FlowCreated) and e.dfid]
-        found = [args.dfid] if args.dfid in created else flows_matching(created, args.dfid)
-        if len(found) > 1:
-            return error(CliError.AMBIGUOUS_FLOW, f"{args.dfid} fits {len(found)} flows: say more")
-        if not found:
-            return error(CliError.UNKNOWN_FLOW, f"no flow {args.dfid} in {args.db}")
-        dfid = found[0]
+    dfid = _flow_named(args, events) if args.dfid else None
+    if isinstance(dfid, int):
+        return dfid
     env = dict(os.environ)
     # Every span is handed over at once, and a full queue drops spans: make room for
     # them all (a flow has at most two spans per event).

@@ -18,6 +18,7 @@ import math
 import os
 import sys
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -277,23 +278,10 @@ async def _decide(args: argparse.Namespace) -> int:
             return error(exc.code, f"{exc.message} in {args.db}" if unknown else exc.message)
         folded = fold(await journal.flow_events(args.dfid))
     flow = folded.flows.get(args.dfid)
-    choice, outcome, external_id = "modify", "", ""
-    if args.retry:
-        choice = "retry"
-    elif args.reconcile is not None:
-        choice = "reconcile"
-        if args.reconcile == "not-done":
-            outcome = "not_done"
-        elif args.reconcile.startswith("done:") and args.reconcile[5:].strip():
-            outcome, external_id = "done", args.reconcile[5:].strip()
-        else:
-            return error(
-                ReasonCode.SCHEMA_INVALID,
-                "--reconcile takes done:EXTERNAL_ID or not-done",
-                ExitCode.USAGE,
-            )
-    elif args.approve or args.reject:
-        choice = "approve" if args.approve else "reject"
+    chosen = _choice(args)
+    if isinstance(chosen, int):
+        return chosen
+    choice, outcome, external_id = chosen
     try:
         request = prepare_decision(
             flow,
@@ -310,12 +298,36 @@ async def _decide(args: argparse.Namespace) -> int:
             ballot=folded.domain(Quorums).ballots.get(args.dfid),
         )
     except RequestRefused as exc:
-        if exc.code is CliError.UNKNOWN_FLOW:
-            return error(exc.code, f"no flow {args.dfid} in {args.db}")
-        if exc.code is CliError.CONFIRMATION_REQUIRED:
-            return error(exc.code, f"{exc.message}: --confirm HASH (see dirk review {args.dfid})")
-        return refused(exc)
+        return _decision_refused(exc, args)
     return await post_request(args, request, f"decision {request.decision}")
+
+
+def _choice(args: argparse.Namespace) -> tuple[str, str, str] | int:
+    """The decision the flags choose: (choice, outcome, external id), or the exit code."""
+    if args.retry:
+        return "retry", "", ""
+    if args.reconcile is not None:
+        if args.reconcile == "not-done":
+            return "reconcile", "not_done", ""
+        if args.reconcile.startswith("done:") and args.reconcile[5:].strip():
+            return "reconcile", "done", args.reconcile[5:].strip()
+        return error(
+            ReasonCode.SCHEMA_INVALID,
+            "--reconcile takes done:EXTERNAL_ID or not-done",
+            ExitCode.USAGE,
+        )
+    if args.approve or args.reject:
+        return ("approve" if args.approve else "reject"), "", ""
+    return "modify", "", ""
+
+
+def _decision_refused(exc: RequestRefused, args: argparse.Namespace) -> int:
+    """Say why a decision was refused before it was written, in the terms of the flags."""
+    if exc.code is CliError.UNKNOWN_FLOW:
+        return error(exc.code, f"no flow {args.dfid} in {args.db}")
+    if exc.code is CliError.CONFIRMATION_REQUIRED:
+        return error(exc.code, f"{exc.message}: --confirm HASH (see dirk review {args.dfid})")
+    return refused(exc)
 
 
 async def _amend(args: argparse.Namespace) -> int:
@@ -381,33 +393,69 @@ async def wait_taken(db: str, row_id: int, timeout_s: float) -> int:
 
 def _applied(event: Event, seq: int) -> str | None:
     """What the kernel's answer at ``seq`` says it applied, or None if it applied nothing."""
-    payload = event.payload
-    if isinstance(payload, ev.HumanDecided):
-        return f"{payload.decision} by {payload.operator} (event #{seq})"
-    if isinstance(payload, ev.ApprovalVoted | ev.GrantVoted):
-        met = "quorum met" if payload.met else payload.waiting
-        return f"vote {payload.vote} by {payload.operator}: {met} (event #{seq})"
-    if isinstance(payload, ev.GrantIssued):
-        waiting = " (waiting for its quorum)" if payload.quorum is not None else ""
-        return f"grant {payload.grant} by {payload.operator}{waiting} (event #{seq})"
-    if isinstance(payload, ev.GrantRevoked):
-        return f"grant {payload.grant} revoked by {payload.operator} (event #{seq})"
-    if isinstance(payload, ev.AgentStatusChanged):
-        return f"{event.agent_id} is {payload.status}, by {payload.operator} (event #{seq})"
-    if isinstance(payload, ev.RuleDecided):
-        version = f", now v{payload.version}" if payload.version else ""
-        return f"rule {payload.rule} {payload.decision} by {payload.actor}{version} (event #{seq})"
-    if isinstance(payload, ev.RuleRetracted):
-        return f"rule {payload.rule} v{payload.version} retracted by {payload.operator}"
-    if isinstance(payload, ev.LimitAmended):
-        return (
-            f"{payload.limit} = {payload.value} for {event.agent_id} by"
-            f" {payload.operator} (event #{seq}, floor {payload.floor}, ceiling {payload.ceiling})"
-        )
-    if isinstance(payload, ev.CredentialIssued):
-        return f"credential of {event.agent_id} by {payload.operator} (event #{seq})"
-    if isinstance(payload, ev.ShadowRetired | ev.ShadowPromoted):
-        done = "retired" if isinstance(payload, ev.ShadowRetired) else "promoted"
-        ref = payload.pack
-        return f"shadow {ref.name} {ref.version} {done} by {payload.operator} (event #{seq})"
-    return None
+    words = _APPLIED.get(type(event.payload))
+    return None if words is None else words(event.payload, event, seq)
+
+
+def _words_decided(p: ev.HumanDecided, event: Event, seq: int) -> str:
+    return f"{p.decision} by {p.operator} (event #{seq})"
+
+
+def _words_voted(p: ev.ApprovalVoted | ev.GrantVoted, event: Event, seq: int) -> str:
+    met = "quorum met" if p.met else p.waiting
+    return f"vote {p.vote} by {p.operator}: {met} (event #{seq})"
+
+
+def _words_issued(p: ev.GrantIssued, event: Event, seq: int) -> str:
+    waiting = " (waiting for its quorum)" if p.quorum is not None else ""
+    return f"grant {p.grant} by {p.operator}{waiting} (event #{seq})"
+
+
+def _words_revoked(p: ev.GrantRevoked, event: Event, seq: int) -> str:
+    return f"grant {p.grant} revoked by {p.operator} (event #{seq})"
+
+
+def _words_status(p: ev.AgentStatusChanged, event: Event, seq: int) -> str:
+    return f"{event.agent_id} is {p.status}, by {p.operator} (event #{seq})"
+
+
+def _words_rule_decided(p: ev.RuleDecided, event: Event, seq: int) -> str:
+    version = f", now v{p.version}" if p.version else ""
+    return f"rule {p.rule} {p.decision} by {p.actor}{version} (event #{seq})"
+
+
+def _words_retracted(p: ev.RuleRetracted, event: Event, seq: int) -> str:
+    return f"rule {p.rule} v{p.version} retracted by {p.operator}"
+
+
+def _words_amended(p: ev.LimitAmended, event: Event, seq: int) -> str:
+    return (
+        f"{p.limit} = {p.value} for {event.agent_id} by"
+        f" {p.operator} (event #{seq}, floor {p.floor}, ceiling {p.ceiling})"
+    )
+
+
+def _words_credential(p: ev.CredentialIssued, event: Event, seq: int) -> str:
+    return f"credential of {event.agent_id} by {p.operator} (event #{seq})"
+
+
+def _words_shadow(p: ev.ShadowRetired | ev.ShadowPromoted, event: Event, seq: int) -> str:
+    done = "retired" if isinstance(p, ev.ShadowRetired) else "promoted"
+    return f"shadow {p.pack.name} {p.pack.version} {done} by {p.operator} (event #{seq})"
+
+
+_APPLIED: dict[type[Any], Callable[[Any, Event, int], str]] = {
+    ev.HumanDecided: _words_decided,
+    ev.ApprovalVoted: _words_voted,
+    ev.GrantVoted: _words_voted,
+    ev.GrantIssued: _words_issued,
+    ev.GrantRevoked: _words_revoked,
+    ev.AgentStatusChanged: _words_status,
+    ev.RuleDecided: _words_rule_decided,
+    ev.RuleRetracted: _words_retracted,
+    ev.LimitAmended: _words_amended,
+    ev.CredentialIssued: _words_credential,
+    ev.ShadowRetired: _words_shadow,
+    ev.ShadowPromoted: _words_shadow,
+}
+"""The words of each answer that says an act was applied, by its event type."""

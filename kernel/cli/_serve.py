@@ -45,7 +45,7 @@ import anyio
 from kernel.audit.reverify import PackPathError
 from kernel.cli._operator import counted, error
 from kernel.cli._replay import packs_from
-from kernel.console._command import add_options, prepare, server_for
+from kernel.console._command import Prepared, add_options, prepare, server_for
 from kernel.core.hosts import is_loopback
 from kernel.core.keys import public_text, write_private_key
 from kernel.core.reasons import CliError, ExitCode, ReasonCode
@@ -174,35 +174,59 @@ async def run(args: argparse.Namespace) -> int:
         extra = packs_from(args.pack) if args.pack else []
     except PackPathError as exc:
         return error(CliError.BAD_PACK_PATH, str(exc), ExitCode.USAGE)
-    # A file that is no journal fails here, as one line with its code (dirk's main prints it).
-    async with open_journal(args.db, readonly=True) as journal:
-        last = await journal.read(journal.head_seq, limit=1) if journal.head_seq else []
-    start_ns = last[-1].ts if last else time.time_ns()
+    start_ns = await _start_ns(args.db)
     keyring = args.keyring or os.environ.get(KEYRING_ENV) or None
-    if keyring is not None:
-        problem = _trusted(keyring, None if args.no_console else args.door)
-        if problem is not None:
-            return problem
+    problem = _untrusted(keyring, args)
+    if problem is not None:
+        return problem
     with _own_keys(keyring, args) as (keyring_path, key):
-        if args.no_console:
-            prepared = None
-        else:
-            made = prepare(args, key=key) if key is not None else prepare(args)
-            if isinstance(made, int):
-                return made
-            prepared = made
+        prepared = None if args.no_console else _console(args, key)
+        if isinstance(prepared, int):
+            return prepared
         try:
-            async with _parts(args, extra) as (packs, adapters, allow, bind):
-                return await _serve(
-                    args, packs, adapters, allow, bind, keyring_path, start_ns, prepared
-                )
-        except PackError as exc:
-            return error(CliError.BAD_ARGUMENT, str(exc), ExitCode.USAGE)
-        except ExampleMissing as exc:
-            return error(CliError.BAD_ARGUMENT, str(exc), ExitCode.USAGE)
+            return await _serve_parts(args, extra, keyring_path, start_ns, prepared)
         finally:
             if prepared is not None:
                 prepared.sock.close()
+
+
+async def _serve_parts(
+    args: argparse.Namespace,
+    extra: list[PolicyPack],
+    keyring_path: str | None,
+    start_ns: int,
+    prepared: Prepared | None,
+) -> int:
+    """Serve the kernel with its packs, adapters and agents; a bad pack or example is refused."""
+    try:
+        async with _parts(args, extra) as (packs, adapters, allow, bind):
+            return await _serve(
+                args, packs, adapters, allow, bind, keyring_path, start_ns, prepared
+            )
+    except PackError as exc:
+        return error(CliError.BAD_ARGUMENT, str(exc), ExitCode.USAGE)
+    except ExampleMissing as exc:
+        return error(CliError.BAD_ARGUMENT, str(exc), ExitCode.USAGE)
+
+
+def _untrusted(keyring: str | None, args: argparse.Namespace) -> int | None:
+    """The exit code of a given keyring that does not trust what this run needs, or None."""
+    if keyring is None:
+        return None
+    return _trusted(keyring, None if args.no_console else args.door)
+
+
+async def _start_ns(db: str) -> int:
+    """When the served journal last recorded, or now for an empty one."""
+    # A file that is no journal fails here, as one line with its code (dirk's main prints it).
+    async with open_journal(db, readonly=True) as journal:
+        last = await journal.read(journal.head_seq, limit=1) if journal.head_seq else []
+    return last[-1].ts if last else time.time_ns()
+
+
+def _console(args: argparse.Namespace, key: str | None) -> Prepared | int:
+    """The console prepared to serve beside the kernel (with the served operator key, if any)."""
+    return prepare(args, key=key) if key is not None else prepare(args)
 
 
 def _flags_refused(args: argparse.Namespace) -> int | None:
@@ -215,22 +239,33 @@ def _flags_refused(args: argparse.Namespace) -> int | None:
         return error(CliError.BAD_ARGUMENT, "--files goes with --example", ExitCode.USAGE)
     if not 0.05 <= args.inbox_poll <= 60:
         return error(CliError.BAD_ARGUMENT, "--inbox-poll takes 0.05 to 60 seconds", ExitCode.USAGE)
-    if args.mcp is None and (args.mcp_token_file or args.mcp_operator):
+    return _mcp_refused(args)
+
+
+def _mcp_refused(args: argparse.Namespace) -> int | None:
+    """The exit code of ``--mcp`` flags that do not go together, or None."""
+    if args.mcp is None:
+        return _mcp_options_alone(args)
+    host, sep, port = args.mcp.rpartition(":")
+    if not sep or not host or not port.isdigit() or int(port) > 65535:
+        return error(CliError.BAD_ARGUMENT, "--mcp takes HOST:PORT", ExitCode.USAGE)
+    if not args.mcp_token_file and not (args.mcp_operator and is_loopback(host.strip("[]"))):
+        return error(
+            CliError.BAD_ARGUMENT,
+            "--mcp needs --mcp-token-file (or, on loopback, --mcp-operator NAME)",
+            ExitCode.USAGE,
+        )
+    return None
+
+
+def _mcp_options_alone(args: argparse.Namespace) -> int | None:
+    """The exit code of ``--mcp-token-file`` or ``--mcp-operator`` without ``--mcp``, or None."""
+    if args.mcp_token_file or args.mcp_operator:
         return error(
             CliError.BAD_ARGUMENT,
             "--mcp-token-file and --mcp-operator go with --mcp",
             ExitCode.USAGE,
         )
-    if args.mcp is not None:
-        host, sep, port = args.mcp.rpartition(":")
-        if not sep or not host or not port.isdigit() or int(port) > 65535:
-            return error(CliError.BAD_ARGUMENT, "--mcp takes HOST:PORT", ExitCode.USAGE)
-        if not args.mcp_token_file and not (args.mcp_operator and is_loopback(host.strip("[]"))):
-            return error(
-                CliError.BAD_ARGUMENT,
-                "--mcp needs --mcp-token-file (or, on loopback, --mcp-operator NAME)",
-                ExitCode.USAGE,
-            )
     return None
 
 

@@ -160,33 +160,15 @@ def prepare(args: argparse.Namespace, **overrides: Any) -> Prepared | int:
 
     ``overrides`` replace fields of the console's Settings (``dirk serve`` names its key).
     """
-    if not 0 <= args.port <= 65535:
-        return _error(CliError.BAD_ARGUMENT, f"--port {args.port} is not a port")
-    if not args.poll > 0 or args.poll > 60:
-        return _error(CliError.BAD_ARGUMENT, "--poll takes seconds above 0, up to 60")
-    operators = None
-    if args.operators is not None:
-        try:
-            operators = read_operators(args.operators)
-        except OperatorsFileError as exc:
-            return _error(CliError.BAD_ARGUMENT, str(exc))
-        if not operators:
-            return _error(CliError.BAD_ARGUMENT, f"{args.operators} names no operator")
-    if not is_loopback(args.host) and operators is None:
-        return _error(
-            CliError.BAD_ARGUMENT,
-            f"refusing to listen on {args.host} without named operators: give --operators FILE"
-            " (or listen on 127.0.0.1)",
-        )
-    try:
-        tls = tls_files(args.tls_cert, args.tls_key)
-    except TlsError as exc:
-        return _error(CliError.BAD_ARGUMENT, str(exc))
-    if tls is not None and args.insecure_http:
-        return _error(CliError.BAD_ARGUMENT, "--insecure-http contradicts --tls-cert/--tls-key")
-    refusal = plain_http_refusal(args.host, tls=tls is not None, insecure_http=args.insecure_http)
-    if refusal is not None:
-        return _error(CliError.BAD_ARGUMENT, refusal)
+    refused = _numbers_refused(args)
+    if refused is not None:
+        return refused
+    operators = _operators(args)
+    if isinstance(operators, int):
+        return operators
+    tls = _tls(args)
+    if isinstance(tls, int):
+        return tls
     try:
         import uvicorn  # noqa: F401
 
@@ -196,14 +178,9 @@ def prepare(args: argparse.Namespace, **overrides: Any) -> Prepared | int:
             CliError.EXTRA_MISSING,
             f"the console needs its extra: pip install 'dir-kernel[console]' ({exc})",
         )
-    try:
-        family = socket.AF_INET6 if ":" in args.host else socket.AF_INET
-        sock = socket.socket(family, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((args.host, args.port))
-        sock.listen(64)
-    except OSError as exc:
-        return _error(CliError.BAD_ARGUMENT, f"cannot listen on {args.host}:{args.port}: {exc}")
+    sock = _listen(args)
+    if isinstance(sock, int):
+        return sock
     ttl = args.approval_ttl if args.approval_ttl and args.approval_ttl > 0 else None
     fields: dict[str, Any] = {
         "db": args.db,
@@ -219,6 +196,61 @@ def prepare(args: argparse.Namespace, **overrides: Any) -> Prepared | int:
     }
     settings = Settings(**(fields | overrides))
     return Prepared(settings, Gate(operators), sock, tls, args.host)
+
+
+def _numbers_refused(args: argparse.Namespace) -> int | None:
+    """An exit status when ``--port`` is not a port or ``--poll`` not seconds up to 60."""
+    if not 0 <= args.port <= 65535:
+        return _error(CliError.BAD_ARGUMENT, f"--port {args.port} is not a port")
+    if not args.poll > 0 or args.poll > 60:
+        return _error(CliError.BAD_ARGUMENT, "--poll takes seconds above 0, up to 60")
+    return None
+
+
+def _operators(args: argparse.Namespace) -> dict[str, str] | int | None:
+    """The operators file's names, or None; an exit status when it cannot serve this host."""
+    operators = None
+    if args.operators is not None:
+        try:
+            operators = read_operators(args.operators)
+        except OperatorsFileError as exc:
+            return _error(CliError.BAD_ARGUMENT, str(exc))
+        if not operators:
+            return _error(CliError.BAD_ARGUMENT, f"{args.operators} names no operator")
+    if not is_loopback(args.host) and operators is None:
+        return _error(
+            CliError.BAD_ARGUMENT,
+            f"refusing to listen on {args.host} without named operators: give --operators FILE"
+            " (or listen on 127.0.0.1)",
+        )
+    return operators
+
+
+def _tls(args: argparse.Namespace) -> TlsFiles | int | None:
+    """The certificate and key to serve TLS with, or None; an exit status when refused."""
+    try:
+        tls = tls_files(args.tls_cert, args.tls_key)
+    except TlsError as exc:
+        return _error(CliError.BAD_ARGUMENT, str(exc))
+    if tls is not None and args.insecure_http:
+        return _error(CliError.BAD_ARGUMENT, "--insecure-http contradicts --tls-cert/--tls-key")
+    refusal = plain_http_refusal(args.host, tls=tls is not None, insecure_http=args.insecure_http)
+    if refusal is not None:
+        return _error(CliError.BAD_ARGUMENT, refusal)
+    return tls
+
+
+def _listen(args: argparse.Namespace) -> socket.socket | int:
+    """A socket bound to the console's host and port; an exit status when it cannot be."""
+    try:
+        family = socket.AF_INET6 if ":" in args.host else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((args.host, args.port))
+        sock.listen(64)
+    except OSError as exc:
+        return _error(CliError.BAD_ARGUMENT, f"cannot listen on {args.host}:{args.port}: {exc}")
+    return sock
 
 
 async def serve(prepared: Prepared) -> None:

@@ -164,23 +164,34 @@ def review(projections: Projections, events: list[Event]) -> Review | None:
             for e in events
         ],
         outcome=outcome(flow),
-        waiting=(
-            flow.status is FlowStatus.ESCALATED
-            and approval is not None
-            and approval.status is ApprovalStatus.PENDING
-        ),
-        decisions=[
-            e
-            for e in reversed(events)
-            if isinstance(e.payload, ev.HumanDecided | ev.DecisionRefused | ev.ApprovalVoted)
-        ],
+        waiting=_waiting(flow, approval),
+        decisions=_decisions(events),
         quorum=quorum_of(local, dfid),
         ballot=local.domain(Quorums).ballots.get(dfid),
         pack=judged_by(events, projections.packs.values()),
-        on_behalf=next(
-            (e.payload.on_behalf for e in events if isinstance(e.payload, ev.FlowCreated)), None
-        ),
+        on_behalf=_on_behalf(events),
     )
+
+
+def _waiting(flow: FlowState, approval: Approval | None) -> bool:
+    """The flow waits for a human's decision (escalated, its approval pending)."""
+    return (
+        flow.status is FlowStatus.ESCALATED
+        and approval is not None
+        and approval.status is ApprovalStatus.PENDING
+    )
+
+
+def _decisions(events: list[Event]) -> list[Event]:
+    """The humans' decisions on the flow, and the refusals of them, newest first."""
+    kinds = ev.HumanDecided | ev.DecisionRefused | ev.ApprovalVoted
+    return [e for e in reversed(events) if isinstance(e.payload, kinds)]
+
+
+def _on_behalf(events: list[Event]) -> ev.OnBehalf | None:
+    """Whom the flow acts for, as its FlowCreated records it."""
+    created = (e.payload for e in events if isinstance(e.payload, ev.FlowCreated))
+    return next((payload.on_behalf for payload in created), None)
 
 
 def _context_seen(events: list[Event], ref: str) -> ev.ContextCompiled | None:
@@ -238,23 +249,31 @@ def flows(
     projections: Projections, where: FlowFilter, now_ns: int, limit: int | None = None
 ) -> list[FlowState]:
     """Flows matching ``where``, newest first (every one the journal holds; ``limit``: at most)."""
-    chosen = []
-    for flow in projections.flows.values():
-        if where.status and flow.status != where.status:
-            continue
-        if where.agent and flow.agent_id != where.agent:
-            continue
-        if where.kind and (flow.proposal is None or flow.proposal.kind != where.kind):
-            continue
-        if where.reason and str(flow.reason_code or "") != where.reason:
-            continue
-        if where.since_s and flow.created_ts < now_ns - int(where.since_s * 1e9):
-            continue
-        if where.q and not matches(flow, where.q):
-            continue
-        chosen.append(flow)
+    chosen = [
+        flow
+        for flow in projections.flows.values()
+        if _named(flow, where) and _recent_and_found(flow, where, now_ns)
+    ]
     chosen.sort(key=lambda f: (f.created_ts, f.dfid), reverse=True)
     return chosen if limit is None else chosen[:limit]
+
+
+def _named(flow: FlowState, where: FlowFilter) -> bool:
+    """The flow has the status, agent, kind and reason the filter names (each if it names one)."""
+    if where.status and flow.status != where.status:
+        return False
+    if where.agent and flow.agent_id != where.agent:
+        return False
+    if where.kind and (flow.proposal is None or flow.proposal.kind != where.kind):
+        return False
+    return not where.reason or str(flow.reason_code or "") == where.reason
+
+
+def _recent_and_found(flow: FlowState, where: FlowFilter, now_ns: int) -> bool:
+    """The flow began within ``since_s`` and its words hold the query (each if given)."""
+    if where.since_s and flow.created_ts < now_ns - int(where.since_s * 1e9):
+        return False
+    return not where.q or matches(flow, where.q)
 
 
 # --- the modify form ---------------------------------------------------------------------

@@ -40,17 +40,13 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import replace
 from typing import Any
 
 import msgspec
 
 from kernel.core.events import (
-    ApprovalSuperseded,
-    Feedback,
     FlowAborted,
     LimitAmended,
-    PackRef,
     ProposalAccepted,
     ProposalRejected,
     ProposalSubmitted,
@@ -63,10 +59,10 @@ from kernel.dim import _raced as raced
 from kernel.dim._amend import amend
 from kernel.dim._citations import notes_on
 from kernel.dim._grants import handle as handle_grant
-from kernel.dim._judgement import Judgement, reject
+from kernel.dim._judgement import Judgement
 from kernel.dim._packs import load
+from kernel.dim._recheck import Rechecking
 from kernel.dim._records import (
-    answer_from_record,
     duplicate,
     end_call,
     escalated,
@@ -80,7 +76,7 @@ from kernel.dim._records import (
 from kernel.dim._resources import budget_pool
 from kernel.dim._rules import handle as handle_rule
 from kernel.dim._shadow import Shadows
-from kernel.dim.verdict import inputs_of, rechecked, verdict
+from kernel.dim.verdict import inputs_of, verdict
 from kernel.policy.contracts import Outcome, Verdict
 from kernel.policy.money import ModelPrice
 from kernel.policy.packs import PolicyCatalog
@@ -114,10 +110,8 @@ from kernel.runtime.messages import (
     Withdraw,
 )
 from kernel.state.amendments import folded
-from kernel.state.approvals import ApprovalStatus
 from kernel.state.intents import mint, stage_start
 from kernel.state.projections import AgentView, Projections, session_hash
-from kernel.state.quorums import Ballot, Quorums
 
 log = logging.getLogger(__name__)
 
@@ -152,65 +146,75 @@ class IntegrityModule:
         self._compiler = compiler
         self._escalation = escalation
         self._execution = execution
+        self._rechecking = Rechecking(projections, catalog, clock, escalation, execution)
 
     async def handle(self, msg: DimMessage, out: Outbox) -> None:
-        match msg:
-            case Judge():
-                self._judge(msg, out)
-            case Recheck():
-                self._recheck(msg, out)
-            case Carry():
-                # The compiler's events first, then what its agents answered on them: one
-                # append holds context, proposal, verdict and intent (two commits a flow).
-                try:
-                    start = out.carry(msg.drafts, msg.flows)
-                except IllegalTransition:
-                    # A flow it recompiled moved meanwhile (an operator ended it): none
-                    # of it is recorded here; the compiler's own append finds out.
-                    out.rollback()
-                    out.reply(msg.done, None)
-                    return
-                staged_of(out).carried(msg.drafts)
-                for answer in msg.messages:
-                    await self.handle(answer, out)
-                out.after_commit_with(hand_back, (out, start, len(msg.drafts), msg.done))
-            case IssueGrant() | VoteGrant() | RevokeGrant():
-                # The DIM owns grants, as it owns amendments: ordered with the verdicts.
-                handle_grant(msg, self._catalog, self._projections, self._clock.now_ns(), out)
-            case AmendLimit():
-                self._amend(msg, out)
-            case RecordAct():
-                # The DIM orders principals acts with its verdicts, as it does grants.
-                index = out.emit(msg.payload)
-                staged_of(out).acted(self._projections, msg.payload)
-                out.reply_events(msg.reply, [index])
-            case LoadPack():
-                load(msg, self._catalog, self._projections.packs, out)
-                if self._shadows.by_name:
-                    self._shadows.refit(self._catalog, out)
-            case LoadShadow():
-                self._shadows.load(msg, self._catalog, out)
-            case RetireShadow():
-                self._shadows.retire(msg, out)
-            case PromoteShadow():
-                self._shadows.promote(msg, self._catalog, self._projections.packs, out)
-            case SubmitRule() | DecideRule() | RetractRule():
-                # The DIM owns the rulebook: one serial writer of rule events.
-                handle_rule(msg, self._projections, out)
-            case Withdraw():
-                flow = out.flow(msg.dfid)
-                owner = self._projections.sessions.get(session_hash(msg.token))
-                if (
-                    flow is not None
-                    and flow.agent_id == owner
-                    and flow.awaiting_proposal
-                    and flow.compiled == msg.attempt
-                ):
-                    # Thought that ends in nothing cost what it cost all the same.
-                    self._charge(flow, msg.usage, out)
-                    out.emit(
-                        FlowAborted(reason_code=msg.reason_code, detail=msg.detail), dfid=msg.dfid
-                    )
+        if type(msg) is Carry:
+            await self._carry(msg, out)
+            return
+        step = _STEPS.get(type(msg))
+        if step is not None:
+            step(self, msg, out)
+
+    async def _carry(self, msg: Carry, out: Outbox) -> None:
+        # The compiler's events first, then what its agents answered on them: one
+        # append holds context, proposal, verdict and intent (two commits a flow).
+        try:
+            start = out.carry(msg.drafts, msg.flows)
+        except IllegalTransition:
+            # A flow it recompiled moved meanwhile (an operator ended it): none
+            # of it is recorded here; the compiler's own append finds out.
+            out.rollback()
+            out.reply(msg.done, None)
+            return
+        staged_of(out).carried(msg.drafts)
+        for answer in msg.messages:
+            await self.handle(answer, out)
+        out.after_commit_with(hand_back, (out, start, len(msg.drafts), msg.done))
+
+    def _recheck(self, msg: Recheck, out: Outbox) -> None:
+        self._rechecking.recheck(msg, out)
+
+    def _grant(self, msg: IssueGrant | VoteGrant | RevokeGrant, out: Outbox) -> None:
+        # The DIM owns grants, as it owns amendments: ordered with the verdicts.
+        handle_grant(msg, self._catalog, self._projections, self._clock.now_ns(), out)
+
+    def _record_act(self, msg: RecordAct, out: Outbox) -> None:
+        # The DIM orders principals acts with its verdicts, as it does grants.
+        index = out.emit(msg.payload)
+        staged_of(out).acted(self._projections, msg.payload)
+        out.reply_events(msg.reply, [index])
+
+    def _load_pack(self, msg: LoadPack, out: Outbox) -> None:
+        load(msg, self._catalog, self._projections.packs, out)
+        if self._shadows.by_name:
+            self._shadows.refit(self._catalog, out)
+
+    def _load_shadow(self, msg: LoadShadow, out: Outbox) -> None:
+        self._shadows.load(msg, self._catalog, out)
+
+    def _retire_shadow(self, msg: RetireShadow, out: Outbox) -> None:
+        self._shadows.retire(msg, out)
+
+    def _promote_shadow(self, msg: PromoteShadow, out: Outbox) -> None:
+        self._shadows.promote(msg, self._catalog, self._projections.packs, out)
+
+    def _rule(self, msg: SubmitRule | DecideRule | RetractRule, out: Outbox) -> None:
+        # The DIM owns the rulebook: one serial writer of rule events.
+        handle_rule(msg, self._projections, out)
+
+    def _withdraw(self, msg: Withdraw, out: Outbox) -> None:
+        flow = out.flow(msg.dfid)
+        owner = self._projections.sessions.get(session_hash(msg.token))
+        if (
+            flow is not None
+            and flow.agent_id == owner
+            and flow.awaiting_proposal
+            and flow.compiled == msg.attempt
+        ):
+            # Thought that ends in nothing cost what it cost all the same.
+            self._charge(flow, msg.usage, out)
+            out.emit(FlowAborted(reason_code=msg.reason_code, detail=msg.detail), dfid=msg.dfid)
 
     def _amend(self, msg: AmendLimit, out: Outbox) -> None:
         event = amend(msg, self._catalog, self._projections.agents, self._clock.now_ns())
@@ -222,15 +226,8 @@ class IntegrityModule:
         out.reply(msg.reply, event)
 
     def _judge(self, msg: Judge, out: Outbox) -> None:
-        flow = out.flow(msg.dfid)
-        agent_id = self._projections.sessions.get(session_hash(msg.token)) if msg.token else None
-        if not msg.by_human and agent_id is None:
-            refuse(msg, flow, ReasonCode.INVALID_SESSION, "the session token is not valid", out)
-            return
-        if flow is None or (not msg.by_human and flow.agent_id != agent_id):
-            refuse(msg, None, ReasonCode.FLOW_NOT_ACTIVE, f"no flow {msg.dfid} for this agent", out)
-            return
-        if not self._ready(msg, flow, out):
+        flow = self._flow_of(msg, out)
+        if flow is None or not self._ready(msg, flow, out):
             return
 
         agent = self._projections.agents[flow.agent_id]
@@ -268,8 +265,9 @@ class IntegrityModule:
             )
         # The shadow judges the same proposal on the same inputs, before the enforced
         # verdict stages its reservations; its difference is recorded after that verdict.
-        shadowed = (
-            self._shadows.judge(
+        shadowed = None
+        if self._shadows.by_name:
+            shadowed = self._shadows.judge(
                 msg.proposal,
                 flow,
                 agent,
@@ -278,14 +276,23 @@ class IntegrityModule:
                 by_human=msg.by_human,
                 inputs=inputs,
             )
-            if self._shadows.by_name
-            else None
-        )
         self._enforce(msg, flow, agent, attempt, judgement, submitted, stopwatch, out)
         if shadowed is not None:
             self._shadows.record(
                 shadowed, judgement, msg.proposal, msg.dfid, flow.agent_id, submitted, out
             )
+
+    def _flow_of(self, msg: Judge, out: Outbox) -> FlowState | None:
+        """The flow a proposal is judged on, if its session and flow let it be (else refused)."""
+        flow = out.flow(msg.dfid)
+        agent_id = self._projections.sessions.get(session_hash(msg.token)) if msg.token else None
+        if not msg.by_human and agent_id is None:
+            refuse(msg, flow, ReasonCode.INVALID_SESSION, "the session token is not valid", out)
+            return None
+        if flow is None or (not msg.by_human and flow.agent_id != agent_id):
+            refuse(msg, None, ReasonCode.FLOW_NOT_ACTIVE, f"no flow {msg.dfid} for this agent", out)
+            return None
+        return flow
 
     def _enforce(
         self,
@@ -388,23 +395,11 @@ class IntegrityModule:
         if not self._prices or not usage:
             return
         agent = self._projections.agents.get(flow.agent_id)
-        by_currency: dict[str, int] = {}
-        for model, tokens in sorted(usage.items()):
-            price = self._prices.get(model)
-            if price is not None:
-                by_currency[price.currency] = by_currency.get(price.currency, 0) + price.cost(
-                    tokens
-                )
+        by_currency = _cost(self._prices, usage)
         unpriced = sorted(m for m in usage if m not in self._prices)
         staged = staged_of(out)
         for currency, amount in sorted(by_currency.items()) or [("", 0)]:
-            pools = [
-                pool
-                for budgets in self._catalog.reasoning_budgets.values()
-                for budget in budgets
-                if budget.currency == currency and agent is not None
-                if (pool := budget_pool(budget, agent, flow.root_dfid)) is not None
-            ]
+            pools = self._reasoning_pools(currency, agent, flow)
             out.emit(
                 ReasoningCharged(
                     tokens=dict(sorted(usage.items())),
@@ -420,134 +415,19 @@ class IntegrityModule:
             for pool in set(pools):
                 staged.spent[pool] = staged.spent.get(pool, 0) + amount
 
-    # --- judged again before execution ------------------------------------------
-
-    def _recheck(self, msg: Recheck, out: Outbox) -> None:
-        """Judge an approved (or queued) action again against what is in force now.
-
-        It executes if it still passes and any escalation it now meets is one its
-        approval covers; else it is refused (APPROVAL_SUPERSEDED) or escalated again,
-        as its pack says, with both pack versions on record (ApprovalSuperseded).
-        """
-        flow = out.flow(msg.dfid)
-        approval = self._projections.approvals.get(msg.dfid)
-        approved = (
-            flow is not None
-            and flow.status is FlowStatus.ESCALATED
-            and approval is not None
-            and approval.status is ApprovalStatus.APPROVED
-        )
-        queued = flow is not None and flow.status is FlowStatus.ACCEPTED and not flow.intent_key
-        agent = self._projections.agents.get(flow.agent_id) if flow is not None else None
-        if flow is None or flow.proposal is None or agent is None or not (approved or queued):
-            answer_from_record(msg.dfid, flow, msg.reply, out)
-            return
-        staged = staged_of(out)
-        own = staged.own(self._projections, msg.dfid)
-        judgement = verdict(
-            flow.proposal,
-            flow,
-            agent,
-            self._catalog,
-            self._clock.now_ns(),
-            self._projections,
-            recheck=True,
-            staged=staged,
-        )
-        ballot = self._projections.domain(Quorums).ballots.get(msg.dfid)
-        # A human's approval covers what it approved; so does an acceptance out of an
-        # escalation (a human's) recorded before a restart left it unstarted.
-        human = approval if approved or (queued and approval is not None) else None
-        if not rechecked(judgement, ballot, human):
-            self._superseded(msg, flow, judgement, ballot, own, out)
-            return
-        recorded: int | None = None
-        if approved:
-            recorded = out.emit(
-                ProposalAccepted(
-                    attempt=flow.attempts, by_human=True, pack=judgement.pack, rechecked=True
-                ),
-                dfid=msg.dfid,
-            )
-            staged.count_call(self._projections, msg.dfid)
-        reserve(msg.dfid, flow.agent_id, judgement, own, recorded, out)
-        accepted = out.flow(msg.dfid)
-        assert accepted is not None
-        intent = stage_start(self._catalog, accepted, out, policy=judgement.policy)
-        if intent is not None:
-            out.send(self._execution, Dispatch(dfid=msg.dfid, key=intent.key))
-        out.reply(
-            msg.reply, Verdict(outcome=Outcome.ACCEPTED, dfid=msg.dfid, attempt=flow.attempts)
-        )
-
-    def _superseded(
-        self,
-        msg: Recheck,
-        flow: FlowState,
-        judgement: Judgement,
-        ballot: Ballot | None,
-        own: Mapping[str, int],
-        out: Outbox,
-    ) -> None:
-        """Record why an approved action no longer passes; refuse or escalate it again."""
-        found = judgement.rejection or judgement.escalation
-        assert found is not None and flow.proposal is not None
-        pack = self._catalog.pack_of.get(flow.proposal.kind)
-        current = pack.ref if pack is not None else None
-        approved = None
-        if ballot is not None and ballot.pack:
-            name = pack.name if pack is not None else "?"
-            approved = PackRef(name=name, version=ballot.version or "?", hash=ballot.pack)
-        escalate = pack is not None and pack.on_superseded == "escalate"
-        approval = self._projections.approvals.get(msg.dfid)
-        noted = out.emit(
-            ApprovalSuperseded(
-                reason_code=found.reason_code,
-                action_hash=approval.action_hash if approval is not None else "",
-                approved=approved,
-                current=current,
-                detail=found.detail,
-                layer=found.layer,
-                rule=found.rule,
-                outcome="escalated" if escalate else "refused",
-                via=msg.via,
-            ),
-            dfid=msg.dfid,
-        )
-        then = f"{approved.name} {approved.version}" if approved is not None else "an earlier pack"
-        now = f"{current.name} {current.version}" if current is not None else "no pack"
-        detail = (
-            f"approved under {then}, judged again under {now} before executing:"
-            f" {found.reason_code}: {found.detail}"
-        )[:1000]
-        feedback = reject("recheck", ReasonCode.APPROVAL_SUPERSEDED, detail, rule=found.rule)
-        if not escalate:
-            out.emit(
-                FlowAborted(reason_code=ReasonCode.APPROVAL_SUPERSEDED, detail=detail),
-                dfid=msg.dfid,
-                after=noted,
-            )
-            outcome = Outcome.ABORTED
-        else:
-            if judgement.rejection is not None:
-                reason = Feedback(
-                    reason_code=ReasonCode.APPROVAL_SUPERSEDED, detail=detail, rule=found.rule
-                )
-                judgement = replace(judgement, quorum=None, reserve=own)
-            else:
-                reason = msgspec.structs.replace(found, detail=detail)
-            recorded = out.emit(
-                escalated(self._catalog, msg.dfid, flow.proposal, judgement, reason),
-                dfid=msg.dfid,
-                after=noted,
-            )
-            reserve(msg.dfid, flow.agent_id, judgement, own, recorded, out)
-            out.send(self._escalation, Escalate(dfid=msg.dfid))
-            outcome = Outcome.ESCALATED
-        out.reply(
-            msg.reply,
-            Verdict(outcome=outcome, dfid=msg.dfid, attempt=flow.attempts, feedback=feedback),
-        )
+    def _reasoning_pools(
+        self, currency: str, agent: AgentView | None, flow: FlowState
+    ) -> list[str]:
+        """The pools of the budgets that count reasoning in ``currency`` for this flow."""
+        if agent is None:
+            return []
+        return [
+            pool
+            for budgets in self._catalog.reasoning_budgets.values()
+            for budget in budgets
+            if budget.currency == currency
+            if (pool := budget_pool(budget, agent, flow.root_dfid)) is not None
+        ]
 
     def _screen(self, msg: Judge, state: Mapping[str, Any], out: Outbox) -> None:
         """Hand a proposal let through to the soft guards, once its verdict is recorded."""
@@ -603,3 +483,34 @@ class IntegrityModule:
         out.reply(
             msg.reply, Verdict(outcome=outcome, dfid=msg.dfid, attempt=attempt, feedback=feedback)
         )
+
+
+def _cost(prices: Mapping[str, ModelPrice], usage: Mapping[str, int]) -> dict[str, int]:
+    """What the priced models of ``usage`` cost, by currency."""
+    by_currency: dict[str, int] = {}
+    for model, tokens in sorted(usage.items()):
+        price = prices.get(model)
+        if price is not None:
+            by_currency[price.currency] = by_currency.get(price.currency, 0) + price.cost(tokens)
+    return by_currency
+
+
+_STEPS: dict[type[DimMessage], Callable[[IntegrityModule, Any, Outbox], None]] = {
+    Judge: IntegrityModule._judge,
+    Recheck: IntegrityModule._recheck,
+    IssueGrant: IntegrityModule._grant,
+    VoteGrant: IntegrityModule._grant,
+    RevokeGrant: IntegrityModule._grant,
+    AmendLimit: IntegrityModule._amend,
+    RecordAct: IntegrityModule._record_act,
+    LoadPack: IntegrityModule._load_pack,
+    LoadShadow: IntegrityModule._load_shadow,
+    RetireShadow: IntegrityModule._retire_shadow,
+    PromoteShadow: IntegrityModule._promote_shadow,
+    SubmitRule: IntegrityModule._rule,
+    DecideRule: IntegrityModule._rule,
+    RetractRule: IntegrityModule._rule,
+    Withdraw: IntegrityModule._withdraw,
+}
+"""Each message's step but Carry's, which hands its answers back to
+:meth:`IntegrityModule.handle`."""

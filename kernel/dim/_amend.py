@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 from decimal import Decimal
+from functools import partial
 
 import msgspec
 
@@ -26,32 +27,16 @@ def amend(
     numbers. Floats are refused: limits are money and quantities.
     """
 
-    def refuse(code: ReasonCode, detail: str) -> AmendmentRefused:
-        # Every string recorded here is clipped: the request may be anything at all.
-        return AmendmentRefused(
-            reason_code=code,
-            limit=clip(msg.limit),
-            value=clip(msg.value, 100),
-            operator=clip(msg.operator),
-            detail=clip(detail, MAX_DETAIL),
-            inbox_id=msg.inbox_id if isinstance(msg.inbox_id, int) else None,
-        )
-
+    refuse = partial(_refusal, msg)
     admitted = _admitted(msg)
     if isinstance(admitted, str):
         return refuse(ReasonCode.SCHEMA_INVALID, admitted)
     msg = admitted
     if msg.agent_id not in agents:
         return refuse(ReasonCode.UNKNOWN_AGENT, f"no agent {msg.agent_id!r} is registered")
-    specs = [(pack, pack.limits[msg.limit]) for pack in catalog.packs if msg.limit in pack.limits]
-    if not specs:
-        known = sorted({name for pack in catalog.packs for name in pack.limits})
-        return refuse(
-            ReasonCode.UNKNOWN_LIMIT,
-            f"no loaded pack declares an amendable limit {msg.limit!r}"
-            f" (amendable: {', '.join(known) or 'none'})",
-        )
-    ttl = Decimal(repr(float(msg.ttl_s)))  # positive, finite and at most MAX_TTL_S (the wall)
+    specs = _specs(msg.limit, catalog)
+    if isinstance(specs, str):
+        return refuse(ReasonCode.UNKNOWN_LIMIT, specs)
     whole = any(isinstance(spec.default, int) for _, spec in specs)
     amount = _amount(msg, whole)
     if isinstance(amount, str):
@@ -59,6 +44,18 @@ def amend(
     out_of_bounds = _out_of_bounds(msg.limit, amount, specs)
     if out_of_bounds is not None:
         return refuse(ReasonCode.LIMIT_OUT_OF_BOUNDS, out_of_bounds)
+    return _amended(msg, amount, whole, specs, now_ns)
+
+
+def _amended(
+    msg: AmendLimit,
+    amount: Decimal,
+    whole: bool,
+    specs: Sequence[tuple[PolicyPack, LimitSpec]],
+    now_ns: int,
+) -> LimitAmended:
+    """The amendment recorded: the value, the bounds every declaring pack allows, its expiry."""
+    ttl = Decimal(repr(float(msg.ttl_s)))  # positive, finite and at most MAX_TTL_S (the wall)
     floor = max(Decimal(spec.floor) for _, spec in specs)
     ceiling = min(Decimal(spec.ceiling) for _, spec in specs)
     return LimitAmended(
@@ -71,6 +68,30 @@ def amend(
         reason=msg.reason,
         pack=",".join(pack.hash for pack, _ in specs),
         inbox_id=msg.inbox_id,
+    )
+
+
+def _refusal(msg: AmendLimit, code: ReasonCode, detail: str) -> AmendmentRefused:
+    # Every string recorded here is clipped: the request may be anything at all.
+    return AmendmentRefused(
+        reason_code=code,
+        limit=clip(msg.limit),
+        value=clip(msg.value, 100),
+        operator=clip(msg.operator),
+        detail=clip(detail, MAX_DETAIL),
+        inbox_id=msg.inbox_id if isinstance(msg.inbox_id, int) else None,
+    )
+
+
+def _specs(limit: str, catalog: PolicyCatalog) -> list[tuple[PolicyPack, LimitSpec]] | str:
+    """Each loaded pack that declares the limit, with its spec; or why none does."""
+    specs = [(pack, pack.limits[limit]) for pack in catalog.packs if limit in pack.limits]
+    if specs:
+        return specs
+    known = sorted({name for pack in catalog.packs for name in pack.limits})
+    return (
+        f"no loaded pack declares an amendable limit {limit!r}"
+        f" (amendable: {', '.join(known) or 'none'})"
     )
 
 

@@ -30,7 +30,7 @@ from kernel.core.wall import InputInvalid, clip
 from kernel.dim.verdict import Staged
 from kernel.policy.money import CURRENCY
 from kernel.policy.packs import PolicyCatalog
-from kernel.policy.quorums import eligible, tally
+from kernel.policy.quorums import Tally, eligible, tally
 from kernel.policy.rules import decimal_of
 from kernel.runtime.actors import Outbox
 from kernel.runtime.messages import GrantMessage, IssueGrant, RevokeGrant, VoteGrant
@@ -126,30 +126,8 @@ def _issue(
         raise GrantRefused(ReasonCode.SCHEMA_INVALID, "kind", f"no policy kind {msg.kind!r}")
     _check_bounds(msg.bounds, tuple(kind.__struct_fields__))
     start = msg.valid_from_ns if msg.valid_from_ns is not None else now_ns
-    if not msg.valid_until_ns > max(start, now_ns):
-        raise GrantRefused(
-            ReasonCode.SCHEMA_INVALID, "valid_until", "a grant's window must end after it begins"
-        )
-    if msg.uses < 1:
-        raise GrantRefused(ReasonCode.SCHEMA_INVALID, "uses", "a grant is for one use or more")
-    if msg.cap is not None:
-        costs = {c.currency for c in catalog.costs_of.get(msg.kind, ())}
-        if msg.cap < 0 or not CURRENCY.match(msg.currency) or msg.currency not in costs:
-            raise GrantRefused(
-                ReasonCode.SCHEMA_INVALID,
-                "cap",
-                f"a money cap is minor units >= 0 in a currency {msg.kind} has a cost in"
-                f" ({', '.join(sorted(costs)) or 'none'})",
-            )
-    pack = catalog.pack_of[msg.kind]
-    quorum = pack.grant_quorum.rule() if pack.grant_quorum is not None else None
-    if quorum is not None and not eligible(quorum, msg.roles):
-        raise GrantRefused(
-            ReasonCode.UNAUTHORIZED,
-            "operator",
-            f"a grant for {msg.kind} is voted by {' or '.join(quorum.roles)};"
-            f" {msg.operator} holds {', '.join(msg.roles) or 'no role'}",
-        )
+    _check_terms(msg, catalog, start, now_ns)
+    quorum = _quorum_of(msg, catalog)
     content = {
         "kind": msg.kind,
         "agent": msg.agent,
@@ -185,6 +163,40 @@ def _issue(
     )
 
 
+def _check_terms(msg: IssueGrant, catalog: PolicyCatalog, start: int, now_ns: int) -> None:
+    """Refuse a window that ends before it begins, no use, or a cap in no currency of its kind."""
+    if not msg.valid_until_ns > max(start, now_ns):
+        raise GrantRefused(
+            ReasonCode.SCHEMA_INVALID, "valid_until", "a grant's window must end after it begins"
+        )
+    if msg.uses < 1:
+        raise GrantRefused(ReasonCode.SCHEMA_INVALID, "uses", "a grant is for one use or more")
+    if msg.cap is None:
+        return
+    costs = {c.currency for c in catalog.costs_of.get(msg.kind, ())}
+    if msg.cap < 0 or not CURRENCY.match(msg.currency) or msg.currency not in costs:
+        raise GrantRefused(
+            ReasonCode.SCHEMA_INVALID,
+            "cap",
+            f"a money cap is minor units >= 0 in a currency {msg.kind} has a cost in"
+            f" ({', '.join(sorted(costs)) or 'none'})",
+        )
+
+
+def _quorum_of(msg: IssueGrant, catalog: PolicyCatalog) -> QuorumRule | None:
+    """The quorum the kind's pack asks of a grant, refusing an issuer it would not count."""
+    pack = catalog.pack_of[msg.kind]
+    quorum = pack.grant_quorum.rule() if pack.grant_quorum is not None else None
+    if quorum is not None and not eligible(quorum, msg.roles):
+        raise GrantRefused(
+            ReasonCode.UNAUTHORIZED,
+            "operator",
+            f"a grant for {msg.kind} is voted by {' or '.join(quorum.roles)};"
+            f" {msg.operator} holds {', '.join(msg.roles) or 'no role'}",
+        )
+    return quorum
+
+
 def _check_bounds(bounds: Mapping[str, Mapping[str, Any]], fields: tuple[str, ...]) -> None:
     """Refuse bounds a grant could not judge: unknown fields, unknown words, bad numbers."""
     for name, spec in bounds.items():
@@ -193,18 +205,23 @@ def _check_bounds(bounds: Mapping[str, Mapping[str, Any]], fields: tuple[str, ..
             raise GrantRefused(
                 ReasonCode.SCHEMA_INVALID, where, f"no field {name!r} (it has {', '.join(fields)})"
             )
-        if not spec or any(word not in BOUNDS for word in spec):
+        _check_bound(where, spec)
+
+
+def _check_bound(where: str, spec: Mapping[str, Any]) -> None:
+    """Refuse one field's bound: an unknown word, 'in' without a list, a bound not a number."""
+    if not spec or any(word not in BOUNDS for word in spec):
+        raise GrantRefused(
+            ReasonCode.SCHEMA_INVALID, where, f"a bound is one or more of {', '.join(BOUNDS)}"
+        )
+    if "in" in spec and not isinstance(spec["in"], list):
+        raise GrantRefused(ReasonCode.SCHEMA_INVALID, where, "'in' takes a list of values")
+    for word in ("min", "max"):
+        value = spec.get(word)
+        if word in spec and (isinstance(value, bool) or decimal_of(value) is None):
             raise GrantRefused(
-                ReasonCode.SCHEMA_INVALID, where, f"a bound is one or more of {', '.join(BOUNDS)}"
+                ReasonCode.SCHEMA_INVALID, where, f"{word!r} takes a number, not {value!r}"
             )
-        if "in" in spec and not isinstance(spec["in"], list):
-            raise GrantRefused(ReasonCode.SCHEMA_INVALID, where, "'in' takes a list of values")
-        for word in ("min", "max"):
-            value = spec.get(word)
-            if word in spec and (isinstance(value, bool) or decimal_of(value) is None):
-                raise GrantRefused(
-                    ReasonCode.SCHEMA_INVALID, where, f"{word!r} takes a number, not {value!r}"
-                )
 
 
 def _vote(msg: VoteGrant, projections: Projections, staged: Staged, now_ns: int) -> GrantVoted:
@@ -214,26 +231,11 @@ def _vote(msg: VoteGrant, projections: Projections, staged: Staged, now_ns: int)
         raise GrantRefused(
             ReasonCode.GRANT_NOT_LIVE, "grant", f"grant {msg.grant} is {status}, not voted on"
         )
-    if msg.vote not in ("approve", "reject"):
-        raise GrantRefused(ReasonCode.SCHEMA_INVALID, "vote", "a vote is approve or reject")
     rule = grant.quorum
     standing = _standing(grant.votes, rule, now_ns)
-    if any(v.operator == msg.operator for v in standing):
-        raise GrantRefused(
-            ReasonCode.DUPLICATE_VOTE, "operator", f"{msg.operator} voted on {msg.grant} already"
-        )
-    if not eligible(rule, msg.roles):
-        raise GrantRefused(
-            ReasonCode.UNAUTHORIZED,
-            "operator",
-            f"grant {msg.grant} is voted by {' or '.join(rule.roles)};"
-            f" {msg.operator} holds {', '.join(msg.roles) or 'no role'}",
-        )
+    _check_voter(msg, rule, standing)
     new = Vote(operator=msg.operator, vote=msg.vote, roles=list(msg.roles), ts=now_ns)
-    votes = [*standing, new]
-    approvals = [(v.operator, v.roles) for v in votes if v.vote == "approve"]
-    against = [v.operator for v in votes if v.vote == "reject" and eligible(rule, v.roles)]
-    counted = tally(rule, approvals, against)
+    counted = _tally(rule, [*standing, new])
     ended = counted.ended or (msg.vote == "reject" and rule.on_reject == "end")
     return GrantVoted(
         grant=msg.grant,
@@ -250,6 +252,30 @@ def _vote(msg: VoteGrant, projections: Projections, staged: Staged, now_ns: int)
         via=msg.via,
         signer=msg.signer,
     )
+
+
+def _tally(rule: QuorumRule, votes: list[Vote]) -> Tally:
+    """Count the standing votes: approvals with their roles, rejections by those who count."""
+    approvals = [(v.operator, v.roles) for v in votes if v.vote == "approve"]
+    against = [v.operator for v in votes if v.vote == "reject" and eligible(rule, v.roles)]
+    return tally(rule, approvals, against)
+
+
+def _check_voter(msg: VoteGrant, rule: QuorumRule, standing: list[Vote]) -> None:
+    """Refuse a vote that is neither approve nor reject, a second vote, a voter not counted."""
+    if msg.vote not in ("approve", "reject"):
+        raise GrantRefused(ReasonCode.SCHEMA_INVALID, "vote", "a vote is approve or reject")
+    if any(v.operator == msg.operator for v in standing):
+        raise GrantRefused(
+            ReasonCode.DUPLICATE_VOTE, "operator", f"{msg.operator} voted on {msg.grant} already"
+        )
+    if not eligible(rule, msg.roles):
+        raise GrantRefused(
+            ReasonCode.UNAUTHORIZED,
+            "operator",
+            f"grant {msg.grant} is voted by {' or '.join(rule.roles)};"
+            f" {msg.operator} holds {', '.join(msg.roles) or 'no role'}",
+        )
 
 
 def _standing(votes: list[Vote], rule: QuorumRule, now_ns: int) -> list[Vote]:

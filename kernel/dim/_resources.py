@@ -65,30 +65,44 @@ def money_held(
         if not amount and not budget.reasoning:
             continue
         pool = budget_pool(budget, agent, inputs.tree)
-        room = budget.ceiling
-        if pool is not None:
-            others = inputs.held.get(pool, 0) - inputs.own.get(pool, 0)
-            room -= inputs.spent.get(pool, 0) + others
-            if amount:
-                need[pool] = need.get(pool, 0) + amount
-        if amount <= room and (amount or room >= 0):
+        room = _room(budget, pool, inputs)
+        if pool is not None and amount:
+            need[pool] = need.get(pool, 0) + amount
+        if _fits(amount, room):
             continue
-        refuse = budget.over == "refuse"
-        over = reject(
-            "budgets" if refuse else "escalation",
-            ReasonCode.BUDGET_EXHAUSTED,
-            f"budget {budget.name} ({budget.per}"
-            + (f", {budget.window_s:g} s window" if budget.window_s else "")
-            + f"): {format_money(amount, budget.currency)} wanted,"
-            f" {format_money(max(room, 0), budget.currency)} of"
-            f" {format_money(budget.ceiling, budget.currency)} left",
-            rule=f"budget {budget.name}",
-            limit=format_money(budget.ceiling, budget.currency),
-        )
-        if refuse:
+        over = _over_budget(budget, amount, room)
+        if budget.over == "refuse":
             return over
         escalation = escalation or over
     return need, escalation
+
+
+def _fits(amount: int, room: int) -> bool:
+    """The amount fits the room left (nothing to spend fits unless the budget is overspent)."""
+    return amount <= room and (amount != 0 or room >= 0)
+
+
+def _room(budget: Budget, pool: str | None, inputs: Inputs) -> int:
+    """What is left of the budget: its ceiling less what its pool spent and open flows hold."""
+    if pool is None:
+        return budget.ceiling
+    others = inputs.held.get(pool, 0) - inputs.own.get(pool, 0)
+    return budget.ceiling - (inputs.spent.get(pool, 0) + others)
+
+
+def _over_budget(budget: Budget, amount: int, room: int) -> Feedback:
+    """Why ``amount`` does not fit the budget's ``room``: refused or escalated, as it says."""
+    window = f", {budget.window_s:g} s window" if budget.window_s else ""
+    return reject(
+        "budgets" if budget.over == "refuse" else "escalation",
+        ReasonCode.BUDGET_EXHAUSTED,
+        f"budget {budget.name} ({budget.per}{window}"
+        f"): {format_money(amount, budget.currency)} wanted,"
+        f" {format_money(max(room, 0), budget.currency)} of"
+        f" {format_money(budget.ceiling, budget.currency)} left",
+        rule=f"budget {budget.name}",
+        limit=format_money(budget.ceiling, budget.currency),
+    )
 
 
 def capacity_of(pool: str, pack: PolicyPack, overrides: Mapping[str, int]) -> int | None:
@@ -106,6 +120,18 @@ def pools_held(
     kind: str, params: Any, catalog: PolicyCatalog, pack: PolicyPack, inputs: Inputs
 ) -> dict[str, int] | Feedback:
     """Layer 6: what the proposal would hold, or why it cannot."""
+    need = _needed(kind, params, catalog)
+    if isinstance(need, Feedback):
+        return need
+    for pool, units in need.items():
+        refused = _no_room(pool, units, pack, inputs)
+        if refused is not None:
+            return refused
+    return need
+
+
+def _needed(kind: str, params: Any, catalog: PolicyCatalog) -> dict[str, int] | Feedback:
+    """The units of each pool the proposal consumes, or why they cannot be counted."""
     need: dict[str, int] = {}
     for consume in catalog.consumes_of.get(kind, ()):
         try:
@@ -125,24 +151,28 @@ def pools_held(
             )
         if amount:
             need[pool] = need.get(pool, 0) + int(amount)
-    for pool, units in need.items():
-        capacity = capacity_of(pool, pack, inputs.capacities)
-        if capacity is None or units > capacity:
-            return reject(
-                "resources",
-                ReasonCode.INSUFFICIENT_RESOURCES,
-                f"{pool}: {units} wanted, capacity {capacity or 0}",
-                rule=pool,
-                limit=capacity or 0,
-            )
-        others = inputs.held.get(pool, 0) - inputs.own.get(pool, 0)
-        if units > capacity - others:
-            return reject(
-                "resources",
-                ReasonCode.RESOURCE_CONTENTION,
-                f"{pool}: {units} wanted, {capacity - others} of {capacity} free"
-                " (the rest is held by open flows)",
-                rule=pool,
-                limit=capacity - others,
-            )
     return need
+
+
+def _no_room(pool: str, units: int, pack: PolicyPack, inputs: Inputs) -> Feedback | None:
+    """Why ``units`` of ``pool`` cannot be held: over its capacity, or held by open flows."""
+    capacity = capacity_of(pool, pack, inputs.capacities)
+    if capacity is None or units > capacity:
+        return reject(
+            "resources",
+            ReasonCode.INSUFFICIENT_RESOURCES,
+            f"{pool}: {units} wanted, capacity {capacity or 0}",
+            rule=pool,
+            limit=capacity or 0,
+        )
+    others = inputs.held.get(pool, 0) - inputs.own.get(pool, 0)
+    if units > capacity - others:
+        return reject(
+            "resources",
+            ReasonCode.RESOURCE_CONTENTION,
+            f"{pool}: {units} wanted, {capacity - others} of {capacity} free"
+            " (the rest is held by open flows)",
+            rule=pool,
+            limit=capacity - others,
+        )
+    return None

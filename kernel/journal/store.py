@@ -33,6 +33,7 @@ from kernel.core.merkle import Frontier
 from kernel.core.ports import Clock
 from kernel.journal._batch import Batch, grown, seal_requests
 from kernel.journal._meta import SCHEMA_VERSION
+from kernel.journal._publish import Listener, Publisher
 from kernel.journal._rows import (
     HistoryCheck,
     asked_for,
@@ -92,7 +93,6 @@ __all__ = [
     "chain_key_from_env",
 ]
 
-Listener = Callable[[Sequence[Event]], None]
 TransitionCheck = Callable[[], Callable[[Sequence[Event]], None]]
 CommitObserver = Callable[[int, int], None]
 """Told of each committed transaction: (events written, nanoseconds it took to commit)."""
@@ -133,9 +133,8 @@ class Journal:
         self._limiter = anyio.CapacityLimiter(1)
         self._watch = StoreWatch(writer, self._limiter, grace_s=grace_s, heartbeat_s=probe_s)
         self._pending = Batch()
-        self._listeners: list[Listener] = []
         self._transition_check: TransitionCheck | None = None
-        self._subscriptions: set[Subscription] = set()
+        self._publisher = Publisher()
         self._closing = writer is None
         self._closed = False
         self._failure: Exception | None = None
@@ -286,7 +285,7 @@ class Journal:
         it feeds unreliable, so the journal fails as if a write had failed (the batch stays
         committed, but its callers and all later appends get :class:`JournalWriteFailed`).
         """
-        self._listeners.append(listener)
+        self._publisher.listeners.append(listener)
 
     def subscribe(self, from_seq: int = 1, *, buffer: int = 64) -> Subscription:
         """Follow the journal from ``from_seq``: history first, then live commits.
@@ -298,12 +297,7 @@ class Journal:
         """
         if buffer < 1:
             raise ValueError("buffer must be at least 1")
-        subscription = Subscription(self, from_seq, buffer, self._subscriptions.discard)
-        if self._closed:
-            subscription.end()
-        else:
-            self._subscriptions.add(subscription)
-        return subscription
+        return self._publisher.subscribe(self, from_seq, buffer, closed=self._closed)
 
     async def read(
         self,
@@ -433,14 +427,22 @@ class Journal:
         Raises:
             JournalCorrupt: an event is missing, altered or out of place (with its seq).
         """
-        if hashes:
-            while True:
-                batch = await self._read(start, None, None, None, batch_size)
-                if batch:
-                    yield batch
-                if len(batch) < batch_size:
-                    return
-                start = batch[-1].seq + 1
+        pages = self._pages(start, batch_size) if hashes else self._folded(start, batch_size)
+        async for batch in pages:
+            yield batch
+
+    async def _pages(self, start: int, batch_size: int) -> AsyncIterator[list[Event]]:
+        """Read page by page, as :meth:`read` does (every event with its hashes)."""
+        while True:
+            batch = await self._read(start, None, None, None, batch_size)
+            if batch:
+                yield batch
+            if len(batch) < batch_size:
+                return
+            start = batch[-1].seq + 1
+
+    async def _folded(self, start: int, batch_size: int) -> AsyncIterator[list[Event]]:
+        """Read the rows without building hashes, checking the chain through them."""
         start = max(start, 1)
         prev = GENESIS_HASH
         if start > 1:
@@ -568,24 +570,22 @@ class Journal:
         self._appends += len(sealed)
         self._transactions += 1
         self._events += len(committed)
-        if self._observer is not None:
-            try:
-                self._observer(len(committed), self._observer_clock() - began)
-            except Exception:
-                # A measurement that fails costs the measurement, not the journal.
-                self._observer = None
+        self._observe(len(committed), began)
         # What readers see: each closing success followed by the FlowClosed it stands for.
-        published = with_derived(committed)
-        try:
-            for listener in self._listeners:
-                listener(published)
-        except Exception as exc:
-            self._failure, self._failure_what = exc, "a listener raised"
-        for subscription in tuple(self._subscriptions):
-            subscription.offer(published)
+        failure = self._publisher.publish(with_derived(committed))
+        if failure is not None:
+            self._failure, self._failure_what = failure, "a listener raised"
         if self._failure is None:
             for index, events in sealed:
                 batch.results[index] = events
+
+    def _observe(self, events: int, began: int) -> None:
+        if self._observer is not None:
+            try:
+                self._observer(events, self._observer_clock() - began)
+            except Exception:
+                # A measurement that fails costs the measurement, not the journal.
+                self._observer = None
 
     def stop_writer(self) -> None:
         """Let the writer commit what is pending and end (appends after it fail)."""
@@ -596,6 +596,4 @@ class Journal:
         """Stop the writer and close the journal: reads fail, subscriptions end."""
         self.stop_writer()
         self._closed = True
-        for subscription in self._subscriptions:
-            subscription.end()
-        self._subscriptions.clear()
+        self._publisher.end()

@@ -182,23 +182,9 @@ async def verify_journal(
             problem = await walk.begin(db, meta, chain_key, public_only)
             if problem:
                 return walk.report(problem)
-            start = -(2**63)  # rows below seq 1 would be forgeries: look at them too
-            while True:
-                rows = await db.rows_from(start, READ_BATCH)
-                # Each body inflated and decoded once: its hash, its tree leaf, its columns.
-                bodies: list[bytes] = []
-                batch, problem = check_rows(
-                    rows, walk.events + 1, walk.prev, walk.key, walk.hashes_checked, bodies
-                )
-                if batch:
-                    walk.take(rows, batch, bodies)
-                if problem:
-                    return walk.report(problem, min(rows[len(batch)][0], walk.events + 1))
-                if fold is not None and batch:
-                    await fold(with_derived(batch))  # folded as every reader sees them
-                if len(rows) < READ_BATCH:
-                    break
-                start = walk.events + 1
+            failed = await walk.rows(db, fold)
+            if failed is not None:
+                return failed
             tree_problem = await _tree_problem(db, walk.computed) if walk.tree_stored else ""
     except JournalError as exc:
         return walk.report(exc.detail, exc.seq)
@@ -229,6 +215,29 @@ class _Walk:
         self.wanted: set[int] = set()
         self.roots: dict[int, bytes] = {}
         self.tree_stored = True
+
+    async def rows(
+        self, db: Snapshot, fold: Callable[[list[Event]], Awaitable[object]] | None
+    ) -> VerifyReport | None:
+        """Check every row, batch by batch, folding each batch that checked out; the report
+        of the first bad row, or None when all check out."""
+        start = -(2**63)  # rows below seq 1 would be forgeries: look at them too
+        while True:
+            rows = await db.rows_from(start, READ_BATCH)
+            # Each body inflated and decoded once: its hash, its tree leaf, its columns.
+            bodies: list[bytes] = []
+            batch, problem = check_rows(
+                rows, self.events + 1, self.prev, self.key, self.hashes_checked, bodies
+            )
+            if batch:
+                self.take(rows, batch, bodies)
+            if problem:
+                return self.report(problem, min(rows[len(batch)][0], self.events + 1))
+            if fold is not None and batch:
+                await fold(with_derived(batch))  # folded as every reader sees them
+            if len(rows) < READ_BATCH:
+                return None
+            start = self.events + 1
 
     def report(self, problem: str = "", first_bad_seq: int | None = None) -> VerifyReport:
         """Return the report of what was walked so far, with ``problem`` if any."""

@@ -16,18 +16,14 @@ list of :class:`~kernel.state.domain.Saved` fields: the kernel's own
 (:meth:`Projections.saved_fields` lists them first), then each domain's.
 
 A finished flow (CLOSED, ABORTED, COMPENSATED) leaves the canonical state the
-moment it ends: the digest covers the open flows, the count of finished ones
-by status and a rolling hash of their final states, so a kernel that runs for
-months holds nothing per finished flow in what it must keep. The flows
-themselves stay readable in ``flows`` as an index beside the canonical state:
-a fold from scratch keeps every one (``keep_finished=None``, what the CLI
-uses), the live kernel only the most recent ``keep_finished`` (older ones are
-read back from the journal on demand, see :meth:`Projections.recall`).
+moment it ends (kernel.state.flow_index): the digest covers the open flows, the count
+of finished ones by status and a rolling hash of their final states. A fold from
+scratch keeps every finished flow in the index (``keep_finished=None``, what the CLI
+uses), the live kernel only the most recent ``keep_finished``.
 """
 
 from __future__ import annotations
 
-import hashlib
 import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import cached_property, partial
@@ -44,11 +40,9 @@ from kernel.core.events import (
     ApprovalVoted,
     CredentialIssued,
     DecisionRefused,
-    DuplicateSuppressed,
     Event,
     ExecutionStarted,
     FlowEscalated,
-    FlowFlagged,
     GrantIssued,
     GrantRevoked,
     GrantVoted,
@@ -63,52 +57,31 @@ from kernel.core.events import (
     RuleRetracted,
     ShadowPromoted,
     ShadowRetired,
-    SubmissionRefused,
     TenantDeclared,
     TenantPolicyChanged,
     TriggerFired,
     digest,
 )
-from kernel.core.flow import FLOW_EVENTS, TERMINAL, FlowState, FlowStatus
+from kernel.core.flow import FLOW_EVENTS, FlowState
 from kernel.state import approvals
 from kernel.state.amendments import Amendment, folded
 from kernel.state.approvals import Approval
 from kernel.state.artifacts import Artifacts, ArtifactState
 from kernel.state.beliefs.domain import Beliefs
 from kernel.state.beliefs.graph import BeliefGraph
-from kernel.state.budgets import Budgets
 from kernel.state.domain import OMIT, D, Domain, DomainType, Fold, Saved, compose, same
-from kernel.state.drift import Drift
-from kernel.state.grants import Grants
-from kernel.state.memory import Memory, MemoryState, Rules
-from kernel.state.principals import Principals
-from kernel.state.quorums import Quorums
+from kernel.state.flow_index import MOVING as MOVING
+from kernel.state.flow_index import NOTES, FlowIndex
+from kernel.state.memory import Memory, MemoryState
 from kernel.state.records import AgentStatus as AgentStatus
 from kernel.state.records import AgentView as AgentView
 from kernel.state.records import Fact as Fact
 from kernel.state.records import context_ref as context_ref
 from kernel.state.records import session_hash as session_hash
 from kernel.state.records import visible as visible
+from kernel.state.registry import DOMAINS as DOMAINS
+from kernel.state.registry import one_executor_each, unique
 from kernel.state.reservations import Reservations
-from kernel.state.roadmap.domain import Roadmap
-from kernel.state.shadows import Shadows
-
-DOMAINS: tuple[DomainType, ...] = (
-    Reservations,
-    Memory,
-    Rules,
-    Beliefs,
-    Artifacts,
-    Roadmap,
-    Quorums,
-    Grants,
-    Budgets,
-    Principals,
-    Drift,
-    Shadows,
-)
-"""The registered domains, in order: every Projections folds them, the DIM runs their
-checks in this order, the kernel builds their executors. Registering one is adding it here."""
 
 FOLD = 3
 """The fold rules this kernel records in KernelStarted and applies from then on.
@@ -120,19 +93,6 @@ journals written under 1 or 2 re-judge without it, as their kernels did.
 A journal folds by the highest rules any kernel that opened it recorded, so an older
 journal keeps folding (and its checkpoints keep hashing) exactly as its kernel did."""
 
-MOVING = frozenset(
-    {
-        FlowStatus.CREATED,
-        FlowStatus.ACTIVE,
-        FlowStatus.VALIDATING,
-        FlowStatus.ACCEPTED,
-        FlowStatus.EXECUTING,
-        FlowStatus.DIRTY,
-    }
-)
-"""Statuses in which a flow moves on without a human."""
-
-_UNSETTLED = frozenset({FlowStatus.DIRTY, FlowStatus.ESCALATED})
 VerdictCheck = Callable[["Projections", Sequence[Event], Mapping[str, FlowState]], None]
 """Called with each append of a transaction and the flows the appends before it staged."""
 HISTORY = 256
@@ -163,26 +123,10 @@ _INBOX_EVENTS: frozenset[type[Payload]] = frozenset(
         ShadowPromoted,
     }
 )
-# Flow events allowed in any status that never change it: the only ones a flow gets
-# after it ended. On a finished flow they touch the index, never the canonical state.
-_NOTES = frozenset({DecisionRefused, DuplicateSuppressed, SubmissionRefused, FlowFlagged})
-_MODULUS = 1 << 256
 _Table = dict[type[Payload], Fold]
-# Sorted keys: a live payload and the same payload decoded from the journal encode alike.
-_flow_encoder = msgspec.msgpack.Encoder(order="sorted")
 
 
-def _flow_hash(state: FlowState) -> int:
-    """Return what a finished flow adds to the rolling hash of finished flows.
-
-    The rolling hash is a sum of these SHA-256 values modulo 2**256: the order in which
-    flows of one batch end does not matter (the live kernel and a fold may see them in
-    different orders), and each finished flow changes it.
-    """
-    return int.from_bytes(hashlib.sha256(_flow_encoder.encode(state)).digest())
-
-
-class Projections:
+class Projections(FlowIndex):
     """The state of the kernel as of ``last_seq``.
 
     Args:
@@ -254,7 +198,7 @@ class Projections:
         self.recording = frozenset(self.records)
         """The adapters whose executors return events to record (their idempotency
         record is the memory's ``written``/``pending``)."""
-        _one_executor_each(self.domains)
+        one_executor_each(self.domains)
         self.checking = tuple(d for d in self.domains if type(d).check is not Domain.check)
         """The domains with a DIM check of their own, in registration order."""
         self.transforming = tuple(
@@ -358,7 +302,7 @@ class Projections:
                 if dfid is not None and kind in FLOW_EVENTS:
                     if committing is None or dfid not in committing:
                         current = flows.get(dfid)
-                        if current is not None or kind not in _NOTES:
+                        if current is not None or kind not in NOTES:
                             set_flow(flow_apply(current, event))
                     fold = on_flow.get(kind)
                 else:
@@ -467,105 +411,6 @@ class Projections:
         if inbox_id is not None:
             self.inbox_taken.setdefault(inbox_id, event.seq)
 
-    # --- flows and their index ---------------------------------------------------
-
-    def _set_flow(self, state: FlowState) -> None:
-        dfid = state.dfid
-        status = state.status
-        self.flows[dfid] = state
-        if status in TERMINAL and dfid not in self.ended:
-            self._finish(state)
-        if status in MOVING:
-            self.moving.add(dfid)
-        else:
-            self.moving.discard(dfid)
-        if status is FlowStatus.ESCALATED:
-            self.waiting.add(dfid)
-        elif self.waiting:
-            self.waiting.discard(dfid)
-        if state.done:
-            if status in _UNSETTLED:
-                self.unsettled.setdefault(state.agent_id, set()).add(dfid)
-            elif state.agent_id in self.unsettled:
-                self.unsettled[state.agent_id].discard(dfid)
-
-    def _finish(self, state: FlowState) -> None:
-        """Move a flow that just ended out of the canonical state, into the index."""
-        self.finished[state.status] = self.finished.get(state.status, 0) + 1
-        total = self._finished_sum
-        if total is None:
-            total = int(self._finished_hex, 16) if self._finished_hex else 0
-        self._finished_sum = (total + _flow_hash(state)) % _MODULUS
-        self._finished_hex = None
-        self._index(state.dfid)
-
-    @property
-    def finished_hash(self) -> str:
-        """The rolling hash of every finished flow's final state (canonical; see
-        :func:`_flow_hash`), "" before any flow ended."""
-        if self._finished_hex is None:
-            self._finished_hex = f"{self._finished_sum:064x}"
-        return self._finished_hex
-
-    @finished_hash.setter
-    def finished_hash(self, value: str) -> None:
-        self._finished_sum, self._finished_hex = None, value
-
-    def _index(self, dfid: str, at_least: int = 0) -> None:
-        """Note ``dfid`` as a finished flow in ``flows``; forget the oldest past the limit."""
-        self.ended[dfid] = None
-        keep = self.keep_finished
-        if keep is not None and len(self.ended) > max(keep, at_least):
-            oldest = next(iter(self.ended))
-            del self.ended[oldest]
-            self.flows.pop(oldest, None)
-            self.approvals.pop(oldest, None)
-
-    def recall(self, state: FlowState, approval: Approval | None = None) -> None:
-        """Put a finished flow read back from the journal into the index (not the digest).
-
-        The kernel calls it before answering a request about a flow the index
-        forgot (a repeated submission, a late decision), so the actors answer it
-        from the record exactly as they did while the flow was kept.
-        """
-        if not state.terminal or state.dfid in self.flows:
-            return
-        self.flows[state.dfid] = state
-        if approval is not None:
-            self.approvals[state.dfid] = approval
-        self._index(state.dfid, at_least=1)  # even keep_finished=0 holds it for the request
-
-    def open_flows(self) -> dict[str, FlowState]:
-        """Return the flows that have not ended, by DFID."""
-        ended = self.ended
-        return {dfid: state for dfid, state in self.flows.items() if dfid not in ended}
-
-    def _open_approvals(self) -> dict[str, Approval]:
-        ended = self.ended
-        return {dfid: a for dfid, a in self.approvals.items() if dfid not in ended}
-
-    def _load_flows(self, flows: dict[str, FlowState]) -> None:
-        for state in flows.values():
-            self._set_flow(state)  # also rebuilds what is derived from flows
-
-    def unsettled_flows(self, agent_id: str) -> list[str]:
-        """Return the agent's flows whose effects have not converged.
-
-        Those are flows DIRTY (a saga unwinding) or escalated after a failed compensation.
-        """
-        return sorted(self.unsettled.get(agent_id, ()))
-
-    def unsettled_with(self, agent_id: str, staged: Mapping[str, FlowState]) -> list[str]:
-        """Return :meth:`unsettled_flows` as it will be once ``staged`` flows are folded."""
-        flows = set(self.unsettled.get(agent_id, ()))
-        for dfid, state in staged.items():
-            if state.agent_id == agent_id and state.done:
-                if state.status in _UNSETTLED:
-                    flows.add(dfid)
-                else:
-                    flows.discard(dfid)
-        return sorted(flows)
-
     def transition_check(self) -> Callable[[Sequence[Event]], None]:
         """Return a check for one journal transaction: it refuses illegal flow transitions.
 
@@ -589,7 +434,7 @@ class Projections:
                 current = mine.get(dfid) or staged.get(dfid)
                 if current is None:
                     current = self.flows.get(dfid)
-                    if current is None and type(event.payload) in _NOTES:
+                    if current is None and type(event.payload) in NOTES:
                         continue  # a note on a finished flow the index forgot
                     if current is not None and current.terminal:
                         were_ended.add(dfid)  # it had ended before this transaction
@@ -621,7 +466,7 @@ class Projections:
         Raises:
             ValueError: Two parts save a field of the same name.
         """
-        return _unique(self._saved(), *(domain.saved() for domain in self.domains))
+        return unique(self._saved(), *(domain.saved() for domain in self.domains))
 
     def _saved(self) -> tuple[Saved, ...]:
         """Return the kernel's own share of the saved state, in snapshot order.
@@ -690,24 +535,6 @@ _KERNEL_FOLDS: dict[type[Payload], Callable[[Projections, Event], None]] = {
     LimitAmended: Projections._amended,
 }
 """The kernel's own folds (beside the flow's, which runs first)."""
-
-
-def _unique(*shares: Sequence[Saved]) -> tuple[Saved, ...]:
-    """Return the saved fields of every share, refusing a name saved twice."""
-    fields = tuple(field for share in shares for field in share)
-    names = [field.name for field in fields]
-    twice = sorted({name for name in names if names.count(name) > 1})
-    if twice:
-        raise ValueError(f"saved-state fields declared twice: {', '.join(twice)}")
-    return fields
-
-
-def _one_executor_each(domains: Sequence[Domain]) -> None:
-    """Refuse two domains that provide an executor for the same adapter."""
-    names = [adapter for domain in domains for adapter in domain.executors()]
-    twice = sorted({name for name in names if names.count(name) > 1})
-    if twice:
-        raise ValueError(f"adapters provided by two domains: {', '.join(twice)}")
 
 
 def _sorted(counts: dict[str, int]) -> dict[str, int]:
