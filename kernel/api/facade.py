@@ -490,6 +490,10 @@ class Kernel(Operating):
         """
         return await self._proposals.await_decision(dfid, timeout)
 
+    async def withdraw(self, dfid: str, *, agent_id: str, reason: str) -> Verdict:
+        """Withdraw flow ``dfid`` as its agent while it waits for a human (a cancelled task)."""
+        return await self._sessions.withdraw(dfid, agent_id=agent_id, reason=reason)
+
     def flow(self, dfid: str) -> FlowState | None:
         """Return the current state of a flow: open, or among the ``keep_finished`` last ended.
 
