@@ -64,15 +64,18 @@ class Rebalance(PolicyKind, tag="desk.rebalance"):
 REFUSALS = Monitor(
     name="refusals",
     metric="refusal_rate",
+    reasons=("SCHEMA_INVALID",),
     window_s=20 * 60,
     bound=0.4,
     min_samples=8,
     action="demote",
 )
-"""The desk's drift monitor: an agent whose verdicts over the last 20 minutes are more
-than 40% refusals (eight verdicts at least) is demoted to PASSIVE until an operator
-restores it. A position agent's scripted slips stay well under it; the hedger's bad
-model update does not (examples.trading)."""
+"""The desk's drift monitor: an agent more than 40% of whose verdicts over the last 20
+minutes (eight at least) refuse a malformed proposal (SCHEMA_INVALID) is demoted to
+PASSIVE until an operator restores it. Only malformed proposals count: refusals for
+cash that waiting escalations hold (what ``--operator none`` piles up) are not the
+agent's drift. A position agent's one scripted slip stays far under it; the hedger's
+bad model update does not (examples.trading)."""
 
 DESK = PolicyPack(
     name="desk",

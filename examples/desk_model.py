@@ -211,7 +211,8 @@ def hedge_playbook(plan: Plan) -> Playbook:
         held = int(task.get("position", 0))
         side = "sell" if held > 0 else "buy"
         quantity: Any = rng.randint(2, 6) if side == "buy" else min(held, rng.randint(2, 6))
-        explain = f"Hedge {side} {quantity} {symbol} against the desk's exposure."
+        # Worded by its side alone: "hedge" beside a buy is what the soft guard flags.
+        explain = f"A small {side} of {quantity} {symbol} against the desk's book."
         if plan.degraded(int(task.get("minute", 0))):
             quantity = f"{quantity} shares"
             explain += " (hedge-model 2.0)"
