@@ -19,8 +19,7 @@ from agents_sdk import Agent, Manifest, Proposal, WorkingContext
 from examples.llm import LanguageModel, ModelError, answer_of, conversation
 from examples.market import SYMBOLS, Market
 from kernel.adapters import AdapterError, ExecutionIntent, Quote, Receipt, SagaStep
-from kernel.policy import DecimalStr, OneOf, PolicyKind, PolicyPack, Range
-from kernel.policy.monitors import Monitor
+from kernel.policy import DecimalStr, Monitor, OneOf, PolicyKind, PolicyPack, Range
 from kernel.testing import SimulatedSystem
 from policies.trading import INSTRUMENTS
 

@@ -28,7 +28,6 @@ from examples.clock import MARKET_OPEN_NS, SimClock
 from examples.desk import (
     DESK,
     MANDATE_NOTIONAL,
-    REFUSALS,
     Broker,
     DeskAgent,
     Hedger,
@@ -77,9 +76,7 @@ from kernel import (
     open_kernel,
 )
 from kernel.adapters import RetryPolicy
-from kernel.audit import NoShadow, live_report, open_journal, redact, report_lines
-from kernel.core.events import AgentStatusChanged, DriftBreached
-from kernel.state.drift import Drift
+from kernel.audit import NoShadow, events, live_report, open_journal, redact, report_lines
 from kernel.testing import Faults, SeededIds, SimulatedSystem
 from policies.trading import TRADING
 from policies.trading_0_5 import TRADING_0_5
@@ -216,7 +213,7 @@ class Desk:
         await self.settle()
         if self.progress and self._demoted() and not self.breach_told:
             self.breach_told = True
-            print(f"  minute {minute + 1}: {drift_line(self.kernel)}", file=sys.stderr)
+            print(f"  minute {minute + 1}: {await drift_line(self.kernel)}", file=sys.stderr)
 
     def _demoted(self) -> bool:
         agent = self.kernel.projections.agents.get(HEDGER)
@@ -586,14 +583,17 @@ def main(argv: list[str] | None = None) -> int:
     return 0 if summary["verified"] else 1
 
 
-def drift_line(kernel: Kernel) -> str:
-    """The hedger's last breach, as the projections hold it (the run's progress line)."""
-    breach = kernel.projections.domain(Drift).breaches.get(HEDGER, {}).get(REFUSALS.name)
-    if breach is None:
+async def drift_line(kernel: Kernel) -> str:
+    """The hedger's last breach, as the journal holds it (the run's progress line)."""
+    found = await kernel.journal.read(types=["DriftBreached"])
+    breaches = [e for e in found if isinstance(e.payload, events.DriftBreached)]
+    if not breaches:
         return f"{HEDGER} is PASSIVE"
+    breach = breaches[-1].payload
+    assert isinstance(breach, events.DriftBreached)
     return (
-        f"drift monitor {breach.monitor} demotes {HEDGER} to PASSIVE:"
-        f" {breach.metric} {breach.value:.2f} crossed {breach.bound:g} (seq {breach.seq})"
+        f"drift monitor {breach.monitor} demotes {breach.subject} to PASSIVE:"
+        f" {breach.metric} {breach.value:.2f} crossed {breach.bound:g} (seq {breaches[-1].seq})"
     )
 
 
@@ -604,10 +604,10 @@ def _minute(ts_ns: int) -> int:
 async def drift_lines(db: Path | str) -> list[str]:
     """The day's drift breaches and the status changes around them, read from the journal."""
     async with open_journal(db, readonly=True) as journal:
-        events = await journal.read(types=["DriftBreached", "AgentStatusChanged"])
+        recorded = await journal.read(types=["DriftBreached", "AgentStatusChanged"])
     lines: list[str] = []
-    for event in events:
-        if isinstance(event.payload, DriftBreached):
+    for event in recorded:
+        if isinstance(event.payload, events.DriftBreached):
             breach = event.payload
             lines.append(
                 f"drift breach (seq {event.seq}): monitor {breach.monitor} of {breach.pack},"
@@ -617,7 +617,7 @@ async def drift_lines(db: Path | str) -> list[str]:
                 f" {(breach.window_end_ns - breach.window_start_ns) // 60_000_000_000} minutes"
                 f" to minute {_minute(breach.window_end_ns) + 1}; action: {breach.action}"
             )
-        elif isinstance(event.payload, AgentStatusChanged) and event.agent_id == HEDGER:
+        elif isinstance(event.payload, events.AgentStatusChanged) and event.agent_id == HEDGER:
             change = event.payload
             lines.append(
                 f"  {event.agent_id} {change.status} at minute {_minute(event.ts) + 1}"

@@ -390,6 +390,11 @@ def _applied(event: Event, seq: int) -> str | None:
         )
     if isinstance(payload, ev.CredentialIssued):
         return f"credential of {event.agent_id} by {payload.operator} (event #{seq})"
+    if isinstance(payload, ev.ShadowLoaded):
+        ref, enforced = payload.pack, payload.enforced.version
+        return (
+            f"pack {ref.name} {ref.version} shadows {enforced} by {payload.operator} (event #{seq})"
+        )
     if isinstance(payload, ev.ShadowRetired | ev.ShadowPromoted):
         done = "retired" if isinstance(payload, ev.ShadowRetired) else "promoted"
         ref = payload.pack

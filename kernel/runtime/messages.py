@@ -299,6 +299,7 @@ class LoadShadow(msgspec.Struct, frozen=True, kw_only=True):
     adapters: frozenset[str]
     operator: str = ""
     reason: str = ""
+    inbox_id: int | None = None
     reply: Reply[Any] | None = None
 
 

@@ -92,9 +92,7 @@ class Tally:
             if isinstance(p, ProposalRejected):
                 code = p.feedback.reason_code
             self.exhausted += code == ReasonCode.REASONING_EXHAUSTION
-            if code is not None:
-                which = "refused" if isinstance(p, ProposalRejected) else "escalated"
-                self.codes[which, str(code)] += 1
+            self._code(p, code)
         elif isinstance(p, ProposalSubmitted):
             self.confidences.append(p.proposal.confidence)
         elif isinstance(p, ReasoningCharged):
@@ -106,6 +104,12 @@ class Tally:
             return
         self.first_seq = self.first_seq or event.seq
         self.last_seq = event.seq
+
+    def _code(self, p: Payload, code: ReasonCode | None) -> None:
+        """Count a refusal's or an escalation's reason code (a monitor's ``reasons``)."""
+        if code is not None:
+            which = "refused" if isinstance(p, ProposalRejected) else "escalated"
+            self.codes[which, str(code)] += 1
 
     def measure(
         self, metric: str, window_s: int, reasons: tuple[str, ...] = ()

@@ -61,6 +61,7 @@ from kernel.core.events import (
     Payload,
     RuleDecided,
     RuleRetracted,
+    ShadowLoaded,
     ShadowPromoted,
     ShadowRetired,
     SubmissionRefused,
@@ -161,6 +162,7 @@ _INBOX_EVENTS: frozenset[type[Payload]] = frozenset(
         TenantPolicyChanged,
         ShadowRetired,
         ShadowPromoted,
+        ShadowLoaded,
     }
 )
 # Flow events allowed in any status that never change it: the only ones a flow gets
