@@ -19,7 +19,7 @@ from agents_sdk import Agent, Manifest, Proposal, WorkingContext
 from examples.llm import LanguageModel, ModelError, answer_of, conversation
 from examples.market import SYMBOLS, Market
 from kernel.adapters import AdapterError, ExecutionIntent, Quote, Receipt, SagaStep
-from kernel.policy import DecimalStr, OneOf, PolicyKind, PolicyPack, Range
+from kernel.policy import DecimalStr, Monitor, OneOf, PolicyKind, PolicyPack, Range
 from kernel.testing import SimulatedSystem
 from policies.trading import INSTRUMENTS
 
@@ -60,9 +60,25 @@ class Rebalance(PolicyKind, tag="desk.rebalance"):
         ]
 
 
+REFUSALS = Monitor(
+    name="refusals",
+    metric="refusal_rate",
+    reasons=("SCHEMA_INVALID",),
+    window_s=20 * 60,
+    bound=0.4,
+    min_samples=8,
+    action="demote",
+)
+"""The desk's drift monitor: an agent more than 40% of whose verdicts over the last 20
+minutes (eight at least) refuse a malformed proposal (SCHEMA_INVALID) is demoted to
+PASSIVE until an operator restores it. Only malformed proposals count: refusals for
+cash that waiting escalations hold (what ``--operator none`` piles up) are not the
+agent's drift. A position agent's one scripted slip stays far under it; the hedger's
+bad model update does not (examples.trading)."""
+
 DESK = PolicyPack(
     name="desk",
-    version="0.2.0",
+    version="0.3.0",
     kinds=(Rebalance,),
     escalate_below_confidence=0.6,
     invariants=(
@@ -71,10 +87,13 @@ DESK = PolicyPack(
         Range(Rebalance, "sell_quantity", min=1, max=10_000),
         Range(Rebalance, "buy_quantity", min=1, max=10_000),
     ),
+    monitors=(REFUSALS,),
 )
-"""The example's own pack: the rotation saga, beside the shipped trading pack.
+"""The example's own pack: the rotation saga and the desk's drift monitor, beside the
+shipped trading pack.
 
-0.2.0 types the limits as DecimalStr; :mod:`examples.desk_0_1` keeps 0.1.0 for old journals.
+0.3.0 adds the monitor; :mod:`examples.desk_0_2` keeps 0.2.0 (limits typed as
+DecimalStr) and :mod:`examples.desk_0_1` 0.1.0, for old journals.
 """
 
 
@@ -297,6 +316,43 @@ class RiskAgent(DeskAgent):
     @staticmethod
     def _task(ctx: WorkingContext) -> dict[str, Any]:
         return {"prices": prices_of(ctx), "positions": positions_of(ctx)}
+
+
+class Hedger(DeskAgent):
+    """Leans against the minute's move with a small order, one a minute, one attempt each.
+
+    One attempt: a hedge that is refused is stale by the next minute, so it is not
+    revised (``max_attempts=1``); the next minute brings the next hedge.
+    """
+
+    role = "hedge"
+    system_prompt = (
+        "You hedge the desk. Given the minute's symbol, its prices and the desk's"
+        ' position, answer JSON: {"proposal": {"kind": "trading.place_order", ...},'
+        ' "confidence": 0..1, "good_for_minutes": <n>, "explain": "..."}: a small order'
+        " against the last move."
+    )
+
+    def __init__(self, model: LanguageModel) -> None:
+        manifest = Manifest(
+            agent_id="hedger",
+            version="1.0.0",
+            capabilities=["trading.place_order"],
+            subscriptions=["hedge", "market", "position"],
+            max_attempts=1,
+        )
+        super().__init__(manifest, model, self._task)
+
+    @staticmethod
+    def _task(ctx: WorkingContext) -> dict[str, Any]:
+        minute = int(ctx.state.get("hedge.minute", 0))
+        symbol = SYMBOLS[minute % len(SYMBOLS)]
+        return {
+            "symbol": symbol,
+            "minute": minute,
+            "price": str(ctx.state.get(f"market.{symbol}.price", "")),
+            "position": int(ctx.state.get(f"position.{symbol}", 0)),
+        }
 
 
 class OperatorPolicy(msgspec.Struct, frozen=True, kw_only=True):

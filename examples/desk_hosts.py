@@ -34,7 +34,7 @@ import anyio
 import msgspec
 
 from agents_sdk import Agent, Proposal, WorkingContext
-from examples.desk import DeskAgent, PositionAgent, RiskAgent, Stall, Strategist
+from examples.desk import DeskAgent, Hedger, PositionAgent, RiskAgent, Stall, Strategist
 from examples.desk_model import playbooks
 from examples.llm import open_model
 from examples.market import plan_day
@@ -223,6 +223,8 @@ def build(agent_id: str, model: Any) -> DeskAgent:
         return Strategist(model)
     if agent_id == "risk":
         return RiskAgent(model)
+    if agent_id == "hedger":
+        return Hedger(model)
     return PositionAgent(agent_id, OWNERS[agent_id], model)
 
 
@@ -242,10 +244,15 @@ class RiskHost(_DeskHost):
     agent_id = "risk"
 
 
+class HedgerHost(_DeskHost):
+    agent_id = "hedger"
+
+
 HOSTS = {
     "strategist": "StrategistHost",
     "pm-1": "Pm1Host",
     "pm-2": "Pm2Host",
     "risk": "RiskHost",
+    "hedger": "HedgerHost",
 }
 """The host class of each agent, by agent id."""

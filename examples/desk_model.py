@@ -198,6 +198,39 @@ def risk(task: dict[str, Any], rng: random.Random) -> dict[str, Any]:
     }
 
 
+def hedge_playbook(plan: Plan) -> Playbook:
+    """The hedger's model: a small order against the minute's move; its bad update slips.
+
+    During the update the plan names (``Plan.degraded``) the model writes every order's
+    quantity as words ("12 shares"): each is refused (SCHEMA_INVALID), and the desk's
+    refusal monitor demotes the hedger. Rolled back, it writes integers again.
+    """
+
+    def hedge(task: dict[str, Any], rng: random.Random) -> dict[str, Any]:
+        symbol, price = task["symbol"], Decimal(task["price"])
+        held = int(task.get("position", 0))
+        side = "sell" if held > 0 else "buy"
+        quantity: Any = rng.randint(2, 6) if side == "buy" else min(held, rng.randint(2, 6))
+        # Worded by its side alone: "hedge" beside a buy is what the soft guard flags.
+        explain = f"A small {side} of {quantity} {symbol} against the desk's book."
+        if plan.degraded(int(task.get("minute", 0))):
+            quantity = f"{quantity} shares"
+            explain += " (hedge-model 2.0)"
+        return {
+            "proposal": order(symbol, side, quantity, _limit(price, side)),
+            "confidence": 0.8,
+            "good_for_minutes": 2,
+            "explain": explain,
+        }
+
+    return hedge
+
+
 def playbooks(plan: Plan) -> dict[str, Playbook]:
     """Every playbook of the desk, by task name."""
-    return {"trade": trade_playbook(plan), "strategy": strategy, "risk": risk}
+    return {
+        "trade": trade_playbook(plan),
+        "strategy": strategy,
+        "risk": risk,
+        "hedge": hedge_playbook(plan),
+    }

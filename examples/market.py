@@ -52,6 +52,14 @@ class Plan(msgspec.Struct, frozen=True, kw_only=True):
     mistakes: dict[int, str]
     rotation: tuple[str, str]
     """(the symbol sold, the symbol bought and halted)."""
+    drift: tuple[int, int, int] = (0, 0, 0)
+    """The hedger's day: the minute it starts, the minute its model's update degrades
+    it, and the minute the update is rolled back (:func:`drift_of`)."""
+
+    def degraded(self, minute: int) -> bool:
+        """Whether the hedger's model runs its bad update at ``minute``."""
+        _, start, stop = self.drift
+        return start <= minute < stop
 
     def symbol_at(self, minute: int, default: str) -> str:
         """The symbol traded this minute: the halted one right after the rotation."""
@@ -97,7 +105,20 @@ def plan_day(seed: int, minutes: int) -> Plan:
         beats=dict(sorted(beats.items())),
         mistakes=dict(sorted(mistakes.items())),
         rotation=(sold, bought),
+        drift=drift_of(minutes),
     )
+
+
+def drift_of(minutes: int) -> tuple[int, int, int]:
+    """The hedger's day: (starts, degrades, rolled back), a third of the way in.
+
+    It hedges from seven minutes before its model's update; the update writes every
+    order's quantity as words for eight minutes, until the vendor rolls it back. Drawn
+    from no seed (the other beats' draws stay as they were), and short enough that the
+    desk's 20-minute refusal monitor sees the climb over the hedger's whole day so far.
+    """
+    degrades = max(8, minutes // 3)
+    return degrades - 7, degrades, degrades + 8
 
 
 class Market:

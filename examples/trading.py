@@ -24,12 +24,13 @@ from typing import Any, Protocol
 
 import anyio
 
-from examples.clock import SimClock
+from examples.clock import MARKET_OPEN_NS, SimClock
 from examples.desk import (
     DESK,
     MANDATE_NOTIONAL,
     Broker,
     DeskAgent,
+    Hedger,
     OperatorPolicy,
     PositionAgent,
     RiskAgent,
@@ -57,6 +58,7 @@ from examples.summary import (
     summarize,
 )
 from kernel import (
+    AgentStatus,
     EscalationBudget,
     EscalationPolicy,
     FlowStatus,
@@ -74,7 +76,7 @@ from kernel import (
     open_kernel,
 )
 from kernel.adapters import RetryPolicy
-from kernel.audit import NoShadow, live_report, open_journal, redact, report_lines
+from kernel.audit import NoShadow, events, live_report, open_journal, redact, report_lines
 from kernel.testing import Faults, SeededIds, SimulatedSystem
 from policies.trading import TRADING
 from policies.trading_0_5 import TRADING_0_5
@@ -82,10 +84,12 @@ from policies.trading_0_5 import TRADING_0_5
 BROKER_FAULTS = Faults(latency_s=(0.05, 0.4), transient=0.12, lost_answer=0.08, duplicate=0.15)
 BROKER_RETRY = RetryPolicy(base_s=0.5, max_s=4.0, max_attempts=6)
 OWNERS = {"pm-1": ("ACME", "GLOBEX"), "pm-2": ("INITECH",)}
-AGENTS = ("strategist", *OWNERS, "risk")
+AGENTS = ("strategist", *OWNERS, "risk", "hedger")
 """The desk's agents, in the order their sessions are made."""
 DESK_OPERATORS = (("dana", ["risk"]), ("ed", ["desk-head"]))
 """The desk's humans and their roles: the two-person rule takes one of each."""
+HEDGER = "hedger"
+"""The agent whose model update degrades it mid-day (examples.market.drift_of)."""
 
 
 def shadow_window(minutes: int) -> range:
@@ -146,6 +150,7 @@ class Desk:
         self.positions: dict[str, int] = {}
         self.resender: Callable[[str, str], Awaitable[None]] | None = None
         """How a resend goes out when the agents are hosted elsewhere (``--bus``)."""
+        self.breach_told = False
 
     async def run(self) -> None:
         await self.kernel.trigger("feed", self.market.facts(), source="feed")
@@ -160,6 +165,7 @@ class Desk:
         for minute in range(1, self.plan.minutes):
             await self.shadow(minute, shadowed)
             await self.minute(minute)
+            await self.hedge(minute)
             if minute % OPERATOR_EVERY == OPERATOR_EVERY - 1:
                 await self.answer_escalations()
             if minute % 10 == 9:
@@ -181,6 +187,37 @@ class Desk:
             await self.kernel.retire_shadow(
                 "trading", operator="dana", reason="enough evidence for the committee"
             )
+
+    async def hedge(self, minute: int) -> None:
+        """The hedger's minute: one small order; on its model's rollback, its restoration.
+
+        Its model's update (``Plan.drift``) writes quantities as words: refused, one by one,
+        until the desk's refusal monitor (``examples.desk.REFUSALS``) demotes it to
+        PASSIVE and its hedges open no flow. When the update is rolled back, Ed reads the
+        breach and restores the agent, by the same operator act as ``dirk agent hedger
+        --set ACTIVE``; the monitor never restores an agent itself.
+        """
+        starts, _, rolled_back = self.plan.drift
+        if minute < starts:
+            return
+        if minute == rolled_back and self._demoted():
+            await self.kernel.set_agent_status(
+                HEDGER,
+                "ACTIVE",
+                operator="ed",
+                reason="drift breach read; hedge-model 2.0 rolled back to 1.0",
+            )
+            if self.progress:
+                print(f"  minute {minute + 1}: ed restores {HEDGER}", file=sys.stderr)
+        await self.kernel.trigger("hedge", {"hedge.minute": minute}, source="hedge")
+        await self.settle()
+        if self.progress and self._demoted() and not self.breach_told:
+            self.breach_told = True
+            print(f"  minute {minute + 1}: {await drift_line(self.kernel)}", file=sys.stderr)
+
+    def _demoted(self) -> bool:
+        agent = self.kernel.projections.agents.get(HEDGER)
+        return agent is not None and agent.status is AgentStatus.PASSIVE
 
     async def minute(self, minute: int) -> None:
         self.clock.at_minute(minute)
@@ -363,6 +400,7 @@ async def _simulate(
         "strategist": Strategist(model),
         **{name: PositionAgent(name, symbols, model) for name, symbols in OWNERS.items()},
         "risk": RiskAgent(model),
+        HEDGER: Hedger(model),
     }
     try:
         async with open_kernel(
@@ -441,7 +479,7 @@ def serving(files: Path) -> Served:
     return Served(
         packs=[TRADING, DESK],
         adapters={"broker": Broker(broker_system, market), "ledger": ledger},
-        allow=["strategist", *OWNERS, "risk"],
+        allow=list(AGENTS),
         bind=market.bind,
         close=close,
     )
@@ -541,7 +579,51 @@ def main(argv: list[str] | None = None) -> int:
     show(f"trading desk, seed {args.seed}", summary, args.json)
     if not args.json:
         print("\n".join(anyio.run(shadow_lines, db)))
+        print("\n".join(anyio.run(drift_lines, db)))
     return 0 if summary["verified"] else 1
+
+
+async def drift_line(kernel: Kernel) -> str:
+    """The hedger's last breach, as the journal holds it (the run's progress line)."""
+    found = await kernel.journal.read(types=["DriftBreached"])
+    breaches = [e for e in found if isinstance(e.payload, events.DriftBreached)]
+    if not breaches:
+        return f"{HEDGER} is PASSIVE"
+    breach = breaches[-1].payload
+    assert isinstance(breach, events.DriftBreached)
+    return (
+        f"drift monitor {breach.monitor} demotes {breach.subject} to PASSIVE:"
+        f" {breach.metric} {breach.value:.2f} crossed {breach.bound:g} (seq {breaches[-1].seq})"
+    )
+
+
+def _minute(ts_ns: int) -> int:
+    return (ts_ns - MARKET_OPEN_NS) // 60_000_000_000
+
+
+async def drift_lines(db: Path | str) -> list[str]:
+    """The day's drift breaches and the status changes around them, read from the journal."""
+    async with open_journal(db, readonly=True) as journal:
+        recorded = await journal.read(types=["DriftBreached", "AgentStatusChanged"])
+    lines: list[str] = []
+    for event in recorded:
+        if isinstance(event.payload, events.DriftBreached):
+            breach = event.payload
+            lines.append(
+                f"drift breach (seq {event.seq}): monitor {breach.monitor} of {breach.pack},"
+                f" {breach.by} {breach.subject}: {breach.metric} {breach.value:.2f} crossed"
+                f" {breach.bound:g} over {breach.samples} verdicts, seq"
+                f" {breach.first_seq}..{breach.last_seq} in the"
+                f" {(breach.window_end_ns - breach.window_start_ns) // 60_000_000_000} minutes"
+                f" to minute {_minute(breach.window_end_ns) + 1}; action: {breach.action}"
+            )
+        elif isinstance(event.payload, events.AgentStatusChanged) and event.agent_id == HEDGER:
+            change = event.payload
+            lines.append(
+                f"  {event.agent_id} {change.status} at minute {_minute(event.ts) + 1}"
+                f" by {change.operator} (seq {event.seq}): {change.reason}"
+            )
+    return lines
 
 
 async def shadow_lines(db: Path | str) -> list[str]:

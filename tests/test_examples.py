@@ -26,6 +26,8 @@ import msgspec
 import pytest
 
 from examples import booking, coding, trading
+from examples.clock import MARKET_OPEN_NS
+from examples.desk import DESK, REFUSALS
 from examples.desk_model import playbooks
 from examples.market import plan_day
 from examples.summary import read_events
@@ -33,10 +35,12 @@ from kernel.audit import Event, Projections, fold, open_journal, payload_of, pay
 from kernel.audit.counterfactual import WhatIf
 from kernel.cli import main as cli_main
 from kernel.core.events import (
+    AgentStatusChanged,
     ArtifactStored,
     CitationsChecked,
     CompensationSucceeded,
     ConstraintAdded,
+    DriftBreached,
     DuplicateSuppressed,
     ExecutionSucceeded,
     FlowAborted,
@@ -57,7 +61,9 @@ from kernel.core.events import (
     digest,
 )
 from kernel.policy import parse_money
+from kernel.state.drift import OPERATOR, evaluate, monitors_of, reevaluate, unproven
 from kernel.telemetry import spans_for_events
+from policies.trading import TRADING
 from tests.support import SUPPORT
 from tests.support.extras import require
 
@@ -230,6 +236,68 @@ def test_a_trading_day_shows_every_part_of_the_kernel(
     assert sum(f.parent_dfid == mandate.dfid for f in flows.values()) >= int(MINUTES) - 1
     keys = [k for k, *_ in trading_ledger(tmp_path / "desk.broker.db")]
     assert len(keys) == len(set(keys))
+
+
+def test_a_drifting_hedger_is_demoted_by_the_desks_monitor_then_restored_by_an_operator(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db = tmp_path / "desk.db"
+    code = trading.main(["--db", str(db), "--seed", "1", "--minutes", MINUTES])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    events = read_events_of(db)
+    plan = plan_day(1, int(MINUTES))
+    starts, degrades, rolled_back = plan.drift
+
+    # The breach: the desk's refusal monitor, over the hedger's refused hedges.
+    [breach] = of_type(events, DriftBreached)
+    found = breach.payload
+    assert (found.pack, found.monitor, found.subject) == (
+        f"desk@{DESK.version}",
+        "refusals",
+        "hedger",
+    )
+    assert REFUSALS.bound is not None and found.value > REFUSALS.bound
+    assert found.samples >= REFUSALS.min_samples and found.action == "demote"
+    assert f"drift breach (seq {breach.seq}): monitor refusals of desk@0.3.0, agent hedger" in out
+
+    # Its action, in the same append: PASSIVE by operator ``drift``; then Ed restores it.
+    changes = [c for c in of_type(events, AgentStatusChanged) if c.event.agent_id == "hedger"]
+    demoted, restored = changes
+    assert demoted.seq == breach.seq + 1 and demoted.payload.operator == OPERATOR
+    assert demoted.payload.status == "PASSIVE"
+    assert (restored.payload.status, restored.payload.operator) == ("ACTIVE", "ed")
+    assert minute_of(restored.event.ts) == rolled_back
+    assert f"hedger ACTIVE at minute {rolled_back + 1} by ed" in out
+
+    # Refused while degraded; no flow while PASSIVE; accepted again once restored.
+    flows = fold(events).flows
+    hedges = [f for f in of_type(events, FlowCreated) if f.event.agent_id == "hedger"]
+    minutes = {minute_of(f.event.ts): flows[f.dfid] for f in hedges}
+    demoted_at = minute_of(demoted.event.ts)
+    assert min(minutes) == starts and degrades < demoted_at < rolled_back
+    assert all(f.status == "CLOSED" for m, f in minutes.items() if m < degrades)
+    refused = {
+        minute_of(r.event.ts)
+        for r in of_type(events, ProposalRejected)
+        if flows[r.dfid].agent_id == "hedger"
+    }
+    assert refused == set(range(degrades, demoted_at + 1))
+    assert not [m for m in minutes if demoted_at < m < rolled_back]
+    assert [m for m, f in minutes.items() if m > rolled_back and f.status == "CLOSED"]
+
+    # Replayed, the journal gives the same breach: its window read again, and monitor by
+    # monitor from the start (what ``dirk verify --verdicts`` does).
+    before = [e for e in events if e.seq < breach.seq]
+    assert reevaluate(found, REFUSALS, before)
+    again = evaluate(found.pack, REFUSALS, before, found.window_end_ns, as_of_seq=found.as_of_seq)
+    assert again == [found]
+    assert unproven(events, monitors_of([TRADING, DESK])) == []
+
+
+def minute_of(ts_ns: int) -> int:
+    """The simulated day's minute an event was recorded in."""
+    return (ts_ns - MARKET_OPEN_NS) // 60_000_000_000
 
 
 def trading_ledger(path: Path) -> list[tuple[str, str, dict[str, Any]]]:
@@ -493,6 +561,8 @@ def test_dirk_verify_passes_on_the_example_journals(tmp_path: Path, example: str
     )
     assert verify.returncode == 0, verify.stdout + verify.stderr
     assert "0 differ, 0 not compared" in verify.stdout
+    if example == "trading":  # the hedger's breach, re-derived from the journal
+        assert "verify: drift breaches ok: 1 of 1 re-derived" in verify.stdout
 
 
 RECEIVER = SUPPORT / "otlp_receiver.py"

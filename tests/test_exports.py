@@ -87,6 +87,7 @@ PINNED = {
         "Impact",
         "LimitSpec",
         "ModelPrice",
+        "Monitor",
         "NeedsHuman",
         "OneOf",
         "PackError",

@@ -13,12 +13,19 @@ finds the same breach again from it (replay's check, ``dirk verify --verdicts``)
 
 History is read to fill the windows, never judged again: only batches committed after
 the kernel started are evaluated, so a restart records no breach twice.
+
+``Kernel.wait_quiet`` waits for the watch too (:meth:`DriftWatch.wait_judged`): once it
+returns, every committed batch has been judged and what a breach led to (a demotion) is
+on record, so a program that drives one flow at a time (the examples) records the same
+journal on every run.
 """
 
 from __future__ import annotations
 
 from collections import deque
 from collections.abc import Sequence
+
+import anyio
 
 from kernel.core.errors import KernelShutdown
 from kernel.core.events import Draft, DriftBreached, Event, FlowCreated
@@ -40,6 +47,10 @@ class DriftWatch:
         self._span_ns = max((m.window_s + (m.baseline_s or 0)) * NS for _, m in self._monitors)
         self._kept: deque[Event] = deque()
         self._subjects = Subjects()
+        self._seen = 0
+        """The last seq judged (or read, for history), with what it led to on record."""
+        self._ended = False
+        self._moved = anyio.Event()
 
     async def run(self, live_from: int) -> None:
         """Follow the journal; judge the batches from ``live_from`` on, until the kernel stops."""
@@ -48,8 +59,22 @@ class DriftWatch:
                 async for batch in batches:
                     if self._keep(batch) and batch[-1].seq >= live_from:
                         await self._judge(batch[-1])
+                    self._seen = batch[-1].seq
+                    self._wake()
         except (KernelShutdown, JournalClosed, JournalWriteFailed):
             return
+        finally:
+            self._ended = True
+            self._wake()
+
+    async def wait_judged(self, seq: int) -> None:
+        """Wait until every batch through ``seq`` is judged and its breaches are on record."""
+        while self._seen < seq and not self._ended:
+            await self._moved.wait()
+
+    def _wake(self) -> None:
+        self._moved.set()
+        self._moved = anyio.Event()
 
     def _keep(self, batch: Sequence[Event]) -> bool:
         """Keep what the monitors count; whether the batch held any of it."""

@@ -487,6 +487,10 @@ class Kernel(Operating):
         """
         return await self._proposals.await_decision(dfid, timeout)
 
+    async def withdraw(self, dfid: str, *, agent_id: str, reason: str) -> Verdict:
+        """Withdraw flow ``dfid`` as its agent while it waits for a human (a cancelled task)."""
+        return await self._sessions.withdraw(dfid, agent_id=agent_id, reason=reason)
+
     def flow(self, dfid: str) -> FlowState | None:
         """Return the current state of a flow: open, or among the ``keep_finished`` last ended.
 
@@ -522,10 +526,12 @@ class Kernel(Operating):
         """Wait until no flow moves on its own (every flow ended or waits for a human).
 
         Calls decided while the journal's store was away count as moving until they are
-        on record: this waits for the store to be back (kernel.api.outage).
+        on record: this waits for the store to be back (kernel.api.outage). Drift
+        monitors have judged every committed batch when it returns (kernel.api.drift).
         """
         await self._outage.settle()
         await self._flows.wait_quiet()
+        await self._lifetime.wait_watched()  # and a breach's demotion is on record
 
     # --- artifacts (kernel.api.documents.Artifacts says what each checks) -------------------
 

@@ -151,6 +151,7 @@ class Lifetime:
         self._sealer = sealer
         self._checkpoints = checkpoints
         self._intake: Intake | None = None
+        self._drift: DriftWatch | None = None
         self._entered = False
 
     def operator_keyring(self) -> Keyring | None:
@@ -242,6 +243,11 @@ class Lifetime:
         if body_error is not None:
             raise body_error
 
+    async def wait_watched(self) -> None:
+        """Wait until the drift monitors judged what committed (none: at once)."""
+        if self._drift is not None:
+            await self._drift.wait_judged(self._journal.head_seq)
+
     def _start_tasks(self, tg: TaskGroup, supervisor: Supervisor, exported: list[int]) -> None:
         tg.start_soon(self._supervise, supervisor, name="supervisor")
         tg.start_soon(self._check_history, name="history-check")
@@ -270,6 +276,7 @@ class Lifetime:
         monitors = monitors_of(self._catalog.packs)
         if monitors:  # no task, and no work per event, for a kernel without monitors
             watch = DriftWatch(self._journal, self._projections, monitors)
+            self._drift = watch
             tg.start_soon(watch.run, self._journal.head_seq + 1, name="drift-watch")
         if self._config.webhooks:
             # Beside the kernel, never in its way: they follow what commits.

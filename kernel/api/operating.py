@@ -258,6 +258,18 @@ class Operating:
         """
         return await self._acts.shadows.load(pack, operator=operator, reason=reason)
 
+    def offer_shadow(self, pack: PolicyPack) -> None:
+        """Offer ``pack`` for an operator to load as a shadow (``dirk shadow load``).
+
+        The candidate is code, so it enters from the embedding program; nothing is
+        recorded until an operator's signed request loads it (``ShadowLoaded`` with the
+        inbox row). Offering again replaces the offer of the same name and version.
+
+        Raises:
+            ShadowRefused: SHADOW_INVALID: ``pack`` is not a policy pack.
+        """
+        self._acts.shadows.offer(pack)
+
     async def retire_shadow(
         self, name: str, *, operator: str, reason: str, version: str = ""
     ) -> PackRef:

@@ -20,9 +20,9 @@ from kernel.core.events import Manifest
 from kernel.core.text import utf8_problem
 from kernel.core.wall import InputInvalid, clip
 from kernel.hosting import AgentLike
-from kernel.policy.contracts import HandshakeRefused, Session
+from kernel.policy.contracts import HandshakeRefused, Session, Verdict
 from kernel.runtime.actors import Mailbox, Reply
-from kernel.runtime.messages import AgentMessage, CredentialProof, Register
+from kernel.runtime.messages import AgentMessage, CredentialProof, Register, Withdrawal
 
 
 class Sessions:
@@ -139,3 +139,17 @@ class Sessions:
         answer = await self._calls.call(self._actors.registry, msg, reply)
         assert isinstance(answer, Session)  # _call raised a refusal
         return answer
+
+    async def withdraw(self, dfid: str, *, agent_id: str, reason: str) -> Verdict:
+        """Withdraw flow ``dfid`` as its own agent, while it waits for a human decision.
+
+        What a cancelled MCP task does (kernel.mcp, ``tasks/cancel``): the escalation
+        desk aborts the flow with AGENT_DECLINED and ``withdrawn by AGENT: reason``
+        (ABORTED), so a human's decision that comes later is refused (FLOW_NOT_ACTIVE)
+        and nothing executes. A flow of another agent, one no human is asked about, or
+        one a human has already decided is left as it is: REJECTED, FLOW_NOT_ACTIVE.
+        """
+        reply: Reply[Verdict] = Reply()
+        detail = f"withdrawn by {agent_id[:64]}: {reason}"[:500]
+        msg = Withdrawal(dfid=dfid, agent_id=agent_id, detail=detail, reply=reply)
+        return await self._calls.call(self._actors.escalation, msg, reply)

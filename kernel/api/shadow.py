@@ -1,10 +1,13 @@
 """The operator's shadow acts: load a candidate pack as a shadow, retire it, promote it.
 
-Loading takes the candidate's code, so only the embedding program does it
-(``Kernel.load_shadow``, trusted as code, as ``Kernel.load_pack``). Retiring and
+Loading takes the candidate's code, so the embedding program either loads it
+(``Kernel.load_shadow``, trusted as code, as ``Kernel.load_pack``) or offers it
+(``Kernel.offer_shadow``: held in memory, recorded by nobody) for an operator to load
+through any door: a signed inbox request names the offered candidate by pack and
+version, and by the content hash reviewed (``dirk shadow load``). Retiring and
 promoting name the shadow by its pack, so every door does them: the API, and a signed
 inbox request (:class:`kernel.inbox.ShadowRequest`, ``dirk shadow retire|promote``),
-both applied here. Each is admitted at the wall first (an operator and a reason; a
+all applied here. Each is admitted at the wall first (an operator and a reason; a
 refusal recorded), then handed to the DIM, which owns the shadows (kernel.dim._shadow).
 
 A promotion computes the shadow's live report over the journal as it stands
@@ -63,6 +66,17 @@ class ShadowActs:
         self._calls = calls
         self._actors = actors
         self._adapters = frozenset(adapters)
+        self._offered: dict[tuple[str, str], PolicyPack] = {}
+
+    def offer(self, pack: PolicyPack) -> None:
+        """Let an operator load ``pack`` as a shadow through a signed request (its code, here).
+
+        Raises:
+            ShadowRefused: SHADOW_INVALID: ``pack`` is not a policy pack.
+        """
+        if not isinstance(pack, PolicyPack):
+            raise ShadowRefused(ReasonCode.SHADOW_INVALID, "only a PolicyPack can be offered")
+        self._offered[pack.name, pack.version] = pack
 
     async def load(self, pack: PolicyPack, *, operator: str, reason: str) -> PackRef:
         """Judge by ``pack`` beside the enforced version of its name; record ShadowLoaded.
@@ -98,8 +112,17 @@ class ShadowActs:
         """
         self._calls.raise_if_stopped()
         reply: Reply[Any] = Reply()
-        msg: RetireShadow | PromoteShadow
-        if request.action == "retire":
+        msg: RetireShadow | PromoteShadow | LoadShadow
+        if request.action == "load":
+            msg = LoadShadow(
+                pack=self._candidate(request),
+                adapters=self._adapters,
+                operator=request.operator,
+                reason=request.reason,
+                inbox_id=inbox_id,
+                reply=reply,
+            )
+        elif request.action == "retire":
             msg = RetireShadow(
                 name=request.pack,
                 version=request.version,
@@ -111,6 +134,20 @@ class ShadowActs:
         else:
             msg = await self._promotion(request, reply, inbox_id)
         return _answer(await self._calls.call(self._actors.dim, msg, reply))
+
+    def _candidate(self, request: ShadowRequest) -> PolicyPack:
+        """The offered candidate a load names, as reviewed (its hash), or SHADOW_INVALID."""
+        pack = self._offered.get((request.pack, request.version))
+        if pack is None:
+            what = f"{request.pack} {request.version}".strip()
+            raise ShadowRefused(ReasonCode.SHADOW_INVALID, f"no candidate {what} was offered")
+        if request.candidate and request.candidate != pack.hash:
+            raise ShadowRefused(
+                ReasonCode.SHADOW_INVALID,
+                f"the candidate reviewed was {request.candidate[:16]},"
+                f" the one offered is {pack.hash[:16]}",
+            )
+        return pack
 
     async def _promotion(
         self, request: ShadowRequest, reply: Reply[Any], inbox_id: int | None

@@ -3,7 +3,9 @@
 An agent the kernel demoted (its escalation budget spent: the fourth escalation
 in an hour by default, ``PolicyPack.escalation_budget``) is PASSIVE, and every
 proposal it makes is refused; this list says so, with the recorded reason and
-the command that restores it, so a demotion is never silent.
+the command that restores it, so a demotion is never silent. A drift monitor's
+demotion (kernel.state.drift, operator ``drift``) is shown the same way, with each
+monitor's last breach of the agent.
 """
 
 from __future__ import annotations
@@ -11,12 +13,16 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+import msgspec
+
 from kernel.cli._operator import fold_journal
 from kernel.cli._read import print_json, say
 from kernel.core.events import AgentStatusChanged
 from kernel.core.reasons import ExitCode, ReasonCode
 from kernel.escalation import KERNEL_OPERATOR
 from kernel.journal.opening import open_journal
+from kernel.state.drift import OPERATOR as DRIFT
+from kernel.state.drift import Drift
 
 
 def add_commands(commands: Any) -> None:
@@ -35,9 +41,15 @@ async def _agents(args: argparse.Namespace) -> int:
     for event in changes:
         if isinstance(event.payload, AgentStatusChanged):
             latest[event.agent_id] = event.payload
+    breaches = projections.domain(Drift).breaches
     rows = [
         _row(agent_id, str(view.manifest.version), str(view.status), latest.get(agent_id))
         | {"escalations": len(projections.escalations.get(agent_id, ()))}
+        | {
+            "drift": {
+                m: msgspec.to_builtins(b) for m, b in sorted(breaches.get(agent_id, {}).items())
+            }
+        }
         for agent_id, view in sorted(projections.agents.items())
     ]
     if args.json:
@@ -48,6 +60,9 @@ async def _agents(args: argparse.Namespace) -> int:
     for row in rows:
         why = f"  {row['why']}" if row["why"] else ""
         say(f"{row['agent_id']} {row['version']}: {row['status']}{why}")
+        for name, b in row["drift"].items():
+            crossed = f"{b['metric']} {b['value']:g} crossed {b['bound']:g}"
+            say(f"  drift {name}: {crossed} (seq {b['seq']}, {b['action']})")
         if row["demoted"]:
             say(f"  restore: dirk agent {row['agent_id']} --set ACTIVE --operator ... --reason ...")
     return ExitCode.OK
@@ -57,15 +72,18 @@ def _row(
     agent_id: str, version: str, status: str, change: AgentStatusChanged | None
 ) -> dict[str, Any]:
     """One agent, with why it has its status: the latest change, and whether it was demoted."""
-    demoted = (
+    by_budget = (
         change is not None
-        and status == "PASSIVE"
         and change.operator == KERNEL_OPERATOR
         and change.reason.startswith(str(ReasonCode.ESCALATION_BUDGET_EXHAUSTED))
     )
+    by_drift = change is not None and change.operator == DRIFT
+    demoted = status in ("PASSIVE", "SUSPENDED") and (by_budget or by_drift)
     why = ""
     if change is not None:
-        who = "demoted by the kernel" if demoted else f"by {change.operator or '?'}"
+        who = f"by {change.operator or '?'}"
+        if demoted:
+            who = "demoted by a drift monitor" if by_drift else "demoted by the kernel"
         why = f"({who}: {change.reason})"
     return {
         "agent_id": agent_id,

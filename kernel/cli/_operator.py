@@ -439,6 +439,11 @@ def _words_credential(p: ev.CredentialIssued, event: Event, seq: int) -> str:
     return f"credential of {event.agent_id} by {p.operator} (event #{seq})"
 
 
+def _words_shadow_loaded(p: ev.ShadowLoaded, event: Event, seq: int) -> str:
+    ref, enforced = p.pack, p.enforced.version
+    return f"pack {ref.name} {ref.version} shadows {enforced} by {p.operator} (event #{seq})"
+
+
 def _words_shadow(p: ev.ShadowRetired | ev.ShadowPromoted, event: Event, seq: int) -> str:
     done = "retired" if isinstance(p, ev.ShadowRetired) else "promoted"
     return f"shadow {p.pack.name} {p.pack.version} {done} by {p.operator} (event #{seq})"
@@ -455,6 +460,7 @@ _APPLIED: dict[type[Any], Callable[[Any, Event, int], str]] = {
     ev.RuleRetracted: _words_retracted,
     ev.LimitAmended: _words_amended,
     ev.CredentialIssued: _words_credential,
+    ev.ShadowLoaded: _words_shadow_loaded,
     ev.ShadowRetired: _words_shadow,
     ev.ShadowPromoted: _words_shadow,
 }

@@ -8,11 +8,13 @@ packs in force), over ``--from``/``--to``: the same report either way
 and on live traffic before it is promoted. ``--fail-above N`` exits FAILED (1) when
 more than N verdicts differ. ``--json`` prints the report with its digest.
 
-``shadow retire`` and ``shadow promote`` post one signed request into the operator
-inbox (kernel.inbox.ShadowRequest), as ``dirk grant revoke`` does; ``promote --report
-DIGEST`` names the report reviewed, and the kernel refuses the promotion if the
-shadow's report has changed since (SHADOW_REPORT_CHANGED). Loading a shadow takes the
-pack's code: the embedding program calls ``Kernel.load_shadow``.
+``shadow load``, ``shadow retire`` and ``shadow promote`` post one signed request into
+the operator inbox (kernel.inbox.ShadowRequest), as ``dirk grant revoke`` does;
+``promote --report DIGEST`` names the report reviewed, and the kernel refuses the
+promotion if the shadow's report has changed since (SHADOW_REPORT_CHANGED). Loading
+takes the candidate's code, so ``load PACK --version V [--candidate HASH]`` names one
+the embedding program offered (``Kernel.offer_shadow``); the kernel refuses a version
+not offered, or one whose hash is not the one reviewed (SHADOW_INVALID).
 """
 
 from __future__ import annotations
@@ -85,15 +87,28 @@ def add_commands(commands: Any) -> None:
     report.set_defaults(run=_report)
 
     for act, words in (
+        ("load", "load a candidate the kernel's program offered as a shadow"),
         ("retire", "stop a shadow; the enforced pack stays"),
         ("promote", "make a shadow the enforced pack, with its report's digest"),
     ):
         parser = acts.add_parser(act, help=words)
         parser.add_argument("pack", metavar="PACK", help="the name of the pack it shadows")
-        parser.add_argument("--version", default="", help="the shadow's version (checked)")
+        parser.add_argument(
+            "--version",
+            default="",
+            required=act == "load",
+            help="the candidate's version (load), or the shadow's (checked)",
+        )
         if act == "promote":
             parser.add_argument(
                 "--report", default="", metavar="DIGEST", help="the digest of the report reviewed"
+            )
+        if act == "load":
+            parser.add_argument(
+                "--candidate",
+                default="",
+                metavar="HASH",
+                help="the content hash of the candidate reviewed (refused if another is offered)",
             )
         add_act_arguments(parser)
         parser.set_defaults(run=_act, action=act)
@@ -162,12 +177,15 @@ async def _act(args: argparse.Namespace) -> int:
                 pack=args.pack,
                 version=args.version,
                 report=getattr(args, "report", ""),
+                candidate=getattr(args, "candidate", ""),
                 operator=args.operator,
                 reason=args.reason,
             )
         )
     except InputInvalid as exc:
         return error(exc.reason_code, f"{exc.field}: {exc.detail}", ExitCode.USAGE)
+    if args.action == "load":  # what is offered lives in the kernel's process: it answers
+        return await post_request(args, request, f"load of {args.pack} {args.version} as a shadow")
     projections, _ = await fold_journal_now(args.db)
     judging = [s for s in projections.domain(Shadows).judging() if s.name == args.pack]
     if not judging or (args.version and judging[-1].version != args.version):

@@ -48,6 +48,7 @@ from kernel.console._auth import (
     csrf_ok,
 )
 from kernel.console._decide import Door, Refused, decision_request
+from kernel.console._drift import drift_routes
 from kernel.console._fields import field_refusal, form_items
 from kernel.console._follow import Follower
 from kernel.console._manage import (
@@ -580,6 +581,7 @@ def create_app(
         get("/audit.json", audit_export),
         *attempt_routes(lambda: holder["journal"], page, get),
         *shadow_routes(lambda: holder["journal"], page, get),
+        *drift_routes(lambda: holder["journal"], page, get),
         Route("/theme", theme, methods=["GET"]),
         post_("/rules/change/{action}", rule_changed),
         post_("/rules/{seq}", rule_decide),

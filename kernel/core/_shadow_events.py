@@ -68,6 +68,7 @@ class ShadowLoaded(Payload, frozen=True, tag=True):
         kinds: the policy kinds it judges (the shadow's, by name).
         previous: the hash of the shadow it replaced, if one was loaded.
         operator / reason: who loaded it, and why.
+        inbox_id: the inbox row the load answers (a signed request), if any.
     """
 
     pack: PackRef
@@ -76,6 +77,7 @@ class ShadowLoaded(Payload, frozen=True, tag=True):
     previous: str = ""
     operator: str = ""
     reason: str = ""
+    inbox_id: int | None = None
 
 
 class ShadowDiffered(Payload, frozen=True, tag=True):

@@ -163,6 +163,7 @@ class Shadows:
                 previous=previous.pack.hash if previous is not None else "",
                 operator=msg.operator,
                 reason=msg.reason,
+                inbox_id=msg.inbox_id,
             )
         )
         out.reply(msg.reply, pack.ref)

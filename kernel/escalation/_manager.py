@@ -61,6 +61,7 @@ from kernel.runtime.messages import (
     Recheck,
     Resolve,
     Tick,
+    Withdrawal,
 )
 from kernel.state.approvals import (
     APPROVE_WORDS,
@@ -142,6 +143,8 @@ class EscalationDesk:
                 self._decide(msg, out)
             case Tick():
                 self._tick(out)
+            case Withdrawal():
+                self._withdraw(msg, out)
 
     # --- budgets, expiry, the watchdog ----------------------------------------
 
@@ -291,6 +294,42 @@ class EscalationDesk:
             dfid=msg.dfid,
         )
         self._carry_out(msg, flow, decided, out)
+
+    def _withdraw(self, msg: Withdrawal, out: Outbox) -> None:
+        """Abort a flow its own agent withdraws, while no human has decided it yet."""
+        flow = out.flow(msg.dfid)
+        approval = self._projections.approvals.get(msg.dfid)
+        waiting = (
+            flow is not None
+            and flow.agent_id == msg.agent_id
+            and flow.status is FlowStatus.ESCALATED
+            and approval is not None
+            and approval.status is ApprovalStatus.PENDING
+            and msg.dfid not in out.scratch.get("decided", ())
+        )
+        if not waiting:
+            status = flow.status if flow is not None else "unknown"
+            feedback = Feedback(
+                reason_code=ReasonCode.FLOW_NOT_ACTIVE,
+                detail=f"flow {msg.dfid} is {status}, not waiting for a human decision",
+                layer="escalation",
+            )
+            out.reply(
+                msg.reply, Verdict(outcome=Outcome.REJECTED, dfid=msg.dfid, feedback=feedback)
+            )
+            return
+        assert flow is not None
+        out.scratch.setdefault("decided", set()).add(msg.dfid)
+        out.emit(
+            FlowAborted(reason_code=ReasonCode.AGENT_DECLINED, detail=msg.detail), dfid=msg.dfid
+        )
+        feedback = Feedback(reason_code=ReasonCode.AGENT_DECLINED, detail=msg.detail)
+        out.reply(
+            msg.reply,
+            Verdict(
+                outcome=Outcome.ABORTED, dfid=msg.dfid, attempt=flow.attempts, feedback=feedback
+            ),
+        )
 
     def _refuse_not_waiting(self, msg: Decide, flow: FlowState | None, out: Outbox) -> None:
         status = flow.status if flow else "unknown"

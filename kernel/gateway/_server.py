@@ -58,7 +58,7 @@ from kernel.gateway._pack import Route, ToolInfo, gateway_pack
 from kernel.gateway._upstream import Upstream, UpstreamExecutor
 from kernel.mcp import Embedded, Identity, Principal, ToolRefused
 from kernel.mcp._offered import principal_scopes
-from kernel.mcp._tasks import Tasks, unknown_task
+from kernel.mcp._tasks import Tasks, kernel_canceller, unknown_task
 from kernel.mcp._tenancy import check_flow
 from kernel.policy import PolicyPack
 from kernel.policy.contracts import HandshakeRefused
@@ -217,7 +217,7 @@ class GatewayServer(MCPServer[Any]):
             ),
             log_level="WARNING",
             # An escalated call answered as a task (2026-07-28, for clients that declare it).
-            extensions=[Tasks(self._task, self._task_caller)],
+            extensions=[Tasks(self._task, self._task_caller, kernel_canceller(kernel))],
             **options,
         )
         self.kernel = kernel

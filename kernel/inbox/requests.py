@@ -240,20 +240,23 @@ Version = Annotated[str, Meta(max_length=64, pattern=r"^[0-9A-Za-z.+_-]*$")]
 
 
 class ShadowRequest(_Request, frozen=True, tag="shadow"):
-    """Retire or promote the shadow of pack ``pack`` (``dirk shadow retire|promote``).
+    """Load, retire or promote the shadow of pack ``pack`` (``dirk shadow load|retire|promote``).
 
     ``version``, when given, must be the shadow's; ``report``, when given, must be the
     digest of the shadow's report as the kernel computes it when it promotes (the one
-    reviewed: SHADOW_REPORT_CHANGED otherwise). Loading a shadow takes the pack's code,
-    which no request carries: the embedding program calls ``Kernel.load_shadow``.
+    reviewed: SHADOW_REPORT_CHANGED otherwise). Loading takes the candidate's code, which
+    no request carries: ``load`` names one the embedding program offered
+    (``Kernel.offer_shadow``) by ``version`` (required), and ``candidate``, when given,
+    is the content hash the operator reviewed (SHADOW_INVALID if the offered one differs).
     """
 
-    action: Literal["retire", "promote"]
+    action: Literal["retire", "promote", "load"]
     pack: Name
     operator: Name
     reason: Reason
     version: Version = ""
     report: Digest = ""
+    candidate: Digest = ""
 
 
 InboxRequest = (

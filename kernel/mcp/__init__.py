@@ -11,7 +11,7 @@ principal the command line set (stdio) or one per bearer token (HTTP, see
 from kernel.mcp._backend import Embedded, Follower, Principal, Settled, ToolRefused
 from kernel.mcp._rules import watch_rules
 from kernel.mcp._server import build_server
-from kernel.mcp._tasks import TASKS, TaskClient, await_task, get_task
+from kernel.mcp._tasks import TASKS, TaskClient, await_task, cancel_task, get_task
 from kernel.mcp._tools import Answer, Identity
 
 __all__ = [
@@ -26,6 +26,7 @@ __all__ = [
     "ToolRefused",
     "await_task",
     "build_server",
+    "cancel_task",
     "get_task",
     "watch_rules",
 ]

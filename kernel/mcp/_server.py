@@ -31,7 +31,7 @@ from kernel.core.reasons import CliError, ReasonCode
 from kernel.mcp._backend import Backend, Embedded, Principal, Settled, ToolRefused, settled
 from kernel.mcp._offered import Offer, offer_of
 from kernel.mcp._rules import add_rulebook
-from kernel.mcp._tasks import Tasks, flow_reader
+from kernel.mcp._tasks import Tasks, flow_reader, kernel_canceller
 from kernel.mcp._tenancy import check_flow, refuse_on_record, rule_space
 from kernel.mcp._tools import (
     ACT,
@@ -94,7 +94,9 @@ def build_server(
         except ToolRefused as exc:
             raise MCPError(INVALID_PARAMS, exc.detail, {"reason_code": str(exc.code)}) from None
 
-    tasks = Tasks(flow_reader(backend), caller)
+    # Beside a kernel a cancelled task withdraws its flow; a follower has no such door.
+    cancel = kernel_canceller(backend.kernel) if isinstance(backend, Embedded) else None
+    tasks = Tasks(flow_reader(backend), caller, cancel)
     server: MCPServer[Any] = CodedServer(
         name,
         title="dirk: a governed memory, rulebook and decisions",

@@ -10,8 +10,15 @@ the call waits); once the flow ends (approved and executed once by the kernel, r
 expired) it is ``completed`` with the tool's own answer as its ``result``, the very
 answer ``wait_flow`` gives. Only the flow's own agent reads it (another agent's flow,
 or another tenant's, is an unknown task: -32602, and another tenant's attempt is recorded).
-``tasks/update`` and ``tasks/cancel`` are acknowledged, as the extension asks; neither
-changes the flow: a human decides it (``dirk decide``).
+``tasks/update`` is acknowledged, as the extension asks (a dirk task asks for no input).
+``tasks/cancel`` withdraws the request while it waits for a human: beside a kernel
+(``dirk mcp`` embedded, the gateway) the kernel aborts the flow for its own agent
+(``Kernel.withdraw``: FlowAborted, AGENT_DECLINED, "withdrawn by <agent>: ..."), so an
+approval given later is refused (FLOW_NOT_ACTIVE) and nothing executes; the task is
+then ``cancelled``, for ``tasks/get`` too. A task a human already decided is not
+cancelled (-32602, FLOW_NOT_ACTIVE). A server that follows a journal whose kernel runs
+elsewhere has no such door (the inbox carries no agent withdrawal): it acknowledges the
+cancel and the task goes on as a human decides it.
 
 A client without the extension, or on an older revision (the conformance suite's and
 the Inspector's), gets the ESCALATED answer and follows it with ``wait_flow`` as before.
@@ -40,11 +47,13 @@ from mcp_types.jsonrpc import HEADER_MISMATCH
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import Field
 
-from kernel.core.flow import FlowState
-from kernel.core.reasons import CliError
+from kernel.api import Kernel
+from kernel.core.flow import FlowState, FlowStatus
+from kernel.core.reasons import CliError, ReasonCode
 from kernel.mcp._backend import Backend, Principal, ToolRefused, settled
 from kernel.mcp._tenancy import check_flow
 from kernel.mcp._tools import Answer, reply
+from kernel.policy.contracts import Outcome
 
 TASKS = "io.modelcontextprotocol/tasks"
 """The extension's identifier."""
@@ -67,6 +76,12 @@ class UpdateParams(TaskParams):
 
 Reader = Callable[[Principal, str], Awaitable[tuple[FlowState, CallToolResult | None]]]
 """Reads a task's flow for a caller: the flow, and the tool's answer once it ended."""
+Canceller = Callable[[Principal, str], Awaitable[FlowState]]
+"""Withdraws a task's flow for its agent (already read as the caller's); the flow after it.
+
+Raises ToolRefused (FLOW_NOT_ACTIVE) when no human is waited for any more."""
+WITHDRAWN = "withdrawn by "
+"""How the detail of a flow its agent withdrew begins (kernel.api.facade.Kernel.withdraw)."""
 
 
 class Tasks(Extension):
@@ -76,20 +91,25 @@ class Tasks(Extension):
         read: reads a task's flow for a caller, and the tool's answer once it ended
             (:func:`flow_reader` for dirk's tools; the gateway reads its kernel's).
         who: the caller of a request (its Context's principal).
+        cancel: withdraws a task's flow (:func:`flow_canceller`); None: ``tasks/cancel``
+            is acknowledged and changes nothing.
     """
 
     identifier = TASKS
 
-    def __init__(self, read: Reader, who: Callable[[Any], Principal]) -> None:
+    def __init__(
+        self, read: Reader, who: Callable[[Any], Principal], cancel: Canceller | None = None
+    ) -> None:
         self.read = read
         self.who = who
+        self.cancel = cancel
 
     def methods(self) -> Sequence[MethodBinding]:
         versions = frozenset(MODERN_PROTOCOL_VERSIONS)
         return (
             MethodBinding("tasks/get", TaskParams, self._get, versions),
             MethodBinding("tasks/update", UpdateParams, self._ack, versions),
-            MethodBinding("tasks/cancel", TaskParams, self._ack, versions),
+            MethodBinding("tasks/cancel", TaskParams, self._cancel, versions),
         )
 
     async def intercept_tool_call(
@@ -117,11 +137,10 @@ class Tasks(Extension):
             who = self.who(ctx)
             flow, answer = await self.read(who, params.task_id)
         except ToolRefused as exc:
-            # An unknown task, another agent's or another tenant's: the same answer.
-            raise MCPError(
-                INVALID_PARAMS, exc.detail, {"reason_code": str(exc.code), "field": "taskId"}
-            ) from None
+            raise _refused(exc) from None
         task = _task(flow, flow.detail)
+        if _withdrawn(flow):
+            return {**task, "status": "cancelled", "statusMessage": flow.detail}
         if answer is not None:
             task["status"] = "completed"
             task["statusMessage"] = str((answer.structured_content or {}).get("verdict", ""))
@@ -129,9 +148,52 @@ class Tasks(Extension):
         return task
 
     async def _ack(self, ctx: ServerRequestContext[Any, Any], params: TaskParams) -> HandlerResult:
-        """``tasks/update`` and ``tasks/cancel``: acknowledged; a human decides the flow."""
+        """``tasks/update``: acknowledged (a dirk task asks for no input)."""
         _check_name(ctx, params)
         return {}
+
+    async def _cancel(
+        self, ctx: ServerRequestContext[Any, Any], params: TaskParams
+    ) -> HandlerResult:
+        """``tasks/cancel``: withdraw the flow while a human is still to decide it."""
+        _check_name(ctx, params)
+        try:
+            who = self.who(ctx)
+            flow, _ = await self.read(who, params.task_id)  # only its own agent's task
+            if self.cancel is None:
+                return _task(flow, flow.detail)  # no door to withdraw through: as it is
+            flow = await self.cancel(who, params.task_id)
+        except ToolRefused as exc:
+            raise _refused(exc) from None
+        return {**_task(flow, flow.detail), "status": "cancelled", "statusMessage": flow.detail}
+
+
+def _refused(exc: ToolRefused) -> MCPError:
+    """A task refused: unknown (another agent's or tenant's reads the same), or not waiting."""
+    return MCPError(INVALID_PARAMS, exc.detail, {"reason_code": str(exc.code), "field": "taskId"})
+
+
+def _withdrawn(flow: FlowState) -> bool:
+    """Whether the flow ended because its agent withdrew it (a cancelled task)."""
+    return (
+        flow.status is FlowStatus.ABORTED
+        and flow.reason_code is ReasonCode.AGENT_DECLINED
+        and flow.detail.startswith(WITHDRAWN)
+    )
+
+
+def kernel_canceller(kernel: Kernel) -> Canceller:
+    """Withdraw tasks through ``kernel`` (in this process): ``Kernel.withdraw``."""
+
+    async def cancel(who: Principal, dfid: str) -> FlowState:
+        verdict = await kernel.withdraw(dfid, agent_id=who.name, reason="MCP task cancelled")
+        if verdict.outcome is not Outcome.ABORTED:
+            why = verdict.feedback.detail if verdict.feedback is not None else "not waiting"
+            raise ToolRefused(ReasonCode.FLOW_NOT_ACTIVE, why, "taskId")
+        flow = await kernel.wait_flow(dfid)
+        return flow
+
+    return cancel
 
 
 def _check_name(ctx: ServerRequestContext[Any, Any], params: TaskParams) -> None:
@@ -232,6 +294,25 @@ class GetTask(McpRequest[TaskParams, Literal["tasks/get"]]):
     method: Literal["tasks/get"] = "tasks/get"
     params: TaskParams
     name_param: ClassVar[str | None] = "taskId"
+
+
+class CancelTask(McpRequest[TaskParams, Literal["tasks/cancel"]]):
+    """The ``tasks/cancel`` request (its ``Mcp-Name`` header is the task's id)."""
+
+    method: Literal["tasks/cancel"] = "tasks/cancel"
+    params: TaskParams
+    name_param: ClassVar[str | None] = "taskId"
+
+
+async def cancel_task(session: Any, task_id: str) -> TaskState:
+    """Cancel task ``task_id``: its request is withdrawn while a human is still to decide it.
+
+    Raises:
+        MCPError: -32602: an unknown task, or one a human already decided (FLOW_NOT_ACTIVE).
+    """
+    request = CancelTask(params=TaskParams(taskId=task_id))
+    state: TaskState = await session.send_request(request, TaskState)
+    return state
 
 
 async def get_task(session: Any, task_id: str) -> TaskState:

@@ -10,6 +10,7 @@ from kernel.policy.escalations import EscalationBudget
 from kernel.policy.guards import Guard, GuardFinding, SoftGuard
 from kernel.policy.kinds import Impact, NeedsHuman, PolicyKind
 from kernel.policy.money import Budget, Cost, ModelPrice, format_money, parse_money
+from kernel.policy.monitors import Monitor
 from kernel.policy.packs import Consume, LimitSpec, PackError, PolicyPack, Threshold
 from kernel.policy.quorums import Quorum
 from kernel.policy.rules import (
@@ -37,6 +38,7 @@ __all__ = [
     "Impact",
     "LimitSpec",
     "ModelPrice",
+    "Monitor",
     "NeedsHuman",
     "OneOf",
     "PackError",

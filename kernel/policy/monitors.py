@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal, get_args
 
+from kernel.core.reasons import ReasonCode
 from kernel.policy._checks import PackError
 
 Metric = Literal[
@@ -35,6 +36,8 @@ By = Literal["agent", "principal"]
 
 METRICS: frozenset[str] = frozenset(get_args(Metric))
 ACTIONS: frozenset[str] = frozenset(get_args(Action))
+
+REASONS: frozenset[str] = frozenset(str(code) for code in ReasonCode)
 
 LOW_IS_BAD: frozenset[str] = frozenset({"mean_confidence"})
 """Metrics that breach by falling under their bound rather than rising above it."""
@@ -60,6 +63,11 @@ class Monitor:
             single refusal is not a 100% refusal rate worth acting on).
         action: ``notify``, ``demote`` (PASSIVE) or ``suspend`` (SUSPENDED).
         by: ``agent``, or ``principal`` (the flow's ``FlowCreated.on_behalf``).
+        reasons: for ``refusal_rate`` and ``escalation_rate``, count only the verdicts
+            of these reason codes over all verdicts (a model that starts writing
+            malformed proposals: ``("SCHEMA_INVALID",)``); empty: every refusal or
+            escalation counts. Refusals an agent does not cause (contention for a pool
+            others hold) then do not demote it.
     """
 
     name: str
@@ -71,6 +79,7 @@ class Monitor:
     min_samples: int = 1
     action: Action = "notify"
     by: By = "agent"
+    reasons: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         problem = self._kind_problem() or self._bound_problem()
@@ -85,6 +94,11 @@ class Monitor:
             return f"unknown action {self.action!r}"
         if self.by not in ("agent", "principal"):
             return "by is 'agent' or 'principal'"
+        if self.reasons and self.metric not in ("refusal_rate", "escalation_rate"):
+            return "reasons are for refusal_rate and escalation_rate"
+        unknown = [r for r in self.reasons if r not in REASONS]
+        if unknown:
+            return f"unknown reason code {unknown[0]!r}"
         return ""
 
     def _bound_problem(self) -> str:
@@ -99,7 +113,10 @@ class Monitor:
 
     def hashed(self) -> list[object]:
         """The monitor as the pack's hash sees it."""
-        return [
+        hashed: list[object] = [
             self.name, self.metric, self.window_s, repr(self.bound), self.baseline_s,
             repr(self.factor), self.min_samples, self.action, self.by,
         ]  # fmt: skip
+        if self.reasons:  # only when given: a monitor without keeps its hash
+            hashed.append(list(self.reasons))
+        return hashed

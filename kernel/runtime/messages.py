@@ -299,6 +299,7 @@ class LoadShadow(msgspec.Struct, frozen=True, kw_only=True):
     adapters: frozenset[str]
     operator: str = ""
     reason: str = ""
+    inbox_id: int | None = None
     reply: Reply[Any] | None = None
 
 
@@ -425,6 +426,19 @@ class Tick(msgspec.Struct, frozen=True, kw_only=True):
     """Time passed: expire approvals, and wake the silence watchdog."""
 
 
+class Withdrawal(msgspec.Struct, frozen=True, kw_only=True):
+    """The flow's own agent withdraws a request that waits for a human (an MCP task cancelled).
+
+    Taken only while no human has decided: the flow is aborted (AGENT_DECLINED), so a
+    decision that comes later is refused (FLOW_NOT_ACTIVE) and nothing executes.
+    """
+
+    dfid: str
+    agent_id: str
+    detail: str
+    reply: Reply[Verdict] | None = None
+
+
 # --- to the execution engine -------------------------------------------------
 
 
@@ -517,7 +531,7 @@ GrantMessage: TypeAlias = IssueGrant | VoteGrant | RevokeGrant
 """What the DIM receives as the owner of standing grants."""
 RuleMessage: TypeAlias = SubmitRule | DecideRule | RetractRule
 """What the DIM receives as the rulebook's owner."""
-EscalationMessage: TypeAlias = Escalate | Decide | Tick
+EscalationMessage: TypeAlias = Escalate | Decide | Tick | Withdrawal
 ExecutionMessage: TypeAlias = Execute | Dispatch | AdapterDone | Recover | Resolve
 GuardMessage: TypeAlias = Screen | Found
 AgentMessage: TypeAlias = WorkingContext

@@ -30,6 +30,7 @@ samples, or a mismatch).
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -72,6 +73,8 @@ class Tally:
     escalated: int = 0
     exhausted: int = 0
     confidences: list[float] = field(default_factory=list)
+    codes: Counter[tuple[str, str]] = field(default_factory=Counter)
+    """Refusals and escalations by (``refused`` or ``escalated``, reason code)."""
     charges: int = 0
     spent: int = 0
     effects: int = 0
@@ -89,6 +92,7 @@ class Tally:
             if isinstance(p, ProposalRejected):
                 code = p.feedback.reason_code
             self.exhausted += code == ReasonCode.REASONING_EXHAUSTION
+            self._code(p, code)
         elif isinstance(p, ProposalSubmitted):
             self.confidences.append(p.proposal.confidence)
         elif isinstance(p, ReasoningCharged):
@@ -101,12 +105,26 @@ class Tally:
         self.first_seq = self.first_seq or event.seq
         self.last_seq = event.seq
 
-    def measure(self, metric: str, window_s: int) -> tuple[float, int]:
-        """The metric's value and the samples it rests on (a value of 0 with no sample)."""
+    def _code(self, p: Payload, code: ReasonCode | None) -> None:
+        """Count a refusal's or an escalation's reason code (a monitor's ``reasons``)."""
+        if code is not None:
+            which = "refused" if isinstance(p, ProposalRejected) else "escalated"
+            self.codes[which, str(code)] += 1
+
+    def measure(
+        self, metric: str, window_s: int, reasons: tuple[str, ...] = ()
+    ) -> tuple[float, int]:
+        """The metric's value and the samples it rests on (a value of 0 with no sample).
+
+        ``reasons``: a rate counts only the refusals (or escalations) of these codes.
+        """
         minutes = window_s / 60
         if metric in _RATES:
             top = {"refusal_rate": self.refused, "escalation_rate": self.escalated}
             count = top.get(metric, self.exhausted)
+            if reasons:
+                which = "refused" if metric == "refusal_rate" else "escalated"
+                count = sum(self.codes[which, r] for r in reasons)
             return (count / self.verdicts if self.verdicts else 0.0), self.verdicts
         if metric == "mean_confidence":
             n = len(self.confidences)
@@ -191,14 +209,16 @@ def _breach(
     monitor: Monitor, current: Tally, baseline: Tally | None
 ) -> tuple[float, int, float, float | None] | None:
     """The value, samples, bound and baseline of a subject's breach, or None (no breach)."""
-    value, samples = current.measure(monitor.metric, monitor.window_s)
+    value, samples = current.measure(monitor.metric, monitor.window_s, monitor.reasons)
     if samples < monitor.min_samples:
         return None
     bound, base_value = monitor.bound, None
     if monitor.baseline_s:
         if baseline is None:
             return None
-        base_value, base_samples = baseline.measure(monitor.metric, monitor.baseline_s)
+        base_value, base_samples = baseline.measure(
+            monitor.metric, monitor.baseline_s, monitor.reasons
+        )
         if base_samples < monitor.min_samples:
             return None
         bound = _floored(monitor, base_value * monitor.factor)

@@ -55,6 +55,7 @@ from kernel.core.events import (
     Payload,
     RuleDecided,
     RuleRetracted,
+    ShadowLoaded,
     ShadowPromoted,
     ShadowRetired,
     TenantDeclared,
@@ -121,6 +122,7 @@ _INBOX_EVENTS: frozenset[type[Payload]] = frozenset(
         TenantPolicyChanged,
         ShadowRetired,
         ShadowPromoted,
+        ShadowLoaded,
     }
 )
 _Table = dict[type[Payload], Fold]

@@ -31,6 +31,7 @@ from opentelemetry.sdk.resources import Resource
 from kernel.core.events import (
     ActorRestarted,
     ApprovalExpired,
+    DriftBreached,
     Event,
     ExecutionRetried,
     FlowAborted,
@@ -173,6 +174,11 @@ class FlowMetrics:
             description="Time to commit one journal transaction (write and sync)",
             explicit_bucket_boundaries_advisory=COMMIT_BUCKETS,
         )
+        self._breaches = meter.create_counter(
+            "dir.drift.breaches",
+            unit="{breach}",
+            description="Drift monitors' breaches, by monitor, metric, action and agent",
+        )
         self._depths: Callable[[], Mapping[str, int]] | None = None
         meter.create_observable_gauge(
             "dir.mailbox.depth",
@@ -225,6 +231,8 @@ class FlowMetrics:
                     self._retries.add(1)
                 case ActorRestarted(actor=actor):
                     self._restarts.add(1, {"dir.actor": actor})
+                case DriftBreached() as breach:
+                    self._breaches.add(1, _breach_attributes(breach))
                 case FlowClosed() | FlowAborted() | FlowCompensated():
                     self._unwait(dfid, event.ts)
                     status = {FlowClosed: "CLOSED", FlowAborted: "ABORTED"}.get(
@@ -268,3 +276,16 @@ def meter_provider_from_env(env: Mapping[str, str], resource: Resource) -> Meter
     except ExporterUnavailable as exc:
         _log.error("metrics export is off: %s", exc)
         return None
+
+
+def _breach_attributes(breach: DriftBreached) -> dict[str, str]:
+    """A breach's metric attributes: the agent by id; a principal's breach names no user."""
+    attrs = {
+        "dir.drift.monitor": breach.monitor,
+        "dir.drift.metric": breach.metric,
+        "dir.drift.action": breach.action,
+        "dir.drift.by": breach.by,
+    }
+    if breach.by == "agent":
+        attrs["dir.agent"] = breach.subject
+    return attrs

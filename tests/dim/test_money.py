@@ -326,6 +326,19 @@ async def test_an_escalation_over_a_money_threshold_reads_as_money(tmp_path: Pat
     assert event.payload.detail == ("trading.place_order: 30,000.00 USD is above 25,000.00 USD")
 
 
+async def test_an_escalation_over_a_field_names_the_field_it_checked(tmp_path: Path) -> None:
+    """A threshold on ``quantity`` says "quantity 300", never "amount 300" (issue 41)."""
+    by_quantity = dataclasses.replace(
+        TRADING, thresholds=(Threshold(PlaceOrder, amount="quantity", above=100),)
+    )
+    async with open_desk(tmp_path / "j.db", Bank(), packs=[by_quantity]) as kernel:
+        dfid = await escalated_order(kernel, quantity=300)
+        [event] = await kernel.journal.read(dfid=dfid, types=["FlowEscalated"])
+    assert isinstance(event.payload, FlowEscalated)
+    assert event.payload.detail == "trading.place_order: quantity 300 is above 100"
+    assert "amount" not in event.payload.detail
+
+
 @pytest.mark.parametrize("currency", ["usd", "US", "dollars"])
 def test_a_threshold_in_no_currency_code_is_refused(currency: str) -> None:
     bad = dataclasses.replace(

@@ -81,6 +81,12 @@ async def test_a_drifting_agent_is_demoted_then_restored_by_an_operator(tmp_path
         assert demoted.payload.operator == OPERATOR and demoted.agent_id == "clerk"
         assert status(kernel) is AgentStatus.PASSIVE
 
+        # ``dirk agents`` says who demoted it, and how to restore it.
+        code, out, err = await dirk("agents", "--db", path)
+        assert code == 0, err
+        assert "clerk 1.0.0: PASSIVE  (demoted by a drift monitor: drift monitor refusals" in out
+        assert "  restore: dirk agent clerk --set ACTIVE" in out
+
         # The operator looks, rolls the model back, and restores the agent.
         await kernel.set_agent_status("clerk", "ACTIVE", operator="ana", reason="model rolled back")
         assert status(kernel) is AgentStatus.ACTIVE
@@ -101,6 +107,14 @@ async def test_a_drifting_agent_is_demoted_then_restored_by_an_operator(tmp_path
     code, out, err = await dirk("agent", "clerk", "--db", path, "--json")
     shown = json.loads(out)["drift"]["refusals"]
     assert code == 0 and shown["seq"] == breached.seq and shown["action"] == "demote"
+
+    # ``dirk agents`` lists it beside the agent's status, in words and as JSON.
+    code, out, err = await dirk("agents", "--db", path)
+    assert code == 0, err
+    assert f"  drift refusals: refusal_rate {breach.value:g} crossed 0.3 (seq {breached.seq}" in out
+    code, out, err = await dirk("agents", "--db", path, "--json")
+    [row] = json.loads(out)
+    assert row["status"] == "ACTIVE" and row["drift"]["refusals"]["seq"] == breached.seq
 
     # ``dirk verify --verdicts`` re-derives the breach from the journal.
     code, out, err = await dirk("verify", "--db", path, "--verdicts", "--pack", PACK_SPEC)

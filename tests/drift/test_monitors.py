@@ -235,6 +235,8 @@ def test_a_breach_makes_a_webhook_notice() -> None:
         {"metric": "spend", "baseline_s": 60, "factor": 0},
         {"metric": "spend", "bound": 1.0, "action": "delete"},
         {"metric": "spend", "bound": 1.0, "window_s": 0},
+        {"metric": "refusal_rate", "bound": 0.5, "reasons": ("NO_SUCH_CODE",)},
+        {"metric": "spend", "bound": 1.0, "reasons": ("SCHEMA_INVALID",)},
     ],
 )
 def test_a_broken_monitor_is_refused(kwargs: dict[str, object]) -> None:
@@ -285,3 +287,29 @@ def test_every_recorded_breach_re_derives_and_a_forged_one_does_not() -> None:
     at = journal.add(forged, 7 * 60 * MINUTE)
     assert [seq for seq, _ in unproven(journal.events, monitors)] == [at.seq]
     assert unproven(journal.events, [])[0][1].startswith("no monitor refusals")
+
+
+def test_a_monitor_of_some_reasons_counts_only_their_refusals() -> None:
+    """Malformed proposals climb; refusals for contention the agent does not cause do not count."""
+    malformed = dataclasses.replace(
+        REFUSALS, baseline_s=None, bound=0.4, min_samples=8, reasons=("SCHEMA_INVALID",)
+    )
+    journal = Journal()
+    for minute in range(10):  # every verdict refused, but for contention: no breach
+        code = ReasonCode.RESOURCE_CONTENTION
+        journal.add(
+            ProposalRejected(attempt=1, feedback=Feedback(reason_code=code)), minute * MINUTE
+        )
+    now = 10 * MINUTE
+    assert evaluate("ops@1.0.0", malformed, journal.events, now) == []
+    assert evaluate("ops@1.0.0", dataclasses.replace(malformed, reasons=()), journal.events, now)
+    for minute in range(10, 18):  # now malformed ones: 8 of 18 verdicts, 44%
+        code = ReasonCode.SCHEMA_INVALID
+        journal.add(
+            ProposalRejected(attempt=1, feedback=Feedback(reason_code=code)), minute * MINUTE
+        )
+    [breach] = evaluate("ops@1.0.0", malformed, journal.events, 18 * MINUTE)
+    assert (breach.value, breach.samples) == (8 / 18, 18)
+    # Without reasons a monitor hashes as before; with them, they enter the pack's hash.
+    assert len(malformed.hashed()) == len(REFUSALS.hashed()) + 1
+    assert dataclasses.replace(malformed, reasons=()).hashed()[-1] == "agent"

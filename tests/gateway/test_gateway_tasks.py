@@ -8,7 +8,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kernel.mcp import TaskClient, await_task, get_task
+import pytest
+from mcp.shared.exceptions import MCPError
+
+from kernel import FlowStatus
+from kernel.mcp import TaskClient, await_task, cancel_task, get_task
 from kernel.testing import action_of
 from tests.gateway.support import Client, gateway, stdio_config, upstream_in
 
@@ -45,3 +49,23 @@ async def test_an_escalated_upstream_call_is_a_task_that_completes_once(tmp_path
     assert other.structured_content is not None
     assert other.structured_content["verdict"] == "ESCALATED"
     assert len(up.calls("transfer")) == 1
+
+
+async def test_a_cancelled_upstream_task_never_reaches_the_upstream(tmp_path: Path) -> None:
+    up = upstream_in(tmp_path)
+    async with gateway(stdio_config(up), tmp_path / "j.db") as gw:
+        async with Client(gw.server, extensions=[TaskClient()]) as c:
+            handle = await c.session.call_tool("notes_transfer", CALL, allow_claimed=True)
+            task_id: str = handle.task_id  # type: ignore[union-attr]
+            confirm = action_of(gw.kernel, task_id)
+            assert (await cancel_task(c.session, task_id)).status == "cancelled"
+            assert (await get_task(c.session, task_id)).status == "cancelled"
+            late = await gw.kernel.decide(
+                task_id, "approve", operator="ana", reason="late", action_hash=confirm
+            )
+            with pytest.raises(MCPError) as again:
+                await cancel_task(c.session, task_id)
+        assert late.feedback is not None and late.feedback.reason_code == "FLOW_NOT_ACTIVE"
+        assert again.value.error.data["reason_code"] == "FLOW_NOT_ACTIVE"
+        assert (await gw.kernel.wait_flow(task_id)).status is FlowStatus.ABORTED
+    assert up.calls("transfer") == []

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import pytest
 
 from tests.support.mcp_kernel import require_mcp
 
@@ -26,9 +27,20 @@ require_mcp()
 from mcp import Client  # noqa: E402
 from mcp.client.streamable_http import streamable_http_client  # noqa: E402
 from mcp.shared._httpx_utils import create_mcp_http_client  # noqa: E402
+from mcp.shared.exceptions import MCPError  # noqa: E402
 
 from kernel import FlowStatus, Kernel, SystemClock  # noqa: E402
-from kernel.mcp import TASKS, Embedded, Identity, Principal, TaskClient, build_server  # noqa: E402
+from kernel.core.events import FlowAborted  # noqa: E402
+from kernel.mcp import (  # noqa: E402
+    TASKS,
+    Embedded,
+    Identity,
+    Principal,
+    TaskClient,
+    build_server,
+    cancel_task,
+    get_task,
+)
 from kernel.mcp._http import bound, serve_http  # noqa: E402
 from kernel.testing import action_of  # noqa: E402
 from tests.support.browser import ROOT  # noqa: E402
@@ -109,6 +121,60 @@ async def test_an_escalated_call_is_a_task_another_process_completes(tmp_path: P
         assert result["structuredContent"]["dfid"] == task_id
         assert (await kernel.wait_flow(task_id)).status is FlowStatus.CLOSED
     assert len(bank.calls) == 1  # executed once
+
+
+async def test_a_cancelled_task_is_withdrawn_and_a_later_approval_executes_nothing(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "j.db"
+    bank = Bank()
+    async with (
+        kernel_for(db, bank=bank, clock=SystemClock(), inbox_poll_s=0.05) as kernel,
+        served(kernel) as url,
+    ):
+        async with Client(streamable_http_client(url), extensions=[TaskClient()]) as c:
+            handle = await c.session.call_tool("propose", LOW_CONFIDENCE, allow_claimed=True)
+            task_id: str = handle.task_id  # type: ignore[union-attr]
+            confirm = action_of(kernel, task_id)
+            assert confirm is not None
+            cancelled = await cancel_task(c.session, task_id)
+            assert cancelled.status == "cancelled", cancelled
+            assert (await get_task(c.session, task_id)).status == "cancelled"
+            # Withdrawn once: a second cancel finds nothing waiting, and says so.
+            with pytest.raises(MCPError) as again:
+                await cancel_task(c.session, task_id)
+            assert again.value.error.data["reason_code"] == "FLOW_NOT_ACTIVE"
+        flow = await kernel.wait_flow(task_id)
+        assert (flow.status, flow.reason_code) == (FlowStatus.ABORTED, "AGENT_DECLINED")
+        # The operator approves afterwards, signed through the inbox: refused, nothing runs.
+        decided = await decide(db, task_id, confirm[:12])
+        assert decided.returncode != 0 and "FLOW_NOT_ACTIVE" in decided.stderr, decided.stderr
+        [aborted] = await kernel.journal.read(dfid=task_id, types=["FlowAborted"])
+        assert isinstance(aborted.payload, FlowAborted)
+        assert aborted.payload.detail.startswith("withdrawn by clerk")
+        assert not await kernel.journal.read(dfid=task_id, types=["ExecutionStarted"])
+    assert bank.calls == []
+
+
+async def test_a_task_a_human_decided_is_not_cancelled(tmp_path: Path) -> None:
+    bank = Bank()
+    async with (
+        kernel_for(tmp_path / "j.db", bank=bank, clock=SystemClock()) as kernel,
+        served(kernel) as url,
+    ):
+        async with Client(streamable_http_client(url), extensions=[TaskClient()]) as c:
+            handle = await c.session.call_tool("propose", LOW_CONFIDENCE, allow_claimed=True)
+            task_id: str = handle.task_id  # type: ignore[union-attr]
+            await kernel.decide(
+                task_id, "approve", operator="ana", reason="real",
+                action_hash=action_of(kernel, task_id),
+            )  # fmt: skip
+            await kernel.wait_flow(task_id)
+            with pytest.raises(MCPError) as refused:
+                await cancel_task(c.session, task_id)
+            assert refused.value.error.data["reason_code"] == "FLOW_NOT_ACTIVE"
+            assert (await get_task(c.session, task_id)).status == "completed"
+    assert len(bank.calls) == 1
 
 
 async def test_without_the_extension_an_escalated_call_is_escalated(tmp_path: Path) -> None:

@@ -8,11 +8,15 @@ import io
 import itertools
 import json
 import re
+import sqlite3
 import subprocess
+import time
 from collections.abc import Awaitable, Callable
+from contextlib import closing
 from pathlib import Path
 
 import anyio
+import msgspec
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -20,15 +24,17 @@ from hypothesis import strategies as st
 from kernel import InputInvalid, SystemClock
 from kernel.audit import open_journal, verify_journal
 from kernel.cli._main import main
-from kernel.core.events import ShadowPromoted
+from kernel.core import keys as keyfns
+from kernel.core.events import InputRefused, ShadowLoaded, ShadowPromoted, payload_of
 from kernel.core.reasons import ExitCode, ReasonCode
 from kernel.dim import ShadowRefused
 from kernel.inbox import ShadowRequest
+from kernel.inbox.proof import sign
 from kernel.inbox.requests import normalized
 from tests.cli.test_cli import dirk, one_error_line
 from tests.shadow.test_shadow import CANDIDATE, kernel, run_flows, trader
 from tests.support.hostile import hostile_scalars, hostile_text
-from tests.support.operators import Keys
+from tests.support.operators import Keys, wait_taken
 
 HERE = Path(__file__).parent
 CANDIDATE_SPEC = f"{HERE / 'test_shadow.py'}:CANDIDATE"
@@ -109,6 +115,68 @@ async def test_the_report_gates_ci_and_promotion_through_the_inbox_records_its_d
             )
         )
         assert one_error_line(gone) == ReasonCode.SHADOW_NOT_LOADED
+    assert (await verify_journal(db)).ok
+
+
+async def test_an_offered_candidate_loads_by_a_signed_request_and_a_forged_one_is_refused(
+    tmp_path: Path, operator_keys: Keys
+) -> None:
+    db = tmp_path / "j.db"
+    async with kernel(db, clock=SystemClock(), poll_s=0.02) as k:
+        await k.register(trader([4, 1]))
+        k.offer_shadow(CANDIDATE)  # the code, from the embedding program; nothing recorded
+        assert not await k.journal.read(types=["ShadowLoaded"])
+        load = ShadowRequest(
+            action="load", pack="desk", version="1.1.0", candidate=CANDIDATE.ref.hash,
+            operator="ana", reason="the committee's candidate",
+        )  # fmt: skip
+        # As the attacker writes rows: unsigned, and signed by a key the keyring lacks.
+        journal_id = k.journal.journal_id
+        unsigned = json.dumps(
+            {"journal_id": journal_id, "request": msgspec.to_builtins(load),
+             "request_id": "attacker-request-0001", "signer": "ana", "signature": ""}
+        ).encode()  # fmt: skip
+        forged = sign(
+            load, key=keyfns.generate(), signer="ana", journal_id=journal_id,
+            signed_ns=time.time_ns(),
+        )  # fmt: skip
+        for body in (unsigned, forged):
+            with closing(sqlite3.connect(db)) as conn, conn:
+                [(row,)] = conn.execute(
+                    "INSERT INTO operator_inbox (request, created_ts) VALUES (?, 0) RETURNING id",
+                    (body,),
+                ).fetchall()
+            seq = await wait_taken(k, row)
+            [refused] = await k.journal.read(seq, seq + 1)
+            assert payload_of(refused, InputRefused).reason_code is ReasonCode.SIGNATURE_INVALID
+        assert not await k.journal.read(types=["ShadowLoaded"])
+
+        def shadow_load(*extra: str) -> subprocess.CompletedProcess[str]:
+            return dirk(
+                "shadow", "load", "desk", "--operator", "ana", "--reason", "the candidate",
+                "--db", db, "--wait", "30", *extra,
+            )  # fmt: skip
+
+        # Signed by ana, but naming a version not offered, or a hash not the one offered.
+        missing = await anyio.to_thread.run_sync(shadow_load, "--version", "9.9.9")
+        assert one_error_line(missing) == ReasonCode.SHADOW_INVALID
+        other = await anyio.to_thread.run_sync(
+            shadow_load, "--version", "1.1.0", "--candidate", "ab" * 32
+        )
+        assert one_error_line(other) == ReasonCode.SHADOW_INVALID
+        assert not await k.journal.read(types=["ShadowLoaded"])
+
+        done = await anyio.to_thread.run_sync(
+            shadow_load, "--version", "1.1.0", "--candidate", CANDIDATE.ref.hash
+        )
+        assert done.returncode == 0, done.stderr
+        assert "applied: pack desk 1.1.0 shadows 1.0.0 by ana" in done.stdout
+        [loaded] = await k.journal.read(types=["ShadowLoaded"])
+        shadow = payload_of(loaded, ShadowLoaded)
+        assert shadow.pack == CANDIDATE.ref and shadow.operator == "ana"
+        assert shadow.inbox_id is not None and k.projections.inbox_taken[shadow.inbox_id]
+        await run_flows(k, 2)  # it judges: the first order (4) is over its limit of 3
+        assert await k.journal.read(types=["ShadowDiffered"])
     assert (await verify_journal(db)).ok
 
 

@@ -149,10 +149,10 @@ async def test_a_collector_killed_mid_run_costs_the_kernel_nothing_and_loses_no_
                 # The collector is down: the decisions go on, their spans wait in the journal.
                 await all_closed(kernel, await fire(kernel, 100))
                 assert not await anyio.to_thread.run_sync(shipper.force_flush, 1000)
-                # The exporter retries on its own before it says refused: wait for the
-                # refusal itself (a busy machine takes longer than the flush above).
+                # The exporter retries on its own before it says refused: flush again until
+                # it has (a busy machine takes longer than one flush's second).
                 while shipper.refused < 1:
-                    await anyio.sleep(0.05)
+                    await anyio.to_thread.run_sync(shipper.force_flush, 200)
                 second = await stack.enter_async_context(otlp_receiver(first.port))
                 tg.start_soon(second.rest)
                 after = await fire(kernel, 25)

@@ -36,6 +36,7 @@ from kernel.core.events import (
     CompensationStarted,
     CompensationSucceeded,
     ContextCompiled,
+    DriftBreached,
     DuplicateSuppressed,
     Event,
     ExecutionFailed,
@@ -823,7 +824,7 @@ def test_batching_never_changes_the_spans(cuts: list[int]) -> None:
     assert content_of(collector.spans) == content_of(spans_for_events(VARIED))
 
 
-def test_metrics_count_flows_verdicts_waits_retries_and_restarts() -> None:
+def test_metrics_count_flows_verdicts_waits_retries_restarts_and_breaches() -> None:
     reader = InMemoryMetricReader()
     telemetry = Telemetry(None, meter_provider=MeterProvider([reader]))
     events = [*VARIED]
@@ -833,6 +834,12 @@ def test_metrics_count_flows_verdicts_waits_retries_and_restarts() -> None:
     extra.add(
         ExecutionRetried(key="k", attempt=1, error="busy", delay_ns=1, retry_at_ns=2), at_ms=951
     )
+    breach = DriftBreached(
+        pack="pay@1.1.0", monitor="refusals", metric="refusal_rate", by="agent",
+        subject="clerk", value=0.5, bound=0.3, window_start_ns=0, window_end_ns=952_000_000,
+        samples=10, action="demote",
+    )  # fmt: skip
+    extra.add(breach, at_ms=952, dfid=None)
 
     telemetry.emit(events)
 
@@ -852,6 +859,14 @@ def test_metrics_count_flows_verdicts_waits_retries_and_restarts() -> None:
     assert points[("dir.escalation.wait", ())] == 1
     assert points[("dir.actor.restarts", (("dir.actor", "dim"),))] == 1
     assert points[("dir.execution.retries", ())] == 1
+    drifted = (
+        ("dir.agent", "clerk"),
+        ("dir.drift.action", "demote"),
+        ("dir.drift.by", "agent"),
+        ("dir.drift.metric", "refusal_rate"),
+        ("dir.drift.monitor", "refusals"),
+    )
+    assert points[("dir.drift.breaches", drifted)] == 1
     assert ("dir.escalations.waiting", ()) in points  # back to 0 after the decision
     assert points[("dir.execution.duration", (("dir.adapter", "erp"), ("outcome", "ok")))] == 2
     assert telemetry.shutdown()
