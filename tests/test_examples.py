@@ -62,7 +62,7 @@ from kernel.core.events import (
 )
 from kernel.policy import parse_money
 from kernel.state.drift import OPERATOR, evaluate, monitors_of, reevaluate, unproven
-from kernel.telemetry import spans_for_events
+from kernel.telemetry import spans_for_events, trace_id_for
 from policies.trading import TRADING
 from tests.support import SUPPORT
 from tests.support.extras import require
@@ -293,6 +293,16 @@ def test_a_drifting_hedger_is_demoted_by_the_desks_monitor_then_restored_by_an_o
     again = evaluate(found.pack, REFUSALS, before, found.window_end_ns, as_of_seq=found.as_of_seq)
     assert again == [found]
     assert unproven(events, monitors_of([TRADING, DESK])) == []
+
+    # And a span of its own, in no flow's trace: the window it spans, what crossed what.
+    [span] = [s for s in spans_for_events(events) if s.name == "drift refusals"]
+    assert span.parent is None and span.attributes is not None
+    assert span.attributes["gen_ai.agent.id"] == "hedger"
+    assert span.attributes["dir.drift.action"] == "demote"
+    assert span.attributes["dir.seq"] == breach.seq
+    assert span.start_time == found.window_start_ns and span.end_time == breach.event.ts
+    flow_traces = {trace_id_for(d) for d in flows}
+    assert span.context is not None and span.context.trace_id not in flow_traces
 
 
 def minute_of(ts_ns: int) -> int:
@@ -611,11 +621,14 @@ def test_the_trading_desk_sends_every_flow_to_an_otlp_receiver(tmp_path: Path) -
         (f"{s.context.trace_id:032x}", f"{s.context.span_id:016x}") for s in expected
     )
     assert {s["service_name"] for s in received} == {"trading-desk"}
-    roots = [s for s in received if not s["parent_span_id"]]
+    # A drift breach is a trace of its own, no flow's (kernel.telemetry._drift).
+    breaches = [s for s in received if s["name"].startswith("drift ")]
+    assert all(not s["parent_span_id"] and "dir.dfid" not in s["attributes"] for s in breaches)
+    roots = [s for s in received if not s["parent_span_id"] and s not in breaches]
     mandate = [s for s in roots if s["attributes"]["dir.agent_id"] == "strategist"]
     assert mandate, "the strategist's mandate is a root flow"
     # Every flow is its own trace, whose id is its DFID, linked to its parent flow's root.
-    assert {s["trace_id"] for s in received} == {s["trace_id"] for s in roots}
+    assert {s["trace_id"] for s in received if s not in breaches} == {s["trace_id"] for s in roots}
     by_dfid = {s["attributes"]["dir.dfid"]: s for s in roots}
     for root in roots:
         assert root["trace_id"] == uuid.UUID(root["attributes"]["dir.dfid"]).hex

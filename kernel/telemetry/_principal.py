@@ -21,11 +21,10 @@ from collections.abc import Iterable, Mapping
 from opentelemetry.semconv._incubating.attributes.user_attributes import USER_ID
 
 from kernel.core.events import Event, FlowCreated
+from kernel.telemetry._drift import TENANT
 from kernel.telemetry._projector import SpanProjector
 from kernel.telemetry._spans import SpanRecord
 
-TENANT = "dirk.tenant"
-"""The span attribute naming the tenant a flow acts in."""
 PSEUDONYM_KEY_ENV = "DIRK_SPAN_USER_KEY"
 """The environment variable whose value, when set, keys the pseudonyms of user ids."""
 
@@ -75,6 +74,10 @@ class PrincipalSpans(SpanProjector):
             found = self._attrs.get(record.dfid)
             if found:
                 record.attrs.update(found)
+            elif self._key and record.parent is None and USER_ID in record.attrs:
+                # A drift breach about a principal names its user as a flow's spans do.
+                attrs = record.attrs
+                attrs[USER_ID] = pseudonym(self._key, attrs[TENANT], attrs[USER_ID])
         for dfid in [d for d in self._attrs if not self.is_open(d)]:
             del self._attrs[dfid]
         return records

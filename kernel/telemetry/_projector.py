@@ -1,14 +1,16 @@
 """The span projector: committed events in, the records of the spans they ended out.
 
 Each open flow's state is a ``_Flow`` (kernel.telemetry._project); the projector keeps
-the flows begun and not yet ended.
+the flows begun and not yet ended. A drift breach, no flow's, is a span of its own
+(kernel.telemetry._drift).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 
-from kernel.core.events import Event, FlowCreated
+from kernel.core.events import DriftBreached, Event, FlowCreated
+from kernel.telemetry._drift import breach_span
 from kernel.telemetry._project import SpanRecord, _Flow
 
 __all__ = ["SpanProjector"]
@@ -41,6 +43,8 @@ class SpanProjector:
         for event in events:
             dfid = event.dfid
             if dfid is None:
+                if isinstance(event.payload, DriftBreached):
+                    out.append(breach_span(event))  # a trace of its own: no flow's
                 continue
             flow = flows.get(dfid)
             if flow is None:
