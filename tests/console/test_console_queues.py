@@ -27,11 +27,10 @@ console_extra()
 
 from starlette.testclient import TestClient  # noqa: E402
 
-from kernel.console._app import Settings, create_app  # noqa: E402
-from kernel.console._auth import Gate  # noqa: E402
 from kernel.console._views import act_of, diff, edited_params  # noqa: E402
 from kernel.console._web import cell as _cell  # noqa: E402
 from kernel.core import events as ev  # noqa: E402
+from tests.support.console_client import signed_in  # noqa: E402
 
 
 def desk(folder: Path, *args: str) -> Path:
@@ -57,15 +56,6 @@ def waiting(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def answered(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A 30-minute day the scripted operator answered."""
     return desk(tmp_path_factory.mktemp("answered"), "--minutes", "30")
-
-
-def signed_in(db: Path) -> Iterator[TestClient]:
-    gate = Gate(None)
-    with TestClient(create_app(Settings(db=str(db)), gate), follow_redirects=False) as client:
-        client.get("/login")
-        nonce = client.cookies["dirk_console_login"]
-        client.post("/login", data={"nonce": nonce, "name": "ana", "secret": gate.token})
-        yield client
 
 
 @pytest.fixture

@@ -17,8 +17,7 @@ console_extra()
 
 from starlette.testclient import TestClient  # noqa: E402
 
-from kernel.console._app import Settings, create_app  # noqa: E402
-from kernel.console._auth import Gate  # noqa: E402
+from tests.support.console_client import signed_in  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -38,13 +37,7 @@ def journal(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture
 def client(journal: Path) -> Iterator[TestClient]:
-    gate = Gate(None)
-    app = create_app(Settings(db=str(journal)), gate)
-    with TestClient(app, follow_redirects=False) as client:
-        client.get("/login")
-        nonce = client.cookies["dirk_console_login"]
-        client.post("/login", data={"nonce": nonce, "name": "ana", "secret": gate.token})
-        yield client
+    yield from signed_in(journal)
 
 
 async def _report(journal: Path) -> tuple[str, int, list[str]]:
