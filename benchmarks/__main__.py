@@ -406,7 +406,7 @@ def _plain(value: float) -> str:
 def goals(figures: Sequence[Figure]) -> str:
     """Return one line per goal of issue 35: met, missed (by how much), skipped or not run."""
     by_id = {f.id: f for f in figures}
-    lines = ["goals of issue 35:"]
+    lines = ["goals of issues 35 and 45:"]
     for figure_id, goal in ISSUE_GOALS:
         figure = by_id.get(figure_id)
         if figure is None:
