@@ -18,6 +18,7 @@ import pytest
 
 from examples.desk import DESK
 from examples.desk_0_1 import DESK_0_1
+from examples.desk_0_2 import DESK_0_2
 from kernel import PackError, open_kernel
 from kernel.adapters import ExecutionIntent, Receipt
 from kernel.audit import payload_of
@@ -329,3 +330,11 @@ async def test_the_rules_of_a_running_kernel_change_only_through_load_pack(tmp_p
         assert k.catalog.rules_of["shop.buy"] == (qty_cap, denies_all)  # type: ignore[comparison-overlap]
         assert k.catalog.pack_of["shop.buy"].hash == ref.hash == strict.hash
         assert SHOP.rules == (qty_cap,)  # the old version is untouched
+
+
+def test_the_desks_kept_versions_hash_as_the_journals_they_judged_recorded() -> None:
+    """A kept version re-judges old journals only while its hash is the one they recorded
+    (desk 0.2.0's, as the example shipped it before 0.3.0 added the drift monitor)."""
+    assert DESK_0_2.version == "0.2.0"
+    assert DESK_0_2.hash == "8c2366e79f955c5e877222fa57cdccb5b369448827ec5a04c69fda0f77bd5d27"
+    assert DESK.hash != DESK_0_2.hash  # 0.3.0 is another pack
