@@ -55,7 +55,6 @@ from kernel.api.sessions import Sessions
 from kernel.api.wiring import Actors
 from kernel.artifacts import ArtifactStore, artifacts_beside
 from kernel.config import KernelConfig
-from kernel.context import Subscribers
 from kernel.core import wall
 from kernel.core.errors import KernelShutdown
 from kernel.core.events import Manifest, Principal, Tier
@@ -138,7 +137,6 @@ class Kernel(Operating):
         edge = Edge(journal, projections, sealer=sealer, meaning=config.ports.meaning)
         hosts: dict[str, Mailbox[AgentMessage]] = {}
         self._hosts = hosts
-        self._subscribers = Subscribers(hosts, projections)
         effects = Effects()
         self.actors = Actors(
             projections=projections,
@@ -335,7 +333,7 @@ class Kernel(Operating):
         topic, facts, source, parent = checked.topic, checked.facts, checked.source, checked.parent
         if checked.traceparent and caller_context(checked.traceparent) is None:
             raise InputInvalid("traceparent", "a trace context names a span: non-zero ids")
-        fan_out = len(self._subscribers.of(topic, active=False))
+        fan_out = len(self.actors.subscribers.of(topic, active=False))
         reply: Reply[list[str]] = Reply()
         msg = FireTrigger(
             topic=topic,

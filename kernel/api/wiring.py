@@ -14,7 +14,7 @@ from typing import Any
 
 from kernel.adapters.contract import Adapter, CallPool
 from kernel.config import KernelConfig
-from kernel.context import ContextCompiler
+from kernel.context import ContextCompiler, Subscribers
 from kernel.core.ports import Clock, IdSource
 from kernel.dim import IntegrityModule, Shadows
 from kernel.escalation import EscalationDesk
@@ -79,6 +79,9 @@ class Actors:
         self.guards: Mailbox[GuardMessage] = Mailbox("guards", capacity)
         self.shadows = Shadows()
         """The shadow packs the DIM judges by beside the enforced ones (kept across restarts)."""
+        self.subscribers = Subscribers(hosts, projections)
+        """Which hosted agents a topic wakes: the compiler's, and the trigger's count of the
+        flows it will open (kept across restarts)."""
         adapters = {**adapters, **_executors(projections, catalog, adapters, clock, self.dim)}
         self.adapters: Mapping[str, Adapter] = adapters
         """The adapters by name, with the domains' executors the packs need and none gave."""
@@ -113,6 +116,7 @@ class Actors:
                     catalog.schemas,
                     config.ports.rule_search,
                     principal=config.principal,
+                    subscribers=self.subscribers,
                 ),
                 self.compiler,
             ),

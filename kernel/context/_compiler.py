@@ -47,7 +47,12 @@ _NOT_ACTIVE = {
 
 
 class ContextCompiler:
-    """The context compiler actor."""
+    """The context compiler actor.
+
+    ``subscribers`` is the index of whom a topic wakes, shared with the kernel (which
+    counts a trigger's flows by it) and kept across the compiler's restarts; one of its
+    own over ``hosts`` when none is given.
+    """
 
     def __init__(
         self,
@@ -58,6 +63,7 @@ class ContextCompiler:
         schemas: Mapping[str, Any] | None = None,
         rule_search: RuleSearch | None = None,
         principal: Principal | None = None,
+        subscribers: Subscribers | None = None,
     ) -> None:
         # A trigger's flows act for the principal the host vouches for (None: nobody,
         # and the DIM refuses their proposals PRINCIPAL_MISSING).
@@ -70,7 +76,7 @@ class ContextCompiler:
         self._clock = clock
         self._ids = ids
         self._hosts = hosts
-        self._subscribers = Subscribers(hosts, projections)
+        self._subscribers = subscribers or Subscribers(hosts, projections)
 
     async def handle(self, msg: CompilerMessage, out: Outbox) -> None:
         match msg:
