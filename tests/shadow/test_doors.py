@@ -220,7 +220,7 @@ async def test_hostile_shadow_acts_are_refused_with_a_code_and_the_kernel_goes_o
 
 @SETTINGS
 @given(fields=st.dictionaries(st.sampled_from(["action", "pack", "version", "report",
-                                               "operator", "reason", "extra"]),
+                                               "candidate", "operator", "reason", "extra"]),
                               hostile_scalars(), max_size=7))  # fmt: skip
 def test_a_hostile_inbox_request_is_refused_at_the_wall(fields: dict[str, object]) -> None:
     try:
