@@ -57,11 +57,11 @@ LOW_CONFIDENCE = {
 
 
 @asynccontextmanager
-async def served(kernel: Kernel) -> AsyncIterator[str]:
+async def served(kernel: Kernel, who: Principal = AGENT) -> AsyncIterator[str]:
     """The MCP server beside ``kernel`` on streamable HTTP (loopback, one agent)."""
     sock = bound("127.0.0.1", 0)
     url = f"http://127.0.0.1:{sock.getsockname()[1]}/mcp"
-    server = build_server(Embedded(kernel), Identity(AGENT))
+    server = build_server(Embedded(kernel), Identity(who))
     app = server.streamable_http_app(stateless_http=True, host="127.0.0.1")
     async with anyio.create_task_group() as tg:
         tg.start_soon(serve_http, app, sock)
@@ -154,6 +154,36 @@ async def test_a_cancelled_task_is_withdrawn_and_a_later_approval_executes_nothi
         assert aborted.payload.detail.startswith("withdrawn by clerk")
         assert not await kernel.journal.read(dfid=task_id, types=["ExecutionStarted"])
     assert bank.calls == []
+
+
+async def test_another_agent_cannot_cancel_a_task_and_the_approval_still_executes(
+    tmp_path: Path,
+) -> None:
+    """As the attacker: mallory's own session names clerk's task to withdraw it; answered
+    as an unknown task, the flow still waits, and the human's approval executes it once."""
+    bank = Bank()
+    mallory = Principal(role="agent", name="mallory")
+    async with (
+        kernel_for(tmp_path / "j.db", bank=bank, clock=SystemClock()) as kernel,
+        served(kernel) as url,
+        served(kernel, mallory) as theirs,
+    ):
+        async with Client(streamable_http_client(url), extensions=[TaskClient()]) as c:
+            handle = await c.session.call_tool("propose", LOW_CONFIDENCE, allow_claimed=True)
+            task_id: str = handle.task_id  # type: ignore[union-attr]
+        async with Client(streamable_http_client(theirs), extensions=[TaskClient()]) as m:
+            with pytest.raises(MCPError) as refused:
+                await cancel_task(m.session, task_id)
+        assert refused.value.error.code == -32602
+        assert refused.value.error.data["reason_code"] == "UNKNOWN_FLOW"
+        flow = kernel.flow(task_id)
+        assert flow is not None and flow.status is FlowStatus.ESCALATED
+        await kernel.decide(
+            task_id, "approve", operator="ana", reason="real",
+            action_hash=action_of(kernel, task_id),
+        )  # fmt: skip
+        assert (await kernel.wait_flow(task_id)).status is FlowStatus.CLOSED
+    assert len(bank.calls) == 1
 
 
 async def test_a_task_a_human_decided_is_not_cancelled(tmp_path: Path) -> None:
