@@ -85,6 +85,24 @@ class Calls:
             answer = await reply.wait()
         finally:
             self._pending.discard(reply)
+        return self._answered(answer)
+
+    async def wait(self, reply: Reply[T]) -> T:
+        """Return the answer to a message sent already (or on its way), once it is durable.
+
+        Raises:
+            KernelShutdown: the kernel stopped before the answer came.
+            Exception: the actor answered with a refusal (raised as it is).
+        """
+        self.raise_if_stopped()
+        self._pending.add(reply)
+        try:
+            answer = await reply.wait()
+        finally:
+            self._pending.discard(reply)
+        return self._answered(answer)
+
+    def _answered(self, answer: T) -> T:
         if answer is STOPPED:
             self.raise_if_stopped()
         if isinstance(answer, Exception):

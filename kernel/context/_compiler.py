@@ -17,6 +17,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+import msgspec
+
 from kernel.context._layers import LayerBody, compile_layers, layer_body
 from kernel.context._subscribers import Subscribers
 from kernel.core.events import (
@@ -34,7 +36,15 @@ from kernel.core.ports import Clock, IdSource
 from kernel.core.reasons import ReasonCode
 from kernel.policy.contracts import WorkingContext
 from kernel.runtime.actors import Mailbox, Outbox
-from kernel.runtime.messages import AgentMessage, Compile, CompilerMessage, FireTrigger, Open
+from kernel.runtime.messages import (
+    AgentMessage,
+    Compile,
+    CompilerMessage,
+    DimMessage,
+    FireTrigger,
+    Judge,
+    Open,
+)
 from kernel.state.principals import tenant_of
 from kernel.state.projections import AgentStatus, Projections, context_ref
 from kernel.state.rulebook import RuleSearch
@@ -51,7 +61,8 @@ class ContextCompiler:
 
     ``subscribers`` is the index of whom a topic wakes, shared with the kernel (which
     counts a trigger's flows by it) and kept across the compiler's restarts; one of its
-    own over ``hosts`` when none is given.
+    own over ``hosts`` when none is given. ``dim``: where the proposal an :class:`Open`
+    brings is judged (without it, an Open's proposal is not sent: its caller's is).
     """
 
     def __init__(
@@ -64,7 +75,9 @@ class ContextCompiler:
         rule_search: RuleSearch | None = None,
         principal: Principal | None = None,
         subscribers: Subscribers | None = None,
+        dim: Mailbox[DimMessage] | None = None,
     ) -> None:
+        self._dim = dim
         # A trigger's flows act for the principal the host vouches for (None: nobody,
         # and the DIM refuses their proposals PRINCIPAL_MISSING).
         self._on_behalf = (
@@ -121,6 +134,8 @@ class ContextCompiler:
         opened = out.flow(msg.dfid)
         assert opened is not None
         out.reply(msg.reply, opened.context_ref)
+        if msg.judge is not None and self._dim is not None:
+            out.send_early(self._dim, _judge_on(msg.judge, opened.context_ref))
 
     def _fire(self, msg: FireTrigger, out: Outbox) -> None:
         root = self._projections.flows.get(msg.parent_dfid) if msg.parent_dfid else None
@@ -268,3 +283,11 @@ class ContextCompiler:
             out.send_early(host, ctx)
         else:
             out.send(host, ctx)
+
+
+def _judge_on(judge: Judge, context_ref: str) -> Judge:
+    """``judge`` as the DIM takes it: an admitted proposal citing no context cites this one."""
+    if judge.invalid is not None or judge.proposal.context_ref:
+        return judge
+    proposal = msgspec.structs.replace(judge.proposal, context_ref=context_ref)
+    return msgspec.structs.replace(judge, proposal=proposal)
