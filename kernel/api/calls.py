@@ -138,6 +138,7 @@ class Flows:
         self._room: anyio.Event | None = None
         self._quiet: anyio.Event | None = None
         self._waiters: dict[str, list[tuple[frozenset[FlowStatus], anyio.Event]]] = {}
+        self._watched: dict[str | None, list[Event]] = {}
         calls.on_stop(self._release)
 
     def on_commit(self, events: Sequence[Event]) -> None:
@@ -149,6 +150,12 @@ class Flows:
         projections.apply(events)
         if self.checkpointer is not None:
             self.checkpointer.observe(projections)
+        watched = self._watched
+        if watched:
+            for event in events:
+                seen = watched.get(event.dfid)
+                if seen is not None:
+                    seen.append(event)
         if self._waiters:
             self._wake(events)
         moving = len(projections.moving)
@@ -158,6 +165,18 @@ class Flows:
         if self._room is not None and moving + self._admitting < self._max_in_flight:
             self._room.set()
             self._room = None
+
+    def watch(self, dfid: str) -> list[Event]:
+        """Keep the events of flow ``dfid`` as they commit, from now until :meth:`unwatch`.
+
+        A call watches the flow it is about to open: its answer is then built from
+        what committed (kernel.api.decisions), never read back from the journal.
+        """
+        return self._watched.setdefault(dfid, [])
+
+    def unwatch(self, dfid: str) -> None:
+        """Stop keeping the events of flow ``dfid``."""
+        self._watched.pop(dfid, None)
 
     def _wake(self, events: Sequence[Event]) -> None:
         for event in events:

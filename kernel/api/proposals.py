@@ -22,8 +22,7 @@ while a stop is recorded and survives.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable, Mapping
-from contextlib import asynccontextmanager
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import anyio
@@ -35,13 +34,12 @@ from kernel.api.conversations import (
     Ask,
     CallSpec,
     Conversation,
-    Key,
+    Keys,
     admitted_call,
     admitted_usage,
     load_conversation,
 )
 from kernel.api.decisions import (
-    FAULTS,
     Decision,
     DecisionVerdict,
     Judged,
@@ -50,6 +48,7 @@ from kernel.api.decisions import (
     decision_of,
     keyed_dfid,
     unopened,
+    verdict_decision,
 )
 from kernel.api.edge import Edge, admitted
 from kernel.api.outage import Outage
@@ -130,7 +129,7 @@ class Proposals:
         self._kept = kept
         self._principal = principal
         self._conversations: OrderedDict[str, Conversation] = OrderedDict()
-        self._keys: dict[str, Key] = {}
+        self._keys = Keys()
         self._outage = outage
 
     # --- the entries ---------------------------------------------------------------
@@ -193,7 +192,7 @@ class Proposals:
         """One call of no conversation: keyed by its tool-call id, if it has one."""
         call, tool_call_id = ask.call, ask.call.tool_call_id or ""
         key = call_dfid(call.agent_id, None, tool_call_id) if tool_call_id else None
-        async with self._keyed(key):
+        async with self._keys.held(key):
             known = await self._known(key) if key is not None else None
             if known is None:
                 judged = await self._judge(ask, key or self._ids.new_dfid(), None)
@@ -309,7 +308,7 @@ class Proposals:
         None: the flow is open now, or was opened under ``key`` before.
         """
         dfid = keyed_dfid("open", agent_id, key)
-        async with self._keyed(dfid):
+        async with self._keys.held(dfid):
             if await self._known(dfid) is not None:
                 return None
             record, invalid = self._proposal(policy, explain, confidence, "")
@@ -351,16 +350,27 @@ class Proposals:
             streak=None if conv is None else self._streak(conv, call.agent_id),
             usage=ask.usage,
         )
-        opened = await self._open_call(ask, dfid, conv, judge)
-        if not isinstance(opened, str):
-            return unopened(opened, conversation, tool_call_id)
-        if conv is not None:
-            self._opened_in(conv, dfid, tool_call_id)
-        verdict = await self._calls.wait(reply)
+        # Its answer is built from what commits (no read back): watched from before it opens.
+        events = self._flows.watch(dfid)
+        try:
+            opened = await self._open_call(ask, dfid, conv, judge)
+            if not isinstance(opened, str):
+                self._flows.unwatch(dfid)
+                return unopened(opened, conversation, tool_call_id)
+            if conv is not None:
+                self._opened_in(conv, dfid, tool_call_id)
+            verdict = await self._calls.wait(reply)
+        except BaseException:
+            self._flows.unwatch(dfid)
+            raise
         if conv is not None:
             conv.count(verdict)
         return Judged(
-            dfid=dfid, verdict=verdict, conversation_dfid=conversation, tool_call_id=tool_call_id
+            dfid=dfid,
+            verdict=verdict,
+            conversation_dfid=conversation,
+            tool_call_id=tool_call_id,
+            events=events,
         )
 
     async def _open_call(
@@ -455,37 +465,27 @@ class Proposals:
 
     async def _settle(self, judged: Judged) -> Decision:
         """Return the decision of a judged call, waiting for its execution if it was accepted."""
+        try:
+            return await self._settled(judged)
+        finally:
+            if judged.events is not None:
+                self._flows.unwatch(judged.dfid)
+
+    async def _settled(self, judged: Judged) -> Decision:
         if judged.decision is not None:
             return judged.decision
         verdict = judged.verdict
         assert verdict is not None
-        ids: dict[str, Any] = {
-            "conversation_dfid": judged.conversation_dfid,
-            "tool_call_id": judged.tool_call_id,
-        }
-        feedback = verdict.feedback
-        match verdict.outcome:
-            case Outcome.ACCEPTED | Outcome.DUPLICATE:
-                flow = await self._flows.wait_flow(judged.dfid, TERMINAL | {FlowStatus.ESCALATED})
-                return await decision_of(self._journal, flow, **ids)
-            case Outcome.ESCALATED:
-                return Decision(
-                    verdict=DecisionVerdict.ESCALATED,
-                    dfid=judged.dfid,
-                    reason_code=feedback.reason_code if feedback else None,
-                    detail=feedback.detail if feedback else "",
-                    **ids,
-                )
-        code = feedback.reason_code if feedback else None
-        return Decision(
-            verdict=DecisionVerdict.FAILED if code in FAULTS else DecisionVerdict.REFUSED,
-            dfid=judged.dfid,
-            reason_code=code,
-            detail=feedback.detail if feedback else "",
-            field=feedback.field if feedback else "",
-            limit=feedback.limit if feedback else "",
-            **ids,
-        )
+        if verdict.outcome in (Outcome.ACCEPTED, Outcome.DUPLICATE):
+            flow = await self._flows.wait_flow(judged.dfid, TERMINAL | {FlowStatus.ESCALATED})
+            return await decision_of(
+                self._journal,
+                flow,
+                conversation_dfid=judged.conversation_dfid,
+                tool_call_id=judged.tool_call_id,
+                events=judged.events,
+            )
+        return verdict_decision(judged, verdict)
 
     # --- keys and conversations ----------------------------------------------------
 
@@ -551,22 +551,6 @@ class Proposals:
             conversation_dfid=conv.dfid,
             tool_call_id=tool_call_id,
         )
-
-    @asynccontextmanager
-    async def _keyed(self, key: str | None) -> AsyncIterator[None]:
-        """Hold ``key`` while its call is looked up and judged: one flow per key."""
-        if key is None:
-            yield
-            return
-        held = self._keys.setdefault(key, Key())
-        held.users += 1
-        try:
-            async with held.lock:
-                yield
-        finally:
-            held.users -= 1
-            if not held.users:
-                del self._keys[key]
 
     def _visible_ref(self, agent_id: str) -> str | None:
         agent = self._projections.agents.get(agent_id)

@@ -94,11 +94,12 @@ def decide(ctx: WorkingContext) -> Proposal:
 
 
 def policy_of(kind: str) -> Ping | Trip:
-    return {
+    policies: dict[str, Ping | Trip] = {
         "ping": Ping(text="hi"),
         "trip": Trip(legs=["flight", "hotel"]),
         "undo": Trip(legs=["flight", "hotel", "fail"]),
-    }[kind]
+    }
+    return policies[kind]
 
 
 async def propose_all(kernel: Kernel) -> None:
