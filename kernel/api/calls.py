@@ -219,9 +219,12 @@ class Flows:
         if dfid in self._projections.flows:
             return None
         try:
-            folded = fold(await self._journal.flow_events(dfid))
+            events = await self._journal.flow_events(dfid)
         except JournalError:
             return None  # the request goes on, and is refused or finds the kernel stopped
+        if not events:
+            return None  # never opened (a new key): no state to build for it
+        folded = fold(events)
         state = folded.flows.get(dfid)
         if state is None or not state.terminal:
             return None
