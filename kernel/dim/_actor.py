@@ -360,6 +360,8 @@ class IntegrityModule:
             )
         intent = stage_start(self._catalog, accepted, out, applied, policy=judgement.policy)
         if intent is not None:
+            if self._catalog.reads_only.get(intent.kind, False):
+                out.commit_lazily(msg.dfid)  # nothing to record first: group commit
             out.send(self._execution, Dispatch(dfid=msg.dfid, key=intent.key))
         out.reply(msg.reply, Verdict(outcome=Outcome.ACCEPTED, dfid=msg.dfid, attempt=attempt))
 

@@ -256,6 +256,26 @@ class _Writer:
                 raise unreachable(self._location, exc) from None
             raise
 
+    def append_lazy(
+        self,
+        rows: Sequence[Row],
+        expected_seq: int,
+        head: str,
+        injected: bool,
+        nodes: Sequence[Node] = (),
+    ) -> None:
+        """:meth:`append` without waiting for the server's WAL flush (group commit).
+
+        ``synchronous_commit = off`` for this transaction alone: the server flushes it with
+        the next durable commit or within its ``wal_writer_delay``.
+        """
+        try:
+            self._append(rows, expected_seq, head, injected, nodes, lazy=True)
+        except psycopg.Error as exc:
+            if is_unreachable(exc):
+                raise unreachable(self._location, exc) from None
+            raise
+
     def probe(self) -> None:
         """Ask the server something, to learn while idle that it went away."""
         try:
@@ -285,9 +305,12 @@ class _Writer:
         head: str,
         injected: bool,
         nodes: Sequence[Node],
+        lazy: bool = False,
     ) -> None:
         new_seq = rows[-1][0]
         with self._conn.transaction(), self._conn.cursor() as cur:
+            if lazy and not self.synchronous_off:
+                cur.execute("SET LOCAL synchronous_commit = off")
             # The compare-and-set first: it also locks the head row for the transaction.
             cur.execute(
                 "UPDATE journal_head SET seq = %s, value = %s"

@@ -191,10 +191,35 @@ async def tree_heads_of(query: Any) -> list[tuple[int, str]]:
 class _Writer:
     """The one writer of a journal file (its methods run in a worker thread)."""
 
-    def __init__(self, path: str, conn: sqlite3.Connection, compress: bool = True) -> None:
+    def __init__(
+        self, path: str, conn: sqlite3.Connection, compress: bool = True, synchronous: str = "FULL"
+    ) -> None:
         self._path = path
         self._conn = conn
         self._packer = BodyPacker() if compress else None
+        self._synchronous = synchronous
+
+    def append_lazy(
+        self,
+        rows: Sequence[Row],
+        expected_seq: int,
+        head: str,
+        injected: bool,
+        nodes: Sequence[Node] = (),
+    ) -> None:
+        """:meth:`append` without an fsync of its own (group commit, kernel.journal.port).
+
+        In WAL mode at ``synchronous = NORMAL`` a commit is safe from the process being
+        killed, and made durable by the next commit that syncs the log (or a checkpoint).
+        """
+        durable = self._synchronous in ("FULL", "EXTRA")
+        if durable:
+            self._conn.execute("PRAGMA synchronous = NORMAL")
+        try:
+            self.append(rows, expected_seq, head, injected, nodes)
+        finally:
+            if durable:
+                self._conn.execute(f"PRAGMA synchronous = {self._synchronous}")
 
     def append(
         self,
@@ -309,7 +334,7 @@ async def open_store(
                 )
             except SQLITE_ERRORS as exc:
                 raise sqlite_error(path, exc) from exc
-            writer = _Writer(path, conn, compress)
+            writer = _Writer(path, conn, compress, synchronous.upper())
             head = head._replace(journal_id=created_id)
             tree_built = True
     except BaseException:
