@@ -100,10 +100,10 @@ class Storage(msgspec.Struct, frozen=True, kw_only=True):
         group_reads: a call of a read-only kind (``PolicyKind.read_only``: it changes
             nothing in the world) is recorded, judged and answered as any other, but its
             commits skip their own sync where no other event shares them (SQLite WAL at
-            ``synchronous = NORMAL``, PostgreSQL ``synchronous_commit = off`` for that
-            transaction): safe from a killed kernel, durable with the next synced commit;
-            the machine losing power may lose the last such records, never an effect's.
-            False: every commit syncs as ``synchronous`` says.
+            ``synchronous = NORMAL`` for that transaction): safe from a killed kernel,
+            durable with the next synced commit; the machine losing power may lose the
+            last such records, never an effect's. PostgreSQL syncs every commit (a server
+            restart would lose an asynchronous one). False: every commit syncs.
     """
 
     synchronous: str = "FULL"

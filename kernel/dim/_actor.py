@@ -167,7 +167,7 @@ class IntegrityModule:
             out.rollback()
             out.reply(msg.done, None)
             return
-        staged_of(out).carried(msg.drafts)
+        staged_of(out).carried(msg.drafts, self._projections)
         for answer in msg.messages:
             await self.handle(answer, out)
         out.after_commit_with(hand_back, (out, start, len(msg.drafts), msg.done))

@@ -175,12 +175,16 @@ class Staged:
             return domain.tenants, domain.delegations
         return {**domain.tenants, **self.tenants}, {**domain.delegations, **self.delegations}
 
-    def carried(self, drafts: Iterable[Draft]) -> None:
-        """Note whom the flows a carried compiler batch opens act for (not folded yet)."""
+    def carried(self, drafts: Iterable[Draft], projections: Projections) -> None:
+        """Note whom the flows a carried compiler batch opens act for (not folded yet).
+
+        The domains see it too (``Principals.staging``), until the flows' FlowCreated fold.
+        """
+        staging = projections.domain(Principals).staging
         for draft in drafts:
             payload = draft.payload
             if isinstance(payload, FlowCreated) and payload.on_behalf is not None and draft.dfid:
-                self.behalf[draft.dfid] = payload.on_behalf
+                self.behalf[draft.dfid] = staging[draft.dfid] = payload.on_behalf
 
     def on_behalf(self, projections: Projections, dfid: str) -> OnBehalf | None:
         """Whom flow ``dfid`` acts for: as this batch staged it, or as committed."""

@@ -230,7 +230,12 @@ def _tree_heads(conn: psycopg.Connection[Any]) -> list[tuple[int, str]]:
 
 
 class _Writer:
-    """The one writer: its lease's connection and its own (methods run in a worker thread)."""
+    """The one writer: its lease's connection and its own (methods run in a worker thread).
+
+    No ``append_lazy``: every commit waits for the server's WAL flush. An asynchronous
+    commit would be lost by a server restart, which the kernel rides out (its head would
+    then be ahead of the journal's, and the journal fenced).
+    """
 
     def __init__(
         self, location: str, lease: psycopg.Connection[Any], conn: psycopg.Connection[Any]
@@ -251,26 +256,6 @@ class _Writer:
     ) -> None:
         try:
             self._append(rows, expected_seq, head, injected, nodes)
-        except psycopg.Error as exc:
-            if is_unreachable(exc):
-                raise unreachable(self._location, exc) from None
-            raise
-
-    def append_lazy(
-        self,
-        rows: Sequence[Row],
-        expected_seq: int,
-        head: str,
-        injected: bool,
-        nodes: Sequence[Node] = (),
-    ) -> None:
-        """:meth:`append` without waiting for the server's WAL flush (group commit).
-
-        ``synchronous_commit = off`` for this transaction alone: the server flushes it with
-        the next durable commit or within its ``wal_writer_delay``.
-        """
-        try:
-            self._append(rows, expected_seq, head, injected, nodes, lazy=True)
         except psycopg.Error as exc:
             if is_unreachable(exc):
                 raise unreachable(self._location, exc) from None
@@ -305,12 +290,9 @@ class _Writer:
         head: str,
         injected: bool,
         nodes: Sequence[Node],
-        lazy: bool = False,
     ) -> None:
         new_seq = rows[-1][0]
         with self._conn.transaction(), self._conn.cursor() as cur:
-            if lazy and not self.synchronous_off:
-                cur.execute("SET LOCAL synchronous_commit = off")
             # The compare-and-set first: it also locks the head row for the transaction.
             cur.execute(
                 "UPDATE journal_head SET seq = %s, value = %s"
