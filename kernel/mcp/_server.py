@@ -26,6 +26,7 @@ from mcp_types import INVALID_PARAMS
 from pydantic import WithJsonSchema
 
 from kernel.audit.counterfactual import whatif
+from kernel.audit.units import readable
 from kernel.core.flow import FlowState, FlowStatus
 from kernel.core.reasons import CliError, ReasonCode
 from kernel.mcp._backend import Backend, Embedded, Principal, Settled, ToolRefused, settled
@@ -79,8 +80,13 @@ def build_server(
     bus: SubscriptionBus | None = None,
     auth: AuthSettings | None = None,
     token_verifier: TokenVerifier | None = None,
+    currency: str = "USD",
 ) -> MCPServer[Any]:
     """Return the MCP server over ``backend``, its callers known by ``identity``.
+
+    ``currency`` is the one whose minor units the packs' reasons quote: each answer's
+    ``summary`` (and its first text) shows them in it, durations in the largest sensible
+    unit; ``none`` leaves amounts as recorded. ``detail`` is always as recorded.
 
     ``bus`` carries change events to ``subscriptions/listen`` clients: give the same
     one to :func:`kernel.mcp.watch_rules` to tell them when the rules change.
@@ -96,7 +102,7 @@ def build_server(
 
     # Beside a kernel a cancelled task withdraws its flow; a follower has no such door.
     cancel = kernel_canceller(backend.kernel) if isinstance(backend, Embedded) else None
-    tasks = Tasks(flow_reader(backend), caller, cancel)
+    tasks = Tasks(flow_reader(backend, currency), caller, cancel, currency)
     server: MCPServer[Any] = CodedServer(
         name,
         title="dirk: a governed memory, rulebook and decisions",
@@ -113,7 +119,12 @@ def build_server(
         # Escalated calls answered as tasks on 2026-07-28, for clients that declare it.
         extensions=[tasks],
     )
+    if isinstance(server, CodedServer):
+        server.currency = currency
     tool = registrar(server, identity)
+
+    def words(text: str) -> str:
+        return readable(text, currency)
 
     async def offered(who: Principal) -> Offer:
         async with backend.reading() as view:
@@ -448,19 +459,21 @@ def build_server(
                     continue
                 if approval.status is not ApprovalStatus.PENDING:
                     continue
-                waiting.append(
-                    {
-                        "dfid": dfid,
-                        "agent_id": approval.agent_id,
-                        "reason_code": str(approval.reason_code),
-                        "detail": approval.detail,
-                        "impact": str(approval.impact),
-                        "action_hash": approval.short_hash,
-                        "kind": flow.proposal.kind if flow.proposal else "",
-                        "quorum": quorum_text(view.projections.domain(Quorums).ballots.get(dfid)),
-                    }
-                )
-        return Answer(verdict="OK", result={"escalations": waiting[:MAX_RESULTS]})
+                item = {
+                    "dfid": dfid,
+                    "agent_id": approval.agent_id,
+                    "reason_code": str(approval.reason_code),
+                    "detail": approval.detail,
+                    "impact": str(approval.impact),
+                    "action_hash": approval.short_hash,
+                    "kind": flow.proposal.kind if flow.proposal else "",
+                    "quorum": quorum_text(view.projections.domain(Quorums).ballots.get(dfid)),
+                }
+                waiting.append({**item, "summary": _escalation_line(item, words)})
+        shown = waiting[:MAX_RESULTS]
+        head = f"{len(waiting)} escalation{'' if len(waiting) == 1 else 's'} waiting"
+        lines = [head + (":" if shown else ""), *(f"- {item['summary']}" for item in shown)]
+        return Answer(verdict="OK", result={"escalations": shown}, summary="\n".join(lines))
 
     @tool("operator", title="Review an escalation", hints=READ)
     async def review(who: Principal, dfid: Id) -> Answer:
@@ -481,6 +494,9 @@ def build_server(
             "topic": flow.topic,
             "proposal": msgspec.to_builtins(flow.proposal) if flow.proposal else None,
         }
+        summary = f"{key} ({flow.status}): {flow.agent_id} proposes {flow.topic}"
+        if flow.proposal is not None:
+            summary = f"{key} ({flow.status}): {flow.agent_id} proposes {flow.proposal.kind}"
         if approval is not None:
             result.update(
                 reason_code=str(approval.reason_code),
@@ -488,6 +504,10 @@ def build_server(
                 impact=str(approval.impact),
                 approval=str(approval.status),
                 action_hash=approval.action_hash,
+            )
+            summary += (
+                f"; {approval.reason_code}: {words(approval.detail)}; impact {approval.impact};"
+                f" approval {approval.status}"
             )
         if quorum_text(ballot):
             assert ballot is not None
@@ -498,7 +518,10 @@ def build_server(
                 "votes": [{"operator": v.operator, "vote": v.vote} for v in ballot.votes],
                 "may_not_vote": ballot.excluded,
             }
-        return Answer(verdict="OK", dfid=key, status=str(flow.status), result=result)
+            summary += f"; quorum {quorum_text(ballot)}"
+        return Answer(
+            verdict="OK", dfid=key, status=str(flow.status), result=result, summary=summary
+        )
 
     @tool("operator", title="Decide on an escalation", hints=EFFECT)
     async def decide(
@@ -587,6 +610,13 @@ def _schema_of_propose(
     parameters["$defs"] = {**parameters.get("$defs", {}), **defs}
     tool.parameters = parameters
     return options
+
+
+def _escalation_line(item: Mapping[str, Any], words: Any) -> str:
+    """One escalation as a person reads it: who proposes what, why it waits, for whom."""
+    line = f"{item['dfid']}: {item['agent_id']} proposes {item['kind'] or 'an action'}"
+    line += f"; {item['reason_code']}: {words(item['detail'])}; impact {item['impact']}"
+    return line + (f"; quorum {item['quorum']}" if item["quorum"] else "")
 
 
 def quorum_text(ballot: Ballot | None) -> str:
