@@ -302,7 +302,7 @@ def _parser() -> argparse.ArgumentParser:
         default="USD",
         metavar="CODE",
         help="the currency whose minor units the packs count in, shown as such (default USD;"
-        " none: as recorded)",
+        " none: amounts as recorded)",
     )
     show.set_defaults(run=_show, pages=True)
 

@@ -96,7 +96,7 @@ def add_commands(commands: Any) -> None:
         default="USD",
         metavar="CODE",
         help="the currency whose minor units (cents) reasons quote, shown as such in each"
-        " answer's summary (default USD; none: as recorded); detail stays as recorded",
+        " answer's summary (default USD; none: amounts as recorded); detail stays as recorded",
     )
     add_serving_arguments(p, "one 'agent:ID TOKEN' or 'operator:NAME TOKEN' a line")
     p.set_defaults(run=_mcp)

@@ -164,6 +164,8 @@ def summary_of(answer: Answer, currency: str) -> str:
         line += f": {readable(answer.detail, currency)}"
     if answer.field:
         line += f"; field {answer.field}"
+    if answer.verdict == "ACCEPTED" and answer.result.get("external_id"):
+        line += f"; executed: {answer.result['external_id']}"
     if answer.verdict == "ESCALATED" and answer.dfid:
         line += f"; a human decides: follow it with wait_flow(dfid={answer.dfid!r})"
     return line

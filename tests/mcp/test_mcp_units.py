@@ -98,7 +98,12 @@ async def escalate(kernel: Kernel) -> str:
         result = await send(c, 1_500_000)
     assert result.structured_content is not None
     assert result.structured_content["verdict"] == "ESCALATED"
-    return str(result.structured_content["dfid"])
+    dfid = str(result.structured_content["dfid"])
+    # The proposer reads it in dollars too (the server's default), and how to follow it.
+    summary = texts(result)[0]
+    assert "amount $15,000.00 is above $10,000.00" in summary
+    assert f"wait_flow(dfid={dfid!r})" in summary
+    return dfid
 
 
 async def test_an_escalation_listed_and_reviewed_reads_in_the_servers_currency(
