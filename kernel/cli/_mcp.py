@@ -115,18 +115,10 @@ async def _mcp(args: argparse.Namespace) -> int:
         )
     for name in QUIET_LOGGERS:
         logging.getLogger(name).setLevel(logging.WARNING)
-    if not args.db:
-        # Not required by argparse, so that `dirk mcp proxy` (a subcommand) goes without.
-        return error(CliError.BAD_ARGUMENT, "dirk mcp needs --db FILE", ExitCode.USAGE)
-    if not (math.isfinite(args.wait) and 0 <= args.wait <= 600):
-        return error(CliError.BAD_ARGUMENT, "--wait takes seconds from 0 to 600", ExitCode.USAGE)
-    currency = currency_of(args.currency)
-    if currency is None:
-        return error(
-            CliError.BAD_ARGUMENT,
-            f"--currency takes a currency code (USD, EUR) or none, not {args.currency[:20]!r}",
-            ExitCode.USAGE,
-        )
+    problem = _usage_problem(args)
+    if problem is not None:
+        return error(CliError.BAD_ARGUMENT, problem, ExitCode.USAGE)
+    currency = currency_of(args.currency) or "USD"  # checked above: never the fallback
     callers = callers_of(args)
     if isinstance(callers, int):
         return callers
@@ -146,6 +138,18 @@ async def _mcp(args: argparse.Namespace) -> int:
         # Raised on opening the kernel: a pack that needs an adapter dirk mcp has not.
         return error(CliError.BAD_ARGUMENT, str(exc), ExitCode.USAGE)
     return ExitCode.OK
+
+
+def _usage_problem(args: argparse.Namespace) -> str | None:
+    """What is wrong with ``dirk mcp``'s own options (--db, --wait, --currency), or None."""
+    if not args.db:
+        # Not required by argparse, so that `dirk mcp proxy` (a subcommand) goes without.
+        return "dirk mcp needs --db FILE"
+    if not (math.isfinite(args.wait) and 0 <= args.wait <= 600):
+        return "--wait takes seconds from 0 to 600"
+    if currency_of(args.currency) is None:
+        return f"--currency takes a currency code (USD, EUR) or none, not {args.currency[:20]!r}"
+    return None
 
 
 def currency_of(text: str) -> str | None:

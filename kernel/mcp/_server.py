@@ -26,7 +26,6 @@ from mcp_types import INVALID_PARAMS
 from pydantic import WithJsonSchema
 
 from kernel.audit.counterfactual import whatif
-from kernel.audit.units import readable
 from kernel.core.flow import FlowState, FlowStatus
 from kernel.core.reasons import CliError, ReasonCode
 from kernel.mcp._backend import Backend, Embedded, Principal, Settled, ToolRefused, settled
@@ -61,9 +60,10 @@ from kernel.mcp._tools import (
     checked_text,
     registrar,
 )
+from kernel.mcp._words import escalation_item, escalations_summary, quorum_text, review_summary
 from kernel.registry import KERNEL_VERSION
 from kernel.state.approvals import ApprovalStatus
-from kernel.state.quorums import Ballot, Quorums
+from kernel.state.quorums import Quorums
 from kernel.state.rulebook import shown_item
 from kernel.state.snapshots import state_at
 
@@ -122,9 +122,6 @@ def build_server(
     if isinstance(server, CodedServer):
         server.currency = currency
     tool = registrar(server, identity)
-
-    def words(text: str) -> str:
-        return readable(text, currency)
 
     async def offered(who: Principal) -> Offer:
         async with backend.reading() as view:
@@ -459,21 +456,11 @@ def build_server(
                     continue
                 if approval.status is not ApprovalStatus.PENDING:
                     continue
-                item = {
-                    "dfid": dfid,
-                    "agent_id": approval.agent_id,
-                    "reason_code": str(approval.reason_code),
-                    "detail": approval.detail,
-                    "impact": str(approval.impact),
-                    "action_hash": approval.short_hash,
-                    "kind": flow.proposal.kind if flow.proposal else "",
-                    "quorum": quorum_text(view.projections.domain(Quorums).ballots.get(dfid)),
-                }
-                waiting.append({**item, "summary": _escalation_line(item, words)})
+                ballot = view.projections.domain(Quorums).ballots.get(dfid)
+                waiting.append(escalation_item(flow, approval, ballot, currency))
         shown = waiting[:MAX_RESULTS]
-        head = f"{len(waiting)} escalation{'' if len(waiting) == 1 else 's'} waiting"
-        lines = [head + (":" if shown else ""), *(f"- {item['summary']}" for item in shown)]
-        return Answer(verdict="OK", result={"escalations": shown}, summary="\n".join(lines))
+        summary = escalations_summary(shown, len(waiting))
+        return Answer(verdict="OK", result={"escalations": shown}, summary=summary)
 
     @tool("operator", title="Review an escalation", hints=READ)
     async def review(who: Principal, dfid: Id) -> Answer:
@@ -494,9 +481,6 @@ def build_server(
             "topic": flow.topic,
             "proposal": msgspec.to_builtins(flow.proposal) if flow.proposal else None,
         }
-        summary = f"{key} ({flow.status}): {flow.agent_id} proposes {flow.topic}"
-        if flow.proposal is not None:
-            summary = f"{key} ({flow.status}): {flow.agent_id} proposes {flow.proposal.kind}"
         if approval is not None:
             result.update(
                 reason_code=str(approval.reason_code),
@@ -504,10 +488,6 @@ def build_server(
                 impact=str(approval.impact),
                 approval=str(approval.status),
                 action_hash=approval.action_hash,
-            )
-            summary += (
-                f"; {approval.reason_code}: {words(approval.detail)}; impact {approval.impact};"
-                f" approval {approval.status}"
             )
         if quorum_text(ballot):
             assert ballot is not None
@@ -518,7 +498,7 @@ def build_server(
                 "votes": [{"operator": v.operator, "vote": v.vote} for v in ballot.votes],
                 "may_not_vote": ballot.excluded,
             }
-            summary += f"; quorum {quorum_text(ballot)}"
+        summary = review_summary(flow, approval, ballot, currency)
         return Answer(
             verdict="OK", dfid=key, status=str(flow.status), result=result, summary=summary
         )
@@ -610,17 +590,3 @@ def _schema_of_propose(
     parameters["$defs"] = {**parameters.get("$defs", {}), **defs}
     tool.parameters = parameters
     return options
-
-
-def _escalation_line(item: Mapping[str, Any], words: Any) -> str:
-    """One escalation as a person reads it: who proposes what, why it waits, for whom."""
-    line = f"{item['dfid']}: {item['agent_id']} proposes {item['kind'] or 'an action'}"
-    line += f"; {item['reason_code']}: {words(item['detail'])}; impact {item['impact']}"
-    return line + (f"; quorum {item['quorum']}" if item["quorum"] else "")
-
-
-def quorum_text(ballot: Ballot | None) -> str:
-    """What an approval's quorum waits for ("1 of 2, waiting for a desk-head"); "" for none."""
-    if ballot is None or (ballot.quorum.required < 2 and not ballot.quorum.roles):
-        return ""
-    return ballot.waiting or f"0 of {ballot.quorum.required}"

@@ -38,13 +38,13 @@ from mcp_types import (
 )
 from pydantic import BaseModel, WithJsonSchema
 
-from kernel.audit.units import readable
 from kernel.core.errors import KernelShutdown
 from kernel.core.reasons import ReasonCode
 from kernel.core.text import free_text_problem, id_problem, value_problem
 from kernel.core.wall import InputInvalid, check_value
 from kernel.mcp._backend import Principal, ToolRefused
 from kernel.mcp._identity import Identity as Identity
+from kernel.mcp._words import summary_of
 
 log = logging.getLogger(__name__)
 
@@ -148,27 +148,6 @@ def reply(answer: Answer, currency: str = "none") -> CallToolResult:
         # As the gateway's answers carry it: a client reads the verdict without the body.
         _meta={"dirk/verdict": body["verdict"], "dirk/dfid": body["dfid"]},
     )
-
-
-def summary_of(answer: Answer, currency: str) -> str:
-    """``answer`` in one line for a person: verdict, code, flow, the detail in its units.
-
-    ``REJECTED POLICY_VIOLATION (flow 01J...): amount $29,926.40 is above $25,000.00;
-    field amount``. An escalation says who decides and how to follow it.
-    """
-    line = " ".join(part for part in (answer.verdict, answer.reason_code) if part)
-    if answer.dfid:
-        status = answer.status if answer.status not in ("", answer.verdict) else ""
-        line += f" (flow {answer.dfid}{', ' + status if status else ''})"
-    if answer.detail:
-        line += f": {readable(answer.detail, currency)}"
-    if answer.field:
-        line += f"; field {answer.field}"
-    if answer.verdict == "ACCEPTED" and answer.result.get("external_id"):
-        line += f"; executed: {answer.result['external_id']}"
-    if answer.verdict == "ESCALATED" and answer.dfid:
-        line += f"; a human decides: follow it with wait_flow(dfid={answer.dfid!r})"
-    return line
 
 
 def _scrubbed(value: Any) -> Any:
