@@ -23,12 +23,14 @@ from tests.support.mcp_kernel import memory_kernel, require_mcp
 require_mcp()
 
 from mcp import Client, StdioServerParameters  # noqa: E402
+from mcp.client.streamable_http import streamable_http_client  # noqa: E402
 from mcp_types import CallToolResult, TextContent  # noqa: E402
 
 from kernel import Kernel  # noqa: E402
 from kernel.audit import open_journal  # noqa: E402
 from kernel.core.events import FlowEscalated, ProposalRejected  # noqa: E402
-from kernel.mcp import Embedded, Identity, Principal, build_server  # noqa: E402
+from kernel.mcp import Embedded, Identity, Principal, TaskClient, build_server, get_task  # noqa: E402
+from kernel.mcp._http import bound, serve_http  # noqa: E402
 from kernel.policy import PolicyKind, PolicyPack, Threshold  # noqa: E402
 from kernel.policy.rules import Range  # noqa: E402
 from tests.support.helpers import Bank  # noqa: E402
@@ -132,6 +134,27 @@ async def test_an_escalation_listed_and_reviewed_reads_in_the_servers_currency(
     assert reviewed.structured_content is not None
     assert reviewed.structured_content["result"]["detail"] == recorded
     assert readable in texts(reviewed)[0]
+
+
+async def test_a_tasks_status_message_reads_in_the_servers_currency(tmp_path: Path) -> None:
+    async with memory_kernel(tmp_path / "j.db", PAY, adapters={"bank": Bank()}) as kernel:
+        sock = bound("127.0.0.1", 0)
+        url = f"http://127.0.0.1:{sock.getsockname()[1]}/mcp"
+        server = build_server(Embedded(kernel), Identity(AGENT), currency="GBP")
+        app = server.streamable_http_app(stateless_http=True, host="127.0.0.1")
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(serve_http, app, sock)
+            async with Client(streamable_http_client(url), extensions=[TaskClient()]) as c:
+                policy = {"kind": "pay.send", "account": "acc-1", "amount": 1_500_000}
+                handle = await c.session.call_tool(
+                    "propose", {"policy": policy, "explain": "pay"}, allow_claimed=True
+                )
+                assert handle.result_type == "task", handle  # type: ignore[union-attr]
+                task = await get_task(c.session, handle.task_id)  # type: ignore[union-attr]
+            tg.cancel_scope.cancel()
+    readable = "waiting for a human decision: pay.send: amount £15,000.00 is above £10,000.00"
+    assert handle.status_message == readable  # type: ignore[union-attr]
+    assert (task.status, task.status_message) == ("working", readable)
 
 
 def dirk_mcp(db: Path, *flags: str) -> list[str]:
