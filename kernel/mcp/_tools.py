@@ -128,9 +128,8 @@ def reply(answer: Answer, currency: str = "none") -> CallToolResult:
     ``currency`` (``none``: as recorded); the second is the structured content as JSON,
     for hosts that read no structured content.
     """
-    if not answer.summary:
-        answer = answer.model_copy(update={"summary": summary_of(answer, currency)})
     body = answer.model_dump(mode="json")
+    body["summary"] = body["summary"] or summary_of(body, currency)
     try:
         text = msgspec.json.encode(body).decode()
     except UnicodeEncodeError:

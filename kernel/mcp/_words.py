@@ -10,44 +10,44 @@ server's currency and durations in the largest sensible unit
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from kernel.audit.units import readable
 from kernel.core.flow import FlowState
 from kernel.state.approvals import Approval
 from kernel.state.quorums import Ballot
 
-if TYPE_CHECKING:
-    from kernel.mcp._tools import Answer
 
-
-def summary_of(answer: Answer, currency: str) -> str:
-    """``answer`` in one line for a person: verdict, code, flow, the detail in its units.
+def summary_of(answer: Mapping[str, Any], currency: str) -> str:
+    """An answer (its structured content) in one line for a person: verdict, code, flow,
+    the detail in its units.
 
     ``REJECTED RISK_LIMIT_EXCEEDED (flow 01J..., ABORTED): amount $29,926.40 is above
     $25,000.00; field params.amount``. An escalation says how to follow it.
     """
-    line = " ".join(part for part in (answer.verdict, answer.reason_code) if part)
-    if answer.dfid:
+    line = " ".join(str(answer[k]) for k in ("verdict", "reason_code") if answer.get(k))
+    if answer.get("dfid"):
         line += _flow_part(answer)
-    if answer.detail:
-        line += f": {readable(answer.detail, currency)}"
-    if answer.field:
-        line += f"; field {answer.field}"
+    if answer.get("detail"):
+        line += f": {readable(str(answer['detail']), currency)}"
+    if answer.get("field"):
+        line += f"; field {answer['field']}"
     return line + _next_part(answer)
 
 
-def _flow_part(answer: Answer) -> str:
-    status = answer.status if answer.status not in ("", answer.verdict) else ""
-    return f" (flow {answer.dfid}{', ' + status if status else ''})"
+def _flow_part(answer: Mapping[str, Any]) -> str:
+    status = answer.get("status") or ""
+    shown = f", {status}" if status != answer["verdict"] and status else ""
+    return f" (flow {answer['dfid']}{shown})"
 
 
-def _next_part(answer: Answer) -> str:
+def _next_part(answer: Mapping[str, Any]) -> str:
     """What came of it (an execution's external id), or what to do next (an escalation)."""
-    if answer.verdict == "ACCEPTED" and answer.result.get("external_id"):
-        return f"; executed: {answer.result['external_id']}"
-    if answer.verdict == "ESCALATED" and answer.dfid:
-        return f"; a human decides: follow it with wait_flow(dfid={answer.dfid!r})"
+    done = (answer.get("result") or {}).get("external_id")
+    if answer["verdict"] == "ACCEPTED" and done:
+        return f"; executed: {done}"
+    if answer["verdict"] == "ESCALATED" and answer.get("dfid"):
+        return f"; a human decides: follow it with wait_flow(dfid={answer['dfid']!r})"
     return ""
 
 
