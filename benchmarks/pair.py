@@ -17,7 +17,8 @@ Levers (A is before, B after):
   ``kernel``, ``agents_sdk``, ``policies`` and ``examples`` taken from ``git archive`` of
   that revision. ``--p3 N`` adds P3 (N flows at 500/s) to each run; ``--p2`` adds P2 (P1's
   flows with spans over OTLP/HTTP to a receiver process of the run's own) and S2; ``--p16 N``
-  adds P16 (N governed tool calls, one at a time).
+  adds P16 and P16.r (N governed tool calls one at a time, of an ordinary and of a read-only
+  kind).
 """
 
 from __future__ import annotations
@@ -142,8 +143,17 @@ def _p16(calls: int) -> dict[str, float]:
         async def run() -> ToolCallRun:
             return await run_tool_calls(path, calls)
 
+        async def reads() -> ToolCallRun:
+            return await run_tool_calls(Path(tmp) / "p16r.db", calls, True)
+
         r = anyio.run(run, backend="asyncio")
-    return {"P16 p50 us": r.added_us(0.5), "P16 p99 us": r.added_us(0.99)}
+        ro = anyio.run(reads, backend="asyncio")
+    return {
+        "P16 p50 us": r.added_us(0.5),
+        "P16 p99 us": r.added_us(0.99),
+        "P16.r p50 us": ro.added_us(0.5),
+        "P16.r p99 us": ro.added_us(0.99),
+    }
 
 
 def main(argv: Sequence[str] | None = None) -> int:
