@@ -405,10 +405,12 @@ class Proposals:
 
     async def _open_judged(self, msg: Open, judge: Judge) -> str | Feedback:
         """Open ``msg``'s flow and have ``judge`` judged in it; its context or the refusal."""
-        edge, outage = self._edge, self._outage
-        if (edge is None or not edge.scores) and (outage is None or not outage.watches_opening):
+        edge = self._edge
+        if judge.invalid is not None or edge is None:
+            edge = Edge(self._journal, self._projections)  # nothing to seal or score
+        if not edge.scores and (self._outage is None or not self._outage.watches_opening):
             # Nothing waits between opening and verdict: one append (issue 45).
-            if judge.invalid is None and edge is not None:
+            if judge.invalid is None:
                 judge = msgspec.structs.replace(judge, proposal=edge.seal(judge.proposal))
             return await self._open(msgspec.structs.replace(msg, judge=judge))
         opened = await self._open(msg)
@@ -416,10 +418,10 @@ class Proposals:
             return opened
         record = judge.proposal
         if judge.invalid is None:
-            if not record.context_ref:
-                record = msgspec.structs.replace(record, context_ref=opened)
-            if edge is not None:
-                record = await edge.prepare(msg.dfid, record)
+            cited = record.context_ref or opened
+            record = await edge.prepare(
+                msg.dfid, msgspec.structs.replace(record, context_ref=cited)
+            )
         await self._actors.dim.send(msgspec.structs.replace(judge, proposal=record))
         return opened
 

@@ -102,20 +102,11 @@ class ContextCompiler:
 
     def _open(self, msg: Open, out: Outbox) -> None:
         agent = self._projections.agents.get(msg.agent_id)
-        if agent is None or agent.status is not AgentStatus.ACTIVE:
-            # As for a trigger, no flow is opened for an agent that may not act.
-            code = _NOT_ACTIVE.get(agent.status) if agent else ReasonCode.UNKNOWN_AGENT
-            status = agent.status if agent else "unknown"
-            detail = f"agent {msg.agent_id} is {status}: no flow was opened"
-            out.reply(
-                msg.reply, Feedback(reason_code=code or ReasonCode.UNKNOWN_AGENT, detail=detail)
-            )
+        refused = _unopened(msg, agent, out)
+        if refused is not None:
+            out.reply(msg.reply, refused)
             return
-        if out.flow(msg.dfid) is not None:
-            # The caller looks its keys up first; a DFID is never opened twice.
-            detail = f"flow {msg.dfid} exists already"
-            out.reply(msg.reply, Feedback(reason_code=ReasonCode.FLOW_NOT_ACTIVE, detail=detail))
-            return
+        assert agent is not None
         out.emit(
             FlowCreated(
                 root_dfid=msg.root_dfid or msg.dfid,
@@ -291,3 +282,18 @@ def _judge_on(judge: Judge, context_ref: str) -> Judge:
         return judge
     proposal = msgspec.structs.replace(judge.proposal, context_ref=context_ref)
     return msgspec.structs.replace(judge, proposal=proposal)
+
+
+def _unopened(msg: Open, agent: Any, out: Outbox) -> Feedback | None:
+    """Why ``msg``'s flow is not opened (None: it is)."""
+    if agent is None or agent.status is not AgentStatus.ACTIVE:
+        # As for a trigger, no flow is opened for an agent that may not act.
+        code = _NOT_ACTIVE.get(agent.status) if agent else ReasonCode.UNKNOWN_AGENT
+        status = agent.status if agent else "unknown"
+        detail = f"agent {msg.agent_id} is {status}: no flow was opened"
+        return Feedback(reason_code=code or ReasonCode.UNKNOWN_AGENT, detail=detail)
+    if out.flow(msg.dfid) is not None:
+        # The caller looks its keys up first; a DFID is never opened twice.
+        detail = f"flow {msg.dfid} exists already"
+        return Feedback(reason_code=ReasonCode.FLOW_NOT_ACTIVE, detail=detail)
+    return None

@@ -199,27 +199,9 @@ class _Writer:
         self._packer = BodyPacker() if compress else None
         self._synchronous = synchronous
 
-    def append_lazy(
-        self,
-        rows: Sequence[Row],
-        expected_seq: int,
-        head: str,
-        injected: bool,
-        nodes: Sequence[Node] = (),
-    ) -> None:
-        """:meth:`append` without an fsync of its own (group commit, kernel.journal.port).
-
-        In WAL mode at ``synchronous = NORMAL`` a commit is safe from the process being
-        killed, and made durable by the next commit that syncs the log (or a checkpoint).
-        """
-        durable = self._synchronous in ("FULL", "EXTRA")
-        if durable:
-            self._conn.execute("PRAGMA synchronous = NORMAL")
-        try:
-            self.append(rows, expected_seq, head, injected, nodes)
-        finally:
-            if durable:
-                self._conn.execute(f"PRAGMA synchronous = {self._synchronous}")
+    def append_lazy(self, *args: Any) -> None:
+        """:meth:`append` without a sync of its own (group commit, kernel.journal.port)."""
+        self.append(*args, sync=False)
 
     def append(
         self,
@@ -228,13 +210,17 @@ class _Writer:
         head: str,
         injected: bool,
         nodes: Sequence[Node] = (),
+        *,
+        sync: bool = True,
     ) -> None:
         """Insert ``rows``, their tree ``nodes`` and the head record in one transaction.
 
         seq is the primary key, so a second writer on the same file fails here instead
-        of forking the chain.
+        of forking the chain. ``sync=False``: WAL at ``synchronous = NORMAL`` for this
+        commit, safe from a killed process, durable with the next synced commit.
         """
         conn = self._conn
+        lazy = not sync and self._synchronous in ("FULL", "EXTRA")
         # Compressed here, in the writer's thread: zlib lets go of the GIL while it deflates.
         packer = self._packer
         stored = (
@@ -242,6 +228,8 @@ class _Writer:
             if packer is not None
             else rows
         )
+        if lazy:
+            conn.execute("PRAGMA synchronous = NORMAL")
         conn.execute("BEGIN IMMEDIATE")
         try:
             conn.executemany(_INSERT, stored)
@@ -256,6 +244,9 @@ class _Writer:
                 with contextlib.suppress(sqlite3.Error):
                     conn.execute("ROLLBACK")
             raise
+        finally:
+            if lazy:
+                conn.execute(f"PRAGMA synchronous = {self._synchronous}")
 
     def write_snapshot(self, seq: int, digest: str, body: bytes) -> None:
         try:

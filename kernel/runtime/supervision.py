@@ -149,10 +149,9 @@ class Supervisor:
         if out.early and self._carry is not None:
             carried = await self._carry(out)
         if out.drafts and not carried:
-            if self._lazy and not out.durable:
-                out.committed = await self._append(out.drafts, durable=False)
-            else:
-                out.committed = await self._append(out.drafts)
+            # A read-only flow's batch commits without a sync of its own (group reads).
+            durable = not self._lazy or out.durable
+            out.committed = await self._append(out.drafts, durable=durable)
         for effect, arg in out.effects:
             result = effect(arg)
             if result is None:
