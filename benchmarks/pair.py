@@ -16,7 +16,8 @@ Levers (A is before, B after):
   that change the runtime itself (issue 35's second half): side A runs this harness with
   ``kernel``, ``agents_sdk``, ``policies`` and ``examples`` taken from ``git archive`` of
   that revision. ``--p3 N`` adds P3 (N flows at 500/s) to each run; ``--p2`` adds P2 (P1's
-  flows with spans over OTLP/HTTP to a receiver process of the run's own) and S2.
+  flows with spans over OTLP/HTTP to a receiver process of the run's own) and S2; ``--p5``
+  adds P5 (replay and verify of the run's own P1 journal, events/s, as the runner does).
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ import anyio
 
 from benchmarks.flows import SPANS_PER_FLOW, FlowRun, open_receiver, run_flows
 from benchmarks.latency import LatencyRun, run_latency
+from benchmarks.replay import run_replay
 from kernel.journal import codec
 
 LEVERS = {
@@ -85,9 +87,22 @@ def _p2(flows: int) -> dict[str, float]:
     }
 
 
-def _one(lever: str, side: str, flows: int, p3: int = 0, p2: bool = False) -> dict[str, float]:
-    """Run P1 (and P3 if ``p3``, P2 if ``p2``) once with ``side`` of ``lever``; return its
-    figures per flow."""
+def _p5(path: Path) -> dict[str, float]:
+    """Replay and verify the P1 journal at ``path`` (P5); its figures in events/s."""
+    run = anyio.run(run_replay, path, backend="asyncio")
+    return {
+        "P5": run.replay_per_s,
+        "P5.v": run.verify_per_s,
+        "P5 chain": run.events / run.chain_s,
+        "P5 projections": run.events / run.projections_s,
+    }
+
+
+def _one(
+    lever: str, side: str, flows: int, p3: int = 0, p2: bool = False, p5: bool = False
+) -> dict[str, float]:
+    """Run P1 (and P3 if ``p3``, P2 if ``p2``, P5 if ``p5``) once with ``side`` of ``lever``;
+    return its figures per flow."""
     ordered = not (lever in ("ids", "both") and side == "A")
     if lever in ("codec", "both") and side == "A":
         # The store's writer makes its packer with the default number: make that dictionary 1.
@@ -99,6 +114,7 @@ def _one(lever: str, side: str, flows: int, p3: int = 0, p2: bool = False) -> di
             return await run_flows(path, flows, ordered_ids=ordered)
 
         r = anyio.run(run, backend="asyncio")
+        replayed = _p5(path) if p5 else {}
     figures = {
         "P1": r.flows_per_s,
         "C1": r.cpu_seconds / r.flows * 1e6,
@@ -112,6 +128,7 @@ def _one(lever: str, side: str, flows: int, p3: int = 0, p2: bool = False) -> di
             figures[f"{key} per flow"] = r.io[key] / r.flows
     figures["commits per flow"] = r.transactions / r.flows
     figures["events per flow"] = r.events / r.flows
+    figures |= replayed
     if p3:
         with tempfile.TemporaryDirectory(prefix="dir-pair-") as tmp:
             path = Path(tmp) / "p3.db"
@@ -137,10 +154,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--a", metavar="REV", help="tree: the git revision of side A")
     parser.add_argument("--p3", type=int, default=0, metavar="N", help="also P3, N flows")
     parser.add_argument("--p2", action="store_true", help="also P2 and S2 (spans exported)")
+    parser.add_argument("--p5", action="store_true", help="also P5 (replay and verify)")
     parser.add_argument("--side", choices=("A", "B"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.side:
-        print(json.dumps(_one(args.lever, args.side, args.flows, args.p3, args.p2)))
+        print(json.dumps(_one(args.lever, args.side, args.flows, args.p3, args.p2, args.p5)))
         return 0
     if args.lever == "tree" and not args.a:
         parser.error("tree needs --a REV (the revision before the lever)")
@@ -173,6 +191,7 @@ def _pairs(args: argparse.Namespace, where: dict[str, Path]) -> list[dict[str, d
                     "--p3",
                     str(args.p3),
                     *(["--p2"] if args.p2 else []),
+                    *(["--p5"] if args.p5 else []),
                 ],
                 check=True,
                 capture_output=True,
@@ -182,9 +201,7 @@ def _pairs(args: argparse.Namespace, where: dict[str, Path]) -> list[dict[str, d
             ).stdout
             pair[side] = json.loads(out.splitlines()[-1])
         label = "warm-up" if n == 0 else f"pair {n}"
-        p2 = {
-            s: f" P2 {pair[s]['P2']:,.0f} S2 {pair[s]['S2']:.3f}" if args.p2 else "" for s in "AB"
-        }
+        p2 = {s: _extra(args, pair[s]) for s in "AB"}
         print(
             f"{label}: A P1 {pair['A']['P1']:,.0f} C1 {pair['A']['C1']:.0f}{p2['A']};"
             f" B P1 {pair['B']['P1']:,.0f} C1 {pair['B']['C1']:.0f}{p2['B']};"
@@ -195,6 +212,14 @@ def _pairs(args: argparse.Namespace, where: dict[str, Path]) -> list[dict[str, d
         if n:
             runs.append(pair)
     return runs
+
+
+def _extra(args: argparse.Namespace, figures: dict[str, float]) -> str:
+    """What a pair's progress line says of P2 and P5, when they run."""
+    said = f" P2 {figures['P2']:,.0f} S2 {figures['S2']:.3f}" if args.p2 else ""
+    if args.p5:
+        said += f" P5 {figures['P5']:,.0f} P5.v {figures['P5.v']:,.0f}"
+    return said
 
 
 def _print(args: argparse.Namespace, runs: list[dict[str, dict[str, float]]]) -> None:

@@ -31,7 +31,7 @@ import anyio
 from kernel.core.events import GENESIS_HASH, Draft, Event, with_derived
 from kernel.core.merkle import Frontier
 from kernel.core.ports import Clock
-from kernel.journal._batch import Batch, grown, seal_requests
+from kernel.journal._batch import Batch, Write, seal_requests
 from kernel.journal._meta import SCHEMA_VERSION
 from kernel.journal._publish import Listener, Publisher
 from kernel.journal._rows import (
@@ -547,26 +547,21 @@ class Journal:
         self._attempts += 1
         injected = self._attempts == self._faults.fail_transaction
         head = head_value(seq, prev, self._key)
-        tree, nodes = grown(self._tree, rows)
+        write = Write(self._writer, self._tree, rows, self._head_seq, head, injected)
         began = self._observer_clock() if self._observer is not None else 0
         try:
             # One hop per transaction: the store's writer (a plain sqlite3 or psycopg
-            # connection, used only here) runs BEGIN, the rows, the head and COMMIT as one
-            # call in a worker thread. run_sync waits out a cancellation, so the writer
-            # always learns whether the commit happened (after an outage too: its head row
-            # says, kernel.journal.outage).
-            append = self._writer.append
-            await self._watch.write(
-                lambda: append(rows, self._head_seq, head, injected, nodes),
-                self._head_seq,
-                (seq, head),
-            )
+            # connection, used only here) grows the tree and runs BEGIN, the rows, the
+            # head and COMMIT as one call in a worker thread. run_sync waits out a
+            # cancellation, so the writer always learns whether the commit happened (after
+            # an outage too: its head row says, kernel.journal.outage).
+            await self._watch.write(write, self._head_seq, (seq, head))
         except Exception as exc:
             self._failure, self._failure_what = exc, "a write failed"
             return
         committed = [event for _, events in sealed for event in events]
         self._head_seq, self._head_hash, self._head_hex = seq, prev, committed[-1].hash
-        self._tree = tree
+        self._tree = write.grown_tree()
         self._appends += len(sealed)
         self._transactions += 1
         self._events += len(committed)

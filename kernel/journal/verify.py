@@ -27,14 +27,13 @@ from kernel.core.events import (
     KernelStopped,
     with_derived,
 )
-from kernel.core.merkle import Frontier, leaf_hash
 from kernel.core.notes import NoteError, parse_checkpoint, split_note
 from kernel.journal._subscription import READ_BATCH
 from kernel.journal.errors import JournalError, chain_key_from_env
 from kernel.journal.head import KEYED_CHAIN, Row, head_problem, key_problem
 from kernel.journal.port import Snapshot, backend_for
 from kernel.journal.sealing import check_rows
-from kernel.journal.tree import TREE_MARK, Node
+from kernel.journal.tree import TREE_MARK, Node, TiledTree
 
 _HEAD_EVENTS = frozenset({KernelStarted, KernelStopped})
 _Head = KernelStarted | KernelStopped
@@ -185,7 +184,7 @@ async def verify_journal(
             failed = await walk.rows(db, fold)
             if failed is not None:
                 return failed
-            tree_problem = await _tree_problem(db, walk.computed) if walk.tree_stored else ""
+            tree_problem = await _tree_problem(db, walk.tree.nodes) if walk.tree_stored else ""
     except JournalError as exc:
         return walk.report(exc.detail, exc.seq)
     except (ValueError, TypeError) as exc:
@@ -208,12 +207,9 @@ class _Walk:
         self.head_events = False
         self.anchored: tuple[bytes, int] | None = None
         self.hashes_checked = True
-        # The Merkle tree, rebuilt from the bodies as they are checked.
-        self.tree = Frontier()
-        self.computed: dict[tuple[int, int], bytes] = {}
+        # The Merkle tree, built from the leaves hashed as the rows are checked.
+        self.tree = TiledTree()
         self.heads: list[tuple[int, str]] = []
-        self.wanted: set[int] = set()
-        self.roots: dict[int, bytes] = {}
         self.tree_stored = True
 
     async def rows(
@@ -225,12 +221,12 @@ class _Walk:
         while True:
             rows = await db.rows_from(start, READ_BATCH)
             # Each body inflated and decoded once: its hash, its tree leaf, its columns.
-            bodies: list[bytes] = []
+            leaves: list[bytes] = []
             batch, problem = check_rows(
-                rows, self.events + 1, self.prev, self.key, self.hashes_checked, bodies
+                rows, self.events + 1, self.prev, self.key, self.hashes_checked, leaves
             )
             if batch:
-                self.take(rows, batch, bodies)
+                self.take(rows, batch, leaves)
             if problem:
                 return self.report(problem, min(rows[len(batch)][0], self.events + 1))
             if fold is not None and batch:
@@ -268,13 +264,11 @@ class _Walk:
         self.hashes_checked = chain_key is not None or meta.get("chain") != KEYED_CHAIN
         self.tree_stored = meta.get("tree") == TREE_MARK
         self.heads = await db.tree_heads()
-        self.wanted = {size for size, _ in self.heads}
-        if 0 in self.wanted:
-            self.roots[0] = self.tree.root()
+        self.tree = TiledTree(size for size, _ in self.heads)
         return ""
 
-    def take(self, rows: list[Row], batch: list[Event], bodies: list[bytes]) -> None:
-        """Count the events of ``rows`` that checked out (their canonical ``bodies``): head
+    def take(self, rows: list[Row], batch: list[Event], leaves: list[bytes]) -> None:
+        """Count the events of ``rows`` that checked out (their Merkle ``leaves``): head
         events, the anchor, the tree."""
         for event in batch:
             payload = event.payload
@@ -283,11 +277,7 @@ class _Walk:
         events, anchor = self.events, self.anchor
         if anchor is not None and events < anchor.seq <= events + len(batch):
             self.anchored = (rows[anchor.seq - events - 1][4], batch[anchor.seq - events - 1].ts)
-        for body in bodies:
-            for level, index, node in self.tree.append(leaf_hash(body)):
-                self.computed[(level, index)] = node
-            if self.tree.size in self.wanted:
-                self.roots[self.tree.size] = self.tree.root()
+        self.tree.add(leaves)
         self.events, self.prev, self.ts = events + len(batch), rows[len(batch) - 1][4], batch[-1].ts
 
     def finish(self, meta: dict[str, str], tree_problem: str) -> VerifyReport:
@@ -301,7 +291,7 @@ class _Walk:
                 )
         problem, seq = head_problem(meta, self.events, self.prev, self.key)
         if not problem:
-            problem, seq = _heads_problem(self.heads, self.roots, self.events)
+            problem, seq = _heads_problem(self.heads, self.tree.roots, self.events)
         if not problem and self.anchor is not None:
             problem, seq = _anchor_problem(self.anchor, self.journal_id, self.events, self.anchored)
         if not problem and tree_problem:
