@@ -184,18 +184,12 @@ def unpack(stored: bytes) -> bytes:
     if first == PLAIN:
         return stored
     if first != ZLIB:
-        # A frame whose content size field is at most 2 bytes (the top bits of its first
-        # byte below 2) says it holds at most 65,791 bytes, far below MAX_BODY: inflated in
-        # one call, which checks the frame is whole, has nothing after its end and holds
-        # what it says. Anything else, or any failure, goes to the checks that name it.
-        oneshot = _oneshots.get(first)
-        if oneshot is not None and len(stored) > 1 and stored[1] < 0x80 and MAX_BODY > _SMALL:
-            try:
-                return oneshot(stored[1:], allow_extra_data=False)
-            except zstandard.ZstdError:
-                pass
         return _unzstd(first, stored)
-    zdict = _loaded.get(first) or dictionary(first)
+    return _inflate(stored)
+
+
+def _inflate(stored: bytes) -> bytes:
+    zdict = _loaded.get(stored[0]) or dictionary(stored[0])
     inflater = zlib.decompressobj(-15, zdict=zdict)
     try:
         body = inflater.decompress(stored[1:], MAX_BODY)
@@ -211,6 +205,20 @@ def unpack(stored: bytes) -> bytes:
 
 
 def _unzstd(number: int, stored: bytes) -> bytes:
+    # A frame whose content size field is at most 2 bytes (the top bits of its first
+    # byte below 2) says it holds at most 65,791 bytes, far below MAX_BODY: inflated in
+    # one call, which checks the frame is whole, has nothing after its end and holds
+    # what it says. Anything else, or any failure, goes to the checks that name it.
+    oneshot = _oneshots.get(number)
+    if oneshot is not None and len(stored) > 1 and stored[1] < 0x80 and MAX_BODY > _SMALL:
+        try:
+            return oneshot(stored[1:], allow_extra_data=False)
+        except zstandard.ZstdError:
+            pass
+    return _unzstd_checked(number, stored)
+
+
+def _unzstd_checked(number: int, stored: bytes) -> bytes:
     decompressor = _decompressor(number)
     frame = memoryview(stored)[1:]
     try:

@@ -16,6 +16,7 @@ import datetime as dt
 import os
 import re
 from collections.abc import Awaitable, Callable
+from contextlib import aclosing
 from typing import cast
 
 import msgspec
@@ -28,6 +29,8 @@ from kernel.core.events import (
     with_derived,
 )
 from kernel.core.notes import NoteError, parse_checkpoint, split_note
+from kernel.journal._helper import HelperLost, decoded, helped
+from kernel.journal._helper_worker import BODIES, REPORT
 from kernel.journal._subscription import READ_BATCH
 from kernel.journal.errors import JournalError, chain_key_from_env
 from kernel.journal.head import KEYED_CHAIN, Row, head_problem, key_problem
@@ -144,6 +147,7 @@ async def verify_journal(
     anchor: Anchor | None = None,
     fold: Callable[[list[Event]], Awaitable[object]] | None = None,
     public_only: bool = False,
+    bodies: Callable[[list[bytes]], Awaitable[object]] | None = None,
 ) -> VerifyReport:
     """Check every event of the journal at ``path`` from genesis on; never raise for a bad file.
 
@@ -164,7 +168,8 @@ async def verify_journal(
     next is read (``dirk verify`` folds the projections from them: each event is read
     and decoded once). Their ``prev_hash`` and ``hash`` are left empty: the hashes were
     checked here, and a fold needs neither. A bad event ends the batches before it; the
-    report says where.
+    report says where. ``bodies`` is handed the same batches' canonical bodies (what a
+    helper process sends the process that folds them: :func:`verify_helped`).
     """
     path = os.fspath(path)
     walk = _Walk(anchor)
@@ -181,7 +186,7 @@ async def verify_journal(
             problem = await walk.begin(db, meta, chain_key, public_only)
             if problem:
                 return walk.report(problem)
-            failed = await walk.rows(db, fold)
+            failed = await walk.rows(db, fold, bodies)
             if failed is not None:
                 return failed
             tree_problem = await _tree_problem(db, walk.tree.nodes) if walk.tree_stored else ""
@@ -213,7 +218,10 @@ class _Walk:
         self.tree_stored = True
 
     async def rows(
-        self, db: Snapshot, fold: Callable[[list[Event]], Awaitable[object]] | None
+        self,
+        db: Snapshot,
+        fold: Callable[[list[Event]], Awaitable[object]] | None,
+        sink: Callable[[list[bytes]], Awaitable[object]] | None = None,
     ) -> VerifyReport | None:
         """Check every row, batch by batch, folding each batch that checked out; the report
         of the first bad row, or None when all check out."""
@@ -222,8 +230,9 @@ class _Walk:
             rows = await db.rows_from(start, READ_BATCH)
             # Each body inflated and decoded once: its hash, its tree leaf, its columns.
             leaves: list[bytes] = []
+            bodies: list[bytes] | None = [] if sink is not None else None
             batch, problem = check_rows(
-                rows, self.events + 1, self.prev, self.key, self.hashes_checked, leaves
+                rows, self.events + 1, self.prev, self.key, self.hashes_checked, leaves, bodies
             )
             if batch:
                 self.take(rows, batch, leaves)
@@ -231,6 +240,8 @@ class _Walk:
                 return self.report(problem, min(rows[len(batch)][0], self.events + 1))
             if fold is not None and batch:
                 await fold(with_derived(batch))  # folded as every reader sees them
+            if sink is not None and bodies:
+                await sink(bodies)
             if len(rows) < READ_BATCH:
                 return None
             start = self.events + 1
@@ -373,3 +384,34 @@ def _anchor_problem(
             anchor.seq,
         )
     return "", None
+
+
+async def verify_helped(
+    path: str,
+    *,
+    chain_key: bytes | None,
+    anchor: Anchor | None,
+    fold: Callable[[list[Event]], Awaitable[object]],
+    public_only: bool,
+) -> VerifyReport:
+    """:func:`verify_journal` run by a helper process while this one folds what it checked.
+
+    The same report, the same batches handed to ``fold`` (kernel.journal._helper).
+
+    Raises:
+        HelperLost: The helper did not answer in full (``fold`` may have had some batches).
+    """
+    request = {
+        "verify": True,
+        "path": path,
+        "key": None if chain_key is None else chain_key.hex(),
+        "anchor": None if anchor is None else anchor.line(),
+        "public_only": public_only,
+    }
+    async with aclosing(helped(request)) as frames:
+        async for kind, payload in frames:
+            if kind == BODIES:
+                await fold(with_derived(decoded(payload)))
+            elif kind == REPORT:
+                return msgspec.json.decode(payload, type=VerifyReport)
+    raise HelperLost("the helper sent no report")
