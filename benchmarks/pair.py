@@ -13,8 +13,8 @@ Levers (A is before, B after):
 - ``both``: random ids and dictionary 1 (A, main before this round) against time-ordered
   ids and zstd (B).
 - ``helper``: replay and verify in one process (A, ``DIRK_HELPER=off``) against a helper
-  process reading and checking the rows while this one folds (B, kernel.journal._helper);
-  with ``--p5``, the only figures it moves.
+  process reading and checking the rows while this one folds (B, ``DIRK_HELPER=on``,
+  whatever the load: kernel.journal._helper); with ``--p5``, the only figures it moves.
 - ``tree``: the kernel at git revision ``--a`` (A) against the working tree (B), for levers
   that change the runtime itself (issue 35's second half): side A runs this harness with
   ``kernel``, ``agents_sdk``, ``policies`` and ``examples`` taken from ``git archive`` of
@@ -48,7 +48,7 @@ LEVERS = {
     "ids": ("random v4 DFIDs", "time-ordered v7 DFIDs"),
     "codec": ("zlib, dictionary 1", "zstd, dictionary 2"),
     "both": ("v4 ids, zlib dictionary 1", "v7 ids, zstd dictionary 2"),
-    "helper": ("one process (DIRK_HELPER=off)", "a helper process reads and checks"),
+    "helper": ("one process (DIRK_HELPER=off)", "a helper reads and checks (=on)"),
     "tree": ("the kernel at --a", "the working tree"),
 }
 ROOT = Path(__file__).resolve().parent.parent
@@ -99,6 +99,9 @@ def _p5(path: Path) -> dict[str, float]:
         "P5.v": run.verify_per_s,
         "P5 chain": run.events / run.chain_s,
         "P5 projections": run.events / run.projections_s,
+        "P5 cpu us/event": run.replay_cpu_s / run.events * 1e6,
+        "P5.v cpu us/event": run.verify_cpu_s / run.events * 1e6,
+        "P5 helper cpu us/event": run.helper_cpu_s / run.events * 1e6,
     }
 
 
@@ -180,8 +183,8 @@ def _pairs(args: argparse.Namespace, where: dict[str, Path]) -> list[dict[str, d
         pair = {}
         for side in ("A", "B") if n % 2 == 0 else ("B", "A"):
             env = dict(os.environ)
-            if args.lever == "helper" and side == "A":
-                env["DIRK_HELPER"] = "off"
+            if args.lever == "helper":
+                env["DIRK_HELPER"] = "off" if side == "A" else "on"
             if side in where:
                 env["PYTHONPATH"] = str(where[side])
             out = subprocess.run(

@@ -6,9 +6,7 @@ projection from scratch and compares it with each recorded checkpoint and snapsh
 Run one after the other they read and decode every event twice; :func:`verify_all`
 hands the projections the events the chain check decoded, as it goes, so each is read,
 inflated and decoded once. Nothing is checked less: every hash, the head, the anchor,
-every checkpoint and snapshot. A long journal on a machine of two cores or more has its
-chain checked by a helper process while this one folds (kernel.journal._helper): the
-same checks, the same reports.
+every checkpoint and snapshot.
 """
 
 from __future__ import annotations
@@ -20,10 +18,9 @@ import anyio
 
 from kernel.core.events import Event
 from kernel.core.flow import IllegalTransition
-from kernel.journal._helper import HelperLost, helps
 from kernel.journal.errors import JournalError
 from kernel.journal.opening import open_journal
-from kernel.journal.verify import Anchor, VerifyReport, verify_helped, verify_journal
+from kernel.journal.verify import Anchor, VerifyReport, verify_journal
 from kernel.state.snapshots import ProjectionReport, verify_projections
 
 
@@ -46,21 +43,6 @@ async def verify_all(
             outside it (a stored snapshot) could not be read.
     """
     location = os.fspath(path)
-    try:
-        return await _verify_all(location, chain_key, anchor, public_only, helper=True)
-    except HelperLost:
-        # Whatever it checked is not trusted: the whole journal again, in this process.
-        return await _verify_all(location, chain_key, anchor, public_only, helper=False)
-
-
-async def _verify_all(
-    location: str,
-    chain_key: bytes | None,
-    anchor: Anchor | None,
-    public_only: bool,
-    *,
-    helper: bool,
-) -> tuple[VerifyReport, ProjectionReport | None]:
     async with contextlib.AsyncExitStack() as stack:
         try:
             journal = await stack.enter_async_context(open_journal(location, readonly=True))
@@ -80,24 +62,17 @@ async def _verify_all(
             with contextlib.suppress(anyio.BrokenResourceError):
                 await send.send(batch)
 
-        # A long journal: a helper process checks the chain while this one folds.
-        check = verify_helped if helper and helps(journal.head_seq) else verify_journal
-        lost: list[HelperLost] = []
-
         async def check_chain() -> None:
             async with send:
-                try:
-                    chain.append(
-                        await check(
-                            location,
-                            chain_key=chain_key,
-                            anchor=anchor,
-                            fold=fold,
-                            public_only=public_only,
-                        )
+                chain.append(
+                    await verify_journal(
+                        location,
+                        chain_key=chain_key,
+                        anchor=anchor,
+                        fold=fold,
+                        public_only=public_only,
                     )
-                except HelperLost as exc:
-                    lost.append(exc)
+                )
 
         replay: ProjectionReport | None = None
         failed: Exception | None = None
@@ -108,8 +83,6 @@ async def _verify_all(
                     replay = await verify_projections(journal, batches=receive)
                 except (JournalError, IllegalTransition, ValueError) as exc:
                     failed = exc  # raised below, unless the chain has a problem to report
-        if lost:
-            raise lost[0]
         if failed is not None and chain[0].ok:
             raise failed
         return chain[0], replay

@@ -1,30 +1,28 @@
 """A helper process that reads and checks a journal's rows while this one folds them.
 
-Replay and verify spend about 40% of each event reading its row, inflating its body
-and checking its hash (and, in verify, its Merkle leaf and the tree); the fold that
-follows is the rest, and both ran on one thread. For a long read on a machine of two
-cores or more the reading and checking move to a process of their own
-(:func:`helped`), which hands over the canonical bodies of the rows that checked out,
-batch by batch, over a pipe: this process only decodes and folds them, the two halves
-run at once. The helper runs this kernel's own checks (:func:`~kernel.journal.sealing.
-check_rows`, :func:`~kernel.journal.verify.verify_journal`), so what is refused and the
-words it is refused in are the same as in process.
+Replay and verify spent about 40% of each event reading its row, inflating its body and
+checking its hash (and, in verify, hashing its Merkle leaf), on the thread that then
+decodes and folds it. For a long read of a SQLite journal on a machine of two cores or
+more, a process of its own does that first part (:mod:`kernel.journal._helper_worker`)
+and hands over the rows that checked out, a frame of 1,000 at a time, over a pipe: this
+process decodes them, checks what needs the decoded event (its seq, its type and dfid
+columns), and folds. The two halves run at once.
 
-It starts in about a tenth of a second (the modules it needs, not the whole kernel
-package), so it is used from :data:`HELPER_EVENTS` events on, and never with
-``DIRK_HELPER=off`` in the environment (where processes may not be started, say). A
-helper that fails in any way is not trusted with anything: its caller reads the journal
-itself instead.
+The helper judges nothing: at the first row that does not plainly check out it stops,
+and the read goes on in process from that row, which is refused in the usual words at
+the usual seq. A helper that dies, or says anything unexpected, is dropped the same
+way, and what it handed over before was checked. It starts in about 50 ms (sqlite3,
+msgspec and the codec, not the kernel package), so it is used from
+:data:`HELPER_EVENTS` events on, when a core is free (:func:`helps`), and never with
+``DIRK_HELPER=off`` in the environment (where processes may not be started, say).
 """
 
 from __future__ import annotations
 
 import json
 import os
-import struct
 import subprocess
 import sys
-from array import array
 from collections.abc import AsyncGenerator
 from contextlib import aclosing
 from pathlib import Path
@@ -34,70 +32,117 @@ import anyio
 import msgspec
 
 from kernel.core.events import Event, with_derived
-from kernel.journal._helper_worker import BODIES, HEADER, REPORT, STOP
+from kernel.journal._helper_worker import BODIES, HEADER, STOP
 from kernel.journal.errors import is_postgres
 
 HELPER_EVENTS = 20_000
 """The fewest events a read must span for a helper process to pay for its start."""
-HEAD_START = 8_000
-"""Events a scan reads itself while its helper starts (it takes about 0.1 s)."""
-# The kernel package's __init__ imports all of it (about a second); the helper needs
-# two dozen modules of kernel.core and kernel.journal, whose own __init__s import nothing.
+HEAD_START = 5_000
+"""Events read in process while the helper starts."""
+# The kernel package's __init__ imports all of it (about a second); the helper needs the
+# codec, and kernel.journal's and kernel.core's own __init__s import nothing.
 _BOOT = (
     "import sys, types; kernel = types.ModuleType('kernel'); kernel.__path__ = [sys.argv[1]];"
     " sys.modules['kernel'] = kernel; from kernel.journal._helper_worker import serve; serve()"
 )
 _decoder = msgspec.json.Decoder(Event)
+_frames = msgspec.msgpack.Decoder(list[list[Any]])
 _KERNEL_DIR = str(Path(__file__).resolve().parent.parent)
 
 
 class HelperLost(Exception):
-    """The helper process ended without saying all it had to: read in process instead."""
+    """The helper process ended without saying all it had to: read on in process."""
 
 
-def helps(events: int, location: str = "") -> bool:
-    """Whether a read of ``events`` events is worth a helper process here (a scan's helper
-    reads SQLite files only: ``location``, when given, must be one)."""
-    if (location and is_postgres(location)) or os.environ.get("DIRK_HELPER") == "off":
+def helps(events: int, location: str) -> bool:
+    """Whether a read of ``events`` events of the journal at ``location`` is worth a helper
+    process here: a SQLite file, two cores or more, and one of them free (the load average
+    below the cores less one: on a busy machine the helper only adds its own work), unless
+    ``DIRK_HELPER`` says ``on`` (whatever the load) or ``off`` (never)."""
+    asked = os.environ.get("DIRK_HELPER", "")
+    if asked == "off" or is_postgres(location) or events < HELPER_EVENTS:
         return False
-    return events >= HELPER_EVENTS and (os.cpu_count() or 1) >= 2
+    cores = os.cpu_count() or 1
+    return cores >= 2 and (asked == "on" or os.getloadavg()[0] < cores - 1)
 
 
-def decoded(bodies: list[bytes]) -> list[Event]:
-    """Return the events of canonical bodies the helper checked (without chain hashes)."""
-    decode = _decoder.decode
-    return [decode(body) for body in bodies]
+def request(path: str, start: int, last: int | None, checked: bool, verify: bool) -> dict[str, Any]:
+    """What a helper is asked: rows ``start``..``last`` (None: to the end), their hashes
+    checked or not, for a verify with their hashes, columns and leaves. Never a chain key:
+    a keyed chain is read in process (its key goes to no other process)."""
+    return {"path": path, "start": start, "last": last, "checked": checked, "verify": verify}
 
 
-async def helped(request: dict[str, Any]) -> AsyncGenerator[tuple[bytes, Any], None]:
-    """Run a helper on ``request``; yield its frames: (BODIES, bodies), then (STOP, seq) or
-    (REPORT, bytes).
+async def helped(asked: dict[str, Any]) -> AsyncGenerator[list[list[Any]] | int, None]:
+    """Run a helper; yield ``[]`` once it started, then each frame of rows it checked
+    (``[bodies, hashes, types, dfids, leaves]``), then the seq to read on from in process.
 
-    Each frame is read in a worker thread, with blocking reads: while this process folds,
-    the helper writes on into its pipe (it makes it 1 MiB, a few frames) and never waits
-    on an event loop busy folding.
-
-    Raises:
-        HelperLost: It could not start, or ended before its last frame.
+    That seq is where its checks stopped (a row it does not vouch for), where its read
+    ended, or, if it was lost, the one after the last row it handed over. Each frame is
+    read in a worker thread, with blocking reads: while this process folds, the helper
+    writes on into its pipe and never waits on an event loop busy folding.
     """
+    start = asked["start"]
     try:
-        process = await anyio.to_thread.run_sync(_start, request)
-    except OSError as exc:
-        raise HelperLost(f"the helper did not start ({exc})") from None
+        process = await anyio.to_thread.run_sync(_start, asked)
+    except OSError:
+        yield start
+        return
     try:
+        yield []
         while True:
             kind, payload = await anyio.to_thread.run_sync(_frame, process.stdout)
-            if kind == BODIES:
-                yield kind, payload
-                continue
-            yield kind, int(payload) if kind == STOP else payload
-            return
+            if kind == STOP:
+                yield payload
+                return
+            start += len(payload[0])
+            yield payload
+    except HelperLost:
+        yield start
     finally:
         with anyio.CancelScope(shield=True):
             await anyio.to_thread.run_sync(_end, process)
 
 
-def _start(request: dict[str, Any]) -> subprocess.Popen[bytes]:
+async def helped_scan(
+    path: str, start: int, checked: bool
+) -> AsyncGenerator[list[Event] | int, None]:
+    """Start a helper reading events from ``start`` on; yield ``[]`` once it started, then
+    the events it checked (as a scan folds them: no chain hashes), then the seq to read
+    on from. It chains event ``start`` on the stored hash of the one before: the caller
+    checks the events up to it."""
+    async with aclosing(helped(request(path, start, None, checked, False))) as frames:
+        async for frame in frames:
+            if isinstance(frame, int):
+                yield frame
+                return
+            if not frame:
+                yield []
+                continue
+            batch = decoded(frame[0], start)
+            if batch:
+                start = batch[-1].seq + 1
+                yield with_derived(batch)
+            if len(batch) < len(frame[0]):
+                break
+    yield start
+
+
+def decoded(bodies: list[bytes], start: int) -> list[Event]:
+    """Decode the bodies of events ``start``..; the ones before any that does not decode to
+    its seq (the caller reads that one itself, and says what is wrong with it)."""
+    decode = _decoder.decode
+    try:
+        batch = [decode(body) for body in bodies]
+    except ValueError:
+        return []
+    for offset, event in enumerate(batch):
+        if event.seq != start + offset:
+            return batch[:offset]
+    return batch
+
+
+def _start(asked: dict[str, Any]) -> subprocess.Popen[bytes]:
     process = subprocess.Popen(
         [sys.executable, "-c", _BOOT, _KERNEL_DIR],
         stdin=subprocess.PIPE,
@@ -106,7 +151,7 @@ def _start(request: dict[str, Any]) -> subprocess.Popen[bytes]:
     )
     assert process.stdin is not None
     with process.stdin:
-        process.stdin.write(json.dumps(request).encode())
+        process.stdin.write(json.dumps(asked).encode())
     return process
 
 
@@ -116,14 +161,26 @@ def _frame(out: IO[bytes] | None) -> tuple[bytes, Any]:
     if len(header) < HEADER.size:
         raise HelperLost("the helper ended early")
     kind, size = HEADER.unpack(header)
-    payload = out.read(size) if size else b""
+    payload = out.read(size)
     if len(payload) < size:
         raise HelperLost("the helper ended early")
-    if kind == BODIES:
-        return kind, _split(payload)
-    if kind not in (STOP, REPORT):
-        raise HelperLost(f"the helper sent a frame of kind {kind!r}")
-    return kind, payload
+    parsed = _parsed(kind, payload)
+    if parsed is None:
+        raise HelperLost("the helper sent a frame that does not parse")
+    return kind, parsed
+
+
+def _parsed(kind: bytes, payload: bytes) -> int | list[list[Any]] | None:
+    """A frame's contents: STOP's seq, or BODIES' lists; None if it is neither."""
+    try:
+        if kind == STOP:
+            return int(payload)
+        frame = _frames.decode(payload) if kind == BODIES else []
+    except ValueError:
+        return None
+    if len(frame) == 5 and frame[0] and all(type(body) is bytes for body in frame[0]):
+        return frame
+    return None
 
 
 def _end(process: subprocess.Popen[bytes]) -> None:
@@ -132,70 +189,3 @@ def _end(process: subprocess.Popen[bytes]) -> None:
     process.wait()
     if process.stdout is not None:
         process.stdout.close()
-
-
-async def helped_scan(
-    path: str, start: int, key: bytes | None, checked: bool
-) -> AsyncGenerator[list[Event] | int, None]:
-    """Start a helper reading the events from ``start`` on; yield ``[]`` once it started,
-    then the events as it read and checked them, batch by batch (as a scan folds them: no
-    chain hashes), then the seq to read on from in process.
-
-    That seq is where its checks stopped (a bad row, whose problem the caller words),
-    where the journal ended as the helper read it, or where the helper was lost. The
-    helper chains event ``start`` on the stored hash of the one before: the caller checks
-    the events up to it.
-    """
-    request = {
-        "verify": False,
-        "path": path,
-        "start": start,
-        "key": None if key is None else key.hex(),
-        "checked": checked,
-    }
-    try:
-        async with aclosing(helped(request)) as frames:
-            yield []
-            async for kind, payload in frames:
-                if kind != BODIES:
-                    break
-                batch = _events(payload, start)
-                if batch:
-                    start = batch[-1].seq + 1
-                    yield with_derived(batch)
-                if len(batch) < len(payload):
-                    break
-    except HelperLost:
-        pass
-    yield start
-
-
-def _events(bodies: list[bytes], start: int) -> list[Event]:
-    """Decode the bodies of events ``start``..; the ones before any that does not decode to
-    its seq (the caller reads that one itself, and says what is wrong with it)."""
-    try:
-        batch = decoded(bodies)
-    except ValueError:
-        return []
-    for offset, event in enumerate(batch):
-        if event.seq != start + offset:
-            return batch[:offset]
-    return batch
-
-
-def _split(payload: bytes) -> list[bytes]:
-    """Return the bodies of a BODIES frame: their count, their lengths, their bytes."""
-    try:
-        (count,) = struct.unpack_from("<I", payload)
-        lengths = array("I")
-        lengths.frombytes(payload[4 : 4 + 4 * count])
-    except (struct.error, ValueError):
-        raise HelperLost("the helper sent a frame that does not parse") from None
-    at = 4 + 4 * count
-    if len(lengths) != count or at + sum(lengths) != len(payload):
-        raise HelperLost("the helper sent a frame that does not add up")
-    view, bodies = memoryview(payload), []
-    for length in lengths:
-        bodies.append(view[at : at + length])
-        at += length
-    return bodies  # type: ignore[return-value]  # memoryviews: msgspec decodes them alike

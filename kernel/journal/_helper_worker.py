@@ -1,8 +1,8 @@
 """The helper process's side of :mod:`kernel.journal._helper`: read, check, hand over.
 
-It imports as little as it can (it is started per long read): for a scan, sqlite3 and
-the body codec. Each frame it writes is a kind (one byte), a length (8 bytes) and
-that many bytes.
+It imports as little as it can (it is started per long read): sqlite3, msgspec and the
+body codec. Each frame it writes is a kind (one byte), a length (8 bytes) and that
+many bytes.
 """
 
 from __future__ import annotations
@@ -12,22 +12,26 @@ import json
 import sqlite3
 import struct
 import sys
-from array import array
 from pathlib import Path
 from typing import Any
+
+import msgspec
 
 from kernel.journal.codec import unpack
 
 HEADER = struct.Struct("<cQ")
 """A frame's kind and length."""
-BODIES, STOP, REPORT = b"B", b"S", b"R"
-"""Frames: a batch of checked canonical bodies (their count, lengths, bytes); the seq from
-which the caller reads on itself; verify's report (msgspec JSON)."""
-PAGE = 5_000
-FRAME = 1_000
-"""Bodies per frame: about 0.5 MB, so the pipe (:data:`PIPE_SIZE`) holds two."""
+BODIES, STOP = b"B", b"S"
+"""Frames: a batch of checked rows (msgpack: their canonical bodies, and for a verify
+their hashes, type and dfid columns and Merkle leaves); the seq from which the caller
+reads on itself."""
+PAGE = 1_000
+"""Rows per frame: about 0.4 MB, so the pipe (:data:`PIPE_SIZE`) holds two or more."""
 PIPE_SIZE = 1 << 20
-_ROWS = "SELECT seq, body, hash FROM events WHERE seq >= ? ORDER BY seq LIMIT ?"
+_ROWS = (
+    "SELECT seq, type, dfid, body, hash FROM events WHERE seq >= ? AND seq <= ?"
+    " ORDER BY seq LIMIT ?"
+)
 
 
 def send(kind: bytes, payload: bytes) -> None:
@@ -35,14 +39,6 @@ def send(kind: bytes, payload: bytes) -> None:
     out = sys.stdout.buffer
     out.write(HEADER.pack(kind, len(payload)))
     out.write(payload)
-
-
-def send_bodies(bodies: list[bytes]) -> None:
-    """Write BODIES frames of at most :data:`FRAME` bodies each."""
-    for at in range(0, len(bodies), FRAME):
-        part = bodies[at : at + FRAME]
-        lengths = array("I", [len(body) for body in part])
-        send(BODIES, struct.pack("<I", len(part)) + lengths.tobytes() + b"".join(part))
 
 
 def serve() -> None:
@@ -55,76 +51,75 @@ def serve() -> None:
         fcntl.fcntl(sys.stdout.fileno(), fcntl.F_SETPIPE_SZ, PIPE_SIZE)  # type: ignore[attr-defined,unused-ignore]
     except (ImportError, AttributeError, OSError):
         pass
-    if request["verify"]:
-        import anyio
-
-        from kernel.journal._verify_helper import verify
-
-        anyio.run(verify, request, backend="asyncio")
-    else:
-        scan(request)
+    scan(request)
     sys.stdout.buffer.flush()
 
 
 def scan(request: dict[str, Any]) -> None:
-    """Check rows from ``start`` on (seq, stored as bytes, the hash), handing over bodies.
+    """Check rows ``start``..``last`` (seq, stored as bytes, the hash), handing them over.
 
     The first row that does not plainly check out ends it: the caller reads on from
     there, and says what is wrong in its words (the row is not judged here).
     """
-    key = bytes.fromhex(request["key"]) if request["key"] is not None else None
-    checked, start = request["checked"], request["start"]
+    checked, start, last = request["checked"], request["start"], request["last"]
+    last = (1 << 63) - 1 if last is None else last
     uri = Path(request["path"]).resolve().as_uri() + "?mode=ro"
     conn = sqlite3.connect(uri, uri=True, isolation_level=None)
     try:
         conn.execute("BEGIN")  # one snapshot for every page
         found = conn.execute("SELECT hash FROM events WHERE seq = ?", (start - 1,)).fetchone()
         prev = bytes(32) if start == 1 else found[0] if found else None
-        if not isinstance(prev, bytes):
-            send(STOP, str(start).encode())
-            return
-        while True:
-            rows = conn.execute(_ROWS, (start, PAGE)).fetchall()
-            bodies, prev = _checked(rows, start, prev, key, checked)
-            if bodies:
-                send_bodies(bodies)
-                start += len(bodies)
-            if len(bodies) < len(rows) or len(rows) < PAGE:
-                send(STOP, str(start).encode())
-                return
+        while isinstance(prev, bytes):
+            rows = conn.execute(_ROWS, (start, last, PAGE)).fetchall()
+            batch, prev = _checked(rows, start, prev, checked, request["verify"])
+            if batch[0]:
+                send(BODIES, msgspec.msgpack.encode(batch))
+                start += len(batch[0])
+            if len(batch[0]) < len(rows) or len(rows) < PAGE:
+                break
+        send(STOP, str(start).encode())
     finally:
         conn.close()
 
 
 def _checked(
-    rows: list[Any], seq: int, prev: bytes, key: bytes | None, checked: bool
-) -> tuple[list[bytes], bytes]:
-    """Return the canonical bodies of the rows that check out from ``seq`` on, and the last
-    hash."""
-    bodies: list[bytes] = []
-    for row_seq, body, hash_ in rows:
+    rows: list[Any], seq: int, prev: bytes, checked: bool, verify: bool
+) -> tuple[list[list[Any]], bytes]:
+    """Return the rows that check out from ``seq`` on as [bodies, hashes, types, dfids,
+    leaves] (the last four for a verify only), and the hash of the last that did."""
+    good: list[tuple[Any, Any, bytes, bytes]] = []
+    for row_seq, type_, dfid, body, hash_ in rows:
         if row_seq != seq or type(body) is not bytes or type(hash_) is not bytes:
             break
-        plain = _chained(body, hash_, prev, key, checked)
+        plain = _chained(body, hash_, prev, checked)
         if plain is None:
             break
-        bodies.append(plain)
+        good.append((type_, dfid, plain, hash_))
         seq, prev = seq + 1, hash_
-    return bodies, prev
+    return _columns(good, verify), prev
 
 
-def _chained(
-    body: bytes, hash_: bytes, prev: bytes, key: bytes | None, checked: bool
-) -> bytes | None:
-    """The canonical bytes of ``body`` if its ``hash_`` chains it on ``prev``, else None."""
+def _columns(good: list[tuple[Any, Any, bytes, bytes]], verify: bool) -> list[list[Any]]:
+    bodies = [plain for _, _, plain, _ in good]
+    if not verify:
+        return [bodies, [], [], [], []]
+    sha256 = hashlib.sha256
+    return [
+        bodies,
+        [hash_ for *_, hash_ in good],
+        [type_ for type_, *_ in good],
+        [dfid for _, dfid, *_ in good],
+        [sha256(b"\x00" + body).digest() for body in bodies],
+    ]
+
+
+def _chained(body: bytes, hash_: bytes, prev: bytes, checked: bool) -> bytes | None:
+    """The canonical bytes of ``body`` if its ``hash_`` chains it on ``prev`` (an unkeyed
+    chain: a keyed one is read in process), else None."""
     try:
         plain = unpack(body)
     except ValueError:
         return None
-    if not checked:
-        return plain
-    if key is None:
-        return plain if hash_ == hashlib.sha256(prev + plain).digest() else None
-    from kernel.core.events import chain
-
-    return plain if hash_ == chain(prev, plain, key) else None
+    if checked and hash_ != hashlib.sha256(prev + plain).digest():
+        return None
+    return plain

@@ -111,7 +111,8 @@ class Scans:
     async def _folded(self, start: int, batch_size: int) -> AsyncIterator[list[Event]]:
         """Read the rows without building hashes, checking the chain through them."""
         start = max(start, 1)
-        if batch_size == _BATCH and helps(self._head_seq - start + 1, self._path):
+        long = helps(self._head_seq - start + 1, self._path) and self._key is None
+        if batch_size == _BATCH and long:
             async with aclosing(self._helped(start)) as pages:
                 async for page in pages:
                     if isinstance(page, int):
@@ -131,14 +132,13 @@ class Scans:
         if start <= self._history.end:
             await self.check_history()
         ahead = start + HEAD_START
-        key, checked = self._key, self._hashes_checked
-        async with aclosing(helped_scan(self._path, ahead, key, checked)) as helper:
-            await anext(helper)
+        async with aclosing(helped_scan(self._path, ahead, self._hashes_checked)) as helper:
+            started = await anext(helper)
             reached = [start]
             prev = await self._prev_of(start)
             async for batch in self._folded_from(start, prev, _BATCH, ahead, reached):
                 yield batch
-            if reached[0] != ahead:
+            if reached[0] != ahead or isinstance(started, int):
                 yield reached[0]
                 return
             async for page in helper:

@@ -134,7 +134,6 @@ def check_rows(
     key: bytes | None,
     hashes_checked: bool,
     leaves: list[bytes] | None = None,
-    bodies: list[bytes] | None = None,
 ) -> tuple[list[Event], str]:
     """Check consecutive rows from event ``expected_seq`` on, chained to ``prev``.
 
@@ -147,9 +146,7 @@ def check_rows(
     run for every event: a row that is not plainly sound is handed to
     :func:`check_row`, which says what is wrong with it, so both give one verdict.
     ``leaves``, when given, gets each checked event's Merkle leaf hash (RFC 9162's
-    ``SHA-256(0x00 || canonical bytes)``), hashed here from the body inflated once for both;
-    ``bodies`` each one's canonical body (what a helper process hands over: kernel.journal.
-    _helper).
+    ``SHA-256(0x00 || canonical bytes)``), hashed here from the body inflated once for both.
     """
     events: list[Event] = []
     append = events.append
@@ -183,8 +180,6 @@ def check_rows(
         append(event)
         if leaves is not None:
             leaves.append(sha256(b"\x00" + body).digest())
-        if bodies is not None:
-            bodies.append(body)
         expected_seq, prev = expected_seq + 1, hash_
     return events, ""
 

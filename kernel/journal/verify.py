@@ -12,12 +12,13 @@ cannot reach (see docs/integrity.md).
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import os
 import re
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import aclosing
-from typing import cast
+from typing import Any, cast
 
 import msgspec
 
@@ -29,11 +30,10 @@ from kernel.core.events import (
     with_derived,
 )
 from kernel.core.notes import NoteError, parse_checkpoint, split_note
-from kernel.journal._helper import HelperLost, decoded, helped
-from kernel.journal._helper_worker import BODIES, REPORT
+from kernel.journal._helper import decoded, helped, helps, request
 from kernel.journal._subscription import READ_BATCH
 from kernel.journal.errors import JournalError, chain_key_from_env
-from kernel.journal.head import KEYED_CHAIN, Row, head_problem, key_problem
+from kernel.journal.head import KEYED_CHAIN, Row, head_problem, key_problem, parse_head
 from kernel.journal.port import Snapshot, backend_for
 from kernel.journal.sealing import check_rows
 from kernel.journal.tree import TREE_MARK, Node, TiledTree
@@ -147,7 +147,6 @@ async def verify_journal(
     anchor: Anchor | None = None,
     fold: Callable[[list[Event]], Awaitable[object]] | None = None,
     public_only: bool = False,
-    bodies: Callable[[list[bytes]], Awaitable[object]] | None = None,
 ) -> VerifyReport:
     """Check every event of the journal at ``path`` from genesis on; never raise for a bad file.
 
@@ -168,8 +167,7 @@ async def verify_journal(
     next is read (``dirk verify`` folds the projections from them: each event is read
     and decoded once). Their ``prev_hash`` and ``hash`` are left empty: the hashes were
     checked here, and a fold needs neither. A bad event ends the batches before it; the
-    report says where. ``bodies`` is handed the same batches' canonical bodies (what a
-    helper process sends the process that folds them: :func:`verify_helped`).
+    report says where.
     """
     path = os.fspath(path)
     walk = _Walk(anchor)
@@ -186,7 +184,7 @@ async def verify_journal(
             problem = await walk.begin(db, meta, chain_key, public_only)
             if problem:
                 return walk.report(problem)
-            failed = await walk.rows(db, fold, bodies)
+            failed = await walk.rows(db, fold, _helper(path, meta, walk))
             if failed is not None:
                 return failed
             tree_problem = await _tree_problem(db, walk.tree.nodes) if walk.tree_stored else ""
@@ -221,30 +219,73 @@ class _Walk:
         self,
         db: Snapshot,
         fold: Callable[[list[Event]], Awaitable[object]] | None,
-        sink: Callable[[list[bytes]], Awaitable[object]] | None = None,
+        helper: dict[str, Any] | None = None,
     ) -> VerifyReport | None:
         """Check every row, batch by batch, folding each batch that checked out; the report
-        of the first bad row, or None when all check out."""
+        of the first bad row, or None when all check out.
+
+        With a ``helper`` request, a helper process reads and checks the rows from its
+        start on while the first batch is checked here (kernel.journal._helper); from
+        where it stops, they are read here again.
+        """
         start = -(2**63)  # rows below seq 1 would be forgeries: look at them too
-        while True:
-            rows = await db.rows_from(start, READ_BATCH)
-            # Each body inflated and decoded once: its hash, its tree leaf, its columns.
-            leaves: list[bytes] = []
-            bodies: list[bytes] | None = [] if sink is not None else None
-            batch, problem = check_rows(
-                rows, self.events + 1, self.prev, self.key, self.hashes_checked, leaves, bodies
+        async with contextlib.AsyncExitStack() as stack:
+            frames = await stack.enter_async_context(aclosing(helped(helper))) if helper else None
+            if frames is not None:
+                await anext(frames)
+            while True:
+                rows = await db.rows_from(start, READ_BATCH)
+                failed = await self.batch(rows, fold)
+                if failed is not None or len(rows) < READ_BATCH:
+                    return failed
+                start = self.events + 1
+                if frames is not None and helper is not None and start == helper["start"]:
+                    await self.helped(frames, fold)
+                    frames, start = None, self.events + 1
+
+    async def batch(
+        self, rows: list[Row], fold: Callable[[list[Event]], Awaitable[object]] | None
+    ) -> VerifyReport | None:
+        """Check one batch of rows, folding what checked out; the report of a bad row."""
+        # Each body inflated and decoded once: its hash, its tree leaf, its columns.
+        leaves: list[bytes] = []
+        batch, problem = check_rows(
+            rows, self.events + 1, self.prev, self.key, self.hashes_checked, leaves
+        )
+        if batch:
+            self.take([row[4] for row in rows[: len(batch)]], batch, leaves)
+        if problem:
+            return self.report(problem, min(rows[len(batch)][0], self.events + 1))
+        if fold is not None and batch:
+            await fold(with_derived(batch))  # folded as every reader sees them
+        return None
+
+    async def helped(
+        self,
+        frames: AsyncIterator[list[list[Any]] | int],
+        fold: Callable[[list[Event]], Awaitable[object]] | None,
+    ) -> None:
+        """Take the rows the helper checked, each event decoded and compared with its type
+        and dfid columns here, until it stops or one does not agree."""
+        async for frame in frames:
+            if isinstance(frame, int):
+                return
+            bodies, hashes, types, dfids, leaves = frame
+            batch = decoded(bodies, self.events + 1)
+            good = next(
+                (
+                    i
+                    for i, event in enumerate(batch)
+                    if types[i] != type(event.payload).__name__ or dfids[i] != event.dfid
+                ),
+                len(batch),
             )
-            if batch:
-                self.take(rows, batch, leaves)
-            if problem:
-                return self.report(problem, min(rows[len(batch)][0], self.events + 1))
-            if fold is not None and batch:
-                await fold(with_derived(batch))  # folded as every reader sees them
-            if sink is not None and bodies:
-                await sink(bodies)
-            if len(rows) < READ_BATCH:
-                return None
-            start = self.events + 1
+            if good:
+                self.take(hashes, batch[:good], leaves[:good])
+                if fold is not None:
+                    await fold(with_derived(batch[:good]))
+            if good < len(bodies):
+                return
 
     def report(self, problem: str = "", first_bad_seq: int | None = None) -> VerifyReport:
         """Return the report of what was walked so far, with ``problem`` if any."""
@@ -278,18 +319,18 @@ class _Walk:
         self.tree = TiledTree(size for size, _ in self.heads)
         return ""
 
-    def take(self, rows: list[Row], batch: list[Event], leaves: list[bytes]) -> None:
-        """Count the events of ``rows`` that checked out (their Merkle ``leaves``): head
-        events, the anchor, the tree."""
+    def take(self, hashes: Sequence[bytes], batch: list[Event], leaves: list[bytes]) -> None:
+        """Count the events that checked out (their rows' ``hashes``, their Merkle
+        ``leaves``): head events, the anchor, the tree."""
         for event in batch:
             payload = event.payload
             if type(payload) in _HEAD_EVENTS and cast(_Head, payload).head_hash:
                 self.head_events = True
         events, anchor = self.events, self.anchor
         if anchor is not None and events < anchor.seq <= events + len(batch):
-            self.anchored = (rows[anchor.seq - events - 1][4], batch[anchor.seq - events - 1].ts)
+            self.anchored = (hashes[anchor.seq - events - 1], batch[anchor.seq - events - 1].ts)
         self.tree.add(leaves)
-        self.events, self.prev, self.ts = events + len(batch), rows[len(batch) - 1][4], batch[-1].ts
+        self.events, self.prev, self.ts = events + len(batch), hashes[len(batch) - 1], batch[-1].ts
 
     def finish(self, meta: dict[str, str], tree_problem: str) -> VerifyReport:
         """Check the head record, the checkpoints, the anchor and the tree; return the report."""
@@ -386,32 +427,10 @@ def _anchor_problem(
     return "", None
 
 
-async def verify_helped(
-    path: str,
-    *,
-    chain_key: bytes | None,
-    anchor: Anchor | None,
-    fold: Callable[[list[Event]], Awaitable[object]],
-    public_only: bool,
-) -> VerifyReport:
-    """:func:`verify_journal` run by a helper process while this one folds what it checked.
-
-    The same report, the same batches handed to ``fold`` (kernel.journal._helper).
-
-    Raises:
-        HelperLost: The helper did not answer in full (``fold`` may have had some batches).
-    """
-    request = {
-        "verify": True,
-        "path": path,
-        "key": None if chain_key is None else chain_key.hex(),
-        "anchor": None if anchor is None else anchor.line(),
-        "public_only": public_only,
-    }
-    async with aclosing(helped(request)) as frames:
-        async for kind, payload in frames:
-            if kind == BODIES:
-                await fold(with_derived(decoded(payload)))
-            elif kind == REPORT:
-                return msgspec.json.decode(payload, type=VerifyReport)
-    raise HelperLost("the helper sent no report")
+def _helper(path: str, meta: dict[str, str], walk: _Walk) -> dict[str, Any] | None:
+    """The request for a helper to check rows after the first batch, up to the head record
+    (rows of this read's moment, whatever a kernel appends meanwhile); None: no helper."""
+    head = parse_head(meta.get("head"))
+    if head is None or walk.key is not None or not helps(head[0], path):
+        return None
+    return request(path, READ_BATCH + 1, head[0], walk.hashes_checked, True)
