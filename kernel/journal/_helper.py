@@ -56,14 +56,24 @@ class HelperLost(Exception):
 
 def helps(events: int, location: str) -> bool:
     """Whether a read of ``events`` events of the journal at ``location`` is worth a helper
-    process here: a SQLite file, two cores or more, and one of them free (the load average
-    below the cores less one: on a busy machine the helper only adds its own work), unless
-    ``DIRK_HELPER`` says ``on`` (whatever the load) or ``off`` (never)."""
+    process here: a SQLite file, two cores or more, and one of them free now (on a busy
+    machine the helper only adds its own work), unless ``DIRK_HELPER`` says ``on``
+    (whatever the load) or ``off`` (never)."""
     asked = os.environ.get("DIRK_HELPER", "")
     if asked == "off" or is_postgres(location) or events < HELPER_EVENTS:
         return False
     cores = os.cpu_count() or 1
-    return cores >= 2 and (asked == "on" or os.getloadavg()[0] < cores - 1)
+    return cores >= 2 and (asked == "on" or _running() <= cores - 1)
+
+
+def _running() -> float:
+    """How many threads want a core now, this one included (Linux's count of runnable
+    tasks; elsewhere the load average, plus this one)."""
+    try:
+        with open("/proc/loadavg", encoding="ascii") as file:
+            return int(file.read().split()[3].split("/")[0])
+    except (OSError, ValueError, IndexError):
+        return os.getloadavg()[0] + 1
 
 
 def request(path: str, start: int, last: int | None, checked: bool, verify: bool) -> dict[str, Any]:
