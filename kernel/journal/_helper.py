@@ -73,7 +73,11 @@ def _running() -> float:
         with open("/proc/loadavg", encoding="ascii") as file:
             return int(file.read().split()[3].split("/")[0])
     except (OSError, ValueError, IndexError):
+        pass
+    try:
         return os.getloadavg()[0] + 1
+    except (AttributeError, OSError):  # no load average here: never a helper unasked
+        return float("inf")
 
 
 def request(path: str, start: int, last: int | None, checked: bool, verify: bool) -> dict[str, Any]:
