@@ -12,13 +12,17 @@ Levers (A is before, B after):
   with the trained dictionary 2 (B, the current codec); time-ordered ids on both sides.
 - ``both``: random ids and dictionary 1 (A, main before this round) against time-ordered
   ids and zstd (B).
+- ``helper``: replay and verify in one process (A, ``DIRK_HELPER=off``) against a helper
+  process reading and checking the rows while this one folds (B, ``DIRK_HELPER=on``,
+  whatever the load: kernel.journal._helper); with ``--p5``, the only figures it moves.
 - ``tree``: the kernel at git revision ``--a`` (A) against the working tree (B), for levers
   that change the runtime itself (issue 35's second half): side A runs this harness with
   ``kernel``, ``agents_sdk``, ``policies`` and ``examples`` taken from ``git archive`` of
   that revision. ``--p3 N`` adds P3 (N flows at 500/s) to each run; ``--p2`` adds P2 (P1's
-  flows with spans over OTLP/HTTP to a receiver process of the run's own) and S2; ``--p16 N``
-  adds P16 and P16.r (N governed tool calls one at a time, of an ordinary and of a read-only
-  kind).
+  flows with spans over OTLP/HTTP to a receiver process of the run's own) and S2; ``--p5``
+  adds P5 (replay and verify of the run's own P1 journal, events/s, as the runner does);
+  ``--p16 N`` adds P16 and P16.r (N governed tool calls one at a time, of an ordinary and of
+  a read-only kind).
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ import anyio
 
 from benchmarks.flows import SPANS_PER_FLOW, FlowRun, open_receiver, run_flows
 from benchmarks.latency import LatencyRun, run_latency
+from benchmarks.replay import run_replay
 from benchmarks.toolcall import ToolCallRun, run_tool_calls
 from kernel.journal import codec
 
@@ -46,6 +51,7 @@ LEVERS = {
     "ids": ("random v4 DFIDs", "time-ordered v7 DFIDs"),
     "codec": ("zlib, dictionary 1", "zstd, dictionary 2"),
     "both": ("v4 ids, zlib dictionary 1", "v7 ids, zstd dictionary 2"),
+    "helper": ("one process (DIRK_HELPER=off)", "a helper reads and checks (=on)"),
     "tree": ("the kernel at --a", "the working tree"),
 }
 ROOT = Path(__file__).resolve().parent.parent
@@ -88,11 +94,31 @@ def _p2(flows: int) -> dict[str, float]:
     }
 
 
+def _p5(path: Path) -> dict[str, float]:
+    """Replay and verify the P1 journal at ``path`` (P5); its figures in events/s."""
+    run = anyio.run(run_replay, path, backend="asyncio")
+    return {
+        "P5": run.replay_per_s,
+        "P5.v": run.verify_per_s,
+        "P5 chain": run.events / run.chain_s,
+        "P5 projections": run.events / run.projections_s,
+        "P5 cpu us/event": run.replay_cpu_s / run.events * 1e6,
+        "P5.v cpu us/event": run.verify_cpu_s / run.events * 1e6,
+        "P5 helper cpu us/event": run.helper_cpu_s / run.events * 1e6,
+    }
+
+
 def _one(
-    lever: str, side: str, flows: int, p3: int = 0, p2: bool = False, p16: int = 0
+    lever: str,
+    side: str,
+    flows: int,
+    p3: int = 0,
+    p2: bool = False,
+    p5: bool = False,
+    p16: int = 0,
 ) -> dict[str, float]:
-    """Run P1 (and P3 if ``p3``, P2 if ``p2``) once with ``side`` of ``lever``; return its
-    figures per flow."""
+    """Run P1 (and P3 if ``p3``, P2 if ``p2``, P5 if ``p5``, P16 if ``p16``) once with ``side``
+    of ``lever``; return its figures per flow."""
     ordered = not (lever in ("ids", "both") and side == "A")
     if lever in ("codec", "both") and side == "A":
         # The store's writer makes its packer with the default number: make that dictionary 1.
@@ -104,6 +130,7 @@ def _one(
             return await run_flows(path, flows, ordered_ids=ordered)
 
         r = anyio.run(run, backend="asyncio")
+        replayed = _p5(path) if p5 else {}
     figures = {
         "P1": r.flows_per_s,
         "C1": r.cpu_seconds / r.flows * 1e6,
@@ -117,6 +144,7 @@ def _one(
             figures[f"{key} per flow"] = r.io[key] / r.flows
     figures["commits per flow"] = r.transactions / r.flows
     figures["events per flow"] = r.events / r.flows
+    figures |= replayed
     if p3:
         with tempfile.TemporaryDirectory(prefix="dir-pair-") as tmp:
             path = Path(tmp) / "p3.db"
@@ -165,11 +193,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--a", metavar="REV", help="tree: the git revision of side A")
     parser.add_argument("--p3", type=int, default=0, metavar="N", help="also P3, N flows")
     parser.add_argument("--p2", action="store_true", help="also P2 and S2 (spans exported)")
+    parser.add_argument("--p5", action="store_true", help="also P5 (replay and verify)")
     parser.add_argument("--p16", type=int, default=0, metavar="N", help="also P16, N calls")
     parser.add_argument("--side", choices=("A", "B"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.side:
-        print(json.dumps(_one(args.lever, args.side, args.flows, args.p3, args.p2, args.p16)))
+        figures = _one(args.lever, args.side, args.flows, args.p3, args.p2, args.p5, args.p16)
+        print(json.dumps(figures))
         return 0
     if args.lever == "tree" and not args.a:
         parser.error("tree needs --a REV (the revision before the lever)")
@@ -187,6 +217,8 @@ def _pairs(args: argparse.Namespace, where: dict[str, Path]) -> list[dict[str, d
         pair = {}
         for side in ("A", "B") if n % 2 == 0 else ("B", "A"):
             env = dict(os.environ)
+            if args.lever == "helper":
+                env["DIRK_HELPER"] = "off" if side == "A" else "on"
             if side in where:
                 env["PYTHONPATH"] = str(where[side])
             out = subprocess.run(
@@ -202,6 +234,7 @@ def _pairs(args: argparse.Namespace, where: dict[str, Path]) -> list[dict[str, d
                     "--p3",
                     str(args.p3),
                     *(["--p2"] if args.p2 else []),
+                    *(["--p5"] if args.p5 else []),
                     "--p16",
                     str(args.p16),
                 ],
@@ -213,9 +246,7 @@ def _pairs(args: argparse.Namespace, where: dict[str, Path]) -> list[dict[str, d
             ).stdout
             pair[side] = json.loads(out.splitlines()[-1])
         label = "warm-up" if n == 0 else f"pair {n}"
-        p2 = {
-            s: f" P2 {pair[s]['P2']:,.0f} S2 {pair[s]['S2']:.3f}" if args.p2 else "" for s in "AB"
-        }
+        p2 = {s: _extra(args, pair[s]) for s in "AB"}
         print(
             f"{label}: A P1 {pair['A']['P1']:,.0f} C1 {pair['A']['C1']:.0f}{p2['A']};"
             f" B P1 {pair['B']['P1']:,.0f} C1 {pair['B']['C1']:.0f}{p2['B']};"
@@ -226,6 +257,14 @@ def _pairs(args: argparse.Namespace, where: dict[str, Path]) -> list[dict[str, d
         if n:
             runs.append(pair)
     return runs
+
+
+def _extra(args: argparse.Namespace, figures: dict[str, float]) -> str:
+    """What a pair's progress line says of P2 and P5, when they run."""
+    said = f" P2 {figures['P2']:,.0f} S2 {figures['S2']:.3f}" if args.p2 else ""
+    if args.p5:
+        said += f" P5 {figures['P5']:,.0f} P5.v {figures['P5.v']:,.0f}"
+    return said
 
 
 def _print(args: argparse.Namespace, runs: list[dict[str, dict[str, float]]]) -> None:

@@ -1,8 +1,9 @@
 """Group commit's batch: the appends gathered for one transaction, sealed into rows.
 
 :meth:`~kernel.journal.store.Journal.append` adds a request to the pending batch;
-the journal's writer seals every request of it (:func:`seal_requests`), grows
-the Merkle tree by their rows (:func:`grown`) and writes them in one transaction.
+the journal's writer seals every request of it (:func:`seal_requests`) and a
+:class:`Write` grows the Merkle tree by their rows (:func:`grown`) and writes them in
+one transaction, in the store writer's thread.
 """
 
 from __future__ import annotations
@@ -91,3 +92,40 @@ def grown(tree: Frontier | None, rows: Sequence[Row]) -> tuple[Frontier | None, 
     for row in rows:
         nodes += tree.append(leaf_hash(row[3]))
     return tree, nodes
+
+
+class Write:
+    """One transaction, run in the store writer's thread: the tree grown, then the write.
+
+    The Merkle leaves hash the canonical bodies there, beside their compression, rather
+    than on the event loop, where every other flow waits on them (issue 45). ``tree`` is
+    the grown frontier once the call returned; :meth:`grown_tree` gives it whether or not
+    the call ran to its end (a commit an outage hid, then found done, did not).
+    """
+
+    __slots__ = ("_append", "_base", "_expected", "_head", "_injected", "_rows", "tree")
+
+    def __init__(
+        self,
+        append: Callable[..., None],
+        base: Frontier | None,
+        rows: list[Row],
+        expected_seq: int,
+        head: str,
+        injected: bool,
+    ) -> None:
+        self._append, self._base, self._rows = append, base, rows
+        self._expected, self._head, self._injected = expected_seq, head, injected
+        self.tree: Frontier | None = None
+
+    def __call__(self) -> None:
+        # Grown again from the base on a retry after an outage: the same rows, the same nodes.
+        tree, nodes = grown(self._base, self._rows)
+        self._append(self._rows, self._expected, self._head, self._injected, nodes)
+        self.tree = tree
+
+    def grown_tree(self) -> Frontier | None:
+        """Return the tree grown by the rows (None: the journal keeps none)."""
+        if self.tree is None and self._base is not None:
+            self.tree = grown(self._base, self._rows)[0]
+        return self.tree

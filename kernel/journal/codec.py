@@ -95,6 +95,10 @@ _ZSTD_FORMAT = zstandard.FORMAT_ZSTD1_MAGICLESS
 _ZSTD_LEVEL = 3
 _zstd_dicts: dict[int, zstandard.ZstdCompressionDict] = {}
 _decompressors: dict[int, zstandard.ZstdDecompressor] = {}
+_SMALL = 65_791
+"""The most a zstd frame whose content size field takes at most 2 bytes can hold."""
+# Each known zstd dictionary's one-call inflate, by number (filled as _decompressor makes them).
+_oneshots: dict[int, Callable[..., bytes]] = {}
 
 
 def _zstd_dictionary(number: int) -> zstandard.ZstdCompressionDict:
@@ -112,6 +116,7 @@ def _decompressor(number: int) -> zstandard.ZstdDecompressor:
         found = _decompressors[number] = zstandard.ZstdDecompressor(
             dict_data=_zstd_dictionary(number), format=_ZSTD_FORMAT
         )
+        _oneshots[number] = found.decompress
     return found
 
 
@@ -180,7 +185,11 @@ def unpack(stored: bytes) -> bytes:
         return stored
     if first != ZLIB:
         return _unzstd(first, stored)
-    zdict = _loaded.get(first) or dictionary(first)
+    return _inflate(stored)
+
+
+def _inflate(stored: bytes) -> bytes:
+    zdict = _loaded.get(stored[0]) or dictionary(stored[0])
     inflater = zlib.decompressobj(-15, zdict=zdict)
     try:
         body = inflater.decompress(stored[1:], MAX_BODY)
@@ -196,6 +205,20 @@ def unpack(stored: bytes) -> bytes:
 
 
 def _unzstd(number: int, stored: bytes) -> bytes:
+    # A frame whose content size field is at most 2 bytes (the top bits of its first
+    # byte below 2) says it holds at most 65,791 bytes, far below MAX_BODY: inflated in
+    # one call, which checks the frame is whole, has nothing after its end and holds
+    # what it says. Anything else, or any failure, goes to the checks that name it.
+    oneshot = _oneshots.get(number)
+    if oneshot is not None and len(stored) > 1 and stored[1] < 0x80 and MAX_BODY > _SMALL:
+        try:
+            return oneshot(stored[1:], allow_extra_data=False)
+        except zstandard.ZstdError:
+            pass
+    return _unzstd_checked(number, stored)
+
+
+def _unzstd_checked(number: int, stored: bytes) -> bytes:
     decompressor = _decompressor(number)
     frame = memoryview(stored)[1:]
     try:

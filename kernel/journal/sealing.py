@@ -133,7 +133,7 @@ def check_rows(
     prev: bytes,
     key: bytes | None,
     hashes_checked: bool,
-    bodies: list[bytes] | None = None,
+    leaves: list[bytes] | None = None,
 ) -> tuple[list[Event], str]:
     """Check consecutive rows from event ``expected_seq`` on, chained to ``prev``.
 
@@ -145,7 +145,8 @@ def check_rows(
     The same checks as :func:`check_row` row by row, in a loop that replay and verify
     run for every event: a row that is not plainly sound is handed to
     :func:`check_row`, which says what is wrong with it, so both give one verdict.
-    ``bodies``, when given, gets each checked event's canonical body (inflated once, here).
+    ``leaves``, when given, gets each checked event's Merkle leaf hash (RFC 9162's
+    ``SHA-256(0x00 || canonical bytes)``), hashed here from the body inflated once for both.
     """
     events: list[Event] = []
     append = events.append
@@ -177,8 +178,8 @@ def check_rows(
             event = event_
             body = unpack(row[3])
         append(event)
-        if bodies is not None:
-            bodies.append(body)
+        if leaves is not None:
+            leaves.append(sha256(b"\x00" + body).digest())
         expected_seq, prev = expected_seq + 1, hash_
     return events, ""
 

@@ -23,30 +23,28 @@ commit; subscriptions follow live commits without ever slowing the writer.
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import NoReturn
 
 import anyio
 
-from kernel.core.events import GENESIS_HASH, Draft, Event, with_derived
+from kernel.core.events import Draft, Event, with_derived
 from kernel.core.merkle import Frontier
 from kernel.core.ports import Clock
-from kernel.journal._batch import Batch, grown, lazy_append, seal_requests
+from kernel.journal._batch import Batch, Write, lazy_append, seal_requests
 from kernel.journal._meta import SCHEMA_VERSION
 from kernel.journal._publish import Listener, Publisher
 from kernel.journal._rows import (
     HistoryCheck,
     asked_for,
-    checked_page,
-    folded,
     leaves_read,
     read_rows,
     storable,
     unaskable,
 )
+from kernel.journal._scans import Scans
 from kernel.journal._sqlite import APPLICATION_ID
 from kernel.journal._sqlite_inbox import INBOX_SCHEMA
-from kernel.journal._subscription import READ_BATCH as _BATCH
 from kernel.journal._subscription import Subscription
 from kernel.journal.errors import (
     JournalClosed,
@@ -98,7 +96,7 @@ CommitObserver = Callable[[int, int], None]
 """Told of each committed transaction: (events written, nanoseconds it took to commit)."""
 
 
-class Journal:
+class Journal(Scans):
     """An open journal; get one from :func:`open_journal`."""
 
     def __init__(
@@ -123,6 +121,8 @@ class Journal:
         # Never logged, never recorded: only chain() sees it.
         self._key = key
         self._keyed = keyed
+        # A keyed chain read without its key cannot have its hashes recomputed.
+        self._hashes_checked = key is not None or not keyed
         self._reader = reader
         self._writer = writer
         self._journal_id = head.journal_id
@@ -365,106 +365,8 @@ class Journal:
         """Leave events 1..``last`` to :meth:`check_history`; until it ran, reads wait for it."""
         self._history.defer(last)
 
-    async def check_chain(self, start: int = 1) -> None:
-        """Check that events ``start``..head are whole and chain on from event ``start - 1``.
-
-        Raises:
-            JournalCorrupt: An event is missing, altered or out of place; ``seq`` names it.
-        """
-        async for _ in self.scan_checked(start):
-            pass
-
-    async def scan_checked(self, start: int = 1) -> AsyncIterator[list[Event]]:
-        """Yield events ``start``..head like :meth:`scan`, checking that they chain on.
-
-        Opening a kernel folds its tail through this, from its latest trusted
-        snapshot on, so an edit anywhere after that snapshot is refused, at the
-        cost of one hash per event. Without the key of a keyed journal (a
-        read-only open) the hashes cannot be recomputed and only the rest is
-        checked.
-
-        Raises:
-            JournalCorrupt: An event is missing, altered or out of place; ``seq`` names it.
-        """
-        head = self._head_seq
-        start = max(start, 1)
-        if start > head:
-            return
-        prev = GENESIS_HASH
-        if start > 1:
-            self._check_open()
-            found = await self._reader.hash_at(start - 1)
-            if not isinstance(found, bytes):
-                raise self._corrupt(f"event {start - 1} is missing", start - 1)
-            prev = found
-        expected = start
-        while expected <= head:
-            self._check_open()
-            rows = await self._reader.rows(expected, head, _BATCH)
-            if not rows:
-                raise self._corrupt(f"event {expected} is missing", expected)
-            batch, problem, expected, prev = checked_page(
-                rows, expected, prev, self._key, self._hashes_checked
-            )
-            if problem:
-                raise self._corrupt(problem, expected)
-            yield with_derived(batch)
-
-    @property
-    def _hashes_checked(self) -> bool:
-        return self._key is not None or not self._keyed
-
     def _corrupt(self, problem: str, seq: int) -> JournalCorrupt:
         return JournalCorrupt(self._path, f"{problem} (run dirk verify)", seq=seq)
-
-    async def scan(
-        self, start: int = 1, batch_size: int = _BATCH, *, hashes: bool = True
-    ) -> AsyncIterator[list[Event]]:
-        """Yield every event from ``start`` on, in seq-ordered batches of ``batch_size``.
-
-        ``hashes`` False leaves each event's ``prev_hash`` and ``hash`` empty: what a
-        fold of the projections reads (they use neither), for less work per event. The
-        chain is checked through the rows read either way.
-
-        Raises:
-            JournalCorrupt: an event is missing, altered or out of place (with its seq).
-        """
-        pages = self._pages(start, batch_size) if hashes else self._folded(start, batch_size)
-        async for batch in pages:
-            yield batch
-
-    async def _pages(self, start: int, batch_size: int) -> AsyncIterator[list[Event]]:
-        """Read page by page, as :meth:`read` does (every event with its hashes)."""
-        while True:
-            batch = await self._read(start, None, None, None, batch_size)
-            if batch:
-                yield batch
-            if len(batch) < batch_size:
-                return
-            start = batch[-1].seq + 1
-
-    async def _folded(self, start: int, batch_size: int) -> AsyncIterator[list[Event]]:
-        """Read the rows without building hashes, checking the chain through them."""
-        start = max(start, 1)
-        prev = GENESIS_HASH
-        if start > 1:
-            self._check_open()
-            found = await self._reader.hash_at(start - 1)
-            prev = found if isinstance(found, bytes) else b""
-        key, checked = self._key, self._hashes_checked
-        while True:
-            self._check_open()
-            rows = await self._reader.events(start, None, None, None, batch_size, False)
-            if rows and start <= self._history.end:
-                await self.check_history()
-            batch, problem = folded(rows, start, prev, key, checked)
-            if problem:
-                raise self._corrupt(problem, start + len(batch))
-            if batch:
-                yield with_derived(batch)
-            if len(rows) < batch_size:
-                return
-            start, prev = start + len(rows), rows[-1][2]
 
     async def flow_events(self, dfid: str) -> list[Event]:
         """Return the events of one DecisionFlow in seq order."""
@@ -545,27 +447,23 @@ class Journal:
         self._attempts += 1
         injected = self._attempts == self._faults.fail_transaction
         head = head_value(seq, prev, self._key)
-        tree, nodes = grown(self._tree, rows)
+        lazy = lazy_append(self._writer, batch)
+        append = lazy or self._writer.append
+        write = Write(append, self._tree, rows, self._head_seq, head, injected)
         began = self._observer_clock() if self._observer is not None else 0
         try:
             # One hop per transaction: the store's writer (a plain sqlite3 or psycopg
-            # connection, used only here) runs BEGIN, the rows, the head and COMMIT as one
-            # call in a worker thread. run_sync waits out a cancellation, so the writer
-            # always learns whether the commit happened (after an outage too: its head row
-            # says, kernel.journal.outage).
-            lazy = lazy_append(self._writer, batch)
-            append = lazy or self._writer.append
-            await self._watch.write(
-                lambda: append(rows, self._head_seq, head, injected, nodes),
-                self._head_seq,
-                (seq, head),
-            )
+            # connection, used only here) grows the tree and runs BEGIN, the rows, the
+            # head and COMMIT as one call in a worker thread. run_sync waits out a
+            # cancellation, so the writer always learns whether the commit happened (after
+            # an outage too: its head row says, kernel.journal.outage).
+            await self._watch.write(write, self._head_seq, (seq, head))
         except Exception as exc:
             self._failure, self._failure_what = exc, "a write failed"
             return
         committed = [event for _, events in sealed for event in events]
         self._head_seq, self._head_hash, self._head_hex = seq, prev, committed[-1].hash
-        self._tree = tree
+        self._tree = write.grown_tree()
         self._appends += len(sealed)
         self._transactions += 1
         self._unsynced += lazy is not None

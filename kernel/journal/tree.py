@@ -22,6 +22,7 @@ that the events either give or do not).
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 
 from kernel.core.merkle import (
@@ -79,6 +80,73 @@ def frontier_from(
 def leaves_of(bodies: Iterable[bytes]) -> list[bytes]:
     """Return the leaf hashes of stored bodies (compressed or not): over the canonical bytes."""
     return [leaf_hash(unpack(body)) for body in bodies]
+
+
+class TiledTree:
+    """The tree over events in order, grown a batch of leaf hashes at a time (``verify``).
+
+    What :class:`~kernel.core.merkle.Frontier` computes leaf by leaf, in fewer steps: each
+    aligned tile of 16 leaves is hashed to its root at once, and only tile roots enter a
+    frontier (whose level 0 is the tree's level 4). :attr:`nodes` gets every complete
+    subtree of level 4 and up, the ones a store keeps, and :attr:`roots` the root at each
+    size in ``wanted`` (the signed checkpoints' sizes).
+    """
+
+    def __init__(self, wanted: Iterable[int] = ()) -> None:
+        self.size = 0
+        self.nodes: dict[NodeKey, bytes] = {}
+        self.roots: dict[int, bytes] = {}
+        self._wanted = sorted(set(wanted), reverse=True)  # the next one last
+        self._tiles = Frontier(stored=0)
+        self._tail: list[bytes] = []
+        self._root_if_wanted()
+
+    def add(self, leaves: Sequence[bytes]) -> None:
+        """Append the leaves of the next events, in order."""
+        start = 0
+        wanted = self._wanted
+        while wanted and wanted[-1] <= self.size + len(leaves) - start:
+            # A checkpoint's size falls among these leaves: its root is taken on the way.
+            cut = start + wanted[-1] - self.size
+            self._grow(leaves[start:cut])
+            start = cut
+            self._root_if_wanted()
+        self._grow(leaves[start:] if start else leaves)
+
+    def _root_if_wanted(self) -> None:
+        wanted = self._wanted
+        while wanted and wanted[-1] <= self.size:
+            size = wanted.pop()
+            if size == self.size:
+                self.roots[size] = self.root()
+
+    def _grow(self, leaves: Sequence[bytes]) -> None:
+        tail, nodes, tiles = self._tail, self.nodes, self._tiles
+        for leaf in leaves:
+            tail.append(leaf)
+            if len(tail) == TILE:
+                for level, index, node in tiles.append(_tile_root(tail)):
+                    nodes[(level + STORED_LEVEL, index)] = node
+                tail.clear()
+        self.size += len(leaves)
+
+    def root(self) -> bytes:
+        """Return the root of the tree of the leaves added so far."""
+        parts = self._tiles.parts()
+        if self._tail:
+            parts.append(root_of(self._tail))
+        return fold(parts) if parts else EMPTY_ROOT
+
+
+def _tile_root(leaves: list[bytes]) -> bytes:
+    """Return the root of 16 leaves: 8, 4, 2 and 1 inner nodes."""
+    sha256 = hashlib.sha256
+    level = leaves
+    while len(level) > 1:
+        level = [
+            sha256(b"\x01" + level[i] + level[i + 1]).digest() for i in range(0, len(level), 2)
+        ]
+    return level[0]
 
 
 class TreeBuilder:

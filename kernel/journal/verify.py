@@ -12,11 +12,13 @@ cannot reach (see docs/integrity.md).
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import os
 import re
-from collections.abc import Awaitable, Callable
-from typing import cast
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import aclosing
+from typing import Any, cast
 
 import msgspec
 
@@ -27,14 +29,14 @@ from kernel.core.events import (
     KernelStopped,
     with_derived,
 )
-from kernel.core.merkle import Frontier, leaf_hash
 from kernel.core.notes import NoteError, parse_checkpoint, split_note
+from kernel.journal._helper import decoded, helped, helps, request
 from kernel.journal._subscription import READ_BATCH
 from kernel.journal.errors import JournalError, chain_key_from_env
-from kernel.journal.head import KEYED_CHAIN, Row, head_problem, key_problem
+from kernel.journal.head import KEYED_CHAIN, Row, head_problem, key_problem, parse_head
 from kernel.journal.port import Snapshot, backend_for
 from kernel.journal.sealing import check_rows
-from kernel.journal.tree import TREE_MARK, Node
+from kernel.journal.tree import TREE_MARK, Node, TiledTree
 
 _HEAD_EVENTS = frozenset({KernelStarted, KernelStopped})
 _Head = KernelStarted | KernelStopped
@@ -182,10 +184,10 @@ async def verify_journal(
             problem = await walk.begin(db, meta, chain_key, public_only)
             if problem:
                 return walk.report(problem)
-            failed = await walk.rows(db, fold)
+            failed = await walk.rows(db, fold, _helper(path, meta, walk))
             if failed is not None:
                 return failed
-            tree_problem = await _tree_problem(db, walk.computed) if walk.tree_stored else ""
+            tree_problem = await _tree_problem(db, walk.tree.nodes) if walk.tree_stored else ""
     except JournalError as exc:
         return walk.report(exc.detail, exc.seq)
     except (ValueError, TypeError) as exc:
@@ -208,36 +210,82 @@ class _Walk:
         self.head_events = False
         self.anchored: tuple[bytes, int] | None = None
         self.hashes_checked = True
-        # The Merkle tree, rebuilt from the bodies as they are checked.
-        self.tree = Frontier()
-        self.computed: dict[tuple[int, int], bytes] = {}
+        # The Merkle tree, built from the leaves hashed as the rows are checked.
+        self.tree = TiledTree()
         self.heads: list[tuple[int, str]] = []
-        self.wanted: set[int] = set()
-        self.roots: dict[int, bytes] = {}
         self.tree_stored = True
 
     async def rows(
-        self, db: Snapshot, fold: Callable[[list[Event]], Awaitable[object]] | None
+        self,
+        db: Snapshot,
+        fold: Callable[[list[Event]], Awaitable[object]] | None,
+        helper: dict[str, Any] | None = None,
     ) -> VerifyReport | None:
         """Check every row, batch by batch, folding each batch that checked out; the report
-        of the first bad row, or None when all check out."""
+        of the first bad row, or None when all check out.
+
+        With a ``helper`` request, a helper process reads and checks the rows from its
+        start on while the first batch is checked here (kernel.journal._helper); from
+        where it stops, they are read here again.
+        """
         start = -(2**63)  # rows below seq 1 would be forgeries: look at them too
-        while True:
-            rows = await db.rows_from(start, READ_BATCH)
-            # Each body inflated and decoded once: its hash, its tree leaf, its columns.
-            bodies: list[bytes] = []
-            batch, problem = check_rows(
-                rows, self.events + 1, self.prev, self.key, self.hashes_checked, bodies
+        async with contextlib.AsyncExitStack() as stack:
+            frames = await stack.enter_async_context(aclosing(helped(helper))) if helper else None
+            if frames is not None:
+                await anext(frames)
+            while True:
+                rows = await db.rows_from(start, READ_BATCH)
+                failed = await self.batch(rows, fold)
+                if failed is not None or len(rows) < READ_BATCH:
+                    return failed
+                start = self.events + 1
+                if frames is not None and helper is not None and start == helper["start"]:
+                    await self.helped(frames, fold)
+                    frames, start = None, self.events + 1
+
+    async def batch(
+        self, rows: list[Row], fold: Callable[[list[Event]], Awaitable[object]] | None
+    ) -> VerifyReport | None:
+        """Check one batch of rows, folding what checked out; the report of a bad row."""
+        # Each body inflated and decoded once: its hash, its tree leaf, its columns.
+        leaves: list[bytes] = []
+        batch, problem = check_rows(
+            rows, self.events + 1, self.prev, self.key, self.hashes_checked, leaves
+        )
+        if batch:
+            self.take([row[4] for row in rows[: len(batch)]], batch, leaves)
+        if problem:
+            return self.report(problem, min(rows[len(batch)][0], self.events + 1))
+        if fold is not None and batch:
+            await fold(with_derived(batch))  # folded as every reader sees them
+        return None
+
+    async def helped(
+        self,
+        frames: AsyncIterator[list[list[Any]] | int],
+        fold: Callable[[list[Event]], Awaitable[object]] | None,
+    ) -> None:
+        """Take the rows the helper checked, each event decoded and compared with its type
+        and dfid columns here, until it stops or one does not agree."""
+        async for frame in frames:
+            if isinstance(frame, int):
+                return
+            bodies, hashes, types, dfids, leaves = frame
+            batch = decoded(bodies, self.events + 1)
+            good = next(
+                (
+                    i
+                    for i, event in enumerate(batch)
+                    if types[i] != type(event.payload).__name__ or dfids[i] != event.dfid
+                ),
+                len(batch),
             )
-            if batch:
-                self.take(rows, batch, bodies)
-            if problem:
-                return self.report(problem, min(rows[len(batch)][0], self.events + 1))
-            if fold is not None and batch:
-                await fold(with_derived(batch))  # folded as every reader sees them
-            if len(rows) < READ_BATCH:
-                return None
-            start = self.events + 1
+            if good:
+                self.take(hashes, batch[:good], leaves[:good])
+                if fold is not None:
+                    await fold(with_derived(batch[:good]))
+            if good < len(bodies):
+                return
 
     def report(self, problem: str = "", first_bad_seq: int | None = None) -> VerifyReport:
         """Return the report of what was walked so far, with ``problem`` if any."""
@@ -268,27 +316,21 @@ class _Walk:
         self.hashes_checked = chain_key is not None or meta.get("chain") != KEYED_CHAIN
         self.tree_stored = meta.get("tree") == TREE_MARK
         self.heads = await db.tree_heads()
-        self.wanted = {size for size, _ in self.heads}
-        if 0 in self.wanted:
-            self.roots[0] = self.tree.root()
+        self.tree = TiledTree(size for size, _ in self.heads)
         return ""
 
-    def take(self, rows: list[Row], batch: list[Event], bodies: list[bytes]) -> None:
-        """Count the events of ``rows`` that checked out (their canonical ``bodies``): head
-        events, the anchor, the tree."""
+    def take(self, hashes: Sequence[bytes], batch: list[Event], leaves: list[bytes]) -> None:
+        """Count the events that checked out (their rows' ``hashes``, their Merkle
+        ``leaves``): head events, the anchor, the tree."""
         for event in batch:
             payload = event.payload
             if type(payload) in _HEAD_EVENTS and cast(_Head, payload).head_hash:
                 self.head_events = True
         events, anchor = self.events, self.anchor
         if anchor is not None and events < anchor.seq <= events + len(batch):
-            self.anchored = (rows[anchor.seq - events - 1][4], batch[anchor.seq - events - 1].ts)
-        for body in bodies:
-            for level, index, node in self.tree.append(leaf_hash(body)):
-                self.computed[(level, index)] = node
-            if self.tree.size in self.wanted:
-                self.roots[self.tree.size] = self.tree.root()
-        self.events, self.prev, self.ts = events + len(batch), rows[len(batch) - 1][4], batch[-1].ts
+            self.anchored = (hashes[anchor.seq - events - 1], batch[anchor.seq - events - 1].ts)
+        self.tree.add(leaves)
+        self.events, self.prev, self.ts = events + len(batch), hashes[len(batch) - 1], batch[-1].ts
 
     def finish(self, meta: dict[str, str], tree_problem: str) -> VerifyReport:
         """Check the head record, the checkpoints, the anchor and the tree; return the report."""
@@ -301,7 +343,7 @@ class _Walk:
                 )
         problem, seq = head_problem(meta, self.events, self.prev, self.key)
         if not problem:
-            problem, seq = _heads_problem(self.heads, self.roots, self.events)
+            problem, seq = _heads_problem(self.heads, self.tree.roots, self.events)
         if not problem and self.anchor is not None:
             problem, seq = _anchor_problem(self.anchor, self.journal_id, self.events, self.anchored)
         if not problem and tree_problem:
@@ -383,3 +425,12 @@ def _anchor_problem(
             anchor.seq,
         )
     return "", None
+
+
+def _helper(path: str, meta: dict[str, str], walk: _Walk) -> dict[str, Any] | None:
+    """The request for a helper to check rows after the first batch, up to the head record
+    (rows of this read's moment, whatever a kernel appends meanwhile); None: no helper."""
+    head = parse_head(meta.get("head"))
+    if head is None or walk.key is not None or not helps(head[0], path):
+        return None
+    return request(path, READ_BATCH + 1, head[0], walk.hashes_checked, True)

@@ -10,6 +10,7 @@ verifier against the RFC recursion instead).
 from __future__ import annotations
 
 import base64
+import itertools
 
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -44,6 +45,7 @@ from kernel.core.notes import (
     tlog_proof,
     vkey,
 )
+from kernel.journal.tree import TiledTree
 from tests.support.hostile import hostile_text
 
 LEAVES = [
@@ -225,3 +227,30 @@ def test_hostile_text_is_refused_as_a_note_a_key_or_a_proof_never_raised(text: s
     with pytest.raises(NoteError):
         open_note(SIGNED.replace("example.com/dirk-test\n", text + "\n", 1), [])
     assert base64.b64decode(SIGNED.split()[-1])
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.integers(min_value=0, max_value=300), st.data())
+def test_a_tiled_tree_grown_in_batches_agrees_with_the_frontier_leaf_by_leaf(
+    n: int, data: st.DataObject
+) -> None:
+    # What verify builds (kernel.journal.tree.TiledTree): the same stored nodes, the same
+    # roots at the checkpoints' sizes, however the leaves are cut into batches.
+    leaves = [leaf_hash(i.to_bytes(2, "big")) for i in range(n)]
+    wanted = data.draw(st.sets(st.integers(min_value=0, max_value=n + 3), max_size=4))
+    frontier, nodes, roots = Frontier(), {}, {}
+    if 0 in wanted:
+        roots[0] = frontier.root()
+    for leaf in leaves:
+        for level, index, node in frontier.append(leaf):
+            nodes[(level, index)] = node
+        if frontier.size in wanted:
+            roots[frontier.size] = frontier.root()
+    tree = TiledTree(wanted)
+    cuts = sorted(data.draw(st.sets(st.integers(min_value=1, max_value=max(n - 1, 1)))))
+    for a, b in itertools.pairwise([0, *[c for c in cuts if c < n], n]):
+        tree.add(leaves[a:b])
+    assert tree.nodes == nodes
+    assert tree.roots == roots
+    assert tree.root() == frontier.root() == root_of(leaves)
+    assert tree.size == n
