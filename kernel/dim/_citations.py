@@ -81,6 +81,8 @@ def notes_on(
     citations = check_citations(proposal.explain, book.shown.get(flow.dfid, []), book)
     if citations is not None:
         notes.append(citations)
+    if not memory.constraints:
+        return notes  # no constraint to advise on
     touched = advisories(memory.seen_by(tenant), proposal, flow.agent_id, flow.root_dfid)
     if touched:
         texts = "; ".join(

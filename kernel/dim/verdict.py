@@ -101,11 +101,13 @@ class Spent(Mapping[str, int]):
 
 
 def domain_checks(projections: Projections, flow: FlowState) -> MemoryCheck:
-    """The gate's memory layer: each domain's check, in registration order; the first refusal."""
-    domains = projections.checking
+    """The gate's memory layer: each domain's check, in registration order; the first refusal.
+
+    Only the domains that judge the proposal's kind run (``Projections.judging``).
+    """
 
     def check(proposal: ProposalRecord, view: View) -> Feedback | None:
-        for domain in domains:
+        for domain in projections.judging(proposal.kind)[0]:
             refused = domain.check(proposal, view, flow)
             if refused is not None:
                 return refused
@@ -118,7 +120,7 @@ def transformed(
     projections: Projections, proposal: ProposalRecord, flow: FlowState
 ) -> Applied | None:
     """Return the form an accepted proposal is applied in, if a domain transforms it."""
-    for domain in projections.transforming:
+    for domain in projections.judging(proposal.kind)[1]:
         applied = domain.transform(proposal, flow)
         if applied is not None:
             return applied

@@ -46,7 +46,13 @@ from kernel.core.events import (
 )
 from kernel.core.flow import FlowState
 from kernel.policy.rules import View
-from kernel.state.constraints import ConstraintRecord, ScoreRecord, by_priority, check
+from kernel.state.constraints import (
+    CONSTRAINT_KINDS,
+    ConstraintRecord,
+    ScoreRecord,
+    by_priority,
+    check,
+)
 from kernel.state.domain import Domain, ExecutorFactory, Fold, Saved, State
 from kernel.state.rulebook import DEFAULT_NS, Rulebook, RuleSearch, select, shown_item
 
@@ -456,6 +462,8 @@ class Memory(Domain):
         )
 
     def check(self, proposal: ProposalRecord, view: View, flow: FlowState) -> Feedback | None:
+        if not self.state.constraints and proposal.kind not in CONSTRAINT_KINDS:
+            return None  # no constraint to break, and not a write the memory checks
         last = self._projections.last_seq
         seen = self.state.seen_by(view.tenant)
         return check(seen, proposal, view.agent_id, flow.root_dfid, flow.dfid, last)
