@@ -15,6 +15,7 @@ match, their conflicts) is :mod:`kernel.state.constraints`.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, cast
 
@@ -360,10 +361,12 @@ _FOLDS: dict[type[Payload], Callable[[MemoryState, Event, bool], None]] = {
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 
 
+@functools.lru_cache(maxsize=256)
 def iso_time(ns: int) -> str:
     """Return a recorded time (ns since the epoch) as ISO 8601 in UTC, to the microsecond.
 
     Integer arithmetic only: the same recorded time is the same text on every replay.
+    The latest times asked are kept (a compile batch asks for its one time per body).
     """
     moment = _EPOCH + dt.timedelta(microseconds=ns // 1000)
     return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
