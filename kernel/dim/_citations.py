@@ -46,6 +46,8 @@ def cited(explain: str) -> list[str]:
 
 def check_citations(explain: str, shown: list[str], book: Rulebook) -> CitationsChecked | None:
     """Return which citations of ``explain`` the context (``shown``) held; None if none."""
+    if "[rule:" not in explain:
+        return None  # cites nothing (most explanations): no pattern to run
     refs = cited(explain)
     if not refs:
         return None

@@ -23,8 +23,10 @@ a verdict it would change is judged again, never written.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
+
+from msgspec.structs import replace
 
 from kernel.core.events import (
     Applied,
