@@ -72,15 +72,23 @@ def check_citations(explain: str, shown: list[str], book: Rulebook) -> Citations
 
 
 def notes_on(
-    memory: MemoryState, flow: FlowState, proposal: ProposalRecord, tenant: str = ""
+    memory: MemoryState,
+    flow: FlowState,
+    proposal: ProposalRecord,
+    tenant: str = "",
+    shown: list[str] | None = None,
 ) -> list[Payload]:
     """Return the notes to record beside ``proposal``: its citations, its advisories.
 
     The advisories are of the constraints that bind ``tenant`` (shared ones and its own).
+    ``shown`` is what the flow's latest context showed when it is not folded yet (staged
+    in the same append as the proposal: a synchronous agent's); None: as committed.
     """
     notes: list[Payload] = []
     book = memory.rulebook
-    citations = check_citations(proposal.explain, book.shown.get(flow.dfid, []), book)
+    if shown is None:
+        shown = book.shown.get(flow.dfid, [])
+    citations = check_citations(proposal.explain, shown, book)
     if citations is not None:
         notes.append(citations)
     if not memory.constraints:

@@ -30,6 +30,7 @@ from msgspec.structs import replace
 
 from kernel.core.events import (
     Applied,
+    ContextCompiled,
     Delegated,
     Draft,
     Feedback,
@@ -146,6 +147,8 @@ class Staged:
             FlowCreated is staged here, not folded yet).
         tenants: tenants declared or changed in this batch, as they now stand.
         delegations: delegations recorded in this batch.
+        shown: the rules the contexts of a carried compiler batch showed, by flow (their
+            ContextCompiled is staged here: a synchronous agent's citations are of them).
     """
 
     reserved: dict[str, dict[str, int]] = field(default_factory=dict)
@@ -158,6 +161,7 @@ class Staged:
     behalf: dict[str, OnBehalf] = field(default_factory=dict)
     tenants: dict[str, TenantSpec] = field(default_factory=dict)
     delegations: dict[str, Delegated] = field(default_factory=dict)
+    shown: dict[str, list[str]] = field(default_factory=dict)
 
     def acted(self, projections: Projections, payload: Any) -> None:
         """Count a principals act this batch staged (kernel.runtime.messages.RecordAct)."""
@@ -180,11 +184,14 @@ class Staged:
         return {**domain.tenants, **self.tenants}, {**domain.delegations, **self.delegations}
 
     def carried(self, drafts: Iterable[Draft]) -> None:
-        """Note whom the flows a carried compiler batch opens act for (not folded yet)."""
+        """Note whom the flows a carried compiler batch opens act for, and the rules their
+        contexts showed (not folded yet)."""
         for draft in drafts:
             payload = draft.payload
             if isinstance(payload, FlowCreated) and payload.on_behalf is not None and draft.dfid:
                 self.behalf[draft.dfid] = payload.on_behalf
+            elif isinstance(payload, ContextCompiled) and draft.dfid:
+                self.shown[draft.dfid] = list(payload.rules)
 
     def on_behalf(self, projections: Projections, dfid: str) -> OnBehalf | None:
         """Whom flow ``dfid`` acts for: as this batch staged it, or as committed."""
