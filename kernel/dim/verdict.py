@@ -162,6 +162,10 @@ class Staged:
     tenants: dict[str, TenantSpec] = field(default_factory=dict)
     delegations: dict[str, Delegated] = field(default_factory=dict)
     shown: dict[str, list[str]] = field(default_factory=dict)
+    # held() as of the seq folded when it was last counted, kept as reserve() stages more.
+    _held: dict[str, int] | None = field(default=None, repr=False)
+    _held_seq: int = field(default=-1, repr=False)
+    _counted: Projections | None = field(default=None, repr=False)
 
     def acted(self, projections: Projections, payload: Any) -> None:
         """Count a principals act this batch staged (kernel.runtime.messages.RecordAct)."""
@@ -208,13 +212,30 @@ class Staged:
             self.calls[key] = self.calls.get(key, 0) + 1
 
     def held(self, projections: Projections) -> dict[str, int]:
-        """Return the total held of each pool by open flows, staged reservations included."""
-        held = dict(projections.held)
-        for dfid, pools in self.reserved.items():
+        """Return the total held of each pool by open flows, staged reservations included.
+
+        Counted once per batch (again only if a commit was folded meanwhile), then kept as
+        each staged reservation changes it: a batch of n flows reserving costs n, not n².
+        """
+        if self._held is None or self._held_seq != projections.last_seq:
+            held = dict(projections.held)
+            for dfid, pools in self.reserved.items():
+                before = projections.reservations.get(dfid, {})
+                for pool, amount in pools.items():
+                    held[pool] = held.get(pool, 0) + amount - before.get(pool, 0)
+            self._held, self._held_seq, self._counted = held, projections.last_seq, projections
+        return dict(self._held)
+
+    def reserve(self, dfid: str, pools: dict[str, int]) -> None:
+        """Stage what flow ``dfid`` now holds (replacing what it held, staged or committed)."""
+        held, projections = self._held, self._counted
+        if held is not None and projections is not None and self._held_seq == projections.last_seq:
             before = projections.reservations.get(dfid, {})
+            for pool, amount in self.reserved.get(dfid, {}).items():
+                held[pool] -= amount - before.get(pool, 0)
             for pool, amount in pools.items():
                 held[pool] = held.get(pool, 0) + amount - before.get(pool, 0)
-        return held
+        self.reserved[dfid] = pools
 
     def all_grants(self, projections: Projections) -> tuple[Grant, ...]:
         """Return every grant: as committed, or as this batch left it."""
