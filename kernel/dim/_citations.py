@@ -28,7 +28,7 @@ from kernel.core.events import (
     ProposalRecord,
 )
 from kernel.core.flow import FlowState
-from kernel.state.constraints import advisories
+from kernel.state.constraints import ENFORCED, advisories
 from kernel.state.memory import MemoryState
 from kernel.state.rulebook import Rulebook
 
@@ -91,8 +91,8 @@ def notes_on(
     citations = check_citations(proposal.explain, shown, book)
     if citations is not None:
         notes.append(citations)
-    if not memory.constraints:
-        return notes  # no constraint to advise on
+    if not any(c.priority not in ENFORCED for c in memory.constraints.values()):
+        return notes  # no advisory (preferred) constraint to note
     touched = advisories(memory.seen_by(tenant), proposal, flow.agent_id, flow.root_dfid)
     if touched:
         texts = "; ".join(
