@@ -146,6 +146,7 @@ class LayerBody:
         "mine",
         "ns",
         "reactivated",
+        "shown",
         "tokens",
     )
 
@@ -176,6 +177,15 @@ class LayerBody:
         self.ns = ns
         self.memory: tuple[int, dict[str, Any], str] | None = None
         """The memory document of its own items, at a compile time, and its hash."""
+        self.shown: dict[str, list[tuple[str, Any]]] = {}
+        """Its own items of a layer as (key, value), sorted by key (see :meth:`sorted_items`)."""
+
+    def sorted_items(self, layer: str) -> list[tuple[str, Any]]:
+        """Return this body's own items of ``layer`` as (key, value), sorted by key, once."""
+        found = self.shown.get(layer)
+        if found is None:
+            found = self.shown[layer] = sorted((k, v) for _, k, v, _ in self.items[layer])
+        return found
 
     def memory_layer(self, as_of_ns: int) -> tuple[dict[str, Any], str]:
         """Return the memory document of this body's items (a fresh copy) and its hash.
@@ -427,13 +437,15 @@ def compile_layers(
     # Fresh containers per flow: an agent that edits its context edits only its own.
     if items is body.items:
         memory, memory_hash = body.memory_layer(as_of_ns)
+        state, artifacts = dict(body.sorted_items("state")), dict(body.sorted_items("artifact"))
     else:
         memory = memory_of(body.ns, as_of_ns, body.constraints, items["memory"])
         memory_hash = digest(memory)
-    artifacts = dict(sorted((k, v) for _, k, v, _ in items["artifact"]))
+        state = dict(sorted((k, v) for _, k, v, _ in items["state"]))
+        artifacts = dict(sorted((k, v) for _, k, v, _ in items["artifact"]))
     return Layers(
         session=session,
-        state=dict(sorted((k, v) for _, k, v, _ in items["state"])),
+        state=state,
         memory=memory,
         artifacts=artifacts,
         schemas=dict(body.mine),
