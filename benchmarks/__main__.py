@@ -43,6 +43,8 @@ from benchmarks.flows import (
     run_flows,
 )
 from benchmarks.gate import GateRun, run_gate, summary
+from benchmarks.gateway import GatewayRun, gateway_figures, run_gateway_calls
+from benchmarks.gateway import available as gateway_available
 from benchmarks.latency import LatencyRun, run_latency
 from benchmarks.peer_rounds import PeerRounds
 from benchmarks.replay import ReplayMismatch, ReplayRun, run_replay
@@ -210,6 +212,8 @@ def _measure(plan: Plan, only: set[str], tmp: Path, quick: bool) -> list[Figure]
     p6: list[StorageRun] = []
     p15: list[tuple[float, float]] = []  # (without, signed) flows/s, paired per round
     p16: list[ToolCallRun] = []
+    p16r: list[ToolCallRun] = []
+    p16g: list[GatewayRun] = []
     p17: list[tuple[FlowRun, FlowRun]] = []  # (plain, shadowed), paired per round
     p20: list[tuple[FlowRun, FlowRun]] = []  # (no optional domain, every one), paired per round
     p18: list[tuple[FlowRun, FlowRun]] = []  # (plain, with tenants), paired per round
@@ -256,7 +260,22 @@ def _measure(plan: Plan, only: set[str], tmp: Path, quick: bool) -> list[Figure]
                     p16.append(anyio.run(run_tool_calls, path, plan.tool_calls, backend="asyncio"))
                 finally:
                     _remove(path)
+                path = tmp / f"p16r-{n}.db"
+                try:
+                    p16r.append(
+                        anyio.run(run_tool_calls, path, plan.tool_calls, True, backend="asyncio")
+                    )
+                finally:
+                    _remove(path)
                 said.append(f"P16 p50 +{p16[-1].added_us(0.5):,.0f} us")
+                said.append(f"P16.r p99 +{p16r[-1].added_us(0.99):,.0f} us")
+                if gateway_available() is None:
+                    path = tmp / f"p16g-{n}.db"
+                    try:
+                        p16g.append(anyio.run(run_gateway_calls, path, plan.tool_calls))
+                    finally:
+                        _remove(path)
+                    said.append(f"P16.g p50 +{p16g[-1].added_us(0.5):,.0f} us")
             if "P4" in only:
                 p4.append(run_gate(plan.proposals))
                 said.append(f"P4 {p4[-1].per_s():,.0f} verdicts/s")
@@ -292,7 +311,12 @@ def _measure(plan: Plan, only: set[str], tmp: Path, quick: bool) -> list[Figure]
     if p3:
         figures += latency_figures(p3)
     if p16:
-        figures += toolcall_figures(p16, [r.percentile_us(0.5) for r in p3])
+        figures += toolcall_figures(p16, [r.percentile_us(0.5) for r in p3], p16r)
+        if p16g:
+            figures += gateway_figures(p16g, [r.added_us(0.5) for r in p16])
+        else:
+            why = gateway_available() or "not run"
+            figures.append(Figure("P16.g", f"P16.g gateway: skipped: {why}", "", skipped=True))
     if p4:
         figures.append(
             Figure(
@@ -406,6 +430,9 @@ ISSUE_GOALS = (
     ("P13.s", "4 mesh hosts >= 3.5x 1 host, 50 ms agents"),
     ("P18.c", "P18.c <= 1.1x C1 with tenants in use"),
     ("P19", "P19 >= 0.9x P1 with 1,000 agents registered (10: 1x)"),
+    ("P16", "P16 p50 <= P3 p50 + 0.2 ms (a governed tool call)"),
+    ("P16.r99", "P16.r p99 <= 0.5 ms (a read-only kind's call)"),
+    ("P16.g", "P16.g p50 <= P16 p50 + 1 ms (through the MCP gateway)"),
     ("P20.c", "P20.c <= 1.8x C1 with every optional domain in use (1.8x the events)"),
 )
 """Every goal of issue 35 (speed, round two) and issue 45's with principals and tenants in

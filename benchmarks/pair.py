@@ -16,7 +16,9 @@ Levers (A is before, B after):
   that change the runtime itself (issue 35's second half): side A runs this harness with
   ``kernel``, ``agents_sdk``, ``policies`` and ``examples`` taken from ``git archive`` of
   that revision. ``--p3 N`` adds P3 (N flows at 500/s) to each run; ``--p2`` adds P2 (P1's
-  flows with spans over OTLP/HTTP to a receiver process of the run's own) and S2.
+  flows with spans over OTLP/HTTP to a receiver process of the run's own) and S2; ``--p16 N``
+  adds P16 and P16.r (N governed tool calls one at a time, of an ordinary and of a read-only
+  kind).
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ import anyio
 
 from benchmarks.flows import SPANS_PER_FLOW, FlowRun, open_receiver, run_flows
 from benchmarks.latency import LatencyRun, run_latency
+from benchmarks.toolcall import ToolCallRun, run_tool_calls
 from kernel.journal import codec
 
 LEVERS = {
@@ -85,7 +88,9 @@ def _p2(flows: int) -> dict[str, float]:
     }
 
 
-def _one(lever: str, side: str, flows: int, p3: int = 0, p2: bool = False) -> dict[str, float]:
+def _one(
+    lever: str, side: str, flows: int, p3: int = 0, p2: bool = False, p16: int = 0
+) -> dict[str, float]:
     """Run P1 (and P3 if ``p3``, P2 if ``p2``) once with ``side`` of ``lever``; return its
     figures per flow."""
     ordered = not (lever in ("ids", "both") and side == "A")
@@ -125,7 +130,30 @@ def _one(lever: str, side: str, flows: int, p3: int = 0, p2: bool = False) -> di
         figures["P3 commits per flow"] = lat.transactions / p3
     if p2:
         figures |= _p2(flows)
+    if p16:
+        figures |= _p16(p16)
     return figures
+
+
+def _p16(calls: int) -> dict[str, float]:
+    """Run P16 once: ``calls`` governed tool calls one at a time; the added p50 and p99."""
+    with tempfile.TemporaryDirectory(prefix="dir-pair-") as tmp:
+        path = Path(tmp) / "p16.db"
+
+        async def run() -> ToolCallRun:
+            return await run_tool_calls(path, calls)
+
+        async def reads() -> ToolCallRun:
+            return await run_tool_calls(Path(tmp) / "p16r.db", calls, True)
+
+        r = anyio.run(run, backend="asyncio")
+        ro = anyio.run(reads, backend="asyncio")
+    return {
+        "P16 p50 us": r.added_us(0.5),
+        "P16 p99 us": r.added_us(0.99),
+        "P16.r p50 us": ro.added_us(0.5),
+        "P16.r p99 us": ro.added_us(0.99),
+    }
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -137,10 +165,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--a", metavar="REV", help="tree: the git revision of side A")
     parser.add_argument("--p3", type=int, default=0, metavar="N", help="also P3, N flows")
     parser.add_argument("--p2", action="store_true", help="also P2 and S2 (spans exported)")
+    parser.add_argument("--p16", type=int, default=0, metavar="N", help="also P16, N calls")
     parser.add_argument("--side", choices=("A", "B"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.side:
-        print(json.dumps(_one(args.lever, args.side, args.flows, args.p3, args.p2)))
+        print(json.dumps(_one(args.lever, args.side, args.flows, args.p3, args.p2, args.p16)))
         return 0
     if args.lever == "tree" and not args.a:
         parser.error("tree needs --a REV (the revision before the lever)")
@@ -173,6 +202,8 @@ def _pairs(args: argparse.Namespace, where: dict[str, Path]) -> list[dict[str, d
                     "--p3",
                     str(args.p3),
                     *(["--p2"] if args.p2 else []),
+                    "--p16",
+                    str(args.p16),
                 ],
                 check=True,
                 capture_output=True,

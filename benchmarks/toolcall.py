@@ -6,6 +6,10 @@ tool-call id, judged, executed by the adapter, answered EXECUTED. The bare call 
 the adapter's ``execute`` alone. Calls go one at a time (a model waits for each
 tool's answer), on a journal with ``synchronous=FULL``, telemetry off; the first
 calls warm up and are not counted. Goal: at most P3's p50 + 0.2 ms, in the same run.
+
+P16.r: the same for a kind marked read-only (``bench.lookup``): judged and recorded as
+any other, its commits without a sync of their own (``Storage.group_reads``). Goal: its
+p99 at most 0.5 ms.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ import statistics
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 from benchmarks.flows import PACK, BenchmarkFailed, NoopAdapter
 from benchmarks.report import Figure
@@ -22,12 +27,27 @@ from kernel.adapters import ExecutionIntent
 from kernel.config import KernelConfig, Ports, Storage
 from kernel.core.events import Principal
 from kernel.frameworks import Gate
+from kernel.policy import PolicyKind, PolicyPack
 from kernel.telemetry import Telemetry
 from kernel.testing import SeededIds
 
 WARMUP = 20
 ADDED_OVER_P3_US = 200.0
 """The goal: a governed call adds at most P3's p50 plus this much."""
+READ_ONLY_P99_US = 500.0
+"""The goal: a read-only kind's call adds at most this much at p99."""
+
+
+class Lookup(PolicyKind, tag="bench.lookup"):
+    """A read: changes nothing in the world."""
+
+    adapter: ClassVar[str] = "noop"
+    read_only: ClassVar[bool] = True
+
+    quantity: int
+
+
+LOOKUP = PolicyPack(name="bench-lookup", version="1.0.0", kinds=(Lookup,))
 
 
 @dataclass(frozen=True)
@@ -44,13 +64,16 @@ class ToolCallRun:
         return (ordered[min(len(ordered) - 1, int(q * len(ordered)))] - bare) / 1000
 
 
-async def run_tool_calls(path: Path, calls: int) -> ToolCallRun:
+async def run_tool_calls(path: Path, calls: int, read_only: bool = False) -> ToolCallRun:
     """Make ``calls`` governed tool calls one at a time, and as many bare ones.
+
+    ``read_only``: of the read-only kind ``bench.lookup`` (P16.r), else ``bench.order``.
 
     Raises:
         BenchmarkFailed: when a governed call was not executed.
     """
     adapter = NoopAdapter()
+    pack, tool = (LOOKUP, "bench_lookup") if read_only else (PACK, "bench_order")
     intent = ExecutionIntent(key="bare", kind="bench.order", adapter="noop", params={"quantity": 1})
     bare: list[int] = []
     for _ in range(calls):
@@ -60,7 +83,7 @@ async def run_tool_calls(path: Path, calls: int) -> ToolCallRun:
     governed: list[int] = []
     async with open_kernel(
         path,
-        packs=[PACK],
+        packs=[pack],
         adapters={"noop": adapter},
         allow=["tools"],
         config=KernelConfig(
@@ -72,13 +95,13 @@ async def run_tool_calls(path: Path, calls: int) -> ToolCallRun:
         ),
     ) as kernel:
         await kernel.handshake(
-            Manifest(agent_id="tools", version="1.0.0", capabilities=["bench.order"])
+            Manifest(agent_id="tools", version="1.0.0", capabilities=[tool.replace("_", ".")])
         )
-        gate = Gate(kernel, "tools", PACK)
+        gate = Gate(kernel, "tools", pack)
         for n in range(WARMUP + calls):
             start = time.perf_counter_ns()
             decision = await gate.call(
-                "bench_order", {"quantity": 1}, conversation=None, tool_call_id=f"call-{n}"
+                tool, {"quantity": 1}, conversation=None, tool_call_id=f"call-{n}"
             )
             took = time.perf_counter_ns() - start
             if decision.verdict is not DecisionVerdict.EXECUTED:
@@ -88,15 +111,20 @@ async def run_tool_calls(path: Path, calls: int) -> ToolCallRun:
     return ToolCallRun(governed_ns=governed, bare_ns=bare)
 
 
-def toolcall_figures(runs: list[ToolCallRun], p3_p50_us: list[float]) -> list[Figure]:
-    """P16: added latency per governed tool call, p50 and p99; the goal is P3's p50 + 0.2 ms."""
+def toolcall_figures(
+    runs: list[ToolCallRun], p3_p50_us: list[float], reads: list[ToolCallRun] | None = None
+) -> list[Figure]:
+    """P16: added latency per governed tool call, p50 and p99; the goal is P3's p50 + 0.2 ms.
+
+    P16.r, P16.r99: the same for the read-only kind (``reads``), goal p99 <= 0.5 ms.
+    """
     goal = statistics.median(p3_p50_us) + ADDED_OVER_P3_US if p3_p50_us else None
     shape = {
         "calls_per_run": len(runs[0].governed_ns),
         "bare_call_ns": statistics.median(sorted(r.bare_ns)[len(r.bare_ns) // 2] for r in runs),
         "goal": "P3 p50 + 200 us, same run" if goal is not None else "P3 not measured",
     }
-    return [
+    figures = [
         Figure(
             "P16",
             "added latency of one governed tool call (Gate.call) over the bare call, p50",
@@ -114,3 +142,22 @@ def toolcall_figures(runs: list[ToolCallRun], p3_p50_us: list[float]) -> list[Fi
             lower_is_better=True,
         ),
     ]
+    if reads:
+        figures += [
+            Figure(
+                "P16.r",
+                "  same, a read-only kind's call (commits without a sync of their own), p50",
+                "us",
+                [r.added_us(0.5) for r in reads],
+                lower_is_better=True,
+            ),
+            Figure(
+                "P16.r99",
+                "  same, p99",
+                "us",
+                [r.added_us(0.99) for r in reads],
+                goal=READ_ONLY_P99_US,
+                lower_is_better=True,
+            ),
+        ]
+    return figures

@@ -97,6 +97,13 @@ class Storage(msgspec.Struct, frozen=True, kw_only=True):
         spool: the local SQLite file that keeps calls decided while the store is away,
             until they are appended to the journal (None: beside a SQLite journal, or
             ``dirk-spool-<journal id>.db`` in the working directory for PostgreSQL).
+        group_reads: a call of a read-only kind (``PolicyKind.read_only``: it changes
+            nothing in the world) is recorded, judged and answered as any other, but its
+            commits skip their own sync where no other event shares them (SQLite WAL at
+            ``synchronous = NORMAL`` for that transaction): safe from a killed kernel,
+            durable with the next synced commit; the machine losing power may lose the
+            last such records, never an effect's. PostgreSQL syncs every commit (a server
+            restart would lose an asynchronous one). False: every commit syncs.
     """
 
     synchronous: str = "FULL"
@@ -107,6 +114,7 @@ class Storage(msgspec.Struct, frozen=True, kw_only=True):
     outage_grace_s: float = 5.0
     outage_probe_s: float = 1.0
     spool: str | None = None
+    group_reads: bool = True
 
 
 class Ports(msgspec.Struct, frozen=True, kw_only=True):

@@ -143,6 +143,10 @@ class Answers:
         answers: list[Judge | Withdraw] = []
         taken: list[int] = []
         for index, mailbox, ctx in out.early:
+            if type(ctx) is Judge:  # a caller's proposal (Kernel.propose), prepared already
+                answers.append(ctx)
+                taken.append(index)
+                continue
             try:
                 answer = actors.agents.early(mailbox, ctx)
             except Exception as exc:

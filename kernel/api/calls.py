@@ -85,6 +85,24 @@ class Calls:
             answer = await reply.wait()
         finally:
             self._pending.discard(reply)
+        return self._answered(answer)
+
+    async def wait(self, reply: Reply[T]) -> T:
+        """Return the answer to a message sent already (or on its way), once it is durable.
+
+        Raises:
+            KernelShutdown: the kernel stopped before the answer came.
+            Exception: the actor answered with a refusal (raised as it is).
+        """
+        self.raise_if_stopped()
+        self._pending.add(reply)
+        try:
+            answer = await reply.wait()
+        finally:
+            self._pending.discard(reply)
+        return self._answered(answer)
+
+    def _answered(self, answer: T) -> T:
         if answer is STOPPED:
             self.raise_if_stopped()
         if isinstance(answer, Exception):
@@ -120,6 +138,7 @@ class Flows:
         self._room: anyio.Event | None = None
         self._quiet: anyio.Event | None = None
         self._waiters: dict[str, list[tuple[frozenset[FlowStatus], anyio.Event]]] = {}
+        self._watched: dict[str | None, list[Event]] = {}
         calls.on_stop(self._release)
 
     def on_commit(self, events: Sequence[Event]) -> None:
@@ -131,6 +150,12 @@ class Flows:
         projections.apply(events)
         if self.checkpointer is not None:
             self.checkpointer.observe(projections)
+        watched = self._watched
+        if watched:
+            for event in events:
+                seen = watched.get(event.dfid)
+                if seen is not None:
+                    seen.append(event)
         if self._waiters:
             self._wake(events)
         moving = len(projections.moving)
@@ -140,6 +165,18 @@ class Flows:
         if self._room is not None and moving + self._admitting < self._max_in_flight:
             self._room.set()
             self._room = None
+
+    def watch(self, dfid: str) -> list[Event]:
+        """Keep the events of flow ``dfid`` as they commit, from now until :meth:`unwatch`.
+
+        A call watches the flow it is about to open: its answer is then built from
+        what committed (kernel.api.decisions), never read back from the journal.
+        """
+        return self._watched.setdefault(dfid, [])
+
+    def unwatch(self, dfid: str) -> None:
+        """Stop keeping the events of flow ``dfid``."""
+        self._watched.pop(dfid, None)
 
     def _wake(self, events: Sequence[Event]) -> None:
         for event in events:
@@ -182,9 +219,12 @@ class Flows:
         if dfid in self._projections.flows:
             return None
         try:
-            folded = fold(await self._journal.flow_events(dfid))
+            events = await self._journal.flow_events(dfid)
         except JournalError:
             return None  # the request goes on, and is refused or finds the kernel stopped
+        if not events:
+            return None  # never opened (a new key): no state to build for it
+        folded = fold(events)
         state = folded.flows.get(dfid)
         if state is None or not state.terminal:
             return None

@@ -24,7 +24,8 @@ conversation acts many times. Across its calls the kernel keeps:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -81,6 +82,29 @@ class Key:
 
     lock: anyio.Lock = field(default_factory=anyio.Lock)
     users: int = 0
+
+
+class Keys:
+    """The calls' keys held while their calls are looked up and judged: one flow per key."""
+
+    def __init__(self) -> None:
+        self._held: dict[str, Key] = {}
+
+    @asynccontextmanager
+    async def held(self, key: str | None) -> AsyncIterator[None]:
+        """Hold ``key`` (None: nothing to hold) until the block ends."""
+        if key is None:
+            yield
+            return
+        held = self._held.setdefault(key, Key())
+        held.users += 1
+        try:
+            async with held.lock:
+                yield
+        finally:
+            held.users -= 1
+            if not held.users:
+                del self._held[key]
 
 
 async def load_conversation(journal: Journal, conv: Conversation) -> None:

@@ -18,7 +18,7 @@ from kernel.core.events import Event, ExecutionSucceeded, Feedback, FlowCreated,
 from kernel.core.flow import FlowState, FlowStatus
 from kernel.core.reasons import ReasonCode
 from kernel.journal.store import Journal
-from kernel.policy.contracts import Verdict
+from kernel.policy.contracts import Outcome, Verdict
 
 _KEYS = uuid.UUID("5f1d6a4e-2c39-4c0e-9d57-6d6972b1a5e0")
 """The namespace of derived DFIDs (UUID version 5): fixed, so a key names one flow forever."""
@@ -123,8 +123,12 @@ async def decision_of(
     conversation_dfid: str = "",
     tool_call_id: str = "",
     replayed: bool = False,
+    events: list[Event] | None = None,
 ) -> Decision:
-    """Return the decision a flow stands for, read from its record in ``journal``."""
+    """Return the decision a flow stands for, from its record in ``journal``.
+
+    ``events``: the flow's every event, known already (as committed: no read).
+    """
     ids: dict[str, Any] = {
         "dfid": flow.dfid,
         "conversation_dfid": conversation_dfid,
@@ -141,7 +145,8 @@ async def decision_of(
         )
     if not flow.terminal:
         return Decision(verdict=DecisionVerdict.PENDING, detail=f"the flow is {status}", **ids)
-    events = await journal.flow_events(flow.dfid)
+    if events is None:
+        events = await journal.flow_events(flow.dfid)
     _name_the_call(ids, events)
     if status is FlowStatus.CLOSED:
         return Decision(verdict=DecisionVerdict.EXECUTED, result=_result(flow, events), **ids)
@@ -196,6 +201,28 @@ class Judged:
     decision: Decision | None = None
     conversation_dfid: str = ""
     tool_call_id: str = ""
+    events: list[Event] | None = None
+    """The flow's events as they commit (watched from before its opening), or None."""
+
+
+def verdict_decision(judged: Judged, verdict: Verdict) -> Decision:
+    """The decision of a call whose verdict settles it (escalated, refused, failed)."""
+    feedback = verdict.feedback
+    ids: dict[str, Any] = {
+        "dfid": judged.dfid,
+        "conversation_dfid": judged.conversation_dfid,
+        "tool_call_id": judged.tool_call_id,
+        "reason_code": feedback.reason_code if feedback else None,
+        "detail": feedback.detail if feedback else "",
+    }
+    if verdict.outcome is Outcome.ESCALATED:
+        return Decision(verdict=DecisionVerdict.ESCALATED, **ids)
+    return Decision(
+        verdict=DecisionVerdict.FAILED if ids["reason_code"] in FAULTS else DecisionVerdict.REFUSED,
+        field=feedback.field if feedback else "",
+        limit=feedback.limit if feedback else "",
+        **ids,
+    )
 
 
 def unopened(opened: Decision | Feedback, conversation: str, tool_call_id: str) -> Judged:

@@ -171,7 +171,7 @@ class Kernel(Operating):
             clock=clock,
             ids=ids,
             token_of=self._sessions.token_of,
-            prepare=edge.prepare,
+            edge=edge,
             principal=config.principal,
             outage=self._outage,
         )

@@ -201,6 +201,7 @@ class Lifetime:
             period_s=self._config.supervision.restart_period_s,
             fatal=(JournalError,),
             carry=self._actors.carry,
+            lazy=self._config.storage.group_reads,
         )
         failure: KernelShutdown | None = None
         body_error: Exception | None = None

@@ -138,6 +138,15 @@ class Outage:
         if journal.store.rides_out:
             journal.store.on_back(self.drain)
 
+    @property
+    def watches_opening(self) -> bool:
+        """Whether :meth:`opened` may answer a call before its flow's opening commits.
+
+        Its proposal is then judged only once the flow is open (never in the opening's
+        append: an opening overtaken by the fail mode is aborted unjudged).
+        """
+        return self._journal.store.rides_out and self._spawn is not None
+
     async def answer(
         self, call: Any, params: Any, session: bool, behalf: OnBehalf | None
     ) -> Decision | None:

@@ -22,8 +22,7 @@ while a stop is recorded and survives.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from contextlib import asynccontextmanager
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import anyio
@@ -35,13 +34,12 @@ from kernel.api.conversations import (
     Ask,
     CallSpec,
     Conversation,
-    Key,
+    Keys,
     admitted_call,
     admitted_usage,
     load_conversation,
 )
 from kernel.api.decisions import (
-    FAULTS,
     Decision,
     DecisionVerdict,
     Judged,
@@ -50,8 +48,9 @@ from kernel.api.decisions import (
     decision_of,
     keyed_dfid,
     unopened,
+    verdict_decision,
 )
-from kernel.api.edge import admitted
+from kernel.api.edge import Edge, admitted
 from kernel.api.outage import Outage
 from kernel.api.principals import on_behalf_of
 from kernel.api.wiring import Actors
@@ -90,8 +89,8 @@ class Proposals:
         clock: the proposal's validity window starts now.
         ids: DFIDs of calls that name no key.
         token_of: the session token the kernel holds for an agent, or None.
-        prepare: what a proposal goes through before its verdict, once its flow is open
-            (``kernel.api.edge.Edge.prepare``: personal fields sealed, meaning scored).
+        edge: what a proposal goes through before its verdict (kernel.api.edge: personal
+            fields sealed, meaning scored once its flow is open); None: nothing.
         validity_s: how long a proposal stays valid (it is judged at once).
         kept: conversations kept in memory between calls (the least recent go first;
             one that goes forgets its governor's count, not its stop).
@@ -111,7 +110,7 @@ class Proposals:
         clock: Clock,
         ids: IdSource,
         token_of: Callable[[str], str | None],
-        prepare: Callable[[str, ProposalRecord], Awaitable[ProposalRecord]] | None = None,
+        edge: Edge | None = None,
         validity_s: float = 600.0,
         kept: int = 4096,
         principal: Principal | None = None,
@@ -125,12 +124,12 @@ class Proposals:
         self._clock = clock
         self._ids = ids
         self._token_of = token_of
-        self._prepare = prepare
+        self._edge = edge
         self._validity_ns = int(validity_s * 1e9)
         self._kept = kept
         self._principal = principal
         self._conversations: OrderedDict[str, Conversation] = OrderedDict()
-        self._keys: dict[str, Key] = {}
+        self._keys = Keys()
         self._outage = outage
 
     # --- the entries ---------------------------------------------------------------
@@ -193,7 +192,7 @@ class Proposals:
         """One call of no conversation: keyed by its tool-call id, if it has one."""
         call, tool_call_id = ask.call, ask.call.tool_call_id or ""
         key = call_dfid(call.agent_id, None, tool_call_id) if tool_call_id else None
-        async with self._keyed(key):
+        async with self._keys.held(key):
             known = await self._known(key) if key is not None else None
             if known is None:
                 judged = await self._judge(ask, key or self._ids.new_dfid(), None)
@@ -309,40 +308,37 @@ class Proposals:
         None: the flow is open now, or was opened under ``key`` before.
         """
         dfid = keyed_dfid("open", agent_id, key)
-        async with self._keyed(dfid):
+        async with self._keys.held(dfid):
             if await self._known(dfid) is not None:
                 return None
             record, invalid = self._proposal(policy, explain, confidence, "")
             behalf = on_behalf_of(self._projections, self._principal, agent_id)
-            opened = await self._open(
-                Open(dfid=dfid, agent_id=agent_id, topic=topic, reply=Reply(), on_behalf=behalf)
-            )
-            if isinstance(opened, Feedback):
-                return opened
             reply: Reply[Verdict] = Reply()
-            record = await self._prepared(
-                dfid, msgspec.structs.replace(record, context_ref=opened), invalid
-            )
             judge = Judge(
                 dfid=dfid, proposal=record, token=token, invalid=invalid, reply=reply, single=True
             )
-            await self._calls.call(self._actors.dim, judge, reply)
+            msg = Open(dfid=dfid, agent_id=agent_id, topic=topic, reply=Reply(), on_behalf=behalf)
+            opened = await self._open_judged(msg, judge)
+            if isinstance(opened, Feedback):
+                return opened
         return None
 
     # --- one call ----------------------------------------------------------------
 
     async def _judge(self, ask: Ask, dfid: str, conv: Conversation | None) -> Judged:
-        """Open the call's flow as ``dfid``, judge its proposal, count it in its conversation."""
-        call, policy = ask.call, ask.policy
+        """Open the call's flow as ``dfid``, judge its proposal, count it in its conversation.
+
+        The flow's opening, the verdict and the intent are one append when nothing the
+        proposal goes through waits on the open flow (no meaning to score, no outage to
+        watch the opening for): the compiler hands the proposal to the DIM with its
+        batch (:class:`Open` ``judge``). Otherwise the flow is opened first.
+        """
+        call = ask.call
         tool_call_id = call.tool_call_id or ""
-        opened = await self._open_call(ask, dfid, conv)
         conversation = conv.dfid if conv is not None else ""
-        if not isinstance(opened, str):
-            return unopened(opened, conversation, tool_call_id)
-        seen = conv.context_ref if conv is not None and conv.context_ref is not None else opened
-        record, invalid = self._proposal(policy, ask.explain, ask.confidence, seen)
-        record = await self._prepared(dfid, record, invalid)
-        streak = None if conv is None else self._streak(conv, dfid, call.agent_id, tool_call_id)
+        # "": judged against the context its opening compiles (the compiler fills it in).
+        seen = conv.context_ref if conv is not None and conv.context_ref is not None else ""
+        record, invalid = self._proposal(ask.policy, ask.explain, ask.confidence, seen)
         reply: Reply[Verdict] = Reply()
         judge = Judge(
             dfid=dfid,
@@ -351,20 +347,39 @@ class Proposals:
             invalid=invalid,
             reply=reply,
             single=True,
-            streak=streak,
+            streak=None if conv is None else self._streak(conv, call.agent_id),
             usage=ask.usage,
         )
-        verdict = await self._calls.call(self._actors.dim, judge, reply)
+        # Its answer is built from what commits (no read back): watched from before it opens.
+        events = self._flows.watch(dfid)
+        try:
+            opened = await self._open_call(ask, dfid, conv, judge)
+            if not isinstance(opened, str):
+                self._flows.unwatch(dfid)
+                return unopened(opened, conversation, tool_call_id)
+            if conv is not None:
+                self._opened_in(conv, dfid, tool_call_id)
+            verdict = await self._calls.wait(reply)
+        except BaseException:
+            self._flows.unwatch(dfid)
+            raise
         if conv is not None:
             conv.count(verdict)
         return Judged(
-            dfid=dfid, verdict=verdict, conversation_dfid=conversation, tool_call_id=tool_call_id
+            dfid=dfid,
+            verdict=verdict,
+            conversation_dfid=conversation,
+            tool_call_id=tool_call_id,
+            events=events,
         )
 
     async def _open_call(
-        self, ask: Ask, dfid: str, conv: Conversation | None
+        self, ask: Ask, dfid: str, conv: Conversation | None, judge: Judge
     ) -> str | Feedback | Decision:
-        """Open the call's flow (in its conversation's): its context, a refusal, or an answer."""
+        """Open the call's flow (in its conversation's) and have ``judge`` judged in it.
+
+        Returns the flow's context, a refusal (``judge`` was not sent), or an answer.
+        """
         call, policy, behalf = ask.call, ask.policy, ask.behalf
         root = conv.dfid if conv is not None and conv.opened else None
         if root is not None:
@@ -383,19 +398,47 @@ class Proposals:
         )
         outage = self._outage
         if outage is None:
-            return await self._open(msg)
-        return await outage.opened(lambda: self._open(msg), dfid, call, policy, behalf)
+            return await self._open_judged(msg, judge)
+        return await outage.opened(
+            lambda: self._open_judged(msg, judge), dfid, call, policy, behalf
+        )
 
-    def _streak(self, conv: Conversation, dfid: str, agent_id: str, tool_call_id: str) -> Streak:
-        """Note the call in its conversation; return the refusals in a row it is counted in."""
-        conv.opened = True
-        if dfid == conv.dfid:
-            conv.first_call = tool_call_id
+    async def _open_judged(self, msg: Open, judge: Judge) -> str | Feedback:
+        """Open ``msg``'s flow and have ``judge`` judged in it; its context or the refusal."""
+        edge = self._edge
+        if judge.invalid is not None or edge is None:
+            edge = Edge(self._journal, self._projections)  # nothing to seal or score
+        if not edge.scores and (self._outage is None or not self._outage.watches_opening):
+            # Nothing waits between opening and verdict: one append (issue 45).
+            if judge.invalid is None:
+                judge = msgspec.structs.replace(judge, proposal=edge.seal(judge.proposal))
+            return await self._open(msgspec.structs.replace(msg, judge=judge))
+        opened = await self._open(msg)
+        if isinstance(opened, Feedback):
+            return opened
+        record = judge.proposal
+        if judge.invalid is None:
+            cited = record.context_ref or opened
+            record = await edge.prepare(
+                msg.dfid, msgspec.structs.replace(record, context_ref=cited)
+            )
+        await self._actors.dim.send(msgspec.structs.replace(judge, proposal=record))
+        return opened
+
+    def _streak(self, conv: Conversation, agent_id: str) -> Streak:
+        """Return the refusals in a row the conversation's next call is counted in."""
         agent = self._projections.agents.get(agent_id)
         limit = agent.manifest.max_attempts if agent is not None else 1
         return Streak(
             conversation_id=conv.id, root_dfid=conv.dfid, refused=conv.refused, limit=limit
         )
+
+    @staticmethod
+    def _opened_in(conv: Conversation, dfid: str, tool_call_id: str) -> None:
+        """Note in its conversation that the call's flow ``dfid`` is open."""
+        conv.opened = True
+        if dfid == conv.dfid:
+            conv.first_call = tool_call_id
 
     async def _open(self, msg: Open) -> str | Feedback:
         """Open a flow (room for it first); return its context's reference or the refusal."""
@@ -422,47 +465,29 @@ class Proposals:
         )
         return admitted(proposal, policy=policy)
 
-    async def _prepared(
-        self, dfid: str, record: ProposalRecord, invalid: Feedback | None
-    ) -> ProposalRecord:
-        """Return the record as the DIM judges it: what the wall refused, as it is."""
-        if invalid is not None or self._prepare is None:
-            return record
-        return await self._prepare(dfid, record)
-
     async def _settle(self, judged: Judged) -> Decision:
         """Return the decision of a judged call, waiting for its execution if it was accepted."""
+        try:
+            return await self._settled(judged)
+        finally:
+            if judged.events is not None:
+                self._flows.unwatch(judged.dfid)
+
+    async def _settled(self, judged: Judged) -> Decision:
         if judged.decision is not None:
             return judged.decision
         verdict = judged.verdict
         assert verdict is not None
-        ids: dict[str, Any] = {
-            "conversation_dfid": judged.conversation_dfid,
-            "tool_call_id": judged.tool_call_id,
-        }
-        feedback = verdict.feedback
-        match verdict.outcome:
-            case Outcome.ACCEPTED | Outcome.DUPLICATE:
-                flow = await self._flows.wait_flow(judged.dfid, TERMINAL | {FlowStatus.ESCALATED})
-                return await decision_of(self._journal, flow, **ids)
-            case Outcome.ESCALATED:
-                return Decision(
-                    verdict=DecisionVerdict.ESCALATED,
-                    dfid=judged.dfid,
-                    reason_code=feedback.reason_code if feedback else None,
-                    detail=feedback.detail if feedback else "",
-                    **ids,
-                )
-        code = feedback.reason_code if feedback else None
-        return Decision(
-            verdict=DecisionVerdict.FAILED if code in FAULTS else DecisionVerdict.REFUSED,
-            dfid=judged.dfid,
-            reason_code=code,
-            detail=feedback.detail if feedback else "",
-            field=feedback.field if feedback else "",
-            limit=feedback.limit if feedback else "",
-            **ids,
-        )
+        if verdict.outcome in (Outcome.ACCEPTED, Outcome.DUPLICATE):
+            flow = await self._flows.wait_flow(judged.dfid, TERMINAL | {FlowStatus.ESCALATED})
+            return await decision_of(
+                self._journal,
+                flow,
+                conversation_dfid=judged.conversation_dfid,
+                tool_call_id=judged.tool_call_id,
+                events=judged.events,
+            )
+        return verdict_decision(judged, verdict)
 
     # --- keys and conversations ----------------------------------------------------
 
@@ -528,22 +553,6 @@ class Proposals:
             conversation_dfid=conv.dfid,
             tool_call_id=tool_call_id,
         )
-
-    @asynccontextmanager
-    async def _keyed(self, key: str | None) -> AsyncIterator[None]:
-        """Hold ``key`` while its call is looked up and judged: one flow per key."""
-        if key is None:
-            yield
-            return
-        held = self._keys.setdefault(key, Key())
-        held.users += 1
-        try:
-            async with held.lock:
-                yield
-        finally:
-            held.users -= 1
-            if not held.users:
-                del self._keys[key]
 
     def _visible_ref(self, agent_id: str) -> str | None:
         agent = self._projections.agents.get(agent_id)

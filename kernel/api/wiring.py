@@ -117,6 +117,7 @@ class Actors:
                     config.ports.rule_search,
                     principal=config.principal,
                     subscribers=self.subscribers,
+                    dim=self.dim,
                 ),
                 self.compiler,
             ),

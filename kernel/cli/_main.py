@@ -28,7 +28,7 @@ import msgspec
 
 from kernel.audit.narrative import narrate as _narrate
 from kernel.audit.narrative import outcome as _outcome
-from kernel.audit.units import offset
+from kernel.audit.units import offset, readable
 from kernel.cli._admin import add_commands as add_admin_commands
 from kernel.cli._artifacts import add_commands as add_artifact_commands
 from kernel.cli._audit import add_commands as add_audit_commands
@@ -59,7 +59,6 @@ from kernel.cli._shadow import add_commands as add_shadow_commands
 from kernel.cli._tenants import add_commands as add_tenant_commands
 from kernel.cli._verify import add_commands as add_verify_commands
 from kernel.console import add_commands as add_console_commands
-from kernel.console._money import readable
 from kernel.core import events as ev
 from kernel.core.events import Event
 from kernel.core.flow import FlowState, FlowStatus, IllegalTransition
@@ -303,7 +302,7 @@ def _parser() -> argparse.ArgumentParser:
         default="USD",
         metavar="CODE",
         help="the currency whose minor units the packs count in, shown as such (default USD;"
-        " none: as recorded)",
+        " none: amounts as recorded)",
     )
     show.set_defaults(run=_show, pages=True)
 

@@ -91,6 +91,13 @@ def add_commands(commands: Any) -> None:
         metavar="SECONDS",
         help="following a kernel: how long a write waits for its answer before QUEUED (default 5)",
     )
+    p.add_argument(
+        "--currency",
+        default="USD",
+        metavar="CODE",
+        help="the currency whose minor units (cents) reasons quote, shown as such in each"
+        " answer's summary (default USD; none: amounts as recorded); detail stays as recorded",
+    )
     add_serving_arguments(p, "one 'agent:ID TOKEN' or 'operator:NAME TOKEN' a line")
     p.set_defaults(run=_mcp)
     add_proxy(p.add_subparsers(dest="mcp_command", metavar="{proxy}"))
@@ -108,11 +115,10 @@ async def _mcp(args: argparse.Namespace) -> int:
         )
     for name in QUIET_LOGGERS:
         logging.getLogger(name).setLevel(logging.WARNING)
-    if not args.db:
-        # Not required by argparse, so that `dirk mcp proxy` (a subcommand) goes without.
-        return error(CliError.BAD_ARGUMENT, "dirk mcp needs --db FILE", ExitCode.USAGE)
-    if not (math.isfinite(args.wait) and 0 <= args.wait <= 600):
-        return error(CliError.BAD_ARGUMENT, "--wait takes seconds from 0 to 600", ExitCode.USAGE)
+    problem = _usage_problem(args)
+    if problem is not None:
+        return error(CliError.BAD_ARGUMENT, problem, ExitCode.USAGE)
+    currency = currency_of(args.currency) or "USD"  # checked above: never the fallback
     callers = callers_of(args)
     if isinstance(callers, int):
         return callers
@@ -127,22 +133,46 @@ async def _mcp(args: argparse.Namespace) -> int:
         return web
     try:
         async with _backend(args, agents, packs) as backend:
-            await serve(backend, identity, web)
+            await serve(backend, identity, web, currency)
     except PackError as exc:
         # Raised on opening the kernel: a pack that needs an adapter dirk mcp has not.
         return error(CliError.BAD_ARGUMENT, str(exc), ExitCode.USAGE)
     return ExitCode.OK
 
 
-async def serve(backend: Embedded | Follower, identity: Identity, web: Web | None) -> None:
-    """Serve the MCP tools of ``backend`` to ``identity``'s callers, over ``web`` or stdio."""
+def _usage_problem(args: argparse.Namespace) -> str | None:
+    """What is wrong with ``dirk mcp``'s own options (--db, --wait, --currency), or None."""
+    if not args.db:
+        # Not required by argparse, so that `dirk mcp proxy` (a subcommand) goes without.
+        return "dirk mcp needs --db FILE"
+    if not (math.isfinite(args.wait) and 0 <= args.wait <= 600):
+        return "--wait takes seconds from 0 to 600"
+    if currency_of(args.currency) is None:
+        return f"--currency takes a currency code (USD, EUR) or none, not {args.currency[:20]!r}"
+    return None
+
+
+def currency_of(text: str) -> str | None:
+    """``--currency``'s code in capitals (``usd``: USD), ``none``; None: neither."""
+    if text.lower() == "none":
+        return "none"
+    return text.upper() if len(text) == 3 and text.isascii() and text.isalpha() else None
+
+
+async def serve(
+    backend: Embedded | Follower, identity: Identity, web: Web | None, currency: str = "USD"
+) -> None:
+    """Serve the MCP tools of ``backend`` to ``identity``'s callers, over ``web`` or stdio.
+
+    Each answer's summary shows amounts in ``currency`` (``none``: as recorded).
+    """
     import anyio
     from mcp.server.subscriptions import InMemorySubscriptionBus
 
     from kernel.mcp import Embedded, build_server, watch_rules
 
     bus = InMemorySubscriptionBus()
-    server = build_server(backend, identity, bus=bus, **auth_of(web))
+    server = build_server(backend, identity, bus=bus, currency=currency, **auth_of(web))
     async with anyio.create_task_group() as tg:
         if isinstance(backend, Embedded):
             tg.start_soon(watch_rules, bus, backend.kernel.journal)

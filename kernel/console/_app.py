@@ -38,6 +38,7 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
+from kernel.audit.units import readable
 from kernel.console._attempts import attempt_routes
 from kernel.console._auth import (
     LOGIN_COOKIE,
@@ -58,7 +59,6 @@ from kernel.console._manage import (
     rule_row,
     rules_view,
 )
-from kernel.console._money import readable
 from kernel.console._settings import Settings as Settings  # re-exported: its old home
 from kernel.console._shadows import shadow_routes
 from kernel.console._views import (

@@ -106,7 +106,7 @@ def add_options(console: argparse.ArgumentParser) -> None:
         default="USD",
         metavar="CODE",
         help="the currency whose minor units (cents) reasons quote, shown as such (default USD;"
-        " none: as recorded)",
+        " none: amounts as recorded)",
     )
     console.add_argument(
         "--key",

@@ -17,6 +17,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+import msgspec
+
 from kernel.context._layers import LayerBody, compile_layers, layer_body
 from kernel.context._subscribers import Subscribers
 from kernel.core.events import (
@@ -34,7 +36,15 @@ from kernel.core.ports import Clock, IdSource
 from kernel.core.reasons import ReasonCode
 from kernel.policy.contracts import WorkingContext
 from kernel.runtime.actors import Mailbox, Outbox
-from kernel.runtime.messages import AgentMessage, Compile, CompilerMessage, FireTrigger, Open
+from kernel.runtime.messages import (
+    AgentMessage,
+    Compile,
+    CompilerMessage,
+    DimMessage,
+    FireTrigger,
+    Judge,
+    Open,
+)
 from kernel.state.principals import tenant_of
 from kernel.state.projections import AgentStatus, Projections, context_ref
 from kernel.state.rulebook import RuleSearch
@@ -51,7 +61,8 @@ class ContextCompiler:
 
     ``subscribers`` is the index of whom a topic wakes, shared with the kernel (which
     counts a trigger's flows by it) and kept across the compiler's restarts; one of its
-    own over ``hosts`` when none is given.
+    own over ``hosts`` when none is given. ``dim``: where the proposal an :class:`Open`
+    brings is judged (without it, an Open's proposal is not sent: its caller's is).
     """
 
     def __init__(
@@ -64,7 +75,9 @@ class ContextCompiler:
         rule_search: RuleSearch | None = None,
         principal: Principal | None = None,
         subscribers: Subscribers | None = None,
+        dim: Mailbox[DimMessage] | None = None,
     ) -> None:
+        self._dim = dim
         # A trigger's flows act for the principal the host vouches for (None: nobody,
         # and the DIM refuses their proposals PRINCIPAL_MISSING).
         self._on_behalf = (
@@ -89,20 +102,11 @@ class ContextCompiler:
 
     def _open(self, msg: Open, out: Outbox) -> None:
         agent = self._projections.agents.get(msg.agent_id)
-        if agent is None or agent.status is not AgentStatus.ACTIVE:
-            # As for a trigger, no flow is opened for an agent that may not act.
-            code = _NOT_ACTIVE.get(agent.status) if agent else ReasonCode.UNKNOWN_AGENT
-            status = agent.status if agent else "unknown"
-            detail = f"agent {msg.agent_id} is {status}: no flow was opened"
-            out.reply(
-                msg.reply, Feedback(reason_code=code or ReasonCode.UNKNOWN_AGENT, detail=detail)
-            )
+        refused = _unopened(msg, agent, out)
+        if refused is not None:
+            out.reply(msg.reply, refused)
             return
-        if out.flow(msg.dfid) is not None:
-            # The caller looks its keys up first; a DFID is never opened twice.
-            detail = f"flow {msg.dfid} exists already"
-            out.reply(msg.reply, Feedback(reason_code=ReasonCode.FLOW_NOT_ACTIVE, detail=detail))
-            return
+        assert agent is not None
         out.emit(
             FlowCreated(
                 root_dfid=msg.root_dfid or msg.dfid,
@@ -121,6 +125,8 @@ class ContextCompiler:
         opened = out.flow(msg.dfid)
         assert opened is not None
         out.reply(msg.reply, opened.context_ref)
+        if msg.judge is not None and self._dim is not None:
+            out.send_early(self._dim, _judge_on(msg.judge, opened.context_ref))
 
     def _fire(self, msg: FireTrigger, out: Outbox) -> None:
         root = self._projections.flows.get(msg.parent_dfid) if msg.parent_dfid else None
@@ -268,3 +274,26 @@ class ContextCompiler:
             out.send_early(host, ctx)
         else:
             out.send(host, ctx)
+
+
+def _judge_on(judge: Judge, context_ref: str) -> Judge:
+    """``judge`` as the DIM takes it: an admitted proposal citing no context cites this one."""
+    if judge.invalid is not None or judge.proposal.context_ref:
+        return judge
+    proposal = msgspec.structs.replace(judge.proposal, context_ref=context_ref)
+    return msgspec.structs.replace(judge, proposal=proposal)
+
+
+def _unopened(msg: Open, agent: Any, out: Outbox) -> Feedback | None:
+    """Why ``msg``'s flow is not opened (None: it is)."""
+    if agent is None or agent.status is not AgentStatus.ACTIVE:
+        # As for a trigger, no flow is opened for an agent that may not act.
+        code = _NOT_ACTIVE.get(agent.status) if agent else ReasonCode.UNKNOWN_AGENT
+        status = agent.status if agent else "unknown"
+        detail = f"agent {msg.agent_id} is {status}: no flow was opened"
+        return Feedback(reason_code=code or ReasonCode.UNKNOWN_AGENT, detail=detail)
+    if out.flow(msg.dfid) is not None:
+        # The caller looks its keys up first; a DFID is never opened twice.
+        detail = f"flow {msg.dfid} exists already"
+        return Feedback(reason_code=ReasonCode.FLOW_NOT_ACTIVE, detail=detail)
+    return None

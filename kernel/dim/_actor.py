@@ -167,7 +167,7 @@ class IntegrityModule:
             out.rollback()
             out.reply(msg.done, None)
             return
-        staged_of(out).carried(msg.drafts)
+        staged_of(out).carried(msg.drafts, self._projections)
         for answer in msg.messages:
             await self.handle(answer, out)
         out.after_commit_with(hand_back, (out, start, len(msg.drafts), msg.done))
@@ -361,6 +361,8 @@ class IntegrityModule:
             )
         intent = stage_start(self._catalog, accepted, out, applied, policy=judgement.policy)
         if intent is not None:
+            if self._catalog.reads_only.get(intent.kind, False):
+                out.commit_lazily(msg.dfid)  # nothing to record first: group commit
             out.send(self._execution, Dispatch(dfid=msg.dfid, key=intent.key))
         out.reply(msg.reply, Verdict(outcome=Outcome.ACCEPTED, dfid=msg.dfid, attempt=attempt))
 

@@ -187,13 +187,18 @@ class Staged:
             return domain.tenants, domain.delegations
         return {**domain.tenants, **self.tenants}, {**domain.delegations, **self.delegations}
 
-    def carried(self, drafts: Iterable[Draft]) -> None:
+    def carried(self, drafts: Iterable[Draft], projections: Projections) -> None:
         """Note whom the flows a carried compiler batch opens act for, and the rules their
-        contexts showed (not folded yet)."""
+        contexts showed (not folded yet).
+
+        The domains see whom they act for too (``Principals.staging``), until the flows'
+        FlowCreated fold.
+        """
+        staging = projections.domain(Principals).staging
         for draft in drafts:
             payload = draft.payload
             if isinstance(payload, FlowCreated) and payload.on_behalf is not None and draft.dfid:
-                self.behalf[draft.dfid] = payload.on_behalf
+                self.behalf[draft.dfid] = staging[draft.dfid] = payload.on_behalf
             elif isinstance(payload, ContextCompiled) and draft.dfid:
                 self.shown[draft.dfid] = list(payload.rules)
 

@@ -303,6 +303,8 @@ class ExecutionEngine:
             ),
             dfid=msg.dfid,
         )
+        if intent.step == 0 and self._catalog.reads_only.get(intent.kind, False):
+            out.commit_lazily(msg.dfid)  # a read's outcome: group commit
         self._advance_after(intent, msg.dfid, out)
 
     def _remember(self, receipt: RecordingReceipt, key: str, out: Outbox) -> None:

@@ -65,6 +65,8 @@ from kernel.policy.contracts import HandshakeRefused
 from kernel.registry import CONTRACT_VERSION
 
 log = logging.getLogger(__name__)
+_CONNECTION_KEY = "dirk/conversation"
+"""Where a connection's conversation is named, in the state the SDK keeps for its run."""
 
 CONVERSATION_META = "dirk/conversation"
 """The ``_meta`` key a client names its conversation with."""
@@ -337,14 +339,26 @@ class GatewayServer(MCPServer[Any]):
         conversation = meta.get(CONVERSATION_META)
         call_id = meta.get(CALL_META)
         if conversation is None and getattr(ctx, "request", None) is None:
-            conversation = self._connection(getattr(ctx, "session", None))
+            conversation = self._connection(ctx)
         request_id = getattr(ctx, "request_id", None)
         if call_id is None and conversation is not None and request_id is not None:
             call_id = str(request_id)
         return conversation, call_id
 
-    def _connection(self, session: Any) -> str | None:
-        """The conversation of one connection (a session object), named once."""
+    def _connection(self, ctx: Any) -> str | None:
+        """The conversation of one connection, named once.
+
+        The SDK's server hands each request a session of its own; what lives as long as the
+        connection is the server's run for it (its lifespan state, one per stdio process or
+        in-process client): the name is kept there. Else by the session object.
+        """
+        state = getattr(ctx, "lifespan_context", None)
+        if isinstance(state, dict):
+            name = state.get(_CONNECTION_KEY)
+            if not isinstance(name, str):
+                name = state[_CONNECTION_KEY] = f"mcp-{uuid.uuid4()}"
+            return name
+        session = getattr(ctx, "session", None)
         if session is None:
             return None
         try:

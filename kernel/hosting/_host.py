@@ -1,9 +1,10 @@
-"""Hosting agents: a fixed crew of reasoning tasks per agent, in user space.
+"""Hosting agents: a crew of reasoning tasks per agent, in user space.
 
 The context compiler addresses each WorkingContext to its agent's mailbox; a
 crew of tasks takes them, runs ``agent.decide`` under the token and time caps
 (kernel.core.reasoning) and submits what comes back, or withdraws the flow with the
-reason it ended without a proposal. No task is spawned per flow.
+reason it ended without a proposal. No task is spawned per flow: a crew starts with one
+task and grows by one whenever all of its tasks are busy, up to its size (``concurrency``).
 
 An agent that declares it decides synchronously (``synchronous = True``: its ``decide``
 never waits) runs to completion where its context is delivered, in the compiler's
@@ -36,6 +37,16 @@ from kernel.runtime.actors import Mailbox, MailboxClosed, Reply
 from kernel.runtime.messages import AgentMessage, DimMessage, Judge, Withdraw
 
 log = logging.getLogger("kernel")
+
+
+class _Crew:
+    """One agent's reasoning tasks: how many there are, how many wait, how many may be."""
+
+    __slots__ = ("idle", "limit", "size", "tg")
+
+    def __init__(self, tg: TaskGroup, limit: int) -> None:
+        self.tg, self.limit = tg, limit
+        self.size, self.idle = 1, 0
 
 
 class Answering(Protocol):
@@ -206,12 +217,23 @@ class AgentHost:
     ) -> None:
         with scope:
             async with anyio.create_task_group() as tg:
-                for n in range(self._concurrency):
-                    tg.start_soon(self._reasoner, agent, mailbox, name=f"agent:{n}")
+                crew = _Crew(tg, self._concurrency)
+                tg.start_soon(self._reasoner, agent, mailbox, crew, name="agent:0")
 
-    async def _reasoner(self, agent: AgentLike, mailbox: Mailbox[AgentMessage]) -> None:
+    async def _reasoner(
+        self, agent: AgentLike, mailbox: Mailbox[AgentMessage], crew: _Crew
+    ) -> None:
+        # The crew grows as it is needed, up to its size: one task waits while the agent
+        # is idle (a thousand hosted agents are a thousand tasks, not 64 each).
         while True:
-            await self._reason(agent, await mailbox.receive())
+            crew.idle += 1
+            ctx = await mailbox.receive()
+            crew.idle -= 1
+            if not crew.idle and crew.size < crew.limit:
+                name = f"agent:{crew.size}"
+                crew.size += 1
+                crew.tg.start_soon(self._reasoner, agent, mailbox, crew, name=name)
+            await self._reason(agent, ctx)
 
     async def _reason(self, agent: AgentLike, ctx: WorkingContext) -> None:
         """Run one step of an agent's reasoning in user space and submit what it proposes."""

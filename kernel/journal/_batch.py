@@ -8,6 +8,7 @@ the Merkle tree by their rows (:func:`grown`) and writes them in one transaction
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import anyio
 
@@ -21,7 +22,7 @@ from kernel.journal.tree import Node
 class Batch:
     """The appends gathered for one transaction, and their outcomes."""
 
-    __slots__ = ("done", "ready", "requests", "results")
+    __slots__ = ("done", "durable", "ready", "requests", "results")
 
     def __init__(self) -> None:
         self.requests: list[Sequence[Draft]] = []
@@ -29,13 +30,21 @@ class Batch:
         self.results: list[list[Event] | Exception | None] = []
         self.ready = anyio.Event()  # the first append, or closing, wakes the writer
         self.done = anyio.Event()
+        self.durable = False
+        """Whether an append of it wants its own sync (group commit: any one syncs all)."""
 
-    def add(self, drafts: Sequence[Draft]) -> int:
+    def add(self, drafts: Sequence[Draft], durable: bool = True) -> int:
         """Add one append's drafts, wake the writer; return the index of its result."""
+        self.durable = self.durable or durable
         self.requests.append(drafts)
         self.results.append(None)
         self.ready.set()
         return len(self.requests) - 1
+
+
+def lazy_append(writer: Any, batch: Batch) -> Callable[..., None] | None:
+    """The writer's ``append_lazy`` if it has one and no append of ``batch`` asked to sync."""
+    return None if batch.durable else getattr(writer, "append_lazy", None)
 
 
 def seal_requests(

@@ -230,7 +230,12 @@ def _tree_heads(conn: psycopg.Connection[Any]) -> list[tuple[int, str]]:
 
 
 class _Writer:
-    """The one writer: its lease's connection and its own (methods run in a worker thread)."""
+    """The one writer: its lease's connection and its own (methods run in a worker thread).
+
+    No ``append_lazy``: every commit waits for the server's WAL flush. An asynchronous
+    commit would be lost by a server restart, which the kernel rides out (its head would
+    then be ahead of the journal's, and the journal fenced).
+    """
 
     def __init__(
         self, location: str, lease: psycopg.Connection[Any], conn: psycopg.Connection[Any]

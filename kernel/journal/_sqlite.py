@@ -191,10 +191,17 @@ async def tree_heads_of(query: Any) -> list[tuple[int, str]]:
 class _Writer:
     """The one writer of a journal file (its methods run in a worker thread)."""
 
-    def __init__(self, path: str, conn: sqlite3.Connection, compress: bool = True) -> None:
+    def __init__(
+        self, path: str, conn: sqlite3.Connection, compress: bool = True, synchronous: str = "FULL"
+    ) -> None:
         self._path = path
         self._conn = conn
         self._packer = BodyPacker() if compress else None
+        self._synchronous = synchronous
+
+    def append_lazy(self, *args: Any) -> None:
+        """:meth:`append` without a sync of its own (group commit, kernel.journal.port)."""
+        self.append(*args, sync=False)
 
     def append(
         self,
@@ -203,13 +210,17 @@ class _Writer:
         head: str,
         injected: bool,
         nodes: Sequence[Node] = (),
+        *,
+        sync: bool = True,
     ) -> None:
         """Insert ``rows``, their tree ``nodes`` and the head record in one transaction.
 
         seq is the primary key, so a second writer on the same file fails here instead
-        of forking the chain.
+        of forking the chain. ``sync=False``: WAL at ``synchronous = NORMAL`` for this
+        commit, safe from a killed process, durable with the next synced commit.
         """
         conn = self._conn
+        lazy = not sync and self._synchronous in ("FULL", "EXTRA")
         # Compressed here, in the writer's thread: zlib lets go of the GIL while it deflates.
         packer = self._packer
         stored = (
@@ -217,6 +228,8 @@ class _Writer:
             if packer is not None
             else rows
         )
+        if lazy:
+            conn.execute("PRAGMA synchronous = NORMAL")
         conn.execute("BEGIN IMMEDIATE")
         try:
             conn.executemany(_INSERT, stored)
@@ -231,6 +244,9 @@ class _Writer:
                 with contextlib.suppress(sqlite3.Error):
                     conn.execute("ROLLBACK")
             raise
+        finally:
+            if lazy:
+                conn.execute(f"PRAGMA synchronous = {self._synchronous}")
 
     def write_snapshot(self, seq: int, digest: str, body: bytes) -> None:
         try:
@@ -309,7 +325,7 @@ async def open_store(
                 )
             except SQLITE_ERRORS as exc:
                 raise sqlite_error(path, exc) from exc
-            writer = _Writer(path, conn, compress)
+            writer = _Writer(path, conn, compress, synchronous.upper())
             head = head._replace(journal_id=created_id)
             tree_built = True
     except BaseException:

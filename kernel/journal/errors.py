@@ -112,6 +112,8 @@ class JournalStatistics(msgspec.Struct, frozen=True, kw_only=True):
     appends: int
     transactions: int
     events: int
+    unsynced: int = 0
+    """Transactions committed without a sync of their own (``append(durable=False)``)."""
 
 
 def chain_key_from(value: bytes | str | None, path: str = "-") -> bytes | None:

@@ -86,7 +86,14 @@ class StoreReader(Protocol):
 
 
 class StoreWriter(Protocol):
-    """The one writer of a journal; every method runs in a worker thread, one at a time."""
+    """The one writer of a journal; every method runs in a worker thread, one at a time.
+
+    A writer may also offer ``append_lazy`` (``append``'s arguments): the same transaction,
+    committed without a sync of its own (safe from a killed process; durable with the next
+    synced commit). The journal calls it for a transaction none of whose appends asked
+    for durability (:meth:`~kernel.journal.store.Journal.append` ``durable=False``); a
+    writer without it commits every transaction as ``append`` does.
+    """
 
     def append(
         self,

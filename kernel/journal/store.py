@@ -31,7 +31,7 @@ import anyio
 from kernel.core.events import GENESIS_HASH, Draft, Event, with_derived
 from kernel.core.merkle import Frontier
 from kernel.core.ports import Clock
-from kernel.journal._batch import Batch, grown, seal_requests
+from kernel.journal._batch import Batch, grown, lazy_append, seal_requests
 from kernel.journal._meta import SCHEMA_VERSION
 from kernel.journal._publish import Listener, Publisher
 from kernel.journal._rows import (
@@ -139,7 +139,7 @@ class Journal:
         self._closed = False
         self._failure: Exception | None = None
         self._failure_what = ""
-        self._attempts = self._appends = self._transactions = self._events = 0
+        self._attempts = self._appends = self._transactions = self._events = self._unsynced = 0
         self._observer: CommitObserver | None = None
         self._observer_clock: Callable[[], int] = time.perf_counter_ns
         # Events 1..end were not checked when the journal was opened (restore() folded a
@@ -192,9 +192,7 @@ class Journal:
     async def store_tree_head(self, size: int, note: str) -> None:
         """Keep a signed checkpoint of the tree of ``size`` events beside the events.
 
-        Raises:
-            JournalClosed: The journal is closing, closed or read-only.
-            JournalError: The write failed (the events are untouched).
+        Raises JournalClosed (closing, closed or read-only) or JournalError (a failed write).
         """
         if self._writer is None or self._closed:
             self._raise_unwritable()
@@ -219,10 +217,13 @@ class Journal:
     def statistics(self) -> JournalStatistics:
         """Return what was committed since the journal was opened."""
         return JournalStatistics(
-            appends=self._appends, transactions=self._transactions, events=self._events
+            appends=self._appends,
+            transactions=self._transactions,
+            events=self._events,
+            unsynced=self._unsynced,
         )
 
-    async def append(self, drafts: Sequence[Draft]) -> list[Event]:
+    async def append(self, drafts: Sequence[Draft], *, durable: bool = True) -> list[Event]:
         """Record ``drafts`` as consecutive events; return once they are committed.
 
         Concurrent appends share transactions (group commit), but one call's
@@ -231,6 +232,7 @@ class Journal:
 
         Args:
             drafts: The events to record, in order.
+            durable: False: a transaction of only such appends may skip its sync (append_lazy).
 
         Returns:
             The committed events, numbered, stamped and chained.
@@ -244,7 +246,7 @@ class Journal:
         if not drafts:
             return []
         batch = self._pending
-        index = batch.add(drafts)
+        index = batch.add(drafts, durable)
         await batch.done.wait()
         result = batch.results[index]
         if isinstance(result, list):
@@ -471,9 +473,7 @@ class Journal:
     async def write_snapshot(self, seq: int, digest: str, body: bytes) -> None:
         """Store the projected state after event ``seq`` (replacing one stored before).
 
-        Raises:
-            JournalClosed: The journal is closing, closed or read-only.
-            JournalError: The write failed (the events are untouched).
+        Raises JournalClosed (closing, closed or read-only) or JournalError (a failed write).
         """
         if self._writer is None or self._closing:
             self._raise_unwritable()
@@ -489,9 +489,7 @@ class Journal:
     async def drop_snapshots(self, seqs: Collection[int]) -> None:
         """Delete the snapshots stored for ``seqs`` (their checkpoints stay in the chain).
 
-        Raises:
-            JournalClosed: The journal is closing, closed or read-only.
-            JournalError: The delete failed (the events are untouched).
+        Raises JournalClosed (closing, closed or read-only) or JournalError (a failed delete).
         """
         if not seqs:
             return
@@ -555,7 +553,8 @@ class Journal:
             # call in a worker thread. run_sync waits out a cancellation, so the writer
             # always learns whether the commit happened (after an outage too: its head row
             # says, kernel.journal.outage).
-            append = self._writer.append
+            lazy = lazy_append(self._writer, batch)
+            append = lazy or self._writer.append
             await self._watch.write(
                 lambda: append(rows, self._head_seq, head, injected, nodes),
                 self._head_seq,
@@ -569,6 +568,7 @@ class Journal:
         self._tree = tree
         self._appends += len(sealed)
         self._transactions += 1
+        self._unsynced += lazy is not None
         self._events += len(committed)
         self._observe(len(committed), began)
         # What readers see: each closing success followed by the FlowClosed it stands for.

@@ -60,9 +60,10 @@ from kernel.mcp._tools import (
     checked_text,
     registrar,
 )
+from kernel.mcp._words import escalation_item, escalations_summary, quorum_text, review_summary
 from kernel.registry import KERNEL_VERSION
 from kernel.state.approvals import ApprovalStatus
-from kernel.state.quorums import Ballot, Quorums
+from kernel.state.quorums import Quorums
 from kernel.state.rulebook import shown_item
 from kernel.state.snapshots import state_at
 
@@ -79,8 +80,13 @@ def build_server(
     bus: SubscriptionBus | None = None,
     auth: AuthSettings | None = None,
     token_verifier: TokenVerifier | None = None,
+    currency: str = "USD",
 ) -> MCPServer[Any]:
     """Return the MCP server over ``backend``, its callers known by ``identity``.
+
+    ``currency`` is the one whose minor units the packs' reasons quote: each answer's
+    ``summary`` (and its first text) shows them in it, durations in the largest sensible
+    unit; ``none`` leaves amounts as recorded. ``detail`` is always as recorded.
 
     ``bus`` carries change events to ``subscriptions/listen`` clients: give the same
     one to :func:`kernel.mcp.watch_rules` to tell them when the rules change.
@@ -96,7 +102,7 @@ def build_server(
 
     # Beside a kernel a cancelled task withdraws its flow; a follower has no such door.
     cancel = kernel_canceller(backend.kernel) if isinstance(backend, Embedded) else None
-    tasks = Tasks(flow_reader(backend), caller, cancel)
+    tasks = Tasks(flow_reader(backend, currency), caller, cancel, currency)
     server: MCPServer[Any] = CodedServer(
         name,
         title="dirk: a governed memory, rulebook and decisions",
@@ -113,6 +119,8 @@ def build_server(
         # Escalated calls answered as tasks on 2026-07-28, for clients that declare it.
         extensions=[tasks],
     )
+    if isinstance(server, CodedServer):
+        server.currency = currency
     tool = registrar(server, identity)
 
     async def offered(who: Principal) -> Offer:
@@ -448,19 +456,11 @@ def build_server(
                     continue
                 if approval.status is not ApprovalStatus.PENDING:
                     continue
-                waiting.append(
-                    {
-                        "dfid": dfid,
-                        "agent_id": approval.agent_id,
-                        "reason_code": str(approval.reason_code),
-                        "detail": approval.detail,
-                        "impact": str(approval.impact),
-                        "action_hash": approval.short_hash,
-                        "kind": flow.proposal.kind if flow.proposal else "",
-                        "quorum": quorum_text(view.projections.domain(Quorums).ballots.get(dfid)),
-                    }
-                )
-        return Answer(verdict="OK", result={"escalations": waiting[:MAX_RESULTS]})
+                ballot = view.projections.domain(Quorums).ballots.get(dfid)
+                waiting.append(escalation_item(flow, approval, ballot, currency))
+        shown = waiting[:MAX_RESULTS]
+        summary = escalations_summary(shown, len(waiting))
+        return Answer(verdict="OK", result={"escalations": shown}, summary=summary)
 
     @tool("operator", title="Review an escalation", hints=READ)
     async def review(who: Principal, dfid: Id) -> Answer:
@@ -498,7 +498,10 @@ def build_server(
                 "votes": [{"operator": v.operator, "vote": v.vote} for v in ballot.votes],
                 "may_not_vote": ballot.excluded,
             }
-        return Answer(verdict="OK", dfid=key, status=str(flow.status), result=result)
+        summary = review_summary(flow, approval, ballot, currency)
+        return Answer(
+            verdict="OK", dfid=key, status=str(flow.status), result=result, summary=summary
+        )
 
     @tool("operator", title="Decide on an escalation", hints=EFFECT)
     async def decide(
@@ -587,10 +590,3 @@ def _schema_of_propose(
     parameters["$defs"] = {**parameters.get("$defs", {}), **defs}
     tool.parameters = parameters
     return options
-
-
-def quorum_text(ballot: Ballot | None) -> str:
-    """What an approval's quorum waits for ("1 of 2, waiting for a desk-head"); "" for none."""
-    if ballot is None or (ballot.quorum.required < 2 and not ballot.quorum.roles):
-        return ""
-    return ballot.waiting or f"0 of {ballot.quorum.required}"

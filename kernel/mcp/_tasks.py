@@ -48,6 +48,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import Field
 
 from kernel.api import Kernel
+from kernel.audit.units import readable
 from kernel.core.flow import FlowState, FlowStatus
 from kernel.core.reasons import CliError, ReasonCode
 from kernel.mcp._backend import Backend, Principal, ToolRefused, settled
@@ -93,16 +94,27 @@ class Tasks(Extension):
         who: the caller of a request (its Context's principal).
         cancel: withdraws a task's flow (:func:`flow_canceller`); None: ``tasks/cancel``
             is acknowledged and changes nothing.
+        currency: the currency whose minor units a status message's reasons quote, shown
+            in major units (kernel.audit.units.readable); ``none``: as recorded.
     """
 
     identifier = TASKS
 
     def __init__(
-        self, read: Reader, who: Callable[[Any], Principal], cancel: Canceller | None = None
+        self,
+        read: Reader,
+        who: Callable[[Any], Principal],
+        cancel: Canceller | None = None,
+        currency: str = "none",
     ) -> None:
         self.read = read
         self.who = who
         self.cancel = cancel
+        self.currency = currency
+
+    def _words(self, text: str) -> str:
+        """A reason as a status message says it: amounts in major units, durations spoken."""
+        return readable(text, self.currency)
 
     def methods(self) -> Sequence[MethodBinding]:
         versions = frozenset(MODERN_PROTOCOL_VERSIONS)
@@ -129,7 +141,7 @@ class Tasks(Extension):
             flow, _ = await self.read(self.who(ctx), str(body["dfid"]))
         except ToolRefused:
             return result  # not readable as a task by this caller: the answer as it is
-        return {"resultType": "task", **_task(flow, body.get("detail", ""))}
+        return {"resultType": "task", **_task(flow, self._words(str(body.get("detail", ""))))}
 
     async def _get(self, ctx: ServerRequestContext[Any, Any], params: TaskParams) -> HandlerResult:
         _check_name(ctx, params)
@@ -138,9 +150,9 @@ class Tasks(Extension):
             flow, answer = await self.read(who, params.task_id)
         except ToolRefused as exc:
             raise _refused(exc) from None
-        task = _task(flow, flow.detail)
+        task = _task(flow, self._words(flow.detail))
         if _withdrawn(flow):
-            return {**task, "status": "cancelled", "statusMessage": flow.detail}
+            return {**task, "status": "cancelled", "statusMessage": self._words(flow.detail)}
         if answer is not None:
             task["status"] = "completed"
             task["statusMessage"] = str((answer.structured_content or {}).get("verdict", ""))
@@ -161,11 +173,13 @@ class Tasks(Extension):
             who = self.who(ctx)
             flow, _ = await self.read(who, params.task_id)  # only its own agent's task
             if self.cancel is None:
-                return _task(flow, flow.detail)  # no door to withdraw through: as it is
+                # No door to withdraw through: the task as it is.
+                return _task(flow, self._words(flow.detail))
             flow = await self.cancel(who, params.task_id)
         except ToolRefused as exc:
             raise _refused(exc) from None
-        return {**_task(flow, flow.detail), "status": "cancelled", "statusMessage": flow.detail}
+        why = self._words(flow.detail)
+        return {**_task(flow, why), "status": "cancelled", "statusMessage": why}
 
 
 def _refused(exc: ToolRefused) -> MCPError:
@@ -219,8 +233,9 @@ def unknown_task(dfid: str) -> ToolRefused:
     return ToolRefused(CliError.UNKNOWN_FLOW, f"no task {dfid[:64]!r}", "taskId")
 
 
-def flow_reader(backend: Backend) -> Reader:
-    """Read tasks from ``backend``: the flow, and once it ended the answer ``wait_flow`` gives."""
+def flow_reader(backend: Backend, currency: str = "none") -> Reader:
+    """Read tasks from ``backend``: the flow, and once it ended the answer ``wait_flow`` gives
+    (its summary's amounts in ``currency``)."""
 
     async def read(who: Principal, dfid: str) -> tuple[FlowState, CallToolResult | None]:
         if not dfid or len(dfid) > 256:
@@ -233,7 +248,7 @@ def flow_reader(backend: Backend) -> Reader:
             if not flow.terminal:
                 return flow, None
             events = await view.journal.read(dfid=dfid)
-        return flow, reply(Answer(**msgspec.to_builtins(settled(flow, events))))
+        return flow, reply(Answer(**msgspec.to_builtins(settled(flow, events))), currency)
 
     return read
 

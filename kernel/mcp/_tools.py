@@ -44,6 +44,7 @@ from kernel.core.text import free_text_problem, id_problem, value_problem
 from kernel.core.wall import InputInvalid, check_value
 from kernel.mcp._backend import Principal, ToolRefused
 from kernel.mcp._identity import Identity as Identity
+from kernel.mcp._words import summary_of
 
 log = logging.getLogger(__name__)
 
@@ -95,7 +96,14 @@ MAX_RESULTS = 100
 
 
 class Answer(BaseModel):
-    """What every tool answers (its structured content)."""
+    """What every tool answers (its structured content).
+
+    The fields are for machines, as the kernel recorded them: ``detail`` quotes amounts
+    in the minor units the pack counts in (the units the agent proposed in, so it
+    revises against them) and durations as recorded. ``summary`` is the same answer for
+    a person: amounts in major units with their currency, durations in the largest
+    sensible unit (kernel.audit.units.readable); it is also the result's first text.
+    """
 
     verdict: str
     """ACCEPTED, REJECTED, ESCALATED (proposals); APPLIED, QUEUED, REFUSED (operator acts);
@@ -106,14 +114,22 @@ class Answer(BaseModel):
     detail: str = ""
     field: str = ""
     result: dict[str, Any] = {}
+    summary: str = ""
+    """The answer in words, as a person reads it (filled in when the tool leaves it empty)."""
 
 
 Reply = Annotated[CallToolResult, Answer]
 
 
-def reply(answer: Answer) -> CallToolResult:
-    """Return ``answer`` as a tool result: structured, with a text copy for older hosts."""
+def reply(answer: Answer, currency: str = "none") -> CallToolResult:
+    """Return ``answer`` as a tool result: structured, its summary and a JSON copy as text.
+
+    The first text is the summary a person (and a host's model) reads, amounts shown in
+    ``currency`` (``none``: as recorded); the second is the structured content as JSON,
+    for hosts that read no structured content.
+    """
     body = answer.model_dump(mode="json")
+    body["summary"] = body["summary"] or summary_of(body, currency)
     try:
         text = msgspec.json.encode(body).decode()
     except UnicodeEncodeError:
@@ -122,7 +138,10 @@ def reply(answer: Answer) -> CallToolResult:
         body = _scrubbed(body)
         text = msgspec.json.encode(body).decode()
     return CallToolResult(
-        content=[TextContent(type="text", text=text)],
+        content=[
+            TextContent(type="text", text=body["summary"]),
+            TextContent(type="text", text=text),
+        ],
         structured_content=body,
         is_error=answer.verdict == "ERROR",
         # As the gateway's answers carry it: a client reads the verdict without the body.
@@ -141,8 +160,10 @@ def _scrubbed(value: Any) -> Any:
     return value
 
 
-def refused(code: str, detail: str, field: str = "") -> CallToolResult:
-    return reply(Answer(verdict="ERROR", reason_code=code, detail=detail, field=field))
+def refused(code: str, detail: str, field: str = "", currency: str = "none") -> CallToolResult:
+    """An ERROR answer: the code, the detail as it is, the field; its summary in ``currency``."""
+    answer = Answer(verdict="ERROR", reason_code=code, detail=detail, field=field)
+    return reply(answer, currency)
 
 
 def checked_text(value: Any, field: str, limit: int = 4096) -> str:
@@ -206,6 +227,9 @@ class CodedServer(MCPServer[Any]):
     """What an agent is offered (kernel.mcp._offered.Offer), when the server knows."""
     kind_options: Mapping[str, dict[str, Any]] = {}
     """Each kind's option of ``propose``'s ``policy`` schema, by name."""
+    currency: str = "none"
+    """The currency whose minor units reasons quote, as summaries show them (``none``: as
+    recorded)."""
 
     async def _handle_list_tools(
         self, ctx: Any, params: PaginatedRequestParams | None
@@ -243,7 +267,7 @@ class CodedServer(MCPServer[Any]):
         try:
             allowed(self.identity, getattr(self, "roles", {}).get(name), context, name)
         except ToolRefused as exc:
-            return refused(str(exc.code), exc.detail, exc.field)
+            return refused(str(exc.code), exc.detail, exc.field, self.currency)
         if not isinstance(arguments, dict):
             return refused(ReasonCode.SCHEMA_INVALID, "arguments are an object", "arguments")
         declared = tool.parameters.get("properties", {})
@@ -498,6 +522,7 @@ def registrar(server: MCPServer[Any], identity: Identity) -> Callable[..., Regis
                 server.roles = {**getattr(server, "roles", {}), fn.__name__: role}
 
             async def run(ctx: Context[Any, Any], **kw: Any) -> CallToolResult:
+                currency = getattr(server, "currency", "none")
                 try:
                     who = allowed(identity, role, ctx, fn.__name__)
                     bad = argument_refusal(rules, kw, strict=strict)
@@ -505,15 +530,16 @@ def registrar(server: MCPServer[Any], identity: Identity) -> Callable[..., Regis
                         raise bad
                     answer = await fn(who, **kw)
                 except ToolRefused as exc:
-                    return refused(str(exc.code), exc.detail, exc.field)
+                    return refused(str(exc.code), exc.detail, exc.field, currency)
                 except KernelShutdown as exc:
                     # Not a reason code of a decision: the StopReason says why it stopped.
-                    return refused(str(exc.reason), f"the kernel stopped: {exc.detail}")
+                    why = f"the kernel stopped: {exc.detail}"
+                    return refused(str(exc.reason), why, currency=currency)
                 except Exception as exc:
                     # Fail clear: the caller gets a code, the log the traceback, the kernel runs on.
                     log.exception("MCP tool %s failed", fn.__name__)
                     return refused(ReasonCode.KERNEL_FAULT, f"{fn.__name__}: {type(exc).__name__}")
-                return reply(answer)
+                return reply(answer, currency)
 
             run.__signature__ = _signature(fn)  # type: ignore[attr-defined]
             run.__name__ = fn.__name__

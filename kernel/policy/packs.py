@@ -368,6 +368,13 @@ class PolicyCatalog:
         )
 
     @cached_property
+    def reads_only(self) -> Mapping[str, bool]:
+        """Whether each kind only reads (``PolicyKind.read_only``): its calls change nothing."""
+        return self._table(
+            "reads_only", {name: kind.read_only is True for name, kind in self.kinds.items()}
+        )
+
+    @cached_property
     def pack_of(self) -> Mapping[str, PolicyPack]:
         """The pack that defines each kind."""
         return self._table("pack_of", {name: pack for pack in self.packs for name in pack.by_name})

@@ -17,7 +17,7 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 import anyio
 from anyio.abc import TaskGroup
@@ -42,7 +42,15 @@ M = TypeVar("M")
 M_contra = TypeVar("M_contra", contravariant=True)
 T = TypeVar("T")
 
-Append = Callable[[Sequence[Draft]], Awaitable[list[Event]]]
+
+class Append(Protocol):
+    """The journal's append (kernel.journal.store.Journal.append)."""
+
+    def __call__(
+        self, drafts: Sequence[Draft], /, *, durable: bool = True
+    ) -> Awaitable[list[Event]]: ...
+
+
 Carrier = Callable[["Outbox"], Awaitable[bool]]
 """Records a batch's events in another actor's append, with what its early messages
 produced; True once that append committed (``out.committed`` set), False to leave the
@@ -228,7 +236,25 @@ class Outbox:
         self._overlay: dict[str, tuple[FlowState, int]] = {}
         self._opened: list[str] = []
         self._undo: dict[str, tuple[FlowState, int] | None] = {}
-        self._mark = (0, 0)
+        self._mark = (0, 0, 0)
+        self._lazy: list[str] = []
+
+    def commit_lazily(self, dfid: str) -> None:
+        """Let flow ``dfid``'s events of this batch commit without a sync of their own.
+
+        For a flow that changes nothing in the world (a read-only kind's): safe from a
+        killed process, durable with the next synced commit (group commit). The batch
+        still syncs if it stages any other event (:attr:`durable`).
+        """
+        self._lazy.append(dfid)
+
+    @property
+    def durable(self) -> bool:
+        """Whether the staged events want a sync of their own (any not marked lazy)."""
+        if not self._lazy:
+            return True
+        lazy = set(self._lazy)
+        return any(draft.dfid not in lazy for draft in self.drafts)
 
     def flow(self, dfid: str) -> FlowState | None:
         """Return the flow as it will be once the staged events commit."""
@@ -426,14 +452,15 @@ class Outbox:
 
     def begin(self) -> None:
         """Start staging one message."""
-        self._mark = (len(self.drafts), len(self.effects))
+        self._mark = (len(self.drafts), len(self.effects), len(self._lazy))
         self._undo = {}
 
     def rollback(self) -> None:
         """Forget what the current message staged (it crashed)."""
-        drafts, effects = self._mark
+        drafts, effects, lazy = self._mark
         del self.drafts[drafts:]
         del self.effects[effects:]
+        del self._lazy[lazy:]
         self.early = [e for e in self.early if e[0] < effects]
         for dfid, previous in self._undo.items():
             if previous is None:

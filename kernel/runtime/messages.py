@@ -129,6 +129,14 @@ class Open(msgspec.Struct, frozen=True, kw_only=True):
     tool_call_id: str = ""
     on_behalf: OnBehalf | None = None
     """Whom the flow acts for (recorded on its FlowCreated; kernel.dim._principal)."""
+    judge: Judge | None = None
+    """The caller's proposal, to judge once the flow is open (one append, issue 45).
+
+    Sent to the DIM early (``Outbox.send_early``): carried into the DIM's append with
+    the flow's opening when it can be, after the compiler's own commit otherwise. An
+    admitted proposal with no ``context_ref`` is judged against the context this
+    opening compiles. Not sent when no flow was opened (the reply says why).
+    """
 
 
 # --- to the DIM (the Decision Integrity Module) -------------------------------------

@@ -98,6 +98,8 @@ class Supervisor:
         fatal: exception types that are not actor crashes but reasons to stop (journal failure).
         carry: records a batch with early messages (:meth:`Outbox.send_early`) in another
             actor's append when it can; without it they wait for the batch's own commit.
+        lazy: a batch whose every event is of flows marked lazy (:meth:`Outbox.commit_lazily`)
+            commits without a sync of its own (``Storage.group_reads``); False: each syncs.
     """
 
     def __init__(
@@ -114,8 +116,10 @@ class Supervisor:
         max_backoff_s: float = 1.0,
         fatal: tuple[type[BaseException], ...] = (),
         carry: Carrier | None = None,
+        lazy: bool = False,
     ) -> None:
         self._carry = carry
+        self._lazy = lazy
         self._tg: anyio.abc.TaskGroup | None = None
         self._specs = list(specs)
         self._append = append
@@ -145,7 +149,9 @@ class Supervisor:
         if out.early and self._carry is not None:
             carried = await self._carry(out)
         if out.drafts and not carried:
-            out.committed = await self._append(out.drafts)
+            # A read-only flow's batch commits without a sync of its own (group reads).
+            durable = not self._lazy or out.durable
+            out.committed = await self._append(out.drafts, durable=durable)
         for effect, arg in out.effects:
             result = effect(arg)
             if result is None:

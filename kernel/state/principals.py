@@ -57,7 +57,8 @@ def key_of(*parts: str) -> str:
 
 def tenant_of(projections: State, dfid: str) -> str:
     """Return the tenant open flow ``dfid`` acts for ("" for none, or a flow not open)."""
-    behalf = projections.domain(Principals).on_behalf.get(dfid)
+    domain = projections.domain(Principals)
+    behalf = domain.on_behalf.get(dfid) or domain.staging.get(dfid)
     return behalf.principal.tenant if behalf is not None else ""
 
 
@@ -112,6 +113,10 @@ class Principals(Domain):
         """Rate windows whose times are not in order (a clock set back): counted by a scan.
         The others are sorted, so a window is cut and counted by bisection, not a scan of
         every call in it (derived from the state, never saved)."""
+        self.staging: dict[str, OnBehalf] = {}
+        """Whom flows act for that the DIM judges in the append that opens them (a call's
+        one commit, a synchronous agent's carried batch), until their FlowCreated is folded:
+        a domain's check sees the tenant replay sees. Never saved; the DIM sets it."""
 
     def folds(self) -> Mapping[type[Payload], Fold]:
         return {
@@ -203,6 +208,8 @@ class Principals(Domain):
 
     def _created(self, event: Event) -> None:
         behalf = cast(FlowCreated, event.payload).on_behalf
+        if event.dfid:
+            self.staging.pop(event.dfid, None)
         if behalf is not None and event.dfid:
             self.state.behalf[event.dfid] = behalf
 

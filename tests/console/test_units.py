@@ -7,8 +7,7 @@ import re
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kernel.audit.units import duration, judged_by, offset
-from kernel.console._money import readable
+from kernel.audit.units import duration, judged_by, offset, readable
 from kernel.core import events as ev
 from kernel.core.events import Event
 from kernel.core.reasons import ReasonCode

@@ -72,6 +72,15 @@ async def test_a_killed_kernel_whose_clerk_decides_before_its_context_is_durable
     await kill_run(tmp_path, seed, "0", agent="sync")
 
 
+@pytest.mark.parametrize("seed", SEEDS)
+async def test_a_killed_kernel_whose_calls_came_through_propose_executes_each_once(
+    tmp_path: Path, seed: int
+) -> None:
+    # Each call's opening, verdict and intent are one append (issue 45); every run
+    # proposes the same keyed calls again, as a framework resuming its run would.
+    await kill_run(tmp_path, seed, "0", agent="propose")
+
+
 async def test_a_kill_between_a_context_reaching_its_agent_and_its_append_records_nothing(
     tmp_path: Path,
 ) -> None:
@@ -122,7 +131,7 @@ async def kill_run(tmp_path: Path, seed: int, lookup: str, *, agent: str = "crew
         for _ in range(rng.randint(1, 3)):
             kill = kill_point(rng, decide=agent == "sync")
             await run_worker(journal, ledger, mode, kill, lookup, agent)
-            mode = "recover"
+            mode = "run" if agent == "propose" else "recover"
         assert await run_worker(journal, ledger, "recover", "none", lookup, agent) == 0
         await check(journal, ledger, decided=False)
         # The operator decides what waits: retry first (by the seed), reconcile after.

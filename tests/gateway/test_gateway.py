@@ -204,15 +204,18 @@ async def test_a_connection_is_a_conversation_and_its_request_ids_key_the_calls(
     async with gateway(stdio_config(up), tmp_path / "j.db") as gw:
         async with client_of(gw) as c:
             await c.call_tool("notes_add_note", {"text": "a"})
+            await c.call_tool("notes_add_note", {"text": "a2"})
         async with client_of(gw) as c:
             # The same request id on another connection is another call.
             await c.call_tool("notes_add_note", {"text": "b"})
         created = await gw.kernel.journal.read(types=["FlowCreated"])
-    assert [c["args"]["text"] for c in up.calls()] == ["a", "b"]
-    conversations = {
-        e.payload.conversation_id for e in created if isinstance(e.payload, FlowCreated)
-    }
-    assert len(conversations) == 2 and all(conversations)
+    assert [c["args"]["text"] for c in up.calls()] == ["a", "a2", "b"]
+    flows = [(e.dfid, e.parent_dfid, e.payload) for e in created]
+    conversations = [p.conversation_id for _, _, p in flows if isinstance(p, FlowCreated)]
+    # Each request the SDK hands over has a session of its own: the connection is one
+    # conversation all the same, its later calls children of its first call's flow.
+    assert conversations[0] == conversations[1] != conversations[2] and all(conversations)
+    assert flows[1][1] == flows[0][0] and flows[2][1] is None
 
 
 async def test_repeated_refusals_in_one_conversation_stop_it(tmp_path: Path) -> None:

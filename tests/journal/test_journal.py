@@ -250,8 +250,9 @@ async def test_an_exception_in_the_body_propagates_unwrapped(tmp_path: Path) -> 
 # --- crashes, tampering, damaged and foreign files ----------------------------
 
 
+@pytest.mark.parametrize("lazy", [False, True], ids=["synced", "half-unsynced"])
 @pytest.mark.parametrize("seed", [1, 2, 3])
-async def test_acknowledged_events_survive_sigkill(tmp_path: Path, seed: int) -> None:
+async def test_acknowledged_events_survive_sigkill(tmp_path: Path, seed: int, lazy: bool) -> None:
     path = tmp_path / "journal.db"
     wanted = random.Random(seed).randint(1, 600)
     acknowledged: list[int] = []
@@ -259,7 +260,9 @@ async def test_acknowledged_events_survive_sigkill(tmp_path: Path, seed: int) ->
     # A guard against a hung child, not a timing assertion.
     with anyio.fail_after(60):
         process = await anyio.open_process(
-            [sys.executable, str(WRITER), str(path)], env=env, stderr=None
+            [sys.executable, str(WRITER), str(path), *(["lazy"] if lazy else [])],
+            env=env,
+            stderr=None,
         )
         async with process:
             assert process.stdout is not None

@@ -12,7 +12,10 @@ ledger, before its answer reaches the kernel) or ``decide:N`` (in the agent's Nt
 that does not deduplicate but answers ``lookup(key)``, ``0`` for one that
 deduplicates on the key; AGENT is ``crew`` (the default: the clerk reasons in its
 crew, after its context committed) or ``sync`` (it decides synchronously: it runs to
-completion before its context is durable, and its flow commits twice).
+completion before its context is durable, and its flow commits twice) or ``propose``
+(the same proposals brought by ``Kernel.propose``, each keyed by its tool-call id, the way
+a framework resumes a run: opening, verdict and intent in one append; MODE ``run`` proposes
+every call again, and a call proposed before is answered from its record).
 """
 
 from __future__ import annotations
@@ -20,10 +23,21 @@ from __future__ import annotations
 import sys
 
 import anyio
+import msgspec
 
-from kernel import FlowStatus, Kernel, Proposal, ReasonCode, WorkingContext, open_kernel
+from kernel import (
+    DecisionVerdict,
+    FlowStatus,
+    Kernel,
+    Manifest,
+    Proposal,
+    ReasonCode,
+    WorkingContext,
+    open_kernel,
+)
 from kernel.adapters import AdapterError, ExecutionIntent
 from kernel.config import KernelConfig
+from kernel.policy.kinds import kind_name
 from kernel.testing import Faults, SimulatedSystem
 from tests.support.crash import die, die_after_commit
 from tests.support.execution_domain import DESK, KINDS, Ping, Trip, name_of
@@ -76,13 +90,39 @@ class Clerk(ScriptedAgent):
 
 def decide(ctx: WorkingContext) -> Proposal:
     """Ping, a saga that completes, or a saga whose last leg fails (and is compensated)."""
-    kind = ctx.topic.split(".")[1]
-    policy = {
+    return ctx.propose(policy_of(ctx.topic.split(".")[1]), valid_for_s=3600)
+
+
+def policy_of(kind: str) -> Ping | Trip:
+    policies: dict[str, Ping | Trip] = {
         "ping": Ping(text="hi"),
         "trip": Trip(legs=["flight", "hotel"]),
         "undo": Trip(legs=["flight", "hotel", "fail"]),
-    }[kind]
-    return ctx.propose(policy, valid_for_s=3600)
+    }
+    return policies[kind]
+
+
+async def propose_all(kernel: Kernel) -> None:
+    """Propose every call through ``Kernel.propose``, keyed: a repeated key has one effect."""
+    await kernel.handshake(Manifest(agent_id="clerk", version="1.0.0", capabilities=KINDS))
+
+    async def call(i: int) -> None:
+        policy = policy_of(("ping", "trip", "undo")[i % 3])
+        params = msgspec.to_builtins(policy)
+        params.pop("kind", None)
+        decision = await kernel.propose(
+            "clerk",
+            kind_name(type(policy)),
+            params,
+            explain="the desk's stream",
+            confidence=0.9,
+            tool_call_id=f"call-{i}",
+        )
+        assert decision.verdict is not DecisionVerdict.REFUSED, decision
+
+    async with anyio.create_task_group() as tg:
+        for i in range(FLOWS):
+            tg.start_soon(call, i)
 
 
 async def main(
@@ -97,7 +137,12 @@ async def main(
         config=KernelConfig(principal=LOCAL),
     ) as kernel:
         die_after_commit(kernel, kill)
-        if mode == "run":
+        if mode == "run" and agent == "propose":
+            await propose_all(kernel)
+            await kernel.wait_quiet()
+            if kill.startswith("commit:"):
+                die()
+        elif mode == "run":
             clerk = Clerk(kill, synchronous=agent == "sync")
             await kernel.register(clerk)
             async with anyio.create_task_group() as tg:
