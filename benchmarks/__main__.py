@@ -60,7 +60,7 @@ CPU_GOAL_US = 130.0
 """CPU per flow in P1, all threads (C1): a ceiling."""
 FIGURES = (
     "B1", "B2", "P1", "P2", "P3", "P4", "P5", "P6", "P7", "P8", "P9", "P10", "P13", "P14", "P15",
-    "P16", "P17", "P18", "P19",
+    "P16", "P17", "P18", "P19", "P20",
 )  # fmt: skip
 SHADOW_GOAL = 1.3
 """P17.c: CPU per flow with one shadow pack loaded, as a multiple of C1 without it."""
@@ -73,6 +73,9 @@ REGISTERED_CPU_GOAL = 1.1
 TENANTS_GOAL = 1.1
 """P18.c: CPU per flow acting for a declared tenant's member (scopes, layers, rate windows),
 as a multiple of C1 for the host's one undeclared user (issue 45)."""
+DOMAINS_GOAL = 1.8
+"""P20.c: C1 of a flow with every optional domain in use, as a multiple of C1 of a flow with
+none: such a flow records 11.25 events to P1's 6.25 (1.8x), so no more CPU per event."""
 SIGNED_GOAL = 0.95
 """P15.p1: P1 with the tree and a checkpoint a second, as a share of P1 without either."""
 
@@ -212,6 +215,7 @@ def _measure(plan: Plan, only: set[str], tmp: Path, quick: bool) -> list[Figure]
     p16r: list[ToolCallRun] = []
     p16g: list[GatewayRun] = []
     p17: list[tuple[FlowRun, FlowRun]] = []  # (plain, shadowed), paired per round
+    p20: list[tuple[FlowRun, FlowRun]] = []  # (no optional domain, every one), paired per round
     p18: list[tuple[FlowRun, FlowRun]] = []  # (plain, with tenants), paired per round
     p19: list[tuple[FlowRun, FlowRun]] = []  # (10 registered, 1,000 registered)
     # P9, P14: each peer right after the round's P1, so the ratio pairs the same machine state.
@@ -286,6 +290,10 @@ def _measure(plan: Plan, only: set[str], tmp: Path, quick: bool) -> list[Figure]
                 p18.append(_paired_round(plan, tmp, n, {}, {"tenants": True}))
                 plain, tenanted = p18[-1]
                 said.append(f"P18.c {_cpu(tenanted) / _cpu(plain):.2f}x")
+            if "P20" in only:
+                p20.append(_paired_round(plan, tmp, n, {}, {"domains": True}))
+                bare, full = p20[-1]
+                said.append(f"P20.c {_cpu(full) / _cpu(bare):.2f}x")
             if "P19" in only:
                 few, many = REGISTERED_FEW - plan.agents, REGISTERED_MANY - plan.agents
                 p19.append(_paired_round(plan, tmp, n, {"idle": few}, {"idle": many}))
@@ -345,6 +353,10 @@ def _measure(plan: Plan, only: set[str], tmp: Path, quick: bool) -> list[Figure]
     if p18:
         figures += _paired_figures(
             "P18", "for a declared tenant's member", "for the host's one user", TENANTS_GOAL, p18
+        )
+    if p20:
+        figures += _paired_figures(
+            "P20", "with every optional domain in use", "with none", DOMAINS_GOAL, p20
         )
     if "P7" in only:
         print(f"P7: building {plan.open_events:,} events{scaled}", file=sys.stderr, flush=True)
@@ -421,6 +433,7 @@ ISSUE_GOALS = (
     ("P16", "P16 p50 <= P3 p50 + 0.2 ms (a governed tool call)"),
     ("P16.r99", "P16.r p99 <= 0.5 ms (a read-only kind's call)"),
     ("P16.g", "P16.g p50 <= P16 p50 + 1 ms (through the MCP gateway)"),
+    ("P20.c", "P20.c <= 1.8x C1 with every optional domain in use (1.8x the events)"),
 )
 """Every goal of issue 35 (speed, round two) and issue 45's with principals and tenants in
 use, by the id of the figure that measures it."""
@@ -509,7 +522,7 @@ def _paired_round(
     plan: Plan, tmp: Path, n: int, off: dict[str, Any], on: dict[str, Any]
 ) -> tuple[FlowRun, FlowRun]:
     """P1 with run_flows' options ``off``, then ``on`` (order alternating per round): P17's
-    shadow pack, P18's tenants, P19's registered agents."""
+    shadow pack, P18's tenants, P19's registered agents, P20's optional domains."""
     runs: dict[bool, FlowRun] = {}
     for side in (False, True) if n % 2 == 0 else (True, False):
         path = tmp / f"paired-{n}.db"

@@ -27,12 +27,13 @@ from typing import ClassVar
 import anyio
 
 from agents_sdk import Agent, Manifest, Proposal, WorkingContext
-from kernel import FlowStatus, Signing, open_kernel
+from kernel import FlowStatus, Kernel, Signing, open_kernel
 from kernel.adapters import ExecutionIntent, Receipt
 from kernel.config import KernelConfig, Ports, Storage
 from kernel.core.events import Layer, Member, Permission, Principal, TenantPolicy, TenantSpec
 from kernel.core.ports import SystemClock
-from kernel.policy import PolicyKind, PolicyPack
+from kernel.memory import MEMORY_PACK
+from kernel.policy import Budget, Consume, Cost, PolicyKind, PolicyPack
 from kernel.telemetry import Telemetry, configure_exporter
 from kernel.testing import SeededIds
 
@@ -83,6 +84,24 @@ SHADOW = PolicyPack(name="bench", version="1.1.0", kinds=(Order,), escalate_belo
 what P17 measures is the shadow's judging alone, with no difference recorded."""
 
 
+DOMAINS_PACK = PolicyPack(
+    name="bench",
+    version="1.0.0",
+    kinds=(Order,),
+    escalate_below_confidence=0.5,
+    consumes=(Consume(Order, "bench.lots", "quantity"),),
+    capacities={"bench.lots": 10**9},
+    costs=(Cost(Order, "quantity", "EUR"),),
+    budgets=(Budget(name="bench", ceiling=10**15, currency="EUR"),),
+)
+"""P20's pack: PACK, with every order holding a resource (reservations) and costing money
+under a budget (spent at its close), neither ever reached."""
+CONSTRAINT = "never route orders to a closed venue"
+"""P20's governed constraint: enforced on every order, broken by none (they say nothing of it)."""
+RULE = "bench-rule"
+"""P20's rule, in force: every context shows it, and every explanation cites it."""
+
+
 class NoopAdapter:
     """An adapter that carries nothing out and answers at once; it counts its calls."""
 
@@ -109,6 +128,56 @@ class InstantAgent(Agent):
 
     async def decide(self, ctx: WorkingContext) -> Proposal | None:
         return ctx.propose(Order(quantity=1), explain="benchmark", confidence=0.9)
+
+
+class CitingAgent(InstantAgent):
+    """An InstantAgent whose explanation cites the rule its context shows (P20)."""
+
+    async def decide(self, ctx: WorkingContext) -> Proposal | None:
+        cites = " ".join(rule["cite"] for rule in ctx.memory.get("rules", ()))
+        return ctx.propose(Order(quantity=1), explain=f"benchmark {cites}", confidence=0.9)
+
+
+class MemoryWriter(InstantAgent):
+    """Writes P20's governed memory: the constraint, then a fact, one per flow."""
+
+    def __init__(self) -> None:
+        self.manifest = Manifest(
+            agent_id="bench-memory",
+            version="1.0.0",
+            capabilities=["memory.add_constraint", "memory.add_fact"],
+            subscriptions=["setup"],
+        )
+        self._writes = [
+            {"kind": "memory.add_constraint", "text": CONSTRAINT},
+            {"kind": "memory.add_fact", "name": "bench.venue", "value": "open"},
+        ]
+
+    async def decide(self, ctx: WorkingContext) -> Proposal | None:
+        return ctx.propose(self._writes.pop(0), explain="benchmark setup", confidence=0.9)
+
+
+async def use_every_domain(kernel: Kernel) -> None:
+    """Put P20's optional domains in use: memory, the rulebook, a standing grant.
+
+    The pack (DOMAINS_PACK) brings reservations and a money budget.
+    """
+    await kernel.register(MemoryWriter())
+    for _ in range(2):
+        [dfid] = await kernel.trigger("setup.memory", source="benchmark")
+        if (await kernel.wait_flow(dfid)).status is not FlowStatus.CLOSED:
+            raise BenchmarkFailed("P20's memory write did not close")
+    await kernel.propose_rule(
+        RULE,
+        title="Orders",
+        content="Every bench order is for one lot.",
+        operator="bench",
+        reason="P20",
+        override=True,
+    )
+    await kernel.grant(
+        "bench.order", operator="bench", reason="P20", uses=1_000_000, valid_for_s=86_400
+    )
 
 
 class BenchmarkFailed(Exception):
@@ -165,6 +234,7 @@ async def run_flows(
     shadow: bool = False,
     tenants: bool = False,
     idle: int = 0,
+    domains: bool = False,
 ) -> FlowRun:
     """Drive ``flows`` DecisionFlows through a kernel on a fresh journal at ``path``.
 
@@ -180,6 +250,8 @@ async def run_flows(
     ``tenants`` declares :data:`TENANT` and has every flow act for its member (P18).
     ``idle`` more agents are registered and hosted, each subscribed to a topic of its own
     that nothing fires (P19: what a kernel with many agents pays for those that do not act).
+    ``domains`` puts the optional domains in use (P20): :data:`DOMAINS_PACK`'s reservation
+    and money budget, a governed constraint and fact, a rule shown and cited, a grant.
 
     Raises:
         BenchmarkFailed: when a flow did not close, or the adapter was not called once per flow.
@@ -194,9 +266,9 @@ async def run_flows(
 
     async with open_kernel(
         path,
-        packs=[PACK],
+        packs=[DOMAINS_PACK, MEMORY_PACK] if domains else [PACK],
         adapters={"noop": adapter},
-        allow=[*names, *(f"idle-{i}" for i in range(idle))],
+        allow=[*names, *(f"idle-{i}" for i in range(idle)), *(["bench-memory"] if domains else [])],
         config=KernelConfig(
             principal=Principal(tenant=TENANT.id, user="bench") if tenants else LOCAL,
             ports=Ports(clock=clock, ids=ids),
@@ -208,8 +280,10 @@ async def run_flows(
         if not tree:
             kernel.journal._tree = None
         await kernel.trigger("bench.setup", STATE, source="benchmark")
+        if domains:
+            await use_every_domain(kernel)
         for name in names:
-            await kernel.register(InstantAgent(name))
+            await kernel.register(CitingAgent(name) if domains else InstantAgent(name))
         for i in range(idle):
             await kernel.register(InstantAgent(f"idle-{i}", subscription=f"idle.{i}"))
         if shadow:
@@ -246,7 +320,8 @@ async def run_flows(
         closing = time.perf_counter()
     close_seconds = time.perf_counter() - closing
 
-    if statuses != {str(FlowStatus.CLOSED): flows} or adapter.calls != flows:
+    setup = 2 if domains else 0  # P20's memory writes closed too
+    if statuses != {str(FlowStatus.CLOSED): flows + setup} or adapter.calls != flows:
         raise BenchmarkFailed(
             f"expected {flows} CLOSED flows and as many adapter calls; got"
             f" {dict(statuses)} (reasons {dict(reasons)}) and {adapter.calls} calls"

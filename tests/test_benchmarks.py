@@ -154,6 +154,31 @@ async def test_p18_acts_for_the_declared_tenants_member_with_its_scopes_checked(
         await flows.run_flows(tmp_path / "lacking.db", 40, tenants=True)
 
 
+async def test_p20_puts_every_optional_domain_in_use_and_its_citations_are_correct(
+    tmp_path: Path,
+) -> None:
+    from benchmarks.flows import run_flows
+    from kernel.audit import open_journal
+    from kernel.core.events import CitationsChecked
+
+    run = await run_flows(tmp_path / "p20.db", 40, domains=True)
+    async with open_journal(tmp_path / "p20.db", readonly=True) as journal:
+        kinds = {e.type for e in await journal.read()}
+        checked = [e.payload for e in await journal.read(types=["CitationsChecked"])]
+    assert {"ResourceReserved", "ConstraintAdded", "FactAdded", "RuleDecided", "GrantIssued"} <= (
+        kinds
+    )
+    # Synchronous agents cite the rule their context showed, staged in the same append as
+    # their proposal: the check reads that context, not the committed state before it.
+    assert len(checked) == 40
+    assert all(isinstance(c, CitationsChecked) for c in checked)
+    assert {tuple(c.correct) for c in checked if isinstance(c, CitationsChecked)} == {
+        ("bench-rule@v1",)
+    }
+    assert not any(c.incorrect for c in checked if isinstance(c, CitationsChecked))
+    assert run.events / run.flows > 10  # more recorded per flow than P1's 6.25
+
+
 def test_the_library_split_reads_a_native_py_spy_profile() -> None:
     from benchmarks.profile import by_library
 

@@ -142,9 +142,11 @@ class LayerBody:
         "items",
         "knowledge",
         "manifest",
+        "memory",
         "mine",
         "ns",
         "reactivated",
+        "shown",
         "tokens",
     )
 
@@ -173,6 +175,57 @@ class LayerBody:
         self.infos = infos or {}
         """What the context shows beside each artifact reference."""
         self.ns = ns
+        self.memory: tuple[int, dict[str, Any], str] | None = None
+        """The memory document of its own items, at a compile time, and its hash."""
+        self.shown: dict[str, list[tuple[str, Any]]] = {}
+        """Its own items of a layer as (key, value), sorted by key (see :meth:`sorted_items`)."""
+
+    def sorted_items(self, layer: str) -> list[tuple[str, Any]]:
+        """Return this body's own items of ``layer`` as (key, value), sorted by key, once."""
+        found = self.shown.get(layer)
+        if found is None:
+            found = self.shown[layer] = sorted((k, v) for _, k, v, _ in self.items[layer])
+        return found
+
+    def memory_layer(self, as_of_ns: int) -> tuple[dict[str, Any], str]:
+        """Return the memory document of this body's items (a fresh copy) and its hash.
+
+        Built and hashed once per body and compile time: every flow the budget leaves
+        whole shows the same document (an empty memory's costs a copy of four keys).
+        """
+        if self.memory is None or self.memory[0] != as_of_ns:
+            document = memory_of(self.ns, as_of_ns, self.constraints, self.items["memory"])
+            self.memory = (as_of_ns, document, digest(document))
+        _, document, hashed = self.memory
+        return fresh(document), hashed
+
+
+def memory_of(
+    ns: str,
+    as_of_ns: int,
+    constraints: list[dict[str, Any]],
+    items: list[tuple[str, str, Any, int]],
+) -> dict[str, Any]:
+    """Return the memory document that shows ``items`` (facts, and rules least relevant first)."""
+    return memory_document(
+        ns,
+        as_of_ns,
+        [dict(c) for c in constraints],
+        dict(sorted((k, v) for tag, k, v, _ in items if tag == "memory")),
+        [dict(item) for tag, _, item, _ in items if tag == "rule"][::-1],
+    )
+
+
+def fresh(document: dict[str, Any]) -> dict[str, Any]:
+    """Return a copy of a memory document whose containers an agent may edit as its own."""
+    copy = {
+        **document,
+        "constraints": [dict(c) for c in document["constraints"]],
+        "facts": dict(document["facts"]),
+    }
+    if "rules" in document:
+        copy["rules"] = [dict(rule) for rule in document["rules"]]
+    return copy
 
 
 _Item = tuple[str, str, Any, int]
@@ -382,26 +435,25 @@ def compile_layers(
     if tokens > body.budget:
         items, tokens = _fit(items, tokens, body.budget, dropped)
     # Fresh containers per flow: an agent that edits its context edits only its own.
-    kept = [dict(item) for tag, _, item, _ in items["memory"] if tag == "rule"][::-1]
-    memory = memory_document(
-        body.ns,
-        as_of_ns,
-        [dict(c) for c in body.constraints],
-        dict(sorted((k, v) for tag, k, v, _ in items["memory"] if tag == "memory")),
-        kept,
-    )
-    artifacts = dict(sorted((k, v) for _, k, v, _ in items["artifact"]))
+    if items is body.items:
+        memory, memory_hash = body.memory_layer(as_of_ns)
+        state, artifacts = dict(body.sorted_items("state")), dict(body.sorted_items("artifact"))
+    else:
+        memory = memory_of(body.ns, as_of_ns, body.constraints, items["memory"])
+        memory_hash = digest(memory)
+        state = dict(sorted((k, v) for _, k, v, _ in items["state"]))
+        artifacts = dict(sorted((k, v) for _, k, v, _ in items["artifact"]))
     return Layers(
         session=session,
-        state=dict(sorted((k, v) for _, k, v, _ in items["state"])),
+        state=state,
         memory=memory,
         artifacts=artifacts,
         schemas=dict(body.mine),
         tokens=tokens,
         dropped=dropped,
-        rules=[item["cite"][len("[rule:") : -1] for item in kept],
+        rules=[item["cite"][len("[rule:") : -1] for item in memory.get("rules", ())],
         artifact_info={ref: dict(body.infos[ref]) for ref in sorted(set(artifacts.values()))},
-        memory_hash=digest(memory),
+        memory_hash=memory_hash,
         knowledge=msgspec.json.decode(msgspec.json.encode(body.knowledge))
         if body.knowledge
         else {},

@@ -241,7 +241,8 @@ class IntegrityModule:
         # Citations and advisory constraints are recorded, never judged (kernel.dim._citations).
         behalf = staged.on_behalf(self._projections, msg.dfid)
         tenant = behalf.principal.tenant if behalf is not None else ""
-        for note in notes_on(self._projections.memory, flow, msg.proposal, tenant):
+        shown = staged.shown.get(msg.dfid)
+        for note in notes_on(self._projections.memory, flow, msg.proposal, tenant, shown):
             out.emit(note, dfid=msg.dfid, agent_id=flow.agent_id, after=submitted)
         stopwatch = Stopwatch(self._rule_clock)
         now = self._clock.now_ns()

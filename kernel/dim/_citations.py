@@ -28,7 +28,7 @@ from kernel.core.events import (
     ProposalRecord,
 )
 from kernel.core.flow import FlowState
-from kernel.state.constraints import advisories
+from kernel.state.constraints import ENFORCED, advisories
 from kernel.state.memory import MemoryState
 from kernel.state.rulebook import Rulebook
 
@@ -46,6 +46,8 @@ def cited(explain: str) -> list[str]:
 
 def check_citations(explain: str, shown: list[str], book: Rulebook) -> CitationsChecked | None:
     """Return which citations of ``explain`` the context (``shown``) held; None if none."""
+    if "[rule:" not in explain:
+        return None  # cites nothing (most explanations): no pattern to run
     refs = cited(explain)
     if not refs:
         return None
@@ -70,17 +72,27 @@ def check_citations(explain: str, shown: list[str], book: Rulebook) -> Citations
 
 
 def notes_on(
-    memory: MemoryState, flow: FlowState, proposal: ProposalRecord, tenant: str = ""
+    memory: MemoryState,
+    flow: FlowState,
+    proposal: ProposalRecord,
+    tenant: str = "",
+    shown: list[str] | None = None,
 ) -> list[Payload]:
     """Return the notes to record beside ``proposal``: its citations, its advisories.
 
     The advisories are of the constraints that bind ``tenant`` (shared ones and its own).
+    ``shown`` is what the flow's latest context showed when it is not folded yet (staged
+    in the same append as the proposal: a synchronous agent's); None: as committed.
     """
     notes: list[Payload] = []
     book = memory.rulebook
-    citations = check_citations(proposal.explain, book.shown.get(flow.dfid, []), book)
+    if shown is None:
+        shown = book.shown.get(flow.dfid, [])
+    citations = check_citations(proposal.explain, shown, book)
     if citations is not None:
         notes.append(citations)
+    if not any(c.priority not in ENFORCED for c in memory.constraints.values()):
+        return notes  # no advisory (preferred) constraint to note
     touched = advisories(memory.seen_by(tenant), proposal, flow.agent_id, flow.root_dfid)
     if touched:
         texts = "; ".join(

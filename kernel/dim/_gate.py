@@ -51,11 +51,11 @@ whose findings never change it (see kernel.policy.rules).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import replace
 from decimal import Decimal
 from typing import Any
 
 import msgspec
+from msgspec.structs import replace
 
 from kernel.core.events import Feedback, ProposalRecord, QuorumRule
 from kernel.core.reasons import ReasonCode
@@ -372,17 +372,28 @@ def _not_decimal(name: str) -> str:
     )
 
 
-def numbers_of(kind: str, catalog: PolicyCatalog) -> list[str]:
-    """Return the fields of ``kind`` its pack reads as numbers (invariants, named amounts)."""
-    names = [
-        i.field for i in catalog.invariants_of.get(kind, ()) if isinstance(i, Range | StateMatch)
-    ]
-    for amount in [c.amount for c in catalog.consumes_of.get(kind, ())] + [
-        t.amount for t in catalog.thresholds_of.get(kind, ())
-    ]:
+_numbers: dict[str, tuple[tuple[Any, ...], tuple[Any, ...], tuple[Any, ...], tuple[str, ...]]] = {}
+"""Per kind, the fields :func:`numbers_of` found, with the pack's tables it read them from."""
+
+
+def numbers_of(kind: str, catalog: PolicyCatalog) -> tuple[str, ...]:
+    """Return the fields of ``kind`` its pack reads as numbers (invariants, named amounts).
+
+    Found once per pack version: while the catalog's tables for ``kind`` are the very
+    objects they were (a pack loaded builds new ones), the answer is the one kept.
+    """
+    invariants = catalog.invariants_of.get(kind, ())
+    consumes = catalog.consumes_of.get(kind, ())
+    thresholds = catalog.thresholds_of.get(kind, ())
+    hit = _numbers.get(kind)
+    if hit is not None and hit[0] is invariants and hit[1] is consumes and hit[2] is thresholds:
+        return hit[3]
+    names = [i.field for i in invariants if isinstance(i, Range | StateMatch)]
+    for amount in [c.amount for c in consumes] + [t.amount for t in thresholds]:
         if isinstance(amount, str) and amount:
             names.append(amount)
-    return names
+    _numbers[kind] = (invariants, consumes, thresholds, tuple(names))
+    return tuple(names)
 
 
 def unsettled_detail(agent_id: str, unsettled: Sequence[str]) -> str:

@@ -1,18 +1,22 @@
-"""What the gate judges against and what it answers (kernel.dim._gate runs the layers)."""
+"""What the gate judges against and what it answers (kernel.dim._gate runs the layers).
+
+Each is built per proposal (several per verdict): frozen msgspec Structs, which cost a
+tenth of a frozen dataclass to build (``msgspec.structs.replace`` changes a copy).
+"""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
+
+import msgspec
 
 from kernel.core.events import Applied, Delegated, Feedback, OnBehalf, QuorumRule, TenantSpec
 from kernel.core.reasons import ReasonCode
 from kernel.state.grants import Grant
 
 
-@dataclass(frozen=True)
-class Behalf:
+class Behalf(msgspec.Struct, frozen=True, kw_only=True):
     """What the principal layer judges against (kernel.dim.verdict builds it).
 
     Attributes:
@@ -31,8 +35,7 @@ class Behalf:
     accepted: int = 0
 
 
-@dataclass(frozen=True)
-class Inputs:
+class Inputs(msgspec.Struct, frozen=True, kw_only=True):
     """What the pipeline judges against, besides the proposal and the agent.
 
     Args:
@@ -53,21 +56,20 @@ class Inputs:
     """
 
     context_ref: str = ""
-    state: Mapping[str, Any] = field(default_factory=dict)
-    held: Mapping[str, int] = field(default_factory=dict)
-    own: Mapping[str, int] = field(default_factory=dict)
-    capacities: Mapping[str, int] = field(default_factory=dict)
-    amendments: Mapping[str, int | str] = field(default_factory=dict)
+    state: Mapping[str, Any] = {}
+    held: Mapping[str, int] = {}
+    own: Mapping[str, int] = {}
+    capacities: Mapping[str, int] = {}
+    amendments: Mapping[str, int | str] = {}
     unsettled: Sequence[str] = ()
     tree: str = ""
-    spent: Mapping[str, int] = field(default_factory=dict)
+    spent: Mapping[str, int] = {}
     grants: Sequence[Grant] = ()
-    granted: Mapping[str, tuple[int, int]] = field(default_factory=dict)
+    granted: Mapping[str, tuple[int, int]] = {}
     principal: Behalf | None = None
 
 
-@dataclass(frozen=True)
-class Judgement:
+class Judgement(msgspec.Struct, frozen=True, kw_only=True):
     """The pipeline's answer: a rejection, an escalation, or an acceptance.
 
     ``reserve`` holds what the flow must hold once accepted or escalated; ``pack``
@@ -82,17 +84,16 @@ class Judgement:
 
     rejection: Feedback | None = None
     escalation: Feedback | None = None
-    reserve: Mapping[str, int] = field(default_factory=dict)
+    reserve: Mapping[str, int] = {}
     pack: str = ""
     policy: Any = None
     applied: Applied | None = None
     quorum: QuorumRule | None = None
     grant: GrantUse | None = None
-    costs: Mapping[str, int] = field(default_factory=dict)
+    costs: Mapping[str, int] = {}
 
 
-@dataclass(frozen=True)
-class GrantUse:
+class GrantUse(msgspec.Struct, frozen=True, kw_only=True):
     """A standing grant that lets an escalating proposal through: which, and what it spends.
 
     ``uses`` counts this use; ``amount`` is the proposal's cost in the grant's currency

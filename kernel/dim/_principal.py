@@ -39,6 +39,8 @@ from kernel.core.reasons import ReasonCode
 from kernel.dim._judgement import Behalf, reject
 
 LAYER = "principal"
+_NO_POLICY = TenantPolicy()
+"""The policy of a principal whose tenant is not declared: no layer (frozen, so shared)."""
 MAX_DEPTH = 64
 """The longest delegation chain followed (a longer one is refused DELEGATION_INVALID)."""
 
@@ -191,6 +193,8 @@ def _scopes(
 
 def layers(policy: TenantPolicy, user: str, kind: str, tier: str) -> list[tuple[str, Layer]]:
     """The policy layers that apply to a call, most specific first, each with its name."""
+    if not (policy.tiers or policy.kinds or policy.users or policy.user_kinds):
+        return []  # no layer at all (an undeclared tenant's): no name to build
     of_user_kind = policy.user_kinds.get(user, {}).get(kind, {})
     levels = (
         (f"user {user} x kind {kind}", of_user_kind),

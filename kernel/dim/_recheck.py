@@ -8,9 +8,9 @@ with both pack versions on record (ApprovalSuperseded).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import replace
 
 import msgspec
+from msgspec.structs import replace
 
 from kernel.core.events import (
     ApprovalSuperseded,

@@ -165,7 +165,7 @@ def reserve(
                 after=recorded,
             )
     if want or own:
-        staged_of(out).reserved[dfid] = dict(want)
+        staged_of(out).reserve(dfid, dict(want))
 
 
 def end_call(

@@ -23,11 +23,14 @@ a verdict it would change is judged again, never written.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
+
+from msgspec.structs import replace
 
 from kernel.core.events import (
     Applied,
+    ContextCompiled,
     Delegated,
     Draft,
     Feedback,
@@ -101,11 +104,13 @@ class Spent(Mapping[str, int]):
 
 
 def domain_checks(projections: Projections, flow: FlowState) -> MemoryCheck:
-    """The gate's memory layer: each domain's check, in registration order; the first refusal."""
-    domains = projections.checking
+    """The gate's memory layer: each domain's check, in registration order; the first refusal.
+
+    Only the domains that judge the proposal's kind run (``Projections.judging``).
+    """
 
     def check(proposal: ProposalRecord, view: View) -> Feedback | None:
-        for domain in domains:
+        for domain in projections.judging(proposal.kind)[0]:
             refused = domain.check(proposal, view, flow)
             if refused is not None:
                 return refused
@@ -118,7 +123,7 @@ def transformed(
     projections: Projections, proposal: ProposalRecord, flow: FlowState
 ) -> Applied | None:
     """Return the form an accepted proposal is applied in, if a domain transforms it."""
-    for domain in projections.transforming:
+    for domain in projections.judging(proposal.kind)[1]:
         applied = domain.transform(proposal, flow)
         if applied is not None:
             return applied
@@ -142,6 +147,8 @@ class Staged:
             FlowCreated is staged here, not folded yet).
         tenants: tenants declared or changed in this batch, as they now stand.
         delegations: delegations recorded in this batch.
+        shown: the rules the contexts of a carried compiler batch showed, by flow (their
+            ContextCompiled is staged here: a synchronous agent's citations are of them).
     """
 
     reserved: dict[str, dict[str, int]] = field(default_factory=dict)
@@ -154,6 +161,11 @@ class Staged:
     behalf: dict[str, OnBehalf] = field(default_factory=dict)
     tenants: dict[str, TenantSpec] = field(default_factory=dict)
     delegations: dict[str, Delegated] = field(default_factory=dict)
+    shown: dict[str, list[str]] = field(default_factory=dict)
+    # held() as of the seq folded when it was last counted, kept as reserve() stages more.
+    _held: dict[str, int] | None = field(default=None, repr=False)
+    _held_seq: int = field(default=-1, repr=False)
+    _counted: Projections | None = field(default=None, repr=False)
 
     def acted(self, projections: Projections, payload: Any) -> None:
         """Count a principals act this batch staged (kernel.runtime.messages.RecordAct)."""
@@ -176,15 +188,19 @@ class Staged:
         return {**domain.tenants, **self.tenants}, {**domain.delegations, **self.delegations}
 
     def carried(self, drafts: Iterable[Draft], projections: Projections) -> None:
-        """Note whom the flows a carried compiler batch opens act for (not folded yet).
+        """Note whom the flows a carried compiler batch opens act for, and the rules their
+        contexts showed (not folded yet).
 
-        The domains see it too (``Principals.staging``), until the flows' FlowCreated fold.
+        The domains see whom they act for too (``Principals.staging``), until the flows'
+        FlowCreated fold.
         """
         staging = projections.domain(Principals).staging
         for draft in drafts:
             payload = draft.payload
             if isinstance(payload, FlowCreated) and payload.on_behalf is not None and draft.dfid:
                 self.behalf[draft.dfid] = staging[draft.dfid] = payload.on_behalf
+            elif isinstance(payload, ContextCompiled) and draft.dfid:
+                self.shown[draft.dfid] = list(payload.rules)
 
     def on_behalf(self, projections: Projections, dfid: str) -> OnBehalf | None:
         """Whom flow ``dfid`` acts for: as this batch staged it, or as committed."""
@@ -201,13 +217,30 @@ class Staged:
             self.calls[key] = self.calls.get(key, 0) + 1
 
     def held(self, projections: Projections) -> dict[str, int]:
-        """Return the total held of each pool by open flows, staged reservations included."""
-        held = dict(projections.held)
-        for dfid, pools in self.reserved.items():
+        """Return the total held of each pool by open flows, staged reservations included.
+
+        Counted once per batch (again only if a commit was folded meanwhile), then kept as
+        each staged reservation changes it: a batch of n flows reserving costs n, not n².
+        """
+        if self._held is None or self._held_seq != projections.last_seq:
+            held = dict(projections.held)
+            for dfid, pools in self.reserved.items():
+                before = projections.reservations.get(dfid, {})
+                for pool, amount in pools.items():
+                    held[pool] = held.get(pool, 0) + amount - before.get(pool, 0)
+            self._held, self._held_seq, self._counted = held, projections.last_seq, projections
+        return dict(self._held)
+
+    def reserve(self, dfid: str, pools: dict[str, int]) -> None:
+        """Stage what flow ``dfid`` now holds (replacing what it held, staged or committed)."""
+        held, projections = self._held, self._counted
+        if held is not None and projections is not None and self._held_seq == projections.last_seq:
             before = projections.reservations.get(dfid, {})
+            for pool, amount in self.reserved.get(dfid, {}).items():
+                held[pool] -= amount - before.get(pool, 0)
             for pool, amount in pools.items():
                 held[pool] = held.get(pool, 0) + amount - before.get(pool, 0)
-        return held
+        self.reserved[dfid] = pools
 
     def all_grants(self, projections: Projections) -> tuple[Grant, ...]:
         """Return every grant: as committed, or as this batch left it."""

@@ -55,6 +55,8 @@ class Budgets(Domain):
 
     def __init__(self, projections: State) -> None:
         self._projections = projections
+        # Registered before this domain: what a closing flow held is read there.
+        self._reservations = projections.domain(Reservations)
         self.spent_in: dict[str, list[tuple[int, int]]] = {}
         """Per money pool, (ts, amount) of each spend still inside its window, oldest first;
         a pool without a window keeps one entry: (last ts, total)."""
@@ -111,14 +113,16 @@ class Budgets(Domain):
         entries.append((ts, amount))
 
     def _closed(self, event: Event) -> None:
-        dfid = event.dfid or ""
-        held = self._projections.domain(Reservations).holds.get(dfid, {})
-        for pool, amount in sorted(held.items()):
-            if pool.startswith(POOL_PREFIX) and amount:
-                self._spend(pool, event.ts, amount)
+        held = self._reservations.holds.get(event.dfid or "")
+        if held:
+            for pool, amount in sorted(held.items()):
+                if pool.startswith(POOL_PREFIX) and amount:
+                    self._spend(pool, event.ts, amount)
         self._ended(event)
 
     def _ended(self, event: Event) -> None:
+        if not self.spent_in:
+            return  # nothing spent, so no tree's total to forget (a flow of no budget pays nothing)
         dfid = event.dfid or ""
         flow = self._projections.current_flow(dfid)
         if flow is not None and flow.root_dfid == dfid:

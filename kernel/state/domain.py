@@ -17,7 +17,9 @@ brings the same things, and no kernel module wires any of them by hand:
    reason code); :meth:`Domain.transform` accepts it in another form (an Applied).
    Both are pure functions of the proposal and the domain's state as committed, so
    ``dirk verify --verdicts`` judges again exactly as the DIM judged
-   (``kernel.dim.verdict`` runs every domain's, in registration order).
+   (``kernel.dim.verdict`` runs every domain's, in registration order), and only for
+   the kinds the domain judges (:meth:`Domain.judges`): a flow pays for no domain
+   that has nothing to say about its kind.
 4. **Its executors.** :meth:`Domain.executors` names the built-in adapters it
    provides: ``kernel.api.wiring`` builds one when a loaded pack needs that adapter and
    none was given. :meth:`Domain.records` names the event types each of them may
@@ -182,6 +184,15 @@ class Domain(Protocol):
     def transform(self, proposal: ProposalRecord, flow: FlowState) -> Applied | None:
         """Return the form an accepted ``proposal`` of ``flow`` is applied in, if not its own."""
         return None
+
+    def judges(self, kind: str) -> bool:
+        """Return whether :meth:`check` or :meth:`transform` may answer for a proposal of ``kind``.
+
+        A pure function of the kind (``Projections`` keeps the answer per kind): the DIM
+        calls neither for a kind its domain does not judge (a domain of ``governance.*``
+        kinds costs nothing to a flow of other kinds). Default: every kind.
+        """
+        return True
 
     def executors(self) -> Mapping[str, ExecutorFactory | str]:
         """Return the built-in executors it provides, by adapter name.

@@ -15,6 +15,7 @@ match, their conflicts) is :mod:`kernel.state.constraints`.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, cast
 
@@ -46,7 +47,13 @@ from kernel.core.events import (
 )
 from kernel.core.flow import FlowState
 from kernel.policy.rules import View
-from kernel.state.constraints import ConstraintRecord, ScoreRecord, by_priority, check
+from kernel.state.constraints import (
+    CONSTRAINT_KINDS,
+    ConstraintRecord,
+    ScoreRecord,
+    by_priority,
+    check,
+)
 from kernel.state.domain import Domain, ExecutorFactory, Fold, Saved, State
 from kernel.state.rulebook import DEFAULT_NS, Rulebook, RuleSearch, select, shown_item
 
@@ -354,10 +361,12 @@ _FOLDS: dict[type[Payload], Callable[[MemoryState, Event, bool], None]] = {
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 
 
+@functools.lru_cache(maxsize=256)
 def iso_time(ns: int) -> str:
     """Return a recorded time (ns since the epoch) as ISO 8601 in UTC, to the microsecond.
 
     Integer arithmetic only: the same recorded time is the same text on every replay.
+    The latest times asked are kept (a compile batch asks for its one time per body).
     """
     moment = _EPOCH + dt.timedelta(microseconds=ns // 1000)
     return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
@@ -456,6 +465,8 @@ class Memory(Domain):
         )
 
     def check(self, proposal: ProposalRecord, view: View, flow: FlowState) -> Feedback | None:
+        if not self.state.constraints and proposal.kind not in CONSTRAINT_KINDS:
+            return None  # no constraint to break, and not a write the memory checks
         last = self._projections.last_seq
         seen = self.state.seen_by(view.tenant)
         return check(seen, proposal, view.agent_id, flow.root_dfid, flow.dfid, last)

@@ -126,6 +126,8 @@ _INBOX_EVENTS: frozenset[type[Payload]] = frozenset(
     }
 )
 _Table = dict[type[Payload], Fold]
+_JUDGING = 1024
+"""Proposal kinds whose judging domains are kept (``Projections.judging``)."""
 
 
 class Projections(FlowIndex):
@@ -207,6 +209,7 @@ class Projections(FlowIndex):
             d for d in self.domains if type(d).transform is not Domain.transform
         )
         """The domains that may apply an accepted proposal in another form."""
+        self._judging: dict[str, tuple[tuple[Domain, ...], tuple[Domain, ...]]] = {}
         self.saved_fields()  # refuses a field saved twice now, not at the first snapshot
         self._on_flow, self._on_other = self._tables(weak)
 
@@ -238,6 +241,18 @@ class Projections(FlowIndex):
         on_other = {kind: fold for kind, fold in on_flow.items() if kind not in FLOW_EVENTS}
         on_other.update((kind, inbox) for kind in _INBOX_EVENTS & FLOW_EVENTS)
         return on_flow, on_other
+
+    def judging(self, kind: str) -> tuple[tuple[Domain, ...], tuple[Domain, ...]]:
+        """Return the domains that check, and those that may transform, a proposal of ``kind``."""
+        found = self._judging.get(kind)
+        if found is None:
+            found = (
+                tuple(d for d in self.checking if d.judges(kind)),
+                tuple(d for d in self.transforming if d.judges(kind)),
+            )
+            if len(self._judging) < _JUDGING:  # kinds come from packs; bounded all the same
+                self._judging[kind] = found
+        return found
 
     def domain(self, kind: type[D]) -> D:
         """Return this state's instance of the registered domain ``kind``.

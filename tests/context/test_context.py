@@ -185,4 +185,9 @@ def test_a_body_shared_by_a_batch_compiles_what_each_flow_would_alone(
         shared = compile_layers(projections, flow, manifest(**limits), {}, body=body)
         assert msgspec.msgpack.encode(shared) == msgspec.msgpack.encode(alone)
         assert msgspec.msgpack.encode(body.items) == before  # dropping left the body whole
-        shared.state.clear()  # an agent editing its context does not edit the next one's
+        # An agent editing its context does not edit the next one's (nor the body's).
+        shared.state.clear()
+        shared.artifacts.clear()
+        shared.memory["constraints"].append({"id": 0})
+        shared.memory["facts"]["edited"] = True
+        shared.memory["generated_at"] = "edited"

@@ -11,6 +11,8 @@ from typing import Any, ClassVar
 import anyio
 import anyio.lowlevel
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from kernel import FlowStatus, Kernel, ReasonCode, open_kernel
 from kernel.adapters import ExecutionIntent, Receipt
@@ -23,8 +25,11 @@ from kernel.core.events import (
     ResourceReleased,
     ResourceReserved,
 )
+from kernel.dim.verdict import Staged
 from kernel.policy import PolicyKind, PolicyPack
 from kernel.policy.packs import Consume
+from kernel.state.projections import Projections
+from kernel.state.reservations import Reservations
 from kernel.testing import ManualClock, SeededIds, Step, action_of
 from tests.support.helpers import LOCAL, ScriptedAgent, configured, flow_of
 
@@ -261,3 +266,32 @@ async def test_racing_agents_never_over_commit(tmp_path: Path, seed: int) -> Non
         for dfid in dfids:
             await k.wait_flow(dfid)
         assert k.projections.held == {}
+
+
+_POOLS = st.dictionaries(st.sampled_from(["a", "b", "c"]), st.integers(0, 5), max_size=3)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    committed=st.dictionaries(st.sampled_from(["f1", "f2", "f3"]), _POOLS, max_size=3),
+    steps=st.lists(st.tuples(st.sampled_from(["f1", "f2", "f3", "f4"]), _POOLS, st.booleans())),
+)
+def test_what_a_batch_holds_is_kept_as_it_reserves_and_equals_counting_it_afresh(
+    committed: dict[str, dict[str, int]], steps: list[tuple[str, dict[str, int], bool]]
+) -> None:
+    projections = Projections()
+    reservations = projections.domain(Reservations)
+    reservations.holds = {dfid: dict(pools) for dfid, pools in committed.items()}
+    reservations.held = {}
+    for pools in committed.values():
+        for pool, amount in pools.items():
+            reservations.held[pool] = reservations.held.get(pool, 0) + amount
+    staged = Staged()
+    for dfid, pools, look in steps:
+        if look:
+            staged.held(projections)  # counted now, then kept as reservations are staged
+        staged.reserve(dfid, dict(pools))
+        afresh = Staged(reserved=dict(staged.reserved))
+        kept = staged.held(projections)
+        counted = afresh.held(projections)
+        assert {p: n for p, n in kept.items() if n} == {p: n for p, n in counted.items() if n}

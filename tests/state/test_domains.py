@@ -41,6 +41,7 @@ from kernel.core.events import (
     ProposalRejected,
 )
 from kernel.core.flow import FlowState
+from kernel.dim.verdict import domain_checks
 from kernel.policy import PolicyKind, PolicyPack
 from kernel.policy.packs import PackError
 from kernel.policy.rules import View
@@ -344,3 +345,40 @@ async def test_projections_are_freed_without_the_cyclic_gc(tmp_path: Path) -> No
         assert [ref() for ref in gone] == [None, None]
     finally:
         gc.enable()
+
+
+def test_a_domain_is_asked_only_about_the_kinds_it_judges() -> None:
+    asked: list[str] = []
+
+    class Judging(Tally):
+        def judges(self, kind: str) -> bool:
+            return kind.startswith("tally.")
+
+        def check(self, proposal: ProposalRecord, view: View, flow: FlowState) -> Feedback | None:
+            asked.append(proposal.kind)
+            return super().check(proposal, view, flow)
+
+    projections = Projections(domains=(*DOMAINS, Judging))
+    [judging] = [d for d in projections.domains if isinstance(d, Judging)]
+    assert judging in projections.judging("tally.add")[0]
+    # Governed memory judges every kind; beliefs and the roadmap only their own.
+    assert [type(d).__name__ for d in projections.judging("bench.order")[0]] == ["Memory"]
+    assert projections.judging("bench.order")[1] == ()
+    flow = FlowState(
+        dfid="d",
+        root_dfid="d",
+        parent_dfid=None,
+        agent_id="a",
+        topic="t",
+        status=FlowStatus.ACTIVE,
+        created_ts=0,
+        updated_ts=0,
+        last_seq=0,
+    )
+    check = domain_checks(projections, flow)
+    view = View({}, {}, 0, "a")
+    over = {"name": "n", "amount": CAP + 1}
+    assert check(ProposalRecord(kind="other.kind", params=over), view) is None
+    refused = check(ProposalRecord(kind="tally.add", params=over), view)
+    assert refused is not None and refused.reason_code is ReasonCode.RISK_LIMIT_EXCEEDED
+    assert asked == ["tally.add"]

@@ -75,6 +75,10 @@ class Beliefs(Domain):
         # Scored at the graph's latest recorded time, not the DIM's clock: "now" is recorded.
         return gate.check(graph, proposal.kind, proposal.params, flow.root_dfid, graph.latest_ns)
 
+    def judges(self, kind: str) -> bool:
+        # Its gate judges and transforms only its own kinds (kernel.state.beliefs.gate).
+        return kind.startswith(PREFIX)
+
     def transform(self, proposal: ProposalRecord, flow: FlowState) -> Applied | None:
         # A duplicate is one of the tenant's own (or shared): never another tenant's.
         graph = self.graph.seen_by(tenant_of(self._projections, flow.dfid))

@@ -78,6 +78,10 @@ class Roadmap(Domain):
     def check(self, proposal: ProposalRecord, view: View, flow: FlowState) -> Feedback | None:
         return gate.check(self.state, proposal.kind, proposal.params, view.agent_id)
 
+    def judges(self, kind: str) -> bool:
+        # Its gate judges and transforms only its own kinds (kernel.state.roadmap.gate).
+        return kind in KINDS
+
     def transform(self, proposal: ProposalRecord, flow: FlowState) -> Applied | None:
         return gate.transform(self.state, proposal.kind, proposal.params)
 
