@@ -229,22 +229,25 @@ class ContextCompiler:
             body=self._body(agent.manifest, flow.topic, staged, as_of, out, tenant),
             tenant=tenant,
         )
-        out.emit(
-            ContextCompiled(
-                attempt=msg.attempt,
-                context_ref=ref,
-                state=layers.state,
-                feedback=msg.feedback,
-                tokens=layers.tokens,
-                dropped=layers.dropped,
-                as_of_ns=as_of,
-                rules=layers.rules,
-                artifacts=layers.artifacts,
-                memory_hash=layers.memory_hash,
-                reactivated=layers.reactivated,
-            ),
-            dfid=msg.dfid,
+        context = ContextCompiled(
+            attempt=msg.attempt,
+            context_ref=ref,
+            state=layers.state,
+            feedback=msg.feedback,
+            tokens=layers.tokens,
+            dropped=layers.dropped,
+            as_of_ns=as_of,
+            rules=layers.rules,
+            artifacts=layers.artifacts,
+            memory_hash=layers.memory_hash,
+            reactivated=layers.reactivated,
         )
+        created = out.last_staged(msg.dfid)
+        if type(created) is FlowCreated and created.context is None:
+            # A flow's first context travels with its FlowCreated: one row, two events.
+            out.restage(msg.dfid, msgspec.structs.replace(created, context=context))
+        else:
+            out.emit(context, dfid=msg.dfid)
         host = self._hosts.get(flow.agent_id) if route else None
         if host is None:
             return
