@@ -229,22 +229,20 @@ class ContextCompiler:
             body=self._body(agent.manifest, flow.topic, staged, as_of, out, tenant),
             tenant=tenant,
         )
-        out.emit(
-            ContextCompiled(
-                attempt=msg.attempt,
-                context_ref=ref,
-                state=layers.state,
-                feedback=msg.feedback,
-                tokens=layers.tokens,
-                dropped=layers.dropped,
-                as_of_ns=as_of,
-                rules=layers.rules,
-                artifacts=layers.artifacts,
-                memory_hash=layers.memory_hash,
-                reactivated=layers.reactivated,
-            ),
-            dfid=msg.dfid,
+        context = ContextCompiled(
+            attempt=msg.attempt,
+            context_ref=ref,
+            state=layers.state,
+            feedback=msg.feedback,
+            tokens=layers.tokens,
+            dropped=layers.dropped,
+            as_of_ns=as_of,
+            rules=layers.rules,
+            artifacts=layers.artifacts,
+            memory_hash=layers.memory_hash,
+            reactivated=layers.reactivated,
         )
+        _stage_context(out, msg.dfid, context)
         host = self._hosts.get(flow.agent_id) if route else None
         if host is None:
             return
@@ -297,3 +295,13 @@ def _unopened(msg: Open, agent: Any, out: Outbox) -> Feedback | None:
         detail = f"flow {msg.dfid} exists already"
         return Feedback(reason_code=ReasonCode.FLOW_NOT_ACTIVE, detail=detail)
     return None
+
+
+def _stage_context(out: Outbox, dfid: str, context: ContextCompiled) -> None:
+    """Stage a flow's context: with its FlowCreated when that is the last event staged."""
+    created = out.last_staged(dfid)
+    if type(created) is FlowCreated and created.context is None:
+        # A flow's first context travels with its FlowCreated: one row, two events.
+        out.restage(dfid, msgspec.structs.replace(created, context=context))
+    else:
+        out.emit(context, dfid=dfid)

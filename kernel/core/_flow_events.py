@@ -120,6 +120,11 @@ class FlowCreated(Payload, frozen=True, tag=True):
 
     ``agent_version`` is the agent's own version as its manifest said when the flow
     opened (``Manifest.agent_version``): spans carry it as ``gen_ai.agent.version``.
+
+    ``context`` is the flow's first context, compiled in the same append: one row where
+    two events travel together, the ContextCompiled derived from it for every reader
+    (kernel.core.events.with_derived). None: recorded as a row of its own (journals
+    before it, and a flow whose first context was not compiled with it).
     """
 
     root_dfid: str
@@ -129,6 +134,7 @@ class FlowCreated(Payload, frozen=True, tag=True):
     tool_call_id: str = ""
     on_behalf: OnBehalf | None = None
     agent_version: str = ""
+    context: ContextCompiled | None = None
 
 
 class ContextCompiled(Payload, frozen=True, tag=True):

@@ -376,6 +376,22 @@ def closes_flow(event: Event) -> bool:
     return type(payload) is ExecutionSucceeded and payload.closes
 
 
+def derived_of(event: Event) -> Event | None:
+    """Return the event ``event``'s row also stands for, or None (see :func:`with_derived`).
+
+    A closing success stands for its FlowClosed; a FlowCreated that carries its flow's first
+    context for that ContextCompiled. Either is the next event of the flow, caused by the
+    row's, with its seq, time and hash.
+    """
+    payload = event.payload
+    kind = type(payload)
+    if kind is ExecutionSucceeded:
+        return closing_of(event) if payload.closes else None  # type: ignore[union-attr]
+    if kind is FlowCreated and payload.context is not None:  # type: ignore[union-attr]
+        return msgspec.structs.replace(closing_of(event), payload=payload.context)  # type: ignore[union-attr]
+    return None
+
+
 def is_derived(event: Event) -> bool:
     """Whether ``event`` has no row of its own (derived by :func:`with_derived`).
 
@@ -386,14 +402,16 @@ def is_derived(event: Event) -> bool:
 
 
 def with_derived(events: list[Event]) -> list[Event]:
-    """Return ``events`` with the FlowClosed each closing success stands for right after it.
+    """Return ``events`` with the event each row also stands for right after it.
 
-    Every reader of the journal sees events through this (folds, listeners, reads, scans,
-    verify): the journal stores one row where two events travel together, and the contract
-    of the second (narratives, spans, the console, the mesh's subjects) stays. ``events``
-    itself is returned when nothing is derived.
+    A closing success stands for its FlowClosed, a FlowCreated with its first context for
+    that ContextCompiled (:func:`derived_of`). Every reader of the journal sees events
+    through this (folds, listeners, reads, scans, verify): the journal stores one row where
+    two events travel together, and the contract of the second (narratives, spans, the
+    console, the mesh's subjects) stays. ``events`` itself is returned when nothing is
+    derived.
     """
-    first = next((i for i, event in enumerate(events) if closes_flow(event)), None)
+    first = next((i for i, event in enumerate(events) if _derives(event)), None)
     if first is None:
         return events
     out = events[:first]
@@ -401,12 +419,21 @@ def with_derived(events: list[Event]) -> list[Event]:
     for index in range(first, last + 1):
         event = events[index]
         out.append(event)
-        if closes_flow(event) and not (
-            # Already derived (a list handed on twice): never a second FlowClosed.
+        if _derives(event) and not (
+            # Already derived (a list handed on twice): never a second one.
             index < last and events[index + 1].seq == event.seq
         ):
-            out.append(closing_of(event))
+            out.append(derived_of(event))  # type: ignore[arg-type]
     return out
+
+
+def _derives(event: Event) -> bool:
+    """Whether ``event``'s row stands for a second event (:func:`derived_of`)."""
+    payload = event.payload
+    kind = type(payload)
+    if kind is ExecutionSucceeded:
+        return payload.closes  # type: ignore[union-attr]
+    return kind is FlowCreated and payload.context is not None  # type: ignore[union-attr]
 
 
 def decode_body(body: bytes, prev_hash: bytes, hash_: bytes) -> Event:
@@ -542,6 +569,7 @@ __all__ = [
     "closes_flow",
     "closing_of",
     "decode_body",
+    "derived_of",
     "digest",
     "event_type",
     "is_derived",

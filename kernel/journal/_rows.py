@@ -127,10 +127,15 @@ def storable(text: str) -> bool:
 
 def asked_for(wanted: list[str] | None) -> list[str] | None:
     """Return the types to ask the store for, to read the events of types ``wanted``."""
-    if wanted is not None and "FlowClosed" in wanted and "ExecutionSucceeded" not in wanted:
-        # A FlowClosed may be derived from the success it travels with (no row of its own).
-        return [*wanted, "ExecutionSucceeded"]
-    return wanted
+    if wanted is None:
+        return None
+    # A FlowClosed may be derived from the success it travels with, a ContextCompiled from
+    # the FlowCreated of its flow (no row of their own): their rows are asked for too.
+    extra = [row for derived, row in _ROW_OF.items() if derived in wanted and row not in wanted]
+    return [*wanted, *extra] if extra else wanted
+
+
+_ROW_OF = {"FlowClosed": "ExecutionSucceeded", "ContextCompiled": "FlowCreated"}
 
 
 def unaskable(wanted: list[str] | None, dfid: str | None) -> bool:

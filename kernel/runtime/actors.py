@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
 import anyio
+import msgspec
 from anyio.abc import TaskGroup
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
@@ -29,8 +30,7 @@ from kernel.core.events import (
     Event,
     Payload,
     ResourceReleased,
-    closes_flow,
-    closing_of,
+    derived_of,
 )
 from kernel.core.flow import FLOW_EVENTS, FlowState
 from kernel.core.ports import Clock
@@ -239,6 +239,35 @@ class Outbox:
         self._mark = (0, 0, 0)
         self._lazy: list[str] = []
 
+    def last_staged(self, dfid: str) -> Payload | None:
+        """The payload of the batch's last draft if it is flow ``dfid``'s last event, else None."""
+        staged = self._overlay.get(dfid)
+        if staged is None or staged[1] != len(self.drafts) - 1:
+            return None
+        return self.drafts[-1].payload
+
+    def restage(self, dfid: str, payload: Payload) -> None:
+        """Stage ``payload`` in place of flow ``dfid``'s last event (:meth:`last_staged`).
+
+        The same event, its row now standing for another too (``derived_of``: a FlowCreated
+        carrying its flow's first context): what it stands for is folded here, as every
+        reader will see it after the row.
+        """
+        state, index = self._overlay[dfid]
+        draft = self.drafts[index]
+        self.drafts[index] = msgspec.structs.replace(draft, payload=payload)
+        provisional = Event(
+            seq=state.last_seq,
+            ts=self._clock.now_ns(),
+            payload=payload,  # type: ignore[arg-type]
+            dfid=dfid,
+            parent_dfid=draft.parent_dfid,
+            agent_id=draft.agent_id,
+        )
+        derived = derived_of(provisional)
+        if derived is not None:
+            self._overlay[dfid] = (flow.apply(state, derived), index)
+
     def commit_lazily(self, dfid: str) -> None:
         """Let flow ``dfid``'s events of this batch commit without a sync of their own.
 
@@ -334,9 +363,10 @@ class Outbox:
         # What to restore should the message crash: the flow as before its first event.
         self._undo.setdefault(dfid, staged)
         state = flow.apply(current, provisional)
-        if closes_flow(provisional):
-            # The FlowClosed it stands for, which every reader will see after it.
-            state = flow.apply(state, closing_of(provisional))
+        derived = derived_of(provisional)
+        if derived is not None:
+            # The event its row stands for, which every reader will see after it.
+            state = flow.apply(state, derived)
         self._overlay[dfid] = (state, index)
         return state
 

@@ -45,10 +45,11 @@ async def test_need_to_know_limits_and_byte_identical_recompilation(
     [compiled] = [e for e in events if e.dfid == dfid and isinstance(e.payload, ContextCompiled)]
     recorded = payload_of(compiled, ContextCompiled)
     assert recorded.dropped == ctx.dropped and recorded.tokens == ctx.tokens
-    # Recompile from the journal position just before the recorded context, twice.
+    # Recompile from the journal just before the recorded context (it travels with its
+    # FlowCreated: one row, two events), twice.
     outputs = []
     for _ in range(2):
-        before = fold(events[: compiled.seq - 1])
+        before = fold(events[: events.index(compiled)])
         layers = compile_layers(
             before,
             before.flows[dfid],

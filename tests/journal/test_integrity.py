@@ -41,6 +41,7 @@ from kernel.core.reasons import ExitCode
 from kernel.journal.codec import unpack
 from kernel.journal.head import CHAIN_KEY_ENV
 from kernel.journal.store import JournalCorrupt, JournalKeyError
+from kernel.journal.tree import TreeBuilder
 from kernel.journal.verify import parse_anchor, verify_journal
 from kernel.state.snapshots import restore
 from kernel.testing import action_of
@@ -142,6 +143,15 @@ def forge_approval(path: Path, dfid: str, *, update_head: bool) -> int:
             )
         if update_head:
             db.execute("UPDATE meta SET value = ? WHERE key = 'head'", (f"{seq} {prev.hex()}",))
+            # Every hash recomputed: the Merkle tree's stored nodes too (a tile the forged
+            # rows complete would betray them).
+            builder = TreeBuilder()
+            for (stored,) in db.execute("SELECT body FROM events ORDER BY seq"):
+                builder.add(unpack(stored))
+            db.execute("DELETE FROM tree_nodes")
+            db.executemany(
+                "INSERT INTO tree_nodes (level, idx, hash) VALUES (?, ?, ?)", builder.nodes
+            )
     return first
 
 
