@@ -196,11 +196,16 @@ class Staged:
         """
         staging = projections.domain(Principals).staging
         for draft in drafts:
-            payload = draft.payload
-            if isinstance(payload, FlowCreated) and payload.on_behalf is not None and draft.dfid:
-                self.behalf[draft.dfid] = staging[draft.dfid] = payload.on_behalf
-            elif isinstance(payload, ContextCompiled) and draft.dfid:
-                self.shown[draft.dfid] = list(payload.rules)
+            payload, dfid = draft.payload, draft.dfid
+            if not dfid:
+                continue
+            if isinstance(payload, FlowCreated):
+                if payload.on_behalf is not None:
+                    self.behalf[dfid] = staging[dfid] = payload.on_behalf
+                # A flow's first context travels with its FlowCreated (one row, two events).
+                payload = payload.context  # type: ignore[assignment]
+            if isinstance(payload, ContextCompiled):
+                self.shown[dfid] = list(payload.rules)
 
     def on_behalf(self, projections: Projections, dfid: str) -> OnBehalf | None:
         """Whom flow ``dfid`` acts for: as this batch staged it, or as committed."""
