@@ -22,7 +22,7 @@ import msgspec
 import pytest
 
 from kernel.audit import open_journal, verify_journal
-from kernel.core.events import Draft, Event
+from kernel.core.events import Draft, Event, is_derived
 from kernel.policy.contracts import Proposal, WorkingContext
 from kernel.testing import ManualClock
 from tests.cli.test_operator_admin import dirk
@@ -105,7 +105,8 @@ def journal(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
             events = await kernel.journal.read()
         async with open_journal(target, clock=ManualClock()) as copy:
             for event in events:
-                await copy.append([rewritten(event)])
+                if not is_derived(event):  # its row's copy stands for it again
+                    await copy.append([rewritten(event)])
         assert (await verify_journal(target)).ok
         return dfid
 
