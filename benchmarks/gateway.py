@@ -100,27 +100,9 @@ def gateway_figures(runs: list[GatewayRun], p16_p50_us: list[float]) -> list[Fig
     """P16.g: added latency per call through the gateway, p50 and p99."""
     import statistics
 
+    from benchmarks.toolcall import added_figures
+
     goal = statistics.median(p16_p50_us) + ADDED_OVER_P16_US if p16_p50_us else None
-    shape = {
-        "calls_per_run": len(runs[0].governed_ns),
-        "bare_call_ns": statistics.median(sorted(r.bare_ns)[len(r.bare_ns) // 2] for r in runs),
-        "goal": "P16 p50 + 1 ms, same run" if goal is not None else "P16 not measured",
-    }
-    return [
-        Figure(
-            "P16.g",
-            "added latency of an MCP tool call through the gateway over the bare call, p50",
-            "us",
-            [r.added_us(0.5) for r in runs],
-            goal=goal,
-            lower_is_better=True,
-            extra=shape,
-        ),
-        Figure(
-            "P16.g99",
-            "  same, p99",
-            "us",
-            [r.added_us(0.99) for r in runs],
-            lower_is_better=True,
-        ),
-    ]
+    said = "P16 p50 + 1 ms, same run" if goal is not None else "P16 not measured"
+    name = "added latency of an MCP tool call through the gateway over the bare call"
+    return added_figures("P16.g", name, runs, goal, said)

@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import statistics
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar, Protocol
 
 from benchmarks.flows import PACK, BenchmarkFailed, NoopAdapter
 from benchmarks.report import Figure
@@ -119,15 +120,47 @@ def toolcall_figures(
     P16.r, P16.r99: the same for the read-only kind (``reads``), goal p99 <= 0.5 ms.
     """
     goal = statistics.median(p3_p50_us) + ADDED_OVER_P3_US if p3_p50_us else None
-    shape = {
+    said = "P3 p50 + 200 us, same run" if goal is not None else "P3 not measured"
+    name = "added latency of one governed tool call (Gate.call) over the bare call"
+    figures = added_figures("P16", name, runs, goal, said)
+    if reads:
+        name = "  same, a read-only kind's call (commits without a sync of their own)"
+        figures += added_figures("P16.r", name, reads, None, "", p99_goal=READ_ONLY_P99_US)
+    return figures
+
+
+class Added(Protocol):
+    """A run of calls, governed and bare (ns each), with the added latency at a quantile."""
+
+    @property
+    def governed_ns(self) -> list[int]: ...
+
+    @property
+    def bare_ns(self) -> list[int]: ...
+
+    def added_us(self, q: float) -> float: ...
+
+
+def added_figures(
+    figure_id: str,
+    name: str,
+    runs: Sequence[Added],
+    goal: float | None,
+    said: str,
+    *,
+    p99_goal: float | None = None,
+) -> list[Figure]:
+    """The added p50 (``goal`` on it, ``said`` how it was set) and p99 of ``runs``."""
+    shape: dict[str, Any] = {
         "calls_per_run": len(runs[0].governed_ns),
         "bare_call_ns": statistics.median(sorted(r.bare_ns)[len(r.bare_ns) // 2] for r in runs),
-        "goal": "P3 p50 + 200 us, same run" if goal is not None else "P3 not measured",
     }
-    figures = [
+    if said:
+        shape["goal"] = said
+    return [
         Figure(
-            "P16",
-            "added latency of one governed tool call (Gate.call) over the bare call, p50",
+            figure_id,
+            f"{name}, p50",
             "us",
             [r.added_us(0.5) for r in runs],
             goal=goal,
@@ -135,29 +168,11 @@ def toolcall_figures(
             extra=shape,
         ),
         Figure(
-            "P16.99",
+            f"{figure_id}99" if "." in figure_id else f"{figure_id}.99",
             "  same, p99",
             "us",
             [r.added_us(0.99) for r in runs],
+            goal=p99_goal,
             lower_is_better=True,
         ),
     ]
-    if reads:
-        figures += [
-            Figure(
-                "P16.r",
-                "  same, a read-only kind's call (commits without a sync of their own), p50",
-                "us",
-                [r.added_us(0.5) for r in reads],
-                lower_is_better=True,
-            ),
-            Figure(
-                "P16.r99",
-                "  same, p99",
-                "us",
-                [r.added_us(0.99) for r in reads],
-                goal=READ_ONLY_P99_US,
-                lower_is_better=True,
-            ),
-        ]
-    return figures
