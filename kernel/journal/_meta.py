@@ -16,11 +16,12 @@ from kernel.journal.head import KEYED_CHAIN, head_problem, key_problem
 from kernel.journal.port import Head
 from kernel.journal.sealing import check_row
 
-SCHEMA_VERSION = "2"
-"""Version 2: a body may be stored compressed (:mod:`kernel.journal.codec`). A kernel that
-writes to a version 1 journal raises it to 2 first, so an older kernel refuses the
-journal by its version instead of failing on a body it cannot read."""
-READABLE_VERSIONS = frozenset({"1", SCHEMA_VERSION})
+SCHEMA_VERSION = "3"
+"""Version 2: a body may be stored compressed (:mod:`kernel.journal.codec`). Version 3: a
+FlowCreated row may stand for its flow's first ContextCompiled too (``FlowCreated.context``).
+A kernel that writes to an older journal raises its version first, so an older kernel
+refuses the journal by its version instead of failing on a row it cannot read."""
+READABLE_VERSIONS = frozenset({"1", "2", SCHEMA_VERSION})
 
 
 def check_meta(meta: Mapping[Any, Any], path: str) -> dict[str, str]:

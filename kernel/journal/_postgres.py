@@ -407,6 +407,11 @@ def _open_writer(
             )
         last = _last_rows(conn)
         journal_id, head, keyed = check_state(meta, last, location, chain_key, readonly=False)
+        # It is about to hold rows an older kernel cannot read (kernel.journal._meta).
+        conn.execute(
+            "UPDATE meta SET value = %s WHERE key = 'schema_version' AND value IN ('1', '2')",
+            (SCHEMA_VERSION,),
+        )
         if chain_key is not None and not last:
             # A journal without events: from its first event on, hashes are HMACs.
             for key, value in (("chain", KEYED_CHAIN), ("chain_key_id", chain_key_id(chain_key))):

@@ -361,9 +361,9 @@ def _open_writer(
                 f" ('head', '{head_value(0, GENESIS_HASH)}'), ('tree', '{TREE_MARK}'); COMMIT;"
             )
         else:
-            # It is about to hold compressed bodies, which a version 1 kernel cannot read.
+            # It is about to hold rows an older kernel cannot read (kernel.journal._meta).
             conn.execute(
-                "UPDATE meta SET value = ? WHERE key = 'schema_version' AND value = '1'",
+                "UPDATE meta SET value = ? WHERE key = 'schema_version' AND value IN ('1', '2')",
                 (SCHEMA_VERSION,),
             )
         if key is not None and _has_no_events(conn):

@@ -30,7 +30,7 @@ from kernel.journal.codec import (
 )
 from kernel.journal.copy import copy_journal
 from kernel.journal.opening import open_journal
-from kernel.journal.store import JournalCorrupt
+from kernel.journal.store import SCHEMA_VERSION, JournalCorrupt
 from kernel.journal.verify import verify_journal
 from kernel.state.snapshots import verify_projections
 from kernel.testing import SeededIds
@@ -183,7 +183,7 @@ async def test_a_plain_journal_takes_compressed_rows_beside_its_own(
     assert stored[len(old)][0] == CURRENT
     with closing(sqlite3.connect(path)) as db:
         ((version,),) = db.execute("SELECT value FROM meta WHERE key = 'schema_version'")
-    assert version == "2"  # a kernel that cannot read compressed bodies now refuses it
+    assert version == SCHEMA_VERSION  # a kernel that cannot read its rows now refuses it
 
     report = await verify_journal(path)
     assert report.ok, report.problem
