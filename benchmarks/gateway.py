@@ -11,6 +11,7 @@ telemetry off; the first calls warm up and are not counted. Goal: at most P16's 
 
 from __future__ import annotations
 
+import statistics
 import sys
 import time
 from dataclasses import dataclass
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.report import Figure
+from benchmarks.toolcall import added_figures
 
 WARMUP = 20
 ADDED_OVER_P16_US = 1_000.0
@@ -98,10 +100,6 @@ async def run_gateway_calls(path: Path, calls: int) -> GatewayRun:
 
 def gateway_figures(runs: list[GatewayRun], p16_p50_us: list[float]) -> list[Figure]:
     """P16.g: added latency per call through the gateway, p50 and p99."""
-    import statistics
-
-    from benchmarks.toolcall import added_figures
-
     goal = statistics.median(p16_p50_us) + ADDED_OVER_P16_US if p16_p50_us else None
     said = "P16 p50 + 1 ms, same run" if goal is not None else "P16 not measured"
     name = "added latency of an MCP tool call through the gateway over the bare call"

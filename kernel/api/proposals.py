@@ -124,7 +124,8 @@ class Proposals:
         self._clock = clock
         self._ids = ids
         self._token_of = token_of
-        self._edge = edge
+        # No edge given: nothing to seal or score (the same calls, doing nothing).
+        self._edge = edge or Edge(journal, projections)
         self._validity_ns = int(validity_s * 1e9)
         self._kept = kept
         self._principal = principal
@@ -406,8 +407,6 @@ class Proposals:
     async def _open_judged(self, msg: Open, judge: Judge) -> str | Feedback:
         """Open ``msg``'s flow and have ``judge`` judged in it; its context or the refusal."""
         edge = self._edge
-        if judge.invalid is not None or edge is None:
-            edge = Edge(self._journal, self._projections)  # nothing to seal or score
         if not edge.scores and (self._outage is None or not self._outage.watches_opening):
             # Nothing waits between opening and verdict: one append (issue 45).
             if judge.invalid is None:

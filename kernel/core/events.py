@@ -357,10 +357,15 @@ def closing_of(event: Event) -> Event:
     caused by the success, in the same append (same time). It has the success's seq and
     hash, having no row of its own: what vouches for it is the row it is derived from.
     """
+    return _standing_for(event, _CLOSED)
+
+
+def _standing_for(event: Event, payload: Payload) -> Event:
+    """``payload`` as the event ``event``'s row also stands for: its seq, time and hash."""
     return Event(
         seq=event.seq,
         ts=event.ts,
-        payload=_CLOSED,
+        payload=payload,  # type: ignore[arg-type]
         dfid=event.dfid,
         parent_dfid=event.parent_dfid,
         caused_by=event.seq,
@@ -388,7 +393,7 @@ def derived_of(event: Event) -> Event | None:
     if kind is ExecutionSucceeded:
         return closing_of(event) if payload.closes else None  # type: ignore[union-attr]
     if kind is FlowCreated and payload.context is not None:  # type: ignore[union-attr]
-        return msgspec.structs.replace(closing_of(event), payload=payload.context)  # type: ignore[union-attr]
+        return _standing_for(event, payload.context)  # type: ignore[union-attr]
     return None
 
 

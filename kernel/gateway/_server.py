@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import logging
 import uuid
-import weakref
 from collections.abc import AsyncIterator, Collection, Mapping
 from contextlib import asynccontextmanager
 from os import PathLike
@@ -228,7 +227,6 @@ class GatewayServer(MCPServer[Any]):
         self.identity = identity
         self._sessions: set[str] = set()
         self._lock = anyio.Lock()
-        self._connections: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
 
     # --- the protocol's two requests ------------------------------------------------
 
@@ -350,23 +348,14 @@ class GatewayServer(MCPServer[Any]):
 
         The SDK's server hands each request a session of its own; what lives as long as the
         connection is the server's run for it (its lifespan state, one per stdio process or
-        in-process client): the name is kept there. Else by the session object.
+        in-process client): the name is kept there. None: no such state, no conversation.
         """
         state = getattr(ctx, "lifespan_context", None)
-        if isinstance(state, dict):
-            name = state.get(_CONNECTION_KEY)
-            if not isinstance(name, str):
-                name = state[_CONNECTION_KEY] = f"mcp-{uuid.uuid4()}"
-            return name
-        session = getattr(ctx, "session", None)
-        if session is None:
+        if not isinstance(state, dict):
             return None
-        try:
-            name = self._connections.get(session)
-            if name is None:
-                name = self._connections[session] = f"mcp-{uuid.uuid4()}"
-        except TypeError:
-            return None  # a session that cannot be kept track of: no conversation
+        name = state.get(_CONNECTION_KEY)
+        if not isinstance(name, str):
+            name = state[_CONNECTION_KEY] = f"mcp-{uuid.uuid4()}"
         return name
 
     async def _session(self, agent_id: str) -> None:
