@@ -188,6 +188,11 @@ class ProposalAccepted(Payload, frozen=True, tag=True):
     """The standing grant under which a proposal that would have escalated proceeded."""
     rechecked: bool = False
     """The verdict of an approved (or queued) action judged again just before it executes."""
+    start: ExecutionIntent | None = None
+    """The intent whose execution starts in the same append: one row where two events travel
+    together, the ExecutionStarted derived from it for every reader
+    (kernel.core.events.with_derived). None: the start, if any, is a row of its own (journals
+    before it, and an acceptance something else was recorded after before the start)."""
 
 
 class FlowEscalated(Payload, frozen=True, tag=True):

@@ -394,6 +394,8 @@ def derived_of(event: Event) -> Event | None:
         return closing_of(event) if payload.closes else None  # type: ignore[union-attr]
     if kind is FlowCreated and payload.context is not None:  # type: ignore[union-attr]
         return _standing_for(event, payload.context)  # type: ignore[union-attr]
+    if kind is ProposalAccepted and payload.start is not None:  # type: ignore[union-attr]
+        return _standing_for(event, ExecutionStarted(intent=payload.start))  # type: ignore[union-attr]
     return None
 
 
@@ -438,6 +440,8 @@ def _derives(event: Event) -> bool:
     kind = type(payload)
     if kind is ExecutionSucceeded:
         return payload.closes  # type: ignore[union-attr]
+    if kind is ProposalAccepted:
+        return payload.start is not None  # type: ignore[union-attr]
     return kind is FlowCreated and payload.context is not None  # type: ignore[union-attr]
 
 

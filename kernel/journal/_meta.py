@@ -16,12 +16,14 @@ from kernel.journal.head import KEYED_CHAIN, head_problem, key_problem
 from kernel.journal.port import Head
 from kernel.journal.sealing import check_row
 
-SCHEMA_VERSION = "3"
+SCHEMA_VERSION = "4"
 """Version 2: a body may be stored compressed (:mod:`kernel.journal.codec`). Version 3: a
 FlowCreated row may stand for its flow's first ContextCompiled too (``FlowCreated.context``).
-A kernel that writes to an older journal raises its version first, so an older kernel
-refuses the journal by its version instead of failing on a row it cannot read."""
-READABLE_VERSIONS = frozenset({"1", "2", SCHEMA_VERSION})
+Version 4: a ProposalAccepted row may stand for its ExecutionStarted too
+(``ProposalAccepted.start``). A kernel that writes to an older journal raises its version
+first, so an older kernel refuses the journal by its version instead of misreading a row
+(msgspec would drop a field it does not know: an execution started would go unseen)."""
+READABLE_VERSIONS = frozenset({"1", "2", "3", SCHEMA_VERSION})
 
 
 def check_meta(meta: Mapping[Any, Any], path: str) -> dict[str, str]:

@@ -130,12 +130,17 @@ def asked_for(wanted: list[str] | None) -> list[str] | None:
     if wanted is None:
         return None
     # A FlowClosed may be derived from the success it travels with, a ContextCompiled from
-    # the FlowCreated of its flow (no row of their own): their rows are asked for too.
+    # the FlowCreated of its flow, an ExecutionStarted from the acceptance it travels with
+    # (no row of their own): their rows are asked for too.
     extra = [row for derived, row in _ROW_OF.items() if derived in wanted and row not in wanted]
     return [*wanted, *extra] if extra else wanted
 
 
-_ROW_OF = {"FlowClosed": "ExecutionSucceeded", "ContextCompiled": "FlowCreated"}
+_ROW_OF = {
+    "FlowClosed": "ExecutionSucceeded",
+    "ContextCompiled": "FlowCreated",
+    "ExecutionStarted": "ProposalAccepted",
+}
 
 
 def unaskable(wanted: list[str] | None, dfid: str | None) -> bool:

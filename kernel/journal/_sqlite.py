@@ -363,7 +363,8 @@ def _open_writer(
         else:
             # It is about to hold rows an older kernel cannot read (kernel.journal._meta).
             conn.execute(
-                "UPDATE meta SET value = ? WHERE key = 'schema_version' AND value IN ('1', '2')",
+                "UPDATE meta SET value = ? WHERE key = 'schema_version'"
+                " AND value IN ('1', '2', '3')",
                 (SCHEMA_VERSION,),
             )
         if key is not None and _has_no_events(conn):

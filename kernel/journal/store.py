@@ -344,7 +344,9 @@ class Journal(Scans):
         # A page may end up longer than ``limit`` by the events derived from its rows: never
         # cut between a row and what it stands for (a reader goes on from the last seq + 1).
         derived = with_derived(events)
-        if derived is not events and wanted is not None:
+        if wanted is not None and (derived is not events or asked is not wanted):
+            # Only the types wanted: neither what a row wanted stands for, nor a row asked
+            # for what it may stand for that stood for nothing this time.
             derived = [event for event in derived if event.type in wanted]
         return derived
 

@@ -2,11 +2,12 @@
 
 Kept apart from the engine's actor so that whoever records an acceptance can
 record the start of its execution in the same append: the DIM stages
-ProposalAccepted and ExecutionStarted together (one commit per flow fewer),
-then hands the engine a :class:`Dispatch`, and only the engine calls
-adapters. Record first still holds: the dispatch is sent after the batch
-committed. The execution engine uses the same functions for human approvals,
-recovery, later saga steps and compensations, so an intent is minted one way.
+ProposalAccepted and ExecutionStarted together (one commit per flow fewer; one
+row, when nothing was recorded between them: ``ProposalAccepted.start``), then
+hands the engine a :class:`Dispatch`, and only the engine calls adapters.
+Record first still holds: the dispatch is sent after the batch committed. The
+execution engine uses the same functions for human approvals, recovery, later
+saga steps and compensations, so an intent is minted one way.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from kernel.core.events import (
     ExecutionStarted,
     FlowAborted,
     Payload,
+    ProposalAccepted,
     ProposalRecord,
 )
 from kernel.core.flow import FlowState
@@ -34,6 +36,10 @@ class Emits(Protocol):
     """Where a start is staged: an actor's Outbox (kernel.runtime.actors)."""
 
     def emit(self, payload: Payload, *, dfid: str | None = None) -> int: ...
+
+    def last_staged(self, dfid: str) -> Payload | None: ...
+
+    def restage(self, dfid: str, payload: Payload) -> None: ...
 
 
 def policy_of(
@@ -138,6 +144,11 @@ def stage_start(
         intent = mint(catalog, flow, policy=policy)
     if intent.compensation:
         out.emit(CompensationStarted(intent=intent), dfid=flow.dfid)
+        return intent
+    accepted = out.last_staged(flow.dfid)
+    if type(accepted) is ProposalAccepted and accepted.start is None:
+        # Accepted in this append with nothing recorded since: the start travels with it.
+        out.restage(flow.dfid, msgspec.structs.replace(accepted, start=intent))
     else:
         out.emit(ExecutionStarted(intent=intent), dfid=flow.dfid)
     return intent

@@ -15,6 +15,7 @@ import anyio
 import pytest
 
 from kernel.inbox import DecideRequest
+from kernel.journal.opening import open_journal
 from kernel.runtime.messages import Decision
 from tests.cli.test_cli import COMMAND_TIMEOUT_S, Recorded, dirk, one_error_line, record
 from tests.support import ROOT
@@ -55,11 +56,13 @@ def run_kernel(db: Path, *args: str) -> list[str]:
 
 
 def count(db: Path, type_: str, dfid: str) -> int:
-    with closing(sqlite3.connect(db)) as conn:
-        ((n,),) = conn.execute(
-            "SELECT count(*) FROM events WHERE type = ? AND dfid = ?", (type_, dfid)
-        )
-    return int(n)
+    """How many events of ``type_`` flow ``dfid`` has, as a reader sees them (derived too)."""
+
+    async def read() -> int:
+        async with open_journal(db, readonly=True) as journal:
+            return len(await journal.read(dfid=dfid, types=[type_]))
+
+    return anyio.run(read)
 
 
 def escalations(db: Path) -> dict[str, dict[str, Any]]:

@@ -16,7 +16,7 @@ from kernel import FlowStatus, Kernel
 from kernel.adapters import ExecutionIntent, Receipt
 from kernel.adapters.contract import Call, CallPool
 from kernel.audit import Event, payload_of
-from kernel.core.events import ExecutionStarted
+from kernel.core.events import ExecutionStarted, ProposalAccepted, is_derived
 from kernel.runtime.messages import Dispatch
 from kernel.testing import flow_types
 from tests.support.execution_domain import Desk, Ping, Trip, agent, desk_kernel
@@ -85,7 +85,13 @@ async def test_a_saga_accepted_by_the_dim_starts_its_first_step_in_the_same_appe
         started = await kernel.journal.read(dfid=dfid, types=["ExecutionStarted"])
     assert (flow.status, flow.done) == (FlowStatus.CLOSED, 2)
     assert [payload_of(s, ExecutionStarted).intent.step for s in started] == [1, 2]
-    assert started[0].seq == accepted.seq + 1
+    # One row: the acceptance carries its first step's start (ProposalAccepted.start).
+    assert started[0].seq == accepted.seq and is_derived(started[0])
+    assert (
+        payload_of(accepted, ProposalAccepted).start
+        == payload_of(started[0], ExecutionStarted).intent
+    )
+    assert not is_derived(started[1])
     assert desk.names() == ["book_flight", "book_hotel"]
 
 
