@@ -20,7 +20,8 @@ Figures:
   share of the expected spans that reached it.
 - P3: added latency trigger -> CLOSED at 500 flows/s offered (p50, p99).
 - P4: DIM verdicts on the trading pack, against a bare function.
-- P5: replay (fold every projection) and verify (chain + projection hash), events/s.
+- P5: replay (fold every projection) and verify (chain + projection hash), events folded/s
+  (derived events included); P5.rows: rows/s.
 - P6: journal bytes per event on disk for the trading simulation, with a breakdown.
 - P7: opening a journal of 1M events with checkpoints until its state is ready.
 - P8: resident memory growth between 100k and 200k closed flows (own process).

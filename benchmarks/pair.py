@@ -20,9 +20,17 @@ Levers (A is before, B after):
   ``kernel``, ``agents_sdk``, ``policies`` and ``examples`` taken from ``git archive`` of
   that revision. ``--p3 N`` adds P3 (N flows at 500/s) to each run; ``--p2`` adds P2 (P1's
   flows with spans over OTLP/HTTP to a receiver process of the run's own) and S2; ``--p5``
-  adds P5 (replay and verify of the run's own P1 journal, events/s, as the runner does);
+  adds P5 (replay and verify of the run's own P1 journal, events folded per second and
+  rows per second, as the runner does);
   ``--p16 N`` adds P16 and P16.r (N governed tool calls one at a time, of an ordinary and of
   a read-only kind).
+- ``own``: the whole tree at ``--a`` (A: ``git archive`` of that revision, its kernel and
+  its benchmarks) against the working tree (B), each side running P1 (and P5 with
+  ``--p5``) with its own harness (benchmarks/own_side.py calls the side's ``run_flows``
+  and ``run_replay``), for a revision the working tree's harness cannot drive (issue 45:
+  d746a28). The figures are per flow, and per event as read (each side's journal scanned,
+  derived events counted), so sides that store a different number of rows per flow compare
+  for the same work.
 """
 
 from __future__ import annotations
@@ -53,6 +61,7 @@ LEVERS = {
     "both": ("v4 ids, zlib dictionary 1", "v7 ids, zstd dictionary 2"),
     "helper": ("one process (DIRK_HELPER=off)", "a helper reads and checks (=on)"),
     "tree": ("the kernel at --a", "the working tree"),
+    "own": ("the tree at --a, its own harness", "the working tree, its own harness"),
 }
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("kernel", "agents_sdk", "policies", "examples")
@@ -75,6 +84,33 @@ def checkout(rev: str, into: Path) -> Path:
     return into
 
 
+def whole(rev: str, into: Path) -> Path:
+    """Unpack the whole tree at ``rev`` (its kernel and its benchmarks) into ``into``."""
+    archive = subprocess.run(
+        ["git", "-C", str(ROOT), "archive", "--format=tar", rev],
+        check=True,
+        capture_output=True,
+    ).stdout
+    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+        tar.extractall(into, filter="data")
+    return into
+
+
+def _own(where: Path, flows: int, p5: bool) -> dict[str, float]:
+    """Run one side of ``own``: the tree at ``where`` with its own harness; its figures."""
+    out = subprocess.run(
+        [sys.executable, "-P", str(ROOT / "benchmarks" / "own_side.py"), str(flows)]
+        + (["--p5"] if p5 else []),
+        check=True,
+        capture_output=True,
+        text=True,
+        cwd=where,
+        env={**os.environ, "PYTHONPATH": str(where)},
+    ).stdout
+    figures: dict[str, float] = json.loads(out.splitlines()[-1])
+    return figures
+
+
 def _p2(flows: int) -> dict[str, float]:
     """Run P2 once: P1's flows with spans to a receiver process; its figures."""
     with tempfile.TemporaryDirectory(prefix="dir-pair-") as tmp, open_receiver() as receiver:
@@ -95,11 +131,14 @@ def _p2(flows: int) -> dict[str, float]:
 
 
 def _p5(path: Path) -> dict[str, float]:
-    """Replay and verify the P1 journal at ``path`` (P5); its figures in events/s."""
+    """Replay and verify the P1 journal at ``path`` (P5); its figures in events folded per
+    second (derived events included: what a reader sees), and in rows per second."""
     run = anyio.run(run_replay, path, backend="asyncio")
     return {
         "P5": run.replay_per_s,
         "P5.v": run.verify_per_s,
+        "P5.rows": run.rows_per_s,
+        "P5.v.rows": run.verify_rows_per_s,
         "P5 chain": run.events / run.chain_s,
         "P5 projections": run.events / run.projections_s,
         "P5 cpu us/event": run.replay_cpu_s / run.events * 1e6,
@@ -201,11 +240,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         figures = _one(args.lever, args.side, args.flows, args.p3, args.p2, args.p5, args.p16)
         print(json.dumps(figures))
         return 0
-    if args.lever == "tree" and not args.a:
-        parser.error("tree needs --a REV (the revision before the lever)")
+    if args.lever in ("tree", "own") and not args.a:
+        parser.error(f"{args.lever} needs --a REV (the revision before the lever)")
     with tempfile.TemporaryDirectory(prefix="dir-pair-tree-") as tmp:
-        where = {"A": checkout(args.a, Path(tmp)), "B": ROOT} if args.a else {}
-        runs = _pairs(args, where)
+        if args.lever == "own":
+            runs = _own_pairs(args, whole(args.a, Path(tmp)))
+        else:
+            where = {"A": checkout(args.a, Path(tmp)), "B": ROOT} if args.a else {}
+            runs = _pairs(args, where)
     _print(args, runs)
     return 0
 
@@ -251,6 +293,30 @@ def _pairs(args: argparse.Namespace, where: dict[str, Path]) -> list[dict[str, d
             f"{label}: A P1 {pair['A']['P1']:,.0f} C1 {pair['A']['C1']:.0f}{p2['A']};"
             f" B P1 {pair['B']['P1']:,.0f} C1 {pair['B']['C1']:.0f}{p2['B']};"
             f" load {os.getloadavg()[0]:.1f}",
+            file=sys.stderr,
+            flush=True,
+        )
+        if n:
+            runs.append(pair)
+    return runs
+
+
+def _own_pairs(args: argparse.Namespace, old: Path) -> list[dict[str, dict[str, float]]]:
+    """Run the pairs of ``own`` (one warm-up first), alternating which side goes first."""
+    runs: list[dict[str, dict[str, float]]] = []
+    for n in range(args.pairs + 1):
+        pair = {}
+        for side in ("A", "B") if n % 2 == 0 else ("B", "A"):
+            pair[side] = _own(old if side == "A" else ROOT, args.flows, args.p5)
+        said = {
+            s: f" P5 {pair[s]['P5 flows/s']:,.0f} P5.v {pair[s]['P5.v flows/s']:,.0f} flows/s"
+            if args.p5
+            else ""
+            for s in "AB"
+        }
+        print(
+            f"{'warm-up' if n == 0 else f'pair {n}'}: A P1 {pair['A']['P1']:,.0f}{said['A']};"
+            f" B P1 {pair['B']['P1']:,.0f}{said['B']}; load {os.getloadavg()[0]:.1f}",
             file=sys.stderr,
             flush=True,
         )

@@ -4,7 +4,10 @@ Replay folds every projection from event 1 in a fresh read-only open, as
 ``dirk state`` does without a snapshot. Verify is what ``dirk verify`` does
 (:func:`kernel.audit.verification.verify_all`): the hash chain, and every
 projection folded again from the same read and compared with each recorded
-checkpoint. Both are read as events per second; the chain alone
+checkpoint. Both are read as events folded per second: what a reader of the journal
+sees, the events a row stands for too (a FlowCreated row carries its ContextCompiled, a
+closing ExecutionSucceeded its FlowClosed: kernel.core.events ``with_derived``); rows per
+second beside them (``rows``: what is read, hashed and decoded). The chain alone
 (:func:`kernel.verify_journal`) and the projections alone
 (:func:`kernel.verify_projections`, which reads the journal itself) are timed
 apart as extras. Beside each wall time, the CPU seconds: this process's, and a helper
@@ -21,14 +24,16 @@ from pathlib import Path
 
 from kernel.audit import open_journal, verify_journal, verify_projections
 from kernel.audit.verification import verify_all
+from kernel.state.collector import collector_paused
 from kernel.state.projections import Projections
 
 
 @dataclass(frozen=True)
 class ReplayRun:
-    """Seconds to replay and to verify one journal of ``events`` events."""
+    """Seconds to replay and to verify one journal of ``events`` events in ``rows`` rows."""
 
     events: int
+    """Events folded: every row's, and the events rows stand for (what a reader sees)."""
     replay_s: float
     verify_s: float
     chain_s: float
@@ -37,6 +42,8 @@ class ReplayRun:
     verify_cpu_s: float = 0.0
     helper_cpu_s: float = 0.0
     """CPU seconds of helper processes, replay's and verify's together."""
+    rows: int = 0
+    """Rows of the journal (its head seq): fewer than ``events`` where a row stands for two."""
 
     @property
     def replay_per_s(self) -> float:
@@ -45,6 +52,16 @@ class ReplayRun:
     @property
     def verify_per_s(self) -> float:
         return self.events / self.verify_s
+
+    @property
+    def rows_per_s(self) -> float:
+        """Rows replayed per second (P5.rows)."""
+        return self.rows / self.replay_s
+
+    @property
+    def verify_rows_per_s(self) -> float:
+        """Rows verified per second (P5.v.rows)."""
+        return self.rows / self.verify_s
 
 
 class ReplayMismatch(Exception):
@@ -56,11 +73,13 @@ async def run_replay(path: Path) -> ReplayRun:
     children = _children_cpu()
     async with open_journal(path, readonly=True) as journal:
         start, cpu = time.perf_counter(), time.process_time()
-        projections = Projections()
-        async for batch in journal.scan(hashes=False):
-            projections.apply(batch)
+        projections, events = Projections(), 0
+        with collector_paused():  # as kernel.state.snapshots folds a journal
+            async for batch in journal.scan(hashes=False):
+                projections.apply(batch)
+                events += len(batch)
         replay_s, replay_cpu_s = time.perf_counter() - start, time.process_time() - cpu
-        events = journal.head_seq
+        rows = journal.head_seq
 
     start, cpu = time.perf_counter(), time.process_time()
     both, replayed = await verify_all(path)
@@ -85,6 +104,7 @@ async def run_replay(path: Path) -> ReplayRun:
         replay_cpu_s=replay_cpu_s,
         verify_cpu_s=verify_cpu_s,
         helper_cpu_s=helper_cpu_s,
+        rows=rows,
     )
 
 

@@ -199,3 +199,23 @@ def test_the_library_split_reads_a_native_py_spy_profile() -> None:
         ("journal writer (worker threads)", "compression (zstd, zlib)"): 3,
         ("journal writer (worker threads)", "file I/O syscalls"): 4,
     }  # the 50 idle samples are left out
+
+
+async def test_p5_counts_the_events_a_reader_sees_and_the_own_lever_per_flow(
+    tmp_path: Path,
+) -> None:
+    from benchmarks import own_side
+    from benchmarks.flows import run_flows
+    from benchmarks.replay import run_replay
+
+    path = tmp_path / "p1.db"
+    await run_flows(path, 40)
+    rows, events = await own_side.read_counts(path)
+    replayed = await run_replay(path)
+    # A FlowCreated row carries its ContextCompiled, a closing success its FlowClosed.
+    assert (replayed.rows, replayed.events) == (rows, events) and events - rows >= 2 * 40
+    assert replayed.rows_per_s == pytest.approx(replayed.replay_per_s * rows / events)
+    figures = own_side.replay_figures(40, replayed, rows, events)
+    assert figures["P5 flows/s"] == pytest.approx(40 / replayed.replay_s)
+    assert figures["P5.v events/s"] == pytest.approx(events / replayed.verify_s)
+    assert figures["P5.v rows/s"] == pytest.approx(replayed.verify_rows_per_s)

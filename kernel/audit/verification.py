@@ -21,6 +21,7 @@ from kernel.core.flow import IllegalTransition
 from kernel.journal.errors import JournalError
 from kernel.journal.opening import open_journal
 from kernel.journal.verify import Anchor, VerifyReport, verify_journal
+from kernel.state.collector import collector_paused
 from kernel.state.snapshots import ProjectionReport, verify_projections
 
 
@@ -43,6 +44,13 @@ async def verify_all(
             outside it (a stored snapshot) could not be read.
     """
     location = os.fspath(path)
+    with collector_paused():
+        return await _verify_all(location, chain_key, anchor, public_only)
+
+
+async def _verify_all(
+    location: str, chain_key: bytes | None, anchor: Anchor | None, public_only: bool
+) -> tuple[VerifyReport, ProjectionReport | None]:
     async with contextlib.AsyncExitStack() as stack:
         try:
             journal = await stack.enter_async_context(open_journal(location, readonly=True))

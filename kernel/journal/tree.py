@@ -121,14 +121,26 @@ class TiledTree:
                 self.roots[size] = self.root()
 
     def _grow(self, leaves: Sequence[bytes]) -> None:
+        # Tile by tile, not leaf by leaf: verify grows the tree by every event's leaf.
         tail, nodes, tiles = self._tail, self.nodes, self._tiles
-        for leaf in leaves:
-            tail.append(leaf)
-            if len(tail) == TILE:
-                for level, index, node in tiles.append(_tile_root(tail)):
-                    nodes[(level + STORED_LEVEL, index)] = node
-                tail.clear()
-        self.size += len(leaves)
+        start, count = 0, len(leaves)
+        if tail:
+            start = min(TILE - len(tail), count)
+            tail.extend(leaves[:start])
+            if len(tail) < TILE:
+                self.size += count
+                return
+            tiles_done: list[Sequence[bytes]] = [list(tail)]
+            tail.clear()
+        else:
+            tiles_done = []
+        whole = start + (count - start) // TILE * TILE
+        tiles_done += [leaves[i : i + TILE] for i in range(start, whole, TILE)]
+        tail.extend(leaves[whole:])
+        for tile in tiles_done:
+            for level, index, node in tiles.append(_tile_root(tile)):
+                nodes[(level + STORED_LEVEL, index)] = node
+        self.size += count
 
     def root(self) -> bytes:
         """Return the root of the tree of the leaves added so far."""
@@ -138,7 +150,7 @@ class TiledTree:
         return fold(parts) if parts else EMPTY_ROOT
 
 
-def _tile_root(leaves: list[bytes]) -> bytes:
+def _tile_root(leaves: Sequence[bytes]) -> bytes:
     """Return the root of 16 leaves: 8, 4, 2 and 1 inner nodes."""
     sha256 = hashlib.sha256
     level = leaves

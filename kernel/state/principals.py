@@ -224,9 +224,11 @@ class Principals(Domain):
         if times and event.ts < times[-1]:
             self._unsorted.add(key)
         times.append(event.ts)
-        self.state.calls[key] = times
-        for other in [k for k, v in self.state.calls.items() if v and v[-1] <= since]:
-            del self.state.calls[other]
+        calls = self.state.calls
+        calls[key] = times
+        if len(calls) > 1:  # this key's last call is now: only another's may have lapsed
+            for other in [k for k, v in calls.items() if v and v[-1] <= since]:
+                del calls[other]
 
     def _window(self, key: str, since: int) -> list[int]:
         """The calls of ``key`` after ``since``, in the order they came: in a sorted window

@@ -20,6 +20,7 @@ as decoding it.
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import logging
 from collections.abc import AsyncIterable, Callable, Mapping, Sequence
@@ -31,6 +32,7 @@ import msgspec
 from kernel.core.events import Draft, Event, ProjectionCheckpoint
 from kernel.core.flow import IllegalTransition
 from kernel.journal.store import Journal, JournalError
+from kernel.state.collector import collector_paused
 from kernel.state.domain import DomainType
 from kernel.state.projections import Projections
 
@@ -190,8 +192,9 @@ async def restore(journal: Journal, keep_finished: int | None = None) -> Project
     projections = await trusted_snapshot(journal, None, keep_finished) or Projections(keep_finished)
     # The checkpoint vouching for the snapshot comes after it, so it is in the checked tail.
     skipped = projections.last_seq
-    async for batch in journal.scan_checked(skipped + 1):
-        projections.apply(batch)
+    with collector_paused():
+        async for batch in journal.scan_checked(skipped + 1):
+            projections.apply(batch)
     # What lies before the snapshot is checked later (a kernel does it in the background);
     # until then no read returns an event of it.
     journal.defer_history(skipped)
@@ -209,10 +212,11 @@ async def state_at(
 async def _fold_tail(journal: Journal, projections: Projections, seq: int | None) -> Projections:
     """Fold the events after ``projections`` (up to ``seq``, when given) into them."""
     stop = None if seq is None else seq + 1
-    async for batch in journal.scan(projections.last_seq + 1, hashes=False):
-        if stop is not None and batch[0].seq >= stop:
-            break
-        projections.apply([e for e in batch if stop is None or e.seq < stop])
+    with collector_paused():
+        async for batch in journal.scan(projections.last_seq + 1, hashes=False):
+            if stop is not None and batch[0].seq >= stop:
+                break
+            projections.apply(batch if stop is None else [e for e in batch if e.seq < stop])
     return projections
 
 
@@ -248,9 +252,10 @@ async def verify_projections(
     replay = _Replay(journal, points)
     if 0 in points:
         await replay.compare(0)
-    async for batch in journal.scan(hashes=False) if batches is None else batches:
-        if not await replay.fold(batch):
-            return ProjectionReport(ok=False, digest="", problems=replay.problems)
+    with collector_paused():
+        async for batch in journal.scan(hashes=False) if batches is None else batches:
+            if not await replay.fold(batch):
+                return ProjectionReport(ok=False, digest="", problems=replay.problems)
     for seq in points:
         replay.problems.append(f"at seq {seq}: checkpoint beyond the last event")
     return ProjectionReport(
@@ -306,7 +311,7 @@ class _Replay:
         stored = await self.journal.read_snapshot(seq)
         if stored is not None:
             self.snapshots += 1
-            if not _snapshot_matches(stored, here, replayed):
+            if not _snapshot_matches(stored, here, replayed, self.projections):
                 self.problems.append(f"at seq {seq}: snapshot does not match replay")
 
 
@@ -316,28 +321,37 @@ def _run_ends(batch: Sequence[Event], points: Mapping[int, object]) -> list[int]
     A seq may hold two events (a FlowClosed derived from its success: kernel.core.events
     ``with_derived``); the state it checkpoints is after both.
     """
-    last = len(batch) - 1
-    ends = [
-        i + 1
-        for i, event in enumerate(batch)
-        if event.seq in points and (i == last or batch[i + 1].seq != event.seq)
-    ]
+    # The few checkpointed seqs this batch spans, each found by bisection (not a look at
+    # every event: verify folds every event of the journal through here).
+    first, last = (batch[0].seq, batch[-1].seq) if batch else (0, -1)
+    seqs = [event.seq for event in batch] if any(first <= s <= last for s in points) else []
+    ends = [bisect.bisect_right(seqs, s) for s in sorted(points) if first <= s <= last]
     return ends if ends and ends[-1] == len(batch) else [*ends, len(batch)]
 
 
 def _snapshot_matches(
-    stored: tuple[str, bytes], points: Sequence[ProjectionCheckpoint], replayed: str
+    stored: tuple[str, bytes],
+    points: Sequence[ProjectionCheckpoint],
+    replayed: str,
+    projections: Projections,
 ) -> bool:
-    """Whether a stored snapshot (its digest column, its body) is the state replay reached."""
+    """Whether a stored snapshot (its digest column, its body) is the state replay reached.
+
+    Bytes that are the very ones replay's own state encodes to are that state: the kernel
+    that stored them hashed the state they restore to (the digest column, which must be
+    replay's). Other bytes (another kernel's encoder, dicts filled in another order) are
+    decoded and their state hashed, as opening would load them.
+    """
     digest, body = stored
-    restored = decode_snapshot(body)
     recorded = {p.snapshot for p in points} - {""}
-    return (
-        restored is not None
-        and restored.digest() == replayed
-        and digest == replayed
-        and not recorded - {hashlib.sha256(body).hexdigest()}
-    )
+    if digest != replayed or recorded - {hashlib.sha256(body).hexdigest()}:
+        return False
+    # The state as it is now, not a copy (encoded at once: no later fold can change it).
+    now = saved_type(projections)(**{f.name: f.get() for f in projections.saved_fields()})
+    if _encoder.encode(now) == body:
+        return True
+    restored = decode_snapshot(body)
+    return restored is not None and restored.digest() == replayed
 
 
 class Checkpointer:
