@@ -2,12 +2,14 @@
 
 :class:`Writer` runs every transaction on a plain sqlite3 connection, one call at a
 time in the journal writer's worker thread (kernel.journal.store). SQLite's own
-checkpoint, run by whichever commit takes the WAL past 1,000 pages, is off for that
-connection: it cost the call that reached it 3-6 ms (it syncs the WAL, copies the pages
-into the database and syncs that), which was the whole p99 of a read-only kind's call,
-whose commits sync nothing of their own (docs/benchmarks.md, issue 45). The journal
-runs :meth:`Writer.upkeep` instead, in a thread of its own on a connection of its own:
-a passive checkpoint, which never holds the writer up.
+checkpoint, run by whichever commit takes the WAL past 1,000 pages, is off for the
+commits that sync nothing of their own (a read-only kind's, ``Storage.group_reads``):
+it cost the call that reached it 3-6 ms (it syncs the WAL, copies the pages into the
+database and syncs that), which was the whole p99 of such calls (docs/benchmarks.md,
+issue 45). The journal runs :meth:`Writer.upkeep` for them instead, in a thread of
+its own on a connection of its own: a passive checkpoint, which never holds the
+writer up. A synced commit keeps SQLite's checkpoint: it waits on a sync anyway, and
+a checkpoint syncing beside it slowed it more (P16's p99 1.6x).
 
 What is durable stays exactly as before: a synced commit is on disk when ``append``
 returns, an unsynced one once a later commit syncs the WAL, or a checkpoint does.
@@ -47,8 +49,10 @@ log = logging.getLogger(__name__)
 APPLICATION_ID = 0x44495231
 """``PRAGMA application_id`` of every journal ("DIR1"), so foreign SQLite files are recognised."""
 
+AUTOCHECKPOINT_PAGES = 1_000
+"""SQLite's own checkpoint, run by the synced commit that takes the WAL past this many pages."""
 CHECKPOINT_PAGES = 512
-"""About this many WAL pages written since the last checkpoint start the next one."""
+"""About this many WAL pages written by unsynced commits start upkeep's next checkpoint."""
 RESTART_PAGES = 4_096
 """A WAL of this many pages that no checkpoint emptied is emptied by the writer itself."""
 _TRIES = 4
@@ -93,7 +97,6 @@ class Writer:
         self._conn = conn
         self._packer = BodyPacker() if compress else None
         self._synchronous = synchronous
-        conn.execute("PRAGMA wal_autocheckpoint = 0")
         # The checkpoints' connection, opened by the first; only upkeep() uses it.
         self._checkpoints: sqlite3.Connection | None = None
         # Each counter is moved by one thread only: the writer's, or upkeep's.
@@ -142,7 +145,11 @@ class Writer:
             else rows
         )
         if lazy:
+            # Nor SQLite's checkpoint, which the commit reaching 1,000 pages would run:
+            # upkeep runs one beside. A synced commit keeps it (it waits on a sync anyway;
+            # a checkpoint beside it, syncing too, slowed P16's p99 1.6x here).
             conn.execute("PRAGMA synchronous = NORMAL")
+            conn.execute("PRAGMA wal_autocheckpoint = 0")
         self._writing = True
         conn.execute("BEGIN IMMEDIATE")
         try:
@@ -162,9 +169,11 @@ class Writer:
             self._writing = False
             if lazy:
                 conn.execute(f"PRAGMA synchronous = {self._synchronous}")
+                conn.execute(f"PRAGMA wal_autocheckpoint = {AUTOCHECKPOINT_PAGES}")
         self._commits += 1
-        # A page per row and per table or index a transaction touches, about.
-        self._pages += 3 + len(rows) + len(nodes) // 16
+        if lazy:
+            # A page per row and per table or index a transaction touches, about.
+            self._pages += 3 + len(rows) + len(nodes) // 16
 
     @property
     def upkeep_due(self) -> bool:
