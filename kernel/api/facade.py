@@ -55,6 +55,7 @@ from kernel.api.sessions import Sessions
 from kernel.api.wiring import Actors
 from kernel.artifacts import ArtifactStore, artifacts_beside
 from kernel.config import KernelConfig
+from kernel.context import Hosted
 from kernel.core import wall
 from kernel.core.errors import KernelShutdown
 from kernel.core.events import Manifest, Principal, Tier
@@ -135,7 +136,8 @@ class Kernel(Operating):
             self._calls.raise_if_stopped,
         )
         edge = Edge(journal, projections, sealer=sealer, meaning=config.ports.meaning)
-        hosts: dict[str, Mailbox[AgentMessage]] = {}
+        # Versioned: the subscribers' index tells a change by it (kernel.context.Subscribers).
+        hosts: dict[str, Mailbox[AgentMessage]] = Hosted()
         self._hosts = hosts
         effects = Effects()
         self.actors = Actors(

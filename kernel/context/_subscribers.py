@@ -9,9 +9,11 @@ each part before a dot, and ``*``), so a trigger costs what it wakes.
 
 The index is derived from the hosted agents and their registrations and is rebuilt when
 either changes: a registration, a status change (each replaces the agent's record) or an
-agent hosted, let go or hosted again. Telling that costs a comparison of two tuples built
-in C, not a call per agent. Nothing in it is recorded: the flows it opens are what the
-journal says, in the same order as asking every agent (sorted by agent id).
+agent hosted, let go or hosted again. Telling that costs two counters compared
+(:class:`Hosted` and ``Projections.agents_version``), whatever the agents registered;
+maps without them cost a comparison of two tuples built in C. Nothing in it is
+recorded: the flows it opens are what the journal says, in the same order as asking
+every agent (sorted by agent id).
 """
 
 from __future__ import annotations
@@ -30,6 +32,40 @@ def covering(topic: str) -> list[str]:
     return found
 
 
+class Hosted(dict[str, Any]):
+    """The hosted agents' mailboxes by id, with a :attr:`version` each change moves."""
+
+    version = 0
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        self.version += 1
+        super().__setitem__(key, value)
+
+    def __delitem__(self, key: str) -> None:
+        self.version += 1
+        super().__delitem__(key)
+
+    def pop(self, key: str, *default: Any) -> Any:
+        self.version += 1
+        return super().pop(key, *default)
+
+    def setdefault(self, key: str, default: Any = None) -> Any:
+        self.version += 1
+        return super().setdefault(key, default)
+
+    def update(self, *args: Any, **kwargs: Any) -> None:
+        self.version += 1
+        super().update(*args, **kwargs)
+
+    def popitem(self) -> tuple[str, Any]:
+        self.version += 1
+        return super().popitem()
+
+    def clear(self) -> None:
+        self.version += 1
+        super().clear()
+
+
 class Subscribers:
     """The hosted agents a topic wakes, by an index rebuilt when the agents change.
 
@@ -42,7 +78,7 @@ class Subscribers:
     def __init__(self, hosts: Mapping[str, Any], projections: Projections) -> None:
         self._hosts = hosts
         self._projections = projections
-        self._seen: tuple[tuple[str, ...], tuple[AgentView, ...]] | None = None
+        self._seen: tuple[object, ...] | None = None
         self._by_prefix: dict[str, list[str]] = {}
         self._by_topic: dict[str, tuple[str, ...]] = {}
 
@@ -68,7 +104,14 @@ class Subscribers:
 
     def _fresh(self) -> Mapping[str, AgentView]:
         agents = self._projections.agents
-        seen = (tuple(self._hosts), tuple(agents.values()))
+        hosted = getattr(self._hosts, "version", None)
+        version = getattr(self._projections, "agents_version", None)
+        # A snapshot restored replaces the agents' map: its id is part of what was seen.
+        seen: tuple[object, ...] = (
+            (hosted, id(agents), version)
+            if hosted is not None and version is not None
+            else (tuple(self._hosts), tuple(agents.values()))
+        )
         if seen == self._seen:
             return agents
         self._seen = seen

@@ -1,16 +1,15 @@
 """The SQLite store: a journal in one file, the default and the README's first command.
 
-One writer connection (plain sqlite3, used from the writer's worker thread)
-and one reader (aiosqlite); with WAL, reads never wait for a commit. seq is the
-primary key, so a second writer on the same file fails at its insert instead of
-forking the chain. The head record is ``meta.head``.
+One writer connection (plain sqlite3, used from the writer's worker thread,
+:mod:`kernel.journal._sqlite_writer`) and one reader (aiosqlite); with WAL, reads never
+wait for a commit. seq is the primary key, so a second writer on the same file fails at
+its insert instead of forking the chain. The head record is ``meta.head``.
 """
 
 from __future__ import annotations
 
 import contextlib
 import sqlite3
-import uuid
 from collections.abc import AsyncIterator, Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -18,59 +17,21 @@ from typing import Any
 import aiosqlite
 import anyio
 
-from kernel.core.events import GENESIS_HASH, chain_key_id
-from kernel.core.merkle import Frontier, leaf_hash
-from kernel.journal._meta import SCHEMA_VERSION, check_meta, check_state
+from kernel.core.events import GENESIS_HASH
+from kernel.core.merkle import Frontier
+from kernel.journal._meta import check_meta, check_state
 from kernel.journal._sqlite_errors import BUSY_TIMEOUT_S, SQLITE_ERRORS, sqlite_error
-from kernel.journal._sqlite_inbox import ensure_inbox
-from kernel.journal.codec import BodyPacker, unpack
-from kernel.journal.errors import (
-    JournalCorrupt,
-    JournalError,
-    JournalForeign,
-)
-from kernel.journal.head import KEYED_CHAIN, Row, head_value
+from kernel.journal._sqlite_writer import APPLICATION_ID, TREE, Writer, open_writer
+from kernel.journal.errors import JournalError, JournalForeign
+from kernel.journal.head import Row
 from kernel.journal.port import EventRow, Head, OpenedStore
-from kernel.journal.tree import (
-    TREE_MARK,
-    Node,
-    NodeKey,
-    TreeBuilder,
-    aligned,
-    frontier_from,
-    frontier_keys,
-)
+from kernel.journal.tree import TREE_MARK, Node, NodeKey
 
-APPLICATION_ID = 0x44495231
-"""``PRAGMA application_id`` of every journal ("DIR1"), so foreign SQLite files are recognised."""
+__all__ = ["APPLICATION_ID", "SYNCHRONOUS", "add_tree_head", "open_snapshot", "open_store"]
 
 SYNCHRONOUS = frozenset({"OFF", "NORMAL", "FULL", "EXTRA"})
 """The values ``open_journal(synchronous=)`` takes (SQLite's ``PRAGMA synchronous``)."""
 
-_SCHEMA = f"""
-PRAGMA application_id = {APPLICATION_ID};
-CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE events (
-    seq INTEGER PRIMARY KEY, type TEXT NOT NULL, dfid TEXT, body BLOB NOT NULL, hash BLOB NOT NULL
-);
-CREATE INDEX events_dfid ON events (dfid) WHERE dfid IS NOT NULL;
-CREATE INDEX events_type ON events (type);
-"""
-# The Merkle tree's stored subtrees and the signed checkpoints (kernel.journal.tree).
-_TREE = """
-CREATE TABLE IF NOT EXISTS tree_nodes (
-    level INTEGER NOT NULL, idx INTEGER NOT NULL, hash BLOB NOT NULL, PRIMARY KEY (level, idx)
-) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS tree_heads (size INTEGER PRIMARY KEY, note TEXT NOT NULL);
-"""
-_NODE = "INSERT OR REPLACE INTO tree_nodes (level, idx, hash) VALUES (?, ?, ?)"
-# Snapshots of the projected state live beside the events, never in the hash chain: each
-# is only trusted if it hashes to a ProjectionCheckpoint recorded in the chain.
-_SNAPSHOTS = (
-    "CREATE TABLE IF NOT EXISTS snapshots"
-    " (seq INTEGER PRIMARY KEY, digest TEXT NOT NULL, body BLOB NOT NULL)"
-)
-_INSERT = "INSERT INTO events (seq, type, dfid, body, hash) VALUES (?, ?, ?, ?, ?)"
 ROWS = "SELECT seq, type, dfid, body, hash FROM events"
 # prev_hash comes from the row before; a NULL there means seq 1 (genesis) or a missing row.
 _EVENTS = (
@@ -80,8 +41,6 @@ _EVENTS = (
 # The same rows without the join for the previous hash (NULL): what a scan reads
 # (Journal.scan), which checks the chain through consecutive rows itself.
 _BODIES = "SELECT e.seq, e.body, e.hash, NULL FROM events AS e WHERE e.seq >= ?"
-# The head record (kernel.journal.head), rewritten in each append's transaction.
-_HEAD = "INSERT OR REPLACE INTO meta (key, value) VALUES ('head', ?)"
 
 
 class _Reader:
@@ -188,107 +147,6 @@ async def tree_heads_of(query: Any) -> list[tuple[int, str]]:
     return [(int(size), str(note)) for size, note in rows]
 
 
-class _Writer:
-    """The one writer of a journal file (its methods run in a worker thread)."""
-
-    def __init__(
-        self, path: str, conn: sqlite3.Connection, compress: bool = True, synchronous: str = "FULL"
-    ) -> None:
-        self._path = path
-        self._conn = conn
-        self._packer = BodyPacker() if compress else None
-        self._synchronous = synchronous
-
-    def append_lazy(self, *args: Any) -> None:
-        """:meth:`append` without a sync of its own (group commit, kernel.journal.port)."""
-        self.append(*args, sync=False)
-
-    def append(
-        self,
-        rows: Sequence[Row],
-        expected_seq: int,
-        head: str,
-        injected: bool,
-        nodes: Sequence[Node] = (),
-        *,
-        sync: bool = True,
-    ) -> None:
-        """Insert ``rows``, their tree ``nodes`` and the head record in one transaction.
-
-        seq is the primary key, so a second writer on the same file fails here instead
-        of forking the chain. ``sync=False``: WAL at ``synchronous = NORMAL`` for this
-        commit, safe from a killed process, durable with the next synced commit.
-        """
-        conn = self._conn
-        lazy = not sync and self._synchronous in ("FULL", "EXTRA")
-        # Compressed here, in the writer's thread: zlib lets go of the GIL while it deflates.
-        packer = self._packer
-        stored = (
-            [(seq, type_, dfid, packer.pack(body), hash_) for seq, type_, dfid, body, hash_ in rows]
-            if packer is not None
-            else rows
-        )
-        if lazy:
-            conn.execute("PRAGMA synchronous = NORMAL")
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            conn.executemany(_INSERT, stored)
-            if nodes:
-                conn.executemany(_NODE, nodes)
-            conn.execute(_HEAD, (head,))
-            if injected:
-                raise sqlite3.OperationalError("disk I/O error (injected by JournalFaults)")
-            conn.execute("COMMIT")
-        except BaseException:
-            if conn.in_transaction:
-                with contextlib.suppress(sqlite3.Error):
-                    conn.execute("ROLLBACK")
-            raise
-        finally:
-            if lazy:
-                conn.execute(f"PRAGMA synchronous = {self._synchronous}")
-
-    def write_snapshot(self, seq: int, digest: str, body: bytes) -> None:
-        try:
-            self._conn.execute(
-                "INSERT OR REPLACE INTO snapshots (seq, digest, body) VALUES (?, ?, ?)",
-                (seq, digest, body),
-            )
-        except SQLITE_ERRORS as exc:
-            raise sqlite_error(self._path, exc) from exc
-
-    def drop_snapshots(self, seqs: list[int]) -> None:
-        conn = self._conn
-        try:
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                conn.executemany("DELETE FROM snapshots WHERE seq = ?", [(seq,) for seq in seqs])
-                conn.execute("COMMIT")
-            except BaseException:
-                if conn.in_transaction:
-                    with contextlib.suppress(sqlite3.Error):
-                        conn.execute("ROLLBACK")
-                raise
-        except SQLITE_ERRORS as exc:
-            raise sqlite_error(self._path, exc) from exc
-
-    def store_tree_head(self, size: int, note: str) -> None:
-        try:
-            self._conn.execute(
-                "INSERT OR REPLACE INTO tree_heads (size, note) VALUES (?, ?)", (size, note)
-            )
-        except SQLITE_ERRORS as exc:
-            raise sqlite_error(self._path, exc) from exc
-
-    def adopt(self, journal_id: str) -> None:
-        if not _has_no_events(self._conn):
-            raise JournalError(self._path, "holds events: its id is not changed")
-        self._conn.execute("UPDATE meta SET value = ? WHERE key = 'journal_id'", (journal_id,))
-
-    def close(self) -> None:
-        self._conn.close()
-
-
 async def open_store(
     location: str,
     *,
@@ -300,7 +158,7 @@ async def open_store(
     """Open the journal file at ``location`` (see :func:`kernel.journal.opening.open_journal`)."""
     path = location
     db = await connect(path, readonly=readonly)
-    writer: _Writer | None = None
+    writer: Writer | None = None
     try:
         try:
             # One read transaction: a kernel appending meanwhile moves rows and head record
@@ -316,7 +174,7 @@ async def open_store(
         if not readonly:
             try:
                 conn, created_id, tree = await anyio.to_thread.run_sync(
-                    _open_writer,
+                    open_writer,
                     path,
                     synchronous,
                     journal_id,
@@ -325,7 +183,7 @@ async def open_store(
                 )
             except SQLITE_ERRORS as exc:
                 raise sqlite_error(path, exc) from exc
-            writer = _Writer(path, conn, compress, synchronous.upper())
+            writer = Writer(path, conn, compress, synchronous.upper())
             head = head._replace(journal_id=created_id)
             tree_built = True
     except BaseException:
@@ -333,111 +191,6 @@ async def open_store(
             await db.close()
         raise
     return OpenedStore(_Reader(path, db), writer, head, keyed, tree, tree_built)
-
-
-def _open_writer(
-    path: str, synchronous: str, journal_id: str | None, key: bytes | None, size: int
-) -> tuple[sqlite3.Connection, str, Frontier]:
-    """Open the writer's connection, creating the schema if ``journal_id`` is None (blank file).
-
-    ``key`` is the chain key of a keyed journal (checked against an existing one before).
-    """
-    # check_same_thread is off because anyio's worker threads take turns; only the
-    # writer task ever uses this connection, one call at a time.
-    conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
-    try:
-        conn.execute("PRAGMA journal_mode = WAL")
-        conn.execute(f"PRAGMA synchronous = {synchronous}")
-        # SQLite's default cache_spill stays: a group commit past the page cache (2 MiB) spills
-        # into the WAL and may read frames back to rewrite their checksums (P1: ~0.5 KB a
-        # flow, page-cache hits, no CPU measured). Not spilling removed those reads but held
-        # every dirty page of the largest transaction in memory: P8's RSS growth 0.03-0.05
-        # -> 0.09 (docs/benchmarks.md, lever 6).
-        if journal_id is None:
-            journal_id = str(uuid.uuid4())
-            conn.executescript(
-                f"BEGIN IMMEDIATE; {_SCHEMA} INSERT INTO meta (key, value) VALUES"
-                f" ('schema_version', '{SCHEMA_VERSION}'), ('journal_id', '{journal_id}'),"
-                f" ('head', '{head_value(0, GENESIS_HASH)}'), ('tree', '{TREE_MARK}'); COMMIT;"
-            )
-        else:
-            # It is about to hold rows an older kernel cannot read (kernel.journal._meta).
-            conn.execute(
-                "UPDATE meta SET value = ? WHERE key = 'schema_version'"
-                " AND value IN ('1', '2', '3')",
-                (SCHEMA_VERSION,),
-            )
-        if key is not None and _has_no_events(conn):
-            # A new journal, or one without events: from its first event on, hashes are HMACs.
-            conn.executemany(
-                "INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)",
-                [
-                    ("chain", KEYED_CHAIN),
-                    ("chain_key_id", chain_key_id(key)),
-                    ("head", head_value(0, GENESIS_HASH, key)),
-                ],
-            )
-        # Journals created before the inbox existed get it the first time a kernel opens them.
-        ensure_inbox(conn)
-        conn.execute(_SNAPSHOTS)
-        tree = _writer_tree(conn, size)
-    except BaseException:
-        conn.close()
-        raise
-    return conn, journal_id, tree
-
-
-def _writer_tree(conn: sqlite3.Connection, size: int) -> Frontier:
-    """Return the tree's frontier at ``size`` events, building the tree of an old journal first."""
-    conn.executescript(_TREE)
-    marked = conn.execute("SELECT 1 FROM meta WHERE key = 'tree' AND value = ?", (TREE_MARK,))
-    if marked.fetchone() is None:
-        # A journal from before trees: built once, from every event, in one transaction.
-        builder = TreeBuilder()
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            conn.execute("DELETE FROM tree_nodes")
-            for (body,) in conn.execute("SELECT body FROM events ORDER BY seq"):
-                builder.add(unpack(body))
-            conn.executemany(_NODE, builder.nodes)
-            conn.execute(
-                "INSERT OR REPLACE INTO meta (key, value) VALUES ('tree', ?)", (TREE_MARK,)
-            )
-            conn.execute("COMMIT")
-        except BaseException:
-            if conn.in_transaction:
-                with contextlib.suppress(sqlite3.Error):
-                    conn.execute("ROLLBACK")
-            raise
-        if builder.frontier.size != size:
-            raise JournalCorrupt(path_of(conn), "its events changed while its tree was built")
-        return builder.frontier
-    keys = frontier_keys(size)
-    nodes: dict[NodeKey, bytes] = {}
-    for level, idx in keys:
-        row = conn.execute(
-            "SELECT hash FROM tree_nodes WHERE level = ? AND idx = ?", (level, idx)
-        ).fetchone()
-        if row is not None:
-            nodes[(level, idx)] = bytes(row[0])
-    tail = [
-        leaf_hash(unpack(body))
-        for (body,) in conn.execute(
-            "SELECT body FROM events WHERE seq > ? ORDER BY seq", (aligned(size),)
-        )
-    ]
-    try:
-        return frontier_from(size, nodes, tail)[0]
-    except LookupError as exc:
-        raise JournalCorrupt(
-            path_of(conn), f"its Merkle tree is damaged: {exc} (run dirk verify)"
-        ) from None
-
-
-def path_of(conn: sqlite3.Connection) -> str:
-    """Return the file a connection is open on."""
-    row = conn.execute("PRAGMA database_list").fetchone()
-    return str(row[2]) if row else "?"
 
 
 def _sqlite_connect(path: str, readonly: bool) -> sqlite3.Connection:
@@ -497,10 +250,6 @@ async def _read_state(
         raise sqlite_error(path, exc) from exc
     journal_id, head, keyed = check_state(meta, last, path, chain_key, readonly)
     return journal_id, head, keyed, meta.get("tree") == TREE_MARK
-
-
-def _has_no_events(conn: sqlite3.Connection) -> bool:
-    return conn.execute("SELECT 1 FROM events LIMIT 1").fetchone() is None
 
 
 class _Snapshot:
@@ -588,7 +337,7 @@ def add_tree_head(location: str, size: int, note: str) -> None:
         with contextlib.closing(
             sqlite3.connect(location, timeout=BUSY_TIMEOUT_S, isolation_level=None)
         ) as conn:
-            conn.executescript(_TREE)  # a journal no kernel of this version opened yet
+            conn.executescript(TREE)  # a journal no kernel of this version opened yet
             conn.execute("BEGIN IMMEDIATE")
             row = conn.execute("SELECT note FROM tree_heads WHERE size = ?", (size,)).fetchone()
             merged = note if row is None else merge(str(row[0]), note)

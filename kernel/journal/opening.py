@@ -89,6 +89,7 @@ async def open_journal(
         async with anyio.create_task_group() as tg:
             if writer is not None:
                 tg.start_soon(journal.run_writer)
+                tg.start_soon(journal.run_upkeep)
                 tg.start_soon(journal.store.run_hooks)
             try:
                 yield journal

@@ -93,6 +93,11 @@ class StoreWriter(Protocol):
     synced commit). The journal calls it for a transaction none of whose appends asked
     for durability (:meth:`~kernel.journal.store.Journal.append` ``durable=False``); a
     writer without it commits every transaction as ``append`` does.
+
+    It may also offer ``upkeep`` (no arguments) and an ``upkeep_due`` flag: the journal
+    asks the flag after each commit and, when set, runs ``upkeep`` in a thread of its own,
+    beside the commits, never between them (SQLite: the WAL's checkpoint, on a
+    connection of its own, kernel.journal._sqlite_writer).
     """
 
     def append(

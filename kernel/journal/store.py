@@ -133,6 +133,8 @@ class Journal(Scans):
         self._limiter = anyio.CapacityLimiter(1)
         self._watch = StoreWatch(writer, self._limiter, grace_s=grace_s, heartbeat_s=probe_s)
         self._pending = Batch()
+        # Set when the store's writer has upkeep to run beside the commits (run_upkeep).
+        self._upkeep = anyio.Event()
         self._transition_check: TransitionCheck | None = None
         self._publisher = Publisher()
         self._closing = writer is None
@@ -437,6 +439,24 @@ class Journal(Scans):
             batch.done.set()
             self._pending.done.set()
 
+    async def run_upkeep(self) -> None:
+        """Run the store writer's upkeep whenever it is due, beside the commits, until closing.
+
+        A writer may offer ``upkeep`` (run in a thread of its own, never the writer's) and
+        ``upkeep_due``, asked after each commit: SQLite checkpoints its WAL so
+        (kernel.journal._sqlite_writer), which no commit then waits on.
+        """
+        upkeep = getattr(self._writer, "upkeep", None)
+        if upkeep is None:
+            return
+        limiter = anyio.CapacityLimiter(1)
+        while True:
+            await self._upkeep.wait()
+            if self._closing:
+                return
+            self._upkeep = anyio.Event()
+            await anyio.to_thread.run_sync(upkeep, limiter=limiter)
+
     async def _commit(self, batch: Batch) -> None:
         """Write one batch in one transaction, then publish it; a failure fails the journal."""
         assert self._writer is not None
@@ -471,6 +491,8 @@ class Journal(Scans):
         self._unsynced += lazy is not None
         self._events += len(committed)
         self._observe(len(committed), began)
+        if getattr(self._writer, "upkeep_due", False):
+            self._upkeep.set()
         # What readers see: each closing success followed by the FlowClosed it stands for.
         failure = self._publisher.publish(with_derived(committed))
         if failure is not None:
@@ -491,6 +513,7 @@ class Journal(Scans):
         """Let the writer commit what is pending and end (appends after it fail)."""
         self._closing = True
         self._pending.ready.set()
+        self._upkeep.set()
 
     def close(self) -> None:
         """Stop the writer and close the journal: reads fail, subscriptions end."""

@@ -161,6 +161,8 @@ class Projections(FlowIndex):
         self._finished_sum: int | None = 0
         self._finished_hex: str | None = ""
         self.agents: dict[str, AgentView] = {}
+        self.agents_version = 0
+        """Moved by each registration and status change (kernel.context.Subscribers)."""
         self.sessions: dict[str, str] = {}
         self.credentials: dict[str, str] = {}
         """Per agent, the verifier of the credential its handshakes must show (kernel.registry)."""
@@ -386,6 +388,7 @@ class Projections(FlowIndex):
         if previous is not None:
             self.sessions.pop(previous.session_hash, None)
         # A new handshake never lifts a demotion: only an operator does.
+        self.agents_version += 1
         self.agents[manifest.agent_id] = AgentView(
             manifest=manifest,
             status=previous.status if previous else AgentStatus.ACTIVE,
@@ -399,6 +402,7 @@ class Projections(FlowIndex):
         agent = self.agents.get(event.agent_id or "")
         if agent is None:
             return
+        self.agents_version += 1
         self.agents[agent.manifest.agent_id] = msgspec.structs.replace(
             agent, status=AgentStatus(payload.status)
         )

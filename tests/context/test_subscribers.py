@@ -9,7 +9,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kernel.context import Subscribers
+from kernel.context import Hosted, Subscribers
 from kernel.core.events import Manifest
 from kernel.state.records import AgentStatus, AgentView, visible
 
@@ -19,9 +19,15 @@ NAMES = st.lists(PARTS, min_size=1, max_size=3).map(".".join)
 
 @dataclass
 class Registered:
-    """What Subscribers reads of the projections: the registered agents."""
+    """What Subscribers reads of the projections: the registered agents, and the version
+    each registration or status change moves (as ``Projections`` does)."""
 
     agents: dict[str, AgentView] = field(default_factory=dict)
+    agents_version: int = 0
+
+    def register(self, agent: AgentView) -> None:
+        self.agents_version += 1
+        self.agents[agent.manifest.agent_id] = agent
 
 
 def view(agent_id: str, subscriptions: list[str], status: AgentStatus, seq: int) -> AgentView:
@@ -63,14 +69,14 @@ def test_the_index_wakes_whom_asking_every_agent_would(
 ) -> None:
     """Registrations, status changes and hosting change between lookups; every answer, for
     active agents and for all, is the scan's."""
-    hosts: dict[str, Any] = {}
+    hosts: dict[str, Any] = Hosted()
     projections = Registered()
     index = Subscribers(hosts, projections)  # type: ignore[arg-type]  # reads .agents only
     seq = 0
     for step in steps:
         for agent_id, subscriptions, status, hosted in step:
             seq += 1
-            projections.agents[agent_id] = view(agent_id, subscriptions, status, seq)
+            projections.register(view(agent_id, subscriptions, status, seq))
             if hosted:
                 hosts[agent_id] = object()
             else:
@@ -81,7 +87,7 @@ def test_the_index_wakes_whom_asking_every_agent_would(
 
 
 def test_an_agent_let_go_and_another_hosted_is_seen_at_once() -> None:
-    hosts: dict[str, Any] = {"ann": object()}
+    hosts: dict[str, Any] = Hosted(ann=object())
     projections = Registered(
         {
             "ann": view("ann", ["desk"], AgentStatus.ACTIVE, 1),
@@ -93,5 +99,8 @@ def test_an_agent_let_go_and_another_hosted_is_seen_at_once() -> None:
     del hosts["ann"]
     hosts["bob"] = object()  # as many hosted as before, and no registration in between
     assert index.of("desk.tick") == ("bob",)
-    projections.agents["bob"] = view("bob", ["other"], AgentStatus.ACTIVE, 3)
+    projections.register(view("bob", ["other"], AgentStatus.ACTIVE, 3))
     assert index.of("desk.tick") == ()
+    # A snapshot restored: another map of agents, its version as it was saved (none).
+    projections.agents = {"bob": view("bob", ["desk"], AgentStatus.ACTIVE, 4)}
+    assert index.of("desk.tick") == ("bob",)
