@@ -137,13 +137,7 @@ class Writer:
             # checkpoint was running.
             self._restart = self._checkpoint(conn) is None
         lazy = not sync and self._synchronous in ("FULL", "EXTRA")
-        # Compressed here, in the writer's thread: zlib lets go of the GIL while it deflates.
-        packer = self._packer
-        stored = (
-            [(seq, type_, dfid, packer.pack(body), hash_) for seq, type_, dfid, body, hash_ in rows]
-            if packer is not None
-            else rows
-        )
+        stored = self._stored(rows)
         if lazy:
             # Nor SQLite's checkpoint, which the commit reaching 1,000 pages would run:
             # upkeep runs one beside. A synced commit keeps it (it waits on a sync anyway;
@@ -175,6 +169,16 @@ class Writer:
             # A page per row and per table or index a transaction touches, about.
             self._pages += 3 + len(rows) + len(nodes) // 16
 
+    def _stored(self, rows: Sequence[Row]) -> Sequence[Row]:
+        """``rows`` as stored: compressed here, in the writer's thread (the codecs let go
+        of the GIL while they work)."""
+        packer = self._packer
+        if packer is None:
+            return rows
+        return [
+            (seq, type_, dfid, packer.pack(body), hash_) for seq, type_, dfid, body, hash_ in rows
+        ]
+
     @property
     def upkeep_due(self) -> bool:
         """Whether enough was written since the last checkpoint to run :meth:`upkeep`."""
@@ -193,12 +197,8 @@ class Writer:
         """
         if self._restart:
             return  # the writer's next transaction checkpoints: a second would stop it
-        try:
-            if self._checkpoints is None:
-                self._checkpoints = _checkpoint_connection(self._path, self._synchronous)
-            conn = self._checkpoints
-        except sqlite3.Error as exc:
-            log.warning("the journal's WAL cannot be checkpointed: %s", exc)
+        conn = self._checkpointing()
+        if conn is None:
             return
         pages = 0
         for _ in range(_TRIES):
@@ -212,6 +212,15 @@ class Writer:
                 break
         if pages >= RESTART_PAGES:
             self._restart = True
+
+    def _checkpointing(self) -> sqlite3.Connection | None:
+        """Upkeep's own connection, opened the first time (None: it cannot be opened)."""
+        if self._checkpoints is None:
+            try:
+                self._checkpoints = _checkpoint_connection(self._path, self._synchronous)
+            except sqlite3.Error as exc:
+                log.warning("the journal's WAL cannot be checkpointed: %s", exc)
+        return self._checkpoints
 
     def _checkpoint(self, conn: sqlite3.Connection) -> tuple[bool, int] | None:
         """Run a passive checkpoint; return whether it copied the whole WAL, and its pages.

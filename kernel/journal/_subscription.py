@@ -13,6 +13,7 @@ this module imports nothing of the store's.
 from __future__ import annotations
 
 import contextlib
+from bisect import bisect_left
 from collections.abc import Callable
 from typing import Protocol
 
@@ -89,7 +90,8 @@ class Subscription:
                 batch = await self._next_batch()
                 # A live batch may overlap the last read from the database.
                 if batch and batch[0].seq < self._next_seq:
-                    batch = batch[self._next_seq - batch[0].seq :]
+                    # By seq, not by position: a row and the event it stands for share one.
+                    batch = batch[bisect_left(batch, self._next_seq, key=_seq) :]
                 if batch:
                     self._next_seq = batch[-1].seq + 1
                     return batch
@@ -121,3 +123,7 @@ class Subscription:
             self._live = False
         except (anyio.BrokenResourceError, anyio.ClosedResourceError):
             self._forget(self)
+
+
+def _seq(event: Event) -> int:
+    return event.seq

@@ -290,12 +290,17 @@ class Telemetry:
     async def _emit_paced(self, batch: Sequence[Event], exported: list[int] | None = None) -> None:
         """Emit ``batch`` a slice at a time, each once the exporter has room; keep
         ``exported[0]`` at the last event emitted."""
-        for start in range(0, len(batch), _SLICE):
+        start, end = 0, len(batch)
+        while start < end:
             await self.wait_for_room()
-            part = batch[start : start + _SLICE]
+            stop = min(start + _SLICE, end)
+            while stop < end and batch[stop].seq == batch[stop - 1].seq:
+                stop += 1  # never between a row and the event it stands for (one seq)
+            part = batch[start:stop]
             self.emit(part)
             if exported is not None:
                 exported[0] = part[-1].seq
+            start = stop
 
     @property
     def dropped(self) -> Mapping[str, int]:

@@ -118,10 +118,15 @@ class Kernel:
         """The adapter calls the kernel made for flow ``dfid`` (their keys, one a call)."""
         db = self.effects.with_suffix("")
         with closing(sqlite3.connect(db)) as conn:
+            # A start's row, or the acceptance whose row carries it (ProposalAccepted.start).
             bodies = conn.execute(
-                "SELECT body FROM events WHERE type = 'ExecutionStarted' AND dfid = ?", (dfid,)
+                "SELECT body FROM events WHERE type IN ('ExecutionStarted', 'ProposalAccepted')"
+                " AND dfid = ?",
+                (dfid,),
             ).fetchall()
-        keys = {json.loads(unpack(body))["payload"]["intent"]["key"] for (body,) in bodies}
+        payloads = [json.loads(unpack(body))["payload"] for (body,) in bodies]
+        intents = [p.get("intent") or p.get("start") for p in payloads]
+        keys = {intent["key"] for intent in intents if intent}
         if not self.effects.exists():
             return []
         return [k for k in self.effects.read_text(encoding="utf-8").splitlines() if k in keys]
