@@ -31,14 +31,9 @@ from kernel.core.events import (
     with_derived,
 )
 from kernel.journal.store import SCHEMA_VERSION
+from tests.execution.test_one_row_close import row_types
 from tests.support.execution_domain import Desk, Trip, agent, desk_kernel
 from tests.support.helpers import ScriptedAgent, kernel_for
-
-
-def row_types(path: Path, dfid: str) -> list[str]:
-    with closing(sqlite3.connect(path)) as db:
-        rows = db.execute("SELECT type FROM events WHERE dfid = ? ORDER BY seq", (dfid,))
-        return [t for (t,) in rows]
 
 
 async def test_an_acceptance_carries_its_start_in_one_row_and_every_reader_sees_both(
