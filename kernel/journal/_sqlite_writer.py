@@ -155,9 +155,7 @@ class Writer:
                 raise sqlite3.OperationalError("disk I/O error (injected by JournalFaults)")
             conn.execute("COMMIT")
         except BaseException:
-            if conn.in_transaction:
-                with contextlib.suppress(sqlite3.Error):
-                    conn.execute("ROLLBACK")
+            _roll_back(conn)
             raise
         finally:
             self._writing = False
@@ -251,9 +249,7 @@ class Writer:
                 conn.executemany("DELETE FROM snapshots WHERE seq = ?", [(seq,) for seq in seqs])
                 conn.execute("COMMIT")
             except BaseException:
-                if conn.in_transaction:
-                    with contextlib.suppress(sqlite3.Error):
-                        conn.execute("ROLLBACK")
+                _roll_back(conn)
                 raise
         except SQLITE_ERRORS as exc:
             raise sqlite_error(self._path, exc) from exc
@@ -356,9 +352,7 @@ def _writer_tree(conn: sqlite3.Connection, size: int) -> Frontier:
             )
             conn.execute("COMMIT")
         except BaseException:
-            if conn.in_transaction:
-                with contextlib.suppress(sqlite3.Error):
-                    conn.execute("ROLLBACK")
+            _roll_back(conn)
             raise
         if builder.frontier.size != size:
             raise JournalCorrupt(path_of(conn), "its events changed while its tree was built")
@@ -394,3 +388,10 @@ def path_of(conn: sqlite3.Connection) -> str:
 def has_no_events(conn: sqlite3.Connection) -> bool:
     """Whether the journal ``conn`` is open on holds no event."""
     return conn.execute("SELECT 1 FROM events LIMIT 1").fetchone() is None
+
+
+def _roll_back(conn: sqlite3.Connection) -> None:
+    """Roll back a transaction a failure left open (a failing rollback adds nothing)."""
+    if conn.in_transaction:
+        with contextlib.suppress(sqlite3.Error):
+            conn.execute("ROLLBACK")
