@@ -12,7 +12,9 @@ after-commit step: no mailbox, no crew task, no reply to wait for; its proposal 
 straight to the DIM's mailbox (issue 35). It is the same reasoning under the same
 token meter, trace and fetcher; what it saves is the hops between tasks. A ``decide``
 that waits after all is closed at its first wait and run again by the crew, which
-takes the agent's contexts from then on.
+takes the agent's contexts from then on. Such an agent's crew is started only then (or
+when a context is otherwise left to the mailbox): a thousand of them idle are no tasks,
+and nothing for the cyclic collector to walk (issue 45, P19).
 """
 
 from __future__ import annotations
@@ -168,9 +170,19 @@ class AgentHost:
         assert self.tg is not None
         agent_id = agent.manifest.agent_id
         scope = self._crews[agent_id] = anyio.CancelScope()
-        self.tg.start_soon(self._crew, agent, mailbox, scope, name=f"agent:{agent_id}")
         if getattr(agent, "synchronous", False) is True:
-            mailbox.direct = DirectRun(self, agent, mailbox)
+            # Its contexts are decided where they are delivered: no crew until one is left
+            # to the mailbox (a thousand idle agents are no tasks, nothing for the collector).
+            mailbox.direct = DirectRun(self, agent, mailbox, scope)
+        else:
+            self._start_crew(agent, mailbox, scope)
+
+    def _start_crew(
+        self, agent: AgentLike, mailbox: Mailbox[AgentMessage], scope: anyio.CancelScope
+    ) -> None:
+        assert self.tg is not None
+        name = f"agent:{agent.manifest.agent_id}"
+        self.tg.start_soon(self._crew, agent, mailbox, scope, name=name)
 
     def hosting(self, agent_id: str) -> bool:
         """Whether a crew in this process reasons for ``agent_id``."""
@@ -314,7 +326,7 @@ class AgentHost:
         direct = mailbox.direct
         if not isinstance(direct, DirectRun) or direct.host is not self:
             return None  # not one of this host's agents run to completion (any more)
-        answer = self._reason_now(direct.agent, mailbox, ctx)
+        answer = self._reason_now(direct, ctx)
         if answer is None or isinstance(answer, Withdraw):
             return answer
         token, meter, proposal = answer
@@ -331,23 +343,26 @@ class AgentHost:
         self._carry(dfid, await reply.wait(), meter)
 
     def _reason_now(
-        self, agent: AgentLike, mailbox: Mailbox[AgentMessage], ctx: WorkingContext
+        self, run: DirectRun, ctx: WorkingContext
     ) -> tuple[str, UsageMeter, Proposal] | Withdraw | None:
-        """Run ``decide`` on ``ctx`` to its end: a proposal, a withdrawal, or None (it waited)."""
+        """Run ``decide`` on ``ctx`` to its end: a proposal, a withdrawal, or None (left to
+        the agent's crew, started if it was not: the context goes to the mailbox)."""
         session = self.sessions.get(ctx.agent_id)
         if session is None or self.answers is None:
+            run.crew()
             return None
         carried = self._usage.pop(ctx.dfid, 0)
         meter = UsageMeter(ctx.dfid, self._token_budget, carried)
         try:
-            proposal = self._decide_now(agent, ctx, meter)
+            proposal = self._decide_now(run.agent, ctx, meter)
         except _Suspended:
             log.warning(
                 "agent %s says it decides synchronously but its decide() waited: its crew"
                 " runs it from now on (this attempt is reasoned again there)",
                 ctx.agent_id,
             )
-            mailbox.direct = None
+            run.mailbox.direct = None
+            run.crew()
             if carried:
                 self._usage[ctx.dfid] = carried
             return None
@@ -453,20 +468,42 @@ class DirectRun:
     """An agent run to completion where its context is delivered (``synchronous = True``).
 
     Set as its mailbox's ``direct`` receiver by :meth:`AgentHost.host`; the host reads
-    it back to decide a context before it is durable (:meth:`AgentHost.early`).
+    it back to decide a context before it is durable (:meth:`AgentHost.early`). The
+    agent's crew is started only when a context is left to the mailbox (:meth:`crew`).
 
     Attributes:
         host: the host that runs the agent.
         agent: the agent.
         mailbox: the agent's mailbox (its crew takes over if a ``decide`` waits).
+        scope: the crew's cancel scope (cancelled when the agent is displaced).
+        crewed: whether the crew was started.
     """
 
-    __slots__ = ("agent", "host", "mailbox")
+    __slots__ = ("agent", "crewed", "host", "mailbox", "scope")
 
-    def __init__(self, host: AgentHost, agent: AgentLike, mailbox: Mailbox[AgentMessage]) -> None:
+    def __init__(
+        self,
+        host: AgentHost,
+        agent: AgentLike,
+        mailbox: Mailbox[AgentMessage],
+        scope: anyio.CancelScope,
+    ) -> None:
         self.host = host
         self.agent = agent
         self.mailbox = mailbox
+        self.scope = scope
+        self.crewed = False
+
+    def crew(self) -> None:
+        """Start the agent's crew on its mailbox, once; nothing if the kernel is stopping
+        (the compiler's after-commit step calls it, which must never fail)."""
+        if self.crewed:
+            return
+        self.crewed = True
+        try:
+            self.host._start_crew(self.agent, self.mailbox, self.scope)
+        except RuntimeError:
+            log.info("the kernel is stopping: the crew of %s not started", self.mailbox.name)
 
     def __call__(self, ctx: WorkingContext) -> bool:
         """Decide ``ctx`` here and now; False leaves it to the crew (the mailbox).
@@ -475,7 +512,7 @@ class DirectRun:
         agent raises withdraws its flow, as in the crew.
         """
         host = self.host
-        answer = host._reason_now(self.agent, self.mailbox, ctx)
+        answer = host._reason_now(self, ctx)
         if answer is None:
             return False
         if isinstance(answer, Withdraw):
