@@ -299,9 +299,6 @@ def _unopened(msg: Open, agent: Any, out: Outbox) -> Feedback | None:
 
 def _stage_context(out: Outbox, dfid: str, context: ContextCompiled) -> None:
     """Stage a flow's context: with its FlowCreated when that is the last event staged."""
-    created = out.last_staged(dfid)
-    if type(created) is FlowCreated and created.context is None:
-        # A flow's first context travels with its FlowCreated: one row, two events.
-        out.restage(dfid, msgspec.structs.replace(created, context=context))
-    else:
+    # A flow's first context travels with its FlowCreated: one row, two events.
+    if out.travel_with(dfid, context) is None:
         out.emit(context, dfid=dfid)

@@ -165,9 +165,20 @@ class ContextCompiled(Payload, frozen=True, tag=True):
 
 
 class ProposalSubmitted(Payload, frozen=True, tag=True):
+    """A proposal, as the DIM took it to judge.
+
+    ``accepted`` is its verdict when the DIM accepted it in the same append with nothing
+    recorded between: one row where the two events travel together (and the acceptance's
+    start with them, ``ProposalAccepted.start``), the ProposalAccepted derived from it for
+    every reader (kernel.core.events.with_derived). None: the verdict, if any, is a row of
+    its own (journals before it, rejections, escalations, and a proposal something else
+    was recorded after before its verdict).
+    """
+
     attempt: int
     proposal: ProposalRecord
     by_human: bool = False
+    accepted: ProposalAccepted | None = None
 
 
 class ProposalRejected(Payload, frozen=True, tag=True):

@@ -396,6 +396,8 @@ def derived_of(event: Event) -> Event | None:
         return _standing_for(event, payload.context)  # type: ignore[union-attr]
     if kind is ProposalAccepted and payload.start is not None:  # type: ignore[union-attr]
         return _standing_for(event, ExecutionStarted(intent=payload.start))  # type: ignore[union-attr]
+    if kind is ProposalSubmitted and payload.accepted is not None:  # type: ignore[union-attr]
+        return _standing_for(event, payload.accepted)  # type: ignore[union-attr]
     return None
 
 
@@ -427,10 +429,14 @@ def with_derived(events: list[Event]) -> list[Event]:
         event = events[index]
         out.append(event)
         if _derives(event) and not (
-            # Already derived (a list handed on twice): never a second one.
-            index < last and events[index + 1].seq == event.seq
+            # Already derived (a list handed on twice, or an event itself derived): never
+            # a second time.
+            (index < last and events[index + 1].seq == event.seq) or event.caused_by == event.seq
         ):
-            out.append(derived_of(event))  # type: ignore[arg-type]
+            derived = derived_of(event)
+            while derived is not None:
+                out.append(derived)
+                derived = derived_of(derived)
     return out
 
 
@@ -442,6 +448,8 @@ def _derives(event: Event) -> bool:
         return payload.closes  # type: ignore[union-attr]
     if kind is ProposalAccepted:
         return payload.start is not None  # type: ignore[union-attr]
+    if kind is ProposalSubmitted:
+        return payload.accepted is not None  # type: ignore[union-attr]
     return kind is FlowCreated and payload.context is not None  # type: ignore[union-attr]
 
 

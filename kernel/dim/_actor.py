@@ -332,17 +332,19 @@ class IntegrityModule:
                 ),
             )
             return
-        recorded = out.emit(
-            ProposalAccepted(
-                attempt=attempt,
-                by_human=msg.by_human,
-                pack=judgement.pack,
-                applied=judgement.applied,
-                grant=judgement.grant.grant if judgement.grant is not None else "",
-            ),
-            dfid=msg.dfid,
-            after=submitted,
+        acceptance = ProposalAccepted(
+            attempt=attempt,
+            by_human=msg.by_human,
+            pack=judgement.pack,
+            applied=judgement.applied,
+            grant=judgement.grant.grant if judgement.grant is not None else "",
         )
+        # Judged with nothing recorded since the submission: the verdict travels with it.
+        carried = out.travel_with(msg.dfid, acceptance)
+        if carried is None:
+            recorded = out.emit(acceptance, dfid=msg.dfid, after=submitted)
+        else:
+            recorded = carried
         use_grant(msg.dfid, judgement, recorded, out)
         staged.count_call(self._projections, msg.dfid)
         flag(self._catalog, msg, judgement, overruns, recorded, out)

@@ -16,14 +16,16 @@ from kernel.journal.head import KEYED_CHAIN, head_problem, key_problem
 from kernel.journal.port import Head
 from kernel.journal.sealing import check_row
 
-SCHEMA_VERSION = "4"
+SCHEMA_VERSION = "5"
 """Version 2: a body may be stored compressed (:mod:`kernel.journal.codec`). Version 3: a
 FlowCreated row may stand for its flow's first ContextCompiled too (``FlowCreated.context``).
 Version 4: a ProposalAccepted row may stand for its ExecutionStarted too
-(``ProposalAccepted.start``). A kernel that writes to an older journal raises its version
-first, so an older kernel refuses the journal by its version instead of misreading a row
-(msgspec would drop a field it does not know: an execution started would go unseen)."""
-READABLE_VERSIONS = frozenset({"1", "2", "3", SCHEMA_VERSION})
+(``ProposalAccepted.start``). Version 5: a ProposalSubmitted row may stand for its
+ProposalAccepted too (``ProposalSubmitted.accepted``). A kernel that writes to an older
+journal raises its version first, so an older kernel refuses the journal by its version
+instead of misreading a row (msgspec would drop a field it does not know: an execution
+started, or a verdict, would go unseen)."""
+READABLE_VERSIONS = frozenset({"1", "2", "3", "4", SCHEMA_VERSION})
 
 
 def check_meta(meta: Mapping[Any, Any], path: str) -> dict[str, str]:

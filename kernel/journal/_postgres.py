@@ -409,7 +409,8 @@ def _open_writer(
         journal_id, head, keyed = check_state(meta, last, location, chain_key, readonly=False)
         # It is about to hold rows an older kernel cannot read (kernel.journal._meta).
         conn.execute(
-            "UPDATE meta SET value = %s WHERE key = 'schema_version' AND value IN ('1', '2', '3')",
+            "UPDATE meta SET value = %s WHERE key = 'schema_version'"
+            " AND value IN ('1', '2', '3', '4')",
             (SCHEMA_VERSION,),
         )
         if chain_key is not None and not last:

@@ -130,16 +130,24 @@ def asked_for(wanted: list[str] | None) -> list[str] | None:
     if wanted is None:
         return None
     # A FlowClosed may be derived from the success it travels with, a ContextCompiled from
-    # the FlowCreated of its flow, an ExecutionStarted from the acceptance it travels with
-    # (no row of their own): their rows are asked for too.
-    extra = [row for derived, row in _ROW_OF.items() if derived in wanted and row not in wanted]
-    return [*wanted, *extra] if extra else wanted
+    # the FlowCreated of its flow, a ProposalAccepted from its submission, an
+    # ExecutionStarted from the acceptance it travels with, itself a row or its
+    # submission's (no row of their own): their rows are asked for too.
+    extra = [
+        row
+        for derived, rows in _ROWS_OF.items()
+        if derived in wanted
+        for row in rows
+        if row not in wanted
+    ]
+    return [*wanted, *dict.fromkeys(extra)] if extra else wanted
 
 
-_ROW_OF = {
-    "FlowClosed": "ExecutionSucceeded",
-    "ContextCompiled": "FlowCreated",
-    "ExecutionStarted": "ProposalAccepted",
+_ROWS_OF = {
+    "FlowClosed": ("ExecutionSucceeded",),
+    "ContextCompiled": ("FlowCreated",),
+    "ProposalAccepted": ("ProposalSubmitted",),
+    "ExecutionStarted": ("ProposalAccepted", "ProposalSubmitted"),
 }
 
 

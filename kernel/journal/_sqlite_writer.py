@@ -311,7 +311,7 @@ def open_writer(
             # It is about to hold rows an older kernel cannot read (kernel.journal._meta).
             conn.execute(
                 "UPDATE meta SET value = ? WHERE key = 'schema_version'"
-                " AND value IN ('1', '2', '3')",
+                " AND value IN ('1', '2', '3', '4')",
                 (SCHEMA_VERSION,),
             )
         if key is not None and has_no_events(conn):

@@ -87,10 +87,13 @@ class Relay:
         journal_id = self.journal.journal_id
         async with self.journal.subscribe(self.position + 1) as batches:
             async for batch in batches:
+                nth = 0
                 for event in batch:
-                    # A derived FlowClosed shares its success's seq: an id of its own, or
-                    # the stream would drop it as a duplicate of that success.
-                    msg_id = f"{journal_id}:{event.seq}" + ("+" if is_derived(event) else "")
+                    # A derived event shares its row's seq: an id of its own ("+" for the
+                    # first a row stands for, "++" for the second), or the stream would
+                    # drop it as a duplicate of that row.
+                    nth = nth + 1 if is_derived(event) else 0
+                    msg_id = f"{journal_id}:{event.seq}" + "+" * nth
                     headers = {"Nats-Msg-Id": msg_id}
                     body = msgspec.json.encode(event)
                     while True:

@@ -82,8 +82,9 @@ async def export_bundle(journal: Journal, dfid: str) -> dict[str, Any]:
     Raises:
         BundleError: no such flow, or no signed checkpoint covers its last event yet.
     """
-    # The rows of the flow: a derived FlowClosed has none (its success's row stands for it).
-    events = [event for event in await journal.flow_events(dfid) if not is_derived(event)]
+    # The rows of the flow: a derived event has none (the row it travels with stands for it).
+    read = await journal.flow_events(dfid)
+    events = [event for event in read if not is_derived(event)]
     if not events:
         raise BundleError(f"no flow {dfid} in the journal")
     last = events[-1].seq
@@ -102,7 +103,8 @@ async def export_bundle(journal: Journal, dfid: str) -> dict[str, Any]:
         }
         for event in events
     ]
-    packs, keys = await _packs_and_keys(journal, _named(events))
+    # The packs its verdicts name, derived ones too (an acceptance carried by its submission).
+    packs, keys = await _packs_and_keys(journal, _named(read))
     return {
         "format": FORMAT,
         "origin": parse_checkpoint(split_note(note)[0]).origin,

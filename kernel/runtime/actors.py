@@ -25,12 +25,12 @@ from anyio.abc import TaskGroup
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from kernel.core import flow
+from kernel.core.carrying import carrying, derived_chain
 from kernel.core.events import (
     Draft,
     Event,
     Payload,
     ResourceReleased,
-    derived_of,
 )
 from kernel.core.flow import FLOW_EVENTS, FlowState
 from kernel.core.ports import Clock
@@ -246,27 +246,44 @@ class Outbox:
             return None
         return self.drafts[-1].payload
 
+    def travel_with(self, dfid: str, payload: Payload) -> int | None:
+        """Let flow ``dfid``'s last staged row stand for ``payload`` too; return its index.
+
+        One row where two events travel together with nothing recorded between them
+        (:func:`~kernel.core.events.carrying`: a FlowCreated and its first context, a
+        submission and its acceptance, an acceptance and its start). None: the batch's
+        last draft is not the flow's, or cannot carry ``payload``; emit it instead.
+        """
+        last = self.last_staged(dfid)
+        row = carrying(last, payload) if last is not None else None
+        if row is None:
+            return None
+        self.restage(dfid, row)
+        return len(self.drafts) - 1
+
     def restage(self, dfid: str, payload: Payload) -> None:
         """Stage ``payload`` in place of flow ``dfid``'s last event (:meth:`last_staged`).
 
-        The same event, its row now standing for another too (``derived_of``: a FlowCreated
-        carrying its flow's first context): what it stands for is folded here, as every
-        reader will see it after the row.
+        The same event, its row now standing for more (:func:`~kernel.core.events.carrying`):
+        what it newly stands for is folded here, as every reader will see it after the row.
         """
         state, index = self._overlay[dfid]
         draft = self.drafts[index]
         self.drafts[index] = msgspec.structs.replace(draft, payload=payload)
-        provisional = Event(
+        before = len(derived_chain(self._provisional(state, draft, draft.payload)))
+        for derived in derived_chain(self._provisional(state, draft, payload))[before:]:
+            state = flow.apply(state, derived)
+        self._overlay[dfid] = (state, index)
+
+    def _provisional(self, state: FlowState, draft: Draft, payload: Payload) -> Event:
+        return Event(
             seq=state.last_seq,
             ts=self._clock.now_ns(),
             payload=payload,  # type: ignore[arg-type]
-            dfid=dfid,
+            dfid=state.dfid,
             parent_dfid=draft.parent_dfid,
             agent_id=draft.agent_id,
         )
-        derived = derived_of(provisional)
-        if derived is not None:
-            self._overlay[dfid] = (flow.apply(state, derived), index)
 
     def commit_lazily(self, dfid: str) -> None:
         """Let flow ``dfid``'s events of this batch commit without a sync of their own.
@@ -363,9 +380,8 @@ class Outbox:
         # What to restore should the message crash: the flow as before its first event.
         self._undo.setdefault(dfid, staged)
         state = flow.apply(current, provisional)
-        derived = derived_of(provisional)
-        if derived is not None:
-            # The event its row stands for, which every reader will see after it.
+        for derived in derived_chain(provisional):
+            # The events its row stands for, which every reader will see after it.
             state = flow.apply(state, derived)
         self._overlay[dfid] = (state, index)
         return state

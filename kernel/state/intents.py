@@ -24,7 +24,6 @@ from kernel.core.events import (
     ExecutionStarted,
     FlowAborted,
     Payload,
-    ProposalAccepted,
     ProposalRecord,
 )
 from kernel.core.flow import FlowState
@@ -37,9 +36,7 @@ class Emits(Protocol):
 
     def emit(self, payload: Payload, *, dfid: str | None = None) -> int: ...
 
-    def last_staged(self, dfid: str) -> Payload | None: ...
-
-    def restage(self, dfid: str, payload: Payload) -> None: ...
+    def travel_with(self, dfid: str, payload: Payload) -> int | None: ...
 
 
 def policy_of(
@@ -145,10 +142,8 @@ def stage_start(
     if intent.compensation:
         out.emit(CompensationStarted(intent=intent), dfid=flow.dfid)
         return intent
-    accepted = out.last_staged(flow.dfid)
-    if type(accepted) is ProposalAccepted and accepted.start is None:
-        # Accepted in this append with nothing recorded since: the start travels with it.
-        out.restage(flow.dfid, msgspec.structs.replace(accepted, start=intent))
-    else:
-        out.emit(ExecutionStarted(intent=intent), dfid=flow.dfid)
+    started = ExecutionStarted(intent=intent)
+    # Accepted in this append with nothing recorded since: the start travels with it.
+    if out.travel_with(flow.dfid, started) is None:
+        out.emit(started, dfid=flow.dfid)
     return intent

@@ -1,11 +1,12 @@
-"""An acceptance and the start of its execution: one row, both events for every reader.
+"""A submission, its acceptance and the start of its execution: one row, three events.
 
 Issue 45's fourth lever. When the DIM accepts a proposal and starts its execution in the
-same append with nothing recorded between them, the ProposalAccepted row carries the
-intent (``ProposalAccepted.start``) and stores no ExecutionStarted row; every reader gets
-the ExecutionStarted it stands for right after it. With something recorded between (a
-reservation, say) the start keeps its own row. A P1 flow is then four rows for its seven
-events.
+same append with nothing recorded between them, the ProposalAccepted carries the intent
+(``ProposalAccepted.start``) and stores no ExecutionStarted row; when it judged the
+proposal with nothing recorded since its submission, the ProposalSubmitted row carries
+that acceptance too (``ProposalSubmitted.accepted``). Every reader gets the events a row
+stands for right after it. With something recorded between (a reservation, say) the
+start keeps its own row. A P1 flow is then three rows for its seven events.
 """
 
 from __future__ import annotations
@@ -21,11 +22,13 @@ from kernel import FlowStatus
 from kernel.audit import open_journal, verify_journal
 from kernel.audit.narrative import narrate
 from kernel.cli import main as dirk_main
+from kernel.core.carrying import derived_chain
 from kernel.core.events import (
     Event,
     ExecutionStarted,
     ExecutionSucceeded,
     ProposalAccepted,
+    ProposalSubmitted,
     derived_of,
     is_derived,
     with_derived,
@@ -49,13 +52,9 @@ async def test_an_acceptance_carries_its_start_in_one_row_and_every_reader_sees_
         events = await kernel.journal.read(dfid=dfid)
         [started] = await kernel.journal.read(dfid=dfid, types=["ExecutionStarted"])
         [succeeded] = await kernel.journal.read(dfid=dfid, types=["ExecutionSucceeded"])
+        verdicts = await kernel.journal.read(dfid=dfid, types=["ProposalAccepted"])
 
-    assert row_types(path, dfid) == [
-        "FlowCreated",
-        "ProposalSubmitted",
-        "ProposalAccepted",
-        "ExecutionSucceeded",
-    ]
+    assert row_types(path, dfid) == ["FlowCreated", "ProposalSubmitted", "ExecutionSucceeded"]
     assert [e.type for e in events] == [
         "FlowCreated",
         "ContextCompiled",
@@ -65,17 +64,27 @@ async def test_an_acceptance_carries_its_start_in_one_row_and_every_reader_sees_
         "ExecutionSucceeded",
         "FlowClosed",
     ]
-    accepted = events[3]
+    submitted, accepted = events[2], events[3]
+    assert isinstance(submitted.payload, ProposalSubmitted) and not is_derived(submitted)
+    assert submitted.payload.accepted == accepted.payload and is_derived(accepted)
     assert isinstance(accepted.payload, ProposalAccepted) and accepted.payload.start is not None
+    assert derived_chain(submitted) == [accepted, started]
     assert started == events[4] and is_derived(started)
     assert isinstance(started.payload, ExecutionStarted)
     assert started.payload.intent == accepted.payload.start
-    assert (started.seq, started.ts, started.hash) == (accepted.seq, accepted.ts, accepted.hash)
-    assert (started.dfid, started.agent_id) == (accepted.dfid, accepted.agent_id)
+    for derived in (accepted, started):
+        assert (derived.seq, derived.ts, derived.hash) == (
+            submitted.seq,
+            submitted.ts,
+            submitted.hash,
+        )
+        assert (derived.dfid, derived.agent_id) == (submitted.dfid, submitted.agent_id)
+        assert derived.caused_by == submitted.seq
     # The success is caused by the start, as it was when the start had a row of its own.
     assert isinstance(succeeded.payload, ExecutionSucceeded)
     assert succeeded.caused_by == started.seq
     assert [e for e in heard if e.dfid == dfid] == events
+    assert verdicts == [accepted]  # a read by type gets what a row stands for, only that
 
     # Verify folds what readers see; a reopened kernel folds the flow closed again.
     assert (await verify_journal(path)).ok
@@ -90,7 +99,7 @@ async def test_an_acceptance_carries_its_start_in_one_row_and_every_reader_sees_
     assert "CLOSED" in capsys.readouterr().out
     with closing(sqlite3.connect(path)) as db:
         ((version,),) = db.execute("SELECT value FROM meta WHERE key = 'schema_version'")
-    assert version == SCHEMA_VERSION == "4"  # an older kernel refuses it by name
+    assert version == SCHEMA_VERSION == "5"  # an older kernel refuses it by name
 
 
 async def test_a_start_with_something_recorded_before_it_keeps_its_own_row(

@@ -208,7 +208,7 @@ async def test_a_domain_plugs_in_with_one_registration_line(
         packs=[TALLY_PACK],
         adapters={},
         allow=["counter"],
-        config=_config(checkpoint_every=20),
+        config=_config(checkpoint_every=12),
     ) as running:
         await running.register(Counter(amounts))
         ended = []

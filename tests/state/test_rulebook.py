@@ -374,7 +374,7 @@ async def test_checkpoints_and_time_travel_hold_constraints_and_rules(tmp_path: 
     from kernel.state.snapshots import checkpoints, state_json
 
     path = tmp_path / "j.db"
-    async with booking_kernel(path, checkpoint_every=7) as kernel:
+    async with booking_kernel(path, checkpoint_every=5) as kernel:
         agent = Planner(max_attempts=1)
         await kernel.register(agent)
         await run(kernel, agent, remember("memory.add_constraint", text="never use eval()"))
