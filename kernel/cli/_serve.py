@@ -161,6 +161,12 @@ def add_commands(commands: Any) -> None:
         metavar="NAME",
         help="with --mcp on loopback and no tokens: calls act as this operator",
     )
+    p.add_argument(
+        "--mcp-currency",
+        metavar="CODE",
+        help="with --mcp: the currency whose minor units reasons quote, shown as such in each"
+        " answer's summary (default USD; none: as recorded), as dirk mcp --currency",
+    )
     add_options(p)
     p.set_defaults(run=run)
 
@@ -255,15 +261,29 @@ def _mcp_refused(args: argparse.Namespace) -> int | None:
             "--mcp needs --mcp-token-file (or, on loopback, --mcp-operator NAME)",
             ExitCode.USAGE,
         )
+    if args.mcp_currency is not None and _currency(args.mcp_currency) is None:
+        shown = args.mcp_currency[:20]
+        return error(
+            CliError.BAD_ARGUMENT,
+            f"--mcp-currency takes a currency code (USD, EUR) or none, not {shown!r}",
+            ExitCode.USAGE,
+        )
     return None
 
 
+def _currency(text: str) -> str | None:
+    """``--mcp-currency``'s code as ``dirk mcp --currency`` reads it; None: not one."""
+    from kernel.cli._mcp import currency_of
+
+    return currency_of(text)
+
+
 def _mcp_options_alone(args: argparse.Namespace) -> int | None:
-    """The exit code of ``--mcp-token-file`` or ``--mcp-operator`` without ``--mcp``, or None."""
-    if args.mcp_token_file or args.mcp_operator:
+    """The exit code of an ``--mcp-*`` option without ``--mcp``, or None."""
+    if args.mcp_token_file or args.mcp_operator or args.mcp_currency is not None:
         return error(
             CliError.BAD_ARGUMENT,
-            "--mcp-token-file and --mcp-operator go with --mcp",
+            "--mcp-token-file, --mcp-operator and --mcp-currency go with --mcp",
             ExitCode.USAGE,
         )
     return None
@@ -463,4 +483,5 @@ async def _mcp(
     identity = Identity(default, tokens)
     url = url_of("http", host, sock.getsockname()[1])
     with scope:
-        await serve(Embedded(kernel), identity, Web(sock, host, url, None, tokens))
+        currency = _currency(args.mcp_currency or "USD") or "USD"  # checked before the kernel
+        await serve(Embedded(kernel), identity, Web(sock, host, url, None, tokens), currency)

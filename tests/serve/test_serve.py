@@ -174,6 +174,11 @@ def test_on_the_wall_clock_the_old_escalations_expire_at_once(journal: Path) -> 
         (["--mcp", "nonsense"], "BAD_ARGUMENT"),
         (["--mcp", "0.0.0.0:9"], "BAD_ARGUMENT"),
         (["--mcp-operator", "ana"], "BAD_ARGUMENT"),
+        (["--mcp-currency", "EUR"], "BAD_ARGUMENT"),
+        (
+            ["--mcp", "127.0.0.1:0", "--mcp-operator", "ana", "--mcp-currency", "euros"],
+            "BAD_ARGUMENT",
+        ),
         (["--inbox-poll", "0"], "BAD_ARGUMENT"),
         (["--port", "70000"], "BAD_ARGUMENT"),
         (["--host", "0.0.0.0"], "BAD_ARGUMENT"),
@@ -267,6 +272,9 @@ def test_an_mcp_host_decides_on_the_served_kernel(journal: Path, tmp_path: Path)
     tokens.write_text("operator:rui s3cret-operator-token\n")
     tokens.chmod(0o600)
     args = ["--example", "trading", "--mcp", "127.0.0.1:0", "--mcp-token-file", str(tokens)]
+    # Taken as dirk mcp --currency takes it (the trading pack's reasons quote money already
+    # written out, so its answers read the same; tests/mcp/test_mcp_units.py shows the units).
+    args += ["--mcp-currency", "eur"]
     with running_serve(journal, *args) as served:
         assert served.proc.stderr is not None
         line = ""

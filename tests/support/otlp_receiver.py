@@ -83,6 +83,8 @@ def _metric_lines(request: ExportMetricsServiceRequest) -> list[str]:
         for scope_metrics in resource_metrics.scope_metrics:
             for metric in scope_metrics.metrics:
                 kind = metric.WhichOneof("data")
+                if kind is None:
+                    continue  # a metric with no data points of any kind
                 for point in getattr(metric, kind).data_points:
                     record: dict[str, Any] = {
                         "metric": metric.name,
