@@ -32,7 +32,7 @@ from benchmarks.figures import (
     memory_figure,
     open_figure,
     replay_figures,
-    storage_figure,
+    storage_figures,
 )
 from benchmarks.flows import (
     SPANS_PER_FLOW,
@@ -333,7 +333,7 @@ def _measure(plan: Plan, only: set[str], tmp: Path, quick: bool) -> list[Figure]
     if p5:
         figures += replay_figures(p5, p1)
     if p6:
-        figures.append(storage_figure(p6, plan.trading_minutes))
+        figures.extend(storage_figures(p6, plan.trading_minutes))
     scaled = " [quick: smaller than the goal's]" if quick else ""
     if "P15" in only:
         figures += _proof_figures(plan, p15, tmp, scaled)

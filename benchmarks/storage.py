@@ -10,15 +10,22 @@ no-op flows (J1) are not.
 Bytes are the database file after a WAL checkpoint, split by SQLite's
 ``dbstat`` into the events table, each index and the rest, and the events
 table further into canonical JSON bodies, hashes and the indexed columns.
+
+P6 divides by the rows stored (the goal's unit since a row was one event). A row may
+stand for the events that always follow it (a submission carries its acceptance and
+its start: kernel.core.carrying), so P6.read divides the same bytes by the events a
+reader of the journal gets, derived ones included, as P5 counts them.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import sqlite3
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from examples import trading
+from kernel.audit import open_journal
 
 
 @dataclass(frozen=True)
@@ -29,16 +36,33 @@ class StorageRun:
     file_bytes: int
     breakdown: dict[str, float] = field(default_factory=dict)
     """Bytes per event by where they are stored."""
+    events_read: int = 0
+    """The events a reader gets from those rows, derived ones included (0: not read)."""
 
     @property
     def bytes_per_event(self) -> float:
         return self.file_bytes / self.events
 
+    @property
+    def bytes_per_event_read(self) -> float:
+        """P6.read: the same bytes per event as read."""
+        return self.file_bytes / self.events_read
+
 
 async def run_storage(path: Path, minutes: int, seed: int = 1) -> StorageRun:
     """Run the trading desk for ``minutes`` simulated minutes into ``path``; measure the file."""
     await trading.simulate(seed, path, minutes, "scripted", "scripted", progress=False)
-    return measure_file(path)
+    run = measure_file(path)
+    return dataclasses.replace(run, events_read=await events_read(path))
+
+
+async def events_read(path: Path) -> int:
+    """How many events a reader of the closed journal at ``path`` gets, derived included."""
+    read = 0
+    async with open_journal(path, readonly=True) as journal:
+        async for batch in journal.scan(hashes=False):
+            read += len(batch)
+    return read
 
 
 def measure_file(path: Path) -> StorageRun:

@@ -92,6 +92,13 @@ async def test_p6_measures_the_shipped_trading_desk(tmp_path: Path) -> None:
         assert run.events == journal.head_seq
     assert {"trading.place_order", "trading.set_mandate", "desk.rebalance"} <= kinds
     assert run.bytes_per_event == path.stat().st_size / run.events
+    # P6.read: the same bytes over the events a reader gets, each row's and those it
+    # stands for (an accepted submission carries its acceptance and start).
+    async with open_journal(path, readonly=True) as journal:
+        read = [e async for batch in journal.scan() for e in batch]
+    assert run.events_read == len(read) > run.events
+    assert {"ProposalAccepted", "ExecutionStarted"} <= {e.type for e in read}
+    assert run.bytes_per_event_read == path.stat().st_size / len(read)
 
 
 def test_every_goal_of_issue_35_is_printed_met_missed_skipped_or_not_run() -> None:
