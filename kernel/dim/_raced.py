@@ -52,6 +52,9 @@ def check(
             than the flows committed and ``staged`` (the appends before it) leave them.
     """
     judged: dict[str, str] = {}
+    # What a verdict of each agent should have seen: ``staged`` is the same for every
+    # event of this append, so it is worked out once per agent, not once per verdict.
+    expected_of: dict[str, str] = {}
     for event in events:
         payload = event.payload
         dfid = event.dfid
@@ -67,8 +70,10 @@ def check(
         seen = _seen(agent_id, payload)
         if seen is None:
             continue
-        now = projections.unsettled_with(agent_id, staged)
-        expected = unsettled_detail(agent_id, now) if now else ""
+        expected = expected_of.get(agent_id)
+        if expected is None:
+            now = projections.unsettled_with(agent_id, staged)
+            expected = expected_of[agent_id] = unsettled_detail(agent_id, now) if now else ""
         if seen != expected:
             raise StaleVerdict(dfid, None, type(payload).__name__)
 

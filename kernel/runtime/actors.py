@@ -258,32 +258,30 @@ class Outbox:
         row = carrying(last, payload) if last is not None else None
         if row is None:
             return None
-        self.restage(dfid, row)
+        self.restage(dfid, row, payload)
         return len(self.drafts) - 1
 
-    def restage(self, dfid: str, payload: Payload) -> None:
-        """Stage ``payload`` in place of flow ``dfid``'s last event (:meth:`last_staged`).
+    def restage(self, dfid: str, row: Payload, carried: Payload) -> None:
+        """Stage ``row`` in place of flow ``dfid``'s last event (:meth:`last_staged`).
 
-        The same event, its row now standing for more (:func:`~kernel.core.events.carrying`):
-        what it newly stands for is folded here, as every reader will see it after the row.
+        The same event, its row now standing for ``carried`` too
+        (:func:`~kernel.core.events.carrying`, which adds one event to what a row stands
+        for): ``carried`` is folded here as the derived event every reader will see last
+        after the row (its seq, its cause the row's own seq).
         """
         state, index = self._overlay[dfid]
         draft = self.drafts[index]
-        self.drafts[index] = msgspec.structs.replace(draft, payload=payload)
-        before = len(derived_chain(self._provisional(state, draft, draft.payload)))
-        for derived in derived_chain(self._provisional(state, draft, payload))[before:]:
-            state = flow.apply(state, derived)
-        self._overlay[dfid] = (state, index)
-
-    def _provisional(self, state: FlowState, draft: Draft, payload: Payload) -> Event:
-        return Event(
+        self.drafts[index] = msgspec.structs.replace(draft, payload=row)
+        derived = Event(
             seq=state.last_seq,
             ts=self._clock.now_ns(),
-            payload=payload,  # type: ignore[arg-type]
+            payload=carried,  # type: ignore[arg-type]
             dfid=state.dfid,
             parent_dfid=draft.parent_dfid,
+            caused_by=state.last_seq,
             agent_id=draft.agent_id,
         )
+        self._overlay[dfid] = (flow.apply(state, derived), index)
 
     def commit_lazily(self, dfid: str) -> None:
         """Let flow ``dfid``'s events of this batch commit without a sync of their own.
