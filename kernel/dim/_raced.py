@@ -72,10 +72,15 @@ def check(
             continue
         expected = expected_of.get(agent_id)
         if expected is None:
-            now = projections.unsettled_with(agent_id, staged)
-            expected = expected_of[agent_id] = unsettled_detail(agent_id, now) if now else ""
+            expected = expected_of[agent_id] = _expected(projections, agent_id, staged)
         if seen != expected:
             raise StaleVerdict(dfid, None, type(payload).__name__)
+
+
+def _expected(projections: Projections, agent_id: str, staged: Mapping[str, FlowState]) -> str:
+    """What a verdict of ``agent_id`` should have seen of its unsettled flows ("" none)."""
+    now = projections.unsettled_with(agent_id, staged)
+    return unsettled_detail(agent_id, now) if now else ""
 
 
 def _seen(agent_id: str, payload: object) -> str | None:
