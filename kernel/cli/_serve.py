@@ -43,6 +43,7 @@ from typing import Any
 import anyio
 
 from kernel.audit.reverify import PackPathError
+from kernel.cli._mcp import currency_of
 from kernel.cli._operator import counted, error
 from kernel.cli._replay import packs_from
 from kernel.console._command import Prepared, add_options, prepare, server_for
@@ -261,7 +262,7 @@ def _mcp_refused(args: argparse.Namespace) -> int | None:
             "--mcp needs --mcp-token-file (or, on loopback, --mcp-operator NAME)",
             ExitCode.USAGE,
         )
-    if args.mcp_currency is not None and _currency(args.mcp_currency) is None:
+    if args.mcp_currency is not None and currency_of(args.mcp_currency) is None:
         shown = args.mcp_currency[:20]
         return error(
             CliError.BAD_ARGUMENT,
@@ -269,13 +270,6 @@ def _mcp_refused(args: argparse.Namespace) -> int | None:
             ExitCode.USAGE,
         )
     return None
-
-
-def _currency(text: str) -> str | None:
-    """``--mcp-currency``'s code as ``dirk mcp --currency`` reads it; None: not one."""
-    from kernel.cli._mcp import currency_of
-
-    return currency_of(text)
 
 
 def _mcp_options_alone(args: argparse.Namespace) -> int | None:
@@ -483,5 +477,5 @@ async def _mcp(
     identity = Identity(default, tokens)
     url = url_of("http", host, sock.getsockname()[1])
     with scope:
-        currency = _currency(args.mcp_currency or "USD") or "USD"  # checked before the kernel
+        currency = currency_of(args.mcp_currency or "USD") or "USD"  # checked before the kernel
         await serve(Embedded(kernel), identity, Web(sock, host, url, None, tokens), currency)

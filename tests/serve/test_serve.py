@@ -175,9 +175,13 @@ def test_on_the_wall_clock_the_old_escalations_expire_at_once(journal: Path) -> 
         (["--mcp", "0.0.0.0:9"], "BAD_ARGUMENT"),
         (["--mcp-operator", "ana"], "BAD_ARGUMENT"),
         (["--mcp-currency", "EUR"], "BAD_ARGUMENT"),
-        (
-            ["--mcp", "127.0.0.1:0", "--mcp-operator", "ana", "--mcp-currency", "euros"],
-            "BAD_ARGUMENT",
+        *(
+            (
+                ["--mcp", "127.0.0.1:0", "--mcp-operator", "ana", "--mcp-currency", text],
+                "BAD_ARGUMENT",
+            )
+            # A word, a lone surrogate (an argument byte that is not UTF-8), a terminal escape.
+            for text in ("euros", "\udcffUS", "\x1b[2J", "")
         ),
         (["--inbox-poll", "0"], "BAD_ARGUMENT"),
         (["--port", "70000"], "BAD_ARGUMENT"),
@@ -196,6 +200,7 @@ def test_bad_arguments_are_one_line_with_a_code(journal: Path, args: list[str], 
     assert done.returncode == ExitCode.USAGE, done.stderr
     assert done.stderr.splitlines()[-1].startswith(f"error: {code}: "), done.stderr
     assert "Traceback" not in done.stderr
+    assert "\x1b" not in done.stderr  # what an argument holds is shown escaped, never raw
 
 
 def test_an_mcp_port_in_use_is_one_line_and_the_journal_is_left_as_it_was(journal: Path) -> None:
